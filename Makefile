@@ -1,0 +1,50 @@
+# perfinsp — top-level build.
+#   make            build every Go tool and the daemon into bin/
+#   make static     the same, statically linked (CGO_ENABLED=0), into bin/static/ (for the VM initramfs)
+#   make test       every test: gofmt, go vet, unit and integration tests, the kernel-module VM test
+#   make bench      benchmarks, printed side by side with the peer tools
+# Each area adds its own targets in mk/*.mk (kmod, vmtest, post, ptt ...).
+
+GO      ?= go
+BIN     := bin
+GOFLAGS ?=
+export GOFLAGS
+
+# Every Go main package: the tools and the daemon.
+GO_CMDS := $(shell $(GO) list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./tools/... ./daemon/... 2>/dev/null)
+
+.PHONY: all build static test gotest lint bench clean deps
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./tools/... ./daemon/...
+
+static:
+	@mkdir -p $(BIN)/static
+	CGO_ENABLED=0 $(GO) build -ldflags='-s -w' -o $(BIN)/static/ ./tools/... ./daemon/...
+
+deps:
+	bash scripts/install-deps.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+gotest: build
+	$(GO) test -count=1 ./...
+
+# TEST_TARGETS is extended by mk/*.mk (for example vmtest).
+TEST_TARGETS := lint gotest
+
+bench: build
+
+clean:
+	rm -rf $(BIN)
+	-$(MAKE) -C kmod clean 2>/dev/null
+
+-include mk/*.mk
+
+test: deps
+	@$(MAKE) --no-print-directory $(TEST_TARGETS)

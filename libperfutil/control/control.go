@@ -1,0 +1,222 @@
+// Package control holds the one control API of the trace facility: the
+// Facility interface every backend implements (the kernel module through
+// /dev/pitrace, or the pitraced daemon on mainline kernel mechanisms), its
+// configuration and status types, and backend selection. Tools use only this
+// package and never see which backend serves them.
+package control
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Documented defaults (docs/swtrace.md).
+const (
+	DefaultTraceBufSize = 8 << 20 // per CPU
+	DefaultMTEBufSize   = 1 << 20 // per CPU
+	DefaultRateHz       = 1000
+	MaxRateHz           = 100000
+	MaxBufSize          = 1 << 30 // per CPU
+)
+
+// Modes (values as in the file header).
+const (
+	ModeNormal = 0
+	ModeWrap   = 1
+	ModeCont   = 2
+)
+
+// ParseMode parses normal|wrap|cont.
+func ParseMode(s string) (int, error) {
+	switch strings.ToLower(s) {
+	case "normal", "nrm":
+		return ModeNormal, nil
+	case "wrap", "wrap-around", "wraparound":
+		return ModeWrap, nil
+	case "cont", "continuous":
+		return ModeCont, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q: use normal, wrap or cont", s)
+}
+
+// ModeName names a mode.
+func ModeName(m int) string {
+	switch m {
+	case ModeNormal:
+		return "normal"
+	case ModeWrap:
+		return "wrap"
+	case ModeCont:
+		return "cont"
+	}
+	return fmt.Sprintf("mode-%d", m)
+}
+
+// Config is what `swtrace init` sets.
+type Config struct {
+	TraceBufSize int `json:"trace_buf_size"` // bytes per CPU
+	MTEBufSize   int `json:"mte_buf_size"`   // bytes per CPU
+}
+
+// Validate checks sizes and fills in defaults.
+func (c *Config) Validate() error {
+	if c.TraceBufSize == 0 {
+		c.TraceBufSize = DefaultTraceBufSize
+	}
+	if c.MTEBufSize == 0 {
+		c.MTEBufSize = DefaultMTEBufSize
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"trace buffer", c.TraceBufSize}, {"MTE buffer", c.MTEBufSize}} {
+		if v.n < 4096 {
+			return fmt.Errorf("%s size %d bytes is too small: the minimum is 4K", v.name, v.n)
+		}
+		if v.n > MaxBufSize {
+			return fmt.Errorf("%s size %d bytes is too large: the maximum is 1G per CPU", v.name, v.n)
+		}
+	}
+	return nil
+}
+
+// CPUStatus is one CPU's buffer state.
+type CPUStatus struct {
+	CPU        int    `json:"cpu"`
+	Records    uint64 `json:"records"`
+	Lost       uint64 `json:"lost"`
+	MTERecords uint64 `json:"mte_records"`
+	MTELost    uint64 `json:"mte_lost"`
+	Used       int    `json:"used"`     // trace bytes held
+	MTEUsed    int    `json:"mte_used"` // MTE bytes held
+	Full       bool   `json:"full"`
+}
+
+// States.
+const (
+	StateFree        = "free"        // nothing allocated
+	StateInitialized = "initialized" // buffers allocated, never turned on
+	StateOn          = "on"          // tracing
+	StateOff         = "off"         // stopped; data held until get or free
+)
+
+// Status is what `swtrace info` shows.
+type Status struct {
+	Backend      string      `json:"backend"`
+	State        string      `json:"state"`
+	Mode         int         `json:"mode"`
+	TraceBufSize int         `json:"trace_buf_size"`
+	MTEBufSize   int         `json:"mte_buf_size"`
+	RateHz       int         `json:"rate_hz"`
+	Event        string      `json:"event,omitempty"`
+	Enabled      []uint16    `json:"enabled"`
+	ContFile     string      `json:"cont_file,omitempty"`
+	StoppedFull  bool        `json:"stopped_full"`
+	CPUs         []CPUStatus `json:"cpus"`
+	Note         string      `json:"note,omitempty"`
+}
+
+// Facility is the control API of the trace facility. Every method is one
+// swtrace command. Implementations serialize concurrent callers.
+type Facility interface {
+	// Backend names the backend: "kmod" or "daemon".
+	Backend() string
+	// Init allocates the per-CPU buffers (freeing earlier ones). It fails
+	// while tracing is on.
+	Init(cfg Config) error
+	// Enable and Disable select record types by major code.
+	Enable(majors []uint16) error
+	Disable(majors []uint16) error
+	// SetMode selects the mode; contFile names the file cont mode writes to.
+	SetMode(mode int, contFile string) error
+	// SetRate sets the tprof sampling rate in Hz (time-based sampling) and,
+	// if event is not empty, event-based sampling on that hardware event
+	// every rate events.
+	SetRate(hz int, event string) error
+	// On starts tracing; with no Init before, the documented defaults are used.
+	On() error
+	// Off stops tracing; the data stays in the buffers until Get or Free.
+	Off() error
+	// Get writes the buffers to a trace file. It refuses while tracing is on.
+	Get(path string) error
+	// Info reports the state.
+	Info() (*Status, error)
+	// Free releases the buffers.
+	Free() error
+	// Hook writes a user record (TraceHook) on the calling CPU.
+	Hook(major uint16, minor uint32, words []uint32, str string) error
+	// Close releases the connection to the backend (not the buffers).
+	Close() error
+}
+
+// Opener opens one backend.
+type Opener struct {
+	Name string
+	// Available reports whether the backend can be used here and, if not, why.
+	Available func() (bool, string)
+	Open      func() (Facility, error)
+	// Priority: the available backend with the highest priority is chosen
+	// automatically.
+	Priority int
+}
+
+var (
+	mu      sync.Mutex
+	openers = map[string]Opener{}
+)
+
+// Register makes a backend selectable. Backends call it from init.
+func Register(o Opener) {
+	mu.Lock()
+	defer mu.Unlock()
+	openers[o.Name] = o
+}
+
+// EnvBackend is the environment variable that forces a backend.
+const EnvBackend = "PERFINSP_BACKEND"
+
+// ErrNoBackend is returned when no backend can be used.
+var ErrNoBackend = errors.New("no trace facility backend is available")
+
+// Open opens the backend named by name, or by $PERFINSP_BACKEND, or the
+// best available one when both are empty or "auto".
+func Open(name string) (Facility, error) {
+	if name == "" || name == "auto" {
+		name = os.Getenv(EnvBackend)
+	}
+	mu.Lock()
+	list := make([]Opener, 0, len(openers))
+	for _, o := range openers {
+		list = append(list, o)
+	}
+	mu.Unlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].Priority > list[j].Priority })
+	if name != "" && name != "auto" {
+		for _, o := range list {
+			if o.Name == name {
+				if ok, why := o.Available(); !ok {
+					return nil, fmt.Errorf("backend %s is not available: %s", name, why)
+				}
+				return o.Open()
+			}
+		}
+		names := make([]string, 0, len(list))
+		for _, o := range list {
+			names = append(names, o.Name)
+		}
+		return nil, fmt.Errorf("unknown backend %q: use one of %s, or auto", name, strings.Join(names, ", "))
+	}
+	var whys []string
+	for _, o := range list {
+		if ok, why := o.Available(); ok {
+			return o.Open()
+		} else {
+			whys = append(whys, o.Name+": "+why)
+		}
+	}
+	return nil, fmt.Errorf("%w (%s)", ErrNoBackend, strings.Join(whys, "; "))
+}

@@ -1,0 +1,493 @@
+// Package nrm2 holds the swtrace.nrm2 trace file: a fixed header followed by
+// chunks of per-CPU MTE and trace data, per-CPU statistics and the kernel
+// symbol table captured at trace start. docs/trace-format.md documents it
+// byte by byte so that other tools can read it.
+package nrm2
+
+import (
+	"bytes"
+	"container/heap"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"perfinsp/libperfutil/trace"
+)
+
+// Magic starts every file.
+var Magic = [8]byte{'P', 'I', 'N', 'R', 'M', '2', 0, 0}
+
+// Version of the file layout.
+const Version = 1
+
+// HeaderSize is the size of the fixed header in bytes.
+const HeaderSize = 224
+
+// Modes.
+const (
+	ModeNormal = 0
+	ModeWrap   = 1
+	ModeCont   = 2
+)
+
+// ModeName names a mode.
+func ModeName(m uint32) string {
+	switch m {
+	case ModeNormal:
+		return "normal"
+	case ModeWrap:
+		return "wrap"
+	case ModeCont:
+		return "cont"
+	}
+	return fmt.Sprintf("mode-%d", m)
+}
+
+// Header flags.
+const (
+	FlagBufferFull = 1 << 0 // normal mode: tracing stopped because a buffer filled
+	FlagLost       = 1 << 1 // some records were lost (see the CPU statistics)
+	FlagComplete   = 1 << 2 // the file was finalized (statistics and END chunk written)
+)
+
+// Backends.
+const (
+	BackendDaemon = 0
+	BackendKmod   = 1
+)
+
+// ClockMonotonic is the clock id of time stamps (CLOCK_MONOTONIC, ns).
+const ClockMonotonic = 1
+
+// Header is the fixed file header.
+type Header struct {
+	Version       uint32
+	NCPUs         uint32
+	Mode          uint32
+	TraceBufSize  uint64 // per CPU, bytes
+	MTEBufSize    uint64 // per CPU, bytes
+	ClockID       uint32
+	Flags         uint32
+	ClockHz       uint64
+	StartWallNs   uint64 // wall time at trace on, ns since the Unix epoch
+	StartClockNs  uint64 // clock value at trace on
+	SegmentSize   uint64
+	Backend       uint32
+	RateHz        uint32
+	KernelRelease string // up to 64 bytes
+	Hostname      string // up to 64 bytes
+}
+
+// Chunk kinds.
+const (
+	ChunkTrace    = 1 // records from a CPU's trace buffer
+	ChunkMTE      = 2 // records from a CPU's MTE buffer
+	ChunkStats    = 3 // CPUStats of one CPU
+	ChunkKallsyms = 4 // /proc/kallsyms text captured at trace on
+	ChunkEnd      = 5 // the file is complete
+)
+
+// ChunkHeaderSize is the size of a chunk header.
+const ChunkHeaderSize = 16
+
+// CPUStats are the per-CPU counts recorded in a ChunkStats chunk.
+type CPUStats struct {
+	Records    uint64 // trace records written
+	Lost       uint64 // trace records lost
+	MTERecords uint64
+	MTELost    uint64
+	Bytes      uint64 // trace bytes written
+	Full       uint32 // 1: the trace buffer filled (normal mode); 2: the MTE buffer did
+	_          uint32
+}
+
+// StatsSize is the encoded size of CPUStats.
+const StatsSize = 48
+
+func (s *CPUStats) encode() []byte {
+	b := make([]byte, StatsSize)
+	binary.LittleEndian.PutUint64(b[0:], s.Records)
+	binary.LittleEndian.PutUint64(b[8:], s.Lost)
+	binary.LittleEndian.PutUint64(b[16:], s.MTERecords)
+	binary.LittleEndian.PutUint64(b[24:], s.MTELost)
+	binary.LittleEndian.PutUint64(b[32:], s.Bytes)
+	binary.LittleEndian.PutUint32(b[40:], s.Full)
+	return b
+}
+
+func decodeStats(b []byte) CPUStats {
+	return CPUStats{
+		Records:    binary.LittleEndian.Uint64(b[0:]),
+		Lost:       binary.LittleEndian.Uint64(b[8:]),
+		MTERecords: binary.LittleEndian.Uint64(b[16:]),
+		MTELost:    binary.LittleEndian.Uint64(b[24:]),
+		Bytes:      binary.LittleEndian.Uint64(b[32:]),
+		Full:       binary.LittleEndian.Uint32(b[40:]),
+	}
+}
+
+func putStr(b []byte, s string) {
+	if len(s) > len(b)-1 {
+		s = s[:len(b)-1]
+	}
+	copy(b, s)
+}
+
+func getStr(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// Encode returns the header's bytes.
+func (h *Header) Encode() []byte {
+	b := make([]byte, HeaderSize)
+	copy(b, Magic[:])
+	binary.LittleEndian.PutUint32(b[8:], Version)
+	binary.LittleEndian.PutUint32(b[12:], HeaderSize)
+	binary.LittleEndian.PutUint32(b[16:], h.NCPUs)
+	binary.LittleEndian.PutUint32(b[20:], h.Mode)
+	binary.LittleEndian.PutUint64(b[24:], h.TraceBufSize)
+	binary.LittleEndian.PutUint64(b[32:], h.MTEBufSize)
+	binary.LittleEndian.PutUint32(b[40:], h.ClockID)
+	binary.LittleEndian.PutUint32(b[44:], h.Flags)
+	binary.LittleEndian.PutUint64(b[48:], h.ClockHz)
+	binary.LittleEndian.PutUint64(b[56:], h.StartWallNs)
+	binary.LittleEndian.PutUint64(b[64:], h.StartClockNs)
+	binary.LittleEndian.PutUint64(b[72:], h.SegmentSize)
+	binary.LittleEndian.PutUint32(b[80:], h.Backend)
+	binary.LittleEndian.PutUint32(b[84:], h.RateHz)
+	putStr(b[88:153], h.KernelRelease)
+	putStr(b[153:218], h.Hostname)
+	return b
+}
+
+// FormatError reports a malformed file with the byte offset of the problem.
+type FormatError struct {
+	Path   string
+	Offset int64
+	Msg    string
+}
+
+func (e *FormatError) Error() string {
+	p := e.Path
+	if p == "" {
+		p = "trace file"
+	}
+	return fmt.Sprintf("%s: byte offset %d: %s", p, e.Offset, e.Msg)
+}
+
+// DecodeHeader parses the fixed header.
+func DecodeHeader(b []byte) (Header, error) {
+	var h Header
+	if len(b) < 8 || !bytes.Equal(b[:8], Magic[:]) {
+		return h, &FormatError{Offset: 0, Msg: "not a perfinsp trace file (bad magic; expected \"PINRM2\")"}
+	}
+	if len(b) < HeaderSize {
+		return h, &FormatError{Offset: int64(len(b)), Msg: fmt.Sprintf("truncated header: %d of %d bytes", len(b), HeaderSize)}
+	}
+	h.Version = binary.LittleEndian.Uint32(b[8:])
+	if h.Version != Version {
+		return h, &FormatError{Offset: 8, Msg: fmt.Sprintf("unsupported file version %d (this post reads version %d)", h.Version, Version)}
+	}
+	if hs := binary.LittleEndian.Uint32(b[12:]); hs != HeaderSize {
+		return h, &FormatError{Offset: 12, Msg: fmt.Sprintf("header size %d, expected %d", hs, HeaderSize)}
+	}
+	h.NCPUs = binary.LittleEndian.Uint32(b[16:])
+	h.Mode = binary.LittleEndian.Uint32(b[20:])
+	h.TraceBufSize = binary.LittleEndian.Uint64(b[24:])
+	h.MTEBufSize = binary.LittleEndian.Uint64(b[32:])
+	h.ClockID = binary.LittleEndian.Uint32(b[40:])
+	h.Flags = binary.LittleEndian.Uint32(b[44:])
+	h.ClockHz = binary.LittleEndian.Uint64(b[48:])
+	h.StartWallNs = binary.LittleEndian.Uint64(b[56:])
+	h.StartClockNs = binary.LittleEndian.Uint64(b[64:])
+	h.SegmentSize = binary.LittleEndian.Uint64(b[72:])
+	h.Backend = binary.LittleEndian.Uint32(b[80:])
+	h.RateHz = binary.LittleEndian.Uint32(b[84:])
+	h.KernelRelease = getStr(b[88:153])
+	h.Hostname = getStr(b[153:218])
+	if h.NCPUs == 0 || h.NCPUs > 8192 {
+		return h, &FormatError{Offset: 16, Msg: fmt.Sprintf("implausible CPU count %d", h.NCPUs)}
+	}
+	return h, nil
+}
+
+// Writer writes a trace file.
+type Writer struct {
+	f      *os.File
+	path   string
+	hdr    Header
+	closed bool
+}
+
+// Create creates path and writes the header. Flags are finalized by Close.
+func Create(path string, h Header) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create trace file: %w", err)
+	}
+	if h.ClockID == 0 {
+		h.ClockID = ClockMonotonic
+	}
+	if h.ClockHz == 0 {
+		h.ClockHz = 1_000_000_000
+	}
+	w := &Writer{f: f, path: path, hdr: h}
+	if _, err := f.Write(h.Encode()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write trace file header %s: %w", path, err)
+	}
+	return w, nil
+}
+
+// Path returns the file's path.
+func (w *Writer) Path() string { return w.path }
+
+// WriteChunk appends one chunk. Trace and MTE chunks must hold whole records
+// and start with a TIME_HIGH record.
+func (w *Writer) WriteChunk(kind, cpu uint32, data []byte) error {
+	var h [ChunkHeaderSize]byte
+	binary.LittleEndian.PutUint32(h[0:], kind)
+	binary.LittleEndian.PutUint32(h[4:], cpu)
+	binary.LittleEndian.PutUint64(h[8:], uint64(len(data)))
+	if _, err := w.f.Write(h[:]); err != nil {
+		return fmt.Errorf("write %s: %w", w.path, err)
+	}
+	if _, err := w.f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", w.path, err)
+	}
+	if pad := (8 - len(data)%8) % 8; pad != 0 {
+		if _, err := w.f.Write(make([]byte, pad)); err != nil {
+			return fmt.Errorf("write %s: %w", w.path, err)
+		}
+	}
+	return nil
+}
+
+// Close writes the per-CPU statistics and the END chunk, sets the final
+// header flags and closes the file.
+func (w *Writer) Close(flags uint32, stats []CPUStats) error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	var err error
+	for cpu := range stats {
+		if stats[cpu].Lost != 0 || stats[cpu].MTELost != 0 {
+			flags |= FlagLost
+		}
+		if stats[cpu].Full != 0 {
+			flags |= FlagBufferFull
+		}
+		if err == nil {
+			err = w.WriteChunk(ChunkStats, uint32(cpu), stats[cpu].encode())
+		}
+	}
+	if err == nil {
+		err = w.WriteChunk(ChunkEnd, 0, nil)
+	}
+	if err == nil {
+		w.hdr.Flags = flags | FlagComplete
+		_, err = w.f.WriteAt(w.hdr.Encode(), 0)
+	}
+	if cerr := w.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close %s: %w", w.path, cerr)
+	}
+	return err
+}
+
+// Abort closes the file without finalizing it.
+func (w *Writer) Abort() {
+	if !w.closed {
+		w.closed = true
+		w.f.Close()
+	}
+}
+
+// Chunk is one chunk of a parsed file.
+type Chunk struct {
+	Kind   uint32
+	CPU    uint32
+	Offset int64 // file offset of the chunk's data
+	Data   []byte
+}
+
+// File is a parsed trace file.
+type File struct {
+	Path     string
+	Header   Header
+	Chunks   []Chunk
+	Stats    []CPUStats // indexed by CPU; zero when the file has no statistics
+	Kallsyms []byte
+	Complete bool // the END chunk was found
+}
+
+// Open reads and parses a trace file.
+func Open(path string) (*File, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read trace file: %w", err)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		var fe *FormatError
+		if errors.As(err, &fe) {
+			fe.Path = path
+		}
+		return nil, err
+	}
+	f.Path = path
+	return f, nil
+}
+
+// Parse parses a whole trace file held in memory. It never panics on bad
+// input; errors name the byte offset.
+func Parse(data []byte) (*File, error) {
+	h, err := DecodeHeader(data)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{Header: h, Stats: make([]CPUStats, h.NCPUs)}
+	off := int64(HeaderSize)
+	for off < int64(len(data)) {
+		if int64(len(data))-off < ChunkHeaderSize {
+			return nil, &FormatError{Offset: off, Msg: fmt.Sprintf("truncated chunk header: %d bytes left", int64(len(data))-off)}
+		}
+		kind := binary.LittleEndian.Uint32(data[off:])
+		cpu := binary.LittleEndian.Uint32(data[off+4:])
+		n := binary.LittleEndian.Uint64(data[off+8:])
+		start := off + ChunkHeaderSize
+		if n > uint64(int64(len(data))-start) {
+			return nil, &FormatError{Offset: off, Msg: fmt.Sprintf("chunk length %d runs past the end of the file (%d bytes left): the file is truncated", n, int64(len(data))-start)}
+		}
+		if kind < ChunkTrace || kind > ChunkEnd {
+			return nil, &FormatError{Offset: off, Msg: fmt.Sprintf("unknown chunk kind %d", kind)}
+		}
+		if kind != ChunkKallsyms && kind != ChunkEnd && cpu >= h.NCPUs {
+			return nil, &FormatError{Offset: off + 4, Msg: fmt.Sprintf("chunk for CPU %d, but the file has %d CPUs", cpu, h.NCPUs)}
+		}
+		body := data[start : start+int64(n)]
+		switch kind {
+		case ChunkStats:
+			if len(body) < StatsSize {
+				return nil, &FormatError{Offset: start, Msg: "statistics chunk too short"}
+			}
+			f.Stats[cpu] = decodeStats(body)
+		case ChunkKallsyms:
+			f.Kallsyms = body
+		case ChunkEnd:
+			f.Complete = true
+		default:
+			f.Chunks = append(f.Chunks, Chunk{Kind: kind, CPU: cpu, Offset: start, Data: body})
+		}
+		pad := (8 - int64(n)%8) % 8
+		off = start + int64(n) + pad
+	}
+	return f, nil
+}
+
+// Lost returns the total number of lost trace and MTE records.
+func (f *File) Lost() (trace, mte uint64) {
+	for _, s := range f.Stats {
+		trace += s.Lost
+		mte += s.MTELost
+	}
+	return
+}
+
+// stream is the ordered records of one CPU's trace or MTE chunks.
+type stream struct {
+	chunks []Chunk
+	ci     int
+	r      *trace.Reader
+	cur    trace.Record
+	seq    int
+}
+
+func (s *stream) advance() (bool, error) {
+	for {
+		if s.r == nil {
+			if s.ci >= len(s.chunks) {
+				return false, nil
+			}
+			c := s.chunks[s.ci]
+			s.ci++
+			s.r = trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == ChunkMTE, 0)
+		}
+		rec, ok, err := s.r.Next()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			s.r = nil
+			continue
+		}
+		s.cur = rec
+		return true, nil
+	}
+}
+
+type streamHeap []*stream
+
+func (h streamHeap) Len() int { return len(h) }
+func (h streamHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.cur.Time != b.cur.Time {
+		return a.cur.Time < b.cur.Time
+	}
+	if a.cur.MTE != b.cur.MTE {
+		return a.cur.MTE // MTE first at equal times: names before uses
+	}
+	return a.seq < b.seq
+}
+func (h streamHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *streamHeap) Push(x any)   { *h = append(*h, x.(*stream)) }
+func (h *streamHeap) Pop() any     { old := *h; x := old[len(old)-1]; *h = old[:len(old)-1]; return x }
+
+// Records calls fn for every record of the file, all CPUs' MTE and trace
+// buffers merged in time order. TIME_HIGH records are included. fn's record
+// is only valid during the call.
+func (f *File) Records(fn func(r *trace.Record) error) error {
+	byKey := map[[2]uint32]*stream{}
+	var order []*stream
+	for _, c := range f.Chunks {
+		k := [2]uint32{c.Kind, c.CPU}
+		s := byKey[k]
+		if s == nil {
+			s = &stream{seq: len(order)}
+			byKey[k] = s
+			order = append(order, s)
+		}
+		s.chunks = append(s.chunks, c)
+	}
+	h := streamHeap{}
+	for _, s := range order {
+		ok, err := s.advance()
+		if err != nil {
+			return err
+		}
+		if ok {
+			h = append(h, s)
+		}
+	}
+	heap.Init(&h)
+	for len(h) > 0 {
+		s := h[0]
+		if err := fn(&s.cur); err != nil {
+			return err
+		}
+		ok, err := s.advance()
+		if err != nil {
+			return err
+		}
+		if ok {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return nil
+}

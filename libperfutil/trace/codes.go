@@ -1,0 +1,262 @@
+package trace
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Major codes. Values below 0x100 are the facility's own; 0x100..0xffff are
+// free for user hook records (TraceHook). The JProf/event codes of the
+// trace-merge patent (FIG. 30: 0x04, 0x10, 0x30, 0x40, 0x41, 0x50) keep
+// their numbers.
+const (
+	MajorSys       uint16 = 0x01 // facility records: time-high, lost, markers
+	MajorMTE       uint16 = 0x02 // module table entries (MTE buffer)
+	MajorInterrupt uint16 = 0x04 // interrupt entry / exit (FIG. 30)
+	MajorDispatch  uint16 = 0x08 // scheduler dispatch (sched_switch)
+	MajorThread    uint16 = 0x10 // JProf thread records (FIG. 30), reserved
+	MajorTprof     uint16 = 0x12 // tprof samples
+	MajorJITLoad   uint16 = 0x14 // JIT code load / unload, reserved
+	MajorITraceU   uint16 = 0x20 // ITrace, user addresses, reserved
+	MajorITraceK   uint16 = 0x21 // ITrace, kernel addresses, reserved
+	MajorPTT       uint16 = 0x24 // PTT records, reserved
+	MajorInterp    uint16 = 0x30 // interpreted method entry / exit (FIG. 30), reserved
+	MajorUnwind    uint16 = 0x40 // stack unwind at a timer tick (FIG. 30), reserved
+	MajorUnwindEvt uint16 = 0x41 // stack unwind at an instrumented routine, reserved
+	MajorJitted    uint16 = 0x50 // jitted method entry / exit (FIG. 30), reserved
+	MajorCallFlow  uint16 = 0x60 // C entry/exit hooks (-finstrument-functions), reserved
+	MajorUserFirst uint16 = 0x100
+)
+
+// ExitBit marks an exit minor code: exit = entry | ExitBit (FIG. 30).
+const ExitBit uint32 = 0x80000000
+
+// Minor codes of MajorSys.
+const (
+	SysTimeHigh uint32 = 1 // high 32 bits of the time stamp changed
+	SysInfo     uint32 = 2 // system information at trace start
+	SysLost     uint32 = 3 // records were lost before this point
+	SysTraceOn  uint32 = 4 // tracing turned on
+	SysTraceOff uint32 = 5 // tracing turned off
+	SysBufFull  uint32 = 6 // normal mode: a buffer filled and tracing stopped
+)
+
+// Minor codes of MajorMTE.
+const (
+	MTEProcess    uint32 = 1 // a process exists (at on) or was named: pid, ppid, name
+	MTEFork       uint32 = 2 // process or thread created
+	MTEExec       uint32 = 3 // exec: new program path
+	MTEExit       uint32 = 4 // a thread or process exited
+	MTEThreadName uint32 = 5 // thread exists / was named
+	MTESegment    uint32 = 6 // executable segment mapped
+	MTEUnmap      uint32 = 7 // executable segment unmapped
+)
+
+// Minor codes of MajorTprof.
+const (
+	TprofTick  uint32 = 1 // time-based sample
+	TprofEvent uint32 = 2 // event-based sample (hardware counter overflow)
+)
+
+// Flags of tprof records.
+const (
+	TprofKernel uint64 = 1 // the sampled ip is a kernel address
+)
+
+// Minor codes of MajorDispatch.
+const (
+	DispatchSwitch uint32 = 1
+)
+
+// Minor codes of MajorInterrupt (exit = entry | ExitBit).
+const (
+	IntrHard    uint32 = 1 // hard IRQ handler
+	IntrSoft    uint32 = 2 // softirq
+	IntrTimer   uint32 = 3 // local timer
+	IntrIPI     uint32 = 4 // inter-processor interrupt
+	IntrUnknown uint32 = 5 // other / unknown vector
+)
+
+// Minor codes of MajorJITLoad (reserved for the JIT issue; the layout is fixed now).
+const (
+	JITLoad   uint32 = 1 // code loaded: pid, tid, address, size, name
+	JITUnload uint32 = 2 // code unloaded: pid, address, size
+)
+
+// MTE fork flags.
+const (
+	ForkThread uint64 = 1 // the new task shares its parent's address space (a clone)
+)
+
+// Lost-record reasons.
+const (
+	LostBufferFull uint64 = 1 // normal mode or continuous mode: no free segment
+	LostOverwrite  uint64 = 2 // wrap mode: the oldest segment was overwritten
+)
+
+// Field is one fixed field of a record: its name and width in bytes (4 or 8).
+type Field struct {
+	Name  string
+	Width int
+	// Hex makes post.show print the value in hexadecimal.
+	Hex bool
+}
+
+// Spec describes one major/minor code.
+type Spec struct {
+	Major  uint16
+	Minor  uint32
+	Name   string
+	Layout int // LayoutFixed, LayoutString or LayoutBytes
+	Fields []Field
+	// StrName names the trailing string, when Layout is LayoutString.
+	StrName string
+	Doc     string
+}
+
+func u32(n string) Field    { return Field{Name: n, Width: 4} }
+func u64(n string) Field    { return Field{Name: n, Width: 8} }
+func x64(n string) Field    { return Field{Name: n, Width: 8, Hex: true} }
+func x32(n string) Field    { return Field{Name: n, Width: 4, Hex: true} }
+func fl(f ...Field) []Field { return f }
+
+var specs = []Spec{
+	{MajorSys, SysTimeHigh, "TIME_HIGH", LayoutFixed, fl(u32("high")), "", "upper 32 bits of the time stamp of the records that follow in this buffer"},
+	{MajorSys, SysInfo, "SYSINFO", LayoutString, fl(u32("ncpus"), u32("clock_id"), u64("clock_hz"), u64("wall_ns")), "uname", "system information at trace start"},
+	{MajorSys, SysLost, "LOST", LayoutFixed, fl(u64("count"), u32("reason")), "", "count records were lost before this one (reason 1 buffer full, 2 overwritten)"},
+	{MajorSys, SysTraceOn, "TRACE_ON", LayoutFixed, fl(u32("majors_lo"), u32("rate_hz")), "", "tracing turned on"},
+	{MajorSys, SysTraceOff, "TRACE_OFF", LayoutFixed, nil, "", "tracing turned off"},
+	{MajorSys, SysBufFull, "BUFFER_FULL", LayoutFixed, fl(u32("mte")), "", "normal mode: this CPU's buffer filled (mte=1: the MTE buffer) and tracing stopped"},
+
+	{MajorMTE, MTEProcess, "MTE_PROCESS", LayoutString, fl(u32("pid"), u32("ppid")), "name", "process exists or was renamed"},
+	{MajorMTE, MTEFork, "MTE_FORK", LayoutFixed, fl(u32("ppid"), u32("ptid"), u32("pid"), u32("tid"), u32("flags")), "", "task created; flags bit 0: thread (shares address space)"},
+	{MajorMTE, MTEExec, "MTE_EXEC", LayoutString, fl(u32("pid"), u32("tid")), "path", "exec of a new program"},
+	{MajorMTE, MTEExit, "MTE_EXIT", LayoutFixed, fl(u32("pid"), u32("tid")), "", "task exited (pid == tid: the process)"},
+	{MajorMTE, MTEThreadName, "MTE_THREAD", LayoutString, fl(u32("pid"), u32("tid")), "name", "thread exists or was named"},
+	{MajorMTE, MTESegment, "MTE_SEGMENT", LayoutString, fl(u32("pid"), x64("start"), x64("size"), x64("offset"), u32("prot")), "path", "executable segment: start, size, file offset, path"},
+	{MajorMTE, MTEUnmap, "MTE_UNMAP", LayoutFixed, fl(u32("pid"), x64("start"), x64("size")), "", "executable segment unmapped"},
+
+	{MajorTprof, TprofTick, "TPROF_TICK", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags")), "", "time-based sample; flags bit 0: kernel address"},
+	{MajorTprof, TprofEvent, "TPROF_EVENT", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags"), u32("event")), "", "event-based sample"},
+
+	{MajorDispatch, DispatchSwitch, "DISPATCH", LayoutFixed, fl(u32("prev_pid"), u32("prev_tid"), u32("next_pid"), u32("next_tid"), u32("prev_state")), "", "the CPU switched from prev to next"},
+
+	{MajorInterrupt, IntrHard, "IRQ_ENTRY", LayoutFixed, fl(u32("irq")), "", "hard IRQ handler entry"},
+	{MajorInterrupt, IntrHard | ExitBit, "IRQ_EXIT", LayoutFixed, fl(u32("irq")), "", "hard IRQ handler exit"},
+	{MajorInterrupt, IntrSoft, "SOFTIRQ_ENTRY", LayoutFixed, fl(u32("vec")), "", "softirq entry"},
+	{MajorInterrupt, IntrSoft | ExitBit, "SOFTIRQ_EXIT", LayoutFixed, fl(u32("vec")), "", "softirq exit"},
+	{MajorInterrupt, IntrTimer, "TIMER_ENTRY", LayoutFixed, fl(u32("vector")), "", "local timer interrupt entry"},
+	{MajorInterrupt, IntrTimer | ExitBit, "TIMER_EXIT", LayoutFixed, fl(u32("vector")), "", "local timer interrupt exit"},
+	{MajorInterrupt, IntrIPI, "IPI_ENTRY", LayoutFixed, fl(u32("vector")), "", "inter-processor interrupt entry"},
+	{MajorInterrupt, IntrIPI | ExitBit, "IPI_EXIT", LayoutFixed, fl(u32("vector")), "", "inter-processor interrupt exit"},
+	{MajorInterrupt, IntrUnknown, "INTR_ENTRY", LayoutFixed, fl(u32("vector")), "", "other interrupt entry"},
+	{MajorInterrupt, IntrUnknown | ExitBit, "INTR_EXIT", LayoutFixed, fl(u32("vector")), "", "other interrupt exit"},
+
+	{MajorJITLoad, JITLoad, "JIT_LOAD", LayoutString, fl(u32("pid"), u32("tid"), x64("addr"), x64("size")), "name", "JIT code loaded at addr (reserved: JIT issue)"},
+	{MajorJITLoad, JITUnload, "JIT_UNLOAD", LayoutFixed, fl(u32("pid"), x64("addr"), x64("size")), "", "JIT code unloaded (reserved: JIT issue)"},
+}
+
+type key struct {
+	major uint16
+	minor uint32
+}
+
+var byKey = func() map[key]*Spec {
+	m := make(map[key]*Spec, len(specs))
+	for i := range specs {
+		m[key{specs[i].Major, specs[i].Minor}] = &specs[i]
+	}
+	return m
+}()
+
+// Lookup returns the spec of a major/minor code, or nil if it is not in the table.
+func Lookup(major uint16, minor uint32) *Spec {
+	return byKey[key{major, minor}]
+}
+
+// Specs returns the code table sorted by major and minor.
+func Specs() []Spec {
+	out := append([]Spec(nil), specs...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Major != out[j].Major {
+			return out[i].Major < out[j].Major
+		}
+		return out[i].Minor < out[j].Minor
+	})
+	return out
+}
+
+// Group is a named set of major codes a user enables with `swtrace enable`.
+type Group struct {
+	Name   string
+	Major  uint16
+	Doc    string
+	Always bool // cannot be disabled
+	// Available is false for groups reserved for later work.
+	Available bool
+}
+
+// Groups lists the record types that can be enabled, by name.
+var Groups = []Group{
+	{"sys", MajorSys, "facility records (time-high, lost, on/off markers)", true, true},
+	{"mte", MajorMTE, "processes, threads and executable segments", true, true},
+	{"interrupt", MajorInterrupt, "interrupt entry/exit (hard IRQ, softirq)", false, true},
+	{"dispatch", MajorDispatch, "scheduler dispatch (sched_switch)", false, true},
+	{"tprof", MajorTprof, "tprof samples (time- or event-based)", false, true},
+	{"jit", MajorJITLoad, "JIT code load/unload records", false, true},
+	{"itrace", MajorITraceU, "ITrace taken-branch records (not yet available)", false, false},
+	{"ptt", MajorPTT, "PTT records (not yet available)", false, false},
+}
+
+// ParseMajor turns a group name or a major code (decimal or 0x hex) into a
+// major code.
+func ParseMajor(s string) (uint16, error) {
+	for _, g := range Groups {
+		if strings.EqualFold(g.Name, s) {
+			if !g.Available {
+				return 0, fmt.Errorf("record type %q is not available yet", s)
+			}
+			return g.Major, nil
+		}
+	}
+	v, err := strconv.ParseUint(s, 0, 16)
+	if err != nil {
+		names := make([]string, 0, len(Groups))
+		for _, g := range Groups {
+			names = append(names, g.Name)
+		}
+		return 0, fmt.Errorf("unknown record type %q: use a name (%s) or a major code such as 0x12", s, strings.Join(names, ", "))
+	}
+	return uint16(v), nil
+}
+
+// MajorName returns a short name for a major code.
+func MajorName(major uint16) string {
+	for _, g := range Groups {
+		if g.Major == major {
+			return g.Name
+		}
+	}
+	switch major {
+	case MajorITraceK:
+		return "itrace-k"
+	case MajorThread:
+		return "thread"
+	case MajorInterp:
+		return "interp"
+	case MajorUnwind:
+		return "unwind"
+	case MajorUnwindEvt:
+		return "unwind-evt"
+	case MajorJitted:
+		return "jitted"
+	case MajorCallFlow:
+		return "callflow"
+	}
+	if major >= MajorUserFirst {
+		return fmt.Sprintf("user-0x%x", major)
+	}
+	return fmt.Sprintf("major-0x%x", major)
+}

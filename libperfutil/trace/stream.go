@@ -1,0 +1,183 @@
+package trace
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Reader walks the records of one per-CPU buffer segment in order, joining
+// each record's low 32-bit time stamp with the high half set by the last
+// TIME_HIGH record seen. It never panics on malformed input.
+type Reader struct {
+	buf  []byte
+	off  int
+	base int64 // byte offset of buf in its file, for error messages
+	high uint64
+	cpu  int
+	mte  bool
+}
+
+// NewReader returns a reader over buf. base is buf's offset within the file
+// (used in error messages); high is the time-high value in force at the start
+// (segments written by the facility begin with a TIME_HIGH record, so 0 is
+// the usual value).
+func NewReader(buf []byte, base int64, cpu int, mte bool, high uint32) *Reader {
+	return &Reader{buf: buf, base: base, cpu: cpu, mte: mte, high: uint64(high) << 32}
+}
+
+// Offset returns the file offset of the next record.
+func (r *Reader) Offset() int64 { return r.base + int64(r.off) }
+
+// Next returns the next record. ok is false at the end of the buffer. A
+// run of zero bytes at the end (unused space of a segment) ends the buffer.
+func (r *Reader) Next() (rec Record, ok bool, err error) {
+	for {
+		if r.off >= len(r.buf) {
+			return rec, false, nil
+		}
+		rest := r.buf[r.off:]
+		if len(rest) >= 2 && binary.LittleEndian.Uint16(rest) == 0 {
+			// Padding: the rest of the segment must be zero.
+			for i, c := range rest {
+				if c != 0 {
+					return rec, false, &DecodeError{r.Offset() + int64(i), "non-zero bytes after a zero record header"}
+				}
+			}
+			r.off = len(r.buf)
+			return rec, false, nil
+		}
+		rec, n, err := Decode(rest, r.Offset())
+		if err != nil {
+			return rec, false, err
+		}
+		r.off += n
+		rec.CPU = r.cpu
+		rec.MTE = r.mte
+		if rec.Major == MajorSys && rec.Minor == SysTimeHigh {
+			if len(rec.Fixed) < 1 {
+				return rec, false, &DecodeError{r.Offset() - int64(n), "TIME_HIGH record without a value"}
+			}
+			r.high = rec.Fixed[0] << 32
+			rec.Time = r.high | rec.Time
+			return rec, true, nil
+		}
+		rec.Time |= r.high
+		return rec, true, nil
+	}
+}
+
+// Writer appends records to a buffer and keeps TIME_HIGH records in the
+// stream: one is written first and then whenever the upper 32 bits of the
+// time stamp change. It is the Go counterpart of the module's record writer,
+// used by the daemon backend and by tests.
+type Writer struct {
+	Buf      []byte
+	high     uint64
+	haveHigh bool
+	scratch  [8]uint64
+}
+
+// Reset empties the buffer and forces a TIME_HIGH record before the next record.
+func (w *Writer) Reset() {
+	w.Buf = w.Buf[:0]
+	w.haveHigh = false
+}
+
+// ForceTimeHigh makes the next record be preceded by a TIME_HIGH record.
+func (w *Writer) ForceTimeHigh() { w.haveHigh = false }
+
+// TimeHighSize is the encoded size of a TIME_HIGH record.
+const TimeHighSize = HeaderSize + 4
+
+// SizeWithTimeHigh returns how many bytes writing a record of size n at time
+// t would take, counting a TIME_HIGH record if one is needed.
+func (w *Writer) SizeWithTimeHigh(n int, t uint64) int {
+	if !w.haveHigh || t>>32 != w.high {
+		return n + TimeHighSize
+	}
+	return n
+}
+
+func (w *Writer) timeHigh(t uint64) {
+	if w.haveHigh && t>>32 == w.high {
+		return
+	}
+	w.high = t >> 32
+	w.haveHigh = true
+	var b [TimeHighSize]byte
+	binary.LittleEndian.PutUint16(b[0:], TypeLen(LayoutFixed, TimeHighSize))
+	binary.LittleEndian.PutUint16(b[2:], MajorSys)
+	binary.LittleEndian.PutUint32(b[4:], SysTimeHigh)
+	binary.LittleEndian.PutUint32(b[8:], uint32(t))
+	binary.LittleEndian.PutUint32(b[12:], uint32(t>>32))
+	w.Buf = append(w.Buf, b[:]...)
+}
+
+// Write appends one record (see Encode), preceded by a TIME_HIGH record when needed.
+func (w *Writer) Write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string) error {
+	mark := len(w.Buf)
+	hadHigh, oldHigh := w.haveHigh, w.high
+	w.timeHigh(t)
+	b, err := Encode(w.Buf, major, minor, layout, t, fields, str)
+	if err != nil {
+		w.Buf = w.Buf[:mark]
+		w.haveHigh, w.high = hadHigh, oldHigh
+		return err
+	}
+	w.Buf = b
+	return nil
+}
+
+// EncodedSize returns the size a record would have, without writing it.
+func EncodedSize(major uint16, minor uint32, layout int, nfields int, str string) int {
+	n := HeaderSize
+	if spec := Lookup(major, minor); spec != nil && layout != LayoutWords {
+		for _, f := range spec.Fields {
+			n += f.Width
+		}
+	} else {
+		n += 4 * nfields
+	}
+	switch layout {
+	case LayoutString:
+		n += len(str) + 1
+	case LayoutBytes:
+		n += 4 + len(str)
+	}
+	return (n + 3) &^ 3
+}
+
+// Format renders a record as one line of text (the post.show form).
+func Format(r *Record) string {
+	spec := Lookup(r.Major, r.Minor)
+	name := fmt.Sprintf("%s/0x%x", MajorName(r.Major), r.Minor)
+	if spec != nil {
+		name = spec.Name
+	}
+	out := fmt.Sprintf("%3d %s %-13s", r.CPU, fmtTime(r.Time), name)
+	if spec != nil && r.Layout != LayoutWords {
+		for i, f := range spec.Fields {
+			if f.Hex {
+				out += fmt.Sprintf(" %s=0x%x", f.Name, r.Field(i))
+			} else {
+				out += fmt.Sprintf(" %s=%d", f.Name, r.Field(i))
+			}
+		}
+		if spec.Layout == LayoutString {
+			out += fmt.Sprintf(" %s=%q", spec.StrName, r.Str)
+		}
+	} else {
+		out += fmt.Sprintf(" major=0x%x minor=0x%x", r.Major, r.Minor)
+		for _, v := range r.Fixed {
+			out += fmt.Sprintf(" 0x%x", v)
+		}
+		if r.Layout == LayoutString || r.Layout == LayoutBytes {
+			out += fmt.Sprintf(" str=%q", r.Str)
+		}
+	}
+	return out
+}
+
+func fmtTime(t uint64) string {
+	return fmt.Sprintf("%d.%09d", t/1e9, t%1e9)
+}
