@@ -1,0 +1,87 @@
+/*
+ * cpuburn: the bundled example workload for perfinsp.
+ *
+ * Three functions of known relative cost do the work: heavy() about 60 %,
+ * medium() about 30 %, light() about 10 % of the instructions. A second
+ * thread shares the work, and a short-lived child process is forked (and
+ * exits) while tracing, so traces show threads and a process that exited
+ * before tracing stopped.
+ *
+ *   cpuburn [units]      units of work (default 300; about 1 s per 100 units)
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+
+/* A serial multiply-add chain the compiler cannot shorten: cost = n. */
+#define CHAIN(n, c)                                                     \
+	({                                                              \
+		unsigned long _y = sink + (c);                          \
+		for (unsigned long _j = 0; _j < (n); _j++)              \
+			_y = _y * 6364136223846793005UL + (c);          \
+		_y;                                                     \
+	})
+
+__attribute__((noinline)) void heavy(void)
+{
+	sink += CHAIN(6000000UL, 1);
+}
+
+__attribute__((noinline)) void medium(void)
+{
+	sink += CHAIN(3000000UL, 3);
+}
+
+__attribute__((noinline)) void light(void)
+{
+	sink += CHAIN(1000000UL, 5);
+}
+
+static void work(long units)
+{
+	for (long u = 0; u < units; u++) {
+		heavy();
+		medium();
+		light();
+	}
+}
+
+static void *worker(void *arg)
+{
+	work((long)arg);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	long units = argc > 1 ? atol(argv[1]) : 300;
+	pthread_t t;
+	pid_t child;
+
+	if (units <= 0) {
+		fprintf(stderr, "usage: cpuburn [units > 0]\n");
+		return 2;
+	}
+	pthread_setname_np(pthread_self(), "cpuburn-main");
+	if (pthread_create(&t, NULL, worker, (void *)(units / 2)) != 0) {
+		perror("pthread_create");
+		return 1;
+	}
+	pthread_setname_np(t, "cpuburn-worker");
+	child = fork();
+	if (child == 0) {
+		work(units / 20 + 1);
+		_exit(0);
+	}
+	work(units - units / 2);
+	pthread_join(t, NULL);
+	if (child > 0)
+		waitpid(child, NULL, 0);
+	printf("cpuburn: %ld units done (child %d)\n", units, (int)child);
+	return 0;
+}

@@ -1,0 +1,11 @@
+# The bundled example workload (C: it is the program being profiled).
+CC ?= gcc
+all: $(BIN)/cpuburn
+build: $(BIN)/cpuburn
+$(BIN)/cpuburn: examples/cpuburn.c
+	@mkdir -p $(BIN)
+	$(CC) -O2 -g -Wall -Werror -pthread -o $@ $<
+$(BIN)/static/cpuburn: examples/cpuburn.c
+	@mkdir -p $(BIN)/static
+	$(CC) -O2 -g -static -Wall -Werror -pthread -o $@ $<
+static: $(BIN)/static/cpuburn
