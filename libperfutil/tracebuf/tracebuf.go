@@ -172,7 +172,7 @@ func (b *Buffer) room(need int, t uint64, notify *bool) bool {
 }
 
 func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string, size int, notify *bool) (bool, error) {
-	if b.pending > 0 && b.mode == Cont {
+	if b.pending > 0 && !b.full {
 		lostSize := trace.EncodedSize(trace.MajorSys, trace.SysLost, trace.LayoutFixed, 2, "")
 		if !b.room(lostSize+size, t, notify) {
 			b.lost++
@@ -197,6 +197,16 @@ func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields 
 	b.records++
 	b.bytes += uint64(size)
 	return true, nil
+}
+
+// AddLost counts n records lost before they reached the buffer (for
+// example dropped by the kernel's perf ring); a LOST record follows in cont
+// mode, and the count appears in the statistics in every mode.
+func (b *Buffer) AddLost(n uint64) {
+	b.mu.Lock()
+	b.lost += n
+	b.pending += n
+	b.mu.Unlock()
 }
 
 // Stats are a buffer's counts.
