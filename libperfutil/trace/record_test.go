@@ -3,6 +3,8 @@ package trace
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"math/rand"
 	"testing"
 )
@@ -170,4 +172,17 @@ func FuzzReader(f *testing.F) {
 			_ = Format(&rec)
 		}
 	})
+}
+
+func TestEveryCodeIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/trace-format.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Specs() {
+		row := fmt.Sprintf("| 0x%02x | 0x%x | %s |", s.Major, s.Minor, s.Name)
+		if !bytes.Contains(doc, []byte(row)) {
+			t.Errorf("docs/trace-format.md lacks the row for %s (%q)", s.Name, row)
+		}
+	}
 }
