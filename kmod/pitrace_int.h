@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pitrace_int.h - internal interfaces of the pitrace module.
+ */
+#ifndef _PITRACE_INT_H
+#define _PITRACE_INT_H
+
+#include <linux/kref.h>
+#include <linux/mm_types.h>
+#include <linux/mutex.h>
+#include <linux/sched.h>
+#include <linux/types.h>
+#include <linux/version.h>
+#include <linux/wait.h>
+
+#include "uapi/pitrace.h"
+
+#define PT_TIME_HIGH_SIZE	(PITRACE_REC_HDR_SIZE + 4)
+/* longest path written in an MTE record (the tail is kept) */
+#define PT_MAX_PATH		900
+
+/* One CPU's trace or MTE buffer. */
+struct pt_buf {
+	struct pitrace_buf_hdr *hdr;	/* first page of the vmap */
+	u8 *data;			/* segments */
+	void *vaddr;			/* vmap of pages */
+	struct page **pages;
+	unsigned int npages;
+	u32 cpu;
+	u32 kind;
+	u32 seg_size;
+	u32 nseg;
+	/* writer state, touched only by the owning CPU with irqs off */
+	u32 cur;
+	u32 used;
+	u32 high;
+	bool have_high;
+	int busy;			/* nesting guard (NMI inside a write) */
+	u64 nested_lost;		/* records dropped by the guard */
+};
+
+/* All buffers of one INIT; refcounted by the device and by mappings. */
+struct pt_set {
+	struct kref ref;
+	u32 ncpu;
+	u32 mode;
+	u64 trace_size;
+	u64 mte_size;
+	struct pt_buf *trace;		/* [ncpu] */
+	struct pt_buf *mte;		/* [ncpu] */
+};
+
+/* pitrace_buf.c */
+u32 pt_seg_size(u64 size);
+struct pt_set *pt_set_alloc(u64 trace_size, u64 mte_size, u32 mode, u32 ncpu);
+void pt_set_release(struct kref *ref);
+void pt_set_reset(struct pt_set *s, u32 mode);
+void pt_set_finish(struct pt_set *s);
+u64 pt_buf_used(struct pt_buf *b);
+bool pt_write(u32 kind, u16 major, u32 minor, int layout, const void *fields,
+	      u32 flen, const char *str, u32 slen);
+bool pt_write_buf(struct pt_set *s, struct pt_buf *b, u16 major, u32 minor,
+		  int layout, const void *fields, u32 flen, const char *str,
+		  u32 slen);
+u64 pt_mem_limit(void);
+
+/* pitrace_src.c */
+int pt_src_init(void);
+void pt_src_exit(void);
+int pt_src_start(void);
+void pt_src_stop(void);
+void pt_describe_live(bool segments);
+int pt_tprof_check_event(u32 type, u64 config, u64 period);
+u32 pt_src_features(void);
+u64 pt_bench_tprof(u32 count);
+
+/* pitrace_main.c: facility state shared with the writers */
+struct pt_state {
+	struct mutex lock;		/* serializes control */
+	u32 state;
+	u32 mode;
+	u64 trace_size;
+	u64 mte_size;
+	char path[PITRACE_PATH_MAX];
+	u64 enabled[4];
+	u32 rate_hz;
+	u32 event_type;
+	u64 event_config;
+	char event[PITRACE_EVENT_NAME];
+	bool use_event;
+	bool unsaved;
+	u64 start_wall;
+	u64 start_clock;
+	u64 on_count;
+	struct pt_set *set;		/* control's reference */
+	struct file *drainer;
+	pid_t drainer_pid;
+	wait_queue_head_t wq;
+	atomic_t wake_gen;
+};
+
+extern struct pt_state pt;
+extern struct pt_set __rcu *pt_live_set;	/* what writers use */
+extern int pt_active;				/* writers accept records */
+extern int pt_stopped_full;			/* normal mode: a buffer filled */
+
+void pt_wake(void);		/* any context, NMI included */
+void pt_buffer_full(void);	/* any context, NMI included */
+
+static inline bool pt_major_enabled(u16 major)
+{
+	if (major >= 256)
+		return true;
+	return pt.enabled[major / 64] & (1ULL << (major % 64));
+}
+
+/* vm_flags became read-only in 6.3: use the helpers there. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+#define pt_vm_flags_set(vma, f)		vm_flags_set(vma, f)
+#define pt_vm_flags_clear(vma, f)	vm_flags_clear(vma, f)
+#else
+#define pt_vm_flags_set(vma, f)		((vma)->vm_flags |= (f))
+#define pt_vm_flags_clear(vma, f)	((vma)->vm_flags &= ~(f))
+#endif
+
+#endif /* _PITRACE_INT_H */

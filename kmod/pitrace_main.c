@@ -1,0 +1,711 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pitrace_main.c - the pitrace module: /dev/pitrace, its ioctls, mmap of
+ * the per-CPU buffers, and the facility's state machine
+ * (free -> init -> on -> off -> on ... -> free).
+ *
+ * Control ioctls are serialized by pt.lock.  Writers never take it: they
+ * check pt_active and use pt_live_set under RCU-sched (interrupts off).
+ */
+#include <linux/fs.h>
+#include <linux/irq_work.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/poll.h>
+#include <linux/rcupdate.h>
+#include <linux/sched.h>
+#include <linux/slab.h>
+#include <linux/smp.h>
+#include <linux/string.h>
+#include <linux/timekeeping.h>
+#include <linux/uaccess.h>
+#include <linux/utsname.h>
+
+#include "pitrace_int.h"
+
+static ushort perm = 0600;
+module_param(perm, ushort, 0444);
+MODULE_PARM_DESC(perm, "mode of /dev/pitrace (default 0600: root only; see docs/kmod.md for a group)");
+
+struct pt_state pt;
+struct pt_set __rcu *pt_live_set;
+int pt_active;
+int pt_stopped_full;
+
+static struct irq_work pt_wake_work;
+
+static void pt_wake_fn(struct irq_work *w)
+{
+	atomic_inc(&pt.wake_gen);
+	wake_up_interruptible_all(&pt.wq);
+}
+
+/* Any context: defer the wake-up (the scheduler's locks may be held). */
+void pt_wake(void)
+{
+	irq_work_queue(&pt_wake_work);
+}
+
+void pt_buffer_full(void)
+{
+	WRITE_ONCE(pt_stopped_full, 1);
+	WRITE_ONCE(pt_active, 0);
+	pt_wake();
+}
+
+struct pt_file {
+	int seen_gen;
+};
+
+static u32 pt_ncpu(void)
+{
+	return nr_cpu_ids;
+}
+
+/* ---- state changes (pt.lock held) ------------------------------------------ */
+
+static void pt_drop_set(void)
+{
+	struct pt_set *s = pt.set;
+
+	if (!s)
+		return;
+	rcu_assign_pointer(pt_live_set, NULL);
+	synchronize_rcu();
+	pt.set = NULL;
+	kref_put(&s->ref, pt_set_release);
+}
+
+static void pt_mark(void *info)
+{
+	u32 minor = (u32)(unsigned long)info;
+	struct {
+		u32 majors_lo;
+		u32 rate;
+	} __packed on = { (u32)pt.enabled[0], pt.rate_hz };
+
+	if (minor == PITRACE_SYS_TRACE_ON)
+		pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_SYS, minor,
+			 PITRACE_LAYOUT_FIXED, &on, sizeof(on), NULL, 0);
+	else
+		pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_SYS, minor,
+			 PITRACE_LAYOUT_FIXED, NULL, 0, NULL, 0);
+}
+
+static void pt_write_sysinfo(void)
+{
+	struct {
+		u32 ncpus, clock_id;
+		u64 clock_hz, wall_ns;
+	} __packed f = { pt_ncpu(), PITRACE_CLOCK_ID, NSEC_PER_SEC,
+			 pt.start_wall };
+	struct new_utsname *u = utsname();
+	char *s = kasprintf(GFP_KERNEL, "%s %s %s %s %s", u->sysname,
+			    u->nodename, u->release, u->version, u->machine);
+
+	if (!s)
+		return;
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_SYS, PITRACE_SYS_INFO,
+		 PITRACE_LAYOUT_STRING, &f, sizeof(f), s, strnlen(s, 400));
+	kfree(s);
+}
+
+static int pt_do_off(void)
+{
+	pt_src_stop();
+	/* sources are stopped; hooks may still write until pt_active is 0 */
+	pt_describe_live(true);
+	if (!READ_ONCE(pt_stopped_full))
+		on_each_cpu(pt_mark, (void *)(unsigned long)PITRACE_SYS_TRACE_OFF,
+			    1);
+	WRITE_ONCE(pt_active, 0);
+	synchronize_rcu();
+	pt_set_finish(pt.set);
+	pt.state = PITRACE_STATE_OFF;
+	pt_wake();
+	return 0;
+}
+
+static int pt_do_on(void)
+{
+	int err;
+
+	pt_set_reset(pt.set, pt.mode);
+	pt.start_wall = ktime_get_real_ns();
+	pt.start_clock = ktime_get_mono_fast_ns();
+	pt.on_count++;
+	WRITE_ONCE(pt_stopped_full, 0);
+	rcu_assign_pointer(pt_live_set, pt.set);
+	WRITE_ONCE(pt_active, 1);
+	pt_write_sysinfo();
+	on_each_cpu(pt_mark, (void *)(unsigned long)PITRACE_SYS_TRACE_ON, 1);
+	err = pt_src_start();
+	if (err) {
+		WRITE_ONCE(pt_active, 0);
+		synchronize_rcu();
+		pt_set_reset(pt.set, pt.mode);
+		return err;
+	}
+	pt_describe_live(false);
+	pt.state = PITRACE_STATE_ON;
+	pt.unsaved = true;
+	return 0;
+}
+
+static void pt_do_free(void)
+{
+	if (pt.state == PITRACE_STATE_ON)
+		pt_do_off();
+	pt_drop_set();
+	pt.state = PITRACE_STATE_FREE;
+	pt.unsaved = false;
+}
+
+/* ---- ioctls ---------------------------------------------------------------- */
+
+static int pt_check_size(u64 n)
+{
+	if (n < PITRACE_MIN_BUF || n > PITRACE_MAX_BUF)
+		return -EINVAL;
+	return 0;
+}
+
+static long pt_ioc_init(void __user *arg)
+{
+	struct pitrace_init_arg a;
+	struct pt_set *s;
+	u64 total;
+	u32 ncpu = pt_ncpu();
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.reserved || a.mode > PITRACE_MODE_CONT)
+		return -EINVAL;
+	if (pt_check_size(a.trace_size) || pt_check_size(a.mte_size))
+		return -EINVAL;
+	if (a.mode != PITRACE_MODE_NORMAL && !pt.path[0])
+		return -EINVAL;
+	if (pt.state == PITRACE_STATE_ON)
+		return -EBUSY;
+	total = (a.trace_size + a.mte_size + 2 * PAGE_SIZE) * ncpu;
+	if (total > pt_mem_limit())
+		return -ENOMEM;
+	/* drop the old buffers first so that their memory can be reused */
+	pt_do_free();
+	s = pt_set_alloc(a.trace_size, a.mte_size, a.mode, ncpu);
+	if (IS_ERR(s))
+		return PTR_ERR(s);
+	pt.set = s;
+	pt.mode = a.mode;
+	pt.trace_size = a.trace_size;
+	pt.mte_size = a.mte_size;
+	pt.state = PITRACE_STATE_INIT;
+	return 0;
+}
+
+static long pt_ioc_majors(void __user *arg, bool on)
+{
+	struct pitrace_majors m;
+	int i;
+
+	if (copy_from_user(&m, arg, sizeof(m)))
+		return -EFAULT;
+	if (pt.state == PITRACE_STATE_ON)
+		return -EBUSY;
+	for (i = 0; i < 4; i++) {
+		if (on)
+			pt.enabled[i] |= m.mask[i];
+		else
+			pt.enabled[i] &= ~m.mask[i];
+	}
+	pt.enabled[0] |= (1ULL << PITRACE_MAJOR_SYS) | (1ULL << PITRACE_MAJOR_MTE);
+	return 0;
+}
+
+static long pt_ioc_setmode(void __user *arg)
+{
+	struct pitrace_mode_arg *a;
+	long ret = 0;
+
+	a = kmalloc(sizeof(*a), GFP_KERNEL);
+	if (!a)
+		return -ENOMEM;
+	if (copy_from_user(a, arg, sizeof(*a))) {
+		ret = -EFAULT;
+		goto out;
+	}
+	if (a->reserved || a->mode > PITRACE_MODE_CONT ||
+	    strnlen(a->path, PITRACE_PATH_MAX) >= PITRACE_PATH_MAX ||
+	    (a->mode != PITRACE_MODE_NORMAL && !a->path[0])) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (pt.state == PITRACE_STATE_ON) {
+		ret = -EBUSY;
+		goto out;
+	}
+	if (pt.unsaved && a->mode != pt.mode) {
+		ret = -EEXIST;
+		goto out;
+	}
+	pt.mode = a->mode;
+	memcpy(pt.path, a->path, PITRACE_PATH_MAX);
+	if (pt.set) {
+		pt_set_reset(pt.set, pt.mode);
+		pt.state = PITRACE_STATE_INIT;
+		pt.unsaved = false;
+	}
+out:
+	kfree(a);
+	return ret;
+}
+
+static long pt_ioc_setrate(void __user *arg)
+{
+	struct pitrace_rate_arg a;
+	int err;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.hz == 0 || a.hz > PITRACE_MAX_RATE ||
+	    strnlen(a.event, PITRACE_EVENT_NAME) >= PITRACE_EVENT_NAME)
+		return -EINVAL;
+	if (pt.state == PITRACE_STATE_ON)
+		return -EBUSY;
+	if (a.event[0]) {
+		err = pt_tprof_check_event(a.event_type, a.event_config, a.hz);
+		if (err)
+			return err;
+	}
+	pt.rate_hz = a.hz;
+	pt.use_event = a.event[0] != 0;
+	pt.event_type = a.event_type;
+	pt.event_config = a.event_config;
+	memcpy(pt.event, a.event, sizeof(pt.event));
+	return 0;
+}
+
+static long pt_ioc_on(void)
+{
+	switch (pt.state) {
+	case PITRACE_STATE_FREE:
+		return -EINVAL;		/* on before init */
+	case PITRACE_STATE_ON:
+		return -EBUSY;
+	case PITRACE_STATE_OFF:
+		if (pt.unsaved)
+			return -EEXIST;	/* get it first, or init again */
+		break;
+	}
+	if (pt.mode != PITRACE_MODE_NORMAL && !pt.path[0])
+		return -EINVAL;
+	return pt_do_on();
+}
+
+static long pt_ioc_status(void __user *arg)
+{
+	struct pitrace_status *st;
+	long ret = 0;
+
+	st = kzalloc(sizeof(*st), GFP_KERNEL);
+	if (!st)
+		return -ENOMEM;
+	st->abi = PITRACE_ABI_VERSION;
+	st->state = pt.state;
+	st->mode = pt.mode;
+	if (pt.state == PITRACE_STATE_ON && READ_ONCE(pt_stopped_full))
+		st->flags |= PITRACE_ST_STOPPED_FULL;
+	if (pt.unsaved)
+		st->flags |= PITRACE_ST_UNSAVED;
+	if (pt.use_event)
+		st->flags |= PITRACE_ST_EVENT;
+	if (pt.set) {
+		st->trace_size = pt.set->trace_size;
+		st->mte_size = pt.set->mte_size;
+		st->trace_seg_size = pt.set->trace[0].seg_size;
+		st->trace_nseg = pt.set->trace[0].nseg;
+		st->mte_seg_size = pt.set->mte[0].seg_size;
+		st->mte_nseg = pt.set->mte[0].nseg;
+		st->ncpus = pt.set->ncpu;
+		st->map_size_trace = (u64)pt.set->trace[0].npages << PAGE_SHIFT;
+		st->map_size_mte = (u64)pt.set->mte[0].npages << PAGE_SHIFT;
+	} else {
+		st->ncpus = pt_ncpu();
+	}
+	st->rate_hz = pt.rate_hz;
+	st->event_type = pt.event_type;
+	st->event_config = pt.event_config;
+	st->drainer_pid = pt.drainer ? pt.drainer_pid : 0;
+	st->start_wall_ns = pt.start_wall;
+	st->start_clock_ns = pt.start_clock;
+	memcpy(st->enabled, pt.enabled, sizeof(st->enabled));
+	st->on_count = pt.on_count;
+	memcpy(st->event, pt.event, sizeof(st->event));
+	memcpy(st->path, pt.path, sizeof(st->path));
+	if (copy_to_user(arg, st, sizeof(*st)))
+		ret = -EFAULT;
+	kfree(st);
+	return ret;
+}
+
+static long pt_ioc_cpu_status(void __user *arg)
+{
+	struct pitrace_cpu_status c;
+	struct pt_buf *t, *m;
+	u32 cpu;
+
+	if (copy_from_user(&c, arg, sizeof(c)))
+		return -EFAULT;
+	if (!pt.set)
+		return -ENODATA;
+	if (c.cpu >= pt.set->ncpu)
+		return -EINVAL;
+	t = &pt.set->trace[c.cpu];
+	m = &pt.set->mte[c.cpu];
+	cpu = c.cpu;
+	memset(&c, 0, sizeof(c));
+	c.cpu = cpu;
+	if (READ_ONCE(t->hdr->flags) & PITRACE_BUF_FULL)
+		c.flags |= PITRACE_CPU_TRACE_FULL;
+	if (READ_ONCE(m->hdr->flags) & PITRACE_BUF_FULL)
+		c.flags |= PITRACE_CPU_MTE_FULL;
+	c.records = READ_ONCE(t->hdr->records);
+	c.lost = READ_ONCE(t->hdr->lost) + READ_ONCE(t->nested_lost);
+	c.bytes = READ_ONCE(t->hdr->bytes);
+	c.used = pt_buf_used(t);
+	c.mte_records = READ_ONCE(m->hdr->records);
+	c.mte_lost = READ_ONCE(m->hdr->lost) + READ_ONCE(m->nested_lost);
+	c.mte_bytes = READ_ONCE(m->hdr->bytes);
+	c.mte_used = pt_buf_used(m);
+	if (copy_to_user(arg, &c, sizeof(c)))
+		return -EFAULT;
+	return 0;
+}
+
+/* TraceHook: no control lock, the writer path only. */
+static long pt_ioc_hook(void __user *arg)
+{
+	struct pitrace_hook_arg a;
+	u32 words[PITRACE_HOOK_MAX_WORDS];
+	char data[PITRACE_HOOK_MAX_BYTES];
+	int layout = PITRACE_LAYOUT_WORDS;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.major < PITRACE_MAJOR_USER_FIRST || a.reserved ||
+	    a.nwords > PITRACE_HOOK_MAX_WORDS || a.len > PITRACE_HOOK_MAX_BYTES)
+		return -EINVAL;
+	if (a.nwords &&
+	    copy_from_user(words, u64_to_user_ptr(a.words), a.nwords * 4))
+		return -EFAULT;
+	if (a.len) {
+		if (copy_from_user(data, u64_to_user_ptr(a.data), a.len))
+			return -EFAULT;
+		layout = PITRACE_LAYOUT_BYTES;
+	}
+	if (READ_ONCE(pt.state) != PITRACE_STATE_ON)
+		return -EINVAL;
+	if (!READ_ONCE(pt_active))
+		return -ENOSPC;		/* normal mode: stopped full */
+	pt_write(PITRACE_KIND_TRACE, a.major, a.minor, layout, words,
+		 a.nwords * 4, data, a.len);
+	return 0;
+}
+
+static long pt_ioc_sysinfo(void __user *arg)
+{
+	struct pitrace_sysinfo si = {
+		.abi = PITRACE_ABI_VERSION,
+		.ncpus = pt_ncpu(),
+		.online = num_online_cpus(),
+		.page_size = PAGE_SIZE,
+		.clock_id = PITRACE_CLOCK_ID,
+		.segments = PITRACE_SEGMENTS,
+		.hdr_size = sizeof(struct pitrace_buf_hdr),
+		.features = pt_src_features(),
+		.min_buf = PITRACE_MIN_BUF,
+		.max_buf = PITRACE_MAX_BUF,
+		.mem_limit = pt_mem_limit(),
+	};
+
+	if (copy_to_user(arg, &si, sizeof(si)))
+		return -EFAULT;
+	return 0;
+}
+
+static long pt_ioc_release(void __user *arg)
+{
+	struct pitrace_release_arg a;
+	struct pt_buf *b;
+	struct pitrace_seg *sg;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (!pt.set)
+		return -ENODATA;
+	if (a.reserved || a.cpu >= pt.set->ncpu || a.kind > PITRACE_KIND_MTE)
+		return -EINVAL;
+	b = a.kind ? &pt.set->mte[a.cpu] : &pt.set->trace[a.cpu];
+	if (a.seg >= b->nseg)
+		return -EINVAL;
+	/* a wrap-mode trace ring is overwritten by its writer while on */
+	if (pt.state == PITRACE_STATE_ON &&
+	    !(pt.set->mode == PITRACE_MODE_CONT ||
+	      (pt.set->mode == PITRACE_MODE_WRAP && a.kind == PITRACE_KIND_MTE)))
+		return -EPERM;
+	sg = &b->hdr->seg[a.seg];
+	if (READ_ONCE(sg->seq) != a.seq)
+		return -ESTALE;
+	if (cmpxchg(&sg->state, PITRACE_SEG_DONE, PITRACE_SEG_FREE) !=
+	    PITRACE_SEG_DONE)
+		return -ESTALE;
+	return 0;
+}
+
+static long pt_ioc_bench(void __user *arg)
+{
+	struct pitrace_bench_arg a;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.path != PITRACE_BENCH_TPROF || a.count == 0 ||
+	    a.count > PITRACE_BENCH_MAX)
+		return -EINVAL;
+	if (pt.state != PITRACE_STATE_ON)
+		return -EINVAL;
+	a.cycles = pt_bench_tprof(a.count);
+	if (copy_to_user(arg, &a, sizeof(a)))
+		return -EFAULT;
+	return 0;
+}
+
+static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
+{
+	void __user *p = (void __user *)arg;
+	long ret;
+
+	if (_IOC_TYPE(cmd) != PITRACE_IOC_MAGIC)
+		return -ENOTTY;
+	if (cmd == PITRACE_IOC_HOOK)
+		return pt_ioc_hook(p);
+	if (cmd == PITRACE_IOC_SYSINFO)
+		return pt_ioc_sysinfo(p);
+
+	if (mutex_lock_interruptible(&pt.lock))
+		return -ERESTARTSYS;
+	switch (cmd) {
+	case PITRACE_IOC_INIT:
+		ret = pt_ioc_init(p);
+		break;
+	case PITRACE_IOC_ENABLE:
+		ret = pt_ioc_majors(p, true);
+		break;
+	case PITRACE_IOC_DISABLE:
+		ret = pt_ioc_majors(p, false);
+		break;
+	case PITRACE_IOC_SETMODE:
+		ret = pt_ioc_setmode(p);
+		break;
+	case PITRACE_IOC_SETRATE:
+		ret = pt_ioc_setrate(p);
+		break;
+	case PITRACE_IOC_ON:
+		ret = pt_ioc_on();
+		break;
+	case PITRACE_IOC_OFF:
+		ret = pt.state == PITRACE_STATE_ON ? pt_do_off() : -EINVAL;
+		break;
+	case PITRACE_IOC_STATUS:
+		ret = pt_ioc_status(p);
+		break;
+	case PITRACE_IOC_CPU_STATUS:
+		ret = pt_ioc_cpu_status(p);
+		break;
+	case PITRACE_IOC_FREE:
+		pt_do_free();
+		ret = 0;
+		break;
+	case PITRACE_IOC_RELEASE:
+		ret = pt_ioc_release(p);
+		break;
+	case PITRACE_IOC_DRAIN:
+		if (!pt.set) {
+			ret = -ENODATA;
+		} else if (pt.drainer && pt.drainer != f) {
+			ret = -EBUSY;
+		} else {
+			pt.drainer = f;
+			pt.drainer_pid = task_tgid_nr(current);
+			ret = 0;
+		}
+		break;
+	case PITRACE_IOC_SAVED:
+		ret = pt.state == PITRACE_STATE_OFF ? 0 : -EINVAL;
+		if (!ret)
+			pt.unsaved = false;
+		break;
+	case PITRACE_IOC_BENCH:
+		ret = pt_ioc_bench(p);
+		break;
+	default:
+		ret = -ENOTTY;
+	}
+	mutex_unlock(&pt.lock);
+	return ret;
+}
+
+/* ---- mmap -------------------------------------------------------------------- */
+
+static void pt_vm_open(struct vm_area_struct *vma)
+{
+	struct pt_set *s = vma->vm_private_data;
+
+	kref_get(&s->ref);
+}
+
+static void pt_vm_close(struct vm_area_struct *vma)
+{
+	struct pt_set *s = vma->vm_private_data;
+
+	kref_put(&s->ref, pt_set_release);
+}
+
+static const struct vm_operations_struct pt_vm_ops = {
+	.open = pt_vm_open,
+	.close = pt_vm_close,
+};
+
+static int pt_mmap(struct file *f, struct vm_area_struct *vma)
+{
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	u64 idx = off >> PITRACE_MMAP_SHIFT;
+	struct pt_buf *b;
+	int err;
+
+	if (off & ((1ULL << PITRACE_MMAP_SHIFT) - 1))
+		return -EINVAL;
+	if (vma->vm_flags & VM_WRITE)
+		return -EPERM;
+	mutex_lock(&pt.lock);
+	err = -ENODATA;
+	if (!pt.set)
+		goto out;
+	err = -EINVAL;
+	if (idx >= 2ULL * pt.set->ncpu)
+		goto out;
+	b = (idx & 1) ? &pt.set->mte[idx / 2] : &pt.set->trace[idx / 2];
+	if (vma_pages(vma) > b->npages)
+		goto out;
+	pt_vm_flags_clear(vma, VM_MAYWRITE);
+	pt_vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+	err = vm_map_pages_zero(vma, b->pages, b->npages);
+	if (err)
+		goto out;
+	vma->vm_ops = &pt_vm_ops;
+	vma->vm_private_data = pt.set;
+	kref_get(&pt.set->ref);
+out:
+	mutex_unlock(&pt.lock);
+	return err;
+}
+
+/* ---- open, release, poll ------------------------------------------------------ */
+
+static int pt_open(struct inode *inode, struct file *f)
+{
+	struct pt_file *pf = kzalloc(sizeof(*pf), GFP_KERNEL);
+
+	if (!pf)
+		return -ENOMEM;
+	pf->seen_gen = atomic_read(&pt.wake_gen);
+	f->private_data = pf;
+	return 0;
+}
+
+static int pt_release(struct inode *inode, struct file *f)
+{
+	mutex_lock(&pt.lock);
+	if (pt.drainer == f) {
+		pt.drainer = NULL;
+		pt.drainer_pid = 0;
+	}
+	mutex_unlock(&pt.lock);
+	kfree(f->private_data);
+	return 0;
+}
+
+/* Readable when segments completed, a buffer filled, or tracing stopped. */
+static __poll_t pt_poll(struct file *f, struct poll_table_struct *wait)
+{
+	struct pt_file *pf = f->private_data;
+	int gen;
+
+	poll_wait(f, &pt.wq, wait);
+	gen = atomic_read(&pt.wake_gen);
+	if (gen != pf->seen_gen) {
+		pf->seen_gen = gen;
+		return EPOLLIN | EPOLLRDNORM;
+	}
+	return 0;
+}
+
+static const struct file_operations pt_fops = {
+	.owner = THIS_MODULE,
+	.open = pt_open,
+	.release = pt_release,
+	.unlocked_ioctl = pt_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = pt_mmap,
+	.poll = pt_poll,
+	.llseek = noop_llseek,
+};
+
+static struct miscdevice pt_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "pitrace",
+	.fops = &pt_fops,
+};
+
+static int __init pt_init(void)
+{
+	int err;
+
+	mutex_init(&pt.lock);
+	init_waitqueue_head(&pt.wq);
+	init_irq_work(&pt_wake_work, pt_wake_fn);
+	pt.state = PITRACE_STATE_FREE;
+	pt.rate_hz = 1000;
+	pt.enabled[0] = (1ULL << PITRACE_MAJOR_SYS) | (1ULL << PITRACE_MAJOR_MTE) |
+			(1ULL << PITRACE_MAJOR_TPROF);
+	err = pt_src_init();
+	if (err)
+		goto fail;
+	pt_misc.mode = perm & 0777;
+	err = misc_register(&pt_misc);
+	if (err)
+		goto fail;
+	pr_info("pitrace: /dev/pitrace ready (abi %d, %u CPUs)\n",
+		PITRACE_ABI_VERSION, nr_cpu_ids);
+	return 0;
+fail:
+	pt_src_exit();
+	return err;
+}
+
+static void __exit pt_exit(void)
+{
+	misc_deregister(&pt_misc);
+	mutex_lock(&pt.lock);
+	pt_do_free();
+	mutex_unlock(&pt.lock);
+	pt_src_exit();
+	irq_work_sync(&pt_wake_work);
+	pr_info("pitrace: unloaded\n");
+}
+
+module_init(pt_init);
+module_exit(pt_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("Performance Inspector trace facility: per-CPU buffers, MTE, tprof");
+MODULE_AUTHOR("perfinsp");

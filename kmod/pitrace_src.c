@@ -1,0 +1,784 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pitrace_src.c - where records come from: MTE from scheduler tracepoints
+ * (and two optional kprobes), dispatch and interrupt tracepoints, tprof
+ * from a per-CPU hrtimer or an in-kernel perf_event counter.
+ *
+ * Kernel interfaces used (see docs/kmod.md for newer kernels):
+ *   tracepoints, found with for_each_kernel_tracepoint() and attached with
+ *   tracepoint_probe_register(): sched_process_fork, sched_process_exec,
+ *   sched_process_exit, task_rename, sched_switch, irq_handler_entry/exit,
+ *   softirq_entry/exit, sys_enter (munmap of executable segments);
+ *   kprobes (optional, tolerated missing): do_exit (segments of an exiting
+ *   process while its mm still exists), begin_new_exec (segments of the
+ *   image an exec replaces);
+ *   hrtimer (HRTIMER_MODE_REL_PINNED), get_irq_regs();
+ *   perf_event_create_kernel_counter() for event-based tprof.
+ *
+ * Tracepoint and kprobe handlers run with preemption disabled: they never
+ * sleep.  Memory maps are read with mmap_read_trylock(); when the lock is
+ * busy the segments are not described there (they are at off, where the
+ * control thread may sleep).
+ */
+#include <linux/binfmts.h>
+#include <linux/cpu.h>
+#include <linux/dcache.h>
+#include <linux/file.h>
+#include <linux/hrtimer.h>
+#include <linux/interrupt.h>
+#include <linux/kprobes.h>
+#include <linux/mm.h>
+#include <linux/mmap_lock.h>
+#include <linux/perf_event.h>
+#include <linux/pid.h>
+#include <linux/ptrace.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/timekeeping.h>
+#include <linux/tracepoint.h>
+#include <linux/utsname.h>
+#include <linux/vmalloc.h>
+#include <asm/irq_regs.h>
+#include <asm/msr.h>
+#include <asm/syscall.h>
+#include <asm/unistd.h>
+
+#include "pitrace_int.h"
+
+struct pt_f_pid2 {
+	u32 pid, tid;
+} __packed;
+
+struct pt_f_proc {
+	u32 pid, ppid;
+} __packed;
+
+struct pt_f_fork {
+	u32 ppid, ptid, pid, tid, flags;
+} __packed;
+
+struct pt_f_seg {
+	u32 pid;
+	u64 start, size, offset;
+	u32 prot;
+} __packed;
+
+struct pt_f_unmap {
+	u32 pid;
+	u64 start, size;
+} __packed;
+
+struct pt_f_tprof {
+	u32 pid, tid;
+	u64 ip;
+	u32 flags;
+	u32 event;	/* TPROF_EVENT only */
+} __packed;
+
+struct pt_f_dispatch {
+	u32 prev_pid, prev_tid, next_pid, next_tid, prev_state;
+} __packed;
+
+/* ---- processes already described (parent tree written) ------------------ */
+
+static unsigned long *pt_described;	/* bitmap by tgid, PID_MAX_LIMIT bits */
+static char *pt_pathbufs;		/* nr_cpu_ids * PATH_MAX, probe use */
+
+static bool pt_mark_described(pid_t tgid)
+{
+	if (!pt_described || tgid <= 0 || tgid >= PID_MAX_LIMIT)
+		return false;
+	return test_and_set_bit(tgid, pt_described);
+}
+
+static void pt_clear_described(pid_t tgid)
+{
+	if (pt_described && tgid > 0 && tgid < PID_MAX_LIMIT)
+		clear_bit(tgid, pt_described);
+}
+
+static void pt_mte_str(u32 minor, const void *f, u32 flen, const char *s)
+{
+	u32 n = strnlen(s, PT_MAX_PATH);
+
+	pt_write(PITRACE_KIND_MTE, PITRACE_MAJOR_MTE, minor,
+		 PITRACE_LAYOUT_STRING, f, flen, s, n);
+}
+
+static void pt_mte_fixed(u32 minor, const void *f, u32 flen)
+{
+	pt_write(PITRACE_KIND_MTE, PITRACE_MAJOR_MTE, minor,
+		 PITRACE_LAYOUT_FIXED, f, flen, NULL, 0);
+}
+
+/* Caller holds rcu_read_lock() or a reference on p. */
+static void pt_write_process(struct task_struct *p)
+{
+	struct pt_f_proc f;
+	char comm[TASK_COMM_LEN];
+	struct task_struct *leader = READ_ONCE(p->group_leader);
+	struct task_struct *parent;
+
+	if (!leader)
+		leader = p;
+	parent = rcu_dereference(leader->real_parent);
+	f.pid = leader->tgid;
+	f.ppid = parent ? parent->tgid : 0;
+	memcpy(comm, leader->comm, sizeof(comm));
+	comm[TASK_COMM_LEN - 1] = 0;
+	pt_mte_str(PITRACE_MTE_PROCESS, &f, sizeof(f), comm);
+}
+
+static void pt_write_thread(struct task_struct *p)
+{
+	struct pt_f_pid2 f = { p->tgid, p->pid };
+	char comm[TASK_COMM_LEN];
+
+	memcpy(comm, p->comm, sizeof(comm));
+	comm[TASK_COMM_LEN - 1] = 0;
+	pt_mte_str(PITRACE_MTE_THREAD, &f, sizeof(f), comm);
+}
+
+/* The task's process and its ancestors, each once per trace. */
+static void pt_describe_tree(struct task_struct *p)
+{
+	int depth = 0;
+
+	rcu_read_lock();
+	while (p && p->tgid > 0 && depth++ < 64) {
+		if (!pt_mark_described(p->tgid))
+			pt_write_process(p);
+		p = rcu_dereference(p->group_leader->real_parent);
+		if (p && p->tgid <= 1)
+			break;
+	}
+	rcu_read_unlock();
+}
+
+static u32 pt_prot(struct vm_area_struct *vma)
+{
+	u32 prot = 0;
+
+	if (vma->vm_flags & VM_READ)
+		prot |= PITRACE_PROT_READ;
+	if (vma->vm_flags & VM_WRITE)
+		prot |= PITRACE_PROT_WRITE;
+	if (vma->vm_flags & VM_EXEC)
+		prot |= PITRACE_PROT_EXEC;
+	return prot;
+}
+
+static const char *pt_vma_path(struct vm_area_struct *vma, char *buf)
+{
+	const char *s;
+	size_t n;
+
+	if (!vma->vm_file) {
+		if (vma->vm_mm && vma->vm_start <= vma->vm_mm->start_stack &&
+		    vma->vm_end >= vma->vm_mm->start_stack)
+			return "[stack]";
+		return "[anon]";
+	}
+	s = d_path(&vma->vm_file->f_path, buf, PATH_MAX);
+	if (IS_ERR(s))
+		return "?";
+	n = strlen(s);
+	if (n > PT_MAX_PATH)
+		s += n - PT_MAX_PATH;	/* keep the tail: the file name */
+	return s;
+}
+
+/* One record per executable segment; mmap lock held by the caller. */
+static void pt_write_segments_locked(struct mm_struct *mm, pid_t tgid,
+				     char *buf)
+{
+	struct vm_area_struct *vma;
+	VMA_ITERATOR(vmi, mm, 0);
+
+	for_each_vma(vmi, vma) {
+		struct pt_f_seg f;
+
+		if (!(vma->vm_flags & VM_EXEC))
+			continue;
+		f.pid = tgid;
+		f.start = vma->vm_start;
+		f.size = vma->vm_end - vma->vm_start;
+		f.offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
+		f.prot = pt_prot(vma);
+		pt_mte_str(PITRACE_MTE_SEGMENT, &f, sizeof(f),
+			   pt_vma_path(vma, buf));
+	}
+}
+
+/* From probes (atomic): current's segments if the map lock is free. */
+static void pt_segments_atomic(struct mm_struct *mm, pid_t tgid)
+{
+	char *buf;
+
+	if (!mm || !pt_pathbufs)
+		return;
+	if (!mmap_read_trylock(mm))
+		return;
+	buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
+	pt_write_segments_locked(mm, tgid, buf);
+	mmap_read_unlock(mm);
+}
+
+/* ---- tracepoint probes ---------------------------------------------------- */
+
+static void pt_tp_fork(void *data, struct task_struct *parent,
+		       struct task_struct *child)
+{
+	struct pt_f_fork f = {
+		.ppid = parent->tgid, .ptid = parent->pid,
+		.pid = child->tgid, .tid = child->pid,
+		.flags = child->tgid == parent->tgid ? PITRACE_FORK_THREAD : 0,
+	};
+
+	pt_mte_fixed(PITRACE_MTE_FORK, &f, sizeof(f));
+	if (f.flags & PITRACE_FORK_THREAD) {
+		pt_write_thread(child);
+	} else {
+		/* a new process (a reused pid is a new process too) */
+		pt_clear_described(child->tgid);
+		pt_mark_described(child->tgid);
+		rcu_read_lock();
+		pt_write_process(child);
+		rcu_read_unlock();
+	}
+}
+
+static void pt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
+		       struct linux_binprm *bprm)
+{
+	struct pt_f_pid2 f = { p->tgid, p->pid };
+
+	pt_mte_str(PITRACE_MTE_EXEC, &f, sizeof(f), bprm->filename);
+	pt_mark_described(p->tgid);
+	rcu_read_lock();
+	pt_write_process(p);
+	rcu_read_unlock();
+}
+
+static void pt_tp_exit(void *data, struct task_struct *p)
+{
+	struct pt_f_pid2 f = { p->tgid, p->pid };
+
+	pt_mte_fixed(PITRACE_MTE_EXIT, &f, sizeof(f));
+}
+
+static void pt_tp_rename(void *data, struct task_struct *task,
+			 const char *comm)
+{
+	struct pt_f_pid2 f = { task->tgid, task->pid };
+	struct task_struct *parent;
+	struct pt_f_proc pf;
+
+	pt_mte_str(PITRACE_MTE_THREAD, &f, sizeof(f), comm);
+	if (task->pid == task->tgid) {
+		rcu_read_lock();
+		parent = rcu_dereference(task->real_parent);
+		pf.pid = task->tgid;
+		pf.ppid = parent ? parent->tgid : 0;
+		rcu_read_unlock();
+		pt_mte_str(PITRACE_MTE_PROCESS, &pf, sizeof(pf), comm);
+	}
+}
+
+static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
+			 struct task_struct *next, unsigned int prev_state)
+{
+	struct pt_f_dispatch f = {
+		prev->tgid, prev->pid, next->tgid, next->pid, prev_state
+	};
+
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_DISPATCH,
+		 PITRACE_DISPATCH_SWITCH, PITRACE_LAYOUT_FIXED, &f, sizeof(f),
+		 NULL, 0);
+}
+
+static void pt_intr(u32 minor, u32 v)
+{
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_INTERRUPT, minor,
+		 PITRACE_LAYOUT_FIXED, &v, sizeof(v), NULL, 0);
+}
+
+static void pt_tp_irq_entry(void *data, int irq, struct irqaction *action)
+{
+	pt_intr(PITRACE_INTR_HARD, irq);
+}
+
+static void pt_tp_irq_exit(void *data, int irq, struct irqaction *action,
+			   int ret)
+{
+	pt_intr(PITRACE_INTR_HARD | PITRACE_EXIT_BIT, irq);
+}
+
+static void pt_tp_softirq_entry(void *data, unsigned int vec)
+{
+	pt_intr(PITRACE_INTR_SOFT, vec);
+}
+
+static void pt_tp_softirq_exit(void *data, unsigned int vec)
+{
+	pt_intr(PITRACE_INTR_SOFT | PITRACE_EXIT_BIT, vec);
+}
+
+/* munmap of an executable segment: describe the task, then the unmap */
+static void pt_tp_sys_enter(void *data, struct pt_regs *regs, long id)
+{
+	unsigned long args[6];
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	unsigned long start, end;
+	bool any = false;
+
+	if (id != __NR_munmap || !mm)
+		return;
+	syscall_get_arguments(current, regs, args);
+	start = args[0];
+	end = start + args[1];
+	if (end <= start)
+		return;
+	if (!mmap_read_trylock(mm))
+		return;
+	vma = find_vma(mm, start);
+	while (vma && vma->vm_start < end) {
+		if (vma->vm_flags & VM_EXEC) {
+			any = true;
+			break;
+		}
+		vma = find_vma(mm, vma->vm_end);
+	}
+	if (any) {
+		char *buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
+
+		pt_describe_tree(current);
+		pt_write_segments_locked(mm, current->tgid, buf);
+		vma = find_vma(mm, start);
+		while (vma && vma->vm_start < end) {
+			if (vma->vm_flags & VM_EXEC) {
+				struct pt_f_unmap f = {
+					current->tgid,
+					max(start, vma->vm_start),
+					min(end, vma->vm_end) -
+						max(start, vma->vm_start),
+				};
+				pt_mte_fixed(PITRACE_MTE_UNMAP, &f, sizeof(f));
+			}
+			vma = find_vma(mm, vma->vm_end);
+		}
+	}
+	mmap_read_unlock(mm);
+}
+
+struct pt_tp {
+	const char *name;
+	void *probe;
+	bool (*wanted)(void);
+	struct tracepoint *tp;
+	bool registered;
+};
+
+static bool pt_always(void) { return true; }
+static bool pt_want_dispatch(void) { return pt_major_enabled(PITRACE_MAJOR_DISPATCH); }
+static bool pt_want_intr(void) { return pt_major_enabled(PITRACE_MAJOR_INTERRUPT); }
+
+static struct pt_tp pt_tps[] = {
+	{ "sched_process_fork", pt_tp_fork, pt_always },
+	{ "sched_process_exec", pt_tp_exec, pt_always },
+	{ "sched_process_exit", pt_tp_exit, pt_always },
+	{ "task_rename", pt_tp_rename, pt_always },
+	{ "sys_enter", pt_tp_sys_enter, pt_always },
+	{ "sched_switch", pt_tp_switch, pt_want_dispatch },
+	{ "irq_handler_entry", pt_tp_irq_entry, pt_want_intr },
+	{ "irq_handler_exit", pt_tp_irq_exit, pt_want_intr },
+	{ "softirq_entry", pt_tp_softirq_entry, pt_want_intr },
+	{ "softirq_exit", pt_tp_softirq_exit, pt_want_intr },
+};
+
+static void pt_find_tp(struct tracepoint *tp, void *priv)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(pt_tps); i++)
+		if (!strcmp(tp->name, pt_tps[i].name))
+			pt_tps[i].tp = tp;
+}
+
+/* ---- kprobes (optional) -------------------------------------------------- */
+
+static int pt_kp_exit(struct kprobe *kp, struct pt_regs *regs)
+{
+	struct task_struct *t = current;
+
+	if (!READ_ONCE(pt_active) || (t->flags & PF_KTHREAD) || !t->mm)
+		return 0;
+	/* the last thread of a process: describe it while its mm exists */
+	if (atomic_read(&t->signal->live) != 1)
+		return 0;
+	pt_describe_tree(t);
+	pt_segments_atomic(t->mm, t->tgid);
+	return 0;
+}
+
+static int pt_kp_exec(struct kprobe *kp, struct pt_regs *regs)
+{
+	struct task_struct *t = current;
+
+	if (!READ_ONCE(pt_active) || !t->mm || (t->flags & PF_KTHREAD))
+		return 0;
+	pt_describe_tree(t);
+	pt_segments_atomic(t->mm, t->tgid);
+	return 0;
+}
+
+static struct kprobe pt_kp_do_exit = {
+	.symbol_name = "do_exit", .pre_handler = pt_kp_exit,
+};
+static struct kprobe pt_kp_new_exec = {
+	.symbol_name = "begin_new_exec", .pre_handler = pt_kp_exec,
+};
+static bool pt_kp_exit_on, pt_kp_exec_on;
+
+u32 pt_src_features(void)
+{
+	u32 f = 0;
+
+	if (pt_kp_exit_on)
+		f |= PITRACE_FEAT_KPROBE_EXIT;
+	if (pt_kp_exec_on)
+		f |= PITRACE_FEAT_KPROBE_EXEC;
+	if (pt_tps[4].registered)
+		f |= PITRACE_FEAT_UNMAP;
+	return f;
+}
+
+/* ---- tprof ----------------------------------------------------------------- */
+
+struct pt_cpu {
+	struct hrtimer timer;
+	struct perf_event *ev;
+	bool timer_on;
+};
+
+static DEFINE_PER_CPU(struct pt_cpu, pt_cpus);
+static int pt_sampling;
+static u64 pt_period_ns;
+
+static void pt_sample(struct pt_regs *regs, u32 minor, u32 event)
+{
+	struct task_struct *t = current;
+	struct pt_f_tprof f;
+	u32 flen = sizeof(f);
+
+	f.pid = t->tgid;
+	f.tid = t->pid;
+	f.ip = regs ? instruction_pointer(regs) : 0;
+	f.flags = (regs && !user_mode(regs)) ? PITRACE_TPROF_KERNEL : 0;
+	f.event = event;
+	if (minor == PITRACE_TPROF_TICK)
+		flen -= sizeof(f.event);
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_TPROF, minor,
+		 PITRACE_LAYOUT_FIXED, &f, flen, NULL, 0);
+}
+
+static enum hrtimer_restart pt_tick(struct hrtimer *timer)
+{
+	if (!READ_ONCE(pt_sampling) || !READ_ONCE(pt_active))
+		return HRTIMER_NORESTART;
+	pt_sample(get_irq_regs(), PITRACE_TPROF_TICK, 0);
+	hrtimer_forward_now(timer, ns_to_ktime(pt_period_ns));
+	return HRTIMER_RESTART;
+}
+
+static void pt_timer_start(void *unused)
+{
+	struct pt_cpu *c = this_cpu_ptr(&pt_cpus);
+
+	hrtimer_start(&c->timer, ns_to_ktime(pt_period_ns),
+		      HRTIMER_MODE_REL_PINNED);
+	c->timer_on = true;
+}
+
+static void pt_overflow(struct perf_event *ev, struct perf_sample_data *d,
+			struct pt_regs *regs)
+{
+	pt_sample(regs, PITRACE_TPROF_EVENT, (u32)ev->attr.config);
+}
+
+static void pt_event_attr(struct perf_event_attr *a, u32 type, u64 config,
+			  u64 period)
+{
+	memset(a, 0, sizeof(*a));
+	a->size = sizeof(*a);
+	a->type = type;
+	a->config = config;
+	a->sample_period = period;
+	a->pinned = 1;
+}
+
+static int pt_event_err(long err)
+{
+	/* no such PMU or event here: say so with one code */
+	if (err == -ENOENT || err == -EOPNOTSUPP || err == -ENODEV ||
+	    err == -EINVAL)
+		return -ENODEV;
+	return (int)err;
+}
+
+int pt_tprof_check_event(u32 type, u64 config, u64 period)
+{
+	struct perf_event_attr a;
+	struct perf_event *ev;
+	int cpu;
+
+	pt_event_attr(&a, type, config, period);
+	a.disabled = 1;
+	cpu = get_cpu();
+	put_cpu();
+	ev = perf_event_create_kernel_counter(&a, cpu, NULL, NULL, NULL);
+	if (IS_ERR(ev))
+		return pt_event_err(PTR_ERR(ev));
+	perf_event_release_kernel(ev);
+	return 0;
+}
+
+static void pt_tprof_stop(void)
+{
+	int cpu;
+
+	WRITE_ONCE(pt_sampling, 0);
+	for_each_possible_cpu(cpu) {
+		struct pt_cpu *c = per_cpu_ptr(&pt_cpus, cpu);
+
+		if (c->timer_on) {
+			hrtimer_cancel(&c->timer);
+			c->timer_on = false;
+		}
+		if (c->ev) {
+			perf_event_release_kernel(c->ev);
+			c->ev = NULL;
+		}
+	}
+}
+
+static int pt_tprof_start(void)
+{
+	int cpu, err = 0;
+
+	if (!pt_major_enabled(PITRACE_MAJOR_TPROF))
+		return 0;
+	WRITE_ONCE(pt_sampling, 1);
+	if (!pt.use_event) {
+		pt_period_ns = NSEC_PER_SEC / pt.rate_hz;
+		cpus_read_lock();
+		on_each_cpu(pt_timer_start, NULL, 1);
+		cpus_read_unlock();
+		return 0;
+	}
+	cpus_read_lock();
+	for_each_online_cpu(cpu) {
+		struct perf_event_attr a;
+		struct perf_event *ev;
+
+		pt_event_attr(&a, pt.event_type, pt.event_config, pt.rate_hz);
+		ev = perf_event_create_kernel_counter(&a, cpu, NULL,
+						      pt_overflow, NULL);
+		if (IS_ERR(ev)) {
+			err = pt_event_err(PTR_ERR(ev));
+			break;
+		}
+		per_cpu_ptr(&pt_cpus, cpu)->ev = ev;
+	}
+	cpus_read_unlock();
+	if (err)
+		pt_tprof_stop();
+	return err;
+}
+
+/* ---- start / stop ---------------------------------------------------------- */
+
+int pt_src_start(void)
+{
+	size_t i;
+	int err;
+
+	if (!pt_described) {
+		pt_described = vzalloc(BITS_TO_LONGS(PID_MAX_LIMIT) *
+				       sizeof(long));
+		if (!pt_described)
+			return -ENOMEM;
+	} else {
+		memset(pt_described, 0,
+		       BITS_TO_LONGS(PID_MAX_LIMIT) * sizeof(long));
+	}
+	for (i = 0; i < ARRAY_SIZE(pt_tps); i++) {
+		struct pt_tp *p = &pt_tps[i];
+
+		if (!p->tp || !p->wanted())
+			continue;
+		err = tracepoint_probe_register(p->tp, p->probe, NULL);
+		if (err) {
+			pr_warn("pitrace: tracepoint %s: error %d\n", p->name,
+				err);
+			if (p->wanted != pt_always)
+				goto fail;
+			continue;
+		}
+		p->registered = true;
+	}
+	pt_kp_exit_on = register_kprobe(&pt_kp_do_exit) == 0;
+	pt_kp_exec_on = register_kprobe(&pt_kp_new_exec) == 0;
+	err = pt_tprof_start();
+	if (err)
+		goto fail;
+	return 0;
+fail:
+	pt_src_stop();
+	return err;
+}
+
+/* Stops every source; on return no probe or timer is running. */
+void pt_src_stop(void)
+{
+	size_t i;
+
+	pt_tprof_stop();
+	if (pt_kp_exit_on)
+		unregister_kprobe(&pt_kp_do_exit);
+	if (pt_kp_exec_on)
+		unregister_kprobe(&pt_kp_new_exec);
+	pt_kp_exit_on = false;
+	pt_kp_exec_on = false;
+	/* kprobe structs are reused at the next on */
+	pt_kp_do_exit.addr = NULL;
+	pt_kp_do_exit.flags = 0;
+	pt_kp_new_exec.addr = NULL;
+	pt_kp_new_exec.flags = 0;
+	for (i = 0; i < ARRAY_SIZE(pt_tps); i++) {
+		struct pt_tp *p = &pt_tps[i];
+
+		if (p->registered)
+			tracepoint_probe_unregister(p->tp, p->probe, NULL);
+		p->registered = false;
+	}
+	tracepoint_synchronize_unregister();
+}
+
+/*
+ * Describe live tasks from the control thread (may sleep).  At on: every
+ * process and thread by name.  At off (segments): every user process's
+ * tree and executable segments.
+ */
+void pt_describe_live(bool segments)
+{
+	struct task_struct *g, *t;
+	pid_t *pids;
+	int n = 0, max = 0, i;
+	char *buf;
+
+	if (!segments) {
+		rcu_read_lock();
+		for_each_process_thread(g, t) {
+			if (t == g) {
+				pt_mark_described(g->tgid);
+				pt_write_process(g);
+			}
+			pt_write_thread(t);
+		}
+		rcu_read_unlock();
+		return;
+	}
+	rcu_read_lock();
+	for_each_process(g)
+		max++;
+	rcu_read_unlock();
+	max += 64;
+	pids = kvmalloc_array(max, sizeof(*pids), GFP_KERNEL);
+	buf = kmalloc(PATH_MAX, GFP_KERNEL);
+	if (!pids || !buf)
+		goto out;
+	rcu_read_lock();
+	for_each_process(g) {
+		if (n >= max)
+			break;
+		if (!(g->flags & PF_KTHREAD))
+			pids[n++] = g->tgid;
+	}
+	rcu_read_unlock();
+	for (i = 0; i < n; i++) {
+		struct task_struct *p;
+		struct mm_struct *mm;
+		struct pid *pid = find_get_pid(pids[i]);
+
+		p = pid ? get_pid_task(pid, PIDTYPE_PID) : NULL;
+		put_pid(pid);
+		if (!p)
+			continue;
+		pt_describe_tree(p);
+		mm = get_task_mm(p);
+		if (mm) {
+			mmap_read_lock(mm);
+			pt_write_segments_locked(mm, p->tgid, buf);
+			mmap_read_unlock(mm);
+			mmput(mm);
+		}
+		put_task_struct(p);
+		cond_resched();
+	}
+out:
+	kfree(buf);
+	kvfree(pids);
+}
+
+/* BENCH: the tprof path count times, as from the timer; TSC delta. */
+u64 pt_bench_tprof(u32 count)
+{
+	struct pt_regs *regs = task_pt_regs(current);
+	u64 total = 0, t0;
+	u32 i, j;
+
+	for (i = 0; i < count; i += 1000) {
+		u32 m = min(count - i, 1000U);
+
+		preempt_disable();
+		t0 = rdtsc_ordered();
+		for (j = 0; j < m; j++)
+			pt_sample(regs, PITRACE_TPROF_TICK, 0);
+		total += rdtsc_ordered() - t0;
+		preempt_enable();
+		cond_resched();
+	}
+	return total;
+}
+
+int pt_src_init(void)
+{
+	int cpu;
+
+	for_each_kernel_tracepoint(pt_find_tp, NULL);
+	for_each_possible_cpu(cpu) {
+		struct pt_cpu *c = per_cpu_ptr(&pt_cpus, cpu);
+
+		hrtimer_init(&c->timer, CLOCK_MONOTONIC,
+			     HRTIMER_MODE_REL_PINNED);
+		c->timer.function = pt_tick;
+	}
+	pt_pathbufs = kvmalloc_array(nr_cpu_ids, PATH_MAX, GFP_KERNEL);
+	if (!pt_pathbufs)
+		return -ENOMEM;
+	return 0;
+}
+
+void pt_src_exit(void)
+{
+	pt_src_stop();
+	kvfree(pt_pathbufs);
+	pt_pathbufs = NULL;
+	vfree(pt_described);
+	pt_described = NULL;
+}

@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * pitrace.h - the user-space ABI of the pitrace kernel module (/dev/pitrace).
+ *
+ * This header is the one definition of the ABI: ioctl numbers and argument
+ * structs, the trace record header, the major/minor code values (the same
+ * values as libperfutil/trace/codes.go) and the layout of the memory-mapped
+ * per-CPU buffers.  libperfutil/kmodbackend mirrors it in Go, and a test
+ * there (abi_test.go, cgo) checks sizes, offsets, ioctl numbers and codes
+ * against this file.
+ *
+ * All values are little-endian (x86_64).  Time stamps are CLOCK_MONOTONIC
+ * nanoseconds (ktime_get_mono_fast_ns() in the kernel).
+ */
+#ifndef _UAPI_PITRACE_H
+#define _UAPI_PITRACE_H
+
+#include <linux/types.h>
+#include <linux/ioctl.h>
+
+#define PITRACE_ABI_VERSION	1
+#define PITRACE_DEVICE		"/dev/pitrace"
+#define PITRACE_CLOCK_ID	1	/* CLOCK_MONOTONIC, ns */
+
+/* ---- trace record format (PI Figure 1) ---------------------------------- */
+
+/*
+ * Every record starts with this 12-byte header, is a multiple of 4 bytes
+ * long and holds its fields (u32 or u64, packed, little-endian) after it.
+ * type_len: top 4 bits the data layout, low 12 bits the length in 4-byte
+ * units (header included).
+ */
+struct pitrace_rec_hdr {
+	__u16 type_len;
+	__u16 major;
+	__u32 minor;
+	__u32 time_lo;		/* low 32 bits of the time stamp */
+};
+
+#define PITRACE_REC_HDR_SIZE	12
+#define PITRACE_MAX_RECORD	(0xfff * 4)
+#define PITRACE_TYPELEN(layout, len) \
+	((__u16)((((layout) & 0xf) << 12) | (((len) >> 2) & 0xfff)))
+
+#define PITRACE_LAYOUT_FIXED	0
+#define PITRACE_LAYOUT_STRING	1
+#define PITRACE_LAYOUT_BYTES	2
+#define PITRACE_LAYOUT_WORDS	3
+
+/* Major codes (libperfutil/trace/codes.go). */
+#define PITRACE_MAJOR_SYS	0x01
+#define PITRACE_MAJOR_MTE	0x02
+#define PITRACE_MAJOR_INTERRUPT	0x04
+#define PITRACE_MAJOR_DISPATCH	0x08
+#define PITRACE_MAJOR_THREAD	0x10
+#define PITRACE_MAJOR_TPROF	0x12
+#define PITRACE_MAJOR_JITLOAD	0x14
+#define PITRACE_MAJOR_ITRACE_U	0x20
+#define PITRACE_MAJOR_ITRACE_K	0x21
+#define PITRACE_MAJOR_PTT	0x24
+#define PITRACE_MAJOR_USER_FIRST 0x100
+
+#define PITRACE_EXIT_BIT	0x80000000u
+
+/* MAJOR_SYS minors */
+#define PITRACE_SYS_TIME_HIGH	1	/* u32 high */
+#define PITRACE_SYS_INFO	2	/* u32 ncpus, u32 clock_id, u64 clock_hz, u64 wall_ns, string uname */
+#define PITRACE_SYS_LOST	3	/* u64 count, u32 reason */
+#define PITRACE_SYS_TRACE_ON	4	/* u32 majors_lo, u32 rate_hz */
+#define PITRACE_SYS_TRACE_OFF	5
+#define PITRACE_SYS_BUF_FULL	6	/* u32 mte */
+
+/* MAJOR_MTE minors */
+#define PITRACE_MTE_PROCESS	1	/* u32 pid, u32 ppid, string name */
+#define PITRACE_MTE_FORK	2	/* u32 ppid, ptid, pid, tid, flags */
+#define PITRACE_MTE_EXEC	3	/* u32 pid, u32 tid, string path */
+#define PITRACE_MTE_EXIT	4	/* u32 pid, u32 tid */
+#define PITRACE_MTE_THREAD	5	/* u32 pid, u32 tid, string name */
+#define PITRACE_MTE_SEGMENT	6	/* u32 pid, u64 start, size, offset, u32 prot, string path */
+#define PITRACE_MTE_UNMAP	7	/* u32 pid, u64 start, u64 size */
+
+/* MAJOR_TPROF minors */
+#define PITRACE_TPROF_TICK	1	/* u32 pid, u32 tid, u64 ip, u32 flags */
+#define PITRACE_TPROF_EVENT	2	/* u32 pid, u32 tid, u64 ip, u32 flags, u32 event */
+#define PITRACE_TPROF_KERNEL	1	/* flags: ip is a kernel address */
+
+/* MAJOR_DISPATCH minors */
+#define PITRACE_DISPATCH_SWITCH	1	/* u32 prev_pid, prev_tid, next_pid, next_tid, prev_state */
+
+/* MAJOR_INTERRUPT minors (exit = entry | PITRACE_EXIT_BIT); u32 irq/vector */
+#define PITRACE_INTR_HARD	1
+#define PITRACE_INTR_SOFT	2
+
+#define PITRACE_FORK_THREAD	1	/* MTE_FORK flags: a thread (CLONE_THREAD) */
+#define PITRACE_LOST_FULL	1	/* LOST reason: no free segment */
+#define PITRACE_LOST_OVERWRITE	2	/* LOST reason: wrap mode overwrote */
+
+/* MTE_SEGMENT prot bits */
+#define PITRACE_PROT_READ	1
+#define PITRACE_PROT_WRITE	2
+#define PITRACE_PROT_EXEC	4
+
+/* ---- modes and states ---------------------------------------------------- */
+
+#define PITRACE_MODE_NORMAL	0	/* stop when a buffer fills */
+#define PITRACE_MODE_WRAP	1	/* trace overwrites its oldest segment; MTE drained */
+#define PITRACE_MODE_CONT	2	/* every full segment is handed to the drainer */
+
+#define PITRACE_STATE_FREE	0	/* no buffers */
+#define PITRACE_STATE_INIT	1	/* buffers allocated, never on */
+#define PITRACE_STATE_ON	2
+#define PITRACE_STATE_OFF	3	/* stopped; data held until get, init or free */
+
+/* ---- mapped buffers ------------------------------------------------------- */
+
+/*
+ * Each CPU has two buffers: kind 0 (trace) and kind 1 (MTE).  mmap() of
+ * /dev/pitrace at offset PITRACE_MMAP_OFFSET(cpu, kind), read-only
+ * (PROT_READ, MAP_SHARED), maps one buffer: a struct pitrace_buf_hdr at the
+ * start, and the segments from hdr.data_offset on (segment i at
+ * data_offset + i * seg_size).  The length must not exceed
+ * data_offset + nseg * seg_size (see struct pitrace_status).
+ *
+ * A segment is FREE, FILLING (the writer's current one) or DONE (complete,
+ * ordered by seq).  Every segment starts with a TIME_HIGH record and holds
+ * whole records; unused space is zero.  In cont mode (and for MTE in wrap
+ * mode) user space copies DONE segments out and gives them back with
+ * PITRACE_IOC_RELEASE.  At off the writer's partial segments become DONE.
+ */
+#define PITRACE_KIND_TRACE	0
+#define PITRACE_KIND_MTE	1
+#define PITRACE_MMAP_SHIFT	32
+#define PITRACE_MMAP_OFFSET(cpu, kind) \
+	((((__u64)(cpu) * 2) + (kind)) << PITRACE_MMAP_SHIFT)
+
+#define PITRACE_SEGMENTS	16	/* segments per buffer when the size allows */
+#define PITRACE_MIN_SEGMENT	1024
+#define PITRACE_MIN_BUF		4096
+#define PITRACE_MAX_BUF		(1ULL << 30)	/* per CPU, per buffer */
+
+#define PITRACE_SEG_FREE	0
+#define PITRACE_SEG_FILLING	1
+#define PITRACE_SEG_DONE	2
+
+struct pitrace_seg {
+	__u32 state;		/* PITRACE_SEG_* */
+	__u32 used;		/* bytes of records in the segment */
+	__u64 seq;		/* completion order (DONE segments) */
+	__u64 records;		/* records in the segment */
+};
+
+#define PITRACE_BUF_MAGIC	0x46424950u	/* "PIBF" */
+#define PITRACE_BUF_FULL	1		/* normal mode: this buffer filled */
+
+struct pitrace_buf_hdr {
+	__u32 magic;
+	__u32 abi;
+	__u32 cpu;
+	__u32 kind;
+	__u32 mode;
+	__u32 seg_size;
+	__u32 nseg;
+	__u32 flags;		/* PITRACE_BUF_FULL */
+	__u64 data_offset;	/* offset of segment 0 from the mapping's start */
+	__u64 records;		/* records held or drained (written minus overwritten) */
+	__u64 lost;		/* records lost (no room, or overwritten in wrap mode) */
+	__u64 bytes;		/* bytes of records written */
+	__u64 pending;		/* lost records not yet reported by a LOST record */
+	__u64 next_seq;
+	__u32 cur;		/* current (FILLING) segment, or PITRACE_NO_SEG */
+	__u32 reserved;
+	struct pitrace_seg seg[PITRACE_SEGMENTS];
+};
+
+#define PITRACE_NO_SEG		0xffffffffu
+
+/* ---- ioctl arguments -------------------------------------------------------- */
+
+/* INIT: allocate the per-CPU buffers (drops earlier ones); not while on. */
+struct pitrace_init_arg {
+	__u64 trace_size;	/* bytes per CPU, PITRACE_MIN_BUF..PITRACE_MAX_BUF */
+	__u64 mte_size;		/* bytes per CPU */
+	__u32 mode;		/* PITRACE_MODE_* */
+	__u32 reserved;		/* must be 0 */
+};
+
+#define PITRACE_PATH_MAX	256
+
+/* SETMODE: the mode and the stream file (kept for user space, not opened). */
+struct pitrace_mode_arg {
+	__u32 mode;
+	__u32 reserved;		/* must be 0 */
+	char path[PITRACE_PATH_MAX];	/* NUL-terminated; "" for normal mode */
+};
+
+/* ENABLE / DISABLE: major codes 0..255 as a bit mask (SYS and MTE always on). */
+struct pitrace_majors {
+	__u64 mask[4];
+};
+
+#define PITRACE_MAX_RATE	100000
+#define PITRACE_EVENT_NAME	32
+
+/* SETRATE: time-based tprof at hz, or event-based every hz events. */
+struct pitrace_rate_arg {
+	__u32 hz;		/* 1..PITRACE_MAX_RATE */
+	__u32 event_type;	/* perf_event_attr.type; with event[0] != 0 */
+	__u64 event_config;	/* perf_event_attr.config */
+	char event[PITRACE_EVENT_NAME];	/* "" for time-based sampling */
+};
+
+#define PITRACE_ST_STOPPED_FULL	1	/* normal mode: a buffer filled, tracing stopped */
+#define PITRACE_ST_UNSAVED	2	/* the buffers hold a trace not yet written */
+#define PITRACE_ST_EVENT	4	/* event-based tprof */
+
+struct pitrace_status {
+	__u32 abi;
+	__u32 state;		/* PITRACE_STATE_* */
+	__u32 mode;
+	__u32 flags;		/* PITRACE_ST_* */
+	__u64 trace_size;
+	__u64 mte_size;
+	__u32 trace_seg_size;
+	__u32 trace_nseg;
+	__u32 mte_seg_size;
+	__u32 mte_nseg;
+	__u32 ncpus;		/* buffers exist for CPUs 0..ncpus-1 */
+	__u32 rate_hz;
+	__u32 event_type;
+	__u32 drainer_pid;	/* the process draining wrap/cont buffers, or 0 */
+	__u64 event_config;
+	__u64 start_wall_ns;	/* CLOCK_REALTIME at the last on */
+	__u64 start_clock_ns;	/* CLOCK_MONOTONIC at the last on */
+	__u64 enabled[4];	/* enabled majors 0..255 */
+	__u64 on_count;		/* number of times tracing was turned on */
+	__u64 map_size_trace;	/* bytes to mmap for one trace buffer */
+	__u64 map_size_mte;
+	char event[PITRACE_EVENT_NAME];
+	char path[PITRACE_PATH_MAX];
+};
+
+#define PITRACE_CPU_TRACE_FULL	1
+#define PITRACE_CPU_MTE_FULL	2
+
+struct pitrace_cpu_status {
+	__u32 cpu;		/* in */
+	__u32 flags;		/* PITRACE_CPU_* */
+	__u64 records;
+	__u64 lost;
+	__u64 bytes;
+	__u64 used;		/* bytes held */
+	__u64 mte_records;
+	__u64 mte_lost;
+	__u64 mte_bytes;
+	__u64 mte_used;
+};
+
+#define PITRACE_HOOK_MAX_WORDS	64
+#define PITRACE_HOOK_MAX_BYTES	512
+
+/*
+ * HOOK (TraceHook): a user record in the calling CPU's trace buffer.
+ * major >= PITRACE_MAJOR_USER_FIRST.  With len == 0 the record has layout
+ * WORDS (the words); otherwise BYTES (the words, a u32 byte count, the bytes).
+ */
+struct pitrace_hook_arg {
+	__u16 major;
+	__u16 reserved;		/* must be 0 */
+	__u32 minor;
+	__u32 nwords;		/* <= PITRACE_HOOK_MAX_WORDS */
+	__u32 len;		/* <= PITRACE_HOOK_MAX_BYTES */
+	__u64 words;		/* user pointer to nwords __u32 */
+	__u64 data;		/* user pointer to len bytes */
+};
+
+#define PITRACE_FEAT_KPROBE_EXIT	1	/* segments described at process exit */
+#define PITRACE_FEAT_KPROBE_EXEC	2	/* old image described at exec */
+#define PITRACE_FEAT_UNMAP		4	/* munmap of executable segments seen */
+
+struct pitrace_sysinfo {
+	__u32 abi;
+	__u32 ncpus;		/* nr_cpu_ids */
+	__u32 online;		/* CPUs online at the call */
+	__u32 page_size;
+	__u32 clock_id;
+	__u32 segments;		/* PITRACE_SEGMENTS */
+	__u32 hdr_size;		/* sizeof(struct pitrace_buf_hdr) */
+	__u32 features;		/* PITRACE_FEAT_* (known after the first on) */
+	__u64 min_buf;
+	__u64 max_buf;
+	__u64 mem_limit;	/* the most all buffers together may take, bytes */
+};
+
+/* RELEASE: give a drained DONE segment back (seq must match). */
+struct pitrace_release_arg {
+	__u32 cpu;
+	__u32 kind;
+	__u32 seg;
+	__u32 reserved;		/* must be 0 */
+	__u64 seq;
+};
+
+#define PITRACE_BENCH_TPROF	1	/* the tprof sample path */
+#define PITRACE_BENCH_MAX	1000000
+
+/* BENCH: run one record path count times while on; cycles is the TSC delta. */
+struct pitrace_bench_arg {
+	__u32 path;		/* PITRACE_BENCH_* */
+	__u32 count;		/* 1..PITRACE_BENCH_MAX */
+	__u64 cycles;		/* out */
+};
+
+#define PITRACE_IOC_MAGIC	0xE1
+
+#define PITRACE_IOC_INIT	_IOW(PITRACE_IOC_MAGIC, 1, struct pitrace_init_arg)
+#define PITRACE_IOC_ENABLE	_IOW(PITRACE_IOC_MAGIC, 2, struct pitrace_majors)
+#define PITRACE_IOC_DISABLE	_IOW(PITRACE_IOC_MAGIC, 3, struct pitrace_majors)
+#define PITRACE_IOC_SETMODE	_IOW(PITRACE_IOC_MAGIC, 4, struct pitrace_mode_arg)
+#define PITRACE_IOC_SETRATE	_IOW(PITRACE_IOC_MAGIC, 5, struct pitrace_rate_arg)
+#define PITRACE_IOC_ON		_IO(PITRACE_IOC_MAGIC, 6)
+#define PITRACE_IOC_OFF		_IO(PITRACE_IOC_MAGIC, 7)
+#define PITRACE_IOC_STATUS	_IOR(PITRACE_IOC_MAGIC, 8, struct pitrace_status)
+#define PITRACE_IOC_CPU_STATUS	_IOWR(PITRACE_IOC_MAGIC, 9, struct pitrace_cpu_status)
+#define PITRACE_IOC_HOOK	_IOW(PITRACE_IOC_MAGIC, 10, struct pitrace_hook_arg)
+#define PITRACE_IOC_SYSINFO	_IOR(PITRACE_IOC_MAGIC, 11, struct pitrace_sysinfo)
+#define PITRACE_IOC_FREE	_IO(PITRACE_IOC_MAGIC, 12)
+#define PITRACE_IOC_RELEASE	_IOW(PITRACE_IOC_MAGIC, 13, struct pitrace_release_arg)
+#define PITRACE_IOC_DRAIN	_IO(PITRACE_IOC_MAGIC, 14)
+#define PITRACE_IOC_SAVED	_IO(PITRACE_IOC_MAGIC, 15)
+#define PITRACE_IOC_BENCH	_IOWR(PITRACE_IOC_MAGIC, 16, struct pitrace_bench_arg)
+
+#endif /* _UAPI_PITRACE_H */
