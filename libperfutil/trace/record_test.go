@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"math/rand"
+	"os"
 	"testing"
 )
 
