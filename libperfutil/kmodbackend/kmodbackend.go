@@ -1,3 +1,721 @@
 // Package kmodbackend is the trace facility backend on the pitrace kernel
-// module: ioctl and mmap on /dev/pitrace.
+// module: ioctl and mmap on /dev/pitrace (ABI: kmod/uapi/pitrace.h,
+// mirrored in abi.go).
+//
+// The module keeps all state (buffers, mode, rate, enabled record types,
+// the stream file name), so every swtrace command is a separate process
+// that opens the device, issues one or two ioctls and exits. Get reads the
+// per-CPU buffers through read-only mappings and writes the nrm2 file.
+//
+// Wrap and cont modes need a process that copies complete segments out of
+// the kernel while tracing is on (cont: every segment; wrap: the MTE
+// segments, which are never overwritten). On starts it: it re-executes the
+// running program (os.Executable) with PERFINSP_KMOD_DRAIN=<stream file>;
+// this package's init notices the variable and runs the drain loop instead
+// of the program, until tracing is turned off, then finalizes the stream
+// file and exits. Off waits for it. See docs/kmod.md.
 package kmodbackend
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// EnvDrain, when set, makes a program that links this package run the
+// drain loop for the given stream file instead of its main function.
+const EnvDrain = "PERFINSP_KMOD_DRAIN"
+
+// Priority is above the daemon backend's, so the module wins when loaded.
+const Priority = 20
+
+func init() {
+	if p := os.Getenv(EnvDrain); p != "" {
+		os.Exit(drainMain(p))
+	}
+	control.Register(control.Opener{
+		Name:      "kmod",
+		Priority:  Priority,
+		Available: Available,
+		Open:      func() (control.Facility, error) { return Open() },
+	})
+}
+
+// Available reports whether /dev/pitrace exists.
+func Available() (bool, string) {
+	if _, err := os.Stat(Device); err != nil {
+		return false, "the pitrace kernel module is not loaded (" + Device + " is missing): load it with `modprobe pitrace` or `insmod kmod/pitrace.ko` (see docs/kmod.md)"
+	}
+	return true, ""
+}
+
+// Backend is an open /dev/pitrace.
+type Backend struct {
+	f  *os.File
+	fd uintptr
+}
+
+// Open opens the device and checks the ABI version.
+func Open() (*Backend, error) {
+	f, err := os.OpenFile(Device, os.O_RDWR, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("permission denied on %s: run as root, or have the administrator give a group access (docs/kmod.md: module parameter perm and a udev rule)", Device)
+		}
+		return nil, fmt.Errorf("open %s: %w", Device, err)
+	}
+	b := &Backend{f: f, fd: f.Fd()}
+	var si sysinfoArg
+	if err := b.ioctl(iocSysinfo, unsafe.Pointer(&si)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s does not answer the pitrace system-info ioctl (%v): is it the pitrace module?", Device, err)
+	}
+	if si.ABI != ABIVersion {
+		f.Close()
+		return nil, fmt.Errorf("the loaded pitrace module speaks ABI %d, this program ABI %d: rebuild and reload the module from this source tree", si.ABI, ABIVersion)
+	}
+	return b, nil
+}
+
+func (b *Backend) ioctl(req uintptr, arg unsafe.Pointer) error {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, b.fd, req, uintptr(arg))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
+}
+
+// Backend names the backend.
+func (b *Backend) Backend() string { return "kmod" }
+
+// Close closes the device (the buffers stay in the module).
+func (b *Backend) Close() error { return b.f.Close() }
+
+func (b *Backend) status() (*statusArg, error) {
+	var st statusArg
+	if err := b.ioctl(iocStatus, unsafe.Pointer(&st)); err != nil {
+		return nil, fmt.Errorf("pitrace status: %w", err)
+	}
+	return &st, nil
+}
+
+func (b *Backend) cpuStatus(cpu int) (*cpuStatusArg, error) {
+	c := cpuStatusArg{CPU: uint32(cpu)}
+	if err := b.ioctl(iocCPUStatus, unsafe.Pointer(&c)); err != nil {
+		return nil, fmt.Errorf("pitrace status of CPU %d: %w", cpu, err)
+	}
+	return &c, nil
+}
+
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// ErrUnsaved is returned when the buffers hold a trace never written.
+var ErrUnsaved = errors.New("the buffers hold a trace that was not written yet: run `swtrace get` first, or `swtrace on --discard` to drop it")
+
+var errOn = errors.New("tracing is on: run `swtrace off` first")
+
+// Init allocates the per-CPU buffers in the current mode.
+func (b *Backend) Init(cfg control.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	st, err := b.status()
+	if err != nil {
+		return err
+	}
+	a := initArg{TraceSize: uint64(cfg.TraceBufSize), MTESize: uint64(cfg.MTEBufSize), Mode: st.Mode}
+	err = b.ioctl(iocInit, unsafe.Pointer(&a))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EBUSY):
+		return errOn
+	case errors.Is(err, unix.ENOMEM):
+		var si sysinfoArg
+		_ = b.ioctl(iocSysinfo, unsafe.Pointer(&si))
+		return fmt.Errorf("not enough memory for %d CPUs x (trace %d + MTE %d bytes): all buffers together may take at most %d MB here; choose smaller sizes (swtrace init -t SIZE -m SIZE)",
+			si.NCPUs, cfg.TraceBufSize, cfg.MTEBufSize, si.MemLimit>>20)
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("the module refused the buffer sizes (trace %d, MTE %d bytes; each must be 4K..1G per CPU) or the mode has no stream file: %w", cfg.TraceBufSize, cfg.MTEBufSize, err)
+	}
+	return fmt.Errorf("init: %w", err)
+}
+
+func (b *Backend) majors(majors []uint16, on bool) error {
+	var m majorsArg
+	for _, x := range majors {
+		if x < 256 {
+			m.Mask[x/64] |= 1 << (x % 64)
+		}
+	}
+	req := iocEnable
+	if !on {
+		req = iocDisable
+	}
+	if err := b.ioctl(req, unsafe.Pointer(&m)); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return errors.New("tracing is on: run `swtrace off` before changing the record types")
+		}
+		return fmt.Errorf("enable/disable: %w", err)
+	}
+	return nil
+}
+
+// Enable enables record types by major code.
+func (b *Backend) Enable(majors []uint16) error { return b.majors(majors, true) }
+
+// Disable disables record types (SYS and MTE stay on).
+func (b *Backend) Disable(majors []uint16) error { return b.majors(majors, false) }
+
+// SetMode selects the mode and the stream file of wrap and cont modes.
+func (b *Backend) SetMode(mode int, contFile string) error {
+	if mode < control.ModeNormal || mode > control.ModeCont {
+		return fmt.Errorf("unknown mode %d", mode)
+	}
+	a := modeArg{Mode: uint32(mode)}
+	if mode != control.ModeNormal {
+		if contFile == "" {
+			return errors.New("wrap and cont modes need a file to stream to")
+		}
+		abs, err := filepath.Abs(contFile)
+		if err != nil {
+			return fmt.Errorf("stream file %q: %w", contFile, err)
+		}
+		if len(abs) >= pathMax {
+			return fmt.Errorf("stream file path %q is too long: the limit is %d bytes", abs, pathMax-1)
+		}
+		copy(a.Path[:], abs)
+	}
+	err := b.ioctl(iocSetMode, unsafe.Pointer(&a))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EBUSY):
+		return errors.New("tracing is on: run `swtrace off` before changing the mode")
+	case errors.Is(err, unix.EEXIST):
+		return ErrUnsaved
+	}
+	return fmt.Errorf("mode: %w", err)
+}
+
+// perf event names for event-based tprof (perf_event_attr type, config).
+var hwEvents = map[string]uint64{
+	"cycles": 0, "cpu-cycles": 0, "instructions": 1, "cache-references": 2, "cache-misses": 3,
+	"branches": 4, "branch-instructions": 4, "branch-misses": 5, "bus-cycles": 6, "ref-cycles": 9,
+}
+
+// ParseEvent maps an event name (or rHEX for a raw event) to a perf type and config.
+func ParseEvent(name string) (typ uint32, config uint64, err error) {
+	if c, ok := hwEvents[strings.ToLower(name)]; ok {
+		return 0, c, nil // PERF_TYPE_HARDWARE
+	}
+	if strings.HasPrefix(name, "r") {
+		var v uint64
+		if _, err := fmt.Sscanf(name[1:], "%x", &v); err == nil {
+			return 4, v, nil // PERF_TYPE_RAW
+		}
+	}
+	names := make([]string, 0, len(hwEvents))
+	for n := range hwEvents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return 0, 0, fmt.Errorf("unknown event %q: use one of %s, or rHEX for a raw event", name, strings.Join(names, ", "))
+}
+
+// SetRate sets the tprof rate (Hz) or, with event, a sample every hz events.
+func (b *Backend) SetRate(hz int, event string) error {
+	if hz <= 0 || hz > control.MaxRateHz {
+		return fmt.Errorf("rate %d is out of range: use 1..%d", hz, control.MaxRateHz)
+	}
+	a := rateArg{Hz: uint32(hz)}
+	if event != "" {
+		t, c, err := ParseEvent(event)
+		if err != nil {
+			return err
+		}
+		if len(event) >= eventName {
+			return fmt.Errorf("event name %q is too long", event)
+		}
+		a.EventType, a.EventConfig = t, c
+		copy(a.Event[:], event)
+	}
+	err := b.ioctl(iocSetRate, unsafe.Pointer(&a))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENODEV):
+		return fmt.Errorf("no hardware PMU on this machine: event-based tprof needs a hardware counter (%s is not available); use time-based sampling: swtrace setrate HZ", event)
+	case errors.Is(err, unix.EBUSY):
+		return errors.New("tracing is on: run `swtrace off` before changing the rate")
+	}
+	return fmt.Errorf("setrate: %w", err)
+}
+
+// On starts tracing (with the default buffers when Init was not run).
+func (b *Backend) On() error {
+	st, err := b.status()
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.State == stateFree:
+		if err := b.Init(control.Config{}); err != nil {
+			return err
+		}
+	case st.State == stateOn && st.Flags&stStoppedFull != 0:
+		return errors.New("tracing stopped because a buffer filled (normal mode): run `swtrace off` and `swtrace get`")
+	}
+	err = b.ioctl(iocOn, nil)
+	switch {
+	case err == nil:
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("the module refused on (buffers not initialized, or wrap/cont mode without a stream file): run `swtrace init` and `swtrace mode`: %w", err)
+	case errors.Is(err, unix.EBUSY):
+		return errors.New("tracing is already on")
+	case errors.Is(err, unix.EEXIST):
+		return ErrUnsaved
+	case errors.Is(err, unix.ENODEV):
+		return errors.New("no hardware PMU on this machine: event-based tprof needs a hardware counter; use time-based sampling (swtrace setrate HZ)")
+	default:
+		return fmt.Errorf("on: %w", err)
+	}
+	if st.Mode != control.ModeNormal {
+		st, err = b.status()
+		if err == nil {
+			err = startDrainer(b, cstr(st.Path[:]))
+		}
+		if err != nil {
+			_ = b.ioctl(iocOff, nil)
+			return fmt.Errorf("tracing turned off again: %w", err)
+		}
+	}
+	return nil
+}
+
+// Off stops tracing. In wrap and cont modes it waits for the drainer to
+// finish the stream file.
+func (b *Backend) Off() error {
+	st, err := b.status()
+	if err != nil {
+		return err
+	}
+	if st.State != stateOn {
+		return fmt.Errorf("tracing is not on (state: %s)", stateName(st))
+	}
+	if err := b.ioctl(iocOff, nil); err != nil {
+		return fmt.Errorf("off: %w", err)
+	}
+	if st.Mode != control.ModeNormal {
+		return b.waitDrainer(2 * time.Minute)
+	}
+	return nil
+}
+
+func (b *Backend) waitDrainer(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		st, err := b.status()
+		if err != nil {
+			return err
+		}
+		if st.DrainerPid == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the drainer (pid %d) did not finish the stream file within %s; see %s", st.DrainerPid, limit, drainLog())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func stateName(st *statusArg) string {
+	switch st.State {
+	case stateFree:
+		return control.StateFree
+	case stateInit:
+		return control.StateInitialized
+	case stateOn:
+		if st.Flags&stStoppedFull != 0 {
+			return control.StateOff
+		}
+		return control.StateOn
+	case stateOff:
+		return control.StateOff
+	}
+	return fmt.Sprintf("state-%d", st.State)
+}
+
+// Info reports the module's state.
+func (b *Backend) Info() (*control.Status, error) {
+	st, err := b.status()
+	if err != nil {
+		return nil, err
+	}
+	out := &control.Status{
+		Backend:      "kmod",
+		State:        stateName(st),
+		Mode:         int(st.Mode),
+		TraceBufSize: int(st.TraceSize),
+		MTEBufSize:   int(st.MTESize),
+		RateHz:       int(st.RateHz),
+		Event:        cstr(st.Event[:]),
+		ContFile:     cstr(st.Path[:]),
+		StoppedFull:  st.Flags&stStoppedFull != 0,
+	}
+	for m := 0; m < 256; m++ {
+		if st.Enabled[m/64]&(1<<(m%64)) != 0 {
+			out.Enabled = append(out.Enabled, uint16(m))
+		}
+	}
+	if st.State != stateFree {
+		for cpu := 0; cpu < int(st.NCPUs); cpu++ {
+			c, err := b.cpuStatus(cpu)
+			if err != nil {
+				return nil, err
+			}
+			full := c.Flags&(cpuTraceFull|cpuMTEFull) != 0
+			if full {
+				out.StoppedFull = true
+			}
+			out.CPUs = append(out.CPUs, control.CPUStatus{CPU: cpu, Records: c.Records, Lost: c.Lost,
+				MTERecords: c.MTERecords, MTELost: c.MTELost, Used: int(c.Used), MTEUsed: int(c.MTEUsed), Full: full})
+		}
+	}
+	if st.Flags&stStoppedFull != 0 {
+		out.Note = "a buffer filled: tracing stopped (normal mode); run `swtrace off` and `swtrace get`"
+	}
+	return out, nil
+}
+
+// Free stops tracing and releases the buffers.
+func (b *Backend) Free() error {
+	if err := b.ioctl(iocFree, nil); err != nil {
+		return fmt.Errorf("free: %w", err)
+	}
+	return b.waitDrainer(time.Minute)
+}
+
+// Hook writes a user record into the calling CPU's trace buffer.
+func (b *Backend) Hook(major uint16, minor uint32, words []uint32, str string) error {
+	if major < trace.MajorUserFirst {
+		return fmt.Errorf("user hook records need a major code of 0x%x or more (got 0x%x)", trace.MajorUserFirst, major)
+	}
+	if len(words) > hookMaxWords || len(str) > hookMaxBytes {
+		return fmt.Errorf("hook record too large: at most %d words and %d bytes", hookMaxWords, hookMaxBytes)
+	}
+	a := hookArg{Major: major, Minor: minor, NWords: uint32(len(words)), Len: uint32(len(str))}
+	var data []byte
+	if len(words) > 0 {
+		a.Words = uint64(uintptr(unsafe.Pointer(&words[0])))
+	}
+	if len(str) > 0 {
+		data = []byte(str)
+		a.Data = uint64(uintptr(unsafe.Pointer(&data[0])))
+	}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, b.fd, iocHook, uintptr(unsafe.Pointer(&a)))
+	runtime.KeepAlive(words)
+	runtime.KeepAlive(data)
+	switch e {
+	case 0:
+		return nil
+	case unix.EINVAL:
+		return errors.New("tracing is not on: run `swtrace on` first")
+	case unix.ENOSPC:
+		return errors.New("tracing stopped because a buffer filled (normal mode)")
+	}
+	return fmt.Errorf("hook: %w", e)
+}
+
+// Get writes the trace to path. It refuses while tracing is on.
+func (b *Backend) Get(path string) error {
+	st, err := b.status()
+	if err != nil {
+		return err
+	}
+	switch st.State {
+	case stateOn:
+		if st.Flags&stStoppedFull == 0 {
+			return errors.New("tracing is on: run `swtrace off` first (get does not snapshot a running trace)")
+		}
+		if err := b.Off(); err != nil {
+			return err
+		}
+		if st, err = b.status(); err != nil {
+			return err
+		}
+	case stateFree, stateInit:
+		return errors.New("there is no trace to write: run `swtrace on` and `swtrace off` first")
+	}
+	switch st.Mode {
+	case control.ModeNormal:
+		err = b.writeFile(path, st)
+	default:
+		stream := cstr(st.Path[:])
+		err = copyStream(stream, path, st.Mode == control.ModeWrap)
+	}
+	if err != nil {
+		return err
+	}
+	return b.ioctl(iocSaved, nil)
+}
+
+func copyStream(from, to string, move bool) error {
+	if _, err := os.Stat(from); err != nil {
+		return fmt.Errorf("the stream file %s is missing (did the drainer fail? see %s): %w", from, drainLog(), err)
+	}
+	absTo, _ := filepath.Abs(to)
+	if absTo == from {
+		return nil
+	}
+	if move {
+		if err := os.Rename(from, to); err == nil {
+			return nil
+		}
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return fmt.Errorf("read stream file: %w", err)
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return fmt.Errorf("write trace: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("write trace %s: %w", to, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("write trace %s: %w", to, err)
+	}
+	if move {
+		_ = os.Remove(from)
+	}
+	return nil
+}
+
+func header(st *statusArg) nrm2.Header {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	host, _ := os.Hostname()
+	return nrm2.Header{
+		NCPUs:         st.NCPUs,
+		Mode:          st.Mode,
+		TraceBufSize:  st.TraceSize,
+		MTEBufSize:    st.MTESize,
+		ClockID:       nrm2.ClockMonotonic,
+		ClockHz:       1_000_000_000,
+		StartWallNs:   st.StartWallNs,
+		StartClockNs:  st.StartClockNs,
+		SegmentSize:   uint64(st.TraceSegSize),
+		Backend:       nrm2.BackendKmod,
+		RateHz:        st.RateHz,
+		KernelRelease: cstr(uts.Release[:]),
+		Hostname:      host,
+	}
+}
+
+func (b *Backend) stats(st *statusArg) ([]nrm2.CPUStats, error) {
+	out := make([]nrm2.CPUStats, st.NCPUs)
+	for cpu := range out {
+		c, err := b.cpuStatus(cpu)
+		if err != nil {
+			return nil, err
+		}
+		out[cpu] = nrm2.CPUStats{Records: c.Records, Lost: c.Lost, MTERecords: c.MTERecords, MTELost: c.MTELost, Bytes: c.Bytes}
+		if c.Flags&cpuTraceFull != 0 {
+			out[cpu].Full |= 1
+		}
+		if c.Flags&cpuMTEFull != 0 {
+			out[cpu].Full |= 2
+		}
+	}
+	return out, nil
+}
+
+// writeFile writes every buffer's complete segments (normal mode).
+func (b *Backend) writeFile(path string, st *statusArg) error {
+	maps, err := mapAll(b, st)
+	if err != nil {
+		return err
+	}
+	defer maps.unmap()
+	w, err := nrm2.Create(path, header(st))
+	if err != nil {
+		return err
+	}
+	if ks, err := os.ReadFile("/proc/kallsyms"); err == nil && len(ks) > 0 {
+		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, ks); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	for cpu := 0; cpu < int(st.NCPUs); cpu++ {
+		for _, kind := range []int{kindMTE, kindTrace} {
+			m := maps.buf(cpu, kind)
+			for _, s := range m.segments(false) {
+				if err := w.WriteChunk(chunkKind(kind), uint32(cpu), m.data(s)); err != nil {
+					w.Abort()
+					return err
+				}
+			}
+		}
+	}
+	stats, err := b.stats(st)
+	if err != nil {
+		w.Abort()
+		return err
+	}
+	return w.Close(0, stats)
+}
+
+func chunkKind(kind int) uint32 {
+	if kind == kindMTE {
+		return nrm2.ChunkMTE
+	}
+	return nrm2.ChunkTrace
+}
+
+// mapping is one mapped buffer.
+type mapping struct {
+	mem []byte
+	hdr *bufHdr
+}
+
+type mappings struct {
+	ncpu int
+	m    []mapping // [cpu*2+kind]
+}
+
+func (ms *mappings) buf(cpu, kind int) *mapping { return &ms.m[cpu*2+kind] }
+
+func (ms *mappings) unmap() {
+	for i := range ms.m {
+		if ms.m[i].mem != nil {
+			_ = unix.Munmap(ms.m[i].mem)
+			ms.m[i].mem = nil
+		}
+	}
+}
+
+func mapAll(b *Backend, st *statusArg) (*mappings, error) {
+	ms := &mappings{ncpu: int(st.NCPUs), m: make([]mapping, 2*int(st.NCPUs))}
+	for cpu := 0; cpu < ms.ncpu; cpu++ {
+		for kind, size := range []uint64{st.MapSizeTrace, st.MapSizeMTE} {
+			mem, err := unix.Mmap(int(b.fd), mmapOffset(cpu, kind), int(size), unix.PROT_READ, unix.MAP_SHARED)
+			if err != nil {
+				ms.unmap()
+				return nil, fmt.Errorf("map the CPU %d buffer of %s: %w", cpu, Device, err)
+			}
+			m := ms.buf(cpu, kind)
+			m.mem = mem
+			m.hdr = (*bufHdr)(unsafe.Pointer(&mem[0]))
+			if m.hdr.Magic != bufMagic || m.hdr.NSeg > segments || uint64(m.hdr.SegSize)*uint64(m.hdr.NSeg)+m.hdr.DataOffset > size {
+				ms.unmap()
+				return nil, fmt.Errorf("the CPU %d buffer of %s has a bad header (magic %#x): module and program do not match", cpu, Device, m.hdr.Magic)
+			}
+		}
+	}
+	return ms, nil
+}
+
+// segRef is one complete segment.
+type segRef struct {
+	idx  int
+	seq  uint64
+	used uint32
+}
+
+// segments returns the DONE segments in completion order; with partial,
+// also the FILLING one (never after off: off completes it).
+func (m *mapping) segments(partial bool) []segRef {
+	var out []segRef
+	h := m.hdr
+	for i := 0; i < int(h.NSeg); i++ {
+		s := &h.Seg[i]
+		state := loadU32(&s.State)
+		if state == segDone || (partial && state == segFilling) {
+			used := loadU32(&s.Used)
+			if used > h.SegSize {
+				used = h.SegSize
+			}
+			out = append(out, segRef{idx: i, seq: s.Seq, used: used})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	return out
+}
+
+func (m *mapping) data(s segRef) []byte {
+	off := m.hdr.DataOffset + uint64(s.idx)*uint64(m.hdr.SegSize)
+	return m.mem[off : off+uint64(s.used)]
+}
+
+func drainLog() string { return filepath.Join(os.TempDir(), "pitrace-drain.log") }
+
+// startDrainer starts this program again as the drainer of the stream file.
+func startDrainer(b *Backend, stream string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("cannot find this program to start the drainer: %w", err)
+	}
+	logf, err := os.OpenFile(drainLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("drainer log: %w", err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), EnvDrain+"="+stream)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the drainer: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := b.status()
+		if err != nil {
+			return err
+		}
+		if int(st.DrainerPid) == cmd.Process.Pid {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the drainer exited at start (%v): see %s", err, drainLog())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	_ = cmd.Process.Kill()
+	return fmt.Errorf("the drainer did not attach within 10 s: see %s", drainLog())
+}
