@@ -11,6 +11,7 @@
 #include <linux/irq_work.h>
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
+#include <linux/perf_event.h>
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/rcupdate.h>
@@ -274,6 +275,11 @@ static long pt_ioc_setrate(void __user *arg)
 	if (pt.state == PITRACE_STATE_ON)
 		return -EBUSY;
 	if (a.event[0]) {
+		/* hardware counters only: PERF_TYPE_HARDWARE, HW_CACHE, RAW */
+		if (a.event_type != PERF_TYPE_HARDWARE &&
+		    a.event_type != PERF_TYPE_HW_CACHE &&
+		    a.event_type != PERF_TYPE_RAW)
+			return -EINVAL;
 		err = pt_tprof_check_event(a.event_type, a.event_config, a.hz);
 		if (err)
 			return err;

@@ -1,0 +1,127 @@
+#!/bin/sh
+# Runs inside the VM (busybox sh): the pitrace module tests. Every check
+# prints one "vmtest:" line; the last line is the pass marker.
+# $1: "test" (default) or "bench".
+fail() {
+	echo "vmtest: FAIL: $*"
+	exit 1
+}
+step() { echo "vmtest: --- $*"; }
+run() {
+	# run a command, show its output, fail on error
+	"$@" >/tmp/out 2>&1
+	rc=$?
+	sed 's/^/  /' /tmp/out
+	[ $rc -eq 0 ] || fail "$* (exit $rc)"
+}
+
+step "insmod pitrace.ko"
+insmod /pitrace.ko || fail "insmod"
+[ -c /dev/pitrace ] || fail "/dev/pitrace missing after insmod"
+perm=$(stat -c %a /dev/pitrace)
+[ "$perm" = 600 ] || fail "/dev/pitrace mode $perm, want 600 (root only)"
+echo "vmtest: /dev/pitrace mode $perm"
+
+if [ "$1" = bench ]; then
+	step "benchmark"
+	run pitest bench 20000
+	echo "PITRACE-BENCH-DONE"
+	exit 0
+fi
+
+step "swtrace through the module: tprof of cpuburn"
+run swtrace info
+grep -q "backend: kmod" /tmp/out || fail "swtrace does not use the kmod backend"
+run swtrace init -t 2M -m 256K
+run swtrace enable tprof
+run swtrace setrate 1000
+run swtrace on
+run cpuburn 40
+run swtrace off
+run swtrace get /tmp/swtrace.nrm2
+run swtrace info
+run pitest check-tprof /tmp/swtrace.nrm2 /bin/cpuburn
+if [ -x /bin/post ]; then
+	step "post -tprof"
+	(cd /tmp && post -r /tmp/swtrace.nrm2 -tprof >/tmp/post.log 2>&1) || { cat /tmp/post.log; fail "post"; }
+	[ -s /tmp/tprof.out ] || fail "post wrote no tprof.out"
+	head -40 /tmp/tprof.out | sed 's/^/  /'
+	first=$(grep -E ' SYM ' /tmp/tprof.out | grep -vE 'NoSymbols|Unknown|vmlinux|kernel' | head -1)
+	echo "vmtest: first symbol row: $first"
+	echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
+fi
+
+step "swtrace messages"
+swtrace free >/dev/null 2>&1
+swtrace on >/tmp/out 2>&1 || fail "on with no init"
+sed 's/^/  /' /tmp/out
+grep -q "not initialized" /tmp/out || fail "on before init: no message"
+run swtrace off
+if swtrace on >/tmp/out 2>&1; then fail "on over an unsaved trace succeeded"; fi
+sed 's/^/  /' /tmp/out
+grep -q "swtrace get" /tmp/out || fail "on over an unsaved trace: unclear message"
+run swtrace on --discard
+if swtrace get /tmp/x.nrm2 >/tmp/out 2>&1; then fail "get while on succeeded"; fi
+sed 's/^/  /' /tmp/out
+run swtrace hook 0x100 7 1 2 3
+run swtrace off
+run swtrace free
+
+step "bad input"
+run pitest badinput
+
+step "modes with small buffers"
+run pitest modes
+
+step "robustness: 2 x 50000 random ioctls while a third process toggles on/off/get"
+swtrace init -t 64K -m 64K >/dev/null 2>&1
+pitest fuzz 50000 1 >/tmp/fz1 2>&1 &
+p1=$!
+pitest fuzz 50000 2 >/tmp/fz2 2>&1 &
+p2=$!
+pitest toggle 15 >/tmp/tg 2>&1 &
+p3=$!
+wait $p1; r1=$?
+wait $p2; r2=$?
+wait $p3; r3=$?
+sed 's/^/  /' /tmp/fz1 /tmp/fz2 /tmp/tg
+[ $r1 -eq 0 ] && [ $r2 -eq 0 ] || fail "fuzzers failed ($r1 $r2)"
+[ $r3 -eq 0 ] || fail "toggler failed ($r3)"
+
+step "a process killed while it maps the buffers"
+swtrace free >/dev/null 2>&1
+run swtrace init -t 64K -m 64K
+run swtrace on
+pitest holdmap >/tmp/hm 2>&1 &
+hp=$!
+sleep 1
+cat /tmp/hm | sed 's/^/  /'
+kill -9 $hp
+wait $hp 2>/dev/null
+run swtrace off
+run swtrace get /tmp/after-kill.nrm2
+run swtrace free
+
+step "rmmod while tracing"
+run swtrace init -t 256K -m 64K
+run swtrace enable tprof dispatch
+run swtrace on
+cpuburn 5 >/dev/null
+rmmod pitrace || fail "rmmod while tracing"
+[ -e /dev/pitrace ] && fail "/dev/pitrace still there after rmmod"
+echo "vmtest: rmmod while tracing ok"
+
+step "insmod again and a clean trace"
+insmod /pitrace.ko || fail "insmod again"
+run swtrace info
+run swtrace init -t 2M -m 256K
+run swtrace enable tprof
+run swtrace on
+run cpuburn 40
+run swtrace off
+run swtrace get /tmp/again.nrm2
+run pitest check-tprof /tmp/again.nrm2 /bin/cpuburn
+run swtrace free
+rmmod pitrace || fail "final rmmod"
+dmesg | grep -i pitrace | sed 's/^/  dmesg: /'
+echo "PITRACE-VMTEST-PASS"

@@ -1,0 +1,67 @@
+// Command pitest runs inside the VM test's guest: it checks trace files
+// written through the pitrace module, drives the three modes, and hammers
+// /dev/pitrace with random ioctls. Each subcommand prints what it checked
+// and exits non-zero on a failed check.
+//
+//	pitest check-tprof FILE EXE      tprof samples name EXE's hot function first; MTE of the exited child
+//	pitest modes                     normal / wrap / cont with small buffers
+//	pitest badinput                  each ioctl's validation (EINVAL, ENOTTY, EFAULT, EPERM, ENOMEM)
+//	pitest fuzz N SEED               N random ioctls (and mmaps)
+//	pitest toggle N                  N rounds of init/on/off/get, tolerant of concurrent fuzzers
+//	pitest holdmap                   map every buffer and sleep (to be killed)
+//	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	_ "perfinsp/libperfutil/backends"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "check-tprof":
+		if len(os.Args) != 4 {
+			usage()
+		}
+		err = checkTprof(os.Args[2], os.Args[3])
+	case "modes":
+		err = modes()
+	case "badinput":
+		err = badInput()
+	case "fuzz":
+		if len(os.Args) != 4 {
+			usage()
+		}
+		n, _ := strconv.Atoi(os.Args[2])
+		seed, _ := strconv.ParseInt(os.Args[3], 10, 64)
+		err = fuzz(n, seed)
+	case "toggle":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		n, _ := strconv.Atoi(os.Args[2])
+		err = toggle(n)
+	case "holdmap":
+		err = holdMap()
+	case "bench":
+		err = bench(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pitest %s: FAIL: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N | holdmap | bench")
+	os.Exit(2)
+}

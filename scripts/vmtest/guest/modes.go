@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// spin burns CPU in this process for d.
+func spin(d time.Duration) uint64 {
+	var x uint64 = 1
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		for i := 0; i < 10000; i++ {
+			x = x*6364136223846793005 + 1
+		}
+	}
+	return x
+}
+
+func sums(st []nrm2.CPUStats) (recs, lost, mrecs, mlost uint64, full uint32) {
+	for _, s := range st {
+		recs += s.Records
+		lost += s.Lost
+		mrecs += s.MTERecords
+		mlost += s.MTELost
+		full |= s.Full
+	}
+	return
+}
+
+func total(v []uint64) (n uint64) {
+	for _, x := range v {
+		n += x
+	}
+	return
+}
+
+// runMode traces a busy second with 8K (trace) / 16K (MTE) buffers per CPU.
+func runMode(f control.Facility, mode int, file string) (*summary, error) {
+	if err := f.Free(); err != nil {
+		return nil, err
+	}
+	if err := f.SetMode(mode, file); err != nil {
+		return nil, fmt.Errorf("mode %s: %w", control.ModeName(mode), err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 8 << 10, MTEBufSize: 16 << 10}); err != nil {
+		return nil, err
+	}
+	if err := f.Enable([]uint16{trace.MajorTprof, trace.MajorDispatch}); err != nil {
+		return nil, err
+	}
+	if err := f.SetRate(2000, ""); err != nil {
+		return nil, err
+	}
+	if err := f.On(); err != nil {
+		return nil, fmt.Errorf("on: %w", err)
+	}
+	for i := 0; i < 50; i++ {
+		_ = f.Hook(0x100, uint32(i), []uint32{uint32(i), 0xabcd}, "")
+	}
+	spin(1500 * time.Millisecond)
+	st, err := f.Info()
+	if err != nil {
+		return nil, err
+	}
+	if mode == control.ModeNormal && !st.StoppedFull {
+		return nil, fmt.Errorf("normal mode: 8K buffers and 2000 Hz for 1.5 s did not fill (info: %+v)", st.CPUs)
+	}
+	if err := f.Off(); err != nil {
+		return nil, fmt.Errorf("off: %w", err)
+	}
+	out := "/tmp/mode.nrm2"
+	if err := f.Get(out); err != nil {
+		return nil, fmt.Errorf("get: %w", err)
+	}
+	return load(out)
+}
+
+func modes() error {
+	f, err := control.Open("kmod")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	defer f.Disable([]uint16{trace.MajorDispatch})
+
+	// normal: stops when a buffer fills, everything held is in the file.
+	s, err := runMode(f, control.ModeNormal, "")
+	if err != nil {
+		return fmt.Errorf("normal: %w", err)
+	}
+	recs, lost, mrecs, mlost, full := sums(s.f.Stats)
+	fmt.Printf("modes: normal: %d trace + %d MTE records in the file, stats %d + %d, lost %d + %d, full flags %#x, header flags %#x\n",
+		total(s.traceRecs), total(s.mteRecs), recs, mrecs, lost, mlost, full, s.f.Header.Flags)
+	if full == 0 || s.f.Header.Flags&nrm2.FlagBufferFull == 0 {
+		return fmt.Errorf("normal: no buffer marked full")
+	}
+	if recs != total(s.traceRecs) || mrecs != total(s.mteRecs) {
+		return fmt.Errorf("normal: statistics and file disagree")
+	}
+	if total(s.traceRecs) == 0 || uint64(s.f.Header.TraceBufSize) < 8<<10 {
+		return fmt.Errorf("normal: nothing recorded")
+	}
+	// nothing is written after the buffer filled: the file holds at most one buffer per CPU
+	for cpu, c := range s.f.Chunks {
+		_ = cpu
+		if c.Kind == nrm2.ChunkTrace && len(c.Data) > int(s.f.Header.SegmentSize) {
+			return fmt.Errorf("normal: a segment of %d bytes is larger than the %d-byte segment size", len(c.Data), s.f.Header.SegmentSize)
+		}
+	}
+
+	// wrap: the trace ring keeps the newest records; MTE is never lost.
+	wfile := "/tmp/wrap-stream.nrm2"
+	s, err = runMode(f, control.ModeWrap, wfile)
+	if err != nil {
+		return fmt.Errorf("wrap: %w", err)
+	}
+	recs, lost, mrecs, mlost, _ = sums(s.f.Stats)
+	fmt.Printf("modes: wrap: %d trace + %d MTE records in the file, stats %d + %d, lost (overwritten) %d, MTE lost %d, TRACE_OFF records %d\n",
+		total(s.traceRecs), total(s.mteRecs), recs, mrecs, lost, mlost, s.count(trace.MajorSys, trace.SysTraceOff))
+	if lost == 0 {
+		return fmt.Errorf("wrap: nothing was overwritten with 8K buffers")
+	}
+	if mlost != 0 {
+		return fmt.Errorf("wrap: %d MTE records lost: MTE must never be overwritten", mlost)
+	}
+	if recs != total(s.traceRecs) || mrecs != total(s.mteRecs) {
+		return fmt.Errorf("wrap: statistics (%d/%d) and file (%d/%d) disagree", recs, mrecs, total(s.traceRecs), total(s.mteRecs))
+	}
+	if s.count(trace.MajorSys, trace.SysTraceOff) == 0 {
+		return fmt.Errorf("wrap: the newest records (TRACE_OFF) are not in the file")
+	}
+	if s.count(trace.MajorSys, trace.SysTraceOn) != 0 {
+		return fmt.Errorf("wrap: the oldest records (TRACE_ON) should have been overwritten")
+	}
+	if _, err := os.Stat(wfile); err == nil {
+		return fmt.Errorf("wrap: get should have moved the stream file %s", wfile)
+	}
+
+	// cont: every segment is drained; the file is larger than the buffers.
+	cfile := "/tmp/cont-stream.nrm2"
+	s, err = runMode(f, control.ModeCont, cfile)
+	if err != nil {
+		return fmt.Errorf("cont: %w", err)
+	}
+	recs, lost, mrecs, mlost, _ = sums(s.f.Stats)
+	var traceBytes int
+	for _, c := range s.f.Chunks {
+		if c.Kind == nrm2.ChunkTrace {
+			traceBytes += len(c.Data)
+		}
+	}
+	fmt.Printf("modes: cont: %d trace + %d MTE records in the file (%d trace bytes, buffers %d bytes per CPU), stats %d + %d, lost %d + %d (LOST records report %d)\n",
+		total(s.traceRecs), total(s.mteRecs), traceBytes, s.f.Header.TraceBufSize, recs, mrecs, lost, mlost, s.lostInFile)
+	if recs != total(s.traceRecs) || mrecs != total(s.mteRecs) {
+		return fmt.Errorf("cont: statistics (%d/%d) and file (%d/%d) disagree", recs, mrecs, total(s.traceRecs), total(s.mteRecs))
+	}
+	if uint64(traceBytes) <= uint64(s.f.Header.NCPUs)*s.f.Header.TraceBufSize {
+		return fmt.Errorf("cont: %d trace bytes drained, no more than the buffers hold: segments were not handed over", traceBytes)
+	}
+	if s.lostInFile > lost+mlost {
+		return fmt.Errorf("cont: LOST records report %d, more than the %d counted", s.lostInFile, lost+mlost)
+	}
+	if !s.f.Complete {
+		return fmt.Errorf("cont: stream file not finalized")
+	}
+	if err := f.Free(); err != nil {
+		return err
+	}
+	if err := f.SetMode(control.ModeNormal, ""); err != nil {
+		return err
+	}
+	fmt.Println("modes: ok")
+	return nil
+}

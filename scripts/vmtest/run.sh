@@ -1,0 +1,169 @@
+#!/bin/bash
+# VM test of the pitrace kernel module: boots Debian's kernel under QEMU
+# (TCG, -smp 2) with a busybox initramfs holding the module, the static
+# tools and the guest test program, and runs scripts/vmtest/guest-test.sh
+# inside. Passes only if the serial log has the pass marker and no
+# Oops / BUG: / WARNING: / Kernel panic.
+#
+#   scripts/vmtest/run.sh            the functional test
+#   scripts/vmtest/run.sh bench      the per-record cost benchmark (-icount shift=0,sleep=off)
+#
+# Environment: CI=true turns a missing dependency into a failure (else a
+# skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
+# pick a headers version; VMTEST_KEEP=1 keeps the work directory.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+WHAT=${1:-test}
+W=$ROOT/build/vm
+mkdir -p "$W"
+LOG=$W/serial-$WHAT.log
+
+skip_or_fail() {
+	if [ "${CI:-}" = true ]; then
+		echo "vmtest: FAIL: $*" >&2
+		exit 1
+	fi
+	echo "vmtest: SKIP: $* (set CI=true to make this a failure)"
+	exit 0
+}
+
+# ---- dependencies (scripts/deps/vm.txt; make deps installs them) ----
+missing=()
+command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+[ -x /bin/busybox ] || missing+=(busybox-static)
+command -v cpio >/dev/null || missing+=(cpio)
+command -v xz >/dev/null || missing+=(xz-utils)
+command -v gcc >/dev/null || missing+=(gcc)
+ls -d /usr/src/linux-headers-*-amd64 >/dev/null 2>&1 || missing+=(linux-headers-amd64)
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "vmtest: installing ${missing[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$W/apt.log" 2>&1 ||
+			{ apt-get update >/dev/null 2>&1 || true
+			  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >>"$W/apt.log" 2>&1 ||
+				skip_or_fail "cannot install ${missing[*]} (see $W/apt.log)"; }
+	else
+		skip_or_fail "missing ${missing[*]} and not root to install them"
+	fi
+fi
+if ! busybox 2>/dev/null | head -1 | grep -q .; then
+	skip_or_fail "busybox does not run"
+fi
+if ldd /bin/busybox >/dev/null 2>&1; then
+	skip_or_fail "/bin/busybox is dynamically linked: install busybox-static"
+fi
+
+KVER=${KVER:-$(ls -d /usr/src/linux-headers-*-amd64 | sed 's|.*/linux-headers-||' | sort -V | tail -1)}
+KDIR=/usr/src/linux-headers-$KVER
+echo "vmtest: kernel $KVER"
+
+# ---- the kernel image, unpacked (no initramfs-tools / postinst churn) ----
+KROOT=$W/kroot-$KVER
+if [ ! -e "$KROOT/boot/vmlinuz-$KVER" ]; then
+	deb=$(ls "$W"/linux-image-"${KVER}"_*.deb 2>/dev/null | head -1 || true)
+	if [ -z "$deb" ]; then
+		(cd "$W" && apt-get download "linux-image-$KVER" >"$W/download.log" 2>&1) ||
+			skip_or_fail "cannot download linux-image-$KVER (see $W/download.log)"
+		deb=$(ls "$W"/linux-image-"${KVER}"_*.deb | head -1)
+	fi
+	rm -rf "$KROOT"
+	dpkg-deb -x "$deb" "$KROOT"
+fi
+# The uncompressed kernel boots faster: find the xz stream in the bzImage.
+VMLINUX=$W/vmlinux-$KVER
+if [ ! -s "$VMLINUX" ]; then
+	off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$KROOT/boot/vmlinuz-$KVER" | head -1 | cut -d: -f1 || true)
+	if [ -n "$off" ]; then
+		tail -c +$((off + 1)) "$KROOT/boot/vmlinuz-$KVER" | xz -dc >"$VMLINUX.tmp" 2>/dev/null || true
+		if [ "$(head -c4 "$VMLINUX.tmp" | od -An -tx1 | tr -d ' ')" = 7f454c46 ]; then
+			mv "$VMLINUX.tmp" "$VMLINUX"
+		else
+			rm -f "$VMLINUX.tmp"
+		fi
+	fi
+fi
+KERNEL=$KROOT/boot/vmlinuz-$KVER
+[ -s "$VMLINUX" ] && KERNEL=$VMLINUX
+
+# ---- build: module, static tools, guest test program ----
+echo "vmtest: building the module against $KDIR"
+make -s -C kmod KDIR="$KDIR" >"$W/kmod-build.log" 2>&1 || { cat "$W/kmod-build.log"; echo "vmtest: FAIL: module build" >&2; exit 1; }
+BIN=$W/bin
+rm -rf "$BIN"
+mkdir -p "$BIN"
+echo "vmtest: building static tools"
+export CGO_ENABLED=0
+go build -ldflags='-s -w' -o "$BIN/swtrace" ./tools/swtrace
+go build -ldflags='-s -w' -o "$BIN/pitest" ./scripts/vmtest/guest
+if [ -d tools/post ] && go build -ldflags='-s -w' -o "$BIN/post" ./tools/post 2>"$W/post-build.log"; then
+	echo "vmtest: post included"
+else
+	rm -f "$BIN/post"
+	echo "vmtest: tools/post not available or not building: the guest checks tprof with pitest only"
+fi
+gcc -O2 -g -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
+
+# ---- initramfs ----
+IR=$W/initramfs
+rm -rf "$IR"
+mkdir -p "$IR"/{bin,sbin,proc,sys,dev,tmp,mnt,root}
+cp /bin/busybox "$IR/bin/busybox"
+for a in $(/bin/busybox --list); do
+	[ -e "$IR/bin/$a" ] || ln -s busybox "$IR/bin/$a"
+done
+cp kmod/pitrace.ko "$IR/pitrace.ko"
+cp "$BIN"/* "$IR/bin/"
+cp scripts/vmtest/guest-test.sh "$IR/test.sh"
+cat >"$IR/init" <<EOF
+#!/bin/busybox sh
+export PATH=/bin PERFINSP_BACKEND=auto HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+hostname pitrace-vm
+cd /root
+sh /test.sh $WHAT
+echo "vmtest: guest script exit \$?"
+poweroff -f
+EOF
+chmod +x "$IR/init" "$IR/test.sh"
+(cd "$IR" && find . | cpio -o -H newc --quiet | gzip -1) >"$W/initramfs.cpio.gz"
+
+# ---- boot ----
+QEMU_EXTRA=()
+if [ "$WHAT" = bench ]; then
+	QEMU_EXTRA=(-icount shift=0,sleep=off)
+fi
+TIMEOUT=${VMTEST_TIMEOUT:-420}
+echo "vmtest: booting (TCG, -smp 2, timeout ${TIMEOUT}s); serial log $LOG"
+start=$(date +%s)
+set +e
+timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2 -nographic -no-reboot \
+	"${QEMU_EXTRA[@]}" -kernel "$KERNEL" -initrd "$W/initramfs.cpio.gz" \
+	-append 'console=ttyS0 panic=-1 oops=panic panic_on_warn=1 quiet loglevel=4' </dev/null >"$LOG" 2>&1
+rc=$?
+set -e
+echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
+grep -E '^(vmtest|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
+bad=$(grep -nE 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' "$LOG" || true)
+if [ -n "$bad" ]; then
+	echo "vmtest: FAIL: the kernel complained:" >&2
+	grep -nE -B5 -A30 'Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace' "$LOG" | head -80 >&2
+	exit 1
+fi
+if [ $rc -eq 124 ]; then
+	echo "vmtest: FAIL: timed out after ${TIMEOUT}s (tail of $LOG):" >&2
+	tail -30 "$LOG" >&2
+	exit 1
+fi
+marker="PITRACE-VMTEST-PASS"
+[ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
+if ! grep -q "$marker" "$LOG"; then
+	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2
+	tail -40 "$LOG" >&2
+	exit 1
+fi
+echo "vmtest: PASS ($WHAT)"
