@@ -9,6 +9,7 @@
 #include <linux/mm_types.h>
 #include <linux/mutex.h>
 #include <linux/sched.h>
+#include <linux/spinlock.h>
 #include <linux/types.h>
 #include <linux/version.h>
 #include <linux/wait.h>
@@ -93,6 +94,7 @@ struct pt_state {
 	u64 start_clock;
 	u64 on_count;
 	struct pt_set *set;		/* control's reference */
+	spinlock_t set_lock;		/* guards set for mmap (no pt.lock there) */
 	struct file *drainer;
 	pid_t drainer_pid;
 	wait_queue_head_t wq;

@@ -74,7 +74,9 @@ static void pt_drop_set(void)
 		return;
 	rcu_assign_pointer(pt_live_set, NULL);
 	synchronize_rcu();
+	spin_lock(&pt.set_lock);
 	pt.set = NULL;
+	spin_unlock(&pt.set_lock);
 	kref_put(&s->ref, pt_set_release);
 }
 
@@ -197,7 +199,9 @@ static long pt_ioc_init(void __user *arg)
 	s = pt_set_alloc(a.trace_size, a.mte_size, a.mode, ncpu);
 	if (IS_ERR(s))
 		return PTR_ERR(s);
+	spin_lock(&pt.set_lock);
 	pt.set = s;
+	spin_unlock(&pt.set_lock);
 	pt.mode = a.mode;
 	pt.trace_size = a.trace_size;
 	pt.mte_size = a.mte_size;
@@ -582,10 +586,17 @@ static const struct vm_operations_struct pt_vm_ops = {
 	.close = pt_vm_close,
 };
 
+/*
+ * mmap runs with the caller's mmap_lock held for writing, so it must not
+ * take pt.lock: the control thread takes mmap locks (describing tasks at
+ * off, faulting on user buffers) while holding pt.lock.  It takes a
+ * reference on the current set under set_lock instead.
+ */
 static int pt_mmap(struct file *f, struct vm_area_struct *vma)
 {
 	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
 	u64 idx = off >> PITRACE_MMAP_SHIFT;
+	struct pt_set *s;
 	struct pt_buf *b;
 	int err;
 
@@ -593,14 +604,17 @@ static int pt_mmap(struct file *f, struct vm_area_struct *vma)
 		return -EINVAL;
 	if (vma->vm_flags & VM_WRITE)
 		return -EPERM;
-	mutex_lock(&pt.lock);
-	err = -ENODATA;
-	if (!pt.set)
-		goto out;
+	spin_lock(&pt.set_lock);
+	s = pt.set;
+	if (s)
+		kref_get(&s->ref);
+	spin_unlock(&pt.set_lock);
+	if (!s)
+		return -ENODATA;
 	err = -EINVAL;
-	if (idx >= 2ULL * pt.set->ncpu)
+	if (idx >= 2ULL * s->ncpu)
 		goto out;
-	b = (idx & 1) ? &pt.set->mte[idx / 2] : &pt.set->trace[idx / 2];
+	b = (idx & 1) ? &s->mte[idx / 2] : &s->trace[idx / 2];
 	if (vma_pages(vma) > b->npages)
 		goto out;
 	pt_vm_flags_clear(vma, VM_MAYWRITE);
@@ -609,10 +623,10 @@ static int pt_mmap(struct file *f, struct vm_area_struct *vma)
 	if (err)
 		goto out;
 	vma->vm_ops = &pt_vm_ops;
-	vma->vm_private_data = pt.set;
-	kref_get(&pt.set->ref);
+	vma->vm_private_data = s;
+	return 0;	/* the mapping keeps the reference */
 out:
-	mutex_unlock(&pt.lock);
+	kref_put(&s->ref, pt_set_release);
 	return err;
 }
 
@@ -678,6 +692,7 @@ static int __init pt_init(void)
 	int err;
 
 	mutex_init(&pt.lock);
+	spin_lock_init(&pt.set_lock);
 	init_waitqueue_head(&pt.wq);
 	init_irq_work(&pt_wake_work, pt_wake_fn);
 	pt.state = PITRACE_STATE_FREE;

@@ -8,10 +8,11 @@
  *   tracepoints, found with for_each_kernel_tracepoint() and attached with
  *   tracepoint_probe_register(): sched_process_fork, sched_process_exec,
  *   sched_process_exit, task_rename, sched_switch, irq_handler_entry/exit,
- *   softirq_entry/exit, sys_enter (munmap of executable segments);
+ *   softirq_entry/exit;
  *   kprobes (optional, tolerated missing): do_exit (segments of an exiting
  *   process while its mm still exists), begin_new_exec (segments of the
- *   image an exec replaces);
+ *   image an exec replaces), __x64_sys_munmap (unmap of executable
+ *   segments);
  *   hrtimer (HRTIMER_MODE_REL_PINNED), get_irq_regs();
  *   perf_event_create_kernel_counter() for event-based tprof.
  *
@@ -43,8 +44,6 @@
 #include <linux/vmalloc.h>
 #include <asm/irq_regs.h>
 #include <asm/msr.h>
-#include <asm/syscall.h>
-#include <asm/unistd.h>
 
 #include "pitrace_int.h"
 
@@ -238,6 +237,8 @@ static void pt_tp_fork(void *data, struct task_struct *parent,
 		.flags = child->tgid == parent->tgid ? PITRACE_FORK_THREAD : 0,
 	};
 
+	if (!READ_ONCE(pt_active))
+		return;
 	pt_mte_fixed(PITRACE_MTE_FORK, &f, sizeof(f));
 	if (f.flags & PITRACE_FORK_THREAD) {
 		pt_write_thread(child);
@@ -256,6 +257,8 @@ static void pt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
 {
 	struct pt_f_pid2 f = { p->tgid, p->pid };
 
+	if (!READ_ONCE(pt_active))
+		return;
 	pt_mte_str(PITRACE_MTE_EXEC, &f, sizeof(f), bprm->filename);
 	pt_mark_described(p->tgid);
 	rcu_read_lock();
@@ -277,6 +280,8 @@ static void pt_tp_rename(void *data, struct task_struct *task,
 	struct task_struct *parent;
 	struct pt_f_proc pf;
 
+	if (!READ_ONCE(pt_active))
+		return;
 	pt_mte_str(PITRACE_MTE_THREAD, &f, sizeof(f), comm);
 	if (task->pid == task->tgid) {
 		rcu_read_lock();
@@ -295,6 +300,9 @@ static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 		prev->tgid, prev->pid, next->tgid, next->pid, prev_state
 	};
 
+	if (!READ_ONCE(pt_active) ||
+	    !pt_major_enabled(PITRACE_MAJOR_DISPATCH))
+		return;
 	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_DISPATCH,
 		 PITRACE_DISPATCH_SWITCH, PITRACE_LAYOUT_FIXED, &f, sizeof(f),
 		 NULL, 0);
@@ -302,6 +310,9 @@ static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 
 static void pt_intr(u32 minor, u32 v)
 {
+	if (!READ_ONCE(pt_active) ||
+	    !pt_major_enabled(PITRACE_MAJOR_INTERRUPT))
+		return;
 	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_INTERRUPT, minor,
 		 PITRACE_LAYOUT_FIXED, &v, sizeof(v), NULL, 0);
 }
@@ -327,21 +338,18 @@ static void pt_tp_softirq_exit(void *data, unsigned int vec)
 	pt_intr(PITRACE_INTR_SOFT | PITRACE_EXIT_BIT, vec);
 }
 
-/* munmap of an executable segment: describe the task, then the unmap */
-static void pt_tp_sys_enter(void *data, struct pt_regs *regs, long id)
+/*
+ * munmap of an executable segment: describe the task, then the unmap.
+ * start/len are the syscall's arguments (user registers).
+ */
+static void pt_munmap(unsigned long start, unsigned long len)
 {
-	unsigned long args[6];
 	struct mm_struct *mm = current->mm;
 	struct vm_area_struct *vma;
-	unsigned long start, end;
+	unsigned long end = start + len;
 	bool any = false;
 
-	if (id != __NR_munmap || !mm)
-		return;
-	syscall_get_arguments(current, regs, args);
-	start = args[0];
-	end = start + args[1];
-	if (end <= start)
+	if (!mm || end <= start || !pt_pathbufs)
 		return;
 	if (!mmap_read_trylock(mm))
 		return;
@@ -392,7 +400,6 @@ static struct pt_tp pt_tps[] = {
 	{ "sched_process_exec", pt_tp_exec, pt_always },
 	{ "sched_process_exit", pt_tp_exit, pt_always },
 	{ "task_rename", pt_tp_rename, pt_always },
-	{ "sys_enter", pt_tp_sys_enter, pt_always },
 	{ "sched_switch", pt_tp_switch, pt_want_dispatch },
 	{ "irq_handler_entry", pt_tp_irq_entry, pt_want_intr },
 	{ "irq_handler_exit", pt_tp_irq_exit, pt_want_intr },
@@ -436,13 +443,29 @@ static int pt_kp_exec(struct kprobe *kp, struct pt_regs *regs)
 	return 0;
 }
 
+/* x86_64 syscall wrappers take the user registers as their argument */
+static int pt_kp_munmap(struct kprobe *kp, struct pt_regs *regs)
+{
+#ifdef CONFIG_X86_64
+	struct pt_regs *u = (struct pt_regs *)regs->di;
+
+	if (!READ_ONCE(pt_active) || !u)
+		return 0;
+	pt_munmap(u->di, u->si);
+#endif
+	return 0;
+}
+
 static struct kprobe pt_kp_do_exit = {
 	.symbol_name = "do_exit", .pre_handler = pt_kp_exit,
 };
 static struct kprobe pt_kp_new_exec = {
 	.symbol_name = "begin_new_exec", .pre_handler = pt_kp_exec,
 };
-static bool pt_kp_exit_on, pt_kp_exec_on;
+static struct kprobe pt_kp_sys_munmap = {
+	.symbol_name = "__x64_sys_munmap", .pre_handler = pt_kp_munmap,
+};
+static bool pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on, pt_kp_tried;
 
 u32 pt_src_features(void)
 {
@@ -452,7 +475,7 @@ u32 pt_src_features(void)
 		f |= PITRACE_FEAT_KPROBE_EXIT;
 	if (pt_kp_exec_on)
 		f |= PITRACE_FEAT_KPROBE_EXEC;
-	if (pt_tps[4].registered)
+	if (pt_kp_munmap_on)
 		f |= PITRACE_FEAT_UNMAP;
 	return f;
 }
@@ -602,9 +625,70 @@ static int pt_tprof_start(void)
 
 /* ---- start / stop ---------------------------------------------------------- */
 
-int pt_src_start(void)
+/*
+ * Probes are attached on the first on that needs them and stay attached
+ * until the module unloads: they return at once while tracing is off or
+ * their record type is disabled.  Attaching patches kernel text
+ * (text_poke_bp: IPIs to every CPU), which is too heavy to repeat at every
+ * on and off.
+ */
+static int pt_attach(void)
 {
 	size_t i;
+	int err;
+
+	for (i = 0; i < ARRAY_SIZE(pt_tps); i++) {
+		struct pt_tp *p = &pt_tps[i];
+
+		if (p->registered || !p->tp || !p->wanted())
+			continue;
+		err = tracepoint_probe_register(p->tp, p->probe, NULL);
+		if (err) {
+			pr_warn("pitrace: tracepoint %s: error %d\n", p->name,
+				err);
+			if (p->wanted != pt_always)
+				return err;
+			continue;
+		}
+		p->registered = true;
+	}
+	if (!pt_kp_tried) {
+		pt_kp_tried = true;
+		pt_kp_exit_on = register_kprobe(&pt_kp_do_exit) == 0;
+		pt_kp_exec_on = register_kprobe(&pt_kp_new_exec) == 0;
+		pt_kp_munmap_on = register_kprobe(&pt_kp_sys_munmap) == 0;
+		if (!pt_kp_exit_on || !pt_kp_exec_on || !pt_kp_munmap_on)
+			pr_info("pitrace: kprobes: do_exit %d, begin_new_exec %d, __x64_sys_munmap %d (see docs/kmod.md)\n",
+				pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on);
+	}
+	return 0;
+}
+
+static void pt_detach(void)
+{
+	size_t i;
+
+	if (pt_kp_exit_on)
+		unregister_kprobe(&pt_kp_do_exit);
+	if (pt_kp_exec_on)
+		unregister_kprobe(&pt_kp_new_exec);
+	if (pt_kp_munmap_on)
+		unregister_kprobe(&pt_kp_sys_munmap);
+	pt_kp_exit_on = false;
+	pt_kp_exec_on = false;
+	pt_kp_munmap_on = false;
+	for (i = 0; i < ARRAY_SIZE(pt_tps); i++) {
+		struct pt_tp *p = &pt_tps[i];
+
+		if (p->registered)
+			tracepoint_probe_unregister(p->tp, p->probe, NULL);
+		p->registered = false;
+	}
+	tracepoint_synchronize_unregister();
+}
+
+int pt_src_start(void)
+{
 	int err;
 
 	if (!pt_described) {
@@ -616,57 +700,19 @@ int pt_src_start(void)
 		memset(pt_described, 0,
 		       BITS_TO_LONGS(PID_MAX_LIMIT) * sizeof(long));
 	}
-	for (i = 0; i < ARRAY_SIZE(pt_tps); i++) {
-		struct pt_tp *p = &pt_tps[i];
-
-		if (!p->tp || !p->wanted())
-			continue;
-		err = tracepoint_probe_register(p->tp, p->probe, NULL);
-		if (err) {
-			pr_warn("pitrace: tracepoint %s: error %d\n", p->name,
-				err);
-			if (p->wanted != pt_always)
-				goto fail;
-			continue;
-		}
-		p->registered = true;
-	}
-	pt_kp_exit_on = register_kprobe(&pt_kp_do_exit) == 0;
-	pt_kp_exec_on = register_kprobe(&pt_kp_new_exec) == 0;
-	err = pt_tprof_start();
+	err = pt_attach();
 	if (err)
-		goto fail;
-	return 0;
-fail:
-	pt_src_stop();
-	return err;
+		return err;
+	return pt_tprof_start();
 }
 
-/* Stops every source; on return no probe or timer is running. */
+/*
+ * Stops tprof.  The probes stay attached but idle once pt_active is 0;
+ * the caller waits for running ones with synchronize_rcu().
+ */
 void pt_src_stop(void)
 {
-	size_t i;
-
 	pt_tprof_stop();
-	if (pt_kp_exit_on)
-		unregister_kprobe(&pt_kp_do_exit);
-	if (pt_kp_exec_on)
-		unregister_kprobe(&pt_kp_new_exec);
-	pt_kp_exit_on = false;
-	pt_kp_exec_on = false;
-	/* kprobe structs are reused at the next on */
-	pt_kp_do_exit.addr = NULL;
-	pt_kp_do_exit.flags = 0;
-	pt_kp_new_exec.addr = NULL;
-	pt_kp_new_exec.flags = 0;
-	for (i = 0; i < ARRAY_SIZE(pt_tps); i++) {
-		struct pt_tp *p = &pt_tps[i];
-
-		if (p->registered)
-			tracepoint_probe_unregister(p->tp, p->probe, NULL);
-		p->registered = false;
-	}
-	tracepoint_synchronize_unregister();
 }
 
 /*
@@ -777,6 +823,7 @@ int pt_src_init(void)
 void pt_src_exit(void)
 {
 	pt_src_stop();
+	pt_detach();
 	kvfree(pt_pathbufs);
 	pt_pathbufs = NULL;
 	vfree(pt_described);

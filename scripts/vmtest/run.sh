@@ -47,7 +47,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		skip_or_fail "missing ${missing[*]} and not root to install them"
 	fi
 fi
-if ! busybox 2>/dev/null | head -1 | grep -q .; then
+if ! /bin/busybox true; then
 	skip_or_fail "busybox does not run"
 fi
 if ldd /bin/busybox >/dev/null 2>&1; then
@@ -143,7 +143,7 @@ start=$(date +%s)
 set +e
 timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2 -nographic -no-reboot \
 	"${QEMU_EXTRA[@]}" -kernel "$KERNEL" -initrd "$W/initramfs.cpio.gz" \
-	-append 'console=ttyS0 panic=-1 oops=panic panic_on_warn=1 quiet loglevel=4' </dev/null >"$LOG" 2>&1
+	-append "console=ttyS0 panic=-1 oops=panic panic_on_warn=1 softlockup_panic=1 softlockup_all_cpu_backtrace=1 quiet loglevel=${VMTEST_LOGLEVEL:-5}" </dev/null >"$LOG" 2>&1
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
@@ -161,6 +161,7 @@ if [ $rc -eq 124 ]; then
 fi
 marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
+[ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2
 	tail -40 "$LOG" >&2
