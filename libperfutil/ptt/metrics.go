@@ -1,0 +1,110 @@
+package ptt
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxMetrics is the most metrics one PttInit can ask for (as in PI).
+const MaxMetrics = 8
+
+// Metric describes one metric PTT can virtualize.
+type Metric struct {
+	Name     string `json:"name"`
+	Unit     string `json:"unit"`
+	Hardware bool   `json:"hardware"` // needs a hardware PMU counter
+	Help     string `json:"help"`
+	perfType uint32
+	config   uint64
+}
+
+var metricTable = []Metric{
+	{Name: "task-clock", Unit: "ns", Help: "CPU time of the thread", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_TASK_CLOCK},
+	{Name: "cpu-clock", Unit: "ns", Help: "CPU time of the thread (cpu-clock timer)", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CPU_CLOCK},
+	{Name: "context-switches", Unit: "switches", Help: "times the thread was switched out", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
+	{Name: "cpu-migrations", Unit: "migrations", Help: "times the thread moved to another CPU", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CPU_MIGRATIONS},
+	{Name: "page-faults", Unit: "faults", Help: "page faults taken by the thread", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_PAGE_FAULTS},
+	{Name: "minor-faults", Unit: "faults", Help: "minor page faults", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_PAGE_FAULTS_MIN},
+	{Name: "major-faults", Unit: "faults", Help: "major page faults", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_PAGE_FAULTS_MAJ},
+	{Name: "cycles", Unit: "cycles", Hardware: true, Help: "processor cycles", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_CPU_CYCLES},
+	{Name: "instructions", Unit: "instructions", Hardware: true, Help: "instructions completed", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_INSTRUCTIONS},
+	{Name: "branches", Unit: "branches", Hardware: true, Help: "branch instructions", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_BRANCH_INSTRUCTIONS},
+	{Name: "branch-misses", Unit: "branches", Hardware: true, Help: "mispredicted branches", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_BRANCH_MISSES},
+	{Name: "cache-references", Unit: "accesses", Hardware: true, Help: "last-level cache accesses", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_CACHE_REFERENCES},
+	{Name: "cache-misses", Unit: "misses", Hardware: true, Help: "last-level cache misses", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_CACHE_MISSES},
+	{Name: "ref-cycles", Unit: "cycles", Hardware: true, Help: "reference cycles (constant rate)", perfType: unix.PERF_TYPE_HARDWARE, config: unix.PERF_COUNT_HW_REF_CPU_CYCLES},
+}
+
+// Metrics lists every metric name PttInit accepts, in table order.
+func Metrics() []Metric {
+	out := make([]Metric, len(metricTable))
+	copy(out, metricTable)
+	return out
+}
+
+// MetricNames lists the valid metric names, sorted.
+func MetricNames() []string {
+	names := make([]string, 0, len(metricTable))
+	for _, m := range metricTable {
+		names = append(names, m.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LookupMetric finds a metric by name (case-insensitive; "instr" style
+// aliases of perf are accepted for the common ones).
+func LookupMetric(name string) (Metric, error) {
+	n := strings.ToLower(strings.TrimSpace(name))
+	switch n {
+	case "cs":
+		n = "context-switches"
+	case "faults":
+		n = "page-faults"
+	case "migrations":
+		n = "cpu-migrations"
+	case "cpu-cycles":
+		n = "cycles"
+	case "branch-instructions":
+		n = "branches"
+	}
+	for _, m := range metricTable {
+		if m.Name == n {
+			return m, nil
+		}
+	}
+	return Metric{}, fmt.Errorf("unknown metric %q: valid metrics are %s", name, strings.Join(MetricNames(), ", "))
+}
+
+// ParseMetrics validates a metric list: 1 to 8 known, distinct names. An
+// empty list means task-clock.
+func ParseMetrics(names []string) ([]Metric, error) {
+	if len(names) == 0 {
+		names = []string{"task-clock"}
+	}
+	if len(names) > MaxMetrics {
+		return nil, fmt.Errorf("%d metrics requested: PTT supports at most %d at once", len(names), MaxMetrics)
+	}
+	out := make([]Metric, 0, len(names))
+	seen := map[string]bool{}
+	for _, n := range names {
+		m, err := LookupMetric(n)
+		if err != nil {
+			return nil, err
+		}
+		if seen[m.Name] {
+			return nil, fmt.Errorf("metric %s given twice", m.Name)
+		}
+		seen[m.Name] = true
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// SplitList splits "a,b c" into names.
+func SplitList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+}
