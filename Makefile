@@ -10,8 +10,6 @@ BIN     := bin
 GOFLAGS ?=
 export GOFLAGS
 
-# Every Go main package: the tools and the daemon.
-GO_CMDS := $(shell $(GO) list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./tools/... ./daemon/... 2>/dev/null)
 
 .PHONY: all build static test gotest lint bench clean deps
 all: build

@@ -1,0 +1,75 @@
+// Command pitraced is the user-space half of the perfinsp trace facility.
+// On kernels without the pitrace module it implements the facility from
+// mainline mechanisms (perf_event sampling, side-band records and
+// tracepoints, /proc) and serves swtrace and libperfutil over a Unix socket.
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"perfinsp/daemon/facility"
+	"perfinsp/daemon/server"
+	"perfinsp/libperfutil/daemonproto"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "pitraced",
+		Usage: "perfinsp trace facility daemon (serves swtrace when the pitrace module is not loaded)",
+		Description: "pitraced owns the per-CPU MTE and trace buffers, samples with perf_event, records\n" +
+			"process lifecycle and executable mappings, and drains continuous mode to files.\n" +
+			"swtrace starts it on demand; it can also run as a service (see daemon/pitraced.service).\n" +
+			"The control socket is root-only unless --group names a group whose members may use it.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "socket", Value: daemonproto.SocketPath(), Usage: "control socket path (env " + daemonproto.EnvSocket + ")"},
+			&cli.StringFlag{Name: "group", Usage: "let members of `GROUP` use the control socket (mode 0660)"},
+			&cli.DurationFlag{Name: "idle-exit", Usage: "exit after this long with no buffers allocated (0: never)"},
+			&cli.BoolFlag{Name: "quiet", Usage: "log nothing but errors"},
+		},
+		Action: run,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "pitraced:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c *cli.Context) error {
+	if c.NArg() > 0 {
+		cli.ShowAppHelp(c)
+		return fmt.Errorf("unexpected argument %q", c.Args().First())
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("pitraced must run as root (it opens system-wide perf events): run it with sudo or as the pitraced service")
+	}
+	logger := log.New(os.Stderr, "pitraced: ", log.LstdFlags)
+	s := &server.Server{
+		Fac:      facility.New(),
+		Path:     c.String("socket"),
+		Group:    c.String("group"),
+		IdleExit: c.Duration("idle-exit"),
+	}
+	if !c.Bool("quiet") {
+		s.Log = logger.Printf
+	}
+	registerExtensions(s)
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		s.Shutdown()
+	}()
+	if s.Log != nil {
+		s.Log("listening on %s (pid %d)", s.Path, os.Getpid())
+	}
+	return s.Serve()
+}

@@ -1,0 +1,778 @@
+// Package facility is the trace facility implemented in user space on
+// mainline kernel mechanisms: per-CPU MTE and trace buffers (tracebuf) in the
+// daemon's memory, fed by perf_event sampling, side-band and tracepoint
+// records (perfsrc) and a /proc scan (procscan), written to swtrace.nrm2
+// files in the three modes. pitraced serves it over its control socket; it
+// has the same semantics as the kernel module.
+package facility
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/daemon/kevents"
+
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+	"perfinsp/libperfutil/tracebuf"
+)
+
+// Now returns the facility clock: CLOCK_MONOTONIC in ns.
+func Now() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
+
+// ErrUnsaved is returned by On when the buffers hold a trace that was never
+// written with Get.
+var ErrUnsaved = errors.New("the buffers hold a trace that was not written yet: run `swtrace get` first, or `swtrace on --discard` to drop it")
+
+// Source is a running set of kernel event sources (kevents.Session).
+type Source interface {
+	Stop() error
+}
+
+// Sink receives records from a Source (kevents.Sink).
+type Sink = kevents.Sink
+
+// StartFunc starts the kernel event sources feeding sink.
+type StartFunc func(opts kevents.Options, sink Sink) (Source, error)
+
+// ScanFunc describes existing tasks (kevents.Scan).
+type ScanFunc func(t uint64, emit func(minor uint32, fields []uint64, str string)) error
+
+// Facility is the daemon's trace facility. All methods are safe for
+// concurrent use; control operations are serialized.
+type Facility struct {
+	mu sync.Mutex
+
+	state    string
+	cfg      control.Config
+	mode     int
+	contFile string
+	rateHz   int
+	event    string
+	enabled  map[uint16]bool
+
+	ncpu  int
+	trace []*tracebuf.Buffer
+	mte   []*tracebuf.Buffer
+
+	src        Source
+	startWall  uint64
+	startClock uint64
+	kallsyms   []byte
+	full       bool // normal mode: a buffer filled and tracing stopped
+	unsaved    bool // buffers hold data not yet written
+	note       string
+
+	// Streaming (cont: everything; wrap: MTE) to a file while on.
+	stream    *nrm2.Writer
+	streamErr error
+	drainWake chan struct{}
+	drainDone chan struct{}
+	drainStop chan struct{}
+
+	seenMu    sync.Mutex
+	described map[uint32]bool // pids with MTE written
+	sampled   map[uint32]bool // pids seen in samples
+
+	fullOnce sync.Once
+
+	// StartSource and Scan default to kevents.Start and kevents.Scan;
+	// tests replace them.
+	StartSource StartFunc
+	Scan        ScanFunc
+}
+
+// New returns a facility in the free state with the documented defaults.
+func New() *Facility {
+	f := &Facility{
+		state:   control.StateFree,
+		mode:    control.ModeNormal,
+		rateHz:  control.DefaultRateHz,
+		enabled: map[uint16]bool{trace.MajorSys: true, trace.MajorMTE: true, trace.MajorTprof: true},
+		ncpu:    possibleCPUs(),
+		StartSource: func(opts kevents.Options, sink Sink) (Source, error) {
+			return kevents.Start(opts, sink)
+		},
+		Scan: kevents.Scan,
+	}
+	return f
+}
+
+func possibleCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	if err == nil {
+		// e.g. "0-3" or "0"
+		s := strings.TrimSpace(string(b))
+		if i := strings.LastIndexAny(s, "-,"); i >= 0 {
+			s = s[i+1:]
+		}
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			return n + 1
+		}
+	}
+	return runtime.NumCPU()
+}
+
+// Backend names this backend.
+func (f *Facility) Backend() string { return "daemon" }
+
+// Init allocates the per-CPU buffers, dropping any earlier ones.
+func (f *Facility) Init(cfg control.Config) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.initLocked(cfg)
+}
+
+func (f *Facility) initLocked(cfg control.Config) error {
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` first")
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	var tr, mt []*tracebuf.Buffer
+	for cpu := 0; cpu < f.ncpu; cpu++ {
+		t, err := tracebuf.New(cfg.TraceBufSize, tracebuf.Mode(f.mode))
+		if err != nil {
+			return fmt.Errorf("trace buffer: %w", err)
+		}
+		mmode := tracebuf.Mode(f.mode)
+		if mmode == tracebuf.Wrap {
+			mmode = tracebuf.Cont // MTE is never overwritten: streamed to the file
+		}
+		m, err := tracebuf.New(cfg.MTEBufSize, mmode)
+		if err != nil {
+			return fmt.Errorf("MTE buffer: %w", err)
+		}
+		tr = append(tr, t)
+		mt = append(mt, m)
+	}
+	f.cfg = cfg
+	f.trace, f.mte = tr, mt
+	f.state = control.StateInitialized
+	f.full = false
+	f.unsaved = false
+	f.note = ""
+	f.fullOnce = sync.Once{}
+	return nil
+}
+
+// Enable turns record types on.
+func (f *Facility) Enable(majors []uint16) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing record types")
+	}
+	for _, m := range majors {
+		f.enabled[m] = true
+	}
+	return nil
+}
+
+// Disable turns record types off (sys and MTE stay on).
+func (f *Facility) Disable(majors []uint16) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing record types")
+	}
+	for _, m := range majors {
+		if m == trace.MajorSys || m == trace.MajorMTE {
+			return fmt.Errorf("%s records are always on", trace.MajorName(m))
+		}
+		delete(f.enabled, m)
+	}
+	return nil
+}
+
+// SetMode selects the mode and, for wrap and cont, the file the facility
+// streams to. The buffers are reallocated in the new mode if they exist.
+func (f *Facility) SetMode(mode int, contFile string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing the mode")
+	}
+	if mode < control.ModeNormal || mode > control.ModeCont {
+		return fmt.Errorf("unknown mode %d", mode)
+	}
+	if mode != control.ModeNormal {
+		if contFile == "" {
+			return errors.New("wrap and cont modes need a file to stream to")
+		}
+		if !filepath.IsAbs(contFile) {
+			return fmt.Errorf("stream file %q must be an absolute path", contFile)
+		}
+	}
+	if f.unsaved && mode != f.mode {
+		return ErrUnsaved
+	}
+	f.mode = mode
+	f.contFile = contFile
+	if f.state != control.StateFree {
+		return f.initLocked(f.cfg)
+	}
+	return nil
+}
+
+// SetRate sets the tprof rate and event.
+func (f *Facility) SetRate(hz int, event string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing the rate")
+	}
+	if hz <= 0 || hz > control.MaxRateHz {
+		return fmt.Errorf("rate %d is out of range: use 1..%d", hz, control.MaxRateHz)
+	}
+	f.rateHz = hz
+	f.event = event
+	return nil
+}
+
+// On starts tracing.
+func (f *Facility) On() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch f.state {
+	case control.StateOn:
+		return errors.New("tracing is already on")
+	case control.StateFree:
+		if err := f.initLocked(control.Config{}); err != nil {
+			return err
+		}
+	case control.StateOff:
+		if f.unsaved {
+			return ErrUnsaved
+		}
+		if err := f.initLocked(f.cfg); err != nil {
+			return err
+		}
+	}
+	f.described = map[uint32]bool{}
+	f.sampled = map[uint32]bool{}
+	f.startWall = uint64(time.Now().UnixNano())
+	f.startClock = Now()
+	f.kallsyms, _ = os.ReadFile("/proc/kallsyms")
+
+	if f.mode != control.ModeNormal {
+		if err := f.startStream(); err != nil {
+			return err
+		}
+	}
+	opts := kevents.Options{
+		Dispatch:  f.enabled[trace.MajorDispatch],
+		Interrupt: f.enabled[trace.MajorInterrupt],
+	}
+	if f.enabled[trace.MajorTprof] {
+		opts.RateHz = f.rateHz
+		opts.Event = f.event
+	}
+	src, err := f.StartSource(opts, (*sink)(f))
+	if err != nil {
+		f.abortStream()
+		return fmt.Errorf("start kernel event sources: %w", err)
+	}
+	f.src = src
+	f.state = control.StateOn
+	f.unsaved = true
+	t := Now()
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	uname := strings.Join([]string{cstr(uts.Sysname[:]), cstr(uts.Nodename[:]), cstr(uts.Release[:]), cstr(uts.Version[:]), cstr(uts.Machine[:])}, " ")
+	f.trace[0].Write(trace.MajorSys, trace.SysInfo, trace.LayoutString, t, []uint64{uint64(f.ncpu), nrm2.ClockMonotonic, 1e9, f.startWall}, uname)
+	for cpu := range f.trace {
+		f.trace[cpu].Write(trace.MajorSys, trace.SysTraceOn, trace.LayoutFixed, t, []uint64{f.majorsLo(), uint64(f.rateHz)}, "")
+	}
+	// Describe what exists now. The side-band events are already on, so
+	// nothing started after this point is missed.
+	err = f.Scan(Now(), func(minor uint32, fields []uint64, str string) {
+		f.mteRecord(0, minor, Now(), fields, str)
+	})
+	if err != nil {
+		f.note = "process scan: " + err.Error()
+	}
+	return nil
+}
+
+func (f *Facility) majorsLo() uint64 {
+	var m uint64
+	for k := range f.enabled {
+		if k < 32 {
+			m |= 1 << k
+		}
+	}
+	return m
+}
+
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// Off stops tracing. Live tasks not yet described get MTE records.
+func (f *Facility) Off() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state != control.StateOn {
+		return fmt.Errorf("tracing is not on (state: %s)", f.state)
+	}
+	return f.offLocked()
+}
+
+func (f *Facility) offLocked() error {
+	var err error
+	if f.src != nil {
+		err = f.src.Stop()
+		f.src = nil
+	}
+	t := Now()
+	// Every live task seen in samples but not yet described.
+	f.seenMu.Lock()
+	var missing []uint32
+	for pid := range f.sampled {
+		if !f.described[pid] {
+			missing = append(missing, pid)
+		}
+	}
+	f.seenMu.Unlock()
+	sort.Slice(missing, func(i, j int) bool { return missing[i] < missing[j] })
+	for _, pid := range missing {
+		_ = kevents.Describe(int(pid), t, func(minor uint32, fields []uint64, str string) {
+			f.mteRecord(0, minor, t, fields, str)
+		})
+	}
+	if !f.full {
+		for cpu := range f.trace {
+			f.trace[cpu].Write(trace.MajorSys, trace.SysTraceOff, trace.LayoutFixed, t, nil, "")
+		}
+	}
+	f.state = control.StateOff
+	if f.mode == control.ModeCont {
+		if serr := f.finishStream(); serr != nil && err == nil {
+			err = serr
+		}
+		f.unsaved = false
+	}
+	return err
+}
+
+func (f *Facility) header() nrm2.Header {
+	host, _ := os.Hostname()
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	return nrm2.Header{
+		NCPUs:         uint32(f.ncpu),
+		Mode:          uint32(f.mode),
+		TraceBufSize:  uint64(f.cfg.TraceBufSize),
+		MTEBufSize:    uint64(f.cfg.MTEBufSize),
+		StartWallNs:   f.startWall,
+		StartClockNs:  f.startClock,
+		SegmentSize:   uint64(f.trace[0].SegSize()),
+		Backend:       nrm2.BackendDaemon,
+		RateHz:        uint32(f.rateHz),
+		KernelRelease: cstr(uts.Release[:]),
+		Hostname:      host,
+	}
+}
+
+// startStream opens the stream file for cont and wrap modes and starts the drainer.
+func (f *Facility) startStream() error {
+	w, err := nrm2.Create(f.contFile, f.header())
+	if err != nil {
+		return err
+	}
+	if len(f.kallsyms) > 0 {
+		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, f.kallsyms); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	f.stream = w
+	f.streamErr = nil
+	f.drainWake = make(chan struct{}, 1)
+	f.drainStop = make(chan struct{})
+	f.drainDone = make(chan struct{})
+	wake := func() {
+		select {
+		case f.drainWake <- struct{}{}:
+		default:
+		}
+	}
+	for cpu := range f.mte {
+		f.mte[cpu].Notify = wake
+		if f.mode == control.ModeCont {
+			f.trace[cpu].Notify = wake
+		}
+	}
+	go f.drainLoop()
+	return nil
+}
+
+func (f *Facility) drainLoop() {
+	defer close(f.drainDone)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.drainWake:
+		case <-tick.C:
+		case <-f.drainStop:
+			return
+		}
+		f.drainOnce()
+	}
+}
+
+// drainOnce writes the complete segments waiting in streamed buffers.
+func (f *Facility) drainOnce() {
+	for cpu := range f.mte {
+		f.drainBuf(nrm2.ChunkMTE, cpu, f.mte[cpu])
+		if f.mode == control.ModeCont {
+			f.drainBuf(nrm2.ChunkTrace, cpu, f.trace[cpu])
+		}
+	}
+}
+
+func (f *Facility) drainBuf(kind uint32, cpu int, b *tracebuf.Buffer) {
+	segs := b.Take()
+	for _, s := range segs {
+		if f.streamErr == nil && len(s.Data) > 0 {
+			f.streamErr = f.stream.WriteChunk(kind, uint32(cpu), s.Data)
+		}
+	}
+	b.Release(segs)
+}
+
+func (f *Facility) stopDrainer() {
+	if f.drainStop != nil {
+		close(f.drainStop)
+		<-f.drainDone
+		f.drainStop = nil
+	}
+}
+
+// finishStream flushes every streamed buffer (and in wrap mode the trace
+// ring, oldest first) into the stream file and finalizes it.
+func (f *Facility) finishStream() error {
+	if f.stream == nil {
+		return nil
+	}
+	f.stopDrainer()
+	for cpu := range f.mte {
+		f.mte[cpu].Flush()
+		f.trace[cpu].Flush()
+	}
+	f.drainOnce()
+	if f.mode == control.ModeWrap {
+		for cpu := range f.trace {
+			f.drainBuf(nrm2.ChunkTrace, cpu, f.trace[cpu])
+		}
+	}
+	err := f.streamErr
+	if cerr := f.stream.Close(f.flags(), f.stats()); err == nil {
+		err = cerr
+	}
+	f.stream = nil
+	return err
+}
+
+func (f *Facility) abortStream() {
+	if f.stream != nil {
+		f.stopDrainer()
+		f.stream.Abort()
+		f.stream = nil
+	}
+}
+
+func (f *Facility) flags() uint32 {
+	if f.full {
+		return nrm2.FlagBufferFull
+	}
+	return 0
+}
+
+func (f *Facility) stats() []nrm2.CPUStats {
+	out := make([]nrm2.CPUStats, f.ncpu)
+	for cpu := range out {
+		ts := f.trace[cpu].Stats()
+		ms := f.mte[cpu].Stats()
+		out[cpu] = nrm2.CPUStats{Records: ts.Records, Lost: ts.Lost, MTERecords: ms.Records, MTELost: ms.Lost, Bytes: ts.Bytes}
+		if ts.Full {
+			out[cpu].Full |= 1
+		}
+		if ms.Full {
+			out[cpu].Full |= 2
+		}
+	}
+	return out
+}
+
+// Get writes the trace to path (absolute). uid/gid, if not -1, own the file.
+func (f *Facility) Get(path string, uid, gid int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch f.state {
+	case control.StateOn:
+		return errors.New("tracing is on: run `swtrace off` first (get does not snapshot a running trace)")
+	case control.StateFree, control.StateInitialized:
+		return errors.New("there is no trace to write: run `swtrace on` and `swtrace off` first")
+	}
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("output path %q must be absolute", path)
+	}
+	var err error
+	switch f.mode {
+	case control.ModeNormal:
+		err = f.writeFile(path)
+	case control.ModeWrap:
+		if f.stream != nil {
+			err = f.finishStream()
+		}
+		if err == nil && path != f.contFile {
+			err = moveFile(f.contFile, path)
+		}
+	case control.ModeCont:
+		if path != f.contFile {
+			err = copyFile(f.contFile, path)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if uid >= 0 {
+		_ = os.Chown(path, uid, gid)
+	}
+	f.unsaved = false
+	return nil
+}
+
+func (f *Facility) writeFile(path string) error {
+	w, err := nrm2.Create(path, f.header())
+	if err != nil {
+		return err
+	}
+	if len(f.kallsyms) > 0 {
+		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, f.kallsyms); err != nil {
+			w.Abort()
+			return err
+		}
+	}
+	for cpu := 0; cpu < f.ncpu; cpu++ {
+		for _, seg := range f.mte[cpu].Snapshot() {
+			if err := w.WriteChunk(nrm2.ChunkMTE, uint32(cpu), seg); err != nil {
+				w.Abort()
+				return err
+			}
+		}
+		for _, seg := range f.trace[cpu].Snapshot() {
+			if err := w.WriteChunk(nrm2.ChunkTrace, uint32(cpu), seg); err != nil {
+				w.Abort()
+				return err
+			}
+		}
+	}
+	return w.Close(f.flags(), f.stats())
+}
+
+func moveFile(from, to string) error {
+	if err := os.Rename(from, to); err == nil {
+		return nil
+	}
+	if err := copyFile(from, to); err != nil {
+		return err
+	}
+	return os.Remove(from)
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return fmt.Errorf("read streamed trace: %w", err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		return fmt.Errorf("write trace: %w", err)
+	}
+	return nil
+}
+
+// Info reports the facility's state.
+func (f *Facility) Info() (*control.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := &control.Status{
+		Backend:      "daemon",
+		State:        f.state,
+		Mode:         f.mode,
+		TraceBufSize: f.cfg.TraceBufSize,
+		MTEBufSize:   f.cfg.MTEBufSize,
+		RateHz:       f.rateHz,
+		Event:        f.event,
+		ContFile:     f.contFile,
+		StoppedFull:  f.full,
+		Note:         f.note,
+	}
+	for m := range f.enabled {
+		st.Enabled = append(st.Enabled, m)
+	}
+	sort.Slice(st.Enabled, func(i, j int) bool { return st.Enabled[i] < st.Enabled[j] })
+	if f.state != control.StateFree {
+		for cpu := range f.trace {
+			ts := f.trace[cpu].Stats()
+			ms := f.mte[cpu].Stats()
+			st.CPUs = append(st.CPUs, control.CPUStatus{CPU: cpu, Records: ts.Records, Lost: ts.Lost, MTERecords: ms.Records, MTELost: ms.Lost, Used: ts.Used, MTEUsed: ms.Used, Full: ts.Full || ms.Full})
+		}
+	}
+	return st, nil
+}
+
+// Free releases the buffers. Tracing is stopped first if it is on.
+func (f *Facility) Free() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var err error
+	if f.state == control.StateOn {
+		err = f.offLocked()
+	}
+	f.abortStream()
+	f.trace, f.mte = nil, nil
+	f.state = control.StateFree
+	f.unsaved = false
+	f.full = false
+	return err
+}
+
+// Hook writes a user record into cpu's trace buffer at time t.
+func (f *Facility) Hook(cpu int, t uint64, major uint16, minor uint32, words []uint32, str string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state != control.StateOn {
+		return errors.New("tracing is not on")
+	}
+	if major < trace.MajorUserFirst {
+		return fmt.Errorf("user hook records need a major code of 0x%x or more (got 0x%x)", trace.MajorUserFirst, major)
+	}
+	if cpu < 0 || cpu >= len(f.trace) {
+		cpu = 0
+	}
+	fields := make([]uint64, len(words))
+	for i, w := range words {
+		fields[i] = uint64(w)
+	}
+	layout := trace.LayoutWords
+	if str != "" {
+		layout = trace.LayoutBytes
+	}
+	if _, err := f.trace[cpu].Write(major, minor, layout, t, fields, str); err != nil {
+		return err
+	}
+	return nil
+}
+
+// State returns the current state name.
+func (f *Facility) State() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state
+}
+
+// bufferFull stops tracing (normal mode) after a buffer filled. It runs in
+// its own goroutine: the sink must not wait for the sources it is called by.
+func (f *Facility) bufferFull() {
+	f.fullOnce.Do(func() {
+		go func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.state != control.StateOn {
+				return
+			}
+			f.full = true
+			f.note = "a buffer filled: tracing stopped (normal mode)"
+			_ = f.offLocked()
+		}()
+	})
+}
+
+func (f *Facility) mteRecord(cpu int, minor uint32, t uint64, fields []uint64, str string) {
+	if cpu < 0 || cpu >= len(f.mte) {
+		cpu = 0
+	}
+	spec := trace.Lookup(trace.MajorMTE, minor)
+	layout := trace.LayoutFixed
+	if spec != nil {
+		layout = spec.Layout
+	}
+	if minor == trace.MTEProcess || minor == trace.MTEExec || minor == trace.MTESegment || minor == trace.MTEFork {
+		pid := uint32(fields[0])
+		if minor == trace.MTEFork && len(fields) > 2 {
+			pid = uint32(fields[2])
+		}
+		f.seenMu.Lock()
+		if f.described != nil {
+			f.described[pid] = true
+		}
+		f.seenMu.Unlock()
+	}
+	ok, _ := f.mte[cpu].Write(trace.MajorMTE, minor, layout, t, fields, str)
+	if !ok && f.mode == control.ModeNormal && f.mte[cpu].Full() {
+		f.bufferFull()
+	}
+}
+
+// sink adapts the facility to kevents.Sink.
+type sink Facility
+
+func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64) {
+	f := (*Facility)(s)
+	if cpu < 0 || cpu >= len(f.trace) {
+		return
+	}
+	if major == trace.MajorTprof && len(fields) > 0 {
+		pid := uint32(fields[0])
+		f.seenMu.Lock()
+		if f.sampled != nil && !f.sampled[pid] {
+			f.sampled[pid] = true
+		}
+		f.seenMu.Unlock()
+	}
+	ok, _ := f.trace[cpu].Write(major, minor, trace.LayoutFixed, t, fields, "")
+	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
+		f.bufferFull()
+	}
+}
+
+func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {
+	(*Facility)(s).mteRecord(cpu, minor, t, fields, str)
+}
+
+func (s *sink) Lost(cpu int, mte bool, n uint64) {
+	f := (*Facility)(s)
+	if cpu < 0 || cpu >= len(f.trace) {
+		return
+	}
+	if mte {
+		f.mte[cpu].AddLost(n)
+	} else {
+		f.trace[cpu].AddLost(n)
+	}
+}

@@ -1,0 +1,303 @@
+package facility
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"perfinsp/daemon/kevents"
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// fakeSource hands the facility's sink to the test, which plays the kernel.
+type fakeSource struct{ stopped bool }
+
+func (s *fakeSource) Stop() error { s.stopped = true; return nil }
+
+func newFake(t *testing.T) (*Facility, *Sink, *kevents.Options) {
+	t.Helper()
+	f := New()
+	var sink Sink
+	var opts kevents.Options
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) {
+		sink, opts = s, o
+		return &fakeSource{}, nil
+	}
+	f.Scan = func(tm uint64, emit func(uint32, []uint64, string)) error {
+		emit(trace.MTEProcess, []uint64{42, 1}, "existing")
+		emit(trace.MTESegment, []uint64{42, 0x400000, 0x1000, 0, 5}, "/usr/bin/existing")
+		return nil
+	}
+	return f, &sink, &opts
+}
+
+func ticks(s Sink, cpu, from, n int) {
+	for i := from; i < from+n; i++ {
+		s.Trace(cpu, trace.MajorTprof, trace.TprofTick, Now(), []uint64{42, 42, uint64(i), 0})
+	}
+}
+
+func decode(t *testing.T, path string) (f *nrm2.File, seq []uint64, mte int, lostRecs uint64) {
+	t.Helper()
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.Records(func(r *trace.Record) error {
+		switch {
+		case r.Major == trace.MajorTprof:
+			seq = append(seq, r.Field(2))
+		case r.Major == trace.MajorMTE:
+			mte++
+		case r.Major == trace.MajorSys && r.Minor == trace.SysLost:
+			lostRecs += r.Field(0)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return
+}
+
+func TestNormalModeStopsWhenFull(t *testing.T) {
+	f, sink, opts := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.On(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.RateHz != control.DefaultRateHz {
+		t.Fatalf("tprof rate %d passed to the sources", opts.RateHz)
+	}
+	ticks(*sink, 0, 0, 2000)
+	deadline := time.Now().Add(5 * time.Second)
+	for f.State() == control.StateOn && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st, _ := f.Info()
+	if st.State != control.StateOff || !st.StoppedFull || !st.CPUs[0].Full {
+		t.Fatalf("after filling: %+v", st)
+	}
+	path := filepath.Join(t.TempDir(), "n.nrm2")
+	if err := f.Get(path, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	file, seq, mte, _ := decode(t, path)
+	if file.Header.Flags&nrm2.FlagBufferFull == 0 {
+		t.Fatal("file flags lack buffer-full")
+	}
+	if mte != 2 {
+		t.Fatalf("%d MTE records, want the 2 from the scan", mte)
+	}
+	if uint64(len(seq)) != st.CPUs[0].Records-2 { // minus SYSINFO and TRACE_ON
+		t.Fatalf("%d ticks in the file, %d records counted", len(seq), st.CPUs[0].Records)
+	}
+	for i, v := range seq {
+		if v != uint64(i) {
+			t.Fatalf("tick %d is %d: normal mode keeps the first records", i, v)
+		}
+	}
+	if st.CPUs[0].Lost == 0 {
+		t.Fatal("no records counted lost after the buffer filled")
+	}
+}
+
+func TestWrapModeKeepsNewestAndAllMTE(t *testing.T) {
+	f, sink, _ := newFake(t)
+	dir := t.TempDir()
+	if err := f.SetMode(control.ModeWrap, filepath.Join(dir, "stream.nrm2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.On(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 5000
+	ticks(*sink, 1, 0, n)
+	// Far more MTE than the 4K MTE buffer holds: it must all reach the file.
+	for i := 0; i < 500; i++ {
+		(*sink).MTE(1, trace.MTEThreadName, Now(), []uint64{42, uint64(1000 + i)}, "thread-name-xxxxxxxx")
+		if i%50 == 0 {
+			time.Sleep(20 * time.Millisecond) // let the drainer run, as time passes in a real trace
+		}
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "final.nrm2")
+	if err := f.Get(out, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	file, seq, mte, _ := decode(t, out)
+	if mte != 502 {
+		t.Fatalf("%d MTE records in the file, want 502: wrap mode must never lose MTE", mte)
+	}
+	if len(seq) == 0 || seq[len(seq)-1] != n-1 {
+		t.Fatalf("newest tick missing (%d ticks)", len(seq))
+	}
+	for i := 1; i < len(seq); i++ {
+		if seq[i] != seq[i-1]+1 {
+			t.Fatalf("ticks not a contiguous newest run at %d", i)
+		}
+	}
+	// Every record written on CPU 1 (the ticks, TRACE_ON, TRACE_OFF) is
+	// either held or counted lost.
+	if got := file.Stats[1].Records + file.Stats[1].Lost; got != n+2 {
+		t.Fatalf("CPU 1: %d held + %d lost = %d, wrote %d", file.Stats[1].Records, file.Stats[1].Lost, got, n+2)
+	}
+	if file.Stats[1].Lost < uint64(n-len(seq)) {
+		t.Fatalf("lost %d, but %d ticks were overwritten", file.Stats[1].Lost, n-len(seq))
+	}
+}
+
+func TestContModeLosesNothing(t *testing.T) {
+	f, sink, _ := newFake(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "cont.nrm2")
+	if err := f.SetMode(control.ModeCont, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.On(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100000 // about 50 times the buffer
+	for i := 0; i < n; i += 1000 {
+		ticks(*sink, 0, i, 1000)
+		time.Sleep(time.Millisecond) // a producer slower than memory, as a real one is
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	file, seq, _, lost := decode(t, path)
+	if len(seq) != n || lost != 0 || file.Stats[0].Lost != 0 {
+		t.Fatalf("cont mode: %d of %d ticks, %d lost", len(seq), n, file.Stats[0].Lost)
+	}
+	for i, v := range seq {
+		if v != uint64(i) {
+			t.Fatalf("tick %d is %d", i, v)
+		}
+	}
+	// get to another name copies the finished file.
+	if err := f.Get(filepath.Join(dir, "copy.nrm2"), -1, -1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGuards(t *testing.T) {
+	f, sink, _ := newFake(t)
+	path := filepath.Join(t.TempDir(), "g.nrm2")
+	if err := f.Get(path, -1, -1); err == nil || !strings.Contains(err.Error(), "no trace") {
+		t.Fatalf("get before on: %v", err)
+	}
+	if err := f.On(); err != nil { // on before init: defaults
+		t.Fatal(err)
+	}
+	st, _ := f.Info()
+	if st.TraceBufSize != control.DefaultTraceBufSize || st.MTEBufSize != control.DefaultMTEBufSize {
+		t.Fatalf("defaults not used: %+v", st)
+	}
+	ticks(*sink, 0, 0, 10)
+	if err := f.Get(path, -1, -1); err == nil {
+		t.Fatal("get while on accepted")
+	}
+	if err := f.Init(control.Config{}); err == nil {
+		t.Fatal("init while on accepted")
+	}
+	if err := f.Hook(0, Now(), 0x10, 1, nil, ""); err == nil {
+		t.Fatal("hook with a facility major accepted")
+	}
+	if err := f.Hook(1, Now(), 0x100, 7, []uint32{1, 2}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.On(); err != ErrUnsaved {
+		t.Fatalf("on over an unsaved trace: %v", err)
+	}
+	if err := f.Get(path, -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	_, seq, _, _ := decode(t, path)
+	if len(seq) != 10 {
+		t.Fatalf("%d ticks survived, want 10", len(seq))
+	}
+	hooks := 0
+	file, _ := nrm2.Open(path)
+	_ = file.Records(func(r *trace.Record) error {
+		if r.Major == 0x100 && r.Minor == 7 && r.Field(1) == 2 {
+			hooks++
+		}
+		return nil
+	})
+	if hooks != 1 {
+		t.Fatalf("%d hook records", hooks)
+	}
+	if err := f.On(); err != nil {
+		t.Fatalf("on after get: %v", err)
+	}
+	if err := f.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if f.State() != control.StateFree {
+		t.Fatal("free did not free")
+	}
+}
+
+// BenchmarkContDrain measures how many records per second continuous mode
+// drains to a file with nothing lost: records go in through the sink as the
+// kernel sources would deliver them, from two CPUs at once.
+func BenchmarkContDrain(b *testing.B) {
+	f := New()
+	var sink Sink
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) { sink = s; return &fakeSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return nil }
+	path := filepath.Join(b.TempDir(), "bench.nrm2")
+	if err := f.SetMode(control.ModeCont, path); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 4 << 20, MTEBufSize: 64 << 10}); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.On(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	done := make(chan struct{})
+	for cpu := 0; cpu < 2; cpu++ {
+		go func(cpu int) {
+			fields := []uint64{42, 42, 0, 0}
+			for i := 0; i < b.N/2; i++ {
+				fields[2] = uint64(i)
+				sink.Trace(cpu, trace.MajorTprof, trace.TprofTick, Now(), fields)
+			}
+			done <- struct{}{}
+		}(cpu)
+	}
+	<-done
+	<-done
+	if err := f.Off(); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	st, _ := f.Info()
+	var recs, lost uint64
+	for _, c := range st.CPUs {
+		recs += c.Records
+		lost += c.Lost
+	}
+	b.ReportMetric(float64(recs)/el.Seconds(), "records/s")
+	b.ReportMetric(float64(lost), "lost")
+}

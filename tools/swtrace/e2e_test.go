@@ -1,0 +1,436 @@
+package main
+
+// End-to-end tests: swtrace and pitraced built from this tree, on this
+// machine's kernel (daemon backend), tracing the bundled example.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+type env struct {
+	t       *testing.T
+	dir     string
+	swtrace string
+	burn    string
+	envv    []string
+}
+
+var root = filepath.Join("..", "..")
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: the daemon backend needs root (system-wide perf events); run make test as root")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	build := exec.Command("go", "build", "-o", bin+"/", "./tools/swtrace", "./daemon/cmd/pitraced")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	burn := filepath.Join(bin, "cpuburn")
+	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build example: %v\n%s", err, out)
+	}
+	e := &env{t: t, dir: dir, swtrace: filepath.Join(bin, "swtrace"), burn: burn}
+	e.envv = append(os.Environ(),
+		"PERFINSP_SOCKET="+filepath.Join(dir, "run", "pitraced.sock"),
+		"PERFINSP_PITRACED="+filepath.Join(bin, "pitraced"),
+		"PERFINSP_BACKEND=daemon")
+	t.Cleanup(func() {
+		// Stop the daemon this test started.
+		cmd := exec.Command(e.swtrace, "free")
+		cmd.Env = e.envv
+		_ = cmd.Run()
+		pidOut, _ := os.ReadFile(filepath.Join(dir, "run", "pitraced.log"))
+		if m := regexp.MustCompile(`pid (\d+)\)`).FindSubmatch(pidOut); m != nil {
+			if pid, err := strconv.Atoi(string(m[1])); err == nil {
+				if p, err := os.FindProcess(pid); err == nil {
+					_ = p.Signal(os.Interrupt)
+				}
+			}
+		}
+	})
+	return e
+}
+
+// sw runs swtrace and fails the test on a non-zero exit.
+func (e *env) sw(args ...string) string {
+	e.t.Helper()
+	out, code := e.swCode(args...)
+	if code != 0 {
+		e.t.Fatalf("swtrace %s: exit %d\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
+func (e *env) swCode(args ...string) (string, int) {
+	e.t.Helper()
+	cmd := exec.Command(e.swtrace, args...)
+	cmd.Env = e.envv
+	cmd.Dir = e.dir
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			e.t.Fatal(err)
+		}
+		return buf.String(), code
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		e.t.Fatalf("swtrace %s hung", strings.Join(args, " "))
+	}
+	return "", -1
+}
+
+func (e *env) burnRun(units int) (pid, child int) {
+	e.t.Helper()
+	cmd := exec.Command(e.burn, strconv.Itoa(units))
+	out, err := cmd.Output()
+	if err != nil {
+		e.t.Fatalf("cpuburn: %v", err)
+	}
+	m := regexp.MustCompile(`child (\d+)`).FindSubmatch(out)
+	if m == nil {
+		e.t.Fatalf("cpuburn output %q", out)
+	}
+	child, _ = strconv.Atoi(string(m[1]))
+	return cmd.Process.Pid, child
+}
+
+type summary struct {
+	file     *nrm2.File
+	tprof    map[uint32]int            // pid -> ticks
+	tids     map[uint32]map[uint32]int // pid -> tid -> ticks
+	segments map[uint32][]string       // pid -> segment paths
+	forks    map[uint32]bool           // pids created
+	exits    map[uint32]bool           // pids exited (pid == tid)
+	procs    map[uint32]string         // pid -> name
+	counts   map[uint16]int            // major -> records
+	lastTime uint64
+	records  int
+}
+
+func load(t *testing.T, path string) *summary {
+	t.Helper()
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &summary{file: f, tprof: map[uint32]int{}, tids: map[uint32]map[uint32]int{}, segments: map[uint32][]string{},
+		forks: map[uint32]bool{}, exits: map[uint32]bool{}, procs: map[uint32]string{}, counts: map[uint16]int{}}
+	var prev uint64
+	err = f.Records(func(r *trace.Record) error {
+		if r.Time < prev {
+			return fmt.Errorf("records out of time order: %d after %d", r.Time, prev)
+		}
+		prev = r.Time
+		s.lastTime = r.Time
+		if r.Major == trace.MajorSys && r.Minor == trace.SysTimeHigh {
+			return nil
+		}
+		s.records++
+		s.counts[r.Major]++
+		switch {
+		case r.Major == trace.MajorTprof:
+			pid, tid := uint32(r.Field(0)), uint32(r.Field(1))
+			s.tprof[pid]++
+			if s.tids[pid] == nil {
+				s.tids[pid] = map[uint32]int{}
+			}
+			s.tids[pid][tid]++
+		case r.Major == trace.MajorMTE && r.Minor == trace.MTESegment:
+			pid := uint32(r.Field(0))
+			s.segments[pid] = append(s.segments[pid], r.Str)
+		case r.Major == trace.MajorMTE && r.Minor == trace.MTEFork:
+			s.forks[uint32(r.Field(2))] = true
+		case r.Major == trace.MajorMTE && r.Minor == trace.MTEExit:
+			if r.Field(0) == r.Field(1) {
+				s.exits[uint32(r.Field(0))] = true
+			}
+		case r.Major == trace.MajorMTE && r.Minor == trace.MTEProcess:
+			s.procs[uint32(r.Field(0))] = r.Str
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func hasSuffix(list []string, suffix string) bool {
+	for _, p := range list {
+		if strings.HasSuffix(p, suffix) || strings.Contains(filepath.Base(p), suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTraceExample(t *testing.T) {
+	e := setup(t)
+	e.sw("init", "-t", "4M", "-m", "1M")
+	e.sw("enable", "tprof", "dispatch")
+	e.sw("setrate", "1000")
+	e.sw("on")
+	pid, child := e.burnRun(100)
+	e.sw("off")
+	out := e.sw("get", "ex.nrm2")
+	if !strings.Contains(out, "wrote ex.nrm2") {
+		t.Fatalf("get said %q", out)
+	}
+	info := e.sw("info")
+	if !strings.Contains(info, "state: off") || !strings.Contains(info, "dispatch") {
+		t.Fatalf("info:\n%s", info)
+	}
+	s := load(t, filepath.Join(e.dir, "ex.nrm2"))
+	h := s.file.Header
+	if h.Backend != nrm2.BackendDaemon || h.RateHz != 1000 || h.Mode != nrm2.ModeNormal || h.Flags&nrm2.FlagComplete == 0 || len(s.file.Kallsyms) == 0 {
+		t.Fatalf("header %+v, kallsyms %d bytes", h, len(s.file.Kallsyms))
+	}
+	// The example burns about 1.2 s of CPU in two threads: expect ~1200 ticks.
+	if n := s.tprof[uint32(pid)]; n < 400 {
+		t.Fatalf("only %d tprof ticks for the example (pid %d); ticks by pid: %v", n, pid, s.tprof)
+	}
+	if n := len(s.tids[uint32(pid)]); n < 2 {
+		t.Fatalf("ticks in %d threads of the example, want 2 (main and worker): %v", n, s.tids[uint32(pid)])
+	}
+	if !hasSuffix(s.segments[uint32(pid)], "cpuburn") || !hasSuffix(s.segments[uint32(pid)], "libc") {
+		t.Fatalf("MTE segments of the example lack its executable or libc: %v", s.segments[uint32(pid)])
+	}
+	// The child ran and exited during tracing: it must be fully described.
+	if !s.forks[uint32(child)] || !s.exits[uint32(child)] {
+		t.Fatalf("child %d: fork %v exit %v", child, s.forks[uint32(child)], s.exits[uint32(child)])
+	}
+	if s.tprof[uint32(child)] == 0 {
+		t.Fatalf("child %d has no ticks", child)
+	}
+	if s.counts[trace.MajorDispatch] == 0 {
+		t.Fatal("dispatch enabled but no DISPATCH records")
+	}
+	// Statistics agree with the records in the file.
+	var stat uint64
+	for _, c := range s.file.Stats {
+		stat += c.Records + c.MTERecords
+	}
+	if stat != uint64(s.records) {
+		t.Fatalf("statistics count %d records, the file holds %d", stat, s.records)
+	}
+}
+
+func TestModes(t *testing.T) {
+	e := setup(t)
+	e.sw("enable", "tprof")
+	e.sw("setrate", "2000")
+
+	t.Run("normal stops when full", func(t *testing.T) {
+		e.sw("mode", "normal")
+		e.sw("init", "-t", "16K", "-m", "1M")
+		e.sw("on")
+		e.burnRun(60)
+		info := e.sw("info")
+		if !strings.Contains(info, "state: off") || !strings.Contains(info, "filled") {
+			t.Fatalf("after filling a 16K buffer the facility should have stopped:\n%s", info)
+		}
+		_, code := e.swCode("off")
+		if code == 0 {
+			t.Fatal("off after an automatic stop should say tracing is not on")
+		}
+		e.sw("get", "normal.nrm2")
+		s := load(t, filepath.Join(e.dir, "normal.nrm2"))
+		if s.file.Header.Flags&nrm2.FlagBufferFull == 0 {
+			t.Fatal("file does not say a buffer filled")
+		}
+		full := false
+		for _, c := range s.file.Stats {
+			full = full || c.Full&1 != 0
+		}
+		if !full {
+			t.Fatalf("no CPU marked full: %+v", s.file.Stats)
+		}
+	})
+
+	t.Run("wrap keeps the newest", func(t *testing.T) {
+		e.sw("mode", "wrap", "-f", "wrap.nrm2")
+		e.sw("init", "-t", "16K", "-m", "1M")
+		e.sw("on")
+		e.burnRun(60)
+		mark := nowNs()
+		time.Sleep(100 * time.Millisecond)
+		e.sw("off")
+		e.sw("get", "wrap.nrm2")
+		s := load(t, filepath.Join(e.dir, "wrap.nrm2"))
+		var lost uint64
+		for _, c := range s.file.Stats {
+			lost += c.Lost
+		}
+		if lost == 0 {
+			t.Fatal("a 16K wrap buffer lost nothing over a 0.6 s run at 2000 Hz: did it wrap?")
+		}
+		if s.lastTime < mark {
+			t.Fatalf("newest record at %d is older than the end of the workload (%d)", s.lastTime, mark)
+		}
+		if len(s.segments) == 0 {
+			t.Fatal("wrap mode lost the MTE records")
+		}
+	})
+
+	t.Run("cont loses nothing", func(t *testing.T) {
+		e.sw("mode", "cont", "-f", "cont.nrm2")
+		e.sw("init", "-t", "64K", "-m", "64K")
+		e.sw("on")
+		e.burnRun(100)
+		out := e.sw("off")
+		if !strings.Contains(out, "cont.nrm2") {
+			t.Fatalf("off in cont mode should name the file: %q", out)
+		}
+		s := load(t, filepath.Join(e.dir, "cont.nrm2"))
+		var lost, recs uint64
+		for _, c := range s.file.Stats {
+			lost += c.Lost + c.MTELost
+			recs += c.Records + c.MTERecords
+		}
+		if lost != 0 {
+			t.Fatalf("cont mode lost %d records", lost)
+		}
+		if recs != uint64(s.records) || s.counts[trace.MajorTprof] < 300 {
+			t.Fatalf("cont file holds %d records (%d tprof), statistics say %d", s.records, s.counts[trace.MajorTprof], recs)
+		}
+		// The trace is far larger than the 64K buffer.
+		if st, _ := os.Stat(filepath.Join(e.dir, "cont.nrm2")); st.Size() < 2*64<<10 {
+			t.Fatalf("cont file only %d bytes", st.Size())
+		}
+		e.sw("mode", "normal")
+	})
+}
+
+func nowNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
+
+func TestBadInput(t *testing.T) {
+	e := setup(t)
+	out, code := e.swCode("frobnicate")
+	if code == 0 || !strings.Contains(out, "unknown command") || !strings.Contains(out, "USAGE") {
+		t.Fatalf("unknown command: exit %d\n%s", code, out)
+	}
+	out, code = e.swCode("init", "-t", "lots")
+	if code == 0 || !strings.Contains(out, "bad size") {
+		t.Fatalf("bad size: exit %d\n%s", code, out)
+	}
+	out, code = e.swCode("mode", "sideways")
+	if code == 0 || !strings.Contains(out, "unknown mode") {
+		t.Fatalf("bad mode: exit %d\n%s", code, out)
+	}
+	out, code = e.swCode("enable", "nonsense")
+	if code == 0 || !strings.Contains(out, "unknown record type") {
+		t.Fatalf("bad type: exit %d\n%s", code, out)
+	}
+	e.sw("free")
+	out, code = e.swCode("get", "nothing.nrm2")
+	if code == 0 || !strings.Contains(out, "no trace") {
+		t.Fatalf("get with nothing traced: exit %d\n%s", code, out)
+	}
+	// on before init: documented defaults.
+	out = e.sw("on")
+	if !strings.Contains(out, "using the defaults") {
+		t.Fatalf("on before init: %q", out)
+	}
+	e.burnRun(10)
+	// get while on refuses and loses nothing.
+	out, code = e.swCode("get", "early.nrm2")
+	if code == 0 || !strings.Contains(out, "swtrace off") {
+		t.Fatalf("get while on: exit %d\n%s", code, out)
+	}
+	_, code = e.swCode("init", "-t", "1M")
+	if code == 0 {
+		t.Fatal("init while on was accepted")
+	}
+	e.sw("off")
+	// A second on must not silently drop the unsaved trace.
+	out, code = e.swCode("on")
+	if code == 0 || !strings.Contains(out, "not written") {
+		t.Fatalf("on over an unsaved trace: exit %d\n%s", code, out)
+	}
+	e.sw("get", "kept.nrm2")
+	s := load(t, filepath.Join(e.dir, "kept.nrm2"))
+	if s.counts[trace.MajorTprof] == 0 {
+		t.Fatal("the trace was lost by the bad commands")
+	}
+	out = e.sw("enable")
+	if !strings.Contains(out, "tprof") || !strings.Contains(out, "always") {
+		t.Fatalf("enable alone should list the types:\n%s", out)
+	}
+}
+
+func TestDeadDaemonIsReported(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "swtrace")
+	build := exec.Command("go", "build", "-o", bin, "./tools/swtrace")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	// A socket nobody listens on, and no daemon binary to start.
+	cmd := exec.Command(bin, "info")
+	cmd.Env = append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "dead.sock"), "PERFINSP_PITRACED="+filepath.Join(dir, "no-such-pitraced"), "PERFINSP_BACKEND=daemon")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("info with no daemon succeeded: %s", out)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatal("reporting a dead daemon took more than 10 s")
+	}
+	if !strings.Contains(string(out), "pitraced") {
+		t.Fatalf("message does not name the daemon: %s", out)
+	}
+}
+
+func TestNonRootIsToldWhatToDo(t *testing.T) {
+	e := setup(t)
+	e.sw("info") // starts the daemon as root
+	// The test's temp dir must be reachable by nobody to run the binary.
+	for d := e.dir; d != "/" && d != "."; d = filepath.Dir(d) {
+		_ = os.Chmod(d, 0o755)
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", e.swtrace, "info")
+	cmd.Env = e.envv
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a non-root user used the root-only socket: %s", out)
+	}
+	if !strings.Contains(string(out), "sudo") || !strings.Contains(string(out), "--group") {
+		t.Fatalf("the message does not say what to do: %s", out)
+	}
+}

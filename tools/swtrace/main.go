@@ -1,0 +1,610 @@
+// Command swtrace controls the perfinsp trace facility: buffer sizes, record
+// types, mode, tprof rate, on/off, and writing the buffers to a trace file.
+// It works the same with the pitrace kernel module or the pitraced daemon.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	_ "perfinsp/libperfutil/backends"
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/cpustat"
+	"perfinsp/libperfutil/trace"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	notFound := false
+	app.CommandNotFound = func(c *cli.Context, name string) {
+		fmt.Fprintf(stderr, "swtrace: unknown command %q\n\n", name)
+		cli.ShowAppHelp(c)
+		notFound = true
+	}
+	err := app.Run(reorder(args))
+	var ec cli.ExitCoder
+	switch {
+	case notFound:
+		return 2
+	case errors.As(err, &ec):
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, "swtrace:", msg)
+		}
+		return ec.ExitCode()
+	case err != nil:
+		fmt.Fprintln(stderr, "swtrace:", err)
+		return 1
+	}
+	return 0
+}
+
+// valueFlags are the flags that take a value.
+var valueFlags = map[string]bool{"-t": true, "--t": true, "-trace": true, "--trace": true, "-m": true, "--m": true,
+	"-mte": true, "--mte": true, "-f": true, "--f": true, "-file": true, "--file": true, "-e": true, "--e": true,
+	"-event": true, "--event": true, "-s": true, "--s": true, "-i": true, "--i": true, "-n": true, "--n": true,
+	"-interval": true, "--interval": true, "-count": true, "--count": true, "-backend": true, "--backend": true}
+
+// reorder moves a command's options in front of its arguments, so that
+// `swtrace mode cont -f big.nrm2` works as well as `swtrace mode -f big.nrm2 cont`
+// (the CLI library stops at the first argument).
+func reorder(args []string) []string {
+	out := []string{args[0]}
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") { // global options
+		out = append(out, args[i])
+		if valueFlags[args[i]] && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+		i++
+	}
+	if i >= len(args) {
+		return out
+	}
+	out = append(out, args[i]) // the command
+	i++
+	var flags, pos []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			flags = append(flags, a)
+			if valueFlags[a] && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	return append(append(out, flags...), pos...)
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "swtrace",
+		Usage:     "control the perfinsp trace facility",
+		UsageText: "swtrace [--backend kmod|daemon|auto] COMMAND [options]",
+		Description: "Typical session:\n" +
+			"   swtrace init -t 8M -m 1M      per-CPU trace and MTE buffer sizes\n" +
+			"   swtrace enable tprof          record types (swtrace enable alone lists them)\n" +
+			"   swtrace mode normal           normal | wrap | cont\n" +
+			"   swtrace setrate 1000          tprof samples per second\n" +
+			"   swtrace on; ./workload; swtrace off\n" +
+			"   swtrace get                   write swtrace.nrm2; then: post -tprof\n" +
+			"The pitrace kernel module is used when loaded (/dev/pitrace), else the pitraced daemon,\n" +
+			"which swtrace starts when needed (root). PERFINSP_BACKEND forces one.",
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "backend", Value: "auto", Usage: "trace facility backend: kmod, daemon or auto", EnvVars: []string{control.EnvBackend}},
+		},
+		HideHelpCommand: true,
+		Commands: []*cli.Command{
+			{Name: "init", Usage: "allocate the per-CPU buffers", UsageText: "swtrace init [-t SIZE] [-m SIZE]",
+				Description: fmt.Sprintf("SIZE takes K, M or G suffixes. Defaults: -t %s -m %s per CPU. Drops buffered data.", size(control.DefaultTraceBufSize), size(control.DefaultMTEBufSize)),
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "t", Aliases: []string{"trace"}, Usage: "trace buffer `SIZE` per CPU"},
+					&cli.StringFlag{Name: "m", Aliases: []string{"mte"}, Usage: "MTE buffer `SIZE` per CPU"},
+				}, Action: cmdInit},
+			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [TYPE ...]", Action: cmdEnable(true)},
+			{Name: "disable", Usage: "disable record types", UsageText: "swtrace disable TYPE ...", Action: cmdEnable(false)},
+			{Name: "mode", Usage: "select the mode: normal, wrap or cont", UsageText: "swtrace mode normal|wrap|cont [-f FILE]",
+				Description: "normal: tracing stops when any buffer fills.\n" +
+					"wrap:   trace records overwrite the oldest; MTE records are written to FILE continuously.\n" +
+					"cont:   MTE and trace segments are written to FILE as they fill; traces can exceed memory.\n" +
+					"FILE defaults to swtrace.nrm2 in the current directory.",
+				Flags:  []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"}},
+				Action: cmdMode},
+			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ [-e EVENT]",
+				Flags:  []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "hardware `EVENT` for event-based sampling (cycles, instructions, ...): a sample every HZ events"}},
+				Action: cmdRate},
+			{Name: "on", Usage: "start tracing (with default buffers if init was not run)", UsageText: "swtrace on [--discard]",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
+				Action: cmdOn},
+			{Name: "off", Usage: "stop tracing; the data stays in the buffers", Action: cmdSimple("off")},
+			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2)", UsageText: "swtrace get [FILE]",
+				Description: "get refuses while tracing is on (run swtrace off first): it never snapshots a running trace.", Action: cmdGet},
+			{Name: "info", Usage: "show state, mode, sizes, records and lost records per CPU", Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "JSON output"}}, Action: cmdInfo},
+			{Name: "free", Usage: "stop tracing and release the buffers", Action: cmdSimple("free")},
+			{Name: "aboveidle", Usage: "per-CPU utilisation: busy, idle and interrupt time (PI's AboveIdle)", UsageText: "swtrace aboveidle [-i SECONDS] [-n COUNT]",
+				Description: "Reads the kernel's per-CPU time accounting (/proc/stat) every interval and prints each\n" +
+					"CPU's busy (user+system+steal), idle (idle+iowait) and interrupt (irq+softirq) share.\n" +
+					"It needs no tracing and costs nothing between readings.",
+				Flags: []cli.Flag{
+					&cli.Float64Flag{Name: "i", Aliases: []string{"interval"}, Value: 1, Usage: "`SECONDS` between reports"},
+					&cli.IntFlag{Name: "n", Aliases: []string{"count"}, Value: 1, Usage: "number of reports (0: until interrupted)"},
+				}, Action: cmdAboveIdle},
+			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] [-s STRING]",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "s", Usage: "trailing `STRING` data"}}, Action: cmdHook},
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			fmt.Fprintf(stderr, "swtrace: %v\n\n", err)
+			cli.ShowAppHelp(c)
+			return cli.Exit("", 2)
+		},
+	}
+}
+
+func open(c *cli.Context) (control.Facility, error) {
+	f, err := control.Open(c.String("backend"))
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func usageErr(c *cli.Context, format string, args ...any) error {
+	fmt.Fprintf(c.App.ErrWriter, "swtrace %s: %s\n\n", c.Command.Name, fmt.Sprintf(format, args...))
+	_ = cli.ShowSubcommandHelp(c)
+	return cli.Exit("", 2)
+}
+
+// parseSize parses 8M, 512K, 1G or a byte count.
+func parseSize(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	mult := 1
+	if n := len(s); n > 0 {
+		switch strings.ToUpper(s[n-1:]) {
+		case "K":
+			mult, s = 1<<10, s[:n-1]
+		case "M":
+			mult, s = 1<<20, s[:n-1]
+		case "G":
+			mult, s = 1<<30, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseUint(s, 10, 40)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("bad size %q: use a number with an optional K, M or G suffix", s)
+	}
+	return int(v) * mult, nil
+}
+
+func size(n int) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dG", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return strconv.Itoa(n)
+}
+
+func cmdInit(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr(c, "unexpected argument %q", c.Args().First())
+	}
+	var cfg control.Config
+	var err error
+	if s := c.String("t"); s != "" {
+		if cfg.TraceBufSize, err = parseSize(s); err != nil {
+			return usageErr(c, "-t: %v", err)
+		}
+	}
+	if s := c.String("m"); s != "" {
+		if cfg.MTEBufSize, err = parseSize(s); err != nil {
+			return usageErr(c, "-m: %v", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErr(c, "%v", err)
+	}
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Init(cfg); err != nil {
+		return fmt.Errorf("init: %w", err)
+	}
+	fmt.Fprintf(c.App.Writer, "swtrace: %s buffers: trace %s, MTE %s per CPU\n", f.Backend(), size(cfg.TraceBufSize), size(cfg.MTEBufSize))
+	return nil
+}
+
+func cmdEnable(on bool) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.NArg() == 0 && !on {
+			return usageErr(c, "name at least one record type")
+		}
+		var majors []uint16
+		for _, a := range c.Args().Slice() {
+			m, err := trace.ParseMajor(a)
+			if err != nil {
+				return usageErr(c, "%v", err)
+			}
+			majors = append(majors, m)
+		}
+		f, err := open(c)
+		if err != nil {
+			if c.NArg() == 0 {
+				listTypes(c.App.Writer, nil)
+				return nil
+			}
+			return err
+		}
+		defer f.Close()
+		if c.NArg() == 0 {
+			st, err := f.Info()
+			if err != nil {
+				return err
+			}
+			listTypes(c.App.Writer, st.Enabled)
+			return nil
+		}
+		if on {
+			err = f.Enable(majors)
+		} else {
+			err = f.Disable(majors)
+		}
+		if err != nil {
+			return err
+		}
+		st, err := f.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.Writer, "swtrace: enabled: %s\n", enabledNames(st.Enabled))
+		return nil
+	}
+}
+
+func listTypes(w io.Writer, enabled []uint16) {
+	en := map[uint16]bool{}
+	for _, m := range enabled {
+		en[m] = true
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TYPE\tMAJOR\tSTATE\tRECORDS")
+	for _, g := range trace.Groups {
+		state := "off"
+		switch {
+		case g.Always:
+			state = "always"
+		case !g.Available:
+			state = "n/a"
+		case enabled == nil:
+			state = "?"
+		case en[g.Major]:
+			state = "on"
+		}
+		fmt.Fprintf(tw, "%s\t0x%02x\t%s\t%s\n", g.Name, g.Major, state, g.Doc)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "User hook records (TraceHook) use majors 0x100 and above and are always recorded.")
+}
+
+func enabledNames(ms []uint16) string {
+	sort.Slice(ms, func(i, j int) bool { return ms[i] < ms[j] })
+	var names []string
+	for _, m := range ms {
+		names = append(names, trace.MajorName(m))
+	}
+	return strings.Join(names, " ")
+}
+
+func cmdMode(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usageErr(c, "name one mode: normal, wrap or cont")
+	}
+	mode, err := control.ParseMode(c.Args().First())
+	if err != nil {
+		return usageErr(c, "%v", err)
+	}
+	file := ""
+	if mode != control.ModeNormal {
+		file = c.String("f")
+	}
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.SetMode(mode, file); err != nil {
+		return fmt.Errorf("mode: %w", err)
+	}
+	if file != "" {
+		fmt.Fprintf(c.App.Writer, "swtrace: mode %s, streaming to %s\n", control.ModeName(mode), file)
+	} else {
+		fmt.Fprintf(c.App.Writer, "swtrace: mode %s\n", control.ModeName(mode))
+	}
+	return nil
+}
+
+func cmdRate(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usageErr(c, "give one rate in Hz")
+	}
+	hz, err := strconv.Atoi(c.Args().First())
+	if err != nil || hz <= 0 || hz > control.MaxRateHz {
+		return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+	}
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.SetRate(hz, c.String("e")); err != nil {
+		return fmt.Errorf("setrate: %w", err)
+	}
+	if e := c.String("e"); e != "" {
+		fmt.Fprintf(c.App.Writer, "swtrace: tprof every %d %s events\n", hz, e)
+	} else {
+		fmt.Fprintf(c.App.Writer, "swtrace: tprof at %d Hz\n", hz)
+	}
+	return nil
+}
+
+func cmdOn(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr(c, "unexpected argument %q", c.Args().First())
+	}
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Info()
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.State == control.StateFree:
+		fmt.Fprintf(c.App.ErrWriter, "swtrace: buffers not initialized: using the defaults (init -t %s -m %s)\n", size(control.DefaultTraceBufSize), size(control.DefaultMTEBufSize))
+		if err := f.Init(control.Config{}); err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+	case c.Bool("discard") && st.State == control.StateOff:
+		if err := f.Init(control.Config{TraceBufSize: st.TraceBufSize, MTEBufSize: st.MTEBufSize}); err != nil {
+			return fmt.Errorf("init: %w", err)
+		}
+	}
+	if err := f.On(); err != nil {
+		return fmt.Errorf("on: %w", err)
+	}
+	fmt.Fprintf(c.App.Writer, "swtrace: tracing on (%s backend)\n", f.Backend())
+	return nil
+}
+
+func cmdSimple(op string) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return usageErr(c, "unexpected argument %q", c.Args().First())
+		}
+		f, err := open(c)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		switch op {
+		case "off":
+			err = f.Off()
+		case "free":
+			err = f.Free()
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		if op == "off" {
+			if st, err := f.Info(); err == nil {
+				recs, lost := totals(st)
+				msg := ""
+				if st.StoppedFull {
+					msg = " (a buffer had filled: tracing had stopped)"
+				}
+				fmt.Fprintf(c.App.Writer, "swtrace: tracing off: %d records, %d lost%s\n", recs, lost, msg)
+				if st.Mode == control.ModeCont {
+					fmt.Fprintf(c.App.Writer, "swtrace: cont mode: trace written to %s\n", st.ContFile)
+				}
+				return nil
+			}
+		}
+		fmt.Fprintf(c.App.Writer, "swtrace: %s done\n", op)
+		return nil
+	}
+}
+
+func totals(st *control.Status) (recs, lost uint64) {
+	for _, c := range st.CPUs {
+		recs += c.Records + c.MTERecords
+		lost += c.Lost + c.MTELost
+	}
+	return
+}
+
+func cmdGet(c *cli.Context) error {
+	if c.NArg() > 1 {
+		return usageErr(c, "give at most one file name")
+	}
+	path := "swtrace.nrm2"
+	if c.NArg() == 1 {
+		path = c.Args().First()
+	}
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Get(path); err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	st, _ := f.Info()
+	if st != nil {
+		recs, lost := totals(st)
+		fmt.Fprintf(c.App.Writer, "swtrace: wrote %s (%d records, %d lost)\n", path, recs, lost)
+	} else {
+		fmt.Fprintf(c.App.Writer, "swtrace: wrote %s\n", path)
+	}
+	return nil
+}
+
+func cmdInfo(c *cli.Context) error {
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Info()
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(st)
+	}
+	fmt.Fprintf(w, "backend: %s   state: %s", st.Backend, st.State)
+	if st.StoppedFull {
+		fmt.Fprint(w, " (stopped: a buffer filled)")
+	}
+	fmt.Fprintln(w)
+	rate := fmt.Sprintf("%d Hz", st.RateHz)
+	if st.Event != "" {
+		rate = fmt.Sprintf("every %d %s", st.RateHz, st.Event)
+	}
+	fmt.Fprintf(w, "mode: %s   trace buffer: %s/CPU   MTE buffer: %s/CPU   tprof: %s\n", control.ModeName(st.Mode), size(st.TraceBufSize), size(st.MTEBufSize), rate)
+	if st.ContFile != "" && st.Mode != control.ModeNormal {
+		fmt.Fprintf(w, "stream file: %s\n", st.ContFile)
+	}
+	fmt.Fprintf(w, "enabled: %s\n", enabledNames(st.Enabled))
+	if st.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", st.Note)
+	}
+	if len(st.CPUs) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "CPU\tRECORDS\tLOST\tUSED\tMTE-RECORDS\tMTE-LOST\tMTE-USED\tFULL\t")
+	var t control.CPUStatus
+	for _, s := range st.CPUs {
+		full := ""
+		if s.Full {
+			full = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t\n", s.CPU, s.Records, s.Lost, s.Used, s.MTERecords, s.MTELost, s.MTEUsed, full)
+		t.Records += s.Records
+		t.Lost += s.Lost
+		t.Used += s.Used
+		t.MTERecords += s.MTERecords
+		t.MTELost += s.MTELost
+		t.MTEUsed += s.MTEUsed
+	}
+	fmt.Fprintf(tw, "all\t%d\t%d\t%d\t%d\t%d\t%d\t\t\n", t.Records, t.Lost, t.Used, t.MTERecords, t.MTELost, t.MTEUsed)
+	return tw.Flush()
+}
+
+func cmdHook(c *cli.Context) error {
+	if c.NArg() < 2 {
+		return usageErr(c, "give MAJOR and MINOR")
+	}
+	major, err := strconv.ParseUint(c.Args().Get(0), 0, 16)
+	if err != nil {
+		return usageErr(c, "bad major %q", c.Args().Get(0))
+	}
+	if major < uint64(trace.MajorUserFirst) {
+		return usageErr(c, "user records need a major code of 0x%x or more", trace.MajorUserFirst)
+	}
+	minor, err := strconv.ParseUint(c.Args().Get(1), 0, 32)
+	if err != nil {
+		return usageErr(c, "bad minor %q", c.Args().Get(1))
+	}
+	var words []uint32
+	for _, a := range c.Args().Slice()[2:] {
+		v, err := strconv.ParseUint(a, 0, 32)
+		if err != nil {
+			return usageErr(c, "bad word %q", a)
+		}
+		words = append(words, uint32(v))
+	}
+	f, err := open(c)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Hook(uint16(major), uint32(minor), words, c.String("s")); err != nil {
+		return fmt.Errorf("hook: %w", err)
+	}
+	return nil
+}
+
+func cmdAboveIdle(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return usageErr(c, "unexpected argument %q", c.Args().First())
+	}
+	iv := c.Float64("i")
+	if iv <= 0 || iv > 3600 {
+		return usageErr(c, "interval must be between 0 and 3600 seconds")
+	}
+	n := c.Int("n")
+	if n < 0 {
+		return usageErr(c, "count must be 0 or more")
+	}
+	prev, err := cpustat.Read()
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	for i := 0; n == 0 || i < n; i++ {
+		time.Sleep(time.Duration(iv * float64(time.Second)))
+		cur, err := cpustat.Read()
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "CPU\tBUSY%%\tIDLE%%\tINTR%%\t\n")
+		for _, s := range cpustat.Between(prev, cur) {
+			name := strings.TrimPrefix(s.Name, "cpu")
+			if name == "" {
+				name = "all"
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", name, s.Busy, s.Idle, s.Intr)
+		}
+		tw.Flush()
+		prev = cur
+		if n == 0 || i < n-1 {
+			fmt.Fprintln(w)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestReorder(t *testing.T) {
+	cases := map[string]string{
+		"swtrace mode cont -f big.nrm2":         "swtrace mode -f big.nrm2 cont",
+		"swtrace --backend daemon on --discard": "swtrace --backend daemon on --discard",
+		"swtrace setrate 99 -e cycles":          "swtrace setrate -e cycles 99",
+		"swtrace init -t 8M -m 1M":              "swtrace init -t 8M -m 1M",
+		"swtrace hook 0x100 1 2 -s hi":          "swtrace hook -s hi 0x100 1 2",
+	}
+	for in, want := range cases {
+		if got := strings.Join(reorder(strings.Fields(in)), " "); got != want {
+			t.Errorf("%q -> %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int{"8M": 8 << 20, "512k": 512 << 10, "1G": 1 << 30, "4096": 4096} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("%s: %d %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "M", "-1M", "lots", "0"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestUsageErrorsNeedNoBackend(t *testing.T) {
+	// These fail before any backend is contacted, with a message and exit 2.
+	for _, args := range [][]string{
+		{"swtrace", "init", "-t", "lots"},
+		{"swtrace", "mode", "sideways"},
+		{"swtrace", "setrate", "fast"},
+		{"swtrace", "enable", "nonsense"},
+		{"swtrace", "hook", "0x10", "1"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		if code == 0 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
+
+func TestAboveIdle(t *testing.T) {
+	var out, errb bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		// Keep one CPU busy so the report has something to show.
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	code := run([]string{"swtrace", "aboveidle", "-i", "0.5", "-n", "1"}, &out, &errb)
+	close(done)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) < 3 || !strings.Contains(lines[0], "BUSY%") || !strings.HasPrefix(strings.TrimSpace(lines[1]), "all") {
+		t.Fatalf("report:\n%s", out.String())
+	}
+	var maxBusy float64
+	for _, l := range lines[2:] {
+		f := strings.Fields(l)
+		if len(f) != 4 {
+			t.Fatalf("row %q", l)
+		}
+		var busy, idle, intr float64
+		fmt.Sscan(f[1], &busy)
+		fmt.Sscan(f[2], &idle)
+		fmt.Sscan(f[3], &intr)
+		if sum := busy + idle + intr; sum < 99.5 || sum > 100.5 {
+			t.Fatalf("row %q adds to %.1f", l, sum)
+		}
+		if busy > maxBusy {
+			maxBusy = busy
+		}
+	}
+	if maxBusy < 50 {
+		t.Fatalf("a spinning goroutine should make one CPU mostly busy; max busy %.1f%%\n%s", maxBusy, out.String())
+	}
+}
