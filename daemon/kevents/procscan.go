@@ -122,9 +122,16 @@ func mapsEach(maps []byte, fn func(start, end, off uint64, prot uint32, path str
 		prot |= 4
 		path := ""
 		if len(f) >= 6 {
-			// The path may contain spaces: take the rest of the line after the inode.
-			idx := strings.Index(line, f[4]) + len(f[4])
-			path = strings.TrimSpace(line[idx:])
+			// The path may contain spaces: take the rest of the line after
+			// the fifth field (the inode).
+			rest := line
+			for i := 0; i < 5; i++ {
+				rest = strings.TrimLeft(rest, " \t")
+				if j := strings.IndexAny(rest, " \t"); j >= 0 {
+					rest = rest[j:]
+				}
+			}
+			path = strings.TrimSpace(rest)
 		}
 		fn(start, end, off, prot, path)
 	}

@@ -1,0 +1,246 @@
+package kevents
+
+import (
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/trace"
+)
+
+type rec struct {
+	cpu    int
+	major  uint16
+	minor  uint32
+	t      uint64
+	fields []uint64
+	str    string
+}
+
+type memSink struct {
+	mu   sync.Mutex
+	recs []rec
+	lost uint64
+}
+
+func (m *memSink) Trace(cpu int, major uint16, minor uint32, t uint64, f []uint64) {
+	m.mu.Lock()
+	m.recs = append(m.recs, rec{cpu, major, minor, t, append([]uint64(nil), f...), ""})
+	m.mu.Unlock()
+}
+func (m *memSink) MTE(cpu int, minor uint32, t uint64, f []uint64, s string) {
+	m.mu.Lock()
+	m.recs = append(m.recs, rec{cpu, trace.MajorMTE, minor, t, append([]uint64(nil), f...), s})
+	m.mu.Unlock()
+}
+func (m *memSink) Lost(cpu int, mte bool, n uint64) {
+	m.mu.Lock()
+	m.lost += n
+	m.mu.Unlock()
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: system-wide perf events need root")
+	}
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
+
+func spin(d time.Duration) {
+	end := time.Now().Add(d)
+	x := 1
+	for time.Now().Before(end) {
+		for i := 0; i < 1000; i++ {
+			x = x*31 + i
+		}
+	}
+	_ = x
+}
+
+func TestSamplesSidebandAndTracepoints(t *testing.T) {
+	needRoot(t)
+	sink := &memSink{}
+	before := monoNow()
+	s, err := Start(Options{RateHz: 1000, Dispatch: true, Interrupt: true}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	var ru0 unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_THREAD, &ru0)
+	spin(400 * time.Millisecond)
+	var ru1 unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_THREAD, &ru1)
+	runtime.UnlockOSThread()
+	cpuTime := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	// A child that forks, execs and exits during the session.
+	child := exec.Command("/bin/sh", "-c", "/bin/true")
+	if err := child.Run(); err != nil {
+		t.Fatal(err)
+	}
+	// Loopback traffic and sleeps: softirqs and context switches.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			buf := make([]byte, 1<<16)
+			for {
+				if _, err := c.Read(buf); err != nil {
+					break
+				}
+			}
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		_, _ = c.Write(make([]byte, 4096))
+		time.Sleep(200 * time.Microsecond)
+	}
+	c.Close()
+	ln.Close()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	after := monoNow()
+	if err := s.Stop(); err != nil { // twice is safe
+		t.Fatal(err)
+	}
+
+	pid := uint32(os.Getpid())
+	var myTicks, switches, irqs int
+	var exitOK, forkOK, execOK, segOK bool
+	cp := uint32(child.Process.Pid)
+	for _, r := range sink.recs {
+		if r.t < before || r.t > after {
+			t.Fatalf("record time %d outside the session [%d, %d]: clocks differ", r.t, before, after)
+		}
+		switch {
+		case r.major == trace.MajorTprof:
+			if uint32(r.fields[0]) == pid && uint32(r.fields[1]) == uint32(tid) {
+				myTicks++
+			}
+		case r.major == trace.MajorDispatch:
+			switches++
+		case r.major == trace.MajorInterrupt:
+			irqs++
+		case r.major == trace.MajorMTE && r.minor == trace.MTEFork && uint32(r.fields[2]) == cp:
+			forkOK = true
+		case r.major == trace.MajorMTE && r.minor == trace.MTEExec && uint32(r.fields[0]) == cp:
+			execOK = strings.HasSuffix(r.str, "true") || strings.HasSuffix(r.str, "sh")
+		case r.major == trace.MajorMTE && r.minor == trace.MTEExit && uint32(r.fields[0]) == cp:
+			exitOK = true
+		case r.major == trace.MajorMTE && r.minor == trace.MTESegment && uint32(r.fields[0]) == cp:
+			segOK = segOK || strings.Contains(r.str, "libc")
+		}
+	}
+	want := float64(cpuTime.Milliseconds()) // 1000 Hz: one tick per ms of CPU time
+	if float64(myTicks) < 0.5*want || float64(myTicks) > 1.5*want {
+		t.Fatalf("%d ticks for %v of CPU time at 1000 Hz", myTicks, cpuTime)
+	}
+	if !forkOK || !execOK || !exitOK || !segOK {
+		t.Fatalf("child %d: fork %v exec %v exit %v libc segment %v", cp, forkOK, execOK, exitOK, segOK)
+	}
+	if switches == 0 {
+		t.Fatal("no dispatch records although threads slept")
+	}
+	if irqs == 0 {
+		t.Fatal("no interrupt records although loopback traffic raises softirqs")
+	}
+	t.Logf("%d ticks for %v CPU, %d switches, %d interrupt records, %d lost", myTicks, cpuTime, switches, irqs, sink.lost)
+}
+
+func TestEventBasedWithoutPMU(t *testing.T) {
+	needRoot(t)
+	// Is there a PMU? Try a plain cycles counter on this thread.
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_HARDWARE, Config: unix.PERF_COUNT_HW_CPU_CYCLES}
+	fd, perr := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if perr == nil {
+		unix.Close(fd)
+	}
+	s, err := Start(Options{RateHz: 100000, Event: "cycles"}, &memSink{})
+	if perr == nil {
+		if err != nil {
+			t.Fatalf("a PMU exists but event-based tprof failed: %v", err)
+		}
+		s.Stop()
+		t.Log("hardware PMU present: event-based tprof started")
+		return
+	}
+	if !errors.Is(err, ErrNoPMU) || !strings.Contains(err.Error(), "no hardware PMU") {
+		t.Fatalf("want the no-PMU error, got %v", err)
+	}
+	if _, err := Start(Options{RateHz: 1000, Event: "bogus"}, &memSink{}); err == nil || !strings.Contains(err.Error(), "unknown event") {
+		t.Fatalf("unknown event: %v", err)
+	}
+}
+
+func TestScanFindsThisProcess(t *testing.T) {
+	exe, _ := os.Executable()
+	pid := uint64(os.Getpid())
+	var proc, seg bool
+	threads := 0
+	err := Scan(5, func(minor uint32, f []uint64, s string) {
+		if f[0] != pid {
+			return
+		}
+		switch minor {
+		case trace.MTEProcess:
+			proc = f[1] == uint64(os.Getppid())
+		case trace.MTEThreadName:
+			threads++
+		case trace.MTESegment:
+			if s == exe && f[4]&4 != 0 && f[2] > 0 {
+				seg = true
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proc || !seg || threads < 2 {
+		t.Fatalf("process %v (ppid), executable segment %v, %d threads", proc, seg, threads)
+	}
+}
+
+func TestMapsParsing(t *testing.T) {
+	maps := `55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /usr/bin/my prog
+55d0c0001000-55d0c0005000 r-xp 00001000 08:01 123 /usr/bin/my prog
+7f0000000000-7f0000001000 rw-p 00000000 00:00 0
+7fff00000000-7fff00001000 r-xp 00000000 00:00 0 [vdso]
+garbage line
+`
+	var got []string
+	err := mapsEach([]byte(maps), func(start, end, off uint64, prot uint32, path string) {
+		got = append(got, path)
+		if path == "/usr/bin/my prog" && (start != 0x55d0c0001000 || end-start != 0x4000 || off != 0x1000 || prot != 5) {
+			t.Errorf("segment %x-%x off %x prot %d", start, end, off, prot)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != "/usr/bin/my prog" || got[1] != "[vdso]" {
+		t.Fatalf("executable mappings %q", got)
+	}
+}
