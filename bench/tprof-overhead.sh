@@ -73,3 +73,7 @@ lost=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sum(c[
 size=$(stat -c %s "$tmp/cont.nrm2")
 echo "continuous mode: tprof at $crate Hz + dispatch, 256K buffers per CPU"
 awk -v r="$recs" -v l="$lost" -v ns="$((e - s))" -v sz="$size" 'BEGIN {printf "  %d records drained in %.2f s = %.0f records/s, %.1f MB file, %d lost\n", r, ns/1e9, r/(ns/1e9), sz/1e6, l}'
+# Drain capacity: records pushed through the facility as fast as two producers can,
+# continuous mode to a file, nothing lost (Go benchmark on the same code path).
+echo "continuous mode capacity (daemon/facility BenchmarkContDrain, two producer CPUs):"
+go test -run '^$' -bench ContDrain -benchtime 4000000x ./daemon/facility/ | awk '/^BenchmarkContDrain/ {for (i = 1; i <= NF; i++) {if ($(i+1) == "records/s") r = $i; if ($(i+1) == "lost") l = $i}; printf "  %.0f records/s drained, %d lost\n", r, l}'
