@@ -32,6 +32,11 @@ var graveyard struct {
 	fds  []int
 }
 
+var (
+	zeroArea [8192]byte
+	zeroLock uint32
+)
+
 func buryAll() {
 	for i, p := range graveyard.maps {
 		_ = unix.MunmapPtr(p, graveyard.lens[i])
@@ -184,7 +189,15 @@ func (b *perfBackend) closeThread(t *Thread, terminating bool) {
 		} else {
 			unix.Close(c.fd)
 		}
+		// From now on the handle reads static zeros: the zero pages above
+		// are freed by the next Init, and a stale handle may still be read.
+		c.page = unsafe.Pointer(&zeroArea[0])
+		c.data = unsafe.Pointer(&zeroArea[4096])
+		c.mask = 4095
+		c.kind = kindDispatch
+		c.read = readDispatch
 	}
+	t.lock = &zeroLock
 	if null >= 0 {
 		unix.Close(null)
 	}

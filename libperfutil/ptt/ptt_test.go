@@ -368,9 +368,12 @@ func TestReadAfterTerminate(t *testing.T) {
 	if _, err := CurrentThread(); !errors.Is(err, ErrNotInitialized) {
 		t.Errorf("CurrentThread after Terminate: %v", err)
 	}
-	// Init works again after Terminate.
+	// Init works again after Terminate; the stale handle still fails cleanly.
 	if err := Init("task-clock"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := th.Read1(); !errors.Is(err, ErrTerminated) {
+		t.Errorf("stale handle after a new Init: %v", err)
 	}
 	if err := Terminate(); err != nil {
 		t.Fatal(err)

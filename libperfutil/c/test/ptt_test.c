@@ -1,0 +1,291 @@
+/*
+ * C test of libperfutil's PTT (no-module backend): bad input, agreement of the
+ * mapped task-clock read with CLOCK_THREAD_CPUTIME_ID under contention, the
+ * retry path, read after PttTerminate; then ns per read side by side.
+ * Exit status 0 only if every check passed; every figure is printed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perfutil.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                  \
+	do {                                                              \
+		if (!(cond)) {                                            \
+			failures++;                                       \
+			printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
+			printf(__VA_ARGS__);                              \
+			printf("\n");                                     \
+		}                                                         \
+	} while (0)
+
+static uint64_t clk(clockid_t id)
+{
+	struct timespec ts;
+	clock_gettime(id, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static pid_t spinners[16];
+static int nspinners;
+
+static void start_spinners(int n)
+{
+	for (int i = 0; i < n; i++) {
+		pid_t p = fork();
+		if (p == 0) {
+			volatile unsigned long x = 0;
+			for (;;)
+				x++;
+		}
+		spinners[nspinners++] = p;
+	}
+}
+
+static void stop_spinners(void)
+{
+	for (int i = 0; i < nspinners; i++) {
+		kill(spinners[i], SIGKILL);
+		waitpid(spinners[i], NULL, 0);
+	}
+	nspinners = 0;
+}
+
+static void test_bad_input(void)
+{
+	const char *nine[] = {"task-clock", "cpu-clock", "context-switches", "cpu-migrations", "page-faults",
+			      "minor-faults", "major-faults", "cycles", "instructions"};
+	uint64_t v;
+	int rc = PttRead(&v);
+	CHECK(rc == PTT_ENOTINIT, "PttRead before PttInit: %d (%s)", rc, PttStrerror(rc));
+	rc = PttReadMetric0(&v);
+	CHECK(rc == PTT_ENOTINIT, "PttReadMetric0 before PttInit: %d", rc);
+	rc = PttInit(nine, 9);
+	CHECK(rc == PTT_ETOOMANY && strstr(PttStrerror(rc), "at most 8"), "9 metrics: %d %s", rc, PttStrerror(rc));
+	const char *bad[] = {"task-clock", "bogus"};
+	rc = PttInit(bad, 2);
+	CHECK(rc == PTT_EUNKNOWN && strstr(PttStrerror(rc), "\"bogus\"") && strstr(PttStrerror(rc), "task-clock"),
+	      "unknown metric: %d %s", rc, PttStrerror(rc));
+	rc = PttInit(NULL, 1);
+	CHECK(rc == PTT_EINVAL, "NULL metrics: %d", rc);
+	struct stat st;
+	if (stat("/sys/bus/event_source/devices/cpu", &st) == 0) {
+		printf("SKIP hardware metric without PMU: this machine has a hardware PMU\n");
+	} else {
+		const char *hw[] = {"task-clock", "instructions"};
+		rc = PttInit(hw, 2);
+		CHECK(rc == PTT_ENOPMU && strcmp(PttStrerror(rc), "no hardware PMU on this machine: metric instructions needs a hardware counter") == 0,
+		      "hardware metric: %d %s", rc, PttStrerror(rc));
+		printf("ok   hardware metric without PMU: %s\n", PttStrerror(rc));
+	}
+	setenv("PERFINSP_BACKEND", "kmod", 1);
+	const char *tc[] = {"task-clock"};
+	rc = PttInit(tc, 1);
+	CHECK(rc == PTT_ENOBACKEND, "kmod without module: %d %s", rc, PttStrerror(rc));
+	printf("ok   PERFINSP_BACKEND=kmod: %s\n", PttStrerror(rc));
+	unsetenv("PERFINSP_BACKEND");
+	rc = PttTerminate();
+	CHECK(rc == PTT_ENOTINIT, "PttTerminate before PttInit: %d", rc);
+	printf("%s bad input\n", failures ? "FAIL" : "ok  ");
+}
+
+struct agree {
+	uint64_t mapped, clock, retries, reads;
+	int rc;
+};
+
+static void *measure(void *arg)
+{
+	struct agree *a = arg;
+	uint64_t v0, v1, x = 0;
+	a->rc = PttReadMetric0(&v0);
+	if (a->rc)
+		return NULL;
+	uint64_t c0 = clk(CLOCK_THREAD_CPUTIME_ID);
+	while (clk(CLOCK_THREAD_CPUTIME_ID) - c0 < 300000000ull) {
+		for (volatile int j = 0; j < 20000; j++)
+			x += (uint64_t)j;
+		for (int j = 0; j < 100; j++) {
+			uint64_t v;
+			if ((a->rc = PttReadMetric0(&v)) != 0)
+				return NULL;
+			a->reads++;
+		}
+	}
+	a->rc = PttReadMetric0(&v1);
+	uint64_t c1 = clk(CLOCK_THREAD_CPUTIME_ID);
+	a->mapped = v1 - v0;
+	a->clock = c1 - c0;
+	a->retries = PttRetries();
+	return NULL;
+}
+
+static void test_agreement(void)
+{
+	const char *m[] = {"task-clock"};
+	int rc = PttInit(m, 1);
+	CHECK(rc == 0, "PttInit(task-clock): %s", PttStrerror(rc));
+	if (rc)
+		return;
+	CHECK(PttInterruptsFactoredOut() == 0, "daemon backend claims interrupts factored out");
+	CHECK(PttNoSyscallRead() == 1, "task-clock should be read without a system call");
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	start_spinners((int)ncpu + 1);
+	enum { N = 2 };
+	pthread_t th[N];
+	struct agree a[N];
+	memset(a, 0, sizeof a);
+	for (int i = 0; i < N; i++)
+		pthread_create(&th[i], NULL, measure, &a[i]);
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	stop_spinners();
+	for (int i = 0; i < N; i++) {
+		CHECK(a[i].rc == 0, "measure: %s", PttStrerror(a[i].rc));
+		double pct = 100.0 * ((double)a[i].mapped - (double)a[i].clock) / (double)a[i].clock;
+		printf("     thread %d: task-clock mapped %llu ns, CLOCK_THREAD_CPUTIME_ID %llu ns, difference %+.4f %%, %llu reads, %llu retries (%d spinners, %ld CPUs)\n",
+		       i, (unsigned long long)a[i].mapped, (unsigned long long)a[i].clock, pct, (unsigned long long)a[i].reads,
+		       (unsigned long long)a[i].retries, (int)ncpu + 1, ncpu);
+		CHECK(fabs(pct) <= 1.0, "thread %d: mapped task-clock differs from CLOCK_THREAD_CPUTIME_ID by %.4f %% (limit 1 %%)", i, pct);
+	}
+	PttTerminate();
+	printf("%s agreement with CLOCK_THREAD_CPUTIME_ID under contention\n", failures ? "FAIL" : "ok  ");
+}
+
+static void test_retry(void)
+{
+	const char *m[] = {"task-clock", "context-switches"};
+	int rc = PttInit(m, 2);
+	CHECK(rc == 0, "PttInit: %s", PttStrerror(rc));
+	if (rc)
+		return;
+	start_spinners((int)sysconf(_SC_NPROCESSORS_ONLN) + 1);
+	uint64_t v[2], cs0, reads = 0, prev = 0;
+	uint64_t r0 = PttRetries();
+	PttRead(v);
+	cs0 = v[1];
+	uint64_t end = clk(CLOCK_MONOTONIC) + 1000000000ull;
+	while (clk(CLOCK_MONOTONIC) < end) {
+		for (int i = 0; i < 1000; i++) {
+			rc = PttRead(v);
+			if (rc || v[0] < prev) {
+				CHECK(0, "PttRead: rc %d, task-clock %llu after %llu", rc, (unsigned long long)v[0], (unsigned long long)prev);
+				goto out;
+			}
+			prev = v[0];
+			reads++;
+		}
+	}
+out:
+	stop_spinners();
+	uint64_t disp = v[1] - cs0, retries = PttRetries() - r0;
+	printf("     %llu reads in 1 s, %llu dispatches, %llu retries\n", (unsigned long long)reads, (unsigned long long)disp,
+	       (unsigned long long)retries);
+	CHECK(disp >= 20, "only %llu dispatches under contention", (unsigned long long)disp);
+	CHECK(retries > 0, "no retry in %llu dispatches", (unsigned long long)disp);
+	CHECK(retries <= disp, "%llu retries for %llu dispatches", (unsigned long long)retries, (unsigned long long)disp);
+	PttTerminate();
+	printf("%s retry path\n", failures ? "FAIL" : "ok  ");
+}
+
+static volatile int reader_rc;
+static void *hammer(void *arg)
+{
+	(void)arg;
+	uint64_t v[3];
+	for (;;) {
+		int rc = PttRead(v);
+		if (rc) {
+			reader_rc = rc;
+			return NULL;
+		}
+	}
+}
+
+static void test_terminate(void)
+{
+	const char *m[] = {"task-clock", "context-switches", "page-faults"};
+	int rc = PttInit(m, 3);
+	CHECK(rc == 0, "PttInit: %s", PttStrerror(rc));
+	CHECK(PttNoSyscallRead() == 0, "page-faults is read with read()");
+	uint64_t v[3];
+	CHECK(PttRead(v) == 0, "PttRead");
+	pthread_t th;
+	pthread_create(&th, NULL, hammer, NULL);
+	usleep(50000);
+	CHECK(PttTerminate() == 0, "PttTerminate");
+	pthread_join(th, NULL);
+	CHECK(reader_rc == PTT_ETERMINATED, "racing reader got %d", reader_rc);
+	rc = PttRead(v);
+	CHECK(rc == PTT_ETERMINATED, "PttRead after terminate: %d", rc);
+	rc = PttReadMetric0(v);
+	CHECK(rc == PTT_ETERMINATED, "PttReadMetric0 after terminate: %d (%s)", rc, PttStrerror(rc));
+	const char *t[] = {"task-clock"};
+	CHECK(PttInit(t, 1) == 0, "PttInit again");
+	CHECK(PttReadMetric0(v) == 0, "read after a new PttInit");
+	CHECK(PttTerminate() == 0, "PttTerminate");
+	printf("%s read after PttTerminate\n", failures ? "FAIL" : "ok  ");
+}
+
+/* ns per read, side by side (the figures, not a pass/fail check). */
+static void bench(void)
+{
+	const char *m[] = {"task-clock"};
+	if (PttInit(m, 1))
+		return;
+	uint64_t v;
+	PttReadMetric0(&v);
+	int fd = PttSelf->c[0].fd;
+	enum { R = 2000000 };
+	double ns[3];
+	for (int k = 0; k < 3; k++) {
+		int n = k == 1 ? R / 20 : R;
+		uint64_t t0 = clk(CLOCK_MONOTONIC);
+		for (int i = 0; i < n; i++) {
+			if (k == 0)
+				PttReadMetric0(&v);
+			else if (k == 1) {
+				if (read(fd, &v, 8) != 8)
+					break;
+			} else {
+				struct timespec ts;
+				clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+			}
+		}
+		ns[k] = (double)(clk(CLOCK_MONOTONIC) - t0) / n;
+	}
+	PttTerminate();
+	printf("C ns per read of the calling thread's task-clock:\n");
+	printf("  %-44s %8s\n", "method", "ns/read");
+	printf("  %-44s %8s\n", "PTT mapped read, kmod backend", "not available: module not loaded");
+	printf("  %-44s %8.1f  (%.3fx read())\n", "PTT mapped read, daemon backend (PttReadMetric0)", ns[0], ns[0] / ns[1]);
+	printf("  %-44s %8.1f\n", "perf read() system call, same counter", ns[1]);
+	printf("  %-44s %8.1f\n", "clock_gettime(CLOCK_THREAD_CPUTIME_ID)", ns[2]);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && strcmp(argv[1], "bench") == 0) {
+		bench();
+		return 0;
+	}
+	test_bad_input();
+	test_agreement();
+	test_retry();
+	test_terminate();
+	bench();
+	printf(failures ? "FAIL: %d checks failed\n" : "PASS\n", failures);
+	return failures ? 1 : 0;
+}
