@@ -81,10 +81,12 @@ pitest fuzz 50000 1 >/tmp/fz1 2>&1 &
 p1=$!
 pitest fuzz 50000 2 >/tmp/fz2 2>&1 &
 p2=$!
-pitest toggle 15 >/tmp/tg 2>&1 &
+rm -f /tmp/fuzz.done
+pitest toggle 1000 /tmp/fuzz.done >/tmp/tg 2>&1 &
 p3=$!
 wait $p1; r1=$?
 wait $p2; r2=$?
+touch /tmp/fuzz.done
 wait $p3; r3=$?
 sed 's/^/  /' /tmp/fz1 /tmp/fz2 /tmp/tg
 [ $r1 -eq 0 ] && [ $r2 -eq 0 ] || fail "fuzzers failed ($r1 $r2)"
@@ -92,6 +94,7 @@ sed 's/^/  /' /tmp/fz1 /tmp/fz2 /tmp/tg
 
 step "a process killed while it maps the buffers"
 swtrace free >/dev/null 2>&1
+run swtrace mode normal
 run swtrace init -t 64K -m 64K
 run swtrace on
 pitest holdmap >/tmp/hm 2>&1 &

@@ -141,7 +141,7 @@ TIMEOUT=${VMTEST_TIMEOUT:-420}
 echo "vmtest: booting (TCG, -smp 2, timeout ${TIMEOUT}s); serial log $LOG"
 start=$(date +%s)
 set +e
-timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2 -nographic -no-reboot \
+timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-single} -cpu max -m 1G -smp 2 -nographic -no-reboot \
 	"${QEMU_EXTRA[@]}" -kernel "$KERNEL" -initrd "$W/initramfs.cpio.gz" \
 	-append "console=ttyS0 panic=-1 oops=panic panic_on_warn=1 softlockup_panic=1 softlockup_all_cpu_backtrace=1 quiet loglevel=${VMTEST_LOGLEVEL:-5}" </dev/null >"$LOG" 2>&1
 rc=$?

@@ -7,7 +7,7 @@
 //	pitest modes                     normal / wrap / cont with small buffers
 //	pitest badinput                  each ioctl's validation (EINVAL, ENOTTY, EFAULT, EPERM, ENOMEM)
 //	pitest fuzz N SEED               N random ioctls (and mmaps)
-//	pitest toggle N                  N rounds of init/on/off/get, tolerant of concurrent fuzzers
+//	pitest toggle N [STOPFILE]       up to N rounds of init/on/off/get (until STOPFILE exists), tolerant of concurrent fuzzers
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 package main
@@ -43,11 +43,15 @@ func main() {
 		seed, _ := strconv.ParseInt(os.Args[3], 10, 64)
 		err = fuzz(n, seed)
 	case "toggle":
-		if len(os.Args) != 3 {
+		if len(os.Args) < 3 {
 			usage()
 		}
 		n, _ := strconv.Atoi(os.Args[2])
-		err = toggle(n)
+		stop := ""
+		if len(os.Args) > 3 {
+			stop = os.Args[3]
+		}
+		err = toggle(n, stop)
 	case "holdmap":
 		err = holdMap()
 	case "bench":
@@ -62,6 +66,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N | holdmap | bench")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | holdmap | bench")
 	os.Exit(2)
 }

@@ -413,10 +413,16 @@ func plausible(r *rand.Rand, req uintptr, b []byte) {
 
 // toggle turns tracing on and off and writes the trace, n times, while
 // other processes fuzz the device: every step may fail, none may hang.
-func toggle(n int) error {
-	ok, failed := 0, 0
+func toggle(n int, stopFile string) error {
+	ok, failed, rounds := 0, 0, 0
 	start := time.Now()
 	for i := 0; i < n; i++ {
+		if stopFile != "" {
+			if _, err := os.Stat(stopFile); err == nil {
+				break
+			}
+		}
+		rounds++
 		f, err := control.Open("kmod")
 		if err != nil {
 			return err
@@ -438,7 +444,7 @@ func toggle(n int) error {
 		}
 		f.Close()
 	}
-	fmt.Printf("toggle: %d rounds in %s: %d steps ok, %d refused under concurrent fuzzing\n", n, time.Since(start).Round(time.Millisecond), ok, failed)
+	fmt.Printf("toggle: %d rounds in %s: %d steps ok, %d refused under concurrent fuzzing\n", rounds, time.Since(start).Round(time.Millisecond), ok, failed)
 	if ok == 0 {
 		return fmt.Errorf("no step succeeded")
 	}
