@@ -259,3 +259,12 @@ func (t *Thread) Close() error {
 	}
 	return nil
 }
+
+// CounterFD is the perf_event descriptor of metric i, for comparisons with
+// the read() system call and for diagnostics; -1 if there is none.
+func (t *Thread) CounterFD(i int) int {
+	if i < 0 || i >= len(t.c) || t.dead.Load() {
+		return -1
+	}
+	return t.c[i].fd
+}
