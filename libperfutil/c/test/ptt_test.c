@@ -37,6 +37,19 @@ static uint64_t clk(clockid_t id)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The steal column of /proc/stat (USER_HZ ticks, all CPUs). */
+static unsigned long long steal_ticks(void)
+{
+	unsigned long long v[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+		v[7] = 0;
+	fclose(f);
+	return v[7];
+}
+
 static pid_t spinners[16];
 static int nspinners;
 
@@ -64,6 +77,7 @@ static void stop_spinners(void)
 
 static void test_bad_input(void)
 {
+	int f0 = failures;
 	const char *nine[] = {"task-clock", "cpu-clock", "context-switches", "cpu-migrations", "page-faults",
 			      "minor-faults", "major-faults", "cycles", "instructions"};
 	uint64_t v;
@@ -97,7 +111,7 @@ static void test_bad_input(void)
 	unsetenv("PERFINSP_BACKEND");
 	rc = PttTerminate();
 	CHECK(rc == PTT_ENOTINIT, "PttTerminate before PttInit: %d", rc);
-	printf("%s bad input\n", failures ? "FAIL" : "ok  ");
+	printf("%s bad input\n", failures > f0 ? "FAIL" : "ok  ");
 }
 
 struct agree {
@@ -133,6 +147,7 @@ static void *measure(void *arg)
 
 static void test_agreement(void)
 {
+	int f0 = failures;
 	const char *m[] = {"task-clock"};
 	int rc = PttInit(m, 1);
 	CHECK(rc == 0, "PttInit(task-clock): %s", PttStrerror(rc));
@@ -142,6 +157,8 @@ static void test_agreement(void)
 	CHECK(PttNoSyscallRead() == 1, "task-clock should be read without a system call");
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	start_spinners((int)ncpu + 1);
+	unsigned long long st0 = steal_ticks();
+	uint64_t w0 = clk(CLOCK_MONOTONIC);
 	enum { N = 2 };
 	pthread_t th[N];
 	struct agree a[N];
@@ -150,7 +167,9 @@ static void test_agreement(void)
 		pthread_create(&th[i], NULL, measure, &a[i]);
 	for (int i = 0; i < N; i++)
 		pthread_join(th[i], NULL);
+	double stolen = (double)(steal_ticks() - st0) * (1e9 / (double)sysconf(_SC_CLK_TCK)) / ((double)(clk(CLOCK_MONOTONIC) - w0) * (double)ncpu);
 	stop_spinners();
+	printf("     hypervisor steal during the run: %.2f %% of all CPU time (/proc/stat)\n", 100 * stolen);
 	for (int i = 0; i < N; i++) {
 		CHECK(a[i].rc == 0, "measure: %s", PttStrerror(a[i].rc));
 		double pct = 100.0 * ((double)a[i].mapped - (double)a[i].clock) / (double)a[i].clock;
@@ -160,11 +179,12 @@ static void test_agreement(void)
 		CHECK(fabs(pct) <= 1.0, "thread %d: mapped task-clock differs from CLOCK_THREAD_CPUTIME_ID by %.4f %% (limit 1 %%)", i, pct);
 	}
 	PttTerminate();
-	printf("%s agreement with CLOCK_THREAD_CPUTIME_ID under contention\n", failures ? "FAIL" : "ok  ");
+	printf("%s agreement with CLOCK_THREAD_CPUTIME_ID under contention\n", failures > f0 ? "FAIL" : "ok  ");
 }
 
 static void test_retry(void)
 {
+	int f0 = failures;
 	const char *m[] = {"task-clock", "context-switches"};
 	int rc = PttInit(m, 2);
 	CHECK(rc == 0, "PttInit: %s", PttStrerror(rc));
@@ -196,7 +216,7 @@ out:
 	CHECK(retries > 0, "no retry in %llu dispatches", (unsigned long long)disp);
 	CHECK(retries <= disp, "%llu retries for %llu dispatches", (unsigned long long)retries, (unsigned long long)disp);
 	PttTerminate();
-	printf("%s retry path\n", failures ? "FAIL" : "ok  ");
+	printf("%s retry path\n", failures > f0 ? "FAIL" : "ok  ");
 }
 
 static volatile int reader_rc;
@@ -215,6 +235,7 @@ static void *hammer(void *arg)
 
 static void test_terminate(void)
 {
+	int f0 = failures;
 	const char *m[] = {"task-clock", "context-switches", "page-faults"};
 	int rc = PttInit(m, 3);
 	CHECK(rc == 0, "PttInit: %s", PttStrerror(rc));
@@ -235,7 +256,7 @@ static void test_terminate(void)
 	CHECK(PttInit(t, 1) == 0, "PttInit again");
 	CHECK(PttReadMetric0(v) == 0, "read after a new PttInit");
 	CHECK(PttTerminate() == 0, "PttTerminate");
-	printf("%s read after PttTerminate\n", failures ? "FAIL" : "ok  ");
+	printf("%s read after PttTerminate\n", failures > f0 ? "FAIL" : "ok  ");
 }
 
 /* ns per read, side by side (the figures, not a pass/fail check). */
