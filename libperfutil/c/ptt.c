@@ -76,7 +76,12 @@ static uint64_t read_unset(struct PttThreadState *s)
 	(void)s;
 	return 0;
 }
-static struct PttThreadState unset_state = {.lock = &zero_lock, .read1 = read_unset, .status = ST_UNSET};
+static void readn_unset(struct PttThreadState *s, uint64_t *values)
+{
+	(void)s;
+	(void)values;
+}
+static struct PttThreadState unset_state = {.lock = &zero_lock, .read1 = read_unset, .readn = readn_unset, .status = ST_UNSET};
 __thread struct PttThreadState *PttSelf = &unset_state;
 
 static __thread int last_err;
@@ -253,6 +258,8 @@ static void read_all(struct PttThreadState *s, uint64_t *values)
 
 /* ---- counters ---- */
 
+static void readn_one(struct PttThreadState *s, uint64_t *values);
+
 static int perf_open(const struct metric *m, int switch_records, int excl_kernel, int *err)
 {
 	struct perf_event_attr a;
@@ -379,6 +386,7 @@ static int setup_thread_locked(void)
 	case K_DISPATCH: s->read1 = read1_dispatch; break;
 	default: s->read1 = read1_syscall; break;
 	}
+	s->readn = nmetrics == 1 ? readn_one : read_all;
 	/* A time counter needs one switch-in record: let the thread be
 	 * dispatched once. */
 	for (int i = 0; i < nmetrics; i++) {
@@ -441,20 +449,24 @@ int PttReadMetric0Slow(uint64_t *value)
 	return PTT_OK;
 }
 
+static void readn_one(struct PttThreadState *s, uint64_t *values)
+{
+	values[0] = s->read1(s);
+}
+
 int PttRead(uint64_t *values)
 {
 	struct PttThreadState *s = PttSelf;
-	if (__builtin_expect(s->status != ST_OK, 0)) {
-		int rc = ensure_thread();
-		if (rc)
-			return rc;
-		s = PttSelf;
-	}
-	if (s->n == 1)
-		values[0] = s->read1(s);
-	else
-		read_all(s, values);
-	if (__builtin_expect(s->status != ST_OK, 0))
+	s->readn(s, values); /* the routine for 1 or N metrics, chosen at setup */
+	if (__builtin_expect(s->status == ST_OK, 1))
+		return PTT_OK;
+	/* Not set up yet, or terminated: checked after the read. */
+	int rc = ensure_thread();
+	if (rc)
+		return rc;
+	s = PttSelf;
+	s->readn(s, values);
+	if (s->status != ST_OK)
 		return fail(PTT_ETERMINATED, "ptt was terminated: this thread's work area is gone");
 	return PTT_OK;
 }
@@ -602,6 +614,7 @@ int PttTerminate(void)
 		}
 		s->lock = &zero_lock;
 		s->read1 = read_unset;
+		s->readn = readn_unset;
 	}
 	if (null >= 0)
 		close(null);

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -232,6 +233,9 @@ func (h *holder) scan(strict bool) error {
 			if oerr != nil {
 				for _, fd := range t.fds {
 					syscall.Close(fd)
+				}
+				if errors.Is(oerr, syscall.ESRCH) {
+					continue // the thread exited meanwhile
 				}
 				if strict && h.pid > 0 {
 					return oerr

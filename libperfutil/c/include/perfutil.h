@@ -62,6 +62,7 @@ typedef uint64_t (*PttRead1Fn)(struct PttThreadState *s);
 struct PttThreadState {
 	const volatile uint32_t *lock; /* first counter's page lock */
 	PttRead1Fn read1;              /* metric 0, with the retry loop */
+	void (*readn)(struct PttThreadState *s, uint64_t *values); /* all metrics */
 	volatile int status;           /* 0, or why the fast path cannot be used */
 	int n;
 	uint64_t retries;
