@@ -552,6 +552,11 @@ int PttInit(const char **names, int n)
 		}
 		close(fd);
 	}
+	for (int i = 0; i < n && excl; i++)
+		if (ms[i]->type == PERF_TYPE_SOFTWARE && ms[i]->config == PERF_COUNT_SW_CONTEXT_SWITCHES) {
+			pthread_mutex_unlock(&mu);
+			return fail(PTT_EPERM, "metric %s counts in kernel mode, which perf_event_paranoid forbids for a non-root user", ms[i]->name);
+		}
 	for (int i = 0; i < n; i++) {
 		int x86 = 0;
 #if defined(__x86_64__) || defined(__i386__)

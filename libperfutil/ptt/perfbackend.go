@@ -86,6 +86,13 @@ func newPerfBackend(ms []Metric) (*perfBackend, error) {
 		_ = unix.MunmapPtr(pg, uintptr(os.Getpagesize()))
 		unix.Close(fd)
 	}
+	if b.excludeKernel {
+		for _, m := range ms {
+			if m.perfType == unix.PERF_TYPE_SOFTWARE && m.config == unix.PERF_COUNT_SW_CONTEXT_SWITCHES {
+				return nil, fmt.Errorf("metric %s counts in kernel mode, which perf_event_paranoid=%d forbids for a non-root user", m.Name, Paranoid())
+			}
+		}
+	}
 	for _, m := range ms {
 		k := kindSyscall
 		switch {

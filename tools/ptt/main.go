@@ -285,7 +285,11 @@ func printDump(w io.Writer, d *Dump) {
 		if t.Exited {
 			state = "(exited)"
 		}
-		row = append(row, strconv.FormatUint(t.Dispatches, 10), intr, itime, state)
+		disp := "n/a"
+		if t.Dispatches != nil {
+			disp = strconv.FormatUint(*t.Dispatches, 10)
+		}
+		row = append(row, disp, intr, itime, state)
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()

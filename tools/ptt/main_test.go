@@ -141,11 +141,14 @@ func TestOnDumpOff(t *testing.T) {
 	tc := th.Values["task-clock"]
 	ran := s1 - s0
 	diff := 100 * (float64(tc) - float64(ran)) / float64(ran)
-	t.Logf("child: task-clock %d ns, scheduler run time %d ns (difference %+.3f %%), dispatches %d", tc, ran, diff, th.Dispatches)
+	if th.Dispatches == nil {
+		t.Fatalf("no dispatch count as root")
+	}
+	t.Logf("child: task-clock %d ns, scheduler run time %d ns (difference %+.3f %%), dispatches %d", tc, ran, diff, *th.Dispatches)
 	if ran < 50e6 || math.Abs(diff) > 1 {
 		t.Errorf("task-clock %d vs run time %d (%.3f %%)", tc, ran, diff)
 	}
-	if th.Dispatches == 0 {
+	if *th.Dispatches == 0 {
 		t.Errorf("no dispatch counted for a thread that was stopped and continued")
 	}
 	if th.Interrupts != nil || th.InterruptTime != nil || d.CPUs != nil || d.Guarantees.InterruptsFactoredOut {
@@ -250,5 +253,60 @@ func TestNonRootCannotWatchRoot(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "permission denied") {
 		t.Errorf("want a permission error, got %q", out)
+	}
+}
+
+func TestNonRootOwnProcess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to the nobody user")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) is not installed")
+	}
+	nobody := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
+	child := exec.Command(setpriv, append(nobody, "sh", "-c", "while :; do :; done")...)
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	dir, err := os.MkdirTemp("", "ptt-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o777)
+	sock := filepath.Join(dir, "nb", "ptt.sock")
+	as := func(args ...string) (string, error) {
+		cmd := exec.Command(setpriv, append(nobody, append([]string{pttBin}, args...)...)...)
+		cmd.Env = append(os.Environ(), "PTT_SOCKET="+sock)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	time.Sleep(100 * time.Millisecond) // setpriv has exec'd sh
+	pid := strconv.Itoa(child.Process.Pid)
+	if out, err := as("on", "-p", pid); err != nil {
+		t.Fatalf("nobody: ptt on -p own process: %v: %s", err, out)
+	}
+	defer as("off")
+	time.Sleep(300 * time.Millisecond)
+	out, err := as("dump", "--json")
+	if err != nil {
+		t.Fatalf("dump: %v %s", err, out)
+	}
+	var d Dump
+	if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Threads) != 1 {
+		t.Fatalf("dump: %v %s", err, out)
+	}
+	th := d.Threads[0]
+	t.Logf("nobody's own process: task-clock %d, dispatches %v, notes %v", th.Values["task-clock"], th.Dispatches, d.Guarantees.Notes)
+	if th.Values["task-clock"] < 50e6 {
+		t.Errorf("task-clock %d after 300 ms of a busy loop", th.Values["task-clock"])
+	}
+	if ptt.Paranoid() >= 2 && th.Dispatches != nil {
+		t.Errorf("dispatches %d reported although kernel-mode counting is forbidden (they would be 0)", *th.Dispatches)
+	}
+	if out, err := as("off"); err != nil {
+		t.Errorf("off: %v %s", err, out)
 	}
 }

@@ -38,7 +38,7 @@ type ThreadDump struct {
 	Tid           int               `json:"tid"`
 	Name          string            `json:"name"`
 	Values        map[string]uint64 `json:"values"`
-	Dispatches    uint64            `json:"dispatches"`
+	Dispatches    *uint64           `json:"dispatches"`
 	Interrupts    *uint64           `json:"interrupts"`
 	InterruptTime *uint64           `json:"interrupt_time"`
 	Exited        bool              `json:"exited"`
@@ -85,7 +85,7 @@ func serve(names []string, pid int) error {
 	}
 	sock := SocketPath()
 	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
-		fmt.Fprintf(os.Stderr, "create %s: %v\n", filepath.Dir(sock), err)
+		fmt.Fprintf(os.Stderr, "create the socket directory %s: %v (set $PTT_SOCKET or $XDG_RUNTIME_DIR to a directory you can write)\n", filepath.Dir(sock), err)
 		os.Exit(1)
 	}
 	_ = os.Chmod(filepath.Dir(sock), 0o700)
@@ -272,7 +272,8 @@ func (h *holder) dump() *Dump {
 		RetryDetects: "n/a: the holder reads each counter with read()",
 		Notes:        []string{"interrupt time is NOT factored out", "dispatches: the perf context-switches counter of each thread"}}
 	if h.excl {
-		d.Guarantees.Notes = append(d.Guarantees.Notes, "kernel-mode counts excluded (perf_event_paranoid, not root)")
+		d.Guarantees.Notes = append(d.Guarantees.Notes, "kernel-mode counts excluded (perf_event_paranoid, not root): no dispatch counts")
+		d.Guarantees.DispatchCounts = false
 	}
 	for _, t := range h.threads {
 		td := ThreadDump{Pid: t.pid, Tid: t.tid, Name: t.name, Values: map[string]uint64{}, Exited: t.exited}
@@ -280,7 +281,10 @@ func (h *holder) dump() *Dump {
 			v, _ := ptt.ReadCounter(t.fds[i])
 			td.Values[m.Name] = v
 		}
-		td.Dispatches, _ = ptt.ReadCounter(t.fds[len(h.metrics)])
+		if !h.excl { // context-switches count only with kernel-mode counting
+			v, _ := ptt.ReadCounter(t.fds[len(h.metrics)])
+			td.Dispatches = &v
+		}
 		d.Threads = append(d.Threads, td)
 	}
 	sortThreads(d.Threads)

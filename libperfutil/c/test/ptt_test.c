@@ -259,6 +259,56 @@ static void test_terminate(void)
 	printf("%s read after PttTerminate\n", failures > f0 ? "FAIL" : "ok  ");
 }
 
+/* As a non-root user (nobody), in a forked child: task-clock works (kernel
+ * counting is refused at perf_event_paranoid >= 2, so the library falls back
+ * to exclude_kernel, which task-clock ignores); context-switches, which only
+ * counts in kernel mode, is refused instead of reading 0 forever. */
+static void test_nonroot(void)
+{
+	if (geteuid() != 0) {
+		printf("SKIP non-root: not running as root, cannot switch to nobody\n");
+		return;
+	}
+	int f0 = failures;
+	fflush(stdout);
+	pid_t p = fork();
+	if (p == 0) {
+		if (setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
+			_exit(10);
+		const char *tc[] = {"task-clock"};
+		int rc = PttInit(tc, 1);
+		if (rc) {
+			printf("     nobody: PttInit(task-clock): %s\n", PttStrerror(rc));
+			_exit(11);
+		}
+		uint64_t v0, v1, c0 = clk(CLOCK_THREAD_CPUTIME_ID);
+		if (PttReadMetric0(&v0))
+			_exit(12);
+		while (clk(CLOCK_THREAD_CPUTIME_ID) - c0 < 50000000ull)
+			;
+		if (PttReadMetric0(&v1) || v1 - v0 < 40000000ull)
+			_exit(13);
+		PttTerminate();
+		const char *cs[] = {"task-clock", "context-switches"};
+		FILE *pf = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+		int paranoid = 2;
+		if (pf) {
+			if (fscanf(pf, "%d", &paranoid) != 1)
+				paranoid = 2;
+			fclose(pf);
+		}
+		rc = PttInit(cs, 2);
+		printf("     nobody: PttInit(task-clock,context-switches) at perf_event_paranoid=%d: %s\n", paranoid, rc ? PttStrerror(rc) : "ok");
+		if (paranoid >= 2 && rc != PTT_EPERM)
+			_exit(14);
+		_exit(0);
+	}
+	int st = 0;
+	waitpid(p, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "non-root child: exit status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	printf("%s non-root: own thread's task-clock, context-switches refused\n", failures > f0 ? "FAIL" : "ok  ");
+}
+
 /* ns per read, side by side (the figures, not a pass/fail check). */
 static void bench(void)
 {
@@ -306,6 +356,7 @@ int main(int argc, char **argv)
 	test_agreement();
 	test_retry();
 	test_terminate();
+	test_nonroot();
 	bench();
 	printf(failures ? "FAIL: %d checks failed\n" : "PASS\n", failures);
 	return failures ? 1 : 0;
