@@ -324,7 +324,18 @@ static void release_counters(struct PttThreadState *s, int n)
 	}
 }
 
-/* The thread exits: release its counters (called by pthread). */
+/* Unlink and free a state only its own thread can reach (with mu held). */
+static void forget_locked(struct PttThreadState *s)
+{
+	for (struct PttThreadState **p = &all_threads; *p; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			free(s);
+			return;
+		}
+}
+
+/* The thread exits: release its counters and state (called by pthread). */
 static void thread_exit(void *arg)
 {
 	struct PttThreadState *s = arg;
@@ -333,6 +344,7 @@ static void thread_exit(void *arg)
 		s->status = ST_DEAD;
 		release_counters(s, s->n);
 	}
+	forget_locked(s);
 	pthread_mutex_unlock(&mu);
 }
 
@@ -340,6 +352,8 @@ static void make_key(void)
 {
 	pthread_key_create(&exit_key, thread_exit);
 }
+
+static void forget_locked(struct PttThreadState *s);
 
 static int setup_thread_locked(void)
 {
@@ -404,6 +418,10 @@ static int setup_thread_locked(void)
 		}
 	}
 	s->status = ST_OK;
+	/* A state left by an earlier PttInit (terminated) is this thread's
+	 * alone: free it. */
+	if (PttSelf != &unset_state && PttSelf->status != ST_OK)
+		forget_locked(PttSelf);
 	s->next = all_threads;
 	all_threads = s;
 	PttSelf = s;
