@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -33,9 +35,15 @@ var graveyard struct {
 }
 
 var (
-	zeroArea [8192]byte
-	zeroLock uint32
+	zeroOnce sync.Once
+	zeroArea []byte
 )
+
+// zeroPages is two pages of zeros that terminated handles read from.
+func zeroPages() unsafe.Pointer {
+	zeroOnce.Do(func() { zeroArea = make([]byte, 2*os.Getpagesize()) })
+	return unsafe.Pointer(&zeroArea[0])
+}
 
 func buryAll() {
 	for i, p := range graveyard.maps {
@@ -124,6 +132,7 @@ func (b *perfBackend) openThread(t *Thread) error {
 			return err
 		}
 		c.fd = fd
+		c.sfd.Store(int32(fd))
 		c.size = ps
 		if c.kind == kindSwitchTime {
 			c.size = 2 * ps // control page + one data page (256 switch records)
@@ -142,7 +151,7 @@ func (b *perfBackend) openThread(t *Thread) error {
 			c.mask = ld64(pg, pgDataSize) - 1
 		}
 	}
-	t.lock = (*uint32)(unsafe.Add(t.c[0].page, pgLock))
+	t.lock = unsafe.Add(t.c[0].page, pgLock)
 	// A time counter needs one switch-in record before its first read: sleep
 	// briefly until the thread has been dispatched once since the open.
 	for i := range t.c {
@@ -196,15 +205,15 @@ func (b *perfBackend) closeThread(t *Thread, terminating bool) {
 		} else {
 			unix.Close(c.fd)
 		}
-		// From now on the handle reads static zeros: the zero pages above
-		// are freed by the next Init, and a stale handle may still be read.
-		c.page = unsafe.Pointer(&zeroArea[0])
-		c.data = unsafe.Pointer(&zeroArea[4096])
-		c.mask = 4095
-		c.kind = kindDispatch
-		c.read = readDispatch
+		// From now on the handle reads zeros that are never freed: the
+		// zero pages above go at the next Init, and a stale handle may
+		// still be read after that.
+		c.sfd.Store(-1)
+		z := zeroPages()
+		atomic.StorePointer(&c.data, unsafe.Add(z, uintptr(os.Getpagesize())))
+		atomic.StorePointer(&c.page, z)
 	}
-	t.lock = &zeroLock
+	atomic.StorePointer(&t.lock, unsafe.Add(zeroPages(), pgLock))
 	if null >= 0 {
 		unix.Close(null)
 	}

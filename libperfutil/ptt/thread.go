@@ -26,8 +26,9 @@ var kindPath = map[int]string{
 type counter struct {
 	kind int
 	fd   int
-	page unsafe.Pointer // perf_event_mmap_page
-	data unsafe.Pointer // ring buffer (kindSwitchTime)
+	sfd  atomic.Int32   // fd for the read() path; -1 once terminated
+	page unsafe.Pointer // perf_event_mmap_page (atomic: Terminate swaps it)
+	data unsafe.Pointer // ring buffer (kindSwitchTime; atomic as page)
 	mask uint64
 	size uintptr // bytes mapped
 	read func(c *counter) uint64
@@ -68,9 +69,10 @@ func ld16(p unsafe.Pointer, off uintptr) uint16 {
 }
 
 func readSwitchTime(c *counter) uint64 {
-	head := ld64(c.page, pgDataHead)
-	at := *(*uint64)(unsafe.Add(c.data, uintptr((head-8)&c.mask)))
-	run := ld64(c.page, pgTimeRunning)
+	pg := atomic.LoadPointer(&c.page)
+	head := ld64(pg, pgDataHead)
+	at := *(*uint64)(unsafe.Add(atomic.LoadPointer(&c.data), uintptr((head-8)&c.mask)))
+	run := ld64(pg, pgTimeRunning)
 	now := uint64(nanotime())
 	if now < at {
 		return run
@@ -87,10 +89,11 @@ func tscToNs(cyc uint64, mult uint32, shift uint16) uint64 {
 }
 
 func readTSCTime(c *counter) uint64 {
-	run := ld64(c.page, pgTimeRunning)
-	off := ld64(c.page, pgTimeOffset)
-	mult := ld32(c.page, pgTimeMult)
-	shift := ld16(c.page, pgTimeShift)
+	pg := atomic.LoadPointer(&c.page)
+	run := ld64(pg, pgTimeRunning)
+	off := ld64(pg, pgTimeOffset)
+	mult := ld32(pg, pgTimeMult)
+	shift := ld16(pg, pgTimeShift)
 	cyc := rdtsc()
 	return run + off + tscToNs(cyc, mult, shift)
 }
@@ -105,20 +108,25 @@ func pmcValue(offset int64, pmc uint64, width uint16) uint64 {
 }
 
 func readPMC(c *counter) uint64 {
-	idx := ld32(c.page, pgIndex)
-	off := int64(ld64(c.page, pgOffset))
+	pg := atomic.LoadPointer(&c.page)
+	idx := ld32(pg, pgIndex)
+	off := int64(ld64(pg, pgOffset))
 	if idx == 0 {
 		return uint64(off)
 	}
-	return pmcValue(off, rdpmc(idx-1), ld16(c.page, pgPMCWidth))
+	return pmcValue(off, rdpmc(idx-1), ld16(pg, pgPMCWidth))
 }
 
 func readDispatch(c *counter) uint64 {
-	return ld64(c.page, pgOffset)
+	return ld64(atomic.LoadPointer(&c.page), pgOffset)
 }
 
 func readSyscall(c *counter) uint64 {
-	v, err := ReadCounter(c.fd)
+	fd := int(c.sfd.Load())
+	if fd < 0 {
+		return 0
+	}
+	v, err := ReadCounter(fd)
 	if err != nil {
 		return 0
 	}
@@ -130,7 +138,7 @@ type Thread struct {
 	tid     int
 	metrics []Metric
 	c       []counter
-	lock    *uint32 // the first counter's page lock: changes at every dispatch
+	lock    unsafe.Pointer // *uint32: the first counter's page lock, changes at every dispatch (atomic: Terminate swaps it)
 	dead    atomic.Bool
 	retries atomic.Uint64
 	readN   func(t *Thread, vals []uint64) int
@@ -150,9 +158,9 @@ func (t *Thread) Retries() uint64 { return t.retries.Load() }
 func (t *Thread) Read1() (uint64, error) {
 	c := &t.c[0]
 	for {
-		seq := atomic.LoadUint32(t.lock)
+		seq := atomic.LoadUint32((*uint32)(atomic.LoadPointer(&t.lock)))
 		v := c.read(c)
-		if atomic.LoadUint32(t.lock) == seq {
+		if atomic.LoadUint32((*uint32)(atomic.LoadPointer(&t.lock))) == seq {
 			if t.dead.Load() {
 				return 0, ErrTerminated
 			}
@@ -170,10 +178,10 @@ func (t *Thread) Read2() (uint64, uint64, error) {
 	}
 	c0, c1 := &t.c[0], &t.c[1]
 	for {
-		seq := atomic.LoadUint32(t.lock)
+		seq := atomic.LoadUint32((*uint32)(atomic.LoadPointer(&t.lock)))
 		a := c0.read(c0)
 		b := c1.read(c1)
-		if atomic.LoadUint32(t.lock) == seq {
+		if atomic.LoadUint32((*uint32)(atomic.LoadPointer(&t.lock))) == seq {
 			if t.dead.Load() {
 				return 0, 0, ErrTerminated
 			}
@@ -209,12 +217,12 @@ func read2(t *Thread, vals []uint64) int {
 
 func readAll(t *Thread, vals []uint64) int {
 	for {
-		seq := atomic.LoadUint32(t.lock)
+		seq := atomic.LoadUint32((*uint32)(atomic.LoadPointer(&t.lock)))
 		for i := range t.c {
 			c := &t.c[i]
 			vals[i] = c.read(c)
 		}
-		if atomic.LoadUint32(t.lock) == seq {
+		if atomic.LoadUint32((*uint32)(atomic.LoadPointer(&t.lock))) == seq {
 			return len(t.c)
 		}
 		t.retries.Add(1)
