@@ -90,6 +90,10 @@ type Facility struct {
 	sampled   map[uint32]bool // pids seen in samples
 
 	fullOnce sync.Once
+	// gate holds the sources' records back while the /proc scan at on is
+	// written, so every MTE stream stays in time order (the kernel rings
+	// keep the events meanwhile).
+	gate chan struct{}
 
 	// StartSource and Scan default to kevents.Start and kevents.Scan;
 	// tests replace them.
@@ -284,15 +288,20 @@ func (f *Facility) On() error {
 		opts.RateHz = f.rateHz
 		opts.Event = f.event
 	}
+	// The /proc scan below is stamped with this time, before any event
+	// from the sources: what existed at on is named before it is sampled.
+	scanTime := Now()
+	f.gate = make(chan struct{})
 	src, err := f.StartSource(opts, (*sink)(f))
 	if err != nil {
+		close(f.gate)
 		f.abortStream()
 		return fmt.Errorf("start kernel event sources: %w", err)
 	}
 	f.src = src
 	f.state = control.StateOn
 	f.unsaved = true
-	t := Now()
+	t := scanTime
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	uname := strings.Join([]string{cstr(uts.Sysname[:]), cstr(uts.Nodename[:]), cstr(uts.Release[:]), cstr(uts.Version[:]), cstr(uts.Machine[:])}, " ")
@@ -302,12 +311,13 @@ func (f *Facility) On() error {
 	}
 	// Describe what exists now. The side-band events are already on, so
 	// nothing started after this point is missed.
-	err = f.Scan(Now(), func(minor uint32, fields []uint64, str string) {
-		f.mteRecord(0, minor, Now(), fields, str)
+	err = f.Scan(scanTime, func(minor uint32, fields []uint64, str string) {
+		f.mteRecord(0, minor, scanTime, fields, str)
 	})
 	if err != nil {
 		f.note = "process scan: " + err.Error()
 	}
+	close(f.gate)
 	return nil
 }
 
@@ -744,6 +754,7 @@ type sink Facility
 
 func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64) {
 	f := (*Facility)(s)
+	<-f.gate
 	if cpu < 0 || cpu >= len(f.trace) {
 		return
 	}
@@ -762,11 +773,13 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {
+	<-s.gate
 	(*Facility)(s).mteRecord(cpu, minor, t, fields, str)
 }
 
 func (s *sink) Lost(cpu int, mte bool, n uint64) {
 	f := (*Facility)(s)
+	<-f.gate
 	if cpu < 0 || cpu >= len(f.trace) {
 		return
 	}

@@ -1,0 +1,94 @@
+package a2n
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// loadPerfMap reads /tmp/perf-PID.map (written by `jcmd PID
+// Compiler.perfmap`, `node --perf-basic-prof`, ...) and /tmp/jit-PID.dump
+// (jitdump: code-load records) for pid.
+func (r *Resolver) loadPerfMap(pid uint32) symtab {
+	dir := r.PerfMapDir
+	if dir == "" {
+		dir = "/tmp"
+	}
+	var out symtab
+	if b, err := os.ReadFile(filepath.Join(dir, "perf-"+strconv.Itoa(int(pid))+".map")); err == nil {
+		out = append(out, ParsePerfMap(b)...)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "jit-"+strconv.Itoa(int(pid))+".dump")); err == nil {
+		out = append(out, ParseJitdump(b)...)
+	}
+	return out.sortDedup()
+}
+
+// ParsePerfMap parses perf map text: "START SIZE name" per line, hex numbers.
+func ParsePerfMap(b []byte) []Sym {
+	var out []Sym
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		f := strings.SplitN(line, " ", 3)
+		if len(f) < 3 {
+			continue
+		}
+		start, err1 := strconv.ParseUint(strings.TrimPrefix(f[0], "0x"), 16, 64)
+		size, err2 := strconv.ParseUint(strings.TrimPrefix(f[1], "0x"), 16, 64)
+		if err1 != nil || err2 != nil || size == 0 {
+			continue
+		}
+		out = append(out, Sym{Addr: start, Size: size, Name: strings.TrimSpace(f[2])})
+	}
+	return out
+}
+
+// ParseJitdump reads the code-load records of a jitdump file (the format
+// perf inject reads: a header, then records; JIT_CODE_LOAD = 0). Malformed
+// input ends the parse; what was read is kept.
+func ParseJitdump(b []byte) []Sym {
+	if len(b) < 40 {
+		return nil
+	}
+	var bo binary.ByteOrder = binary.LittleEndian
+	switch binary.LittleEndian.Uint32(b) {
+	case 0x4A695444: // "JiTD" little-endian
+	case 0x4454694A:
+		bo = binary.BigEndian
+	default:
+		return nil
+	}
+	hdrSize := int(bo.Uint32(b[8:]))
+	if hdrSize < 40 || hdrSize > len(b) {
+		return nil
+	}
+	var out []Sym
+	for off := hdrSize; off+16 <= len(b); {
+		id := bo.Uint32(b[off:])
+		size := int(bo.Uint32(b[off+4:]))
+		if size < 16 || off+size > len(b) {
+			break
+		}
+		rec := b[off : off+size]
+		if id == 0 && len(rec) >= 56 { // JIT_CODE_LOAD
+			codeAddr := bo.Uint64(rec[32:])
+			codeSize := bo.Uint64(rec[40:])
+			name := rec[56:]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			out = append(out, Sym{Addr: codeAddr, Size: codeSize, Name: string(name)})
+		}
+		if id == 3 { // JIT_CODE_CLOSE
+			break
+		}
+		off += size
+	}
+	return out
+}

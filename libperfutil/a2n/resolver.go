@@ -1,0 +1,329 @@
+package a2n
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"perfinsp/libperfutil/trace"
+)
+
+// Segment is one executable mapping of a process.
+type Segment struct {
+	Start, Size, Offset uint64
+	Path                string
+}
+
+type jitSym struct {
+	Addr, Size uint64
+	Name       string
+}
+
+// Process is a process as of the current point in the trace.
+type Process struct {
+	PID     uint32
+	Name    string
+	Threads map[uint32]string
+	segs    []Segment // sorted by Start, non-overlapping
+	jit     []jitSym  // time-stamped JIT loads in force, sorted by Addr
+	permap  symtab    // /tmp/perf-PID.map and jitdump symbols (not time-stamped: perf-map)
+	mapRead bool
+}
+
+// Result is the name of one address.
+type Result struct {
+	Process string // process name
+	Module  string // module path, "[kernel]" style names, "JIT" or "<unknown>"
+	Symbol  string // symbol, or "module+0xoffset" / "<unknown>" when unresolved
+	Offset  uint64 // offset from the symbol start (or module offset when unresolved)
+	File    string // source file, when asked for and DWARF exists
+	Line    int
+}
+
+// Resolver names addresses as of the record being processed.
+type Resolver struct {
+	Cache  Cache
+	procs  map[uint32]*Process
+	kernel symtab
+	kmods  []kmod
+	// PerfMapDir is where perf-PID.map and jit-PID.dump files are looked
+	// up ("" : /tmp). Lines resolves source lines (slower).
+	PerfMapDir string
+	Lines      bool
+}
+
+type kmod struct {
+	start, end uint64
+	name       string
+}
+
+// New returns a resolver; kallsyms is the /proc/kallsyms text stored with the trace.
+func New(kallsyms []byte) *Resolver {
+	r := &Resolver{procs: map[uint32]*Process{}}
+	r.loadKallsyms(kallsyms)
+	return r
+}
+
+func (r *Resolver) loadKallsyms(b []byte) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	var syms symtab
+	bounds := map[string]*kmod{}
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		addr, err := strconv.ParseUint(f[0], 16, 64)
+		if err != nil || addr == 0 {
+			continue
+		}
+		if t := f[1]; t != "t" && t != "T" && t != "w" && t != "W" {
+			continue
+		}
+		name := f[2]
+		if len(f) >= 4 && strings.HasPrefix(f[3], "[") {
+			mod := strings.Trim(f[3], "[]")
+			name = name + " [" + mod + "]"
+			k := bounds[mod]
+			if k == nil {
+				k = &kmod{start: addr, end: addr, name: mod}
+				bounds[mod] = k
+			}
+			if addr < k.start {
+				k.start = addr
+			}
+			if addr > k.end {
+				k.end = addr
+			}
+		}
+		syms = append(syms, Sym{Addr: addr, Name: name})
+	}
+	r.kernel = syms.sortDedup()
+	for _, k := range bounds {
+		r.kmods = append(r.kmods, *k)
+	}
+}
+
+func (r *Resolver) proc(pid uint32) *Process {
+	p := r.procs[pid]
+	if p == nil {
+		p = &Process{PID: pid, Threads: map[uint32]string{}}
+		r.procs[pid] = p
+	}
+	return p
+}
+
+// Process returns what is known of pid (nil if nothing).
+func (r *Resolver) Process(pid uint32) *Process { return r.procs[pid] }
+
+// ProcessName returns the name of pid, or "pid_N".
+func (r *Resolver) ProcessName(pid uint32) string {
+	if p := r.procs[pid]; p != nil && p.Name != "" {
+		return p.Name
+	}
+	if pid == 0 {
+		return "swapper"
+	}
+	return fmt.Sprintf("pid_%d", pid)
+}
+
+// ThreadName returns the name of tid in pid, or "".
+func (r *Resolver) ThreadName(pid, tid uint32) string {
+	if p := r.procs[pid]; p != nil {
+		return p.Threads[tid]
+	}
+	return ""
+}
+
+func (p *Process) addSeg(s Segment) {
+	// Remove whatever the new mapping overlaps, then insert in order.
+	out := p.segs[:0]
+	for _, o := range p.segs {
+		if o.Start < s.Start+s.Size && s.Start < o.Start+o.Size {
+			continue
+		}
+		out = append(out, o)
+	}
+	p.segs = out
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].Start > s.Start })
+	p.segs = append(p.segs, Segment{})
+	copy(p.segs[i+1:], p.segs[i:])
+	p.segs[i] = s
+}
+
+func (p *Process) unmap(start, size uint64) {
+	out := p.segs[:0]
+	for _, o := range p.segs {
+		if o.Start < start+size && start < o.Start+o.Size {
+			continue
+		}
+		out = append(out, o)
+	}
+	p.segs = out
+}
+
+func (p *Process) seg(addr uint64) (Segment, bool) {
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].Start > addr }) - 1
+	if i >= 0 && addr < p.segs[i].Start+p.segs[i].Size {
+		return p.segs[i], true
+	}
+	return Segment{}, false
+}
+
+// Apply updates the process table with one record (MTE and JIT records;
+// others are ignored). Records must be applied in time order.
+func (r *Resolver) Apply(rec *trace.Record) {
+	switch rec.Major {
+	case trace.MajorMTE:
+		r.applyMTE(rec)
+	case trace.MajorJITLoad:
+		p := r.proc(uint32(rec.Field(0)))
+		switch rec.Minor {
+		case trace.JITLoad:
+			addr, size := rec.Field(2), rec.Field(3)
+			p.jit = removeOverlap(p.jit, addr, size)
+			i := sort.Search(len(p.jit), func(i int) bool { return p.jit[i].Addr > addr })
+			p.jit = append(p.jit, jitSym{})
+			copy(p.jit[i+1:], p.jit[i:])
+			p.jit[i] = jitSym{addr, size, rec.Str}
+		case trace.JITUnload:
+			p.jit = removeOverlap(p.jit, rec.Field(1), rec.Field(2))
+		}
+	}
+}
+
+func removeOverlap(j []jitSym, addr, size uint64) []jitSym {
+	out := j[:0]
+	for _, o := range j {
+		if o.Addr < addr+size && addr < o.Addr+o.Size {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func (r *Resolver) applyMTE(rec *trace.Record) {
+	switch rec.Minor {
+	case trace.MTEProcess:
+		p := r.proc(uint32(rec.Field(0)))
+		p.Name = rec.Str
+	case trace.MTEThreadName:
+		p := r.proc(uint32(rec.Field(0)))
+		p.Threads[uint32(rec.Field(1))] = rec.Str
+		if rec.Field(0) == rec.Field(1) && p.Name == "" {
+			p.Name = rec.Str
+		}
+	case trace.MTEFork:
+		ppid, pid, tid := uint32(rec.Field(0)), uint32(rec.Field(2)), uint32(rec.Field(3))
+		if rec.Field(4)&trace.ForkThread != 0 || pid == ppid {
+			return // a thread: shares the process
+		}
+		parent := r.proc(ppid)
+		child := &Process{PID: pid, Name: parent.Name, Threads: map[uint32]string{}}
+		child.segs = append([]Segment(nil), parent.segs...)
+		if n, ok := parent.Threads[uint32(rec.Field(1))]; ok {
+			child.Threads[tid] = n
+		}
+		r.procs[pid] = child
+	case trace.MTEExec:
+		p := r.proc(uint32(rec.Field(0)))
+		p.segs = nil
+		p.jit = nil
+		p.permap = nil
+		p.mapRead = false
+		if i := strings.LastIndexByte(rec.Str, '/'); i >= 0 {
+			p.Name = rec.Str[i+1:]
+		} else if rec.Str != "" {
+			p.Name = rec.Str
+		}
+	case trace.MTESegment:
+		p := r.proc(uint32(rec.Field(0)))
+		p.addSeg(Segment{Start: rec.Field(1), Size: rec.Field(2), Offset: rec.Field(3), Path: rec.Str})
+	case trace.MTEUnmap:
+		p := r.proc(uint32(rec.Field(0)))
+		p.unmap(rec.Field(1), rec.Field(2))
+	}
+}
+
+// Resolve names addr in pid as of the records applied so far.
+func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
+	res := Result{Process: r.ProcessName(pid)}
+	if kernel {
+		s, ok := r.kernel.find(addr)
+		if !ok || len(r.kernel) == 0 {
+			res.Module = "[kernel]"
+			res.Symbol = fmt.Sprintf("[kernel]+0x%x", addr)
+			res.Offset = addr
+			return res
+		}
+		res.Module = "[kernel]"
+		name := s.Name
+		if i := strings.Index(name, " ["); i > 0 {
+			res.Module = "[" + strings.Trim(name[i+2:], "]") + "]"
+			name = name[:i]
+		}
+		res.Symbol = name
+		res.Offset = addr - s.Addr
+		return res
+	}
+	p := r.procs[pid]
+	if p == nil {
+		res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
+		return res
+	}
+	// Time-stamped JIT loads first: they know what was there at this moment.
+	if i := sort.Search(len(p.jit), func(i int) bool { return p.jit[i].Addr > addr }) - 1; i >= 0 && addr < p.jit[i].Addr+p.jit[i].Size {
+		res.Module, res.Symbol, res.Offset = "JIT", p.jit[i].Name, addr-p.jit[i].Addr
+		return res
+	}
+	if seg, ok := p.seg(addr); ok && seg.Path != "" && !strings.HasPrefix(seg.Path, "[") && !strings.HasPrefix(seg.Path, "//anon") {
+		m := r.Cache.Module(seg.Path)
+		res.Module = seg.Path
+		fileOff := addr - seg.Start + seg.Offset
+		if m.Err == nil {
+			if s, va, ok := m.Symbol(fileOff); ok {
+				res.Symbol, res.Offset = s.Name, va-s.Addr
+				if r.Lines {
+					res.File, res.Line, _ = m.Line(va)
+				}
+				return res
+			}
+		}
+		res.Symbol = fmt.Sprintf("%s+0x%x", baseName(seg.Path), fileOff)
+		res.Offset = fileOff
+		return res
+	}
+	// Anonymous executable memory: JIT code named by a perf map or jitdump.
+	if !p.mapRead {
+		p.mapRead = true
+		p.permap = r.loadPerfMap(pid)
+	}
+	if s, ok := p.permap.find(addr); ok && s.Size > 0 {
+		res.Module, res.Symbol, res.Offset = "JIT", s.Name, addr-s.Addr
+		return res
+	}
+	if seg, ok := p.seg(addr); ok {
+		name := seg.Path
+		if name == "" {
+			name = "[anon]"
+		}
+		res.Module = name
+		res.Symbol = fmt.Sprintf("%s+0x%x", name, addr-seg.Start)
+		res.Offset = addr - seg.Start
+		return res
+	}
+	res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
+	return res
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

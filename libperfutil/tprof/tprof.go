@@ -1,0 +1,200 @@
+// Package tprof builds tprof reports from a trace: ticks per process,
+// thread, module and symbol, resolved with A2N as of each tick's time. It
+// writes PI's tprof.out form and the modern forms (pprof profile.proto,
+// folded stacks for flame graphs).
+package tprof
+
+import (
+	"fmt"
+	"sort"
+
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// Key is one aggregation cell.
+type Key struct {
+	PID, TID uint32
+	Module   string
+	Symbol   string
+}
+
+// Report is the aggregated ticks of a trace.
+type Report struct {
+	File      *nrm2.File
+	Ticks     map[Key]uint64
+	Total     uint64
+	ProcName  map[uint32]string
+	ThreadNm  map[[2]uint32]string
+	First     uint64 // time of the first and last tick
+	Last      uint64
+	Lost      uint64 // trace records lost
+	MTELost   uint64
+	Problems  []string // modules that could not be read
+	RecordErr error    // a decode error that ended the trace early
+}
+
+type cacheKey struct {
+	ip     uint64
+	kernel bool
+}
+
+// Build reads every record of f in time order, keeping A2N's process table
+// up to date, and counts tprof ticks. A decode error part-way through keeps
+// what was read and is reported in RecordErr.
+func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
+	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}}
+	rep.Lost, rep.MTELost = f.Lost()
+	// Resolutions are cached per process and dropped when its mappings change.
+	cache := map[uint32]map[cacheKey]a2n.Result{}
+	err := f.Records(func(rec *trace.Record) error {
+		switch rec.Major {
+		case trace.MajorMTE, trace.MajorJITLoad:
+			r.Apply(rec)
+			if rec.Major == trace.MajorJITLoad || rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap || rec.Minor == trace.MTEFork {
+				pid := uint32(rec.Field(0))
+				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
+					pid = uint32(rec.Field(2))
+				}
+				delete(cache, pid)
+			}
+			if onRecord != nil {
+				onRecord(rec, nil)
+			}
+		case trace.MajorTprof:
+			pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+			kernel := rec.Field(3)&trace.TprofKernel != 0
+			pc := cache[pid]
+			if pc == nil {
+				pc = map[cacheKey]a2n.Result{}
+				cache[pid] = pc
+			}
+			ck := cacheKey{ip, kernel}
+			res, ok := pc[ck]
+			if !ok {
+				res = r.Resolve(pid, ip, kernel)
+				pc[ck] = res
+			}
+			rep.Ticks[Key{pid, tid, res.Module, res.Symbol}]++
+			rep.Total++
+			if rep.First == 0 || rec.Time < rep.First {
+				rep.First = rec.Time
+			}
+			if rec.Time > rep.Last {
+				rep.Last = rec.Time
+			}
+			if _, ok := rep.ProcName[pid]; !ok {
+				rep.ProcName[pid] = r.ProcessName(pid)
+			}
+			if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
+				rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
+			}
+			if onRecord != nil {
+				onRecord(rec, &res)
+			}
+		default:
+			if onRecord != nil {
+				onRecord(rec, nil)
+			}
+		}
+		return nil
+	})
+	rep.RecordErr = err
+	// Names known by the end of the trace are the best ones (exec renames).
+	for pid := range rep.ProcName {
+		rep.ProcName[pid] = r.ProcessName(pid)
+	}
+	for k := range rep.ThreadNm {
+		if n := r.ThreadName(k[0], k[1]); n != "" {
+			rep.ThreadNm[k] = n
+		}
+	}
+	rep.Problems = r.Cache.Problems()
+	return rep
+}
+
+// Row is one line of a report section.
+type Row struct {
+	Label string // PID, TID, MOD, SYM
+	Ticks uint64
+	Name  string
+	Sub   []*Row
+}
+
+type agg struct {
+	ticks uint64
+	sub   map[string]*agg
+	label string
+	name  string
+}
+
+func (a *agg) child(label, key, name string) *agg {
+	if a.sub == nil {
+		a.sub = map[string]*agg{}
+	}
+	c := a.sub[key]
+	if c == nil {
+		c = &agg{label: label, name: name}
+		a.sub[key] = c
+	}
+	return c
+}
+
+func (a *agg) rows() []*Row {
+	out := make([]*Row, 0, len(a.sub))
+	for _, c := range a.sub {
+		out = append(out, &Row{Label: c.label, Ticks: c.ticks, Name: c.name, Sub: c.rows()})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Ticks != out[j].Ticks {
+			return out[i].Ticks > out[j].Ticks
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// ProcLabel is PI's process name form: name_pid (pid in hex).
+func (rep *Report) ProcLabel(pid uint32) string {
+	return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
+}
+
+// ThreadLabel is PI's thread name form: tid_name_tid (tid in hex).
+func (rep *Report) ThreadLabel(pid, tid uint32) string {
+	n := rep.ThreadNm[[2]uint32{pid, tid}]
+	if n == "" {
+		n = "tid"
+	}
+	return fmt.Sprintf("%s_%x", n, tid)
+}
+
+// Levels of a section.
+const (
+	LPid = iota
+	LTid
+	LMod
+	LSym
+)
+
+// Section aggregates ticks along the given levels, e.g. {LPid, LMod}.
+func (rep *Report) Section(levels ...int) []*Row {
+	root := &agg{}
+	for k, n := range rep.Ticks {
+		a := root
+		for _, l := range levels {
+			switch l {
+			case LPid:
+				a = a.child("PID", fmt.Sprint(k.PID), rep.ProcLabel(k.PID))
+			case LTid:
+				a = a.child("TID", fmt.Sprint(k.TID), rep.ThreadLabel(k.PID, k.TID))
+			case LMod:
+				a = a.child("MOD", k.Module, k.Module)
+			case LSym:
+				a = a.child("SYM", k.Symbol, k.Symbol)
+			}
+			a.ticks += n
+		}
+	}
+	return root.rows()
+}

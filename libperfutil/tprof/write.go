@@ -1,0 +1,196 @@
+package tprof
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"perfinsp/libperfutil/nrm2"
+)
+
+// Warnings returns the lines every report starts with when the trace is
+// incomplete: lost records, a buffer that filled, unreadable modules.
+func (rep *Report) Warnings() []string {
+	var w []string
+	if rep.Lost > 0 || rep.MTELost > 0 {
+		w = append(w, fmt.Sprintf("WARNING: records were lost during tracing: %d trace records and %d MTE records (see swtrace info); percentages cover what was recorded", rep.Lost, rep.MTELost))
+	}
+	if rep.File.Header.Flags&nrm2.FlagBufferFull != 0 {
+		w = append(w, "WARNING: a buffer filled and tracing stopped early (normal mode): use a larger -t or cont mode")
+	}
+	if !rep.File.Complete {
+		w = append(w, "WARNING: the trace file is incomplete (no end marker): it was cut short")
+	}
+	if rep.RecordErr != nil {
+		w = append(w, "WARNING: the trace ends in a damaged record; the report covers what came before: "+rep.RecordErr.Error())
+	}
+	for _, p := range rep.Problems {
+		w = append(w, "WARNING: module not read, its ticks show as module+offset: "+p)
+	}
+	return w
+}
+
+func pct(n, total uint64) float64 {
+	if total == 0 {
+		return 0
+	}
+	return 100 * float64(n) / float64(total)
+}
+
+// WritePI writes tprof.out in PI's form.
+func (rep *Report) WritePI(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	h := rep.File.Header
+	fmt.Fprintln(w, "perfinsp tprof report")
+	fmt.Fprintln(w)
+	for _, l := range rep.Warnings() {
+		fmt.Fprintln(w, " "+l)
+	}
+	dur := time.Duration(0)
+	if rep.Last > rep.First {
+		dur = time.Duration(rep.Last - rep.First)
+	}
+	backend := "daemon"
+	if h.Backend == nrm2.BackendKmod {
+		backend = "kmod"
+	}
+	fmt.Fprintf(w, " Total Ticks   : %d\n", rep.Total)
+	fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
+	fmt.Fprintf(w, " Duration      : %.3f s (first to last tick)\n", dur.Seconds())
+	fmt.Fprintf(w, " CPUs          : %d\n", h.NCPUs)
+	fmt.Fprintf(w, " Trace         : %s, %s mode, %s backend, kernel %s on %s, started %s\n", rep.File.Path, nrm2.ModeName(h.Mode), backend,
+		h.KernelRelease, h.Hostname, time.Unix(0, int64(h.StartWallNs)).UTC().Format(time.RFC3339))
+	fmt.Fprintln(w)
+	section := func(title string, levels ...int) {
+		fmt.Fprintln(w, "================================================================")
+		fmt.Fprintf(w, ")) %s\n", title)
+		fmt.Fprintln(w, "================================================================")
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "%-4s %10s %7s  %s\n", "LAB", "TKS", "%%%", "NAMES")
+		var walk func(rows []*Row, depth int)
+		walk = func(rows []*Row, depth int) {
+			for _, r := range rows {
+				fmt.Fprintf(w, "%-4s %10d %7.2f  %s%s\n", r.Label, r.Ticks, pct(r.Ticks, rep.Total), strings.Repeat(" ", depth), r.Name)
+				walk(r.Sub, depth+1)
+			}
+		}
+		walk(rep.Section(levels...), 0)
+		fmt.Fprintln(w)
+	}
+	section("Process", LPid)
+	section("Process_Module", LPid, LMod)
+	section("Process_Thread_Module_Symbol", LPid, LTid, LMod, LSym)
+	section("Module_Symbol", LMod, LSym)
+	return w.Flush()
+}
+
+// WriteFolded writes one line per process;module;symbol path with its tick
+// count: flame-graph input (tprof samples carry no call stacks, so a
+// "stack" is the process, the module and the symbol).
+func (rep *Report) WriteFolded(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	type kv struct {
+		k string
+		n uint64
+	}
+	m := map[string]uint64{}
+	for k, n := range rep.Ticks {
+		clean := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, ";", ":"), " ", "_") }
+		m[clean(rep.ProcLabel(k.PID))+";"+clean(k.Module)+";"+clean(k.Symbol)] += n
+	}
+	rows := make([]kv, 0, len(m))
+	for k, n := range m {
+		rows = append(rows, kv{k, n})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].n != rows[j].n {
+			return rows[i].n > rows[j].n
+		}
+		return rows[i].k < rows[j].k
+	})
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s %d\n", r.k, r.n)
+	}
+	return w.Flush()
+}
+
+// Profile builds a pprof profile: one location per module and symbol, each
+// sample labelled with its process and thread.
+func (rep *Report) Profile() *profile.Profile {
+	h := rep.File.Header
+	period := int64(1)
+	if h.RateHz > 0 {
+		period = int64(time.Second) / int64(h.RateHz)
+	}
+	p := &profile.Profile{
+		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:        period,
+		TimeNanos:     int64(h.StartWallNs),
+		DurationNanos: int64(rep.Last - rep.First),
+		Comments:      rep.Warnings(),
+	}
+	maps := map[string]*profile.Mapping{}
+	funcs := map[[2]string]*profile.Function{}
+	locs := map[[2]string]*profile.Location{}
+	keys := make([]Key, 0, len(rep.Ticks))
+	for k := range rep.Ticks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.PID != b.PID {
+			return a.PID < b.PID
+		}
+		if a.TID != b.TID {
+			return a.TID < b.TID
+		}
+		if a.Module != b.Module {
+			return a.Module < b.Module
+		}
+		return a.Symbol < b.Symbol
+	})
+	for _, k := range keys {
+		n := rep.Ticks[k]
+		mk := [2]string{k.Module, k.Symbol}
+		loc := locs[mk]
+		if loc == nil {
+			m := maps[k.Module]
+			if m == nil {
+				m = &profile.Mapping{ID: uint64(len(p.Mapping) + 1), File: k.Module, HasFunctions: true}
+				maps[k.Module] = m
+				p.Mapping = append(p.Mapping, m)
+			}
+			fn := funcs[mk]
+			if fn == nil {
+				fn = &profile.Function{ID: uint64(len(p.Function) + 1), Name: k.Symbol, SystemName: k.Symbol, Filename: k.Module}
+				funcs[mk] = fn
+				p.Function = append(p.Function, fn)
+			}
+			loc = &profile.Location{ID: uint64(len(p.Location) + 1), Mapping: m, Line: []profile.Line{{Function: fn}}}
+			locs[mk] = loc
+			p.Location = append(p.Location, loc)
+		}
+		p.Sample = append(p.Sample, &profile.Sample{
+			Location: []*profile.Location{loc},
+			Value:    []int64{int64(n), int64(n) * period},
+			Label:    map[string][]string{"process": {rep.ProcLabel(k.PID)}, "thread": {rep.ThreadLabel(k.PID, k.TID)}},
+			NumLabel: map[string][]int64{"pid": {int64(k.PID)}, "tid": {int64(k.TID)}},
+		})
+	}
+	return p
+}
+
+// WritePprof writes the gzipped profile.proto.
+func (rep *Report) WritePprof(out io.Writer) error {
+	p := rep.Profile()
+	if err := p.CheckValid(); err != nil {
+		return fmt.Errorf("pprof profile: %w", err)
+	}
+	return p.Write(out)
+}
