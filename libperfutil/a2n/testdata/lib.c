@@ -1,0 +1,1 @@
+__attribute__((noinline)) int lib_work(int x) { return x * x + 7; }
