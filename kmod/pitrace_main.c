@@ -411,8 +411,20 @@ static long pt_ioc_hook(void __user *arg)
 	char data[PITRACE_HOOK_MAX_BYTES] pt_noinit;
 	int layout = PITRACE_LAYOUT_WORDS;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
+	{
+		/* the 32-byte argument as four loads in one user-access window */
+		const u64 __user *ua = arg;
+		u64 *ka = (u64 *)&a;
+
+		BUILD_BUG_ON(sizeof(a) != 32);
+		if (!user_access_begin(ua, sizeof(a)))
+			return -EFAULT;
+		unsafe_get_user(ka[0], &ua[0], efault);
+		unsafe_get_user(ka[1], &ua[1], efault);
+		unsafe_get_user(ka[2], &ua[2], efault);
+		unsafe_get_user(ka[3], &ua[3], efault);
+		user_access_end();
+	}
 	if (a.major < PITRACE_MAJOR_USER_FIRST || a.reserved ||
 	    a.nwords > PITRACE_HOOK_MAX_WORDS || a.len > PITRACE_HOOK_MAX_BYTES)
 		return -EINVAL;

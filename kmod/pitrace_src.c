@@ -12,7 +12,7 @@
  *   kprobes (optional, tolerated missing): do_exit (segments of an exiting
  *   process while its mm still exists), begin_new_exec (segments of the
  *   image an exec replaces), __x64_sys_munmap (unmap of executable
- *   segments);
+ *   segments), perf_event_mmap (executable segments as they are mapped);
  *   hrtimer (HRTIMER_MODE_REL_PINNED), get_irq_regs();
  *   perf_event_create_kernel_counter() for event-based tprof.
  *
@@ -264,6 +264,9 @@ static void pt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
 	rcu_read_lock();
 	pt_write_process(p);
 	rcu_read_unlock();
+	/* the new image (program, interpreter, vdso) after its EXEC record */
+	if (p == current)
+		pt_segments_atomic(p->mm, p->tgid);
 }
 
 static void pt_tp_exit(void *data, struct task_struct *p)
@@ -456,6 +459,32 @@ static int pt_kp_munmap(struct kprobe *kp, struct pt_regs *regs)
 	return 0;
 }
 
+/* perf_event_mmap(vma): every new mapping, mmap_lock held by current */
+static int pt_kp_mmap(struct kprobe *kp, struct pt_regs *regs)
+{
+#ifdef CONFIG_X86_64
+	struct vm_area_struct *vma = (struct vm_area_struct *)regs->di;
+	struct pt_f_seg f;
+	char *buf;
+
+	if (!READ_ONCE(pt_active) || !vma || !(vma->vm_flags & VM_EXEC) ||
+	    vma->vm_mm != current->mm || !pt_pathbufs)
+		return 0;
+	buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
+	f.pid = current->tgid;
+	f.start = vma->vm_start;
+	f.size = vma->vm_end - vma->vm_start;
+	f.offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	f.prot = pt_prot(vma);
+	pt_mte_str(PITRACE_MTE_SEGMENT, &f, sizeof(f), pt_vma_path(vma, buf));
+#endif
+	return 0;
+}
+
+static struct kprobe pt_kp_perf_mmap = {
+	.symbol_name = "perf_event_mmap", .pre_handler = pt_kp_mmap,
+};
+
 static struct kprobe pt_kp_do_exit = {
 	.symbol_name = "do_exit", .pre_handler = pt_kp_exit,
 };
@@ -465,7 +494,8 @@ static struct kprobe pt_kp_new_exec = {
 static struct kprobe pt_kp_sys_munmap = {
 	.symbol_name = "__x64_sys_munmap", .pre_handler = pt_kp_munmap,
 };
-static bool pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on, pt_kp_tried;
+static bool pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on, pt_kp_mmap_on;
+static bool pt_kp_tried;
 
 u32 pt_src_features(void)
 {
@@ -477,6 +507,8 @@ u32 pt_src_features(void)
 		f |= PITRACE_FEAT_KPROBE_EXEC;
 	if (pt_kp_munmap_on)
 		f |= PITRACE_FEAT_UNMAP;
+	if (pt_kp_mmap_on)
+		f |= PITRACE_FEAT_MMAP;
 	return f;
 }
 
@@ -657,9 +689,12 @@ static int pt_attach(void)
 		pt_kp_exit_on = register_kprobe(&pt_kp_do_exit) == 0;
 		pt_kp_exec_on = register_kprobe(&pt_kp_new_exec) == 0;
 		pt_kp_munmap_on = register_kprobe(&pt_kp_sys_munmap) == 0;
-		if (!pt_kp_exit_on || !pt_kp_exec_on || !pt_kp_munmap_on)
-			pr_info("pitrace: kprobes: do_exit %d, begin_new_exec %d, __x64_sys_munmap %d (see docs/kmod.md)\n",
-				pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on);
+		pt_kp_mmap_on = register_kprobe(&pt_kp_perf_mmap) == 0;
+		if (!pt_kp_exit_on || !pt_kp_exec_on || !pt_kp_munmap_on ||
+		    !pt_kp_mmap_on)
+			pr_info("pitrace: kprobes: do_exit %d, begin_new_exec %d, __x64_sys_munmap %d, perf_event_mmap %d (see docs/kmod.md)\n",
+				pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on,
+				pt_kp_mmap_on);
 	}
 	return 0;
 }
@@ -674,6 +709,9 @@ static void pt_detach(void)
 		unregister_kprobe(&pt_kp_new_exec);
 	if (pt_kp_munmap_on)
 		unregister_kprobe(&pt_kp_sys_munmap);
+	if (pt_kp_mmap_on)
+		unregister_kprobe(&pt_kp_perf_mmap);
+	pt_kp_mmap_on = false;
 	pt_kp_exit_on = false;
 	pt_kp_exec_on = false;
 	pt_kp_munmap_on = false;

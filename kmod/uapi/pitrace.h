@@ -276,6 +276,7 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_KPROBE_EXIT	1	/* segments described at process exit */
 #define PITRACE_FEAT_KPROBE_EXEC	2	/* old image described at exec */
 #define PITRACE_FEAT_UNMAP		4	/* munmap of executable segments seen */
+#define PITRACE_FEAT_MMAP		8	/* executable segments seen as they are mapped */
 
 struct pitrace_sysinfo {
 	__u32 abi;

@@ -50,6 +50,7 @@ const (
 	featKprobeExit = 1
 	featKprobeExec = 2
 	featUnmap      = 4
+	featMmap       = 8
 )
 
 // mmapOffset is the mmap offset of one CPU's trace or MTE buffer.

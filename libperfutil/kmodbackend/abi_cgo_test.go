@@ -116,7 +116,7 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_ST_STOPPED_FULL": stStoppedFull, "PITRACE_ST_UNSAVED": stUnsaved, "PITRACE_ST_EVENT": stEvent,
 		"PITRACE_CPU_TRACE_FULL": cpuTraceFull, "PITRACE_CPU_MTE_FULL": cpuMTEFull,
 		"PITRACE_HOOK_MAX_WORDS": hookMaxWords, "PITRACE_HOOK_MAX_BYTES": hookMaxBytes,
-		"PITRACE_FEAT_KPROBE_EXIT": featKprobeExit, "PITRACE_FEAT_KPROBE_EXEC": featKprobeExec, "PITRACE_FEAT_UNMAP": featUnmap,
+		"PITRACE_FEAT_KPROBE_EXIT": featKprobeExit, "PITRACE_FEAT_KPROBE_EXEC": featKprobeExec, "PITRACE_FEAT_UNMAP": featUnmap, "PITRACE_FEAT_MMAP": featMmap,
 		"PITRACE_BENCH_TPROF": benchTprof, "PITRACE_BENCH_MAX": benchMax, "PITRACE_IOC_MAGIC": iocMagic,
 	}
 	for name, w := range want {

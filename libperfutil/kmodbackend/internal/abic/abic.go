@@ -213,6 +213,7 @@ static int collect(void)
 	add("PITRACE_FEAT_KPROBE_EXIT", (unsigned long long)(PITRACE_FEAT_KPROBE_EXIT));
 	add("PITRACE_FEAT_KPROBE_EXEC", (unsigned long long)(PITRACE_FEAT_KPROBE_EXEC));
 	add("PITRACE_FEAT_UNMAP", (unsigned long long)(PITRACE_FEAT_UNMAP));
+	add("PITRACE_FEAT_MMAP", (unsigned long long)(PITRACE_FEAT_MMAP));
 	add("PITRACE_BENCH_TPROF", (unsigned long long)(PITRACE_BENCH_TPROF));
 	add("PITRACE_BENCH_MAX", (unsigned long long)(PITRACE_BENCH_MAX));
 	add("PITRACE_IOC_MAGIC", (unsigned long long)(PITRACE_IOC_MAGIC));
