@@ -71,6 +71,8 @@ type Module struct {
 	syms     symtab
 	loads    []elf.ProgHeader
 	dw       *dwarf.Data
+	dwPath   string // file holding DWARF, opened on first Line call
+	names    map[string]string
 	lines    []lineRow
 	linesOK  bool
 	lineMu   sync.Mutex
@@ -115,7 +117,7 @@ func elfSyms(f *elf.File, dyn bool) (symtab, error) {
 		if i := strings.IndexByte(name, '@'); i > 0 {
 			name = name[:i] // drop symbol versions
 		}
-		out = append(out, Sym{Addr: s.Value, Size: s.Size, Name: demangled(name)})
+		out = append(out, Sym{Addr: s.Value, Size: s.Size, Name: name})
 	}
 	return out, nil
 }
@@ -176,8 +178,8 @@ func loadModule(path string) *Module {
 			dbg := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
 			if df, err := elf.Open(dbg); err == nil {
 				syms, _ = elfSyms(df, false)
-				if d, err := df.DWARF(); err == nil {
-					m.dw = d
+				if df.Section(".debug_info") != nil {
+					m.dwPath = dbg
 				}
 				df.Close()
 			}
@@ -187,10 +189,8 @@ func loadModule(path string) *Module {
 			syms, _ = elfSyms(f, true)
 		}
 	}
-	if m.dw == nil {
-		if d, err := f.DWARF(); err == nil {
-			m.dw = d
-		}
+	if m.dwPath == "" && f.Section(".debug_info") != nil {
+		m.dwPath = path
 	}
 	m.syms = syms.sortDedup()
 	return m
@@ -218,18 +218,47 @@ func (m *Module) Symbol(fileOff uint64) (Sym, uint64, bool) {
 	if !ok {
 		return Sym{}, va, false
 	}
+	s.Name = m.demangle(s.Name)
 	return s, va, true
+}
+
+// demangle demangles a symbol name once (names are demangled on first use,
+// not at load: most of a module's symbols are never hit).
+func (m *Module) demangle(name string) string {
+	if !strings.HasPrefix(name, "_Z") && !strings.HasPrefix(name, "_R") && !strings.HasPrefix(name, "__Z") {
+		return name
+	}
+	m.lineMu.Lock()
+	defer m.lineMu.Unlock()
+	if d, ok := m.names[name]; ok {
+		return d
+	}
+	if m.names == nil {
+		m.names = map[string]string{}
+	}
+	d := demangled(name)
+	m.names[name] = d
+	return d
 }
 
 // Line returns the source file and line of a virtual address, from DWARF.
 func (m *Module) Line(va uint64) (string, int, bool) {
-	if m.dw == nil {
-		return "", 0, false
-	}
 	m.lineMu.Lock()
 	defer m.lineMu.Unlock()
 	if !m.linesOK {
 		m.linesOK = true
+		if m.dwPath == "" {
+			return "", 0, false
+		}
+		f, err := elf.Open(m.dwPath)
+		if err != nil {
+			return "", 0, false
+		}
+		m.dw, err = f.DWARF()
+		f.Close()
+		if err != nil {
+			return "", 0, false
+		}
 		r := m.dw.Reader()
 		for {
 			e, err := r.Next()

@@ -1,7 +1,6 @@
 package a2n
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"sort"
@@ -68,37 +67,40 @@ func New(kallsyms []byte) *Resolver {
 }
 
 func (r *Resolver) loadKallsyms(b []byte) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	var syms symtab
+	// Lines: "ffffffff81000000 T _stext" or "... t fn\t[module]".
+	syms := make(symtab, 0, bytes.Count(b, []byte{'\n'})/2)
 	bounds := map[string]*kmod{}
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 3 {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if len(line) < 20 || line[16] != ' ' || line[18] != ' ' {
 			continue
 		}
-		addr, err := strconv.ParseUint(f[0], 16, 64)
+		switch line[17] {
+		case 't', 'T', 'w', 'W':
+		default:
+			continue
+		}
+		addr, err := strconv.ParseUint(string(line[:16]), 16, 64)
 		if err != nil || addr == 0 {
 			continue
 		}
-		if t := f[1]; t != "t" && t != "T" && t != "w" && t != "W" {
-			continue
-		}
-		name := f[2]
-		if len(f) >= 4 && strings.HasPrefix(f[3], "[") {
-			mod := strings.Trim(f[3], "[]")
-			name = name + " [" + mod + "]"
+		rest := line[19:]
+		name := string(rest)
+		if i := bytes.IndexByte(rest, '\t'); i >= 0 {
+			mod := string(bytes.Trim(rest[i+1:], "[] \t"))
+			name = string(rest[:i]) + " [" + mod + "]"
 			k := bounds[mod]
 			if k == nil {
 				k = &kmod{start: addr, end: addr, name: mod}
 				bounds[mod] = k
 			}
-			if addr < k.start {
-				k.start = addr
-			}
-			if addr > k.end {
-				k.end = addr
-			}
+			k.start = min(k.start, addr)
+			k.end = max(k.end, addr)
 		}
 		syms = append(syms, Sym{Addr: addr, Name: name})
 	}
@@ -308,12 +310,14 @@ func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 		return res
 	}
 	if seg, ok := p.seg(addr); ok {
+		// Anonymous or special memory with no names (JIT code without a
+		// perf map, [vdso] ...): one row per mapping name, not per address.
 		name := seg.Path
 		if name == "" {
 			name = "[anon]"
 		}
 		res.Module = name
-		res.Symbol = fmt.Sprintf("%s+0x%x", name, addr-seg.Start)
+		res.Symbol = name + " (no symbols)"
 		res.Offset = addr - seg.Start
 		return res
 	}

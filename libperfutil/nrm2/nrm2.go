@@ -417,7 +417,7 @@ func (s *stream) advance() (bool, error) {
 			s.ci++
 			s.r = trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == ChunkMTE, 0)
 		}
-		rec, ok, err := s.r.Next()
+		ok, err := s.r.NextInto(&s.cur)
 		if err != nil {
 			return false, err
 		}
@@ -425,7 +425,6 @@ func (s *stream) advance() (bool, error) {
 			s.r = nil
 			continue
 		}
-		s.cur = rec
 		return true, nil
 	}
 }

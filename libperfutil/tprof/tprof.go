@@ -35,19 +35,31 @@ type Report struct {
 	RecordErr error    // a decode error that ended the trace early
 }
 
-type cacheKey struct {
-	ip     uint64
-	kernel bool
-}
-
 // Build reads every record of f in time order, keeping A2N's process table
 // up to date, and counts tprof ticks. A decode error part-way through keeps
 // what was read and is reported in RecordErr.
 func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
 	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}}
 	rep.Lost, rep.MTELost = f.Lost()
-	// Resolutions are cached per process and dropped when its mappings change.
-	cache := map[uint32]map[cacheKey]a2n.Result{}
+	// Each (thread, address) gets one counter the first time it is seen,
+	// found again with one map lookup; the tables are per process and
+	// dropped when its mappings change (counters are kept in all).
+	type entry struct {
+		pid, tid uint32
+		res      int32
+		off      uint64
+		n        uint64
+	}
+	type tiKey struct {
+		tid    uint32
+		kernel bool
+		ip     uint64
+	}
+	var results []a2n.Result
+	intern := map[[2]string]int32{}
+	var all []*entry
+	cache := map[uint32]map[tiKey]*entry{}
+	lastPid, lastCache := uint32(1<<32-1), map[tiKey]*entry(nil)
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -58,6 +70,9 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 					pid = uint32(rec.Field(2))
 				}
 				delete(cache, pid)
+				if pid == lastPid {
+					lastPid, lastCache = 1<<32-1, nil
+				}
 			}
 			if onRecord != nil {
 				onRecord(rec, nil)
@@ -65,33 +80,46 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 		case trace.MajorTprof:
 			pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
 			kernel := rec.Field(3)&trace.TprofKernel != 0
-			pc := cache[pid]
-			if pc == nil {
-				pc = map[cacheKey]a2n.Result{}
-				cache[pid] = pc
+			pc := lastCache
+			if pid != lastPid {
+				pc = cache[pid]
+				if pc == nil {
+					pc = map[tiKey]*entry{}
+					cache[pid] = pc
+				}
+				lastPid, lastCache = pid, pc
 			}
-			ck := cacheKey{ip, kernel}
-			res, ok := pc[ck]
-			if !ok {
-				res = r.Resolve(pid, ip, kernel)
-				pc[ck] = res
+			k := tiKey{tid, kernel, ip}
+			e := pc[k]
+			if e == nil {
+				res := r.Resolve(pid, ip, kernel)
+				rk := [2]string{res.Module, res.Symbol}
+				idx, known := intern[rk]
+				if !known {
+					idx = int32(len(results))
+					intern[rk] = idx
+					results = append(results, res)
+				}
+				e = &entry{pid: pid, tid: tid, res: idx, off: res.Offset}
+				pc[k] = e
+				all = append(all, e)
+				if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
+					rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
+					rep.ProcName[pid] = r.ProcessName(pid)
+				}
 			}
-			rep.Ticks[Key{pid, tid, res.Module, res.Symbol}]++
+			e.n++
+			if onRecord != nil {
+				res := results[e.res]
+				res.Offset = e.off
+				onRecord(rec, &res)
+			}
 			rep.Total++
 			if rep.First == 0 || rec.Time < rep.First {
 				rep.First = rec.Time
 			}
 			if rec.Time > rep.Last {
 				rep.Last = rec.Time
-			}
-			if _, ok := rep.ProcName[pid]; !ok {
-				rep.ProcName[pid] = r.ProcessName(pid)
-			}
-			if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
-				rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
-			}
-			if onRecord != nil {
-				onRecord(rec, &res)
 			}
 		default:
 			if onRecord != nil {
@@ -100,6 +128,10 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 		}
 		return nil
 	})
+	for _, e := range all {
+		res := results[e.res]
+		rep.Ticks[Key{e.pid, e.tid, res.Module, res.Symbol}] += e.n
+	}
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
 	for pid := range rep.ProcName {
@@ -122,20 +154,25 @@ type Row struct {
 	Sub   []*Row
 }
 
+type aggKey struct {
+	id  uint32
+	str string
+}
+
 type agg struct {
 	ticks uint64
-	sub   map[string]*agg
+	sub   map[aggKey]*agg
 	label string
 	name  string
 }
 
-func (a *agg) child(label, key, name string) *agg {
+func (a *agg) child(label string, key aggKey, name func() string) *agg {
 	if a.sub == nil {
-		a.sub = map[string]*agg{}
+		a.sub = map[aggKey]*agg{}
 	}
 	c := a.sub[key]
 	if c == nil {
-		c = &agg{label: label, name: name}
+		c = &agg{label: label, name: name()}
 		a.sub[key] = c
 	}
 	return c
@@ -185,13 +222,13 @@ func (rep *Report) Section(levels ...int) []*Row {
 		for _, l := range levels {
 			switch l {
 			case LPid:
-				a = a.child("PID", fmt.Sprint(k.PID), rep.ProcLabel(k.PID))
+				a = a.child("PID", aggKey{id: k.PID}, func() string { return rep.ProcLabel(k.PID) })
 			case LTid:
-				a = a.child("TID", fmt.Sprint(k.TID), rep.ThreadLabel(k.PID, k.TID))
+				a = a.child("TID", aggKey{id: k.TID}, func() string { return rep.ThreadLabel(k.PID, k.TID) })
 			case LMod:
-				a = a.child("MOD", k.Module, k.Module)
+				a = a.child("MOD", aggKey{str: k.Module}, func() string { return k.Module })
 			case LSym:
-				a = a.child("SYM", k.Symbol, k.Symbol)
+				a = a.child("SYM", aggKey{str: k.Symbol}, func() string { return k.Symbol })
 			}
 			a.ticks += n
 		}

@@ -154,18 +154,27 @@ func (e *DecodeError) Error() string {
 // error messages. Decode never panics on malformed input.
 func Decode(b []byte, base int64) (Record, int, error) {
 	var r Record
+	n, err := DecodeInto(b, base, &r, nil)
+	return r, n, err
+}
+
+// DecodeInto is Decode into r, with r.Fixed placed in scratch when it is
+// large enough (no allocation on the hot path of readers).
+func DecodeInto(b []byte, base int64, rp *Record, scratch []uint64) (int, error) {
+	r := rp
+	*r = Record{}
 	if len(b) < HeaderSize {
-		return r, 0, &DecodeError{base, fmt.Sprintf("truncated header: %d bytes left, need %d", len(b), HeaderSize)}
+		return 0, &DecodeError{base, fmt.Sprintf("truncated header: %d bytes left, need %d", len(b), HeaderSize)}
 	}
 	layout, n := SplitTypeLen(binary.LittleEndian.Uint16(b))
 	if n < HeaderSize {
-		return r, 0, &DecodeError{base, fmt.Sprintf("record length %d is shorter than the %d-byte header", n, HeaderSize)}
+		return 0, &DecodeError{base, fmt.Sprintf("record length %d is shorter than the %d-byte header", n, HeaderSize)}
 	}
 	if n > len(b) {
-		return r, 0, &DecodeError{base, fmt.Sprintf("truncated record: length %d, %d bytes left", n, len(b))}
+		return 0, &DecodeError{base, fmt.Sprintf("truncated record: length %d, %d bytes left", n, len(b))}
 	}
 	if layout > LayoutWords {
-		return r, 0, &DecodeError{base, fmt.Sprintf("unknown data layout %d", layout)}
+		return 0, &DecodeError{base, fmt.Sprintf("unknown data layout %d", layout)}
 	}
 	r.Layout = layout
 	r.Major = binary.LittleEndian.Uint16(b[2:])
@@ -175,10 +184,10 @@ func Decode(b []byte, base int64) (Record, int, error) {
 	spec := Lookup(r.Major, r.Minor)
 	off := 0
 	if spec != nil && layout != LayoutWords {
-		r.Fixed = make([]uint64, len(spec.Fields))
+		r.Fixed = fixedSlice(scratch, len(spec.Fields))
 		for i, f := range spec.Fields {
 			if off+f.Width > len(data) {
-				return r, 0, &DecodeError{base + int64(HeaderSize+off), fmt.Sprintf("%s record too short for field %s", spec.Name, f.Name)}
+				return 0, &DecodeError{base + int64(HeaderSize+off), fmt.Sprintf("%s record too short for field %s", spec.Name, f.Name)}
 			}
 			if f.Width == 8 {
 				r.Fixed[i] = binary.LittleEndian.Uint64(data[off:])
@@ -188,7 +197,7 @@ func Decode(b []byte, base int64) (Record, int, error) {
 			off += f.Width
 		}
 	} else if layout == LayoutWords || layout == LayoutFixed {
-		r.Fixed = make([]uint64, len(data)/4)
+		r.Fixed = fixedSlice(scratch, len(data)/4)
 		for i := range r.Fixed {
 			r.Fixed[i] = uint64(binary.LittleEndian.Uint32(data[4*i:]))
 		}
@@ -205,18 +214,25 @@ func Decode(b []byte, base int64) (Record, int, error) {
 			}
 		}
 		if end < 0 {
-			return r, 0, &DecodeError{base + int64(HeaderSize+off), "string not NUL-terminated within the record"}
+			return 0, &DecodeError{base + int64(HeaderSize+off), "string not NUL-terminated within the record"}
 		}
 		r.Str = string(s[:end])
 	case LayoutBytes:
 		if off+4 > len(data) {
-			return r, 0, &DecodeError{base + int64(HeaderSize+off), "record too short for byte count"}
+			return 0, &DecodeError{base + int64(HeaderSize+off), "record too short for byte count"}
 		}
 		cnt := int(binary.LittleEndian.Uint32(data[off:]))
 		if cnt < 0 || off+4+cnt > len(data) {
-			return r, 0, &DecodeError{base + int64(HeaderSize+off), fmt.Sprintf("byte count %d overruns the record", cnt)}
+			return 0, &DecodeError{base + int64(HeaderSize+off), fmt.Sprintf("byte count %d overruns the record", cnt)}
 		}
 		r.Str = string(data[off+4 : off+4+cnt])
 	}
-	return r, n, nil
+	return n, nil
+}
+
+func fixedSlice(scratch []uint64, n int) []uint64 {
+	if n <= cap(scratch) {
+		return scratch[:n]
+	}
+	return make([]uint64, n)
 }

@@ -15,6 +15,8 @@ type Reader struct {
 	high uint64
 	cpu  int
 	mte  bool
+	// scratch holds the current record's fixed fields.
+	scratch [16]uint64
 }
 
 // NewReader returns a reader over buf. base is buf's offset within the file
@@ -31,38 +33,49 @@ func (r *Reader) Offset() int64 { return r.base + int64(r.off) }
 // Next returns the next record. ok is false at the end of the buffer. A
 // run of zero bytes at the end (unused space of a segment) ends the buffer.
 func (r *Reader) Next() (rec Record, ok bool, err error) {
+	var x Record
+	ok, err = r.NextInto(&x)
+	if ok {
+		x.Fixed = append([]uint64(nil), x.Fixed...)
+	}
+	return x, ok, err
+}
+
+// NextInto reads the next record into rec without allocating; rec.Fixed is
+// valid until the next call.
+func (r *Reader) NextInto(rec *Record) (ok bool, err error) {
 	for {
 		if r.off >= len(r.buf) {
-			return rec, false, nil
+			return false, nil
 		}
 		rest := r.buf[r.off:]
 		if len(rest) >= 2 && binary.LittleEndian.Uint16(rest) == 0 {
 			// Padding: the rest of the segment must be zero.
 			for i, c := range rest {
 				if c != 0 {
-					return rec, false, &DecodeError{r.Offset() + int64(i), "non-zero bytes after a zero record header"}
+					return false, &DecodeError{r.Offset() + int64(i), "non-zero bytes after a zero record header"}
 				}
 			}
 			r.off = len(r.buf)
-			return rec, false, nil
+			return false, nil
 		}
-		rec, n, err := Decode(rest, r.Offset())
+		n, err := DecodeInto(rest, r.Offset(), rec, r.scratch[:])
 		if err != nil {
-			return rec, false, err
+			return false, err
 		}
 		r.off += n
 		rec.CPU = r.cpu
 		rec.MTE = r.mte
 		if rec.Major == MajorSys && rec.Minor == SysTimeHigh {
 			if len(rec.Fixed) < 1 {
-				return rec, false, &DecodeError{r.Offset() - int64(n), "TIME_HIGH record without a value"}
+				return false, &DecodeError{r.Offset() - int64(n), "TIME_HIGH record without a value"}
 			}
 			r.high = rec.Fixed[0] << 32
 			rec.Time = r.high | rec.Time
-			return rec, true, nil
+			return true, nil
 		}
 		rec.Time |= r.high
-		return rec, true, nil
+		return true, nil
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
@@ -31,6 +32,7 @@ usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [o
   --perfmap-dir DIR  where perf-PID.map / jit-PID.dump files are (default /tmp)
   --root DIR     prefix for module paths (a trace taken on another machine)
   --lines        add source file:line to post.show ticks (DWARF; slower)
+  --cpuprofile FILE  write post's own CPU profile (for perfinsp developers)
 
 With no report option, -tprof is assumed. Every report starts with a warning when
 records were lost, a buffer filled, or a module could not be read.
@@ -53,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	perfmap := fs.String("perfmap-dir", "", "")
 	root := fs.String("root", "", "")
 	lines := fs.Bool("lines", false, "")
+	cpuprofile := fs.String("cpuprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -63,6 +66,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "post: unexpected argument %q\n\n", fs.Arg(0))
 		fs.Usage()
 		return 2
+	}
+	if *cpuprofile != "" {
+		pf, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(stderr, "post:", err)
+			return 1
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err == nil {
+			defer pprof.StopCPUProfile()
+		}
 	}
 	if !*show && !*doTprof && *pprofOut == "" && *folded == "" {
 		*doTprof = true
