@@ -1,0 +1,15 @@
+public class Hot {
+    static long spin(long n) {
+        long x = 1;
+        for (long i = 0; i < n; i++) x = x * 6364136223846793005L + i;
+        return x;
+    }
+    public static void main(String[] a) throws Exception {
+        long end = System.nanoTime() + Long.parseLong(a[0]) * 1_000_000L;
+        long s = 0;
+        while (System.nanoTime() < end) s += spin(100000);
+        System.out.println("ready " + s);
+        System.out.flush();
+        Thread.sleep(Long.parseLong(a[1]));
+    }
+}
