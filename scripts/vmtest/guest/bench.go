@@ -121,10 +121,11 @@ func bench(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("bench: per-record cost in TSC ticks (= guest instructions under -icount shift=0,sleep=off), %d records\n", n)
-	fmt.Printf("bench: %-44s %10s %10s %8s\n", "path", "pitrace", "perf", "ratio")
-	fmt.Printf("bench: %-44s %10.0f %10.0f %8.2f\n", "tprof sample (in-kernel write)", tprofPer, perfPer, tprofPer/perfPer)
-	fmt.Printf("bench: %-44s %10.0f %10.0f %8.2f\n", "TraceHook (ioctl) vs "+what, hookPer, perfPer, hookPer/perfPer)
+	fmt.Printf("bench: per-record cost in TSC ticks (= guest instructions under -icount shift=0,sleep=off), best of several runs of %d records\n", n)
+	fmt.Printf("bench: %-58s %8s %10s\n", "path", "instr", "x perf")
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "pitrace tprof sample (hrtimer path, in-kernel write)", tprofPer, tprofPer/perfPer)
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "pitrace TraceHook (hook ioctl minus a null ioctl)", hookPer, hookPer/perfPer)
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "perf: "+what+" to its ring buffer", perfPer, 1.0)
 	fmt.Printf("bench: target <= 0.50 x perf: tprof %s, TraceHook %s\n", verdict(tprofPer/perfPer), verdict(hookPer/perfPer))
 	return nil
 }
@@ -189,5 +190,5 @@ func perfCost(n int) (float64, string, error) {
 	if lost {
 		return 0, "", fmt.Errorf("perf ring held fewer samples than events: the comparison would be unfair")
 	}
-	return (float64(with) - float64(base)) / float64(n), "perf tracepoint sample (syscall)", nil
+	return (float64(with) - float64(base)) / float64(n), "sys_enter_getppid sample (getppid minus bare)", nil
 }
