@@ -30,8 +30,10 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+# -p 1: packages one at a time; several tests measure CPU time and sampling
+# rates, which other packages' tests running beside them on 2 CPUs would skew.
 gotest: build
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -p 1 ./...
 
 # TEST_TARGETS is extended by mk/*.mk (for example vmtest).
 TEST_TARGETS := lint gotest

@@ -164,13 +164,13 @@ func TestContModeLosesNothing(t *testing.T) {
 	if err := f.SetMode(control.ModeCont, path); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+	if err := f.Init(control.Config{TraceBufSize: 256 << 10, MTEBufSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.On(); err != nil {
 		t.Fatal(err)
 	}
-	const n = 100000 // about 50 times the buffer
+	const n = 100000 // about 12 times the buffer
 	for i := 0; i < n; i += 1000 {
 		ticks(*sink, 0, i, 1000)
 		time.Sleep(time.Millisecond) // a producer slower than memory, as a real one is
