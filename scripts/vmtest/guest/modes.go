@@ -41,44 +41,48 @@ func total(v []uint64) (n uint64) {
 }
 
 // runMode traces a busy second with 8K (trace) / 16K (MTE) buffers per CPU.
-func runMode(f control.Facility, mode int, file string) (*summary, error) {
+func runMode(f control.Facility, mode int, file string) (*summary, int, error) {
 	if err := f.Free(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := f.SetMode(mode, file); err != nil {
-		return nil, fmt.Errorf("mode %s: %w", control.ModeName(mode), err)
+		return nil, 0, fmt.Errorf("mode %s: %w", control.ModeName(mode), err)
 	}
 	if err := f.Init(control.Config{TraceBufSize: 8 << 10, MTEBufSize: 16 << 10}); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	if err := f.Enable([]uint16{trace.MajorTprof, trace.MajorDispatch}); err != nil {
-		return nil, err
+	if err := f.Enable([]uint16{trace.MajorTprof, trace.MajorDispatch, trace.MajorInterrupt}); err != nil {
+		return nil, 0, err
 	}
 	if err := f.SetRate(2000, ""); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if err := f.On(); err != nil {
-		return nil, fmt.Errorf("on: %w", err)
+		return nil, 0, fmt.Errorf("on: %w", err)
 	}
+	hooks := 0
 	for i := 0; i < 50; i++ {
-		_ = f.Hook(0x100, uint32(i), []uint32{uint32(i), 0xabcd}, "")
+		if f.Hook(0x100, uint32(i), []uint32{uint32(i), 0xabcd}, "") == nil {
+			hooks++
+		}
 	}
 	spin(1500 * time.Millisecond)
 	st, err := f.Info()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if mode == control.ModeNormal && !st.StoppedFull {
-		return nil, fmt.Errorf("normal mode: 8K buffers and 2000 Hz for 1.5 s did not fill (info: %+v)", st.CPUs)
+		return nil, 0, fmt.Errorf("normal mode: 8K buffers and 2000 Hz for 1.5 s did not fill (info: %+v)", st.CPUs)
 	}
 	if err := f.Off(); err != nil {
-		return nil, fmt.Errorf("off: %w", err)
+		return nil, 0, fmt.Errorf("off: %w", err)
 	}
 	out := "/tmp/mode.nrm2"
 	if err := f.Get(out); err != nil {
-		return nil, fmt.Errorf("get: %w", err)
+		return nil, 0, fmt.Errorf("get: %w", err)
 	}
-	return load(out)
+	s, err := load(out)
+	return s, hooks, err
 }
 
 func modes() error {
@@ -87,12 +91,24 @@ func modes() error {
 		return err
 	}
 	defer f.Close()
-	defer f.Disable([]uint16{trace.MajorDispatch})
+	defer f.Disable([]uint16{trace.MajorDispatch, trace.MajorInterrupt})
 
 	// normal: stops when a buffer fills, everything held is in the file.
-	s, err := runMode(f, control.ModeNormal, "")
+	s, hooks, err := runMode(f, control.ModeNormal, "")
 	if err != nil {
 		return fmt.Errorf("normal: %w", err)
+	}
+	userRecs := s.count(0x100, 0)
+	for i := uint32(1); i < 50; i++ {
+		userRecs += s.count(0x100, i)
+	}
+	fmt.Printf("modes: normal: %d TraceHook records accepted, %d in the file; %d DISPATCH, %d SOFTIRQ_ENTRY, %d IRQ_ENTRY records\n",
+		hooks, userRecs, s.count(trace.MajorDispatch, trace.DispatchSwitch), s.count(trace.MajorInterrupt, trace.IntrSoft), s.count(trace.MajorInterrupt, trace.IntrHard))
+	if hooks == 0 || userRecs != hooks {
+		return fmt.Errorf("normal: %d hook records accepted but %d in the file", hooks, userRecs)
+	}
+	if s.count(trace.MajorDispatch, trace.DispatchSwitch) == 0 || s.count(trace.MajorInterrupt, trace.IntrSoft) == 0 {
+		return fmt.Errorf("normal: dispatch or interrupt records missing")
 	}
 	recs, lost, mrecs, mlost, full := sums(s.f.Stats)
 	fmt.Printf("modes: normal: %d trace + %d MTE records in the file, stats %d + %d, lost %d + %d, full flags %#x, header flags %#x\n",
@@ -116,7 +132,7 @@ func modes() error {
 
 	// wrap: the trace ring keeps the newest records; MTE is never lost.
 	wfile := "/tmp/wrap-stream.nrm2"
-	s, err = runMode(f, control.ModeWrap, wfile)
+	s, _, err = runMode(f, control.ModeWrap, wfile)
 	if err != nil {
 		return fmt.Errorf("wrap: %w", err)
 	}
@@ -144,7 +160,7 @@ func modes() error {
 
 	// cont: every segment is drained; the file is larger than the buffers.
 	cfile := "/tmp/cont-stream.nrm2"
-	s, err = runMode(f, control.ModeCont, cfile)
+	s, _, err = runMode(f, control.ModeCont, cfile)
 	if err != nil {
 		return fmt.Errorf("cont: %w", err)
 	}
