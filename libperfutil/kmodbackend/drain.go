@@ -56,12 +56,13 @@ func drain(path string) error {
 	if err != nil {
 		return err
 	}
-	if ks, err := os.ReadFile("/proc/kallsyms"); err == nil && len(ks) > 0 {
-		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, ks); err != nil {
-			w.Abort()
-			return err
-		}
-	}
+	// /proc/kallsyms takes long to read on a big kernel: read it while
+	// draining (segments cannot wait) and write it at the end.
+	kallsyms := make(chan []byte, 1)
+	go func() {
+		ks, _ := os.ReadFile("/proc/kallsyms")
+		kallsyms <- ks
+	}()
 	d := &drainer{b: b, ms: ms, w: w, mode: st.Mode}
 	fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
 	for {
@@ -85,6 +86,12 @@ func drain(path string) error {
 	if err := d.once(true); err != nil {
 		w.Abort()
 		return err
+	}
+	if ks := <-kallsyms; len(ks) > 0 {
+		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, ks); err != nil {
+			w.Abort()
+			return err
+		}
 	}
 	stats, err := b.stats(st)
 	if err != nil {
