@@ -118,8 +118,11 @@ rmmod pitrace || fail "rmmod while tracing"
 [ -e /dev/pitrace ] && fail "/dev/pitrace still there after rmmod"
 echo "vmtest: rmmod while tracing ok"
 
-step "insmod again and a clean trace"
-insmod /pitrace.ko || fail "insmod again"
+step "insmod again (perm=0660) and a clean trace"
+insmod /pitrace.ko perm=0660 || fail "insmod again"
+perm=$(stat -c %a /dev/pitrace)
+[ "$perm" = 660 ] || fail "/dev/pitrace mode $perm with perm=0660"
+echo "vmtest: /dev/pitrace mode $perm with perm=0660"
 run swtrace info
 run swtrace init -t 2M -m 256K
 run swtrace enable tprof
