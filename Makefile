@@ -47,4 +47,4 @@ clean:
 -include mk/*.mk
 
 test: deps
-	@$(MAKE) --no-print-directory $(TEST_TARGETS)
+	@$(MAKE) -k --no-print-directory $(TEST_TARGETS)
