@@ -8,6 +8,7 @@ package a2n
 
 import (
 	"bytes"
+	"cmp"
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -47,11 +49,11 @@ func (t symtab) find(addr uint64) (Sym, bool) {
 }
 
 func (t symtab) sortDedup() symtab {
-	sort.Slice(t, func(i, j int) bool {
-		if t[i].Addr != t[j].Addr {
-			return t[i].Addr < t[j].Addr
+	slices.SortFunc(t, func(a, b Sym) int {
+		if a.Addr != b.Addr {
+			return cmp.Compare(a.Addr, b.Addr)
 		}
-		return t[i].Size > t[j].Size // the sized one wins at equal addresses
+		return cmp.Compare(b.Size, a.Size) // the sized one wins at equal addresses
 	})
 	out := t[:0]
 	for i, s := range t {

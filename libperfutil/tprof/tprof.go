@@ -22,8 +22,12 @@ type Key struct {
 
 // Report is the aggregated ticks of a trace.
 type Report struct {
-	File      *nrm2.File
-	Ticks     map[Key]uint64
+	File  *nrm2.File
+	Ticks map[Key]uint64
+	// cells are the same counts with module and symbol interned, for
+	// building sections without hashing strings.
+	cells     []cell
+	names     []string // interned module and symbol names
 	Total     uint64
 	ProcName  map[uint32]string
 	ThreadNm  map[[2]uint32]string
@@ -128,9 +132,31 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 		}
 		return nil
 	})
+	nameID := map[string]int32{}
+	id := func(n string) int32 {
+		i, ok := nameID[n]
+		if !ok {
+			i = int32(len(rep.names))
+			nameID[n] = i
+			rep.names = append(rep.names, n)
+		}
+		return i
+	}
+	resMod := make([]int32, len(results))
+	resSym := make([]int32, len(results))
+	for i, res := range results {
+		resMod[i], resSym[i] = id(res.Module), id(res.Symbol)
+	}
+	merged := map[cell]uint64{}
 	for _, e := range all {
 		res := results[e.res]
 		rep.Ticks[Key{e.pid, e.tid, res.Module, res.Symbol}] += e.n
+		merged[cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]}] += e.n
+	}
+	rep.cells = make([]cell, 0, len(merged))
+	for c, n := range merged {
+		c.n = n
+		rep.cells = append(rep.cells, c)
 	}
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
@@ -154,9 +180,15 @@ type Row struct {
 	Sub   []*Row
 }
 
+type cell struct {
+	pid, tid uint32
+	mod, sym int32
+	n        uint64
+}
+
 type aggKey struct {
-	id  uint32
-	str string
+	level int
+	id    uint32
 }
 
 type agg struct {
@@ -217,20 +249,20 @@ const (
 // Section aggregates ticks along the given levels, e.g. {LPid, LMod}.
 func (rep *Report) Section(levels ...int) []*Row {
 	root := &agg{}
-	for k, n := range rep.Ticks {
+	for _, c := range rep.cells {
 		a := root
 		for _, l := range levels {
 			switch l {
 			case LPid:
-				a = a.child("PID", aggKey{id: k.PID}, func() string { return rep.ProcLabel(k.PID) })
+				a = a.child("PID", aggKey{l, c.pid}, func() string { return rep.ProcLabel(c.pid) })
 			case LTid:
-				a = a.child("TID", aggKey{id: k.TID}, func() string { return rep.ThreadLabel(k.PID, k.TID) })
+				a = a.child("TID", aggKey{l, c.tid}, func() string { return rep.ThreadLabel(c.pid, c.tid) })
 			case LMod:
-				a = a.child("MOD", aggKey{str: k.Module}, func() string { return k.Module })
+				a = a.child("MOD", aggKey{l, uint32(c.mod)}, func() string { return rep.names[c.mod] })
 			case LSym:
-				a = a.child("SYM", aggKey{str: k.Symbol}, func() string { return k.Symbol })
+				a = a.child("SYM", aggKey{l, uint32(c.sym)}, func() string { return rep.names[c.sym] })
 			}
-			a.ticks += n
+			a.ticks += c.n
 		}
 	}
 	return root.rows()
