@@ -39,9 +39,6 @@ func drain(path string) error {
 		return err
 	}
 	defer b.Close()
-	if err := b.ioctl(iocDrain, nil); err != nil {
-		return fmt.Errorf("attach as the drainer: %w", err)
-	}
 	st, err := b.status()
 	if err != nil {
 		return err
@@ -52,9 +49,15 @@ func drain(path string) error {
 		return err
 	}
 	defer ms.unmap()
+	// Create the file before attaching: a drainer that cannot write never
+	// attaches, and On reports its failure instead of tracing into nothing.
 	w, err := nrm2.Create(path, header(st))
 	if err != nil {
 		return err
+	}
+	if err := b.ioctl(iocDrain, nil); err != nil {
+		w.Abort()
+		return fmt.Errorf("attach as the drainer: %w", err)
 	}
 	// /proc/kallsyms takes long to read on a big kernel: read it while
 	// draining (segments cannot wait) and write it at the end.
