@@ -712,10 +712,20 @@ func startDrainer(b *Backend, stream string) error {
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("the drainer exited at start (%v): see %s", err, drainLog())
+			return fmt.Errorf("the drainer exited at start (%v): %s (log: %s)", err, lastLine(drainLog()), drainLog())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	_ = cmd.Process.Kill()
 	return fmt.Errorf("the drainer did not attach within 10 s: see %s", drainLog())
+}
+
+// lastLine returns the last non-empty line of a file (a log's last message).
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no log"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
