@@ -14,6 +14,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -234,7 +235,9 @@ func (s *Server) dispatch(p Peer, req *daemonproto.Request) (any, error) {
 	f := s.Fac
 	switch req.Op {
 	case daemonproto.OpPing:
-		return daemonproto.PingResult{PID: os.Getpid(), Version: Version}, nil
+		exe, _ := os.Readlink("/proc/self/exe")
+		return daemonproto.PingResult{PID: os.Getpid(), Version: Version, Stale: strings.HasSuffix(exe, " (deleted)"),
+			Busy: f.State() != control.StateFree}, nil
 	case daemonproto.OpInit:
 		var a daemonproto.InitArgs
 		if err := decode(req.Args, &a); err != nil {

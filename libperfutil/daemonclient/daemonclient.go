@@ -51,6 +51,23 @@ func Dial() (*Client, error) {
 	path := daemonproto.SocketPath()
 	c, err := connect(path)
 	if err == nil {
+		// A daemon whose binary was replaced (rebuilt, upgraded) and holds
+		// nothing hands over to the new one.
+		var ping daemonproto.PingResult
+		if perr := c.Call(daemonproto.OpPing, nil, &ping); perr == nil && ping.Stale && !ping.Busy && os.Geteuid() == 0 {
+			_ = c.Shutdown()
+			c.Close()
+			for i := 0; i < 50; i++ {
+				if _, err := os.Stat(path); err != nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := start(path); err != nil {
+				return nil, err
+			}
+			return connect(path)
+		}
 		return c, nil
 	}
 	if os.Geteuid() != 0 {

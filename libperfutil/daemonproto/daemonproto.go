@@ -93,4 +93,9 @@ type HookArgs struct {
 type PingResult struct {
 	PID     int    `json:"pid"`
 	Version string `json:"version"`
+	// Stale is true when the daemon's binary was replaced on disk since it
+	// started (a rebuild or an upgrade): a newer daemon should take over.
+	Stale bool `json:"stale,omitempty"`
+	// Busy is true when the daemon holds buffers (its state is not free).
+	Busy bool `json:"busy,omitempty"`
 }

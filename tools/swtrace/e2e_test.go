@@ -58,7 +58,7 @@ func setup(t *testing.T) *env {
 		cmd.Env = e.envv
 		_ = cmd.Run()
 		pidOut, _ := os.ReadFile(filepath.Join(dir, "run", "pitraced.log"))
-		if m := regexp.MustCompile(`pid (\d+)\)`).FindSubmatch(pidOut); m != nil {
+		for _, m := range regexp.MustCompile(`pid (\d+)\)`).FindAllSubmatch(pidOut, -1) {
 			if pid, err := strconv.Atoi(string(m[1])); err == nil {
 				if p, err := os.FindProcess(pid); err == nil {
 					_ = p.Signal(os.Interrupt)
@@ -433,4 +433,47 @@ func TestNonRootIsToldWhatToDo(t *testing.T) {
 	if !strings.Contains(string(out), "sudo") || !strings.Contains(string(out), "--group") {
 		t.Fatalf("the message does not say what to do: %s", out)
 	}
+}
+
+func TestStaleDaemonHandsOver(t *testing.T) {
+	e := setup(t)
+	e.sw("info")
+	pids := func() []string {
+		b, _ := os.ReadFile(filepath.Join(e.dir, "run", "pitraced.log"))
+		var out []string
+		for _, m := range regexp.MustCompile(`\(pid (\d+)\)`).FindAllSubmatch(b, -1) {
+			out = append(out, string(m[1]))
+		}
+		return out
+	}
+	if n := len(pids()); n != 1 {
+		t.Fatalf("%d daemons started, want 1", n)
+	}
+	// Replace the daemon's binary on disk, as a rebuild or an upgrade does.
+	bin := filepath.Join(e.dir, "bin", "pitraced")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin+".new", data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(bin+".new", bin); err != nil {
+		t.Fatal(err)
+	}
+	e.sw("info")
+	p := pids()
+	if len(p) != 2 || p[0] == p[1] {
+		t.Fatalf("an idle daemon whose binary was replaced did not hand over: daemons %v", p)
+	}
+	// A stale daemon that holds a trace is kept: nothing is lost.
+	e.sw("on")
+	data, _ = os.ReadFile(bin)
+	os.WriteFile(bin+".new", data, 0o755)
+	os.Rename(bin+".new", bin)
+	e.sw("off")
+	if n := len(pids()); n != 2 {
+		t.Fatalf("a daemon holding a trace was replaced (%d daemons)", n)
+	}
+	e.sw("get", "kept.nrm2")
 }

@@ -503,7 +503,11 @@ func cmdInfo(c *cli.Context) error {
 	if st.Event != "" {
 		rate = fmt.Sprintf("every %d %s", st.RateHz, st.Event)
 	}
-	fmt.Fprintf(w, "mode: %s   trace buffer: %s/CPU   MTE buffer: %s/CPU   tprof: %s\n", control.ModeName(st.Mode), size(st.TraceBufSize), size(st.MTEBufSize), rate)
+	bufs := fmt.Sprintf("trace buffer: %s/CPU   MTE buffer: %s/CPU", size(st.TraceBufSize), size(st.MTEBufSize))
+	if st.State == control.StateFree {
+		bufs = "buffers: not allocated (swtrace init, or on with the defaults)"
+	}
+	fmt.Fprintf(w, "mode: %s   %s   tprof: %s\n", control.ModeName(st.Mode), bufs, rate)
 	if st.ContFile != "" && st.Mode != control.ModeNormal {
 		fmt.Fprintf(w, "stream file: %s\n", st.ContFile)
 	}
