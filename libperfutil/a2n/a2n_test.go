@@ -170,6 +170,10 @@ func TestKernelSymbols(t *testing.T) {
 			t.Fatalf("%#x: %+v, want %v", addr, res, want)
 		}
 	}
+	// The last line needs no newline.
+	if res := New([]byte("ffffffff81000000 T first\nffffffff81000100 T last_one")).Resolve(1, 0xffffffff81000101, true); res.Symbol != "last_one" {
+		t.Fatalf("last line without a newline: %+v", res)
+	}
 	// The real kallsyms of this machine resolves a known kernel function.
 	real, err := os.ReadFile("/proc/kallsyms")
 	if err != nil || !strings.Contains(string(real), " schedule\n") {

@@ -96,7 +96,70 @@ func demangled(name string) string {
 	return name
 }
 
+// elfSyms reads the function symbols of .symtab (or .dynsym) directly from
+// the section bytes: debug/elf's Symbols allocates every symbol and name,
+// which dominates post's start-up on large binaries. Names are slices of
+// one string holding the string table.
 func elfSyms(f *elf.File, dyn bool) (symtab, error) {
+	typ := elf.SHT_SYMTAB
+	if dyn {
+		typ = elf.SHT_DYNSYM
+	}
+	var sec *elf.Section
+	for _, s := range f.Sections {
+		if s.Type == typ {
+			sec = s
+			break
+		}
+	}
+	if sec == nil || sec.Type == elf.SHT_NOBITS || int(sec.Link) >= len(f.Sections) {
+		return nil, errors.New("no symbol table")
+	}
+	if f.Class != elf.ELFCLASS64 {
+		return elfSymsGeneric(f, dyn)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		return nil, err
+	}
+	strb, err := f.Sections[sec.Link].Data()
+	if err != nil {
+		return nil, err
+	}
+	strs := string(strb)
+	bo := f.ByteOrder
+	const entSize = 24 // Elf64_Sym
+	out := make(symtab, 0, len(data)/entSize/2)
+	for off := entSize; off+entSize <= len(data); off += entSize {
+		e := data[off : off+entSize]
+		info := e[4]
+		st := elf.SymType(info & 0xf)
+		if st != elf.STT_FUNC && st != elf.STT_GNU_IFUNC {
+			continue
+		}
+		shndx := bo.Uint16(e[6:])
+		value := bo.Uint64(e[8:])
+		if value == 0 || elf.SectionIndex(shndx) == elf.SHN_UNDEF {
+			continue
+		}
+		nameOff := int(bo.Uint32(e[0:]))
+		if nameOff >= len(strs) {
+			continue
+		}
+		end := strings.IndexByte(strs[nameOff:], 0)
+		if end < 0 {
+			continue
+		}
+		name := strs[nameOff : nameOff+end]
+		if i := strings.IndexByte(name, '@'); i > 0 {
+			name = name[:i] // drop symbol versions
+		}
+		out = append(out, Sym{Addr: value, Size: bo.Uint64(e[16:]), Name: name})
+	}
+	return out, nil
+}
+
+func elfSymsGeneric(f *elf.File, dyn bool) (symtab, error) {
 	var syms []elf.Symbol
 	var err error
 	if dyn {
@@ -117,7 +180,7 @@ func elfSyms(f *elf.File, dyn bool) (symtab, error) {
 		}
 		name := s.Name
 		if i := strings.IndexByte(name, '@'); i > 0 {
-			name = name[:i] // drop symbol versions
+			name = name[:i]
 		}
 		out = append(out, Sym{Addr: s.Value, Size: s.Size, Name: name})
 	}

@@ -66,7 +66,10 @@ func New(kallsyms []byte) *Resolver {
 	return r
 }
 
-func (r *Resolver) loadKallsyms(b []byte) {
+func (r *Resolver) loadKallsyms(raw []byte) {
+	// Names are slices of one string: no allocation per symbol.
+	text := string(raw)
+	b := raw
 	// Lines: "ffffffff81000000 T _stext" or "... t fn\t[module]".
 	syms := make(symtab, 0, bytes.Count(b, []byte{'\n'})/2)
 	bounds := map[string]*kmod{}
@@ -90,7 +93,11 @@ func (r *Resolver) loadKallsyms(b []byte) {
 			continue
 		}
 		rest := line[19:]
-		name := string(rest)
+		start := len(raw) - len(b) - len(line) - 1 + 19
+		if len(b) == 0 && (len(raw) == 0 || raw[len(raw)-1] != '\n') {
+			start = len(raw) - len(line) + 19
+		}
+		name := text[start : start+len(rest)]
 		if i := bytes.IndexByte(rest, '\t'); i >= 0 {
 			mod := string(bytes.Trim(rest[i+1:], "[] \t"))
 			name = string(rest[:i]) + " [" + mod + "]"
