@@ -64,6 +64,8 @@ if [ ! -e "$KROOT/boot/vmlinuz-$KVER" ]; then
 	deb=$(ls "$W"/linux-image-"${KVER}"_*.deb 2>/dev/null | head -1 || true)
 	if [ -z "$deb" ]; then
 		(cd "$W" && apt-get download "linux-image-$KVER" >"$W/download.log" 2>&1) ||
+			{ apt-get update >>"$W/download.log" 2>&1 || true
+			  (cd "$W" && apt-get download "linux-image-$KVER" >>"$W/download.log" 2>&1); } ||
 			skip_or_fail "cannot download linux-image-$KVER (see $W/download.log)"
 		deb=$(ls "$W"/linux-image-"${KVER}"_*.deb | head -1)
 	fi
