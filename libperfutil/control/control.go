@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"perfinsp/libperfutil/nrm2"
 )
 
 // Documented defaults (docs/swtrace.md).
@@ -23,11 +25,11 @@ const (
 	MaxBufSize          = 1 << 30 // per CPU
 )
 
-// Modes (values as in the file header).
+// Modes: the values of the trace file header.
 const (
-	ModeNormal = 0
-	ModeWrap   = 1
-	ModeCont   = 2
+	ModeNormal = nrm2.ModeNormal
+	ModeWrap   = nrm2.ModeWrap
+	ModeCont   = nrm2.ModeCont
 )
 
 // ParseMode parses normal|wrap|cont.
@@ -44,17 +46,7 @@ func ParseMode(s string) (int, error) {
 }
 
 // ModeName names a mode.
-func ModeName(m int) string {
-	switch m {
-	case ModeNormal:
-		return "normal"
-	case ModeWrap:
-		return "wrap"
-	case ModeCont:
-		return "cont"
-	}
-	return fmt.Sprintf("mode-%d", m)
-}
+func ModeName(m int) string { return nrm2.ModeName(uint32(m)) }
 
 // Config is what `swtrace init` sets.
 type Config struct {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"perfinsp/internal/tracetest"
 )
 
 // TestJavaPerfMap traces a real Java program, asks the JVM for its perf map
@@ -25,32 +27,11 @@ func TestJavaPerfMap(t *testing.T) {
 			t.Skipf("skipped: %s is not installed (apt-get install openjdk-17-jdk-headless)", tool)
 		}
 	}
-	root, _ := filepath.Abs("../..")
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "./tools/swtrace", "./daemon/cmd/pitraced")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	e := tracetest.Setup(t)
+	dir, sw := e.Dir, e.Sw
 	if out, err := exec.Command("javac", "-d", dir, "testdata/Hot.java").CombinedOutput(); err != nil {
 		t.Fatalf("javac: %v\n%s", err, out)
 	}
-	env := append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "pitraced.sock"), "PERFINSP_BACKEND=daemon")
-	sw := func(args ...string) {
-		t.Helper()
-		c := exec.Command(filepath.Join(bin, "swtrace"), args...)
-		c.Env, c.Dir = env, dir
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("swtrace %v: %v\n%s", args, err, out)
-		}
-	}
-	defer func() {
-		c := exec.Command(filepath.Join(bin, "swtrace"), "free")
-		c.Env = env
-		c.Run()
-		exec.Command("pkill", "-f", filepath.Join(bin, "pitraced")).Run()
-	}()
 	sw("init", "-t", "8M")
 	sw("enable", "tprof")
 	sw("setrate", "1000")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
@@ -245,43 +246,13 @@ func TestBadFiles(t *testing.T) {
 // TestExampleEndToEnd traces the bundled example with swtrace and checks
 // that post puts heavy, medium and light in order near 60/30/10 %.
 func TestExampleEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: tracing needs root")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "./tools/swtrace", "./daemon/cmd/pitraced")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	burn := filepath.Join(bin, "cpuburn")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, "../../examples/cpuburn.c").CombinedOutput(); err != nil {
-		t.Fatalf("build example: %v\n%s", err, out)
-	}
-	env := append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "pitraced.sock"), "PERFINSP_PITRACED="+filepath.Join(bin, "pitraced"), "PERFINSP_BACKEND=daemon")
-	sw := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(bin, "swtrace"), args...)
-		cmd.Env, cmd.Dir = env, dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("swtrace %v: %v\n%s", args, err, out)
-		}
-	}
-	defer func() {
-		cmd := exec.Command(filepath.Join(bin, "swtrace"), "free")
-		cmd.Env = env
-		cmd.Run()
-		exec.Command("pkill", "-f", filepath.Join(bin, "pitraced")).Run()
-	}()
+	e := tracetest.Setup(t)
+	dir, sw := e.Dir, e.Sw
 	sw("init", "-t", "8M")
 	sw("enable", "tprof")
 	sw("setrate", "1000")
 	sw("on")
-	cmd := exec.Command(burn, "150")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cpuburn: %v %s", err, out)
-	}
+	pid, _ := e.RunBurn(150)
 	sw("off")
 	sw("get", "ex.nrm2")
 	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "ex.nrm2"), "-tprof"); code != 0 {
@@ -290,7 +261,7 @@ func TestExampleEndToEnd(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "tprof.out"))
 	secs := sections(t, string(b))
 	// In Process_Thread_Module_Symbol, sum the example process's symbols.
-	label := "_" + strconv.FormatInt(int64(cmd.Process.Pid), 16)
+	label := "_" + strconv.FormatInt(int64(pid), 16)
 	inProc := false
 	syms := map[string]int{}
 	procTicks := 0

@@ -4,123 +4,20 @@ package main
 // machine's kernel (daemon backend), tracing the bundled example.
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
-
-type env struct {
-	t       *testing.T
-	dir     string
-	swtrace string
-	burn    string
-	envv    []string
-}
-
-var root = filepath.Join("..", "..")
-
-func setup(t *testing.T) *env {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: the daemon backend needs root (system-wide perf events); run make test as root")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "./tools/swtrace", "./daemon/cmd/pitraced")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	burn := filepath.Join(bin, "cpuburn")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build example: %v\n%s", err, out)
-	}
-	e := &env{t: t, dir: dir, swtrace: filepath.Join(bin, "swtrace"), burn: burn}
-	e.envv = append(os.Environ(),
-		"PERFINSP_SOCKET="+filepath.Join(dir, "run", "pitraced.sock"),
-		"PERFINSP_PITRACED="+filepath.Join(bin, "pitraced"),
-		"PERFINSP_BACKEND=daemon")
-	t.Cleanup(func() {
-		// Stop the daemon this test started.
-		cmd := exec.Command(e.swtrace, "free")
-		cmd.Env = e.envv
-		_ = cmd.Run()
-		pidOut, _ := os.ReadFile(filepath.Join(dir, "run", "pitraced.log"))
-		for _, m := range regexp.MustCompile(`pid (\d+)\)`).FindAllSubmatch(pidOut, -1) {
-			if pid, err := strconv.Atoi(string(m[1])); err == nil {
-				if p, err := os.FindProcess(pid); err == nil {
-					_ = p.Signal(os.Interrupt)
-				}
-			}
-		}
-	})
-	return e
-}
-
-// sw runs swtrace and fails the test on a non-zero exit.
-func (e *env) sw(args ...string) string {
-	e.t.Helper()
-	out, code := e.swCode(args...)
-	if code != 0 {
-		e.t.Fatalf("swtrace %s: exit %d\n%s", strings.Join(args, " "), code, out)
-	}
-	return out
-}
-
-func (e *env) swCode(args ...string) (string, int) {
-	e.t.Helper()
-	cmd := exec.Command(e.swtrace, args...)
-	cmd.Env = e.envv
-	cmd.Dir = e.dir
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			e.t.Fatal(err)
-		}
-		return buf.String(), code
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		e.t.Fatalf("swtrace %s hung", strings.Join(args, " "))
-	}
-	return "", -1
-}
-
-func (e *env) burnRun(units int) (pid, child int) {
-	e.t.Helper()
-	cmd := exec.Command(e.burn, strconv.Itoa(units))
-	out, err := cmd.Output()
-	if err != nil {
-		e.t.Fatalf("cpuburn: %v", err)
-	}
-	m := regexp.MustCompile(`child (\d+)`).FindSubmatch(out)
-	if m == nil {
-		e.t.Fatalf("cpuburn output %q", out)
-	}
-	child, _ = strconv.Atoi(string(m[1]))
-	return cmd.Process.Pid, child
-}
 
 type summary struct {
 	file     *nrm2.File
@@ -193,22 +90,22 @@ func hasSuffix(list []string, suffix string) bool {
 }
 
 func TestTraceExample(t *testing.T) {
-	e := setup(t)
-	e.sw("init", "-t", "4M", "-m", "1M")
-	e.sw("enable", "tprof", "dispatch")
-	e.sw("setrate", "1000")
-	e.sw("on")
-	pid, child := e.burnRun(100)
-	e.sw("off")
-	out := e.sw("get", "ex.nrm2")
+	e := tracetest.Setup(t)
+	e.Sw("init", "-t", "4M", "-m", "1M")
+	e.Sw("enable", "tprof", "dispatch")
+	e.Sw("setrate", "1000")
+	e.Sw("on")
+	pid, child := e.RunBurn(100)
+	e.Sw("off")
+	out := e.Sw("get", "ex.nrm2")
 	if !strings.Contains(out, "wrote ex.nrm2") {
 		t.Fatalf("get said %q", out)
 	}
-	info := e.sw("info")
+	info := e.Sw("info")
 	if !strings.Contains(info, "state: off") || !strings.Contains(info, "dispatch") {
 		t.Fatalf("info:\n%s", info)
 	}
-	s := load(t, filepath.Join(e.dir, "ex.nrm2"))
+	s := load(t, filepath.Join(e.Dir, "ex.nrm2"))
 	h := s.file.Header
 	if h.Backend != nrm2.BackendDaemon || h.RateHz != 1000 || h.Mode != nrm2.ModeNormal || h.Flags&nrm2.FlagComplete == 0 || len(s.file.Kallsyms) == 0 {
 		t.Fatalf("header %+v, kallsyms %d bytes", h, len(s.file.Kallsyms))
@@ -244,25 +141,25 @@ func TestTraceExample(t *testing.T) {
 }
 
 func TestModes(t *testing.T) {
-	e := setup(t)
-	e.sw("enable", "tprof")
-	e.sw("setrate", "2000")
+	e := tracetest.Setup(t)
+	e.Sw("enable", "tprof")
+	e.Sw("setrate", "2000")
 
 	t.Run("normal stops when full", func(t *testing.T) {
-		e.sw("mode", "normal")
-		e.sw("init", "-t", "16K", "-m", "1M")
-		e.sw("on")
-		e.burnRun(60)
-		info := e.sw("info")
+		e.Sw("mode", "normal")
+		e.Sw("init", "-t", "16K", "-m", "1M")
+		e.Sw("on")
+		e.RunBurn(60)
+		info := e.Sw("info")
 		if !strings.Contains(info, "state: off") || !strings.Contains(info, "filled") {
 			t.Fatalf("after filling a 16K buffer the facility should have stopped:\n%s", info)
 		}
-		_, code := e.swCode("off")
+		_, code := e.SwCode("off")
 		if code == 0 {
 			t.Fatal("off after an automatic stop should say tracing is not on")
 		}
-		e.sw("get", "normal.nrm2")
-		s := load(t, filepath.Join(e.dir, "normal.nrm2"))
+		e.Sw("get", "normal.nrm2")
+		s := load(t, filepath.Join(e.Dir, "normal.nrm2"))
 		if s.file.Header.Flags&nrm2.FlagBufferFull == 0 {
 			t.Fatal("file does not say a buffer filled")
 		}
@@ -276,15 +173,15 @@ func TestModes(t *testing.T) {
 	})
 
 	t.Run("wrap keeps the newest", func(t *testing.T) {
-		e.sw("mode", "wrap", "-f", "wrap.nrm2")
-		e.sw("init", "-t", "16K", "-m", "1M")
-		e.sw("on")
-		e.burnRun(60)
+		e.Sw("mode", "wrap", "-f", "wrap.nrm2")
+		e.Sw("init", "-t", "16K", "-m", "1M")
+		e.Sw("on")
+		e.RunBurn(60)
 		mark := nowNs()
 		time.Sleep(100 * time.Millisecond)
-		e.sw("off")
-		e.sw("get", "wrap.nrm2")
-		s := load(t, filepath.Join(e.dir, "wrap.nrm2"))
+		e.Sw("off")
+		e.Sw("get", "wrap.nrm2")
+		s := load(t, filepath.Join(e.Dir, "wrap.nrm2"))
 		var lost uint64
 		for _, c := range s.file.Stats {
 			lost += c.Lost
@@ -301,15 +198,15 @@ func TestModes(t *testing.T) {
 	})
 
 	t.Run("cont loses nothing", func(t *testing.T) {
-		e.sw("mode", "cont", "-f", "cont.nrm2")
-		e.sw("init", "-t", "64K", "-m", "64K")
-		e.sw("on")
-		e.burnRun(100)
-		out := e.sw("off")
+		e.Sw("mode", "cont", "-f", "cont.nrm2")
+		e.Sw("init", "-t", "64K", "-m", "64K")
+		e.Sw("on")
+		e.RunBurn(100)
+		out := e.Sw("off")
 		if !strings.Contains(out, "cont.nrm2") {
 			t.Fatalf("off in cont mode should name the file: %q", out)
 		}
-		s := load(t, filepath.Join(e.dir, "cont.nrm2"))
+		s := load(t, filepath.Join(e.Dir, "cont.nrm2"))
 		var lost, recs uint64
 		for _, c := range s.file.Stats {
 			lost += c.Lost + c.MTELost
@@ -322,10 +219,10 @@ func TestModes(t *testing.T) {
 			t.Fatalf("cont file holds %d records (%d tprof), statistics say %d", s.records, s.counts[trace.MajorTprof], recs)
 		}
 		// The trace is far larger than the 64K buffer.
-		if st, _ := os.Stat(filepath.Join(e.dir, "cont.nrm2")); st.Size() < 2*64<<10 {
+		if st, _ := os.Stat(filepath.Join(e.Dir, "cont.nrm2")); st.Size() < 2*64<<10 {
 			t.Fatalf("cont file only %d bytes", st.Size())
 		}
-		e.sw("mode", "normal")
+		e.Sw("mode", "normal")
 	})
 }
 
@@ -336,55 +233,55 @@ func nowNs() uint64 {
 }
 
 func TestBadInput(t *testing.T) {
-	e := setup(t)
-	out, code := e.swCode("frobnicate")
+	e := tracetest.Setup(t)
+	out, code := e.SwCode("frobnicate")
 	if code == 0 || !strings.Contains(out, "unknown command") || !strings.Contains(out, "USAGE") {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
-	out, code = e.swCode("init", "-t", "lots")
+	out, code = e.SwCode("init", "-t", "lots")
 	if code == 0 || !strings.Contains(out, "bad size") {
 		t.Fatalf("bad size: exit %d\n%s", code, out)
 	}
-	out, code = e.swCode("mode", "sideways")
+	out, code = e.SwCode("mode", "sideways")
 	if code == 0 || !strings.Contains(out, "unknown mode") {
 		t.Fatalf("bad mode: exit %d\n%s", code, out)
 	}
-	out, code = e.swCode("enable", "nonsense")
+	out, code = e.SwCode("enable", "nonsense")
 	if code == 0 || !strings.Contains(out, "unknown record type") {
 		t.Fatalf("bad type: exit %d\n%s", code, out)
 	}
-	e.sw("free")
-	out, code = e.swCode("get", "nothing.nrm2")
+	e.Sw("free")
+	out, code = e.SwCode("get", "nothing.nrm2")
 	if code == 0 || !strings.Contains(out, "no trace") {
 		t.Fatalf("get with nothing traced: exit %d\n%s", code, out)
 	}
 	// on before init: documented defaults.
-	out = e.sw("on")
+	out = e.Sw("on")
 	if !strings.Contains(out, "using the defaults") {
 		t.Fatalf("on before init: %q", out)
 	}
-	e.burnRun(10)
+	e.RunBurn(10)
 	// get while on refuses and loses nothing.
-	out, code = e.swCode("get", "early.nrm2")
+	out, code = e.SwCode("get", "early.nrm2")
 	if code == 0 || !strings.Contains(out, "swtrace off") {
 		t.Fatalf("get while on: exit %d\n%s", code, out)
 	}
-	_, code = e.swCode("init", "-t", "1M")
+	_, code = e.SwCode("init", "-t", "1M")
 	if code == 0 {
 		t.Fatal("init while on was accepted")
 	}
-	e.sw("off")
+	e.Sw("off")
 	// A second on must not silently drop the unsaved trace.
-	out, code = e.swCode("on")
+	out, code = e.SwCode("on")
 	if code == 0 || !strings.Contains(out, "not written") {
 		t.Fatalf("on over an unsaved trace: exit %d\n%s", code, out)
 	}
-	e.sw("get", "kept.nrm2")
-	s := load(t, filepath.Join(e.dir, "kept.nrm2"))
+	e.Sw("get", "kept.nrm2")
+	s := load(t, filepath.Join(e.Dir, "kept.nrm2"))
 	if s.counts[trace.MajorTprof] == 0 {
 		t.Fatal("the trace was lost by the bad commands")
 	}
-	out = e.sw("enable")
+	out = e.Sw("enable")
 	if !strings.Contains(out, "tprof") || !strings.Contains(out, "always") {
 		t.Fatalf("enable alone should list the types:\n%s", out)
 	}
@@ -397,7 +294,7 @@ func TestDeadDaemonIsReported(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "swtrace")
 	build := exec.Command("go", "build", "-o", bin, "./tools/swtrace")
-	build.Dir = root
+	build.Dir = tracetest.Root()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
@@ -418,14 +315,14 @@ func TestDeadDaemonIsReported(t *testing.T) {
 }
 
 func TestNonRootIsToldWhatToDo(t *testing.T) {
-	e := setup(t)
-	e.sw("info") // starts the daemon as root
+	e := tracetest.Setup(t)
+	e.Sw("info") // starts the daemon as root
 	// The test's temp dir must be reachable by nobody to run the binary.
-	for d := e.dir; d != "/" && d != "."; d = filepath.Dir(d) {
+	for d := e.Dir; d != "/" && d != "."; d = filepath.Dir(d) {
 		_ = os.Chmod(d, 0o755)
 	}
-	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", e.swtrace, "info")
-	cmd.Env = e.envv
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", e.Swtrace, "info")
+	cmd.Env = e.Environ
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("a non-root user used the root-only socket: %s", out)
@@ -436,21 +333,13 @@ func TestNonRootIsToldWhatToDo(t *testing.T) {
 }
 
 func TestStaleDaemonHandsOver(t *testing.T) {
-	e := setup(t)
-	e.sw("info")
-	pids := func() []string {
-		b, _ := os.ReadFile(filepath.Join(e.dir, "run", "pitraced.log"))
-		var out []string
-		for _, m := range regexp.MustCompile(`\(pid (\d+)\)`).FindAllSubmatch(b, -1) {
-			out = append(out, string(m[1]))
-		}
-		return out
-	}
-	if n := len(pids()); n != 1 {
+	e := tracetest.Setup(t)
+	e.Sw("info")
+	if n := len(e.DaemonPIDs()); n != 1 {
 		t.Fatalf("%d daemons started, want 1", n)
 	}
 	// Replace the daemon's binary on disk, as a rebuild or an upgrade does.
-	bin := filepath.Join(e.dir, "bin", "pitraced")
+	bin := filepath.Join(e.Bin, "pitraced")
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -461,19 +350,19 @@ func TestStaleDaemonHandsOver(t *testing.T) {
 	if err := os.Rename(bin+".new", bin); err != nil {
 		t.Fatal(err)
 	}
-	e.sw("info")
-	p := pids()
+	e.Sw("info")
+	p := e.DaemonPIDs()
 	if len(p) != 2 || p[0] == p[1] {
 		t.Fatalf("an idle daemon whose binary was replaced did not hand over: daemons %v", p)
 	}
 	// A stale daemon that holds a trace is kept: nothing is lost.
-	e.sw("on")
+	e.Sw("on")
 	data, _ = os.ReadFile(bin)
 	os.WriteFile(bin+".new", data, 0o755)
 	os.Rename(bin+".new", bin)
-	e.sw("off")
-	if n := len(pids()); n != 2 {
+	e.Sw("off")
+	if n := len(e.DaemonPIDs()); n != 2 {
 		t.Fatalf("a daemon holding a trace was replaced (%d daemons)", n)
 	}
-	e.sw("get", "kept.nrm2")
+	e.Sw("get", "kept.nrm2")
 }
