@@ -84,6 +84,12 @@ struct pt_f_dispatch {
 /* ---- processes already described (parent tree written) ------------------ */
 
 static unsigned long *pt_described;	/* bitmap by tgid, PID_MAX_LIMIT bits */
+/*
+ * Second half of the same allocation: processes whose executable segments
+ * are in the trace and kept current (exec-time segments plus the mmap
+ * kprobe).  off skips them: "MTE data not yet written".
+ */
+static unsigned long *pt_segs_done;
 static char *pt_pathbufs;		/* nr_cpu_ids * PATH_MAX, probe use */
 
 static bool pt_mark_described(pid_t tgid)
@@ -95,8 +101,25 @@ static bool pt_mark_described(pid_t tgid)
 
 static void pt_clear_described(pid_t tgid)
 {
-	if (pt_described && tgid > 0 && tgid < PID_MAX_LIMIT)
+	if (pt_described && tgid > 0 && tgid < PID_MAX_LIMIT) {
 		clear_bit(tgid, pt_described);
+		clear_bit(tgid, pt_segs_done);
+	}
+}
+
+static bool pt_kp_mmap_on;
+
+/* segments written; they stay current only while mmaps are seen */
+static void pt_mark_segs(pid_t tgid)
+{
+	if (pt_segs_done && pt_kp_mmap_on && tgid > 0 && tgid < PID_MAX_LIMIT)
+		set_bit(tgid, pt_segs_done);
+}
+
+static bool pt_segs_written(pid_t tgid)
+{
+	return pt_segs_done && tgid > 0 && tgid < PID_MAX_LIMIT &&
+	       test_bit(tgid, pt_segs_done);
 }
 
 static void pt_mte_str(u32 minor, const void *f, u32 flen, const char *s)
@@ -213,17 +236,18 @@ static void pt_write_segments_locked(struct mm_struct *mm, pid_t tgid,
 }
 
 /* From probes (atomic): current's segments if the map lock is free. */
-static void pt_segments_atomic(struct mm_struct *mm, pid_t tgid)
+static bool pt_segments_atomic(struct mm_struct *mm, pid_t tgid)
 {
 	char *buf;
 
 	if (!mm || !pt_pathbufs)
-		return;
+		return false;
 	if (!mmap_read_trylock(mm))
-		return;
+		return false;
 	buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
 	pt_write_segments_locked(mm, tgid, buf);
 	mmap_read_unlock(mm);
+	return true;
 }
 
 /* ---- tracepoint probes ---------------------------------------------------- */
@@ -260,13 +284,15 @@ static void pt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
 	if (!READ_ONCE(pt_active))
 		return;
 	pt_mte_str(PITRACE_MTE_EXEC, &f, sizeof(f), bprm->filename);
+	/* a new image: its old segments no longer count as written */
+	pt_clear_described(p->tgid);
 	pt_mark_described(p->tgid);
 	rcu_read_lock();
 	pt_write_process(p);
 	rcu_read_unlock();
 	/* the new image (program, interpreter, vdso) after its EXEC record */
-	if (p == current)
-		pt_segments_atomic(p->mm, p->tgid);
+	if (p == current && pt_segments_atomic(p->mm, p->tgid))
+		pt_mark_segs(p->tgid);
 }
 
 static void pt_tp_exit(void *data, struct task_struct *p)
@@ -494,7 +520,7 @@ static struct kprobe pt_kp_new_exec = {
 static struct kprobe pt_kp_sys_munmap = {
 	.symbol_name = "__x64_sys_munmap", .pre_handler = pt_kp_munmap,
 };
-static bool pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on, pt_kp_mmap_on;
+static bool pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on;
 static bool pt_kp_tried;
 
 u32 pt_src_features(void)
@@ -730,13 +756,14 @@ int pt_src_start(void)
 	int err;
 
 	if (!pt_described) {
-		pt_described = vzalloc(BITS_TO_LONGS(PID_MAX_LIMIT) *
+		pt_described = vzalloc(2 * BITS_TO_LONGS(PID_MAX_LIMIT) *
 				       sizeof(long));
 		if (!pt_described)
 			return -ENOMEM;
+		pt_segs_done = pt_described + BITS_TO_LONGS(PID_MAX_LIMIT);
 	} else {
 		memset(pt_described, 0,
-		       BITS_TO_LONGS(PID_MAX_LIMIT) * sizeof(long));
+		       2 * BITS_TO_LONGS(PID_MAX_LIMIT) * sizeof(long));
 	}
 	err = pt_attach();
 	if (err)
@@ -790,7 +817,7 @@ void pt_describe_live(bool segments)
 	for_each_process(g) {
 		if (n >= max)
 			break;
-		if (!(g->flags & PF_KTHREAD))
+		if (!(g->flags & PF_KTHREAD) && !pt_segs_written(g->tgid))
 			pids[n++] = g->tgid;
 	}
 	rcu_read_unlock();
@@ -866,4 +893,5 @@ void pt_src_exit(void)
 	pt_pathbufs = NULL;
 	vfree(pt_described);
 	pt_described = NULL;
+	pt_segs_done = NULL;
 }
