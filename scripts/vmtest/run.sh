@@ -18,6 +18,12 @@ WHAT=${1:-test}
 W=$ROOT/build/vm
 mkdir -p "$W"
 LOG=$W/serial-$WHAT.log
+# One run at a time per worktree (several developers may run make test).
+exec 9>"$W/.lock"
+if command -v flock >/dev/null && ! flock -w 900 9; then
+	echo "vmtest: FAIL: another VM test holds $W/.lock for 15 minutes" >&2
+	exit 1
+fi
 
 skip_or_fail() {
 	if [ "${CI:-}" = true ]; then
