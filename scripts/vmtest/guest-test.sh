@@ -77,6 +77,9 @@ swtrace info | grep -q "state: on" && fail "tracing left on after the drainer fa
 run swtrace free
 run swtrace mode normal
 
+step "MTE of an executable mapping and its unmap"
+run pitest unmap /bin/busybox
+
 step "bad input"
 run pitest badinput
 

@@ -8,6 +8,7 @@
 //	pitest badinput                  each ioctl's validation (EINVAL, ENOTTY, EFAULT, EPERM, ENOMEM)
 //	pitest fuzz N SEED               N random ioctls (and mmaps)
 //	pitest toggle N [STOPFILE]       up to N rounds of init/on/off/get (until STOPFILE exists), tolerant of concurrent fuzzers
+//	pitest unmap FILE                map FILE executable and unmap it while tracing: MTE_SEGMENT and MTE_UNMAP
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 package main
@@ -52,6 +53,11 @@ func main() {
 			stop = os.Args[3]
 		}
 		err = toggle(n, stop)
+	case "unmap":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		err = unmapCheck(os.Args[2])
 	case "holdmap":
 		err = holdMap()
 	case "bench":
@@ -66,6 +72,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | holdmap | bench")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | holdmap | bench")
 	os.Exit(2)
 }
