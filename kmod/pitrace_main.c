@@ -425,8 +425,10 @@ static long pt_ioc_hook(void __user *arg)
 		unsafe_get_user(ka[3], &ua[3], efault);
 		user_access_end();
 	}
+	/* words or bytes, not both: a reader could not tell where words end */
 	if (a.major < PITRACE_MAJOR_USER_FIRST || a.reserved ||
-	    a.nwords > PITRACE_HOOK_MAX_WORDS || a.len > PITRACE_HOOK_MAX_BYTES)
+	    a.nwords > PITRACE_HOOK_MAX_WORDS || a.len > PITRACE_HOOK_MAX_BYTES ||
+	    (a.nwords && a.len))
 		return -EINVAL;
 	if (a.nwords) {
 		const u32 __user *uw = u64_to_user_ptr(a.words);

@@ -682,6 +682,9 @@ func (f *Facility) Hook(cpu int, t uint64, major uint16, minor uint32, words []u
 	if major < trace.MajorUserFirst {
 		return fmt.Errorf("user hook records need a major code of 0x%x or more (got 0x%x)", trace.MajorUserFirst, major)
 	}
+	if len(words) > 0 && str != "" {
+		return errors.New("a hook record carries words or a byte string, not both")
+	}
 	if cpu < 0 || cpu >= len(f.trace) {
 		cpu = 0
 	}

@@ -83,6 +83,9 @@ func (r *Record) Field(i int) uint64 {
 // keeping time-high records in the stream is the writer's job.
 func Encode(dst []byte, major uint16, minor uint32, layout int, time uint64, fields []uint64, str string) ([]byte, error) {
 	spec := Lookup(major, minor)
+	if spec == nil && layout == LayoutBytes && len(fields) > 0 {
+		return dst, fmt.Errorf("trace: record major 0x%x minor 0x%x: a record without a code-table entry carries words or bytes, not both", major, minor)
+	}
 	fixedLen := 0
 	if spec != nil && layout != LayoutWords {
 		for _, f := range spec.Fields {

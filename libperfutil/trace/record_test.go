@@ -186,3 +186,26 @@ func TestEveryCodeIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+func TestUserRecordWordsOrBytes(t *testing.T) {
+	var w Writer
+	if err := w.Write(0x100, 1, LayoutBytes, 1, []uint64{7}, "x"); err == nil {
+		t.Fatal("a user record with words and bytes was accepted: its words could not be told from its byte count")
+	}
+	if err := w.Write(0x100, 1, LayoutBytes, 1, nil, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(w.Buf, 0, 0, false, 0)
+	for {
+		rec, ok, err := r.Next()
+		if err != nil || !ok {
+			t.Fatalf("no user record: %v", err)
+		}
+		if rec.Major == 0x100 {
+			if rec.Str != "hello" {
+				t.Fatalf("bytes %q", rec.Str)
+			}
+			return
+		}
+	}
+}

@@ -152,7 +152,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					&cli.Float64Flag{Name: "i", Aliases: []string{"interval"}, Value: 1, Usage: "`SECONDS` between reports"},
 					&cli.IntFlag{Name: "n", Aliases: []string{"count"}, Value: 1, Usage: "number of reports (0: until interrupted)"},
 				}, Action: cmdAboveIdle},
-			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] [-s STRING]",
+			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] | swtrace hook MAJOR MINOR -s STRING",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "s", Usage: "trailing `STRING` data"}}, Action: cmdHook},
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
@@ -560,6 +560,9 @@ func cmdHook(c *cli.Context) error {
 			return usageErr(c, "bad word %q", a)
 		}
 		words = append(words, uint32(v))
+	}
+	if len(words) > 0 && c.String("s") != "" {
+		return usageErr(c, "a hook record carries words or a string (-s), not both")
 	}
 	f, err := open(c)
 	if err != nil {
