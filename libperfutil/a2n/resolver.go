@@ -48,6 +48,7 @@ type Resolver struct {
 	procs  map[uint32]*Process
 	kernel symtab
 	kmods  []kmod
+	kready chan struct{} // closed when kernel and kmods are loaded
 	// PerfMapDir is where perf-PID.map and jit-PID.dump files are looked
 	// up ("" : /tmp). Lines resolves source lines (slower).
 	PerfMapDir string
@@ -59,10 +60,15 @@ type kmod struct {
 	name       string
 }
 
-// New returns a resolver; kallsyms is the /proc/kallsyms text stored with the trace.
+// New returns a resolver; kallsyms is the /proc/kallsyms text stored with
+// the trace. The kernel symbol table is parsed in the background and waited
+// for at the first kernel address.
 func New(kallsyms []byte) *Resolver {
-	r := &Resolver{procs: map[uint32]*Process{}}
-	r.loadKallsyms(kallsyms)
+	r := &Resolver{procs: map[uint32]*Process{}, kready: make(chan struct{})}
+	go func() {
+		r.loadKallsyms(kallsyms)
+		close(r.kready)
+	}()
 	return r
 }
 
@@ -263,6 +269,7 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 	res := Result{Process: r.ProcessName(pid)}
 	if kernel {
+		<-r.kready
 		s, ok := r.kernel.find(addr)
 		if !ok || len(r.kernel) == 0 {
 			res.Module = "[kernel]"

@@ -10,7 +10,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 
 	"perfinsp/libperfutil/trace"
 )
@@ -323,15 +325,20 @@ type File struct {
 	Stats    []CPUStats // indexed by CPU; zero when the file has no statistics
 	Kallsyms []byte
 	Complete bool // the END chunk was found
+	mapping  []byte
 }
 
-// Open reads and parses a trace file.
+// Open maps (or, where mapping fails, reads) and parses a trace file. The
+// chunks' data are slices of the mapping: Close releases it.
 func Open(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, mapped, err := mapFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read trace file: %w", err)
 	}
 	f, err := Parse(data)
+	if err != nil && mapped {
+		_ = syscall.Munmap(data)
+	}
 	if err != nil {
 		var fe *FormatError
 		if errors.As(err, &fe) {
@@ -340,7 +347,39 @@ func Open(path string) (*File, error) {
 		return nil, err
 	}
 	f.Path = path
+	if mapped {
+		f.mapping = data
+	}
 	return f, nil
+}
+
+func mapFile(path string) ([]byte, bool, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, false, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	if st.Size() > 0 && st.Mode().IsRegular() {
+		if b, err := syscall.Mmap(int(fh.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_PRIVATE); err == nil {
+			return b, true, nil
+		}
+	}
+	b, err := io.ReadAll(fh)
+	return b, false, err
+}
+
+// Close releases the file's mapping; its records must not be used after.
+func (f *File) Close() error {
+	if f.mapping == nil {
+		return nil
+	}
+	m := f.mapping
+	f.mapping = nil
+	return syscall.Munmap(m)
 }
 
 // Parse parses a whole trace file held in memory. It never panics on bad
