@@ -6,7 +6,6 @@ package nrm2
 
 import (
 	"bytes"
-	"container/heap"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -468,22 +467,17 @@ func (s *stream) advance() (bool, error) {
 	}
 }
 
-type streamHeap []*stream
-
-func (h streamHeap) Len() int { return len(h) }
-func (h streamHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
+// before reports whether stream a's current record comes before b's: by
+// time, MTE first at equal times (names before uses), then file order.
+func before(a, b *stream) bool {
 	if a.cur.Time != b.cur.Time {
 		return a.cur.Time < b.cur.Time
 	}
 	if a.cur.MTE != b.cur.MTE {
-		return a.cur.MTE // MTE first at equal times: names before uses
+		return a.cur.MTE
 	}
 	return a.seq < b.seq
 }
-func (h streamHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *streamHeap) Push(x any)   { *h = append(*h, x.(*stream)) }
-func (h *streamHeap) Pop() any     { old := *h; x := old[len(old)-1]; *h = old[:len(old)-1]; return x }
 
 // Records calls fn for every record of the file, all CPUs' MTE and trace
 // buffers merged in time order. TIME_HIGH records are included. fn's record
@@ -501,19 +495,26 @@ func (f *File) Records(fn func(r *trace.Record) error) error {
 		}
 		s.chunks = append(s.chunks, c)
 	}
-	h := streamHeap{}
+	// A linear scan for the earliest stream: there are two per CPU, and
+	// for the few CPUs of a usual trace that beats a heap.
+	var live []*stream
 	for _, s := range order {
 		ok, err := s.advance()
 		if err != nil {
 			return err
 		}
 		if ok {
-			h = append(h, s)
+			live = append(live, s)
 		}
 	}
-	heap.Init(&h)
-	for len(h) > 0 {
-		s := h[0]
+	for len(live) > 0 {
+		mi := 0
+		for i := 1; i < len(live); i++ {
+			if before(live[i], live[mi]) {
+				mi = i
+			}
+		}
+		s := live[mi]
 		if err := fn(&s.cur); err != nil {
 			return err
 		}
@@ -521,10 +522,8 @@ func (f *File) Records(fn func(r *trace.Record) error) error {
 		if err != nil {
 			return err
 		}
-		if ok {
-			heap.Fix(&h, 0)
-		} else {
-			heap.Pop(&h)
+		if !ok {
+			live = append(live[:mi], live[mi+1:]...)
 		}
 	}
 	return nil

@@ -171,8 +171,22 @@ var byKey = func() map[key]*Spec {
 	return m
 }()
 
+// fast holds the specs of small codes for Lookup's hot path (one per record).
+var fast = func() (t [64][8]*Spec) {
+	for i := range specs {
+		s := &specs[i]
+		if s.Major < 64 && s.Minor < 8 {
+			t[s.Major][s.Minor] = s
+		}
+	}
+	return
+}()
+
 // Lookup returns the spec of a major/minor code, or nil if it is not in the table.
 func Lookup(major uint16, minor uint32) *Spec {
+	if major < 64 && minor < 8 {
+		return fast[major][minor]
+	}
 	return byKey[key{major, minor}]
 }
 
