@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
+	"unsafe"
 
 	"perfinsp/libperfutil/trace"
 )
@@ -73,19 +73,22 @@ func New(kallsyms []byte) *Resolver {
 }
 
 func (r *Resolver) loadKallsyms(raw []byte) {
-	// Names are slices of one string: no allocation per symbol.
-	text := string(raw)
-	b := raw
-	// Lines: "ffffffff81000000 T _stext" or "... t fn\t[module]".
-	syms := make(symtab, 0, bytes.Count(b, []byte{'\n'})/2)
+	// Names are slices of one string over raw (no copy, no allocation per
+	// symbol): raw must stay unchanged while the resolver is used, as the
+	// trace file's mapping does.
+	text := unsafe.String(unsafe.SliceData(raw), len(raw))
+	syms := make(symtab, 0, bytes.Count(raw, []byte{'\n'})+1)
 	bounds := map[string]*kmod{}
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
+	for pos := 0; pos < len(text); {
+		end := strings.IndexByte(text[pos:], '\n')
+		if end < 0 {
+			end = len(text)
 		} else {
-			b = nil
+			end += pos
 		}
+		line := text[pos:end]
+		pos = end + 1
+		// "ffffffff81000000 T _stext" or "... t fn\t[module]"
 		if len(line) < 20 || line[16] != ' ' || line[18] != ' ' {
 			continue
 		}
@@ -94,19 +97,14 @@ func (r *Resolver) loadKallsyms(raw []byte) {
 		default:
 			continue
 		}
-		addr, err := strconv.ParseUint(string(line[:16]), 16, 64)
-		if err != nil || addr == 0 {
+		addr, ok := parseHex16(line[:16])
+		if !ok || addr == 0 {
 			continue
 		}
-		rest := line[19:]
-		start := len(raw) - len(b) - len(line) - 1 + 19
-		if len(b) == 0 && (len(raw) == 0 || raw[len(raw)-1] != '\n') {
-			start = len(raw) - len(line) + 19
-		}
-		name := text[start : start+len(rest)]
-		if i := bytes.IndexByte(rest, '\t'); i >= 0 {
-			mod := string(bytes.Trim(rest[i+1:], "[] \t"))
-			name = string(rest[:i]) + " [" + mod + "]"
+		name := line[19:]
+		if i := strings.IndexByte(name, '\t'); i >= 0 {
+			mod := strings.Trim(name[i+1:], "[] \t")
+			name = name[:i] + " [" + mod + "]"
 			k := bounds[mod]
 			if k == nil {
 				k = &kmod{start: addr, end: addr, name: mod}
@@ -121,6 +119,25 @@ func (r *Resolver) loadKallsyms(raw []byte) {
 	for _, k := range bounds {
 		r.kmods = append(r.kmods, *k)
 	}
+}
+
+func parseHex16(s string) (uint64, bool) {
+	var v uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint64(c)
+	}
+	return v, true
 }
 
 func (r *Resolver) proc(pid uint32) *Process {
