@@ -38,7 +38,7 @@ echo "(b) speed on about $N samples"
 # Both tools sample both CPUs at 25 kHz while the example runs until N samples are reached.
 rate=25000
 secs=$(awk -v n="$N" -v r=$rate 'BEGIN {printf "%.0f", n / (2 * r) + 1}')
-units=$((secs * 100 / 2 + 50))
+units=$((secs * 100 + 100))
 perf record -q -a -e cpu-clock -c $((1000000000 / rate)) -o "$tmp/b.data" -- bin/cpuburn $units >/dev/null 2>&1
 psamples=$(perf report -i "$tmp/b.data" --stdio --sort pid 2>/dev/null | awk -v p=$((1000000000 / rate)) '/^# Event count/ {c = $NF} END {printf "%.0f", c / p}')
 bin/swtrace free >/dev/null 2>&1 || true
