@@ -702,6 +702,14 @@ func (f *Facility) Hook(cpu int, t uint64, major uint16, minor uint32, words []u
 	return nil
 }
 
+// Idle reports whether the facility holds nothing that would be lost if
+// the daemon exited: not tracing, and no trace that was never written.
+func (f *Facility) Idle() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state != control.StateOn && !f.unsaved
+}
+
 // State returns the current state name.
 func (f *Facility) State() string {
 	f.mu.Lock()

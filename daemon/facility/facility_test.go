@@ -301,3 +301,29 @@ func BenchmarkContDrain(b *testing.B) {
 	b.ReportMetric(float64(recs)/el.Seconds(), "records/s")
 	b.ReportMetric(float64(lost), "lost")
 }
+
+func TestIdle(t *testing.T) {
+	f, sink, _ := newFake(t)
+	if !f.Idle() {
+		t.Fatal("a new facility is not idle")
+	}
+	if err := f.On(); err != nil {
+		t.Fatal(err)
+	}
+	ticks(*sink, 0, 0, 3)
+	if f.Idle() {
+		t.Fatal("idle while tracing")
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Idle() {
+		t.Fatal("idle while holding an unsaved trace: the daemon would exit and lose it")
+	}
+	if err := f.Get(filepath.Join(t.TempDir(), "i.nrm2"), -1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if !f.Idle() {
+		t.Fatal("not idle after the trace was written")
+	}
+}

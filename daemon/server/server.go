@@ -156,8 +156,8 @@ func (s *Server) idleWatch() {
 		s.mu.Lock()
 		idle := time.Since(s.last)
 		s.mu.Unlock()
-		if s.Fac.State() == control.StateFree && idle > s.IdleExit {
-			s.logf("idle for %s with no buffers: exiting", idle.Round(time.Second))
+		if s.Fac.Idle() && idle > s.IdleExit {
+			s.logf("idle for %s with nothing unsaved: exiting", idle.Round(time.Second))
 			s.Shutdown()
 			return
 		}

@@ -29,7 +29,7 @@ func main() {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Value: daemonproto.SocketPath(), Usage: "control socket path (env " + daemonproto.EnvSocket + ")"},
 			&cli.StringFlag{Name: "group", Usage: "let members of `GROUP` use the control socket (mode 0660)"},
-			&cli.DurationFlag{Name: "idle-exit", Usage: "exit after this long with no buffers allocated (0: never)"},
+			&cli.DurationFlag{Name: "idle-exit", Usage: "exit after this long without requests while not tracing and holding no unsaved trace (0: never)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log nothing but errors"},
 		},
 		Action: run,
