@@ -714,25 +714,19 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) {
 			}
 		}
 		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidOf(prev)), uint64(prev), uint64(s.tgidOf(next)), uint64(next), state))
-	case kindIRQEntry, kindIRQExit:
-		irq, ok := get32(s.tp.irq)
+	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
+		// irq_handler_* carry the irq number, softirq_* the vector.
+		off, minor := s.tp.irq, trace.IntrHard
+		if kind == kindSoftEntry || kind == kindSoftExit {
+			off, minor = s.tp.vec, trace.IntrSoft
+		}
+		if kind == kindIRQExit || kind == kindSoftExit {
+			minor |= trace.ExitBit
+		}
+		v, ok := get32(off)
 		if !ok {
 			return
 		}
-		minor := trace.IntrHard
-		if kind == kindIRQExit {
-			minor |= trace.ExitBit
-		}
-		s.sink.Trace(r.cpu, trace.MajorInterrupt, minor, t, append(f, uint64(irq)))
-	case kindSoftEntry, kindSoftExit:
-		vec, ok := get32(s.tp.vec)
-		if !ok {
-			return
-		}
-		minor := trace.IntrSoft
-		if kind == kindSoftExit {
-			minor |= trace.ExitBit
-		}
-		s.sink.Trace(r.cpu, trace.MajorInterrupt, minor, t, append(f, uint64(vec)))
+		s.sink.Trace(r.cpu, trace.MajorInterrupt, minor, t, append(f, uint64(v)))
 	}
 }
