@@ -136,6 +136,7 @@ func (rep *Report) Profile() *profile.Profile {
 		Comments:      rep.Warnings(),
 	}
 	maps := map[string]*profile.Mapping{}
+	modTicks := map[string]uint64{}
 	funcs := map[[2]string]*profile.Function{}
 	locs := map[[2]string]*profile.Location{}
 	keys := make([]Key, 0, len(rep.Ticks))
@@ -182,6 +183,15 @@ func (rep *Report) Profile() *profile.Profile {
 			Label:    map[string][]string{"process": {rep.ProcLabel(k.PID)}, "thread": {rep.ThreadLabel(k.PID, k.TID)}},
 			NumLabel: map[string][]int64{"pid": {int64(k.PID)}, "tid": {int64(k.TID)}},
 		})
+		modTicks[k.Module] += n
+	}
+	// pprof takes the first mapping as the main binary (its "File:" line):
+	// put the module with the most ticks first.
+	sort.SliceStable(p.Mapping, func(i, j int) bool {
+		return modTicks[p.Mapping[i].File] > modTicks[p.Mapping[j].File]
+	})
+	for i, m := range p.Mapping {
+		m.ID = uint64(i + 1)
 	}
 	return p
 }

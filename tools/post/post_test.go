@@ -154,6 +154,17 @@ func TestSyntheticJITReuseAndTotals(t *testing.T) {
 	if total != int64(ticks) {
 		t.Fatalf("pprof holds %d samples, want %d", total, ticks)
 	}
+	// pprof names the first mapping as the profile's binary: it must be
+	// the module with the most ticks.
+	byMap := map[*profile.Mapping]int64{}
+	for _, s := range p.Sample {
+		byMap[s.Location[0].Mapping] += s.Value[0]
+	}
+	for m, n := range byMap {
+		if n > byMap[p.Mapping[0]] {
+			t.Fatalf("first pprof mapping %s has %d ticks, %s has %d", p.Mapping[0].File, byMap[p.Mapping[0]], m.File, n)
+		}
+	}
 	if _, err := exec.LookPath("go"); err == nil {
 		out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=samples", pb).CombinedOutput()
 		if err != nil {
