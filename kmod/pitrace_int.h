@@ -75,6 +75,12 @@ int pt_tprof_check_event(u32 type, u64 config, u64 period);
 u32 pt_src_features(void);
 u64 pt_bench_tprof(u32 count);
 
+/* pitrace_ptt.c: per-thread metric virtualization (ctx: per open file) */
+long pt_ptt_ioctl(void **ctx, unsigned int cmd, void __user *arg);
+int pt_ptt_mmap(void **ctx, struct vm_area_struct *vma);
+void pt_ptt_release(void *ctx);
+void pt_ptt_exit(void);
+
 /* pitrace_main.c: facility state shared with the writers */
 struct pt_state {
 	struct mutex lock;		/* serializes control */

@@ -57,6 +57,7 @@ void pt_buffer_full(void)
 
 struct pt_file {
 	int seen_gen;
+	void *ptt;		/* PTT context (pitrace_ptt.c), or NULL */
 };
 
 static u32 pt_ncpu(void)
@@ -536,6 +537,10 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return pt_ioc_hook(p);
 	if (cmd == PITRACE_IOC_SYSINFO)
 		return pt_ioc_sysinfo(p);
+	if (cmd == PITRACE_IOC_PTT_INIT || cmd == PITRACE_IOC_PTT_TERM ||
+	    cmd == PITRACE_IOC_PTT_STATUS)
+		return pt_ptt_ioctl(&((struct pt_file *)f->private_data)->ptt,
+				    cmd, p);
 
 	if (mutex_lock_interruptible(&pt.lock))
 		return -ERESTARTSYS;
@@ -635,6 +640,9 @@ static int pt_mmap(struct file *f, struct vm_area_struct *vma)
 	struct pt_buf *b;
 	int err;
 
+	if (off == PITRACE_PTT_MMAP_OFFSET)
+		return pt_ptt_mmap(&((struct pt_file *)f->private_data)->ptt,
+				   vma);
 	if (off & ((1ULL << PITRACE_MMAP_SHIFT) - 1))
 		return -EINVAL;
 	if (vma->vm_flags & VM_WRITE)
@@ -686,6 +694,7 @@ static int pt_release(struct inode *inode, struct file *f)
 		pt.drainer_pid = 0;
 	}
 	mutex_unlock(&pt.lock);
+	pt_ptt_release(((struct pt_file *)f->private_data)->ptt);
 	kfree(f->private_data);
 	return 0;
 }
@@ -756,6 +765,7 @@ static void __exit pt_exit(void)
 	pt_do_free();
 	mutex_unlock(&pt.lock);
 	pt_src_exit();
+	pt_ptt_exit();
 	irq_work_sync(&pt_wake_work);
 	pr_info("pitrace: unloaded\n");
 }

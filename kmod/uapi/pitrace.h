@@ -330,4 +330,97 @@ struct pitrace_bench_arg {
 #define PITRACE_IOC_SAVED	_IO(PITRACE_IOC_MAGIC, 15)
 #define PITRACE_IOC_BENCH	_IOWR(PITRACE_IOC_MAGIC, 16, struct pitrace_bench_arg)
 
+/* ---- PTT: per-thread metric virtualization (PI Figure 5) ----------------- */
+
+/*
+ * PTT_INIT on an open /dev/pitrace selects the metrics of that file; each
+ * thread then maps its own work area with
+ *   mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, PITRACE_PTT_MMAP_OFFSET)
+ * (the area of the calling thread; a second map by the same thread fails
+ * with EBUSY).  The kernel keeps the area current at every dispatch and
+ * around every interrupt it sees, so that user space reads a per-thread
+ * metric without a system call:
+ *
+ *   do {
+ *           s = area->seq;          (retry while odd)
+ *           v = area->accum[i] + (rdtsc() - area->last[i]);
+ *   } while (area->seq != s);
+ *
+ * PTT_TERM marks every area of the file dead (dead = 1: reads must fail)
+ * and stops updating them.  Areas also stop at thread exit, munmap, close
+ * of the file and rmmod.  Only PITRACE_PTT_TSC is implemented in this
+ * version: PITRACE_PTT_PERF gives EOPNOTSUPP.
+ */
+#define PITRACE_PTT_MAX_METRICS	8
+#define PITRACE_PTT_TSC		0	/* the time stamp counter (rdtsc in user space) */
+#define PITRACE_PTT_PERF	1	/* a perf_event counter (type, config): not yet */
+
+#define PITRACE_PTT_MMAP_OFFSET	(1ULL << 47)	/* far beyond PITRACE_MMAP_OFFSET() */
+
+struct pitrace_ptt_metric {
+	__u32 kind;		/* PITRACE_PTT_* */
+	__u32 type;		/* perf_event_attr.type (PERF); 0 for TSC */
+	__u64 config;		/* perf_event_attr.config (PERF); 0 for TSC */
+};
+
+struct pitrace_ptt_init {
+	__u32 nmetrics;		/* 1..PITRACE_PTT_MAX_METRICS */
+	__u32 flags;		/* must be 0 */
+	struct pitrace_ptt_metric m[PITRACE_PTT_MAX_METRICS];
+};
+
+/* The work area: one page, read-only in user space. */
+struct pitrace_ptt_area {
+	__u32 seq;		/* odd while the kernel updates the area */
+	__u32 cpu;		/* CPU of the last dispatch */
+	__u32 dispatches;	/* times the thread was dispatched */
+	__u32 interrupts;	/* outermost interrupts taken while it ran */
+	__u32 nmetrics;
+	__u32 dead;		/* PTT_TERM (or exit/close): reads must fail */
+	__u64 accum[PITRACE_PTT_MAX_METRICS];	/* totals to the last state change */
+	__u64 last[PITRACE_PTT_MAX_METRICS];	/* counters at the last state change */
+	__u64 intr_time[PITRACE_PTT_MAX_METRICS]; /* metric spent in interrupts (excluded) */
+};
+
+/* Interrupt tracepoint pairs PTT hooks (pitrace_ptt_status.hooks bits). */
+#define PITRACE_PTT_HOOK_IRQ		(1u << 0)	/* irq_handler_entry/exit */
+#define PITRACE_PTT_HOOK_SOFTIRQ	(1u << 1)	/* softirq_entry/exit */
+#define PITRACE_PTT_HOOK_TIMER		(1u << 2)	/* local_timer_entry/exit */
+#define PITRACE_PTT_HOOK_CALL_FUNC	(1u << 3)	/* call_function_entry/exit */
+#define PITRACE_PTT_HOOK_CALL_FUNC1	(1u << 4)	/* call_function_single_entry/exit */
+#define PITRACE_PTT_HOOK_RESCHED	(1u << 5)	/* reschedule_entry/exit */
+#define PITRACE_PTT_HOOK_IRQ_WORK	(1u << 6)	/* irq_work_entry/exit */
+#define PITRACE_PTT_HOOK_PLATFORM	(1u << 7)	/* x86_platform_ipi_entry/exit */
+#define PITRACE_PTT_HOOK_SPURIOUS	(1u << 8)	/* spurious_apic_entry/exit */
+#define PITRACE_PTT_HOOK_ERROR		(1u << 9)	/* error_apic_entry/exit */
+#define PITRACE_PTT_HOOK_THERMAL	(1u << 10)	/* thermal_apic_entry/exit */
+#define PITRACE_PTT_HOOK_THRESHOLD	(1u << 11)	/* threshold_apic_entry/exit */
+#define PITRACE_PTT_HOOK_DEFERRED	(1u << 12)	/* deferred_error_apic_entry/exit */
+
+#define PITRACE_PTT_STATUS_CPUS	64
+
+/* One CPU's interrupt bucket: outermost interrupts seen by PTT. */
+struct pitrace_ptt_bucket {
+	__u64 interrupts;	/* outermost interrupts */
+	__u64 tsc;		/* TSC cycles spent in them */
+};
+
+/*
+ * PTT_STATUS: buckets of CPUs first_cpu .. first_cpu + ncpus - 1 (call
+ * again with a larger first_cpu for more than PITRACE_PTT_STATUS_CPUS).
+ */
+struct pitrace_ptt_status {
+	__u32 first_cpu;	/* in: < nr_cpu_ids */
+	__u32 ncpus;		/* out: buckets filled */
+	__u32 nr_cpus;		/* out: nr_cpu_ids */
+	__u32 hooks;		/* out: PITRACE_PTT_HOOK_* attached */
+	__u32 nareas;		/* out: areas being updated (all files) */
+	__u32 nmetrics;		/* out: this file's metrics, 0 before PTT_INIT */
+	struct pitrace_ptt_bucket cpu[PITRACE_PTT_STATUS_CPUS];
+};
+
+#define PITRACE_IOC_PTT_INIT	_IOW(PITRACE_IOC_MAGIC, 17, struct pitrace_ptt_init)
+#define PITRACE_IOC_PTT_TERM	_IO(PITRACE_IOC_MAGIC, 18)
+#define PITRACE_IOC_PTT_STATUS	_IOWR(PITRACE_IOC_MAGIC, 19, struct pitrace_ptt_status)
+
 #endif /* _UAPI_PITRACE_H */

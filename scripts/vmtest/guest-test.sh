@@ -29,6 +29,16 @@ if [ "$1" = bench ]; then
 	exit 0
 fi
 
+if [ "$1" = ptt ]; then
+	step "PTT functional checks"
+	run ptt func
+	step "PTT benchmark: virtualized vs raw TSC (-icount shift=0,sleep=off)"
+	run ptt bench
+	rmmod pitrace || fail "rmmod after ptt"
+	echo "PITRACE-PTT-DONE"
+	exit 0
+fi
+
 if [ "$1" != robust ]; then
 step "swtrace through the module: tprof of cpuburn"
 run swtrace info
@@ -85,6 +95,11 @@ run pitest badinput
 
 step "modes with small buffers"
 run pitest modes
+
+step "PTT: per-thread TSC work areas"
+run ptt func
+step "PTT: threads mapping, unmapping and exiting in 4 processes (one killed)"
+run ptt stress 10
 
 fi
 step "robustness: 2 x 50000 random ioctls while a third process toggles on/off/get"

@@ -7,6 +7,7 @@
 #
 #   scripts/vmtest/run.sh            the functional test
 #   scripts/vmtest/run.sh bench      the per-record cost benchmark (-icount shift=0,sleep=off)
+#   scripts/vmtest/run.sh ptt        PTT: virtualized vs raw TSC over a fixed loop (-icount)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -111,6 +112,7 @@ else
 	echo "vmtest: tools/post not available or not building: the guest checks tprof with pitest only"
 fi
 gcc -O2 -g -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
+gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 
 # ---- initramfs ----
 IR=$W/initramfs
@@ -143,7 +145,7 @@ chmod +x "$IR/init" "$IR/test.sh"
 # ---- boot ----
 QEMU_EXTRA=()
 SMP=2
-if [ "$WHAT" = bench ]; then
+if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ]; then
 	# -icount: the guest TSC counts instructions. With -icount the second
 	# vCPU never comes up (the boot stops at "Booting SMP configuration"),
 	# so the benchmark runs on one CPU.
@@ -160,7 +162,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-sin
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
-grep -E '^(vmtest|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
+grep -E '^(vmtest|ptt|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
 # Kernel messages carry a printk time stamp; tool output in the log (for
 # example post's "WARNING: records were lost") does not.
 KPAT='\[ *[0-9]+\.[0-9]+\] .*(Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace)'
@@ -177,6 +179,7 @@ if [ $rc -eq 124 ]; then
 fi
 marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
+[ "$WHAT" = ptt ] && marker="PITRACE-PTT-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2

@@ -1,0 +1,511 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ptt.c - guest test of the module's PTT (per-thread metric virtualization).
+ * Built static by scripts/vmtest/run.sh; runs inside the VM.
+ *
+ *   ptt func     functional checks (init, map, monotonic reads, a second
+ *                thread's area, term -> dead, bad arguments)
+ *   ptt bench    virtualized TSC vs raw TSC over a fixed loop, with and
+ *                without an interrupt load (meaningful under -icount)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "../../kmod/uapi/pitrace.h"
+
+typedef volatile struct pitrace_ptt_area varea;
+
+static int fails;
+
+#define CHECK(cond, ...) do { \
+	if (!(cond)) { printf("ptt: FAIL: " __VA_ARGS__); printf("\n"); fails++; } \
+} while (0)
+
+static inline uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((uint64_t)hi << 32) | lo;
+}
+
+static long retries;
+
+/* The PTT read: -1 when the area is dead. */
+static int64_t ptt_read(varea *a, int i)
+{
+	for (;;) {
+		uint32_t s = a->seq;
+		uint64_t v;
+
+		if (s & 1) {
+			retries++;
+			continue;
+		}
+		__asm__ volatile("" ::: "memory");
+		if (a->dead)
+			return -1;
+		v = a->accum[i] + (rdtsc() - a->last[i]);
+		__asm__ volatile("" ::: "memory");
+		if (a->seq == s)
+			return (int64_t)v;
+		retries++;
+	}
+}
+
+static void spin(uint64_t n)
+{
+	__asm__ volatile("1: dec %0; jnz 1b" : "+r"(n) : : "cc");
+}
+
+static int ptt_init(int fd, uint32_t n)
+{
+	struct pitrace_ptt_init in;
+
+	memset(&in, 0, sizeof(in));
+	in.nmetrics = n;
+	return ioctl(fd, PITRACE_IOC_PTT_INIT, &in);
+}
+
+static varea *ptt_map(int fd)
+{
+	void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd,
+		       (off_t)PITRACE_PTT_MMAP_OFFSET);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static int expect_err(int rc, int err, const char *what)
+{
+	if (rc == 0 || errno != err) {
+		printf("ptt: FAIL: %s: rc %d errno %d (%s), want %s\n", what, rc,
+		       rc ? errno : 0, rc ? strerror(errno) : "-", strerror(err));
+		fails++;
+		return 0;
+	}
+	printf("ptt: %s -> %s ok\n", what, strerror(err));
+	return 1;
+}
+
+/* ---- functional ------------------------------------------------------- */
+
+static int g_fd;
+static varea *g_thr_area;
+static int64_t g_thr_v;
+static uint32_t g_thr_disp;
+
+static void *thr_main(void *arg)
+{
+	varea *a = ptt_map(g_fd);
+
+	if (!a)
+		return NULL;
+	spin(1000000);
+	usleep(2000);
+	spin(1000000);
+	g_thr_v = ptt_read(a, 0);
+	g_thr_disp = a->dispatches;
+	g_thr_area = a;
+	return NULL;
+}
+
+static void status(int fd, const char *when)
+{
+	struct pitrace_ptt_status st;
+
+	memset(&st, 0, sizeof(st));
+	if (ioctl(fd, PITRACE_IOC_PTT_STATUS, &st)) {
+		printf("ptt: FAIL: status: %s\n", strerror(errno));
+		fails++;
+		return;
+	}
+	printf("ptt: status (%s): nr_cpus %u hooks 0x%x nareas %u nmetrics %u cpu0 intr %llu tsc %llu\n",
+	       when, st.nr_cpus, st.hooks, st.nareas, st.nmetrics,
+	       (unsigned long long)st.cpu[0].interrupts,
+	       (unsigned long long)st.cpu[0].tsc);
+}
+
+static int func(void)
+{
+	struct pitrace_ptt_init in;
+	struct pitrace_ptt_status st;
+	varea *a, *b;
+	pthread_t th;
+	int64_t prev, v, raw0, v0;
+	int fd, i;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0) {
+		perror("open");
+		return 1;
+	}
+	g_fd = fd;
+	status(fd, "before init");
+	CHECK(ptt_map(fd) == NULL && errno == EINVAL, "map before init: errno %d", errno);
+
+	memset(&in, 0, sizeof(in));
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init nmetrics 0");
+	in.nmetrics = 9;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init nmetrics 9");
+	in.nmetrics = 1;
+	in.flags = 1;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init flags 1");
+	in.flags = 0;
+	in.m[0].kind = 7;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init kind 7");
+	in.m[0].kind = PITRACE_PTT_TSC;
+	in.m[0].config = 3;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init tsc with config");
+	in.m[0].config = 0;
+	in.m[0].kind = PITRACE_PTT_PERF;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EOPNOTSUPP, "init perf metric");
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, NULL), EFAULT, "init NULL");
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, (void *)8), EFAULT, "init bad pointer");
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_STATUS, (void *)8), EFAULT, "status bad pointer");
+	memset(&st, 0, sizeof(st));
+	st.first_cpu = 100000;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_STATUS, &st), EINVAL, "status first_cpu 100000");
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_TERM), EINVAL, "term before init");
+
+	CHECK(ptt_init(fd, 1) == 0, "init: %s", strerror(errno));
+	CHECK(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		   (off_t)PITRACE_PTT_MMAP_OFFSET) == MAP_FAILED,
+	      "writable map succeeded");
+	CHECK(mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd,
+		   (off_t)PITRACE_PTT_MMAP_OFFSET) == MAP_FAILED,
+	      "two-page map succeeded");
+	a = ptt_map(fd);
+	if (!a) {
+		printf("ptt: FAIL: map: %s\n", strerror(errno));
+		return 1;
+	}
+	CHECK(a->nmetrics == 1 && a->dead == 0, "area nmetrics %u dead %u", a->nmetrics, a->dead);
+	b = ptt_map(fd);
+	CHECK(b == NULL && errno == EBUSY, "second map by the same thread: %p errno %d", (void *)b, errno);
+	expect_err(ptt_init(fd, 2), EBUSY, "init again with a live area");
+	status(fd, "mapped");
+
+	/* monotonic, and sleeping is not counted */
+	prev = ptt_read(a, 0);
+	for (i = 0; i < 100000; i++) {
+		v = ptt_read(a, 0);
+		if (v < prev) {
+			printf("ptt: FAIL: read %d went back: %lld < %lld\n", i,
+			       (long long)v, (long long)prev);
+			fails++;
+			break;
+		}
+		prev = v;
+	}
+	v0 = ptt_read(a, 0);
+	raw0 = rdtsc();
+	{
+		uint32_t d0 = a->dispatches;
+
+		usleep(20000);
+		v = ptt_read(a, 0) - v0;
+		raw0 = rdtsc() - raw0;
+		printf("ptt: usleep(20ms): virtualized %lld, raw %lld, dispatches %u\n",
+		       (long long)v, (long long)raw0, a->dispatches - d0);
+		CHECK(a->dispatches > d0, "no dispatch counted over a sleep");
+		CHECK(v * 4 < raw0, "the sleep was counted (virtualized %lld raw %lld)",
+		      (long long)v, (long long)raw0);
+	}
+	printf("ptt: 100000 reads monotonic, retries %ld, interrupts %u, intr_time %llu\n",
+	       retries, a->interrupts, (unsigned long long)a->intr_time[0]);
+
+	/* a second thread maps its own area */
+	CHECK(pthread_create(&th, NULL, thr_main, NULL) == 0, "pthread_create");
+	pthread_join(th, NULL);
+	CHECK(g_thr_area != NULL && g_thr_area != a, "second thread's map failed");
+	if (g_thr_area) {
+		/* join returns at the tid clear (exit_mm), before sched_process_exit */
+		for (i = 0; i < 100 && !g_thr_area->dead; i++)
+			usleep(10000);
+		printf("ptt: thread area: value %lld dispatches %u dead %u (after exit)\n",
+		       (long long)g_thr_v, g_thr_disp, g_thr_area->dead);
+		CHECK(g_thr_v > 2000000, "thread value %lld too small", (long long)g_thr_v);
+		CHECK(g_thr_area->dead == 1, "thread area not dead after its exit");
+		munmap((void *)g_thr_area, 4096);
+	}
+
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_TERM) == 0, "term: %s", strerror(errno));
+	CHECK(a->dead == 1, "dead %u after term", a->dead);
+	CHECK(ptt_read(a, 0) == -1, "read after term did not fail");
+	printf("ptt: term -> dead=%u ok\n", a->dead);
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_TERM), EINVAL, "term twice");
+	CHECK(ptt_map(fd) == NULL && errno == EINVAL, "map after term: errno %d", errno);
+
+	/* init again, map again; close the file with the area still mapped */
+	CHECK(ptt_init(fd, 2) == 0, "init again: %s", strerror(errno));
+	b = ptt_map(fd);
+	CHECK(b != NULL, "map after re-init: %s", strerror(errno));
+	if (b) {
+		spin(100000);
+		CHECK(ptt_read(b, 1) > 0 && b->nmetrics == 2, "re-init area");
+	}
+	munmap((void *)a, 4096);
+	close(fd);
+	if (b) {
+		CHECK(b->dead == 0, "area dead while still mapped after close");
+		munmap((void *)b, 4096);
+	}
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	status(fd, "after close");
+	close(fd);
+	if (fails) {
+		printf("ptt: %d failures\n", fails);
+		return 1;
+	}
+	printf("ptt: functional checks ok\n");
+	return 0;
+}
+
+/* ---- stress: threads mapping, unmapping and exiting; a killed process -- */
+
+static void *stress_thr(void *arg)
+{
+	long k = (long)arg;
+	varea *a = ptt_map(g_fd);
+	int64_t v0, v1;
+
+	if (!a)
+		return (void *)1;
+	v0 = ptt_read(a, 0);
+	spin(20000 + 1000 * (k % 7));
+	if (k % 3 == 0)
+		usleep(100);
+	v1 = ptt_read(a, 0);
+	if (v1 < v0)
+		return (void *)2;
+	if (k % 2)
+		munmap((void *)a, 4096);	/* else: left for exit / term */
+	return NULL;
+}
+
+static int stress_child(int seed, int rounds)
+{
+	int r, t, bad = 0;
+
+	g_fd = open(PITRACE_DEVICE, O_RDWR);
+	if (g_fd < 0 || ptt_init(g_fd, 1 + seed % 3))
+		return 1;
+	for (r = 0; r < rounds; r++) {
+		pthread_t th[8];
+		void *ret;
+
+		for (t = 0; t < 8; t++)
+			pthread_create(&th[t], NULL, stress_thr, (void *)(long)(r * 8 + t + seed));
+		for (t = 0; t < 8; t++) {
+			pthread_join(th[t], &ret);
+			bad += ret != NULL;
+		}
+		if (r % 5 == 4) {
+			ioctl(g_fd, PITRACE_IOC_PTT_TERM);
+			ptt_init(g_fd, 1 + (r + seed) % 8);
+		}
+	}
+	if (seed % 2)
+		ioctl(g_fd, PITRACE_IOC_PTT_TERM);
+	close(g_fd);
+	return bad ? 3 : 0;
+}
+
+static int stress(int rounds)
+{
+	pid_t pid[4];
+	int i, st, bad = 0;
+
+	for (i = 0; i < 4; i++) {
+		pid[i] = fork();
+		if (pid[i] == 0)
+			_exit(stress_child(i, i == 3 ? 100000 : rounds));
+	}
+	for (i = 0; i < 3; i++) {
+		waitpid(pid[i], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+			printf("ptt: FAIL: stress child %d status 0x%x\n", i, st);
+			bad++;
+		}
+	}
+	/* the fourth is killed while its threads map and exit */
+	kill(pid[3], SIGKILL);
+	waitpid(pid[3], &st, 0);
+	printf("ptt: stress: 3 processes x %d rounds x 8 threads, one killed: %s\n",
+	       rounds, bad ? "FAIL" : "ok");
+	return bad;
+}
+
+/* ---- bench ------------------------------------------------------------- */
+
+static pid_t load_start(int kind)
+{
+	pid_t pid = fork();
+
+	if (pid) {
+		setpgid(pid, pid);
+		return pid;
+	}
+	setpgid(0, 0);
+	if (kind == 1) {
+		/* timerfd every 50 us: timer interrupts and wake-ups */
+		struct itimerspec its = { { 0, 50000 }, { 0, 50000 } };
+		int t = timerfd_create(CLOCK_MONOTONIC, 0);
+		uint64_t n;
+
+		timerfd_settime(t, 0, &its, NULL);
+		for (;;)
+			if (read(t, &n, sizeof(n)) < 0)
+				_exit(1);
+	} else {
+		/* loopback UDP: softirqs (NET_RX) and wake-ups */
+		int s = socket(AF_INET, SOCK_DGRAM, 0), r = socket(AF_INET, SOCK_DGRAM, 0);
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+		char buf[64] = "x";
+
+		sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		bind(r, (struct sockaddr *)&sa, sizeof(sa));
+		{
+			socklen_t l = sizeof(sa);
+
+			getsockname(r, (struct sockaddr *)&sa, &l);
+		}
+		if (fork() == 0) {
+			for (;;)
+				if (recv(r, buf, sizeof(buf), 0) < 0)
+					_exit(1);
+		}
+		for (;;) {
+			sendto(s, buf, 32, 0, (struct sockaddr *)&sa, sizeof(sa));
+			usleep(100);
+		}
+	}
+	_exit(0);
+}
+
+static void bench(void)
+{
+	static const uint64_t ns[] = { 1000000, 10000000 };
+	static const char *loadname[] = { "none", "timerfd-50us", "udp-loopback" };
+	varea *a;
+	int fd, li, ni, r;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0 || ptt_init(fd, 1) || !(a = ptt_map(fd))) {
+		printf("ptt: FAIL: bench setup: %s\n", strerror(errno));
+		fails++;
+		return;
+	}
+	printf("ptt-bench: %-13s %9s %12s %10s %12s %10s %6s %6s %5s %9s %10s %9s\n",
+	       "load", "N", "virt-mean", "virt-spr%", "raw-mean", "raw-spr%",
+	       "intr", "disp", "retry", "resid/ev", "corr-spr%", "fit/ev");
+	for (ni = 0; ni < 2; ni++) {
+		double base = 0;
+		double base_intr = 0;
+
+		for (li = 0; li < 3; li++) {
+			double vr[10], er[10], em = 0, vm = 0, cov = 0, var = 0, k = 0;
+			double cmin = 1e300, cmax = -1e300;
+			int64_t vmin = INT64_MAX, vmax = 0, rmin = INT64_MAX, rmax = 0;
+			double vsum = 0, rsum = 0, isum = 0, dsum = 0;
+			long ret0 = retries;
+			pid_t lp = 0;
+
+			if (li) {
+				lp = load_start(li);
+				usleep(20000);
+			}
+			spin(ns[ni]);	/* warm */
+			for (r = 0; r < 10; r++) {
+				uint32_t i0 = a->interrupts, d0 = a->dispatches;
+				int64_t v0 = ptt_read(a, 0);
+				uint64_t r0 = rdtsc();
+				int64_t v, raw;
+
+				spin(ns[ni]);
+				raw = rdtsc() - r0;
+				v = ptt_read(a, 0) - v0;
+				vmin = v < vmin ? v : vmin;
+				vmax = v > vmax ? v : vmax;
+				rmin = raw < rmin ? raw : rmin;
+				rmax = raw > rmax ? raw : rmax;
+				vsum += v;
+				vr[r] = v;
+				er[r] = (a->interrupts - i0) + (a->dispatches - d0);
+				rsum += raw;
+				isum += a->interrupts - i0;
+				dsum += a->dispatches - d0;
+			}
+			if (lp) {
+				kill(-lp, SIGKILL);
+				kill(lp, SIGKILL);
+				waitpid(lp, NULL, 0);
+			}
+			if (li == 0) {
+				base = vmin;
+				base_intr = isum / 10;
+			}
+			/* least squares v = V0 + k * events: the residual per event */
+			for (r = 0; r < 10; r++) {
+				em += er[r] / 10;
+				vm += vr[r] / 10;
+			}
+			for (r = 0; r < 10; r++) {
+				cov += (er[r] - em) * (vr[r] - vm);
+				var += (er[r] - em) * (er[r] - em);
+			}
+			if (var > 0)
+				k = cov / var;
+			for (r = 0; r < 10; r++) {
+				double c = vr[r] - k * er[r];
+
+				cmin = c < cmin ? c : cmin;
+				cmax = c > cmax ? c : cmax;
+			}
+			printf("ptt-bench: %-13s %9llu %12.1f %10.5f %12.1f %10.5f %6.1f %6.1f %5ld %9.1f %10.5f %9.1f\n",
+			       loadname[li], (unsigned long long)ns[ni], vsum / 10,
+			       100.0 * (vmax - vmin) / (vsum / 10), rsum / 10,
+			       100.0 * (rmax - rmin) / (rsum / 10), isum / 10,
+			       dsum / 10, retries - ret0,
+			       (li && isum / 10 + dsum / 10 > base_intr) ?
+			       (vsum / 10 - base) / (isum / 10 + dsum / 10 - base_intr) : 0.0,
+			       100.0 * (cmax - cmin) / vm, k);
+		}
+	}
+	printf("ptt-bench: virt = PTT virtualized TSC delta, raw = rdtsc delta, spr = (max-min)/mean over 10 runs;\n");
+	printf("ptt-bench: intr/disp = interrupts/dispatches counted per run; resid/ev = (virt-mean - no-load min) per extra interrupt+dispatch;\n");
+	printf("ptt-bench: fit/ev = least-squares cycles per interrupt+dispatch over the 10 runs, corr-spr = spread of virt - fit/ev * events\n");
+	status(fd, "bench");
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && !strcmp(argv[1], "func"))
+		return func();
+	if (argc > 2 && !strcmp(argv[1], "stress"))
+		return stress(atoi(argv[2]));
+	if (argc > 1 && !strcmp(argv[1], "bench")) {
+		/* children of the load get their own process group */
+		bench();
+		return fails ? 1 : 0;
+	}
+	fprintf(stderr, "usage: ptt func|bench\n");
+	return 2;
+}
