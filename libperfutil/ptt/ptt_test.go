@@ -149,7 +149,25 @@ func cpuPerThread() time.Duration {
 }
 
 func TestTaskClockAgreesWithThreadCPUTime(t *testing.T) {
+	// task-clock and CLOCK_THREAD_CPUTIME_ID differ by the interrupt and
+	// hypervisor (steal) time inside a thread's slices, which comes in
+	// bursts on a shared VM: a measurement over the 1 % limit is repeated,
+	// up to three times, every attempt logged. A read that is
+	// systematically off fails all three.
+	const attempts = 3
+	for attempt := 1; attempt <= attempts; attempt++ {
+		if !agreementAttempt(t, attempt, attempt == attempts) || attempt == attempts {
+			return
+		}
+		t.Logf("attempt %d over the 1 %% limit: measuring again", attempt)
+	}
+}
+
+// agreementAttempt measures once; it reports whether a thread was over the
+// limit, failing the test for it only when final.
+func agreementAttempt(t *testing.T, attempt int, final bool) (over bool) {
 	mustInit(t, "task-clock", "context-switches")
+	defer func() { _ = Terminate() }() // the next attempt initializes again
 	n := runtime.NumCPU() + 1
 	stop := contend(t, n)
 	defer stop()
@@ -172,7 +190,7 @@ func TestTaskClockAgreesWithThreadCPUTime(t *testing.T) {
 	}
 	wg.Wait()
 	stolen := float64(stealTicks()-st0) * 10e6 / (float64(time.Since(w0)) * float64(runtime.NumCPU()))
-	t.Logf("hypervisor steal during the run: %.3f %% of all CPU time (/proc/stat)", 100*stolen)
+	t.Logf("attempt %d: hypervisor steal during the run: %.3f %% of all CPU time (/proc/stat)", attempt, 100*stolen)
 	for _, a := range res {
 		if a.err != nil {
 			t.Fatalf("measure: %v", a.err)
@@ -186,10 +204,15 @@ func TestTaskClockAgreesWithThreadCPUTime(t *testing.T) {
 			t.Errorf("tid %d: mapped task-clock %d differs from the read() value %d by %.0f ns", a.tid, a.mapped, a.syscall, d)
 		}
 		if math.Abs(a.errPct) > 1 {
+			over = true
+			if !final {
+				continue
+			}
 			t.Errorf("tid %d: mapped task-clock differs from CLOCK_THREAD_CPUTIME_ID by %.4f %% (limit 1 %%; the kernel's own task-clock by read() differs by %+.4f %%: "+
 				"perf counts hypervisor steal and other time the scheduler's clock_task leaves out, see docs/ptt.md)", a.tid, a.errPct, kernPct)
 		}
 	}
+	return over
 }
 
 func TestRetryPathUnderPreemption(t *testing.T) {

