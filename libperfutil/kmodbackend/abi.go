@@ -184,6 +184,56 @@ type benchArg struct {
 	Cycles uint64
 }
 
+// PTT (per-thread metrics): the module's work area and its ioctls. The Go
+// PTT library's module backend reads pttArea through the mapping at
+// pttMmapOffset (see docs/ptt.md).
+const (
+	pttMaxMetrics = 8
+	pttStatusCPUs = 64
+	pttKindTSC    = 0
+	pttKindPerf   = 1
+	pttMmapOffset = 1 << 47
+)
+
+type pttMetric struct {
+	Kind   uint32
+	Type   uint32
+	Config uint64
+}
+
+type pttInitArg struct {
+	NMetrics uint32
+	Flags    uint32
+	M        [pttMaxMetrics]pttMetric
+}
+
+type pttArea struct {
+	Seq        uint32
+	CPU        uint32
+	Dispatches uint32
+	Interrupts uint32
+	NMetrics   uint32
+	Dead       uint32
+	Accum      [pttMaxMetrics]uint64
+	Last       [pttMaxMetrics]uint64
+	IntrTime   [pttMaxMetrics]uint64
+}
+
+type pttBucket struct {
+	Interrupts uint64
+	TSC        uint64
+}
+
+type pttStatusArg struct {
+	FirstCPU uint32
+	NCPUs    uint32
+	NrCPUs   uint32
+	Hooks    uint32
+	NAreas   uint32
+	NMetrics uint32
+	CPU      [pttStatusCPUs]pttBucket
+}
+
 // ioctl number encoding (asm-generic/ioctl.h).
 const (
 	iocNone  = 0
@@ -213,6 +263,9 @@ var (
 	iocDrain     = ioc(iocNone, 14, 0)
 	iocSaved     = ioc(iocNone, 15, 0)
 	iocBench     = ioc(iocRead|iocWrite, 16, unsafe.Sizeof(benchArg{}))
+	iocPttInit   = ioc(iocWrite, 17, unsafe.Sizeof(pttInitArg{}))
+	iocPttTerm   = ioc(iocNone, 18, 0)
+	iocPttStatus = ioc(iocRead|iocWrite, 19, unsafe.Sizeof(pttStatusArg{}))
 )
 
 // IoctlNumbers lists every ioctl by name (for the ABI test and the fuzzer).
@@ -223,6 +276,7 @@ func IoctlNumbers() map[string]uintptr {
 		"PITRACE_IOC_OFF": iocOff, "PITRACE_IOC_STATUS": iocStatus, "PITRACE_IOC_CPU_STATUS": iocCPUStatus,
 		"PITRACE_IOC_HOOK": iocHook, "PITRACE_IOC_SYSINFO": iocSysinfo, "PITRACE_IOC_FREE": iocFree,
 		"PITRACE_IOC_RELEASE": iocRelease, "PITRACE_IOC_DRAIN": iocDrain, "PITRACE_IOC_SAVED": iocSaved,
-		"PITRACE_IOC_BENCH": iocBench,
+		"PITRACE_IOC_BENCH": iocBench, "PITRACE_IOC_PTT_INIT": iocPttInit, "PITRACE_IOC_PTT_TERM": iocPttTerm,
+		"PITRACE_IOC_PTT_STATUS": iocPttStatus,
 	}
 }

@@ -31,6 +31,11 @@ var cStructs = []struct {
 	{"pitrace_sysinfo", sysinfoArg{}, []string{"abi", "ncpus", "online", "page_size", "clock_id", "segments", "hdr_size", "features", "min_buf", "max_buf", "mem_limit"}},
 	{"pitrace_release_arg", releaseArg{}, []string{"cpu", "kind", "seg", "reserved", "seq"}},
 	{"pitrace_bench_arg", benchArg{}, []string{"path", "count", "cycles"}},
+	{"pitrace_ptt_metric", pttMetric{}, []string{"kind", "type", "config"}},
+	{"pitrace_ptt_init", pttInitArg{}, []string{"nmetrics", "flags", "m"}},
+	{"pitrace_ptt_area", pttArea{}, []string{"seq", "cpu", "dispatches", "interrupts", "nmetrics", "dead", "accum", "last", "intr_time"}},
+	{"pitrace_ptt_bucket", pttBucket{}, []string{"interrupts", "tsc"}},
+	{"pitrace_ptt_status", pttStatusArg{}, []string{"first_cpu", "ncpus", "nr_cpus", "hooks", "nareas", "nmetrics", "cpu"}},
 }
 
 func TestABIStructsMatchHeader(t *testing.T) {
@@ -76,8 +81,8 @@ func TestABIIoctlNumbersMatchHeader(t *testing.T) {
 			t.Errorf("%s: C %#x, Go %#x", name, c, n)
 		}
 	}
-	if len(IoctlNumbers()) != 16 {
-		t.Errorf("Go lists %d ioctls, the header 16", len(IoctlNumbers()))
+	if len(IoctlNumbers()) != 19 {
+		t.Errorf("Go lists %d ioctls, the header 19", len(IoctlNumbers()))
 	}
 }
 
@@ -118,6 +123,8 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_HOOK_MAX_WORDS": hookMaxWords, "PITRACE_HOOK_MAX_BYTES": hookMaxBytes,
 		"PITRACE_FEAT_KPROBE_EXIT": featKprobeExit, "PITRACE_FEAT_KPROBE_EXEC": featKprobeExec, "PITRACE_FEAT_UNMAP": featUnmap, "PITRACE_FEAT_MMAP": featMmap,
 		"PITRACE_BENCH_TPROF": benchTprof, "PITRACE_BENCH_MAX": benchMax, "PITRACE_IOC_MAGIC": iocMagic,
+		"PITRACE_PTT_MAX_METRICS": pttMaxMetrics, "PITRACE_PTT_STATUS_CPUS": pttStatusCPUs,
+		"PITRACE_PTT_TSC": pttKindTSC, "PITRACE_PTT_PERF": pttKindPerf, "PITRACE_PTT_MMAP_OFFSET": pttMmapOffset,
 	}
 	for name, w := range want {
 		c, ok := v[name]
