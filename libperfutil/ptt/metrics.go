@@ -12,6 +12,9 @@ import (
 const MaxMetrics = 8
 
 // Metric describes one metric PTT can virtualize.
+// perfTypeModule marks metrics only the pitrace module keeps.
+const perfTypeModule = 0xffffffff
+
 type Metric struct {
 	Name     string `json:"name"`
 	Unit     string `json:"unit"`
@@ -22,6 +25,7 @@ type Metric struct {
 }
 
 var metricTable = []Metric{
+	{Name: "tsc", Unit: "cycles", Help: "time stamp counter cycles of the thread, interrupts factored out (pitrace module only; instructions under QEMU -icount)", perfType: perfTypeModule},
 	{Name: "task-clock", Unit: "ns", Help: "CPU time of the thread", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_TASK_CLOCK},
 	{Name: "cpu-clock", Unit: "ns", Help: "CPU time of the thread (cpu-clock timer)", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CPU_CLOCK},
 	{Name: "context-switches", Unit: "switches", Help: "times the thread was switched out", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},

@@ -66,6 +66,11 @@ func isDispatchCount(m Metric) bool {
 func newPerfBackend(ms []Metric) (*perfBackend, error) {
 	buryAll()
 	b := &perfBackend{metrics: ms}
+	for _, m := range ms {
+		if m.perfType == perfTypeModule {
+			return nil, fmt.Errorf("metric %s needs the pitrace kernel module (kmod backend): %s", m.Name, KmodStatus().Why)
+		}
+	}
 	// Check every metric on the calling thread; learn the page capabilities.
 	for _, m := range ms {
 		fd, err := OpenCounter(m, 0, OpenOpts{ExcludeKernel: b.excludeKernel})

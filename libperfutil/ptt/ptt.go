@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/kmodbackend"
 )
 
 // EnvBackend forces a backend ("kmod" or "daemon"), as for the trace facility.
@@ -51,10 +53,18 @@ type BackendInfo struct {
 // KmodStatus reports the module backend's state. PTT in the pitrace module is
 // later work: the backend is listed so tools print its row.
 func KmodStatus() BackendInfo {
-	if _, err := os.Stat("/dev/pitrace"); err != nil {
-		return BackendInfo{Name: "kmod", Why: "module not loaded"}
+	fd, err := unix.Open(devPitrace, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return BackendInfo{Name: "kmod", Why: "module not loaded"}
+		}
+		return BackendInfo{Name: "kmod", Why: fmt.Sprintf("open %s: %v", devPitrace, err)}
 	}
-	return BackendInfo{Name: "kmod", Why: "the loaded pitrace module has no PTT support yet"}
+	defer unix.Close(fd)
+	if _, err := kmodbackend.PttHooks(fd); err != nil {
+		return BackendInfo{Name: "kmod", Why: "the loaded pitrace module has no PTT support: " + err.Error()}
+	}
+	return BackendInfo{Name: "kmod", Available: true, Why: "metric tsc only"}
 }
 
 // Backends lists the PTT backends, best first.
@@ -129,9 +139,23 @@ func Init(metrics ...string) error {
 	var b backend
 	switch name := os.Getenv(EnvBackend); name {
 	case "kmod":
-		k := KmodStatus()
-		return fmt.Errorf("ptt backend kmod is not available: %s", k.Why)
-	case "", "auto", "daemon":
+		kb, err := newKmodBackend(ms)
+		if err != nil {
+			return err
+		}
+		b = kb
+	case "", "auto":
+		// The module when it is loaded and keeps every chosen metric.
+		if kb, err := newKmodBackend(ms); err == nil {
+			b = kb
+			break
+		}
+		pb, err := newPerfBackend(ms)
+		if err != nil {
+			return err
+		}
+		b = pb
+	case "daemon":
 		pb, err := newPerfBackend(ms)
 		if err != nil {
 			return err

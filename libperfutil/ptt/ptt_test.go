@@ -439,3 +439,22 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+func TestTSCNeedsTheModule(t *testing.T) {
+	if _, err := os.Stat("/dev/pitrace"); err == nil {
+		t.Skip("skipped: the pitrace module is loaded here (the VM test covers tsc on the module)")
+	}
+	t.Setenv(EnvBackend, "")
+	err := Init("tsc")
+	if err == nil {
+		Terminate()
+		t.Fatal("tsc was accepted without the pitrace module")
+	}
+	if !strings.Contains(err.Error(), "pitrace kernel module") || !strings.Contains(err.Error(), "module not loaded") {
+		t.Fatalf("error does not say what is missing: %v", err)
+	}
+	t.Setenv(EnvBackend, "kmod")
+	if err := Init("tsc"); err == nil || !strings.Contains(err.Error(), "module not loaded") {
+		t.Fatalf("kmod backend without the module: %v", err)
+	}
+}

@@ -248,6 +248,8 @@ func (t *Thread) pickReader() {
 			t.c[i].read = readPMC
 		case kindDispatch:
 			t.c[i].read = readDispatch
+		case kindModuleTSC:
+			t.c[i].read = readModuleTSC
 		default:
 			t.c[i].read = readSyscall
 		}

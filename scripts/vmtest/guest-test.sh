@@ -100,6 +100,8 @@ step "PTT: per-thread TSC work areas"
 run ptt func
 step "PTT: threads mapping, unmapping and exiting in 4 processes (one killed)"
 run ptt stress 10
+step "PTT: the Go library on the module backend"
+run pitest pttgo
 
 fi
 step "robustness: 2 x 50000 random ioctls while a third process toggles on/off/get"

@@ -11,6 +11,7 @@
 //	pitest unmap FILE                map FILE executable and unmap it while tracing: MTE_SEGMENT and MTE_UNMAP
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
+//	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
 package main
 
 import (
@@ -62,6 +63,8 @@ func main() {
 		err = holdMap()
 	case "bench":
 		err = bench(os.Args[2:])
+	case "pttgo":
+		err = pttGo()
 	default:
 		usage()
 	}
@@ -72,6 +75,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | holdmap | bench")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | holdmap | bench | pttgo")
 	os.Exit(2)
 }
