@@ -499,4 +499,3 @@ func TestStopTwiceFlushAfterStop(t *testing.T) {
 		}
 	}
 }
-
