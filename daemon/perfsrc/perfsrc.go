@@ -82,6 +82,10 @@ type CPUStats struct {
 	Throttled  uint64 // PERF_RECORD_THROTTLE: the kernel slowed sampling down
 }
 
+// MaxTimeRateHz is the highest time-based tprof rate: the kernel does not
+// time cpu-clock samples closer than 10 µs apart.
+const MaxTimeRateHz = 100_000
+
 // DefaultRingPages is the per-CPU trace ring size used when Options.RingPages is 0.
 const DefaultRingPages = 256
 
@@ -122,6 +126,9 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	}
 	if opts.RateHz < 0 || opts.RateHz > 1_000_000_000 {
 		return nil, fmt.Errorf("perfsrc: tprof rate %d out of range", opts.RateHz)
+	}
+	if opts.Event == "" && opts.RateHz > MaxTimeRateHz {
+		return nil, fmt.Errorf("perfsrc: tprof rate %d Hz is above %d Hz (the kernel's cpu-clock period is at least 10 µs)", opts.RateHz, MaxTimeRateHz)
 	}
 	if opts.RingPages < 0 {
 		return nil, fmt.Errorf("perfsrc: ring size %d pages is negative", opts.RingPages)

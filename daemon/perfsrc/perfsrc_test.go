@@ -454,6 +454,7 @@ func TestEventBased(t *testing.T) {
 func TestOptionErrors(t *testing.T) {
 	for _, o := range []Options{
 		{RateHz: -1},
+		{RateHz: MaxTimeRateHz + 1},
 		{RingPages: -3},
 		{Event: "bogus", RateHz: 10},
 		{Event: "cycles"},

@@ -69,19 +69,20 @@ func (tm *taskMap) tgid(tid uint32) uint32 {
 	return g
 }
 
-// seen records a pid/tid pair (from a sample) when the thread is not known yet.
+// seen records a pid/tid pair from a sample (which carries both): a new
+// thread, or a reused thread id whose entry is stale.
 func (tm *taskMap) seen(pid, tid uint32) {
 	if tid == 0 {
 		return
 	}
 	tm.mu.RLock()
-	_, ok := tm.m[tid]
+	ti, ok := tm.m[tid]
 	tm.mu.RUnlock()
-	if ok {
+	if ok && ti.tgid == pid {
 		return
 	}
 	tm.mu.Lock()
-	if _, ok := tm.m[tid]; !ok {
+	if ti, ok := tm.m[tid]; !ok || ti.tgid != pid {
 		tm.m[tid] = taskInfo{tgid: pid}
 	}
 	tm.mu.Unlock()
