@@ -204,13 +204,13 @@ func TestDecodeMTE(t *testing.T) {
 	if s.lastMinor != trace.MTEFork || s.lastT != 1000 || s.last != [8]uint64{400, 400, 500, 501, 0} {
 		t.Fatalf("fork: %+v", s)
 	}
-	if c.tasks.tgid(501) != 500 {
+	if c.tasks.tgid(501, nil) != 500 {
 		t.Fatal("fork did not reach the tid map")
 	}
 	thr := &recBuf{}
 	thr.u32(500).u32(500).u32(502).u32(501).u64(77)
 	c.decodeMTE(record(recFork, 0, thr, true, 1001))
-	if s.last != [8]uint64{500, 501, 500, 502, trace.ForkThread} || c.tasks.tgid(502) != 500 {
+	if s.last != [8]uint64{500, 501, 500, 502, trace.ForkThread} || c.tasks.tgid(502, nil) != 500 {
 		t.Fatalf("thread fork: %+v", s)
 	}
 
@@ -261,7 +261,7 @@ func TestDecodeMTE(t *testing.T) {
 	}
 	// the exited thread stays mapped during the grace period, then goes
 	c.tasks.prune(4000 + exitGrace/2)
-	if c.tasks.tgid(501) != 500 {
+	if c.tasks.tgid(501, nil) != 500 {
 		t.Fatal("exited thread dropped before the grace period")
 	}
 	c.tasks.prune(4000 + exitGrace + 1)
@@ -405,5 +405,41 @@ func BenchmarkDecodeTick(b *testing.B) {
 			r.put(tick)
 		}
 		c.drain()
+	}
+}
+
+// A thread created on one CPU (FORK in that CPU's side-band ring, not
+// decoded yet) that ran and exited on another is still mapped to its process.
+func TestPeekFork(t *testing.T) {
+	s := &nopSink{}
+	a, b := testReader(s), testReader(s)
+	a.tasks = &taskMap{m: map[uint32]taskInfo{}}
+	b.tasks = a.tasks
+	a.mte, b.mte = fakeRing(256), fakeRing(256)
+	a.peers = []*cpuReader{a, b}
+	b.peers = a.peers
+	const gone = 0x7ffffff0 // no such thread in /proc
+	fork := &recBuf{}
+	fork.u32(4242).u32(4242).u32(gone).u32(4242).u64(1)
+	other := &recBuf{}
+	other.u32(7).u32(7).u32(8).u32(7).u64(1)
+	*b.mte.head, *b.mte.tail = 200, 200 // the FORK wraps the ring's end
+	b.mte.put(record(recFork, 0, other, true, 5), record(recFork, 0, fork, true, 6))
+	if g := a.tasks.tgid(gone, a); g != 4242 {
+		t.Fatalf("tgid of a thread known only from an undecoded FORK = %d, want 4242", g)
+	}
+	if *b.mte.tail != 200 {
+		t.Fatal("peekFork consumed records")
+	}
+	// decoded by its owner meanwhile: the map answers
+	a.tasks = &taskMap{m: map[uint32]taskInfo{}}
+	b.tasks = a.tasks
+	b.drain()
+	if g := a.tasks.tgid(gone, a); g != 4242 {
+		t.Fatalf("after the owner decoded the FORK: tgid %d", g)
+	}
+	// nowhere: the thread is taken to be a main thread
+	if g := a.tasks.tgid(gone+1, a); g != gone+1 {
+		t.Fatalf("unknown thread: tgid %d", g)
 	}
 }

@@ -198,6 +198,9 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		}
 		s.readers = append(s.readers, r)
 	}
+	for _, r := range s.readers {
+		r.peers = s.readers
+	}
 	// enable the side band first, so the tasks the samples name are known
 	for _, r := range s.readers {
 		if err := r.enable(true); err != nil {

@@ -143,6 +143,8 @@ type cpuReader struct {
 	quit     chan struct{}
 
 	onMTE, onTrace func([]byte) // method values made once (no per-drain allocation)
+	peers          []*cpuReader // every CPU's reader, for peekFork
+	peekBuf        []byte
 	fields         [8]uint64
 	intern         map[string]string
 
@@ -445,7 +447,7 @@ func (c *cpuReader) decodeTrace(rec []byte) {
 			c.nTrace.Add(1)
 			if ev.kind == kindSwitch {
 				prev, state, next := uint32(ev.f1.get(raw)), ev.f2.get(raw), uint32(ev.f3.get(raw))
-				pp, np := c.tasks.tgid(prev), c.tasks.tgid(next)
+				pp, np := c.tasks.tgid(prev, c), c.tasks.tgid(next, c)
 				f[0], f[1], f[2], f[3], f[4] = uint64(pp), uint64(prev), uint64(np), uint64(next), uint64(uint32(state))
 				c.sink.Trace(c.cpu, trace.MajorDispatch, ev.minor, t, f[:5])
 				return
@@ -472,6 +474,48 @@ func (c *cpuReader) decodeTrace(rec []byte) {
 	case recThrottle:
 		c.throttled.Add(1)
 	}
+}
+
+// peekFork looks for the FORK record of thread tid in every CPU's side-band
+// ring without consuming anything, and returns the thread's process id. The
+// rings' owners may consume records meanwhile, and the kernel then reuse the
+// space: a match counts only if the ring's data_tail had not passed the
+// record once it was copied (else the owner has decoded it and the task map
+// has the answer).
+func (c *cpuReader) peekFork(tid uint32) (uint32, bool) {
+	if c.peekBuf == nil {
+		c.peekBuf = make([]byte, 1<<16)
+	}
+	for _, p := range c.peers {
+		r := p.mte
+		if r == nil || r.data == nil {
+			continue
+		}
+		size := uint64(len(r.data))
+		head := atomic.LoadUint64(r.head)
+		pos := atomic.LoadUint64(r.tail)
+		for pos < head {
+			off := pos & r.mask
+			rsz := uint64(le16(r.data[off+6:]))
+			if rsz < 8 || pos+rsz > head {
+				break
+			}
+			n := copy(c.peekBuf, r.data[off:min(off+rsz, size)])
+			copy(c.peekBuf[n:rsz], r.data)
+			rec := c.peekBuf[:rsz]
+			if atomic.LoadUint64(r.tail) > pos {
+				break // consumed (and maybe overwritten) under us
+			}
+			if le32(rec) == recFork && rsz >= 8+16 && le32(rec[16:]) == tid {
+				return le32(rec[8:]), true
+			}
+			pos += rsz
+		}
+	}
+	c.tasks.mu.RLock()
+	ti, ok := c.tasks.m[tid]
+	c.tasks.mu.RUnlock()
+	return ti.tgid, ok
 }
 
 // cstr returns b up to its first NUL.

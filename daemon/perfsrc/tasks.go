@@ -10,8 +10,11 @@ import (
 // parents. sched_switch gives thread ids only; the map is filled
 //   - at Start from the names under /proc/PID/task (nothing is read),
 //   - from side-band FORK records (and from tprof samples, which carry both),
-//   - on a miss, from /proc/TID/status (then cached; a thread that is
-//     already gone is taken to be a process's main thread: pid = tid).
+//   - on a miss, from /proc/TID/status, or, for a thread already gone, from
+//     a FORK record still waiting in another CPU's side-band ring (the
+//     thread was created on one CPU and ran on another, whose trace ring
+//     was decoded first); then cached. A thread found nowhere is taken to
+//     be a process's main thread (pid = tid).
 //
 // Entries of exited threads are dropped a grace period after their EXIT
 // record, so the last dispatch records of a thread (decoded from another
@@ -44,8 +47,9 @@ func newTaskMap() *taskMap {
 	return tm
 }
 
-// tgid returns the process id of a thread.
-func (tm *taskMap) tgid(tid uint32) uint32 {
+// tgid returns the process id of a thread; peer (may be nil) looks for its
+// FORK record in the side-band rings not decoded yet.
+func (tm *taskMap) tgid(tid uint32, peer *cpuReader) uint32 {
 	if tid == 0 {
 		return 0 // the idle task
 	}
@@ -58,6 +62,10 @@ func (tm *taskMap) tgid(tid uint32) uint32 {
 	g := tid
 	if v, err := procscan.Tgid(int(tid)); err == nil && v > 0 {
 		g = uint32(v)
+	} else if peer != nil {
+		if v, ok := peer.peekFork(tid); ok {
+			g = v
+		}
 	}
 	tm.mu.Lock()
 	if cur, ok := tm.m[tid]; ok {
