@@ -538,7 +538,8 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	if (cmd == PITRACE_IOC_SYSINFO)
 		return pt_ioc_sysinfo(p);
 	if (cmd == PITRACE_IOC_PTT_INIT || cmd == PITRACE_IOC_PTT_TERM ||
-	    cmd == PITRACE_IOC_PTT_STATUS)
+	    cmd == PITRACE_IOC_PTT_STATUS || cmd == PITRACE_IOC_PTT_WATCH ||
+	    cmd == PITRACE_IOC_PTT_READ)
 		return pt_ptt_ioctl(&((struct pt_file *)f->private_data)->ptt,
 				    cmd, p);
 

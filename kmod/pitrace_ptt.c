@@ -3,36 +3,50 @@
  * pitrace_ptt.c - PTT, per-thread metric virtualization (PI Figure 5).
  *
  * A thread maps its own work area (struct pitrace_ptt_area, one page) from
- * a /dev/pitrace file on which PTT_INIT chose the metrics.  The module
- * keeps the area current so that user space computes the thread's metric
- * without a system call: accum + (counter now - last).
+ * a /dev/pitrace file on which PTT_INIT chose the metrics, or a tool asks
+ * the module to keep an area for another thread (PTT_WATCH) and reads it
+ * with PTT_READ.  The module keeps the area current so that user space
+ * computes the thread's metric without a system call:
+ * accum + ((rdtsc - last) & live).
  *
  *   sched_switch:        prev's area: accum += now - last;
  *                        next's area: last = now, cpu, dispatches++.
  *   interrupt entry:     (outermost) the running thread's area is charged
  *                        up to now; the CPU's interrupt bucket starts.
- *   interrupt exit:      (outermost) the elapsed time goes to the CPU's
+ *   interrupt exit:      (outermost) the elapsed values go to the CPU's
  *                        bucket and to the area's intr_time; last = now.
  *   sched_process_exit:  the area stops (dead = 1).
+ *
+ * "now" is a vector: the TSC and every active perf counter slot, read on
+ * the current CPU.  A slot is a per-CPU pinned perf_event counter (type,
+ * config) shared by all files that ask for it; each metric of a file
+ * points at the TSC or at a slot.  Perf counters are read with the PMU's
+ * read method on their own CPU (what perf_event_read_local does, which is
+ * not exported), interrupts off.
  *
  * Areas are found from tasks with an RCU hash keyed by the task pointer,
  * and each CPU keeps a pointer to the running thread's area, so that the
  * interrupt hooks need no lookup.  The hooks never sleep or allocate.
  *
  * Lifetime: an area (struct ptt_ent) is referenced by its file's list and
- * by its mapping.  It leaves the hash at PTT_TERM, munmap, close of the
- * file or thread exit; the page and the entry are freed after an RCU grace
- * period once both references are gone.  Mappings hold the file, so no
- * area outlives the module.
- *
- * Only the TSC metric is implemented (PITRACE_PTT_PERF: -EOPNOTSUPP).
+ * by its mapping (if any).  It leaves the hash at PTT_TERM, munmap, close
+ * of the file or thread exit; the page and the entry are freed after an
+ * RCU grace period once both references are gone.  Mappings hold the
+ * file, so no area outlives the module.  Slots are released when the last
+ * file using them terminates, after a grace period (no hook still reads
+ * them).  CPUs brought online after PTT_INIT have no perf counters (their
+ * deltas are 0); the TSC works everywhere.
  */
+#include <linux/cred.h>
 #include <linux/hashtable.h>
 #include <linux/interrupt.h>
 #include <linux/mm.h>
 #include <linux/percpu.h>
+#include <linux/perf_event.h>
+#include <linux/pid.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
+#include <linux/sched/task.h>
 #include <linux/slab.h>
 #include <linux/tracepoint.h>
 #include <linux/uaccess.h>
@@ -40,14 +54,22 @@
 
 #include "pitrace_int.h"
 
+#define PTT_NSLOTS	PITRACE_PTT_MAX_SLOTS
+#define PTT_TSC		PTT_NSLOTS	/* "slot" of the TSC in value vectors */
+#define PTT_NVALS	(PTT_NSLOTS + 1)
+
 struct ptt_ent {
 	struct hlist_node hnode;	/* ptt_hash, RCU; ptt_hash_lock */
 	struct list_head lnode;		/* ctx->ents; ptt_lock */
 	struct kref ref;		/* the ctx list and the mapping */
 	struct task_struct *task;	/* key only: never dereferenced */
+	struct pid *tid, *tgid;		/* for PTT_READ */
+	char comm[TASK_COMM_LEN];
 	struct pitrace_ptt_area *a;
 	struct page *page;
 	u32 nmetrics;
+	u8 slot[PITRACE_PTT_MAX_METRICS];	/* PTT_TSC or a perf slot */
+	bool mapped;
 	bool hashed;			/* ptt_hash_lock */
 	bool on_list;			/* ptt_lock */
 	struct rcu_head rcu;
@@ -55,15 +77,26 @@ struct ptt_ent {
 
 struct ptt_ctx {
 	u32 nmetrics;			/* 0: no PTT_INIT (or after PTT_TERM) */
+	u8 slot[PITRACE_PTT_MAX_METRICS];
 	struct list_head ents;
 };
 
 struct ptt_cpu {
 	struct ptt_ent *cur;		/* the running thread's area */
 	u32 depth;			/* interrupt nesting */
-	u64 t0;				/* TSC at the outermost entry */
+	unsigned long mask0;		/* slots active at the outermost entry */
+	u64 start[PTT_NVALS];		/* values at the outermost entry */
+	u64 val[PTT_NSLOTS];		/* last value read of each slot */
 	u64 nintr;
-	u64 tsc;
+	u64 bucket[PTT_NVALS];		/* spent in interrupts */
+	struct perf_event *ev[PTT_NSLOTS];
+};
+
+/* A perf counter on every CPU (ptt_lock). */
+struct ptt_slot {
+	u32 type;
+	u64 config;
+	int refs;
 };
 
 static DEFINE_PER_CPU(struct ptt_cpu, ptt_cpus);
@@ -72,6 +105,8 @@ static DEFINE_SPINLOCK(ptt_hash_lock);
 static DEFINE_MUTEX(ptt_lock);		/* control; never held over user copies */
 static int ptt_nareas;			/* hashed areas (ptt_hash_lock) */
 static bool ptt_attached;		/* ptt_lock */
+static struct ptt_slot ptt_slots[PTT_NSLOTS];
+static unsigned long ptt_slot_mask;	/* active slots; hooks read it */
 
 /* ---- the area ---------------------------------------------------------- */
 
@@ -87,16 +122,49 @@ static inline void ptt_end(struct pitrace_ptt_area *a)
 	WRITE_ONCE(a->seq, a->seq + 1);
 }
 
+/*
+ * The values of this CPU now: the TSC and each active slot.  Interrupts
+ * off.  Returns the slots read.
+ */
+static __always_inline unsigned long ptt_now(struct ptt_cpu *c, u64 *now)
+{
+	unsigned long m = READ_ONCE(ptt_slot_mask), r = m;
+
+	now[PTT_TSC] = rdtsc();
+	while (m) {
+		unsigned int s = __ffs(m);
+		struct perf_event *ev = c->ev[s];
+
+		m &= m - 1;
+		if (ev && READ_ONCE(ev->oncpu) == smp_processor_id()) {
+			ev->pmu->read(ev);
+			c->val[s] = local64_read(&ev->count);
+		}
+		now[s] = c->val[s];
+	}
+	return r;
+}
+
 /* accum += now - last, last = now (caller between begin and end) */
-static inline void ptt_charge(struct ptt_ent *e, u64 now)
+static inline void ptt_charge(struct ptt_ent *e, const u64 *now)
 {
 	struct pitrace_ptt_area *a = e->a;
 	u32 i;
 
 	for (i = 0; i < e->nmetrics; i++) {
-		a->accum[i] += now - a->last[i];
-		a->last[i] = now;
+		u64 v = now[e->slot[i]];
+
+		a->accum[i] += v - a->last[i];
+		a->last[i] = v;
 	}
+}
+
+static inline void ptt_start(struct ptt_ent *e, const u64 *now)
+{
+	u32 i;
+
+	for (i = 0; i < e->nmetrics; i++)
+		e->a->last[i] = now[e->slot[i]];
 }
 
 static struct ptt_ent *ptt_lookup(struct task_struct *t)
@@ -115,15 +183,14 @@ static struct ptt_ent *ptt_lookup(struct task_struct *t)
 static void ptt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 			  struct task_struct *next, unsigned int prev_state)
 {
+	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
-	u64 now;
-	u32 i;
 
 	if (!READ_ONCE(ptt_nareas))
 		return;
 	c = this_cpu_ptr(&ptt_cpus);
-	now = rdtsc();
+	ptt_now(c, now);
 	e = c->cur;
 	if (e && e->task == prev) {
 		ptt_begin(e->a);
@@ -135,8 +202,7 @@ static void ptt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 	if (!e)
 		return;
 	ptt_begin(e->a);
-	for (i = 0; i < e->nmetrics; i++)
-		e->a->last[i] = now;
+	ptt_start(e, now);
 	e->a->cpu = smp_processor_id();
 	e->a->dispatches++;
 	ptt_end(e->a);
@@ -144,6 +210,7 @@ static void ptt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 
 static void ptt_tp_exit(void *data, struct task_struct *p)
 {
+	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
@@ -160,7 +227,8 @@ static void ptt_tp_exit(void *data, struct task_struct *p)
 		c = this_cpu_ptr(&ptt_cpus);
 		ptt_begin(e->a);
 		if (c->cur == e) {
-			ptt_charge(e, rdtsc());
+			ptt_now(c, now);
+			ptt_charge(e, now);
 			c->cur = NULL;
 		}
 		e->a->dead = 1;
@@ -171,16 +239,16 @@ static void ptt_tp_exit(void *data, struct task_struct *p)
 
 static void ptt_intr_entry(void)
 {
+	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
-	u64 now;
 
 	local_irq_save(fl);
 	c = this_cpu_ptr(&ptt_cpus);
 	if (c->depth++ == 0) {
-		now = rdtsc();
-		c->t0 = now;
+		c->mask0 = ptt_now(c, now);
+		memcpy(c->start, now, sizeof(now));
 		e = c->cur;
 		if (e) {
 			ptt_begin(e->a);
@@ -194,10 +262,10 @@ static void ptt_intr_entry(void)
 
 static void ptt_intr_exit(void)
 {
+	u64 now[PTT_NVALS], d[PTT_NVALS];
+	unsigned long m, fl;
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
-	unsigned long fl;
-	u64 now, d;
 	u32 i;
 
 	local_irq_save(fl);
@@ -207,17 +275,24 @@ static void ptt_intr_exit(void)
 		local_irq_restore(fl);
 		return;
 	}
-	now = rdtsc();
-	d = now - c->t0;
+	/* only slots active at the entry have a start value */
+	m = ptt_now(c, now) & c->mask0;
+	d[PTT_TSC] = now[PTT_TSC] - c->start[PTT_TSC];
+	c->bucket[PTT_TSC] += d[PTT_TSC];
+	for (i = 0; i < PTT_NSLOTS; i++) {
+		d[i] = 0;
+		if (m & BIT(i)) {
+			d[i] = now[i] - c->start[i];
+			c->bucket[i] += d[i];
+		}
+	}
 	c->nintr++;
-	c->tsc += d;
 	e = c->cur;
 	if (e) {
 		ptt_begin(e->a);
-		for (i = 0; i < e->nmetrics; i++) {
-			e->a->intr_time[i] += d;
-			e->a->last[i] = now;
-		}
+		for (i = 0; i < e->nmetrics; i++)
+			e->a->intr_time[i] += d[e->slot[i]];
+		ptt_start(e, now);
 		ptt_end(e->a);
 	}
 	local_irq_restore(fl);
@@ -368,12 +443,98 @@ static u32 ptt_hooks(void)
 	return on & ~off;
 }
 
+/* ---- perf counter slots (ptt_lock) ---------------------------------------- */
+
+static void ptt_slot_free_events(unsigned int s)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct ptt_cpu *c = per_cpu_ptr(&ptt_cpus, cpu);
+
+		if (c->ev[s]) {
+			perf_event_release_kernel(c->ev[s]);
+			c->ev[s] = NULL;
+		}
+		c->val[s] = 0;
+	}
+}
+
+/* A slot counting (type, config) on every online CPU, referenced. */
+static int ptt_slot_get(u32 type, u64 config)
+{
+	struct perf_event_attr attr;
+	unsigned int s, free = PTT_NSLOTS;
+	int cpu, err = 0;
+
+	for (s = 0; s < PTT_NSLOTS; s++) {
+		if (ptt_slots[s].refs && ptt_slots[s].type == type &&
+		    ptt_slots[s].config == config) {
+			ptt_slots[s].refs++;
+			return s;
+		}
+		if (!ptt_slots[s].refs && free == PTT_NSLOTS)
+			free = s;
+	}
+	if (free == PTT_NSLOTS)
+		return -EBUSY;
+	s = free;
+	memset(&attr, 0, sizeof(attr));
+	attr.type = type;
+	attr.config = config;
+	attr.size = sizeof(attr);
+	attr.pinned = 1;
+	cpus_read_lock();
+	for_each_online_cpu(cpu) {
+		struct perf_event *ev;
+
+		ev = perf_event_create_kernel_counter(&attr, cpu, NULL, NULL,
+						      NULL);
+		if (IS_ERR(ev)) {
+			err = PTR_ERR(ev);
+			break;
+		}
+		per_cpu_ptr(&ptt_cpus, cpu)->ev[s] = ev;
+	}
+	cpus_read_unlock();
+	if (err) {
+		ptt_slot_free_events(s);
+		return err;
+	}
+	ptt_slots[s].type = type;
+	ptt_slots[s].config = config;
+	ptt_slots[s].refs = 1;
+	WRITE_ONCE(ptt_slot_mask, ptt_slot_mask | BIT(s));
+	return s;
+}
+
+static void ptt_slot_put(unsigned int s)
+{
+	if (s >= PTT_NSLOTS || --ptt_slots[s].refs)
+		return;
+	WRITE_ONCE(ptt_slot_mask, ptt_slot_mask & ~BIT(s));
+	/* no hook still reads the slot's counters after this */
+	synchronize_rcu();
+	ptt_slot_free_events(s);
+}
+
+static void ptt_ctx_put_slots(struct ptt_ctx *ctx)
+{
+	u32 i;
+
+	for (i = 0; i < ctx->nmetrics; i++)
+		ptt_slot_put(ctx->slot[i]);
+	ctx->nmetrics = 0;
+}
+
 /* ---- areas --------------------------------------------------------------- */
 
 static void ptt_free_rcu(struct rcu_head *r)
 {
 	struct ptt_ent *e = container_of(r, struct ptt_ent, rcu);
 
+	put_pid(e->tid);
+	put_pid(e->tgid);
 	__free_page(e->page);
 	kfree(e);
 }
@@ -424,7 +585,7 @@ static void ptt_ctx_term(struct ptt_ctx *ctx)
 		e->on_list = false;
 		kref_put(&e->ref, ptt_ent_release);
 	}
-	ctx->nmetrics = 0;
+	ptt_ctx_put_slots(ctx);
 }
 
 static void ptt_vm_open(struct vm_area_struct *vma)
@@ -454,15 +615,88 @@ static const struct vm_operations_struct ptt_vm_ops = {
 	.close = ptt_vm_close,
 };
 
+/* A new area of ctx for task t (not yet hashed; one reference). */
+static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, struct task_struct *t)
+{
+	struct ptt_ent *e;
+	u32 i;
+
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		return NULL;
+	e->page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	if (!e->page) {
+		kfree(e);
+		return NULL;
+	}
+	e->a = page_address(e->page);
+	e->nmetrics = ctx->nmetrics;
+	memcpy(e->slot, ctx->slot, sizeof(e->slot));
+	e->task = t;
+	e->tid = get_task_pid(t, PIDTYPE_PID);
+	e->tgid = get_task_pid(t, PIDTYPE_TGID);
+	get_task_comm(e->comm, t);
+	kref_init(&e->ref);
+	e->a->nmetrics = e->nmetrics;
+	for (i = 0; i < e->nmetrics; i++)
+		e->a->live[i] = e->slot[i] == PTT_TSC ? ~0ULL : 0;
+	return e;
+}
+
+static void ptt_ent_free(struct ptt_ent *e)
+{
+	put_pid(e->tid);
+	put_pid(e->tgid);
+	__free_page(e->page);
+	kfree(e);
+}
+
+/*
+ * Hash e for t unless t exits (or already has an area); when t is the
+ * caller, its area starts now on this CPU.  Then put it on ctx's list
+ * (taking a reference).  ptt_lock held.
+ */
+static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
+		       struct task_struct *t)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	unsigned long fl;
+	int err = 0;
+
+	spin_lock_irqsave(&ptt_hash_lock, fl);
+	if (ptt_lookup(t)) {
+		err = -EBUSY;
+	} else if (t->flags & PF_EXITING) {
+		/* the exit hook takes ptt_hash_lock after PF_EXITING is set */
+		err = -ESRCH;
+	} else {
+		if (t == current) {
+			c = this_cpu_ptr(&ptt_cpus);
+			ptt_now(c, now);
+			ptt_start(e, now);
+			e->a->cpu = smp_processor_id();
+			e->a->dispatches = 1;
+			c->cur = e;
+		}
+		hash_add_rcu(ptt_hash, &e->hnode, (unsigned long)t);
+		e->hashed = true;
+		ptt_nareas++;
+	}
+	spin_unlock_irqrestore(&ptt_hash_lock, fl);
+	if (err)
+		return err;
+	kref_get(&e->ref);		/* the list's */
+	list_add_tail(&e->lnode, &ctx->ents);
+	e->on_list = true;
+	return 0;
+}
+
 /* mmap at PITRACE_PTT_MMAP_OFFSET: the calling thread's area. */
 int pt_ptt_mmap(void **ctxp, struct vm_area_struct *vma)
 {
 	struct ptt_ctx *ctx;
-	struct ptt_ent *e = NULL;
-	struct ptt_cpu *c;
-	unsigned long fl;
-	u64 now;
-	u32 i;
+	struct ptt_ent *e;
 	int err;
 
 	if (vma_pages(vma) != 1)
@@ -478,52 +712,31 @@ int pt_ptt_mmap(void **ctxp, struct vm_area_struct *vma)
 		goto out;
 	err = -EBUSY;
 	rcu_read_lock();
-	if (ptt_lookup(current))
-		e = ERR_PTR(-EBUSY);
+	e = ptt_lookup(current);
 	rcu_read_unlock();
 	if (e)
 		goto out;
 	err = -ENOMEM;
-	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	e = ptt_ent_new(ctx, current);
 	if (!e)
 		goto out;
-	e->page = alloc_page(GFP_KERNEL | __GFP_ZERO);
-	if (!e->page)
-		goto out_free;
-	e->a = page_address(e->page);
-	e->nmetrics = ctx->nmetrics;
-	e->task = current;
-	kref_init(&e->ref);		/* the mapping's */
+	e->mapped = true;
 	pt_vm_flags_clear(vma, VM_MAYWRITE);
 	pt_vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
 	err = vm_insert_page(vma, vma->vm_start, e->page);
 	if (err)
 		goto out_free;
-	e->a->nmetrics = e->nmetrics;
+	err = ptt_ent_add(ctx, e, current);
+	if (err)
+		goto out_free;
+	/* the mapping's reference is e's initial one */
 	vma->vm_ops = &ptt_vm_ops;
 	vma->vm_private_data = e;
-	kref_get(&e->ref);		/* the list's */
-	list_add(&e->lnode, &ctx->ents);
-	e->on_list = true;
-	/* the caller runs now: its area starts on this CPU */
-	spin_lock_irqsave(&ptt_hash_lock, fl);
-	now = rdtsc();
-	for (i = 0; i < e->nmetrics; i++)
-		e->a->last[i] = now;
-	e->a->cpu = smp_processor_id();
-	e->a->dispatches = 1;
-	hash_add_rcu(ptt_hash, &e->hnode, (unsigned long)current);
-	e->hashed = true;
-	ptt_nareas++;
-	c = this_cpu_ptr(&ptt_cpus);
-	c->cur = e;
-	spin_unlock_irqrestore(&ptt_hash_lock, fl);
 	mutex_unlock(&ptt_lock);
 	return 0;
 out_free:
-	if (e->page)
-		__free_page(e->page);
-	kfree(e);
+	/* the page was inserted: the vma's pages are dropped by mmap's unwind */
+	ptt_ent_free(e);
 out:
 	mutex_unlock(&ptt_lock);
 	return err;
@@ -535,7 +748,8 @@ static long ptt_ioc_init(void **ctxp, void __user *arg)
 {
 	struct pitrace_ptt_init a;
 	struct ptt_ctx *ctx;
-	u32 i;
+	u8 slot[PITRACE_PTT_MAX_METRICS];
+	u32 i, n = 0;
 	long err;
 
 	if (copy_from_user(&a, arg, sizeof(a)))
@@ -543,11 +757,12 @@ static long ptt_ioc_init(void **ctxp, void __user *arg)
 	if (a.flags || a.nmetrics == 0 || a.nmetrics > PITRACE_PTT_MAX_METRICS)
 		return -EINVAL;
 	for (i = 0; i < a.nmetrics; i++) {
-		if (a.m[i].kind == PITRACE_PTT_PERF)
-			return -EOPNOTSUPP;
-		if (a.m[i].kind != PITRACE_PTT_TSC || a.m[i].type ||
-		    a.m[i].config)
+		if (a.m[i].kind == PITRACE_PTT_TSC) {
+			if (a.m[i].type || a.m[i].config)
+				return -EINVAL;
+		} else if (a.m[i].kind != PITRACE_PTT_PERF) {
 			return -EINVAL;
+		}
 	}
 	mutex_lock(&ptt_lock);
 	err = ptt_attach();
@@ -565,8 +780,25 @@ static long ptt_ioc_init(void **ctxp, void __user *arg)
 	err = -EBUSY;		/* the metrics of live areas cannot change */
 	if (!list_empty(&ctx->ents))
 		goto out;
+	for (n = 0; n < a.nmetrics; n++) {
+		if (a.m[n].kind == PITRACE_PTT_TSC) {
+			slot[n] = PTT_TSC;
+			continue;
+		}
+		err = ptt_slot_get(a.m[n].type, a.m[n].config);
+		if (err < 0)
+			goto out_put;
+		slot[n] = err;
+	}
+	ptt_ctx_put_slots(ctx);		/* a previous PTT_INIT's */
+	memcpy(ctx->slot, slot, sizeof(slot));
 	ctx->nmetrics = a.nmetrics;
 	err = 0;
+	goto out;
+out_put:
+	while (n--)
+		if (slot[n] != PTT_TSC)
+			ptt_slot_put(slot[n]);
 out:
 	mutex_unlock(&ptt_lock);
 	return err;
@@ -576,7 +808,7 @@ static long ptt_ioc_status(void **ctxp, void __user *arg)
 {
 	struct pitrace_ptt_status *st;
 	struct ptt_ctx *ctx;
-	u32 first, cpu;
+	u32 first, cpu, i;
 	long ret = 0;
 
 	if (get_user(first, (u32 __user *)arg))
@@ -588,24 +820,163 @@ static long ptt_ioc_status(void **ctxp, void __user *arg)
 		return -ENOMEM;
 	st->first_cpu = first;
 	st->nr_cpus = nr_cpu_ids;
+	mutex_lock(&ptt_lock);
+	ctx = *ctxp;
+	st->nmetrics = ctx ? ctx->nmetrics : 0;
 	for (cpu = first; cpu < nr_cpu_ids &&
 	     cpu - first < PITRACE_PTT_STATUS_CPUS; cpu++) {
 		struct ptt_cpu *c = per_cpu_ptr(&ptt_cpus, cpu);
+		struct pitrace_ptt_bucket *b = &st->cpu[cpu - first];
 
-		st->cpu[cpu - first].interrupts = READ_ONCE(c->nintr);
-		st->cpu[cpu - first].tsc = READ_ONCE(c->tsc);
+		b->interrupts = READ_ONCE(c->nintr);
+		b->tsc = READ_ONCE(c->bucket[PTT_TSC]);
+		for (i = 0; i < st->nmetrics; i++)
+			b->val[i] = READ_ONCE(c->bucket[ctx->slot[i]]);
 		st->ncpus++;
 	}
-	mutex_lock(&ptt_lock);
 	st->hooks = ptt_hooks();
 	st->nareas = READ_ONCE(ptt_nareas);
-	ctx = *ctxp;
-	st->nmetrics = ctx ? ctx->nmetrics : 0;
 	mutex_unlock(&ptt_lock);
 	if (copy_to_user(arg, st, sizeof(*st)))
 		ret = -EFAULT;
 	kfree(st);
 	return ret;
+}
+
+/* May the caller watch t?  Root (CAP_PERFMON/CAP_SYS_ADMIN) or its own. */
+static bool ptt_may_watch(struct task_struct *t)
+{
+	const struct cred *cred = current_cred(), *tcred;
+	bool ok;
+
+	if (perfmon_capable())
+		return true;
+	rcu_read_lock();
+	tcred = __task_cred(t);
+	ok = uid_eq(cred->uid, tcred->euid) && uid_eq(cred->uid, tcred->suid) &&
+	     uid_eq(cred->uid, tcred->uid) && gid_eq(cred->gid, tcred->egid) &&
+	     gid_eq(cred->gid, tcred->sgid) && gid_eq(cred->gid, tcred->gid);
+	rcu_read_unlock();
+	return ok;
+}
+
+static long ptt_ioc_watch(void **ctxp, void __user *arg)
+{
+	struct pitrace_ptt_watch w;
+	struct task_struct *t;
+	struct ptt_ctx *ctx;
+	struct ptt_ent *e;
+	struct pid *pid;
+	long err;
+
+	if (copy_from_user(&w, arg, sizeof(w)))
+		return -EFAULT;
+	if (w.flags || w.tid <= 0)
+		return -EINVAL;
+	pid = find_get_pid(w.tid);
+	t = pid ? get_pid_task(pid, PIDTYPE_PID) : NULL;
+	put_pid(pid);
+	if (!t)
+		return -ESRCH;
+	err = -EPERM;
+	if (!ptt_may_watch(t))
+		goto out_task;
+	mutex_lock(&ptt_lock);
+	ctx = *ctxp;
+	err = -EINVAL;
+	if (!ctx || !ctx->nmetrics)
+		goto out;
+	err = -ENOMEM;
+	e = ptt_ent_new(ctx, t);
+	if (!e)
+		goto out;
+	err = ptt_ent_add(ctx, e, t);
+	if (err) {
+		ptt_ent_free(e);
+		goto out;
+	}
+	/* the list holds it now */
+	kref_put(&e->ref, ptt_ent_release);
+out:
+	mutex_unlock(&ptt_lock);
+out_task:
+	put_task_struct(t);
+	return err;
+}
+
+/* A consistent copy of e's area; TSC metrics brought up to now if running. */
+static void ptt_snapshot(struct ptt_ent *e, struct pitrace_ptt_thread *th)
+{
+	struct pitrace_ptt_area *a = e->a;
+	int tries;
+	u32 s, i;
+	u64 now;
+
+	for (tries = 0; tries < 1000; tries++) {
+		s = READ_ONCE(a->seq);
+		if (s & 1) {
+			cpu_relax();
+			continue;
+		}
+		smp_rmb();
+		memcpy(&th->a, a, sizeof(*a));
+		now = rdtsc();
+		smp_rmb();
+		if (READ_ONCE(a->seq) == s)
+			break;
+	}
+	th->running = 0;
+	if (!th->a.dead && th->a.cpu < nr_cpu_ids &&
+	    READ_ONCE(per_cpu_ptr(&ptt_cpus, th->a.cpu)->cur) == e)
+		th->running = 1;
+	if (th->running)
+		for (i = 0; i < e->nmetrics; i++)
+			if (e->slot[i] == PTT_TSC && now > th->a.last[i])
+				th->a.accum[i] += now - th->a.last[i];
+	th->mapped = e->mapped;
+	th->tid = pid_vnr(e->tid);
+	th->pid = pid_vnr(e->tgid);
+	memcpy(th->comm, e->comm, sizeof(th->comm));
+}
+
+static long ptt_ioc_read(void **ctxp, void __user *arg)
+{
+	struct pitrace_ptt_thread *buf = NULL;
+	struct pitrace_ptt_read r;
+	struct ptt_ctx *ctx;
+	struct ptt_ent *e;
+	u32 n = 0, total = 0;
+	long err = 0;
+
+	if (copy_from_user(&r, arg, sizeof(r)))
+		return -EFAULT;
+	r.max = min_t(u32, r.max, 65536);	/* ~20 MB of snapshots */
+	if (r.max) {
+		buf = kvcalloc(r.max, sizeof(*buf), GFP_KERNEL);
+		if (!buf)
+			return -ENOMEM;
+	}
+	mutex_lock(&ptt_lock);
+	ctx = *ctxp;
+	if (!ctx || !ctx->nmetrics) {
+		err = -EINVAL;
+	} else {
+		list_for_each_entry(e, &ctx->ents, lnode) {
+			if (n < r.max)
+				ptt_snapshot(e, &buf[n++]);
+			total++;
+		}
+	}
+	mutex_unlock(&ptt_lock);
+	if (!err && n &&
+	    copy_to_user(u64_to_user_ptr(r.buf), buf, n * sizeof(*buf)))
+		err = -EFAULT;
+	r.n = n;
+	r.total = total;
+	if (!err && copy_to_user(arg, &r, sizeof(r)))
+		err = -EFAULT;
+	kvfree(buf);
+	return err;
 }
 
 long pt_ptt_ioctl(void **ctxp, unsigned int cmd, void __user *arg)
@@ -626,6 +997,10 @@ long pt_ptt_ioctl(void **ctxp, unsigned int cmd, void __user *arg)
 		return ret;
 	case PITRACE_IOC_PTT_STATUS:
 		return ptt_ioc_status(ctxp, arg);
+	case PITRACE_IOC_PTT_WATCH:
+		return ptt_ioc_watch(ctxp, arg);
+	case PITRACE_IOC_PTT_READ:
+		return ptt_ioc_read(ctxp, arg);
 	}
 	return -ENOTTY;
 }

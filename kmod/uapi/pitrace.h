@@ -333,27 +333,43 @@ struct pitrace_bench_arg {
 /* ---- PTT: per-thread metric virtualization (PI Figure 5) ----------------- */
 
 /*
- * PTT_INIT on an open /dev/pitrace selects the metrics of that file; each
- * thread then maps its own work area with
+ * PTT_INIT on an open /dev/pitrace selects the metrics of that file (up to
+ * eight: the TSC and any counter perf_event can create on a CPU, software
+ * or hardware).  Each thread then maps its own work area with
  *   mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, PITRACE_PTT_MMAP_OFFSET)
  * (the area of the calling thread; a second map by the same thread fails
  * with EBUSY).  The kernel keeps the area current at every dispatch and
  * around every interrupt it sees, so that user space reads a per-thread
- * metric without a system call:
+ * metric without a system call and without a branch on the metric kind:
  *
  *   do {
  *           s = area->seq;          (retry while odd)
- *           v = area->accum[i] + (rdtsc() - area->last[i]);
+ *           v = area->accum[i] + ((rdtsc() - area->last[i]) & area->live[i]);
  *   } while (area->seq != s);
+ *
+ * live[i] is all ones for the TSC (the value is current to the instant of
+ * the read) and 0 for a perf counter: the module reads perf counters at
+ * every state change (dispatch, interrupt entry and exit), so a perf
+ * metric in the area is current to the thread's last state change.
+ *
+ * PTT_WATCH adds an area the module keeps for another thread (or the
+ * caller) without a mapping: root, or a caller that may ptrace-read the
+ * thread.  PTT_READ copies a snapshot of every area of the file (mapped
+ * and watched, alive and dead) for tools such as `ptt dump`.
  *
  * PTT_TERM marks every area of the file dead (dead = 1: reads must fail)
  * and stops updating them.  Areas also stop at thread exit, munmap, close
- * of the file and rmmod.  Only PITRACE_PTT_TSC is implemented in this
- * version: PITRACE_PTT_PERF gives EOPNOTSUPP.
+ * of the file and rmmod.
+ *
+ * Perf counters are per-CPU kernel counters shared by all files that ask
+ * for the same (type, config); at most PITRACE_PTT_MAX_SLOTS distinct
+ * counters exist at once (EBUSY beyond).  A counter the machine lacks
+ * (no hardware PMU) fails PTT_INIT with ENOENT, EOPNOTSUPP or ENODEV.
  */
 #define PITRACE_PTT_MAX_METRICS	8
+#define PITRACE_PTT_MAX_SLOTS	8	/* distinct perf counters, all files */
 #define PITRACE_PTT_TSC		0	/* the time stamp counter (rdtsc in user space) */
-#define PITRACE_PTT_PERF	1	/* a perf_event counter (type, config): not yet */
+#define PITRACE_PTT_PERF	1	/* a per-CPU perf_event counter (type, config) */
 
 #define PITRACE_PTT_MMAP_OFFSET	(1ULL << 47)	/* far beyond PITRACE_MMAP_OFFSET() */
 
@@ -380,6 +396,7 @@ struct pitrace_ptt_area {
 	__u64 accum[PITRACE_PTT_MAX_METRICS];	/* totals to the last state change */
 	__u64 last[PITRACE_PTT_MAX_METRICS];	/* counters at the last state change */
 	__u64 intr_time[PITRACE_PTT_MAX_METRICS]; /* metric spent in interrupts (excluded) */
+	__u64 live[PITRACE_PTT_MAX_METRICS];	/* ~0: TSC, add rdtsc() - last; 0: perf */
 };
 
 /* Interrupt tracepoint pairs PTT hooks (pitrace_ptt_status.hooks bits). */
@@ -399,10 +416,15 @@ struct pitrace_ptt_area {
 
 #define PITRACE_PTT_STATUS_CPUS	64
 
-/* One CPU's interrupt bucket: outermost interrupts seen by PTT. */
+/*
+ * One CPU's interrupt bucket: outermost interrupts seen by PTT and each
+ * metric of the calling file spent in them (val[i] for the file's metric
+ * i; tsc is the TSC whatever the file's metrics).
+ */
 struct pitrace_ptt_bucket {
 	__u64 interrupts;	/* outermost interrupts */
 	__u64 tsc;		/* TSC cycles spent in them */
+	__u64 val[PITRACE_PTT_MAX_METRICS];
 };
 
 /*
@@ -419,8 +441,35 @@ struct pitrace_ptt_status {
 	struct pitrace_ptt_bucket cpu[PITRACE_PTT_STATUS_CPUS];
 };
 
+/* PTT_WATCH: keep an area for thread tid (in the caller's pid namespace). */
+struct pitrace_ptt_watch {
+	__s32 tid;
+	__u32 flags;		/* must be 0 */
+};
+
+/* One area in a PTT_READ snapshot. */
+struct pitrace_ptt_thread {
+	__s32 tid;		/* in the caller's pid namespace; 0 if gone from it */
+	__s32 pid;		/* its process (thread group) */
+	char comm[16];		/* name when the area was made */
+	__u32 running;		/* on a CPU at the snapshot: accum includes up to then */
+	__u32 mapped;		/* 1: mapped by the thread, 0: PTT_WATCH */
+	struct pitrace_ptt_area a;
+};
+
+/* PTT_READ: up to max areas of this file into buf (an array). */
+struct pitrace_ptt_read {
+	__u32 max;		/* in: entries buf holds */
+	__u32 n;		/* out: entries written */
+	__u32 total;		/* out: areas of the file (> n: call with more) */
+	__u32 pad;
+	__u64 buf;		/* in: struct pitrace_ptt_thread * */
+};
+
 #define PITRACE_IOC_PTT_INIT	_IOW(PITRACE_IOC_MAGIC, 17, struct pitrace_ptt_init)
 #define PITRACE_IOC_PTT_TERM	_IO(PITRACE_IOC_MAGIC, 18)
 #define PITRACE_IOC_PTT_STATUS	_IOWR(PITRACE_IOC_MAGIC, 19, struct pitrace_ptt_status)
+#define PITRACE_IOC_PTT_WATCH	_IOW(PITRACE_IOC_MAGIC, 20, struct pitrace_ptt_watch)
+#define PITRACE_IOC_PTT_READ	_IOWR(PITRACE_IOC_MAGIC, 21, struct pitrace_ptt_read)
 
 #endif /* _UAPI_PITRACE_H */

@@ -32,6 +32,10 @@ fi
 if [ "$1" = ptt ]; then
 	step "PTT functional checks"
 	run ptt func
+	step "PTT perf counter metrics"
+	run ptt perf
+	step "PTT watch/read of another process"
+	run ptt watch
 	step "PTT benchmark: virtualized vs raw TSC (-icount shift=0,sleep=off)"
 	run ptt bench
 	rmmod pitrace || fail "rmmod after ptt"
@@ -98,6 +102,10 @@ run pitest modes
 
 step "PTT: per-thread TSC work areas"
 run ptt func
+step "PTT: perf counter metrics"
+run ptt perf
+step "PTT: watch/read of another process"
+run ptt watch
 step "PTT: threads mapping, unmapping and exiting in 4 processes (one killed)"
 run ptt stress 10
 step "PTT: the Go library on the module backend"

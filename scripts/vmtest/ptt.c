@@ -26,6 +26,8 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <linux/perf_event.h>
+
 #include "../../kmod/uapi/pitrace.h"
 
 typedef volatile struct pitrace_ptt_area varea;
@@ -45,10 +47,13 @@ static inline uint64_t rdtsc(void)
 }
 
 static long retries;
+static long max_retries;	/* most repeats of one read */
 
 /* The PTT read: -1 when the area is dead. */
 static int64_t ptt_read(varea *a, int i)
 {
+	long r0 = retries;
+
 	for (;;) {
 		uint32_t s = a->seq;
 		uint64_t v;
@@ -60,10 +65,13 @@ static int64_t ptt_read(varea *a, int i)
 		__asm__ volatile("" ::: "memory");
 		if (a->dead)
 			return -1;
-		v = a->accum[i] + (rdtsc() - a->last[i]);
+		v = a->accum[i] + ((rdtsc() - a->last[i]) & a->live[i]);
 		__asm__ volatile("" ::: "memory");
-		if (a->seq == s)
+		if (a->seq == s) {
+			if (retries - r0 > max_retries)
+				max_retries = retries - r0;
 			return (int64_t)v;
+		}
 		retries++;
 	}
 }
@@ -173,7 +181,21 @@ static int func(void)
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init tsc with config");
 	in.m[0].config = 0;
 	in.m[0].kind = PITRACE_PTT_PERF;
-	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EOPNOTSUPP, "init perf metric");
+	in.m[0].type = 77777;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), ENOENT, "init perf type 77777");
+	in.m[0].type = PERF_TYPE_HARDWARE;
+	in.m[0].config = PERF_COUNT_HW_INSTRUCTIONS;
+	{
+		/* no PMU under TCG: ENOENT, EOPNOTSUPP or ENODEV, never success */
+		int rc = ioctl(fd, PITRACE_IOC_PTT_INIT, &in);
+
+		CHECK(rc != 0 && (errno == ENOENT || errno == EOPNOTSUPP || errno == ENODEV),
+		      "init hardware instructions without a PMU: rc %d errno %d", rc, errno);
+		printf("ptt: init perf hardware instructions -> %s ok (no PMU)\n", strerror(errno));
+	}
+	in.m[0].kind = PITRACE_PTT_TSC;
+	in.m[0].type = 0;
+	in.m[0].config = 0;
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, NULL), EFAULT, "init NULL");
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, (void *)8), EFAULT, "init bad pointer");
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_STATUS, (void *)8), EFAULT, "status bad pointer");
@@ -274,6 +296,232 @@ static int func(void)
 	}
 	printf("ptt: functional checks ok\n");
 	return 0;
+}
+
+/* ---- perf counter metrics -------------------------------------------- */
+
+static int init_metrics(int fd, int n, const uint32_t *type, const uint64_t *config)
+{
+	struct pitrace_ptt_init in;
+	int i;
+
+	memset(&in, 0, sizeof(in));
+	in.nmetrics = n;
+	for (i = 0; i < n; i++) {
+		in.m[i].kind = type[i] == ~0u ? PITRACE_PTT_TSC : PITRACE_PTT_PERF;
+		in.m[i].type = type[i] == ~0u ? 0 : type[i];
+		in.m[i].config = type[i] == ~0u ? 0 : config[i];
+	}
+	return ioctl(fd, PITRACE_IOC_PTT_INIT, &in);
+}
+
+static int64_t g_pf_other;
+
+static void touch(int pages)
+{
+	char *p = mmap(NULL, (size_t)pages * 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int i;
+
+	if (p == MAP_FAILED)
+		return;
+	/* one fault per page: no transparent huge pages */
+	madvise(p, (size_t)pages * 4096, MADV_NOHUGEPAGE);
+	for (i = 0; i < pages; i++)
+		p[(size_t)i * 4096] = 1;
+	munmap(p, (size_t)pages * 4096);
+}
+
+static void *pf_thr(void *arg)
+{
+	varea *a = ptt_map(g_fd);
+	int64_t v0;
+
+	if (!a)
+		return NULL;
+	v0 = ptt_read(a, 1);
+	spin(2000000);
+	usleep(1000);
+	g_pf_other = ptt_read(a, 1) - v0;
+	munmap((void *)a, 4096);
+	return NULL;
+}
+
+static int perf_func(void)
+{
+	static const uint32_t ty[3] = { ~0u, PERF_TYPE_SOFTWARE, PERF_TYPE_SOFTWARE };
+	static const uint64_t cf[3] = { 0, PERF_COUNT_SW_PAGE_FAULTS, PERF_COUNT_SW_CPU_CLOCK };
+	uint32_t t8[8];
+	uint64_t c8[8] = { 0, 2, 3, 4, 5, 6, 7, 8 };	/* 8 distinct software counters */
+	int64_t pf0, pf, ck0, ck, ts0, ts;
+	pthread_t th;
+	varea *a;
+	int fd, fd2, i;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	fd2 = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0 || fd2 < 0) {
+		perror("open");
+		return 1;
+	}
+	g_fd = fd;
+	CHECK(init_metrics(fd, 3, ty, cf) == 0, "init tsc,page-faults,cpu-clock: %s", strerror(errno));
+	a = ptt_map(fd);
+	if (!a) {
+		printf("ptt: FAIL: perf map: %s\n", strerror(errno));
+		return 1;
+	}
+	CHECK(a->live[0] == ~0ull && a->live[1] == 0 && a->live[2] == 0,
+	      "live %llx %llx %llx", (unsigned long long)a->live[0],
+	      (unsigned long long)a->live[1], (unsigned long long)a->live[2]);
+	usleep(1000);
+	pf0 = ptt_read(a, 1);
+	ck0 = ptt_read(a, 2);
+	ts0 = ptt_read(a, 0);
+	touch(1000);
+	usleep(1000);		/* a dispatch: perf metrics are current to it */
+	pf = ptt_read(a, 1) - pf0;
+	ck = ptt_read(a, 2) - ck0;
+	ts = ptt_read(a, 0) - ts0;
+	printf("ptt: perf: 1000 pages touched: page-faults +%lld, cpu-clock +%lld ns, tsc +%lld\n",
+	       (long long)pf, (long long)ck, (long long)ts);
+	CHECK(pf >= 1000 && pf < 1100, "page-faults +%lld for 1000 pages", (long long)pf);
+	CHECK(ck > 0, "cpu-clock did not advance");
+	CHECK(pthread_create(&th, NULL, pf_thr, NULL) == 0, "pthread_create");
+	pthread_join(th, NULL);
+	printf("ptt: perf: another thread without page touching: page-faults +%lld\n",
+	       (long long)g_pf_other);
+	CHECK(g_pf_other >= 0 && g_pf_other < 20, "other thread page-faults +%lld", (long long)g_pf_other);
+
+	/* eight distinct counters in use: a ninth is refused until they go */
+	for (i = 0; i < 8; i++)
+		t8[i] = PERF_TYPE_SOFTWARE;
+	{
+		uint32_t t1 = PERF_TYPE_SOFTWARE;
+		uint64_t c1 = PERF_COUNT_SW_DUMMY;
+
+		/* fd holds page-faults and cpu-clock: 6 more distinct fit */
+		CHECK(init_metrics(fd2, 8, t8, c8) == 0 || errno == EBUSY, "init 8 counters: %s", strerror(errno));
+		if (ioctl(fd2, PITRACE_IOC_PTT_TERM) == 0)
+			printf("ptt: perf: 8 distinct counters on a second file: ok\n");
+		c8[0] = 9;	/* dummy, 9: with fd's two, 9 distinct */
+		c8[1] = 10;
+		expect_err(init_metrics(fd2, 8, t8, c8), EBUSY, "init a 9th..10th distinct perf counter");
+		CHECK(ioctl(fd, PITRACE_IOC_PTT_TERM) == 0, "term: %s", strerror(errno));
+		CHECK(a->dead == 1, "area not dead after term");
+		CHECK(init_metrics(fd2, 1, &t1, &c1) == 0, "init after the slots were freed: %s", strerror(errno));
+	}
+	munmap((void *)a, 4096);
+	close(fd);
+	close(fd2);
+	printf("ptt: perf metric checks %s\n", fails ? "FAILED" : "ok");
+	return fails ? 1 : 0;
+}
+
+/* ---- PTT_WATCH / PTT_READ --------------------------------------------- */
+
+static int read_areas(int fd, struct pitrace_ptt_thread *buf, int max, int *total)
+{
+	struct pitrace_ptt_read r = { .max = max, .buf = (uintptr_t)buf };
+
+	if (ioctl(fd, PITRACE_IOC_PTT_READ, &r))
+		return -1;
+	*total = r.total;
+	return r.n;
+}
+
+static int watch_func(void)
+{
+	struct pitrace_ptt_watch w = { 0 };
+	struct pitrace_ptt_thread th[4];
+	struct pitrace_ptt_read r;
+	int fd, n, total, st, pfd[2];
+	pid_t child, u;
+	uint64_t raw0;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0 || pipe(pfd))
+		return 1;
+	w.tid = getpid();
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), EINVAL, "watch before init");
+	memset(&r, 0, sizeof(r));
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_READ, &r), EINVAL, "read before init");
+	CHECK(ptt_init(fd, 1) == 0, "init: %s", strerror(errno));
+	w.tid = 0;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), EINVAL, "watch tid 0");
+	w.tid = 4000000;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), ESRCH, "watch tid 4000000");
+	w.tid = getpid();
+	w.flags = 1;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), EINVAL, "watch flags 1");
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, (void *)8), EFAULT, "watch bad pointer");
+
+	child = fork();
+	if (child == 0) {
+		/* busy 2e7 instructions, sleep, busy again, then wait to be killed */
+		spin(20000000);
+		usleep(20000);
+		spin(20000000);
+		for (;;)
+			pause();
+	}
+	raw0 = rdtsc();
+	w.tid = child;
+	w.flags = 0;
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0, "watch child: %s", strerror(errno));
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), EBUSY, "watch the child twice");
+	usleep(300000);
+	r.max = 4;
+	r.buf = 8;
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_READ, &r), EFAULT, "read into a bad buffer");
+	n = read_areas(fd, th, 0, &total);
+	CHECK(n == 0 && total == 1, "read max 0: n %d total %d", n, total);
+	n = read_areas(fd, th, 4, &total);
+	CHECK(n == 1 && total == 1, "read: n %d total %d (%s)", n, total, strerror(errno));
+	if (n == 1) {
+		printf("ptt: watch: tid %d pid %d comm %.16s mapped %u running %u tsc %llu dispatches %u interrupts %u intr_time %llu (raw elapsed %llu)\n",
+		       th[0].tid, th[0].pid, th[0].comm, th[0].mapped, th[0].running,
+		       (unsigned long long)th[0].a.accum[0], th[0].a.dispatches,
+		       th[0].a.interrupts, (unsigned long long)th[0].a.intr_time[0],
+		       (unsigned long long)(rdtsc() - raw0));
+		CHECK(th[0].tid == child && th[0].pid == child && !th[0].mapped,
+		      "watch row: tid %d pid %d mapped %u", th[0].tid, th[0].pid, th[0].mapped);
+		CHECK(th[0].a.accum[0] > 0 && th[0].a.accum[0] < rdtsc() - raw0,
+		      "child tsc %llu: not within the raw time since the watch", (unsigned long long)th[0].a.accum[0]);
+		CHECK(th[0].a.dispatches > 0, "no dispatch counted for the child");
+	}
+	kill(child, SIGKILL);
+	waitpid(child, &st, 0);
+	n = read_areas(fd, th, 4, &total);
+	CHECK(n == 1 && th[0].a.dead == 1, "after the child's exit: n %d dead %u", n, n ? th[0].a.dead : 0);
+	printf("ptt: watch: after exit: dead %u\n", n ? th[0].a.dead : 0);
+
+	/* an unprivileged process may watch itself, not root's threads */
+	u = fork();
+	if (u == 0) {
+		struct pitrace_ptt_watch ww = { .tid = getppid() };
+		int bad = 0;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(9);
+		if (ioctl(fd, PITRACE_IOC_PTT_WATCH, &ww) == 0 || errno != EPERM)
+			bad |= 1;
+		ww.tid = getpid();
+		if (ioctl(fd, PITRACE_IOC_PTT_WATCH, &ww) != 0)
+			bad |= 2;
+		_exit(bad);
+	}
+	waitpid(u, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	      "uid 65534: watch root's process must be EPERM and its own ok (status 0x%x)", st);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		printf("ptt: watch: uid 65534 -> root's thread EPERM, its own ok\n");
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_TERM) == 0, "term: %s", strerror(errno));
+	close(fd);
+	close(pfd[0]);
+	close(pfd[1]);
+	printf("ptt: watch checks %s\n", fails ? "FAILED" : "ok");
+	return fails ? 1 : 0;
 }
 
 /* ---- stress: threads mapping, unmapping and exiting; a killed process -- */
@@ -499,6 +747,10 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "func"))
 		return func();
+	if (argc > 1 && !strcmp(argv[1], "perf"))
+		return perf_func();
+	if (argc > 1 && !strcmp(argv[1], "watch"))
+		return watch_func();
 	if (argc > 2 && !strcmp(argv[1], "stress"))
 		return stress(atoi(argv[2]));
 	if (argc > 1 && !strcmp(argv[1], "bench")) {
