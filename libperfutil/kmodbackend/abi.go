@@ -189,6 +189,7 @@ type benchArg struct {
 // pttMmapOffset (see docs/ptt.md).
 const (
 	pttMaxMetrics = 8
+	pttMaxSlots   = 8
 	pttStatusCPUs = 64
 	pttKindTSC    = 0
 	pttKindPerf   = 1
@@ -217,11 +218,13 @@ type pttArea struct {
 	Accum      [pttMaxMetrics]uint64
 	Last       [pttMaxMetrics]uint64
 	IntrTime   [pttMaxMetrics]uint64
+	Live       [pttMaxMetrics]uint64
 }
 
 type pttBucket struct {
 	Interrupts uint64
 	TSC        uint64
+	Val        [pttMaxMetrics]uint64
 }
 
 type pttStatusArg struct {
@@ -232,6 +235,28 @@ type pttStatusArg struct {
 	NAreas   uint32
 	NMetrics uint32
 	CPU      [pttStatusCPUs]pttBucket
+}
+
+type pttWatchArg struct {
+	Tid   int32
+	Flags uint32
+}
+
+type pttThread struct {
+	Tid     int32
+	Pid     int32
+	Comm    [16]byte
+	Running uint32
+	Mapped  uint32
+	A       pttArea
+}
+
+type pttReadArg struct {
+	Max   uint32
+	N     uint32
+	Total uint32
+	Pad   uint32
+	Buf   uint64
 }
 
 // ioctl number encoding (asm-generic/ioctl.h).
@@ -266,6 +291,8 @@ var (
 	iocPttInit   = ioc(iocWrite, 17, unsafe.Sizeof(pttInitArg{}))
 	iocPttTerm   = ioc(iocNone, 18, 0)
 	iocPttStatus = ioc(iocRead|iocWrite, 19, unsafe.Sizeof(pttStatusArg{}))
+	iocPttWatch  = ioc(iocWrite, 20, unsafe.Sizeof(pttWatchArg{}))
+	iocPttRead   = ioc(iocRead|iocWrite, 21, unsafe.Sizeof(pttReadArg{}))
 )
 
 // IoctlNumbers lists every ioctl by name (for the ABI test and the fuzzer).
@@ -277,6 +304,6 @@ func IoctlNumbers() map[string]uintptr {
 		"PITRACE_IOC_HOOK": iocHook, "PITRACE_IOC_SYSINFO": iocSysinfo, "PITRACE_IOC_FREE": iocFree,
 		"PITRACE_IOC_RELEASE": iocRelease, "PITRACE_IOC_DRAIN": iocDrain, "PITRACE_IOC_SAVED": iocSaved,
 		"PITRACE_IOC_BENCH": iocBench, "PITRACE_IOC_PTT_INIT": iocPttInit, "PITRACE_IOC_PTT_TERM": iocPttTerm,
-		"PITRACE_IOC_PTT_STATUS": iocPttStatus,
+		"PITRACE_IOC_PTT_STATUS": iocPttStatus, "PITRACE_IOC_PTT_WATCH": iocPttWatch, "PITRACE_IOC_PTT_READ": iocPttRead,
 	}
 }

@@ -33,9 +33,12 @@ var cStructs = []struct {
 	{"pitrace_bench_arg", benchArg{}, []string{"path", "count", "cycles"}},
 	{"pitrace_ptt_metric", pttMetric{}, []string{"kind", "type", "config"}},
 	{"pitrace_ptt_init", pttInitArg{}, []string{"nmetrics", "flags", "m"}},
-	{"pitrace_ptt_area", pttArea{}, []string{"seq", "cpu", "dispatches", "interrupts", "nmetrics", "dead", "accum", "last", "intr_time"}},
-	{"pitrace_ptt_bucket", pttBucket{}, []string{"interrupts", "tsc"}},
+	{"pitrace_ptt_area", pttArea{}, []string{"seq", "cpu", "dispatches", "interrupts", "nmetrics", "dead", "accum", "last", "intr_time", "live"}},
+	{"pitrace_ptt_bucket", pttBucket{}, []string{"interrupts", "tsc", "val"}},
 	{"pitrace_ptt_status", pttStatusArg{}, []string{"first_cpu", "ncpus", "nr_cpus", "hooks", "nareas", "nmetrics", "cpu"}},
+	{"pitrace_ptt_watch", pttWatchArg{}, []string{"tid", "flags"}},
+	{"pitrace_ptt_thread", pttThread{}, []string{"tid", "pid", "comm", "running", "mapped", "a"}},
+	{"pitrace_ptt_read", pttReadArg{}, []string{"max", "n", "total", "pad", "buf"}},
 }
 
 func TestABIStructsMatchHeader(t *testing.T) {
@@ -81,8 +84,8 @@ func TestABIIoctlNumbersMatchHeader(t *testing.T) {
 			t.Errorf("%s: C %#x, Go %#x", name, c, n)
 		}
 	}
-	if len(IoctlNumbers()) != 19 {
-		t.Errorf("Go lists %d ioctls, the header 19", len(IoctlNumbers()))
+	if len(IoctlNumbers()) != 21 {
+		t.Errorf("Go lists %d ioctls, the header 21", len(IoctlNumbers()))
 	}
 }
 
@@ -123,7 +126,7 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_HOOK_MAX_WORDS": hookMaxWords, "PITRACE_HOOK_MAX_BYTES": hookMaxBytes,
 		"PITRACE_FEAT_KPROBE_EXIT": featKprobeExit, "PITRACE_FEAT_KPROBE_EXEC": featKprobeExec, "PITRACE_FEAT_UNMAP": featUnmap, "PITRACE_FEAT_MMAP": featMmap,
 		"PITRACE_BENCH_TPROF": benchTprof, "PITRACE_BENCH_MAX": benchMax, "PITRACE_IOC_MAGIC": iocMagic,
-		"PITRACE_PTT_MAX_METRICS": pttMaxMetrics, "PITRACE_PTT_STATUS_CPUS": pttStatusCPUs,
+		"PITRACE_PTT_MAX_METRICS": pttMaxMetrics, "PITRACE_PTT_MAX_SLOTS": pttMaxSlots, "PITRACE_PTT_STATUS_CPUS": pttStatusCPUs,
 		"PITRACE_PTT_TSC": pttKindTSC, "PITRACE_PTT_PERF": pttKindPerf, "PITRACE_PTT_MMAP_OFFSET": pttMmapOffset,
 	}
 	for name, w := range want {

@@ -1,11 +1,14 @@
 package ptt
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/kmodbackend"
 )
 
 // MaxMetrics is the most metrics one PttInit can ask for (as in PI).
@@ -26,7 +29,7 @@ type Metric struct {
 
 var metricTable = []Metric{
 	{Name: "tsc", Unit: "cycles", Help: "time stamp counter cycles of the thread, interrupts factored out (pitrace module only; instructions under QEMU -icount)", perfType: perfTypeModule},
-	{Name: "task-clock", Unit: "ns", Help: "CPU time of the thread", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_TASK_CLOCK},
+	{Name: "task-clock", Unit: "ns", Help: "CPU time of the thread (no-module backend only: use tsc or cpu-clock on the module)", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_TASK_CLOCK},
 	{Name: "cpu-clock", Unit: "ns", Help: "CPU time of the thread (cpu-clock timer)", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CPU_CLOCK},
 	{Name: "context-switches", Unit: "switches", Help: "times the thread was switched out", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CONTEXT_SWITCHES},
 	{Name: "cpu-migrations", Unit: "migrations", Help: "times the thread moved to another CPU", perfType: unix.PERF_TYPE_SOFTWARE, config: unix.PERF_COUNT_SW_CPU_MIGRATIONS},
@@ -83,11 +86,20 @@ func LookupMetric(name string) (Metric, error) {
 	return Metric{}, fmt.Errorf("unknown metric %q: valid metrics are %s", name, strings.Join(MetricNames(), ", "))
 }
 
+// DefaultMetric is the metric used when none is given: tsc on the module
+// backend ("kmod"), task-clock on the others.
+func DefaultMetric(backend string) string {
+	if backend == "kmod" {
+		return "tsc"
+	}
+	return "task-clock"
+}
+
 // ParseMetrics validates a metric list: 1 to 8 known, distinct names. An
-// empty list means task-clock.
+// empty list means task-clock (DefaultMetric of the no-module backend).
 func ParseMetrics(names []string) ([]Metric, error) {
 	if len(names) == 0 {
-		names = []string{"task-clock"}
+		names = []string{DefaultMetric("daemon")}
 	}
 	if len(names) > MaxMetrics {
 		return nil, fmt.Errorf("%d metrics requested: PTT supports at most %d at once", len(names), MaxMetrics)
@@ -106,6 +118,68 @@ func ParseMetrics(names []string) ([]Metric, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// ModuleMetrics maps metrics to the pitrace module's PTT metrics: tsc is
+// the TSC, every other metric a per-CPU perf_event counter the module reads
+// at each dispatch and interrupt. task-clock cannot be a per-CPU counter
+// (the kernel keeps it per task) and is refused with what to use instead. A
+// hardware metric on a machine without a PMU fails with ErrNoPMU.
+func ModuleMetrics(ms []Metric) ([]kmodbackend.PttMetric, error) {
+	if len(ms) < 1 || len(ms) > MaxMetrics {
+		return nil, fmt.Errorf("%d metrics requested: PTT supports 1 to %d at once", len(ms), MaxMetrics)
+	}
+	out := make([]kmodbackend.PttMetric, 0, len(ms))
+	for _, m := range ms {
+		switch {
+		case m.perfType == perfTypeModule:
+			out = append(out, kmodbackend.PttMetric{Kind: kmodbackend.PttKindTSC})
+			continue
+		case m.perfType == unix.PERF_TYPE_SOFTWARE && m.config == unix.PERF_COUNT_SW_TASK_CLOCK:
+			return nil, fmt.Errorf("metric task-clock is not available on the pitrace module (kmod backend): the kernel keeps it per task, "+
+				"and the module reads per-CPU counters at every dispatch; use tsc (TSC cycles, interrupts factored out) or cpu-clock (ns), "+
+				"or the daemon backend (%s=daemon) for task-clock", EnvBackend)
+		case m.Hardware && !HasPMU():
+			return nil, fmt.Errorf("%w: metric %s needs a hardware counter", ErrNoPMU, m.Name)
+		}
+		out = append(out, kmodbackend.PttMetric{Kind: kmodbackend.PttKindPerf, Type: m.perfType, Config: m.config})
+	}
+	return out, nil
+}
+
+// ModuleInit selects metrics ms for the /dev/pitrace file fd (PTT_INIT),
+// with errors a user can act on.
+func ModuleInit(fd int, ms []Metric) error {
+	km, err := ModuleMetrics(ms)
+	if err != nil {
+		return err
+	}
+	err = kmodbackend.PttInit(fd, km)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENODEV) {
+		var names []string
+		for _, m := range ms {
+			if m.Hardware {
+				if !HasPMU() {
+					return fmt.Errorf("%w: metric %s needs a hardware counter", ErrNoPMU, m.Name)
+				}
+				names = append(names, m.Name)
+			}
+		}
+		if len(names) > 0 {
+			return fmt.Errorf("the pitrace module cannot count %s on every CPU (the hardware PMU does not provide it): %w", strings.Join(names, ", "), err)
+		}
+		return fmt.Errorf("the pitrace module cannot create a per-CPU counter for these metrics: %w", err)
+	}
+	if errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("the pitrace module keeps at most %d distinct perf counters for all PTT users at once, or this file's areas are still alive: %w", kmodbackend.PttMaxSlots, err)
+	}
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOTTY) {
+		return fmt.Errorf("the loaded pitrace module refuses these metrics (an older module keeps tsc only: rebuild and reload kmod/pitrace.ko): %w", err)
+	}
+	return err
 }
 
 // SplitList splits "a,b c" into names.

@@ -15,11 +15,15 @@
 // goroutine that called CurrentThread, and keep that goroutine locked with
 // runtime.LockOSThread, or the values are another thread's.
 //
-// Two backends provide the work areas. The pitrace module (kmod) will give
-// PI's full state machine with interrupts factored out; it is not available
-// yet. The no-module backend ("daemon", the same name as the trace facility's
-// backend without the module) uses perf_event per-thread counters and their
-// mmap pages; see Guarantees for what it does and does not promise.
+// Two backends provide the work areas. The pitrace module (kmod) gives PI's
+// state machine with interrupts factored out: metric tsc, read to the
+// instant, and perf metrics as per-CPU counters the module reads at every
+// dispatch and interrupt (current to the thread's last one; task-clock is
+// not available there). The no-module backend ("daemon", the same name as
+// the trace facility's backend without the module) uses perf_event
+// per-thread counters and their mmap pages; see Guarantees for what each
+// does and does not promise. Without metrics, Init picks tsc on the module
+// and task-clock on the daemon backend.
 package ptt
 
 import (
@@ -50,8 +54,7 @@ type BackendInfo struct {
 	Why       string `json:"why,omitempty"`
 }
 
-// KmodStatus reports the module backend's state. PTT in the pitrace module is
-// later work: the backend is listed so tools print its row.
+// KmodStatus reports whether the module backend can serve PTT here.
 func KmodStatus() BackendInfo {
 	fd, err := unix.Open(devPitrace, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -64,7 +67,7 @@ func KmodStatus() BackendInfo {
 	if _, err := kmodbackend.PttHooks(fd); err != nil {
 		return BackendInfo{Name: "kmod", Why: "the loaded pitrace module has no PTT support: " + err.Error()}
 	}
-	return BackendInfo{Name: "kmod", Available: true, Why: "metric tsc only"}
+	return BackendInfo{Name: "kmod", Available: true, Why: "tsc and per-CPU perf counters (not task-clock)"}
 }
 
 // Backends lists the PTT backends, best first.
@@ -124,11 +127,18 @@ type state struct {
 }
 
 // Init is PI's PttInit: select up to eight metrics for every thread of the
-// process. The metrics are checked on the calling thread, so an unknown or
-// unavailable metric fails here with a clear error.
+// process (none: DefaultMetric of the backend). The metrics are checked on
+// the calling thread, so an unknown or unavailable metric fails here with a
+// clear error.
 func Init(metrics ...string) error {
-	ms, err := ParseMetrics(metrics)
-	if err != nil {
+	parse := func(backend string) ([]Metric, error) {
+		if len(metrics) == 0 {
+			return ParseMetrics([]string{DefaultMetric(backend)})
+		}
+		return ParseMetrics(metrics)
+	}
+	// Check the names before any backend.
+	if _, err := parse("daemon"); err != nil {
 		return err
 	}
 	mu.Lock()
@@ -137,30 +147,47 @@ func Init(metrics ...string) error {
 		return errors.New("ptt is already initialized: call ptt.Terminate first")
 	}
 	var b backend
+	var ms []Metric
+	kmod := func() error {
+		m, err := parse("kmod")
+		if err != nil {
+			return err
+		}
+		kb, err := newKmodBackend(m)
+		if err != nil {
+			return err
+		}
+		b, ms = kb, m
+		return nil
+	}
+	daemon := func() error {
+		m, err := parse("daemon")
+		if err != nil {
+			return err
+		}
+		pb, err := newPerfBackend(m)
+		if err != nil {
+			return err
+		}
+		b, ms = pb, m
+		return nil
+	}
 	switch name := os.Getenv(EnvBackend); name {
 	case "kmod":
-		kb, err := newKmodBackend(ms)
-		if err != nil {
+		if err := kmod(); err != nil {
 			return err
 		}
-		b = kb
 	case "", "auto":
 		// The module when it is loaded and keeps every chosen metric.
-		if kb, err := newKmodBackend(ms); err == nil {
-			b = kb
-			break
+		if err := kmod(); err != nil {
+			if err := daemon(); err != nil {
+				return err
+			}
 		}
-		pb, err := newPerfBackend(ms)
-		if err != nil {
-			return err
-		}
-		b = pb
 	case "daemon":
-		pb, err := newPerfBackend(ms)
-		if err != nil {
+		if err := daemon(); err != nil {
 			return err
 		}
-		b = pb
 	default:
 		return fmt.Errorf("unknown backend %q in $%s: use kmod, daemon or auto", name, EnvBackend)
 	}

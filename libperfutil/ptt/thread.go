@@ -248,8 +248,8 @@ func (t *Thread) pickReader() {
 			t.c[i].read = readPMC
 		case kindDispatch:
 			t.c[i].read = readDispatch
-		case kindModuleTSC:
-			t.c[i].read = readModuleTSC
+		case kindModule:
+			t.c[i].read = readModule
 		default:
 			t.c[i].read = readSyscall
 		}

@@ -6,11 +6,18 @@
 //	ptt off
 //	ptt info
 //
-// On the no-module ("daemon") backend, `ptt on` starts a small holder
-// process (this binary re-executed as the hidden `ptt serve`) that opens
-// per-thread perf_event counters for every thread of the target, picks up new
+// `ptt on` starts a small holder process (this binary re-executed as the
+// hidden `ptt serve`) that counts every thread of the target, picks up new
 // threads by scanning /proc/PID/task, and answers `ptt dump` and `ptt off`
-// on a Unix socket only its user can reach (/run/perfinsp/ptt.sock for root).
+// on a Unix socket only its user can reach (/run/perfinsp/ptt.sock for
+// root). On the no-module ("daemon") backend the holder opens per-thread
+// perf_event counters. On the pitrace module ("kmod") it opens /dev/pitrace,
+// selects the metrics (PTT_INIT) and has the module keep a work area for
+// every thread (PTT_WATCH); `ptt dump` reads them (PTT_READ) with the per-CPU
+// interrupt buckets (PTT_STATUS). $PERFINSP_BACKEND picks the backend: kmod,
+// daemon or auto (the default: the module when it is loaded with PTT and
+// keeps every chosen metric). Without -m the metric is tsc on the module and
+// task-clock on the daemon backend.
 package main
 
 import (
@@ -84,7 +91,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Name:  "on",
 				Usage: "start counting per-thread metrics",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "metrics", Aliases: []string{"m"}, Value: "task-clock", Usage: "comma-separated metrics (up to 8): " + strings.Join(ptt.MetricNames(), ", ")},
+					&cli.StringFlag{Name: "metrics", Aliases: []string{"m"}, Usage: "comma-separated metrics (up to 8; default tsc on the pitrace module, task-clock without it): " + strings.Join(ptt.MetricNames(), ", ")},
 					&cli.IntFlag{Name: "pid", Aliases: []string{"p"}, Usage: "only the threads of this process"},
 					&cli.BoolFlag{Name: "all", Aliases: []string{"a"}, Usage: "every thread of every process (the default)"},
 				},
@@ -114,9 +121,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "metrics"},
 					&cli.IntFlag{Name: "pid"},
+					&cli.StringFlag{Name: "backend", Value: "daemon"},
 				},
 				Action: func(c *cli.Context) error {
-					return serve(ptt.SplitList(c.String("metrics")), c.Int("pid"))
+					return serve(ptt.SplitList(c.String("metrics")), c.Int("pid"), c.String("backend"))
 				},
 			},
 		},
@@ -153,12 +161,48 @@ func call(cmd string) (*reply, error) {
 	return &r, nil
 }
 
+// chooseBackend picks the holder's backend from $PERFINSP_BACKEND (kmod,
+// daemon, auto) and parses the metrics for it. auto takes the module when
+// it is loaded with PTT support and keeps every metric (not task-clock).
+func chooseBackend(names []string) (string, []ptt.Metric, error) {
+	parse := func(be string) ([]ptt.Metric, error) {
+		if len(names) == 0 {
+			return ptt.ParseMetrics([]string{ptt.DefaultMetric(be)})
+		}
+		return ptt.ParseMetrics(names)
+	}
+	if _, err := parse("daemon"); err != nil {
+		return "", nil, cli.Exit(err.Error(), 2)
+	}
+	switch be := os.Getenv(ptt.EnvBackend); be {
+	case "kmod":
+		if st := ptt.KmodStatus(); !st.Available {
+			return "", nil, cli.Exit("ptt backend kmod is not available: "+st.Why, 1)
+		}
+		ms, _ := parse("kmod")
+		if _, err := ptt.ModuleMetrics(ms); err != nil {
+			return "", nil, cli.Exit(err.Error(), 1)
+		}
+		return "kmod", ms, nil
+	case "daemon":
+		ms, _ := parse("daemon")
+		return "daemon", ms, nil
+	case "", "auto":
+		if ptt.KmodStatus().Available {
+			ms, _ := parse("kmod")
+			if _, err := ptt.ModuleMetrics(ms); err == nil {
+				return "kmod", ms, nil
+			}
+		}
+		ms, _ := parse("daemon")
+		return "daemon", ms, nil
+	default:
+		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q in $%s: use kmod, daemon or auto", be, ptt.EnvBackend), 2)
+	}
+}
+
 func cmdOn(c *cli.Context, stdout io.Writer) error {
 	names := ptt.SplitList(c.String("metrics"))
-	ms, err := ptt.ParseMetrics(names)
-	if err != nil {
-		return cli.Exit(err.Error(), 2)
-	}
 	if c.IsSet("pid") && c.Bool("all") {
 		return cli.Exit("give -p PID or -a, not both", 2)
 	}
@@ -166,13 +210,20 @@ func cmdOn(c *cli.Context, stdout io.Writer) error {
 	if c.IsSet("pid") && pid <= 0 {
 		return cli.Exit(fmt.Sprintf("bad pid %d", pid), 2)
 	}
+	backend, ms, err := chooseBackend(names)
+	if err != nil {
+		return err
+	}
 	if _, err := call("ping"); err == nil {
 		return cli.Exit("ptt is already on: run ptt off first", 1)
 	}
 	// Check the metrics and the permission here, so that the user gets the
-	// error from this command.
-	if err := checkOpen(ms, pid); err != nil {
-		return cli.Exit(err.Error(), 1)
+	// error from this command (the module holder checks them at its start
+	// and reports through its stderr).
+	if backend == "daemon" {
+		if err := checkOpen(ms, pid); err != nil {
+			return cli.Exit(err.Error(), 1)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -182,7 +233,7 @@ func cmdOn(c *cli.Context, stdout io.Writer) error {
 	for _, m := range ms {
 		mnames = append(mnames, m.Name)
 	}
-	cmd := exec.Command(exe, "serve", "--metrics", strings.Join(mnames, ","), "--pid", strconv.Itoa(pid))
+	cmd := exec.Command(exe, "serve", "--metrics", strings.Join(mnames, ","), "--pid", strconv.Itoa(pid), "--backend", backend)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -208,8 +259,12 @@ func cmdOn(c *cli.Context, stdout io.Writer) error {
 	if pid > 0 {
 		target = fmt.Sprintf("the threads of pid %d", pid)
 	}
-	fmt.Fprintf(stdout, "ptt on: %s for %s (backend daemon: holder pid %d, socket %s)\n", strings.Join(mnames, ","), target, holderPid, SocketPath())
-	fmt.Fprintln(stdout, "ptt: interrupts are not factored out on this backend (see ptt info)")
+	fmt.Fprintf(stdout, "ptt on: %s for %s (backend %s: holder pid %d, socket %s)\n", strings.Join(mnames, ","), target, backend, holderPid, SocketPath())
+	if backend == "kmod" {
+		fmt.Fprintln(stdout, "ptt: interrupts are factored out into per-CPU buckets; perf metrics are current to each thread's last dispatch/interrupt (see ptt info)")
+	} else {
+		fmt.Fprintln(stdout, "ptt: interrupts are not factored out on this backend (see ptt info)")
+	}
 	return nil
 }
 
@@ -262,39 +317,80 @@ func cmdDump(stdout io.Writer, asJSON bool) error {
 func printDump(w io.Writer, d *Dump) {
 	fmt.Fprintf(w, "ptt dump: backend %s, metrics %s, target %s, on since %s\n", d.Backend, strings.Join(d.Metrics, ","), d.Target, d.Started.Format(time.RFC3339))
 	fmt.Fprintf(w, "%s\n", d.Note)
+	// The module gives each metric's interrupt share; the daemon nothing.
+	perMetric := d.Backend == "kmod"
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	hdr := []string{"PID", "TID", "NAME"}
-	for _, m := range d.Metrics {
-		hdr = append(hdr, m)
+	hdr = append(hdr, d.Metrics...)
+	hdr = append(hdr, "DISPATCHES", "INTERRUPTS")
+	if perMetric {
+		for _, m := range d.Metrics {
+			hdr = append(hdr, "INTR-"+m)
+		}
+	} else {
+		hdr = append(hdr, "INTR-TIME")
 	}
-	hdr = append(hdr, "DISPATCHES", "INTERRUPTS", "INTR-TIME", "")
+	hdr = append(hdr, "")
 	fmt.Fprintln(tw, strings.Join(hdr, "\t"))
 	for _, t := range d.Threads {
 		row := []string{strconv.Itoa(t.Pid), strconv.Itoa(t.Tid), t.Name}
 		for _, m := range d.Metrics {
 			row = append(row, strconv.FormatUint(t.Values[m], 10))
 		}
-		intr, itime := "n/a", "n/a"
-		if t.Interrupts != nil {
-			intr = strconv.FormatUint(*t.Interrupts, 10)
-		}
-		if t.InterruptTime != nil {
-			itime = strconv.FormatUint(*t.InterruptTime, 10)
-		}
-		state := ""
-		if t.Exited {
-			state = "(exited)"
-		}
-		disp := "n/a"
+		disp, intr := "n/a", "n/a"
 		if t.Dispatches != nil {
 			disp = strconv.FormatUint(*t.Dispatches, 10)
 		}
-		row = append(row, disp, intr, itime, state)
+		if t.Interrupts != nil {
+			intr = strconv.FormatUint(*t.Interrupts, 10)
+		}
+		row = append(row, disp, intr)
+		if perMetric {
+			for _, m := range d.Metrics {
+				v, ok := t.InterruptValues[m]
+				if ok {
+					row = append(row, strconv.FormatUint(v, 10))
+				} else {
+					row = append(row, "n/a")
+				}
+			}
+		} else {
+			itime := "n/a"
+			if t.InterruptTime != nil {
+				itime = strconv.FormatUint(*t.InterruptTime, 10)
+			}
+			row = append(row, itime)
+		}
+		state := ""
+		switch {
+		case t.Exited:
+			state = " (exited)"
+		case t.Running:
+			state = " (running)"
+		}
+		row = append(row, state)
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	tw.Flush()
 	if d.CPUs == nil {
 		fmt.Fprintf(w, "per-CPU interrupt buckets: %s\n", d.CPUNote)
+	} else {
+		fmt.Fprintf(w, "per-CPU interrupt buckets (interrupts PTT saw and each metric spent in them):\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		hdr := []string{"CPU", "INTERRUPTS", "TSC"}
+		hdr = append(hdr, d.Metrics...)
+		fmt.Fprintln(tw, strings.Join(append(hdr, ""), "\t"))
+		for _, c := range d.CPUs {
+			row := []string{strconv.Itoa(c.CPU), strconv.FormatUint(c.Interrupts, 10), strconv.FormatUint(c.TSC, 10)}
+			for _, m := range d.Metrics {
+				row = append(row, strconv.FormatUint(c.Values[m], 10))
+			}
+			fmt.Fprintln(tw, strings.Join(append(row, ""), "\t"))
+		}
+		tw.Flush()
+		if d.CPUNote != "" {
+			fmt.Fprintf(w, "%s\n", d.CPUNote)
+		}
 	}
 	if len(d.Errors) > 0 {
 		fmt.Fprintf(w, "%d threads could not be counted, first: %s\n", len(d.Errors), d.Errors[0])
@@ -303,13 +399,17 @@ func printDump(w io.Writer, d *Dump) {
 
 func cmdInfo(stdout io.Writer) error {
 	for _, b := range ptt.Backends() {
-		if b.Available {
+		switch {
+		case b.Available && b.Why != "":
+			fmt.Fprintf(stdout, "backend %-6s available: %s\n", b.Name, b.Why)
+		case b.Available:
 			fmt.Fprintf(stdout, "backend %-6s available\n", b.Name)
-		} else {
+		default:
 			fmt.Fprintf(stdout, "backend %-6s not available: %s\n", b.Name, b.Why)
 		}
 	}
-	if err := ptt.Init("task-clock"); err != nil {
+	// The backend's default metric (tsc on the module, task-clock without).
+	if err := ptt.Init(); err != nil {
 		return err
 	}
 	defer ptt.Terminate()
@@ -317,7 +417,7 @@ func cmdInfo(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "active backend: %s\n", g.Backend)
+	fmt.Fprintf(stdout, "active backend: %s (default metric %s)\n", g.Backend, ptt.DefaultMetric(g.Backend))
 	fmt.Fprintf(stdout, "  interrupts factored out: %v\n  per-thread dispatch counts in the work area: %v\n  interrupt counts and per-CPU buckets: %v\n  retry detects: %s\n",
 		g.InterruptsFactoredOut, g.DispatchCounts, g.InterruptCounts, g.RetryDetects)
 	for _, m := range ptt.Metrics() {
@@ -326,7 +426,14 @@ func cmdInfo(stdout io.Writer) error {
 	for _, n := range g.Notes {
 		fmt.Fprintf(stdout, "  note: %s\n", n)
 	}
-	fmt.Fprintf(stdout, "in-process read of task-clock: %s\n", g.Metrics[0].Path)
+	for _, m := range g.Metrics {
+		fmt.Fprintf(stdout, "in-process read of %s: %s\n", m.Metric, m.Path)
+	}
+	if g.Backend == "kmod" {
+		// What the module promises for the other metric kinds.
+		pf, _ := ptt.ParseMetrics([]string{"page-faults"})
+		fmt.Fprintf(stdout, "in-process read of a perf metric (page-faults, cpu-clock, ...): %s\n", ptt.ModuleGuarantees(pf, 0).Metrics[0].Path)
+	}
 	return nil
 }
 

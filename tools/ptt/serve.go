@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"perfinsp/libperfutil/kmodbackend"
 	"perfinsp/libperfutil/ptt"
 )
 
@@ -41,13 +42,21 @@ type ThreadDump struct {
 	Dispatches    *uint64           `json:"dispatches"`
 	Interrupts    *uint64           `json:"interrupts"`
 	InterruptTime *uint64           `json:"interrupt_time"`
-	Exited        bool              `json:"exited"`
+	// InterruptValues is each metric spent in interrupts taken while the
+	// thread ran, left out of Values (module backend only).
+	InterruptValues map[string]uint64 `json:"interrupt_values,omitempty"`
+	// Running: on a CPU at the snapshot (module backend).
+	Running bool `json:"running,omitempty"`
+	Exited  bool `json:"exited"`
 }
 
-// CPUBucket is one CPU's interrupt bucket (module backend).
+// CPUBucket is one CPU's interrupt bucket (module backend): outermost
+// interrupts PTT saw, TSC cycles spent in them, and each metric spent in
+// them.
 type CPUBucket struct {
 	CPU        int               `json:"cpu"`
 	Interrupts uint64            `json:"interrupts"`
+	TSC        uint64            `json:"tsc"`
 	Values     map[string]uint64 `json:"values"`
 }
 
@@ -69,16 +78,32 @@ type holder struct {
 	threads map[int]*thread
 	errs    []string
 	started time.Time
+	// The module backend: the /dev/pitrace file whose areas are the
+	// watched threads (kfd < 0 on the daemon backend).
+	kfd     int
+	hooks   uint32
+	watched map[int]bool
 }
 
-func serve(names []string, pid int) error {
+func serve(names []string, pid int, backend string) error {
 	ms, err := ptt.ParseMetrics(names)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	raiseNoFile()
-	h := &holder{metrics: ms, pid: pid, threads: map[int]*thread{}, started: time.Now()}
+	h := &holder{metrics: ms, pid: pid, threads: map[int]*thread{}, started: time.Now(), kfd: -1}
+	switch backend {
+	case "daemon":
+	case "kmod":
+		if err := h.openModule(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "unknown backend %q\n", backend)
+		os.Exit(2)
+	}
 	if err := h.scan(true); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -192,6 +217,9 @@ func comm(pid, tid int) string {
 func (h *holder) scan(strict bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.kfd >= 0 {
+		return h.scanModule(strict)
+	}
 	alive := map[int]bool{}
 	all := append(append([]ptt.Metric(nil), h.metrics...), dispatchMetric())
 	for _, pid := range pids(h.pid) {
@@ -259,6 +287,9 @@ func (h *holder) scan(strict bool) error {
 func (h *holder) dump() *Dump {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.kfd >= 0 {
+		return h.dumpModule()
+	}
 	d := &Dump{Backend: "daemon", Started: h.started, Note: noteDaemon,
 		CPUNote: "not available on the daemon backend (needs the pitrace module)", Errors: h.errs}
 	for _, m := range h.metrics {
@@ -294,6 +325,11 @@ func (h *holder) dump() *Dump {
 func (h *holder) closeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.kfd >= 0 {
+		_ = kmodbackend.PttTerm(h.kfd)
+		syscall.Close(h.kfd)
+		h.kfd = -1
+	}
 	for _, t := range h.threads {
 		for _, fd := range t.fds {
 			syscall.Close(fd)

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+
+	"perfinsp/libperfutil/kmodbackend"
+	"perfinsp/libperfutil/ptt"
+)
+
+// The holder on the pitrace module: one /dev/pitrace file with the chosen
+// metrics (PTT_INIT) and a module-kept work area for every thread of the
+// target (PTT_WATCH). The module updates the areas at every dispatch and
+// interrupt of the threads, with interrupts factored out into per-CPU
+// buckets; the holder only reads snapshots (PTT_READ, PTT_STATUS).
+
+const devPitrace = "/dev/pitrace"
+
+const noteKmod = "backend kmod (pitrace module): asynchronous interrupts are factored out of the thread metrics (INTERRUPTS, INTR-*) into the per-CPU buckets; " +
+	"tsc of a thread running at the snapshot includes its time up to the snapshot; perf metrics are current to each thread's last dispatch/interrupt"
+
+func (h *holder) openModule() error {
+	fd, err := syscall.Open(devPitrace, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return errors.New("ptt backend kmod is not available: module not loaded")
+		}
+		return fmt.Errorf("open %s: %w", devPitrace, err)
+	}
+	hooks, err := kmodbackend.PttHooks(fd)
+	if err != nil {
+		syscall.Close(fd)
+		return fmt.Errorf("the loaded pitrace module has no PTT support: %w", err)
+	}
+	if err := ptt.ModuleInit(fd, h.metrics); err != nil {
+		syscall.Close(fd)
+		return err
+	}
+	h.kfd, h.hooks, h.watched = fd, hooks, map[int]bool{}
+	return nil
+}
+
+// scanModule watches threads not seen yet; a thread gone between the
+// /proc scan and PTT_WATCH (ESRCH) is skipped. With strict, a failure on
+// the target process is returned. Called with h.mu held.
+func (h *holder) scanModule(strict bool) error {
+	alive := map[int]bool{}
+	self := os.Getpid()
+	for _, pid := range pids(h.pid) {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			if strict && h.pid > 0 {
+				return fmt.Errorf("process %d does not exist", pid)
+			}
+			continue
+		}
+		for _, e := range ents {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			alive[tid] = true
+			if h.watched[tid] {
+				continue
+			}
+			err = kmodbackend.PttWatch(h.kfd, tid)
+			switch {
+			case err == nil, errors.Is(err, syscall.EEXIST):
+				h.watched[tid] = true
+				continue
+			case errors.Is(err, syscall.ESRCH):
+				continue // the thread exited meanwhile
+			case errors.Is(err, syscall.EBUSY):
+				// The module keeps one area per thread: the thread maps its
+				// own (it uses PTT itself) or another ptt watches it. Not
+				// retried while the thread lives.
+				h.watched[tid] = true
+				if len(h.errs) < 20 {
+					h.errs = append(h.errs, fmt.Sprintf("tid %d: already has a PTT work area (its own, or another ptt's): not counted here", tid))
+				}
+				continue
+			case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES):
+				err = fmt.Errorf("thread %d of pid %d: permission denied: only root or a user who may ptrace the thread can watch it: %w", tid, pid, err)
+			case errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EINVAL):
+				err = fmt.Errorf("thread %d: the loaded pitrace module refuses PTT_WATCH (an older module? rebuild and reload kmod/pitrace.ko): %w", tid, err)
+			}
+			if strict && h.pid > 0 {
+				return err
+			}
+			if len(h.errs) < 20 {
+				h.errs = append(h.errs, fmt.Sprintf("tid %d: %v", tid, err))
+			}
+		}
+	}
+	// A tid seen again after it vanished is a new thread: watch it anew.
+	for tid := range h.watched {
+		if !alive[tid] {
+			delete(h.watched, tid)
+		}
+	}
+	return nil
+}
+
+// timeMetric is the index of the metric InterruptTime reports (tsc, else
+// cpu-clock), -1 if none is a time.
+func timeMetric(ms []ptt.Metric) int {
+	for _, want := range []string{"tsc", "cpu-clock"} {
+		for i, m := range ms {
+			if m.Name == want {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// dumpModule builds the dump from PTT_READ and PTT_STATUS. Called with
+// h.mu held.
+func (h *holder) dumpModule() *Dump {
+	d := &Dump{Backend: "kmod", Started: h.started, Note: noteKmod, Errors: append([]string(nil), h.errs...)}
+	for _, m := range h.metrics {
+		d.Metrics = append(d.Metrics, m.Name)
+	}
+	d.Target = "all"
+	if h.pid > 0 {
+		d.Target = fmt.Sprintf("pid %d", h.pid)
+	}
+	d.Guarantees = ptt.ModuleGuarantees(h.metrics, h.hooks)
+	d.Guarantees.RetryDetects = "n/a: the holder reads a snapshot the module takes under each area's sequence (PTT_READ)"
+	d.Guarantees.Notes = append(d.Guarantees.Notes, "values are each thread's work area at the snapshot (PTT_READ); dispatches and interrupts are the module's exact counts")
+	snap, err := kmodbackend.PttRead(h.kfd)
+	if err != nil {
+		d.Errors = append(d.Errors, err.Error())
+	}
+	ti := timeMetric(h.metrics)
+	for _, t := range snap {
+		a := &t.Area
+		td := ThreadDump{Pid: t.Pid, Tid: t.Tid, Name: t.Comm, Values: map[string]uint64{}, InterruptValues: map[string]uint64{},
+			Running: t.Running, Exited: a.Dead != 0 || t.Tid == 0}
+		if !td.Exited {
+			if n := comm(t.Pid, t.Tid); n != "" {
+				td.Name = n
+			}
+		}
+		for i, m := range h.metrics {
+			td.Values[m.Name] = a.Accum[i]
+			td.InterruptValues[m.Name] = a.IntrTime[i]
+		}
+		disp, intr := uint64(a.Dispatches), uint64(a.Interrupts)
+		td.Dispatches, td.Interrupts = &disp, &intr
+		if ti >= 0 {
+			it := a.IntrTime[ti]
+			td.InterruptTime = &it
+		}
+		d.Threads = append(d.Threads, td)
+	}
+	sortThreads(d.Threads)
+	st, err := kmodbackend.PttStatus(h.kfd)
+	if err != nil {
+		d.Errors = append(d.Errors, err.Error())
+		d.CPUNote = "PTT_STATUS failed: " + err.Error()
+		return d
+	}
+	d.CPUs = []CPUBucket{}
+	for _, b := range st.CPUs {
+		cb := CPUBucket{CPU: b.CPU, Interrupts: b.Interrupts, TSC: b.TSC, Values: map[string]uint64{}}
+		for i, m := range h.metrics {
+			cb.Values[m.Name] = b.Val[i]
+		}
+		d.CPUs = append(d.CPUs, cb)
+	}
+	d.CPUNote = fmt.Sprintf("interrupt hooks attached: %#x; %d areas updated by the module (all files)", st.Hooks, st.NAreas)
+	return d
+}
