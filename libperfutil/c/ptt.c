@@ -1,8 +1,16 @@
 /*
- * PTT on the no-module ("daemon") backend: one perf_event counter per metric
- * and thread, read through the counter's mmap page without a system call.
- * See docs/ptt.md. The pitrace module backend comes later (PttInit reports it
- * unavailable).
+ * PTT, per-thread metrics read without a system call. See docs/ptt.md.
+ *
+ * Two backends:
+ *   kmod    the pitrace module (/dev/pitrace): each thread maps its own work
+ *           area (struct pitrace_ptt_area), which the module keeps current
+ *           at every dispatch and around every interrupt (interrupts are
+ *           factored out). A read is accum + ((rdtsc - last) & live) inside
+ *           a sequence check, the same code for every metric.
+ *   daemon  no module: one perf_event counter per metric and thread, read
+ *           through the counter's mmap page.
+ * $PERFINSP_BACKEND=kmod|daemon forces one; auto (or unset) takes kmod when
+ * /dev/pitrace can be opened.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,32 +29,36 @@
 #include <unistd.h>
 
 #include "perfutil.h"
+#include "../../kmod/uapi/pitrace.h"
 
-enum { K_SWITCH_TIME, K_TSC_TIME, K_PMC, K_DISPATCH, K_SYSCALL };
-enum { ST_OK = 0, ST_UNSET = 1, ST_DEAD = 2 };
+enum { K_SWITCH_TIME, K_TSC_TIME, K_PMC, K_DISPATCH, K_SYSCALL, K_KMOD };
+enum { B_DAEMON, B_KMOD };
+enum { ST_OK = 0, ST_UNSET = 1, ST_DEAD = 2, ST_STOPPING = 3 };
 
 struct metric {
 	const char *name;
 	uint32_t type;
 	uint64_t config;
 	int hw;
+	int tsc; /* the module's TSC metric (kmod backend only) */
 };
 
 static const struct metric metrics_tab[] = {
-	{"branch-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES, 1},
-	{"branches", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_INSTRUCTIONS, 1},
-	{"cache-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES, 1},
-	{"cache-references", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_REFERENCES, 1},
-	{"context-switches", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES, 0},
-	{"cpu-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, 0},
-	{"cpu-migrations", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_MIGRATIONS, 0},
-	{"cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, 1},
-	{"instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 1},
-	{"major-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS_MAJ, 0},
-	{"minor-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS_MIN, 0},
-	{"page-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS, 0},
-	{"ref-cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_REF_CPU_CYCLES, 1},
-	{"task-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, 0},
+	{"branch-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_MISSES, 1, 0},
+	{"branches", PERF_TYPE_HARDWARE, PERF_COUNT_HW_BRANCH_INSTRUCTIONS, 1, 0},
+	{"cache-misses", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES, 1, 0},
+	{"cache-references", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_REFERENCES, 1, 0},
+	{"context-switches", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES, 0, 0},
+	{"cpu-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, 0, 0},
+	{"cpu-migrations", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_MIGRATIONS, 0, 0},
+	{"cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, 1, 0},
+	{"instructions", PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, 1, 0},
+	{"major-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS_MAJ, 0, 0},
+	{"minor-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS_MIN, 0, 0},
+	{"page-faults", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS, 0, 0},
+	{"ref-cycles", PERF_TYPE_HARDWARE, PERF_COUNT_HW_REF_CPU_CYCLES, 1, 0},
+	{"task-clock", PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, 0, 0},
+	{"tsc", 0, 0, 0, 1},
 };
 #define NTAB ((int)(sizeof metrics_tab / sizeof metrics_tab[0]))
 
@@ -57,6 +70,8 @@ static int nmetrics;
 static const struct metric *chosen[PTT_MAX_METRICS];
 static int kinds[PTT_MAX_METRICS];
 static int exclude_kernel;
+static int backend;  /* B_DAEMON or B_KMOD, while initialized */
+static int kfd = -1; /* /dev/pitrace (kmod backend) */
 static struct PttThreadState *all_threads;
 static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
@@ -256,6 +271,76 @@ static void read_all(struct PttThreadState *s, uint64_t *values)
 	}
 }
 
+/*
+ * The kmod backend: the calling thread's work area, the same code for every
+ * metric (live[i] is all ones for the TSC, 0 for a perf counter, which the
+ * module keeps current to the thread's last state change). One rdtsc serves
+ * all metrics of a read. The one branch of the fast path is the retry check:
+ * the sequence changed or was odd (the module was updating the area), or the
+ * area is dead (PTT_TERM, or the file was closed under the library).
+ */
+typedef const volatile struct pitrace_ptt_area karea;
+#define KAREA(s) ((karea *)(s)->c[0].page)
+#define KVAL(a, i, t) ((a)->accum[i] + (((t) - (a)->last[i]) & (a)->live[i]))
+#define KBAD(a, seq) (((a)->seq ^ (seq)) | ((seq) & 1) | (a)->dead)
+
+static int kmod_dead(struct PttThreadState *s);
+
+static uint64_t kmod_read1(struct PttThreadState *s)
+{
+	karea *a = KAREA(s);
+	for (;;) {
+		uint32_t seq = a->seq;
+		barrier();
+		uint64_t v = KVAL(a, 0, rdtsc());
+		barrier();
+		if (__builtin_expect(KBAD(a, seq) == 0, 1))
+			return v;
+		if (kmod_dead(s))
+			return 0;
+		s->retries++;
+	}
+}
+
+static void kmod_read2(struct PttThreadState *s, uint64_t *values)
+{
+	karea *a = KAREA(s);
+	for (;;) {
+		uint32_t seq = a->seq;
+		barrier();
+		uint64_t t = rdtsc();
+		uint64_t v0 = KVAL(a, 0, t), v1 = KVAL(a, 1, t);
+		barrier();
+		if (__builtin_expect(KBAD(a, seq) == 0, 1)) {
+			values[0] = v0;
+			values[1] = v1;
+			return;
+		}
+		if (kmod_dead(s))
+			return;
+		s->retries++;
+	}
+}
+
+static void kmod_readn(struct PttThreadState *s, uint64_t *values)
+{
+	karea *a = KAREA(s);
+	int n = s->n;
+	for (;;) {
+		uint32_t seq = a->seq;
+		barrier();
+		uint64_t t = rdtsc();
+		for (int i = 0; i < n; i++)
+			values[i] = KVAL(a, i, t);
+		barrier();
+		if (__builtin_expect(KBAD(a, seq) == 0, 1))
+			return;
+		if (kmod_dead(s))
+			return;
+		s->retries++;
+	}
+}
+
 /* ---- counters ---- */
 
 static void readn_one(struct PttThreadState *s, uint64_t *values);
@@ -353,19 +438,108 @@ static void make_key(void)
 	pthread_key_create(&exit_key, thread_exit);
 }
 
-static void forget_locked(struct PttThreadState *s);
-
-static int setup_thread_locked(void)
+/* From now on the state reads zeros (static, never unmapped). */
+static void park_state(struct PttThreadState *s)
 {
-	long ps = sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < PTT_MAX_METRICS; i++) {
+		struct PttCounter *c = &s->c[i];
+		c->page = zero_area;
+		c->data = zero_area + 4096;
+		c->mask = 4095;
+	}
+	s->lock = &zero_lock;
+	s->read1 = read_unset;
+	s->readn = readn_unset;
+}
+
+/* A kmod read saw a bad sequence (cold): 1 if the area is dead, the state
+ * then stopped (status != 0); 0 to retry. Only the owning thread reads its
+ * area, so it may unmap it here. */
+static __attribute__((noinline, cold)) int kmod_dead(struct PttThreadState *s)
+{
+	if (!KAREA(s)->dead)
+		return 0;
+	pthread_mutex_lock(&mu);
+	/* PttTerminate stops the states (status) before anything else; if it
+	 * did not, the file was terminated or closed under the library. */
+	if (s->status == ST_OK) {
+		s->status = ST_DEAD;
+		munmap((void *)s->c[0].page, s->c[0].size);
+		park_state(s);
+	}
+	pthread_mutex_unlock(&mu);
+	return 1;
+}
+
+/* Link a new, complete state as the calling thread's (mu held). */
+static int publish_locked(struct PttThreadState *s)
+{
+	s->status = ST_OK;
+	/* A state left by an earlier PttInit (terminated) is this thread's
+	 * alone: free it. */
+	if (PttSelf != &unset_state && PttSelf->status != ST_OK)
+		forget_locked(PttSelf);
+	s->next = all_threads;
+	all_threads = s;
+	PttSelf = s;
+	pthread_once(&key_once, make_key);
+	pthread_setspecific(exit_key, s);
+	return PTT_OK;
+}
+
+static struct PttThreadState *new_state(void)
+{
 	struct PttThreadState *s = calloc(1, sizeof *s);
 	if (!s)
-		return fail(PTT_ESYS, "out of memory");
+		return NULL;
 	s->n = nmetrics;
 	s->gen = generation;
 	s->tid = (int)syscall(SYS_gettid);
 	for (int i = 0; i < PTT_MAX_METRICS; i++)
 		s->c[i].fd = -1;
+	return s;
+}
+
+/* kmod: map the calling thread's work area. */
+static int setup_thread_kmod_locked(void)
+{
+	struct PttThreadState *s = new_state();
+	if (!s)
+		return fail(PTT_ESYS, "out of memory");
+	void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, kfd, (off_t)PITRACE_PTT_MMAP_OFFSET);
+	if (p == MAP_FAILED) {
+		int err = errno;
+		free(s);
+		if (err == EBUSY)
+			return fail(PTT_EBUSY, "map the PTT work area of thread %d: the thread already has one on this /dev/pitrace file",
+				    (int)syscall(SYS_gettid));
+		return fail(PTT_ESYS, "map the PTT work area (/dev/pitrace): %s", strerror(err));
+	}
+	karea *a = p;
+	if (a->nmetrics != (uint32_t)nmetrics || a->dead) {
+		int rc = fail(PTT_ESYS, "the PTT work area from /dev/pitrace has %u metrics (want %d), dead %u", a->nmetrics, nmetrics, a->dead);
+		munmap(p, 4096);
+		free(s);
+		return rc;
+	}
+	struct PttCounter *c = &s->c[0];
+	c->page = p;
+	c->size = 4096;
+	c->kind = K_KMOD;
+	s->lock = &a->seq;
+	s->read1 = kmod_read1;
+	s->readn = nmetrics == 1 ? readn_one : nmetrics == 2 ? kmod_read2 : kmod_readn;
+	return publish_locked(s);
+}
+
+static int setup_thread_locked(void)
+{
+	if (backend == B_KMOD)
+		return setup_thread_kmod_locked();
+	long ps = sysconf(_SC_PAGESIZE);
+	struct PttThreadState *s = new_state();
+	if (!s)
+		return fail(PTT_ESYS, "out of memory");
 	for (int i = 0; i < nmetrics; i++) {
 		struct PttCounter *c = &s->c[i];
 		int err;
@@ -417,17 +591,7 @@ static int setup_thread_locked(void)
 			nanosleep(&ts, NULL);
 		}
 	}
-	s->status = ST_OK;
-	/* A state left by an earlier PttInit (terminated) is this thread's
-	 * alone: free it. */
-	if (PttSelf != &unset_state && PttSelf->status != ST_OK)
-		forget_locked(PttSelf);
-	s->next = all_threads;
-	all_threads = s;
-	PttSelf = s;
-	pthread_once(&key_once, make_key);
-	pthread_setspecific(exit_key, s);
-	return PTT_OK;
+	return publish_locked(s);
 }
 
 /* Make sure the calling thread has live counters. */
@@ -502,6 +666,123 @@ static const struct metric *lookup(const char *name)
 	return NULL;
 }
 
+/* PttInit returns this when the module has no PTT (auto: daemon backend). */
+#define KMOD_NO_PTT 1
+
+static int is_task_clock(const struct metric *m)
+{
+	return m->type == PERF_TYPE_SOFTWARE && m->config == PERF_COUNT_SW_TASK_CLOCK && !m->tsc;
+}
+
+static int kmod_ptt_init(int fd, const struct metric **ms, int n)
+{
+	struct pitrace_ptt_init in;
+	memset(&in, 0, sizeof in);
+	in.nmetrics = (uint32_t)n;
+	for (int i = 0; i < n; i++) {
+		in.m[i].kind = ms[i]->tsc ? PITRACE_PTT_TSC : PITRACE_PTT_PERF;
+		in.m[i].type = ms[i]->tsc ? 0 : ms[i]->type;
+		in.m[i].config = ms[i]->tsc ? 0 : ms[i]->config;
+	}
+	return ioctl(fd, PITRACE_IOC_PTT_INIT, &in) == 0 ? 0 : errno;
+}
+
+/* PTT_INIT on the module (fd open, mu held): the kmod backend, or an error
+ * (fd closed), or KMOD_NO_PTT (fd closed) when the module has no PTT and the
+ * backend is not forced. */
+static int init_kmod_locked(int fd, const struct metric **ms, int n, int forced)
+{
+	for (int i = 0; i < n; i++)
+		if (is_task_clock(ms[i])) {
+			close(fd);
+			return fail(PTT_EINVAL, "task-clock is a per-task counter; on the pitrace module use tsc or cpu-clock "
+				    "(or PERFINSP_BACKEND=daemon for task-clock)");
+		}
+	int err = kmod_ptt_init(fd, ms, n);
+	if (!err) {
+		kfd = fd;
+		for (int i = 0; i < n; i++) {
+			chosen[i] = ms[i];
+			kinds[i] = K_KMOD;
+		}
+		nmetrics = n;
+		exclude_kernel = 0;
+		backend = B_KMOD;
+		generation++;
+		initialized = 1;
+		return PTT_OK;
+	}
+	int rc;
+	if (err == ENOTTY) {
+		close(fd);
+		if (!forced)
+			return KMOD_NO_PTT;
+		return fail(PTT_ENOBACKEND, "ptt backend kmod is not available: the loaded pitrace module has no PTT support (PTT_INIT: %s)",
+			    strerror(err));
+	}
+	if (err == EBUSY) {
+		close(fd);
+		return fail(PTT_EBUSY, "the pitrace module is busy: its PTT keeps at most %d distinct perf counters for all processes "
+			    "(PTT_INIT: %s)", PITRACE_PTT_MAX_SLOTS, strerror(err));
+	}
+	/* Which metric: each alone (the file is closed after the failure). */
+	const struct metric *bad = NULL;
+	for (int i = 0; i < n && !bad && n > 1; i++) {
+		int e = kmod_ptt_init(fd, &ms[i], 1);
+		if (e && e != EBUSY) {
+			bad = ms[i];
+			err = e;
+		}
+	}
+	if (!bad && n == 1)
+		bad = ms[0];
+	close(fd);
+	const char *name = bad ? bad->name : "(all)";
+	if (bad && bad->hw && (err == ENOENT || err == EOPNOTSUPP || err == ENODEV)) {
+		if (!has_pmu())
+			return fail(PTT_ENOPMU, "no hardware PMU on this machine: %s needs a hardware counter", bad->name);
+		return fail(PTT_ENOPMU, "metric %s: the hardware PMU does not provide this event: %s", bad->name, strerror(err));
+	}
+	if (err == EPERM || err == EACCES)
+		rc = fail(PTT_EPERM, "metric %s: the pitrace module refused it: %s", name, strerror(err));
+	else if (err == EOPNOTSUPP && bad && !bad->tsc)
+		rc = fail(PTT_ENOBACKEND, "metric %s: the loaded pitrace module does not keep perf counters in PTT (PTT_INIT: %s)",
+			  name, strerror(err));
+	else
+		rc = fail(PTT_ESYS, "metric %s: the pitrace module's PTT_INIT failed: %s (see dmesg)", name, strerror(err));
+	return rc;
+}
+
+/* fork: the child has no work areas (the module's mappings are not copied)
+ * and shares the parent's file: it starts uninitialized, its states dead. */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&mu);
+}
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&mu);
+}
+static void atfork_child(void)
+{
+	if (initialized && backend == B_KMOD) {
+		for (struct PttThreadState *s = all_threads; s; s = s->next)
+			if (s->status == ST_OK) {
+				s->status = ST_DEAD;
+				park_state(s);
+			}
+		close(kfd);
+		kfd = -1;
+		initialized = 0;
+	}
+	pthread_mutex_unlock(&mu);
+}
+static void register_atfork(void)
+{
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
 int PttInit(const char **names, int n)
 {
 	if (!names || n < 1)
@@ -525,13 +806,9 @@ int PttInit(const char **names, int n)
 				return fail(PTT_EINVAL, "metric %s given twice", ms[i]->name);
 	}
 	const char *be = getenv("PERFINSP_BACKEND");
-	if (be && strcmp(be, "kmod") == 0) {
-		struct stat st;
-		return fail(PTT_ENOBACKEND, "ptt backend kmod is not available: %s",
-			    stat("/dev/pitrace", &st) == 0 ? "the loaded pitrace module has no PTT support yet" : "module not loaded");
-	}
-	if (be && *be && strcmp(be, "daemon") != 0 && strcmp(be, "auto") != 0)
+	if (be && *be && strcmp(be, "kmod") != 0 && strcmp(be, "daemon") != 0 && strcmp(be, "auto") != 0)
 		return fail(PTT_ENOBACKEND, "unknown backend \"%s\" in $PERFINSP_BACKEND: use kmod, daemon or auto", be);
+	int force_kmod = be && strcmp(be, "kmod") == 0, force_daemon = be && strcmp(be, "daemon") == 0;
 
 	pthread_mutex_lock(&mu);
 	if (initialized) {
@@ -544,6 +821,32 @@ int PttInit(const char **names, int n)
 		munmap(g->p, g->len);
 		free(g);
 	}
+	pthread_once(&atfork_once, register_atfork);
+	/* The module when it is there (or forced), else the daemon backend. */
+	char why[160] = "PERFINSP_BACKEND=daemon";
+	if (!force_daemon) {
+		int fd = open(PITRACE_DEVICE, O_RDWR | O_CLOEXEC);
+		int err = errno;
+		if (fd >= 0) {
+			int rc = init_kmod_locked(fd, ms, n, force_kmod);
+			if (rc != KMOD_NO_PTT) {
+				pthread_mutex_unlock(&mu);
+				return rc;
+			}
+			snprintf(why, sizeof why, "the loaded pitrace module has no PTT");
+		} else if (force_kmod) {
+			pthread_mutex_unlock(&mu);
+			return fail(PTT_ENOBACKEND, "ptt backend kmod is not available: %s: %s", PITRACE_DEVICE,
+				    err == ENOENT ? "module not loaded" : strerror(err));
+		} else {
+			snprintf(why, sizeof why, "%s: %s", PITRACE_DEVICE, err == ENOENT ? "module not loaded" : strerror(err));
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (ms[i]->tsc) {
+			pthread_mutex_unlock(&mu);
+			return fail(PTT_ENOBACKEND, "metric tsc needs the pitrace module (%s); without it use task-clock or cpu-clock", why);
+		}
 	/* Check each metric on the calling thread; learn the capabilities. */
 	int excl = 0, cap_time = 0, cap_rdpmc = 0;
 	long ps = sysconf(_SC_PAGESIZE);
@@ -592,6 +895,7 @@ int PttInit(const char **names, int n)
 	}
 	nmetrics = n;
 	exclude_kernel = excl;
+	backend = B_DAEMON;
 	generation++;
 	initialized = 1;
 	pthread_mutex_unlock(&mu);
@@ -605,14 +909,22 @@ int PttTerminate(void)
 		pthread_mutex_unlock(&mu);
 		return fail(PTT_ENOTINIT, "ptt is not initialized: call PttInit first");
 	}
+	/* Stop the states first: a reader that sees an area die (PTT_TERM
+	 * below) or turn to zeros then fails its status check. */
+	for (struct PttThreadState *s = all_threads; s; s = s->next)
+		if (s->status == ST_OK)
+			s->status = ST_STOPPING;
+	if (backend == B_KMOD)
+		ioctl(kfd, PITRACE_IOC_PTT_TERM); /* every area: dead = 1 */
 	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	for (struct PttThreadState *s = all_threads; s; s = s->next) {
-		if (s->status != ST_OK)
+		if (s->status != ST_STOPPING)
 			continue;
 		s->status = ST_DEAD;
 		/* Readers on other threads may be inside a read: keep the
 		 * addresses mapped (zero pages) and the descriptors valid. */
-		for (int i = 0; i < s->n; i++) {
+		int nmap = s->c[0].kind == K_KMOD ? 1 : s->n; /* kmod: one area */
+		for (int i = 0; i < nmap; i++) {
 			struct PttCounter *c = &s->c[i];
 			void *p = mmap((void *)c->page, c->size, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 			if (p != MAP_FAILED) {
@@ -626,7 +938,7 @@ int PttTerminate(void)
 			}
 			if (c->kind == K_SYSCALL && null >= 0)
 				dup3(null, c->fd, O_CLOEXEC); /* left open on purpose */
-			else
+			else if (c->fd >= 0)
 				close(c->fd);
 			/* Later reads of this state (the thread may read again
 			 * after the next PttInit frees the zero pages) see
@@ -641,6 +953,10 @@ int PttTerminate(void)
 	}
 	if (null >= 0)
 		close(null);
+	if (backend == B_KMOD) {
+		close(kfd);
+		kfd = -1;
+	}
 	/* Thread states stay allocated: threads still point at them. */
 	initialized = 0;
 	pthread_mutex_unlock(&mu);
@@ -659,12 +975,14 @@ const char *PttMetricName(int i)
 
 const char *PttBackend(void)
 {
-	return initialized ? "daemon" : NULL;
+	if (!initialized)
+		return NULL;
+	return backend == B_KMOD ? "kmod" : "daemon";
 }
 
 int PttInterruptsFactoredOut(void)
 {
-	return initialized ? 0 : PTT_ENOTINIT;
+	return initialized ? backend == B_KMOD : PTT_ENOTINIT;
 }
 
 int PttNoSyscallRead(void)

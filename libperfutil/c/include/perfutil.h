@@ -12,9 +12,19 @@
  *   rc = PttReadMetric0(&t);                // fastest: the first metric only
  *   PttTerminate();
  *
- * Each thread's counters are opened on its first read (or PttThreadInit),
- * and released when the thread exits. Reads after PttTerminate return
- * PTT_ETERMINATED; they never fault.
+ * Backends ($PERFINSP_BACKEND=kmod|daemon forces one; auto or unset: kmod
+ * when /dev/pitrace can be opened, else daemon):
+ *   kmod    the pitrace module keeps a work area per thread, current at every
+ *           dispatch and around every interrupt (interrupts factored out);
+ *           a read is accum + ((rdtsc - last) & live) inside a sequence
+ *           check, the same code for every metric. tsc is current to the
+ *           read; perf metrics to the thread's last dispatch or interrupt.
+ *   daemon  no module: one perf_event counter per metric and thread, read
+ *           through its mmap page (or read() for some software counters).
+ *
+ * Each thread's counters (daemon) or work area (kmod) are opened on its
+ * first read (or PttThreadInit), and released when the thread exits. Reads
+ * after PttTerminate return PTT_ETERMINATED; they never fault.
  *
  * Link: -lperfutil (bin/libperfutil.a or bin/libperfutil.so) -pthread.
  */
@@ -33,7 +43,7 @@ extern "C" {
 /* Return codes (0 is success). */
 enum {
 	PTT_OK = 0,
-	PTT_EINVAL = -1,      /* bad argument (NULL, n < 1) */
+	PTT_EINVAL = -1,      /* bad argument (NULL, n < 1, task-clock on kmod) */
 	PTT_ETOOMANY = -2,    /* more than PTT_MAX_METRICS metrics */
 	PTT_EUNKNOWN = -3,    /* unknown metric name */
 	PTT_ENOPMU = -4,      /* hardware metric, no hardware PMU here */
@@ -41,14 +51,15 @@ enum {
 	PTT_ENOTINIT = -6,    /* PttInit was not called */
 	PTT_ETERMINATED = -7, /* PttTerminate was called */
 	PTT_ESYS = -8,        /* a system call failed (see PttStrerror) */
-	PTT_EBUSY = -9,       /* PttInit called twice */
-	PTT_ENOBACKEND = -10, /* the requested backend is not available */
+	PTT_EBUSY = -9,       /* PttInit called twice; module out of counters */
+	PTT_ENOBACKEND = -10, /* the requested backend is not available (or
+	                       * tsc without the pitrace module) */
 };
 
 /* Per-thread state. Internal, but visible so that the fast reads can be
  * inline; do not touch the fields. */
 struct PttCounter {
-	const volatile void *page; /* perf_event_mmap_page */
+	const volatile void *page; /* perf_event_mmap_page; kmod: c[0] the work area */
 	const volatile char *data; /* ring buffer of switch records */
 	uint64_t mask;
 	uint64_t size;
@@ -60,9 +71,9 @@ struct PttThreadState;
 typedef uint64_t (*PttRead1Fn)(struct PttThreadState *s);
 
 struct PttThreadState {
-	const volatile uint32_t *lock; /* first counter's page lock */
+	const volatile uint32_t *lock; /* first counter's page lock (kmod: area seq) */
 	PttRead1Fn read1;              /* metric 0, with the retry loop */
-	void (*readn)(struct PttThreadState *s, uint64_t *values); /* all metrics */
+	void (*readn)(struct PttThreadState *s, uint64_t *values); /* all metrics (1, 2 or N) */
 	volatile int status;           /* 0, or why the fast path cannot be used */
 	int n;
 	uint64_t retries;
@@ -75,10 +86,13 @@ struct PttThreadState {
 extern __thread struct PttThreadState *PttSelf;
 
 /* Initialize PTT for the process with n metrics (names as for `ptt on -m`:
- * task-clock, cpu-clock, context-switches, cpu-migrations, page-faults,
+ * tsc, task-clock, cpu-clock, context-switches, cpu-migrations, page-faults,
  * minor-faults, major-faults, cycles, instructions, branches, branch-misses,
- * cache-references, cache-misses, ref-cycles). $PERFINSP_BACKEND=kmod|daemon
- * forces a backend. */
+ * cache-references, cache-misses, ref-cycles). tsc (time stamp counter
+ * cycles of the thread) needs the pitrace module; task-clock is per-task
+ * and the daemon backend's only (on kmod use tsc or cpu-clock). Hardware
+ * metrics need a hardware PMU (PTT_ENOPMU). $PERFINSP_BACKEND=kmod|daemon
+ * forces a backend, auto (or unset) takes kmod when /dev/pitrace opens. */
 int PttInit(const char **metrics, int n);
 /* Release every thread's counters. */
 int PttTerminate(void);

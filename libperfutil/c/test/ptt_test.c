@@ -1,5 +1,6 @@
 /*
- * C test of libperfutil's PTT (no-module backend): bad input, agreement of the
+ * C test of libperfutil's PTT (no-module backend): bad input (tsc without the
+ * module, PERFINSP_BACKEND=kmod without the module), agreement of the
  * mapped task-clock read with CLOCK_THREAD_CPUTIME_ID under contention, the
  * retry path, read after PttTerminate; then ns per read side by side.
  * Exit status 0 only if every check passed; every figure is printed.
@@ -103,12 +104,31 @@ static void test_bad_input(void)
 		      "hardware metric: %d %s", rc, PttStrerror(rc));
 		printf("ok   hardware metric without PMU: %s\n", PttStrerror(rc));
 	}
-	setenv("PERFINSP_BACKEND", "kmod", 1);
-	const char *tc[] = {"task-clock"};
-	rc = PttInit(tc, 1);
-	CHECK(rc == PTT_ENOBACKEND, "kmod without module: %d %s", rc, PttStrerror(rc));
-	printf("ok   PERFINSP_BACKEND=kmod: %s\n", PttStrerror(rc));
-	unsetenv("PERFINSP_BACKEND");
+	const char *tsc[] = {"tsc"};
+	rc = PttInit(tsc, 1);
+	CHECK(rc == PTT_ENOBACKEND && strstr(PttStrerror(rc), "tsc needs the pitrace module"),
+	      "tsc on the daemon backend: %d %s", rc, PttStrerror(rc));
+	printf("ok   tsc with PERFINSP_BACKEND=daemon: %s\n", PttStrerror(rc));
+	if (stat("/dev/pitrace", &st) == 0) {
+		printf("SKIP backend kmod and auto without the module: /dev/pitrace exists\n");
+	} else {
+		setenv("PERFINSP_BACKEND", "kmod", 1);
+		const char *tc[] = {"task-clock"};
+		rc = PttInit(tc, 1);
+		CHECK(rc == PTT_ENOBACKEND, "kmod without module: %d %s", rc, PttStrerror(rc));
+		printf("ok   PERFINSP_BACKEND=kmod: %s\n", PttStrerror(rc));
+		rc = PttInit(tsc, 1);
+		CHECK(rc == PTT_ENOBACKEND && strstr(PttStrerror(rc), "module not loaded"), "kmod tsc without module: %d %s", rc,
+		      PttStrerror(rc));
+		printf("ok   PERFINSP_BACKEND=kmod, tsc: %s\n", PttStrerror(rc));
+		unsetenv("PERFINSP_BACKEND");
+		rc = PttInit(tsc, 1);
+		CHECK(rc == PTT_ENOBACKEND && strstr(PttStrerror(rc), "tsc needs the pitrace module"), "auto tsc without module: %d %s",
+		      rc, PttStrerror(rc));
+		printf("ok   tsc, backend auto, no module: %s\n", PttStrerror(rc));
+		CHECK(PttBackend() == NULL, "PttBackend after failed inits: %s", PttBackend());
+		setenv("PERFINSP_BACKEND", "daemon", 1);
+	}
 	rc = PttTerminate();
 	CHECK(rc == PTT_ENOTINIT, "PttTerminate before PttInit: %d", rc);
 	printf("%s bad input\n", failures > f0 ? "FAIL" : "ok  ");
@@ -155,6 +175,7 @@ static void test_agreement(void)
 	if (rc)
 		return;
 	CHECK(PttInterruptsFactoredOut() == 0, "daemon backend claims interrupts factored out");
+	CHECK(PttBackend() && strcmp(PttBackend(), "daemon") == 0, "PttBackend: %s", PttBackend() ? PttBackend() : "NULL");
 	CHECK(PttNoSyscallRead() == 1, "task-clock and context-switches should be read without a system call");
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	enum { N = 2, ATTEMPTS = 3 };
@@ -368,6 +389,9 @@ static void bench(void)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* The daemon backend (the kmod backend is tested in the VM by
+	 * ptt_kmod_test.c); the bad-input test changes it and restores it. */
+	setenv("PERFINSP_BACKEND", "daemon", 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0) {
 		bench();
 		return 0;
