@@ -256,4 +256,33 @@ func (c *checker) tool(pttBin string) {
 	if _, err := run("dump"); err == nil {
 		c.check(false, "ptt dump after off succeeded")
 	}
+
+	// ptt info names the module and what it promises for perf metrics.
+	out, err = run("info")
+	c.check(err == nil && strings.Contains(out, "active backend: kmod") && strings.Contains(out, "last dispatch/interrupt"),
+		"ptt info: active backend kmod, perf metrics current to the last dispatch/interrupt (%v)", err)
+	if err != nil || !strings.Contains(out, "active backend: kmod") {
+		fmt.Println(out)
+	}
+
+	// -a: every thread of every process, default metric (tsc).
+	out, err = run("on", "-a")
+	c.check(err == nil && strings.Contains(out, "tsc for every thread"), "ptt on -a: %v: %s", err, strings.TrimSpace(out))
+	if err != nil {
+		return
+	}
+	time.Sleep(500 * time.Millisecond)
+	out, err = run("dump", "--json")
+	var da dumpJSON
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &da)
+	}
+	procs := map[int]bool{}
+	for _, t := range da.Threads {
+		procs[t.Pid] = true
+	}
+	c.check(err == nil && len(procs) >= 3 && procs[pid], "ptt dump -a: %d threads of %d processes (cpuburn %d among them: %v), errors %d (%v)",
+		len(da.Threads), len(procs), pid, procs[pid], len(da.Errors), err)
+	out, err = run("off")
+	c.check(err == nil, "ptt off after -a: %v %s", err, strings.TrimSpace(out))
 }
