@@ -89,6 +89,9 @@ struct ptt_cpu {
 	u64 val[PTT_NSLOTS];		/* last value read of each slot */
 	u64 nintr;
 	u64 bucket[PTT_NVALS];		/* spent in interrupts */
+	bool resched;			/* an interrupt left need_resched set */
+	unsigned long rmask;		/* slots read at that exit */
+	u64 rstart[PTT_NVALS];		/* values at that exit */
 	struct perf_event *ev[PTT_NSLOTS];
 };
 
@@ -180,23 +183,56 @@ static struct ptt_ent *ptt_lookup(struct task_struct *t)
 
 /* ---- hooks (preemption or interrupts disabled; never sleep) ------------ */
 
+/*
+ * prev is preempted right after an interrupt that set need_resched: the
+ * way from that interrupt's exit to this switch is the interrupt's doing
+ * (the scheduler run it caused), so it goes to the CPU's bucket like the
+ * interrupt itself, not to the thread.
+ */
+static void ptt_resched(struct ptt_cpu *c, struct ptt_ent *e, const u64 *now,
+			unsigned long m)
+{
+	u64 d[PTT_NVALS];
+	u32 i;
+
+	m &= c->rmask;
+	d[PTT_TSC] = now[PTT_TSC] - c->rstart[PTT_TSC];
+	c->bucket[PTT_TSC] += d[PTT_TSC];
+	for (i = 0; i < PTT_NSLOTS; i++) {
+		d[i] = 0;
+		if (m & BIT(i)) {
+			d[i] = now[i] - c->rstart[i];
+			c->bucket[i] += d[i];
+		}
+	}
+	for (i = 0; i < e->nmetrics; i++) {
+		e->a->intr_time[i] += d[e->slot[i]];
+		e->a->last[i] = now[e->slot[i]];
+	}
+}
+
 static void ptt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 			  struct task_struct *next, unsigned int prev_state)
 {
 	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
+	unsigned long m;
 
 	if (!READ_ONCE(ptt_nareas))
 		return;
 	c = this_cpu_ptr(&ptt_cpus);
-	ptt_now(c, now);
+	m = ptt_now(c, now);
 	e = c->cur;
 	if (e && e->task == prev) {
 		ptt_begin(e->a);
-		ptt_charge(e, now);
+		if (c->resched && prev_state == TASK_RUNNING)
+			ptt_resched(c, e, now, m);
+		else
+			ptt_charge(e, now);
 		ptt_end(e->a);
 	}
+	c->resched = false;
 	e = ptt_lookup(next);
 	c->cur = e;
 	if (!e)
@@ -247,6 +283,7 @@ static void ptt_intr_entry(void)
 	local_irq_save(fl);
 	c = this_cpu_ptr(&ptt_cpus);
 	if (c->depth++ == 0) {
+		c->resched = false;
 		c->mask0 = ptt_now(c, now);
 		memcpy(c->start, now, sizeof(now));
 		e = c->cur;
@@ -294,6 +331,11 @@ static void ptt_intr_exit(void)
 			e->a->intr_time[i] += d[e->slot[i]];
 		ptt_start(e, now);
 		ptt_end(e->a);
+		if (e->task == current && test_tsk_need_resched(current)) {
+			c->resched = true;
+			c->rmask = m;
+			memcpy(c->rstart, now, sizeof(now));
+		}
 	}
 	local_irq_restore(fl);
 }
@@ -945,24 +987,34 @@ static long ptt_ioc_read(void **ctxp, void __user *arg)
 	struct pitrace_ptt_read r;
 	struct ptt_ctx *ctx;
 	struct ptt_ent *e;
-	u32 n = 0, total = 0;
+	u32 n = 0, total = 0, want;
 	long err = 0;
 
 	if (copy_from_user(&r, arg, sizeof(r)))
 		return -EFAULT;
-	r.max = min_t(u32, r.max, 65536);	/* ~20 MB of snapshots */
-	if (r.max) {
-		buf = kvcalloc(r.max, sizeof(*buf), GFP_KERNEL);
+	/* size the buffer by the areas there are, not by what was asked */
+	mutex_lock(&ptt_lock);
+	ctx = *ctxp;
+	if (ctx && ctx->nmetrics)
+		list_for_each_entry(e, &ctx->ents, lnode)
+			total++;
+	mutex_unlock(&ptt_lock);
+	if (!ctx || !ctx->nmetrics)
+		return -EINVAL;
+	want = min3(r.max, total + 16, 65536U);	/* ~20 MB at most */
+	if (want) {
+		buf = kvcalloc(want, sizeof(*buf), GFP_KERNEL);
 		if (!buf)
 			return -ENOMEM;
 	}
+	total = 0;
 	mutex_lock(&ptt_lock);
 	ctx = *ctxp;
 	if (!ctx || !ctx->nmetrics) {
 		err = -EINVAL;
 	} else {
 		list_for_each_entry(e, &ctx->ents, lnode) {
-			if (n < r.max)
+			if (n < want)
 				ptt_snapshot(e, &buf[n++]);
 			total++;
 		}

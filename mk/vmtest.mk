@@ -1,9 +1,12 @@
-# The kernel-module VM test: boots Debian's kernel under QEMU (TCG, -smp 2)
-# with the module, the static tools and the guest tests (scripts/vmtest/).
+# The kernel-module VM tests: boot Debian's kernel under QEMU (TCG) with the
+# module, the static tools and the guest tests (scripts/vmtest/): the
+# functional test on 2 vCPUs, then PTT under -icount shift=0,sleep=off
+# (guest TSC = instructions: exact counts, the 0.01 % spread target).
 # Under CI=true a missing dependency fails; elsewhere it skips with the reason.
 .PHONY: vmtest vmtest-bench
 vmtest:
 	bash scripts/vmtest/run.sh
+	bash scripts/vmtest/run.sh ptt
 TEST_TARGETS += vmtest
 
 # Per-record cost of the module's tprof and TraceHook paths against perf's

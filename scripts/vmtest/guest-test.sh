@@ -6,7 +6,7 @@ fail() {
 	echo "vmtest: FAIL: $*"
 	exit 1
 }
-step() { echo "vmtest: --- $*"; }
+step() { echo "vmtest: --- $* (uptime $(cut -d' ' -f1 /proc/uptime) s)"; }
 run() {
 	# run a command, show its output, fail on error
 	"$@" >/tmp/out 2>&1
@@ -36,6 +36,8 @@ if [ "$1" = ptt ]; then
 	run ptt perf
 	step "PTT watch/read of another process"
 	run ptt watch
+	step "PTT: the C library on the module (-icount)"
+	run ptt_ctest_kmod
 	step "PTT benchmark: virtualized vs raw TSC (-icount shift=0,sleep=off)"
 	run ptt bench
 	rmmod pitrace || fail "rmmod after ptt"
@@ -102,6 +104,8 @@ run pitest modes
 
 step "PTT: per-thread TSC work areas"
 run ptt func
+step "PTT: two threads pinned to two CPUs"
+run ptt smp
 step "PTT: perf counter metrics"
 run ptt perf
 step "PTT: watch/read of another process"
@@ -110,8 +114,13 @@ step "PTT: threads mapping, unmapping and exiting in 4 processes (one killed)"
 run ptt stress 10
 step "PTT: the Go library on the module backend"
 run pitest pttgo
+step "PTT: the C library (libperfutil.a) on the module backend"
+run ptt_ctest_kmod
+step "PTT: the ptt tool on the module (ptt on -p / -a, dump, off)"
+run pitest pttmod /bin/ptt-tool
 
 fi
+ps -o pid,stat,time,comm 2>/dev/null | awk '$2 !~ /S|I/' | sed 's/^/  ps: /'
 step "robustness: 2 x 50000 random ioctls while a third process toggles on/off/get"
 swtrace init -t 64K -m 64K >/dev/null 2>&1
 pitest fuzz 50000 1 >/tmp/fz1 2>&1 &

@@ -646,10 +646,50 @@ static pid_t load_start(int kind)
 	_exit(0);
 }
 
+static int bucket(int fd, uint64_t *intr, uint64_t *tsc)
+{
+	struct pitrace_ptt_status st;
+
+	memset(&st, 0, sizeof(st));
+	if (ioctl(fd, PITRACE_IOC_PTT_STATUS, &st))
+		return -1;
+	*intr = st.cpu[0].interrupts;
+	*tsc = st.cpu[0].tsc;
+	return 0;
+}
+
+#define NLOADS 3
+static const char *loadname[NLOADS] = { "none", "timerfd-50us", "udp-loopback" };
+
+static pid_t load_on(int li)
+{
+	pid_t lp = 0;
+
+	if (li) {
+		lp = load_start(li);
+		usleep(20000);
+	}
+	return lp;
+}
+
+static void load_off(int li, pid_t lp)
+{
+	if (lp) {
+		kill(-lp, SIGKILL);
+		kill(lp, SIGKILL);
+		waitpid(lp, NULL, 0);
+	}
+}
+
+/*
+ * The loop of n iterations (2n instructions) 10 times under each load:
+ * the spread of the virtualized count must stay within 0.01 % on the
+ * longest loop, while the raw TSC and the interrupt bucket grow.
+ */
 static void bench(void)
 {
-	static const uint64_t ns[] = { 1000000, 10000000 };
-	static const char *loadname[] = { "none", "timerfd-50us", "udp-loopback" };
+	static const uint64_t ns[] = { 1000000, 10000000, 50000000 };
+	const int nn = sizeof(ns) / sizeof(ns[0]);
 	varea *a;
 	int fd, li, ni, r;
 
@@ -659,26 +699,22 @@ static void bench(void)
 		fails++;
 		return;
 	}
-	printf("ptt-bench: %-13s %9s %12s %10s %12s %10s %6s %6s %5s %9s %10s %9s\n",
+	printf("ptt-bench: %-13s %9s %12s %10s %12s %10s %6s %6s %5s %9s %10s %11s %10s\n",
 	       "load", "N", "virt-mean", "virt-spr%", "raw-mean", "raw-spr%",
-	       "intr", "disp", "retry", "resid/ev", "corr-spr%", "fit/ev");
-	for (ni = 0; ni < 2; ni++) {
-		double base = 0;
-		double base_intr = 0;
+	       "intr", "disp", "retry", "resid/ev", "bias%", "bucket-intr", "bucket-tsc");
+	for (ni = 0; ni < nn; ni++) {
+		double base = 0, base_ev = 0;
+		uint64_t base_bt = 0;
 
-		for (li = 0; li < 3; li++) {
-			double vr[10], er[10], em = 0, vm = 0, cov = 0, var = 0, k = 0;
-			double cmin = 1e300, cmax = -1e300;
+		for (li = 0; li < NLOADS; li++) {
 			int64_t vmin = INT64_MAX, vmax = 0, rmin = INT64_MAX, rmax = 0;
-			double vsum = 0, rsum = 0, isum = 0, dsum = 0;
+			double vsum = 0, rsum = 0, isum = 0, dsum = 0, spr, rspr;
+			uint64_t bi0, bt0, bi1, bt1;
 			long ret0 = retries;
-			pid_t lp = 0;
+			pid_t lp = load_on(li);
 
-			if (li) {
-				lp = load_start(li);
-				usleep(20000);
-			}
-			spin(ns[ni]);	/* warm */
+			spin(ns[ni] / 4);	/* warm */
+			bucket(fd, &bi0, &bt0);
 			for (r = 0; r < 10; r++) {
 				uint32_t i0 = a->interrupts, d0 = a->dispatches;
 				int64_t v0 = ptt_read(a, 0);
@@ -693,53 +729,266 @@ static void bench(void)
 				rmin = raw < rmin ? raw : rmin;
 				rmax = raw > rmax ? raw : rmax;
 				vsum += v;
-				vr[r] = v;
-				er[r] = (a->interrupts - i0) + (a->dispatches - d0);
 				rsum += raw;
 				isum += a->interrupts - i0;
 				dsum += a->dispatches - d0;
 			}
-			if (lp) {
-				kill(-lp, SIGKILL);
-				kill(lp, SIGKILL);
-				waitpid(lp, NULL, 0);
-			}
+			bucket(fd, &bi1, &bt1);
+			load_off(li, lp);
 			if (li == 0) {
-				base = vmin;
-				base_intr = isum / 10;
+				base = vsum / 10;
+				base_ev = (isum + dsum) / 10;
+				base_bt = bt1 - bt0;
 			}
-			/* least squares v = V0 + k * events: the residual per event */
-			for (r = 0; r < 10; r++) {
-				em += er[r] / 10;
-				vm += vr[r] / 10;
+			spr = 100.0 * (vmax - vmin) / (vsum / 10);
+			rspr = 100.0 * (rmax - rmin) / (rsum / 10);
+			printf("ptt-bench: %-13s %9llu %12.1f %10.5f %12.1f %10.5f %6.1f %6.1f %5ld %9.1f %10.5f %11llu %10llu\n",
+			       loadname[li], (unsigned long long)ns[ni], vsum / 10, spr,
+			       rsum / 10, rspr, isum / 10, dsum / 10, retries - ret0,
+			       li && (isum + dsum) / 10 > base_ev ?
+			       (vsum / 10 - base) / ((isum + dsum) / 10 - base_ev) : 0.0,
+			       100.0 * (vsum / 10 - base) / base,
+			       (unsigned long long)(bi1 - bi0), (unsigned long long)(bt1 - bt0));
+			if (ni == nn - 1) {
+				CHECK(spr <= 0.01, "%s: virtualized spread %.5f %% > 0.01 %% on the %llu-iteration loop",
+				      loadname[li], spr, (unsigned long long)ns[ni]);
+				if (li) {
+					CHECK(rsum / 10 > vsum / 10 * 1.002,
+					      "%s: the raw TSC (%.0f) did not grow over the virtualized count (%.0f)",
+					      loadname[li], rsum / 10, vsum / 10);
+					CHECK(bt1 - bt0 > 2 * base_bt,
+					      "%s: the interrupt bucket grew %llu, no load %llu",
+					      loadname[li], (unsigned long long)(bt1 - bt0),
+					      (unsigned long long)base_bt);
+				}
 			}
-			for (r = 0; r < 10; r++) {
-				cov += (er[r] - em) * (vr[r] - vm);
-				var += (er[r] - em) * (er[r] - em);
-			}
-			if (var > 0)
-				k = cov / var;
-			for (r = 0; r < 10; r++) {
-				double c = vr[r] - k * er[r];
-
-				cmin = c < cmin ? c : cmin;
-				cmax = c > cmax ? c : cmax;
-			}
-			printf("ptt-bench: %-13s %9llu %12.1f %10.5f %12.1f %10.5f %6.1f %6.1f %5ld %9.1f %10.5f %9.1f\n",
-			       loadname[li], (unsigned long long)ns[ni], vsum / 10,
-			       100.0 * (vmax - vmin) / (vsum / 10), rsum / 10,
-			       100.0 * (rmax - rmin) / (rsum / 10), isum / 10,
-			       dsum / 10, retries - ret0,
-			       (li && isum / 10 + dsum / 10 > base_intr) ?
-			       (vsum / 10 - base) / (isum / 10 + dsum / 10 - base_intr) : 0.0,
-			       100.0 * (cmax - cmin) / vm, k);
 		}
 	}
-	printf("ptt-bench: virt = PTT virtualized TSC delta, raw = rdtsc delta, spr = (max-min)/mean over 10 runs;\n");
-	printf("ptt-bench: intr/disp = interrupts/dispatches counted per run; resid/ev = (virt-mean - no-load min) per extra interrupt+dispatch;\n");
-	printf("ptt-bench: fit/ev = least-squares cycles per interrupt+dispatch over the 10 runs, corr-spr = spread of virt - fit/ev * events\n");
+	printf("ptt-bench: virt = PTT virtualized TSC delta, raw = rdtsc delta, spr = (max-min)/mean over 10 runs of a loop of N iterations (2N instructions);\n");
+	printf("ptt-bench: intr/disp = the thread's interrupts/dispatches per run; resid/ev = (virt-mean - no-load mean) per extra interrupt+dispatch;\n");
+	printf("ptt-bench: bias = virt-mean vs no-load; bucket = CPU 0's interrupt bucket growth over the 10 runs (interrupts, TSC cycles)\n");
 	status(fd, "bench");
+	munmap((void *)a, 4096);
 	close(fd);
+}
+
+/*
+ * Two threads pinned to the one CPU, each looping n iterations at the same
+ * time: each gets its own count (as when alone, up to the per-event
+ * residual), while its raw TSC also holds the other's time.
+ */
+struct pair {
+	int fd;
+	uint64_t n;
+	int64_t virt, raw;
+	uint32_t disp, intr;
+	volatile int *go;
+};
+
+static void *pair_thr(void *arg)
+{
+	struct pair *p = arg;
+	varea *a = ptt_map(p->fd);
+	uint32_t d0, i0;
+	int64_t v0;
+	uint64_t r0;
+
+	if (!a)
+		return NULL;
+	while (!*p->go)
+		;
+	d0 = a->dispatches;
+	i0 = a->interrupts;
+	v0 = ptt_read(a, 0);
+	r0 = rdtsc();
+	spin(p->n);
+	p->raw = rdtsc() - r0;
+	p->virt = ptt_read(a, 0) - v0;
+	p->disp = a->dispatches - d0;
+	p->intr = a->interrupts - i0;
+	munmap((void *)a, 4096);
+	return NULL;
+}
+
+static void two_threads(void)
+{
+	static const uint64_t n1 = 30000000, n2 = 20000000;
+	struct pair p[2];
+	volatile int go = 0;
+	pthread_t th[2];
+	int64_t solo[2];
+	varea *a;
+	int fd, i;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0 || ptt_init(fd, 1) || !(a = ptt_map(fd))) {
+		printf("ptt: FAIL: two-threads setup: %s\n", strerror(errno));
+		fails++;
+		return;
+	}
+	for (i = 0; i < 2; i++) {
+		int64_t v0 = ptt_read(a, 0);
+
+		spin(i ? n2 : n1);
+		solo[i] = ptt_read(a, 0) - v0;
+	}
+	munmap((void *)a, 4096);
+	for (i = 0; i < 2; i++) {
+		p[i] = (struct pair){ .fd = fd, .n = i ? n2 : n1, .go = &go };
+		pthread_create(&th[i], NULL, pair_thr, &p[i]);
+	}
+	usleep(10000);
+	go = 1;
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	for (i = 0; i < 2; i++) {
+		double dv = 100.0 * (p[i].virt - solo[i]) / solo[i];
+		double per = p[i].disp + p[i].intr ?
+			(double)(p[i].virt - solo[i]) / (p[i].disp + p[i].intr) : 0;
+
+		printf("ptt: two threads on one CPU: thread %d loop %llu: alone %lld, together %lld (%+.4f %%, %.0f per dispatch+interrupt), raw %lld (%.2fx), dispatches %u interrupts %u\n",
+		       i, (unsigned long long)p[i].n, (long long)solo[i], (long long)p[i].virt,
+		       dv, per, (long long)p[i].raw, (double)p[i].raw / solo[i], p[i].disp, p[i].intr);
+		CHECK(p[i].disp >= 2, "thread %d was not time-sliced (dispatches %u)", i, p[i].disp);
+		CHECK(dv > -0.01 && dv < 1.0, "thread %d: together %lld vs alone %lld", i,
+		      (long long)p[i].virt, (long long)solo[i]);
+		CHECK(p[i].raw > solo[i] + solo[1 - i] / 2,
+		      "thread %d: raw %lld does not hold the other's time", i, (long long)p[i].raw);
+	}
+	close(fd);
+}
+
+/*
+ * The retry path: back-to-back reads while a timer wakes another process
+ * every 50 us;
+ * an interrupt between the two sequence reads makes the read repeat.
+ */
+static void retry_path(void)
+{
+	long r0 = retries, i, n = 2000000;
+	int64_t prev = 0, v;
+	varea *a;
+	int fd;
+	uint32_t i0;
+	pid_t lp;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0 || ptt_init(fd, 1) || !(a = ptt_map(fd))) {
+		printf("ptt: FAIL: retry setup: %s\n", strerror(errno));
+		fails++;
+		return;
+	}
+	max_retries = 0;
+	lp = load_on(1);
+	i0 = a->interrupts;
+	for (i = 0; i < n; i++) {
+		v = ptt_read(a, 0);
+		if (v < prev) {
+			printf("ptt: FAIL: read went back under the retry load\n");
+			fails++;
+			break;
+		}
+		prev = v;
+	}
+	load_off(1, lp);
+	printf("ptt: retry path: %ld reads, %u interrupts while reading, %ld retries, at most %ld for one read\n",
+	       n, a->interrupts - i0, retries - r0, max_retries);
+	CHECK(retries - r0 > 0, "no read was repeated under %u interrupts", a->interrupts - i0);
+	CHECK(max_retries <= 3, "a read repeated %ld times", max_retries);
+	close(fd);
+}
+
+/*
+ * Two threads pinned to two CPUs at once (SMP, real time under TCG): each
+ * area gets only its own thread's counts.  Both loop at the same time
+ * (each virtualized count stays within its own raw time); then the first
+ * sleeps while the second still loops on the other CPU: the sleeper's
+ * count must not move.
+ */
+struct smp_thr {
+	int cpu;
+	uint64_t n;
+	int64_t virt, raw, sleep_virt, sleep_raw;
+	uint32_t cpu_seen;
+	volatile int *go;
+};
+
+static void *smp_main(void *arg)
+{
+	struct smp_thr *t = arg;
+	cpu_set_t set;
+	varea *a;
+	int64_t v0;
+	uint64_t r0;
+
+	CPU_ZERO(&set);
+	CPU_SET(t->cpu, &set);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		return NULL;
+	usleep(1000);		/* on its CPU before the map */
+	a = ptt_map(g_fd);
+	if (!a)
+		return NULL;
+	while (!*t->go)
+		;
+	v0 = ptt_read(a, 0);
+	r0 = rdtsc();
+	spin(t->n);
+	t->raw = rdtsc() - r0;
+	t->virt = ptt_read(a, 0) - v0;
+	if (t->cpu == 0) {
+		v0 = ptt_read(a, 0);
+		r0 = rdtsc();
+		usleep(200000);
+		t->sleep_raw = rdtsc() - r0;
+		t->sleep_virt = ptt_read(a, 0) - v0;
+	}
+	t->cpu_seen = a->cpu;
+	munmap((void *)a, 4096);
+	return NULL;
+}
+
+static int smp(void)
+{
+	struct smp_thr t[2] = { { .cpu = 0, .n = 20000000 }, { .cpu = 1, .n = 150000000 } };
+	volatile int go = 0;
+	pthread_t th[2];
+	int i;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2) {
+		printf("ptt: FAIL: smp: one CPU online, the two-CPU check needs two\n");
+		return 1;
+	}
+	g_fd = open(PITRACE_DEVICE, O_RDWR);
+	if (g_fd < 0 || ptt_init(g_fd, 1)) {
+		printf("ptt: FAIL: smp setup: %s\n", strerror(errno));
+		return 1;
+	}
+	for (i = 0; i < 2; i++) {
+		t[i].go = &go;
+		pthread_create(&th[i], NULL, smp_main, &t[i]);
+	}
+	usleep(50000);
+	go = 1;
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	for (i = 0; i < 2; i++) {
+		printf("ptt: smp: thread on cpu %d (area cpu %u): loop %llu, virtualized %lld, raw %lld (%.4f)\n",
+		       t[i].cpu, t[i].cpu_seen, (unsigned long long)t[i].n, (long long)t[i].virt,
+		       (long long)t[i].raw, t[i].raw ? (double)t[i].virt / t[i].raw : 0);
+		CHECK(t[i].virt > t[i].raw * 0.9 && t[i].virt <= t[i].raw * 1.001,
+		      "cpu %d: virtualized %lld vs raw %lld", t[i].cpu, (long long)t[i].virt, (long long)t[i].raw);
+		CHECK(t[i].cpu_seen == (uint32_t)t[i].cpu, "thread for cpu %d ran on cpu %u", t[i].cpu, t[i].cpu_seen);
+	}
+	printf("ptt: smp: cpu 0 thread asleep 200 ms while cpu 1 loops: virtualized +%lld of raw %lld (%.3f %%)\n",
+	       (long long)t[0].sleep_virt, (long long)t[0].sleep_raw,
+	       t[0].sleep_raw ? 100.0 * t[0].sleep_virt / t[0].sleep_raw : 0);
+	CHECK(t[1].raw > t[0].raw + t[0].sleep_raw, "cpu 1 loop ended before the sleep did (%lld < %lld)",
+	      (long long)t[1].raw, (long long)(t[0].raw + t[0].sleep_raw));
+	CHECK(t[0].sleep_virt >= 0 && t[0].sleep_virt * 20 < t[0].sleep_raw,
+	      "the sleeper's count moved %lld of %lld", (long long)t[0].sleep_virt, (long long)t[0].sleep_raw);
+	close(g_fd);
+	return fails ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -747,6 +996,8 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "func"))
 		return func();
+	if (argc > 1 && !strcmp(argv[1], "smp"))
+		return smp();
 	if (argc > 1 && !strcmp(argv[1], "perf"))
 		return perf_func();
 	if (argc > 1 && !strcmp(argv[1], "watch"))
@@ -756,6 +1007,8 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "bench")) {
 		/* children of the load get their own process group */
 		bench();
+		two_threads();
+		retry_path();
 		return fails ? 1 : 0;
 	}
 	fprintf(stderr, "usage: ptt func|bench\n");

@@ -113,6 +113,9 @@ else
 fi
 gcc -O2 -g -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
+gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
+	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
+go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
 
 # ---- initramfs ----
 IR=$W/initramfs
