@@ -50,6 +50,7 @@
 #include <linux/slab.h>
 #include <linux/tracepoint.h>
 #include <linux/uaccess.h>
+#include <asm/irq_regs.h>
 #include <asm/msr.h>
 
 #include "pitrace_int.h"
@@ -184,10 +185,10 @@ static struct ptt_ent *ptt_lookup(struct task_struct *t)
 /* ---- hooks (preemption or interrupts disabled; never sleep) ------------ */
 
 /*
- * prev is preempted right after an interrupt that set need_resched: the
- * way from that interrupt's exit to this switch is the interrupt's doing
- * (the scheduler run it caused), so it goes to the CPU's bucket like the
- * interrupt itself, not to the thread.
+ * prev is preempted right after an interrupt of its user mode that set
+ * need_resched: the way from that interrupt's exit to this switch is the
+ * interrupt's doing (the scheduler run it caused), so it goes to the
+ * CPU's bucket like the interrupt itself, not to the thread.
  */
 static void ptt_resched(struct ptt_cpu *c, struct ptt_ent *e, const u64 *now,
 			unsigned long m)
@@ -300,6 +301,7 @@ static void ptt_intr_entry(void)
 static void ptt_intr_exit(void)
 {
 	u64 now[PTT_NVALS], d[PTT_NVALS];
+	struct pt_regs *regs;
 	unsigned long m, fl;
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
@@ -331,7 +333,15 @@ static void ptt_intr_exit(void)
 			e->a->intr_time[i] += d[e->slot[i]];
 		ptt_start(e, now);
 		ptt_end(e->a);
-		if (e->task == current && test_tsk_need_resched(current)) {
+		/*
+		 * Only an interrupt of user mode goes straight to the
+		 * scheduler on its way out; one that hit the kernel lets
+		 * the thread finish its own kernel work (a fault, a system
+		 * call) first, which stays the thread's.
+		 */
+		regs = get_irq_regs();
+		if (e->task == current && test_tsk_need_resched(current) &&
+		    regs && user_mode(regs)) {
 			c->resched = true;
 			c->rmask = m;
 			memcpy(c->rstart, now, sizeof(now));

@@ -20,10 +20,12 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/perf_event.h>
@@ -688,7 +690,7 @@ static void load_off(int li, pid_t lp)
  */
 static void bench(void)
 {
-	static const uint64_t ns[] = { 1000000, 10000000, 50000000 };
+	static const uint64_t ns[] = { 1000000, 10000000, 100000000 };
 	const int nn = sizeof(ns) / sizeof(ns[0]);
 	varea *a;
 	int fd, li, ni, r;
@@ -768,6 +770,57 @@ static void bench(void)
 	printf("ptt-bench: intr/disp = the thread's interrupts/dispatches per run; resid/ev = (virt-mean - no-load mean) per extra interrupt+dispatch;\n");
 	printf("ptt-bench: bias = virt-mean vs no-load; bucket = CPU 0's interrupt bucket growth over the 10 runs (interrupts, TSC cycles)\n");
 	status(fd, "bench");
+	munmap((void *)a, 4096);
+	close(fd);
+}
+
+/*
+ * What one read of the calling thread's metric costs, in guest TSC cycles
+ * (instructions under -icount): the PTT mapped read vs perf read() of a
+ * task-clock counter vs clock_gettime(CLOCK_THREAD_CPUTIME_ID).
+ */
+static void readcost(void)
+{
+	struct perf_event_attr pa;
+	struct timespec ts;
+	const int n = 100000;
+	double mapped, sys, cg;
+	uint64_t t0, v;
+	varea *a;
+	int fd, pfd, i;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0 || ptt_init(fd, 1) || !(a = ptt_map(fd))) {
+		printf("ptt: FAIL: readcost setup: %s\n", strerror(errno));
+		fails++;
+		return;
+	}
+	memset(&pa, 0, sizeof(pa));
+	pa.size = sizeof(pa);
+	pa.type = PERF_TYPE_SOFTWARE;
+	pa.config = PERF_COUNT_SW_TASK_CLOCK;
+	pfd = syscall(__NR_perf_event_open, &pa, 0, -1, -1, 0);
+	CHECK(pfd >= 0, "perf_event_open task-clock: %s", strerror(errno));
+	t0 = rdtsc();
+	for (i = 0; i < n; i++)
+		ptt_read(a, 0);
+	mapped = (double)(rdtsc() - t0) / n;
+	t0 = rdtsc();
+	for (i = 0; i < n && pfd >= 0; i++)
+		if (read(pfd, &v, sizeof(v)) != sizeof(v))
+			break;
+	sys = (double)(rdtsc() - t0) / n;
+	t0 = rdtsc();
+	for (i = 0; i < n; i++)
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	cg = (double)(rdtsc() - t0) / n;
+	printf("ptt-readcost: cycles per read (instructions under -icount), %d reads each:\n", n);
+	printf("ptt-readcost:   PTT mapped read (module)              %8.1f\n", mapped);
+	printf("ptt-readcost:   perf read() of task-clock             %8.1f  (mapped = %.3fx)\n", sys, mapped / sys);
+	printf("ptt-readcost:   clock_gettime(CLOCK_THREAD_CPUTIME_ID) %8.1f  (mapped = %.3fx)\n", cg, mapped / cg);
+	CHECK(mapped <= 0.1 * sys, "mapped read %.1f > 0.1 x read() %.1f", mapped, sys);
+	if (pfd >= 0)
+		close(pfd);
 	munmap((void *)a, 4096);
 	close(fd);
 }
@@ -1007,6 +1060,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "bench")) {
 		/* children of the load get their own process group */
 		bench();
+		readcost();
 		two_threads();
 		retry_path();
 		return fails ? 1 : 0;
