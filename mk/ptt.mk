@@ -40,5 +40,5 @@ ptttest: ptt-ctest ptt-gotest
 TEST_TARGETS += ptttest
 
 bench-ptt: $(BIN)/ptt_ctest
-	bash bench/ptt/run.sh
+	PTT_BENCH_VM=1 bash bench/ptt/run.sh
 bench: bench-ptt
