@@ -215,8 +215,14 @@ static void tsc_checks(void)
 	      (unsigned long long)t.raw_work);
 	CHECK(t.sleep * 10 < t.raw_sleep, "second thread usleep: virtualized %llu, raw %llu", (unsigned long long)t.sleep,
 	      (unsigned long long)t.raw_sleep);
-	/* the main thread waited in pthread_join meanwhile */
-	CHECK((m1 - m0) * 10 < rm1 - rm0, "main thread across the join: virtualized %llu, raw %llu (want < 10 %%)",
+	/*
+	 * The main thread waited in pthread_join meanwhile. Its own part
+	 * (clone, the new stack's mprotect and its TLB shootdown) runs in
+	 * real time under TCG, where waiting for the other vCPU's IPI ack can
+	 * take a whole emulator time slice: measured 4-13 % of the raw time.
+	 * Charging it the other thread's work would give ~100 %.
+	 */
+	CHECK((m1 - m0) * 4 < rm1 - rm0, "main thread across the join: virtualized %llu, raw %llu (want < 25 %%)",
 	      (unsigned long long)(m1 - m0), (unsigned long long)(rm1 - rm0));
 	printf("pttc: second thread: first value %llu (raw since start %llu; main thread at %llu), busy loop %llu vs raw %llu "
 	       "(%.3f %% less), usleep %llu vs raw %llu; main across the join %llu vs raw %llu\n",
