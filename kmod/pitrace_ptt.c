@@ -185,6 +185,26 @@ static struct ptt_ent *ptt_lookup(struct task_struct *t)
 /* ---- hooks (preemption or interrupts disabled; never sleep) ------------ */
 
 /*
+ * d = now - start for the TSC and the slots in m (0 for the others), added
+ * to the CPU's bucket.
+ */
+static inline void ptt_bucket_add(struct ptt_cpu *c, const u64 *now,
+				  const u64 *start, unsigned long m, u64 *d)
+{
+	u32 i;
+
+	d[PTT_TSC] = now[PTT_TSC] - start[PTT_TSC];
+	c->bucket[PTT_TSC] += d[PTT_TSC];
+	for (i = 0; i < PTT_NSLOTS; i++) {
+		d[i] = 0;
+		if (m & BIT(i)) {
+			d[i] = now[i] - start[i];
+			c->bucket[i] += d[i];
+		}
+	}
+}
+
+/*
  * prev is preempted right after an interrupt of its user mode that set
  * need_resched: the way from that interrupt's exit to this switch is the
  * interrupt's doing (the scheduler run it caused), so it goes to the
@@ -196,16 +216,7 @@ static void ptt_resched(struct ptt_cpu *c, struct ptt_ent *e, const u64 *now,
 	u64 d[PTT_NVALS];
 	u32 i;
 
-	m &= c->rmask;
-	d[PTT_TSC] = now[PTT_TSC] - c->rstart[PTT_TSC];
-	c->bucket[PTT_TSC] += d[PTT_TSC];
-	for (i = 0; i < PTT_NSLOTS; i++) {
-		d[i] = 0;
-		if (m & BIT(i)) {
-			d[i] = now[i] - c->rstart[i];
-			c->bucket[i] += d[i];
-		}
-	}
+	ptt_bucket_add(c, now, c->rstart, m & c->rmask, d);
 	for (i = 0; i < e->nmetrics; i++) {
 		e->a->intr_time[i] += d[e->slot[i]];
 		e->a->last[i] = now[e->slot[i]];
@@ -315,16 +326,8 @@ static void ptt_intr_exit(void)
 		return;
 	}
 	/* only slots active at the entry have a start value */
-	m = ptt_now(c, now) & c->mask0;
-	d[PTT_TSC] = now[PTT_TSC] - c->start[PTT_TSC];
-	c->bucket[PTT_TSC] += d[PTT_TSC];
-	for (i = 0; i < PTT_NSLOTS; i++) {
-		d[i] = 0;
-		if (m & BIT(i)) {
-			d[i] = now[i] - c->start[i];
-			c->bucket[i] += d[i];
-		}
-	}
+	m = ptt_now(c, now);
+	ptt_bucket_add(c, now, c->start, m & c->mask0, d);
 	c->nintr++;
 	e = c->cur;
 	if (e) {

@@ -940,16 +940,10 @@ int PttTerminate(void)
 				dup3(null, c->fd, O_CLOEXEC); /* left open on purpose */
 			else if (c->fd >= 0)
 				close(c->fd);
-			/* Later reads of this state (the thread may read again
-			 * after the next PttInit frees the zero pages) see
-			 * static zeros. */
-			c->page = zero_area;
-			c->data = zero_area + 4096;
-			c->mask = 4095;
 		}
-		s->lock = &zero_lock;
-		s->read1 = read_unset;
-		s->readn = readn_unset;
+		/* Later reads of this state (the thread may read again after
+		 * the next PttInit frees the zero pages) see static zeros. */
+		park_state(s);
 	}
 	if (null >= 0)
 		close(null);

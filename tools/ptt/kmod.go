@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"syscall"
 
 	"perfinsp/libperfutil/kmodbackend"
@@ -49,51 +48,44 @@ func (h *holder) openModule() error {
 func (h *holder) scanModule(strict bool) error {
 	alive := map[int]bool{}
 	self := os.Getpid()
-	for _, pid := range pids(h.pid) {
-		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-		if err != nil {
-			if strict && h.pid > 0 {
-				return fmt.Errorf("process %d does not exist", pid)
-			}
-			continue
+	err := walkThreads(h.pid, strict, alive, func(pid, tid int) error {
+		if pid == self {
+			return nil
 		}
-		for _, e := range ents {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == self {
-				continue
-			}
-			alive[tid] = true
-			if h.watched[tid] {
-				continue
-			}
-			err = kmodbackend.PttWatch(h.kfd, tid)
-			switch {
-			case err == nil, errors.Is(err, syscall.EEXIST):
-				h.watched[tid] = true
-				continue
-			case errors.Is(err, syscall.ESRCH):
-				continue // the thread exited meanwhile
-			case errors.Is(err, syscall.EBUSY):
-				// The module keeps one area per thread: the thread maps its
-				// own (it uses PTT itself) or another ptt watches it. Not
-				// retried while the thread lives.
-				h.watched[tid] = true
-				if len(h.errs) < 20 {
-					h.errs = append(h.errs, fmt.Sprintf("tid %d: already has a PTT work area (its own, or another ptt's): not counted here", tid))
-				}
-				continue
-			case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES):
-				err = fmt.Errorf("thread %d of pid %d: permission denied: only root or a user who may ptrace the thread can watch it: %w", tid, pid, err)
-			case errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EINVAL):
-				err = fmt.Errorf("thread %d: the loaded pitrace module refuses PTT_WATCH (an older module? rebuild and reload kmod/pitrace.ko): %w", tid, err)
-			}
-			if strict && h.pid > 0 {
-				return err
-			}
+		if h.watched[tid] {
+			return nil
+		}
+		err := kmodbackend.PttWatch(h.kfd, tid)
+		switch {
+		case err == nil, errors.Is(err, syscall.EEXIST):
+			h.watched[tid] = true
+			return nil
+		case errors.Is(err, syscall.ESRCH):
+			return nil // the thread exited meanwhile
+		case errors.Is(err, syscall.EBUSY):
+			// The module keeps one area per thread: the thread maps its
+			// own (it uses PTT itself) or another ptt watches it. Not
+			// retried while the thread lives.
+			h.watched[tid] = true
 			if len(h.errs) < 20 {
-				h.errs = append(h.errs, fmt.Sprintf("tid %d: %v", tid, err))
+				h.errs = append(h.errs, fmt.Sprintf("tid %d: already has a PTT work area (its own, or another ptt's): not counted here", tid))
 			}
+			return nil
+		case errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES):
+			err = fmt.Errorf("thread %d of pid %d: permission denied: only root or a user who may ptrace the thread can watch it: %w", tid, pid, err)
+		case errors.Is(err, syscall.ENOTTY) || errors.Is(err, syscall.EINVAL):
+			err = fmt.Errorf("thread %d: the loaded pitrace module refuses PTT_WATCH (an older module? rebuild and reload kmod/pitrace.ko): %w", tid, err)
 		}
+		if strict && h.pid > 0 {
+			return err
+		}
+		if len(h.errs) < 20 {
+			h.errs = append(h.errs, fmt.Sprintf("tid %d: %v", tid, err))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	// A tid seen again after it vanished is a new thread: watch it anew.
 	for tid := range h.watched {

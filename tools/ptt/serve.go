@@ -222,10 +222,66 @@ func (h *holder) scan(strict bool) error {
 	}
 	alive := map[int]bool{}
 	all := append(append([]ptt.Metric(nil), h.metrics...), dispatchMetric())
-	for _, pid := range pids(h.pid) {
+	err := walkThreads(h.pid, strict, alive, func(pid, tid int) error {
+		if t, ok := h.threads[tid]; ok {
+			if n := comm(pid, tid); n != "" {
+				t.name = n
+			}
+			return nil
+		}
+		t := &thread{pid: pid, tid: tid, name: comm(pid, tid)}
+		var oerr error
+		for _, m := range all {
+			fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl})
+			if err != nil && !h.excl && !m.Hardware {
+				if fd2, err2 := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: true}); err2 == nil {
+					h.excl = true
+					fd, err = fd2, nil
+				}
+			}
+			if err != nil {
+				oerr = err
+				break
+			}
+			t.fds = append(t.fds, fd)
+		}
+		if oerr != nil {
+			for _, fd := range t.fds {
+				syscall.Close(fd)
+			}
+			if errors.Is(oerr, syscall.ESRCH) {
+				return nil // the thread exited meanwhile
+			}
+			if strict && h.pid > 0 {
+				return oerr
+			}
+			if len(h.errs) < 20 {
+				h.errs = append(h.errs, fmt.Sprintf("tid %d: %v", tid, oerr))
+			}
+			return nil
+		}
+		h.threads[tid] = t
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for tid, t := range h.threads {
+		if !alive[tid] {
+			t.exited = true
+		}
+	}
+	return nil
+}
+
+// walkThreads calls fn for every thread of the target (one process, or
+// every process for 0) and marks each in alive. With strict, a target
+// process that does not exist is an error; an error from fn ends the walk.
+func walkThreads(target int, strict bool, alive map[int]bool, fn func(pid, tid int) error) error {
+	for _, pid := range pids(target) {
 		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
-			if strict && h.pid > 0 {
+			if strict && target > 0 {
 				return fmt.Errorf("process %d does not exist", pid)
 			}
 			continue
@@ -236,49 +292,9 @@ func (h *holder) scan(strict bool) error {
 				continue
 			}
 			alive[tid] = true
-			if t, ok := h.threads[tid]; ok {
-				if n := comm(pid, tid); n != "" {
-					t.name = n
-				}
-				continue
+			if err := fn(pid, tid); err != nil {
+				return err
 			}
-			t := &thread{pid: pid, tid: tid, name: comm(pid, tid)}
-			var oerr error
-			for _, m := range all {
-				fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl})
-				if err != nil && !h.excl && !m.Hardware {
-					if fd2, err2 := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: true}); err2 == nil {
-						h.excl = true
-						fd, err = fd2, nil
-					}
-				}
-				if err != nil {
-					oerr = err
-					break
-				}
-				t.fds = append(t.fds, fd)
-			}
-			if oerr != nil {
-				for _, fd := range t.fds {
-					syscall.Close(fd)
-				}
-				if errors.Is(oerr, syscall.ESRCH) {
-					continue // the thread exited meanwhile
-				}
-				if strict && h.pid > 0 {
-					return oerr
-				}
-				if len(h.errs) < 20 {
-					h.errs = append(h.errs, fmt.Sprintf("tid %d: %v", tid, oerr))
-				}
-				continue
-			}
-			h.threads[tid] = t
-		}
-	}
-	for tid, t := range h.threads {
-		if !alive[tid] {
-			t.exited = true
 		}
 	}
 	return nil
