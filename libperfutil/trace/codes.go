@@ -168,7 +168,7 @@ var specs = []Spec{
 	{MajorITraceU, ITraceStart, "ITRACE_START", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags")), "", "tracing of a thread starts at ip (flags bit 0: at exec)"},
 	{MajorITraceU, ITraceEnd, "ITRACE_END", LayoutFixed, fl(u32("pid"), u32("tid"), u32("count"), u32("from_off"), u32("reason")), "", "tracing of a thread ends: count instructions of the last block; reason 1 exit, 2 off, 3 exec, 4 detach error"},
 	{MajorITraceK, ITraceSyscall, "ITRACE_SYSCALL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("nr"), u32("dur_ns")), "", "a system call ends the block (the syscall instruction counted); user code resumes at to"},
-	{MajorITraceK, ITraceSignal, "ITRACE_SIGNAL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("signo")), "", "a signal was delivered; user code resumes at to (the handler, or where it was if none)"},
+	{MajorITraceK, ITraceSignal, "ITRACE_SIGNAL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("signo"), u32("flags")), "", "a signal was delivered; flags bit 0: its handler starts at to (else the thread goes on at to)"},
 }
 
 type key struct {
@@ -317,6 +317,8 @@ const (
 	ITraceEndOff    uint64 = 2
 	ITraceEndExec   uint64 = 3
 	ITraceEndDetach uint64 = 4
+
+	ITraceSignalHandler uint64 = 1 // ITRACE_SIGNAL flags: a handler runs
 )
 
 // itraceBlock are the fields of a branch record: the target, the number of
