@@ -75,7 +75,7 @@ type thread struct {
 	lastOff  uint32 // offset of the last executed instruction from start
 	cur      pitrace.Insn
 	rcx      uint64 // rcx at ip (before the instruction runs)
-	injected int // signal injected on the last resume
+	injected int    // signal injected on the last resume
 	noExec   bool
 	tStep    uint64
 	detach   bool // attached by a clone/fork of a thread not yet stepped: let go

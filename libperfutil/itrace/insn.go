@@ -17,14 +17,14 @@ type Kind uint8
 
 // Instruction kinds.
 const (
-	KindPlain   Kind = iota // no control transfer
-	KindCall                // call (near or far)
-	KindReturn              // ret (near or far)
-	KindJump                // unconditional or conditional jump, loop
-	KindIret                // iret
-	KindSyscall             // syscall, sysenter, int 0x80
-	KindOther               // other instructions that may move control (int3, int n, ud2, hlt)
-	KindUndecodable         // x86asm could not decode it (VEX/EVEX encodings and unknown opcodes)
+	KindPlain       Kind = iota // no control transfer
+	KindCall                    // call (near or far)
+	KindReturn                  // ret (near or far)
+	KindJump                    // unconditional or conditional jump, loop
+	KindIret                    // iret
+	KindSyscall                 // syscall, sysenter, int 0x80
+	KindOther                   // other instructions that may move control (int3, int n, ud2, hlt)
+	KindUndecodable             // x86asm could not decode it (VEX/EVEX encodings and unknown opcodes)
 )
 
 // Insn is one classified instruction.
