@@ -154,6 +154,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				}, Action: cmdAboveIdle},
 			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] | swtrace hook MAJOR MINOR -s STRING",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "s", Usage: "trailing `STRING` data"}}, Action: cmdHook},
+			itraceCommand,
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
