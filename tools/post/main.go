@@ -60,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := fs.String("root", "", "")
 	lines := fs.Bool("lines", false, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
+	addITraceFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !*show && !*doTprof && *pprofOut == "" && *folded == "" {
+	if !*show && !*doTprof && *pprofOut == "" && *folded == "" && !itraceOpt.any() {
 		*doTprof = true
 	}
 	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, stdout, stderr); err != nil {
@@ -142,7 +143,11 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 			showW.WriteByte('\n')
 		}
 	}
+	onRecord, endITrace := itraceHook(in, r, onRecord, outDir, stdout)
 	rep := tprof.Build(f, r, onRecord)
+	if err := endITrace(); err != nil {
+		return err
+	}
 	if show {
 		for _, l := range rep.Warnings() {
 			fmt.Fprintln(showW, l)

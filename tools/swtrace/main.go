@@ -75,6 +75,9 @@ func reorder(args []string) []string {
 	if i >= len(args) {
 		return out
 	}
+	if args[i] == itraceCommand.Name {
+		return args // itrace on|off: subcommands parse their own options
+	}
 	out = append(out, args[i]) // the command
 	i++
 	var flags, pos []string
