@@ -78,6 +78,7 @@ type thread struct {
 	injected int    // signal injected on the last resume
 	noExec   bool
 	tStep    uint64
+	handlers int  // signal handlers entered and not yet returned from (rt_sigreturn)
 	detach   bool // attached by a clone/fork of a thread not yet stepped: let go
 	startOn  bool // start stepping at the first stop
 	ended    bool
@@ -218,11 +219,9 @@ func (t *Tracer) seize(tid, pid int) error {
 	if _, ok := t.threads[tid]; ok {
 		return nil
 	}
-	if err := unix.PtraceSeize(tid); err != nil {
-		return fmt.Errorf("itrace: attach to thread %d: %w", tid, err)
-	}
-	if err := unix.PtraceSetOptions(tid, t.ptraceOptions()); err != nil {
-		return fmt.Errorf("itrace: options of thread %d: %w", tid, err)
+	// The options go with the seize: PTRACE_SETOPTIONS needs a stopped tracee.
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, uintptr(t.ptraceOptions()), 0, 0); e != 0 {
+		return fmt.Errorf("itrace: attach to thread %d: %w", tid, e)
 	}
 	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 {
 		return fmt.Errorf("itrace: interrupt thread %d: %w", tid, e)
@@ -446,6 +445,9 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 			dur = 0xffffffff
 		}
 		t.stats.Syscalls++
+		if regs.Orig_rax == unix.SYS_RT_SIGRETURN && th.handlers > 0 {
+			th.handlers--
+		}
 		t.endBlock(th, trace.MajorITraceK, trace.ITraceSyscall, newIP, regs.Orig_rax&0xffffffff, dur)
 	case in.Kind == pitrace.KindCall || in.Kind == pitrace.KindReturn || in.Kind == pitrace.KindIret:
 		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
@@ -482,6 +484,8 @@ func (t *Tracer) loop() error {
 			for _, th := range t.threads {
 				if th.running {
 					_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(th.tid), 0, 0, 0, 0)
+				} else if th.handlers > 0 {
+					_ = t.resume(th, 0)
 				} else {
 					t.detach(th, 0, trace.ITraceEndOff)
 				}
@@ -537,6 +541,20 @@ func (t *Tracer) loop() error {
 		event := ws.TrapCause()
 		if stopping || t.stop.Load() {
 			stopping = true
+			if th.handlers > 0 && th.stepping {
+				// Inside a signal handler the signal frame holds the
+				// flags with the trap flag set: detached there, the
+				// thread would take a SIGTRAP at rt_sigreturn. Step it
+				// out of its handlers first.
+				if event <= 0 && sig == int(unix.SIGURG) {
+					_ = t.resume(th, 0) // the wake-up of Stop
+					continue
+				}
+				if err := t.handleStop(th, sig, event, &regs); err != nil {
+					return err
+				}
+				continue
+			}
 			pass := 0
 			if event <= 0 && sig != int(unix.SIGTRAP) && sig != int(unix.SIGURG) && sig != int(unix.SIGSTOP) {
 				pass = sig
@@ -633,6 +651,7 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 				// The kernel set up the handler's frame and stopped
 				// before its first instruction.
 				t.endBlock(th, trace.MajorITraceK, trace.ITraceSignal, regs.Rip, uint64(signo), trace.ITraceSignalHandler)
+				th.handlers++
 				th.ip, th.rcx = regs.Rip, regs.Rcx
 				return t.resume(th, 0)
 			}
