@@ -77,7 +77,8 @@ func ids(status, key string) []int {
 
 // CanTrace reports whether the caller could ptrace pid itself: root, or
 // the same user and group as the target (every id of it) with the target
-// dumpable (a non-dumpable process's /proc files belong to root).
+// dumpable (the files in a non-dumpable process's /proc directory belong
+// to root).
 func CanTrace(c Caller, pid int) error {
 	if c.UID == 0 {
 		return nil
@@ -99,7 +100,7 @@ func CanTrace(c Caller, pid int) error {
 		}
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(dir, &st); err != nil {
+	if err := syscall.Stat(dir+"/stat", &st); err != nil {
 		return fmt.Errorf("process %d: %w", pid, err)
 	}
 	if int(st.Uid) != c.UID {

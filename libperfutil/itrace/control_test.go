@@ -143,6 +143,13 @@ func TestGoITraceOnOff(t *testing.T) {
 		}
 	}
 	if target == nil || target.Calls != 1 || leaf == nil || leaf.Calls != 5 {
-		t.Fatalf("goTarget %+v, goLeaf %+v: want 1 and 5 calls (the untraced goLeaf call not counted)", target, leaf)
+		var names []string
+		for name := range m {
+			if strings.Contains(name, "itrace") {
+				names = append(names, name)
+			}
+		}
+		t.Fatalf("goTarget %+v, goLeaf %+v: want 1 and 5 calls (the untraced goLeaf call not counted); %d functions, these name itrace: %v",
+			target, leaf, len(m), names)
 	}
 }
