@@ -109,4 +109,3 @@ func TestCallerMayTraceOnlyWhatItCouldPtrace(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
