@@ -1,0 +1,129 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"perfinsp/internal/tracetest"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// itraceEnds counts the ITRACE_END records by reason, and the instructions
+// of the branch records.
+func itraceEnds(t *testing.T, path string) (map[uint64]int, int) {
+	t.Helper()
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends, branches := map[uint64]int{}, 0
+	err = f.Records(func(r *trace.Record) error {
+		switch {
+		case r.Major == trace.MajorITraceU && r.Minor == trace.ITraceEnd:
+			ends[r.Field(4)]++
+		case r.Major == trace.MajorITraceU && r.Minor <= trace.ITraceUndefd:
+			branches++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ends, branches
+}
+
+// waitTraced waits until pid has a tracer (TracerPid != 0), or not.
+func waitTraced(t *testing.T, pid int, traced bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		if err != nil {
+			t.Fatalf("process %d: %v", pid, err)
+		}
+		on := !strings.Contains(string(b), "TracerPid:\t0\n")
+		if on == traced {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("process %d: traced should be %v", pid, traced)
+}
+
+// TestITraceOffFromAnotherShell: itrace on -p PID of a running process,
+// then itrace off from another swtrace: the process goes on untraced and
+// finishes normally; its threads' traces end with reason "off".
+func TestITraceOffFromAnotherShell(t *testing.T) {
+	e := tracetest.Setup(t)
+	e.Sw("init", "-t", "16M")
+	e.Sw("on")
+	// Two threads busy in a loop for a while (the example's worker and main).
+	cmd := exec.Command(e.Burn, "100000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	out := e.Sw("itrace", "on", "-p", strconv.Itoa(pid))
+	if !strings.Contains(out, "itrace on: session") {
+		t.Fatalf("itrace on: %s", out)
+	}
+	waitTraced(t, pid, true)
+	out = e.Sw("itrace", "off", strconv.Itoa(pid))
+	if !strings.Contains(out, "itrace off: 1 sessions") {
+		t.Fatalf("itrace off: %s", out)
+	}
+	waitTraced(t, pid, false)
+	// The process runs on, untraced: it still answers signals normally.
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "interrupt") {
+		t.Fatalf("after itrace off the process did not end by SIGINT: %v", err)
+	}
+	e.Sw("off")
+	e.Sw("get", "off.nrm2")
+	ends, branches := itraceEnds(t, filepath.Join(e.Dir, "off.nrm2"))
+	if ends[trace.ITraceEndOff] < 1 || branches == 0 {
+		t.Fatalf("ITRACE_END by reason %v, %d branch records: want the threads ended by off (2)", ends, branches)
+	}
+	if out, code := e.SwCode("itrace", "off", strconv.Itoa(pid)); code == 0 {
+		t.Fatalf("itrace off of a process no longer traced succeeded: %s", out)
+	}
+}
+
+// TestITraceKilledMidTrace: a traced process killed with SIGKILL ends its
+// trace (reason exit) and swtrace off does not wait for it.
+func TestITraceKilledMidTrace(t *testing.T) {
+	e := tracetest.Setup(t)
+	e.Sw("init", "-t", "16M")
+	e.Sw("on")
+	cmd := exec.Command(e.Burn, "100000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	e.Sw("itrace", "on", "-p", strconv.Itoa(pid))
+	waitTraced(t, pid, true)
+	cmd.Process.Kill()
+	cmd.Wait()
+	e.Sw("off")
+	e.Sw("get", "kill.nrm2")
+	ends, branches := itraceEnds(t, filepath.Join(e.Dir, "kill.nrm2"))
+	if ends[trace.ITraceEndExit] < 1 || branches == 0 {
+		t.Fatalf("ITRACE_END by reason %v, %d branch records: want the threads ended by exit (1)", ends, branches)
+	}
+	// Tracing needs the facility on, and something to trace.
+	if out, code := e.SwCode("itrace", "on", "-p", strconv.Itoa(os.Getpid())); code == 0 || !strings.Contains(out, "swtrace on") {
+		t.Fatalf("itrace on with tracing off: exit %d\n%s", code, out)
+	}
+	if out, code := e.SwCode("itrace", "on"); code != 2 || !strings.Contains(out, "say what to trace") {
+		t.Fatalf("itrace on without pids: exit %d\n%s", code, out)
+	}
+}
