@@ -27,8 +27,12 @@ type session struct {
 }
 
 // Manager holds the daemon's ITrace sessions and writes their records to
-// the facility's sink while tracing is on.
+// the facility's sink while tracing is on. A session stays (with its
+// counts) after its threads exited, until itrace off or the facility's off.
 type Manager struct {
+	// Log, if set, reports a session's tracer failing.
+	Log func(format string, args ...any)
+
 	mu       sync.Mutex
 	sink     Sink
 	sessions map[int]*session
@@ -205,13 +209,10 @@ func (m *Manager) On(c Caller, a pitrace.OnArgs) (pitrace.OnResult, error) {
 	m.sessions[s.id] = s
 	m.mu.Unlock()
 	go func() {
-		// A session whose threads all exited is over.
 		<-tr.Done()
-		m.mu.Lock()
-		if m.sessions[s.id] == s && tr.Stats().Threads == 0 {
-			delete(m.sessions, s.id)
+		if err := tr.Err(); err != nil && m.Log != nil {
+			m.Log("itrace session %d: %v", s.id, err)
 		}
-		m.mu.Unlock()
 	}()
 	res.Session, res.Threads = s.id, tr.Stats().Threads
 	return res, nil
@@ -244,15 +245,22 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 		delete(m.sessions, id)
 	}
 	m.mu.Unlock()
+	var errs []string
 	for _, s := range stop {
 		st := s.tr.Stop()
+		if err := s.tr.Err(); err != nil {
+			errs = append(errs, fmt.Sprintf("session %d: %v", s.id, err))
+		}
 		res.Sessions++
 		res.Threads += st.Traced
 		res.Instructions += st.Instructions
 		res.Records += st.Records
 	}
 	if res.Sessions == 0 && (len(a.PIDs) > 0 || len(a.TIDs) > 0) {
-		return res, errors.New("no ITrace session traces that (it may have ended: its threads exited)")
+		return res, errors.New("no ITrace session traces that")
+	}
+	if len(errs) > 0 {
+		return res, fmt.Errorf("the tracer failed: %s", strings.Join(errs, "; "))
 	}
 	return res, nil
 }

@@ -459,8 +459,11 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 		// check that ends it (n+1); single-step traps n times.
 		th.count++
 		t.stats.Instructions++
+	case in.Kind == pitrace.KindPlain:
+		// Fall-through: an instruction that transfers no control goes on
+		// at the next one (a length x86asm got wrong must not make a branch).
 	case in.Len != 0 && newIP == prev+uint64(in.Len):
-		// fall-through
+		// a conditional jump not taken
 	case in.Kind == pitrace.KindUndecodable && newIP > prev && newIP <= prev+15:
 		// AVX/AVX-512 and other encodings x86asm does not know never
 		// branch: the next ip is their fall-through.

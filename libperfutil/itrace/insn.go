@@ -41,6 +41,9 @@ type Insn struct {
 // control; they come back as KindUndecodable with Len 0, and a tracer
 // takes the next ip as their fall-through.
 func Classify(code []byte) Insn {
+	if len(code) >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && (code[3] == 0xfa || code[3] == 0xfb) {
+		return Insn{Len: 4} // endbr64 / endbr32 (CET), unknown to x86asm
+	}
 	in, err := x86asm.Decode(code, 64)
 	if err != nil || in.Len == 0 {
 		return Insn{Kind: KindUndecodable}

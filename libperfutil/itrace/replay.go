@@ -87,6 +87,10 @@ type Report struct {
 	Syscalls     uint64
 	Signals      uint64
 	Threads      int
+	// Records and Bytes count the ITrace records and their size; First
+	// and Last are the times of the first and last.
+	Records, Bytes uint64
+	First, Last    uint64
 	// Unattributed counts instructions of records seen before their
 	// thread's context (ITRACE_THREAD) in a buffer: wrap mode can
 	// overwrite the context record.
@@ -138,6 +142,14 @@ func (rep *Report) thread(pid, tid uint32) *threadState {
 func (rep *Report) Apply(r *trace.Record) {
 	if r.Major != trace.MajorITraceU && r.Major != trace.MajorITraceK {
 		return
+	}
+	rep.Records++
+	rep.Bytes += uint64(recordSize(r))
+	if rep.First == 0 || r.Time < rep.First {
+		rep.First = r.Time
+	}
+	if r.Time > rep.Last {
+		rep.Last = r.Time
 	}
 	if r.Major == trace.MajorITraceU {
 		switch r.Minor {
@@ -355,4 +367,17 @@ func (rep *Report) Sorted() []*FuncStats {
 		return Key(out[i].Func) < Key(out[j].Func)
 	})
 	return out
+}
+
+// recordSize is a record's size in the trace: the header and its fields.
+func recordSize(r *trace.Record) int {
+	n := trace.HeaderSize
+	if s := trace.Lookup(r.Major, r.Minor); s != nil {
+		for _, f := range s.Fields {
+			n += f.Width
+		}
+	} else {
+		n += 4 * len(r.Fixed)
+	}
+	return n
 }

@@ -238,6 +238,11 @@ func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *pitrace.Branch) 
 func writeITraceReport(w *bufio.Writer, rep *pitrace.Report, in string) {
 	fmt.Fprintf(w, "itrace.out of %s: %d instructions, %d taken branches, %d system calls, %d signals, %d threads\n",
 		in, rep.Instructions, rep.Branches, rep.Syscalls, rep.Signals, rep.Threads)
+	if rep.Instructions > 0 {
+		secs := float64(rep.Last-rep.First) / 1e9
+		fmt.Fprintf(w, "%d ITrace records, %d bytes: %.2f bytes per instruction; traced for %.3f s: %.0f instructions/s, %.0f records/s\n",
+			rep.Records, rep.Bytes, float64(rep.Bytes)/float64(rep.Instructions), secs, float64(rep.Instructions)/max(secs, 1e-9), float64(rep.Records)/max(secs, 1e-9))
+	}
 	if rep.Unattributed > 0 {
 		fmt.Fprintf(w, "warning: %d instructions in records before their thread's context record (wrap mode overwrote it)\n", rep.Unattributed)
 	}

@@ -28,6 +28,7 @@ func (s *itraceSource) Stop() error {
 // records land in the per-CPU trace buffers with every other record.
 func registerITrace(s *server.Server) {
 	m := itrace.NewManager()
+	m.Log = s.Log
 	start := s.Fac.StartSource
 	s.Fac.StartSource = func(opts kevents.Options, sink facility.Sink) (facility.Source, error) {
 		src, err := start(opts, sink)
