@@ -299,6 +299,7 @@ func (rep *Report) jump(th *threadState, to uint64) {
 	f := &th.stack[n-1]
 	f.plt = false
 	f.fn = k
+	f.entry = th.total // the stub's instructions are the caller's
 	callee.Calls++
 	callee.Callers[f.caller]++
 	rep.arc(f.caller, to, th, 0)
