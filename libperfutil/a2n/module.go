@@ -68,8 +68,8 @@ func (t symtab) sortDedup() symtab {
 // Module is one parsed ELF file.
 type Module struct {
 	Path     string
-	Err      error // why the module could not be read (missing, not ELF, ...)
-	Stripped bool  // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
+	Err      error  // why the module could not be read (missing, not ELF, ...)
+	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
 	Source   string // where the names came from: ".symtab", "debug file PATH", ".dynsym+.eh_frame", ...
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
 	syms     symtab
