@@ -1,6 +1,7 @@
 package a2n
 
 import (
+	"bytes"
 	"cmp"
 	"debug/elf"
 	"errors"
@@ -269,6 +270,64 @@ func pltStubs(f *elf.File) []Sym {
 			continue
 		}
 		out = append(out, Sym{Addr: addr, Size: 16, Name: string(name) + "@plt"})
+	}
+	if f.Machine == elf.EM_X86_64 {
+		out = append(out, pltGotStubs(f, symData, strb)...)
+	}
+	return out
+}
+
+// pltGotStubs names the x86-64 .plt.got entries (calls through a GOT slot
+// the program also reads, e.g. a function whose address is taken): each
+// is "jmp *disp(%rip)"; the GLOB_DAT relocation of the slot it jumps
+// through names it (what binutils and perf show as name@plt).
+func pltGotStubs(f *elf.File, symData, strb []byte) []Sym {
+	sec := f.Section(".plt.got")
+	rela := f.Section(".rela.dyn")
+	if sec == nil || rela == nil || sec.Type != elf.SHT_PROGBITS || rela.Type != elf.SHT_RELA {
+		return nil
+	}
+	code, err := sec.Data()
+	if err != nil {
+		return nil
+	}
+	relData, err := rela.Data()
+	if err != nil {
+		return nil
+	}
+	bo := f.ByteOrder
+	slot := map[uint64]uint64{} // GOT address -> dynsym index
+	for i := 0; i+24 <= len(relData); i += 24 {
+		info := bo.Uint64(relData[i+8:])
+		if uint32(info) == uint32(elf.R_X86_64_GLOB_DAT) {
+			slot[bo.Uint64(relData[i:])] = info >> 32
+		}
+	}
+	ent := int(sec.Entsize)
+	if ent != 8 && ent != 16 {
+		ent = 8
+	}
+	var out []Sym
+	for off := 0; off+ent <= len(code); off += ent {
+		e := code[off : off+ent]
+		j := bytes.Index(e, []byte{0xff, 0x25})
+		if j < 0 || j+6 > len(e) {
+			continue
+		}
+		at := sec.Addr + uint64(off+j+6)
+		got := at + uint64(int64(int32(bo.Uint32(e[j+2:]))))
+		sym, ok := slot[got]
+		if !ok || sym == 0 || sym >= uint64(len(symData)/24) {
+			continue
+		}
+		nameOff := uint64(bo.Uint32(symData[sym*24:]))
+		if nameOff >= uint64(len(strb)) {
+			continue
+		}
+		name := strb[nameOff:]
+		if n := bytes.IndexByte(name, 0); n > 0 {
+			out = append(out, Sym{Addr: sec.Addr + uint64(off), Size: uint64(ent), Name: string(name[:n]) + "@plt"})
+		}
 	}
 	return out
 }
