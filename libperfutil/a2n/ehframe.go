@@ -210,7 +210,7 @@ func fdeRanges(f *elf.File) []Sym {
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
 		return nil
 	}
-	data, err := sec.Data()
+	data, err := sectionData(sec)
 	if err != nil {
 		return nil
 	}
@@ -224,6 +224,7 @@ func fdeRanges(f *elf.File) []Sym {
 func (r *ehReader) ranges() []Sym {
 	data := r.data
 	encs := map[int]int16{} // CIE offset -> encoding (-1: unreadable)
+	lastCIE, lastEnc := -1, int16(0)
 	var out []Sym
 	for off := 0; off+8 <= len(data); {
 		length := uint64(r.bo.Uint32(data[off:]))
@@ -251,11 +252,14 @@ func (r *ehReader) ranges() []Sym {
 		}
 		if id != 0 { // an FDE: id is the distance back to its CIE
 			if cie := uint64(start) - id; id <= uint64(start) {
-				enc, ok := encs[int(cie)]
-				if !ok {
+				enc, ok := int16(0), false
+				if int(cie) == lastCIE {
+					enc, ok = lastEnc, true
+				} else if enc, ok = encs[int(cie)]; !ok {
 					enc = r.cieAt(int(cie))
 					encs[int(cie)] = enc
 				}
+				lastCIE, lastEnc = int(cie), enc
 				if enc >= 0 {
 					p := start + idLen
 					if begin, p, ok := r.ptr(byte(enc), p); ok && p <= end {

@@ -124,11 +124,11 @@ func elfSyms(f *elf.File, dyn bool) ([]rawSym, error) {
 	if f.Class != elf.ELFCLASS64 {
 		return elfSymsGeneric(f, dyn, secs)
 	}
-	data, err := sec.Data()
+	data, err := sectionData(sec)
 	if err != nil {
 		return nil, err
 	}
-	strb, err := f.Sections[sec.Link].Data()
+	strb, err := sectionData(f.Sections[sec.Link])
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func elfSyms(f *elf.File, dyn bool) ([]rawSym, error) {
 	if dyn {
 		for _, s := range f.Sections {
 			if s.Type == elf.SHT_GNU_VERSYM {
-				versym, _ = s.Data()
+				versym, _ = sectionData(s)
 				break
 			}
 		}
@@ -237,11 +237,11 @@ func pltStubs(f *elf.File) []Sym {
 	if err != nil {
 		return nil
 	}
-	symData, err := dynsym.Data()
+	symData, err := sectionData(dynsym)
 	if err != nil {
 		return nil
 	}
-	strb, err := f.Sections[dynsym.Link].Data()
+	strb, err := sectionData(f.Sections[dynsym.Link])
 	if err != nil {
 		return nil
 	}
@@ -284,30 +284,21 @@ func pltStubs(f *elf.File) []Sym {
 func pltGotStubs(f *elf.File, symData, strb []byte) []Sym {
 	sec := f.Section(".plt.got")
 	rela := f.Section(".rela.dyn")
-	if sec == nil || rela == nil || sec.Type != elf.SHT_PROGBITS || rela.Type != elf.SHT_RELA {
+	if sec == nil || rela == nil || sec.Type != elf.SHT_PROGBITS || rela.Type != elf.SHT_RELA || sec.Size > 1<<20 {
 		return nil
 	}
-	code, err := sec.Data()
-	if err != nil {
-		return nil
-	}
-	relData, err := rela.Data()
+	code, err := sectionData(sec)
 	if err != nil {
 		return nil
 	}
 	bo := f.ByteOrder
-	slot := map[uint64]uint64{} // GOT address -> dynsym index
-	for i := 0; i+24 <= len(relData); i += 24 {
-		info := bo.Uint64(relData[i+8:])
-		if uint32(info) == uint32(elf.R_X86_64_GLOB_DAT) {
-			slot[bo.Uint64(relData[i:])] = info >> 32
-		}
-	}
 	ent := int(sec.Entsize)
 	if ent != 8 && ent != 16 {
 		ent = 8
 	}
-	var out []Sym
+	type stub struct{ addr, sym uint64 }
+	slots := map[uint64]*stub{} // GOT address -> its stub
+	var stubs []*stub
 	for off := 0; off+ent <= len(code); off += ent {
 		e := code[off : off+ent]
 		j := bytes.Index(e, []byte{0xff, 0x25})
@@ -315,21 +306,72 @@ func pltGotStubs(f *elf.File, symData, strb []byte) []Sym {
 			continue
 		}
 		at := sec.Addr + uint64(off+j+6)
-		got := at + uint64(int64(int32(bo.Uint32(e[j+2:]))))
-		sym, ok := slot[got]
-		if !ok || sym == 0 || sym >= uint64(len(symData)/24) {
+		st := &stub{addr: sec.Addr + uint64(off)}
+		slots[at+uint64(int64(int32(bo.Uint32(e[j+2:]))))] = st
+		stubs = append(stubs, st)
+	}
+	if len(stubs) == 0 {
+		return nil
+	}
+	// .rela.dyn can be large (a RELATIVE relocation per pointer); the
+	// GLOB_DAT ones come after those, so it is read backwards in chunks
+	// until every slot is found.
+	const chunk = 24 * 2048
+	buf := make([]byte, chunk)
+	left := len(slots)
+	for end := rela.Size - rela.Size%24; end > 0 && left > 0; {
+		start := uint64(0)
+		if end > chunk {
+			start = end - chunk
+		}
+		b := buf[:end-start]
+		if _, err := rela.ReadAt(b, int64(start)); err != nil {
+			break
+		}
+		for i := len(b) - 24; i >= 0; i -= 24 {
+			info := bo.Uint64(b[i+8:])
+			if uint32(info) != uint32(elf.R_X86_64_GLOB_DAT) {
+				continue
+			}
+			if st := slots[bo.Uint64(b[i:])]; st != nil && st.sym == 0 {
+				st.sym = info >> 32
+				left--
+			}
+		}
+		end = start
+	}
+	var out []Sym
+	for _, st := range stubs {
+		if st.sym == 0 || st.sym >= uint64(len(symData)/24) {
 			continue
 		}
-		nameOff := uint64(bo.Uint32(symData[sym*24:]))
+		nameOff := uint64(bo.Uint32(symData[st.sym*24:]))
 		if nameOff >= uint64(len(strb)) {
 			continue
 		}
 		name := strb[nameOff:]
 		if n := bytes.IndexByte(name, 0); n > 0 {
-			out = append(out, Sym{Addr: sec.Addr + uint64(off), Size: uint64(ent), Name: string(name[:n]) + "@plt"})
+			out = append(out, Sym{Addr: st.addr, Size: uint64(ent), Name: string(name[:n]) + "@plt"})
 		}
 	}
 	return out
+}
+
+// sectionData reads a section in one read (debug/elf's Data reads in
+// chunks, to survive a section size larger than the file; sections over
+// 16 MB, and compressed ones, still go that way).
+func sectionData(sec *elf.Section) ([]byte, error) {
+	if sec.Type == elf.SHT_NOBITS {
+		return nil, errors.New("section has no data")
+	}
+	if sec.Flags&elf.SHF_COMPRESSED != 0 || sec.Size > 16<<20 {
+		return sec.Data()
+	}
+	b := make([]byte, sec.Size)
+	if _, err := sec.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // covered says whether a range of t (sorted) contains addr.
@@ -344,44 +386,122 @@ func (t symtab) covered(addr uint64) bool {
 	return i >= 0 && addr < t[i].Addr+t[i].Size
 }
 
-// addUncovered adds the entries of more whose start no range of t covers.
+// addUncovered adds the entries of more whose start no range of t covers,
+// keeping t sorted: one merge pass over both (more is sorted first).
 func (t symtab) addUncovered(more []Sym) symtab {
-	n := len(t)
+	if len(more) == 0 {
+		return t
+	}
+	more = sortRuns(more)
+	out := make(symtab, 0, len(t)+len(more))
+	i := 0
+	var coverEnd uint64 // end of the furthest-reaching range of t started so far
 	for _, s := range more {
-		if s.Size > 0 && !t[:n].covered(s.Addr) {
-			t = append(t, s)
+		for i < len(t) && t[i].Addr <= s.Addr {
+			coverEnd = max(coverEnd, t[i].Addr+t[i].Size)
+			out = append(out, t[i])
+			i++
+		}
+		if s.Size == 0 || s.Addr < coverEnd {
+			continue
+		}
+		out = append(out, s)
+	}
+	return append(out, t[i:]...)
+}
+
+// sortRuns sorts s by address by merging its ascending runs: .eh_frame
+// lists FDEs in link order, a few runs (hot, cold, startup text), where a
+// general sort costs several times more.
+func sortRuns(s []Sym) []Sym {
+	var bounds []int
+	for i := 1; i < len(s); i++ {
+		if s[i].Addr < s[i-1].Addr {
+			bounds = append(bounds, i)
 		}
 	}
-	if len(t) > n {
-		slices.SortFunc(t, func(a, b Sym) int { return cmp.Compare(a.Addr, b.Addr) })
+	if len(bounds) == 0 {
+		return s
 	}
-	return t
+	if len(bounds) > 64 {
+		slices.SortFunc(s, func(a, b Sym) int { return cmp.Compare(a.Addr, b.Addr) })
+		return s
+	}
+	bounds = append([]int{0}, append(bounds, len(s))...)
+	src, dst := s, make([]Sym, len(s))
+	for len(bounds) > 2 {
+		next := []int{0}
+		for k := 0; k+1 < len(bounds); k += 2 {
+			lo, mid := bounds[k], bounds[k+1]
+			hi := mid
+			if k+2 < len(bounds) {
+				hi = bounds[k+2]
+			}
+			i, j, o := lo, mid, lo
+			for i < mid && j < hi {
+				if src[j].Addr < src[i].Addr {
+					dst[o] = src[j]
+					j++
+				} else {
+					dst[o] = src[i]
+					i++
+				}
+				o++
+			}
+			o += copy(dst[o:], src[i:mid])
+			copy(dst[o:], src[j:hi])
+			next = append(next, hi)
+		}
+		bounds = next
+		src, dst = dst, src
+	}
+	return src
 }
 
 // buildTable applies the ownership rules above; every entry of the result
 // has a size.
 func buildTable(raw []rawSym, plt, fdes []Sym) symtab {
-	slices.SortFunc(raw, func(a, b rawSym) int {
-		if c := cmp.Compare(a.addr, b.addr); c != 0 {
-			return c
-		}
+	// Sort small keys by address (moving whole rawSyms costs more than
+	// the rest of the load); the few symbols at one address are then
+	// ordered by preference.
+	type key struct {
+		addr uint64
+		i    int32
+	}
+	keys := make([]key, len(raw))
+	for i := range raw {
+		keys[i] = key{raw[i].addr, int32(i)}
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.addr, b.addr) })
+	better := func(a, b *rawSym) bool {
 		if (a.size == 0) != (b.size == 0) { // sized first
-			if a.size == 0 {
-				return 1
-			}
-			return -1
+			return a.size != 0
 		}
 		if a.notype != b.notype { // FUNC first
-			if a.notype {
-				return 1
+			return !a.notype
+		}
+		if a.rank != b.rank {
+			return a.rank < b.rank
+		}
+		return a.name < b.name
+	}
+	sorted := make([]rawSym, len(raw))
+	for i, k := range keys {
+		sorted[i] = raw[k.i]
+	}
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sorted[j].addr == sorted[i].addr {
+			j++
+		}
+		for k := i + 1; k < j; k++ { // insertion sort of one address's aliases
+			for l := k; l > i && better(&sorted[l], &sorted[l-1]); l-- {
+				sorted[l], sorted[l-1] = sorted[l-1], sorted[l]
 			}
-			return -1
 		}
-		if c := cmp.Compare(a.rank, b.rank); c != 0 {
-			return c
-		}
-		return strings.Compare(a.name, b.name)
-	})
+		i = j
+	}
+	raw = sorted
 	t := make(symtab, 0, len(raw)+len(plt))
 	var zeroName map[uint64]string
 	var labels []rawSym

@@ -430,3 +430,35 @@ func TestThreadNames(t *testing.T) {
 		t.Fatalf("unknown process: %q", got)
 	}
 }
+
+// sortRuns (the merge of .eh_frame's ascending runs) sorts like a sort.
+func TestSortRuns(t *testing.T) {
+	for n := 0; n < 300; n += 7 {
+		for runs := 1; runs < 80; runs += 13 {
+			var s []Sym
+			for r := 0; r < runs; r++ {
+				start := uint64((r * 7919) % 1000)
+				for i := 0; i < n/runs; i++ {
+					s = append(s, Sym{Addr: start + uint64(i*3), Size: 1})
+				}
+			}
+			got := sortRuns(append([]Sym(nil), s...))
+			if len(got) != len(s) {
+				t.Fatalf("n %d runs %d: %d entries, want %d", n, runs, len(got), len(s))
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].Addr < got[i-1].Addr {
+					t.Fatalf("n %d runs %d: not sorted at %d", n, runs, i)
+				}
+			}
+			var sum, want uint64
+			for i := range s {
+				sum += got[i].Addr
+				want += s[i].Addr
+			}
+			if sum != want {
+				t.Fatalf("n %d runs %d: entries changed", n, runs)
+			}
+		}
+	}
+}
