@@ -150,6 +150,13 @@ func loadModule(path string) *Module {
 		m.Err = fmt.Errorf("%s: %w", path, err)
 		return m
 	}
+	defer func() {
+		// The file is untrusted input: a malformed ELF that trips a parser
+		// costs this module its names, never post its run.
+		if p := recover(); p != nil {
+			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
+		}
+	}()
 	m.fromELF(f, true)
 	if m.dwPath == "" && f.Section(".debug_info") != nil {
 		m.dwPath = path
