@@ -16,7 +16,7 @@ import (
 	"perfinsp/libperfutil/nrm2"
 )
 
-// Documented defaults (docs/swtrace.md).
+// Documented defaults (README: swtrace).
 const (
 	DefaultTraceBufSize = 8 << 20 // per CPU
 	DefaultMTEBufSize   = 1 << 20 // per CPU
@@ -110,6 +110,12 @@ type Status struct {
 	StoppedFull  bool        `json:"stopped_full"`
 	CPUs         []CPUStatus `json:"cpus"`
 	Note         string      `json:"note,omitempty"`
+	// Owner is the uid that turned the held trace on (-1: none); only it
+	// and root may stop, write or free it.
+	Owner int `json:"owner_uid"`
+	// StreamError says that writing the stream file failed (a full disk)
+	// and how many records were dropped since.
+	StreamError string `json:"stream_error,omitempty"`
 }
 
 // Facility is the control API of the trace facility. Every method is one
@@ -143,6 +149,12 @@ type Facility interface {
 	Hook(major uint16, minor uint32, words []uint32, str string) error
 	// Close releases the connection to the backend (not the buffers).
 	Close() error
+}
+
+// Noticer is implemented by backends that learn, while connecting, things
+// the user must be told (for example that the daemon died holding a trace).
+type Noticer interface {
+	Notices() []string
 }
 
 // Opener opens one backend.
