@@ -46,6 +46,9 @@ type Client struct {
 	notices              []string
 }
 
+// EnvTimeout overrides QuickTimeout (a Go duration, e.g. 3s).
+const EnvTimeout = "PERFINSP_TIMEOUT"
+
 // Request time limits: a stopped or wedged daemon is reported in seconds.
 const (
 	QuickTimeout = 10 * time.Second
@@ -66,7 +69,12 @@ func Dial() (*Client, error) {
 		// A daemon whose binary was replaced (rebuilt, upgraded) and holds
 		// nothing hands over to the new one.
 		var ping daemonproto.PingResult
-		if perr := c.Call(daemonproto.OpPing, nil, &ping); perr == nil && ping.Stale && !ping.Busy && os.Geteuid() == 0 {
+		perr := c.Call(daemonproto.OpPing, nil, &ping)
+		if perr != nil {
+			c.Close()
+			return nil, perr
+		}
+		if ping.Stale && !ping.Busy && os.Geteuid() == 0 {
 			prev := readState(path)
 			_ = c.Shutdown()
 			c.Close()
@@ -142,7 +150,11 @@ func connect(path string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{path: path, conn: daemonproto.NewConn(conn.(*net.UnixConn)), Timeout: QuickTimeout, LongTimeout: LongTimeout}, nil
+	quick := QuickTimeout
+	if v, err := time.ParseDuration(os.Getenv(EnvTimeout)); err == nil && v > 0 {
+		quick = v
+	}
+	return &Client{path: path, conn: daemonproto.NewConn(conn.(*net.UnixConn)), Timeout: quick, LongTimeout: LongTimeout}, nil
 }
 
 func daemonBinary() (string, error) {
