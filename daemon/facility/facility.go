@@ -1,7 +1,7 @@
 // Package facility is the trace facility implemented in user space on
 // mainline kernel mechanisms: per-CPU MTE and trace buffers (tracebuf) in the
 // daemon's memory, fed by perf_event sampling, side-band and tracepoint
-// records (perfsrc) and a /proc scan (procscan), written to swtrace.nrm2
+// records and a /proc scan (daemon/kevents), written to swtrace.nrm2
 // files in the three modes. pitraced serves it over its control socket; it
 // has the same semantics as the kernel module.
 package facility

@@ -186,6 +186,33 @@ const EnvBackend = "PERFINSP_BACKEND"
 // ErrNoBackend is returned when no backend can be used.
 var ErrNoBackend = errors.New("no trace facility backend is available")
 
+// NotChosen says why each backend of higher priority than the one named
+// (the one in use) is not available here: the auto selection's reasons.
+func NotChosen(inUse string) []string {
+	mu.Lock()
+	list := make([]Opener, 0, len(openers))
+	for _, o := range openers {
+		list = append(list, o)
+	}
+	mu.Unlock()
+	var prio int
+	for _, o := range list {
+		if o.Name == inUse {
+			prio = o.Priority
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Priority > list[j].Priority })
+	var out []string
+	for _, o := range list {
+		if o.Priority > prio {
+			if ok, why := o.Available(); !ok {
+				out = append(out, o.Name+": "+why)
+			}
+		}
+	}
+	return out
+}
+
 // Open opens the backend named by name, or by $PERFINSP_BACKEND, or the
 // best available one when both are empty or "auto".
 func Open(name string) (Facility, error) {

@@ -520,8 +520,17 @@ func cmdInfo(c *cli.Context) error {
 		fmt.Fprintf(w, "stream file: %s\n", st.ContFile)
 	}
 	fmt.Fprintf(w, "enabled: %s\n", enabledNames(st.Enabled))
+	if st.Owner >= 0 && st.State != control.StateFree {
+		fmt.Fprintf(w, "owner: uid %d (only they or root may stop, write or free this trace)\n", st.Owner)
+	}
+	if st.StreamError != "" {
+		fmt.Fprintf(w, "STREAM WRITE FAILED: %s\n", st.StreamError)
+	}
 	if st.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", st.Note)
+	}
+	for _, why := range control.NotChosen(st.Backend) {
+		fmt.Fprintf(w, "not used: %s\n", why)
 	}
 	if len(st.CPUs) == 0 {
 		return nil
