@@ -12,9 +12,11 @@ import (
 
 // tick is one TPROF_TICK of a built trace and where it ends in the file.
 type tick struct {
-	id  uint64 // the tick's ip: unique in the trace
-	cpu int
-	end int64 // file offset just past the record
+	id    uint64 // the tick's ip: unique in the trace
+	cpu   int
+	start int64 // file offset of the record
+	end   int64 // file offset just past the record
+	chunk int   // index of its chunk in built.chunks
 }
 
 // built is a trace written the way the backends write one: per-CPU
@@ -26,6 +28,9 @@ type built struct {
 	ticks  []tick
 	chunks []int64 // file offset of every chunk header, in order
 	ends   []int64 // file offset just past every chunk (its padding included)
+	kinds  []uint32
+	cpus   []int
+	highs  []int64 // file offsets of the TIME_HIGH records that are not first in their chunk
 }
 
 // buildTrace writes a trace of ncpu CPUs with perCPU ticks each into a
@@ -106,16 +111,21 @@ func (b *built) index(tb testing.TB) {
 		n := int64(binary.LittleEndian.Uint64(b.data[off+8:]))
 		start := off + ChunkHeaderSize
 		b.chunks = append(b.chunks, off)
+		b.kinds = append(b.kinds, kind)
+		b.cpus = append(b.cpus, cpu)
 		if kind == ChunkTrace {
 			for p := start; p < start+n; {
 				r, size, err := trace.Decode(b.data[p:start+n], p)
 				if err != nil {
 					tb.Fatal(err)
 				}
-				p += int64(size)
 				if r.Major == trace.MajorTprof {
-					b.ticks = append(b.ticks, tick{id: r.Fixed[2], cpu: cpu, end: p})
+					b.ticks = append(b.ticks, tick{id: r.Fixed[2], cpu: cpu, start: p, end: p + int64(size), chunk: len(b.chunks) - 1})
 				}
+				if r.Major == trace.MajorSys && r.Minor == trace.SysTimeHigh && p != start {
+					b.highs = append(b.highs, p)
+				}
+				p += int64(size)
 			}
 		}
 		off = start + (n+7)&^7
