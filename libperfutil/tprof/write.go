@@ -30,7 +30,7 @@ func (rep *Report) Warnings() []string {
 		w = append(w, "WARNING: the trace ends in a damaged record; the report covers what came before: "+rep.RecordErr.Error())
 	}
 	for _, p := range rep.Problems {
-		w = append(w, "WARNING: module not read, its ticks show as module+offset: "+p)
+		w = append(w, "WARNING: "+p) // each names its file and what follows
 	}
 	return w
 }
