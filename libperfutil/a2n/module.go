@@ -373,7 +373,7 @@ func (c *Cache) Problems() []string {
 	out := append([]string(nil), c.notes...)
 	for _, m := range c.mods {
 		if m.Err != nil {
-			out = append(out, m.Err.Error())
+			out = append(out, "module not read, its ticks show as module+offset: "+m.Err.Error())
 		}
 		if m.Warning != "" {
 			out = append(out, m.Path+": "+m.Warning)
