@@ -186,8 +186,10 @@ func ParseWith(data []byte, opt Options) (*File, error) {
 	for off < size {
 		next, ferr := f.chunk(data, off)
 		if ferr == nil {
-			if opt.Salvage && next < size && !plausibleChunk(data, next, h.NCPUs, true) {
-				next = f.checkLength(data, off, next)
+			if opt.Salvage && next < size {
+				if _, _, _, e := f.checkChunk(data, next); e != nil {
+					next = f.checkLength(data, off, next)
+				}
 			}
 			off = next
 			continue
@@ -200,31 +202,42 @@ func ParseWith(data []byte, opt Options) (*File, error) {
 	return f, nil
 }
 
-// chunk reads the chunk at off and returns the offset of the next one.
-func (f *File) chunk(data []byte, off int64) (int64, *FormatError) {
+// checkChunk checks the chunk header at off and returns its kind, CPU and
+// data.
+func (f *File) checkChunk(data []byte, off int64) (kind, cpu uint32, body []byte, ferr *FormatError) {
 	left := int64(len(data)) - off
 	if left < ChunkHeaderSize {
-		return 0, &FormatError{Offset: off, Msg: fmt.Sprintf("truncated chunk header: %d bytes left", left)}
+		return 0, 0, nil, &FormatError{Offset: off, Msg: fmt.Sprintf("truncated chunk header: %d bytes left", left)}
 	}
-	kind := binary.LittleEndian.Uint32(data[off:])
-	cpu := binary.LittleEndian.Uint32(data[off+4:])
+	kind = binary.LittleEndian.Uint32(data[off:])
+	cpu = binary.LittleEndian.Uint32(data[off+4:])
 	n := binary.LittleEndian.Uint64(data[off+8:])
 	start := off + ChunkHeaderSize
 	if n > uint64(left-ChunkHeaderSize) {
-		return 0, &FormatError{Offset: off, Msg: fmt.Sprintf("chunk length %d runs past the end of the file (%d bytes left): the file is truncated", n, left-ChunkHeaderSize)}
+		return 0, 0, nil, &FormatError{Offset: off, Msg: fmt.Sprintf("chunk length %d runs past the end of the file (%d bytes left): the file is truncated", n, left-ChunkHeaderSize)}
 	}
 	if kind < ChunkTrace || kind > ChunkEnd {
-		return 0, &FormatError{Offset: off, Msg: fmt.Sprintf("unknown chunk kind %d", kind)}
+		return 0, 0, nil, &FormatError{Offset: off, Msg: fmt.Sprintf("unknown chunk kind %d", kind)}
 	}
 	if kind != ChunkKallsyms && kind != ChunkEnd && cpu >= f.Header.NCPUs {
-		return 0, &FormatError{Offset: off + 4, Msg: fmt.Sprintf("chunk for CPU %d, but the file has %d CPUs", cpu, f.Header.NCPUs)}
+		return 0, 0, nil, &FormatError{Offset: off + 4, Msg: fmt.Sprintf("chunk for CPU %d, but the file has %d CPUs", cpu, f.Header.NCPUs)}
 	}
-	body := data[start : start+int64(n)]
+	if kind == ChunkStats && n < StatsSize {
+		return 0, 0, nil, &FormatError{Offset: start, Msg: "statistics chunk too short"}
+	}
+	return kind, cpu, data[start : start+int64(n)], nil
+}
+
+// chunk reads the chunk at off and returns the offset of the next one.
+func (f *File) chunk(data []byte, off int64) (int64, *FormatError) {
+	kind, cpu, body, ferr := f.checkChunk(data, off)
+	if ferr != nil {
+		return 0, ferr
+	}
+	start := off + ChunkHeaderSize
+	n := int64(len(body))
 	switch kind {
 	case ChunkStats:
-		if len(body) < StatsSize {
-			return 0, &FormatError{Offset: start, Msg: "statistics chunk too short"}
-		}
 		f.Stats[cpu] = decodeStats(body)
 		f.HasStats = true
 	case ChunkKallsyms:
@@ -234,7 +247,7 @@ func (f *File) chunk(data []byte, off int64) (int64, *FormatError) {
 	default:
 		f.Chunks = append(f.Chunks, Chunk{Kind: kind, CPU: cpu, Offset: start, Data: body})
 	}
-	return start + int64(n) + (8-int64(n)%8)%8, nil
+	return start + n + (8-n%8)%8, nil
 }
 
 // kindName names a chunk kind in messages.
@@ -290,9 +303,10 @@ func plausibleChunk(data []byte, off int64, ncpus uint32, allowEmpty bool) bool 
 }
 
 // nextChunk returns the offset of the first plausible chunk at or after
-// from, or -1.
-func nextChunk(data []byte, from int64, ncpus uint32) int64 {
-	for p := (from + 7) &^ 7; p+ChunkHeaderSize <= int64(len(data)); p += 8 {
+// from and before to, or -1.
+func nextChunk(data []byte, from, to int64, ncpus uint32) int64 {
+	to = min(to, int64(len(data))-ChunkHeaderSize+1)
+	for p := (from + 7) &^ 7; p < to; p += 8 {
 		if k := data[p]; k >= ChunkTrace && k <= ChunkEnd && data[p+1]|data[p+2]|data[p+3] == 0 && plausibleChunk(data, p, ncpus, false) {
 			return p
 		}
@@ -319,7 +333,7 @@ func wholeRecords(b []byte, base int64, cpu int, mte bool) (n int, size int) {
 }
 
 // checkLength is called, when salvaging, for a chunk at off that was read
-// but is not followed by a plausible chunk at next. If a chunk header
+// but is followed by an unreadable chunk header at next. If a chunk header
 // starts inside its data, its length field is wrong: the chunk is cut
 // there (to its whole records) and reading goes on from that header.
 func (f *File) checkLength(data []byte, off, next int64) int64 {
@@ -328,7 +342,7 @@ func (f *File) checkLength(data []byte, off, next int64) int64 {
 		return next
 	}
 	start := off + ChunkHeaderSize
-	p := nextChunk(data, start, f.Header.NCPUs)
+	p := nextChunk(data, start, next, f.Header.NCPUs)
 	if p < 0 || p >= next {
 		return next
 	}
@@ -371,7 +385,7 @@ func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
 		}
 	}
 	if next < 0 {
-		next = nextChunk(data, start, f.Header.NCPUs)
+		next = nextChunk(data, start, size, f.Header.NCPUs)
 	}
 	stop := size
 	if next >= 0 && next < size {
