@@ -405,7 +405,7 @@ func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
 		d := Damage{Offset: start + int64(good), Lost: int64(len(body) - good), CPU: int(cpu), Kind: kind, Kept: kept}
 		if next < 0 {
 			d.Cut = true
-			d.Msg = fmt.Sprintf("the file is cut inside the %s chunk of CPU %d at byte offset %d (%d of its %d bytes present): its first %d records were kept; "+
+			d.Msg = fmt.Sprintf("the file is cut inside the %s chunk of CPU %d at byte offset %d (%d of its %d bytes present): its first %d records were kept (the TIME_HIGH record included); "+
 				"the rest of it and whatever was written after it are lost", kindName(kind), cpu, off, size-start, n, kept)
 		} else {
 			d.Msg = fmt.Sprintf("the %s chunk of CPU %d at byte offset %d gives a length of %d bytes, but the next chunk starts at byte offset %d: its first %d records were kept, %d bytes after them skipped",
@@ -470,13 +470,20 @@ func (f *File) Warnings() []string {
 			bytes += d.Lost
 			cpus[d.CPU] = true
 		}
-		w = append(w, fmt.Sprintf("WARNING: damaged trace file: %d segments had a record that does not decode (%d CPUs affected, %d bytes of records skipped); every other segment was read",
-			len(f.recDamage), len(cpus), bytes))
+		w = append(w, fmt.Sprintf("WARNING: damaged trace file: %s had a record that does not decode (%s affected, %d bytes of records skipped); every other segment was read",
+			plural(len(f.recDamage), "segment"), plural(len(cpus), "CPU"), bytes))
 	}
 	if !f.HasStats && !f.Complete {
 		w = append(w, "WARNING: the trace file has no CPU statistics (tracing did not finish: kill -9, a crash or a full disk): records lost while tracing are not counted")
 	}
 	return w
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // Validate decodes every record of every chunk and returns the first

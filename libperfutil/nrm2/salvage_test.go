@@ -207,7 +207,7 @@ func TestCorruptRecordLosesOnlyItsSegment(t *testing.T) {
 		t.Fatalf("damage %+v: want one bad trace record of CPU 1 at %d", d, bad.start)
 	}
 	w := strings.Join(f.Warnings(), "\n")
-	if !strings.Contains(w, fmt.Sprintf("byte offset %d", bad.start)) || !strings.Contains(w, "1 segments had a record that does not decode (1 CPUs affected") {
+	if !strings.Contains(w, fmt.Sprintf("byte offset %d", bad.start)) || !strings.Contains(w, "1 segment had a record that does not decode (1 CPU affected") {
 		t.Fatalf("warnings: %s", w)
 	}
 	// Records can be called again: the damage is not counted twice.
