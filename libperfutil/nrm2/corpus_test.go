@@ -43,6 +43,14 @@ func corpusShapes(t *testing.T) map[string][]byte {
 		}
 		out[name] = d
 	}
+	// The kallsyms chunk as /proc/kallsyms has it, with odd lines.
+	ks := []byte("ffffffff81000000 T _stext\nffffffff81000100 t do_thing [mymod]\n0000000000000000 A fixed_percpu_data\nnot a line\nffffffffc0001000 T\nffffffff81000200 T last_without_newline")
+	var hdr [ChunkHeaderSize]byte
+	binary.LittleEndian.PutUint32(hdr[0:], ChunkKallsyms)
+	binary.LittleEndian.PutUint64(hdr[8:], uint64(len(ks)))
+	odd := append(append(append([]byte(nil), b.data[:HeaderSize]...), hdr[:]...), ks...)
+	odd = append(odd, make([]byte, (8-len(ks)%8)%8)...)
+	out["kallsyms-odd"] = append(odd, b.data[b.ends[0]:]...)
 	out["zero-tail"] = append(append([]byte(nil), b.data[:b.chunks[len(b.chunks)-3]]...), make([]byte, 4096)...)
 	return out
 }
