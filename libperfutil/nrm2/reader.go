@@ -361,6 +361,15 @@ func (f *File) checkLength(data []byte, off, next int64) int64 {
 	return p
 }
 
+func zeros(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // salvageChunk handles the chunk at off that chunk refused (ferr): it keeps
 // what can be kept, records the damage and returns where to go on.
 func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
@@ -427,7 +436,10 @@ func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
 		if records || (kind == ChunkStats && cpu < f.Header.NCPUs) {
 			d.CPU, d.Kind = int(cpu), kind
 		}
-		if next >= 0 && next < size {
+		if zeros(data[off:stop]) {
+			d.Msg = fmt.Sprintf("%d zero bytes where a chunk should start (space allocated but never written: the writer was killed or the system crashed)", stop-off)
+			d.Cut = stop == size
+		} else if next >= 0 && next < size {
 			d.Msg = fmt.Sprintf("%s: skipped %d bytes to the next chunk at byte offset %d", ferr.Msg, stop-off, next)
 		} else {
 			d.Msg = fmt.Sprintf("%s: the %d bytes from here to the end of the file were skipped (no chunk found in them)", ferr.Msg, stop-off)

@@ -340,3 +340,27 @@ func TestBadChunkHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroTail reads a file whose end was allocated but never written (a
+// crash after the file grew): the chunks before are read, the zeros are
+// reported as such, and the refusing reader refuses it.
+func TestZeroTail(t *testing.T) {
+	b := smallTrace(t)
+	ci := len(b.chunks) / 2
+	data := append(append([]byte(nil), b.data[:b.chunks[ci]]...), make([]byte, 8192)...)
+	if _, err := Parse(data); err == nil {
+		t.Fatal("the refusing reader accepted a zero tail")
+	}
+	f, err := ParseWith(data, Options{Salvage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := want(b, func(tk tick) bool { return tk.chunk < ci })
+	if msg := sameIDs(sorted(ids(t, f)), exp); msg != "" {
+		t.Fatal(msg)
+	}
+	d := f.Damage()
+	if len(d) != 1 || !d[0].Cut || d[0].Offset != b.chunks[ci] || d[0].Lost != 8192 || !strings.Contains(d[0].Msg, "8192 zero bytes") {
+		t.Fatalf("damage %+v", d)
+	}
+}
