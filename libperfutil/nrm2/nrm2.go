@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"os"
 )
 
 // Magic starts every file.
@@ -211,94 +210,3 @@ func DecodeHeader(b []byte) (Header, error) {
 	return h, nil
 }
 
-// Writer writes a trace file.
-type Writer struct {
-	f      *os.File
-	path   string
-	hdr    Header
-	closed bool
-}
-
-// Create creates path and writes the header. Flags are finalized by Close.
-func Create(path string, h Header) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("create trace file: %w", err)
-	}
-	if h.ClockID == 0 {
-		h.ClockID = ClockMonotonic
-	}
-	if h.ClockHz == 0 {
-		h.ClockHz = 1_000_000_000
-	}
-	w := &Writer{f: f, path: path, hdr: h}
-	if _, err := f.Write(h.Encode()); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write trace file header %s: %w", path, err)
-	}
-	return w, nil
-}
-
-// Path returns the file's path.
-func (w *Writer) Path() string { return w.path }
-
-// WriteChunk appends one chunk. Trace and MTE chunks must hold whole records
-// and start with a TIME_HIGH record.
-func (w *Writer) WriteChunk(kind, cpu uint32, data []byte) error {
-	var h [ChunkHeaderSize]byte
-	binary.LittleEndian.PutUint32(h[0:], kind)
-	binary.LittleEndian.PutUint32(h[4:], cpu)
-	binary.LittleEndian.PutUint64(h[8:], uint64(len(data)))
-	if _, err := w.f.Write(h[:]); err != nil {
-		return fmt.Errorf("write %s: %w", w.path, err)
-	}
-	if _, err := w.f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", w.path, err)
-	}
-	if pad := (8 - len(data)%8) % 8; pad != 0 {
-		if _, err := w.f.Write(make([]byte, pad)); err != nil {
-			return fmt.Errorf("write %s: %w", w.path, err)
-		}
-	}
-	return nil
-}
-
-// Close writes the per-CPU statistics and the END chunk, sets the final
-// header flags and closes the file.
-func (w *Writer) Close(flags uint32, stats []CPUStats) error {
-	if w.closed {
-		return nil
-	}
-	w.closed = true
-	var err error
-	for cpu := range stats {
-		if stats[cpu].Lost != 0 || stats[cpu].MTELost != 0 {
-			flags |= FlagLost
-		}
-		if stats[cpu].Full != 0 {
-			flags |= FlagBufferFull
-		}
-		if err == nil {
-			err = w.WriteChunk(ChunkStats, uint32(cpu), stats[cpu].encode())
-		}
-	}
-	if err == nil {
-		err = w.WriteChunk(ChunkEnd, 0, nil)
-	}
-	if err == nil {
-		w.hdr.Flags = flags | FlagComplete
-		_, err = w.f.WriteAt(w.hdr.Encode(), 0)
-	}
-	if cerr := w.f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close %s: %w", w.path, cerr)
-	}
-	return err
-}
-
-// Abort closes the file without finalizing it.
-func (w *Writer) Abort() {
-	if !w.closed {
-		w.closed = true
-		w.f.Close()
-	}
-}
