@@ -485,6 +485,9 @@ func (f *File) Warnings() []string {
 		w = append(w, fmt.Sprintf("WARNING: damaged trace file: %s had a record that does not decode (%s affected, %d bytes of records skipped); every other segment was read",
 			plural(len(f.recDamage), "segment"), plural(len(cpus), "CPU"), bytes))
 	}
+	if f.Header.Flags&FlagWriteError != 0 {
+		w = append(w, "WARNING: a write to the trace file failed while tracing (a full disk?): the file ends on its last complete chunk, and the records that could not be written are counted as lost")
+	}
 	if !f.HasStats && !f.Complete {
 		w = append(w, "WARNING: the trace file has no CPU statistics (tracing did not finish: kill -9, a crash or a full disk): records lost while tracing are not counted")
 	}

@@ -364,3 +364,24 @@ func TestZeroTail(t *testing.T) {
 		t.Fatalf("damage %+v", d)
 	}
 }
+
+// TestWriteErrorFlagWarns: a file whose writer met a write error (the
+// header flag) is read with a warning that says so.
+func TestWriteErrorFlagWarns(t *testing.T) {
+	b := buildTrace(t, 1, 10, 4<<10)
+	f, err := Parse(b.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(f.Warnings(), "\n"); strings.Contains(w, "write to the trace file failed") {
+		t.Fatalf("a clean file warns: %s", w)
+	}
+	data := append([]byte(nil), b.data...)
+	binary.LittleEndian.PutUint32(data[44:], binary.LittleEndian.Uint32(data[44:])|FlagWriteError)
+	if f, err = Parse(data); err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(f.Warnings(), "\n"); !strings.Contains(w, "write to the trace file failed") {
+		t.Fatalf("no warning for the write error: %q", w)
+	}
+}
