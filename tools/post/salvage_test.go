@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
@@ -184,4 +185,120 @@ func TestHostileInputsFailFast(t *testing.T) {
 			t.Fatalf("%s: exit %d, want one line naming %q: %q", name, r.code, c.msg, r.errs)
 		}
 	}
+}
+
+// TestRealTraceCutAndCorrupted traces the bundled example with the
+// facility (daemon backend), then cuts the file at the start and in the
+// middle of every third trace chunk, and corrupts one record in a trace chunk: post reports
+// exactly the ticks whose records are whole before the cut, or all but the
+// rest of the corrupted record's segment.
+func TestRealTraceCutAndCorrupted(t *testing.T) {
+	e := tracetest.Setup(t)
+	e.Sw("init", "-t", "1M")
+	e.Sw("enable", "tprof")
+	e.Sw("setrate", "2000")
+	e.Sw("on")
+	e.RunBurn(100)
+	e.Sw("off")
+	e.Sw("get", "real.nrm2")
+	path := filepath.Join(e.Dir, "real.nrm2")
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every tick's record span, and the TIME_HIGH records, from the intact file.
+	type span struct{ start, end int64 }
+	var ticks []span
+	var highs []int64
+	var rec trace.Record
+	var traceChunks []nrm2.Chunk
+	for _, c := range f.Chunks {
+		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == nrm2.ChunkMTE, 0)
+		for {
+			start := r.Offset()
+			ok, err := r.NextInto(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if rec.Major == trace.MajorTprof {
+				ticks = append(ticks, span{start, r.Offset()})
+			}
+			if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+				highs = append(highs, start)
+			}
+		}
+		if c.Kind == nrm2.ChunkTrace {
+			traceChunks = append(traceChunks, c)
+		}
+	}
+	f.Close()
+	if len(traceChunks) < 4 || len(ticks) < 1000 {
+		t.Fatalf("the trace has %d trace chunks and %d ticks: too few to cut", len(traceChunks), len(ticks))
+	}
+	dir := t.TempDir()
+	n := 0
+	check := func(what string, b []byte, want int) {
+		t.Helper()
+		// A new file each time: post maps the file it reads, and
+		// truncating a mapped file under a reader makes it fault.
+		n++
+		cutFile := filepath.Join(dir, fmt.Sprintf("cut%d.nrm2", n))
+		if err := os.WriteFile(cutFile, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, errs, code := runPost(t, dir, "-r", cutFile, "-tprof")
+		if code != 0 {
+			t.Fatalf("%s: post: %s", what, errs)
+		}
+		if n := totalTicks(t, dir); n != want {
+			t.Fatalf("%s: %d ticks, want %d\n%s", what, n, want, errs)
+		}
+	}
+	for i, c := range traceChunks {
+		if i%3 != 1 {
+			continue // every chunk is cut in the nrm2 tests; here a few of a real trace
+		}
+		for _, cut := range []int64{c.Offset - nrm2.ChunkHeaderSize, c.Offset + int64(len(c.Data))/2 + 1} {
+			want := 0
+			for _, tk := range ticks {
+				if tk.end <= cut {
+					want++
+				}
+			}
+			check(fmt.Sprintf("cut at %d", cut), data[:cut], want)
+		}
+	}
+	// Corrupt the first tick past the middle of a chunk: the ticks from it
+	// to the next TIME_HIGH record (the end of its segment) are lost.
+	c := traceChunks[len(traceChunks)/2]
+	end := c.Offset + int64(len(c.Data))
+	var bad span
+	for _, tk := range ticks {
+		if tk.start >= c.Offset+int64(len(c.Data))/2 && tk.end <= end {
+			bad = tk
+			break
+		}
+	}
+	for _, h := range highs {
+		if h > bad.start && h < end {
+			end = h
+			break
+		}
+	}
+	lost := 0
+	for _, tk := range ticks {
+		if tk.start >= bad.start && tk.end <= end {
+			lost++
+		}
+	}
+	b := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint16(b[bad.start:], trace.TypeLen(trace.LayoutFixed, 4))
+	check("corrupted record", b, len(ticks)-lost)
 }
