@@ -336,7 +336,7 @@ func (c *Cache) Module(path string) *Module {
 	if m, ok := c.mods[path]; ok {
 		return m
 	}
-	m := loadModule(filepath.Join(c.Root, path))
+	m := loadModule(filepath.Join(c.Root, filepath.Clean("/"+path))) // a path from the trace never climbs out of --root
 	m.Path = path
 	c.mods[path] = m
 	return m

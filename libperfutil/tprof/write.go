@@ -29,6 +29,7 @@ func (rep *Report) Warnings() []string {
 	if rep.RecordErr != nil {
 		w = append(w, "WARNING: the trace ends in a damaged record; the report covers what came before: "+rep.RecordErr.Error())
 	}
+	w = append(w, rep.File.Warnings()...) // damage the reader salvaged around
 	for _, p := range rep.Problems {
 		w = append(w, "WARNING: "+p) // each names its file and what follows
 	}
