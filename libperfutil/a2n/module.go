@@ -336,7 +336,11 @@ func (c *Cache) Module(path string) *Module {
 	if m, ok := c.mods[path]; ok {
 		return m
 	}
-	m := loadModule(filepath.Join(c.Root, filepath.Clean("/"+path))) // a path from the trace never climbs out of --root
+	file := path
+	if c.Root != "" {
+		file = filepath.Join(c.Root, filepath.Clean("/"+path)) // never climbs out of --root
+	}
+	m := loadModule(file)
 	m.Path = path
 	c.mods[path] = m
 	return m
