@@ -26,9 +26,9 @@ func (s *itraceSource) Stop() error {
 // registerITrace serves the no-module ITrace ops. The tracer writes into
 // the sink the facility hands its sources when tracing turns on, so its
 // records land in the per-CPU trace buffers with every other record.
-func registerITrace(s *server.Server) {
+func registerITrace(s *server.Server, logf func(string, ...any)) {
 	m := itrace.NewManager()
-	m.Log = s.Log
+	m.Log = logf
 	start := s.Fac.StartSource
 	s.Fac.StartSource = func(opts kevents.Options, sink facility.Sink) (facility.Source, error) {
 		src, err := start(opts, sink)
