@@ -61,6 +61,9 @@ func (rep *Report) WritePI(out io.Writer) error {
 		backend = "kmod"
 	}
 	fmt.Fprintf(w, " Total Ticks   : %d\n", rep.Total)
+	if rep.Filter != nil {
+		fmt.Fprintf(w, " Selected      : %s (%d ticks of other processes and threads left out)\n", rep.Selected, rep.Filtered)
+	}
 	fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
 	fmt.Fprintf(w, " Duration      : %.3f s (first to last tick)\n", dur.Seconds())
 	fmt.Fprintf(w, " CPUs          : %d\n", h.NCPUs)
