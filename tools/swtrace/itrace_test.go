@@ -98,11 +98,31 @@ func TestITraceOffFromAnotherShell(t *testing.T) {
 	}
 }
 
+// waitRecords waits until the trace buffers hold at least n records.
+func waitRecords(t *testing.T, e *tracetest.Env, n int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		for _, l := range strings.Split(e.Sw("info"), "\n") {
+			if f := strings.Fields(l); len(f) > 2 && f[0] == "all" {
+				if got, _ := strconv.Atoi(f[1]); got >= n {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the buffers never held %d records:\n%s", n, e.Sw("info"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestITraceKilledMidTrace: a traced process killed with SIGKILL ends its
 // trace (reason exit) and swtrace off does not wait for it.
 func TestITraceKilledMidTrace(t *testing.T) {
 	e := tracetest.Setup(t)
 	e.Sw("init", "-t", "16M")
+	e.Sw("disable", "tprof") // the buffers then hold ITrace records only
 	e.Sw("on")
 	cmd := exec.Command(e.Burn, "100000")
 	if err := cmd.Start(); err != nil {
@@ -111,6 +131,7 @@ func TestITraceKilledMidTrace(t *testing.T) {
 	pid := cmd.Process.Pid
 	e.Sw("itrace", "on", "-p", strconv.Itoa(pid))
 	waitTraced(t, pid, true)
+	waitRecords(t, e, 500) // it is being stepped
 	cmd.Process.Kill()
 	cmd.Wait()
 	e.Sw("off")
@@ -125,5 +146,52 @@ func TestITraceKilledMidTrace(t *testing.T) {
 	}
 	if out, code := e.SwCode("itrace", "on"); code != 2 || !strings.Contains(out, "say what to trace") {
 		t.Fatalf("itrace on without pids: exit %d\n%s", code, out)
+	}
+}
+
+// TestITraceFillsTheBuffers: in normal mode ITrace fills a small buffer;
+// tracing stops, the traced process is let go and runs on, and the trace
+// says the buffer filled.
+func TestITraceFillsTheBuffers(t *testing.T) {
+	e := tracetest.Setup(t)
+	e.Sw("init", "-t", "64K")
+	e.Sw("on")
+	cmd := exec.Command(e.Burn, "100000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	e.Sw("itrace", "on", "-p", strconv.Itoa(pid))
+	// 64 KB per CPU holds a few thousand branch records: the buffer fills,
+	// the facility turns off and the process is detached.
+	waitTraced(t, pid, false)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(e.Sw("info"), "state: off") {
+		if time.Now().After(deadline) {
+			t.Fatalf("tracing did not stop when the buffer filled:\n%s", e.Sw("info"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil || !strings.Contains(err.Error(), "interrupt") {
+		t.Fatalf("after the buffer filled the process did not run on and end by SIGINT: %v", err)
+	}
+	e.Sw("get", "full.nrm2")
+	f, err := nrm2.Open(filepath.Join(e.Dir, "full.nrm2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	branches := 0
+	_ = f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorITraceU && r.Minor <= trace.ITraceUndefd {
+			branches++
+		}
+		return nil
+	})
+	if f.Header.Flags&nrm2.FlagBufferFull == 0 || branches < 500 {
+		t.Fatalf("file flags %#x (want buffer full), %d branch records", f.Header.Flags, branches)
 	}
 }
