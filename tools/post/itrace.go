@@ -90,9 +90,13 @@ func in(rs [][2]uint64, x uint64) bool {
 	return false
 }
 
-// isPLT tells a PLT stub: A2N leaves PLT addresses unnamed (module+0xOFF,
-// a file offset), or names them after the size-less _init before them.
+// isPLT tells a PLT stub: A2N names them name@plt, as perf does; the
+// first entry (the lazy binding path) it leaves unnamed (module+0xOFF, a
+// file offset) or names after a size-less _init before it.
 func (n *a2nNamer) isPLT(res *a2n.Result) bool {
+	if strings.HasSuffix(res.Symbol, "@plt") {
+		return true
+	}
 	if !strings.HasPrefix(res.Module, "/") {
 		return false
 	}
@@ -115,7 +119,9 @@ func (n *a2nNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, 
 	v := named{fn: pitrace.Func{Name: res.Symbol, Module: res.Module}, off: res.Offset, file: res.File, line: res.Line}
 	if n.isPLT(&res) {
 		v.fn.PLT = true
-		v.fn.Name = filepath.Base(res.Module) + ":PLT"
+		if !strings.HasSuffix(res.Symbol, "@plt") {
+			v.fn.Name = filepath.Base(res.Module) + ":PLT"
+		}
 	}
 	n.cache[k] = v
 	return v.fn, v.off, v.file, v.line
