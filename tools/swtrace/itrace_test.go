@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -193,5 +194,75 @@ func TestITraceFillsTheBuffers(t *testing.T) {
 	})
 	if f.Header.Flags&nrm2.FlagBufferFull == 0 || branches < 500 {
 		t.Fatalf("file flags %#x (want buffer full), %d branch records", f.Header.Flags, branches)
+	}
+}
+
+const forker = `#include <sys/wait.h>
+#include <unistd.h>
+int main(void)
+{
+	pid_t p = fork();
+	if (p == 0)
+		_exit(3);
+	int st;
+	waitpid(p, &st, 0);
+	return WEXITSTATUS(st) == 3 ? 0 : 1;
+}
+`
+
+// TestITraceFollowsChildrenOnlyWithF: a process that forks is traced alone,
+// and with -f its child too (from the fork on, in its own address space).
+func TestITraceFollowsChildrenOnlyWithF(t *testing.T) {
+	e := tracetest.Setup(t)
+	src := filepath.Join(e.Dir, "forker.c")
+	prog := filepath.Join(e.Bin, "forker")
+	os.WriteFile(src, []byte(forker), 0o644)
+	if out, err := exec.Command("gcc", "-O1", "-static", "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	for _, follow := range []bool{false, true} {
+		e.Sw("init", "-t", "16M")
+		e.Sw("on", "--discard")
+		cmd := exec.Command("sh", "-c", `kill -STOP $$; exec "$0"`, prog)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		for {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == 'T' {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		args := []string{"itrace", "on", "--at-exec", "-p", strconv.Itoa(pid)}
+		if follow {
+			args = append(args, "-f")
+		}
+		e.Sw(args...)
+		cmd.Process.Signal(syscall.SIGCONT)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("forker (follow %v): %v", follow, err)
+		}
+		e.Sw("off")
+		e.Sw("get", "fork.nrm2")
+		f, err := nrm2.Open(filepath.Join(e.Dir, "fork.nrm2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids := map[uint64]int{}
+		_ = f.Records(func(r *trace.Record) error {
+			if r.Major == trace.MajorITraceU && r.Minor == trace.ITraceEnd {
+				pids[r.Field(0)] += int(r.Field(2))
+			}
+			return nil
+		})
+		want := 1
+		if follow {
+			want = 2
+		}
+		if len(pids) != want || pids[uint64(pid)] == 0 {
+			t.Errorf("follow %v: threads ended per pid %v, want %d processes (the forker %d first)", follow, pids, want, pid)
+		}
 	}
 }
