@@ -20,8 +20,14 @@ func postCallgrind(t *testing.T, e *tracetest.Env, name string) map[string]*pitr
 	e.Sw("get", name+".nrm2")
 	cg := filepath.Join(e.Dir, name+".callgrind")
 	post := exec.Command(filepath.Join(e.Bin, "post"), "-r", filepath.Join(e.Dir, name+".nrm2"), "--callgrind", cg, "-o", e.Dir)
-	if out, err := post.CombinedOutput(); err != nil {
+	out, err := post.CombinedOutput()
+	if err != nil {
 		t.Fatalf("post: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "itrace") {
+			t.Logf("post: %s", l)
+		}
 	}
 	f, err := os.Open(cg)
 	if err != nil {
@@ -125,7 +131,14 @@ func TestGoITraceOnOff(t *testing.T) {
 	e := tracetest.Setup(t, "./tools/post")
 	e.Sw("init", "-t", "64M")
 	e.Sw("on")
-	child := exec.Command(os.Args[0], "-test.run=^TestGoITraceOnOff$", "-test.v")
+	// go test runs test binaries without a symbol table; go test -c keeps it.
+	bin := filepath.Join(e.Bin, "itrace.test")
+	build := exec.Command("go", "test", "-c", "-o", bin, "./libperfutil/itrace")
+	build.Dir = tracetest.Root()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c: %v\n%s", err, out)
+	}
+	child := exec.Command(bin, "-test.run=^TestGoITraceOnOff$", "-test.v")
 	child.Env = append(e.Environ, "ITRACE_GO_CHILD=1", "GODEBUG=asyncpreemptoff=1")
 	out, err := child.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {
