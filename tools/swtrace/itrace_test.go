@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"runtime"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -264,5 +266,52 @@ func TestITraceFollowsChildrenOnlyWithF(t *testing.T) {
 		if len(pids) != want || pids[uint64(pid)] == 0 {
 			t.Errorf("follow %v: threads ended per pid %v, want %d processes (the forker %d first)", follow, pids, want, pid)
 		}
+	}
+}
+
+// TestITraceContinuous: in continuous mode an ITrace larger than the
+// buffers streams to the file; every record the tracer wrote is in the
+// file or counted as lost.
+func TestITraceContinuous(t *testing.T) {
+	e := tracetest.Setup(t)
+	e.Sw("init", "-t", "64K", "-m", "64K")
+	e.Sw("disable", "tprof") // ITrace records only in the trace buffers
+	e.Sw("mode", "cont", "-f", "cont.nrm2")
+	e.Sw("on")
+	cmd := exec.Command(e.Burn, "100000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	e.Sw("itrace", "on", "-p", strconv.Itoa(pid))
+	// Wait until ITrace wrote twice what the trace buffers hold.
+	waitRecords(t, e, 2*runtime.NumCPU()*(64<<10)/28)
+	path := filepath.Join(e.Dir, "cont.nrm2")
+	out := e.Sw("itrace", "off", "-p", strconv.Itoa(pid))
+	var sessions, threads, written int
+	var insts uint64
+	if _, err := fmt.Sscanf(out, "itrace off: %d sessions, %d threads, %d instructions, %d records", &sessions, &threads, &insts, &written); err != nil {
+		t.Fatalf("itrace off said %q: %v", out, err)
+	}
+	e.Sw("off")
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFile := 0
+	_ = f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorITraceU || r.Major == trace.MajorITraceK {
+			inFile++
+		}
+		return nil
+	})
+	lost, _ := f.Lost()
+	t.Logf("tracer wrote %d records; %d in the file, %d lost", written, inFile, lost)
+	if inFile+int(lost) != written {
+		t.Fatalf("tracer wrote %d ITrace records; the file holds %d and counts %d lost", written, inFile, lost)
+	}
+	if capacity := int(f.Header.NCPUs) * 64 << 10; inFile*28 <= capacity {
+		t.Fatalf("the file holds %d ITrace records (%d bytes at least), not more than the trace buffers (%d bytes)", inFile, inFile*28, capacity)
 	}
 }
