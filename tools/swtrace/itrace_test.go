@@ -3,9 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
