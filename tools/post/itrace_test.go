@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -121,5 +123,28 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 	if err != nil || !strings.Contains(string(rep), "fib:itrace") || !strings.Contains(string(rep), "callee") ||
 		!strings.Contains(string(rep), "_dl_start:ld-linux") {
 		t.Errorf("itrace.out: %v\n%.2000s", err, rep)
+	}
+	// -p PID -s SECONDS: attach to a running process for a while; it goes on after.
+	burn := filepath.Join(dir, "cpuburn")
+	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cpuburn: %v\n%s", err, out)
+	}
+	bc := exec.Command(burn, "100000")
+	if err := bc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Process.Kill()
+	d2 := filepath.Join(dir, "attach")
+	att := exec.Command(filepath.Join(root, "scripts", "run.itrace"), "-o", d2, "-p", strconv.Itoa(bc.Process.Pid), "-s", "1")
+	att.Env, att.Dir = env, dir
+	if out, err := att.CombinedOutput(); err != nil || !strings.Contains(string(out), "tracing process") {
+		t.Fatalf("run.itrace -p: %v\n%s", err, out)
+	}
+	rep, err = os.ReadFile(filepath.Join(d2, "itrace.out"))
+	if err != nil || !regexp.MustCompile(`(heavy|medium|light):cpuburn`).Match(rep) {
+		t.Fatalf("run.itrace -p: itrace.out has none of cpuburn's functions: %v\n%.1500s", err, rep)
+	}
+	if err := bc.Process.Signal(os.Interrupt); err != nil {
+		t.Fatalf("cpuburn did not survive the trace: %v", err)
 	}
 }
