@@ -44,7 +44,7 @@ type Options struct {
 	RateHz int
 	// Event names a hardware event for event-based tprof: cycles,
 	// instructions, branches, branch-misses, cache-references, cache-misses.
-	Event     string
+	Event string
 	// Callstack samples the call stack (kernel and user, by frame
 	// pointers) with every tprof tick, at most MaxStack frames (0: 127).
 	Callstack bool

@@ -43,6 +43,7 @@ func (m *memSink) MTE(cpu int, minor uint32, t uint64, f []uint64, s string) {
 	m.recs = append(m.recs, rec{cpu, trace.MajorMTE, minor, t, append([]uint64(nil), f...), s})
 	m.mu.Unlock()
 }
+
 type stackRec struct {
 	pid, tid  uint32
 	pcs       []uint64
