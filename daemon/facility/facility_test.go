@@ -164,8 +164,8 @@ func TestWrapModeKeepsNewestAndAllMTE(t *testing.T) {
 	// Far more MTE than the 4K MTE buffer holds: it must all reach the file.
 	for i := 0; i < 500; i++ {
 		(*sink).MTE(1, trace.MTEThreadName, Now(), []uint64{42, uint64(1000 + i)}, "thread-name-xxxxxxxx")
-		if i%50 == 0 { // let the drainer take the full MTE segments, as time passes in a real trace
-			waitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 2048 })
+		if i%10 == 0 { // let the drainer take the full MTE segments, as time passes in a real trace
+			waitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 1024 })
 		}
 	}
 	if err := f.Off(); err != nil {
