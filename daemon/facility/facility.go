@@ -172,6 +172,7 @@ func (f *Facility) initLocked(cfg control.Config) error {
 		if err != nil {
 			return fmt.Errorf("MTE buffer: %w", err)
 		}
+		m.MTE = true
 		tr = append(tr, t)
 		mt = append(mt, m)
 	}

@@ -134,8 +134,26 @@ func TestNormalModeStopsWhenFull(t *testing.T) {
 	if mte != 2 {
 		t.Fatalf("%d MTE records, want the 2 from the scan", mte)
 	}
-	if uint64(len(seq)) != st.CPUs[0].Records-2 { // minus SYSINFO and TRACE_ON
+	if uint64(len(seq)) != st.CPUs[0].Records-3 { // minus SYSINFO, TRACE_ON and BUFFER_FULL
 		t.Fatalf("%d ticks in the file, %d records counted", len(seq), st.CPUs[0].Records)
+	}
+	// The BUFFER_FULL record docs/trace-format.md promises is in the file,
+	// after the last tick of the CPU that filled.
+	fulls, last := 0, uint64(0)
+	_ = file.Records(func(r *trace.Record) error {
+		switch {
+		case r.Major == trace.MajorSys && r.Minor == trace.SysBufFull && r.CPU == 0 && r.Field(0) == 0:
+			fulls++
+			if r.Time < last {
+				t.Errorf("BUFFER_FULL before the last tick")
+			}
+		case r.Major == trace.MajorTprof:
+			last = r.Time
+		}
+		return nil
+	})
+	if fulls != 1 {
+		t.Fatalf("%d BUFFER_FULL records in the file, want 1", fulls)
 	}
 	for i, v := range seq {
 		if v != uint64(i) {
