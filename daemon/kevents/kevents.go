@@ -128,6 +128,7 @@ type Session struct {
 	stopErr error
 	tgid    sync.Map // tid -> tgid (uint32)
 	parents sync.Map // pid -> ppid (uint32), from fork records
+	execs   sync.Map // pid -> pendingExec: exec seen, path not yet
 
 	callstack bool
 	maxStack  int
@@ -629,6 +630,10 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			return
 		}
 		name := cstr(b[64 : len(b)-32])
+		if pe, ok := s.execs.LoadAndDelete(pid); ok {
+			s.emitExec(r, t, pid, pe.(pendingExec), name)
+			f = r.fields[:0]
+		}
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(prot)), name)
 	case unix.PERF_RECORD_MMAP:
 		// pid, tid, addr, len, pgoff, filename (older kernels without mmap2)
@@ -650,12 +655,14 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		_, _, t, _ := sampleID(b)
 		s.tgid.Store(tid, pid)
 		if misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
-			path, err := os.Readlink("/proc/" + strconv.Itoa(int(pid)) + "/exe")
-			if err != nil {
-				path = comm
+			// The exec's path comes with the first executable mapping
+			// of the new program (the kernel maps it right after this
+			// record): the path the program was found at, not the
+			// name typed, nor whatever /proc says by the time this
+			// record is read.
+			if old, ok := s.execs.Swap(pid, pendingExec{tid: tid, comm: comm}); ok {
+				s.emitExec(r, t, pid, old.(pendingExec), old.(pendingExec).comm)
 			}
-			s.sink.MTE(r.cpu, trace.MTEExec, t, append(f, uint64(pid), uint64(tid)), path)
-			s.sink.MTE(r.cpu, trace.MTEProcess, t, append(f[:0], uint64(pid), uint64(s.parent(pid))), comm)
 		}
 		s.sink.MTE(r.cpu, trace.MTEThreadName, t, append(f[:0], uint64(pid), uint64(tid)), comm)
 	case unix.PERF_RECORD_FORK, unix.PERF_RECORD_EXIT:
@@ -675,6 +682,10 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			}
 			s.sink.MTE(r.cpu, trace.MTEFork, t, append(f, uint64(ppid), uint64(ptid), uint64(pid), uint64(tid), flags), "")
 		} else {
+			if pe, ok := s.execs.LoadAndDelete(pid); ok && pid == tid {
+				s.emitExec(r, t, pid, pe.(pendingExec), pe.(pendingExec).comm)
+				f = r.fields[:0]
+			}
 			s.sink.MTE(r.cpu, trace.MTEExit, t, append(f, uint64(pid), uint64(tid)), "")
 		}
 	case unix.PERF_RECORD_LOST:
@@ -719,9 +730,37 @@ func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
 	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, len(pcs) >= s.maxStack)
 }
 
+// pendingExec is an exec whose path waits for the program's first
+// executable mapping.
+type pendingExec struct {
+	tid  uint32
+	comm string
+}
+
+// emitExec writes MTE_EXEC (with the path) and the process's MTE_PROCESS.
+func (s *Session) emitExec(r *ring, t uint64, pid uint32, pe pendingExec, path string) {
+	f := r.fields[:0]
+	s.sink.MTE(r.cpu, trace.MTEExec, t, append(f, uint64(pid), uint64(pe.tid)), path)
+	s.sink.MTE(r.cpu, trace.MTEProcess, t, append(f[:0], uint64(pid), uint64(s.parent(pid))), pe.comm)
+}
+
+// parent is a process's parent: from the fork records of the session, else
+// (a process older than the session) from /proc.
 func (s *Session) parent(pid uint32) uint32 {
 	if v, ok := s.parents.Load(pid); ok {
 		return v.(uint32)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			if pp, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				s.parents.Store(pid, uint32(pp))
+				return uint32(pp)
+			}
+		}
 	}
 	return 0
 }

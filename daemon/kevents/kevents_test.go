@@ -333,3 +333,44 @@ func TestCallstacks(t *testing.T) {
 		}
 	}
 }
+
+// An exec's MTE_EXEC carries the program's path as found (the first
+// executable mapping of the new program), not the bare name typed, and the
+// MTE_PROCESS after it has the real parent.
+func TestExecPathAndParent(t *testing.T) {
+	needRoot(t)
+	sink := &memSink{}
+	s, err := Start(Options{}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("/bin/sh", "-c", "cat </dev/null; cat </dev/null; exit 0") // not builtins: found through PATH
+	if err := sh.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	shPid := uint64(sh.Process.Pid)
+	execs, procs := 0, 0
+	for _, r := range sink.recs {
+		if r.major != trace.MajorMTE {
+			continue
+		}
+		switch {
+		case r.minor == trace.MTEExec && strings.HasSuffix(r.str, "cat"):
+			execs++
+			if !strings.HasPrefix(r.str, "/") {
+				t.Errorf("MTE_EXEC of cat carries %q, not the path it was found at", r.str)
+			}
+		case r.minor == trace.MTEProcess && r.str == "cat":
+			procs++
+			if r.fields[1] != shPid {
+				t.Errorf("MTE_PROCESS of cat (pid %d) has ppid %d, want the shell %d", r.fields[0], r.fields[1], shPid)
+			}
+		}
+	}
+	if execs < 2 || procs < 2 {
+		t.Fatalf("%d MTE_EXEC and %d MTE_PROCESS records of cat, want 2 each", execs, procs)
+	}
+}
