@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -314,5 +315,17 @@ func TestReadingScaled(t *testing.T) {
 	}
 	if (Reading{Value: 5, Enabled: 10, Running: 10}).Scaled() != 5 || (Reading{Value: 5}).Scaled() != 5 {
 		t.Error("unscaled readings changed")
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	got, err := ParseCPUList("0-3,6,8-9\n")
+	if err != nil || fmt.Sprint(got) != "[0 1 2 3 6 8 9]" {
+		t.Errorf("ParseCPUList = %v, %v", got, err)
+	}
+	for _, bad := range []string{"a", "3-1", "1,,2", "-1"} {
+		if _, err := ParseCPUList(bad); err == nil {
+			t.Errorf("ParseCPUList(%q) accepted", bad)
+		}
 	}
 }
