@@ -11,7 +11,9 @@
  * _safe variants catch the #GP.  Writes go only to the registers of
  * pt_msr_allow[] (the TSC_AUX and the performance-monitoring registers)
  * unless the module was loaded with allow_writes=1; other writes are
- * -EACCES.  Writes are refused under kernel lockdown, as msr.ko does.
+ * -EACCES (/sys/module/pitrace/parameters/allow_writes, root only, may be
+ * changed at run time).  Writes are refused under kernel lockdown, as
+ * msr.ko does.
  *
  * The ioctls run in process context and may sleep (the cross-CPU call
  * waits); they take no pitrace lock.
@@ -26,8 +28,9 @@
 
 #include "pitrace_int.h"
 
+/* Root may change it at run time, as msr.ko's allow_writes (0600). */
 static bool allow_writes;
-module_param(allow_writes, bool, 0444);
+module_param(allow_writes, bool, 0600);
 MODULE_PARM_DESC(allow_writes,
 		 "let root write any MSR through PITRACE_IOC_MSR_WRITE (default 0: only the documented allowlist, see docs/hwevents.md)");
 
@@ -83,7 +86,7 @@ long pt_msr_ioctl(unsigned int cmd, void __user *arg)
 		if (security_locked_down(LOCKDOWN_MSR))
 			return -EPERM;
 		if (!pt_msr_allowed(m.reg)) {
-			if (!allow_writes)
+			if (!READ_ONCE(allow_writes))
 				return -EACCES;
 			pr_notice_ratelimited("pitrace: %s (pid %d) writes MSR %#x on CPU %u (allow_writes=1)\n",
 					      current->comm, task_pid_nr(current), m.reg, m.cpu);
