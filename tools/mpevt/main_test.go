@@ -306,3 +306,22 @@ func TestSysfsPMUEventCounts(t *testing.T) {
 		t.Errorf("msr/tsc/: exit %d %s\n%s", rc, errs, out)
 	}
 }
+
+// With libpfm4 installed, -l shows the PMUs it detects (loaded with dlopen);
+// --pfm lists their events. perf_events' generic PMU is always detected.
+func TestListLibpfm4(t *testing.T) {
+	if _, err := pfmPMUs(false); err != nil {
+		if os.Getenv("CI") == "true" && !strings.Contains(err.Error(), "without cgo") {
+			t.Fatalf("libpfm4 (scripts/deps/hwevents.txt): %v", err)
+		}
+		t.Skipf("libpfm4 not usable here (apt-get install libpfm4; CI=true makes this a failure): %v", err)
+	}
+	out, _, rc := runTool("-l")
+	if rc != 0 || !strings.Contains(out, "libpfm4 tables") || !regexp.MustCompile(`(?m)^  perf\s+perf_events generic PMU: \d+ events`).MatchString(out) {
+		t.Errorf("mpevt -l with libpfm4:\n%s", out)
+	}
+	out, _, rc = runTool("-l", "--pfm")
+	if rc != 0 || !strings.Contains(out, "perf::INSTRUCTIONS") {
+		t.Errorf("mpevt -l --pfm does not list libpfm4's events (perf::INSTRUCTIONS)")
+	}
+}
