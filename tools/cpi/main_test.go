@@ -90,7 +90,7 @@ func TestRows(t *testing.T) {
 		Units: []events.Unit{{TID: 10, CPU: -1, Comm: "a"}, {TID: 11, CPU: -1, Comm: "b"}},
 		Readings: [][]events.Reading{
 			{{Value: 3000, Enabled: 10, Running: 10}, {Value: 1000, Enabled: 10, Running: 5}}, // cycles (b multiplexed: x2)
-			{{Value: 2000, Enabled: 10, Running: 10}, {Value: 0, Enabled: 10, Running: 10}},  // instructions
+			{{Value: 2000, Enabled: 10, Running: 10}, {Value: 0, Enabled: 10, Running: 10}},   // instructions
 		},
 	}
 	var b bytes.Buffer
