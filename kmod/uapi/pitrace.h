@@ -478,8 +478,8 @@ struct pitrace_ptt_read {
  * MSR_READ / MSR_WRITE: one model-specific register on one online CPU.
  * Root only (CAP_SYS_RAWIO): EPERM otherwise.  A register that faults is
  * EIO; an offline or unknown CPU ENXIO.  Writes outside the allowlist of
- * docs/hwevents.md are EACCES unless the module is loaded with
- * allow_writes=1.
+ * docs/hwevents.md are EACCES unless the module parameter allow_writes
+ * is 1 (at load, or root through /sys/module/pitrace/parameters).
  */
 struct pitrace_msr {
 	__u32 cpu;		/* in */
