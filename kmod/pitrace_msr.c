@@ -68,7 +68,7 @@ long pt_msr_ioctl(unsigned int cmd, void __user *arg)
 		return -EPERM;
 	if (copy_from_user(&m, arg, sizeof(m)))
 		return -EFAULT;
-	if (m.flags)
+	if (m.flags || m.reserved)
 		return -EINVAL;
 	if (m.cpu >= nr_cpu_ids || !cpu_online(m.cpu))
 		return -ENXIO;

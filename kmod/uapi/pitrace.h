@@ -486,7 +486,7 @@ struct pitrace_msr {
 	__u32 reg;		/* in: the MSR number */
 	__u64 value;		/* out (READ), in (WRITE) */
 	__u32 flags;		/* must be 0 */
-	__u32 reserved;
+	__u32 reserved;		/* must be 0 */
 };
 
 #define PITRACE_IOC_MSR_READ	_IOWR(PITRACE_IOC_MAGIC, 40, struct pitrace_msr)

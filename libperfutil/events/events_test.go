@@ -329,3 +329,48 @@ func TestParseCPUList(t *testing.T) {
 		}
 	}
 }
+
+// Parse never panics, and every failure is an *Error naming a token of
+// the input.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"cycles", "r01c2", "cpu/event=0x3c,umask=1,edge/", "cpu/mem-loads,ldlat=30/", "cpu/event=0x1000/",
+		"sched:sched_switch", "cycles:u", "a/b/c/", "cpu/=/", "cpu/event==1/", "r", ":", "/", "cpu/,/", "msr/tsc/:k", "x:y:z"} {
+		f.Add(s)
+	}
+	intel := Sysfs{Devices: "testdata/sysfs/intel-x86", Tracefs: []string{"testdata/tracefs"}}
+	f.Fuzz(func(t *testing.T, in string) {
+		e, err := intel.Parse(in)
+		if err != nil {
+			var pe *Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("%q: error %v is not an *Error", in, err)
+			}
+			if pe.Token != "" && !strings.Contains(in, pe.Token) && !strings.Contains(pe.Reason, "needs a value") {
+				t.Fatalf("%q: token %q is not part of the input", in, pe.Token)
+			}
+			return
+		}
+		if e.Name == "" {
+			t.Fatalf("%q parsed to an event without a name", in)
+		}
+	})
+}
+
+func FuzzParseFormat(f *testing.F) {
+	for _, s := range []string{"config:0-7,32-35", "config1:0-63", "config2:5", "config:", "config:9-3", "config:0-7,,8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		fm, err := ParseFormat("x", spec)
+		if err != nil {
+			return
+		}
+		var cfg [3]uint64
+		fm.put(&cfg, ^uint64(0))
+		for _, b := range fm.Bits {
+			if b > 63 {
+				t.Fatalf("%q: bit %d", spec, b)
+			}
+		}
+	})
+}

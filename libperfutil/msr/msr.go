@@ -218,7 +218,7 @@ func explain(op string, cpu int, reg uint32, err error) error {
 	case errors.Is(err, unix.EPERM):
 		return fmt.Errorf("%s MSR %s on CPU %d: permission denied: MSR access needs root (CAP_SYS_RAWIO): %w", op, name, cpu, err)
 	case errors.Is(err, unix.EACCES) && op == "write":
-		return fmt.Errorf("write MSR %s on CPU %d: not in the pitrace module's write allowlist (docs/hwevents.md); load the module with allow_writes=1 to write any MSR: %w", name, cpu, err)
+		return fmt.Errorf("write MSR %s on CPU %d: not in the pitrace module's write allowlist (docs/hwevents.md); to write any MSR, load the module with allow_writes=1 (or, as root, echo 1 > /sys/module/pitrace/parameters/allow_writes): %w", name, cpu, err)
 	case errors.Is(err, unix.EACCES):
 		return fmt.Errorf("%s MSR %s on CPU %d: permission denied: MSR access needs root: %w", op, name, cpu, err)
 	case errors.Is(err, unix.EIO):
