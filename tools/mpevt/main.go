@@ -53,7 +53,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"mpevt -e EVENT[,EVENT...] (-p PID | -a | -- cmd args) [-i SECONDS] [-d SECONDS] [--per]\n\n" +
 			"EVENT: a name of mpevt -l (cycles, task-clock, L1-dcache-load-misses ...), rHEX (raw),\n" +
 			"pmu/term=value,.../ (decoded through /sys/bus/event_source/devices/PMU/format),\n" +
-			"subsys:tracepoint, with :u or :k for user or kernel only.",
+			"subsys:tracepoint, with :u or :k for user or kernel only; pfm:PMU::EVENT[:UMASK] is\n" +
+			"encoded by libpfm4 where it is installed (mpevt -l --pfm lists its names).",
 		Writer:          stdout,
 		ErrWriter:       stderr,
 		HideHelpCommand: true,
@@ -75,6 +76,30 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return count(c, stdout)
 		},
 	}
+}
+
+// parseEvents parses a comma list with the project's event table, and
+// pfm:PMU::EVENT[:UMASK...] names with libpfm4 where it is installed.
+func parseEvents(list string) ([]events.Event, error) {
+	items := events.SplitList(list)
+	if len(items) == 0 {
+		return nil, &events.Error{Input: list, Reason: "no event given"}
+	}
+	var out []events.Event
+	for _, it := range items {
+		var e events.Event
+		var err error
+		if name, ok := strings.CutPrefix(it, "pfm:"); ok {
+			e, err = pfmEncode(it, name)
+		} else {
+			e, err = events.Parse(it)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }
 
 // ParseTarget validates the flags shared with cpi and builds a Spec.
@@ -104,7 +129,7 @@ func count(c *cli.Context, stdout io.Writer) error {
 	if c.String("events") == "" {
 		return cli.Exit("no events: give -e EVENT[,EVENT...] (mpevt -l lists them)", 2)
 	}
-	evs, err := events.ParseList(c.String("events"))
+	evs, err := parseEvents(c.String("events"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
 	}
@@ -262,7 +287,7 @@ func listPfm(w io.Writer, all bool) {
 		fmt.Fprintf(w, "libpfm4: %v\n", err)
 		return
 	}
-	fmt.Fprintf(w, "libpfm4 tables (%s; names for the CPU's event selects, count them as rHEX or cpu/event=..,umask=../):\n", pfmLibName)
+	fmt.Fprintf(w, "libpfm4 tables (%s; count them as mpevt -e pfm:PMU::EVENT[:UMASK]):\n", pfmLibName)
 	sort.Slice(pmus, func(i, j int) bool { return pmus[i].Name < pmus[j].Name })
 	for _, p := range pmus {
 		fmt.Fprintf(w, "  %s\t%s: %d events, %d counters\n", p.Name, p.Desc, p.NEvents, p.NCounters)

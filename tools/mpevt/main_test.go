@@ -325,3 +325,31 @@ func TestListLibpfm4(t *testing.T) {
 		t.Errorf("mpevt -l --pfm does not list libpfm4's events (perf::INSTRUCTIONS)")
 	}
 }
+
+// pfm:NAME is encoded by libpfm4: its generic perf PMU gives the same
+// encoding as the project's table, and counts the same.
+func TestPfmEncoding(t *testing.T) {
+	if _, err := pfmPMUs(false); err != nil {
+		if os.Getenv("CI") == "true" && !strings.Contains(err.Error(), "without cgo") {
+			t.Fatalf("libpfm4 (scripts/deps/hwevents.txt): %v", err)
+		}
+		t.Skipf("libpfm4 not usable here: %v", err)
+	}
+	for name, want := range map[string]string{"perf::INSTRUCTIONS": "instructions", "perf::TASK-CLOCK": "task-clock", "perf::PERF_COUNT_SW_CONTEXT_SWITCHES": "cs"} {
+		e, err := pfmEncode("pfm:"+name, name)
+		w, _ := events.Lookup(want)
+		if err != nil || e.Type != w.Type || e.Config != w.Config || e.Hardware != w.Hardware || e.Unit != w.Unit {
+			t.Errorf("pfm:%s = %s hw %v unit %q, %v; want %s", name, e, e.Hardware, e.Unit, err, w)
+		}
+	}
+	_, errs, rc := runTool("-e", "task-clock,pfm:nosuch::EVENT", "--", "true")
+	if rc != 2 || !strings.Contains(errs, `"nosuch::EVENT": libpfm4: `) {
+		t.Errorf("unknown libpfm4 event: exit %d %q", rc, errs)
+	}
+	out, errs, rc := runTool("-e", "pfm:perf::TASK-CLOCK,task-clock", "--", "sh", "-c", "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done")
+	tot := parseTotals(out)
+	a, b := tot["pfm:perf::TASK-CLOCK"], tot["task-clock"]
+	if rc != 0 || a == 0 || math.Abs(a-b)/b > 0.01 {
+		t.Errorf("pfm:perf::TASK-CLOCK %.0f vs task-clock %.0f (exit %d %s)\n%s", a, b, rc, errs, out)
+	}
+}

@@ -2,7 +2,11 @@
 
 package main
 
-import "errors"
+import (
+	"errors"
+
+	"perfinsp/libperfutil/events"
+)
 
 const pfmLibName = "libpfm.so.4"
 
@@ -18,4 +22,9 @@ type pfmPMU struct {
 // pfmPMUs: a build without cgo cannot open libpfm4.
 func pfmPMUs(bool) ([]pfmPMU, error) {
 	return nil, errors.New("this mpevt was built without cgo: it cannot load libpfm4 (build with CGO_ENABLED=1)")
+}
+
+// pfmEncode: a build without cgo cannot use libpfm4's encodings.
+func pfmEncode(input, name string) (events.Event, error) {
+	return events.Event{}, &events.Error{Input: input, Token: "pfm:", Reason: "this mpevt was built without cgo: it cannot load libpfm4"}
 }
