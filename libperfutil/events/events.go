@@ -11,8 +11,12 @@
 //	e, err := events.Parse("cycles")       // one event: e.Type, e.Config, e.Hardware, e.Name
 //	es, err := events.ParseList("cycles,cpu/event=0xc0/")  // a comma list (commas inside pmu/../ kept)
 //	events.List()                          // the named events (hardware, software, cache), table order
+//	events.Lookup("cs")                    // a named event by name or alias (no sysfs)
+//	events.Names(events.KindHardware)      // sorted names, for "use one of ..." messages
 //	events.HasPMU()                        // does this machine have a hardware PMU?
+//	attr := e.Attr()                       // unix.PerfEventAttr with type, config, config1/2, :u/:k
 //	fd, err := events.Open(e, pid, cpu, events.OpenOpts{})  // perf_event_open with errors a user can act on
+//	events.Measure(spec, func(events.Sample) error)         // count a process, a command or every CPU
 //
 // Syntax accepted by Parse (as perf(1) spells it):
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 
@@ -373,4 +374,19 @@ func FuzzParseFormat(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestNames(t *testing.T) {
+	hw := Names(KindHardware)
+	if !sort.StringsAreSorted(hw) || len(hw) != 10 || hw[0] != "branch-misses" {
+		t.Errorf("Names(KindHardware) = %v", hw)
+	}
+	for _, n := range hw {
+		if n == "task-clock" {
+			t.Error("task-clock among the hardware names")
+		}
+	}
+	if got := len(Names(KindHardware, KindSoftware, KindCache)); got != len(List()) {
+		t.Errorf("Names of every kind: %d, List: %d", got, len(List()))
+	}
 }
