@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -125,8 +126,18 @@ func TestAgreesWithPerfStat(t *testing.T) {
 	}
 	const nev = 2
 
+	// perf stat starts with its counters disabled (-D -1) and enables them
+	// on "enable" through its control fifo, acknowledging when they count.
+	dir := t.TempDir()
+	ctl, ack := filepath.Join(dir, "ctl"), filepath.Join(dir, "ack")
+	for _, f := range []string{ctl, ack} {
+		if err := syscall.Mkfifo(f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var perfOut bytes.Buffer
-	p := exec.Command(perf, "stat", "-x", ",", "-e", "task-clock,context-switches", "-p", strconv.Itoa(pid))
+	p := exec.Command(perf, "stat", "-x", ",", "-e", "task-clock,context-switches", "-p", strconv.Itoa(pid),
+		"-D", "-1", "--control", "fifo:"+ctl+","+ack)
 	p.Stderr = &perfOut
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
@@ -143,8 +154,22 @@ func TestAgreesWithPerfStat(t *testing.T) {
 		o, e, rc := runTool("-e", "task-clock,context-switches", "-p", strconv.Itoa(pid))
 		done <- result{o, e, rc}
 	}()
-	waitFor(t, "perf stat to attach", func() bool { return perfFDs(p.Process.Pid) >= nev*len(threads) })
 	waitFor(t, "mpevt to attach", func() bool { return perfFDs(os.Getpid())-before >= nev*len(threads) })
+	if err := os.WriteFile(ctl, []byte("enable\n"), 0); err != nil {
+		t.Fatalf("perf stat control fifo: %v", err)
+	}
+	af, err := os.Open(ack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(af, buf); err != nil || string(buf) != "ack" {
+		t.Fatalf("perf stat did not acknowledge enable: %q %v", buf, err)
+	}
+	af.Close()
+	if n := perfFDs(p.Process.Pid); n < nev*len(threads) {
+		t.Fatalf("perf stat holds %d counters, want %d", n, nev*len(threads))
+	}
 	if err := w.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
