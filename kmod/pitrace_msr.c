@@ -77,7 +77,7 @@ long pt_msr_ioctl(unsigned int cmd, void __user *arg)
 	case PITRACE_IOC_MSR_READ:
 		err = rdmsr_safe_on_cpu(m.cpu, m.reg, &lo, &hi);
 		if (err)
-			return -EIO;
+			return err == -ENXIO ? -ENXIO : -EIO; /* offline meanwhile, or #GP */
 		m.value = (u64)hi << 32 | lo;
 		if (copy_to_user(arg, &m, sizeof(m)))
 			return -EFAULT;
@@ -94,7 +94,9 @@ long pt_msr_ioctl(unsigned int cmd, void __user *arg)
 		}
 		err = wrmsr_safe_on_cpu(m.cpu, m.reg, lower_32_bits(m.value),
 					upper_32_bits(m.value));
-		return err ? -EIO : 0;
+		if (err)
+			return err == -ENXIO ? -ENXIO : -EIO;
+		return 0;
 	}
 	return -ENOTTY;
 }
