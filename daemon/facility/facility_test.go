@@ -448,3 +448,42 @@ func TestContModeFullDisk(t *testing.T) {
 	}
 	t.Logf("1 MB file system: %d ticks written, %d counted lost", len(seq), lost)
 }
+
+// Wrap and cont cycles with mode changes in between leave no stream file
+// descriptor behind (a wrap stream leaked one per mode change).
+func TestStreamsDoNotLeakDescriptors(t *testing.T) {
+	f, sink, _ := newFake(t)
+	dir := t.TempDir()
+	count := func() int { ents, _ := os.ReadDir("/proc/self/fd"); return len(ents) }
+	before := count()
+	for i := 0; i < 5; i++ {
+		for _, mode := range []int{control.ModeWrap, control.ModeCont} {
+			path := filepath.Join(dir, "s.nrm2")
+			if err := f.SetMode(mode, path); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
+				t.Fatal(err)
+			}
+			if err := on(t, f); err != nil {
+				t.Fatal(err)
+			}
+			ticks(*sink, 0, 0, 100)
+			if err := f.Off(); err != nil {
+				t.Fatal(err)
+			}
+			if err := get(t, f, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.SetMode(control.ModeNormal, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := f.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if after := count(); after > before {
+		t.Fatalf("%d descriptors open after 10 stream cycles, %d before", after, before)
+	}
+}

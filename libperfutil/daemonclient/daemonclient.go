@@ -386,7 +386,7 @@ func DialAgent() (*Client, error) {
 	if c, err := connect(sys); err == nil {
 		return c, nil
 	}
-	if os.Geteuid() == 0 || os.Getenv(daemonproto.EnvSocket) != "" {
+	if os.Geteuid() == 0 {
 		return Dial()
 	}
 	path, err := daemonproto.UserSocketPath()

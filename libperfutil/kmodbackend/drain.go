@@ -98,6 +98,22 @@ func Drain(dev, stream *os.File, attached func(error)) (err error) {
 	return nil
 }
 
+// IsDevice checks that f is the pitrace character device (the same device
+// number as /dev/pitrace): the agent checks descriptors clients pass.
+func IsDevice(f *os.File) error {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		return err
+	}
+	if err := unix.Stat(Device, &b); err != nil {
+		return fmt.Errorf("%s: %w", Device, err)
+	}
+	if a.Mode&unix.S_IFMT != unix.S_IFCHR || a.Rdev != b.Rdev {
+		return fmt.Errorf("the descriptor passed is not %s", Device)
+	}
+	return nil
+}
+
 type drainer struct {
 	b    *Backend
 	ms   *mappings

@@ -8,12 +8,17 @@ import (
 
 // BenchmarkRecords parses and merges a trace of 1M ticks on 2 CPUs (the
 // reader's share of a 1M-sample post run).
-func BenchmarkRecords(b *testing.B) {
+func BenchmarkRecords(b *testing.B) { benchRecords(b, Options{}) }
+
+// BenchmarkRecordsSalvage is BenchmarkRecords as post reads: salvaging.
+func BenchmarkRecordsSalvage(b *testing.B) { benchRecords(b, Options{Salvage: true}) }
+
+func benchRecords(b *testing.B, opt Options) {
 	tr := buildTrace(b, 2, 500_000, 17<<20)
 	b.SetBytes(int64(len(tr.data)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		f, err := Parse(tr.data)
+		f, err := ParseWith(tr.data, opt)
 		if err != nil {
 			b.Fatal(err)
 		}

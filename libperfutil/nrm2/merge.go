@@ -51,7 +51,10 @@ func (s *stream) skip(err error) {
 	msg := err.Error()
 	var de *trace.DecodeError
 	if errors.As(err, &de) {
-		msg = fmt.Sprintf("%s (at byte offset %d)", de.Msg, de.Offset)
+		msg = de.Msg
+		if de.Offset != bad {
+			msg += fmt.Sprintf(" (at byte offset %d)", de.Offset)
+		}
 	}
 	skipped, found := s.r.Resync()
 	to := "the end of its chunk"

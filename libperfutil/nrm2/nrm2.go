@@ -209,4 +209,3 @@ func DecodeHeader(b []byte) (Header, error) {
 	}
 	return h, nil
 }
-

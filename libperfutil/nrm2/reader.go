@@ -186,8 +186,10 @@ func ParseWith(data []byte, opt Options) (*File, error) {
 	for off < size {
 		next, ferr := f.chunk(data, off)
 		if ferr == nil {
-			if opt.Salvage && next < size && !plausibleChunk(data, next, h.NCPUs, true) {
-				next = f.checkLength(data, off, next)
+			if opt.Salvage && next < size {
+				if _, _, _, e := f.checkChunk(data, next); e != nil {
+					next = f.checkLength(data, off, next)
+				}
 			}
 			off = next
 			continue
@@ -200,31 +202,42 @@ func ParseWith(data []byte, opt Options) (*File, error) {
 	return f, nil
 }
 
-// chunk reads the chunk at off and returns the offset of the next one.
-func (f *File) chunk(data []byte, off int64) (int64, *FormatError) {
+// checkChunk checks the chunk header at off and returns its kind, CPU and
+// data.
+func (f *File) checkChunk(data []byte, off int64) (kind, cpu uint32, body []byte, ferr *FormatError) {
 	left := int64(len(data)) - off
 	if left < ChunkHeaderSize {
-		return 0, &FormatError{Offset: off, Msg: fmt.Sprintf("truncated chunk header: %d bytes left", left)}
+		return 0, 0, nil, &FormatError{Offset: off, Msg: fmt.Sprintf("truncated chunk header: %d bytes left", left)}
 	}
-	kind := binary.LittleEndian.Uint32(data[off:])
-	cpu := binary.LittleEndian.Uint32(data[off+4:])
+	kind = binary.LittleEndian.Uint32(data[off:])
+	cpu = binary.LittleEndian.Uint32(data[off+4:])
 	n := binary.LittleEndian.Uint64(data[off+8:])
 	start := off + ChunkHeaderSize
 	if n > uint64(left-ChunkHeaderSize) {
-		return 0, &FormatError{Offset: off, Msg: fmt.Sprintf("chunk length %d runs past the end of the file (%d bytes left): the file is truncated", n, left-ChunkHeaderSize)}
+		return 0, 0, nil, &FormatError{Offset: off, Msg: fmt.Sprintf("chunk length %d runs past the end of the file (%d bytes left): the file is truncated", n, left-ChunkHeaderSize)}
 	}
 	if kind < ChunkTrace || kind > ChunkEnd {
-		return 0, &FormatError{Offset: off, Msg: fmt.Sprintf("unknown chunk kind %d", kind)}
+		return 0, 0, nil, &FormatError{Offset: off, Msg: fmt.Sprintf("unknown chunk kind %d", kind)}
 	}
 	if kind != ChunkKallsyms && kind != ChunkEnd && cpu >= f.Header.NCPUs {
-		return 0, &FormatError{Offset: off + 4, Msg: fmt.Sprintf("chunk for CPU %d, but the file has %d CPUs", cpu, f.Header.NCPUs)}
+		return 0, 0, nil, &FormatError{Offset: off + 4, Msg: fmt.Sprintf("chunk for CPU %d, but the file has %d CPUs", cpu, f.Header.NCPUs)}
 	}
-	body := data[start : start+int64(n)]
+	if kind == ChunkStats && n < StatsSize {
+		return 0, 0, nil, &FormatError{Offset: start, Msg: "statistics chunk too short"}
+	}
+	return kind, cpu, data[start : start+int64(n)], nil
+}
+
+// chunk reads the chunk at off and returns the offset of the next one.
+func (f *File) chunk(data []byte, off int64) (int64, *FormatError) {
+	kind, cpu, body, ferr := f.checkChunk(data, off)
+	if ferr != nil {
+		return 0, ferr
+	}
+	start := off + ChunkHeaderSize
+	n := int64(len(body))
 	switch kind {
 	case ChunkStats:
-		if len(body) < StatsSize {
-			return 0, &FormatError{Offset: start, Msg: "statistics chunk too short"}
-		}
 		f.Stats[cpu] = decodeStats(body)
 		f.HasStats = true
 	case ChunkKallsyms:
@@ -234,7 +247,7 @@ func (f *File) chunk(data []byte, off int64) (int64, *FormatError) {
 	default:
 		f.Chunks = append(f.Chunks, Chunk{Kind: kind, CPU: cpu, Offset: start, Data: body})
 	}
-	return start + int64(n) + (8-int64(n)%8)%8, nil
+	return start + n + (8-n%8)%8, nil
 }
 
 // kindName names a chunk kind in messages.
@@ -290,9 +303,10 @@ func plausibleChunk(data []byte, off int64, ncpus uint32, allowEmpty bool) bool 
 }
 
 // nextChunk returns the offset of the first plausible chunk at or after
-// from, or -1.
-func nextChunk(data []byte, from int64, ncpus uint32) int64 {
-	for p := (from + 7) &^ 7; p+ChunkHeaderSize <= int64(len(data)); p += 8 {
+// from and before to, or -1.
+func nextChunk(data []byte, from, to int64, ncpus uint32) int64 {
+	to = min(to, int64(len(data))-ChunkHeaderSize+1)
+	for p := (from + 7) &^ 7; p < to; p += 8 {
 		if k := data[p]; k >= ChunkTrace && k <= ChunkEnd && data[p+1]|data[p+2]|data[p+3] == 0 && plausibleChunk(data, p, ncpus, false) {
 			return p
 		}
@@ -319,7 +333,7 @@ func wholeRecords(b []byte, base int64, cpu int, mte bool) (n int, size int) {
 }
 
 // checkLength is called, when salvaging, for a chunk at off that was read
-// but is not followed by a plausible chunk at next. If a chunk header
+// but is followed by an unreadable chunk header at next. If a chunk header
 // starts inside its data, its length field is wrong: the chunk is cut
 // there (to its whole records) and reading goes on from that header.
 func (f *File) checkLength(data []byte, off, next int64) int64 {
@@ -328,7 +342,7 @@ func (f *File) checkLength(data []byte, off, next int64) int64 {
 		return next
 	}
 	start := off + ChunkHeaderSize
-	p := nextChunk(data, start, f.Header.NCPUs)
+	p := nextChunk(data, start, next, f.Header.NCPUs)
 	if p < 0 || p >= next {
 		return next
 	}
@@ -345,6 +359,15 @@ func (f *File) checkLength(data []byte, off, next int64) int64 {
 		Msg: fmt.Sprintf("the %s chunk of CPU %d at byte offset %d gives a length of %d bytes, but a chunk starts at byte offset %d inside it: its first %d records were kept, %d bytes after them skipped",
 			kindName(kind), cpu, off, n, p, kept, len(body)-good)})
 	return p
+}
+
+func zeros(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // salvageChunk handles the chunk at off that chunk refused (ferr): it keeps
@@ -371,7 +394,7 @@ func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
 		}
 	}
 	if next < 0 {
-		next = nextChunk(data, start, f.Header.NCPUs)
+		next = nextChunk(data, start, size, f.Header.NCPUs)
 	}
 	stop := size
 	if next >= 0 && next < size {
@@ -391,7 +414,7 @@ func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
 		d := Damage{Offset: start + int64(good), Lost: int64(len(body) - good), CPU: int(cpu), Kind: kind, Kept: kept}
 		if next < 0 {
 			d.Cut = true
-			d.Msg = fmt.Sprintf("the file is cut inside the %s chunk of CPU %d at byte offset %d (%d of its %d bytes present): its first %d records were kept; "+
+			d.Msg = fmt.Sprintf("the file is cut inside the %s chunk of CPU %d at byte offset %d (%d of its %d bytes present): its first %d records were kept (the TIME_HIGH record included); "+
 				"the rest of it and whatever was written after it are lost", kindName(kind), cpu, off, size-start, n, kept)
 		} else {
 			d.Msg = fmt.Sprintf("the %s chunk of CPU %d at byte offset %d gives a length of %d bytes, but the next chunk starts at byte offset %d: its first %d records were kept, %d bytes after them skipped",
@@ -413,7 +436,10 @@ func (f *File) salvageChunk(data []byte, off int64, ferr *FormatError) int64 {
 		if records || (kind == ChunkStats && cpu < f.Header.NCPUs) {
 			d.CPU, d.Kind = int(cpu), kind
 		}
-		if next >= 0 && next < size {
+		if zeros(data[off:stop]) {
+			d.Msg = fmt.Sprintf("%d zero bytes where a chunk should start (space allocated but never written: the writer was killed or the system crashed)", stop-off)
+			d.Cut = stop == size
+		} else if next >= 0 && next < size {
 			d.Msg = fmt.Sprintf("%s: skipped %d bytes to the next chunk at byte offset %d", ferr.Msg, stop-off, next)
 		} else {
 			d.Msg = fmt.Sprintf("%s: the %d bytes from here to the end of the file were skipped (no chunk found in them)", ferr.Msg, stop-off)
@@ -456,13 +482,23 @@ func (f *File) Warnings() []string {
 			bytes += d.Lost
 			cpus[d.CPU] = true
 		}
-		w = append(w, fmt.Sprintf("WARNING: damaged trace file: %d segments had a record that does not decode (%d CPUs affected, %d bytes of records skipped); every other segment was read",
-			len(f.recDamage), len(cpus), bytes))
+		w = append(w, fmt.Sprintf("WARNING: damaged trace file: %s had a record that does not decode (%s affected, %d bytes of records skipped); every other segment was read",
+			plural(len(f.recDamage), "segment"), plural(len(cpus), "CPU"), bytes))
+	}
+	if f.Header.Flags&FlagWriteError != 0 {
+		w = append(w, "WARNING: a write to the trace file failed while tracing (a full disk?): the file ends on its last complete chunk, and the records that could not be written are counted as lost")
 	}
 	if !f.HasStats && !f.Complete {
 		w = append(w, "WARNING: the trace file has no CPU statistics (tracing did not finish: kill -9, a crash or a full disk): records lost while tracing are not counted")
 	}
 	return w
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // Validate decodes every record of every chunk and returns the first

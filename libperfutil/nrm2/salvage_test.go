@@ -207,7 +207,7 @@ func TestCorruptRecordLosesOnlyItsSegment(t *testing.T) {
 		t.Fatalf("damage %+v: want one bad trace record of CPU 1 at %d", d, bad.start)
 	}
 	w := strings.Join(f.Warnings(), "\n")
-	if !strings.Contains(w, fmt.Sprintf("byte offset %d", bad.start)) || !strings.Contains(w, "1 segments had a record that does not decode (1 CPUs affected") {
+	if !strings.Contains(w, fmt.Sprintf("byte offset %d", bad.start)) || !strings.Contains(w, "1 segment had a record that does not decode (1 CPU affected") {
 		t.Fatalf("warnings: %s", w)
 	}
 	// Records can be called again: the damage is not counted twice.
@@ -338,5 +338,50 @@ func TestBadChunkHeaders(t *testing.T) {
 		if !f.Complete || !f.HasStats {
 			t.Fatalf("%s: the chunks after the damaged one were not all read", name)
 		}
+	}
+}
+
+// TestZeroTail reads a file whose end was allocated but never written (a
+// crash after the file grew): the chunks before are read, the zeros are
+// reported as such, and the refusing reader refuses it.
+func TestZeroTail(t *testing.T) {
+	b := smallTrace(t)
+	ci := len(b.chunks) / 2
+	data := append(append([]byte(nil), b.data[:b.chunks[ci]]...), make([]byte, 8192)...)
+	if _, err := Parse(data); err == nil {
+		t.Fatal("the refusing reader accepted a zero tail")
+	}
+	f, err := ParseWith(data, Options{Salvage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := want(b, func(tk tick) bool { return tk.chunk < ci })
+	if msg := sameIDs(sorted(ids(t, f)), exp); msg != "" {
+		t.Fatal(msg)
+	}
+	d := f.Damage()
+	if len(d) != 1 || !d[0].Cut || d[0].Offset != b.chunks[ci] || d[0].Lost != 8192 || !strings.Contains(d[0].Msg, "8192 zero bytes") {
+		t.Fatalf("damage %+v", d)
+	}
+}
+
+// TestWriteErrorFlagWarns: a file whose writer met a write error (the
+// header flag) is read with a warning that says so.
+func TestWriteErrorFlagWarns(t *testing.T) {
+	b := buildTrace(t, 1, 10, 4<<10)
+	f, err := Parse(b.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(f.Warnings(), "\n"); strings.Contains(w, "write to the trace file failed") {
+		t.Fatalf("a clean file warns: %s", w)
+	}
+	data := append([]byte(nil), b.data...)
+	binary.LittleEndian.PutUint32(data[44:], binary.LittleEndian.Uint32(data[44:])|FlagWriteError)
+	if f, err = Parse(data); err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(f.Warnings(), "\n"); !strings.Contains(w, "write to the trace file failed") {
+		t.Fatalf("no warning for the write error: %q", w)
 	}
 }

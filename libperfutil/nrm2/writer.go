@@ -8,8 +8,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"perfinsp/libperfutil/trace"
 )
 
 // FlagWriteError: a write to the file failed while tracing (a full disk):
@@ -332,17 +330,9 @@ func (s *Stream) Finish(flags uint32, stats []CPUStats) error {
 // Abort closes the file unfinished.
 func (s *Stream) Abort() { s.w.Abort() }
 
-// CountRecords counts the records of a segment, TIME_HIGH records included
-// (it stops at the first malformed one).
+// CountRecords counts the whole records at the start of a segment, TIME_HIGH
+// records included (it stops at the first malformed one).
 func CountRecords(data []byte) uint64 {
-	var n uint64
-	r := trace.NewReader(data, 0, 0, false, 0)
-	var rec trace.Record
-	for {
-		ok, err := r.NextInto(&rec)
-		if !ok || err != nil {
-			return n
-		}
-		n++
-	}
+	n, _ := wholeRecords(data, 0, 0, false)
+	return uint64(n)
 }

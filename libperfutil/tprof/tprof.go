@@ -7,6 +7,7 @@ package tprof
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
@@ -37,14 +38,101 @@ type Report struct {
 	MTELost   uint64
 	Problems  []string // modules that could not be read
 	RecordErr error    // a decode error that ended the trace early
+	// Filter is the selection the report covers (nil: every tick);
+	// Filtered counts the ticks it left out.
+	Filter   *Filter
+	Filtered uint64
+	Selected string // what the filter selected, as given
+}
+
+// Filter selects the ticks a report covers: processes (and, with Children,
+// the processes they create during the trace, by the MTE_FORK records),
+// threads, or process names. Empty sets select everything.
+type Filter struct {
+	Pids     map[uint32]bool
+	Children bool
+	Tids     map[uint32]bool
+	Comms    map[string]bool
+}
+
+// Describe says what the filter selects, for report headers.
+func (f *Filter) Describe() string {
+	var parts []string
+	list := func(m map[uint32]bool) string {
+		var ids []int
+		for id := range m {
+			ids = append(ids, int(id))
+		}
+		sort.Ints(ids)
+		var ss []string
+		for _, id := range ids {
+			ss = append(ss, fmt.Sprint(id))
+		}
+		return strings.Join(ss, ",")
+	}
+	if len(f.Pids) > 0 {
+		p := "pid " + list(f.Pids)
+		if f.Children {
+			p += " and the processes they created"
+		}
+		parts = append(parts, p)
+	}
+	if len(f.Tids) > 0 {
+		parts = append(parts, "tid "+list(f.Tids))
+	}
+	if len(f.Comms) > 0 {
+		var cs []string
+		for c := range f.Comms {
+			cs = append(cs, c)
+		}
+		sort.Strings(cs)
+		parts = append(parts, "process name "+strings.Join(cs, ","))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (f *Filter) match(pid, tid uint32, comm func() string) bool {
+	if len(f.Pids) > 0 && !f.Pids[pid] {
+		return false
+	}
+	if len(f.Tids) > 0 && !f.Tids[tid] {
+		return false
+	}
+	if len(f.Comms) > 0 && !f.Comms[comm()] {
+		return false
+	}
+	return true
 }
 
 // Build reads every record of f in time order, keeping A2N's process table
 // up to date, and counts tprof ticks. A decode error part-way through keeps
 // what was read and is reported in RecordErr.
 func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
-	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}}
+	return BuildFiltered(f, r, nil, onRecord)
+}
+
+// BuildFiltered is Build for the ticks filt selects (nil: all); the others
+// are counted in Filtered (and still passed to onRecord, unresolved).
+func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
+	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}, Filter: filt}
+	if filt != nil {
+		rep.Selected = filt.Describe()
+	}
+	if filt != nil && filt.Children && len(filt.Pids) > 0 {
+		// The filter grows with the trace: copy it.
+		pids := make(map[uint32]bool, len(filt.Pids))
+		for p := range filt.Pids {
+			pids[p] = true
+		}
+		cp := *filt
+		cp.Pids = pids
+		filt = &cp
+		rep.Filter = filt
+	}
 	rep.Lost, rep.MTELost = f.Lost()
+	if r.KernelRelease == "" {
+		r.KernelRelease = f.Header.KernelRelease // names [vdso] when this is that kernel
+	}
 	// Each (thread, address) gets one counter the first time it is seen,
 	// found again with one map lookup; the tables are per process and
 	// dropped when its mappings change (counters are kept in all).
@@ -72,6 +160,9 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 				pid := uint32(rec.Field(0))
 				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
 					pid = uint32(rec.Field(2))
+					if filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
+						filt.Pids[pid] = true // a process (or thread) the selection created
+					}
 				}
 				delete(cache, pid)
 				if pid == lastPid {
@@ -83,6 +174,13 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 			}
 		case trace.MajorTprof:
 			pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+			if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
+				rep.Filtered++
+				if onRecord != nil {
+					onRecord(rec, nil)
+				}
+				return nil
+			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
 			pc := lastCache
 			if pid != lastPid {
@@ -229,9 +327,14 @@ func (rep *Report) ProcLabel(pid uint32) string {
 	return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
 }
 
-// ThreadLabel is PI's thread name form: tid_name_tid (tid in hex).
+// ThreadLabel is PI's thread name form: name_tid (tid in hex). A thread
+// no record named carries its process's name, as a new thread starts with
+// its creator's comm.
 func (rep *Report) ThreadLabel(pid, tid uint32) string {
 	n := rep.ThreadNm[[2]uint32{pid, tid}]
+	if n == "" {
+		n = rep.ProcName[pid]
+	}
 	if n == "" {
 		n = "tid"
 	}

@@ -29,8 +29,9 @@ func (rep *Report) Warnings() []string {
 	if rep.RecordErr != nil {
 		w = append(w, "WARNING: the trace ends in a damaged record; the report covers what came before: "+rep.RecordErr.Error())
 	}
+	w = append(w, rep.File.Warnings()...) // damage the reader salvaged around
 	for _, p := range rep.Problems {
-		w = append(w, "WARNING: module not read, its ticks show as module+offset: "+p)
+		w = append(w, "WARNING: "+p) // each names its file and what follows
 	}
 	return w
 }
@@ -60,6 +61,9 @@ func (rep *Report) WritePI(out io.Writer) error {
 		backend = "kmod"
 	}
 	fmt.Fprintf(w, " Total Ticks   : %d\n", rep.Total)
+	if rep.Filter != nil {
+		fmt.Fprintf(w, " Selected      : %s (%d ticks of other processes and threads left out)\n", rep.Selected, rep.Filtered)
+	}
 	fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
 	fmt.Fprintf(w, " Duration      : %.3f s (first to last tick)\n", dur.Seconds())
 	fmt.Fprintf(w, " CPUs          : %d\n", h.NCPUs)

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
@@ -25,6 +27,8 @@ const usage = `post: turn a perfinsp trace into reports
 usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [options]
 
   -r FILE        trace file (default swtrace.nrm2)
+  -strict        refuse a damaged trace file (default: read every intact chunk and
+                 segment of a file cut short or corrupted, and report what was lost)
   -show          write post.show: every record as text, MTE included, tprof ticks with their names
   -tprof         write tprof.out: ticks by process, module, thread and symbol (PI's form)
   --pprof FILE   also write a pprof profile (open with: go tool pprof -http=: FILE)
@@ -33,6 +37,10 @@ usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [o
   --perfmap-dir DIR  where perf-PID.map / jit-PID.dump files are (default /tmp)
   --root DIR     prefix for module paths (a trace taken on another machine)
   --lines        add source file:line to post.show ticks (DWARF; slower)
+  --pid LIST     only these processes (decimal pids, comma-separated) and the processes they
+                 create during the trace (--no-children: not those); what is left out is counted
+  --tid LIST     only these threads
+  --comm LIST    only processes of these names
   --cpuprofile FILE  write post's own CPU profile (for perfinsp developers)
 
 With no report option, -tprof is assumed. Every report starts with a warning when
@@ -60,6 +68,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := fs.String("root", "", "")
 	lines := fs.Bool("lines", false, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
+	strict := fs.Bool("strict", false, "")
+	pidList := fs.String("pid", "", "")
+	tidList := fs.String("tid", "", "")
+	commList := fs.String("comm", "", "")
+	noChildren := fs.Bool("no-children", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -85,7 +98,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !*show && !*doTprof && *pprofOut == "" && *folded == "" {
 		*doTprof = true
 	}
-	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, stdout, stderr); err != nil {
+	filt, err := parseFilter(*pidList, *tidList, *commList, !*noChildren)
+	if err != nil {
+		fmt.Fprintf(stderr, "post: %v\n\n", err)
+		fs.Usage()
+		return 2
+	}
+	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, *strict, filt, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "post:", err)
 		return 1
 	}
@@ -100,8 +119,8 @@ func create(path string) (*os.File, *bufio.Writer, error) {
 	return f, bufio.NewWriterSize(f, 1<<20), nil
 }
 
-func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root string, lines bool, stdout, stderr io.Writer) error {
-	f, err := nrm2.Open(in)
+func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
+	f, err := openTrace(in, strict)
 	if err != nil {
 		return err
 	}
@@ -142,9 +161,10 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 			showW.WriteByte('\n')
 		}
 	}
-	rep := tprof.Build(f, r, onRecord)
+	rep := tprof.BuildFiltered(f, r, filt, onRecord)
+	warns := warnings(rep)
 	if show {
-		for _, l := range rep.Warnings() {
+		for _, l := range warns {
 			fmt.Fprintln(showW, l)
 		}
 		if err := showW.Flush(); err != nil {
@@ -152,7 +172,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 		}
 		fmt.Fprintf(stdout, "post: wrote %s\n", filepath.Join(outDir, "post.show"))
 	}
-	for _, w := range rep.Warnings() {
+	for _, w := range warns {
 		fmt.Fprintln(stderr, "post:", w)
 	}
 	if doTprof {
@@ -207,4 +227,41 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 		fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl %s > flame.svg)\n", folded, folded)
 	}
 	return nil
+}
+
+// parseFilter builds the tick selection of --pid, --tid and --comm (nil
+// when none is given).
+func parseFilter(pids, tids, comms string, children bool) (*tprof.Filter, error) {
+	if pids == "" && tids == "" && comms == "" {
+		return nil, nil
+	}
+	f := &tprof.Filter{Children: children}
+	ids := func(flag, list string) (map[uint32]bool, error) {
+		if list == "" {
+			return nil, nil
+		}
+		m := map[uint32]bool{}
+		for _, p := range strings.Split(list, ",") {
+			v, err := strconv.ParseUint(strings.TrimSpace(p), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %q is not a decimal id", flag, p)
+			}
+			m[uint32(v)] = true
+		}
+		return m, nil
+	}
+	var err error
+	if f.Pids, err = ids("pid", pids); err != nil {
+		return nil, err
+	}
+	if f.Tids, err = ids("tid", tids); err != nil {
+		return nil, err
+	}
+	if comms != "" {
+		f.Comms = map[string]bool{}
+		for _, c := range strings.Split(comms, ",") {
+			f.Comms[strings.TrimSpace(c)] = true
+		}
+	}
+	return f, nil
 }

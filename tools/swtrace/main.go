@@ -124,7 +124,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "t", Aliases: []string{"trace"}, Usage: "trace buffer `SIZE` per CPU"},
 					&cli.StringFlag{Name: "m", Aliases: []string{"mte"}, Usage: "MTE buffer `SIZE` per CPU"},
 				}, Action: cmdInit},
-			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [TYPE ...]", Action: cmdEnable(true)},
+			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [--only] [TYPE ...]",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "only", Usage: "enable exactly these types (and the always-on sys and mte), disabling the others"}},
+				Action: cmdEnable(true)},
 			{Name: "disable", Usage: "disable record types", UsageText: "swtrace disable TYPE ...", Action: cmdEnable(false)},
 			{Name: "mode", Usage: "select the mode: normal, wrap or cont", UsageText: "swtrace mode normal|wrap|cont [-f FILE]",
 				Description: "normal: tracing stops when any buffer fills.\n" +
@@ -276,6 +278,28 @@ func cmdEnable(on bool) cli.ActionFunc {
 			}
 			listTypes(c.App.Writer, st.Enabled)
 			return nil
+		}
+		if on && c.Bool("only") {
+			// Exactly these (and the always-on types): drop the others first.
+			st, err := f.Info()
+			if err != nil {
+				return err
+			}
+			want := map[uint16]bool{trace.MajorSys: true, trace.MajorMTE: true}
+			for _, m := range majors {
+				want[m] = true
+			}
+			var drop []uint16
+			for _, m := range st.Enabled {
+				if !want[m] {
+					drop = append(drop, m)
+				}
+			}
+			if len(drop) > 0 {
+				if err := f.Disable(drop); err != nil {
+					return err
+				}
+			}
 		}
 		if on {
 			err = f.Enable(majors)

@@ -364,3 +364,54 @@ func TestKilledDaemonIsReported(t *testing.T) {
 		t.Fatalf("the successor's socket has mode %o: --group was not kept", fi.Mode().Perm())
 	}
 }
+
+// Out of descriptors (EMFILE on accept) the daemon waits, never exits: its
+// trace survives, and it answers again once connections close.
+func TestDaemonSurvivesEMFILE(t *testing.T) {
+	e := tracetest.Setup(t)
+	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
+	d := exec.Command("prlimit", "--nofile=40:40", filepath.Join(e.Bin, "pitraced"), "--socket", sock)
+	d.Env = e.Environ
+	var logb bytes.Buffer
+	d.Stdout, d.Stderr = &logb, &logb
+	if err := d.Start(); err != nil {
+		t.Fatalf("prlimit: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.Wait() }()
+	defer func() { _ = d.Process.Kill(); t.Logf("daemon log:\n%s", logb.String()) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, err := os.Stat(sock); err != nil; _, err = os.Stat(sock) {
+		if time.Now().After(deadline) {
+			t.Fatal("no socket")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.Sw("init", "-t", "64K", "-m", "64K")
+	e.Sw("on")
+	var conns []net.Conn
+	for i := 0; i < 60; i++ { // more than the daemon's 40 descriptors
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	// Give the accept loop time to hit EMFILE; the daemon must still be there.
+	select {
+	case err := <-exited:
+		t.Fatalf("the daemon exited out of descriptors: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	out := e.Sw("off")
+	if !strings.Contains(out, "tracing off") {
+		t.Fatalf("off after EMFILE: %s", out)
+	}
+	e.Sw("get", "emfile.nrm2")
+	if !strings.Contains(logb.String(), "too many open files") {
+		t.Fatalf("the daemon never ran out of descriptors (log: %s)", logb.String())
+	}
+}

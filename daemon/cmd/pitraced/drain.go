@@ -2,11 +2,7 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"os"
 	"sync"
-
-	"golang.org/x/sys/unix"
 
 	"perfinsp/daemon/server"
 	"perfinsp/libperfutil/control"
@@ -43,7 +39,7 @@ func (d *drains) start(r *server.Request) (any, error) {
 		}
 		return nil, errors.New("kmod-drain needs two descriptors: /dev/pitrace and the stream file")
 	}
-	if err := isPitrace(dev); err != nil {
+	if err := kmodbackend.IsDevice(dev); err != nil {
 		dev.Close()
 		stream.Close()
 		return nil, err
@@ -73,20 +69,4 @@ func (d *drains) start(r *server.Request) (any, error) {
 	}
 	d.logf("uid %d pid %d: draining the module's buffers", r.UID, r.PID)
 	return nil, nil
-}
-
-// isPitrace checks that f is the pitrace character device (the same device
-// number as /dev/pitrace).
-func isPitrace(f *os.File) error {
-	var a, b unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
-		return err
-	}
-	if err := unix.Stat(kmodbackend.Device, &b); err != nil {
-		return fmt.Errorf("%s: %w", kmodbackend.Device, err)
-	}
-	if a.Mode&unix.S_IFMT != unix.S_IFCHR || a.Rdev != b.Rdev {
-		return fmt.Errorf("the descriptor passed is not %s", kmodbackend.Device)
-	}
-	return nil
 }
