@@ -223,6 +223,8 @@ func explain(op string, cpu int, reg uint32, err error) error {
 		return fmt.Errorf("%s MSR %s on CPU %d: permission denied: MSR access needs root: %w", op, name, cpu, err)
 	case errors.Is(err, unix.EIO):
 		return fmt.Errorf("%s MSR %s on CPU %d: the register does not exist on this CPU or refuses the value (the instruction faulted): %w", op, name, cpu, err)
+	case errors.Is(err, unix.ENOTTY):
+		return fmt.Errorf("%s MSR %s: the loaded pitrace module has no MSR ioctls (an older build): rebuild and reload kmod/pitrace.ko, or use --backend devmsr (modprobe msr): %w", op, name, err)
 	case errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT):
 		return fmt.Errorf("%s MSR %s: CPU %d is offline or does not exist: %w", op, name, cpu, err)
 	}
