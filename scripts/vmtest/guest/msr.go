@@ -92,60 +92,10 @@ func msrTest(args []string) error {
 		// for every MSR it does not know): nothing to compare here.
 		fmt.Printf("msr: SKIP: IA32_TSC reads 0 on every CPU: this emulator does not implement rdmsr of IA32_TSC " +
 			"(QEMU TCG); on hardware or KVM check with: msr -r IA32_TSC -a (values rise and match rdtsc)\n")
-		goto tscAux
-	}
-	{
-		prev := map[int]uint64{}
-		for round := 0; round < 3; round++ {
-			before := rdtsc()
-			out, errs, rc := msrTool("-r", "IA32_TSC", "-a")
-			after := rdtsc()
-			if rc != 0 {
-				return fmt.Errorf("msr -r IA32_TSC -a: exit %d: %s", rc, errs)
-			}
-			vals, err := parseMsrOut(out)
-			if err != nil || len(vals) != len(cpus) {
-				return fmt.Errorf("msr -r IA32_TSC -a printed %d CPUs (want %d): %q %v", len(vals), len(cpus), out, err)
-			}
-			for _, c := range cpus {
-				v := vals[c]
-				if v < before || v > after {
-					return fmt.Errorf("round %d: CPU %d IA32_TSC %d outside rdtsc [%d, %d]", round, c, v, before, after)
-				}
-				if round > 0 && v <= prev[c] {
-					return fmt.Errorf("round %d: CPU %d IA32_TSC %d not above the previous %d", round, c, v, prev[c])
-				}
-				prev[c] = v
-			}
-			fmt.Printf("msr: round %d: msr -r IA32_TSC -a within rdtsc window of %d ticks: %v\n", round, after-before, vals)
-		}
-		runtime.LockOSThread()
-		for _, c := range cpus {
-			var set unix.CPUSet
-			set.Set(c)
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				return fmt.Errorf("pin to CPU %d: %w", c, err)
-			}
-			t0 := rdtsc()
-			v, err := a.Read(c, msr.IA32_TSC)
-			t1 := rdtsc()
-			if err != nil {
-				return err
-			}
-			if v < t0 || v > t1 {
-				return fmt.Errorf("CPU %d: IA32_TSC %d outside the rdtsc read beside it [%d, %d]", c, v, t0, t1)
-			}
-			fmt.Printf("msr: CPU %d: rdtsc %d, IA32_TSC +%d, rdtsc +%d (ticks)\n", c, t0, v-t0, t1-t0)
-		}
-		var all unix.CPUSet
-		for _, c := range cpus {
-			all.Set(c)
-		}
-		_ = unix.SchedSetaffinity(0, &all)
-		runtime.UnlockOSThread()
+	} else if err := msrTSC(a, cpus); err != nil {
+		return err
 	}
 
-tscAux:
 	// 2. IA32_TSC_AUX: write, read back, restore.
 	for _, c := range cpus {
 		cs := strconv.Itoa(c)
@@ -287,4 +237,59 @@ func allZero(a msr.Access, cpus []int, reg uint32) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// msrTSC: msr -r IA32_TSC -a, three rounds, each value between rdtsc read
+// before and after and above the previous round's; then a read pinned to
+// each CPU between rdtsc read beside it.
+func msrTSC(a msr.Access, cpus []int) error {
+	prev := map[int]uint64{}
+	for round := 0; round < 3; round++ {
+		before := rdtsc()
+		out, errs, rc := msrTool("-r", "IA32_TSC", "-a")
+		after := rdtsc()
+		if rc != 0 {
+			return fmt.Errorf("msr -r IA32_TSC -a: exit %d: %s", rc, errs)
+		}
+		vals, err := parseMsrOut(out)
+		if err != nil || len(vals) != len(cpus) {
+			return fmt.Errorf("msr -r IA32_TSC -a printed %d CPUs (want %d): %q %v", len(vals), len(cpus), out, err)
+		}
+		for _, c := range cpus {
+			v := vals[c]
+			if v < before || v > after {
+				return fmt.Errorf("round %d: CPU %d IA32_TSC %d outside rdtsc [%d, %d]", round, c, v, before, after)
+			}
+			if round > 0 && v <= prev[c] {
+				return fmt.Errorf("round %d: CPU %d IA32_TSC %d not above the previous %d", round, c, v, prev[c])
+			}
+			prev[c] = v
+		}
+		fmt.Printf("msr: round %d: msr -r IA32_TSC -a within rdtsc window of %d ticks: %v\n", round, after-before, vals)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for _, c := range cpus {
+		var set unix.CPUSet
+		set.Set(c)
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("pin to CPU %d: %w", c, err)
+		}
+		t0 := rdtsc()
+		v, err := a.Read(c, msr.IA32_TSC)
+		t1 := rdtsc()
+		if err != nil {
+			return err
+		}
+		if v < t0 || v > t1 {
+			return fmt.Errorf("CPU %d: IA32_TSC %d outside the rdtsc read beside it [%d, %d]", c, v, t0, t1)
+		}
+		fmt.Printf("msr: CPU %d: rdtsc %d, IA32_TSC +%d, rdtsc +%d (ticks)\n", c, t0, v-t0, t1-t0)
+	}
+	var all unix.CPUSet
+	for _, c := range cpus {
+		all.Set(c)
+	}
+	_ = unix.SchedSetaffinity(0, &all)
+	return nil
 }
