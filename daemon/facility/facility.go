@@ -7,6 +7,7 @@
 package facility
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -313,6 +314,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		}
 	}
 	opts := kevents.Options{
+		Callstack: f.enabled[trace.MajorUnwind] && f.enabled[trace.MajorTprof],
 		Dispatch:  f.enabled[trace.MajorDispatch],
 		Interrupt: f.enabled[trace.MajorInterrupt],
 	}
@@ -850,5 +852,28 @@ func (s *sink) Lost(cpu int, mte bool, n uint64) {
 		f.mte[cpu].AddLost(n)
 	} else {
 		f.trace[cpu].AddLost(n)
+	}
+}
+
+func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+	f := (*Facility)(s)
+	<-f.gate
+	if cpu < 0 || cpu >= len(f.trace) {
+		return
+	}
+	if len(pcs) > trace.UnwindMaxPCs {
+		pcs, truncated = pcs[:trace.UnwindMaxPCs], true
+	}
+	flags := uint64(kernel) << trace.UnwindKernShift
+	if truncated {
+		flags |= trace.UnwindTruncated
+	}
+	b := make([]byte, 8*len(pcs))
+	for i, pc := range pcs {
+		binary.LittleEndian.PutUint64(b[8*i:], pc)
+	}
+	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, t, []uint64{uint64(pid), uint64(tid), flags}, string(b))
+	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
+		f.bufferFull()
 	}
 }

@@ -30,6 +30,10 @@ type Sink interface {
 	Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64)
 	MTE(cpu int, minor uint32, t uint64, fields []uint64, str string)
 	Lost(cpu int, mte bool, n uint64)
+	// Stack is the call stack of the tprof sample just delivered on cpu:
+	// pcs leaf first (kernel frames, then user frames), kernel how many
+	// of them are kernel addresses, truncated whether the depth limit cut it.
+	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
 }
 
 // Options select what to record.
@@ -40,7 +44,11 @@ type Options struct {
 	RateHz int
 	// Event names a hardware event for event-based tprof: cycles,
 	// instructions, branches, branch-misses, cache-references, cache-misses.
-	Event     string
+	Event string
+	// Callstack samples the call stack (kernel and user, by frame
+	// pointers) with every tprof tick, at most MaxStack frames (0: 127).
+	Callstack bool
+	MaxStack  int
 	Dispatch  bool  // sched:sched_switch
 	Interrupt bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
 	CPUs      []int // nil: every online CPU
@@ -102,6 +110,7 @@ type ring struct {
 	mu      sync.Mutex
 	scratch []byte
 	fields  [8]uint64
+	pcs     []uint64 // a stack's PCs, reused
 	records uint64
 	lost    uint64
 }
@@ -119,6 +128,9 @@ type Session struct {
 	stopErr error
 	tgid    sync.Map // tid -> tgid (uint32)
 	parents sync.Map // pid -> ppid (uint32), from fork records
+
+	callstack bool
+	maxStack  int
 }
 
 // ErrNoPMU is returned for event-based tprof where there is no hardware PMU.
@@ -184,7 +196,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	if pages&(pages-1) != 0 {
 		return nil, fmt.Errorf("ring size %d pages is not a power of two", pages)
 	}
-	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1}
+	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack}
+	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
+		s.maxStack = trace.UnwindMaxDepth
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -244,6 +259,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 				kind = kindEvent
 			} else {
 				attr = unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, Sample: uint64(1e9 / opts.RateHz), Sample_type: stSample}
+			}
+			if opts.Callstack {
+				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
+				attr.Sample_max_stack = uint16(s.maxStack)
 			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
@@ -581,6 +600,9 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			} else {
 				s.sink.Trace(r.cpu, trace.MajorTprof, trace.TprofEvent, t, append(f, uint64(pid), uint64(tid), ip, flags, 0))
 			}
+			if s.callstack && len(b) >= 40 {
+				s.stack(r, t, pid, tid, b[32:])
+			}
 		default:
 			// TID, TIME, CPU, RAW
 			if len(b) < 28 {
@@ -663,6 +685,38 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		r.lost += n
 		s.sink.Lost(r.cpu, false, n)
 	}
+}
+
+// Callchain context markers (PERF_CONTEXT_*): values this high are not PCs.
+const perfContextMax = ^uint64(0) - 4095
+
+// stack turns a sample's callchain (u64 nr, then nr entries with
+// PERF_CONTEXT_KERNEL / _USER markers) into an UNWIND record.
+func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
+	nr := int(le64(b))
+	b = b[8:]
+	if nr > len(b)/8 {
+		nr = len(b) / 8
+	}
+	pcs := r.pcs[:0]
+	kernel, user := 0, false
+	for i := 0; i < nr; i++ {
+		v := le64(b[8*i:])
+		if v >= perfContextMax {
+			user = v == uint64(1<<64-512) // PERF_CONTEXT_USER (-512)
+			continue
+		}
+		pcs = append(pcs, v)
+		if !user {
+			kernel++
+		}
+	}
+	r.pcs = pcs
+	if len(pcs) == 0 {
+		return
+	}
+	// The kernel stops at sample_max_stack frames.
+	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, len(pcs) >= s.maxStack)
 }
 
 func (s *Session) parent(pid uint32) uint32 {

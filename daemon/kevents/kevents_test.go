@@ -27,9 +27,10 @@ type rec struct {
 }
 
 type memSink struct {
-	mu   sync.Mutex
-	recs []rec
-	lost uint64
+	mu     sync.Mutex
+	recs   []rec
+	lost   uint64
+	stacks []stackRec
 }
 
 func (m *memSink) Trace(cpu int, major uint16, minor uint32, t uint64, f []uint64) {
@@ -42,6 +43,20 @@ func (m *memSink) MTE(cpu int, minor uint32, t uint64, f []uint64, s string) {
 	m.recs = append(m.recs, rec{cpu, trace.MajorMTE, minor, t, append([]uint64(nil), f...), s})
 	m.mu.Unlock()
 }
+
+type stackRec struct {
+	pid, tid  uint32
+	pcs       []uint64
+	kernel    int
+	truncated bool
+}
+
+func (m *memSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+	m.mu.Lock()
+	m.stacks = append(m.stacks, stackRec{pid, tid, append([]uint64(nil), pcs...), kernel, truncated})
+	m.mu.Unlock()
+}
+
 func (m *memSink) Lost(cpu int, mte bool, n uint64) {
 	m.mu.Lock()
 	m.lost += n
@@ -265,5 +280,56 @@ func TestFormatOffsetsRejectsBadFields(t *testing.T) {
 	os.WriteFile(filepath.Join(ev, "format"), []byte(bad), 0o644)
 	if _, _, err := formatOffsets(dir, "sched/sched_switch"); err == nil || !strings.Contains(err.Error(), "prev_pid") {
 		t.Fatalf("bad offset accepted: %v", err)
+	}
+}
+
+// Call stacks come with the ticks: this thread's samples, taken while
+// spin runs, unwind through spin to this test function (Go keeps frame
+// pointers); a depth limit marks stacks as truncated.
+func TestCallstacks(t *testing.T) {
+	needRoot(t)
+	for _, max := range []int{0, 3} {
+		sink := &memSink{}
+		s, err := Start(Options{RateHz: 1000, Callstack: true, MaxStack: max}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.LockOSThread()
+		tid := uint32(unix.Gettid())
+		spin(300 * time.Millisecond)
+		runtime.UnlockOSThread()
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		ticks, through, truncated := 0, 0, 0
+		for _, st := range sink.stacks {
+			if st.tid != tid {
+				continue
+			}
+			ticks++
+			if st.truncated {
+				truncated++
+			}
+			var names []string
+			for _, pc := range st.pcs[st.kernel:] {
+				if fn := runtime.FuncForPC(uintptr(pc) - 1); fn != nil {
+					names = append(names, fn.Name())
+				}
+			}
+			joined := strings.Join(names, " ")
+			if strings.Contains(joined, "kevents.spin") && strings.Contains(joined, "kevents.TestCallstacks") {
+				through++
+			}
+		}
+		t.Logf("max stack %d: %d stacks of this thread, %d through spin to the test, %d truncated", max, ticks, through, truncated)
+		if ticks < 50 {
+			t.Fatalf("%d stacks in 300 ms at 1000 Hz", ticks)
+		}
+		if max == 0 && through < ticks*8/10 {
+			t.Fatalf("only %d of %d stacks unwind from spin to the test function", through, ticks)
+		}
+		if max == 3 && truncated < ticks*8/10 {
+			t.Fatalf("depth limit 3: only %d of %d stacks marked truncated", truncated, ticks)
+		}
 	}
 }

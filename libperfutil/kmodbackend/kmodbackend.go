@@ -174,6 +174,9 @@ func (b *Backend) Init(cfg control.Config) error {
 func (b *Backend) majors(majors []uint16, on bool) error {
 	var m majorsArg
 	for _, x := range majors {
+		if on && x == trace.MajorUnwind {
+			return errors.New("call stacks (callstack) are not recorded by the pitrace module yet: use the daemon backend for them (PERFINSP_BACKEND=daemon, or unload the module)")
+		}
 		if x < 256 {
 			m.Mask[x/64] |= 1 << (x % 64)
 		}
