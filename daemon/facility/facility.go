@@ -25,6 +25,7 @@ import (
 	"perfinsp/daemon/kevents"
 
 	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 	"perfinsp/libperfutil/tracebuf"
@@ -255,8 +256,21 @@ func (f *Facility) SetRate(hz int, event string) error {
 	if f.state == control.StateOn {
 		return errors.New("tracing is on: run `swtrace off` before changing the rate")
 	}
-	if hz <= 0 || hz > control.MaxRateHz {
+	if event == "" && (hz <= 0 || hz > control.MaxRateHz) {
 		return fmt.Errorf("rate %d is out of range: use 1..%d", hz, control.MaxRateHz)
+	}
+	if event != "" {
+		// Checked now, as the module backend does, not at on.
+		e, err := events.Parse(event)
+		if err != nil {
+			return err
+		}
+		if hz <= 0 {
+			return fmt.Errorf("event-based tprof needs a period of at least 1 %s event", e.Name)
+		}
+		if e.Hardware && !events.HasPMU() {
+			return fmt.Errorf("%w: event-based tprof on %s needs a hardware counter; use time-based sampling: swtrace setrate HZ", events.ErrNoPMU, e.Name)
+		}
 	}
 	f.rateHz = hz
 	f.event = event
@@ -344,6 +358,9 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	f.trace[0].Write(trace.MajorSys, trace.SysInfo, trace.LayoutString, t, []uint64{uint64(f.ncpu), nrm2.ClockMonotonic, 1e9, f.startWall}, uname)
 	for cpu := range f.trace {
 		f.trace[cpu].Write(trace.MajorSys, trace.SysTraceOn, trace.LayoutFixed, t, []uint64{f.majorsLo(), uint64(f.rateHz)}, "")
+	}
+	if e, err := events.Parse(f.event); f.event != "" && err == nil && f.enabled[trace.MajorTprof] {
+		f.trace[0].Write(trace.MajorSys, trace.SysEvent, trace.LayoutString, t, []uint64{uint64(e.Type), e.Config, uint64(f.rateHz)}, f.event)
 	}
 	// Describe what exists now. The side-band events are already on, so
 	// nothing started after this point is missed.

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -42,8 +43,9 @@ type Options struct {
 	// with a fixed period of 1/RateHz s); 0 turns tprof off. With Event set
 	// it is the number of events between samples instead.
 	RateHz int
-	// Event names a hardware event for event-based tprof: cycles,
-	// instructions, branches, branch-misses, cache-references, cache-misses.
+	// Event names the event of event-based tprof, in the syntax of the
+	// project's one event table (libperfutil/events: cycles, rHEX,
+	// pmu/event=..,umask=../, ...).
 	Event string
 	// Callstack samples the call stack (kernel and user, by frame
 	// pointers) with every tprof tick, at most MaxStack frames (0: 127).
@@ -60,17 +62,6 @@ type CPUStats struct {
 	CPU     int
 	Records uint64 // records decoded
 	Lost    uint64 // records the kernel dropped
-}
-
-// hardware events by name.
-var hwEvents = map[string]uint64{
-	"cycles":           unix.PERF_COUNT_HW_CPU_CYCLES,
-	"cpu-cycles":       unix.PERF_COUNT_HW_CPU_CYCLES,
-	"instructions":     unix.PERF_COUNT_HW_INSTRUCTIONS,
-	"branches":         unix.PERF_COUNT_HW_BRANCH_INSTRUCTIONS,
-	"branch-misses":    unix.PERF_COUNT_HW_BRANCH_MISSES,
-	"cache-references": unix.PERF_COUNT_HW_CACHE_REFERENCES,
-	"cache-misses":     unix.PERF_COUNT_HW_CACHE_MISSES,
 }
 
 // event kinds, found from a sample's identifier.
@@ -137,31 +128,6 @@ type Session struct {
 // ErrNoPMU is returned for event-based tprof where there is no hardware PMU.
 var ErrNoPMU = errors.New("no hardware PMU on this machine: event-based tprof needs a hardware counter (use time-based tprof: swtrace setrate HZ without -e)")
 
-func onlineCPUs() ([]int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return nil, fmt.Errorf("read online CPUs: %w", err)
-	}
-	var cpus []int
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, found := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("parse online CPUs %q: %w", b, err)
-		}
-		z := a
-		if found {
-			if z, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("parse online CPUs %q: %w", b, err)
-			}
-		}
-		for c := a; c <= z; c++ {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
-}
-
 func perfOpen(attr *unix.PerfEventAttr, cpu, group int) (int, error) {
 	attr.Size = uint32(unsafe.Sizeof(*attr))
 	attr.Bits |= unix.PerfBitDisabled | unix.PerfBitUseClockID | unix.PerfBitSampleIDAll
@@ -186,7 +152,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	cpus := opts.CPUs
 	if cpus == nil {
 		var err error
-		if cpus, err = onlineCPUs(); err != nil {
+		if cpus, err = events.OnlineCPUs(); err != nil {
 			return nil, err
 		}
 	}
@@ -248,15 +214,12 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			var attr unix.PerfEventAttr
 			kind := kindTick
 			if opts.Event != "" {
-				cfg, known := hwEvents[strings.ToLower(opts.Event)]
-				if !known {
-					names := make([]string, 0, len(hwEvents))
-					for n := range hwEvents {
-						names = append(names, n)
-					}
-					return nil, fmt.Errorf("unknown event %q: use one of %s", opts.Event, strings.Join(names, ", "))
+				e, err := events.Parse(opts.Event)
+				if err != nil {
+					return nil, err
 				}
-				attr = unix.PerfEventAttr{Type: unix.PERF_TYPE_HARDWARE, Config: cfg, Sample: uint64(opts.RateHz), Sample_type: stSample}
+				attr = e.Attr()
+				attr.Sample, attr.Sample_type = uint64(opts.RateHz), stSample
 				kind = kindEvent
 			} else {
 				attr = unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, Sample: uint64(1e9 / opts.RateHz), Sample_type: stSample}

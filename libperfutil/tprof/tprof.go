@@ -45,6 +45,9 @@ type Report struct {
 	Selected string // what the filter selected, as given
 	// Stacks are the call stacks of the ticks (UNWIND records, `swtrace
 	// enable callstack`), aggregated; empty when the trace has none.
+	// Event and EventPeriod: event-based tprof (TPROF_EVENT_NAME record).
+	Event           string
+	EventPeriod     uint64
 	Stacks          []*Stack
 	StackTicks      uint64 // ticks with a stack
 	TruncatedStacks uint64 // of them, cut at the depth limit
@@ -313,6 +316,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				rep.TruncatedStacks++
 			}
 		default:
+			if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
+				rep.Event, rep.EventPeriod = rec.Str, rec.Field(2)
+			}
 			if onRecord != nil {
 				onRecord(rec, nil)
 			}

@@ -64,7 +64,11 @@ func (rep *Report) WritePI(out io.Writer) error {
 	if rep.Filter != nil {
 		fmt.Fprintf(w, " Selected      : %s (%d ticks of other processes and threads left out)\n", rep.Selected, rep.Filtered)
 	}
-	fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
+	if rep.Event != "" {
+		fmt.Fprintf(w, " Rate          : a sample every %d %s events (event-based)\n", rep.EventPeriod, rep.Event)
+	} else {
+		fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
+	}
 	fmt.Fprintf(w, " Duration      : %.3f s (first to last tick)\n", dur.Seconds())
 	fmt.Fprintf(w, " CPUs          : %d\n", h.NCPUs)
 	fmt.Fprintf(w, " Trace         : %s, %s mode, %s backend, kernel %s on %s, started %s\n", rep.File.Path, nrm2.ModeName(h.Mode), backend,

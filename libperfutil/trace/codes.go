@@ -41,6 +41,7 @@ const (
 	SysTraceOn  uint32 = 4 // tracing turned on
 	SysTraceOff uint32 = 5 // tracing turned off
 	SysBufFull  uint32 = 6 // normal mode: a buffer filled and tracing stopped
+	SysEvent    uint32 = 7 // event-based tprof: the event sampled and its period
 )
 
 // Minor codes of MajorMTE.
@@ -138,6 +139,7 @@ var specs = []Spec{
 	{MajorSys, SysTraceOn, "TRACE_ON", LayoutFixed, fl(u32("majors_lo"), u32("rate_hz")), "", "tracing turned on"},
 	{MajorSys, SysTraceOff, "TRACE_OFF", LayoutFixed, nil, "", "tracing turned off"},
 	{MajorSys, SysBufFull, "BUFFER_FULL", LayoutFixed, fl(u32("mte")), "", "normal mode: this CPU's buffer filled (mte=1: the MTE buffer) and tracing stopped"},
+	{MajorSys, SysEvent, "TPROF_EVENT_NAME", LayoutString, fl(u32("type"), u64("config"), u64("period")), "event", "event-based tprof: the event sampled (its name as given, perf type and config) and a sample every period events"},
 
 	{MajorMTE, MTEProcess, "MTE_PROCESS", LayoutString, fl(u32("pid"), u32("ppid")), "name", "process exists or was renamed"},
 	{MajorMTE, MTEFork, "MTE_FORK", LayoutFixed, fl(u32("ppid"), u32("ptid"), u32("pid"), u32("tid"), u32("flags")), "", "task created; flags bit 0: thread (shares address space)"},

@@ -135,8 +135,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					"FILE defaults to swtrace.nrm2 in the current directory.",
 				Flags:  []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"}},
 				Action: cmdMode},
-			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ [-e EVENT]",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "hardware `EVENT` for event-based sampling (cycles, instructions, ...): a sample every HZ events"}},
+			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ | swtrace setrate -e EVENT -c PERIOD",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "`EVENT` for event-based sampling, any name of the event table (mpevt -l: cycles, instructions, rHEX, pmu/event=..,umask=../)"},
+					&cli.IntFlag{Name: "c", Aliases: []string{"count"}, Usage: "event-based: a sample every `PERIOD` events"}},
 				Action: cmdRate},
 			{Name: "on", Usage: "start tracing (with default buffers if init was not run)", UsageText: "swtrace on [--discard]",
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
@@ -381,12 +382,24 @@ func cmdMode(c *cli.Context) error {
 }
 
 func cmdRate(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usageErr(c, "give one rate in Hz")
-	}
-	hz, err := strconv.Atoi(c.Args().First())
-	if err != nil || hz <= 0 || hz > control.MaxRateHz {
-		return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+	var hz int
+	switch {
+	case c.IsSet("c"):
+		if c.String("e") == "" || c.NArg() != 0 {
+			return usageErr(c, "-c PERIOD goes with -e EVENT and no rate")
+		}
+		hz = c.Int("c")
+		if hz <= 0 {
+			return usageErr(c, "bad period %d: a sample every PERIOD events, PERIOD >= 1", hz)
+		}
+	case c.NArg() != 1:
+		return usageErr(c, "give one rate in Hz (or -e EVENT -c PERIOD)")
+	default:
+		var err error
+		hz, err = strconv.Atoi(c.Args().First())
+		if err != nil || hz <= 0 || (c.String("e") == "" && hz > control.MaxRateHz) {
+			return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+		}
 	}
 	f, err := open(c)
 	if err != nil {
