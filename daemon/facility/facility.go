@@ -87,6 +87,10 @@ type Facility struct {
 	// duplicate kept to copy the finished stream out at get.
 	stream     *nrm2.Stream
 	streamCopy *os.File
+	// stopOnWriteErr: a stream write error stops tracing (else tracing
+	// goes on and counts what cannot be written as lost).
+	stopOnWriteErr bool
+	writeErrOnce   sync.Once
 	drainWake  chan struct{}
 	drainDone  chan struct{}
 	drainStop  chan struct{}
@@ -185,6 +189,7 @@ func (f *Facility) initLocked(cfg control.Config) error {
 	f.unsaved = false
 	f.note = ""
 	f.fullOnce = sync.Once{}
+	f.writeErrOnce = sync.Once{}
 	return nil
 }
 
@@ -246,6 +251,18 @@ func (f *Facility) SetMode(mode int, contFile string) error {
 	if f.state != control.StateFree {
 		return f.initLocked(f.cfg)
 	}
+	return nil
+}
+
+// SetStopOnWriteError chooses what a stream write error does: stop tracing
+// (stop), or go on counting the records that cannot be written as lost.
+func (f *Facility) SetStopOnWriteError(stop bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing what a write error does")
+	}
+	f.stopOnWriteErr = stop
 	return nil
 }
 
@@ -523,6 +540,18 @@ func (f *Facility) drainBuf(kind uint32, cpu int, b *tracebuf.Buffer) {
 		f.stream.Chunk(kind, cpu, s.Data)
 	}
 	b.Release(segs)
+	if f.stopOnWriteErr && f.stream.Err() != nil {
+		f.writeErrOnce.Do(func() {
+			go func() {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if f.state == control.StateOn {
+					_ = f.offLocked()
+					f.note = "the stream file could not be written (a full disk?): tracing stopped, as chosen with swtrace mode --on-write-error stop; the file ends on its last complete chunk"
+				}
+			}()
+		})
+	}
 }
 
 func (f *Facility) stopDrainer() {

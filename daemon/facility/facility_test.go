@@ -505,3 +505,48 @@ func TestStreamsDoNotLeakDescriptors(t *testing.T) {
 		t.Fatalf("%d descriptors open after 10 stream cycles, %d before", after, before)
 	}
 }
+
+// --on-write-error stop: the first write error stops tracing, and the file
+// is complete up to its last chunk.
+func TestContModeFullDiskStops(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root to mount a small tmpfs")
+		}
+		t.Skip("skipped: needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a 1 MB tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	f, sink, _ := newFake(t)
+	path := filepath.Join(dir, "cont.nrm2")
+	if err := f.SetMode(control.ModeCont, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetStopOnWriteError(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; f.State() == control.StateOn; i++ {
+		ticks(*sink, 0, i*200, 200)
+		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.State != control.StateOn || st.CPUs[0].Used < 16<<10 })
+		if i > 10000 {
+			t.Fatal("tracing never stopped on the full file system")
+		}
+	}
+	st, _ := f.Info()
+	if !strings.Contains(st.Note, "tracing stopped") {
+		t.Fatalf("note after the stop: %q", st.Note)
+	}
+	file, _, _, _ := decode(t, path)
+	if file.Header.Flags&nrm2.FlagWriteError == 0 || file.Header.Flags&nrm2.FlagComplete == 0 {
+		t.Fatalf("header flags %#x: want write-error and complete", file.Header.Flags)
+	}
+}

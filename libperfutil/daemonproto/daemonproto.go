@@ -72,6 +72,7 @@ const (
 	OpFree     = "free"     //
 	OpHook     = "hook"     // HookArgs
 	OpShutdown = "shutdown" // the daemon exits (after stopping tracing)
+	OpOnWriteError = "on-write-error" // WriteErrorArgs
 )
 
 // InitArgs are the buffer sizes.
@@ -110,6 +111,11 @@ type HookArgs struct {
 	Minor uint32   `json:"minor"`
 	Words []uint32 `json:"words,omitempty"`
 	Str   string   `json:"str,omitempty"`
+}
+
+// WriteErrorArgs chooses what a stream write error does.
+type WriteErrorArgs struct {
+	Stop bool `json:"stop"`
 }
 
 // PingResult identifies the daemon.

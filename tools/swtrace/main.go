@@ -133,7 +133,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					"wrap:   trace records overwrite the oldest; MTE records are written to FILE continuously.\n" +
 					"cont:   MTE and trace segments are written to FILE as they fill; traces can exceed memory.\n" +
 					"FILE defaults to swtrace.nrm2 in the current directory.",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"}},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"},
+					&cli.StringFlag{Name: "on-write-error", Value: "count", Usage: "when FILE cannot be written (a full disk): `count` the records that cannot be written as lost and go on, or stop tracing (the file always ends on a complete chunk)"}},
 				Action: cmdMode},
 			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ | swtrace setrate -e EVENT -c PERIOD",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "`EVENT` for event-based sampling, any name of the event table (mpevt -l: cycles, instructions, rHEX, pmu/event=..,umask=../)"},
@@ -372,6 +373,18 @@ func cmdMode(c *cli.Context) error {
 	defer f.Close()
 	if err := f.SetMode(mode, file); err != nil {
 		return fmt.Errorf("mode: %w", err)
+	}
+	switch policy := c.String("on-write-error"); policy {
+	case "count", "stop":
+		if p, ok := f.(control.WriteErrorPolicy); ok {
+			if err := p.SetStopOnWriteError(policy == "stop"); err != nil {
+				return fmt.Errorf("mode: %w", err)
+			}
+		} else if policy == "stop" {
+			return fmt.Errorf("mode: --on-write-error stop is not available on the %s backend yet (it counts what cannot be written as lost)", f.Backend())
+		}
+	default:
+		return usageErr(c, "--on-write-error takes count or stop, not %q", policy)
 	}
 	if file != "" {
 		fmt.Fprintf(c.App.Writer, "swtrace: mode %s, streaming to %s\n", control.ModeName(mode), file)
