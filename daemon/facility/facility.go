@@ -91,9 +91,9 @@ type Facility struct {
 	// goes on and counts what cannot be written as lost).
 	stopOnWriteErr bool
 	writeErrOnce   sync.Once
-	drainWake  chan struct{}
-	drainDone  chan struct{}
-	drainStop  chan struct{}
+	drainWake      chan struct{}
+	drainDone      chan struct{}
+	drainStop      chan struct{}
 
 	seenMu    sync.Mutex
 	described map[uint32]bool // pids with MTE written

@@ -59,19 +59,19 @@ func StatePath(socket string) string { return socket + ".state" }
 
 // Ops and their arguments.
 const (
-	OpPing     = "ping"
-	OpInit     = "init"     // InitArgs
-	OpEnable   = "enable"   // MajorsArgs
-	OpDisable  = "disable"  // MajorsArgs
-	OpMode     = "mode"     // ModeArgs
-	OpRate     = "rate"     // RateArgs
-	OpOn       = "on"       //
-	OpOff      = "off"      //
-	OpGet      = "get"      // GetArgs
-	OpInfo     = "info"     // -> control.Status
-	OpFree     = "free"     //
-	OpHook     = "hook"     // HookArgs
-	OpShutdown = "shutdown" // the daemon exits (after stopping tracing)
+	OpPing         = "ping"
+	OpInit         = "init"           // InitArgs
+	OpEnable       = "enable"         // MajorsArgs
+	OpDisable      = "disable"        // MajorsArgs
+	OpMode         = "mode"           // ModeArgs
+	OpRate         = "rate"           // RateArgs
+	OpOn           = "on"             //
+	OpOff          = "off"            //
+	OpGet          = "get"            // GetArgs
+	OpInfo         = "info"           // -> control.Status
+	OpFree         = "free"           //
+	OpHook         = "hook"           // HookArgs
+	OpShutdown     = "shutdown"       // the daemon exits (after stopping tracing)
 	OpOnWriteError = "on-write-error" // WriteErrorArgs
 )
 
