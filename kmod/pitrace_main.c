@@ -537,6 +537,8 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return pt_ioc_hook(p);
 	if (cmd == PITRACE_IOC_SYSINFO)
 		return pt_ioc_sysinfo(p);
+	if (cmd == PITRACE_IOC_MSR_READ || cmd == PITRACE_IOC_MSR_WRITE)
+		return pt_msr_ioctl(cmd, p);
 	if (cmd == PITRACE_IOC_PTT_INIT || cmd == PITRACE_IOC_PTT_TERM ||
 	    cmd == PITRACE_IOC_PTT_STATUS || cmd == PITRACE_IOC_PTT_WATCH ||
 	    cmd == PITRACE_IOC_PTT_READ)

@@ -39,6 +39,7 @@ var cStructs = []struct {
 	{"pitrace_ptt_watch", pttWatchArg{}, []string{"tid", "flags"}},
 	{"pitrace_ptt_thread", pttThread{}, []string{"tid", "pid", "comm", "running", "mapped", "a"}},
 	{"pitrace_ptt_read", pttReadArg{}, []string{"max", "n", "total", "pad", "buf"}},
+	{"pitrace_msr", msrArg{}, []string{"cpu", "reg", "value", "flags", "reserved"}},
 }
 
 func TestABIStructsMatchHeader(t *testing.T) {
@@ -84,8 +85,8 @@ func TestABIIoctlNumbersMatchHeader(t *testing.T) {
 			t.Errorf("%s: C %#x, Go %#x", name, c, n)
 		}
 	}
-	if len(IoctlNumbers()) != 21 {
-		t.Errorf("Go lists %d ioctls, the header 21", len(IoctlNumbers()))
+	if len(IoctlNumbers()) != 23 {
+		t.Errorf("Go lists %d ioctls, the header 23", len(IoctlNumbers()))
 	}
 }
 

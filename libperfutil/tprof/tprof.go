@@ -43,6 +43,29 @@ type Report struct {
 	Filter   *Filter
 	Filtered uint64
 	Selected string // what the filter selected, as given
+	// Stacks are the call stacks of the ticks (UNWIND records, `swtrace
+	// enable callstack`), aggregated; empty when the trace has none.
+	// Event and EventPeriod: event-based tprof (TPROF_EVENT_NAME record).
+	Event           string
+	EventPeriod     uint64
+	Stacks          []*Stack
+	StackTicks      uint64 // ticks with a stack
+	TruncatedStacks uint64 // of them, cut at the depth limit
+}
+
+// Frame is one resolved frame of a call stack.
+type Frame struct {
+	Module, Symbol string
+	Kernel         bool
+}
+
+// Stack is one distinct call stack of one thread, root first, and how many
+// ticks had it.
+type Stack struct {
+	PID, TID  uint32
+	Frames    []Frame // root first, the interrupted function last
+	N         uint64
+	Truncated bool // cut at the depth limit: the root frames are missing
 }
 
 // Filter selects the ticks a report covers: processes (and, with Children,
@@ -151,6 +174,39 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	intern := map[[2]string]int32{}
 	var all []*entry
 	cache := map[uint32]map[tiKey]*entry{}
+	// Stacks: each PC resolved once per process (as ticks are), frames as
+	// indexes into results, identical stacks counted together.
+	type stackEntry struct {
+		pid, tid  uint32
+		frames    []int32 // root first
+		kernel    int     // the last kernel frames are kernel addresses
+		truncated bool
+		n         uint64
+	}
+	pcCache := map[uint32]map[uint64]int32{}
+	stacks := map[string]*stackEntry{}
+	var frameBuf []int32
+	var keyBuf []byte
+	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
+		pm := pcCache[pid]
+		if pm == nil {
+			pm = map[uint64]int32{}
+			pcCache[pid] = pm
+		}
+		if idx, ok := pm[pc]; ok {
+			return idx
+		}
+		res := r.Resolve(pid, pc, kernel)
+		rk := [2]string{res.Module, res.Symbol}
+		idx, known := intern[rk]
+		if !known {
+			idx = int32(len(results))
+			intern[rk] = idx
+			results = append(results, res)
+		}
+		pm[pc] = idx
+		return idx
+	}
 	lastPid, lastCache := uint32(1<<32-1), map[tiKey]*entry(nil)
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
@@ -165,6 +221,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 					}
 				}
 				delete(cache, pid)
+				delete(pcCache, pid)
 				if pid == lastPid {
 					lastPid, lastCache = 1<<32-1, nil
 				}
@@ -223,13 +280,60 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			if rec.Time > rep.Last {
 				rep.Last = rec.Time
 			}
+		case trace.MajorUnwind:
+			if onRecord != nil {
+				onRecord(rec, nil)
+			}
+			pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+			if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
+				return nil
+			}
+			n := len(rec.Str) / 8
+			nk := int(flags >> trace.UnwindKernShift)
+			frameBuf = frameBuf[:0]
+			for i := n - 1; i >= 0; i-- { // root first
+				pc := le64(rec.Str[8*i:])
+				if i > 0 && i != nk {
+					pc-- // a return address: name the call, not what follows it
+				}
+				frameBuf = append(frameBuf, resolveIdx(pid, pc, i < nk))
+			}
+			if len(frameBuf) == 0 {
+				return nil
+			}
+			keyBuf = append(keyBuf[:0], byte(pid), byte(pid>>8), byte(pid>>16), byte(pid>>24), byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags&trace.UnwindTruncated))
+			for _, f := range frameBuf {
+				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
+			}
+			e := stacks[string(keyBuf)]
+			if e == nil {
+				e = &stackEntry{pid: pid, tid: tid, frames: append([]int32(nil), frameBuf...), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0}
+				stacks[string(keyBuf)] = e
+			}
+			e.n++
+			rep.StackTicks++
+			if e.truncated {
+				rep.TruncatedStacks++
+			}
 		default:
+			if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
+				rep.Event, rep.EventPeriod = rec.Str, rec.Field(2)
+			}
 			if onRecord != nil {
 				onRecord(rec, nil)
 			}
 		}
 		return nil
 	})
+	for _, e := range stacks {
+		st := &Stack{PID: e.pid, TID: e.tid, N: e.n, Truncated: e.truncated}
+		for i, idx := range e.frames {
+			res := results[idx]
+			st.Frames = append(st.Frames, Frame{Module: res.Module, Symbol: res.Symbol, Kernel: i >= len(e.frames)-e.kernel})
+		}
+		rep.Stacks = append(rep.Stacks, st)
+	}
+	sort.Slice(rep.Stacks, func(i, j int) bool { return rep.Stacks[i].N > rep.Stacks[j].N })
 	nameID := map[string]int32{}
 	id := func(n string) int32 {
 		i, ok := nameID[n]
@@ -369,4 +473,10 @@ func (rep *Report) Section(levels ...int) []*Row {
 		}
 	}
 	return root.rows()
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }

@@ -98,6 +98,9 @@ run pitest unmap /bin/busybox
 step "bad input"
 run pitest badinput
 
+step "MSR ioctls: msr -r IA32_TSC -a, TSC_AUX write/restore, allowlist, faults, non-root"
+run pitest msr
+
 step "modes with small buffers"
 run pitest modes
 

@@ -32,7 +32,9 @@ usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [o
   -show          write post.show: every record as text, MTE included, tprof ticks with their names
   -tprof         write tprof.out: ticks by process, module, thread and symbol (PI's form)
   --pprof FILE   also write a pprof profile (open with: go tool pprof -http=: FILE)
-  --folded FILE  also write folded stacks (process;module;symbol count) for flamegraph.pl
+  --folded FILE  also write folded stacks for flamegraph.pl: process;root;...;leaf count with call
+                 stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol
+  --flame FILE   also write a flame graph as SVG (no Perl needed)
   -o DIR         directory for post.show and tprof.out (default: the current directory)
   --perfmap-dir DIR  where perf-PID.map / jit-PID.dump files are (default /tmp)
   --root DIR     prefix for module paths (a trace taken on another machine)
@@ -63,6 +65,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	doTprof := fs.Bool("tprof", false, "")
 	pprofOut := fs.String("pprof", "", "")
 	folded := fs.String("folded", "", "")
+	flame := fs.String("flame", "", "")
 	outDir := fs.String("o", ".", "")
 	perfmap := fs.String("perfmap-dir", "", "")
 	root := fs.String("root", "", "")
@@ -96,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !*show && !*doTprof && *pprofOut == "" && *folded == "" && !itraceOpt.any() {
+	if !*show && !*doTprof && *pprofOut == "" && *folded == "" && *flame == "" && !itraceOpt.any() {
 		*doTprof = true
 	}
 	filt, err := parseFilter(*pidList, *tidList, *commList, !*noChildren)
@@ -105,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, *strict, filt, stdout, stderr); err != nil {
+	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *flame, *perfmap, *root, *lines, *strict, filt, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "post:", err)
 		return 1
 	}
@@ -120,7 +123,7 @@ func create(path string) (*os.File, *bufio.Writer, error) {
 	return f, bufio.NewWriterSize(f, 1<<20), nil
 }
 
-func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
+func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfmap, root string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
 	f, err := openTrace(in, strict)
 	if err != nil {
 		return err
@@ -230,6 +233,27 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 			return err
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl %s > flame.svg)\n", folded, folded)
+	}
+	if flame != "" {
+		ff, fw, err := create(flame)
+		if err != nil {
+			return err
+		}
+		title := "tprof of " + filepath.Base(in)
+		if len(rep.Stacks) == 0 {
+			title += " (no call stacks in the trace: process, module, symbol; swtrace enable callstack)"
+		}
+		err = rep.WriteFlameSVG(fw, title)
+		if err == nil {
+			err = fw.Flush()
+		}
+		if cerr := ff.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "post: wrote %s (open it in a browser)\n", flame)
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func TestRunTprof(t *testing.T) {
 	}
 	dir := t.TempDir()
 	burn := filepath.Join(dir, "cpuburn")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build example: %v\n%s", err, out)
 	}
 	env := append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "pitraced.sock"), "PERFINSP_BACKEND=daemon")

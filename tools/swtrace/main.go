@@ -136,10 +136,12 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					"wrap:   trace records overwrite the oldest; MTE records are written to FILE continuously.\n" +
 					"cont:   MTE and trace segments are written to FILE as they fill; traces can exceed memory.\n" +
 					"FILE defaults to swtrace.nrm2 in the current directory.",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"}},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"},
+					&cli.StringFlag{Name: "on-write-error", Value: "count", Usage: "when FILE cannot be written (a full disk): `count` the records that cannot be written as lost and go on, or stop tracing (the file always ends on a complete chunk)"}},
 				Action: cmdMode},
-			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ [-e EVENT]",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "hardware `EVENT` for event-based sampling (cycles, instructions, ...): a sample every HZ events"}},
+			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ | swtrace setrate -e EVENT -c PERIOD",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "`EVENT` for event-based sampling, any name of the event table (mpevt -l: cycles, instructions, rHEX, pmu/event=..,umask=../)"},
+					&cli.IntFlag{Name: "c", Aliases: []string{"count"}, Usage: "event-based: a sample every `PERIOD` events"}},
 				Action: cmdRate},
 			{Name: "on", Usage: "start tracing (with default buffers if init was not run)", UsageText: "swtrace on [--discard]",
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
@@ -376,6 +378,18 @@ func cmdMode(c *cli.Context) error {
 	if err := f.SetMode(mode, file); err != nil {
 		return fmt.Errorf("mode: %w", err)
 	}
+	switch policy := c.String("on-write-error"); policy {
+	case "count", "stop":
+		if p, ok := f.(control.WriteErrorPolicy); ok {
+			if err := p.SetStopOnWriteError(policy == "stop"); err != nil {
+				return fmt.Errorf("mode: %w", err)
+			}
+		} else if policy == "stop" {
+			return fmt.Errorf("mode: --on-write-error stop is not available on the %s backend yet (it counts what cannot be written as lost)", f.Backend())
+		}
+	default:
+		return usageErr(c, "--on-write-error takes count or stop, not %q", policy)
+	}
 	if file != "" {
 		fmt.Fprintf(c.App.Writer, "swtrace: mode %s, streaming to %s\n", control.ModeName(mode), file)
 	} else {
@@ -385,12 +399,24 @@ func cmdMode(c *cli.Context) error {
 }
 
 func cmdRate(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usageErr(c, "give one rate in Hz")
-	}
-	hz, err := strconv.Atoi(c.Args().First())
-	if err != nil || hz <= 0 || hz > control.MaxRateHz {
-		return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+	var hz int
+	switch {
+	case c.IsSet("c"):
+		if c.String("e") == "" || c.NArg() != 0 {
+			return usageErr(c, "-c PERIOD goes with -e EVENT and no rate")
+		}
+		hz = c.Int("c")
+		if hz <= 0 {
+			return usageErr(c, "bad period %d: a sample every PERIOD events, PERIOD >= 1", hz)
+		}
+	case c.NArg() != 1:
+		return usageErr(c, "give one rate in Hz (or -e EVENT -c PERIOD)")
+	default:
+		var err error
+		hz, err = strconv.Atoi(c.Args().First())
+		if err != nil || hz <= 0 || (c.String("e") == "" && hz > control.MaxRateHz) {
+			return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+		}
 	}
 	f, err := open(c)
 	if err != nil {

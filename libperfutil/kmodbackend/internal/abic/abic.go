@@ -291,6 +291,14 @@ static int collect(void)
 	add("PITRACE_PTT_TSC", (unsigned long long)(PITRACE_PTT_TSC));
 	add("PITRACE_PTT_PERF", (unsigned long long)(PITRACE_PTT_PERF));
 	add("PITRACE_PTT_MMAP_OFFSET", (unsigned long long)(PITRACE_PTT_MMAP_OFFSET));
+	add("sizeof pitrace_msr", sizeof(struct pitrace_msr));
+	add("offsetof pitrace_msr.cpu", offsetof(struct pitrace_msr, cpu));
+	add("offsetof pitrace_msr.reg", offsetof(struct pitrace_msr, reg));
+	add("offsetof pitrace_msr.value", offsetof(struct pitrace_msr, value));
+	add("offsetof pitrace_msr.flags", offsetof(struct pitrace_msr, flags));
+	add("offsetof pitrace_msr.reserved", offsetof(struct pitrace_msr, reserved));
+	add("PITRACE_IOC_MSR_READ", (unsigned long long)(PITRACE_IOC_MSR_READ));
+	add("PITRACE_IOC_MSR_WRITE", (unsigned long long)(PITRACE_IOC_MSR_WRITE));
 	return pt_count;
 }
 
