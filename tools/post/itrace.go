@@ -25,7 +25,9 @@ type itraceFlags struct {
 
 var itraceOpt itraceFlags
 
-const itraceUsage = `  -arc           write arc: one line per taken branch of the ITrace records (PI's arc report)
+const itraceUsage = `
+ITrace reports (docs/itrace.md):
+  -arc           write arc: one line per taken branch of the ITrace records (PI's arc report)
   -itrace        write itrace.out: per function calls, exclusive and inclusive instructions, callers, callees
   --callgrind FILE  write the ITrace as a callgrind file (kcachegrind, callgrind_annotate)
 `

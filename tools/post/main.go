@@ -47,7 +47,7 @@ usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [o
 
 With no report option, -tprof is assumed. Every report starts with a warning when
 records were lost, a buffer filled, or a module could not be read.
-`
+` + itraceUsage
 
 func main() {
 	// post holds the whole trace in memory and allocates little else: a
