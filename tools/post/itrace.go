@@ -6,8 +6,8 @@ package main
 import (
 	"bufio"
 	"debug/elf"
-	"flag"
 	"fmt"
+	"github.com/urfave/cli/v2"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,27 +18,22 @@ import (
 	"perfinsp/libperfutil/trace"
 )
 
-type itraceFlags struct {
+type itraceFlagValues struct {
 	arc, report bool
 	callgrind   string
 }
 
-var itraceOpt itraceFlags
+var itraceOpt itraceFlagValues
 
-const itraceUsage = `
-ITrace reports (docs/itrace.md):
-  -arc           write arc: one line per taken branch of the ITrace records (PI's arc report)
-  -itrace        write itrace.out: per function calls, exclusive and inclusive instructions, callers, callees
-  --callgrind FILE  write the ITrace as a callgrind file (kcachegrind, callgrind_annotate)
-`
-
-func addITraceFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&itraceOpt.arc, "arc", false, "")
-	fs.BoolVar(&itraceOpt.report, "itrace", false, "")
-	fs.StringVar(&itraceOpt.callgrind, "callgrind", "", "")
+func itraceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "arc", Usage: "write arc: one line per taken branch of the ITrace records (PI's arc report)", Destination: &itraceOpt.arc},
+		&cli.BoolFlag{Name: "itrace", Usage: "write itrace.out: per function calls, exclusive and inclusive instructions, callers, callees", Destination: &itraceOpt.report},
+		&cli.StringFlag{Name: "callgrind", Usage: "write the ITrace as a callgrind `FILE` (kcachegrind, callgrind_annotate)", Destination: &itraceOpt.callgrind},
+	}
 }
 
-func (o itraceFlags) any() bool { return o.arc || o.report || o.callgrind != "" }
+func (o itraceFlagValues) any() bool { return o.arc || o.report || o.callgrind != "" }
 
 // pltRanges are one module's PLT sections, as file offsets and addresses.
 type pltRanges struct {
