@@ -9,6 +9,7 @@ import (
 
 	"perfinsp/libperfutil/control"
 	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/kmodbackend"
 )
 
 // itraceCommand is `swtrace itrace on|off`: ITrace through pitraced's
@@ -65,7 +66,7 @@ func itraceBackend(c *cli.Context) error {
 	if b == "" || b == "auto" {
 		b = os.Getenv(control.EnvBackend)
 	}
-	if _, err := os.Stat("/dev/pitrace"); b == "kmod" || ((b == "" || b == "auto") && err == nil) {
+	if _, err := os.Stat(kmodbackend.Device); b == "kmod" || ((b == "" || b == "auto") && err == nil) {
 		return fmt.Errorf("itrace with the pitrace module is not available yet: use the daemon (swtrace --backend daemon, after rmmod pitrace)")
 	}
 	return nil
