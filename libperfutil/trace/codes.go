@@ -104,6 +104,7 @@ const (
 const (
 	LostBufferFull uint64 = 1 // normal mode or continuous mode: no free segment
 	LostOverwrite  uint64 = 2 // wrap mode: the oldest segment was overwritten
+	LostWriteFail  uint64 = 3 // wrap/cont mode: the stream file could not be written (a full disk)
 )
 
 // Field is one fixed field of a record: its name and width in bytes (4 or 8).
@@ -135,7 +136,7 @@ func fl(f ...Field) []Field { return f }
 var specs = []Spec{
 	{MajorSys, SysTimeHigh, "TIME_HIGH", LayoutFixed, fl(u32("high")), "", "upper 32 bits of the time stamp of the records that follow in this buffer"},
 	{MajorSys, SysInfo, "SYSINFO", LayoutString, fl(u32("ncpus"), u32("clock_id"), u64("clock_hz"), u64("wall_ns")), "uname", "system information at trace start"},
-	{MajorSys, SysLost, "LOST", LayoutFixed, fl(u64("count"), u32("reason")), "", "count records were lost before this one (reason 1 buffer full, 2 overwritten)"},
+	{MajorSys, SysLost, "LOST", LayoutFixed, fl(u64("count"), u32("reason")), "", "count records were lost before this one (reason 1 buffer full, 2 overwritten, 3 the stream file could not be written)"},
 	{MajorSys, SysTraceOn, "TRACE_ON", LayoutFixed, fl(u32("majors_lo"), u32("rate_hz")), "", "tracing turned on"},
 	{MajorSys, SysTraceOff, "TRACE_OFF", LayoutFixed, nil, "", "tracing turned off"},
 	{MajorSys, SysBufFull, "BUFFER_FULL", LayoutFixed, fl(u32("mte")), "", "normal mode: this CPU's buffer filled (mte=1: the MTE buffer) and tracing stopped"},
