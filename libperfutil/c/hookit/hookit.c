@@ -1,0 +1,574 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * hookit.c - the entry/exit runtime of perfinsp call flows (libhookit.so).
+ *
+ * A program built with -finstrument-functions calls __cyg_profile_func_enter
+ * and __cyg_profile_func_exit around every function. Preloaded (or linked),
+ * this library records each of those events of every thread, with a PTT
+ * metric read at the start of the hook (early read) and at its end (late
+ * read): the hook's own work between the two reads is never counted. Nothing
+ * before the early read or after the late read branches: the read is one
+ * indirect call chosen at start-up (libperfutil's no-syscall PTT read of
+ * metric 0, or the raw TSC), and the late value is stored through a pointer
+ * that the hook's work chose.
+ *
+ * Each thread writes into its own file DIR/hookit-PID-TID.bin through a
+ * shared mapping, so a process killed with SIGKILL leaves every event it
+ * recorded (the file ends at the first all-zero record). See
+ * docs/callflow.md for the file format and the environment.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "perfutil.h"
+#include "hookit.h"
+
+#define HK_VIS __attribute__((visibility("default")))
+#define HK_NOINSTR __attribute__((no_instrument_function))
+
+struct hk_thread {
+	int fd;
+	pid_t tid;
+	struct hk_rec *win;   /* the mapped window */
+	uint64_t win_off;     /* file offset of the window */
+	uint32_t pos, cap;    /* records used / in the window */
+	int busy;
+	unsigned gen;         /* reset generation last marked */
+	unsigned on;          /* tracing state last marked */
+	struct hk_thread *next;
+};
+
+static uint64_t read_zero(void);
+typedef uint64_t (*hk_read_fn)(void);
+/* The metric read: read_zero until start-up is done. */
+static hk_read_fn hk_read = read_zero;
+static volatile int hk_ready;
+static volatile int hk_on = 1;
+static char hk_dir[4096] = ".";
+static char hk_metric[64] = "task-clock";
+static pid_t hk_pid;
+static pthread_mutex_t hk_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hk_thread *hk_threads;
+static uint64_t hk_dropped;
+static volatile unsigned hk_gen; /* bumped by every start, end, reset */
+static volatile uint64_t hk_resets;
+static int hk_exited;
+
+static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
+static __thread struct hk_rec hk_scratch __attribute__((tls_model("initial-exec")));
+
+HK_NOINSTR static uint64_t read_zero(void)
+{
+	return 0;
+}
+
+HK_NOINSTR static uint64_t read_ptt(void)
+{
+	struct PttThreadState *s = PttSelf;
+
+	return s->read1(s);
+}
+
+HK_NOINSTR static uint64_t read_tsc(void)
+{
+	return __rdtsc();
+}
+
+HK_NOINSTR static pid_t gettid_(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+/* Map the window of the thread's file that starts at off. */
+HK_NOINSTR static int map_window(struct hk_thread *t, uint64_t off)
+{
+	if (t->win)
+		munmap(t->win, HK_WINDOW);
+	t->win = NULL;
+	if (ftruncate(t->fd, (off_t)(off + HK_WINDOW)) != 0)
+		return -1;
+	void *p = mmap(NULL, HK_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, (off_t)off);
+	if (p == MAP_FAILED)
+		return -1;
+	t->win = p;
+	t->win_off = off;
+	t->pos = 0;
+	t->cap = HK_WINDOW / sizeof(struct hk_rec);
+	return 0;
+}
+
+HK_NOINSTR static struct hk_thread *thread_open(void)
+{
+	struct hk_thread *t = calloc(1, sizeof(*t));
+	char path[4200];
+
+	if (!t)
+		return NULL;
+	t->tid = gettid_();
+	snprintf(path, sizeof(path), "%s/hookit-%d-%d.bin", hk_dir, (int)hk_pid, (int)t->tid);
+	t->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->fd < 0) {
+		free(t);
+		return NULL;
+	}
+	if (map_window(t, 0) != 0) {
+		close(t->fd);
+		free(t);
+		return NULL;
+	}
+	/* Record 0 is the header. */
+	struct hk_rec *h = &t->win[0];
+	h->kind_fn = HK_MAGIC;
+	h->site = ((uint64_t)(uint32_t)hk_pid << 32) | (uint32_t)t->tid;
+	h->early = HK_VERSION;
+	h->late = 0;
+	t->pos = 1;
+	PttThreadInit();
+	pthread_mutex_lock(&hk_mu);
+	t->next = hk_threads;
+	hk_threads = t;
+	pthread_mutex_unlock(&hk_mu);
+	return t;
+}
+
+/* The hook's work between the early and the late read: store the event;
+ * returns where the late read goes. */
+HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *site, uint64_t early)
+{
+	struct hk_thread *t = hk_self;
+
+	if (__builtin_expect(!hk_ready, 0))
+		return &hk_scratch.late;
+	if (__builtin_expect(t == NULL, 0)) {
+		if (!hk_on || hk_scratch.early == 1) /* off, or opening failed before */
+			return &hk_scratch.late;
+		t = thread_open();
+		if (!t) {
+			hk_scratch.early = 1;
+			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
+			return &hk_scratch.late;
+		}
+		hk_self = t;
+		/* The early read of the thread's first event came before its
+		 * counters existed: take a fresh one (nothing is charged before
+		 * the first event). */
+		early = hk_read();
+	}
+	if (__builtin_expect(t->busy, 0)) { /* a signal handler inside the hook */
+		__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
+		return &hk_scratch.late;
+	}
+	t->busy = 1;
+	if (__builtin_expect(t->pos + 3 >= t->cap, 0)) {
+		/* Next window: the pause is an adjustment record. */
+		uint64_t a0 = hk_read();
+		uint64_t next = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
+
+		if (map_window(t, next) != 0) {
+			t->busy = 0;
+			hk_self = NULL;
+			hk_scratch.early = 1;
+			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
+			return &hk_scratch.late;
+		}
+		struct hk_rec *a = &t->win[t->pos++];
+		a->site = 0;
+		a->early = a0;
+		a->late = hk_read();
+		a->kind_fn = (uint64_t)HK_ADJUST << HK_KIND_SHIFT;
+	}
+	/* Control changes (rtdriver start/end/reset) since this thread's last
+	 * event: a marker says the state; site counts the resets. */
+	unsigned gen = hk_gen;
+	if (__builtin_expect(t->gen != gen, 0)) {
+		struct hk_rec *a = &t->win[t->pos++];
+
+		t->gen = gen;
+		a->site = hk_resets;
+		a->early = a->late = early;
+		a->kind_fn = ((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_on ? HK_MARK_START : HK_MARK_END);
+	}
+	if (__builtin_expect(!hk_on && kind != HK_MARK, 0)) {
+		t->busy = 0;
+		return &hk_scratch.late;
+	}
+	struct hk_rec *r = &t->win[t->pos++];
+	r->site = (uint64_t)site;
+	r->early = early;
+	r->late = 0;
+	/* kind_fn last: a record is complete when it is non-zero (SIGKILL). */
+	r->kind_fn = (kind << HK_KIND_SHIFT) | ((uint64_t)fn & HK_FN_MASK);
+	t->busy = 0;
+	return &r->late;
+}
+
+HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
+{
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(HK_ENTER, fn, site, early);
+	*late = hk_read();
+}
+
+HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
+{
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(HK_EXIT, fn, site, early);
+	*late = hk_read();
+}
+
+/* A marker record (start, end, reset, flush) in the calling thread. */
+HK_NOINSTR static void hk_mark(uint64_t what)
+{
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(HK_MARK, (void *)(uintptr_t)what, NULL, early);
+	*late = hk_read();
+}
+
+/* ---- calibration: inner and outer time, measured with the hooks ---- */
+
+HK_NOINSTR __attribute__((noinline)) static void hk_calib_empty(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+struct hk_calib {
+	double t_inner, t_outer;       /* minimum of the batch averages */
+	double t_inner_med, t_outer_med; /* median of the batch averages */
+};
+
+HK_NOINSTR static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* 100 batches of 100 empty pairs after a warm-up of 1,000, through the
+ * same entry points the program calls; the records are then discarded. */
+HK_NOINSTR static void calibrate(struct hk_calib *c)
+{
+	enum { WARM = 1000, BATCH = 100, NBATCH = 100 };
+	double inner[NBATCH], outer[NBATCH];
+	void *fn = (void *)hk_calib_empty;
+	struct hk_thread *t;
+
+	for (int i = 0; i < WARM; i++) {
+		__cyg_profile_func_enter(fn, NULL);
+		hk_calib_empty();
+		__cyg_profile_func_exit(fn, NULL);
+	}
+	t = hk_self;
+	if (!t) {
+		memset(c, 0, sizeof(*c));
+		return;
+	}
+	for (int b = 0; b < NBATCH; b++) {
+		uint32_t p0;
+
+		/* Stay inside one window so that no remap pause is measured. */
+		if (t->pos + 2 * BATCH + 2 >= t->cap)
+			t->pos = 1;
+		p0 = t->pos;
+		uint64_t t0 = hk_read();
+		for (int i = 0; i < BATCH; i++) {
+			__cyg_profile_func_enter(fn, NULL);
+			hk_calib_empty();
+			__cyg_profile_func_exit(fn, NULL);
+		}
+		uint64_t t1 = hk_read();
+		uint64_t in = 0, hooks = 0;
+
+		for (uint32_t i = p0; i < p0 + 2 * BATCH; i += 2) {
+			struct hk_rec *e = &t->win[i], *x = &t->win[i + 1];
+
+			in += x->early - e->late;
+			hooks += (e->late - e->early) + (x->late - x->early);
+		}
+		inner[b] = (double)in / BATCH;
+		outer[b] = ((double)(t1 - t0) - (double)in - (double)hooks) / BATCH;
+	}
+	/* Discard the calibration events. */
+	memset(&t->win[1], 0, (size_t)(t->pos - 1) * sizeof(struct hk_rec));
+	t->pos = 1;
+	qsort(inner, NBATCH, sizeof(double), cmp_double);
+	qsort(outer, NBATCH, sizeof(double), cmp_double);
+	c->t_inner = inner[0];
+	c->t_outer = outer[0];
+	c->t_inner_med = inner[NBATCH / 2];
+	c->t_outer_med = outer[NBATCH / 2];
+}
+
+/* ---- the process files: info and maps ---- */
+
+HK_NOINSTR static void copy_maps(void)
+{
+	char path[4200], buf[8192];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/hookit-%d.maps", hk_dir, (int)hk_pid);
+	int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	int out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (in >= 0 && out >= 0)
+		while ((n = read(in, buf, sizeof(buf))) > 0)
+			if (write(out, buf, (size_t)n) != n)
+				break;
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+}
+
+HK_NOINSTR static void write_info(const struct hk_calib *c, const char *backend)
+{
+	char path[4200], exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	exe[n > 0 ? n : 0] = 0;
+	snprintf(path, sizeof(path), "%s/hookit-%d.info", hk_dir, (int)hk_pid);
+	FILE *f = fopen(path, "we");
+	if (!f)
+		return;
+	fprintf(f, "version=%d\npid=%d\nexe=%s\nmetric=%s\nbackend=%s\n", HK_VERSION, (int)hk_pid, exe,
+		hk_metric, backend);
+	fprintf(f, "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n", c->t_inner,
+		c->t_outer, c->t_inner_med, c->t_outer_med);
+	fclose(f);
+}
+
+/* Make every thread's file end exactly at its last record. */
+HK_NOINSTR static void finish_files(void)
+{
+	pthread_mutex_lock(&hk_mu);
+	for (struct hk_thread *t = hk_threads; t; t = t->next) {
+		if (!t->win)
+			continue;
+		t->busy = 1;
+		uint64_t end = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
+
+		msync(t->win, HK_WINDOW, MS_SYNC);
+		if (ftruncate(t->fd, (off_t)end) != 0)
+			perror("hookit: truncating a thread file");
+	}
+	pthread_mutex_unlock(&hk_mu);
+}
+
+HK_NOINSTR static void flush_files(void)
+{
+	pthread_mutex_lock(&hk_mu);
+	for (struct hk_thread *t = hk_threads; t; t = t->next)
+		if (t->win)
+			msync(t->win, HK_WINDOW, MS_ASYNC);
+	pthread_mutex_unlock(&hk_mu);
+}
+
+/* Reset: each thread's next event is preceded by a reset marker, from
+ * which the reports count again (the call stack is kept). */
+HK_NOINSTR static void reset_files(void)
+{
+	__atomic_add_fetch(&hk_resets, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&hk_gen, 1, __ATOMIC_SEQ_CST);
+}
+
+HK_NOINSTR static void set_on(int on)
+{
+	hk_on = on;
+	__atomic_add_fetch(&hk_gen, 1, __ATOMIC_SEQ_CST);
+}
+
+HK_NOINSTR static void after_fork_child(void)
+{
+	/* The child's events go to its own files; the parent's mappings are
+	 * left alone (they are shared with the parent). */
+	struct hk_thread *t = hk_threads;
+
+	hk_threads = NULL;
+	hk_self = NULL;
+	hk_scratch.early = 0;
+	hk_pid = getpid();
+	while (t) {
+		struct hk_thread *n = t->next;
+
+		if (t->win)
+			munmap(t->win, HK_WINDOW);
+		close(t->fd);
+		free(t);
+		t = n;
+	}
+	copy_maps();
+}
+
+/* ---- control: rtdriver's socket ---- */
+
+static int hk_ctl_fd = -1;
+
+HK_NOINSTR static void *control_loop(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		char buf[64];
+		int c = accept4(hk_ctl_fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (c < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		ssize_t n = read(c, buf, sizeof(buf) - 1);
+		const char *reply = "error: unknown command (start, end, flush, reset, shutdown)\n";
+
+		if (n > 0) {
+			buf[n] = 0;
+			buf[strcspn(buf, "\r\n ")] = 0;
+			if (!strcmp(buf, "start")) {
+				set_on(1);
+				reply = "ok start\n";
+			} else if (!strcmp(buf, "end")) {
+				set_on(0);
+				flush_files();
+				reply = "ok end\n";
+			} else if (!strcmp(buf, "flush")) {
+				flush_files();
+				reply = "ok flush\n";
+			} else if (!strcmp(buf, "reset")) {
+				reset_files();
+				reply = "ok reset (events before this point are marked)\n";
+			} else if (!strcmp(buf, "shutdown")) {
+				set_on(0);
+				finish_files();
+				reply = "ok shutdown\n";
+			}
+		}
+		if (write(c, reply, strlen(reply)) < 0)
+			perror("hookit: control reply");
+		close(c);
+	}
+}
+
+HK_NOINSTR static void start_control(void)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	pthread_t th;
+	sigset_t all, old;
+
+	char path[4200];
+
+	snprintf(path, sizeof(path), "%s/hookit-%d.sock", hk_dir, (int)hk_pid);
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		fprintf(stderr, "hookit: %s is too long for a socket path: rtdriver cannot reach this process\n", path);
+		return;
+	}
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	unlink(a.sun_path);
+	hk_ctl_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (hk_ctl_fd < 0)
+		return;
+	if (bind(hk_ctl_fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(hk_ctl_fd, 4) != 0) {
+		close(hk_ctl_fd);
+		hk_ctl_fd = -1;
+		return;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&th, NULL, control_loop, NULL) == 0)
+		pthread_detach(th);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+HK_NOINSTR static void hk_exit(void)
+{
+	if (!hk_ready || __atomic_exchange_n(&hk_exited, 1, __ATOMIC_SEQ_CST))
+		return;
+	hk_mark(HK_MARK_EXIT);
+	hk_on = 0;
+	copy_maps();
+	finish_files();
+	if (hk_ctl_fd >= 0) {
+		char p[4200];
+
+		snprintf(p, sizeof(p), "%s/hookit-%d.sock", hk_dir, (int)hk_pid);
+		unlink(p);
+	}
+}
+
+HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
+{
+	const char *d = getenv("HOOKIT_DIR"), *m = getenv("HOOKIT_METRIC"), *s = getenv("HOOKIT_START");
+	struct hk_calib c;
+	const char *backend = "rdtsc";
+
+	if (d && *d)
+		snprintf(hk_dir, sizeof(hk_dir), "%s", d);
+	if (m && *m)
+		snprintf(hk_metric, sizeof(hk_metric), "%s", m);
+	hk_pid = getpid();
+	if (mkdir(hk_dir, 0755) != 0 && errno != EEXIST) {
+		fprintf(stderr, "hookit: cannot create %s: %s (set HOOKIT_DIR to a writable directory)\n", hk_dir,
+			strerror(errno));
+		return;
+	}
+	if (!strcmp(hk_metric, "rdtsc")) {
+		hk_read = read_tsc;
+	} else {
+		const char *ms[1] = {hk_metric};
+		int rc = PttInit(ms, 1);
+
+		if (rc) {
+			fprintf(stderr, "hookit: metric %s: %s (try HOOKIT_METRIC=task-clock or rdtsc)\n", hk_metric,
+				PttStrerror(rc));
+			return;
+		}
+		backend = PttBackend();
+		hk_read = read_ptt;
+	}
+	hk_ready = 1;
+	calibrate(&c);
+	write_info(&c, backend ? backend : "?");
+	copy_maps();
+	pthread_atfork(NULL, NULL, after_fork_child);
+	atexit(hk_exit);
+	start_control();
+	if (s && !strcmp(s, "off"))
+		hk_on = 0;
+}
+
+HK_NOINSTR __attribute__((destructor)) static void hk_fini(void)
+{
+	hk_exit();
+	hk_ready = 0;
+}
+
+/* Public API for programs that link libhookit: */
+HK_VIS HK_NOINSTR void HookitStart(void)
+{
+	set_on(1);
+}
+
+HK_VIS HK_NOINSTR void HookitEnd(void)
+{
+	set_on(0);
+}
+
+HK_VIS HK_NOINSTR void HookitFlush(void)
+{
+	flush_files();
+}
+
+HK_VIS HK_NOINSTR uint64_t HookitDropped(void)
+{
+	return hk_dropped;
+}

@@ -1,0 +1,39 @@
+# Call flows (docs/callflow.md): the hook library bin/libhookit.so (the
+# -finstrument-functions entry/exit runtime, with libperfutil's PTT read
+# compiled in with initial-exec TLS so the read is no call to
+# __tls_get_addr), the bundled example built with -finstrument-functions,
+# the tests (Go: libperfutil/callflow, tools/hookit) and the benchmark.
+CC ?= gcc
+HOOKIT_CFLAGS := -O2 -g -Wall -Wextra -Werror -fPIC -ftls-model=initial-exec \
+	-fno-instrument-functions -Ilibperfutil/c/include -Ilibperfutil/c/hookit
+CALLFLOW_EXAMPLE_CFLAGS := -O1 -g -fno-inline -fno-optimize-sibling-calls \
+	-finstrument-functions -Wall -Werror -pthread
+
+.PHONY: hookit callflow-test bench-callflow
+build: hookit
+hookit: $(BIN)/libhookit.so $(BIN)/callflow
+
+build/hookit/%.o: libperfutil/c/%.c libperfutil/c/include/perfutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<
+
+build/hookit/hookit.o: libperfutil/c/hookit/hookit.c libperfutil/c/hookit/hookit.h libperfutil/c/include/perfutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<
+
+$(BIN)/libhookit.so: build/hookit/hookit.o build/hookit/ptt.o
+	@mkdir -p $(BIN)
+	$(CC) -shared -pthread -Wl,-soname,libhookit.so -o $@ $^
+
+$(BIN)/callflow: examples/callflow.c
+	@mkdir -p $(BIN)
+	$(CC) $(CALLFLOW_EXAMPLE_CFLAGS) -o $@ $<
+
+callflow-test: hookit
+	$(GO) build -o $(BIN)/ ./tools/hookit
+	$(GO) test -count=1 -v ./libperfutil/callflow/ ./tools/hookit/
+TEST_TARGETS += callflow-test
+
+bench-callflow: hookit
+	bash bench/callflow.sh
+bench: bench-callflow
