@@ -21,7 +21,11 @@ build/hookit/hookit.o: libperfutil/c/hookit/hookit.c libperfutil/c/hookit/hookit
 	@mkdir -p $(dir $@)
 	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<
 
-$(BIN)/libhookit.so: build/hookit/hookit.o build/hookit/ptt.o
+build/hookit/calib.o: libperfutil/c/hookit/calib.c libperfutil/c/hookit/hookit.h
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -fno-instrument-functions,$(HOOKIT_CFLAGS)) -O1 -fno-inline -finstrument-functions -c -o $@ $<
+
+$(BIN)/libhookit.so: build/hookit/hookit.o build/hookit/calib.o build/hookit/ptt.o
 	@mkdir -p $(BIN)
 	$(CC) -shared -pthread -Wl,-soname,libhookit.so -o $@ $^
 

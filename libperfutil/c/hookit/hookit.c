@@ -39,6 +39,7 @@
 
 #define HK_VIS __attribute__((visibility("default")))
 #define HK_NOINSTR __attribute__((no_instrument_function))
+#define HK_PAGE 4096
 
 struct hk_thread {
 	int fd;
@@ -93,9 +94,12 @@ HK_NOINSTR static pid_t gettid_(void)
 	return (pid_t)syscall(SYS_gettid);
 }
 
-/* Map the window of the thread's file that starts at off. */
-HK_NOINSTR static int map_window(struct hk_thread *t, uint64_t off)
+/* Map the window of the thread's file that holds byte `at` (a record
+ * boundary); the next record goes there. */
+HK_NOINSTR static int map_window(struct hk_thread *t, uint64_t at)
 {
+	uint64_t off = at & ~(uint64_t)(HK_PAGE - 1);
+
 	if (t->win)
 		munmap(t->win, HK_WINDOW);
 	t->win = NULL;
@@ -106,7 +110,7 @@ HK_NOINSTR static int map_window(struct hk_thread *t, uint64_t off)
 		return -1;
 	t->win = p;
 	t->win_off = off;
-	t->pos = 0;
+	t->pos = (uint32_t)((at - off) / sizeof(struct hk_rec));
 	t->cap = HK_WINDOW / sizeof(struct hk_rec);
 	return 0;
 }
@@ -240,11 +244,6 @@ HK_NOINSTR static void hk_mark(uint64_t what)
 
 /* ---- calibration: inner and outer time, measured with the hooks ---- */
 
-HK_NOINSTR __attribute__((noinline)) static void hk_calib_empty(void)
-{
-	__asm__ volatile("" ::: "memory");
-}
-
 struct hk_calib {
 	double t_inner, t_outer;       /* minimum of the batch averages */
 	double t_inner_med, t_outer_med; /* median of the batch averages */
@@ -263,14 +262,9 @@ HK_NOINSTR static void calibrate(struct hk_calib *c)
 {
 	enum { WARM = 1000, BATCH = 100, NBATCH = 100 };
 	double inner[NBATCH], outer[NBATCH];
-	void *fn = (void *)hk_calib_empty;
 	struct hk_thread *t;
 
-	for (int i = 0; i < WARM; i++) {
-		__cyg_profile_func_enter(fn, NULL);
-		hk_calib_empty();
-		__cyg_profile_func_exit(fn, NULL);
-	}
+	hk_calib_calls(WARM);
 	t = hk_self;
 	if (!t) {
 		memset(c, 0, sizeof(*c));
@@ -284,11 +278,7 @@ HK_NOINSTR static void calibrate(struct hk_calib *c)
 			t->pos = 1;
 		p0 = t->pos;
 		uint64_t t0 = hk_read();
-		for (int i = 0; i < BATCH; i++) {
-			__cyg_profile_func_enter(fn, NULL);
-			hk_calib_empty();
-			__cyg_profile_func_exit(fn, NULL);
-		}
+		hk_calib_calls(BATCH);
 		uint64_t t1 = hk_read();
 		uint64_t in = 0, hooks = 0;
 

@@ -42,4 +42,9 @@ struct hk_rec {
 	uint64_t late;
 };
 
+/* calib.c (built with -finstrument-functions): an empty instrumented
+ * function and an uninstrumented loop that calls it n times. */
+void hk_calib_empty(void);
+void hk_calib_calls(int n);
+
 #endif

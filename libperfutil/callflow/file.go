@@ -1,0 +1,236 @@
+// Package callflow reads what libhookit (libperfutil/c/hookit) wrote — one
+// file per thread of entry/exit events with early and late metric reads —
+// builds the calibrated call tree of each thread, and writes the reports:
+// log-rt, log-gen, pprof, folded stacks and a Chrome/Perfetto trace.
+package callflow
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// The thread file's layout (libperfutil/c/hookit/hookit.h; checked by
+// the cgo test of internal/hookabi).
+const (
+	RecSize   = 32
+	Magic     = 0x3154494b4f4f48
+	Version   = 1
+	KindShift = 56
+	FnMask    = 1<<KindShift - 1
+)
+
+// Kinds of records.
+const (
+	KindEnter  = 1
+	KindExit   = 2
+	KindAdjust = 3
+	KindMark   = 4
+)
+
+// Markers (the function field of a KindMark record).
+const (
+	MarkExit  = 1
+	MarkReset = 2
+	MarkStart = 3
+	MarkEnd   = 4
+)
+
+// Event is one record of a thread file.
+type Event struct {
+	Kind  uint8
+	Fn    uint64 // function address (the marker for KindMark)
+	Site  uint64 // call site (the reset count for KindMark)
+	Early uint64 // metric read at the hook's start
+	Late  uint64 // metric read at the hook's end
+}
+
+// Thread is the events of one thread.
+type Thread struct {
+	PID, TID int
+	Events   []Event
+	// Partial: the file ended in unwritten (zero) records: the process
+	// was killed, or is still running.
+	Partial bool
+	Path    string
+}
+
+// Info is the process file hookit-PID.info: the metric and the
+// calibration measured at start-up.
+type Info struct {
+	PID                  int
+	Exe                  string
+	Metric               string
+	Backend              string
+	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
+	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
+}
+
+// Process is what one process of the run left in the directory.
+type Process struct {
+	Info    Info
+	Maps    []byte
+	Threads []*Thread
+}
+
+var threadFile = regexp.MustCompile(`^hookit-(\d+)-(\d+)\.bin$`)
+
+// Load reads every process and thread file in dir.
+func Load(dir string) ([]*Process, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the hookit directory: %w", err)
+	}
+	procs := map[int]*Process{}
+	get := func(pid int) *Process {
+		p := procs[pid]
+		if p == nil {
+			p = &Process{Info: Info{PID: pid}}
+			procs[pid] = p
+		}
+		return p
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if m := threadFile.FindStringSubmatch(name); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			t, err := ReadThread(filepath.Join(dir, name))
+			if err != nil {
+				return nil, err
+			}
+			p := get(pid)
+			p.Threads = append(p.Threads, t)
+			continue
+		}
+		var pid int
+		if n, _ := fmt.Sscanf(name, "hookit-%d.info", &pid); n == 1 && strings.HasSuffix(name, ".info") {
+			info, err := ReadInfo(filepath.Join(dir, name))
+			if err != nil {
+				return nil, err
+			}
+			get(pid).Info = info
+		} else if n, _ := fmt.Sscanf(name, "hookit-%d.maps", &pid); n == 1 && strings.HasSuffix(name, ".maps") {
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				return nil, fmt.Errorf("reading the memory map: %w", err)
+			}
+			get(pid).Maps = b
+		}
+	}
+	if len(procs) == 0 {
+		return nil, fmt.Errorf("no hookit files in %s: was the program built with -finstrument-functions and run under scripts/run.hookit (LD_PRELOAD=bin/libhookit.so)?", dir)
+	}
+	var out []*Process
+	for _, p := range procs {
+		sort.Slice(p.Threads, func(i, j int) bool { return p.Threads[i].TID < p.Threads[j].TID })
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Info.PID < out[j].Info.PID })
+	return out, nil
+}
+
+// ReadThread reads one thread file.
+func ReadThread(path string) (*Thread, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading a thread file: %w", err)
+	}
+	t, err := ParseThread(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	t.Path = path
+	return t, nil
+}
+
+// ParseThread decodes a thread file's bytes.
+func ParseThread(b []byte) (*Thread, error) {
+	if len(b) < RecSize {
+		return nil, fmt.Errorf("too short for a hookit thread file (%d bytes)", len(b))
+	}
+	le := binary.LittleEndian
+	if le.Uint64(b) != Magic {
+		return nil, fmt.Errorf("not a hookit thread file (bad magic)")
+	}
+	if v := le.Uint64(b[16:]); v != Version {
+		return nil, fmt.Errorf("hookit thread file version %d, this reader knows %d", v, Version)
+	}
+	ids := le.Uint64(b[8:])
+	t := &Thread{PID: int(ids >> 32), TID: int(uint32(ids))}
+	n := len(b) / RecSize
+	t.Events = make([]Event, 0, n-1)
+	for i := 1; i < n; i++ {
+		r := b[i*RecSize:]
+		kf := le.Uint64(r)
+		if kf == 0 {
+			t.Partial = true
+			break
+		}
+		k := uint8(kf >> KindShift)
+		if k < KindEnter || k > KindMark {
+			return nil, fmt.Errorf("record %d: unknown kind %d", i, k)
+		}
+		t.Events = append(t.Events, Event{Kind: k, Fn: kf & FnMask, Site: le.Uint64(r[8:]), Early: le.Uint64(r[16:]), Late: le.Uint64(r[24:])})
+	}
+	if len(b)%RecSize != 0 {
+		t.Partial = true
+	}
+	// A record being written when the process was killed has no late
+	// read yet: it ends the thread there.
+	if k := len(t.Events); k > 0 && t.Events[k-1].Late == 0 && t.Events[k-1].Early != 0 {
+		t.Events[k-1].Late = t.Events[k-1].Early
+		t.Partial = true
+	}
+	return t, nil
+}
+
+// ReadInfo reads hookit-PID.info.
+func ReadInfo(path string) (Info, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Info{}, fmt.Errorf("reading the process info: %w", err)
+	}
+	return ParseInfo(b)
+}
+
+// ParseInfo decodes the key=value lines of an info file.
+func ParseInfo(b []byte) (Info, error) {
+	var in Info
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), "=")
+		if !ok {
+			continue
+		}
+		f := func() float64 { x, _ := strconv.ParseFloat(v, 64); return x }
+		switch k {
+		case "pid":
+			in.PID, _ = strconv.Atoi(v)
+		case "exe":
+			in.Exe = v
+		case "metric":
+			in.Metric = v
+		case "backend":
+			in.Backend = v
+		case "t_inner":
+			in.TInner = f()
+		case "t_outer":
+			in.TOuter = f()
+		case "t_inner_median":
+			in.TInnerMed = f()
+		case "t_outer_median":
+			in.TOuterMed = f()
+		}
+	}
+	if in.Metric == "" {
+		return in, fmt.Errorf("info file has no metric line")
+	}
+	return in, nil
+}

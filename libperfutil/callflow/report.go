@@ -1,0 +1,354 @@
+package callflow
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// Analysis is the calibrated call trees of one process, named.
+type Analysis struct {
+	Info  Info
+	Cal   Calibration
+	Trees []*Tree
+	Proc  *Process
+}
+
+// Analyze builds every thread's tree with the inner / outer time measured
+// at start-up and names the functions.
+func Analyze(p *Process) *Analysis {
+	return AnalyzeWith(p, StartupCalibration(p))
+}
+
+// StartupCalibration is the inner / outer time measured at start-up.
+func StartupCalibration(p *Process) Calibration {
+	return Calibration{Inner: p.Info.TInner, Outer: p.Info.TOuter}
+}
+
+// MinimaCalibration is the run's own sequence minima (the first pass).
+func MinimaCalibration(p *Process) Calibration {
+	return Calibration{Minima: SequenceMinima(p.Threads)}
+}
+
+// AnalyzeWith is Analyze with a given calibration (zero: uncalibrated).
+func AnalyzeWith(p *Process, cal Calibration) *Analysis {
+	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
+	nm := NewNamer(p.Info.PID, p.Maps)
+	for _, t := range p.Threads {
+		tr := Build(t, cal)
+		tr.Root.Walk(func(n *Node) {
+			if n.Parent != nil {
+				n.Name = nm.Name(n.Fn)
+			}
+		})
+		a.Trees = append(a.Trees, tr)
+	}
+	return a
+}
+
+func (a *Analysis) unit() string {
+	switch a.Info.Metric {
+	case "task-clock", "cpu-clock":
+		return "ns"
+	case "rdtsc", "tsc":
+		return "cycles"
+	}
+	return a.Info.Metric
+}
+
+// Total is the calibrated metric of every thread (the Cum of the roots).
+func (a *Analysis) Total() uint64 {
+	var s uint64
+	for _, t := range a.Trees {
+		s += t.Root.Cum
+	}
+	return s
+}
+
+func threadLabel(t *Tree) string { return fmt.Sprintf("tid_%d", t.TID) }
+
+// WriteLogRT writes PI's log-rt: the call tree of each thread with
+// LV CALLS CEE BASE DELTA DS IN NAME.
+func (a *Analysis) WriteLogRT(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	fmt.Fprintf(w, "perfinsp call flow (log-rt)  pid %d  %s\n", a.Info.PID, a.Info.Exe)
+	fmt.Fprintf(w, " metric %s (%s, backend %s)\n", a.Info.Metric, a.unit(), a.Info.Backend)
+	fmt.Fprintf(w, " start-up calibration: t_I %.2f per call, t_O %.2f per callee (minimum of 100 averages of 100 empty pairs; medians %.2f, %.2f)\n",
+		a.Info.TInner, a.Info.TOuter, a.Info.TInnerMed, a.Info.TOuterMed)
+	switch {
+	case a.Cal.Minima != nil:
+		fmt.Fprintf(w, " applied: sequence minima of this run (two-pass):")
+		for i, n := range SeqNames {
+			fmt.Fprintf(w, " %s %d (%d seen)", n, a.Cal.Minima.Min[i], a.Cal.Minima.Count[i])
+		}
+		fmt.Fprintln(w)
+	case a.Cal.Inner != 0 || a.Cal.Outer != 0:
+		fmt.Fprintf(w, " applied: start-up calibration, exact = rough - t_I - callees * t_O\n")
+	default:
+		fmt.Fprintln(w, " applied: none (raw metric)")
+	}
+	fmt.Fprintln(w, " BASE: calibrated metric of the function itself; DELTA: what calibration removed (raw = BASE + DELTA)")
+	fmt.Fprintln(w, " DS / IN: dispatches / interrupts (need a second metric; not recorded: -)")
+	for _, t := range a.Trees {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "Thread %d/%d  events %d  total BASE %d\n", t.PID, t.TID, t.Events, t.Root.Cum)
+		if t.Partial {
+			fmt.Fprintln(w, " WARNING: the thread file was cut short (process killed or still running): figures cover what was recorded")
+		}
+		if t.Repaired > 0 || t.Unmatched > 0 || t.OpenAtEnd > 0 {
+			fmt.Fprintf(w, " stack repair: %d frames closed without an exit (longjmp, exception), %d unmatched exits, %d frames open at the end\n",
+				t.Repaired, t.Unmatched, t.OpenAtEnd)
+		}
+		if t.Adjusted > 0 {
+			fmt.Fprintf(w, " runtime pauses left out: %d\n", t.Adjusted)
+		}
+		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %4s %4s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", "DS", "IN", "NAME")
+		if t.Root.Base > 0 || t.Root.Delta != 0 {
+			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, "-", "-", "(thread, outside instrumented functions)")
+		}
+		for _, c := range t.Root.Children {
+			c.Walk(func(n *Node) {
+				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s%s\n", n.Level, n.Calls, n.Callees, n.Base, n.Delta, "-", "-",
+					strings.Repeat(" ", n.Level-1), n.Name)
+			})
+		}
+	}
+	return w.Flush()
+}
+
+// FlatRow is one function of log-gen.
+type FlatRow struct {
+	Name      string
+	Calls     uint64
+	Base, Cum uint64 // Cum: outermost activations only (recursion is not counted twice)
+	Rough     uint64
+}
+
+// Flat aggregates every thread's tree by function.
+func (a *Analysis) Flat() []FlatRow {
+	rows := map[string]*FlatRow{}
+	for _, t := range a.Trees {
+		var visit func(n *Node, active map[string]int)
+		visit = func(n *Node, active map[string]int) {
+			if n.Parent != nil {
+				r := rows[n.Name]
+				if r == nil {
+					r = &FlatRow{Name: n.Name}
+					rows[n.Name] = r
+				}
+				r.Calls += n.Calls
+				r.Base += n.Base
+				r.Rough += n.Rough
+				if active[n.Name] == 0 {
+					r.Cum += n.Cum
+				}
+				active[n.Name]++
+			}
+			for _, c := range n.Children {
+				visit(c, active)
+			}
+			if n.Parent != nil {
+				active[n.Name]--
+			}
+		}
+		visit(t.Root, map[string]int{})
+		if t.Root.Base > 0 {
+			r := rows["(outside)"]
+			if r == nil {
+				r = &FlatRow{Name: "(outside)"}
+				rows["(outside)"] = r
+			}
+			r.Base += t.Root.Base
+			r.Cum += t.Root.Base
+			r.Rough += t.Root.Rough
+		}
+	}
+	out := make([]FlatRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Base != out[j].Base {
+			return out[i].Base > out[j].Base
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// WriteLogGen writes the flat table: calls, base, cumulative, % of base.
+func (a *Analysis) WriteLogGen(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	total := a.Total()
+	fmt.Fprintf(w, "perfinsp call flow (log-gen)  pid %d  %s  metric %s (%s), calibrated\n", a.Info.PID, a.Info.Exe, a.Info.Metric, a.unit())
+	fmt.Fprintf(w, " total BASE %d over %d threads\n\n", total, len(a.Trees))
+	fmt.Fprintf(w, " %10s %14s %14s %14s %7s  %s\n", "CALLS", "BASE", "CUM", "RAW", "%BASE", "NAME")
+	for _, r := range a.Flat() {
+		p := 0.0
+		if total > 0 {
+			p = 100 * float64(r.Base) / float64(total)
+		}
+		fmt.Fprintf(w, " %10d %14d %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Cum, r.Rough, p, r.Name)
+	}
+	return w.Flush()
+}
+
+func cleanFrame(s string) string { return strings.NewReplacer(";", ":", " ", "_").Replace(s) }
+
+// Folded returns the folded stacks (thread;f1;...;fn -> BASE of fn there).
+func (a *Analysis) Folded() map[string]uint64 {
+	m := map[string]uint64{}
+	for _, t := range a.Trees {
+		t.Root.Walk(func(n *Node) {
+			if n.Base == 0 {
+				return
+			}
+			parts := []string{threadLabel(t)}
+			for _, p := range n.Path() {
+				parts = append(parts, cleanFrame(p.Name))
+			}
+			m[strings.Join(parts, ";")] += n.Base
+		})
+	}
+	return m
+}
+
+// WriteFolded writes the folded stacks (flamegraph.pl input), sorted.
+func (a *Analysis) WriteFolded(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	f := a.Folded()
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s %d\n", k, f[k])
+	}
+	return w.Flush()
+}
+
+// Profile returns the trees as a pprof profile: samples "calls" and the
+// calibrated metric, one sample per call path, labelled with the thread.
+func (a *Analysis) Profile() *profile.Profile {
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "calls", Unit: "count"}, {Type: a.Info.Metric, Unit: a.unit()}},
+		PeriodType: &profile.ValueType{Type: a.Info.Metric, Unit: a.unit()},
+		Period:     1,
+	}
+	funcs := map[string]*profile.Function{}
+	locs := map[string]*profile.Location{}
+	loc := func(name string) *profile.Location {
+		if l := locs[name]; l != nil {
+			return l
+		}
+		f := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name}
+		funcs[name] = f
+		p.Function = append(p.Function, f)
+		l := &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
+		locs[name] = l
+		p.Location = append(p.Location, l)
+		return l
+	}
+	for _, t := range a.Trees {
+		t.Root.Walk(func(n *Node) {
+			if n.Parent == nil && n.Base == 0 {
+				return
+			}
+			var stack []*profile.Location
+			path := n.Path()
+			for i := len(path) - 1; i >= 0; i-- {
+				stack = append(stack, loc(path[i].Name))
+			}
+			if n.Parent == nil {
+				stack = []*profile.Location{loc("(outside)")}
+			}
+			p.Sample = append(p.Sample, &profile.Sample{Location: stack, Value: []int64{int64(n.Calls), int64(n.Base)},
+				Label: map[string][]string{"thread": {threadLabel(t)}}})
+		})
+	}
+	return p
+}
+
+// WritePprof writes the gzipped pprof profile.
+func (a *Analysis) WritePprof(out io.Writer) error {
+	if err := a.Profile().Write(out); err != nil {
+		return fmt.Errorf("writing the pprof profile: %w", err)
+	}
+	return nil
+}
+
+type chromeEvent struct {
+	Name string  `json:"name"`
+	Ph   string  `json:"ph"`
+	Ts   float64 `json:"ts"`
+	Pid  int     `json:"pid"`
+	Tid  int     `json:"tid"`
+}
+
+// WriteChrome writes the entry/exit events as a Chrome/Perfetto trace
+// (JSON, B and E events; time is the thread's metric: µs for time metrics,
+// cycles / 1000 for the TSC). Calls the stack repair closed are ended at
+// the next event; calls still open at the end are ended at the last one.
+func (a *Analysis) WriteChrome(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	if _, err := w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"); err != nil {
+		return fmt.Errorf("writing the trace: %w", err)
+	}
+	nm := NewNamer(a.Info.PID, a.Proc.Maps)
+	first := true
+	emit := func(e chromeEvent) {
+		b, _ := json.Marshal(e)
+		if !first {
+			w.WriteString(",\n")
+		}
+		first = false
+		w.Write(b)
+	}
+	for _, t := range a.Proc.Threads {
+		var stack []uint64
+		var last uint64
+		for _, e := range t.Events {
+			ts := float64(e.Early) / 1000
+			last = e.Late
+			switch e.Kind {
+			case KindEnter:
+				stack = append(stack, e.Fn)
+				emit(chromeEvent{Name: nm.Name(e.Fn), Ph: "B", Ts: ts, Pid: t.PID, Tid: t.TID})
+			case KindExit:
+				i := len(stack) - 1
+				for i >= 0 && stack[i] != e.Fn {
+					i--
+				}
+				if i < 0 {
+					continue
+				}
+				for len(stack) > i {
+					emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
+					stack = stack[:len(stack)-1]
+				}
+			case KindMark:
+				if e.Fn == MarkEnd || e.Fn == MarkStart {
+					for len(stack) > 0 {
+						emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
+						stack = stack[:len(stack)-1]
+					}
+				}
+			}
+		}
+		for len(stack) > 0 {
+			emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: float64(last) / 1000, Pid: t.PID, Tid: t.TID})
+			stack = stack[:len(stack)-1]
+		}
+	}
+	w.WriteString("\n]}\n")
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing the trace: %w", err)
+	}
+	return nil
+}
