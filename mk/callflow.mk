@@ -34,8 +34,8 @@ $(BIN)/callflow: examples/callflow.c
 	$(CC) $(CALLFLOW_EXAMPLE_CFLAGS) -o $@ $<
 
 callflow-test: hookit
-	$(GO) build -o $(BIN)/ ./tools/hookit
-	$(GO) test -count=1 -v ./libperfutil/callflow/ ./tools/hookit/
+	$(GO) build -o $(BIN)/ ./tools/hookit ./tools/rtdriver
+	$(GO) test -count=1 -v ./libperfutil/callflow/ ./tools/hookit/ ./tools/rtdriver/
 TEST_TARGETS += callflow-test
 
 bench-callflow: hookit

@@ -47,7 +47,7 @@ const (
 type Event struct {
 	Kind  uint8
 	Fn    uint64 // function address (the marker for KindMark)
-	Site  uint64 // call site (the reset count for KindMark)
+	SP    uint64 // stack pointer of the event (the reset count for KindMark)
 	Early uint64 // metric read at the hook's start
 	Late  uint64 // metric read at the hook's end
 }
@@ -177,7 +177,7 @@ func ParseThread(b []byte) (*Thread, error) {
 		if k < KindEnter || k > KindMark {
 			return nil, fmt.Errorf("record %d: unknown kind %d", i, k)
 		}
-		t.Events = append(t.Events, Event{Kind: k, Fn: kf & FnMask, Site: le.Uint64(r[8:]), Early: le.Uint64(r[16:]), Late: le.Uint64(r[24:])})
+		t.Events = append(t.Events, Event{Kind: k, Fn: kf & FnMask, SP: le.Uint64(r[8:]), Early: le.Uint64(r[16:]), Late: le.Uint64(r[24:])})
 	}
 	if len(b)%RecSize != 0 {
 		t.Partial = true

@@ -137,6 +137,7 @@ func (n *Node) child(fn uint64) *Node {
 func Build(t *Thread, cal Calibration) *Tree {
 	tr := &Tree{PID: t.PID, TID: t.TID, Root: newNode(nil, 0), Partial: t.Partial, Events: len(t.Events)}
 	stack := []*Node{tr.Root}
+	sps := []uint64{^uint64(0)} // the stack pointer of each open frame
 	var last uint64
 	var prevKind uint8
 	have, off := false, false
@@ -154,10 +155,17 @@ func Build(t *Thread, cal Calibration) *Tree {
 		prevKind = e.Kind
 		switch e.Kind {
 		case KindEnter:
+			// Frames at or below the new one's stack pointer are gone
+			// (longjmp, an exception): close them.
+			for len(stack) > 1 && e.SP != 0 && sps[len(sps)-1] <= e.SP {
+				stack, sps = stack[:len(stack)-1], sps[:len(sps)-1]
+				tr.Repaired++
+			}
+			top = stack[len(stack)-1]
 			c := top.child(e.Fn)
 			c.Calls++
 			top.Callees++
-			stack = append(stack, c)
+			stack, sps = append(stack, c), append(sps, e.SP)
 		case KindExit:
 			i := len(stack) - 1
 			for i > 0 && stack[i].Fn != e.Fn {
@@ -167,7 +175,7 @@ func Build(t *Thread, cal Calibration) *Tree {
 				tr.Unmatched++
 			} else {
 				tr.Repaired += uint64(len(stack) - 1 - i)
-				stack = stack[:i]
+				stack, sps = stack[:i], sps[:i]
 			}
 		case KindAdjust:
 			if e.Late >= e.Early {
@@ -177,14 +185,14 @@ func Build(t *Thread, cal Calibration) *Tree {
 			switch e.Fn {
 			case MarkEnd:
 				off = true
-				stack = stack[:1]
+				stack, sps = stack[:1], sps[:1]
 			case MarkStart:
 				off = false
-				stack = stack[:1]
+				stack, sps = stack[:1], sps[:1]
 			case MarkReset:
 				off = false
-				if int(e.Site) != tr.Resets {
-					tr.Resets = int(e.Site)
+				if int(e.SP) != tr.Resets {
+					tr.Resets = int(e.SP)
 					// Figures restart here; the open calls keep their place.
 					tr.Root = newNode(nil, 0)
 					ns := []*Node{tr.Root}

@@ -151,7 +151,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 
 /* The hook's work between the early and the late read: store the event;
  * returns where the late read goes. */
-HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *site, uint64_t early)
+HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *sp, uint64_t early)
 {
 	struct hk_thread *t = hk_self;
 
@@ -211,7 +211,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *site, uint64
 		return &hk_scratch.late;
 	}
 	struct hk_rec *r = &t->win[t->pos++];
-	r->site = (uint64_t)site;
+	r->site = (uint64_t)sp;
 	r->early = early;
 	r->late = 0;
 	/* kind_fn last: a record is complete when it is non-zero (SIGKILL). */
@@ -220,17 +220,29 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *site, uint64
 	return &r->late;
 }
 
+/*
+ * The hooks. The stack pointer of the event (the hook's frame address: a
+ * fixed distance below the instrumented function's frame) is stored in
+ * place of the call site: the reader repairs the call stack with it after
+ * a longjmp, an exception or an exit from a deep stack.
+ */
 HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 {
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(HK_ENTER, fn, site, early);
+	uint64_t *late;
+
+	(void)site;
+	late = hk_event(HK_ENTER, fn, __builtin_frame_address(0), early);
 	*late = hk_read();
 }
 
 HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 {
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(HK_EXIT, fn, site, early);
+	uint64_t *late;
+
+	(void)site;
+	late = hk_event(HK_EXIT, fn, __builtin_frame_address(0), early);
 	*late = hk_read();
 }
 

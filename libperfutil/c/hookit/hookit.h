@@ -6,7 +6,7 @@
  * DIR/hookit-PID-TID.bin is an array of 32-byte records. Record 0 is the
  * header: kind_fn = HK_MAGIC, site = pid << 32 | tid, early = version.
  * Every other record: kind_fn = kind << 56 | function address, site = the
- * call site, early / late = the metric read at the hook's start and end.
+ * stack pointer of the event (for stack repair), early / late = the metric read at the hook's start and end.
  * A record is complete when kind_fn is non-zero (it is written last); the
  * file ends at its size or at the first zero record (a killed process).
  */
@@ -37,7 +37,7 @@ enum {
 
 struct hk_rec {
 	uint64_t kind_fn;
-	uint64_t site;
+	uint64_t site; /* the stack pointer (enter, exit); resets (marks) */
 	uint64_t early;
 	uint64_t late;
 };

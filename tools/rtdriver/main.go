@@ -1,0 +1,102 @@
+// Command rtdriver sends a command to the call-flow runtime (libhookit) of
+// a running program, as PI's rtdriver does: start, end, flush, reset,
+// shutdown. See docs/callflow.md.
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+var commands = map[string]string{
+	"start":    "switch recording on (the program may have started with run.hookit -s off)",
+	"end":      "switch recording off and write what is recorded to the files",
+	"flush":    "write what is recorded to the files now",
+	"reset":    "the reports count again from here (the call stacks are kept)",
+	"shutdown": "stop recording and close the files as at exit",
+}
+
+func main() {
+	var list []string
+	for _, c := range []string{"start", "end", "flush", "reset", "shutdown"} {
+		list = append(list, fmt.Sprintf("  %-9s %s", c, commands[c]))
+	}
+	app := &cli.App{
+		Name:      "rtdriver",
+		Usage:     "control the call-flow runtime of a running program",
+		UsageText: "rtdriver [-d DIR] -p PID COMMAND",
+		Description: "Commands:\n" + strings.Join(list, "\n") + "\n\n" +
+			"The runtime listens on DIR/hookit-PID.sock (DIR: run.hookit's -o, HOOKIT_DIR).\n" +
+			"Without -p, the one socket in DIR is used.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "d", Aliases: []string{"dir"}, Value: "hookit.out", Usage: "the program's hookit directory (run.hookit -o)"},
+			&cli.IntFlag{Name: "p", Aliases: []string{"pid"}, Usage: "process id of the program"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "how long to wait for the answer"},
+		},
+		Action: run,
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "rtdriver:", err)
+		os.Exit(1)
+	}
+}
+
+func socketPath(dir string, pid int) (string, error) {
+	if pid > 0 {
+		return filepath.Join(dir, "hookit-"+strconv.Itoa(pid)+".sock"), nil
+	}
+	m, err := filepath.Glob(filepath.Join(dir, "hookit-*.sock"))
+	if err != nil {
+		return "", fmt.Errorf("looking for the runtime's socket: %w", err)
+	}
+	switch len(m) {
+	case 0:
+		return "", fmt.Errorf("no hookit-PID.sock in %s: is the program running under scripts/run.hookit with -o %s?", dir, dir)
+	case 1:
+		return m[0], nil
+	}
+	return "", fmt.Errorf("%d programs in %s: say which with -p PID", len(m), dir)
+}
+
+func run(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("give one command: start, end, flush, reset or shutdown (rtdriver --help)")
+	}
+	cmd := c.Args().First()
+	if _, ok := commands[cmd]; !ok {
+		return fmt.Errorf("unknown command %q: use start, end, flush, reset or shutdown", cmd)
+	}
+	path, err := socketPath(c.String("d"), c.Int("p"))
+	if err != nil {
+		return err
+	}
+	conn, err := net.DialTimeout("unix", path, c.Duration("timeout"))
+	if err != nil {
+		return fmt.Errorf("connecting to %s (has the program exited?): %w", path, err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(c.Duration("timeout"))); err != nil {
+		return fmt.Errorf("setting the deadline: %w", err)
+	}
+	if _, err := conn.Write([]byte(cmd + "\n")); err != nil {
+		return fmt.Errorf("sending %s: %w", cmd, err)
+	}
+	reply, err := io.ReadAll(conn)
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	r := strings.TrimSpace(string(reply))
+	if !strings.HasPrefix(r, "ok") {
+		return fmt.Errorf("the runtime answered: %s", r)
+	}
+	fmt.Println(r)
+	return nil
+}
