@@ -182,18 +182,11 @@ func Build(t *Thread, cal Calibration) *Tree {
 				tr.Adjusted += e.Late - e.Early
 			}
 		case KindMark:
-			switch e.Fn {
-			case MarkEnd:
-				off = true
-				stack, sps = stack[:1], sps[:1]
-			case MarkStart:
-				off = false
-				stack, sps = stack[:1], sps[:1]
-			case MarkReset:
-				off = false
+			if e.Fn == MarkStart || e.Fn == MarkEnd || e.Fn == MarkReset {
+				// The marker carries the process's reset count: figures
+				// restart after a reset; open calls keep their place.
 				if int(e.SP) != tr.Resets {
 					tr.Resets = int(e.SP)
-					// Figures restart here; the open calls keep their place.
 					tr.Root = newNode(nil, 0)
 					ns := []*Node{tr.Root}
 					for _, s := range stack[1:] {
@@ -201,7 +194,15 @@ func Build(t *Thread, cal Calibration) *Tree {
 					}
 					stack = ns
 				}
-			case MarkExit:
+			}
+			switch e.Fn {
+			case MarkEnd:
+				off = true
+				stack, sps = stack[:1], sps[:1]
+			case MarkStart:
+				off = false
+				// Tracing was off: the calls open now are unknown.
+				stack, sps = stack[:1], sps[:1]
 			}
 		}
 		last, have = e.Late, true

@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"perfinsp/libperfutil/callflow"
+)
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+	root      string
+)
+
+// setup builds bin/libhookit.so, bin/callflow, bin/hookit and bin/rtdriver
+// (make hookit; go build). Without gcc or make the test skips, except
+// under CI=true where that is a failure.
+func setup(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		wd, _ := os.Getwd()
+		for d := wd; d != "/"; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+				root = d
+				break
+			}
+		}
+		if root == "" {
+			buildErr = fmt.Errorf("no go.mod above %s", wd)
+			return
+		}
+		for _, tool := range []string{"make", "gcc"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				buildErr = fmt.Errorf("%s is not installed (apt-get install build-essential): %w", tool, err)
+				return
+			}
+		}
+		out, err := exec.Command("make", "-C", root, "--no-print-directory", "hookit").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("make hookit: %v\n%s", err, out)
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./tools/hookit", "./tools/rtdriver")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cannot build the hook library: %v", buildErr)
+		}
+		t.Skipf("cannot build the hook library: %v", buildErr)
+	}
+	return root
+}
+
+func runHookit(t *testing.T, args ...string) string {
+	t.Helper()
+	r := setup(t)
+	dir := t.TempDir()
+	a := append([]string{"-o", dir}, args...)
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), a...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run.hookit %v: %v\n%s", args, err, out)
+	}
+	return dir
+}
+
+func load(t *testing.T, dir string) *callflow.Process {
+	t.Helper()
+	procs, err := callflow.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(procs) != 1 {
+		t.Fatalf("%d processes, want 1", len(procs))
+	}
+	return procs[0]
+}
+
+// paths maps "f1;f2;...;fn" to the calls of that path in tree.
+func paths(tr *callflow.Tree) map[string]uint64 {
+	m := map[string]uint64{}
+	tr.Root.Walk(func(n *callflow.Node) {
+		if n.Parent == nil {
+			return
+		}
+		var names []string
+		for _, p := range n.Path() {
+			names = append(names, p.Name)
+		}
+		m[strings.Join(names, ";")] += n.Calls
+	})
+	return m
+}
+
+func checkPaths(t *testing.T, what string, got, want map[string]uint64) {
+	t.Helper()
+	var keys []string
+	for k := range got {
+		keys = append(keys, k)
+	}
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if got[k] != want[k] {
+			t.Errorf("%s: path %s: %d calls, want %d", what, k, got[k], want[k])
+		}
+	}
+}
+
+func treeOf(t *testing.T, a *callflow.Analysis, main bool) *callflow.Tree {
+	t.Helper()
+	for _, tr := range a.Trees {
+		if (tr.TID == tr.PID) == main {
+			return tr
+		}
+	}
+	t.Fatalf("no %s thread among %d", map[bool]string{true: "main", false: "second"}[main], len(a.Trees))
+	return nil
+}
+
+// The example's call counts and tree shape, exactly, in both threads (the
+// second is created in the middle of work).
+func TestExampleCallTreeExact(t *testing.T) {
+	const n = 20000
+	dir := runHookit(t, "--", filepath.Join(setup(t), "bin/callflow"), strconv.Itoa(n))
+	p := load(t, dir)
+	if len(p.Threads) != 2 {
+		t.Fatalf("%d thread files, want 2 (main and the thread created mid-run)", len(p.Threads))
+	}
+	a := callflow.Analyze(p)
+	want := map[string]uint64{
+		"main": 1, "main;work": 1, "main;work;leaf": n, "main;work;empty": n,
+		"main;work;chain1": 1, "main;work;chain1;chain2": 1, "main;work;chain1;chain2;chain3": 1,
+		"main;work;chain1;chain2;chain3;leaf": 1,
+		"main;work;caller_a": 1, "main;work;caller_a;shared": 1, "main;work;caller_a;shared;leaf": 1,
+		"main;work;caller_b": 1, "main;work;caller_b;shared": 2, "main;work;caller_b;shared;leaf": 2,
+	}
+	// fib(10): the calls per recursion depth.
+	fib := "main;work"
+	for _, c := range []uint64{1, 2, 4, 8, 16, 32, 52, 44, 16, 2} {
+		fib += ";fib"
+		want[fib] = c
+	}
+	mt := treeOf(t, a, true)
+	checkPaths(t, "main thread", paths(mt), want)
+	checkPaths(t, "second thread", paths(treeOf(t, a, false)), map[string]uint64{"worker": 1, "worker;leaf": n / 10})
+	if mt.Repaired != 0 || mt.Unmatched != 0 || mt.OpenAtEnd != 0 {
+		t.Errorf("stack repair where none is needed: %d repaired, %d unmatched, %d open", mt.Repaired, mt.Unmatched, mt.OpenAtEnd)
+	}
+	checkReportsAgree(t, dir, a)
+}
+
+// The reports written by run.hookit agree: CUM = BASE + children in the
+// tree; the log-rt thread totals, the log-gen total, the folded stacks and
+// the pprof profile all sum to the same calibrated metric.
+func checkReportsAgree(t *testing.T, dir string, a *callflow.Analysis) {
+	t.Helper()
+	for _, tr := range a.Trees {
+		tr.Root.Walk(func(n *callflow.Node) {
+			s := n.Base
+			for _, c := range n.Children {
+				s += c.Cum
+			}
+			if s != n.Cum {
+				t.Errorf("%s: CUM %d != BASE %d + children = %d", n.Name, n.Cum, n.Base, s)
+			}
+		})
+	}
+	total := a.Total()
+	if total == 0 {
+		t.Fatal("total calibrated metric is 0")
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var rt uint64
+	for _, l := range strings.Split(string(read("log-rt")), "\n") {
+		if strings.HasPrefix(l, "Thread ") {
+			i := strings.Index(l, "total BASE ")
+			v, _ := strconv.ParseUint(strings.Fields(l[i+len("total BASE "):])[0], 10, 64)
+			rt += v
+		}
+	}
+	var gen uint64
+	for _, l := range strings.Split(string(read("log-gen")), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[0] == "total" && f[1] == "BASE" {
+			gen, _ = strconv.ParseUint(f[2], 10, 64)
+		}
+	}
+	var rows uint64
+	for _, r := range a.Flat() {
+		rows += r.Base
+	}
+	var folded uint64
+	sc := bufio.NewScanner(bytes.NewReader(read("callflow.folded")))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		v, err := strconv.ParseUint(f[len(f)-1], 10, 64)
+		if err != nil {
+			t.Fatalf("folded line %q: %v", sc.Text(), err)
+		}
+		folded += v
+	}
+	prof, err := profile.Parse(bytes.NewReader(read("callflow.pb.gz")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pp uint64
+	for _, s := range prof.Sample {
+		pp += uint64(s.Value[1])
+	}
+	t.Logf("totals: tree %d, log-rt %d, log-gen %d (rows %d), folded %d, pprof %d", total, rt, gen, rows, folded, pp)
+	for name, v := range map[string]uint64{"log-rt": rt, "log-gen": gen, "log-gen rows": rows, "folded": folded, "pprof": pp} {
+		if v != total {
+			t.Errorf("%s total %d != tree total %d", name, v, total)
+		}
+	}
+	if !bytes.Contains(read("callflow.trace.json"), []byte(`"ph":"B"`)) {
+		t.Error("the Chrome trace has no begin events")
+	}
+}
+
+// An empty function's calibrated time is about 0: the median of its
+// measured intervals minus t_I lies within the spread of the start-up
+// measurement (raw TSC: the finest resolution here).
+func TestEmptyFunctionCalibratedNearZero(t *testing.T) {
+	dir := runHookit(t, "-m", "rdtsc", "--", filepath.Join(setup(t), "bin/callflow"), "200000")
+	p := load(t, dir)
+	a := callflow.Analyze(p)
+	var fn uint64
+	var node *callflow.Node
+	treeOf(t, a, true).Root.Walk(func(n *callflow.Node) {
+		if n.Name == "empty" {
+			fn, node = n.Fn, n
+		}
+	})
+	if node == nil {
+		t.Fatal("no node for empty")
+	}
+	var d []uint64
+	for _, th := range p.Threads {
+		for i := 1; i < len(th.Events); i++ {
+			e, x := th.Events[i-1], th.Events[i]
+			if e.Kind == callflow.KindEnter && x.Kind == callflow.KindExit && e.Fn == fn && x.Fn == fn {
+				d = append(d, x.Early-e.Late)
+			}
+		}
+	}
+	if len(d) != 200000 {
+		t.Fatalf("%d enter/exit pairs of empty, want 200000", len(d))
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	med := float64(d[len(d)/2])
+	in := p.Info
+	spread := max(in.TInnerMed-in.TInner, 2)
+	cal := med - in.TInner
+	t.Logf("empty: raw median %.0f cycles per call, t_I %.2f (median %.2f): calibrated median %.2f (spread %.2f); mean calibrated BASE %.2f per call (raw mean %.2f; the mean carries the outliers: preemption, interrupts, page faults)",
+		med, in.TInner, in.TInnerMed, cal, spread, float64(node.Base)/float64(node.Calls), float64(node.Rough)/float64(node.Calls))
+	if in.TInner <= 0 {
+		t.Fatalf("t_I %.2f: the start-up calibration measured nothing", in.TInner)
+	}
+	if cal < -spread || cal > spread {
+		t.Errorf("calibrated median of the empty function %.2f cycles, want 0 within ±%.2f", cal, spread)
+	}
+}
+
+func TestLongjmpStackRepair(t *testing.T) {
+	dir := runHookit(t, "--", filepath.Join(setup(t), "bin/callflow"), "longjmp")
+	tr := treeOf(t, callflow.Analyze(load(t, dir)), true)
+	checkPaths(t, "longjmp", paths(tr), map[string]uint64{
+		"main": 1, "main;jumper": 1, "main;jumper;deep1": 1, "main;jumper;deep1;deep2": 1,
+		"main;jumper;after_jump": 1, "main;jumper;after_jump;leaf": 1,
+	})
+	if tr.Repaired != 2 {
+		t.Errorf("%d frames repaired, want 2 (deep1 and deep2 left by longjmp)", tr.Repaired)
+	}
+}
+
+func TestExitFromDeepStack(t *testing.T) {
+	dir := runHookit(t, "--", filepath.Join(setup(t), "bin/callflow"), "deepexit")
+	tr := treeOf(t, callflow.Analyze(load(t, dir)), true)
+	checkPaths(t, "deepexit", paths(tr), map[string]uint64{
+		"main": 1, "main;exit2": 1, "main;exit2;exit1": 1, "main;exit2;exit1;deep_exit": 1,
+		"main;exit2;exit1;deep_exit;leaf": 1,
+	})
+	if tr.OpenAtEnd != 4 {
+		t.Errorf("%d frames open at the end, want 4 (main exit2 exit1 deep_exit)", tr.OpenAtEnd)
+	}
+}
+
+// spin starts `callflow spin` under the hook library and waits for "ready".
+func spin(t *testing.T, dir string, env ...string) *exec.Cmd {
+	t.Helper()
+	r := setup(t)
+	cmd := exec.Command(filepath.Join(r, "bin/callflow"), "spin")
+	cmd.Env = append(os.Environ(), append([]string{"HOOKIT_DIR=" + dir, "LD_PRELOAD=" + filepath.Join(r, "bin/libhookit.so")}, env...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("callflow spin said %q: %v", line, err)
+	}
+	go io.Copy(io.Discard, out)
+	return cmd
+}
+
+// leafCalls is the number of leaf entries in pid's main thread file so far.
+func leafCalls(t *testing.T, dir string, pid int) (calls uint64, th *callflow.Thread) {
+	t.Helper()
+	path := filepath.Join(dir, fmt.Sprintf("hookit-%d-%d.bin", pid, pid))
+	if _, err := os.Stat(path); err != nil {
+		return 0, nil
+	}
+	th, err := callflow.ReadThread(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range th.Events {
+		if e.Kind == callflow.KindEnter {
+			calls++
+		}
+	}
+	return calls, th
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // poll interval of the condition
+	}
+}
+
+// A program killed with SIGKILL leaves every event it recorded readable.
+func TestSIGKILLLeavesPartialResult(t *testing.T) {
+	dir := t.TempDir()
+	cmd := spin(t, dir)
+	pid := cmd.Process.Pid
+	waitFor(t, "20000 recorded calls", func() bool { n, _ := leafCalls(t, dir, pid); return n >= 20000 })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	n, th := leafCalls(t, dir, pid)
+	if !th.Partial {
+		t.Error("the killed thread's file is not marked partial")
+	}
+	out, err := exec.Command(filepath.Join(root, "bin/hookit"), "report", "-i", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hookit report: %v\n%s", err, out)
+	}
+	tr := treeOf(t, callflow.Analyze(load(t, dir)), true)
+	got := paths(tr)
+	if got["main;spin"] != 1 || got["main;spin;leaf"] < 20000 || got["main;spin;leaf"]+2 != n {
+		t.Errorf("after SIGKILL: main;spin %d, main;spin;leaf %d of %d entries recorded", got["main;spin"], got["main;spin;leaf"], n)
+	}
+	rt, _ := os.ReadFile(filepath.Join(dir, "log-rt"))
+	if !bytes.Contains(rt, []byte("cut short")) {
+		t.Error("log-rt does not say the thread file was cut short")
+	}
+}
+
+func rtdriver(t *testing.T, dir string, pid int, cmd string) (string, error) {
+	out, err := exec.Command(filepath.Join(root, "bin/rtdriver"), "-d", dir, "-p", strconv.Itoa(pid), cmd).CombinedOutput()
+	return string(out), err
+}
+
+// rtdriver against a running program that started with tracing off.
+func TestRtdriverStartEndReset(t *testing.T) {
+	dir := t.TempDir()
+	cmd := spin(t, dir, "HOOKIT_START=off")
+	pid := cmd.Process.Pid
+	if n, _ := leafCalls(t, dir, pid); n != 0 {
+		t.Fatalf("%d calls recorded with tracing off", n)
+	}
+	if out, err := rtdriver(t, dir, pid, "start"); err != nil || !strings.HasPrefix(out, "ok start") {
+		t.Fatalf("rtdriver start: %q %v", out, err)
+	}
+	waitFor(t, "calls after start", func() bool { n, _ := leafCalls(t, dir, pid); return n >= 5000 })
+	if out, err := rtdriver(t, dir, pid, "end"); err != nil {
+		t.Fatalf("rtdriver end: %q %v", out, err)
+	}
+	n1, _ := leafCalls(t, dir, pid)
+	// Two more round trips to the runtime: the program keeps calling leaf
+	// meanwhile, but nothing is recorded.
+	for _, c := range []string{"flush", "flush"} {
+		if out, err := rtdriver(t, dir, pid, c); err != nil {
+			t.Fatalf("rtdriver %s: %q %v", c, out, err)
+		}
+	}
+	n2, _ := leafCalls(t, dir, pid)
+	if n2 > n1+1 {
+		t.Errorf("recording went on after end: %d calls, then %d", n1, n2)
+	}
+	if out, err := rtdriver(t, dir, pid, "reset"); err != nil {
+		t.Fatalf("rtdriver reset: %q %v", out, err)
+	}
+	if out, err := rtdriver(t, dir, pid, "start"); err != nil {
+		t.Fatalf("rtdriver start: %q %v", out, err)
+	}
+	waitFor(t, "calls after the second start", func() bool { n, _ := leafCalls(t, dir, pid); return n >= n2+1000 })
+	if out, err := rtdriver(t, dir, pid, "shutdown"); err != nil {
+		t.Fatalf("rtdriver shutdown: %q %v", out, err)
+	}
+	if out, err := rtdriver(t, dir, pid, "bogus"); err == nil || !strings.Contains(out, "unknown command") {
+		t.Errorf("rtdriver bogus: %q %v, want an error naming the commands", out, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	n3, th := leafCalls(t, dir, pid)
+	tr := callflow.Build(th, callflow.Calibration{})
+	if tr.Resets != 1 {
+		t.Errorf("%d resets seen, want 1", tr.Resets)
+	}
+	// After the reset only the calls of the second start count.
+	var calls uint64
+	tr.Root.Walk(func(n *callflow.Node) { calls += n.Calls })
+	if calls == 0 || calls > n3-n2 {
+		t.Errorf("%d calls after the reset; %d were recorded after the first end", calls, n3-n2)
+	}
+}
