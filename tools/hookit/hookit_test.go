@@ -153,7 +153,7 @@ func TestExampleCallTreeExact(t *testing.T) {
 		"main": 1, "main;work": 1, "main;work;leaf": n, "main;work;empty": n,
 		"main;work;chain1": 1, "main;work;chain1;chain2": 1, "main;work;chain1;chain2;chain3": 1,
 		"main;work;chain1;chain2;chain3;leaf": 1,
-		"main;work;caller_a": 1, "main;work;caller_a;shared": 1, "main;work;caller_a;shared;leaf": 1,
+		"main;work;caller_a":                  1, "main;work;caller_a;shared": 1, "main;work;caller_a;shared;leaf": 1,
 		"main;work;caller_b": 1, "main;work;caller_b;shared": 2, "main;work;caller_b;shared;leaf": 2,
 	}
 	// fib(10): the calls per recursion depth.
