@@ -1,0 +1,29 @@
+//go:build cgo
+
+package callflow
+
+import (
+	"testing"
+
+	"perfinsp/libperfutil/callflow/internal/hookabi"
+)
+
+// The Go reader's layout is the C header's.
+func TestLayoutMatchesHookitHeader(t *testing.T) {
+	want := map[string]uint64{
+		"sizeof hk_rec": RecSize, "offsetof hk_rec.kind_fn": 0, "offsetof hk_rec.site": 8,
+		"offsetof hk_rec.early": 16, "offsetof hk_rec.late": 24,
+		"HK_MAGIC": Magic, "HK_VERSION": Version, "HK_KIND_SHIFT": KindShift,
+		"HK_ENTER": KindEnter, "HK_EXIT": KindExit, "HK_ADJUST": KindAdjust, "HK_MARK": KindMark,
+		"HK_MARK_EXIT": MarkExit, "HK_MARK_RESET": MarkReset, "HK_MARK_START": MarkStart, "HK_MARK_END": MarkEnd,
+	}
+	got := hookabi.Values()
+	for k, v := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("%s: not read from hookit.h", k)
+		} else if g != v {
+			t.Errorf("%s: hookit.h says %d (%#x), Go says %d (%#x)", k, g, g, v, v)
+		}
+	}
+}

@@ -1,0 +1,41 @@
+//go:build cgo
+
+// Package hookabi reads the thread-file layout from
+// libperfutil/c/hookit/hookit.h through cgo, for the layout test of
+// callflow. It is never linked into a tool.
+package hookabi
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../../c/hookit
+#include <stddef.h>
+#include "hookit.h"
+enum {
+	offsetof_kind_fn = offsetof(struct hk_rec, kind_fn),
+	offsetof_site = offsetof(struct hk_rec, site),
+	offsetof_early = offsetof(struct hk_rec, early),
+	offsetof_late = offsetof(struct hk_rec, late),
+};
+*/
+import "C"
+
+// Values returns the header's constants and the record's offsets.
+func Values() map[string]uint64 {
+	return map[string]uint64{
+		"sizeof hk_rec":           uint64(C.sizeof_struct_hk_rec),
+		"offsetof hk_rec.kind_fn": uint64(C.offsetof_kind_fn),
+		"offsetof hk_rec.site":    uint64(C.offsetof_site),
+		"offsetof hk_rec.early":   uint64(C.offsetof_early),
+		"offsetof hk_rec.late":    uint64(C.offsetof_late),
+		"HK_MAGIC":                uint64(C.HK_MAGIC),
+		"HK_VERSION":              uint64(C.HK_VERSION),
+		"HK_KIND_SHIFT":           uint64(C.HK_KIND_SHIFT),
+		"HK_ENTER":                uint64(C.HK_ENTER),
+		"HK_EXIT":                 uint64(C.HK_EXIT),
+		"HK_ADJUST":               uint64(C.HK_ADJUST),
+		"HK_MARK":                 uint64(C.HK_MARK),
+		"HK_MARK_EXIT":            uint64(C.HK_MARK_EXIT),
+		"HK_MARK_RESET":           uint64(C.HK_MARK_RESET),
+		"HK_MARK_START":           uint64(C.HK_MARK_START),
+		"HK_MARK_END":             uint64(C.HK_MARK_END),
+	}
+}
