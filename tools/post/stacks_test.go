@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,4 +204,46 @@ func inclusive(t *testing.T, path string) map[string]float64 {
 		out[fn] = 100 * float64(n) / float64(total)
 	}
 	return out
+}
+
+// A stack deeper than the depth limit is kept cut and marked: in the
+// folded stacks, in tprof.out's call tree header and in pprof's labels.
+func TestStackDepthLimitMarksTruncated(t *testing.T) {
+	e := tracetest.Setup(t)
+	dir, sw := e.Dir, e.Sw
+	sw("init", "-t", "8M")
+	sw("enable", "--only", "--depth", "3", "tprof", "callstack")
+	sw("on")
+	pid, _ := e.RunBurn(40)
+	sw("off")
+	sw("get", "d.nrm2")
+	folded := filepath.Join(dir, "d.folded")
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "d.nrm2"), "-tprof", "--pid", strconv.Itoa(pid), "--no-children", "--folded", folded); code != 0 {
+		t.Fatal(errs)
+	}
+	b, _ := os.ReadFile(folded)
+	cut, all := 0, 0
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		i := strings.LastIndexByte(l, ' ')
+		n, _ := strconv.Atoi(l[i+1:])
+		all += n
+		frames := strings.Split(l[:i], ";")
+		if len(frames) > 1+1+3 { // process, [truncated], at most 3 frames
+			t.Fatalf("a stack of more than 3 frames with --depth 3: %s", l)
+		}
+		if len(frames) > 1 && frames[1] == "[truncated]" {
+			cut += n
+		}
+	}
+	// main -> work -> heavy -> account ... is deeper than 3 frames.
+	if all < 100 || cut < all*8/10 {
+		t.Fatalf("%d of %d stacks marked truncated at depth 3", cut, all)
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "tprof.out"))
+	if !regexp.MustCompile(`\((\d+) cut at the depth limit\)`).Match(out) || strings.Contains(string(out), "(0 cut at the depth limit)") {
+		t.Fatalf("tprof.out does not count the truncated stacks:\n%.2000s", out)
+	}
+	if o, code := e.SwCode("enable", "--depth", "500", "callstack"); code == 0 || !strings.Contains(o, "1..127") {
+		t.Fatalf("depth 500 accepted: %s", o)
+	}
 }
