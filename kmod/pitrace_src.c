@@ -628,24 +628,48 @@ int pt_tprof_check_event(u32 type, u64 config, u64 period)
 	return 0;
 }
 
+/* this CPU's sampler (process context on the CPU, hot-plug lock held) */
+static void pt_tprof_cpu_stop(struct pt_cpu *c)
+{
+	if (c->timer_on) {
+		hrtimer_cancel(&c->timer);
+		c->timer_on = false;
+	}
+	if (c->ev) {
+		perf_event_release_kernel(c->ev);
+		c->ev = NULL;
+	}
+}
+
 static void pt_tprof_stop(void)
 {
 	int cpu;
 
+	cpus_read_lock();
 	WRITE_ONCE(pt_sampling, 0);
-	for_each_possible_cpu(cpu) {
-		struct pt_cpu *c = per_cpu_ptr(&pt_cpus, cpu);
-
-		if (c->timer_on) {
-			hrtimer_cancel(&c->timer);
-			c->timer_on = false;
-		}
-		if (c->ev) {
-			perf_event_release_kernel(c->ev);
-			c->ev = NULL;
-		}
-	}
+	for_each_possible_cpu(cpu)
+		pt_tprof_cpu_stop(per_cpu_ptr(&pt_cpus, cpu));
+	cpus_read_unlock();
 }
+
+static int pt_tprof_event_start(int cpu)
+{
+	struct perf_event_attr a;
+	struct perf_event *ev;
+
+	pt_event_attr(&a, pt.event_type, pt.event_config, pt.rate_hz);
+	ev = perf_event_create_kernel_counter(&a, cpu, NULL, pt_overflow, NULL);
+	if (IS_ERR(ev))
+		return pt_event_err(PTR_ERR(ev));
+	per_cpu_ptr(&pt_cpus, cpu)->ev = ev;
+	return 0;
+}
+
+/*
+ * pt_sampling, pt_use_event and the per-CPU samplers change only under
+ * cpus_read_lock: the hot-plug callbacks below see them stable.
+ */
+static bool pt_use_event;
 
 static int pt_tprof_start(void)
 {
@@ -653,32 +677,50 @@ static int pt_tprof_start(void)
 
 	if (!pt_major_enabled(PITRACE_MAJOR_TPROF))
 		return 0;
+	cpus_read_lock();
 	WRITE_ONCE(pt_sampling, 1);
-	if (!pt.use_event) {
+	pt_use_event = pt.use_event;
+	if (!pt_use_event) {
 		pt_period_ns = NSEC_PER_SEC / pt.rate_hz;
-		cpus_read_lock();
 		on_each_cpu(pt_timer_start, NULL, 1);
 		cpus_read_unlock();
 		return 0;
 	}
-	cpus_read_lock();
 	for_each_online_cpu(cpu) {
-		struct perf_event_attr a;
-		struct perf_event *ev;
-
-		pt_event_attr(&a, pt.event_type, pt.event_config, pt.rate_hz);
-		ev = perf_event_create_kernel_counter(&a, cpu, NULL,
-						      pt_overflow, NULL);
-		if (IS_ERR(ev)) {
-			err = pt_event_err(PTR_ERR(ev));
+		err = pt_tprof_event_start(cpu);
+		if (err)
 			break;
-		}
-		per_cpu_ptr(&pt_cpus, cpu)->ev = ev;
 	}
 	cpus_read_unlock();
 	if (err)
 		pt_tprof_stop();
 	return err;
+}
+
+/*
+ * CPU hot-plug, on the CPU itself: a CPU coming online while tprof runs
+ * starts its timer or event; one going offline stops them (a pinned
+ * hrtimer would otherwise move to another CPU and sample it twice, and
+ * perf detaches the events of a dead CPU for good).
+ */
+int pt_src_cpu_online(unsigned int cpu)
+{
+	if (!READ_ONCE(pt_sampling))
+		return 0;
+	if (!pt_use_event) {
+		pt_timer_start(NULL);
+		return 0;
+	}
+	if (pt_tprof_event_start(cpu))
+		pr_warn_ratelimited("pitrace: tprof: no event on CPU %u after it came online\n",
+				    cpu);
+	return 0;
+}
+
+int pt_src_cpu_offline(unsigned int cpu)
+{
+	pt_tprof_cpu_stop(per_cpu_ptr(&pt_cpus, cpu));
+	return 0;
 }
 
 /* ---- start / stop ---------------------------------------------------------- */

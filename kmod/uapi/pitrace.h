@@ -313,6 +313,37 @@ struct pitrace_bench_arg {
 
 #define PITRACE_IOC_MAGIC	0xE1
 
+/*
+ * Sizes and versions.  The size field of an ioctl command number is the
+ * size of the caller's argument struct, so a struct may grow at its end
+ * (new fields, zero meaning "not used") without breaking either side:
+ *   - a caller built with an older, shorter struct passes a smaller size:
+ *     the module zero-fills the fields it did not pass;
+ *   - a caller built with a newer, longer struct passes a larger size: the
+ *     module accepts it if the bytes it does not know are zero (E2BIG
+ *     otherwise) and zeroes them in what it returns;
+ *   - a size below the first version's (PITRACE_*_SIZE_V1) is not an ioctl
+ *     of this module (ENOTTY).
+ * PITRACE_IOC_SYSINFO reports the module's ABI version and its
+ * PITRACE_ABI_F_* feature bits; a tool checks the bits it needs instead of
+ * guessing from the version.  The version changes only for an incompatible
+ * change, which this scheme is there to avoid.
+ */
+#define PITRACE_INIT_ARG_SIZE_V1	24
+#define PITRACE_MAJORS_SIZE_V1		32
+#define PITRACE_MODE_ARG_SIZE_V1	264
+#define PITRACE_RATE_ARG_SIZE_V1	48
+#define PITRACE_STATUS_SIZE_V1		432
+#define PITRACE_CPU_STATUS_SIZE_V1	72
+#define PITRACE_HOOK_ARG_SIZE_V1	32
+#define PITRACE_SYSINFO_SIZE_V1		56
+#define PITRACE_RELEASE_ARG_SIZE_V1	24
+#define PITRACE_BENCH_ARG_SIZE_V1	16
+#define PITRACE_PTT_INIT_SIZE_V1	136
+#define PITRACE_PTT_STATUS_SIZE_V1	5144
+#define PITRACE_PTT_WATCH_SIZE_V1	8
+#define PITRACE_PTT_READ_SIZE_V1	24
+
 #define PITRACE_IOC_INIT	_IOW(PITRACE_IOC_MAGIC, 1, struct pitrace_init_arg)
 #define PITRACE_IOC_ENABLE	_IOW(PITRACE_IOC_MAGIC, 2, struct pitrace_majors)
 #define PITRACE_IOC_DISABLE	_IOW(PITRACE_IOC_MAGIC, 3, struct pitrace_majors)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh): the pitrace module tests. Every check
 # prints one "vmtest:" line; the last line is the pass marker.
-# $1: "test" (default) or "bench".
+# $1: "test" (default), "bench", "ptt" or "harden" (only the hardening tests).
 fail() {
 	echo "vmtest: FAIL: $*"
 	exit 1
@@ -21,6 +21,35 @@ insmod /pitrace.ko || fail "insmod"
 perm=$(stat -c %a /dev/pitrace)
 [ "$perm" = 600 ] || fail "/dev/pitrace mode $perm, want 600 (root only)"
 echo "vmtest: /dev/pitrace mode $perm"
+
+# issue 17: the module under hostile or unusual use (scripts/vmtest/harden.c)
+hardening() {
+	step "hardening: a caller stalled on a userfaultfd page does not hold others"
+	run harden uffd
+	step "hardening: unknown ioctls answer ENOTTY at once while pt.lock is held"
+	run harden enotty
+	step "hardening: argument sizes (older and newer structs)"
+	run harden sized
+	step "hardening: STATUS strings zeroed after their NUL"
+	run harden strtail
+	step "hardening: PTT_WATCH racing thread exit (1000 attempts)"
+	run harden watchexit 1000
+	step "hardening: PTT teardown of 1000 watched threads"
+	run harden teardown 1000
+	step "hardening: PTT_WATCH follows ptrace read rules"
+	run harden perm
+	step "hardening: CPU 1 offline and online while tprof and PTT count"
+	run harden hotplug
+	step "PTT: threads of a watched process get areas at creation (20 x 30 ms)"
+	run harden inherit
+}
+
+if [ "$1" = harden ]; then
+	hardening
+	rmmod pitrace || fail "rmmod after the hardening tests"
+	echo "PITRACE-HARDEN-DONE"
+	exit 0
+fi
 
 if [ "$1" = bench ]; then
 	step "benchmark"
@@ -118,6 +147,8 @@ step "PTT: the C library (libperfutil.a) on the module backend"
 run ptt_ctest_kmod
 step "PTT: the ptt tool on the module (ptt on -p / -a, dump, off)"
 run pitest pttmod /bin/ptt-tool
+
+hardening
 
 fi
 ps -o pid,stat,time,comm 2>/dev/null | awk '$2 !~ /S|I/' | sed 's/^/  ps: /'
