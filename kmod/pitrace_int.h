@@ -16,7 +16,7 @@
 
 #include "uapi/pitrace.h"
 
-#define PT_TIME_HIGH_SIZE	(PITRACE_REC_HDR_SIZE + 4)
+#define PT_TIME_HIGH_SIZE	(PITRACE_REC_HDR_SIZE + sizeof(struct pitrace_rec_time_high))
 /* longest path written in an MTE record (the tail is kept) */
 #define PT_MAX_PATH		900
 

@@ -85,10 +85,7 @@ static void pt_drop_set(void)
 static void pt_mark(void *info)
 {
 	u32 minor = (u32)(unsigned long)info;
-	struct {
-		u32 majors_lo;
-		u32 rate;
-	} __packed on = { (u32)pt.enabled[0], pt.rate_hz };
+	struct pitrace_rec_trace_on on = { (u32)pt.enabled[0], pt.rate_hz };
 
 	if (minor == PITRACE_SYS_TRACE_ON)
 		pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_SYS, minor,
@@ -100,11 +97,8 @@ static void pt_mark(void *info)
 
 static void pt_write_sysinfo(void)
 {
-	struct {
-		u32 ncpus, clock_id;
-		u64 clock_hz, wall_ns;
-	} __packed f = { pt_ncpu(), PITRACE_CLOCK_ID, NSEC_PER_SEC,
-			 pt.start_wall };
+	struct pitrace_rec_sysinfo f = { pt_ncpu(), PITRACE_CLOCK_ID,
+					 NSEC_PER_SEC, pt.start_wall };
 	struct new_utsname *u = utsname();
 	char *s = kasprintf(GFP_KERNEL, "%s %s %s %s %s", u->sysname,
 			    u->nodename, u->release, u->version, u->machine);
@@ -444,7 +438,7 @@ static long pt_ioc_sysinfo(struct pitrace_sysinfo *sip)
 		.clock_id = PITRACE_CLOCK_ID,
 		.segments = PITRACE_SEGMENTS,
 		.hdr_size = sizeof(struct pitrace_buf_hdr),
-		.features = pt_src_features(),
+		.features = pt_src_features() | PITRACE_FEAT_ABI,
 		.min_buf = PITRACE_MIN_BUF,
 		.max_buf = PITRACE_MAX_BUF,
 		.mem_limit = pt_mem_limit(),

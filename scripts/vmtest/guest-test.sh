@@ -125,6 +125,9 @@ run swtrace mode normal
 step "MTE of an executable mapping and its unmap"
 run pitest unmap /bin/busybox
 
+step "MTE: the exec path as the kernel found it, the parent after exec"
+run pitest mteexec /bin cpuburn
+
 step "bad input"
 run pitest badinput
 

@@ -320,26 +320,28 @@ static int t_enotty(void)
 		DIE("pthread_create");
 	/* INIT of 96 MB per CPU holds pt.lock while it allocates and maps */
 	while (!__atomic_load_n(&h.done, __ATOMIC_SEQ_CST) && n < max) {
-		double t0 = now_ms();
+		double t0 = now_ms(), d;
 		int rc = ioctl(fd2, _IO(PITRACE_IOC_MAGIC, 99));
 
 		lat[n] = now_ms() - t0;
 		if (rc != -1 || errno != ENOTTY)
 			wrong++;
-		if (++n == 2000) {
+		if (++n % 1000 == 0) {
 			/* a known command meanwhile waits for the lock */
 			t0 = now_ms();
 			ioctl(fd2, PITRACE_IOC_STATUS, &st);
-			status_ms = now_ms() - t0;
+			d = now_ms() - t0;
+			if (d > status_ms)
+				status_ms = d;
 		}
 	}
 	pthread_join(t, NULL);
 	CHECK(h.rc == 0, "INIT 96M: %s", strerror(h.err));
 	qsort(lat, n, sizeof(double), cmp_double);
-	printf("harden: enotty: %d unknown commands during a %.1f ms INIT (pt.lock held; a STATUS meanwhile waited %.1f ms): median %.4f ms, 99th percentile %.4f ms, slowest %.3f ms (preempted), %d not ENOTTY\n",
+	printf("harden: enotty: %d unknown commands during a %.1f ms INIT (pt.lock held: the longest of the STATUS calls in between waited %.1f ms): median %.4f ms, 99th percentile %.4f ms, slowest %.3f ms (preempted), %d not ENOTTY\n",
 	       n, h.ms, status_ms, lat[n / 2], lat[n * 99 / 100], lat[n - 1], wrong);
 	CHECK(wrong == 0, "%d unknown commands did not answer ENOTTY", wrong);
-	CHECK(n >= 2000 && status_ms > 20,
+	CHECK(status_ms > 20,
 	      "the lock was not held long enough to tell (%d calls, STATUS waited %.1f ms)", n, status_ms);
 	CHECK(lat[n * 99 / 100] < 1, "unknown commands waited: 99th percentile %.1f ms", lat[n * 99 / 100]);
 	ioctl(h.fd, PITRACE_IOC_FREE);

@@ -60,6 +60,11 @@ func main() {
 			usage()
 		}
 		err = unmapCheck(os.Args[2])
+	case "mteexec":
+		if len(os.Args) != 4 {
+			usage()
+		}
+		err = mteExec(os.Args[2], os.Args[3])
 	case "holdmap":
 		err = holdMap()
 	case "bench":
@@ -78,6 +83,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | holdmap | bench | pttgo | pttmod [PTT]")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | holdmap | bench | pttgo | pttmod [PTT]")
 	os.Exit(2)
 }
