@@ -3,3 +3,15 @@
 bench-post: build
 	bash bench/post/run.sh
 bench: bench-post
+
+# Short fuzz runs of A2N's parsers of untrusted inputs (perf maps, jitdump,
+# ELF modules: symbols, PLT, .eh_frame, .gnu_debugdata). `fuzz` is in
+# TEST_TARGETS (mk/swtrace.mk). Minimisation is bounded: the ELF seed is a
+# whole vDSO image, and the default 60 s minimisation would eat the run.
+FUZZTIME ?= 10s
+.PHONY: fuzz fuzz-a2n
+fuzz: fuzz-a2n
+fuzz-a2n:
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePerfMap$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/a2n/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseJitdump$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/a2n/
+	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/a2n/

@@ -1,7 +1,7 @@
 // Package facility is the trace facility implemented in user space on
 // mainline kernel mechanisms: per-CPU MTE and trace buffers (tracebuf) in the
 // daemon's memory, fed by perf_event sampling, side-band and tracepoint
-// records (perfsrc) and a /proc scan (procscan), written to swtrace.nrm2
+// records and a /proc scan (daemon/kevents), written to swtrace.nrm2
 // files in the three modes. pitraced serves it over its control socket; it
 // has the same semantics as the kernel module.
 package facility
@@ -9,6 +9,7 @@ package facility
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,9 +36,9 @@ func Now() uint64 {
 	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
 }
 
-// ErrUnsaved is returned by On when the buffers hold a trace that was never
-// written with Get.
-var ErrUnsaved = errors.New("the buffers hold a trace that was not written yet: run `swtrace get` first, or `swtrace on --discard` to drop it")
+// ErrUnsaved is returned by On, Init and SetMode when the buffers hold a
+// trace that was never written with Get.
+var ErrUnsaved = control.ErrUnsaved
 
 // Source is a running set of kernel event sources (kevents.Session).
 type Source interface {
@@ -61,7 +62,8 @@ type Facility struct {
 	state    string
 	cfg      control.Config
 	mode     int
-	contFile string
+	contFile string // the stream file's name as the client gave it (a label: never opened here)
+	owner    int    // uid that turned tracing on (-1: none)
 	rateHz   int
 	event    string
 	enabled  map[uint16]bool
@@ -78,12 +80,14 @@ type Facility struct {
 	unsaved    bool // buffers hold data not yet written
 	note       string
 
-	// Streaming (cont: everything; wrap: MTE) to a file while on.
-	stream    *nrm2.Writer
-	streamErr error
-	drainWake chan struct{}
-	drainDone chan struct{}
-	drainStop chan struct{}
+	// Streaming (cont: everything; wrap: MTE) to a file while on. The
+	// file is the descriptor the client passed at on; streamCopy is a
+	// duplicate kept to copy the finished stream out at get.
+	stream     *nrm2.Stream
+	streamCopy *os.File
+	drainWake  chan struct{}
+	drainDone  chan struct{}
+	drainStop  chan struct{}
 
 	seenMu    sync.Mutex
 	described map[uint32]bool // pids with MTE written
@@ -105,6 +109,7 @@ type Facility struct {
 func New() *Facility {
 	f := &Facility{
 		state:   control.StateFree,
+		owner:   -1,
 		mode:    control.ModeNormal,
 		rateHz:  control.DefaultRateHz,
 		enabled: map[uint16]bool{trace.MajorSys: true, trace.MajorMTE: true, trace.MajorTprof: true},
@@ -144,7 +149,10 @@ func (f *Facility) Init(cfg control.Config) error {
 
 func (f *Facility) initLocked(cfg control.Config) error {
 	if f.state == control.StateOn {
-		return errors.New("tracing is on: run `swtrace off` first")
+		return control.ErrTracingOn
+	}
+	if f.unsaved {
+		return ErrUnsaved
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -166,6 +174,7 @@ func (f *Facility) initLocked(cfg control.Config) error {
 		tr = append(tr, t)
 		mt = append(mt, m)
 	}
+	f.closeStream()
 	f.cfg = cfg
 	f.trace, f.mte = tr, mt
 	f.state = control.StateInitialized
@@ -205,8 +214,10 @@ func (f *Facility) Disable(majors []uint16) error {
 	return nil
 }
 
-// SetMode selects the mode and, for wrap and cont, the file the facility
-// streams to. The buffers are reallocated in the new mode if they exist.
+// SetMode selects the mode and, for wrap and cont, the name of the file
+// the facility streams to. The name is a label: the client opens the file
+// and passes it to On. The buffers are reallocated in the new mode if they
+// exist.
 func (f *Facility) SetMode(mode int, contFile string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -224,7 +235,7 @@ func (f *Facility) SetMode(mode int, contFile string) error {
 			return fmt.Errorf("stream file %q must be an absolute path", contFile)
 		}
 	}
-	if f.unsaved && mode != f.mode {
+	if f.unsaved {
 		return ErrUnsaved
 	}
 	f.mode = mode
@@ -250,10 +261,28 @@ func (f *Facility) SetRate(hz int, event string) error {
 	return nil
 }
 
-// On starts tracing.
-func (f *Facility) On() error {
+// On starts tracing for the user uid. In wrap and cont modes stream is the
+// file to stream to, opened by the client (the facility owns it from here;
+// it is closed on every error).
+func (f *Facility) On(stream *os.File, uid int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	err := f.onLocked(stream, uid)
+	if err != nil && stream != nil && f.stream == nil {
+		stream.Close()
+	}
+	return err
+}
+
+func (f *Facility) onLocked(stream *os.File, uid int) error {
+	if f.mode != control.ModeNormal {
+		if stream == nil {
+			return fmt.Errorf("%s mode streams to a file: the client must pass it (swtrace opens the file named by `swtrace mode`)", control.ModeName(f.mode))
+		}
+		if err := control.CheckRegular(stream); err != nil {
+			return err
+		}
+	}
 	switch f.state {
 	case control.StateOn:
 		return errors.New("tracing is already on")
@@ -273,10 +302,13 @@ func (f *Facility) On() error {
 	f.sampled = map[uint32]bool{}
 	f.startWall = uint64(time.Now().UnixNano())
 	f.startClock = Now()
-	f.kallsyms, _ = os.ReadFile("/proc/kallsyms")
+	f.kallsyms = nil
+	if f.mode == control.ModeNormal {
+		f.kallsyms = nrm2.ReadKallsyms() // streams read their own in the background
+	}
 
 	if f.mode != control.ModeNormal {
-		if err := f.startStream(); err != nil {
+		if err := f.startStream(stream); err != nil {
 			return err
 		}
 	}
@@ -301,6 +333,7 @@ func (f *Facility) On() error {
 	f.src = src
 	f.state = control.StateOn
 	f.unsaved = true
+	f.owner = uid
 	t := scanTime
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
@@ -406,20 +439,20 @@ func (f *Facility) header() nrm2.Header {
 	}
 }
 
-// startStream opens the stream file for cont and wrap modes and starts the drainer.
-func (f *Facility) startStream() error {
-	w, err := nrm2.Create(f.contFile, f.header())
+// startStream starts streaming into the client's file and the drainer.
+func (f *Facility) startStream(file *os.File) error {
+	dup, err := unix.FcntlInt(file.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
+		return fmt.Errorf("keep the stream file: %w", err)
+	}
+	st, err := nrm2.StartStream(file, f.header())
+	if err != nil {
+		unix.Close(dup)
 		return err
 	}
-	if len(f.kallsyms) > 0 {
-		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, f.kallsyms); err != nil {
-			w.Abort()
-			return err
-		}
-	}
-	f.stream = w
-	f.streamErr = nil
+	f.closeStream()
+	f.stream = st
+	f.streamCopy = os.NewFile(uintptr(dup), file.Name())
 	f.drainWake = make(chan struct{}, 1)
 	f.drainStop = make(chan struct{})
 	f.drainDone = make(chan struct{})
@@ -467,9 +500,7 @@ func (f *Facility) drainOnce() {
 func (f *Facility) drainBuf(kind uint32, cpu int, b *tracebuf.Buffer) {
 	segs := b.Take()
 	for _, s := range segs {
-		if f.streamErr == nil && len(s.Data) > 0 {
-			f.streamErr = f.stream.WriteChunk(kind, uint32(cpu), s.Data)
-		}
+		f.stream.Chunk(kind, cpu, s.Data)
 	}
 	b.Release(segs)
 }
@@ -499,11 +530,11 @@ func (f *Facility) finishStream() error {
 			f.drainBuf(nrm2.ChunkTrace, cpu, f.trace[cpu])
 		}
 	}
-	err := f.streamErr
-	if cerr := f.stream.Close(f.flags(), f.stats()); err == nil {
-		err = cerr
-	}
+	err := f.stream.Finish(f.flags(), f.stats())
 	f.stream = nil
+	if err != nil {
+		f.note = "the stream file could not be written in full: " + err.Error() + " (the records that did not fit are counted as lost; the file ends on its last complete chunk)"
+	}
 	return err
 }
 
@@ -512,6 +543,15 @@ func (f *Facility) abortStream() {
 		f.stopDrainer()
 		f.stream.Abort()
 		f.stream = nil
+	}
+}
+
+// closeStream drops the stream file and its copy.
+func (f *Facility) closeStream() {
+	f.abortStream()
+	if f.streamCopy != nil {
+		f.streamCopy.Close()
+		f.streamCopy = nil
 	}
 }
 
@@ -538,92 +578,89 @@ func (f *Facility) stats() []nrm2.CPUStats {
 	return out
 }
 
-// Get writes the trace to path (absolute). uid/gid, if not -1, own the file.
-func (f *Facility) Get(path string, uid, gid int) error {
+// Get writes the trace into w, a file the client opened. In wrap and cont
+// modes w may be nil: the trace is completed in the stream file itself.
+// The facility owns w.
+func (f *Facility) Get(w *os.File) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	err := f.getLocked(w)
+	if w != nil && (err != nil || f.mode != control.ModeNormal) {
+		w.Close()
+	}
+	return err
+}
+
+func (f *Facility) getLocked(w *os.File) error {
 	switch f.state {
 	case control.StateOn:
-		return errors.New("tracing is on: run `swtrace off` first (get does not snapshot a running trace)")
+		return control.Errorf(control.ErrTracingOn, "tracing is on: run `swtrace off` first (get does not snapshot a running trace)")
 	case control.StateFree, control.StateInitialized:
-		return errors.New("there is no trace to write: run `swtrace on` and `swtrace off` first")
+		return control.ErrNoTrace
 	}
-	if !filepath.IsAbs(path) {
-		return fmt.Errorf("output path %q must be absolute", path)
+	if w != nil {
+		if err := control.CheckRegular(w); err != nil {
+			return err
+		}
 	}
 	var err error
-	switch f.mode {
-	case control.ModeNormal:
-		err = f.writeFile(path)
-	case control.ModeWrap:
+	switch {
+	case f.mode == control.ModeNormal:
+		if w == nil {
+			return errors.New("normal mode: get needs a file to write to")
+		}
+		err = nrm2.WriteTrace(w, f.snapshot())
+	case f.streamCopy == nil:
+		return errors.New("the stream file of this trace is gone (freed or re-initialized)")
+	default:
 		if f.stream != nil {
 			err = f.finishStream()
 		}
-		if err == nil && path != f.contFile {
-			err = moveFile(f.contFile, path)
-		}
-	case control.ModeCont:
-		if path != f.contFile {
-			err = copyFile(f.contFile, path)
+		if err == nil && w != nil {
+			err = copyTrace(w, f.streamCopy)
 		}
 	}
 	if err != nil {
 		return err
-	}
-	if uid >= 0 {
-		_ = os.Chown(path, uid, gid)
 	}
 	f.unsaved = false
 	return nil
 }
 
-func (f *Facility) writeFile(path string) error {
-	w, err := nrm2.Create(path, f.header())
-	if err != nil {
-		return err
-	}
-	if len(f.kallsyms) > 0 {
-		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, f.kallsyms); err != nil {
-			w.Abort()
-			return err
-		}
-	}
-	for cpu := 0; cpu < f.ncpu; cpu++ {
-		for _, seg := range f.mte[cpu].Snapshot() {
-			if err := w.WriteChunk(nrm2.ChunkMTE, uint32(cpu), seg); err != nil {
-				w.Abort()
-				return err
+func (f *Facility) snapshot() *nrm2.Snapshot {
+	return &nrm2.Snapshot{
+		Header:   f.header(),
+		Kallsyms: f.kallsyms,
+		Segments: func(cpu int, kind uint32, fn func([]byte) error) error {
+			b := f.trace[cpu]
+			if kind == nrm2.ChunkMTE {
+				b = f.mte[cpu]
 			}
-		}
-		for _, seg := range f.trace[cpu].Snapshot() {
-			if err := w.WriteChunk(nrm2.ChunkTrace, uint32(cpu), seg); err != nil {
-				w.Abort()
-				return err
+			for _, seg := range b.Snapshot() {
+				if err := fn(seg); err != nil {
+					return err
+				}
 			}
-		}
+			return nil
+		},
+		Flags: f.flags(),
+		Stats: f.stats(),
 	}
-	return w.Close(f.flags(), f.stats())
 }
 
-func moveFile(from, to string) error {
-	if err := os.Rename(from, to); err == nil {
-		return nil
-	}
-	if err := copyFile(from, to); err != nil {
-		return err
-	}
-	return os.Remove(from)
-}
-
-func copyFile(from, to string) error {
-	b, err := os.ReadFile(from)
+// copyTrace streams a finished stream file into the client's file.
+func copyTrace(w, from *os.File) error {
+	fi, err := from.Stat()
 	if err != nil {
-		return fmt.Errorf("read streamed trace: %w", err)
+		return fmt.Errorf("stat the stream file: %w", err)
 	}
-	if err := os.WriteFile(to, b, 0o644); err != nil {
-		return fmt.Errorf("write trace: %w", err)
+	if err := w.Truncate(0); err != nil {
+		return fmt.Errorf("truncate %s: %w", w.Name(), err)
 	}
-	return nil
+	if _, err := io.CopyBuffer(w, io.NewSectionReader(from, 0, fi.Size()), make([]byte, 1<<20)); err != nil {
+		return fmt.Errorf("copy the trace into %s: %w", w.Name(), err)
+	}
+	return w.Sync()
 }
 
 // Info reports the facility's state.
@@ -641,6 +678,13 @@ func (f *Facility) Info() (*control.Status, error) {
 		ContFile:     f.contFile,
 		StoppedFull:  f.full,
 		Note:         f.note,
+		Owner:        f.owner,
+	}
+	if f.stream != nil {
+		if err := f.stream.Err(); err != nil {
+			lt, lm := f.stream.Lost()
+			st.StreamError = fmt.Sprintf("%v: %d trace and %d MTE records dropped so far (counted as lost)", err, lt, lm)
+		}
 	}
 	for m := range f.enabled {
 		st.Enabled = append(st.Enabled, m)
@@ -664,9 +708,10 @@ func (f *Facility) Free() error {
 	if f.state == control.StateOn {
 		err = f.offLocked()
 	}
-	f.abortStream()
+	f.closeStream()
 	f.trace, f.mte = nil, nil
 	f.state = control.StateFree
+	f.owner = -1
 	f.unsaved = false
 	f.full = false
 	return err
@@ -708,6 +753,13 @@ func (f *Facility) Idle() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state != control.StateOn && !f.unsaved
+}
+
+// Owner returns the uid that turned the held trace on, or -1.
+func (f *Facility) Owner() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.owner
 }
 
 // State returns the current state name.

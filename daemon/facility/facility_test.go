@@ -1,8 +1,11 @@
 package facility
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +35,46 @@ func newFake(t *testing.T) (*Facility, *Sink, *kevents.Options) {
 		return nil
 	}
 	return f, &sink, &opts
+}
+
+// on turns tracing on as a client does: the stream file of wrap and cont
+// modes is created by the caller and passed in.
+func on(t testing.TB, f *Facility) error {
+	t.Helper()
+	var stream *os.File
+	if f.mode != control.ModeNormal {
+		var err error
+		if stream, err = control.CreateTraceFile(f.contFile); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f.On(stream, os.Getuid())
+}
+
+// get writes the trace to path as a client does (path "" completes a
+// stream in place).
+func get(t testing.TB, f *Facility, path string) error {
+	t.Helper()
+	if path == "" {
+		return f.Get(nil)
+	}
+	w, err := control.CreateTraceFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Get(w)
+}
+
+// waitFor polls cond until it holds (or fails the test after 10 s).
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func ticks(s Sink, cpu, from, n int) {
@@ -68,23 +111,20 @@ func TestNormalModeStopsWhenFull(t *testing.T) {
 	if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.On(); err != nil {
+	if err := on(t, f); err != nil {
 		t.Fatal(err)
 	}
 	if opts.RateHz != control.DefaultRateHz {
 		t.Fatalf("tprof rate %d passed to the sources", opts.RateHz)
 	}
 	ticks(*sink, 0, 0, 2000)
-	deadline := time.Now().Add(5 * time.Second)
-	for f.State() == control.StateOn && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "tracing to stop", func() bool { return f.State() != control.StateOn })
 	st, _ := f.Info()
 	if st.State != control.StateOff || !st.StoppedFull || !st.CPUs[0].Full {
 		t.Fatalf("after filling: %+v", st)
 	}
 	path := filepath.Join(t.TempDir(), "n.nrm2")
-	if err := f.Get(path, -1, -1); err != nil {
+	if err := get(t, f, path); err != nil {
 		t.Fatal(err)
 	}
 	file, seq, mte, _ := decode(t, path)
@@ -116,7 +156,7 @@ func TestWrapModeKeepsNewestAndAllMTE(t *testing.T) {
 	if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.On(); err != nil {
+	if err := on(t, f); err != nil {
 		t.Fatal(err)
 	}
 	const n = 5000
@@ -124,15 +164,15 @@ func TestWrapModeKeepsNewestAndAllMTE(t *testing.T) {
 	// Far more MTE than the 4K MTE buffer holds: it must all reach the file.
 	for i := 0; i < 500; i++ {
 		(*sink).MTE(1, trace.MTEThreadName, Now(), []uint64{42, uint64(1000 + i)}, "thread-name-xxxxxxxx")
-		if i%50 == 0 {
-			time.Sleep(20 * time.Millisecond) // let the drainer run, as time passes in a real trace
+		if i%50 == 0 { // let the drainer take the full MTE segments, as time passes in a real trace
+			waitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 2048 })
 		}
 	}
 	if err := f.Off(); err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "final.nrm2")
-	if err := f.Get(out, -1, -1); err != nil {
+	if err := get(t, f, out); err != nil {
 		t.Fatal(err)
 	}
 	file, seq, mte, _ := decode(t, out)
@@ -167,13 +207,14 @@ func TestContModeLosesNothing(t *testing.T) {
 	if err := f.Init(control.Config{TraceBufSize: 256 << 10, MTEBufSize: 4096}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.On(); err != nil {
+	if err := on(t, f); err != nil {
 		t.Fatal(err)
 	}
 	const n = 100000 // about 12 times the buffer
 	for i := 0; i < n; i += 1000 {
 		ticks(*sink, 0, i, 1000)
-		time.Sleep(time.Millisecond) // a producer slower than memory, as a real one is
+		// a producer slower than memory, as a real one is: wait for the drain
+		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.CPUs[0].Used < 128<<10 })
 	}
 	if err := f.Off(); err != nil {
 		t.Fatal(err)
@@ -188,7 +229,7 @@ func TestContModeLosesNothing(t *testing.T) {
 		}
 	}
 	// get to another name copies the finished file.
-	if err := f.Get(filepath.Join(dir, "copy.nrm2"), -1, -1); err != nil {
+	if err := get(t, f, filepath.Join(dir, "copy.nrm2")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -196,10 +237,10 @@ func TestContModeLosesNothing(t *testing.T) {
 func TestGuards(t *testing.T) {
 	f, sink, _ := newFake(t)
 	path := filepath.Join(t.TempDir(), "g.nrm2")
-	if err := f.Get(path, -1, -1); err == nil || !strings.Contains(err.Error(), "no trace") {
+	if err := get(t, f, path); err == nil || !strings.Contains(err.Error(), "no trace") {
 		t.Fatalf("get before on: %v", err)
 	}
-	if err := f.On(); err != nil { // on before init: defaults
+	if err := on(t, f); err != nil { // on before init: defaults
 		t.Fatal(err)
 	}
 	st, _ := f.Info()
@@ -207,7 +248,7 @@ func TestGuards(t *testing.T) {
 		t.Fatalf("defaults not used: %+v", st)
 	}
 	ticks(*sink, 0, 0, 10)
-	if err := f.Get(path, -1, -1); err == nil {
+	if err := get(t, f, path); err == nil {
 		t.Fatal("get while on accepted")
 	}
 	if err := f.Init(control.Config{}); err == nil {
@@ -222,10 +263,26 @@ func TestGuards(t *testing.T) {
 	if err := f.Off(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.On(); err != ErrUnsaved {
+	if err := on(t, f); err != ErrUnsaved {
 		t.Fatalf("on over an unsaved trace: %v", err)
 	}
-	if err := f.Get(path, -1, -1); err != nil {
+	if err := f.Init(control.Config{}); !errors.Is(err, control.ErrUnsaved) {
+		t.Fatalf("init over an unsaved trace: %v", err)
+	}
+	if err := f.SetMode(control.ModeNormal, ""); !errors.Is(err, control.ErrUnsaved) {
+		t.Fatalf("mode over an unsaved trace: %v", err)
+	}
+	// A FIFO (or any non-regular file) passed to get is refused at once,
+	// never written to (a writer would block with the facility locked).
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := f.Get(w); !errors.Is(err, control.ErrBadFile) {
+		t.Fatalf("get into a pipe: %v", err)
+	}
+	if err := get(t, f, path); err != nil {
 		t.Fatal(err)
 	}
 	_, seq, _, _ := decode(t, path)
@@ -243,7 +300,7 @@ func TestGuards(t *testing.T) {
 	if hooks != 1 {
 		t.Fatalf("%d hook records", hooks)
 	}
-	if err := f.On(); err != nil {
+	if err := on(t, f); err != nil {
 		t.Fatalf("on after get: %v", err)
 	}
 	if err := f.Free(); err != nil {
@@ -269,7 +326,7 @@ func BenchmarkContDrain(b *testing.B) {
 	if err := f.Init(control.Config{TraceBufSize: 4 << 20, MTEBufSize: 64 << 10}); err != nil {
 		b.Fatal(err)
 	}
-	if err := f.On(); err != nil {
+	if err := on(b, f); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -307,7 +364,7 @@ func TestIdle(t *testing.T) {
 	if !f.Idle() {
 		t.Fatal("a new facility is not idle")
 	}
-	if err := f.On(); err != nil {
+	if err := on(t, f); err != nil {
 		t.Fatal(err)
 	}
 	ticks(*sink, 0, 0, 3)
@@ -320,10 +377,113 @@ func TestIdle(t *testing.T) {
 	if f.Idle() {
 		t.Fatal("idle while holding an unsaved trace: the daemon would exit and lose it")
 	}
-	if err := f.Get(filepath.Join(t.TempDir(), "i.nrm2"), -1, -1); err != nil {
+	if err := get(t, f, filepath.Join(t.TempDir(), "i.nrm2")); err != nil {
 		t.Fatal(err)
 	}
 	if !f.Idle() {
 		t.Fatal("not idle after the trace was written")
+	}
+}
+
+// A full file system in continuous mode: the write error shows in Info at
+// once, records that cannot be written are counted as lost, and the file
+// ends on a complete chunk with its statistics and END chunk (the writer
+// keeps their room allocated), so it reads back.
+func TestContModeFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root to mount a small tmpfs")
+		}
+		t.Skip("skipped: needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a 1 MB tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	f, sink, _ := newFake(t)
+	path := filepath.Join(dir, "cont.nrm2")
+	if err := f.SetMode(control.ModeCont, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for i := 0; ; i++ {
+		ticks(*sink, 0, sent, 200)
+		sent += 200
+		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.CPUs[0].Used < 16<<10 })
+		if st, _ := f.Info(); st.StreamError != "" {
+			if !strings.Contains(st.StreamError, "no space") {
+				t.Fatalf("stream error: %s", st.StreamError)
+			}
+			break
+		}
+		if i > 10000 {
+			t.Fatal("the 1 MB file system never filled")
+		}
+	}
+	ticks(*sink, 0, sent, 5000) // after the error: counted, not written
+	sent += 5000
+	err := f.Off()
+	if err == nil || !strings.Contains(err.Error(), "no space") {
+		t.Fatalf("off after a full disk: %v", err)
+	}
+	file, seq, _, _ := decode(t, path)
+	if file.Header.Flags&nrm2.FlagWriteError == 0 || file.Header.Flags&nrm2.FlagComplete == 0 {
+		t.Fatalf("header flags %#x: want write-error and complete", file.Header.Flags)
+	}
+	lost := file.Stats[0].Lost
+	if uint64(len(seq))+lost < uint64(sent) || lost == 0 {
+		t.Fatalf("%d ticks in the file + %d counted lost < %d sent", len(seq), lost, sent)
+	}
+	for i, v := range seq {
+		if v != uint64(i) {
+			t.Fatalf("tick %d is %d: the file must hold the first ticks, in order", i, v)
+		}
+	}
+	t.Logf("1 MB file system: %d ticks written, %d counted lost", len(seq), lost)
+}
+
+// Wrap and cont cycles with mode changes in between leave no stream file
+// descriptor behind (a wrap stream leaked one per mode change).
+func TestStreamsDoNotLeakDescriptors(t *testing.T) {
+	f, sink, _ := newFake(t)
+	dir := t.TempDir()
+	count := func() int { ents, _ := os.ReadDir("/proc/self/fd"); return len(ents) }
+	before := count()
+	for i := 0; i < 5; i++ {
+		for _, mode := range []int{control.ModeWrap, control.ModeCont} {
+			path := filepath.Join(dir, "s.nrm2")
+			if err := f.SetMode(mode, path); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
+				t.Fatal(err)
+			}
+			if err := on(t, f); err != nil {
+				t.Fatal(err)
+			}
+			ticks(*sink, 0, 0, 100)
+			if err := f.Off(); err != nil {
+				t.Fatal(err)
+			}
+			if err := get(t, f, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.SetMode(control.ModeNormal, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := f.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if after := count(); after > before {
+		t.Fatalf("%d descriptors open after 10 stream cycles, %d before", after, before)
 	}
 }

@@ -343,10 +343,17 @@ func formatOffsets(dir, event string) (uint64, map[string][2]int, error) {
 					}
 				}
 			case strings.HasPrefix(part, "offset:"):
-				off, _ = strconv.Atoi(strings.TrimPrefix(part, "offset:"))
+				if off, err = strconv.Atoi(strings.TrimPrefix(part, "offset:")); err != nil {
+					return 0, nil, fmt.Errorf("tracepoint %s: bad field line %q: %w", event, line, err)
+				}
 			case strings.HasPrefix(part, "size:"):
-				size, _ = strconv.Atoi(strings.TrimPrefix(part, "size:"))
+				if size, err = strconv.Atoi(strings.TrimPrefix(part, "size:")); err != nil {
+					return 0, nil, fmt.Errorf("tracepoint %s: bad field line %q: %w", event, line, err)
+				}
 			}
+		}
+		if name == "" {
+			return 0, nil, fmt.Errorf("tracepoint %s: field line without a name: %q", event, line)
 		}
 		fields[name] = [2]int{off, size}
 	}

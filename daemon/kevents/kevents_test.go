@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -242,5 +243,27 @@ garbage line
 	}
 	if len(got) != 2 || got[0] != "/usr/bin/my prog" || got[1] != "[vdso]" {
 		t.Fatalf("executable mappings %q", got)
+	}
+}
+
+// A tracepoint format the parser cannot read is an error, never a field at
+// offset 0 (which would decode garbage from every record).
+func TestFormatOffsetsRejectsBadFields(t *testing.T) {
+	dir := t.TempDir()
+	ev := filepath.Join(dir, "events", "sched", "sched_switch")
+	if err := os.MkdirAll(ev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(ev, "id"), []byte("316\n"), 0o644)
+	good := "format:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;\n"
+	os.WriteFile(filepath.Join(ev, "format"), []byte(good), 0o644)
+	id, f, err := formatOffsets(dir, "sched/sched_switch")
+	if err != nil || id != 316 || f["prev_pid"] != [2]int{24, 4} {
+		t.Fatalf("good format: id %d fields %v err %v", id, f, err)
+	}
+	bad := "format:\n\tfield:pid_t prev_pid;\toffset:x24;\tsize:4;\tsigned:1;\n"
+	os.WriteFile(filepath.Join(ev, "format"), []byte(bad), 0o644)
+	if _, _, err := formatOffsets(dir, "sched/sched_switch"); err == nil || !strings.Contains(err.Error(), "prev_pid") {
+		t.Fatalf("bad offset accepted: %v", err)
 	}
 }

@@ -5,7 +5,6 @@
 package server
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,13 +27,49 @@ import (
 // Version of the daemon protocol.
 const Version = "1"
 
-// Peer identifies the connected client.
+// Peer identifies the connected client (SO_PEERCRED).
 type Peer struct {
 	PID, UID, GID int
 }
 
+// Root reports whether the peer is root.
+func (p Peer) Root() bool { return p.UID == 0 }
+
+// Request is one request as a handler sees it: who sent it, its arguments
+// and the files it carried (opened by the client with its own rights).
+type Request struct {
+	Peer
+	Args  json.RawMessage
+	files []*os.File
+}
+
+// File takes the i-th file the request carried (nil if none): the handler
+// owns it from here. Files not taken are closed after the handler returns.
+func (r *Request) File(i int) *os.File {
+	if i >= len(r.files) {
+		return nil
+	}
+	f := r.files[i]
+	r.files[i] = nil
+	return f
+}
+
 // Handler serves one extra op. args is the request's raw arguments.
 type Handler func(p Peer, args json.RawMessage) (any, error)
+
+// RequestHandler serves one extra op with access to the request's files.
+type RequestHandler func(r *Request) (any, error)
+
+// Limits of the control socket.
+const (
+	// MaxConnsPerUID caps the connections one user holds open at once
+	// (root included): a flood of connections must not exhaust the
+	// daemon's descriptors and take the trace down with it.
+	MaxConnsPerUID = 64
+	// RequestTimeout bounds the reading of one request once its first
+	// byte has arrived.
+	RequestTimeout = 30 * time.Second
+)
 
 // Server serves the control socket.
 type Server struct {
@@ -43,23 +78,42 @@ type Server struct {
 	Group    string        // if set, members of this group may connect
 	IdleExit time.Duration // exit after this long with nothing traced (0: never)
 	Log      func(format string, args ...any)
+	// User marks a user's own agent (pitraced --user, not root): it hosts
+	// services for its user and refuses the trace facility's ops.
+	User bool
 
 	mu       sync.Mutex
-	handlers map[string]Handler
+	handlers map[string]RequestHandler
+	conns    map[int]int // open connections per uid
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
 	once     sync.Once
+	shutdown []func()
+	busy     []func() bool
 }
 
 // Handle registers an extra op.
 func (s *Server) Handle(op string, h Handler) {
+	s.HandleRequest(op, func(r *Request) (any, error) { return h(r.Peer, r.Args) })
+}
+
+// HandleRequest registers an extra op that may take the request's files.
+func (s *Server) HandleRequest(op string, h RequestHandler) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.handlers == nil {
-		s.handlers = map[string]Handler{}
+		s.handlers = map[string]RequestHandler{}
 	}
 	s.handlers[op] = h
+}
+
+// OnShutdown registers work to do when the daemon exits (services stop
+// what they host).
+func (s *Server) OnShutdown(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.shutdown = append(s.shutdown, fn)
 }
 
 func (s *Server) logf(format string, args ...any) {
@@ -79,12 +133,14 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("another pitraced is already listening on %s", s.Path)
 	}
 	_ = os.Remove(s.Path)
+	raiseNoFile()
 	old := unix.Umask(0o177)
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.Path, Net: "unix"})
 	unix.Umask(old)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.Path, err)
 	}
+	ln.SetUnlinkOnClose(false)
 	if s.Group != "" {
 		g, err := user.LookupGroup(s.Group)
 		if err != nil {
@@ -104,14 +160,27 @@ func (s *Server) Listen() error {
 	s.ln = ln
 	s.done = make(chan struct{})
 	s.last = time.Now()
+	s.conns = map[int]int{}
+	s.writeState()
 	return nil
 }
 
-// Serve accepts connections until Shutdown.
+// raiseNoFile lifts the soft descriptor limit to the hard one.
+func raiseNoFile() {
+	var r unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &r) == nil && r.Cur < r.Max {
+		r.Cur = r.Max
+		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &r)
+	}
+}
+
+// Serve accepts connections until Shutdown. Running out of descriptors is
+// waited out, never fatal: the daemon holds the trace.
 func (s *Server) Serve() error {
 	if s.IdleExit > 0 {
 		go s.idleWatch()
 	}
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
@@ -120,19 +189,62 @@ func (s *Server) Serve() error {
 				return nil
 			default:
 			}
+			if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.ENOMEM) {
+				if backoff == 5*time.Millisecond {
+					s.logf("accept: %v: refusing new connections for a moment", err)
+				}
+				time.Sleep(backoff)
+				if backoff < time.Second {
+					backoff *= 2
+				}
+				continue
+			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
 			return fmt.Errorf("accept: %w", err)
 		}
-		go s.serveConn(c)
+		backoff = 5 * time.Millisecond
+		peer := peerOf(c)
+		if !s.admit(peer.UID) {
+			pc := daemonproto.NewConn(c)
+			_ = pc.SetDeadline(time.Now().Add(time.Second))
+			_ = pc.Send(&daemonproto.Response{Error: fmt.Sprintf("too many connections from uid %d (at most %d at once)", peer.UID, MaxConnsPerUID), Code: control.ErrBusy.Code})
+			c.Close()
+			continue
+		}
+		go s.serveConn(c, peer)
+	}
+}
+
+func (s *Server) admit(uid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns[uid] >= MaxConnsPerUID {
+		return false
+	}
+	s.conns[uid]++
+	return true
+}
+
+func (s *Server) release(uid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns[uid]--; s.conns[uid] <= 0 {
+		delete(s.conns, uid)
 	}
 }
 
 // Shutdown stops tracing, closes the socket and makes Serve return.
 func (s *Server) Shutdown() {
 	s.once.Do(func() {
+		s.mu.Lock()
+		fns := s.shutdown
+		s.mu.Unlock()
+		for _, fn := range fns {
+			fn()
+		}
 		if st := s.Fac.State(); st == control.StateOn {
 			_ = s.Fac.Off()
 		}
@@ -141,7 +253,42 @@ func (s *Server) Shutdown() {
 			s.ln.Close()
 		}
 		_ = os.Remove(s.Path)
+		_ = os.Remove(daemonproto.StatePath(s.Path))
 	})
+}
+
+// Busy registers a test of whether a hosted service has work that would be
+// lost if the daemon exited (the idle exit waits for it).
+func (s *Server) Busy(fn func() bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy = append(s.busy, fn)
+}
+
+func (s *Server) hostsWork() bool {
+	s.mu.Lock()
+	fns := s.busy
+	s.mu.Unlock()
+	for _, fn := range fns {
+		if fn() {
+			return true
+		}
+	}
+	return false
+}
+
+// writeState records what this daemon holds, so that a client finding it
+// dead can say what was lost and start its successor with the same
+// options.
+func (s *Server) writeState() {
+	st := daemonproto.State{PID: os.Getpid(), Group: s.Group, IdleExit: s.IdleExit.String(), State: s.Fac.State(),
+		Unsaved: !s.Fac.Idle(), Owner: s.Fac.Owner(), Time: time.Now()}
+	b, _ := json.Marshal(&st)
+	p := daemonproto.StatePath(s.Path)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err == nil {
+		_ = os.Rename(tmp, p)
+	}
 }
 
 func (s *Server) idleWatch() {
@@ -156,7 +303,7 @@ func (s *Server) idleWatch() {
 		s.mu.Lock()
 		idle := time.Since(s.last)
 		s.mu.Unlock()
-		if s.Fac.Idle() && idle > s.IdleExit {
+		if s.Fac.Idle() && !s.hostsWork() && idle > s.IdleExit {
 			s.logf("idle for %s with nothing unsaved: exiting", idle.Round(time.Second))
 			s.Shutdown()
 			return
@@ -178,40 +325,58 @@ func peerOf(c *net.UnixConn) Peer {
 	return p
 }
 
-func (s *Server) serveConn(c *net.UnixConn) {
-	defer c.Close()
-	peer := peerOf(c)
-	r := bufio.NewReaderSize(c, 64<<10)
-	enc := json.NewEncoder(c)
+func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
+	pc := daemonproto.NewConn(c)
+	defer s.release(peer.UID)
+	defer pc.Close()
 	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) == 0 && err != nil {
+		// Idle connections may wait for their next request as long as
+		// they like; a request, once started, must arrive in time.
+		_ = pc.SetDeadline(time.Time{})
+		var req daemonproto.Request
+		files, err := pc.Receive(&req)
+		if err != nil {
+			if errors.Is(err, daemonproto.ErrTooLarge) {
+				_ = pc.Send(&daemonproto.Response{Error: "request too large"})
+				return
+			}
+			if strings.HasPrefix(err.Error(), "bad message") {
+				_ = pc.Send(&daemonproto.Response{Error: "bad request: " + err.Error()})
+				continue
+			}
 			return
 		}
 		s.mu.Lock()
 		s.last = time.Now()
 		s.mu.Unlock()
-		var req daemonproto.Request
+		r := &Request{Peer: peer, Args: req.Args, files: files}
 		var resp daemonproto.Response
-		if jerr := json.Unmarshal(line, &req); jerr != nil {
-			resp.Error = "bad request: " + jerr.Error()
+		result, herr := s.dispatch(r, req.Op)
+		for _, f := range r.files {
+			if f != nil {
+				f.Close()
+			}
+		}
+		if herr != nil {
+			resp.Error = herr.Error()
+			resp.Code = control.CodeOf(herr)
 		} else {
-			result, herr := s.dispatch(peer, &req)
-			if herr != nil {
-				resp.Error = herr.Error()
-			} else {
-				resp.OK = true
-				if result != nil {
-					b, merr := json.Marshal(result)
-					if merr != nil {
-						resp.OK, resp.Error = false, "encode result: "+merr.Error()
-					} else {
-						resp.Result = b
-					}
+			resp.OK = true
+			if result != nil {
+				b, merr := json.Marshal(result)
+				if merr != nil {
+					resp.OK, resp.Error = false, "encode result: "+merr.Error()
+				} else {
+					resp.Result = b
 				}
 			}
 		}
-		if err := enc.Encode(&resp); err != nil {
+		if mutating[req.Op] {
+			s.logf("uid %d pid %d: %s: %s", peer.UID, peer.PID, req.Op, okOr(herr))
+			s.writeState()
+		}
+		_ = pc.SetDeadline(time.Now().Add(RequestTimeout))
+		if err := pc.Send(&resp); err != nil {
 			return
 		}
 		if req.Op == daemonproto.OpShutdown && resp.OK {
@@ -219,6 +384,28 @@ func (s *Server) serveConn(c *net.UnixConn) {
 			return
 		}
 	}
+}
+
+func okOr(err error) string {
+	if err != nil {
+		return "refused: " + err.Error()
+	}
+	return "done"
+}
+
+// mutating ops are logged with who asked, and update the state file.
+var mutating = map[string]bool{
+	daemonproto.OpInit: true, daemonproto.OpEnable: true, daemonproto.OpDisable: true,
+	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
+	daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true,
+	daemonproto.OpShutdown: true,
+}
+
+var facilityOps = map[string]bool{
+	daemonproto.OpInit: true, daemonproto.OpEnable: true, daemonproto.OpDisable: true,
+	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
+	daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true,
+	daemonproto.OpHook: true, daemonproto.OpInfo: true,
 }
 
 func decode(args json.RawMessage, v any) error {
@@ -231,68 +418,88 @@ func decode(args json.RawMessage, v any) error {
 	return nil
 }
 
-func (s *Server) dispatch(p Peer, req *daemonproto.Request) (any, error) {
+// mayControl: only the user who turned the held trace on, or root, may stop,
+// write or free it.
+func (s *Server) mayControl(p Peer) error {
+	if owner := s.Fac.Owner(); owner >= 0 && p.UID != owner && !p.Root() {
+		return control.Errorf(control.ErrNotOwner, "the trace belongs to uid %d, who turned it on: only that user or root may stop, write or free it", owner)
+	}
+	return nil
+}
+
+func (s *Server) dispatch(r *Request, op string) (any, error) {
 	f := s.Fac
-	switch req.Op {
+	if s.User && facilityOps[op] {
+		return nil, errors.New("this is a user's own agent (pitraced --user): the trace facility without the kernel module needs the system pitraced, which runs as root (sudo swtrace ..., or ask for --group access)")
+	}
+	switch op {
 	case daemonproto.OpPing:
 		exe, _ := os.Readlink("/proc/self/exe")
 		return daemonproto.PingResult{PID: os.Getpid(), Version: Version, Stale: strings.HasSuffix(exe, " (deleted)"),
-			Busy: f.State() != control.StateFree}, nil
+			Busy: !f.Idle() || s.hostsWork()}, nil
 	case daemonproto.OpInit:
 		var a daemonproto.InitArgs
-		if err := decode(req.Args, &a); err != nil {
+		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
 		return nil, f.Init(control.Config{TraceBufSize: a.TraceBufSize, MTEBufSize: a.MTEBufSize})
 	case daemonproto.OpEnable, daemonproto.OpDisable:
 		var a daemonproto.MajorsArgs
-		if err := decode(req.Args, &a); err != nil {
+		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
-		if req.Op == daemonproto.OpEnable {
+		if op == daemonproto.OpEnable {
 			return nil, f.Enable(a.Majors)
 		}
 		return nil, f.Disable(a.Majors)
 	case daemonproto.OpMode:
 		var a daemonproto.ModeArgs
-		if err := decode(req.Args, &a); err != nil {
+		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
 		return nil, f.SetMode(a.Mode, a.File)
 	case daemonproto.OpRate:
 		var a daemonproto.RateArgs
-		if err := decode(req.Args, &a); err != nil {
+		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
 		return nil, f.SetRate(a.Hz, a.Event)
 	case daemonproto.OpOn:
-		return nil, f.On()
+		return nil, f.On(r.File(0), r.UID)
 	case daemonproto.OpOff:
-		return nil, f.Off()
-	case daemonproto.OpGet:
-		var a daemonproto.GetArgs
-		if err := decode(req.Args, &a); err != nil {
+		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err
 		}
-		return nil, f.Get(a.Path, p.UID, p.GID)
+		return nil, f.Off()
+	case daemonproto.OpGet:
+		if err := s.mayControl(r.Peer); err != nil {
+			return nil, err
+		}
+		return nil, f.Get(r.File(0))
 	case daemonproto.OpInfo:
 		return f.Info()
 	case daemonproto.OpFree:
+		if err := s.mayControl(r.Peer); err != nil {
+			return nil, err
+		}
 		return nil, f.Free()
 	case daemonproto.OpHook:
 		var a daemonproto.HookArgs
-		if err := decode(req.Args, &a); err != nil {
+		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
 		return nil, f.Hook(a.CPU, a.Time, a.Major, a.Minor, a.Words, a.Str)
 	case daemonproto.OpShutdown:
+		if !r.Root() && !(s.User && r.UID == os.Getuid()) {
+			return nil, control.Errorf(control.ErrRootOnly, "only root may shut the daemon down")
+		}
 		return nil, nil
 	}
 	s.mu.Lock()
-	h := s.handlers[req.Op]
+	h := s.handlers[op]
 	s.mu.Unlock()
 	if h != nil {
-		return h(p, req.Args)
+		return h(r)
 	}
-	return nil, fmt.Errorf("unknown op %q", req.Op)
+	return nil, fmt.Errorf("unknown op %q", op)
 }

@@ -68,8 +68,10 @@ func (t symtab) sortDedup() symtab {
 // Module is one parsed ELF file.
 type Module struct {
 	Path     string
-	Err      error // why the module could not be read (missing, not ELF, ...)
-	Stripped bool  // no .symtab: only .dynsym was available
+	Err      error  // why the module could not be read (missing, not ELF, ...)
+	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
+	Source   string // where the names came from: ".symtab", "debug file PATH", ".dynsym+.eh_frame", ...
+	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
 	syms     symtab
 	loads    []elf.ProgHeader
 	dw       *dwarf.Data
@@ -96,102 +98,14 @@ func demangled(name string) string {
 	return name
 }
 
-// elfSyms reads the function symbols of .symtab (or .dynsym) directly from
-// the section bytes: debug/elf's Symbols allocates every symbol and name,
-// which dominates post's start-up on large binaries. Names are slices of
-// one string holding the string table.
-func elfSyms(f *elf.File, dyn bool) (symtab, error) {
-	typ := elf.SHT_SYMTAB
-	if dyn {
-		typ = elf.SHT_DYNSYM
-	}
-	var sec *elf.Section
-	for _, s := range f.Sections {
-		if s.Type == typ {
-			sec = s
-			break
-		}
-	}
-	if sec == nil || sec.Type == elf.SHT_NOBITS || int(sec.Link) >= len(f.Sections) {
-		return nil, errors.New("no symbol table")
-	}
-	if f.Class != elf.ELFCLASS64 {
-		return elfSymsGeneric(f, dyn)
-	}
-	data, err := sec.Data()
-	if err != nil {
-		return nil, err
-	}
-	strb, err := f.Sections[sec.Link].Data()
-	if err != nil {
-		return nil, err
-	}
-	strs := string(strb)
-	bo := f.ByteOrder
-	const entSize = 24 // Elf64_Sym
-	out := make(symtab, 0, len(data)/entSize/2)
-	for off := entSize; off+entSize <= len(data); off += entSize {
-		e := data[off : off+entSize]
-		info := e[4]
-		st := elf.SymType(info & 0xf)
-		if st != elf.STT_FUNC && st != elf.STT_GNU_IFUNC {
-			continue
-		}
-		shndx := bo.Uint16(e[6:])
-		value := bo.Uint64(e[8:])
-		if value == 0 || elf.SectionIndex(shndx) == elf.SHN_UNDEF {
-			continue
-		}
-		nameOff := int(bo.Uint32(e[0:]))
-		if nameOff >= len(strs) {
-			continue
-		}
-		end := strings.IndexByte(strs[nameOff:], 0)
-		if end < 0 {
-			continue
-		}
-		name := strs[nameOff : nameOff+end]
-		if i := strings.IndexByte(name, '@'); i > 0 {
-			name = name[:i] // drop symbol versions
-		}
-		out = append(out, Sym{Addr: value, Size: bo.Uint64(e[16:]), Name: name})
-	}
-	return out, nil
-}
-
-func elfSymsGeneric(f *elf.File, dyn bool) (symtab, error) {
-	var syms []elf.Symbol
-	var err error
-	if dyn {
-		syms, err = f.DynamicSymbols()
-	} else {
-		syms, err = f.Symbols()
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out symtab
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) != elf.STT_FUNC && elf.ST_TYPE(s.Info) != elf.STT_GNU_IFUNC {
-			continue
-		}
-		if s.Value == 0 || s.Section == elf.SHN_UNDEF {
-			continue
-		}
-		name := s.Name
-		if i := strings.IndexByte(name, '@'); i > 0 {
-			name = name[:i]
-		}
-		out = append(out, Sym{Addr: s.Value, Size: s.Size, Name: name})
-	}
-	return out, nil
-}
-
 // buildID returns the GNU build-id note of f, if any.
 func buildID(f *elf.File) string {
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_NOTE {
 			continue
+		}
+		if p.Filesz > 1<<16 {
+			continue // notes are small; the size is untrusted
 		}
 		b := make([]byte, p.Filesz)
 		if _, err := p.ReadAt(b, 0); err != nil {
@@ -221,44 +135,85 @@ var DebugRoot = "/usr/lib/debug"
 
 func loadModule(path string) *Module {
 	m := &Module{Path: path}
-	f, err := elf.Open(path)
+	file, _, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			m.Err = fmt.Errorf("%s: missing (deleted since tracing?)", path)
 		} else {
-			m.Err = fmt.Errorf("%s: %w", path, err)
+			m.Err = fmt.Errorf("module %w", err)
 		}
 		return m
 	}
-	defer f.Close()
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		m.Err = fmt.Errorf("%s: %w", path, err)
+		return m
+	}
+	defer func() {
+		// The file is untrusted input: a malformed ELF that trips a parser
+		// costs this module its names, never post its run.
+		if p := recover(); p != nil {
+			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
+		}
+	}()
+	m.fromELF(f, true)
+	if m.dwPath == "" && f.Section(".debug_info") != nil {
+		m.dwPath = path
+	}
+	return m
+}
+
+// fromELF fills m's tables from f: .symtab, else a build-id debug file's
+// .symtab (if debugFiles), else .dynsym with the MiniDebugInfo .symtab and
+// the .eh_frame function ranges; PLT stubs always (see elfsyms.go).
+func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			m.loads = append(m.loads, p.ProgHeader)
 		}
 	}
-	syms, err := elfSyms(f, false)
-	if err != nil || len(syms) == 0 {
-		// No .symtab: a separate debug file by build-id, else .dynsym.
+	raw, _ := elfSyms(f, false)
+	m.Source = ".symtab"
+	if len(raw) == 0 && debugFiles {
 		if id := buildID(f); len(id) > 2 {
 			dbg := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
-			if df, err := elf.Open(dbg); err == nil {
-				syms, _ = elfSyms(df, false)
-				if df.Section(".debug_info") != nil {
-					m.dwPath = dbg
+			if df, _, err := openChecked(dbg, MaxModuleSize, false); err == nil {
+				if ef, err := elf.NewFile(df); err == nil {
+					raw, _ = elfSyms(ef, false)
+					if len(raw) > 0 {
+						m.Source = "debug file " + dbg
+					}
+					if ef.Section(".debug_info") != nil {
+						m.dwPath = dbg
+					}
 				}
 				df.Close()
+			} else if !errors.Is(err, os.ErrNotExist) {
+				m.Warning = "debug file " + err.Error()
 			}
 		}
-		if len(syms) == 0 {
-			m.Stripped = true
-			syms, _ = elfSyms(f, true)
+	}
+	var fdes []Sym
+	if len(raw) == 0 {
+		m.Stripped = true
+		m.Source = ".dynsym"
+		raw, _ = elfSyms(f, true)
+		mini, err := miniDebugInfo(f)
+		if err != nil {
+			m.Warning = err.Error()
+		} else if mini != nil {
+			if more, _ := elfSyms(mini, false); len(more) > 0 {
+				raw = append(raw, more...)
+				m.Source = ".gnu_debugdata+.dynsym"
+			}
+		}
+		fdes = fdeRanges(f)
+		if len(fdes) > 0 {
+			m.Source += "+.eh_frame"
 		}
 	}
-	if m.dwPath == "" && f.Section(".debug_info") != nil {
-		m.dwPath = path
-	}
-	m.syms = syms.sortDedup()
-	return m
+	m.syms = buildTable(raw, pltStubs(f), fdes)
 }
 
 // vaddr converts a file offset to the module's virtual address through its
@@ -282,6 +237,10 @@ func (m *Module) Symbol(fileOff uint64) (Sym, uint64, bool) {
 	s, ok := m.syms.find(va)
 	if !ok {
 		return Sym{}, va, false
+	}
+	if s.Name == "" { // an .eh_frame function range without a symbol
+		s.Name = fmt.Sprintf("%s+0x%x (function at 0x%x)", baseName(m.Path), fileOff-(va-s.Addr), s.Addr)
+		return s, va, true
 	}
 	s.Name = m.demangle(s.Name)
 	return s, va, true
@@ -315,12 +274,16 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 		if m.dwPath == "" {
 			return "", 0, false
 		}
-		f, err := elf.Open(m.dwPath)
+		file, _, err := openChecked(m.dwPath, MaxModuleSize, false)
+		if err != nil {
+			return "", 0, false
+		}
+		defer file.Close()
+		f, err := elf.NewFile(file)
 		if err != nil {
 			return "", 0, false
 		}
 		m.dw, err = f.DWARF()
-		f.Close()
 		if err != nil {
 			return "", 0, false
 		}
@@ -356,8 +319,9 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 
 // Cache holds parsed modules by path; each is parsed once.
 type Cache struct {
-	mu   sync.Mutex
-	mods map[string]*Module
+	mu    sync.Mutex
+	mods  map[string]*Module
+	notes []string
 	// Root, if set, is prepended to module paths (traces from another machine).
 	Root string
 }
@@ -372,20 +336,51 @@ func (c *Cache) Module(path string) *Module {
 	if m, ok := c.mods[path]; ok {
 		return m
 	}
-	m := loadModule(filepath.Join(c.Root, path))
+	file := path
+	if c.Root != "" {
+		file = filepath.Join(c.Root, filepath.Clean("/"+path)) // never climbs out of --root
+	}
+	m := loadModule(file)
 	m.Path = path
 	c.mods[path] = m
 	return m
 }
 
-// Problems lists the modules that could not be read.
+// vdso returns the vDSO image of kernel release rel (see vdso.go).
+func (c *Cache) vdso(rel string) *Module {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mods == nil {
+		c.mods = map[string]*Module{}
+	}
+	key := "[vdso] " + rel
+	if m, ok := c.mods[key]; ok {
+		return m
+	}
+	m := vdsoModule(rel)
+	c.mods[key] = m
+	return m
+}
+
+// note records a one-line warning about an input file.
+func (c *Cache) note(msg string) {
+	c.mu.Lock()
+	c.notes = append(c.notes, msg)
+	c.mu.Unlock()
+}
+
+// Problems lists, one line each, the modules that could not be read and
+// the input files that were refused or unusable.
 func (c *Cache) Problems() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []string
+	out := append([]string(nil), c.notes...)
 	for _, m := range c.mods {
 		if m.Err != nil {
-			out = append(out, m.Err.Error())
+			out = append(out, "module not read, its ticks show as module+offset: "+m.Err.Error())
+		}
+		if m.Warning != "" {
+			out = append(out, m.Path+": "+m.Warning)
 		}
 	}
 	sort.Strings(out)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,17 +13,29 @@ import (
 
 // loadPerfMap reads /tmp/perf-PID.map (written by `jcmd PID
 // Compiler.perfmap`, `node --perf-basic-prof`, ...) and /tmp/jit-PID.dump
-// (jitdump: code-load records) for pid.
+// (jitdump: code-load records) for pid. Both are untrusted: only regular
+// files of bounded size owned by the user running post or by root are
+// read (openfile.go); a refused file gives one warning line.
 func (r *Resolver) loadPerfMap(pid uint32) symtab {
 	dir := r.PerfMapDir
 	if dir == "" {
 		dir = "/tmp"
 	}
 	var out symtab
-	if b, err := os.ReadFile(filepath.Join(dir, "perf-"+strconv.Itoa(int(pid))+".map")); err == nil {
+	read := func(name string, limit int64) []byte {
+		b, err := readChecked(filepath.Join(dir, name), limit, true)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				r.Cache.note(err.Error())
+			}
+			return nil
+		}
+		return b
+	}
+	if b := read("perf-"+strconv.Itoa(int(pid))+".map", MaxPerfMapSize); b != nil {
 		out = append(out, ParsePerfMap(b)...)
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "jit-"+strconv.Itoa(int(pid))+".dump")); err == nil {
+	if b := read("jit-"+strconv.Itoa(int(pid))+".dump", MaxJitdumpSize); b != nil {
 		out = append(out, ParseJitdump(b)...)
 	}
 	return out.sortDedup()

@@ -53,6 +53,10 @@ type Resolver struct {
 	// up ("" : /tmp). Lines resolves source lines (slower).
 	PerfMapDir string
 	Lines      bool
+	// KernelRelease is the release of the kernel the trace was recorded
+	// on (its header): [vdso] addresses are named from this kernel's vDSO
+	// only when it matches (see vdso.go).
+	KernelRelease string
 }
 
 type kmod struct {
@@ -163,10 +167,15 @@ func (r *Resolver) ProcessName(pid uint32) string {
 	return fmt.Sprintf("pid_%d", pid)
 }
 
-// ThreadName returns the name of tid in pid, or "".
+// ThreadName returns the name of tid in pid: its own if a record named
+// it, else its process's (a new thread starts with its creator's comm, and
+// exec renames the thread that calls it), or "" if pid is unknown.
 func (r *Resolver) ThreadName(pid, tid uint32) string {
 	if p := r.procs[pid]; p != nil {
-		return p.Threads[tid]
+		if n, ok := p.Threads[tid]; ok && n != "" {
+			return n
+		}
+		return p.Name
 	}
 	return ""
 }
@@ -253,7 +262,13 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 	case trace.MTEFork:
 		ppid, pid, tid := uint32(rec.Field(0)), uint32(rec.Field(2)), uint32(rec.Field(3))
 		if rec.Field(4)&trace.ForkThread != 0 || pid == ppid {
-			return // a thread: shares the process
+			// A thread: shares the process, and starts with the name of
+			// the thread that created it.
+			p := r.proc(pid)
+			if n, ok := p.Threads[uint32(rec.Field(1))]; ok && n != "" {
+				p.Threads[tid] = n
+			}
+			return
 		}
 		parent := r.proc(ppid)
 		child := &Process{PID: pid, Name: parent.Name, Threads: map[uint32]string{}}
@@ -268,6 +283,7 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 		p.jit = nil
 		p.permap = nil
 		p.mapRead = false
+		clear(p.Threads) // exec leaves one thread, named after the new program
 		if i := strings.LastIndexByte(rec.Str, '/'); i >= 0 {
 			p.Name = rec.Str[i+1:]
 		} else if rec.Str != "" {
@@ -314,8 +330,16 @@ func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 		res.Module, res.Symbol, res.Offset = "JIT", p.jit[i].Name, addr-p.jit[i].Addr
 		return res
 	}
-	if seg, ok := p.seg(addr); ok && seg.Path != "" && !strings.HasPrefix(seg.Path, "[") && !strings.HasPrefix(seg.Path, "//anon") {
-		m := r.Cache.Module(seg.Path)
+	if seg, ok := p.seg(addr); ok && seg.Path != "" && !strings.HasPrefix(seg.Path, "//anon") && (!strings.HasPrefix(seg.Path, "[") || seg.Path == "[vdso]") {
+		var m *Module
+		if seg.Path == "[vdso]" {
+			m = r.Cache.vdso(r.KernelRelease)
+		} else {
+			m = r.Cache.Module(seg.Path)
+		}
+		if m.Err != nil && seg.Path == "[vdso]" {
+			return r.unnamed(res, seg, addr)
+		}
 		res.Module = seg.Path
 		fileOff := addr - seg.Start + seg.Offset
 		if m.Err == nil {
@@ -341,18 +365,23 @@ func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 		return res
 	}
 	if seg, ok := p.seg(addr); ok {
-		// Anonymous or special memory with no names (JIT code without a
-		// perf map, [vdso] ...): one row per mapping name, not per address.
-		name := seg.Path
-		if name == "" {
-			name = "[anon]"
-		}
-		res.Module = name
-		res.Symbol = name + " (no symbols)"
-		res.Offset = addr - seg.Start
-		return res
+		return r.unnamed(res, seg, addr)
 	}
 	res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
+	return res
+}
+
+// unnamed is anonymous or special memory with no names (JIT code without
+// a perf map, a [vdso] of another kernel ...): one row per mapping name,
+// not per address.
+func (r *Resolver) unnamed(res Result, seg Segment, addr uint64) Result {
+	name := seg.Path
+	if name == "" {
+		name = "[anon]"
+	}
+	res.Module = name
+	res.Symbol = name + " (no symbols)"
+	res.Offset = addr - seg.Start
 	return res
 }
 

@@ -7,9 +7,9 @@
  *           at every dispatch and around every interrupt (interrupts are
  *           factored out). A read is accum + ((rdtsc - last) & live) inside
  *           a sequence check, the same code for every metric.
- *   daemon  no module: one perf_event counter per metric and thread, read
+ *   perf    no module: one perf_event counter per metric and thread, read
  *           through the counter's mmap page.
- * $PERFINSP_BACKEND=kmod|daemon forces one; auto (or unset) takes kmod when
+ * $PERFINSP_BACKEND=kmod|perf forces one ("daemon" is accepted: its former name); auto (or unset) takes kmod when
  * /dev/pitrace can be opened.
  */
 #define _GNU_SOURCE
@@ -704,7 +704,7 @@ static int init_kmod_locked(int fd, const struct metric **ms, int n, int forced)
 		if (is_task_clock(ms[i])) {
 			close(fd);
 			return fail(PTT_EINVAL, "task-clock is a per-task counter; on the pitrace module use tsc or cpu-clock "
-				    "(or PERFINSP_BACKEND=daemon for task-clock)");
+				    "(or PERFINSP_BACKEND=perf for task-clock)");
 		}
 	int err = kmod_ptt_init(fd, ms, n);
 	if (!err) {
@@ -814,9 +814,9 @@ int PttInit(const char **names, int n)
 				return fail(PTT_EINVAL, "metric %s given twice", ms[i]->name);
 	}
 	const char *be = getenv("PERFINSP_BACKEND");
-	if (be && *be && strcmp(be, "kmod") != 0 && strcmp(be, "daemon") != 0 && strcmp(be, "auto") != 0)
-		return fail(PTT_ENOBACKEND, "unknown backend \"%s\" in $PERFINSP_BACKEND: use kmod, daemon or auto", be);
-	int force_kmod = be && strcmp(be, "kmod") == 0, force_daemon = be && strcmp(be, "daemon") == 0;
+	if (be && *be && strcmp(be, "kmod") != 0 && strcmp(be, "perf") != 0 && strcmp(be, "daemon") != 0 && strcmp(be, "auto") != 0)
+		return fail(PTT_ENOBACKEND, "unknown backend \"%s\" in $PERFINSP_BACKEND: use kmod, perf or auto", be);
+	int force_kmod = be && strcmp(be, "kmod") == 0, force_daemon = be && (strcmp(be, "perf") == 0 || strcmp(be, "daemon") == 0);
 
 	pthread_mutex_lock(&mu);
 	if (initialized) {
@@ -831,7 +831,7 @@ int PttInit(const char **names, int n)
 	}
 	pthread_once(&atfork_once, register_atfork);
 	/* The module when it is there (or forced), else the daemon backend. */
-	char why[160] = "PERFINSP_BACKEND=daemon";
+	char why[160] = "PERFINSP_BACKEND=perf";
 	if (!force_daemon) {
 		int fd = open(PITRACE_DEVICE, O_RDWR | O_CLOEXEC);
 		int err = errno;
@@ -979,7 +979,7 @@ const char *PttBackend(void)
 {
 	if (!initialized)
 		return NULL;
-	return backend == B_KMOD ? "kmod" : "daemon";
+	return backend == B_KMOD ? "kmod" : "perf";
 }
 
 int PttInterruptsFactoredOut(void)

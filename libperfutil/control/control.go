@@ -16,7 +16,7 @@ import (
 	"perfinsp/libperfutil/nrm2"
 )
 
-// Documented defaults (docs/swtrace.md).
+// Documented defaults (README: swtrace).
 const (
 	DefaultTraceBufSize = 8 << 20 // per CPU
 	DefaultMTEBufSize   = 1 << 20 // per CPU
@@ -110,6 +110,12 @@ type Status struct {
 	StoppedFull  bool        `json:"stopped_full"`
 	CPUs         []CPUStatus `json:"cpus"`
 	Note         string      `json:"note,omitempty"`
+	// Owner is the uid that turned the held trace on (-1: none); only it
+	// and root may stop, write or free it.
+	Owner int `json:"owner_uid"`
+	// StreamError says that writing the stream file failed (a full disk)
+	// and how many records were dropped since.
+	StreamError string `json:"stream_error,omitempty"`
 }
 
 // Facility is the control API of the trace facility. Every method is one
@@ -145,6 +151,12 @@ type Facility interface {
 	Close() error
 }
 
+// Noticer is implemented by backends that learn, while connecting, things
+// the user must be told (for example that the daemon died holding a trace).
+type Noticer interface {
+	Notices() []string
+}
+
 // Opener opens one backend.
 type Opener struct {
 	Name string
@@ -173,6 +185,33 @@ const EnvBackend = "PERFINSP_BACKEND"
 
 // ErrNoBackend is returned when no backend can be used.
 var ErrNoBackend = errors.New("no trace facility backend is available")
+
+// NotChosen says why each backend of higher priority than the one named
+// (the one in use) is not available here: the auto selection's reasons.
+func NotChosen(inUse string) []string {
+	mu.Lock()
+	list := make([]Opener, 0, len(openers))
+	for _, o := range openers {
+		list = append(list, o)
+	}
+	mu.Unlock()
+	var prio int
+	for _, o := range list {
+		if o.Name == inUse {
+			prio = o.Priority
+		}
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Priority > list[j].Priority })
+	var out []string
+	for _, o := range list {
+		if o.Priority > prio {
+			if ok, why := o.Available(); !ok {
+				out = append(out, o.Name+": "+why)
+			}
+		}
+	}
+	return out
+}
 
 // Open opens the backend named by name, or by $PERFINSP_BACKEND, or the
 // best available one when both are empty or "auto".

@@ -5,7 +5,6 @@
 package daemonclient
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,13 +39,29 @@ func init() {
 // Client talks to pitraced.
 type Client struct {
 	path string
-	conn net.Conn
-	r    *bufio.Reader
-	// Timeout bounds each request (get of a large trace can take a while).
-	Timeout time.Duration
+	conn *daemonproto.Conn
+	// Timeout bounds each quick request; long ones (on, off, get, free:
+	// they write files) get LongTimeout.
+	Timeout, LongTimeout time.Duration
+	notices              []string
 }
 
-// Dial connects to the daemon, starting it if it is not running and we are root.
+// EnvTimeout overrides QuickTimeout (a Go duration, e.g. 3s).
+const EnvTimeout = "PERFINSP_TIMEOUT"
+
+// Request time limits: a stopped or wedged daemon is reported in seconds.
+const (
+	QuickTimeout = 10 * time.Second
+	LongTimeout  = 5 * time.Minute
+)
+
+// Notices returns what the client found out while connecting that the
+// user must be told (a daemon that died holding a trace).
+func (c *Client) Notices() []string { return c.notices }
+
+// Dial connects to the daemon, starting it if it is not running and we are
+// root. A daemon found dead is reported (with the trace it held) and its
+// successor is started with the same options.
 func Dial() (*Client, error) {
 	path := daemonproto.SocketPath()
 	c, err := connect(path)
@@ -54,7 +69,13 @@ func Dial() (*Client, error) {
 		// A daemon whose binary was replaced (rebuilt, upgraded) and holds
 		// nothing hands over to the new one.
 		var ping daemonproto.PingResult
-		if perr := c.Call(daemonproto.OpPing, nil, &ping); perr == nil && ping.Stale && !ping.Busy && os.Geteuid() == 0 {
+		perr := c.Call(daemonproto.OpPing, nil, &ping)
+		if perr != nil {
+			c.Close()
+			return nil, perr
+		}
+		if ping.Stale && !ping.Busy && os.Geteuid() == 0 {
+			prev := readState(path)
 			_ = c.Shutdown()
 			c.Close()
 			for i := 0; i < 50; i++ {
@@ -63,23 +84,65 @@ func Dial() (*Client, error) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			if err := start(path); err != nil {
+			if err := start(path, prev); err != nil {
 				return nil, err
 			}
 			return connect(path)
 		}
-		return c, nil
+		return c, err
+	}
+	prev := readState(path)
+	var notices []string
+	if prev != nil && !alive(prev.PID) {
+		notices = append(notices, deathNotice(prev))
 	}
 	if os.Geteuid() != 0 {
-		if errors.Is(err, syscall.EACCES) || errors.Is(err, os.ErrPermission) {
-			return nil, fmt.Errorf("permission denied on %s: run swtrace as root (sudo), or ask the administrator to start pitraced with --group and add you to that group", path)
+		msg := ""
+		if len(notices) > 0 {
+			msg = notices[0] + "; "
 		}
-		return nil, fmt.Errorf("pitraced is not running (%v) and only root can start it: run with sudo, or start the service (systemctl start pitraced)", err)
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("%spermission denied on %s: run swtrace as root (sudo), or ask the administrator to start pitraced with --group and add you to that group", msg, path)
+		}
+		return nil, fmt.Errorf("%spitraced is not running (%v) and only root can start it: run with sudo, or start the service (systemctl start pitraced)", msg, err)
 	}
-	if err := start(path); err != nil {
+	if err := start(path, prev); err != nil {
 		return nil, err
 	}
-	return connect(path)
+	c, err = connect(path)
+	if c != nil {
+		c.notices = notices
+	}
+	return c, err
+}
+
+func deathNotice(st *daemonproto.State) string {
+	what := "it held no trace"
+	switch {
+	case st.State == control.StateOn:
+		what = "it was tracing: that trace was lost"
+	case st.Unsaved:
+		what = "it held a trace that was never written: that trace was lost"
+	}
+	return fmt.Sprintf("the previous pitraced (pid %d) ended without shutting down (killed or crashed) at or after %s; %s",
+		st.PID, st.Time.Format("15:04:05"), what)
+}
+
+func readState(sock string) *daemonproto.State {
+	b, err := os.ReadFile(daemonproto.StatePath(sock))
+	if err != nil {
+		return nil
+	}
+	var st daemonproto.State
+	if json.Unmarshal(b, &st) != nil || st.PID <= 0 {
+		return nil
+	}
+	return &st
+}
+
+func alive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 func connect(path string) (*Client, error) {
@@ -87,7 +150,11 @@ func connect(path string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{path: path, conn: conn, r: bufio.NewReader(conn), Timeout: 5 * time.Minute}, nil
+	quick := QuickTimeout
+	if v, err := time.ParseDuration(os.Getenv(EnvTimeout)); err == nil && v > 0 {
+		quick = v
+	}
+	return &Client{path: path, conn: daemonproto.NewConn(conn.(*net.UnixConn)), Timeout: quick, LongTimeout: LongTimeout}, nil
 }
 
 func daemonBinary() (string, error) {
@@ -107,8 +174,9 @@ func daemonBinary() (string, error) {
 	return p, nil
 }
 
-// start launches pitraced detached from this process and waits for its socket.
-func start(path string) error {
+// start launches pitraced detached from this process and waits for its
+// socket. A predecessor's group and idle exit are kept.
+func start(path string, prev *daemonproto.State) error {
 	bin, err := daemonBinary()
 	if err != nil {
 		return err
@@ -119,7 +187,16 @@ func start(path string) error {
 	if err != nil {
 		logf = nil
 	}
-	cmd := exec.Command(bin, "--socket", path, "--idle-exit", "30m")
+	args := []string{"--socket", path, "--idle-exit", "30m"}
+	if prev != nil {
+		if prev.Group != "" {
+			args = append(args, "--group", prev.Group)
+		}
+		if prev.IdleExit != "" {
+			args[3] = prev.IdleExit
+		}
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Env = os.Environ()
 	cmd.Stdin = nil
 	if logf != nil {
@@ -132,23 +209,15 @@ func start(path string) error {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("pitraced exited at start (%v): see %s", err, logPath)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("pitraced did not open %s within 5 s: see %s", path, logPath)
+	return waitSocket(path, logPath, exited)
 }
 
-// Call sends one request and decodes its result into out (may be nil).
-func (c *Client) Call(op string, args any, out any) error {
+var longOps = map[string]bool{daemonproto.OpOn: true, daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true, daemonproto.OpShutdown: true}
+
+// Call sends one request, with files the daemon is to use (opened here, with
+// this process's rights), and decodes its result into out (may be nil).
+// Errors from the daemon keep their kind (errors.Is with control's errors).
+func (c *Client) Call(op string, args any, out any, files ...*os.File) error {
 	req := daemonproto.Request{Op: op}
 	if args != nil {
 		b, err := json.Marshal(args)
@@ -157,28 +226,27 @@ func (c *Client) Call(op string, args any, out any) error {
 		}
 		req.Args = b
 	}
-	b, err := json.Marshal(&req)
-	if err != nil {
-		return fmt.Errorf("encode %s request: %w", op, err)
+	limit := c.Timeout
+	if longOps[op] {
+		limit = c.LongTimeout
 	}
-	_ = c.conn.SetDeadline(time.Now().Add(c.Timeout))
-	if _, err := c.conn.Write(append(b, '\n')); err != nil {
+	_ = c.conn.SetDeadline(time.Now().Add(limit))
+	if err := c.conn.Send(&req, files...); err != nil {
 		return fmt.Errorf("pitraced (%s) is not answering: %w", c.path, err)
 	}
-	line, err := c.r.ReadBytes('\n')
-	if err != nil {
+	var resp daemonproto.Response
+	if _, err := c.conn.Receive(&resp); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return fmt.Errorf("pitraced did not answer %s within %s", op, c.Timeout)
+			return fmt.Errorf("pitraced did not answer %s within %s: is it stopped (kill -CONT) or overloaded? (%s)", op, limit, c.path)
 		}
 		return fmt.Errorf("pitraced closed the connection during %s (did it die? see %s): %w", op, filepath.Join(filepath.Dir(c.path), "pitraced.log"), err)
 	}
-	var resp daemonproto.Response
-	if err := json.Unmarshal(line, &resp); err != nil {
-		return fmt.Errorf("bad answer from pitraced: %w", err)
-	}
 	if !resp.OK {
-		return errors.New(resp.Error)
+		if resp.Code != "" {
+			return &control.Error{Code: resp.Code, Msg: "pitraced: " + resp.Error}
+		}
+		return errors.New("pitraced: " + resp.Error)
 	}
 	if out != nil && len(resp.Result) > 0 {
 		if err := json.Unmarshal(resp.Result, out); err != nil {
@@ -206,11 +274,15 @@ func (c *Client) Disable(majors []uint16) error {
 	return c.Call(daemonproto.OpDisable, daemonproto.MajorsArgs{Majors: majors}, nil)
 }
 
-// SetMode selects the mode.
+// SetMode selects the mode. The stream file of wrap and cont modes is
+// checked here, with this process's rights; on opens it.
 func (c *Client) SetMode(mode int, file string) error {
 	if file != "" {
 		abs, err := filepath.Abs(file)
 		if err != nil {
+			return err
+		}
+		if err := control.CheckTraceTarget(abs); err != nil {
 			return err
 		}
 		file = abs
@@ -223,19 +295,54 @@ func (c *Client) SetRate(hz int, event string) error {
 	return c.Call(daemonproto.OpRate, daemonproto.RateArgs{Hz: hz, Event: event}, nil)
 }
 
-// On starts tracing.
-func (c *Client) On() error { return c.Call(daemonproto.OpOn, nil, nil) }
+// On starts tracing. In wrap and cont modes the stream file is created here,
+// with this process's rights, and passed to the daemon.
+func (c *Client) On() error {
+	st, err := c.Info()
+	if err != nil {
+		return err
+	}
+	if st.Mode == control.ModeNormal || st.State == control.StateOn {
+		return c.Call(daemonproto.OpOn, nil, nil)
+	}
+	f, err := control.CreateTraceFile(st.ContFile)
+	if err != nil {
+		return fmt.Errorf("stream file: %w", err)
+	}
+	defer f.Close()
+	return c.Call(daemonproto.OpOn, nil, nil, f)
+}
 
 // Off stops tracing.
 func (c *Client) Off() error { return c.Call(daemonproto.OpOff, nil, nil) }
 
-// Get writes the trace file.
+// Get writes the trace file: created here with this process's rights (mode
+// 0600) and passed to the daemon, which writes into it. Getting a streamed
+// trace to its own stream file completes it in place.
 func (c *Client) Get(path string) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return err
 	}
-	return c.Call(daemonproto.OpGet, daemonproto.GetArgs{Path: abs}, nil)
+	st, err := c.Info()
+	if err != nil {
+		return err
+	}
+	if st.Mode != control.ModeNormal && abs == st.ContFile {
+		return c.Call(daemonproto.OpGet, daemonproto.GetArgs{}, nil)
+	}
+	switch st.State {
+	case control.StateOn:
+		return control.Errorf(control.ErrTracingOn, "tracing is on: run `swtrace off` first (get does not snapshot a running trace)")
+	case control.StateFree, control.StateInitialized:
+		return control.ErrNoTrace
+	}
+	f, err := control.CreateTraceFile(abs)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return c.Call(daemonproto.OpGet, daemonproto.GetArgs{Path: abs}, nil, f)
 }
 
 // Info reports the state.
@@ -267,3 +374,70 @@ func (c *Client) Shutdown() error { return c.Call(daemonproto.OpShutdown, nil, n
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
+
+// DialAgent connects to the agent that hosts what must outlive a command
+// (the ptt holder, the module's stream drainer): the system pitraced when
+// this process can reach it (or, as root, start it), else the user's own
+// pitraced (started on demand, running as the user; see
+// daemonproto.UserSocketPath). The agent only ever acts on descriptors the
+// caller opened and on processes the caller may observe.
+func DialAgent() (*Client, error) {
+	sys := daemonproto.SocketPath()
+	if c, err := connect(sys); err == nil {
+		return c, nil
+	}
+	if os.Geteuid() == 0 {
+		return Dial()
+	}
+	path, err := daemonproto.UserSocketPath()
+	if err != nil {
+		return nil, err
+	}
+	if c, err := connect(path); err == nil {
+		return c, nil
+	}
+	_ = os.Remove(path) // a socket left by a dead agent of ours
+	if err := startUser(path); err != nil {
+		return nil, err
+	}
+	return connect(path)
+}
+
+// startUser starts the user's own agent.
+func startUser(path string) error {
+	bin, err := daemonBinary()
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(filepath.Dir(path), "pitraced.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("agent log %s: %w", logPath, err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "--user", "--socket", path, "--idle-exit", "1m")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return waitSocket(path, logPath, exited)
+}
+
+func waitSocket(path, logPath string, exited <-chan error) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("pitraced exited at start (%v): see %s", err, logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("pitraced did not open %s within 5 s: see %s", path, logPath)
+}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,99 +14,111 @@ import (
 
 func loadU32(p *uint32) uint32 { return atomic.LoadUint32(p) }
 
-// drainMain is the drainer process (see the package comment): it copies
-// complete segments to the stream file while tracing is on, gives them back
-// to the module, and finalizes the file when tracing stops.
-func drainMain(path string) int {
-	if err := drain(path); err != nil {
-		fmt.Fprintf(os.Stderr, "pitrace drainer %d: %v\n", os.Getpid(), err)
-		return 1
-	}
-	return 0
-}
+// OpDrain is the agent op that drains the module's wrap and cont buffers:
+// the client passes a /dev/pitrace descriptor and the stream file, both
+// opened with its own rights, and the agent (pitraced, see docs/agent.md)
+// runs Drain on them until tracing stops.
+const OpDrain = "kmod-drain"
 
-type drainer struct {
-	b    *Backend
-	ms   *mappings
-	w    *nrm2.Writer
-	mode uint32
-}
-
-func drain(path string) error {
-	b, err := Open()
+// Drain copies complete segments from the module's buffers to stream while
+// tracing is on, gives them back to the module, and completes the file when
+// tracing stops. dev is an open /dev/pitrace; Drain owns dev and stream.
+// attached is called once: with nil when Drain has attached as the module's
+// drainer, or with the error that kept it from attaching.
+func Drain(dev, stream *os.File, attached func(error)) (err error) {
+	defer dev.Close()
+	done := false
+	defer func() {
+		if !done {
+			attached(err)
+		}
+	}()
+	b, err := newBackend(dev)
 	if err != nil {
+		stream.Close()
 		return err
 	}
-	defer b.Close()
 	st, err := b.status()
 	if err != nil {
+		stream.Close()
 		return err
 	}
 	onCount := st.OnCount
 	ms, err := mapAll(b, st)
 	if err != nil {
+		stream.Close()
 		return err
 	}
 	defer ms.unmap()
-	// Create the file before attaching: a drainer that cannot write never
+	// Start the file before attaching: a drainer that cannot write never
 	// attaches, and On reports its failure instead of tracing into nothing.
-	w, err := nrm2.Create(path, header(st))
+	s, err := nrm2.StartStream(stream, header(st))
 	if err != nil {
 		return err
 	}
 	if err := b.ioctl(iocDrain, nil); err != nil {
-		w.Abort()
+		s.Abort()
 		return fmt.Errorf("attach as the drainer: %w", err)
 	}
-	// /proc/kallsyms takes long to read on a big kernel: read it while
-	// draining (segments cannot wait) and write it at the end.
-	kallsyms := make(chan []byte, 1)
-	go func() {
-		ks, _ := os.ReadFile("/proc/kallsyms")
-		kallsyms <- ks
-	}()
-	d := &drainer{b: b, ms: ms, w: w, mode: st.Mode}
+	done = true
+	attached(nil)
+	d := &drainer{b: b, ms: ms, s: s, mode: st.Mode}
 	fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
 	for {
 		if err := d.once(false); err != nil {
-			w.Abort()
+			s.Abort()
 			return err
 		}
 		st, err = b.status()
 		if err != nil {
-			w.Abort()
+			s.Abort()
 			return err
 		}
 		if st.State != stateOn || st.OnCount != onCount {
 			break
 		}
-		if _, err := unix.Poll(fds, 200); err != nil && err != unix.EINTR {
-			time.Sleep(50 * time.Millisecond)
-		}
+		_, _ = unix.Poll(fds, 200)
 	}
 	// Tracing is off: the module completed every partial segment.
 	if err := d.once(true); err != nil {
-		w.Abort()
+		s.Abort()
 		return err
-	}
-	if ks := <-kallsyms; len(ks) > 0 {
-		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, ks); err != nil {
-			w.Abort()
-			return err
-		}
 	}
 	stats, err := b.stats(st)
 	if err != nil {
 		// the buffers were freed under us: statistics from the mappings
 		stats = ms.stats()
 	}
-	if err := w.Close(0, stats); err != nil {
+	if err := s.Finish(0, stats); err != nil {
 		return err
 	}
 	if st.Mode == control.ModeCont && st.State == stateOff {
 		_ = b.ioctl(iocSaved, nil)
 	}
 	return nil
+}
+
+// IsDevice checks that f is the pitrace character device (the same device
+// number as /dev/pitrace): the agent checks descriptors clients pass.
+func IsDevice(f *os.File) error {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		return err
+	}
+	if err := unix.Stat(Device, &b); err != nil {
+		return fmt.Errorf("%s: %w", Device, err)
+	}
+	if a.Mode&unix.S_IFMT != unix.S_IFCHR || a.Rdev != b.Rdev {
+		return fmt.Errorf("the descriptor passed is not %s", Device)
+	}
+	return nil
+}
+
+type drainer struct {
+	b    *Backend
+	ms   *mappings
+	s    *nrm2.Stream
+	mode uint32
 }
 
 // once copies out the DONE segments of the drained buffers. final adds the
@@ -120,13 +131,11 @@ func (d *drainer) once(final bool) error {
 				continue
 			}
 			m := d.ms.buf(cpu, kind)
-			for _, s := range m.segments(false) {
-				if err := d.w.WriteChunk(chunkKind(kind), uint32(cpu), m.data(s)); err != nil {
-					return err
-				}
-				r := releaseArg{CPU: uint32(cpu), Kind: uint32(kind), Seg: uint32(s.idx), Seq: s.seq}
+			for _, seg := range m.segments(false) {
+				d.s.Chunk(chunkKind(kind), cpu, m.data(seg))
+				r := releaseArg{CPU: uint32(cpu), Kind: uint32(kind), Seg: uint32(seg.idx), Seq: seg.seq}
 				if err := d.b.ioctl(iocRelease, unsafe.Pointer(&r)); err != nil && err != unix.ENODATA {
-					return fmt.Errorf("give back segment %d of CPU %d: %w", s.idx, cpu, err)
+					return fmt.Errorf("give back segment %d of CPU %d: %w", seg.idx, cpu, err)
 				}
 			}
 		}

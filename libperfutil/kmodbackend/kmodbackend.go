@@ -7,13 +7,13 @@
 // that opens the device, issues one or two ioctls and exits. Get reads the
 // per-CPU buffers through read-only mappings and writes the nrm2 file.
 //
-// Wrap and cont modes need a process that copies complete segments out of
+// Wrap and cont modes need something that copies complete segments out of
 // the kernel while tracing is on (cont: every segment; wrap: the MTE
-// segments, which are never overwritten). On starts it: it re-executes the
-// running program (os.Executable) with PERFINSP_KMOD_DRAIN=<stream file>;
-// this package's init notices the variable and runs the drain loop instead
-// of the program, until tracing is turned off, then finalizes the stream
-// file and exits. Off waits for it. See docs/kmod.md.
+// segments, which are never overwritten). On hands that to the agent
+// (pitraced, the system one or the user's own): it opens a /dev/pitrace
+// descriptor and the stream file with the caller's rights and passes both;
+// the agent runs Drain until tracing is turned off and completes the file.
+// Off waits for it. See docs/agent.md and docs/kmod.md.
 package kmodbackend
 
 import (
@@ -21,33 +21,25 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/daemonclient"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
-
-// EnvDrain, when set, makes a program that links this package run the
-// drain loop for the given stream file instead of its main function.
-const EnvDrain = "PERFINSP_KMOD_DRAIN"
 
 // Priority is above the daemon backend's, so the module wins when loaded.
 const Priority = 20
 
 func init() {
-	if p := os.Getenv(EnvDrain); p != "" {
-		os.Exit(drainMain(p))
-	}
 	control.Register(control.Opener{
 		Name:      "kmod",
 		Priority:  Priority,
@@ -79,14 +71,22 @@ func Open() (*Backend, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", Device, err)
 	}
+	b, err := newBackend(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// newBackend checks that f is the pitrace device and speaks this ABI.
+func newBackend(f *os.File) (*Backend, error) {
 	b := &Backend{f: f, fd: f.Fd()}
 	var si sysinfoArg
 	if err := b.ioctl(iocSysinfo, unsafe.Pointer(&si)); err != nil {
-		f.Close()
 		return nil, fmt.Errorf("%s does not answer the pitrace system-info ioctl (%v): is it the pitrace module?", Device, err)
 	}
 	if si.ABI != ABIVersion {
-		f.Close()
 		return nil, fmt.Errorf("the loaded pitrace module speaks ABI %d, this program ABI %d: rebuild and reload the module from this source tree", si.ABI, ABIVersion)
 	}
 	return b, nil
@@ -137,9 +137,9 @@ func cstr(b []byte) string {
 }
 
 // ErrUnsaved is returned when the buffers hold a trace never written.
-var ErrUnsaved = errors.New("the buffers hold a trace that was not written yet: run `swtrace get` first, or `swtrace on --discard` to drop it")
+var ErrUnsaved = control.ErrUnsaved
 
-var errOn = errors.New("tracing is on: run `swtrace off` first")
+var errOn = control.ErrTracingOn
 
 // Init allocates the per-CPU buffers in the current mode.
 func (b *Backend) Init(cfg control.Config) error {
@@ -149,6 +149,9 @@ func (b *Backend) Init(cfg control.Config) error {
 	st, err := b.status()
 	if err != nil {
 		return err
+	}
+	if st.Flags&stUnsaved != 0 && st.State != stateOn {
+		return ErrUnsaved
 	}
 	a := initArg{TraceSize: uint64(cfg.TraceBufSize), MTESize: uint64(cfg.MTEBufSize), Mode: st.Mode}
 	err = b.ioctl(iocInit, unsafe.Pointer(&a))
@@ -210,6 +213,9 @@ func (b *Backend) SetMode(mode int, contFile string) error {
 		}
 		if len(abs) >= pathMax {
 			return fmt.Errorf("stream file path %q is too long: the limit is %d bytes", abs, pathMax-1)
+		}
+		if err := control.CheckTraceTarget(abs); err != nil {
+			return err
 		}
 		copy(a.Path[:], abs)
 	}
@@ -350,7 +356,7 @@ func (b *Backend) waitDrainer(limit time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the drainer (pid %d) did not finish the stream file within %s; see %s", st.DrainerPid, limit, drainLog())
+			return fmt.Errorf("the drainer (agent pid %d) did not finish the stream file within %s; see the agent's log (docs/agent.md)", st.DrainerPid, limit)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -489,25 +495,20 @@ func (b *Backend) Get(path string) error {
 
 func copyStream(from, to string, move bool) error {
 	if _, err := os.Stat(from); err != nil {
-		return fmt.Errorf("the stream file %s is missing (did the drainer fail? see %s): %w", from, drainLog(), err)
+		return fmt.Errorf("the stream file %s is missing (did the drainer fail? see the agent's log, docs/agent.md): %w", from, err)
 	}
 	absTo, _ := filepath.Abs(to)
 	if absTo == from {
 		return nil
-	}
-	if move {
-		if err := os.Rename(from, to); err == nil {
-			return nil
-		}
 	}
 	in, err := os.Open(from)
 	if err != nil {
 		return fmt.Errorf("read stream file: %w", err)
 	}
 	defer in.Close()
-	out, err := os.Create(to)
+	out, err := control.CreateTraceFile(absTo)
 	if err != nil {
-		return fmt.Errorf("write trace: %w", err)
+		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
 		out.Close()
@@ -561,40 +562,40 @@ func (b *Backend) stats(st *statusArg) ([]nrm2.CPUStats, error) {
 	return out, nil
 }
 
-// writeFile writes every buffer's complete segments (normal mode).
+// writeFile writes every buffer's complete segments (normal mode) into a
+// file created with the caller's rights.
 func (b *Backend) writeFile(path string, st *statusArg) error {
 	maps, err := mapAll(b, st)
 	if err != nil {
 		return err
 	}
 	defer maps.unmap()
-	w, err := nrm2.Create(path, header(st))
+	stats, err := b.stats(st)
 	if err != nil {
 		return err
 	}
-	if ks, err := os.ReadFile("/proc/kallsyms"); err == nil && len(ks) > 0 {
-		if err := w.WriteChunk(nrm2.ChunkKallsyms, 0, ks); err != nil {
-			w.Abort()
-			return err
-		}
+	f, err := control.CreateTraceFile(path)
+	if err != nil {
+		return err
 	}
-	for cpu := 0; cpu < int(st.NCPUs); cpu++ {
-		for _, kind := range []int{kindMTE, kindTrace} {
-			m := maps.buf(cpu, kind)
+	return nrm2.WriteTrace(f, &nrm2.Snapshot{
+		Header:   header(st),
+		Kallsyms: nrm2.ReadKallsyms(),
+		Segments: func(cpu int, kind uint32, fn func([]byte) error) error {
+			k := kindTrace
+			if kind == nrm2.ChunkMTE {
+				k = kindMTE
+			}
+			m := maps.buf(cpu, k)
 			for _, s := range m.segments(false) {
-				if err := w.WriteChunk(chunkKind(kind), uint32(cpu), m.data(s)); err != nil {
-					w.Abort()
+				if err := fn(m.data(s)); err != nil {
 					return err
 				}
 			}
-		}
-	}
-	stats, err := b.stats(st)
-	if err != nil {
-		w.Abort()
-		return err
-	}
-	return w.Close(0, stats)
+			return nil
+		},
+		Stats: stats,
+	})
 }
 
 func chunkKind(kind int) uint32 {
@@ -679,53 +680,35 @@ func (m *mapping) data(s segRef) []byte {
 	return m.mem[off : off+uint64(s.used)]
 }
 
-func drainLog() string { return filepath.Join(os.TempDir(), "pitrace-drain.log") }
-
-// startDrainer starts this program again as the drainer of the stream file.
+// startDrainer hands the draining of the stream file to the agent: a
+// fresh /dev/pitrace descriptor and the stream file, both opened here with
+// this process's rights, are passed over the agent's socket.
 func startDrainer(b *Backend, stream string) error {
-	exe, err := os.Executable()
+	out, err := control.CreateTraceFile(stream)
 	if err != nil {
-		return fmt.Errorf("cannot find this program to start the drainer: %w", err)
+		return fmt.Errorf("stream file: %w", err)
 	}
-	logf, err := os.OpenFile(drainLog(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	defer out.Close()
+	dev, err := os.OpenFile(Device, os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("drainer log: %w", err)
+		return fmt.Errorf("open %s for the drainer: %w", Device, err)
 	}
-	defer logf.Close()
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), EnvDrain+"="+stream)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the drainer: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		st, err := b.status()
-		if err != nil {
-			return err
-		}
-		if int(st.DrainerPid) == cmd.Process.Pid {
-			return nil
-		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the drainer exited at start (%v): %s (log: %s)", err, lastLine(drainLog()), drainLog())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	_ = cmd.Process.Kill()
-	return fmt.Errorf("the drainer did not attach within 10 s: see %s", drainLog())
-}
-
-// lastLine returns the last non-empty line of a file (a log's last message).
-func lastLine(path string) string {
-	b, err := os.ReadFile(path)
+	defer dev.Close()
+	agent, err := daemonclient.DialAgent()
 	if err != nil {
-		return "no log"
+		return fmt.Errorf("wrap and cont modes need the agent (pitraced) to drain the buffers: %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
+	defer agent.Close()
+	if err := agent.Call(OpDrain, nil, nil, dev, out); err != nil {
+		return fmt.Errorf("the agent could not start draining: %w", err)
+	}
+	// The agent attaches before answering; check it did.
+	st, err := b.status()
+	if err != nil {
+		return err
+	}
+	if st.DrainerPid == 0 {
+		return errors.New("the agent answered but did not attach as the drainer")
+	}
+	return nil
 }

@@ -120,35 +120,58 @@ func TestBadFiles(t *testing.T) {
 	}
 }
 
+// FuzzParse reads arbitrary bytes as a trace file, refusing damage and
+// salvaging it: neither panics, errors and damage name offsets inside the
+// input, the salvaging reader accepts every file whose header is good and
+// never stops on a record, and the work is bounded by the input's size.
+// The seeds (testdata/fuzz/FuzzParse, see TestFuzzCorpusIsCurrent) are a
+// good trace and its damaged shapes.
 func FuzzParse(f *testing.F) {
-	dir := f.TempDir()
-	path := filepath.Join(dir, "seed.nrm2")
-	w, _ := Create(path, Header{NCPUs: 1})
-	var tw trace.Writer
-	_ = tw.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 5, []uint64{1, 1, 0x1000, 0}, "")
-	_ = w.WriteChunk(ChunkTrace, 0, tw.Buf)
-	_ = w.Close(0, []CPUStats{{Records: 1}})
-	seed, _ := os.ReadFile(path)
-	f.Add(seed)
-	f.Add(seed[:HeaderSize])
 	f.Fuzz(func(t *testing.T, b []byte) {
-		file, err := Parse(b)
-		if err != nil {
+		strict, serr := Parse(b)
+		if serr != nil {
 			var fe *FormatError
-			if !errors.As(err, &fe) || fe.Offset < 0 || fe.Offset > int64(len(b)) {
-				t.Fatalf("error without a valid offset: %v", err)
+			if !errors.As(serr, &fe) || fe.Offset < 0 || fe.Offset > int64(len(b)) {
+				t.Fatalf("error without a valid offset: %v", serr)
 			}
+		}
+		_, herr := DecodeHeader(b)
+		file, err := ParseWith(b, Options{Salvage: true})
+		if (err != nil) != (herr != nil) {
+			t.Fatalf("salvaging reader: %v with header error %v", err, herr)
+		}
+		if err != nil {
 			return
 		}
+		if serr == nil && (len(file.Damage()) != 0 || len(file.Chunks) != len(strict.Chunks)) {
+			t.Fatalf("a file the refusing reader accepts was salvaged: %v", file.Damage())
+		}
 		n := 0
-		err = file.Records(func(r *trace.Record) error {
+		if err := file.Records(func(r *trace.Record) error {
 			n++
 			return nil
-		})
-		if err != nil {
-			var de *trace.DecodeError
-			if !errors.As(err, &de) || de.Offset < 0 || de.Offset > int64(len(b)) {
-				t.Fatalf("record error without a valid offset: %v", err)
+		}); err != nil {
+			t.Fatalf("the salvaging reader stopped: %v", err)
+		}
+		if n > len(b)/trace.HeaderSize {
+			t.Fatalf("%d records from %d bytes", n, len(b))
+		}
+		for _, d := range file.Damage() {
+			if d.Offset < 0 || d.Offset > int64(len(b)) || d.Lost < 0 || d.Lost > int64(len(b)) {
+				t.Fatalf("damage outside the input: %+v", d)
+			}
+		}
+		_ = file.Warnings()
+		if strict != nil {
+			err := strict.Records(func(r *trace.Record) error { return nil })
+			if err != nil {
+				var de *trace.DecodeError
+				if !errors.As(err, &de) || de.Offset < 0 || de.Offset > int64(len(b)) {
+					t.Fatalf("record error without a valid offset: %v", err)
+				}
+			}
+			if (err == nil) != (strict.Validate() == nil) {
+				t.Fatalf("Validate and Records disagree: %v", err)
 			}
 		}
 	})

@@ -19,7 +19,7 @@
 // state machine with interrupts factored out: metric tsc, read to the
 // instant, and perf metrics as per-CPU counters the module reads at every
 // dispatch and interrupt (current to the thread's last one; task-clock is
-// not available there). The no-module backend ("daemon", the same name as
+// not available there). The no-module backend ("perf"; formerly "daemon", the same name as
 // the trace facility's backend without the module) uses perf_event
 // per-thread counters and their mmap pages; see Guarantees for what each
 // does and does not promise. Without metrics, Init picks tsc on the module
@@ -38,7 +38,7 @@ import (
 	"perfinsp/libperfutil/kmodbackend"
 )
 
-// EnvBackend forces a backend ("kmod" or "daemon"), as for the trace facility.
+// EnvBackend forces a backend ("kmod" or "perf"), as for the trace facility.
 const EnvBackend = "PERFINSP_BACKEND"
 
 // Errors.
@@ -72,7 +72,7 @@ func KmodStatus() BackendInfo {
 
 // Backends lists the PTT backends, best first.
 func Backends() []BackendInfo {
-	return []BackendInfo{KmodStatus(), {Name: "daemon", Available: true}}
+	return []BackendInfo{KmodStatus(), {Name: "perf", Available: true, Why: "per-thread perf_event counters (no module; interrupts not factored out)"}}
 }
 
 // MetricGuarantee says how one metric is read.
@@ -138,7 +138,7 @@ func Init(metrics ...string) error {
 		return ParseMetrics(metrics)
 	}
 	// Check the names before any backend.
-	if _, err := parse("daemon"); err != nil {
+	if _, err := parse("perf"); err != nil {
 		return err
 	}
 	mu.Lock()
@@ -161,7 +161,7 @@ func Init(metrics ...string) error {
 		return nil
 	}
 	daemon := func() error {
-		m, err := parse("daemon")
+		m, err := parse("perf")
 		if err != nil {
 			return err
 		}
@@ -184,12 +184,12 @@ func Init(metrics ...string) error {
 				return err
 			}
 		}
-	case "daemon":
+	case "perf", "daemon": // "daemon": the no-module backend's former name
 		if err := daemon(); err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("unknown backend %q in $%s: use kmod, daemon or auto", name, EnvBackend)
+		return fmt.Errorf("unknown backend %q in $%s: use kmod, perf or auto", name, EnvBackend)
 	}
 	active = b
 	threads = map[int]*Thread{}

@@ -45,6 +45,9 @@ type Report struct {
 func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
 	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}}
 	rep.Lost, rep.MTELost = f.Lost()
+	if r.KernelRelease == "" {
+		r.KernelRelease = f.Header.KernelRelease // names [vdso] when this is that kernel
+	}
 	// Each (thread, address) gets one counter the first time it is seen,
 	// found again with one map lookup; the tables are per process and
 	// dropped when its mappings change (counters are kept in all).
@@ -229,9 +232,14 @@ func (rep *Report) ProcLabel(pid uint32) string {
 	return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
 }
 
-// ThreadLabel is PI's thread name form: tid_name_tid (tid in hex).
+// ThreadLabel is PI's thread name form: name_tid (tid in hex). A thread
+// no record named carries its process's name, as a new thread starts with
+// its creator's comm.
 func (rep *Report) ThreadLabel(pid, tid uint32) string {
 	n := rep.ThreadNm[[2]uint32{pid, tid}]
+	if n == "" {
+		n = rep.ProcName[pid]
+	}
 	if n == "" {
 		n = "tid"
 	}

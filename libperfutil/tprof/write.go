@@ -29,8 +29,9 @@ func (rep *Report) Warnings() []string {
 	if rep.RecordErr != nil {
 		w = append(w, "WARNING: the trace ends in a damaged record; the report covers what came before: "+rep.RecordErr.Error())
 	}
+	w = append(w, rep.File.Warnings()...) // damage the reader salvaged around
 	for _, p := range rep.Problems {
-		w = append(w, "WARNING: module not read, its ticks show as module+offset: "+p)
+		w = append(w, "WARNING: "+p) // each names its file and what follows
 	}
 	return w
 }

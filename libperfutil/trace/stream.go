@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 )
@@ -78,6 +79,48 @@ func (r *Reader) NextInto(rec *Record) (ok bool, err error) {
 		return true, nil
 	}
 }
+
+// IsTimeHigh reports whether b starts with a TIME_HIGH record header: the
+// 8 bytes that begin every segment (type and length for a 16-byte fixed
+// record, major 0x01, minor 0x1).
+func IsTimeHigh(b []byte) bool {
+	return len(b) >= TimeHighSize && bytes.Equal(b[:len(timeHighHead)], timeHighHead[:])
+}
+
+// Resync skips a record that would not decode: it moves the reader to the
+// next TIME_HIGH record of the buffer (4-byte aligned, after the current
+// record's start, not going back in time), where decoding can start again
+// as at the start of a segment. It returns the number of bytes skipped and
+// whether such a record was found; if not, the reader is at the end.
+func (r *Reader) Resync() (skipped int, found bool) {
+	from := r.off
+	minHigh := uint32(r.high >> 32)
+	for p := from + 4; p+TimeHighSize <= len(r.buf); p += 4 {
+		i := bytes.Index(r.buf[p:], timeHighHead[:])
+		if i < 0 {
+			break
+		}
+		p += i
+		if p%4 != 0 {
+			p &^= 3
+			continue
+		}
+		if p+TimeHighSize <= len(r.buf) && binary.LittleEndian.Uint32(r.buf[p+HeaderSize:]) >= minHigh {
+			r.off = p
+			return p - from, true
+		}
+	}
+	r.off = len(r.buf)
+	return len(r.buf) - from, false
+}
+
+// timeHighHead is what IsTimeHigh looks for.
+var timeHighHead = func() (h [8]byte) {
+	binary.LittleEndian.PutUint16(h[0:], TypeLen(LayoutFixed, TimeHighSize))
+	binary.LittleEndian.PutUint16(h[2:], MajorSys)
+	binary.LittleEndian.PutUint32(h[4:], SysTimeHigh)
+	return
+}()
 
 // Writer appends records to a buffer and keeps TIME_HIGH records in the
 // stream: one is written first and then whenever the upper 32 bits of the

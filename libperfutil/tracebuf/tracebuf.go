@@ -191,6 +191,8 @@ func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields 
 		return false, nil
 	}
 	if err := b.w.Write(major, minor, layout, t, fields, str); err != nil {
+		b.lost++ // a record that cannot be encoded is lost, and counted
+		b.pending++
 		return false, err
 	}
 	b.cur.Records++

@@ -25,6 +25,8 @@ const usage = `post: turn a perfinsp trace into reports
 usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [options]
 
   -r FILE        trace file (default swtrace.nrm2)
+  -strict        refuse a damaged trace file (default: read every intact chunk and
+                 segment of a file cut short or corrupted, and report what was lost)
   -show          write post.show: every record as text, MTE included, tprof ticks with their names
   -tprof         write tprof.out: ticks by process, module, thread and symbol (PI's form)
   --pprof FILE   also write a pprof profile (open with: go tool pprof -http=: FILE)
@@ -60,6 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root := fs.String("root", "", "")
 	lines := fs.Bool("lines", false, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
+	strict := fs.Bool("strict", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -85,7 +88,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !*show && !*doTprof && *pprofOut == "" && *folded == "" {
 		*doTprof = true
 	}
-	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, stdout, stderr); err != nil {
+	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, *strict, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "post:", err)
 		return 1
 	}
@@ -100,8 +103,8 @@ func create(path string) (*os.File, *bufio.Writer, error) {
 	return f, bufio.NewWriterSize(f, 1<<20), nil
 }
 
-func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root string, lines bool, stdout, stderr io.Writer) error {
-	f, err := nrm2.Open(in)
+func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root string, lines, strict bool, stdout, stderr io.Writer) error {
+	f, err := openTrace(in, strict)
 	if err != nil {
 		return err
 	}
@@ -143,8 +146,9 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 		}
 	}
 	rep := tprof.Build(f, r, onRecord)
+	warns := warnings(rep)
 	if show {
-		for _, l := range rep.Warnings() {
+		for _, l := range warns {
 			fmt.Fprintln(showW, l)
 		}
 		if err := showW.Flush(); err != nil {
@@ -152,7 +156,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 		}
 		fmt.Fprintf(stdout, "post: wrote %s\n", filepath.Join(outDir, "post.show"))
 	}
-	for _, w := range rep.Warnings() {
+	for _, w := range warns {
 		fmt.Fprintln(stderr, "post:", w)
 	}
 	if doTprof {

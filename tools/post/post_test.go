@@ -233,7 +233,7 @@ func TestBadFiles(t *testing.T) {
 	os.WriteFile(foreign, []byte("#!/bin/sh\necho not a trace\n"), 0o644)
 	for name, args := range map[string][]string{
 		"missing":   {"-r", filepath.Join(dir, "nope.nrm2")},
-		"truncated": {"-r", trunc},
+		"truncated": {"-strict", "-r", trunc},
 		"foreign":   {"-r", foreign},
 		"bad flag":  {"-frobnicate"},
 		"extra arg": {"-r", path, "oops"},

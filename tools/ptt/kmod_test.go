@@ -6,21 +6,23 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"perfinsp/libperfutil/ptt"
 )
 
 func TestKmodBackendWithoutModule(t *testing.T) {
-	if _, err := os.Stat(devPitrace); err == nil {
+	if _, err := os.Stat("/dev/pitrace"); err == nil {
 		t.Skip("the pitrace module is loaded here (the VM test covers ptt on the module)")
 	}
-	sock := sockPath(t)
+	env := agentEnv(t)
 	cmd := exec.Command(pttBin, "on", "-p", "1")
-	cmd.Env = append(os.Environ(), "PTT_SOCKET="+sock, "PERFINSP_BACKEND=kmod")
+	cmd.Env = append(env, "PERFINSP_BACKEND=kmod")
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "kmod is not available: module not loaded") {
 		t.Errorf("ptt on with PERFINSP_BACKEND=kmod and no module: %v %q", err, out)
 	}
 	cmd = exec.Command(pttBin, "on", "-p", "1")
-	cmd.Env = append(os.Environ(), "PTT_SOCKET="+sock, "PERFINSP_BACKEND=bogus")
+	cmd.Env = append(env, "PERFINSP_BACKEND=bogus")
 	out, err = cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `unknown backend "bogus"`) {
 		t.Errorf("unknown backend: %v %q", err, out)
@@ -29,10 +31,10 @@ func TestKmodBackendWithoutModule(t *testing.T) {
 
 func TestPrintDumpModule(t *testing.T) {
 	u := func(v uint64) *uint64 { return &v }
-	d := &Dump{Backend: "kmod", Metrics: []string{"tsc", "page-faults"}, Target: "pid 42", Started: time.Unix(0, 0), Note: noteKmod,
-		Threads: []ThreadDump{{Pid: 42, Tid: 43, Name: "burn", Values: map[string]uint64{"tsc": 123456, "page-faults": 77},
+	d := &ptt.Dump{Backend: "kmod", Metrics: []string{"tsc", "page-faults"}, Target: "pid 42", Started: time.Unix(0, 0), Note: "backend kmod (pitrace module): asynchronous interrupts are factored out",
+		Threads: []ptt.ThreadDump{{Pid: 42, Tid: 43, Name: "burn", Values: map[string]uint64{"tsc": 123456, "page-faults": 77},
 			Dispatches: u(5), Interrupts: u(9), InterruptTime: u(999), InterruptValues: map[string]uint64{"tsc": 999, "page-faults": 1}, Running: true}},
-		CPUs: []CPUBucket{{CPU: 0, Interrupts: 31, TSC: 5555, Values: map[string]uint64{"tsc": 5555, "page-faults": 2}}}}
+		CPUs: []ptt.CPUBucket{{CPU: 0, Interrupts: 31, TSC: 5555, Values: map[string]uint64{"tsc": 5555, "page-faults": 2}}}}
 	var b strings.Builder
 	printDump(&b, d)
 	out := b.String()

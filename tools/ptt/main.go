@@ -1,44 +1,40 @@
 // Command ptt turns PTT (per-thread metrics) on and off for a process or for
 // the whole system and dumps the per-thread values.
 //
-//	ptt on [-m metric,...] [-p pid | -a]
+//	ptt [--backend kmod|perf|auto] on [-m metric,...] [-p pid | -a]
 //	ptt dump [--json]
 //	ptt off
 //	ptt info
 //
-// `ptt on` starts a small holder process (this binary re-executed as the
-// hidden `ptt serve`) that counts every thread of the target, picks up new
-// threads by scanning /proc/PID/task, and answers `ptt dump` and `ptt off`
-// on a Unix socket only its user can reach (/run/perfinsp/ptt.sock for
-// root). On the no-module ("daemon") backend the holder opens per-thread
-// perf_event counters. On the pitrace module ("kmod") it opens /dev/pitrace,
+// The counting outlives the command: `ptt on` hands it to the agent
+// (pitraced: the system one, or the user's own; docs/agent.md), whose PTT
+// holder (daemon/ptthold) counts every thread of the target, picks up new
+// threads as they are created, and answers `ptt dump` and `ptt off` for the
+// user who turned it on. On the no-module backend (perf) the holder opens
+// per-thread perf_event counters. On the pitrace module (kmod) this command
+// opens /dev/pitrace with the user's rights and passes it; the holder
 // selects the metrics (PTT_INIT) and has the module keep a work area for
-// every thread (PTT_WATCH); `ptt dump` reads them (PTT_READ) with the per-CPU
-// interrupt buckets (PTT_STATUS). $PERFINSP_BACKEND picks the backend: kmod,
-// daemon or auto (the default: the module when it is loaded with PTT and
-// keeps every chosen metric). Without -m the metric is tsc on the module and
-// task-clock on the daemon backend.
+// every thread (PTT_WATCH); `ptt dump` reads them (PTT_READ) with the
+// per-CPU interrupt buckets (PTT_STATUS). --backend (or $PERFINSP_BACKEND)
+// picks the backend: kmod, perf or auto (the default: the module when it
+// is loaded with PTT and keeps every chosen metric). Without -m the metric
+// is tsc on the module and task-clock on perf.
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/libperfutil/daemonclient"
 	"perfinsp/libperfutil/ptt"
 )
 
@@ -63,21 +59,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// SocketPath is where the holder listens: $PTT_SOCKET, else
-// /run/perfinsp/ptt.sock for root, else a per-user directory.
-func SocketPath() string {
-	if p := os.Getenv("PTT_SOCKET"); p != "" {
-		return p
-	}
-	if os.Geteuid() == 0 {
-		return "/run/perfinsp/ptt.sock"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "perfinsp", "ptt.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("perfinsp-%d", os.Geteuid()), "ptt.sock")
-}
-
 var errNotOn = cli.Exit("ptt is not on: run ptt on first", 1)
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -86,6 +67,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Usage:     "per-thread metrics (PTT): turn on, dump, turn off",
 		Writer:    stdout,
 		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "backend", Value: "auto", EnvVars: []string{ptt.EnvBackend},
+				Usage: "kmod (the pitrace module: interrupts factored out), perf (no module: perf_event counters) or auto"},
+		},
 		Commands: []*cli.Command{
 			{
 				Name:  "on",
@@ -115,66 +100,41 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Usage:  "backends and what the active one guarantees",
 				Action: func(c *cli.Context) error { return cmdInfo(stdout) },
 			},
-			{
-				Name:   "serve",
-				Hidden: true,
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "metrics"},
-					&cli.IntFlag{Name: "pid"},
-					&cli.StringFlag{Name: "backend", Value: "daemon"},
-				},
-				Action: func(c *cli.Context) error {
-					return serve(ptt.SplitList(c.String("metrics")), c.Int("pid"), c.String("backend"))
-				},
-			},
 		},
 	}
 }
 
-// request and reply are the socket protocol: one JSON object each way.
-type request struct {
-	Cmd string `json:"cmd"` // "dump" or "off"
-}
-
-type reply struct {
-	Error string `json:"error,omitempty"`
-	Dump  *Dump  `json:"dump,omitempty"`
-}
-
-func call(cmd string) (*reply, error) {
-	conn, err := net.DialTimeout("unix", SocketPath(), 2*time.Second)
+// agentCall sends one PTT op to the agent.
+func agentCall(op string, args, out any, files ...*os.File) error {
+	a, err := daemonclient.DialAgent()
 	if err != nil {
-		return nil, errNotOn
+		if op != ptt.OpOn {
+			return errNotOn
+		}
+		return fmt.Errorf("ptt needs the agent (pitraced) to hold the counters: %w", err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := json.NewEncoder(conn).Encode(request{Cmd: cmd}); err != nil {
-		return nil, fmt.Errorf("send %s to the ptt holder: %w", cmd, err)
+	defer a.Close()
+	err = a.Call(op, args, out, files...)
+	if err != nil && strings.Contains(err.Error(), "ptt is not on") {
+		return errNotOn
 	}
-	var r reply
-	if err := json.NewDecoder(conn).Decode(&r); err != nil {
-		return nil, fmt.Errorf("read the ptt holder's answer to %s: %w", cmd, err)
-	}
-	if r.Error != "" {
-		return nil, errors.New(r.Error)
-	}
-	return &r, nil
+	return err
 }
 
-// chooseBackend picks the holder's backend from $PERFINSP_BACKEND (kmod,
-// daemon, auto) and parses the metrics for it. auto takes the module when
-// it is loaded with PTT support and keeps every metric (not task-clock).
-func chooseBackend(names []string) (string, []ptt.Metric, error) {
+// chooseBackend picks the holder's backend (kmod, perf, auto) and parses
+// the metrics for it. auto takes the module when it is loaded with PTT
+// support and keeps every metric (not task-clock).
+func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
 	parse := func(be string) ([]ptt.Metric, error) {
 		if len(names) == 0 {
 			return ptt.ParseMetrics([]string{ptt.DefaultMetric(be)})
 		}
 		return ptt.ParseMetrics(names)
 	}
-	if _, err := parse("daemon"); err != nil {
+	if _, err := parse("perf"); err != nil {
 		return "", nil, cli.Exit(err.Error(), 2)
 	}
-	switch be := os.Getenv(ptt.EnvBackend); be {
+	switch be {
 	case "kmod":
 		if st := ptt.KmodStatus(); !st.Available {
 			return "", nil, cli.Exit("ptt backend kmod is not available: "+st.Why, 1)
@@ -184,9 +144,9 @@ func chooseBackend(names []string) (string, []ptt.Metric, error) {
 			return "", nil, cli.Exit(err.Error(), 1)
 		}
 		return "kmod", ms, nil
-	case "daemon":
-		ms, _ := parse("daemon")
-		return "daemon", ms, nil
+	case "perf", "daemon": // "daemon": the backend's former name
+		ms, _ := parse("perf")
+		return "perf", ms, nil
 	case "", "auto":
 		if ptt.KmodStatus().Available {
 			ms, _ := parse("kmod")
@@ -194,10 +154,10 @@ func chooseBackend(names []string) (string, []ptt.Metric, error) {
 				return "kmod", ms, nil
 			}
 		}
-		ms, _ := parse("daemon")
-		return "daemon", ms, nil
+		ms, _ := parse("perf")
+		return "perf", ms, nil
 	default:
-		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q in $%s: use kmod, daemon or auto", be, ptt.EnvBackend), 2)
+		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q: use kmod, perf or auto", be), 2)
 	}
 }
 
@@ -210,56 +170,33 @@ func cmdOn(c *cli.Context, stdout io.Writer) error {
 	if c.IsSet("pid") && pid <= 0 {
 		return cli.Exit(fmt.Sprintf("bad pid %d", pid), 2)
 	}
-	backend, ms, err := chooseBackend(names)
+	backend, ms, err := chooseBackend(c.String("backend"), names)
 	if err != nil {
 		return err
-	}
-	if _, err := call("ping"); err == nil {
-		return cli.Exit("ptt is already on: run ptt off first", 1)
-	}
-	// Check the metrics and the permission here, so that the user gets the
-	// error from this command (the module holder checks them at its start
-	// and reports through its stderr).
-	if backend == "daemon" {
-		if err := checkOpen(ms, pid); err != nil {
-			return cli.Exit(err.Error(), 1)
-		}
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find the ptt executable: %w", err)
 	}
 	var mnames []string
 	for _, m := range ms {
 		mnames = append(mnames, m.Name)
 	}
-	cmd := exec.Command(exe, "serve", "--metrics", strings.Join(mnames, ","), "--pid", strconv.Itoa(pid), "--backend", backend)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	var errBuf strings.Builder
-	cmd.Stderr = &errBuf
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the ptt holder: %w", err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
-		_ = cmd.Wait()
-		msg := strings.TrimSpace(errBuf.String())
-		if msg == "" {
-			msg = "the ptt holder exited without a word"
+	var files []*os.File
+	if backend == "kmod" {
+		// Opened here, with this user's rights; the agent uses it.
+		dev, err := os.OpenFile("/dev/pitrace", os.O_RDWR, 0)
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("open /dev/pitrace: %v", err), 1)
 		}
-		return cli.Exit(msg, 1)
+		defer dev.Close()
+		files = append(files, dev)
 	}
-	holderPid := cmd.Process.Pid
-	_ = cmd.Process.Release()
+	var res ptt.OnResult
+	if err := agentCall(ptt.OpOn, ptt.OnArgs{Metrics: mnames, Pid: pid, Backend: backend}, &res, files...); err != nil {
+		return cli.Exit(strings.TrimPrefix(err.Error(), "pitraced: "), 1)
+	}
 	target := "every thread of every process"
 	if pid > 0 {
 		target = fmt.Sprintf("the threads of pid %d", pid)
 	}
-	fmt.Fprintf(stdout, "ptt on: %s for %s (backend %s: holder pid %d, socket %s)\n", strings.Join(mnames, ","), target, backend, holderPid, SocketPath())
+	fmt.Fprintf(stdout, "ptt on: %s for %s (backend %s: held by the agent, pitraced pid %d; %d threads now)\n", strings.Join(mnames, ","), target, backend, res.AgentPid, res.Threads)
 	if backend == "kmod" {
 		fmt.Fprintln(stdout, "ptt: interrupts are factored out into per-CPU buckets; perf metrics are current to each thread's last dispatch/interrupt (see ptt info)")
 	} else {
@@ -268,32 +205,8 @@ func cmdOn(c *cli.Context, stdout io.Writer) error {
 	return nil
 }
 
-// checkOpen opens (and closes) every metric on the target's main thread.
-func checkOpen(ms []ptt.Metric, pid int) error {
-	tid := pid
-	if pid == 0 {
-		tid = os.Getpid()
-	}
-	for _, m := range append(ms, dispatchMetric()) {
-		fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{})
-		if err != nil && !m.Hardware {
-			fd, err = ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: true})
-		}
-		if err != nil {
-			return err
-		}
-		syscall.Close(fd)
-	}
-	return nil
-}
-
-func dispatchMetric() ptt.Metric {
-	m, _ := ptt.LookupMetric("context-switches")
-	return m
-}
-
 func cmdOff(stdout io.Writer) error {
-	if _, err := call("off"); err != nil {
+	if err := agentCall(ptt.OpOff, nil, nil); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "ptt off")
@@ -301,20 +214,20 @@ func cmdOff(stdout io.Writer) error {
 }
 
 func cmdDump(stdout io.Writer, asJSON bool) error {
-	r, err := call("dump")
-	if err != nil {
+	var d ptt.Dump
+	if err := agentCall(ptt.OpDump, nil, &d); err != nil {
 		return err
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(r.Dump)
+		return enc.Encode(&d)
 	}
-	printDump(stdout, r.Dump)
+	printDump(stdout, &d)
 	return nil
 }
 
-func printDump(w io.Writer, d *Dump) {
+func printDump(w io.Writer, d *ptt.Dump) {
 	fmt.Fprintf(w, "ptt dump: backend %s, metrics %s, target %s, on since %s\n", d.Backend, strings.Join(d.Metrics, ","), d.Target, d.Started.Format(time.RFC3339))
 	fmt.Fprintf(w, "%s\n", d.Note)
 	// The module gives each metric's interrupt share; the daemon nothing.
@@ -435,14 +348,4 @@ func cmdInfo(stdout io.Writer) error {
 		fmt.Fprintf(stdout, "in-process read of a perf metric (page-faults, cpu-clock, ...): %s\n", ptt.ModuleGuarantees(pf, 0).Metrics[0].Path)
 	}
 	return nil
-}
-
-// sortThreads orders by pid, then tid.
-func sortThreads(ts []ThreadDump) {
-	sort.Slice(ts, func(i, j int) bool {
-		if ts[i].Pid != ts[j].Pid {
-			return ts[i].Pid < ts[j].Pid
-		}
-		return ts[i].Tid < ts[j].Tid
-	})
 }

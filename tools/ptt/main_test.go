@@ -2,11 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,20 +16,24 @@ import (
 	"perfinsp/libperfutil/ptt"
 )
 
-var pttBin string
+var pttBin, agentBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("PTT_HELPER") == "1" {
-		helperThreads()
-	}
 	dir, err := os.MkdirTemp("", "ptt-tool-test")
 	if err != nil {
 		panic(err)
 	}
 	_ = os.Chmod(dir, 0o755) // the nobody test runs the binary too
 	pttBin = filepath.Join(dir, "ptt")
+	agentBin = filepath.Join(dir, "pitraced")
 	if out, err := exec.Command("go", "build", "-o", pttBin, ".").CombinedOutput(); err != nil {
 		println("build ptt:", string(out))
+		os.Exit(1)
+	}
+	build := exec.Command("go", "build", "-o", agentBin, "./daemon/cmd/pitraced")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		println("build pitraced:", string(out))
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -37,11 +41,34 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runPtt runs the tool with its own socket.
-func runPtt(t *testing.T, sock string, args ...string) (string, int) {
+// agentEnv gives a test its own agent: a private socket (started on demand
+// by ptt, as root) that the test shuts down at its end.
+func agentEnv(t *testing.T) []string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "run", "pitraced.sock")
+	t.Cleanup(func() { stopAgent(sock) })
+	return append(os.Environ(), "PERFINSP_SOCKET="+sock, "PERFINSP_PITRACED="+agentBin)
+}
+
+// stopAgent kills the agent that wrote the state file next to sock.
+func stopAgent(sock string) {
+	b, err := os.ReadFile(sock + ".state")
+	if err != nil {
+		return
+	}
+	var st struct {
+		PID int `json:"pid"`
+	}
+	if json.Unmarshal(b, &st) == nil && st.PID > 0 {
+		_ = syscall.Kill(st.PID, syscall.SIGTERM)
+	}
+}
+
+// runPtt runs the tool against the test's agent.
+func runPtt(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(pttBin, args...)
-	cmd.Env = append(os.Environ(), "PTT_SOCKET="+sock)
+	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -52,8 +79,30 @@ func runPtt(t *testing.T, sock string, args ...string) (string, int) {
 	return string(out), code
 }
 
-func sockPath(t *testing.T) string {
-	return filepath.Join(t.TempDir(), "run", "ptt.sock")
+// dump reads ptt dump --json.
+func dump(t *testing.T, env []string) ptt.Dump {
+	t.Helper()
+	out, code := runPtt(t, env, "dump", "--json")
+	if code != 0 {
+		t.Fatalf("ptt dump --json: exit %d: %s", code, out)
+	}
+	var d ptt.Dump
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("dump JSON: %v\n%s", err, out)
+	}
+	return d
+}
+
+// waitFor polls cond until it holds (fails the test after 10 s).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func schedRuntime(t *testing.T, pid int) uint64 {
@@ -69,9 +118,9 @@ func schedRuntime(t *testing.T, pid int) uint64 {
 }
 
 func TestDumpAndOffWhenNotOn(t *testing.T) {
-	sock := sockPath(t)
+	env := agentEnv(t)
 	for _, cmd := range []string{"dump", "off"} {
-		out, code := runPtt(t, sock, cmd)
+		out, code := runPtt(t, env, cmd)
 		if code != 1 || !strings.Contains(out, "ptt is not on: run ptt on first") {
 			t.Errorf("ptt %s when off: exit %d, %q", cmd, code, out)
 		}
@@ -79,7 +128,7 @@ func TestDumpAndOffWhenNotOn(t *testing.T) {
 }
 
 func TestBadMetrics(t *testing.T) {
-	sock := sockPath(t)
+	sock := agentEnv(t)
 	out, code := runPtt(t, sock, "on", "-m", "task-clock,bogus")
 	if code == 0 || !strings.Contains(out, `unknown metric "bogus"`) || !strings.Contains(out, "task-clock") {
 		t.Errorf("unknown metric: exit %d, %q", code, out)
@@ -99,7 +148,7 @@ func TestBadMetrics(t *testing.T) {
 }
 
 func TestOnDumpOff(t *testing.T) {
-	sock := sockPath(t)
+	sock := agentEnv(t)
 	child := exec.Command("sh", "-c", "while :; do :; done")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
@@ -121,19 +170,12 @@ func TestOnDumpOff(t *testing.T) {
 	// Count 300 ms of the child's running, frozen with SIGSTOP around it.
 	s0 := schedRuntime(t, pid)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, pid)-s0 >= 300e6 })
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, "the child to stop", func() bool { return procState(pid) == "T" })
 	s1 := schedRuntime(t, pid)
 
-	out, code = runPtt(t, sock, "dump", "--json")
-	if code != 0 {
-		t.Fatalf("ptt dump --json: exit %d: %s", code, out)
-	}
-	var d Dump
-	if err := json.Unmarshal([]byte(out), &d); err != nil {
-		t.Fatalf("dump JSON: %v\n%s", err, out)
-	}
+	d := dump(t, sock)
 	if len(d.Threads) != 1 || d.Threads[0].Tid != pid || d.Threads[0].Name != "sh" {
 		t.Fatalf("threads: %+v", d.Threads)
 	}
@@ -155,10 +197,10 @@ func TestOnDumpOff(t *testing.T) {
 		t.Errorf("no dispatch counted for a thread that was stopped and continued")
 	}
 	if th.Interrupts != nil || th.InterruptTime != nil || d.CPUs != nil || d.Guarantees.InterruptsFactoredOut {
-		t.Errorf("the daemon backend must not report interrupt data: %+v", d)
+		t.Errorf("the perf backend must not report interrupt data: %+v", d)
 	}
 	out, _ = runPtt(t, sock, "dump")
-	for _, want := range []string{"DISPATCHES", "INTERRUPTS", "n/a", "not available on the daemon backend", "NOT factored out", strconv.Itoa(pid)} {
+	for _, want := range []string{"DISPATCHES", "INTERRUPTS", "n/a", "not available on the perf backend", "NOT factored out", strconv.Itoa(pid)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text dump lacks %q:\n%s", want, out)
 		}
@@ -168,11 +210,10 @@ func TestOnDumpOff(t *testing.T) {
 	// The values outlive the process.
 	_ = child.Process.Kill()
 	_ = child.Wait()
-	time.Sleep(400 * time.Millisecond)
-	out, _ = runPtt(t, sock, "dump", "--json")
-	var d2 Dump
-	if err := json.Unmarshal([]byte(out), &d2); err != nil || len(d2.Threads) != 1 || !d2.Threads[0].Exited || d2.Threads[0].Values["task-clock"] < tc {
-		t.Errorf("after exit: %v %+v", err, d2.Threads)
+	var d2 ptt.Dump
+	waitFor(t, "the exit to show in the dump", func() bool { d2 = dump(t, sock); return len(d2.Threads) == 1 && d2.Threads[0].Exited })
+	if d2.Threads[0].Values["task-clock"] < tc {
+		t.Errorf("after exit: %+v", d2.Threads)
 	}
 	if out, code := runPtt(t, sock, "off"); code != 0 || !strings.Contains(out, "ptt off") {
 		t.Errorf("ptt off: exit %d %q", code, out)
@@ -182,59 +223,103 @@ func TestOnDumpOff(t *testing.T) {
 	}
 }
 
-func TestNewThreadsArePickedUp(t *testing.T) {
-	sock := sockPath(t)
-	// A shell whose children come later: the holder scans /proc/PID/task,
-	// so use a process that starts threads after ptt on: this test binary
-	// in spinner mode with two busy goroutines.
-	child := exec.Command(os.Args[0])
-	child.Env = append(os.Environ(), "PTT_HELPER=1")
+// shortThreads starts 20 threads one after another, each running 30 ms of
+// CPU time and exiting, after a line on stdin; it prints each thread's tid.
+const shortThreads = `
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void *run(void *a) {
+	(void)a;
+	printf("%ld\n", (long)syscall(SYS_gettid));
+	fflush(stdout);
+	double t0 = cpu();
+	while (cpu() - t0 < 0.030)
+		;
+	return NULL;
+}
+int main(void) {
+	char line[8];
+	if (!fgets(line, sizeof line, stdin))
+		return 1;
+	for (int i = 0; i < 20; i++) {
+		pthread_t t;
+		pthread_create(&t, NULL, run, NULL);
+		pthread_join(t, NULL);
+	}
+	return 0;
+}
+`
+
+// Threads created after ptt on are counted from their start, however short
+// they live: 20 threads of 30 ms each, every tid in the dump with its own
+// task-clock (the process connector; a /proc rescan every 200 ms would
+// miss most of them).
+func TestShortThreadsAreCounted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root (the process connector)")
+		}
+		t.Skip("skipped: the process connector needs root")
+	}
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "short.c"), filepath.Join(dir, "short")
+	if err := os.WriteFile(src, []byte(shortThreads), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v %s", err, out)
+	}
+	env := agentEnv(t)
+	child := exec.Command(bin)
+	stdin, _ := child.StdinPipe()
+	var out strings.Builder
+	child.Stdout = &out
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
 	pid := child.Process.Pid
-	time.Sleep(100 * time.Millisecond)
-	out, code := runPtt(t, sock, "on", "-p", strconv.Itoa(pid))
-	if code != 0 {
-		t.Fatalf("ptt on: %s", out)
+	if o, code := runPtt(t, env, "on", "-m", "task-clock", "-p", strconv.Itoa(pid)); code != 0 {
+		t.Fatalf("ptt on: %s", o)
 	}
-	defer runPtt(t, sock, "off")
-	ents, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-	before := len(ents)
-	time.Sleep(1500 * time.Millisecond) // the helper starts its threads after 500 ms
-	out, _ = runPtt(t, sock, "dump", "--json")
-	var d Dump
-	if err := json.Unmarshal([]byte(out), &d); err != nil {
+	defer runPtt(t, env, "off")
+	stdin.Write([]byte("go\n"))
+	if err := child.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	busy := 0
+	tids := strings.Fields(out.String())
+	if len(tids) != 20 {
+		t.Fatalf("the helper printed %d tids", len(tids))
+	}
+	d := dump(t, env)
+	byTid := map[int]ptt.ThreadDump{}
 	for _, th := range d.Threads {
-		if th.Values["task-clock"] > 50e6 {
-			busy++
+		byTid[th.Tid] = th
+	}
+	missed := 0
+	var counted []string
+	for _, s := range tids {
+		tid, _ := strconv.Atoi(s)
+		th, ok := byTid[tid]
+		if !ok {
+			missed++
+			t.Errorf("thread %d (30 ms) is not in the dump", tid)
+			continue
 		}
+		v := th.Values["task-clock"]
+		if v == 0 || v > 200e6 {
+			t.Errorf("thread %d: task-clock %d ns for 30 ms of CPU time", tid, v)
+		}
+		counted = append(counted, fmt.Sprintf("%.1f", float64(v)/1e6))
 	}
-	t.Logf("pid %d: %d threads at ptt on, %d in the dump, %d of them busy", pid, before, len(d.Threads), busy)
-	if len(d.Threads) <= before || busy < 6 {
-		t.Errorf("the threads started after ptt on were not all counted: %+v", d.Threads)
-	}
-}
-
-// helperThreads is the child of TestNewThreadsArePickedUp: after 500 ms it
-// starts six busy goroutines locked to their own (new) OS threads.
-func helperThreads() {
-	time.Sleep(500 * time.Millisecond)
-	for i := 0; i < 6; i++ {
-		go func() {
-			runtime.LockOSThread()
-			x := 0
-			for {
-				x++
-			}
-		}()
-	}
-	time.Sleep(10 * time.Second)
-	os.Exit(0)
+	// How much of each thread's 30 ms was counted shows the delay between
+	// the thread's creation and the counter's (the connector's latency).
+	t.Logf("%d of 20 short threads counted, ms each: %s; new threads: %s", 20-missed, strings.Join(counted, " "), d.NewThreads)
 }
 
 func TestNonRootCannotWatchRoot(t *testing.T) {
@@ -245,10 +330,8 @@ func TestNonRootCannotWatchRoot(t *testing.T) {
 	if err != nil {
 		t.Skip("setpriv (util-linux) is not installed")
 	}
-	dir := t.TempDir()
-	_ = os.Chmod(dir, 0o777)
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", pttBin, "on", "-p", "1")
-	cmd.Env = append(os.Environ(), "PTT_SOCKET="+filepath.Join(dir, "ptt.sock"))
+	cmd.Env = nobodyEnv(t)
 	out, err := cmd.CombinedOutput()
 	t.Logf("nobody: ptt on -p 1: %s", strings.TrimSpace(string(out)))
 	if err == nil {
@@ -273,31 +356,26 @@ func TestNonRootOwnProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-	dir, err := os.MkdirTemp("", "ptt-nobody")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	_ = os.Chmod(dir, 0o777)
-	sock := filepath.Join(dir, "nb", "ptt.sock")
+	env := nobodyEnv(t)
 	as := func(args ...string) (string, error) {
 		cmd := exec.Command(setpriv, append(nobody, append([]string{pttBin}, args...)...)...)
-		cmd.Env = append(os.Environ(), "PTT_SOCKET="+sock)
+		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	time.Sleep(100 * time.Millisecond) // setpriv has exec'd sh
+	waitFor(t, "setpriv to exec sh", func() bool { return comm(child.Process.Pid) == "sh" })
 	pid := strconv.Itoa(child.Process.Pid)
 	if out, err := as("on", "-p", pid); err != nil {
 		t.Fatalf("nobody: ptt on -p own process: %v: %s", err, out)
 	}
 	defer as("off")
-	time.Sleep(300 * time.Millisecond)
+	s0 := schedRuntime(t, child.Process.Pid)
+	waitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, child.Process.Pid)-s0 >= 300e6 })
 	out, err := as("dump", "--json")
 	if err != nil {
 		t.Fatalf("dump: %v %s", err, out)
 	}
-	var d Dump
+	var d ptt.Dump
 	if err := json.Unmarshal([]byte(out), &d); err != nil || len(d.Threads) != 1 {
 		t.Fatalf("dump: %v %s", err, out)
 	}
@@ -312,4 +390,41 @@ func TestNonRootOwnProcess(t *testing.T) {
 	if out, err := as("off"); err != nil {
 		t.Errorf("off: %v %s", err, out)
 	}
+}
+
+// nobodyEnv is the environment of a ptt run as nobody: no system agent is
+// reachable, so ptt starts nobody's own agent under a private TMPDIR, which
+// the test stops at its end.
+func nobodyEnv(t *testing.T) []string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ptt-nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o1777)
+	t.Cleanup(func() {
+		stopAgent(filepath.Join(dir, "perfinsp-65534", "pitraced.sock"))
+		os.RemoveAll(dir)
+	})
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "PERFINSP_SOCKET=") && !strings.HasPrefix(e, "TMPDIR=") && !strings.HasPrefix(e, "XDG_RUNTIME_DIR=") {
+			env = append(env, e)
+		}
+	}
+	return append(env, "TMPDIR="+dir, "PERFINSP_PITRACED="+agentBin, "PERFINSP_SOCKET="+filepath.Join(dir, "no-system-agent.sock"))
+}
+
+func comm(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return strings.TrimSpace(string(b))
+}
+
+func procState(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+3 <= len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
 }

@@ -140,7 +140,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
 				Action: cmdOn},
 			{Name: "off", Usage: "stop tracing; the data stays in the buffers", Action: cmdSimple("off")},
-			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2)", UsageText: "swtrace get [FILE]",
+			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2), created with your own rights, mode 0600 (a trace holds kernel addresses and command lines)", UsageText: "swtrace get [FILE]",
 				Description: "get refuses while tracing is on (run swtrace off first): it never snapshots a running trace.", Action: cmdGet},
 			{Name: "info", Usage: "show state, mode, sizes, records and lost records per CPU", Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "JSON output"}}, Action: cmdInfo},
 			{Name: "free", Usage: "stop tracing and release the buffers", Action: cmdSimple("free")},
@@ -168,6 +168,11 @@ func open(c *cli.Context) (control.Facility, error) {
 	f, err := control.Open(c.String("backend"))
 	if err != nil {
 		return nil, err
+	}
+	if n, ok := f.(control.Noticer); ok {
+		for _, msg := range n.Notices() {
+			fmt.Fprintf(c.App.ErrWriter, "swtrace: %s\n", msg)
+		}
 	}
 	return f, nil
 }
@@ -395,6 +400,9 @@ func cmdOn(c *cli.Context) error {
 			return fmt.Errorf("init: %w", err)
 		}
 	case c.Bool("discard") && st.State == control.StateOff:
+		if err := f.Free(); err != nil {
+			return fmt.Errorf("discard: %w", err)
+		}
 		if err := f.Init(control.Config{TraceBufSize: st.TraceBufSize, MTEBufSize: st.MTEBufSize}); err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
@@ -512,8 +520,17 @@ func cmdInfo(c *cli.Context) error {
 		fmt.Fprintf(w, "stream file: %s\n", st.ContFile)
 	}
 	fmt.Fprintf(w, "enabled: %s\n", enabledNames(st.Enabled))
+	if st.Owner >= 0 && st.State != control.StateFree {
+		fmt.Fprintf(w, "owner: uid %d (only they or root may stop, write or free this trace)\n", st.Owner)
+	}
+	if st.StreamError != "" {
+		fmt.Fprintf(w, "STREAM WRITE FAILED: %s\n", st.StreamError)
+	}
 	if st.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", st.Note)
+	}
+	for _, why := range control.NotChosen(st.Backend) {
+		fmt.Fprintf(w, "not used: %s\n", why)
 	}
 	if len(st.CPUs) == 0 {
 		return nil

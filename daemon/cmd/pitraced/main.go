@@ -31,6 +31,7 @@ func main() {
 			&cli.StringFlag{Name: "group", Usage: "let members of `GROUP` use the control socket (mode 0660)"},
 			&cli.DurationFlag{Name: "idle-exit", Usage: "exit after this long without requests while not tracing and holding no unsaved trace (0: never)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log nothing but errors"},
+			&cli.BoolFlag{Name: "user", Usage: "run as a user's own agent (no root): host the ptt holder and the module's stream drainer for this user only; started on demand by ptt and swtrace"},
 		},
 		Action: run,
 	}
@@ -45,8 +46,9 @@ func run(c *cli.Context) error {
 		cli.ShowAppHelp(c)
 		return fmt.Errorf("unexpected argument %q", c.Args().First())
 	}
-	if os.Geteuid() != 0 {
-		return fmt.Errorf("pitraced must run as root (it opens system-wide perf events): run it with sudo or as the pitraced service")
+	user := c.Bool("user")
+	if os.Geteuid() != 0 && !user {
+		return fmt.Errorf("pitraced must run as root (it opens system-wide perf events): run it with sudo or as the pitraced service (or with --user as a user's own agent)")
 	}
 	logger := log.New(os.Stderr, "pitraced: ", log.LstdFlags)
 	s := &server.Server{
@@ -54,11 +56,12 @@ func run(c *cli.Context) error {
 		Path:     c.String("socket"),
 		Group:    c.String("group"),
 		IdleExit: c.Duration("idle-exit"),
+		User:     user,
 	}
 	if !c.Bool("quiet") {
 		s.Log = logger.Printf
 	}
-	registerExtensions(s)
+	registerExtensions(s, logger.Printf)
 	if err := s.Listen(); err != nil {
 		return err
 	}

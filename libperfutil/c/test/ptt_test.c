@@ -127,7 +127,7 @@ static void test_bad_input(void)
 		      rc, PttStrerror(rc));
 		printf("ok   tsc, backend auto, no module: %s\n", PttStrerror(rc));
 		CHECK(PttBackend() == NULL, "PttBackend after failed inits: %s", PttBackend());
-		setenv("PERFINSP_BACKEND", "daemon", 1);
+		setenv("PERFINSP_BACKEND", "perf", 1);
 	}
 	rc = PttTerminate();
 	CHECK(rc == PTT_ENOTINIT, "PttTerminate before PttInit: %d", rc);
@@ -175,7 +175,7 @@ static void test_agreement(void)
 	if (rc)
 		return;
 	CHECK(PttInterruptsFactoredOut() == 0, "daemon backend claims interrupts factored out");
-	CHECK(PttBackend() && strcmp(PttBackend(), "daemon") == 0, "PttBackend: %s", PttBackend() ? PttBackend() : "NULL");
+	CHECK(PttBackend() && strcmp(PttBackend(), "perf") == 0, "PttBackend: %s", PttBackend() ? PttBackend() : "NULL");
 	CHECK(PttNoSyscallRead() == 1, "task-clock and context-switches should be read without a system call");
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	enum { N = 2, ATTEMPTS = 3 };
@@ -393,7 +393,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	/* The daemon backend (the kmod backend is tested in the VM by
 	 * ptt_kmod_test.c); the bad-input test changes it and restores it. */
-	setenv("PERFINSP_BACKEND", "daemon", 1);
+	setenv("PERFINSP_BACKEND", "perf", 1);
 	if (argc > 1 && strcmp(argv[1], "bench") == 0) {
 		bench();
 		return 0;

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"sync"
+
+	"perfinsp/daemon/server"
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/kmodbackend"
+)
+
+// drains hosts the pitrace module's stream drainers (wrap and cont modes):
+// the client passes a /dev/pitrace descriptor and the stream file it opened
+// itself; the agent drains with them until tracing stops.
+type drains struct {
+	mu      sync.Mutex
+	running int
+	logf    func(string, ...any)
+}
+
+func registerDrain(s *server.Server, logf func(string, ...any)) {
+	d := &drains{logf: logf}
+	s.HandleRequest(kmodbackend.OpDrain, d.start)
+	s.Busy(func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.running > 0
+	})
+}
+
+func (d *drains) start(r *server.Request) (any, error) {
+	dev, stream := r.File(0), r.File(1)
+	if dev == nil || stream == nil {
+		if dev != nil {
+			dev.Close()
+		}
+		if stream != nil {
+			stream.Close()
+		}
+		return nil, errors.New("kmod-drain needs two descriptors: /dev/pitrace and the stream file")
+	}
+	if err := kmodbackend.IsDevice(dev); err != nil {
+		dev.Close()
+		stream.Close()
+		return nil, err
+	}
+	if err := control.CheckRegular(stream); err != nil {
+		dev.Close()
+		stream.Close()
+		return nil, err
+	}
+	d.mu.Lock()
+	d.running++
+	d.mu.Unlock()
+	attached := make(chan error, 1)
+	go func() {
+		defer func() {
+			d.mu.Lock()
+			d.running--
+			d.mu.Unlock()
+		}()
+		err := kmodbackend.Drain(dev, stream, func(err error) { attached <- err })
+		if err != nil {
+			d.logf("drainer for uid %d: %v", r.UID, err)
+		}
+	}()
+	if err := <-attached; err != nil {
+		return nil, err
+	}
+	d.logf("uid %d pid %d: draining the module's buffers", r.UID, r.PID)
+	return nil, nil
+}

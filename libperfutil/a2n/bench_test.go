@@ -1,0 +1,42 @@
+package a2n
+
+import (
+	"testing"
+)
+
+// benchLibs are real modules of this machine: libc and libpython are
+// stripped (.dynsym only) distribution libraries, python3 has .symtab.
+var benchLibs = []string{
+	"/lib/x86_64-linux-gnu/libc.so.6",
+	"/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0",
+	"/usr/lib/x86_64-linux-gnu/liblzma.so.5",
+}
+
+// BenchmarkLoadModule is the cost of parsing a module's name tables once
+// (post pays it for every module a tick hits).
+func BenchmarkLoadModule(b *testing.B) {
+	for _, path := range benchLibs {
+		b.Run(baseName(path), func(b *testing.B) {
+			if m := loadModule(path); m.Err != nil {
+				b.Skipf("skipped: %v", m.Err)
+			}
+			for i := 0; i < b.N; i++ {
+				loadModule(path)
+			}
+		})
+	}
+}
+
+// BenchmarkSymbol is one lookup in a parsed module (post does one per
+// distinct (thread, address)).
+func BenchmarkSymbol(b *testing.B) {
+	m := loadModule(benchLibs[0])
+	if m.Err != nil || len(m.loads) == 0 {
+		b.Skipf("skipped: %v", m.Err)
+	}
+	text := m.loads[len(m.loads)/2]
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.Symbol(text.Off + uint64(i*64)%text.Filesz)
+	}
+}
