@@ -212,7 +212,7 @@ static void uffd_case(const char *name, int fd, unsigned long cmd,
 	struct stall s = { .fd = fd, .cmd = cmd, .arg = arg };
 	pthread_t t;
 	double t0, d_status, d_close, d_ptt;
-	int fd2, fd3;
+	int fd2, fd3, i;
 
 	if (pthread_create(&t, NULL, stall_main, &s))
 		DIE("pthread_create");
@@ -222,23 +222,35 @@ static void uffd_case(const char *name, int fd, unsigned long cmd,
 		pthread_join(t, NULL);
 		return;
 	}
-	/* the caller is stalled in the module now */
-	fd2 = dev();
-	t0 = now_ms();
-	CHECK(ioctl(fd2, PITRACE_IOC_STATUS, &st) == 0, "%s: STATUS: %s", name, strerror(errno));
-	d_status = now_ms() - t0;
-	fd3 = dev();
-	CHECK(ptt_init_tsc(fd3, 0) == 0, "%s: PTT_INIT: %s", name, strerror(errno));
-	t0 = now_ms();
-	ptt_nareas(fd3);
-	d_ptt = now_ms() - t0;
-	close(fd3);
-	t0 = now_ms();
-	close(fd2);
-	d_close = now_ms() - t0;
+	/*
+	 * The caller is stalled in the module now.  Each figure is the best
+	 * of three: a wait behind the stalled caller would make all three
+	 * long, a preemption of this test (TCG) only one.
+	 */
+	d_status = d_ptt = d_close = 1e9;
+	for (i = 0; i < 3; i++) {
+		double d;
+
+		fd2 = dev();
+		t0 = now_ms();
+		CHECK(ioctl(fd2, PITRACE_IOC_STATUS, &st) == 0, "%s: STATUS: %s", name, strerror(errno));
+		d = now_ms() - t0;
+		d_status = d < d_status ? d : d_status;
+		fd3 = dev();
+		CHECK(ptt_init_tsc(fd3, 0) == 0, "%s: PTT_INIT: %s", name, strerror(errno));
+		t0 = now_ms();
+		ptt_nareas(fd3);
+		d = now_ms() - t0;
+		d_ptt = d < d_ptt ? d : d_ptt;
+		close(fd3);
+		t0 = now_ms();
+		close(fd2);
+		d = now_ms() - t0;
+		d_close = d < d_close ? d : d_close;
+	}
 	CHECK(!__atomic_load_n(&s.done, __ATOMIC_SEQ_CST),
 	      "%s: the stalled caller returned before its fault was resolved", name);
-	printf("harden: uffd: %s stalled on a userfaultfd page: another opener's STATUS %.3f ms, PTT_STATUS %.3f ms, close %.3f ms\n",
+	printf("harden: uffd: %s stalled on a userfaultfd page: another opener's STATUS %.3f ms, PTT_STATUS %.3f ms, close %.3f ms (best of 3)\n",
 	       name, d_status, d_ptt, d_close);
 	CHECK(d_status < 10 && d_close < 10 && d_ptt < 10,
 	      "%s: another opener waited (STATUS %.1f ms, PTT_STATUS %.1f ms, close %.1f ms; want < 10 ms)",
@@ -307,47 +319,76 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+struct prober {
+	int fd;
+	volatile int *stop;
+	double longest, start, end;	/* the longest STATUS wait, when */
+};
+
+/* STATUS over and over: each waits while INIT holds pt.lock. */
+static void *status_prober(void *p)
+{
+	struct prober *pr = p;
+	struct pitrace_status st;
+
+	while (!__atomic_load_n(pr->stop, __ATOMIC_SEQ_CST)) {
+		double t0 = now_ms(), d;
+
+		ioctl(pr->fd, PITRACE_IOC_STATUS, &st);
+		d = now_ms() - t0;
+		if (d > pr->longest) {
+			pr->longest = d;
+			pr->start = t0;
+			pr->end = t0 + d;
+		}
+	}
+	return NULL;
+}
+
 static int t_enotty(void)
 {
 	struct hold h = { .fd = dev() };
-	struct pitrace_status st;
-	int fd2 = dev(), n = 0, wrong = 0, max = 1 << 20;
-	double *lat = malloc(max * sizeof(double)), status_ms = -1;
-	pthread_t t;
+	struct prober pr = { .fd = dev(), .stop = &h.done };
+	int fd2 = dev(), n = 0, wrong = 0, during = 0, max = 1 << 20, i;
+	double *lat = malloc(max * sizeof(double)), *at = malloc(max * sizeof(double));
+	pthread_t t, tp;
 
 	ioctl(h.fd, PITRACE_IOC_FREE);
-	if (pthread_create(&t, NULL, init_main, &h))
+	if (pthread_create(&tp, NULL, status_prober, &pr) ||
+	    pthread_create(&t, NULL, init_main, &h))
 		DIE("pthread_create");
 	/* INIT of 96 MB per CPU holds pt.lock while it allocates and maps */
 	while (!__atomic_load_n(&h.done, __ATOMIC_SEQ_CST) && n < max) {
-		double t0 = now_ms(), d;
+		double t0 = now_ms();
 		int rc = ioctl(fd2, _IO(PITRACE_IOC_MAGIC, 99));
 
 		lat[n] = now_ms() - t0;
+		at[n] = t0;
 		if (rc != -1 || errno != ENOTTY)
 			wrong++;
-		if (++n % 1000 == 0) {
-			/* a known command meanwhile waits for the lock */
-			t0 = now_ms();
-			ioctl(fd2, PITRACE_IOC_STATUS, &st);
-			d = now_ms() - t0;
-			if (d > status_ms)
-				status_ms = d;
-		}
+		n++;
 	}
 	pthread_join(t, NULL);
+	pthread_join(tp, NULL);
 	CHECK(h.rc == 0, "INIT 96M: %s", strerror(h.err));
+	/* the unknown commands issued while a STATUS waited for the lock */
+	for (i = 0; i < n; i++)
+		if (at[i] > pr.start && at[i] + lat[i] < pr.end)
+			during++;
 	qsort(lat, n, sizeof(double), cmp_double);
-	printf("harden: enotty: %d unknown commands during a %.1f ms INIT (pt.lock held: the longest of the STATUS calls in between waited %.1f ms): median %.4f ms, 99th percentile %.4f ms, slowest %.3f ms (preempted), %d not ENOTTY\n",
-	       n, h.ms, status_ms, lat[n / 2], lat[n * 99 / 100], lat[n - 1], wrong);
+	printf("harden: enotty: %d unknown commands during a %.1f ms INIT (pt.lock held: a STATUS waited %.1f ms, and %d unknown commands were answered meanwhile): median %.4f ms, 99th percentile %.4f ms, slowest %.3f ms (preempted), %d not ENOTTY\n",
+	       n, h.ms, pr.longest, during, lat[n / 2], lat[n * 99 / 100], lat[n - 1], wrong);
 	CHECK(wrong == 0, "%d unknown commands did not answer ENOTTY", wrong);
-	CHECK(status_ms > 20,
-	      "the lock was not held long enough to tell (%d calls, STATUS waited %.1f ms)", n, status_ms);
+	CHECK(pr.longest > 20, "the lock was not held long enough to tell (STATUS waited at most %.1f ms)", pr.longest);
+	CHECK(during >= 100, "only %d unknown commands were answered while a STATUS waited %.1f ms for the lock",
+	      during, pr.longest);
 	CHECK(lat[n * 99 / 100] < 1, "unknown commands waited: 99th percentile %.1f ms", lat[n * 99 / 100]);
 	ioctl(h.fd, PITRACE_IOC_FREE);
 	close(h.fd);
 	close(fd2);
+	close(pr.fd);
 	free(lat);
+	free(at);
 	return 0;
 }
 
@@ -1001,7 +1042,8 @@ static int t_inherit(void)
 			if (th[k].tid != g_sr->tid[i])
 				continue;
 			found++;
-			ns = (double)th[k].a.accum[0] / hz;
+			/* the kernel's CPU time includes the interrupts PTT leaves out */
+			ns = (double)(th[k].a.accum[0] + th[k].a.intr_time[0]) / hz;
 			ratio = g_sr->cpu_ns[i] ? ns / (double)g_sr->cpu_ns[i] : 0;
 			/*
 			 * Its own values: at least half its CPU time (interrupts
@@ -1012,12 +1054,13 @@ static int t_inherit(void)
 			    ns < 1.5 * (double)g_sr->cpu_ns[i] + 10e6)
 				sane++;
 			else
-				printf("harden: inherit: tid %d: tsc %.2f ms, thread CPU time %.2f ms, dispatches %u, dead %u\n",
-				       th[k].tid, ns / 1e6, g_sr->cpu_ns[i] / 1e6, th[k].a.dispatches, th[k].a.dead);
+				printf("harden: inherit: tid %d: tsc %.2f ms (%.2f ms of it in interrupts), thread CPU time %.2f ms, dispatches %u, dead %u\n",
+				       th[k].tid, ns / 1e6, th[k].a.intr_time[0] / hz / 1e6, g_sr->cpu_ns[i] / 1e6,
+				       th[k].a.dispatches, th[k].a.dead);
 			break;
 		}
 	}
-	printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (tsc from half the thread's CPU time to 1.5 times it + 10 ms, dispatched, dead after exit)\n",
+	printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (tsc with interrupts from half the thread's CPU time to 1.5 times it + 10 ms, dispatched, dead after exit)\n",
 	       NSHORT, found, cnt, sane);
 	CHECK(found == NSHORT, "%d of %d short threads have no area", NSHORT - found, NSHORT);
 	CHECK(sane == NSHORT, "%d of %d short threads have implausible values", NSHORT - sane, NSHORT);
