@@ -435,6 +435,8 @@ struct pitrace_bench_arg {
  *     otherwise) and zeroes them in what it returns;
  *   - a size below the first version's (PITRACE_*_SIZE_V1) is not an ioctl
  *     of this module (ENOTTY).
+ * HOOK, the record path, takes exactly PITRACE_HOOK_ARG_SIZE_V1 (a new
+ * kind of hook would be a new ioctl).
  * PITRACE_IOC_SYSINFO reports the module's ABI version and its
  * PITRACE_ABI_F_* feature bits; a tool checks the bits it needs instead of
  * guessing from the version.  The version changes only for an incompatible

@@ -751,10 +751,19 @@ static const char *verdict(int r)
 	return r == 0 ? "allowed" : r == 1 ? "EPERM" : r == 100 ? "no user namespace" : "error";
 }
 
+/* A watch by (uid, userns) of pid must give want (0 allowed, 1 EPERM). */
+static void expect_watch(int fd, uid_t uid, int userns, pid_t pid, int want, const char *what)
+{
+	int r = watch_as(fd, uid, userns, pid);
+
+	printf("harden: perm: %s: %s\n", what, verdict(r));
+	CHECK(r == want, "%s: %s, want %s", what, verdict(r), verdict(want));
+}
+
 static int t_perm(void)
 {
 	struct proc drop, ns, other;
-	int fd = dev(), r;
+	int fd = dev();
 	FILE *f;
 
 	/* unprivileged user namespaces (Debian's switch, where present) */
@@ -767,36 +776,20 @@ static int t_perm(void)
 		DIE("PTT_INIT");
 
 	proc_start(&drop, P_DROP);
-	r = watch_as(fd, 1000, 0, drop.pid);
-	printf("harden: perm: uid 1000 watches a process that dropped root to uid 1000 (not dumpable): %s\n", verdict(r));
-	CHECK(r == 1, "watching a non-dumpable process of the same uid: %s, want EPERM", verdict(r));
+	expect_watch(fd, 1000, 0, drop.pid, 1, "uid 1000 watches a process that dropped root to uid 1000 (not dumpable)");
 	proc_cmd(&drop, 'd');
-	r = watch_as(fd, 1000, 0, drop.pid);
-	printf("harden: perm: ... after it set PR_SET_DUMPABLE: %s\n", verdict(r));
-	CHECK(r == 0, "watching it once dumpable: %s, want allowed", verdict(r));
-	r = watch_as(fd, 2000, 0, drop.pid);
-	printf("harden: perm: uid 2000 watches it: %s\n", verdict(r));
-	CHECK(r == 1, "another uid: %s, want EPERM", verdict(r));
-	r = watch_as(fd, 1000, 0, getpid());
-	printf("harden: perm: uid 1000 watches root's process: %s\n", verdict(r));
-	CHECK(r == 1, "uid 1000 watching root: %s, want EPERM", verdict(r));
+	expect_watch(fd, 1000, 0, drop.pid, 0, "... after it set PR_SET_DUMPABLE");
+	expect_watch(fd, 2000, 0, drop.pid, 1, "uid 2000 watches it");
+	expect_watch(fd, 1000, 0, getpid(), 1, "uid 1000 watches root's process");
 
 	proc_start(&ns, P_USERNS_1000);
-	r = watch_as(fd, 0, 0, ns.pid);
-	printf("harden: perm: root watches a uid-1000 process in its own user namespace: %s\n", verdict(r));
-	CHECK(r == 0, "root watching into a user namespace: %s, want allowed", verdict(r));
-	r = watch_as(fd, 2000, 0, ns.pid);
-	printf("harden: perm: uid 2000 watches it: %s\n", verdict(r));
-	CHECK(r == 1, "uid 2000 watching it: %s, want EPERM", verdict(r));
+	expect_watch(fd, 0, 0, ns.pid, 0, "root watches a uid-1000 process in its own user namespace");
+	expect_watch(fd, 2000, 0, ns.pid, 1, "uid 2000 watches it");
 
 	proc_start(&other, P_PLAIN_2000);
-	r = watch_as(fd, 1000, 1, other.pid);
-	printf("harden: perm: uid 1000, root of a new user namespace (CAP_SYS_PTRACE there), watches a uid-2000 process outside: %s\n",
-	       verdict(r));
-	CHECK(r == 1, "a user namespace's root watching outside: %s, want EPERM", verdict(r));
-	r = watch_as(fd, 1000, 1, getpid());
-	printf("harden: perm: ... and root's process: %s\n", verdict(r));
-	CHECK(r == 1, "a user namespace's root watching root: %s, want EPERM", verdict(r));
+	expect_watch(fd, 1000, 1, other.pid, 1,
+		     "uid 1000, root of a new user namespace (CAP_SYS_PTRACE there), watches a uid-2000 process outside");
+	expect_watch(fd, 1000, 1, getpid(), 1, "... and root's process");
 
 	proc_stop(&drop);
 	proc_stop(&ns);
