@@ -5,7 +5,9 @@
  * medium() about 30 %, light() about 10 % of the instructions. A second
  * thread shares the work, and a short-lived child process is forked (and
  * exits) while tracing, so traces show threads and a process that exited
- * before tracing stopped.
+ * before tracing stopped. Built with frame pointers (-fno-omit-frame-pointer)
+ * it gives tprof's call stacks: main -> work -> heavy, ... (see via_route
+ * and account).
  *
  *   cpuburn [units]      units of work (default 300; about 1 s per 100 units)
  */
@@ -27,28 +29,50 @@ static volatile unsigned long sink;
 		_y;                                                     \
 	})
 
+/* Called at the end of each worker function so that none of them is a leaf:
+ * GCC (12) drops the frame pointer of leaf functions even with
+ * -fno-omit-frame-pointer, and a frameless leaf hides its caller from
+ * frame-pointer call stacks (perf's too). */
+__attribute__((noinline)) void account(unsigned long v)
+{
+	sink += v;
+}
+
 __attribute__((noinline)) void heavy(void)
 {
-	sink += CHAIN(6000000UL, 1);
+	account(CHAIN(6000000UL, 1));
+	sink++;
 }
 
 __attribute__((noinline)) void medium(void)
 {
-	sink += CHAIN(3000000UL, 3);
+	account(CHAIN(3000000UL, 3));
+	sink++;
 }
 
 __attribute__((noinline)) void light(void)
 {
-	sink += CHAIN(1000000UL, 5);
+	account(CHAIN(1000000UL, 5));
+	sink++;
 }
 
-static void work(long units)
+/* medium() is reached one level deeper, so call stacks have two shapes:
+ * main -> work -> heavy/light and main -> work -> via_route -> medium
+ * (the worker thread: start_thread -> worker -> work -> ...). */
+__attribute__((noinline)) void via_route(void)
+{
+	medium();
+	sink++; /* not a tail call: via_route keeps its frame */
+}
+
+__attribute__((noinline)) void work(long units)
 {
 	for (long u = 0; u < units; u++) {
 		heavy();
-		medium();
+		via_route();
 		light();
 	}
+	sink++;
 }
 
 static void *worker(void *arg)

@@ -85,6 +85,9 @@ int pt_ptt_mmap(void **ctx, struct vm_area_struct *vma);
 void pt_ptt_release(void *ctx);
 void pt_ptt_exit(void);
 
+/* pitrace_msr.c: PITRACE_IOC_MSR_READ / _WRITE (process context, no lock) */
+long pt_msr_ioctl(unsigned int cmd, void __user *arg);
+
 /* pitrace_main.c: facility state shared with the writers */
 struct pt_state {
 	struct mutex lock;		/* serializes control */

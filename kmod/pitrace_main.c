@@ -639,6 +639,9 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	/* TraceHook first: the record path, no allocation, no lock */
 	if (cmd == PITRACE_IOC_HOOK)
 		return pt_ioc_hook(p);
+	/* MSR access (pitrace_msr.c): no pitrace lock, its own copies */
+	if (cmd == PITRACE_IOC_MSR_READ || cmd == PITRACE_IOC_MSR_WRITE)
+		return pt_msr_ioctl(cmd, p);
 	kcmd = pt_ioc_decode(cmd);
 	if (!kcmd || kcmd == PITRACE_IOC_HOOK)
 		return -ENOTTY;

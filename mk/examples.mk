@@ -4,8 +4,8 @@ all: $(BIN)/cpuburn
 build: $(BIN)/cpuburn
 $(BIN)/cpuburn: examples/cpuburn.c
 	@mkdir -p $(BIN)
-	$(CC) -O2 -g -Wall -Werror -pthread -o $@ $<
+	$(CC) -O2 -g -fno-omit-frame-pointer -Wall -Werror -pthread -o $@ $<
 $(BIN)/static/cpuburn: examples/cpuburn.c
 	@mkdir -p $(BIN)/static
-	$(CC) -O2 -g -static -Wall -Werror -pthread -o $@ $<
+	$(CC) -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o $@ $<
 static: $(BIN)/static/cpuburn

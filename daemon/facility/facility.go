@@ -7,6 +7,7 @@
 package facility
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"perfinsp/daemon/kevents"
 
 	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 	"perfinsp/libperfutil/tracebuf"
@@ -85,9 +87,13 @@ type Facility struct {
 	// duplicate kept to copy the finished stream out at get.
 	stream     *nrm2.Stream
 	streamCopy *os.File
-	drainWake  chan struct{}
-	drainDone  chan struct{}
-	drainStop  chan struct{}
+	// stopOnWriteErr: a stream write error stops tracing (else tracing
+	// goes on and counts what cannot be written as lost).
+	stopOnWriteErr bool
+	writeErrOnce   sync.Once
+	drainWake      chan struct{}
+	drainDone      chan struct{}
+	drainStop      chan struct{}
 
 	seenMu    sync.Mutex
 	described map[uint32]bool // pids with MTE written
@@ -171,6 +177,7 @@ func (f *Facility) initLocked(cfg control.Config) error {
 		if err != nil {
 			return fmt.Errorf("MTE buffer: %w", err)
 		}
+		m.MTE = true
 		tr = append(tr, t)
 		mt = append(mt, m)
 	}
@@ -182,6 +189,7 @@ func (f *Facility) initLocked(cfg control.Config) error {
 	f.unsaved = false
 	f.note = ""
 	f.fullOnce = sync.Once{}
+	f.writeErrOnce = sync.Once{}
 	return nil
 }
 
@@ -246,6 +254,18 @@ func (f *Facility) SetMode(mode int, contFile string) error {
 	return nil
 }
 
+// SetStopOnWriteError chooses what a stream write error does: stop tracing
+// (stop), or go on counting the records that cannot be written as lost.
+func (f *Facility) SetStopOnWriteError(stop bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing what a write error does")
+	}
+	f.stopOnWriteErr = stop
+	return nil
+}
+
 // SetRate sets the tprof rate and event.
 func (f *Facility) SetRate(hz int, event string) error {
 	f.mu.Lock()
@@ -253,8 +273,21 @@ func (f *Facility) SetRate(hz int, event string) error {
 	if f.state == control.StateOn {
 		return errors.New("tracing is on: run `swtrace off` before changing the rate")
 	}
-	if hz <= 0 || hz > control.MaxRateHz {
+	if event == "" && (hz <= 0 || hz > control.MaxRateHz) {
 		return fmt.Errorf("rate %d is out of range: use 1..%d", hz, control.MaxRateHz)
+	}
+	if event != "" {
+		// Checked now, as the module backend does, not at on.
+		e, err := events.Parse(event)
+		if err != nil {
+			return err
+		}
+		if hz <= 0 {
+			return fmt.Errorf("event-based tprof needs a period of at least 1 %s event", e.Name)
+		}
+		if e.Hardware && !events.HasPMU() {
+			return fmt.Errorf("%w: event-based tprof on %s needs a hardware counter; use time-based sampling: swtrace setrate HZ", events.ErrNoPMU, e.Name)
+		}
 	}
 	f.rateHz = hz
 	f.event = event
@@ -313,6 +346,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		}
 	}
 	opts := kevents.Options{
+		Callstack: f.enabled[trace.MajorUnwind] && f.enabled[trace.MajorTprof],
 		Dispatch:  f.enabled[trace.MajorDispatch],
 		Interrupt: f.enabled[trace.MajorInterrupt],
 	}
@@ -341,6 +375,9 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	f.trace[0].Write(trace.MajorSys, trace.SysInfo, trace.LayoutString, t, []uint64{uint64(f.ncpu), nrm2.ClockMonotonic, 1e9, f.startWall}, uname)
 	for cpu := range f.trace {
 		f.trace[cpu].Write(trace.MajorSys, trace.SysTraceOn, trace.LayoutFixed, t, []uint64{f.majorsLo(), uint64(f.rateHz)}, "")
+	}
+	if e, err := events.Parse(f.event); f.event != "" && err == nil && f.enabled[trace.MajorTprof] {
+		f.trace[0].Write(trace.MajorSys, trace.SysEvent, trace.LayoutString, t, []uint64{uint64(e.Type), e.Config, uint64(f.rateHz)}, f.event)
 	}
 	// Describe what exists now. The side-band events are already on, so
 	// nothing started after this point is missed.
@@ -503,6 +540,18 @@ func (f *Facility) drainBuf(kind uint32, cpu int, b *tracebuf.Buffer) {
 		f.stream.Chunk(kind, cpu, s.Data)
 	}
 	b.Release(segs)
+	if f.stopOnWriteErr && f.stream.Err() != nil {
+		f.writeErrOnce.Do(func() {
+			go func() {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if f.state == control.StateOn {
+					_ = f.offLocked()
+					f.note = "the stream file could not be written (a full disk?): tracing stopped, as chosen with swtrace mode --on-write-error stop; the file ends on its last complete chunk"
+				}
+			}()
+		})
+	}
 }
 
 func (f *Facility) stopDrainer() {
@@ -850,5 +899,28 @@ func (s *sink) Lost(cpu int, mte bool, n uint64) {
 		f.mte[cpu].AddLost(n)
 	} else {
 		f.trace[cpu].AddLost(n)
+	}
+}
+
+func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+	f := (*Facility)(s)
+	<-f.gate
+	if cpu < 0 || cpu >= len(f.trace) {
+		return
+	}
+	if len(pcs) > trace.UnwindMaxPCs {
+		pcs, truncated = pcs[:trace.UnwindMaxPCs], true
+	}
+	flags := uint64(kernel) << trace.UnwindKernShift
+	if truncated {
+		flags |= trace.UnwindTruncated
+	}
+	b := make([]byte, 8*len(pcs))
+	for i, pc := range pcs {
+		binary.LittleEndian.PutUint64(b[8*i:], pc)
+	}
+	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, t, []uint64{uint64(pid), uint64(tid), flags}, string(b))
+	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
+		f.bufferFull()
 	}
 }

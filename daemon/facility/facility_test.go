@@ -134,8 +134,26 @@ func TestNormalModeStopsWhenFull(t *testing.T) {
 	if mte != 2 {
 		t.Fatalf("%d MTE records, want the 2 from the scan", mte)
 	}
-	if uint64(len(seq)) != st.CPUs[0].Records-2 { // minus SYSINFO and TRACE_ON
+	if uint64(len(seq)) != st.CPUs[0].Records-3 { // minus SYSINFO, TRACE_ON and BUFFER_FULL
 		t.Fatalf("%d ticks in the file, %d records counted", len(seq), st.CPUs[0].Records)
+	}
+	// The BUFFER_FULL record docs/trace-format.md promises is in the file,
+	// after the last tick of the CPU that filled.
+	fulls, last := 0, uint64(0)
+	_ = file.Records(func(r *trace.Record) error {
+		switch {
+		case r.Major == trace.MajorSys && r.Minor == trace.SysBufFull && r.CPU == 0 && r.Field(0) == 0:
+			fulls++
+			if r.Time < last {
+				t.Errorf("BUFFER_FULL before the last tick")
+			}
+		case r.Major == trace.MajorTprof:
+			last = r.Time
+		}
+		return nil
+	})
+	if fulls != 1 {
+		t.Fatalf("%d BUFFER_FULL records in the file, want 1", fulls)
 	}
 	for i, v := range seq {
 		if v != uint64(i) {
@@ -164,8 +182,8 @@ func TestWrapModeKeepsNewestAndAllMTE(t *testing.T) {
 	// Far more MTE than the 4K MTE buffer holds: it must all reach the file.
 	for i := 0; i < 500; i++ {
 		(*sink).MTE(1, trace.MTEThreadName, Now(), []uint64{42, uint64(1000 + i)}, "thread-name-xxxxxxxx")
-		if i%50 == 0 { // let the drainer take the full MTE segments, as time passes in a real trace
-			waitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 2048 })
+		if i%10 == 0 { // let the drainer take the full MTE segments, as time passes in a real trace
+			waitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 1024 })
 		}
 	}
 	if err := f.Off(); err != nil {
@@ -485,5 +503,50 @@ func TestStreamsDoNotLeakDescriptors(t *testing.T) {
 	}
 	if after := count(); after > before {
 		t.Fatalf("%d descriptors open after 10 stream cycles, %d before", after, before)
+	}
+}
+
+// --on-write-error stop: the first write error stops tracing, and the file
+// is complete up to its last chunk.
+func TestContModeFullDiskStops(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root to mount a small tmpfs")
+		}
+		t.Skip("skipped: needs root to mount a small tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount a 1 MB tmpfs: %v", err)
+	}
+	defer syscall.Unmount(dir, syscall.MNT_DETACH)
+	f, sink, _ := newFake(t)
+	path := filepath.Join(dir, "cont.nrm2")
+	if err := f.SetMode(control.ModeCont, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetStopOnWriteError(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; f.State() == control.StateOn; i++ {
+		ticks(*sink, 0, i*200, 200)
+		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.State != control.StateOn || st.CPUs[0].Used < 16<<10 })
+		if i > 10000 {
+			t.Fatal("tracing never stopped on the full file system")
+		}
+	}
+	st, _ := f.Info()
+	if !strings.Contains(st.Note, "tracing stopped") {
+		t.Fatalf("note after the stop: %q", st.Note)
+	}
+	file, _, _, _ := decode(t, path)
+	if file.Header.Flags&nrm2.FlagWriteError == 0 || file.Header.Flags&nrm2.FlagComplete == 0 {
+		t.Fatalf("header flags %#x: want write-error and complete", file.Header.Flags)
 	}
 }

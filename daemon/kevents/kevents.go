@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -30,6 +31,10 @@ type Sink interface {
 	Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64)
 	MTE(cpu int, minor uint32, t uint64, fields []uint64, str string)
 	Lost(cpu int, mte bool, n uint64)
+	// Stack is the call stack of the tprof sample just delivered on cpu:
+	// pcs leaf first (kernel frames, then user frames), kernel how many
+	// of them are kernel addresses, truncated whether the depth limit cut it.
+	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
 }
 
 // Options select what to record.
@@ -38,9 +43,14 @@ type Options struct {
 	// with a fixed period of 1/RateHz s); 0 turns tprof off. With Event set
 	// it is the number of events between samples instead.
 	RateHz int
-	// Event names a hardware event for event-based tprof: cycles,
-	// instructions, branches, branch-misses, cache-references, cache-misses.
-	Event     string
+	// Event names the event of event-based tprof, in the syntax of the
+	// project's one event table (libperfutil/events: cycles, rHEX,
+	// pmu/event=..,umask=../, ...).
+	Event string
+	// Callstack samples the call stack (kernel and user, by frame
+	// pointers) with every tprof tick, at most MaxStack frames (0: 127).
+	Callstack bool
+	MaxStack  int
 	Dispatch  bool  // sched:sched_switch
 	Interrupt bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
 	CPUs      []int // nil: every online CPU
@@ -52,17 +62,6 @@ type CPUStats struct {
 	CPU     int
 	Records uint64 // records decoded
 	Lost    uint64 // records the kernel dropped
-}
-
-// hardware events by name.
-var hwEvents = map[string]uint64{
-	"cycles":           unix.PERF_COUNT_HW_CPU_CYCLES,
-	"cpu-cycles":       unix.PERF_COUNT_HW_CPU_CYCLES,
-	"instructions":     unix.PERF_COUNT_HW_INSTRUCTIONS,
-	"branches":         unix.PERF_COUNT_HW_BRANCH_INSTRUCTIONS,
-	"branch-misses":    unix.PERF_COUNT_HW_BRANCH_MISSES,
-	"cache-references": unix.PERF_COUNT_HW_CACHE_REFERENCES,
-	"cache-misses":     unix.PERF_COUNT_HW_CACHE_MISSES,
 }
 
 // event kinds, found from a sample's identifier.
@@ -102,6 +101,7 @@ type ring struct {
 	mu      sync.Mutex
 	scratch []byte
 	fields  [8]uint64
+	pcs     []uint64 // a stack's PCs, reused
 	records uint64
 	lost    uint64
 }
@@ -119,35 +119,14 @@ type Session struct {
 	stopErr error
 	tgid    sync.Map // tid -> tgid (uint32)
 	parents sync.Map // pid -> ppid (uint32), from fork records
+	execs   sync.Map // pid -> pendingExec: exec seen, path not yet
+
+	callstack bool
+	maxStack  int
 }
 
 // ErrNoPMU is returned for event-based tprof where there is no hardware PMU.
 var ErrNoPMU = errors.New("no hardware PMU on this machine: event-based tprof needs a hardware counter (use time-based tprof: swtrace setrate HZ without -e)")
-
-func onlineCPUs() ([]int, error) {
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return nil, fmt.Errorf("read online CPUs: %w", err)
-	}
-	var cpus []int
-	for _, part := range strings.Split(strings.TrimSpace(string(b)), ",") {
-		lo, hi, found := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("parse online CPUs %q: %w", b, err)
-		}
-		z := a
-		if found {
-			if z, err = strconv.Atoi(hi); err != nil {
-				return nil, fmt.Errorf("parse online CPUs %q: %w", b, err)
-			}
-		}
-		for c := a; c <= z; c++ {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
-}
 
 func perfOpen(attr *unix.PerfEventAttr, cpu, group int) (int, error) {
 	attr.Size = uint32(unsafe.Sizeof(*attr))
@@ -173,7 +152,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	cpus := opts.CPUs
 	if cpus == nil {
 		var err error
-		if cpus, err = onlineCPUs(); err != nil {
+		if cpus, err = events.OnlineCPUs(); err != nil {
 			return nil, err
 		}
 	}
@@ -184,7 +163,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	if pages&(pages-1) != 0 {
 		return nil, fmt.Errorf("ring size %d pages is not a power of two", pages)
 	}
-	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1}
+	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack}
+	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
+		s.maxStack = trace.UnwindMaxDepth
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -232,18 +214,19 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			var attr unix.PerfEventAttr
 			kind := kindTick
 			if opts.Event != "" {
-				cfg, known := hwEvents[strings.ToLower(opts.Event)]
-				if !known {
-					names := make([]string, 0, len(hwEvents))
-					for n := range hwEvents {
-						names = append(names, n)
-					}
-					return nil, fmt.Errorf("unknown event %q: use one of %s", opts.Event, strings.Join(names, ", "))
+				e, err := events.Parse(opts.Event)
+				if err != nil {
+					return nil, err
 				}
-				attr = unix.PerfEventAttr{Type: unix.PERF_TYPE_HARDWARE, Config: cfg, Sample: uint64(opts.RateHz), Sample_type: stSample}
+				attr = e.Attr()
+				attr.Sample, attr.Sample_type = uint64(opts.RateHz), stSample
 				kind = kindEvent
 			} else {
 				attr = unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_CPU_CLOCK, Sample: uint64(1e9 / opts.RateHz), Sample_type: stSample}
+			}
+			if opts.Callstack {
+				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
+				attr.Sample_max_stack = uint16(s.maxStack)
 			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
@@ -581,6 +564,9 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			} else {
 				s.sink.Trace(r.cpu, trace.MajorTprof, trace.TprofEvent, t, append(f, uint64(pid), uint64(tid), ip, flags, 0))
 			}
+			if s.callstack && len(b) >= 40 {
+				s.stack(r, t, pid, tid, b[32:])
+			}
 		default:
 			// TID, TIME, CPU, RAW
 			if len(b) < 28 {
@@ -607,6 +593,10 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			return
 		}
 		name := cstr(b[64 : len(b)-32])
+		if pe, ok := s.execs.LoadAndDelete(pid); ok {
+			s.emitExec(r, t, pid, pe.(pendingExec), name)
+			f = r.fields[:0]
+		}
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(prot)), name)
 	case unix.PERF_RECORD_MMAP:
 		// pid, tid, addr, len, pgoff, filename (older kernels without mmap2)
@@ -628,12 +618,14 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		_, _, t, _ := sampleID(b)
 		s.tgid.Store(tid, pid)
 		if misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
-			path, err := os.Readlink("/proc/" + strconv.Itoa(int(pid)) + "/exe")
-			if err != nil {
-				path = comm
+			// The exec's path comes with the first executable mapping
+			// of the new program (the kernel maps it right after this
+			// record): the path the program was found at, not the
+			// name typed, nor whatever /proc says by the time this
+			// record is read.
+			if old, ok := s.execs.Swap(pid, pendingExec{tid: tid, comm: comm}); ok {
+				s.emitExec(r, t, pid, old.(pendingExec), old.(pendingExec).comm)
 			}
-			s.sink.MTE(r.cpu, trace.MTEExec, t, append(f, uint64(pid), uint64(tid)), path)
-			s.sink.MTE(r.cpu, trace.MTEProcess, t, append(f[:0], uint64(pid), uint64(s.parent(pid))), comm)
 		}
 		s.sink.MTE(r.cpu, trace.MTEThreadName, t, append(f[:0], uint64(pid), uint64(tid)), comm)
 	case unix.PERF_RECORD_FORK, unix.PERF_RECORD_EXIT:
@@ -653,6 +645,10 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			}
 			s.sink.MTE(r.cpu, trace.MTEFork, t, append(f, uint64(ppid), uint64(ptid), uint64(pid), uint64(tid), flags), "")
 		} else {
+			if pe, ok := s.execs.LoadAndDelete(pid); ok && pid == tid {
+				s.emitExec(r, t, pid, pe.(pendingExec), pe.(pendingExec).comm)
+				f = r.fields[:0]
+			}
 			s.sink.MTE(r.cpu, trace.MTEExit, t, append(f, uint64(pid), uint64(tid)), "")
 		}
 	case unix.PERF_RECORD_LOST:
@@ -665,9 +661,69 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 	}
 }
 
+// Callchain context markers (PERF_CONTEXT_*): values this high are not PCs.
+const perfContextMax = ^uint64(0) - 4095
+
+// stack turns a sample's callchain (u64 nr, then nr entries with
+// PERF_CONTEXT_KERNEL / _USER markers) into an UNWIND record.
+func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
+	nr := int(le64(b))
+	b = b[8:]
+	if nr > len(b)/8 {
+		nr = len(b) / 8
+	}
+	pcs := r.pcs[:0]
+	kernel, user := 0, false
+	for i := 0; i < nr; i++ {
+		v := le64(b[8*i:])
+		if v >= perfContextMax {
+			user = v == uint64(1<<64-512) // PERF_CONTEXT_USER (-512)
+			continue
+		}
+		pcs = append(pcs, v)
+		if !user {
+			kernel++
+		}
+	}
+	r.pcs = pcs
+	if len(pcs) == 0 {
+		return
+	}
+	// The kernel stops at sample_max_stack frames.
+	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, len(pcs) >= s.maxStack)
+}
+
+// pendingExec is an exec whose path waits for the program's first
+// executable mapping.
+type pendingExec struct {
+	tid  uint32
+	comm string
+}
+
+// emitExec writes MTE_EXEC (with the path) and the process's MTE_PROCESS.
+func (s *Session) emitExec(r *ring, t uint64, pid uint32, pe pendingExec, path string) {
+	f := r.fields[:0]
+	s.sink.MTE(r.cpu, trace.MTEExec, t, append(f, uint64(pid), uint64(pe.tid)), path)
+	s.sink.MTE(r.cpu, trace.MTEProcess, t, append(f[:0], uint64(pid), uint64(s.parent(pid))), pe.comm)
+}
+
+// parent is a process's parent: from the fork records of the session, else
+// (a process older than the session) from /proc.
 func (s *Session) parent(pid uint32) uint32 {
 	if v, ok := s.parents.Load(pid); ok {
 		return v.(uint32)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			if pp, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				s.parents.Store(pid, uint32(pp))
+				return uint32(pp)
+			}
+		}
 	}
 	return 0
 }

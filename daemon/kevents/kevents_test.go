@@ -27,9 +27,10 @@ type rec struct {
 }
 
 type memSink struct {
-	mu   sync.Mutex
-	recs []rec
-	lost uint64
+	mu     sync.Mutex
+	recs   []rec
+	lost   uint64
+	stacks []stackRec
 }
 
 func (m *memSink) Trace(cpu int, major uint16, minor uint32, t uint64, f []uint64) {
@@ -42,6 +43,20 @@ func (m *memSink) MTE(cpu int, minor uint32, t uint64, f []uint64, s string) {
 	m.recs = append(m.recs, rec{cpu, trace.MajorMTE, minor, t, append([]uint64(nil), f...), s})
 	m.mu.Unlock()
 }
+
+type stackRec struct {
+	pid, tid  uint32
+	pcs       []uint64
+	kernel    int
+	truncated bool
+}
+
+func (m *memSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+	m.mu.Lock()
+	m.stacks = append(m.stacks, stackRec{pid, tid, append([]uint64(nil), pcs...), kernel, truncated})
+	m.mu.Unlock()
+}
+
 func (m *memSink) Lost(cpu int, mte bool, n uint64) {
 	m.mu.Lock()
 	m.lost += n
@@ -265,5 +280,97 @@ func TestFormatOffsetsRejectsBadFields(t *testing.T) {
 	os.WriteFile(filepath.Join(ev, "format"), []byte(bad), 0o644)
 	if _, _, err := formatOffsets(dir, "sched/sched_switch"); err == nil || !strings.Contains(err.Error(), "prev_pid") {
 		t.Fatalf("bad offset accepted: %v", err)
+	}
+}
+
+// Call stacks come with the ticks: this thread's samples, taken while
+// spin runs, unwind through spin to this test function (Go keeps frame
+// pointers); a depth limit marks stacks as truncated.
+func TestCallstacks(t *testing.T) {
+	needRoot(t)
+	for _, max := range []int{0, 3} {
+		sink := &memSink{}
+		s, err := Start(Options{RateHz: 1000, Callstack: true, MaxStack: max}, sink)
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.LockOSThread()
+		tid := uint32(unix.Gettid())
+		spin(300 * time.Millisecond)
+		runtime.UnlockOSThread()
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		ticks, through, truncated := 0, 0, 0
+		for _, st := range sink.stacks {
+			if st.tid != tid {
+				continue
+			}
+			ticks++
+			if st.truncated {
+				truncated++
+			}
+			var names []string
+			for _, pc := range st.pcs[st.kernel:] {
+				if fn := runtime.FuncForPC(uintptr(pc) - 1); fn != nil {
+					names = append(names, fn.Name())
+				}
+			}
+			joined := strings.Join(names, " ")
+			if strings.Contains(joined, "kevents.spin") && strings.Contains(joined, "kevents.TestCallstacks") {
+				through++
+			}
+		}
+		t.Logf("max stack %d: %d stacks of this thread, %d through spin to the test, %d truncated", max, ticks, through, truncated)
+		if ticks < 50 {
+			t.Fatalf("%d stacks in 300 ms at 1000 Hz", ticks)
+		}
+		if max == 0 && through < ticks*8/10 {
+			t.Fatalf("only %d of %d stacks unwind from spin to the test function", through, ticks)
+		}
+		if max == 3 && truncated < ticks*8/10 {
+			t.Fatalf("depth limit 3: only %d of %d stacks marked truncated", truncated, ticks)
+		}
+	}
+}
+
+// An exec's MTE_EXEC carries the program's path as found (the first
+// executable mapping of the new program), not the bare name typed, and the
+// MTE_PROCESS after it has the real parent.
+func TestExecPathAndParent(t *testing.T) {
+	needRoot(t)
+	sink := &memSink{}
+	s, err := Start(Options{}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("/bin/sh", "-c", "cat </dev/null; cat </dev/null; exit 0") // not builtins: found through PATH
+	if err := sh.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	shPid := uint64(sh.Process.Pid)
+	execs, procs := 0, 0
+	for _, r := range sink.recs {
+		if r.major != trace.MajorMTE {
+			continue
+		}
+		switch {
+		case r.minor == trace.MTEExec && strings.HasSuffix(r.str, "cat"):
+			execs++
+			if !strings.HasPrefix(r.str, "/") {
+				t.Errorf("MTE_EXEC of cat carries %q, not the path it was found at", r.str)
+			}
+		case r.minor == trace.MTEProcess && r.str == "cat":
+			procs++
+			if r.fields[1] != shPid {
+				t.Errorf("MTE_PROCESS of cat (pid %d) has ppid %d, want the shell %d", r.fields[0], r.fields[1], shPid)
+			}
+		}
+	}
+	if execs < 2 || procs < 2 {
+		t.Fatalf("%d MTE_EXEC and %d MTE_PROCESS records of cat, want 2 each", execs, procs)
 	}
 }

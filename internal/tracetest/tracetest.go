@@ -53,7 +53,7 @@ func Setup(t *testing.T, extra ...string) *Env {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	burn := filepath.Join(bin, "cpuburn")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, filepath.Join(Root(), "examples", "cpuburn.c")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", burn, filepath.Join(Root(), "examples", "cpuburn.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build example: %v\n%s", err, out)
 	}
 	e := &Env{T: t, Dir: dir, Bin: bin, Swtrace: filepath.Join(bin, "swtrace"), Burn: burn}

@@ -618,4 +618,24 @@ struct pitrace_ptt_read {
 #define PITRACE_IOC_PTT_WATCH	_IOW(PITRACE_IOC_MAGIC, 20, struct pitrace_ptt_watch)
 #define PITRACE_IOC_PTT_READ	_IOWR(PITRACE_IOC_MAGIC, 21, struct pitrace_ptt_read)
 
+/* ---- MSR access (pitrace_msr.c; the msr tool) ----------------------------- */
+
+/*
+ * MSR_READ / MSR_WRITE: one model-specific register on one online CPU.
+ * Root only (CAP_SYS_RAWIO): EPERM otherwise.  A register that faults is
+ * EIO; an offline or unknown CPU ENXIO.  Writes outside the allowlist of
+ * docs/hwevents.md are EACCES unless the module parameter allow_writes
+ * is 1 (at load, or root through /sys/module/pitrace/parameters).
+ */
+struct pitrace_msr {
+	__u32 cpu;		/* in */
+	__u32 reg;		/* in: the MSR number */
+	__u64 value;		/* out (READ), in (WRITE) */
+	__u32 flags;		/* must be 0 */
+	__u32 reserved;		/* must be 0 */
+};
+
+#define PITRACE_IOC_MSR_READ	_IOWR(PITRACE_IOC_MAGIC, 40, struct pitrace_msr)
+#define PITRACE_IOC_MSR_WRITE	_IOW(PITRACE_IOC_MAGIC, 41, struct pitrace_msr)
+
 #endif /* _UAPI_PITRACE_H */

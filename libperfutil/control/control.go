@@ -151,6 +151,13 @@ type Facility interface {
 	Close() error
 }
 
+// WriteErrorPolicy is implemented by backends that can stop tracing when
+// the stream file of wrap or cont mode cannot be written (a full disk),
+// instead of going on and counting what cannot be written as lost.
+type WriteErrorPolicy interface {
+	SetStopOnWriteError(stop bool) error
+}
+
 // Noticer is implemented by backends that learn, while connecting, things
 // the user must be told (for example that the daemon died holding a trace).
 type Noticer interface {

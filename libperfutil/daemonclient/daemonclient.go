@@ -290,6 +290,11 @@ func (c *Client) SetMode(mode int, file string) error {
 	return c.Call(daemonproto.OpMode, daemonproto.ModeArgs{Mode: mode, File: file}, nil)
 }
 
+// SetStopOnWriteError chooses whether a stream write error stops tracing.
+func (c *Client) SetStopOnWriteError(stop bool) error {
+	return c.Call(daemonproto.OpOnWriteError, daemonproto.WriteErrorArgs{Stop: stop}, nil)
+}
+
 // SetRate sets the tprof rate.
 func (c *Client) SetRate(hz int, event string) error {
 	return c.Call(daemonproto.OpRate, daemonproto.RateArgs{Hz: hz, Event: event}, nil)

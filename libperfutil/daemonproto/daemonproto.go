@@ -59,19 +59,20 @@ func StatePath(socket string) string { return socket + ".state" }
 
 // Ops and their arguments.
 const (
-	OpPing     = "ping"
-	OpInit     = "init"     // InitArgs
-	OpEnable   = "enable"   // MajorsArgs
-	OpDisable  = "disable"  // MajorsArgs
-	OpMode     = "mode"     // ModeArgs
-	OpRate     = "rate"     // RateArgs
-	OpOn       = "on"       //
-	OpOff      = "off"      //
-	OpGet      = "get"      // GetArgs
-	OpInfo     = "info"     // -> control.Status
-	OpFree     = "free"     //
-	OpHook     = "hook"     // HookArgs
-	OpShutdown = "shutdown" // the daemon exits (after stopping tracing)
+	OpPing         = "ping"
+	OpInit         = "init"           // InitArgs
+	OpEnable       = "enable"         // MajorsArgs
+	OpDisable      = "disable"        // MajorsArgs
+	OpMode         = "mode"           // ModeArgs
+	OpRate         = "rate"           // RateArgs
+	OpOn           = "on"             //
+	OpOff          = "off"            //
+	OpGet          = "get"            // GetArgs
+	OpInfo         = "info"           // -> control.Status
+	OpFree         = "free"           //
+	OpHook         = "hook"           // HookArgs
+	OpShutdown     = "shutdown"       // the daemon exits (after stopping tracing)
+	OpOnWriteError = "on-write-error" // WriteErrorArgs
 )
 
 // InitArgs are the buffer sizes.
@@ -110,6 +111,11 @@ type HookArgs struct {
 	Minor uint32   `json:"minor"`
 	Words []uint32 `json:"words,omitempty"`
 	Str   string   `json:"str,omitempty"`
+}
+
+// WriteErrorArgs chooses what a stream write error does.
+type WriteErrorArgs struct {
+	Stop bool `json:"stop"`
 }
 
 // PingResult identifies the daemon.

@@ -3,7 +3,11 @@ package kmodbackend
 // The Go mirror of kmod/uapi/pitrace.h, the module's ABI. abi_cgo_test.go
 // checks every size, offset, ioctl number and code here against the header.
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
 
 // ABIVersion is the ABI this package speaks.
 const ABIVersion = 1
@@ -259,6 +263,15 @@ type pttReadArg struct {
 	Buf   uint64
 }
 
+// msrArg is struct pitrace_msr (MSR_READ / MSR_WRITE, pitrace_msr.c).
+type msrArg struct {
+	CPU      uint32
+	Reg      uint32
+	Value    uint64
+	Flags    uint32
+	Reserved uint32
+}
+
 // ioctl number encoding (asm-generic/ioctl.h).
 const (
 	iocNone  = 0
@@ -293,6 +306,8 @@ var (
 	iocPttStatus = ioc(iocRead|iocWrite, 19, unsafe.Sizeof(pttStatusArg{}))
 	iocPttWatch  = ioc(iocWrite, 20, unsafe.Sizeof(pttWatchArg{}))
 	iocPttRead   = ioc(iocRead|iocWrite, 21, unsafe.Sizeof(pttReadArg{}))
+	iocMSRRead   = ioc(iocRead|iocWrite, 40, unsafe.Sizeof(msrArg{}))
+	iocMSRWrite  = ioc(iocWrite, 41, unsafe.Sizeof(msrArg{}))
 )
 
 // IoctlNumbers lists every ioctl by name (for the ABI test and the fuzzer).
@@ -305,5 +320,28 @@ func IoctlNumbers() map[string]uintptr {
 		"PITRACE_IOC_RELEASE": iocRelease, "PITRACE_IOC_DRAIN": iocDrain, "PITRACE_IOC_SAVED": iocSaved,
 		"PITRACE_IOC_BENCH": iocBench, "PITRACE_IOC_PTT_INIT": iocPttInit, "PITRACE_IOC_PTT_TERM": iocPttTerm,
 		"PITRACE_IOC_PTT_STATUS": iocPttStatus, "PITRACE_IOC_PTT_WATCH": iocPttWatch, "PITRACE_IOC_PTT_READ": iocPttRead,
+		"PITRACE_IOC_MSR_READ": iocMSRRead, "PITRACE_IOC_MSR_WRITE": iocMSRWrite,
+	}
+}
+
+// MSR reads (write false) or writes one MSR on one CPU through the module
+// file fd (PITRACE_IOC_MSR_READ / _WRITE) and returns the value read. The
+// errno is returned as is (EPERM: not root, EACCES: not in the write
+// allowlist, EIO: the MSR faults, ENXIO: no such CPU); callers word it.
+func MSR(fd int, write bool, cpu, reg uint32, value uint64) (uint64, error) {
+	a := msrArg{CPU: cpu, Reg: reg, Value: value}
+	req := iocMSRRead
+	if write {
+		req = iocMSRWrite
+	}
+	for {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(unsafe.Pointer(&a)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return a.Value, nil
 	}
 }

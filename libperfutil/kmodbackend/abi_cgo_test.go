@@ -39,6 +39,7 @@ var cStructs = []struct {
 	{"pitrace_ptt_watch", pttWatchArg{}, []string{"tid", "flags"}},
 	{"pitrace_ptt_thread", pttThread{}, []string{"tid", "pid", "comm", "running", "mapped", "a"}},
 	{"pitrace_ptt_read", pttReadArg{}, []string{"max", "n", "total", "pad", "buf"}},
+	{"pitrace_msr", msrArg{}, []string{"cpu", "reg", "value", "flags", "reserved"}},
 }
 
 func TestABIStructsMatchHeader(t *testing.T) {
@@ -84,8 +85,8 @@ func TestABIIoctlNumbersMatchHeader(t *testing.T) {
 			t.Errorf("%s: C %#x, Go %#x", name, c, n)
 		}
 	}
-	if len(IoctlNumbers()) != 21 {
-		t.Errorf("Go lists %d ioctls, the header 21", len(IoctlNumbers()))
+	if len(IoctlNumbers()) != 23 {
+		t.Errorf("Go lists %d ioctls, the header 23", len(IoctlNumbers()))
 	}
 }
 
@@ -189,10 +190,12 @@ var recordPayloads = []struct {
 }
 
 // Codes of the spec table the module never writes (other writers: the
-// daemon's interrupt sources, the JIT agent).
+// daemon's interrupt sources and its TPROF_EVENT_NAME, the JIT agent, the
+// reserved unwind records).
 var notWritten = map[string]bool{
 	"TIMER_ENTRY": true, "TIMER_EXIT": true, "IPI_ENTRY": true, "IPI_EXIT": true,
 	"INTR_ENTRY": true, "INTR_EXIT": true, "JIT_LOAD": true, "JIT_UNLOAD": true,
+	"TPROF_EVENT_NAME": true,
 }
 
 // The module's record payloads (kmod/uapi/pitrace.h, the structs the
@@ -240,7 +243,7 @@ func TestRecordPayloadsMatchSpecTable(t *testing.T) {
 		}
 	}
 	for _, sp := range trace.Specs() {
-		if sp.Major >= trace.MajorUserFirst || notWritten[sp.Name] {
+		if sp.Major >= trace.MajorUserFirst || sp.Major == trace.MajorUnwind || sp.Major == trace.MajorUnwindEvt || notWritten[sp.Name] {
 			continue
 		}
 		if !seen[[2]uint64{uint64(sp.Major), uint64(sp.Minor)}] {

@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -32,6 +31,7 @@ import (
 
 	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/daemonclient"
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
@@ -174,6 +174,9 @@ func (b *Backend) Init(cfg control.Config) error {
 func (b *Backend) majors(majors []uint16, on bool) error {
 	var m majorsArg
 	for _, x := range majors {
+		if on && x == trace.MajorUnwind {
+			return errors.New("call stacks (callstack) are not recorded by the pitrace module yet: use the daemon backend for them (PERFINSP_BACKEND=daemon, or unload the module)")
+		}
 		if x < 256 {
 			m.Mask[x/64] |= 1 << (x % 64)
 		}
@@ -231,29 +234,18 @@ func (b *Backend) SetMode(mode int, contFile string) error {
 	return fmt.Errorf("mode: %w", err)
 }
 
-// perf event names for event-based tprof (perf_event_attr type, config).
-var hwEvents = map[string]uint64{
-	"cycles": 0, "cpu-cycles": 0, "instructions": 1, "cache-references": 2, "cache-misses": 3,
-	"branches": 4, "branch-instructions": 4, "branch-misses": 5, "bus-cycles": 6, "ref-cycles": 9,
-}
-
-// ParseEvent maps an event name (or rHEX for a raw event) to a perf type and config.
+// ParseEvent maps an event name to a perf type and config through the
+// project's one event table (libperfutil/events). The module's rate
+// argument has no config1/config2: events that need them are refused.
 func ParseEvent(name string) (typ uint32, config uint64, err error) {
-	if c, ok := hwEvents[strings.ToLower(name)]; ok {
-		return 0, c, nil // PERF_TYPE_HARDWARE
+	e, err := events.Parse(name)
+	if err != nil {
+		return 0, 0, err
 	}
-	if strings.HasPrefix(name, "r") {
-		var v uint64
-		if _, err := fmt.Sscanf(name[1:], "%x", &v); err == nil {
-			return 4, v, nil // PERF_TYPE_RAW
-		}
+	if e.Config1 != 0 || e.Config2 != 0 {
+		return 0, 0, fmt.Errorf("event %q needs config1/config2, which the pitrace module's tprof does not take: use the daemon backend for it", name)
 	}
-	names := make([]string, 0, len(hwEvents))
-	for n := range hwEvents {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return 0, 0, fmt.Errorf("unknown event %q: use one of %s, or rHEX for a raw event", name, strings.Join(names, ", "))
+	return e.Type, e.Config, nil
 }
 
 // SetRate sets the tprof rate (Hz) or, with event, a sample every hz events.

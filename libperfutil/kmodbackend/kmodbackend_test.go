@@ -65,8 +65,8 @@ func TestParseEvent(t *testing.T) {
 			t.Errorf("%s: type %d config %#x, want %d %#x", c.in, typ, cfg, c.typ, c.config)
 		}
 	}
-	if _, _, err := ParseEvent("bogus"); err == nil || !strings.Contains(err.Error(), "cycles") {
-		t.Errorf("unknown event: want an error listing the names, got %v", err)
+	if _, _, err := ParseEvent("bogus"); err == nil || !strings.Contains(err.Error(), `"bogus"`) || !strings.Contains(err.Error(), "mpevt -l") {
+		t.Errorf("unknown event: want an error naming the token and where the names are, got %v", err)
 	}
 }
 

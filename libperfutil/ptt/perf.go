@@ -3,12 +3,12 @@ package ptt
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/events"
 )
 
 // OpenOpts tunes OpenCounter.
@@ -22,31 +22,14 @@ type OpenOpts struct {
 }
 
 // ErrNoPMU is wrapped by errors about hardware metrics on a machine without a
-// hardware PMU.
-var ErrNoPMU = errors.New("no hardware PMU on this machine")
+// hardware PMU (the event table's).
+var ErrNoPMU = events.ErrNoPMU
 
-// HasPMU reports whether the kernel exposes a hardware ("cpu") PMU.
-func HasPMU() bool {
-	for _, d := range []string{"/sys/bus/event_source/devices/cpu", "/sys/bus/event_source/devices/cpu_core", "/sys/bus/event_source/devices/armv8_pmuv3_0"} {
-		if _, err := os.Stat(d); err == nil {
-			return true
-		}
-	}
-	return false
-}
+// HasPMU reports whether the kernel exposes a hardware PMU (events.HasPMU).
+func HasPMU() bool { return events.HasPMU() }
 
-// Paranoid returns /proc/sys/kernel/perf_event_paranoid (2 if unreadable).
-func Paranoid() int {
-	b, err := os.ReadFile("/proc/sys/kernel/perf_event_paranoid")
-	if err != nil {
-		return 2
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 2
-	}
-	return v
-}
+// Paranoid returns /proc/sys/kernel/perf_event_paranoid (events.Paranoid).
+func Paranoid() int { return events.Paranoid() }
 
 // OpenCounter opens metric m counting thread tid (0: the calling thread) on
 // any CPU. The error says why in words a user can act on.

@@ -7,6 +7,7 @@ package tprof
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
@@ -37,13 +38,120 @@ type Report struct {
 	MTELost   uint64
 	Problems  []string // modules that could not be read
 	RecordErr error    // a decode error that ended the trace early
+	// Filter is the selection the report covers (nil: every tick);
+	// Filtered counts the ticks it left out.
+	Filter   *Filter
+	Filtered uint64
+	Selected string // what the filter selected, as given
+	// Stacks are the call stacks of the ticks (UNWIND records, `swtrace
+	// enable callstack`), aggregated; empty when the trace has none.
+	// Event and EventPeriod: event-based tprof (TPROF_EVENT_NAME record).
+	Event           string
+	EventPeriod     uint64
+	Stacks          []*Stack
+	StackTicks      uint64 // ticks with a stack
+	TruncatedStacks uint64 // of them, cut at the depth limit
+}
+
+// Frame is one resolved frame of a call stack.
+type Frame struct {
+	Module, Symbol string
+	Kernel         bool
+}
+
+// Stack is one distinct call stack of one thread, root first, and how many
+// ticks had it.
+type Stack struct {
+	PID, TID  uint32
+	Frames    []Frame // root first, the interrupted function last
+	N         uint64
+	Truncated bool // cut at the depth limit: the root frames are missing
+}
+
+// Filter selects the ticks a report covers: processes (and, with Children,
+// the processes they create during the trace, by the MTE_FORK records),
+// threads, or process names. Empty sets select everything.
+type Filter struct {
+	Pids     map[uint32]bool
+	Children bool
+	Tids     map[uint32]bool
+	Comms    map[string]bool
+}
+
+// Describe says what the filter selects, for report headers.
+func (f *Filter) Describe() string {
+	var parts []string
+	list := func(m map[uint32]bool) string {
+		var ids []int
+		for id := range m {
+			ids = append(ids, int(id))
+		}
+		sort.Ints(ids)
+		var ss []string
+		for _, id := range ids {
+			ss = append(ss, fmt.Sprint(id))
+		}
+		return strings.Join(ss, ",")
+	}
+	if len(f.Pids) > 0 {
+		p := "pid " + list(f.Pids)
+		if f.Children {
+			p += " and the processes they created"
+		}
+		parts = append(parts, p)
+	}
+	if len(f.Tids) > 0 {
+		parts = append(parts, "tid "+list(f.Tids))
+	}
+	if len(f.Comms) > 0 {
+		var cs []string
+		for c := range f.Comms {
+			cs = append(cs, c)
+		}
+		sort.Strings(cs)
+		parts = append(parts, "process name "+strings.Join(cs, ","))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (f *Filter) match(pid, tid uint32, comm func() string) bool {
+	if len(f.Pids) > 0 && !f.Pids[pid] {
+		return false
+	}
+	if len(f.Tids) > 0 && !f.Tids[tid] {
+		return false
+	}
+	if len(f.Comms) > 0 && !f.Comms[comm()] {
+		return false
+	}
+	return true
 }
 
 // Build reads every record of f in time order, keeping A2N's process table
 // up to date, and counts tprof ticks. A decode error part-way through keeps
 // what was read and is reported in RecordErr.
 func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
-	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}}
+	return BuildFiltered(f, r, nil, onRecord)
+}
+
+// BuildFiltered is Build for the ticks filt selects (nil: all); the others
+// are counted in Filtered (and still passed to onRecord, unresolved).
+func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
+	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}, Filter: filt}
+	if filt != nil {
+		rep.Selected = filt.Describe()
+	}
+	if filt != nil && filt.Children && len(filt.Pids) > 0 {
+		// The filter grows with the trace: copy it.
+		pids := make(map[uint32]bool, len(filt.Pids))
+		for p := range filt.Pids {
+			pids[p] = true
+		}
+		cp := *filt
+		cp.Pids = pids
+		filt = &cp
+		rep.Filter = filt
+	}
 	rep.Lost, rep.MTELost = f.Lost()
 	if r.KernelRelease == "" {
 		r.KernelRelease = f.Header.KernelRelease // names [vdso] when this is that kernel
@@ -66,6 +174,39 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 	intern := map[[2]string]int32{}
 	var all []*entry
 	cache := map[uint32]map[tiKey]*entry{}
+	// Stacks: each PC resolved once per process (as ticks are), frames as
+	// indexes into results, identical stacks counted together.
+	type stackEntry struct {
+		pid, tid  uint32
+		frames    []int32 // root first
+		kernel    int     // the last kernel frames are kernel addresses
+		truncated bool
+		n         uint64
+	}
+	pcCache := map[uint32]map[uint64]int32{}
+	stacks := map[string]*stackEntry{}
+	var frameBuf []int32
+	var keyBuf []byte
+	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
+		pm := pcCache[pid]
+		if pm == nil {
+			pm = map[uint64]int32{}
+			pcCache[pid] = pm
+		}
+		if idx, ok := pm[pc]; ok {
+			return idx
+		}
+		res := r.Resolve(pid, pc, kernel)
+		rk := [2]string{res.Module, res.Symbol}
+		idx, known := intern[rk]
+		if !known {
+			idx = int32(len(results))
+			intern[rk] = idx
+			results = append(results, res)
+		}
+		pm[pc] = idx
+		return idx
+	}
 	lastPid, lastCache := uint32(1<<32-1), map[tiKey]*entry(nil)
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
@@ -75,8 +216,12 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 				pid := uint32(rec.Field(0))
 				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
 					pid = uint32(rec.Field(2))
+					if filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
+						filt.Pids[pid] = true // a process (or thread) the selection created
+					}
 				}
 				delete(cache, pid)
+				delete(pcCache, pid)
 				if pid == lastPid {
 					lastPid, lastCache = 1<<32-1, nil
 				}
@@ -86,6 +231,13 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 			}
 		case trace.MajorTprof:
 			pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+			if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
+				rep.Filtered++
+				if onRecord != nil {
+					onRecord(rec, nil)
+				}
+				return nil
+			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
 			pc := lastCache
 			if pid != lastPid {
@@ -128,13 +280,60 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 			if rec.Time > rep.Last {
 				rep.Last = rec.Time
 			}
+		case trace.MajorUnwind:
+			if onRecord != nil {
+				onRecord(rec, nil)
+			}
+			pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+			if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
+				return nil
+			}
+			n := len(rec.Str) / 8
+			nk := int(flags >> trace.UnwindKernShift)
+			frameBuf = frameBuf[:0]
+			for i := n - 1; i >= 0; i-- { // root first
+				pc := le64(rec.Str[8*i:])
+				if i > 0 && i != nk {
+					pc-- // a return address: name the call, not what follows it
+				}
+				frameBuf = append(frameBuf, resolveIdx(pid, pc, i < nk))
+			}
+			if len(frameBuf) == 0 {
+				return nil
+			}
+			keyBuf = append(keyBuf[:0], byte(pid), byte(pid>>8), byte(pid>>16), byte(pid>>24), byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags&trace.UnwindTruncated))
+			for _, f := range frameBuf {
+				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
+			}
+			e := stacks[string(keyBuf)]
+			if e == nil {
+				e = &stackEntry{pid: pid, tid: tid, frames: append([]int32(nil), frameBuf...), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0}
+				stacks[string(keyBuf)] = e
+			}
+			e.n++
+			rep.StackTicks++
+			if e.truncated {
+				rep.TruncatedStacks++
+			}
 		default:
+			if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
+				rep.Event, rep.EventPeriod = rec.Str, rec.Field(2)
+			}
 			if onRecord != nil {
 				onRecord(rec, nil)
 			}
 		}
 		return nil
 	})
+	for _, e := range stacks {
+		st := &Stack{PID: e.pid, TID: e.tid, N: e.n, Truncated: e.truncated}
+		for i, idx := range e.frames {
+			res := results[idx]
+			st.Frames = append(st.Frames, Frame{Module: res.Module, Symbol: res.Symbol, Kernel: i >= len(e.frames)-e.kernel})
+		}
+		rep.Stacks = append(rep.Stacks, st)
+	}
+	sort.Slice(rep.Stacks, func(i, j int) bool { return rep.Stacks[i].N > rep.Stacks[j].N })
 	nameID := map[string]int32{}
 	id := func(n string) int32 {
 		i, ok := nameID[n]
@@ -274,4 +473,10 @@ func (rep *Report) Section(levels ...int) []*Row {
 		}
 	}
 	return root.rows()
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }

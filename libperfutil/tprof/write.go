@@ -61,7 +61,14 @@ func (rep *Report) WritePI(out io.Writer) error {
 		backend = "kmod"
 	}
 	fmt.Fprintf(w, " Total Ticks   : %d\n", rep.Total)
-	fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
+	if rep.Filter != nil {
+		fmt.Fprintf(w, " Selected      : %s (%d ticks of other processes and threads left out)\n", rep.Selected, rep.Filtered)
+	}
+	if rep.Event != "" {
+		fmt.Fprintf(w, " Rate          : a sample every %d %s events (event-based)\n", rep.EventPeriod, rep.Event)
+	} else {
+		fmt.Fprintf(w, " Rate          : %d Hz (time-based)\n", h.RateHz)
+	}
 	fmt.Fprintf(w, " Duration      : %.3f s (first to last tick)\n", dur.Seconds())
 	fmt.Fprintf(w, " CPUs          : %d\n", h.NCPUs)
 	fmt.Fprintf(w, " Trace         : %s, %s mode, %s backend, kernel %s on %s, started %s\n", rep.File.Path, nrm2.ModeName(h.Mode), backend,
@@ -87,23 +94,23 @@ func (rep *Report) WritePI(out io.Writer) error {
 	section("Process_Module", LPid, LMod)
 	section("Process_Thread_Module_Symbol", LPid, LTid, LMod, LSym)
 	section("Module_Symbol", LMod, LSym)
+	if len(rep.Stacks) > 0 {
+		rep.writeCallTree(w)
+	}
 	return w.Flush()
 }
 
-// WriteFolded writes one line per process;module;symbol path with its tick
-// count: flame-graph input (tprof samples carry no call stacks, so a
-// "stack" is the process, the module and the symbol).
+// WriteFolded writes folded stacks, one line per stack with its tick count:
+// flame-graph input. With call stacks in the trace (`swtrace enable
+// callstack`) a line is process;root;...;leaf, one frame per function;
+// without them the "stack" is process;module;symbol.
 func (rep *Report) WriteFolded(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	type kv struct {
 		k string
 		n uint64
 	}
-	m := map[string]uint64{}
-	for k, n := range rep.Ticks {
-		clean := func(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, ";", ":"), " ", "_") }
-		m[clean(rep.ProcLabel(k.PID))+";"+clean(k.Module)+";"+clean(k.Symbol)] += n
-	}
+	m := rep.folded()
 	rows := make([]kv, 0, len(m))
 	for k, n := range m {
 		rows = append(rows, kv{k, n})
@@ -140,6 +147,46 @@ func (rep *Report) Profile() *profile.Profile {
 	modTicks := map[string]uint64{}
 	funcs := map[[2]string]*profile.Function{}
 	locs := map[[2]string]*profile.Location{}
+	location := func(module, symbol string) *profile.Location {
+		mk := [2]string{module, symbol}
+		loc := locs[mk]
+		if loc == nil {
+			m := maps[module]
+			if m == nil {
+				m = &profile.Mapping{ID: uint64(len(p.Mapping) + 1), File: module, HasFunctions: true}
+				maps[module] = m
+				p.Mapping = append(p.Mapping, m)
+			}
+			fn := funcs[mk]
+			if fn == nil {
+				fn = &profile.Function{ID: uint64(len(p.Function) + 1), Name: symbol, SystemName: symbol, Filename: module}
+				funcs[mk] = fn
+				p.Function = append(p.Function, fn)
+			}
+			loc = &profile.Location{ID: uint64(len(p.Location) + 1), Mapping: m, Line: []profile.Line{{Function: fn}}}
+			locs[mk] = loc
+			p.Location = append(p.Location, loc)
+		}
+		return loc
+	}
+	if len(rep.Stacks) > 0 {
+		// Real call stacks: each sample's locations leaf first, as pprof wants.
+		for _, st := range rep.Stacks {
+			ls := make([]*profile.Location, 0, len(st.Frames))
+			for i := len(st.Frames) - 1; i >= 0; i-- {
+				ls = append(ls, location(st.Frames[i].Module, st.Frames[i].Symbol))
+			}
+			lab := map[string][]string{"process": {rep.ProcLabel(st.PID)}, "thread": {rep.ThreadLabel(st.PID, st.TID)}}
+			if st.Truncated {
+				lab["truncated"] = []string{"yes"}
+			}
+			p.Sample = append(p.Sample, &profile.Sample{Location: ls, Value: []int64{int64(st.N), int64(st.N) * period},
+				Label: lab, NumLabel: map[string][]int64{"pid": {int64(st.PID)}, "tid": {int64(st.TID)}}})
+			modTicks[st.Frames[len(st.Frames)-1].Module] += st.N
+		}
+		sortMappings(p, modTicks)
+		return p
+	}
 	keys := make([]Key, 0, len(rep.Ticks))
 	for k := range rep.Ticks {
 		keys = append(keys, k)
@@ -159,25 +206,7 @@ func (rep *Report) Profile() *profile.Profile {
 	})
 	for _, k := range keys {
 		n := rep.Ticks[k]
-		mk := [2]string{k.Module, k.Symbol}
-		loc := locs[mk]
-		if loc == nil {
-			m := maps[k.Module]
-			if m == nil {
-				m = &profile.Mapping{ID: uint64(len(p.Mapping) + 1), File: k.Module, HasFunctions: true}
-				maps[k.Module] = m
-				p.Mapping = append(p.Mapping, m)
-			}
-			fn := funcs[mk]
-			if fn == nil {
-				fn = &profile.Function{ID: uint64(len(p.Function) + 1), Name: k.Symbol, SystemName: k.Symbol, Filename: k.Module}
-				funcs[mk] = fn
-				p.Function = append(p.Function, fn)
-			}
-			loc = &profile.Location{ID: uint64(len(p.Location) + 1), Mapping: m, Line: []profile.Line{{Function: fn}}}
-			locs[mk] = loc
-			p.Location = append(p.Location, loc)
-		}
+		loc := location(k.Module, k.Symbol)
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: []*profile.Location{loc},
 			Value:    []int64{int64(n), int64(n) * period},
@@ -186,15 +215,19 @@ func (rep *Report) Profile() *profile.Profile {
 		})
 		modTicks[k.Module] += n
 	}
-	// pprof takes the first mapping as the main binary (its "File:" line):
-	// put the module with the most ticks first.
+	sortMappings(p, modTicks)
+	return p
+}
+
+// sortMappings puts the module with the most ticks first: pprof takes the
+// first mapping as the main binary (its "File:" line).
+func sortMappings(p *profile.Profile, modTicks map[string]uint64) {
 	sort.SliceStable(p.Mapping, func(i, j int) bool {
 		return modTicks[p.Mapping[i].File] > modTicks[p.Mapping[j].File]
 	})
 	for i, m := range p.Mapping {
 		m.ID = uint64(i + 1)
 	}
-	return p
 }
 
 // WritePprof writes the gzipped profile.proto.

@@ -41,6 +41,7 @@ const (
 	SysTraceOn  uint32 = 4 // tracing turned on
 	SysTraceOff uint32 = 5 // tracing turned off
 	SysBufFull  uint32 = 6 // normal mode: a buffer filled and tracing stopped
+	SysEvent    uint32 = 7 // event-based tprof: the event sampled and its period
 )
 
 // Minor codes of MajorMTE.
@@ -63,6 +64,15 @@ const (
 // Flags of tprof records.
 const (
 	TprofKernel uint64 = 1 // the sampled ip is a kernel address
+)
+
+// The minor code of MajorUnwind records (FIG. 30) and their flags.
+const (
+	UnwindTick      uint32 = 0x7fffffff
+	UnwindTruncated uint64 = 1    // the stack was deeper than the depth limit
+	UnwindKernShift        = 16   // flags >> UnwindKernShift: kernel PCs first
+	UnwindMaxDepth         = 127  // default depth limit (perf's too)
+	UnwindMaxPCs           = 2000 // what one record can hold
 )
 
 // Minor codes of MajorDispatch.
@@ -129,6 +139,7 @@ var specs = []Spec{
 	{MajorSys, SysTraceOn, "TRACE_ON", LayoutFixed, fl(u32("majors_lo"), u32("rate_hz")), "", "tracing turned on"},
 	{MajorSys, SysTraceOff, "TRACE_OFF", LayoutFixed, nil, "", "tracing turned off"},
 	{MajorSys, SysBufFull, "BUFFER_FULL", LayoutFixed, fl(u32("mte")), "", "normal mode: this CPU's buffer filled (mte=1: the MTE buffer) and tracing stopped"},
+	{MajorSys, SysEvent, "TPROF_EVENT_NAME", LayoutString, fl(u32("type"), u64("config"), u64("period")), "event", "event-based tprof: the event sampled (its name as given, perf type and config) and a sample every period events"},
 
 	{MajorMTE, MTEProcess, "MTE_PROCESS", LayoutString, fl(u32("pid"), u32("ppid")), "name", "process exists or was renamed"},
 	{MajorMTE, MTEFork, "MTE_FORK", LayoutFixed, fl(u32("ppid"), u32("ptid"), u32("pid"), u32("tid"), u32("flags")), "", "task created; flags bit 0: thread (shares address space)"},
@@ -140,6 +151,8 @@ var specs = []Spec{
 
 	{MajorTprof, TprofTick, "TPROF_TICK", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags")), "", "time-based sample; flags bit 0: kernel address"},
 	{MajorTprof, TprofEvent, "TPROF_EVENT", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags"), u32("event")), "", "event-based sample"},
+
+	{MajorUnwind, UnwindTick, "UNWIND", LayoutBytes, fl(u32("pid"), u32("tid"), u32("flags")), "pcs", "call stack of the tprof sample just before it on this CPU (FIG. 30): the bytes are N u64 PCs, the interrupted one first, the root last; flags: bit 0 truncated at the depth limit, bits 16-31 how many of the PCs are kernel addresses (they come first)"},
 
 	{MajorDispatch, DispatchSwitch, "DISPATCH", LayoutFixed, fl(u32("prev_pid"), u32("prev_tid"), u32("next_pid"), u32("next_tid"), u32("prev_state")), "", "the CPU switched from prev to next"},
 
@@ -219,6 +232,7 @@ var Groups = []Group{
 	{"interrupt", MajorInterrupt, "interrupt entry/exit (hard IRQ, softirq)", false, true},
 	{"dispatch", MajorDispatch, "scheduler dispatch (sched_switch)", false, true},
 	{"tprof", MajorTprof, "tprof samples (time- or event-based)", false, true},
+	{"callstack", MajorUnwind, "the call stack of every tprof sample (kernel and user, frame pointers)", false, true},
 	{"jit", MajorJITLoad, "JIT code load/unload records", false, true},
 	{"itrace", MajorITraceU, "ITrace taken-branch records (not yet available)", false, false},
 	{"ptt", MajorPTT, "PTT records (not yet available)", false, false},

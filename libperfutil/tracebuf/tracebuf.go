@@ -73,6 +73,11 @@ type Buffer struct {
 	bytes   uint64
 	pending uint64 // lost records not yet reported by a LOST record
 	full    bool
+	// MTE marks an MTE buffer: its BUFFER_FULL record says so (normal mode).
+	MTE bool
+	// taken is the bytes of segments the drainer holds (Take, not yet
+	// Release): still in use.
+	taken int
 	// Notify, if set, is called (without the lock held) when a segment
 	// completes in cont mode.
 	Notify func()
@@ -139,12 +144,34 @@ func (b *Buffer) Write(major uint16, minor uint32, layout int, t uint64, fields 
 	return ok, err
 }
 
+// fullRecSize is the room normal mode keeps in its last segment for the
+// BUFFER_FULL record.
+var fullRecSize = trace.EncodedSize(trace.MajorSys, trace.SysBufFull, trace.LayoutFixed, 1, "")
+
 func (b *Buffer) room(need int, t uint64, notify *bool) bool {
 	if b.full {
 		return false
 	}
+	last := b.mode == Normal && len(b.free) == 0
+	if last {
+		need += fullRecSize // the last segment keeps room for BUFFER_FULL
+	}
 	if b.cur != nil && len(b.w.Buf)+b.w.SizeWithTimeHigh(need, t) <= b.segSize {
 		return true
+	}
+	if last && b.cur != nil {
+		// The buffer is full: say so in it, where the reader sees when.
+		mte := uint64(0)
+		if b.MTE {
+			mte = 1
+		}
+		if b.w.Write(trace.MajorSys, trace.SysBufFull, trace.LayoutFixed, t, []uint64{mte}, "") == nil {
+			b.cur.Records++
+			b.records++
+		}
+		b.complete()
+		b.full = true
+		return false
 	}
 	if b.cur != nil {
 		if b.complete() {
@@ -225,7 +252,7 @@ type Stats struct {
 func (b *Buffer) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	used := 0
+	used := b.taken
 	for _, s := range b.done {
 		used += len(s.Data)
 	}
@@ -249,6 +276,9 @@ func (b *Buffer) Take() []*Segment {
 	defer b.mu.Unlock()
 	out := b.done
 	b.done = nil
+	for _, s := range out {
+		b.taken += len(s.Data)
+	}
 	return out
 }
 
@@ -257,6 +287,7 @@ func (b *Buffer) Release(segs []*Segment) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range segs {
+		b.taken -= len(s.Data)
 		s.Data = s.Data[:0]
 		s.Records = 0
 		b.free = append(b.free, s)

@@ -63,8 +63,29 @@ func TestNormalStopsWhenFull(t *testing.T) {
 	if !st.Full || !b.Full() {
 		t.Fatal("normal buffer did not report full")
 	}
-	if uint64(w) != st.Records || st.Lost != uint64(1000-w) {
+	// Records counts the BUFFER_FULL record the last segment kept room for.
+	if uint64(w)+1 != st.Records || st.Lost != uint64(1000-w) {
 		t.Fatalf("written %d, stats %+v", w, st)
+	}
+	fulls := 0
+	for _, seg := range b.Snapshot() {
+		r := trace.NewReader(seg, 0, 0, false, 0)
+		var rec trace.Record
+		for {
+			ok, err := r.NextInto(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if rec.Major == trace.MajorSys && rec.Minor == trace.SysBufFull {
+				fulls++
+			}
+		}
+	}
+	if fulls != 1 {
+		t.Fatalf("%d BUFFER_FULL records in the full buffer, want 1", fulls)
 	}
 	got, _ := seqs(t, b.Snapshot())
 	if len(got) != w {

@@ -130,6 +130,9 @@ run pitest mteexec /bin cpuburn
 step "bad input"
 run pitest badinput
 
+step "MSR ioctls: msr -r IA32_TSC -a, TSC_AUX write/restore, allowlist, faults, non-root"
+run pitest msr
+
 step "modes with small buffers"
 run pitest modes
 

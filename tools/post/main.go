@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
@@ -30,11 +32,17 @@ usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [o
   -show          write post.show: every record as text, MTE included, tprof ticks with their names
   -tprof         write tprof.out: ticks by process, module, thread and symbol (PI's form)
   --pprof FILE   also write a pprof profile (open with: go tool pprof -http=: FILE)
-  --folded FILE  also write folded stacks (process;module;symbol count) for flamegraph.pl
+  --folded FILE  also write folded stacks for flamegraph.pl: process;root;...;leaf count with call
+                 stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol
+  --flame FILE   also write a flame graph as SVG (no Perl needed)
   -o DIR         directory for post.show and tprof.out (default: the current directory)
   --perfmap-dir DIR  where perf-PID.map / jit-PID.dump files are (default /tmp)
   --root DIR     prefix for module paths (a trace taken on another machine)
   --lines        add source file:line to post.show ticks (DWARF; slower)
+  --pid LIST     only these processes (decimal pids, comma-separated) and the processes they
+                 create during the trace (--no-children: not those); what is left out is counted
+  --tid LIST     only these threads
+  --comm LIST    only processes of these names
   --cpuprofile FILE  write post's own CPU profile (for perfinsp developers)
 
 With no report option, -tprof is assumed. Every report starts with a warning when
@@ -57,12 +65,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	doTprof := fs.Bool("tprof", false, "")
 	pprofOut := fs.String("pprof", "", "")
 	folded := fs.String("folded", "", "")
+	flame := fs.String("flame", "", "")
 	outDir := fs.String("o", ".", "")
 	perfmap := fs.String("perfmap-dir", "", "")
 	root := fs.String("root", "", "")
 	lines := fs.Bool("lines", false, "")
 	cpuprofile := fs.String("cpuprofile", "", "")
 	strict := fs.Bool("strict", false, "")
+	pidList := fs.String("pid", "", "")
+	tidList := fs.String("tid", "", "")
+	commList := fs.String("comm", "", "")
+	noChildren := fs.Bool("no-children", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -85,10 +98,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !*show && !*doTprof && *pprofOut == "" && *folded == "" {
+	if !*show && !*doTprof && *pprofOut == "" && *folded == "" && *flame == "" {
 		*doTprof = true
 	}
-	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *perfmap, *root, *lines, *strict, stdout, stderr); err != nil {
+	filt, err := parseFilter(*pidList, *tidList, *commList, !*noChildren)
+	if err != nil {
+		fmt.Fprintf(stderr, "post: %v\n\n", err)
+		fs.Usage()
+		return 2
+	}
+	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *flame, *perfmap, *root, *lines, *strict, filt, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "post:", err)
 		return 1
 	}
@@ -103,7 +122,7 @@ func create(path string) (*os.File, *bufio.Writer, error) {
 	return f, bufio.NewWriterSize(f, 1<<20), nil
 }
 
-func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root string, lines, strict bool, stdout, stderr io.Writer) error {
+func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfmap, root string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
 	f, err := openTrace(in, strict)
 	if err != nil {
 		return err
@@ -145,7 +164,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 			showW.WriteByte('\n')
 		}
 	}
-	rep := tprof.Build(f, r, onRecord)
+	rep := tprof.BuildFiltered(f, r, filt, onRecord)
 	warns := warnings(rep)
 	if show {
 		for _, l := range warns {
@@ -210,5 +229,63 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, perfmap, root
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl %s > flame.svg)\n", folded, folded)
 	}
+	if flame != "" {
+		ff, fw, err := create(flame)
+		if err != nil {
+			return err
+		}
+		title := "tprof of " + filepath.Base(in)
+		if len(rep.Stacks) == 0 {
+			title += " (no call stacks in the trace: process, module, symbol; swtrace enable callstack)"
+		}
+		err = rep.WriteFlameSVG(fw, title)
+		if err == nil {
+			err = fw.Flush()
+		}
+		if cerr := ff.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "post: wrote %s (open it in a browser)\n", flame)
+	}
 	return nil
+}
+
+// parseFilter builds the tick selection of --pid, --tid and --comm (nil
+// when none is given).
+func parseFilter(pids, tids, comms string, children bool) (*tprof.Filter, error) {
+	if pids == "" && tids == "" && comms == "" {
+		return nil, nil
+	}
+	f := &tprof.Filter{Children: children}
+	ids := func(flag, list string) (map[uint32]bool, error) {
+		if list == "" {
+			return nil, nil
+		}
+		m := map[uint32]bool{}
+		for _, p := range strings.Split(list, ",") {
+			v, err := strconv.ParseUint(strings.TrimSpace(p), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %q is not a decimal id", flag, p)
+			}
+			m[uint32(v)] = true
+		}
+		return m, nil
+	}
+	var err error
+	if f.Pids, err = ids("pid", pids); err != nil {
+		return nil, err
+	}
+	if f.Tids, err = ids("tid", tids); err != nil {
+		return nil, err
+	}
+	if comms != "" {
+		f.Comms = map[string]bool{}
+		for _, c := range strings.Split(comms, ",") {
+			f.Comms[strings.TrimSpace(c)] = true
+		}
+	}
+	return f, nil
 }

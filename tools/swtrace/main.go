@@ -124,17 +124,21 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "t", Aliases: []string{"trace"}, Usage: "trace buffer `SIZE` per CPU"},
 					&cli.StringFlag{Name: "m", Aliases: []string{"mte"}, Usage: "MTE buffer `SIZE` per CPU"},
 				}, Action: cmdInit},
-			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [TYPE ...]", Action: cmdEnable(true)},
+			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [--only] [TYPE ...]",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "only", Usage: "enable exactly these types (and the always-on sys and mte), disabling the others"}},
+				Action: cmdEnable(true)},
 			{Name: "disable", Usage: "disable record types", UsageText: "swtrace disable TYPE ...", Action: cmdEnable(false)},
 			{Name: "mode", Usage: "select the mode: normal, wrap or cont", UsageText: "swtrace mode normal|wrap|cont [-f FILE]",
 				Description: "normal: tracing stops when any buffer fills.\n" +
 					"wrap:   trace records overwrite the oldest; MTE records are written to FILE continuously.\n" +
 					"cont:   MTE and trace segments are written to FILE as they fill; traces can exceed memory.\n" +
 					"FILE defaults to swtrace.nrm2 in the current directory.",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"}},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "f", Aliases: []string{"file"}, Value: "swtrace.nrm2", Usage: "`FILE` that wrap and cont modes stream to"},
+					&cli.StringFlag{Name: "on-write-error", Value: "count", Usage: "when FILE cannot be written (a full disk): `count` the records that cannot be written as lost and go on, or stop tracing (the file always ends on a complete chunk)"}},
 				Action: cmdMode},
-			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ [-e EVENT]",
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "hardware `EVENT` for event-based sampling (cycles, instructions, ...): a sample every HZ events"}},
+			{Name: "setrate", Usage: "tprof sampling rate in Hz (time-based), or event-based with -e", UsageText: "swtrace setrate HZ | swtrace setrate -e EVENT -c PERIOD",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "e", Aliases: []string{"event"}, Usage: "`EVENT` for event-based sampling, any name of the event table (mpevt -l: cycles, instructions, rHEX, pmu/event=..,umask=../)"},
+					&cli.IntFlag{Name: "c", Aliases: []string{"count"}, Usage: "event-based: a sample every `PERIOD` events"}},
 				Action: cmdRate},
 			{Name: "on", Usage: "start tracing (with default buffers if init was not run)", UsageText: "swtrace on [--discard]",
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
@@ -277,6 +281,28 @@ func cmdEnable(on bool) cli.ActionFunc {
 			listTypes(c.App.Writer, st.Enabled)
 			return nil
 		}
+		if on && c.Bool("only") {
+			// Exactly these (and the always-on types): drop the others first.
+			st, err := f.Info()
+			if err != nil {
+				return err
+			}
+			want := map[uint16]bool{trace.MajorSys: true, trace.MajorMTE: true}
+			for _, m := range majors {
+				want[m] = true
+			}
+			var drop []uint16
+			for _, m := range st.Enabled {
+				if !want[m] {
+					drop = append(drop, m)
+				}
+			}
+			if len(drop) > 0 {
+				if err := f.Disable(drop); err != nil {
+					return err
+				}
+			}
+		}
 		if on {
 			err = f.Enable(majors)
 		} else {
@@ -348,6 +374,18 @@ func cmdMode(c *cli.Context) error {
 	if err := f.SetMode(mode, file); err != nil {
 		return fmt.Errorf("mode: %w", err)
 	}
+	switch policy := c.String("on-write-error"); policy {
+	case "count", "stop":
+		if p, ok := f.(control.WriteErrorPolicy); ok {
+			if err := p.SetStopOnWriteError(policy == "stop"); err != nil {
+				return fmt.Errorf("mode: %w", err)
+			}
+		} else if policy == "stop" {
+			return fmt.Errorf("mode: --on-write-error stop is not available on the %s backend yet (it counts what cannot be written as lost)", f.Backend())
+		}
+	default:
+		return usageErr(c, "--on-write-error takes count or stop, not %q", policy)
+	}
 	if file != "" {
 		fmt.Fprintf(c.App.Writer, "swtrace: mode %s, streaming to %s\n", control.ModeName(mode), file)
 	} else {
@@ -357,12 +395,24 @@ func cmdMode(c *cli.Context) error {
 }
 
 func cmdRate(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return usageErr(c, "give one rate in Hz")
-	}
-	hz, err := strconv.Atoi(c.Args().First())
-	if err != nil || hz <= 0 || hz > control.MaxRateHz {
-		return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+	var hz int
+	switch {
+	case c.IsSet("c"):
+		if c.String("e") == "" || c.NArg() != 0 {
+			return usageErr(c, "-c PERIOD goes with -e EVENT and no rate")
+		}
+		hz = c.Int("c")
+		if hz <= 0 {
+			return usageErr(c, "bad period %d: a sample every PERIOD events, PERIOD >= 1", hz)
+		}
+	case c.NArg() != 1:
+		return usageErr(c, "give one rate in Hz (or -e EVENT -c PERIOD)")
+	default:
+		var err error
+		hz, err = strconv.Atoi(c.Args().First())
+		if err != nil || hz <= 0 || (c.String("e") == "" && hz > control.MaxRateHz) {
+			return usageErr(c, "bad rate %q: use 1..%d", c.Args().First(), control.MaxRateHz)
+		}
 	}
 	f, err := open(c)
 	if err != nil {

@@ -12,6 +12,7 @@
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
+//	pitest msr                       the MSR ioctls through the msr tool's code: TSC vs rdtsc, TSC_AUX, allowlist, faults, non-root
 //	pitest pttmod [PTT]              perf metrics on the module: the Go library (tsc,page-faults) and the ptt tool PTT (default /bin/ptt) on a busy child
 package main
 
@@ -73,6 +74,8 @@ func main() {
 		err = pttGo()
 	case "pttmod":
 		err = pttMod(os.Args[2:])
+	case "msr":
+		err = msrTest(os.Args[2:])
 	default:
 		usage()
 	}
@@ -83,6 +86,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | holdmap | bench | pttgo | pttmod [PTT]")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | holdmap | bench | pttgo | pttmod [PTT] | msr")
 	os.Exit(2)
 }

@@ -413,6 +413,14 @@ static int collect(void)
 	add("PITRACE_FEAT_EXEC_PATH", (unsigned long long)(PITRACE_FEAT_EXEC_PATH));
 	add("PITRACE_FEAT_BUF_FULL_REC", (unsigned long long)(PITRACE_FEAT_BUF_FULL_REC));
 	add("PITRACE_FEAT_ABI", (unsigned long long)(PITRACE_FEAT_ABI));
+	add("sizeof pitrace_msr", sizeof(struct pitrace_msr));
+	add("offsetof pitrace_msr.cpu", offsetof(struct pitrace_msr, cpu));
+	add("offsetof pitrace_msr.reg", offsetof(struct pitrace_msr, reg));
+	add("offsetof pitrace_msr.value", offsetof(struct pitrace_msr, value));
+	add("offsetof pitrace_msr.flags", offsetof(struct pitrace_msr, flags));
+	add("offsetof pitrace_msr.reserved", offsetof(struct pitrace_msr, reserved));
+	add("PITRACE_IOC_MSR_READ", (unsigned long long)(PITRACE_IOC_MSR_READ));
+	add("PITRACE_IOC_MSR_WRITE", (unsigned long long)(PITRACE_IOC_MSR_WRITE));
 	return pt_count;
 }
 

@@ -1,0 +1,210 @@
+package tprof
+
+import (
+	"bufio"
+	"fmt"
+	"hash/fnv"
+	"html"
+	"io"
+	"sort"
+	"strings"
+)
+
+// frameName is a frame's name in folded stacks and flame graphs: the
+// symbol, with "_[k]" for kernel frames (flamegraph.pl's convention).
+func frameName(f Frame) string {
+	n := strings.ReplaceAll(strings.ReplaceAll(f.Symbol, ";", ":"), " ", "_")
+	if f.Kernel {
+		n += "_[k]"
+	}
+	return n
+}
+
+func cleanLabel(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, ";", ":"), " ", "_")
+}
+
+// folded returns the folded stacks: "process;root;...;leaf" -> ticks. With
+// call stacks in the trace, one frame per function root to leaf (a stack
+// cut at the depth limit starts with "[truncated]"); without them, the
+// process, module and symbol of each tick.
+func (rep *Report) folded() map[string]uint64 {
+	m := map[string]uint64{}
+	if len(rep.Stacks) > 0 {
+		var b strings.Builder
+		for _, st := range rep.Stacks {
+			b.Reset()
+			b.WriteString(cleanLabel(rep.ProcLabel(st.PID)))
+			if st.Truncated {
+				b.WriteString(";[truncated]")
+			}
+			for _, f := range st.Frames {
+				b.WriteByte(';')
+				b.WriteString(frameName(f))
+			}
+			m[b.String()] += st.N
+		}
+		return m
+	}
+	for k, n := range rep.Ticks {
+		m[cleanLabel(rep.ProcLabel(k.PID))+";"+cleanLabel(k.Module)+";"+cleanLabel(k.Symbol)] += n
+	}
+	return m
+}
+
+// node is a call-tree node: ticks in it and under it (Incl), in it (Excl).
+type node struct {
+	name       string
+	incl, excl uint64
+	kids       map[string]*node
+}
+
+func (n *node) child(name string) *node {
+	if n.kids == nil {
+		n.kids = map[string]*node{}
+	}
+	c := n.kids[name]
+	if c == nil {
+		c = &node{name: name}
+		n.kids[name] = c
+	}
+	return c
+}
+
+func (n *node) sorted() []*node {
+	out := make([]*node, 0, len(n.kids))
+	for _, c := range n.kids {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].incl != out[j].incl {
+			return out[i].incl > out[j].incl
+		}
+		return out[i].name < out[j].name
+	})
+	return out
+}
+
+// tree builds the call tree of the folded stacks: root, then one child per
+// process, then the functions root to leaf.
+func tree(folded map[string]uint64) *node {
+	root := &node{name: "all"}
+	for k, n := range folded {
+		cur := root
+		cur.incl += n
+		for _, part := range strings.Split(k, ";") {
+			cur = cur.child(part)
+			cur.incl += n
+		}
+		cur.excl += n
+	}
+	return root
+}
+
+// CallTreeMinPct is the share of all ticks below which the call-tree
+// section of tprof.out leaves a node out (its ticks stay in its parent's
+// inclusive count).
+const CallTreeMinPct = 0.5
+
+// writeCallTree writes tprof.out's call-tree section: caller to callee per
+// process, inclusive and exclusive ticks.
+func (rep *Report) writeCallTree(w io.Writer) {
+	fmt.Fprintln(w, "================================================================")
+	fmt.Fprintln(w, ")) Call_Tree")
+	fmt.Fprintln(w, "================================================================")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, " %d of %d ticks have a call stack (%d cut at the depth limit); caller above callee, nodes under %.1f %% of all ticks left out\n\n",
+		rep.StackTicks, rep.Total, rep.TruncatedStacks, CallTreeMinPct)
+	fmt.Fprintf(w, "%4s %10s %10s %7s  %s\n", "LVL", "INCL", "EXCL", "%INCL", "NAME")
+	root := tree(rep.folded())
+	min := uint64(float64(rep.StackTicks) * CallTreeMinPct / 100)
+	var walk func(n *node, lvl int)
+	walk = func(n *node, lvl int) {
+		for _, c := range n.sorted() {
+			if c.incl < min || c.incl == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "%4d %10d %10d %7.2f  %s%s\n", lvl, c.incl, c.excl, pct(c.incl, rep.StackTicks), strings.Repeat(" ", lvl), c.name)
+			walk(c, lvl+1)
+		}
+	}
+	walk(root, 0)
+	fmt.Fprintln(w)
+}
+
+// WriteFlameSVG writes a flame graph of the folded stacks as a standalone
+// SVG (no Perl, no script): one box per call-tree node, width by inclusive
+// ticks, root at the bottom, a tooltip with the counts on every box.
+func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
+	const (
+		width   = 1200.0
+		rowH    = 16
+		pad     = 10.0
+		minPx   = 0.3
+		fontPx  = 11
+		charPx  = 6.6
+		headerH = 40
+	)
+	root := tree(rep.folded())
+	depth := 0
+	var measure func(n *node, d int)
+	measure = func(n *node, d int) {
+		if d > depth {
+			depth = d
+		}
+		for _, c := range n.kids {
+			measure(c, d+1)
+		}
+	}
+	measure(root, 0)
+	height := headerH + (depth+1)*rowH + int(pad)
+	w := bufio.NewWriter(out)
+	fmt.Fprintf(w, `<?xml version="1.0" standalone="no"?>
+<svg version="1.1" width="%d" height="%d" xmlns="http://www.w3.org/2000/svg" font-family="Verdana" font-size="%d">
+<rect x="0" y="0" width="100%%" height="100%%" fill="#f8f8f8"/>
+<text x="%.0f" y="24" text-anchor="middle" font-size="17">%s</text>
+`, int(width), height, fontPx, width/2, html.EscapeString(title))
+	if root.incl == 0 {
+		fmt.Fprintf(w, "<text x=\"%.0f\" y=\"60\" text-anchor=\"middle\">no ticks</text>\n</svg>\n", width/2)
+		return w.Flush()
+	}
+	scale := (width - 2*pad) / float64(root.incl)
+	var draw func(n *node, x float64, d int)
+	draw = func(n *node, x float64, d int) {
+		wpx := float64(n.incl) * scale
+		if wpx < minPx {
+			return
+		}
+		y := float64(height) - pad - float64(d+1)*rowH
+		tip := fmt.Sprintf("%s (%d ticks, %.2f%%)", n.name, n.incl, pct(n.incl, root.incl))
+		fmt.Fprintf(w, "<g><title>%s</title><rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" rx=\"2\"/>",
+			html.EscapeString(tip), x, y, wpx, rowH-1, color(n.name))
+		if fit := int((wpx - 4) / charPx); fit >= 3 {
+			label := n.name
+			if len(label) > fit {
+				label = label[:fit-2] + ".."
+			}
+			fmt.Fprintf(w, "<text x=\"%.1f\" y=\"%.0f\">%s</text>", x+3, y+rowH-4, html.EscapeString(label))
+		}
+		fmt.Fprintln(w, "</g>")
+		cx := x
+		for _, c := range n.sorted() {
+			draw(c, cx, d+1)
+			cx += float64(c.incl) * scale
+		}
+	}
+	draw(root, pad, 0)
+	fmt.Fprintln(w, "</svg>")
+	return w.Flush()
+}
+
+// color gives a name a stable warm colour (kernel frames a cooler one).
+func color(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	v := h.Sum32()
+	if strings.HasSuffix(name, "_[k]") {
+		return fmt.Sprintf("rgb(%d,%d,%d)", 200+v%40, 120+v%60, 60+(v>>8)%40)
+	}
+	return fmt.Sprintf("rgb(%d,%d,%d)", 225+v%30, 80+(v>>8)%120, 40+(v>>16)%40)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"perfinsp/internal/tracetest"
+)
+
+// Call stacks of the example (swtrace enable callstack, daemon backend):
+// the folded stacks hold its exact call paths with ticks in the ratio it is
+// built with, pprof carries them (cum of work ≈ all of the process, flat ≠
+// cum), tprof.out gains the call tree, and the SVG flame graph is written.
+func TestExampleCallStacks(t *testing.T) {
+	e := tracetest.Setup(t)
+	dir, sw := e.Dir, e.Sw
+	sw("init", "-t", "8M")
+	sw("enable", "--only", "tprof", "callstack")
+	sw("setrate", "1000")
+	sw("on")
+	pid, _ := e.RunBurn(150)
+	sw("off")
+	sw("get", "st.nrm2")
+	folded, svg, pb := filepath.Join(dir, "st.folded"), filepath.Join(dir, "st.svg"), filepath.Join(dir, "st.pb.gz")
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "st.nrm2"), "-tprof", "--pid", strconv.Itoa(pid),
+		"--folded", folded, "--flame", svg, "--pprof", pb); code != 0 {
+		t.Fatal(errs)
+	}
+	// Folded: the paths by the function below main/worker, per leaf.
+	f, err := os.Open(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	paths := map[string]int{}
+	total := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		n, _ := strconv.Atoi(line[i+1:])
+		total += n
+		frames := strings.Split(line[:i], ";")
+		// keep the user frames from main or worker down
+		for j, fr := range frames {
+			if fr == "main" || fr == "worker" {
+				var user []string
+				for _, x := range frames[j:] {
+					if !strings.HasSuffix(x, "_[k]") {
+						user = append(user, x)
+					}
+				}
+				paths[strings.Join(user, ";")] += n
+				break
+			}
+		}
+	}
+	want := map[string]float64{
+		"main;work;heavy": 30, "worker;work;heavy": 30,
+		"main;work;via_route;medium": 15, "worker;work;via_route;medium": 15,
+		"main;work;light": 5, "worker;work;light": 5,
+	}
+	sum := 0
+	for p := range want {
+		sum += paths[p]
+	}
+	if total < 300 || sum < total*8/10 {
+		t.Fatalf("%d ticks, %d on the expected paths; paths: %v", total, sum, paths)
+	}
+	for p, share := range want {
+		got := 100 * float64(paths[p]) / float64(sum)
+		if got < share-6 || got > share+6 {
+			t.Errorf("%s: %.1f %% of the example's stacks, want about %.0f %% (%v)", p, got, share, paths)
+		}
+	}
+	// pprof: work's cum is (about) the whole process; heavy's flat ≈ cum.
+	r, err := os.Open(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prof, err := profile.Parse(r)
+	r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, cum := map[string]int64{}, map[string]int64{}
+	var all int64
+	for _, s := range prof.Sample {
+		all += s.Value[0]
+		seen := map[string]bool{}
+		for i, l := range s.Location {
+			name := l.Line[0].Function.Name
+			if i == 0 {
+				flat[name] += s.Value[0]
+			}
+			if !seen[name] {
+				cum[name] += s.Value[0]
+				seen[name] = true
+			}
+		}
+	}
+	if cum["work"] < all*85/100 || flat["work"] > all/20 {
+		t.Fatalf("pprof: work flat %d cum %d of %d: stacks not carried", flat["work"], cum["work"], all)
+	}
+	if cum["via_route"] == 0 || flat["via_route"] > cum["via_route"]/10 {
+		t.Fatalf("pprof: via_route flat %d cum %d", flat["via_route"], cum["via_route"])
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "tprof.out"))
+	if !strings.Contains(string(out), ")) Call_Tree") || !strings.Contains(string(out), " via_route") {
+		t.Fatalf("tprof.out has no call tree:\n%s", out)
+	}
+	b, err := os.ReadFile(svg)
+	if err != nil || !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), ">via_route (") {
+		t.Fatalf("flame graph: %v\n%.500s", err, b)
+	}
+	t.Logf("%d ticks of the example, paths %v", total, paths)
+}
