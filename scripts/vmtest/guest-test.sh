@@ -135,6 +135,9 @@ run pitest msr
 
 step "modes with small buffers"
 run pitest modes
+# the wrap/cont drainer started the agent: stop it, so that the PTT timing
+# checks below have their CPUs to themselves
+run pitest agent-stop
 
 step "PTT: per-thread TSC work areas"
 run ptt func
@@ -149,6 +152,7 @@ run ptt stress 10
 step "PTT: the Go library on the module backend"
 run pitest pttgo
 step "PTT: the C library (libperfutil.a) on the module backend"
+ps -o pid,stat,time,comm 2>/dev/null | sed 's/^/  ps: /'
 # Its one-shot "second thread" check wants < 5 % of a busy loop left out as
 # interrupts; under TCG with the strict kernel (slub_debug) a burst of
 # softirq work now and then takes more, and the module leaves interrupts out

@@ -66,6 +66,8 @@ func main() {
 			usage()
 		}
 		err = mteExec(os.Args[2], os.Args[3])
+	case "agent-stop":
+		err = agentStop()
 	case "holdmap":
 		err = holdMap()
 	case "bench":
@@ -86,6 +88,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | holdmap | bench | pttgo | pttmod [PTT] | msr")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | pttgo | pttmod [PTT] | msr")
 	os.Exit(2)
 }
