@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -27,13 +28,16 @@ func agentStop() error {
 	if err := c.Shutdown(); err != nil {
 		return fmt.Errorf("agent shutdown: %w", err)
 	}
+	// gone when nothing accepts on its socket any more
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(sock); os.IsNotExist(err) {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
 			fmt.Println("agent: stopped")
 			return nil
 		}
+		conn.Close()
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("agent at %s still there 20 s after shutdown", sock)
+	return fmt.Errorf("agent at %s still accepts 20 s after shutdown", sock)
 }
