@@ -451,11 +451,21 @@ func TestContModeFullDisk(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no space") {
 		t.Fatalf("off after a full disk: %v", err)
 	}
-	file, seq, _, _ := decode(t, path)
+	file, seq, _, lostRecs := decode(t, path)
 	if file.Header.Flags&nrm2.FlagWriteError == 0 || file.Header.Flags&nrm2.FlagComplete == 0 {
 		t.Fatalf("header flags %#x: want write-error and complete", file.Header.Flags)
 	}
 	lost := file.Stats[0].Lost
+	writeFail := uint64(0)
+	_ = file.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorSys && r.Minor == trace.SysLost && r.Field(1) == trace.LostWriteFail && r.CPU == 0 {
+			writeFail += r.Field(0)
+		}
+		return nil
+	})
+	if writeFail == 0 || writeFail > lost || lostRecs < writeFail {
+		t.Fatalf("LOST records of reason write-failed count %d (stats lost %d, all LOST records %d)", writeFail, lost, lostRecs)
+	}
 	if uint64(len(seq))+lost < uint64(sent) || lost == 0 {
 		t.Fatalf("%d ticks in the file + %d counted lost < %d sent", len(seq), lost, sent)
 	}

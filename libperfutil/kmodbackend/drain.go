@@ -62,6 +62,9 @@ func Drain(dev, stream *os.File, attached func(error)) (err error) {
 	}
 	done = true
 	attached(nil)
+	if ev := eventChunk(st); ev != nil {
+		s.Chunk(nrm2.ChunkTrace, 0, ev)
+	}
 	d := &drainer{b: b, ms: ms, s: s, mode: st.Mode}
 	fds := []unix.PollFd{{Fd: int32(b.fd), Events: unix.POLLIN}}
 	for {

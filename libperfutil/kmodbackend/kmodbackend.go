@@ -578,6 +578,11 @@ func (b *Backend) writeFile(path string, st *statusArg) error {
 			if kind == nrm2.ChunkMTE {
 				k = kindMTE
 			}
+			if ev := eventChunk(st); cpu == 0 && k == kindTrace && ev != nil {
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
 			m := maps.buf(cpu, k)
 			for _, s := range m.segments(false) {
 				if err := fn(m.data(s)); err != nil {
@@ -588,6 +593,21 @@ func (b *Backend) writeFile(path string, st *statusArg) error {
 		},
 		Stats: stats,
 	})
+}
+
+// eventChunk is a trace chunk for CPU 0 naming the event of event-based
+// tprof (TPROF_EVENT_NAME at the trace's start), as the daemon writes it,
+// so post names the event whichever backend traced; nil for time-based.
+func eventChunk(st *statusArg) []byte {
+	name := cstr(st.Event[:])
+	if name == "" || st.Enabled[trace.MajorTprof/64]&(1<<(trace.MajorTprof%64)) == 0 {
+		return nil
+	}
+	var w trace.Writer
+	if w.Write(trace.MajorSys, trace.SysEvent, trace.LayoutString, st.StartClockNs, []uint64{uint64(st.EventType), st.EventConfig, uint64(st.RateHz)}, name) != nil {
+		return nil
+	}
+	return w.Buf
 }
 
 func chunkKind(kind int) uint32 {

@@ -8,7 +8,16 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/trace"
 )
+
+// monotonicNow is the facility clock (CLOCK_MONOTONIC, ns) of both backends.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
 
 // FlagWriteError: a write to the file failed while tracing (a full disk):
 // the chunks that could not be written are counted as lost records in the
@@ -46,7 +55,9 @@ func NewWriter(f *os.File, h Header) (*Writer, error) {
 		h.ClockHz = 1_000_000_000
 	}
 	w := &Writer{f: f, hdr: h, off: HeaderSize}
-	w.reserve = int64(h.NCPUs+1)*(ChunkHeaderSize+StatsSize) + ChunkHeaderSize
+	// The trailer: per CPU a statistics chunk and a small trace chunk
+	// (TIME_HIGH + LOST, reason write failed), then END.
+	w.reserve = int64(h.NCPUs+1)*(ChunkHeaderSize+StatsSize+lostChunkSize) + ChunkHeaderSize
 	if err := f.Truncate(0); err != nil {
 		return nil, fmt.Errorf("truncate %s: %w", f.Name(), err)
 	}
@@ -136,6 +147,15 @@ func (w *Writer) WriteChunk(kind, cpu uint32, data []byte) error {
 // then complete up to that point, and FlagWriteError is set) and returns
 // that error so the caller can report it.
 func (w *Writer) Close(flags uint32, stats []CPUStats) error {
+	return w.close(flags, stats, nil)
+}
+
+// lostChunkSize bounds a trace chunk holding one TIME_HIGH and one LOST record.
+const lostChunkSize = ChunkHeaderSize + 64
+
+// close is Close with extra trace chunks (LOST records, by CPU) written
+// into the reserved trailer room first.
+func (w *Writer) close(flags uint32, stats []CPUStats, lostChunks map[int][]byte) error {
 	if w.closed {
 		return nil
 	}
@@ -153,6 +173,11 @@ func (w *Writer) Close(flags uint32, stats []CPUStats) error {
 		flags |= FlagWriteError | FlagLost
 	}
 	var tail []byte
+	for cpu := 0; cpu < int(w.hdr.NCPUs); cpu++ {
+		if c, ok := lostChunks[cpu]; ok {
+			tail = append(tail, chunkBytes(ChunkTrace, uint32(cpu), c)...)
+		}
+	}
 	for cpu := range stats {
 		tail = append(tail, chunkBytes(ChunkStats, uint32(cpu), stats[cpu].encode())...)
 	}
@@ -317,14 +342,24 @@ func (s *Stream) Finish(flags uint32, stats []CPUStats) error {
 		s.writeKallsyms(<-s.kallsyms)
 	}
 	s.mu.Lock()
+	lostChunks := map[int][]byte{}
+	now := monotonicNow()
 	for cpu := range stats {
 		if cpu < len(s.lost) {
 			stats[cpu].Lost += s.lost[cpu].Lost
 			stats[cpu].MTELost += s.lost[cpu].MTELost
+			if n := s.lost[cpu].Lost + s.lost[cpu].MTELost; n > 0 {
+				// Say it in the stream too, as every loss is said: a LOST
+				// record of reason "write failed" ends the CPU's records.
+				var tw trace.Writer
+				if tw.Write(trace.MajorSys, trace.SysLost, trace.LayoutFixed, now, []uint64{n, trace.LostWriteFail}, "") == nil {
+					lostChunks[cpu] = tw.Buf
+				}
+			}
 		}
 	}
 	s.mu.Unlock()
-	return s.w.Close(flags, stats)
+	return s.w.close(flags, stats, lostChunks)
 }
 
 // Abort closes the file unfinished.

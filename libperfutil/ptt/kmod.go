@@ -26,7 +26,7 @@ type kmodBackend struct {
 	hooks   uint32
 }
 
-const devPitrace = "/dev/pitrace"
+const devPitrace = kmodbackend.Device
 
 // kindModule reads a metric from the module's work area.
 const kindModule = kindSyscall + 1

@@ -104,6 +104,7 @@ const (
 const (
 	LostBufferFull uint64 = 1 // normal mode or continuous mode: no free segment
 	LostOverwrite  uint64 = 2 // wrap mode: the oldest segment was overwritten
+	LostWriteFail  uint64 = 3 // wrap/cont mode: the stream file could not be written (a full disk)
 )
 
 // Field is one fixed field of a record: its name and width in bytes (4 or 8).
@@ -135,7 +136,7 @@ func fl(f ...Field) []Field { return f }
 var specs = []Spec{
 	{MajorSys, SysTimeHigh, "TIME_HIGH", LayoutFixed, fl(u32("high")), "", "upper 32 bits of the time stamp of the records that follow in this buffer"},
 	{MajorSys, SysInfo, "SYSINFO", LayoutString, fl(u32("ncpus"), u32("clock_id"), u64("clock_hz"), u64("wall_ns")), "uname", "system information at trace start"},
-	{MajorSys, SysLost, "LOST", LayoutFixed, fl(u64("count"), u32("reason")), "", "count records were lost before this one (reason 1 buffer full, 2 overwritten)"},
+	{MajorSys, SysLost, "LOST", LayoutFixed, fl(u64("count"), u32("reason")), "", "count records were lost before this one (reason 1 buffer full, 2 overwritten, 3 the stream file could not be written)"},
 	{MajorSys, SysTraceOn, "TRACE_ON", LayoutFixed, fl(u32("majors_lo"), u32("rate_hz")), "", "tracing turned on"},
 	{MajorSys, SysTraceOff, "TRACE_OFF", LayoutFixed, nil, "", "tracing turned off"},
 	{MajorSys, SysBufFull, "BUFFER_FULL", LayoutFixed, fl(u32("mte")), "", "normal mode: this CPU's buffer filled (mte=1: the MTE buffer) and tracing stopped"},
@@ -169,6 +170,19 @@ var specs = []Spec{
 
 	{MajorJITLoad, JITLoad, "JIT_LOAD", LayoutString, fl(u32("pid"), u32("tid"), x64("addr"), x64("size")), "name", "JIT code loaded at addr (reserved: JIT issue)"},
 	{MajorJITLoad, JITUnload, "JIT_UNLOAD", LayoutFixed, fl(u32("pid"), x64("addr"), x64("size")), "", "JIT code unloaded (reserved: JIT issue)"},
+
+	{MajorITraceU, ITraceIntrpt, "ITRACE_INTRPT", LayoutFixed, itraceBlock, "", "taken branch: interrupt / signal handler entry (PI type 0)"},
+	{MajorITraceU, ITraceCall, "ITRACE_CALL", LayoutFixed, itraceBlock, "", "taken branch: call; count instructions since the previous branch, the last at block start + from_off"},
+	{MajorITraceU, ITraceReturn, "ITRACE_RETURN", LayoutFixed, itraceBlock, "", "taken branch: return"},
+	{MajorITraceU, ITraceJump, "ITRACE_JUMP", LayoutFixed, itraceBlock, "", "taken branch: jump (conditional or not, direct or indirect)"},
+	{MajorITraceU, ITraceIret, "ITRACE_IRET", LayoutFixed, itraceBlock, "", "taken branch: iret"},
+	{MajorITraceU, ITraceOther, "ITRACE_OTHER", LayoutFixed, itraceBlock, "", "taken branch by another instruction"},
+	{MajorITraceU, ITraceUndefd, "ITRACE_UNDEFD", LayoutFixed, itraceBlock, "", "control moved after an instruction the tracer could not decode"},
+	{MajorITraceU, ITraceThread, "ITRACE_THREAD", LayoutFixed, fl(u32("pid"), u32("tid")), "", "the ITrace records that follow in this buffer are of this thread"},
+	{MajorITraceU, ITraceStart, "ITRACE_START", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags")), "", "tracing of a thread starts at ip (flags bit 0: at exec)"},
+	{MajorITraceU, ITraceEnd, "ITRACE_END", LayoutFixed, fl(u32("pid"), u32("tid"), u32("count"), u32("from_off"), u32("reason")), "", "tracing of a thread ends: count instructions of the last block; reason 1 exit, 2 off, 3 exec, 4 detach error"},
+	{MajorITraceK, ITraceSyscall, "ITRACE_SYSCALL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("nr"), u32("dur_ns")), "", "a system call ends the block (the syscall instruction counted); user code resumes at to"},
+	{MajorITraceK, ITraceSignal, "ITRACE_SIGNAL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("signo"), u32("flags")), "", "a signal was delivered; flags bit 0: its handler starts at to (else the thread goes on at to)"},
 }
 
 type key struct {
@@ -288,3 +302,42 @@ func MajorName(major uint16) string {
 	}
 	return fmt.Sprintf("major-0x%x", major)
 }
+
+// Minor codes of MajorITraceU: the branch records' minor is PI's type of the
+// instruction that ended the block (arc report, Figure 3).
+const (
+	ITraceIntrpt uint32 = 0
+	ITraceCall   uint32 = 1
+	ITraceReturn uint32 = 2
+	ITraceJump   uint32 = 3
+	ITraceIret   uint32 = 4
+	ITraceOther  uint32 = 5
+	ITraceUndefd uint32 = 6
+	ITraceThread uint32 = 0x10 // context: pid, tid of the records that follow
+	ITraceStart  uint32 = 0x11 // tracing of a thread starts
+	ITraceEnd    uint32 = 0x12 // tracing of a thread ends
+)
+
+// Minor codes of MajorITraceK: kernel work inside a traced thread, one record each.
+const (
+	ITraceSyscall uint32 = 1
+	ITraceSignal  uint32 = 2
+)
+
+// ITRACE_START flags and ITRACE_END reasons.
+const (
+	ITraceStartExec uint64 = 1
+
+	ITraceEndExit   uint64 = 1
+	ITraceEndOff    uint64 = 2
+	ITraceEndExec   uint64 = 3
+	ITraceEndDetach uint64 = 4
+
+	ITraceSignalHandler uint64 = 1 // ITRACE_SIGNAL flags: a handler runs
+)
+
+// itraceBlock are the fields of a branch record: the target, the number of
+// instructions executed since the previous record of the thread (the block,
+// starting at the previous target) and the offset of the block's last
+// instruction (the branch) from the block's start.
+var itraceBlock = fl(x64("to"), u32("count"), x32("from_off"))

@@ -6,7 +6,6 @@ package main
 import (
 	"bufio"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,38 +15,75 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/urfave/cli/v2"
+
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/tprof"
 	"perfinsp/libperfutil/trace"
 )
 
-const usage = `post: turn a perfinsp trace into reports
+const description = `post reads a trace file (swtrace.nrm2) and writes the reports asked for; with no
+report option, -tprof is assumed. Every report starts with a warning when records were lost,
+a buffer filled, the file was cut short or damaged, or a module could not be read.
+Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs/itrace.md.
 
-usage: post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [options]
+   post -tprof                          tprof.out (PI's form)
+   post -tprof --pprof p.pb.gz          go tool pprof -http=: p.pb.gz
+   post -tprof --folded f --flame f.svg flame graphs (with swtrace enable callstack: call stacks)
+   post -show                           post.show: every record as text
+   post -arc -itrace --callgrind cg.out ITrace reports`
 
-  -r FILE        trace file (default swtrace.nrm2)
-  -strict        refuse a damaged trace file (default: read every intact chunk and
-                 segment of a file cut short or corrupted, and report what was lost)
-  -show          write post.show: every record as text, MTE included, tprof ticks with their names
-  -tprof         write tprof.out: ticks by process, module, thread and symbol (PI's form)
-  --pprof FILE   also write a pprof profile (open with: go tool pprof -http=: FILE)
-  --folded FILE  also write folded stacks for flamegraph.pl: process;root;...;leaf count with call
-                 stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol
-  --flame FILE   also write a flame graph as SVG (no Perl needed)
-  -o DIR         directory for post.show and tprof.out (default: the current directory)
-  --perfmap-dir DIR  where perf-PID.map / jit-PID.dump files are (default /tmp)
-  --root DIR     prefix for module paths (a trace taken on another machine)
-  --lines        add source file:line to post.show ticks (DWARF; slower)
-  --pid LIST     only these processes (decimal pids, comma-separated) and the processes they
-                 create during the trace (--no-children: not those); what is left out is counted
-  --tid LIST     only these threads
-  --comm LIST    only processes of these names
-  --cpuprofile FILE  write post's own CPU profile (for perfinsp developers)
+// options are post's command line.
+type options struct {
+	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile string
+	show, doTprof, lines, strict, noChildren                       bool
+	pids, tids, comms                                              string
+}
 
-With no report option, -tprof is assumed. Every report starts with a warning when
-records were lost, a buffer filled, or a module could not be read.
-`
+func newApp(o *options, stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:            "post",
+		Usage:           "turn a perfinsp trace into reports",
+		UsageText:       "post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [--flame FILE] [-arc] [-itrace] [--callgrind FILE] [options]",
+		Description:     description,
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "r", Value: "swtrace.nrm2", Usage: "trace `FILE`", Destination: &o.in},
+			&cli.BoolFlag{Name: "strict", Usage: "refuse a damaged trace file (default: read every intact chunk and segment of a file cut short or corrupted, and report what was lost)", Destination: &o.strict},
+			&cli.BoolFlag{Name: "show", Usage: "write post.show: every record as text, MTE included, tprof ticks with their names", Destination: &o.show},
+			&cli.BoolFlag{Name: "tprof", Usage: "write tprof.out: ticks by process, module, thread and symbol (PI's form), and the call tree with call stacks", Destination: &o.doTprof},
+			&cli.StringFlag{Name: "pprof", Usage: "also write a pprof profile to `FILE` (go tool pprof -http=: FILE)", Destination: &o.pprofOut},
+			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
+			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
+			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
+			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
+			&cli.StringFlag{Name: "root", Usage: "`DIR` prefix for module paths (a trace taken on another machine)", Destination: &o.root},
+			&cli.BoolFlag{Name: "lines", Usage: "add source file:line to post.show ticks (DWARF; slower)", Destination: &o.lines},
+			&cli.StringFlag{Name: "pid", Usage: "only these processes (`LIST` of decimal pids) and the processes they create during the trace; what is left out is counted", Destination: &o.pids},
+			&cli.BoolFlag{Name: "no-children", Usage: "with --pid: not the processes they create", Destination: &o.noChildren},
+			&cli.StringFlag{Name: "tid", Usage: "only these threads (`LIST`)", Destination: &o.tids},
+			&cli.StringFlag{Name: "comm", Usage: "only processes of these names (`LIST`)", Destination: &o.comms},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
+		}, itraceFlags()...),
+		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			fmt.Fprintf(stderr, "post: %v\n\n", err)
+			cli.ShowAppHelp(c)
+			return cli.Exit("", 2)
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				fmt.Fprintf(stderr, "post: unexpected argument %q\n\n", c.Args().First())
+				cli.ShowAppHelp(c)
+				return cli.Exit("", 2)
+			}
+			return o.run(c, stdout, stderr)
+		},
+	}
+}
 
 func main() {
 	// post holds the whole trace in memory and allocates little else: a
@@ -57,61 +93,44 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("post", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	in := fs.String("r", "swtrace.nrm2", "")
-	show := fs.Bool("show", false, "")
-	doTprof := fs.Bool("tprof", false, "")
-	pprofOut := fs.String("pprof", "", "")
-	folded := fs.String("folded", "", "")
-	flame := fs.String("flame", "", "")
-	outDir := fs.String("o", ".", "")
-	perfmap := fs.String("perfmap-dir", "", "")
-	root := fs.String("root", "", "")
-	lines := fs.Bool("lines", false, "")
-	cpuprofile := fs.String("cpuprofile", "", "")
-	strict := fs.Bool("strict", false, "")
-	pidList := fs.String("pid", "", "")
-	tidList := fs.String("tid", "", "")
-	commList := fs.String("comm", "", "")
-	noChildren := fs.Bool("no-children", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	itraceOpt = itraceFlagValues{}
+	var o options
+	err := newApp(&o, stdout, stderr).Run(append([]string{"post"}, args...))
+	var ec cli.ExitCoder
+	switch {
+	case errors.As(err, &ec):
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, "post:", msg)
 		}
-		return 2
+		return ec.ExitCode()
+	case err != nil:
+		fmt.Fprintln(stderr, "post:", err)
+		return 1
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "post: unexpected argument %q\n\n", fs.Arg(0))
-		fs.Usage()
-		return 2
-	}
-	if *cpuprofile != "" {
-		pf, err := os.Create(*cpuprofile)
+	return 0
+}
+
+func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
+	if o.cpuprofile != "" {
+		pf, err := os.Create(o.cpuprofile)
 		if err != nil {
-			fmt.Fprintln(stderr, "post:", err)
-			return 1
+			return err
 		}
 		defer pf.Close()
 		if err := pprof.StartCPUProfile(pf); err == nil {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !*show && !*doTprof && *pprofOut == "" && *folded == "" && *flame == "" {
-		*doTprof = true
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !itraceOpt.any() {
+		o.doTprof = true
 	}
-	filt, err := parseFilter(*pidList, *tidList, *commList, !*noChildren)
+	filt, err := parseFilter(o.pids, o.tids, o.comms, !o.noChildren)
 	if err != nil {
 		fmt.Fprintf(stderr, "post: %v\n\n", err)
-		fs.Usage()
-		return 2
+		cli.ShowAppHelp(c)
+		return cli.Exit("", 2)
 	}
-	if err := post(*in, *outDir, *show, *doTprof, *pprofOut, *folded, *flame, *perfmap, *root, *lines, *strict, filt, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "post:", err)
-		return 1
-	}
-	return 0
+	return post(o.in, o.outDir, o.show, o.doTprof, o.pprofOut, o.folded, o.flame, o.perfmap, o.root, o.lines, o.strict, filt, stdout, stderr)
 }
 
 func create(path string) (*os.File, *bufio.Writer, error) {
@@ -164,7 +183,11 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 			showW.WriteByte('\n')
 		}
 	}
+	onRecord, endITrace := itraceHook(in, r, onRecord, outDir, stdout)
 	rep := tprof.BuildFiltered(f, r, filt, onRecord)
+	if err := endITrace(); err != nil {
+		return err
+	}
 	warns := warnings(rep)
 	if show {
 		for _, l := range warns {

@@ -35,6 +35,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"perfinsp/libperfutil/daemonclient"
+	"perfinsp/libperfutil/kmodbackend"
 	"perfinsp/libperfutil/ptt"
 )
 
@@ -181,9 +182,9 @@ func cmdOn(c *cli.Context, stdout io.Writer) error {
 	var files []*os.File
 	if backend == "kmod" {
 		// Opened here, with this user's rights; the agent uses it.
-		dev, err := os.OpenFile("/dev/pitrace", os.O_RDWR, 0)
+		dev, err := os.OpenFile(kmodbackend.Device, os.O_RDWR, 0)
 		if err != nil {
-			return cli.Exit(fmt.Sprintf("open /dev/pitrace: %v", err), 1)
+			return cli.Exit(fmt.Sprintf("open %s: %v", kmodbackend.Device, err), 1)
 		}
 		defer dev.Close()
 		files = append(files, dev)

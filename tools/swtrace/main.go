@@ -75,6 +75,9 @@ func reorder(args []string) []string {
 	if i >= len(args) {
 		return out
 	}
+	if args[i] == itraceCommand.Name {
+		return args // itrace on|off: subcommands parse their own options
+	}
 	out = append(out, args[i]) // the command
 	i++
 	var flags, pos []string
@@ -158,6 +161,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				}, Action: cmdAboveIdle},
 			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] | swtrace hook MAJOR MINOR -s STRING",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "s", Usage: "trailing `STRING` data"}}, Action: cmdHook},
+			itraceCommand,
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {

@@ -11,4 +11,5 @@ import (
 func registerExtensions(s *server.Server, logf func(string, ...any)) {
 	registerDrain(s, logf)
 	ptthold.Register(s, logf)
+	registerITrace(s, logf)
 }

@@ -130,6 +130,18 @@ static inline int PttReadMetric0(uint64_t *value)
 	return PTT_OK;
 }
 
+/* ITrace (docs/itrace.md): trace every instruction the calling thread runs
+ * between ITraceOn and ITraceOff into the trace facility (swtrace on first).
+ * pitraced single-steps the thread; 0 on success, -1 with the reason in
+ * ITraceStrerror(). */
+int ITraceOn(void);
+int ITraceOff(void);
+/* Writes a user record (major >= 0x100) with up to 64 u32 words into the
+ * trace, as `swtrace hook` does; 0 on success, -1 (see ITraceStrerror()). */
+int TraceHook(uint16_t major, uint32_t minor, const uint32_t *words, int nwords);
+/* The calling thread's last ITraceOn / ITraceOff / TraceHook error. */
+const char *ITraceStrerror(void);
+
 #ifdef __cplusplus
 }
 #endif

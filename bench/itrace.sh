@@ -1,0 +1,45 @@
+#!/bin/bash
+# ITrace without the kernel module, side by side with callgrind, on the
+# bundled example (examples/itrace.c, N leaf calls):
+#   (1) native run time,
+#   (2) valgrind --tool=callgrind: run time, slowdown, instructions per second,
+#   (3) scripts/run.itrace (pitraced's ptrace single-step tracer): instructions
+#       traced per second, slowdown, records per second through the facility
+#       and bytes per traced instruction (from post -itrace).
+# Each timing is the median of RUNS runs (the traced run: one).
+#
+#   bench/itrace.sh [N=5000] [RUNS=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-5000}
+RUNS=${2:-3}
+[ "$(id -u)" = 0 ] || { echo "bench: run as root (the daemon backend)"; exit 1; }
+command -v valgrind >/dev/null || { echo "bench: valgrind is not installed (make deps)"; exit 1; }
+make -s build bin/itrace >/dev/null
+EX=bin/itrace
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; bin/swtrace free >/dev/null 2>&1 || true' EXIT
+
+now() { date +%s%N; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+native=$(for _ in $(seq "$RUNS"); do s=$(now); $EX "$N" >/dev/null; echo $(( $(now) - s )); done | median)
+cg=$(for _ in $(seq "$RUNS"); do s=$(now); valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" $EX "$N" >/dev/null 2>&1; echo $(( $(now) - s )); done | median)
+ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$tmp/cg.out")
+
+scripts/run.itrace -o "$tmp" -- $EX "$N" >/dev/null
+line=$(sed -n '1p' "$tmp/itrace.out")
+stats=$(sed -n '2p' "$tmp/itrace.out")
+insts=$(echo "$line" | awk '{print $4}')
+secs=$(echo "$stats" | sed -n 's/.*traced for \([0-9.]*\) s.*/\1/p')
+bpi=$(echo "$stats" | sed -n 's/.*: \([0-9.]*\) bytes per instruction.*/\1/p')
+rps=$(echo "$stats" | sed -n 's/.*, \([0-9]*\) records\/s.*/\1/p')
+
+awk -v n="$N" -v nat="$native" -v cg="$cg" -v ir="$ir" -v insts="$insts" -v secs="$secs" -v bpi="$bpi" -v rps="$rps" 'BEGIN {
+	printf "ITrace benchmark: examples/itrace.c, %d leaf calls (medians; the traced run once)\n", n
+	printf "%-34s %12s %14s %12s\n", "", "wall time", "instructions/s", "slowdown"
+	printf "%-34s %10.3f s %14s %12s\n", "native", nat/1e9, "-", "1x"
+	printf "%-34s %10.3f s %14.0f %11.0fx\n", "valgrind --tool=callgrind", cg/1e9, ir/(cg/1e9), cg/nat
+	printf "%-34s %10.3f s %14.0f %11.0fx\n", "run.itrace (ptrace single-step)", secs, insts/secs, secs*1e9/nat
+	printf "itrace: %d instructions traced (callgrind: %d Ir, its preloads included), %d records/s through the facility, %.2f bytes per traced instruction\n", insts, ir, rps, bpi
+}'

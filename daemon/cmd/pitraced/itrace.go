@@ -1,0 +1,57 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"perfinsp/daemon/facility"
+	"perfinsp/daemon/itrace"
+	"perfinsp/daemon/kevents"
+	"perfinsp/daemon/server"
+	pitrace "perfinsp/libperfutil/itrace"
+)
+
+// itraceSource stops the ITrace sessions when the facility stops its
+// kernel event sources (swtrace off, a full buffer, free).
+type itraceSource struct {
+	facility.Source
+	m *itrace.Manager
+}
+
+func (s *itraceSource) Stop() error {
+	s.m.SetSink(nil)
+	return s.Source.Stop()
+}
+
+// registerITrace serves the no-module ITrace ops. The tracer writes into
+// the sink the facility hands its sources when tracing turns on, so its
+// records land in the per-CPU trace buffers with every other record.
+func registerITrace(s *server.Server, logf func(string, ...any)) {
+	m := itrace.NewManager()
+	m.Log = logf
+	start := s.Fac.StartSource
+	s.Fac.StartSource = func(opts kevents.Options, sink facility.Sink) (facility.Source, error) {
+		src, err := start(opts, sink)
+		if err != nil {
+			return nil, err
+		}
+		m.SetSink(sink)
+		return &itraceSource{Source: src, m: m}, nil
+	}
+	s.Handle(pitrace.OpOn, func(p server.Peer, args json.RawMessage) (any, error) {
+		var a pitrace.OnArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			return nil, fmt.Errorf("bad %s arguments: %w", pitrace.OpOn, err)
+		}
+		return m.On(itrace.Caller{PID: p.PID, UID: p.UID, GID: p.GID}, a)
+	})
+	s.Handle(pitrace.OpOff, func(p server.Peer, args json.RawMessage) (any, error) {
+		var a pitrace.OffArgs
+		if len(args) > 0 {
+			if err := json.Unmarshal(args, &a); err != nil {
+				return nil, fmt.Errorf("bad %s arguments: %w", pitrace.OpOff, err)
+			}
+		}
+		return m.Off(itrace.Caller{PID: p.PID, UID: p.UID, GID: p.GID}, a)
+	})
+}

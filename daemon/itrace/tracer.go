@@ -1,0 +1,687 @@
+// Package itrace is the no-module ITrace tracer: it single-steps the
+// selected threads with ptrace (PTRACE_SINGLESTEP), finds the taken branches
+// by decoding each instruction's length (the next ip is not the
+// fall-through), and writes the ITrace records (major 0x20 user branches,
+// 0x21 system calls and signals; docs/trace-format.md) to a Sink of the
+// same shape as the daemon's kernel-event sink, so they land in the
+// facility's per-CPU trace buffers like every other record.
+//
+// One Tracer is one locked OS thread: ptrace requests must come from the
+// thread that attached. Threads of a traced process are followed
+// (PTRACE_O_TRACECLONE); children only with Options.Follow.
+package itrace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/trace"
+)
+
+// Sink receives records (the shape of kevents.Sink's Trace).
+type Sink interface {
+	Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64)
+}
+
+// Options select what to trace.
+type Options struct {
+	// PIDs are processes traced with all their threads.
+	PIDs []int
+	// TIDs are single threads (ITraceOn: the calling thread).
+	TIDs []int
+	// Follow traces the children the traced processes fork.
+	Follow bool
+	// AtExec attaches now but starts stepping only at each process's next
+	// exec: the trace then starts at the new program's first instruction.
+	AtExec bool
+}
+
+// Stats are a tracer's counts.
+type Stats struct {
+	Threads      int    // threads traced now
+	Traced       int    // threads traced in all
+	Instructions uint64 // user instructions traced
+	Records      uint64 // records written
+	Syscalls     uint64
+	Signals      uint64
+}
+
+// insnCache holds the classified instructions of one address space.
+type insnCache struct {
+	pid   int
+	insns map[uint64]pitrace.Insn
+}
+
+type thread struct {
+	tid, pid int
+	as       *insnCache
+	stepping bool   // false: attached, waiting for exec (AtExec)
+	running  bool   // resumed, stop not yet seen
+	ip       uint64 // next instruction to execute
+	start    uint64 // block start
+	count    uint32 // instructions executed in the block
+	lastOff  uint32 // offset of the last executed instruction from start
+	cur      pitrace.Insn
+	rcx      uint64 // rcx at ip (before the instruction runs)
+	injected int    // signal injected on the last resume
+	noExec   bool
+	tStep    uint64
+	handlers int  // signal handlers entered and not yet returned from (rt_sigreturn)
+	detach   bool // attached by a clone/fork of a thread not yet stepped: let go
+	startOn  bool // start stepping at the first stop
+	ended    bool
+}
+
+// Tracer is one running ITrace session.
+type Tracer struct {
+	sink   Sink
+	opts   Options
+	t0     uint64
+	s0     time.Time
+	stop   atomic.Bool
+	done   chan struct{}
+	err    error
+	ready  chan error
+	mu     sync.Mutex
+	stats  Stats
+	tids   []int // traced threads, for Stop's wake-up (under mu)
+	fields [8]uint64
+
+	threads map[int]*thread
+	spaces  map[int]*insnCache
+	cpu     int
+	lastTid int
+	lastCPU int
+	nrec    uint64
+	code    [16]byte
+}
+
+// ErrNothing is returned when no thread could be traced.
+var ErrNothing = errors.New("itrace: nothing to trace")
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
+}
+
+// Start attaches to the selected threads and starts tracing them. It
+// returns once every selected thread is attached (or with the reason one
+// could not be).
+func Start(opts Options, sink Sink) (*Tracer, error) {
+	if len(opts.PIDs) == 0 && len(opts.TIDs) == 0 {
+		return nil, ErrNothing
+	}
+	t := &Tracer{sink: sink, opts: opts, done: make(chan struct{}), ready: make(chan error, 1),
+		threads: map[int]*thread{}, spaces: map[int]*insnCache{}, lastTid: -1, lastCPU: -1}
+	t.t0, t.s0 = monoNow(), time.Now()
+	go t.run()
+	if err := <-t.ready; err != nil {
+		<-t.done
+		return nil, err
+	}
+	return t, nil
+}
+
+// now is the facility clock (CLOCK_MONOTONIC ns) without a system call.
+func (t *Tracer) now() uint64 { return t.t0 + uint64(time.Since(t.s0)) }
+
+// Done is closed when no traced thread is left or the tracer stopped.
+func (t *Tracer) Done() <-chan struct{} { return t.done }
+
+// Err is why the tracer ended early, after Done.
+func (t *Tracer) Err() error { return t.err }
+
+// Stats returns the counts so far.
+func (t *Tracer) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
+}
+
+// Stop detaches from every traced thread (they continue untraced), writes
+// each thread's last block and waits for the tracer to end.
+func (t *Tracer) Stop() Stats {
+	t.stop.Store(true)
+	// A thread blocked in a system call gives the tracer no stop to act
+	// on: SIGURG (ignored by default, and harmless to Go programs) makes
+	// it stop; the tracer drops the signal.
+	t.mu.Lock()
+	tids := append([]int(nil), t.tids...)
+	t.mu.Unlock()
+	for _, tid := range tids {
+		_ = unix.Tgkill(t.pidOf(tid), tid, unix.SIGURG)
+	}
+	<-t.done
+	return t.Stats()
+}
+
+func (t *Tracer) pidOf(tid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return tid
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+				return n
+			}
+		}
+	}
+	return tid
+}
+
+func tasks(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		return nil, fmt.Errorf("itrace: process %d: %w", pid, err)
+	}
+	var out []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+func (t *Tracer) ptraceOptions() int {
+	o := unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_TRACEEXEC
+	if t.opts.Follow {
+		o |= unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK
+	}
+	return o
+}
+
+func (t *Tracer) space(pid int) *insnCache {
+	as := t.spaces[pid]
+	if as == nil {
+		as = &insnCache{pid: pid, insns: map[uint64]pitrace.Insn{}}
+		t.spaces[pid] = as
+	}
+	return as
+}
+
+func (t *Tracer) seize(tid, pid int) error {
+	if _, ok := t.threads[tid]; ok {
+		return nil
+	}
+	// The options go with the seize: PTRACE_SETOPTIONS needs a stopped tracee.
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, uintptr(t.ptraceOptions()), 0, 0); e != 0 {
+		return fmt.Errorf("itrace: attach to thread %d: %w", tid, e)
+	}
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 {
+		return fmt.Errorf("itrace: interrupt thread %d: %w", tid, e)
+	}
+	th := t.addThread(tid, pid, false)
+	th.running, th.startOn = true, !t.opts.AtExec
+	return nil
+}
+
+func (t *Tracer) addThread(tid, pid int, stepping bool) *thread {
+	th := &thread{tid: tid, pid: pid, as: t.space(pid), stepping: stepping}
+	t.threads[tid] = th
+	t.mu.Lock()
+	t.tids = append(t.tids, tid)
+	t.stats.Threads = len(t.threads)
+	t.stats.Traced++
+	t.mu.Unlock()
+	return th
+}
+
+func (t *Tracer) attach() error {
+	for _, tid := range t.opts.TIDs {
+		if err := t.seize(tid, t.pidOf(tid)); err != nil {
+			return err
+		}
+	}
+	for _, pid := range t.opts.PIDs {
+		// Threads created while attaching are caught by TRACECLONE of
+		// an attached thread, or by the next scan.
+		for {
+			tids, err := tasks(pid)
+			if err != nil {
+				return err
+			}
+			added := false
+			for _, tid := range tids {
+				if _, ok := t.threads[tid]; ok {
+					continue
+				}
+				if err := t.seize(tid, pid); err != nil {
+					if errors.Is(err, unix.ESRCH) {
+						continue // exited meanwhile
+					}
+					return err
+				}
+				added = true
+			}
+			if !added {
+				break
+			}
+		}
+	}
+	if len(t.threads) == 0 {
+		return ErrNothing
+	}
+	return nil
+}
+
+func (t *Tracer) run() {
+	runtime.LockOSThread() // ptrace: every request from the attaching thread; never unlocked
+	defer close(t.done)
+	if err := t.attach(); err != nil {
+		for tid := range t.threads {
+			_ = unix.PtraceDetach(tid)
+		}
+		t.err = err
+		t.ready <- err
+		return
+	}
+	t.ready <- nil
+	t.cpu = getcpu()
+	if err := t.loop(); err != nil {
+		t.err = err
+	}
+}
+
+func getcpu() int {
+	var cpu uint32
+	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); e != 0 {
+		return 0
+	}
+	return int(cpu)
+}
+
+// emit writes one record, preceded by ITRACE_THREAD when the thread or the
+// buffer changed.
+func (t *Tracer) emit(th *thread, major uint16, minor uint32, fields []uint64) {
+	t.nrec++
+	if t.nrec&1023 == 0 {
+		t.cpu = getcpu()
+	}
+	now := t.now()
+	if th.tid != t.lastTid || t.cpu != t.lastCPU {
+		t.lastTid, t.lastCPU = th.tid, t.cpu
+		ctx := [2]uint64{uint64(th.pid), uint64(th.tid)}
+		t.sink.Trace(t.cpu, trace.MajorITraceU, trace.ITraceThread, now, ctx[:])
+		t.nrec++
+	}
+	t.sink.Trace(t.cpu, major, minor, now, fields)
+}
+
+// endBlock writes a record that ends th's block and starts the next at to.
+func (t *Tracer) endBlock(th *thread, major uint16, minor uint32, to uint64, extra ...uint64) {
+	f := t.fields[:3]
+	f[0], f[1], f[2] = to, uint64(th.count), uint64(th.lastOff)
+	f = append(f, extra...)
+	t.emit(th, major, minor, f)
+	th.start, th.count, th.lastOff = to, 0, 0
+}
+
+func (t *Tracer) startThread(th *thread, ip uint64, flags uint64) {
+	th.stepping, th.ip, th.start, th.count, th.lastOff = true, ip, ip, 0, 0
+	t.fields[0], t.fields[1], t.fields[2], t.fields[3] = uint64(th.pid), uint64(th.tid), ip, flags
+	t.emit(th, trace.MajorITraceU, trace.ITraceStart, t.fields[:4])
+}
+
+func (t *Tracer) endThread(th *thread, reason uint64) {
+	if th.ended || !th.stepping {
+		th.ended = true
+		return
+	}
+	th.ended = true
+	t.fields[0], t.fields[1], t.fields[2], t.fields[3], t.fields[4] = uint64(th.pid), uint64(th.tid), uint64(th.count), uint64(th.lastOff), reason
+	t.emit(th, trace.MajorITraceU, trace.ITraceEnd, t.fields[:5])
+}
+
+func (t *Tracer) drop(tid int) {
+	delete(t.threads, tid)
+	t.mu.Lock()
+	for i, x := range t.tids {
+		if x == tid {
+			t.tids = append(t.tids[:i], t.tids[i+1:]...)
+			break
+		}
+	}
+	t.stats.Threads = len(t.threads)
+	t.mu.Unlock()
+}
+
+// classify returns the instruction at ip in th's address space.
+func (t *Tracer) classify(th *thread, ip uint64) pitrace.Insn {
+	if in, ok := th.as.insns[ip]; ok {
+		return in
+	}
+	n, _ := unix.ProcessVMReadv(th.tid, []unix.Iovec{{Base: &t.code[0], Len: uint64(len(t.code))}},
+		[]unix.RemoteIovec{{Base: uintptr(ip), Len: len(t.code)}}, 0)
+	if n <= 0 {
+		// The 16 bytes cross into an unmapped page: read what is mapped.
+		n = 0
+		for n < len(t.code) {
+			w, err := unix.PtracePeekText(th.tid, uintptr(ip)+uintptr(n), t.code[n:n+8])
+			if err != nil || w == 0 {
+				break
+			}
+			n += w
+			if n+8 > len(t.code) {
+				break
+			}
+		}
+	}
+	in := pitrace.Classify(t.code[:n])
+	th.as.insns[ip] = in
+	return in
+}
+
+func (t *Tracer) resume(th *thread, sig int) error {
+	th.injected = 0
+	th.running = true
+	var err error
+	if th.stepping {
+		th.injected = sig
+		th.cur = t.classify(th, th.ip)
+		th.tStep = t.now()
+		err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, sig)
+	} else {
+		err = ptraceSig(unix.PTRACE_CONT, th.tid, sig)
+	}
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
+	}
+	return nil
+}
+
+func ptraceSig(req, tid, sig int) error {
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), 0, uintptr(sig), 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+func (t *Tracer) detach(th *thread, sig int, reason uint64) {
+	t.endThread(th, reason)
+	_ = ptraceSig(unix.PTRACE_DETACH, th.tid, sig)
+	t.drop(th.tid)
+}
+
+// step accounts one single-step stop of a stepping thread at newIP.
+func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
+	newIP := regs.Rip
+	if th.noExec {
+		th.noExec = false
+		if code, err := getSiginfoCode(th.tid); err == nil && code == trapBrkpt {
+			// The first trap after stepping was turned on inside a
+			// system call (exec) comes before any instruction runs.
+			th.ip, th.rcx = newIP, regs.Rcx
+			return
+		}
+	}
+	prev := th.ip
+	in := th.cur
+	th.lastOff = uint32(prev - th.start)
+	th.count++
+	th.ip = newIP
+	t.stats.Instructions++
+	rcx := th.rcx
+	th.rcx = regs.Rcx
+	switch {
+	case in.Kind == pitrace.KindSyscall:
+		dur := t.now() - th.tStep
+		if dur > 0xffffffff {
+			dur = 0xffffffff
+		}
+		t.stats.Syscalls++
+		if regs.Orig_rax == unix.SYS_RT_SIGRETURN && th.handlers > 0 {
+			th.handlers--
+		}
+		t.endBlock(th, trace.MajorITraceK, trace.ITraceSyscall, newIP, regs.Orig_rax&0xffffffff, dur)
+	case in.Kind == pitrace.KindCall || in.Kind == pitrace.KindReturn || in.Kind == pitrace.KindIret:
+		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
+	case in.Rep && newIP == prev:
+		// one more iteration of a rep string instruction
+	case in.Rep && newIP == prev+uint64(in.Len) && rcx != 0:
+		// The last iteration of a rep string instruction. Callgrind
+		// counts the instruction once per iteration plus once for the
+		// check that ends it (n+1); single-step traps n times.
+		th.count++
+		t.stats.Instructions++
+	case in.Kind == pitrace.KindPlain:
+		// Fall-through: an instruction that transfers no control goes on
+		// at the next one (a length x86asm got wrong must not make a branch).
+	case in.Len != 0 && newIP == prev+uint64(in.Len):
+		// a conditional jump not taken
+	case in.Kind == pitrace.KindUndecodable && newIP > prev && newIP <= prev+15:
+		// AVX/AVX-512 and other encodings x86asm does not know never
+		// branch: the next ip is their fall-through.
+	default:
+		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
+	}
+}
+
+func (t *Tracer) loop() error {
+	var regs unix.PtraceRegs
+	flush := func() {
+		t.mu.Lock()
+		t.stats.Records = t.nrec
+		t.mu.Unlock()
+	}
+	defer flush()
+	stopping := false
+	for len(t.threads) > 0 {
+		if t.stop.Load() && !stopping {
+			stopping = true
+			for _, th := range t.threads {
+				if th.running {
+					_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(th.tid), 0, 0, 0, 0)
+				} else if th.handlers > 0 {
+					_ = t.resume(th, 0)
+				} else {
+					t.detach(th, 0, trace.ITraceEndOff)
+				}
+			}
+			continue
+		}
+		var ws unix.WaitStatus
+		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOTHREAD, nil)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.ECHILD) {
+				for id := range t.threads {
+					t.drop(id)
+				}
+				return nil
+			}
+			return fmt.Errorf("itrace: wait: %w", err)
+		}
+		if t.nrec&4095 == 0 {
+			flush()
+		}
+		th := t.threads[tid]
+		if th == nil {
+			// A new thread's first stop can come before its creator's
+			// clone event: take it now.
+			if !ws.Stopped() {
+				continue
+			}
+			th = t.addThread(tid, t.pidOf(tid), false)
+			th.running = true
+			if err := unix.PtraceGetRegs(tid, &regs); err == nil {
+				t.startThread(th, regs.Rip, 0)
+			}
+		}
+		th.running = false
+		if ws.Exited() || ws.Signaled() {
+			if th.stepping && th.cur.Kind == pitrace.KindSyscall && ws.Exited() {
+				// The exit system call ran and did not return.
+				th.lastOff = uint32(th.ip - th.start)
+				th.count++
+				t.stats.Instructions++
+			}
+			t.endThread(th, trace.ITraceEndExit)
+			t.drop(tid)
+			continue
+		}
+		if !ws.Stopped() {
+			continue
+		}
+		sig := int(ws.StopSignal())
+		event := ws.TrapCause()
+		if stopping || t.stop.Load() {
+			stopping = true
+			if th.handlers > 0 && th.stepping {
+				// Inside a signal handler the signal frame holds the
+				// flags with the trap flag set: detached there, the
+				// thread would take a SIGTRAP at rt_sigreturn. Step it
+				// out of its handlers first.
+				if event <= 0 && sig == int(unix.SIGURG) {
+					_ = t.resume(th, 0) // the wake-up of Stop
+					continue
+				}
+				if err := t.handleStop(th, sig, event, &regs); err != nil {
+					return err
+				}
+				continue
+			}
+			pass := 0
+			if event <= 0 && sig != int(unix.SIGTRAP) && sig != int(unix.SIGURG) && sig != int(unix.SIGSTOP) {
+				pass = sig
+			}
+			t.detach(th, pass, trace.ITraceEndOff)
+			continue
+		}
+		if err := t.handleStop(th, sig, event, &regs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) error {
+	tid := th.tid
+	switch {
+	case sig == int(unix.SIGTRAP) && event > 0 && event != unix.PTRACE_EVENT_STOP:
+		// clone / fork / vfork / exec event: inside the system call, no
+		// instruction ran since the last stop.
+		switch event {
+		case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
+			msg, err := unix.PtraceGetEventMsg(tid)
+			if err == nil {
+				child := int(msg)
+				if _, ok := t.threads[child]; !ok {
+					pid := th.pid
+					if event != unix.PTRACE_EVENT_CLONE {
+						pid = child
+					}
+					c := t.addThread(child, pid, false)
+					c.running = true
+					if event != unix.PTRACE_EVENT_CLONE {
+						// A forked child has its own address space (a copy).
+						c.as = t.space(child)
+					}
+					c.startOn = th.stepping // starts at its first stop
+					c.detach = !th.stepping
+				}
+			}
+		case unix.PTRACE_EVENT_EXEC:
+			// The address space is new; the old pid's cache goes.
+			if msg, err := unix.PtraceGetEventMsg(tid); err == nil && int(msg) != tid {
+				// A non-leader thread exec'd: it took the leader's tid.
+				if old := t.threads[int(msg)]; old != nil && old != th {
+					t.drop(old.tid)
+				}
+			}
+			delete(t.spaces, th.pid)
+			th.as = t.space(th.pid)
+			if !th.stepping {
+				if err := unix.PtraceGetRegs(tid, regs); err != nil {
+					return nil
+				}
+				t.startThread(th, regs.Rip, trace.ITraceStartExec)
+				th.rcx = regs.Rcx
+				th.noExec = true
+			}
+		}
+		return t.resume(th, 0)
+	case event == unix.PTRACE_EVENT_STOP:
+		// Attach stop, new thread's first stop, or a group stop: no
+		// instruction ran. Job control stops are not honoured while traced.
+		if th.detach {
+			t.detach(th, 0, trace.ITraceEndOff)
+			return nil
+		}
+		if !th.stepping && th.startOn {
+			if err := unix.PtraceGetRegs(tid, regs); err != nil {
+				return nil
+			}
+			ip := regs.Rip
+			if int64(regs.Orig_rax) >= 0 && int64(regs.Rax) >= -516 && int64(regs.Rax) <= -512 {
+				// Stopped in an interrupted system call: the kernel
+				// restarts it, from its syscall instruction, on resume.
+				ip -= 2
+			}
+			t.startThread(th, ip, 0)
+			th.rcx = regs.Rcx
+		}
+		return t.resume(th, 0)
+	case sig == int(unix.SIGTRAP):
+		if !th.stepping {
+			return t.resume(th, 0)
+		}
+		if err := unix.PtraceGetRegs(tid, regs); err != nil {
+			return nil // gone
+		}
+		if th.injected != 0 {
+			signo := th.injected
+			th.injected = 0
+			t.stats.Signals++
+			if info, err := getSiginfoCode(tid); err == nil && info == int32(unix.SIGTRAP) {
+				// The kernel set up the handler's frame and stopped
+				// before its first instruction.
+				t.endBlock(th, trace.MajorITraceK, trace.ITraceSignal, regs.Rip, uint64(signo), trace.ITraceSignalHandler)
+				th.handlers++
+				th.ip, th.rcx = regs.Rip, regs.Rcx
+				return t.resume(th, 0)
+			}
+			// No handler: the instruction ran; the signal is one record.
+			t.endBlock(th, trace.MajorITraceK, trace.ITraceSignal, th.ip, uint64(signo), 0)
+		}
+		t.step(th, regs)
+		return t.resume(th, 0)
+	default:
+		// Signal-delivery stop: nothing ran; deliver the signal.
+		if !th.stepping {
+			return t.resume(th, sig)
+		}
+		return t.resume(th, sig)
+	}
+}
+
+// trapBrkpt is si_code TRAP_BRKPT: x86 reports a step out of a system call
+// with it (a single-step trap proper is TRAP_TRACE).
+const trapBrkpt = 1
+
+// getSiginfoCode returns si_code of the last stop's siginfo.
+func getSiginfoCode(tid int) (int32, error) {
+	var info [128]byte
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_GETSIGINFO, uintptr(tid), 0, uintptr(unsafe.Pointer(&info[0])), 0, 0); e != 0 {
+		return 0, e
+	}
+	// struct siginfo: si_signo, si_errno, si_code (int each).
+	return int32(uint32(info[8]) | uint32(info[9])<<8 | uint32(info[10])<<16 | uint32(info[11])<<24), nil
+}

@@ -1,0 +1,216 @@
+package itrace
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/trace"
+)
+
+// capture is a Sink keeping every record.
+type capture struct {
+	mu   sync.Mutex
+	recs []trace.Record
+}
+
+func (c *capture) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64) {
+	c.mu.Lock()
+	c.recs = append(c.recs, trace.Record{CPU: cpu, Major: major, Minor: minor, Time: t, Fixed: append([]uint64(nil), fields...)})
+	c.mu.Unlock()
+}
+
+// elfNamer names the addresses of one non-PIE executable by its symbol
+// table; everything else is "other".
+type elfNamer struct {
+	syms []elf.Symbol
+	plt  [][2]uint64
+}
+
+func newELFNamer(t *testing.T, path string) *elfNamer {
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fn []elf.Symbol
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			fn = append(fn, s)
+		}
+	}
+	sort.Slice(fn, func(i, j int) bool { return fn[i].Value < fn[j].Value })
+	n := &elfNamer{syms: fn}
+	for _, s := range f.Sections {
+		if strings.HasPrefix(s.Name, ".plt") {
+			n.plt = append(n.plt, [2]uint64{s.Addr, s.Addr + s.Size})
+		}
+	}
+	return n
+}
+
+func (n *elfNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, int) {
+	i := sort.Search(len(n.syms), func(i int) bool { return n.syms[i].Value > addr }) - 1
+	if i >= 0 && addr < n.syms[i].Value+n.syms[i].Size {
+		return pitrace.Func{Name: n.syms[i].Name, Module: "exe"}, addr - n.syms[i].Value, "", 0
+	}
+	for _, r := range n.plt {
+		if addr >= r[0] && addr < r[1] {
+			return pitrace.Func{Name: "plt", Module: "exe", PLT: true}, 0, "", 0
+		}
+	}
+	return pitrace.Func{Name: "other", Module: "other"}, 0, "", 0
+}
+
+func needTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not installed (scripts/deps/itrace.txt; make deps)", name)
+		}
+		t.Skipf("%s is not installed (apt-get install it; scripts/deps/itrace.txt)", name)
+	}
+	return p
+}
+
+// buildExample compiles examples/itrace.c with extra flags.
+func buildExample(t *testing.T, dir string, flags ...string) string {
+	needTool(t, "gcc")
+	out := filepath.Join(dir, "itrace")
+	args := append([]string{"-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-pthread", "-o", out, "../../examples/itrace.c", "-lm"}, flags...)
+	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	return out
+}
+
+// startStopped starts prog stopped just before its exec (as run.itrace
+// does) and returns the command.
+func startStopped(t *testing.T, prog string, args ...string) *exec.Cmd {
+	cmd := exec.Command("sh", append([]string{"-c", `kill -STOP $$; exec "$0" "$@"`, prog}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, cmd.Process.Pid, 'T')
+	return cmd
+}
+
+// waitState waits until the process is in state st (a condition, checked
+// until it holds or 10 s passed).
+func waitState(t *testing.T, pid int, st byte) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err == nil {
+			if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && b[i+2] == st {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never reached state %c", pid, st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func replay(recs []trace.Record, namer pitrace.Namer) *pitrace.Report {
+	rep := pitrace.NewReport(namer, nil)
+	for i := range recs {
+		rep.Apply(&recs[i])
+	}
+	rep.Finish()
+	return rep
+}
+
+var ownFuncs = []string{"main", "fib", "leaf", "leaf_loop", "apply", "op_add", "op_mul", "copy_rep", "on_signal", "worker", "use_libm"}
+
+// callgrind runs valgrind --tool=callgrind on prog and parses the result.
+func callgrind(t *testing.T, dir, prog string, args ...string) map[string]*pitrace.CGFunc {
+	needTool(t, "valgrind")
+	out := filepath.Join(dir, "callgrind.out")
+	cmd := exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + out, prog}, args...)...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("valgrind: %v\n%s", err, b)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cg, err := pitrace.ParseCallgrind(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cg
+}
+
+// TestExampleMatchesCallgrind traces the bundled example from its first
+// instruction and checks every one of its own functions' exclusive
+// instructions and calls against callgrind's, exactly.
+func TestExampleMatchesCallgrind(t *testing.T) {
+	dir := t.TempDir()
+	prog := buildExample(t, dir, "-no-pie")
+	const n = "20000"
+	cg := callgrind(t, dir, prog, n)
+
+	cmd := startStopped(t, prog, n)
+	sink := &capture{}
+	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, AtExec: true}, sink)
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	// The tracer ends when the program's last thread exited. (Waiting for
+	// the child before that would take the tracer's ptrace stops: the test
+	// process is both the parent and the tracer.)
+	select {
+	case <-tr.Done():
+	case <-time.After(120 * time.Second):
+		tr.Stop()
+		t.Fatal("tracer did not end within 120 s")
+	}
+	_ = cmd.Wait() // the tracer, in this process, may have reaped it already
+	st := tr.Stats()
+	t.Logf("traced %d instructions, %d records, %d threads, %d syscalls, %d signals", st.Instructions, st.Records, st.Traced, st.Syscalls, st.Signals)
+	rep := replay(sink.recs, newELFNamer(t, prog))
+	if st.Traced < 2 {
+		t.Errorf("traced %d threads, want the main thread and the worker", st.Traced)
+	}
+	if st.Signals != 1 {
+		t.Errorf("%d signals recorded, want 1 (SIGUSR1)", st.Signals)
+	}
+	for _, name := range ownFuncs {
+		want := cg[name]
+		got := rep.Funcs[pitrace.Key(pitrace.Func{Name: name, Module: "exe"})]
+		if want == nil || got == nil {
+			t.Errorf("%s: callgrind %v, itrace %v", name, want, got)
+			continue
+		}
+		if got.Exclusive != want.Self || got.Calls != want.Calls {
+			t.Errorf("%-10s itrace: %d instructions, %d calls; callgrind: %d, %d", name, got.Exclusive, got.Calls, want.Self, want.Calls)
+		} else {
+			t.Logf("%-10s %8d instructions %6d calls (= callgrind)", name, got.Exclusive, got.Calls)
+		}
+	}
+	if t.Failed() {
+		fmt.Println("records:", len(sink.recs))
+	}
+}

@@ -1,0 +1,162 @@
+/*
+ * ITraceOn / ITraceOff / TraceHook for C programs: requests to pitraced over
+ * its control socket (one JSON request per line, one JSON answer per line;
+ * docs/itrace.md). The daemon single-steps the calling thread with ptrace
+ * between ITraceOn and ITraceOff; the caller must be allowed to ptrace
+ * itself (same user, dumpable), as the daemon checks.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perfutil.h"
+
+#define ITRACE_DEFAULT_SOCKET "/run/perfinsp/pitraced.sock"
+
+static __thread int itrace_fd = -1;
+static __thread char itrace_err[256];
+
+static const char *socket_path(void)
+{
+	const char *p = getenv("PERFINSP_SOCKET");
+
+	return p && *p ? p : ITRACE_DEFAULT_SOCKET;
+}
+
+static int dial(void)
+{
+	struct sockaddr_un a;
+	const char *path = socket_path();
+	int fd;
+
+	if (strlen(path) >= sizeof(a.sun_path)) {
+		snprintf(itrace_err, sizeof(itrace_err), "socket path too long: %s", path);
+		return -1;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	strcpy(a.sun_path, path);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		snprintf(itrace_err, sizeof(itrace_err),
+			 "cannot reach pitraced at %s (%s): start it (swtrace on starts it as root)",
+			 path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Sends one request line and reads the answer; 0 if it says "ok":true. */
+static int call(int fd, const char *req)
+{
+	char buf[4096];
+	size_t n = 0, len = strlen(req);
+	const char *e;
+
+	while (n < len) {
+		ssize_t w = write(fd, req + n, len - n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		n += (size_t)w;
+	}
+	n = 0;
+	while (n < sizeof(buf) - 1) {
+		ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+		if (memchr(buf, '\n', n))
+			break;
+	}
+	buf[n] = 0;
+	if (strstr(buf, "\"ok\":true"))
+		return 0;
+	e = strstr(buf, "\"error\":\"");
+	snprintf(itrace_err, sizeof(itrace_err), "pitraced: %.200s", e ? e + 9 : "no answer");
+	return -1;
+}
+
+int ITraceOn(void)
+{
+	char req[128];
+	int fd;
+
+	if (itrace_fd >= 0) {
+		snprintf(itrace_err, sizeof(itrace_err), "this thread is already traced");
+		return -1;
+	}
+	fd = dial();
+	if (fd < 0)
+		return -1;
+	snprintf(req, sizeof(req), "{\"op\":\"itrace-on\",\"args\":{\"tids\":[%ld]}}\n", (long)syscall(SYS_gettid));
+	if (call(fd, req) < 0) {
+		close(fd);
+		return -1;
+	}
+	itrace_fd = fd;
+	return 0;
+}
+
+int ITraceOff(void)
+{
+	char req[128];
+	int rc;
+
+	if (itrace_fd < 0) {
+		snprintf(itrace_err, sizeof(itrace_err), "ITraceOff without ITraceOn on this thread");
+		return -1;
+	}
+	snprintf(req, sizeof(req), "{\"op\":\"itrace-off\",\"args\":{\"tids\":[%ld]}}\n", (long)syscall(SYS_gettid));
+	rc = call(itrace_fd, req);
+	close(itrace_fd);
+	itrace_fd = -1;
+	return rc;
+}
+
+int TraceHook(uint16_t major, uint32_t minor, const uint32_t *words, int nwords)
+{
+	char req[2048];
+	struct timespec ts;
+	size_t n;
+	int fd, rc, i;
+
+	if (nwords < 0 || nwords > 64 || (nwords > 0 && !words)) {
+		snprintf(itrace_err, sizeof(itrace_err), "TraceHook: 0 to 64 words");
+		return -1;
+	}
+	fd = dial();
+	if (fd < 0)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	n = (size_t)snprintf(req, sizeof(req), "{\"op\":\"hook\",\"args\":{\"cpu\":%d,\"time\":%llu,\"major\":%u,\"minor\":%u,\"words\":[",
+			     sched_getcpu(), (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec,
+			     major, minor);
+	for (i = 0; i < nwords && n < sizeof(req) - 32; i++)
+		n += (size_t)snprintf(req + n, sizeof(req) - n, "%s%u", i ? "," : "", words[i]);
+	snprintf(req + n, sizeof(req) - n, "]}}\n");
+	rc = call(fd, req);
+	close(fd);
+	return rc;
+}
+
+const char *ITraceStrerror(void)
+{
+	return itrace_err;
+}

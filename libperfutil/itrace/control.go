@@ -1,0 +1,136 @@
+package itrace
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/daemonclient"
+)
+
+// Daemon ops of the no-module ITrace (pitraced registers them).
+const (
+	OpOn  = "itrace-on"  // OnArgs -> OnResult
+	OpOff = "itrace-off" // OffArgs -> OffResult
+)
+
+// OnArgs select the threads to trace. The caller may trace only processes
+// it could ptrace itself: root, or the same user as the target (real,
+// effective and saved ids) with the target dumpable.
+type OnArgs struct {
+	PIDs     []int `json:"pids,omitempty"`      // processes, all their threads
+	TIDs     []int `json:"tids,omitempty"`      // single threads (ITraceOn)
+	PIDsFrom int   `json:"pids_from,omitempty"` // every process with a pid >= this one, at on (PI's lowest pid)
+	Follow   bool  `json:"follow,omitempty"`    // follow forked children
+	AtExec   bool  `json:"at_exec,omitempty"`   // start at the processes' next exec (run.itrace)
+}
+
+// OnResult says what is traced.
+type OnResult struct {
+	Session int      `json:"session"`
+	Threads int      `json:"threads"`
+	Skipped []string `json:"skipped,omitempty"` // --pids-from: processes left out, and why
+}
+
+// OffArgs select the sessions to stop: those tracing one of the PIDs or
+// TIDs, or, with neither, every session the caller started (root: all).
+type OffArgs struct {
+	PIDs []int `json:"pids,omitempty"`
+	TIDs []int `json:"tids,omitempty"`
+}
+
+// OffResult are the stopped sessions' counts.
+type OffResult struct {
+	Sessions     int    `json:"sessions"`
+	Threads      int    `json:"threads"`
+	Instructions uint64 `json:"instructions"`
+	Records      uint64 `json:"records"`
+}
+
+// On asks pitraced to trace the selected threads (swtrace itrace on).
+func On(a OnArgs) (OnResult, error) {
+	var r OnResult
+	c, err := daemonclient.Dial()
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	err = c.Call(OpOn, a, &r)
+	return r, err
+}
+
+// Off stops ITrace sessions (swtrace itrace off).
+func Off(a OffArgs) (OffResult, error) {
+	var r OffResult
+	c, err := daemonclient.Dial()
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	err = c.Call(OpOff, a, &r)
+	return r, err
+}
+
+// session is the calling goroutine's ITraceOn state.
+type session struct {
+	c   *daemonclient.Client
+	tid int
+}
+
+var (
+	mu      sync.Mutex
+	current = map[int]*session{} // by tid
+)
+
+// ITraceOn starts tracing the calling thread (the goroutine is locked to
+// it until ITraceOff): every instruction it runs from the return of this
+// call to ITraceOff is traced into the facility, which must be on
+// (swtrace on). The daemon's reply and the return path of this call are
+// the first instructions in the trace.
+func ITraceOn() error {
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	mu.Lock()
+	busy := current[tid] != nil
+	mu.Unlock()
+	if busy {
+		return errors.New("itrace: ITraceOn: this thread is already traced")
+	}
+	c, err := daemonclient.Dial()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("itrace: ITraceOn: %w", err)
+	}
+	var r OnResult
+	if err := c.Call(OpOn, OnArgs{TIDs: []int{tid}}, &r); err != nil {
+		c.Close()
+		runtime.UnlockOSThread()
+		return fmt.Errorf("itrace: ITraceOn: %w", err)
+	}
+	mu.Lock()
+	current[tid] = &session{c: c, tid: tid}
+	mu.Unlock()
+	return nil
+}
+
+// ITraceOff stops tracing the calling thread.
+func ITraceOff() (OffResult, error) {
+	tid := unix.Gettid()
+	mu.Lock()
+	s := current[tid]
+	delete(current, tid)
+	mu.Unlock()
+	if s == nil {
+		return OffResult{}, errors.New("itrace: ITraceOff without ITraceOn on this thread")
+	}
+	defer runtime.UnlockOSThread()
+	defer s.c.Close()
+	var r OffResult
+	if err := s.c.Call(OpOff, OffArgs{TIDs: []int{tid}}, &r); err != nil {
+		return r, fmt.Errorf("itrace: ITraceOff: %w", err)
+	}
+	return r, nil
+}

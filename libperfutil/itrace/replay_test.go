@@ -1,0 +1,86 @@
+package itrace
+
+import (
+	"bytes"
+	"testing"
+
+	"perfinsp/libperfutil/trace"
+)
+
+// mapNamer names 0x1000-0x1fff main, 0x2000 f, 0x3000 a PLT stub,
+// 0x4000 g (another module), 0x5000 h (a signal handler).
+type mapNamer struct{}
+
+func (mapNamer) Func(pid uint32, addr uint64) (Func, uint64, string, int) {
+	switch addr &^ 0xfff {
+	case 0x1000:
+		return Func{Name: "main", Module: "/bin/prog"}, addr - 0x1000, "prog.c", 10
+	case 0x2000:
+		return Func{Name: "f", Module: "/bin/prog"}, addr - 0x2000, "prog.c", 20
+	case 0x3000:
+		return Func{Name: "prog:PLT", Module: "/bin/prog", PLT: true}, 0, "", 0
+	case 0x4000:
+		return Func{Name: "g", Module: "/lib/libg.so"}, addr - 0x4000, "", 0
+	}
+	return Func{Name: "h", Module: "/bin/prog"}, addr - 0x5000, "prog.c", 50
+}
+
+func rec(major uint16, minor uint32, f ...uint64) *trace.Record {
+	return &trace.Record{Major: major, Minor: minor, Fixed: f, CPU: 1}
+}
+
+// TestReplay: blocks, a call and its return, a call through a PLT stub,
+// a signal handler and its rt_sigreturn, each counted as callgrind does.
+func TestReplay(t *testing.T) {
+	var arcs []Branch
+	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	U, K := trace.MajorITraceU, trace.MajorITraceK
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(U, trace.ITraceCall, 0x2000, 3, 5),                                  // main: 3, call f from 0x1005
+		rec(U, trace.ITraceReturn, 0x100a, 2, 1),                                // f: 2
+		rec(U, trace.ITraceCall, 0x3000, 1, 0),                                  // main: 1, call the PLT stub from 0x100a
+		rec(U, trace.ITraceJump, 0x4000, 1, 0),                                  // the stub: 1 (to main), the call is to g
+		rec(U, trace.ITraceReturn, 0x100f, 4, 3),                                // g: 4
+		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler), // main: 2, handler h
+		rec(K, trace.ITraceSyscall, 0x1011, 3, 2, 15, 100),                      // h: 3, rt_sigreturn
+		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),                // main: 2
+	} {
+		rep.Apply(r)
+	}
+	rep.Finish()
+	want := map[string][3]uint64{ // calls, exclusive, inclusive
+		"main": {0, 9, 0}, "f": {1, 2, 2}, "g": {1, 4, 4}, "h": {0, 3, 3},
+	}
+	for _, fs := range rep.Funcs {
+		w, ok := want[fs.Name]
+		if !ok {
+			if fs.Exclusive != 0 || fs.Calls != 0 {
+				t.Errorf("%s: %d instructions, %d calls; want none", fs.Name, fs.Exclusive, fs.Calls)
+			}
+			continue
+		}
+		if fs.Calls != w[0] || fs.Exclusive != w[1] || (w[2] != 0 && fs.Inclusive != w[2]) {
+			t.Errorf("%s: calls %d exclusive %d inclusive %d, want %v", fs.Name, fs.Calls, fs.Exclusive, fs.Inclusive, w)
+		}
+		delete(want, fs.Name)
+	}
+	if len(want) > 0 || rep.Instructions != 18 || rep.Signals != 1 || rep.Syscalls != 1 {
+		t.Fatalf("missing %v; %d instructions (want 18), %d signals, %d syscalls", want, rep.Instructions, rep.Signals, rep.Syscalls)
+	}
+	if len(arcs) != 7 || arcs[0].From != 0x1005 || arcs[0].Type != trace.ITraceCall || arcs[0].Depth != 1 || arcs[5].Signal != 10 || arcs[6].Syscall != 15 {
+		t.Fatalf("arc lines: %+v", arcs)
+	}
+	// The callgrind file reads back with the same counts.
+	var buf bytes.Buffer
+	if err := rep.WriteCallgrind(&buf, "prog"); err != nil {
+		t.Fatal(err)
+	}
+	cg, err := ParseCallgrind(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg["main"].Self != 9 || cg["f"].Calls != 1 || cg["g"].Calls != 1 || cg["g"].Self != 4 || cg["h"].Self != 3 || cg["h"].Calls != 0 {
+		t.Fatalf("callgrind round trip: main %+v f %+v g %+v h %+v", cg["main"], cg["f"], cg["g"], cg["h"])
+	}
+}

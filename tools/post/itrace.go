@@ -1,0 +1,274 @@
+package main
+
+// ITrace reports: -arc (PI's arc report, Figure 3), -itrace (per-function
+// instructions, calls, callers and callees) and --callgrind FILE.
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"github.com/urfave/cli/v2"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"perfinsp/libperfutil/a2n"
+	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/trace"
+)
+
+type itraceFlagValues struct {
+	arc, report bool
+	callgrind   string
+}
+
+var itraceOpt itraceFlagValues
+
+func itraceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "arc", Usage: "write arc: one line per taken branch of the ITrace records (PI's arc report)", Destination: &itraceOpt.arc},
+		&cli.BoolFlag{Name: "itrace", Usage: "write itrace.out: per function calls, exclusive and inclusive instructions, callers, callees", Destination: &itraceOpt.report},
+		&cli.StringFlag{Name: "callgrind", Usage: "write the ITrace as a callgrind `FILE` (kcachegrind, callgrind_annotate)", Destination: &itraceOpt.callgrind},
+	}
+}
+
+func (o itraceFlagValues) any() bool { return o.arc || o.report || o.callgrind != "" }
+
+// pltRanges are one module's PLT sections, as file offsets and addresses.
+type pltRanges struct {
+	off, va [][2]uint64
+	init    uint64 // address of .init: the size-less _init precedes the PLT
+}
+
+// a2nNamer names ITrace addresses with A2N, as of the record replayed.
+type a2nNamer struct {
+	r     *a2n.Resolver
+	plt   map[string]*pltRanges
+	cache map[[2]uint64]named
+}
+
+type named struct {
+	fn   pitrace.Func
+	off  uint64
+	file string
+	line int
+}
+
+func (n *a2nNamer) pltOf(path string) *pltRanges {
+	if p, ok := n.plt[path]; ok {
+		return p
+	}
+	p := &pltRanges{}
+	n.plt[path] = p
+	f, err := elf.Open(path)
+	if err != nil {
+		return p
+	}
+	defer f.Close()
+	for _, s := range f.Sections {
+		if strings.HasPrefix(s.Name, ".plt") {
+			p.off = append(p.off, [2]uint64{s.Offset, s.Offset + s.Size})
+			p.va = append(p.va, [2]uint64{s.Addr, s.Addr + s.Size})
+		}
+		if s.Name == ".init" {
+			p.init = s.Addr
+		}
+	}
+	return p
+}
+
+func in(rs [][2]uint64, x uint64) bool {
+	for _, r := range rs {
+		if x >= r[0] && x < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// isPLT tells a PLT stub: A2N names them name@plt, as perf does; the
+// first entry (the lazy binding path) it leaves unnamed (module+0xOFF, a
+// file offset) or names after a size-less _init before it.
+func (n *a2nNamer) isPLT(res *a2n.Result) bool {
+	if strings.HasSuffix(res.Symbol, "@plt") {
+		return true
+	}
+	if !strings.HasPrefix(res.Module, "/") {
+		return false
+	}
+	p := n.pltOf(res.Module)
+	if len(p.off) == 0 {
+		return false
+	}
+	if strings.HasPrefix(res.Symbol, filepath.Base(res.Module)+"+0x") {
+		return in(p.off, res.Offset)
+	}
+	return res.Symbol == "_init" && in(p.va, p.init+res.Offset)
+}
+
+func (n *a2nNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, int) {
+	k := [2]uint64{uint64(pid), addr}
+	if v, ok := n.cache[k]; ok {
+		return v.fn, v.off, v.file, v.line
+	}
+	res := n.r.Resolve(pid, addr, false)
+	v := named{fn: pitrace.Func{Name: res.Symbol, Module: res.Module}, off: res.Offset, file: res.File, line: res.Line}
+	if n.isPLT(&res) {
+		v.fn.PLT = true
+		if !strings.HasSuffix(res.Symbol, "@plt") {
+			v.fn.Name = filepath.Base(res.Module) + ":PLT"
+		}
+	}
+	n.cache[k] = v
+	return v.fn, v.off, v.file, v.line
+}
+
+// itraceHook chains the ITrace replay after next on every record post
+// reads, and returns the function that writes the reports at the end.
+func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
+	if !itraceOpt.any() {
+		return next, func() error { return nil }
+	}
+	if itraceOpt.callgrind != "" || itraceOpt.arc {
+		r.Lines = true
+	}
+	namer := &a2nNamer{r: r, plt: map[string]*pltRanges{}, cache: map[[2]uint64]named{}}
+	var arcF *os.File
+	var arcW *bufio.Writer
+	var arcErr error
+	var onBranch func(b *pitrace.Branch)
+	if itraceOpt.arc {
+		path := filepath.Join(outDir, "arc")
+		if arcF, arcW, arcErr = create(path); arcErr == nil {
+			fmt.Fprintf(arcW, "arc of %s: one line per taken branch (and system call, signal) of the traced threads\n", in)
+			fmt.Fprintln(arcW, "CPU K/U TYPE INSTS  CALLFLOW / PID_TID          OFFSET  SYMBOL:MODULE  PID_TID_NAME  TYPE-WORD  LINE")
+			onBranch = func(b *pitrace.Branch) { writeArc(arcW, namer, r, b) }
+		}
+	}
+	rep := pitrace.NewReport(namer, onBranch)
+	hook := func(rec *trace.Record, res *a2n.Result) {
+		if next != nil {
+			next(rec, res)
+		}
+		switch rec.Major {
+		case trace.MajorMTE, trace.MajorJITLoad:
+			if len(namer.cache) > 0 {
+				namer.cache = map[[2]uint64]named{} // names may change from here on
+			}
+		case trace.MajorITraceU, trace.MajorITraceK:
+			rep.Apply(rec)
+		}
+	}
+	finish := func() error {
+		if arcErr != nil {
+			return arcErr
+		}
+		rep.Finish()
+		if rep.Instructions == 0 {
+			fmt.Fprintf(stdout, "post: %s holds no ITrace records (swtrace itrace on, or scripts/run.itrace)\n", in)
+		}
+		if arcW != nil {
+			if err := arcW.Flush(); err != nil {
+				return fmt.Errorf("write arc: %w", err)
+			}
+			if err := arcF.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "post: wrote %s (%d branches)\n", filepath.Join(outDir, "arc"), rep.Branches+rep.Syscalls+rep.Signals)
+		}
+		if itraceOpt.report {
+			path := filepath.Join(outDir, "itrace.out")
+			f, w, err := create(path)
+			if err != nil {
+				return err
+			}
+			writeITraceReport(w, rep, in)
+			if err := w.Flush(); err != nil {
+				f.Close()
+				return fmt.Errorf("write %s: %w", path, err)
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "post: wrote %s (%d instructions, %d functions)\n", path, rep.Instructions, len(rep.Funcs))
+		}
+		if itraceOpt.callgrind != "" {
+			f, err := os.Create(itraceOpt.callgrind)
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteCallgrind(f, in); err != nil {
+				f.Close()
+				return fmt.Errorf("write %s: %w", itraceOpt.callgrind, err)
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "post: wrote %s (callgrind_annotate %s, or kcachegrind)\n", itraceOpt.callgrind, itraceOpt.callgrind)
+		}
+		return nil
+	}
+	return hook, finish
+}
+
+func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *pitrace.Branch) {
+	ku := 'U'
+	if b.Kernel {
+		ku = 'K'
+	}
+	fn, off, file, line := n.Func(b.PID, b.From)
+	word := pitrace.TypeWord(b.Type)
+	switch {
+	case b.Syscall >= 0:
+		word = fmt.Sprintf("SYSCALL_%d", b.Syscall)
+	case b.Signal > 0:
+		word = fmt.Sprintf("SIGNAL_%d", b.Signal)
+	}
+	indent := strings.Repeat(" ", min(b.Depth, 40))
+	tname := r.ThreadName(b.PID, b.TID)
+	if tname == "" {
+		tname = r.ProcessName(b.PID)
+	}
+	src := ""
+	if file != "" {
+		src = fmt.Sprintf("%s:%d", filepath.Base(file), line)
+	}
+	fmt.Fprintf(w, "%3d %c %d %6d %s%d_%d 0x%x %s:%s %d_%d_%s %s %s\n", b.CPU, ku, b.Type, b.Count, indent, b.PID, b.TID,
+		off, fn.Name, filepath.Base(fn.Module), b.PID, b.TID, tname, word, src)
+}
+
+func writeITraceReport(w *bufio.Writer, rep *pitrace.Report, in string) {
+	fmt.Fprintf(w, "itrace.out of %s: %d instructions, %d taken branches, %d system calls, %d signals, %d threads\n",
+		in, rep.Instructions, rep.Branches, rep.Syscalls, rep.Signals, rep.Threads)
+	if rep.Instructions > 0 {
+		secs := float64(rep.Last-rep.First) / 1e9
+		fmt.Fprintf(w, "%d ITrace records, %d bytes: %.2f bytes per instruction; traced for %.3f s: %.0f instructions/s, %.0f records/s\n",
+			rep.Records, rep.Bytes, float64(rep.Bytes)/float64(rep.Instructions), secs, float64(rep.Instructions)/max(secs, 1e-9), float64(rep.Records)/max(secs, 1e-9))
+	}
+	if rep.Unattributed > 0 {
+		fmt.Fprintf(w, "warning: %d instructions in records before their thread's context record (wrap mode overwrote it)\n", rep.Unattributed)
+	}
+	fmt.Fprintln(w, "\n     CALLS    EXCLUSIVE    INCLUSIVE  FUNCTION:MODULE")
+	sorted := rep.Sorted()
+	for _, f := range sorted {
+		fmt.Fprintf(w, "%10d %12d %12d  %s:%s\n", f.Calls, f.Exclusive, f.Inclusive, f.Name, filepath.Base(f.Module))
+	}
+	fmt.Fprintln(w, "\nCallers and callees (calls, callee's inclusive instructions from that caller)")
+	for _, f := range sorted {
+		if len(f.Callers) == 0 && len(f.Callees) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:%s\n", f.Name, filepath.Base(f.Module))
+		for k, n := range f.Callers {
+			if c := rep.Funcs[k]; c != nil {
+				fmt.Fprintf(w, "  caller %10d  %s:%s\n", n, c.Name, filepath.Base(c.Module))
+			}
+		}
+		for k, a := range f.Callees {
+			if c := rep.Funcs[k]; c != nil {
+				fmt.Fprintf(w, "  callee %10d %12d  %s:%s\n", a.Calls, a.Inclusive, c.Name, filepath.Base(c.Module))
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	pitrace "perfinsp/libperfutil/itrace"
+)
+
+func needTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not installed (scripts/deps/itrace.txt)", name)
+		}
+		t.Skipf("skipped: %s is not installed (apt-get install %s; scripts/deps/itrace.txt)", name, name)
+	}
+}
+
+func parseCG(t *testing.T, path string) map[string]*pitrace.CGFunc {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := pitrace.ParseCallgrind(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+// TestRunITraceMatchesCallgrind runs scripts/run.itrace on the bundled
+// example (a PIE, as built by default) through pitraced, swtrace and post,
+// and checks `post --callgrind` against `valgrind --tool=callgrind` on
+// the same binary: every function of the program's own has the same
+// exclusive instructions and the same calls, exactly.
+func TestRunITraceMatchesCallgrind(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: run.itrace with the daemon backend needs root")
+	}
+	needTool(t, "gcc")
+	needTool(t, "valgrind")
+	root, _ := filepath.Abs("../..")
+	build := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./tools/swtrace", "./tools/post", "./daemon/cmd/pitraced")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "itrace")
+	// The flags of mk/itrace.mk.
+	if out, err := exec.Command("gcc", "-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-Wall", "-Werror", "-pthread",
+		"-o", prog, filepath.Join(root, "examples", "itrace.c"), "-lm").CombinedOutput(); err != nil {
+		t.Fatalf("build example: %v\n%s", err, out)
+	}
+	const n = "5000"
+	cgOut := filepath.Join(dir, "valgrind.out")
+	if out, err := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+cgOut, prog, n).CombinedOutput(); err != nil {
+		t.Fatalf("valgrind: %v\n%s", err, out)
+	}
+	env := append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "pitraced.sock"), "PERFINSP_BACKEND=daemon")
+	defer func() {
+		c := exec.Command(filepath.Join(root, "bin", "swtrace"), "free")
+		c.Env = env
+		c.Run()
+		exec.Command("pkill", "-f", "pitraced --socket "+filepath.Join(dir, "pitraced.sock")).Run()
+	}()
+	run := exec.Command(filepath.Join(root, "scripts", "run.itrace"), "-o", dir, "--", prog, n)
+	run.Env, run.Dir = env, dir
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run.itrace: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "itrace example: n=5000 signals=1") || !strings.Contains(string(out), "leaf_loop") {
+		t.Fatalf("run.itrace output:\n%s", out)
+	}
+	want := parseCG(t, cgOut)
+	got := parseCG(t, filepath.Join(dir, "callgrind.out"))
+	for _, name := range []string{"main", "fib", "leaf", "leaf_loop", "apply", "op_add", "op_mul", "copy_rep", "on_signal", "worker", "use_libm"} {
+		w, g := want[name], got[name]
+		if w == nil || g == nil {
+			t.Errorf("%s: callgrind %v, post --callgrind %v", name, w, g)
+			continue
+		}
+		if w.Self != g.Self || w.Calls != g.Calls {
+			t.Errorf("%-10s post: %d instructions, %d calls; callgrind: %d, %d", name, g.Self, g.Calls, w.Self, w.Calls)
+		} else {
+			t.Logf("%-10s %7d instructions %5d calls, as callgrind", name, g.Self, g.Calls)
+		}
+	}
+	// The arc report: a line per taken branch, the example's calls among them.
+	f, err := os.Open(filepath.Join(dir, "arc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	calls, sig := 0, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.Contains(l, " CALL ") && strings.Contains(l, "apply:itrace") {
+			calls++
+		}
+		if strings.Contains(l, "SIGNAL_10") {
+			sig = true
+		}
+	}
+	if calls != 102 || !sig {
+		t.Errorf("arc: %d CALL lines from apply (want 102: each calls op_add or op_mul once), SIGUSR1 line %v", calls, sig)
+	}
+	rep, err := os.ReadFile(filepath.Join(dir, "itrace.out"))
+	// The trace starts at the program's first instruction: the dynamic
+	// loader's entry (_dl_start, before main), which callgrind also runs
+	// but under valgrind's own preloads, so its counts are not compared.
+	if err != nil || !strings.Contains(string(rep), "fib:itrace") || !strings.Contains(string(rep), "callee") ||
+		!strings.Contains(string(rep), "_dl_start:ld-linux") {
+		t.Errorf("itrace.out: %v\n%.2000s", err, rep)
+	}
+	// -p PID -s SECONDS: attach to a running process for a while; it goes on after.
+	burn := filepath.Join(dir, "cpuburn")
+	if out, err := exec.Command("gcc", "-O2", "-g", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build cpuburn: %v\n%s", err, out)
+	}
+	bc := exec.Command(burn, "100000")
+	if err := bc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Process.Kill()
+	d2 := filepath.Join(dir, "attach")
+	att := exec.Command(filepath.Join(root, "scripts", "run.itrace"), "-o", d2, "-p", strconv.Itoa(bc.Process.Pid), "-s", "1")
+	att.Env, att.Dir = env, dir
+	if out, err := att.CombinedOutput(); err != nil || !strings.Contains(string(out), "tracing process") {
+		t.Fatalf("run.itrace -p: %v\n%s", err, out)
+	}
+	rep, err = os.ReadFile(filepath.Join(d2, "itrace.out"))
+	if err != nil || !regexp.MustCompile(`(heavy|medium|light):cpuburn`).Match(rep) {
+		t.Fatalf("run.itrace -p: itrace.out has none of cpuburn's functions: %v\n%.1500s", err, rep)
+	}
+	if err := bc.Process.Signal(os.Interrupt); err != nil {
+		t.Fatalf("cpuburn did not survive the trace: %v", err)
+	}
+}

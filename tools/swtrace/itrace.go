@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"perfinsp/libperfutil/control"
+	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/kmodbackend"
+)
+
+// itraceCommand is `swtrace itrace on|off`: ITrace through pitraced's
+// ptrace single-step tracer.
+var itraceCommand = &cli.Command{
+	Name:      "itrace",
+	Usage:     "instruction tracing (ITrace) of selected processes: on | off",
+	UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [PID ...]\n   swtrace itrace off [-p PID ...] [PID ...]",
+	Description: "ITrace records every taken branch of the selected threads (and each system call and\n" +
+		"signal) into the trace buffers: turn tracing on first (swtrace on), then itrace on; itrace\n" +
+		"off (or swtrace off) stops it; post -arc, -itrace and --callgrind FILE report it.\n" +
+		"Without the kernel module the daemon single-steps the threads with ptrace: expect the\n" +
+		"traced program to run thousands of times slower. You may trace your own processes\n" +
+		"(same user, dumpable); root may trace any. See docs/itrace.md.",
+	Subcommands: []*cli.Command{
+		{
+			Name:      "on",
+			Usage:     "start tracing processes (all their threads)",
+			UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [PID ...]",
+			Flags: []cli.Flag{
+				&cli.IntSliceFlag{Name: "p", Aliases: []string{"pid"}, Usage: "trace process `PID` (repeat for more; bare PIDs also work)"},
+				&cli.IntFlag{Name: "pids-from", Usage: "trace every process with a pid >= `N` that exists now (PI's lowest pid)"},
+				&cli.BoolFlag{Name: "f", Aliases: []string{"follow"}, Usage: "also trace the children the traced processes fork"},
+				&cli.BoolFlag{Name: "at-exec", Usage: "attach now, trace from the processes' next exec (what run.itrace uses)"},
+			},
+			Action: cmdITraceOn,
+		},
+		{
+			Name:      "off",
+			Usage:     "stop tracing (the selected processes, or every session you started)",
+			UsageText: "swtrace itrace off [-p PID ...] [PID ...]",
+			Flags: []cli.Flag{
+				&cli.IntSliceFlag{Name: "p", Aliases: []string{"pid"}, Usage: "stop the session tracing `PID`"},
+			},
+			Action: cmdITraceOff,
+		},
+	},
+}
+
+func itracePIDs(c *cli.Context) ([]int, error) {
+	pids := append([]int(nil), c.IntSlice("p")...)
+	for _, a := range c.Args().Slice() {
+		n, err := strconv.Atoi(a)
+		if err != nil || n <= 0 {
+			return nil, usageErr(c, "%q is not a process id", a)
+		}
+		pids = append(pids, n)
+	}
+	return pids, nil
+}
+
+func itraceBackend(c *cli.Context) error {
+	b := c.String("backend")
+	if b == "" || b == "auto" {
+		b = os.Getenv(control.EnvBackend)
+	}
+	if _, err := os.Stat(kmodbackend.Device); b == "kmod" || ((b == "" || b == "auto") && err == nil) {
+		return fmt.Errorf("itrace with the pitrace module is not available yet: use the daemon (swtrace --backend daemon, after rmmod pitrace)")
+	}
+	return nil
+}
+
+func cmdITraceOn(c *cli.Context) error {
+	pids, err := itracePIDs(c)
+	if err != nil {
+		return err
+	}
+	if len(pids) == 0 && c.Int("pids-from") <= 0 {
+		return usageErr(c, "say what to trace: -p PID, a pid list, or --pids-from N")
+	}
+	if err := itraceBackend(c); err != nil {
+		return err
+	}
+	r, err := pitrace.On(pitrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec")})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "itrace on: session %d, %d threads\n", r.Session, r.Threads)
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(c.App.Writer, "itrace: %d processes left out (first: %s)\n", len(r.Skipped), r.Skipped[0])
+	}
+	return nil
+}
+
+func cmdITraceOff(c *cli.Context) error {
+	pids, err := itracePIDs(c)
+	if err != nil {
+		return err
+	}
+	if err := itraceBackend(c); err != nil {
+		return err
+	}
+	r, err := pitrace.Off(pitrace.OffArgs{PIDs: pids})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "itrace off: %d sessions, %d threads, %d instructions, %d records\n", r.Sessions, r.Threads, r.Instructions, r.Records)
+	return nil
+}
