@@ -190,8 +190,9 @@ var recordPayloads = []struct {
 }
 
 // Codes of the spec table the module never writes (other writers: the
-// daemon's interrupt sources and its TPROF_EVENT_NAME, the JIT agent, the
-// reserved unwind records).
+// daemon's interrupt sources; TPROF_EVENT_NAME, which user space writes
+// into the file for both backends; the JIT agent; the reserved unwind
+// records).
 var notWritten = map[string]bool{
 	"TIMER_ENTRY": true, "TIMER_EXIT": true, "IPI_ENTRY": true, "IPI_EXIT": true,
 	"INTR_ENTRY": true, "INTR_EXIT": true, "JIT_LOAD": true, "JIT_UNLOAD": true,
