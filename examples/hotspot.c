@@ -1,0 +1,89 @@
+/*
+ * The bundled program of the hot-spot walk (docs/hotspot.md): a loop in
+ * main calls a() -> b() -> c() -> hot() two times in three and x() -> hot()
+ * one time in three, so hot's callers are c (2/3 of its calls) and x (1/3).
+ * hot() does the work; the others are thin frames.
+ *
+ *   hotspot-example [SECONDS [WORK]]   run for SECONDS (default 5) of wall time
+ *
+ * At the end it prints how many calls each function got (the count a full
+ * entry/exit instrumentation would hook) and exits with status 3, so a test
+ * can check that a tool leaves the output and the exit code unchanged.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define NOINLINE __attribute__((noinline))
+
+static volatile unsigned long sink;
+static unsigned long work = 200000;
+static unsigned long n_hot, n_a, n_b, n_c, n_x;
+
+NOINLINE void hot(void)
+{
+	unsigned long v = sink, i;
+
+	n_hot++;
+	for (i = 0; i < work; i++)
+		v = v * 6364136223846793005UL + 1442695040888963407UL;
+	sink = v;
+}
+
+NOINLINE void c(void)
+{
+	n_c++;
+	hot();
+	sink++;		/* no tail call: c stays hot's caller */
+}
+
+NOINLINE void b(void)
+{
+	n_b++;
+	c();
+	sink++;
+}
+
+NOINLINE void a(void)
+{
+	n_a++;
+	b();
+	sink++;
+}
+
+NOINLINE void x(void)
+{
+	n_x++;
+	hot();
+	sink++;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	double secs = argc > 1 ? atof(argv[1]) : 5;
+	double end;
+	unsigned long i;
+
+	if (argc > 2)
+		work = strtoul(argv[2], NULL, 0);
+	end = now() + secs;
+	for (i = 0;; i++) {
+		if (i % 3 == 2)
+			x();
+		else
+			a();
+		if ((i & 15) == 0 && now() >= end)
+			break;
+	}
+	printf("hotspot-example: iterations=%lu calls hot=%lu a=%lu b=%lu c=%lu x=%lu all=%lu\n",
+	       i + 1, n_hot, n_a, n_b, n_c, n_x, n_hot + n_a + n_b + n_c + n_x);
+	return 3;
+}
