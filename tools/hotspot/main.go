@@ -79,6 +79,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
 			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},
 			&cli.StringFlag{Name: "period", Value: "1s", Usage: "a level lasts `CALLS` calls of its functions or a DURATION (500ms)"},
+			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
 			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call: `time` (wall time from entry to return; the only one so far)"},
 			&cli.StringFlag{Name: "json", Usage: "write the result as JSON to `FILE`"},
@@ -191,7 +192,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if sr.Samples == 0 {
 		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled")
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}

@@ -101,7 +101,7 @@ func (r *Report) writeText(w io.Writer) {
 			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
 		}
 		if f.Calls > f.Returns {
-			fmt.Fprintf(w, ", %d calls without a return seen", f.Calls-f.Returns)
+			fmt.Fprintf(w, ", %d still running at the level's end (or never returning)", f.Calls-f.Returns)
 		}
 		fmt.Fprintln(w)
 		for _, c := range f.Callers {

@@ -54,7 +54,7 @@ type Level struct {
 	PerfFDs    int     `json:"perf_fds_open"`
 	Calls      uint64  `json:"calls"`
 	Seconds    float64 `json:"seconds"`
-	EndedBy    string  `json:"ended_by"` // "period", "target exited", "signal"
+	EndedBy    string  `json:"ended_by"` // "period", "time limit", "target exited", "signal"
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 }
@@ -64,6 +64,7 @@ type Walk struct {
 	PMU      uprobe.PMU
 	PID      int
 	Period   Period
+	LevelMax time.Duration // a level ends after this even if its period is not over (0: no limit)
 	MaxDepth int
 	Alive    func() bool
 	Progress io.Writer
@@ -101,12 +102,14 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 		if ctx.Err() != nil || !w.Alive() {
 			break
 		}
+		before := len(w.Funcs)
 		stats, err := w.level(ctx, depth, frontier)
 		if err != nil {
+			w.Funcs = w.Funcs[:before] // not instrumented: nothing measured
 			return err
 		}
 		last := w.Levels[len(w.Levels)-1]
-		if last.EndedBy != "period" {
+		if last.EndedBy != "period" && last.EndedBy != "time limit" {
 			break
 		}
 		// The next frontier: this level's callers not seen yet.
@@ -272,6 +275,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			lv.EndedBy = "period"
 		case !w.Alive():
 			lv.EndedBy = "target exited"
+		case w.LevelMax > 0 && time.Since(t0) >= w.LevelMax:
+			lv.EndedBy = "time limit"
 		}
 		if lv.EndedBy != "" {
 			break
