@@ -43,7 +43,8 @@ func (r *Ring) Redirect(fd int) error {
 	return nil
 }
 
-// Close unmaps the ring (the event fd is the caller's).
+// Close unmaps the ring (the event fd is the caller's). A mapping holds
+// its event (and so the probe) alive: unmap before closing the fd.
 func (r *Ring) Close() error {
 	if r == nil || r.mem == nil {
 		return nil
