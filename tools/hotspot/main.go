@@ -79,6 +79,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
 			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},
 			&cli.StringFlag{Name: "period", Value: "1s", Usage: "a level lasts `CALLS` calls of its functions or a DURATION (500ms)"},
+			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "probes in place `PCT` percent of a level's time (windows of 100ms), to bound the target's slowdown"},
 			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
 			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call: `time` (wall time from entry to return; the only one so far)"},
@@ -94,6 +95,9 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 	if c.String("metric") != "time" {
 		return cli.Exit(fmt.Sprintf("-m %s: only the wall time per call (-m time) is measured so far", c.String("metric")), 2)
+	}
+	if d := c.Float64("duty"); d <= 0 || d > 100 {
+		return cli.Exit(fmt.Sprintf("--duty %g: want a percentage in (0, 100]", d), 2)
 	}
 	period, err := parsePeriod(c.String("period"))
 	if err != nil {
@@ -192,7 +196,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if sr.Samples == 0 {
 		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled")
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}

@@ -325,7 +325,8 @@ func TestTargetKilledMidWalk(t *testing.T) {
 	target, _ := startExample(t, tools.example, "60", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--json", js)
-	waitLine(t, lines, "level 0 frontier [hot]")
+	// The per-second progress line: level 0 has been counting calls.
+	waitLine(t, lines, "level 0 frontier [hot] active probes 2 calls")
 	if err := target.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -439,4 +440,37 @@ func TestNonRootUser(t *testing.T) {
 		t.Errorf("nobody on root's process: exit %d, stderr %q; want a refusal saying what to do", code, e)
 	}
 	t.Logf("root's process: exit %d: %s", code, strings.TrimSpace(e))
+}
+
+// TestDutyCycle: with --duty 20 a level's probes are in place a fifth of
+// the time, in several windows, so they see far fewer calls than a level
+// of the same length with the probes always in place; the callers' split
+// is still found.
+func TestDutyCycle(t *testing.T) {
+	build(t)
+	calls := map[string]uint64{}
+	for _, duty := range []string{"100", "20"} {
+		js := filepath.Join(t.TempDir(), "r.json")
+		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "2.5")
+		if out, err := c.Output(); err == nil || !strings.Contains(string(out), "hotspot-example:") {
+			t.Fatalf("duty %s: exit %v (want the example's 3), output %q", duty, err, out)
+		}
+		r := readReport(t, js)
+		if len(r.Levels) != 1 || r.Levels[0].EndedBy != "period" {
+			t.Fatalf("duty %s: levels %+v, want one ended by its period", duty, r.Levels)
+		}
+		lv := r.Levels[0]
+		if duty == "20" && lv.Windows < 2 {
+			t.Errorf("duty 20: %d probe windows in 1.5s, want several", lv.Windows)
+		}
+		hot := funcByLevel(r, 0)["hot"]
+		if sh := callerShares(hot); !near(sh["c"], 2.0/3, 0.05) || !near(sh["x"], 1.0/3, 0.05) {
+			t.Errorf("duty %s: hot's callers %v, want c 2/3, x 1/3", duty, sh)
+		}
+		calls[duty] = lv.Calls
+		t.Logf("duty %s%%: %d calls of hot seen in %.2fs, %d windows", duty, lv.Calls, lv.Seconds, lv.Windows)
+	}
+	if calls["20"]*2 > calls["100"] {
+		t.Errorf("duty 20%% saw %d calls, duty 100%% %d: want well under half", calls["20"], calls["100"])
+	}
 }

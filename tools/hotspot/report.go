@@ -100,8 +100,8 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Returns > 0 {
 			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
 		}
-		if f.Calls > f.Returns {
-			fmt.Fprintf(w, ", %d still running at the level's end (or never returning)", f.Calls-f.Returns)
+		if f.Cut > 0 {
+			fmt.Fprintf(w, ", %d returned after the probes were removed", f.Cut)
 		}
 		fmt.Fprintln(w)
 		for _, c := range f.Callers {

@@ -35,6 +35,7 @@ type FuncStat struct {
 	Level   int           `json:"level"`
 	Calls   uint64        `json:"calls"`   // entries seen
 	Returns uint64        `json:"returns"` // entries matched with their return
+	Cut     uint64        `json:"cut"`     // entries whose return came after their probes were removed
 	MeanNs  float64       `json:"mean_ns"`
 	MinNs   uint64        `json:"min_ns"`
 	MaxNs   uint64        `json:"max_ns"`
@@ -57,6 +58,7 @@ type Level struct {
 	EndedBy    string  `json:"ended_by"` // "period", "time limit", "target exited", "signal"
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
+	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
 }
 
 // Walk is the state of a hot-spot walk.
@@ -64,6 +66,7 @@ type Walk struct {
 	PMU      uprobe.PMU
 	PID      int
 	Period   Period
+	Duty     float64       // percent of the time a level's probes are in place (0 or 100: always)
 	LevelMax time.Duration // a level ends after this even if its period is not over (0: no limit)
 	MaxDepth int
 	Alive    func() bool
@@ -157,59 +160,78 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		w.Levels = append(w.Levels, lv)
 		return nil, nil
 	}
-	tids, err := threadsOf(w.PID)
-	if err != nil {
-		lv.EndedBy = "target exited"
-		w.Levels = append(w.Levels, lv)
-		return stats, nil
-	}
 	var probes []*uprobe.Probe
 	var rings []*uprobe.Ring
 	refs := map[uint64]probeRef{}
+	stacks := map[uint32][]frame{}
 	closeAll := func() {
 		for _, r := range rings {
-			r.Close()
+			w.Lost += r.Lost
+			r.Close() // unmap first: a mapping holds its event alive
 		}
 		for _, p := range probes {
 			p.Close()
 		}
 		rings, probes = nil, nil
+		// Calls entered in this window whose return it did not see.
+		for tid, st := range stacks {
+			for _, f := range st {
+				f.fs.Cut++
+			}
+			delete(stacks, tid)
+		}
 	}
 	defer closeAll()
-	for _, tid := range tids {
-		var ring *uprobe.Ring
-		for _, fs := range stats {
-			for _, ret := range []bool{false, true} {
-				p, err := w.PMU.Open(fs.Path, fs.Off, ret, tid, true)
-				if err != nil {
-					if errors.Is(err, unix.ESRCH) {
-						continue
+	openAll := func() (bool, error) {
+		tids, err := threadsOf(w.PID)
+		if err != nil {
+			return false, nil // the target is gone
+		}
+		for _, tid := range tids {
+			var ring *uprobe.Ring
+			for _, fs := range stats {
+				for _, ret := range []bool{false, true} {
+					p, err := w.PMU.Open(fs.Path, fs.Off, ret, tid, true)
+					if err != nil {
+						if errors.Is(err, unix.ESRCH) {
+							continue
+						}
+						return false, fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
-					return nil, fmt.Errorf("instrument %s: %w", fs.Name, err)
-				}
-				probes = append(probes, p)
-				refs[p.ID] = probeRef{fs, ret}
-				if ring == nil {
-					if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
-						return nil, err
+					probes = append(probes, p)
+					refs[p.ID] = probeRef{fs, ret}
+					if ring == nil {
+						if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
+							return false, err
+						}
+						rings = append(rings, ring)
+					} else if err := ring.Redirect(p.FD); err != nil {
+						return false, err
 					}
-					rings = append(rings, ring)
-				} else if err := ring.Redirect(p.FD); err != nil {
-					return nil, err
 				}
 			}
 		}
-	}
-	for _, p := range probes {
-		if err := uprobe.Enable(p.FD); err != nil {
-			return nil, err
+		for _, p := range probes {
+			if err := uprobe.Enable(p.FD); err != nil {
+				return false, err
+			}
 		}
+		lv.Windows++
+		return len(probes) > 0, nil
+	}
+	ok, err := openAll()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		lv.EndedBy = "target exited"
+		w.Levels = append(w.Levels, lv)
+		return stats, nil
 	}
 	lv.Probes = len(probes)
 	lv.PerfFDs = perfFDs()
 	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
 
-	stacks := map[uint32][]frame{}
 	drain := func() {
 		for _, r := range rings {
 			r.Drain(func(typ uint32, _ uint16, b []byte) {
@@ -258,11 +280,15 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			})
 		}
 	}
-	t0 := time.Now()
-	pfds := make([]unix.PollFd, 0, len(probes))
-	for _, p := range probes {
-		pfds = append(pfds, unix.PollFd{Fd: int32(p.FD), Events: unix.POLLIN})
+	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %).
+	const onWin = 100 * time.Millisecond
+	var offWin time.Duration
+	if w.Duty > 0 && w.Duty < 100 {
+		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
+	t0 := time.Now()
+	winStart := t0
+	on := true
 	lastProgress := t0
 	for {
 		drain()
@@ -281,16 +307,26 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		if lv.EndedBy != "" {
 			break
 		}
+		if offWin > 0 && on && time.Since(winStart) >= onWin {
+			closeAll()
+			on, winStart = false, time.Now()
+		} else if !on && time.Since(winStart) >= offWin {
+			if _, err := openAll(); err != nil {
+				return nil, err
+			}
+			on, winStart = true, time.Now()
+		}
 		if time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
-			w.progress("level %d frontier [%s] active probes %d calls %d", depth, strings.Join(lv.Frontier, " "), lv.Probes, lv.Calls)
+			w.progress("level %d frontier [%s] active probes %d calls %d", depth, strings.Join(lv.Frontier, " "), len(probes), lv.Calls)
 		}
-		_, _ = unix.Poll(pfds[:min(len(pfds), 64)], 50)
+		if len(probes) > 0 {
+			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, 20)
+		} else {
+			_, _ = unix.Poll(nil, 20)
+		}
 	}
 	drain()
-	for _, r := range rings {
-		w.Lost += r.Lost
-	}
 	closeAll()
 	lv.PerfFDsEnd = perfFDs()
 	lv.Seconds = time.Since(t0).Seconds()
