@@ -126,7 +126,7 @@ func countPerfFDs(pid int) int {
 	return n
 }
 
-var allRE = regexp.MustCompile(`^hotspot-example: iterations=\d+ calls hot=(\d+) a=\d+ b=\d+ c=\d+ x=\d+ all=(\d+)\n$`)
+var allRE = regexp.MustCompile(`^hotspot-example: iterations=\d+ calls hot=(\d+) a=\d+ b=\d+ c=\d+ x=\d+ all=(\d+) cpu_us=\d+\n$`)
 
 // TestWalkFindsCallersLevelByLevel runs the bundled program under hotspot:
 // hot's callers are c (2/3 of the calls, the program's exact split) and x
