@@ -4,7 +4,11 @@
  * one time in three, so hot's callers are c (2/3 of its calls) and x (1/3).
  * hot() does the work; the others are thin frames.
  *
- *   hotspot-example [SECONDS [WORK]]   run for SECONDS (default 5) of wall time
+ *   hotspot-example [SECONDS [WORK [noreturn]]]   run for SECONDS (default 5) of wall time
+ *
+ * With "noreturn" the loop runs in loop_forever(), which never returns: it
+ * prints and exits from inside (a caller the walk meets that is entered
+ * once and never returns).
  *
  * At the end it prints how many calls each function got (the count a full
  * entry/exit instrumentation would hook) and the CPU time it used (probe
@@ -13,6 +17,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define NOINLINE __attribute__((noinline))
@@ -72,25 +77,44 @@ static double now(void)
 	return clock_s(CLOCK_MONOTONIC);
 }
 
-int main(int argc, char **argv)
+static inline __attribute__((always_inline)) unsigned long run_loop(double end)
 {
-	double secs = argc > 1 ? atof(argv[1]) : 5;
-	double end;
 	unsigned long i;
 
-	if (argc > 2)
-		work = strtoul(argv[2], NULL, 0);
-	end = now() + secs;
 	for (i = 0;; i++) {
 		if (i % 3 == 2)
 			x();
 		else
 			a();
 		if ((i & 15) == 0 && now() >= end)
-			break;
+			return i;
 	}
+}
+
+static void report(unsigned long i)
+{
 	printf("hotspot-example: iterations=%lu calls hot=%lu a=%lu b=%lu c=%lu x=%lu all=%lu cpu_us=%.0f\n",
 	       i + 1, n_hot, n_a, n_b, n_c, n_x, n_hot + n_a + n_b + n_c + n_x,
 	       clock_s(CLOCK_PROCESS_CPUTIME_ID) * 1e6);
+}
+
+NOINLINE __attribute__((noreturn)) void loop_forever(double end)
+{
+	report(run_loop(end));
+	fflush(stdout);
+	exit(3);
+}
+
+int main(int argc, char **argv)
+{
+	double secs = argc > 1 ? atof(argv[1]) : 5;
+	double end;
+
+	if (argc > 2)
+		work = strtoul(argv[2], NULL, 0);
+	end = now() + secs;
+	if (argc > 3 && strcmp(argv[3], "noreturn") == 0)
+		loop_forever(end);
+	report(run_loop(end));
 	return 3;
 }

@@ -474,3 +474,42 @@ func TestDutyCycle(t *testing.T) {
 		t.Errorf("duty 20%% saw %d calls, duty 100%% %d: want well under half", calls["20"], calls["100"])
 	}
 }
+
+// TestNeverReturningCaller: in the example's "noreturn" mode the loop runs
+// in loop_forever(), entered once before the walk and never returning. The
+// walk finds it as the caller of x and a, instruments it (no call: it is
+// never entered again), says so, and ends at the top of what it can see.
+func TestNeverReturningCaller(t *testing.T) {
+	build(t)
+	dir := t.TempDir()
+	js := filepath.Join(dir, "r.json")
+	txt := filepath.Join(dir, "r.txt")
+	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
+	out, err := c.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
+	}
+	r := readReport(t, js)
+	var lf *FuncStat
+	for _, f := range r.Funcs {
+		if f.Name == "loop_forever" {
+			lf = f
+		}
+	}
+	if lf == nil || lf.Calls != 0 {
+		t.Fatalf("loop_forever %+v: want it instrumented with no call seen", lf)
+	}
+	if s := callerShares(funcByLevel(r, 1)["x"]); s["loop_forever"] != 1 {
+		t.Errorf("x's callers %v, want loop_forever", s)
+	}
+	if s := callerShares(funcByLevel(r, 3)["a"]); s["loop_forever"] != 1 {
+		t.Errorf("a's callers %v, want loop_forever", s)
+	}
+	if len(r.Levels) != 4 {
+		t.Errorf("%d levels, want 4 (hot, c x, b loop_forever, a)", len(r.Levels))
+	}
+	b, _ := os.ReadFile(txt)
+	if !strings.Contains(string(b), "loop_forever: 0 calls (not entered while instrumented") {
+		t.Errorf("report does not say loop_forever was not entered:\n%s", b)
+	}
+}

@@ -100,6 +100,9 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Returns > 0 {
 			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
 		}
+		if f.Calls == 0 {
+			fmt.Fprint(w, " (not entered while instrumented: called before the walk and not returned yet — a loop that never returns? — or not called at all)")
+		}
 		if f.Cut > 0 {
 			fmt.Fprintf(w, ", %d returned after the probes were removed", f.Cut)
 		}
