@@ -2,7 +2,8 @@
 # tprof overhead, side by side: the bundled example's run time
 #   (1) with nothing tracing,
 #   (2) under swtrace tprof at RATE Hz (daemon or module backend, whichever is active),
-#   (3) under `perf record -e cpu-clock -F RATE`.
+#   (3) under `perf record -e cpu-clock -F RATE`,
+#   (4) and (5): the same two with call stacks (swtrace enable callstack; perf record -g).
 # Each configuration runs RUNS times; the median wall time is reported.
 # Then: continuous mode, records per second drained to the file, and records lost.
 #
@@ -23,10 +24,13 @@ now() { date +%s%N; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 run_plain() { local s; s=$(now); $BURN "$UNITS" >/dev/null; echo $(( $(now) - s )); }
-run_swtrace() {
+run_swtrace() { swtrace_with tprof; }
+run_swtrace_g() { swtrace_with tprof callstack; }
+swtrace_with() {
 	$SW free >/dev/null 2>&1 || true
-	$SW init -t 16M -m 2M >/dev/null
-	$SW enable tprof >/dev/null
+	$SW mode normal >/dev/null
+	$SW init -t 64M -m 2M >/dev/null
+	$SW enable --only "$@" >/dev/null
 	$SW setrate "$RATE" >/dev/null
 	$SW on >/dev/null
 	local s; s=$(now); $BURN "$UNITS" >/dev/null; local e; e=$(now)
@@ -34,10 +38,12 @@ run_swtrace() {
 	$SW get "$tmp/t.nrm2" >/dev/null
 	echo $(( e - s ))
 }
-run_perf() {
+run_perf() { perf_with; }
+run_perf_g() { perf_with -g; }
+perf_with() {
 	# Like swtrace on/off, perf starts before and stops after the timed run,
 	# so its start-up (synthesizing every process's mappings) is not counted.
-	perf record -q -a -e cpu-clock -F "$RATE" -o "$tmp/perf.data" >/dev/null 2>&1 &
+	perf record -q -a -e cpu-clock -F "$RATE" "$@" -o "$tmp/perf.data" >/dev/null 2>&1 &
 	local pp=$!
 	sleep 2
 	local s; s=$(now); $BURN "$UNITS" >/dev/null; local e; e=$(now)
@@ -48,9 +54,9 @@ run_perf() {
 declare -A res
 # Interleaved, so that drift in the machine's speed affects all three alike.
 for ((i = 0; i < RUNS; i++)); do
-	for cfg in plain swtrace perf; do "run_$cfg" >>"$tmp/$cfg.runs"; done
+	for cfg in plain swtrace perf swtrace_g perf_g; do "run_$cfg" >>"$tmp/$cfg.runs"; done
 done
-for cfg in plain swtrace perf; do
+for cfg in plain swtrace perf swtrace_g perf_g; do
 	res[$cfg]=$(median <"$tmp/$cfg.runs")
 done
 pct() { awk -v a="$1" -v b="${res[plain]}" 'BEGIN {printf "%+.1f%%", (a-b)*100/b}'; }
@@ -61,6 +67,8 @@ printf '  %-34s %10s %10s\n' configuration "wall ms" overhead
 printf '  %-34s %10s %10s\n' "no tracing" "$(ms "${res[plain]}")" "-"
 printf '  %-34s %10s %10s\n' "swtrace tprof ($backend backend)" "$(ms "${res[swtrace]}")" "$(pct "${res[swtrace]}")"
 printf '  %-34s %10s %10s\n' "perf record -e cpu-clock -a" "$(ms "${res[perf]}")" "$(pct "${res[perf]}")"
+printf '  %-34s %10s %10s\n' "swtrace tprof + callstack" "$(ms "${res[swtrace_g]}")" "$(pct "${res[swtrace_g]}")"
+printf '  %-34s %10s %10s\n' "perf record -e cpu-clock -a -g" "$(ms "${res[perf_g]}")" "$(pct "${res[perf_g]}")"
 
 # Continuous mode: drain throughput with zero loss, at the highest tick rate the kernel allows
 # plus dispatch records, on small buffers so segments turn over constantly.

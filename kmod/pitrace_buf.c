@@ -265,24 +265,70 @@ static inline u32 pt_th_need(struct pt_buf *b, u64 t)
 		PT_TIME_HIGH_SIZE : 0;
 }
 
+static u32 pt_rec_len(int layout, u32 flen, u32 slen);
+static void pt_emit_raw(struct pt_buf *b, u16 major, u32 minor, int layout,
+			u64 t, const void *fields, u32 flen, const char *str,
+			u32 slen, u32 len);
+
+/*
+ * Normal mode keeps room at the end of every segment for the BUFFER_FULL
+ * record (and a TIME_HIGH before it) that says where and why the trace
+ * stopped: docs/trace-format.md.
+ */
+#define PT_FULL_LEN	(PITRACE_REC_HDR_SIZE + 4)
+#define PT_FULL_RSV	(PT_TIME_HIGH_SIZE + PT_FULL_LEN)
+
+static bool pt_have_free_seg(struct pt_buf *b)
+{
+	u32 i;
+
+	for (i = 0; i < b->nseg; i++)
+		if (READ_ONCE(b->hdr->seg[i].state) == PITRACE_SEG_FREE)
+			return true;
+	return false;
+}
+
+/* normal mode: the buffer is full; say so in it, then stop. */
+static void pt_mark_full(struct pt_buf *b, u64 t)
+{
+	struct pitrace_buf_hdr *h = b->hdr;
+	struct pitrace_rec_buf_full f = { b->kind == PITRACE_KIND_MTE };
+
+	BUILD_BUG_ON(PITRACE_REC_HDR_SIZE + sizeof(f) != PT_FULL_LEN);
+	if (b->cur != PITRACE_NO_SEG &&
+	    b->used + pt_th_need(b, t) + PT_FULL_LEN <= b->seg_size) {
+		pt_emit_raw(b, PITRACE_MAJOR_SYS, PITRACE_SYS_BUF_FULL,
+			    PITRACE_LAYOUT_FIXED, t, &f, sizeof(f), NULL, 0,
+			    PT_FULL_LEN);
+		WRITE_ONCE(h->records, h->records + 1);
+		WRITE_ONCE(h->bytes, h->bytes + PT_FULL_LEN);
+	}
+	WRITE_ONCE(h->flags, h->flags | PITRACE_BUF_FULL);
+	pt_buffer_full();
+}
+
 /* Make room for need bytes (plus a TIME_HIGH record if due). */
 static bool pt_room(struct pt_buf *b, u32 mode, u32 need, u64 t)
 {
+	u32 rsv = mode == PITRACE_MODE_NORMAL ? PT_FULL_RSV : 0;
+
 	if (b->hdr->flags & PITRACE_BUF_FULL)
 		return false;
 	if (b->cur != PITRACE_NO_SEG) {
-		if (b->used + pt_th_need(b, t) + need <= b->seg_size)
+		if (b->used + pt_th_need(b, t) + need + rsv <= b->seg_size)
 			return true;
+		if (mode == PITRACE_MODE_NORMAL && !pt_have_free_seg(b)) {
+			pt_mark_full(b, t);
+			return false;
+		}
 		pt_complete(b, mode);
 	}
 	if (pt_next_seg(b))
 		return true;
 	if (mode == PITRACE_MODE_WRAP && b->kind == PITRACE_KIND_TRACE)
 		return pt_reuse_oldest(b);
-	if (mode == PITRACE_MODE_NORMAL) {
-		WRITE_ONCE(b->hdr->flags, b->hdr->flags | PITRACE_BUF_FULL);
-		pt_buffer_full();
-	}
+	if (mode == PITRACE_MODE_NORMAL)
+		pt_mark_full(b, t);
 	return false;
 }
 
@@ -308,14 +354,14 @@ static void pt_emit_raw(struct pt_buf *b, u16 major, u32 minor, int layout,
 	struct pitrace_seg *sg = &b->hdr->seg[b->cur];
 
 	if (pt_th_need(b, t)) {
-		u32 high = (u32)(t >> 32);
+		struct pitrace_rec_time_high th = { (u32)(t >> 32) };
 
 		p = b->data + (size_t)b->cur * b->seg_size + b->used;
 		pt_put_hdr(p, PITRACE_LAYOUT_FIXED, PT_TIME_HIGH_SIZE,
 			   PITRACE_MAJOR_SYS, PITRACE_SYS_TIME_HIGH, t);
-		memcpy(p + PITRACE_REC_HDR_SIZE, &high, 4);
+		memcpy(p + PITRACE_REC_HDR_SIZE, &th, sizeof(th));
 		b->used += PT_TIME_HIGH_SIZE;
-		b->high = high;
+		b->high = th.high;
 		b->have_high = true;
 	}
 	p = b->data + (size_t)b->cur * b->seg_size + b->used;
@@ -371,10 +417,7 @@ static bool pt_emit(struct pt_buf *b, u32 mode, u16 major, u32 minor,
 	if (len > PITRACE_MAX_RECORD || len + PT_TIME_HIGH_SIZE > b->seg_size)
 		goto lost;
 	if (h->pending && !(h->flags & PITRACE_BUF_FULL)) {
-		struct {
-			u64 count;
-			u32 reason;
-		} __packed lf = { h->pending, PITRACE_LOST_FULL };
+		struct pitrace_rec_lost lf = { h->pending, PITRACE_LOST_FULL };
 		u32 llen = pt_rec_len(PITRACE_LAYOUT_FIXED, sizeof(lf), 0);
 
 		if (!pt_room(b, mode, llen + len, t))

@@ -16,7 +16,7 @@
 
 #include "uapi/pitrace.h"
 
-#define PT_TIME_HIGH_SIZE	(PITRACE_REC_HDR_SIZE + 4)
+#define PT_TIME_HIGH_SIZE	(PITRACE_REC_HDR_SIZE + sizeof(struct pitrace_rec_time_high))
 /* longest path written in an MTE record (the tail is kept) */
 #define PT_MAX_PATH		900
 
@@ -74,9 +74,13 @@ void pt_describe_live(bool segments);
 int pt_tprof_check_event(u32 type, u64 config, u64 period);
 u32 pt_src_features(void);
 u64 pt_bench_tprof(u32 count);
+int pt_src_cpu_online(unsigned int cpu);
+int pt_src_cpu_offline(unsigned int cpu);
 
 /* pitrace_ptt.c: per-thread metric virtualization (ctx: per open file) */
-long pt_ptt_ioctl(void **ctx, unsigned int cmd, void __user *arg);
+long pt_ptt_ioctl(void **ctx, unsigned int cmd, void *arg);	/* arg: kernel copy */
+int pt_ptt_cpu_online(unsigned int cpu);
+int pt_ptt_cpu_offline(unsigned int cpu);
 int pt_ptt_mmap(void **ctx, struct vm_area_struct *vma);
 void pt_ptt_release(void *ctx);
 void pt_ptt_exit(void);

@@ -7,6 +7,7 @@
  * Control ioctls are serialized by pt.lock.  Writers never take it: they
  * check pt_active and use pt_live_set under RCU-sched (interrupts off).
  */
+#include <linux/cpuhotplug.h>
 #include <linux/fs.h>
 #include <linux/irq_work.h>
 #include <linux/miscdevice.h>
@@ -84,10 +85,7 @@ static void pt_drop_set(void)
 static void pt_mark(void *info)
 {
 	u32 minor = (u32)(unsigned long)info;
-	struct {
-		u32 majors_lo;
-		u32 rate;
-	} __packed on = { (u32)pt.enabled[0], pt.rate_hz };
+	struct pitrace_rec_trace_on on = { (u32)pt.enabled[0], pt.rate_hz };
 
 	if (minor == PITRACE_SYS_TRACE_ON)
 		pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_SYS, minor,
@@ -99,11 +97,8 @@ static void pt_mark(void *info)
 
 static void pt_write_sysinfo(void)
 {
-	struct {
-		u32 ncpus, clock_id;
-		u64 clock_hz, wall_ns;
-	} __packed f = { pt_ncpu(), PITRACE_CLOCK_ID, NSEC_PER_SEC,
-			 pt.start_wall };
+	struct pitrace_rec_sysinfo f = { pt_ncpu(), PITRACE_CLOCK_ID,
+					 NSEC_PER_SEC, pt.start_wall };
 	struct new_utsname *u = utsname();
 	char *s = kasprintf(GFP_KERNEL, "%s %s %s %s %s", u->sysname,
 			    u->nodename, u->release, u->version, u->machine);
@@ -175,15 +170,13 @@ static int pt_check_size(u64 n)
 	return 0;
 }
 
-static long pt_ioc_init(void __user *arg)
+static long pt_ioc_init(const struct pitrace_init_arg *ap)
 {
-	struct pitrace_init_arg a;
+	struct pitrace_init_arg a = *ap;
 	struct pt_set *s;
 	u64 total;
 	u32 ncpu = pt_ncpu();
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
 	if (a.reserved || a.mode > PITRACE_MODE_CONT)
 		return -EINVAL;
 	if (pt_check_size(a.trace_size) || pt_check_size(a.mte_size))
@@ -210,37 +203,26 @@ static long pt_ioc_init(void __user *arg)
 	return 0;
 }
 
-static long pt_ioc_majors(void __user *arg, bool on)
+static long pt_ioc_majors(const struct pitrace_majors *m, bool on)
 {
-	struct pitrace_majors m;
 	int i;
 
-	if (copy_from_user(&m, arg, sizeof(m)))
-		return -EFAULT;
 	if (pt.state == PITRACE_STATE_ON)
 		return -EBUSY;
 	for (i = 0; i < 4; i++) {
 		if (on)
-			pt.enabled[i] |= m.mask[i];
+			pt.enabled[i] |= m->mask[i];
 		else
-			pt.enabled[i] &= ~m.mask[i];
+			pt.enabled[i] &= ~m->mask[i];
 	}
 	pt.enabled[0] |= (1ULL << PITRACE_MAJOR_SYS) | (1ULL << PITRACE_MAJOR_MTE);
 	return 0;
 }
 
-static long pt_ioc_setmode(void __user *arg)
+static long pt_ioc_setmode(const struct pitrace_mode_arg *a)
 {
-	struct pitrace_mode_arg *a;
 	long ret = 0;
 
-	a = kmalloc(sizeof(*a), GFP_KERNEL);
-	if (!a)
-		return -ENOMEM;
-	if (copy_from_user(a, arg, sizeof(*a))) {
-		ret = -EFAULT;
-		goto out;
-	}
 	if (a->reserved || a->mode > PITRACE_MODE_CONT ||
 	    strnlen(a->path, PITRACE_PATH_MAX) >= PITRACE_PATH_MAX ||
 	    (a->mode != PITRACE_MODE_NORMAL && !a->path[0])) {
@@ -256,24 +238,22 @@ static long pt_ioc_setmode(void __user *arg)
 		goto out;
 	}
 	pt.mode = a->mode;
-	memcpy(pt.path, a->path, PITRACE_PATH_MAX);
+	/* the bytes after the NUL are the caller's: STATUS shows zeros */
+	strscpy_pad(pt.path, a->path, sizeof(pt.path));
 	if (pt.set) {
 		pt_set_reset(pt.set, pt.mode);
 		pt.state = PITRACE_STATE_INIT;
 		pt.unsaved = false;
 	}
 out:
-	kfree(a);
 	return ret;
 }
 
-static long pt_ioc_setrate(void __user *arg)
+static long pt_ioc_setrate(const struct pitrace_rate_arg *ap)
 {
-	struct pitrace_rate_arg a;
+	struct pitrace_rate_arg a = *ap;
 	int err;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
 	if (a.hz == 0 || a.hz > PITRACE_MAX_RATE ||
 	    strnlen(a.event, PITRACE_EVENT_NAME) >= PITRACE_EVENT_NAME)
 		return -EINVAL;
@@ -293,7 +273,7 @@ static long pt_ioc_setrate(void __user *arg)
 	pt.use_event = a.event[0] != 0;
 	pt.event_type = a.event_type;
 	pt.event_config = a.event_config;
-	memcpy(pt.event, a.event, sizeof(pt.event));
+	strscpy_pad(pt.event, a.event, sizeof(pt.event));
 	return 0;
 }
 
@@ -314,14 +294,9 @@ static long pt_ioc_on(void)
 	return pt_do_on();
 }
 
-static long pt_ioc_status(void __user *arg)
+static long pt_ioc_status(struct pitrace_status *st)
 {
-	struct pitrace_status *st;
-	long ret = 0;
-
-	st = kzalloc(sizeof(*st), GFP_KERNEL);
-	if (!st)
-		return -ENOMEM;
+	memset(st, 0, sizeof(*st));
 	st->abi = PITRACE_ABI_VERSION;
 	st->state = pt.state;
 	st->mode = pt.mode;
@@ -354,20 +329,15 @@ static long pt_ioc_status(void __user *arg)
 	st->on_count = pt.on_count;
 	memcpy(st->event, pt.event, sizeof(st->event));
 	memcpy(st->path, pt.path, sizeof(st->path));
-	if (copy_to_user(arg, st, sizeof(*st)))
-		ret = -EFAULT;
-	kfree(st);
-	return ret;
+	return 0;
 }
 
-static long pt_ioc_cpu_status(void __user *arg)
+static long pt_ioc_cpu_status(struct pitrace_cpu_status *cp)
 {
-	struct pitrace_cpu_status c;
+	struct pitrace_cpu_status c = *cp;
 	struct pt_buf *t, *m;
 	u32 cpu;
 
-	if (copy_from_user(&c, arg, sizeof(c)))
-		return -EFAULT;
 	if (!pt.set)
 		return -ENODATA;
 	if (c.cpu >= pt.set->ncpu)
@@ -389,8 +359,7 @@ static long pt_ioc_cpu_status(void __user *arg)
 	c.mte_lost = READ_ONCE(m->hdr->lost) + READ_ONCE(m->nested_lost);
 	c.mte_bytes = READ_ONCE(m->hdr->bytes);
 	c.mte_used = pt_buf_used(m);
-	if (copy_to_user(arg, &c, sizeof(c)))
-		return -EFAULT;
+	*cp = c;
 	return 0;
 }
 
@@ -459,7 +428,7 @@ efault:
 	return -EFAULT;
 }
 
-static long pt_ioc_sysinfo(void __user *arg)
+static long pt_ioc_sysinfo(struct pitrace_sysinfo *sip)
 {
 	struct pitrace_sysinfo si = {
 		.abi = PITRACE_ABI_VERSION,
@@ -469,25 +438,22 @@ static long pt_ioc_sysinfo(void __user *arg)
 		.clock_id = PITRACE_CLOCK_ID,
 		.segments = PITRACE_SEGMENTS,
 		.hdr_size = sizeof(struct pitrace_buf_hdr),
-		.features = pt_src_features(),
+		.features = pt_src_features() | PITRACE_FEAT_ABI,
 		.min_buf = PITRACE_MIN_BUF,
 		.max_buf = PITRACE_MAX_BUF,
 		.mem_limit = pt_mem_limit(),
 	};
 
-	if (copy_to_user(arg, &si, sizeof(si)))
-		return -EFAULT;
+	*sip = si;
 	return 0;
 }
 
-static long pt_ioc_release(void __user *arg)
+static long pt_ioc_release(const struct pitrace_release_arg *ap)
 {
-	struct pitrace_release_arg a;
+	struct pitrace_release_arg a = *ap;
 	struct pt_buf *b;
 	struct pitrace_seg *sg;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
 	if (!pt.set)
 		return -ENODATA;
 	if (a.reserved || a.cpu >= pt.set->ncpu || a.kind > PITRACE_KIND_MTE)
@@ -509,102 +475,212 @@ static long pt_ioc_release(void __user *arg)
 	return 0;
 }
 
-static long pt_ioc_bench(void __user *arg)
+static long pt_ioc_bench(struct pitrace_bench_arg *a)
 {
-	struct pitrace_bench_arg a;
-
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.path != PITRACE_BENCH_TPROF || a.count == 0 ||
-	    a.count > PITRACE_BENCH_MAX)
+	if (a->path != PITRACE_BENCH_TPROF || a->count == 0 ||
+	    a->count > PITRACE_BENCH_MAX)
 		return -EINVAL;
 	if (pt.state != PITRACE_STATE_ON)
 		return -EINVAL;
-	a.cycles = pt_bench_tprof(a.count);
-	if (copy_to_user(arg, &a, sizeof(a)))
-		return -EFAULT;
+	a->cycles = pt_bench_tprof(a->count);
 	return 0;
 }
 
+/*
+ * The ioctls by number, as this module defines them.  The size in a
+ * command number is the size of the caller's struct: a caller built with
+ * an older (shorter) struct passes a smaller size, one built with a newer
+ * header a larger one.  pt_ioctl accepts any size from the first
+ * version's (pt_ioc_min, the sizes of ABI 1) upward: a shorter struct is
+ * zero-filled, a longer one must have zeros beyond what this module knows
+ * (E2BIG otherwise), and results are copied back up to the caller's size.
+ */
+static const unsigned int pt_ioc_cmds[] = {
+	[_IOC_NR(PITRACE_IOC_INIT)] = PITRACE_IOC_INIT,
+	[_IOC_NR(PITRACE_IOC_ENABLE)] = PITRACE_IOC_ENABLE,
+	[_IOC_NR(PITRACE_IOC_DISABLE)] = PITRACE_IOC_DISABLE,
+	[_IOC_NR(PITRACE_IOC_SETMODE)] = PITRACE_IOC_SETMODE,
+	[_IOC_NR(PITRACE_IOC_SETRATE)] = PITRACE_IOC_SETRATE,
+	[_IOC_NR(PITRACE_IOC_ON)] = PITRACE_IOC_ON,
+	[_IOC_NR(PITRACE_IOC_OFF)] = PITRACE_IOC_OFF,
+	[_IOC_NR(PITRACE_IOC_STATUS)] = PITRACE_IOC_STATUS,
+	[_IOC_NR(PITRACE_IOC_CPU_STATUS)] = PITRACE_IOC_CPU_STATUS,
+	[_IOC_NR(PITRACE_IOC_HOOK)] = PITRACE_IOC_HOOK,
+	[_IOC_NR(PITRACE_IOC_SYSINFO)] = PITRACE_IOC_SYSINFO,
+	[_IOC_NR(PITRACE_IOC_FREE)] = PITRACE_IOC_FREE,
+	[_IOC_NR(PITRACE_IOC_RELEASE)] = PITRACE_IOC_RELEASE,
+	[_IOC_NR(PITRACE_IOC_DRAIN)] = PITRACE_IOC_DRAIN,
+	[_IOC_NR(PITRACE_IOC_SAVED)] = PITRACE_IOC_SAVED,
+	[_IOC_NR(PITRACE_IOC_BENCH)] = PITRACE_IOC_BENCH,
+	[_IOC_NR(PITRACE_IOC_PTT_INIT)] = PITRACE_IOC_PTT_INIT,
+	[_IOC_NR(PITRACE_IOC_PTT_TERM)] = PITRACE_IOC_PTT_TERM,
+	[_IOC_NR(PITRACE_IOC_PTT_STATUS)] = PITRACE_IOC_PTT_STATUS,
+	[_IOC_NR(PITRACE_IOC_PTT_WATCH)] = PITRACE_IOC_PTT_WATCH,
+	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_IOC_PTT_READ,
+};
+
+/* Argument sizes of ABI version 1: the smallest a caller may pass. */
+static const u16 pt_ioc_min[ARRAY_SIZE(pt_ioc_cmds)] = {
+	[_IOC_NR(PITRACE_IOC_INIT)] = PITRACE_INIT_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_ENABLE)] = PITRACE_MAJORS_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_DISABLE)] = PITRACE_MAJORS_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_SETMODE)] = PITRACE_MODE_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_SETRATE)] = PITRACE_RATE_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_STATUS)] = PITRACE_STATUS_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_CPU_STATUS)] = PITRACE_CPU_STATUS_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_HOOK)] = PITRACE_HOOK_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_SYSINFO)] = PITRACE_SYSINFO_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_RELEASE)] = PITRACE_RELEASE_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_BENCH)] = PITRACE_BENCH_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_PTT_INIT)] = PITRACE_PTT_INIT_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_PTT_STATUS)] = PITRACE_PTT_STATUS_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_PTT_WATCH)] = PITRACE_PTT_WATCH_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_PTT_READ_SIZE_V1,
+};
+
+/* A struct may only grow: its V1 size is at most its size now. */
+static void __maybe_unused pt_ioc_build_checks(void)
+{
+	BUILD_BUG_ON(sizeof(struct pitrace_init_arg) < PITRACE_INIT_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_majors) < PITRACE_MAJORS_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_mode_arg) < PITRACE_MODE_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_rate_arg) < PITRACE_RATE_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_status) < PITRACE_STATUS_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_cpu_status) < PITRACE_CPU_STATUS_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_hook_arg) != PITRACE_HOOK_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_sysinfo) < PITRACE_SYSINFO_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_release_arg) < PITRACE_RELEASE_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_bench_arg) < PITRACE_BENCH_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_ptt_init) < PITRACE_PTT_INIT_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_ptt_status) < PITRACE_PTT_STATUS_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_ptt_watch) < PITRACE_PTT_WATCH_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_ptt_read) < PITRACE_PTT_READ_SIZE_V1);
+}
+
+/*
+ * The module's command for cmd (its own size in it), or 0 when cmd is not
+ * one of this module's ioctls: another type, number or direction, or a
+ * size below the first version's.  No lock, no user access.
+ */
+static unsigned int pt_ioc_decode(unsigned int cmd)
+{
+	unsigned int nr = _IOC_NR(cmd), kcmd;
+
+	if (_IOC_TYPE(cmd) != PITRACE_IOC_MAGIC || nr >= ARRAY_SIZE(pt_ioc_cmds))
+		return 0;
+	kcmd = pt_ioc_cmds[nr];
+	if (!kcmd || _IOC_DIR(cmd) != _IOC_DIR(kcmd))
+		return 0;
+	if (_IOC_SIZE(kcmd) == 0)
+		return _IOC_SIZE(cmd) == 0 ? kcmd : 0;
+	if (_IOC_SIZE(cmd) < pt_ioc_min[nr])
+		return 0;
+	return kcmd;
+}
+
+/* The control ioctls: pt.lock held, a is kernel memory. */
+static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a)
+{
+	switch (kcmd) {
+	case PITRACE_IOC_INIT:
+		return pt_ioc_init(a);
+	case PITRACE_IOC_ENABLE:
+		return pt_ioc_majors(a, true);
+	case PITRACE_IOC_DISABLE:
+		return pt_ioc_majors(a, false);
+	case PITRACE_IOC_SETMODE:
+		return pt_ioc_setmode(a);
+	case PITRACE_IOC_SETRATE:
+		return pt_ioc_setrate(a);
+	case PITRACE_IOC_ON:
+		return pt_ioc_on();
+	case PITRACE_IOC_OFF:
+		return pt.state == PITRACE_STATE_ON ? pt_do_off() : -EINVAL;
+	case PITRACE_IOC_STATUS:
+		return pt_ioc_status(a);
+	case PITRACE_IOC_CPU_STATUS:
+		return pt_ioc_cpu_status(a);
+	case PITRACE_IOC_FREE:
+		pt_do_free();
+		return 0;
+	case PITRACE_IOC_RELEASE:
+		return pt_ioc_release(a);
+	case PITRACE_IOC_DRAIN:
+		if (!pt.set)
+			return -ENODATA;
+		if (pt.drainer && pt.drainer != f)
+			return -EBUSY;
+		pt.drainer = f;
+		pt.drainer_pid = task_tgid_nr(current);
+		return 0;
+	case PITRACE_IOC_SAVED:
+		if (pt.state != PITRACE_STATE_OFF)
+			return -EINVAL;
+		pt.unsaved = false;
+		return 0;
+	case PITRACE_IOC_BENCH:
+		return pt_ioc_bench(a);
+	}
+	return -ENOTTY;
+}
+
+/*
+ * Arguments are copied in before any lock is taken and results copied out
+ * after it is dropped: a caller whose argument faults (a userfaultfd page,
+ * say) stalls only itself.
+ */
 static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	void __user *p = (void __user *)arg;
+	unsigned int kcmd, ksize, usize;
+	void *a = NULL;
 	long ret;
 
-	if (_IOC_TYPE(cmd) != PITRACE_IOC_MAGIC)
-		return -ENOTTY;
+	/* TraceHook first: the record path, no allocation, no lock */
 	if (cmd == PITRACE_IOC_HOOK)
 		return pt_ioc_hook(p);
-	if (cmd == PITRACE_IOC_SYSINFO)
-		return pt_ioc_sysinfo(p);
+	/* MSR access (pitrace_msr.c): no pitrace lock, its own copies */
 	if (cmd == PITRACE_IOC_MSR_READ || cmd == PITRACE_IOC_MSR_WRITE)
 		return pt_msr_ioctl(cmd, p);
-	if (cmd == PITRACE_IOC_PTT_INIT || cmd == PITRACE_IOC_PTT_TERM ||
-	    cmd == PITRACE_IOC_PTT_STATUS || cmd == PITRACE_IOC_PTT_WATCH ||
-	    cmd == PITRACE_IOC_PTT_READ)
-		return pt_ptt_ioctl(&((struct pt_file *)f->private_data)->ptt,
-				    cmd, p);
-
-	if (mutex_lock_interruptible(&pt.lock))
-		return -ERESTARTSYS;
-	switch (cmd) {
-	case PITRACE_IOC_INIT:
-		ret = pt_ioc_init(p);
-		break;
-	case PITRACE_IOC_ENABLE:
-		ret = pt_ioc_majors(p, true);
-		break;
-	case PITRACE_IOC_DISABLE:
-		ret = pt_ioc_majors(p, false);
-		break;
-	case PITRACE_IOC_SETMODE:
-		ret = pt_ioc_setmode(p);
-		break;
-	case PITRACE_IOC_SETRATE:
-		ret = pt_ioc_setrate(p);
-		break;
-	case PITRACE_IOC_ON:
-		ret = pt_ioc_on();
-		break;
-	case PITRACE_IOC_OFF:
-		ret = pt.state == PITRACE_STATE_ON ? pt_do_off() : -EINVAL;
-		break;
-	case PITRACE_IOC_STATUS:
-		ret = pt_ioc_status(p);
-		break;
-	case PITRACE_IOC_CPU_STATUS:
-		ret = pt_ioc_cpu_status(p);
-		break;
-	case PITRACE_IOC_FREE:
-		pt_do_free();
-		ret = 0;
-		break;
-	case PITRACE_IOC_RELEASE:
-		ret = pt_ioc_release(p);
-		break;
-	case PITRACE_IOC_DRAIN:
-		if (!pt.set) {
-			ret = -ENODATA;
-		} else if (pt.drainer && pt.drainer != f) {
-			ret = -EBUSY;
-		} else {
-			pt.drainer = f;
-			pt.drainer_pid = task_tgid_nr(current);
-			ret = 0;
+	kcmd = pt_ioc_decode(cmd);
+	if (!kcmd || kcmd == PITRACE_IOC_HOOK)
+		return -ENOTTY;
+	ksize = _IOC_SIZE(kcmd);
+	usize = _IOC_SIZE(cmd);
+	if (ksize) {
+		a = kzalloc(ksize, GFP_KERNEL);
+		if (!a)
+			return -ENOMEM;
+		if (_IOC_DIR(kcmd) & _IOC_WRITE) {
+			ret = copy_struct_from_user(a, ksize, p, usize);
+			if (ret)
+				goto out;
 		}
+	}
+	switch (_IOC_NR(kcmd)) {
+	case _IOC_NR(PITRACE_IOC_SYSINFO):
+		ret = pt_ioc_sysinfo(a);
 		break;
-	case PITRACE_IOC_SAVED:
-		ret = pt.state == PITRACE_STATE_OFF ? 0 : -EINVAL;
-		if (!ret)
-			pt.unsaved = false;
-		break;
-	case PITRACE_IOC_BENCH:
-		ret = pt_ioc_bench(p);
+	case _IOC_NR(PITRACE_IOC_PTT_INIT) ... _IOC_NR(PITRACE_IOC_PTT_READ):
+		ret = pt_ptt_ioctl(&((struct pt_file *)f->private_data)->ptt,
+				   kcmd, a);
 		break;
 	default:
-		ret = -ENOTTY;
+		if (mutex_lock_interruptible(&pt.lock)) {
+			ret = -ERESTARTSYS;
+			goto out;
+		}
+		ret = pt_ioctl_locked(f, kcmd, a);
+		mutex_unlock(&pt.lock);
 	}
-	mutex_unlock(&pt.lock);
+	if (!ret && (_IOC_DIR(kcmd) & _IOC_READ)) {
+		/* a newer caller's fields this module does not know read 0 */
+		if (copy_to_user(p, a, min(ksize, usize)) ||
+		    (usize > ksize && clear_user(p + ksize, usize - ksize)))
+			ret = -EFAULT;
+	}
+out:
+	kfree(a);
 	return ret;
 }
 
@@ -734,6 +810,21 @@ static struct miscdevice pt_misc = {
 	.fops = &pt_fops,
 };
 
+static enum cpuhp_state pt_cpuhp_state;
+
+/* CPU hot-plug: per-CPU samplers (tprof) and PTT counters follow CPUs. */
+static int pt_cpu_online(unsigned int cpu)
+{
+	pt_ptt_cpu_online(cpu);
+	return pt_src_cpu_online(cpu);
+}
+
+static int pt_cpu_offline(unsigned int cpu)
+{
+	pt_src_cpu_offline(cpu);
+	return pt_ptt_cpu_offline(cpu);
+}
+
 static int __init pt_init(void)
 {
 	int err;
@@ -749,13 +840,21 @@ static int __init pt_init(void)
 	err = pt_src_init();
 	if (err)
 		goto fail;
+	/* the buffers exist for every possible CPU: only sources follow */
+	err = cpuhp_setup_state_nocalls(CPUHP_AP_ONLINE_DYN, "pitrace:online",
+					pt_cpu_online, pt_cpu_offline);
+	if (err < 0)
+		goto fail;
+	pt_cpuhp_state = err;
 	pt_misc.mode = perm & 0777;
 	err = misc_register(&pt_misc);
 	if (err)
-		goto fail;
+		goto fail_cpuhp;
 	pr_info("pitrace: /dev/pitrace ready (abi %d, %u CPUs)\n",
 		PITRACE_ABI_VERSION, nr_cpu_ids);
 	return 0;
+fail_cpuhp:
+	cpuhp_remove_state_nocalls(pt_cpuhp_state);
 fail:
 	pt_src_exit();
 	return err;
@@ -767,6 +866,7 @@ static void __exit pt_exit(void)
 	mutex_lock(&pt.lock);
 	pt_do_free();
 	mutex_unlock(&pt.lock);
+	cpuhp_remove_state_nocalls(pt_cpuhp_state);
 	pt_src_exit();
 	pt_ptt_exit();
 	irq_work_sync(&pt_wake_work);

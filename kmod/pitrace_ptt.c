@@ -21,8 +21,7 @@
  * the current CPU.  A slot is a per-CPU pinned perf_event counter (type,
  * config) shared by all files that ask for it; each metric of a file
  * points at the TSC or at a slot.  Perf counters are read with the PMU's
- * read method on their own CPU (what perf_event_read_local does, which is
- * not exported), interrupts off.
+ * read method on their own CPU, interrupts off (see ptt_read_counter).
  *
  * Areas are found from tasks with an RCU hash keyed by the task pointer,
  * and each CPU keeps a pointer to the running thread's area, so that the
@@ -30,26 +29,40 @@
  *
  * Lifetime: an area (struct ptt_ent) is referenced by its file's list and
  * by its mapping (if any).  It leaves the hash at PTT_TERM, munmap, close
- * of the file or thread exit; the page and the entry are freed after an
- * RCU grace period once both references are gone.  Mappings hold the
- * file, so no area outlives the module.  Slots are released when the last
- * file using them terminates, after a grace period (no hook still reads
- * them).  CPUs brought online after PTT_INIT have no perf counters (their
- * deltas are 0); the TSC works everywhere.
+ * of the file or thread exit.  Stopping areas costs two RCU grace periods
+ * (one before the CPUs' pointers to them are cleared, one after), paid
+ * once per batch: PTT_TERM and close stop all areas of the file together,
+ * outside ptt_lock; munmap (mmap_lock held) never waits: it hands the area
+ * to a worker (ptt_reap) that stops the areas queued so far as one batch.
+ * The page and the entry are freed after a grace period once both
+ * references are gone.  Mappings hold the file, so no area outlives the
+ * module.  Slots are released when the last file using them terminates,
+ * after a grace period (no hook still reads them).  Perf counters follow
+ * CPU hot-plug (pt_ptt_cpu_online/offline): a CPU coming online gets a
+ * counter for every active slot, continuing from the slot's last value.
+ *
+ * Threads created by a thread that has an area of a PTT_WATCH (not a
+ * mapping) get their own area of the same file at creation
+ * (sched_process_fork), so short-lived threads of a watched process are
+ * counted from their first instruction.
  */
 #include <linux/cred.h>
 #include <linux/hashtable.h>
 #include <linux/interrupt.h>
+#include <linux/llist.h>
 #include <linux/mm.h>
 #include <linux/percpu.h>
 #include <linux/perf_event.h>
 #include <linux/pid.h>
+#include <linux/ptrace.h>
 #include <linux/rcupdate.h>
 #include <linux/sched.h>
+#include <linux/sched/coredump.h>
 #include <linux/sched/task.h>
 #include <linux/slab.h>
 #include <linux/tracepoint.h>
 #include <linux/uaccess.h>
+#include <linux/workqueue.h>
 #include <asm/irq_regs.h>
 #include <asm/msr.h>
 
@@ -72,7 +85,11 @@ struct ptt_ent {
 	u8 slot[PITRACE_PTT_MAX_METRICS];	/* PTT_TSC or a perf slot */
 	bool mapped;
 	bool hashed;			/* ptt_hash_lock */
-	bool on_list;			/* ptt_lock */
+	bool on_list;			/* ptt_list_lock */
+	struct llist_node reap;		/* ptt_reap_list: munmap'd, to stop */
+	struct list_head stop;		/* a batch being stopped */
+	bool stopping;			/* out of the hash, being stopped */
+	struct ptt_ctx *ctx;		/* its file (valid while on_list) */
 	struct rcu_head rcu;
 };
 
@@ -84,6 +101,7 @@ struct ptt_ctx {
 
 struct ptt_cpu {
 	struct ptt_ent *cur;		/* the running thread's area */
+	u64 base[PTT_NSLOTS];		/* added to ev[s]'s count (hot-plug) */
 	u32 depth;			/* interrupt nesting */
 	unsigned long mask0;		/* slots active at the outermost entry */
 	u64 start[PTT_NVALS];		/* values at the outermost entry */
@@ -96,17 +114,28 @@ struct ptt_cpu {
 	struct perf_event *ev[PTT_NSLOTS];
 };
 
-/* A perf counter on every CPU (ptt_lock). */
+/*
+ * A perf counter on every online CPU.  refs under ptt_lock; type, config,
+ * in_use and the per-CPU events change only under ptt_lock and
+ * cpus_read_lock, so the hot-plug callbacks (which run with the hot-plug
+ * lock held for writing) read them without ptt_lock.
+ */
 struct ptt_slot {
 	u32 type;
 	u64 config;
 	int refs;
+	bool in_use;			/* events exist (refs, or draining) */
 };
 
 static DEFINE_PER_CPU(struct ptt_cpu, ptt_cpus);
 static DEFINE_HASHTABLE(ptt_hash, 10);
 static DEFINE_SPINLOCK(ptt_hash_lock);
-static DEFINE_MUTEX(ptt_lock);		/* control; never held over user copies */
+/* control; never held over user copies nor over an RCU grace period */
+static DEFINE_MUTEX(ptt_lock);
+static DEFINE_SPINLOCK(ptt_list_lock);	/* every ctx->ents, ent->on_list */
+static LLIST_HEAD(ptt_reap_list);
+static void ptt_reap(struct work_struct *w);
+static DECLARE_WORK(ptt_reap_work, ptt_reap);
 static int ptt_nareas;			/* hashed areas (ptt_hash_lock) */
 static bool ptt_attached;		/* ptt_lock */
 static struct ptt_slot ptt_slots[PTT_NSLOTS];
@@ -127,6 +156,41 @@ static inline void ptt_end(struct pitrace_ptt_area *a)
 }
 
 /*
+ * The count of a CPU-bound counter of this CPU, interrupts off.
+ *
+ * This is the core of perf_event_read_local(), which is not exported to
+ * modules (the exported perf_event_read_value() takes a mutex and may
+ * send an IPI: not from a scheduler or interrupt hook).  For an active
+ * event bound to this CPU (no inherit, no group), perf_event_read_local()
+ * does exactly: if event->oncpu == smp_processor_id(),
+ * event->pmu->read(event); then local64_read(&event->count).  Kernel
+ * versions checked: 6.1 (Debian 12, what the VM test runs); re-check
+ * kernel/events/core.c when adding a version.  A disabled or not yet
+ * scheduled event (oncpu != this CPU) keeps its last value here.  The
+ * build fails when the members this relies on change type
+ * (pt_ptt_build_checks).
+ */
+static __always_inline bool ptt_read_counter(struct perf_event *ev, u64 *v)
+{
+	if (READ_ONCE(ev->oncpu) != smp_processor_id())
+		return false;
+	ev->pmu->read(ev);
+	*v = local64_read(&ev->count);
+	return true;
+}
+
+static void __maybe_unused pt_ptt_build_checks(void)
+{
+	struct perf_event *ev = NULL;
+
+	BUILD_BUG_ON(!__same_type(ev->oncpu, int));
+	BUILD_BUG_ON(!__same_type(ev->count, local64_t));
+	BUILD_BUG_ON(!__same_type(ev->pmu, struct pmu *));
+	BUILD_BUG_ON(!__same_type(ev->pmu->read,
+				  void (*)(struct perf_event *)));
+}
+
+/*
  * The values of this CPU now: the TSC and each active slot.  Interrupts
  * off.  Returns the slots read.
  */
@@ -137,13 +201,12 @@ static __always_inline unsigned long ptt_now(struct ptt_cpu *c, u64 *now)
 	now[PTT_TSC] = rdtsc();
 	while (m) {
 		unsigned int s = __ffs(m);
-		struct perf_event *ev = c->ev[s];
+		struct perf_event *ev = READ_ONCE(c->ev[s]);
+		u64 v;
 
 		m &= m - 1;
-		if (ev && READ_ONCE(ev->oncpu) == smp_processor_id()) {
-			ev->pmu->read(ev);
-			c->val[s] = local64_read(&ev->count);
-		}
+		if (ev && ptt_read_counter(ev, &v))
+			c->val[s] = c->base[s] + v;
 		now[s] = c->val[s];
 	}
 	return r;
@@ -263,6 +326,14 @@ static void ptt_tp_exit(void *data, struct task_struct *p)
 	struct ptt_ent *e;
 	unsigned long fl;
 
+	/*
+	 * PF_EXITING is set (exit_signals) before this hook runs; the
+	 * barrier pairs with the one in ptt_ent_add between counting a new
+	 * area and checking PF_EXITING: either this load sees the area
+	 * counted (and the lookup below, under the lock, finds it), or
+	 * ptt_ent_add sees PF_EXITING and does not keep the area.
+	 */
+	smp_mb();
 	if (!READ_ONCE(ptt_nareas))
 		return;
 	spin_lock_irqsave(&ptt_hash_lock, fl);
@@ -393,12 +464,16 @@ struct ptt_tp {
 	bool registered;
 };
 
+static void ptt_tp_fork(void *data, struct task_struct *parent,
+			struct task_struct *child);
+
 #define PTT_VEC(n, b) \
 	{ n "_entry", ptt_tp_vec_entry, b }, { n "_exit", ptt_tp_vec_exit, b }
 
 static struct ptt_tp ptt_tps[] = {
 	{ "sched_switch", ptt_tp_switch, 0 },
 	{ "sched_process_exit", ptt_tp_exit, 0 },
+	{ "sched_process_fork", ptt_tp_fork, 0 },
 	{ "irq_handler_entry", ptt_tp_irq_entry, PITRACE_PTT_HOOK_IRQ },
 	{ "irq_handler_exit", ptt_tp_irq_exit, PITRACE_PTT_HOOK_IRQ },
 	{ "softirq_entry", ptt_tp_softirq_entry, PITRACE_PTT_HOOK_SOFTIRQ },
@@ -415,6 +490,13 @@ static struct ptt_tp ptt_tps[] = {
 	PTT_VEC("threshold_apic", PITRACE_PTT_HOOK_THRESHOLD),
 	PTT_VEC("deferred_error_apic", PITRACE_PTT_HOOK_DEFERRED),
 };
+
+static bool str_has_suffix_entry(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 6 && !strcmp(name + n - 6, "_entry");
+}
 
 static void ptt_find_tp(struct tracepoint *tp, void *priv)
 {
@@ -456,9 +538,18 @@ static int ptt_attach(void)
 	if (ptt_attached)
 		return 0;
 	for_each_kernel_tracepoint(ptt_find_tp, NULL);
-	for (i = 0; i < ARRAY_SIZE(ptt_tps); i++) {
+	/*
+	 * Backwards: each pair's exit before its entry, and an entry only
+	 * when its exit is attached.  An entry seen without its exit would
+	 * leave the CPU's nesting depth above 0 for good, and no interrupt
+	 * would count as outermost on it again.
+	 */
+	for (i = ARRAY_SIZE(ptt_tps); i-- > 0;) {
 		struct ptt_tp *p = &ptt_tps[i];
 
+		if (p->bit && str_has_suffix_entry(p->name) &&
+		    (i + 1 >= ARRAY_SIZE(ptt_tps) || !ptt_tps[i + 1].registered))
+			continue;
 		if (!p->tp) {
 			if (!p->bit) {
 				pr_warn("pitrace: ptt: no tracepoint %s\n",
@@ -500,6 +591,16 @@ static u32 ptt_hooks(void)
 
 /* ---- perf counter slots (ptt_lock) ---------------------------------------- */
 
+static void ptt_event_attr(struct perf_event_attr *attr, unsigned int s)
+{
+	memset(attr, 0, sizeof(*attr));
+	attr->type = ptt_slots[s].type;
+	attr->config = ptt_slots[s].config;
+	attr->size = sizeof(*attr);
+	attr->pinned = 1;
+}
+
+/* ptt_lock and cpus_read_lock held; no hook reads slot s any more */
 static void ptt_slot_free_events(unsigned int s)
 {
 	int cpu;
@@ -509,10 +610,12 @@ static void ptt_slot_free_events(unsigned int s)
 
 		if (c->ev[s]) {
 			perf_event_release_kernel(c->ev[s]);
-			c->ev[s] = NULL;
+			WRITE_ONCE(c->ev[s], NULL);
 		}
 		c->val[s] = 0;
+		c->base[s] = 0;
 	}
+	ptt_slots[s].in_use = false;
 }
 
 /* A slot counting (type, config) on every online CPU, referenced. */
@@ -528,18 +631,18 @@ static int ptt_slot_get(u32 type, u64 config)
 			ptt_slots[s].refs++;
 			return s;
 		}
-		if (!ptt_slots[s].refs && free == PTT_NSLOTS)
+		/* a slot still draining (ptt_slots_drain) is not free yet */
+		if (!ptt_slots[s].in_use && free == PTT_NSLOTS)
 			free = s;
 	}
 	if (free == PTT_NSLOTS)
 		return -EBUSY;
 	s = free;
-	memset(&attr, 0, sizeof(attr));
-	attr.type = type;
-	attr.config = config;
-	attr.size = sizeof(attr);
-	attr.pinned = 1;
 	cpus_read_lock();
+	ptt_slots[s].type = type;
+	ptt_slots[s].config = config;
+	ptt_slots[s].in_use = true;
+	ptt_event_attr(&attr, s);
 	for_each_online_cpu(cpu) {
 		struct perf_event *ev;
 
@@ -549,37 +652,113 @@ static int ptt_slot_get(u32 type, u64 config)
 			err = PTR_ERR(ev);
 			break;
 		}
-		per_cpu_ptr(&ptt_cpus, cpu)->ev[s] = ev;
+		WRITE_ONCE(per_cpu_ptr(&ptt_cpus, cpu)->ev[s], ev);
+	}
+	if (err) {
+		/* the mask never had the slot: no hook read it */
+		ptt_slot_free_events(s);
+	} else {
+		ptt_slots[s].refs = 1;
+		WRITE_ONCE(ptt_slot_mask, ptt_slot_mask | BIT(s));
 	}
 	cpus_read_unlock();
-	if (err) {
-		ptt_slot_free_events(s);
-		return err;
-	}
-	ptt_slots[s].type = type;
-	ptt_slots[s].config = config;
-	ptt_slots[s].refs = 1;
-	WRITE_ONCE(ptt_slot_mask, ptt_slot_mask | BIT(s));
-	return s;
+	return err ? err : s;
 }
 
-static void ptt_slot_put(unsigned int s)
+/*
+ * Drop a reference; the last one takes the slot out of the mask.  Its
+ * counters are freed by ptt_slots_drain after a grace period.  Returns
+ * true when the slot needs that.
+ */
+static bool ptt_slot_put(unsigned int s)
 {
 	if (s >= PTT_NSLOTS || --ptt_slots[s].refs)
-		return;
+		return false;
 	WRITE_ONCE(ptt_slot_mask, ptt_slot_mask & ~BIT(s));
-	/* no hook still reads the slot's counters after this */
-	synchronize_rcu();
-	ptt_slot_free_events(s);
+	return true;
 }
 
-static void ptt_ctx_put_slots(struct ptt_ctx *ctx)
+/* After a grace period since ptt_slot_put: free unreferenced counters. */
+static void ptt_slots_drain(void)
 {
+	unsigned int s;
+
+	mutex_lock(&ptt_lock);
+	cpus_read_lock();
+	for (s = 0; s < PTT_NSLOTS; s++)
+		if (ptt_slots[s].in_use && !ptt_slots[s].refs)
+			ptt_slot_free_events(s);
+	cpus_read_unlock();
+	mutex_unlock(&ptt_lock);
+}
+
+static bool ptt_ctx_put_slots(struct ptt_ctx *ctx)
+{
+	bool drain = false;
 	u32 i;
 
 	for (i = 0; i < ctx->nmetrics; i++)
-		ptt_slot_put(ctx->slot[i]);
+		drain |= ptt_slot_put(ctx->slot[i]);
 	ctx->nmetrics = 0;
+	return drain;
+}
+
+/*
+ * CPU hot-plug (the hot-plug thread of that CPU, hot-plug lock held for
+ * writing, so ptt_slot_get/drain are not running): a CPU coming online
+ * gets a counter for every active slot, counting on from the value the
+ * slot had on this CPU; a CPU going offline frees its counters (perf
+ * detaches them from a dead CPU for good).
+ */
+int pt_ptt_cpu_online(unsigned int cpu)
+{
+	struct ptt_cpu *c = per_cpu_ptr(&ptt_cpus, cpu);
+	struct perf_event_attr attr;
+	unsigned int s;
+
+	for (s = 0; s < PTT_NSLOTS; s++) {
+		struct perf_event *ev;
+
+		if (!ptt_slots[s].in_use || !ptt_slots[s].refs || c->ev[s])
+			continue;
+		ptt_event_attr(&attr, s);
+		ev = perf_event_create_kernel_counter(&attr, cpu, NULL, NULL,
+						      NULL);
+		if (IS_ERR(ev)) {
+			pr_warn_ratelimited("pitrace: ptt: no counter %u:%llu on CPU %u (error %ld): its deltas there stay 0\n",
+					    ptt_slots[s].type,
+					    ptt_slots[s].config, cpu,
+					    PTR_ERR(ev));
+			continue;
+		}
+		c->base[s] = c->val[s];
+		WRITE_ONCE(c->ev[s], ev);
+	}
+	return 0;
+}
+
+int pt_ptt_cpu_offline(unsigned int cpu)
+{
+	struct ptt_cpu *c = per_cpu_ptr(&ptt_cpus, cpu);
+	struct perf_event *ev[PTT_NSLOTS];
+	unsigned int s;
+	bool any = false;
+
+	for (s = 0; s < PTT_NSLOTS; s++) {
+		ev[s] = c->ev[s];
+		if (ev[s]) {
+			WRITE_ONCE(c->ev[s], NULL);
+			any = true;
+		}
+	}
+	if (!any)
+		return 0;
+	/* hooks on this CPU that still hold the pointers are done after this */
+	synchronize_rcu();
+	for (s = 0; s < PTT_NSLOTS; s++)
+		if (ev[s])
+			perf_event_release_kernel(ev[s]);
+	return 0;
 }
 
 /* ---- areas --------------------------------------------------------------- */
@@ -601,46 +780,120 @@ static void ptt_ent_release(struct kref *ref)
 	call_rcu(&e->rcu, ptt_free_rcu);
 }
 
-/* Stop updating an area (process context, may sleep). */
-static void ptt_unregister(struct ptt_ent *e)
+/* Take e out of the hash; false when thread exit (or another stop) did. */
+static bool ptt_unhash(struct ptt_ent *e)
 {
 	unsigned long fl;
 	bool was;
-	int cpu;
 
 	spin_lock_irqsave(&ptt_hash_lock, fl);
 	was = e->hashed;
 	if (was) {
 		hash_del_rcu(&e->hnode);
 		e->hashed = false;
-		ptt_nareas--;
+		WRITE_ONCE(ptt_nareas, ptt_nareas - 1);
 	}
 	spin_unlock_irqrestore(&ptt_hash_lock, fl);
-	if (!was)
-		return;		/* thread exit did it (and set dead) */
-	/* no switch still sets a CPU's pointer to it after this */
-	synchronize_rcu();
-	for_each_possible_cpu(cpu)
-		cmpxchg(&per_cpu_ptr(&ptt_cpus, cpu)->cur, e, NULL);
-	/* no interrupt hook still uses it after this */
-	synchronize_rcu();
-	ptt_begin(e->a);
-	WRITE_ONCE(e->a->dead, 1);
-	ptt_end(e->a);
+	return was;
 }
 
-/* ptt_lock held */
-static void ptt_ctx_term(struct ptt_ctx *ctx)
+/*
+ * Stop the areas on list (linked by stop; each was taken out of the hash
+ * by its stopper and marked stopping), process context, no lock held:
+ * after one grace period no switch hook still makes a CPU point at them;
+ * the CPUs' pointers to them are cleared; after a second one no
+ * interrupt hook still updates them; then they are marked dead.  Two
+ * grace periods for the whole batch, whatever its size.
+ */
+static void ptt_stop_list(struct list_head *list)
 {
-	struct ptt_ent *e, *n;
+	struct ptt_ent *e;
+	int cpu;
 
-	list_for_each_entry_safe(e, n, &ctx->ents, lnode) {
-		ptt_unregister(e);
-		list_del(&e->lnode);
-		e->on_list = false;
-		kref_put(&e->ref, ptt_ent_release);
+	if (list_empty(list))
+		return;
+	synchronize_rcu();
+	for_each_possible_cpu(cpu) {
+		struct ptt_cpu *c = per_cpu_ptr(&ptt_cpus, cpu);
+		struct ptt_ent *cur = READ_ONCE(c->cur);
+
+		if (cur && READ_ONCE(cur->stopping))
+			cmpxchg(&c->cur, cur, NULL);
 	}
-	ptt_ctx_put_slots(ctx);
+	synchronize_rcu();
+	list_for_each_entry(e, list, stop) {
+		ptt_begin(e->a);
+		WRITE_ONCE(e->a->dead, 1);
+		ptt_end(e->a);
+	}
+}
+
+/*
+ * The worker that stops munmap'd areas (munmap runs with mmap_lock held
+ * and must not wait for a grace period): one batch per run, each area's
+ * mapping reference dropped at the end.
+ */
+static void ptt_reap(struct work_struct *w)
+{
+	struct llist_node *n = llist_del_all(&ptt_reap_list);
+	struct ptt_ent *e, *t;
+	LIST_HEAD(list);
+
+	llist_for_each_entry(e, n, reap)
+		list_add_tail(&e->stop, &list);
+	ptt_stop_list(&list);
+	list_for_each_entry_safe(e, t, &list, stop)
+		kref_put(&e->ref, ptt_ent_release);
+}
+
+/* e is out of the hash; the caller's reference goes with it */
+static void ptt_reap_queue(struct ptt_ent *e)
+{
+	WRITE_ONCE(e->stopping, true);
+	if (llist_add(&e->reap, &ptt_reap_list))
+		schedule_work(&ptt_reap_work);
+}
+
+/*
+ * PTT_TERM and close: stop every area of ctx as one batch.  ptt_lock is
+ * held only to take the areas off the file and release its slots, not
+ * over the grace periods.  -EINVAL when ctx has no metrics.
+ */
+static long ptt_ctx_term(struct ptt_ctx *ctx)
+{
+	struct ptt_ent *e, *t;
+	LIST_HEAD(ents);
+	LIST_HEAD(stop);
+	bool drain;
+
+	mutex_lock(&ptt_lock);
+	if (!ctx->nmetrics) {
+		mutex_unlock(&ptt_lock);
+		return -EINVAL;
+	}
+	spin_lock(&ptt_list_lock);
+	list_splice_init(&ctx->ents, &ents);
+	list_for_each_entry(e, &ents, lnode)
+		e->on_list = false;
+	spin_unlock(&ptt_list_lock);
+	drain = ptt_ctx_put_slots(ctx);
+	mutex_unlock(&ptt_lock);
+
+	list_for_each_entry(e, &ents, lnode) {
+		if (ptt_unhash(e)) {
+			WRITE_ONCE(e->stopping, true);
+			list_add_tail(&e->stop, &stop);
+		}
+	}
+	if (!list_empty(&stop))
+		ptt_stop_list(&stop);	/* its grace periods serve the slots */
+	else if (drain)
+		synchronize_rcu();
+	list_for_each_entry_safe(e, t, &ents, lnode)
+		kref_put(&e->ref, ptt_ent_release);	/* the list's */
+	if (drain)
+		ptt_slots_drain();
+	return 0;
 }
 
 static void ptt_vm_open(struct vm_area_struct *vma)
@@ -650,19 +903,25 @@ static void ptt_vm_open(struct vm_area_struct *vma)
 	kref_get(&e->ref);
 }
 
+/* munmap (mmap_lock held): no mutex, no grace period here */
 static void ptt_vm_close(struct vm_area_struct *vma)
 {
 	struct ptt_ent *e = vma->vm_private_data;
+	bool listed;
 
-	mutex_lock(&ptt_lock);
-	ptt_unregister(e);
-	if (e->on_list) {
+	spin_lock(&ptt_list_lock);
+	listed = e->on_list;
+	if (listed) {
 		list_del(&e->lnode);
 		e->on_list = false;
-		kref_put(&e->ref, ptt_ent_release);
 	}
-	mutex_unlock(&ptt_lock);
-	kref_put(&e->ref, ptt_ent_release);
+	spin_unlock(&ptt_list_lock);
+	if (listed)
+		kref_put(&e->ref, ptt_ent_release);	/* the list's */
+	if (ptt_unhash(e))
+		ptt_reap_queue(e);	/* with the mapping's reference */
+	else
+		kref_put(&e->ref, ptt_ent_release);
 }
 
 static const struct vm_operations_struct ptt_vm_ops = {
@@ -670,23 +929,26 @@ static const struct vm_operations_struct ptt_vm_ops = {
 	.close = ptt_vm_close,
 };
 
-/* A new area of ctx for task t (not yet hashed; one reference). */
-static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, struct task_struct *t)
+/* A new area with ctx's metrics for task t (not yet hashed; one reference). */
+static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, u32 nmetrics,
+				   const u8 *slot, struct task_struct *t,
+				   gfp_t gfp)
 {
 	struct ptt_ent *e;
 	u32 i;
 
-	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	e = kzalloc(sizeof(*e), gfp);
 	if (!e)
 		return NULL;
-	e->page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	e->page = alloc_page(gfp | __GFP_ZERO);
 	if (!e->page) {
 		kfree(e);
 		return NULL;
 	}
 	e->a = page_address(e->page);
-	e->nmetrics = ctx->nmetrics;
-	memcpy(e->slot, ctx->slot, sizeof(e->slot));
+	e->ctx = ctx;
+	e->nmetrics = nmetrics;
+	memcpy(e->slot, slot, sizeof(e->slot));
 	e->task = t;
 	e->tid = get_task_pid(t, PIDTYPE_PID);
 	e->tgid = get_task_pid(t, PIDTYPE_TGID);
@@ -698,6 +960,7 @@ static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, struct task_struct *t)
 	return e;
 }
 
+/* Only for an area no hook ever saw (never hashed). */
 static void ptt_ent_free(struct ptt_ent *e)
 {
 	put_pid(e->tid);
@@ -709,7 +972,8 @@ static void ptt_ent_free(struct ptt_ent *e)
 /*
  * Hash e for t unless t exits (or already has an area); when t is the
  * caller, its area starts now on this CPU.  Then put it on ctx's list
- * (taking a reference).  ptt_lock held.
+ * (taking a reference).  ptt_lock held.  On error e is gone (freed, or
+ * handed to the reaper when a hook may have seen it).
  */
 static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
 		       struct task_struct *t)
@@ -717,34 +981,82 @@ static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
 	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	unsigned long fl;
-	int err = 0;
 
 	spin_lock_irqsave(&ptt_hash_lock, fl);
 	if (ptt_lookup(t)) {
-		err = -EBUSY;
-	} else if (t->flags & PF_EXITING) {
-		/* the exit hook takes ptt_hash_lock after PF_EXITING is set */
-		err = -ESRCH;
-	} else {
-		if (t == current) {
-			c = this_cpu_ptr(&ptt_cpus);
-			ptt_now(c, now);
-			ptt_start(e, now);
-			e->a->cpu = smp_processor_id();
-			e->a->dispatches = 1;
-			c->cur = e;
-		}
-		hash_add_rcu(ptt_hash, &e->hnode, (unsigned long)t);
-		e->hashed = true;
-		ptt_nareas++;
+		spin_unlock_irqrestore(&ptt_hash_lock, fl);
+		ptt_ent_free(e);
+		return -EBUSY;
+	}
+	hash_add_rcu(ptt_hash, &e->hnode, (unsigned long)t);
+	e->hashed = true;
+	WRITE_ONCE(ptt_nareas, ptt_nareas + 1);
+	/* pairs with the barrier in ptt_tp_exit (see there) */
+	smp_mb();
+	if (READ_ONCE(t->flags) & PF_EXITING) {
+		/* a switch hook may have seen it: stop it the long way */
+		hash_del_rcu(&e->hnode);
+		e->hashed = false;
+		WRITE_ONCE(ptt_nareas, ptt_nareas - 1);
+		spin_unlock_irqrestore(&ptt_hash_lock, fl);
+		ptt_reap_queue(e);
+		return -ESRCH;
+	}
+	if (t == current) {
+		c = this_cpu_ptr(&ptt_cpus);
+		ptt_now(c, now);
+		ptt_start(e, now);
+		e->a->cpu = smp_processor_id();
+		e->a->dispatches = 1;
+		c->cur = e;
 	}
 	spin_unlock_irqrestore(&ptt_hash_lock, fl);
-	if (err)
-		return err;
 	kref_get(&e->ref);		/* the list's */
+	spin_lock(&ptt_list_lock);
 	list_add_tail(&e->lnode, &ctx->ents);
 	e->on_list = true;
+	spin_unlock(&ptt_list_lock);
 	return 0;
+}
+
+/*
+ * sched_process_fork (the parent's context, the child not yet running):
+ * a new thread of a thread with a watched area (PTT_WATCH, not a mapping)
+ * gets an area of the same file now, so that it is counted from its first
+ * dispatch however short it lives.  No sleeping here: GFP_NOWAIT; a failed
+ * allocation leaves the thread without an area.
+ */
+static void ptt_tp_fork(void *data, struct task_struct *parent,
+			struct task_struct *child)
+{
+	struct ptt_ent *pe, *e;
+	unsigned long fl;
+
+	if (!READ_ONCE(ptt_nareas) || child->tgid != parent->tgid)
+		return;
+	pe = ptt_lookup(parent);
+	if (!pe || pe->mapped)
+		return;
+	e = ptt_ent_new(pe->ctx, pe->nmetrics, pe->slot, child,
+			GFP_NOWAIT | __GFP_NOWARN);
+	if (!e)
+		return;
+	/* the parent's area still on its file: the file is not being ended */
+	spin_lock(&ptt_list_lock);
+	if (!pe->on_list) {
+		spin_unlock(&ptt_list_lock);
+		ptt_ent_free(e);
+		return;
+	}
+	spin_lock_irqsave(&ptt_hash_lock, fl);
+	hash_add_rcu(ptt_hash, &e->hnode, (unsigned long)child);
+	e->hashed = true;
+	WRITE_ONCE(ptt_nareas, ptt_nareas + 1);
+	spin_unlock_irqrestore(&ptt_hash_lock, fl);
+	/* the initial reference is the list's */
+	list_add_tail(&e->lnode, &pe->ctx->ents);
+	e->on_list = true;
+	spin_unlock(&ptt_list_lock);
 }
 
 /* mmap at PITRACE_PTT_MMAP_OFFSET: the calling thread's area. */
@@ -772,53 +1084,53 @@ int pt_ptt_mmap(void **ctxp, struct vm_area_struct *vma)
 	if (e)
 		goto out;
 	err = -ENOMEM;
-	e = ptt_ent_new(ctx, current);
+	e = ptt_ent_new(ctx, ctx->nmetrics, ctx->slot, current, GFP_KERNEL);
 	if (!e)
 		goto out;
 	e->mapped = true;
 	pt_vm_flags_clear(vma, VM_MAYWRITE);
 	pt_vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY);
 	err = vm_insert_page(vma, vma->vm_start, e->page);
-	if (err)
-		goto out_free;
+	if (err) {
+		ptt_ent_free(e);
+		goto out;
+	}
+	/*
+	 * The page was inserted: on error the vma's pages are dropped by
+	 * mmap's unwind.  The mapping's reference is e's initial one.
+	 */
 	err = ptt_ent_add(ctx, e, current);
 	if (err)
-		goto out_free;
-	/* the mapping's reference is e's initial one */
+		goto out;
 	vma->vm_ops = &ptt_vm_ops;
 	vma->vm_private_data = e;
-	mutex_unlock(&ptt_lock);
-	return 0;
-out_free:
-	/* the page was inserted: the vma's pages are dropped by mmap's unwind */
-	ptt_ent_free(e);
 out:
 	mutex_unlock(&ptt_lock);
 	return err;
 }
 
-/* ---- ioctls ---------------------------------------------------------------- */
+/* ---- ioctls (arguments are kernel copies: no user access here) ---------- */
 
-static long ptt_ioc_init(void **ctxp, void __user *arg)
+static long ptt_ioc_init(void **ctxp, const struct pitrace_ptt_init *a)
 {
-	struct pitrace_ptt_init a;
 	struct ptt_ctx *ctx;
 	u8 slot[PITRACE_PTT_MAX_METRICS];
 	u32 i, n = 0;
 	long err;
+	bool drain = false;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.flags || a.nmetrics == 0 || a.nmetrics > PITRACE_PTT_MAX_METRICS)
+	if (a->flags || a->nmetrics == 0 ||
+	    a->nmetrics > PITRACE_PTT_MAX_METRICS)
 		return -EINVAL;
-	for (i = 0; i < a.nmetrics; i++) {
-		if (a.m[i].kind == PITRACE_PTT_TSC) {
-			if (a.m[i].type || a.m[i].config)
+	for (i = 0; i < a->nmetrics; i++) {
+		if (a->m[i].kind == PITRACE_PTT_TSC) {
+			if (a->m[i].type || a->m[i].config)
 				return -EINVAL;
-		} else if (a.m[i].kind != PITRACE_PTT_PERF) {
+		} else if (a->m[i].kind != PITRACE_PTT_PERF) {
 			return -EINVAL;
 		}
 	}
+	memset(slot, PTT_TSC, sizeof(slot));
 	mutex_lock(&ptt_lock);
 	err = ptt_attach();
 	if (err)
@@ -835,44 +1147,42 @@ static long ptt_ioc_init(void **ctxp, void __user *arg)
 	err = -EBUSY;		/* the metrics of live areas cannot change */
 	if (!list_empty(&ctx->ents))
 		goto out;
-	for (n = 0; n < a.nmetrics; n++) {
-		if (a.m[n].kind == PITRACE_PTT_TSC) {
+	for (n = 0; n < a->nmetrics; n++) {
+		if (a->m[n].kind == PITRACE_PTT_TSC) {
 			slot[n] = PTT_TSC;
 			continue;
 		}
-		err = ptt_slot_get(a.m[n].type, a.m[n].config);
+		err = ptt_slot_get(a->m[n].type, a->m[n].config);
 		if (err < 0)
 			goto out_put;
 		slot[n] = err;
 	}
-	ptt_ctx_put_slots(ctx);		/* a previous PTT_INIT's */
+	drain = ptt_ctx_put_slots(ctx);		/* a previous PTT_INIT's */
 	memcpy(ctx->slot, slot, sizeof(slot));
-	ctx->nmetrics = a.nmetrics;
+	ctx->nmetrics = a->nmetrics;
 	err = 0;
 	goto out;
 out_put:
 	while (n--)
 		if (slot[n] != PTT_TSC)
-			ptt_slot_put(slot[n]);
+			drain |= ptt_slot_put(slot[n]);
 out:
 	mutex_unlock(&ptt_lock);
+	if (drain) {
+		synchronize_rcu();
+		ptt_slots_drain();
+	}
 	return err;
 }
 
-static long ptt_ioc_status(void **ctxp, void __user *arg)
+static long ptt_ioc_status(void **ctxp, struct pitrace_ptt_status *st)
 {
-	struct pitrace_ptt_status *st;
 	struct ptt_ctx *ctx;
-	u32 first, cpu, i;
-	long ret = 0;
+	u32 first = st->first_cpu, cpu, i;
 
-	if (get_user(first, (u32 __user *)arg))
-		return -EFAULT;
 	if (first >= nr_cpu_ids)
 		return -EINVAL;
-	st = kzalloc(sizeof(*st), GFP_KERNEL);
-	if (!st)
-		return -ENOMEM;
+	memset(st, 0, sizeof(*st));
 	st->first_cpu = first;
 	st->nr_cpus = nr_cpu_ids;
 	mutex_lock(&ptt_lock);
@@ -892,43 +1202,58 @@ static long ptt_ioc_status(void **ctxp, void __user *arg)
 	st->hooks = ptt_hooks();
 	st->nareas = READ_ONCE(ptt_nareas);
 	mutex_unlock(&ptt_lock);
-	if (copy_to_user(arg, st, sizeof(*st)))
-		ret = -EFAULT;
-	kfree(st);
-	return ret;
+	return 0;
 }
 
-/* May the caller watch t?  Root (CAP_PERFMON/CAP_SYS_ADMIN) or its own. */
+/*
+ * May the caller watch t?  The rule of ptrace_may_access(t,
+ * PTRACE_MODE_READ_REALCREDS), which is not exported to modules: a
+ * thread of the caller's own process; else the caller's real uid and gid
+ * equal to all of t's uids and gids, or CAP_SYS_PTRACE in t's user
+ * namespace; and t's memory dumpable (a process that changed its
+ * credentials, setuid or setresuid, is not until it says so with
+ * PR_SET_DUMPABLE) or CAP_SYS_PTRACE in the namespace of its mm.  The
+ * security module hook (security_ptrace_access_check, not exported
+ * either) is not consulted: see docs/kmod.md.
+ */
 static bool ptt_may_watch(struct task_struct *t)
 {
-	const struct cred *cred = current_cred(), *tcred;
+	const struct cred *cred, *tcred;
+	struct mm_struct *mm;
 	bool ok;
 
-	if (perfmon_capable())
+	if (same_thread_group(t, current))
 		return true;
 	rcu_read_lock();
+	cred = current_cred();
 	tcred = __task_cred(t);
-	ok = uid_eq(cred->uid, tcred->euid) && uid_eq(cred->uid, tcred->suid) &&
-	     uid_eq(cred->uid, tcred->uid) && gid_eq(cred->gid, tcred->egid) &&
-	     gid_eq(cred->gid, tcred->sgid) && gid_eq(cred->gid, tcred->gid);
+	ok = (uid_eq(cred->uid, tcred->euid) && uid_eq(cred->uid, tcred->suid) &&
+	      uid_eq(cred->uid, tcred->uid) && gid_eq(cred->gid, tcred->egid) &&
+	      gid_eq(cred->gid, tcred->sgid) && gid_eq(cred->gid, tcred->gid)) ||
+	     ns_capable(tcred->user_ns, CAP_SYS_PTRACE);
 	rcu_read_unlock();
+	if (!ok)
+		return false;
+	task_lock(t);
+	mm = t->mm;
+	if (mm && get_dumpable(mm) != SUID_DUMP_USER &&
+	    !ns_capable(mm->user_ns, CAP_SYS_PTRACE))
+		ok = false;
+	task_unlock(t);
 	return ok;
 }
 
-static long ptt_ioc_watch(void **ctxp, void __user *arg)
+static long ptt_ioc_watch(void **ctxp, const struct pitrace_ptt_watch *w)
 {
-	struct pitrace_ptt_watch w;
 	struct task_struct *t;
 	struct ptt_ctx *ctx;
 	struct ptt_ent *e;
 	struct pid *pid;
 	long err;
 
-	if (copy_from_user(&w, arg, sizeof(w)))
-		return -EFAULT;
-	if (w.flags || w.tid <= 0)
+	if (w->flags || w->tid <= 0)
 		return -EINVAL;
-	pid = find_get_pid(w.tid);
+	pid = find_get_pid(w->tid);
 	t = pid ? get_pid_task(pid, PIDTYPE_PID) : NULL;
 	put_pid(pid);
 	if (!t)
@@ -942,14 +1267,12 @@ static long ptt_ioc_watch(void **ctxp, void __user *arg)
 	if (!ctx || !ctx->nmetrics)
 		goto out;
 	err = -ENOMEM;
-	e = ptt_ent_new(ctx, t);
+	e = ptt_ent_new(ctx, ctx->nmetrics, ctx->slot, t, GFP_KERNEL);
 	if (!e)
 		goto out;
 	err = ptt_ent_add(ctx, e, t);
-	if (err) {
-		ptt_ent_free(e);
+	if (err)
 		goto out;
-	}
 	/* the list holds it now */
 	kref_put(&e->ref, ptt_ent_release);
 out:
@@ -965,7 +1288,7 @@ static void ptt_snapshot(struct ptt_ent *e, struct pitrace_ptt_thread *th)
 	struct pitrace_ptt_area *a = e->a;
 	int tries;
 	u32 s, i;
-	u64 now;
+	u64 now = 0;
 
 	for (tries = 0; tries < 1000; tries++) {
 		s = READ_ONCE(a->seq);
@@ -994,27 +1317,38 @@ static void ptt_snapshot(struct ptt_ent *e, struct pitrace_ptt_thread *th)
 	memcpy(th->comm, e->comm, sizeof(th->comm));
 }
 
-static long ptt_ioc_read(void **ctxp, void __user *arg)
+static u32 ptt_count(struct ptt_ctx *ctx)
+{
+	struct ptt_ent *e;
+	u32 n = 0;
+
+	spin_lock(&ptt_list_lock);
+	list_for_each_entry(e, &ctx->ents, lnode)
+		n++;
+	spin_unlock(&ptt_list_lock);
+	return n;
+}
+
+static long ptt_ioc_read(void **ctxp, struct pitrace_ptt_read *r)
 {
 	struct pitrace_ptt_thread *buf = NULL;
-	struct pitrace_ptt_read r;
 	struct ptt_ctx *ctx;
 	struct ptt_ent *e;
 	u32 n = 0, total = 0, want;
 	long err = 0;
 
-	if (copy_from_user(&r, arg, sizeof(r)))
-		return -EFAULT;
 	/* size the buffer by the areas there are, not by what was asked */
 	mutex_lock(&ptt_lock);
 	ctx = *ctxp;
 	if (ctx && ctx->nmetrics)
-		list_for_each_entry(e, &ctx->ents, lnode)
-			total++;
+		total = ptt_count(ctx);
+	else
+		err = -EINVAL;
 	mutex_unlock(&ptt_lock);
-	if (!ctx || !ctx->nmetrics)
-		return -EINVAL;
-	want = min3(r.max, total + 16, 65536U);	/* ~20 MB at most */
+	if (err)
+		return err;
+	/* room for threads a watched process creates meanwhile */
+	want = min3(r->max, total + 256, 65536U);	/* ~20 MB at most */
 	if (want) {
 		buf = kvcalloc(want, sizeof(*buf), GFP_KERNEL);
 		if (!buf)
@@ -1026,40 +1360,32 @@ static long ptt_ioc_read(void **ctxp, void __user *arg)
 	if (!ctx || !ctx->nmetrics) {
 		err = -EINVAL;
 	} else {
+		spin_lock(&ptt_list_lock);
 		list_for_each_entry(e, &ctx->ents, lnode) {
 			if (n < want)
 				ptt_snapshot(e, &buf[n++]);
 			total++;
 		}
+		spin_unlock(&ptt_list_lock);
 	}
 	mutex_unlock(&ptt_lock);
+	/* the array goes out with no lock held */
 	if (!err && n &&
-	    copy_to_user(u64_to_user_ptr(r.buf), buf, n * sizeof(*buf)))
+	    copy_to_user(u64_to_user_ptr(r->buf), buf, n * sizeof(*buf)))
 		err = -EFAULT;
-	r.n = n;
-	r.total = total;
-	if (!err && copy_to_user(arg, &r, sizeof(r)))
-		err = -EFAULT;
+	r->n = n;
+	r->total = total;
 	kvfree(buf);
 	return err;
 }
 
-long pt_ptt_ioctl(void **ctxp, unsigned int cmd, void __user *arg)
+long pt_ptt_ioctl(void **ctxp, unsigned int cmd, void *arg)
 {
-	long ret;
-
 	switch (cmd) {
 	case PITRACE_IOC_PTT_INIT:
 		return ptt_ioc_init(ctxp, arg);
 	case PITRACE_IOC_PTT_TERM:
-		mutex_lock(&ptt_lock);
-		ret = -EINVAL;
-		if (*ctxp && ((struct ptt_ctx *)*ctxp)->nmetrics) {
-			ptt_ctx_term(*ctxp);
-			ret = 0;
-		}
-		mutex_unlock(&ptt_lock);
-		return ret;
+		return *ctxp ? ptt_ctx_term(*ctxp) : -EINVAL;
 	case PITRACE_IOC_PTT_STATUS:
 		return ptt_ioc_status(ctxp, arg);
 	case PITRACE_IOC_PTT_WATCH:
@@ -1077,9 +1403,7 @@ void pt_ptt_release(void *p)
 
 	if (!ctx)
 		return;
-	mutex_lock(&ptt_lock);
 	ptt_ctx_term(ctx);
-	mutex_unlock(&ptt_lock);
 	kfree(ctx);
 }
 
@@ -1088,5 +1412,6 @@ void pt_ptt_exit(void)
 	mutex_lock(&ptt_lock);
 	ptt_detach();
 	mutex_unlock(&ptt_lock);
+	flush_work(&ptt_reap_work);
 	rcu_barrier();		/* pending frees run before the module goes */
 }

@@ -47,40 +47,6 @@
 
 #include "pitrace_int.h"
 
-struct pt_f_pid2 {
-	u32 pid, tid;
-} __packed;
-
-struct pt_f_proc {
-	u32 pid, ppid;
-} __packed;
-
-struct pt_f_fork {
-	u32 ppid, ptid, pid, tid, flags;
-} __packed;
-
-struct pt_f_seg {
-	u32 pid;
-	u64 start, size, offset;
-	u32 prot;
-} __packed;
-
-struct pt_f_unmap {
-	u32 pid;
-	u64 start, size;
-} __packed;
-
-struct pt_f_tprof {
-	u32 pid, tid;
-	u64 ip;
-	u32 flags;
-	u32 event;	/* TPROF_EVENT only */
-} __packed;
-
-struct pt_f_dispatch {
-	u32 prev_pid, prev_tid, next_pid, next_tid, prev_state;
-} __packed;
-
 /* ---- processes already described (parent tree written) ------------------ */
 
 static unsigned long *pt_described;	/* bitmap by tgid, PID_MAX_LIMIT bits */
@@ -139,7 +105,7 @@ static void pt_mte_fixed(u32 minor, const void *f, u32 flen)
 /* Caller holds rcu_read_lock() or a reference on p. */
 static void pt_write_process(struct task_struct *p)
 {
-	struct pt_f_proc f;
+	struct pitrace_rec_process f;
 	char comm[TASK_COMM_LEN];
 	struct task_struct *leader = READ_ONCE(p->group_leader);
 	struct task_struct *parent;
@@ -156,7 +122,7 @@ static void pt_write_process(struct task_struct *p)
 
 static void pt_write_thread(struct task_struct *p)
 {
-	struct pt_f_pid2 f = { p->tgid, p->pid };
+	struct pitrace_rec_task f = { p->tgid, p->pid };
 	char comm[TASK_COMM_LEN];
 
 	memcpy(comm, p->comm, sizeof(comm));
@@ -221,7 +187,7 @@ static void pt_write_segments_locked(struct mm_struct *mm, pid_t tgid,
 	VMA_ITERATOR(vmi, mm, 0);
 
 	for_each_vma(vmi, vma) {
-		struct pt_f_seg f;
+		struct pitrace_rec_segment f;
 
 		if (!(vma->vm_flags & VM_EXEC))
 			continue;
@@ -255,7 +221,7 @@ static bool pt_segments_atomic(struct mm_struct *mm, pid_t tgid)
 static void pt_tp_fork(void *data, struct task_struct *parent,
 		       struct task_struct *child)
 {
-	struct pt_f_fork f = {
+	struct pitrace_rec_fork f = {
 		.ppid = parent->tgid, .ptid = parent->pid,
 		.pid = child->tgid, .tid = child->pid,
 		.flags = child->tgid == parent->tgid ? PITRACE_FORK_THREAD : 0,
@@ -279,11 +245,25 @@ static void pt_tp_fork(void *data, struct task_struct *parent,
 static void pt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
 		       struct linux_binprm *bprm)
 {
-	struct pt_f_pid2 f = { p->tgid, p->pid };
+	struct pitrace_rec_task f = { p->tgid, p->pid };
+
+	const char *path = bprm->filename;
 
 	if (!READ_ONCE(pt_active))
 		return;
-	pt_mte_str(PITRACE_MTE_EXEC, &f, sizeof(f), bprm->filename);
+	/*
+	 * The file that runs, as the kernel found it (/usr/bin/true, not
+	 * "true" or "./true"; an interpreter for a script): what
+	 * /proc/PID/exe shows.  The name as passed when there is no path.
+	 */
+	if (bprm->file && pt_pathbufs) {
+		char *buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
+		char *d = d_path(&bprm->file->f_path, buf, PATH_MAX);
+
+		if (!IS_ERR(d))
+			path = d;
+	}
+	pt_mte_str(PITRACE_MTE_EXEC, &f, sizeof(f), path);
 	/* a new image: its old segments no longer count as written */
 	pt_clear_described(p->tgid);
 	pt_mark_described(p->tgid);
@@ -297,7 +277,7 @@ static void pt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
 
 static void pt_tp_exit(void *data, struct task_struct *p)
 {
-	struct pt_f_pid2 f = { p->tgid, p->pid };
+	struct pitrace_rec_task f = { p->tgid, p->pid };
 
 	pt_mte_fixed(PITRACE_MTE_EXIT, &f, sizeof(f));
 }
@@ -305,9 +285,9 @@ static void pt_tp_exit(void *data, struct task_struct *p)
 static void pt_tp_rename(void *data, struct task_struct *task,
 			 const char *comm)
 {
-	struct pt_f_pid2 f = { task->tgid, task->pid };
+	struct pitrace_rec_task f = { task->tgid, task->pid };
 	struct task_struct *parent;
-	struct pt_f_proc pf;
+	struct pitrace_rec_process pf;
 
 	if (!READ_ONCE(pt_active))
 		return;
@@ -325,7 +305,7 @@ static void pt_tp_rename(void *data, struct task_struct *task,
 static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 			 struct task_struct *next, unsigned int prev_state)
 {
-	struct pt_f_dispatch f = {
+	struct pitrace_rec_dispatch f = {
 		prev->tgid, prev->pid, next->tgid, next->pid, prev_state
 	};
 
@@ -337,8 +317,11 @@ static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 		 NULL, 0);
 }
 
+/* v: struct pitrace_rec_irq or pitrace_rec_softirq, one u32 */
 static void pt_intr(u32 minor, u32 v)
 {
+	BUILD_BUG_ON(sizeof(struct pitrace_rec_irq) != sizeof(v) ||
+		     sizeof(struct pitrace_rec_softirq) != sizeof(v));
 	if (!READ_ONCE(pt_active) ||
 	    !pt_major_enabled(PITRACE_MAJOR_INTERRUPT))
 		return;
@@ -398,7 +381,7 @@ static void pt_munmap(unsigned long start, unsigned long len)
 		vma = find_vma(mm, start);
 		while (vma && vma->vm_start < end) {
 			if (vma->vm_flags & VM_EXEC) {
-				struct pt_f_unmap f = {
+				struct pitrace_rec_unmap f = {
 					current->tgid,
 					max(start, vma->vm_start),
 					min(end, vma->vm_end) -
@@ -490,7 +473,7 @@ static int pt_kp_mmap(struct kprobe *kp, struct pt_regs *regs)
 {
 #ifdef CONFIG_X86_64
 	struct vm_area_struct *vma = (struct vm_area_struct *)regs->di;
-	struct pt_f_seg f;
+	struct pitrace_rec_segment f;
 	char *buf;
 
 	if (!READ_ONCE(pt_active) || !vma || !(vma->vm_flags & VM_EXEC) ||
@@ -553,7 +536,7 @@ static u64 pt_period_ns;
 static void pt_sample(struct pt_regs *regs, u32 minor, u32 event)
 {
 	struct task_struct *t = current;
-	struct pt_f_tprof f;
+	struct pitrace_rec_tprof_event f;
 	u32 flen = sizeof(f);
 
 	f.pid = t->tgid;
@@ -561,8 +544,11 @@ static void pt_sample(struct pt_regs *regs, u32 minor, u32 event)
 	f.ip = regs ? instruction_pointer(regs) : 0;
 	f.flags = (regs && !user_mode(regs)) ? PITRACE_TPROF_KERNEL : 0;
 	f.event = event;
+	/* a tick is an event record without its last field */
+	BUILD_BUG_ON(offsetof(struct pitrace_rec_tprof_event, event) !=
+		     sizeof(struct pitrace_rec_tprof_tick));
 	if (minor == PITRACE_TPROF_TICK)
-		flen -= sizeof(f.event);
+		flen = sizeof(struct pitrace_rec_tprof_tick);
 	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_TPROF, minor,
 		 PITRACE_LAYOUT_FIXED, &f, flen, NULL, 0);
 }
@@ -628,24 +614,48 @@ int pt_tprof_check_event(u32 type, u64 config, u64 period)
 	return 0;
 }
 
+/* this CPU's sampler (process context on the CPU, hot-plug lock held) */
+static void pt_tprof_cpu_stop(struct pt_cpu *c)
+{
+	if (c->timer_on) {
+		hrtimer_cancel(&c->timer);
+		c->timer_on = false;
+	}
+	if (c->ev) {
+		perf_event_release_kernel(c->ev);
+		c->ev = NULL;
+	}
+}
+
 static void pt_tprof_stop(void)
 {
 	int cpu;
 
+	cpus_read_lock();
 	WRITE_ONCE(pt_sampling, 0);
-	for_each_possible_cpu(cpu) {
-		struct pt_cpu *c = per_cpu_ptr(&pt_cpus, cpu);
-
-		if (c->timer_on) {
-			hrtimer_cancel(&c->timer);
-			c->timer_on = false;
-		}
-		if (c->ev) {
-			perf_event_release_kernel(c->ev);
-			c->ev = NULL;
-		}
-	}
+	for_each_possible_cpu(cpu)
+		pt_tprof_cpu_stop(per_cpu_ptr(&pt_cpus, cpu));
+	cpus_read_unlock();
 }
+
+static int pt_tprof_event_start(int cpu)
+{
+	struct perf_event_attr a;
+	struct perf_event *ev;
+
+	pt_event_attr(&a, pt.event_type, pt.event_config, pt.rate_hz);
+	ev = perf_event_create_kernel_counter(&a, cpu, NULL, pt_overflow, NULL);
+	if (IS_ERR(ev))
+		return pt_event_err(PTR_ERR(ev));
+	per_cpu_ptr(&pt_cpus, cpu)->ev = ev;
+	return 0;
+}
+
+/*
+ * pt_sampling, pt_use_event and the per-CPU samplers change only under
+ * cpus_read_lock: the hot-plug callbacks below see them stable.
+ */
+static bool pt_use_event;
 
 static int pt_tprof_start(void)
 {
@@ -653,32 +663,50 @@ static int pt_tprof_start(void)
 
 	if (!pt_major_enabled(PITRACE_MAJOR_TPROF))
 		return 0;
+	cpus_read_lock();
 	WRITE_ONCE(pt_sampling, 1);
-	if (!pt.use_event) {
+	pt_use_event = pt.use_event;
+	if (!pt_use_event) {
 		pt_period_ns = NSEC_PER_SEC / pt.rate_hz;
-		cpus_read_lock();
 		on_each_cpu(pt_timer_start, NULL, 1);
 		cpus_read_unlock();
 		return 0;
 	}
-	cpus_read_lock();
 	for_each_online_cpu(cpu) {
-		struct perf_event_attr a;
-		struct perf_event *ev;
-
-		pt_event_attr(&a, pt.event_type, pt.event_config, pt.rate_hz);
-		ev = perf_event_create_kernel_counter(&a, cpu, NULL,
-						      pt_overflow, NULL);
-		if (IS_ERR(ev)) {
-			err = pt_event_err(PTR_ERR(ev));
+		err = pt_tprof_event_start(cpu);
+		if (err)
 			break;
-		}
-		per_cpu_ptr(&pt_cpus, cpu)->ev = ev;
 	}
 	cpus_read_unlock();
 	if (err)
 		pt_tprof_stop();
 	return err;
+}
+
+/*
+ * CPU hot-plug, on the CPU itself: a CPU coming online while tprof runs
+ * starts its timer or event; one going offline stops them (a pinned
+ * hrtimer would otherwise move to another CPU and sample it twice, and
+ * perf detaches the events of a dead CPU for good).
+ */
+int pt_src_cpu_online(unsigned int cpu)
+{
+	if (!READ_ONCE(pt_sampling))
+		return 0;
+	if (!pt_use_event) {
+		pt_timer_start(NULL);
+		return 0;
+	}
+	if (pt_tprof_event_start(cpu))
+		pr_warn_ratelimited("pitrace: tprof: no event on CPU %u after it came online\n",
+				    cpu);
+	return 0;
+}
+
+int pt_src_cpu_offline(unsigned int cpu)
+{
+	pt_tprof_cpu_stop(per_cpu_ptr(&pt_cpus, cpu));
+	return 0;
 }
 
 /* ---- start / stop ---------------------------------------------------------- */

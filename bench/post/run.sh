@@ -22,7 +22,7 @@ perf record -q -e cpu-clock -F 1000 -o "$tmp/a.data" -- bin/cpuburn $UNITS >/dev
 perf report -i "$tmp/a.data" --stdio --sort sym 2>/dev/null | awk '$1 ~ /%$/ {gsub("%","",$1); print $NF, $1}' >"$tmp/perf.pct"
 here=$PWD; (cd "$tmp" && "$here/scripts/run.tprof" -r 1000 -- "$here/bin/cpuburn" $UNITS >/dev/null)
 bin/post -r "$tmp/swtrace.nrm2" --folded "$tmp/t.folded" -o "$tmp" >/dev/null
-awk '$1 ~ /^cpuburn_/ {split($1, p, ";"); n[p[3]] += $2; t += $2} END {for (s in n) printf "%s %.2f\n", s, 100 * n[s] / t}' "$tmp/t.folded" >"$tmp/ours.pct"
+awk '/^cpuburn \(pid / {c = $NF; st = substr($0, 1, length($0) - length(c) - 1); split(st, p, ";"); n[p[3]] += c; t += c} END {for (s in n) printf "%s %.2f\n", s, 100 * n[s] / t}' "$tmp/t.folded" >"$tmp/ours.pct"
 printf '  %-10s %8s %8s %8s\n' symbol perf run.tprof diff
 worst=0
 for s in heavy medium light; do

@@ -91,6 +91,7 @@ type Facility struct {
 	// goes on and counts what cannot be written as lost).
 	stopOnWriteErr bool
 	writeErrOnce   sync.Once
+	stackDepth     int // call-stack depth limit (0: the default, 127)
 	drainWake      chan struct{}
 	drainDone      chan struct{}
 	drainStop      chan struct{}
@@ -266,6 +267,21 @@ func (f *Facility) SetStopOnWriteError(stop bool) error {
 	return nil
 }
 
+// SetStackDepth sets the depth limit of call stacks (1..127 frames;
+// deeper stacks are recorded truncated and marked so).
+func (f *Facility) SetStackDepth(frames int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing the stack depth")
+	}
+	if frames < 1 || frames > trace.UnwindMaxDepth {
+		return fmt.Errorf("stack depth %d is out of range: use 1..%d frames", frames, trace.UnwindMaxDepth)
+	}
+	f.stackDepth = frames
+	return nil
+}
+
 // SetRate sets the tprof rate and event.
 func (f *Facility) SetRate(hz int, event string) error {
 	f.mu.Lock()
@@ -347,6 +363,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	}
 	opts := kevents.Options{
 		Callstack: f.enabled[trace.MajorUnwind] && f.enabled[trace.MajorTprof],
+		MaxStack:  f.stackDepth,
 		Dispatch:  f.enabled[trace.MajorDispatch],
 		Interrupt: f.enabled[trace.MajorInterrupt],
 	}

@@ -20,6 +20,9 @@ func (h *holder) openModule(dev *os.File) error {
 	if err := kmodbackend.IsDevice(dev); err != nil {
 		return err
 	}
+	if err := kmodbackend.CheckABI(dev.Fd()); err != nil {
+		return err
+	}
 	fd := int(dev.Fd())
 	hooks, err := kmodbackend.PttHooks(fd)
 	if err != nil {

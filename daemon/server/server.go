@@ -398,14 +398,14 @@ var mutating = map[string]bool{
 	daemonproto.OpInit: true, daemonproto.OpEnable: true, daemonproto.OpDisable: true,
 	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
 	daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true,
-	daemonproto.OpShutdown: true, daemonproto.OpOnWriteError: true,
+	daemonproto.OpShutdown: true, daemonproto.OpOnWriteError: true, daemonproto.OpStackDepth: true,
 }
 
 var facilityOps = map[string]bool{
 	daemonproto.OpInit: true, daemonproto.OpEnable: true, daemonproto.OpDisable: true,
 	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
 	daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true,
-	daemonproto.OpHook: true, daemonproto.OpInfo: true, daemonproto.OpOnWriteError: true,
+	daemonproto.OpHook: true, daemonproto.OpInfo: true, daemonproto.OpOnWriteError: true, daemonproto.OpStackDepth: true,
 }
 
 func decode(args json.RawMessage, v any) error {
@@ -458,6 +458,12 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 			return nil, err
 		}
 		return nil, f.SetMode(a.Mode, a.File)
+	case daemonproto.OpStackDepth:
+		var a daemonproto.StackDepthArgs
+		if err := decode(r.Args, &a); err != nil {
+			return nil, err
+		}
+		return nil, f.SetStackDepth(a.Frames)
 	case daemonproto.OpOnWriteError:
 		var a daemonproto.WriteErrorArgs
 		if err := decode(r.Args, &a); err != nil {

@@ -95,6 +95,103 @@ struct pitrace_rec_hdr {
 #define PITRACE_LOST_FULL	1	/* LOST reason: no free segment */
 #define PITRACE_LOST_OVERWRITE	2	/* LOST reason: wrap mode overwrote */
 
+/*
+ * Record payloads: the fixed fields after the header, packed, in the order
+ * and widths of the spec table libperfutil/trace/codes.go (the cgo test of
+ * libperfutil/kmodbackend checks every struct against it).  A STRING
+ * record's NUL-terminated string follows the fixed fields.  The module
+ * writes records only through these structs.
+ */
+#define PITRACE_PACKED __attribute__((__packed__))
+
+struct pitrace_rec_time_high {	/* SYS_TIME_HIGH */
+	__u32 high;
+} PITRACE_PACKED;
+
+struct pitrace_rec_sysinfo {	/* SYS_INFO, then string uname */
+	__u32 ncpus;
+	__u32 clock_id;
+	__u64 clock_hz;
+	__u64 wall_ns;
+} PITRACE_PACKED;
+
+struct pitrace_rec_lost {	/* SYS_LOST */
+	__u64 count;
+	__u32 reason;		/* PITRACE_LOST_* */
+} PITRACE_PACKED;
+
+struct pitrace_rec_trace_on {	/* SYS_TRACE_ON */
+	__u32 majors_lo;
+	__u32 rate_hz;
+} PITRACE_PACKED;
+
+struct pitrace_rec_buf_full {	/* SYS_BUF_FULL */
+	__u32 mte;		/* 1: the MTE buffer filled */
+} PITRACE_PACKED;
+
+struct pitrace_rec_process {	/* MTE_PROCESS, then string name */
+	__u32 pid;
+	__u32 ppid;
+} PITRACE_PACKED;
+
+struct pitrace_rec_fork {	/* MTE_FORK */
+	__u32 ppid;
+	__u32 ptid;
+	__u32 pid;
+	__u32 tid;
+	__u32 flags;		/* PITRACE_FORK_* */
+} PITRACE_PACKED;
+
+struct pitrace_rec_task {	/* MTE_EXEC (string path), MTE_EXIT, MTE_THREAD (string name) */
+	__u32 pid;
+	__u32 tid;
+} PITRACE_PACKED;
+
+struct pitrace_rec_segment {	/* MTE_SEGMENT, then string path */
+	__u32 pid;
+	__u64 start;
+	__u64 size;
+	__u64 offset;
+	__u32 prot;		/* PITRACE_PROT_* */
+} PITRACE_PACKED;
+
+struct pitrace_rec_unmap {	/* MTE_UNMAP */
+	__u32 pid;
+	__u64 start;
+	__u64 size;
+} PITRACE_PACKED;
+
+struct pitrace_rec_tprof_tick {	/* TPROF_TICK */
+	__u32 pid;
+	__u32 tid;
+	__u64 ip;
+	__u32 flags;		/* PITRACE_TPROF_KERNEL */
+} PITRACE_PACKED;
+
+struct pitrace_rec_tprof_event {	/* TPROF_EVENT: a tick and the event */
+	__u32 pid;
+	__u32 tid;
+	__u64 ip;
+	__u32 flags;
+	__u32 event;
+} PITRACE_PACKED;
+
+struct pitrace_rec_dispatch {	/* DISPATCH_SWITCH */
+	__u32 prev_pid;
+	__u32 prev_tid;
+	__u32 next_pid;
+	__u32 next_tid;
+	__u32 prev_state;
+} PITRACE_PACKED;
+
+struct pitrace_rec_irq {	/* INTR_HARD, INTR_HARD | EXIT_BIT */
+	__u32 irq;
+} PITRACE_PACKED;
+
+struct pitrace_rec_softirq {	/* INTR_SOFT, INTR_SOFT | EXIT_BIT */
+	__u32 vec;
+} PITRACE_PACKED;
+
 /* MTE_SEGMENT prot bits */
 #define PITRACE_PROT_READ	1
 #define PITRACE_PROT_WRITE	2
@@ -277,6 +374,16 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_KPROBE_EXEC	2	/* old image described at exec */
 #define PITRACE_FEAT_UNMAP		4	/* munmap of executable segments seen */
 #define PITRACE_FEAT_MMAP		8	/* executable segments seen as they are mapped */
+/* What the module's ABI offers (always set, bits 16 and up): */
+#define PITRACE_FEAT_SIZED_IOCTL	(1u << 16)	/* the size scheme above */
+#define PITRACE_FEAT_PTT_INHERIT	(1u << 17)	/* watched threads' new threads get areas */
+#define PITRACE_FEAT_CPU_HOTPLUG	(1u << 18)	/* tprof and PTT follow CPUs */
+#define PITRACE_FEAT_EXEC_PATH		(1u << 19)	/* MTE_EXEC: the path the kernel found */
+#define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
+#define PITRACE_FEAT_ABI \
+	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
+	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
+	 PITRACE_FEAT_BUF_FULL_REC)
 
 struct pitrace_sysinfo {
 	__u32 abi;
@@ -286,7 +393,7 @@ struct pitrace_sysinfo {
 	__u32 clock_id;
 	__u32 segments;		/* PITRACE_SEGMENTS */
 	__u32 hdr_size;		/* sizeof(struct pitrace_buf_hdr) */
-	__u32 features;		/* PITRACE_FEAT_* (known after the first on) */
+	__u32 features;		/* PITRACE_FEAT_*: kprobe bits known after the first on */
 	__u64 min_buf;
 	__u64 max_buf;
 	__u64 mem_limit;	/* the most all buffers together may take, bytes */
@@ -304,7 +411,11 @@ struct pitrace_release_arg {
 #define PITRACE_BENCH_TPROF	1	/* the tprof sample path */
 #define PITRACE_BENCH_MAX	1000000
 
-/* BENCH: run one record path count times while on; cycles is the TSC delta. */
+/*
+ * BENCH: run one record path count times while on; cycles is the TSC delta.
+ * BENCHMARK ONLY (bench/kmod, scripts/vmtest bench): not a tool interface;
+ * it may change or go in any version without a feature bit.
+ */
 struct pitrace_bench_arg {
 	__u32 path;		/* PITRACE_BENCH_* */
 	__u32 count;		/* 1..PITRACE_BENCH_MAX */
@@ -312,6 +423,39 @@ struct pitrace_bench_arg {
 };
 
 #define PITRACE_IOC_MAGIC	0xE1
+
+/*
+ * Sizes and versions.  The size field of an ioctl command number is the
+ * size of the caller's argument struct, so a struct may grow at its end
+ * (new fields, zero meaning "not used") without breaking either side:
+ *   - a caller built with an older, shorter struct passes a smaller size:
+ *     the module zero-fills the fields it did not pass;
+ *   - a caller built with a newer, longer struct passes a larger size: the
+ *     module accepts it if the bytes it does not know are zero (E2BIG
+ *     otherwise) and zeroes them in what it returns;
+ *   - a size below the first version's (PITRACE_*_SIZE_V1) is not an ioctl
+ *     of this module (ENOTTY).
+ * HOOK, the record path, takes exactly PITRACE_HOOK_ARG_SIZE_V1 (a new
+ * kind of hook would be a new ioctl).
+ * PITRACE_IOC_SYSINFO reports the module's ABI version and its
+ * PITRACE_ABI_F_* feature bits; a tool checks the bits it needs instead of
+ * guessing from the version.  The version changes only for an incompatible
+ * change, which this scheme is there to avoid.
+ */
+#define PITRACE_INIT_ARG_SIZE_V1	24
+#define PITRACE_MAJORS_SIZE_V1		32
+#define PITRACE_MODE_ARG_SIZE_V1	264
+#define PITRACE_RATE_ARG_SIZE_V1	48
+#define PITRACE_STATUS_SIZE_V1		432
+#define PITRACE_CPU_STATUS_SIZE_V1	72
+#define PITRACE_HOOK_ARG_SIZE_V1	32
+#define PITRACE_SYSINFO_SIZE_V1		56
+#define PITRACE_RELEASE_ARG_SIZE_V1	24
+#define PITRACE_BENCH_ARG_SIZE_V1	16
+#define PITRACE_PTT_INIT_SIZE_V1	136
+#define PITRACE_PTT_STATUS_SIZE_V1	5144
+#define PITRACE_PTT_WATCH_SIZE_V1	8
+#define PITRACE_PTT_READ_SIZE_V1	24
 
 #define PITRACE_IOC_INIT	_IOW(PITRACE_IOC_MAGIC, 1, struct pitrace_init_arg)
 #define PITRACE_IOC_ENABLE	_IOW(PITRACE_IOC_MAGIC, 2, struct pitrace_majors)
@@ -328,7 +472,7 @@ struct pitrace_bench_arg {
 #define PITRACE_IOC_RELEASE	_IOW(PITRACE_IOC_MAGIC, 13, struct pitrace_release_arg)
 #define PITRACE_IOC_DRAIN	_IO(PITRACE_IOC_MAGIC, 14)
 #define PITRACE_IOC_SAVED	_IO(PITRACE_IOC_MAGIC, 15)
-#define PITRACE_IOC_BENCH	_IOWR(PITRACE_IOC_MAGIC, 16, struct pitrace_bench_arg)
+#define PITRACE_IOC_BENCH	_IOWR(PITRACE_IOC_MAGIC, 16, struct pitrace_bench_arg)	/* benchmark only */
 
 /* ---- PTT: per-thread metric virtualization (PI Figure 5) ----------------- */
 
@@ -353,8 +497,10 @@ struct pitrace_bench_arg {
  * metric in the area is current to the thread's last state change.
  *
  * PTT_WATCH adds an area the module keeps for another thread (or the
- * caller) without a mapping: root, or a caller that may ptrace-read the
- * thread.  PTT_READ copies a snapshot of every area of the file (mapped
+ * caller) without a mapping: a caller that may ptrace-read the thread
+ * (PTRACE_MODE_READ_REALCREDS: same real uid/gid and a dumpable target,
+ * or CAP_SYS_PTRACE; security modules are not asked).  Threads the
+ * watched thread creates get their own area of the same file at creation.  PTT_READ copies a snapshot of every area of the file (mapped
  * and watched, alive and dead) for tools such as `ptt dump`.
  *
  * PTT_TERM marks every area of the file dead (dead = 1: reads must fail)

@@ -692,6 +692,14 @@ static int kmod_ptt_init(int fd, const struct metric **ms, int n)
  * backend is not forced. */
 static int init_kmod_locked(int fd, const struct metric **ms, int n, int forced)
 {
+	/* the module's ABI must be the one this library was built with */
+	struct pitrace_sysinfo si;
+	memset(&si, 0, sizeof si);
+	if (ioctl(fd, PITRACE_IOC_SYSINFO, &si) == 0 && si.abi != PITRACE_ABI_VERSION) {
+		close(fd);
+		return fail(PTT_ENOBACKEND, "the loaded pitrace module speaks ABI %u, this library ABI %d: load the module built "
+			    "from the same source tree (or PERFINSP_BACKEND=daemon)", si.abi, PITRACE_ABI_VERSION);
+	}
 	for (int i = 0; i < n; i++)
 		if (is_task_clock(ms[i])) {
 			close(fd);

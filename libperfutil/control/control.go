@@ -158,6 +158,12 @@ type WriteErrorPolicy interface {
 	SetStopOnWriteError(stop bool) error
 }
 
+// StackDepth is implemented by backends that record call stacks
+// (`swtrace enable callstack`) with a configurable depth limit.
+type StackDepth interface {
+	SetStackDepth(frames int) error
+}
+
 // Noticer is implemented by backends that learn, while connecting, things
 // the user must be told (for example that the daemon died holding a trace).
 type Noticer interface {

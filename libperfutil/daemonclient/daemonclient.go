@@ -295,6 +295,11 @@ func (c *Client) SetStopOnWriteError(stop bool) error {
 	return c.Call(daemonproto.OpOnWriteError, daemonproto.WriteErrorArgs{Stop: stop}, nil)
 }
 
+// SetStackDepth sets the call-stack depth limit.
+func (c *Client) SetStackDepth(frames int) error {
+	return c.Call(daemonproto.OpStackDepth, daemonproto.StackDepthArgs{Frames: frames}, nil)
+}
+
 // SetRate sets the tprof rate.
 func (c *Client) SetRate(hz int, event string) error {
 	return c.Call(daemonproto.OpRate, daemonproto.RateArgs{Hz: hz, Event: event}, nil)

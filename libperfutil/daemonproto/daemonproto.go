@@ -73,6 +73,7 @@ const (
 	OpHook         = "hook"           // HookArgs
 	OpShutdown     = "shutdown"       // the daemon exits (after stopping tracing)
 	OpOnWriteError = "on-write-error" // WriteErrorArgs
+	OpStackDepth   = "stack-depth"    // StackDepthArgs
 )
 
 // InitArgs are the buffer sizes.
@@ -116,6 +117,11 @@ type HookArgs struct {
 // WriteErrorArgs chooses what a stream write error does.
 type WriteErrorArgs struct {
 	Stop bool `json:"stop"`
+}
+
+// StackDepthArgs sets the call-stack depth limit.
+type StackDepthArgs struct {
+	Frames int `json:"frames"`
 }
 
 // PingResult identifies the daemon.

@@ -157,3 +157,133 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		}
 	}
 }
+
+// recordPayloads names the header's payload struct of every record code
+// the module writes (C field names are the spec's field names). Codes of
+// the table the module does not write are listed in notWritten.
+var recordPayloads = []struct {
+	major  uint16
+	minor  uint32
+	cType  string // "" for a record without fixed fields
+	layout int
+}{
+	{trace.MajorSys, trace.SysTimeHigh, "pitrace_rec_time_high", trace.LayoutFixed},
+	{trace.MajorSys, trace.SysInfo, "pitrace_rec_sysinfo", trace.LayoutString},
+	{trace.MajorSys, trace.SysLost, "pitrace_rec_lost", trace.LayoutFixed},
+	{trace.MajorSys, trace.SysTraceOn, "pitrace_rec_trace_on", trace.LayoutFixed},
+	{trace.MajorSys, trace.SysTraceOff, "", trace.LayoutFixed},
+	{trace.MajorSys, trace.SysBufFull, "pitrace_rec_buf_full", trace.LayoutFixed},
+	{trace.MajorMTE, trace.MTEProcess, "pitrace_rec_process", trace.LayoutString},
+	{trace.MajorMTE, trace.MTEFork, "pitrace_rec_fork", trace.LayoutFixed},
+	{trace.MajorMTE, trace.MTEExec, "pitrace_rec_task", trace.LayoutString},
+	{trace.MajorMTE, trace.MTEExit, "pitrace_rec_task", trace.LayoutFixed},
+	{trace.MajorMTE, trace.MTEThreadName, "pitrace_rec_task", trace.LayoutString},
+	{trace.MajorMTE, trace.MTESegment, "pitrace_rec_segment", trace.LayoutString},
+	{trace.MajorMTE, trace.MTEUnmap, "pitrace_rec_unmap", trace.LayoutFixed},
+	{trace.MajorTprof, trace.TprofTick, "pitrace_rec_tprof_tick", trace.LayoutFixed},
+	{trace.MajorTprof, trace.TprofEvent, "pitrace_rec_tprof_event", trace.LayoutFixed},
+	{trace.MajorDispatch, trace.DispatchSwitch, "pitrace_rec_dispatch", trace.LayoutFixed},
+	{trace.MajorInterrupt, trace.IntrHard, "pitrace_rec_irq", trace.LayoutFixed},
+	{trace.MajorInterrupt, trace.IntrHard | trace.ExitBit, "pitrace_rec_irq", trace.LayoutFixed},
+	{trace.MajorInterrupt, trace.IntrSoft, "pitrace_rec_softirq", trace.LayoutFixed},
+	{trace.MajorInterrupt, trace.IntrSoft | trace.ExitBit, "pitrace_rec_softirq", trace.LayoutFixed},
+}
+
+// The majors the module's own code writes; every code of them in the spec
+// table must have its payload struct checked, except notWritten: the
+// daemon's interrupt sources, and TPROF_EVENT_NAME, which user space
+// writes into the file for both backends. (Other majors — JIT, ITRACE,
+// unwind, user hooks — come from user space.)
+var moduleMajors = map[uint16]bool{
+	trace.MajorSys: true, trace.MajorMTE: true, trace.MajorTprof: true,
+	trace.MajorDispatch: true, trace.MajorInterrupt: true,
+}
+
+var notWritten = map[string]bool{
+	"TIMER_ENTRY": true, "TIMER_EXIT": true, "IPI_ENTRY": true, "IPI_EXIT": true,
+	"INTR_ENTRY": true, "INTR_EXIT": true, "TPROF_EVENT_NAME": true,
+}
+
+// The module's record payloads (kmod/uapi/pitrace.h, the structs the
+// module writes through) against the one spec table: same fields in the
+// same order, widths and packed offsets, and the same layout.
+func TestRecordPayloadsMatchSpecTable(t *testing.T) {
+	v := abic.Values()
+	seen := map[[2]uint64]bool{}
+	for _, r := range recordPayloads {
+		seen[[2]uint64{uint64(r.major), uint64(r.minor)}] = true
+		sp := trace.Lookup(r.major, r.minor)
+		if sp == nil {
+			t.Errorf("major %#x minor %#x: not in trace's spec table", r.major, r.minor)
+			continue
+		}
+		if sp.Layout != r.layout {
+			t.Errorf("%s: spec layout %d, the module writes layout %d", sp.Name, sp.Layout, r.layout)
+		}
+		if r.cType == "" {
+			if len(sp.Fields) != 0 {
+				t.Errorf("%s: spec has %d fields, the module writes none", sp.Name, len(sp.Fields))
+			}
+			continue
+		}
+		size, ok := v["sizeof "+r.cType]
+		if !ok {
+			t.Errorf("%s: struct %s not measured from the header", sp.Name, r.cType)
+			continue
+		}
+		off := uint64(0)
+		for _, f := range sp.Fields {
+			key := r.cType + "." + f.Name
+			cOff, ok := v["offsetof "+key]
+			if !ok {
+				t.Errorf("%s: spec field %s is not a field of struct %s", sp.Name, f.Name, r.cType)
+				continue
+			}
+			if cOff != off || v["fieldsize "+key] != uint64(f.Width) {
+				t.Errorf("%s.%s: C offset %d width %d, spec offset %d width %d", sp.Name, f.Name, cOff, v["fieldsize "+key], off, f.Width)
+			}
+			off += uint64(f.Width)
+		}
+		if size != off {
+			t.Errorf("%s: struct %s is %d bytes, the spec's fields %d", sp.Name, r.cType, size, off)
+		}
+	}
+	for _, sp := range trace.Specs() {
+		if !moduleMajors[sp.Major] || notWritten[sp.Name] {
+			continue
+		}
+		if !seen[[2]uint64{uint64(sp.Major), uint64(sp.Minor)}] {
+			t.Errorf("%s (major %#x minor %#x): in the spec table but no payload struct of the module is checked against it", sp.Name, sp.Major, sp.Minor)
+		}
+	}
+}
+
+// The size scheme: the ABI 1 sizes are the sizes of the Go mirrors (this
+// package speaks ABI 1), and SYSINFO's ABI feature bits are distinct.
+func TestSizeSchemeMatchesMirrors(t *testing.T) {
+	v := abic.Values()
+	for c, g := range map[string]any{
+		"PITRACE_INIT_ARG_SIZE_V1": initArg{}, "PITRACE_MAJORS_SIZE_V1": majorsArg{},
+		"PITRACE_MODE_ARG_SIZE_V1": modeArg{}, "PITRACE_RATE_ARG_SIZE_V1": rateArg{},
+		"PITRACE_STATUS_SIZE_V1": statusArg{}, "PITRACE_CPU_STATUS_SIZE_V1": cpuStatusArg{},
+		"PITRACE_HOOK_ARG_SIZE_V1": hookArg{}, "PITRACE_SYSINFO_SIZE_V1": sysinfoArg{},
+		"PITRACE_RELEASE_ARG_SIZE_V1": releaseArg{}, "PITRACE_BENCH_ARG_SIZE_V1": benchArg{},
+		"PITRACE_PTT_INIT_SIZE_V1": pttInitArg{}, "PITRACE_PTT_STATUS_SIZE_V1": pttStatusArg{},
+		"PITRACE_PTT_WATCH_SIZE_V1": pttWatchArg{}, "PITRACE_PTT_READ_SIZE_V1": pttReadArg{},
+	} {
+		if got, ok := v[c]; !ok || got != uint64(reflect.TypeOf(g).Size()) {
+			t.Errorf("%s: header %d (present %v), Go %T %d bytes", c, got, ok, g, reflect.TypeOf(g).Size())
+		}
+	}
+	abi := uint64(0)
+	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC"} {
+		f := v[b]
+		if f == 0 || f&(f-1) != 0 || f < 1<<16 || abi&f != 0 {
+			t.Errorf("%s = %#x: want a single bit from 16 up, distinct from the others", b, f)
+		}
+		abi |= f
+	}
+	if v["PITRACE_FEAT_ABI"] != abi {
+		t.Errorf("PITRACE_FEAT_ABI %#x, the bits %#x", v["PITRACE_FEAT_ABI"], abi)
+	}
+}

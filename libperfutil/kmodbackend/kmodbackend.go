@@ -82,14 +82,24 @@ func Open() (*Backend, error) {
 // newBackend checks that f is the pitrace device and speaks this ABI.
 func newBackend(f *os.File) (*Backend, error) {
 	b := &Backend{f: f, fd: f.Fd()}
-	var si sysinfoArg
-	if err := b.ioctl(iocSysinfo, unsafe.Pointer(&si)); err != nil {
-		return nil, fmt.Errorf("%s does not answer the pitrace system-info ioctl (%v): is it the pitrace module?", Device, err)
-	}
-	if si.ABI != ABIVersion {
-		return nil, fmt.Errorf("the loaded pitrace module speaks ABI %d, this program ABI %d: rebuild and reload the module from this source tree", si.ABI, ABIVersion)
+	if err := CheckABI(b.fd); err != nil {
+		return nil, err
 	}
 	return b, nil
+}
+
+// CheckABI checks that fd is the pitrace device and speaks this program's
+// ABI version. Every Go user of the device calls it (as the C library does).
+func CheckABI(fd uintptr) error {
+	b := &Backend{fd: fd}
+	var si sysinfoArg
+	if err := b.ioctl(iocSysinfo, unsafe.Pointer(&si)); err != nil {
+		return fmt.Errorf("%s does not answer the pitrace system-info ioctl (%v): is it the pitrace module?", Device, err)
+	}
+	if si.ABI != ABIVersion {
+		return fmt.Errorf("the loaded pitrace module speaks ABI %d, this program ABI %d: rebuild and reload the module from this source tree", si.ABI, ABIVersion)
+	}
+	return nil
 }
 
 func (b *Backend) ioctl(req uintptr, arg unsafe.Pointer) error {

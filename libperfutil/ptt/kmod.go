@@ -43,6 +43,10 @@ func newKmodBackend(ms []Metric) (*kmodBackend, error) {
 		unix.Close(fd)
 		return nil, errors.New("the pitrace module's PTT needs rdtsc (x86-64)")
 	}
+	if err := kmodbackend.CheckABI(uintptr(fd)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("ptt backend kmod: %w", err)
+	}
 	hooks, err := kmodbackend.PttHooks(fd)
 	if err != nil {
 		unix.Close(fd)

@@ -34,7 +34,7 @@ func (rep *Report) folded() map[string]uint64 {
 		var b strings.Builder
 		for _, st := range rep.Stacks {
 			b.Reset()
-			b.WriteString(cleanLabel(rep.ProcLabel(st.PID)))
+			b.WriteString(strings.ReplaceAll(rep.ProcTitle(st.PID), ";", ":"))
 			if st.Truncated {
 				b.WriteString(";[truncated]")
 			}
@@ -47,7 +47,7 @@ func (rep *Report) folded() map[string]uint64 {
 		return m
 	}
 	for k, n := range rep.Ticks {
-		m[cleanLabel(rep.ProcLabel(k.PID))+";"+cleanLabel(k.Module)+";"+cleanLabel(k.Symbol)] += n
+		m[strings.ReplaceAll(rep.ProcTitle(k.PID), ";", ":")+";"+cleanLabel(k.Module)+";"+cleanLabel(k.Symbol)] += n
 	}
 	return m
 }

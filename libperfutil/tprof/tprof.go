@@ -431,6 +431,29 @@ func (rep *Report) ProcLabel(pid uint32) string {
 	return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
 }
 
+// ProcTitle is a process as the modern forms (pprof, folded stacks, flame
+// graphs) name it: "name (pid N)", in decimal; PI's name_hex (ProcLabel)
+// stays in tprof.out, which users compare with PI's.
+func (rep *Report) ProcTitle(pid uint32) string {
+	n := rep.ProcName[pid]
+	if n == "" {
+		n = "?"
+	}
+	return fmt.Sprintf("%s (pid %d)", n, pid)
+}
+
+// ThreadTitle is a thread as the modern forms name it: "name (tid N)".
+func (rep *Report) ThreadTitle(pid, tid uint32) string {
+	n := rep.ThreadNm[[2]uint32{pid, tid}]
+	if n == "" {
+		n = rep.ProcName[pid]
+	}
+	if n == "" {
+		n = "?"
+	}
+	return fmt.Sprintf("%s (tid %d)", n, tid)
+}
+
 // ThreadLabel is PI's thread name form: name_tid (tid in hex). A thread
 // no record named carries its process's name, as a new thread starts with
 // its creator's comm.

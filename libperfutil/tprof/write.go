@@ -176,7 +176,7 @@ func (rep *Report) Profile() *profile.Profile {
 			for i := len(st.Frames) - 1; i >= 0; i-- {
 				ls = append(ls, location(st.Frames[i].Module, st.Frames[i].Symbol))
 			}
-			lab := map[string][]string{"process": {rep.ProcLabel(st.PID)}, "thread": {rep.ThreadLabel(st.PID, st.TID)}}
+			lab := map[string][]string{"process": {rep.ProcTitle(st.PID)}, "thread": {rep.ThreadTitle(st.PID, st.TID)}}
 			if st.Truncated {
 				lab["truncated"] = []string{"yes"}
 			}
@@ -210,7 +210,7 @@ func (rep *Report) Profile() *profile.Profile {
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: []*profile.Location{loc},
 			Value:    []int64{int64(n), int64(n) * period},
-			Label:    map[string][]string{"process": {rep.ProcLabel(k.PID)}, "thread": {rep.ThreadLabel(k.PID, k.TID)}},
+			Label:    map[string][]string{"process": {rep.ProcTitle(k.PID)}, "thread": {rep.ThreadTitle(k.PID, k.TID)}},
 			NumLabel: map[string][]int64{"pid": {int64(k.PID)}, "tid": {int64(k.TID)}},
 		})
 		modTicks[k.Module] += n

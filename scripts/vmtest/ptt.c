@@ -962,6 +962,7 @@ struct smp_thr {
 	int cpu;
 	uint64_t n;
 	int64_t virt, raw, sleep_virt, sleep_raw;
+	int64_t intr;		/* TSC in interrupts during the loop (left out) */
 	uint32_t cpu_seen;
 	volatile int *go;
 };
@@ -984,11 +985,13 @@ static void *smp_main(void *arg)
 		return NULL;
 	while (!*t->go)
 		;
+	t->intr = -(int64_t)a->intr_time[0];
 	v0 = ptt_read(a, 0);
 	r0 = rdtsc();
 	spin(t->n);
 	t->raw = rdtsc() - r0;
 	t->virt = ptt_read(a, 0) - v0;
+	t->intr += (int64_t)a->intr_time[0];
 	if (t->cpu == 0) {
 		v0 = ptt_read(a, 0);
 		r0 = rdtsc();
@@ -1026,11 +1029,18 @@ static int smp(void)
 	for (i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
 	for (i = 0; i < 2; i++) {
-		printf("ptt: smp: thread on cpu %d (area cpu %u): loop %llu, virtualized %lld, raw %lld (%.4f)\n",
+		printf("ptt: smp: thread on cpu %d (area cpu %u): loop %llu, virtualized %lld, raw %lld (%.4f), in interrupts %lld (%.2f %%)\n",
 		       t[i].cpu, t[i].cpu_seen, (unsigned long long)t[i].n, (long long)t[i].virt,
-		       (long long)t[i].raw, t[i].raw ? (double)t[i].virt / t[i].raw : 0);
-		CHECK(t[i].virt > t[i].raw * 0.9 && t[i].virt <= t[i].raw * 1.001,
-		      "cpu %d: virtualized %lld vs raw %lld", t[i].cpu, (long long)t[i].virt, (long long)t[i].raw);
+		       (long long)t[i].raw, t[i].raw ? (double)t[i].virt / t[i].raw : 0,
+		       (long long)t[i].intr, t[i].raw ? 100.0 * t[i].intr / t[i].raw : 0);
+		/*
+		 * What virtualization leaves out is the interrupts (the area's
+		 * intr_time): how much of them a TCG guest under slub_debug
+		 * takes varies, the sum does not.
+		 */
+		CHECK(t[i].virt + t[i].intr > t[i].raw * 0.9 && t[i].virt + t[i].intr <= t[i].raw * 1.001,
+		      "cpu %d: virtualized %lld + interrupts %lld vs raw %lld", t[i].cpu, (long long)t[i].virt,
+		      (long long)t[i].intr, (long long)t[i].raw);
 		CHECK(t[i].cpu_seen == (uint32_t)t[i].cpu, "thread for cpu %d ran on cpu %u", t[i].cpu, t[i].cpu_seen);
 	}
 	printf("ptt: smp: cpu 0 thread asleep 200 ms while cpu 1 loops: virtualized +%lld of raw %lld (%.3f %%)\n",

@@ -8,6 +8,7 @@
 #   scripts/vmtest/run.sh            the functional test
 #   scripts/vmtest/run.sh bench      the per-record cost benchmark (-icount shift=0,sleep=off)
 #   scripts/vmtest/run.sh ptt        PTT: virtualized vs raw TSC over a fixed loop (-icount)
+#   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/harden.c, -smp 2)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -104,6 +105,8 @@ mkdir -p "$BIN"
 echo "vmtest: building static tools"
 export CGO_ENABLED=0
 go build -ldflags='-s -w' -o "$BIN/swtrace" ./tools/swtrace
+# the agent: it drains wrap/cont traces and holds ptt (started on demand from $PATH)
+go build -ldflags='-s -w' -o "$BIN/pitraced" ./daemon/cmd/pitraced
 go build -ldflags='-s -w' -o "$BIN/pitraced" ./daemon/cmd/pitraced # the agent drains wrap/cont
 go build -ldflags='-s -w' -o "$BIN/pitest" ./scripts/vmtest/guest
 if [ -d tools/post ] && go build -ldflags='-s -w' -o "$BIN/post" ./tools/post 2>"$W/post-build.log"; then
@@ -114,6 +117,7 @@ else
 fi
 gcc -O2 -g -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
+gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
@@ -157,16 +161,21 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ]; then
 	SMP=1
 fi
 TIMEOUT=${VMTEST_TIMEOUT:-420}
-echo "vmtest: booting (TCG, -smp $SMP ${QEMU_EXTRA[*]}, timeout ${TIMEOUT}s); serial log $LOG"
+# The strict kernel: any WARN, oops, soft lockup or hung task panics (and
+# fails the run); SLUB red zones, poisoning and sanity checks catch
+# use-after-free and overruns of the module's allocations; freed pages are
+# poisoned.  VMTEST_KCMD replaces it (for example to bisect a slowdown).
+KCMD=${VMTEST_KCMD:-oops=panic panic_on_warn=1 softlockup_panic=1 softlockup_all_cpu_backtrace=1 hung_task_panic=1 slub_debug=FZP page_poison=1}
+echo "vmtest: booting (TCG, -smp $SMP ${QEMU_EXTRA[*]}, timeout ${TIMEOUT}s; kernel: $KCMD); serial log $LOG"
 start=$(date +%s)
 set +e
 timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-single} -cpu max -m 1G -smp $SMP -nographic -no-reboot \
 	"${QEMU_EXTRA[@]}" -kernel "$KERNEL" -initrd "$W/initramfs.cpio.gz" \
-	-append "console=ttyS0 panic=-1 oops=panic panic_on_warn=1 softlockup_panic=1 softlockup_all_cpu_backtrace=1 quiet loglevel=${VMTEST_LOGLEVEL:-5}" </dev/null >"$LOG" 2>&1
+	-append "console=ttyS0 panic=-1 $KCMD quiet loglevel=${VMTEST_LOGLEVEL:-5}" </dev/null >"$LOG" 2>&1
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
-grep -E '^(vmtest|ptt|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
+grep -E '^(vmtest|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
 # Kernel messages carry a printk time stamp; tool output in the log (for
 # example post's "WARNING: records were lost") does not.
 KPAT='\[ *[0-9]+\.[0-9]+\] .*(Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace)'
@@ -184,6 +193,7 @@ fi
 marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
 [ "$WHAT" = ptt ] && marker="PITRACE-PTT-DONE"
+[ "$WHAT" = harden ] && marker="PITRACE-HARDEN-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2

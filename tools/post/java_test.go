@@ -60,7 +60,7 @@ func TestJavaPerfMap(t *testing.T) {
 		t.Fatal(errs)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "j.folded"))
-	label := "_" + strconv.FormatInt(int64(pid), 16) + ";"
+	label := "(pid " + strconv.Itoa(pid) + ");"
 	var top string
 	var topN, total int
 	for _, l := range strings.Split(string(b), "\n") {

@@ -134,7 +134,7 @@ func TestSyntheticJITReuseAndTotals(t *testing.T) {
 		t.Fatalf("post.show has %d ticks:\n%.2000s", n, show)
 	}
 	fb, _ := os.ReadFile(folded)
-	if !strings.Contains(string(fb), "java_1f4;JIT;Bar.second()V 50\n") {
+	if !strings.Contains(string(fb), "java (pid 500);JIT;Bar.second()V 50\n") { // modern forms name processes in decimal
 		t.Fatalf("folded:\n%s", fb)
 	}
 	// pprof: the file parses and its top symbols are tprof.out's.

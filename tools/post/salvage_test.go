@@ -194,7 +194,7 @@ func TestHostileInputsFailFast(t *testing.T) {
 // rest of the corrupted record's segment.
 func TestRealTraceCutAndCorrupted(t *testing.T) {
 	e := tracetest.Setup(t)
-	e.Sw("init", "-t", "128K") // 8K segments: many chunks per CPU whatever the machine's load
+	e.Sw("init", "-t", "512K") // 32K segments: several chunks per CPU, room for a slow run
 	e.Sw("enable", "tprof")
 	e.Sw("setrate", "2000")
 	e.Sw("on")

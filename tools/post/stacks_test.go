@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,4 +122,128 @@ func TestExampleCallStacks(t *testing.T) {
 		t.Fatalf("flame graph: %v\n%.500s", err, b)
 	}
 	t.Logf("%d ticks of the example, paths %v", total, paths)
+}
+
+// The inclusive shares of the example's functions agree with perf's
+// (`perf record -g` + `perf report --children`) on the same run within 2
+// points: both sample it at the same time, perf launching it, tprof tracing
+// the system with call stacks.
+func TestStacksAgreeWithPerf(t *testing.T) {
+	e := tracetest.Setup(t)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("perf is not installed (scripts/deps: linux-perf)")
+		}
+		t.Skip("skipped: perf is not installed (apt-get install linux-perf)")
+	}
+	dir, sw := e.Dir, e.Sw
+	sw("init", "-t", "16M")
+	sw("enable", "--only", "tprof", "callstack")
+	sw("setrate", "1000")
+	sw("on")
+	data := filepath.Join(dir, "perf.data")
+	rec := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "1000", "-g", "-o", data, "--", e.Burn, "200")
+	if out, err := rec.CombinedOutput(); err != nil {
+		sw("off")
+		t.Fatalf("perf record: %v\n%s", err, out)
+	}
+	sw("off")
+	sw("get", "both.nrm2")
+	folded := filepath.Join(dir, "both.folded")
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "both.nrm2"), "--comm", "cpuburn", "--folded", folded); code != 0 {
+		t.Fatal(errs)
+	}
+	ours := inclusive(t, folded)
+	rep, err := exec.Command(perf, "report", "-i", data, "--children", "--stdio", "--sort", "sym", "-g", "none", "--percent-limit", "0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("perf report: %v\n%s", err, rep)
+	}
+	theirs := map[string]float64{}
+	for _, l := range strings.Split(string(rep), "\n") {
+		f := strings.Fields(l)
+		// "  61.23%  0.00%  [.] work"
+		if len(f) >= 4 && strings.HasSuffix(f[0], "%") && f[2] == "[.]" {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(f[0], "%"), 64)
+			if err == nil {
+				theirs[f[3]] = v
+			}
+		}
+	}
+	for _, fn := range []string{"work", "heavy", "via_route", "medium", "light", "main", "worker"} {
+		d := ours[fn] - theirs[fn]
+		t.Logf("%-10s tprof %6.2f %%  perf %6.2f %%  (%+.2f)", fn, ours[fn], theirs[fn], d)
+		if theirs[fn] == 0 || d > 2 || d < -2 {
+			t.Errorf("%s: inclusive %.2f %% against perf's %.2f %%", fn, ours[fn], theirs[fn])
+		}
+	}
+}
+
+// inclusive reads folded stacks into each function's inclusive share (%).
+func inclusive(t *testing.T, path string) map[string]float64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	total := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		i := strings.LastIndexByte(l, ' ')
+		n, _ := strconv.Atoi(l[i+1:])
+		total += n
+		seen := map[string]bool{}
+		for _, fr := range strings.Split(l[:i], ";")[1:] {
+			if !seen[fr] {
+				counts[fr] += n
+				seen[fr] = true
+			}
+		}
+	}
+	out := map[string]float64{}
+	for fn, n := range counts {
+		out[fn] = 100 * float64(n) / float64(total)
+	}
+	return out
+}
+
+// A stack deeper than the depth limit is kept cut and marked: in the
+// folded stacks, in tprof.out's call tree header and in pprof's labels.
+func TestStackDepthLimitMarksTruncated(t *testing.T) {
+	e := tracetest.Setup(t)
+	dir, sw := e.Dir, e.Sw
+	sw("init", "-t", "8M")
+	sw("enable", "--only", "--depth", "3", "tprof", "callstack")
+	sw("on")
+	pid, _ := e.RunBurn(40)
+	sw("off")
+	sw("get", "d.nrm2")
+	folded := filepath.Join(dir, "d.folded")
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "d.nrm2"), "-tprof", "--pid", strconv.Itoa(pid), "--no-children", "--folded", folded); code != 0 {
+		t.Fatal(errs)
+	}
+	b, _ := os.ReadFile(folded)
+	cut, all := 0, 0
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		i := strings.LastIndexByte(l, ' ')
+		n, _ := strconv.Atoi(l[i+1:])
+		all += n
+		frames := strings.Split(l[:i], ";")
+		if len(frames) > 1+1+3 { // process, [truncated], at most 3 frames
+			t.Fatalf("a stack of more than 3 frames with --depth 3: %s", l)
+		}
+		if len(frames) > 1 && frames[1] == "[truncated]" {
+			cut += n
+		}
+	}
+	// main -> work -> heavy -> account ... is deeper than 3 frames.
+	if all < 100 || cut < all*8/10 {
+		t.Fatalf("%d of %d stacks marked truncated at depth 3", cut, all)
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "tprof.out"))
+	if !regexp.MustCompile(`\((\d+) cut at the depth limit\)`).Match(out) || strings.Contains(string(out), "(0 cut at the depth limit)") {
+		t.Fatalf("tprof.out does not count the truncated stacks:\n%.2000s", out)
+	}
+	if o, code := e.SwCode("enable", "--depth", "500", "callstack"); code == 0 || !strings.Contains(o, "1..127") {
+		t.Fatalf("depth 500 accepted: %s", o)
+	}
 }

@@ -128,7 +128,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					&cli.StringFlag{Name: "m", Aliases: []string{"mte"}, Usage: "MTE buffer `SIZE` per CPU"},
 				}, Action: cmdInit},
 			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [--only] [TYPE ...]",
-				Flags:  []cli.Flag{&cli.BoolFlag{Name: "only", Usage: "enable exactly these types (and the always-on sys and mte), disabling the others"}},
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "only", Usage: "enable exactly these types (and the always-on sys and mte), disabling the others"},
+					&cli.IntFlag{Name: "depth", Usage: "with callstack: at most `FRAMES` frames per stack (1..127, default 127); deeper stacks are kept truncated and marked"}},
 				Action: cmdEnable(true)},
 			{Name: "disable", Usage: "disable record types", UsageText: "swtrace disable TYPE ...", Action: cmdEnable(false)},
 			{Name: "mode", Usage: "select the mode: normal, wrap or cont", UsageText: "swtrace mode normal|wrap|cont [-f FILE]",
@@ -314,6 +315,15 @@ func cmdEnable(on bool) cli.ActionFunc {
 		}
 		if err != nil {
 			return err
+		}
+		if c.IsSet("depth") {
+			sd, ok := f.(control.StackDepth)
+			if !ok {
+				return fmt.Errorf("--depth: the %s backend records no call stacks", f.Backend())
+			}
+			if err := sd.SetStackDepth(c.Int("depth")); err != nil {
+				return err
+			}
 		}
 		st, err := f.Info()
 		if err != nil {

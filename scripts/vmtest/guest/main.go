@@ -61,6 +61,13 @@ func main() {
 			usage()
 		}
 		err = unmapCheck(os.Args[2])
+	case "mteexec":
+		if len(os.Args) != 4 {
+			usage()
+		}
+		err = mteExec(os.Args[2], os.Args[3])
+	case "agent-stop":
+		err = agentStop()
 	case "holdmap":
 		err = holdMap()
 	case "bench":
@@ -81,6 +88,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | holdmap | bench | pttgo | pttmod [PTT] | msr")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | pttgo | pttmod [PTT] | msr")
 	os.Exit(2)
 }

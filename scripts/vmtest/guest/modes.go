@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"perfinsp/libperfutil/control"
@@ -119,6 +122,15 @@ func modes() error {
 	if recs != total(s.traceRecs) || mrecs != total(s.mteRecs) {
 		return fmt.Errorf("normal: statistics and file disagree")
 	}
+	// the buffer that filled says so in the trace (docs/trace-format.md)
+	nfull := s.count(trace.MajorSys, trace.SysBufFull)
+	fmt.Printf("modes: normal: %d BUFFER_FULL records\n", nfull)
+	if nfull == 0 {
+		return fmt.Errorf("normal: a buffer filled but the file has no BUFFER_FULL record")
+	}
+	if err := postShows("/tmp/mode.nrm2", "BUFFER_FULL"); err != nil {
+		return fmt.Errorf("normal: %w", err)
+	}
 	if total(s.traceRecs) == 0 || uint64(s.f.Header.TraceBufSize) < 8<<10 {
 		return fmt.Errorf("normal: nothing recorded")
 	}
@@ -193,4 +205,34 @@ func modes() error {
 	}
 	fmt.Println("modes: ok")
 	return nil
+}
+
+// postShows checks that post -show prints a record named name from file
+// (when the VM image has post).
+func postShows(file, name string) error {
+	post := "/bin/post"
+	if _, err := os.Stat(post); err != nil {
+		fmt.Printf("modes: %s not in the image: post -show not checked\n", post)
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "show")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	out, err := exec.Command(post, "-r", file, "-show", "-o", dir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("post -show: %v: %s", err, out)
+	}
+	show, err := os.ReadFile(filepath.Join(dir, "post.show"))
+	if err != nil {
+		return fmt.Errorf("post -show wrote no post.show: %w", err)
+	}
+	for _, l := range strings.Split(string(show), "\n") {
+		if strings.Contains(l, name) {
+			fmt.Printf("modes: post -show: %s\n", strings.TrimSpace(l))
+			return nil
+		}
+	}
+	return fmt.Errorf("post -show prints no %s record", name)
 }

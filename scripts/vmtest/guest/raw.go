@@ -86,7 +86,15 @@ func badInput() error {
 			return expect("unknown command (other magic)", rawIoctl(fd, 0x5401, 0), unix.ENOTTY)
 		},
 		func() error {
-			return expect("known nr with the wrong size", rawIoctl(fd, ioc["PITRACE_IOC_STATUS"]+(1<<16), 0), unix.ENOTTY)
+			// the size scheme: below the ABI 1 size is no ioctl of the module
+			return expect("known nr, size below ABI 1's", rawIoctl(fd, ioc["PITRACE_IOC_STATUS"]-(8<<16), 0), unix.ENOTTY)
+		},
+		func() error {
+			return expect("known nr, wrong direction", rawIoctl(fd, ioc["PITRACE_IOC_STATUS"]&^(uintptr(2)<<30)|(1<<30), 0), unix.ENOTTY)
+		},
+		func() error {
+			// a newer caller's longer struct is accepted: here the pointer is bad
+			return expect("known nr, longer struct, NULL pointer", rawIoctl(fd, ioc["PITRACE_IOC_STATUS"]+(1<<16), 0), unix.EFAULT)
 		},
 		func() error {
 			return expect("status to a NULL pointer", rawIoctl(fd, ioc["PITRACE_IOC_STATUS"], 0), unix.EFAULT)
@@ -288,9 +296,9 @@ func fuzz(n int, seed int64) error {
 	fd := f.Fd()
 	r := rand.New(rand.NewSource(seed))
 	names := make([]string, 0, len(ioc))
-	known := map[uintptr]bool{}
+	byNr := map[uintptr]uintptr{}
 	for name, v := range ioc {
-		known[v] = true
+		byNr[v&0xff] = v
 		// One drainer at a time: a fuzzer attached as the drainer would
 		// make every wrap/cont off wait for it.
 		if name != "PITRACE_IOC_DRAIN" {
@@ -298,8 +306,23 @@ func fuzz(n int, seed int64) error {
 		}
 	}
 	sort.Strings(names)
+	// A command is the module's when its number and direction are one of
+	// its ioctls and its size is at least the ABI 1 size (a longer struct
+	// is a newer caller's): the module answers every other with ENOTTY.
+	known := func(req uintptr) bool {
+		v, ok := byNr[req&0xff]
+		if !ok || req>>8&0xff != 0xE1 || req>>30 != v>>30 {
+			return false
+		}
+		if iocSize(v) == 0 {
+			return iocSize(req) == 0
+		}
+		return iocSize(req) >= iocSize(v)
+	}
 	counts := map[string]int{}
-	buf := make([]byte, 4096)
+	// room for the largest size a command number can carry (14 bits):
+	// the module reads and writes (zeroes) up to that size
+	buf := make([]byte, 1<<14)
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		if r.Intn(64) == 0 {
@@ -344,10 +367,10 @@ func fuzz(n int, seed int64) error {
 			a = uintptr(unsafe.Pointer(&buf[0]))
 		}
 		e := rawIoctl(fd, req, a)
-		if !known[req] && e != unix.ENOTTY {
+		if !known(req) && e != unix.ENOTTY {
 			return fmt.Errorf("unknown command %#x gave %v, want ENOTTY", req, e)
 		}
-		if known[req] {
+		if known(req) {
 			counts["known "+errName(e)]++
 		} else {
 			counts["unknown "+errName(e)]++

@@ -1,0 +1,1104 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * harden - VM tests of pitrace.ko under hostile or unusual use (issue 17):
+ *
+ *   harden uffd       a caller stalled on a userfaultfd page inside an ioctl
+ *                     does not delay other openers (STATUS, close, PTT)
+ *   harden enotty     unknown commands answer at once while pt.lock is held
+ *   harden sized      the size in the command number: shorter (ABI 1) and
+ *                     longer structs, tails zeroed or checked
+ *   harden strtail    STATUS shows zeros after the path's NUL
+ *   harden watchexit  PTT_WATCH racing thread exit leaves no live area
+ *   harden teardown   PTT_TERM / close of 1000 watched threads, munmap meanwhile
+ *   harden perm       PTT_WATCH follows ptrace read rules (dropped privileges,
+ *                     user namespaces)
+ *   harden hotplug    a CPU offlined and onlined while tprof and PTT count
+ *   harden inherit    20 threads of 30 ms in a watched process, all counted
+ *
+ * Each prints "harden: ..." lines and exits non-zero on a failed check.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/perf_event.h>
+#include <linux/userfaultfd.h>
+
+#include "../../kmod/uapi/pitrace.h"
+
+static int fails;
+
+#define CHECK(cond, ...) do { \
+	if (!(cond)) { printf("harden: FAIL: " __VA_ARGS__); printf("\n"); fails++; } \
+} while (0)
+
+#define DIE(...) do { printf("harden: FAIL: " __VA_ARGS__); printf(" (%s)\n", strerror(errno)); exit(1); } while (0)
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((uint64_t)hi << 32) | lo;
+}
+
+static int dev(void)
+{
+	int fd = open(PITRACE_DEVICE, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		DIE("open %s", PITRACE_DEVICE);
+	return fd;
+}
+
+static pid_t gettid_(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+/* Change the size field of an ioctl command number. */
+static unsigned long resize(unsigned long cmd, unsigned int size)
+{
+	return (cmd & ~((unsigned long)_IOC_SIZEMASK << _IOC_SIZESHIFT)) |
+	       ((unsigned long)size << _IOC_SIZESHIFT);
+}
+
+static int ptt_init_tsc(int fd, int with_cpu_clock)
+{
+	struct pitrace_ptt_init in;
+
+	memset(&in, 0, sizeof(in));
+	in.nmetrics = 1;
+	in.m[0].kind = PITRACE_PTT_TSC;
+	if (with_cpu_clock) {
+		in.nmetrics = 2;
+		in.m[1].kind = PITRACE_PTT_PERF;
+		in.m[1].type = PERF_TYPE_SOFTWARE;
+		in.m[1].config = PERF_COUNT_SW_CPU_CLOCK;
+	}
+	return ioctl(fd, PITRACE_IOC_PTT_INIT, &in);
+}
+
+static uint32_t ptt_nareas(int fd)
+{
+	struct pitrace_ptt_status *st = calloc(1, sizeof(*st));
+	uint32_t n;
+
+	if (!st || ioctl(fd, PITRACE_IOC_PTT_STATUS, st))
+		DIE("PTT_STATUS");
+	n = st->nareas;
+	free(st);
+	return n;
+}
+
+/* Wait (up to ms) until no area is updated any more; the count left. */
+static uint32_t wait_nareas_zero(int fd, double ms)
+{
+	double end = now_ms() + ms;
+	uint32_t n;
+
+	while ((n = ptt_nareas(fd)) != 0 && now_ms() < end)
+		sched_yield();
+	return n;
+}
+
+static struct pitrace_ptt_thread *ptt_read_all(int fd, uint32_t max, uint32_t *n)
+{
+	struct pitrace_ptt_thread *th = calloc(max, sizeof(*th));
+	struct pitrace_ptt_read r = { .max = max, .buf = (uintptr_t)th };
+
+	if (!th || ioctl(fd, PITRACE_IOC_PTT_READ, &r))
+		DIE("PTT_READ");
+	*n = r.n;
+	return th;
+}
+
+/* ---- uffd: no user memory under the lock ------------------------------- */
+
+static int uffd_open(void **page)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg;
+	int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+
+	if (u < 0)
+		DIE("userfaultfd");
+	if (ioctl(u, UFFDIO_API, &api))
+		DIE("UFFDIO_API");
+	*page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (*page == MAP_FAILED)
+		DIE("mmap");
+	memset(&reg, 0, sizeof(reg));
+	reg.range.start = (uintptr_t)*page;
+	reg.range.len = 4096;
+	reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+	if (ioctl(u, UFFDIO_REGISTER, &reg))
+		DIE("UFFDIO_REGISTER");
+	return u;
+}
+
+/* Block until the stalled caller has faulted: the fault message arrives. */
+static int uffd_wait_fault(int u)
+{
+	struct pollfd p = { .fd = u, .events = POLLIN };
+	struct uffd_msg m;
+
+	if (poll(&p, 1, 20000) != 1)
+		return -1;
+	if (read(u, &m, sizeof(m)) != sizeof(m) ||
+	    m.event != UFFD_EVENT_PAGEFAULT)
+		return -1;
+	return 0;
+}
+
+static void uffd_zero(int u, void *page)
+{
+	struct uffdio_zeropage z;
+
+	memset(&z, 0, sizeof(z));
+	z.range.start = (uintptr_t)page;
+	z.range.len = 4096;
+	if (ioctl(u, UFFDIO_ZEROPAGE, &z) && errno != EEXIST)
+		DIE("UFFDIO_ZEROPAGE");
+}
+
+struct stall {
+	int fd;
+	unsigned long cmd;
+	void *arg;
+	volatile int done;
+	int rc, err;
+};
+
+static void *stall_main(void *p)
+{
+	struct stall *s = p;
+
+	s->rc = ioctl(s->fd, s->cmd, s->arg);
+	s->err = errno;
+	__atomic_store_n(&s->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/* While a caller of cmd sits in a fault on a uffd page: other openers. */
+static void uffd_case(const char *name, int fd, unsigned long cmd,
+		      void *arg, int u, void *page)
+{
+	struct pitrace_status st;
+	struct stall s = { .fd = fd, .cmd = cmd, .arg = arg };
+	pthread_t t;
+	double t0, d_status, d_close, d_ptt;
+	int fd2, fd3, i;
+
+	if (pthread_create(&t, NULL, stall_main, &s))
+		DIE("pthread_create");
+	if (uffd_wait_fault(u)) {
+		CHECK(0, "%s: the caller never faulted on the userfaultfd page", name);
+		uffd_zero(u, page);
+		pthread_join(t, NULL);
+		return;
+	}
+	/*
+	 * The caller is stalled in the module now.  Each figure is the best
+	 * of three: a wait behind the stalled caller would make all three
+	 * long, a preemption of this test (TCG) only one.
+	 */
+	d_status = d_ptt = d_close = 1e9;
+	for (i = 0; i < 3; i++) {
+		double d;
+
+		fd2 = dev();
+		t0 = now_ms();
+		CHECK(ioctl(fd2, PITRACE_IOC_STATUS, &st) == 0, "%s: STATUS: %s", name, strerror(errno));
+		d = now_ms() - t0;
+		d_status = d < d_status ? d : d_status;
+		fd3 = dev();
+		CHECK(ptt_init_tsc(fd3, 0) == 0, "%s: PTT_INIT: %s", name, strerror(errno));
+		t0 = now_ms();
+		ptt_nareas(fd3);
+		d = now_ms() - t0;
+		d_ptt = d < d_ptt ? d : d_ptt;
+		close(fd3);
+		t0 = now_ms();
+		close(fd2);
+		d = now_ms() - t0;
+		d_close = d < d_close ? d : d_close;
+	}
+	CHECK(!__atomic_load_n(&s.done, __ATOMIC_SEQ_CST),
+	      "%s: the stalled caller returned before its fault was resolved", name);
+	printf("harden: uffd: %s stalled on a userfaultfd page: another opener's STATUS %.3f ms, PTT_STATUS %.3f ms, close %.3f ms (best of 3)\n",
+	       name, d_status, d_ptt, d_close);
+	CHECK(d_status < 10 && d_close < 10 && d_ptt < 10,
+	      "%s: another opener waited (STATUS %.1f ms, PTT_STATUS %.1f ms, close %.1f ms; want < 10 ms)",
+	      name, d_status, d_ptt, d_close);
+	uffd_zero(u, page);
+	pthread_join(t, NULL);
+	printf("harden: uffd: %s returned %d (%s) once the page arrived\n", name,
+	       s.rc, s.rc ? strerror(s.err) : "ok");
+}
+
+static int t_uffd(void)
+{
+	struct pitrace_ptt_read *r;
+	void *page, *page2;
+	int fd = dev(), u, u2;
+
+	/* SETMODE whose argument sits on a missing userfaultfd page */
+	u = uffd_open(&page);
+	uffd_case("SETMODE (argument in)", fd, PITRACE_IOC_SETMODE, page, u, page);
+	close(u);
+
+	/* PTT_READ whose result array sits on one (copied out after the lock) */
+	u2 = uffd_open(&page2);
+	CHECK(ptt_init_tsc(fd, 0) == 0, "PTT_INIT: %s", strerror(errno));
+	{
+		struct pitrace_ptt_watch w = { .tid = gettid_() };
+
+		CHECK(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0, "watch self: %s", strerror(errno));
+	}
+	r = calloc(1, sizeof(*r));
+	r->max = 1;
+	r->buf = (uintptr_t)page2;
+	uffd_case("PTT_READ (result out)", fd, PITRACE_IOC_PTT_READ, r, u2, page2);
+	close(u2);
+	free(r);
+	close(fd);
+	return 0;
+}
+
+/* ---- enotty: unknown commands before any lock ------------------------- */
+
+struct hold {
+	int fd;
+	double ms;
+	int rc, err;
+	volatile int done;
+};
+
+static void *init_main(void *p)
+{
+	struct hold *h = p;
+	struct pitrace_init_arg a = { .trace_size = 96 << 20, .mte_size = 4096 };
+	double t0 = now_ms();
+
+	h->rc = ioctl(h->fd, PITRACE_IOC_INIT, &a);
+	h->err = errno;
+	h->ms = now_ms() - t0;
+	__atomic_store_n(&h->done, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct prober {
+	int fd;
+	volatile int *stop;
+	double longest, start, end;	/* the longest STATUS wait, when */
+};
+
+/* STATUS over and over: each waits while INIT holds pt.lock. */
+static void *status_prober(void *p)
+{
+	struct prober *pr = p;
+	struct pitrace_status st;
+
+	while (!__atomic_load_n(pr->stop, __ATOMIC_SEQ_CST)) {
+		double t0 = now_ms(), d;
+
+		ioctl(pr->fd, PITRACE_IOC_STATUS, &st);
+		d = now_ms() - t0;
+		if (d > pr->longest) {
+			pr->longest = d;
+			pr->start = t0;
+			pr->end = t0 + d;
+		}
+	}
+	return NULL;
+}
+
+static int t_enotty(void)
+{
+	struct hold h = { .fd = dev() };
+	struct prober pr = { .fd = dev(), .stop = &h.done };
+	int fd2 = dev(), n = 0, wrong = 0, during = 0, max = 1 << 20, i;
+	double *lat = malloc(max * sizeof(double)), *at = malloc(max * sizeof(double));
+	pthread_t t, tp;
+
+	ioctl(h.fd, PITRACE_IOC_FREE);
+	if (pthread_create(&tp, NULL, status_prober, &pr) ||
+	    pthread_create(&t, NULL, init_main, &h))
+		DIE("pthread_create");
+	/* INIT of 96 MB per CPU holds pt.lock while it allocates and maps */
+	while (!__atomic_load_n(&h.done, __ATOMIC_SEQ_CST) && n < max) {
+		double t0 = now_ms();
+		int rc = ioctl(fd2, _IO(PITRACE_IOC_MAGIC, 99));
+
+		lat[n] = now_ms() - t0;
+		at[n] = t0;
+		if (rc != -1 || errno != ENOTTY)
+			wrong++;
+		n++;
+	}
+	pthread_join(t, NULL);
+	pthread_join(tp, NULL);
+	CHECK(h.rc == 0, "INIT 96M: %s", strerror(h.err));
+	/* the unknown commands issued while a STATUS waited for the lock */
+	for (i = 0; i < n; i++)
+		if (at[i] > pr.start && at[i] + lat[i] < pr.end)
+			during++;
+	qsort(lat, n, sizeof(double), cmp_double);
+	printf("harden: enotty: %d unknown commands during a %.1f ms INIT (pt.lock held: a STATUS waited %.1f ms, and %d unknown commands were answered meanwhile): median %.4f ms, 99th percentile %.4f ms, slowest %.3f ms (preempted), %d not ENOTTY\n",
+	       n, h.ms, pr.longest, during, lat[n / 2], lat[n * 99 / 100], lat[n - 1], wrong);
+	CHECK(wrong == 0, "%d unknown commands did not answer ENOTTY", wrong);
+	CHECK(pr.longest > 20, "the lock was not held long enough to tell (STATUS waited at most %.1f ms)", pr.longest);
+	CHECK(during >= 100, "only %d unknown commands were answered while a STATUS waited %.1f ms for the lock",
+	      during, pr.longest);
+	CHECK(lat[n * 99 / 100] < 1, "unknown commands waited: 99th percentile %.1f ms", lat[n * 99 / 100]);
+	ioctl(h.fd, PITRACE_IOC_FREE);
+	close(h.fd);
+	close(fd2);
+	close(pr.fd);
+	free(lat);
+	free(at);
+	return 0;
+}
+
+/* ---- sized: the size scheme ------------------------------------------ */
+
+static int t_sized(void)
+{
+	unsigned char buf[sizeof(struct pitrace_status) + 64];
+	struct pitrace_status ref;
+	struct pitrace_rate_arg *ra = (void *)buf;
+	size_t k = sizeof(struct pitrace_status), i;
+	int fd = dev(), rc, tail0 = 1;
+
+	CHECK(ioctl(fd, PITRACE_IOC_STATUS, &ref) == 0, "STATUS: %s", strerror(errno));
+	memset(buf, 0xab, sizeof(buf));
+	rc = ioctl(fd, resize(PITRACE_IOC_STATUS, k + 64), buf);
+	CHECK(rc == 0, "STATUS with a 64-byte longer struct: %s", strerror(errno));
+	for (i = k; i < k + 64; i++)
+		if (buf[i])
+			tail0 = 0;
+	CHECK(tail0, "STATUS with a longer struct: the unknown tail is not zeroed");
+	CHECK(((struct pitrace_status *)buf)->abi == ref.abi &&
+	      ((struct pitrace_status *)buf)->state == ref.state,
+	      "STATUS with a longer struct: known fields differ");
+	printf("harden: sized: STATUS with %zu bytes (module %zu): ok, tail zeroed\n", k + 64, k);
+	errno = 0;
+	rc = ioctl(fd, resize(PITRACE_IOC_STATUS, k - 8), buf);
+	CHECK(rc == -1 && errno == ENOTTY, "STATUS shorter than ABI 1: rc %d %s, want ENOTTY", rc, strerror(errno));
+	printf("harden: sized: STATUS with %zu bytes (below ABI 1) -> %s\n", k - 8, strerror(errno));
+
+	memset(buf, 0, sizeof(buf));
+	ra->hz = 997;
+	rc = ioctl(fd, resize(PITRACE_IOC_SETRATE, sizeof(*ra) + 8), buf);
+	CHECK(rc == 0, "SETRATE with a longer struct, zero tail: %s", strerror(errno));
+	CHECK(ioctl(fd, PITRACE_IOC_STATUS, &ref) == 0 && ref.rate_hz == 997,
+	      "SETRATE with a longer struct: rate %u, want 997", ref.rate_hz);
+	buf[sizeof(*ra) + 3] = 1;
+	ra->hz = 1000;
+	errno = 0;
+	rc = ioctl(fd, resize(PITRACE_IOC_SETRATE, sizeof(*ra) + 8), buf);
+	CHECK(rc == -1 && errno == E2BIG, "SETRATE with a non-zero unknown tail: rc %d %s, want E2BIG",
+	      rc, strerror(errno));
+	printf("harden: sized: SETRATE %zu bytes: zero tail ok, non-zero tail -> %s\n",
+	       sizeof(*ra) + 8, strerror(errno));
+	ra->hz = 1000;
+	buf[sizeof(*ra) + 3] = 0;
+	CHECK(ioctl(fd, PITRACE_IOC_SETRATE, buf) == 0, "SETRATE back to 1000: %s", strerror(errno));
+	close(fd);
+	return 0;
+}
+
+/* ---- strtail ------------------------------------------------------------ */
+
+static int t_strtail(void)
+{
+	struct pitrace_mode_arg m;
+	struct pitrace_status st;
+	int fd = dev(), i, dirty = 0;
+
+	memset(&m, 'A', sizeof(m));
+	m.mode = PITRACE_MODE_NORMAL;
+	m.reserved = 0;
+	strcpy(m.path, "abc");		/* "abc\0AAAA...A" and a final NUL */
+	m.path[PITRACE_PATH_MAX - 1] = 0;
+	CHECK(ioctl(fd, PITRACE_IOC_SETMODE, &m) == 0, "SETMODE: %s", strerror(errno));
+	memset(&st, 0x55, sizeof(st));
+	CHECK(ioctl(fd, PITRACE_IOC_STATUS, &st) == 0, "STATUS: %s", strerror(errno));
+	CHECK(strcmp(st.path, "abc") == 0, "path %.16s", st.path);
+	for (i = 4; i < PITRACE_PATH_MAX; i++)
+		if (st.path[i])
+			dirty++;
+	for (i = (int)strnlen(st.event, PITRACE_EVENT_NAME); i < PITRACE_EVENT_NAME; i++)
+		if (st.event[i])
+			dirty++;
+	printf("harden: strtail: SETMODE \"abc\\0AAA...\": STATUS path \"%s\", %d non-zero bytes after the NULs\n",
+	       st.path, dirty);
+	CHECK(dirty == 0, "%d bytes after the path's or event's NUL are not zero", dirty);
+	memset(&m, 0, sizeof(m));
+	CHECK(ioctl(fd, PITRACE_IOC_SETMODE, &m) == 0, "SETMODE back: %s", strerror(errno));
+	close(fd);
+	return 0;
+}
+
+/* ---- watchexit -------------------------------------------------------- */
+
+static volatile pid_t g_tid;
+
+static void *exit_at_once(void *p)
+{
+	__atomic_store_n(&g_tid, gettid_(), __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static int t_watchexit(int n)
+{
+	int fd = dev(), i, ok = 0, gone = 0, other = 0, live = 0;
+	struct pitrace_ptt_thread *th;
+	uint32_t left, cnt, k;
+
+	if (ptt_init_tsc(fd, 0))
+		DIE("PTT_INIT");
+	for (i = 0; i < n; i++) {
+		struct pitrace_ptt_watch w = { 0 };
+		pthread_t t;
+
+		g_tid = 0;
+		if (pthread_create(&t, NULL, exit_at_once, NULL))
+			DIE("pthread_create");
+		while (!(w.tid = __atomic_load_n(&g_tid, __ATOMIC_SEQ_CST)))
+			;
+		if (ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0)
+			ok++;
+		else if (errno == ESRCH)
+			gone++;
+		else
+			other++;
+		pthread_join(t, NULL);
+	}
+	left = wait_nareas_zero(fd, 5000);
+	th = ptt_read_all(fd, n + 16, &cnt);
+	for (k = 0; k < cnt; k++)
+		if (!th[k].a.dead)
+			live++;
+	printf("harden: watchexit: %d watches of exiting threads: %d areas made, %d ESRCH, %d other; after the exits: %u areas updated, %u listed, %d not dead\n",
+	       n, ok, gone, other, left, cnt, live);
+	CHECK(other == 0, "%d watches failed with another error", other);
+	CHECK(left == 0, "%u areas of exited threads are still updated", left);
+	CHECK(live == 0, "%d areas of exited threads are not dead", live);
+	CHECK(cnt == (uint32_t)ok, "%u areas listed, %d watches succeeded", cnt, ok);
+	free(th);
+	close(fd);
+	return 0;
+}
+
+/* ---- teardown --------------------------------------------------------- */
+
+static int g_pipe[2];
+
+static void *sleeper(void *p)
+{
+	char c;
+
+	*(pid_t *)p = gettid_();
+	while (read(g_pipe[0], &c, 1) < 0 && errno == EINTR)
+		;
+	return NULL;
+}
+
+struct munmapper {
+	void *area;
+	double ms;
+	volatile int go;
+};
+
+static void *do_munmap(void *p)
+{
+	struct munmapper *m = p;
+	double t0;
+
+	while (!__atomic_load_n(&m->go, __ATOMIC_SEQ_CST))
+		;
+	t0 = now_ms();
+	munmap(m->area, 4096);
+	m->ms = now_ms() - t0;
+	return NULL;
+}
+
+static int watch_all(int fd, pid_t *tids, int n)
+{
+	int i, ok = 0;
+
+	for (i = 0; i < n; i++) {
+		struct pitrace_ptt_watch w = { .tid = tids[i] };
+
+		if (ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0)
+			ok++;
+	}
+	return ok;
+}
+
+static int t_teardown(int n)
+{
+	pthread_t *t = calloc(n, sizeof(*t));
+	pid_t *tids = calloc(n, sizeof(*tids));
+	struct pitrace_ptt_thread *th;
+	struct munmapper mu = { 0 };
+	pthread_attr_t at;
+	pthread_t mt;
+	int fd = dev(), fd2 = dev(), i, ok, dead = 0;
+	uint32_t cnt, k;
+	double t0, term_ms, close_ms;
+
+	if (pipe(g_pipe))
+		DIE("pipe");
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 64 << 10);
+	for (i = 0; i < n; i++)
+		if (pthread_create(&t[i], &at, sleeper, &tids[i]))
+			DIE("pthread_create %d", i);
+	for (i = 0; i < n; i++)
+		while (!__atomic_load_n(&tids[i], __ATOMIC_SEQ_CST))
+			sched_yield();
+	if (ptt_init_tsc(fd, 0) || ptt_init_tsc(fd2, 0))
+		DIE("PTT_INIT");
+	ok = watch_all(fd, tids, n);
+	CHECK(ok == n, "watched %d of %d threads", ok, n);
+	/* an area of the second file mapped by this thread: munmap'd meanwhile */
+	mu.area = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd2, (off_t)PITRACE_PTT_MMAP_OFFSET);
+	if (mu.area == MAP_FAILED)
+		DIE("map a PTT area");
+	if (pthread_create(&mt, NULL, do_munmap, &mu))
+		DIE("pthread_create");
+	__atomic_store_n(&mu.go, 1, __ATOMIC_SEQ_CST);
+	t0 = now_ms();
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_TERM) == 0, "PTT_TERM: %s", strerror(errno));
+	term_ms = now_ms() - t0;
+	pthread_join(mt, NULL);
+	CHECK(ptt_nareas(fd2) == 0, "after PTT_TERM and munmap %u areas are still updated", ptt_nareas(fd2));
+	printf("harden: teardown: ptt off (PTT_TERM) of %d watched threads: %.1f ms; a munmap of a PTT area meanwhile: %.2f ms\n",
+	       n, term_ms, mu.ms);
+	CHECK(term_ms < 500, "PTT_TERM of %d areas took %.0f ms (want well under a second)", n, term_ms);
+	CHECK(mu.ms < 50, "munmap of a PTT area took %.1f ms during PTT_TERM", mu.ms);
+
+	/* the same again, ended by close; and areas read dead before that */
+	if (ptt_init_tsc(fd, 0))
+		DIE("PTT_INIT again");
+	ok = watch_all(fd, tids, n);
+	CHECK(ok == n, "watched %d of %d threads (second round)", ok, n);
+	CHECK(ptt_nareas(fd) >= (uint32_t)n, "nareas %u < %d", ptt_nareas(fd), n);
+	t0 = now_ms();
+	close(fd);
+	close_ms = now_ms() - t0;
+	printf("harden: teardown: close of a file with %d watched threads: %.1f ms\n", n, close_ms);
+	CHECK(close_ms < 500, "close with %d areas took %.0f ms", n, close_ms);
+	CHECK(wait_nareas_zero(fd2, 5000) == 0, "areas still updated after close and munmap");
+
+	/* PTT_TERM marks the areas dead: a third file, read before and after */
+	fd = dev();
+	if (ptt_init_tsc(fd, 0))
+		DIE("PTT_INIT 3");
+	watch_all(fd, tids, 10);
+	th = ptt_read_all(fd, 16, &cnt);
+	for (k = 0; k < cnt; k++)
+		dead += th[k].a.dead;
+	CHECK(cnt == 10 && dead == 0, "10 watched: %u listed, %d dead", cnt, dead);
+	free(th);
+	close(fd);
+
+	close(g_pipe[1]);
+	for (i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	close(g_pipe[0]);
+	close(fd2);
+	free(t);
+	free(tids);
+	return 0;
+}
+
+/* ---- perm: ptrace read rules ------------------------------------------ */
+
+struct proc {
+	pid_t pid;
+	int cmd[2];	/* parent -> child: a byte per command */
+	int ack[2];	/* child -> parent */
+};
+
+/* A child that changes its credentials per how, then serves commands. */
+enum { P_DROP, P_USERNS_1000, P_PLAIN_2000 };
+
+static void drop_to(uid_t uid)
+{
+	if (setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
+		DIE("setresuid %d", (int)uid);
+}
+
+static void proc_start(struct proc *p, int how)
+{
+	char c;
+
+	if (pipe(p->cmd) || pipe(p->ack))
+		DIE("pipe");
+	p->pid = fork();
+	if (p->pid < 0)
+		DIE("fork");
+	if (p->pid)
+		goto parent;
+	close(p->cmd[1]);
+	close(p->ack[0]);
+	if (how == P_DROP) {
+		drop_to(1000);		/* not dumpable now */
+	} else if (how == P_USERNS_1000) {
+		drop_to(1000);
+		if (unshare(CLONE_NEWUSER))
+			DIE("unshare(CLONE_NEWUSER) as uid 1000");
+		prctl(PR_SET_DUMPABLE, 1);
+	} else {
+		drop_to(2000);
+		prctl(PR_SET_DUMPABLE, 1);
+	}
+	c = 'r';
+	if (write(p->ack[1], &c, 1) != 1)
+		_exit(1);
+	while (read(p->cmd[0], &c, 1) == 1 && c != 'q') {
+		if (c == 'd')
+			prctl(PR_SET_DUMPABLE, 1);
+		if (write(p->ack[1], &c, 1) != 1)
+			break;
+	}
+	_exit(0);
+parent:
+	if (read(p->ack[0], &c, 1) != 1)
+		DIE("child %d did not start", (int)p->pid);
+}
+
+static void proc_cmd(struct proc *p, char c)
+{
+	if (write(p->cmd[1], &c, 1) != 1 || read(p->ack[0], &c, 1) != 1)
+		DIE("child command");
+}
+
+static void proc_stop(struct proc *p)
+{
+	char c = 'q';
+
+	/* a quit command: later children hold copies of the pipes */
+	if (write(p->cmd[1], &c, 1) != 1)
+		DIE("child quit");
+	close(p->cmd[1]);
+	waitpid(p->pid, NULL, 0);
+	close(p->cmd[0]);
+	close(p->ack[0]);
+	close(p->ack[1]);
+}
+
+/* PTT_WATCH of tid by a forked watcher that became uid (and maybe entered a user namespace). */
+static int watch_as(int fd, uid_t uid, int userns, pid_t tid)
+{
+	int st;
+	pid_t w = fork();
+
+	if (w < 0)
+		DIE("fork");
+	if (w == 0) {
+		struct pitrace_ptt_watch ww = { .tid = tid };
+
+		if (uid)
+			drop_to(uid);
+		if (userns && unshare(CLONE_NEWUSER))
+			_exit(100);
+		if (ioctl(fd, PITRACE_IOC_PTT_WATCH, &ww) == 0)
+			_exit(0);
+		_exit(errno == EPERM ? 1 : 2);
+	}
+	waitpid(w, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 3;
+}
+
+static const char *verdict(int r)
+{
+	return r == 0 ? "allowed" : r == 1 ? "EPERM" : r == 100 ? "no user namespace" : "error";
+}
+
+/* A watch by (uid, userns) of pid must give want (0 allowed, 1 EPERM). */
+static void expect_watch(int fd, uid_t uid, int userns, pid_t pid, int want, const char *what)
+{
+	int r = watch_as(fd, uid, userns, pid);
+
+	printf("harden: perm: %s: %s\n", what, verdict(r));
+	CHECK(r == want, "%s: %s, want %s", what, verdict(r), verdict(want));
+}
+
+static int t_perm(void)
+{
+	struct proc drop, ns, other;
+	int fd = dev();
+	FILE *f;
+
+	/* unprivileged user namespaces (Debian's switch, where present) */
+	f = fopen("/proc/sys/kernel/unprivileged_userns_clone", "w");
+	if (f) {
+		fputs("1", f);
+		fclose(f);
+	}
+	if (ptt_init_tsc(fd, 0))
+		DIE("PTT_INIT");
+
+	proc_start(&drop, P_DROP);
+	expect_watch(fd, 1000, 0, drop.pid, 1, "uid 1000 watches a process that dropped root to uid 1000 (not dumpable)");
+	proc_cmd(&drop, 'd');
+	expect_watch(fd, 1000, 0, drop.pid, 0, "... after it set PR_SET_DUMPABLE");
+	expect_watch(fd, 2000, 0, drop.pid, 1, "uid 2000 watches it");
+	expect_watch(fd, 1000, 0, getpid(), 1, "uid 1000 watches root's process");
+
+	proc_start(&ns, P_USERNS_1000);
+	expect_watch(fd, 0, 0, ns.pid, 0, "root watches a uid-1000 process in its own user namespace");
+	expect_watch(fd, 2000, 0, ns.pid, 1, "uid 2000 watches it");
+
+	proc_start(&other, P_PLAIN_2000);
+	expect_watch(fd, 1000, 1, other.pid, 1,
+		     "uid 1000, root of a new user namespace (CAP_SYS_PTRACE there), watches a uid-2000 process outside");
+	expect_watch(fd, 1000, 1, getpid(), 1, "... and root's process");
+
+	proc_stop(&drop);
+	proc_stop(&ns);
+	proc_stop(&other);
+	close(fd);
+	return 0;
+}
+
+/* ---- hotplug ------------------------------------------------------------ */
+
+static int set_online(int cpu, int on)
+{
+	char path[64];
+	FILE *f;
+	int rc;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/online", cpu);
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	rc = fprintf(f, "%d", on) < 0;
+	rc |= fclose(f) != 0;
+	return rc ? -1 : 0;
+}
+
+static void pin(int cpu)
+{
+	cpu_set_t s;
+
+	CPU_ZERO(&s);
+	CPU_SET(cpu, &s);
+	if (sched_setaffinity(0, sizeof(s), &s))
+		DIE("sched_setaffinity cpu %d", cpu);
+}
+
+static void busy_ms(double ms)
+{
+	double end = now_ms() + ms;
+
+	while (now_ms() < end)
+		;
+}
+
+static uint64_t cpu_records(int fd, int cpu)
+{
+	struct pitrace_cpu_status c = { .cpu = (uint32_t)cpu };
+
+	if (ioctl(fd, PITRACE_IOC_CPU_STATUS, &c))
+		DIE("CPU_STATUS %d", cpu);
+	return c.records;
+}
+
+struct pttcpu {
+	int fd;
+	volatile int phase;	/* main -> thread */
+	volatile int at;	/* thread -> main */
+	uint64_t clk[4];
+	uint32_t cpu[4];
+};
+
+static uint64_t area_read(volatile struct pitrace_ptt_area *a, int i)
+{
+	uint32_t s;
+	uint64_t v;
+
+	do {
+		s = a->seq;
+		__asm__ volatile("" ::: "memory");
+		v = a->accum[i];
+		__asm__ volatile("" ::: "memory");
+	} while ((s & 1) || a->seq != s);
+	return v;
+}
+
+/* A thread with a mapped area (tsc, cpu-clock) busy on CPU 1, in phases. */
+static void *ptt_on_cpu1(void *p)
+{
+	struct pttcpu *c = p;
+	volatile struct pitrace_ptt_area *a;
+	int ph;
+
+	a = mmap(NULL, 4096, PROT_READ, MAP_SHARED, c->fd, (off_t)PITRACE_PTT_MMAP_OFFSET);
+	if (a == MAP_FAILED)
+		DIE("map");
+	for (ph = 0; ph < 3; ph++) {
+		uint64_t v0;
+
+		while (c->phase < ph)
+			sched_yield();
+		if (ph != 1)
+			pin(1);		/* phase 1: CPU 1 is offline */
+		usleep(100);		/* a dispatch: the perf value is current */
+		v0 = area_read(a, 1);
+		busy_ms(150);
+		usleep(100);
+		c->clk[ph] = area_read(a, 1) - v0;
+		c->cpu[ph] = a->cpu;
+		c->at = ph + 1;
+	}
+	munmap((void *)a, 4096);
+	return NULL;
+}
+
+static int t_hotplug(void)
+{
+	struct pitrace_init_arg ia = { .trace_size = 2 << 20, .mte_size = 256 << 10 };
+	struct pttcpu pc = { 0 };
+	uint64_t r1a, r1b, r1c, r1d;
+	pthread_t t;
+	int fd = dev();
+	double d1, d2;
+
+	if (access("/sys/devices/system/cpu/cpu1/online", W_OK)) {
+		CHECK(0, "no /sys/devices/system/cpu/cpu1/online: run in an SMP VM");
+		return 1;
+	}
+	ioctl(fd, PITRACE_IOC_FREE);
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("init/on");
+	pc.fd = dev();
+	if (ptt_init_tsc(pc.fd, 1))
+		DIE("PTT_INIT tsc,cpu-clock");
+	if (pthread_create(&t, NULL, ptt_on_cpu1, &pc))
+		DIE("pthread_create");
+	while (pc.at < 1)
+		sched_yield();
+	r1a = cpu_records(fd, 1);
+
+	CHECK(set_online(1, 0) == 0, "offline CPU 1: %s", strerror(errno));
+	pc.phase = 1;		/* busy on CPU 0 while CPU 1 is gone */
+	while (pc.at < 2)
+		sched_yield();
+	r1b = cpu_records(fd, 1);
+	CHECK(set_online(1, 1) == 0, "online CPU 1: %s", strerror(errno));
+	r1c = cpu_records(fd, 1);
+	pc.phase = 2;		/* busy on CPU 1 again */
+	while (pc.at < 3)
+		sched_yield();
+	r1d = cpu_records(fd, 1);
+	pthread_join(t, NULL);
+	CHECK(ioctl(fd, PITRACE_IOC_OFF) == 0, "off: %s", strerror(errno));
+
+	printf("harden: hotplug: CPU 1 trace records: %llu before offline, %llu while offline, %llu after online, %llu after 150 ms busy on it\n",
+	       (unsigned long long)r1a, (unsigned long long)r1b, (unsigned long long)r1c,
+	       (unsigned long long)r1d);
+	CHECK(r1d > r1c + 10, "tprof does not sample CPU 1 after it came back (%llu -> %llu records)",
+	      (unsigned long long)r1c, (unsigned long long)r1d);
+	d1 = (double)pc.clk[1] / 1e6;
+	d2 = (double)pc.clk[2] / 1e6;
+	printf("harden: hotplug: PTT cpu-clock of a 150 ms busy loop: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back\n",
+	       (double)pc.clk[0] / 1e6, pc.cpu[0], d1, pc.cpu[1], d2, pc.cpu[2]);
+	CHECK(pc.cpu[0] == 1 && pc.cpu[1] == 0 && pc.cpu[2] == 1, "the thread ran on CPUs %u %u %u, want 1 0 1",
+	      pc.cpu[0], pc.cpu[1], pc.cpu[2]);
+	CHECK(d2 > 20 && d2 < 1000, "cpu-clock on the re-onlined CPU 1: %.1f ms for 150 ms busy", d2);
+	CHECK(d1 > 20 && d1 < 1000, "cpu-clock on CPU 0 while CPU 1 was offline: %.1f ms", d1);
+	ioctl(fd, PITRACE_IOC_SAVED);
+	ioctl(fd, PITRACE_IOC_FREE);
+	close(pc.fd);
+	close(fd);
+	return 0;
+}
+
+/* ---- inherit: short threads of a watched process ---------------------- */
+
+#define NSHORT 20
+
+struct shortrun {
+	pid_t tid[NSHORT];
+	uint64_t cpu_ns[NSHORT];
+};
+
+static struct shortrun *g_sr;
+
+static void *short_thread(void *p)
+{
+	long i = (long)p;
+	struct timespec ts;
+	double end = now_ms() + 30;
+
+	g_sr->tid[i] = gettid_();
+	while (now_ms() < end)
+		;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	g_sr->cpu_ns[i] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+	return NULL;
+}
+
+static double tsc_per_ns(void)
+{
+	double t0 = now_ms();
+	uint64_t c0 = rdtsc();
+
+	busy_ms(50);
+	return (double)(rdtsc() - c0) / ((now_ms() - t0) * 1e6);
+}
+
+static int t_inherit(void)
+{
+	struct proc p;
+	struct pitrace_ptt_thread *th;
+	struct pitrace_ptt_watch w;
+	double hz = tsc_per_ns();
+	int fd = dev(), i, found = 0, sane = 0;
+	uint32_t cnt, k;
+	char c;
+
+	g_sr = mmap(NULL, sizeof(*g_sr), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (g_sr == MAP_FAILED)
+		DIE("mmap");
+	if (ptt_init_tsc(fd, 0))
+		DIE("PTT_INIT");
+	if (pipe(p.cmd) || pipe(p.ack))
+		DIE("pipe");
+	p.pid = fork();
+	if (p.pid == 0) {
+		pthread_t t[NSHORT];
+		long j;
+
+		close(p.cmd[1]);
+		close(p.ack[0]);
+		if (read(p.cmd[0], &c, 1) != 1)
+			_exit(1);
+		for (j = 0; j < NSHORT; j++)
+			if (pthread_create(&t[j], NULL, short_thread, (void *)j))
+				_exit(2);
+		for (j = 0; j < NSHORT; j++)
+			pthread_join(t[j], NULL);
+		if (write(p.ack[1], &c, 1) != 1)
+			_exit(3);
+		_exit(read(p.cmd[0], &c, 1) < 0);
+	}
+	w.tid = p.pid;
+	w.flags = 0;
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0, "watch the process: %s", strerror(errno));
+	c = 'g';
+	if (write(p.cmd[1], &c, 1) != 1 || read(p.ack[0], &c, 1) != 1)
+		DIE("child");
+	th = ptt_read_all(fd, 256, &cnt);
+	for (i = 0; i < NSHORT; i++) {
+		for (k = 0; k < cnt; k++) {
+			double ns, ratio;
+
+			if (th[k].tid != g_sr->tid[i])
+				continue;
+			found++;
+			/* the kernel's CPU time includes the interrupts PTT leaves out */
+			ns = (double)(th[k].a.accum[0] + th[k].a.intr_time[0]) / hz;
+			ratio = g_sr->cpu_ns[i] ? ns / (double)g_sr->cpu_ns[i] : 0;
+			/*
+			 * Its own values: at least half its CPU time (interrupts
+			 * are left out), at most that plus the thread's start
+			 * and exit in the kernel (a few ms under TCG).
+			 */
+			if (th[k].a.dead && th[k].a.dispatches >= 1 && ratio > 0.5 &&
+			    ns < 1.5 * (double)g_sr->cpu_ns[i] + 10e6)
+				sane++;
+			else
+				printf("harden: inherit: tid %d: tsc %.2f ms (%.2f ms of it in interrupts), thread CPU time %.2f ms, dispatches %u, dead %u\n",
+				       th[k].tid, ns / 1e6, th[k].a.intr_time[0] / hz / 1e6, g_sr->cpu_ns[i] / 1e6,
+				       th[k].a.dispatches, th[k].a.dead);
+			break;
+		}
+	}
+	printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (tsc with interrupts from half the thread's CPU time to 1.5 times it + 10 ms, dispatched, dead after exit)\n",
+	       NSHORT, found, cnt, sane);
+	CHECK(found == NSHORT, "%d of %d short threads have no area", NSHORT - found, NSHORT);
+	CHECK(sane == NSHORT, "%d of %d short threads have implausible values", NSHORT - sane, NSHORT);
+	free(th);
+	close(p.cmd[1]);
+	waitpid(p.pid, NULL, 0);
+	CHECK(wait_nareas_zero(fd, 5000) == 0, "areas still updated after the process exited");
+	close(fd);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *what = argc > 1 ? argv[1] : "";
+	int n = argc > 2 ? atoi(argv[2]) : 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* a test that hangs fails in 3 minutes, not at the VM's timeout */
+	alarm(180);
+	if (!strcmp(what, "uffd"))
+		t_uffd();
+	else if (!strcmp(what, "enotty"))
+		t_enotty();
+	else if (!strcmp(what, "sized"))
+		t_sized();
+	else if (!strcmp(what, "strtail"))
+		t_strtail();
+	else if (!strcmp(what, "watchexit"))
+		t_watchexit(n ? n : 3000);
+	else if (!strcmp(what, "teardown"))
+		t_teardown(n ? n : 1000);
+	else if (!strcmp(what, "perm"))
+		t_perm();
+	else if (!strcmp(what, "hotplug"))
+		t_hotplug();
+	else if (!strcmp(what, "inherit"))
+		t_inherit();
+	else {
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit\n");
+		return 2;
+	}
+	if (fails) {
+		printf("harden: %s: %d checks failed\n", what, fails);
+		return 1;
+	}
+	printf("harden: %s: ok\n", what);
+	return 0;
+}
