@@ -9,6 +9,7 @@ import (
 
 	"perfinsp/daemon/kevents"
 	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -115,17 +116,15 @@ func baseName(p string) string {
 	return p
 }
 
-// threadsOf lists the threads of pid.
+// threadsOf lists the threads of pid (events.ThreadsOf).
 func threadsOf(pid int) ([]int, error) {
-	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	units, err := events.ThreadsOf(pid)
 	if err != nil {
-		return nil, fmt.Errorf("threads of process %d: %w", pid, err)
+		return nil, err
 	}
-	var out []int
-	for _, e := range ents {
-		if t, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, t)
-		}
+	out := make([]int, 0, len(units))
+	for _, u := range units {
+		out = append(out, u.TID)
 	}
 	return out, nil
 }
