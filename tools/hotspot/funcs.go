@@ -92,7 +92,8 @@ func (m *procMap) find(addr uint64) (Func, bool) {
 		if name == "" {
 			name = "[anon]"
 		}
-		return Func{Name: fmt.Sprintf("%s+%#x", name, addr-s.start),
+		// One row per mapping: its addresses have no names here.
+		return Func{Name: fmt.Sprintf("%s@%#x", name, s.start),
 			NoProbe: "anonymous or special memory (JIT code?): no file for a uprobe"}, true
 	}
 	fileOff := addr - s.start + s.off

@@ -194,7 +194,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		hot = append(hot, h.Func)
 	}
 	if sr.Samples == 0 {
-		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled")
+		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled (a command that forks works in its children, which are not followed: give the busy child's -p PID)")
 	}
 	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
 	if !c.Bool("quiet") {

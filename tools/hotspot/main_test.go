@@ -513,3 +513,33 @@ func TestNeverReturningCaller(t *testing.T) {
 		t.Errorf("report does not say loop_forever was not entered:\n%s", b)
 	}
 }
+
+// TestJITCodeNotInstrumentable: a hot loop in anonymous executable memory
+// (as JIT code) is sampled and reported, as one row for its mapping, as
+// not instrumentable; no probe is attempted and the target is untouched.
+func TestJITCodeNotInstrumentable(t *testing.T) {
+	build(t)
+	jit := filepath.Join(t.TempDir(), "jit")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", jit, "testdata/jit.c").CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/jit.c: %v\n%s", err, out)
+	}
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--json", js, "-o", os.DevNull, "--", jit, "1.5").Output()
+	if err != nil || !strings.HasPrefix(string(out), "jit: ") {
+		t.Fatalf("exit %v, output %q: want the target's line and exit 0", err, out)
+	}
+	r := readReport(t, js)
+	if len(r.Hot) != 1 || !strings.HasPrefix(r.Hot[0].Name, "[anon]@0x") || r.Hot[0].NoProbe == "" || r.Hot[0].Pct < 50 {
+		t.Fatalf("hot %+v: want one row for the anonymous mapping, marked not instrumentable", r.Hot)
+	}
+	if len(r.Levels) != 0 || r.HookHits != 0 {
+		t.Fatalf("levels %+v, %d hits: want no probe", r.Levels, r.HookHits)
+	}
+	found := false
+	for _, n := range r.Notes {
+		found = found || strings.Contains(n, "not instrumentable: anonymous")
+	}
+	if !found {
+		t.Fatalf("notes %q: want the reason the hot code cannot be probed", r.Notes)
+	}
+}

@@ -92,7 +92,11 @@ func (r *Report) writeText(w io.Writer) {
 	fmt.Fprintf(w, "hotspot: %s (pid %d): %d samples in %.1fs\n", r.Target, r.PID, r.Sample.Samples, r.Sample.Seconds)
 	fmt.Fprintln(w, "hot functions:")
 	for _, h := range r.Hot {
-		fmt.Fprintf(w, "  %6.1f%%  %s  (%s)\n", h.Pct, h.Name, h.Path)
+		where := h.Path
+		if where == "" {
+			where = "no file"
+		}
+		fmt.Fprintf(w, "  %6.1f%%  %s  (%s)\n", h.Pct, h.Name, where)
 	}
 	fmt.Fprintln(w, "hot-path call graph (per function: calls, time per call mean/min/max, callers by share of calls):")
 	for _, f := range r.Funcs {
