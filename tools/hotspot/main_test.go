@@ -543,3 +543,11 @@ func TestJITCodeNotInstrumentable(t *testing.T) {
 		t.Fatalf("notes %q: want the reason the hot code cannot be probed", r.Notes)
 	}
 }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tools.dir != "" {
+		os.RemoveAll(tools.dir)
+	}
+	os.Exit(code)
+}
