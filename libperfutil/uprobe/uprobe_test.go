@@ -1,0 +1,172 @@
+package uprobe
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"sort"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/daemon/kevents"
+	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/trace"
+)
+
+func fakeSysfs(t *testing.T, retprobe string) events.Sysfs {
+	t.Helper()
+	dir := t.TempDir()
+	pmu := filepath.Join(dir, "uprobe")
+	if err := os.MkdirAll(filepath.Join(pmu, "format"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pmu, "type"), []byte("9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if retprobe != "" {
+		if err := os.WriteFile(filepath.Join(pmu, "format", "retprobe"), []byte(retprobe+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return events.Sysfs{Devices: dir}
+}
+
+// The PMU's type and the retprobe bit come from sysfs, not from constants.
+func TestPMUFromSysfs(t *testing.T) {
+	p, err := FromSysfs(fakeSysfs(t, "config:5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := []byte("/bin/x\x00")
+	a := p.attr(&path[0], 0x1234, true)
+	if a.Type != 9 || a.Config != 1<<5 || a.Ext2 != 0x1234 || a.Ext1 == 0 {
+		t.Fatalf("retprobe attr type %d config %#x config2 %#x: want type 9, bit 5, offset 0x1234", a.Type, a.Config, a.Ext2)
+	}
+	if a := p.attr(&path[0], 0x10, false); a.Config != 0 {
+		t.Fatalf("entry probe config %#x, want 0", a.Config)
+	}
+	p, err = FromSysfs(fakeSysfs(t, "config1:3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.attr(&path[0], 0, true); a.Ext1&(1<<3) == 0 {
+		t.Fatalf("retprobe bit in config1 not set: %#x", a.Ext1)
+	}
+	if _, err := FromSysfs(fakeSysfs(t, "")); err == nil {
+		t.Fatal("a PMU without format/retprobe accepted")
+	}
+	if _, err := FromSysfs(events.Sysfs{Devices: t.TempDir()}); err == nil {
+		t.Fatal("a missing uprobe PMU accepted")
+	}
+}
+
+// Malformed sample bodies are refused, not read past their end.
+func TestDecodeSampleBounds(t *testing.T) {
+	for n := 0; n < 48; n++ {
+		b := make([]byte, n)
+		if n >= 32 {
+			b[24] = 0xff // a stack size larger than the record
+		}
+		if s, ok := DecodeSample(b, true); ok && s.HasTop {
+			t.Fatalf("%d bytes: stack word read from a short record", n)
+		}
+	}
+	b := make([]byte, 24+8+8+8)
+	b[0] = 7
+	b[24] = 8
+	b[32] = 0x42
+	b[40] = 8
+	s, ok := DecodeSample(b, true)
+	if !ok || !s.HasTop || s.TopWord != 0x42 || s.ID != 7 {
+		t.Fatalf("sample %+v ok %v: want id 7 and top word 0x42", s, ok)
+	}
+}
+
+//go:noinline
+func probed(x int) int { return x*3 + 1 }
+
+//go:noinline
+func callProbed(n int) (sum int) {
+	for i := 0; i < n; i++ {
+		sum += probed(i)
+	}
+	return sum
+}
+
+// fileOffset converts an address of this process to file and offset.
+func fileOffset(t *testing.T, addr uint64) (string, uint64) {
+	t.Helper()
+	var path string
+	var off uint64
+	err := kevents.Describe(os.Getpid(), 0, func(minor uint32, f []uint64, str string) {
+		if minor == trace.MTESegment && addr >= f[1] && addr < f[1]+f[2] {
+			path, off = str, addr-f[1]+f[3]
+		}
+	})
+	if err != nil || path == "" {
+		t.Fatalf("no mapping holds %#x: %v", addr, err)
+	}
+	return path, off
+}
+
+// A real uprobe on a function of this test binary, on this thread: one
+// sample per call, each with the return address into the caller.
+func TestProbeCountsCallsAndReturnAddress(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("uprobe perf events need root or CAP_PERFMON; run the test as root")
+	}
+	p, err := System()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	entry := uint64(reflect.ValueOf(probed).Pointer())
+	path, off := fileOffset(t, entry)
+	pr, err := p.Open(path, off, false, unix.Gettid(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	ring, err := NewRing(pr.FD, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Close()
+	if err := Enable(pr.FD); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 100
+	callProbed(calls)
+	var tops []uint64
+	ring.Drain(func(typ uint32, _ uint16, b []byte) {
+		if typ != unix.PERF_RECORD_SAMPLE {
+			return
+		}
+		s, ok := DecodeSample(b, true)
+		if !ok || s.ID != pr.ID || s.TID != uint32(unix.Gettid()) || !s.HasTop {
+			t.Fatalf("bad sample %+v (probe id %d)", s, pr.ID)
+		}
+		tops = append(tops, s.TopWord)
+	})
+	if len(tops) != calls {
+		t.Fatalf("%d samples for %d calls", len(tops), calls)
+	}
+	caller := runtime.FuncForPC(uintptr(tops[0]))
+	if caller == nil || caller.Name() != "perfinsp/libperfutil/uprobe.callProbed" {
+		t.Fatalf("return address %#x is in %v, want callProbed", tops[0], caller)
+	}
+	sort.Slice(tops, func(i, j int) bool { return tops[i] < tops[j] })
+	if tops[0] != tops[len(tops)-1] {
+		t.Fatalf("return addresses differ: %#x .. %#x (one call site)", tops[0], tops[len(tops)-1])
+	}
+	// The event lives while its ring is mapped: unmap, then close.
+	if err := ring.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pr.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

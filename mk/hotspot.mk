@@ -1,0 +1,23 @@
+# hotspot: the hot-spot walk (tools/hotspot, libperfutil/uprobe,
+# examples/hotspot.c; docs/hotspot.md). Tests need root (uprobes).
+CC ?= gcc
+HOTSPOT_CFLAGS := -O2 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -Wall -Werror
+
+.PHONY: hotspottest bench-hotspot
+build: $(BIN)/hotspot-example
+
+$(BIN)/hotspot: $(wildcard tools/hotspot/*.go libperfutil/uprobe/*.go)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./tools/hotspot
+
+$(BIN)/hotspot-example: examples/hotspot.c
+	@mkdir -p $(BIN)
+	$(CC) $(HOTSPOT_CFLAGS) -o $@ $<
+
+hotspottest: $(BIN)/hotspot-example
+	$(GO) test -count=1 -v ./libperfutil/uprobe/ ./tools/hotspot/
+TEST_TARGETS += hotspottest
+
+bench-hotspot:
+	bash bench/hotspot.sh
+bench: bench-hotspot

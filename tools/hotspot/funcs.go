@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"perfinsp/daemon/kevents"
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/trace"
+)
+
+// Func is one function of the target: the file and file offset of its
+// first instruction (where a uprobe goes) and its name.
+type Func struct {
+	Path string `json:"module"`
+	Off  uint64 `json:"offset"`
+	Name string `json:"name"`
+	// NoProbe says why the function cannot be instrumented ("" if it can).
+	NoProbe string `json:"not_instrumentable,omitempty"`
+}
+
+func (f Func) key() string { return f.Path + "\x00" + strconv.FormatUint(f.Off, 16) }
+
+type segment struct {
+	start, size, off uint64
+	path             string
+}
+
+// procMap names the addresses of one process: its executable mappings as
+// kevents.Describe reports them, symbols from a2n.
+type procMap struct {
+	pid   int
+	segs  []segment
+	cache *a2n.Cache
+	memo  map[uint64]Func
+}
+
+func newProcMap(pid int, cache *a2n.Cache) (*procMap, error) {
+	m := &procMap{pid: pid, cache: cache, memo: map[uint64]Func{}}
+	return m, m.reload()
+}
+
+// reload rereads the mappings (after a dlopen or an unknown address).
+func (m *procMap) reload() error {
+	var segs []segment
+	err := kevents.Describe(m.pid, 0, func(minor uint32, f []uint64, str string) {
+		if minor == trace.MTESegment && len(f) >= 4 {
+			segs = append(segs, segment{start: f[1], size: f[2], off: f[3], path: str})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read the mappings of process %d: %w", m.pid, err)
+	}
+	if len(segs) == 0 {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(m.pid)); err != nil {
+			return fmt.Errorf("process %d: %w", m.pid, err)
+		}
+		return fmt.Errorf("process %d: no executable mapping readable (another user's process? run as its owner or root)", m.pid)
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].start < segs[j].start })
+	m.segs = segs
+	return nil
+}
+
+// lookup names the function holding addr.
+func (m *procMap) lookup(addr uint64) Func {
+	if f, ok := m.memo[addr]; ok {
+		return f
+	}
+	f, found := m.find(addr)
+	if !found {
+		if m.reload() == nil {
+			f, _ = m.find(addr)
+		}
+	}
+	m.memo[addr] = f
+	return f
+}
+
+func (m *procMap) find(addr uint64) (Func, bool) {
+	i := sort.Search(len(m.segs), func(i int) bool { return m.segs[i].start > addr }) - 1
+	if i < 0 || addr >= m.segs[i].start+m.segs[i].size {
+		return Func{Name: fmt.Sprintf("[unknown %#x]", addr), NoProbe: "address outside every executable mapping"}, false
+	}
+	s := m.segs[i]
+	if s.path == "" || strings.HasPrefix(s.path, "[") || strings.HasPrefix(s.path, "//anon") || strings.HasPrefix(s.path, "/memfd:") {
+		name := s.path
+		if name == "" {
+			name = "[anon]"
+		}
+		// One row per mapping: its addresses have no names here.
+		return Func{Name: fmt.Sprintf("%s@%#x", name, s.start),
+			NoProbe: "anonymous or special memory (JIT code?): no file for a uprobe"}, true
+	}
+	fileOff := addr - s.start + s.off
+	mod := m.cache.Module(s.path)
+	if mod.Err != nil {
+		return Func{Path: s.path, Off: fileOff, Name: fmt.Sprintf("%s+%#x", baseName(s.path), fileOff),
+			NoProbe: "module not readable: " + mod.Err.Error()}, true
+	}
+	sym, va, ok := mod.Symbol(fileOff)
+	if !ok || va < sym.Addr {
+		return Func{Path: s.path, Off: fileOff, Name: fmt.Sprintf("%s+%#x", baseName(s.path), fileOff),
+			NoProbe: "no symbol or .eh_frame range covers this address"}, true
+	}
+	return Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name}, true
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}
+
+// threadsOf lists the threads of pid (events.ThreadsOf).
+func threadsOf(pid int) ([]int, error) {
+	units, err := events.ThreadsOf(pid)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, len(units))
+	for _, u := range units {
+		out = append(out, u.TID)
+	}
+	return out, nil
+}
+
+// perfFDs counts the perf_event fds this process holds open.
+func perfFDs() int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && l == "anon_inode:[perf_event]" {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,245 @@
+// Command hotspot finds the hot functions of a process by sampling, then
+// walks up its call graph with temporary uprobes/uretprobes, one level at a
+// time: the hot function, then its callers, then theirs, up to main. Per
+// instrumented function it reports the calls, the wall time per call and
+// the callers with their share of calls. See docs/hotspot.md.
+//
+//	hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION]
+//	hotspot [options] -- cmd args
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/uprobe"
+)
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	code := 0
+	err := newApp(stdout, stderr, &code).Run(args)
+	var ec cli.ExitCoder
+	switch {
+	case errors.As(err, &ec):
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintln(stderr, "hotspot:", msg)
+		}
+		return ec.ExitCode()
+	case err != nil:
+		fmt.Fprintln(stderr, "hotspot:", err)
+		return 1
+	}
+	return code
+}
+
+func parsePeriod(s string) (Period, error) {
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil && n > 0 {
+		return Period{Calls: n}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return Period{}, fmt.Errorf("--period %q: want a number of calls (1000) or a duration (500ms, 2s)", s)
+	}
+	return Period{Duration: d}, nil
+}
+
+func newApp(stdout, stderr io.Writer, code *int) *cli.App {
+	return &cli.App{
+		Name:  "hotspot",
+		Usage: "sample a process, then walk up from its hot functions with temporary uprobes: calls, time per call, callers",
+		UsageText: "hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION] [--json FILE]\n" +
+			"hotspot [options] -- cmd args\n\n" +
+			"Sampling needs perf_event_paranoid <= 2 (own processes); uprobes need root or CAP_PERFMON.\n" +
+			"Every probe is a perf event fd: they are removed at each level's end, at exit, on Ctrl-C,\n" +
+			"and by the kernel if hotspot dies.",
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		ExitErrHandler:  func(*cli.Context, error) {},
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "pid", Aliases: []string{"p"}, Usage: "the running process `PID` (its threads at start)"},
+			&cli.Float64Flag{Name: "sample", Aliases: []string{"s"}, Value: 2, Usage: "sample for `SECONDS` (cpu-clock, 1 kHz of CPU time)"},
+			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
+			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},
+			&cli.StringFlag{Name: "period", Value: "1s", Usage: "a level lasts `CALLS` calls of its functions or a DURATION (500ms)"},
+			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "probes in place `PCT` percent of a level's time (windows of 100ms), to bound the target's slowdown"},
+			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
+			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
+			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call: `time` (wall time from entry to return; the only one so far)"},
+			&cli.StringFlag{Name: "json", Usage: "write the result as JSON to `FILE`"},
+			&cli.StringFlag{Name: "folded", Usage: "write folded stacks (flame graph input) to `FILE`"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the text report to `FILE` (default stdout)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
+		},
+		Action: func(c *cli.Context) error { return action(c, stdout, stderr, code) },
+	}
+}
+
+func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
+	if c.String("metric") != "time" {
+		return cli.Exit(fmt.Sprintf("-m %s: only the wall time per call (-m time) is measured so far", c.String("metric")), 2)
+	}
+	if d := c.Float64("duty"); d <= 0 || d > 100 {
+		return cli.Exit(fmt.Sprintf("--duty %g: want a percentage in (0, 100]", d), 2)
+	}
+	period, err := parsePeriod(c.String("period"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
+	}
+	pid := c.Int("pid")
+	argv := c.Args().Slice()
+	if (pid > 0) == (len(argv) > 0) {
+		return cli.Exit("give either -p PID or -- cmd args (see hotspot --help)", 2)
+	}
+	pmu, err := uprobe.System()
+	if err != nil {
+		return cli.Exit(err.Error(), 1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	target := "process " + strconv.Itoa(pid)
+	var cmd *exec.Cmd
+	done := make(chan struct{})
+	alive := func() bool { return unix.Kill(pid, 0) == nil }
+	if len(argv) > 0 {
+		cmd = exec.Command(argv[0], argv[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return cli.Exit(fmt.Sprintf("start %s: %v", argv[0], err), 127)
+		}
+		pid = cmd.Process.Pid
+		target = strings.Join(argv, " ")
+		go func() { _ = cmd.Wait(); close(done) }()
+		alive = func() bool {
+			select {
+			case <-done:
+				return false
+			default:
+				return true
+			}
+		}
+	}
+	rep, werr := walk(ctx, pid, target, c, pmu, period, alive, stderr)
+	if rep != nil {
+		if err := writeReport(c, rep, stdout); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	if cmd != nil {
+		stop() // Ctrl-C from now on goes to the target alone (it shares our terminal)
+		signal.Ignore(os.Interrupt, syscall.SIGTERM)
+		<-done
+		if werr != nil {
+			fmt.Fprintln(stderr, "hotspot:", werr)
+		}
+		*code = exitCode(cmd.ProcessState)
+		return nil
+	}
+	if werr != nil {
+		return cli.Exit(werr.Error(), 1)
+	}
+	if rep != nil && rep.Stopped == "signal" {
+		*code = 130
+	}
+	return nil
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return 1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, alive func() bool, stderr io.Writer) (*Report, error) {
+	var cache a2n.Cache
+	pm, err := newProcMap(pid, &cache)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	sr, err := sampleTarget(ctx, pid, time.Duration(c.Float64("sample")*float64(time.Second)), alive, pm)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Target: target, PID: pid, Sample: sr}
+	rep.Hot = pickHot(sr, c.Float64("threshold"), c.Int("top"))
+	var hot []Func
+	for _, h := range rep.Hot {
+		if h.NoProbe != "" {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("hot %s is not instrumentable: %s", h.Name, h.NoProbe))
+			continue
+		}
+		hot = append(hot, h.Func)
+	}
+	if sr.Samples == 0 {
+		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled (a command that forks works in its children, which are not followed: give the busy child's -p PID)")
+	}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	if !c.Bool("quiet") {
+		w.Progress = stderr
+	}
+	werr := w.Run(ctx, hot)
+	rep.Levels, rep.Funcs, rep.HookHits, rep.Lost = w.Levels, w.Funcs, w.HookHits, w.Lost
+	rep.Folded = folded(w.Funcs, rep.Hot)
+	rep.Seconds = time.Since(start).Seconds()
+	switch {
+	case ctx.Err() != nil:
+		rep.Stopped = "signal"
+	case !alive():
+		rep.Stopped = "target exited"
+	}
+	if rep.Stopped != "" {
+		rep.Notes = append(rep.Notes, "walk stopped early: "+rep.Stopped)
+	}
+	for _, p := range cache.Problems() {
+		rep.Notes = append(rep.Notes, p)
+	}
+	return rep, werr
+}
+
+func writeReport(c *cli.Context, rep *Report, stdout io.Writer) error {
+	if p := c.String("json"); p != "" {
+		if err := writeFile(p, rep.writeJSON); err != nil {
+			return err
+		}
+	}
+	if p := c.String("folded"); p != "" {
+		if err := writeFile(p, func(w io.Writer) error {
+			for _, l := range rep.Folded {
+				if _, err := fmt.Fprintln(w, l); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if p := c.String("output"); p != "" {
+		return writeFile(p, func(w io.Writer) error { rep.writeText(w); return nil })
+	}
+	rep.writeText(stdout)
+	return nil
+}

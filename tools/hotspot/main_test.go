@@ -1,0 +1,553 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tools holds the hotspot binary and the bundled example program (plain
+// and stripped), built once for every test.
+var tools struct {
+	once     sync.Once
+	err      error
+	dir      string
+	hotspot  string
+	example  string
+	stripped string
+}
+
+func need(t *testing.T, prog string) {
+	t.Helper()
+	if _, err := exec.LookPath(prog); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s not installed (scripts/deps/hotspot.txt)", prog)
+		}
+		t.Skipf("%s not installed (CI=true makes this a failure)", prog)
+	}
+}
+
+func build(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("uprobe perf events need root or CAP_PERFMON; run the test as root")
+	}
+	need(t, "gcc")
+	need(t, "strip")
+	tools.once.Do(func() {
+		dir, err := os.MkdirTemp("", "hotspot-test-")
+		if err != nil {
+			tools.err = err
+			return
+		}
+		// 0755: the non-root test runs these binaries as nobody.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			tools.err = err
+			return
+		}
+		tools.dir = dir
+		tools.hotspot = filepath.Join(dir, "hotspot")
+		tools.example = filepath.Join(dir, "hotspot-example")
+		tools.stripped = filepath.Join(dir, "hotspot-example-stripped")
+		steps := [][]string{
+			{"go", "build", "-o", tools.hotspot, "."},
+			{"gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-Wall", "-Werror", "-o", tools.example, "../../examples/hotspot.c"},
+			{"cp", tools.example, tools.stripped},
+			{"strip", "--strip-all", tools.stripped},
+		}
+		for _, s := range steps {
+			if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+				tools.err = &exec.Error{Name: strings.Join(s, " ") + ": " + string(out), Err: err}
+				return
+			}
+		}
+	})
+	if tools.err != nil {
+		t.Fatal(tools.err)
+	}
+}
+
+func readReport(t *testing.T, path string) Report {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return r
+}
+
+func funcByLevel(r Report, level int) map[string]*FuncStat {
+	out := map[string]*FuncStat{}
+	for _, f := range r.Funcs {
+		if f.Level == level {
+			out[f.Name] = f
+		}
+	}
+	return out
+}
+
+func callerShares(f *FuncStat) map[string]float64 {
+	out := map[string]float64{}
+	for _, c := range f.Callers {
+		out[c.Name] = c.Share
+	}
+	return out
+}
+
+func near(got, want, tol float64) bool { return got >= want-tol && got <= want+tol }
+
+// countPerfFDs counts the perf event fds of process pid.
+func countPerfFDs(pid int) int {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == "anon_inode:[perf_event]" {
+			n++
+		}
+	}
+	return n
+}
+
+var allRE = regexp.MustCompile(`^hotspot-example: iterations=\d+ calls hot=(\d+) a=\d+ b=\d+ c=\d+ x=\d+ all=(\d+) cpu_us=\d+\n$`)
+
+// TestWalkFindsCallersLevelByLevel runs the bundled program under hotspot:
+// hot's callers are c (2/3 of the calls, the program's exact split) and x
+// (1/3), then b, a, main; each level holds only its own probes (the tool's
+// JSON and its fds seen from outside); the target's output and exit code
+// are unchanged; the hooks run far fewer times than full instrumentation.
+func TestWalkFindsCallersLevelByLevel(t *testing.T) {
+	build(t)
+	dir := t.TempDir()
+	js := filepath.Join(dir, "r.json")
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(tools.hotspot, "-s", "1", "--period", "300", "--json", js, "--folded", filepath.Join(dir, "f.txt"),
+		"-o", filepath.Join(dir, "r.txt"), "--", tools.example, "6")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Watch the tool's perf fds from outside while it runs.
+	maxFDs := 0
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var werr error
+watch:
+	for {
+		select {
+		case werr = <-done:
+			break watch
+		default:
+			if n := countPerfFDs(cmd.Process.Pid); n > maxFDs {
+				maxFDs = n
+			}
+			time.Sleep(time.Millisecond) // polling interval, not a wait for an event
+		}
+	}
+	ee, _ := werr.(*exec.ExitError)
+	if ee == nil || ee.ExitCode() != 3 {
+		t.Fatalf("hotspot exit = %v, want the example's exit code 3; stderr:\n%s", werr, stderr.String())
+	}
+	m := allRE.FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("stdout is not exactly the example's output line:\n%q", stdout.String())
+	}
+	all, _ := strconv.ParseUint(m[2], 10, 64)
+	r := readReport(t, js)
+	txt, _ := os.ReadFile(filepath.Join(dir, "r.txt"))
+	t.Logf("report:\n%s\nprogress:\n%s", txt, stderr.String())
+
+	if len(r.Hot) == 0 || r.Hot[0].Name != "hot" || r.Hot[0].Pct < 50 {
+		t.Fatalf("hot functions %+v: want hot first with most samples", r.Hot)
+	}
+	wantLevels := [][]string{{"hot"}, {"c", "x"}, {"b"}, {"a"}}
+	if len(r.Levels) != len(wantLevels) {
+		t.Fatalf("%d levels %+v, want %d", len(r.Levels), r.Levels, len(wantLevels))
+	}
+	for i, want := range wantLevels {
+		lv := r.Levels[i]
+		got := append([]string(nil), lv.Frontier...)
+		if strings.Join(sortStrings(got), " ") != strings.Join(want, " ") {
+			t.Errorf("level %d frontier %v, want %v", i, lv.Frontier, want)
+		}
+		if lv.Probes != 2*len(want) || lv.PerfFDs != lv.Probes || lv.PerfFDsEnd != 0 {
+			t.Errorf("level %d: %d probes, %d perf fds open during, %d after; want %d, %d, 0", i, lv.Probes, lv.PerfFDs, lv.PerfFDsEnd, 2*len(want), 2*len(want))
+		}
+		if lv.EndedBy != "period" || lv.Calls < 300 {
+			t.Errorf("level %d ended by %q after %d calls, want the period of 300 calls", i, lv.EndedBy, lv.Calls)
+		}
+	}
+	if maxFDs == 0 || maxFDs > 4 {
+		t.Errorf("at most %d perf fds seen open in the tool from outside, want 1..4 (the largest frontier, c and x, has 4 probes)", maxFDs)
+	}
+	hot := funcByLevel(r, 0)["hot"]
+	sh := callerShares(hot)
+	if !near(sh["c"], 2.0/3, 0.03) || !near(sh["x"], 1.0/3, 0.03) || len(sh) != 2 {
+		t.Errorf("hot's callers %v, want c 2/3 and x 1/3", sh)
+	}
+	if hot.Returns == 0 || hot.MinNs == 0 || hot.MinNs > uint64(hot.MeanNs) || uint64(hot.MeanNs) > hot.MaxNs {
+		t.Errorf("hot's time per call min %d mean %.0f max %d returns %d: want min <= mean <= max from matched returns", hot.MinNs, hot.MeanNs, hot.MaxNs, hot.Returns)
+	}
+	l1 := funcByLevel(r, 1)
+	if s := callerShares(l1["c"]); s["b"] != 1 {
+		t.Errorf("c's callers %v, want b only", s)
+	}
+	if s := callerShares(l1["x"]); s["main"] != 1 {
+		t.Errorf("x's callers %v, want main only", s)
+	}
+	if s := callerShares(funcByLevel(r, 2)["b"]); s["a"] != 1 {
+		t.Errorf("b's callers %v, want a only", s)
+	}
+	if s := callerShares(funcByLevel(r, 3)["a"]); s["main"] != 1 {
+		t.Errorf("a's callers %v, want main only", s)
+	}
+	fold, _ := os.ReadFile(filepath.Join(dir, "f.txt"))
+	if !regexp.MustCompile(`(?m)^main;a;b;c;hot \d+$`).Match(fold) || !regexp.MustCompile(`(?m)^main;x;hot \d+$`).Match(fold) {
+		t.Errorf("folded stacks:\n%s\nwant main;a;b;c;hot and main;x;hot", fold)
+	}
+	t.Logf("hook executions during the walk: %d; calls a full entry/exit instrumentation would hook: %d entries + %d returns = %d",
+		r.HookHits, all, all, 2*all)
+	if r.HookHits == 0 || r.HookHits*10 > 2*all {
+		t.Errorf("hook executions %d, want well under a tenth of full instrumentation's %d", r.HookHits, 2*all)
+	}
+}
+
+func sortStrings(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}
+
+// startExample starts the example for secs seconds with its output kept.
+func startExample(t *testing.T, prog string, secs string, cred *syscall.Credential) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	var out bytes.Buffer
+	c := exec.Command(prog, secs)
+	c.Stdout = &out
+	if cred != nil {
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _, _ = c.Process.Wait() })
+	return c, &out
+}
+
+// startTool starts hotspot and returns a channel of its progress lines.
+func startTool(t *testing.T, args ...string) (*exec.Cmd, <-chan string, *bytes.Buffer) {
+	t.Helper()
+	var stdout bytes.Buffer
+	c := exec.Command(tools.hotspot, args...)
+	c.Stdout = &stdout
+	pr, err := c.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return c, lines, &stdout
+}
+
+// waitLine waits for a progress line containing s.
+func waitLine(t *testing.T, lines <-chan string, s string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("hotspot ended before printing %q", s)
+			}
+			t.Log(l)
+			if strings.Contains(l, s) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no progress line with %q in 30s", s)
+		}
+	}
+}
+
+func exitOf(t *testing.T, c *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		_ = c.Process.Kill()
+		t.Fatal("hotspot did not end within 30s")
+	}
+	return -1
+}
+
+// TestTargetKilledMidWalk: the target dies while a level is instrumented;
+// the tool ends that level, reports what it saw, and exits cleanly.
+func TestTargetKilledMidWalk(t *testing.T) {
+	build(t)
+	target, _ := startExample(t, tools.example, "60", nil)
+	js := filepath.Join(t.TempDir(), "r.json")
+	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--json", js)
+	// The per-second progress line: level 0 has been counting calls.
+	waitLine(t, lines, "level 0 frontier [hot] active probes 2 calls")
+	if err := target.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = target.Process.Wait()
+	if code := exitOf(t, tool); code != 0 {
+		t.Fatalf("hotspot exit %d after the target died, want 0", code)
+	}
+	r := readReport(t, js)
+	if r.Stopped != "target exited" || len(r.Levels) != 1 || r.Levels[0].EndedBy != "target exited" || r.Levels[0].PerfFDsEnd != 0 {
+		t.Fatalf("report stopped=%q levels=%+v: want one level ended by the target's exit, no fd left", r.Stopped, r.Levels)
+	}
+	if f := funcByLevel(r, 0)["hot"]; f == nil || f.Calls == 0 {
+		t.Fatalf("no calls of hot seen before the kill: %+v", r.Funcs)
+	}
+}
+
+// TestSIGINTRemovesEveryProbe: Ctrl-C mid-level closes every probe (the
+// tool's perf fds drop to none), writes the report, exits 130; the target
+// goes on undisturbed to its normal end.
+func TestSIGINTRemovesEveryProbe(t *testing.T) {
+	build(t)
+	target, out := startExample(t, tools.example, "4", nil)
+	js := filepath.Join(t.TempDir(), "r.json")
+	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--json", js)
+	waitLine(t, lines, "level 0 frontier [hot]")
+	if n := countPerfFDs(tool.Process.Pid); n != 2 {
+		t.Fatalf("%d perf fds open in the tool during level 0, want 2 (entry and return probe of hot)", n)
+	}
+	if err := tool.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, tool); code != 130 {
+		t.Fatalf("hotspot exit %d after SIGINT, want 130", code)
+	}
+	r := readReport(t, js)
+	if r.Stopped != "signal" || len(r.Levels) == 0 || r.Levels[len(r.Levels)-1].PerfFDsEnd != 0 {
+		t.Fatalf("report stopped=%q levels=%+v: want stopped by the signal with no perf fd left", r.Stopped, r.Levels)
+	}
+	err := target.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(out.String()) == "" {
+		t.Fatalf("target after the walk: %v, output %q; want exit 3 and its normal line", err, out.String())
+	}
+}
+
+// TestStrippedTarget: without symbols the functions are the .eh_frame
+// ranges; the walk still finds hot's two callers with the 2/3, 1/3 split.
+func TestStrippedTarget(t *testing.T) {
+	build(t)
+	js := filepath.Join(t.TempDir(), "r.json")
+	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "300", "--depth", "3", "--json", js, "-o", os.DevNull, "--", tools.stripped, "5")
+	out, err := c.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("exit %v, want 3: %s", err, out)
+	}
+	r := readReport(t, js)
+	if len(r.Hot) == 0 || !strings.Contains(r.Hot[0].Name, "(function at 0x") {
+		t.Fatalf("hot functions %+v: want an .eh_frame range of the stripped file first", r.Hot)
+	}
+	var hot *FuncStat
+	for _, f := range funcByLevel(r, 0) {
+		hot = f
+	}
+	if hot == nil || len(hot.Callers) != 2 {
+		t.Fatalf("level 0 %+v: want the hot range with two callers", hot)
+	}
+	if !near(hot.Callers[0].Share, 2.0/3, 0.03) || !near(hot.Callers[1].Share, 1.0/3, 0.03) {
+		t.Fatalf("caller shares %.3f %.3f, want 2/3 and 1/3", hot.Callers[0].Share, hot.Callers[1].Share)
+	}
+	if len(r.Levels) < 3 || len(r.Levels[1].Frontier) != 2 {
+		t.Fatalf("levels %+v: want 3, the second with both callers", r.Levels)
+	}
+}
+
+// TestNonRootUser: as nobody, hotspot samples nobody's own process (user
+// mode, perf_event_paranoid <= 2) and names its hot function, then says
+// that uprobes need CAP_PERFMON; another user's process is refused.
+func TestNonRootUser(t *testing.T) {
+	build(t)
+	need(t, "setpriv")
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	own, _ := startExample(t, tools.example, "30", nobody)
+	run := func(pid int) (string, string, int) {
+		var o, e bytes.Buffer
+		c := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tools.hotspot, "-q", "-s", "0.5", "--period", "100", "-p", strconv.Itoa(pid))
+		c.Stdout, c.Stderr = &o, &e
+		err := c.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), code
+	}
+	o, e, code := run(own.Process.Pid)
+	t.Logf("own process: exit %d\n%s%s", code, o, e)
+	if !regexp.MustCompile(`(?m)^\s+\d+\.\d%\s+hot\s`).MatchString(o) {
+		t.Errorf("nobody's own process: the sampled hot function is not reported:\n%s", o)
+	}
+	if code == 0 {
+		// A kernel letting unprivileged users place uprobes: the walk ran.
+		if !strings.Contains(o, "from c") {
+			t.Errorf("walk ran as nobody but found no caller c:\n%s", o)
+		}
+	} else if !strings.Contains(e, "CAP_PERFMON") {
+		t.Errorf("exit %d without saying that uprobes need CAP_PERFMON:\n%s", code, e)
+	}
+	root, _ := startExample(t, tools.example, "30", nil)
+	o, e, code = run(root.Process.Pid)
+	if code == 0 || !strings.Contains(e, "root") {
+		t.Errorf("nobody on root's process: exit %d, stderr %q; want a refusal saying what to do", code, e)
+	}
+	t.Logf("root's process: exit %d: %s", code, strings.TrimSpace(e))
+}
+
+// TestDutyCycle: with --duty 20 a level's probes are in place a fifth of
+// the time, in several windows, so they see far fewer calls than a level
+// of the same length with the probes always in place; the callers' split
+// is still found.
+func TestDutyCycle(t *testing.T) {
+	build(t)
+	calls := map[string]uint64{}
+	for _, duty := range []string{"100", "20"} {
+		js := filepath.Join(t.TempDir(), "r.json")
+		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "2.5")
+		if out, err := c.Output(); err == nil || !strings.Contains(string(out), "hotspot-example:") {
+			t.Fatalf("duty %s: exit %v (want the example's 3), output %q", duty, err, out)
+		}
+		r := readReport(t, js)
+		if len(r.Levels) != 1 || r.Levels[0].EndedBy != "period" {
+			t.Fatalf("duty %s: levels %+v, want one ended by its period", duty, r.Levels)
+		}
+		lv := r.Levels[0]
+		if duty == "20" && lv.Windows < 2 {
+			t.Errorf("duty 20: %d probe windows in 1.5s, want several", lv.Windows)
+		}
+		hot := funcByLevel(r, 0)["hot"]
+		if sh := callerShares(hot); !near(sh["c"], 2.0/3, 0.05) || !near(sh["x"], 1.0/3, 0.05) {
+			t.Errorf("duty %s: hot's callers %v, want c 2/3, x 1/3", duty, sh)
+		}
+		calls[duty] = lv.Calls
+		t.Logf("duty %s%%: %d calls of hot seen in %.2fs, %d windows", duty, lv.Calls, lv.Seconds, lv.Windows)
+	}
+	if calls["20"]*2 > calls["100"] {
+		t.Errorf("duty 20%% saw %d calls, duty 100%% %d: want well under half", calls["20"], calls["100"])
+	}
+}
+
+// TestNeverReturningCaller: in the example's "noreturn" mode the loop runs
+// in loop_forever(), entered once before the walk and never returning. The
+// walk finds it as the caller of x and a, instruments it (no call: it is
+// never entered again), says so, and ends at the top of what it can see.
+func TestNeverReturningCaller(t *testing.T) {
+	build(t)
+	dir := t.TempDir()
+	js := filepath.Join(dir, "r.json")
+	txt := filepath.Join(dir, "r.txt")
+	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
+	out, err := c.Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
+	}
+	r := readReport(t, js)
+	var lf *FuncStat
+	for _, f := range r.Funcs {
+		if f.Name == "loop_forever" {
+			lf = f
+		}
+	}
+	if lf == nil || lf.Calls != 0 {
+		t.Fatalf("loop_forever %+v: want it instrumented with no call seen", lf)
+	}
+	if s := callerShares(funcByLevel(r, 1)["x"]); s["loop_forever"] != 1 {
+		t.Errorf("x's callers %v, want loop_forever", s)
+	}
+	if s := callerShares(funcByLevel(r, 3)["a"]); s["loop_forever"] != 1 {
+		t.Errorf("a's callers %v, want loop_forever", s)
+	}
+	if len(r.Levels) != 4 {
+		t.Errorf("%d levels, want 4 (hot, c x, b loop_forever, a)", len(r.Levels))
+	}
+	b, _ := os.ReadFile(txt)
+	if !strings.Contains(string(b), "loop_forever: 0 calls (not entered while instrumented") {
+		t.Errorf("report does not say loop_forever was not entered:\n%s", b)
+	}
+}
+
+// TestJITCodeNotInstrumentable: a hot loop in anonymous executable memory
+// (as JIT code) is sampled and reported, as one row for its mapping, as
+// not instrumentable; no probe is attempted and the target is untouched.
+func TestJITCodeNotInstrumentable(t *testing.T) {
+	build(t)
+	jit := filepath.Join(t.TempDir(), "jit")
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-o", jit, "testdata/jit.c").CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/jit.c: %v\n%s", err, out)
+	}
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--json", js, "-o", os.DevNull, "--", jit, "1.5").Output()
+	if err != nil || !strings.HasPrefix(string(out), "jit: ") {
+		t.Fatalf("exit %v, output %q: want the target's line and exit 0", err, out)
+	}
+	r := readReport(t, js)
+	if len(r.Hot) != 1 || !strings.HasPrefix(r.Hot[0].Name, "[anon]@0x") || r.Hot[0].NoProbe == "" || r.Hot[0].Pct < 50 {
+		t.Fatalf("hot %+v: want one row for the anonymous mapping, marked not instrumentable", r.Hot)
+	}
+	if len(r.Levels) != 0 || r.HookHits != 0 {
+		t.Fatalf("levels %+v, %d hits: want no probe", r.Levels, r.HookHits)
+	}
+	found := false
+	for _, n := range r.Notes {
+		found = found || strings.Contains(n, "not instrumentable: anonymous")
+	}
+	if !found {
+		t.Fatalf("notes %q: want the reason the hot code cannot be probed", r.Notes)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tools.dir != "" {
+		os.RemoveAll(tools.dir)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Report is the whole result (--json).
+type Report struct {
+	Target   string       `json:"target"`
+	PID      int          `json:"pid"`
+	Sample   SampleResult `json:"sample"`
+	Hot      []HotFunc    `json:"hot"`
+	Levels   []Level      `json:"levels"`
+	Funcs    []*FuncStat  `json:"functions"`
+	HookHits uint64       `json:"hook_executions"`
+	Lost     uint64       `json:"lost"`
+	Folded   []string     `json:"folded"`
+	Seconds  float64      `json:"seconds"`
+	Stopped  string       `json:"stopped,omitempty"`
+	Notes    []string     `json:"notes,omitempty"`
+}
+
+// folded derives folded stacks ("main;a;b;c;hot 1234") from the walk: the
+// calls of each hot function split along its callers by their shares,
+// level by level.
+func folded(funcs []*FuncStat, hot []HotFunc) []string {
+	byKey := map[string]*FuncStat{}
+	for _, f := range funcs {
+		byKey[f.key()] = f
+	}
+	weights := map[string]float64{}
+	var up func(f *FuncStat, chain []string, w float64, depth int)
+	up = func(f *FuncStat, chain []string, w float64, depth int) {
+		chain = append([]string{f.Name}, chain...)
+		if len(f.Callers) == 0 || depth > 64 {
+			weights[strings.Join(chain, ";")] += w
+			return
+		}
+		for _, c := range f.Callers {
+			cw := w * c.Share
+			if cf := byKey[c.key()]; cf != nil && cf != f && !contains(chain, cf.Name) {
+				up(cf, chain, cw, depth+1)
+			} else {
+				weights[strings.Join(append([]string{c.Name}, chain...), ";")] += cw
+			}
+		}
+	}
+	for _, h := range hot {
+		if f := byKey[h.key()]; f != nil {
+			up(f, nil, float64(f.Calls), 0)
+		}
+	}
+	var out []string
+	for k, w := range weights {
+		if n := math.Round(w); n > 0 {
+			out = append(out, fmt.Sprintf("%s %d", k, int64(n)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func dur(ns float64) string {
+	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.3fs", ns/1e9)
+	case ns >= 1e6:
+		return fmt.Sprintf("%.3fms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.1fus", ns/1e3)
+	}
+	return fmt.Sprintf("%.0fns", ns)
+}
+
+// writeText prints the hot-path call graph.
+func (r *Report) writeText(w io.Writer) {
+	fmt.Fprintf(w, "hotspot: %s (pid %d): %d samples in %.1fs\n", r.Target, r.PID, r.Sample.Samples, r.Sample.Seconds)
+	fmt.Fprintln(w, "hot functions:")
+	for _, h := range r.Hot {
+		where := h.Path
+		if where == "" {
+			where = "no file"
+		}
+		fmt.Fprintf(w, "  %6.1f%%  %s  (%s)\n", h.Pct, h.Name, where)
+	}
+	fmt.Fprintln(w, "hot-path call graph (per function: calls, time per call mean/min/max, callers by share of calls):")
+	for _, f := range r.Funcs {
+		fmt.Fprintf(w, "  [level %d] %s: %d calls", f.Level, f.Name, f.Calls)
+		if f.Returns > 0 {
+			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
+		}
+		if f.Calls == 0 {
+			fmt.Fprint(w, " (not entered while instrumented: called before the walk and not returned yet — a loop that never returns? — or not called at all)")
+		}
+		if f.Cut > 0 {
+			fmt.Fprintf(w, ", %d returned after the probes were removed", f.Cut)
+		}
+		fmt.Fprintln(w)
+		for _, c := range f.Callers {
+			note := ""
+			if c.NoProbe != "" {
+				note = "  (" + c.NoProbe + ")"
+			}
+			fmt.Fprintf(w, "      %5.1f%%  %8d  from %s%s\n", 100*c.Share, c.Calls, c.Name, note)
+		}
+	}
+	fmt.Fprintf(w, "walk: %d levels, %d probe hits (entries and returns), %d lost\n", len(r.Levels), r.HookHits, r.Lost)
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	if len(r.Folded) > 0 {
+		fmt.Fprintln(w, "folded stacks:")
+		for _, l := range r.Folded {
+			fmt.Fprintln(w, "  "+l)
+		}
+	}
+}
+
+func writeFile(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", path, err)
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func (r *Report) writeJSON(w io.Writer) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", " ")
+	return e.Encode(r)
+}

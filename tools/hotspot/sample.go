@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/uprobe"
+)
+
+// HotFunc is one function of the sampling step.
+type HotFunc struct {
+	Func
+	Samples int     `json:"samples"`
+	Pct     float64 `json:"pct"`
+}
+
+// SampleResult is what the sampling step saw.
+type SampleResult struct {
+	Seconds float64   `json:"seconds"`
+	Samples int       `json:"samples"`
+	Lost    uint64    `json:"lost"`
+	Funcs   []HotFunc `json:"functions"` // every sampled function, most samples first
+}
+
+// sampleTarget samples the threads of pid with cpu-clock (user mode, 1 kHz
+// of CPU time per thread) for d or until the target ends, and names the
+// functions hit.
+func sampleTarget(ctx context.Context, pid int, d time.Duration, alive func() bool, pm *procMap) (SampleResult, error) {
+	tids, err := threadsOf(pid)
+	if err != nil {
+		return SampleResult{}, err
+	}
+	ev, err := events.Parse("cpu-clock")
+	if err != nil {
+		return SampleResult{}, fmt.Errorf("cpu-clock: %w", err)
+	}
+	type tr struct {
+		fd   int
+		ring *uprobe.Ring
+	}
+	var rings []tr
+	defer func() {
+		for _, r := range rings {
+			r.ring.Close()
+			unix.Close(r.fd)
+		}
+	}()
+	for _, tid := range tids {
+		a := ev.Attr()
+		a.Size = uint32(unsafe.Sizeof(a))
+		a.Sample = 1000000 // ns of CPU time between samples
+		a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID
+		a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
+		fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				continue // the thread ended meanwhile
+			}
+			return SampleResult{}, events.OpenError(ev, tid, -1, err)
+		}
+		r, err := uprobe.NewRing(fd, 16)
+		if err != nil {
+			unix.Close(fd)
+			return SampleResult{}, err
+		}
+		rings = append(rings, tr{fd, r})
+	}
+	if len(rings) == 0 {
+		return SampleResult{}, fmt.Errorf("process %d has no thread left to sample", pid)
+	}
+	hits := map[uint64]int{}
+	res := SampleResult{}
+	drain := func() {
+		for _, r := range rings {
+			r.ring.Drain(func(typ uint32, _ uint16, b []byte) {
+				if typ == unix.PERF_RECORD_SAMPLE && len(b) >= 16 {
+					hits[binary.LittleEndian.Uint64(b)]++
+					res.Samples++
+				}
+			})
+		}
+	}
+	start := time.Now()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+loop:
+	for time.Since(start) < d && alive() {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-tick.C:
+			drain()
+		}
+	}
+	drain()
+	res.Seconds = time.Since(start).Seconds()
+	for _, r := range rings {
+		res.Lost += r.ring.Lost
+	}
+	byFunc := map[string]*HotFunc{}
+	for addr, n := range hits {
+		f := pm.lookup(addr)
+		k := f.key()
+		if f.Path == "" {
+			k = f.Name
+		}
+		h := byFunc[k]
+		if h == nil {
+			h = &HotFunc{Func: f}
+			byFunc[k] = h
+		}
+		h.Samples += n
+	}
+	for _, h := range byFunc {
+		if res.Samples > 0 {
+			h.Pct = 100 * float64(h.Samples) / float64(res.Samples)
+		}
+		res.Funcs = append(res.Funcs, *h)
+	}
+	sort.Slice(res.Funcs, func(i, j int) bool {
+		if res.Funcs[i].Samples != res.Funcs[j].Samples {
+			return res.Funcs[i].Samples > res.Funcs[j].Samples
+		}
+		return res.Funcs[i].Name < res.Funcs[j].Name
+	})
+	return res, nil
+}
+
+// pickHot selects the hot functions: every function at or above threshold
+// percent of the samples, at most top of them (top 0: no limit).
+func pickHot(r SampleResult, threshold float64, top int) []HotFunc {
+	var out []HotFunc
+	for _, f := range r.Funcs {
+		if f.Pct < threshold {
+			break
+		}
+		if top > 0 && len(out) >= top {
+			break
+		}
+		out = append(out, f)
+	}
+	return out
+}

@@ -1,0 +1,370 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/uprobe"
+)
+
+// Period ends a level: after Calls entries of the level's functions, or
+// after Duration, whichever comes first (a zero field is no limit).
+type Period struct {
+	Calls    uint64
+	Duration time.Duration
+}
+
+// CallerStat is one caller of an instrumented function.
+type CallerStat struct {
+	Func
+	Calls uint64  `json:"calls"`
+	Share float64 `json:"share"`
+}
+
+// FuncStat is what the probes of one instrumented function saw.
+type FuncStat struct {
+	Func
+	Level   int           `json:"level"`
+	Calls   uint64        `json:"calls"`   // entries seen
+	Returns uint64        `json:"returns"` // entries matched with their return
+	Cut     uint64        `json:"cut"`     // entries whose return came after their probes were removed
+	MeanNs  float64       `json:"mean_ns"`
+	MinNs   uint64        `json:"min_ns"`
+	MaxNs   uint64        `json:"max_ns"`
+	Callers []*CallerStat `json:"callers"`
+	sumNs   float64
+	callers map[string]*CallerStat
+}
+
+// Level is one step of the walk.
+type Level struct {
+	Level    int      `json:"level"`
+	Frontier []string `json:"frontier"`
+	// Probes is the number of probe events open during the level (two per
+	// function and thread); PerfFDs the perf event fds the tool held open
+	// at that moment, counted from /proc/self/fd.
+	Probes     int     `json:"active_probes"`
+	PerfFDs    int     `json:"perf_fds_open"`
+	Calls      uint64  `json:"calls"`
+	Seconds    float64 `json:"seconds"`
+	EndedBy    string  `json:"ended_by"` // "period", "time limit", "target exited", "signal"
+	Skipped    []Func  `json:"not_instrumented,omitempty"`
+	PerfFDsEnd int     `json:"perf_fds_after_close"`
+	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+}
+
+// Walk is the state of a hot-spot walk.
+type Walk struct {
+	PMU      uprobe.PMU
+	PID      int
+	Period   Period
+	Duty     float64       // percent of the time a level's probes are in place (0 or 100: always)
+	LevelMax time.Duration // a level ends after this even if its period is not over (0: no limit)
+	MaxDepth int
+	Alive    func() bool
+	Progress io.Writer
+	pm       *procMap
+	start    time.Time
+
+	Levels   []Level
+	Funcs    []*FuncStat
+	HookHits uint64 // probe hits delivered (entries + returns)
+	Lost     uint64
+	visited  map[string]*FuncStat
+	stopAt   map[string]bool // names where the walk stops (main)
+}
+
+type probeRef struct {
+	fs  *FuncStat
+	ret bool
+}
+
+type frame struct {
+	fs *FuncStat
+	t  uint64
+}
+
+// stopNames are the top of a program's call graph: the walk records them
+// as callers but does not instrument them (they are entered once).
+var stopNames = map[string]bool{"main": true, "_start": true, "__libc_start_main": true, "__libc_start_call_main": true}
+
+// Run walks up from the hot functions, one level at a time.
+func (w *Walk) Run(ctx context.Context, hot []Func) error {
+	w.start = time.Now()
+	w.visited = map[string]*FuncStat{}
+	frontier := hot
+	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
+		if ctx.Err() != nil || !w.Alive() {
+			break
+		}
+		before := len(w.Funcs)
+		stats, err := w.level(ctx, depth, frontier)
+		if err != nil {
+			w.Funcs = w.Funcs[:before] // not instrumented: nothing measured
+			return err
+		}
+		last := w.Levels[len(w.Levels)-1]
+		if last.EndedBy != "period" && last.EndedBy != "time limit" {
+			break
+		}
+		// The next frontier: this level's callers not seen yet.
+		var next []Func
+		seen := map[string]bool{}
+		for _, fs := range stats {
+			for _, c := range fs.Callers {
+				k := c.key()
+				if seen[k] || w.visited[k] != nil || stopNames[c.Name] || c.NoProbe != "" {
+					continue
+				}
+				seen[k] = true
+				next = append(next, c.Func)
+			}
+		}
+		frontier = next
+	}
+	return nil
+}
+
+func (w *Walk) progress(format string, a ...any) {
+	if w.Progress != nil {
+		fmt.Fprintf(w.Progress, "hotspot: "+format+" elapsed %.1fs\n", append(a, time.Since(w.start).Seconds())...)
+	}
+}
+
+// level instruments frontier until the period is over, then removes every
+// probe of the level.
+func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncStat, error) {
+	lv := Level{Level: depth}
+	var stats []*FuncStat
+	for _, f := range frontier {
+		if f.NoProbe != "" {
+			lv.Skipped = append(lv.Skipped, f)
+			continue
+		}
+		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
+		stats = append(stats, fs)
+		w.visited[f.key()] = fs
+		w.Funcs = append(w.Funcs, fs)
+		lv.Frontier = append(lv.Frontier, f.Name)
+	}
+	if len(stats) == 0 {
+		lv.EndedBy = "nothing instrumentable"
+		w.Levels = append(w.Levels, lv)
+		return nil, nil
+	}
+	var probes []*uprobe.Probe
+	var rings []*uprobe.Ring
+	refs := map[uint64]probeRef{}
+	stacks := map[uint32][]frame{}
+	closeAll := func() {
+		for _, r := range rings {
+			w.Lost += r.Lost
+			r.Close() // unmap first: a mapping holds its event alive
+		}
+		for _, p := range probes {
+			p.Close()
+		}
+		rings, probes = nil, nil
+		// Calls entered in this window whose return it did not see.
+		for tid, st := range stacks {
+			for _, f := range st {
+				f.fs.Cut++
+			}
+			delete(stacks, tid)
+		}
+	}
+	defer closeAll()
+	openAll := func() (bool, error) {
+		tids, err := threadsOf(w.PID)
+		if err != nil {
+			return false, nil // the target is gone
+		}
+		for _, tid := range tids {
+			var ring *uprobe.Ring
+			for _, fs := range stats {
+				for _, ret := range []bool{false, true} {
+					p, err := w.PMU.Open(fs.Path, fs.Off, ret, tid, true)
+					if err != nil {
+						if errors.Is(err, unix.ESRCH) {
+							continue
+						}
+						return false, fmt.Errorf("instrument %s: %w", fs.Name, err)
+					}
+					probes = append(probes, p)
+					refs[p.ID] = probeRef{fs, ret}
+					if ring == nil {
+						if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
+							return false, err
+						}
+						rings = append(rings, ring)
+					} else if err := ring.Redirect(p.FD); err != nil {
+						return false, err
+					}
+				}
+			}
+		}
+		for _, p := range probes {
+			if err := uprobe.Enable(p.FD); err != nil {
+				return false, err
+			}
+		}
+		lv.Windows++
+		return len(probes) > 0, nil
+	}
+	ok, err := openAll()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		lv.EndedBy = "target exited"
+		w.Levels = append(w.Levels, lv)
+		return stats, nil
+	}
+	lv.Probes = len(probes)
+	lv.PerfFDs = perfFDs()
+	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
+
+	drain := func() {
+		for _, r := range rings {
+			r.Drain(func(typ uint32, _ uint16, b []byte) {
+				if typ != unix.PERF_RECORD_SAMPLE {
+					return
+				}
+				id, ok := uprobe.SampleID(b)
+				if !ok {
+					return
+				}
+				ref, ok := refs[id]
+				if !ok {
+					return
+				}
+				s, ok := uprobe.DecodeSample(b, !ref.ret)
+				if !ok {
+					return
+				}
+				w.HookHits++
+				if !ref.ret {
+					ref.fs.Calls++
+					lv.Calls++
+					if s.HasTop {
+						c := w.pm.lookup(s.TopWord)
+						cs := ref.fs.callers[c.key()+c.Name]
+						if cs == nil {
+							cs = &CallerStat{Func: c}
+							ref.fs.callers[c.key()+c.Name] = cs
+						}
+						cs.Calls++
+					}
+					st := stacks[s.TID]
+					if len(st) < 4096 {
+						stacks[s.TID] = append(st, frame{ref.fs, s.Time})
+					}
+					return
+				}
+				st := stacks[s.TID]
+				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
+					if st[i].fs == ref.fs {
+						ref.fs.addTime(s.Time - st[i].t)
+						stacks[s.TID] = st[:i]
+						return
+					}
+				}
+			})
+		}
+	}
+	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %).
+	const onWin = 100 * time.Millisecond
+	var offWin time.Duration
+	if w.Duty > 0 && w.Duty < 100 {
+		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
+	}
+	t0 := time.Now()
+	winStart := t0
+	on := true
+	lastProgress := t0
+	for {
+		drain()
+		switch {
+		case ctx.Err() != nil:
+			lv.EndedBy = "signal"
+		case w.Period.Calls > 0 && lv.Calls >= w.Period.Calls:
+			lv.EndedBy = "period"
+		case w.Period.Duration > 0 && time.Since(t0) >= w.Period.Duration:
+			lv.EndedBy = "period"
+		case !w.Alive():
+			lv.EndedBy = "target exited"
+		case w.LevelMax > 0 && time.Since(t0) >= w.LevelMax:
+			lv.EndedBy = "time limit"
+		}
+		if lv.EndedBy != "" {
+			break
+		}
+		if offWin > 0 && on && time.Since(winStart) >= onWin {
+			closeAll()
+			on, winStart = false, time.Now()
+		} else if !on && time.Since(winStart) >= offWin {
+			if _, err := openAll(); err != nil {
+				return nil, err
+			}
+			on, winStart = true, time.Now()
+		}
+		if time.Since(lastProgress) >= time.Second {
+			lastProgress = time.Now()
+			w.progress("level %d frontier [%s] active probes %d calls %d", depth, strings.Join(lv.Frontier, " "), len(probes), lv.Calls)
+		}
+		if len(probes) > 0 {
+			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, 20)
+		} else {
+			_, _ = unix.Poll(nil, 20)
+		}
+	}
+	drain()
+	closeAll()
+	lv.PerfFDsEnd = perfFDs()
+	lv.Seconds = time.Since(t0).Seconds()
+	w.Levels = append(w.Levels, lv)
+	for _, fs := range stats {
+		fs.finish()
+	}
+	return stats, nil
+}
+
+func (fs *FuncStat) addTime(ns uint64) {
+	if fs.Returns == 0 || ns < fs.MinNs {
+		fs.MinNs = ns
+	}
+	if ns > fs.MaxNs {
+		fs.MaxNs = ns
+	}
+	fs.Returns++
+	fs.sumNs += float64(ns)
+}
+
+func (fs *FuncStat) finish() {
+	if fs.Returns > 0 {
+		fs.MeanNs = math.Round(fs.sumNs / float64(fs.Returns))
+	}
+	var total uint64
+	for _, c := range fs.callers {
+		total += c.Calls
+	}
+	fs.Callers = fs.Callers[:0]
+	for _, c := range fs.callers {
+		c.Share = float64(c.Calls) / float64(total)
+		fs.Callers = append(fs.Callers, c)
+	}
+	sort.Slice(fs.Callers, func(i, j int) bool {
+		if fs.Callers[i].Calls != fs.Callers[j].Calls {
+			return fs.Callers[i].Calls > fs.Callers[j].Calls
+		}
+		return fs.Callers[i].Name < fs.Callers[j].Name
+	})
+}
