@@ -88,7 +88,15 @@ func Create(path string, h Header) (*Writer, error) {
 
 // reserveTrailer keeps the trailer's room allocated past the end.
 func (w *Writer) reserveTrailer() error {
-	err := unix.Fallocate(int(w.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, w.off, w.reserve)
+	var err error
+	for {
+		// tmpfs gives up a fallocate with EINTR when a signal is pending
+		// (Go's preemption signals, under load): that is no full disk.
+		err = unix.Fallocate(int(w.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, w.off, w.reserve)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
 		return nil // a file system without fallocate: best effort
 	}
