@@ -120,6 +120,9 @@ type Session struct {
 	tgid    sync.Map // tid -> tgid (uint32)
 	parents sync.Map // pid -> ppid (uint32), from fork records
 	execs   sync.Map // pid -> pendingExec: exec seen, path not yet
+	// needPPID: pid -> comm of an exec whose MTE_PROCESS waits for the
+	// fork record that names its parent.
+	needPPID sync.Map
 
 	callstack bool
 	maxStack  int
@@ -442,6 +445,14 @@ func (s *Session) Stop() error {
 		close(s.stop)
 		s.wg.Wait()
 		s.Flush()
+		// Execs whose fork record never came (the process predates the
+		// session and was gone from /proc): their process records, last.
+		t := monoNow()
+		s.needPPID.Range(func(k, v any) bool {
+			s.sink.MTE(0, trace.MTEProcess, t, []uint64{uint64(k.(uint32)), 0}, v.(string))
+			s.needPPID.Delete(k)
+			return true
+		})
 		s.closeAll()
 	})
 	return s.stopErr
@@ -644,11 +655,16 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				flags = trace.ForkThread
 			}
 			s.sink.MTE(r.cpu, trace.MTEFork, t, append(f, uint64(ppid), uint64(ptid), uint64(pid), uint64(tid), flags), "")
+			if comm, ok := s.needPPID.LoadAndDelete(pid); ok && pid == tid {
+				// The exec was read first: its process record goes here.
+				s.sink.MTE(r.cpu, trace.MTEProcess, t, append(r.fields[:0], uint64(pid), uint64(ppid)), comm.(string))
+			}
 		} else {
 			if pe, ok := s.execs.LoadAndDelete(pid); ok && pid == tid {
 				s.emitExec(r, t, pid, pe.(pendingExec), pe.(pendingExec).comm)
 				f = r.fields[:0]
 			}
+
 			s.sink.MTE(r.cpu, trace.MTEExit, t, append(f, uint64(pid), uint64(tid)), "")
 		}
 	case unix.PERF_RECORD_LOST:
@@ -701,10 +717,17 @@ type pendingExec struct {
 }
 
 // emitExec writes MTE_EXEC (with the path) and the process's MTE_PROCESS.
+// When the parent is not known yet (the fork record is still in another
+// CPU's ring and the process is already gone from /proc), MTE_PROCESS waits
+// for that fork record and is written with it (or at the process's exit).
 func (s *Session) emitExec(r *ring, t uint64, pid uint32, pe pendingExec, path string) {
 	f := r.fields[:0]
 	s.sink.MTE(r.cpu, trace.MTEExec, t, append(f, uint64(pid), uint64(pe.tid)), path)
-	s.sink.MTE(r.cpu, trace.MTEProcess, t, append(f[:0], uint64(pid), uint64(s.parent(pid))), pe.comm)
+	if ppid := s.parent(pid); ppid != 0 {
+		s.sink.MTE(r.cpu, trace.MTEProcess, t, append(f[:0], uint64(pid), uint64(ppid)), pe.comm)
+		return
+	}
+	s.needPPID.Store(pid, pe.comm)
 }
 
 // parent is a process's parent: from the fork records of the session, else
@@ -792,4 +815,10 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) {
 		}
 		s.sink.Trace(r.cpu, trace.MajorInterrupt, minor, t, append(f, uint64(v)))
 	}
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
 }

@@ -69,12 +69,6 @@ func needRoot(t *testing.T) {
 	}
 }
 
-func monoNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
-}
-
 func spin(d time.Duration) {
 	end := time.Now().Add(d)
 	x := 1
