@@ -444,28 +444,26 @@ func (rep *Report) ProcTitle(pid uint32) string {
 
 // ThreadTitle is a thread as the modern forms name it: "name (tid N)".
 func (rep *Report) ThreadTitle(pid, tid uint32) string {
-	n := rep.ThreadNm[[2]uint32{pid, tid}]
-	if n == "" {
-		n = rep.ProcName[pid]
+	return fmt.Sprintf("%s (tid %d)", rep.threadName(pid, tid, "?"), tid)
+}
+
+// threadName is a thread's name, else its process's (a new thread starts
+// with its creator's comm), else unknown.
+func (rep *Report) threadName(pid, tid uint32, unknown string) string {
+	if n := rep.ThreadNm[[2]uint32{pid, tid}]; n != "" {
+		return n
 	}
-	if n == "" {
-		n = "?"
+	if n := rep.ProcName[pid]; n != "" {
+		return n
 	}
-	return fmt.Sprintf("%s (tid %d)", n, tid)
+	return unknown
 }
 
 // ThreadLabel is PI's thread name form: name_tid (tid in hex). A thread
 // no record named carries its process's name, as a new thread starts with
 // its creator's comm.
 func (rep *Report) ThreadLabel(pid, tid uint32) string {
-	n := rep.ThreadNm[[2]uint32{pid, tid}]
-	if n == "" {
-		n = rep.ProcName[pid]
-	}
-	if n == "" {
-		n = "tid"
-	}
-	return fmt.Sprintf("%s_%x", n, tid)
+	return fmt.Sprintf("%s_%x", rep.threadName(pid, tid, "tid"), tid)
 }
 
 // Levels of a section.
