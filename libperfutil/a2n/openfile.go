@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"perfinsp/libperfutil/untrusted"
 )
 
 // Every file A2N opens is named by the trace or by a convention other
@@ -27,18 +29,12 @@ var (
 // regular file no larger than maxSize and, if ownerRule, owned by the
 // effective user or by root. The error says which rule the file broke.
 func openChecked(path string, maxSize int64, ownerRule bool) (*os.File, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, fi, err := untrusted.Open(path)
+	if _, ok := err.(*untrusted.NotRegularError); ok {
+		return nil, 0, fmt.Errorf("%w, ignored", err)
+	}
 	if err != nil {
 		return nil, 0, err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s: not a regular file (%s), ignored", path, fileKind(fi.Mode()))
 	}
 	if fi.Size() > maxSize {
 		f.Close()
@@ -67,20 +63,4 @@ func readChecked(path string, maxSize int64, ownerRule bool) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return b[:n], nil
-}
-
-func fileKind(m os.FileMode) string {
-	switch {
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeCharDevice != 0:
-		return "a character device"
-	case m&os.ModeDevice != 0:
-		return "a block device"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	case m.IsDir():
-		return "a directory"
-	}
-	return m.Type().String()
 }

@@ -48,7 +48,7 @@ func TestPlantedPerfMapAndJitdump(t *testing.T) {
 		name, want string
 		plant      func(path string) error
 	}{
-		{"fifo", "not a regular file (a FIFO)", func(p string) error { return syscall.Mkfifo(p, 0o600) }},
+		{"fifo", "not a regular file (a named pipe (FIFO))", func(p string) error { return syscall.Mkfifo(p, 0o600) }},
 		{"dev-zero", "not a regular file (a character device)", func(p string) error { return os.Symlink("/dev/zero", p) }},
 		{"too-big", "larger than the", func(p string) error { return os.WriteFile(p, bytes.Repeat(good, 1000), 0o644) }},
 		{"other-owner", "owned by uid 4242", func(p string) error {
@@ -110,7 +110,7 @@ func TestPlantedModuleAndDebugFile(t *testing.T) {
 		t.Fatalf("planted modules: %+v %+v", a, b)
 	}
 	p := r.Cache.Problems()
-	if len(p) != 2 || !strings.Contains(strings.Join(p, "|"), "not a regular file (a FIFO)") || !strings.Contains(strings.Join(p, "|"), "a character device") {
+	if len(p) != 2 || !strings.Contains(strings.Join(p, "|"), "not a regular file (a named pipe (FIFO))") || !strings.Contains(strings.Join(p, "|"), "a character device") {
 		t.Fatalf("warnings %q", p)
 	}
 
@@ -136,7 +136,7 @@ func TestPlantedModuleAndDebugFile(t *testing.T) {
 			}
 		}
 	})
-	if p := r2.Cache.Problems(); len(p) != 1 || !strings.Contains(p[0], "debug file") || !strings.Contains(p[0], "a FIFO") {
+	if p := r2.Cache.Problems(); len(p) != 1 || !strings.Contains(p[0], "debug file") || !strings.Contains(p[0], "a named pipe (FIFO)") {
 		t.Fatalf("warnings %q", p)
 	}
 }

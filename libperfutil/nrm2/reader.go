@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"syscall"
 
 	"perfinsp/libperfutil/trace"
+	"perfinsp/libperfutil/untrusted"
 )
 
 // Chunk is one chunk of a parsed file.
@@ -100,37 +99,17 @@ func OpenWith(path string, opt Options) (*File, error) {
 	return f, nil
 }
 
-// fileKind names what a non-regular file is, for error messages.
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe (FIFO)"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	}
-	return "not a regular file"
-}
-
 func load(path string) ([]byte, bool, error) {
-	// O_NONBLOCK: opening a FIFO must not wait for a writer.
-	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Opening a FIFO must not wait for a writer.
+	fh, st, err := untrusted.Open(path)
+	var nr *untrusted.NotRegularError
+	if errors.As(err, &nr) {
+		return nil, false, fmt.Errorf("read trace file %s: it is %s, not a trace file: give the path of a swtrace.nrm2 file", path, nr.Kind())
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("read trace file: %w", err)
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, false, fmt.Errorf("read trace file: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, false, fmt.Errorf("read trace file %s: it is %s, not a trace file: give the path of a swtrace.nrm2 file", path, fileKind(st.Mode()))
-	}
 	size := st.Size()
 	if size == 0 {
 		return nil, false, &FormatError{Msg: "the file is empty: no trace was written to it"}
