@@ -113,22 +113,26 @@ func (rep *Report) writeCallTree(w io.Writer) {
 	fmt.Fprintln(w, ")) Call_Tree")
 	fmt.Fprintln(w, "================================================================")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, " %d of %d ticks have a call stack (%d cut at the depth limit); caller above callee, nodes under %.1f %% of all ticks left out\n\n",
+	fmt.Fprintf(w, " %d of %d ticks have a call stack (%d cut at the depth limit); caller above callee, nodes under %.1f %% of all ticks left out;\n"+
+		" %%INCL is the share of all ticks with a stack, %%PROC the share of the process's ticks with a stack\n\n",
 		rep.StackTicks, rep.Total, rep.TruncatedStacks, CallTreeMinPct)
-	fmt.Fprintf(w, "%4s %10s %10s %7s  %s\n", "LVL", "INCL", "EXCL", "%INCL", "NAME")
+	fmt.Fprintf(w, "%4s %10s %10s %7s %7s  %s\n", "LVL", "INCL", "EXCL", "%INCL", "%PROC", "NAME")
 	root := tree(rep.folded())
 	min := uint64(float64(rep.StackTicks) * CallTreeMinPct / 100)
-	var walk func(n *node, lvl int)
-	walk = func(n *node, lvl int) {
+	var walk func(n *node, lvl int, proc uint64)
+	walk = func(n *node, lvl int, proc uint64) {
 		for _, c := range n.sorted() {
 			if c.incl < min || c.incl == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "%4d %10d %10d %7.2f  %s%s\n", lvl, c.incl, c.excl, pct(c.incl, rep.StackTicks), strings.Repeat(" ", lvl), c.name)
-			walk(c, lvl+1)
+			if lvl == 0 {
+				proc = c.incl
+			}
+			fmt.Fprintf(w, "%4d %10d %10d %7.2f %7.2f  %s%s\n", lvl, c.incl, c.excl, pct(c.incl, rep.StackTicks), pct(c.incl, proc), strings.Repeat(" ", lvl), c.name)
+			walk(c, lvl+1, proc)
 		}
 	}
-	walk(root, 0)
+	walk(root, 0, 0)
 	fmt.Fprintln(w)
 }
 
@@ -169,14 +173,19 @@ func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
 		return w.Flush()
 	}
 	scale := (width - 2*pad) / float64(root.incl)
-	var draw func(n *node, x float64, d int)
-	draw = func(n *node, x float64, d int) {
+	var draw func(n *node, x float64, d int, proc uint64)
+	draw = func(n *node, x float64, d int, proc uint64) {
 		wpx := float64(n.incl) * scale
 		if wpx < minPx {
 			return
 		}
 		y := float64(height) - pad - float64(d+1)*rowH
 		tip := fmt.Sprintf("%s (%d ticks, %.2f%%)", n.name, n.incl, pct(n.incl, root.incl))
+		if d == 1 {
+			proc = n.incl
+		} else if d > 1 {
+			tip = fmt.Sprintf("%s (%d ticks, %.2f%% of all, %.2f%% of the process)", n.name, n.incl, pct(n.incl, root.incl), pct(n.incl, proc))
+		}
 		fmt.Fprintf(w, "<g><title>%s</title><rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" rx=\"2\"/>",
 			html.EscapeString(tip), x, y, wpx, rowH-1, color(n.name))
 		if fit := int((wpx - 4) / charPx); fit >= 3 {
@@ -189,11 +198,11 @@ func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
 		fmt.Fprintln(w, "</g>")
 		cx := x
 		for _, c := range n.sorted() {
-			draw(c, cx, d+1)
+			draw(c, cx, d+1, proc)
 			cx += float64(c.incl) * scale
 		}
 	}
-	draw(root, pad, 0)
+	draw(root, pad, 0, 0)
 	fmt.Fprintln(w, "</svg>")
 	return w.Flush()
 }

@@ -94,10 +94,37 @@ func (rep *Report) WritePI(out io.Writer) error {
 	section("Process_Module", LPid, LMod)
 	section("Process_Thread_Module_Symbol", LPid, LTid, LMod, LSym)
 	section("Module_Symbol", LMod, LSym)
+	rep.writeWithinProcess(w)
 	if len(rep.Stacks) > 0 {
 		rep.writeCallTree(w)
 	}
 	return w.Flush()
+}
+
+// writeWithinProcess writes tprof.out's Process_Module_Symbol_Within_Process
+// section: PI's row form with a %PROC column after %%%, the share of the
+// process's own ticks (what perf report of that process shows); %%% stays
+// the share of all ticks (idle included).
+func (rep *Report) writeWithinProcess(w *bufio.Writer) {
+	fmt.Fprintln(w, "================================================================")
+	fmt.Fprintln(w, ")) Process_Module_Symbol_Within_Process")
+	fmt.Fprintln(w, "================================================================")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, " %%% is the share of all ticks, %PROC the share of the ticks of the row's process")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-4s %10s %7s %7s  %s\n", "LAB", "TKS", "%%%", "%PROC", "NAMES")
+	var walk func(rows []*Row, depth int, proc uint64)
+	walk = func(rows []*Row, depth int, proc uint64) {
+		for _, r := range rows {
+			if depth == 0 {
+				proc = r.Ticks
+			}
+			fmt.Fprintf(w, "%-4s %10d %7.2f %7.2f  %s%s\n", r.Label, r.Ticks, pct(r.Ticks, rep.Total), pct(r.Ticks, proc), strings.Repeat(" ", depth), r.Name)
+			walk(r.Sub, depth+1, proc)
+		}
+	}
+	walk(rep.Section(LPid, LMod, LSym), 0, 0)
+	fmt.Fprintln(w)
 }
 
 // WriteFolded writes folded stacks, one line per stack with its tick count:
