@@ -24,25 +24,62 @@ func cleanLabel(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, ";", ":"), " ", "_")
 }
 
+// stackNames names the frames of the stacks for folded stacks and call
+// trees, each resolved name computed once: frame(idx, kernel) is
+// frameName of rep.res[idx], proc(pid) the process title with ';' made ':'.
+type stackNames struct {
+	rep   *Report
+	frame []string // 2*idx (+1 for a kernel frame); "" not yet computed
+	done  []bool
+	procs map[uint32]string
+}
+
+func (rep *Report) stackNames() *stackNames {
+	return &stackNames{rep: rep, frame: make([]string, 2*len(rep.res)), done: make([]bool, 2*len(rep.res)), procs: map[uint32]string{}}
+}
+
+func (sn *stackNames) name(idx int32, kernel bool) string {
+	i := 2 * int(idx)
+	if kernel {
+		i++
+	}
+	if !sn.done[i] {
+		r := &sn.rep.res[idx]
+		sn.frame[i], sn.done[i] = frameName(Frame{Module: r.Module, Symbol: r.Symbol, Kernel: kernel}), true
+	}
+	return sn.frame[i]
+}
+
+func (sn *stackNames) proc(pid uint32) string {
+	n, ok := sn.procs[pid]
+	if !ok {
+		n = strings.ReplaceAll(sn.rep.ProcTitle(pid), ";", ":")
+		sn.procs[pid] = n
+	}
+	return n
+}
+
 // folded returns the folded stacks: "process;root;...;leaf" -> ticks. With
 // call stacks in the trace, one frame per function root to leaf (a stack
 // cut at the depth limit starts with "[truncated]"); without them, the
 // process, module and symbol of each tick.
 func (rep *Report) folded() map[string]uint64 {
 	m := map[string]uint64{}
-	if len(rep.Stacks) > 0 {
-		var b strings.Builder
-		for _, st := range rep.Stacks {
-			b.Reset()
-			b.WriteString(strings.ReplaceAll(rep.ProcTitle(st.PID), ";", ":"))
-			if st.Truncated {
-				b.WriteString(";[truncated]")
+	if len(rep.stk) > 0 {
+		sn := rep.stackNames()
+		var b []byte
+		for i := range rep.stk {
+			e := &rep.stk[i]
+			b = append(b[:0], sn.proc(e.pid)...)
+			if e.truncated {
+				b = append(b, ";[truncated]"...)
 			}
-			for _, f := range st.Frames {
-				b.WriteByte(';')
-				b.WriteString(frameName(f))
+			kern := len(e.frames) - e.kernel
+			for j, idx := range e.frames {
+				b = append(b, ';')
+				b = append(b, sn.name(idx, j >= kern)...)
 			}
-			m[b.String()] += st.N
+			m[string(b)] += e.n
 		}
 		return m
 	}
@@ -52,21 +89,22 @@ func (rep *Report) folded() map[string]uint64 {
 	return m
 }
 
-// node is a call-tree node: ticks in it and under it (Incl), in it (Excl).
+// node is a call-tree node: ticks in it and under it (Incl), in it (Excl);
+// its children are keyed by their name's number in the tree's names.
 type node struct {
 	name       string
 	incl, excl uint64
-	kids       map[string]*node
+	kids       map[int32]*node
 }
 
-func (n *node) child(name string) *node {
+func (n *node) child(id int32, name string) *node {
 	if n.kids == nil {
-		n.kids = map[string]*node{}
+		n.kids = map[int32]*node{}
 	}
-	c := n.kids[name]
+	c := n.kids[id]
 	if c == nil {
 		c = &node{name: name}
-		n.kids[name] = c
+		n.kids[id] = c
 	}
 	return c
 }
@@ -85,15 +123,72 @@ func (n *node) sorted() []*node {
 	return out
 }
 
-// tree builds the call tree of the folded stacks: root, then one child per
-// process, then the functions root to leaf.
-func tree(folded map[string]uint64) *node {
+// nameIDs numbers names: equal names, one number.
+type nameIDs map[string]int32
+
+func (ids nameIDs) id(name string) int32 {
+	i, ok := ids[name]
+	if !ok {
+		i = int32(len(ids))
+		ids[name] = i
+	}
+	return i
+}
+
+// tree builds the call tree: root, then one child per process, then the
+// functions root to leaf — the folded stacks' lines, split at ';' (with
+// call stacks built from the stacks directly, each name numbered once).
+func (rep *Report) tree() *node {
 	root := &node{name: "all"}
-	for k, n := range folded {
+	ids := nameIDs{}
+	if len(rep.stk) > 0 {
+		sn := rep.stackNames()
+		frameID := make([]int32, 2*len(rep.res))
+		for i := range frameID {
+			frameID[i] = -1
+		}
+		procID := map[uint32]int32{}
+		trunc := "[truncated]"
+		truncID := ids.id(trunc)
+		for i := range rep.stk {
+			e := &rep.stk[i]
+			cur := root
+			cur.incl += e.n
+			pid, ok := procID[e.pid]
+			if !ok {
+				pid = ids.id(sn.proc(e.pid))
+				procID[e.pid] = pid
+			}
+			cur = cur.child(pid, sn.proc(e.pid))
+			cur.incl += e.n
+			if e.truncated {
+				cur = cur.child(truncID, trunc)
+				cur.incl += e.n
+			}
+			kern := len(e.frames) - e.kernel
+			for j, idx := range e.frames {
+				k := 2 * int(idx)
+				if j >= kern {
+					k++
+				}
+				id := frameID[k]
+				name := sn.name(idx, j >= kern)
+				if id < 0 {
+					id = ids.id(name)
+					frameID[k] = id
+				}
+				cur = cur.child(id, name)
+				cur.incl += e.n
+			}
+			cur.excl += e.n
+		}
+		return root
+	}
+	for k, n := range rep.folded() {
 		cur := root
 		cur.incl += n
 		for _, part := range strings.Split(k, ";") {
-			cur = cur.child(part)
+			cur = cur.child(ids.id(part), part)
 			cur.incl += n
 		}
 		cur.excl += n
@@ -117,7 +212,7 @@ func (rep *Report) writeCallTree(w io.Writer) {
 		" %%INCL is the share of all ticks with a stack, %%PROC the share of the process's ticks with a stack\n\n",
 		rep.StackTicks, rep.Total, rep.TruncatedStacks, CallTreeMinPct)
 	fmt.Fprintf(w, "%4s %10s %10s %7s %7s  %s\n", "LVL", "INCL", "EXCL", "%INCL", "%PROC", "NAME")
-	root := tree(rep.folded())
+	root := rep.tree()
 	min := uint64(float64(rep.StackTicks) * CallTreeMinPct / 100)
 	var walk func(n *node, lvl int, proc uint64)
 	walk = func(n *node, lvl int, proc uint64) {
@@ -149,7 +244,7 @@ func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
 		charPx  = 6.6
 		headerH = 40
 	)
-	root := tree(rep.folded())
+	root := rep.tree()
 	depth := 0
 	var measure func(n *node, d int)
 	measure = func(n *node, d int) {

@@ -51,6 +51,20 @@ type Report struct {
 	Stacks          []*Stack
 	StackTicks      uint64 // ticks with a stack
 	TruncatedStacks uint64 // of them, cut at the depth limit
+	// stk are the same stacks with frames as indexes into res (the
+	// writers' form: no strings per frame); res are the resolved names.
+	stk []stackEntry
+	res []a2n.Result
+}
+
+// stackEntry is one distinct stack of one thread: frames are indexes into
+// Report.res, root first; the last kernel of them are kernel frames.
+type stackEntry struct {
+	pid, tid  uint32
+	frames    []int32
+	kernel    int
+	truncated bool
+	n         uint64
 }
 
 // Frame is one resolved frame of a call stack.
@@ -175,18 +189,16 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	var all []*entry
 	cache := map[uint32]map[tiKey]*entry{}
 	// Stacks: each PC resolved once per process (as ticks are), frames as
-	// indexes into results, identical stacks counted together.
-	type stackEntry struct {
-		pid, tid  uint32
-		frames    []int32 // root first
-		kernel    int     // the last kernel frames are kernel addresses
-		truncated bool
-		n         uint64
-	}
+	// indexes into results, identical stacks counted together. A stack
+	// seen before in a process (the same thread, flags and PCs: the
+	// record's bytes) finds its entry with one lookup of those bytes;
+	// those tables are dropped with the PC caches when mappings change.
 	pcCache := map[uint32]map[uint64]int32{}
-	stacks := map[string]*stackEntry{}
+	stacks := map[string]int32{} // resolved key -> index into stk
+	var stk []stackEntry
+	rawStacks := map[uint32]map[string]int32{}
 	var frameBuf []int32
-	var keyBuf []byte
+	var keyBuf, rawBuf []byte
 	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
 		pm := pcCache[pid]
 		if pm == nil {
@@ -222,6 +234,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				}
 				delete(cache, pid)
 				delete(pcCache, pid)
+				delete(rawStacks, pid)
 				if pid == lastPid {
 					lastPid, lastCache = 1<<32-1, nil
 				}
@@ -289,6 +302,24 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				return nil
 			}
 			n := len(rec.Str) / 8
+			if n == 0 {
+				return nil
+			}
+			rs := rawStacks[pid]
+			if rs == nil {
+				rs = map[string]int32{}
+				rawStacks[pid] = rs
+			}
+			rawBuf = append(rawBuf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags), byte(flags>>8), byte(flags>>16), byte(flags>>24))
+			rawBuf = append(rawBuf, rec.Str[:8*n]...)
+			if i, ok := rs[string(rawBuf)]; ok {
+				stk[i].n++
+				rep.StackTicks++
+				if stk[i].truncated {
+					rep.TruncatedStacks++
+				}
+				return nil
+			}
 			nk := int(flags >> trace.UnwindKernShift)
 			frameBuf = frameBuf[:0]
 			for i := n - 1; i >= 0; i-- { // root first
@@ -305,11 +336,14 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			for _, f := range frameBuf {
 				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
 			}
-			e := stacks[string(keyBuf)]
-			if e == nil {
-				e = &stackEntry{pid: pid, tid: tid, frames: append([]int32(nil), frameBuf...), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0}
-				stacks[string(keyBuf)] = e
+			i, ok := stacks[string(keyBuf)]
+			if !ok {
+				i = int32(len(stk))
+				stk = append(stk, stackEntry{pid: pid, tid: tid, frames: append([]int32(nil), frameBuf...), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0})
+				stacks[string(keyBuf)] = i
 			}
+			rs[string(rawBuf)] = i
+			e := &stk[i]
 			e.n++
 			rep.StackTicks++
 			if e.truncated {
@@ -325,15 +359,35 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return nil
 	})
-	for _, e := range stacks {
-		st := &Stack{PID: e.pid, TID: e.tid, N: e.n, Truncated: e.truncated}
-		for i, idx := range e.frames {
-			res := results[idx]
-			st.Frames = append(st.Frames, Frame{Module: res.Module, Symbol: res.Symbol, Kernel: i >= len(e.frames)-e.kernel})
+	// Most ticks first; ties in a fixed order (pid, tid, first seen).
+	sort.SliceStable(stk, func(i, j int) bool {
+		a, b := &stk[i], &stk[j]
+		if a.n != b.n {
+			return a.n > b.n
 		}
-		rep.Stacks = append(rep.Stacks, st)
+		if a.pid != b.pid {
+			return a.pid < b.pid
+		}
+		return a.tid < b.tid
+	})
+	rep.stk, rep.res = stk, results
+	nf := 0
+	for i := range stk {
+		nf += len(stk[i].frames)
 	}
-	sort.Slice(rep.Stacks, func(i, j int) bool { return rep.Stacks[i].N > rep.Stacks[j].N })
+	frames := make([]Frame, 0, nf) // one backing array for every stack's frames
+	structs := make([]Stack, len(stk))
+	rep.Stacks = make([]*Stack, len(stk))
+	for i := range stk {
+		e := &stk[i]
+		start := len(frames)
+		for j, idx := range e.frames {
+			res := &results[idx]
+			frames = append(frames, Frame{Module: res.Module, Symbol: res.Symbol, Kernel: j >= len(e.frames)-e.kernel})
+		}
+		structs[i] = Stack{PID: e.pid, TID: e.tid, N: e.n, Truncated: e.truncated, Frames: frames[start:len(frames):len(frames)]}
+		rep.Stacks[i] = &structs[i]
+	}
 	nameID := map[string]int32{}
 	id := func(n string) int32 {
 		i, ok := nameID[n]

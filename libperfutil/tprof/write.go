@@ -95,7 +95,7 @@ func (rep *Report) WritePI(out io.Writer) error {
 	section("Process_Thread_Module_Symbol", LPid, LTid, LMod, LSym)
 	section("Module_Symbol", LMod, LSym)
 	rep.writeWithinProcess(w)
-	if len(rep.Stacks) > 0 {
+	if len(rep.stk) > 0 {
 		rep.writeCallTree(w)
 	}
 	return w.Flush()
@@ -196,20 +196,45 @@ func (rep *Report) Profile() *profile.Profile {
 		}
 		return loc
 	}
-	if len(rep.Stacks) > 0 {
-		// Real call stacks: each sample's locations leaf first, as pprof wants.
-		for _, st := range rep.Stacks {
-			ls := make([]*profile.Location, 0, len(st.Frames))
-			for i := len(st.Frames) - 1; i >= 0; i-- {
-				ls = append(ls, location(st.Frames[i].Module, st.Frames[i].Symbol))
+	if len(rep.stk) > 0 {
+		// Real call stacks: each sample's locations leaf first, as pprof
+		// wants; a location per resolved name (rep.res is one entry per
+		// module and symbol), labels shared by the samples of a thread.
+		locByRes := make([]*profile.Location, len(rep.res))
+		type labKey struct {
+			pid, tid  uint32
+			truncated bool
+		}
+		type labs struct {
+			lab map[string][]string
+			num map[string][]int64
+		}
+		labels := map[labKey]labs{}
+		for i := range rep.stk {
+			e := &rep.stk[i]
+			ls := make([]*profile.Location, 0, len(e.frames))
+			for j := len(e.frames) - 1; j >= 0; j-- {
+				idx := e.frames[j]
+				loc := locByRes[idx]
+				if loc == nil {
+					loc = location(rep.res[idx].Module, rep.res[idx].Symbol)
+					locByRes[idx] = loc
+				}
+				ls = append(ls, loc)
 			}
-			lab := map[string][]string{"process": {rep.ProcTitle(st.PID)}, "thread": {rep.ThreadTitle(st.PID, st.TID)}}
-			if st.Truncated {
-				lab["truncated"] = []string{"yes"}
+			lk := labKey{e.pid, e.tid, e.truncated}
+			l, ok := labels[lk]
+			if !ok {
+				l.lab = map[string][]string{"process": {rep.ProcTitle(e.pid)}, "thread": {rep.ThreadTitle(e.pid, e.tid)}}
+				if e.truncated {
+					l.lab["truncated"] = []string{"yes"}
+				}
+				l.num = map[string][]int64{"pid": {int64(e.pid)}, "tid": {int64(e.tid)}}
+				labels[lk] = l
 			}
-			p.Sample = append(p.Sample, &profile.Sample{Location: ls, Value: []int64{int64(st.N), int64(st.N) * period},
-				Label: lab, NumLabel: map[string][]int64{"pid": {int64(st.PID)}, "tid": {int64(st.TID)}}})
-			modTicks[st.Frames[len(st.Frames)-1].Module] += st.N
+			p.Sample = append(p.Sample, &profile.Sample{Location: ls, Value: []int64{int64(e.n), int64(e.n) * period},
+				Label: l.lab, NumLabel: l.num})
+			modTicks[rep.res[e.frames[len(e.frames)-1]].Module] += e.n
 		}
 		sortMappings(p, modTicks)
 		return p
