@@ -90,30 +90,61 @@ func (rep *Report) folded() map[string]uint64 {
 }
 
 // node is a call-tree node: ticks in it and under it (Incl), in it (Excl);
-// its children are keyed by their name's number in the tree's names.
+// its children are found by their name's number in the tree's names (a
+// short list searched in order, most nodes have one or two children; a map
+// from a few more).
 type node struct {
 	name       string
+	id         int32
 	incl, excl uint64
+	list       []*node
 	kids       map[int32]*node
 }
 
+const nodeListMax = 8
+
 func (n *node) child(id int32, name string) *node {
 	if n.kids == nil {
-		n.kids = map[int32]*node{}
+		for _, c := range n.list {
+			if c.id == id {
+				return c
+			}
+		}
+		c := &node{name: name, id: id}
+		if len(n.list) < nodeListMax {
+			n.list = append(n.list, c)
+			return c
+		}
+		n.kids = make(map[int32]*node, 2*nodeListMax)
+		for _, k := range n.list {
+			n.kids[k.id] = k
+		}
+		n.list = nil
+		n.kids[id] = c
+		return c
 	}
 	c := n.kids[id]
 	if c == nil {
-		c = &node{name: name}
+		c = &node{name: name, id: id}
 		n.kids[id] = c
 	}
 	return c
 }
 
-func (n *node) sorted() []*node {
+// children returns the children in no particular order.
+func (n *node) children() []*node {
+	if n.kids == nil {
+		return n.list
+	}
 	out := make([]*node, 0, len(n.kids))
 	for _, c := range n.kids {
 		out = append(out, c)
 	}
+	return out
+}
+
+func (n *node) sorted() []*node {
+	out := append([]*node(nil), n.children()...)
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].incl != out[j].incl {
 			return out[i].incl > out[j].incl
@@ -251,7 +282,7 @@ func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
 		if d > depth {
 			depth = d
 		}
-		for _, c := range n.kids {
+		for _, c := range n.children() {
 			measure(c, d+1)
 		}
 	}
