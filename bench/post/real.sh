@@ -1,0 +1,149 @@
+#!/bin/bash
+# post's speed against perf report on real traces, side by side.
+#
+# Three workloads, each traced by both tools at the same rate in the same
+# run (perf record -a -e cpu-clock and the trace facility's tprof, both
+# system-wide, started before and stopped after the workload):
+#   xz       xz -T2 compressing a generated file
+#   python   a CPU-bound Python program
+#   system   many short processes (shell pipelines, gzip, sort) next to xz
+# each twice: flat (no stacks) and with call stacks (perf record -g;
+# swtrace enable callstack). Then each report is timed RUNS times:
+#   flat:   perf report --stdio --no-children   vs  post -tprof
+#   stacks: perf report --stdio --children      vs  post -tprof (call-tree
+#           section), post --pprof, post --folded
+# and the ticks/samples count, the best and worst wall time, the least CPU
+# time (user+system) and the max RSS of each are printed, with post's
+# speed-up per sample over perf report by wall and by CPU time. Traces are kept in DIR and reused by later runs
+# (delete DIR to record again).
+#
+#   bench/post/real.sh [-d DIR] [-r RATE=10000] [-s SECONDS=50] [-n RUNS=2] [WORKLOAD...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=/var/tmp/perfinsp-post-bench
+rate=10000
+secs=50
+runs=2
+while getopts d:r:s:n: o; do
+	case $o in
+	d) dir=$OPTARG ;;
+	r) rate=$OPTARG ;;
+	s) secs=$OPTARG ;;
+	n) runs=$OPTARG ;;
+	*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	esac
+done
+shift $((OPTIND - 1))
+workloads=("$@")
+[ ${#workloads[@]} -gt 0 ] || workloads=(xz python system)
+[ "$(id -u)" = 0 ] || { echo "bench: run as root (system-wide tracing)"; exit 1; }
+command -v perf >/dev/null || { echo "bench: perf is not installed (apt-get install linux-perf)"; exit 1; }
+command -v xz >/dev/null || { echo "bench: xz is not installed (apt-get install xz-utils)"; exit 1; }
+PY=$(command -v python3) || { echo "bench: python3 is not installed (apt-get install python3)"; exit 1; }
+[ -x /usr/bin/time ] || { echo "bench: /usr/bin/time is not installed (apt-get install time)"; exit 1; }
+make -s build >/dev/null
+mkdir -p "$dir"
+SW=bin/swtrace
+
+# The workloads run for about SECONDS each (both CPUs sampled: about
+# 2 * RATE * SECONDS samples, idle included).
+input() {
+	[ -s "$dir/input.bin" ] || { head -c 64M /dev/urandom | base64 >"$dir/input.bin"; }
+}
+work_xz() { input; timeout "$secs" bash -c "while :; do xz -T2 -6 -c '$dir/input.bin' >/dev/null; done" || true; }
+work_python() {
+	timeout "$secs" "$PY" -c '
+import json, re
+def fib(n): return n if n < 2 else fib(n - 1) + fib(n - 2)
+while True:
+    d = {str(i): [i, str(i) * 3, {"k": i * 1.5}] for i in range(20000)}
+    s = json.dumps(d)
+    json.loads(s)
+    sorted(re.findall(r"[0-9]+", s))
+    fib(22)
+' || true
+}
+work_system() {
+	input
+	timeout "$secs" bash -c "while :; do xz -T1 -c '$dir/input.bin' >/dev/null; done" &
+	local x=$!
+	timeout "$secs" bash -c "while :; do ls /usr/bin | sort | md5sum >/dev/null; head -c 2M '$dir/input.bin' | gzip -c | wc -c >/dev/null; sh -c 'grep -c a /etc/services' >/dev/null; done" || true
+	wait $x || true
+}
+
+record() { # workload, flat|stacks
+	local w=$1 kind=$2 pflags=() sflags=(tprof) tsize=128M
+	if [ "$kind" = stacks ]; then pflags=(-g); sflags=(tprof callstack); tsize=512M; fi
+	echo "recording $w ($kind) for $secs s at $rate Hz ..." >&2
+	$SW free >/dev/null 2>&1 || true
+	$SW mode normal >/dev/null
+	$SW init -t $tsize -m 8M >/dev/null
+	$SW enable --only "${sflags[@]}" >/dev/null
+	$SW setrate "$rate" >/dev/null
+	perf record -q -a -e cpu-clock -F "$rate" "${pflags[@]}" -o "$dir/$w-$kind.data" >/dev/null 2>&1 &
+	local pp=$!
+	# perf is ready once it has written its header and synthesized the
+	# existing processes (the file grows past its header).
+	for _ in $(seq 100); do [ "$(stat -c %s "$dir/$w-$kind.data" 2>/dev/null || echo 0)" -gt 100000 ] && break; sleep 0.1; done
+	$SW on --discard >/dev/null
+	"work_$w"
+	$SW off >/dev/null 2>&1 || echo "bench: warning: swtrace off failed (a buffer filled?)" >&2
+	kill -INT $pp; wait $pp 2>/dev/null || true
+	$SW get "$dir/$w-$kind.nrm2" >/dev/null
+	$SW free >/dev/null 2>&1 || true
+}
+
+# timed CMD...: prints "best worst cpu maxrss_MB" of RUNS runs: wall
+# seconds, best and worst; the least user+system CPU seconds; the largest
+# max RSS. On a shared machine CPU time is the steadier figure.
+timed() {
+	local best= worst= cpu= rss=0 t u s m
+	for ((i = 0; i < runs; i++)); do
+		/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" "$@" >/dev/null 2>&1
+		read -r t u s m <"$dir/.time"
+		best=$(awk -v a="${best:-1e9}" -v b="$t" 'BEGIN {print (b < a ? b : a)}')
+		worst=$(awk -v a="${worst:-0}" -v b="$t" 'BEGIN {print (b > a ? b : a)}')
+		cpu=$(awk -v a="${cpu:-1e9}" -v b="$u" -v c="$s" 'BEGIN {print (b + c < a ? b + c : a)}')
+		[ "$m" -gt "$rss" ] && rss=$m
+	done
+	echo "$best $worst $cpu $((rss / 1024))"
+}
+
+perf_samples() { perf report -i "$1" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}'; }
+ticks() { awk '/Total Ticks/ {print $4; exit}' "$1"; }
+
+printf '%-8s %-7s %-26s %9s %7s %7s %7s %6s %6s %6s\n' trace kind command samples wall_s worst_s cpu_s rss_MB x_wall x_cpu
+row() { # workload kind command samples best worst cpu rss [perf: best cpu samples]
+	local x= y=
+	if [ $# -gt 8 ]; then
+		x=$(awk -v a="$9" -v b="$5" -v pa="${11}" -v pb="$4" 'BEGIN {printf "%.1f", (a / pa) / (b / pb)}')
+		y=$(awk -v a="${10}" -v b="$7" -v pa="${11}" -v pb="$4" 'BEGIN {printf "%.1f", (a / pa) / (b / pb)}')
+	fi
+	printf '%-8s %-7s %-26s %9s %7s %7s %7s %6s %6s %6s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$x" "$y"
+}
+for w in "${workloads[@]}"; do
+	for kind in flat stacks; do
+		[ -s "$dir/$w-$kind.nrm2" ] && [ -s "$dir/$w-$kind.data" ] || record "$w" "$kind"
+		out=$dir/out-$w-$kind
+		mkdir -p "$out"
+		ps=$(perf_samples "$dir/$w-$kind.data")
+		if [ "$kind" = flat ]; then
+			pcmd=(perf report -i "$dir/$w-$kind.data" --stdio --no-children)
+		else
+			pcmd=(perf report -i "$dir/$w-$kind.data" --stdio --children)
+		fi
+		read -r pb pw pc pr < <(timed "${pcmd[@]}")
+		row "$w" "$kind" "perf report ${pcmd[*]:5}" "$ps" "$pb" "$pw" "$pc" "$pr"
+		bin/post -r "$dir/$w-$kind.nrm2" -tprof -o "$out" >/dev/null 2>&1
+		tk=$(ticks "$out/tprof.out")
+		read -r b wst c r < <(timed bin/post -r "$dir/$w-$kind.nrm2" -tprof -o "$out")
+		row "$w" "$kind" "post -tprof" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
+		if [ "$kind" = stacks ]; then
+			read -r b wst c r < <(timed bin/post -r "$dir/$w-$kind.nrm2" --pprof "$out/p.pb.gz" -o "$out")
+			row "$w" "$kind" "post --pprof" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
+			read -r b wst c r < <(timed bin/post -r "$dir/$w-$kind.nrm2" --folded "$out/f.folded" -o "$out")
+			row "$w" "$kind" "post --folded" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
+		fi
+	done
+done
+echo "(x_wall, x_cpu: perf report's time per sample over post's, best wall and least CPU of $runs runs; target at least 8x)"
