@@ -5,7 +5,9 @@
 package tprof
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -442,44 +444,6 @@ type cell struct {
 	n        uint64
 }
 
-type aggKey struct {
-	level int
-	id    uint32
-}
-
-type agg struct {
-	ticks uint64
-	sub   map[aggKey]*agg
-	label string
-	name  string
-}
-
-func (a *agg) child(label string, key aggKey, name func() string) *agg {
-	if a.sub == nil {
-		a.sub = map[aggKey]*agg{}
-	}
-	c := a.sub[key]
-	if c == nil {
-		c = &agg{label: label, name: name()}
-		a.sub[key] = c
-	}
-	return c
-}
-
-func (a *agg) rows() []*Row {
-	out := make([]*Row, 0, len(a.sub))
-	for _, c := range a.sub {
-		out = append(out, &Row{Label: c.label, Ticks: c.ticks, Name: c.name, Sub: c.rows()})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Ticks != out[j].Ticks {
-			return out[i].Ticks > out[j].Ticks
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
-}
-
 // ProcLabel is PI's process name form: name_pid (pid in hex).
 func (rep *Report) ProcLabel(pid uint32) string {
 	return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
@@ -528,26 +492,74 @@ const (
 	LSym
 )
 
-// Section aggregates ticks along the given levels, e.g. {LPid, LMod}.
+// Section aggregates ticks along the given levels, e.g. {LPid, LMod}: the
+// cells sorted by the levels' keys, each run of equal keys one row (no
+// table per row), each level's rows by ticks, then name.
 func (rep *Report) Section(levels ...int) []*Row {
-	root := &agg{}
-	for _, c := range rep.cells {
-		a := root
+	key := func(c *cell, l int) uint32 {
+		switch l {
+		case LPid:
+			return c.pid
+		case LTid:
+			return c.tid
+		case LMod:
+			return uint32(c.mod)
+		}
+		return uint32(c.sym)
+	}
+	order := make([]int32, len(rep.cells))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(i, j int32) int {
+		a, b := &rep.cells[i], &rep.cells[j]
 		for _, l := range levels {
+			if c := cmp.Compare(key(a, l), key(b, l)); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	var build func(part []int32, d int) []*Row
+	build = func(part []int32, d int) []*Row {
+		if d == len(levels) {
+			return nil
+		}
+		l := levels[d]
+		var out []*Row
+		for i := 0; i < len(part); {
+			c := &rep.cells[part[i]]
+			k := key(c, l)
+			j := i
+			var n uint64
+			for j < len(part) && key(&rep.cells[part[j]], l) == k {
+				n += rep.cells[part[j]].n
+				j++
+			}
+			r := &Row{Ticks: n}
 			switch l {
 			case LPid:
-				a = a.child("PID", aggKey{l, c.pid}, func() string { return rep.ProcLabel(c.pid) })
+				r.Label, r.Name = "PID", rep.ProcLabel(c.pid)
 			case LTid:
-				a = a.child("TID", aggKey{l, c.tid}, func() string { return rep.ThreadLabel(c.pid, c.tid) })
+				r.Label, r.Name = "TID", rep.ThreadLabel(c.pid, c.tid)
 			case LMod:
-				a = a.child("MOD", aggKey{l, uint32(c.mod)}, func() string { return rep.names[c.mod] })
+				r.Label, r.Name = "MOD", rep.names[c.mod]
 			case LSym:
-				a = a.child("SYM", aggKey{l, uint32(c.sym)}, func() string { return rep.names[c.sym] })
+				r.Label, r.Name = "SYM", rep.names[c.sym]
 			}
-			a.ticks += c.n
+			r.Sub = build(part[i:j], d+1)
+			out = append(out, r)
+			i = j
 		}
+		sort.Slice(out, func(i, j int) bool {
+			if out[i].Ticks != out[j].Ticks {
+				return out[i].Ticks > out[j].Ticks
+			}
+			return out[i].Name < out[j].Name
+		})
+		return out
 	}
-	return root.rows()
+	return build(order, 0)
 }
 
 func le64(s string) uint64 {
