@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -317,11 +318,15 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 	return m.lines[i].file, m.lines[i].line, true
 }
 
-// Cache holds parsed modules by path; each is parsed once.
+// Cache holds parsed modules by path; each is parsed once. It is safe for
+// concurrent use: modules load outside its lock, each once (a second
+// caller waits for the first one's load).
 type Cache struct {
-	mu    sync.Mutex
-	mods  map[string]*Module
-	notes []string
+	mu      sync.Mutex
+	mods    map[string]*Module
+	loading map[string]chan struct{} // closed when the module is in mods
+	sem     chan struct{}            // bounds the loads Prefetch runs
+	notes   []string
 	// Root, if set, is prepended to module paths (traces from another machine).
 	Root string
 }
@@ -329,21 +334,60 @@ type Cache struct {
 // Module returns the parsed module at path.
 func (c *Cache) Module(path string) *Module {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mods == nil {
-		c.mods = map[string]*Module{}
-	}
 	if m, ok := c.mods[path]; ok {
+		c.mu.Unlock()
 		return m
 	}
+	if ch, ok := c.loading[path]; ok {
+		c.mu.Unlock()
+		<-ch
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.mods[path]
+	}
+	if c.loading == nil {
+		c.loading = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	c.loading[path] = ch
+	c.mu.Unlock()
 	file := path
 	if c.Root != "" {
 		file = filepath.Join(c.Root, filepath.Clean("/"+path)) // never climbs out of --root
 	}
 	m := loadModule(file)
 	m.Path = path
+	c.mu.Lock()
+	if c.mods == nil {
+		c.mods = map[string]*Module{}
+	}
 	c.mods[path] = m
+	delete(c.loading, path)
+	c.mu.Unlock()
+	close(ch)
 	return m
+}
+
+// Prefetch starts loading the module at path in the background (at most
+// GOMAXPROCS-1 loads at a time, at least one), so that a later Module
+// finds it parsed; a module already loaded or loading is left alone.
+func (c *Cache) Prefetch(path string) {
+	c.mu.Lock()
+	_, done := c.mods[path]
+	_, busy := c.loading[path]
+	if c.sem == nil {
+		c.sem = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)-1))
+	}
+	sem := c.sem
+	c.mu.Unlock()
+	if done || busy {
+		return
+	}
+	go func() {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		c.Module(path)
+	}()
 }
 
 // vdso returns the vDSO image of kernel release rel (see vdso.go).
@@ -353,7 +397,7 @@ func (c *Cache) vdso(rel string) *Module {
 	if c.mods == nil {
 		c.mods = map[string]*Module{}
 	}
-	key := "[vdso] " + rel
+	key := "[vdso] " + rel // not a path: no load of it can be in flight
 	if m, ok := c.mods[key]; ok {
 		return m
 	}

@@ -300,6 +300,63 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 
 // Resolve names addr in pid as of the records applied so far.
 func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
+	return r.Finish(r.Locate(pid, addr, kernel))
+}
+
+// Loc is where an address was when Locate was called: either its final
+// name, or a module and file offset whose symbol needs the module's tables
+// (Finish reads them). Locate is cheap; a caller can record Locs as it
+// reads a trace, Prefetch their modules and Finish them at the end.
+type Loc struct {
+	res     Result
+	path    string // the module to read; "" when res is final
+	seg     Segment
+	addr    uint64
+	fileOff uint64
+}
+
+// Module is the module whose tables Finish needs ("" when none).
+func (l *Loc) Module() string { return l.path }
+
+// FileOffset is the address's offset in Module's file.
+func (l *Loc) FileOffset() uint64 { return l.fileOff }
+
+// Final is the name when it needs no module (Module() == ""): kernel,
+// JIT, perf map, unknown and unnamed memory.
+func (l *Loc) Final() Result { return l.res }
+
+// Finish names a Loc (the same Result Resolve gives at Locate's time).
+func (r *Resolver) Finish(l Loc) Result {
+	if l.path == "" {
+		return l.res
+	}
+	res := l.res
+	var m *Module
+	if l.path == "[vdso]" {
+		m = r.Cache.vdso(r.KernelRelease)
+	} else {
+		m = r.Cache.Module(l.path)
+	}
+	if m.Err != nil && l.path == "[vdso]" {
+		return r.unnamed(res, l.seg, l.addr)
+	}
+	res.Module = l.path
+	if m.Err == nil {
+		if s, va, ok := m.Symbol(l.fileOff); ok {
+			res.Symbol, res.Offset = s.Name, va-s.Addr
+			if r.Lines {
+				res.File, res.Line, _ = m.Line(va)
+			}
+			return res
+		}
+	}
+	res.Symbol = fmt.Sprintf("%s+0x%x", baseName(l.path), l.fileOff)
+	res.Offset = l.fileOff
+	return res
+}
+
+// Locate finds where addr is in pid as of the records applied so far.
+func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 	res := Result{Process: r.ProcessName(pid)}
 	if kernel {
 		<-r.kready
@@ -308,7 +365,7 @@ func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 			res.Module = "[kernel]"
 			res.Symbol = fmt.Sprintf("[kernel]+0x%x", addr)
 			res.Offset = addr
-			return res
+			return Loc{res: res}
 		}
 		res.Module = "[kernel]"
 		name := s.Name
@@ -318,42 +375,20 @@ func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 		}
 		res.Symbol = name
 		res.Offset = addr - s.Addr
-		return res
+		return Loc{res: res}
 	}
 	p := r.procs[pid]
 	if p == nil {
 		res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
-		return res
+		return Loc{res: res}
 	}
 	// Time-stamped JIT loads first: they know what was there at this moment.
 	if i := sort.Search(len(p.jit), func(i int) bool { return p.jit[i].Addr > addr }) - 1; i >= 0 && addr < p.jit[i].Addr+p.jit[i].Size {
 		res.Module, res.Symbol, res.Offset = "JIT", p.jit[i].Name, addr-p.jit[i].Addr
-		return res
+		return Loc{res: res}
 	}
 	if seg, ok := p.seg(addr); ok && seg.Path != "" && !strings.HasPrefix(seg.Path, "//anon") && (!strings.HasPrefix(seg.Path, "[") || seg.Path == "[vdso]") {
-		var m *Module
-		if seg.Path == "[vdso]" {
-			m = r.Cache.vdso(r.KernelRelease)
-		} else {
-			m = r.Cache.Module(seg.Path)
-		}
-		if m.Err != nil && seg.Path == "[vdso]" {
-			return r.unnamed(res, seg, addr)
-		}
-		res.Module = seg.Path
-		fileOff := addr - seg.Start + seg.Offset
-		if m.Err == nil {
-			if s, va, ok := m.Symbol(fileOff); ok {
-				res.Symbol, res.Offset = s.Name, va-s.Addr
-				if r.Lines {
-					res.File, res.Line, _ = m.Line(va)
-				}
-				return res
-			}
-		}
-		res.Symbol = fmt.Sprintf("%s+0x%x", baseName(seg.Path), fileOff)
-		res.Offset = fileOff
-		return res
+		return Loc{res: res, path: seg.Path, seg: seg, addr: addr, fileOff: addr - seg.Start + seg.Offset}
 	}
 	// Anonymous executable memory: JIT code named by a perf map or jitdump.
 	if !p.mapRead {
@@ -362,13 +397,13 @@ func (r *Resolver) Resolve(pid uint32, addr uint64, kernel bool) Result {
 	}
 	if s, ok := p.permap.find(addr); ok && s.Size > 0 {
 		res.Module, res.Symbol, res.Offset = "JIT", s.Name, addr-s.Addr
-		return res
+		return Loc{res: res}
 	}
 	if seg, ok := p.seg(addr); ok {
-		return r.unnamed(res, seg, addr)
+		return Loc{res: r.unnamed(res, seg, addr)}
 	}
 	res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
-	return res
+	return Loc{res: res}
 }
 
 // unnamed is anonymous or special memory with no names (JIT code without

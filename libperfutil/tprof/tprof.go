@@ -188,6 +188,55 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	var results []a2n.Result
 	intern := map[[2]string]int32{}
+	internRes := func(res a2n.Result) int32 {
+		rk := [2]string{res.Module, res.Symbol}
+		idx, known := intern[rk]
+		if !known {
+			idx = int32(len(results))
+			intern[rk] = idx
+			results = append(results, res)
+		}
+		return idx
+	}
+	// Without onRecord (which needs each name at once), naming is
+	// deferred: an address gets a Loc (the mapping it was in at its time),
+	// the modules the Locs need load in the background (a2n Prefetch)
+	// while the trace is read, and the Locs are named at the end; counters
+	// and stacks hold Loc indexes until then.
+	deferred := onRecord == nil
+	type locKey struct {
+		final bool
+		a, b  string
+		off   uint64
+	}
+	var locs []a2n.Loc
+	locIntern := map[locKey]int32{}
+	prefetched := map[string]bool{}
+	// resolve returns the index of addr's name (deferred: of its Loc) and
+	// its offset from the symbol (only known, and only needed, at once).
+	resolve := func(pid uint32, addr uint64, kernel bool) (int32, uint64) {
+		if !deferred {
+			res := r.Resolve(pid, addr, kernel)
+			return internRes(res), res.Offset
+		}
+		l := r.Locate(pid, addr, kernel)
+		k := locKey{a: l.Module(), off: l.FileOffset()}
+		if k.a == "" {
+			res := l.Final()
+			k = locKey{final: true, a: res.Module, b: res.Symbol}
+		}
+		idx, ok := locIntern[k]
+		if !ok {
+			idx = int32(len(locs))
+			locIntern[k] = idx
+			locs = append(locs, l)
+			if m := l.Module(); m != "" && m != "[vdso]" && !prefetched[m] {
+				prefetched[m] = true
+				r.Cache.Prefetch(m)
+			}
+		}
+		return idx, 0
+	}
 	var all []*entry
 	cache := map[uint32]map[tiKey]*entry{}
 	// Stacks: each PC resolved once per process (as ticks are), frames as
@@ -210,14 +259,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		if idx, ok := pm[pc]; ok {
 			return idx
 		}
-		res := r.Resolve(pid, pc, kernel)
-		rk := [2]string{res.Module, res.Symbol}
-		idx, known := intern[rk]
-		if !known {
-			idx = int32(len(results))
-			intern[rk] = idx
-			results = append(results, res)
-		}
+		idx, _ := resolve(pid, pc, kernel)
 		pm[pc] = idx
 		return idx
 	}
@@ -266,15 +308,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			k := tiKey{tid, kernel, ip}
 			e := pc[k]
 			if e == nil {
-				res := r.Resolve(pid, ip, kernel)
-				rk := [2]string{res.Module, res.Symbol}
-				idx, known := intern[rk]
-				if !known {
-					idx = int32(len(results))
-					intern[rk] = idx
-					results = append(results, res)
-				}
-				e = &entry{pid: pid, tid: tid, res: idx, off: res.Offset}
+				idx, off := resolve(pid, ip, kernel)
+				e = &entry{pid: pid, tid: tid, res: idx, off: off}
 				pc[k] = e
 				all = append(all, e)
 				if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
@@ -361,6 +396,40 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return nil
 	})
+	if deferred {
+		// Name every Loc (in the order they were met, which gives the
+		// names the order naming at once gives), then count the stacks
+		// that became equal together, each where it was first met.
+		locRes := make([]int32, len(locs))
+		for i := range locs {
+			locRes[i] = internRes(r.Finish(locs[i]))
+		}
+		for _, e := range all {
+			e.res = locRes[e.res]
+		}
+		byKey := make(map[string]int32, len(stk))
+		merged := stk[:0]
+		for i := range stk {
+			e := stk[i]
+			for j, l := range e.frames {
+				e.frames[j] = locRes[l]
+			}
+			keyBuf = append(keyBuf[:0], byte(e.pid), byte(e.pid>>8), byte(e.pid>>16), byte(e.pid>>24), byte(e.tid), byte(e.tid>>8), byte(e.tid>>16), byte(e.tid>>24), 0)
+			if e.truncated {
+				keyBuf[8] = 1
+			}
+			for _, f := range e.frames {
+				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
+			}
+			if j, ok := byKey[string(keyBuf)]; ok {
+				merged[j].n += e.n
+				continue
+			}
+			byKey[string(keyBuf)] = int32(len(merged))
+			merged = append(merged, e)
+		}
+		stk = merged
+	}
 	// Most ticks first; ties in a fixed order (pid, tid, first seen).
 	sort.SliceStable(stk, func(i, j int) bool {
 		a, b := &stk[i], &stk[j]
