@@ -204,14 +204,26 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// while the trace is read, and the Locs are named at the end; counters
 	// and stacks hold Loc indexes until then.
 	deferred := onRecord == nil
-	type locKey struct {
-		final bool
-		a, b  string
-		off   uint64
+	// Locs are kept in blocks (no copying as they grow); a module's Loc
+	// is found by module number and file offset, a final name by itself.
+	const locBlock = 4096
+	var locs [][]a2n.Loc
+	nlocs := int32(0)
+	type modOff struct {
+		mod int32
+		off uint64
 	}
-	var locs []a2n.Loc
-	locIntern := map[locKey]int32{}
-	prefetched := map[string]bool{}
+	locByOff := map[modOff]int32{}
+	locByName := map[[2]string]int32{}
+	modNum := map[string]int32{}
+	addLoc := func(l a2n.Loc) int32 {
+		if nlocs%locBlock == 0 {
+			locs = append(locs, make([]a2n.Loc, 0, locBlock))
+		}
+		locs[len(locs)-1] = append(locs[len(locs)-1], l)
+		nlocs++
+		return nlocs - 1
+	}
 	// resolve returns the index of addr's name (deferred: of its Loc) and
 	// its offset from the symbol (only known, and only needed, at once).
 	resolve := func(pid uint32, addr uint64, kernel bool) (int32, uint64) {
@@ -220,20 +232,30 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			return internRes(res), res.Offset
 		}
 		l := r.Locate(pid, addr, kernel)
-		k := locKey{a: l.Module(), off: l.FileOffset()}
-		if k.a == "" {
+		m := l.Module()
+		if m == "" {
 			res := l.Final()
-			k = locKey{final: true, a: res.Module, b: res.Symbol}
+			k := [2]string{res.Module, res.Symbol}
+			idx, ok := locByName[k]
+			if !ok {
+				idx = addLoc(l)
+				locByName[k] = idx
+			}
+			return idx, 0
 		}
-		idx, ok := locIntern[k]
+		mn, ok := modNum[m]
 		if !ok {
-			idx = int32(len(locs))
-			locIntern[k] = idx
-			locs = append(locs, l)
-			if m := l.Module(); m != "" && m != "[vdso]" && !prefetched[m] {
-				prefetched[m] = true
+			mn = int32(len(modNum))
+			modNum[m] = mn
+			if m != "[vdso]" {
 				r.Cache.Prefetch(m)
 			}
+		}
+		k := modOff{mn, l.FileOffset()}
+		idx, ok := locByOff[k]
+		if !ok {
+			idx = addLoc(l)
+			locByOff[k] = idx
 		}
 		return idx, 0
 	}
@@ -400,9 +422,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		// Name every Loc (in the order they were met, which gives the
 		// names the order naming at once gives), then count the stacks
 		// that became equal together, each where it was first met.
-		locRes := make([]int32, len(locs))
-		for i := range locs {
-			locRes[i] = internRes(r.Finish(locs[i]))
+		locRes := make([]int32, 0, nlocs)
+		for _, b := range locs {
+			for i := range b {
+				locRes = append(locRes, internRes(r.Finish(b[i])))
+			}
 		}
 		for _, e := range all {
 			e.res = locRes[e.res]
@@ -476,14 +500,15 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	merged := map[cell]uint64{}
 	for _, e := range all {
-		res := results[e.res]
-		rep.Ticks[Key{e.pid, e.tid, res.Module, res.Symbol}] += e.n
 		merged[cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]}] += e.n
 	}
+	// A cell is one Key (names are interned: one number, one name).
 	rep.cells = make([]cell, 0, len(merged))
+	rep.Ticks = make(map[Key]uint64, len(merged))
 	for c, n := range merged {
 		c.n = n
 		rep.cells = append(rep.cells, c)
+		rep.Ticks[Key{c.pid, c.tid, rep.names[c.mod], rep.names[c.sym]}] = n
 	}
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
