@@ -601,19 +601,40 @@ func (rep *Report) Section(levels ...int) []*Row {
 		}
 		return uint32(c.sym)
 	}
-	order := make([]int32, len(rep.cells))
-	for i := range order {
-		order[i] = int32(i)
+	// Each cell's level keys packed in two words (up to four levels), so
+	// that the sort compares two integers.
+	type sortKey struct {
+		hi, lo uint64
+		i      int32
 	}
-	slices.SortFunc(order, func(i, j int32) int {
-		a, b := &rep.cells[i], &rep.cells[j]
-		for _, l := range levels {
-			if c := cmp.Compare(key(a, l), key(b, l)); c != 0 {
+	keys := make([]sortKey, len(rep.cells))
+	for i := range rep.cells {
+		c := &rep.cells[i]
+		var k [4]uint64
+		for d, l := range levels[:min(len(levels), 4)] {
+			k[d] = uint64(key(c, l))
+		}
+		keys[i] = sortKey{k[0]<<32 | k[1], k[2]<<32 | k[3], int32(i)}
+	}
+	slices.SortFunc(keys, func(a, b sortKey) int {
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
+		}
+		if a.lo != b.lo || len(levels) <= 4 {
+			return cmp.Compare(a.lo, b.lo)
+		}
+		ca, cb := &rep.cells[a.i], &rep.cells[b.i]
+		for _, l := range levels[4:] {
+			if c := cmp.Compare(key(ca, l), key(cb, l)); c != 0 {
 				return c
 			}
 		}
 		return 0
 	})
+	order := make([]int32, len(keys))
+	for i, k := range keys {
+		order[i] = k.i
+	}
 	var build func(part []int32, d int) []*Row
 	build = func(part []int32, d int) []*Row {
 		if d == len(levels) {

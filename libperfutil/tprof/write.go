@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -80,10 +80,12 @@ func (rep *Report) WritePI(out io.Writer) error {
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "%-4s %10s %7s  %s\n", "LAB", "TKS", "%%%", "NAMES")
+		var buf []byte
 		var walk func(rows []*Row, depth int)
 		walk = func(rows []*Row, depth int) {
 			for _, r := range rows {
-				fmt.Fprintf(w, "%-4s %10d %7.2f  %s%s\n", r.Label, r.Ticks, pct(r.Ticks, rep.Total), strings.Repeat(" ", depth), r.Name)
+				buf = appendRow(buf[:0], r, depth, pct(r.Ticks, rep.Total), -1)
+				w.Write(buf)
 				walk(r.Sub, depth+1)
 			}
 		}
@@ -101,6 +103,36 @@ func (rep *Report) WritePI(out io.Writer) error {
 	return w.Flush()
 }
 
+// appendRow appends one section row as fmt's "%-4s %10d %7.2f  %s%s\n"
+// would (with a second "%7.2f" column when share2 >= 0), without fmt.
+func appendRow(b []byte, r *Row, depth int, share, share2 float64) []byte {
+	b = append(b, r.Label...)
+	for i := len(r.Label); i < 4; i++ {
+		b = append(b, ' ')
+	}
+	b = append(b, ' ')
+	b = padLeft(b, strconv.AppendUint(nil, r.Ticks, 10), 10)
+	b = append(b, ' ')
+	b = padLeft(b, strconv.AppendFloat(nil, share, 'f', 2, 64), 7)
+	if share2 >= 0 {
+		b = append(b, ' ')
+		b = padLeft(b, strconv.AppendFloat(nil, share2, 'f', 2, 64), 7)
+	}
+	b = append(b, ' ', ' ')
+	for i := 0; i < depth; i++ {
+		b = append(b, ' ')
+	}
+	b = append(b, r.Name...)
+	return append(b, '\n')
+}
+
+func padLeft(b, v []byte, width int) []byte {
+	for i := len(v); i < width; i++ {
+		b = append(b, ' ')
+	}
+	return append(b, v...)
+}
+
 // writeWithinProcess writes tprof.out's Process_Module_Symbol_Within_Process
 // section: PI's row form with a %PROC column after %%%, the share of the
 // process's own ticks (what perf report of that process shows); %%% stays
@@ -113,13 +145,15 @@ func (rep *Report) writeWithinProcess(w *bufio.Writer) {
 	fmt.Fprintln(w, " %%% is the share of all ticks, %PROC the share of the ticks of the row's process")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-4s %10s %7s %7s  %s\n", "LAB", "TKS", "%%%", "%PROC", "NAMES")
+	var buf []byte
 	var walk func(rows []*Row, depth int, proc uint64)
 	walk = func(rows []*Row, depth int, proc uint64) {
 		for _, r := range rows {
 			if depth == 0 {
 				proc = r.Ticks
 			}
-			fmt.Fprintf(w, "%-4s %10d %7.2f %7.2f  %s%s\n", r.Label, r.Ticks, pct(r.Ticks, rep.Total), pct(r.Ticks, proc), strings.Repeat(" ", depth), r.Name)
+			buf = appendRow(buf[:0], r, depth, pct(r.Ticks, rep.Total), pct(r.Ticks, proc))
+			w.Write(buf)
 			walk(r.Sub, depth+1, proc)
 		}
 	}
