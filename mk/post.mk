@@ -3,6 +3,11 @@
 bench-post: build
 	bash bench/post/run.sh
 bench: bench-post
+# post vs perf report on real ~1 M-sample traces (records them once into
+# /var/tmp/perfinsp-post-bench; perf report --children takes minutes).
+.PHONY: bench-post-real
+bench-post-real: build
+	bash bench/post/real.sh -p 1
 
 # Short fuzz runs of A2N's parsers of untrusted inputs (perf maps, jitdump,
 # ELF modules: symbols, PLT, .eh_frame, .gnu_debugdata). `fuzz` is in

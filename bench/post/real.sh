@@ -17,23 +17,27 @@
 # speed-up per sample over perf report by wall and by CPU time. Traces are kept in DIR and reused by later runs
 # (delete DIR to record again).
 #
-#   bench/post/real.sh [-d DIR] [-r RATE=10000] [-s SECONDS=50] [-n RUNS=2] [WORKLOAD...]
+#   bench/post/real.sh [-d DIR] [-r RATE=10000] [-s SECONDS=50] [-n RUNS=2] [-p PERF_RUNS=RUNS] [WORKLOAD...]
+# (perf report --children of a 1 M-sample trace takes minutes: -p 1 saves them.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=/var/tmp/perfinsp-post-bench
 rate=10000
 secs=50
 runs=2
-while getopts d:r:s:n: o; do
+perfruns=
+while getopts d:r:s:n:p: o; do
 	case $o in
 	d) dir=$OPTARG ;;
 	r) rate=$OPTARG ;;
 	s) secs=$OPTARG ;;
 	n) runs=$OPTARG ;;
-	*) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	p) perfruns=$OPTARG ;;
+	*) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
+perfruns=${perfruns:-$runs}
 workloads=("$@")
 [ ${#workloads[@]} -gt 0 ] || workloads=(xz python system)
 [ "$(id -u)" = 0 ] || { echo "bench: run as root (system-wide tracing)"; exit 1; }
@@ -97,8 +101,9 @@ record() { # workload, flat|stacks
 # seconds, best and worst; the least user+system CPU seconds; the largest
 # max RSS. On a shared machine CPU time is the steadier figure.
 timed() {
-	local best= worst= cpu= rss=0 t u s m
-	for ((i = 0; i < runs; i++)); do
+	local best= worst= cpu= rss=0 t u s m n=$runs
+	[ "$1" = perf ] && n=$perfruns
+	for ((i = 0; i < n; i++)); do
 		/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" "$@" >/dev/null 2>&1
 		read -r t u s m <"$dir/.time"
 		best=$(awk -v a="${best:-1e9}" -v b="$t" 'BEGIN {print (b < a ? b : a)}')
