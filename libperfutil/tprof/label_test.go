@@ -1,6 +1,10 @@
 package tprof
 
-import "testing"
+import (
+	"testing"
+
+	"perfinsp/libperfutil/a2n"
+)
 
 // A thread no record named is labelled with its process's name (a new
 // thread starts with its creator's comm), not "tid".
@@ -16,5 +20,23 @@ func TestThreadLabelFallsBackToProcessName(t *testing.T) {
 	}
 	if got := rep.ThreadLabel(0x20, 0x21); got != "tid_21" {
 		t.Fatalf("thread of an unnamed process: %q", got)
+	}
+}
+
+// Stacks gives the aggregated stacks with their names: root first, kernel
+// frames marked, most ticks first.
+func TestStacksNamed(t *testing.T) {
+	rep := &Report{
+		res: []a2n.Result{{Module: "m", Symbol: "main"}, {Module: "m", Symbol: "leaf"}, {Module: "[kernel]", Symbol: "irq"}},
+		stk: []stackEntry{
+			{pid: 1, tid: 2, frames: []int32{0, 1, 2}, kernel: 1, n: 5, truncated: true},
+			{pid: 1, tid: 2, frames: []int32{0}, n: 3},
+		},
+	}
+	st := rep.Stacks()
+	if len(st) != 2 || st[0].N != 5 || !st[0].Truncated || st[1].N != 3 || len(st[1].Frames) != 1 ||
+		st[0].Frames[0] != (Frame{Module: "m", Symbol: "main"}) || st[0].Frames[1] != (Frame{Module: "m", Symbol: "leaf"}) ||
+		st[0].Frames[2] != (Frame{Module: "[kernel]", Symbol: "irq", Kernel: true}) {
+		t.Fatalf("stacks: %+v %+v", st[0], st[1])
 	}
 }

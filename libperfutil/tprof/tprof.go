@@ -45,18 +45,41 @@ type Report struct {
 	Filter   *Filter
 	Filtered uint64
 	Selected string // what the filter selected, as given
-	// Stacks are the call stacks of the ticks (UNWIND records, `swtrace
-	// enable callstack`), aggregated; empty when the trace has none.
 	// Event and EventPeriod: event-based tprof (TPROF_EVENT_NAME record).
 	Event           string
 	EventPeriod     uint64
-	Stacks          []*Stack
-	StackTicks      uint64 // ticks with a stack
+	StackTicks      uint64 // ticks with a call stack (none: the trace has no stacks)
 	TruncatedStacks uint64 // of them, cut at the depth limit
-	// stk are the same stacks with frames as indexes into res (the
-	// writers' form: no strings per frame); res are the resolved names.
+	// stk are the call stacks of the ticks (UNWIND records, `swtrace
+	// enable callstack`), aggregated, most ticks first, with frames as
+	// indexes into res, the resolved names (Stacks gives them with names).
 	stk []stackEntry
 	res []a2n.Result
+}
+
+// Stacks returns the call stacks of the ticks (UNWIND records, `swtrace
+// enable callstack`), aggregated per thread, most ticks first; none when
+// the trace has none. The writers do not need it (it is built on each
+// call: a million-tick trace holds millions of frames).
+func (rep *Report) Stacks() []*Stack {
+	nf := 0
+	for i := range rep.stk {
+		nf += len(rep.stk[i].frames)
+	}
+	frames := make([]Frame, 0, nf) // one backing array for every stack's frames
+	structs := make([]Stack, len(rep.stk))
+	out := make([]*Stack, len(rep.stk))
+	for i := range rep.stk {
+		e := &rep.stk[i]
+		start := len(frames)
+		for j, idx := range e.frames {
+			res := &rep.res[idx]
+			frames = append(frames, Frame{Module: res.Module, Symbol: res.Symbol, Kernel: j >= len(e.frames)-e.kernel})
+		}
+		structs[i] = Stack{PID: e.pid, TID: e.tid, N: e.n, Truncated: e.truncated, Frames: frames[start:len(frames):len(frames)]}
+		out[i] = &structs[i]
+	}
+	return out
 }
 
 // stackEntry is one distinct stack of one thread: frames are indexes into
@@ -466,23 +489,6 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		return a.tid < b.tid
 	})
 	rep.stk, rep.res = stk, results
-	nf := 0
-	for i := range stk {
-		nf += len(stk[i].frames)
-	}
-	frames := make([]Frame, 0, nf) // one backing array for every stack's frames
-	structs := make([]Stack, len(stk))
-	rep.Stacks = make([]*Stack, len(stk))
-	for i := range stk {
-		e := &stk[i]
-		start := len(frames)
-		for j, idx := range e.frames {
-			res := &results[idx]
-			frames = append(frames, Frame{Module: res.Module, Symbol: res.Symbol, Kernel: j >= len(e.frames)-e.kernel})
-		}
-		structs[i] = Stack{PID: e.pid, TID: e.tid, N: e.n, Truncated: e.truncated, Frames: frames[start:len(frames):len(frames)]}
-		rep.Stacks[i] = &structs[i]
-	}
 	nameID := map[string]int32{}
 	id := func(n string) int32 {
 		i, ok := nameID[n]

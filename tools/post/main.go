@@ -258,7 +258,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 			return err
 		}
 		title := "tprof of " + filepath.Base(in)
-		if len(rep.Stacks) == 0 {
+		if rep.StackTicks == 0 {
 			title += " (no call stacks in the trace: process, module, symbol; swtrace enable callstack)"
 		}
 		err = rep.WriteFlameSVG(fw, title)
