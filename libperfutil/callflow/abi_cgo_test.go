@@ -15,6 +15,8 @@ func TestLayoutMatchesHookitHeader(t *testing.T) {
 		"offsetof hk_rec.early": 16, "offsetof hk_rec.late": 24,
 		"HK_MAGIC": Magic, "HK_VERSION": Version, "HK_KIND_SHIFT": KindShift,
 		"HK_ENTER": KindEnter, "HK_EXIT": KindExit, "HK_ADJUST": KindAdjust, "HK_MARK": KindMark,
+		"HK_EXC_EXIT": KindExcExit, "HK_API_SHIFT": APIShift, "HK_TYPE_SHIFT": TypeShift, "HK_TYPE_MASK": TypeMask,
+		"HOOKIT_NTYPES": NumTypes, "HOOKIT_TYPE_NATIVE": 5, "HOOKIT_TYPE_COMPILING": 7,
 		"HK_MARK_EXIT": MarkExit, "HK_MARK_RESET": MarkReset, "HK_MARK_START": MarkStart, "HK_MARK_END": MarkEnd,
 	}
 	got := hookabi.Values()

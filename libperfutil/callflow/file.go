@@ -22,17 +22,22 @@ import (
 const (
 	RecSize   = 32
 	Magic     = 0x3154494b4f4f48
-	Version   = 1
+	Version   = 2
 	KindShift = 56
-	FnMask    = 1<<KindShift - 1
+	APIShift  = 55 // the event came through hookit_enter/exit
+	TypeShift = 48 // the method type (hookit_api.h), 3 bits
+	TypeMask  = 7
+	FnMask    = 1<<TypeShift - 1
+	NumTypes  = 8
 )
 
 // Kinds of records.
 const (
-	KindEnter  = 1
-	KindExit   = 2
-	KindAdjust = 3
-	KindMark   = 4
+	KindEnter   = 1
+	KindExit    = 2
+	KindAdjust  = 3
+	KindMark    = 4
+	KindExcExit = 5 // exception exit (hookit_exception_exit)
 )
 
 // Markers (the function field of a KindMark record).
@@ -46,10 +51,12 @@ const (
 // Event is one record of a thread file.
 type Event struct {
 	Kind  uint8
-	Fn    uint64 // function address (the marker for KindMark)
+	Fn    uint64 // function address or the API's id (the marker for KindMark)
 	SP    uint64 // stack pointer of the event (the reset count for KindMark)
 	Early uint64 // metric read at the hook's start
 	Late  uint64 // metric read at the hook's end
+	Type  uint8  // method type, 0..7 (hookit_api.h)
+	API   bool   // recorded by hookit_enter/exit, not by the -finstrument-functions hooks
 }
 
 // Thread is the events of one thread.
@@ -71,6 +78,9 @@ type Info struct {
 	Backend              string
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
+	// The same for the in-process API's path (hookit_enter / hookit_exit).
+	TInnerAPI, TOuterAPI       float64
+	TInnerAPIMed, TOuterAPIMed float64
 }
 
 // Process is what one process of the run left in the directory.
@@ -78,6 +88,9 @@ type Process struct {
 	Info    Info
 	Maps    []byte
 	Threads []*Thread
+	// Names given with hookit_name (hookit-PID.names): looked up before
+	// the addresses are resolved with A2N.
+	Names map[uint64]string
 }
 
 var threadFile = regexp.MustCompile(`^hookit-(\d+)-(\d+)\.bin$`)
@@ -116,6 +129,12 @@ func Load(dir string) ([]*Process, error) {
 				return nil, err
 			}
 			get(pid).Info = info
+		} else if n, _ := fmt.Sscanf(name, "hookit-%d.names", &pid); n == 1 && strings.HasSuffix(name, ".names") {
+			names, err := ReadNames(filepath.Join(dir, name))
+			if err != nil {
+				return nil, err
+			}
+			get(pid).Names = names
 		} else if n, _ := fmt.Sscanf(name, "hookit-%d.maps", &pid); n == 1 && strings.HasSuffix(name, ".maps") {
 			b, err := os.ReadFile(filepath.Join(dir, name))
 			if err != nil {
@@ -174,10 +193,11 @@ func ParseThread(b []byte) (*Thread, error) {
 			break
 		}
 		k := uint8(kf >> KindShift)
-		if k < KindEnter || k > KindMark {
+		if k < KindEnter || k > KindExcExit {
 			return nil, fmt.Errorf("record %d: unknown kind %d", i, k)
 		}
-		t.Events = append(t.Events, Event{Kind: k, Fn: kf & FnMask, SP: le.Uint64(r[8:]), Early: le.Uint64(r[16:]), Late: le.Uint64(r[24:])})
+		t.Events = append(t.Events, Event{Kind: k, Type: uint8(kf>>TypeShift) & TypeMask, API: kf>>APIShift&1 == 1,
+			Fn: kf & FnMask, SP: le.Uint64(r[8:]), Early: le.Uint64(r[16:]), Late: le.Uint64(r[24:])})
 	}
 	if len(b)%RecSize != 0 {
 		t.Partial = true
@@ -227,10 +247,45 @@ func ParseInfo(b []byte) (Info, error) {
 			in.TInnerMed = f()
 		case "t_outer_median":
 			in.TOuterMed = f()
+		case "t_inner_api":
+			in.TInnerAPI = f()
+		case "t_outer_api":
+			in.TOuterAPI = f()
+		case "t_inner_api_median":
+			in.TInnerAPIMed = f()
+		case "t_outer_api_median":
+			in.TOuterAPIMed = f()
 		}
 	}
 	if in.Metric == "" {
 		return in, fmt.Errorf("info file has no metric line")
 	}
 	return in, nil
+}
+
+// ReadNames reads hookit-PID.names.
+func ReadNames(path string) (map[uint64]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the names file: %w", err)
+	}
+	return ParseNames(b), nil
+}
+
+// ParseNames decodes the lines "HEXID NAME" of a names file (written by
+// hookit_name); a malformed line is skipped, a later name for an id wins.
+func ParseNames(b []byte) map[uint64]string {
+	m := map[uint64]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		h, name, ok := strings.Cut(l, " ")
+		if !ok || name == "" {
+			continue
+		}
+		id, err := strconv.ParseUint(h, 16, 64)
+		if err != nil {
+			continue
+		}
+		m[id] = name
+	}
+	return m
 }

@@ -36,6 +36,7 @@
 
 #include "perfutil.h"
 #include "hookit.h"
+#include "hookit_api.h"
 
 #define HK_VIS __attribute__((visibility("default")))
 #define HK_NOINSTR __attribute__((no_instrument_function))
@@ -151,7 +152,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 
 /* The hook's work between the early and the late read: store the event;
  * returns where the late read goes. */
-HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *sp, uint64_t early)
+HK_NOINSTR static uint64_t *hk_event(uint64_t tag, uint64_t fn, void *sp, uint64_t early)
 {
 	struct hk_thread *t = hk_self;
 
@@ -206,7 +207,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *sp, uint64_t
 		a->early = a->late = early;
 		a->kind_fn = ((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_on ? HK_MARK_START : HK_MARK_END);
 	}
-	if (__builtin_expect(!hk_on && kind != HK_MARK, 0)) {
+	if (__builtin_expect(!hk_on && (tag >> HK_KIND_SHIFT) != HK_MARK, 0)) {
 		t->busy = 0;
 		return &hk_scratch.late;
 	}
@@ -215,7 +216,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *sp, uint64_t
 	r->early = early;
 	r->late = 0;
 	/* kind_fn last: a record is complete when it is non-zero (SIGKILL). */
-	r->kind_fn = (kind << HK_KIND_SHIFT) | ((uint64_t)fn & HK_FN_MASK);
+	r->kind_fn = tag | (fn & HK_FN_MASK);
 	t->busy = 0;
 	return &r->late;
 }
@@ -232,7 +233,7 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 	uint64_t *late;
 
 	(void)site;
-	late = hk_event(HK_ENTER, fn, __builtin_frame_address(0), early);
+	late = hk_event((uint64_t)HK_ENTER << HK_KIND_SHIFT, (uint64_t)(uintptr_t)fn, __builtin_frame_address(0), early);
 	*late = hk_read();
 }
 
@@ -242,7 +243,43 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 	uint64_t *late;
 
 	(void)site;
-	late = hk_event(HK_EXIT, fn, __builtin_frame_address(0), early);
+	late = hk_event((uint64_t)HK_EXIT << HK_KIND_SHIFT, (uint64_t)(uintptr_t)fn, __builtin_frame_address(0), early);
+	*late = hk_read();
+}
+
+/*
+ * The in-process API (hookit_api.h): the same early read / work / late
+ * read. The tag is computed before the early read and nothing branches
+ * after the late read; type >= 8 is folded to 0 without a branch.
+ */
+#define HK_API_TAG(kind, type) \
+	(((uint64_t)(kind) << HK_KIND_SHIFT) | (1ULL << HK_API_SHIFT) | \
+	 (((uint64_t)(type) & HK_TYPE_MASK) * ((type) < HOOKIT_NTYPES) << HK_TYPE_SHIFT))
+
+HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
+{
+	uint64_t tag = HK_API_TAG(HK_ENTER, type);
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(tag, id, NULL, early);
+
+	*late = hk_read();
+}
+
+HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
+{
+	uint64_t tag = HK_API_TAG(HK_EXIT, type);
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(tag, id, NULL, early);
+
+	*late = hk_read();
+}
+
+HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
+{
+	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(tag, id, NULL, early);
+
 	*late = hk_read();
 }
 
@@ -250,7 +287,7 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(HK_MARK, (void *)(uintptr_t)what, NULL, early);
+	uint64_t *late = hk_event((uint64_t)HK_MARK << HK_KIND_SHIFT, what, NULL, early);
 	*late = hk_read();
 }
 
@@ -261,6 +298,8 @@ struct hk_calib {
 	double t_inner_med, t_outer_med; /* median of the batch averages */
 };
 
+static struct hk_calib hk_cal, hk_cal_api;
+
 HK_NOINSTR static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -270,13 +309,13 @@ HK_NOINSTR static int cmp_double(const void *a, const void *b)
 
 /* 100 batches of 100 empty pairs after a warm-up of 1,000, through the
  * same entry points the program calls; the records are then discarded. */
-HK_NOINSTR static void calibrate(struct hk_calib *c)
+HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
 {
 	enum { WARM = 1000, BATCH = 100, NBATCH = 100 };
 	double inner[NBATCH], outer[NBATCH];
 	struct hk_thread *t;
 
-	hk_calib_calls(WARM);
+	calls(WARM);
 	t = hk_self;
 	if (!t) {
 		memset(c, 0, sizeof(*c));
@@ -290,7 +329,7 @@ HK_NOINSTR static void calibrate(struct hk_calib *c)
 			t->pos = 1;
 		p0 = t->pos;
 		uint64_t t0 = hk_read();
-		hk_calib_calls(BATCH);
+		calls(BATCH);
 		uint64_t t1 = hk_read();
 		uint64_t in = 0, hooks = 0;
 
@@ -335,7 +374,7 @@ HK_NOINSTR static void copy_maps(void)
 		close(out);
 }
 
-HK_NOINSTR static void write_info(const struct hk_calib *c, const char *backend)
+HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_calib *api, const char *backend)
 {
 	char path[4200], exe[4096];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -349,6 +388,8 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const char *backend)
 		hk_metric, backend);
 	fprintf(f, "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n", c->t_inner,
 		c->t_outer, c->t_inner_med, c->t_outer_med);
+	fprintf(f, "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n",
+		api->t_inner, api->t_outer, api->t_inner_med, api->t_outer_med);
 	fclose(f);
 }
 
@@ -505,23 +546,31 @@ HK_NOINSTR static void hk_exit(void)
 		snprintf(p, sizeof(p), "%s/hookit-%d.sock", hk_dir, (int)hk_pid);
 		unlink(p);
 	}
+	hk_ready = 0; /* events after the shutdown are not recorded (nor dropped) */
 }
 
-HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
-{
-	const char *d = getenv("HOOKIT_DIR"), *m = getenv("HOOKIT_METRIC"), *s = getenv("HOOKIT_START");
-	struct hk_calib c;
-	const char *backend = "rdtsc";
+/* ---- start-up ---- */
 
-	if (d && *d)
-		snprintf(hk_dir, sizeof(hk_dir), "%s", d);
-	if (m && *m)
-		snprintf(hk_metric, sizeof(hk_metric), "%s", m);
+static pthread_mutex_t hk_init_mu = PTHREAD_MUTEX_INITIALIZER;
+static char hk_err[4400];
+static int hk_names_fd = -1;
+
+/* Start the runtime with dir, metric, start ("on"/"off"); 0 or -1 with
+ * hk_err set. Called once, under hk_init_mu. */
+HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *start)
+{
+	const char *backend = "rdtsc";
+	char path[4200];
+
+	if (dir && *dir)
+		snprintf(hk_dir, sizeof(hk_dir), "%s", dir);
+	if (metric && *metric)
+		snprintf(hk_metric, sizeof(hk_metric), "%s", metric);
 	hk_pid = getpid();
 	if (mkdir(hk_dir, 0755) != 0 && errno != EEXIST) {
-		fprintf(stderr, "hookit: cannot create %s: %s (set HOOKIT_DIR to a writable directory)\n", hk_dir,
-			strerror(errno));
-		return;
+		snprintf(hk_err, sizeof(hk_err), "cannot create %s: %s (set HOOKIT_DIR or dir= to a writable directory)",
+			 hk_dir, strerror(errno));
+		return -1;
 	}
 	if (!strcmp(hk_metric, "rdtsc")) {
 		hk_read = read_tsc;
@@ -530,22 +579,38 @@ HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
 		int rc = PttInit(ms, 1);
 
 		if (rc) {
-			fprintf(stderr, "hookit: metric %s: %s (try HOOKIT_METRIC=task-clock or rdtsc)\n", hk_metric,
-				PttStrerror(rc));
-			return;
+			snprintf(hk_err, sizeof(hk_err), "metric %s: %s (try metric task-clock or rdtsc)", hk_metric,
+				 PttStrerror(rc));
+			return -1;
 		}
 		backend = PttBackend();
 		hk_read = read_ptt;
 	}
+	snprintf(path, sizeof(path), "%s/hookit-%d.names", hk_dir, (int)hk_pid);
+	hk_names_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 	hk_ready = 1;
-	calibrate(&c);
-	write_info(&c, backend ? backend : "?");
+	calibrate(&hk_cal, hk_calib_calls);
+	calibrate(&hk_cal_api, hk_calib_api_calls);
+	write_info(&hk_cal, &hk_cal_api, backend ? backend : "?");
 	copy_maps();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	atexit(hk_exit);
 	start_control();
-	if (s && !strcmp(s, "off"))
+	if (start && !strcmp(start, "off"))
 		hk_on = 0;
+	return 0;
+}
+
+/* Preloaded (or linked) with HOOKIT_DIR set: start from the environment.
+ * Without it the library waits for hookit_init (an agent's options). */
+HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
+{
+	if (!getenv("HOOKIT_DIR"))
+		return;
+	pthread_mutex_lock(&hk_init_mu);
+	if (!hk_ready && hk_start(getenv("HOOKIT_DIR"), getenv("HOOKIT_METRIC"), getenv("HOOKIT_START")) != 0)
+		fprintf(stderr, "hookit: %s\n", hk_err);
+	pthread_mutex_unlock(&hk_init_mu);
 }
 
 HK_NOINSTR __attribute__((destructor)) static void hk_fini(void)
@@ -554,23 +619,134 @@ HK_NOINSTR __attribute__((destructor)) static void hk_fini(void)
 	hk_ready = 0;
 }
 
-/* Public API for programs that link libhookit: */
-HK_VIS HK_NOINSTR void HookitStart(void)
+/* ---- the public API (hookit_api.h) ---- */
+
+/* The value of key in a "k=v,k=v" list (into out), or def. */
+HK_NOINSTR static const char *opt(const char *opts, const char *key, char *out, size_t n, const char *def)
+{
+	size_t kl = strlen(key);
+
+	for (const char *p = opts; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+
+		if (l > kl && !strncmp(p, key, kl) && p[kl] == '=') {
+			size_t vl = l - kl - 1;
+
+			if (vl >= n)
+				vl = n - 1;
+			memcpy(out, p + kl + 1, vl);
+			out[vl] = 0;
+			return out;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	return def;
+}
+
+HK_VIS HK_NOINSTR int hookit_init(const char *options)
+{
+	char dir[4096], metric[64], start[8];
+	int rc = 0;
+
+	pthread_mutex_lock(&hk_init_mu);
+	hk_err[0] = 0;
+	for (const char *p = options; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+
+		if (!(l > 4 && !strncmp(p, "dir=", 4)) && !(l > 7 && !strncmp(p, "metric=", 7)) &&
+		    !(l > 6 && !strncmp(p, "start=", 6))) {
+			snprintf(hk_err, sizeof(hk_err), "unknown option '%.*s' (dir=PATH, metric=NAME, start=on|off)",
+				 (int)(l > 200 ? 200 : l), p);
+			rc = -1;
+			break;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	if (!rc && hk_exited) {
+		snprintf(hk_err, sizeof(hk_err), "hookit was shut down: it cannot start again in this process");
+		rc = -1;
+	}
+	if (!rc && !hk_ready)
+		rc = hk_start(opt(options, "dir", dir, sizeof(dir), getenv("HOOKIT_DIR")),
+			      opt(options, "metric", metric, sizeof(metric), getenv("HOOKIT_METRIC")),
+			      opt(options, "start", start, sizeof(start), getenv("HOOKIT_START")));
+	pthread_mutex_unlock(&hk_init_mu);
+	return rc;
+}
+
+HK_VIS HK_NOINSTR const char *hookit_error(void)
+{
+	return hk_err;
+}
+
+HK_VIS HK_NOINSTR int hookit_name(uint64_t id, const char *name)
+{
+	char line[4096];
+	int n;
+
+	if (hk_names_fd < 0 || !name)
+		return -1;
+	n = snprintf(line, sizeof(line), "%llx %s", (unsigned long long)(id & HK_FN_MASK), name);
+	if (n < 0)
+		return -1;
+	if ((size_t)n >= sizeof(line) - 1)
+		n = sizeof(line) - 2;
+	for (int i = 0; i < n; i++)
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = ' ';
+	line[n++] = '\n';
+	/* One write of a whole line (O_APPEND): lines from threads never mix. */
+	return write(hk_names_fd, line, (size_t)n) == n ? 0 : -1;
+}
+
+HK_VIS HK_NOINSTR void hookit_thread_end(void)
+{
+	struct hk_thread *t = hk_self;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&hk_mu);
+	for (struct hk_thread **pp = &hk_threads; *pp; pp = &(*pp)->next)
+		if (*pp == t) {
+			*pp = t->next;
+			break;
+		}
+	pthread_mutex_unlock(&hk_mu);
+	uint64_t end = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
+
+	hk_self = NULL;
+	hk_scratch.early = 1; /* this thread records nothing more */
+	msync(t->win, HK_WINDOW, MS_SYNC);
+	munmap(t->win, HK_WINDOW);
+	if (ftruncate(t->fd, (off_t)end) != 0)
+		perror("hookit: truncating a thread file");
+	close(t->fd);
+	free(t);
+}
+
+HK_VIS HK_NOINSTR void hookit_shutdown(void)
+{
+	hk_exit();
+}
+
+HK_VIS HK_NOINSTR void hookit_start(void)
 {
 	set_on(1);
 }
 
-HK_VIS HK_NOINSTR void HookitEnd(void)
+HK_VIS HK_NOINSTR void hookit_end(void)
 {
 	set_on(0);
 }
 
-HK_VIS HK_NOINSTR void HookitFlush(void)
+HK_VIS HK_NOINSTR void hookit_flush(void)
 {
 	flush_files();
 }
 
-HK_VIS HK_NOINSTR uint64_t HookitDropped(void)
+HK_VIS HK_NOINSTR uint64_t hookit_dropped(void)
 {
 	return hk_dropped;
 }

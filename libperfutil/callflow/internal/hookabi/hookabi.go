@@ -9,6 +9,7 @@ package hookabi
 #cgo CFLAGS: -I${SRCDIR}/../../../c/hookit
 #include <stddef.h>
 #include "hookit.h"
+#include "hookit_api.h"
 enum {
 	offsetof_kind_fn = offsetof(struct hk_rec, kind_fn),
 	offsetof_site = offsetof(struct hk_rec, site),
@@ -37,5 +38,12 @@ func Values() map[string]uint64 {
 		"HK_MARK_RESET":           uint64(C.HK_MARK_RESET),
 		"HK_MARK_START":           uint64(C.HK_MARK_START),
 		"HK_MARK_END":             uint64(C.HK_MARK_END),
+		"HK_EXC_EXIT":             uint64(C.HK_EXC_EXIT),
+		"HK_API_SHIFT":            uint64(C.HK_API_SHIFT),
+		"HK_TYPE_SHIFT":           uint64(C.HK_TYPE_SHIFT),
+		"HK_TYPE_MASK":            uint64(C.HK_TYPE_MASK),
+		"HOOKIT_NTYPES":           uint64(C.HOOKIT_NTYPES),
+		"HOOKIT_TYPE_NATIVE":      uint64(C.HOOKIT_TYPE_NATIVE),
+		"HOOKIT_TYPE_COMPILING":   uint64(C.HOOKIT_TYPE_COMPILING),
 	}
 }
