@@ -6,20 +6,53 @@ import (
 	"testing"
 )
 
+// encode writes a thread file as libhookit does (hk_put): each event
+// delta-coded against the previous one, with a sync first when a value does
+// not fit; zeroTail zero records and no end sync (a killed process), or the
+// end sync when zeroTail < 0.
 func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 	le := binary.LittleEndian
-	b := make([]byte, RecSize*(1+len(evs)+zeroTail))
-	le.PutUint64(b, Magic)
-	le.PutUint64(b[8:], uint64(pid)<<32|uint64(tid))
-	le.PutUint64(b[16:], Version)
-	for i, e := range evs {
-		r := b[(i+1)*RecSize:]
-		le.PutUint64(r, uint64(e.Kind)<<KindShift|uint64(e.Type)<<TypeShift|e.Fn)
-		le.PutUint64(r[8:], e.SP)
-		le.PutUint64(r[16:], e.Early)
-		le.PutUint64(r[24:], e.Late)
+	var b []byte
+	put := func(tag, d uint64) {
+		b = le.AppendUint64(b, tag)
+		b = le.AppendUint64(b, d)
 	}
-	return b
+	put(Magic, uint64(pid)<<32|uint64(tid))
+	put(Version, 0)
+	var lastEarly, lastLate, lastSP uint64
+	for i, e := range evs {
+		tag := uint64(e.Kind)<<KindShift | uint64(e.Type)<<TypeShift | e.Fn
+		sp := e.SP
+		if e.API {
+			tag |= 1 << APIShift
+			sp = 0
+		}
+		if e.Kind == KindMark {
+			tag = uint64(e.Kind)<<KindShift | e.SP<<8 | e.Fn
+			sp = 0
+		}
+		iv, hook, dsp := e.Early-lastLate, lastLate-lastEarly, sp-lastSP
+		spd := int64(dsp) >> 3
+		if sp == 0 {
+			dsp, spd = 0, 0
+		}
+		if i == 0 || iv>>32 != 0 || hook>>16 != 0 || dsp&7 != 0 || spd < -32768 || spd > 32767 {
+			put(uint64(KindSync)<<KindShift, lastLate)
+			put(e.Early, sp)
+			put(tag, 0)
+		} else {
+			put(tag, iv|hook<<HookShift|uint64(uint16(spd))<<SPDShift)
+		}
+		lastEarly, lastLate = e.Early, e.Late
+		if sp != 0 {
+			lastSP = sp
+		}
+	}
+	if zeroTail < 0 {
+		put(uint64(KindSync)<<KindShift, lastLate)
+		put(EndMark, EndMark)
+	}
+	return append(b, make([]byte, RecSize*max(zeroTail, 0))...)
 }
 
 // A calls B: A's intervals are 10 (before B) and 5 (after), B's 5.
@@ -31,12 +64,34 @@ var ab = []Event{
 }
 
 func TestParseThreadRoundTripAndPartial(t *testing.T) {
-	th, err := ParseThread(encode(ab, 7, 8, 0))
+	th, err := ParseThread(encode(ab, 7, 8, -1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if th.PID != 7 || th.TID != 8 || len(th.Events) != 4 || th.Partial || th.Events[2] != ab[2] {
+	if th.PID != 7 || th.TID != 8 || len(th.Events) != 4 || th.Partial || th.Events[2] != ab[2] || th.Events[3] != ab[3] {
 		t.Fatalf("parsed %+v", th)
+	}
+	// Delta coding: values that do not fit 32 / 16 bits, stack steps
+	// that are not 8-byte multiples or too far, API events without a
+	// stack pointer and markers with a reset count round-trip exactly.
+	odd := []Event{
+		{Kind: KindEnter, Fn: 0x401000, SP: 0x7ffc0000, Early: 5, Late: 9},
+		{Kind: KindEnter, Fn: 0x401100, SP: 0x7ffbffc0, Early: 1 << 33, Late: 1<<33 + 70000},
+		{Kind: KindMark, Fn: MarkReset, SP: 3, Early: 1<<33 + 70001, Late: 1<<33 + 70001},
+		{Kind: KindEnter, Fn: 0x1234, Early: 1<<33 + 70010, Late: 1<<33 + 70020, Type: 5, API: true},
+		{Kind: KindExcExit, Fn: 0x1234, Early: 1<<33 + 70030, Late: 1<<33 + 70040, Type: 5, API: true},
+		{Kind: KindEnter, Fn: 0x401200, SP: 0x7ffbff84, Early: 1<<33 + 70050, Late: 1<<33 + 70060},
+		{Kind: KindExit, Fn: 0x401200, SP: 0x7ffbff84, Early: 1<<33 + 70070, Late: 1<<33 + 70080},
+		{Kind: KindExit, Fn: 0x401100, SP: 0x7f000000, Early: 1<<33 + 70090, Late: 1<<33 + 70100},
+	}
+	th, err = ParseThread(encode(odd, 1, 1, -1))
+	if err != nil || th.Partial || len(th.Events) != len(odd) {
+		t.Fatalf("odd values: %v partial %v %d events", err, th != nil && th.Partial, len(th.Events))
+	}
+	for i := range odd {
+		if th.Events[i] != odd[i] {
+			t.Errorf("event %d: %+v, want %+v", i, th.Events[i], odd[i])
+		}
 	}
 	// A killed process: the file ends in zero records.
 	th, err = ParseThread(encode(ab[:3], 7, 8, 100))
@@ -46,7 +101,7 @@ func TestParseThreadRoundTripAndPartial(t *testing.T) {
 	if !th.Partial || len(th.Events) != 3 {
 		t.Fatalf("partial file: partial %v, %d events", th.Partial, len(th.Events))
 	}
-	for _, bad := range [][]byte{nil, make([]byte, RecSize), encode([]Event{{Kind: 9, Fn: 1}}, 1, 1, 0)} {
+	for _, bad := range [][]byte{nil, make([]byte, 2*RecSize), encode([]Event{{Kind: 9, Fn: 1}}, 1, 1, 0)} {
 		if _, err := ParseThread(bad); err == nil {
 			t.Errorf("no error for a bad file of %d bytes", len(bad))
 		}
@@ -204,5 +259,29 @@ func TestParseNames(t *testing.T) {
 	n := ProcessNamer(&Process{Info: Info{PID: 1}, Names: m})
 	if n.Name(0x7f00) != "Foo.bar (V)" || n.Name(0x11) != "0x11" {
 		t.Fatalf("namer: %q %q", n.Name(0x7f00), n.Name(0x11))
+	}
+}
+
+// A killed process's buffer (the tail file) is joined to its thread file
+// when the thread file ends where the buffer starts, and ignored when the
+// buffer was written already.
+func TestAppendTail(t *testing.T) {
+	le := binary.LittleEndian
+	full := encode(ab, 7, 8, 0)
+	cut := 2*RecSize + 3*RecSize // the header and A's sync+enter
+	tail := le.AppendUint64(nil, TailMagic)
+	tail = le.AppendUint64(tail, uint64(cut))
+	tail = append(tail, full[cut:]...)
+	tail = append(tail, make([]byte, 4*RecSize)...)
+	th, err := ParseThread(AppendTail(full[:cut], tail))
+	if err != nil || len(th.Events) != 4 || !th.Partial || th.Events[2] != ab[2] {
+		t.Fatalf("joined: %v %+v", err, th)
+	}
+	// Written already: the thread file is longer than the tail's start.
+	if got := AppendTail(full, tail); len(got) != len(full) {
+		t.Fatalf("a tail written already was joined: %d bytes, want %d", len(got), len(full))
+	}
+	if got := AppendTail(full[:cut], []byte("not a tail, not a tail")); len(got) != cut {
+		t.Fatalf("a bad tail was joined")
 	}
 }

@@ -40,17 +40,22 @@
 
 #define HK_VIS __attribute__((visibility("default")))
 #define HK_NOINSTR __attribute__((no_instrument_function))
-#define HK_PAGE 4096
+#define hk_barrier() __asm__ volatile("" ::: "memory")
 
 struct hk_thread {
-	int fd;
-	pid_t tid;
-	struct hk_rec *win;   /* the mapped window */
-	uint64_t win_off;     /* file offset of the window */
-	uint32_t pos, cap;    /* records used / in the window */
+	/* The hot fields first (one cache line). */
+	struct hk_rec *win;   /* the buffer: the tail file's records (win[0] its header) */
+	uint32_t pos, cap;    /* records used / in the buffer */
+	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
+	uint64_t last_early;  /* its early read */
+	uint64_t last_sp;     /* the last stack pointer recorded */
+	int need_sync;        /* the next event starts with a sync */
 	int busy;
 	unsigned gen;         /* reset generation last marked */
-	unsigned on;          /* tracing state last marked */
+	int fd;               /* the thread file */
+	int tail_fd;          /* the tail file (mapped: the buffer) */
+	pid_t tid;
+	uint64_t bin_off;     /* bytes of the thread file written */
 	struct hk_thread *next;
 };
 
@@ -71,7 +76,10 @@ static volatile uint64_t hk_resets;
 static int hk_exited;
 
 static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
-static __thread struct hk_rec hk_scratch __attribute__((tls_model("initial-exec")));
+/* Where the late read goes when an event is not recorded. */
+static __thread uint64_t hk_sink __attribute__((tls_model("initial-exec")));
+/* This thread records nothing (its file failed, or it ended). */
+static __thread int hk_noopen __attribute__((tls_model("initial-exec")));
 
 HK_NOINSTR static uint64_t read_zero(void)
 {
@@ -95,77 +103,163 @@ HK_NOINSTR static pid_t gettid_(void)
 	return (pid_t)syscall(SYS_gettid);
 }
 
-/* Map the window of the thread's file that holds byte `at` (a record
- * boundary); the next record goes there. */
-HK_NOINSTR static int map_window(struct hk_thread *t, uint64_t at)
+/* The buffer's records after its header, written to the thread file
+ * (one pwrite per HK_BUF bytes: no system call per event), then cleared,
+ * then the header moves on: a tail file whose header offset is below the
+ * thread file's size was already written (a kill between the two). */
+HK_NOINSTR static int flush_buffer(struct hk_thread *t)
 {
-	uint64_t off = at & ~(uint64_t)(HK_PAGE - 1);
+	size_t n = (size_t)(t->pos - 1) * sizeof(struct hk_rec);
 
-	if (t->win)
-		munmap(t->win, HK_WINDOW);
-	t->win = NULL;
-	if (ftruncate(t->fd, (off_t)(off + HK_WINDOW)) != 0)
+	if (n && pwrite(t->fd, &t->win[1], n, (off_t)t->bin_off) != (ssize_t)n)
 		return -1;
-	void *p = mmap(NULL, HK_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, (off_t)off);
-	if (p == MAP_FAILED)
-		return -1;
-	t->win = p;
-	t->win_off = off;
-	t->pos = (uint32_t)((at - off) / sizeof(struct hk_rec));
-	t->cap = HK_WINDOW / sizeof(struct hk_rec);
+	t->bin_off += n;
+	memset(&t->win[1], 0, n);
+	hk_barrier();
+	t->win[0].d = t->bin_off;
+	t->pos = 1;
 	return 0;
+}
+
+HK_NOINSTR static void thread_path(char *path, size_t n, pid_t tid, const char *ext)
+{
+	snprintf(path, n, "%s/hookit-%d-%d.%s", hk_dir, (int)hk_pid, (int)tid, ext);
 }
 
 HK_NOINSTR static struct hk_thread *thread_open(void)
 {
 	struct hk_thread *t = calloc(1, sizeof(*t));
+	struct hk_rec head[2];
 	char path[4200];
+	void *p;
 
 	if (!t)
 		return NULL;
 	t->tid = gettid_();
-	snprintf(path, sizeof(path), "%s/hookit-%d-%d.bin", hk_dir, (int)hk_pid, (int)t->tid);
-	t->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (t->fd < 0) {
-		free(t);
-		return NULL;
-	}
-	if (map_window(t, 0) != 0) {
-		close(t->fd);
-		free(t);
-		return NULL;
-	}
-	/* Record 0 is the header. */
-	struct hk_rec *h = &t->win[0];
-	h->kind_fn = HK_MAGIC;
-	h->site = ((uint64_t)(uint32_t)hk_pid << 32) | (uint32_t)t->tid;
-	h->early = HK_VERSION;
-	h->late = 0;
+	thread_path(path, sizeof(path), t->tid, "bin");
+	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->fd < 0)
+		goto fail_free;
+	/* The header: records 0 and 1. */
+	head[0].tag = HK_MAGIC;
+	head[0].d = ((uint64_t)(uint32_t)hk_pid << 32) | (uint32_t)t->tid;
+	head[1].tag = HK_VERSION;
+	head[1].d = 0;
+	if (pwrite(t->fd, head, sizeof(head), 0) != (ssize_t)sizeof(head))
+		goto fail_close;
+	t->bin_off = sizeof(head);
+	thread_path(path, sizeof(path), t->tid, "tail");
+	t->tail_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->tail_fd < 0)
+		goto fail_close;
+	if (ftruncate(t->tail_fd, HK_BUF) != 0)
+		goto fail_tail;
+	p = mmap(NULL, HK_BUF, PROT_READ | PROT_WRITE, MAP_SHARED, t->tail_fd, 0);
+	if (p == MAP_FAILED)
+		goto fail_tail;
+	t->win = p;
+	t->win[0].d = t->bin_off;
+	t->win[0].tag = HK_TAIL_MAGIC;
 	t->pos = 1;
+	t->cap = HK_BUF / sizeof(struct hk_rec);
+	t->need_sync = 1;
 	PttThreadInit();
 	pthread_mutex_lock(&hk_mu);
 	t->next = hk_threads;
 	hk_threads = t;
 	pthread_mutex_unlock(&hk_mu);
 	return t;
+fail_tail:
+	close(t->tail_fd);
+	unlink(path);
+fail_close:
+	close(t->fd);
+fail_free:
+	free(t);
+	return NULL;
+}
+
+/* The thread's records are all in its file: the tail file goes. */
+HK_NOINSTR static void thread_close(struct hk_thread *t)
+{
+	char path[4200];
+
+	munmap(t->win, HK_BUF);
+	t->win = NULL;
+	close(t->tail_fd);
+	close(t->fd);
+	thread_path(path, sizeof(path), t->tid, "tail");
+	unlink(path);
+}
+
+/* Store one event (the caller made room for 3 records): its interval, the
+ * previous event's hook time and its stack pointer step, or a sync first
+ * when one of them does not fit. The tag is stored last. */
+HK_NOINSTR static inline void hk_put(struct hk_thread *t, uint64_t tag, uint64_t sp, uint64_t early)
+{
+	uint64_t iv = early - t->last_late;
+	uint64_t hook = t->last_late - t->last_early;
+	uint64_t dsp = sp - t->last_sp;
+	int64_t spd = (int64_t)dsp >> 3;
+	uint64_t d;
+
+	if (!sp) /* API events: no stack pointer */
+		spd = 0, dsp = 0;
+	if (__builtin_expect((iv >> 32) | (hook >> 16) | (dsp & 7) | t->need_sync |
+				     (uint64_t)(spd < -32768 || spd > 32767),
+			     0)) {
+		struct hk_rec *s = &t->win[t->pos];
+
+		s[1].tag = early;
+		s[1].d = sp;
+		s[0].d = t->last_late;
+		hk_barrier();
+		s[0].tag = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
+		t->pos += 2;
+		t->need_sync = 0;
+		d = 0;
+	} else {
+		d = iv | hook << HK_HOOK_SHIFT | (uint64_t)(uint16_t)spd << HK_SPD_SHIFT;
+	}
+	struct hk_rec *r = &t->win[t->pos++];
+
+	r->d = d;
+	hk_barrier();
+	r->tag = tag;
+	t->last_early = early;
+	if (sp)
+		t->last_sp = sp;
+}
+
+/* The end of a thread's records: a sync with the last late read. */
+HK_NOINSTR static void hk_put_end(struct hk_thread *t)
+{
+	struct hk_rec *s = &t->win[t->pos];
+
+	s[1].tag = HK_END;
+	s[1].d = HK_END;
+	s[0].d = t->last_late;
+	hk_barrier();
+	s[0].tag = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
+	t->pos += 2;
 }
 
 /* The hook's work between the early and the late read: store the event;
  * returns where the late read goes. */
-HK_NOINSTR static uint64_t *hk_event(uint64_t tag, uint64_t fn, void *sp, uint64_t early)
+HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 {
 	struct hk_thread *t = hk_self;
 
 	if (__builtin_expect(!hk_ready, 0))
-		return &hk_scratch.late;
+		return &hk_sink;
 	if (__builtin_expect(t == NULL, 0)) {
-		if (!hk_on || hk_scratch.early == 1) /* off, or opening failed before */
-			return &hk_scratch.late;
+		if (!hk_on || hk_noopen) /* off, or opening failed before */
+			return &hk_sink;
 		t = thread_open();
 		if (!t) {
-			hk_scratch.early = 1;
+			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-			return &hk_scratch.late;
+			return &hk_sink;
 		}
 		hk_self = t;
 		/* The early read of the thread's first event came before its
@@ -175,50 +269,37 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, uint64_t fn, void *sp, uint64
 	}
 	if (__builtin_expect(t->busy, 0)) { /* a signal handler inside the hook */
 		__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-		return &hk_scratch.late;
+		return &hk_sink;
 	}
 	t->busy = 1;
-	if (__builtin_expect(t->pos + 3 >= t->cap, 0)) {
-		/* Next window: the pause is an adjustment record. */
-		uint64_t a0 = hk_read();
-		uint64_t next = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
-
-		if (map_window(t, next) != 0) {
+	/* Room for a sync, a marker, a sync, the event and the end; the
+	 * buffer's write is inside this hook: between the reads, not charged. */
+	if (__builtin_expect(t->pos + 8 >= t->cap, 0)) {
+		if (flush_buffer(t) != 0) {
 			t->busy = 0;
 			hk_self = NULL;
-			hk_scratch.early = 1;
+			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-			return &hk_scratch.late;
+			return &hk_sink;
 		}
-		struct hk_rec *a = &t->win[t->pos++];
-		a->site = 0;
-		a->early = a0;
-		a->late = hk_read();
-		a->kind_fn = (uint64_t)HK_ADJUST << HK_KIND_SHIFT;
 	}
 	/* Control changes (rtdriver start/end/reset) since this thread's last
-	 * event: a marker says the state; site counts the resets. */
+	 * event: a marker says the state, with the reset count. */
 	unsigned gen = hk_gen;
 	if (__builtin_expect(t->gen != gen, 0)) {
-		struct hk_rec *a = &t->win[t->pos++];
-
 		t->gen = gen;
-		a->site = hk_resets;
-		a->early = a->late = early;
-		a->kind_fn = ((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_on ? HK_MARK_START : HK_MARK_END);
+		hk_put(t, ((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) |
+				  (hk_on ? HK_MARK_START : HK_MARK_END),
+		       0, early);
+		t->last_late = early;
 	}
 	if (__builtin_expect(!hk_on && (tag >> HK_KIND_SHIFT) != HK_MARK, 0)) {
 		t->busy = 0;
-		return &hk_scratch.late;
+		return &hk_sink;
 	}
-	struct hk_rec *r = &t->win[t->pos++];
-	r->site = (uint64_t)sp;
-	r->early = early;
-	r->late = 0;
-	/* kind_fn last: a record is complete when it is non-zero (SIGKILL). */
-	r->kind_fn = tag | (fn & HK_FN_MASK);
+	hk_put(t, tag, (uint64_t)sp, early);
 	t->busy = 0;
-	return &r->late;
+	return &t->last_late;
 }
 
 /*
@@ -233,7 +314,8 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 	uint64_t *late;
 
 	(void)site;
-	late = hk_event((uint64_t)HK_ENTER << HK_KIND_SHIFT, (uint64_t)(uintptr_t)fn, __builtin_frame_address(0), early);
+	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
+			__builtin_frame_address(0), early);
 	*late = hk_read();
 }
 
@@ -243,7 +325,8 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 	uint64_t *late;
 
 	(void)site;
-	late = hk_event((uint64_t)HK_EXIT << HK_KIND_SHIFT, (uint64_t)(uintptr_t)fn, __builtin_frame_address(0), early);
+	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
+			__builtin_frame_address(0), early);
 	*late = hk_read();
 }
 
@@ -260,7 +343,7 @@ HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_ENTER, type);
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(tag, id, NULL, early);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
 	*late = hk_read();
 }
@@ -269,7 +352,7 @@ HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXIT, type);
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(tag, id, NULL, early);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
 	*late = hk_read();
 }
@@ -278,7 +361,7 @@ HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(tag, id, NULL, early);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
 	*late = hk_read();
 }
@@ -287,7 +370,7 @@ HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event((uint64_t)HK_MARK << HK_KIND_SHIFT, what, NULL, early);
+	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early);
 	*late = hk_read();
 }
 
@@ -321,30 +404,43 @@ HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
 		memset(c, 0, sizeof(*c));
 		return;
 	}
-	for (int b = 0; b < NBATCH; b++) {
-		uint32_t p0;
-
-		/* Stay inside one window so that no remap pause is measured. */
-		if (t->pos + 2 * BATCH + 2 >= t->cap)
+	for (int b = 0, tries = 0; b < NBATCH && tries < 100 * NBATCH; tries++) {
+		/* Stay inside the buffer (no write in a batch); the records
+		 * are discarded. */
+		if (t->pos + 2 * BATCH + 16 >= t->cap) {
 			t->pos = 1;
-		p0 = t->pos;
+			t->need_sync = 1;
+			calls(1); /* the sync goes before the batch */
+		}
+		uint32_t p0 = t->pos;
 		uint64_t t0 = hk_read();
 		calls(BATCH);
 		uint64_t t1 = hk_read();
-		uint64_t in = 0, hooks = 0;
+		uint64_t in = 0, hooks = t->last_late - t->last_early;
 
-		for (uint32_t i = p0; i < p0 + 2 * BATCH; i += 2) {
-			struct hk_rec *e = &t->win[i], *x = &t->win[i + 1];
+		if (t->pos != p0 + 2 * BATCH) /* a sync in the batch: a value did not fit */
+			continue;
+		for (uint32_t i = p0 + 1; i < p0 + 2 * BATCH; i++) {
+			uint64_t d = t->win[i].d;
 
-			in += x->early - e->late;
-			hooks += (e->late - e->early) + (x->late - x->early);
+			hooks += (d >> HK_HOOK_SHIFT) & 0xffff;
+			if ((i - p0) & 1) /* an exit: the interval inside the function */
+				in += d & 0xffffffff;
 		}
 		inner[b] = (double)in / BATCH;
 		outer[b] = ((double)(t1 - t0) - (double)in - (double)hooks) / BATCH;
+		b++;
 	}
 	/* Discard the calibration events. */
 	memset(&t->win[1], 0, (size_t)(t->pos - 1) * sizeof(struct hk_rec));
 	t->pos = 1;
+	t->need_sync = 1;
+	if (t->bin_off != 2 * sizeof(struct hk_rec)) {
+		t->bin_off = 2 * sizeof(struct hk_rec);
+		if (ftruncate(t->fd, (off_t)t->bin_off) != 0)
+			perror("hookit: truncating a thread file");
+		t->win[0].d = t->bin_off;
+	}
 	qsort(inner, NBATCH, sizeof(double), cmp_double);
 	qsort(outer, NBATCH, sizeof(double), cmp_double);
 	c->t_inner = inner[0];
@@ -398,14 +494,19 @@ HK_NOINSTR static void finish_files(void)
 {
 	pthread_mutex_lock(&hk_mu);
 	for (struct hk_thread *t = hk_threads; t; t = t->next) {
-		if (!t->win)
-			continue;
-		t->busy = 1;
-		uint64_t end = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
+		char path[4200];
 
-		msync(t->win, HK_WINDOW, MS_SYNC);
-		if (ftruncate(t->fd, (off_t)end) != 0)
-			perror("hookit: truncating a thread file");
+		if (!t->win || t->busy == 2)
+			continue;
+		/* The buffer stays mapped: a thread still running writes into
+		 * it, unrecorded (busy). */
+		t->busy = 2;
+		if (t->pos + 2 < t->cap)
+			hk_put_end(t);
+		if (flush_buffer(t) != 0)
+			perror("hookit: writing a thread file");
+		thread_path(path, sizeof(path), t->tid, "tail");
+		unlink(path);
 	}
 	pthread_mutex_unlock(&hk_mu);
 }
@@ -415,7 +516,7 @@ HK_NOINSTR static void flush_files(void)
 	pthread_mutex_lock(&hk_mu);
 	for (struct hk_thread *t = hk_threads; t; t = t->next)
 		if (t->win)
-			msync(t->win, HK_WINDOW, MS_ASYNC);
+			msync(t->win, HK_BUF, MS_ASYNC);
 	pthread_mutex_unlock(&hk_mu);
 }
 
@@ -441,14 +542,15 @@ HK_NOINSTR static void after_fork_child(void)
 
 	hk_threads = NULL;
 	hk_self = NULL;
-	hk_scratch.early = 0;
+	hk_noopen = 0;
 	hk_pid = getpid();
 	while (t) {
 		struct hk_thread *n = t->next;
 
 		if (t->win)
-			munmap(t->win, HK_WINDOW);
+			munmap(t->win, HK_BUF);
 		close(t->fd);
+		close(t->tail_fd);
 		free(t);
 		t = n;
 	}
@@ -714,15 +816,15 @@ HK_VIS HK_NOINSTR void hookit_thread_end(void)
 			break;
 		}
 	pthread_mutex_unlock(&hk_mu);
-	uint64_t end = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
-
 	hk_self = NULL;
-	hk_scratch.early = 1; /* this thread records nothing more */
-	msync(t->win, HK_WINDOW, MS_SYNC);
-	munmap(t->win, HK_WINDOW);
-	if (ftruncate(t->fd, (off_t)end) != 0)
-		perror("hookit: truncating a thread file");
-	close(t->fd);
+	hk_noopen = 1; /* this thread records nothing more */
+	if (t->busy != 2) { /* not finished by a shutdown already */
+		if (t->pos + 2 < t->cap)
+			hk_put_end(t);
+		if (flush_buffer(t) != 0)
+			perror("hookit: writing a thread file");
+	}
+	thread_close(t);
 	free(t);
 }
 
