@@ -2,6 +2,7 @@ package callflow
 
 import (
 	"encoding/binary"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,9 @@ func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 		if e.Kind == KindMark {
 			tag = uint64(e.Kind)<<KindShift | e.SP<<8 | e.Fn
 			sp = 0
+		}
+		if e.DS != 0 || e.IN != 0 {
+			put(uint64(KindDSIN)<<KindShift, uint64(e.DS)|uint64(e.IN)<<32)
 		}
 		iv, hook, dsp := e.Early-lastLate, lastLate-lastEarly, sp-lastSP
 		spd := int64(dsp) >> 3
@@ -283,5 +287,37 @@ func TestAppendTail(t *testing.T) {
 	}
 	if got := AppendTail(full[:cut], []byte("not a tail, not a tail")); len(got) != cut {
 		t.Fatalf("a bad tail was joined")
+	}
+}
+
+// DS / IN (kmod backend): the dispatches and interrupts before an event
+// are charged to the function on top in the interval it ends, and log-rt
+// prints them only when the info file says the module gave them.
+func TestDispatchesAndInterrupts(t *testing.T) {
+	evs := append([]Event(nil), ab...)
+	evs[2].DS, evs[2].IN = 2, 5 // inside B
+	evs[3].IN = 1               // A after B
+	th, err := ParseThread(encode(evs, 7, 8, -1))
+	if err != nil || th.Events[2] != evs[2] || th.Events[3] != evs[3] {
+		t.Fatalf("round trip: %v %+v", err, th)
+	}
+	p := &Process{Info: Info{PID: 7, Metric: "tsc", Backend: "kmod", DSIN: "kmod"}, Threads: []*Thread{th}}
+	a := AnalyzeWith(p, Calibration{})
+	tr := a.Trees[0]
+	if A, B := node(tr, 0xa), node(tr, 0xa, 0xb); A.DS != 0 || A.IN != 1 || B.DS != 2 || B.IN != 5 {
+		t.Fatalf("A ds %d in %d, B ds %d in %d", A.DS, A.IN, B.DS, B.IN)
+	}
+	var buf strings.Builder
+	if err := a.WriteLogRT(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+2\s+5\s+0xb$`).MatchString(buf.String()) {
+		t.Errorf("log-rt has no DS 2 IN 5 for B:\n%s", buf.String())
+	}
+	p.Info.DSIN = "none"
+	buf.Reset()
+	AnalyzeWith(p, Calibration{}).WriteLogRT(&buf)
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+-\s+-\s+0xb$`).MatchString(buf.String()) {
+		t.Errorf("log-rt without the module shows DS / IN:\n%s", buf.String())
 	}
 }

@@ -44,6 +44,7 @@ const (
 	KindMark    = 4
 	KindExcExit = 5 // exception exit (hookit_exception_exit)
 	KindSync    = 6 // absolute values (two records)
+	KindDSIN    = 7 // dispatches | interrupts << 32 in the interval the next event ends (kmod)
 )
 
 // Markers (the function field of a KindMark record).
@@ -61,8 +62,11 @@ type Event struct {
 	SP    uint64 // stack pointer of the event (the reset count for KindMark)
 	Early uint64 // metric read at the hook's start
 	Late  uint64 // metric read at the hook's end
-	Type  uint8  // method type, 0..7 (hookit_api.h)
-	API   bool   // recorded by hookit_enter/exit, not by the -finstrument-functions hooks
+	// Dispatches and interrupts of the thread in the interval this event
+	// ends (kmod backend only).
+	DS, IN uint32
+	Type   uint8 // method type, 0..7 (hookit_api.h)
+	API    bool  // recorded by hookit_enter/exit, not by the -finstrument-functions hooks
 }
 
 // Thread is the events of one thread.
@@ -78,10 +82,12 @@ type Thread struct {
 // Info is the process file hookit-PID.info: the metric and the
 // calibration measured at start-up.
 type Info struct {
-	PID                  int
-	Exe                  string
-	Metric               string
-	Backend              string
+	PID     int
+	Exe     string
+	Metric  string
+	Backend string
+	DSIN    string // "kmod": the events carry dispatches and interrupts; "none"
+
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
 	// The same for the in-process API's path (hookit_enter / hookit_exit).
@@ -225,6 +231,7 @@ func ParseThread(b []byte) (*Thread, error) {
 	var (
 		lastEarly, lastLate, sp uint64
 		synced, ended           bool
+		pendDS, pendIN          uint32
 		syncEarly, syncSP       uint64
 		based                   bool // a sync gave the absolute values
 	)
@@ -260,13 +267,19 @@ func ParseThread(b []byte) (*Thread, error) {
 			i++
 			continue
 		}
+		if k == KindDSIN {
+			pendDS += uint32(d)
+			pendIN += uint32(d >> 32)
+			continue
+		}
 		if k < KindEnter || k > KindExcExit {
 			return nil, fmt.Errorf("record %d: unknown kind %d", i, k)
 		}
 		if !based {
 			return nil, fmt.Errorf("record %d: an event before the first sync", i)
 		}
-		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask}
+		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask, DS: pendDS, IN: pendIN}
+		pendDS, pendIN = 0, 0
 		if synced {
 			e.Early = syncEarly
 			if syncSP != 0 {
@@ -325,6 +338,8 @@ func ParseInfo(b []byte) (Info, error) {
 			in.Metric = v
 		case "backend":
 			in.Backend = v
+		case "dsin":
+			in.DSIN = v
 		case "t_inner":
 			in.TInner = f()
 		case "t_outer":

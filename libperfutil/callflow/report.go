@@ -94,7 +94,11 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		fmt.Fprintln(w, " applied: none (raw metric)")
 	}
 	fmt.Fprintln(w, " BASE: calibrated metric of the function itself; DELTA: what calibration removed (raw = BASE + DELTA)")
-	fmt.Fprintln(w, " DS / IN: dispatches / interrupts (need a second metric; not recorded: -)")
+	if a.Info.DSIN == "kmod" {
+		fmt.Fprintln(w, " DS / IN: dispatches / interrupts of the thread during the function itself (the pitrace module's PTT work area)")
+	} else {
+		fmt.Fprintf(w, " DS / IN: dispatches / interrupts: - (backend %s: they come from the pitrace module's PTT work area; without it `ptt dump` gives per-thread totals only)\n", a.Info.Backend)
+	}
 	for _, t := range a.Trees {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "Thread %d/%d  events %d  total BASE %d\n", t.PID, t.TID, t.Events, t.Root.Cum)
@@ -109,12 +113,20 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 			fmt.Fprintf(w, " runtime pauses left out: %d\n", t.Adjusted)
 		}
 		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %4s %4s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", "DS", "IN", "NAME")
+		dsin := func(n *Node) (string, string) {
+			if a.Info.DSIN != "kmod" {
+				return "-", "-"
+			}
+			return fmt.Sprint(n.DS), fmt.Sprint(n.IN)
+		}
 		if t.Root.Base > 0 || t.Root.Delta != 0 {
-			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, "-", "-", "(thread, outside instrumented functions)")
+			ds, in := dsin(t.Root)
+			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, ds, in, "(thread, outside instrumented functions)")
 		}
 		for _, c := range t.Root.Children {
 			c.Walk(func(n *Node) {
-				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s%s\n", n.Level, n.Calls, n.Callees, n.Base, n.Delta, "-", "-",
+				ds, in := dsin(n)
+				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s%s\n", n.Level, n.Calls, n.Callees, n.Base, n.Delta, ds, in,
 					strings.Repeat(" ", n.Level-1), n.Name)
 			})
 		}

@@ -41,6 +41,7 @@ type Node struct {
 	Calls    uint64 // times this path was entered
 	Callees  uint64 // calls made from it
 	Rough    uint64 // metric while it was on top of the stack, uncalibrated
+	DS, IN   uint64 // dispatches, interrupts while it was on top (kmod backend)
 	minima   uint64 // sequence minima taken off its intervals
 	// Signed is Rough minus the calibration (may be below 0 when the
 	// calibration over-corrects); Base is Signed rounded, at least 0;
@@ -115,6 +116,8 @@ func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKe
 		if have && !off && e.Early >= last {
 			d := e.Early - last
 			top.Rough += d
+			top.DS += uint64(e.DS)
+			top.IN += uint64(e.IN)
 			if trans >= 0 && prevTrans >= 0 && (cal.Minima != nil || interval != nil) {
 				m3 := e.Type // entry: the callee
 				if trans != TransEnter {

@@ -35,6 +35,7 @@
 #include <x86intrin.h>
 
 #include "perfutil.h"
+#include "../../../kmod/uapi/pitrace.h"
 #include "hookit.h"
 #include "hookit_api.h"
 
@@ -50,6 +51,7 @@ struct hk_thread {
 	uint64_t last_early;  /* its early read */
 	uint64_t last_sp;     /* the last stack pointer recorded */
 	int need_sync;        /* the next event starts with a sync */
+	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	int busy;
 	unsigned gen;         /* reset generation last marked */
 	int fd;               /* the thread file */
@@ -64,6 +66,9 @@ typedef uint64_t (*hk_read_fn)(void);
 /* The metric read: read_zero until start-up is done. */
 static hk_read_fn hk_read = read_zero;
 static volatile int hk_ready;
+/* The PTT backend is the module: dispatches and interrupts are in the
+ * thread's work area. */
+static int hk_dsin;
 static volatile int hk_on = 1;
 static char hk_dir[4096] = ".";
 static char hk_metric[64] = "task-clock";
@@ -274,7 +279,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 	t->busy = 1;
 	/* Room for a sync, a marker, a sync, the event and the end; the
 	 * buffer's write is inside this hook: between the reads, not charged. */
-	if (__builtin_expect(t->pos + 8 >= t->cap, 0)) {
+	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
 		if (flush_buffer(t) != 0) {
 			t->busy = 0;
 			hk_self = NULL;
@@ -296,6 +301,20 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 	if (__builtin_expect(!hk_on && (tag >> HK_KIND_SHIFT) != HK_MARK, 0)) {
 		t->busy = 0;
 		return &hk_sink;
+	}
+	if (hk_dsin) {
+		const volatile struct pitrace_ptt_area *a = PttSelf->c[0].page;
+		uint32_t ds = a->dispatches, in = a->interrupts;
+
+		if (__builtin_expect((ds != t->ds || in != t->in) && !t->need_sync, 0)) {
+			struct hk_rec *r = &t->win[t->pos++];
+
+			r->d = (uint64_t)(ds - t->ds) | (uint64_t)(in - t->in) << 32;
+			hk_barrier();
+			r->tag = (uint64_t)HK_DSIN << HK_KIND_SHIFT;
+		}
+		t->ds = ds;
+		t->in = in;
 	}
 	hk_put(t, tag, (uint64_t)sp, early);
 	t->busy = 0;
@@ -484,6 +503,7 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 		hk_metric, backend);
 	fprintf(f, "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n", c->t_inner,
 		c->t_outer, c->t_inner_med, c->t_outer_med);
+	fprintf(f, "dsin=%s\n", hk_dsin ? "kmod" : "none");
 	fprintf(f, "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n",
 		api->t_inner, api->t_outer, api->t_inner_med, api->t_outer_med);
 	fclose(f);
@@ -687,6 +707,7 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		}
 		backend = PttBackend();
 		hk_read = read_ptt;
+		hk_dsin = backend && !strcmp(backend, "kmod");
 	}
 	snprintf(path, sizeof(path), "%s/hookit-%d.names", hk_dir, (int)hk_pid);
 	hk_names_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);

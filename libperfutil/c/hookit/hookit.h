@@ -25,6 +25,10 @@
  * event's own d is then 0. A thread's file ends with a sync whose second
  * record is {HK_END, HK_END} (the first: the last event's late read); a file without it was cut
  * short (a killed process).
+ * With the pitrace module (PTT backend kmod) a record {HK_DSIN << 56,
+ * dispatches | interrupts << 32} comes before an event when the thread was
+ * dispatched or interrupted since the previous event (the counts of the
+ * thread's PTT work area): they happened in the interval the event ends.
  *
  * The records reach the thread file by one pwrite per HK_BUF bytes from a
  * per-thread buffer, which is a shared mapping of DIR/hookit-PID-TID.tail:
@@ -60,6 +64,7 @@ enum {
 	HK_MARK = 4,   /* a marker: the function field says which */
 	HK_EXC_EXIT = 5, /* exception exit (hookit_exception_exit) */
 	HK_SYNC = 6,   /* absolute values (two records) */
+	HK_DSIN = 7,   /* dispatches | interrupts << 32 since the last one */
 };
 
 enum {

@@ -24,6 +24,7 @@ func Values() map[string]uint64 {
 		"offsetof hk_rec.tag":   uint64(C.offsetof_tag),
 		"offsetof hk_rec.d":     uint64(C.offsetof_d),
 		"HK_SYNC":               uint64(C.HK_SYNC),
+		"HK_DSIN":               uint64(C.HK_DSIN),
 		"HK_HOOK_SHIFT":         uint64(C.HK_HOOK_SHIFT),
 		"HK_SPD_SHIFT":          uint64(C.HK_SPD_SHIFT),
 		"HK_END":                uint64(C.HK_END),
