@@ -11,7 +11,7 @@ CALLFLOW_EXAMPLE_CFLAGS := -O1 -g -fno-inline -fno-optimize-sibling-calls \
 
 .PHONY: hookit callflow-test bench-callflow
 build: hookit
-hookit: $(BIN)/libhookit.so $(BIN)/libhookit.a $(BIN)/callflow $(BIN)/callflow_api
+hookit: $(BIN)/libhookit.so $(BIN)/libhookit.a $(BIN)/callflow $(BIN)/callflow_api $(BIN)/callflow_exc
 
 build/hookit/%.o: libperfutil/c/%.c libperfutil/c/include/perfutil.h
 	@mkdir -p $(dir $@)
@@ -39,6 +39,20 @@ $(BIN)/libhookit.a: build/hookit/hookit.o build/hookit/calib.o build/hookit/ptt.
 $(BIN)/callflow: examples/callflow.c
 	@mkdir -p $(BIN)
 	$(CC) $(CALLFLOW_EXAMPLE_CFLAGS) -o $@ $<
+
+# C++ exceptions through instrumented frames (g++ calls the exit hooks of
+# the frames it unwinds) and through a C frame built without -fexceptions
+# (its exit hook is skipped: the stack repair closes it).
+CXX ?= g++
+build/hookit/callflow_exc.o: examples/callflow_exc.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(filter-out -pthread,$(CALLFLOW_EXAMPLE_CFLAGS)) -c -o $@ $<
+build/hookit/callflow_exc_c.o: examples/callflow_exc_c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -pthread,$(CALLFLOW_EXAMPLE_CFLAGS)) -c -o $@ $<
+$(BIN)/callflow_exc: build/hookit/callflow_exc.o build/hookit/callflow_exc_c.o
+	@mkdir -p $(BIN)
+	$(CXX) -o $@ $^
 
 # An agent-like user of the in-process API (hookit_api.h), linked, not preloaded.
 $(BIN)/callflow_api: examples/callflow_api.c libperfutil/c/hookit/hookit_api.h $(BIN)/libhookit.so

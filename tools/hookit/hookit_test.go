@@ -44,9 +44,9 @@ func setup(t *testing.T) string {
 			buildErr = fmt.Errorf("no go.mod above %s", wd)
 			return
 		}
-		for _, tool := range []string{"make", "gcc"} {
+		for _, tool := range []string{"make", "gcc", "g++"} {
 			if _, err := exec.LookPath(tool); err != nil {
-				buildErr = fmt.Errorf("%s is not installed (apt-get install build-essential): %w", tool, err)
+				buildErr = fmt.Errorf("%s is not installed (apt-get install build-essential g++): %w", tool, err)
 				return
 			}
 		}
@@ -516,5 +516,26 @@ func TestInProcessAPI(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^\s+` + want + `\s+min \d+ \(\d+ seen\)$`).Match(rt) {
 			t.Errorf("log-rt has no minimum for %s:\n%s", want, rt)
 		}
+	}
+}
+
+// C++ exceptions thrown through instrumented frames (g++
+// -finstrument-functions): g++ runs the exit hook of every frame the
+// unwinder leaves, so catcher;middle;thrower closes exactly;
+// the frames of c_through and c_layer (C, no -fexceptions) are left without
+// their exits and the stack pointer of the catch block's next entry closes
+// them. Call counts and tree exact.
+func TestCxxExceptionStackRepair(t *testing.T) {
+	dir := runHookit(t, "-m", "rdtsc", "--", filepath.Join(setup(t), "bin/callflow_exc"), "100")
+	tr := treeOf(t, callflow.Analyze(load(t, dir)), true)
+	checkPaths(t, "exceptions", paths(tr), map[string]uint64{
+		"main": 1, "main;catcher": 100, "main;catcher;middle": 100, "main;catcher;middle;thrower": 100,
+		"main;catcher;middle;thrower;leaf": 100, "main;after": 200, "main;after;leaf": 200,
+		"main;catcher_c": 100, "main;catcher_c;c_through": 100, "main;catcher_c;c_through;c_layer": 100,
+		"main;catcher_c;c_through;c_layer;thrower": 100, "main;catcher_c;c_through;c_layer;thrower;leaf": 100,
+		"main;catcher_c;leaf": 100,
+	})
+	if tr.Repaired != 200 || tr.Unmatched != 0 || tr.OpenAtEnd != 0 {
+		t.Errorf("repaired %d (want 200: the missed exits of c_through and c_layer), unmatched %d, open at the end %d", tr.Repaired, tr.Unmatched, tr.OpenAtEnd)
 	}
 }
