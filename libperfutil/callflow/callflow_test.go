@@ -321,3 +321,51 @@ func TestDispatchesAndInterrupts(t *testing.T) {
 		t.Errorf("log-rt without the module shows DS / IN:\n%s", buf.String())
 	}
 }
+
+// Training: a trainer's minima written and read back; merged with a run
+// that saw a key only once (with more than the true overhead), the
+// trainer's lower minimum calibrates it; another metric is refused.
+func TestTrainingFileRoundTripAndMerge(t *testing.T) {
+	k := SeqKeyKindOnly
+	trainer := SequenceMinima([]*Thread{{Events: ab}}, k) // En-En 10, En-Ex 5, Ex-Ex 5
+	trainer.Min[k.Of(0, TransExit, 0, TransEnter, 0)] = 3 // a key this run never sees
+	trainer.Count[k.Of(0, TransExit, 0, TransEnter, 0)] = 1
+	var buf strings.Builder
+	if err := WriteMinima(&buf, trainer, "tsc"); err != nil {
+		t.Fatal(err)
+	}
+	got, metric, err := ReadMinima(strings.NewReader(buf.String()))
+	if err != nil || metric != "tsc" || got.Key != k || len(got.Min) != 4 || got.Min[k.Of(0, TransEnter, 0, TransEnter, 0)] != 10 {
+		t.Fatalf("read back: %v %q %+v\n%s", err, metric, got, buf.String())
+	}
+	// This run: A calls B once, with B's body 9 (the trainer saw 5).
+	run := []Event{
+		{Kind: KindEnter, Fn: 0xa, SP: 1000, Early: 0, Late: 10},
+		{Kind: KindEnter, Fn: 0xb, SP: 900, Early: 20, Late: 30},
+		{Kind: KindExit, Fn: 0xb, SP: 900, Early: 39, Late: 45},
+		{Kind: KindExit, Fn: 0xa, SP: 1000, Early: 50, Late: 60},
+	}
+	p := &Process{Info: Info{Metric: "tsc"}, Threads: []*Thread{{Events: run}}}
+	cal, err := TrainedCalibration(p, got, metric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := Build(p.Threads[0], cal)
+	if b := node(tr, 0xa, 0xb); b.Base != 4 || b.Delta != 5 {
+		t.Fatalf("B with the trained minimum: base %d delta %d, want 4 and 5", b.Base, b.Delta)
+	}
+	if own := Build(p.Threads[0], MinimaCalibration(p, k)); node(own, 0xa, 0xb).Base != 0 {
+		t.Fatalf("B with its own run's minimum: base %d, want 0", node(own, 0xa, 0xb).Base)
+	}
+	if cal.Minima.Min[k.Of(0, TransExit, 0, TransEnter, 0)] != 3 || !cal.Minima.Trained {
+		t.Errorf("the trainer-only key was not kept: %+v", cal.Minima)
+	}
+	if _, err := TrainedCalibration(&Process{Info: Info{Metric: "task-clock"}}, got, metric); err == nil {
+		t.Error("minima of tsc applied to a task-clock run")
+	}
+	for _, bad := range []string{"", "# perfinsp hookit sequence minima\nkey 8x3\n", "# perfinsp hookit sequence minima\nkey 8x3\nmetric tsc\n99999 1 1 x\n", "hello\n"} {
+		if _, _, err := ReadMinima(strings.NewReader(bad)); err == nil {
+			t.Errorf("no error for %q", bad)
+		}
+	}
+}

@@ -36,6 +36,20 @@ func MinimaCalibration(p *Process, k SeqKey) Calibration {
 	return Calibration{Minima: SequenceMinima(p.Threads, k)}
 }
 
+// TrainedCalibration is this run's sequence minima merged with a trained
+// table (per key the lower: keys this run saw rarely get the trainer's).
+func TrainedCalibration(p *Process, trained *Minima, metric string) (Calibration, error) {
+	if metric != p.Info.Metric {
+		return Calibration{}, fmt.Errorf("the minima were trained with metric %s, this run used %s", metric, p.Info.Metric)
+	}
+	m := SequenceMinima(p.Threads, trained.Key)
+	if err := m.Merge(trained); err != nil {
+		return Calibration{}, err
+	}
+	m.Trained = true
+	return Calibration{Minima: m}, nil
+}
+
 // AnalyzeWith is Analyze with a given calibration (zero: uncalibrated).
 func AnalyzeWith(p *Process, cal Calibration) *Analysis {
 	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
@@ -84,7 +98,11 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	switch {
 	case a.Cal.Minima != nil:
 		m := a.Cal.Minima
-		fmt.Fprintf(w, " applied: sequence minima (key %s: M1-T1-M2-T2-M3), %d keys seen:\n", m.Key, len(m.Min))
+		src := "this run's (two-pass)"
+		if m.Trained {
+			src = "this run's merged with a training file (per key the lower)"
+		}
+		fmt.Fprintf(w, " applied: sequence minima, %s (key %s: M1-T1-M2-T2-M3), %d keys:\n", src, m.Key, len(m.Min))
 		for _, k := range m.Keys() {
 			fmt.Fprintf(w, "   %-52s min %d (%d seen)\n", m.Key.Name(k), m.Min[k], m.Count[k])
 		}

@@ -1,8 +1,11 @@
 package callflow
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -105,9 +108,10 @@ func (k SeqKey) Name(key int) string {
 // Minima is the minimum interval seen per sequence key, and how often
 // each key was seen.
 type Minima struct {
-	Key   SeqKey
-	Min   map[int]uint64
-	Count map[int]uint64
+	Trained bool // merged with a training file
+	Key     SeqKey
+	Min     map[int]uint64
+	Count   map[int]uint64
 }
 
 // NewMinima is an empty table.
@@ -141,4 +145,83 @@ func SequenceMinima(threads []*Thread, k SeqKey) *Minima {
 		build(t, Calibration{}, func(s int, d uint64) { m.Add(s, d) }, k)
 	}
 	return m
+}
+
+// Merge takes, per key, the lower minimum of m and o (the same key width),
+// and adds o's counts: a trained table and this run's.
+func (m *Minima) Merge(o *Minima) error {
+	if o == nil {
+		return nil
+	}
+	if o.Key != m.Key {
+		return fmt.Errorf("sequence minima keyed %s cannot merge with a table keyed %s (use --seq-key %s)", o.Key, m.Key, o.Key)
+	}
+	for k, v := range o.Min {
+		if c, ok := m.Min[k]; !ok || v < c {
+			m.Min[k] = v
+		}
+		m.Count[k] += o.Count[k]
+	}
+	return nil
+}
+
+const minimaHeader = "# perfinsp hookit sequence minima"
+
+// WriteMinima writes a training file: the key width, the metric (minima
+// of another metric do not apply), then one line per key: index, minimum,
+// times seen, name.
+func WriteMinima(w io.Writer, m *Minima, metric string) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%s\nkey %s\nmetric %s\n", minimaHeader, m.Key, metric)
+	for _, k := range m.Keys() {
+		fmt.Fprintf(bw, "%d %d %d %s\n", k, m.Min[k], m.Count[k], m.Key.Name(k))
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing the minima: %w", err)
+	}
+	return nil
+}
+
+// ReadMinima reads a training file written by WriteMinima; it returns the
+// table and its metric.
+func ReadMinima(r io.Reader) (*Minima, string, error) {
+	sc := bufio.NewScanner(r)
+	var m *Minima
+	metric := ""
+	line := 0
+	for sc.Scan() {
+		line++
+		f := strings.Fields(sc.Text())
+		switch {
+		case line == 1:
+			if sc.Text() != minimaHeader {
+				return nil, "", fmt.Errorf("not a hookit minima file (first line %q)", sc.Text())
+			}
+		case len(f) == 2 && f[0] == "key":
+			k, err := ParseSeqKey(f[1])
+			if err != nil {
+				return nil, "", fmt.Errorf("minima line %d: %w", line, err)
+			}
+			m = NewMinima(k)
+		case len(f) == 2 && f[0] == "metric":
+			metric = f[1]
+		case len(f) >= 3 && m != nil:
+			k, e1 := strconv.Atoi(f[0])
+			v, e2 := strconv.ParseUint(f[1], 10, 64)
+			c, e3 := strconv.ParseUint(f[2], 10, 64)
+			if e1 != nil || e2 != nil || e3 != nil || k < 0 || k >= m.Key.Size() {
+				return nil, "", fmt.Errorf("minima line %d: want INDEX MIN COUNT NAME, got %q", line, sc.Text())
+			}
+			m.Min[k], m.Count[k] = v, c
+		default:
+			return nil, "", fmt.Errorf("minima line %d: unexpected %q", line, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, "", fmt.Errorf("reading the minima: %w", err)
+	}
+	if m == nil || metric == "" {
+		return nil, "", fmt.Errorf("minima file without its key and metric lines")
+	}
+	return m, metric, nil
 }

@@ -539,3 +539,31 @@ func TestCxxExceptionStackRepair(t *testing.T) {
 		t.Errorf("repaired %d (want 200: the missed exits of c_through and c_layer), unmatched %d, open at the end %d", tr.Repaired, tr.Unmatched, tr.OpenAtEnd)
 	}
 }
+
+// A trainer run writes its minima (run.hookit -o train=FILE); a later run
+// loads them (-o minima=FILE) and log-rt says so; a run with another
+// metric is refused.
+func TestTrainingFile(t *testing.T) {
+	r := setup(t)
+	file := filepath.Join(t.TempDir(), "trained.minima")
+	runHookit(t, "-m", "rdtsc", "-o", "train="+file, "--", filepath.Join(r, "bin/callflow"), "1000")
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, metric, err := callflow.ReadMinima(f)
+	f.Close()
+	if err != nil || metric != "rdtsc" || len(m.Min) < 4 {
+		t.Fatalf("training file: %v, metric %q, %d keys", err, metric, len(m.Min))
+	}
+	dir := runHookit(t, "-m", "rdtsc", "-o", "minima="+file, "--", filepath.Join(r, "bin/callflow"), "10")
+	rt, _ := os.ReadFile(filepath.Join(dir, "log-rt"))
+	if !bytes.Contains(rt, []byte("merged with a training file")) {
+		t.Errorf("log-rt does not say the trained minima were applied:\n%.600s", rt)
+	}
+	out, err := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-m", "task-clock", "-o", t.TempDir(), "-o", "minima="+file, "--",
+		filepath.Join(r, "bin/callflow"), "10").CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("trained with metric rdtsc")) {
+		t.Errorf("minima of another metric: %v\n%s", err, out)
+	}
+}
