@@ -2,6 +2,7 @@ package callflow
 
 import (
 	"encoding/binary"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -367,5 +368,55 @@ func TestTrainingFileRoundTripAndMerge(t *testing.T) {
 		if _, _, err := ReadMinima(strings.NewReader(bad)); err == nil {
 			t.Errorf("no error for %q", bad)
 		}
+	}
+}
+
+// The environmental overhead from an ITrace arc report of the
+// uninstrumented example (testdata/chain.arc: work -> chain1 -> ... ->
+// chain4 -> leaf, twice; another thread's lines between): an entry comes
+// after its call instruction, an exit before its return instruction. The
+// glue: an entry to the next call 1 (the call), leaf's body 4 - 1 (its ret
+// is after the exit), a return to the next return 1 (a ret), a return to
+// the next call 4 (chain1's ret, work's loop: 2, work's call).
+func TestEnvFromArc(t *testing.T) {
+	f, err := os.Open("testdata/chain.arc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	funcs := map[string]bool{"work": true, "chain1": true, "chain2": true, "chain3": true, "chain4": true, "leaf": true}
+	k := SeqKeyKindOnly
+	env, err := EnvFromArc(f, funcs, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]uint64{
+		k.Of(0, TransEnter, 0, TransEnter, 0): 1, // chainN's call
+		k.Of(0, TransEnter, 0, TransExit, 0):  3, // leaf: 4 instructions, its ret after the exit
+		k.Of(0, TransExit, 0, TransExit, 0):   1, // a ret
+		k.Of(0, TransExit, 0, TransEnter, 0):  4, // chain1's ret, work's 2 (add, jne), work's call
+	}
+	for s, v := range want {
+		if env.Min[s] != v {
+			t.Errorf("%s: env %d, want %d (all %v)", k.Name(s), env.Min[s], v, env.Min)
+		}
+	}
+	// Applied: an interval loses min - env, and a key the ITrace did not
+	// cover assumes EnvDefault.
+	m := NewMinima(k)
+	m.Add(k.Of(0, TransEnter, 0, TransEnter, 0), 50)
+	m.Add(k.Of(0, TransEnter, 0, TransExit, 0), 2) // below its env: nothing taken off
+	m.Env = env
+	if m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)) != 49 || m.Off(k.Of(0, TransEnter, 0, TransExit, 0)) != 0 {
+		t.Errorf("off: %d %d", m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)), m.Off(k.Of(0, TransEnter, 0, TransExit, 0)))
+	}
+	env2 := NewMinima(k)
+	m.Env = env2
+	env2.Add(k.Of(0, TransExit, 0, TransExit, 0), 1)
+	if m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)) != 50-EnvDefault {
+		t.Errorf("uncovered key: off %d, want %d", m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)), 50-EnvDefault)
+	}
+	if _, err := EnvFromArc(strings.NewReader("hello\n"), funcs, k); err == nil {
+		t.Error("no error for a file that is not an arc report")
 	}
 }

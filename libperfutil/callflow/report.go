@@ -102,9 +102,20 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		if m.Trained {
 			src = "this run's merged with a training file (per key the lower)"
 		}
+		if m.Env != nil {
+			src += ", less the environmental overhead from the trainer's ITrace (adjusted = delta - (min - env))"
+		}
 		fmt.Fprintf(w, " applied: sequence minima, %s (key %s: M1-T1-M2-T2-M3), %d keys:\n", src, m.Key, len(m.Min))
 		for _, k := range m.Keys() {
-			fmt.Fprintf(w, "   %-52s min %d (%d seen)\n", m.Key.Name(k), m.Min[k], m.Count[k])
+			env := ""
+			if m.Env != nil {
+				if e, ok := m.Env.Min[k]; ok {
+					env = fmt.Sprintf(" env %d", e)
+				} else {
+					env = fmt.Sprintf(" env %d (not in the ITrace: assumed)", EnvDefault)
+				}
+			}
+			fmt.Fprintf(w, "   %-52s min %d (%d seen)%s\n", m.Key.Name(k), m.Min[k], m.Count[k], env)
 		}
 	case a.Cal.Inner != 0 || a.Cal.Outer != 0:
 		fmt.Fprintf(w, " applied: start-up calibration, exact = rough - t_I - callees * t_O\n")

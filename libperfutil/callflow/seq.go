@@ -109,9 +109,13 @@ func (k SeqKey) Name(key int) string {
 // each key was seen.
 type Minima struct {
 	Trained bool // merged with a training file
-	Key     SeqKey
-	Min     map[int]uint64
-	Count   map[int]uint64
+	// Env, when set, is the environmental overhead per key (EnvFromArc):
+	// an interval then loses Min - Env instead of Min (Env is capped at
+	// Min; a key Env does not cover assumes EnvDefault).
+	Env   *Minima
+	Key   SeqKey
+	Min   map[int]uint64
+	Count map[int]uint64
 }
 
 // NewMinima is an empty table.
@@ -224,4 +228,18 @@ func ReadMinima(r io.Reader) (*Minima, string, error) {
 		return nil, "", fmt.Errorf("minima file without its key and metric lines")
 	}
 	return m, metric, nil
+}
+
+// Off is what the calibration takes off an interval of key s: the
+// minimum, less the environmental overhead when Env is set.
+func (m *Minima) Off(s int) uint64 {
+	v := m.Min[s]
+	if m.Env != nil {
+		e, ok := m.Env.Min[s]
+		if !ok {
+			e = EnvDefault
+		}
+		v -= min(e, v)
+	}
+	return v
 }

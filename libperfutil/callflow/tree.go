@@ -131,7 +131,7 @@ func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKe
 					interval(key, d)
 				}
 				if cal.Minima != nil {
-					top.minima += min(d, cal.Minima.Min[key])
+					top.minima += min(d, cal.Minima.Off(key))
 				}
 			}
 		}

@@ -31,10 +31,11 @@ func main() {
 				&cli.StringFlag{Name: "cal", Value: "startup", Usage: "calibration: startup (t_I and t_O measured at start-up), minima (the run's sequence minima, two-pass: exact where the metric is exact, e.g. -icount) or none (the raw metric)"},
 				&cli.StringFlag{Name: "train", Usage: "write this run's sequence minima to `FILE` (a trainer run: merged with --minima's table if given); later runs load it with --minima"},
 				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
+				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (seed 003 §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
 				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (seed 000: the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
-		}},
+		}, checkCommand},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "hookit:", err)
@@ -98,6 +99,18 @@ func report(c *cli.Context) error {
 			a = callflow.AnalyzeWith(p, callflow.Calibration{})
 		default:
 			return fmt.Errorf("--cal %q: use minima, startup or none", c.String("cal"))
+		}
+		if path := c.String("env"); path != "" {
+			if a.Cal.Minima == nil {
+				return fmt.Errorf("--env applies to the sequence minima: add --cal minima (or --minima FILE)")
+			}
+			env, err := callflow.LoadEnv(path, p, a.Cal.Minima.Key)
+			if err != nil {
+				return err
+			}
+			cal := a.Cal
+			cal.Minima.Env = env
+			a = callflow.AnalyzeWith(p, cal)
 		}
 		suffix := ""
 		if len(procs) > 1 {
