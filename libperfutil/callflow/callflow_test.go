@@ -420,3 +420,42 @@ func TestEnvFromArc(t *testing.T) {
 		t.Error("no error for a file that is not an arc report")
 	}
 }
+
+// The exact reference from the ITrace of the instrumented binary with its
+// hooks not recording (testdata/chain-instrumented.arc: work -> chain1 ->
+// ... -> chain4 -> leaf, another thread in fib between): the program's
+// instructions between hook calls are charged to the function on top, the
+// hook library's (__cyg_profile_func_*, hk_event, read_zero) are not.
+// Each chain function runs 11 of its own per call in the full run, leaf 6
+// (16,338 / 2,723): the excerpt must give the same.
+func TestReferenceFromArc(t *testing.T) {
+	f, err := os.Open("testdata/chain-instrumented.arc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ref, err := ReferenceFromArc(f, SeqKeyKindOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"chain2", "chain3", "chain4"} {
+		if ref.Self[fn] != 11 || ref.Calls[fn] != 1 {
+			t.Errorf("%s: %d instructions, %d calls; want 11 and 1", fn, ref.Self[fn], ref.Calls[fn])
+		}
+	}
+	if ref.Self["leaf"] != 6 || ref.Calls["leaf"] != 1 {
+		t.Errorf("leaf: %d instructions, %d calls; want 6 and 1", ref.Self["leaf"], ref.Calls["leaf"])
+	}
+	for _, hook := range []string{"__cyg_profile_func_enter", "__cyg_profile_func_exit", "hk_event", "read_zero"} {
+		if _, ok := ref.Self[hook]; ok {
+			t.Errorf("the hook library's %s was charged", hook)
+		}
+	}
+	k := SeqKeyKindOnly
+	if ref.Env.Min[k.Of(0, TransEnter, 0, TransEnter, 0)] != 6 || len(ref.Env.Min) != 4 {
+		t.Errorf("env %v", ref.Env.Min)
+	}
+	if _, err := ReferenceFromArc(strings.NewReader("arc of x\nheader\n"), k); err == nil {
+		t.Error("no error for an arc without hook calls")
+	}
+}

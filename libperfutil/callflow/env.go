@@ -123,3 +123,127 @@ func LoadEnv(path string, p *Process, k SeqKey) (*Minima, error) {
 	}
 	return env, nil
 }
+
+// Reference is what an instrumented program's own code does as the hooks
+// see it: from the ITrace of the instrumented binary run with the hooks
+// not recording (HOOKIT_DIR unset: they return at once), each interval
+// between two hook calls — the program's instructions only, the hook
+// library's own left out — charged to the function on top of the hooks'
+// stack, exactly as libhookit charges its intervals. The exact figure a
+// calibrated call flow of the same binary should give.
+type Reference struct {
+	Self  map[string]uint64 // instructions per function
+	Calls map[string]uint64 // entries per function
+	// Env is the true minimum per sequence key of those intervals: the
+	// program's own part of every interval of that key (with Min - Env,
+	// the calibration then takes off exactly the hook library's part).
+	Env *Minima
+}
+
+// Hook entry points of -finstrument-functions.
+const (
+	hookEnter = "__cyg_profile_func_enter"
+	hookExit  = "__cyg_profile_func_exit"
+)
+
+// ReferenceFromArc reads the arc report (post -arc) of the ITrace of an
+// instrumented binary whose hooks did not record, keyed k (all methods
+// type 0: C code).
+func ReferenceFromArc(r io.Reader, k SeqKey) (*Reference, error) {
+	type thread struct {
+		c       uint64 // program instructions so far
+		depth   int    // > 0: inside a hook (its calls nested)
+		pending bool   // a call whose callee the next line names
+		callPos uint64
+		caller  string
+		stack   []string
+		have    bool
+		lastT   int
+		lastPos uint64
+	}
+	ref := &Reference{Self: map[string]uint64{}, Calls: map[string]uint64{}, Env: NewMinima(k)}
+	threads := map[string]*thread{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	line, hooks := 0, 0
+	for sc.Scan() {
+		line++
+		if line <= 2 {
+			if line == 1 && !strings.HasPrefix(sc.Text(), "arc of ") {
+				return nil, fmt.Errorf("not an ITrace arc report (post -arc): first line %q", sc.Text())
+			}
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		if len(f) < 9 {
+			continue
+		}
+		typ, e1 := strconv.Atoi(f[2])
+		n, e2 := strconv.ParseUint(f[3], 10, 64)
+		if e1 != nil || e2 != nil {
+			return nil, fmt.Errorf("arc line %d: want CPU K/U TYPE INSTS ..., got %q", line, sc.Text())
+		}
+		th := threads[f[4]]
+		if th == nil {
+			th = &thread{}
+			threads[f[4]] = th
+		}
+		sym, _, _ := strings.Cut(f[6], ":")
+		if th.pending {
+			th.pending = false
+			if sym == hookEnter || sym == hookExit {
+				hooks++
+				t := TransEnter
+				if sym == hookExit {
+					t = TransExit
+				}
+				top := ""
+				if len(th.stack) > 0 {
+					top = th.stack[len(th.stack)-1]
+				}
+				d := th.callPos - th.lastPos
+				if th.have {
+					ref.Self[top] += d
+					ref.Env.Add(k.Of(0, th.lastT, 0, t, 0), d)
+				}
+				th.have, th.lastT, th.lastPos = true, t, th.callPos
+				if t == TransEnter {
+					th.stack = append(th.stack, th.caller)
+					ref.Calls[th.caller]++
+				} else {
+					i := len(th.stack) - 1
+					for i >= 0 && th.stack[i] != th.caller {
+						i--
+					}
+					if i >= 0 {
+						th.stack = th.stack[:i]
+					}
+				}
+				th.depth = 1
+			}
+		}
+		if th.depth > 0 { // the hook library's instructions
+			if f[1] == "U" {
+				switch typ {
+				case 1:
+					th.depth++
+				case 2:
+					th.depth--
+				}
+			}
+			continue
+		}
+		th.c += n
+		if f[1] == "U" && typ == 1 {
+			th.pending, th.callPos, th.caller = true, th.c, sym
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading the arc report: %w", err)
+	}
+	if hooks == 0 {
+		return nil, fmt.Errorf("the arc report has no call of %s: trace the instrumented binary with its hooks not recording", hookEnter)
+	}
+	delete(ref.Self, "") // the threads' time outside instrumented functions
+	return ref, nil
+}

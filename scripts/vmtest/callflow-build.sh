@@ -3,8 +3,9 @@
 # callflow) into BIN: the example built with -finstrument-functions and
 # libhookit linked in, static (the guest is a busybox initramfs); the
 # reference: callgrind's run, on this host, of the same example built
-# without -finstrument-functions, with the same input; the ITrace arc
-# report of that build (the environmental overhead); and bin/hookit
+# without -finstrument-functions, with the same input (a second view);
+# the ITrace arc report of the instrumented binary with its hooks not
+# recording (the exact reference, and the environmental overhead); and bin/hookit
 # (static) to write and check the reports in the guest.
 #
 #   scripts/vmtest/callflow-build.sh BIN N
@@ -18,12 +19,12 @@ gcc $FLAGS -finstrument-functions -o "$BIN/callflow_exact" examples/callflow_exa
 gcc $FLAGS -o "$BIN/callflow_exact.ref" examples/callflow_exact.c
 valgrind --tool=callgrind --callgrind-out-file="$BIN/callflow_exact.callgrind" "$BIN/callflow_exact.ref" "$N" >"$BIN/callflow_exact.ref.log" 2>&1 ||
 	{ cat "$BIN/callflow_exact.ref.log"; exit 1; }
-# The environmental overhead (seed 003 §4.2): the ITrace of the
-# uninstrumented trainer (a small input covers every sequence), on this
-# host (no-module path: ptrace single-step).
+# The exact reference and the environmental overhead: the ITrace of the
+# same instrumented binary with its hooks not recording (HOOKIT_DIR unset),
+# on this host (no-module path: ptrace single-step, so N stays small).
 go build -o bin/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 it=$(mktemp -d)
-scripts/run.itrace -o "$it" -- "$BIN/callflow_exact.ref" 200 >"$it/run.log" 2>&1 || { cat "$it/run.log"; rm -rf "$it"; exit 1; }
+env -u HOOKIT_DIR scripts/run.itrace -o "$it" -- "$BIN/callflow_exact" "$N" >"$it/run.log" 2>&1 || { cat "$it/run.log"; rm -rf "$it"; exit 1; }
 cp "$it/arc" "$BIN/callflow_exact.arc"
 rm -rf "$it"
 rm -f "$BIN/callflow_exact.ref" "$BIN/callflow_exact.ref.log"

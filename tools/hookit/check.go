@@ -14,8 +14,12 @@ import (
 
 var checkCommand = &cli.Command{
 	Name:  "check",
-	Usage: "compare the calibrated per-function figures with a callgrind reference (exactness)",
-	Description: "For every instrumented function of the run: its calls must equal callgrind's, and its calibrated\n" +
+	Usage: "compare the calibrated per-function figures with an exact reference (ITrace or callgrind)",
+	Description: "With --itrace ARC (the arc report of the ITrace of the same instrumented binary, its hooks not\n" +
+		"recording: HOOKIT_DIR unset): the reference is every function's own instructions between its hook\n" +
+		"calls, as libhookit charges them, with the hook library's left out; the environmental overhead comes\n" +
+		"from the same trace. Or with --callgrind FILE: " +
+		"for every instrumented function of the run: its calls must equal callgrind's, and its calibrated\n" +
 		"BASE must be within --pct percent or --per-call units per call (whichever is larger) of callgrind's\n" +
 		"exclusive Ir, counted as the hooks see a function: its return instruction runs after its exit\n" +
 		"event, so it is its caller's (reference = Ir - calls + calls made). The reference is callgrind's run\n" +
@@ -25,7 +29,8 @@ var checkCommand = &cli.Command{
 		"printed side by side; --cal says which one must pass. Exit status 1 when one function is out.",
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "i", Aliases: []string{"in"}, Value: ".", Usage: "directory with the hookit files"},
-		&cli.StringFlag{Name: "callgrind", Required: true, Usage: "callgrind output `FILE` of the uninstrumented program"},
+		&cli.StringFlag{Name: "itrace", Usage: "the `ARC` report of the ITrace of the instrumented binary run with its hooks not recording"},
+		&cli.StringFlag{Name: "callgrind", Usage: "callgrind output `FILE` of the uninstrumented program"},
 		&cli.StringFlag{Name: "env", Usage: "the uninstrumented trainer's ITrace `ARC` report: the minima less the environmental overhead"},
 		&cli.StringFlag{Name: "cal", Value: "minima", Usage: "the calibration that must pass: minima (the run's sequence minima, 8x3) or startup"},
 		&cli.Float64Flag{Name: "pct", Value: 0.5, Usage: "tolerance in percent of the reference"},
@@ -35,14 +40,40 @@ var checkCommand = &cli.Command{
 }
 
 func check(c *cli.Context) error {
-	f, err := os.Open(c.String("callgrind"))
-	if err != nil {
-		return fmt.Errorf("opening the callgrind reference: %w", err)
-	}
-	ref, err := itrace.ParseCallgrind(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.String("callgrind"), err)
+	var ref map[string]*itrace.CGFunc
+	var itRef *callflow.Reference
+	switch {
+	case c.String("itrace") != "":
+		f, err := os.Open(c.String("itrace"))
+		if err != nil {
+			return fmt.Errorf("opening the ITrace reference: %w", err)
+		}
+		itRef, err = callflow.ReferenceFromArc(f, callflow.SeqKeyPI)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.String("itrace"), err)
+		}
+		ref = map[string]*itrace.CGFunc{}
+		for n, v := range itRef.Self {
+			ref[n] = &itrace.CGFunc{Name: n, Self: v, Calls: itRef.Calls[n]}
+		}
+		for n, v := range itRef.Calls { // functions with no instructions of their own
+			if ref[n] == nil {
+				ref[n] = &itrace.CGFunc{Name: n, Calls: v}
+			}
+		}
+	case c.String("callgrind") != "":
+		f, err := os.Open(c.String("callgrind"))
+		if err != nil {
+			return fmt.Errorf("opening the callgrind reference: %w", err)
+		}
+		ref, err = itrace.ParseCallgrind(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.String("callgrind"), err)
+		}
+	default:
+		return fmt.Errorf("give the reference: --itrace ARC (ITrace of the instrumented binary, hooks not recording) or --callgrind FILE (the uninstrumented build)")
 	}
 	procs, err := callflow.Load(c.String("i"))
 	if err != nil {
@@ -72,10 +103,12 @@ func check(c *cli.Context) error {
 	startup, minima := flat(callflow.StartupCalibration(p)), flat(callflow.MinimaCalibration(p, callflow.SeqKeyPI))
 	withEnv := minima
 	envNote := "no --env"
-	if path := c.String("env"); path != "" {
+	if path := c.String("env"); path != "" || itRef != nil {
 		cal := callflow.MinimaCalibration(p, callflow.SeqKeyPI)
-		env, err := callflow.LoadEnv(path, p, callflow.SeqKeyPI)
-		if err != nil {
+		var env *callflow.Minima
+		if itRef != nil {
+			env = itRef.Env
+		} else if env, err = callflow.LoadEnv(path, p, callflow.SeqKeyPI); err != nil {
 			return err
 		}
 		cal.Minima.Env = env
@@ -112,9 +145,12 @@ func check(c *cli.Context) error {
 		r := ref[n]
 		row := must[n]
 		var refIr, refCalls uint64
-		if r != nil {
-			// The hooks' view: the function's own return instructions
-			// are its caller's, its callees' are its own.
+		switch {
+		case r != nil && itRef != nil:
+			refCalls, refIr = r.Calls, r.Self
+		case r != nil:
+			// callgrind, as the hooks see a function: its own return
+			// instructions are its caller's, its callees' its own.
 			refCalls = r.Calls
 			refIr = r.Self + callees[n] - min(r.Calls, r.Self+callees[n])
 		}
