@@ -302,8 +302,9 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		t->busy = 0;
 		return &hk_sink;
 	}
-	if (hk_dsin) {
-		const volatile struct pitrace_ptt_area *a = PttSelf->c[0].page;
+	const volatile struct pitrace_ptt_area *a = hk_dsin ? PttSelf->c[0].page : NULL;
+
+	if (a) { /* no area: the thread's PTT set-up failed */
 		uint32_t ds = a->dispatches, in = a->interrupts;
 
 		if (__builtin_expect((ds != t->ds || in != t->in) && !t->need_sync, 0)) {
