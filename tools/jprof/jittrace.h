@@ -1,0 +1,17 @@
+/* JProf's trace records through pitraced (jittrace.c; docs/jprof.md). */
+#ifndef JPROF_JITTRACE_H
+#define JPROF_JITTRACE_H
+
+/* libperfutil/trace/codes.go: MajorJITLoad and its minors */
+#define JT_MAJOR_JIT	0x14
+#define JT_JIT_LOAD	1
+#define JT_JIT_UNLOAD	2
+#define JT_JIT_METHOD	3
+
+void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, const char *name);
+void jt_unload(unsigned long long addr, unsigned long long size);
+void jt_method(unsigned long long id, const char *name);
+void jt_flush(void);
+void jt_stats(unsigned long *sent, unsigned long *failed, const char **err);
+
+#endif
