@@ -6,7 +6,7 @@
  * Records are batched (at most JT_BATCH per request) on one connection,
  * each with its own time (CLOCK_MONOTONIC, the facility's clock) and CPU.
  */
-#include "../../libperfutil/c/itrace.c"
+#include "../../../libperfutil/c/itrace.c"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -1,0 +1,241 @@
+// Package jprof_test runs the JVMTI agent bin/libjprof.so (tools/jprof,
+// docs/jprof.md) end to end.
+package jprof_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"perfinsp/internal/tracetest"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// need skips (fails under CI=true: the tools are installable) without a tool.
+func need(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			msg := fmt.Sprintf("%s is not installed (scripts/deps/jprof.txt: apt-get install openjdk-17-jdk-headless; perf: linux-perf)", tool)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip("skipped: " + msg)
+		}
+	}
+}
+
+// build makes the agent and the Java examples with make (mk/jprof.mk) and
+// the daemon-side tools into the tree's bin/.
+func build(t *testing.T) string {
+	t.Helper()
+	root := tracetest.Root()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the JProf end-to-end tests need root (system-wide sampling)")
+		}
+		t.Skip("skipped: run.tprof needs root (system-wide sampling)")
+	}
+	need(t, "java", "javac")
+	mk := exec.Command("make", "--no-print-directory", "jprof")
+	mk.Dir = root
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make jprof: %v\n%s", err, out)
+	}
+	gob := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./tools/swtrace", "./tools/post", "./daemon/cmd/pitraced")
+	gob.Dir = root
+	if out, err := gob.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return root
+}
+
+// daemonEnv is the environment of a private daemon in dir; the daemon is
+// freed and stopped at the test's end.
+func daemonEnv(t *testing.T, root, dir string) []string {
+	sock := filepath.Join(dir, "pitraced.sock")
+	env := append(os.Environ(), "PERFINSP_SOCKET="+sock, "PERFINSP_BACKEND=daemon",
+		"PERFINSP_PITRACED="+filepath.Join(root, "bin", "pitraced"))
+	t.Cleanup(func() {
+		c := exec.Command(filepath.Join(root, "bin", "swtrace"), "free")
+		c.Env = env
+		_ = c.Run()
+		c = exec.Command(filepath.Join(root, "bin", "swtrace"), "shutdown")
+		c.Env = env
+		_ = c.Run()
+	})
+	return env
+}
+
+var rowRE = regexp.MustCompile(`^(PID|TID|MOD|SYM)\s+(\d+)\s+([\d.]+)\s+(.*)$`)
+
+// tprofShares parses the Module_Symbol section of tprof.out (post --pid:
+// the selected process): its ticks and each symbol's.
+func tprofShares(text string) (total int, sym map[string]int) {
+	sym = map[string]int{}
+	section := ""
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, ")) ") {
+			section = strings.TrimPrefix(l, ")) ")
+			continue
+		}
+		if section != "Module_Symbol" {
+			continue
+		}
+		m := rowRE.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		switch m[1] {
+		case "MOD":
+			total += n
+		case "SYM":
+			sym[strings.TrimSpace(m[4])] += n
+		}
+	}
+	return total, sym
+}
+
+// run.tprof of a Java hot loop with the agent in tprof mode names the hot
+// JIT-compiled method (most of the JVM's ticks) from the trace's JIT_LOAD
+// records alone (post run again with an empty perf-map directory), and the
+// share agrees within 2 points with perf record (cpu-clock) + jcmd
+// Compiler.perfmap of the same run.
+func TestTprofModeNamesJIT(t *testing.T) {
+	root := build(t)
+	need(t, "perf", "jcmd")
+	dir := t.TempDir()
+	env := daemonEnv(t, root, dir)
+	// perf records the same JVM from its start to its end (it runs it),
+	// so that both cover the same time.
+	perfData := filepath.Join(dir, "perf.data")
+	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-o", dir, "--",
+		"perf", "record", "-q", "-e", "cpu-clock", "-F", "1000", "-o", perfData, "--", "java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose", "-cp", filepath.Join(root, "build", "java"), "HotLoop", "4", "wait")
+	cmd.Env, cmd.Dir = env, dir
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 100)
+	var rest bytes.Buffer
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+			rest.WriteString(sc.Text() + "\n")
+		}
+		close(lines)
+	}()
+	wait := func(prefix string) string {
+		t.Helper()
+		timeout := time.After(2 * time.Minute)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("run.tprof ended before %q:\n%s\n%s", prefix, rest.String(), stderr.String())
+				}
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			case <-timeout:
+				t.Fatalf("no %q from run.tprof:\n%s", prefix, stderr.String())
+			}
+		}
+	}
+	pid, _ := strconv.Atoi(strings.TrimPrefix(wait("pid "), "pid "))
+	wait("HotLoop done")
+	perfMap := fmt.Sprintf("/tmp/perf-%d.map", pid)
+	t.Cleanup(func() { os.Remove(perfMap) })
+	if out, err := exec.Command("jcmd", strconv.Itoa(pid), "Compiler.perfmap").CombinedOutput(); err != nil {
+		t.Fatalf("jcmd: %v\n%s", err, out)
+	}
+	stdin.Close()
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("run.tprof: %v\n%s\n%s", err, rest.String(), stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "records written to the trace, 0 not") {
+		t.Errorf("the agent's summary:\n%s", stderr.String())
+	}
+
+	// The trace holds the JIT records of the JVM with their times.
+	f, err := nrm2.Open(filepath.Join(dir, "swtrace.nrm2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := 0
+	_ = f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorJITLoad && r.Minor == trace.JITLoad && int(r.Field(0)) == pid && r.Str == "HotLoop.spin" {
+			loads++
+		}
+		return nil
+	})
+	f.Close()
+	if loads == 0 {
+		t.Fatal("no JIT_LOAD record of HotLoop.spin in the trace")
+	}
+
+	// post with no perf map: the names come from the trace alone.
+	empty := filepath.Join(dir, "nomaps")
+	os.Mkdir(empty, 0o755)
+	post := exec.Command(filepath.Join(root, "bin", "post"), "-r", filepath.Join(dir, "swtrace.nrm2"), "-o", empty, "--perfmap-dir", empty, "--pid", strconv.Itoa(pid), "-tprof")
+	if out, err := post.CombinedOutput(); err != nil {
+		t.Fatalf("post: %v\n%s", err, out)
+	}
+	text, err := os.ReadFile(filepath.Join(empty, "tprof.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total, syms := tprofShares(string(text))
+	hot := syms["HotLoop.spin"]
+	if total < 500 || 2*hot < total {
+		t.Fatalf("HotLoop.spin has %d of the JVM's %d ticks (want most):\n%s", hot, total, text)
+	}
+	ours := 100 * float64(hot) / float64(total)
+
+	// perf's share of the same method, named by the JVM's perf map.
+	rep := exec.Command("perf", "report", "-i", perfData, "--stdio", "--sort", "sym", "-F", "overhead,sym")
+	out, err := rep.Output()
+	if err != nil {
+		t.Fatalf("perf report: %v", err)
+	}
+	theirs := -1.0
+	for _, l := range strings.Split(string(out), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) >= 3 && strings.Contains(l, "HotLoop::spin") || len(fs) >= 3 && strings.Contains(l, "HotLoop.spin") {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(fs[0], "%"), 64)
+			if err == nil {
+				theirs = max(theirs, 0) + v
+			}
+		}
+	}
+	if theirs < 0 {
+		t.Fatalf("perf report does not name HotLoop.spin:\n%s", out)
+	}
+	t.Logf("HotLoop.spin: tprof with JIT_LOAD records %.2f %% of %d ticks, perf + jcmd Compiler.perfmap %.2f %%", ours, total, theirs)
+	if d := ours - theirs; d > 2 || d < -2 {
+		t.Errorf("tprof %.2f %% vs perf %.2f %%: more than 2 points apart\n%s", ours, theirs, out)
+	}
+}
