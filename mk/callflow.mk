@@ -11,17 +11,17 @@ CALLFLOW_EXAMPLE_CFLAGS := -O1 -g -fno-inline -fno-optimize-sibling-calls \
 
 .PHONY: hookit callflow-test bench-callflow
 build: hookit
-hookit: $(BIN)/libhookit.so $(BIN)/callflow
+hookit: $(BIN)/libhookit.so $(BIN)/libhookit.a $(BIN)/callflow $(BIN)/callflow_api
 
 build/hookit/%.o: libperfutil/c/%.c libperfutil/c/include/perfutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<
 
-build/hookit/hookit.o: libperfutil/c/hookit/hookit.c libperfutil/c/hookit/hookit.h libperfutil/c/include/perfutil.h
+build/hookit/hookit.o: libperfutil/c/hookit/hookit.c libperfutil/c/hookit/hookit.h libperfutil/c/hookit/hookit_api.h libperfutil/c/include/perfutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<
 
-build/hookit/calib.o: libperfutil/c/hookit/calib.c libperfutil/c/hookit/hookit.h
+build/hookit/calib.o: libperfutil/c/hookit/calib.c libperfutil/c/hookit/hookit.h libperfutil/c/hookit/hookit_api.h
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -fno-instrument-functions,$(HOOKIT_CFLAGS)) -O1 -fno-inline -finstrument-functions -c -o $@ $<
 
@@ -29,9 +29,20 @@ $(BIN)/libhookit.so: build/hookit/hookit.o build/hookit/calib.o build/hookit/ptt
 	@mkdir -p $(BIN)
 	$(CC) -shared -pthread -Wl,-soname,libhookit.so -o $@ $^
 
+# The same objects (PIC) for static linking: into an agent .so (jprof) or a
+# static program (the -icount VM's guest).
+$(BIN)/libhookit.a: build/hookit/hookit.o build/hookit/calib.o build/hookit/ptt.o
+	@mkdir -p $(BIN)
+	rm -f $@
+	$(AR) rcs $@ $^
+
 $(BIN)/callflow: examples/callflow.c
 	@mkdir -p $(BIN)
 	$(CC) $(CALLFLOW_EXAMPLE_CFLAGS) -o $@ $<
+
+# An agent-like user of the in-process API (hookit_api.h), linked, not preloaded.
+$(BIN)/callflow_api: examples/callflow_api.c libperfutil/c/hookit/hookit_api.h $(BIN)/libhookit.so
+	$(CC) -O1 -g -Wall -Werror -pthread -Ilibperfutil/c/hookit -o $@ $< -L$(BIN) -lhookit -Wl,-rpath,'$$ORIGIN'
 
 callflow-test: hookit
 	$(GO) build -o $(BIN)/ ./tools/hookit ./tools/rtdriver

@@ -27,18 +27,19 @@ func Analyze(p *Process) *Analysis {
 
 // StartupCalibration is the inner / outer time measured at start-up.
 func StartupCalibration(p *Process) Calibration {
-	return Calibration{Inner: p.Info.TInner, Outer: p.Info.TOuter}
+	return Calibration{Inner: p.Info.TInner, Outer: p.Info.TOuter, InnerAPI: p.Info.TInnerAPI, OuterAPI: p.Info.TOuterAPI}
 }
 
-// MinimaCalibration is the run's own sequence minima (the first pass).
-func MinimaCalibration(p *Process) Calibration {
-	return Calibration{Minima: SequenceMinima(p.Threads)}
+// MinimaCalibration is the run's own sequence minima (the first pass),
+// keyed k.
+func MinimaCalibration(p *Process, k SeqKey) Calibration {
+	return Calibration{Minima: SequenceMinima(p.Threads, k)}
 }
 
 // AnalyzeWith is Analyze with a given calibration (zero: uncalibrated).
 func AnalyzeWith(p *Process, cal Calibration) *Analysis {
 	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
-	nm := NewNamer(p.Info.PID, p.Maps)
+	nm := ProcessNamer(p)
 	for _, t := range p.Threads {
 		tr := Build(t, cal)
 		tr.Root.Walk(func(n *Node) {
@@ -82,11 +83,11 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		a.Info.TInner, a.Info.TOuter, a.Info.TInnerMed, a.Info.TOuterMed)
 	switch {
 	case a.Cal.Minima != nil:
-		fmt.Fprintf(w, " applied: sequence minima of this run (two-pass):")
-		for i, n := range SeqNames {
-			fmt.Fprintf(w, " %s %d (%d seen)", n, a.Cal.Minima.Min[i], a.Cal.Minima.Count[i])
+		m := a.Cal.Minima
+		fmt.Fprintf(w, " applied: sequence minima (key %s: M1-T1-M2-T2-M3), %d keys seen:\n", m.Key, len(m.Min))
+		for _, k := range m.Keys() {
+			fmt.Fprintf(w, "   %-52s min %d (%d seen)\n", m.Key.Name(k), m.Min[k], m.Count[k])
 		}
-		fmt.Fprintln(w)
 	case a.Cal.Inner != 0 || a.Cal.Outer != 0:
 		fmt.Fprintf(w, " applied: start-up calibration, exact = rough - t_I - callees * t_O\n")
 	default:
@@ -300,7 +301,7 @@ func (a *Analysis) WriteChrome(out io.Writer) error {
 	if _, err := w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"); err != nil {
 		return fmt.Errorf("writing the trace: %w", err)
 	}
-	nm := NewNamer(a.Info.PID, a.Proc.Maps)
+	nm := ProcessNamer(a.Proc)
 	first := true
 	emit := func(e chromeEvent) {
 		b, _ := json.Marshal(e)
@@ -320,7 +321,7 @@ func (a *Analysis) WriteChrome(out io.Writer) error {
 			case KindEnter:
 				stack = append(stack, e.Fn)
 				emit(chromeEvent{Name: nm.Name(e.Fn), Ph: "B", Ts: ts, Pid: t.PID, Tid: t.TID})
-			case KindExit:
+			case KindExit, KindExcExit:
 				i := len(stack) - 1
 				for i >= 0 && stack[i] != e.Fn {
 					i--

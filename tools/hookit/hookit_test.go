@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -451,5 +452,69 @@ func TestRtdriverStartEndReset(t *testing.T) {
 	tr.Root.Walk(func(n *callflow.Node) { calls += n.Calls })
 	if calls == 0 || calls > n3-n2 {
 		t.Errorf("%d calls after the reset; %d were recorded after the first end", calls, n3-n2)
+	}
+}
+
+// The in-process API (hookit_api.h) as an agent uses it: bin/callflow_api
+// links libhookit (no preload, no HOOKIT_DIR), starts it with
+// hookit_init, records ids that are not addresses with method types,
+// names them, ends a thread's file and shuts down; events before the
+// start, after the thread's end and after the shutdown are not recorded.
+func TestInProcessAPI(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(r, "bin/callflow_api"), dir)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "HOOKIT_") && !strings.HasPrefix(e, "LD_PRELOAD=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "dropped 0\n" {
+		t.Fatalf("callflow_api: %v\n%s", err, out)
+	}
+	p := load(t, dir)
+	if len(p.Threads) != 2 || p.Info.TInnerAPI <= 0 || p.Info.TOuterAPI <= 0 {
+		t.Fatalf("%d threads, API calibration t_I %.2f t_O %.2f", len(p.Threads), p.Info.TInnerAPI, p.Info.TOuterAPI)
+	}
+	var exc, native int
+	for _, th := range p.Threads {
+		if th.Partial {
+			t.Errorf("thread %d: file not finished", th.TID)
+		}
+		for _, e := range th.Events {
+			switch {
+			case e.Fn == 0x4000:
+				t.Errorf("thread %d: an event outside the recording was recorded: %+v", th.TID, e)
+			case e.Kind == callflow.KindExcExit && e.Fn == 0x3000 && e.Type == 4 && e.API:
+				exc++
+			case e.Fn == 0x2000 && e.Type == 5 && e.API:
+				native++
+			}
+		}
+	}
+	if exc != 1 || native != 2000 {
+		t.Errorf("%d exception exits of Main.helper (want 1), %d native events (want 2000)", exc, native)
+	}
+	a := callflow.Analyze(p)
+	main, second := treeOf(t, a, true), treeOf(t, a, false)
+	checkPaths(t, "main thread", paths(main), map[string]uint64{
+		"Main.run()V": 1, "Main.run()V;Native.call(I)I": 1000, "Main.run()V;Main.helper (J)V": 1,
+	})
+	checkPaths(t, "second thread", paths(second), map[string]uint64{"Main.run()V": 1, "Main.run()V;Main.helper (J)V": 10})
+	for _, tr := range []*callflow.Tree{main, second} {
+		if tr.OpenAtEnd != 0 || tr.Unmatched != 0 || tr.Repaired != 0 {
+			t.Errorf("thread %d: open %d unmatched %d repaired %d", tr.TID, tr.OpenAtEnd, tr.Unmatched, tr.Repaired)
+		}
+	}
+	// The sequence minima keyed by PI's 8 types x 3 transitions.
+	if out, err := exec.Command(filepath.Join(r, "bin/hookit"), "report", "-i", dir, "--cal", "minima", "--seq-key", "8x3").CombinedOutput(); err != nil {
+		t.Fatalf("hookit report: %v\n%s", err, out)
+	}
+	rt, _ := os.ReadFile(filepath.Join(dir, "log-rt"))
+	for _, want := range []string{"jitted-En-native-Ex-jitted", "native-Ex-jitted-En-native", "jitted-En-interp-static-Xx-jitted"} {
+		if !regexp.MustCompile(`(?m)^\s+` + want + `\s+min \d+ \(\d+ seen\)$`).Match(rt) {
+			t.Errorf("log-rt has no minimum for %s:\n%s", want, rt)
+		}
 	}
 }

@@ -18,8 +18,8 @@ func main() {
 		Name:  "hookit",
 		Usage: "call-flow reports from libhookit's per-thread files",
 		Description: "A program built with -finstrument-functions and run with bin/libhookit.so preloaded\n" +
-			"(scripts/run.hookit does both) leaves hookit-PID-TID.bin, hookit-PID.info and hookit-PID.maps in\n" +
-			"its directory. `hookit report` turns them into log-rt (the calibrated call tree), log-gen (flat),\n" +
+			"(scripts/run.hookit does both) leaves hookit-PID-TID.bin, hookit-PID.info, hookit-PID.maps (and\n" +
+			"hookit-PID.names from agents using hookit_api.h) in its directory. `hookit report` turns them into log-rt (the calibrated call tree), log-gen (flat),\n" +
 			"callflow.pb.gz (go tool pprof), callflow.folded (flamegraph.pl) and callflow.trace.json\n" +
 			"(ui.perfetto.dev). With several processes, the files of each end in .PID.",
 		Commands: []*cli.Command{{
@@ -29,6 +29,7 @@ func main() {
 				&cli.StringFlag{Name: "i", Aliases: []string{"in"}, Value: ".", Usage: "directory with the hookit files"},
 				&cli.StringFlag{Name: "o", Aliases: []string{"out"}, Usage: "directory for the reports (default: the input directory)"},
 				&cli.StringFlag{Name: "cal", Value: "startup", Usage: "calibration: startup (t_I and t_O measured at start-up), minima (the run's sequence minima, two-pass: exact where the metric is exact, e.g. -icount) or none (the raw metric)"},
+				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (seed 000: the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
 		}},
@@ -56,7 +57,11 @@ func report(c *cli.Context) error {
 		var a *callflow.Analysis
 		switch c.String("cal") {
 		case "minima":
-			a = callflow.AnalyzeWith(p, callflow.MinimaCalibration(p))
+			k, err := callflow.ParseSeqKey(c.String("seq-key"))
+			if err != nil {
+				return err
+			}
+			a = callflow.AnalyzeWith(p, callflow.MinimaCalibration(p, k))
 		case "startup":
 			a = callflow.Analyze(p)
 		case "none":
