@@ -13,6 +13,7 @@ package merge
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	"perfinsp/libperfutil/trace"
@@ -89,7 +90,25 @@ type Thread struct {
 	// the node the thread's last tick landed in, while an UNWIND record
 	// of that tick may still follow
 	lastTick *Node
+	// the thread's events and ticks as they came; Finish replays them in
+	// time order (records of one thread can reach the trace out of order:
+	// an agent's batches, several CPUs)
+	items []item
 }
+
+// item is one event or tick of a thread.
+type item struct {
+	time   uint64
+	kind   uint8 // itemEnter, itemExit, itemTick
+	name   string
+	frames []string // a tick's call stack, root first (nil: none)
+}
+
+const (
+	itemEnter = iota
+	itemExit
+	itemTick
+)
 
 func (t *Thread) cur() *Node { return t.stack[len(t.stack)-1] }
 
@@ -161,6 +180,34 @@ func (t *Thread) charge(now uint64) {
 // Enter is a method entry of a thread at time now.
 func (m *Merger) Enter(pid, tid uint32, now uint64, name string) {
 	t := m.Thread(pid, tid)
+	t.items = append(t.items, item{time: now, kind: itemEnter, name: name})
+}
+
+// Exit is a method exit of a thread at time now.
+func (m *Merger) Exit(pid, tid uint32, now uint64, name string) {
+	t := m.Thread(pid, tid)
+	t.items = append(t.items, item{time: now, kind: itemExit, name: name})
+}
+
+// Tick is a tprof sample of a thread at time now; name is what its PC
+// resolves to ("" when unknown).
+func (m *Merger) Tick(pid, tid uint32, now uint64, name string) {
+	t := m.Thread(pid, tid)
+	t.items = append(t.items, item{time: now, kind: itemTick, name: name})
+}
+
+// Unwind is the call stack of the thread's last tick (names, the root
+// first, the interrupted frame last).
+func (m *Merger) Unwind(pid, tid uint32, frames []string) {
+	t := m.Thread(pid, tid)
+	if n := len(t.items); n > 0 && t.items[n-1].kind == itemTick && t.items[n-1].frames == nil {
+		t.items[n-1].frames = frames
+		return
+	}
+	m.problem("call stack with no tick of its thread before it (ignored)")
+}
+
+func (m *Merger) enter(t *Thread, now uint64, name string) {
 	t.charge(now)
 	c := t.cur().child(name, false)
 	c.Calls++
@@ -169,12 +216,11 @@ func (m *Merger) Enter(pid, tid uint32, now uint64, name string) {
 	m.Events++
 }
 
-// Exit is a method exit of a thread at time now. An exit of a method that
-// is not on top repairs the stack: the frames above it are popped (their
-// exits were not recorded, as when an exception unwinds them); an exit of
-// a method not on the stack at all is counted as a problem and ignored.
-func (m *Merger) Exit(pid, tid uint32, now uint64, name string) {
-	t := m.Thread(pid, tid)
+// exit is a method exit. An exit of a method that is not on top repairs
+// the stack: the frames above it are popped (their exits were not
+// recorded, as when an exception unwinds them); an exit of a method not on
+// the stack at all is counted as a problem and ignored.
+func (m *Merger) exit(t *Thread, now uint64, name string) {
 	t.charge(now)
 	t.lastTick = nil
 	m.Events++
@@ -190,11 +236,9 @@ func (m *Merger) Exit(pid, tid uint32, now uint64, name string) {
 	m.problem("exit with no matching entry on its thread (ignored)")
 }
 
-// Tick is a tprof sample of a thread; name is what its PC resolves to
-// ("" when unknown). It lands in the thread's current node when it is in
-// that node's own code or in the interpreter, else in a sampled child.
-func (m *Merger) Tick(pid, tid uint32, name string) {
-	t := m.Thread(pid, tid)
+// tick lands in the thread's current node when it is in that node's own
+// code or in the interpreter, else in a sampled child.
+func (m *Merger) tick(t *Thread, name string) {
 	cur := t.cur()
 	n := cur
 	if name != "" && !m.IsInterpreter(name) && (cur == t.Root || name != cur.Name) {
@@ -205,20 +249,14 @@ func (m *Merger) Tick(pid, tid uint32, name string) {
 	m.Ticks++
 }
 
-// Unwind is the call stack of the thread's last tick (names, the root
-// first, the interrupted frame last). It moves that tick: when the
+// unwind moves the tick just merged by its call stack: when the
 // interrupted frame is in the interpreter the tick stays with the
 // interpreted method being run; otherwise the frames below the deepest
 // frame that is on the thread's event stack hang below that event node
 // (interpreter frames among them are left out: they are the event nodes'
 // own methods), and the tick lands in the last of them.
-func (m *Merger) Unwind(pid, tid uint32, frames []string) {
-	t := m.Thread(pid, tid)
+func (m *Merger) unwind(t *Thread, frames []string) {
 	n := t.lastTick
-	if n == nil {
-		m.problem("call stack with no tick of its thread before it (ignored)")
-		return
-	}
 	t.lastTick = nil
 	if len(frames) == 0 || m.IsInterpreter(frames[len(frames)-1]) {
 		return
@@ -276,7 +314,7 @@ func (m *Merger) Record(rec *trace.Record, name func(pid uint32, pc uint64, kern
 		if name != nil {
 			n = name(pid, rec.Field(2), rec.Field(3)&trace.TprofKernel != 0)
 		}
-		m.Tick(pid, tid, n)
+		m.Tick(pid, tid, rec.Time, n)
 	case trace.MajorUnwind:
 		if name == nil {
 			return nil
@@ -300,8 +338,27 @@ func (m *Merger) Record(rec *trace.Record, name func(pid uint32, pc uint64, kern
 	return nil
 }
 
-// Finish computes the cumulative values. Call it once, after the last record.
+// Finish merges each thread's events and ticks in time order (a tick at
+// the time of an event keeps its record order) and computes the cumulative values.
+// Call it once, after the last record.
 func (m *Merger) Finish() {
+	for _, t := range m.Threads {
+		sort.SliceStable(t.items, func(i, j int) bool { return t.items[i].time < t.items[j].time })
+		for _, it := range t.items {
+			switch it.kind {
+			case itemEnter:
+				m.enter(t, it.time, it.name)
+			case itemExit:
+				m.exit(t, it.time, it.name)
+			case itemTick:
+				m.tick(t, it.name)
+				if it.frames != nil {
+					m.unwind(t, it.frames)
+				}
+			}
+		}
+		t.items = nil
+	}
 	for _, t := range m.Threads {
 		var sum func(n *Node)
 		sum = func(n *Node) {

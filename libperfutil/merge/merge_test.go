@@ -356,3 +356,23 @@ func TestUnbalanced(t *testing.T) {
 		t.Error("a short event record was accepted")
 	}
 }
+
+// Records of one thread that reach the trace out of time order (an agent's
+// batches written after the daemon's ticks) are merged in time order.
+func TestOutOfOrder(t *testing.T) {
+	m := New()
+	m.Tick(1, 1, 5, interpreter) // written first, taken at 5
+	m.Tick(1, 1, 12, interpreter)
+	m.Enter(1, 1, 1, "main")
+	m.Enter(1, 1, 4, "work")
+	m.Exit(1, 1, 9, "work")
+	m.Exit(1, 1, 10, "main")
+	m.Finish()
+	var rows []string
+	for _, r := range m.Threads[0].Rows() {
+		rows = append(rows, fmt.Sprintf("%s %d/%d", r.Name, r.Base, r.Ticks))
+	}
+	if w := "[pt_pidtid 0/1 main 4/0 work 5/1]"; fmt.Sprint(rows) != w {
+		t.Errorf("rows %v, want %s", rows, w)
+	}
+}

@@ -52,7 +52,7 @@ func mergeHook(r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir st
 			if res == nil {
 				return // left out by --pid/--tid/--comm
 			}
-			m.Tick(uint32(rec.Field(0)), uint32(rec.Field(1)), res.Symbol)
+			m.Tick(uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Time, res.Symbol)
 			return
 		}
 		if err := m.Record(rec, name); err != nil && recErr == nil {
