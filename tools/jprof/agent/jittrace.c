@@ -138,6 +138,11 @@ void jt_method(unsigned long long id, const char *name)
 	jt_add(JT_MAJOR_JIT, JT_JIT_METHOD, "\"id\":%llu,\"name\":\"%s\"", id, e);
 }
 
+void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id)
+{
+	jt_add(major, exit ? 0x80000010u : 0x10u, "\"tid\":%u,\"id\":%llu", tid, id);
+}
+
 void jt_stats(unsigned long *sent, unsigned long *failed, const char **err)
 {
 	pthread_mutex_lock(&jt_lock);

@@ -11,6 +11,9 @@
 void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, const char *name);
 void jt_unload(unsigned long long addr, unsigned long long size);
 void jt_method(unsigned long long id, const char *name);
+/* a method entry (exit = 0) or exit of the calling thread: major 0x30
+ * (interpreted) or 0x50 (jitted), minor 0x10 / 0x80000010 */
+void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id);
 void jt_flush(void);
 void jt_stats(unsigned long *sent, unsigned long *failed, const char **err);
 

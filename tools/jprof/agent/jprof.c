@@ -2,12 +2,15 @@
  * libjprof.so: PI's JProf, a JVMTI agent (docs/jprof.md).
  *
  *   java -agentpath:bin/libjprof.so=tprof[,verbose] ...
+ *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
+ *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,verbose] ...
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
  * JIT_LOAD / JIT_UNLOAD records with their time, so that tprof names the
  * JIT-compiled methods (A2N applies the records in time order) without a
- * perf map file.
+ * perf map file. calltree mode (calltree.c) records method entry/exit of
+ * every Java thread on the call-flow runtime (libhookit).
  */
 #define _GNU_SOURCE
 #include <jvmti.h>
@@ -21,9 +24,13 @@
 #include <unistd.h>
 
 #include "jittrace.h"
+#include "jprof.h"
 
 static jvmtiEnv *jvmti;
 static int verbose;
+static int tracing;		/* JIT records into the trace */
+static int trace_events;	/* calltree,trace: method events too */
+static int calltree;
 static volatile int dead;
 static unsigned long loads, unloads, stubs;
 
@@ -72,13 +79,63 @@ static unsigned long long code_take(unsigned long long addr)
 	return size;
 }
 
+/* jmethodIDs that have compiled code (for the method types of calltree). */
+static uint64_t compiled[CODE_SLOTS];
+
+static void compiled_put(uint64_t id)
+{
+	unsigned i, n;
+
+	pthread_mutex_lock(&code_lock);
+	for (i = slot(id), n = 0; n < CODE_SLOTS / 2; i = (i + 1) & (CODE_SLOTS - 1), n++) {
+		if (compiled[i] == id)
+			break;
+		if (!compiled[i]) {
+			__atomic_store_n(&compiled[i], id, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&code_lock);
+}
+
+int jprof_is_compiled(uint64_t id)
+{
+	unsigned i, n;
+
+	for (i = slot(id), n = 0; n < CODE_SLOTS / 2; i = (i + 1) & (CODE_SLOTS - 1), n++) {
+		uint64_t v = __atomic_load_n(&compiled[i], __ATOMIC_ACQUIRE);
+
+		if (v == id)
+			return 1;
+		if (!v)
+			return 0;
+	}
+	return 0;
+}
+
 static unsigned gettid_(void)
 {
-	return (unsigned)syscall(SYS_gettid);
+	static __thread unsigned tid;
+
+	if (!tid)
+		tid = (unsigned)syscall(SYS_gettid);
+	return tid;
+}
+
+void jprof_trace_method(uint64_t id, const char *name)
+{
+	if (trace_events)
+		jt_method(id, name);
+}
+
+void jprof_trace_event(uint64_t id, unsigned type, int exit)
+{
+	if (trace_events)
+		jt_event(type == 1 || type == 2 ? 0x50 : 0x30, exit, gettid_(), id);
 }
 
 /* "Lpkg/Class;" + "method" -> "pkg.Class.method" into out. */
-static void method_name(jmethodID m, char *out, size_t n)
+void jprof_method_name(jmethodID m, char *out, size_t n)
 {
 	char *mname = NULL, *csig = NULL;
 	jclass cls = NULL;
@@ -111,7 +168,10 @@ static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, cons
 	(void)env; (void)map_len; (void)map; (void)info;
 	if (dead || size <= 0)
 		return;
-	method_name(m, name, sizeof(name));
+	compiled_put((uint64_t)(uintptr_t)m);
+	if (!tracing)
+		return;
+	jprof_method_name(m, name, sizeof(name));
 	code_put((unsigned long long)(uintptr_t)addr, (unsigned long long)size);
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name);
 	__atomic_add_fetch(&loads, 1, __ATOMIC_RELAXED);
@@ -122,7 +182,7 @@ static void JNICALL on_compiled_unload(jvmtiEnv *env, jmethodID m, const void *a
 	unsigned long long size;
 
 	(void)env; (void)m;
-	if (dead)
+	if (dead || !tracing)
 		return;
 	size = code_take((unsigned long long)(uintptr_t)addr);
 	if (size)
@@ -133,7 +193,7 @@ static void JNICALL on_compiled_unload(jvmtiEnv *env, jmethodID m, const void *a
 static void JNICALL on_dynamic_code(jvmtiEnv *env, const char *name, const void *addr, jint len)
 {
 	(void)env;
-	if (dead || len <= 0)
+	if (dead || len <= 0 || !tracing)
 		return;
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)len, name);
 	__atomic_add_fetch(&stubs, 1, __ATOMIC_RELAXED);
@@ -157,6 +217,8 @@ static void report(void)
 	unsigned long sent, failed;
 	const char *err;
 
+	if (!tracing)
+		return;
 	jt_flush();
 	jt_stats(&sent, &failed, &err);
 	if (verbose || (failed && !sent))
@@ -168,12 +230,16 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 {
 	(void)env; (void)jni;
 	report();
+	if (calltree)
+		calltree_stop();
 	dead = 1;
 }
 
 static int usage(const char *opts)
 {
-	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,verbose] (docs/jprof.md)\n",
+	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,verbose] or\n"
+		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,verbose]\n"
+		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n",
 		opts ? opts : "");
 	return JNI_ERR;
 }
@@ -182,24 +248,34 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 {
 	jvmtiCapabilities caps;
 	jvmtiEventCallbacks cb;
-	char buf[256], *tok, *save = NULL;
-	int tprof = 0;
+	char buf[1024], hk[1200], *tok, *save = NULL;
+	const char *dir = ".", *metric = NULL, *start = "on";
 	pthread_t th;
 
 	(void)reserved;
-	if (!options || !*options)
+	if (!options || !*options || strlen(options) >= sizeof(buf))
 		return usage(options);
 	snprintf(buf, sizeof(buf), "%s", options);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "tprof"))
-			tprof = 1;
+			tracing = 1;
+		else if (!strcmp(tok, "calltree"))
+			calltree = 1;
 		else if (!strcmp(tok, "verbose"))
 			verbose = 1;
-		else
+		else if (!strcmp(tok, "trace"))
+			tracing = trace_events = 1;
+		else if (!strncmp(tok, "dir=", 4) && tok[4])
+			dir = tok + 4;
+		else if (!strncmp(tok, "metric=", 7) && tok[7])
+			metric = tok + 7;
+		else if (!strcmp(tok, "start=on") || !strcmp(tok, "start=off"))
+			start = tok + 6;
+		else if (calltree_option(tok) != 0)
 			return usage(options);
 	}
-	if (!tprof)
-		return usage(options);
+	if (calltree == (tracing && !trace_events))
+		return usage(options);	/* exactly one mode */
 	if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK || !jvmti) {
 		fprintf(stderr, "jprof: this JVM has no JVMTI 1.2\n");
 		return JNI_ERR;
@@ -215,12 +291,19 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 	cb.CompiledMethodUnload = on_compiled_unload;
 	cb.DynamicCodeGenerated = on_dynamic_code;
 	cb.VMDeath = on_vm_death;
+	if (calltree) {
+		snprintf(hk, sizeof(hk), "dir=%s,start=%s%s%s", dir, start, metric ? ",metric=" : "", metric ? metric : "");
+		if (calltree_start(jvmti, hk, &cb) != 0)
+			return JNI_ERR;
+	}
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
+	if (calltree)
+		calltree_enable(jvmti);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_LOAD, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_UNLOAD, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_DYNAMIC_CODE_GENERATED, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL);
-	if (pthread_create(&th, NULL, flusher, NULL) == 0)
+	if (tracing && pthread_create(&th, NULL, flusher, NULL) == 0)
 		pthread_detach(th);
 	return JNI_OK;
 }
@@ -228,7 +311,10 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 JNIEXPORT void JNICALL Agent_OnUnload(JavaVM *vm)
 {
 	(void)vm;
-	if (!dead)
+	if (!dead) {
 		report();
+		if (calltree)
+			calltree_stop();
+	}
 	dead = 1;
 }
