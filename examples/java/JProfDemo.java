@@ -7,7 +7,13 @@
 //   calls, interpreted first, then compiled by the JIT; a second thread
 //   "worker" calling work() 5 times.
 //   java -Djprofdemo.lib=PATH/libjprofdemo.so -cp build/java JProfDemo
+// Other modes, for the agent's robustness tests:
+//   JProfDemo exit    System.exit(3) while a daemon thread calls hot()
+//   JProfDemo unload  loads Unloadable with its own class loader, calls it,
+//                     drops it and collects until the class is unloaded
+//   JProfDemo wait    prints "pid N", calls hot() until stdin ends
 public class JProfDemo {
+    static volatile long calls;
     static native int nativeAdd(int a, int b);
 
     static int fib(int n) {
@@ -49,6 +55,54 @@ public class JProfDemo {
     }
 
     public static void main(String[] args) throws Exception {
+        String mode = args.length > 0 ? args[0] : "";
+        if (mode.equals("exit")) {
+            Thread d = new Thread(() -> {
+                while (true) {
+                    hot(calls++);
+                }
+            }, "spinner");
+            d.setDaemon(true);
+            d.start();
+            while (calls < 1000) {
+                Thread.onSpinWait();
+            }
+            System.exit(3);
+        }
+        if (mode.equals("unload")) {
+            java.net.URL dir = JProfDemo.class.getProtectionDomain().getCodeSource().getLocation();
+            java.net.URLClassLoader l = new java.net.URLClassLoader(new java.net.URL[] {dir}, null);
+            Class<?> c = l.loadClass("Unloadable");
+            long r = 0;
+            for (int i = 0; i < 100; i++) {
+                r += (Long) c.getMethod("call", long.class).invoke(null, (long) i);
+            }
+            java.lang.ref.WeakReference<Class<?>> ref = new java.lang.ref.WeakReference<>(c);
+            c = null;
+            l.close();
+            l = null;
+            while (ref.get() != null) {
+                System.gc();
+            }
+            System.out.println("unloaded " + (r & 1));
+            return;
+        }
+        if (mode.equals("wait")) {
+            System.out.println("pid " + ProcessHandle.current().pid());
+            System.out.flush();
+            Thread r = new Thread(() -> {
+                try {
+                    while (System.in.read() >= 0) {
+                    }
+                } catch (java.io.IOException e) {
+                }
+                System.exit(0);
+            }, "stdin");
+            r.start();
+            while (true) {
+                hot(calls++);
+            }
+        }
         System.load(System.getProperty("jprofdemo.lib"));
         long sink = fib(12);
         for (int i = 0; i < 1000; i++) {
