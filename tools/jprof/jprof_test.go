@@ -239,3 +239,82 @@ func TestTprofModeNamesJIT(t *testing.T) {
 		t.Errorf("tprof %.2f %% vs perf %.2f %%: more than 2 points apart\n%s", ours, theirs, out)
 	}
 }
+
+// A Java run traced with tprof and the agent's method events (calltree,
+// trace) merges into one tree per thread: the ticks taken in the
+// interpreter while HotLoop.spin runs (interpreted: entry events keep the
+// JVM in the interpreter) land in HotLoop.spin's node, not in a sampled
+// "Interpreter" node below it.
+func TestMergedJavaRun(t *testing.T) {
+	root := build(t)
+	dir := t.TempDir()
+	env := daemonEnv(t, root, dir)
+	sw := func(args ...string) {
+		t.Helper()
+		c := exec.Command(filepath.Join(root, "bin", "swtrace"), args...)
+		c.Env, c.Dir = env, dir
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("swtrace %v: %v\n%s", args, err, out)
+		}
+	}
+	sw("free")
+	sw("mode", "normal")
+	sw("init", "-t", "16M", "-m", "2M")
+	sw("enable", "--only", "tprof", "0x30", "0x50")
+	sw("setrate", "1000")
+	sw("on", "--discard")
+	c := exec.Command("java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=calltree,trace,verbose,include=HotLoop*,dir="+dir,
+		"-cp", filepath.Join(root, "build", "java"), "HotLoop", "2")
+	c.Env, c.Dir = env, dir
+	out, err := c.CombinedOutput()
+	sw("off")
+	if err != nil {
+		t.Fatalf("java: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`pid (\d+)`).FindSubmatch(out)
+	if m == nil || !strings.Contains(string(out), "records written to the trace, 0 not") {
+		t.Fatalf("java's output:\n%s", out)
+	}
+	sw("get", "m.nrm2")
+	post := exec.Command(filepath.Join(root, "bin", "post"), "-r", filepath.Join(dir, "m.nrm2"), "-o", dir, "--pid", string(m[1]), "--merge")
+	if o, err := post.CombinedOutput(); err != nil {
+		t.Fatalf("post: %v\n%s", err, o)
+	}
+	text, err := os.ReadFile(filepath.Join(dir, "merge.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The main thread's stanza: HotLoop.main's and HotLoop.spin's rows.
+	var spinTicks, spinCum, threadTicks, interpNodes int
+	for _, l := range strings.Split(string(text), "\n") {
+		if strings.HasPrefix(l, "Flat:") {
+			break
+		}
+		f := strings.Fields(l)
+		if len(f) < 8 {
+			continue
+		}
+		name := f[len(f)-1]
+		ticks, err1 := strconv.Atoi(f[5])
+		cum, err2 := strconv.Atoi(f[6])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		switch {
+		case name == "HotLoop.spin":
+			spinTicks += ticks
+			spinCum += cum
+		case name == "+Interpreter": // HotSpot's template interpreter as a native frame
+			interpNodes++
+		case name == "HotLoop.main":
+			threadTicks += cum
+		}
+	}
+	t.Logf("HotLoop.spin: %d ticks of its own, %d with what it called, of HotLoop.main's %d", spinTicks, spinCum, threadTicks)
+	if interpNodes > 0 {
+		t.Errorf("%d sampled Interpreter nodes: interpreter ticks were not given to the interpreted method\n%s", interpNodes, text)
+	}
+	if threadTicks < 200 || 10*spinTicks < 8*threadTicks {
+		t.Errorf("HotLoop.spin has %d of HotLoop.main's %d ticks: want most\n%.4000s", spinTicks, threadTicks, text)
+	}
+}
