@@ -13,7 +13,7 @@ JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof
 ifneq ($(wildcard $(JPROF_JAVA_HOME)/include/jvmti.h),)
 build: jprof
 endif
-jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class build/java/Unloadable.class build/java/libjprofdemo.so
+jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class build/java/Unloadable.class build/java/CallBench.class build/java/libjprofdemo.so
 
 # calltree mode runs on the call-flow runtime: libhookit.a (PIC) linked in,
 # its symbols kept inside the agent.
@@ -34,3 +34,7 @@ jprof-test: jprof
 	$(GO) build -o $(BIN)/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 	$(GO) test -count=1 -v ./libperfutil/merge/ ./tools/jprof/
 TEST_TARGETS += jprof-test
+
+bench-jprof: jprof
+	bash bench/jprof.sh
+bench: bench-jprof
