@@ -15,6 +15,10 @@ void jt_method(unsigned long long id, const char *name);
  * (interpreted) or 0x50 (jitted), minor 0x10 / 0x80000010 */
 void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id);
 void jt_flush(void);
-void jt_stats(unsigned long *sent, unsigned long *failed, const char **err);
+/* wake the sender now (the code of a compiled method is about to run) */
+void jt_kick(void);
+/* the sending thread: runs until *stop is set */
+void *jt_flusher(void *stop);
+void jt_stats(unsigned long *sent, unsigned long *failed, const char **err, unsigned long long *send_ns);
 
 #endif

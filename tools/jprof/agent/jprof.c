@@ -31,7 +31,7 @@ static int verbose;
 static int tracing;		/* JIT records into the trace */
 static int trace_events;	/* calltree,trace: method events too */
 static int calltree;
-static volatile int dead;
+static int dead;
 static unsigned long loads, unloads, stubs;
 
 /* Code blobs by start address, for the unload's size. */
@@ -174,6 +174,7 @@ static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, cons
 	jprof_method_name(m, name, sizeof(name));
 	code_put((unsigned long long)(uintptr_t)addr, (unsigned long long)size);
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name);
+	jt_kick();
 	__atomic_add_fetch(&loads, 1, __ATOMIC_RELAXED);
 }
 
@@ -199,31 +200,19 @@ static void JNICALL on_dynamic_code(jvmtiEnv *env, const char *name, const void 
 	__atomic_add_fetch(&stubs, 1, __ATOMIC_RELAXED);
 }
 
-/* Sends what the callbacks batched at least every 20 ms. */
-static void *flusher(void *arg)
-{
-	struct timespec ts = { 0, 20 * 1000 * 1000 };
-
-	(void)arg;
-	while (!dead) {
-		nanosleep(&ts, NULL);
-		jt_flush();
-	}
-	return NULL;
-}
-
 static void report(void)
 {
 	unsigned long sent, failed;
+	unsigned long long send_ns;
 	const char *err;
 
 	if (!tracing)
 		return;
 	jt_flush();
-	jt_stats(&sent, &failed, &err);
+	jt_stats(&sent, &failed, &err, &send_ns);
 	if (verbose || (failed && !sent))
-		fprintf(stderr, "jprof: %lu compiled-method loads, %lu unloads, %lu stubs; %lu records written to the trace, %lu not%s%s\n",
-			loads, unloads, stubs, sent, failed, failed ? ": " : "", failed ? err : "");
+		fprintf(stderr, "jprof: %lu compiled-method loads, %lu unloads, %lu stubs; %lu records written to the trace, %lu not%s%s; sending took %.1f ms\n",
+			loads, unloads, stubs, sent, failed, failed ? ": " : "", failed ? err : "", send_ns / 1e6);
 }
 
 static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
@@ -303,7 +292,7 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_UNLOAD, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_DYNAMIC_CODE_GENERATED, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL);
-	if (tracing && pthread_create(&th, NULL, flusher, NULL) == 0)
+	if (tracing && pthread_create(&th, NULL, jt_flusher, &dead) == 0)
 		pthread_detach(th);
 	return JNI_OK;
 }
