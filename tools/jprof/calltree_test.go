@@ -253,3 +253,18 @@ func TestCalltreeExitAndUnload(t *testing.T) {
 		}
 	}
 }
+
+// Bad options stop the JVM at start with a message saying what to use.
+func TestBadOptions(t *testing.T) {
+	root := agentOnly(t)
+	for _, opts := range []string{"", "bogus", "tprof,calltree", "tprof,trace", "calltree,dir=/proc/nonexistent"} {
+		out, err := java(root, t.TempDir(), opts, "HotLoop", "0").CombinedOutput()
+		if err == nil {
+			t.Errorf("options %q accepted:\n%s", opts, out)
+			continue
+		}
+		if !strings.Contains(string(out), "jprof: ") {
+			t.Errorf("options %q: no jprof message:\n%s", opts, out)
+		}
+	}
+}
