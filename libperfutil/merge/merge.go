@@ -273,7 +273,18 @@ func (m *Merger) unwind(t *Thread, frames []string) {
 		}
 	}
 	if at == t.Root && len(t.stack) > 1 {
-		at = t.cur() // no frame of the event stack in the sample: below the current node
+		// No frame of the event stack in the sample (interpreted methods
+		// show as interpreter frames): below the current node go the
+		// frames below the last interpreter frame, which are what the
+		// current method called; those above it are the thread's base
+		// (start_thread ... call_stub), already stood for by the events.
+		at = t.cur()
+		for j := len(frames) - 1; j >= 0; j-- {
+			if m.IsInterpreter(frames[j]) {
+				from = j + 1
+				break
+			}
+		}
 	}
 	for _, f := range frames[from:] {
 		if m.IsInterpreter(f) {

@@ -248,8 +248,8 @@ func TestSampledNodes(t *testing.T) {
 		}
 		return string(b)
 	}
-	const cPC, aPC, libPC = 0x30000, 0x30100, 0x40000
-	nm := map[uint64]string{cPC: "C", aPC: "A", libPC: "libjvm_helper"}
+	const cPC, aPC, libPC, basePC, stubPC = 0x30000, 0x30100, 0x40000, 0x50000, 0x50100
+	nm := map[uint64]string{cPC: "C", aPC: "A", libPC: "libjvm_helper", basePC: "start_thread", stubPC: "call_stub"}
 	f := buildFig18(t, func(b *tracebuf.Buffer) {
 		// at step 1.6 (stack C A): a tick in a helper called from C's frame... the stack says C→A→helper→memcpy
 		b.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 1*clockScale+600, []uint64{pid, tid, nativePC, 0}, "")
@@ -259,6 +259,11 @@ func TestSampledNodes(t *testing.T) {
 		b.Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, 3*clockScale+600, []uint64{pid, tid, 0}, pcs(cPC, aPC, interpPC))
 		// at step 10.6 (stack C B A): a native tick, no stack
 		b.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 10*clockScale+600, []uint64{pid, tid, nativePC, 0}, "")
+		// at step 16.6 (stack C B A, all interpreted): the stack names no
+		// event frame; the frames above the last interpreter frame (the
+		// thread's native base) are left out
+		b.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 16*clockScale+600, []uint64{pid, tid, nativePC, 0}, "")
+		b.Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, 16*clockScale+600, []uint64{pid, tid, 0}, pcs(basePC, stubPC, interpPC, interpPC, nativePC))
 	})
 	m := New()
 	name := func(pid uint32, pc uint64, kernel bool) string {
@@ -285,12 +290,12 @@ func TestSampledNodes(t *testing.T) {
 			ticks[strings.Join(p, "/")] = n.Ticks
 		}
 	})
-	want := map[string]uint64{"C": 3, "C/A": 1, "C/A/B": 3, "C/A/+libjvm_helper/+memcpy": 1, "C/B/A": 3, "C/B/A/+memcpy": 1, "C/B/A/B/A": 1}
+	want := map[string]uint64{"C": 3, "C/A": 1, "C/A/B": 3, "C/A/+libjvm_helper/+memcpy": 1, "C/B/A": 3, "C/B/A/+memcpy": 2, "C/B/A/B/A": 1}
 	if fmt.Sprint(ticks) != fmt.Sprint(want) {
 		t.Errorf("ticks %v\nwant  %v", ticks, want)
 	}
-	if m.Ticks != 13 || m.Threads[0].Root.CumTicks != 13 {
-		t.Errorf("ticks %d, root cum %d; want 13", m.Ticks, m.Threads[0].Root.CumTicks)
+	if m.Ticks != 14 || m.Threads[0].Root.CumTicks != 14 {
+		t.Errorf("ticks %d, root cum %d; want 14", m.Ticks, m.Threads[0].Root.CumTicks)
 	}
 	var buf bytes.Buffer
 	if err := m.WriteTree(&buf, "ns"); err != nil || !strings.Contains(buf.String(), "- - - +libjvm_helper") {
@@ -314,11 +319,11 @@ func TestSampledNodes(t *testing.T) {
 		for _, l := range s.Location {
 			fr = append(fr, l.Line[0].Function.Name)
 		}
-		if strings.Join(fr, ";") == fmt.Sprintf("memcpy;A;B;C;pid_%d_tid_%d", pid, tid) && s.Value[0] == 1 {
+		if strings.Join(fr, ";") == fmt.Sprintf("memcpy;A;B;C;pid_%d_tid_%d", pid, tid) && s.Value[0] == 2 {
 			found = true
 		}
 	}
-	if tks != 13 || tm != 19*clockScale || !found {
+	if tks != 14 || tm != 19*clockScale || !found {
 		t.Errorf("pprof: %d ticks, time %d, memcpy←A←B←C found %v", tks, tm, found)
 	}
 }

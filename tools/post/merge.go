@@ -44,16 +44,29 @@ func mergeHook(r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir st
 	m := merge.New()
 	var recErr error
 	name := func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol }
+	// the threads whose last tick was merged: their next call stack
+	// belongs to it (the stacks of ticks left out are left out too)
+	tickOf := map[[2]uint32]bool{}
 	hook := func(rec *trace.Record, res *a2n.Result) {
 		if next != nil {
 			next(rec, res)
 		}
-		if rec.Major == trace.MajorTprof {
+		switch rec.Major {
+		case trace.MajorTprof:
+			k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
 			if res == nil {
-				return // left out by --pid/--tid/--comm
+				delete(tickOf, k) // left out by --pid/--tid/--comm
+				return
 			}
-			m.Tick(uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Time, res.Symbol)
+			tickOf[k] = true
+			m.Tick(k[0], k[1], rec.Time, res.Symbol)
 			return
+		case trace.MajorUnwind:
+			k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
+			if !tickOf[k] {
+				return
+			}
+			delete(tickOf, k)
 		}
 		if err := m.Record(rec, name); err != nil && recErr == nil {
 			recErr = err
