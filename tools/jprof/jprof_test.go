@@ -79,8 +79,8 @@ func daemonEnv(t *testing.T, root, dir string) []string {
 var rowRE = regexp.MustCompile(`^(PID|TID|MOD|SYM)\s+(\d+)\s+([\d.]+)\s+(.*)$`)
 
 // tprofShares parses the Module_Symbol section of tprof.out (post --pid:
-// the selected process): its ticks and each symbol's.
-func tprofShares(text string) (total int, sym map[string]int) {
+// the selected process): its ticks, those in the kernel, and each symbol's.
+func tprofShares(text string) (total, kernel int, sym map[string]int) {
 	sym = map[string]int{}
 	section := ""
 	for _, l := range strings.Split(text, "\n") {
@@ -99,11 +99,14 @@ func tprofShares(text string) (total int, sym map[string]int) {
 		switch m[1] {
 		case "MOD":
 			total += n
+			if strings.TrimSpace(m[4]) == "[kernel]" {
+				kernel += n
+			}
 		case "SYM":
 			sym[strings.TrimSpace(m[4])] += n
 		}
 	}
-	return total, sym
+	return total, kernel, sym
 }
 
 // run.tprof of a Java hot loop with the agent in tprof mode names the hot
@@ -119,8 +122,12 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	// perf records the same JVM from its start to its end (it runs it),
 	// so that both cover the same time.
 	perfData := filepath.Join(dir, "perf.data")
-	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-o", dir, "--",
-		"perf", "record", "-q", "-e", "cpu-clock", "-F", "1000", "-o", perfData, "--", "java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose", "-cp", filepath.Join(root, "build", "java"), "HotLoop", "4", "wait")
+	// 4000 Hz for 6 s: enough ticks that two samplers' shares of a ~50 %
+	// method differ by well under 2 points by chance (on a loaded host the
+	// JVM may get a quarter of a CPU: 6000 ticks, a standard deviation of
+	// the difference of about 0.9 points).
+	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-r", "4000", "-o", dir, "--",
+		"perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", perfData, "--", "java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose", "-cp", filepath.Join(root, "build", "java"), "HotLoop", "6", "wait")
 	cmd.Env, cmd.Dir = env, dir
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -208,10 +215,12 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total, syms := tprofShares(string(text))
+	total, kernel, syms := tprofShares(string(text))
 	hot := syms["HotLoop.spin"]
-	if total < 500 || 2*hot < total {
-		t.Fatalf("HotLoop.spin has %d of the JVM's %d ticks (want most):\n%s", hot, total, text)
+	// most of the JVM's user-mode ticks (on a loaded VM the kernel's share,
+	// interrupt and page-table work, is large and varies)
+	if total < 2000 || 2*hot < total-kernel {
+		t.Fatalf("HotLoop.spin has %d of the JVM's %d user-mode ticks (want most):\n%s", hot, total-kernel, text)
 	}
 	ours := 100 * float64(hot) / float64(total)
 
