@@ -24,7 +24,16 @@ make -s jprof hookit >/dev/null
 go build -o bin/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 tmp=$(mktemp -d)
 export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRACED=$PWD/bin/pitraced
-trap 'bin/swtrace free >/dev/null 2>&1; bin/swtrace shutdown >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+# at the end: free the trace, stop the daemon started on this socket (its
+# log names its pid), remove the files
+stop() {
+	bin/swtrace free >/dev/null 2>&1 || true
+	for p in $(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/pitraced.log" 2>/dev/null); do
+		kill -INT "$p" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap stop EXIT
 CP=$PWD/build/java
 AGENT=$PWD/bin/libjprof.so
 
