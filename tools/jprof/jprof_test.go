@@ -117,9 +117,9 @@ func tprofShares(text string) (total, kernel int, sym map[string]int) {
 
 // run.tprof of a Java hot loop with the agent in tprof mode names the hot
 // JIT-compiled method (most of the JVM's ticks) from the trace's JIT_LOAD
-// records alone (post run again with an empty perf-map directory), and the
-// share agrees within 2 points with perf record (cpu-clock) + jcmd
-// Compiler.perfmap of the same run.
+// records alone (post run again with an empty perf-map directory), and its
+// share of the user-mode ticks agrees within 2 points with perf record
+// (cpu-clock) + jcmd Compiler.perfmap of the same run.
 func TestTprofModeNamesJIT(t *testing.T) {
 	root := build(t)
 	need(t, "perf", "jcmd")
@@ -249,9 +249,28 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	if theirs < 0 {
 		t.Fatalf("perf report does not name HotLoop.spin:\n%s", out)
 	}
-	t.Logf("HotLoop.spin: tprof with JIT_LOAD records %.2f %% of %d ticks, perf + jcmd Compiler.perfmap %.2f %%", ours, total, theirs)
-	if d := ours - theirs; d > 2 || d < -2 {
-		t.Errorf("tprof %.2f %% vs perf %.2f %%: more than 2 points apart\n%s", ours, theirs, out)
+	// The naming is compared on the user-mode ticks: the two samplers
+	// (system-wide per-CPU cpu-clock, perf's per-task cpu-clock) differ in
+	// the kernel's share by a point or two on a loaded VM (interrupt and
+	// page-table work), which says nothing about the names.
+	dso, err := exec.Command("perf", "report", "-i", perfData, "--stdio", "--sort", "dso", "-F", "overhead,dso").Output()
+	if err != nil {
+		t.Fatalf("perf report --sort dso: %v", err)
+	}
+	theirsKernel := 0.0
+	for _, l := range strings.Split(string(dso), "\n") {
+		if fs := strings.Fields(l); len(fs) == 2 && strings.HasPrefix(fs[1], "[kernel") {
+			v, _ := strconv.ParseFloat(strings.TrimSuffix(fs[0], "%"), 64)
+			theirsKernel += v
+		}
+	}
+	oursKernel := 100 * float64(kernel) / float64(total)
+	oursUser := 100 * float64(hot) / float64(total-kernel)
+	theirsUser := 100 * theirs / (100 - theirsKernel)
+	t.Logf("HotLoop.spin: tprof with JIT_LOAD records %.2f %% of %d ticks (kernel %.2f %%), perf + jcmd Compiler.perfmap %.2f %% (kernel %.2f %%); of the user-mode ticks %.2f %% vs %.2f %%",
+		ours, total, oursKernel, theirs, theirsKernel, oursUser, theirsUser)
+	if d := oursUser - theirsUser; d > 2 || d < -2 {
+		t.Errorf("HotLoop.spin's share of the user-mode ticks: tprof %.2f %% vs perf %.2f %%: more than 2 points apart\n%s", oursUser, theirsUser, out)
 	}
 }
 
