@@ -29,6 +29,9 @@ import (
 )
 
 func main() {
+	if os.Getenv(calibEnv) == "1" {
+		os.Exit(calibrationChild(os.Stdin, os.Stdout))
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
@@ -79,7 +82,8 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
 			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},
 			&cli.StringFlag{Name: "period", Value: "1s", Usage: "a level lasts `CALLS` calls of its functions or a DURATION (500ms)"},
-			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "probes in place `PCT` percent of a level's time (windows of 100ms), to bound the target's slowdown"},
+			&cli.StringFlag{Name: "max-overhead", Value: "5%", Usage: "keep the target's slowdown under `PCT` percent: the probes are removed for as long as the measured cost of the calls they saw needs (0: probes always in place)"},
+			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "instead of --max-overhead: probes in place `PCT` percent of a level's time (windows of 100ms)"},
 			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
 			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call: `time` (wall time from entry to return; the only one so far)"},
@@ -98,6 +102,16 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 	}
 	if d := c.Float64("duty"); d <= 0 || d > 100 {
 		return cli.Exit(fmt.Sprintf("--duty %g: want a percentage in (0, 100]", d), 2)
+	}
+	budget, err := parsePercent(c.String("max-overhead"))
+	if err != nil {
+		return cli.Exit("--max-overhead: "+err.Error(), 2)
+	}
+	if c.IsSet("duty") {
+		if c.IsSet("max-overhead") {
+			return cli.Exit("give --duty or --max-overhead, not both", 2)
+		}
+		budget = 0 // a fixed duty cycle instead of the budget
 	}
 	period, err := parsePeriod(c.String("period"))
 	if err != nil {
@@ -137,7 +151,7 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 			}
 		}
 	}
-	rep, werr := walk(ctx, pid, target, c, pmu, period, alive, stderr)
+	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, alive, stderr)
 	if rep != nil {
 		if err := writeReport(c, rep, stdout); err != nil && werr == nil {
 			werr = err
@@ -172,7 +186,16 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, alive func() bool, stderr io.Writer) (*Report, error) {
+// parsePercent reads "5", "5%" or "2.5%" as a percentage in [0, 100].
+func parsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || v < 0 || v > 100 {
+		return 0, fmt.Errorf("%q: want a percentage from 0 to 100 (5%%; 0: no limit)", s)
+	}
+	return v, nil
+}
+
+func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, alive func() bool, stderr io.Writer) (*Report, error) {
 	var cache a2n.Cache
 	pm, err := newProcMap(pid, &cache)
 	if err != nil {
@@ -196,11 +219,37 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if sr.Samples == 0 {
 		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled (a command that forks works in its children, which are not followed: give the busy child's -p PID)")
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}
-	werr := w.Run(ctx, hot)
+	var werr error
+	if len(hot) > 0 {
+		// The probe cost: measured once, before the first probe goes in.
+		cal, err := calibrate(pmu)
+		if err != nil {
+			werr = err
+		} else {
+			w.CostNs = cal.CallNs
+			rep.Overhead = &Overhead{BudgetPct: budget, Duty: w.Duty, Calibration: cal}
+			if w.Progress != nil {
+				fmt.Fprintf(w.Progress, "hotspot: a probed call costs %s of CPU here (measured, spread %s)\n", dur(cal.CallNs), dur(cal.SpreadNs))
+			}
+		}
+	}
+	if werr == nil {
+		werr = w.Run(ctx, hot)
+	}
+	if o := rep.Overhead; o != nil {
+		o.ProbedCalls = w.Entries
+		o.ProbeCostNs = float64(w.Entries) * w.CostNs
+		if w.CPULast > w.CPUStart {
+			o.TargetCPUNs = w.CPULast - w.CPUStart
+			if own := float64(o.TargetCPUNs) - o.ProbeCostNs; own > 0 {
+				o.EstimatedPct = 100 * o.ProbeCostNs / own
+			}
+		}
+	}
 	rep.Levels, rep.Funcs, rep.HookHits, rep.Lost = w.Levels, w.Funcs, w.HookHits, w.Lost
 	rep.Folded = folded(w.Funcs, rep.Hot)
 	rep.Seconds = time.Since(start).Seconds()

@@ -451,7 +451,7 @@ func TestDutyCycle(t *testing.T) {
 	calls := map[string]uint64{}
 	for _, duty := range []string{"100", "20"} {
 		js := filepath.Join(t.TempDir(), "r.json")
-		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "2.5")
+		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "3")
 		if out, err := c.Output(); err == nil || !strings.Contains(string(out), "hotspot-example:") {
 			t.Fatalf("duty %s: exit %v (want the example's 3), output %q", duty, err, out)
 		}
@@ -484,7 +484,7 @@ func TestNeverReturningCaller(t *testing.T) {
 	dir := t.TempDir()
 	js := filepath.Join(dir, "r.json")
 	txt := filepath.Join(dir, "r.txt")
-	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
+	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--max-overhead", "0", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
 	out, err := c.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)

@@ -22,8 +22,24 @@ type Report struct {
 	Lost     uint64       `json:"lost"`
 	Folded   []string     `json:"folded"`
 	Seconds  float64      `json:"seconds"`
+	Overhead *Overhead    `json:"overhead,omitempty"`
 	Stopped  string       `json:"stopped,omitempty"`
 	Notes    []string     `json:"notes,omitempty"`
+}
+
+// Overhead is the walk's estimate of the target's slowdown: the probed
+// calls times the measured cost of one, against the target's CPU time
+// during the walk.
+type Overhead struct {
+	BudgetPct   float64     `json:"budget_pct"` // --max-overhead (0: none)
+	Duty        float64     `json:"duty_pct"`   // --duty (100: the budget decides)
+	Calibration Calibration `json:"calibration"`
+	ProbedCalls uint64      `json:"probed_calls"`
+	ProbeCostNs float64     `json:"probe_cost_ns"`
+	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the walk, probe cost included
+	// EstimatedPct = probe cost / (target CPU - probe cost): the slowdown
+	// of the target's own work during the walk.
+	EstimatedPct float64 `json:"estimated_slowdown_pct"`
 }
 
 // folded derives folded stacks ("main;a;b;c;hot 1234") from the walk: the
@@ -120,6 +136,17 @@ func (r *Report) writeText(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "walk: %d levels, %d probe hits (entries and returns), %d lost\n", len(r.Levels), r.HookHits, r.Lost)
+	if o := r.Overhead; o != nil {
+		budget := "no budget"
+		switch {
+		case o.Duty > 0 && o.Duty < 100:
+			budget = fmt.Sprintf("--duty %g", o.Duty)
+		case o.BudgetPct > 0 && o.BudgetPct < 100:
+			budget = fmt.Sprintf("budget %g%%", o.BudgetPct)
+		}
+		fmt.Fprintf(w, "overhead: %d probed calls x %s (measured) = %s of the target's %s of CPU during the walk: estimated slowdown %.1f%% (%s)\n",
+			o.ProbedCalls, dur(o.Calibration.CallNs), dur(o.ProbeCostNs), dur(float64(o.TargetCPUNs)), o.EstimatedPct, budget)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}

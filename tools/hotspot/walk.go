@@ -63,10 +63,17 @@ type Level struct {
 
 // Walk is the state of a hot-spot walk.
 type Walk struct {
-	PMU      uprobe.PMU
-	PID      int
-	Period   Period
-	Duty     float64       // percent of the time a level's probes are in place (0 or 100: always)
+	PMU    uprobe.PMU
+	PID    int
+	Period Period
+	Duty   float64 // percent of the time a level's probes are in place (0 or 100: always)
+	// Budget, in percent, bounds the target's slowdown when Duty is not
+	// set: from the calls seen while the probes are in place, CostNs per
+	// probed call and the target's CPU time, the probes are removed for as
+	// long as it takes the probe cost to fall to Budget % of the target's
+	// CPU time (0: no budget).
+	Budget   float64
+	CostNs   float64
 	LevelMax time.Duration // a level ends after this even if its period is not over (0: no limit)
 	MaxDepth int
 	Alive    func() bool
@@ -78,8 +85,12 @@ type Walk struct {
 	Funcs    []*FuncStat
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
-	visited  map[string]*FuncStat
-	stopAt   map[string]bool // names where the walk stops (main)
+	Entries  uint64 // entry hits (probed calls): their cost is Entries × CostNs
+	// CPUStart, CPULast: the target's CPU time (ns) at the walk's start
+	// and at the last reading while it lived.
+	CPUStart, CPULast uint64
+	visited           map[string]*FuncStat
+	stopAt            map[string]bool // names where the walk stops (main)
 }
 
 type probeRef struct {
@@ -100,6 +111,8 @@ var stopNames = map[string]bool{"main": true, "_start": true, "__libc_start_main
 func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.start = time.Now()
 	w.visited = map[string]*FuncStat{}
+	w.CPUStart, _ = processCPUNs(w.PID)
+	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
 		if ctx.Err() != nil || !w.Alive() {
@@ -182,6 +195,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 	}
 	defer closeAll()
+	var winTids []int    // the threads probed in this window
+	var winCPU0 uint64   // their CPU time at the window's start
+	var winCalls0 uint64 // lv.Calls at the window's start
 	openAll := func() (bool, error) {
 		tids, err := threadsOf(w.PID)
 		if err != nil {
@@ -217,6 +233,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			}
 		}
 		lv.Windows++
+		winTids, winCPU0, winCalls0 = tids, cpuTimeNs(w.PID, tids), lv.Calls
 		return len(probes) > 0, nil
 	}
 	ok, err := openAll()
@@ -252,6 +269,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				}
 				w.HookHits++
 				if !ref.ret {
+					w.Entries++
 					ref.fs.Calls++
 					lv.Calls++
 					if s.HasTop {
@@ -280,12 +298,14 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			})
 		}
 	}
-	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %).
+	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %), or
+	// off for as long as the budget needs (offWin computed per window).
 	const onWin = 100 * time.Millisecond
 	var offWin time.Duration
 	if w.Duty > 0 && w.Duty < 100 {
 		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
+	budget := w.Budget > 0 && w.Budget < 100 && w.CostNs > 0 && !(w.Duty > 0 && w.Duty < 100)
 	t0 := time.Now()
 	winStart := t0
 	on := true
@@ -307,14 +327,28 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		if lv.EndedBy != "" {
 			break
 		}
-		if offWin > 0 && on && time.Since(winStart) >= onWin {
+		switch {
+		case budget && on:
+			if off, end := w.budgetOff(time.Since(winStart), lv.Calls-winCalls0, cpuTimeNs(w.PID, winTids)-winCPU0, onWin); end {
+				if off <= 0 {
+					// Within the budget: the probes stay; a new window starts.
+					winStart, winCPU0, winCalls0 = time.Now(), cpuTimeNs(w.PID, winTids), lv.Calls
+				} else {
+					closeAll()
+					offWin, on, winStart = off, false, time.Now()
+				}
+			}
+		case offWin > 0 && on && time.Since(winStart) >= onWin:
 			closeAll()
 			on, winStart = false, time.Now()
-		} else if !on && time.Since(winStart) >= offWin {
+		case !on && time.Since(winStart) >= offWin:
 			if _, err := openAll(); err != nil {
 				return nil, err
 			}
 			on, winStart = true, time.Now()
+		}
+		if v, ok := processCPUNs(w.PID); ok {
+			w.CPULast = v
 		}
 		if time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
@@ -335,6 +369,39 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		fs.finish()
 	}
 	return stats, nil
+}
+
+// budgetOff decides the end of a window of the overhead budget: after
+// elapsed with the probes in place, calls probed calls and cpuNs of the
+// probed threads' CPU time (the probes' cost included). The window ends
+// after onWin, or earlier once its probe cost reaches the budget's share of
+// onWin (a function called very often). off is how long the probes must
+// then stay out for the cost to be Budget % of the target's own CPU time:
+// off = (cost / budget - own CPU so far) / (own CPU per second), at most
+// 2 s; 0 when the window is within the budget.
+func (w *Walk) budgetOff(elapsed time.Duration, calls, cpuNs uint64, onWin time.Duration) (off time.Duration, end bool) {
+	cost := float64(calls) * w.CostNs
+	frac := w.Budget / 100
+	if elapsed < onWin && cost < frac*float64(onWin) {
+		return 0, false
+	}
+	own := float64(cpuNs) - cost // the target's CPU without the probes
+	if own < 0 {
+		own = 0
+	}
+	need := cost/frac - own
+	if need <= 0 {
+		return 0, true
+	}
+	rate := own / float64(elapsed) // CPU seconds per second of the target's threads
+	if rate < 0.01 {
+		rate = 0.01
+	}
+	off = time.Duration(need / rate)
+	if off > 2*time.Second {
+		off = 2 * time.Second
+	}
+	return off, true
 }
 
 func (fs *FuncStat) addTime(ns uint64) {
