@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -86,7 +87,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "instead of --max-overhead: probes in place `PCT` percent of a level's time (windows of 100ms)"},
 			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
-			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call: `time` (wall time from entry to return; the only one so far)"},
+			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call besides the wall time: `EVENT` counted on the thread from entry to return (task-clock, page-faults, context-switches; instructions or cycles where a hardware PMU exists; see hwevents list), or time (wall time only)"},
 			&cli.StringFlag{Name: "json", Usage: "write the result as JSON to `FILE`"},
 			&cli.StringFlag{Name: "folded", Usage: "write folded stacks (flame graph input) to `FILE`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the text report to `FILE` (default stdout)"},
@@ -97,8 +98,9 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 }
 
 func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
-	if c.String("metric") != "time" {
-		return cli.Exit(fmt.Sprintf("-m %s: only the wall time per call (-m time) is measured so far", c.String("metric")), 2)
+	metric, err := parseMetric(c.String("metric"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
 	}
 	if d := c.Float64("duty"); d <= 0 || d > 100 {
 		return cli.Exit(fmt.Sprintf("--duty %g: want a percentage in (0, 100]", d), 2)
@@ -151,7 +153,7 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 			}
 		}
 	}
-	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, alive, stderr)
+	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, metric, alive, stderr)
 	if rep != nil {
 		if err := writeReport(c, rep, stdout); err != nil && werr == nil {
 			werr = err
@@ -195,7 +197,30 @@ func parsePercent(s string) (float64, error) {
 	return v, nil
 }
 
-func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, alive func() bool, stderr io.Writer) (*Report, error) {
+// parseMetric reads -m: "time" (nil: the wall time only) or an event of
+// the event table that this machine can count (checked on hotspot itself,
+// so a missing PMU is said before anything starts).
+func parseMetric(name string) (*events.Event, error) {
+	if name == "time" || name == "" {
+		return nil, nil
+	}
+	ev, err := events.Parse(name)
+	if err != nil {
+		return nil, fmt.Errorf("-m %s: %w", name, err)
+	}
+	fd, err := events.Open(ev, 0, -1, events.OpenOpts{})
+	if err != nil {
+		hint := ""
+		if errors.Is(err, events.ErrNoPMU) {
+			hint = " (use a software metric here: -m task-clock, page-faults, context-switches)"
+		}
+		return nil, fmt.Errorf("-m %s: %w%s", name, err, hint)
+	}
+	unix.Close(fd)
+	return &ev, nil
+}
+
+func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, metric *events.Event, alive func() bool, stderr io.Writer) (*Report, error) {
 	var cache a2n.Cache
 	pm, err := newProcMap(pid, &cache)
 	if err != nil {
@@ -219,7 +244,10 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if sr.Samples == 0 {
 		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled (a command that forks works in its children, which are not followed: give the busy child's -p PID)")
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	if metric != nil {
+		rep.Metric = metric.Name
+	}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}

@@ -8,12 +8,15 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"perfinsp/libperfutil/events"
 )
 
 // Report is the whole result (--json).
 type Report struct {
 	Target   string       `json:"target"`
 	PID      int          `json:"pid"`
+	Metric   string       `json:"metric,omitempty"` // -m: the event counted per call, besides the wall time
 	Sample   SampleResult `json:"sample"`
 	Hot      []HotFunc    `json:"hot"`
 	Levels   []Level      `json:"levels"`
@@ -119,6 +122,9 @@ func (r *Report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "  [level %d] %s: %d calls", f.Level, f.Name, f.Calls)
 		if f.Returns > 0 {
 			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
+			if r.Metric != "" {
+				fmt.Fprintf(w, ", %s/call mean %s min %s max %s", r.Metric, r.metricValue(f.MetricMean), r.metricValue(float64(f.MetricMin)), r.metricValue(float64(f.MetricMax)))
+			}
 		}
 		if f.Calls == 0 {
 			fmt.Fprint(w, " (not entered while instrumented: called before the walk and not returned yet — a loop that never returns? — or not called at all)")
@@ -156,6 +162,14 @@ func (r *Report) writeText(w io.Writer) {
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
+}
+
+// metricValue formats a value of the -m metric: a time for the clocks.
+func (r *Report) metricValue(v float64) string {
+	if ev, ok := events.Lookup(r.Metric); ok && ev.Unit == "ns" {
+		return dur(v)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

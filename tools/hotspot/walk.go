@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -32,16 +33,21 @@ type CallerStat struct {
 // FuncStat is what the probes of one instrumented function saw.
 type FuncStat struct {
 	Func
-	Level   int           `json:"level"`
-	Calls   uint64        `json:"calls"`   // entries seen
-	Returns uint64        `json:"returns"` // entries matched with their return
-	Cut     uint64        `json:"cut"`     // entries whose return came after their probes were removed
-	MeanNs  float64       `json:"mean_ns"`
-	MinNs   uint64        `json:"min_ns"`
-	MaxNs   uint64        `json:"max_ns"`
-	Callers []*CallerStat `json:"callers"`
-	sumNs   float64
-	callers map[string]*CallerStat
+	Level   int     `json:"level"`
+	Calls   uint64  `json:"calls"`   // entries seen
+	Returns uint64  `json:"returns"` // entries matched with their return
+	Cut     uint64  `json:"cut"`     // entries whose return came after their probes were removed
+	MeanNs  float64 `json:"mean_ns"`
+	MinNs   uint64  `json:"min_ns"`
+	MaxNs   uint64  `json:"max_ns"`
+	// The -m metric per call (entry to return): its mean, min and max.
+	MetricMean float64       `json:"metric_mean,omitempty"`
+	MetricMin  uint64        `json:"metric_min,omitempty"`
+	MetricMax  uint64        `json:"metric_max,omitempty"`
+	Callers    []*CallerStat `json:"callers"`
+	sumNs      float64
+	sumMetric  float64
+	callers    map[string]*CallerStat
 }
 
 // Level is one step of the walk.
@@ -72,8 +78,11 @@ type Walk struct {
 	// probed call and the target's CPU time, the probes are removed for as
 	// long as it takes the probe cost to fall to Budget % of the target's
 	// CPU time (0: no budget).
-	Budget   float64
-	CostNs   float64
+	Budget float64
+	CostNs float64
+	// Metric, if set, is counted per thread in a group with the thread's
+	// probes; each hit reads it (PERF_SAMPLE_READ): the metric per call.
+	Metric   *events.Event
 	LevelMax time.Duration // a level ends after this even if its period is not over (0: no limit)
 	MaxDepth int
 	Alive    func() bool
@@ -101,6 +110,7 @@ type probeRef struct {
 type frame struct {
 	fs *FuncStat
 	t  uint64
+	v  uint64 // the metric at entry
 }
 
 // stopNames are the top of a program's call graph: the walk records them
@@ -175,6 +185,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	}
 	var probes []*uprobe.Probe
 	var rings []*uprobe.Ring
+	var leaders []int // the metric's counters, one per thread
 	refs := map[uint64]probeRef{}
 	stacks := map[uint32][]frame{}
 	closeAll := func() {
@@ -185,7 +196,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		for _, p := range probes {
 			p.Close()
 		}
-		rings, probes = nil, nil
+		for _, fd := range leaders {
+			unix.Close(fd)
+		}
+		rings, probes, leaders = nil, nil, nil
 		// Calls entered in this window whose return it did not see.
 		for tid, st := range stacks {
 			for _, f := range st {
@@ -205,9 +219,21 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		for _, tid := range tids {
 			var ring *uprobe.Ring
+			group := -1
+			if w.Metric != nil {
+				fd, err := uprobe.OpenCounter(*w.Metric, tid)
+				if err != nil {
+					if errors.Is(err, unix.ESRCH) {
+						continue
+					}
+					return false, fmt.Errorf("-m %s: %w", w.Metric.Name, err)
+				}
+				leaders = append(leaders, fd)
+				group = fd
+			}
 			for _, fs := range stats {
 				for _, ret := range []bool{false, true} {
-					p, err := w.PMU.Open(fs.Path, fs.Off, ret, tid, true)
+					p, err := w.PMU.OpenWith(fs.Path, fs.Off, ret, tid, uprobe.OpenOpts{Disabled: true, Group: group})
 					if err != nil {
 						if errors.Is(err, unix.ESRCH) {
 							continue
@@ -229,6 +255,11 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		for _, p := range probes {
 			if err := uprobe.Enable(p.FD); err != nil {
+				return false, err
+			}
+		}
+		for _, fd := range leaders { // a group counts once its leader is on
+			if err := uprobe.Enable(fd); err != nil {
 				return false, err
 			}
 		}
@@ -263,7 +294,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				if !ok {
 					return
 				}
-				s, ok := uprobe.DecodeSample(b, !ref.ret)
+				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil})
 				if !ok {
 					return
 				}
@@ -283,7 +314,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					}
 					st := stacks[s.TID]
 					if len(st) < 4096 {
-						stacks[s.TID] = append(st, frame{ref.fs, s.Time})
+						stacks[s.TID] = append(st, frame{ref.fs, s.Time, s.Read})
 					}
 					return
 				}
@@ -291,6 +322,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
 					if st[i].fs == ref.fs {
 						ref.fs.addTime(s.Time - st[i].t)
+						if w.Metric != nil {
+							ref.fs.addMetric(s.Read - st[i].v)
+						}
 						stacks[s.TID] = st[:i]
 						return
 					}
@@ -415,9 +449,21 @@ func (fs *FuncStat) addTime(ns uint64) {
 	fs.sumNs += float64(ns)
 }
 
+// addMetric adds one call's metric; called after addTime (Returns counted).
+func (fs *FuncStat) addMetric(v uint64) {
+	if fs.Returns == 1 || v < fs.MetricMin {
+		fs.MetricMin = v
+	}
+	if v > fs.MetricMax {
+		fs.MetricMax = v
+	}
+	fs.sumMetric += float64(v)
+}
+
 func (fs *FuncStat) finish() {
 	if fs.Returns > 0 {
 		fs.MeanNs = math.Round(fs.sumNs / float64(fs.Returns))
+		fs.MetricMean = math.Round(fs.sumMetric / float64(fs.Returns))
 	}
 	var total uint64
 	for _, c := range fs.callers {
