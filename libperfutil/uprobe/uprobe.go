@@ -89,7 +89,7 @@ var ErrPerm = errors.New("uprobe perf events need root or CAP_PERFMON")
 // sampling every hit: an entry probe with the stack's top word, a return
 // probe (ret) with its time only. The event starts disabled when disabled.
 func (p PMU) Open(path string, off uint64, ret bool, tid int, disabled bool) (*Probe, error) {
-	return p.open(path, off, ret, tid, disabled, -1, false)
+	return p.open(path, off, ret, tid, disabled, -1)
 }
 
 // OpenOpts are the less common choices of OpenWith.
@@ -99,15 +99,12 @@ type OpenOpts struct {
 	// leader, opened with OpenCounter): each sample then carries the
 	// leader's count at the hit (PERF_SAMPLE_READ of the group; Sample.Read).
 	Group int
-	// Inherit: the probe also follows the threads and processes the
-	// thread creates later (their samples go to this probe's ring). The
-	// kernel refuses it together with Group on older kernels.
-	Inherit bool
 }
 
-// OpenWith is Open with a group leader or inheritance.
+// OpenWith is Open with a group leader. (No inheritance: the kernel maps
+// no ring for an inherited per-thread event.)
 func (p PMU) OpenWith(path string, off uint64, ret bool, tid int, o OpenOpts) (*Probe, error) {
-	return p.open(path, off, ret, tid, o.Disabled, o.Group, o.Inherit)
+	return p.open(path, off, ret, tid, o.Disabled, o.Group)
 }
 
 // OpenCounter opens ev as a disabled counting event on thread tid, to lead
@@ -124,7 +121,7 @@ func OpenCounter(ev events.Event, tid int) (int, error) {
 	return fd, nil
 }
 
-func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, group int, inherit bool) (*Probe, error) {
+func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, group int) (*Probe, error) {
 	b, err := unix.BytePtrFromString(path)
 	if err != nil {
 		return nil, fmt.Errorf("uprobe path %q: %w", path, err)
@@ -148,9 +145,6 @@ func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, gro
 		a.Read_format = unix.PERF_FORMAT_GROUP
 	} else {
 		group = -1
-	}
-	if inherit {
-		a.Bits |= unix.PerfBitInherit
 	}
 	fd, err := unix.PerfEventOpen(&a, tid, -1, group, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(b)

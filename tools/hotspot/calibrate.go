@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -216,11 +215,11 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 }
 
 // cpuTimeNs is the CPU time (ns) the threads tids have used so far
-// (/proc/PID/task/TID/schedstat: on-CPU time, ns); threads gone are left out.
-func cpuTimeNs(pid int, tids []int) uint64 {
+// (/proc/TID/schedstat: on-CPU time, ns); threads gone are left out.
+func cpuTimeNs(tids []int) uint64 {
 	var sum uint64
 	for _, tid := range tids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/schedstat")
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
 		if err != nil {
 			continue
 		}
@@ -231,30 +230,6 @@ func cpuTimeNs(pid int, tids []int) uint64 {
 		}
 	}
 	return sum
-}
-
-// processCPUNs is the CPU time of the whole process pid so far, dead
-// threads included (/proc/PID/stat utime + stime, clock ticks).
-func processCPUNs(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	k, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return (u + k) * uint64(time.Second) / clockTicks, true
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).

@@ -222,12 +222,12 @@ func parseMetric(name string) (*events.Event, error) {
 
 func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, metric *events.Event, alive func() bool, stderr io.Writer) (*Report, error) {
 	var cache a2n.Cache
-	pm, err := newProcMap(pid, &cache)
+	tree, err := newProcTree(pid, &cache)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	sr, err := sampleTarget(ctx, pid, time.Duration(c.Float64("sample")*float64(time.Second)), alive, pm)
+	sr, err := sampleTarget(ctx, tree, time.Duration(c.Float64("sample")*float64(time.Second)), alive)
 	if err != nil {
 		return nil, err
 	}
@@ -242,12 +242,12 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		hot = append(hot, h.Func)
 	}
 	if sr.Samples == 0 {
-		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled (a command that forks works in its children, which are not followed: give the busy child's -p PID)")
+		rep.Notes = append(rep.Notes, "no samples: the target and its children used no CPU while sampled")
 	}
 	if metric != nil {
 		rep.Metric = metric.Name
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, tree: tree}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}

@@ -65,6 +65,12 @@ type Level struct {
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+	// PIDs are the processes whose probes were hit (the target's children too).
+	PIDs []int `json:"pids"`
+	// Attached counts the threads probed after the level's start (new
+	// threads and processes of the target).
+	Attached int `json:"threads_attached"`
+	pids     map[uint32]int
 }
 
 // Walk is the state of a hot-spot walk.
@@ -87,7 +93,7 @@ type Walk struct {
 	MaxDepth int
 	Alive    func() bool
 	Progress io.Writer
-	pm       *procMap
+	tree     *procTree
 	start    time.Time
 
 	Levels   []Level
@@ -121,7 +127,7 @@ var stopNames = map[string]bool{"main": true, "_start": true, "__libc_start_main
 func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.start = time.Now()
 	w.visited = map[string]*FuncStat{}
-	w.CPUStart, _ = processCPUNs(w.PID)
+	w.CPUStart, _ = w.tree.cpuNs()
 	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
@@ -165,7 +171,7 @@ func (w *Walk) progress(format string, a ...any) {
 // level instruments frontier until the period is over, then removes every
 // probe of the level.
 func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncStat, error) {
-	lv := Level{Level: depth}
+	lv := Level{Level: depth, pids: map[uint32]int{}}
 	var stats []*FuncStat
 	for _, f := range frontier {
 		if f.NoProbe != "" {
@@ -212,12 +218,12 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	var winTids []int    // the threads probed in this window
 	var winCPU0 uint64   // their CPU time at the window's start
 	var winCalls0 uint64 // lv.Calls at the window's start
-	openAll := func() (bool, error) {
-		tids, err := threadsOf(w.PID)
-		if err != nil {
-			return false, nil // the target is gone
-		}
+	probed := map[int]bool{}
+	// openThreads puts the level's probes on threads tids and enables them.
+	openThreads := func(tids []int) error {
+		p0, l0 := len(probes), len(leaders)
 		for _, tid := range tids {
+			probed[tid] = true
 			var ring *uprobe.Ring
 			group := -1
 			if w.Metric != nil {
@@ -226,7 +232,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					if errors.Is(err, unix.ESRCH) {
 						continue
 					}
-					return false, fmt.Errorf("-m %s: %w", w.Metric.Name, err)
+					return fmt.Errorf("-m %s: %w", w.Metric.Name, err)
 				}
 				leaders = append(leaders, fd)
 				group = fd
@@ -238,34 +244,67 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						if errors.Is(err, unix.ESRCH) {
 							continue
 						}
-						return false, fmt.Errorf("instrument %s: %w", fs.Name, err)
+						return fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
 					probes = append(probes, p)
 					refs[p.ID] = probeRef{fs, ret}
 					if ring == nil {
 						if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
-							return false, err
+							return err
 						}
 						rings = append(rings, ring)
 					} else if err := ring.Redirect(p.FD); err != nil {
-						return false, err
+						return err
 					}
 				}
 			}
 		}
-		for _, p := range probes {
+		for _, p := range probes[p0:] {
 			if err := uprobe.Enable(p.FD); err != nil {
-				return false, err
+				return err
 			}
 		}
-		for _, fd := range leaders { // a group counts once its leader is on
+		for _, fd := range leaders[l0:] { // a group counts once its leader is on
 			if err := uprobe.Enable(fd); err != nil {
-				return false, err
+				return err
 			}
+		}
+		return nil
+	}
+	openAll := func() (bool, error) {
+		tids, err := w.tree.threads()
+		if err != nil {
+			return false, nil // the target is gone
+		}
+		clear(probed)
+		if err := openThreads(tids); err != nil {
+			return false, err
 		}
 		lv.Windows++
-		winTids, winCPU0, winCalls0 = tids, cpuTimeNs(w.PID, tids), lv.Calls
+		winTids, winCPU0, winCalls0 = tids, cpuTimeNs(tids), lv.Calls
 		return len(probes) > 0, nil
+	}
+	// attachNew follows the tree: threads and processes created since the
+	// probes went in get them too (polled: a child's calls before its
+	// first poll, within 100 ms, are not seen).
+	attachNew := func() error {
+		tids, err := w.tree.threads()
+		if err != nil {
+			return nil
+		}
+		var fresh []int
+		for _, tid := range tids {
+			if !probed[tid] {
+				fresh = append(fresh, tid)
+			}
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		winTids = append(winTids, fresh...)
+		winCPU0 += cpuTimeNs(fresh)
+		lv.Attached += len(fresh)
+		return openThreads(fresh)
 	}
 	ok, err := openAll()
 	if err != nil {
@@ -299,12 +338,16 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					return
 				}
 				w.HookHits++
+				if lv.pids[s.PID] == 0 {
+					lv.PIDs = append(lv.PIDs, int(s.PID))
+				}
+				lv.pids[s.PID]++
 				if !ref.ret {
 					w.Entries++
 					ref.fs.Calls++
 					lv.Calls++
 					if s.HasTop {
-						c := w.pm.lookup(s.TopWord)
+						c := w.tree.lookup(int(s.PID), s.TopWord)
 						cs := ref.fs.callers[c.key()+c.Name]
 						if cs == nil {
 							cs = &CallerStat{Func: c}
@@ -344,6 +387,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	winStart := t0
 	on := true
 	lastProgress := t0
+	lastScan := t0
 	for {
 		drain()
 		switch {
@@ -363,10 +407,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		switch {
 		case budget && on:
-			if off, end := w.budgetOff(time.Since(winStart), lv.Calls-winCalls0, cpuTimeNs(w.PID, winTids)-winCPU0, onWin); end {
+			if off, end := w.budgetOff(time.Since(winStart), lv.Calls-winCalls0, cpuTimeNs(winTids)-winCPU0, onWin); end {
 				if off <= 0 {
 					// Within the budget: the probes stay; a new window starts.
-					winStart, winCPU0, winCalls0 = time.Now(), cpuTimeNs(w.PID, winTids), lv.Calls
+					winStart, winCPU0, winCalls0 = time.Now(), cpuTimeNs(winTids), lv.Calls
 				} else {
 					closeAll()
 					offWin, on, winStart = off, false, time.Now()
@@ -381,8 +425,14 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			}
 			on, winStart = true, time.Now()
 		}
-		if v, ok := processCPUNs(w.PID); ok {
-			w.CPULast = v
+		if on && time.Since(lastScan) >= 100*time.Millisecond {
+			lastScan = time.Now()
+			if err := attachNew(); err != nil {
+				return nil, err
+			}
+			if v, ok := w.tree.cpuNs(); ok {
+				w.CPULast = v
+			}
 		}
 		if time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
