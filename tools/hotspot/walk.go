@@ -425,10 +425,12 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			}
 			on, winStart = true, time.Now()
 		}
-		if on && time.Since(lastScan) >= 100*time.Millisecond {
+		if time.Since(lastScan) >= 100*time.Millisecond {
 			lastScan = time.Now()
-			if err := attachNew(); err != nil {
-				return nil, err
+			if on {
+				if err := attachNew(); err != nil {
+					return nil, err
+				}
 			}
 			if v, ok := w.tree.cpuNs(); ok {
 				w.CPULast = v
