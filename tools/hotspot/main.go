@@ -258,10 +258,11 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		if err != nil {
 			werr = err
 		} else {
-			w.CostNs = cal.CallNs
+			w.Cal = &cal
 			rep.Overhead = &Overhead{BudgetPct: budget, Duty: w.Duty, Calibration: cal}
 			if w.Progress != nil {
-				fmt.Fprintf(w.Progress, "hotspot: a probed call costs %s of CPU here (measured, spread %s)\n", dur(cal.CallNs), dur(cal.SpreadNs))
+				fmt.Fprintf(w.Progress, "hotspot: a probed call costs %s of CPU here (measured, spread %s; %s with a push first, emulated by the kernel)\n",
+					dur(cal.CallNs), dur(cal.SpreadNs), dur(cal.EmulatedNs))
 			}
 		}
 	}
@@ -270,7 +271,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	}
 	if o := rep.Overhead; o != nil {
 		o.ProbedCalls = w.Entries
-		o.ProbeCostNs = float64(w.Entries) * w.CostNs
+		o.ProbeCostNs = w.CostNs
 		if w.CPULast > w.CPUStart {
 			o.TargetCPUNs = w.CPULast - w.CPUStart
 			if own := float64(o.TargetCPUNs) - o.ProbeCostNs; own > 0 {

@@ -150,8 +150,8 @@ func (r *Report) writeText(w io.Writer) {
 		case o.BudgetPct > 0 && o.BudgetPct < 100:
 			budget = fmt.Sprintf("budget %g%%", o.BudgetPct)
 		}
-		fmt.Fprintf(w, "overhead: %d probed calls x %s (measured) = %s of the target's %s of CPU during the walk: estimated slowdown %.1f%% (%s)\n",
-			o.ProbedCalls, dur(o.Calibration.CallNs), dur(o.ProbeCostNs), dur(float64(o.TargetCPUNs)), o.EstimatedPct, budget)
+		fmt.Fprintf(w, "overhead: %d probed calls x %s or %s (measured: first instruction single-stepped or emulated) = %s of the target's %s of CPU during the walk: estimated slowdown %.1f%% (%s)\n",
+			o.ProbedCalls, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs), dur(float64(o.TargetCPUNs)), o.EstimatedPct, budget)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -46,6 +46,7 @@ type FuncStat struct {
 	MetricMax  uint64        `json:"metric_max,omitempty"`
 	Callers    []*CallerStat `json:"callers"`
 	sumNs      float64
+	costNs     float64 // the calibrated cost of one probed call of it
 	sumMetric  float64
 	callers    map[string]*CallerStat
 }
@@ -80,12 +81,12 @@ type Walk struct {
 	Period Period
 	Duty   float64 // percent of the time a level's probes are in place (0 or 100: always)
 	// Budget, in percent, bounds the target's slowdown when Duty is not
-	// set: from the calls seen while the probes are in place, CostNs per
+	// set: from the calls seen while the probes are in place, the cost of
 	// probed call and the target's CPU time, the probes are removed for as
 	// long as it takes the probe cost to fall to Budget % of the target's
 	// CPU time (0: no budget).
 	Budget float64
-	CostNs float64
+	Cal    *Calibration // the measured cost of a probed call (nil: none, no budget)
 	// Metric, if set, is counted per thread in a group with the thread's
 	// probes; each hit reads it (PERF_SAMPLE_READ): the metric per call.
 	Metric   *events.Event
@@ -100,7 +101,10 @@ type Walk struct {
 	Funcs    []*FuncStat
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
-	Entries  uint64 // entry hits (probed calls): their cost is Entries × CostNs
+	Entries  uint64 // entry hits (probed calls)
+	// CostNs is the estimated cost of those calls: each one charged the
+	// calibrated cost of its function's kind of first instruction.
+	CostNs float64
 	// CPUStart, CPULast: the target's CPU time (ns) at the walk's start
 	// and at the last reading while it lived.
 	CPUStart, CPULast uint64
@@ -179,6 +183,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			continue
 		}
 		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
+		if w.Cal != nil {
+			fs.costNs = w.Cal.cost(f.Path, f.Off)
+		}
 		stats = append(stats, fs)
 		w.visited[f.key()] = fs
 		w.Funcs = append(w.Funcs, fs)
@@ -215,9 +222,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 	}
 	defer closeAll()
-	var winTids []int    // the threads probed in this window
-	var winCPU0 uint64   // their CPU time at the window's start
-	var winCalls0 uint64 // lv.Calls at the window's start
+	var winTids []int   // the threads probed in this window
+	var winCPU0 uint64  // their CPU time at the window's start
+	var winCost float64 // the probe cost of the calls seen in this window
 	probed := map[int]bool{}
 	// openThreads puts the level's probes on threads tids and enables them.
 	openThreads := func(tids []int) error {
@@ -281,7 +288,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			return false, err
 		}
 		lv.Windows++
-		winTids, winCPU0, winCalls0 = tids, cpuTimeNs(tids), lv.Calls
+		winTids, winCPU0, winCost = tids, cpuTimeNs(tids), 0
 		return len(probes) > 0, nil
 	}
 	// attachNew follows the tree: threads and processes created since the
@@ -344,6 +351,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				lv.pids[s.PID]++
 				if !ref.ret {
 					w.Entries++
+					w.CostNs += ref.fs.costNs
+					winCost += ref.fs.costNs
 					ref.fs.Calls++
 					lv.Calls++
 					if s.HasTop {
@@ -382,7 +391,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	if w.Duty > 0 && w.Duty < 100 {
 		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
-	budget := w.Budget > 0 && w.Budget < 100 && w.CostNs > 0 && !(w.Duty > 0 && w.Duty < 100)
+	budget := w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
 	t0 := time.Now()
 	winStart := t0
 	on := true
@@ -407,10 +416,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		switch {
 		case budget && on:
-			if off, end := w.budgetOff(time.Since(winStart), lv.Calls-winCalls0, cpuTimeNs(winTids)-winCPU0, onWin); end {
+			if off, end := w.budgetOff(time.Since(winStart), winCost, cpuTimeNs(winTids)-winCPU0, onWin); end {
 				if off <= 0 {
 					// Within the budget: the probes stay; a new window starts.
-					winStart, winCPU0, winCalls0 = time.Now(), cpuTimeNs(winTids), lv.Calls
+					winStart, winCPU0, winCost = time.Now(), cpuTimeNs(winTids), 0
 				} else {
 					closeAll()
 					offWin, on, winStart = off, false, time.Now()
@@ -458,15 +467,15 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 }
 
 // budgetOff decides the end of a window of the overhead budget: after
-// elapsed with the probes in place, calls probed calls and cpuNs of the
-// probed threads' CPU time (the probes' cost included). The window ends
+// elapsed with the probes in place, a probe cost of cost ns (the calls
+// seen, each at its function's calibrated cost) and cpuNs of the probed
+// threads' CPU time (the probes' cost included). The window ends
 // after onWin, or earlier once its probe cost reaches the budget's share of
 // onWin (a function called very often). off is how long the probes must
 // then stay out for the cost to be Budget % of the target's own CPU time:
 // off = (cost / budget - own CPU so far) / (own CPU per second), at most
 // 2 s; 0 when the window is within the budget.
-func (w *Walk) budgetOff(elapsed time.Duration, calls, cpuNs uint64, onWin time.Duration) (off time.Duration, end bool) {
-	cost := float64(calls) * w.CostNs
+func (w *Walk) budgetOff(elapsed time.Duration, cost float64, cpuNs uint64, onWin time.Duration) (off time.Duration, end bool) {
 	frac := w.Budget / 100
 	if elapsed < onWin && cost < frac*float64(onWin) {
 		return 0, false
