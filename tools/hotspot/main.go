@@ -1,8 +1,11 @@
 // Command hotspot finds the hot functions of a process by sampling, then
 // walks up its call graph with temporary uprobes/uretprobes, one level at a
-// time: the hot function, then its callers, then theirs, up to main. Per
-// instrumented function it reports the calls, the wall time per call and
-// the callers with their share of calls. See docs/hotspot.md.
+// time: the hot function, then its callers, then theirs, up to main, in the
+// target and the processes it forks. Per instrumented function it reports
+// the calls, the wall time (and an -m counter) per call and the callers
+// with their share of calls; an overhead budget (5 % by default, from the
+// probe cost it measures at the start) bounds the target's slowdown. See
+// docs/hotspot.md.
 //
 //	hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION]
 //	hotspot [options] -- cmd args
@@ -68,7 +71,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 	return &cli.App{
 		Name:  "hotspot",
 		Usage: "sample a process, then walk up from its hot functions with temporary uprobes: calls, time per call, callers",
-		UsageText: "hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION] [--json FILE]\n" +
+		UsageText: "hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION] [--max-overhead PCT] [-m EVENT] [--json FILE]\n" +
 			"hotspot [options] -- cmd args\n\n" +
 			"Sampling needs perf_event_paranoid <= 2 (own processes); uprobes need root or CAP_PERFMON.\n" +
 			"Every probe is a perf event fd: they are removed at each level's end, at exit, on Ctrl-C,\n" +
@@ -78,7 +81,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "pid", Aliases: []string{"p"}, Usage: "the running process `PID` (its threads at start)"},
+			&cli.IntFlag{Name: "pid", Aliases: []string{"p"}, Usage: "the running process `PID` (with its threads and the processes it forks, as they appear)"},
 			&cli.Float64Flag{Name: "sample", Aliases: []string{"s"}, Value: 2, Usage: "sample for `SECONDS` (cpu-clock, 1 kHz of CPU time)"},
 			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
 			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},

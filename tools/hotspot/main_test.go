@@ -451,7 +451,7 @@ func TestDutyCycle(t *testing.T) {
 	calls := map[string]uint64{}
 	for _, duty := range []string{"100", "20"} {
 		js := filepath.Join(t.TempDir(), "r.json")
-		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "3")
+		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "5")
 		if out, err := c.Output(); err == nil || !strings.Contains(string(out), "hotspot-example:") {
 			t.Fatalf("duty %s: exit %v (want the example's 3), output %q", duty, err, out)
 		}
