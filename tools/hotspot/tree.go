@@ -107,7 +107,7 @@ func descendantsByScan(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if pp, ok := statField(p, 1); ok {
+		if pp, ok := statField(statFields(p), 1); ok {
 			kids[int(pp)] = append(kids[int(pp)], p)
 		}
 	}
@@ -120,19 +120,23 @@ func descendantsByScan(pid int) []int {
 	return out
 }
 
-// statField returns field i (0: state, 1: ppid, ...) of /proc/PID/stat
-// after the command name.
-func statField(pid, i int) (uint64, bool) {
+// statFields returns the fields of /proc/PID/stat after the command name
+// (0: state, 1: ppid, ..., 11: utime, 12: stime, 13: cutime, 14: cstime).
+func statFields(pid int) []string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, false
+		return nil
 	}
 	s := string(b)
 	j := strings.LastIndexByte(s, ')')
 	if j < 0 {
-		return 0, false
+		return nil
 	}
-	f := strings.Fields(s[j+1:])
+	return strings.Fields(s[j+1:])
+}
+
+// statField returns field i of statFields.
+func statField(f []string, i int) (uint64, bool) {
 	if i >= len(f) {
 		return 0, false
 	}
@@ -149,8 +153,9 @@ func (t *procTree) cpuNs() (uint64, bool) {
 	for _, pid := range t.processes() {
 		var v uint64
 		good := true
+		f := statFields(pid)
 		for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-			x, k := statField(pid, i)
+			x, k := statField(f, i)
 			good = good && k
 			v += x
 		}
