@@ -127,3 +127,34 @@ func TestEntryEmulated(t *testing.T) {
 		t.Errorf("cost: push %v, mov %v; want 6000, 20000", c.cost(f, 0), c.cost(f, 1))
 	}
 }
+
+// TestCalibrationMatchesTarget: with a hot function of a fraction of a
+// microsecond, a probed level's CPU time in the target is almost all probe
+// cost, so the target's CPU per probed call measures the real cost of a
+// call of each kind: hot (single-stepped first instruction) at level 0, c
+// and x (push first, emulated) at level 1. The calibrated costs charged
+// for them must agree within -40 %..+30 % (the iteration's own work, under
+// 1.5 us, is in the measured side).
+func TestCalibrationMatchesTarget(t *testing.T) {
+	build(t)
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, "6", "200").Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
+	}
+	r := readReport(t, js)
+	if len(r.Levels) != 2 || r.Overhead == nil {
+		t.Fatalf("levels %+v, overhead %+v: want 2 levels and the estimate", r.Levels, r.Overhead)
+	}
+	for _, lv := range r.Levels {
+		if lv.Calls < 1000 || lv.TargetCPUNs == 0 {
+			t.Fatalf("level %d: %d calls, %d ns of target CPU: want many calls measured", lv.Level, lv.Calls, lv.TargetCPUNs)
+		}
+		real := float64(lv.TargetCPUNs) / float64(lv.Calls)
+		est := lv.CostNs / float64(lv.Calls)
+		t.Logf("level %d %v: target CPU per probed call %.1f us, calibrated cost %.1f us (ratio %.2f)", lv.Level, lv.Frontier, real/1e3, est/1e3, est/real)
+		if est < 0.6*real || est > 1.3*real {
+			t.Errorf("level %d %v: calibrated %.1f us per call against %.1f us measured in the target", lv.Level, lv.Frontier, est/1e3, real/1e3)
+		}
+	}
+}

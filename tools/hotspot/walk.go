@@ -71,7 +71,12 @@ type Level struct {
 	// Attached counts the threads probed after the level's start (new
 	// threads and processes of the target).
 	Attached int `json:"threads_attached"`
-	pids     map[uint32]int
+	// TargetCPUNs is the target's CPU time (its process tree's, probe
+	// traps included) during the level; CostNs the estimated cost of the
+	// level's probed calls.
+	TargetCPUNs uint64  `json:"target_cpu_ns"`
+	CostNs      float64 `json:"probe_cost_ns"`
+	pids        map[uint32]int
 }
 
 // Walk is the state of a hot-spot walk.
@@ -392,6 +397,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
 	budget := w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
+	cpu0, _ := w.tree.cpuNs()
+	cost0 := w.CostNs
 	t0 := time.Now()
 	winStart := t0
 	on := true
@@ -458,6 +465,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	drain()
 	closeAll()
 	lv.PerfFDsEnd = perfFDs()
+	if w.CPULast > cpu0 {
+		lv.TargetCPUNs = w.CPULast - cpu0
+	}
+	lv.CostNs = w.CostNs - cost0
 	lv.Seconds = time.Since(t0).Seconds()
 	w.Levels = append(w.Levels, lv)
 	for _, fs := range stats {
