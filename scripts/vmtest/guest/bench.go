@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
 )
 
 func rdtsc() uint64
@@ -112,6 +114,12 @@ func bench(args []string) error {
 	if err := fac.Off(); err != nil {
 		return err
 	}
+
+	// 1b. tprof path with call stacks: the sample and its UNWIND record.
+	stackPer, pcs, err := benchStacks(fac, fd, b)
+	if err != nil {
+		return err
+	}
 	if err := fac.Free(); err != nil {
 		return err
 	}
@@ -124,6 +132,8 @@ func bench(args []string) error {
 	fmt.Printf("bench: per-record cost in TSC ticks (= guest instructions under -icount shift=0,sleep=off), best of several runs of %d records\n", n)
 	fmt.Printf("bench: %-58s %8s %10s\n", "path", "instr", "x perf")
 	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "pitrace tprof sample (hrtimer path, in-kernel write)", tprofPer, tprofPer/perfPer)
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", fmt.Sprintf("pitrace tprof sample + call stack (%.1f user PCs)", pcs), stackPer, stackPer/perfPer)
+	fmt.Printf("bench: %-58s %8.0f\n", "  the stack alone, per PC", (stackPer-tprofPer)/pcs)
 	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "pitrace TraceHook (hook ioctl minus a null ioctl)", hookPer, hookPer/perfPer)
 	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "perf: "+what+" to its ring buffer", perfPer, 1.0)
 	fmt.Printf("bench: target <= 0.50 x perf: tprof %s, TraceHook %s\n", verdict(tprofPer/perfPer), verdict(hookPer/perfPer))
@@ -191,4 +201,63 @@ func perfCost(n int) (float64, string, error) {
 		return 0, "", fmt.Errorf("perf ring held fewer samples than events: the comparison would be unfair")
 	}
 	return (float64(with) - float64(base)) / float64(n), "sys_enter_getppid sample (getppid minus bare)", nil
+}
+
+// benchStacks measures the tprof path with call stacks (swtrace enable
+// callstack): the BENCH ioctl's samples are of this thread in its system
+// call, so each stack is the user stack of this Go program (frame
+// pointers), walked from the registers it entered the kernel with. It
+// returns the cost per sample and the mean PCs per stack, from the trace.
+func benchStacks(fac control.Facility, fd uintptr, b []byte) (float64, float64, error) {
+	if err := fac.Free(); err != nil {
+		return 0, 0, err
+	}
+	if err := fac.Init(control.Config{TraceBufSize: 16 << 20, MTEBufSize: 1 << 20}); err != nil {
+		return 0, 0, err
+	}
+	if err := fac.Enable([]uint16{trace.MajorUnwind}); err != nil {
+		return 0, 0, err
+	}
+	defer fac.Disable([]uint16{trace.MajorUnwind})
+	if err := fac.On(); err != nil {
+		return 0, 0, err
+	}
+	t := minOf(func() uint64 {
+		binary.LittleEndian.PutUint32(b[0:], 1)
+		binary.LittleEndian.PutUint32(b[4:], 1000)
+		if e := call(fd, "PITRACE_IOC_BENCH", b); e != 0 {
+			return ^uint64(0)
+		}
+		return binary.LittleEndian.Uint64(b[8:])
+	}, 5)
+	if err := fac.Off(); err != nil {
+		return 0, 0, err
+	}
+	if t == ^uint64(0) {
+		return 0, 0, fmt.Errorf("bench ioctl with call stacks failed")
+	}
+	file := "/tmp/bench-stacks.nrm2"
+	if err := fac.Get(file); err != nil {
+		return 0, 0, err
+	}
+	defer os.Remove(file)
+	f, err := nrm2.Open(file)
+	if err != nil {
+		return 0, 0, err
+	}
+	var stacks, pcs int
+	err = f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorUnwind && int(r.Field(1)) == unix.Gettid() {
+			stacks++
+			pcs += len(r.Str) / 8
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if stacks < 1000 {
+		return 0, 0, fmt.Errorf("bench with call stacks: %d stacks of this thread in the trace, want >= 1000", stacks)
+	}
+	return float64(t) / 1000, float64(pcs) / float64(stacks), nil
 }

@@ -238,7 +238,7 @@ func stacksExample(dir string) error {
 			return fmt.Errorf("cpuburn: %s has %.1f %% of the example's stacks, want %.0f ± 8 %%: %v", p, got, share, paths)
 		}
 	}
-	fmt.Printf("stacks: cpuburn: %d ticks, %d stacks, %d on the six paths\n", ticks, len(recs), sum)
+	fmt.Printf("stacks: cpuburn: %d ticks of the process, %d with a stack; %d folded ticks (its child too) on the six paths\n", ticks, len(recs), sum)
 	return nil
 }
 
