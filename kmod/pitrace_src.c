@@ -594,15 +594,38 @@ static u32 pt_stack_kernel(struct pt_regs *regs, u64 *pcs, u32 max,
 }
 
 /*
+ * One user frame at fp: the saved rbp and the return address, page faults
+ * disabled by the caller (a fault ends the read, it is never served).
+ */
+static bool pt_user_frame(unsigned long fp, unsigned long frame[2])
+{
+	const unsigned long __user *p = (const unsigned long __user *)fp;
+
+	if (!user_access_begin(p, 2 * sizeof(*p)))
+		return false;
+	unsafe_get_user(frame[0], p, fault);
+	unsafe_get_user(frame[1], p + 1, fault);
+	user_access_end();
+	return true;
+fault:
+	user_access_end();
+	return false;
+}
+
+/*
  * The user part: the PC, then a frame-pointer walk (saved rbp, return
  * address) with page faults disabled: a frame not in memory ends the
  * stack, nothing sleeps.  Frames must move up the stack (that also ends a
- * loop); a 32-bit task gives its PC only.
+ * loop); a 32-bit task gives its PC only.  In an NMI (event-based tprof)
+ * each frame goes through copy_from_user_nofault(), which also checks
+ * that the NMI did not come in the middle of an address-space switch; a
+ * hardirq (the timer) cannot, and reads the frames directly.
  */
 static u32 pt_stack_user(struct pt_regs *regs, u64 *pcs, u32 n, u32 max,
 			 bool *trunc)
 {
 	unsigned long fp, frame[2];
+	bool nmi = in_nmi(), ok;
 
 	if (n == max) {
 		*trunc = true;
@@ -611,9 +634,14 @@ static u32 pt_stack_user(struct pt_regs *regs, u64 *pcs, u32 n, u32 max,
 	pcs[n++] = regs->ip;
 	if (!user_64bit_mode(regs))
 		return n;
+	pagefault_disable();
 	for (fp = regs->bp; fp; fp = frame[0]) {
-		if (copy_from_user_nofault(frame, (const void __user *)fp,
-					   sizeof(frame)) || !frame[1])
+		if (nmi)
+			ok = !copy_from_user_nofault(frame,
+					(const void __user *)fp, sizeof(frame));
+		else
+			ok = pt_user_frame(fp, frame);
+		if (!ok || !frame[1])
 			break;
 		if (n == max) {
 			*trunc = true;
@@ -623,6 +651,7 @@ static u32 pt_stack_user(struct pt_regs *regs, u64 *pcs, u32 n, u32 max,
 		if (frame[0] <= fp)
 			break;
 	}
+	pagefault_enable();
 	return n;
 }
 
