@@ -674,9 +674,14 @@ static void pt_stack(struct task_struct *t, struct pt_regs *regs)
 	pcs = sc->pcs[level];
 	if (!user_mode(regs)) {
 		n = nk = pt_stack_kernel(regs, pcs, max, &trunc);
-		/* the user stack below the kernel's (none for kernel threads) */
+		/*
+		 * the user stack below the kernel's: none for kernel threads,
+		 * nor for threads that never ran in user mode (io_uring workers)
+		 */
 		regs = (t->mm && !(t->flags & PF_KTHREAD) && !trunc) ?
 			task_pt_regs(t) : NULL;
+		if (regs && !user_mode(regs))
+			regs = NULL;
 	}
 	if (regs)
 		n = pt_stack_user(regs, pcs, n, max, &trunc);

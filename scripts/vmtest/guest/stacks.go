@@ -258,7 +258,7 @@ func deepest(lines map[string]int) []string {
 func stacksDeep(dir string) error {
 	for _, depth := range []int{16, 1, trace.UnwindMaxDepth} {
 		file := filepath.Join(dir, fmt.Sprintf("deep%d.nrm2", depth))
-		pid, err := stackRun(file, depth, 8<<20, stackProg, "deep", "40", "1500")
+		pid, err := stackRun(file, depth, 8<<20, stackProg, "deep", "40", "2000")
 		if err != nil {
 			return err
 		}
@@ -321,7 +321,7 @@ func stacksDeep(dir string) error {
 // zero_read (the function that makes the system call).
 func stacksKernel(dir string) error {
 	file := filepath.Join(dir, "sys.nrm2")
-	pid, err := stackRun(file, 0, 8<<20, stackProg, "sys", "1500")
+	pid, err := stackRun(file, 0, 8<<20, stackProg, "sys", "2000")
 	if err != nil {
 		return err
 	}
