@@ -535,7 +535,7 @@ static DEFINE_PER_CPU(struct pt_cpu, pt_cpus);
 static int pt_sampling;
 static u64 pt_period_ns;
 
-/* ---- call stacks (UNWIND records, see the uapi header) -------------------- */
+/* ---- call stacks (UNWIND records, see the uapi header) ----------------- */
 
 /*
  * Sample contexts that can nest on one CPU: the hrtimer (hardirq) or the
@@ -676,7 +676,7 @@ static void pt_stack(struct task_struct *t, struct pt_regs *regs)
 		n = nk = pt_stack_kernel(regs, pcs, max, &trunc);
 		/*
 		 * the user stack below the kernel's: none for kernel threads,
-		 * nor for threads that never ran in user mode (io_uring workers)
+		 * nor for threads never in user mode (io_uring workers)
 		 */
 		regs = (t->mm && !(t->flags & PF_KTHREAD) && !trunc) ?
 			task_pt_regs(t) : NULL;
