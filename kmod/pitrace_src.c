@@ -568,7 +568,7 @@ int pt_src_stack_arg(const struct pitrace_majors *m, bool on)
  * the interrupted registers (or, for registers that are not a hardware
  * frame, from their stack pointer).
  */
-static u32 pt_stack_kernel(struct pt_regs *regs, u64 *pcs, u32 max,
+static noinline u32 pt_stack_kernel(struct pt_regs *regs, u64 *pcs, u32 max,
 			   bool *trunc)
 {
 	struct unwind_state state;
@@ -656,7 +656,7 @@ static u32 pt_stack_user(struct pt_regs *regs, u64 *pcs, u32 n, u32 max,
 }
 
 /* The UNWIND record of the sample just written (regs: interrupted). */
-static void pt_stack(struct task_struct *t, struct pt_regs *regs)
+static noinline void pt_stack(struct task_struct *t, struct pt_regs *regs)
 {
 	struct pitrace_rec_unwind f = { t->tgid, t->pid, 0 };
 	struct pt_stack_scratch *sc;
@@ -710,7 +710,9 @@ static void pt_stack_start(void)
 	WRITE_ONCE(pt_stack_max, max);
 }
 
-static void pt_sample(struct pt_regs *regs, u32 minor, u32 event)
+/* inlined: the timer path is as short as without call stacks */
+static __always_inline void pt_sample(struct pt_regs *regs, u32 minor,
+				      u32 event)
 {
 	struct task_struct *t = current;
 	struct pitrace_rec_tprof_event f;
