@@ -424,6 +424,7 @@ func stacks() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	defer stacksReset()
 	for _, t := range []struct {
 		name string
 		f    func(string) error
@@ -434,4 +435,19 @@ func stacks() error {
 	}
 	fmt.Println("stacks: ok")
 	return nil
+}
+
+// stacksReset leaves the module as the tests after these expect it: no
+// call stacks, the default depth, no buffers.
+func stacksReset() {
+	f, err := control.Open("kmod")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = f.Disable([]uint16{trace.MajorUnwind})
+	if sd, ok := f.(control.StackDepth); ok {
+		_ = sd.SetStackDepth(trace.UnwindMaxDepth)
+	}
+	_ = f.Free()
 }
