@@ -15,3 +15,12 @@ $(BIN)/itrace: examples/itrace.c
 bench-itrace: build
 	bash bench/itrace.sh
 bench: bench-itrace
+
+# The pitrace module's instruction decoder (kmod/pitrace_insn.c, used by the
+# module's single-step ITrace) swept over libc and a Go binary against
+# x86asm, the ptrace path's decoder. -count=1: the C file is outside the
+# Go package, so Go's test cache would not see it change.
+.PHONY: kitrace-insn-test
+kitrace-insn-test:
+	CGO_ENABLED=1 go test -count=1 ./libperfutil/kmodbackend/internal/insncheck/
+TEST_TARGETS += kitrace-insn-test
