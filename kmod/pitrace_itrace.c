@@ -153,11 +153,16 @@ static void ith_end(struct ith *th, u32 reason)
 static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
 		      u32 arg2)
 {
-	struct pitrace_rec_itrace_kernel r = { to, th->count, th->lastoff, arg,
-					       arg2 };
+	/* ITRACE_SYSCALL and ITRACE_SIGNAL have the same layout */
+	struct pitrace_rec_itrace_syscall r = { to, th->count, th->lastoff, arg,
+						arg2 };
+
+	BUILD_BUG_ON(sizeof(struct pitrace_rec_itrace_signal) != sizeof(r));
 	u32 len = major == PITRACE_MAJOR_ITRACE_K ? sizeof(r) :
 		  sizeof(struct pitrace_rec_itrace_block);
 
+	BUILD_BUG_ON(offsetof(struct pitrace_rec_itrace_block, from_off) !=
+		     offsetof(struct pitrace_rec_itrace_syscall, from_off));
 	ith_write(th, major, minor, &r, len);
 	th->start = to;
 	th->count = th->lastoff = 0;

@@ -695,12 +695,20 @@ struct pitrace_rec_itrace_end {		/* ITRACE_END */
 	__u32 reason;
 } PITRACE_PACKED;
 
-struct pitrace_rec_itrace_kernel {	/* ITRACE_SYSCALL (nr, dur_ns), ITRACE_SIGNAL (signo, flags) */
+struct pitrace_rec_itrace_syscall {	/* ITRACE_SYSCALL */
 	__u64 to;
 	__u32 count;
 	__u32 from_off;
-	__u32 arg;
-	__u32 arg2;
+	__u32 nr;
+	__u32 dur_ns;		/* saturates at 2^32-1 */
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_signal {	/* ITRACE_SIGNAL */
+	__u64 to;
+	__u32 count;
+	__u32 from_off;
+	__u32 signo;
+	__u32 flags;		/* PITRACE_ITRACE_SIG_HANDLER */
 } PITRACE_PACKED;
 
 #define PITRACE_ITRACE_ON_SIZE_V1	32
