@@ -24,3 +24,12 @@ bench: bench-itrace
 kitrace-insn-test:
 	CGO_ENABLED=1 go test -count=1 ./libperfutil/kmodbackend/internal/insncheck/
 TEST_TARGETS += kitrace-insn-test
+
+# ITrace through the pitrace module in the VM (scripts/vmtest/run.sh itrace):
+# the example against the host's callgrind of the same static binary,
+# ITraceOn/Off, a killed process, itrace off from another shell, rmmod
+# while tracing, a full buffer.
+.PHONY: vmtest-itrace
+vmtest-itrace:
+	bash scripts/vmtest/run.sh itrace
+TEST_TARGETS += vmtest-itrace

@@ -44,6 +44,11 @@ hardening() {
 	run harden inherit
 }
 
+if [ "$1" = itrace ]; then
+	sh /itrace-test.sh
+	exit $?
+fi
+
 if [ "$1" = harden ]; then
 	hardening
 	rmmod pitrace || fail "rmmod after the hardening tests"

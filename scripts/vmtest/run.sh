@@ -9,6 +9,7 @@
 #   scripts/vmtest/run.sh bench      the per-record cost benchmark (-icount shift=0,sleep=off)
 #   scripts/vmtest/run.sh ptt        PTT: virtualized vs raw TSC over a fixed loop (-icount)
 #   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/harden.c, -smp 2)
+#   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/itrace-guest.sh)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -121,6 +122,15 @@ gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
+if [ "$WHAT" = itrace ]; then
+	# ITrace through the module: static examples and callgrind's counts of them
+	set +e
+	bash scripts/vmtest/itrace-host.sh "$BIN" "$W" "${ITRACE_N:-3000}"
+	r=$?
+	set -e
+	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
+	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
+fi
 
 # ---- initramfs ----
 IR=$W/initramfs
@@ -133,6 +143,7 @@ done
 cp kmod/pitrace.ko "$IR/pitrace.ko"
 cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
+cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
 cat >"$IR/init" <<EOF
 #!/bin/busybox sh
 export PATH=/bin PERFINSP_BACKEND=auto HOME=/root
@@ -175,7 +186,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-sin
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
-grep -E '^(vmtest|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
+grep -E '^(vmtest|itrace|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
 # Kernel messages carry a printk time stamp; tool output in the log (for
 # example post's "WARNING: records were lost") does not.
 KPAT='\[ *[0-9]+\.[0-9]+\] .*(Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace)'
@@ -194,6 +205,7 @@ marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
 [ "$WHAT" = ptt ] && marker="PITRACE-PTT-DONE"
 [ "$WHAT" = harden ] && marker="PITRACE-HARDEN-DONE"
+[ "$WHAT" = itrace ] && marker="PITRACE-ITRACE-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2

@@ -12,6 +12,7 @@
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
+//	pitest itrace-cmp WANT GOT [FUNC...]  callgrind files: the same exclusive instructions and calls per function
 //	pitest msr                       the MSR ioctls through the msr tool's code: TSC vs rdtsc, TSC_AUX, allowlist, faults, non-root
 //	pitest pttmod [PTT]              perf metrics on the module: the Go library (tsc,page-faults) and the ptt tool PTT (default /bin/ptt) on a busy child
 package main
@@ -76,6 +77,11 @@ func main() {
 		err = pttGo()
 	case "pttmod":
 		err = pttMod(os.Args[2:])
+	case "itrace-cmp":
+		if len(os.Args) < 4 {
+			usage()
+		}
+		err = itraceCmp(os.Args[2], os.Args[3], os.Args[4:])
 	case "msr":
 		err = msrTest(os.Args[2:])
 	default:
