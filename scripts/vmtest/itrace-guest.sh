@@ -48,7 +48,7 @@ mkdir -p /tmp/itout
 run post -r /tmp/it.nrm2 -itrace --callgrind /tmp/it.cg -o /tmp/itout
 step "itrace: per-function exclusive instructions and calls = callgrind's on the host (same binary)"
 run pitest itrace-cmp /bin/itrace.cg /tmp/it.cg
-ins=$(awk '/^ *instructions/ { print $2; exit }' /tmp/itout/itrace.out)
+ins=$(sed -n 's/.*: \([0-9]*\) instructions,.*/\1/p' /tmp/itout/itrace.out | head -1)
 sed -n '1,12p' /tmp/itout/itrace.out | sed 's/^/  /'
 echo "vmtest: itrace module: ${ins:-?} instructions traced in $((t1 - t0)) ms wall (TCG)"
 
@@ -62,10 +62,13 @@ run swtrace get /tmp/onoff.nrm2
 mkdir -p /tmp/onoff
 run post -r /tmp/onoff.nrm2 -itrace --callgrind /tmp/onoff.cg -o /tmp/onoff
 run pitest itrace-cmp /bin/itrace_onoff.cg /tmp/onoff.cg traced_call
-for f in before_section after_section main; do
+for f in before_section after_section; do
 	if grep -q "$f" /tmp/onoff.cg; then fail "$f is in the trace of ITraceOn/Off around traced_call"; fi
 done
-echo "vmtest: ITraceOn/Off: traced_call only (before_section, after_section and main's own code absent)"
+# main runs only its call of traced_call and of ITraceOff while traced
+mainx=$(awk '$NF ~ /^main:/ { print $2 }' /tmp/onoff/itrace.out | head -1)
+[ -n "$mainx" ] && [ "$mainx" -lt 20 ] || fail "main ran ${mainx:-?} instructions traced, want the few around the call"
+echo "vmtest: ITraceOn/Off: traced_call exact, before_section and after_section absent, main $mainx instructions (its call and return)"
 
 step "itrace: a traced process killed mid-trace; itrace off from another shell; rmmod while tracing"
 run swtrace init -t 64M -m 2M
@@ -73,8 +76,8 @@ run swtrace on --discard
 start_stopped /bin/itrace 100000000
 run swtrace itrace on --at-exec -p "$child"
 kill -CONT "$child"
-# it is traced when its records flow
-wait_until 30 sh -c "swtrace info | grep -q 'records: [1-9]'" || true
+# traced from its exec on
+wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
 if rmmod pitrace >/tmp/out 2>&1; then fail "rmmod succeeded while a thread is traced"; fi
 echo "vmtest: rmmod while tracing refused: $(head -1 /tmp/out)"
 kill -KILL "$child"
@@ -83,16 +86,18 @@ echo "vmtest: killed mid-trace: reaped"
 start_stopped /bin/itrace 100000000
 run swtrace itrace on --at-exec -p "$child"
 kill -CONT "$child"
-sleep 0.5
+wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
 run swtrace itrace off -p "$child"
+grep -q "2 threads" /tmp/out || fail "itrace off did not stop the example's two threads"
 # untraced, 10^8 leaf calls take a few seconds of TCG; traced, hours
 wait_until 120 sh -c "! kill -0 $child" || fail "the process did not finish at native speed after itrace off"
 wait "$child" || fail "the process let go by itrace off exited $?"
 echo "vmtest: itrace off from another shell: the process went on untraced and finished"
 run swtrace off
 run swtrace get /tmp/kill.nrm2
-run post -r /tmp/kill.nrm2 -show -o /tmp/killout
-grep -c "ITRACE_END" /tmp/killout/* | head -3 | sed 's/^/  /'
+mkdir -p /tmp/killout
+run post -r /tmp/kill.nrm2 -itrace -o /tmp/killout
+sed -n '1p' /tmp/killout/itrace.out | sed 's/^/  /'
 
 step "itrace: a normal-mode buffer filled by ITrace: tracing stops and the process is let go"
 run swtrace init -t 64K -m 1M
@@ -105,6 +110,32 @@ wait "$child" || fail "exit $?"
 swtrace info | grep -i "full\|stopped" | head -2 | sed 's/^/  /'
 run swtrace off
 echo "vmtest: buffer full: the process finished untraced"
+
+step "itrace: benchmark: the same example through pitraced's ptrace path in this VM"
+# instructions/s while traced, from post's totals line of each trace
+rate() { sed -n 's/.* \([0-9]*\) instructions\/s, \([0-9]*\) records\/s.*/\1 \2/p' "$1" | head -1; }
+bpi() { sed -n 's/.*bytes: \([0-9.]*\) bytes per instruction.*/\1/p' "$1" | head -1; }
+export PERFINSP_BACKEND=daemon
+run swtrace init -t 32M -m 2M
+run swtrace on --discard
+start_stopped /bin/itrace "$N"
+run swtrace itrace on --at-exec -p "$child"
+p0=$(uptime_ms)
+kill -CONT "$child"
+wait "$child" || fail "the example traced by ptrace exited $?"
+p1=$(uptime_ms)
+run swtrace off
+run swtrace get /tmp/pt.nrm2
+unset PERFINSP_BACKEND
+mkdir -p /tmp/ptout
+run post -r /tmp/pt.nrm2 -itrace --callgrind /tmp/pt.cg -o /tmp/ptout
+run pitest itrace-cmp /bin/itrace.cg /tmp/pt.cg
+set -- $(rate /tmp/itout/itrace.out)
+mrate=$1 mrec=$2
+set -- $(rate /tmp/ptout/itrace.out)
+prate=$1 prec=$2
+[ -n "$mrate" ] && [ -n "$prate" ] && [ "$prate" -gt 0 ] || fail "no rates in post's totals"
+echo "vmtest: itrace bench (TCG, same example, same VM): module $mrate instructions/s ($mrec records/s, $(bpi /tmp/itout/itrace.out) bytes/instruction, $((t1 - t0)) ms wall); ptrace $prate instructions/s ($prec records/s, $(bpi /tmp/ptout/itrace.out) bytes/instruction, $((p1 - p0)) ms wall); module/ptrace $(awk -v a="$mrate" -v b="$prate" 'BEGIN { printf "%.1f", a / b }')x"
 
 step "itrace: rmmod after tracing"
 wait_until 30 rmmod pitrace || fail "rmmod after ITrace"
