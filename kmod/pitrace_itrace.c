@@ -396,6 +396,16 @@ static void ith_sys_enter(void *data, struct pt_regs *regs, long id)
 	raw_spin_unlock_irqrestore(&ith_lock, flags);
 }
 
+static struct ith_pend *ith_find_pending(pid_t tgid)
+{
+	struct ith_pend *p;
+
+	list_for_each_entry(p, &ith_pend_list, node)
+		if (p->tgid == tgid)
+			return p;
+	return NULL;
+}
+
 static bool ith_take_pending(pid_t tgid, bool *follow)
 {
 	struct ith_pend *p;
@@ -506,8 +516,9 @@ static void ith_exit(void *data, struct task_struct *p)
 {
 	unsigned long flags;
 	struct ith *th;
+	bool follow;
 
-	if (!READ_ONCE(ith_nthreads))
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
 		return;
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(p);
@@ -515,6 +526,9 @@ static void ith_exit(void *data, struct task_struct *p)
 		ith_end(th, PITRACE_ITRACE_END_EXIT);
 		ith_unhash(th);
 	}
+	/* a process that waited for an exec and ends without one */
+	if (ith_npend && !atomic_read(&p->signal->live))
+		ith_take_pending(p->tgid, &follow);
 	raw_spin_unlock_irqrestore(&ith_lock, flags);
 }
 
@@ -658,8 +672,13 @@ static int ith_add_process(pid_t pid, u32 flags)
 		put_task_struct(p);
 		e->follow = follow;
 		raw_spin_lock_irqsave(&ith_lock, f);
-		list_add(&e->node, &ith_pend_list);
-		ith_npend++;
+		if (ith_find_pending(e->tgid)) {
+			ith_find_pending(e->tgid)->follow = follow;
+			kfree(e);
+		} else {
+			list_add(&e->node, &ith_pend_list);
+			ith_npend++;
+		}
 		raw_spin_unlock_irqrestore(&ith_lock, f);
 		return 1;
 	}
