@@ -33,10 +33,10 @@
  * Stopping.  A stopped thread (off, tracing off, buffer full) is marked
  * stale; its next trap clears TF and frees it.  A thread inside a signal
  * handler stays stepped, silently, until the handler returns: its frame
- * holds TF.  Each thread entry holds a module reference, dropped in an RCU
- * callback when the entry is freed, so rmmod is refused ("in use") while a
- * thread may still trap, and module exit's rcu_barrier() waits for the
- * last callback.
+ * holds TF.  Each thread entry (and each process waiting for its exec)
+ * holds a module reference, dropped in an RCU callback when the entry is
+ * freed, so rmmod is refused ("in use") while a thread may still trap, and
+ * module exit's rcu_barrier() waits for the last callback.
  */
 #include <linux/hashtable.h>
 #include <linux/kdebug.h>
@@ -406,27 +406,29 @@ static struct ith_pend *ith_find_pending(pid_t tgid)
 	return NULL;
 }
 
+/*
+ * Take tgid's pending entry off the list.  Its module reference passes to
+ * the caller, who drops it (module_put) only after taking the thread's
+ * own: the count never touches 0 in between.
+ */
 static bool ith_take_pending(pid_t tgid, bool *follow)
 {
-	struct ith_pend *p;
+	struct ith_pend *p = ith_find_pending(tgid);
 
-	list_for_each_entry(p, &ith_pend_list, node) {
-		if (p->tgid == tgid) {
-			*follow = p->follow;
-			list_del(&p->node);
-			kfree(p);
-			ith_npend--;
-			return true;
-		}
-	}
-	return false;
+	if (!p)
+		return false;
+	*follow = p->follow;
+	list_del(&p->node);
+	kfree(p);
+	ith_npend--;
+	return true;
 }
 
 static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 {
 	unsigned long flags;
 	struct ith *th;
-	bool follow;
+	bool follow, put = false;
 
 	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
 		return;
@@ -448,15 +450,18 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 	} else if (!th && ith_npend && ret == 0 &&
 		   (regs->orig_ax == __NR_execve ||
 		    regs->orig_ax == __NR_execveat) &&
-		   ith_take_pending(current->tgid, &follow) &&
-		   READ_ONCE(pt_active)) {
-		th = ith_new(current, follow, GFP_ATOMIC);
+		   ith_take_pending(current->tgid, &follow)) {
+		th = READ_ONCE(pt_active) ?
+		     ith_new(current, follow, GFP_ATOMIC) : NULL;
 		if (th) {
 			ith_hash_add(th);
 			ith_start(th, regs, PITRACE_ITRACE_START_EXEC);
 		}
+		put = true;	/* the pending entry's reference */
 	}
 	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	if (put)
+		module_put(THIS_MODULE);
 }
 
 static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
@@ -470,7 +475,8 @@ static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
 		return;
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(current);
-	if (th && th->state != ITH_PENDING && !th->work_queued) {
+	/* a stopped thread's handler runs untraced; its frame keeps TF */
+	if (th && th->state == ITH_ON && !th->work_queued) {
 		init_task_work(&th->work, ith_work_fn);
 		if (!task_work_add(current, &th->work, TWA_RESUME)) {
 			th->work_queued = true;
@@ -516,7 +522,7 @@ static void ith_exit(void *data, struct task_struct *p)
 {
 	unsigned long flags;
 	struct ith *th;
-	bool follow;
+	bool follow, put = false;
 
 	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
 		return;
@@ -528,8 +534,10 @@ static void ith_exit(void *data, struct task_struct *p)
 	}
 	/* a process that waited for an exec and ends without one */
 	if (ith_npend && !atomic_read(&p->signal->live))
-		ith_take_pending(p->tgid, &follow);
+		put = ith_take_pending(p->tgid, &follow);
 	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	if (put)
+		module_put(THIS_MODULE);
 }
 
 static struct {
@@ -676,6 +684,7 @@ static int ith_add_process(pid_t pid, u32 flags)
 			ith_find_pending(e->tgid)->follow = follow;
 			kfree(e);
 		} else {
+			__module_get(THIS_MODULE);	/* ioctl: the fd holds one */
 			list_add(&e->node, &ith_pend_list);
 			ith_npend++;
 		}
@@ -812,7 +821,7 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 	unsigned long flags;
 	struct hlist_node *tmp;
 	struct ith *th;
-	int bkt, i;
+	int bkt, i, npend_put = 0;
 
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	hash_for_each_safe(ith_hash, bkt, tmp, th, hn) {
@@ -844,9 +853,24 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 			list_del(&p->node);
 			kfree(p);
 			ith_npend--;
+			npend_put++;
 		}
 	}
 	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	while (npend_put--)	/* process context with the fd's reference */
+		module_put(THIS_MODULE);
+}
+
+/*
+ * pt.lock held: with no thread left and no process waiting, detach the
+ * notifier and the tracepoints (sys_enter/sys_exit make every system call
+ * of the machine take the slow path while attached).  Only ITRACE_ON adds
+ * entries then (under pt.lock), so none can appear meanwhile.
+ */
+static void ith_maybe_unhook(void)
+{
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
+		ith_unhook();
 }
 
 long pt_itrace_off(struct pitrace_itrace_off *a)
@@ -866,6 +890,7 @@ long pt_itrace_off(struct pitrace_itrace_off *a)
 	a->instructions = a->records = 0;
 	ith_stop(a, pids);
 	kfree(pids);
+	ith_maybe_unhook();
 	return 0;
 }
 
@@ -873,6 +898,7 @@ long pt_itrace_off(struct pitrace_itrace_off *a)
 void pt_itrace_stop_all(void)
 {
 	ith_stop(NULL, NULL);
+	ith_maybe_unhook();
 }
 
 void pt_itrace_exit(void)

@@ -70,6 +70,35 @@ mainx=$(awk '$NF ~ /^main:/ { print $2 }' /tmp/onoff/itrace.out | head -1)
 [ -n "$mainx" ] && [ "$mainx" -lt 20 ] || fail "main ran ${mainx:-?} instructions traced, want the few around the call"
 echo "vmtest: ITraceOn/Off: traced_call exact, before_section and after_section absent, main $mainx instructions (its call and return)"
 
+step "itrace: ITraceOn/ITraceOff from Go (libperfutil/itrace) on the module"
+run swtrace init -t 8M -m 1M
+run swtrace on --discard
+run env GODEBUG=asyncpreemptoff=1 pitest itrace-go
+run swtrace off
+
+step "itrace: continuous mode with an ITrace several times the buffers: 0 lost, or every loss counted"
+run swtrace init -t 64K -m 64K
+run swtrace mode cont -f /tmp/cont.nrm2
+run swtrace on --discard
+start_stopped /bin/itrace "$N"
+run swtrace itrace on --at-exec -p "$child"
+kill -CONT "$child"
+wait "$child" || fail "the example exited $?"
+run swtrace off
+lost=$(sed -n 's/.*tracing off: [0-9]* records, \([0-9]*\) lost.*/\1/p' /tmp/out)
+run swtrace mode normal
+size=$(stat -c %s /tmp/cont.nrm2)
+[ "$size" -gt $((2 * 2 * 65536)) ] || fail "the cont stream holds $size bytes, not more than the buffers"
+mkdir -p /tmp/contout
+run post -r /tmp/cont.nrm2 -itrace --callgrind /tmp/cont.cg -o /tmp/contout
+if [ "${lost:-x}" = 0 ]; then
+	run pitest itrace-cmp /bin/itrace.cg /tmp/cont.cg
+	echo "vmtest: cont mode: 0 lost, the counts are callgrind's"
+else
+	grep -qi "lost" /tmp/out /tmp/contout/itrace.out || fail "$lost records lost in cont mode but post does not say so"
+	echo "vmtest: cont mode: $lost records lost, and counted"
+fi
+
 step "itrace: a traced process killed mid-trace; itrace off from another shell; rmmod while tracing"
 run swtrace init -t 64M -m 2M
 run swtrace on --discard

@@ -58,3 +58,43 @@ func itraceCmp(want, got string, funcs []string) error {
 	}
 	return nil
 }
+
+var itraceSink uint64
+
+//go:noinline
+func itraceWork(n int) {
+	for i := 0; i < n; i++ {
+		itraceSink += uint64(i) * 3
+	}
+}
+
+// itraceGo brackets one call with the Go library's ITraceOn/ITraceOff on
+// the module (tracing must be on): the module must report exactly one
+// thread stopped and at least the loop's instructions (5 per iteration:
+// the loop body compiles to no fewer), and fewer than the loop plus the
+// library's own on/off path could ever take.
+func itraceGo() error {
+	const n = 20000
+	if b, err := pitrace.Backend(""); err != nil || b != "kmod" {
+		return fmt.Errorf("itrace backend %q (%v), want kmod", b, err)
+	}
+	if err := pitrace.ITraceOn(); err != nil {
+		return err
+	}
+	itraceWork(n)
+	r, err := pitrace.ITraceOff()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("itrace: Go ITraceOn/Off around one call: %d threads, %d instructions, %d records\n", r.Threads, r.Instructions, r.Records)
+	if r.Threads != 1 {
+		return fmt.Errorf("ITraceOff stopped %d threads, want 1 (the caller)", r.Threads)
+	}
+	if r.Instructions < 5*n || r.Instructions > 5*n+200000 {
+		return fmt.Errorf("%d instructions traced for a %d-iteration loop", r.Instructions, n)
+	}
+	if _, err := pitrace.ITraceOff(); err == nil {
+		return fmt.Errorf("a second ITraceOff succeeded")
+	}
+	return nil
+}
