@@ -75,6 +75,7 @@ run swtrace init -t 8M -m 1M
 run swtrace on --discard
 run env GODEBUG=asyncpreemptoff=1 pitest itrace-go
 run swtrace off
+run swtrace free
 
 step "itrace: continuous mode with an ITrace several times the buffers: 0 lost, or every loss counted"
 run swtrace init -t 64K -m 64K
@@ -86,6 +87,7 @@ kill -CONT "$child"
 wait "$child" || fail "the example exited $?"
 run swtrace off
 lost=$(sed -n 's/.*tracing off: [0-9]* records, \([0-9]*\) lost.*/\1/p' /tmp/out)
+run swtrace free
 run swtrace mode normal
 size=$(stat -c %s /tmp/cont.nrm2)
 [ "$size" -gt $((2 * 2 * 65536)) ] || fail "the cont stream holds $size bytes, not more than the buffers"
@@ -165,6 +167,9 @@ set -- $(rate /tmp/ptout/itrace.out)
 prate=$1 prec=$2
 [ -n "$mrate" ] && [ -n "$prate" ] && [ "$prate" -gt 0 ] || fail "no rates in post's totals"
 echo "vmtest: itrace bench (TCG, same example, same VM): module $mrate instructions/s ($mrec records/s, $(bpi /tmp/itout/itrace.out) bytes/instruction, $((t1 - t0)) ms wall); ptrace $prate instructions/s ($prec records/s, $(bpi /tmp/ptout/itrace.out) bytes/instruction, $((p1 - p0)) ms wall); module/ptrace $(awk -v a="$mrate" -v b="$prate" 'BEGIN { printf "%.1f", a / b }')x"
+
+step "itrace: ITRACE_ON racing exits (harden itraceexit, 500 processes)"
+run harden itraceexit 500
 
 step "itrace: rmmod after tracing"
 wait_until 30 rmmod pitrace || fail "rmmod after ITrace"
