@@ -51,6 +51,13 @@ run pitest itrace-cmp /bin/itrace.cg /tmp/it.cg
 ins=$(sed -n 's/.*: \([0-9]*\) instructions,.*/\1/p' /tmp/itout/itrace.out | head -1)
 sed -n '1,12p' /tmp/itout/itrace.out | sed 's/^/  /'
 echo "vmtest: itrace module: ${ins:-?} instructions traced in $((t1 - t0)) ms wall (TCG)"
+step "itrace: post --itrace-folded / --itrace-pprof carry instructions"
+run post -r /tmp/it.nrm2 --itrace-folded /tmp/it.folded --itrace-pprof /tmp/it.pb.gz -o /tmp/itout
+sum=$(awk '{ s += $NF } END { print s }' /tmp/it.folded)
+[ "$sum" = "$ins" ] || fail "the folded stacks sum to $sum instructions, itrace.out says $ins"
+grep -q ';main;leaf_loop;leaf ' /tmp/it.folded || fail "no main;leaf_loop;leaf stack in the folded file"
+[ -s /tmp/it.pb.gz ] || fail "no pprof profile"
+echo "vmtest: folded stacks sum to the $ins traced instructions; $(grep -c . /tmp/it.folded) stacks; pprof $(stat -c %s /tmp/it.pb.gz) bytes"
 
 step "itrace: ITraceOn/ITraceOff (C, libperfutil) around one call trace exactly that call"
 run swtrace init -t 8M -m 1M
