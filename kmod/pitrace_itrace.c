@@ -110,18 +110,16 @@ static bool ith_write(struct ith *th, u16 major, u32 minor, const void *f,
 	if (__this_cpu_read(ith_last) != key) {
 		struct pitrace_rec_itrace_thread t = { th->pid, th->tid };
 
+		th->records++;	/* written, or counted lost by the buffer */
 		if (!pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_ITRACE_U,
 			      PITRACE_ITRACE_THREAD, PITRACE_LAYOUT_FIXED, &t,
 			      sizeof(t), NULL, 0))
 			return false;
 		__this_cpu_write(ith_last, key);
-		th->records++;
 	}
-	if (!pt_write(PITRACE_KIND_TRACE, major, minor, PITRACE_LAYOUT_FIXED, f,
-		      len, NULL, 0))
-		return false;
 	th->records++;
-	return true;
+	return pt_write(PITRACE_KIND_TRACE, major, minor, PITRACE_LAYOUT_FIXED,
+			f, len, NULL, 0);
 }
 
 static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)

@@ -655,7 +655,7 @@ struct pitrace_itrace_off {
 	__u32 threads;		/* out: threads stopped */
 	__u32 reserved;		/* must be 0 */
 	__u64 instructions;	/* out: instructions the stopped threads ran traced */
-	__u64 records;		/* out: ITrace records written for them */
+	__u64 records;		/* out: ITrace records they wrote (in the buffers, or counted lost) */
 };
 
 /* ITrace record fields (packed; minors in docs/trace-format.md) */

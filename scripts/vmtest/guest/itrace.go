@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
 )
 
 // The bundled example's own functions (examples/itrace.c): the ones whose
@@ -96,5 +98,26 @@ func itraceGo() error {
 	if _, err := pitrace.ITraceOff(); err == nil {
 		return fmt.Errorf("a second ITraceOff succeeded")
 	}
+	return nil
+}
+
+// itraceCount prints the ITrace records of a trace file and the trace
+// buffers' lost records: "itrace-count: records N lost M".
+func itraceCount(path string) error {
+	f, err := nrm2.Open(path)
+	if err != nil {
+		return err
+	}
+	n := 0
+	if err := f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorITraceU || r.Major == trace.MajorITraceK {
+			n++
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	lost, _ := f.Lost()
+	fmt.Printf("itrace-count: records %d lost %d\n", n, lost)
 	return nil
 }

@@ -12,6 +12,7 @@
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
+//	pitest itrace-count FILE         ITrace records in FILE and the trace buffers' lost records
 //	pitest itrace-go                 the Go library's ITraceOn/ITraceOff on the module around one call
 //	pitest itrace-cmp WANT GOT [FUNC...]  callgrind files: the same exclusive instructions and calls per function
 //	pitest msr                       the MSR ioctls through the msr tool's code: TSC vs rdtsc, TSC_AUX, allowlist, faults, non-root
@@ -78,6 +79,11 @@ func main() {
 		err = pttGo()
 	case "pttmod":
 		err = pttMod(os.Args[2:])
+	case "itrace-count":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		err = itraceCount(os.Args[2])
 	case "itrace-go":
 		err = itraceGo()
 	case "itrace-cmp":
