@@ -105,9 +105,13 @@ run swtrace enable tprof
 run pitest itrace-count /tmp/cont.nrm2
 set -- $(sed -n 's/itrace-count: records \([0-9]*\) lost \([0-9]*\)/\1 \2/p' /tmp/out)
 infile=$1 clost=$2
-[ -n "$written" ] && [ $((infile + clost)) -eq "$written" ] ||
+# Every ITrace record missing from the file is counted lost; the lost
+# count may also hold a few of the facility's own records (TRACE_OFF and
+# segment time stamps of a full buffer), at most 4 per CPU.
+missing=$(( ${written:-0} - ${infile:-0} ))
+[ -n "$written" ] && [ "$missing" -ge 0 ] && [ "$missing" -le "$clost" ] && [ $((clost - missing)) -le 8 ] ||
 	fail "the module wrote ${written:-?} ITrace records; the file holds $infile and counts $clost lost"
-echo "vmtest: cont mode: the module wrote $written ITrace records: $infile in the $(stat -c %s /tmp/cont.nrm2)-byte stream, $clost counted lost"
+echo "vmtest: cont mode: the module wrote $written ITrace records: $infile in the $(stat -c %s /tmp/cont.nrm2)-byte stream, the $missing others counted among $clost lost"
 
 step "itrace: a traced process killed mid-trace; itrace off from another shell; rmmod while tracing"
 run swtrace init -t 64M -m 2M
