@@ -5,9 +5,11 @@
 #   (1) plain run (the hooks are glibc's empty ones),
 #   (2) under libhookit (HOOKIT_METRIC=task-clock, the default, and rdtsc),
 #   (3) under `uftrace record`.
-# Prints ns per call over the plain run (the recording run only; the
-# reports are timed apart) and bytes written per call. Each timing is the
-# median of RUNS runs.
+# Prints, per call over the plain run, the CPU time (user + system of the
+# run and its children: what the recording costs the machine, and the
+# figure that stays put on a loaded host) and the wall time, and the bytes
+# written per call. Each figure is the median of RUNS runs; the spread
+# (min..max of the CPU ns/call) is printed beside it.
 #
 #   bench/callflow.sh [N=5000000] [RUNS=3]
 set -euo pipefail
@@ -15,34 +17,51 @@ cd "$(dirname "$0")/.."
 N=${1:-5000000}
 RUNS=${2:-3}
 command -v uftrace >/dev/null || { echo "bench: uftrace is not installed (apt-get install uftrace; scripts/deps/callflow.txt)"; exit 1; }
+[ -x /usr/bin/time ] || { echo "bench: /usr/bin/time is not installed (apt-get install time; scripts/deps/callflow.txt)"; exit 1; }
 make -s hookit >/dev/null
 go build -o bin/ ./tools/hookit
-EX=bin/callflow
+EX=$PWD/bin/callflow
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-now() { date +%s%N; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# run NAME DIR cmd...: RUNS runs; each appends "wall_ns cpu_ns" to $tmp/NAME.
+run() {
+	local name=$1 dir=$2
+	shift 2
+	for _ in $(seq "$RUNS"); do
+		rm -rf "$dir"
+		/usr/bin/time -o "$tmp/t" -f "%e %U %S" "$@" >/dev/null 2>&1
+		awk '{printf "%.0f %.0f\n", $1 * 1e9, ($2 + $3) * 1e9}' "$tmp/t" >>"$tmp/$name"
+	done
+}
+med() { cut -d' ' -f"$2" "$tmp/$1" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+lo() { cut -d' ' -f"$2" "$tmp/$1" | sort -n | head -1; }
+hi() { cut -d' ' -f"$2" "$tmp/$1" | sort -n | tail -1; }
 
-plain=$(for _ in $(seq "$RUNS"); do s=$(now); $EX "$N" >/dev/null; echo $(( $(now) - s )); done | median)
-declare -A hk hkbytes
+run plain "$tmp/none" "$EX" "$N"
+declare -A bytes
 for m in task-clock rdtsc; do
-	hk[$m]=$(for _ in $(seq "$RUNS"); do rm -rf "$tmp/hk"; s=$(now); HOOKIT_DIR=$tmp/hk HOOKIT_METRIC=$m LD_PRELOAD=$PWD/bin/libhookit.so $EX "$N" >/dev/null; echo $(( $(now) - s )); done | median)
-	hkbytes[$m]=$(du -sb --apparent-size "$tmp/hk" | cut -f1)
+	run "hk-$m" "$tmp/hk" env HOOKIT_DIR="$tmp/hk" HOOKIT_METRIC=$m LD_PRELOAD="$PWD/bin/libhookit.so" "$EX" "$N"
+	bytes[$m]=$(du -sb --apparent-size "$tmp/hk" | cut -f1)
 done
-s=$(now); bin/hookit report -i "$tmp/hk" >/dev/null; rep=$(( $(now) - s ))
+s=$(date +%s%N); bin/hookit report -i "$tmp/hk" >/dev/null; rep=$(( $(date +%s%N) - s ))
 calls=$(awk '$1 ~ /^[0-9]+$/ && NF >= 6 {c += $1} END {print c}' "$tmp/hk/log-gen")
-uf=$(for _ in $(seq "$RUNS"); do rm -rf "$tmp/uf"; s=$(now); uftrace record -d "$tmp/uf" $EX "$N" >/dev/null 2>&1; echo $(( $(now) - s )); done | median)
-ufbytes=$(du -sb --apparent-size "$tmp/uf" | cut -f1)
+run uftrace "$tmp/uf" uftrace record -d "$tmp/uf" "$EX" "$N"
+bytes[uftrace]=$(du -sb --apparent-size "$tmp/uf" | cut -f1)
 
-percall() { awk -v t="$1" -v p="$plain" -v c="$calls" 'BEGIN {printf "%.1f", (t - p) / c}'; }
-perb() { awk -v b="$1" -v c="$calls" 'BEGIN {printf "%.1f", b / c}'; }
+pc() { awk -v t="$1" -v p="$2" -v c="$calls" 'BEGIN {printf "%.1f", (t - p) / c}'; }
 echo "callflow overhead: bin/callflow $N ($calls calls), median of $RUNS runs, $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
-printf "%-28s %12s %12s %14s\n" "" "run ms" "ns/call" "bytes/call"
-printf "%-28s %12.1f %12s %14s\n" "plain" "$(awk -v t=$plain 'BEGIN{print t/1e6}')" "-" "-"
-for m in task-clock rdtsc; do
-	printf "%-28s %12.1f %12s %14s\n" "run.hookit -m $m" "$(awk -v t=${hk[$m]} 'BEGIN{print t/1e6}')" "$(percall ${hk[$m]})" "$(perb ${hkbytes[$m]})"
+printf "%-26s %10s %10s %24s %13s %11s\n" "" "cpu ms" "wall ms" "cpu ns/call" "wall ns/call" "bytes/call"
+printf "%-26s %10.1f %10.1f %24s %13s %11s\n" "plain" "$(awk -v t="$(med plain 2)" 'BEGIN{print t/1e6}')" "$(awk -v t="$(med plain 1)" 'BEGIN{print t/1e6}')" - - -
+pcpu=$(med plain 2)
+pwall=$(med plain 1)
+for r in hk-task-clock hk-rdtsc uftrace; do
+	case $r in hk-*) label="run.hookit -m ${r#hk-}"; b=${bytes[${r#hk-}]} ;; *) label="uftrace record"; b=${bytes[uftrace]} ;; esac
+	printf "%-26s %10.1f %10.1f %24s %13s %11s\n" "$label" "$(awk -v t="$(med $r 2)" 'BEGIN{print t/1e6}')" "$(awk -v t="$(med $r 1)" 'BEGIN{print t/1e6}')" \
+		"$(pc "$(med $r 2)" "$pcpu") ($(pc "$(lo $r 2)" "$pcpu")..$(pc "$(hi $r 2)" "$pcpu"))" "$(pc "$(med $r 1)" "$pwall")" "$(awk -v b="$b" -v c="$calls" 'BEGIN {printf "%.1f", b / c}')"
 done
-printf "%-28s %12.1f %12s %14s\n" "uftrace record" "$(awk -v t=$uf 'BEGIN{print t/1e6}')" "$(percall $uf)" "$(perb $ufbytes)"
-awk -v a="${hk[task-clock]}" -v b="$uf" -v p="$plain" 'BEGIN {printf "hookit (task-clock) / uftrace per-call cost: %.2f (target <= 0.33)\n", (a - p) / (b - p)}'
+for m in task-clock rdtsc; do
+	awk -v a="$(med hk-$m 2)" -v b="$(med uftrace 2)" -v p="$pcpu" -v wa="$(med hk-$m 1)" -v wb="$(med uftrace 1)" -v wp="$pwall" -v m=$m \
+		'BEGIN {printf "hookit (%s) / uftrace per-call cost: cpu %.2f, wall %.2f (target <= 0.33)\n", m, (a - p) / (b - p), (wa - wp) / (wb - wp)}'
+done
 echo "hookit report (log-rt, log-gen, pprof, folded, Chrome trace): $(( rep / 1000000 )) ms"

@@ -4,11 +4,13 @@
  * one time in three, so hot's callers are c (2/3 of its calls) and x (1/3).
  * hot() does the work; the others are thin frames.
  *
- *   hotspot-example [SECONDS [WORK [noreturn]]]   run for SECONDS (default 5) of wall time
+ *   hotspot-example [SECONDS [WORK [noreturn|sleepy]]]   run for SECONDS (default 5) of wall time
  *
  * With "noreturn" the loop runs in loop_forever(), which never returns: it
  * prints and exits from inside (a caller the walk meets that is entered
- * once and never returns).
+ * once and never returns). With "sleepy" c() also sleeps 200 us after each
+ * call of hot(): c's wall time per call is then far above its CPU time
+ * (hotspot -m task-clock tells them apart).
  *
  * At the end it prints how many calls each function got (the count a full
  * entry/exit instrumentation would hook) and the CPU time it used (probe
@@ -25,6 +27,7 @@
 static volatile unsigned long sink;
 static unsigned long work = 200000;
 static unsigned long n_hot, n_a, n_b, n_c, n_x;
+static int sleepy;
 
 NOINLINE void hot(void)
 {
@@ -40,6 +43,11 @@ NOINLINE void c(void)
 {
 	n_c++;
 	hot();
+	if (sleepy) {
+		struct timespec ts = { 0, 200000 };
+
+		nanosleep(&ts, NULL);
+	}
 	sink++;		/* no tail call: c stays hot's caller */
 }
 
@@ -112,6 +120,7 @@ int main(int argc, char **argv)
 
 	if (argc > 2)
 		work = strtoul(argv[2], NULL, 0);
+	sleepy = argc > 3 && strcmp(argv[3], "sleepy") == 0;
 	end = now() + secs;
 	if (argc > 3 && strcmp(argv[3], "noreturn") == 0)
 		loop_forever(end);

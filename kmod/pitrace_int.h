@@ -74,6 +74,7 @@ void pt_describe_live(bool segments);
 int pt_tprof_check_event(u32 type, u64 config, u64 period);
 u32 pt_src_features(void);
 u64 pt_bench_tprof(u32 count);
+int pt_src_stack_arg(const struct pitrace_majors *m, bool on);
 int pt_src_cpu_online(unsigned int cpu);
 int pt_src_cpu_offline(unsigned int cpu);
 

@@ -210,6 +210,8 @@ static long pt_ioc_majors(const struct pitrace_majors *m, bool on)
 
 	if (pt.state == PITRACE_STATE_ON)
 		return -EBUSY;
+	if (pt_src_stack_arg(m, on))	/* the depth limit: pitrace_src.c */
+		return -EINVAL;
 	for (i = 0; i < 4; i++) {
 		if (on)
 			pt.enabled[i] |= m->mask[i];

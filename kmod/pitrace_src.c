@@ -42,8 +42,10 @@
 #include <linux/tracepoint.h>
 #include <linux/utsname.h>
 #include <linux/vmalloc.h>
+#include <linux/uaccess.h>
 #include <asm/irq_regs.h>
 #include <asm/msr.h>
+#include <asm/unwind.h>
 
 #include "pitrace_int.h"
 
@@ -533,7 +535,184 @@ static DEFINE_PER_CPU(struct pt_cpu, pt_cpus);
 static int pt_sampling;
 static u64 pt_period_ns;
 
-static void pt_sample(struct pt_regs *regs, u32 minor, u32 event)
+/* ---- call stacks (UNWIND records, see the uapi header) ----------------- */
+
+/*
+ * Sample contexts that can nest on one CPU: the hrtimer (hardirq) or the
+ * benchmark (irqs off), and an NMI of event-based tprof over either.
+ */
+#define PT_STACK_NEST	2
+
+struct pt_stack_scratch {
+	int nest;
+	u64 pcs[PT_STACK_NEST][PITRACE_MAX_STACK];
+};
+
+static struct pt_stack_scratch __percpu *pt_stack_scratch;
+static u32 pt_stack_depth = PITRACE_MAX_STACK;	/* ENABLE's stack_depth */
+static u32 pt_stack_max;	/* at on: the limit, bounded by a segment */
+
+/* ENABLE's stack_depth (pt.lock held, tracing off). */
+int pt_src_stack_arg(const struct pitrace_majors *m, bool on)
+{
+	if (m->reserved || m->stack_depth > PITRACE_MAX_STACK)
+		return -EINVAL;
+	if (on && m->stack_depth)
+		pt_stack_depth = m->stack_depth;
+	return 0;
+}
+
+/*
+ * The kernel part, as perf_callchain_kernel() takes it: the interrupted
+ * PC, then the unwinder's return addresses (ORC on Debian's kernels) from
+ * the interrupted registers (or, for registers that are not a hardware
+ * frame, from their stack pointer).
+ */
+static noinline u32 pt_stack_kernel(struct pt_regs *regs, u64 *pcs, u32 max,
+			   bool *trunc)
+{
+	struct unwind_state state;
+	unsigned long addr;
+	u32 n = 0;
+
+	pcs[n++] = regs->ip;
+	if (regs->flags & X86_EFLAGS_FIXED)
+		unwind_start(&state, current, regs, NULL);
+	else
+		unwind_start(&state, current, NULL, (unsigned long *)regs->sp);
+	for (; !unwind_done(&state); unwind_next_frame(&state)) {
+		addr = unwind_get_return_address(&state);
+		if (!addr)
+			break;
+		if (n == max) {
+			*trunc = true;
+			break;
+		}
+		pcs[n++] = addr;
+	}
+	return n;
+}
+
+/*
+ * One user frame at fp: the saved rbp and the return address, page faults
+ * disabled by the caller (a fault ends the read, it is never served).
+ */
+static bool pt_user_frame(unsigned long fp, unsigned long frame[2])
+{
+	const unsigned long __user *p = (const unsigned long __user *)fp;
+
+	if (!user_access_begin(p, 2 * sizeof(*p)))
+		return false;
+	unsafe_get_user(frame[0], p, fault);
+	unsafe_get_user(frame[1], p + 1, fault);
+	user_access_end();
+	return true;
+fault:
+	user_access_end();
+	return false;
+}
+
+/*
+ * The user part: the PC, then a frame-pointer walk (saved rbp, return
+ * address) with page faults disabled: a frame not in memory ends the
+ * stack, nothing sleeps.  Frames must move up the stack (that also ends a
+ * loop); a 32-bit task gives its PC only.  In an NMI (event-based tprof)
+ * each frame goes through copy_from_user_nofault(), which also checks
+ * that the NMI did not come in the middle of an address-space switch; a
+ * hardirq (the timer) cannot, and reads the frames directly.
+ */
+static u32 pt_stack_user(struct pt_regs *regs, u64 *pcs, u32 n, u32 max,
+			 bool *trunc)
+{
+	unsigned long fp, frame[2];
+	bool nmi = in_nmi(), ok;
+
+	if (n == max) {
+		*trunc = true;
+		return n;
+	}
+	pcs[n++] = regs->ip;
+	if (!user_64bit_mode(regs))
+		return n;
+	pagefault_disable();
+	for (fp = regs->bp; fp; fp = frame[0]) {
+		if (nmi)
+			ok = !copy_from_user_nofault(frame,
+					(const void __user *)fp, sizeof(frame));
+		else
+			ok = pt_user_frame(fp, frame);
+		if (!ok || !frame[1])
+			break;
+		if (n == max) {
+			*trunc = true;
+			break;
+		}
+		pcs[n++] = frame[1];
+		if (frame[0] <= fp)
+			break;
+	}
+	pagefault_enable();
+	return n;
+}
+
+/* The UNWIND record of the sample just written (regs: interrupted). */
+static noinline void pt_stack(struct task_struct *t, struct pt_regs *regs)
+{
+	struct pitrace_rec_unwind f = { t->tgid, t->pid, 0 };
+	struct pt_stack_scratch *sc;
+	u32 n = 0, nk = 0, max = READ_ONCE(pt_stack_max);
+	bool trunc = false;
+	int level;
+	u64 *pcs;
+
+	if (!regs || !max)
+		return;
+	sc = this_cpu_ptr(pt_stack_scratch);
+	level = this_cpu_inc_return(pt_stack_scratch->nest) - 1;
+	if (level >= PT_STACK_NEST)
+		goto out;
+	pcs = sc->pcs[level];
+	if (!user_mode(regs)) {
+		n = nk = pt_stack_kernel(regs, pcs, max, &trunc);
+		/*
+		 * the user stack below the kernel's: none for kernel threads,
+		 * nor for threads never in user mode (io_uring workers)
+		 */
+		regs = (t->mm && !(t->flags & PF_KTHREAD) && !trunc) ?
+			task_pt_regs(t) : NULL;
+		if (regs && !user_mode(regs))
+			regs = NULL;
+	}
+	if (regs)
+		n = pt_stack_user(regs, pcs, n, max, &trunc);
+	f.flags = (nk << PITRACE_UNWIND_KERN_SHIFT) |
+		  (trunc ? PITRACE_UNWIND_TRUNCATED : 0);
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_UNWIND, PITRACE_UNWIND_TICK,
+		 PITRACE_LAYOUT_BYTES, &f, sizeof(f), (const char *)pcs,
+		 n * sizeof(u64));
+out:
+	this_cpu_dec(pt_stack_scratch->nest);
+}
+
+/* At on: stacks wanted, and the most PCs one trace segment holds. */
+static void pt_stack_start(void)
+{
+	u32 room, max = 0;
+
+	if (pt_stack_scratch && pt.set &&
+	    pt_major_enabled(PITRACE_MAJOR_UNWIND)) {
+		/* a segment: TIME_HIGH, LOST, BUFFER_FULL and the record */
+		room = pt.set->trace[0].seg_size - 2 * PT_TIME_HIGH_SIZE - 64 -
+		       PITRACE_REC_HDR_SIZE -
+		       sizeof(struct pitrace_rec_unwind) - 4;
+		max = min_t(u32, pt_stack_depth, room / sizeof(u64));
+	}
+	WRITE_ONCE(pt_stack_max, max);
+}
+
+/* inlined: the timer path is as short as without call stacks */
+static __always_inline void pt_sample(struct pt_regs *regs, u32 minor,
+				      u32 event)
 {
 	struct task_struct *t = current;
 	struct pitrace_rec_tprof_event f;
@@ -549,8 +728,10 @@ static void pt_sample(struct pt_regs *regs, u32 minor, u32 event)
 		     sizeof(struct pitrace_rec_tprof_tick));
 	if (minor == PITRACE_TPROF_TICK)
 		flen = sizeof(struct pitrace_rec_tprof_tick);
-	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_TPROF, minor,
-		 PITRACE_LAYOUT_FIXED, &f, flen, NULL, 0);
+	if (pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_TPROF, minor,
+		     PITRACE_LAYOUT_FIXED, &f, flen, NULL, 0) &&
+	    READ_ONCE(pt_stack_max))
+		pt_stack(t, regs);
 }
 
 static enum hrtimer_restart pt_tick(struct hrtimer *timer)
@@ -633,6 +814,7 @@ static void pt_tprof_stop(void)
 
 	cpus_read_lock();
 	WRITE_ONCE(pt_sampling, 0);
+	WRITE_ONCE(pt_stack_max, 0);
 	for_each_possible_cpu(cpu)
 		pt_tprof_cpu_stop(per_cpu_ptr(&pt_cpus, cpu));
 	cpus_read_unlock();
@@ -661,8 +843,10 @@ static int pt_tprof_start(void)
 {
 	int cpu, err = 0;
 
+	WRITE_ONCE(pt_stack_max, 0);
 	if (!pt_major_enabled(PITRACE_MAJOR_TPROF))
 		return 0;
+	pt_stack_start();
 	cpus_read_lock();
 	WRITE_ONCE(pt_sampling, 1);
 	pt_use_event = pt.use_event;
@@ -878,6 +1062,7 @@ out:
 u64 pt_bench_tprof(u32 count)
 {
 	struct pt_regs *regs = task_pt_regs(current);
+	unsigned long flags;
 	u64 total = 0, t0;
 	u32 i, j;
 
@@ -886,8 +1071,12 @@ u64 pt_bench_tprof(u32 count)
 
 		preempt_disable();
 		t0 = rdtsc_ordered();
-		for (j = 0; j < m; j++)
+		for (j = 0; j < m; j++) {
+			/* as in the timer: the UNWIND right after its tick */
+			local_irq_save(flags);
 			pt_sample(regs, PITRACE_TPROF_TICK, 0);
+			local_irq_restore(flags);
+		}
 		total += rdtsc_ordered() - t0;
 		preempt_enable();
 		cond_resched();
@@ -910,6 +1099,12 @@ int pt_src_init(void)
 	pt_pathbufs = kvmalloc_array(nr_cpu_ids, PATH_MAX, GFP_KERNEL);
 	if (!pt_pathbufs)
 		return -ENOMEM;
+	pt_stack_scratch = alloc_percpu(struct pt_stack_scratch);
+	if (!pt_stack_scratch) {
+		kvfree(pt_pathbufs);
+		pt_pathbufs = NULL;
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -919,6 +1114,8 @@ void pt_src_exit(void)
 	pt_detach();
 	kvfree(pt_pathbufs);
 	pt_pathbufs = NULL;
+	free_percpu(pt_stack_scratch);
+	pt_stack_scratch = NULL;
 	vfree(pt_described);
 	pt_described = NULL;
 	pt_segs_done = NULL;

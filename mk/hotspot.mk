@@ -21,3 +21,8 @@ TEST_TARGETS += hotspottest
 bench-hotspot:
 	bash bench/hotspot.sh
 bench: bench-hotspot
+
+# The example built for run.hookit (bench/hotspot.sh: full entry/exit instrumentation).
+$(BIN)/hotspot-example-hookit: examples/hotspot.c
+	@mkdir -p $(BIN)
+	$(CC) $(HOTSPOT_CFLAGS) -finstrument-functions -o $@ $<

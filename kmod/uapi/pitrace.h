@@ -84,6 +84,24 @@ struct pitrace_rec_hdr {
 #define PITRACE_TPROF_EVENT	2	/* u32 pid, u32 tid, u64 ip, u32 flags, u32 event */
 #define PITRACE_TPROF_KERNEL	1	/* flags: ip is a kernel address */
 
+/*
+ * Call stacks (MAJOR_UNWIND, FIG. 30): with tprof and callstack (major 0x40)
+ * enabled, every tprof sample record is followed in the same CPU's trace
+ * buffer by one UNWIND record of the same thread: the interrupted PC first,
+ * then return addresses up to the root; kernel frames (the kernel's unwinder
+ * from the interrupted registers) before user frames (a frame-pointer walk
+ * of the user stack with page faults disabled, from the registers the
+ * thread entered the kernel with).  At most the depth limit of PCs in all
+ * (ENABLE's stack_depth, default PITRACE_MAX_STACK, and what one buffer
+ * segment holds); a stack cut there has PITRACE_UNWIND_TRUNCATED.  The same
+ * record as the daemon backend writes (docs/trace-format.md).
+ */
+#define PITRACE_MAJOR_UNWIND	0x40
+#define PITRACE_UNWIND_TICK	0x7fffffff	/* u32 pid, tid, flags; bytes: N x u64 PC */
+#define PITRACE_UNWIND_TRUNCATED	1	/* flags: cut at the depth limit */
+#define PITRACE_UNWIND_KERN_SHIFT	16	/* flags >> this: kernel PCs (first) */
+#define PITRACE_MAX_STACK	127	/* the default and largest depth limit */
+
 /* MAJOR_DISPATCH minors */
 #define PITRACE_DISPATCH_SWITCH	1	/* u32 prev_pid, prev_tid, next_pid, next_tid, prev_state */
 
@@ -192,6 +210,12 @@ struct pitrace_rec_softirq {	/* INTR_SOFT, INTR_SOFT | EXIT_BIT */
 	__u32 vec;
 } PITRACE_PACKED;
 
+struct pitrace_rec_unwind {	/* UNWIND, then the PCs (layout BYTES) */
+	__u32 pid;
+	__u32 tid;
+	__u32 flags;		/* PITRACE_UNWIND_TRUNCATED | kernel << KERN_SHIFT */
+} PITRACE_PACKED;
+
 /* MTE_SEGMENT prot bits */
 #define PITRACE_PROT_READ	1
 #define PITRACE_PROT_WRITE	2
@@ -290,9 +314,17 @@ struct pitrace_mode_arg {
 	char path[PITRACE_PATH_MAX];	/* NUL-terminated; "" for normal mode */
 };
 
-/* ENABLE / DISABLE: major codes 0..255 as a bit mask (SYS and MTE always on). */
+/*
+ * ENABLE / DISABLE: major codes 0..255 as a bit mask (SYS and MTE always on).
+ * stack_depth (ENABLE only, see "call stacks" below): the call-stack depth
+ * limit, 1..PITRACE_MAX_STACK frames; 0 leaves it as it is.  It came with
+ * PITRACE_FEAT_CALLSTACK: the ABI 1 struct (PITRACE_MAJORS_SIZE_V1) ends
+ * before it.
+ */
 struct pitrace_majors {
 	__u64 mask[4];
+	__u32 stack_depth;
+	__u32 reserved;		/* must be 0 */
 };
 
 #define PITRACE_MAX_RATE	100000
@@ -380,11 +412,13 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_CPU_HOTPLUG	(1u << 18)	/* tprof and PTT follow CPUs */
 #define PITRACE_FEAT_EXEC_PATH		(1u << 19)	/* MTE_EXEC: the path the kernel found */
 #define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
-#define PITRACE_FEAT_ITRACE		(1u << 24)	/* ITRACE_ON / ITRACE_OFF */
+#define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
+#define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
-	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_ITRACE)
+	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
+	 PITRACE_FEAT_ITRACE)
 
 struct pitrace_sysinfo {
 	__u32 abi;

@@ -2,41 +2,101 @@ package callflow
 
 import (
 	"encoding/binary"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
 
+// encode writes a thread file as libhookit does (hk_put): each event
+// delta-coded against the previous one, with a sync first when a value does
+// not fit; zeroTail zero records and no end sync (a killed process), or the
+// end sync when zeroTail < 0.
 func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 	le := binary.LittleEndian
-	b := make([]byte, RecSize*(1+len(evs)+zeroTail))
-	le.PutUint64(b, Magic)
-	le.PutUint64(b[8:], uint64(pid)<<32|uint64(tid))
-	le.PutUint64(b[16:], Version)
-	for i, e := range evs {
-		r := b[(i+1)*RecSize:]
-		le.PutUint64(r, uint64(e.Kind)<<KindShift|e.Fn)
-		le.PutUint64(r[8:], e.SP)
-		le.PutUint64(r[16:], e.Early)
-		le.PutUint64(r[24:], e.Late)
+	var b []byte
+	put := func(tag, d uint64) {
+		b = le.AppendUint64(b, tag)
+		b = le.AppendUint64(b, d)
 	}
-	return b
+	put(Magic, uint64(pid)<<32|uint64(tid))
+	put(Version, 0)
+	var lastEarly, lastLate, lastSP uint64
+	for i, e := range evs {
+		tag := uint64(e.Kind)<<KindShift | uint64(e.Type)<<TypeShift | e.Fn
+		sp := e.SP
+		if e.API {
+			tag |= 1 << APIShift
+			sp = 0
+		}
+		if e.Kind == KindMark {
+			tag = uint64(e.Kind)<<KindShift | e.SP<<8 | e.Fn
+			sp = 0
+		}
+		if e.DS != 0 || e.IN != 0 {
+			put(uint64(KindDSIN)<<KindShift, uint64(e.DS)|uint64(e.IN)<<32)
+		}
+		iv, hook, dsp := e.Early-lastLate, lastLate-lastEarly, sp-lastSP
+		spd := int64(dsp) >> 3
+		if sp == 0 {
+			dsp, spd = 0, 0
+		}
+		if i == 0 || iv>>32 != 0 || hook>>16 != 0 || dsp&7 != 0 || spd < -32768 || spd > 32767 {
+			put(uint64(KindSync)<<KindShift, lastLate)
+			put(e.Early, sp)
+			put(tag, 0)
+		} else {
+			put(tag, iv|hook<<HookShift|uint64(uint16(spd))<<SPDShift)
+		}
+		lastEarly, lastLate = e.Early, e.Late
+		if sp != 0 {
+			lastSP = sp
+		}
+	}
+	if zeroTail < 0 {
+		put(uint64(KindSync)<<KindShift, lastLate)
+		put(EndMark, EndMark)
+	}
+	return append(b, make([]byte, RecSize*max(zeroTail, 0))...)
 }
 
 // A calls B: A's intervals are 10 (before B) and 5 (after), B's 5.
 var ab = []Event{
-	{KindEnter, 0xa, 1000, 0, 10},
-	{KindEnter, 0xb, 900, 20, 30},
-	{KindExit, 0xb, 900, 35, 45},
-	{KindExit, 0xa, 1000, 50, 60},
+	{Kind: KindEnter, Fn: 0xa, SP: 1000, Early: 0, Late: 10},
+	{Kind: KindEnter, Fn: 0xb, SP: 900, Early: 20, Late: 30},
+	{Kind: KindExit, Fn: 0xb, SP: 900, Early: 35, Late: 45},
+	{Kind: KindExit, Fn: 0xa, SP: 1000, Early: 50, Late: 60},
 }
 
 func TestParseThreadRoundTripAndPartial(t *testing.T) {
-	th, err := ParseThread(encode(ab, 7, 8, 0))
+	th, err := ParseThread(encode(ab, 7, 8, -1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if th.PID != 7 || th.TID != 8 || len(th.Events) != 4 || th.Partial || th.Events[2] != ab[2] {
+	if th.PID != 7 || th.TID != 8 || len(th.Events) != 4 || th.Partial || th.Events[2] != ab[2] || th.Events[3] != ab[3] {
 		t.Fatalf("parsed %+v", th)
+	}
+	// Delta coding: values that do not fit 32 / 16 bits, stack steps
+	// that are not 8-byte multiples or too far, API events without a
+	// stack pointer and markers with a reset count round-trip exactly.
+	odd := []Event{
+		{Kind: KindEnter, Fn: 0x401000, SP: 0x7ffc0000, Early: 5, Late: 9},
+		{Kind: KindEnter, Fn: 0x401100, SP: 0x7ffbffc0, Early: 1 << 33, Late: 1<<33 + 70000},
+		{Kind: KindMark, Fn: MarkReset, SP: 3, Early: 1<<33 + 70001, Late: 1<<33 + 70001},
+		{Kind: KindEnter, Fn: 0x1234, Early: 1<<33 + 70010, Late: 1<<33 + 70020, Type: 5, API: true},
+		{Kind: KindExcExit, Fn: 0x1234, Early: 1<<33 + 70030, Late: 1<<33 + 70040, Type: 5, API: true},
+		{Kind: KindEnter, Fn: 0x401200, SP: 0x7ffbff84, Early: 1<<33 + 70050, Late: 1<<33 + 70060},
+		{Kind: KindExit, Fn: 0x401200, SP: 0x7ffbff84, Early: 1<<33 + 70070, Late: 1<<33 + 70080},
+		{Kind: KindExit, Fn: 0x401100, SP: 0x7f000000, Early: 1<<33 + 70090, Late: 1<<33 + 70100},
+	}
+	th, err = ParseThread(encode(odd, 1, 1, -1))
+	if err != nil || th.Partial || len(th.Events) != len(odd) {
+		t.Fatalf("odd values: %v partial %v %d events", err, th != nil && th.Partial, len(th.Events))
+	}
+	for i := range odd {
+		if th.Events[i] != odd[i] {
+			t.Errorf("event %d: %+v, want %+v", i, th.Events[i], odd[i])
+		}
 	}
 	// A killed process: the file ends in zero records.
 	th, err = ParseThread(encode(ab[:3], 7, 8, 100))
@@ -46,7 +106,7 @@ func TestParseThreadRoundTripAndPartial(t *testing.T) {
 	if !th.Partial || len(th.Events) != 3 {
 		t.Fatalf("partial file: partial %v, %d events", th.Partial, len(th.Events))
 	}
-	for _, bad := range [][]byte{nil, make([]byte, RecSize), encode([]Event{{Kind: 9, Fn: 1}}, 1, 1, 0)} {
+	for _, bad := range [][]byte{nil, make([]byte, 2*RecSize), encode([]Event{{Kind: 9, Fn: 1}}, 1, 1, 0)} {
 		if _, err := ParseThread(bad); err == nil {
 			t.Errorf("no error for a bad file of %d bytes", len(bad))
 		}
@@ -80,8 +140,10 @@ func TestBuildChargesIntervalsAndCalibrates(t *testing.T) {
 
 func TestSequenceMinimaTwoPass(t *testing.T) {
 	th := &Thread{Events: ab}
-	m := SequenceMinima([]*Thread{th})
-	if m.Min[SeqEnterEnter] != 10 || m.Min[SeqEnterExit] != 5 || m.Min[SeqExitExit] != 5 || m.Count[SeqExitEnter] != 0 {
+	k := SeqKeyKindOnly
+	m := SequenceMinima([]*Thread{th}, k)
+	ee, ex, xx := k.Of(0, TransEnter, 0, TransEnter, 0), k.Of(0, TransEnter, 0, TransExit, 0), k.Of(0, TransExit, 0, TransExit, 0)
+	if len(m.Min) != 3 || m.Min[ee] != 10 || m.Min[ex] != 5 || m.Min[xx] != 5 || m.Count[ee] != 1 {
 		t.Fatalf("minima %+v", m)
 	}
 	tr := Build(th, Calibration{Minima: m})
@@ -94,8 +156,8 @@ func TestSequenceMinimaTwoPass(t *testing.T) {
 // above B's): B and C are closed by the repair.
 func TestStackRepairByStackPointer(t *testing.T) {
 	evs := []Event{
-		{KindEnter, 0xa, 1000, 0, 1}, {KindEnter, 0xb, 900, 2, 3}, {KindEnter, 0xc, 800, 4, 5},
-		{KindEnter, 0xd, 900, 6, 7}, {KindExit, 0xd, 900, 8, 9}, {KindExit, 0xa, 1000, 10, 11},
+		{Kind: KindEnter, Fn: 0xa, SP: 1000, Early: 0, Late: 1}, {Kind: KindEnter, Fn: 0xb, SP: 900, Early: 2, Late: 3}, {Kind: KindEnter, Fn: 0xc, SP: 800, Early: 4, Late: 5},
+		{Kind: KindEnter, Fn: 0xd, SP: 900, Early: 6, Late: 7}, {Kind: KindExit, Fn: 0xd, SP: 900, Early: 8, Late: 9}, {Kind: KindExit, Fn: 0xa, SP: 1000, Early: 10, Late: 11},
 	}
 	tr := Build(&Thread{Events: evs}, Calibration{})
 	if tr.Repaired != 2 || node(tr, 0xa, 0xd) == nil || node(tr, 0xa, 0xb, 0xc, 0xd) != nil || tr.OpenAtEnd != 0 {
@@ -110,5 +172,290 @@ func TestParseInfo(t *testing.T) {
 	}
 	if _, err := ParseInfo([]byte("pid=5\n")); err == nil || !strings.Contains(err.Error(), "metric") {
 		t.Errorf("no metric: %v", err)
+	}
+}
+
+// The sequence key M1 -T1-> M2 -T2-> M3 with method types: a jitted
+// method J (type 1) calls a native N (type 5) twice; the second call ends
+// in an exception exit. PI's 8x3 key tells the two exits apart and the
+// types; seed 000's 6x2 counts the exception exit as an exit; 1x2 sees
+// only the transitions.
+func TestSequenceKeysByTypeAndTransition(t *testing.T) {
+	evs := []Event{
+		{Kind: KindEnter, Fn: 0xa, Early: 0, Late: 1, Type: 1, API: true},
+		{Kind: KindEnter, Fn: 0xb, Early: 11, Late: 12, Type: 5, API: true},   // J: 10
+		{Kind: KindExit, Fn: 0xb, Early: 15, Late: 16, Type: 5, API: true},    // N: 3
+		{Kind: KindEnter, Fn: 0xb, Early: 36, Late: 37, Type: 5, API: true},   // J: 20
+		{Kind: KindExcExit, Fn: 0xb, Early: 44, Late: 45, Type: 5, API: true}, // N: 7
+		{Kind: KindExit, Fn: 0xa, Early: 47, Late: 48, Type: 1, API: true},    // J: 2
+	}
+	th := &Thread{Events: evs}
+	pi := SequenceMinima([]*Thread{th}, SeqKeyPI)
+	want := map[string]uint64{
+		"other-En-jitted-En-native":  10,
+		"jitted-En-native-Ex-jitted": 3,
+		"native-Ex-jitted-En-native": 20,
+		"jitted-En-native-Xx-jitted": 7,
+		"native-Xx-jitted-Ex-other":  2,
+	}
+	got := map[string]uint64{}
+	for _, k := range pi.Keys() {
+		got[pi.Key.Name(k)] = pi.Min[k]
+	}
+	if len(got) != len(want) {
+		t.Fatalf("8x3 keys %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("8x3 %s: %d, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	s6 := SequenceMinima([]*Thread{th}, SeqKeySeed000)
+	if x := s6.Key.Of(1, TransEnter, 5, TransExit, 1); len(s6.Min) != 4 || s6.Min[x] != 3 || s6.Count[x] != 2 {
+		t.Errorf("6x2: the exception exit is an exit: %d keys, min %d seen %d", len(s6.Min), s6.Min[x], s6.Count[x])
+	}
+	if k1 := SequenceMinima([]*Thread{th}, SeqKeyKindOnly); len(k1.Min) != 4 {
+		t.Errorf("1x2: %d keys, want 4 (En-En, En-Ex, Ex-En, Ex-Ex)", len(k1.Min))
+	}
+	// Second pass with the 8x3 key: every interval is its key's only
+	// one except none: all calibrated to 0; the tree has N under J with 2
+	// calls, the exception exit closed it.
+	tr := Build(th, Calibration{Minima: pi})
+	j, n := node(tr, 0xa), node(tr, 0xa, 0xb)
+	if j == nil || n == nil || n.Calls != 2 || j.Base != 0 || n.Base != 0 || j.Delta != 32 || n.Delta != 10 || tr.OpenAtEnd != 0 || tr.Unmatched != 0 {
+		t.Fatalf("tree: J %+v N %+v open %d unmatched %d", j, n, tr.OpenAtEnd, tr.Unmatched)
+	}
+	if _, err := ParseSeqKey("7x3"); err == nil {
+		t.Error("7x3 accepted")
+	}
+	if k, err := ParseSeqKey("6x2"); err != nil || k != SeqKeySeed000 || k.Size() != 864 || SeqKeyPI.Size() != 4608 {
+		t.Errorf("6x2: %v %v", k, err)
+	}
+}
+
+// API frames (stack pointer 0) are not closed by the stack-pointer
+// repair of an instrumented C function entered under them; the API
+// calibration applies to API calls, the hooks' to the others.
+func TestAPIFramesAndCalibrationPaths(t *testing.T) {
+	evs := []Event{
+		{Kind: KindEnter, Fn: 0xa, Early: 0, Late: 1, API: true},
+		{Kind: KindEnter, Fn: 0xc, SP: 500, Early: 11, Late: 12},
+		{Kind: KindExit, Fn: 0xc, SP: 500, Early: 22, Late: 23},
+		{Kind: KindEnter, Fn: 0xc, SP: 500, Early: 33, Late: 34},
+		{Kind: KindExit, Fn: 0xc, SP: 500, Early: 44, Late: 45},
+		{Kind: KindExit, Fn: 0xa, Early: 55, Late: 56, API: true},
+	}
+	tr := Build(&Thread{Events: evs}, Calibration{Inner: 1, Outer: 2, InnerAPI: 3, OuterAPI: 4})
+	a, c := node(tr, 0xa), node(tr, 0xa, 0xc)
+	if a == nil || c == nil || tr.Repaired != 0 || c.Calls != 2 {
+		t.Fatalf("tree: A %v C %v repaired %d", a, c, tr.Repaired)
+	}
+	// A: 30 - 3 (its API inner) - 2*2 (two hooked callees); C: 20 - 2*1.
+	if a.Base != 23 || c.Base != 18 {
+		t.Fatalf("A base %d (want 23), C base %d (want 18)", a.Base, c.Base)
+	}
+}
+
+func TestParseNames(t *testing.T) {
+	m := ParseNames([]byte("7f00 java.lang.String.length()I\nbad\nzz name\n7f00 Foo.bar (V)\n10 x\n"))
+	if len(m) != 2 || m[0x7f00] != "Foo.bar (V)" || m[0x10] != "x" {
+		t.Fatalf("%v", m)
+	}
+	n := ProcessNamer(&Process{Info: Info{PID: 1}, Names: m})
+	if n.Name(0x7f00) != "Foo.bar (V)" || n.Name(0x11) != "0x11" {
+		t.Fatalf("namer: %q %q", n.Name(0x7f00), n.Name(0x11))
+	}
+}
+
+// A killed process's buffer (the tail file) is joined to its thread file
+// when the thread file ends where the buffer starts, and ignored when the
+// buffer was written already.
+func TestAppendTail(t *testing.T) {
+	le := binary.LittleEndian
+	full := encode(ab, 7, 8, 0)
+	cut := 2*RecSize + 3*RecSize // the header and A's sync+enter
+	tail := le.AppendUint64(nil, TailMagic)
+	tail = le.AppendUint64(tail, uint64(cut))
+	tail = append(tail, full[cut:]...)
+	tail = append(tail, make([]byte, 4*RecSize)...)
+	th, err := ParseThread(AppendTail(full[:cut], tail))
+	if err != nil || len(th.Events) != 4 || !th.Partial || th.Events[2] != ab[2] {
+		t.Fatalf("joined: %v %+v", err, th)
+	}
+	// Written already: the thread file is longer than the tail's start.
+	if got := AppendTail(full, tail); len(got) != len(full) {
+		t.Fatalf("a tail written already was joined: %d bytes, want %d", len(got), len(full))
+	}
+	if got := AppendTail(full[:cut], []byte("not a tail, not a tail")); len(got) != cut {
+		t.Fatalf("a bad tail was joined")
+	}
+}
+
+// DS / IN (kmod backend): the dispatches and interrupts before an event
+// are charged to the function on top in the interval it ends, and log-rt
+// prints them only when the info file says the module gave them.
+func TestDispatchesAndInterrupts(t *testing.T) {
+	evs := append([]Event(nil), ab...)
+	evs[2].DS, evs[2].IN = 2, 5 // inside B
+	evs[3].IN = 1               // A after B
+	th, err := ParseThread(encode(evs, 7, 8, -1))
+	if err != nil || th.Events[2] != evs[2] || th.Events[3] != evs[3] {
+		t.Fatalf("round trip: %v %+v", err, th)
+	}
+	p := &Process{Info: Info{PID: 7, Metric: "tsc", Backend: "kmod", DSIN: "kmod"}, Threads: []*Thread{th}}
+	a := AnalyzeWith(p, Calibration{})
+	tr := a.Trees[0]
+	if A, B := node(tr, 0xa), node(tr, 0xa, 0xb); A.DS != 0 || A.IN != 1 || B.DS != 2 || B.IN != 5 {
+		t.Fatalf("A ds %d in %d, B ds %d in %d", A.DS, A.IN, B.DS, B.IN)
+	}
+	var buf strings.Builder
+	if err := a.WriteLogRT(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+2\s+5\s+0xb$`).MatchString(buf.String()) {
+		t.Errorf("log-rt has no DS 2 IN 5 for B:\n%s", buf.String())
+	}
+	p.Info.DSIN = "none"
+	buf.Reset()
+	AnalyzeWith(p, Calibration{}).WriteLogRT(&buf)
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+-\s+-\s+0xb$`).MatchString(buf.String()) {
+		t.Errorf("log-rt without the module shows DS / IN:\n%s", buf.String())
+	}
+}
+
+// Training: a trainer's minima written and read back; merged with a run
+// that saw a key only once (with more than the true overhead), the
+// trainer's lower minimum calibrates it; another metric is refused.
+func TestTrainingFileRoundTripAndMerge(t *testing.T) {
+	k := SeqKeyKindOnly
+	trainer := SequenceMinima([]*Thread{{Events: ab}}, k) // En-En 10, En-Ex 5, Ex-Ex 5
+	trainer.Min[k.Of(0, TransExit, 0, TransEnter, 0)] = 3 // a key this run never sees
+	trainer.Count[k.Of(0, TransExit, 0, TransEnter, 0)] = 1
+	var buf strings.Builder
+	if err := WriteMinima(&buf, trainer, "tsc"); err != nil {
+		t.Fatal(err)
+	}
+	got, metric, err := ReadMinima(strings.NewReader(buf.String()))
+	if err != nil || metric != "tsc" || got.Key != k || len(got.Min) != 4 || got.Min[k.Of(0, TransEnter, 0, TransEnter, 0)] != 10 {
+		t.Fatalf("read back: %v %q %+v\n%s", err, metric, got, buf.String())
+	}
+	// This run: A calls B once, with B's body 9 (the trainer saw 5).
+	run := []Event{
+		{Kind: KindEnter, Fn: 0xa, SP: 1000, Early: 0, Late: 10},
+		{Kind: KindEnter, Fn: 0xb, SP: 900, Early: 20, Late: 30},
+		{Kind: KindExit, Fn: 0xb, SP: 900, Early: 39, Late: 45},
+		{Kind: KindExit, Fn: 0xa, SP: 1000, Early: 50, Late: 60},
+	}
+	p := &Process{Info: Info{Metric: "tsc"}, Threads: []*Thread{{Events: run}}}
+	cal, err := TrainedCalibration(p, got, metric)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := Build(p.Threads[0], cal)
+	if b := node(tr, 0xa, 0xb); b.Base != 4 || b.Delta != 5 {
+		t.Fatalf("B with the trained minimum: base %d delta %d, want 4 and 5", b.Base, b.Delta)
+	}
+	if own := Build(p.Threads[0], MinimaCalibration(p, k)); node(own, 0xa, 0xb).Base != 0 {
+		t.Fatalf("B with its own run's minimum: base %d, want 0", node(own, 0xa, 0xb).Base)
+	}
+	if cal.Minima.Min[k.Of(0, TransExit, 0, TransEnter, 0)] != 3 || !cal.Minima.Trained {
+		t.Errorf("the trainer-only key was not kept: %+v", cal.Minima)
+	}
+	if _, err := TrainedCalibration(&Process{Info: Info{Metric: "task-clock"}}, got, metric); err == nil {
+		t.Error("minima of tsc applied to a task-clock run")
+	}
+	for _, bad := range []string{"", "# perfinsp hookit sequence minima\nkey 8x3\n", "# perfinsp hookit sequence minima\nkey 8x3\nmetric tsc\n99999 1 1 x\n", "hello\n"} {
+		if _, _, err := ReadMinima(strings.NewReader(bad)); err == nil {
+			t.Errorf("no error for %q", bad)
+		}
+	}
+}
+
+// The environmental overhead from an ITrace arc report of the
+// uninstrumented example (testdata/chain.arc: work -> chain1 -> ... ->
+// chain4 -> leaf, twice; another thread's lines between): an entry comes
+// after its call instruction, an exit before its return instruction. The
+// glue: an entry to the next call 1 (the call), leaf's body 4 - 1 (its ret
+// is after the exit), a return to the next return 1 (a ret), a return to
+// the next call 4 (chain1's ret, work's loop: 2, work's call).
+func TestEnvFromArc(t *testing.T) {
+	f, err := os.Open("testdata/chain.arc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	funcs := map[string]bool{"work": true, "chain1": true, "chain2": true, "chain3": true, "chain4": true, "leaf": true}
+	k := SeqKeyKindOnly
+	env, err := EnvFromArc(f, funcs, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]uint64{
+		k.Of(0, TransEnter, 0, TransEnter, 0): 1, // chainN's call
+		k.Of(0, TransEnter, 0, TransExit, 0):  3, // leaf: 4 instructions, its ret after the exit
+		k.Of(0, TransExit, 0, TransExit, 0):   1, // a ret
+		k.Of(0, TransExit, 0, TransEnter, 0):  4, // chain1's ret, work's 2 (add, jne), work's call
+	}
+	for s, v := range want {
+		if env.Min[s] != v {
+			t.Errorf("%s: env %d, want %d (all %v)", k.Name(s), env.Min[s], v, env.Min)
+		}
+	}
+	// Applied: an interval loses min - env, and a key the ITrace did not
+	// cover assumes EnvDefault.
+	m := NewMinima(k)
+	m.Add(k.Of(0, TransEnter, 0, TransEnter, 0), 50)
+	m.Add(k.Of(0, TransEnter, 0, TransExit, 0), 2) // below its env: nothing taken off
+	m.Env = env
+	if m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)) != 49 || m.Off(k.Of(0, TransEnter, 0, TransExit, 0)) != 0 {
+		t.Errorf("off: %d %d", m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)), m.Off(k.Of(0, TransEnter, 0, TransExit, 0)))
+	}
+	env2 := NewMinima(k)
+	m.Env = env2
+	env2.Add(k.Of(0, TransExit, 0, TransExit, 0), 1)
+	if m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)) != 50-EnvDefault {
+		t.Errorf("uncovered key: off %d, want %d", m.Off(k.Of(0, TransEnter, 0, TransEnter, 0)), 50-EnvDefault)
+	}
+	if _, err := EnvFromArc(strings.NewReader("hello\n"), funcs, k); err == nil {
+		t.Error("no error for a file that is not an arc report")
+	}
+}
+
+// The exact reference from the ITrace of the instrumented binary with its
+// hooks not recording (testdata/chain-instrumented.arc: work -> chain1 ->
+// ... -> chain4 -> leaf, another thread in fib between): the program's
+// instructions between hook calls are charged to the function on top, the
+// hook library's (__cyg_profile_func_*, hk_event, read_zero) are not.
+// Each chain function runs 11 of its own per call in the full run, leaf 6
+// (16,338 / 2,723): the excerpt must give the same.
+func TestReferenceFromArc(t *testing.T) {
+	f, err := os.Open("testdata/chain-instrumented.arc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ref, err := ReferenceFromArc(f, SeqKeyKindOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fn := range []string{"chain2", "chain3", "chain4"} {
+		if ref.Self[fn] != 11 || ref.Calls[fn] != 1 {
+			t.Errorf("%s: %d instructions, %d calls; want 11 and 1", fn, ref.Self[fn], ref.Calls[fn])
+		}
+	}
+	if ref.Self["leaf"] != 6 || ref.Calls["leaf"] != 1 {
+		t.Errorf("leaf: %d instructions, %d calls; want 6 and 1", ref.Self["leaf"], ref.Calls["leaf"])
+	}
+	for _, hook := range []string{"__cyg_profile_func_enter", "__cyg_profile_func_exit", "hk_event", "read_zero"} {
+		if _, ok := ref.Self[hook]; ok {
+			t.Errorf("the hook library's %s was charged", hook)
+		}
+	}
+	k := SeqKeyKindOnly
+	if ref.Env.Min[k.Of(0, TransEnter, 0, TransEnter, 0)] != 6 || len(ref.Env.Min) != 4 {
+		t.Errorf("env %v", ref.Env.Min)
+	}
+	if _, err := ReferenceFromArc(strings.NewReader("arc of x\nheader\n"), k); err == nil {
+		t.Error("no error for an arc without hook calls")
 	}
 }

@@ -17,6 +17,15 @@ type Namer struct {
 	pid   uint32
 	r     *a2n.Resolver
 	cache map[uint64]string
+	names map[uint64]string // hookit_name's, first
+}
+
+// ProcessNamer names the ids of one process: hookit_name's names first,
+// then A2N on its memory map.
+func ProcessNamer(p *Process) *Namer {
+	n := NewNamer(p.Info.PID, p.Maps)
+	n.names = p.Names
+	return n
 }
 
 // NewNamer feeds the executable mappings of maps to an A2N resolver.
@@ -48,6 +57,9 @@ func NewNamer(pid int, maps []byte) *Namer {
 // Name returns the symbol at addr ("module+0xoff" when it has none).
 func (n *Namer) Name(addr uint64) string {
 	if s, ok := n.cache[addr]; ok {
+		return s
+	}
+	if s, ok := n.names[addr]; ok {
 		return s
 	}
 	s := fmt.Sprintf("0x%x", addr)

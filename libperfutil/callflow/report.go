@@ -27,18 +27,33 @@ func Analyze(p *Process) *Analysis {
 
 // StartupCalibration is the inner / outer time measured at start-up.
 func StartupCalibration(p *Process) Calibration {
-	return Calibration{Inner: p.Info.TInner, Outer: p.Info.TOuter}
+	return Calibration{Inner: p.Info.TInner, Outer: p.Info.TOuter, InnerAPI: p.Info.TInnerAPI, OuterAPI: p.Info.TOuterAPI}
 }
 
-// MinimaCalibration is the run's own sequence minima (the first pass).
-func MinimaCalibration(p *Process) Calibration {
-	return Calibration{Minima: SequenceMinima(p.Threads)}
+// MinimaCalibration is the run's own sequence minima (the first pass),
+// keyed k.
+func MinimaCalibration(p *Process, k SeqKey) Calibration {
+	return Calibration{Minima: SequenceMinima(p.Threads, k)}
+}
+
+// TrainedCalibration is this run's sequence minima merged with a trained
+// table (per key the lower: keys this run saw rarely get the trainer's).
+func TrainedCalibration(p *Process, trained *Minima, metric string) (Calibration, error) {
+	if metric != p.Info.Metric {
+		return Calibration{}, fmt.Errorf("the minima were trained with metric %s, this run used %s", metric, p.Info.Metric)
+	}
+	m := SequenceMinima(p.Threads, trained.Key)
+	if err := m.Merge(trained); err != nil {
+		return Calibration{}, err
+	}
+	m.Trained = true
+	return Calibration{Minima: m}, nil
 }
 
 // AnalyzeWith is Analyze with a given calibration (zero: uncalibrated).
 func AnalyzeWith(p *Process, cal Calibration) *Analysis {
 	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
-	nm := NewNamer(p.Info.PID, p.Maps)
+	nm := ProcessNamer(p)
 	for _, t := range p.Threads {
 		tr := Build(t, cal)
 		tr.Root.Walk(func(n *Node) {
@@ -82,18 +97,37 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		a.Info.TInner, a.Info.TOuter, a.Info.TInnerMed, a.Info.TOuterMed)
 	switch {
 	case a.Cal.Minima != nil:
-		fmt.Fprintf(w, " applied: sequence minima of this run (two-pass):")
-		for i, n := range SeqNames {
-			fmt.Fprintf(w, " %s %d (%d seen)", n, a.Cal.Minima.Min[i], a.Cal.Minima.Count[i])
+		m := a.Cal.Minima
+		src := "this run's (two-pass)"
+		if m.Trained {
+			src = "this run's merged with a training file (per key the lower)"
 		}
-		fmt.Fprintln(w)
+		if m.Env != nil {
+			src += ", less the environmental overhead from the trainer's ITrace (adjusted = delta - (min - env))"
+		}
+		fmt.Fprintf(w, " applied: sequence minima, %s (key %s: M1-T1-M2-T2-M3), %d keys:\n", src, m.Key, len(m.Min))
+		for _, k := range m.Keys() {
+			env := ""
+			if m.Env != nil {
+				if e, ok := m.Env.Min[k]; ok {
+					env = fmt.Sprintf(" env %d", e)
+				} else {
+					env = fmt.Sprintf(" env %d (not in the ITrace: assumed)", EnvDefault)
+				}
+			}
+			fmt.Fprintf(w, "   %-52s min %d (%d seen)%s\n", m.Key.Name(k), m.Min[k], m.Count[k], env)
+		}
 	case a.Cal.Inner != 0 || a.Cal.Outer != 0:
 		fmt.Fprintf(w, " applied: start-up calibration, exact = rough - t_I - callees * t_O\n")
 	default:
 		fmt.Fprintln(w, " applied: none (raw metric)")
 	}
 	fmt.Fprintln(w, " BASE: calibrated metric of the function itself; DELTA: what calibration removed (raw = BASE + DELTA)")
-	fmt.Fprintln(w, " DS / IN: dispatches / interrupts (need a second metric; not recorded: -)")
+	if a.Info.DSIN == "kmod" {
+		fmt.Fprintln(w, " DS / IN: dispatches / interrupts of the thread during the function itself (the pitrace module's PTT work area)")
+	} else {
+		fmt.Fprintf(w, " DS / IN: dispatches / interrupts: - (backend %s: they come from the pitrace module's PTT work area; without it `ptt dump` gives per-thread totals only)\n", a.Info.Backend)
+	}
 	for _, t := range a.Trees {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "Thread %d/%d  events %d  total BASE %d\n", t.PID, t.TID, t.Events, t.Root.Cum)
@@ -108,12 +142,20 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 			fmt.Fprintf(w, " runtime pauses left out: %d\n", t.Adjusted)
 		}
 		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %4s %4s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", "DS", "IN", "NAME")
+		dsin := func(n *Node) (string, string) {
+			if a.Info.DSIN != "kmod" {
+				return "-", "-"
+			}
+			return fmt.Sprint(n.DS), fmt.Sprint(n.IN)
+		}
 		if t.Root.Base > 0 || t.Root.Delta != 0 {
-			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, "-", "-", "(thread, outside instrumented functions)")
+			ds, in := dsin(t.Root)
+			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, ds, in, "(thread, outside instrumented functions)")
 		}
 		for _, c := range t.Root.Children {
 			c.Walk(func(n *Node) {
-				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s%s\n", n.Level, n.Calls, n.Callees, n.Base, n.Delta, "-", "-",
+				ds, in := dsin(n)
+				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s%s\n", n.Level, n.Calls, n.Callees, n.Base, n.Delta, ds, in,
 					strings.Repeat(" ", n.Level-1), n.Name)
 			})
 		}
@@ -300,7 +342,7 @@ func (a *Analysis) WriteChrome(out io.Writer) error {
 	if _, err := w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"); err != nil {
 		return fmt.Errorf("writing the trace: %w", err)
 	}
-	nm := NewNamer(a.Info.PID, a.Proc.Maps)
+	nm := ProcessNamer(a.Proc)
 	first := true
 	emit := func(e chromeEvent) {
 		b, _ := json.Marshal(e)
@@ -320,7 +362,7 @@ func (a *Analysis) WriteChrome(out io.Writer) error {
 			case KindEnter:
 				stack = append(stack, e.Fn)
 				emit(chromeEvent{Name: nm.Name(e.Fn), Ph: "B", Ts: ts, Pid: t.PID, Tid: t.TID})
-			case KindExit:
+			case KindExit, KindExcExit:
 				i := len(stack) - 1
 				for i >= 0 && stack[i] != e.Fn {
 					i--

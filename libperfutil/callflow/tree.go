@@ -5,79 +5,34 @@ import "math"
 // Calibration is what is taken off. Start-up (seed 002's inner / outer
 // time): Inner per call of the function itself (its share of the two hooks
 // around it), Outer per call it makes (the caller's share of each callee's
-// hooks). Sequence minima (seed 000 / 003 §4.1), when Minima is set
-// instead: each interval between two events loses the minimum observed
-// for its transition over the whole run (two passes: Minima, then Build).
+// hooks); InnerAPI / OuterAPI the same for calls recorded through
+// hookit_enter / hookit_exit. Sequence minima (seed 000 / 003 §4.1), when
+// Minima is set instead: each interval between two events loses the
+// minimum observed for its sequence key (two passes: SequenceMinima, then
+// Build).
 type Calibration struct {
-	Inner, Outer float64
-	Minima       *Minima
+	Inner, Outer       float64
+	InnerAPI, OuterAPI float64
+	Minima             *Minima
 }
 
-// Transitions between consecutive events of a thread: the key of the
-// sequence minima (one method type; the key is the pair of event kinds).
-const (
-	SeqEnterEnter = iota // a call's first callee: charged to the caller
-	SeqEnterExit         // a leaf call's body
-	SeqExitEnter         // the caller between two callees
-	SeqExitExit          // the caller after its last callee
-	NumSeq
-)
-
-// SeqNames names the transitions.
-var SeqNames = [NumSeq]string{"enter>enter", "enter>exit", "exit>enter", "exit>exit"}
-
-// Minima is the minimum interval seen per transition, and how often each
-// transition was seen.
-type Minima struct {
-	Min   [NumSeq]uint64
-	Count [NumSeq]uint64
-}
-
-func seqOf(prev, cur uint8) int {
-	switch {
-	case prev == KindEnter && cur == KindEnter:
-		return SeqEnterEnter
-	case prev == KindEnter && cur == KindExit:
-		return SeqEnterExit
-	case prev == KindExit && cur == KindEnter:
-		return SeqExitEnter
-	case prev == KindExit && cur == KindExit:
-		return SeqExitExit
+func transOf(kind uint8) int {
+	switch kind {
+	case KindEnter:
+		return TransEnter
+	case KindExit:
+		return TransExit
+	case KindExcExit:
+		return TransExcExit
 	}
 	return -1
-}
-
-// SequenceMinima is the first pass: the minimum interval per transition
-// over every thread given.
-func SequenceMinima(threads []*Thread) *Minima {
-	m := &Minima{}
-	for i := range m.Min {
-		m.Min[i] = ^uint64(0)
-	}
-	for _, t := range threads {
-		for i := 1; i < len(t.Events); i++ {
-			p, e := t.Events[i-1], t.Events[i]
-			k := seqOf(p.Kind, e.Kind)
-			if k < 0 || e.Early < p.Late {
-				continue
-			}
-			if d := e.Early - p.Late; d < m.Min[k] {
-				m.Min[k] = d
-			}
-			m.Count[k]++
-		}
-	}
-	for i := range m.Min {
-		if m.Count[i] == 0 {
-			m.Min[i] = 0
-		}
-	}
-	return m
 }
 
 // Node is one call path of a thread's call tree.
 type Node struct {
 	Fn       uint64
+	Type     uint8 // method type of its first entry
+	api      bool  // entered through hookit_enter
 	Name     string
 	Parent   *Node
 	Children []*Node
@@ -86,6 +41,7 @@ type Node struct {
 	Calls    uint64 // times this path was entered
 	Callees  uint64 // calls made from it
 	Rough    uint64 // metric while it was on top of the stack, uncalibrated
+	DS, IN   uint64 // dispatches, interrupts while it was on top (kmod backend)
 	minima   uint64 // sequence minima taken off its intervals
 	// Signed is Rough minus the calibration (may be below 0 when the
 	// calibration over-corrects); Base is Signed rounded, at least 0;
@@ -118,7 +74,7 @@ func newNode(parent *Node, fn uint64) *Node {
 	return n
 }
 
-func (n *Node) child(fn uint64) *Node {
+func (n *Node) child(fn uint64, typ uint8, api bool) *Node {
 	if c := n.index[fn]; c != nil {
 		return c
 	}
@@ -126,6 +82,7 @@ func (n *Node) child(fn uint64) *Node {
 		n.index = map[uint64]*Node{}
 	}
 	c := newNode(n, fn)
+	c.Type, c.api = typ, api
 	n.index[fn] = c
 	n.Children = append(n.Children, c)
 	return c
@@ -135,38 +92,72 @@ func (n *Node) child(fn uint64) *Node {
 // read of one event and the early read of the next is charged to the
 // function on top of the stack, then the calibration is applied.
 func Build(t *Thread, cal Calibration) *Tree {
+	k := SeqKeyPI
+	if cal.Minima != nil {
+		k = cal.Minima.Key
+	}
+	return build(t, cal, nil, k)
+}
+
+// build is Build; interval, if set, gets each interval's sequence key
+// (width k) and metric (the first pass of the sequence minima).
+func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKey) *Tree {
 	tr := &Tree{PID: t.PID, TID: t.TID, Root: newNode(nil, 0), Partial: t.Partial, Events: len(t.Events)}
 	stack := []*Node{tr.Root}
 	sps := []uint64{^uint64(0)} // the stack pointer of each open frame
 	var last uint64
-	var prevKind uint8
+	// The previous event: its transition and the method before it (M1 of
+	// the next interval's key M1 -T1-> M2 -T2-> M3).
+	prevTrans, prevM1 := -1, uint8(0)
 	have, off := false, false
 	for _, e := range t.Events {
 		top := stack[len(stack)-1]
+		trans := transOf(e.Kind)
 		if have && !off && e.Early >= last {
 			d := e.Early - last
 			top.Rough += d
-			if cal.Minima != nil {
-				if k := seqOf(prevKind, e.Kind); k >= 0 {
-					top.minima += min(d, cal.Minima.Min[k])
+			top.DS += uint64(e.DS)
+			top.IN += uint64(e.IN)
+			if trans >= 0 && prevTrans >= 0 && (cal.Minima != nil || interval != nil) {
+				m3 := e.Type // entry: the callee
+				if trans != TransEnter {
+					m3 = 0 // exit: the caller of the method that returns
+					if len(stack) > 1 {
+						m3 = stack[len(stack)-2].Type
+					}
+				}
+				key := k.Of(prevM1, prevTrans, top.Type, trans, m3)
+				if interval != nil {
+					interval(key, d)
+				}
+				if cal.Minima != nil {
+					top.minima += min(d, cal.Minima.Off(key))
 				}
 			}
 		}
-		prevKind = e.Kind
+		if trans >= 0 {
+			prevTrans = trans
+			prevM1 = top.Type // entry: the caller; exit: the method that returns
+		}
 		switch e.Kind {
 		case KindEnter:
 			// Frames at or below the new one's stack pointer are gone
-			// (longjmp, an exception): close them.
+			// (longjmp, an exception): close them. Frames entered through
+			// the API (stack pointer 0) are never closed this way.
 			for len(stack) > 1 && e.SP != 0 && sps[len(sps)-1] <= e.SP {
 				stack, sps = stack[:len(stack)-1], sps[:len(sps)-1]
 				tr.Repaired++
 			}
 			top = stack[len(stack)-1]
-			c := top.child(e.Fn)
+			c := top.child(e.Fn, e.Type, e.API)
 			c.Calls++
 			top.Callees++
-			stack, sps = append(stack, c), append(sps, e.SP)
-		case KindExit:
+			sp := e.SP
+			if sp == 0 {
+				sp = ^uint64(0)
+			}
+			stack, sps = append(stack, c), append(sps, sp)
+		case KindExit, KindExcExit:
 			i := len(stack) - 1
 			for i > 0 && stack[i].Fn != e.Fn {
 				i--
@@ -190,7 +181,7 @@ func Build(t *Thread, cal Calibration) *Tree {
 					tr.Root = newNode(nil, 0)
 					ns := []*Node{tr.Root}
 					for _, s := range stack[1:] {
-						ns = append(ns, ns[len(ns)-1].child(s.Fn))
+						ns = append(ns, ns[len(ns)-1].child(s.Fn, s.Type, s.api))
 					}
 					stack = ns
 				}
@@ -218,7 +209,11 @@ func calibrate(n *Node, cal Calibration) uint64 {
 	case cal.Minima != nil:
 		n.Signed -= float64(n.minima)
 	case n.Parent != nil:
-		n.Signed -= float64(n.Calls)*cal.Inner + float64(n.Callees)*cal.Outer
+		n.Signed -= float64(n.Calls) * cal.inner(n.api)
+		// Each callee's share of its caller, by the path it came through.
+		for _, c := range n.Children {
+			n.Signed -= float64(c.Calls) * cal.outer(c.api)
+		}
 	}
 	n.Base = 0
 	if n.Signed > 0 {
@@ -251,4 +246,18 @@ func (n *Node) Path() []*Node {
 		p[i], p[j] = p[j], p[i]
 	}
 	return p
+}
+
+func (c Calibration) inner(api bool) float64 {
+	if api {
+		return c.InnerAPI
+	}
+	return c.Inner
+}
+
+func (c Calibration) outer(api bool) float64 {
+	if api {
+		return c.OuterAPI
+	}
+	return c.Outer
 }

@@ -55,6 +55,7 @@ const (
 	featKprobeExec = 2
 	featUnmap      = 4
 	featMmap       = 8
+	featCallstack  = 1 << 24 // UNWIND records, ENABLE's stack_depth
 )
 
 // mmapOffset is the mmap offset of one CPU's trace or MTE buffer.
@@ -101,8 +102,13 @@ type modeArg struct {
 }
 
 type majorsArg struct {
-	Mask [4]uint64
+	Mask       [4]uint64
+	StackDepth uint32 // ENABLE: call-stack depth limit, 0 leaves it (PITRACE_FEAT_CALLSTACK)
+	Reserved   uint32
 }
+
+// majorsSizeV1 is the ABI 1 size of majorsArg (before StackDepth).
+const majorsSizeV1 = 32
 
 type rateArg struct {
 	Hz          uint32

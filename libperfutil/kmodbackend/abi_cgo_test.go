@@ -23,7 +23,7 @@ var cStructs = []struct {
 	{"pitrace_buf_hdr", bufHdr{}, []string{"magic", "abi", "cpu", "kind", "mode", "seg_size", "nseg", "flags", "data_offset", "records", "lost", "bytes", "pending", "next_seq", "cur", "reserved", "seg"}},
 	{"pitrace_init_arg", initArg{}, []string{"trace_size", "mte_size", "mode", "reserved"}},
 	{"pitrace_mode_arg", modeArg{}, []string{"mode", "reserved", "path"}},
-	{"pitrace_majors", majorsArg{}, []string{"mask"}},
+	{"pitrace_majors", majorsArg{}, []string{"mask", "stack_depth", "reserved"}},
 	{"pitrace_rate_arg", rateArg{}, []string{"hz", "event_type", "event_config", "event"}},
 	{"pitrace_status", statusArg{}, []string{"abi", "state", "mode", "flags", "trace_size", "mte_size", "trace_seg_size", "trace_nseg", "mte_seg_size", "mte_nseg", "ncpus", "rate_hz", "event_type", "drainer_pid", "event_config", "start_wall_ns", "start_clock_ns", "enabled", "on_count", "map_size_trace", "map_size_mte", "event", "path"}},
 	{"pitrace_cpu_status", cpuStatusArg{}, []string{"cpu", "flags", "records", "lost", "bytes", "used", "mte_records", "mte_lost", "mte_bytes", "mte_used"}},
@@ -128,6 +128,9 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_FEAT_KPROBE_EXIT": featKprobeExit, "PITRACE_FEAT_KPROBE_EXEC": featKprobeExec, "PITRACE_FEAT_UNMAP": featUnmap, "PITRACE_FEAT_MMAP": featMmap,
 		"PITRACE_BENCH_TPROF": benchTprof, "PITRACE_BENCH_MAX": benchMax, "PITRACE_IOC_MAGIC": iocMagic,
 		"PITRACE_PTT_MAX_METRICS": pttMaxMetrics, "PITRACE_PTT_MAX_SLOTS": pttMaxSlots, "PITRACE_PTT_STATUS_CPUS": pttStatusCPUs,
+		"PITRACE_MAJOR_UNWIND": uint64(trace.MajorUnwind), "PITRACE_UNWIND_TICK": uint64(trace.UnwindTick),
+		"PITRACE_UNWIND_TRUNCATED": trace.UnwindTruncated, "PITRACE_UNWIND_KERN_SHIFT": trace.UnwindKernShift,
+		"PITRACE_MAX_STACK": trace.UnwindMaxDepth, "PITRACE_FEAT_CALLSTACK": featCallstack,
 		"PITRACE_PTT_TSC": pttKindTSC, "PITRACE_PTT_PERF": pttKindPerf, "PITRACE_PTT_MMAP_OFFSET": pttMmapOffset,
 	}
 	for name, w := range want {
@@ -187,6 +190,7 @@ var recordPayloads = []struct {
 	{trace.MajorInterrupt, trace.IntrHard | trace.ExitBit, "pitrace_rec_irq", trace.LayoutFixed},
 	{trace.MajorInterrupt, trace.IntrSoft, "pitrace_rec_softirq", trace.LayoutFixed},
 	{trace.MajorInterrupt, trace.IntrSoft | trace.ExitBit, "pitrace_rec_softirq", trace.LayoutFixed},
+	{trace.MajorUnwind, trace.UnwindTick, "pitrace_rec_unwind", trace.LayoutBytes},
 }
 
 // The majors the module's own code writes; every code of them in the spec
@@ -196,7 +200,7 @@ var recordPayloads = []struct {
 // unwind, user hooks — come from user space.)
 var moduleMajors = map[uint16]bool{
 	trace.MajorSys: true, trace.MajorMTE: true, trace.MajorTprof: true,
-	trace.MajorDispatch: true, trace.MajorInterrupt: true,
+	trace.MajorDispatch: true, trace.MajorInterrupt: true, trace.MajorUnwind: true,
 }
 
 var notWritten = map[string]bool{
@@ -263,7 +267,7 @@ func TestRecordPayloadsMatchSpecTable(t *testing.T) {
 func TestSizeSchemeMatchesMirrors(t *testing.T) {
 	v := abic.Values()
 	for c, g := range map[string]any{
-		"PITRACE_INIT_ARG_SIZE_V1": initArg{}, "PITRACE_MAJORS_SIZE_V1": majorsArg{},
+		"PITRACE_INIT_ARG_SIZE_V1": initArg{},
 		"PITRACE_MODE_ARG_SIZE_V1": modeArg{}, "PITRACE_RATE_ARG_SIZE_V1": rateArg{},
 		"PITRACE_STATUS_SIZE_V1": statusArg{}, "PITRACE_CPU_STATUS_SIZE_V1": cpuStatusArg{},
 		"PITRACE_HOOK_ARG_SIZE_V1": hookArg{}, "PITRACE_SYSINFO_SIZE_V1": sysinfoArg{},
@@ -275,8 +279,12 @@ func TestSizeSchemeMatchesMirrors(t *testing.T) {
 			t.Errorf("%s: header %d (present %v), Go %T %d bytes", c, got, ok, g, reflect.TypeOf(g).Size())
 		}
 	}
+	// Grown structs: ABI 1 ends where the first new field starts.
+	if v["PITRACE_MAJORS_SIZE_V1"] != majorsSizeV1 || v["offsetof pitrace_majors.stack_depth"] != majorsSizeV1 {
+		t.Errorf("PITRACE_MAJORS_SIZE_V1 %d, stack_depth at %d, Go %d", v["PITRACE_MAJORS_SIZE_V1"], v["offsetof pitrace_majors.stack_depth"], majorsSizeV1)
+	}
 	abi := uint64(0)
-	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC",
+	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC", "PITRACE_FEAT_CALLSTACK",
 		"PITRACE_FEAT_ITRACE"} {
 		f := v[b]
 		if f == 0 || f&(f-1) != 0 || f < 1<<16 || abi&f != 0 {

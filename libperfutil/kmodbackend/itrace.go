@@ -38,7 +38,7 @@ const (
 	itraceFollow  = 2
 	itraceAtExec  = 4
 	itraceMaxPids = 1024
-	featITrace    = 1 << 24
+	featITrace    = 1 << 25
 )
 
 var (

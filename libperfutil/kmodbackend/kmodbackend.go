@@ -56,6 +56,9 @@ func Available() (bool, string) {
 	return true, ""
 }
 
+// The module records call stacks with a depth limit (swtrace enable --depth).
+var _ control.StackDepth = (*Backend)(nil)
+
 // Backend is an open /dev/pitrace.
 type Backend struct {
 	f  *os.File
@@ -185,7 +188,9 @@ func (b *Backend) majors(majors []uint16, on bool) error {
 	var m majorsArg
 	for _, x := range majors {
 		if on && x == trace.MajorUnwind {
-			return errors.New("call stacks (callstack) are not recorded by the pitrace module yet: use the daemon backend for them (PERFINSP_BACKEND=daemon, or unload the module)")
+			if err := b.checkCallstack(); err != nil {
+				return err
+			}
 		}
 		if x < 256 {
 			m.Mask[x/64] |= 1 << (x % 64)
@@ -200,6 +205,39 @@ func (b *Backend) majors(majors []uint16, on bool) error {
 			return errors.New("tracing is on: run `swtrace off` before changing the record types")
 		}
 		return fmt.Errorf("enable/disable: %w", err)
+	}
+	return nil
+}
+
+// checkCallstack refuses call stacks on a module built before them (it
+// would accept the record type and write none).
+func (b *Backend) checkCallstack() error {
+	var si sysinfoArg
+	if err := b.ioctl(iocSysinfo, unsafe.Pointer(&si)); err != nil {
+		return fmt.Errorf("pitrace system info: %w", err)
+	}
+	if si.Features&featCallstack == 0 {
+		return errors.New("the loaded pitrace module records no call stacks (it predates them): rebuild and reload it from this source tree (make kmod; rmmod pitrace; insmod kmod/pitrace.ko), or use the daemon backend (PERFINSP_BACKEND=daemon)")
+	}
+	return nil
+}
+
+// SetStackDepth sets the depth limit of call stacks (1..127 frames, kernel
+// and user together; deeper stacks are recorded truncated and marked so).
+// The module keeps it until it is set again or unloaded.
+func (b *Backend) SetStackDepth(frames int) error {
+	if frames < 1 || frames > trace.UnwindMaxDepth {
+		return fmt.Errorf("stack depth %d is out of range: use 1..%d frames", frames, trace.UnwindMaxDepth)
+	}
+	if err := b.checkCallstack(); err != nil {
+		return err
+	}
+	m := majorsArg{StackDepth: uint32(frames)}
+	if err := b.ioctl(iocEnable, unsafe.Pointer(&m)); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			return errors.New("tracing is on: run `swtrace off` before changing the stack depth")
+		}
+		return fmt.Errorf("stack depth: %w", err)
 	}
 	return nil
 }

@@ -157,3 +157,18 @@ func TestCopyStreamMoves(t *testing.T) {
 		t.Fatalf("the stream file is still there after a move: %v", err)
 	}
 }
+
+// A depth limit out of 1..127 is refused with the range before any ioctl
+// (the backend here has no device: an ioctl would fail with EBADF).
+func TestStackDepthOutOfRange(t *testing.T) {
+	b := &Backend{fd: ^uintptr(0)}
+	for _, d := range []int{0, -1, 128, 1 << 20} {
+		err := b.SetStackDepth(d)
+		if err == nil || !strings.Contains(err.Error(), "out of range: use 1..127") {
+			t.Errorf("depth %d: %v", d, err)
+		}
+	}
+	if err := b.SetStackDepth(5); err == nil || strings.Contains(err.Error(), "out of range") {
+		t.Errorf("depth 5 must pass the range check and fail at the device: %v", err)
+	}
+}

@@ -170,6 +170,7 @@ var specs = []Spec{
 
 	{MajorJITLoad, JITLoad, "JIT_LOAD", LayoutString, fl(u32("pid"), u32("tid"), x64("addr"), x64("size")), "name", "JIT code loaded at addr (reserved: JIT issue)"},
 	{MajorJITLoad, JITUnload, "JIT_UNLOAD", LayoutFixed, fl(u32("pid"), x64("addr"), x64("size")), "", "JIT code unloaded (reserved: JIT issue)"},
+	{MajorJITLoad, JITMethod, "JIT_METHOD", LayoutString, fl(u32("pid"), x64("id")), "name", "a method id of the process (in its 0x30/0x50 entry/exit records) is this method (JProf, docs/jprof.md)"},
 
 	{MajorITraceU, ITraceIntrpt, "ITRACE_INTRPT", LayoutFixed, itraceBlock, "", "taken branch: interrupt / signal handler entry (PI type 0)"},
 	{MajorITraceU, ITraceCall, "ITRACE_CALL", LayoutFixed, itraceBlock, "", "taken branch: call; count instructions since the previous branch, the last at block start + from_off"},
@@ -341,3 +342,7 @@ const (
 // starting at the previous target) and the offset of the block's last
 // instruction (the branch) from the block's start.
 var itraceBlock = fl(x64("to"), u32("count"), x32("from_off"))
+
+// JITMethod is the minor code of MajorJITLoad that names a method id of a
+// process for the method entry/exit records (JProf; docs/jprof.md).
+const JITMethod uint32 = 3

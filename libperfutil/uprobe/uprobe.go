@@ -89,6 +89,39 @@ var ErrPerm = errors.New("uprobe perf events need root or CAP_PERFMON")
 // sampling every hit: an entry probe with the stack's top word, a return
 // probe (ret) with its time only. The event starts disabled when disabled.
 func (p PMU) Open(path string, off uint64, ret bool, tid int, disabled bool) (*Probe, error) {
+	return p.open(path, off, ret, tid, disabled, -1)
+}
+
+// OpenOpts are the less common choices of OpenWith.
+type OpenOpts struct {
+	Disabled bool // start disabled (Enable)
+	// Group, if >= 0, is the fd of a counter on the same thread (a group
+	// leader, opened with OpenCounter): each sample then carries the
+	// leader's count at the hit (PERF_SAMPLE_READ of the group; Sample.Read).
+	Group int
+}
+
+// OpenWith is Open with a group leader. (No inheritance: the kernel maps
+// no ring for an inherited per-thread event.)
+func (p PMU) OpenWith(path string, off uint64, ret bool, tid int, o OpenOpts) (*Probe, error) {
+	return p.open(path, off, ret, tid, o.Disabled, o.Group)
+}
+
+// OpenCounter opens ev as a disabled counting event on thread tid, to lead
+// a group of probes (OpenOpts.Group): it must be enabled after them.
+func OpenCounter(ev events.Event, tid int) (int, error) {
+	a := ev.Attr()
+	a.Bits |= unix.PerfBitDisabled | unix.PerfBitUseClockID
+	a.Clockid = unix.CLOCK_MONOTONIC // a group has one clock: the probes'
+	a.Read_format = unix.PERF_FORMAT_GROUP
+	fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return -1, events.OpenError(ev, tid, -1, err)
+	}
+	return fd, nil
+}
+
+func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, group int) (*Probe, error) {
 	b, err := unix.BytePtrFromString(path)
 	if err != nil {
 		return nil, fmt.Errorf("uprobe path %q: %w", path, err)
@@ -107,7 +140,13 @@ func (p PMU) Open(path string, off uint64, ret bool, tid int, disabled bool) (*P
 		a.Sample_type = EntrySample
 		a.Sample_stack_user = 8
 	}
-	fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if group >= 0 {
+		a.Sample_type |= unix.PERF_SAMPLE_READ
+		a.Read_format = unix.PERF_FORMAT_GROUP
+	} else {
+		group = -1
+	}
+	fd, err := unix.PerfEventOpen(&a, tid, -1, group, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(b)
 	if err != nil {
 		kind := "uprobe"

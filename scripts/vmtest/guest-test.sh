@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh): the pitrace module tests. Every check
 # prints one "vmtest:" line; the last line is the pass marker.
-# $1: "test" (default), "bench", "ptt" or "harden" (only the hardening tests).
+# $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests)
+# or "stacks" (only the call-stack tests).
 fail() {
 	echo "vmtest: FAIL: $*"
 	exit 1
@@ -42,6 +43,8 @@ hardening() {
 	run harden hotplug
 	step "PTT: threads of a watched process get areas at creation (20 x 30 ms)"
 	run harden inherit
+	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
+	run harden stackdepth 200
 }
 
 if [ "$1" = itrace ]; then
@@ -53,6 +56,21 @@ if [ "$1" = harden ]; then
 	hardening
 	rmmod pitrace || fail "rmmod after the hardening tests"
 	echo "PITRACE-HARDEN-DONE"
+	exit 0
+fi
+
+# issue 14: call stacks at every tprof tick (scripts/vmtest/guest/stacks.go)
+call_stacks() {
+	step "call stacks through the module: cpuburn's paths, a stack over the limit, kernel frames"
+	run pitest stacks
+}
+
+if [ "$1" = stacks ]; then
+	call_stacks
+	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
+	run harden stackdepth 200
+	rmmod pitrace || fail "rmmod after the call-stack tests"
+	echo "PITRACE-STACKS-DONE"
 	exit 0
 fi
 
@@ -103,6 +121,8 @@ if [ -x /bin/post ]; then
 	awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^/  /'
 	echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
 fi
+
+call_stacks
 
 step "swtrace messages"
 swtrace free >/dev/null 2>&1

@@ -15,6 +15,11 @@
  *   harden hotplug    a CPU offlined and onlined while tprof and PTT count
  *   harden inherit    20 threads of 30 ms in a watched process, all counted
  *   harden itraceexit ITRACE_ON racing process and thread exit: no entry left
+ *   harden stackdepth random call-stack depth limits (0, 1, 127, 128, huge,
+ *                     a non-zero reserved word) through ENABLE, and tracing
+ *                     with stacks at each legal one: random buffer sizes (1K
+ *                     segments too), a deep frame-pointer recursion, a
+ *                     frameless loop (garbage frame pointers), system calls
  *
  * Each prints "harden: ..." lines and exits non-zero on a failed check.
  */
@@ -1127,6 +1132,123 @@ static int t_itraceexit(int n)
 	return 0;
 }
 
+/* ---- stackdepth: ENABLE's stack_depth and the stack walk ------------------ */
+
+/* real frames: a frame-pointer recursion, then a busy loop at the bottom */
+__attribute__((noinline, optimize("no-omit-frame-pointer")))
+static unsigned long deep_spin(int n, double until)
+{
+	unsigned long v = 0;
+
+	if (n > 0)
+		v = deep_spin(n - 1, until);
+	else
+		while (now_ms() < until)
+			v++;
+	asm volatile("" : "+r"(v) : : "memory");	/* not a tail call */
+	return v + 1;
+}
+
+/*
+ * A loop whose frame pointer is a frame that links to itself (a walk must
+ * stop, not spin), then one that points into the kernel half.
+ */
+__attribute__((noinline)) static void garbage_fp(long n)
+{
+	unsigned long self[2];
+	long k = n;
+
+	self[0] = (unsigned long)self;
+	self[1] = 0x1234;
+	asm volatile("push %%rbp; mov %1, %%rbp; 1: dec %0; jnz 1b; pop %%rbp"
+		     : "+r"(k) : "r"(self) : "memory");
+	k = n;
+	asm volatile("push %%rbp; mov %1, %%rbp; 1: dec %0; jnz 1b; pop %%rbp"
+		     : "+r"(k) : "r"(0xffffffff81000000UL) : "memory");
+}
+
+static int enable_stacks(int fd, unsigned int depth, unsigned int reserved)
+{
+	struct pitrace_majors m = { .stack_depth = depth, .reserved = reserved };
+
+	m.mask[PITRACE_MAJOR_TPROF / 64] |= 1ULL << (PITRACE_MAJOR_TPROF % 64);
+	m.mask[PITRACE_MAJOR_UNWIND / 64] |= 1ULL << (PITRACE_MAJOR_UNWIND % 64);
+	return ioctl(fd, PITRACE_IOC_ENABLE, &m);
+}
+
+static int t_stackdepth(int rounds)
+{
+	static const uint64_t sizes[] = { 4096, 16384, 65536, 262144 };
+	struct pitrace_init_arg ia = { .mode = PITRACE_MODE_NORMAL };
+	struct pitrace_rate_arg ra = { .hz = 5000 };
+	struct pitrace_majors off = { 0 };
+	struct pitrace_status st;
+	int fd = dev(), i, rc, ok = 0, inval = 0, runs = 0;
+	unsigned int depth, reserved;
+	uint64_t seed = rdtsc();
+
+	ioctl(fd, PITRACE_IOC_FREE);
+	for (i = 0; i < rounds; i++) {
+		seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		reserved = 0;
+		switch ((seed >> 33) % 8) {
+		case 0: depth = 0; break;
+		case 1: depth = 1; break;
+		case 2: depth = PITRACE_MAX_STACK; break;
+		case 3: depth = PITRACE_MAX_STACK + 1; break;
+		case 4: depth = 0xffffffffu; break;
+		case 5: depth = 1 + (seed >> 40) % PITRACE_MAX_STACK; break;
+		case 6: depth = PITRACE_MAX_STACK + 1 + (seed >> 36) % 0x7fffffff; break;
+		default: depth = (seed >> 40) % 64; reserved = 1 + (seed >> 20) % 1000; break;
+		}
+		errno = 0;
+		rc = enable_stacks(fd, depth, reserved);
+		if (depth <= PITRACE_MAX_STACK && !reserved) {
+			CHECK(rc == 0, "ENABLE stack_depth %u: %s", depth, strerror(errno));
+			ok++;
+		} else {
+			CHECK(rc == -1 && errno == EINVAL, "ENABLE stack_depth %u reserved %u: rc %d %s, want EINVAL",
+			      depth, reserved, rc, strerror(errno));
+			inval++;
+			continue;
+		}
+		if (i % 4)
+			continue;
+		/* trace with stacks at this limit */
+		ia.trace_size = sizes[(seed >> 50) % 4];
+		ia.mte_size = 65536;
+		CHECK(ioctl(fd, PITRACE_IOC_INIT, &ia) == 0, "INIT %llu: %s",
+		      (unsigned long long)ia.trace_size, strerror(errno));
+		ra.hz = 2000 + (seed >> 44) % 8000;
+		CHECK(ioctl(fd, PITRACE_IOC_SETRATE, &ra) == 0, "SETRATE: %s", strerror(errno));
+		CHECK(ioctl(fd, PITRACE_IOC_ON) == 0, "ON: %s", strerror(errno));
+		errno = 0;
+		rc = enable_stacks(fd, 5, 0);
+		CHECK(rc == -1 && errno == EBUSY, "ENABLE stack_depth while on: rc %d %s, want EBUSY", rc, strerror(errno));
+		if (fork() == 0) {
+			double until = now_ms() + 20;
+
+			while (now_ms() < until)
+				getppid();
+			_exit(0);
+		}
+		deep_spin((seed >> 24) % 300, now_ms() + 20);
+		garbage_fp(4000000);
+		wait(NULL);
+		CHECK(ioctl(fd, PITRACE_IOC_OFF) == 0, "OFF: %s", strerror(errno));
+		CHECK(ioctl(fd, PITRACE_IOC_STATUS, &st) == 0, "STATUS: %s", strerror(errno));
+		CHECK(ioctl(fd, PITRACE_IOC_FREE) == 0, "FREE: %s", strerror(errno));
+		runs++;
+	}
+	/* leave the defaults: depth 127, no stacks */
+	CHECK(enable_stacks(fd, PITRACE_MAX_STACK, 0) == 0, "ENABLE depth 127: %s", strerror(errno));
+	off.mask[PITRACE_MAJOR_UNWIND / 64] = 1ULL << (PITRACE_MAJOR_UNWIND % 64);
+	CHECK(ioctl(fd, PITRACE_IOC_DISABLE, &off) == 0, "DISABLE callstack: %s", strerror(errno));
+	printf("harden: stackdepth: %d limits accepted, %d refused (EINVAL), %d traced runs\n", ok, inval, runs);
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *what = argc > 1 ? argv[1] : "";
@@ -1155,8 +1277,10 @@ int main(int argc, char **argv)
 		t_inherit();
 	else if (!strcmp(what, "itraceexit"))
 		t_itraceexit(n ? n : 1000);
+	else if (!strcmp(what, "stackdepth"))
+		t_stackdepth(n ? n : 200);
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|itraceexit [N]\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]\n");
 		return 2;
 	}
 	if (fails) {

@@ -10,6 +10,8 @@
 #   scripts/vmtest/run.sh ptt        PTT: virtualized vs raw TSC over a fixed loop (-icount)
 #   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/harden.c, -smp 2)
 #   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/itrace-guest.sh)
+#   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
+#   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -116,7 +118,8 @@ else
 	rm -f "$BIN/post"
 	echo "vmtest: tools/post not available or not building: the guest checks tprof with pitest only"
 fi
-gcc -O2 -g -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
+gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
+gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -o "$BIN/stackprog" scripts/vmtest/stackprog.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
@@ -131,6 +134,9 @@ if [ "$WHAT" = itrace ]; then
 	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
 	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
 fi
+if [ "$WHAT" = callflow ]; then # issue 11: call-flow exactness (scripts/vmtest/callflow-build.sh)
+	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
+fi
 
 # ---- initramfs ----
 IR=$W/initramfs
@@ -144,6 +150,9 @@ cp kmod/pitrace.ko "$IR/pitrace.ko"
 cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
 cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
+if [ "$WHAT" = callflow ]; then
+	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
+fi
 cat >"$IR/init" <<EOF
 #!/bin/busybox sh
 export PATH=/bin PERFINSP_BACKEND=auto HOME=/root
@@ -164,7 +173,7 @@ chmod +x "$IR/init" "$IR/test.sh"
 # ---- boot ----
 QEMU_EXTRA=()
 SMP=2
-if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ]; then
+if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ] || [ "$WHAT" = callflow ]; then
 	# -icount: the guest TSC counts instructions. With -icount the second
 	# vCPU never comes up (the boot stops at "Booting SMP configuration"),
 	# so the benchmark runs on one CPU.
@@ -186,7 +195,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-sin
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
-grep -E '^(vmtest|itrace|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|  )' "$LOG" | sed 's/\r$//' || true
+grep -E '^(vmtest|itrace|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|stacks|  )' "$LOG" | sed 's/\r$//' || true
 # Kernel messages carry a printk time stamp; tool output in the log (for
 # example post's "WARNING: records were lost") does not.
 KPAT='\[ *[0-9]+\.[0-9]+\] .*(Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace)'
@@ -206,6 +215,8 @@ marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = ptt ] && marker="PITRACE-PTT-DONE"
 [ "$WHAT" = harden ] && marker="PITRACE-HARDEN-DONE"
 [ "$WHAT" = itrace ] && marker="PITRACE-ITRACE-DONE"
+[ "$WHAT" = callflow ] && marker="PITRACE-CALLFLOW-PASS"
+[ "$WHAT" = stacks ] && marker="PITRACE-STACKS-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2

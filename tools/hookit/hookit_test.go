@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,9 +44,9 @@ func setup(t *testing.T) string {
 			buildErr = fmt.Errorf("no go.mod above %s", wd)
 			return
 		}
-		for _, tool := range []string{"make", "gcc"} {
+		for _, tool := range []string{"make", "gcc", "g++"} {
 			if _, err := exec.LookPath(tool); err != nil {
-				buildErr = fmt.Errorf("%s is not installed (apt-get install build-essential): %w", tool, err)
+				buildErr = fmt.Errorf("%s is not installed (apt-get install build-essential g++): %w", tool, err)
 				return
 			}
 		}
@@ -451,5 +452,118 @@ func TestRtdriverStartEndReset(t *testing.T) {
 	tr.Root.Walk(func(n *callflow.Node) { calls += n.Calls })
 	if calls == 0 || calls > n3-n2 {
 		t.Errorf("%d calls after the reset; %d were recorded after the first end", calls, n3-n2)
+	}
+}
+
+// The in-process API (hookit_api.h) as an agent uses it: bin/callflow_api
+// links libhookit (no preload, no HOOKIT_DIR), starts it with
+// hookit_init, records ids that are not addresses with method types,
+// names them, ends a thread's file and shuts down; events before the
+// start, after the thread's end and after the shutdown are not recorded.
+func TestInProcessAPI(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(r, "bin/callflow_api"), dir)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "HOOKIT_") && !strings.HasPrefix(e, "LD_PRELOAD=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "dropped 0\n" {
+		t.Fatalf("callflow_api: %v\n%s", err, out)
+	}
+	p := load(t, dir)
+	if len(p.Threads) != 2 || p.Info.TInnerAPI <= 0 || p.Info.TOuterAPI <= 0 {
+		t.Fatalf("%d threads, API calibration t_I %.2f t_O %.2f", len(p.Threads), p.Info.TInnerAPI, p.Info.TOuterAPI)
+	}
+	var exc, native int
+	for _, th := range p.Threads {
+		if th.Partial {
+			t.Errorf("thread %d: file not finished", th.TID)
+		}
+		for _, e := range th.Events {
+			switch {
+			case e.Fn == 0x4000:
+				t.Errorf("thread %d: an event outside the recording was recorded: %+v", th.TID, e)
+			case e.Kind == callflow.KindExcExit && e.Fn == 0x3000 && e.Type == 4 && e.API:
+				exc++
+			case e.Fn == 0x2000 && e.Type == 5 && e.API:
+				native++
+			}
+		}
+	}
+	if exc != 1 || native != 2000 {
+		t.Errorf("%d exception exits of Main.helper (want 1), %d native events (want 2000)", exc, native)
+	}
+	a := callflow.Analyze(p)
+	main, second := treeOf(t, a, true), treeOf(t, a, false)
+	checkPaths(t, "main thread", paths(main), map[string]uint64{
+		"Main.run()V": 1, "Main.run()V;Native.call(I)I": 1000, "Main.run()V;Main.helper (J)V": 1,
+	})
+	checkPaths(t, "second thread", paths(second), map[string]uint64{"Main.run()V": 1, "Main.run()V;Main.helper (J)V": 10})
+	for _, tr := range []*callflow.Tree{main, second} {
+		if tr.OpenAtEnd != 0 || tr.Unmatched != 0 || tr.Repaired != 0 {
+			t.Errorf("thread %d: open %d unmatched %d repaired %d", tr.TID, tr.OpenAtEnd, tr.Unmatched, tr.Repaired)
+		}
+	}
+	// The sequence minima keyed by PI's 8 types x 3 transitions.
+	if out, err := exec.Command(filepath.Join(r, "bin/hookit"), "report", "-i", dir, "--cal", "minima", "--seq-key", "8x3").CombinedOutput(); err != nil {
+		t.Fatalf("hookit report: %v\n%s", err, out)
+	}
+	rt, _ := os.ReadFile(filepath.Join(dir, "log-rt"))
+	for _, want := range []string{"jitted-En-native-Ex-jitted", "native-Ex-jitted-En-native", "jitted-En-interp-static-Xx-jitted"} {
+		if !regexp.MustCompile(`(?m)^\s+` + want + `\s+min \d+ \(\d+ seen\)$`).Match(rt) {
+			t.Errorf("log-rt has no minimum for %s:\n%s", want, rt)
+		}
+	}
+}
+
+// C++ exceptions thrown through instrumented frames (g++
+// -finstrument-functions): g++ runs the exit hook of every frame the
+// unwinder leaves, so catcher;middle;thrower closes exactly;
+// the frames of c_through and c_layer (C, no -fexceptions) are left without
+// their exits and the stack pointer of the catch block's next entry closes
+// them. Call counts and tree exact.
+func TestCxxExceptionStackRepair(t *testing.T) {
+	dir := runHookit(t, "-m", "rdtsc", "--", filepath.Join(setup(t), "bin/callflow_exc"), "100")
+	tr := treeOf(t, callflow.Analyze(load(t, dir)), true)
+	checkPaths(t, "exceptions", paths(tr), map[string]uint64{
+		"main": 1, "main;catcher": 100, "main;catcher;middle": 100, "main;catcher;middle;thrower": 100,
+		"main;catcher;middle;thrower;leaf": 100, "main;after": 200, "main;after;leaf": 200,
+		"main;catcher_c": 100, "main;catcher_c;c_through": 100, "main;catcher_c;c_through;c_layer": 100,
+		"main;catcher_c;c_through;c_layer;thrower": 100, "main;catcher_c;c_through;c_layer;thrower;leaf": 100,
+		"main;catcher_c;leaf": 100,
+	})
+	if tr.Repaired != 200 || tr.Unmatched != 0 || tr.OpenAtEnd != 0 {
+		t.Errorf("repaired %d (want 200: the missed exits of c_through and c_layer), unmatched %d, open at the end %d", tr.Repaired, tr.Unmatched, tr.OpenAtEnd)
+	}
+}
+
+// A trainer run writes its minima (run.hookit -o train=FILE); a later run
+// loads them (-o minima=FILE) and log-rt says so; a run with another
+// metric is refused.
+func TestTrainingFile(t *testing.T) {
+	r := setup(t)
+	file := filepath.Join(t.TempDir(), "trained.minima")
+	runHookit(t, "-m", "rdtsc", "-o", "train="+file, "--", filepath.Join(r, "bin/callflow"), "1000")
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, metric, err := callflow.ReadMinima(f)
+	f.Close()
+	if err != nil || metric != "rdtsc" || len(m.Min) < 4 {
+		t.Fatalf("training file: %v, metric %q, %d keys", err, metric, len(m.Min))
+	}
+	dir := runHookit(t, "-m", "rdtsc", "-o", "minima="+file, "--", filepath.Join(r, "bin/callflow"), "10")
+	rt, _ := os.ReadFile(filepath.Join(dir, "log-rt"))
+	if !bytes.Contains(rt, []byte("merged with a training file")) {
+		t.Errorf("log-rt does not say the trained minima were applied:\n%.600s", rt)
+	}
+	out, err := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-m", "task-clock", "-o", t.TempDir(), "-o", "minima="+file, "--",
+		filepath.Join(r, "bin/callflow"), "10").CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("trained with metric rdtsc")) {
+		t.Errorf("minima of another metric: %v\n%s", err, out)
 	}
 }

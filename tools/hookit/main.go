@@ -18,8 +18,8 @@ func main() {
 		Name:  "hookit",
 		Usage: "call-flow reports from libhookit's per-thread files",
 		Description: "A program built with -finstrument-functions and run with bin/libhookit.so preloaded\n" +
-			"(scripts/run.hookit does both) leaves hookit-PID-TID.bin, hookit-PID.info and hookit-PID.maps in\n" +
-			"its directory. `hookit report` turns them into log-rt (the calibrated call tree), log-gen (flat),\n" +
+			"(scripts/run.hookit does both) leaves hookit-PID-TID.bin, hookit-PID.info, hookit-PID.maps (and\n" +
+			"hookit-PID.names from agents using hookit_api.h) in its directory. `hookit report` turns them into log-rt (the calibrated call tree), log-gen (flat),\n" +
 			"callflow.pb.gz (go tool pprof), callflow.folded (flamegraph.pl) and callflow.trace.json\n" +
 			"(ui.perfetto.dev). With several processes, the files of each end in .PID.",
 		Commands: []*cli.Command{{
@@ -29,9 +29,13 @@ func main() {
 				&cli.StringFlag{Name: "i", Aliases: []string{"in"}, Value: ".", Usage: "directory with the hookit files"},
 				&cli.StringFlag{Name: "o", Aliases: []string{"out"}, Usage: "directory for the reports (default: the input directory)"},
 				&cli.StringFlag{Name: "cal", Value: "startup", Usage: "calibration: startup (t_I and t_O measured at start-up), minima (the run's sequence minima, two-pass: exact where the metric is exact, e.g. -icount) or none (the raw metric)"},
+				&cli.StringFlag{Name: "train", Usage: "write this run's sequence minima to `FILE` (a trainer run: merged with --minima's table if given); later runs load it with --minima"},
+				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
+				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (seed 003 §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
+				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (seed 000: the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
-		}},
+		}, checkCommand},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "hookit:", err)
@@ -52,17 +56,61 @@ func report(c *cli.Context) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return fmt.Errorf("creating the report directory: %w", err)
 	}
+	var trained *callflow.Minima
+	var trainedMetric string
+	if path := c.String("minima"); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("opening the minima file: %w", err)
+		}
+		trained, trainedMetric, err = callflow.ReadMinima(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	for _, p := range procs {
+		if path := c.String("train"); path != "" {
+			if err := writeTraining(path, p, c.String("seq-key"), trained, trainedMetric); err != nil {
+				return err
+			}
+		}
 		var a *callflow.Analysis
-		switch c.String("cal") {
+		cal := c.String("cal")
+		if trained != nil {
+			cal = "trained"
+		}
+		switch cal {
+		case "trained":
+			ca, err := callflow.TrainedCalibration(p, trained, trainedMetric)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.String("minima"), err)
+			}
+			a = callflow.AnalyzeWith(p, ca)
 		case "minima":
-			a = callflow.AnalyzeWith(p, callflow.MinimaCalibration(p))
+			k, err := callflow.ParseSeqKey(c.String("seq-key"))
+			if err != nil {
+				return err
+			}
+			a = callflow.AnalyzeWith(p, callflow.MinimaCalibration(p, k))
 		case "startup":
 			a = callflow.Analyze(p)
 		case "none":
 			a = callflow.AnalyzeWith(p, callflow.Calibration{})
 		default:
 			return fmt.Errorf("--cal %q: use minima, startup or none", c.String("cal"))
+		}
+		if path := c.String("env"); path != "" {
+			if a.Cal.Minima == nil {
+				return fmt.Errorf("--env applies to the sequence minima: add --cal minima (or --minima FILE)")
+			}
+			env, err := callflow.LoadEnv(path, p, a.Cal.Minima.Key)
+			if err != nil {
+				return err
+			}
+			cal := a.Cal
+			cal.Minima.Env = env
+			a = callflow.AnalyzeWith(p, cal)
 		}
 		suffix := ""
 		if len(procs) > 1 {
@@ -95,5 +143,37 @@ func report(c *cli.Context) error {
 		fmt.Printf("hookit: pid %d (%s): %d threads, total BASE %d %s: %s\n", p.Info.PID, filepath.Base(p.Info.Exe),
 			len(p.Threads), a.Total(), p.Info.Metric, filepath.Join(out, "log-rt"+suffix))
 	}
+	return nil
+}
+
+// writeTraining writes the sequence minima of p (merged with a loaded
+// table) to path.
+func writeTraining(path string, p *callflow.Process, key string, trained *callflow.Minima, metric string) error {
+	k, err := callflow.ParseSeqKey(key)
+	if err != nil {
+		return err
+	}
+	if trained != nil {
+		k = trained.Key
+		if metric != p.Info.Metric {
+			return fmt.Errorf("--train: the loaded minima are of metric %s, this run used %s", metric, p.Info.Metric)
+		}
+	}
+	m := callflow.SequenceMinima(p.Threads, k)
+	if err := m.Merge(trained); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("creating the training file: %w", err)
+	}
+	werr := callflow.WriteMinima(f, m, p.Info.Metric)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("%s: %w", path, werr)
+	}
+	fmt.Printf("hookit: sequence minima of pid %d (%d keys, %s) written to %s\n", p.Info.PID, len(m.Min), k, path)
 	return nil
 }

@@ -144,3 +144,12 @@ func perfFDs() int {
 	}
 	return n
 }
+
+// fileOffset maps addr to its file and file offset (no symbol needed).
+func (m *procMap) fileOffset(addr uint64) (string, uint64, bool) {
+	i := sort.Search(len(m.segs), func(i int) bool { return m.segs[i].start > addr }) - 1
+	if i < 0 || addr >= m.segs[i].start+m.segs[i].size || !strings.HasPrefix(m.segs[i].path, "/") {
+		return "", 0, false
+	}
+	return m.segs[i].path, addr - m.segs[i].start + m.segs[i].off, true
+}

@@ -1,8 +1,11 @@
 // Command hotspot finds the hot functions of a process by sampling, then
 // walks up its call graph with temporary uprobes/uretprobes, one level at a
-// time: the hot function, then its callers, then theirs, up to main. Per
-// instrumented function it reports the calls, the wall time per call and
-// the callers with their share of calls. See docs/hotspot.md.
+// time: the hot function, then its callers, then theirs, up to main, in the
+// target and the processes it forks. Per instrumented function it reports
+// the calls, the wall time (and an -m counter) per call and the callers
+// with their share of calls; an overhead budget (5 % by default, from the
+// probe cost it measures at the start) bounds the target's slowdown. See
+// docs/hotspot.md.
 //
 //	hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION]
 //	hotspot [options] -- cmd args
@@ -25,10 +28,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
 )
 
 func main() {
+	if os.Getenv(calibEnv) == "1" {
+		os.Exit(calibrationChild(os.Stdin, os.Stdout))
+	}
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
@@ -64,7 +71,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 	return &cli.App{
 		Name:  "hotspot",
 		Usage: "sample a process, then walk up from its hot functions with temporary uprobes: calls, time per call, callers",
-		UsageText: "hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION] [--json FILE]\n" +
+		UsageText: "hotspot -p PID [-s SECONDS] [--threshold PCT | --top N] [--period CALLS|DURATION] [--max-overhead PCT] [-m EVENT] [--json FILE]\n" +
 			"hotspot [options] -- cmd args\n\n" +
 			"Sampling needs perf_event_paranoid <= 2 (own processes); uprobes need root or CAP_PERFMON.\n" +
 			"Every probe is a perf event fd: they are removed at each level's end, at exit, on Ctrl-C,\n" +
@@ -74,15 +81,16 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 		HideHelpCommand: true,
 		ExitErrHandler:  func(*cli.Context, error) {},
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "pid", Aliases: []string{"p"}, Usage: "the running process `PID` (its threads at start)"},
+			&cli.IntFlag{Name: "pid", Aliases: []string{"p"}, Usage: "the running process `PID` (with its threads and the processes it forks, as they appear)"},
 			&cli.Float64Flag{Name: "sample", Aliases: []string{"s"}, Value: 2, Usage: "sample for `SECONDS` (cpu-clock, 1 kHz of CPU time)"},
 			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
 			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},
 			&cli.StringFlag{Name: "period", Value: "1s", Usage: "a level lasts `CALLS` calls of its functions or a DURATION (500ms)"},
-			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "probes in place `PCT` percent of a level's time (windows of 100ms), to bound the target's slowdown"},
+			&cli.StringFlag{Name: "max-overhead", Value: "5%", Usage: "keep the target's slowdown under `PCT` percent: the probes are removed for as long as the measured cost of the calls they saw needs (0: probes always in place)"},
+			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "instead of --max-overhead: probes in place `PCT` percent of a level's time (windows of 100ms)"},
 			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
-			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call: `time` (wall time from entry to return; the only one so far)"},
+			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call besides the wall time: `EVENT` counted on the thread from entry to return (task-clock, page-faults, context-switches; instructions or cycles where a hardware PMU exists; see hwevents list), or time (wall time only)"},
 			&cli.StringFlag{Name: "json", Usage: "write the result as JSON to `FILE`"},
 			&cli.StringFlag{Name: "folded", Usage: "write folded stacks (flame graph input) to `FILE`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the text report to `FILE` (default stdout)"},
@@ -93,11 +101,22 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 }
 
 func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
-	if c.String("metric") != "time" {
-		return cli.Exit(fmt.Sprintf("-m %s: only the wall time per call (-m time) is measured so far", c.String("metric")), 2)
+	metric, err := parseMetric(c.String("metric"))
+	if err != nil {
+		return cli.Exit(err.Error(), 2)
 	}
 	if d := c.Float64("duty"); d <= 0 || d > 100 {
 		return cli.Exit(fmt.Sprintf("--duty %g: want a percentage in (0, 100]", d), 2)
+	}
+	budget, err := parsePercent(c.String("max-overhead"))
+	if err != nil {
+		return cli.Exit("--max-overhead: "+err.Error(), 2)
+	}
+	if c.IsSet("duty") {
+		if c.IsSet("max-overhead") {
+			return cli.Exit("give --duty or --max-overhead, not both", 2)
+		}
+		budget = 0 // a fixed duty cycle instead of the budget
 	}
 	period, err := parsePeriod(c.String("period"))
 	if err != nil {
@@ -137,7 +156,7 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 			}
 		}
 	}
-	rep, werr := walk(ctx, pid, target, c, pmu, period, alive, stderr)
+	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, metric, alive, stderr)
 	if rep != nil {
 		if err := writeReport(c, rep, stdout); err != nil && werr == nil {
 			werr = err
@@ -172,14 +191,46 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, alive func() bool, stderr io.Writer) (*Report, error) {
+// parsePercent reads "5", "5%" or "2.5%" as a percentage in [0, 100].
+func parsePercent(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
+	if err != nil || v < 0 || v > 100 {
+		return 0, fmt.Errorf("%q: want a percentage from 0 to 100 (5%%; 0: no limit)", s)
+	}
+	return v, nil
+}
+
+// parseMetric reads -m: "time" (nil: the wall time only) or an event of
+// the event table that this machine can count (checked on hotspot itself,
+// so a missing PMU is said before anything starts).
+func parseMetric(name string) (*events.Event, error) {
+	if name == "time" || name == "" {
+		return nil, nil
+	}
+	ev, err := events.Parse(name)
+	if err != nil {
+		return nil, fmt.Errorf("-m %s: %w", name, err)
+	}
+	fd, err := events.Open(ev, 0, -1, events.OpenOpts{})
+	if err != nil {
+		hint := ""
+		if errors.Is(err, events.ErrNoPMU) {
+			hint = " (use a software metric here: -m task-clock, page-faults, context-switches)"
+		}
+		return nil, fmt.Errorf("-m %s: %w%s", name, err, hint)
+	}
+	unix.Close(fd)
+	return &ev, nil
+}
+
+func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, metric *events.Event, alive func() bool, stderr io.Writer) (*Report, error) {
 	var cache a2n.Cache
-	pm, err := newProcMap(pid, &cache)
+	tree, err := newProcTree(pid, &cache)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	sr, err := sampleTarget(ctx, pid, time.Duration(c.Float64("sample")*float64(time.Second)), alive, pm)
+	sr, err := sampleTarget(ctx, tree, time.Duration(c.Float64("sample")*float64(time.Second)), alive)
 	if err != nil {
 		return nil, err
 	}
@@ -194,13 +245,43 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		hot = append(hot, h.Func)
 	}
 	if sr.Samples == 0 {
-		rep.Notes = append(rep.Notes, "no samples: the target used no CPU while sampled (a command that forks works in its children, which are not followed: give the busy child's -p PID)")
+		rep.Notes = append(rep.Notes, "no samples: the target and its children used no CPU while sampled")
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, pm: pm}
+	if metric != nil {
+		rep.Metric = metric.Name
+	}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, tree: tree}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}
-	werr := w.Run(ctx, hot)
+	var werr error
+	if len(hot) > 0 {
+		// The probe cost: measured once, before the first probe goes in.
+		cal, err := calibrate(pmu)
+		if err != nil {
+			werr = err
+		} else {
+			w.Cal = &cal
+			rep.Overhead = &Overhead{BudgetPct: budget, Duty: w.Duty, Calibration: cal}
+			if w.Progress != nil {
+				fmt.Fprintf(w.Progress, "hotspot: a probed call costs %s of CPU here (measured, spread %s; %s with a push first, emulated by the kernel)\n",
+					dur(cal.CallNs), dur(cal.SpreadNs), dur(cal.EmulatedNs))
+			}
+		}
+	}
+	if werr == nil {
+		werr = w.Run(ctx, hot)
+	}
+	if o := rep.Overhead; o != nil {
+		o.ProbedCalls = w.Entries
+		o.ProbeCostNs = w.CostNs
+		if w.CPULast > w.CPUStart {
+			o.TargetCPUNs = w.CPULast - w.CPUStart
+			if own := float64(o.TargetCPUNs) - o.ProbeCostNs; own > 0 {
+				o.EstimatedPct = 100 * o.ProbeCostNs / own
+			}
+		}
+	}
 	rep.Levels, rep.Funcs, rep.HookHits, rep.Lost = w.Levels, w.Funcs, w.HookHits, w.Lost
 	rep.Folded = folded(w.Funcs, rep.Hot)
 	rep.Seconds = time.Since(start).Seconds()

@@ -138,7 +138,7 @@ func TestWalkFindsCallersLevelByLevel(t *testing.T) {
 	dir := t.TempDir()
 	js := filepath.Join(dir, "r.json")
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(tools.hotspot, "-s", "1", "--period", "300", "--json", js, "--folded", filepath.Join(dir, "f.txt"),
+	cmd := exec.Command(tools.hotspot, "-s", "1", "--period", "300", "--max-overhead", "0", "--json", js, "--folded", filepath.Join(dir, "f.txt"),
 		"-o", filepath.Join(dir, "r.txt"), "--", tools.example, "6")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -324,7 +324,7 @@ func TestTargetKilledMidWalk(t *testing.T) {
 	build(t)
 	target, _ := startExample(t, tools.example, "60", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
-	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--json", js)
+	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
 	// The per-second progress line: level 0 has been counting calls.
 	waitLine(t, lines, "level 0 frontier [hot] active probes 2 calls")
 	if err := target.Process.Kill(); err != nil {
@@ -350,7 +350,7 @@ func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	build(t)
 	target, out := startExample(t, tools.example, "4", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
-	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--json", js)
+	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
 	waitLine(t, lines, "level 0 frontier [hot]")
 	if n := countPerfFDs(tool.Process.Pid); n != 2 {
 		t.Fatalf("%d perf fds open in the tool during level 0, want 2 (entry and return probe of hot)", n)
@@ -376,7 +376,7 @@ func TestSIGINTRemovesEveryProbe(t *testing.T) {
 func TestStrippedTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
-	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "300", "--depth", "3", "--json", js, "-o", os.DevNull, "--", tools.stripped, "5")
+	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "300", "--max-overhead", "0", "--depth", "3", "--json", js, "-o", os.DevNull, "--", tools.stripped, "5")
 	out, err := c.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("exit %v, want 3: %s", err, out)
@@ -451,7 +451,7 @@ func TestDutyCycle(t *testing.T) {
 	calls := map[string]uint64{}
 	for _, duty := range []string{"100", "20"} {
 		js := filepath.Join(t.TempDir(), "r.json")
-		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "2.5")
+		c := exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "1500ms", "--depth", "1", "--duty", duty, "--json", js, "-o", os.DevNull, "--", tools.example, "5")
 		if out, err := c.Output(); err == nil || !strings.Contains(string(out), "hotspot-example:") {
 			t.Fatalf("duty %s: exit %v (want the example's 3), output %q", duty, err, out)
 		}
@@ -484,7 +484,7 @@ func TestNeverReturningCaller(t *testing.T) {
 	dir := t.TempDir()
 	js := filepath.Join(dir, "r.json")
 	txt := filepath.Join(dir, "r.txt")
-	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
+	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--max-overhead", "0", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
 	out, err := c.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)

@@ -8,12 +8,15 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"perfinsp/libperfutil/events"
 )
 
 // Report is the whole result (--json).
 type Report struct {
 	Target   string       `json:"target"`
 	PID      int          `json:"pid"`
+	Metric   string       `json:"metric,omitempty"` // -m: the event counted per call, besides the wall time
 	Sample   SampleResult `json:"sample"`
 	Hot      []HotFunc    `json:"hot"`
 	Levels   []Level      `json:"levels"`
@@ -22,8 +25,24 @@ type Report struct {
 	Lost     uint64       `json:"lost"`
 	Folded   []string     `json:"folded"`
 	Seconds  float64      `json:"seconds"`
+	Overhead *Overhead    `json:"overhead,omitempty"`
 	Stopped  string       `json:"stopped,omitempty"`
 	Notes    []string     `json:"notes,omitempty"`
+}
+
+// Overhead is the walk's estimate of the target's slowdown: the probed
+// calls times the measured cost of one, against the target's CPU time
+// during the walk.
+type Overhead struct {
+	BudgetPct   float64     `json:"budget_pct"` // --max-overhead (0: none)
+	Duty        float64     `json:"duty_pct"`   // --duty (100: the budget decides)
+	Calibration Calibration `json:"calibration"`
+	ProbedCalls uint64      `json:"probed_calls"`
+	ProbeCostNs float64     `json:"probe_cost_ns"`
+	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the walk, probe cost included
+	// EstimatedPct = probe cost / (target CPU - probe cost): the slowdown
+	// of the target's own work during the walk.
+	EstimatedPct float64 `json:"estimated_slowdown_pct"`
 }
 
 // folded derives folded stacks ("main;a;b;c;hot 1234") from the walk: the
@@ -103,6 +122,9 @@ func (r *Report) writeText(w io.Writer) {
 		fmt.Fprintf(w, "  [level %d] %s: %d calls", f.Level, f.Name, f.Calls)
 		if f.Returns > 0 {
 			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
+			if r.Metric != "" {
+				fmt.Fprintf(w, ", %s/call mean %s min %s max %s", r.Metric, r.metricValue(f.MetricMean), r.metricValue(float64(f.MetricMin)), r.metricValue(float64(f.MetricMax)))
+			}
 		}
 		if f.Calls == 0 {
 			fmt.Fprint(w, " (not entered while instrumented: called before the walk and not returned yet — a loop that never returns? — or not called at all)")
@@ -120,6 +142,17 @@ func (r *Report) writeText(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "walk: %d levels, %d probe hits (entries and returns), %d lost\n", len(r.Levels), r.HookHits, r.Lost)
+	if o := r.Overhead; o != nil {
+		budget := "no budget"
+		switch {
+		case o.Duty > 0 && o.Duty < 100:
+			budget = fmt.Sprintf("--duty %g", o.Duty)
+		case o.BudgetPct > 0 && o.BudgetPct < 100:
+			budget = fmt.Sprintf("budget %g%%", o.BudgetPct)
+		}
+		fmt.Fprintf(w, "overhead: %d probed calls x %s or %s (measured: first instruction single-stepped or emulated) = %s of the target's %s of CPU during the walk: estimated slowdown %.1f%% (%s)\n",
+			o.ProbedCalls, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs), dur(float64(o.TargetCPUNs)), o.EstimatedPct, budget)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -129,6 +162,14 @@ func (r *Report) writeText(w io.Writer) {
 			fmt.Fprintln(w, "  "+l)
 		}
 	}
+}
+
+// metricValue formats a value of the -m metric: a time for the clocks.
+func (r *Report) metricValue(v float64) string {
+	if ev, ok := events.Lookup(r.Metric); ok && ev.Unit == "ns" {
+		return dur(v)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func writeFile(path string, fn func(io.Writer) error) error {

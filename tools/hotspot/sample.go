@@ -30,11 +30,13 @@ type SampleResult struct {
 	Funcs   []HotFunc `json:"functions"` // every sampled function, most samples first
 }
 
-// sampleTarget samples the threads of pid with cpu-clock (user mode, 1 kHz
-// of CPU time per thread) for d or until the target ends, and names the
-// functions hit.
-func sampleTarget(ctx context.Context, pid int, d time.Duration, alive func() bool, pm *procMap) (SampleResult, error) {
-	tids, err := threadsOf(pid)
+// sampleTarget samples the threads of the tree with cpu-clock (user mode,
+// 1 kHz of CPU time per thread; the threads and processes created
+// meanwhile are found every 50 ms) for d or until the target ends, and names the functions hit, each address with
+// the mappings of its own process.
+func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, alive func() bool) (SampleResult, error) {
+	pid := tree.root
+	tids, err := tree.threads()
 	if err != nil {
 		return SampleResult{}, err
 	}
@@ -53,36 +55,55 @@ func sampleTarget(ctx context.Context, pid int, d time.Duration, alive func() bo
 			unix.Close(r.fd)
 		}
 	}()
-	for _, tid := range tids {
-		a := ev.Attr()
-		a.Size = uint32(unsafe.Sizeof(a))
-		a.Sample = 1000000 // ns of CPU time between samples
-		a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID
-		a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
-		fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
-		if err != nil {
-			if errors.Is(err, unix.ESRCH) {
-				continue // the thread ended meanwhile
+	sampled := map[int]bool{}
+	attach := func(tids []int) error {
+		for _, tid := range tids {
+			if sampled[tid] {
+				continue
 			}
-			return SampleResult{}, events.OpenError(ev, tid, -1, err)
+			sampled[tid] = true
+			a := ev.Attr()
+			a.Size = uint32(unsafe.Sizeof(a))
+			a.Sample = 1000000 // ns of CPU time between samples
+			a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID
+			a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
+			fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+			if err != nil {
+				if errors.Is(err, unix.ESRCH) {
+					continue // the thread ended meanwhile
+				}
+				return events.OpenError(ev, tid, -1, err)
+			}
+			r, err := uprobe.NewRing(fd, 16)
+			if err != nil {
+				unix.Close(fd)
+				return err
+			}
+			rings = append(rings, tr{fd, r})
 		}
-		r, err := uprobe.NewRing(fd, 16)
-		if err != nil {
-			unix.Close(fd)
-			return SampleResult{}, err
-		}
-		rings = append(rings, tr{fd, r})
+		return nil
+	}
+	if err := attach(tids); err != nil {
+		return SampleResult{}, err
 	}
 	if len(rings) == 0 {
 		return SampleResult{}, fmt.Errorf("process %d has no thread left to sample", pid)
 	}
-	hits := map[uint64]int{}
+	type where struct {
+		pid  int
+		addr uint64
+	}
+	hits := map[where]int{}
 	res := SampleResult{}
 	drain := func() {
 		for _, r := range rings {
 			r.ring.Drain(func(typ uint32, _ uint16, b []byte) {
 				if typ == unix.PERF_RECORD_SAMPLE && len(b) >= 16 {
-					hits[binary.LittleEndian.Uint64(b)]++
+					w := where{int(binary.LittleEndian.Uint32(b[8:])), binary.LittleEndian.Uint64(b)}
+					if hits[w] == 0 {
+						tree.mapOf(w.pid) // while the process lives (a short child)
+					}
+					hits[w]++
 					res.Samples++
 				}
 			})
@@ -98,6 +119,12 @@ loop:
 			break loop
 		case <-tick.C:
 			drain()
+			// New threads and child processes (polled every 50 ms).
+			if tids, err := tree.threads(); err == nil {
+				if err := attach(tids); err != nil {
+					return SampleResult{}, err
+				}
+			}
 		}
 	}
 	drain()
@@ -106,8 +133,8 @@ loop:
 		res.Lost += r.ring.Lost
 	}
 	byFunc := map[string]*HotFunc{}
-	for addr, n := range hits {
-		f := pm.lookup(addr)
+	for w, n := range hits {
+		f := tree.lookup(w.pid, w.addr)
 		k := f.key()
 		if f.Path == "" {
 			k = f.Name

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -32,16 +33,22 @@ type CallerStat struct {
 // FuncStat is what the probes of one instrumented function saw.
 type FuncStat struct {
 	Func
-	Level   int           `json:"level"`
-	Calls   uint64        `json:"calls"`   // entries seen
-	Returns uint64        `json:"returns"` // entries matched with their return
-	Cut     uint64        `json:"cut"`     // entries whose return came after their probes were removed
-	MeanNs  float64       `json:"mean_ns"`
-	MinNs   uint64        `json:"min_ns"`
-	MaxNs   uint64        `json:"max_ns"`
-	Callers []*CallerStat `json:"callers"`
-	sumNs   float64
-	callers map[string]*CallerStat
+	Level   int     `json:"level"`
+	Calls   uint64  `json:"calls"`   // entries seen
+	Returns uint64  `json:"returns"` // entries matched with their return
+	Cut     uint64  `json:"cut"`     // entries whose return came after their probes were removed
+	MeanNs  float64 `json:"mean_ns"`
+	MinNs   uint64  `json:"min_ns"`
+	MaxNs   uint64  `json:"max_ns"`
+	// The -m metric per call (entry to return): its mean, min and max.
+	MetricMean float64       `json:"metric_mean,omitempty"`
+	MetricMin  uint64        `json:"metric_min,omitempty"`
+	MetricMax  uint64        `json:"metric_max,omitempty"`
+	Callers    []*CallerStat `json:"callers"`
+	sumNs      float64
+	costNs     float64 // the calibrated cost of one probed call of it
+	sumMetric  float64
+	callers    map[string]*CallerStat
 }
 
 // Level is one step of the walk.
@@ -59,27 +66,55 @@ type Level struct {
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+	// PIDs are the processes whose probes were hit (the target's children too).
+	PIDs []int `json:"pids"`
+	// Attached counts the threads probed after the level's start (new
+	// threads and processes of the target).
+	Attached int `json:"threads_attached"`
+	// TargetCPUNs is the target's CPU time (its process tree's, probe
+	// traps included) during the level; CostNs the estimated cost of the
+	// level's probed calls.
+	TargetCPUNs uint64  `json:"target_cpu_ns"`
+	CostNs      float64 `json:"probe_cost_ns"`
+	pids        map[uint32]int
 }
 
 // Walk is the state of a hot-spot walk.
 type Walk struct {
-	PMU      uprobe.PMU
-	PID      int
-	Period   Period
-	Duty     float64       // percent of the time a level's probes are in place (0 or 100: always)
+	PMU    uprobe.PMU
+	PID    int
+	Period Period
+	Duty   float64 // percent of the time a level's probes are in place (0 or 100: always)
+	// Budget, in percent, bounds the target's slowdown when Duty is not
+	// set: from the calls seen while the probes are in place, the cost of
+	// probed call and the target's CPU time, the probes are removed for as
+	// long as it takes the probe cost to fall to Budget % of the target's
+	// CPU time (0: no budget).
+	Budget float64
+	Cal    *Calibration // the measured cost of a probed call (nil: none, no budget)
+	// Metric, if set, is counted per thread in a group with the thread's
+	// probes; each hit reads it (PERF_SAMPLE_READ): the metric per call.
+	Metric   *events.Event
 	LevelMax time.Duration // a level ends after this even if its period is not over (0: no limit)
 	MaxDepth int
 	Alive    func() bool
 	Progress io.Writer
-	pm       *procMap
+	tree     *procTree
 	start    time.Time
 
 	Levels   []Level
 	Funcs    []*FuncStat
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
-	visited  map[string]*FuncStat
-	stopAt   map[string]bool // names where the walk stops (main)
+	Entries  uint64 // entry hits (probed calls)
+	// CostNs is the estimated cost of those calls: each one charged the
+	// calibrated cost of its function's kind of first instruction.
+	CostNs float64
+	// CPUStart, CPULast: the target's CPU time (ns) at the walk's start
+	// and at the last reading while it lived.
+	CPUStart, CPULast uint64
+	visited           map[string]*FuncStat
+	stopAt            map[string]bool // names where the walk stops (main)
 }
 
 type probeRef struct {
@@ -90,6 +125,7 @@ type probeRef struct {
 type frame struct {
 	fs *FuncStat
 	t  uint64
+	v  uint64 // the metric at entry
 }
 
 // stopNames are the top of a program's call graph: the walk records them
@@ -100,6 +136,8 @@ var stopNames = map[string]bool{"main": true, "_start": true, "__libc_start_main
 func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.start = time.Now()
 	w.visited = map[string]*FuncStat{}
+	w.CPUStart, _ = w.tree.cpuNs()
+	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
 		if ctx.Err() != nil || !w.Alive() {
@@ -142,7 +180,7 @@ func (w *Walk) progress(format string, a ...any) {
 // level instruments frontier until the period is over, then removes every
 // probe of the level.
 func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncStat, error) {
-	lv := Level{Level: depth}
+	lv := Level{Level: depth, pids: map[uint32]int{}}
 	var stats []*FuncStat
 	for _, f := range frontier {
 		if f.NoProbe != "" {
@@ -150,6 +188,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			continue
 		}
 		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
+		if w.Cal != nil {
+			fs.costNs = w.Cal.cost(f.Path, f.Off)
+		}
 		stats = append(stats, fs)
 		w.visited[f.key()] = fs
 		w.Funcs = append(w.Funcs, fs)
@@ -162,6 +203,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	}
 	var probes []*uprobe.Probe
 	var rings []*uprobe.Ring
+	var leaders []int // the metric's counters, one per thread
 	refs := map[uint64]probeRef{}
 	stacks := map[uint32][]frame{}
 	closeAll := func() {
@@ -172,7 +214,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		for _, p := range probes {
 			p.Close()
 		}
-		rings, probes = nil, nil
+		for _, fd := range leaders {
+			unix.Close(fd)
+		}
+		rings, probes, leaders = nil, nil, nil
 		// Calls entered in this window whose return it did not see.
 		for tid, st := range stacks {
 			for _, f := range st {
@@ -182,42 +227,96 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 	}
 	defer closeAll()
-	openAll := func() (bool, error) {
-		tids, err := threadsOf(w.PID)
-		if err != nil {
-			return false, nil // the target is gone
-		}
+	var winTids []int   // the threads probed in this window
+	var winCPU0 uint64  // their CPU time at the window's start
+	var winCost float64 // the probe cost of the calls seen in this window
+	probed := map[int]bool{}
+	// openThreads puts the level's probes on threads tids and enables them.
+	openThreads := func(tids []int) error {
+		p0, l0 := len(probes), len(leaders)
 		for _, tid := range tids {
+			probed[tid] = true
 			var ring *uprobe.Ring
+			group := -1
+			if w.Metric != nil {
+				fd, err := uprobe.OpenCounter(*w.Metric, tid)
+				if err != nil {
+					if errors.Is(err, unix.ESRCH) {
+						continue
+					}
+					return fmt.Errorf("-m %s: %w", w.Metric.Name, err)
+				}
+				leaders = append(leaders, fd)
+				group = fd
+			}
 			for _, fs := range stats {
 				for _, ret := range []bool{false, true} {
-					p, err := w.PMU.Open(fs.Path, fs.Off, ret, tid, true)
+					p, err := w.PMU.OpenWith(fs.Path, fs.Off, ret, tid, uprobe.OpenOpts{Disabled: true, Group: group})
 					if err != nil {
 						if errors.Is(err, unix.ESRCH) {
 							continue
 						}
-						return false, fmt.Errorf("instrument %s: %w", fs.Name, err)
+						return fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
 					probes = append(probes, p)
 					refs[p.ID] = probeRef{fs, ret}
 					if ring == nil {
 						if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
-							return false, err
+							return err
 						}
 						rings = append(rings, ring)
 					} else if err := ring.Redirect(p.FD); err != nil {
-						return false, err
+						return err
 					}
 				}
 			}
 		}
-		for _, p := range probes {
+		for _, p := range probes[p0:] {
 			if err := uprobe.Enable(p.FD); err != nil {
-				return false, err
+				return err
 			}
 		}
+		for _, fd := range leaders[l0:] { // a group counts once its leader is on
+			if err := uprobe.Enable(fd); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	openAll := func() (bool, error) {
+		tids, err := w.tree.threads()
+		if err != nil {
+			return false, nil // the target is gone
+		}
+		clear(probed)
+		if err := openThreads(tids); err != nil {
+			return false, err
+		}
 		lv.Windows++
+		winTids, winCPU0, winCost = tids, cpuTimeNs(tids), 0
 		return len(probes) > 0, nil
+	}
+	// attachNew follows the tree: threads and processes created since the
+	// probes went in get them too (polled: a child's calls before its
+	// first poll, within 100 ms, are not seen).
+	attachNew := func() error {
+		tids, err := w.tree.threads()
+		if err != nil {
+			return nil
+		}
+		var fresh []int
+		for _, tid := range tids {
+			if !probed[tid] {
+				fresh = append(fresh, tid)
+			}
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		winTids = append(winTids, fresh...)
+		winCPU0 += cpuTimeNs(fresh)
+		lv.Attached += len(fresh)
+		return openThreads(fresh)
 	}
 	ok, err := openAll()
 	if err != nil {
@@ -246,16 +345,23 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				if !ok {
 					return
 				}
-				s, ok := uprobe.DecodeSample(b, !ref.ret)
+				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil})
 				if !ok {
 					return
 				}
 				w.HookHits++
+				if lv.pids[s.PID] == 0 {
+					lv.PIDs = append(lv.PIDs, int(s.PID))
+				}
+				lv.pids[s.PID]++
 				if !ref.ret {
+					w.Entries++
+					w.CostNs += ref.fs.costNs
+					winCost += ref.fs.costNs
 					ref.fs.Calls++
 					lv.Calls++
 					if s.HasTop {
-						c := w.pm.lookup(s.TopWord)
+						c := w.tree.lookup(int(s.PID), s.TopWord)
 						cs := ref.fs.callers[c.key()+c.Name]
 						if cs == nil {
 							cs = &CallerStat{Func: c}
@@ -265,7 +371,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					}
 					st := stacks[s.TID]
 					if len(st) < 4096 {
-						stacks[s.TID] = append(st, frame{ref.fs, s.Time})
+						stacks[s.TID] = append(st, frame{ref.fs, s.Time, s.Read})
 					}
 					return
 				}
@@ -273,6 +379,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
 					if st[i].fs == ref.fs {
 						ref.fs.addTime(s.Time - st[i].t)
+						if w.Metric != nil {
+							ref.fs.addMetric(s.Read - st[i].v)
+						}
 						stacks[s.TID] = st[:i]
 						return
 					}
@@ -280,16 +389,21 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			})
 		}
 	}
-	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %).
+	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %), or
+	// off for as long as the budget needs (offWin computed per window).
 	const onWin = 100 * time.Millisecond
 	var offWin time.Duration
 	if w.Duty > 0 && w.Duty < 100 {
 		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
+	budget := w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
+	cpu0, _ := w.tree.cpuNs()
+	cost0 := w.CostNs
 	t0 := time.Now()
 	winStart := t0
 	on := true
 	lastProgress := t0
+	lastScan := t0
 	for {
 		drain()
 		switch {
@@ -307,14 +421,36 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		if lv.EndedBy != "" {
 			break
 		}
-		if offWin > 0 && on && time.Since(winStart) >= onWin {
+		switch {
+		case budget && on:
+			if off, end := w.budgetOff(time.Since(winStart), winCost, cpuTimeNs(winTids)-winCPU0, onWin); end {
+				if off <= 0 {
+					// Within the budget: the probes stay; a new window starts.
+					winStart, winCPU0, winCost = time.Now(), cpuTimeNs(winTids), 0
+				} else {
+					closeAll()
+					offWin, on, winStart = off, false, time.Now()
+				}
+			}
+		case offWin > 0 && on && time.Since(winStart) >= onWin:
 			closeAll()
 			on, winStart = false, time.Now()
-		} else if !on && time.Since(winStart) >= offWin {
+		case !on && time.Since(winStart) >= offWin:
 			if _, err := openAll(); err != nil {
 				return nil, err
 			}
 			on, winStart = true, time.Now()
+		}
+		if time.Since(lastScan) >= 100*time.Millisecond {
+			lastScan = time.Now()
+			if on {
+				if err := attachNew(); err != nil {
+					return nil, err
+				}
+			}
+			if v, ok := w.tree.cpuNs(); ok {
+				w.CPULast = v
+			}
 		}
 		if time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
@@ -329,12 +465,49 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	drain()
 	closeAll()
 	lv.PerfFDsEnd = perfFDs()
+	if w.CPULast > cpu0 {
+		lv.TargetCPUNs = w.CPULast - cpu0
+	}
+	lv.CostNs = w.CostNs - cost0
 	lv.Seconds = time.Since(t0).Seconds()
 	w.Levels = append(w.Levels, lv)
 	for _, fs := range stats {
 		fs.finish()
 	}
 	return stats, nil
+}
+
+// budgetOff decides the end of a window of the overhead budget: after
+// elapsed with the probes in place, a probe cost of cost ns (the calls
+// seen, each at its function's calibrated cost) and cpuNs of the probed
+// threads' CPU time (the probes' cost included). The window ends
+// after onWin, or earlier once its probe cost reaches the budget's share of
+// onWin (a function called very often). off is how long the probes must
+// then stay out for the cost to be Budget % of the target's own CPU time:
+// off = (cost / budget - own CPU so far) / (own CPU per second), at most
+// 2 s; 0 when the window is within the budget.
+func (w *Walk) budgetOff(elapsed time.Duration, cost float64, cpuNs uint64, onWin time.Duration) (off time.Duration, end bool) {
+	frac := w.Budget / 100
+	if elapsed < onWin && cost < frac*float64(onWin) {
+		return 0, false
+	}
+	own := float64(cpuNs) - cost // the target's CPU without the probes
+	if own < 0 {
+		own = 0
+	}
+	need := cost/frac - own
+	if need <= 0 {
+		return 0, true
+	}
+	rate := own / float64(elapsed) // CPU seconds per second of the target's threads
+	if rate < 0.01 {
+		rate = 0.01
+	}
+	off = time.Duration(need / rate)
+	if off > 2*time.Second {
+		off = 2 * time.Second
+	}
+	return off, true
 }
 
 func (fs *FuncStat) addTime(ns uint64) {
@@ -348,9 +521,21 @@ func (fs *FuncStat) addTime(ns uint64) {
 	fs.sumNs += float64(ns)
 }
 
+// addMetric adds one call's metric; called after addTime (Returns counted).
+func (fs *FuncStat) addMetric(v uint64) {
+	if fs.Returns == 1 || v < fs.MetricMin {
+		fs.MetricMin = v
+	}
+	if v > fs.MetricMax {
+		fs.MetricMax = v
+	}
+	fs.sumMetric += float64(v)
+}
+
 func (fs *FuncStat) finish() {
 	if fs.Returns > 0 {
 		fs.MeanNs = math.Round(fs.sumNs / float64(fs.Returns))
+		fs.MetricMean = math.Round(fs.sumMetric / float64(fs.Returns))
 	}
 	var total uint64
 	for _, c := range fs.callers {

@@ -32,7 +32,8 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
    post -tprof --pprof p.pb.gz          go tool pprof -http=: p.pb.gz
    post -tprof --folded f --flame f.svg flame graphs (with swtrace enable callstack: call stacks)
    post -show                           post.show: every record as text
-   post -arc -itrace --callgrind cg.out ITrace reports`
+   post -arc -itrace --callgrind cg.out ITrace reports
+   post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks`
 
 // options are post's command line.
 type options struct {
@@ -67,7 +68,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "tid", Usage: "only these threads (`LIST`)", Destination: &o.tids},
 			&cli.StringFlag{Name: "comm", Usage: "only processes of these names (`LIST`)", Destination: &o.comms},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
-		}, itraceFlags()...),
+		}, append(itraceFlags(), mergeFlags()...)...),
 		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			fmt.Fprintf(stderr, "post: %v\n\n", err)
@@ -94,6 +95,7 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	itraceOpt = itraceFlagValues{}
+	mergeOpt = mergeFlagValues{}
 	var o options
 	err := newApp(&o, stdout, stderr).Run(append([]string{"post"}, args...))
 	var ec cli.ExitCoder
@@ -121,7 +123,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !itraceOpt.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !itraceOpt.any() && !mergeOpt.any() {
 		o.doTprof = true
 	}
 	filt, err := parseFilter(o.pids, o.tids, o.comms, !o.noChildren)
@@ -184,8 +186,12 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		}
 	}
 	onRecord, endITrace := itraceHook(in, r, onRecord, outDir, stdout)
+	onRecord, endMerge := mergeHook(r, onRecord, outDir, stdout)
 	rep := tprof.BuildFiltered(f, r, filt, onRecord)
 	if err := endITrace(); err != nil {
+		return err
+	}
+	if err := endMerge(); err != nil {
 		return err
 	}
 	warns := warnings(rep)

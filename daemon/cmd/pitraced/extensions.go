@@ -12,4 +12,5 @@ func registerExtensions(s *server.Server, logf func(string, ...any)) {
 	registerDrain(s, logf)
 	ptthold.Register(s, logf)
 	registerITrace(s, logf)
+	registerJProf(s, logf)
 }

@@ -6,6 +6,7 @@
  * function's own calls of the hooks (through the PLT), and its caller.
  */
 #include "hookit.h"
+#include "hookit_api.h"
 
 __attribute__((noinline)) void hk_calib_empty(void)
 {
@@ -17,4 +18,14 @@ __attribute__((noinline, no_instrument_function)) void hk_calib_calls(int n)
 {
 	for (int i = 0; i < n; i++)
 		hk_calib_empty();
+}
+
+/* The API's path: what an agent does around a method with no body. */
+__attribute__((noinline, no_instrument_function)) void hk_calib_api_calls(int n)
+{
+	for (int i = 0; i < n; i++) {
+		hookit_enter((uint64_t)(uintptr_t)hk_calib_empty, HOOKIT_TYPE_OTHER);
+		__asm__ volatile("" ::: "memory");
+		hookit_exit((uint64_t)(uintptr_t)hk_calib_empty, HOOKIT_TYPE_OTHER);
+	}
 }

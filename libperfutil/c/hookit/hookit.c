@@ -35,21 +35,29 @@
 #include <x86intrin.h>
 
 #include "perfutil.h"
+#include "../../../kmod/uapi/pitrace.h"
 #include "hookit.h"
+#include "hookit_api.h"
 
 #define HK_VIS __attribute__((visibility("default")))
 #define HK_NOINSTR __attribute__((no_instrument_function))
-#define HK_PAGE 4096
+#define hk_barrier() __asm__ volatile("" ::: "memory")
 
 struct hk_thread {
-	int fd;
-	pid_t tid;
-	struct hk_rec *win;   /* the mapped window */
-	uint64_t win_off;     /* file offset of the window */
-	uint32_t pos, cap;    /* records used / in the window */
+	/* The hot fields first (one cache line). */
+	struct hk_rec *win;   /* the buffer: the tail file's records (win[0] its header) */
+	uint32_t pos, cap;    /* records used / in the buffer */
+	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
+	uint64_t last_early;  /* its early read */
+	uint64_t last_sp;     /* the last stack pointer recorded */
+	int need_sync;        /* the next event starts with a sync */
+	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	int busy;
 	unsigned gen;         /* reset generation last marked */
-	unsigned on;          /* tracing state last marked */
+	int fd;               /* the thread file */
+	int tail_fd;          /* the tail file (mapped: the buffer) */
+	pid_t tid;
+	uint64_t bin_off;     /* bytes of the thread file written */
 	struct hk_thread *next;
 };
 
@@ -58,6 +66,9 @@ typedef uint64_t (*hk_read_fn)(void);
 /* The metric read: read_zero until start-up is done. */
 static hk_read_fn hk_read = read_zero;
 static volatile int hk_ready;
+/* The PTT backend is the module: dispatches and interrupts are in the
+ * thread's work area. */
+static int hk_dsin;
 static volatile int hk_on = 1;
 static char hk_dir[4096] = ".";
 static char hk_metric[64] = "task-clock";
@@ -70,7 +81,10 @@ static volatile uint64_t hk_resets;
 static int hk_exited;
 
 static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
-static __thread struct hk_rec hk_scratch __attribute__((tls_model("initial-exec")));
+/* Where the late read goes when an event is not recorded. */
+static __thread uint64_t hk_sink __attribute__((tls_model("initial-exec")));
+/* This thread records nothing (its file failed, or it ended). */
+static __thread int hk_noopen __attribute__((tls_model("initial-exec")));
 
 HK_NOINSTR static uint64_t read_zero(void)
 {
@@ -94,77 +108,163 @@ HK_NOINSTR static pid_t gettid_(void)
 	return (pid_t)syscall(SYS_gettid);
 }
 
-/* Map the window of the thread's file that holds byte `at` (a record
- * boundary); the next record goes there. */
-HK_NOINSTR static int map_window(struct hk_thread *t, uint64_t at)
+/* The buffer's records after its header, written to the thread file
+ * (one pwrite per HK_BUF bytes: no system call per event), then cleared,
+ * then the header moves on: a tail file whose header offset is below the
+ * thread file's size was already written (a kill between the two). */
+HK_NOINSTR static int flush_buffer(struct hk_thread *t)
 {
-	uint64_t off = at & ~(uint64_t)(HK_PAGE - 1);
+	size_t n = (size_t)(t->pos - 1) * sizeof(struct hk_rec);
 
-	if (t->win)
-		munmap(t->win, HK_WINDOW);
-	t->win = NULL;
-	if (ftruncate(t->fd, (off_t)(off + HK_WINDOW)) != 0)
+	if (n && pwrite(t->fd, &t->win[1], n, (off_t)t->bin_off) != (ssize_t)n)
 		return -1;
-	void *p = mmap(NULL, HK_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, (off_t)off);
-	if (p == MAP_FAILED)
-		return -1;
-	t->win = p;
-	t->win_off = off;
-	t->pos = (uint32_t)((at - off) / sizeof(struct hk_rec));
-	t->cap = HK_WINDOW / sizeof(struct hk_rec);
+	t->bin_off += n;
+	memset(&t->win[1], 0, n);
+	hk_barrier();
+	t->win[0].d = t->bin_off;
+	t->pos = 1;
 	return 0;
+}
+
+HK_NOINSTR static void thread_path(char *path, size_t n, pid_t tid, const char *ext)
+{
+	snprintf(path, n, "%s/hookit-%d-%d.%s", hk_dir, (int)hk_pid, (int)tid, ext);
 }
 
 HK_NOINSTR static struct hk_thread *thread_open(void)
 {
 	struct hk_thread *t = calloc(1, sizeof(*t));
+	struct hk_rec head[2];
 	char path[4200];
+	void *p;
 
 	if (!t)
 		return NULL;
 	t->tid = gettid_();
-	snprintf(path, sizeof(path), "%s/hookit-%d-%d.bin", hk_dir, (int)hk_pid, (int)t->tid);
-	t->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (t->fd < 0) {
-		free(t);
-		return NULL;
-	}
-	if (map_window(t, 0) != 0) {
-		close(t->fd);
-		free(t);
-		return NULL;
-	}
-	/* Record 0 is the header. */
-	struct hk_rec *h = &t->win[0];
-	h->kind_fn = HK_MAGIC;
-	h->site = ((uint64_t)(uint32_t)hk_pid << 32) | (uint32_t)t->tid;
-	h->early = HK_VERSION;
-	h->late = 0;
+	thread_path(path, sizeof(path), t->tid, "bin");
+	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->fd < 0)
+		goto fail_free;
+	/* The header: records 0 and 1. */
+	head[0].tag = HK_MAGIC;
+	head[0].d = ((uint64_t)(uint32_t)hk_pid << 32) | (uint32_t)t->tid;
+	head[1].tag = HK_VERSION;
+	head[1].d = 0;
+	if (pwrite(t->fd, head, sizeof(head), 0) != (ssize_t)sizeof(head))
+		goto fail_close;
+	t->bin_off = sizeof(head);
+	thread_path(path, sizeof(path), t->tid, "tail");
+	t->tail_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (t->tail_fd < 0)
+		goto fail_close;
+	if (ftruncate(t->tail_fd, HK_BUF) != 0)
+		goto fail_tail;
+	p = mmap(NULL, HK_BUF, PROT_READ | PROT_WRITE, MAP_SHARED, t->tail_fd, 0);
+	if (p == MAP_FAILED)
+		goto fail_tail;
+	t->win = p;
+	t->win[0].d = t->bin_off;
+	t->win[0].tag = HK_TAIL_MAGIC;
 	t->pos = 1;
+	t->cap = HK_BUF / sizeof(struct hk_rec);
+	t->need_sync = 1;
 	PttThreadInit();
 	pthread_mutex_lock(&hk_mu);
 	t->next = hk_threads;
 	hk_threads = t;
 	pthread_mutex_unlock(&hk_mu);
 	return t;
+fail_tail:
+	close(t->tail_fd);
+	unlink(path);
+fail_close:
+	close(t->fd);
+fail_free:
+	free(t);
+	return NULL;
+}
+
+/* The thread's records are all in its file: the tail file goes. */
+HK_NOINSTR static void thread_close(struct hk_thread *t)
+{
+	char path[4200];
+
+	munmap(t->win, HK_BUF);
+	t->win = NULL;
+	close(t->tail_fd);
+	close(t->fd);
+	thread_path(path, sizeof(path), t->tid, "tail");
+	unlink(path);
+}
+
+/* Store one event (the caller made room for 3 records): its interval, the
+ * previous event's hook time and its stack pointer step, or a sync first
+ * when one of them does not fit. The tag is stored last. */
+HK_NOINSTR static inline void hk_put(struct hk_thread *t, uint64_t tag, uint64_t sp, uint64_t early)
+{
+	uint64_t iv = early - t->last_late;
+	uint64_t hook = t->last_late - t->last_early;
+	uint64_t dsp = sp - t->last_sp;
+	int64_t spd = (int64_t)dsp >> 3;
+	uint64_t d;
+
+	if (!sp) /* API events: no stack pointer */
+		spd = 0, dsp = 0;
+	if (__builtin_expect((iv >> 32) | (hook >> 16) | (dsp & 7) | t->need_sync |
+				     (uint64_t)(spd < -32768 || spd > 32767),
+			     0)) {
+		struct hk_rec *s = &t->win[t->pos];
+
+		s[1].tag = early;
+		s[1].d = sp;
+		s[0].d = t->last_late;
+		hk_barrier();
+		s[0].tag = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
+		t->pos += 2;
+		t->need_sync = 0;
+		d = 0;
+	} else {
+		d = iv | hook << HK_HOOK_SHIFT | (uint64_t)(uint16_t)spd << HK_SPD_SHIFT;
+	}
+	struct hk_rec *r = &t->win[t->pos++];
+
+	r->d = d;
+	hk_barrier();
+	r->tag = tag;
+	t->last_early = early;
+	if (sp)
+		t->last_sp = sp;
+}
+
+/* The end of a thread's records: a sync with the last late read. */
+HK_NOINSTR static void hk_put_end(struct hk_thread *t)
+{
+	struct hk_rec *s = &t->win[t->pos];
+
+	s[1].tag = HK_END;
+	s[1].d = HK_END;
+	s[0].d = t->last_late;
+	hk_barrier();
+	s[0].tag = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
+	t->pos += 2;
 }
 
 /* The hook's work between the early and the late read: store the event;
  * returns where the late read goes. */
-HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *sp, uint64_t early)
+HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 {
 	struct hk_thread *t = hk_self;
 
 	if (__builtin_expect(!hk_ready, 0))
-		return &hk_scratch.late;
+		return &hk_sink;
 	if (__builtin_expect(t == NULL, 0)) {
-		if (!hk_on || hk_scratch.early == 1) /* off, or opening failed before */
-			return &hk_scratch.late;
+		if (!hk_on || hk_noopen) /* off, or opening failed before */
+			return &hk_sink;
 		t = thread_open();
 		if (!t) {
-			hk_scratch.early = 1;
+			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-			return &hk_scratch.late;
+			return &hk_sink;
 		}
 		hk_self = t;
 		/* The early read of the thread's first event came before its
@@ -174,50 +274,52 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t kind, void *fn, void *sp, uint64_t
 	}
 	if (__builtin_expect(t->busy, 0)) { /* a signal handler inside the hook */
 		__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-		return &hk_scratch.late;
+		return &hk_sink;
 	}
 	t->busy = 1;
-	if (__builtin_expect(t->pos + 3 >= t->cap, 0)) {
-		/* Next window: the pause is an adjustment record. */
-		uint64_t a0 = hk_read();
-		uint64_t next = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
-
-		if (map_window(t, next) != 0) {
+	/* Room for a sync, a marker, a sync, the event and the end; the
+	 * buffer's write is inside this hook: between the reads, not charged. */
+	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
+		if (flush_buffer(t) != 0) {
 			t->busy = 0;
 			hk_self = NULL;
-			hk_scratch.early = 1;
+			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-			return &hk_scratch.late;
+			return &hk_sink;
 		}
-		struct hk_rec *a = &t->win[t->pos++];
-		a->site = 0;
-		a->early = a0;
-		a->late = hk_read();
-		a->kind_fn = (uint64_t)HK_ADJUST << HK_KIND_SHIFT;
 	}
 	/* Control changes (rtdriver start/end/reset) since this thread's last
-	 * event: a marker says the state; site counts the resets. */
+	 * event: a marker says the state, with the reset count. */
 	unsigned gen = hk_gen;
 	if (__builtin_expect(t->gen != gen, 0)) {
-		struct hk_rec *a = &t->win[t->pos++];
-
 		t->gen = gen;
-		a->site = hk_resets;
-		a->early = a->late = early;
-		a->kind_fn = ((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_on ? HK_MARK_START : HK_MARK_END);
+		hk_put(t, ((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) |
+				  (hk_on ? HK_MARK_START : HK_MARK_END),
+		       0, early);
+		t->last_late = early;
 	}
-	if (__builtin_expect(!hk_on && kind != HK_MARK, 0)) {
+	if (__builtin_expect(!hk_on && (tag >> HK_KIND_SHIFT) != HK_MARK, 0)) {
 		t->busy = 0;
-		return &hk_scratch.late;
+		return &hk_sink;
 	}
-	struct hk_rec *r = &t->win[t->pos++];
-	r->site = (uint64_t)sp;
-	r->early = early;
-	r->late = 0;
-	/* kind_fn last: a record is complete when it is non-zero (SIGKILL). */
-	r->kind_fn = (kind << HK_KIND_SHIFT) | ((uint64_t)fn & HK_FN_MASK);
+	const volatile struct pitrace_ptt_area *a = hk_dsin ? PttSelf->c[0].page : NULL;
+
+	if (a) { /* no area: the thread's PTT set-up failed */
+		uint32_t ds = a->dispatches, in = a->interrupts;
+
+		if (__builtin_expect((ds != t->ds || in != t->in) && !t->need_sync, 0)) {
+			struct hk_rec *r = &t->win[t->pos++];
+
+			r->d = (uint64_t)(ds - t->ds) | (uint64_t)(in - t->in) << 32;
+			hk_barrier();
+			r->tag = (uint64_t)HK_DSIN << HK_KIND_SHIFT;
+		}
+		t->ds = ds;
+		t->in = in;
+	}
+	hk_put(t, tag, (uint64_t)sp, early);
 	t->busy = 0;
-	return &r->late;
+	return &t->last_late;
 }
 
 /*
@@ -232,7 +334,8 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 	uint64_t *late;
 
 	(void)site;
-	late = hk_event(HK_ENTER, fn, __builtin_frame_address(0), early);
+	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
+			__builtin_frame_address(0), early);
 	*late = hk_read();
 }
 
@@ -242,7 +345,44 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 	uint64_t *late;
 
 	(void)site;
-	late = hk_event(HK_EXIT, fn, __builtin_frame_address(0), early);
+	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
+			__builtin_frame_address(0), early);
+	*late = hk_read();
+}
+
+/*
+ * The in-process API (hookit_api.h): the same early read / work / late
+ * read. The tag is computed before the early read and nothing branches
+ * after the late read; type >= 8 is folded to 0 without a branch.
+ */
+#define HK_API_TAG(kind, type) \
+	(((uint64_t)(kind) << HK_KIND_SHIFT) | (1ULL << HK_API_SHIFT) | \
+	 (((uint64_t)(type) & HK_TYPE_MASK) * ((type) < HOOKIT_NTYPES) << HK_TYPE_SHIFT))
+
+HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
+{
+	uint64_t tag = HK_API_TAG(HK_ENTER, type);
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
+
+	*late = hk_read();
+}
+
+HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
+{
+	uint64_t tag = HK_API_TAG(HK_EXIT, type);
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
+
+	*late = hk_read();
+}
+
+HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
+{
+	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
+	uint64_t early = hk_read();
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
+
 	*late = hk_read();
 }
 
@@ -250,7 +390,7 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
 	uint64_t early = hk_read();
-	uint64_t *late = hk_event(HK_MARK, (void *)(uintptr_t)what, NULL, early);
+	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early);
 	*late = hk_read();
 }
 
@@ -261,6 +401,8 @@ struct hk_calib {
 	double t_inner_med, t_outer_med; /* median of the batch averages */
 };
 
+static struct hk_calib hk_cal, hk_cal_api;
+
 HK_NOINSTR static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -270,42 +412,55 @@ HK_NOINSTR static int cmp_double(const void *a, const void *b)
 
 /* 100 batches of 100 empty pairs after a warm-up of 1,000, through the
  * same entry points the program calls; the records are then discarded. */
-HK_NOINSTR static void calibrate(struct hk_calib *c)
+HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
 {
 	enum { WARM = 1000, BATCH = 100, NBATCH = 100 };
 	double inner[NBATCH], outer[NBATCH];
 	struct hk_thread *t;
 
-	hk_calib_calls(WARM);
+	calls(WARM);
 	t = hk_self;
 	if (!t) {
 		memset(c, 0, sizeof(*c));
 		return;
 	}
-	for (int b = 0; b < NBATCH; b++) {
-		uint32_t p0;
-
-		/* Stay inside one window so that no remap pause is measured. */
-		if (t->pos + 2 * BATCH + 2 >= t->cap)
+	for (int b = 0, tries = 0; b < NBATCH && tries < 100 * NBATCH; tries++) {
+		/* Stay inside the buffer (no write in a batch); the records
+		 * are discarded. */
+		if (t->pos + 2 * BATCH + 16 >= t->cap) {
 			t->pos = 1;
-		p0 = t->pos;
+			t->need_sync = 1;
+			calls(1); /* the sync goes before the batch */
+		}
+		uint32_t p0 = t->pos;
 		uint64_t t0 = hk_read();
-		hk_calib_calls(BATCH);
+		calls(BATCH);
 		uint64_t t1 = hk_read();
-		uint64_t in = 0, hooks = 0;
+		uint64_t in = 0, hooks = t->last_late - t->last_early;
 
-		for (uint32_t i = p0; i < p0 + 2 * BATCH; i += 2) {
-			struct hk_rec *e = &t->win[i], *x = &t->win[i + 1];
+		if (t->pos != p0 + 2 * BATCH) /* a sync in the batch: a value did not fit */
+			continue;
+		for (uint32_t i = p0 + 1; i < p0 + 2 * BATCH; i++) {
+			uint64_t d = t->win[i].d;
 
-			in += x->early - e->late;
-			hooks += (e->late - e->early) + (x->late - x->early);
+			hooks += (d >> HK_HOOK_SHIFT) & 0xffff;
+			if ((i - p0) & 1) /* an exit: the interval inside the function */
+				in += d & 0xffffffff;
 		}
 		inner[b] = (double)in / BATCH;
 		outer[b] = ((double)(t1 - t0) - (double)in - (double)hooks) / BATCH;
+		b++;
 	}
 	/* Discard the calibration events. */
 	memset(&t->win[1], 0, (size_t)(t->pos - 1) * sizeof(struct hk_rec));
 	t->pos = 1;
+	t->need_sync = 1;
+	if (t->bin_off != 2 * sizeof(struct hk_rec)) {
+		t->bin_off = 2 * sizeof(struct hk_rec);
+		if (ftruncate(t->fd, (off_t)t->bin_off) != 0)
+			perror("hookit: truncating a thread file");
+		t->win[0].d = t->bin_off;
+	}
 	qsort(inner, NBATCH, sizeof(double), cmp_double);
 	qsort(outer, NBATCH, sizeof(double), cmp_double);
 	c->t_inner = inner[0];
@@ -335,7 +490,7 @@ HK_NOINSTR static void copy_maps(void)
 		close(out);
 }
 
-HK_NOINSTR static void write_info(const struct hk_calib *c, const char *backend)
+HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_calib *api, const char *backend)
 {
 	char path[4200], exe[4096];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -349,6 +504,9 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const char *backend)
 		hk_metric, backend);
 	fprintf(f, "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n", c->t_inner,
 		c->t_outer, c->t_inner_med, c->t_outer_med);
+	fprintf(f, "dsin=%s\n", hk_dsin ? "kmod" : "none");
+	fprintf(f, "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n",
+		api->t_inner, api->t_outer, api->t_inner_med, api->t_outer_med);
 	fclose(f);
 }
 
@@ -357,14 +515,19 @@ HK_NOINSTR static void finish_files(void)
 {
 	pthread_mutex_lock(&hk_mu);
 	for (struct hk_thread *t = hk_threads; t; t = t->next) {
-		if (!t->win)
-			continue;
-		t->busy = 1;
-		uint64_t end = t->win_off + (uint64_t)t->pos * sizeof(struct hk_rec);
+		char path[4200];
 
-		msync(t->win, HK_WINDOW, MS_SYNC);
-		if (ftruncate(t->fd, (off_t)end) != 0)
-			perror("hookit: truncating a thread file");
+		if (!t->win || t->busy == 2)
+			continue;
+		/* The buffer stays mapped: a thread still running writes into
+		 * it, unrecorded (busy). */
+		t->busy = 2;
+		if (t->pos + 2 < t->cap)
+			hk_put_end(t);
+		if (flush_buffer(t) != 0)
+			perror("hookit: writing a thread file");
+		thread_path(path, sizeof(path), t->tid, "tail");
+		unlink(path);
 	}
 	pthread_mutex_unlock(&hk_mu);
 }
@@ -374,7 +537,7 @@ HK_NOINSTR static void flush_files(void)
 	pthread_mutex_lock(&hk_mu);
 	for (struct hk_thread *t = hk_threads; t; t = t->next)
 		if (t->win)
-			msync(t->win, HK_WINDOW, MS_ASYNC);
+			msync(t->win, HK_BUF, MS_ASYNC);
 	pthread_mutex_unlock(&hk_mu);
 }
 
@@ -400,14 +563,15 @@ HK_NOINSTR static void after_fork_child(void)
 
 	hk_threads = NULL;
 	hk_self = NULL;
-	hk_scratch.early = 0;
+	hk_noopen = 0;
 	hk_pid = getpid();
 	while (t) {
 		struct hk_thread *n = t->next;
 
 		if (t->win)
-			munmap(t->win, HK_WINDOW);
+			munmap(t->win, HK_BUF);
 		close(t->fd);
+		close(t->tail_fd);
 		free(t);
 		t = n;
 	}
@@ -505,23 +669,31 @@ HK_NOINSTR static void hk_exit(void)
 		snprintf(p, sizeof(p), "%s/hookit-%d.sock", hk_dir, (int)hk_pid);
 		unlink(p);
 	}
+	hk_ready = 0; /* events after the shutdown are not recorded (nor dropped) */
 }
 
-HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
-{
-	const char *d = getenv("HOOKIT_DIR"), *m = getenv("HOOKIT_METRIC"), *s = getenv("HOOKIT_START");
-	struct hk_calib c;
-	const char *backend = "rdtsc";
+/* ---- start-up ---- */
 
-	if (d && *d)
-		snprintf(hk_dir, sizeof(hk_dir), "%s", d);
-	if (m && *m)
-		snprintf(hk_metric, sizeof(hk_metric), "%s", m);
+static pthread_mutex_t hk_init_mu = PTHREAD_MUTEX_INITIALIZER;
+static char hk_err[4400];
+static int hk_names_fd = -1;
+
+/* Start the runtime with dir, metric, start ("on"/"off"); 0 or -1 with
+ * hk_err set. Called once, under hk_init_mu. */
+HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *start)
+{
+	const char *backend = "rdtsc";
+	char path[4200];
+
+	if (dir && *dir)
+		snprintf(hk_dir, sizeof(hk_dir), "%s", dir);
+	if (metric && *metric)
+		snprintf(hk_metric, sizeof(hk_metric), "%s", metric);
 	hk_pid = getpid();
 	if (mkdir(hk_dir, 0755) != 0 && errno != EEXIST) {
-		fprintf(stderr, "hookit: cannot create %s: %s (set HOOKIT_DIR to a writable directory)\n", hk_dir,
-			strerror(errno));
-		return;
+		snprintf(hk_err, sizeof(hk_err), "cannot create %s: %s (set HOOKIT_DIR or dir= to a writable directory)",
+			 hk_dir, strerror(errno));
+		return -1;
 	}
 	if (!strcmp(hk_metric, "rdtsc")) {
 		hk_read = read_tsc;
@@ -530,22 +702,39 @@ HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
 		int rc = PttInit(ms, 1);
 
 		if (rc) {
-			fprintf(stderr, "hookit: metric %s: %s (try HOOKIT_METRIC=task-clock or rdtsc)\n", hk_metric,
-				PttStrerror(rc));
-			return;
+			snprintf(hk_err, sizeof(hk_err), "metric %s: %s (try metric task-clock or rdtsc)", hk_metric,
+				 PttStrerror(rc));
+			return -1;
 		}
 		backend = PttBackend();
 		hk_read = read_ptt;
+		hk_dsin = backend && !strcmp(backend, "kmod");
 	}
+	snprintf(path, sizeof(path), "%s/hookit-%d.names", hk_dir, (int)hk_pid);
+	hk_names_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 	hk_ready = 1;
-	calibrate(&c);
-	write_info(&c, backend ? backend : "?");
+	calibrate(&hk_cal, hk_calib_calls);
+	calibrate(&hk_cal_api, hk_calib_api_calls);
+	write_info(&hk_cal, &hk_cal_api, backend ? backend : "?");
 	copy_maps();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	atexit(hk_exit);
 	start_control();
-	if (s && !strcmp(s, "off"))
+	if (start && !strcmp(start, "off"))
 		hk_on = 0;
+	return 0;
+}
+
+/* Preloaded (or linked) with HOOKIT_DIR set: start from the environment.
+ * Without it the library waits for hookit_init (an agent's options). */
+HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
+{
+	if (!getenv("HOOKIT_DIR"))
+		return;
+	pthread_mutex_lock(&hk_init_mu);
+	if (!hk_ready && hk_start(getenv("HOOKIT_DIR"), getenv("HOOKIT_METRIC"), getenv("HOOKIT_START")) != 0)
+		fprintf(stderr, "hookit: %s\n", hk_err);
+	pthread_mutex_unlock(&hk_init_mu);
 }
 
 HK_NOINSTR __attribute__((destructor)) static void hk_fini(void)
@@ -554,23 +743,134 @@ HK_NOINSTR __attribute__((destructor)) static void hk_fini(void)
 	hk_ready = 0;
 }
 
-/* Public API for programs that link libhookit: */
-HK_VIS HK_NOINSTR void HookitStart(void)
+/* ---- the public API (hookit_api.h) ---- */
+
+/* The value of key in a "k=v,k=v" list (into out), or def. */
+HK_NOINSTR static const char *opt(const char *opts, const char *key, char *out, size_t n, const char *def)
+{
+	size_t kl = strlen(key);
+
+	for (const char *p = opts; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+
+		if (l > kl && !strncmp(p, key, kl) && p[kl] == '=') {
+			size_t vl = l - kl - 1;
+
+			if (vl >= n)
+				vl = n - 1;
+			memcpy(out, p + kl + 1, vl);
+			out[vl] = 0;
+			return out;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	return def;
+}
+
+HK_VIS HK_NOINSTR int hookit_init(const char *options)
+{
+	char dir[4096], metric[64], start[8];
+	int rc = 0;
+
+	pthread_mutex_lock(&hk_init_mu);
+	hk_err[0] = 0;
+	for (const char *p = options; p && *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+
+		if (!(l > 4 && !strncmp(p, "dir=", 4)) && !(l > 7 && !strncmp(p, "metric=", 7)) &&
+		    !(l > 6 && !strncmp(p, "start=", 6))) {
+			snprintf(hk_err, sizeof(hk_err), "unknown option '%.*s' (dir=PATH, metric=NAME, start=on|off)",
+				 (int)(l > 200 ? 200 : l), p);
+			rc = -1;
+			break;
+		}
+		p = e ? e + 1 : NULL;
+	}
+	if (!rc && hk_exited) {
+		snprintf(hk_err, sizeof(hk_err), "hookit was shut down: it cannot start again in this process");
+		rc = -1;
+	}
+	if (!rc && !hk_ready)
+		rc = hk_start(opt(options, "dir", dir, sizeof(dir), getenv("HOOKIT_DIR")),
+			      opt(options, "metric", metric, sizeof(metric), getenv("HOOKIT_METRIC")),
+			      opt(options, "start", start, sizeof(start), getenv("HOOKIT_START")));
+	pthread_mutex_unlock(&hk_init_mu);
+	return rc;
+}
+
+HK_VIS HK_NOINSTR const char *hookit_error(void)
+{
+	return hk_err;
+}
+
+HK_VIS HK_NOINSTR int hookit_name(uint64_t id, const char *name)
+{
+	char line[4096];
+	int n;
+
+	if (hk_names_fd < 0 || !name)
+		return -1;
+	n = snprintf(line, sizeof(line), "%llx %s", (unsigned long long)(id & HK_FN_MASK), name);
+	if (n < 0)
+		return -1;
+	if ((size_t)n >= sizeof(line) - 1)
+		n = sizeof(line) - 2;
+	for (int i = 0; i < n; i++)
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = ' ';
+	line[n++] = '\n';
+	/* One write of a whole line (O_APPEND): lines from threads never mix. */
+	return write(hk_names_fd, line, (size_t)n) == n ? 0 : -1;
+}
+
+HK_VIS HK_NOINSTR void hookit_thread_end(void)
+{
+	struct hk_thread *t = hk_self;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&hk_mu);
+	for (struct hk_thread **pp = &hk_threads; *pp; pp = &(*pp)->next)
+		if (*pp == t) {
+			*pp = t->next;
+			break;
+		}
+	pthread_mutex_unlock(&hk_mu);
+	hk_self = NULL;
+	hk_noopen = 1; /* this thread records nothing more */
+	if (t->busy != 2) { /* not finished by a shutdown already */
+		if (t->pos + 2 < t->cap)
+			hk_put_end(t);
+		if (flush_buffer(t) != 0)
+			perror("hookit: writing a thread file");
+	}
+	thread_close(t);
+	free(t);
+}
+
+HK_VIS HK_NOINSTR void hookit_shutdown(void)
+{
+	hk_exit();
+}
+
+HK_VIS HK_NOINSTR void hookit_start(void)
 {
 	set_on(1);
 }
 
-HK_VIS HK_NOINSTR void HookitEnd(void)
+HK_VIS HK_NOINSTR void hookit_end(void)
 {
 	set_on(0);
 }
 
-HK_VIS HK_NOINSTR void HookitFlush(void)
+HK_VIS HK_NOINSTR void hookit_flush(void)
 {
 	flush_files();
 }
 
-HK_VIS HK_NOINSTR uint64_t HookitDropped(void)
+HK_VIS HK_NOINSTR uint64_t hookit_dropped(void)
 {
 	return hk_dropped;
 }

@@ -3,12 +3,41 @@
  * hookit.h - the thread file of libhookit (read by libperfutil/callflow;
  * its record layout is checked there against this header).
  *
- * DIR/hookit-PID-TID.bin is an array of 32-byte records. Record 0 is the
- * header: kind_fn = HK_MAGIC, site = pid << 32 | tid, early = version.
- * Every other record: kind_fn = kind << 56 | function address, site = the
- * stack pointer of the event (for stack repair), early / late = the metric read at the hook's start and end.
- * A record is complete when kind_fn is non-zero (it is written last); the
- * file ends at its size or at the first zero record (a killed process).
+ * DIR/hookit-PID-TID.bin is an array of 16-byte records (struct hk_rec).
+ * Records 0 and 1 are the header: {HK_MAGIC, pid << 32 | tid},
+ * {HK_VERSION, 0}. Every other record is an event:
+ *   tag = kind << 56 | api << 55 | type << 48 | id
+ *     (id: a function address, or the id given to hookit_enter: 48 bits;
+ *     type: the method type of hookit_api.h, 0..7, the sequence-minima key;
+ *     api: the event came through hookit_enter/exit, its own calibration
+ *     path; a marker's id is what << 0 | resets << 8)
+ *   d = interval | hook << 32 | spd << 48
+ *     interval: this event's early read minus the previous event's late read
+ *     (the metric charged to the function on top of the stack), 32 bits;
+ *     hook: the previous event's late read minus its early read (the
+ *     runtime's own time, charged to no one), 16 bits;
+ *     spd: the stack pointer of this event minus the previous one's, in
+ *     8-byte units, signed 16 bits (0 and ignored for API events, which
+ *     have no stack pointer: they are never closed by stack repair).
+ * When a value does not fit (and at a thread's first event), a sync
+ * (kind HK_SYNC, two records) comes first: {HK_SYNC << 56, the previous
+ * event's late read}, {this event's early read, its stack pointer}; the
+ * event's own d is then 0. A thread's file ends with a sync whose second
+ * record is {HK_END, HK_END} (the first: the last event's late read); a file without it was cut
+ * short (a killed process).
+ * With the pitrace module (PTT backend kmod) a record {HK_DSIN << 56,
+ * dispatches | interrupts << 32} comes before an event when the thread was
+ * dispatched or interrupted since the previous event (the counts of the
+ * thread's PTT work area): they happened in the interval the event ends.
+ *
+ * The records reach the thread file by one pwrite per HK_BUF bytes from a
+ * per-thread buffer, which is a shared mapping of DIR/hookit-PID-TID.tail:
+ * record 0 {HK_TAIL_MAGIC, the thread file's size when the buffer was
+ * last cleared}, then the records since (the tag written last; the rest
+ * zero). A process killed with SIGKILL leaves it: the reader appends its
+ * records up to the first zero tag to the thread file cut at that size,
+ * unless the thread file is already longer (killed between the write and
+ * the clearing). At exit the tail files are removed.
  */
 #ifndef HOOKIT_H
 #define HOOKIT_H
@@ -16,16 +45,26 @@
 #include <stdint.h>
 
 #define HK_MAGIC 0x3154494b4f4f48ULL /* "HOOKIT1" */
-#define HK_VERSION 1
+#define HK_VERSION 3
 #define HK_KIND_SHIFT 56
-#define HK_FN_MASK ((1ULL << HK_KIND_SHIFT) - 1)
-#define HK_WINDOW (16u << 20) /* bytes mapped at a time per thread */
+#define HK_API_SHIFT 55
+#define HK_TYPE_SHIFT 48
+#define HK_TYPE_MASK 7ULL
+#define HK_FN_MASK ((1ULL << HK_TYPE_SHIFT) - 1)
+#define HK_HOOK_SHIFT 32
+#define HK_SPD_SHIFT 48
+#define HK_END (~0ULL) /* the second record of the final sync */
+#define HK_TAIL_MAGIC 0x4c494154544b48ULL /* "HKTTAIL" */
+#define HK_BUF (64u << 10) /* the per-thread buffer: the tail file */
 
 enum {
 	HK_ENTER = 1,  /* function entry */
 	HK_EXIT = 2,   /* function exit */
 	HK_ADJUST = 3, /* a pause of the runtime (early..late), charged to no one */
 	HK_MARK = 4,   /* a marker: the function field says which */
+	HK_EXC_EXIT = 5, /* exception exit (hookit_exception_exit) */
+	HK_SYNC = 6,   /* absolute values (two records) */
+	HK_DSIN = 7,   /* dispatches | interrupts << 32 since the last one */
 };
 
 enum {
@@ -36,15 +75,15 @@ enum {
 };
 
 struct hk_rec {
-	uint64_t kind_fn;
-	uint64_t site; /* the stack pointer (enter, exit); resets (marks) */
-	uint64_t early;
-	uint64_t late;
+	uint64_t tag;
+	uint64_t d;
 };
 
 /* calib.c (built with -finstrument-functions): an empty instrumented
  * function and an uninstrumented loop that calls it n times. */
 void hk_calib_empty(void);
 void hk_calib_calls(int n);
+/* n empty pairs through hookit_enter / hookit_exit (the API's path). */
+void hk_calib_api_calls(int n);
 
 #endif

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
 )
 
 func rdtsc() uint64
@@ -112,20 +114,39 @@ func bench(args []string) error {
 	if err := fac.Off(); err != nil {
 		return err
 	}
+
+	// 1b. tprof path with call stacks: the sample and its UNWIND record.
+	stackPer, pcs, err := benchStacks(fac, fd, b)
+	if err != nil {
+		return err
+	}
 	if err := fac.Free(); err != nil {
 		return err
 	}
 
 	// 3. perf: a tracepoint event with a sample per hit into a mapped ring buffer.
-	perfPer, what, err := perfCost(n)
+	perfPer, what, err := perfCost(n, perfPlain)
+	if err != nil {
+		return err
+	}
+	perfG, whatG, err := perfCost(n, perfChain)
+	if err != nil {
+		return err
+	}
+	perfU, whatU, err := perfCost(n, perfUserChain)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("bench: per-record cost in TSC ticks (= guest instructions under -icount shift=0,sleep=off), best of several runs of %d records\n", n)
 	fmt.Printf("bench: %-58s %8s %10s\n", "path", "instr", "x perf")
 	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "pitrace tprof sample (hrtimer path, in-kernel write)", tprofPer, tprofPer/perfPer)
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", fmt.Sprintf("pitrace tprof sample + call stack (%.1f user PCs)", pcs), stackPer, stackPer/perfPer)
+	fmt.Printf("bench: %-58s %8.0f\n", "  the stack alone, per PC", (stackPer-tprofPer)/pcs)
 	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "pitrace TraceHook (hook ioctl minus a null ioctl)", hookPer, hookPer/perfPer)
 	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "perf: "+what+" to its ring buffer", perfPer, 1.0)
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "perf: "+whatG, perfG, perfG/perfPer)
+	fmt.Printf("bench: %-58s %8.0f %10.2f\n", "perf: "+whatU, perfU, perfU/perfPer)
+	fmt.Printf("bench: call stacks (the same user stack): pitrace %.0f vs perf -g %.0f instructions per sample (%.2f x)\n", stackPer, perfU, stackPer/perfU)
 	fmt.Printf("bench: target <= 0.50 x perf: tprof %s, TraceHook %s\n", verdict(tprofPer/perfPer), verdict(hookPer/perfPer))
 	return nil
 }
@@ -147,9 +168,18 @@ func tracepointID(name string) (uint64, error) {
 	return 0, fmt.Errorf("tracepoint %s not found under /sys/kernel/tracing (mount tracefs)", name)
 }
 
+// perfCost modes: no call chain, perf record -g's, its user part only.
+const (
+	perfPlain = iota
+	perfChain
+	perfUserChain
+)
+
 // perfCost is the marginal cost of one perf sample of the
-// syscalls:sys_enter_getppid tracepoint written to a ring buffer.
-func perfCost(n int) (float64, string, error) {
+// syscalls:sys_enter_getppid tracepoint written to a ring buffer; with a
+// call chain mode, the sample carries perf's call chain (frame pointers:
+// what perf record -g takes), kernel and user or the user part only.
+func perfCost(n int, mode int) (float64, string, error) {
 	id, err := tracepointID("syscalls/sys_enter_getppid")
 	if err != nil {
 		return 0, "", err
@@ -162,12 +192,23 @@ func perfCost(n int) (float64, string, error) {
 		Sample_type: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME,
 		Bits:        unix.PerfBitDisabled,
 	}
+	what := "sys_enter_getppid sample (getppid minus bare)"
+	pages := 1 + 1024 // 4 MB: room for every sample, none dropped
+	if mode != perfPlain {
+		attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
+		attr.Sample_max_stack = 127
+		what = "the same with its call chain, kernel + user (-g)"
+		pages = 1 + 4096
+	}
+	if mode == perfUserChain {
+		attr.Bits |= unix.PerfBitExcludeCallchainKernel
+		what = "the same with its user call chain only"
+	}
 	pfd, err := unix.PerfEventOpen(&attr, 0, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		return 0, "", fmt.Errorf("perf_event_open(sys_enter_getppid): %w", err)
 	}
 	defer unix.Close(pfd)
-	pages := 1 + 1024 // 4 MB: room for every sample, none dropped
 	ring, err := unix.Mmap(pfd, 0, pages*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return 0, "", fmt.Errorf("mmap perf ring: %w", err)
@@ -181,8 +222,7 @@ func perfCost(n int) (float64, string, error) {
 		unix.IoctlSetInt(pfd, unix.PERF_EVENT_IOC_ENABLE, 0)
 		t := getppidLoop(n)
 		unix.IoctlSetInt(pfd, unix.PERF_EVENT_IOC_DISABLE, 0)
-		got := (meta.Data_head - meta.Data_tail) / 40 // 8 header + 8 ip + 8 tid + 8 time = 32, +8 slack
-		if got < uint64(n)/2 {
+		if ringSamples(ring, meta) < n*9/10 {
 			lost = true
 		}
 		return t
@@ -190,5 +230,86 @@ func perfCost(n int) (float64, string, error) {
 	if lost {
 		return 0, "", fmt.Errorf("perf ring held fewer samples than events: the comparison would be unfair")
 	}
-	return (float64(with) - float64(base)) / float64(n), "sys_enter_getppid sample (getppid minus bare)", nil
+	return (float64(with) - float64(base)) / float64(n), what, nil
+}
+
+// benchStacks measures the tprof path with call stacks (swtrace enable
+// callstack): the BENCH ioctl's samples are of this thread in its system
+// call, so each stack is the user stack of this Go program (frame
+// pointers), walked from the registers it entered the kernel with. It
+// returns the cost per sample and the mean PCs per stack, from the trace.
+func benchStacks(fac control.Facility, fd uintptr, b []byte) (float64, float64, error) {
+	if err := fac.Free(); err != nil {
+		return 0, 0, err
+	}
+	if err := fac.Init(control.Config{TraceBufSize: 16 << 20, MTEBufSize: 1 << 20}); err != nil {
+		return 0, 0, err
+	}
+	if err := fac.Enable([]uint16{trace.MajorUnwind}); err != nil {
+		return 0, 0, err
+	}
+	defer fac.Disable([]uint16{trace.MajorUnwind})
+	if err := fac.On(); err != nil {
+		return 0, 0, err
+	}
+	t := minOf(func() uint64 {
+		binary.LittleEndian.PutUint32(b[0:], 1)
+		binary.LittleEndian.PutUint32(b[4:], 1000)
+		if e := call(fd, "PITRACE_IOC_BENCH", b); e != 0 {
+			return ^uint64(0)
+		}
+		return binary.LittleEndian.Uint64(b[8:])
+	}, 5)
+	if err := fac.Off(); err != nil {
+		return 0, 0, err
+	}
+	if t == ^uint64(0) {
+		return 0, 0, fmt.Errorf("bench ioctl with call stacks failed")
+	}
+	file := "/tmp/bench-stacks.nrm2"
+	if err := fac.Get(file); err != nil {
+		return 0, 0, err
+	}
+	defer os.Remove(file)
+	f, err := nrm2.Open(file)
+	if err != nil {
+		return 0, 0, err
+	}
+	var stacks, pcs int
+	err = f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorUnwind && int(r.Field(1)) == unix.Gettid() {
+			stacks++
+			pcs += len(r.Str) / 8
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if stacks < 1000 {
+		return 0, 0, fmt.Errorf("bench with call stacks: %d stacks of this thread in the trace, want >= 1000", stacks)
+	}
+	return float64(t) / 1000, float64(pcs) / float64(stacks), nil
+}
+
+// ringSamples counts the PERF_RECORD_SAMPLE records between the ring's
+// tail and head (a record never wraps here: the ring holds them all).
+func ringSamples(ring []byte, meta *unix.PerfEventMmapPage) int {
+	data := ring[meta.Data_offset : meta.Data_offset+meta.Data_size]
+	n := 0
+	for off := meta.Data_tail; off+8 <= meta.Data_head; {
+		h := data[off%meta.Data_size:]
+		if len(h) < 8 {
+			break
+		}
+		size := uint64(binary.LittleEndian.Uint16(h[6:]))
+		if size == 0 {
+			break
+		}
+		if binary.LittleEndian.Uint32(h) == unix.PERF_RECORD_SAMPLE {
+			n++
+		}
+		off += size
+	}
+	return n
 }

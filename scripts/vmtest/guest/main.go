@@ -11,6 +11,7 @@
 //	pitest unmap FILE                map FILE executable and unmap it while tracing: MTE_SEGMENT and MTE_UNMAP
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
+//	pitest stacks                    call stacks through the module: cpuburn's paths, truncation, kernel frames
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
 //	pitest itrace-count FILE         ITrace records in FILE and the trace buffers' lost records
 //	pitest itrace-go                 the Go library's ITraceOn/ITraceOff on the module around one call
@@ -75,6 +76,8 @@ func main() {
 		err = holdMap()
 	case "bench":
 		err = bench(os.Args[2:])
+	case "stacks":
+		err = stacks()
 	case "pttgo":
 		err = pttGo()
 	case "pttmod":
@@ -103,6 +106,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | pttgo | pttmod [PTT] | msr")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | stacks | pttgo | pttmod [PTT] | msr")
 	os.Exit(2)
 }

@@ -405,6 +405,12 @@ func plausible(r *rand.Rand, req uintptr, b []byte) {
 		binary.LittleEndian.PutUint32(b[0:], uint32(r.Intn(4)))
 		binary.LittleEndian.PutUint32(b[4:], 0)
 		copy(b[8:], "/tmp/fuzz-stream.nrm2\x00")
+	case ioc["PITRACE_IOC_ENABLE"], ioc["PITRACE_IOC_DISABLE"]:
+		// call stacks on or off, depth limits in and out of range
+		binary.LittleEndian.PutUint64(b[8:], uint64(r.Intn(2)))
+		depths := []uint32{0, 1, 127, 128, 0xffffffff, uint32(r.Intn(300))}
+		binary.LittleEndian.PutUint32(b[32:], depths[r.Intn(len(depths))])
+		binary.LittleEndian.PutUint32(b[36:], uint32(r.Intn(4)/3))
 	case ioc["PITRACE_IOC_SETRATE"]:
 		binary.LittleEndian.PutUint32(b[0:], uint32(1+r.Intn(2000)))
 		if r.Intn(2) == 0 {

@@ -68,6 +68,8 @@ static int collect(void)
 	add("offsetof pitrace_mode_arg.path", offsetof(struct pitrace_mode_arg, path));
 	add("sizeof pitrace_majors", sizeof(struct pitrace_majors));
 	add("offsetof pitrace_majors.mask", offsetof(struct pitrace_majors, mask));
+	add("offsetof pitrace_majors.stack_depth", offsetof(struct pitrace_majors, stack_depth));
+	add("offsetof pitrace_majors.reserved", offsetof(struct pitrace_majors, reserved));
 	add("sizeof pitrace_rate_arg", sizeof(struct pitrace_rate_arg));
 	add("offsetof pitrace_rate_arg.hz", offsetof(struct pitrace_rate_arg, hz));
 	add("offsetof pitrace_rate_arg.event_type", offsetof(struct pitrace_rate_arg, event_type));
@@ -393,6 +395,19 @@ static int collect(void)
 	add("sizeof pitrace_rec_softirq", sizeof(struct pitrace_rec_softirq));
 	add("offsetof pitrace_rec_softirq.vec", offsetof(struct pitrace_rec_softirq, vec));
 	add("fieldsize pitrace_rec_softirq.vec", sizeof(((struct pitrace_rec_softirq *)0)->vec));
+	add("sizeof pitrace_rec_unwind", sizeof(struct pitrace_rec_unwind));
+	add("offsetof pitrace_rec_unwind.pid", offsetof(struct pitrace_rec_unwind, pid));
+	add("fieldsize pitrace_rec_unwind.pid", sizeof(((struct pitrace_rec_unwind *)0)->pid));
+	add("offsetof pitrace_rec_unwind.tid", offsetof(struct pitrace_rec_unwind, tid));
+	add("fieldsize pitrace_rec_unwind.tid", sizeof(((struct pitrace_rec_unwind *)0)->tid));
+	add("offsetof pitrace_rec_unwind.flags", offsetof(struct pitrace_rec_unwind, flags));
+	add("fieldsize pitrace_rec_unwind.flags", sizeof(((struct pitrace_rec_unwind *)0)->flags));
+	add("PITRACE_MAJOR_UNWIND", (unsigned long long)(PITRACE_MAJOR_UNWIND));
+	add("PITRACE_UNWIND_TICK", (unsigned long long)(PITRACE_UNWIND_TICK));
+	add("PITRACE_UNWIND_TRUNCATED", (unsigned long long)(PITRACE_UNWIND_TRUNCATED));
+	add("PITRACE_UNWIND_KERN_SHIFT", (unsigned long long)(PITRACE_UNWIND_KERN_SHIFT));
+	add("PITRACE_MAX_STACK", (unsigned long long)(PITRACE_MAX_STACK));
+	add("PITRACE_FEAT_CALLSTACK", (unsigned long long)(PITRACE_FEAT_CALLSTACK));
 	add("PITRACE_INIT_ARG_SIZE_V1", (unsigned long long)(PITRACE_INIT_ARG_SIZE_V1));
 	add("PITRACE_MAJORS_SIZE_V1", (unsigned long long)(PITRACE_MAJORS_SIZE_V1));
 	add("PITRACE_MODE_ARG_SIZE_V1", (unsigned long long)(PITRACE_MODE_ARG_SIZE_V1));

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * callflow_exact.c - the exactness example of call flows (the -icount VM
+ * test, scripts/vmtest/guest-callflow.sh; docs/callflow.md). Built with
+ * -finstrument-functions (and without, for callgrind's reference counts).
+ *
+ * The measured functions call only measured functions (every instruction
+ * they run is their own or a measured callee's): tiny leaves called many
+ * times, a deep chain, recursion, one function reached from two callers,
+ * an empty function, and a second thread. The harness (main, the thread
+ * start) is not instrumented: libc's work (thread creation, exit) is the
+ * threads' time outside instrumented functions, which is not compared.
+ * mlockall faults every page in before the work (page faults are kernel
+ * work the thread's TSC counts but an instruction trace of the program
+ * does not); a first, smaller pass warms the code and the thread cache.
+ *
+ *   callflow_exact [N]    N leaf calls per pass (default 100000)
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#define NOINSTR __attribute__((no_instrument_function))
+
+static volatile unsigned long sink;
+
+__attribute__((noinline)) void empty(void)
+{
+	__asm__ volatile("" ::: "memory"); /* keep the call: gcc drops calls to empty functions */
+}
+
+__attribute__((noinline)) void leaf(void)
+{
+	sink++;
+}
+
+__attribute__((noinline)) void chain4(void)
+{
+	leaf();
+}
+
+__attribute__((noinline)) void chain3(void)
+{
+	chain4();
+}
+
+__attribute__((noinline)) void chain2(void)
+{
+	chain3();
+}
+
+__attribute__((noinline)) void chain1(void)
+{
+	chain2();
+}
+
+__attribute__((noinline)) int fib(int n)
+{
+	return n < 2 ? n : fib(n - 1) + fib(n - 2);
+}
+
+__attribute__((noinline)) void shared(void)
+{
+	leaf();
+	sink += 3;
+}
+
+__attribute__((noinline)) void caller_a(void)
+{
+	shared();
+}
+
+__attribute__((noinline)) void caller_b(void)
+{
+	shared();
+	shared();
+}
+
+__attribute__((noinline)) void loop_leaf(long n)
+{
+	for (long i = 0; i < n; i++)
+		leaf();
+}
+
+__attribute__((noinline)) void loop_empty(long n)
+{
+	for (long i = 0; i < n; i++)
+		empty();
+}
+
+__attribute__((noinline)) void work(long n)
+{
+	loop_leaf(n);
+	loop_empty(n / 2);
+	for (int i = 0; i < 100; i++)
+		chain1();
+	sink += (unsigned long)fib(15);
+	for (int i = 0; i < 50; i++) {
+		caller_a();
+		caller_b();
+	}
+}
+
+__attribute__((noinline)) void *worker(void *arg)
+{
+	loop_leaf((long)arg);
+	sink += (unsigned long)fib(10);
+	return NULL;
+}
+
+NOINSTR static void pass(long n)
+{
+	pthread_t th;
+
+	if (pthread_create(&th, NULL, worker, (void *)(n / 10)) != 0) {
+		perror("pthread_create");
+		exit(1);
+	}
+	work(n);
+	pthread_join(th, NULL);
+}
+
+NOINSTR int main(int argc, char **argv)
+{
+	long n = argc > 1 ? atol(argv[1]) : 100000;
+
+	/* Every page mapped now and later (thread stacks) is faulted in at
+	 * once: a page fault is kernel work that the thread's TSC counts
+	 * (an exception, not an interrupt) but no instruction trace of the
+	 * program does. Not fatal when refused (not root, RLIMIT_MEMLOCK). */
+	if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+		perror("callflow_exact: mlockall (page faults will be counted)");
+	pass(n / 100 + 1); /* warm-up */
+	pass(n);
+	printf("callflow_exact: %lu\n", (unsigned long)sink);
+	return 0;
+}

@@ -1,0 +1,35 @@
+package daemonproto
+
+// OpJProf writes records of the JVMTI agent (bin/libjprof.so) into the
+// trace: JIT code loads and unloads, method names, method entry/exit
+// (JProfArgs). The process is the caller's (SO_PEERCRED), never an argument.
+const OpJProf = "jprof"
+
+// JProfMaxRecords bounds one request.
+const JProfMaxRecords = 256
+
+// JProfArgs is a batch of records, in the order written.
+type JProfArgs struct {
+	Records []JProfRecord `json:"records"`
+}
+
+// JProfRecord is one record: Major trace.MajorJITLoad with Minor JITLoad
+// (TID, Addr, Size, Name), JITUnload (Addr, Size) or JITMethod (ID, Name);
+// or Major 0x30 / 0x50 (method entry / exit: TID, ID).
+type JProfRecord struct {
+	CPU   int    `json:"cpu"`
+	Time  uint64 `json:"time"`
+	Major uint16 `json:"major"`
+	Minor uint32 `json:"minor"`
+	TID   uint32 `json:"tid,omitempty"`
+	Addr  uint64 `json:"addr,omitempty"`
+	Size  uint64 `json:"size,omitempty"`
+	ID    uint64 `json:"id,omitempty"`
+	Name  string `json:"name,omitempty"`
+}
+
+// JProfReply says how many records were written (the others were of a
+// disabled record type).
+type JProfReply struct {
+	Written int `json:"written"`
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func TestParsePercent(t *testing.T) {
+	for in, want := range map[string]float64{"5": 5, "5%": 5, " 2.5% ": 2.5, "0": 0, "100%": 100} {
+		if got, err := parsePercent(in); err != nil || got != want {
+			t.Errorf("parsePercent(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "five", "-1", "101%", "5%%"} {
+		if _, err := parsePercent(in); err == nil {
+			t.Errorf("parsePercent(%q): no error", in)
+		}
+	}
+}
+
+// TestBudgetOff checks the budget's arithmetic: the probes go out for as
+// long as the target needs to work for the window's probe cost to be the
+// budget's share of its own CPU time.
+func TestBudgetOff(t *testing.T) {
+	w := &Walk{Budget: 5}
+	const call = 25000.0 // ns a probed call
+	const on = 100 * time.Millisecond
+	// 40 ms into the window, 100 calls (2.5 ms of cost, under 5 % of 100 ms): go on.
+	if _, end := w.budgetOff(40*time.Millisecond, 100*call, 40e6, on); end {
+		t.Error("window ended before onWin with its cost under the budget's share")
+	}
+	// 100 ms, 400 calls = 10 ms of cost in 100 ms of CPU: own work 90 ms
+	// at 0.9 CPU/s; the cost is 5 % of 200 ms of own work, 110 ms more,
+	// 122.2 ms of wall time.
+	off, end := w.budgetOff(on, 400*call, 100e6, on)
+	if !end || off < 122*time.Millisecond || off > 123*time.Millisecond {
+		t.Errorf("off = %v, %v; want 122.2ms", off, end)
+	}
+	// A very hot function: 20 ms into the window the cost (8 ms) is over
+	// 5 % of onWin: the window ends early.
+	if off, end := w.budgetOff(20*time.Millisecond, 320*call, 20e6, on); !end || off <= 0 {
+		t.Errorf("hot window: off = %v, %v; want an early end with the probes out", off, end)
+	}
+	// 40 calls in 100 ms of CPU: 1 ms, 1 % < 5 %: the probes stay.
+	if off, end := w.budgetOff(on, 40*call, 100e6, on); !end || off != 0 {
+		t.Errorf("cheap window: off = %v, %v; want a new window with the probes in place", off, end)
+	}
+	// An idle target: capped at 2 s.
+	if off, _ := w.budgetOff(on, 400*call, 10e6, on); off != 2*time.Second {
+		t.Errorf("idle target: off = %v, want the 2s cap", off)
+	}
+}
+
+// TestOverheadBudget: with a hot function of ~25 us per call, probes always
+// in place (--max-overhead 0) cost the target about as much CPU as its own
+// work (the measured cost per call times the calls is most of the target's
+// CPU time, never more; hot's first instruction is single-stepped, the
+// dearer kind); by default the 5 % budget takes the probes out
+// between windows and the estimated slowdown stays within the budget.
+func TestOverheadBudget(t *testing.T) {
+	build(t)
+	est := map[string]*Overhead{}
+	for _, budget := range []string{"0", ""} {
+		js := filepath.Join(t.TempDir(), "r.json")
+		args := []string{"-q", "-s", "0.5", "--period", "2s", "--depth", "1", "--json", js, "-o", os.DevNull}
+		if budget != "" {
+			args = append(args, "--max-overhead", budget)
+		}
+		args = append(args, "--", tools.example, "4", "20000")
+		out, err := exec.Command(tools.hotspot, args...).Output()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+			t.Fatalf("budget %q: exit %v, output %q: want the example's line and exit 3", budget, err, out)
+		}
+		r := readReport(t, js)
+		o := r.Overhead
+		if o == nil || len(r.Levels) != 1 {
+			t.Fatalf("budget %q: overhead %+v, levels %+v: want the estimate and one level", budget, o, r.Levels)
+		}
+		t.Logf("budget %q: cost/call %.1fus (spread %.1fus), %d probed calls, probe cost %.1fms of %.1fms target CPU: estimated %.1f%%, %d windows",
+			budget, o.Calibration.CallNs/1e3, o.Calibration.SpreadNs/1e3, o.ProbedCalls, o.ProbeCostNs/1e6, float64(o.TargetCPUNs)/1e6, o.EstimatedPct, r.Levels[0].Windows)
+		if runtime.GOARCH == "amd64" && (o.Calibration.EmulatedNs <= 0 || o.Calibration.EmulatedNs > o.Calibration.CallNs) {
+			t.Errorf("budget %q: calibration %+v: want the emulated kind measured, no dearer than the single-stepped", budget, o.Calibration)
+		}
+		if o.Calibration.CallNs <= 0 || o.ProbedCalls != funcByLevel(r, 0)["hot"].Calls {
+			t.Errorf("budget %q: calibration %+v, probed calls %d: want a cost and hot's calls", budget, o.Calibration, o.ProbedCalls)
+		}
+		est[budget] = o
+		if budget == "" && r.Levels[0].Windows < 2 {
+			t.Errorf("default budget: %d windows, want the probes taken out and put back", r.Levels[0].Windows)
+		}
+	}
+	if all := est["0"]; all.ProbeCostNs > 1.1*float64(all.TargetCPUNs) || all.ProbeCostNs < 0.25*float64(all.TargetCPUNs) {
+		t.Errorf("probes always in: probe cost %.1fms against the target's %.1fms of CPU: the measured cost per call does not explain the target's CPU",
+			all.ProbeCostNs/1e6, float64(all.TargetCPUNs)/1e6)
+	}
+	if d := est[""]; d.BudgetPct != 5 || d.EstimatedPct > 6 || d.EstimatedPct <= 0 {
+		t.Errorf("default budget %.1f%%: estimated slowdown %.1f%%, want (0, 5] (+1 for the last window)", d.BudgetPct, d.EstimatedPct)
+	}
+}
+
+// TestEntryEmulated: a push of a register first (the frame pointer
+// prologue) is the cheaper, emulated kind; anything else, or a file that
+// cannot be read, the dearer, single-stepped one.
+func TestEntryEmulated(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the instruction kinds are x86-64's")
+	}
+	f := filepath.Join(t.TempDir(), "code")
+	code := []byte{0x55, 0x48, 0x89, 0xe5, 0x41, 0x57, 0x8b, 0x05, 0xf3, 0x0f, 0x1e, 0xfa, 0x41}
+	if err := os.WriteFile(f, code, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for off, want := range map[uint64]bool{0: true, 1: false, 4: true, 6: false, 8: false, 12: false} {
+		if got := entryEmulated(f, off); got != want {
+			t.Errorf("offset %d (% x): emulated %v, want %v", off, code[off:min(int(off)+2, len(code))], got, want)
+		}
+	}
+	if entryEmulated(filepath.Join(t.TempDir(), "missing"), 0) {
+		t.Error("a missing file counted as emulated")
+	}
+	c := Calibration{CallNs: 20000, EmulatedNs: 6000}
+	if c.cost(f, 0) != 6000 || c.cost(f, 1) != 20000 {
+		t.Errorf("cost: push %v, mov %v; want 6000, 20000", c.cost(f, 0), c.cost(f, 1))
+	}
+}
+
+// TestCalibrationMatchesTarget: with a hot function of a fraction of a
+// microsecond, a probed level's CPU time in the target is almost all probe
+// cost, so the target's CPU per probed call measures the real cost of a
+// call of each kind: hot (single-stepped first instruction) at level 0, c
+// and x (push first, emulated) at level 1. The calibrated costs charged
+// for them must agree within -40 %..+30 % (the iteration's own work, under
+// 1.5 us, is in the measured side).
+func TestCalibrationMatchesTarget(t *testing.T) {
+	build(t)
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, "6", "200").Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
+	}
+	r := readReport(t, js)
+	if len(r.Levels) != 2 || r.Overhead == nil {
+		t.Fatalf("levels %+v, overhead %+v: want 2 levels and the estimate", r.Levels, r.Overhead)
+	}
+	for _, lv := range r.Levels {
+		if lv.Calls < 1000 || lv.TargetCPUNs == 0 {
+			t.Fatalf("level %d: %d calls, %d ns of target CPU: want many calls measured", lv.Level, lv.Calls, lv.TargetCPUNs)
+		}
+		real := float64(lv.TargetCPUNs) / float64(lv.Calls)
+		est := lv.CostNs / float64(lv.Calls)
+		t.Logf("level %d %v: target CPU per probed call %.1f us, calibrated cost %.1f us (ratio %.2f)", lv.Level, lv.Frontier, real/1e3, est/1e3, est/real)
+		if est < 0.6*real || est > 1.3*real {
+			t.Errorf("level %d %v: calibrated %.1f us per call against %.1f us measured in the target", lv.Level, lv.Frontier, est/1e3, real/1e3)
+		}
+	}
+}

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"reflect"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/uprobe"
+)
+
+// The probe cost is measured, not assumed: hotspot starts a copy of itself
+// (calibEnv set) that calls a function in batches on one locked thread and
+// prints the thread's CPU time per batch; hotspot runs the batches without
+// and with an entry probe (8-byte stack sample, as the walk's) plus a
+// return probe on that function. The difference per call is what a probed
+// call costs the thread that makes it: the traps and the samples written.
+//
+// Two functions, because the kernel handles an entry probe in two ways:
+// it emulates a few first instructions (push of a register — the frame
+// pointer prologue of most compiled functions — jumps, calls, nops) in the
+// trap, and executes any other one out of line with a second, single-step
+// trap, which costs about three times as much in this VM. calibLeaf starts
+// with a MOVL (out of line), calibPush with PUSHQ BP (emulated); the walk
+// charges each probed function the cost of its own first instruction.
+//
+// The child is Go, so the return probe must not be seen by the Go runtime:
+// both are nosplit (no stack check, no stack growth, no traceback while
+// the return address is the kernel's trampoline), the child runs with
+// asynchronous preemption off and the collector off (it allocates almost
+// nothing), so no stack is scanned while it is inside.
+const calibEnv = "HOTSPOT_CALIBRATION_CHILD"
+
+//go:noinline
+//go:nosplit
+func calibLeaf(x uint64) uint64 { return x*2654435761 + 1 }
+
+//go:noinline
+//go:nosplit
+func calibPush(x uint64) uint64 { return calibLeaf(x) + 1 }
+
+// calibrationChild is the child's main: it prints "TID LEAF PUSH" (its
+// thread, the two functions' addresses), then for each line "N KIND" read
+// from stdin calls calibLeaf (KIND 0) or calibPush (1) N times and prints
+// the thread CPU nanoseconds it took.
+func calibrationChild(in io.Reader, out io.Writer) int {
+	runtime.LockOSThread()
+	fmt.Fprintf(out, "%d %d %d\n", unix.Gettid(), reflect.ValueOf(calibLeaf).Pointer(), reflect.ValueOf(calibPush).Pointer())
+	sc := bufio.NewScanner(in)
+	var s uint64
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			return 0
+		}
+		n, err := strconv.Atoi(f[0])
+		if err != nil || n <= 0 {
+			return 0
+		}
+		t0 := threadCPU()
+		if f[1] == "1" {
+			for i := 0; i < n; i++ {
+				s = calibPush(s)
+			}
+		} else {
+			for i := 0; i < n; i++ {
+				s = calibLeaf(s)
+			}
+		}
+		t1 := threadCPU()
+		fmt.Fprintf(out, "%d %d\n", t1-t0, s&1)
+	}
+	return 0
+}
+
+func threadCPU() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return ts.Nano()
+}
+
+// Calibration is the measured cost of one probed call.
+type Calibration struct {
+	// CallNs is the CPU time one call with an entry and a return probe
+	// costs the calling thread, beyond the call itself (best of Rounds),
+	// when the first instruction runs out of line (single-stepped).
+	CallNs float64 `json:"cost_per_probed_call_ns"`
+	// EmulatedNs: the same when the kernel emulates the first
+	// instruction (push of a register: a frame pointer prologue). 0: not
+	// measured (CallNs is used for every function).
+	EmulatedNs float64 `json:"cost_per_probed_call_emulated_ns"`
+	Calls      int     `json:"calls_per_round"`
+	Rounds     int     `json:"rounds"`
+	// Spread is the largest minus the smallest per-call cost of the rounds
+	// (single-stepped kind).
+	SpreadNs float64 `json:"spread_ns"`
+}
+
+// cost is what a probed call of the function at path+off costs.
+func (c Calibration) cost(path string, off uint64) float64 {
+	if c.EmulatedNs > 0 && entryEmulated(path, off) {
+		return c.EmulatedNs
+	}
+	return c.CallNs
+}
+
+// entryEmulated says whether the instruction at path+off is one the x86
+// kernel emulates in the uprobe trap (no single step): push of a register
+// (50+r, or REX.B 41 50+r). Unreadable: no (the dearer cost).
+func entryEmulated(path string, off uint64) bool {
+	if runtime.GOARCH != "amd64" {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [2]byte
+	if n, _ := f.ReadAt(b[:], int64(off)); n < 2 {
+		return false
+	}
+	return b[0]>>3 == 0x50>>3 || (b[0] == 0x41 && b[1]>>3 == 0x50>>3)
+}
+
+// calibrate measures the cost of a probed call on this machine.
+func calibrate(pmu uprobe.PMU) (Calibration, error) {
+	const calls, rounds = 1000, 3
+	fail := func(err error) (Calibration, error) {
+		return Calibration{}, fmt.Errorf("calibrate the probe cost: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), calibEnv+"=1", "GODEBUG=asyncpreemptoff=1", "GOGC=off", "GOMAXPROCS=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fail(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start %s: %w", self, err))
+	}
+	defer func() {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	readInts := func(n int) ([]int64, error) {
+		if !lines.Scan() {
+			return nil, errors.New("the calibration child ended early")
+		}
+		f := strings.Fields(lines.Text())
+		if len(f) != n {
+			return nil, fmt.Errorf("calibration child said %q", lines.Text())
+		}
+		out := make([]int64, n)
+		for i := range f {
+			v, err := strconv.ParseInt(f[i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("calibration child said %q", lines.Text())
+			}
+			out[i] = v
+		}
+		return out, nil
+	}
+	hello, err := readInts(3)
+	if err != nil {
+		return fail(err)
+	}
+	tid := int(hello[0])
+	var cache a2n.Cache
+	pm, err := newProcMap(cmd.Process.Pid, &cache)
+	if err != nil {
+		return fail(err)
+	}
+	type target struct {
+		path string
+		off  uint64
+	}
+	var fn [2]target
+	for k := range fn {
+		path, off, ok := pm.fileOffset(uint64(hello[1+k]))
+		if !ok {
+			return fail(fmt.Errorf("function at %#x is in no file mapping of process %d", hello[1+k], cmd.Process.Pid))
+		}
+		fn[k] = target{path, off}
+	}
+	batch := func(n, kind int) (int64, error) {
+		if _, err := fmt.Fprintln(stdin, n, kind); err != nil {
+			return 0, err
+		}
+		v, err := readInts(2)
+		if err != nil {
+			return 0, err
+		}
+		return v[0], nil
+	}
+	// A probe's breakpoint is in place from its open to its close (a
+	// disabled perf event still traps): the plain batches run with no probe
+	// open at all, each probed batch with a fresh pair.
+	probed := func(n, kind int) (int64, error) {
+		var probes []*uprobe.Probe
+		var ring *uprobe.Ring
+		defer func() {
+			ring.Close()
+			for _, p := range probes {
+				p.Close()
+			}
+		}()
+		for _, ret := range []bool{false, true} {
+			p, err := pmu.Open(fn[kind].path, fn[kind].off, ret, tid, true)
+			if err != nil {
+				return 0, err
+			}
+			probes = append(probes, p)
+			if ring == nil {
+				if ring, err = uprobe.NewRing(p.FD, 128); err != nil {
+					return 0, err
+				}
+			} else if err := ring.Redirect(p.FD); err != nil {
+				return 0, err
+			}
+		}
+		for _, p := range probes {
+			if err := uprobe.Enable(p.FD); err != nil {
+				return 0, err
+			}
+		}
+		ns, err := batch(n, kind)
+		if err != nil {
+			return 0, err
+		}
+		hits := 0
+		ring.Drain(func(typ uint32, _ uint16, _ []byte) {
+			if typ == unix.PERF_RECORD_SAMPLE {
+				hits++
+			}
+		})
+		if hits+int(ring.Lost) != 2*n {
+			return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, 2*n, ring.Lost)
+		}
+		return ns, nil
+	}
+	measure := func(kind int) (cost, spread float64, err error) {
+		// Warm up (the first hits map the kernel's trampoline page).
+		if _, err := probed(20, kind); err != nil {
+			return 0, 0, err
+		}
+		var plain, withProbes []float64
+		for r := 0; r < rounds; r++ {
+			ns, err := batch(calls, kind)
+			if err != nil {
+				return 0, 0, err
+			}
+			plain = append(plain, float64(ns)/calls)
+			if ns, err = probed(calls, kind); err != nil {
+				return 0, 0, err
+			}
+			withProbes = append(withProbes, float64(ns)/calls)
+		}
+		sort.Float64s(plain)
+		sort.Float64s(withProbes)
+		if withProbes[0] <= plain[0] {
+			return 0, 0, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
+		}
+		return withProbes[0] - plain[0], withProbes[rounds-1] - withProbes[0], nil
+	}
+	c := Calibration{Calls: calls, Rounds: rounds}
+	if c.CallNs, c.SpreadNs, err = measure(0); err != nil {
+		return fail(err)
+	}
+	if entryEmulated(fn[1].path, fn[1].off) && !entryEmulated(fn[0].path, fn[0].off) {
+		if c.EmulatedNs, _, err = measure(1); err != nil {
+			return fail(err)
+		}
+		if c.EmulatedNs > c.CallNs {
+			c.EmulatedNs = c.CallNs // noise: never charge less for the dearer kind
+		}
+	}
+	return c, nil
+}
+
+// cpuTimeNs is the CPU time (ns) the threads tids have used so far
+// (/proc/TID/schedstat: on-CPU time, ns); threads gone are left out.
+func cpuTimeNs(tids []int) uint64 {
+	var sum uint64
+	for _, tid := range tids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).
+const clockTicks = 100

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestForkedChildren: the target is a shell that forks and execs the
+// example 16 times in a row, half a second each: the work is only ever in
+// children, most of them created after the walk started. The sampling
+// finds hot in them, every level's probes are hit in several successive
+// children (attached as they appear), and the walk finds hot's callers
+// with the example's split, then b, a; the shell's output and exit code
+// (the last child's 3) are unchanged.
+func TestForkedChildren(t *testing.T) {
+	build(t)
+	dir := t.TempDir()
+	js := filepath.Join(dir, "r.json")
+	script := "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do " + tools.example + " 0.5; done"
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "1s", "--json", js, "-o", filepath.Join(dir, "r.txt"), "--", "sh", "-c", script).Output()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("exit %v: want the shell's 3 (its last child's)", err)
+	}
+	if n := len(regexp.MustCompile(`(?m)^hotspot-example: iterations=\d+ .*cpu_us=\d+$`).FindAllString(string(out), -1)); n != 16 || strings.Count(string(out), "\n") != 16 {
+		t.Fatalf("%d example lines in the output, want exactly the 16 children's:\n%s", n, out)
+	}
+	r := readReport(t, js)
+	if len(r.Hot) == 0 || r.Hot[0].Name != "hot" {
+		t.Fatalf("hot functions %+v: want hot, sampled in the children", r.Hot)
+	}
+	want := [][]string{{"hot"}, {"c", "x"}, {"b"}, {"a"}}
+	if len(r.Levels) != len(want) {
+		t.Fatalf("levels %+v: want %v", r.Levels, want)
+	}
+	for i, lv := range r.Levels {
+		if strings.Join(sortStrings(append([]string(nil), lv.Frontier...)), " ") != strings.Join(want[i], " ") {
+			t.Errorf("level %d frontier %v, want %v", i, lv.Frontier, want[i])
+		}
+		kids := 0
+		for _, p := range lv.PIDs {
+			if p != r.PID {
+				kids++
+			}
+		}
+		if kids < 2 || kids != len(lv.PIDs) {
+			t.Errorf("level %d: probes hit in processes %v (shell %d): want several children, never the shell", i, lv.PIDs, r.PID)
+		}
+	}
+	if sh := callerShares(funcByLevel(r, 0)["hot"]); !near(sh["c"], 2.0/3, 0.06) || !near(sh["x"], 1.0/3, 0.06) {
+		t.Errorf("hot's callers %v, want c 2/3, x 1/3", sh)
+	}
+	if sh := callerShares(funcByLevel(r, 3)["a"]); sh["main"] != 1 {
+		t.Errorf("a's callers %v, want main", sh)
+	}
+}

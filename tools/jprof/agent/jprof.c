@@ -1,0 +1,309 @@
+/*
+ * libjprof.so: PI's JProf, a JVMTI agent (docs/jprof.md).
+ *
+ *   java -agentpath:bin/libjprof.so=tprof[,verbose] ...
+ *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
+ *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,verbose] ...
+ *
+ * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
+ * and the JVM's generated code (the interpreter, stubs) go into the trace as
+ * JIT_LOAD / JIT_UNLOAD records with their time, so that tprof names the
+ * JIT-compiled methods (A2N applies the records in time order) without a
+ * perf map file. calltree mode (calltree.c) records method entry/exit of
+ * every Java thread on the call-flow runtime (libhookit).
+ */
+#define _GNU_SOURCE
+#include <jvmti.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jittrace.h"
+#include "jprof.h"
+
+static jvmtiEnv *jvmti;
+static int verbose;
+static int tracing;		/* JIT records into the trace */
+static int trace_events;	/* calltree,trace: method events too */
+static int calltree;
+static int dead;
+static unsigned long loads, unloads, stubs;
+
+/* Code blobs by start address, for the unload's size. */
+#define CODE_SLOTS (1u << 16)
+static struct {
+	unsigned long long addr, size;
+} code[CODE_SLOTS];
+static pthread_mutex_t code_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned slot(unsigned long long a)
+{
+	return (unsigned)((a >> 4) * 0x9E3779B97F4A7C15ULL >> 48) & (CODE_SLOTS - 1);
+}
+
+static void code_put(unsigned long long addr, unsigned long long size)
+{
+	unsigned i, n;
+
+	pthread_mutex_lock(&code_lock);
+	for (i = slot(addr), n = 0; n < CODE_SLOTS; i = (i + 1) & (CODE_SLOTS - 1), n++) {
+		if (code[i].addr == 0 || code[i].addr == addr || code[i].size == 0) {
+			code[i].addr = addr;
+			code[i].size = size;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&code_lock);
+}
+
+/* The size of the blob at addr (0 if unknown); its slot is freed. */
+static unsigned long long code_take(unsigned long long addr)
+{
+	unsigned long long size = 0;
+	unsigned i, n;
+
+	pthread_mutex_lock(&code_lock);
+	for (i = slot(addr), n = 0; n < CODE_SLOTS && code[i].addr; i = (i + 1) & (CODE_SLOTS - 1), n++) {
+		if (code[i].addr == addr && code[i].size) {
+			size = code[i].size;
+			code[i].size = 0;	/* a tombstone: probing goes on past it */
+			break;
+		}
+	}
+	pthread_mutex_unlock(&code_lock);
+	return size;
+}
+
+/* jmethodIDs that have compiled code (for the method types of calltree). */
+static uint64_t compiled[CODE_SLOTS];
+
+static void compiled_put(uint64_t id)
+{
+	unsigned i, n;
+
+	pthread_mutex_lock(&code_lock);
+	for (i = slot(id), n = 0; n < CODE_SLOTS / 2; i = (i + 1) & (CODE_SLOTS - 1), n++) {
+		if (compiled[i] == id)
+			break;
+		if (!compiled[i]) {
+			__atomic_store_n(&compiled[i], id, __ATOMIC_RELEASE);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&code_lock);
+}
+
+int jprof_is_compiled(uint64_t id)
+{
+	unsigned i, n;
+
+	for (i = slot(id), n = 0; n < CODE_SLOTS / 2; i = (i + 1) & (CODE_SLOTS - 1), n++) {
+		uint64_t v = __atomic_load_n(&compiled[i], __ATOMIC_ACQUIRE);
+
+		if (v == id)
+			return 1;
+		if (!v)
+			return 0;
+	}
+	return 0;
+}
+
+static unsigned gettid_(void)
+{
+	static __thread unsigned tid;
+
+	if (!tid)
+		tid = (unsigned)syscall(SYS_gettid);
+	return tid;
+}
+
+void jprof_trace_method(uint64_t id, const char *name)
+{
+	if (trace_events)
+		jt_method(id, name);
+}
+
+void jprof_trace_event(uint64_t id, unsigned type, int exit)
+{
+	if (trace_events)
+		jt_event(type == 1 || type == 2 ? 0x50 : 0x30, exit, gettid_(), id);
+}
+
+/* "Lpkg/Class;" + "method" -> "pkg.Class.method" into out. */
+void jprof_method_name(jmethodID m, char *out, size_t n)
+{
+	char *mname = NULL, *csig = NULL;
+	jclass cls = NULL;
+	size_t o = 0;
+	const char *c;
+
+	snprintf(out, n, "method@%p", (void *)m);
+	if ((*jvmti)->GetMethodName(jvmti, m, &mname, NULL, NULL) != JVMTI_ERROR_NONE)
+		return;
+	if ((*jvmti)->GetMethodDeclaringClass(jvmti, m, &cls) == JVMTI_ERROR_NONE &&
+	    (*jvmti)->GetClassSignature(jvmti, cls, &csig, NULL) == JVMTI_ERROR_NONE && csig) {
+		c = csig[0] == 'L' ? csig + 1 : csig;
+		for (; *c && *c != ';' && o + 2 < n; c++)
+			out[o++] = *c == '/' ? '.' : *c;
+		out[o] = 0;
+		snprintf(out + o, n - o, ".%s", mname);
+	} else {
+		snprintf(out, n, "%s", mname);
+	}
+	(*jvmti)->Deallocate(jvmti, (unsigned char *)mname);
+	if (csig)
+		(*jvmti)->Deallocate(jvmti, (unsigned char *)csig);
+}
+
+static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, const void *addr,
+				     jint map_len, const jvmtiAddrLocationMap *map, const void *info)
+{
+	char name[512];
+
+	(void)env; (void)map_len; (void)map; (void)info;
+	if (dead || size <= 0)
+		return;
+	compiled_put((uint64_t)(uintptr_t)m);
+	if (!tracing)
+		return;
+	jprof_method_name(m, name, sizeof(name));
+	code_put((unsigned long long)(uintptr_t)addr, (unsigned long long)size);
+	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name);
+	jt_kick();
+	__atomic_add_fetch(&loads, 1, __ATOMIC_RELAXED);
+}
+
+static void JNICALL on_compiled_unload(jvmtiEnv *env, jmethodID m, const void *addr)
+{
+	unsigned long long size;
+
+	(void)env; (void)m;
+	if (dead || !tracing)
+		return;
+	size = code_take((unsigned long long)(uintptr_t)addr);
+	if (size)
+		jt_unload((unsigned long long)(uintptr_t)addr, size);
+	__atomic_add_fetch(&unloads, 1, __ATOMIC_RELAXED);
+}
+
+static void JNICALL on_dynamic_code(jvmtiEnv *env, const char *name, const void *addr, jint len)
+{
+	(void)env;
+	if (dead || len <= 0 || !tracing)
+		return;
+	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)len, name);
+	__atomic_add_fetch(&stubs, 1, __ATOMIC_RELAXED);
+}
+
+static void report(void)
+{
+	unsigned long sent, failed;
+	unsigned long long send_ns;
+	const char *err;
+
+	if (!tracing)
+		return;
+	jt_flush();
+	jt_stats(&sent, &failed, &err, &send_ns);
+	if (verbose || (failed && !sent))
+		fprintf(stderr, "jprof: %lu compiled-method loads, %lu unloads, %lu stubs; %lu records written to the trace, %lu not%s%s; sending took %.1f ms\n",
+			loads, unloads, stubs, sent, failed, failed ? ": " : "", failed ? err : "", send_ns / 1e6);
+}
+
+static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
+{
+	(void)env; (void)jni;
+	report();
+	if (calltree)
+		calltree_stop();
+	dead = 1;
+}
+
+static int usage(const char *opts)
+{
+	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,verbose] or\n"
+		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,verbose]\n"
+		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n",
+		opts ? opts : "");
+	return JNI_ERR;
+}
+
+JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
+{
+	jvmtiCapabilities caps;
+	jvmtiEventCallbacks cb;
+	char buf[1024], hk[1200], *tok, *save = NULL;
+	const char *dir = ".", *metric = NULL, *start = "on";
+	pthread_t th;
+
+	(void)reserved;
+	if (!options || !*options || strlen(options) >= sizeof(buf))
+		return usage(options);
+	snprintf(buf, sizeof(buf), "%s", options);
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "tprof"))
+			tracing = 1;
+		else if (!strcmp(tok, "calltree"))
+			calltree = 1;
+		else if (!strcmp(tok, "verbose"))
+			verbose = 1;
+		else if (!strcmp(tok, "trace"))
+			tracing = trace_events = 1;
+		else if (!strncmp(tok, "dir=", 4) && tok[4])
+			dir = tok + 4;
+		else if (!strncmp(tok, "metric=", 7) && tok[7])
+			metric = tok + 7;
+		else if (!strcmp(tok, "start=on") || !strcmp(tok, "start=off"))
+			start = tok + 6;
+		else if (calltree_option(tok) != 0)
+			return usage(options);
+	}
+	if (calltree == (tracing && !trace_events))
+		return usage(options);	/* exactly one mode */
+	if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK || !jvmti) {
+		fprintf(stderr, "jprof: this JVM has no JVMTI 1.2\n");
+		return JNI_ERR;
+	}
+	memset(&caps, 0, sizeof(caps));
+	caps.can_generate_compiled_method_load_events = 1;
+	if ((*jvmti)->AddCapabilities(jvmti, &caps) != JVMTI_ERROR_NONE) {
+		fprintf(stderr, "jprof: the JVM refuses compiled-method load events\n");
+		return JNI_ERR;
+	}
+	memset(&cb, 0, sizeof(cb));
+	cb.CompiledMethodLoad = on_compiled_load;
+	cb.CompiledMethodUnload = on_compiled_unload;
+	cb.DynamicCodeGenerated = on_dynamic_code;
+	cb.VMDeath = on_vm_death;
+	if (calltree) {
+		snprintf(hk, sizeof(hk), "dir=%s,start=%s%s%s", dir, start, metric ? ",metric=" : "", metric ? metric : "");
+		if (calltree_start(jvmti, hk, &cb) != 0)
+			return JNI_ERR;
+	}
+	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
+	if (calltree)
+		calltree_enable(jvmti);
+	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_LOAD, NULL);
+	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_UNLOAD, NULL);
+	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_DYNAMIC_CODE_GENERATED, NULL);
+	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL);
+	if (tracing && pthread_create(&th, NULL, jt_flusher, &dead) == 0)
+		pthread_detach(th);
+	return JNI_OK;
+}
+
+JNIEXPORT void JNICALL Agent_OnUnload(JavaVM *vm)
+{
+	(void)vm;
+	if (!dead) {
+		report();
+		if (calltree)
+			calltree_stop();
+	}
+	dead = 1;
+}

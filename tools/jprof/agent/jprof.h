@@ -1,0 +1,22 @@
+/* JProf's agent (docs/jprof.md): what its parts share. */
+#ifndef JPROF_H
+#define JPROF_H
+
+#include <jvmti.h>
+#include <stdint.h>
+
+/* jprof.c */
+void jprof_method_name(jmethodID m, char *out, size_t n);
+int jprof_is_compiled(uint64_t id);
+/* calltree mode with the trace option: method names and events into the
+ * trace (JIT_METHOD, 0x30 / 0x50 entry / exit) for post --merge */
+void jprof_trace_method(uint64_t id, const char *name);
+void jprof_trace_event(uint64_t id, unsigned type, int exit);
+
+/* calltree.c */
+int calltree_option(const char *tok);	/* 0 taken, 1 not a calltree option, -1 error */
+int calltree_start(jvmtiEnv *jvmti, const char *hookit_opts, jvmtiEventCallbacks *cb);
+void calltree_enable(jvmtiEnv *jvmti);
+void calltree_stop(void);
+
+#endif

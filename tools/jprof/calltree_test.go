@@ -1,0 +1,270 @@
+package jprof_test
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"perfinsp/internal/tracetest"
+)
+
+// agentOnly builds what the calltree tests need (no root: the call-flow
+// runtime reads per-thread counters of the JVM's own threads).
+func agentOnly(t *testing.T) string {
+	t.Helper()
+	need(t, "java", "javac")
+	root := tracetest.Root()
+	mk := exec.Command("make", "--no-print-directory", "jprof")
+	mk.Dir = root
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make jprof: %v\n%s", err, out)
+	}
+	gob := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./tools/hookit", "./tools/rtdriver")
+	gob.Dir = root
+	if out, err := gob.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return root
+}
+
+func java(root, dir, opts string, args ...string) *exec.Cmd {
+	a := []string{"-agentpath:" + filepath.Join(root, "bin", "libjprof.so") + "=" + opts,
+		"-Djprofdemo.lib=" + filepath.Join(root, "build", "java", "libjprofdemo.so"),
+		"-cp", filepath.Join(root, "build", "java")}
+	c := exec.Command("java", append(a, args...)...)
+	c.Dir = dir
+	return c
+}
+
+// logRow is one node of log-rt.
+type logRow struct {
+	lv                 int
+	calls, base, delta int64
+	name               string
+}
+
+var logRE = regexp.MustCompile(`^\s*(\d+)\s+(\d+)\s+(\d+)\s+(-?\d+)\s+(-?\d+)\s+\S+\s+\S+\s+(.*)$`)
+
+// report runs hookit report on dir and returns log-rt's rows per thread.
+func report(t *testing.T, root, dir string, args ...string) (map[string][]logRow, string) {
+	t.Helper()
+	rep := exec.Command(filepath.Join(root, "bin", "hookit"), append([]string{"report", "-i", dir}, args...)...)
+	if out, err := rep.CombinedOutput(); err != nil {
+		t.Fatalf("hookit report: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "log-rt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := map[string][]logRow{}
+	cur := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "Thread ") {
+			cur = strings.Fields(l)[1]
+			continue
+		}
+		m := logRE.FindStringSubmatch(l)
+		if m == nil || cur == "" || strings.HasPrefix(m[6], "(") {
+			continue
+		}
+		r := logRow{name: strings.TrimSpace(m[6])}
+		r.lv, _ = strconv.Atoi(m[1])
+		r.calls, _ = strconv.ParseInt(m[2], 10, 64)
+		r.base, _ = strconv.ParseInt(m[4], 10, 64)
+		r.delta, _ = strconv.ParseInt(m[5], 10, 64)
+		threads[cur] = append(threads[cur], r)
+	}
+	return threads, string(b)
+}
+
+// The bundled example under calltree: the call counts of every method are
+// exact in log-rt (recursion, an exception thrown through two frames, a
+// native method, a method interpreted then compiled, a second thread); the
+// exception path repairs the stack (what main calls after catcher() is
+// main's child again); the empty method's calibrated BASE is about 0
+// (sequence minima by method type and transition).
+func TestCalltreeDemo(t *testing.T) {
+	root := agentOnly(t)
+	dir := t.TempDir()
+	c := java(root, dir, "calltree,include=JProfDemo*,dir="+dir, "JProfDemo")
+	if out, err := c.CombinedOutput(); err != nil || !strings.Contains(string(out), "JProfDemo done") {
+		t.Fatalf("java: %v\n%s", err, out)
+	}
+	threads, text := report(t, root, dir, "--cal", "minima")
+	if len(threads) != 2 {
+		t.Fatalf("%d threads in log-rt, want main and worker:\n%s", len(threads), text)
+	}
+	calls := map[string]int64{}
+	var mainRows []logRow
+	for _, rows := range threads {
+		for _, r := range rows {
+			calls[r.name] += r.calls
+		}
+		if rows[0].name == "JProfDemo.main" {
+			mainRows = rows
+		}
+	}
+	want := map[string]int64{"JProfDemo.main": 1, "JProfDemo.fib": 465, "JProfDemo.empty": 1000, "JProfDemo.catcher": 3,
+		"JProfDemo.thrower": 6, "JProfDemo.nativeAdd": 7, "JProfDemo.hot": 30000, "JProfDemo.work": 5}
+	for _, r := range mainRows {
+		if r.name == "JProfDemo.work" {
+			t.Error("work() in main's thread, want it in the worker thread only")
+		}
+	}
+	for n, w := range want {
+		if calls[n] != w {
+			t.Errorf("%s: %d calls, want %d", n, calls[n], w)
+		}
+	}
+	// main's direct children at level 2, in order; thrower only below catcher.
+	var kids []string
+	var empty logRow
+	for _, r := range mainRows {
+		if r.lv == 2 && !strings.Contains(r.name, "Lambda") {
+			kids = append(kids, r.name)
+		}
+		if r.name == "JProfDemo.thrower" && r.lv != 3 && r.lv != 4 {
+			t.Errorf("thrower at level %d, want 3 and 4 (below catcher)", r.lv)
+		}
+		if r.name == "JProfDemo.empty" {
+			empty = r
+		}
+	}
+	if got := strings.Join(kids, " "); got != "JProfDemo.fib JProfDemo.empty JProfDemo.catcher JProfDemo.nativeAdd JProfDemo.hot" {
+		t.Errorf("main's children %q: the exception path did not repair the stack\n%s", got, text)
+	}
+	raw := empty.base + empty.delta
+	t.Logf("empty(): %d calls, BASE %d (%.1f per call), raw %d (%.1f per call)", empty.calls, empty.base,
+		float64(empty.base)/float64(empty.calls), raw, float64(raw)/float64(empty.calls))
+	if empty.calls != 1000 || raw <= 0 || 3*empty.base > raw {
+		t.Errorf("empty(): calibrated BASE %d of raw %d: not about 0", empty.base, raw)
+	}
+	for _, f := range []string{"log-gen", "callflow.pb.gz", "callflow.folded", "callflow.trace.json"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("report %s missing or empty: %v", f, err)
+		}
+	}
+}
+
+// The agent survives rtdriver commands in any order on a running JVM
+// started with start=off: nothing is recorded before start, calls after.
+func TestCalltreeRtdriver(t *testing.T) {
+	root := agentOnly(t)
+	dir := t.TempDir()
+	c := java(root, dir, "calltree,start=off,include=JProfDemo*,dir="+dir, "JProfDemo", "wait")
+	stdin, _ := c.StdinPipe()
+	stdout, _ := c.StdoutPipe()
+	c.Stderr = os.Stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Process.Kill()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "pid ") {
+		t.Fatalf("no pid line: %q %v", line, err)
+	}
+	go io.Copy(io.Discard, stdout)
+	pid := strings.TrimSpace(strings.TrimPrefix(line, "pid "))
+	rt := func(cmd string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			out, err := exec.Command(filepath.Join(root, "bin", "rtdriver"), "-d", dir, "-p", pid, cmd).CombinedOutput()
+			if err == nil {
+				return
+			}
+			// the control socket appears once the runtime is up
+			if time.Now().After(deadline) || !strings.Contains(string(out), "connect") {
+				t.Fatalf("rtdriver %s: %v\n%s", cmd, err, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, cmd := range []string{"end", "flush", "reset", "start", "start", "flush", "end", "reset", "start", "flush", "reset", "end", "start"} {
+		rt(cmd)
+	}
+	rt("shutdown")
+	// after shutdown: the JVM goes on; the commands have nothing to act on
+	_, _ = exec.Command(filepath.Join(root, "bin", "rtdriver"), "-d", dir, "-p", pid, "start").CombinedOutput()
+	stdin.Close()
+	if err := c.Wait(); err != nil {
+		t.Fatalf("java: %v", err)
+	}
+	threads, text := report(t, root, dir)
+	var hot int64
+	for _, rows := range threads {
+		for _, r := range rows {
+			if r.name == "JProfDemo.hot" {
+				hot += r.calls
+			}
+		}
+	}
+	if hot == 0 {
+		t.Errorf("no hot() calls recorded between start and shutdown:\n%s", text)
+	}
+}
+
+// A JVM that exits (System.exit) with a thread still calling methods, and
+// a JVM that unloads a class, run to the end under the agent, and their
+// records are reported.
+func TestCalltreeExitAndUnload(t *testing.T) {
+	root := agentOnly(t)
+	for _, tc := range []struct {
+		mode string
+		code int
+		want string
+	}{{"exit", 3, "JProfDemo.hot"}, {"unload", 0, "Unloadable.call"}} {
+		dir := t.TempDir()
+		c := java(root, dir, "calltree,dir="+dir, "-Xlog:class+unload", "JProfDemo", tc.mode)
+		out, err := c.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != tc.code {
+			t.Fatalf("%s: exit %d, want %d\n%s", tc.mode, code, tc.code, out)
+		}
+		if tc.mode == "unload" && !strings.Contains(string(out), "unloading class Unloadable") {
+			t.Fatalf("Unloadable was not unloaded:\n%s", out)
+		}
+		if m, _ := filepath.Glob(filepath.Join(dir, "hs_err*")); len(m) > 0 {
+			t.Fatalf("%s: the JVM crashed: %v", tc.mode, m)
+		}
+		threads, text := report(t, root, dir)
+		found := false
+		for _, rows := range threads {
+			for _, r := range rows {
+				if r.name == tc.want && r.calls > 0 {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no calls of %s in log-rt:\n%.3000s", tc.mode, tc.want, text)
+		}
+	}
+}
+
+// Bad options stop the JVM at start with a message saying what to use.
+func TestBadOptions(t *testing.T) {
+	root := agentOnly(t)
+	for _, opts := range []string{"", "bogus", "tprof,calltree", "tprof,trace", "calltree,dir=/proc/nonexistent"} {
+		out, err := java(root, t.TempDir(), opts, "HotLoop", "0").CombinedOutput()
+		if err == nil {
+			t.Errorf("options %q accepted:\n%s", opts, out)
+			continue
+		}
+		if !strings.Contains(string(out), "jprof: ") {
+			t.Errorf("options %q: no jprof message:\n%s", opts, out)
+		}
+	}
+}
