@@ -92,7 +92,7 @@ run swtrace on --discard
 start_stopped /bin/itrace 100000000
 run swtrace itrace on --at-exec -p "$child"
 kill -CONT "$child"
-# until the stream holds four times what the trace buffers do
+# until the stream file (written in preallocated chunks) is well past the buffers
 wait_until 120 sh -c "[ \$(stat -c %s /tmp/cont.nrm2) -gt $((4 * 2 * 65536)) ]" || fail "the cont stream did not grow past the buffers"
 run swtrace itrace off -p "$child"
 written=$(sed -n 's/.* instructions, \([0-9]*\) records.*/\1/p' /tmp/out)
@@ -111,6 +111,8 @@ infile=$1 clost=$2
 missing=$(( ${written:-0} - ${infile:-0} ))
 [ -n "$written" ] && [ "$missing" -ge 0 ] && [ "$missing" -le "$clost" ] && [ $((clost - missing)) -le 8 ] ||
 	fail "the module wrote ${written:-?} ITrace records; the file holds $infile and counts $clost lost"
+# more ITrace than the trace buffers hold (28 bytes a branch record at least)
+[ $((infile * 28)) -gt $((2 * 65536)) ] || fail "only $infile ITrace records in the stream: not more than the buffers hold"
 echo "vmtest: cont mode: the module wrote $written ITrace records: $infile in the $(stat -c %s /tmp/cont.nrm2)-byte stream, the $missing others counted among $clost lost"
 
 step "itrace: a traced process killed mid-trace; itrace off from another shell; rmmod while tracing"
