@@ -86,6 +86,15 @@ int pt_ptt_mmap(void **ctx, struct vm_area_struct *vma);
 void pt_ptt_release(void *ctx);
 void pt_ptt_exit(void);
 
+/* pitrace_ptt.c: may the caller watch (and so ITrace) t? */
+bool ptt_may_watch(struct task_struct *t);
+
+/* pitrace_itrace.c: single-step ITrace (ITRACE_ON / _OFF: pt.lock held) */
+long pt_itrace_on(struct pitrace_itrace_on *a);
+long pt_itrace_off(struct pitrace_itrace_off *a);
+void pt_itrace_stop_all(void);
+void pt_itrace_exit(void);
+
 /* pitrace_msr.c: PITRACE_IOC_MSR_READ / _WRITE (process context, no lock) */
 long pt_msr_ioctl(unsigned int cmd, void __user *arg);
 

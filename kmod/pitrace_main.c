@@ -112,6 +112,7 @@ static void pt_write_sysinfo(void)
 
 static int pt_do_off(void)
 {
+	pt_itrace_stop_all();	/* END records while the buffers take them */
 	pt_src_stop();
 	/* sources are stopped; hooks may still write until pt_active is 0 */
 	pt_describe_live(true);
@@ -519,6 +520,8 @@ static const unsigned int pt_ioc_cmds[] = {
 	[_IOC_NR(PITRACE_IOC_PTT_STATUS)] = PITRACE_IOC_PTT_STATUS,
 	[_IOC_NR(PITRACE_IOC_PTT_WATCH)] = PITRACE_IOC_PTT_WATCH,
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_IOC_PTT_READ,
+	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_IOC_ITRACE_ON,
+	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_IOC_ITRACE_OFF,
 };
 
 /* Argument sizes of ABI version 1: the smallest a caller may pass. */
@@ -538,6 +541,8 @@ static const u16 pt_ioc_min[ARRAY_SIZE(pt_ioc_cmds)] = {
 	[_IOC_NR(PITRACE_IOC_PTT_STATUS)] = PITRACE_PTT_STATUS_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_PTT_WATCH)] = PITRACE_PTT_WATCH_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_PTT_READ_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_ITRACE_ON_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_ITRACE_OFF_SIZE_V1,
 };
 
 /* A struct may only grow: its V1 size is at most its size now. */
@@ -557,6 +562,8 @@ static void __maybe_unused pt_ioc_build_checks(void)
 	BUILD_BUG_ON(sizeof(struct pitrace_ptt_status) < PITRACE_PTT_STATUS_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_ptt_watch) < PITRACE_PTT_WATCH_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_ptt_read) < PITRACE_PTT_READ_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_itrace_on) < PITRACE_ITRACE_ON_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_itrace_off) < PITRACE_ITRACE_OFF_SIZE_V1);
 }
 
 /*
@@ -622,6 +629,10 @@ static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a)
 		return 0;
 	case PITRACE_IOC_BENCH:
 		return pt_ioc_bench(a);
+	case PITRACE_IOC_ITRACE_ON:
+		return pt_itrace_on(a);
+	case PITRACE_IOC_ITRACE_OFF:
+		return pt_itrace_off(a);
 	}
 	return -ENOTTY;
 }
@@ -871,6 +882,7 @@ static void __exit pt_exit(void)
 	cpuhp_remove_state_nocalls(pt_cpuhp_state);
 	pt_src_exit();
 	pt_ptt_exit();
+	pt_itrace_exit();
 	irq_work_sync(&pt_wake_work);
 	pr_info("pitrace: unloaded\n");
 }

@@ -1216,7 +1216,7 @@ static long ptt_ioc_status(void **ctxp, struct pitrace_ptt_status *st)
  * security module hook (security_ptrace_access_check, not exported
  * either) is not consulted: see docs/kmod.md.
  */
-static bool ptt_may_watch(struct task_struct *t)
+bool ptt_may_watch(struct task_struct *t)
 {
 	const struct cred *cred, *tcred;
 	struct mm_struct *mm;

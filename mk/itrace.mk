@@ -15,3 +15,23 @@ $(BIN)/itrace: examples/itrace.c
 bench-itrace: build
 	bash bench/itrace.sh
 bench: bench-itrace
+
+# The pitrace module's instruction decoder (kmod/pitrace_insn.c, used by the
+# module's single-step ITrace) swept over libc and a Go binary against
+# x86asm, the ptrace path's decoder. -count=1: the C file is outside the
+# Go package, so Go's test cache would not see it change.
+.PHONY: kitrace-insn-test
+kitrace-insn-test:
+	CGO_ENABLED=1 go test -count=1 ./libperfutil/kmodbackend/internal/insncheck/
+TEST_TARGETS += kitrace-insn-test
+
+# ITrace through the pitrace module in the VM (scripts/vmtest/run.sh itrace):
+# the example against the host's callgrind of the same static binary,
+# ITraceOn/Off, a killed process, itrace off from another shell, rmmod
+# while tracing, a full buffer.
+.PHONY: vmtest-itrace
+# About 4 minutes, most of it the ptrace path's part of the benchmark
+# (~600 instructions/s under TCG): a longer timeout than the other modes.
+vmtest-itrace:
+	VMTEST_TIMEOUT=$${VMTEST_TIMEOUT:-600} bash scripts/vmtest/run.sh itrace
+TEST_TARGETS += vmtest-itrace

@@ -413,10 +413,12 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_EXEC_PATH		(1u << 19)	/* MTE_EXEC: the path the kernel found */
 #define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
 #define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
+#define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
-	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK)
+	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
+	 PITRACE_FEAT_ITRACE)
 
 struct pitrace_sysinfo {
 	__u32 abi;
@@ -650,6 +652,104 @@ struct pitrace_ptt_read {
 #define PITRACE_IOC_PTT_STATUS	_IOWR(PITRACE_IOC_MAGIC, 19, struct pitrace_ptt_status)
 #define PITRACE_IOC_PTT_WATCH	_IOW(PITRACE_IOC_MAGIC, 20, struct pitrace_ptt_watch)
 #define PITRACE_IOC_PTT_READ	_IOWR(PITRACE_IOC_MAGIC, 21, struct pitrace_ptt_read)
+
+/* ---- ITrace: single-step instruction tracing (pitrace_itrace.c) ---------- */
+
+/*
+ * ITRACE_ON single-steps the selected threads (trap flag, a DIE_DEBUG
+ * notifier) and writes ITrace records (majors 0x20/0x21,
+ * docs/trace-format.md) into the per-CPU trace buffers; tracing must be on.
+ * Selection: the calling thread (PITRACE_ITRACE_SELF: ITraceOn), the
+ * processes in pids (all their threads; at their next exec with
+ * PITRACE_ITRACE_AT_EXEC), every process with a pid >= pids_from (not the
+ * caller's).  Threads a traced thread creates are traced; forked children
+ * only with PITRACE_ITRACE_FOLLOW.  The caller must be allowed to PTT_WATCH
+ * the process (the same rule).  ITRACE_OFF stops the selected threads
+ * (SELF, pids) or, with neither, every traced thread; tracing off does too.
+ */
+#define PITRACE_ITRACE_SELF	1
+#define PITRACE_ITRACE_FOLLOW	2
+#define PITRACE_ITRACE_AT_EXEC	4
+#define PITRACE_ITRACE_MAX_PIDS	1024
+
+struct pitrace_itrace_on {
+	__u32 flags;		/* PITRACE_ITRACE_* */
+	__u32 npids;		/* entries at pids, <= PITRACE_ITRACE_MAX_PIDS */
+	__s32 pids_from;	/* > 0: every process with pid >= pids_from */
+	__u32 threads;		/* out: threads selected (or processes waiting for exec) */
+	__u64 pids;		/* user pointer to npids __s32 */
+	__u32 skipped;		/* out: processes left out (not allowed, kernel threads) */
+	__u32 reserved;		/* must be 0 */
+};
+
+struct pitrace_itrace_off {
+	__u32 flags;		/* PITRACE_ITRACE_SELF */
+	__u32 npids;
+	__u64 pids;		/* user pointer to npids __s32 */
+	__u32 threads;		/* out: threads stopped */
+	__u32 reserved;		/* must be 0 */
+	__u64 instructions;	/* out: instructions the stopped threads ran traced */
+	__u64 records;		/* out: ITrace records they wrote (in the buffers, or counted lost) */
+};
+
+/* ITrace record fields (packed; minors in docs/trace-format.md) */
+#define PITRACE_ITRACE_THREAD	0x10
+#define PITRACE_ITRACE_START	0x11
+#define PITRACE_ITRACE_END	0x12
+#define PITRACE_ITRACE_SYSCALL	1	/* major ITRACE_K */
+#define PITRACE_ITRACE_SIGNAL	2	/* major ITRACE_K */
+#define PITRACE_ITRACE_START_EXEC	1	/* ITRACE_START flags */
+#define PITRACE_ITRACE_SIG_HANDLER	1	/* ITRACE_SIGNAL flags */
+#define PITRACE_ITRACE_END_EXIT	1
+#define PITRACE_ITRACE_END_OFF	2
+
+struct pitrace_rec_itrace_block {	/* ITRACE_U minors 0..6: a taken branch */
+	__u64 to;
+	__u32 count;
+	__u32 from_off;
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_thread {	/* ITRACE_THREAD */
+	__u32 pid;
+	__u32 tid;
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_start {	/* ITRACE_START */
+	__u32 pid;
+	__u32 tid;
+	__u64 ip;
+	__u32 flags;
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_end {		/* ITRACE_END */
+	__u32 pid;
+	__u32 tid;
+	__u32 count;
+	__u32 from_off;
+	__u32 reason;
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_syscall {	/* ITRACE_SYSCALL */
+	__u64 to;
+	__u32 count;
+	__u32 from_off;
+	__u32 nr;
+	__u32 dur_ns;		/* saturates at 2^32-1 */
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_signal {	/* ITRACE_SIGNAL */
+	__u64 to;
+	__u32 count;
+	__u32 from_off;
+	__u32 signo;
+	__u32 flags;		/* PITRACE_ITRACE_SIG_HANDLER */
+} PITRACE_PACKED;
+
+#define PITRACE_ITRACE_ON_SIZE_V1	32
+#define PITRACE_ITRACE_OFF_SIZE_V1	40
+
+#define PITRACE_IOC_ITRACE_ON	_IOWR(PITRACE_IOC_MAGIC, 24, struct pitrace_itrace_on)
+#define PITRACE_IOC_ITRACE_OFF	_IOWR(PITRACE_IOC_MAGIC, 25, struct pitrace_itrace_off)
 
 /* ---- MSR access (pitrace_msr.c; the msr tool) ----------------------------- */
 

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/daemonclient"
+	"perfinsp/libperfutil/kmodbackend"
 )
 
 // Daemon ops of the no-module ITrace (pitraced registers them).
@@ -50,9 +51,16 @@ type OffResult struct {
 	Records      uint64 `json:"records"`
 }
 
-// On asks pitraced to trace the selected threads (swtrace itrace on).
+// On starts tracing the selected threads (swtrace itrace on): through the
+// pitrace module when it is loaded (see Backend), else through pitraced.
 func On(a OnArgs) (OnResult, error) {
 	var r OnResult
+	if b, err := moduleBackend(""); err != nil {
+		return r, err
+	} else if b != nil {
+		defer b.Close()
+		return onModule(b, a)
+	}
 	c, err := daemonclient.Dial()
 	if err != nil {
 		return r, err
@@ -62,9 +70,19 @@ func On(a OnArgs) (OnResult, error) {
 	return r, err
 }
 
-// Off stops ITrace sessions (swtrace itrace off).
+// Off stops ITrace sessions (swtrace itrace off). On the module, with no
+// PIDs it stops every traced thread.
 func Off(a OffArgs) (OffResult, error) {
 	var r OffResult
+	if b, err := moduleBackend(""); err != nil {
+		return r, err
+	} else if b != nil {
+		defer b.Close()
+		if len(a.TIDs) > 0 {
+			return r, fmt.Errorf("itrace: the module stops single threads only as ITraceOff (the calling thread)")
+		}
+		return offModule(b, false, a.PIDs)
+	}
 	c, err := daemonclient.Dial()
 	if err != nil {
 		return r, err
@@ -77,6 +95,7 @@ func Off(a OffArgs) (OffResult, error) {
 // session is the calling goroutine's ITraceOn state.
 type session struct {
 	c   *daemonclient.Client
+	kb  *kmodbackend.Backend // the module's file, when ITrace runs there
 	tid int
 }
 
@@ -98,6 +117,24 @@ func ITraceOn() error {
 	mu.Unlock()
 	if busy {
 		return errors.New("itrace: ITraceOn: this thread is already traced")
+	}
+	if kb, err := moduleBackend(""); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("itrace: ITraceOn: %w", err)
+	} else if kb != nil {
+		mu.Lock()
+		current[tid] = &session{kb: kb, tid: tid}
+		mu.Unlock()
+		// the last system call before the traced section
+		if _, _, err := kb.ITraceOn(kmodbackend.ITraceSel{Self: true}); err != nil {
+			mu.Lock()
+			delete(current, tid)
+			mu.Unlock()
+			kb.Close()
+			runtime.UnlockOSThread()
+			return fmt.Errorf("itrace: ITraceOn: %w", err)
+		}
+		return nil
 	}
 	c, err := daemonclient.Dial()
 	if err != nil {
@@ -127,6 +164,14 @@ func ITraceOff() (OffResult, error) {
 		return OffResult{}, errors.New("itrace: ITraceOff without ITraceOn on this thread")
 	}
 	defer runtime.UnlockOSThread()
+	if s.kb != nil {
+		defer s.kb.Close()
+		r, err := offModule(s.kb, true, nil)
+		if err != nil {
+			return r, fmt.Errorf("itrace: ITraceOff: %w", err)
+		}
+		return r, nil
+	}
 	defer s.c.Close()
 	var r OffResult
 	if err := s.c.Call(OpOff, OffArgs{TIDs: []int{tid}}, &r); err != nil {

@@ -77,6 +77,9 @@ type threadState struct {
 	lastFn   string // function of the previous block
 	stack    []frame
 	active   map[string]int // activations on the stack per function
+	base     string         // function at depth 0 (EnableStacks: the stacks' root)
+	stackStr string         // key() of stack, valid while keyOK
+	keyOK    bool
 }
 
 // Report is the replayed ITrace of a trace file.
@@ -100,6 +103,7 @@ type Report struct {
 	threads map[uint32]*threadState
 	cur     map[int]*threadState // per CPU buffer: thread of the records that follow
 	onArc   func(*Branch)
+	stacks  map[stackKey]uint64 // instructions per call stack (EnableStacks)
 }
 
 // NewReport returns an empty report naming addresses with namer. onBranch,
@@ -244,6 +248,7 @@ func (rep *Report) block(th *threadState, count uint32, from uint64) {
 		}
 	}
 	th.lastFn = k
+	rep.addStack(th, k, count)
 	fs.Exclusive += uint64(count)
 	fs.Lines[line] += uint64(count)
 	th.total += uint64(count)
@@ -257,6 +262,7 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 		callee.Callers[caller]++
 	}
 	th.stack = append(th.stack, frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal})
+	th.keyOK = false
 	th.active[k]++
 }
 
@@ -267,6 +273,7 @@ func (rep *Report) call(th *threadState, from, to uint64) {
 	}
 	if callee, _, _ := rep.fn(th.pid, to); callee.PLT {
 		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true})
+		th.keyOK = false
 		return
 	}
 	rep.arc(ck, to, th, line)
@@ -299,6 +306,7 @@ func (rep *Report) jump(th *threadState, to uint64) {
 	f := &th.stack[n-1]
 	f.plt = false
 	f.fn = k
+	th.keyOK = false
 	f.entry = th.total // the stub's instructions are the caller's
 	callee.Calls++
 	callee.Callers[f.caller]++
@@ -327,6 +335,7 @@ func (rep *Report) unwind(th *threadState, depth int) {
 	for len(th.stack) > depth {
 		f := th.stack[len(th.stack)-1]
 		th.stack = th.stack[:len(th.stack)-1]
+		th.keyOK = false
 		if f.plt {
 			continue
 		}

@@ -85,8 +85,8 @@ func TestABIIoctlNumbersMatchHeader(t *testing.T) {
 			t.Errorf("%s: C %#x, Go %#x", name, c, n)
 		}
 	}
-	if len(IoctlNumbers()) != 23 {
-		t.Errorf("Go lists %d ioctls, the header 23", len(IoctlNumbers()))
+	if len(IoctlNumbers()) != 25 {
+		t.Errorf("Go lists %d ioctls, the header 25", len(IoctlNumbers()))
 	}
 }
 
@@ -284,7 +284,8 @@ func TestSizeSchemeMatchesMirrors(t *testing.T) {
 		t.Errorf("PITRACE_MAJORS_SIZE_V1 %d, stack_depth at %d, Go %d", v["PITRACE_MAJORS_SIZE_V1"], v["offsetof pitrace_majors.stack_depth"], majorsSizeV1)
 	}
 	abi := uint64(0)
-	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC", "PITRACE_FEAT_CALLSTACK"} {
+	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC", "PITRACE_FEAT_CALLSTACK",
+		"PITRACE_FEAT_ITRACE"} {
 		f := v[b]
 		if f == 0 || f&(f-1) != 0 || f < 1<<16 || abi&f != 0 {
 			t.Errorf("%s = %#x: want a single bit from 16 up, distinct from the others", b, f)

@@ -47,6 +47,11 @@ hardening() {
 	run harden stackdepth 200
 }
 
+if [ "$1" = itrace ]; then
+	sh /itrace-test.sh
+	exit $?
+fi
+
 if [ "$1" = harden ]; then
 	hardening
 	rmmod pitrace || fail "rmmod after the hardening tests"

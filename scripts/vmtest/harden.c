@@ -14,6 +14,7 @@
  *                     user namespaces)
  *   harden hotplug    a CPU offlined and onlined while tprof and PTT count
  *   harden inherit    20 threads of 30 ms in a watched process, all counted
+ *   harden itraceexit ITRACE_ON racing process and thread exit: no entry left
  *   harden stackdepth random call-stack depth limits (0, 1, 127, 128, huge,
  *                     a non-zero reserved word) through ENABLE, and tracing
  *                     with stacks at each legal one: random buffer sizes (1K
@@ -1070,6 +1071,67 @@ static int t_inherit(void)
 	return 0;
 }
 
+/* ---- itraceexit: ITRACE_ON racing process and thread exit ----------- */
+
+static void *itx_thread(void *a)
+{
+	return a;
+}
+
+/*
+ * n children, each starting a thread and exiting at once, selected with
+ * ITRACE_ON (-p; every fourth at its exec, which never comes) while they
+ * exit: the module may take or refuse each (ESRCH, EPERM), but once all
+ * are reaped no thread entry may be left (ITRACE_OFF stops 0 threads), and
+ * the module's references come back (rmmod, in itrace-guest.sh).
+ */
+static int t_itraceexit(int n)
+{
+	struct pitrace_init_arg ia = { 1 << 20, 1 << 20, PITRACE_MODE_NORMAL, 0 };
+	struct pitrace_itrace_off off;
+	int fd = dev(), i, took = 0, gone = 0;
+
+	ioctl(fd, PITRACE_IOC_FREE);
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("init/on");
+	for (i = 0; i < n; i++) {
+		struct pitrace_itrace_on on;
+		int32_t pid;
+		pid_t c = fork();
+
+		if (c < 0)
+			DIE("fork");
+		if (c == 0) {
+			pthread_t t;
+
+			pthread_create(&t, NULL, itx_thread, NULL);
+			_exit(0);
+		}
+		pid = c;
+		memset(&on, 0, sizeof(on));
+		on.npids = 1;
+		on.pids = (uint64_t)(uintptr_t)&pid;
+		if (i % 4 == 3)
+			on.flags = PITRACE_ITRACE_AT_EXEC;
+		if (ioctl(fd, PITRACE_IOC_ITRACE_ON, &on) == 0) {
+			took++;
+		} else {
+			CHECK(errno == ESRCH || errno == EPERM, "ITRACE_ON of an exiting process: %s", strerror(errno));
+			gone++;
+		}
+		waitpid(c, NULL, 0);
+	}
+	memset(&off, 0, sizeof(off));
+	CHECK(ioctl(fd, PITRACE_IOC_ITRACE_OFF, &off) == 0, "ITRACE_OFF: %s", strerror(errno));
+	printf("harden: itraceexit: %d ITRACE_ONs raced exits: %d taken, %d refused; afterwards off stops %u threads\n",
+	       n, took, gone, off.threads);
+	CHECK(off.threads == 0, "%u thread entries outlived their threads", off.threads);
+	ioctl(fd, PITRACE_IOC_OFF);
+	ioctl(fd, PITRACE_IOC_FREE);
+	close(fd);
+	return 0;
+}
+
 /* ---- stackdepth: ENABLE's stack_depth and the stack walk ------------------ */
 
 /* real frames: a frame-pointer recursion, then a busy loop at the bottom */
@@ -1213,10 +1275,12 @@ int main(int argc, char **argv)
 		t_hotplug();
 	else if (!strcmp(what, "inherit"))
 		t_inherit();
+	else if (!strcmp(what, "itraceexit"))
+		t_itraceexit(n ? n : 1000);
 	else if (!strcmp(what, "stackdepth"))
 		t_stackdepth(n ? n : 200);
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]\n");
 		return 2;
 	}
 	if (fails) {

@@ -9,6 +9,7 @@
 #   scripts/vmtest/run.sh bench      the per-record cost benchmark (-icount shift=0,sleep=off)
 #   scripts/vmtest/run.sh ptt        PTT: virtualized vs raw TSC over a fixed loop (-icount)
 #   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/harden.c, -smp 2)
+#   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/itrace-guest.sh)
 #   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
 #   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
 #
@@ -124,6 +125,15 @@ gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
+if [ "$WHAT" = itrace ]; then
+	# ITrace through the module: static examples and callgrind's counts of them
+	set +e
+	bash scripts/vmtest/itrace-host.sh "$BIN" "$W" "${ITRACE_N:-3000}"
+	r=$?
+	set -e
+	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
+	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
+fi
 if [ "$WHAT" = callflow ]; then # issue 11: call-flow exactness (scripts/vmtest/callflow-build.sh)
 	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
 fi
@@ -139,6 +149,7 @@ done
 cp kmod/pitrace.ko "$IR/pitrace.ko"
 cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
+cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
 if [ "$WHAT" = callflow ]; then
 	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
 fi
@@ -184,7 +195,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-sin
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
-grep -E '^(vmtest|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|stacks|  )' "$LOG" | sed 's/\r$//' || true
+grep -E '^(vmtest|itrace|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|stacks|  )' "$LOG" | sed 's/\r$//' || true
 # Kernel messages carry a printk time stamp; tool output in the log (for
 # example post's "WARNING: records were lost") does not.
 KPAT='\[ *[0-9]+\.[0-9]+\] .*(Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace)'
@@ -203,6 +214,7 @@ marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
 [ "$WHAT" = ptt ] && marker="PITRACE-PTT-DONE"
 [ "$WHAT" = harden ] && marker="PITRACE-HARDEN-DONE"
+[ "$WHAT" = itrace ] && marker="PITRACE-ITRACE-DONE"
 [ "$WHAT" = callflow ] && marker="PITRACE-CALLFLOW-PASS"
 [ "$WHAT" = stacks ] && marker="PITRACE-STACKS-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"

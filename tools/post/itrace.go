@@ -19,8 +19,8 @@ import (
 )
 
 type itraceFlagValues struct {
-	arc, report bool
-	callgrind   string
+	arc, report             bool
+	callgrind, folded, prof string
 }
 
 var itraceOpt itraceFlagValues
@@ -30,10 +30,27 @@ func itraceFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "arc", Usage: "write arc: one line per taken branch of the ITrace records (PI's arc report)", Destination: &itraceOpt.arc},
 		&cli.BoolFlag{Name: "itrace", Usage: "write itrace.out: per function calls, exclusive and inclusive instructions, callers, callees", Destination: &itraceOpt.report},
 		&cli.StringFlag{Name: "callgrind", Usage: "write the ITrace as a callgrind `FILE` (kcachegrind, callgrind_annotate)", Destination: &itraceOpt.callgrind},
+		&cli.StringFlag{Name: "itrace-folded", Usage: "write the ITrace's call stacks to `FILE`, folded (pid N;root;...;leaf instructions), for flamegraph.pl", Destination: &itraceOpt.folded},
+		&cli.StringFlag{Name: "itrace-pprof", Usage: "write the ITrace as a pprof profile to `FILE`: the value is instructions (flat = exclusive, cum = inclusive)", Destination: &itraceOpt.prof},
 	}
 }
 
-func (o itraceFlagValues) any() bool { return o.arc || o.report || o.callgrind != "" }
+func (o itraceFlagValues) any() bool {
+	return o.arc || o.report || o.callgrind != "" || o.folded != "" || o.prof != ""
+}
+
+// writeFile creates path and writes it with fn.
+func writeFile(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
 
 // pltRanges are one module's PLT sections, as file offsets and addresses.
 type pltRanges struct {
@@ -147,6 +164,9 @@ func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result
 		}
 	}
 	rep := pitrace.NewReport(namer, onBranch)
+	if itraceOpt.folded != "" || itraceOpt.prof != "" {
+		rep.EnableStacks()
+	}
 	hook := func(rec *trace.Record, res *a2n.Result) {
 		if next != nil {
 			next(rec, res)
@@ -206,6 +226,18 @@ func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result
 				return err
 			}
 			fmt.Fprintf(stdout, "post: wrote %s (callgrind_annotate %s, or kcachegrind)\n", itraceOpt.callgrind, itraceOpt.callgrind)
+		}
+		if itraceOpt.folded != "" {
+			if err := writeFile(itraceOpt.folded, rep.WriteFolded); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl --countname instructions %s > flame.svg)\n", itraceOpt.folded, itraceOpt.folded)
+		}
+		if itraceOpt.prof != "" {
+			if err := writeFile(itraceOpt.prof, rep.WritePprof); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s; values are instructions)\n", itraceOpt.prof, itraceOpt.prof)
 		}
 		return nil
 	}

@@ -9,11 +9,10 @@ import (
 
 	"perfinsp/libperfutil/control"
 	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/kmodbackend"
 )
 
-// itraceCommand is `swtrace itrace on|off`: ITrace through pitraced's
-// ptrace single-step tracer.
+// itraceCommand is `swtrace itrace on|off`: ITrace through the pitrace
+// module's single-step tracer, or pitraced's ptrace tracer without it.
 var itraceCommand = &cli.Command{
 	Name:      "itrace",
 	Usage:     "instruction tracing (ITrace) of selected processes: on | off",
@@ -21,8 +20,8 @@ var itraceCommand = &cli.Command{
 	Description: "ITrace records every taken branch of the selected threads (and each system call and\n" +
 		"signal) into the trace buffers: turn tracing on first (swtrace on), then itrace on; itrace\n" +
 		"off (or swtrace off) stops it; post -arc, -itrace and --callgrind FILE report it.\n" +
-		"Without the kernel module the daemon single-steps the threads with ptrace: expect the\n" +
-		"traced program to run thousands of times slower. You may trace your own processes\n" +
+		"With the pitrace module loaded the module single-steps the threads (trap flag); without\n" +
+		"it the daemon does with ptrace, about 20 times slower still. You may trace your own processes\n" +
 		"(same user, dumpable); root may trace any. See docs/itrace.md.",
 	Subcommands: []*cli.Command{
 		{
@@ -61,15 +60,17 @@ func itracePIDs(c *cli.Context) ([]int, error) {
 	return pids, nil
 }
 
+// itraceBackend makes --backend apply to ITrace as well: the pitrace
+// module when it is loaded (or forced), else pitraced's ptrace tracer.
 func itraceBackend(c *cli.Context) error {
 	b := c.String("backend")
-	if b == "" || b == "auto" {
-		b = os.Getenv(control.EnvBackend)
+	if b != "" && b != "auto" {
+		if err := os.Setenv(control.EnvBackend, b); err != nil {
+			return fmt.Errorf("itrace: %w", err)
+		}
 	}
-	if _, err := os.Stat(kmodbackend.Device); b == "kmod" || ((b == "" || b == "auto") && err == nil) {
-		return fmt.Errorf("itrace with the pitrace module is not available yet: use the daemon (swtrace --backend daemon, after rmmod pitrace)")
-	}
-	return nil
+	_, err := pitrace.Backend("")
+	return err
 }
 
 func cmdITraceOn(c *cli.Context) error {

@@ -13,6 +13,9 @@
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 //	pitest stacks                    call stacks through the module: cpuburn's paths, truncation, kernel frames
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
+//	pitest itrace-count FILE         ITrace records in FILE and the trace buffers' lost records
+//	pitest itrace-go                 the Go library's ITraceOn/ITraceOff on the module around one call
+//	pitest itrace-cmp WANT GOT [FUNC...]  callgrind files: the same exclusive instructions and calls per function
 //	pitest msr                       the MSR ioctls through the msr tool's code: TSC vs rdtsc, TSC_AUX, allowlist, faults, non-root
 //	pitest pttmod [PTT]              perf metrics on the module: the Go library (tsc,page-faults) and the ptt tool PTT (default /bin/ptt) on a busy child
 package main
@@ -79,6 +82,18 @@ func main() {
 		err = pttGo()
 	case "pttmod":
 		err = pttMod(os.Args[2:])
+	case "itrace-count":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		err = itraceCount(os.Args[2])
+	case "itrace-go":
+		err = itraceGo()
+	case "itrace-cmp":
+		if len(os.Args) < 4 {
+			usage()
+		}
+		err = itraceCmp(os.Args[2], os.Args[3], os.Args[4:])
 	case "msr":
 		err = msrTest(os.Args[2:])
 	default:

@@ -437,6 +437,30 @@ func plausible(r *rand.Rand, req uintptr, b []byte) {
 	case ioc["PITRACE_IOC_BENCH"]:
 		binary.LittleEndian.PutUint32(b[0:], uint32(r.Intn(3)))
 		binary.LittleEndian.PutUint32(b[4:], uint32(r.Intn(200)))
+	case ioc["PITRACE_IOC_ITRACE_ON"], ioc["PITRACE_IOC_ITRACE_OFF"]:
+		// ITrace: this process at its next exec (never: it stays
+		// pending until off or its exit), another pid, or a bad one;
+		// never the fuzzer itself now (SELF) or --pids-from, which
+		// would single-step the fuzzers or the whole guest.
+		on := req == ioc["PITRACE_IOC_ITRACE_ON"]
+		pids := []int32{int32(os.Getpid()), int32(r.Intn(1 << 16)), -1, 0}
+		n := r.Intn(3)
+		for i := 0; i < n; i++ {
+			binary.LittleEndian.PutUint32(b[64+4*i:], uint32(pids[r.Intn(len(pids))]))
+		}
+		p := uint64(uintptr(unsafe.Pointer(&b[64])))
+		if on {
+			binary.LittleEndian.PutUint32(b[0:], 4|uint32(r.Intn(2))*2) // AT_EXEC [| FOLLOW]
+			binary.LittleEndian.PutUint32(b[4:], uint32(n))
+			binary.LittleEndian.PutUint32(b[8:], 0)
+			binary.LittleEndian.PutUint64(b[16:], p)
+			binary.LittleEndian.PutUint32(b[28:], 0)
+		} else {
+			binary.LittleEndian.PutUint32(b[0:], uint32(r.Intn(2)))
+			binary.LittleEndian.PutUint32(b[4:], uint32(n))
+			binary.LittleEndian.PutUint64(b[8:], p)
+			binary.LittleEndian.PutUint32(b[20:], 0)
+		}
 	}
 }
 

@@ -1,0 +1,908 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * pitrace_itrace.c - ITrace through the module: single-step the selected
+ * threads with the trap flag and write the same ITrace records as the
+ * no-module ptrace tracer (daemon/itrace, docs/trace-format.md).
+ *
+ * How a thread is stepped.  6.1 does not export user_enable_single_step(),
+ * so the module sets X86_EFLAGS_TF in the thread's user pt_regs itself,
+ * always from the thread's own context: in the ITRACE_ON ioctl (ITraceOn),
+ * at the system call exit of its exec (AT_EXEC), in a task_work the thread
+ * runs on its next return to user space (other running threads), or in
+ * the fork tracepoint for a new thread (which inherits its parent's regs).
+ * Every user instruction then raises #DB; the DIE_DEBUG notifier reads the
+ * instruction just executed (copy_from_user_nofault: it ran, so its page
+ * is present), decodes its length and kind (pitrace_insn.c) and compares
+ * the new ip with the fall-through, exactly as the ptrace tracer does.
+ *
+ * Kernel work is not stepped: SYSCALL clears TF (MSR_SYSCALL_MASK) and the
+ * kernel returns with IRET when TF is set in the saved flags, so the first
+ * trap after a system call follows the instruction after it.  The
+ * raw_syscalls tracepoints end the block at the syscall instruction and
+ * write ITRACE_SYSCALL with its duration.  Signal delivery clears TF for
+ * the handler (handle_signal): the signal_deliver tracepoint queues a
+ * task_work that runs right after the frame is set up, writes
+ * ITRACE_SIGNAL (to = the handler) and sets TF again; rt_sigreturn
+ * restores the frame's TF.
+ *
+ * Traps are consumed only for threads this module traces and only when
+ * ptrace is not single-stepping the thread as well (TIF_SINGLESTEP): then
+ * the trap is also ptrace's.  Notifiers of higher priority (uprobes,
+ * hw_breakpoint) see the trap first.
+ *
+ * Stopping.  A stopped thread (off, tracing off, buffer full) is marked
+ * stale; its next trap clears TF and frees it.  A thread inside a signal
+ * handler stays stepped, silently, until the handler returns: its frame
+ * holds TF.  Each thread entry (and each process waiting for its exec)
+ * holds a module reference, dropped in an RCU callback when the entry is
+ * freed, so rmmod is refused ("in use") while a thread may still trap, and
+ * module exit's rcu_barrier() waits for the last callback.
+ */
+#include <linux/hashtable.h>
+#include <linux/kdebug.h>
+#include <linux/module.h>
+#include <linux/pid.h>
+#include <linux/ptrace.h>
+#include <linux/rcupdate.h>
+#include <linux/sched/signal.h>
+#include <linux/sched/task.h>
+#include <linux/sched/task_stack.h>
+#include <linux/signal.h>
+#include <linux/slab.h>
+#include <linux/task_work.h>
+#include <linux/tracepoint.h>
+#include <linux/uaccess.h>
+#include <asm/debugreg.h>
+#include <asm/processor-flags.h>
+#include <asm/unistd.h>
+
+#include "pitrace_int.h"
+#include "pitrace_insn.h"
+
+enum {
+	ITH_PENDING,	/* task_work queued: starts on its next return to user */
+	ITH_ON,		/* stepped, records written */
+	ITH_STALE,	/* stopped: its next trap (outside handlers) clears TF */
+};
+
+struct ith {
+	struct hlist_node hn;		/* ith_hash, by task */
+	struct task_struct *task;	/* reference held */
+	struct callback_head work;	/* start / signal handler entry */
+	struct rcu_head rcu;
+	pid_t pid, tid;
+	u32 state;
+	bool follow;
+	bool work_queued;		/* work pending: the callback frees a dead entry */
+	bool dead;			/* unhashed: free when the work has run */
+	bool in_sys;
+	u32 handlers;			/* signal frames holding TF */
+	u32 sig;			/* signal whose handler the work announces */
+	u32 sys_nr;
+	u64 sys_t0;
+	u64 ip, start, rcx;		/* next instruction, block start, rcx before it */
+	u32 count, lastoff;
+	u64 insns, records;
+};
+
+/* processes waiting for their exec (AT_EXEC) */
+struct ith_pend {
+	struct list_head node;
+	pid_t tgid;
+	bool follow;
+};
+
+static DEFINE_RAW_SPINLOCK(ith_lock);
+static DEFINE_HASHTABLE(ith_hash, 8);
+static LIST_HEAD(ith_pend_list);
+static int ith_nthreads;		/* entries in ith_hash */
+static int ith_npend;
+static bool ith_hooked;			/* notifier and tracepoints attached (pt.lock) */
+static DEFINE_PER_CPU(u64, ith_last);	/* (on_count << 32) | tid of the last ITRACE_THREAD */
+
+/* ---- records (ith_lock held, irqs off) ------------------------------------ */
+
+static bool ith_write(struct ith *th, u16 major, u32 minor, const void *f,
+		      u32 len)
+{
+	u64 key = ((u64)(u32)pt.on_count << 32) | (u32)th->tid;
+
+	if (__this_cpu_read(ith_last) != key) {
+		struct pitrace_rec_itrace_thread t = { th->pid, th->tid };
+
+		th->records++;	/* written, or counted lost by the buffer */
+		if (!pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_ITRACE_U,
+			      PITRACE_ITRACE_THREAD, PITRACE_LAYOUT_FIXED, &t,
+			      sizeof(t), NULL, 0))
+			return false;
+		__this_cpu_write(ith_last, key);
+	}
+	th->records++;
+	return pt_write(PITRACE_KIND_TRACE, major, minor, PITRACE_LAYOUT_FIXED,
+			f, len, NULL, 0);
+}
+
+static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
+{
+	struct pitrace_rec_itrace_start r = { th->pid, th->tid, regs->ip, flags };
+
+	th->state = ITH_ON;
+	th->ip = th->start = regs->ip;
+	th->rcx = regs->cx;
+	th->count = th->lastoff = 0;
+	th->in_sys = false;
+	regs->flags |= X86_EFLAGS_TF;
+	ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_START, &r,
+		  sizeof(r));
+}
+
+static void ith_end(struct ith *th, u32 reason)
+{
+	struct pitrace_rec_itrace_end r = { th->pid, th->tid, th->count,
+					    th->lastoff, reason };
+
+	if (th->state == ITH_ON)
+		ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_END, &r,
+			  sizeof(r));
+	th->state = ITH_STALE;
+}
+
+/* End th's block with a record, the next block starting at to. */
+static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
+		      u32 arg2)
+{
+	/* ITRACE_SYSCALL and ITRACE_SIGNAL have the same layout */
+	struct pitrace_rec_itrace_syscall r = { to, th->count, th->lastoff, arg,
+						arg2 };
+
+	BUILD_BUG_ON(sizeof(struct pitrace_rec_itrace_signal) != sizeof(r));
+	u32 len = major == PITRACE_MAJOR_ITRACE_K ? sizeof(r) :
+		  sizeof(struct pitrace_rec_itrace_block);
+
+	BUILD_BUG_ON(offsetof(struct pitrace_rec_itrace_block, from_off) !=
+		     offsetof(struct pitrace_rec_itrace_syscall, from_off));
+	ith_write(th, major, minor, &r, len);
+	th->start = to;
+	th->count = th->lastoff = 0;
+}
+
+/* ---- entries -------------------------------------------------------------- */
+
+static struct ith *ith_find(struct task_struct *t)
+{
+	struct ith *th;
+
+	hash_for_each_possible(ith_hash, th, hn, (unsigned long)t)
+		if (th->task == t)
+			return th;
+	return NULL;
+}
+
+static void ith_free_rcu(struct rcu_head *r)
+{
+	struct ith *th = container_of(r, struct ith, rcu);
+
+	put_task_struct(th->task);
+	kfree(th);
+	module_put(THIS_MODULE);
+}
+
+/* Unhash th (ith_lock held); freed now, or by its pending work. */
+static void ith_unhash(struct ith *th)
+{
+	hash_del(&th->hn);
+	ith_nthreads--;
+	th->dead = true;
+	if (!th->work_queued)
+		call_rcu(&th->rcu, ith_free_rcu);
+}
+
+/* A new entry for t (a module reference taken), or NULL. */
+static struct ith *ith_new(struct task_struct *t, bool follow, gfp_t gfp)
+{
+	struct ith *th = kzalloc(sizeof(*th), gfp);
+
+	if (!th)
+		return NULL;
+	__module_get(THIS_MODULE);	/* the caller holds one: fd or entry */
+	get_task_struct(t);
+	th->task = t;
+	th->pid = task_tgid_nr(t);
+	th->tid = task_pid_nr(t);
+	th->follow = follow;
+	return th;
+}
+
+static void ith_hash_add(struct ith *th)
+{
+	hash_add(ith_hash, &th->hn, (unsigned long)th->task);
+	ith_nthreads++;
+}
+
+/* ---- the step ------------------------------------------------------------- */
+
+static void ith_decode(u64 ip, struct pt_insn *in)
+{
+	u8 code[16];
+	unsigned int n = sizeof(code);
+
+	if (copy_from_user_nofault(code, (const void __user *)ip, n)) {
+		/* the 16 bytes cross into an unmapped page: read to its end */
+		n = PAGE_SIZE - (ip & ~PAGE_MASK);
+		if (n >= sizeof(code) ||
+		    copy_from_user_nofault(code, (const void __user *)ip, n))
+			n = 0;
+	}
+	pt_insn_decode(code, n, in);
+}
+
+static u32 ith_minor(unsigned int kind)
+{
+	switch (kind) {
+	case PT_INSN_CALL:
+	case PT_INSN_RETURN:
+	case PT_INSN_JUMP:
+	case PT_INSN_IRET:
+		return kind;	/* the arc types 1..4 */
+	case PT_INSN_UNDECODABLE:
+		return 6;	/* UNDEFD */
+	}
+	return 5;		/* OTHER */
+}
+
+/* One single-step trap of an ON thread at regs->ip (the ptrace tracer's step). */
+static void ith_step(struct ith *th, struct pt_regs *regs)
+{
+	u64 newip = regs->ip, prev = th->ip, rcx = th->rcx;
+	struct pt_insn in;
+
+	ith_decode(prev, &in);
+	th->lastoff = prev - th->start;
+	th->count++;
+	th->insns++;
+	th->ip = newip;
+	th->rcx = regs->cx;
+	switch (in.kind) {
+	case PT_INSN_CALL:
+	case PT_INSN_RETURN:
+	case PT_INSN_IRET:
+		ith_block(th, PITRACE_MAJOR_ITRACE_U, in.kind, newip, 0, 0);
+		return;
+	case PT_INSN_SYSCALL:
+		/* caught by the syscall tracepoints; not expected here */
+		ith_block(th, PITRACE_MAJOR_ITRACE_K, PITRACE_ITRACE_SYSCALL,
+			  newip, U32_MAX, 0);
+		return;
+	}
+	if (in.rep && newip == prev)
+		return;		/* one more iteration */
+	if (in.rep && newip == prev + in.len && rcx) {
+		/* callgrind counts n + 1 for n iterations; the trap came n times */
+		th->count++;
+		th->insns++;
+		return;
+	}
+	if (in.kind == PT_INSN_PLAIN && in.len)
+		return;
+	if (in.len && newip == prev + in.len)
+		return;		/* not taken */
+	if (in.kind == PT_INSN_UNDECODABLE && newip > prev && newip <= prev + 15)
+		return;
+	ith_block(th, PITRACE_MAJOR_ITRACE_U, ith_minor(in.kind), newip, 0, 0);
+}
+
+static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
+{
+	struct die_args *args = data;
+	struct pt_regs *regs = args->regs;
+	unsigned long *dr6 = (unsigned long *)args->err;
+	unsigned long flags;
+	struct ith *th;
+	int ret = NOTIFY_STOP;
+
+	if (val != DIE_DEBUG || !regs || !user_mode(regs) || !dr6 ||
+	    !(*dr6 & DR_STEP) || !READ_ONCE(ith_nthreads))
+		return NOTIFY_DONE;
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(current);
+	if (!th || th->state == ITH_PENDING) {
+		ret = NOTIFY_DONE;
+		goto out;
+	}
+	if (th->state == ITH_ON && !READ_ONCE(pt_active))
+		ith_end(th, PITRACE_ITRACE_END_OFF);	/* buffer full, or off */
+	if (th->state == ITH_ON) {
+		ith_step(th, regs);
+	} else if (!th->handlers) {
+		regs->flags &= ~X86_EFLAGS_TF;
+		ith_unhash(th);
+	}
+	if (test_thread_flag(TIF_SINGLESTEP))
+		ret = NOTIFY_DONE;	/* ptrace steps it too: its trap as well */
+out:
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	return ret;
+}
+
+static struct notifier_block ith_nb = {
+	.notifier_call = ith_die,
+};
+
+/* ---- task_work: start of another thread, signal handler entry ------------- */
+
+static void ith_work_fn(struct callback_head *cb)
+{
+	struct ith *th = container_of(cb, struct ith, work);
+	struct pt_regs *regs = task_pt_regs(current);
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th->work_queued = false;
+	if (th->dead || current->flags & PF_EXITING) {
+		/* do_exit runs works after the exit tracepoint unhashed it */
+		if (!th->dead)
+			ith_unhash(th);
+		else
+			call_rcu(&th->rcu, ith_free_rcu);
+		goto out;
+	}
+	if (th->state == ITH_PENDING) {
+		if (READ_ONCE(pt_active))
+			ith_start(th, regs, 0);
+		else
+			ith_unhash(th);
+	} else if (th->sig) {
+		/* handle_signal cleared TF; the frame holds the old flags */
+		th->handlers++;
+		regs->flags |= X86_EFLAGS_TF;
+		if (th->state == ITH_ON)
+			ith_block(th, PITRACE_MAJOR_ITRACE_K,
+				  PITRACE_ITRACE_SIGNAL, regs->ip, th->sig,
+				  PITRACE_ITRACE_SIG_HANDLER);
+		th->ip = regs->ip;
+		th->rcx = regs->cx;
+	}
+	th->sig = 0;
+out:
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+}
+
+/* ---- tracepoints ------------------------------------------------------------ */
+
+static void ith_sys_enter(void *data, struct pt_regs *regs, long id)
+{
+	unsigned long flags;
+	struct ith *th;
+
+	if (!READ_ONCE(ith_nthreads))
+		return;
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(current);
+	if (th && th->state != ITH_PENDING) {
+		if (id == __NR_rt_sigreturn && th->handlers)
+			th->handlers--;
+		if (th->state == ITH_ON) {
+			/* the syscall instruction ends the block */
+			th->lastoff = regs->ip - 2 - th->start;
+			th->count++;
+			th->insns++;
+			th->in_sys = true;
+			th->sys_nr = id;
+			th->sys_t0 = ktime_get_mono_fast_ns();
+		}
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+}
+
+static struct ith_pend *ith_find_pending(pid_t tgid)
+{
+	struct ith_pend *p;
+
+	list_for_each_entry(p, &ith_pend_list, node)
+		if (p->tgid == tgid)
+			return p;
+	return NULL;
+}
+
+/*
+ * Take tgid's pending entry off the list.  Its module reference passes to
+ * the caller, who drops it (module_put) only after taking the thread's
+ * own: the count never touches 0 in between.
+ */
+static bool ith_take_pending(pid_t tgid, bool *follow)
+{
+	struct ith_pend *p = ith_find_pending(tgid);
+
+	if (!p)
+		return false;
+	*follow = p->follow;
+	list_del(&p->node);
+	kfree(p);
+	ith_npend--;
+	return true;
+}
+
+static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
+{
+	unsigned long flags;
+	struct ith *th;
+	bool follow, put = false;
+
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
+		return;
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(current);
+	if (th && th->state == ITH_ON) {
+		if (th->in_sys) {
+			u64 dur = ktime_get_mono_fast_ns() - th->sys_t0;
+
+			th->in_sys = false;
+			ith_block(th, PITRACE_MAJOR_ITRACE_K,
+				  PITRACE_ITRACE_SYSCALL, regs->ip, th->sys_nr,
+				  min_t(u64, dur, U32_MAX));
+			th->ip = regs->ip;
+			th->rcx = regs->cx;
+		}
+		/* exec clears the flags (start_thread) */
+		regs->flags |= X86_EFLAGS_TF;
+	} else if (!th && ith_npend && ret == 0 &&
+		   (regs->orig_ax == __NR_execve ||
+		    regs->orig_ax == __NR_execveat) &&
+		   ith_take_pending(current->tgid, &follow)) {
+		th = READ_ONCE(pt_active) ?
+		     ith_new(current, follow, GFP_ATOMIC) : NULL;
+		if (th) {
+			ith_hash_add(th);
+			ith_start(th, regs, PITRACE_ITRACE_START_EXEC);
+		}
+		put = true;	/* the pending entry's reference */
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	if (put)
+		module_put(THIS_MODULE);
+}
+
+static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
+		       struct k_sigaction *ka)
+{
+	unsigned long flags;
+	struct ith *th;
+
+	if (!READ_ONCE(ith_nthreads) || !ka ||
+	    ka->sa.sa_handler == SIG_DFL || ka->sa.sa_handler == SIG_IGN)
+		return;
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(current);
+	/* a stopped thread's handler runs untraced; its frame keeps TF */
+	if (th && th->state == ITH_ON && !th->work_queued) {
+		init_task_work(&th->work, ith_work_fn);
+		if (!task_work_add(current, &th->work, TWA_RESUME)) {
+			th->work_queued = true;
+			th->sig = sig;
+		}
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+}
+
+static void ith_fork(void *data, struct task_struct *parent,
+		     struct task_struct *child)
+{
+	struct pt_regs *regs = task_pt_regs(child);
+	unsigned long flags;
+	struct ith *th, *c;
+
+	if (!READ_ONCE(ith_nthreads))
+		return;
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(parent);
+	if (!th || th->state == ITH_PENDING)
+		goto out;
+	if (th->state != ITH_ON ||
+	    (!same_thread_group(parent, child) && !th->follow) ||
+	    child->flags & PF_KTHREAD) {
+		/* not traced: it must not inherit the parent's TF */
+		if (!(child->flags & PF_KTHREAD))
+			regs->flags &= ~X86_EFLAGS_TF;
+		goto out;
+	}
+	c = ith_new(child, th->follow, GFP_ATOMIC);
+	if (!c) {
+		regs->flags &= ~X86_EFLAGS_TF;
+		goto out;
+	}
+	ith_hash_add(c);
+	ith_start(c, regs, 0);
+out:
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+}
+
+static void ith_exit(void *data, struct task_struct *p)
+{
+	unsigned long flags;
+	struct ith *th;
+	bool follow, put = false;
+
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
+		return;
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(p);
+	if (th) {
+		ith_end(th, PITRACE_ITRACE_END_EXIT);
+		ith_unhash(th);
+	}
+	/* a process that waited for an exec and ends without one */
+	if (ith_npend && !atomic_read(&p->signal->live))
+		put = ith_take_pending(p->tgid, &follow);
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	if (put)
+		module_put(THIS_MODULE);
+}
+
+static struct {
+	const char *name;
+	void *probe;
+	struct tracepoint *tp;
+} ith_tps[] = {
+	{ "sys_enter", ith_sys_enter },
+	{ "sys_exit", ith_sys_exit },
+	{ "signal_deliver", ith_signal },
+	{ "sched_process_fork", ith_fork },
+	{ "sched_process_exit", ith_exit },
+};
+
+static void ith_find_tp(struct tracepoint *tp, void *priv)
+{
+	int i;
+
+	for (i = 0; i < ARRAY_SIZE(ith_tps); i++)
+		if (!strcmp(tp->name, ith_tps[i].name))
+			ith_tps[i].tp = tp;
+}
+
+static void ith_unhook(void)
+{
+	int i;
+
+	if (!ith_hooked)
+		return;
+	for (i = 0; i < ARRAY_SIZE(ith_tps); i++)
+		tracepoint_probe_unregister(ith_tps[i].tp, ith_tps[i].probe,
+					    NULL);
+	tracepoint_synchronize_unregister();
+	unregister_die_notifier(&ith_nb);
+	ith_hooked = false;
+}
+
+/* pt.lock held */
+static int ith_hook(void)
+{
+	int i, n, err;
+
+	if (ith_hooked)
+		return 0;
+	for_each_kernel_tracepoint(ith_find_tp, NULL);
+	for (i = 0; i < ARRAY_SIZE(ith_tps); i++) {
+		if (!ith_tps[i].tp) {
+			pr_warn("pitrace: itrace: no tracepoint %s\n",
+				ith_tps[i].name);
+			return -EOPNOTSUPP;
+		}
+	}
+	err = register_die_notifier(&ith_nb);
+	if (err)
+		return err;
+	for (n = 0; n < ARRAY_SIZE(ith_tps); n++) {
+		err = tracepoint_probe_register(ith_tps[n].tp,
+						ith_tps[n].probe, NULL);
+		if (err) {
+			pr_warn("pitrace: itrace: tracepoint %s: error %d\n",
+				ith_tps[n].name, err);
+			while (n--)
+				tracepoint_probe_unregister(ith_tps[n].tp,
+							    ith_tps[n].probe,
+							    NULL);
+			tracepoint_synchronize_unregister();
+			unregister_die_notifier(&ith_nb);
+			return err;
+		}
+	}
+	ith_hooked = true;
+	return 0;
+}
+
+/* ---- control (pt.lock held, process context) ------------------------------ */
+
+/* Queue the start of t (not the caller) on its next return to user space. */
+static int ith_add_remote(struct task_struct *t, bool follow)
+{
+	unsigned long flags;
+	struct ith *th;
+	int err = 0;
+
+	if (t->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER) || !t->mm)
+		return -EPERM;
+	th = ith_new(t, follow, GFP_KERNEL);
+	if (!th)
+		return -ENOMEM;
+	init_task_work(&th->work, ith_work_fn);
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	if (ith_find(t)) {
+		err = -EEXIST;
+	} else {
+		th->state = ITH_PENDING;
+		th->work_queued = true;
+		ith_hash_add(th);
+		if (task_work_add(t, &th->work, TWA_RESUME)) {
+			th->work_queued = false;	/* exiting */
+			ith_unhash(th);
+			err = -ESRCH;
+		}
+		th = NULL;
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	if (th) {	/* never hashed */
+		put_task_struct(th->task);
+		kfree(th);
+		module_put(THIS_MODULE);
+	}
+	return err;
+}
+
+/* Every thread of process pid; returns the threads selected or -errno. */
+static int ith_add_process(pid_t pid, u32 flags)
+{
+	bool follow = flags & PITRACE_ITRACE_FOLLOW;
+	struct task_struct *p, *t;
+	struct task_struct **ts;
+	int n = 0, i, max, added = 0, err = 0;
+
+	struct pid *sp = find_get_pid(pid);
+
+	p = sp ? get_pid_task(sp, PIDTYPE_TGID) : NULL;
+	put_pid(sp);
+	if (!p)
+		return -ESRCH;
+	if (!ptt_may_watch(p) || p->flags & PF_KTHREAD) {
+		put_task_struct(p);
+		return -EPERM;
+	}
+	if (flags & PITRACE_ITRACE_AT_EXEC) {
+		struct ith_pend *e = kzalloc(sizeof(*e), GFP_KERNEL);
+		unsigned long f;
+
+		if (!e) {
+			put_task_struct(p);
+			return -ENOMEM;
+		}
+		e->tgid = task_tgid_nr(p);
+		put_task_struct(p);
+		e->follow = follow;
+		raw_spin_lock_irqsave(&ith_lock, f);
+		if (ith_find_pending(e->tgid)) {
+			ith_find_pending(e->tgid)->follow = follow;
+			kfree(e);
+		} else {
+			__module_get(THIS_MODULE);	/* ioctl: the fd holds one */
+			list_add(&e->node, &ith_pend_list);
+			ith_npend++;
+		}
+		raw_spin_unlock_irqrestore(&ith_lock, f);
+		return 1;
+	}
+	max = get_nr_threads(p) + 8;
+	ts = kcalloc(max, sizeof(*ts), GFP_KERNEL);
+	if (!ts) {
+		put_task_struct(p);
+		return -ENOMEM;
+	}
+	rcu_read_lock();
+	for_each_thread(p, t) {
+		if (n == max)
+			break;
+		get_task_struct(t);
+		ts[n++] = t;
+	}
+	rcu_read_unlock();
+	for (i = 0; i < n; i++) {
+		if (ts[i] == current)
+			err = -EINVAL;	/* the caller: ITraceOn (SELF) */
+		else
+			err = ith_add_remote(ts[i], follow);
+		if (!err)
+			added++;
+		put_task_struct(ts[i]);
+	}
+	kfree(ts);
+	put_task_struct(p);
+	return added ? added : err;
+}
+
+long pt_itrace_on(struct pitrace_itrace_on *a)
+{
+	unsigned long flags;
+	int i, r, err;
+	s32 pid;
+
+	if (a->flags & ~(PITRACE_ITRACE_SELF | PITRACE_ITRACE_FOLLOW |
+			 PITRACE_ITRACE_AT_EXEC) || a->reserved ||
+	    a->npids > PITRACE_ITRACE_MAX_PIDS || a->pids_from < 0)
+		return -EINVAL;
+	if (!(a->flags & PITRACE_ITRACE_SELF) && !a->npids && !a->pids_from)
+		return -EINVAL;
+	if (pt.state != PITRACE_STATE_ON)
+		return -ENODATA;	/* tracing is not on */
+	err = ith_hook();
+	if (err)
+		return err;
+	a->threads = a->skipped = 0;
+	if (a->flags & PITRACE_ITRACE_SELF) {
+		struct ith *th;
+
+		th = ith_new(current, a->flags & PITRACE_ITRACE_FOLLOW,
+			     GFP_KERNEL);
+		if (!th)
+			return -ENOMEM;
+		raw_spin_lock_irqsave(&ith_lock, flags);
+		if (ith_find(current)) {
+			raw_spin_unlock_irqrestore(&ith_lock, flags);
+			put_task_struct(th->task);
+			kfree(th);
+			module_put(THIS_MODULE);
+			return -EBUSY;
+		}
+		ith_hash_add(th);
+		/* the first instruction traced is the one after this ioctl */
+		ith_start(th, task_pt_regs(current), 0);
+		raw_spin_unlock_irqrestore(&ith_lock, flags);
+		a->threads = 1;
+	}
+	for (i = 0; i < a->npids; i++) {
+		if (get_user(pid, (s32 __user *)u64_to_user_ptr(a->pids) + i))
+			return -EFAULT;
+		if (pid <= 0)
+			return -EINVAL;
+		r = ith_add_process(pid, a->flags);
+		if (r < 0)
+			return r;
+		a->threads += r;
+	}
+	if (a->pids_from > 0) {
+		struct task_struct *p;
+		pid_t *pids;
+		int n = 0, max = 4096;
+
+		pids = kvcalloc(max, sizeof(*pids), GFP_KERNEL);
+		if (!pids)
+			return -ENOMEM;
+		rcu_read_lock();
+		for_each_process(p) {
+			pid_t v = task_tgid_vnr(p);
+
+			if (n < max && v >= a->pids_from &&
+			    !same_thread_group(p, current) &&
+			    !(p->flags & PF_KTHREAD))
+				pids[n++] = v;
+		}
+		rcu_read_unlock();
+		for (i = 0; i < n; i++) {
+			r = ith_add_process(pids[i],
+					    a->flags & ~PITRACE_ITRACE_AT_EXEC);
+			if (r > 0)
+				a->threads += r;
+			else
+				a->skipped++;
+		}
+		kvfree(pids);
+	}
+	return 0;
+}
+
+static bool ith_selected(struct ith *th, const struct pitrace_itrace_off *a,
+			 const s32 *pids)
+{
+	int i;
+
+	if (!(a->flags & PITRACE_ITRACE_SELF) && !a->npids)
+		return true;
+	if ((a->flags & PITRACE_ITRACE_SELF) && th->task == current)
+		return true;
+	for (i = 0; i < a->npids; i++)
+		if (pids[i] == task_tgid_vnr(th->task))
+			return true;
+	return false;
+}
+
+/* Stop the selected threads (all with a == NULL).  Any process context. */
+static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
+{
+	struct ith_pend *p, *np;
+	unsigned long flags;
+	struct hlist_node *tmp;
+	struct ith *th;
+	int bkt, i, npend_put = 0;
+
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	hash_for_each_safe(ith_hash, bkt, tmp, th, hn) {
+		if (th->state == ITH_STALE || (a && !ith_selected(th, a, pids)))
+			continue;
+		if (a) {
+			a->threads++;
+			a->instructions += th->insns;
+			a->records += th->records;
+		}
+		if (th->state == ITH_PENDING) {
+			th->state = ITH_STALE;	/* its work frees it */
+			ith_unhash(th);
+			continue;
+		}
+		ith_end(th, PITRACE_ITRACE_END_OFF);
+		if (th->task == current && !th->handlers) {
+			task_pt_regs(current)->flags &= ~X86_EFLAGS_TF;
+			ith_unhash(th);
+		}
+	}
+	list_for_each_entry_safe(p, np, &ith_pend_list, node) {
+		bool sel = !a || (!(a->flags & PITRACE_ITRACE_SELF) && !a->npids);
+
+		for (i = 0; a && i < a->npids; i++)
+			if (pids[i] == p->tgid)
+				sel = true;
+		if (sel) {
+			list_del(&p->node);
+			kfree(p);
+			ith_npend--;
+			npend_put++;
+		}
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	while (npend_put--)	/* process context with the fd's reference */
+		module_put(THIS_MODULE);
+}
+
+/*
+ * pt.lock held: with no thread left and no process waiting, detach the
+ * notifier and the tracepoints (sys_enter/sys_exit make every system call
+ * of the machine take the slow path while attached).  Only ITRACE_ON adds
+ * entries then (under pt.lock), so none can appear meanwhile.
+ */
+static void ith_maybe_unhook(void)
+{
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
+		ith_unhook();
+}
+
+long pt_itrace_off(struct pitrace_itrace_off *a)
+{
+	s32 *pids = NULL;
+
+	if (a->flags & ~PITRACE_ITRACE_SELF || a->reserved ||
+	    a->npids > PITRACE_ITRACE_MAX_PIDS)
+		return -EINVAL;
+	if (a->npids) {
+		pids = memdup_user(u64_to_user_ptr(a->pids),
+				   a->npids * sizeof(*pids));
+		if (IS_ERR(pids))
+			return PTR_ERR(pids);
+	}
+	a->threads = 0;
+	a->instructions = a->records = 0;
+	ith_stop(a, pids);
+	kfree(pids);
+	ith_maybe_unhook();
+	return 0;
+}
+
+/* Tracing goes off (pt.lock held, before pt_active drops): end every thread. */
+void pt_itrace_stop_all(void)
+{
+	ith_stop(NULL, NULL);
+	ith_maybe_unhook();
+}
+
+void pt_itrace_exit(void)
+{
+	ith_stop(NULL, NULL);
+	/* entries hold module references: none is left when exit runs */
+	ith_unhook();
+	rcu_barrier();
+}

@@ -1,0 +1,150 @@
+package kmodbackend
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ITrace through the module (kmod/pitrace_itrace.c): PITRACE_IOC_ITRACE_ON
+// and _OFF; the records are the same as the daemon's ptrace tracer's.
+
+// Mirrors of struct pitrace_itrace_on / _off (kmod/uapi/pitrace.h).
+type itraceOnArg struct {
+	Flags    uint32
+	NPids    uint32
+	PidsFrom int32
+	Threads  uint32
+	Pids     uint64
+	Skipped  uint32
+	Reserved uint32
+}
+
+type itraceOffArg struct {
+	Flags        uint32
+	NPids        uint32
+	Pids         uint64
+	Threads      uint32
+	Reserved     uint32
+	Instructions uint64
+	Records      uint64
+}
+
+const (
+	itraceSelf    = 1
+	itraceFollow  = 2
+	itraceAtExec  = 4
+	itraceMaxPids = 1024
+	featITrace    = 1 << 25
+)
+
+var (
+	iocITraceOn  = ioc(iocRead|iocWrite, 24, unsafe.Sizeof(itraceOnArg{}))
+	iocITraceOff = ioc(iocRead|iocWrite, 25, unsafe.Sizeof(itraceOffArg{}))
+)
+
+// ITraceSel selects the threads for ITraceOn.
+type ITraceSel struct {
+	Self     bool  // the calling thread (ITraceOn)
+	PIDs     []int // processes, all their threads
+	PIDsFrom int   // every process with pid >= PIDsFrom (not the caller's)
+	Follow   bool  // forked children too
+	AtExec   bool  // PIDs start at their next exec
+}
+
+// ITraceOffResult counts what ITraceOff stopped.
+type ITraceOffResult struct {
+	Threads      int
+	Instructions uint64
+	Records      uint64
+}
+
+func pidArray(pids []int) ([]int32, error) {
+	if len(pids) > itraceMaxPids {
+		return nil, fmt.Errorf("itrace: at most %d processes at once (got %d)", itraceMaxPids, len(pids))
+	}
+	out := make([]int32, len(pids))
+	for i, p := range pids {
+		if p <= 0 || p > 1<<30 {
+			return nil, fmt.Errorf("itrace: %d is not a process id", p)
+		}
+		out[i] = int32(p)
+	}
+	return out, nil
+}
+
+// HasITrace says whether the loaded module has single-step ITrace.
+func (b *Backend) HasITrace() bool {
+	var si sysinfoArg
+	return b.ioctl(iocSysinfo, unsafe.Pointer(&si)) == nil && si.Features&featITrace != 0
+}
+
+func itraceErr(op string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENODATA):
+		return fmt.Errorf("itrace %s: tracing is not on: run swtrace init and swtrace on first", op)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("itrace %s: not allowed: you may trace your own (dumpable) processes; root may trace any", op)
+	case errors.Is(err, unix.ESRCH):
+		return fmt.Errorf("itrace %s: no such process", op)
+	case errors.Is(err, unix.EBUSY):
+		return fmt.Errorf("itrace %s: this thread is already traced", op)
+	case errors.Is(err, unix.ENOTTY):
+		return fmt.Errorf("itrace %s: the loaded pitrace module has no ITrace: load a newer one (make kmod)", op)
+	}
+	return fmt.Errorf("itrace %s: %w", op, err)
+}
+
+// ITraceOn starts single-stepping the selected threads; it returns the
+// threads selected (processes waiting for exec with AtExec) and the
+// processes --pids-from left out.
+func (b *Backend) ITraceOn(s ITraceSel) (threads, skipped int, err error) {
+	pids, err := pidArray(s.PIDs)
+	if err != nil {
+		return 0, 0, err
+	}
+	a := itraceOnArg{NPids: uint32(len(pids)), PidsFrom: int32(s.PIDsFrom)}
+	if s.Self {
+		a.Flags |= itraceSelf
+	}
+	if s.Follow {
+		a.Flags |= itraceFollow
+	}
+	if s.AtExec {
+		a.Flags |= itraceAtExec
+	}
+	if len(pids) > 0 {
+		a.Pids = uint64(uintptr(unsafe.Pointer(&pids[0])))
+	}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, b.fd, iocITraceOn, uintptr(unsafe.Pointer(&a)))
+	runtime.KeepAlive(pids)
+	if e != 0 {
+		return 0, 0, itraceErr("on", e)
+	}
+	return int(a.Threads), int(a.Skipped), nil
+}
+
+// ITraceOff stops the calling thread (self), the processes pids, or with
+// neither every traced thread.
+func (b *Backend) ITraceOff(self bool, pids []int) (ITraceOffResult, error) {
+	p, err := pidArray(pids)
+	if err != nil {
+		return ITraceOffResult{}, err
+	}
+	a := itraceOffArg{NPids: uint32(len(p))}
+	if self {
+		a.Flags = itraceSelf
+	}
+	if len(p) > 0 {
+		a.Pids = uint64(uintptr(unsafe.Pointer(&p[0])))
+	}
+	err = b.ioctl(iocITraceOff, unsafe.Pointer(&a))
+	runtime.KeepAlive(p)
+	if err != nil {
+		return ITraceOffResult{}, itraceErr("off", err)
+	}
+	return ITraceOffResult{Threads: int(a.Threads), Instructions: a.Instructions, Records: a.Records}, nil
+}

@@ -1,0 +1,93 @@
+//go:build cgo
+
+package kmodbackend
+
+import (
+	"reflect"
+	"testing"
+
+	"perfinsp/libperfutil/kmodbackend/internal/abic"
+	"perfinsp/libperfutil/trace"
+)
+
+// The ITrace block of kmod/uapi/pitrace.h against the Go mirrors and the
+// spec table: the ioctl structs field by field, the ABI-1 sizes, the
+// constants, and every record payload the module writes against the
+// record's fields in libperfutil/trace (the table post decodes with).
+func TestITraceABIMatchesHeader(t *testing.T) {
+	v := abic.Values()
+	for _, s := range []struct {
+		c      string
+		goType any
+		fields []string
+	}{
+		{"pitrace_itrace_on", itraceOnArg{}, []string{"flags", "npids", "pids_from", "threads", "pids", "skipped", "reserved"}},
+		{"pitrace_itrace_off", itraceOffArg{}, []string{"flags", "npids", "pids", "threads", "reserved", "instructions", "records"}},
+	} {
+		typ := reflect.TypeOf(s.goType)
+		if v["sizeof "+s.c] != uint64(typ.Size()) {
+			t.Errorf("struct %s: C size %d, Go %d", s.c, v["sizeof "+s.c], typ.Size())
+		}
+		if typ.NumField() != len(s.fields) {
+			t.Fatalf("struct %s: Go has %d fields, C %d", s.c, typ.NumField(), len(s.fields))
+		}
+		for i, f := range s.fields {
+			off, ok := v["offsetof "+s.c+"."+f]
+			if !ok || off != uint64(typ.Field(i).Offset) {
+				t.Errorf("%s.%s: C offset %d (present %v), Go %d", s.c, f, off, ok, typ.Field(i).Offset)
+			}
+		}
+	}
+	for c, w := range map[string]uint64{
+		"PITRACE_IOC_ITRACE_ON": uint64(iocITraceOn), "PITRACE_IOC_ITRACE_OFF": uint64(iocITraceOff),
+		"PITRACE_ITRACE_ON_SIZE_V1":  uint64(reflect.TypeOf(itraceOnArg{}).Size()),
+		"PITRACE_ITRACE_OFF_SIZE_V1": uint64(reflect.TypeOf(itraceOffArg{}).Size()),
+		"PITRACE_FEAT_ITRACE":        featITrace, "PITRACE_ITRACE_SELF": itraceSelf,
+		"PITRACE_ITRACE_FOLLOW": itraceFollow, "PITRACE_ITRACE_AT_EXEC": itraceAtExec,
+		"PITRACE_ITRACE_MAX_PIDS": itraceMaxPids,
+		"PITRACE_ITRACE_THREAD":   uint64(trace.ITraceThread), "PITRACE_ITRACE_START": uint64(trace.ITraceStart),
+		"PITRACE_ITRACE_END": uint64(trace.ITraceEnd), "PITRACE_ITRACE_SYSCALL": uint64(trace.ITraceSyscall),
+		"PITRACE_ITRACE_SIGNAL": uint64(trace.ITraceSignal), "PITRACE_ITRACE_START_EXEC": uint64(trace.ITraceStartExec),
+		"PITRACE_ITRACE_SIG_HANDLER": uint64(trace.ITraceSignalHandler),
+		"PITRACE_ITRACE_END_EXIT":    uint64(trace.ITraceEndExit), "PITRACE_ITRACE_END_OFF": uint64(trace.ITraceEndOff),
+	} {
+		if got, ok := v[c]; !ok || got != w {
+			t.Errorf("%s: header %#x (present %v), Go %#x", c, got, ok, w)
+		}
+	}
+	if v["PITRACE_FEAT_ABI"]&featITrace == 0 {
+		t.Errorf("PITRACE_FEAT_ABI does not carry PITRACE_FEAT_ITRACE")
+	}
+	payloads := []struct {
+		minor uint32
+		major uint16
+		c     string
+	}{
+		{trace.ITraceCall, trace.MajorITraceU, "pitrace_rec_itrace_block"},
+		{trace.ITraceJump, trace.MajorITraceU, "pitrace_rec_itrace_block"},
+		{trace.ITraceReturn, trace.MajorITraceU, "pitrace_rec_itrace_block"},
+		{trace.ITraceThread, trace.MajorITraceU, "pitrace_rec_itrace_thread"},
+		{trace.ITraceStart, trace.MajorITraceU, "pitrace_rec_itrace_start"},
+		{trace.ITraceEnd, trace.MajorITraceU, "pitrace_rec_itrace_end"},
+		{trace.ITraceSyscall, trace.MajorITraceK, "pitrace_rec_itrace_syscall"},
+		{trace.ITraceSignal, trace.MajorITraceK, "pitrace_rec_itrace_signal"},
+	}
+	for _, p := range payloads {
+		sp := trace.Lookup(p.major, p.minor)
+		if sp == nil {
+			t.Fatalf("major %#x minor %#x not in the spec table", p.major, p.minor)
+		}
+		off := uint64(0)
+		for _, f := range sp.Fields {
+			key := p.c + "." + f.Name
+			cOff, ok := v["offsetof "+key]
+			if !ok || cOff != off || v["fieldsize "+key] != uint64(f.Width) {
+				t.Errorf("%s.%s: C offset %d width %d (present %v), spec offset %d width %d", sp.Name, f.Name, cOff, v["fieldsize "+key], ok, off, f.Width)
+			}
+			off += uint64(f.Width)
+		}
+		if v["sizeof "+p.c] != off {
+			t.Errorf("%s: struct %s is %d bytes, the spec's fields %d", sp.Name, p.c, v["sizeof "+p.c], off)
+		}
+	}
+}

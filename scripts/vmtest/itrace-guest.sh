@@ -1,0 +1,191 @@
+#!/bin/sh
+# Runs inside the VM (run.sh itrace): ITrace through the pitrace module.
+# Expected counts come from the host (itrace-host.sh: callgrind of the same
+# static binaries, in /bin/*.cg). Each check prints one "vmtest:" line.
+fail() {
+	echo "vmtest: FAIL: $*"
+	swtrace off >/dev/null 2>&1
+	exit 1
+}
+step() { echo "vmtest: --- $* (uptime $(cut -d' ' -f1 /proc/uptime) s)"; }
+run() {
+	"$@" >/tmp/out 2>&1
+	rc=$?
+	sed 's/^/  /' /tmp/out
+	[ $rc -eq 0 ] || fail "$* (exit $rc)"
+}
+uptime_ms() { awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime; }
+# wait_until SECONDS CMD...: poll CMD every 50 ms until it succeeds
+wait_until() {
+	limit=$(( $(uptime_ms) + $1 * 1000 ))
+	shift
+	while ! "$@" >/dev/null 2>&1; do
+		[ "$(uptime_ms)" -lt "$limit" ] || return 1
+		sleep 0.05
+	done
+}
+stopped() { awk '{ exit !($3 == "T" || $3 == "t") }' "/proc/$1/stat"; }
+# start_stopped CMD...: CMD stops itself before its exec; sets $child
+start_stopped() {
+	sh -c 'kill -STOP $$; exec "$0" "$@"' "$@" &
+	child=$!
+	wait_until 10 stopped "$child" || fail "$1 did not stop before its exec"
+}
+N=${ITRACE_N:-3000}
+
+step "itrace: the example (static, $N leaf calls, a second thread, a signal handler) through the module from its exec"
+run swtrace init -t 32M -m 2M
+run swtrace on --discard
+start_stopped /bin/itrace "$N"
+run swtrace itrace on --at-exec -p "$child"
+t0=$(uptime_ms)
+kill -CONT "$child"
+wait "$child" || fail "the traced example exited $?"
+t1=$(uptime_ms)
+run swtrace off
+run swtrace get /tmp/it.nrm2
+mkdir -p /tmp/itout
+run post -r /tmp/it.nrm2 -itrace --callgrind /tmp/it.cg -o /tmp/itout
+step "itrace: per-function exclusive instructions and calls = callgrind's on the host (same binary)"
+run pitest itrace-cmp /bin/itrace.cg /tmp/it.cg
+ins=$(sed -n 's/.*: \([0-9]*\) instructions,.*/\1/p' /tmp/itout/itrace.out | head -1)
+sed -n '1,12p' /tmp/itout/itrace.out | sed 's/^/  /'
+echo "vmtest: itrace module: ${ins:-?} instructions traced in $((t1 - t0)) ms wall (TCG)"
+step "itrace: post --itrace-folded / --itrace-pprof carry instructions"
+run post -r /tmp/it.nrm2 --itrace-folded /tmp/it.folded --itrace-pprof /tmp/it.pb.gz -o /tmp/itout
+sum=$(awk '{ s += $NF } END { print s }' /tmp/it.folded)
+[ "$sum" = "$ins" ] || fail "the folded stacks sum to $sum instructions, itrace.out says $ins"
+grep -q ';main;leaf_loop;leaf ' /tmp/it.folded || fail "no main;leaf_loop;leaf stack in the folded file"
+[ -s /tmp/it.pb.gz ] || fail "no pprof profile"
+echo "vmtest: folded stacks sum to the $ins traced instructions; $(grep -c . /tmp/it.folded) stacks; pprof $(stat -c %s /tmp/it.pb.gz) bytes"
+
+step "itrace: ITraceOn/ITraceOff (C, libperfutil) around one call trace exactly that call"
+run swtrace init -t 8M -m 1M
+run swtrace on --discard
+run itrace_onoff
+grep -q "on=0" /tmp/out || fail "ITraceOn failed on the module"
+run swtrace off
+run swtrace get /tmp/onoff.nrm2
+mkdir -p /tmp/onoff
+run post -r /tmp/onoff.nrm2 -itrace --callgrind /tmp/onoff.cg -o /tmp/onoff
+run pitest itrace-cmp /bin/itrace_onoff.cg /tmp/onoff.cg traced_call
+for f in before_section after_section; do
+	if grep -q "$f" /tmp/onoff.cg; then fail "$f is in the trace of ITraceOn/Off around traced_call"; fi
+done
+# main runs only its call of traced_call and of ITraceOff while traced
+mainx=$(awk '$NF ~ /^main:/ { print $2 }' /tmp/onoff/itrace.out | head -1)
+[ -n "$mainx" ] && [ "$mainx" -lt 20 ] || fail "main ran ${mainx:-?} instructions traced, want the few around the call"
+echo "vmtest: ITraceOn/Off: traced_call exact, before_section and after_section absent, main $mainx instructions (its call and return)"
+
+step "itrace: ITraceOn/ITraceOff from Go (libperfutil/itrace) on the module"
+run swtrace init -t 8M -m 1M
+run swtrace on --discard
+run env GODEBUG=asyncpreemptoff=1 pitest itrace-go
+run swtrace off
+run swtrace free
+
+step "itrace: continuous mode with an ITrace several times the buffers: every record in the file or counted lost"
+run swtrace init -t 64K -m 64K
+run swtrace disable tprof
+run swtrace mode cont -f /tmp/cont.nrm2
+run swtrace on --discard
+start_stopped /bin/itrace 100000000
+run swtrace itrace on --at-exec -p "$child"
+kill -CONT "$child"
+# until the stream file (written in preallocated chunks) is well past the buffers
+wait_until 120 sh -c "[ \$(stat -c %s /tmp/cont.nrm2) -gt $((4 * 2 * 65536)) ]" || fail "the cont stream did not grow past the buffers"
+run swtrace itrace off -p "$child"
+written=$(sed -n 's/.* instructions, \([0-9]*\) records.*/\1/p' /tmp/out)
+kill -KILL "$child"
+wait "$child" 2>/dev/null
+run swtrace off
+run swtrace free
+run swtrace mode normal
+run swtrace enable tprof
+run pitest itrace-count /tmp/cont.nrm2
+set -- $(sed -n 's/itrace-count: records \([0-9]*\) lost \([0-9]*\)/\1 \2/p' /tmp/out)
+infile=$1 clost=$2
+# Every ITrace record missing from the file is counted lost; the lost
+# count may also hold a few of the facility's own records (TRACE_OFF and
+# segment time stamps of a full buffer), at most 4 per CPU.
+missing=$(( ${written:-0} - ${infile:-0} ))
+[ -n "$written" ] && [ "$missing" -ge 0 ] && [ "$missing" -le "$clost" ] && [ $((clost - missing)) -le 8 ] ||
+	fail "the module wrote ${written:-?} ITrace records; the file holds $infile and counts $clost lost"
+# more ITrace than the trace buffers hold (28 bytes a branch record at least)
+[ $((infile * 28)) -gt $((2 * 65536)) ] || fail "only $infile ITrace records in the stream: not more than the buffers hold"
+echo "vmtest: cont mode: the module wrote $written ITrace records: $infile in the $(stat -c %s /tmp/cont.nrm2)-byte stream, the $missing others counted among $clost lost"
+
+step "itrace: a traced process killed mid-trace; itrace off from another shell; rmmod while tracing"
+run swtrace init -t 64M -m 2M
+run swtrace on --discard
+start_stopped /bin/itrace 100000000
+run swtrace itrace on --at-exec -p "$child"
+kill -CONT "$child"
+# traced from its exec on
+wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
+if rmmod pitrace >/tmp/out 2>&1; then fail "rmmod succeeded while a thread is traced"; fi
+echo "vmtest: rmmod while tracing refused: $(head -1 /tmp/out)"
+kill -KILL "$child"
+wait "$child" 2>/dev/null
+echo "vmtest: killed mid-trace: reaped"
+start_stopped /bin/itrace 100000000
+run swtrace itrace on --at-exec -p "$child"
+kill -CONT "$child"
+wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
+run swtrace itrace off -p "$child"
+grep -q "2 threads" /tmp/out || fail "itrace off did not stop the example's two threads"
+# untraced, 10^8 leaf calls take a few seconds of TCG; traced, hours
+wait_until 120 sh -c "! kill -0 $child" || fail "the process did not finish at native speed after itrace off"
+wait "$child" || fail "the process let go by itrace off exited $?"
+echo "vmtest: itrace off from another shell: the process went on untraced and finished"
+run swtrace off
+run swtrace get /tmp/kill.nrm2
+mkdir -p /tmp/killout
+run post -r /tmp/kill.nrm2 -itrace -o /tmp/killout
+sed -n '1p' /tmp/killout/itrace.out | sed 's/^/  /'
+
+step "itrace: a normal-mode buffer filled by ITrace: tracing stops and the process is let go"
+run swtrace init -t 64K -m 1M
+run swtrace on --discard
+start_stopped /bin/itrace 30000000
+run swtrace itrace on --at-exec -p "$child"
+kill -CONT "$child"
+wait_until 120 sh -c "! kill -0 $child" || fail "the process was not let go when the buffer filled"
+wait "$child" || fail "exit $?"
+swtrace info | grep -i "full\|stopped" | head -2 | sed 's/^/  /'
+run swtrace off
+echo "vmtest: buffer full: the process finished untraced"
+
+step "itrace: benchmark: the same example through pitraced's ptrace path in this VM"
+# instructions/s while traced, from post's totals line of each trace
+rate() { sed -n 's/.* \([0-9]*\) instructions\/s, \([0-9]*\) records\/s.*/\1 \2/p' "$1" | head -1; }
+bpi() { sed -n 's/.*bytes: \([0-9.]*\) bytes per instruction.*/\1/p' "$1" | head -1; }
+export PERFINSP_BACKEND=daemon
+run swtrace init -t 32M -m 2M
+run swtrace on --discard
+start_stopped /bin/itrace "$N"
+run swtrace itrace on --at-exec -p "$child"
+p0=$(uptime_ms)
+kill -CONT "$child"
+wait "$child" || fail "the example traced by ptrace exited $?"
+p1=$(uptime_ms)
+run swtrace off
+run swtrace get /tmp/pt.nrm2
+unset PERFINSP_BACKEND
+mkdir -p /tmp/ptout
+run post -r /tmp/pt.nrm2 -itrace --callgrind /tmp/pt.cg -o /tmp/ptout
+run pitest itrace-cmp /bin/itrace.cg /tmp/pt.cg
+set -- $(rate /tmp/itout/itrace.out)
+mrate=$1 mrec=$2
+set -- $(rate /tmp/ptout/itrace.out)
+prate=$1 prec=$2
+[ -n "$mrate" ] && [ -n "$prate" ] && [ "$prate" -gt 0 ] || fail "no rates in post's totals"
+echo "vmtest: itrace bench (TCG, same example, same VM): module $mrate instructions/s ($mrec records/s, $(bpi /tmp/itout/itrace.out) bytes/instruction, $((t1 - t0)) ms wall); ptrace $prate instructions/s ($prec records/s, $(bpi /tmp/ptout/itrace.out) bytes/instruction, $((p1 - p0)) ms wall); module/ptrace $(awk -v a="$mrate" -v b="$prate" 'BEGIN { printf "%.1f", a / b }')x"
+
+step "itrace: ITRACE_ON racing exits (harden itraceexit, 300 processes)"
+run harden itraceexit 300
+
+step "itrace: rmmod after tracing"
+wait_until 30 rmmod pitrace || fail "rmmod after ITrace"
+insmod /pitrace.ko || fail "insmod again"
+echo "PITRACE-ITRACE-DONE"

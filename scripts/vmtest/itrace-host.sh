@@ -1,0 +1,30 @@
+#!/bin/bash
+# Host side of `run.sh itrace`: the bundled ITrace example built static (the
+# guest has no C library) exactly as mk/itrace.mk builds it, and the counts
+# valgrind --tool=callgrind gives for the same binary and arguments here,
+# which the guest compares the module's trace with (pitest itrace-cmp).
+# Callgrind cannot run in the guest (no valgrind there); the program's own
+# functions do not depend on the CPU, so the host's counts are the guest's.
+#   itrace-host.sh BIN_DIR WORK_DIR N
+set -euo pipefail
+bin=$1 work=$2 n=$3
+gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static \
+	-o "$bin/itrace" examples/itrace.c -lm
+gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static \
+	-Ilibperfutil/c/include -o "$bin/itrace_onoff" scripts/vmtest/itrace_onoff.c libperfutil/c/*.c -lm
+if ! command -v valgrind >/dev/null; then
+	if [ "${CI:-}" = true ]; then
+		echo "vmtest: FAIL: valgrind missing (apt-get install valgrind)" >&2
+		exit 1
+	fi
+	echo "vmtest: SKIP: no valgrind on the host: the guest cannot compare with callgrind (apt-get install valgrind)"
+	exit 3
+fi
+valgrind --tool=callgrind --callgrind-out-file="$bin/itrace.cg" "$bin/itrace" "$n" >"$work/itrace-callgrind.log" 2>&1 ||
+	{ cat "$work/itrace-callgrind.log" >&2; exit 1; }
+echo "vmtest: callgrind of the static example ($n leaf calls): $(grep -m1 '^summary:\|^totals:' "$bin/itrace.cg")"
+# ITraceOn/Off around one call: callgrind of the same program (ITraceOn
+# fails here: no module, no daemon) gives traced_call's own count.
+PERFINSP_BACKEND=daemon PERFINSP_SOCKET=/nonexistent/sock \
+	valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_onoff.cg" "$bin/itrace_onoff" >"$work/itrace-onoff-callgrind.log" 2>&1 ||
+	{ cat "$work/itrace-onoff-callgrind.log" >&2; exit 1; }
