@@ -17,16 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "perfutil.h"
+#include "agentconn.h"
 #include "../../kmod/uapi/pitrace.h"
-
-#define ITRACE_DEFAULT_SOCKET "/run/perfinsp/pitraced.sock"
 
 static __thread int itrace_fd = -1;
 static __thread int itrace_kfd = -1;	/* /dev/pitrace while traced by the module */
@@ -118,75 +115,6 @@ static int hook_module(uint16_t major, uint32_t minor, const uint32_t *words, in
 	return rc;
 }
 
-static const char *socket_path(void)
-{
-	const char *p = getenv("PERFINSP_SOCKET");
-
-	return p && *p ? p : ITRACE_DEFAULT_SOCKET;
-}
-
-static int dial(void)
-{
-	struct sockaddr_un a;
-	const char *path = socket_path();
-	int fd;
-
-	if (strlen(path) >= sizeof(a.sun_path)) {
-		snprintf(itrace_err, sizeof(itrace_err), "socket path too long: %s", path);
-		return -1;
-	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.sun_family = AF_UNIX;
-	strcpy(a.sun_path, path);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		snprintf(itrace_err, sizeof(itrace_err),
-			 "cannot reach pitraced at %s (%s): start it (swtrace on starts it as root)",
-			 path, strerror(errno));
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-/* Sends one request line and reads the answer; 0 if it says "ok":true. */
-static int call(int fd, const char *req)
-{
-	char buf[4096];
-	size_t n = 0, len = strlen(req);
-	const char *e;
-
-	while (n < len) {
-		ssize_t w = write(fd, req + n, len - n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		n += (size_t)w;
-	}
-	n = 0;
-	while (n < sizeof(buf) - 1) {
-		ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		n += (size_t)r;
-		if (memchr(buf, '\n', n))
-			break;
-	}
-	buf[n] = 0;
-	if (strstr(buf, "\"ok\":true"))
-		return 0;
-	e = strstr(buf, "\"error\":\"");
-	snprintf(itrace_err, sizeof(itrace_err), "pitraced: %.200s", e ? e + 9 : "no answer");
-	return -1;
-}
-
 int ITraceOn(void)
 {
 	char req[128];
@@ -198,11 +126,11 @@ int ITraceOn(void)
 	}
 	if (use_module())
 		return itrace_on_module();
-	fd = dial();
+	fd = pu_agent_dial(itrace_err, sizeof(itrace_err));
 	if (fd < 0)
 		return -1;
 	snprintf(req, sizeof(req), "{\"op\":\"itrace-on\",\"args\":{\"tids\":[%ld]}}\n", (long)syscall(SYS_gettid));
-	if (call(fd, req) < 0) {
+	if (pu_agent_call(fd, req, itrace_err, sizeof(itrace_err)) < 0) {
 		close(fd);
 		return -1;
 	}
@@ -222,7 +150,7 @@ int ITraceOff(void)
 		return -1;
 	}
 	snprintf(req, sizeof(req), "{\"op\":\"itrace-off\",\"args\":{\"tids\":[%ld]}}\n", (long)syscall(SYS_gettid));
-	rc = call(itrace_fd, req);
+	rc = pu_agent_call(itrace_fd, req, itrace_err, sizeof(itrace_err));
 	close(itrace_fd);
 	itrace_fd = -1;
 	return rc;
@@ -241,7 +169,7 @@ int TraceHook(uint16_t major, uint32_t minor, const uint32_t *words, int nwords)
 	}
 	if (use_module())
 		return hook_module(major, minor, words, nwords);
-	fd = dial();
+	fd = pu_agent_dial(itrace_err, sizeof(itrace_err));
 	if (fd < 0)
 		return -1;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -251,7 +179,7 @@ int TraceHook(uint16_t major, uint32_t minor, const uint32_t *words, int nwords)
 	for (i = 0; i < nwords && n < sizeof(req) - 32; i++)
 		n += (size_t)snprintf(req + n, sizeof(req) - n, "%s%u", i ? "," : "", words[i]);
 	snprintf(req + n, sizeof(req) - n, "]}}\n");
-	rc = call(fd, req);
+	rc = pu_agent_call(fd, req, itrace_err, sizeof(itrace_err));
 	close(fd);
 	return rc;
 }

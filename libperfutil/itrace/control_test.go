@@ -55,7 +55,7 @@ func TestCITraceOnOff(t *testing.T) {
 	prog := filepath.Join(e.Bin, "itrace_ctest")
 	src := filepath.Join(tracetest.Root(), "libperfutil", "c")
 	if out, err := exec.Command("gcc", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-I"+filepath.Join(src, "include"), "-o", prog,
-		filepath.Join(src, "test", "itrace_test.c"), filepath.Join(src, "itrace.c")).CombinedOutput(); err != nil {
+		filepath.Join(src, "test", "itrace_test.c"), filepath.Join(src, "itrace.c"), filepath.Join(src, "agentconn.c")).CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	e.Sw("init", "-t", "16M")

@@ -1,15 +1,20 @@
 /*
  * JProf's records into the trace facility (docs/jprof.md): JIT code loads
- * and unloads, method names, through pitraced's "jprof" op. The daemon
- * client (dial(), call(): one JSON request per line on the control socket)
- * is libperfutil/c/itrace.c's, compiled in here so that there is one copy.
+ * and unloads, method names, through pitraced's "jprof" op, with
+ * libperfutil's agent client (libperfutil/c/agentconn.c, compiled in).
  * Records are batched on one connection, each with its own time
  * (CLOCK_MONOTONIC, the facility's clock) and CPU.
  */
-#include "../../../libperfutil/c/itrace.c"
-
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agentconn.h"
 
 #include "jittrace.h"
 
@@ -69,10 +74,9 @@ static void jt_send(int n)
 			len--;
 		memcpy(jt_req + len, "]}}\n", 5);
 		if (!jt_down && jt_fd < 0)
-			jt_fd = dial();
-		if (jt_fd < 0 || call(jt_fd, jt_req) < 0) {
+			jt_fd = pu_agent_dial(jt_err, sizeof(jt_err));
+		if (jt_fd < 0 || pu_agent_call(jt_fd, jt_req, jt_err, sizeof(jt_err)) < 0) {
 			jt_failed += (unsigned long)k;
-			snprintf(jt_err, sizeof(jt_err), "%s", itrace_err);
 			if (jt_fd >= 0)
 				close(jt_fd);
 			jt_fd = -1;
