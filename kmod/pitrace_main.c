@@ -431,6 +431,77 @@ efault:
 	return -EFAULT;
 }
 
+/*
+ * JIT: a JIT_LOAD / JIT_UNLOAD / JIT_METHOD record of the caller (its
+ * tgid and pid, never the argument's), the layout pitraced writes.  No
+ * control lock, the writer path only, as the hook.
+ */
+static long pt_ioc_jit(void __user *arg)
+{
+	struct pitrace_jit_arg a;
+	char name[PITRACE_JIT_NAME_MAX] pt_noinit;
+	union {
+		struct pitrace_rec_jit_load load;
+		struct pitrace_rec_jit_unload unload;
+		struct pitrace_rec_jit_method method;
+	} f;
+	const void *fixed;
+	size_t flen;
+	int layout = PITRACE_LAYOUT_STRING;
+	u32 pid = task_tgid_nr(current);
+
+	BUILD_BUG_ON(sizeof(a) != PITRACE_JIT_ARG_SIZE_V1);
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.reserved || a.name_len > PITRACE_JIT_NAME_MAX)
+		return -EINVAL;
+	switch (a.minor) {
+	case PITRACE_JIT_LOAD:
+		f.load.pid = pid;
+		f.load.tid = task_pid_nr(current);
+		f.load.addr = a.addr;
+		f.load.size = a.size;
+		fixed = &f.load;
+		flen = sizeof(f.load);
+		break;
+	case PITRACE_JIT_UNLOAD:
+		if (a.name_len)
+			return -EINVAL;
+		f.unload.pid = pid;
+		f.unload.addr = a.addr;
+		f.unload.size = a.size;
+		fixed = &f.unload;
+		flen = sizeof(f.unload);
+		layout = PITRACE_LAYOUT_FIXED;
+		break;
+	case PITRACE_JIT_METHOD:
+		if (a.addr)
+			return -EINVAL;
+		f.method.pid = pid;
+		f.method.id = a.size;
+		fixed = &f.method;
+		flen = sizeof(f.method);
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (layout == PITRACE_LAYOUT_STRING && !a.name_len)
+		return -EINVAL;
+	if (a.name_len &&
+	    copy_from_user(name, u64_to_user_ptr(a.name), a.name_len))
+		return -EFAULT;
+	if (READ_ONCE(pt.state) != PITRACE_STATE_ON)
+		return -EINVAL;
+	if (!pt_major_enabled(PITRACE_MAJOR_JITLOAD) &&
+	    !pt_major_enabled(PITRACE_MAJOR_TPROF))
+		return 0;
+	if (!READ_ONCE(pt_active))
+		return -ENOSPC;		/* normal mode: stopped full */
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_JITLOAD, a.minor, layout,
+		 fixed, flen, name, a.name_len);
+	return 0;
+}
+
 static long pt_ioc_sysinfo(struct pitrace_sysinfo *sip)
 {
 	struct pitrace_sysinfo si = {
@@ -522,6 +593,7 @@ static const unsigned int pt_ioc_cmds[] = {
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_IOC_PTT_READ,
 	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_IOC_ITRACE_ON,
 	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_IOC_ITRACE_OFF,
+	[_IOC_NR(PITRACE_IOC_JIT)] = PITRACE_IOC_JIT,
 };
 
 /* Argument sizes of ABI version 1: the smallest a caller may pass. */
@@ -543,6 +615,7 @@ static const u16 pt_ioc_min[ARRAY_SIZE(pt_ioc_cmds)] = {
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_PTT_READ_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_ITRACE_ON_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_ITRACE_OFF_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_JIT)] = PITRACE_JIT_ARG_SIZE_V1,
 };
 
 /* A struct may only grow: its V1 size is at most its size now. */
@@ -564,6 +637,7 @@ static void __maybe_unused pt_ioc_build_checks(void)
 	BUILD_BUG_ON(sizeof(struct pitrace_ptt_read) < PITRACE_PTT_READ_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_itrace_on) < PITRACE_ITRACE_ON_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_itrace_off) < PITRACE_ITRACE_OFF_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_jit_arg) != PITRACE_JIT_ARG_SIZE_V1);
 }
 
 /*
@@ -652,11 +726,13 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 	/* TraceHook first: the record path, no allocation, no lock */
 	if (cmd == PITRACE_IOC_HOOK)
 		return pt_ioc_hook(p);
+	if (cmd == PITRACE_IOC_JIT)		/* JIT names: the record path too */
+		return pt_ioc_jit(p);
 	/* MSR access (pitrace_msr.c): no pitrace lock, its own copies */
 	if (cmd == PITRACE_IOC_MSR_READ || cmd == PITRACE_IOC_MSR_WRITE)
 		return pt_msr_ioctl(cmd, p);
 	kcmd = pt_ioc_decode(cmd);
-	if (!kcmd || kcmd == PITRACE_IOC_HOOK)
+	if (!kcmd || kcmd == PITRACE_IOC_HOOK || kcmd == PITRACE_IOC_JIT)
 		return -ENOTTY;
 	ksize = _IOC_SIZE(kcmd);
 	usize = _IOC_SIZE(cmd);

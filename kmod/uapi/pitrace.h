@@ -414,11 +414,12 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
 #define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
 #define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
+#define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
-	 PITRACE_FEAT_ITRACE)
+	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT)
 
 struct pitrace_sysinfo {
 	__u32 abi;
@@ -750,6 +751,57 @@ struct pitrace_rec_itrace_signal {	/* ITRACE_SIGNAL */
 
 #define PITRACE_IOC_ITRACE_ON	_IOWR(PITRACE_IOC_MAGIC, 24, struct pitrace_itrace_on)
 #define PITRACE_IOC_ITRACE_OFF	_IOWR(PITRACE_IOC_MAGIC, 25, struct pitrace_itrace_off)
+
+/* ---- JIT code names (JProf's agent, docs/jprof.md) ---------------------- */
+
+/*
+ * JIT writes one record of major PITRACE_MAJOR_JITLOAD (0x14) into the calling
+ * CPU's trace buffer, the layout pitraced's "jprof" op writes
+ * (libperfutil/trace/codes.go), with the process and thread of the caller
+ * (tgid / pid), never from the argument:
+ *   JIT_LOAD    STRING: u32 pid, u32 tid, u64 addr, u64 size; the name
+ *   JIT_UNLOAD  FIXED:  u32 pid, u64 addr, u64 size (name_len must be 0)
+ *   JIT_METHOD  STRING: u32 pid, u64 id (in size); the name
+ * Written only while tracing is on (EINVAL otherwise; ENOSPC in normal mode
+ * once stopped full) and when PITRACE_MAJOR_JITLOAD or PITRACE_MAJOR_TPROF is enabled (else
+ * nothing is written and the call returns 0).  No lock: the record path.
+ * The argument is exactly PITRACE_JIT_ARG_SIZE_V1 bytes (as HOOK's).
+ */
+#define PITRACE_JIT_LOAD	1
+#define PITRACE_JIT_UNLOAD	2
+#define PITRACE_JIT_METHOD	3
+#define PITRACE_JIT_NAME_MAX	480	/* bytes of a name (not NUL-terminated) */
+
+struct pitrace_jit_arg {
+	__u32 minor;		/* PITRACE_JIT_* */
+	__u32 name_len;		/* 1..PITRACE_JIT_NAME_MAX; 0 for JIT_UNLOAD */
+	__u64 addr;		/* LOAD / UNLOAD: the code's address; METHOD: 0 */
+	__u64 size;		/* LOAD / UNLOAD: its size; METHOD: the method id */
+	__u64 name;		/* user pointer to name_len bytes */
+	__u64 reserved;		/* must be 0 */
+};
+
+struct pitrace_rec_jit_load {		/* JIT_LOAD, then the name */
+	__u32 pid;
+	__u32 tid;
+	__u64 addr;
+	__u64 size;
+} PITRACE_PACKED;
+
+struct pitrace_rec_jit_unload {		/* JIT_UNLOAD */
+	__u32 pid;
+	__u64 addr;
+	__u64 size;
+} PITRACE_PACKED;
+
+struct pitrace_rec_jit_method {		/* JIT_METHOD, then the name */
+	__u32 pid;
+	__u64 id;
+} PITRACE_PACKED;
+
+#define PITRACE_JIT_ARG_SIZE_V1	40
+
+#define PITRACE_IOC_JIT		_IOW(PITRACE_IOC_MAGIC, 36, struct pitrace_jit_arg)
 
 /* ---- MSR access (pitrace_msr.c; the msr tool) ----------------------------- */
 
