@@ -1,20 +1,29 @@
 /*
  * JProf's records into the trace facility (docs/jprof.md): JIT code loads
- * and unloads, method names, through pitraced's "jprof" op, with
- * libperfutil's agent client (libperfutil/c/agentconn.c, compiled in).
- * Records are batched on one connection, each with its own time
+ * and unloads, method names.  With the pitrace module (/dev/pitrace exists,
+ * or $PERFINSP_BACKEND=kmod; not with =daemon) JIT_LOAD / JIT_UNLOAD /
+ * JIT_METHOD are one PITRACE_IOC_JIT each, written at once by the calling
+ * thread (the module takes the pid and tid from the caller).  Otherwise,
+ * and for method entry/exit events, through pitraced's "jprof" op, with
+ * libperfutil's agent client (libperfutil/c/agentconn.c, compiled in):
+ * records are batched on one connection, each with its own time
  * (CLOCK_MONOTONIC, the facility's clock) and CPU.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agentconn.h"
+#include "../../../kmod/uapi/pitrace.h"
 
 #include "jittrace.h"
 
@@ -148,6 +157,71 @@ static void esc(char *dst, size_t n, const char *s)
 	dst[o] = 0;
 }
 
+/*
+ * The module: -1 not decided yet, -2 not used (the daemon), else its fd.
+ * Decided once; a module without PITRACE_IOC_JIT (ENOTTY) hands over to
+ * the daemon.
+ */
+static int jt_kfd = -1;
+static pthread_once_t jt_kfd_once = PTHREAD_ONCE_INIT;
+static unsigned long jt_k_sent, jt_k_failed;	/* atomics */
+static int jt_k_errno;				/* the last refusal */
+
+static void jt_kfd_open(void)
+{
+	const char *b = getenv("PERFINSP_BACKEND");
+	int fd;
+
+	if (b && !strcmp(b, "daemon")) {
+		jt_kfd = -2;
+		return;
+	}
+	if (!(b && !strcmp(b, "kmod")) && access(PITRACE_DEVICE, F_OK) != 0) {
+		jt_kfd = -2;
+		return;
+	}
+	fd = open(PITRACE_DEVICE, O_RDWR | O_CLOEXEC);
+	jt_kfd = fd >= 0 ? fd : -2;
+	if (fd < 0)
+		jt_k_errno = errno;
+}
+
+/* 1: written (or refused) by the module; 0: use the daemon. */
+static int jt_kmod(unsigned minor, unsigned long long addr, unsigned long long size, const char *name)
+{
+	struct pitrace_jit_arg a;
+	size_t n = name ? strnlen(name, PITRACE_JIT_NAME_MAX) : 0;
+	int fd;
+
+	pthread_once(&jt_kfd_once, jt_kfd_open);
+	fd = __atomic_load_n(&jt_kfd, __ATOMIC_RELAXED);
+	if (fd < 0)
+		return 0;
+	memset(&a, 0, sizeof(a));
+	a.minor = minor;
+	a.addr = addr;
+	a.size = size;
+	if (minor != PITRACE_JIT_UNLOAD) {
+		if (!n) {
+			name = "?";
+			n = 1;
+		}
+		a.name = (unsigned long long)(uintptr_t)name;
+		a.name_len = (unsigned)n;
+	}
+	if (ioctl(fd, PITRACE_IOC_JIT, &a) == 0) {
+		__atomic_add_fetch(&jt_k_sent, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	if (errno == ENOTTY) {		/* an older module: the daemon then */
+		__atomic_store_n(&jt_kfd, -2, __ATOMIC_RELAXED);
+		return 0;
+	}
+	__atomic_store_n(&jt_k_errno, errno, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&jt_k_failed, 1, __ATOMIC_RELAXED);
+	return 1;
+}
+
 static void jt_add(unsigned major, unsigned minor, const char *fmt, ...)
 {
 	char rec[JT_REC];
@@ -191,6 +265,8 @@ void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, con
 {
 	char e[512];
 
+	if (jt_kmod(PITRACE_JIT_LOAD, addr, size, name))
+		return;
 	esc(e, sizeof(e), name);
 	jt_add(JT_MAJOR_JIT, JT_JIT_LOAD, "\"tid\":%u,\"addr\":%llu,\"size\":%llu,\"name\":\"%s\"", tid, addr, size, e);
 }
@@ -205,6 +281,8 @@ void jt_kick(void)
 
 void jt_unload(unsigned long long addr, unsigned long long size)
 {
+	if (jt_kmod(PITRACE_JIT_UNLOAD, addr, size, NULL))
+		return;
 	jt_add(JT_MAJOR_JIT, JT_JIT_UNLOAD, "\"addr\":%llu,\"size\":%llu", addr, size);
 }
 
@@ -212,6 +290,8 @@ void jt_method(unsigned long long id, const char *name)
 {
 	char e[512];
 
+	if (jt_kmod(PITRACE_JIT_METHOD, 0, id, name))
+		return;
 	esc(e, sizeof(e), name);
 	jt_add(JT_MAJOR_JIT, JT_JIT_METHOD, "\"id\":%llu,\"name\":\"%s\"", id, e);
 }
@@ -225,8 +305,11 @@ void jt_stats(unsigned long *sent, unsigned long *failed, const char **err, unsi
 {
 	pthread_mutex_lock(&jt_send_lock);
 	*send_ns = jt_send_ns;
-	*sent = jt_sent;
-	*failed = jt_failed;
+	*sent = jt_sent + __atomic_load_n(&jt_k_sent, __ATOMIC_RELAXED);
+	*failed = jt_failed + __atomic_load_n(&jt_k_failed, __ATOMIC_RELAXED);
 	*err = jt_err;
+	if (!jt_err[0] && __atomic_load_n(&jt_k_failed, __ATOMIC_RELAXED))
+		snprintf(jt_err, sizeof(jt_err), "pitrace module: %s",
+			 strerror(__atomic_load_n(&jt_k_errno, __ATOMIC_RELAXED)));
 	pthread_mutex_unlock(&jt_send_lock);
 }
