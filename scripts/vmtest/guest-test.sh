@@ -52,6 +52,11 @@ if [ "$1" = itrace ]; then
 	exit $?
 fi
 
+if [ "$1" = jit ]; then	# issue 12: JIT records through the module
+	sh /jit-test.sh || fail "jit"
+	echo "PITRACE-JIT-DONE"
+	exit 0
+fi
 if [ "$1" = harden ]; then
 	hardening
 	rmmod pitrace || fail "rmmod after the hardening tests"
@@ -123,6 +128,7 @@ if [ -x /bin/post ]; then
 fi
 
 call_stacks
+sh /jit-test.sh || fail "jit"
 
 step "swtrace messages"
 swtrace free >/dev/null 2>&1

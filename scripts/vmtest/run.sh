@@ -12,6 +12,7 @@
 #   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/itrace-guest.sh)
 #   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
 #   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
+#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -122,6 +123,8 @@ gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/cpubu
 gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -o "$BIN/stackprog" scripts/vmtest/stackprog.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
+gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/jitprog" \
+	scripts/vmtest/jitprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
@@ -150,6 +153,7 @@ cp kmod/pitrace.ko "$IR/pitrace.ko"
 cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
 cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
+cp scripts/vmtest/jit-guest.sh "$IR/jit-test.sh"
 if [ "$WHAT" = callflow ]; then
 	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
 fi
@@ -217,6 +221,7 @@ marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = itrace ] && marker="PITRACE-ITRACE-DONE"
 [ "$WHAT" = callflow ] && marker="PITRACE-CALLFLOW-PASS"
 [ "$WHAT" = stacks ] && marker="PITRACE-STACKS-DONE"
+[ "$WHAT" = jit ] && marker="PITRACE-JIT-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2

@@ -180,6 +180,24 @@ func badInput() error {
 			return expect("hook with a bad words pointer", call(fd, "PITRACE_IOC_HOOK", b), unix.EFAULT)
 		},
 		func() error {
+			return expect("jit while not on", call(fd, "PITRACE_IOC_JIT", jitArg(1, 4, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("jit with reserved set", call(fd, "PITRACE_IOC_JIT", jitArg(1, 4, 0, 1)), unix.EINVAL)
+		},
+		func() error {
+			return expect("jit with a 481-byte name", call(fd, "PITRACE_IOC_JIT", jitArg(1, 481, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("jit minor 4", call(fd, "PITRACE_IOC_JIT", jitArg(4, 4, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("jit unload with a name", call(fd, "PITRACE_IOC_JIT", jitArg(2, 4, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("jit with a kernel name pointer", call(fd, "PITRACE_IOC_JIT", jitArg(1, 4, 0xffffffff81000000, 0)), unix.EFAULT)
+		},
+		func() error {
 			_, err := unix.Mmap(int(fd), 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
 			return expect("mmap with no buffers", errnoOf(err), unix.ENODATA)
 		},
@@ -401,6 +419,12 @@ func plausible(r *rand.Rand, req uintptr, b []byte) {
 		binary.LittleEndian.PutUint64(b[8:], uint64(4096+r.Intn(64<<10)))
 		binary.LittleEndian.PutUint32(b[16:], uint32(r.Intn(4)))
 		binary.LittleEndian.PutUint32(b[20:], 0)
+	case ioc["PITRACE_IOC_JIT"]:
+		// minors 0..4, names in and out of bounds, the name in the buffer
+		binary.LittleEndian.PutUint32(b[0:], uint32(r.Intn(5)))
+		binary.LittleEndian.PutUint32(b[4:], uint32(r.Intn(490)))
+		binary.LittleEndian.PutUint64(b[24:], uint64(uintptr(unsafe.Pointer(&b[64]))))
+		binary.LittleEndian.PutUint64(b[32:], uint64(r.Intn(8)/7))
 	case ioc["PITRACE_IOC_SETMODE"]:
 		binary.LittleEndian.PutUint32(b[0:], uint32(r.Intn(4)))
 		binary.LittleEndian.PutUint32(b[4:], 0)
@@ -530,3 +554,21 @@ func holdMap() error {
 		time.Sleep(time.Hour)
 	}
 }
+
+// jitArg is a struct pitrace_jit_arg (kmod/uapi/pitrace.h) naming n bytes
+// at name (0: a name in a static buffer), with reserved set as given.
+func jitArg(minor, n uint32, name uint64, reserved uint64) []byte {
+	b := arg("PITRACE_IOC_JIT")
+	binary.LittleEndian.PutUint32(b[0:], minor)
+	binary.LittleEndian.PutUint32(b[4:], n)
+	binary.LittleEndian.PutUint64(b[8:], 0x1000)
+	binary.LittleEndian.PutUint64(b[16:], 16)
+	if name == 0 {
+		name = uint64(uintptr(unsafe.Pointer(&jitName[0])))
+	}
+	binary.LittleEndian.PutUint64(b[24:], name)
+	binary.LittleEndian.PutUint64(b[32:], reserved)
+	return b
+}
+
+var jitName [512]byte
