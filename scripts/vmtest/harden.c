@@ -478,6 +478,57 @@ static int t_strtail(void)
 	return 0;
 }
 
+/* ---- jit: PITRACE_IOC_JIT's name at a page edge, its exact size ------ */
+
+static int t_jit(void)
+{
+	struct pitrace_jit_arg a;
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m;
+	int fd = dev(), rc;
+
+	/* one readable page, then PROT_NONE: a name may end at the edge only */
+	m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED || mprotect(m + pg, pg, PROT_NONE))
+		DIE("jit: mmap/mprotect");
+	memset(m, 'n', pg);
+	memset(&a, 0, sizeof(a));
+	a.minor = PITRACE_JIT_LOAD;
+	a.addr = 0x1000;
+	a.size = 16;
+	a.name_len = 100;
+	a.name = (unsigned long long)(uintptr_t)(m + pg - 100);
+	/* a readable name is copied: written (on) or EINVAL (tracing off) */
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_JIT, &a);
+	CHECK(rc == 0 || errno == EINVAL, "JIT with a name up to the page edge: rc %d %s, want 0 or EINVAL",
+	      rc, strerror(errno));
+	a.name = (unsigned long long)(uintptr_t)(m + pg - 99);
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_JIT, &a);
+	CHECK(rc == -1 && errno == EFAULT, "JIT with a name 1 byte over the page edge: rc %d %s, want EFAULT",
+	      rc, strerror(errno));
+	a.name = (unsigned long long)(uintptr_t)m;
+	a.name_len = PITRACE_JIT_NAME_MAX + 1;
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_JIT, &a);
+	CHECK(rc == -1 && errno == EINVAL, "JIT with a %d-byte name: rc %d %s, want EINVAL",
+	      PITRACE_JIT_NAME_MAX + 1, rc, strerror(errno));
+	/* the record path takes exactly its struct, as HOOK */
+	errno = 0;
+	rc = ioctl(fd, resize(PITRACE_IOC_JIT, sizeof(a) + 8), m);
+	CHECK(rc == -1 && errno == ENOTTY, "JIT with a longer struct: rc %d %s, want ENOTTY", rc, strerror(errno));
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_JIT, m + pg - 8);
+	CHECK(rc == -1 && errno == EFAULT, "JIT with the struct over the page edge: rc %d %s, want EFAULT",
+	      rc, strerror(errno));
+	printf("harden: jit: name to the page edge -> copied, one byte over -> EFAULT, %d bytes -> EINVAL, "
+	       "longer struct -> ENOTTY, struct over the edge -> EFAULT\n", PITRACE_JIT_NAME_MAX + 1);
+	munmap(m, 2 * pg);
+	close(fd);
+	return 0;
+}
+
 /* ---- watchexit -------------------------------------------------------- */
 
 static volatile pid_t g_tid;
@@ -1279,8 +1330,10 @@ int main(int argc, char **argv)
 		t_itraceexit(n ? n : 1000);
 	else if (!strcmp(what, "stackdepth"))
 		t_stackdepth(n ? n : 200);
+	else if (!strcmp(what, "jit"))
+		t_jit();
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|jit\n");
 		return 2;
 	}
 	if (fails) {
