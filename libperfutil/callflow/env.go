@@ -31,32 +31,13 @@ func EnvFromArc(r io.Reader, funcs map[string]bool, k SeqKey) (*Minima, error) {
 	}
 	env := NewMinima(k)
 	threads := map[string]*thread{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		f := strings.Fields(sc.Text())
-		if line <= 2 {
-			if line == 1 && !strings.HasPrefix(sc.Text(), "arc of ") {
-				return nil, fmt.Errorf("not an ITrace arc report (post -arc): first line %q", sc.Text())
-			}
-			continue
-		}
-		if len(f) < 9 {
-			continue
-		}
-		typ, e1 := strconv.Atoi(f[2])
-		n, e2 := strconv.ParseUint(f[3], 10, 64)
-		if e1 != nil || e2 != nil {
-			return nil, fmt.Errorf("arc line %d: want CPU K/U TYPE INSTS ..., got %q", line, sc.Text())
-		}
-		th := threads[f[4]]
+	err := scanArc(r, func(a arcLine) {
+		typ, n, sym := a.typ, a.n, a.sym
+		th := threads[a.thread]
 		if th == nil {
 			th = &thread{}
-			threads[f[4]] = th
+			threads[a.thread] = th
 		}
-		sym, _, _ := strings.Cut(f[6], ":")
 		boundary := func(t int, pos uint64) {
 			if th.have && pos >= th.lastPos {
 				env.Add(k.Of(0, th.lastT, 0, t, 0), pos-th.lastPos)
@@ -70,8 +51,8 @@ func EnvFromArc(r io.Reader, funcs map[string]bool, k SeqKey) (*Minima, error) {
 				boundary(TransEnter, th.callPos)
 			}
 		}
-		if f[1] != "U" {
-			continue // system calls and signals: their instructions are counted
+		if a.kernel {
+			return // system calls and signals: their instructions are counted
 		}
 		switch typ {
 		case 1: // CALL: the entry event comes after the call instruction
@@ -81,9 +62,9 @@ func EnvFromArc(r io.Reader, funcs map[string]bool, k SeqKey) (*Minima, error) {
 				boundary(TransExit, th.c-1)
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the arc report: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(env.Min) == 0 {
 		return nil, fmt.Errorf("the arc report has no call or return of the recorded functions: trace the uninstrumented trainer (scripts/run.itrace)")
@@ -163,32 +144,14 @@ func ReferenceFromArc(r io.Reader, k SeqKey) (*Reference, error) {
 	}
 	ref := &Reference{Self: map[string]uint64{}, Calls: map[string]uint64{}, Env: NewMinima(k)}
 	threads := map[string]*thread{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	line, hooks := 0, 0
-	for sc.Scan() {
-		line++
-		if line <= 2 {
-			if line == 1 && !strings.HasPrefix(sc.Text(), "arc of ") {
-				return nil, fmt.Errorf("not an ITrace arc report (post -arc): first line %q", sc.Text())
-			}
-			continue
-		}
-		f := strings.Fields(sc.Text())
-		if len(f) < 9 {
-			continue
-		}
-		typ, e1 := strconv.Atoi(f[2])
-		n, e2 := strconv.ParseUint(f[3], 10, 64)
-		if e1 != nil || e2 != nil {
-			return nil, fmt.Errorf("arc line %d: want CPU K/U TYPE INSTS ..., got %q", line, sc.Text())
-		}
-		th := threads[f[4]]
+	hooks := 0
+	err := scanArc(r, func(a arcLine) {
+		typ, n, sym := a.typ, a.n, a.sym
+		th := threads[a.thread]
 		if th == nil {
 			th = &thread{}
-			threads[f[4]] = th
+			threads[a.thread] = th
 		}
-		sym, _, _ := strings.Cut(f[6], ":")
 		if th.pending {
 			th.pending = false
 			if sym == hookEnter || sym == hookExit {
@@ -223,7 +186,7 @@ func ReferenceFromArc(r io.Reader, k SeqKey) (*Reference, error) {
 			}
 		}
 		if th.depth > 0 { // the hook library's instructions
-			if f[1] == "U" {
+			if !a.kernel {
 				switch typ {
 				case 1:
 					th.depth++
@@ -231,19 +194,59 @@ func ReferenceFromArc(r io.Reader, k SeqKey) (*Reference, error) {
 					th.depth--
 				}
 			}
-			continue
+			return
 		}
 		th.c += n
-		if f[1] == "U" && typ == 1 {
+		if !a.kernel && typ == 1 {
 			th.pending, th.callPos, th.caller = true, th.c, sym
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading the arc report: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if hooks == 0 {
 		return nil, fmt.Errorf("the arc report has no call of %s: trace the instrumented binary with its hooks not recording", hookEnter)
 	}
 	delete(ref.Self, "") // the threads' time outside instrumented functions
 	return ref, nil
+}
+
+// arcLine is one branch line of an arc report (post -arc).
+type arcLine struct {
+	kernel bool   // K: a system call or signal, not a user branch
+	typ    int    // 1 CALL, 2 RETURN, ... (docs/itrace.md)
+	n      uint64 // instructions since the previous branch
+	thread string // pid_tid
+	sym    string // the symbol the branch is in (without :module)
+}
+
+// scanArc calls each for every branch line of the arc report r.
+func scanArc(r io.Reader, each func(arcLine)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		if line <= 2 {
+			if line == 1 && !strings.HasPrefix(sc.Text(), "arc of ") {
+				return fmt.Errorf("not an ITrace arc report (post -arc): first line %q", sc.Text())
+			}
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		if len(f) < 9 {
+			continue
+		}
+		typ, e1 := strconv.Atoi(f[2])
+		n, e2 := strconv.ParseUint(f[3], 10, 64)
+		if e1 != nil || e2 != nil {
+			return fmt.Errorf("arc line %d: want CPU K/U TYPE INSTS ..., got %q", line, sc.Text())
+		}
+		sym, _, _ := strings.Cut(f[6], ":")
+		each(arcLine{kernel: f[1] != "U", typ: typ, n: n, thread: f[4], sym: sym})
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("reading the arc report: %w", err)
+	}
+	return nil
 }

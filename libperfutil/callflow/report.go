@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+	"perfinsp/libperfutil/pprofloc"
 )
 
 // Analysis is the calibrated call trees of one process, named.
@@ -283,20 +284,7 @@ func (a *Analysis) Profile() *profile.Profile {
 		PeriodType: &profile.ValueType{Type: a.Info.Metric, Unit: a.unit()},
 		Period:     1,
 	}
-	funcs := map[string]*profile.Function{}
-	locs := map[string]*profile.Location{}
-	loc := func(name string) *profile.Location {
-		if l := locs[name]; l != nil {
-			return l
-		}
-		f := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name}
-		funcs[name] = f
-		p.Function = append(p.Function, f)
-		l := &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
-		locs[name] = l
-		p.Location = append(p.Location, l)
-		return l
-	}
+	loc := pprofloc.New(p).Named
 	for _, t := range a.Trees {
 		t.Root.Walk(func(n *Node) {
 			if n.Parent == nil && n.Base == 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+	"perfinsp/libperfutil/pprofloc"
 )
 
 // Call stacks weighted by instructions (post --itrace-folded, --itrace-pprof):
@@ -127,21 +128,14 @@ func (rep *Report) WritePprof(out io.Writer) error {
 		PeriodType: &profile.ValueType{Type: "instructions", Unit: "count"},
 		Period:     1,
 	}
-	locs := map[string]*profile.Location{}
+	tab := pprofloc.New(p)
 	loc := func(k string) *profile.Location {
-		if l := locs[k]; l != nil {
-			return l
-		}
-		f := &profile.Function{ID: uint64(len(p.Function) + 1), Name: rep.display(k), SystemName: rep.display(k)}
+		var file string
+		var line int64
 		if fs := rep.Funcs[k]; fs != nil {
-			f.Filename = fs.File
-			f.StartLine = int64(fs.Line)
+			file, line = fs.File, int64(fs.Line)
 		}
-		p.Function = append(p.Function, f)
-		l := &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
-		p.Location = append(p.Location, l)
-		locs[k] = l
-		return l
+		return tab.Loc(k, rep.display(k), file, line)
 	}
 	for _, k := range rep.sortedStacks() {
 		var keys []string

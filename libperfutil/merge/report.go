@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+	"perfinsp/libperfutil/pprofloc"
 )
 
 // Row is one row of a thread's call tree report (FIG. 20, FIG. 29).
@@ -227,18 +228,7 @@ func (m *Merger) Profile(units string) *profile.Profile {
 		PeriodType: &profile.ValueType{Type: "ticks", Unit: "count"},
 		Period:     1,
 	}
-	locs := map[string]*profile.Location{}
-	loc := func(name string) *profile.Location {
-		if l := locs[name]; l != nil {
-			return l
-		}
-		f := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name}
-		p.Function = append(p.Function, f)
-		l := &profile.Location{ID: uint64(len(p.Location) + 1), Line: []profile.Line{{Function: f}}}
-		locs[name] = l
-		p.Location = append(p.Location, l)
-		return l
-	}
+	loc := pprofloc.New(p).Named
 	for _, t := range m.Threads {
 		label := fmt.Sprintf("pid_%d_tid_%d", t.PID, t.TID)
 		t.Root.Walk(func(n *Node) {
