@@ -133,8 +133,12 @@ func TestEntryEmulated(t *testing.T) {
 // cost, so the target's CPU per probed call measures the real cost of a
 // call of each kind: hot (single-stepped first instruction) at level 0, c
 // and x (push first, emulated) at level 1. The calibrated costs charged
-// for them must agree within -40 %..+30 % (the iteration's own work, under
-// 1.5 us, is in the measured side).
+// for them must agree within a factor of two: the two are CPU times taken
+// at different moments (the calibration at start-up, the target during the
+// level), so on a loaded machine they differ by a third (1.33 seen in a CI
+// run beside a VM test); a wrong calibration is off by far more (the
+// first, with a probe left open in the "without" batches, gave 1 us for
+// 24). bench/hotspot.sh prints the ratio on a quiet machine.
 func TestCalibrationMatchesTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
@@ -153,7 +157,7 @@ func TestCalibrationMatchesTarget(t *testing.T) {
 		real := float64(lv.TargetCPUNs) / float64(lv.Calls)
 		est := lv.CostNs / float64(lv.Calls)
 		t.Logf("level %d %v: target CPU per probed call %.1f us, calibrated cost %.1f us (ratio %.2f)", lv.Level, lv.Frontier, real/1e3, est/1e3, est/real)
-		if est < 0.6*real || est > 1.3*real {
+		if est < 0.5*real || est > 2*real {
 			t.Errorf("level %d %v: calibrated %.1f us per call against %.1f us measured in the target", lv.Level, lv.Frontier, est/1e3, real/1e3)
 		}
 	}
