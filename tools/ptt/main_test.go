@@ -167,31 +167,42 @@ func TestOnDumpOff(t *testing.T) {
 		t.Errorf("second ptt on: exit %d, %q", code, out)
 	}
 
-	// Count 300 ms of the child's running, frozen with SIGSTOP around it.
-	s0 := schedRuntime(t, pid)
-	_ = syscall.Kill(pid, syscall.SIGCONT)
-	waitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, pid)-s0 >= 300e6 })
-	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	waitFor(t, "the child to stop", func() bool { return procState(pid) == "T" })
-	s1 := schedRuntime(t, pid)
+	// Count 300 ms of the child's running, frozen with SIGSTOP around it,
+	// and compare the task-clock the dump shows for that window with the
+	// scheduler's run time. The 1 % agreement of the read itself is
+	// libperfutil/ptt's test; one window here is held to 5 %, and, as
+	// there, a window hit by a hypervisor steal burst (+6 % seen once on
+	// an otherwise idle CI run) is measured again, up to three windows.
+	var d ptt.Dump
+	var th ptt.ThreadDump
+	var tc, prev uint64 // task-clock at the end of this / the previous window
+	for window := 1; ; window++ {
+		s0 := schedRuntime(t, pid)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		waitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, pid)-s0 >= 300e6 })
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+		waitFor(t, "the child to stop", func() bool { return procState(pid) == "T" })
+		s1 := schedRuntime(t, pid)
 
-	d := dump(t, sock)
-	if len(d.Threads) != 1 || d.Threads[0].Tid != pid || d.Threads[0].Name != "sh" {
-		t.Fatalf("threads: %+v", d.Threads)
-	}
-	th := d.Threads[0]
-	tc := th.Values["task-clock"]
-	ran := s1 - s0
-	diff := 100 * (float64(tc) - float64(ran)) / float64(ran)
-	if th.Dispatches == nil {
-		t.Fatalf("no dispatch count as root")
-	}
-	t.Logf("child: task-clock %d ns, scheduler run time %d ns (difference %+.3f %%), dispatches %d", tc, ran, diff, *th.Dispatches)
-	// The dump must carry the thread's task-clock. The 1 % agreement of
-	// the read itself is libperfutil/ptt's test (with repeats for
-	// hypervisor steal bursts); one shot here is held to 5 %.
-	if ran < 50e6 || math.Abs(diff) > 5 {
-		t.Errorf("task-clock %d vs run time %d (%.3f %%)", tc, ran, diff)
+		d = dump(t, sock)
+		if len(d.Threads) != 1 || d.Threads[0].Tid != pid || d.Threads[0].Name != "sh" {
+			t.Fatalf("threads: %+v", d.Threads)
+		}
+		th = d.Threads[0]
+		if th.Dispatches == nil {
+			t.Fatalf("no dispatch count as root")
+		}
+		tc = th.Values["task-clock"]
+		got, ran := float64(tc-prev), float64(s1-s0)
+		diff := 100 * (got - ran) / ran
+		t.Logf("window %d: task-clock %.0f ns, scheduler run time %.0f ns (difference %+.3f %%), dispatches %d", window, got, ran, diff, *th.Dispatches)
+		if tc >= prev && ran >= 50e6 && math.Abs(diff) <= 5 {
+			break
+		}
+		if window == 3 {
+			t.Fatalf("task-clock in the dump disagrees with the scheduler's run time by more than 5 %% in three windows (last %+.3f %%)", diff)
+		}
+		prev = tc
 	}
 	if *th.Dispatches == 0 {
 		t.Errorf("no dispatch counted for a thread that was stopped and continued")
