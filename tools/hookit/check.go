@@ -160,11 +160,11 @@ func check(c *cli.Context) error {
 		verdict := "ok"
 		switch {
 		case r == nil:
-			verdict = "FAIL: not in the callgrind reference"
+			verdict = "out: not in the callgrind reference"
 		case refCalls != row.Calls:
-			verdict = fmt.Sprintf("FAIL: %d calls, callgrind %d", row.Calls, refCalls)
+			verdict = fmt.Sprintf("out: %d calls, callgrind %d", row.Calls, refCalls)
 		case math.Abs(float64(row.Base)-float64(refIr)) > tol:
-			verdict = fmt.Sprintf("FAIL: off by %.0f (tolerance %.0f)", float64(row.Base)-float64(refIr), tol)
+			verdict = fmt.Sprintf("out: off by %.0f (tolerance %.0f)", float64(row.Base)-float64(refIr), tol)
 		}
 		if verdict != "ok" {
 			bad++
