@@ -248,12 +248,16 @@ func (s *Server) Shutdown() {
 		if st := s.Fac.State(); st == control.StateOn {
 			_ = s.Fac.Off()
 		}
+		// The files go first: Serve returns as soon as the listener is
+		// closed, and the process may exit right after it (a SIGTERM left
+		// the state file behind, and the next client reported a daemon
+		// that "ended without shutting down").
+		_ = os.Remove(s.Path)
+		_ = os.Remove(daemonproto.StatePath(s.Path))
 		close(s.done)
 		if s.ln != nil {
 			s.ln.Close()
 		}
-		_ = os.Remove(s.Path)
-		_ = os.Remove(daemonproto.StatePath(s.Path))
 	})
 }
 

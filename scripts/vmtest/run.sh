@@ -25,6 +25,8 @@ W=$ROOT/build/vm
 mkdir -p "$W"
 LOG=$W/serial-$WHAT.log
 # One run at a time per worktree (several developers may run make test).
+# (The host preparation steps run with 9>&-: a pitraced they start, which
+# outlives them, must not inherit the lock and hold it for its idle time.)
 exec 9>"$W/.lock"
 if command -v flock >/dev/null && ! flock -w 900 9; then
 	echo "vmtest: FAIL: another VM test holds $W/.lock for 15 minutes" >&2
@@ -131,14 +133,14 @@ go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
 if [ "$WHAT" = itrace ]; then
 	# ITrace through the module: static examples and callgrind's counts of them
 	set +e
-	bash scripts/vmtest/itrace-host.sh "$BIN" "$W" "${ITRACE_N:-3000}"
+	bash scripts/vmtest/itrace-host.sh "$BIN" "$W" "${ITRACE_N:-3000}" 9>&-
 	r=$?
 	set -e
 	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
 	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
 fi
 if [ "$WHAT" = callflow ]; then # issue 11: call-flow exactness (scripts/vmtest/callflow-build.sh)
-	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
+	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" 9>&- || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
 fi
 
 # ---- initramfs ----
