@@ -194,8 +194,25 @@ func TestExampleMatchesCallgrind(t *testing.T) {
 	if st.Traced < 2 {
 		t.Errorf("traced %d threads, want the main thread and the worker", st.Traced)
 	}
-	if st.Signals != 1 {
-		t.Errorf("%d signals recorded, want 1 (SIGUSR1)", st.Signals)
+	// The example raises SIGUSR1 once, with a handler; any other signal
+	// seen while stepping (the test's own SIGCONT, when the machine is
+	// loaded enough for it to be dequeued after the exec) is recorded but
+	// is not the example's.
+	usr1 := 0
+	for _, r := range sink.recs {
+		if r.Major == trace.MajorITraceK && r.Minor == trace.ITraceSignal && len(r.Fixed) >= 5 {
+			if r.Fixed[3] == uint64(syscall.SIGUSR1) {
+				usr1++
+				if r.Fixed[4] != trace.ITraceSignalHandler {
+					t.Errorf("SIGUSR1 recorded without its handler: %v", r.Fixed)
+				}
+			} else {
+				t.Logf("also recorded: signal %d (%v)", r.Fixed[3], syscall.Signal(r.Fixed[3]))
+			}
+		}
+	}
+	if usr1 != 1 || st.Signals < 1 {
+		t.Errorf("%d SIGUSR1 records (%d signals in all), want 1", usr1, st.Signals)
 	}
 	for _, name := range ownFuncs {
 		want := cg[name]
