@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -218,7 +219,7 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 	// open at all, each probed batch with a fresh pair.
 	probed := func(n, kind int) (int64, error) {
 		var probes []*uprobe.Probe
-		var ring *uprobe.Ring
+		var ring *perfring.Ring
 		defer func() {
 			ring.Close()
 			for _, p := range probes {
@@ -232,7 +233,7 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 			}
 			probes = append(probes, p)
 			if ring == nil {
-				if ring, err = uprobe.NewRing(p.FD, 128); err != nil {
+				if ring, err = perfring.Map(p.FD, 128); err != nil {
 					return 0, err
 				}
 			} else if err := ring.Redirect(p.FD); err != nil {

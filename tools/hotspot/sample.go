@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/uprobe"
+	"perfinsp/libperfutil/perfring"
 )
 
 // HotFunc is one function of the sampling step.
@@ -46,7 +46,7 @@ func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, alive fu
 	}
 	type tr struct {
 		fd   int
-		ring *uprobe.Ring
+		ring *perfring.Ring
 	}
 	var rings []tr
 	defer func() {
@@ -74,7 +74,7 @@ func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, alive fu
 				}
 				return events.OpenError(ev, tid, -1, err)
 			}
-			r, err := uprobe.NewRing(fd, 16)
+			r, err := perfring.Map(fd, 16)
 			if err != nil {
 				unix.Close(fd)
 				return err

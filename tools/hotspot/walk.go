@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -202,7 +203,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		return nil, nil
 	}
 	var probes []*uprobe.Probe
-	var rings []*uprobe.Ring
+	var rings []*perfring.Ring
 	var leaders []int // the metric's counters, one per thread
 	refs := map[uint64]probeRef{}
 	stacks := map[uint32][]frame{}
@@ -236,7 +237,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		p0, l0 := len(probes), len(leaders)
 		for _, tid := range tids {
 			probed[tid] = true
-			var ring *uprobe.Ring
+			var ring *perfring.Ring
 			group := -1
 			if w.Metric != nil {
 				fd, err := uprobe.OpenCounter(*w.Metric, tid)
@@ -261,7 +262,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					probes = append(probes, p)
 					refs[p.ID] = probeRef{fs, ret}
 					if ring == nil {
-						if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
+						if ring, err = perfring.Map(p.FD, 64); err != nil {
 							return err
 						}
 						rings = append(rings, ring)
