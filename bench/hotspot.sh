@@ -13,8 +13,9 @@
 # Runs interleaved, the best (lowest) of RUNS each: other load only ever
 # adds CPU time per iteration (cache and core sharing), so the minimum is
 # the cleanest figure. Next to each walk's measured slowdown: the budget's
-# own estimate (probed calls x the cost per probed call hotspot measured at
-# its start, against the target's CPU time of the whole run).
+# own estimate (the samples and the probe hits, each at the cost hotspot
+# measured at its start, against the target's CPU time of the whole run;
+# in parentheses the same from the sampling's start to the walk's end).
 # Goal: the default walk slows the target by at most 5 %.
 #
 #   bench/hotspot.sh [RUNS=5] [PERIOD=1s] [WORK=20000]
@@ -36,9 +37,9 @@ SECS=$(awk -v p="$per" 'BEGIN {print 2.5 + 4.4 * p}') # sampling, calibration, t
 # "CPU-us-per-iteration CPU-us" from the example's last line.
 iters() { sed -n 's/^hotspot-example: iterations=\([0-9]*\) .* cpu_us=\([0-9]*\)$/\1 \2/p' | awk '{printf "%.3f %d\n", $2 / $1, $2}'; }
 best() { sort -n | head -1; }
-# The budget's estimate over the whole run: probe cost / (target CPU - probe cost).
+# The budget's estimate over the whole run: (sample + probe cost) / (target CPU - that cost).
 estimate() { # JSON, target CPU us
-	python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["overhead"]; c=o["probe_cost_ns"]/1e3; print("%.1f %.1f %d %.1f" % (100*c/(float(sys.argv[2])-c), o["estimated_slowdown_pct"], o["probed_calls"], o["calibration"]["cost_per_probed_call_ns"]/1e3))' "$1" "$2"
+	python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["overhead"]; c=(o["probe_cost_ns"]+o["sample_cost_ns"])/1e3; print("%.1f %.1f %d %.1f %d %d %.1f" % (100*c/(float(sys.argv[2])-c), o["estimated_slowdown_pct"], o["probed_calls"], o["calibration"]["cost_per_probed_call_ns"]/1e3, o["close_hits"], o["samples"], o["calibration"]["cost_per_sample_ns"]/1e3))' "$1" "$2"
 }
 for ((i = 0; i < RUNS; i++)); do
 	bin/hotspot-example "$SECS" "$WORK" | iters | cut -d' ' -f1 >>"$tmp/plain" || true
@@ -53,13 +54,13 @@ for ((i = 0; i < RUNS; i++)); do
 done
 p=$(best <"$tmp/plain" | cut -d' ' -f1)
 echo "hotspot overhead: bundled example, ${SECS}s runs (work $WORK), best of $RUNS, period $PERIOD"
-printf '  %-30s %12s %10s %10s %10s   %s\n' configuration "CPU us/iter" slowdown "min..max" "estimate" "(estimate over the walk; probed calls; cost/call)"
+printf '  %-30s %12s %10s %10s %10s   %s\n' configuration "CPU us/iter" slowdown "min..max" "estimate" "(estimate over the walk; probed calls + hits while closing, cost/call; samples x cost)"
 row() { # name file
 	sort -n "$2" | awk -v p="$p" -v name="$1" '
-		NR == 1 {u = $1; e = $2; ew = $3; n = $4; c = $5}
+		NR == 1 {u = $1; e = $2; ew = $3; n = $4; c = $5; ch = $6; ns = $7; sc = $8}
 		{s = ($1 - p) * 100 / p; if (NR == 1 || s < lo) lo = s; if (NR == 1 || s > hi) hi = s}
 		END {if (e == "") printf "  %-30s %12s %+9.1f%% %+5.1f..%+.1f\n", name, u, (u-p)*100/p, lo, hi
-		     else printf "  %-30s %12s %+9.1f%% %+5.1f..%+.1f %+9.1f%%   (%+.1f%%; %d calls; %.1f us)\n", name, u, (u-p)*100/p, lo, hi, e, ew, n, c}'
+		     else printf "  %-30s %12s %+9.1f%% %+5.1f..%+.1f %+9.1f%%   (%+.1f%%; %d + %d hits x %.1f us; %d x %.1f us)\n", name, u, (u-p)*100/p, lo, hi, e, ew, n, ch, c, ns, sc}'
 }
 printf '  %-30s %12s %10s\n' plain "$p" -
 row "walk, default (5% budget)" "$tmp/walk"

@@ -22,36 +22,45 @@ func TestParsePercent(t *testing.T) {
 	}
 }
 
-// TestBudgetOff checks the budget's arithmetic: the probes go out for as
-// long as the target needs to work for the window's probe cost to be the
-// budget's share of its own CPU time.
-func TestBudgetOff(t *testing.T) {
-	w := &Walk{Budget: 5}
-	const call = 25000.0 // ns a probed call
+// TestBudgetRule checks the budget's arithmetic: the probes may be in
+// place while the walk's counted cost so far is at most the aim (60 % of
+// the budget) of the target's own CPU time so far; a window ends after
+// onWin or once its cost reaches the aim's share of onWin.
+func TestBudgetRule(t *testing.T) {
+	w := &Walk{Budget: 5, meter: newCPUMeter()}
+	if a := w.aim(); a < 0.0299 || a > 0.0301 {
+		t.Fatalf("aim %g for a 5%% budget, want 0.03", a)
+	}
+	// Nothing spent yet, no CPU seen: within.
+	if !costWithin(0, 0, w.aim()) {
+		t.Error("no cost, no CPU: not within the budget")
+	}
+	// 3 ms of cost in 103 ms of CPU: own 100 ms, exactly 3 %.
+	if !costWithin(3e6, 103e6, w.aim()) {
+		t.Error("3 ms of cost for 100 ms of own CPU refused at a 3 % aim")
+	}
+	if costWithin(3.1e6, 103e6, w.aim()) {
+		t.Error("3.1 ms of cost for 99.9 ms of own CPU accepted at a 3 % aim")
+	}
+	// The sampling's cost counts too.
+	w.SampleCostNs, w.CostNs = 2e6, 2e6
+	w.meter.total = 104e6
+	if w.withinBudget() {
+		t.Error("2 ms of sampling + 2 ms of probes for 100 ms of own CPU (4 %) accepted")
+	}
+	w.meter.total = 138e6 // own 134 ms: 2.99 %
+	if !w.withinBudget() {
+		t.Error("4 ms of cost for 134 ms of own CPU refused")
+	}
 	const on = 100 * time.Millisecond
-	// 40 ms into the window, 100 calls (2.5 ms of cost, under 5 % of 100 ms): go on.
-	if _, end := w.budgetOff(40*time.Millisecond, 100*call, 40e6, on); end {
-		t.Error("window ended before onWin with its cost under the budget's share")
+	if w.windowOver(40*time.Millisecond, 2.9e6, on) {
+		t.Error("window ended at 40 ms with 2.9 ms of cost (under 3 % of 100 ms)")
 	}
-	// 100 ms, 400 calls = 10 ms of cost in 100 ms of CPU: own work 90 ms
-	// at 0.9 CPU/s; the cost is 5 % of 200 ms of own work, 110 ms more,
-	// 122.2 ms of wall time.
-	off, end := w.budgetOff(on, 400*call, 100e6, on)
-	if !end || off < 122*time.Millisecond || off > 123*time.Millisecond {
-		t.Errorf("off = %v, %v; want 122.2ms", off, end)
+	if !w.windowOver(20*time.Millisecond, 3e6, on) {
+		t.Error("a very hot function's window (3 ms of cost in 20 ms) not ended early")
 	}
-	// A very hot function: 20 ms into the window the cost (8 ms) is over
-	// 5 % of onWin: the window ends early.
-	if off, end := w.budgetOff(20*time.Millisecond, 320*call, 20e6, on); !end || off <= 0 {
-		t.Errorf("hot window: off = %v, %v; want an early end with the probes out", off, end)
-	}
-	// 40 calls in 100 ms of CPU: 1 ms, 1 % < 5 %: the probes stay.
-	if off, end := w.budgetOff(on, 40*call, 100e6, on); !end || off != 0 {
-		t.Errorf("cheap window: off = %v, %v; want a new window with the probes in place", off, end)
-	}
-	// An idle target: capped at 2 s.
-	if off, _ := w.budgetOff(on, 400*call, 10e6, on); off != 2*time.Second {
-		t.Errorf("idle target: off = %v, want the 2s cap", off)
+	if !w.windowOver(on, 0, on) {
+		t.Error("window not ended after onWin")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"reflect"
@@ -105,7 +106,16 @@ type Calibration struct {
 	// Spread is the largest minus the smallest per-call cost of the rounds
 	// (single-stepped kind).
 	SpreadNs float64 `json:"spread_ns"`
+	// SampleNs is the CPU time one sample of the sampling step costs the
+	// sampled thread (the timer interrupt and the record): batches of
+	// ~10 ms of calls without and with the sampler at calibSampleHz,
+	// best of Rounds each, the difference per sample. 0: none measured.
+	SampleNs float64 `json:"cost_per_sample_ns"`
 }
+
+// calibSampleHz is the sampler's rate while its cost is measured: high,
+// so that a 10 ms batch holds 100 samples.
+const calibSampleHz = 10000
 
 // cost is what a probed call of the function at path+off costs.
 func (c Calibration) cost(path string, off uint64) float64 {
@@ -134,8 +144,19 @@ func entryEmulated(path string, off uint64) bool {
 	return b[0]>>3 == 0x50>>3 || (b[0] == 0x41 && b[1]>>3 == 0x50>>3)
 }
 
-// calibrate measures the cost of a probed call on this machine.
-func calibrate(pmu uprobe.PMU) (Calibration, error) {
+// calibrate measures the cost of a sample, calls between(the cost per
+// sample, 0 if not measured) — the sampling step, which needs it —, then
+// measures the cost of a probed call. between is called exactly once, also
+// when the calibration fails before it (then first). When only the probes
+// cannot be measured (no CAP_PERFMON), the sample's cost is returned with
+// the error.
+func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, err error) {
+	called := false
+	defer func() {
+		if !called {
+			between(c.SampleNs)
+		}
+	}()
 	const calls, rounds = 1000, 3
 	fail := func(err error) (Calibration, error) {
 		return Calibration{}, fmt.Errorf("calibrate the probe cost: %w", err)
@@ -216,8 +237,18 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 	}
 	// A probe's breakpoint is in place from its open to its close (a
 	// disabled perf event still traps): the plain batches run with no probe
-	// open at all, each probed batch with a fresh pair.
-	probed := func(n, kind int) (int64, error) {
+	// open at all, then the probed batches with one pair (an entry and a
+	// return probe; a close waits ~45 ms for the kernel's grace periods,
+	// so the pair is opened once per kind, not per batch).
+	measure := func(kind int) (cost, spread float64, err error) {
+		var plain, withProbes []float64
+		for r := 0; r < rounds; r++ {
+			ns, err := batch(calls, kind)
+			if err != nil {
+				return 0, 0, err
+			}
+			plain = append(plain, float64(ns)/calls)
+		}
 		var probes []*uprobe.Probe
 		var ring *perfring.Ring
 		defer func() {
@@ -229,50 +260,46 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 		for _, ret := range []bool{false, true} {
 			p, err := pmu.Open(fn[kind].path, fn[kind].off, ret, tid, true)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			probes = append(probes, p)
 			if ring == nil {
 				if ring, err = perfring.Map(p.FD, 128); err != nil {
-					return 0, err
+					return 0, 0, err
 				}
 			} else if err := ring.Redirect(p.FD); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		for _, p := range probes {
 			if err := uprobe.Enable(p.FD); err != nil {
-				return 0, err
-			}
-		}
-		ns, err := batch(n, kind)
-		if err != nil {
-			return 0, err
-		}
-		hits := 0
-		ring.Drain(func(typ uint32, _ uint16, _ []byte) {
-			if typ == unix.PERF_RECORD_SAMPLE {
-				hits++
-			}
-		})
-		if hits+int(ring.Lost) != 2*n {
-			return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, 2*n, ring.Lost)
-		}
-		return ns, nil
-	}
-	measure := func(kind int) (cost, spread float64, err error) {
-		// Warm up (the first hits map the kernel's trampoline page).
-		if _, err := probed(20, kind); err != nil {
-			return 0, 0, err
-		}
-		var plain, withProbes []float64
-		for r := 0; r < rounds; r++ {
-			ns, err := batch(calls, kind)
-			if err != nil {
 				return 0, 0, err
 			}
-			plain = append(plain, float64(ns)/calls)
-			if ns, err = probed(calls, kind); err != nil {
+		}
+		// Batches of n probed calls: every call hit twice (or lost).
+		probed := func(n int) (int64, error) {
+			ns, err := batch(n, kind)
+			if err != nil {
+				return 0, err
+			}
+			hits, lost := 0, ring.Lost
+			ring.Drain(func(typ uint32, _ uint16, _ []byte) {
+				if typ == unix.PERF_RECORD_SAMPLE {
+					hits++
+				}
+			})
+			if got := hits + int(ring.Lost-lost); got != 2*n {
+				return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, 2*n, ring.Lost-lost)
+			}
+			return ns, nil
+		}
+		// Warm up (the first hits map the kernel's trampoline page).
+		if _, err := probed(20); err != nil {
+			return 0, 0, err
+		}
+		for r := 0; r < rounds; r++ {
+			ns, err := probed(calls)
+			if err != nil {
 				return 0, 0, err
 			}
 			withProbes = append(withProbes, float64(ns)/calls)
@@ -284,13 +311,59 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 		}
 		return withProbes[0] - plain[0], withProbes[rounds-1] - withProbes[0], nil
 	}
-	c := Calibration{Calls: calls, Rounds: rounds}
-	if c.CallNs, c.SpreadNs, err = measure(0); err != nil {
+	c = Calibration{Calls: calls, Rounds: rounds}
+	// The sample's cost: enough calls for ~10 ms of CPU.
+	ns, err := batch(100000, 0)
+	if err != nil {
 		return fail(err)
+	}
+	n := int(min(max(100000*10e6/float64(max(ns, 1)), 1000), 1e9))
+	sampled := func() (int64, int, error) {
+		fd, err := openSampler(tid, 1e9/calibSampleHz)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer unix.Close(fd)
+		ring, err := perfring.Map(fd, 16)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer ring.Close()
+		ns, err := batch(n, 0)
+		samples := 0
+		ring.Drain(func(typ uint32, _ uint16, _ []byte) {
+			if typ == unix.PERF_RECORD_SAMPLE {
+				samples++
+			}
+		})
+		return ns, samples + int(ring.Lost), err
+	}
+	bestPlain, bestSampled, samples := int64(math.MaxInt64), int64(math.MaxInt64), 0
+	for r := 0; r < rounds; r++ {
+		ns, err := batch(n, 0)
+		if err != nil {
+			return fail(err)
+		}
+		bestPlain = min(bestPlain, ns)
+		sns, k, err := sampled()
+		if err != nil {
+			return fail(fmt.Errorf("the cost of a sample: %w", err))
+		}
+		if sns < bestSampled {
+			bestSampled, samples = sns, k
+		}
+	}
+	if samples > 0 && bestSampled > bestPlain {
+		c.SampleNs = float64(bestSampled-bestPlain) / float64(samples)
+	}
+	called = true
+	between(c.SampleNs)
+	if c.CallNs, c.SpreadNs, err = measure(0); err != nil {
+		return c, fmt.Errorf("calibrate the probe cost: %w", err)
 	}
 	if entryEmulated(fn[1].path, fn[1].off) && !entryEmulated(fn[0].path, fn[0].off) {
 		if c.EmulatedNs, _, err = measure(1); err != nil {
-			return fail(err)
+			return c, fmt.Errorf("calibrate the probe cost: %w", err)
 		}
 		if c.EmulatedNs > c.CallNs {
 			c.EmulatedNs = c.CallNs // noise: never charge less for the dearer kind
@@ -304,17 +377,25 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 func cpuTimeNs(tids []int) uint64 {
 	var sum uint64
 	for _, tid := range tids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
-				sum += v
-			}
+		if v, ok := threadCPUNs(tid); ok {
+			sum += v
 		}
 	}
 	return sum
+}
+
+// threadCPUNs is thread tid's CPU time so far (/proc/TID/schedstat, ns).
+func threadCPUNs(tid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
+	if err != nil {
+		return 0, false
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+			return v, true
+		}
+	}
+	return 0, false
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).
