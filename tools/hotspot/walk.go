@@ -527,10 +527,17 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			lastProgress = time.Now()
 			w.progress("level %d frontier [%s] active probes %d calls %d", depth, strings.Join(lv.Frontier, " "), len(probes), lv.Calls)
 		}
+		// A window of the budget is read every 2 ms: a hot function's
+		// window reaches its cost in a few ms (the probes wake the poll
+		// only every 256 hits).
+		wait := 20
+		if budget && on {
+			wait = 2
+		}
 		if len(probes) > 0 {
-			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, 20)
+			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, wait)
 		} else {
-			_, _ = unix.Poll(nil, 20)
+			_, _ = unix.Poll(nil, wait)
 		}
 	}
 	drain()
