@@ -25,7 +25,8 @@ func TestParsePercent(t *testing.T) {
 // TestBudgetRule checks the budget's arithmetic: the probes may be in
 // place while the walk's counted cost so far is at most the aim (60 % of
 // the budget) of the target's own CPU time so far; a window ends after
-// onWin or once its cost reaches the aim's share of onWin.
+// onWin or once its cost reaches the aim's share of onWin (or twice the
+// last closing phase's cost).
 func TestBudgetRule(t *testing.T) {
 	w := &Walk{Budget: 5, meter: newCPUMeter()}
 	if a := w.aim(); a < 0.0299 || a > 0.0301 {
@@ -61,6 +62,11 @@ func TestBudgetRule(t *testing.T) {
 	}
 	if !w.windowOver(on, 0, on) {
 		t.Error("window not ended after onWin")
+	}
+	// After a closing phase of 5 ms, a window goes on to 10 ms of cost.
+	w.lastCloseCost = 5e6
+	if w.windowOver(40*time.Millisecond, 9e6, on) || !w.windowOver(40*time.Millisecond, 10e6, on) {
+		t.Error("after a closing phase of 5 ms, a window did not end at twice that cost")
 	}
 }
 

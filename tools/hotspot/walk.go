@@ -118,8 +118,9 @@ type Walk struct {
 	// CostNs is the estimated cost of those calls and of the entry hits
 	// while probes were being closed (CloseHits): each one charged the
 	// calibrated cost of its function's kind of first instruction.
-	CostNs    float64
-	CloseHits uint64
+	CostNs        float64
+	CloseHits     uint64
+	lastCloseCost float64 // the cost of the last closing phase
 	// SampleCostNs is the cost of the sampling step before the walk
 	// (samples x the calibrated cost of one): the budget counts it.
 	SampleCostNs float64
@@ -243,6 +244,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	// go last, after their rings are unmapped.
 	closeAll := func() {
 		closing = true
+		cost0, had := w.CostNs, len(probes) > 0
 		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
 			for _, p := range probes {
 				if p.Ret == (pass == 0) && !owners[p] {
@@ -265,6 +267,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		rings, probes, leaders = nil, nil, nil
 		clear(owners)
 		closing = false
+		if had {
+			w.lastCloseCost = w.CostNs - cost0
+		}
 		// Calls entered in this window whose return it did not see.
 		for tid, st := range stacks {
 			for _, f := range st {
@@ -582,9 +587,12 @@ func costWithin(cost float64, cpuNs uint64, aim float64) bool {
 
 // windowOver ends a window of the budget: after onWin with the probes in
 // place, or earlier once its cost reaches the aim's share of onWin (a
-// function called very often).
+// function called very often) — or twice the cost of the last closing
+// phase if that is more: each window ends with one (the probes trap while
+// they are closed), so a window is worth at least twice what closing it
+// costs.
 func (w *Walk) windowOver(elapsed time.Duration, winCost float64, onWin time.Duration) bool {
-	return elapsed >= onWin || winCost >= w.aim()*float64(onWin)
+	return elapsed >= onWin || winCost >= max(w.aim()*float64(onWin), 2*w.lastCloseCost)
 }
 
 // maxBudgetWait bounds a level's wait for the costs so far to be paid.
