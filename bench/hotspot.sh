@@ -12,7 +12,8 @@
 #                         scripts/run.hookit (every entry and exit hooked)
 # Runs interleaved, the best (lowest) of RUNS each: other load only ever
 # adds CPU time per iteration (cache and core sharing), so the minimum is
-# the cleanest figure. Next to each walk's measured slowdown: the budget's
+# the cleanest figure; min..max is each run against the best plain run,
+# the median the median run against the median plain run. Next to each walk's measured slowdown: the budget's
 # own estimate (the samples and the probe hits, each at the cost hotspot
 # measured at its start, against the target's CPU time of the whole run;
 # in parentheses the same from the sampling's start to the walk's end).
@@ -53,16 +54,18 @@ for ((i = 0; i < RUNS; i++)); do
 	scripts/run.hookit -o "$tmp/hk" -- bin/hotspot-example-hookit "$SECS" "$WORK" 2>/dev/null | tee "$tmp/hk$i.out" | iters | cut -d' ' -f1 >>"$tmp/hookit" || true
 done
 p=$(best <"$tmp/plain" | cut -d' ' -f1)
+pm=$(sort -n "$tmp/plain" | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}') # the median plain run
 echo "hotspot overhead: bundled example, ${SECS}s runs (work $WORK), best of $RUNS, period $PERIOD"
-printf '  %-30s %12s %10s %10s %10s   %s\n' configuration "CPU us/iter" slowdown "min..max" "estimate" "(estimate over the walk; probed calls + hits while closing, cost/call; samples x cost)"
+printf '  %-30s %12s %10s %13s %8s %10s   %s\n' configuration "CPU us/iter" slowdown "min..max" median "estimate" "(estimate over the walk; probed calls + hits while closing, cost/call; samples x cost)"
 row() { # name file
-	sort -n "$2" | awk -v p="$p" -v name="$1" '
+	sort -n "$2" | awk -v p="$p" -v pm="$pm" -v name="$1" '
 		NR == 1 {u = $1; e = $2; ew = $3; n = $4; c = $5; ch = $6; ns = $7; sc = $8}
-		{s = ($1 - p) * 100 / p; if (NR == 1 || s < lo) lo = s; if (NR == 1 || s > hi) hi = s}
-		END {if (e == "") printf "  %-30s %12s %+9.1f%% %+5.1f..%+.1f\n", name, u, (u-p)*100/p, lo, hi
-		     else printf "  %-30s %12s %+9.1f%% %+5.1f..%+.1f %+9.1f%%   (%+.1f%%; %d + %d hits x %.1f us; %d x %.1f us)\n", name, u, (u-p)*100/p, lo, hi, e, ew, n, ch, c, ns, sc}'
+		{s = ($1 - p) * 100 / p; if (NR == 1 || s < lo) lo = s; if (NR == 1 || s > hi) hi = s; v[NR] = $1}
+		END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; med = (m - pm) * 100 / pm
+		     if (e == "") printf "  %-30s %12s %+9.1f%% %+6.1f..%+5.1f %+7.1f%%\n", name, u, (u-p)*100/p, lo, hi, med
+		     else printf "  %-30s %12s %+9.1f%% %+6.1f..%+5.1f %+7.1f%% %+9.1f%%   (%+.1f%%; %d + %d hits x %.1f us; %d x %.1f us)\n", name, u, (u-p)*100/p, lo, hi, med, e, ew, n, ch, c, ns, sc}'
 }
-printf '  %-30s %12s %10s\n' plain "$p" -
+printf '  %-30s %12s %10s %13s %8s\n' plain "$p" - "" "($pm)"
 row "walk, default (5% budget)" "$tmp/walk"
 row "walk, probes always in" "$tmp/always"
 row "-finstrument-functions build" "$tmp/instr"
