@@ -17,6 +17,9 @@
 # own estimate (the samples and the probe hits, each at the cost hotspot
 # measured at its start, against the target's CPU time of the whole run;
 # in parentheses the same from the sampling's start to the walk's end).
+# Then RUNS paired runs: a plain run and the default walk at the same time
+# (the same load on a shared machine), the walked run's CPU per iteration
+# against its pair's.
 # Goal: the default walk slows the target by at most 5 %.
 #
 #   bench/hotspot.sh [RUNS=5] [PERIOD=1s] [WORK=20000]
@@ -52,6 +55,12 @@ for ((i = 0; i < RUNS; i++)); do
 	echo "$u $(estimate "$tmp/a$i.json" "$cpu")" >>"$tmp/always"
 	bin/hotspot-example-hookit "$SECS" "$WORK" | iters | cut -d' ' -f1 >>"$tmp/instr" || true
 	scripts/run.hookit -o "$tmp/hk" -- bin/hotspot-example-hookit "$SECS" "$WORK" 2>/dev/null | tee "$tmp/hk$i.out" | iters | cut -d' ' -f1 >>"$tmp/hookit" || true
+	# Paired: a plain run beside the default walk, at the same time (the
+	# same load on a shared machine): the slowdown of the walked one.
+	bin/hotspot-example "$SECS" "$WORK" | iters | cut -d' ' -f1 >"$tmp/pp" &
+	bin/hotspot -q -s 1 --period "$PERIOD" -o /dev/null -- bin/hotspot-example "$SECS" "$WORK" | iters | cut -d' ' -f1 >"$tmp/pw" || true
+	wait
+	awk -v a="$(cat "$tmp/pw")" -v b="$(cat "$tmp/pp")" 'BEGIN {if (a > 0 && b > 0) printf "%.2f\n", (a - b) * 100 / b}' >>"$tmp/paired"
 done
 p=$(best <"$tmp/plain" | cut -d' ' -f1)
 pm=$(sort -n "$tmp/plain" | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}') # the median plain run
@@ -74,6 +83,8 @@ hooks=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["hook_ex
 ahooks=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["hook_executions"])' "$tmp/a0.json")
 levels=$(python3 -c 'import json,sys; print(" | ".join(" ".join(l["frontier"]) for l in json.load(open(sys.argv[1]))["levels"]))' "$tmp/w0.json")
 hk=$(sed -n 's/^hotspot-example: .* all=\([0-9]*\) .*/\1/p' "$tmp/hk0.out")
+pr=$(sort -n "$tmp/paired" | awk '{v[NR] = $1; s = s sprintf("%s%+.1f%%", NR > 1 ? " " : "", $1)} END {m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s (median %+.1f%%)", s, m}')
+echo "  walk, default, each run beside a plain run started with it: $pr"
 echo "  levels: $levels"
 echo "  hook executions in one ${SECS}s run: walk $hooks (default), $ahooks (probes always in); run.hookit $((2 * ${hk:-0})) (an entry and an exit hook per call)"
 w=$(best <"$tmp/walk" | cut -d' ' -f1)
