@@ -20,7 +20,10 @@
 # Then RUNS paired runs: a plain run and the default walk at the same time
 # (the same load on a shared machine), the walked run's CPU per iteration
 # against its pair's.
-# Goal: the default walk slows the target by at most 5 %.
+# Goal: the default walk slows the target by at most 5 %: the verdict is the
+# median of the paired runs (on a shared machine the load changes from run
+# to run, the best of RUNS of a plain run can be a lucky one; a pair shares
+# its load).
 #
 #   bench/hotspot.sh [RUNS=5] [PERIOD=1s] [WORK=20000]
 # (WORK 20000: hot takes ~25 us a call, about one probed call's cost here,
@@ -87,5 +90,5 @@ pr=$(sort -n "$tmp/paired" | awk '{v[NR] = $1; s = s sprintf("%s%+.1f%%", NR > 1
 echo "  walk, default, each run beside a plain run started with it: $pr"
 echo "  levels: $levels"
 echo "  hook executions in one ${SECS}s run: walk $hooks (default), $ahooks (probes always in); run.hookit $((2 * ${hk:-0})) (an entry and an exit hook per call)"
-w=$(best <"$tmp/walk" | cut -d' ' -f1)
-awk -v p="$p" -v w="$w" 'BEGIN {s = (w-p)*100/p; if (s > 5) {printf "  slowdown %.1f%% is above the 5%% goal\n", s; exit 1} else printf "  slowdown %.1f%% <= 5%%: ok\n", s}'
+sort -n "$tmp/paired" | awk '{v[NR] = $1} END {s = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+	if (NR == 0 || s > 5) {printf "  slowdown %.1f%% (median of the paired runs) is above the 5%% goal\n", s; exit 1} else printf "  slowdown %.1f%% (median of the paired runs) <= 5%%: ok\n", s}'

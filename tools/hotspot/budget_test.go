@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,36 +30,39 @@ func TestParsePercent(t *testing.T) {
 // last closing phase's cost).
 func TestBudgetRule(t *testing.T) {
 	w := &Walk{Budget: 5, meter: newCPUMeter()}
-	if a := w.aim(); a < 0.0299 || a > 0.0301 {
-		t.Fatalf("aim %g for a 5%% budget, want 0.03", a)
+	a := w.aim()
+	if budgetAim <= 0 || budgetAim >= 1 || math.Abs(a-0.05*budgetAim) > 1e-12 {
+		t.Fatalf("aim %g for a 5%% budget (budgetAim %g), want a share of 0.05", a, budgetAim)
 	}
 	// Nothing spent yet, no CPU seen: within.
-	if !costWithin(0, 0, w.aim()) {
+	if !costWithin(0, 0, a) {
 		t.Error("no cost, no CPU: not within the budget")
 	}
-	// 3 ms of cost in 103 ms of CPU: own 100 ms, exactly 3 %.
-	if !costWithin(3e6, 103e6, w.aim()) {
-		t.Error("3 ms of cost for 100 ms of own CPU refused at a 3 % aim")
+	// A cost of exactly the aim of 100 ms of own CPU is within; 3 % more is not.
+	c := a * 100e6
+	if !costWithin(c, uint64(100e6+c), a) {
+		t.Errorf("%.2f ms of cost for 100 ms of own CPU refused at aim %g", c/1e6, a)
 	}
-	if costWithin(3.1e6, 103e6, w.aim()) {
-		t.Error("3.1 ms of cost for 99.9 ms of own CPU accepted at a 3 % aim")
+	if costWithin(1.03*c, uint64(100e6+c), a) {
+		t.Errorf("%.2f ms of cost for under 100 ms of own CPU accepted at aim %g", 1.03*c/1e6, a)
 	}
-	// The sampling's cost counts too.
-	w.SampleCostNs, w.CostNs = 2e6, 2e6
-	w.meter.total = 104e6
+	// The sampling's cost counts too: half of it sampling, half probes.
+	w.SampleCostNs, w.CostNs = c/2, c/2
+	w.meter.total = uint64(97e6 + c) // own 97 ms
 	if w.withinBudget() {
-		t.Error("2 ms of sampling + 2 ms of probes for 100 ms of own CPU (4 %) accepted")
+		t.Error("sampling + probes at the aim of 100 ms accepted for 97 ms of own CPU")
 	}
-	w.meter.total = 138e6 // own 134 ms: 2.99 %
+	w.meter.total = uint64(101e6 + c)
 	if !w.withinBudget() {
-		t.Error("4 ms of cost for 134 ms of own CPU refused")
+		t.Error("sampling + probes at the aim of 100 ms refused for 101 ms of own CPU")
 	}
 	const on = 100 * time.Millisecond
-	if w.windowOver(40*time.Millisecond, 2.9e6, on) {
-		t.Error("window ended at 40 ms with 2.9 ms of cost (under 3 % of 100 ms)")
+	share := a * float64(on) // the aim's share of a window
+	if w.windowOver(40*time.Millisecond, 0.97*share, on) {
+		t.Error("window ended at 40 ms with its cost under the aim's share of 100 ms")
 	}
-	if !w.windowOver(20*time.Millisecond, 3e6, on) {
-		t.Error("a very hot function's window (3 ms of cost in 20 ms) not ended early")
+	if !w.windowOver(20*time.Millisecond, share, on) {
+		t.Error("a very hot function's window (the aim's share of 100 ms in 20 ms) not ended early")
 	}
 	if !w.windowOver(on, 0, on) {
 		t.Error("window not ended after onWin")

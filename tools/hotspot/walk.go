@@ -567,7 +567,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 // (the caches and TLB entries the traps and the probes' text page copies
 // cost the target, the tool's CPU beside the target's on a shared core)
 // takes the rest.
-const budgetAim = 0.6
+const budgetAim = 0.5
 
 // aim is the fraction of the target's own CPU time the walk may cost.
 func (w *Walk) aim() float64 { return w.Budget / 100 * budgetAim }
