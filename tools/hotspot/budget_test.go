@@ -141,9 +141,11 @@ func TestEntryEmulated(t *testing.T) {
 	if entryEmulated(filepath.Join(t.TempDir(), "missing"), 0) {
 		t.Error("a missing file counted as emulated")
 	}
-	c := Calibration{CallNs: 20000, EmulatedNs: 6000}
-	if c.cost(f, 0) != 6000 || c.cost(f, 1) != 20000 {
-		t.Errorf("cost: push %v, mov %v; want 6000, 20000", c.cost(f, 0), c.cost(f, 1))
+	c := Calibration{CallNs: 20000, EmulatedNs: 6000, EntryNs: 12000, EntryEmulatedNs: 3000}
+	pc, pe := c.cost(f, 0)
+	mc, me := c.cost(f, 1)
+	if pc != 6000 || pe != 3000 || mc != 20000 || me != 12000 {
+		t.Errorf("cost: push %v (entry alone %v), mov %v (%v); want 6000 (3000), 20000 (12000)", pc, pe, mc, me)
 	}
 }
 

@@ -241,8 +241,8 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	}
 	start := time.Now()
 	// The costs are measured by a calibration child: a sample's first
-	// (it sets the sampling rate within the budget), then, while the child
-	// waits, the sampling step, then a probed call's (the walk's windows).
+	// (it sets the sampling rate within the budget), then a probed call's
+	// (the walk's windows) while the sampling step runs.
 	// An error, such as uprobes refused, is reported after the sampling.
 	meter := newCPUMeter()
 	var sr SampleResult

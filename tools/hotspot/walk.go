@@ -48,6 +48,7 @@ type FuncStat struct {
 	Callers    []*CallerStat `json:"callers"`
 	sumNs      float64
 	costNs     float64 // the calibrated cost of one probed call of it
+	entryNs    float64 // ... of a call with its entry probe alone
 	sumMetric  float64
 	callers    map[string]*CallerStat
 }
@@ -84,6 +85,9 @@ type Level struct {
 	// BudgetWaitSec is how long the level waited for the walk's costs so
 	// far to fall within the budget before its probes first went in.
 	BudgetWaitSec float64 `json:"budget_wait_s,omitempty"`
+	// CloseSec is the time spent closing probes (the kernel's grace
+	// periods, ~45 ms a probe on an idle host, more under load).
+	CloseSec float64 `json:"close_s"`
 	pids          map[uint32]int
 }
 
@@ -214,7 +218,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
 		if w.Cal != nil {
-			fs.costNs = w.Cal.cost(f.Path, f.Off)
+			fs.costNs, fs.entryNs = w.Cal.cost(f.Path, f.Off)
 		}
 		stats = append(stats, fs)
 		w.visited[f.key()] = fs
@@ -244,7 +248,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	// go last, after their rings are unmapped.
 	closeAll := func() {
 		closing = true
-		cost0, had := w.CostNs, len(probes) > 0
+		cost0, had, t0 := w.CostNs, len(probes) > 0, time.Now()
 		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
 			for _, p := range probes {
 				if p.Ret == (pass == 0) && !owners[p] {
@@ -269,6 +273,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		closing = false
 		if had {
 			w.lastCloseCost = w.CostNs - cost0
+			lv.CloseSec += time.Since(t0).Seconds()
 		}
 		// Calls entered in this window whose return it did not see.
 		for tid, st := range stacks {
@@ -393,7 +398,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					// probe is gone).
 					lv.CloseHits++
 					w.CloseHits++
-					w.CostNs += ref.fs.costNs
+					w.CostNs += ref.fs.entryNs
 					return
 				}
 				if lv.pids[s.PID] == 0 {
@@ -420,6 +425,12 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						stacks[s.TID] = append(st, frame{ref.fs, s.Time, s.Read})
 					}
 					return
+				}
+				if closing {
+					// A return while the probes are being closed: its
+					// return trap is charged here, its entry trap was
+					// charged with the entry.
+					w.CostNs += ref.fs.costNs - ref.fs.entryNs
 				}
 				st := stacks[s.TID]
 				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
@@ -506,8 +517,11 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				on, winStart = true, time.Now()
 			}
 		case offWin > 0 && on && time.Since(winStart) >= onWin:
+			// The off time counts from the start of the closing (which
+			// takes ~45 ms a probe, more on a loaded host).
+			t := time.Now()
 			closeAll()
-			on, winStart = false, time.Now()
+			on, winStart = false, t
 		case offWin > 0 && !on && time.Since(winStart) >= offWin:
 			if _, err := openAll(); err != nil {
 				return nil, err
