@@ -39,7 +39,9 @@ go build -o bin/ ./tools/hookit
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 per=$(awk -v p="$PERIOD" 'BEGIN {v = p + 0; if (p ~ /ms$/) v /= 1000; print v}')
-SECS=$(awk -v p="$per" 'BEGIN {print 2.5 + 4.4 * p}') # sampling, calibration, the 4 levels hot, c x, b, a
+# Sampling, calibration, the 4 levels hot, c x, b, a, and the budget's waits
+# between them (a level's closing phase alone costs ~1-2 % of a second).
+SECS=$(awk -v p="$per" 'BEGIN {print 3 + 6 * p}')
 
 # "CPU-us-per-iteration CPU-us" from the example's last line.
 iters() { sed -n 's/^hotspot-example: iterations=\([0-9]*\) .* cpu_us=\([0-9]*\)$/\1 \2/p' | awk '{printf "%.3f %d\n", $2 / $1, $2}'; }
