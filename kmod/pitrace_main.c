@@ -593,6 +593,7 @@ static const unsigned int pt_ioc_cmds[] = {
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_IOC_PTT_READ,
 	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_IOC_ITRACE_ON,
 	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_IOC_ITRACE_OFF,
+	[_IOC_NR(PITRACE_IOC_ITRACE_STATS)] = PITRACE_IOC_ITRACE_STATS,
 	[_IOC_NR(PITRACE_IOC_JIT)] = PITRACE_IOC_JIT,
 };
 
@@ -615,6 +616,7 @@ static const u16 pt_ioc_min[ARRAY_SIZE(pt_ioc_cmds)] = {
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_PTT_READ_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_ITRACE_ON_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_ITRACE_OFF_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_ITRACE_STATS)] = PITRACE_ITRACE_STATS_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_JIT)] = PITRACE_JIT_ARG_SIZE_V1,
 };
 
@@ -637,6 +639,7 @@ static void __maybe_unused pt_ioc_build_checks(void)
 	BUILD_BUG_ON(sizeof(struct pitrace_ptt_read) < PITRACE_PTT_READ_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_itrace_on) < PITRACE_ITRACE_ON_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_itrace_off) < PITRACE_ITRACE_OFF_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_itrace_stats) < PITRACE_ITRACE_STATS_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_jit_arg) != PITRACE_JIT_ARG_SIZE_V1);
 }
 
@@ -707,6 +710,8 @@ static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a)
 		return pt_itrace_on(a);
 	case PITRACE_IOC_ITRACE_OFF:
 		return pt_itrace_off(a);
+	case PITRACE_IOC_ITRACE_STATS:
+		return pt_itrace_stats(a);
 	}
 	return -ENOTTY;
 }

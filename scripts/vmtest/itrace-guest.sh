@@ -51,6 +51,17 @@ run pitest itrace-cmp /bin/itrace.cg /tmp/it.cg
 ins=$(sed -n 's/.*: \([0-9]*\) instructions,.*/\1/p' /tmp/itout/itrace.out | head -1)
 sed -n '1,12p' /tmp/itout/itrace.out | sed 's/^/  /'
 echo "vmtest: itrace module: ${ins:-?} instructions traced in $((t1 - t0)) ms wall (TCG)"
+step "itrace: interrupts and page faults in user code are one record each, not branches (the counts above stayed exact)"
+run post -r /tmp/it.nrm2 -arc -o /tmp/itout
+nirq=$(grep -c ' INTERRUPT_236_[0-9]*ns' /tmp/itout/arc)
+npf=$(grep -c ' PAGEFAULT_0x[0-9a-f]*_err[0-9]*_[0-9]*ns' /tmp/itout/arc)
+grep ' INTERRUPT_\| IRQ_\| PAGEFAULT_' /tmp/itout/arc | head -4 | sed 's/^/  /'
+set -- $(sed -n 's/^kernel: \([0-9]*\) interrupts and \([0-9]*\) page faults.*/\1 \2/p' /tmp/itout/itrace.out)
+[ "$nirq" -gt 0 ] || fail "no local timer interrupt (vector 236) in the arc report of a traced run of $((t1 - t0)) ms"
+[ "$npf" -gt 0 ] || fail "no page fault in the arc report of a traced static program from its exec"
+nall=$(grep -c ' INTERRUPT_\| IRQ_' /tmp/itout/arc)
+[ "${1:-x}" = "$nall" ] && [ "${2:-x}" = "$npf" ] || fail "itrace.out counts ${1:-?} interrupts, ${2:-?} faults; the arc report $nall, $npf"
+echo "vmtest: itrace kernel entries: $nall interrupts ($nirq local timer), $npf page faults, each one arc line; the own functions' counts above are callgrind's"
 step "itrace: post --itrace-folded / --itrace-pprof carry instructions"
 run post -r /tmp/it.nrm2 --itrace-folded /tmp/it.folded --itrace-pprof /tmp/it.pb.gz -o /tmp/itout
 sum=$(awk '{ s += $NF } END { print s }' /tmp/it.folded)
