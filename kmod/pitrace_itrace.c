@@ -167,12 +167,16 @@ static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
 static void ith_kflush(struct ith *th, u64 now)
 {
 	u64 d = now - th->k_c0;
+	/* the statistics count what lies inside the span (ITRACE_STATS) */
+	bool in_span = th->st.traps && th->k_c0 >= th->st.start_tsc;
 
 	if (!th->k_minor)
 		return;
 	if (th->k_minor == PITRACE_ITRACE_INTERRUPT) {
-		th->st.interrupts++;
-		th->st.irq_tsc += d;
+		if (in_span) {
+			th->st.interrupts++;
+			th->st.irq_tsc += d;
+		}
 		ith_block(th, PITRACE_MAJOR_ITRACE_K, PITRACE_ITRACE_INTERRUPT,
 			  th->ip, th->k_arg, ith_tsc_ns(d));
 	} else {
@@ -181,8 +185,10 @@ static void ith_kflush(struct ith *th, u64 now)
 						      th->k_arg,
 						      ith_tsc_ns(d) };
 
-		th->st.faults++;
-		th->st.fault_tsc += d;
+		if (in_span) {
+			th->st.faults++;
+			th->st.fault_tsc += d;
+		}
 		ith_write(th, PITRACE_MAJOR_ITRACE_K, PITRACE_ITRACE_FAULT, &r,
 			  sizeof(r));
 		th->start = th->ip;
@@ -382,9 +388,9 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 	if (th->state == ITH_ON) {
 		if (!th->st.traps)
 			th->st.start_tsc = t_in;	/* the span starts here */
+		th->st.traps++;
 		ith_kflush(th, t_in);
 		ith_step(th, regs);
-		th->st.traps++;
 		th->st.trap_tsc += get_cycles() - t_in;
 	} else if (!th->handlers) {
 		regs->flags &= ~X86_EFLAGS_TF;
@@ -516,8 +522,10 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 		if (th->in_sys) {
 			u64 dur = ktime_get_mono_fast_ns() - th->sys_t0;
 
-			th->st.syscalls++;
-			th->st.sys_tsc += get_cycles() - th->sys_c0;
+			if (th->st.traps) {	/* inside the span */
+				th->st.syscalls++;
+				th->st.sys_tsc += get_cycles() - th->sys_c0;
+			}
 			th->in_sys = false;
 			ith_block(th, PITRACE_MAJOR_ITRACE_K,
 				  PITRACE_ITRACE_SYSCALL, regs->ip, th->sys_nr,
