@@ -120,4 +120,28 @@ pred=$((mix_traps * G + mix_sys * S + mix_faults * F + C))
 echo "vmtest: identity (mix): TSC span $mix_span = user $((mix_u - 1)) + kernel measured $mix_w + glue $mix_traps traps x $G + $mix_sys x $S + $mix_faults x $F + $C = $((mix_u - 1 + mix_w + pred))"
 [ "$mix_r" = "$pred" ] || fail "identity off by $((mix_r - pred)) instructions: TSC span $mix_span, user $((mix_u - 1)), kernel measured $mix_w, glue $pred (R = $mix_r)"
 echo "vmtest: identity exact: user instructions traced + kernel instructions = the TSC delta of the traced section"
+
+# What an ITrace costs threads it does not trace: page faults of another
+# process, without and with an ITrace session on (a sleeping process
+# selected: the probes are attached); the least of three runs each.
+touchmin() {
+	best=
+	for i in 1 2 3; do
+		itrace_icount touch >/tmp/t.out 2>&1 || { cat /tmp/t.out; fail "itrace_icount touch"; }
+		t=$(sed -n 's/^touch: \([0-9]*\) ticks.*/\1/p' /tmp/t.out)
+		[ -z "$best" ] || [ "$t" -lt "$best" ] && best=$t
+	done
+	echo "$best"
+}
+echo "vmtest: --- the cost for threads not traced: 256 page faults of another process"
+a=$(touchmin)
+sleep 1000 &
+sl=$!
+swtrace init -t 1M -m 1M >/dev/null 2>&1 && swtrace disable tprof >/dev/null 2>&1 && swtrace on --discard >/dev/null 2>&1 || fail "swtrace on"
+swtrace itrace on -p $sl >/tmp/out 2>&1 || { cat /tmp/out; fail "itrace on -p (sleeping)"; }
+b=$(touchmin)
+swtrace itrace off >/dev/null 2>&1
+swtrace off >/dev/null 2>&1
+kill $sl
+echo "vmtest: untraced page faults: $((a / 256)) instructions each with no ITrace, $((b / 256)) with an ITrace on elsewhere (+$(((b - a) / 256)) per fault, informational)"
 echo "PITRACE-ICOUNT-PASS"

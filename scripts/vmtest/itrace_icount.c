@@ -9,6 +9,8 @@
  * "user instructions + kernel instructions = TSC delta".
  *
  *   itrace_icount nops200 | nops400 | sys | fault | mix
+ *   itrace_icount touch     (not traced: TSC ticks per page fault of 256 fresh
+ *                            pages, the cost an ITrace on elsewhere adds)
  *
  * Tracing must be on (swtrace init; swtrace on).  Built with -mno-red-zone:
  * the sections call and push below the C frame's stack pointer.
@@ -84,6 +86,34 @@ struct run {
 	"movb $1, (%%r8)\n\tadd $4096, %%r8\n\t"			\
 	"movb $1, (%%r8)\n\t"
 
+static inline uint64_t tsc(void)
+{
+	uint32_t lo, hi;
+
+	asm volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return (uint64_t)hi << 32 | lo;
+}
+
+static int touch(void)
+{
+	enum { N = 256 };
+	volatile char *p = mmap(NULL, N * 4096, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t t0, t1;
+
+	if (p == MAP_FAILED) {
+		perror("itrace_icount: mmap");
+		return 1;
+	}
+	t0 = tsc();
+	for (int i = 0; i < N; i++)
+		p[i * 4096] = 1;
+	t1 = tsc();
+	printf("touch: %llu ticks for %d page faults\n",
+	       (unsigned long long)(t1 - t0), N);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct pitrace_itrace_on on;
@@ -93,6 +123,8 @@ int main(int argc, char **argv)
 	const char *what = argc > 1 ? argv[1] : "";
 	long expect = -1;	/* user instructions, where known a priori */
 
+	if (!strcmp(what, "touch"))
+		return touch();
 	memset(&on, 0, sizeof(on));
 	memset(&off, 0, sizeof(off));
 	memset(&st, 0, sizeof(st));
