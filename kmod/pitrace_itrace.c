@@ -108,6 +108,7 @@ static bool ith_hooked;			/* notifier and tracepoints attached (pt.lock) */
 static DEFINE_PER_CPU(u64, ith_last);	/* (on_count << 32) | tid of the last ITRACE_THREAD */
 /* the statistics of the last thread that ended (ITRACE_STATS) */
 static struct pitrace_itrace_stats ith_ended;
+static u64 ith_ended_birth;	/* its task's start_time: a reused tid is not it */
 
 /* TSC ticks to ns, as the records carry ns (dur_ns saturates) */
 static u32 ith_tsc_ns(u64 ticks)
@@ -214,6 +215,7 @@ static void ith_end(struct ith *th, u32 reason)
 		/* ITRACE_OFF of the thread itself: the span ends at its sys_enter */
 		th->st.end_tsc = th->in_sys ? th->sys_c0 : now;
 		ith_ended = th->st;
+		ith_ended_birth = th->task->start_time;
 	}
 	th->state = ITH_STALE;
 }
@@ -1059,7 +1061,8 @@ long pt_itrace_stats(struct pitrace_itrace_stats *a)
 	long ret = -ENOENT;
 
 	raw_spin_lock_irqsave(&ith_lock, flags);
-	if (ith_ended.tid && ith_ended.tid == task_pid_nr(current)) {
+	if (ith_ended.tid && ith_ended.tid == task_pid_nr(current) &&
+	    ith_ended_birth == current->start_time) {
 		*a = ith_ended;
 		ret = 0;
 	}
