@@ -393,6 +393,11 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		th->st.traps++;
 		ith_kflush(th, t_in);
 		ith_step(th, regs);
+		/*
+		 * Code that cleared TF itself (popf of an old flags word):
+		 * the trap after that instruction still comes; step on.
+		 */
+		regs->flags |= X86_EFLAGS_TF;
 		th->st.trap_tsc += get_cycles() - t_in;
 	} else if (!th->handlers) {
 		regs->flags &= ~X86_EFLAGS_TF;

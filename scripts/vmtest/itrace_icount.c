@@ -9,6 +9,7 @@
  * "user instructions + kernel instructions = TSC delta".
  *
  *   itrace_icount nops200 | nops400 | sys | fault | mix
+ *   itrace_icount popf      (clears TF itself, then 10 instructions: all traced)
  *   itrace_icount touch     (not traced: TSC ticks per page fault of 256 fresh
  *                            pages, the cost an ITrace on elsewhere adds)
  *
@@ -164,8 +165,12 @@ int main(int argc, char **argv)
 		RUN(&r, MIX_BODY);
 		/* 2 + 30 x (call, add, ret, test, jz, dec, jnz) + 15 adds + 2 + 3 */
 		expect = 2 + 30 * 7 + 15 + 2 + 3 + FRAME_INSNS;
+	} else if (!strcmp(what, "popf")) {
+		/* popf of a flags word without TF, then ten nops */
+		RUN(&r, "pushfq\n\tandq $-257, (%%rsp)\n\tpopfq\n\t" REPT(10, "nop"));
+		expect = 3 + 10 + FRAME_INSNS;
 	} else {
-		fprintf(stderr, "usage: itrace_icount nops200|nops400|sys|fault|mix\n");
+		fprintf(stderr, "usage: itrace_icount nops200|nops400|sys|fault|mix|popf|touch\n");
 		return 2;
 	}
 	if (off.threads != 1) {
