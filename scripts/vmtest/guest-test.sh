@@ -3,18 +3,7 @@
 # prints one "vmtest:" line; the last line is the pass marker.
 # $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests)
 # or "stacks" (only the call-stack tests).
-fail() {
-	echo "vmtest: FAIL: $*"
-	exit 1
-}
-step() { echo "vmtest: --- $* (uptime $(cut -d' ' -f1 /proc/uptime) s)"; }
-run() {
-	# run a command, show its output, fail on error
-	"$@" >/tmp/out 2>&1
-	rc=$?
-	sed 's/^/  /' /tmp/out
-	[ $rc -eq 0 ] || fail "$* (exit $rc)"
-}
+. /guest-lib.sh
 
 step "insmod pitrace.ko"
 insmod /pitrace.ko || fail "insmod"

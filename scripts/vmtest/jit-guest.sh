@@ -5,17 +5,8 @@
 # tprof of it through the module must name the loop's ticks by that name,
 # and a JIT_LOAD of another process over the same range (its child's
 # "Forged.name") must carry the child's pid, not the parent's.
-fail() {
-	echo "vmtest: FAIL: jit: $*"
-	exit 1
-}
-step() { echo "vmtest: --- $* (uptime $(cut -d' ' -f1 /proc/uptime) s)"; }
-run() {
-	"$@" >/tmp/out 2>&1
-	rc=$?
-	sed 's/^/  /' /tmp/out
-	[ $rc -eq 0 ] || fail "$* (exit $rc)"
-}
+. /guest-lib.sh
+FAIL_PREFIX="jit: "
 
 step "jit: JIT_LOAD refused while tracing is off"
 swtrace free >/dev/null 2>&1

@@ -156,6 +156,7 @@ cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
 cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
 cp scripts/vmtest/jit-guest.sh "$IR/jit-test.sh"
+cp scripts/vmtest/guest-lib.sh "$IR/guest-lib.sh"
 if [ "$WHAT" = callflow ]; then
 	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
 fi
