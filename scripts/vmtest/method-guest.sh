@@ -60,6 +60,20 @@ trace() {
 	echo "$pid $child" >"$2/pids"
 }
 
+if [ "$1" = bench ]; then	# run.sh bench: -icount, 1 ns of guest time = 1 instruction
+	for b in kmod daemon; do
+		step "method: cost of one method event on the calling thread, $b backend (-icount: ns = instructions)"
+		run env PERFINSP_BACKEND=$b swtrace init -t 4M -m 512K
+		run env PERFINSP_BACKEND=$b swtrace enable 0x30 0x50
+		run env PERFINSP_BACKEND=$b swtrace on
+		run env PERFINSP_BACKEND=$b methodprog 0 0 10001
+		grep "cost:" /tmp/out | sed "s/^/vmtest: method bench: $b: /"
+		run env PERFINSP_BACKEND=$b swtrace off
+		run env PERFINSP_BACKEND=$b swtrace free
+	done
+	exit 0
+fi
+
 step "method: hardening: the argument at a page edge, bad pointers, sizes, reserved fields, a flood to full"
 run harden method 20000
 
