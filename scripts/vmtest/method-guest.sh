@@ -86,6 +86,7 @@ if methodprog 1 1 1 >/tmp/out 2>&1; then
 	fail "methodprog's records were accepted with tracing off"
 fi
 sed 's/^/  /' /tmp/out
+grep -q "failed 3 err pitrace module: Invalid argument" /tmp/out || fail "not refused by the module with EINVAL"
 
 step "method: methodprog's entry/exit through the module, tprof at 1000 Hz, post --merge"
 trace kmod /tmp/mk

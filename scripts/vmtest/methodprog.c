@@ -160,6 +160,8 @@ int main(int argc, char **argv)
 		leave(INTERP, 9);
 		jt_flush();
 		jt_stats(&sent, &failed, &err, &send_ns);
+		if (sent != 3 || failed)
+			fprintf(stderr, "methodprog: child: sent %lu failed %lu err %s\n", sent, failed, err[0] ? err : "-");
 		_exit(sent == 3 && failed == 0 ? 0 : 2);
 	}
 	if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st) || WEXITSTATUS(st)) {
