@@ -73,6 +73,7 @@ fi
 if [ "$1" = bench ]; then
 	step "benchmark"
 	run pitest bench 20000
+	sh /method-test.sh bench || fail "method event cost"
 	echo "PITRACE-BENCH-DONE"
 	exit 0
 fi

@@ -43,4 +43,5 @@ forged=$(grep JIT_LOAD /tmp/jit/post.show | grep Forged.name | head -1)
 echo "$own" | grep -qw "$pid" || fail "the JIT_LOAD of JitHot.spin does not carry pid $pid"
 echo "$forged" | grep -qw "$pid" && fail "the child's JIT_LOAD carries the parent's pid $pid"
 echo "vmtest: jit: ticks named JitHot.spin, the child's record has its own pid"
+sh /method-test.sh || fail "method entry/exit records (method-guest.sh)"
 exit 0
