@@ -995,7 +995,6 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 		if (a) {
 			a->threads++;
 			a->instructions += th->insns;
-			a->records += th->records;
 		}
 		if (th->state == ITH_PENDING) {
 			th->state = ITH_STALE;	/* its work frees it */
@@ -1003,6 +1002,8 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 			continue;
 		}
 		ith_end(th, PITRACE_ITRACE_END_OFF);
+		if (a)	/* with the END record (and its THREAD) just written */
+			a->records += th->records;
 		if (th->task == current && !th->handlers) {
 			task_pt_regs(current)->flags &= ~X86_EFLAGS_TF;
 			ith_unhash(th);

@@ -420,7 +420,7 @@ struct pitrace_hook_arg {
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
-	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT)
+	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD)
 
 struct pitrace_sysinfo {
 	__u32 abi;
@@ -856,6 +856,48 @@ struct pitrace_rec_jit_method {		/* JIT_METHOD, then the name */
 #define PITRACE_JIT_ARG_SIZE_V1	40
 
 #define PITRACE_IOC_JIT		_IOW(PITRACE_IOC_MAGIC, 36, struct pitrace_jit_arg)
+
+/* ---- Java method entry/exit (JProf calltree,trace; docs/jprof.md) -------- */
+
+/*
+ * METHOD writes one method entry or exit record of the calling thread into
+ * the calling CPU's trace buffer, time-stamped by the module at the call
+ * (the trace's clock, never the caller's): major PITRACE_MAJOR_INTERP
+ * (interpreted) or PITRACE_MAJOR_JITTED (jitted), minor
+ * PITRACE_METHOD_ENTRY or PITRACE_METHOD_EXIT, layout WORDS: u32 pid,
+ * tid (tgid / pid of the caller, never from the argument), method id low,
+ * high — the record pitraced's "jprof" op writes (libperfutil/merge reads
+ * it; a JIT_METHOD record names the id).  Written only while tracing is
+ * on (EINVAL otherwise; ENOSPC in normal mode once stopped full) and when
+ * the record's major is enabled (else nothing is written and the call
+ * returns 0).  No lock: the record path.  One ioctl per event: each record
+ * has the time of its own call.  The argument is exactly
+ * PITRACE_METHOD_ARG_SIZE_V1 bytes; reserved fields must be 0.
+ */
+#define PITRACE_FEAT_METHOD		(1u << 28)	/* METHOD */
+#define PITRACE_MAJOR_INTERP	0x30
+#define PITRACE_MAJOR_JITTED	0x50
+#define PITRACE_METHOD_ENTRY	0x10
+#define PITRACE_METHOD_EXIT	(PITRACE_METHOD_ENTRY | PITRACE_EXIT_BIT)
+
+struct pitrace_method_arg {
+	__u16 major;		/* PITRACE_MAJOR_INTERP or PITRACE_MAJOR_JITTED */
+	__u16 reserved;		/* must be 0 */
+	__u32 minor;		/* PITRACE_METHOD_ENTRY or PITRACE_METHOD_EXIT */
+	__u64 id;		/* the method id (JIT_METHOD names it) */
+	__u64 reserved2;	/* must be 0 */
+};
+
+struct pitrace_rec_method {		/* METHOD entry / exit: u32 words */
+	__u32 pid;
+	__u32 tid;
+	__u32 id_lo;
+	__u32 id_hi;
+} PITRACE_PACKED;
+
+#define PITRACE_METHOD_ARG_SIZE_V1	24
+
+#define PITRACE_IOC_METHOD	_IOW(PITRACE_IOC_MAGIC, 37, struct pitrace_method_arg)
 
 /* ---- MSR access (pitrace_msr.c; the msr tool) ----------------------------- */
 

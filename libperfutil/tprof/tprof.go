@@ -308,7 +308,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		pm[pc] = idx
 		return idx
 	}
-	lastPid, lastCache := uint32(1<<32-1), map[tiKey]*entry(nil)
+	// The tick cache of the last tick's process. A nil lastCache means
+	// none: every pid value is a real one (the kernel reports -1 for a
+	// task whose pid is gone, e.g. a tick in an exiting thread).
+	lastPid, lastCache := uint32(0), map[tiKey]*entry(nil)
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -325,7 +328,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				delete(pcCache, pid)
 				delete(rawStacks, pid)
 				if pid == lastPid {
-					lastPid, lastCache = 1<<32-1, nil
+					lastCache = nil
 				}
 			}
 			if onRecord != nil {
@@ -342,7 +345,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
 			pc := lastCache
-			if pid != lastPid {
+			if pid != lastPid || pc == nil {
 				pc = cache[pid]
 				if pc == nil {
 					pc = map[tiKey]*entry{}

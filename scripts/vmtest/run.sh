@@ -13,7 +13,8 @@
 #   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
 #   scripts/vmtest/run.sh icount     ITrace: user + kernel instructions = TSC delta (-icount; icount-guest.sh)
 #   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
-#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c)
+#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c;
+#                                    method events: method-guest.sh, methodprog.c)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -128,6 +129,8 @@ gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/jitprog" \
 	scripts/vmtest/jitprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
+gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/methodprog" \
+	scripts/vmtest/methodprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
@@ -160,6 +163,8 @@ cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
 cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
 cp scripts/vmtest/jit-guest.sh "$IR/jit-test.sh"
+cp scripts/vmtest/method-guest.sh "$IR/method-test.sh"
+cp scripts/vmtest/guest-lib.sh "$IR/guest-lib.sh"
 if [ "$WHAT" = callflow ]; then
 	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
 fi
