@@ -26,11 +26,8 @@
 #   R = traps*G + syscalls*S + faults*F + C     exactly,
 # so one user instruction lost or counted twice by the trace fails it.
 # Sections hit by a timer interrupt (its glue is not calibrated) are run again.
-fail() {
-	echo "vmtest: FAIL: $*"
-	exit 1
-}
-echo "vmtest: --- itrace -icount identity: insmod pitrace.ko"
+. /guest-lib.sh
+step "itrace -icount identity: insmod pitrace.ko"
 insmod /pitrace.ko || fail "insmod"
 export PERFINSP_BACKEND=kmod
 ICOUNT_SHOW= # set to print each section's ITrace records
@@ -81,7 +78,7 @@ section() {
 }
 
 for s in nops200 nops400 sys fault mix popf; do
-	echo "vmtest: --- section $s"
+	step "section $s"
 	section $s
 done
 
@@ -134,7 +131,7 @@ touchmin() {
 	done
 	echo "$best"
 }
-echo "vmtest: --- the cost for threads not traced: 256 page faults of another process"
+step "the cost for threads not traced: 256 page faults of another process"
 a=$(touchmin)
 sleep 1000 &
 sl=$!
