@@ -23,7 +23,12 @@
  * the handler (handle_signal): the signal_deliver tracepoint queues a
  * task_work that runs right after the frame is set up, writes
  * ITRACE_SIGNAL (to = the handler) and sets TF again; rt_sigreturn
- * restores the frame's TF.
+ * restores the frame's TF.  Interrupts and page faults taken in user code
+ * are seen at their entry tracepoints and written, as one record that is
+ * not a branch, at the thread's next point here (ith_kentry, ith_kflush).
+ *
+ * The -icount identity: TSC windows the module measures per thread (trap
+ * handling, system calls, interrupts, faults), ITRACE_STATS.
  *
  * Traps are consumed only for threads this module traces and only when
  * ptrace is not single-stepping the thread as well (TIF_SINGLESTEP): then
@@ -88,7 +93,7 @@ struct ith {
 	/* a kernel entry from user mode (interrupt, page fault) not yet written */
 	u32 k_minor;			/* 0, or PITRACE_ITRACE_INTERRUPT / _FAULT */
 	u32 k_arg;			/* irq (interrupt), error code (fault) */
-	u64 k_ip, k_addr, k_c0;		/* where user code resumes, fault address, TSC */
+	u64 k_addr, k_c0;		/* fault address, TSC at the entry */
 	struct pitrace_itrace_stats st;	/* the -icount identity's terms */
 };
 
