@@ -29,13 +29,11 @@ func rec(major uint16, minor uint32, f ...uint64) *trace.Record {
 	return &trace.Record{Major: major, Minor: minor, Fixed: f, CPU: 1}
 }
 
-// TestReplay: blocks, a call and its return, a call through a PLT stub,
-// a signal handler and its rt_sigreturn, each counted as callgrind does.
-func TestReplay(t *testing.T) {
-	var arcs []Branch
-	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+// exampleStream is a thread's records: blocks, a call and its return, a
+// call through a PLT stub, a signal handler and its rt_sigreturn.
+func exampleStream() []*trace.Record {
 	U, K := trace.MajorITraceU, trace.MajorITraceK
-	for _, r := range []*trace.Record{
+	return []*trace.Record{
 		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
 		rec(U, trace.ITraceCall, 0x2000, 3, 5),                                  // main: 3, call f from 0x1005
 		rec(U, trace.ITraceReturn, 0x100a, 2, 1),                                // f: 2
@@ -45,7 +43,15 @@ func TestReplay(t *testing.T) {
 		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler), // main: 2, handler h
 		rec(K, trace.ITraceSyscall, 0x1011, 3, 2, 15, 100),                      // h: 3, rt_sigreturn
 		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),                // main: 2
-	} {
+	}
+}
+
+// TestReplay: blocks, a call and its return, a call through a PLT stub,
+// a signal handler and its rt_sigreturn, each counted as callgrind does.
+func TestReplay(t *testing.T) {
+	var arcs []Branch
+	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	for _, r := range exampleStream() {
 		rep.Apply(r)
 	}
 	rep.Finish()
@@ -93,17 +99,7 @@ func TestReplay(t *testing.T) {
 // taken-branch count too, and each appears once in the arc lines.
 func TestReplayInterruptsAreNotBranches(t *testing.T) {
 	U, K := trace.MajorITraceU, trace.MajorITraceK
-	plain := []*trace.Record{
-		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
-		rec(U, trace.ITraceCall, 0x2000, 3, 5),
-		rec(U, trace.ITraceReturn, 0x100a, 2, 1),
-		rec(U, trace.ITraceCall, 0x3000, 1, 0),
-		rec(U, trace.ITraceJump, 0x4000, 1, 0),
-		rec(U, trace.ITraceReturn, 0x100f, 4, 3),
-		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler),
-		rec(K, trace.ITraceSyscall, 0x1011, 3, 2, 15, 100),
-		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),
-	}
+	plain := exampleStream()
 	split := []*trace.Record{
 		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
 		rec(K, trace.ITraceInterrupt, 0x1000, 0, 0, 236, 5000),    // before main's first instruction
