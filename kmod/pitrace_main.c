@@ -558,8 +558,7 @@ static long pt_ioc_sysinfo(struct pitrace_sysinfo *sip)
 		.clock_id = PITRACE_CLOCK_ID,
 		.segments = PITRACE_SEGMENTS,
 		.hdr_size = sizeof(struct pitrace_buf_hdr),
-		.features = pt_src_features() | PITRACE_FEAT_ABI |
-			    PITRACE_FEAT_ITRACE_KERNEL,	/* not yet in the ABI test's list */
+		.features = pt_src_features() | PITRACE_FEAT_ABI,
 		.min_buf = PITRACE_MIN_BUF,
 		.max_buf = PITRACE_MAX_BUF,
 		.mem_limit = pt_mem_limit(),
