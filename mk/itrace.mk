@@ -43,3 +43,10 @@ TEST_TARGETS += vmtest-itrace
 vmtest-itrace-icount:
 	bash scripts/vmtest/run.sh icount
 TEST_TARGETS += vmtest-itrace-icount
+
+# A short fuzz run of the ITrace replay (libperfutil/itrace: arbitrary
+# record sequences through the replay, stacks and callgrind writer).
+.PHONY: fuzz-itrace
+fuzz: fuzz-itrace
+fuzz-itrace:
+	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/itrace/
