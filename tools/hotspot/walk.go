@@ -88,7 +88,7 @@ type Level struct {
 	// CloseSec is the time spent closing probes (the kernel's grace
 	// periods, ~45 ms a probe on an idle host, more under load).
 	CloseSec float64 `json:"close_s"`
-	pids          map[uint32]int
+	pids     map[uint32]int
 }
 
 // Walk is the state of a hot-spot walk.
