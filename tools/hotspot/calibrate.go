@@ -402,18 +402,6 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 	return c, nil
 }
 
-// cpuTimeNs is the CPU time (ns) the threads tids have used so far
-// (/proc/TID/schedstat: on-CPU time, ns); threads gone are left out.
-func cpuTimeNs(tids []int) uint64 {
-	var sum uint64
-	for _, tid := range tids {
-		if v, ok := threadCPUNs(tid); ok {
-			sum += v
-		}
-	}
-	return sum
-}
-
 // threadCPUNs is thread tid's CPU time so far (/proc/TID/schedstat, ns).
 func threadCPUNs(tid int) (uint64, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")

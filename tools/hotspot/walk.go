@@ -446,8 +446,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			})
 		}
 	}
-	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %), or
-	// off for as long as the budget needs (offWin computed per window).
+	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %); the
+	// budget (below) decides by its rule instead.
 	const onWin = 100 * time.Millisecond
 	var offWin time.Duration
 	if w.Duty > 0 && w.Duty < 100 {
