@@ -36,9 +36,10 @@
  * hw_breakpoint) see the trap first.
  *
  * Stopping.  A stopped thread (off, tracing off, buffer full) is marked
- * stale; its next trap clears TF and frees it.  A thread inside a signal
- * handler stays stepped, silently, until the handler returns: its frame
- * holds TF.  Each thread entry (and each process waiting for its exec)
+ * stale; its next trap clears TF and frees it.  A thread inside signal
+ * handlers has TF in their frames too: that trap clears it there as well
+ * (ith_frames_untrap).  Handlers left by siglongjmp are recognised by the
+ * stack pointer (ith_frames_left).  Each thread entry (and each process waiting for its exec)
  * holds a module reference, dropped in an RCU callback when the entry is
  * freed, so rmmod is refused ("in use") while a thread may still trap, and
  * module exit's rcu_barrier() waits for the last callback.
@@ -60,6 +61,7 @@
 #include <linux/uaccess.h>
 #include <asm/debugreg.h>
 #include <asm/processor-flags.h>
+#include <asm/sigframe.h>
 #include <asm/tsc.h>
 #include <asm/unistd.h>
 
@@ -71,6 +73,8 @@ enum {
 	ITH_ON,		/* stepped, records written */
 	ITH_STALE,	/* stopped: its next trap (outside handlers) clears TF */
 };
+
+#define ITH_FRAMES	8	/* nested handler frames whose sp is kept */
 
 struct ith {
 	struct hlist_node hn;		/* ith_hash, by task */
@@ -84,6 +88,9 @@ struct ith {
 	bool dead;			/* unhashed: free when the work has run */
 	bool in_sys;
 	u32 handlers;			/* signal frames holding TF */
+	/* handler entry sp of the innermost frames (ith_frames_left) */
+	u64 frame_sp[ITH_FRAMES];
+	bool frame_alt[ITH_FRAMES];	/* that frame is on the sigaltstack */
 	u32 sig;			/* signal whose handler the work announces */
 	u32 sys_nr;
 	u64 sys_t0, sys_c0;		/* ns and TSC at sys_enter */
@@ -297,6 +304,70 @@ static void ith_hash_add(struct ith *th)
 	ith_nthreads++;
 }
 
+/* ---- signal frames -------------------------------------------------------- */
+
+/*
+ * Clear TF in the flags a signal frame saved (the handler's entry sp points
+ * at the frame, struct rt_sigframe), so that its rt_sigreturn, if it still
+ * comes, does not step the thread again.  The frame was written at the
+ * signal's delivery; its page is normally present.  False if it is not.
+ */
+static bool ith_frame_untrap(u64 frame_sp)
+{
+	unsigned long __user *uf = (unsigned long __user *)
+		(frame_sp + offsetof(struct rt_sigframe, uc.uc_mcontext.flags));
+	unsigned long fl;
+
+	if (copy_from_user_nofault(&fl, uf, sizeof(fl)))
+		return false;
+	if (!(fl & X86_EFLAGS_TF))
+		return true;
+	fl &= ~X86_EFLAGS_TF;
+	return !copy_to_user_nofault(uf, &fl, sizeof(fl));
+}
+
+/*
+ * Drop the handler frames th has left without rt_sigreturn (siglongjmp out
+ * of a handler) at user sp.  At a handler's entry sp points at its frame;
+ * the handler runs below it, and its return (ret, then the restorer's
+ * syscall) runs at sp + 8.  Any sp above that is the code the frame
+ * interrupted or one of its callers: the handler is gone, and TF is
+ * cleared in the abandoned frame (a handler that moved its stack above its
+ * frame and still returns is then no longer stepped after its return).
+ * A frame on the sigaltstack is left when sp is off the alternate stack.
+ * Frames deeper than ITH_FRAMES carry no sp: only rt_sigreturn drops them.
+ */
+static void ith_frames_left(struct ith *th, u64 sp)
+{
+	while (th->handlers && th->handlers <= ITH_FRAMES) {
+		u32 i = th->handlers - 1;
+
+		if (th->frame_alt[i] ? on_sig_stack(sp) :
+		    sp <= th->frame_sp[i] + 8)
+			break;
+		ith_frame_untrap(th->frame_sp[i]);
+		th->handlers--;
+	}
+}
+
+/*
+ * A stopped thread inside handlers: clear TF in every frame it is still
+ * inside, so that it can be let go now.  False if a frame is not known
+ * (deeper than ITH_FRAMES) or cannot be written: it then stays stepped,
+ * silently, until it has returned from (or left) them.
+ */
+static bool ith_frames_untrap(struct ith *th)
+{
+	if (th->handlers > ITH_FRAMES)
+		return false;
+	while (th->handlers) {
+		if (!ith_frame_untrap(th->frame_sp[th->handlers - 1]))
+			return false;
+		th->handlers--;
+	}
+	return true;
+}
+
 /* ---- the step ------------------------------------------------------------- */
 
 static void ith_decode(u64 ip, struct pt_insn *in)
@@ -392,6 +463,7 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 	}
 	if (th->state == ITH_ON && !READ_ONCE(pt_active))
 		ith_end(th, PITRACE_ITRACE_END_OFF);	/* buffer full, or off */
+	ith_frames_left(th, regs->sp);
 	if (th->state == ITH_ON) {
 		if (!th->st.traps)
 			th->st.start_tsc = t_in;	/* the span starts here */
@@ -404,7 +476,7 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		 */
 		regs->flags |= X86_EFLAGS_TF;
 		th->st.trap_tsc += get_cycles() - t_in;
-	} else if (!th->handlers) {
+	} else if (!th->handlers || ith_frames_untrap(th)) {
 		regs->flags &= ~X86_EFLAGS_TF;
 		ith_unhash(th);
 	}
@@ -444,6 +516,10 @@ static void ith_work_fn(struct callback_head *cb)
 			ith_unhash(th);
 	} else if (th->sig) {
 		/* handle_signal cleared TF; the frame holds the old flags */
+		if (th->handlers < ITH_FRAMES) {
+			th->frame_sp[th->handlers] = regs->sp;
+			th->frame_alt[th->handlers] = on_sig_stack(regs->sp);
+		}
 		th->handlers++;
 		regs->flags |= X86_EFLAGS_TF;
 		if (th->state == ITH_ON)
@@ -472,6 +548,7 @@ static void ith_sys_enter(void *data, struct pt_regs *regs, long id)
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(current);
 	if (th && th->state != ITH_PENDING) {
+		ith_frames_left(th, regs->sp);
 		if (id == __NR_rt_sigreturn && th->handlers)
 			th->handlers--;
 		if (th->state == ITH_ON) {
@@ -1009,7 +1086,10 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 		ith_end(th, PITRACE_ITRACE_END_OFF);
 		if (a)	/* with the END record (and its THREAD) just written */
 			a->records += th->records;
-		if (th->task == current && !th->handlers) {
+		if (th->task == current)
+			ith_frames_left(th, task_pt_regs(current)->sp);
+		if (th->task == current &&
+		    (!th->handlers || ith_frames_untrap(th))) {
 			task_pt_regs(current)->flags &= ~X86_EFLAGS_TF;
 			ith_unhash(th);
 		}
