@@ -75,7 +75,10 @@ type frame struct {
 	entry    uint64 // thread's instruction total at entry
 	caller   string
 	signal   bool
-	plt      bool // a call into a PLT stub, not yet through it
+	// interrupted is the function a signal frame interrupted: a
+	// siglongjmp out of the handler may land in it (leaveHandlers)
+	interrupted string
+	plt         bool // a call into a PLT stub, not yet through it
 }
 
 type threadState struct {
@@ -212,8 +215,10 @@ func (rep *Report) Apply(r *trace.Record) {
 		case trace.ITraceCall:
 			rep.call(th, from, to)
 		case trace.ITraceReturn:
+			rep.leaveHandlers(th, to)
 			rep.ret(th, to)
 		case trace.ITraceJump:
+			rep.leaveHandlers(th, to)
 			rep.jump(th, to)
 		}
 	} else {
@@ -287,7 +292,11 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 		callee.Calls++
 		callee.Callers[caller]++
 	}
-	th.stack = append(th.stack, frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal})
+	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal}
+	if signal {
+		f.interrupted = th.lastFn
+	}
+	th.stack = append(th.stack, f)
 	th.keyOK = false
 	th.active[k]++
 }
@@ -351,6 +360,48 @@ func (rep *Report) ret(th *threadState, to uint64) {
 		}
 		if f.callSite < to && to <= f.callSite+15 {
 			rep.unwind(th, i)
+			return
+		}
+	}
+}
+
+// leaveHandlers pops the signal handlers a branch to to has left without
+// rt_sigreturn: siglongjmp out of a handler ends with a jump into a
+// function that was running below the handler's frame (the one that
+// called sigsetjmp), as callgrind unwinds its call stack by the stack
+// pointer. A branch into a function of the handler's own frames (the
+// handler, what it called) stays inside it.
+func (rep *Report) leaveHandlers(th *threadState, to uint64) {
+	s := -1
+	for i := len(th.stack) - 1; i >= 0; i-- {
+		if th.stack[i].signal {
+			s = i
+			break
+		}
+	}
+	if s < 0 {
+		return
+	}
+	if th.stack[len(th.stack)-1].plt {
+		return // a call through a PLT stub, completed by this jump
+	}
+	_, k, _ := rep.fn(th.pid, to)
+	for i := s; i < len(th.stack); i++ {
+		if th.stack[i].fn == k {
+			return
+		}
+	}
+	for i := s; i >= 0; i-- {
+		f := th.stack[i]
+		if f.signal {
+			if f.interrupted == k && (i == 0 || th.stack[i-1].fn != k) {
+				rep.unwind(th, i)
+				return
+			}
+			continue
+		}
+		if f.fn == k {
+			rep.unwind(th, i+1)
 			return
 		}
 	}

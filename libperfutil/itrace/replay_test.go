@@ -160,3 +160,46 @@ func TestReplayInterruptsAreNotBranches(t *testing.T) {
 		t.Fatalf("arc lines: %d interrupts, %d faults; want 4, 2", irqs, faults)
 	}
 }
+
+// TestReplaySiglongjmp: a handler left by siglongjmp (a jump from its
+// callee g back into the function below the signal frame, as glibc's
+// __longjmp ends) pops the handler's frames, so the return that follows
+// leaves f as callgrind does; with the handler interrupting the function
+// at depth 0 (sigsetjmp in it) the jump empties the stack.
+func TestReplaySiglongjmp(t *testing.T) {
+	U, K := trace.MajorITraceU, trace.MajorITraceK
+	var arcs []Branch
+	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(U, trace.ITraceCall, 0x2000, 3, 5),                                  // main: 3, call f
+		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler), // f: 2, handler h
+		rec(U, trace.ITraceCall, 0x4000, 3, 2),                                  // h: 3, call g (siglongjmp)
+		rec(U, trace.ITraceJump, 0x2010, 4, 3),                                  // g: 4, jump into f
+		rec(U, trace.ITraceReturn, 0x100a, 2, 1),                                // f: 2, back in main
+		rec(K, trace.ITraceSignal, 0x5000, 1, 0, 10, trace.ITraceSignalHandler), // main: 1, handler h
+		rec(U, trace.ITraceCall, 0x4000, 1, 0),                                  // h: 1, call g
+		rec(U, trace.ITraceJump, 0x1020, 2, 1),                                  // g: 2, jump into main
+		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),                // main: 2
+	} {
+		rep.Apply(r)
+	}
+	depths := []int{1, 2, 3, 1, 0, 1, 2, 0}
+	if len(arcs) != len(depths) {
+		t.Fatalf("%d arc lines, want %d", len(arcs), len(depths))
+	}
+	for i, d := range depths {
+		if arcs[i].Depth != d {
+			t.Errorf("arc %d (%#x -> %#x): depth %d, want %d", i, arcs[i].From, arcs[i].To, arcs[i].Depth, d)
+		}
+	}
+	rep.Finish()
+	want := map[string][3]uint64{ // calls, exclusive, inclusive
+		"main": {0, 6, 0}, "f": {1, 4, 11}, "h": {0, 4, 10}, "g": {2, 6, 6},
+	}
+	for _, fs := range rep.Funcs {
+		if w, ok := want[fs.Name]; ok && (fs.Calls != w[0] || fs.Exclusive != w[1] || (w[2] != 0 && fs.Inclusive != w[2])) {
+			t.Errorf("%s: calls %d exclusive %d inclusive %d, want %v", fs.Name, fs.Calls, fs.Exclusive, fs.Inclusive, w)
+		}
+	}
+}
