@@ -1,0 +1,112 @@
+/*
+ * Signal handlers left by siglongjmp while traced (run.sh itrace).
+ *   itrace_sigjmp N              N times: sigsetjmp, raise(SIGUSR1), the
+ *                                handler calls in_handler and siglongjmps
+ *                                out; then after_jump.  The module's trace
+ *                                must count these functions as callgrind.
+ *   itrace_sigjmp after FILE M   20 handlers left by siglongjmp (more than
+ *                                the module keeps frames for), then FILE
+ *                                is created and the program spins M times:
+ *                                an itrace off then must let it go.
+ *   itrace_sigjmp in FILE M      the handler creates FILE and spins M times
+ *                                inside the handler, then leaves it by
+ *                                siglongjmp and spins M times more: an
+ *                                itrace off while inside the handler must
+ *                                let it go.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static sigjmp_buf env;
+static volatile unsigned long sink;
+static const char *ready_file;
+static unsigned long spins;
+static int spin_in_handler;
+
+__attribute__((noinline)) static void in_handler(int n)
+{
+	for (int i = 0; i < n; i++)
+		sink += i * 3;
+}
+
+__attribute__((noinline)) static void after_jump(int n)
+{
+	for (int i = 0; i < n; i++)
+		sink ^= i;
+}
+
+__attribute__((noinline)) static void spin(unsigned long n)
+{
+	for (unsigned long i = 0; i < n; i++)
+		sink += i;
+}
+
+__attribute__((noinline)) static void ready(void)
+{
+	int fd = open(ready_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0) {
+		perror(ready_file);
+		exit(1);
+	}
+	close(fd);
+}
+
+static void handler(int sig)
+{
+	in_handler(sig);
+	if (spin_in_handler) {
+		ready();
+		spin(spins);
+	}
+	siglongjmp(env, 1);
+}
+
+/* One handler left by siglongjmp. */
+__attribute__((noinline)) static void jump_once(void)
+{
+	if (sigsetjmp(env, 1) == 0) {
+		raise(SIGUSR1);
+		fprintf(stderr, "itrace_sigjmp: the handler returned\n");
+		exit(1);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa;
+	int n;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, NULL)) {
+		perror("sigaction");
+		return 1;
+	}
+	if (argc == 4 && (!strcmp(argv[1], "after") || !strcmp(argv[1], "in"))) {
+		ready_file = argv[2];
+		spins = strtoul(argv[3], NULL, 10);
+		spin_in_handler = !strcmp(argv[1], "in");
+		for (n = 0; n < (spin_in_handler ? 1 : 20); n++)
+			jump_once();
+		ready();
+		spin(spins);
+		return 0;
+	}
+	if (argc != 2 || (n = atoi(argv[1])) <= 0) {
+		fprintf(stderr, "usage: itrace_sigjmp N | after FILE M | in FILE M\n");
+		return 2;
+	}
+	for (int i = 0; i < n; i++) {
+		jump_once();
+		after_jump(i % 7 + 1);
+	}
+	printf("itrace_sigjmp: %d handlers left by siglongjmp\n", n);
+	return 0;
+}
