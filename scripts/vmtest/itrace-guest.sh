@@ -64,38 +64,39 @@ echo "vmtest: ITraceOn/Off: traced_call exact, before_section and after_section 
 step "itrace: 200 signal handlers left by siglongjmp, traced from the exec: the program's functions = callgrind's"
 run swtrace init -t 16M -m 1M
 run swtrace on --discard
-start_stopped /bin/itrace_sigjmp 200
+start_stopped /bin/itrace_edge 200
 run swtrace itrace on --at-exec -p "$child"
 kill -CONT "$child"
-wait "$child" || fail "the traced itrace_sigjmp exited $?"
+wait "$child" || fail "the traced itrace_edge exited $?"
 run swtrace off
 run swtrace get /tmp/sj.nrm2
 mkdir -p /tmp/sjout
 run post -r /tmp/sj.nrm2 -itrace --callgrind /tmp/sj.cg --itrace-folded /tmp/sj.folded -o /tmp/sjout
-run pitest itrace-cmp /bin/itrace_sigjmp.cg /tmp/sj.cg main jump_once handler in_handler after_jump
+run pitest itrace-cmp /bin/itrace_edge.cg /tmp/sj.cg main jump_once handler in_handler after_jump
 # the replay pops each handler it left (200 of them): after_jump runs at main's depth
 grep -q ';main;after_jump ' /tmp/sj.folded && ! grep -q 'handler;.*after_jump ' /tmp/sj.folded || fail "no main;after_jump stack: the handlers left by siglongjmp stayed on the replay's stack ($(grep after_jump /tmp/sj.folded | head -1 | cut -c1-200))"
 echo "vmtest: siglongjmp out of 200 handlers: main, jump_once, handler, in_handler, after_jump = callgrind; after_jump at main's depth"
 
 # itrace off must let the thread go (TF cleared, no more traps): traced,
 # 10^8 spins (6*10^8 instructions) take half an hour and more; untraced a few s
+run swtrace init -t 16M -m 1M
 for mode in after in; do
 	step "itrace: itrace off with a handler left by siglongjmp ($mode): the process goes on untraced"
-	run swtrace init -t 16M -m 1M
 	run swtrace on --discard
 	rm -f /tmp/sj.ready
-	start_stopped /bin/itrace_sigjmp "$mode" /tmp/sj.ready 100000000
+	start_stopped /bin/itrace_edge "$mode" /tmp/sj.ready 100000000
 	run swtrace itrace on --at-exec -p "$child"
 	kill -CONT "$child"
-	wait_until 60 test -e /tmp/sj.ready || fail "itrace_sigjmp $mode did not reach its spin"
+	wait_until 60 test -e /tmp/sj.ready || fail "itrace_edge $mode did not reach its spin"
 	run swtrace itrace off -p "$child"
-	grep -q " 1 threads," /tmp/out || fail "itrace off did not stop itrace_sigjmp's thread: $(cat /tmp/out)"
+	grep -q " 1 threads," /tmp/out || fail "itrace off did not stop itrace_edge's thread: $(cat /tmp/out)"
 	o0=$(uptime_ms)
-	wait_until 120 sh -c "! kill -0 $child" || fail "itrace_sigjmp $mode still stepped after itrace off (a handler left by siglongjmp)"
-	wait "$child" || fail "itrace_sigjmp $mode exited $?"
+	wait_until 120 sh -c "! kill -0 $child" || fail "itrace_edge $mode still stepped after itrace off (a handler left by siglongjmp)"
+	wait "$child" || fail "itrace_edge $mode exited $?"
 	echo "vmtest: itrace off, handler left by siglongjmp ($mode): 6*10^8 instructions untraced in $(($(uptime_ms) - o0)) ms"
 	run swtrace off
 done
+run swtrace free
 
 step "itrace: ITraceOn/ITraceOff from Go (libperfutil/itrace) on the module"
 run swtrace init -t 8M -m 1M

@@ -13,7 +13,7 @@ gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -stati
 gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static \
 	-Ilibperfutil/c/include -o "$bin/itrace_onoff" scripts/vmtest/itrace_onoff.c libperfutil/c/*.c -lm
 gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -static \
-	-o "$bin/itrace_sigjmp" scripts/vmtest/itrace_sigjmp.c
+	-o "$bin/itrace_edge" scripts/vmtest/itrace_edge.c
 if ! command -v valgrind >/dev/null; then
 	if [ "${CI:-}" = true ]; then
 		echo "vmtest: FAIL: valgrind missing (apt-get install valgrind)" >&2
@@ -30,6 +30,6 @@ echo "vmtest: callgrind of the static example ($n leaf calls): $(grep -m1 '^summ
 PERFINSP_BACKEND=daemon PERFINSP_SOCKET=/nonexistent/sock \
 	valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_onoff.cg" "$bin/itrace_onoff" >"$work/itrace-onoff-callgrind.log" 2>&1 ||
 	{ cat "$work/itrace-onoff-callgrind.log" >&2; exit 1; }
-# Signal handlers left by siglongjmp (scripts/vmtest/itrace_sigjmp.c)
-valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_sigjmp.cg" "$bin/itrace_sigjmp" 200 >"$work/itrace-sigjmp-callgrind.log" 2>&1 ||
+# Signal handlers left by siglongjmp (scripts/vmtest/itrace_edge.c)
+valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_edge.cg" "$bin/itrace_edge" 200 >"$work/itrace-sigjmp-callgrind.log" 2>&1 ||
 	{ cat "$work/itrace-sigjmp-callgrind.log" >&2; exit 1; }

@@ -1,14 +1,14 @@
 /*
  * Signal handlers left by siglongjmp while traced (run.sh itrace).
- *   itrace_sigjmp N              N times: sigsetjmp, raise(SIGUSR1), the
+ *   itrace_edge N              N times: sigsetjmp, raise(SIGUSR1), the
  *                                handler calls in_handler and siglongjmps
  *                                out; then after_jump.  The module's trace
  *                                must count these functions as callgrind.
- *   itrace_sigjmp after FILE M   20 handlers left by siglongjmp (more than
+ *   itrace_edge after FILE M   20 handlers left by siglongjmp (more than
  *                                the module keeps frames for), then FILE
  *                                is created and the program spins M times:
  *                                an itrace off then must let it go.
- *   itrace_sigjmp in FILE M      the handler creates FILE and spins M times
+ *   itrace_edge in FILE M      the handler creates FILE and spins M times
  *                                inside the handler, then leaves it by
  *                                siglongjmp and spins M times more: an
  *                                itrace off while inside the handler must
@@ -72,7 +72,7 @@ __attribute__((noinline)) static void jump_once(void)
 {
 	if (sigsetjmp(env, 1) == 0) {
 		raise(SIGUSR1);
-		fprintf(stderr, "itrace_sigjmp: the handler returned\n");
+		fprintf(stderr, "itrace_edge: the handler returned\n");
 		exit(1);
 	}
 }
@@ -100,13 +100,13 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 2 || (n = atoi(argv[1])) <= 0) {
-		fprintf(stderr, "usage: itrace_sigjmp N | after FILE M | in FILE M\n");
+		fprintf(stderr, "usage: itrace_edge N | after FILE M | in FILE M\n");
 		return 2;
 	}
 	for (int i = 0; i < n; i++) {
 		jump_once();
 		after_jump(i % 7 + 1);
 	}
-	printf("itrace_sigjmp: %d handlers left by siglongjmp\n", n);
+	printf("itrace_edge: %d handlers left by siglongjmp\n", n);
 	return 0;
 }
