@@ -19,7 +19,8 @@
  * kernel returns with IRET when TF is set in the saved flags, so the first
  * trap after a system call follows the instruction after it.  The
  * raw_syscalls tracepoints end the block at the syscall instruction and
- * write ITRACE_SYSCALL with its duration.  Signal delivery clears TF for
+ * write ITRACE_SYSCALL with its duration (held back when the call may be
+ * restarted: ith_sys_flush).  Signal delivery clears TF for
  * the handler (handle_signal): the signal_deliver tracepoint queues a
  * task_work that runs right after the frame is set up, writes
  * ITRACE_SIGNAL (to = the handler) and sets TF again; rt_sigreturn
@@ -44,6 +45,7 @@
  * freed, so rmmod is refused ("in use") while a thread may still trap, and
  * module exit's rcu_barrier() waits for the last callback.
  */
+#include <linux/errno.h>
 #include <linux/hashtable.h>
 #include <linux/interrupt.h>
 #include <linux/kdebug.h>
@@ -87,6 +89,8 @@ struct ith {
 	bool work_queued;		/* work pending: the callback frees a dead entry */
 	bool dead;			/* unhashed: free when the work has run */
 	bool in_sys;
+	bool sys_pend;			/* ITRACE_SYSCALL held back (ith_sys_flush) */
+	u32 pend_dur;			/* its duration (ns) */
 	u32 handlers;			/* signal frames holding TF */
 	/* handler entry sp of the innermost frames (ith_frames_left) */
 	u64 frame_sp[ITH_FRAMES];
@@ -161,6 +165,7 @@ static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
 	th->rcx = regs->cx;
 	th->count = th->lastoff = 0;
 	th->in_sys = false;
+	th->sys_pend = false;
 	th->k_minor = 0;
 	memset(&th->st, 0, sizeof(th->st));
 	th->st.tid = th->tid;
@@ -171,6 +176,7 @@ static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
 
 static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
 		      u32 arg2);
+static void ith_sys_flush(struct ith *th, u64 to);
 
 /*
  * Write th's pending interrupt or fault record, its duration ending at now
@@ -218,6 +224,7 @@ static void ith_end(struct ith *th, u32 reason)
 	if (th->state == ITH_ON) {
 		u64 now = get_cycles();
 
+		ith_sys_flush(th, th->ip);
 		ith_kflush(th, now);
 		r.count = th->count;
 		r.from_off = th->lastoff;
@@ -249,6 +256,30 @@ static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
 	ith_write(th, major, minor, &r, len);
 	th->start = to;
 	th->count = th->lastoff = 0;
+}
+
+/*
+ * A system call that returned a restart code (-ERESTARTSYS ...) may run its
+ * syscall instruction again: with no handler to run, the kernel moves ip
+ * back to it on the way out, after the sys_exit tracepoint.  Its record is
+ * held back to the thread's next point here and written then, its block
+ * going on at to: the instruction after the syscall (user code ran, or a
+ * handler came), or the syscall instruction itself when the next point is
+ * that syscall again (ith_sys_enter).
+ */
+static void ith_sys_flush(struct ith *th, u64 to)
+{
+	if (!th->sys_pend)
+		return;
+	th->sys_pend = false;
+	ith_block(th, PITRACE_MAJOR_ITRACE_K, PITRACE_ITRACE_SYSCALL, to,
+		  th->sys_nr, th->pend_dur);
+}
+
+static bool ith_restart_code(long ret)
+{
+	return ret == -ERESTARTSYS || ret == -ERESTARTNOINTR ||
+	       ret == -ERESTARTNOHAND || ret == -ERESTART_RESTARTBLOCK;
 }
 
 /* ---- entries -------------------------------------------------------------- */
@@ -468,6 +499,7 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		if (!th->st.traps)
 			th->st.start_tsc = t_in;	/* the span starts here */
 		th->st.traps++;
+		ith_sys_flush(th, th->ip);
 		ith_kflush(th, t_in);
 		ith_step(th, regs);
 		/*
@@ -522,8 +554,10 @@ static void ith_work_fn(struct callback_head *cb)
 		}
 		th->handlers++;
 		regs->flags |= X86_EFLAGS_TF;
-		if (th->state == ITH_ON)
+		if (th->state == ITH_ON) {
+			ith_sys_flush(th, th->ip);
 			ith_kflush(th, get_cycles());
+		}
 		if (th->state == ITH_ON)
 			ith_block(th, PITRACE_MAJOR_ITRACE_K,
 				  PITRACE_ITRACE_SIGNAL, regs->ip, th->sig,
@@ -553,14 +587,23 @@ static void ith_sys_enter(void *data, struct pt_regs *regs, long id)
 			th->handlers--;
 		if (th->state == ITH_ON) {
 			u64 now = get_cycles();
+			/* no user instruction since: the syscall restarted */
+			bool again = th->sys_pend && regs->ip == th->ip;
 
+			ith_sys_flush(th, again ? regs->ip - 2 : th->ip);
 			/* an interrupt before the syscall instruction ends here */
 			ith_kflush(th, now);
 			th->sys_c0 = now;
-			/* the syscall instruction ends the block */
-			th->lastoff = regs->ip - 2 - th->start;
-			th->count++;
-			th->insns++;
+			/*
+			 * The syscall instruction ends the block.  Run again by
+			 * a restart, it is not counted a second time (nor by
+			 * callgrind): the record has count 0.
+			 */
+			if (!again) {
+				th->lastoff = regs->ip - 2 - th->start;
+				th->count++;
+				th->insns++;
+			}
 			th->in_sys = true;
 			th->sys_nr = id;
 			th->sys_t0 = ktime_get_mono_fast_ns();
@@ -616,9 +659,14 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 				th->st.sys_tsc += get_cycles() - th->sys_c0;
 			}
 			th->in_sys = false;
-			ith_block(th, PITRACE_MAJOR_ITRACE_K,
-				  PITRACE_ITRACE_SYSCALL, regs->ip, th->sys_nr,
-				  min_t(u64, dur, U32_MAX));
+			if (ith_restart_code(ret)) {
+				th->sys_pend = true;
+				th->pend_dur = min_t(u64, dur, U32_MAX);
+			} else {
+				ith_block(th, PITRACE_MAJOR_ITRACE_K,
+					  PITRACE_ITRACE_SYSCALL, regs->ip,
+					  th->sys_nr, min_t(u64, dur, U32_MAX));
+			}
 			th->ip = regs->ip;
 			th->rcx = regs->cx;
 		}

@@ -96,6 +96,33 @@ for mode in after in; do
 	echo "vmtest: itrace off, handler left by siglongjmp ($mode): 6*10^8 instructions untraced in $(($(uptime_ms) - o0)) ms"
 	run swtrace off
 done
+
+step "itrace: a read restarted after SIGSTOP/SIGCONT: its syscall counted once, as callgrind"
+rm -f /tmp/edge.fifo
+mkfifo /tmp/edge.fifo
+run swtrace on --discard
+start_stopped /bin/itrace_edge restart /tmp/edge.fifo
+run swtrace itrace on --at-exec -p "$child"
+kill -CONT "$child"
+# blocked in read_raw's read of fd 3, stopped, continued, blocked again
+inread() { grep -q '^0 0x3 ' "/proc/$child/syscall" && grep -q '^State:.*S (sleeping)' "/proc/$child/status"; }
+wait_until 60 inread || fail "itrace_edge restart did not block in its read"
+kill -STOP "$child"
+wait_until 10 stopped "$child" || fail "itrace_edge did not stop"
+kill -CONT "$child"
+wait_until 10 inread || fail "itrace_edge did not go back to its read after SIGCONT"
+echo xy >/tmp/edge.fifo
+wait "$child" || fail "itrace_edge restart exited $?"
+run swtrace off
+run swtrace get /tmp/edge.nrm2
+mkdir -p /tmp/edgeout
+run post -r /tmp/edge.nrm2 -itrace -arc --callgrind /tmp/edge.cg -o /tmp/edgeout
+run pitest itrace-cmp /bin/itrace_edge_restart.cg /tmp/edge.cg main restart read_raw
+# the records say what happened: the first read's record goes on at its own
+# syscall instruction, the restarted read has a record of 0 instructions
+reads=$(grep ' read_raw:.* SYSCALL_0 ' /tmp/edgeout/arc | awk '{ printf "%s ", $4 }')
+[ "$reads" = "3 0 3 " ] || fail "read_raw's read records have counts '$reads', want '3 0 3 ' (read, restart, read): $(grep ' read_raw:' /tmp/edgeout/arc)"
+echo "vmtest: restarted read: read_raw's records count $reads(the restart 0), read_raw and its callers = callgrind"
 run swtrace free
 
 step "itrace: ITraceOn/ITraceOff from Go (libperfutil/itrace) on the module"

@@ -1,5 +1,6 @@
 /*
- * Signal handlers left by siglongjmp while traced (run.sh itrace).
+ * ITrace's edge cases (run.sh itrace): signal handlers left by siglongjmp,
+ * a system call restarted after SIGSTOP/SIGCONT.
  *   itrace_edge N              N times: sigsetjmp, raise(SIGUSR1), the
  *                                handler calls in_handler and siglongjmps
  *                                out; then after_jump.  The module's trace
@@ -13,6 +14,13 @@
  *                                siglongjmp and spins M times more: an
  *                                itrace off while inside the handler must
  *                                let it go.
+ *   itrace_edge restart FIFO     reads one byte from FIFO (opened read-write:
+ *                                the open does not wait) with its own
+ *                                syscall instruction, in read_raw, twice;
+ *                                the guest stops and continues it inside
+ *                                the first read: the kernel runs that
+ *                                syscall instruction again.  Callgrind
+ *                                counts it once, so must the trace.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -57,6 +65,36 @@ __attribute__((noinline)) static void ready(void)
 	close(fd);
 }
 
+/* read(2) with its own syscall instruction: counted in this function */
+__attribute__((noinline)) static long read_raw(int fd, void *buf, long n)
+{
+	long ret;
+
+	asm volatile("syscall" : "=a"(ret)
+		     : "0"(0L), "D"((long)fd), "S"(buf), "d"(n)
+		     : "rcx", "r11", "memory");
+	return ret;
+}
+
+__attribute__((noinline)) static int restart(const char *fifo)
+{
+	char c[2];
+	int fd = open(fifo, O_RDWR);
+
+	if (fd < 0) {
+		perror(fifo);
+		return 1;
+	}
+	for (int i = 0; i < 2; i++) {
+		if (read_raw(fd, &c[i], 1) != 1) {
+			fprintf(stderr, "itrace_edge: read %d of %s failed\n", i, fifo);
+			return 1;
+		}
+	}
+	printf("itrace_edge: read %c%c\n", c[0], c[1]);
+	return 0;
+}
+
 static void handler(int sig)
 {
 	in_handler(sig);
@@ -89,6 +127,8 @@ int main(int argc, char **argv)
 		perror("sigaction");
 		return 1;
 	}
+	if (argc == 3 && !strcmp(argv[1], "restart"))
+		return restart(argv[2]);
 	if (argc == 4 && (!strcmp(argv[1], "after") || !strcmp(argv[1], "in"))) {
 		ready_file = argv[2];
 		spins = strtoul(argv[3], NULL, 10);
@@ -100,7 +140,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 2 || (n = atoi(argv[1])) <= 0) {
-		fprintf(stderr, "usage: itrace_edge N | after FILE M | in FILE M\n");
+		fprintf(stderr, "usage: itrace_edge N | after FILE M | in FILE M | restart FIFO\n");
 		return 2;
 	}
 	for (int i = 0; i < n; i++) {
