@@ -5,8 +5,10 @@ import (
 	"cmp"
 	"debug/elf"
 	"errors"
+	"io"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // How a module's addresses get their names, best first:
@@ -141,7 +143,7 @@ func elfSyms(f *elf.File, dyn bool) ([]rawSym, error) {
 			}
 		}
 	}
-	strs := string(strb)
+	strs := unsafe.String(unsafe.SliceData(strb), len(strb)) // names are slices of it, no copy
 	bo := f.ByteOrder
 	const entSize = 24 // Elf64_Sym
 	out := make([]rawSym, 0, len(data)/entSize/2)
@@ -233,7 +235,7 @@ func pltStubs(f *elf.File) []Sym {
 	if dynsym.Type != elf.SHT_DYNSYM || int(dynsym.Link) >= len(f.Sections) {
 		return nil
 	}
-	relData, err := rela.Data()
+	relData, err := sectionData(rela)
 	if err != nil {
 		return nil
 	}
@@ -357,12 +359,24 @@ func pltGotStubs(f *elf.File, symData, strb []byte) []Sym {
 	return out
 }
 
-// sectionData reads a section in one read (debug/elf's Data reads in
-// chunks, to survive a section size larger than the file; sections over
-// 16 MB, and compressed ones, still go that way).
+// sectionData returns a section's bytes: a slice of the module's mapping
+// when the file is mapped (no copy), else one read (debug/elf's Data reads
+// in chunks, to survive a section size larger than the file; sections over
+// 16 MB, and compressed ones, still go that way). The bytes are never
+// written to: names are taken as strings over them without a copy.
 func sectionData(sec *elf.Section) ([]byte, error) {
 	if sec.Type == elf.SHT_NOBITS {
 		return nil, errors.New("section has no data")
+	}
+	if sec.Flags&elf.SHF_COMPRESSED == 0 {
+		if sr, ok := sec.ReaderAt.(*io.SectionReader); ok {
+			if mf, ok := outer(sr).(*mappedFile); ok {
+				if b, ok := mf.slice(sec.Offset, sec.Size); ok {
+					return b, nil
+				}
+				return nil, errors.New("section runs past the end of the file")
+			}
+		}
 	}
 	if sec.Flags&elf.SHF_COMPRESSED != 0 || sec.Size > 16<<20 {
 		return sec.Data()
@@ -372,6 +386,11 @@ func sectionData(sec *elf.Section) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+func outer(sr *io.SectionReader) io.ReaderAt {
+	r, _, _ := sr.Outer()
+	return r
 }
 
 // covered says whether a range of t (sorted) contains addr.

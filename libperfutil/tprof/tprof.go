@@ -25,8 +25,7 @@ type Key struct {
 
 // Report is the aggregated ticks of a trace.
 type Report struct {
-	File  *nrm2.File
-	Ticks map[Key]uint64
+	File *nrm2.File
 	// cells are the same counts with module and symbol interned, for
 	// building sections without hashing strings.
 	cells     []cell
@@ -176,7 +175,7 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 // BuildFiltered is Build for the ticks filt selects (nil: all); the others
 // are counted in Filtered (and still passed to onRecord, unresolved).
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
-	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}, Filter: filt}
+	rep := &Report{File: f, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}, Filter: filt}
 	if filt != nil {
 		rep.Selected = filt.Describe()
 	}
@@ -196,18 +195,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		r.KernelRelease = f.Header.KernelRelease // names [vdso] when this is that kernel
 	}
 	// Each (thread, address) gets one counter the first time it is seen,
-	// found again with one map lookup; the tables are per process and
-	// dropped when its mappings change (counters are kept in all).
+	// found again with one map lookup. A process's counters are keyed by
+	// its generation, which changes with its mappings (the next tick at an
+	// address is located again; the older counters are kept).
 	type entry struct {
 		pid, tid uint32
 		res      int32
 		off      uint64
 		n        uint64
 	}
-	type tiKey struct {
-		tid    uint32
-		kernel bool
-		ip     uint64
+	type tickKey struct {
+		ip  uint64
+		ids uint64 // pid<<32 | tid
+		gk  uint64 // generation<<1 | kernel
 	}
 	var results []a2n.Result
 	intern := map[[2]string]int32{}
@@ -282,8 +282,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return idx, 0
 	}
-	var all []*entry
-	cache := map[uint32]map[tiKey]*entry{}
+	var all []entry // no pointers: the collector has nothing to scan
+	tickIdx := map[tickKey]int32{}
+	pidGen := map[uint32]uint64{}
 	// Stacks: each PC resolved once per process (as ticks are), frames as
 	// indexes into results, identical stacks counted together. A stack
 	// seen before in a process (the same thread, flags and PCs: the
@@ -308,7 +309,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		pm[pc] = idx
 		return idx
 	}
-	lastPid, lastCache := uint32(1<<32-1), map[tiKey]*entry(nil)
+	lastPid, lastGen := uint32(1<<32-1), uint64(0)
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -321,11 +322,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 						filt.Pids[pid] = true // a process (or thread) the selection created
 					}
 				}
-				delete(cache, pid)
+				pidGen[pid]++
 				delete(pcCache, pid)
 				delete(rawStacks, pid)
 				if pid == lastPid {
-					lastPid, lastCache = 1<<32-1, nil
+					lastPid = 1<<32 - 1
 				}
 			}
 			if onRecord != nil {
@@ -341,27 +342,25 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				return nil
 			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
-			pc := lastCache
 			if pid != lastPid {
-				pc = cache[pid]
-				if pc == nil {
-					pc = map[tiKey]*entry{}
-					cache[pid] = pc
-				}
-				lastPid, lastCache = pid, pc
+				lastPid, lastGen = pid, pidGen[pid]<<1
 			}
-			k := tiKey{tid, kernel, ip}
-			e := pc[k]
-			if e == nil {
+			k := tickKey{ip: ip, ids: uint64(pid)<<32 | uint64(tid), gk: lastGen}
+			if kernel {
+				k.gk |= 1
+			}
+			i, ok := tickIdx[k]
+			if !ok {
 				idx, off := resolve(pid, ip, kernel)
-				e = &entry{pid: pid, tid: tid, res: idx, off: off}
-				pc[k] = e
-				all = append(all, e)
+				i = int32(len(all))
+				all = append(all, entry{pid: pid, tid: tid, res: idx, off: off})
+				tickIdx[k] = i
 				if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
 					rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
 					rep.ProcName[pid] = r.ProcessName(pid)
 				}
 			}
+			e := &all[i]
 			e.n++
 			if onRecord != nil {
 				res := results[e.res]
@@ -451,8 +450,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				locRes = append(locRes, internRes(r.Finish(b[i])))
 			}
 		}
-		for _, e := range all {
-			e.res = locRes[e.res]
+		for i := range all {
+			all[i].res = locRes[all[i].res]
 		}
 		byKey := make(map[string]int32, len(stk))
 		merged := stk[:0]
@@ -504,17 +503,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	for i, res := range results {
 		resMod[i], resSym[i] = id(res.Module), id(res.Symbol)
 	}
-	merged := map[cell]uint64{}
-	for _, e := range all {
-		merged[cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]}] += e.n
-	}
 	// A cell is one Key (names are interned: one number, one name).
-	rep.cells = make([]cell, 0, len(merged))
-	rep.Ticks = make(map[Key]uint64, len(merged))
-	for c, n := range merged {
-		c.n = n
-		rep.cells = append(rep.cells, c)
-		rep.Ticks[Key{c.pid, c.tid, rep.names[c.mod], rep.names[c.sym]}] = n
+	cellIdx := make(map[[2]uint64]int32, len(all)/2)
+	rep.cells = make([]cell, 0, len(all)/2)
+	for i := range all {
+		e := &all[i]
+		k := [2]uint64{uint64(e.pid)<<32 | uint64(e.tid), uint64(resMod[e.res])<<32 | uint64(uint32(resSym[e.res]))}
+		ci, ok := cellIdx[k]
+		if !ok {
+			ci = int32(len(rep.cells))
+			cellIdx[k] = ci
+			rep.cells = append(rep.cells, cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]})
+		}
+		rep.cells[ci].n += e.n
 	}
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
@@ -528,6 +529,16 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	rep.Problems = r.Cache.Problems()
 	return rep
+}
+
+// TickCounts returns the ticks per process, thread, module and symbol
+// (built on each call: the report's sections do not need it).
+func (rep *Report) TickCounts() map[Key]uint64 {
+	m := make(map[Key]uint64, len(rep.cells))
+	for _, c := range rep.cells {
+		m[Key{c.pid, c.tid, rep.names[c.mod], rep.names[c.sym]}] = c.n
+	}
+	return m
 }
 
 // Row is one line of a report section.

@@ -273,8 +273,9 @@ func (rep *Report) Profile() *profile.Profile {
 		sortMappings(p, modTicks)
 		return p
 	}
-	keys := make([]Key, 0, len(rep.Ticks))
-	for k := range rep.Ticks {
+	ticks := rep.TickCounts()
+	keys := make([]Key, 0, len(ticks))
+	for k := range ticks {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
@@ -291,7 +292,7 @@ func (rep *Report) Profile() *profile.Profile {
 		return a.Symbol < b.Symbol
 	})
 	for _, k := range keys {
-		n := rep.Ticks[k]
+		n := ticks[k]
 		loc := location(k.Module, k.Symbol)
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: []*profile.Location{loc},
