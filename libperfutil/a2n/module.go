@@ -73,7 +73,7 @@ type Module struct {
 	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
 	Source   string // where the names came from: ".symtab", "debug file PATH", ".dynsym+.eh_frame", ...
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
-	syms     symtab
+	tab      table
 	loads    []elf.ProgHeader
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
@@ -207,7 +207,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 			}
 		}
 	}
-	var fdes []Sym
+	var fdes []fdeRange
 	if len(raw) == 0 {
 		m.Stripped = true
 		m.Source = ".dynsym"
@@ -226,7 +226,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 			m.Source += "+.eh_frame"
 		}
 	}
-	m.syms = buildTable(raw, pltStubs(f), fdes)
+	m.tab = buildTable(raw, pltStubs(f), fdes)
 }
 
 // vaddr converts a file offset to the module's virtual address through its
@@ -248,7 +248,7 @@ func (m *Module) Symbol(fileOff uint64) (s Sym, va uint64, ok bool) {
 	if !ok {
 		return Sym{}, 0, false
 	}
-	s, ok = m.syms.find(va)
+	s, ok = m.tab.find(va)
 	if !ok {
 		return Sym{}, va, false
 	}
