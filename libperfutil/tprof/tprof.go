@@ -54,6 +54,9 @@ type Report struct {
 	// indexes into res, the resolved names (Stacks gives them with names).
 	stk []stackEntry
 	res []a2n.Result
+	// the PID and TID row names, each made once
+	procLabels   map[uint32]string
+	threadLabels map[[2]uint32]string
 }
 
 // Stacks returns the call stacks of the ticks (UNWIND records, `swtrace
@@ -607,17 +610,32 @@ const (
 // cells sorted by the levels' keys, each run of equal keys one row (no
 // table per row), each level's rows by ticks, then name.
 func (rep *Report) Section(levels ...int) []*Row {
-	key := func(c *cell, l int) uint32 {
-		switch l {
-		case LPid:
-			return c.pid
-		case LTid:
-			return c.tid
-		case LMod:
-			return uint32(c.mod)
-		}
-		return uint32(c.sym)
+	stack := []*[]*Row{new([]*Row)}
+	rep.eachRow(levels, rep.cellOrder(levels), func(depth int, label string, ticks uint64, name string) {
+		r := &Row{Label: label, Ticks: ticks, Name: name}
+		stack = stack[:depth+1]
+		*stack[depth] = append(*stack[depth], r)
+		stack = append(stack, &r.Sub)
+	})
+	return *stack[0]
+}
+
+// levelKey is a cell's key at one level (process, thread, module or
+// symbol number).
+func levelKey(c *cell, l int) uint32 {
+	switch l {
+	case LPid:
+		return c.pid
+	case LTid:
+		return c.tid
+	case LMod:
+		return uint32(c.mod)
 	}
+	return uint32(c.sym)
+}
+
+// cellOrder is the cells' indexes sorted by the keys of levels, in order.
+func (rep *Report) cellOrder(levels []int) []int32 {
 	// Each cell's level keys packed in two words (up to four levels), so
 	// that the sort compares two integers.
 	type sortKey struct {
@@ -629,7 +647,7 @@ func (rep *Report) Section(levels ...int) []*Row {
 		c := &rep.cells[i]
 		var k [4]uint64
 		for d, l := range levels[:min(len(levels), 4)] {
-			k[d] = uint64(key(c, l))
+			k[d] = uint64(levelKey(c, l))
 		}
 		keys[i] = sortKey{k[0]<<32 | k[1], k[2]<<32 | k[3], int32(i)}
 	}
@@ -642,7 +660,7 @@ func (rep *Report) Section(levels ...int) []*Row {
 		}
 		ca, cb := &rep.cells[a.i], &rep.cells[b.i]
 		for _, l := range levels[4:] {
-			if c := cmp.Compare(key(ca, l), key(cb, l)); c != 0 {
+			if c := cmp.Compare(levelKey(ca, l), levelKey(cb, l)); c != 0 {
 				return c
 			}
 		}
@@ -652,46 +670,86 @@ func (rep *Report) Section(levels ...int) []*Row {
 	for i, k := range keys {
 		order[i] = k.i
 	}
-	var build func(part []int32, d int) []*Row
-	build = func(part []int32, d int) []*Row {
-		if d == len(levels) {
-			return nil
-		}
+	return order
+}
+
+// eachRow calls row for every row of the section of levels, parents
+// before their children, each level's rows by ticks, then name. order is
+// the cells sorted so that the cells of one row are together at every
+// level (cellOrder of levels, or of levels followed by more).
+func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, label string, ticks uint64, name string)) {
+	type group struct {
+		lo, hi int32
+		n      uint64
+		name   string
+	}
+	scratch := make([][]group, len(levels))
+	var walk func(lo, hi int32, d int)
+	walk = func(lo, hi int32, d int) {
 		l := levels[d]
-		var out []*Row
-		for i := 0; i < len(part); {
-			c := &rep.cells[part[i]]
-			k := key(c, l)
+		gs := scratch[d][:0]
+		for i := lo; i < hi; {
+			c := &rep.cells[order[i]]
+			k := levelKey(c, l)
 			j := i
 			var n uint64
-			for j < len(part) && key(&rep.cells[part[j]], l) == k {
-				n += rep.cells[part[j]].n
+			for j < hi && levelKey(&rep.cells[order[j]], l) == k {
+				n += rep.cells[order[j]].n
 				j++
 			}
-			r := &Row{Ticks: n}
-			switch l {
-			case LPid:
-				r.Label, r.Name = "PID", rep.ProcLabel(c.pid)
-			case LTid:
-				r.Label, r.Name = "TID", rep.ThreadLabel(c.pid, c.tid)
-			case LMod:
-				r.Label, r.Name = "MOD", rep.names[c.mod]
-			case LSym:
-				r.Label, r.Name = "SYM", rep.names[c.sym]
-			}
-			r.Sub = build(part[i:j], d+1)
-			out = append(out, r)
+			gs = append(gs, group{lo: i, hi: j, n: n, name: rep.levelName(c, l)})
 			i = j
 		}
-		sort.Slice(out, func(i, j int) bool {
-			if out[i].Ticks != out[j].Ticks {
-				return out[i].Ticks > out[j].Ticks
+		slices.SortFunc(gs, func(a, b group) int {
+			if a.n != b.n {
+				return cmp.Compare(b.n, a.n)
 			}
-			return out[i].Name < out[j].Name
+			return strings.Compare(a.name, b.name)
 		})
-		return out
+		label := levelLabels[l]
+		for _, g := range gs {
+			row(d, label, g.n, g.name)
+			if d+1 < len(levels) {
+				walk(g.lo, g.hi, d+1)
+			}
+		}
+		scratch[d] = gs[:0]
 	}
-	return build(order, 0)
+	if len(levels) > 0 {
+		walk(0, int32(len(order)), 0)
+	}
+}
+
+var levelLabels = [...]string{LPid: "PID", LTid: "TID", LMod: "MOD", LSym: "SYM"}
+
+// levelName is the name of a cell's row at level l.
+func (rep *Report) levelName(c *cell, l int) string {
+	switch l {
+	case LPid:
+		if rep.procLabels == nil {
+			rep.procLabels = map[uint32]string{}
+		}
+		n, ok := rep.procLabels[c.pid]
+		if !ok {
+			n = rep.ProcLabel(c.pid)
+			rep.procLabels[c.pid] = n
+		}
+		return n
+	case LTid:
+		if rep.threadLabels == nil {
+			rep.threadLabels = map[[2]uint32]string{}
+		}
+		k := [2]uint32{c.pid, c.tid}
+		n, ok := rep.threadLabels[k]
+		if !ok {
+			n = rep.ThreadLabel(c.pid, c.tid)
+			rep.threadLabels[k] = n
+		}
+		return n
+	case LMod:
+		return rep.names[c.mod]
+	}
+	return rep.names[c.sym]
 }
 
 func le64(s string) uint64 {
