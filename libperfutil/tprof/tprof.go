@@ -285,7 +285,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return idx, 0
 	}
-	var all []entry // no pointers: the collector has nothing to scan
+	// Counters are kept in blocks (no copying as they grow), without
+	// pointers: the collector has nothing to scan.
+	const entryBlock = 4096
+	var all [][]entry
+	nent := int32(0)
 	tickIdx := map[tickKey]int32{}
 	pidGen := map[uint32]uint64{}
 	// Stacks: each PC resolved once per process (as ticks are), frames as
@@ -355,15 +359,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			i, ok := tickIdx[k]
 			if !ok {
 				idx, off := resolve(pid, ip, kernel)
-				i = int32(len(all))
-				all = append(all, entry{pid: pid, tid: tid, res: idx, off: off})
+				if nent%entryBlock == 0 {
+					all = append(all, make([]entry, 0, entryBlock))
+				}
+				i = nent
+				all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, off: off})
+				nent++
 				tickIdx[k] = i
 				if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
 					rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
 					rep.ProcName[pid] = r.ProcessName(pid)
 				}
 			}
-			e := &all[i]
+			e := &all[i/entryBlock][i%entryBlock]
 			e.n++
 			if onRecord != nil {
 				res := results[e.res]
@@ -453,8 +461,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				locRes = append(locRes, internRes(r.Finish(b[i])))
 			}
 		}
-		for i := range all {
-			all[i].res = locRes[all[i].res]
+		for _, b := range all {
+			for i := range b {
+				b[i].res = locRes[b[i].res]
+			}
 		}
 		byKey := make(map[string]int32, len(stk))
 		merged := stk[:0]
@@ -507,10 +517,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		resMod[i], resSym[i] = id(res.Module), id(res.Symbol)
 	}
 	// A cell is one Key (names are interned: one number, one name).
-	cellIdx := make(map[[2]uint64]int32, len(all)/2)
-	rep.cells = make([]cell, 0, len(all)/2)
-	for i := range all {
-		e := &all[i]
+	cellIdx := make(map[[2]uint64]int32, nent/2)
+	rep.cells = make([]cell, 0, nent/2)
+	for i := int32(0); i < nent; i++ {
+		e := &all[i/entryBlock][i%entryBlock]
 		k := [2]uint64{uint64(e.pid)<<32 | uint64(e.tid), uint64(resMod[e.res])<<32 | uint64(uint32(resSym[e.res]))}
 		ci, ok := cellIdx[k]
 		if !ok {
