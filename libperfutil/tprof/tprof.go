@@ -199,8 +199,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	// Each (thread, address) gets one counter the first time it is seen,
 	// found again with one map lookup. A process's counters are keyed by
-	// its generation, which changes with its mappings (the next tick at an
-	// address is located again; the older counters are kept).
+	// its slot, a number given anew each time its mappings change (the
+	// next tick at an address is located again; the older counters are
+	// kept), so that a key is two words.
 	type entry struct {
 		pid, tid uint32
 		res      int32
@@ -208,9 +209,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		n        uint64
 	}
 	type tickKey struct {
-		ip  uint64
-		ids uint64 // pid<<32 | tid
-		gk  uint64 // generation<<1 | kernel
+		ip uint64
+		w  uint64 // kernel<<63 | slot<<32 | tid
 	}
 	var results []a2n.Result
 	intern := map[[2]string]int32{}
@@ -291,7 +291,21 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	var all [][]entry
 	nent := int32(0)
 	tickIdx := map[tickKey]int32{}
-	pidGen := map[uint32]uint64{}
+	pidSlot := map[uint32]uint64{}
+	slots := uint64(0)
+	slotOf := func(pid uint32) uint64 {
+		s, ok := pidSlot[pid]
+		if !ok {
+			slots++
+			s = slots & (1<<31 - 1) // wraps only past two billion mapping changes
+			pidSlot[pid] = s
+		}
+		return s
+	}
+	// In deferred naming an address's Loc depends only on its process's
+	// mappings (its slot) and, for kernel addresses, not even on that:
+	// threads of one process share it, every process shares the kernel's.
+	locOf := map[tickKey]int32{}
 	// Stacks: each PC resolved once per process (as ticks are), frames as
 	// indexes into results, identical stacks counted together. A stack
 	// seen before in a process (the same thread, flags and PCs: the
@@ -316,7 +330,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		pm[pc] = idx
 		return idx
 	}
-	lastPid, lastGen := uint32(1<<32-1), uint64(0)
+	lastPid, lastSlot := uint32(1<<32-1), uint64(0)
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -329,7 +343,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 						filt.Pids[pid] = true // a process (or thread) the selection created
 					}
 				}
-				pidGen[pid]++
+				delete(pidSlot, pid) // the next tick takes a new slot
 				delete(pcCache, pid)
 				delete(rawStacks, pid)
 				if pid == lastPid {
@@ -350,15 +364,29 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
 			if pid != lastPid {
-				lastPid, lastGen = pid, pidGen[pid]<<1
+				lastPid, lastSlot = pid, slotOf(pid)
 			}
-			k := tickKey{ip: ip, ids: uint64(pid)<<32 | uint64(tid), gk: lastGen}
+			k := tickKey{ip: ip, w: lastSlot<<32 | uint64(tid)}
 			if kernel {
-				k.gk |= 1
+				k.w |= 1 << 63
 			}
 			i, ok := tickIdx[k]
 			if !ok {
-				idx, off := resolve(pid, ip, kernel)
+				var idx int32
+				var off uint64
+				if deferred {
+					lk := tickKey{ip: ip, w: lastSlot << 32}
+					if kernel {
+						lk.w = 1 << 63
+					}
+					var known bool
+					if idx, known = locOf[lk]; !known {
+						idx, _ = resolve(pid, ip, kernel)
+						locOf[lk] = idx
+					}
+				} else {
+					idx, off = resolve(pid, ip, kernel)
+				}
 				if nent%entryBlock == 0 {
 					all = append(all, make([]entry, 0, entryBlock))
 				}
