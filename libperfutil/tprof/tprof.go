@@ -290,7 +290,17 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	const entryBlock = 4096
 	var all [][]entry
 	nent := int32(0)
-	tickIdx := map[tickKey]int32{}
+	// Sized for a share of the ticks the file can hold (a tick is a
+	// 32-byte record; real traces have a distinct (thread, address) per
+	// five ticks or so): a map that grows from empty moves each entry
+	// several times, which cost more than a flat report's lookups.
+	var traceBytes int
+	for _, c := range f.Chunks {
+		if c.Kind == nrm2.ChunkTrace {
+			traceBytes += len(c.Data)
+		}
+	}
+	tickIdx := make(map[tickKey]int32, min(traceBytes/32/8, 1<<18))
 	pidSlot := map[uint32]uint64{}
 	slots := uint64(0)
 	slotOf := func(pid uint32) uint64 {
@@ -305,7 +315,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// In deferred naming an address's Loc depends only on its process's
 	// mappings (its slot) and, for kernel addresses, not even on that:
 	// threads of one process share it, every process shares the kernel's.
-	locOf := map[tickKey]int32{}
+	locOf := make(map[tickKey]int32, min(traceBytes/32/32, 1<<16))
 	// Stacks: each PC resolved once per process (as ticks are), frames as
 	// indexes into results, identical stacks counted together. A stack
 	// seen before in a process (the same thread, flags and PCs: the
