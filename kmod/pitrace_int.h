@@ -92,6 +92,7 @@ bool ptt_may_watch(struct task_struct *t);
 /* pitrace_itrace.c: single-step ITrace (ITRACE_ON / _OFF: pt.lock held) */
 long pt_itrace_on(struct pitrace_itrace_on *a);
 long pt_itrace_off(struct pitrace_itrace_off *a);
+long pt_itrace_stats(struct pitrace_itrace_stats *a);
 void pt_itrace_stop_all(void);
 void pt_itrace_exit(void);
 

@@ -23,7 +23,12 @@
  * the handler (handle_signal): the signal_deliver tracepoint queues a
  * task_work that runs right after the frame is set up, writes
  * ITRACE_SIGNAL (to = the handler) and sets TF again; rt_sigreturn
- * restores the frame's TF.
+ * restores the frame's TF.  Interrupts and page faults taken in user code
+ * are seen at their entry tracepoints and written, as one record that is
+ * not a branch, at the thread's next point here (ith_kentry, ith_kflush).
+ *
+ * The -icount identity: TSC windows the module measures per thread (trap
+ * handling, system calls, interrupts, faults), ITRACE_STATS.
  *
  * Traps are consumed only for threads this module traces and only when
  * ptrace is not single-stepping the thread as well (TIF_SINGLESTEP): then
@@ -39,6 +44,7 @@
  * module exit's rcu_barrier() waits for the last callback.
  */
 #include <linux/hashtable.h>
+#include <linux/interrupt.h>
 #include <linux/kdebug.h>
 #include <linux/module.h>
 #include <linux/pid.h>
@@ -54,6 +60,7 @@
 #include <linux/uaccess.h>
 #include <asm/debugreg.h>
 #include <asm/processor-flags.h>
+#include <asm/tsc.h>
 #include <asm/unistd.h>
 
 #include "pitrace_int.h"
@@ -79,10 +86,15 @@ struct ith {
 	u32 handlers;			/* signal frames holding TF */
 	u32 sig;			/* signal whose handler the work announces */
 	u32 sys_nr;
-	u64 sys_t0;
+	u64 sys_t0, sys_c0;		/* ns and TSC at sys_enter */
 	u64 ip, start, rcx;		/* next instruction, block start, rcx before it */
 	u32 count, lastoff;
 	u64 insns, records;
+	/* a kernel entry from user mode (interrupt, page fault) not yet written */
+	u32 k_minor;			/* 0, or PITRACE_ITRACE_INTERRUPT / _FAULT */
+	u32 k_arg;			/* irq (interrupt), error code (fault) */
+	u64 k_addr, k_c0;		/* fault address, TSC at the entry */
+	struct pitrace_itrace_stats st;	/* the -icount identity's terms */
 };
 
 /* processes waiting for their exec (AT_EXEC) */
@@ -99,6 +111,17 @@ static int ith_nthreads;		/* entries in ith_hash */
 static int ith_npend;
 static bool ith_hooked;			/* notifier and tracepoints attached (pt.lock) */
 static DEFINE_PER_CPU(u64, ith_last);	/* (on_count << 32) | tid of the last ITRACE_THREAD */
+/* the statistics of the last thread that ended (ITRACE_STATS) */
+static struct pitrace_itrace_stats ith_ended;
+static u64 ith_ended_birth;	/* its task's start_time: a reused tid is not it */
+
+/* TSC ticks to ns, as the records carry ns (dur_ns saturates) */
+static u32 ith_tsc_ns(u64 ticks)
+{
+	u64 ns = tsc_khz ? mul_u64_u32_div(ticks, 1000000, tsc_khz) : ticks;
+
+	return min_t(u64, ns, U32_MAX);
+}
 
 /* ---- records (ith_lock held, irqs off) ------------------------------------ */
 
@@ -131,9 +154,53 @@ static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
 	th->rcx = regs->cx;
 	th->count = th->lastoff = 0;
 	th->in_sys = false;
+	th->k_minor = 0;
+	memset(&th->st, 0, sizeof(th->st));
+	th->st.tid = th->tid;
 	regs->flags |= X86_EFLAGS_TF;
 	ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_START, &r,
 		  sizeof(r));
+}
+
+static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
+		      u32 arg2);
+
+/*
+ * Write th's pending interrupt or fault record, its duration ending at now
+ * (the module's next point in the thread).  It ends the block without a
+ * branch: the next block starts where user code resumed (th->ip).
+ */
+static void ith_kflush(struct ith *th, u64 now)
+{
+	u64 d = now - th->k_c0;
+	/* the statistics count what lies inside the span (ITRACE_STATS) */
+	bool in_span = th->st.traps && th->k_c0 >= th->st.start_tsc;
+
+	if (!th->k_minor)
+		return;
+	if (th->k_minor == PITRACE_ITRACE_INTERRUPT) {
+		if (in_span) {
+			th->st.interrupts++;
+			th->st.irq_tsc += d;
+		}
+		ith_block(th, PITRACE_MAJOR_ITRACE_K, PITRACE_ITRACE_INTERRUPT,
+			  th->ip, th->k_arg, ith_tsc_ns(d));
+	} else {
+		struct pitrace_rec_itrace_fault r = { th->ip, th->count,
+						      th->lastoff, th->k_addr,
+						      th->k_arg,
+						      ith_tsc_ns(d) };
+
+		if (in_span) {
+			th->st.faults++;
+			th->st.fault_tsc += d;
+		}
+		ith_write(th, PITRACE_MAJOR_ITRACE_K, PITRACE_ITRACE_FAULT, &r,
+			  sizeof(r));
+		th->start = th->ip;
+		th->count = th->lastoff = 0;
+	}
+	th->k_minor = 0;
 }
 
 static void ith_end(struct ith *th, u32 reason)
@@ -141,9 +208,20 @@ static void ith_end(struct ith *th, u32 reason)
 	struct pitrace_rec_itrace_end r = { th->pid, th->tid, th->count,
 					    th->lastoff, reason };
 
-	if (th->state == ITH_ON)
+	if (th->state == ITH_ON) {
+		u64 now = get_cycles();
+
+		ith_kflush(th, now);
+		r.count = th->count;
+		r.from_off = th->lastoff;
 		ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_END, &r,
 			  sizeof(r));
+		th->st.instructions = th->insns;
+		/* ITRACE_OFF of the thread itself: the span ends at its sys_enter */
+		th->st.end_tsc = th->in_sys ? th->sys_c0 : now;
+		ith_ended = th->st;
+		ith_ended_birth = th->task->start_time;
+	}
 	th->state = ITH_STALE;
 }
 
@@ -280,6 +358,7 @@ static void ith_step(struct ith *th, struct pt_regs *regs)
 		/* callgrind counts n + 1 for n iterations; the trap came n times */
 		th->count++;
 		th->insns++;
+		th->st.reps++;
 		return;
 	}
 	if (in.kind == PT_INSN_PLAIN && in.len)
@@ -299,10 +378,12 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 	unsigned long flags;
 	struct ith *th;
 	int ret = NOTIFY_STOP;
+	u64 t_in;
 
 	if (val != DIE_DEBUG || !regs || !user_mode(regs) || !dr6 ||
 	    !(*dr6 & DR_STEP) || !READ_ONCE(ith_nthreads))
 		return NOTIFY_DONE;
+	t_in = get_cycles();
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(current);
 	if (!th || th->state == ITH_PENDING) {
@@ -312,7 +393,17 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 	if (th->state == ITH_ON && !READ_ONCE(pt_active))
 		ith_end(th, PITRACE_ITRACE_END_OFF);	/* buffer full, or off */
 	if (th->state == ITH_ON) {
+		if (!th->st.traps)
+			th->st.start_tsc = t_in;	/* the span starts here */
+		th->st.traps++;
+		ith_kflush(th, t_in);
 		ith_step(th, regs);
+		/*
+		 * Code that cleared TF itself (popf of an old flags word):
+		 * the trap after that instruction still comes; step on.
+		 */
+		regs->flags |= X86_EFLAGS_TF;
+		th->st.trap_tsc += get_cycles() - t_in;
 	} else if (!th->handlers) {
 		regs->flags &= ~X86_EFLAGS_TF;
 		ith_unhash(th);
@@ -356,6 +447,8 @@ static void ith_work_fn(struct callback_head *cb)
 		th->handlers++;
 		regs->flags |= X86_EFLAGS_TF;
 		if (th->state == ITH_ON)
+			ith_kflush(th, get_cycles());
+		if (th->state == ITH_ON)
 			ith_block(th, PITRACE_MAJOR_ITRACE_K,
 				  PITRACE_ITRACE_SIGNAL, regs->ip, th->sig,
 				  PITRACE_ITRACE_SIG_HANDLER);
@@ -382,6 +475,11 @@ static void ith_sys_enter(void *data, struct pt_regs *regs, long id)
 		if (id == __NR_rt_sigreturn && th->handlers)
 			th->handlers--;
 		if (th->state == ITH_ON) {
+			u64 now = get_cycles();
+
+			/* an interrupt before the syscall instruction ends here */
+			ith_kflush(th, now);
+			th->sys_c0 = now;
 			/* the syscall instruction ends the block */
 			th->lastoff = regs->ip - 2 - th->start;
 			th->count++;
@@ -436,6 +534,10 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 		if (th->in_sys) {
 			u64 dur = ktime_get_mono_fast_ns() - th->sys_t0;
 
+			if (th->st.traps) {	/* inside the span */
+				th->st.syscalls++;
+				th->st.sys_tsc += get_cycles() - th->sys_c0;
+			}
 			th->in_sys = false;
 			ith_block(th, PITRACE_MAJOR_ITRACE_K,
 				  PITRACE_ITRACE_SYSCALL, regs->ip, th->sys_nr,
@@ -538,9 +640,67 @@ static void ith_exit(void *data, struct task_struct *p)
 		module_put(THIS_MODULE);
 }
 
+/*
+ * Kernel entries from user code: an interrupt or a page fault of a traced
+ * thread that is not inside a system call becomes one record, written at
+ * the module's next point in the thread (ith_kflush).  An interrupt taken
+ * while one is pending (a second one before the thread ran again, one in
+ * the first's softirqs or in a fault's handling) is part of the pending
+ * record; a fault ends a pending interrupt and starts its own record.
+ * Threads that are not single-stepped pay one flags test: their user
+ * flags do not have TF.
+ */
+static void ith_kentry(u32 minor, u32 arg, u64 addr)
+{
+	unsigned long flags;
+	struct ith *th;
+	u64 now = get_cycles();
+
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(current);
+	if (th && th->state == ITH_ON && !th->in_sys &&
+	    !(th->k_minor && minor == PITRACE_ITRACE_INTERRUPT)) {
+		ith_kflush(th, now);
+		th->k_minor = minor;
+		th->k_arg = arg;
+		th->k_addr = addr;
+		th->k_c0 = now;
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+}
+
+static bool ith_stepped_user(void)
+{
+	return READ_ONCE(ith_nthreads) && !(current->flags & PF_KTHREAD) &&
+	       (task_pt_regs(current)->flags & X86_EFLAGS_TF);
+}
+
+static void ith_irq_vector(void *data, int vector)
+{
+	if (ith_stepped_user())
+		ith_kentry(PITRACE_ITRACE_INTERRUPT, vector, 0);
+}
+
+static void ith_irq_device(void *data, int irq, struct irqaction *action)
+{
+	if (ith_stepped_user())
+		ith_kentry(PITRACE_ITRACE_INTERRUPT,
+			   PITRACE_ITRACE_IRQ_DEVICE + irq, 0);
+}
+
+static void ith_page_fault(void *data, unsigned long address,
+			   struct pt_regs *regs, unsigned long error_code)
+{
+	if (READ_ONCE(ith_nthreads) && regs && user_mode(regs) &&
+	    (regs->flags & X86_EFLAGS_TF))
+		ith_kentry(PITRACE_ITRACE_FAULT, error_code, address);
+}
+
+/* optional: a kernel without one records those entries in the gaps only */
 static struct {
 	const char *name;
 	void *probe;
+	bool optional;
 	struct tracepoint *tp;
 } ith_tps[] = {
 	{ "sys_enter", ith_sys_enter },
@@ -548,6 +708,14 @@ static struct {
 	{ "signal_deliver", ith_signal },
 	{ "sched_process_fork", ith_fork },
 	{ "sched_process_exit", ith_exit },
+	{ "page_fault_user", ith_page_fault, true },
+	{ "local_timer_entry", ith_irq_vector, true },
+	{ "reschedule_entry", ith_irq_vector, true },
+	{ "call_function_entry", ith_irq_vector, true },
+	{ "call_function_single_entry", ith_irq_vector, true },
+	{ "irq_work_entry", ith_irq_vector, true },
+	{ "x86_platform_ipi_entry", ith_irq_vector, true },
+	{ "irq_handler_entry", ith_irq_device, true },
 };
 
 static void ith_find_tp(struct tracepoint *tp, void *priv)
@@ -566,8 +734,9 @@ static void ith_unhook(void)
 	if (!ith_hooked)
 		return;
 	for (i = 0; i < ARRAY_SIZE(ith_tps); i++)
-		tracepoint_probe_unregister(ith_tps[i].tp, ith_tps[i].probe,
-					    NULL);
+		if (ith_tps[i].tp)
+			tracepoint_probe_unregister(ith_tps[i].tp,
+						    ith_tps[i].probe, NULL);
 	tracepoint_synchronize_unregister();
 	unregister_die_notifier(&ith_nb);
 	ith_hooked = false;
@@ -582,7 +751,7 @@ static int ith_hook(void)
 		return 0;
 	for_each_kernel_tracepoint(ith_find_tp, NULL);
 	for (i = 0; i < ARRAY_SIZE(ith_tps); i++) {
-		if (!ith_tps[i].tp) {
+		if (!ith_tps[i].tp && !ith_tps[i].optional) {
 			pr_warn("pitrace: itrace: no tracepoint %s\n",
 				ith_tps[i].name);
 			return -EOPNOTSUPP;
@@ -592,15 +761,18 @@ static int ith_hook(void)
 	if (err)
 		return err;
 	for (n = 0; n < ARRAY_SIZE(ith_tps); n++) {
+		if (!ith_tps[n].tp)
+			continue;
 		err = tracepoint_probe_register(ith_tps[n].tp,
 						ith_tps[n].probe, NULL);
 		if (err) {
 			pr_warn("pitrace: itrace: tracepoint %s: error %d\n",
 				ith_tps[n].name, err);
 			while (n--)
-				tracepoint_probe_unregister(ith_tps[n].tp,
-							    ith_tps[n].probe,
-							    NULL);
+				if (ith_tps[n].tp)
+					tracepoint_probe_unregister(
+						ith_tps[n].tp,
+						ith_tps[n].probe, NULL);
 			tracepoint_synchronize_unregister();
 			unregister_die_notifier(&ith_nb);
 			return err;
@@ -828,7 +1000,6 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 		if (a) {
 			a->threads++;
 			a->instructions += th->insns;
-			a->records += th->records;
 		}
 		if (th->state == ITH_PENDING) {
 			th->state = ITH_STALE;	/* its work frees it */
@@ -836,6 +1007,8 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 			continue;
 		}
 		ith_end(th, PITRACE_ITRACE_END_OFF);
+		if (a)	/* with the END record (and its THREAD) just written */
+			a->records += th->records;
 		if (th->task == current && !th->handlers) {
 			task_pt_regs(current)->flags &= ~X86_EFLAGS_TF;
 			ith_unhash(th);
@@ -890,6 +1063,22 @@ long pt_itrace_off(struct pitrace_itrace_off *a)
 	kfree(pids);
 	ith_maybe_unhook();
 	return 0;
+}
+
+/* ITRACE_STATS: the caller's last ITrace, if it is the last that ended. */
+long pt_itrace_stats(struct pitrace_itrace_stats *a)
+{
+	unsigned long flags;
+	long ret = -ENOENT;
+
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	if (ith_ended.tid && ith_ended.tid == task_pid_nr(current) &&
+	    ith_ended_birth == current->start_time) {
+		*a = ith_ended;
+		ret = 0;
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	return ret;
 }
 
 /* Tracing goes off (pt.lock held, before pt_active drops): end every thread. */

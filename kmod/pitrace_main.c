@@ -502,6 +502,52 @@ static long pt_ioc_jit(void __user *arg)
 	return 0;
 }
 
+/*
+ * METHOD: a method entry/exit record of the caller (its tgid and pid,
+ * never the argument's), stamped now by the writer: the layout pitraced
+ * writes.  No control lock, the writer path only, as the hook.  Method
+ * events are frequent: the 24-byte argument is three loads in one
+ * user-access window.
+ */
+static long pt_ioc_method(void __user *arg)
+{
+	struct pitrace_method_arg a;
+	struct pitrace_rec_method r;
+
+	{
+		const u64 __user *ua = arg;
+		u64 *ka = (u64 *)&a;
+
+		BUILD_BUG_ON(sizeof(a) != PITRACE_METHOD_ARG_SIZE_V1);
+		if (!user_access_begin(ua, sizeof(a)))
+			return -EFAULT;
+		unsafe_get_user(ka[0], &ua[0], efault);
+		unsafe_get_user(ka[1], &ua[1], efault);
+		unsafe_get_user(ka[2], &ua[2], efault);
+		user_access_end();
+	}
+	if (a.reserved || a.reserved2 ||
+	    (a.major != PITRACE_MAJOR_INTERP && a.major != PITRACE_MAJOR_JITTED) ||
+	    (a.minor != PITRACE_METHOD_ENTRY && a.minor != PITRACE_METHOD_EXIT))
+		return -EINVAL;
+	if (READ_ONCE(pt.state) != PITRACE_STATE_ON)
+		return -EINVAL;
+	if (!pt_major_enabled(a.major))
+		return 0;
+	if (!READ_ONCE(pt_active))
+		return -ENOSPC;		/* normal mode: stopped full */
+	r.pid = task_tgid_nr(current);
+	r.tid = task_pid_nr(current);
+	r.id_lo = lower_32_bits(a.id);
+	r.id_hi = upper_32_bits(a.id);
+	pt_write(PITRACE_KIND_TRACE, a.major, a.minor, PITRACE_LAYOUT_WORDS,
+		 &r, sizeof(r), NULL, 0);
+	return 0;
+efault:
+	user_access_end();
+	return -EFAULT;
+}
+
 static long pt_ioc_sysinfo(struct pitrace_sysinfo *sip)
 {
 	struct pitrace_sysinfo si = {
@@ -593,7 +639,9 @@ static const unsigned int pt_ioc_cmds[] = {
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_IOC_PTT_READ,
 	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_IOC_ITRACE_ON,
 	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_IOC_ITRACE_OFF,
+	[_IOC_NR(PITRACE_IOC_ITRACE_STATS)] = PITRACE_IOC_ITRACE_STATS,
 	[_IOC_NR(PITRACE_IOC_JIT)] = PITRACE_IOC_JIT,
+	[_IOC_NR(PITRACE_IOC_METHOD)] = PITRACE_IOC_METHOD,
 };
 
 /* Argument sizes of ABI version 1: the smallest a caller may pass. */
@@ -615,7 +663,9 @@ static const u16 pt_ioc_min[ARRAY_SIZE(pt_ioc_cmds)] = {
 	[_IOC_NR(PITRACE_IOC_PTT_READ)] = PITRACE_PTT_READ_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_ITRACE_ON)] = PITRACE_ITRACE_ON_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_ITRACE_OFF)] = PITRACE_ITRACE_OFF_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_ITRACE_STATS)] = PITRACE_ITRACE_STATS_SIZE_V1,
 	[_IOC_NR(PITRACE_IOC_JIT)] = PITRACE_JIT_ARG_SIZE_V1,
+	[_IOC_NR(PITRACE_IOC_METHOD)] = PITRACE_METHOD_ARG_SIZE_V1,
 };
 
 /* A struct may only grow: its V1 size is at most its size now. */
@@ -637,7 +687,9 @@ static void __maybe_unused pt_ioc_build_checks(void)
 	BUILD_BUG_ON(sizeof(struct pitrace_ptt_read) < PITRACE_PTT_READ_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_itrace_on) < PITRACE_ITRACE_ON_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_itrace_off) < PITRACE_ITRACE_OFF_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_itrace_stats) < PITRACE_ITRACE_STATS_SIZE_V1);
 	BUILD_BUG_ON(sizeof(struct pitrace_jit_arg) != PITRACE_JIT_ARG_SIZE_V1);
+	BUILD_BUG_ON(sizeof(struct pitrace_method_arg) != PITRACE_METHOD_ARG_SIZE_V1);
 }
 
 /*
@@ -707,6 +759,8 @@ static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a)
 		return pt_itrace_on(a);
 	case PITRACE_IOC_ITRACE_OFF:
 		return pt_itrace_off(a);
+	case PITRACE_IOC_ITRACE_STATS:
+		return pt_itrace_stats(a);
 	}
 	return -ENOTTY;
 }
@@ -728,11 +782,14 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 		return pt_ioc_hook(p);
 	if (cmd == PITRACE_IOC_JIT)		/* JIT names: the record path too */
 		return pt_ioc_jit(p);
+	if (cmd == PITRACE_IOC_METHOD)		/* method events: the record path */
+		return pt_ioc_method(p);
 	/* MSR access (pitrace_msr.c): no pitrace lock, its own copies */
 	if (cmd == PITRACE_IOC_MSR_READ || cmd == PITRACE_IOC_MSR_WRITE)
 		return pt_msr_ioctl(cmd, p);
 	kcmd = pt_ioc_decode(cmd);
-	if (!kcmd || kcmd == PITRACE_IOC_HOOK || kcmd == PITRACE_IOC_JIT)
+	if (!kcmd || kcmd == PITRACE_IOC_HOOK || kcmd == PITRACE_IOC_JIT ||
+	    kcmd == PITRACE_IOC_METHOD)
 		return -ENOTTY;
 	ksize = _IOC_SIZE(kcmd);
 	usize = _IOC_SIZE(cmd);

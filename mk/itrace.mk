@@ -35,3 +35,18 @@ TEST_TARGETS += kitrace-insn-test
 vmtest-itrace:
 	VMTEST_TIMEOUT=$${VMTEST_TIMEOUT:-600} bash scripts/vmtest/run.sh itrace
 TEST_TARGETS += vmtest-itrace
+
+# The ITrace -icount identity in the VM (scripts/vmtest/run.sh icount):
+# user instructions traced + kernel instructions measured + the calibrated
+# glue per trap, system call and fault = the TSC delta, exactly.
+.PHONY: vmtest-itrace-icount
+vmtest-itrace-icount:
+	bash scripts/vmtest/run.sh icount
+TEST_TARGETS += vmtest-itrace-icount
+
+# A short fuzz run of the ITrace replay (libperfutil/itrace: arbitrary
+# record sequences through the replay, stacks and callgrind writer).
+.PHONY: fuzz-itrace
+fuzz: fuzz-itrace
+fuzz-itrace:
+	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/itrace/

@@ -233,28 +233,6 @@ func TestScanFindsThisProcess(t *testing.T) {
 	}
 }
 
-func TestMapsParsing(t *testing.T) {
-	maps := `55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /usr/bin/my prog
-55d0c0001000-55d0c0005000 r-xp 00001000 08:01 123 /usr/bin/my prog
-7f0000000000-7f0000001000 rw-p 00000000 00:00 0
-7fff00000000-7fff00001000 r-xp 00000000 00:00 0 [vdso]
-garbage line
-`
-	var got []string
-	err := mapsEach([]byte(maps), func(start, end, off uint64, prot uint32, path string) {
-		got = append(got, path)
-		if path == "/usr/bin/my prog" && (start != 0x55d0c0001000 || end-start != 0x4000 || off != 0x1000 || prot != 5) {
-			t.Errorf("segment %x-%x off %x prot %d", start, end, off, prot)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0] != "/usr/bin/my prog" || got[1] != "[vdso]" {
-		t.Fatalf("executable mappings %q", got)
-	}
-}
-
 // A tracepoint format the parser cannot read is an error, never a field at
 // offset 0 (which would decode garbage from every record).
 func TestFormatOffsetsRejectsBadFields(t *testing.T) {

@@ -1,14 +1,13 @@
 package kevents
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
+	"perfinsp/libperfutil/procmaps"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -66,8 +65,8 @@ func Describe(pid int, t uint64, emit func(minor uint32, fields []uint64, str st
 	if err != nil {
 		return nil // kernel threads and vanished tasks have no maps
 	}
-	return mapsEach(maps, func(start, end, off uint64, prot uint32, path string) {
-		emit(trace.MTESegment, append(fields[:0], uint64(pid), start, end-start, off, uint64(prot)), path)
+	return procmaps.Executable(maps, func(m procmaps.Mapping) {
+		emit(trace.MTESegment, append(fields[:0], uint64(pid), m.Start, m.End-m.Start, m.Offset, uint64(m.Prot)), m.Path)
 	})
 }
 
@@ -89,51 +88,4 @@ func statusOf(dir string) (name string, ppid int, err error) {
 		}
 	}
 	return name, ppid, nil
-}
-
-// mapsEach calls fn for each executable mapping in /proc/PID/maps text.
-func mapsEach(maps []byte, fn func(start, end, off uint64, prot uint32, path string)) error {
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		// start-end perms offset dev inode path
-		f := strings.Fields(line)
-		if len(f) < 5 || len(f[1]) < 4 || f[1][2] != 'x' {
-			continue
-		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		off, err3 := strconv.ParseUint(f[2], 16, 64)
-		if err1 != nil || err2 != nil || err3 != nil || end < start {
-			continue
-		}
-		var prot uint32
-		if f[1][0] == 'r' {
-			prot |= 1
-		}
-		if f[1][1] == 'w' {
-			prot |= 2
-		}
-		prot |= 4
-		path := ""
-		if len(f) >= 6 {
-			// The path may contain spaces: take the rest of the line after
-			// the fifth field (the inode).
-			rest := line
-			for i := 0; i < 5; i++ {
-				rest = strings.TrimLeft(rest, " \t")
-				if j := strings.IndexAny(rest, " \t"); j >= 0 {
-					rest = rest[j:]
-				}
-			}
-			path = strings.TrimSpace(rest)
-		}
-		fn(start, end, off, prot, path)
-	}
-	return sc.Err()
 }

@@ -415,11 +415,13 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
 #define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
+#define PITRACE_FEAT_ITRACE_KERNEL	(1u << 27)	/* ITRACE_INTERRUPT/_FAULT records, ITRACE_STATS */
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
-	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT)
+	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD | \
+	 PITRACE_FEAT_ITRACE_KERNEL)
 
 struct pitrace_sysinfo {
 	__u32 abi;
@@ -699,6 +701,9 @@ struct pitrace_itrace_off {
 #define PITRACE_ITRACE_END	0x12
 #define PITRACE_ITRACE_SYSCALL	1	/* major ITRACE_K */
 #define PITRACE_ITRACE_SIGNAL	2	/* major ITRACE_K */
+#define PITRACE_ITRACE_INTERRUPT	3	/* major ITRACE_K */
+#define PITRACE_ITRACE_FAULT	4	/* major ITRACE_K */
+#define PITRACE_ITRACE_IRQ_DEVICE	0x100	/* ITRACE_INTERRUPT irq: 0x100 + a device's IRQ number */
 #define PITRACE_ITRACE_START_EXEC	1	/* ITRACE_START flags */
 #define PITRACE_ITRACE_SIG_HANDLER	1	/* ITRACE_SIGNAL flags */
 #define PITRACE_ITRACE_END_EXIT	1
@@ -746,11 +751,61 @@ struct pitrace_rec_itrace_signal {	/* ITRACE_SIGNAL */
 	__u32 flags;		/* PITRACE_ITRACE_SIG_HANDLER */
 } PITRACE_PACKED;
 
+/*
+ * ITRACE_INTERRUPT: an interrupt taken while the thread ran user code;
+ * ITRACE_FAULT: a page fault of its user code.  Neither moves control: the
+ * block goes on at to.  dur_ns runs from the kernel's entry tracepoint to
+ * the module's next point in the thread (its next trap, system call or
+ * signal), docs/itrace.md.
+ */
+struct pitrace_rec_itrace_interrupt {	/* ITRACE_INTERRUPT */
+	__u64 to;
+	__u32 count;
+	__u32 from_off;
+	__u32 irq;		/* APIC vector (< 0x100), or PITRACE_ITRACE_IRQ_DEVICE + IRQ */
+	__u32 dur_ns;
+} PITRACE_PACKED;
+
+struct pitrace_rec_itrace_fault {	/* ITRACE_FAULT */
+	__u64 to;
+	__u32 count;
+	__u32 from_off;
+	__u64 addr;		/* the faulting address (cr2) */
+	__u32 error;		/* the x86 page-fault error code */
+	__u32 dur_ns;
+} PITRACE_PACKED;
+
+/*
+ * ITRACE_STATS (PITRACE_FEAT_ITRACE_KERNEL): the calling thread's last
+ * ITrace, once it ended (ITRACE_OFF of SELF): what the -icount identity
+ * "user instructions + kernel instructions = TSC delta" is made of.  TSC
+ * ticks read at points the module controls; -ENOENT if the caller's last
+ * ITrace is not the last one that ended.
+ */
+struct pitrace_itrace_stats {
+	__u32 tid;		/* out */
+	__u32 reserved;
+	__u64 instructions;	/* user instructions, as the records count them */
+	__u64 start_tsc;	/* the span: from the first trap's notifier entry */
+	__u64 end_tsc;		/* to the sys_enter of the thread's own ITRACE_OFF (else its end) */
+	__u64 traps;		/* single-step traps handled */
+	__u64 trap_tsc;		/* summed from the notifier's entry to its last point */
+	__u64 syscalls;		/* ended (not the ITRACE_OFF) */
+	__u64 sys_tsc;		/* summed from sys_enter to sys_exit */
+	__u64 interrupts;
+	__u64 irq_tsc;		/* summed as the records' dur_ns, in TSC ticks */
+	__u64 faults;
+	__u64 fault_tsc;
+	__u64 reps;		/* rep string instructions ended: callgrind's + 1 each */
+};
+
 #define PITRACE_ITRACE_ON_SIZE_V1	32
 #define PITRACE_ITRACE_OFF_SIZE_V1	40
 
 #define PITRACE_IOC_ITRACE_ON	_IOWR(PITRACE_IOC_MAGIC, 24, struct pitrace_itrace_on)
 #define PITRACE_IOC_ITRACE_OFF	_IOWR(PITRACE_IOC_MAGIC, 25, struct pitrace_itrace_off)
+#define PITRACE_ITRACE_STATS_SIZE_V1	104
+#define PITRACE_IOC_ITRACE_STATS	_IOR(PITRACE_IOC_MAGIC, 26, struct pitrace_itrace_stats)
 
 /* ---- JIT code names (JProf's agent, docs/jprof.md) ---------------------- */
 
@@ -802,6 +857,48 @@ struct pitrace_rec_jit_method {		/* JIT_METHOD, then the name */
 #define PITRACE_JIT_ARG_SIZE_V1	40
 
 #define PITRACE_IOC_JIT		_IOW(PITRACE_IOC_MAGIC, 36, struct pitrace_jit_arg)
+
+/* ---- Java method entry/exit (JProf calltree,trace; docs/jprof.md) -------- */
+
+/*
+ * METHOD writes one method entry or exit record of the calling thread into
+ * the calling CPU's trace buffer, time-stamped by the module at the call
+ * (the trace's clock, never the caller's): major PITRACE_MAJOR_INTERP
+ * (interpreted) or PITRACE_MAJOR_JITTED (jitted), minor
+ * PITRACE_METHOD_ENTRY or PITRACE_METHOD_EXIT, layout WORDS: u32 pid,
+ * tid (tgid / pid of the caller, never from the argument), method id low,
+ * high — the record pitraced's "jprof" op writes (libperfutil/merge reads
+ * it; a JIT_METHOD record names the id).  Written only while tracing is
+ * on (EINVAL otherwise; ENOSPC in normal mode once stopped full) and when
+ * the record's major is enabled (else nothing is written and the call
+ * returns 0).  No lock: the record path.  One ioctl per event: each record
+ * has the time of its own call.  The argument is exactly
+ * PITRACE_METHOD_ARG_SIZE_V1 bytes; reserved fields must be 0.
+ */
+#define PITRACE_FEAT_METHOD		(1u << 28)	/* METHOD */
+#define PITRACE_MAJOR_INTERP	0x30
+#define PITRACE_MAJOR_JITTED	0x50
+#define PITRACE_METHOD_ENTRY	0x10
+#define PITRACE_METHOD_EXIT	(PITRACE_METHOD_ENTRY | PITRACE_EXIT_BIT)
+
+struct pitrace_method_arg {
+	__u16 major;		/* PITRACE_MAJOR_INTERP or PITRACE_MAJOR_JITTED */
+	__u16 reserved;		/* must be 0 */
+	__u32 minor;		/* PITRACE_METHOD_ENTRY or PITRACE_METHOD_EXIT */
+	__u64 id;		/* the method id (JIT_METHOD names it) */
+	__u64 reserved2;	/* must be 0 */
+};
+
+struct pitrace_rec_method {		/* METHOD entry / exit: u32 words */
+	__u32 pid;
+	__u32 tid;
+	__u32 id_lo;
+	__u32 id_hi;
+} PITRACE_PACKED;
+
+#define PITRACE_METHOD_ARG_SIZE_V1	24
+
+#define PITRACE_IOC_METHOD	_IOW(PITRACE_IOC_MAGIC, 37, struct pitrace_method_arg)
 
 /* ---- MSR access (pitrace_msr.c; the msr tool) ----------------------------- */
 

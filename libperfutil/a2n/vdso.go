@@ -1,16 +1,15 @@
 package a2n
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/procmaps"
 )
 
 // The vDSO is not a file: post cannot read the traced process's image.
@@ -45,20 +44,11 @@ func selfVDSO() ([]byte, error) {
 		return nil, err
 	}
 	var size uint64
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	for sc.Scan() {
-		l := sc.Text()
-		if !strings.HasSuffix(l, "[vdso]") {
-			continue
+	_ = procmaps.Executable(maps, func(m procmaps.Mapping) {
+		if m.Path == "[vdso]" && m.Start == base && m.End > m.Start && m.End-m.Start <= 1<<20 {
+			size = m.End - m.Start
 		}
-		lo, rest, _ := strings.Cut(l, "-")
-		hi, _, _ := strings.Cut(rest, " ")
-		s, err1 := strconv.ParseUint(lo, 16, 64)
-		e, err2 := strconv.ParseUint(hi, 16, 64)
-		if err1 == nil && err2 == nil && s == base && e > s && e-s <= 1<<20 {
-			size = e - s
-		}
-	}
+	})
 	if size == 0 {
 		return nil, fmt.Errorf("the vDSO at %#x is not in /proc/self/maps", base)
 	}

@@ -459,3 +459,21 @@ func TestReferenceFromArc(t *testing.T) {
 		t.Error("no error for an arc without hook calls")
 	}
 }
+
+// Flat sums each function's interrupts over its paths (hookit check names
+// them next to a function out of tolerance).
+func TestFlatSumsInterrupts(t *testing.T) {
+	root := &Node{}
+	a := &Node{Name: "a", Parent: root, Calls: 1, IN: 2}
+	b1 := &Node{Name: "b", Parent: a, Calls: 3, IN: 1}
+	b2 := &Node{Name: "b", Parent: root, Calls: 1}
+	a.Children = []*Node{b1}
+	root.Children = []*Node{a, b2}
+	rows := map[string]FlatRow{}
+	for _, r := range (&Analysis{Trees: []*Tree{{Root: root}}}).Flat() {
+		rows[r.Name] = r
+	}
+	if rows["a"].IN != 2 || rows["b"].IN != 1 || rows["b"].Calls != 4 {
+		t.Fatalf("a %+v, b %+v", rows["a"], rows["b"])
+	}
+}

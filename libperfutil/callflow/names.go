@@ -1,13 +1,11 @@
 package callflow
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/procmaps"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -31,26 +29,13 @@ func ProcessNamer(p *Process) *Namer {
 // NewNamer feeds the executable mappings of maps to an A2N resolver.
 func NewNamer(pid int, maps []byte) *Namer {
 	r := a2n.New(nil)
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 || !strings.Contains(f[1], "x") {
-			continue
+	_ = procmaps.Executable(maps, func(m procmaps.Mapping) {
+		if m.Path == "" {
+			return // anonymous memory: nothing to name it from
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		start, e1 := strconv.ParseUint(lo, 16, 64)
-		end, e2 := strconv.ParseUint(hi, 16, 64)
-		off, e3 := strconv.ParseUint(f[2], 16, 64)
-		if e1 != nil || e2 != nil || e3 != nil || end <= start {
-			continue
-		}
-		path := strings.Join(f[5:], " ")
 		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTESegment,
-			Fixed: []uint64{uint64(pid), start, end - start, off, 5}, Str: path})
-	}
+			Fixed: []uint64{uint64(pid), m.Start, m.End - m.Start, m.Offset, uint64(m.Prot)}, Str: m.Path})
+	})
 	return &Namer{pid: uint32(pid), r: r, cache: map[uint64]string{}}
 }
 

@@ -170,6 +170,7 @@ type FlatRow struct {
 	Calls     uint64
 	Base, Cum uint64 // Cum: outermost activations only (recursion is not counted twice)
 	Rough     uint64
+	IN        uint64 // interrupts while it was on top (kmod backend; 0 elsewhere)
 }
 
 // Flat aggregates every thread's tree by function.
@@ -187,6 +188,7 @@ func (a *Analysis) Flat() []FlatRow {
 				r.Calls += n.Calls
 				r.Base += n.Base
 				r.Rough += n.Rough
+				r.IN += n.IN
 				if active[n.Name] == 0 {
 					r.Cum += n.Cum
 				}

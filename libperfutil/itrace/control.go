@@ -61,7 +61,7 @@ func On(a OnArgs) (OnResult, error) {
 		defer b.Close()
 		return onModule(b, a)
 	}
-	c, err := daemonclient.Dial()
+	c, err := dial()
 	if err != nil {
 		return r, err
 	}
@@ -83,13 +83,27 @@ func Off(a OffArgs) (OffResult, error) {
 		}
 		return offModule(b, false, a.PIDs)
 	}
-	c, err := daemonclient.Dial()
+	c, err := dial()
 	if err != nil {
 		return r, err
 	}
 	defer c.Close()
 	err = c.Call(OpOff, a, &r)
 	return r, err
+}
+
+// dial connects to pitraced for an ITrace request. Each waits on traced
+// threads (attach, stop, detach: a thread being single-stepped runs a
+// few thousand instructions a second, ITraceOff's own request included),
+// so it gets the daemon client's long time limit, not the 10 s one of
+// quick requests (which a loaded machine exceeded).
+func dial() (*daemonclient.Client, error) {
+	c, err := daemonclient.Dial()
+	if err != nil {
+		return nil, err
+	}
+	c.Timeout = c.LongTimeout
+	return c, nil
 }
 
 // session is the calling goroutine's ITraceOn state.
@@ -136,7 +150,7 @@ func ITraceOn() error {
 		}
 		return nil
 	}
-	c, err := daemonclient.Dial()
+	c, err := dial()
 	if err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("itrace: ITraceOn: %w", err)

@@ -48,15 +48,24 @@ type Arc struct {
 
 // Branch is one block-ending record, replayed: what the arc report prints.
 type Branch struct {
-	CPU        int
-	Kernel     bool   // a 0x21 record (system call, signal)
-	Type       uint32 // PI type: 0 INTRPT ... 6 UNDEFD
-	Count      uint32 // instructions in the block
-	PID, TID   uint32
-	From, To   uint64
-	Depth      int // call depth after the record
-	Syscall    int // system call number, -1 if none
-	Signal     int // signal number, 0 if none
+	CPU      int
+	Kernel   bool   // a 0x21 record (system call, signal, interrupt, page fault)
+	Type     uint32 // PI type: 0 INTRPT ... 6 UNDEFD
+	Count    uint32 // instructions in the block
+	PID, TID uint32
+	From, To uint64
+	Depth    int // call depth after the record
+	Syscall  int // system call number, -1 if none
+	Signal   int // signal number, 0 if none
+	// Irq is an interrupt's APIC vector or trace.ITraceIRQDevice + its
+	// IRQ, -1 if none; Fault marks a page fault at Addr (Error: its x86
+	// error code). Neither is a branch: From is the last instruction
+	// before it and To the one the thread resumed at.
+	Irq        int
+	Fault      bool
+	Addr       uint64
+	Error      uint32
+	DurationNs uint32 // time in the kernel (system calls, interrupts, faults)
 	Unresolved bool
 }
 
@@ -89,7 +98,11 @@ type Report struct {
 	Branches     uint64
 	Syscalls     uint64
 	Signals      uint64
-	Threads      int
+	Interrupts   uint64 // interrupts and page faults taken in user code: not branches,
+	Faults       uint64 // their blocks go on (module path only)
+	// KernelNs sums the durations of system calls, interrupts and faults.
+	KernelNs uint64
+	Threads  int
 	// Records and Bytes count the ITrace records and their size; First
 	// and Last are the times of the first and last.
 	Records, Bytes uint64
@@ -192,7 +205,7 @@ func (rep *Report) Apply(r *trace.Record) {
 	from += th.start
 	rep.block(th, count, from)
 	b := Branch{CPU: r.CPU, Kernel: r.Major == trace.MajorITraceK, Type: r.Minor, Count: count, PID: th.pid, TID: th.tid,
-		From: from, To: to, Syscall: -1}
+		From: from, To: to, Syscall: -1, Irq: -1}
 	if r.Major == trace.MajorITraceU {
 		rep.Branches++
 		switch r.Minor {
@@ -208,6 +221,8 @@ func (rep *Report) Apply(r *trace.Record) {
 		case trace.ITraceSyscall:
 			rep.Syscalls++
 			b.Type, b.Syscall = trace.ITraceOther, int(r.Field(3))
+			b.DurationNs = uint32(r.Field(4))
+			rep.KernelNs += r.Field(4)
 			switch b.Syscall {
 			case 15: // rt_sigreturn: back from a signal handler
 				for i := len(th.stack) - 1; i >= 0; i-- {
@@ -221,6 +236,17 @@ func (rep *Report) Apply(r *trace.Record) {
 					rep.unwind(th, 0)
 				}
 			}
+		case trace.ITraceInterrupt:
+			// not a branch: the block goes on at to (the interrupted
+			// instruction), and so does the call stack
+			rep.Interrupts++
+			b.Type, b.Irq, b.DurationNs = trace.ITraceIntrpt, int(r.Field(3)), uint32(r.Field(4))
+			rep.KernelNs += r.Field(4)
+		case trace.ITraceFault:
+			rep.Faults++
+			b.Type, b.Fault, b.Addr = trace.ITraceIntrpt, true, r.Field(3)
+			b.Error, b.DurationNs = uint32(r.Field(4)), uint32(r.Field(5))
+			rep.KernelNs += r.Field(5)
 		case trace.ITraceSignal:
 			rep.Signals++
 			b.Type, b.Signal = trace.ITraceIntrpt, int(r.Field(3))

@@ -29,13 +29,11 @@ func rec(major uint16, minor uint32, f ...uint64) *trace.Record {
 	return &trace.Record{Major: major, Minor: minor, Fixed: f, CPU: 1}
 }
 
-// TestReplay: blocks, a call and its return, a call through a PLT stub,
-// a signal handler and its rt_sigreturn, each counted as callgrind does.
-func TestReplay(t *testing.T) {
-	var arcs []Branch
-	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+// exampleStream is a thread's records: blocks, a call and its return, a
+// call through a PLT stub, a signal handler and its rt_sigreturn.
+func exampleStream() []*trace.Record {
 	U, K := trace.MajorITraceU, trace.MajorITraceK
-	for _, r := range []*trace.Record{
+	return []*trace.Record{
 		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
 		rec(U, trace.ITraceCall, 0x2000, 3, 5),                                  // main: 3, call f from 0x1005
 		rec(U, trace.ITraceReturn, 0x100a, 2, 1),                                // f: 2
@@ -45,7 +43,15 @@ func TestReplay(t *testing.T) {
 		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler), // main: 2, handler h
 		rec(K, trace.ITraceSyscall, 0x1011, 3, 2, 15, 100),                      // h: 3, rt_sigreturn
 		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),                // main: 2
-	} {
+	}
+}
+
+// TestReplay: blocks, a call and its return, a call through a PLT stub,
+// a signal handler and its rt_sigreturn, each counted as callgrind does.
+func TestReplay(t *testing.T) {
+	var arcs []Branch
+	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	for _, r := range exampleStream() {
 		rep.Apply(r)
 	}
 	rep.Finish()
@@ -82,5 +88,75 @@ func TestReplay(t *testing.T) {
 	}
 	if cg["main"].Self != 9 || cg["f"].Calls != 1 || cg["g"].Calls != 1 || cg["g"].Self != 4 || cg["h"].Self != 3 || cg["h"].Calls != 0 {
 		t.Fatalf("callgrind round trip: main %+v f %+v g %+v h %+v", cg["main"], cg["f"], cg["g"], cg["h"])
+	}
+}
+
+// TestReplayInterruptsAreNotBranches: the stream of TestReplay with
+// interrupts and page faults (module records, major 0x21 minors 3 and 4)
+// splitting blocks in main, in f before its return, inside the PLT stub and
+// in the handler: every function's calls, exclusive and inclusive counts
+// and the instruction total are those of the stream without them, the
+// taken-branch count too, and each appears once in the arc lines.
+func TestReplayInterruptsAreNotBranches(t *testing.T) {
+	U, K := trace.MajorITraceU, trace.MajorITraceK
+	plain := exampleStream()
+	split := []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(K, trace.ITraceInterrupt, 0x1000, 0, 0, 236, 5000),    // before main's first instruction
+		rec(K, trace.ITraceFault, 0x1002, 2, 1, 0x7000, 6, 9000),  // main: 2 of its 3
+		rec(U, trace.ITraceCall, 0x2000, 1, 3),                    // main: the third, the call at 0x1005
+		rec(K, trace.ITraceInterrupt, 0x2001, 1, 0, 0x100+4, 700), // f: 1 of 2 (a device IRQ)
+		rec(U, trace.ITraceReturn, 0x100a, 1, 0),                  // f: the return
+		rec(U, trace.ITraceCall, 0x3000, 1, 0),                    // main: 1, into the stub
+		rec(K, trace.ITraceInterrupt, 0x3000, 0, 0, 253, 800),     // in the stub, nothing run yet
+		rec(U, trace.ITraceJump, 0x4000, 1, 0),                    // the stub's jump to g
+		rec(K, trace.ITraceFault, 0x4003, 3, 2, 0x8000, 7, 1000),  // g: 3 of 4
+		rec(U, trace.ITraceReturn, 0x100f, 1, 0),                  // g: its return
+		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler),
+		rec(K, trace.ITraceInterrupt, 0x5002, 2, 1, 236, 4000), // h: 2 of 3
+		rec(K, trace.ITraceSyscall, 0x1011, 1, 0, 15, 100),     // h: rt_sigreturn
+		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),
+	}
+	replay := func(recs []*trace.Record) (*Report, []Branch) {
+		var arcs []Branch
+		rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+		for _, r := range recs {
+			rep.Apply(r)
+		}
+		rep.Finish()
+		return rep, arcs
+	}
+	want, _ := replay(plain)
+	got, arcs := replay(split)
+	if got.Instructions != want.Instructions || got.Branches != want.Branches || got.Syscalls != want.Syscalls || got.Signals != want.Signals {
+		t.Fatalf("with interrupts: %d instructions %d branches %d syscalls %d signals; without: %d %d %d %d",
+			got.Instructions, got.Branches, got.Syscalls, got.Signals, want.Instructions, want.Branches, want.Syscalls, want.Signals)
+	}
+	if got.Interrupts != 4 || got.Faults != 2 || got.KernelNs != 5000+9000+700+800+1000+4000+100 {
+		t.Fatalf("%d interrupts %d faults %d ns, want 4, 2, 20600", got.Interrupts, got.Faults, got.KernelNs)
+	}
+	for k, w := range want.Funcs {
+		g := got.Funcs[k]
+		if g == nil || g.Calls != w.Calls || g.Exclusive != w.Exclusive || g.Inclusive != w.Inclusive {
+			t.Errorf("%s: with interrupts %+v, without %+v", w.Name, g, w)
+		}
+	}
+	var irqs, faults int
+	for _, b := range arcs {
+		switch {
+		case b.Fault:
+			faults++
+			if !b.Kernel || b.Irq != -1 || (b.Addr != 0x7000 && b.Addr != 0x8000) {
+				t.Errorf("fault line %+v", b)
+			}
+		case b.Irq >= 0:
+			irqs++
+			if !b.Kernel || b.Type != trace.ITraceIntrpt || b.DurationNs == 0 {
+				t.Errorf("interrupt line %+v", b)
+			}
+		}
+	}
+	if irqs != 4 || faults != 2 {
+		t.Fatalf("arc lines: %d interrupts, %d faults; want 4, 2", irqs, faults)
 	}
 }

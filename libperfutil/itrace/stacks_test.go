@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/pprof/profile"
-
-	"perfinsp/libperfutil/trace"
 )
 
 // TestStacks replays TestReplay's records with stacks on: the folded
@@ -17,18 +15,7 @@ import (
 func TestStacks(t *testing.T) {
 	rep := NewReport(mapNamer{}, nil)
 	rep.EnableStacks()
-	U, K := trace.MajorITraceU, trace.MajorITraceK
-	for _, r := range []*trace.Record{
-		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
-		rec(U, trace.ITraceCall, 0x2000, 3, 5),
-		rec(U, trace.ITraceReturn, 0x100a, 2, 1),
-		rec(U, trace.ITraceCall, 0x3000, 1, 0),
-		rec(U, trace.ITraceJump, 0x4000, 1, 0),
-		rec(U, trace.ITraceReturn, 0x100f, 4, 3),
-		rec(K, trace.ITraceSignal, 0x5000, 2, 1, 10, trace.ITraceSignalHandler),
-		rec(K, trace.ITraceSyscall, 0x1011, 3, 2, 15, 100),
-		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),
-	} {
+	for _, r := range exampleStream() {
 		rep.Apply(r)
 	}
 	rep.Finish()

@@ -327,8 +327,8 @@ func IoctlNumbers() map[string]uintptr {
 		"PITRACE_IOC_BENCH": iocBench, "PITRACE_IOC_PTT_INIT": iocPttInit, "PITRACE_IOC_PTT_TERM": iocPttTerm,
 		"PITRACE_IOC_PTT_STATUS": iocPttStatus, "PITRACE_IOC_PTT_WATCH": iocPttWatch, "PITRACE_IOC_PTT_READ": iocPttRead,
 		"PITRACE_IOC_MSR_READ": iocMSRRead, "PITRACE_IOC_MSR_WRITE": iocMSRWrite,
-		"PITRACE_IOC_ITRACE_ON": iocITraceOn, "PITRACE_IOC_ITRACE_OFF": iocITraceOff,
-		"PITRACE_IOC_JIT": iocJIT,
+		"PITRACE_IOC_ITRACE_ON": iocITraceOn, "PITRACE_IOC_ITRACE_OFF": iocITraceOff, "PITRACE_IOC_ITRACE_STATS": iocITraceStats,
+		"PITRACE_IOC_JIT": iocJIT, "PITRACE_IOC_METHOD": iocMethod,
 	}
 }
 

@@ -33,17 +33,32 @@ type itraceOffArg struct {
 	Records      uint64
 }
 
+// itraceStats mirrors struct pitrace_itrace_stats (PITRACE_IOC_ITRACE_STATS:
+// the calling thread's last ITrace's TSC terms, read by the -icount VM
+// test's C program; here for the ABI test and the fuzzer).
+type itraceStats struct {
+	TID, Reserved                        uint32
+	Instructions, StartTSC, EndTSC       uint64
+	Traps, TrapTSC, Syscalls, SysTSC     uint64
+	Interrupts, IrqTSC, Faults, FaultTSC uint64
+	Reps                                 uint64
+}
+
 const (
 	itraceSelf    = 1
 	itraceFollow  = 2
 	itraceAtExec  = 4
 	itraceMaxPids = 1024
 	featITrace    = 1 << 25
+	// featITraceKernel: ITRACE_INTERRUPT / ITRACE_FAULT records, ITRACE_STATS
+	featITraceKernel = 1 << 27
+	itraceIRQDevice  = 0x100
 )
 
 var (
-	iocITraceOn  = ioc(iocRead|iocWrite, 24, unsafe.Sizeof(itraceOnArg{}))
-	iocITraceOff = ioc(iocRead|iocWrite, 25, unsafe.Sizeof(itraceOffArg{}))
+	iocITraceOn    = ioc(iocRead|iocWrite, 24, unsafe.Sizeof(itraceOnArg{}))
+	iocITraceOff   = ioc(iocRead|iocWrite, 25, unsafe.Sizeof(itraceOffArg{}))
+	iocITraceStats = ioc(iocRead, 26, unsafe.Sizeof(itraceStats{}))
 )
 
 // ITraceSel selects the threads for ITraceOn.

@@ -23,6 +23,8 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 	}{
 		{"pitrace_itrace_on", itraceOnArg{}, []string{"flags", "npids", "pids_from", "threads", "pids", "skipped", "reserved"}},
 		{"pitrace_itrace_off", itraceOffArg{}, []string{"flags", "npids", "pids", "threads", "reserved", "instructions", "records"}},
+		{"pitrace_itrace_stats", itraceStats{}, []string{"tid", "reserved", "instructions", "start_tsc", "end_tsc", "traps", "trap_tsc",
+			"syscalls", "sys_tsc", "interrupts", "irq_tsc", "faults", "fault_tsc", "reps"}},
 	} {
 		typ := reflect.TypeOf(s.goType)
 		if v["sizeof "+s.c] != uint64(typ.Size()) {
@@ -50,13 +52,16 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 		"PITRACE_ITRACE_SIGNAL": uint64(trace.ITraceSignal), "PITRACE_ITRACE_START_EXEC": uint64(trace.ITraceStartExec),
 		"PITRACE_ITRACE_SIG_HANDLER": uint64(trace.ITraceSignalHandler),
 		"PITRACE_ITRACE_END_EXIT":    uint64(trace.ITraceEndExit), "PITRACE_ITRACE_END_OFF": uint64(trace.ITraceEndOff),
+		"PITRACE_IOC_ITRACE_STATS": uint64(iocITraceStats), "PITRACE_ITRACE_STATS_SIZE_V1": uint64(reflect.TypeOf(itraceStats{}).Size()),
+		"PITRACE_FEAT_ITRACE_KERNEL": featITraceKernel, "PITRACE_ITRACE_IRQ_DEVICE": itraceIRQDevice,
+		"PITRACE_ITRACE_INTERRUPT": uint64(trace.ITraceInterrupt), "PITRACE_ITRACE_FAULT": uint64(trace.ITraceFault),
 	} {
 		if got, ok := v[c]; !ok || got != w {
 			t.Errorf("%s: header %#x (present %v), Go %#x", c, got, ok, w)
 		}
 	}
-	if v["PITRACE_FEAT_ABI"]&featITrace == 0 {
-		t.Errorf("PITRACE_FEAT_ABI does not carry PITRACE_FEAT_ITRACE")
+	if v["PITRACE_FEAT_ABI"]&featITrace == 0 || v["PITRACE_FEAT_ABI"]&featITraceKernel == 0 {
+		t.Errorf("PITRACE_FEAT_ABI %#x does not carry PITRACE_FEAT_ITRACE and PITRACE_FEAT_ITRACE_KERNEL", v["PITRACE_FEAT_ABI"])
 	}
 	payloads := []struct {
 		minor uint32
@@ -71,6 +76,8 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 		{trace.ITraceEnd, trace.MajorITraceU, "pitrace_rec_itrace_end"},
 		{trace.ITraceSyscall, trace.MajorITraceK, "pitrace_rec_itrace_syscall"},
 		{trace.ITraceSignal, trace.MajorITraceK, "pitrace_rec_itrace_signal"},
+		{trace.ITraceInterrupt, trace.MajorITraceK, "pitrace_rec_itrace_interrupt"},
+		{trace.ITraceFault, trace.MajorITraceK, "pitrace_rec_itrace_fault"},
 	}
 	for _, p := range payloads {
 		sp := trace.Lookup(p.major, p.minor)

@@ -340,7 +340,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		pm[pc] = idx
 		return idx
 	}
-	lastPid, lastSlot := uint32(1<<32-1), uint64(0)
+	// The slot of the last tick's process. haveLast false means none:
+	// every pid value is a real one (the kernel reports -1 for a task
+	// whose pid is gone, e.g. a tick in an exiting thread).
+	lastPid, lastSlot, haveLast := uint32(0), uint64(0), false
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -357,7 +360,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				delete(pcCache, pid)
 				delete(rawStacks, pid)
 				if pid == lastPid {
-					lastPid = 1<<32 - 1
+					haveLast = false
 				}
 			}
 			if onRecord != nil {
@@ -373,8 +376,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				return nil
 			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
-			if pid != lastPid {
-				lastPid, lastSlot = pid, slotOf(pid)
+			if pid != lastPid || !haveLast {
+				lastPid, lastSlot, haveLast = pid, slotOf(pid), true
 			}
 			k := tickKey{ip: ip, w: lastSlot<<32 | uint64(tid)}
 			if kernel {

@@ -184,6 +184,8 @@ var specs = []Spec{
 	{MajorITraceU, ITraceEnd, "ITRACE_END", LayoutFixed, fl(u32("pid"), u32("tid"), u32("count"), u32("from_off"), u32("reason")), "", "tracing of a thread ends: count instructions of the last block; reason 1 exit, 2 off, 3 exec, 4 detach error"},
 	{MajorITraceK, ITraceSyscall, "ITRACE_SYSCALL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("nr"), u32("dur_ns")), "", "a system call ends the block (the syscall instruction counted); user code resumes at to"},
 	{MajorITraceK, ITraceSignal, "ITRACE_SIGNAL", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("signo"), u32("flags")), "", "a signal was delivered; flags bit 0: its handler starts at to (else the thread goes on at to)"},
+	{MajorITraceK, ITraceInterrupt, "ITRACE_INTERRUPT", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), u32("irq"), u32("dur_ns")), "", "an interrupt while the thread ran user code (irq: APIC vector, or 0x100 + a device IRQ); no branch: the block goes on at to"},
+	{MajorITraceK, ITraceFault, "ITRACE_FAULT", LayoutFixed, fl(x64("to"), u32("count"), x32("from_off"), x64("addr"), x32("error"), u32("dur_ns")), "", "a page fault of the thread's user code at addr (x86 error code); no branch: the block goes on at to"},
 }
 
 type key struct {
@@ -321,9 +323,15 @@ const (
 
 // Minor codes of MajorITraceK: kernel work inside a traced thread, one record each.
 const (
-	ITraceSyscall uint32 = 1
-	ITraceSignal  uint32 = 2
+	ITraceSyscall   uint32 = 1
+	ITraceSignal    uint32 = 2
+	ITraceInterrupt uint32 = 3 // no branch: the user block goes on
+	ITraceFault     uint32 = 4 // a page fault; no branch either
 )
+
+// ITraceIRQDevice is added to a device interrupt's IRQ number in
+// ITRACE_INTERRUPT's irq field; smaller values are APIC vectors.
+const ITraceIRQDevice uint64 = 0x100
 
 // ITRACE_START flags and ITRACE_END reasons.
 const (

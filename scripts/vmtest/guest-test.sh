@@ -3,18 +3,7 @@
 # prints one "vmtest:" line; the last line is the pass marker.
 # $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests)
 # or "stacks" (only the call-stack tests).
-fail() {
-	echo "vmtest: FAIL: $*"
-	exit 1
-}
-step() { echo "vmtest: --- $* (uptime $(cut -d' ' -f1 /proc/uptime) s)"; }
-run() {
-	# run a command, show its output, fail on error
-	"$@" >/tmp/out 2>&1
-	rc=$?
-	sed 's/^/  /' /tmp/out
-	[ $rc -eq 0 ] || fail "$* (exit $rc)"
-}
+. /guest-lib.sh
 
 step "insmod pitrace.ko"
 insmod /pitrace.ko || fail "insmod"
@@ -84,6 +73,7 @@ fi
 if [ "$1" = bench ]; then
 	step "benchmark"
 	run pitest bench 20000
+	sh /method-test.sh bench || fail "method event cost"
 	echo "PITRACE-BENCH-DONE"
 	exit 0
 fi

@@ -478,6 +478,158 @@ static int t_strtail(void)
 	return 0;
 }
 
+/* ---- method: PITRACE_IOC_METHOD's argument and a flood of events ------- */
+
+struct methflood {
+	int fd, n;
+	long ok30, nospc30, ok50, other;
+	int other_errno;
+};
+
+static void *method_flood(void *arg)
+{
+	struct methflood *f = arg;
+	struct pitrace_method_arg a = { .minor = PITRACE_METHOD_ENTRY, .id = 7 };
+
+	for (int i = 0; i < f->n; i++) {
+		a.major = i & 1 ? PITRACE_MAJOR_JITTED : PITRACE_MAJOR_INTERP;
+		a.minor = i & 2 ? PITRACE_METHOD_EXIT : PITRACE_METHOD_ENTRY;
+		errno = 0;
+		if (ioctl(f->fd, PITRACE_IOC_METHOD, &a) == 0) {
+			if (i & 1)
+				f->ok50++;
+			else
+				f->ok30++;
+		} else if (errno == ENOSPC && !(i & 1)) {
+			f->nospc30++;
+		} else {
+			f->other++;
+			f->other_errno = errno;
+		}
+	}
+	return NULL;
+}
+
+static int t_method(int n)
+{
+	struct pitrace_init_arg ia = { .trace_size = 64 << 10, .mte_size = 64 << 10, .mode = PITRACE_MODE_NORMAL };
+	struct pitrace_majors on = { 0 }, off = { 0 }, was = { 0 };
+	struct pitrace_status st;
+	struct pitrace_method_arg a;
+	struct methflood fl[2];
+	unsigned long long recs = 0, lost = 0;
+	long pg = sysconf(_SC_PAGESIZE);
+	long ok30 = 0, nospc30 = 0, ok50 = 0;
+	pthread_t t[2];
+	char *m;
+	int fd = dev(), rc, cpu;
+
+	/* the argument: one readable page, then PROT_NONE */
+	m = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED || mprotect(m + pg, pg, PROT_NONE))
+		DIE("method: mmap/mprotect");
+	memset(&a, 0, sizeof(a));
+	a.major = PITRACE_MAJOR_INTERP;
+	a.minor = PITRACE_METHOD_ENTRY;
+	memcpy(m + pg - sizeof(a), &a, sizeof(a));
+	ioctl(fd, PITRACE_IOC_FREE);
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, m + pg - sizeof(a));
+	CHECK(rc == -1 && errno == EINVAL, "METHOD with the struct up to the page edge, tracing off: rc %d %s, want EINVAL",
+	      rc, strerror(errno));
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, m + pg - sizeof(a) + 8);
+	CHECK(rc == -1 && errno == EFAULT, "METHOD with the struct 8 bytes over the page edge: rc %d %s, want EFAULT",
+	      rc, strerror(errno));
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, NULL);
+	CHECK(rc == -1 && errno == EFAULT, "METHOD from NULL: rc %d %s, want EFAULT", rc, strerror(errno));
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, (void *)0xffffffff81000000UL);
+	CHECK(rc == -1 && errno == EFAULT, "METHOD from a kernel address: rc %d %s, want EFAULT", rc, strerror(errno));
+	/* the record path takes exactly its struct */
+	errno = 0;
+	rc = ioctl(fd, resize(PITRACE_IOC_METHOD, sizeof(a) + 8), m);
+	CHECK(rc == -1 && errno == ENOTTY, "METHOD with a longer struct: rc %d %s, want ENOTTY", rc, strerror(errno));
+	errno = 0;
+	rc = ioctl(fd, resize(PITRACE_IOC_METHOD, sizeof(a) - 8), m);
+	CHECK(rc == -1 && errno == ENOTTY, "METHOD with a shorter struct: rc %d %s, want ENOTTY", rc, strerror(errno));
+
+	/* on: a pid cannot be passed (reserved fields), only the two majors */
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia))
+		DIE("method: init");
+	/* only 0x30 (and sys, mte): no tprof ticks of earlier tests (restored after) */
+	if (ioctl(fd, PITRACE_IOC_STATUS, &st))
+		DIE("method: status");
+	on.mask[PITRACE_MAJOR_INTERP / 64] |= 1ULL << (PITRACE_MAJOR_INTERP % 64);
+	memset(off.mask, 0xff, sizeof(off.mask));
+	if (ioctl(fd, PITRACE_IOC_DISABLE, &off) || ioctl(fd, PITRACE_IOC_ENABLE, &on) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("method: disable all, enable 0x30, on");
+	a.reserved2 = (unsigned long long)getppid();
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, &a);
+	CHECK(rc == -1 && errno == EINVAL, "METHOD with reserved2 set: rc %d %s, want EINVAL", rc, strerror(errno));
+	a.reserved2 = 0;
+	a.reserved = 1;
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, &a);
+	CHECK(rc == -1 && errno == EINVAL, "METHOD with reserved set: rc %d %s, want EINVAL", rc, strerror(errno));
+	a.reserved = 0;
+	a.major = PITRACE_MAJOR_UNWIND;
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, &a);
+	CHECK(rc == -1 && errno == EINVAL, "METHOD of major 0x40: rc %d %s, want EINVAL", rc, strerror(errno));
+	a.major = PITRACE_MAJOR_INTERP;
+	a.minor = PITRACE_METHOD_ENTRY + 1;
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, &a);
+	CHECK(rc == -1 && errno == EINVAL, "METHOD of minor 0x11: rc %d %s, want EINVAL", rc, strerror(errno));
+
+	/* a flood from two threads fills the 64K buffer (normal mode) */
+	for (int i = 0; i < 2; i++) {
+		memset(&fl[i], 0, sizeof(fl[i]));
+		fl[i].fd = fd;
+		fl[i].n = n;
+		if (pthread_create(&t[i], NULL, method_flood, &fl[i]))
+			DIE("pthread_create");
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK(fl[i].other == 0, "method flood: %ld calls answered %s", fl[i].other, strerror(fl[i].other_errno));
+		ok30 += fl[i].ok30;
+		nospc30 += fl[i].nospc30;
+		ok50 += fl[i].ok50;
+	}
+	CHECK(ioctl(fd, PITRACE_IOC_OFF) == 0, "off: %s", strerror(errno));
+	for (cpu = 0;; cpu++) {
+		struct pitrace_cpu_status c = { .cpu = (uint32_t)cpu };
+
+		if (ioctl(fd, PITRACE_IOC_CPU_STATUS, &c))
+			break;
+		recs += c.records;
+		lost += c.lost;
+	}
+	printf("harden: method: %d x 2 events: 0x30 %ld written, %ld ENOSPC (stopped full); 0x50 (disabled) %ld answered 0; "
+	       "trace records %llu, lost %llu\n", n, ok30, nospc30, ok50, recs, lost);
+	CHECK(nospc30 > 0, "the flood never filled the 64K buffer (%ld accepted)", ok30);
+	CHECK(ok50 == n, "0x50 while disabled: %ld of %d answered 0", ok50, n);
+	CHECK(recs + lost >= (unsigned long long)ok30, "%ld accepted 0x30 events, but %llu records + %llu lost",
+	      ok30, recs, lost);
+	CHECK(recs <= (unsigned long long)ok30 + 8ULL * (unsigned long long)cpu,
+	      "%llu records for %ld accepted events: the disabled major was written?", recs, ok30);
+	errno = 0;
+	rc = ioctl(fd, PITRACE_IOC_METHOD, &a);
+	CHECK(rc == -1 && errno == EINVAL, "METHOD after off: rc %d %s, want EINVAL", rc, strerror(errno));
+	ioctl(fd, PITRACE_IOC_SAVED);
+	ioctl(fd, PITRACE_IOC_FREE);
+	memcpy(was.mask, st.enabled, sizeof(was.mask));
+	if (ioctl(fd, PITRACE_IOC_DISABLE, &off) || ioctl(fd, PITRACE_IOC_ENABLE, &was))
+		DIE("method: restore the enabled majors");
+	munmap(m, 2 * pg);
+	close(fd);
+	return 0;
+}
+
 /* ---- jit: PITRACE_IOC_JIT's name at a page edge, its exact size ------ */
 
 static int t_jit(void)
@@ -1332,8 +1484,10 @@ int main(int argc, char **argv)
 		t_stackdepth(n ? n : 200);
 	else if (!strcmp(what, "jit"))
 		t_jit();
+	else if (!strcmp(what, "method"))
+		t_method(n ? n : 20000);
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|jit\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|jit|method [N]\n");
 		return 2;
 	}
 	if (fails) {

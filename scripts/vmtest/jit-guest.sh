@@ -5,17 +5,8 @@
 # tprof of it through the module must name the loop's ticks by that name,
 # and a JIT_LOAD of another process over the same range (its child's
 # "Forged.name") must carry the child's pid, not the parent's.
-fail() {
-	echo "vmtest: FAIL: jit: $*"
-	exit 1
-}
-step() { echo "vmtest: --- $* (uptime $(cut -d' ' -f1 /proc/uptime) s)"; }
-run() {
-	"$@" >/tmp/out 2>&1
-	rc=$?
-	sed 's/^/  /' /tmp/out
-	[ $rc -eq 0 ] || fail "$* (exit $rc)"
-}
+. /guest-lib.sh
+FAIL_PREFIX="jit: "
 
 step "jit: JIT_LOAD refused while tracing is off"
 swtrace free >/dev/null 2>&1
@@ -52,4 +43,5 @@ forged=$(grep JIT_LOAD /tmp/jit/post.show | grep Forged.name | head -1)
 echo "$own" | grep -qw "$pid" || fail "the JIT_LOAD of JitHot.spin does not carry pid $pid"
 echo "$forged" | grep -qw "$pid" && fail "the child's JIT_LOAD carries the parent's pid $pid"
 echo "vmtest: jit: ticks named JitHot.spin, the child's record has its own pid"
+sh /method-test.sh || fail "method entry/exit records (method-guest.sh)"
 exit 0

@@ -11,8 +11,10 @@
 #   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/harden.c, -smp 2)
 #   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/itrace-guest.sh)
 #   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
+#   scripts/vmtest/run.sh icount     ITrace: user + kernel instructions = TSC delta (-icount; icount-guest.sh)
 #   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
-#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c)
+#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c;
+#                                    method events: method-guest.sh, methodprog.c)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
@@ -127,6 +129,8 @@ gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/jitprog" \
 	scripts/vmtest/jitprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
+gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/methodprog" \
+	scripts/vmtest/methodprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
@@ -138,6 +142,9 @@ if [ "$WHAT" = itrace ]; then
 	set -e
 	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
 	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
+fi
+if [ "$WHAT" = icount ]; then # issue 10: the ITrace -icount identity (icount-guest.sh)
+	gcc -O2 -static -mno-red-zone -Wall -Werror -Ikmod/uapi -o "$BIN/itrace_icount" scripts/vmtest/itrace_icount.c
 fi
 if [ "$WHAT" = callflow ]; then # issue 11: call-flow exactness (scripts/vmtest/callflow-build.sh)
 	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" 9>&- || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
@@ -156,9 +163,12 @@ cp "$BIN"/* "$IR/bin/"
 cp scripts/vmtest/guest-test.sh "$IR/test.sh"
 cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
 cp scripts/vmtest/jit-guest.sh "$IR/jit-test.sh"
+cp scripts/vmtest/method-guest.sh "$IR/method-test.sh"
+cp scripts/vmtest/guest-lib.sh "$IR/guest-lib.sh"
 if [ "$WHAT" = callflow ]; then
 	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
 fi
+[ "$WHAT" = icount ] && cp scripts/vmtest/icount-guest.sh "$IR/test.sh"
 cat >"$IR/init" <<EOF
 #!/bin/busybox sh
 export PATH=/bin PERFINSP_BACKEND=auto HOME=/root
@@ -179,7 +189,7 @@ chmod +x "$IR/init" "$IR/test.sh"
 # ---- boot ----
 QEMU_EXTRA=()
 SMP=2
-if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ] || [ "$WHAT" = callflow ]; then
+if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ] || [ "$WHAT" = callflow ] || [ "$WHAT" = icount ]; then
 	# -icount: the guest TSC counts instructions. With -icount the second
 	# vCPU never comes up (the boot stops at "Booting SMP configuration"),
 	# so the benchmark runs on one CPU.
@@ -222,6 +232,7 @@ marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = harden ] && marker="PITRACE-HARDEN-DONE"
 [ "$WHAT" = itrace ] && marker="PITRACE-ITRACE-DONE"
 [ "$WHAT" = callflow ] && marker="PITRACE-CALLFLOW-PASS"
+[ "$WHAT" = icount ] && marker="PITRACE-ICOUNT-PASS"
 [ "$WHAT" = stacks ] && marker="PITRACE-STACKS-DONE"
 [ "$WHAT" = jit ] && marker="PITRACE-JIT-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"

@@ -158,7 +158,7 @@ func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result
 	if itraceOpt.arc {
 		path := filepath.Join(outDir, "arc")
 		if arcF, arcW, arcErr = create(path); arcErr == nil {
-			fmt.Fprintf(arcW, "arc of %s: one line per taken branch (and system call, signal) of the traced threads\n", in)
+			fmt.Fprintf(arcW, "arc of %s: one line per taken branch (and system call, signal, interrupt, page fault) of the traced threads\n", in)
 			fmt.Fprintln(arcW, "CPU K/U TYPE INSTS  CALLFLOW / PID_TID          OFFSET  SYMBOL:MODULE  PID_TID_NAME  TYPE-WORD  LINE")
 			onBranch = func(b *pitrace.Branch) { writeArc(arcW, namer, r, b) }
 		}
@@ -195,7 +195,7 @@ func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result
 			if err := arcF.Close(); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "post: wrote %s (%d branches)\n", filepath.Join(outDir, "arc"), rep.Branches+rep.Syscalls+rep.Signals)
+			fmt.Fprintf(stdout, "post: wrote %s (%d lines)\n", filepath.Join(outDir, "arc"), rep.Branches+rep.Syscalls+rep.Signals+rep.Interrupts+rep.Faults)
 		}
 		if itraceOpt.report {
 			path := filepath.Join(outDir, "itrace.out")
@@ -256,6 +256,12 @@ func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *pitrace.Branch) 
 		word = fmt.Sprintf("SYSCALL_%d", b.Syscall)
 	case b.Signal > 0:
 		word = fmt.Sprintf("SIGNAL_%d", b.Signal)
+	case b.Irq >= int(trace.ITraceIRQDevice):
+		word = fmt.Sprintf("IRQ_%d_%dns", b.Irq-int(trace.ITraceIRQDevice), b.DurationNs)
+	case b.Irq >= 0:
+		word = fmt.Sprintf("INTERRUPT_%d_%dns", b.Irq, b.DurationNs)
+	case b.Fault:
+		word = fmt.Sprintf("PAGEFAULT_0x%x_err%d_%dns", b.Addr, b.Error, b.DurationNs)
 	}
 	indent := strings.Repeat(" ", min(b.Depth, 40))
 	tname := r.ThreadName(b.PID, b.TID)
@@ -273,6 +279,10 @@ func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *pitrace.Branch) 
 func writeITraceReport(w *bufio.Writer, rep *pitrace.Report, in string) {
 	fmt.Fprintf(w, "itrace.out of %s: %d instructions, %d taken branches, %d system calls, %d signals, %d threads\n",
 		in, rep.Instructions, rep.Branches, rep.Syscalls, rep.Signals, rep.Threads)
+	if rep.Interrupts+rep.Faults > 0 || rep.KernelNs > 0 {
+		fmt.Fprintf(w, "kernel: %d interrupts and %d page faults in user code (not branches); %.3f ms in system calls, interrupts and faults\n",
+			rep.Interrupts, rep.Faults, float64(rep.KernelNs)/1e6)
+	}
 	if rep.Instructions > 0 {
 		secs := float64(rep.Last-rep.First) / 1e9
 		fmt.Fprintf(w, "%d ITrace records, %d bytes: %.2f bytes per instruction; traced for %.3f s: %.0f instructions/s, %.0f records/s\n",

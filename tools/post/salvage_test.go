@@ -199,7 +199,12 @@ func TestRealTraceCutAndCorrupted(t *testing.T) {
 	e.Sw("setrate", "2000")
 	e.Sw("on")
 	e.RunBurn(100)
-	e.Sw("off")
+	// On a loaded machine the run can fill the buffers, which stops
+	// tracing (normal mode): the trace is whole up to there, and cut
+	// below like any other.
+	if out, code := e.SwCode("off"); code != 0 && !strings.Contains(out, "not on") {
+		t.Fatalf("swtrace off: exit %d: %s", code, out)
+	}
 	e.Sw("get", "real.nrm2")
 	path := filepath.Join(e.Dir, "real.nrm2")
 	f, err := nrm2.Open(path)

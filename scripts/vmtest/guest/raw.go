@@ -198,6 +198,24 @@ func badInput() error {
 			return expect("jit with a kernel name pointer", call(fd, "PITRACE_IOC_JIT", jitArg(1, 4, 0xffffffff81000000, 0)), unix.EFAULT)
 		},
 		func() error {
+			return expect("method while not on", call(fd, "PITRACE_IOC_METHOD", methodArg(0x30, 0x10, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("method with reserved set", call(fd, "PITRACE_IOC_METHOD", methodArg(0x30, 0x10, 1, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("method with reserved2 set (a pid?)", call(fd, "PITRACE_IOC_METHOD", methodArg(0x50, 0x10, 0, 1234)), unix.EINVAL)
+		},
+		func() error {
+			return expect("method major 0x40", call(fd, "PITRACE_IOC_METHOD", methodArg(0x40, 0x10, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("method minor 0x11", call(fd, "PITRACE_IOC_METHOD", methodArg(0x30, 0x11, 0, 0)), unix.EINVAL)
+		},
+		func() error {
+			return expect("method from a kernel address", rawIoctl(fd, ioc["PITRACE_IOC_METHOD"], 0xffffffff81000000), unix.EFAULT)
+		},
+		func() error {
 			_, err := unix.Mmap(int(fd), 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
 			return expect("mmap with no buffers", errnoOf(err), unix.ENODATA)
 		},
@@ -425,6 +443,12 @@ func plausible(r *rand.Rand, req uintptr, b []byte) {
 		binary.LittleEndian.PutUint32(b[4:], uint32(r.Intn(490)))
 		binary.LittleEndian.PutUint64(b[24:], uint64(uintptr(unsafe.Pointer(&b[64]))))
 		binary.LittleEndian.PutUint64(b[32:], uint64(r.Intn(8)/7))
+	case ioc["PITRACE_IOC_METHOD"]:
+		// the two majors and minors with neighbours, reserved mostly 0
+		binary.LittleEndian.PutUint16(b[0:], []uint16{0x30, 0x50, 0x31, 0x100}[r.Intn(4)])
+		binary.LittleEndian.PutUint16(b[2:], uint16(r.Intn(8)/7))
+		binary.LittleEndian.PutUint32(b[4:], []uint32{0x10, 0x80000010, 0x11, 0}[r.Intn(4)])
+		binary.LittleEndian.PutUint64(b[16:], uint64(r.Intn(8)/7))
 	case ioc["PITRACE_IOC_SETMODE"]:
 		binary.LittleEndian.PutUint32(b[0:], uint32(r.Intn(4)))
 		binary.LittleEndian.PutUint32(b[4:], 0)
@@ -572,3 +596,14 @@ func jitArg(minor, n uint32, name uint64, reserved uint64) []byte {
 }
 
 var jitName [512]byte
+
+// methodArg is a struct pitrace_method_arg (kmod/uapi/pitrace.h).
+func methodArg(major uint16, minor uint32, reserved uint16, reserved2 uint64) []byte {
+	b := arg("PITRACE_IOC_METHOD")
+	binary.LittleEndian.PutUint16(b[0:], major)
+	binary.LittleEndian.PutUint16(b[2:], reserved)
+	binary.LittleEndian.PutUint32(b[4:], minor)
+	binary.LittleEndian.PutUint64(b[8:], 42)
+	binary.LittleEndian.PutUint64(b[16:], reserved2)
+	return b
+}

@@ -100,8 +100,14 @@ static uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
 	if (m_find(id, &info))
 		return info;
 	jprof_method_name(m, name, sizeof(name));
-	dot = strrchr(name, '.');
-	snprintf(cls, sizeof(cls), "%.*s", dot ? (int)(dot - name) : (int)strlen(name), name);
+	/* the class: before the method's dot (a signature has none), dotted */
+	dot = strchr(name, '(');
+	for (dot = dot ? dot : name + strlen(name); dot > name && *dot != '.'; dot--)
+		;
+	snprintf(cls, sizeof(cls), "%.*s", *dot == '.' ? (int)(dot - name) : (int)strlen(name), name);
+	for (char *p = cls; *p; p++)
+		if (*p == '/')
+			*p = '.';
 	(*jvmti)->GetMethodModifiers(jvmti, m, &mods);
 	if (mods & 0x0100)	/* ACC_NATIVE */
 		type = mods & 0x0008 ? HOOKIT_TYPE_NATIVE_STATIC : HOOKIT_TYPE_NATIVE;

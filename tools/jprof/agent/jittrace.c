@@ -1,10 +1,11 @@
 /*
  * JProf's records into the trace facility (docs/jprof.md): JIT code loads
- * and unloads, method names.  With the pitrace module (/dev/pitrace exists,
- * or $PERFINSP_BACKEND=kmod; not with =daemon) JIT_LOAD / JIT_UNLOAD /
- * JIT_METHOD are one PITRACE_IOC_JIT each, written at once by the calling
- * thread (the module takes the pid and tid from the caller).  Otherwise,
- * and for method entry/exit events, through pitraced's "jprof" op, with
+ * and unloads, method names, method entry/exit.  With the pitrace module
+ * (/dev/pitrace exists, or $PERFINSP_BACKEND=kmod; not with =daemon)
+ * JIT_LOAD / JIT_UNLOAD / JIT_METHOD are one PITRACE_IOC_JIT each and a
+ * method entry/exit one PITRACE_IOC_METHOD, written at once by the calling
+ * thread (the module takes the pid, tid and time).  Otherwise through
+ * pitraced's "jprof" op, with
  * libperfutil's agent client (libperfutil/c/agentconn.c, compiled in):
  * records are batched on one connection, each with its own time
  * (CLOCK_MONOTONIC, the facility's clock) and CPU.
@@ -296,9 +297,49 @@ void jt_method(unsigned long long id, const char *name)
 	jt_add(JT_MAJOR_JIT, JT_JIT_METHOD, "\"id\":%llu,\"name\":\"%s\"", id, e);
 }
 
+/*
+ * Method events through the module: one PITRACE_IOC_METHOD each, stamped
+ * by the module at the call (a batch would carry the agent's times, or
+ * one time for all).  0 until a module without the ioctl answers ENOTTY:
+ * then the daemon, as before.
+ */
+static int jt_kmeth_gone;
+
+/* 1: written (or refused) by the module; 0: use the daemon. */
+static int jt_kmod_event(unsigned major, unsigned minor, unsigned long long id)
+{
+	struct pitrace_method_arg a;
+	int fd;
+
+	pthread_once(&jt_kfd_once, jt_kfd_open);
+	fd = __atomic_load_n(&jt_kfd, __ATOMIC_RELAXED);
+	if (fd < 0 || __atomic_load_n(&jt_kmeth_gone, __ATOMIC_RELAXED))
+		return 0;
+	a.major = (__u16)major;
+	a.reserved = 0;
+	a.minor = minor;
+	a.id = id;
+	a.reserved2 = 0;
+	if (ioctl(fd, PITRACE_IOC_METHOD, &a) == 0) {
+		__atomic_add_fetch(&jt_k_sent, 1, __ATOMIC_RELAXED);
+		return 1;
+	}
+	if (errno == ENOTTY) {		/* a module without METHOD */
+		__atomic_store_n(&jt_kmeth_gone, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	__atomic_store_n(&jt_k_errno, errno, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&jt_k_failed, 1, __ATOMIC_RELAXED);
+	return 1;
+}
+
 void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id)
 {
-	jt_add(major, exit ? 0x80000010u : 0x10u, "\"tid\":%u,\"id\":%llu", tid, id);
+	unsigned minor = exit ? PITRACE_METHOD_EXIT : PITRACE_METHOD_ENTRY;
+
+	if (jt_kmod_event(major, minor, id))
+		return;
+	jt_add(major, minor, "\"tid\":%u,\"id\":%llu", tid, id);
 }
 
 void jt_stats(unsigned long *sent, unsigned long *failed, const char **err, unsigned long long *send_ns)

@@ -1,4 +1,4 @@
-/* JProf's trace records through pitraced (jittrace.c; docs/jprof.md). */
+/* JProf's trace records: the pitrace module or pitraced (jittrace.c; docs/jprof.md). */
 #ifndef JPROF_JITTRACE_H
 #define JPROF_JITTRACE_H
 

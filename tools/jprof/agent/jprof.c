@@ -1,9 +1,9 @@
 /*
  * libjprof.so: PI's JProf, a JVMTI agent (docs/jprof.md).
  *
- *   java -agentpath:bin/libjprof.so=tprof[,verbose] ...
+ *   java -agentpath:bin/libjprof.so=tprof[,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
- *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,verbose] ...
+ *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,sig][,verbose] ...
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
@@ -31,6 +31,7 @@ static int verbose;
 static int tracing;		/* JIT records into the trace */
 static int trace_events;	/* calltree,trace: method events too */
 static int calltree;
+static int sig_names;		/* sig: PI's names, with the signature */
 static int dead;
 static unsigned long loads, unloads, stubs;
 
@@ -134,28 +135,34 @@ void jprof_trace_event(uint64_t id, unsigned type, int exit)
 		jt_event(type == 1 || type == 2 ? 0x50 : 0x30, exit, gettid_(), id);
 }
 
-/* "Lpkg/Class;" + "method" -> "pkg.Class.method" into out. */
+/*
+ * "Lpkg/Class;" + "method" -> "pkg.Class.method" into out; with the sig
+ * option PI's form, the JVM's class name and the method's signature:
+ * "pkg/Class.method(Ljava/lang/String;)V" (overloads apart).
+ */
 void jprof_method_name(jmethodID m, char *out, size_t n)
 {
-	char *mname = NULL, *csig = NULL;
+	char *mname = NULL, *msig = NULL, *csig = NULL;
 	jclass cls = NULL;
 	size_t o = 0;
 	const char *c;
 
 	snprintf(out, n, "method@%p", (void *)m);
-	if ((*jvmti)->GetMethodName(jvmti, m, &mname, NULL, NULL) != JVMTI_ERROR_NONE)
+	if ((*jvmti)->GetMethodName(jvmti, m, &mname, sig_names ? &msig : NULL, NULL) != JVMTI_ERROR_NONE)
 		return;
 	if ((*jvmti)->GetMethodDeclaringClass(jvmti, m, &cls) == JVMTI_ERROR_NONE &&
 	    (*jvmti)->GetClassSignature(jvmti, cls, &csig, NULL) == JVMTI_ERROR_NONE && csig) {
 		c = csig[0] == 'L' ? csig + 1 : csig;
 		for (; *c && *c != ';' && o + 2 < n; c++)
-			out[o++] = *c == '/' ? '.' : *c;
+			out[o++] = *c == '/' && !sig_names ? '.' : *c;
 		out[o] = 0;
-		snprintf(out + o, n - o, ".%s", mname);
+		snprintf(out + o, n - o, ".%s%s", mname, msig ? msig : "");
 	} else {
-		snprintf(out, n, "%s", mname);
+		snprintf(out, n, "%s%s", mname, msig ? msig : "");
 	}
 	(*jvmti)->Deallocate(jvmti, (unsigned char *)mname);
+	if (msig)
+		(*jvmti)->Deallocate(jvmti, (unsigned char *)msig);
 	if (csig)
 		(*jvmti)->Deallocate(jvmti, (unsigned char *)csig);
 }
@@ -226,8 +233,9 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 
 static int usage(const char *opts)
 {
-	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,verbose] or\n"
-		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,verbose]\n"
+	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,sig][,verbose] or\n"
+		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,sig][,verbose]\n"
+		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n",
 		opts ? opts : "");
 	return JNI_ERR;
@@ -252,6 +260,8 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 			calltree = 1;
 		else if (!strcmp(tok, "verbose"))
 			verbose = 1;
+		else if (!strcmp(tok, "sig"))
+			sig_names = 1;
 		else if (!strcmp(tok, "trace"))
 			tracing = trace_events = 1;
 		else if (!strncmp(tok, "dir=", 4) && tok[4])
