@@ -16,12 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -91,19 +91,14 @@ type tpFields struct {
 }
 
 type ring struct {
-	cpu     int
-	fds     []int
-	leader  int
-	mem     []byte
-	meta    *unix.PerfEventMmapPage
-	data    []byte
-	mask    uint64
-	mu      sync.Mutex
-	scratch []byte
-	fields  [8]uint64
-	pcs     []uint64 // a stack's PCs, reused
-	records uint64
-	lost    uint64
+	cpu    int
+	fds    []int
+	leader int
+	rb     *perfring.Ring // the CPU's ring (the reader counts records and losses)
+	mu     sync.Mutex
+	fields [8]uint64
+	pcs    []uint64 // a stack's PCs, reused
+	decode func(typ uint32, misc uint16, body []byte)
 }
 
 // Session is a running set of kernel event sources.
@@ -202,14 +197,12 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		if err := s.addFD(r, fd, kindSideband); err != nil {
 			return nil, err
 		}
-		mem, err := unix.Mmap(fd, 0, (pages+1)*os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		rb, err := perfring.Map(fd, pages)
 		if err != nil {
-			return nil, fmt.Errorf("map perf ring on CPU %d: %w (raise /proc/sys/kernel/perf_event_mlock_kb?)", cpu, err)
+			return nil, fmt.Errorf("CPU %d: %w", cpu, err)
 		}
-		r.mem = mem
-		r.meta = (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0]))
-		r.data = mem[os.Getpagesize():]
-		r.mask = uint64(len(r.data) - 1)
+		r.rb = rb
+		r.decode = func(typ uint32, misc uint16, body []byte) { s.record(r, typ, misc, body) }
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(len(s.rings) - 1)}); err != nil {
 			return nil, fmt.Errorf("epoll add: %w", err)
 		}
@@ -460,10 +453,7 @@ func (s *Session) Stop() error {
 
 func (s *Session) closeAll() {
 	for _, r := range s.rings {
-		if r.mem != nil {
-			_ = unix.Munmap(r.mem)
-			r.mem = nil
-		}
+		_ = r.rb.Close()
 		for _, fd := range r.fds {
 			_ = unix.Close(fd)
 		}
@@ -480,7 +470,11 @@ func (s *Session) Stats() []CPUStats {
 	out := make([]CPUStats, 0, len(s.rings))
 	for _, r := range s.rings {
 		r.mu.Lock()
-		out = append(out, CPUStats{CPU: r.cpu, Records: r.records, Lost: r.lost})
+		st := CPUStats{CPU: r.cpu}
+		if r.rb != nil {
+			st.Records, st.Lost = r.rb.Records, r.rb.Lost
+		}
+		out = append(out, st)
 		r.mu.Unlock()
 	}
 	return out
@@ -490,40 +484,10 @@ func le16(b []byte) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
 func le32(b []byte) uint32 { return uint32(le16(b)) | uint32(le16(b[2:]))<<16 }
 func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
 
-// drain decodes every record between tail and head. Caller holds r.mu.
+// drain decodes every record written since the last call (perfring: a
+// record not all written yet is read by the next call). Caller holds r.mu.
 func (s *Session) drain(r *ring) {
-	if r.meta == nil {
-		return
-	}
-	head := atomic.LoadUint64(&r.meta.Data_head)
-	tail := r.meta.Data_tail
-	size := uint64(len(r.data))
-	for tail < head {
-		off := tail & r.mask
-		// The 8-byte header never straddles the end (records are 8-aligned).
-		hdr := r.data[off : off+8]
-		typ := le32(hdr)
-		misc := le16(hdr[4:])
-		n := uint64(le16(hdr[6:]))
-		if n < 8 || tail+n > head {
-			break
-		}
-		var rec []byte
-		if off+n <= size {
-			rec = r.data[off : off+n]
-		} else {
-			if cap(r.scratch) < int(n) {
-				r.scratch = make([]byte, n)
-			}
-			rec = r.scratch[:n]
-			k := copy(rec, r.data[off:])
-			copy(rec[k:], r.data[:n-uint64(k)])
-		}
-		s.record(r, typ, misc, rec[8:])
-		r.records++
-		tail += n
-	}
-	atomic.StoreUint64(&r.meta.Data_tail, tail)
+	r.rb.Drain(r.decode)
 }
 
 // sampleID parses the sample_id trailer of a side-band record (sample type
@@ -671,9 +635,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if len(b) < 16 {
 			return
 		}
-		n := le64(b[8:])
-		r.lost += n
-		s.sink.Lost(r.cpu, false, n)
+		s.sink.Lost(r.cpu, false, le64(b[8:])) // the ring counts it too (Stats)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"perfinsp/daemon/kevents"
 	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -131,7 +132,7 @@ func TestProbeCountsCallsAndReturnAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	ring, err := NewRing(pr.FD, 8)
+	ring, err := perfring.Map(pr.FD, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestGroupedProbeReadsCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pr.Close()
-	ring, err := NewRing(pr.FD, 8)
+	ring, err := perfring.Map(pr.FD, 8)
 	if err != nil {
 		t.Fatal(err)
 	}

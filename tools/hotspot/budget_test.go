@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,36 +23,54 @@ func TestParsePercent(t *testing.T) {
 	}
 }
 
-// TestBudgetOff checks the budget's arithmetic: the probes go out for as
-// long as the target needs to work for the window's probe cost to be the
-// budget's share of its own CPU time.
-func TestBudgetOff(t *testing.T) {
-	w := &Walk{Budget: 5}
-	const call = 25000.0 // ns a probed call
+// TestBudgetRule checks the budget's arithmetic: the probes may be in
+// place while the walk's counted cost so far is at most the aim (60 % of
+// the budget) of the target's own CPU time so far; a window ends after
+// onWin or once its cost reaches the aim's share of onWin (or twice the
+// last closing phase's cost).
+func TestBudgetRule(t *testing.T) {
+	w := &Walk{Budget: 5, meter: newCPUMeter()}
+	a := w.aim()
+	if budgetAim <= 0 || budgetAim >= 1 || math.Abs(a-0.05*budgetAim) > 1e-12 {
+		t.Fatalf("aim %g for a 5%% budget (budgetAim %g), want a share of 0.05", a, budgetAim)
+	}
+	// Nothing spent yet, no CPU seen: within.
+	if !costWithin(0, 0, a) {
+		t.Error("no cost, no CPU: not within the budget")
+	}
+	// A cost of exactly the aim of 100 ms of own CPU is within; 3 % more is not.
+	c := a * 100e6
+	if !costWithin(c, uint64(100e6+c), a) {
+		t.Errorf("%.2f ms of cost for 100 ms of own CPU refused at aim %g", c/1e6, a)
+	}
+	if costWithin(1.03*c, uint64(100e6+c), a) {
+		t.Errorf("%.2f ms of cost for under 100 ms of own CPU accepted at aim %g", 1.03*c/1e6, a)
+	}
+	// The sampling's cost counts too: half of it sampling, half probes.
+	w.SampleCostNs, w.CostNs = c/2, c/2
+	w.meter.total = uint64(97e6 + c) // own 97 ms
+	if w.withinBudget() {
+		t.Error("sampling + probes at the aim of 100 ms accepted for 97 ms of own CPU")
+	}
+	w.meter.total = uint64(101e6 + c)
+	if !w.withinBudget() {
+		t.Error("sampling + probes at the aim of 100 ms refused for 101 ms of own CPU")
+	}
 	const on = 100 * time.Millisecond
-	// 40 ms into the window, 100 calls (2.5 ms of cost, under 5 % of 100 ms): go on.
-	if _, end := w.budgetOff(40*time.Millisecond, 100*call, 40e6, on); end {
-		t.Error("window ended before onWin with its cost under the budget's share")
+	share := a * float64(on) // the aim's share of a window
+	if w.windowOver(40*time.Millisecond, 0.97*share, on) {
+		t.Error("window ended at 40 ms with its cost under the aim's share of 100 ms")
 	}
-	// 100 ms, 400 calls = 10 ms of cost in 100 ms of CPU: own work 90 ms
-	// at 0.9 CPU/s; the cost is 5 % of 200 ms of own work, 110 ms more,
-	// 122.2 ms of wall time.
-	off, end := w.budgetOff(on, 400*call, 100e6, on)
-	if !end || off < 122*time.Millisecond || off > 123*time.Millisecond {
-		t.Errorf("off = %v, %v; want 122.2ms", off, end)
+	if !w.windowOver(20*time.Millisecond, share, on) {
+		t.Error("a very hot function's window (the aim's share of 100 ms in 20 ms) not ended early")
 	}
-	// A very hot function: 20 ms into the window the cost (8 ms) is over
-	// 5 % of onWin: the window ends early.
-	if off, end := w.budgetOff(20*time.Millisecond, 320*call, 20e6, on); !end || off <= 0 {
-		t.Errorf("hot window: off = %v, %v; want an early end with the probes out", off, end)
+	if !w.windowOver(on, 0, on) {
+		t.Error("window not ended after onWin")
 	}
-	// 40 calls in 100 ms of CPU: 1 ms, 1 % < 5 %: the probes stay.
-	if off, end := w.budgetOff(on, 40*call, 100e6, on); !end || off != 0 {
-		t.Errorf("cheap window: off = %v, %v; want a new window with the probes in place", off, end)
-	}
-	// An idle target: capped at 2 s.
-	if off, _ := w.budgetOff(on, 400*call, 10e6, on); off != 2*time.Second {
-		t.Errorf("idle target: off = %v, want the 2s cap", off)
+	// After a closing phase of 5 ms, a window goes on to 10 ms of cost.
+	w.lastCloseCost = 5e6
+	if w.windowOver(40*time.Millisecond, 9e6, on) || !w.windowOver(40*time.Millisecond, 10e6, on) {
+		t.Error("after a closing phase of 5 ms, a window did not end at twice that cost")
 	}
 }
 
@@ -122,9 +141,11 @@ func TestEntryEmulated(t *testing.T) {
 	if entryEmulated(filepath.Join(t.TempDir(), "missing"), 0) {
 		t.Error("a missing file counted as emulated")
 	}
-	c := Calibration{CallNs: 20000, EmulatedNs: 6000}
-	if c.cost(f, 0) != 6000 || c.cost(f, 1) != 20000 {
-		t.Errorf("cost: push %v, mov %v; want 6000, 20000", c.cost(f, 0), c.cost(f, 1))
+	c := Calibration{CallNs: 20000, EmulatedNs: 6000, EntryNs: 12000, EntryEmulatedNs: 3000}
+	pc, pe := c.cost(f, 0)
+	mc, me := c.cost(f, 1)
+	if pc != 6000 || pe != 3000 || mc != 20000 || me != 12000 {
+		t.Errorf("cost: push %v (entry alone %v), mov %v (%v); want 6000 (3000), 20000 (12000)", pc, pe, mc, me)
 	}
 }
 

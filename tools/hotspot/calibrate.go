@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -99,19 +101,34 @@ type Calibration struct {
 	// instruction (push of a register: a frame pointer prologue). 0: not
 	// measured (CallNs is used for every function).
 	EmulatedNs float64 `json:"cost_per_probed_call_emulated_ns"`
-	Calls      int     `json:"calls_per_round"`
-	Rounds     int     `json:"rounds"`
+	// EntryNs, EntryEmulatedNs: the cost of a call with its entry probe
+	// alone (of each kind), what a call costs while the return probe is
+	// already closed and the entry probe not yet (hits while closing).
+	EntryNs         float64 `json:"cost_per_entry_hit_ns"`
+	EntryEmulatedNs float64 `json:"cost_per_entry_hit_emulated_ns"`
+	Calls           int     `json:"calls_per_round"`
+	Rounds          int     `json:"rounds"`
 	// Spread is the largest minus the smallest per-call cost of the rounds
 	// (single-stepped kind).
 	SpreadNs float64 `json:"spread_ns"`
+	// SampleNs is the CPU time one sample of the sampling step costs the
+	// sampled thread (the timer interrupt and the record): batches of
+	// ~10 ms of calls without and with the sampler at calibSampleHz,
+	// best of Rounds each, the difference per sample. 0: none measured.
+	SampleNs float64 `json:"cost_per_sample_ns"`
 }
 
-// cost is what a probed call of the function at path+off costs.
-func (c Calibration) cost(path string, off uint64) float64 {
+// calibSampleHz is the sampler's rate while its cost is measured: high,
+// so that a 10 ms batch holds 100 samples.
+const calibSampleHz = 10000
+
+// cost is what a probed call of the function at path+off costs, and a
+// call with its entry probe alone.
+func (c Calibration) cost(path string, off uint64) (call, entry float64) {
 	if c.EmulatedNs > 0 && entryEmulated(path, off) {
-		return c.EmulatedNs
+		return c.EmulatedNs, c.EntryEmulatedNs
 	}
-	return c.CallNs
+	return c.CallNs, c.EntryNs
 }
 
 // entryEmulated says whether the instruction at path+off is one the x86
@@ -133,8 +150,22 @@ func entryEmulated(path string, off uint64) bool {
 	return b[0]>>3 == 0x50>>3 || (b[0] == 0x41 && b[1]>>3 == 0x50>>3)
 }
 
-// calibrate measures the cost of a probed call on this machine.
-func calibrate(pmu uprobe.PMU) (Calibration, error) {
+// calibrate measures the cost of a sample, starts between(the cost per
+// sample, 0 if not measured) — the sampling step, which needs it — and
+// meanwhile measures the cost of a probed call; it returns once both are
+// done. between is called exactly once, also when the calibration fails
+// before it. When only the probes
+// cannot be measured (no CAP_PERFMON), the sample's cost is returned with
+// the error.
+func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, err error) {
+	var done chan struct{} // closed when between has returned
+	defer func() {
+		if done == nil {
+			between(c.SampleNs)
+		} else {
+			<-done
+		}
+	}()
 	const calls, rounds = 1000, 3
 	fail := func(err error) (Calibration, error) {
 		return Calibration{}, fmt.Errorf("calibrate the probe cost: %w", err)
@@ -215,10 +246,22 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 	}
 	// A probe's breakpoint is in place from its open to its close (a
 	// disabled perf event still traps): the plain batches run with no probe
-	// open at all, each probed batch with a fresh pair.
-	probed := func(n, kind int) (int64, error) {
+	// open at all, then the probed batches with one pair (an entry and a
+	// return probe; a close waits ~45 ms for the kernel's grace periods,
+	// so the pair is opened once per kind, not per batch).
+	// Then the return probe is closed and the same batches run with the
+	// entry probe alone.
+	measure := func(kind int) (cost, entry, spread float64, err error) {
+		var plain, withProbes, entryOnly []float64
+		for r := 0; r < rounds; r++ {
+			ns, err := batch(calls, kind)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			plain = append(plain, float64(ns)/calls)
+		}
 		var probes []*uprobe.Probe
-		var ring *uprobe.Ring
+		var ring *perfring.Ring
 		defer func() {
 			ring.Close()
 			for _, p := range probes {
@@ -228,92 +271,149 @@ func calibrate(pmu uprobe.PMU) (Calibration, error) {
 		for _, ret := range []bool{false, true} {
 			p, err := pmu.Open(fn[kind].path, fn[kind].off, ret, tid, true)
 			if err != nil {
-				return 0, err
+				return 0, 0, 0, err
 			}
 			probes = append(probes, p)
 			if ring == nil {
-				if ring, err = uprobe.NewRing(p.FD, 128); err != nil {
-					return 0, err
+				if ring, err = perfring.Map(p.FD, 128); err != nil {
+					return 0, 0, 0, err
 				}
 			} else if err := ring.Redirect(p.FD); err != nil {
-				return 0, err
+				return 0, 0, 0, err
 			}
 		}
 		for _, p := range probes {
 			if err := uprobe.Enable(p.FD); err != nil {
+				return 0, 0, 0, err
+			}
+		}
+		// Batches of n probed calls: every call hit per times (or lost).
+		per := 2
+		probed := func(n int) (int64, error) {
+			ns, err := batch(n, kind)
+			if err != nil {
 				return 0, err
 			}
-		}
-		ns, err := batch(n, kind)
-		if err != nil {
-			return 0, err
-		}
-		hits := 0
-		ring.Drain(func(typ uint32, _ uint16, _ []byte) {
-			if typ == unix.PERF_RECORD_SAMPLE {
-				hits++
+			hits, lost := 0, ring.Lost
+			ring.Drain(func(typ uint32, _ uint16, _ []byte) {
+				if typ == unix.PERF_RECORD_SAMPLE {
+					hits++
+				}
+			})
+			if got := hits + int(ring.Lost-lost); got != per*n {
+				return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, per*n, ring.Lost-lost)
 			}
-		})
-		if hits+int(ring.Lost) != 2*n {
-			return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, 2*n, ring.Lost)
+			return ns, nil
 		}
-		return ns, nil
-	}
-	measure := func(kind int) (cost, spread float64, err error) {
 		// Warm up (the first hits map the kernel's trampoline page).
-		if _, err := probed(20, kind); err != nil {
-			return 0, 0, err
+		if _, err := probed(20); err != nil {
+			return 0, 0, 0, err
 		}
-		var plain, withProbes []float64
 		for r := 0; r < rounds; r++ {
-			ns, err := batch(calls, kind)
+			ns, err := probed(calls)
 			if err != nil {
-				return 0, 0, err
-			}
-			plain = append(plain, float64(ns)/calls)
-			if ns, err = probed(calls, kind); err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			withProbes = append(withProbes, float64(ns)/calls)
 		}
+		probes[1].Close() // the return probe (the ring is the entry probe's)
+		per = 1
+		for r := 0; r < rounds; r++ {
+			ns, err := probed(calls)
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			entryOnly = append(entryOnly, float64(ns)/calls)
+		}
 		sort.Float64s(plain)
 		sort.Float64s(withProbes)
+		sort.Float64s(entryOnly)
 		if withProbes[0] <= plain[0] {
-			return 0, 0, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
+			return 0, 0, 0, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
 		}
-		return withProbes[0] - plain[0], withProbes[rounds-1] - withProbes[0], nil
+		cost = withProbes[0] - plain[0]
+		entry = min(max(entryOnly[0]-plain[0], 0), cost)
+		return cost, entry, withProbes[rounds-1] - withProbes[0], nil
 	}
-	c := Calibration{Calls: calls, Rounds: rounds}
-	if c.CallNs, c.SpreadNs, err = measure(0); err != nil {
+	c = Calibration{Calls: calls, Rounds: rounds}
+	// The sample's cost: enough calls for ~10 ms of CPU.
+	ns, err := batch(100000, 0)
+	if err != nil {
 		return fail(err)
 	}
-	if entryEmulated(fn[1].path, fn[1].off) && !entryEmulated(fn[0].path, fn[0].off) {
-		if c.EmulatedNs, _, err = measure(1); err != nil {
+	n := int(min(max(100000*10e6/float64(max(ns, 1)), 1000), 1e9))
+	sampled := func() (int64, int, error) {
+		fd, err := openSampler(tid, 1e9/calibSampleHz)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer unix.Close(fd)
+		ring, err := perfring.Map(fd, 16)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer ring.Close()
+		ns, err := batch(n, 0)
+		samples := 0
+		ring.Drain(func(typ uint32, _ uint16, _ []byte) {
+			if typ == unix.PERF_RECORD_SAMPLE {
+				samples++
+			}
+		})
+		return ns, samples + int(ring.Lost), err
+	}
+	bestPlain, bestSampled, samples := int64(math.MaxInt64), int64(math.MaxInt64), 0
+	for r := 0; r < rounds; r++ {
+		ns, err := batch(n, 0)
+		if err != nil {
 			return fail(err)
+		}
+		bestPlain = min(bestPlain, ns)
+		sns, k, err := sampled()
+		if err != nil {
+			return fail(fmt.Errorf("the cost of a sample: %w", err))
+		}
+		if sns < bestSampled {
+			bestSampled, samples = sns, k
+		}
+	}
+	if samples > 0 && bestSampled > bestPlain {
+		c.SampleNs = float64(bestSampled-bestPlain) / float64(samples)
+	}
+	// The sampling step runs while the probe costs are measured (in the
+	// child, a process of its own: the target's sampling does not see it).
+	done = make(chan struct{})
+	go func(sampleNs float64) {
+		defer close(done)
+		between(sampleNs)
+	}(c.SampleNs)
+	if c.CallNs, c.EntryNs, c.SpreadNs, err = measure(0); err != nil {
+		return c, fmt.Errorf("calibrate the probe cost: %w", err)
+	}
+	if entryEmulated(fn[1].path, fn[1].off) && !entryEmulated(fn[0].path, fn[0].off) {
+		if c.EmulatedNs, c.EntryEmulatedNs, _, err = measure(1); err != nil {
+			return c, fmt.Errorf("calibrate the probe cost: %w", err)
 		}
 		if c.EmulatedNs > c.CallNs {
 			c.EmulatedNs = c.CallNs // noise: never charge less for the dearer kind
 		}
+		c.EntryEmulatedNs = min(c.EntryEmulatedNs, c.EmulatedNs)
 	}
 	return c, nil
 }
 
-// cpuTimeNs is the CPU time (ns) the threads tids have used so far
-// (/proc/TID/schedstat: on-CPU time, ns); threads gone are left out.
-func cpuTimeNs(tids []int) uint64 {
-	var sum uint64
-	for _, tid := range tids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
-				sum += v
-			}
+// threadCPUNs is thread tid's CPU time so far (/proc/TID/schedstat, ns).
+func threadCPUNs(tid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/schedstat")
+	if err != nil {
+		return 0, false
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+			return v, true
 		}
 	}
-	return sum
+	return 0, false
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat times (100 on Linux).

@@ -191,6 +191,16 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// sampleRate is the sampling rate: maxSampleHz, or lower where a sample
+// costs more than the budget's aim allows (at least 100 Hz).
+func sampleRate(budget, sampleNs float64) int {
+	if budget <= 0 || budget >= 100 || sampleNs <= 0 {
+		return maxSampleHz
+	}
+	hz := int(budget / 100 * budgetAim / (sampleNs / 1e9))
+	return min(max(hz, 100), maxSampleHz)
+}
+
 // parsePercent reads "5", "5%" or "2.5%" as a percentage in [0, 100].
 func parsePercent(s string) (float64, error) {
 	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(s), "%"), 64)
@@ -230,7 +240,17 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		return nil, err
 	}
 	start := time.Now()
-	sr, err := sampleTarget(ctx, tree, time.Duration(c.Float64("sample")*float64(time.Second)), alive)
+	// The costs are measured by a calibration child: a sample's first
+	// (it sets the sampling rate within the budget), then a probed call's
+	// (the walk's windows) while the sampling step runs.
+	// An error, such as uprobes refused, is reported after the sampling.
+	meter := newCPUMeter()
+	var sr SampleResult
+	var rate int
+	cal, calErr := calibrate(pmu, func(sampleNs float64) {
+		rate = sampleRate(budget, sampleNs)
+		sr, err = sampleTarget(ctx, tree, time.Duration(c.Float64("sample")*float64(time.Second)), rate, meter, alive)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -250,22 +270,21 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if metric != nil {
 		rep.Metric = metric.Name
 	}
-	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, tree: tree}
+	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, tree: tree,
+		meter: meter, SampleCostNs: float64(sr.Samples) * cal.SampleNs}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}
 	var werr error
 	if len(hot) > 0 {
-		// The probe cost: measured once, before the first probe goes in.
-		cal, err := calibrate(pmu)
-		if err != nil {
-			werr = err
+		if calErr != nil {
+			werr = calErr
 		} else {
 			w.Cal = &cal
 			rep.Overhead = &Overhead{BudgetPct: budget, Duty: w.Duty, Calibration: cal}
 			if w.Progress != nil {
-				fmt.Fprintf(w.Progress, "hotspot: a probed call costs %s of CPU here (measured, spread %s; %s with a push first, emulated by the kernel)\n",
-					dur(cal.CallNs), dur(cal.SpreadNs), dur(cal.EmulatedNs))
+				fmt.Fprintf(w.Progress, "hotspot: a probed call costs %s of CPU here (measured, spread %s; %s with a push first, emulated by the kernel); a sample %s (%d Hz)\n",
+					dur(cal.CallNs), dur(cal.SpreadNs), dur(cal.EmulatedNs), dur(cal.SampleNs), rate)
 			}
 		}
 	}
@@ -275,11 +294,14 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if o := rep.Overhead; o != nil {
 		o.ProbedCalls = w.Entries
 		o.ProbeCostNs = w.CostNs
+		o.CloseHits = w.CloseHits
+		o.Samples, o.SampleCostNs = sr.Samples, w.SampleCostNs
 		if w.CPULast > w.CPUStart {
 			o.TargetCPUNs = w.CPULast - w.CPUStart
-			if own := float64(o.TargetCPUNs) - o.ProbeCostNs; own > 0 {
-				o.EstimatedPct = 100 * o.ProbeCostNs / own
-			}
+		}
+		o.WalkCPUNs = w.meter.ns()
+		if own := float64(o.WalkCPUNs) - w.totalCost(); own > 0 {
+			o.EstimatedPct = 100 * w.totalCost() / own
 		}
 	}
 	rep.Levels, rep.Funcs, rep.HookHits, rep.Lost = w.Levels, w.Funcs, w.HookHits, w.Lost

@@ -39,9 +39,18 @@ type Overhead struct {
 	Calibration Calibration `json:"calibration"`
 	ProbedCalls uint64      `json:"probed_calls"`
 	ProbeCostNs float64     `json:"probe_cost_ns"`
-	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the walk, probe cost included
-	// EstimatedPct = probe cost / (target CPU - probe cost): the slowdown
-	// of the target's own work during the walk.
+	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the levels, probe cost included
+	// CloseHits: entry hits while probes were being closed (in ProbeCostNs).
+	CloseHits uint64 `json:"close_hits"`
+	// Samples and their cost (calibrated cost per sample x samples).
+	Samples      int     `json:"samples"`
+	SampleCostNs float64 `json:"sample_cost_ns"`
+	// WalkCPUNs is the target's CPU time from the start of the sampling
+	// to the end of the walk (its threads' schedstat), costs included.
+	WalkCPUNs uint64 `json:"walk_cpu_ns"`
+	// EstimatedPct = (sample cost + probe cost) / (WalkCPUNs - those
+	// costs): the slowdown of the target's own work from the sampling's
+	// start to the walk's end, by the walk's own count.
 	EstimatedPct float64 `json:"estimated_slowdown_pct"`
 }
 
@@ -150,8 +159,9 @@ func (r *Report) writeText(w io.Writer) {
 		case o.BudgetPct > 0 && o.BudgetPct < 100:
 			budget = fmt.Sprintf("budget %g%%", o.BudgetPct)
 		}
-		fmt.Fprintf(w, "overhead: %d probed calls x %s or %s (measured: first instruction single-stepped or emulated) = %s of the target's %s of CPU during the walk: estimated slowdown %.1f%% (%s)\n",
-			o.ProbedCalls, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs), dur(float64(o.TargetCPUNs)), o.EstimatedPct, budget)
+		fmt.Fprintf(w, "overhead: %d probed calls and %d hits while closing x %s or %s (measured: first instruction single-stepped or emulated) = %s, %d samples x %s = %s, of the target's %s of CPU since sampling began: estimated slowdown %.1f%% (%s)\n",
+			o.ProbedCalls, o.CloseHits, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs),
+			o.Samples, dur(o.Calibration.SampleNs), dur(o.SampleCostNs), dur(float64(o.WalkCPUNs)), o.EstimatedPct, budget)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/uprobe"
+	"perfinsp/libperfutil/perfring"
 )
 
 // HotFunc is one function of the sampling step.
@@ -25,28 +25,56 @@ type HotFunc struct {
 // SampleResult is what the sampling step saw.
 type SampleResult struct {
 	Seconds float64   `json:"seconds"`
+	RateHz  int       `json:"rate_hz"` // samples per second of a thread's CPU time
 	Samples int       `json:"samples"`
 	Lost    uint64    `json:"lost"`
 	Funcs   []HotFunc `json:"functions"` // every sampled function, most samples first
 }
 
+// maxSampleHz is the sampling rate when a sample costs little (or no
+// budget is set): samples per second of a thread's CPU time.
+const maxSampleHz = 1000
+
+// openSampler opens the sampling event on thread tid: cpu-clock, user
+// mode, a sample (IP, TID) every periodNs of the thread's CPU time.
+func openSampler(tid int, periodNs uint64) (int, error) {
+	ev, err := events.Parse("cpu-clock")
+	if err != nil {
+		return -1, fmt.Errorf("cpu-clock: %w", err)
+	}
+	a := ev.Attr()
+	a.Size = uint32(unsafe.Sizeof(a))
+	a.Sample = periodNs
+	a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID
+	a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
+	fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return -1, err
+		}
+		return -1, events.OpenError(ev, tid, -1, err)
+	}
+	return fd, nil
+}
+
 // sampleTarget samples the threads of the tree with cpu-clock (user mode,
-// 1 kHz of CPU time per thread; the threads and processes created
-// meanwhile are found every 50 ms) for d or until the target ends, and names the functions hit, each address with
-// the mappings of its own process.
-func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, alive func() bool) (SampleResult, error) {
+// rateHz samples per second of CPU time per thread; the threads and
+// processes created meanwhile are found every 50 ms) for d or until the
+// target ends, and names the functions hit, each address with the
+// mappings of its own process. meter follows the threads' CPU time.
+func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, rateHz int, meter *cpuMeter, alive func() bool) (SampleResult, error) {
 	pid := tree.root
 	tids, err := tree.threads()
 	if err != nil {
 		return SampleResult{}, err
 	}
-	ev, err := events.Parse("cpu-clock")
-	if err != nil {
-		return SampleResult{}, fmt.Errorf("cpu-clock: %w", err)
+	meter.update(tids)
+	if rateHz <= 0 || rateHz > maxSampleHz {
+		rateHz = maxSampleHz
 	}
 	type tr struct {
 		fd   int
-		ring *uprobe.Ring
+		ring *perfring.Ring
 	}
 	var rings []tr
 	defer func() {
@@ -62,19 +90,14 @@ func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, alive fu
 				continue
 			}
 			sampled[tid] = true
-			a := ev.Attr()
-			a.Size = uint32(unsafe.Sizeof(a))
-			a.Sample = 1000000 // ns of CPU time between samples
-			a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID
-			a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
-			fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
+			fd, err := openSampler(tid, uint64(1e9/rateHz))
 			if err != nil {
 				if errors.Is(err, unix.ESRCH) {
 					continue // the thread ended meanwhile
 				}
-				return events.OpenError(ev, tid, -1, err)
+				return err
 			}
-			r, err := uprobe.NewRing(fd, 16)
+			r, err := perfring.Map(fd, 16)
 			if err != nil {
 				unix.Close(fd)
 				return err
@@ -121,6 +144,7 @@ loop:
 			drain()
 			// New threads and child processes (polled every 50 ms).
 			if tids, err := tree.threads(); err == nil {
+				meter.update(tids)
 				if err := attach(tids); err != nil {
 					return SampleResult{}, err
 				}
@@ -128,7 +152,11 @@ loop:
 		}
 	}
 	drain()
+	if tids, err := tree.threads(); err == nil {
+		meter.update(tids)
+	}
 	res.Seconds = time.Since(start).Seconds()
+	res.RateHz = rateHz
 	for _, r := range rings {
 		res.Lost += r.ring.Lost
 	}

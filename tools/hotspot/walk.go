@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/events"
+	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/uprobe"
 )
 
@@ -47,6 +48,7 @@ type FuncStat struct {
 	Callers    []*CallerStat `json:"callers"`
 	sumNs      float64
 	costNs     float64 // the calibrated cost of one probed call of it
+	entryNs    float64 // ... of a call with its entry probe alone
 	sumMetric  float64
 	callers    map[string]*CallerStat
 }
@@ -76,7 +78,17 @@ type Level struct {
 	// level's probed calls.
 	TargetCPUNs uint64  `json:"target_cpu_ns"`
 	CostNs      float64 `json:"probe_cost_ns"`
-	pids        map[uint32]int
+	// CloseHits are the entry hits while the level's probes were being
+	// closed (each close waits for the kernel's grace periods while the
+	// probes still open trap): charged, not counted as calls.
+	CloseHits uint64 `json:"close_hits"`
+	// BudgetWaitSec is how long the level waited for the walk's costs so
+	// far to fall within the budget before its probes first went in.
+	BudgetWaitSec float64 `json:"budget_wait_s,omitempty"`
+	// CloseSec is the time spent closing probes (the kernel's grace
+	// periods, ~45 ms a probe on an idle host, more under load).
+	CloseSec float64 `json:"close_s"`
+	pids     map[uint32]int
 }
 
 // Walk is the state of a hot-spot walk.
@@ -107,9 +119,19 @@ type Walk struct {
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
 	Entries  uint64 // entry hits (probed calls)
-	// CostNs is the estimated cost of those calls: each one charged the
+	// CostNs is the estimated cost of those calls and of the entry hits
+	// while probes were being closed (CloseHits): each one charged the
 	// calibrated cost of its function's kind of first instruction.
-	CostNs float64
+	CostNs        float64
+	CloseHits     uint64
+	lastCloseCost float64 // the cost of the last closing phase
+	// SampleCostNs is the cost of the sampling step before the walk
+	// (samples x the calibrated cost of one): the budget counts it.
+	SampleCostNs float64
+	// meter is the target's CPU time since sampling began (the budget's
+	// denominator, with the costs above).
+	meter    *cpuMeter
+	meterTid []int // the threads the meter reads (the tree's, refreshed by the scans)
 	// CPUStart, CPULast: the target's CPU time (ns) at the walk's start
 	// and at the last reading while it lived.
 	CPUStart, CPULast uint64
@@ -137,6 +159,13 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.start = time.Now()
 	w.visited = map[string]*FuncStat{}
 	w.CPUStart, _ = w.tree.cpuNs()
+	if w.meter == nil {
+		w.meter = newCPUMeter()
+	}
+	if w.meterTid == nil {
+		w.meterTid, _ = w.tree.threads()
+	}
+	w.meter.update(w.meterTid)
 	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
@@ -189,7 +218,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
 		if w.Cal != nil {
-			fs.costNs = w.Cal.cost(f.Path, f.Off)
+			fs.costNs, fs.entryNs = w.Cal.cost(f.Path, f.Off)
 		}
 		stats = append(stats, fs)
 		w.visited[f.key()] = fs
@@ -202,14 +231,36 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		return nil, nil
 	}
 	var probes []*uprobe.Probe
-	var rings []*uprobe.Ring
-	var leaders []int // the metric's counters, one per thread
+	var rings []*perfring.Ring
+	owners := map[*uprobe.Probe]bool{} // the probes whose fd a ring maps
+	var leaders []int                  // the metric's counters, one per thread
 	refs := map[uint64]probeRef{}
 	stacks := map[uint32][]frame{}
+	drain := func() {}
+	closing := false
+	// closeAll removes the probes. Each close waits for the kernel's grace
+	// periods (~45 ms on this host, one close at a time machine-wide), and
+	// a function's breakpoint stays while any probe of it is open: the
+	// probes still open keep trapping meanwhile. So the return probes go
+	// first (an entry probe alone costs the entry trap only), the rings
+	// stay mapped and are read between closes, and each entry hit of this
+	// phase is charged (CloseHits); the rings' own probes (entry probes)
+	// go last, after their rings are unmapped.
 	closeAll := func() {
+		closing = true
+		cost0, had, t0 := w.CostNs, len(probes) > 0, time.Now()
+		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
+			for _, p := range probes {
+				if p.Ret == (pass == 0) && !owners[p] {
+					p.Close()
+					drain()
+				}
+			}
+		}
+		drain()
 		for _, r := range rings {
 			w.Lost += r.Lost
-			r.Close() // unmap first: a mapping holds its event alive
+			r.Close() // a mapping holds its event alive: the owner's close below ends it
 		}
 		for _, p := range probes {
 			p.Close()
@@ -218,6 +269,12 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			unix.Close(fd)
 		}
 		rings, probes, leaders = nil, nil, nil
+		clear(owners)
+		closing = false
+		if had {
+			w.lastCloseCost = w.CostNs - cost0
+			lv.CloseSec += time.Since(t0).Seconds()
+		}
 		// Calls entered in this window whose return it did not see.
 		for tid, st := range stacks {
 			for _, f := range st {
@@ -227,8 +284,6 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 	}
 	defer closeAll()
-	var winTids []int   // the threads probed in this window
-	var winCPU0 uint64  // their CPU time at the window's start
 	var winCost float64 // the probe cost of the calls seen in this window
 	probed := map[int]bool{}
 	// openThreads puts the level's probes on threads tids and enables them.
@@ -236,7 +291,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		p0, l0 := len(probes), len(leaders)
 		for _, tid := range tids {
 			probed[tid] = true
-			var ring *uprobe.Ring
+			var ring *perfring.Ring
 			group := -1
 			if w.Metric != nil {
 				fd, err := uprobe.OpenCounter(*w.Metric, tid)
@@ -261,10 +316,11 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					probes = append(probes, p)
 					refs[p.ID] = probeRef{fs, ret}
 					if ring == nil {
-						if ring, err = uprobe.NewRing(p.FD, 64); err != nil {
+						if ring, err = perfring.Map(p.FD, 64); err != nil {
 							return err
 						}
 						rings = append(rings, ring)
+						owners[p] = true
 					} else if err := ring.Redirect(p.FD); err != nil {
 						return err
 					}
@@ -293,7 +349,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			return false, err
 		}
 		lv.Windows++
-		winTids, winCPU0, winCost = tids, cpuTimeNs(tids), 0
+		w.meterTid = tids
+		winCost = 0
 		return len(probes) > 0, nil
 	}
 	// attachNew follows the tree: threads and processes created since the
@@ -313,25 +370,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		if len(fresh) == 0 {
 			return nil
 		}
-		winTids = append(winTids, fresh...)
-		winCPU0 += cpuTimeNs(fresh)
 		lv.Attached += len(fresh)
 		return openThreads(fresh)
 	}
-	ok, err := openAll()
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		lv.EndedBy = "target exited"
-		w.Levels = append(w.Levels, lv)
-		return stats, nil
-	}
-	lv.Probes = len(probes)
-	lv.PerfFDs = perfFDs()
-	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
-
-	drain := func() {
+	drain = func() {
 		for _, r := range rings {
 			r.Drain(func(typ uint32, _ uint16, b []byte) {
 				if typ != unix.PERF_RECORD_SAMPLE {
@@ -350,6 +392,15 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					return
 				}
 				w.HookHits++
+				if closing && !ref.ret {
+					// The probes are being closed: the hit costs the
+					// target, its call is not followed (its return
+					// probe is gone).
+					lv.CloseHits++
+					w.CloseHits++
+					w.CostNs += ref.fs.entryNs
+					return
+				}
 				if lv.pids[s.PID] == 0 {
 					lv.PIDs = append(lv.PIDs, int(s.PID))
 				}
@@ -375,6 +426,12 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					}
 					return
 				}
+				if closing {
+					// A return while the probes are being closed: its
+					// return trap is charged here, its entry trap was
+					// charged with the entry.
+					w.CostNs += ref.fs.costNs - ref.fs.entryNs
+				}
 				st := stacks[s.TID]
 				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
 					if st[i].fs == ref.fs {
@@ -389,14 +446,32 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			})
 		}
 	}
-	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %), or
-	// off for as long as the budget needs (offWin computed per window).
+	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %); the
+	// budget (below) decides by its rule instead.
 	const onWin = 100 * time.Millisecond
 	var offWin time.Duration
 	if w.Duty > 0 && w.Duty < 100 {
 		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
 	budget := w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
+	if budget {
+		// The walk's costs so far (the sampling, the levels before) are
+		// paid for first.
+		lv.BudgetWaitSec = w.waitBudget(ctx)
+	}
+	ok, err := openAll()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		lv.EndedBy = "target exited"
+		w.Levels = append(w.Levels, lv)
+		return stats, nil
+	}
+	lv.Probes = len(probes)
+	lv.PerfFDs = perfFDs()
+	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
+
 	cpu0, _ := w.tree.cpuNs()
 	cost0 := w.CostNs
 	t0 := time.Now()
@@ -423,19 +498,31 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 		switch {
 		case budget && on:
-			if off, end := w.budgetOff(time.Since(winStart), winCost, cpuTimeNs(winTids)-winCPU0, onWin); end {
-				if off <= 0 {
-					// Within the budget: the probes stay; a new window starts.
-					winStart, winCPU0, winCost = time.Now(), cpuTimeNs(winTids), 0
+			if w.windowOver(time.Since(winStart), winCost, onWin) {
+				w.meter.update(w.meterTid)
+				if w.withinBudget() {
+					// The probes stay; a new window starts.
+					winStart, winCost = time.Now(), 0
 				} else {
 					closeAll()
-					offWin, on, winStart = off, false, time.Now()
+					on, winStart = false, time.Now()
 				}
 			}
+		case budget && !on:
+			w.meter.update(w.meterTid)
+			if w.withinBudget() {
+				if _, err := openAll(); err != nil {
+					return nil, err
+				}
+				on, winStart = true, time.Now()
+			}
 		case offWin > 0 && on && time.Since(winStart) >= onWin:
+			// The off time counts from the start of the closing (which
+			// takes ~45 ms a probe, more on a loaded host).
+			t := time.Now()
 			closeAll()
-			on, winStart = false, time.Now()
-		case !on && time.Since(winStart) >= offWin:
+			on, winStart = false, t
+		case offWin > 0 && !on && time.Since(winStart) >= offWin:
 			if _, err := openAll(); err != nil {
 				return nil, err
 			}
@@ -447,7 +534,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				if err := attachNew(); err != nil {
 					return nil, err
 				}
+			} else if tids, err := w.tree.threads(); err == nil {
+				w.meterTid = tids
 			}
+			w.meter.update(w.meterTid)
 			if v, ok := w.tree.cpuNs(); ok {
 				w.CPULast = v
 			}
@@ -456,14 +546,22 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			lastProgress = time.Now()
 			w.progress("level %d frontier [%s] active probes %d calls %d", depth, strings.Join(lv.Frontier, " "), len(probes), lv.Calls)
 		}
+		// A window of the budget is read every 2 ms: a hot function's
+		// window reaches its cost in a few ms (the probes wake the poll
+		// only every 256 hits).
+		wait := 20
+		if budget && on {
+			wait = 2
+		}
 		if len(probes) > 0 {
-			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, 20)
+			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, wait)
 		} else {
-			_, _ = unix.Poll(nil, 20)
+			_, _ = unix.Poll(nil, wait)
 		}
 	}
 	drain()
 	closeAll()
+	w.meter.update(w.meterTid)
 	lv.PerfFDsEnd = perfFDs()
 	if w.CPULast > cpu0 {
 		lv.TargetCPUNs = w.CPULast - cpu0
@@ -477,37 +575,63 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	return stats, nil
 }
 
-// budgetOff decides the end of a window of the overhead budget: after
-// elapsed with the probes in place, a probe cost of cost ns (the calls
-// seen, each at its function's calibrated cost) and cpuNs of the probed
-// threads' CPU time (the probes' cost included). The window ends
-// after onWin, or earlier once its probe cost reaches the budget's share of
-// onWin (a function called very often). off is how long the probes must
-// then stay out for the cost to be Budget % of the target's own CPU time:
-// off = (cost / budget - own CPU so far) / (own CPU per second), at most
-// 2 s; 0 when the window is within the budget.
-func (w *Walk) budgetOff(elapsed time.Duration, cost float64, cpuNs uint64, onWin time.Duration) (off time.Duration, end bool) {
-	frac := w.Budget / 100
-	if elapsed < onWin && cost < frac*float64(onWin) {
-		return 0, false
+// budgetAim is the share of the budget the walk spends by its own count.
+// The count covers the sampling, every probe hit (also while probes are
+// being closed), each charged its calibrated cost; what it cannot count
+// (the caches and TLB entries the traps and the probes' text page copies
+// cost the target, the tool's CPU beside the target's on a shared core)
+// takes the rest.
+const budgetAim = 0.5
+
+// aim is the fraction of the target's own CPU time the walk may cost.
+func (w *Walk) aim() float64 { return w.Budget / 100 * budgetAim }
+
+// totalCost is the walk's counted cost so far (ns of the target's CPU).
+func (w *Walk) totalCost() float64 { return w.SampleCostNs + w.CostNs }
+
+// withinBudget: the counted cost so far is at most aim x the target's own
+// CPU time so far (its CPU time since sampling began, the cost taken out).
+func (w *Walk) withinBudget() bool {
+	return costWithin(w.totalCost(), w.meter.ns(), w.aim())
+}
+
+func costWithin(cost float64, cpuNs uint64, aim float64) bool {
+	return cost <= aim*max(float64(cpuNs)-cost, 0)
+}
+
+// windowOver ends a window of the budget: after onWin with the probes in
+// place, or earlier once its cost reaches the aim's share of onWin (a
+// function called very often) — or twice the cost of the last closing
+// phase if that is more: each window ends with one (the probes trap while
+// they are closed), so a window is worth at least twice what closing it
+// costs.
+func (w *Walk) windowOver(elapsed time.Duration, winCost float64, onWin time.Duration) bool {
+	return elapsed >= onWin || winCost >= max(w.aim()*float64(onWin), 2*w.lastCloseCost)
+}
+
+// maxBudgetWait bounds a level's wait for the costs so far to be paid.
+const maxBudgetWait = 5 * time.Second
+
+// waitBudget waits until the walk's costs so far are within the budget
+// (the target runs unprobed meanwhile), at most maxBudgetWait; it returns
+// the seconds waited.
+func (w *Walk) waitBudget(ctx context.Context) float64 {
+	t0 := time.Now()
+	lastScan := t0
+	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.Alive() {
+		w.meter.update(w.meterTid)
+		if w.withinBudget() {
+			break
+		}
+		if time.Since(lastScan) >= 100*time.Millisecond {
+			lastScan = time.Now()
+			if tids, err := w.tree.threads(); err == nil {
+				w.meterTid = tids
+			}
+		}
+		_, _ = unix.Poll(nil, 20)
 	}
-	own := float64(cpuNs) - cost // the target's CPU without the probes
-	if own < 0 {
-		own = 0
-	}
-	need := cost/frac - own
-	if need <= 0 {
-		return 0, true
-	}
-	rate := own / float64(elapsed) // CPU seconds per second of the target's threads
-	if rate < 0.01 {
-		rate = 0.01
-	}
-	off = time.Duration(need / rate)
-	if off > 2*time.Second {
-		off = 2 * time.Second
-	}
-	return off, true
+	return time.Since(t0).Seconds()
 }
 
 func (fs *FuncStat) addTime(ns uint64) {
