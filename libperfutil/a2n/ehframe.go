@@ -204,8 +204,8 @@ func (r *ehReader) cieEncoding(p, end int) (byte, bool) {
 }
 
 // fdeRanges returns the [start, start+len) code ranges of the FDEs in
-// f's .eh_frame, as symbols without names, in section order.
-func fdeRanges(f *elf.File) []Sym {
+// f's .eh_frame, in section order.
+func fdeRanges(f *elf.File) []fdeRange {
 	sec := f.Section(".eh_frame")
 	if sec == nil || sec.Type == elf.SHT_NOBITS {
 		return nil
@@ -221,11 +221,11 @@ func fdeRanges(f *elf.File) []Sym {
 	return r.ranges()
 }
 
-func (r *ehReader) ranges() []Sym {
+func (r *ehReader) ranges() []fdeRange {
 	data := r.data
 	encs := map[int]int16{} // CIE offset -> encoding (-1: unreadable)
 	lastCIE, lastEnc := -1, int16(0)
-	var out []Sym
+	out := make([]fdeRange, 0, r.count())
 	for off := 0; off+8 <= len(data); {
 		length := uint64(r.bo.Uint32(data[off:]))
 		hdr, idLen := 4, 4
@@ -264,7 +264,7 @@ func (r *ehReader) ranges() []Sym {
 					p := start + idLen
 					if begin, p, ok := r.ptr(byte(enc), p); ok && p <= end {
 						if size, p, ok := r.ptr(byte(enc)&0x0f, p); ok && p <= end && size > 0 && begin != 0 {
-							out = append(out, Sym{Addr: begin, Size: size})
+							out = append(out, fdeRange{begin, size})
 						}
 					}
 				}
@@ -273,6 +273,33 @@ func (r *ehReader) ranges() []Sym {
 		off = end
 	}
 	return out
+}
+
+// count is an upper bound of the number of FDEs ranges finds (the entries
+// before the terminator), for sizing its result at once.
+func (r *ehReader) count() int {
+	data := r.data
+	n := 0
+	for off := 0; off+8 <= len(data); {
+		length := uint64(r.bo.Uint32(data[off:]))
+		hdr := 4
+		if length == 0 {
+			break
+		}
+		if length == 0xffffffff {
+			if off+16 > len(data) {
+				break
+			}
+			length = r.bo.Uint64(data[off+4:])
+			hdr = 12
+		}
+		if length > uint64(len(data)-off-hdr) {
+			break
+		}
+		n++
+		off += hdr + int(length)
+	}
+	return n
 }
 
 // cieAt decodes the CIE whose length field is at off.

@@ -5,8 +5,11 @@ import (
 	"cmp"
 	"debug/elf"
 	"errors"
+	"io"
 	"slices"
+	"sort"
 	"strings"
+	"unsafe"
 )
 
 // How a module's addresses get their names, best first:
@@ -141,7 +144,7 @@ func elfSyms(f *elf.File, dyn bool) ([]rawSym, error) {
 			}
 		}
 	}
-	strs := string(strb)
+	strs := unsafe.String(unsafe.SliceData(strb), len(strb)) // names are slices of it, no copy
 	bo := f.ByteOrder
 	const entSize = 24 // Elf64_Sym
 	out := make([]rawSym, 0, len(data)/entSize/2)
@@ -233,7 +236,7 @@ func pltStubs(f *elf.File) []Sym {
 	if dynsym.Type != elf.SHT_DYNSYM || int(dynsym.Link) >= len(f.Sections) {
 		return nil
 	}
-	relData, err := rela.Data()
+	relData, err := sectionData(rela)
 	if err != nil {
 		return nil
 	}
@@ -357,12 +360,24 @@ func pltGotStubs(f *elf.File, symData, strb []byte) []Sym {
 	return out
 }
 
-// sectionData reads a section in one read (debug/elf's Data reads in
-// chunks, to survive a section size larger than the file; sections over
-// 16 MB, and compressed ones, still go that way).
+// sectionData returns a section's bytes: a slice of the module's mapping
+// when the file is mapped (no copy), else one read (debug/elf's Data reads
+// in chunks, to survive a section size larger than the file; sections over
+// 16 MB, and compressed ones, still go that way). The bytes are never
+// written to: names are taken as strings over them without a copy.
 func sectionData(sec *elf.Section) ([]byte, error) {
 	if sec.Type == elf.SHT_NOBITS {
 		return nil, errors.New("section has no data")
+	}
+	if sec.Flags&elf.SHF_COMPRESSED == 0 {
+		if sr, ok := sec.ReaderAt.(*io.SectionReader); ok {
+			if mf, ok := outer(sr).(*mappedFile); ok {
+				if b, ok := mf.slice(sec.Offset, sec.Size); ok {
+					return b, nil
+				}
+				return nil, errors.New("section runs past the end of the file")
+			}
+		}
 	}
 	if sec.Flags&elf.SHF_COMPRESSED != 0 || sec.Size > 16<<20 {
 		return sec.Data()
@@ -372,6 +387,11 @@ func sectionData(sec *elf.Section) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+func outer(sr *io.SectionReader) io.ReaderAt {
+	r, _, _ := sr.Outer()
+	return r
 }
 
 // covered says whether a range of t (sorted) contains addr.
@@ -392,7 +412,7 @@ func (t symtab) addUncovered(more []Sym) symtab {
 	if len(more) == 0 {
 		return t
 	}
-	more = sortRuns(more)
+	more = sortRuns(more, symAddr)
 	out := make(symtab, 0, len(t)+len(more))
 	i := 0
 	var coverEnd uint64 // end of the furthest-reaching range of t started so far
@@ -410,13 +430,13 @@ func (t symtab) addUncovered(more []Sym) symtab {
 	return append(out, t[i:]...)
 }
 
-// sortRuns sorts s by address by merging its ascending runs: .eh_frame
-// lists FDEs in link order, a few runs (hot, cold, startup text), where a
-// general sort costs several times more.
-func sortRuns(s []Sym) []Sym {
+// sortRuns sorts s by address (addr) by merging its ascending runs:
+// .eh_frame lists FDEs in link order, a few runs (hot, cold, startup
+// text), where a general sort costs several times more.
+func sortRuns[E any](s []E, addr func(E) uint64) []E {
 	var bounds []int
 	for i := 1; i < len(s); i++ {
-		if s[i].Addr < s[i-1].Addr {
+		if addr(s[i]) < addr(s[i-1]) {
 			bounds = append(bounds, i)
 		}
 	}
@@ -424,11 +444,11 @@ func sortRuns(s []Sym) []Sym {
 		return s
 	}
 	if len(bounds) > 64 {
-		slices.SortFunc(s, func(a, b Sym) int { return cmp.Compare(a.Addr, b.Addr) })
+		slices.SortFunc(s, func(a, b E) int { return cmp.Compare(addr(a), addr(b)) })
 		return s
 	}
 	bounds = append([]int{0}, append(bounds, len(s))...)
-	src, dst := s, make([]Sym, len(s))
+	src, dst := s, make([]E, len(s))
 	for len(bounds) > 2 {
 		next := []int{0}
 		for k := 0; k+1 < len(bounds); k += 2 {
@@ -439,7 +459,7 @@ func sortRuns(s []Sym) []Sym {
 			}
 			i, j, o := lo, mid, lo
 			for i < mid && j < hi {
-				if src[j].Addr < src[i].Addr {
+				if addr(src[j]) < addr(src[i]) {
 					dst[o] = src[j]
 					j++
 				} else {
@@ -458,9 +478,71 @@ func sortRuns(s []Sym) []Sym {
 	return src
 }
 
+func symAddr(s Sym) uint64       { return s.Addr }
+func fdeStart(f fdeRange) uint64 { return f.start }
+
+// table is a module's names: sized symbols, PLT stubs and labels in syms;
+// the .eh_frame function ranges that no symbol covers in fdes, kept apart
+// in a compact form (a large stripped library has a hundred thousand, and
+// merging them into syms cost more than the rest of its load), named by
+// fdeNames when a zero-size symbol starts there. An address belongs to the
+// nearest start at or below it of either list, if that range holds it:
+// what one merged table would give.
+type table struct {
+	syms     symtab
+	fdes     []fdeRange
+	fdeNames map[uint64]string
+}
+
+// fdeRange is one FDE's code range.
+type fdeRange struct {
+	start, size uint64
+}
+
+// predFDE is the index of the last range of f starting at or below addr
+// (-1: none).
+func predFDE(f []fdeRange, addr uint64) int {
+	i, _ := slices.BinarySearchFunc(f, addr, func(r fdeRange, a uint64) int {
+		if r.start > a {
+			return 1
+		}
+		return -1
+	})
+	return i - 1
+}
+
+// predSym is the index of the last symbol of t starting at or below addr
+// (-1: none).
+func (t symtab) pred(addr uint64) int {
+	return sort.Search(len(t), func(i int) bool { return t[i].Addr > addr }) - 1
+}
+
+// owner is the entry addr falls under, before checking it holds addr:
+// the nearest start at or below addr of syms and fdes.
+func (tb *table) owner(addr uint64) (Sym, bool) {
+	i, j := tb.syms.pred(addr), predFDE(tb.fdes, addr)
+	if j >= 0 && (i < 0 || tb.fdes[j].start > tb.syms[i].Addr) {
+		f := tb.fdes[j]
+		return Sym{Addr: f.start, Size: f.size, Name: tb.fdeNames[f.start]}, true
+	}
+	if i >= 0 {
+		return tb.syms[i], true
+	}
+	return Sym{}, false
+}
+
+// find is the symbol that owns addr.
+func (tb *table) find(addr uint64) (Sym, bool) {
+	s, ok := tb.owner(addr)
+	if !ok || (s.Size > 0 && addr >= s.Addr+s.Size) {
+		return Sym{}, false // nothing, or a gap after a sized range
+	}
+	return s, true
+}
+
 // buildTable applies the ownership rules above; every entry of the result
 // has a size.
-func buildTable(raw []rawSym, plt, fdes []Sym) symtab {
+func buildTable(raw []rawSym, plt []Sym, fdes []fdeRange) table {
 	// Sort small keys by address (moving whole rawSyms costs more than
 	// the rest of the load); the few symbols at one address are then
 	// ordered by preference.
@@ -528,28 +610,70 @@ func buildTable(raw []rawSym, plt, fdes []Sym) symtab {
 		i = j
 	}
 	t = t.addUncovered(plt)
+	tb := table{syms: t}
 	if len(fdes) > 0 {
-		for i := range fdes {
-			fdes[i].Name = zeroName[fdes[i].Addr]
+		// The ranges whose start no symbol or stub covers (one merge pass,
+		// as addUncovered), kept in place.
+		fdes = sortRuns(fdes, fdeStart)
+		kept := fdes[:0]
+		i := 0
+		var coverEnd uint64
+		for _, f := range fdes {
+			for i < len(t) && t[i].Addr <= f.start {
+				coverEnd = max(coverEnd, t[i].Addr+t[i].Size)
+				i++
+			}
+			if f.size == 0 || f.start < coverEnd {
+				continue
+			}
+			kept = append(kept, f)
 		}
-		t = t.addUncovered(fdes)
+		tb.fdes = slices.Clip(kept)
+		if len(zeroName) > 0 {
+			tb.fdeNames = map[uint64]string{}
+			for _, f := range tb.fdes {
+				if n, ok := zeroName[f.start]; ok {
+					tb.fdeNames[f.start] = n
+				}
+			}
+		}
 	}
 	if len(labels) > 0 {
 		more := make([]Sym, 0, len(labels))
 		for _, l := range labels {
-			if t.covered(l.addr) {
-				continue
+			if s, ok := tb.owner(l.addr); ok && l.addr < s.Addr+s.Size {
+				continue // covered
 			}
 			end := l.secEnd
-			i, _ := slices.BinarySearchFunc(t, l.addr, func(s Sym, a uint64) int { return cmp.Compare(s.Addr, a) })
-			if i < len(t) && t[i].Addr < end {
+			// The next start at or above the label, of either list.
+			if i, _ := slices.BinarySearchFunc(t, l.addr, func(s Sym, a uint64) int { return cmp.Compare(s.Addr, a) }); i < len(t) && t[i].Addr < end {
 				end = t[i].Addr
+			}
+			if j := predFDE(tb.fdes, l.addr-1) + 1; l.addr > 0 && j < len(tb.fdes) && tb.fdes[j].start < end {
+				end = tb.fdes[j].start
+			} else if l.addr == 0 && len(tb.fdes) > 0 && tb.fdes[0].start < end {
+				end = tb.fdes[0].start
 			}
 			if end > l.addr {
 				more = append(more, Sym{Addr: l.addr, Size: end - l.addr, Name: l.name})
 			}
 		}
-		t = t.addUncovered(more)
+		// A label under a range of fdes that started earlier is covered
+		// too (addUncovered's rule, over both lists).
+		kept := more[:0]
+		j := 0
+		var coverEnd uint64
+		for _, l := range more {
+			for j < len(tb.fdes) && tb.fdes[j].start <= l.Addr {
+				coverEnd = max(coverEnd, tb.fdes[j].start+tb.fdes[j].size)
+				j++
+			}
+			if l.Addr < coverEnd {
+				continue
+			}
+			kept = append(kept, l)
+		}
+		tb.syms = t.addUncovered(kept)
 	}
-	return t
+	return tb
 }

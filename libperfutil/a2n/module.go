@@ -73,7 +73,7 @@ type Module struct {
 	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
 	Source   string // where the names came from: ".symtab", "debug file PATH", ".dynsym+.eh_frame", ...
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
-	syms     symtab
+	tab      table
 	loads    []elf.ProgHeader
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
@@ -136,7 +136,7 @@ var DebugRoot = "/usr/lib/debug"
 
 func loadModule(path string) *Module {
 	m := &Module{Path: path}
-	file, _, err := openChecked(path, MaxModuleSize, false)
+	file, size, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			m.Err = fmt.Errorf("%s: missing (deleted since tracing?)", path)
@@ -146,23 +146,35 @@ func loadModule(path string) *Module {
 		return m
 	}
 	defer file.Close()
-	f, err := elf.NewFile(file)
-	if err != nil {
-		m.Err = fmt.Errorf("%s: %w", path, err)
-		return m
-	}
+	defer faultsPanic()()
 	defer func() {
 		// The file is untrusted input: a malformed ELF that trips a parser
-		// costs this module its names, never post its run.
+		// (or a file cut short while mapped) costs this module its names,
+		// never post its run.
 		if p := recover(); p != nil {
 			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
 		}
 	}()
+	f, err := newELF(file, size, m)
+	if err != nil {
+		m.Err = fmt.Errorf("%s: %w", path, err)
+		return m
+	}
 	m.fromELF(f, true)
 	if m.dwPath == "" && f.Section(".debug_info") != nil {
 		m.dwPath = path
 	}
 	return m
+}
+
+// newELF parses an opened module or debug file, mapped when it can be
+// (the mapping lives as long as m, whose tables hold names inside it).
+func newELF(file *os.File, size int64, m *Module) (*elf.File, error) {
+	if mf := mapFile(file, size); mf != nil {
+		mf.release(m)
+		return elf.NewFile(mf)
+	}
+	return elf.NewFile(file)
 }
 
 // fromELF fills m's tables from f: .symtab, else a build-id debug file's
@@ -179,8 +191,8 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 	if len(raw) == 0 && debugFiles {
 		if id := buildID(f); len(id) > 2 {
 			dbg := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
-			if df, _, err := openChecked(dbg, MaxModuleSize, false); err == nil {
-				if ef, err := elf.NewFile(df); err == nil {
+			if df, size, err := openChecked(dbg, MaxModuleSize, false); err == nil {
+				if ef, err := newELF(df, size, m); err == nil {
 					raw, _ = elfSyms(ef, false)
 					if len(raw) > 0 {
 						m.Source = "debug file " + dbg
@@ -195,7 +207,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 			}
 		}
 	}
-	var fdes []Sym
+	var fdes []fdeRange
 	if len(raw) == 0 {
 		m.Stripped = true
 		m.Source = ".dynsym"
@@ -214,7 +226,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 			m.Source += "+.eh_frame"
 		}
 	}
-	m.syms = buildTable(raw, pltStubs(f), fdes)
+	m.tab = buildTable(raw, pltStubs(f), fdes)
 }
 
 // vaddr converts a file offset to the module's virtual address through its
@@ -229,13 +241,14 @@ func (m *Module) vaddr(off uint64) (uint64, bool) {
 	return 0, false
 }
 
-// Symbol finds the symbol at a file offset.
-func (m *Module) Symbol(fileOff uint64) (Sym, uint64, bool) {
-	va, ok := m.vaddr(fileOff)
+// Symbol finds the symbol at a file offset. The name is the caller's own
+// (not a view of the module's mapped file).
+func (m *Module) Symbol(fileOff uint64) (s Sym, va uint64, ok bool) {
+	va, ok = m.vaddr(fileOff)
 	if !ok {
 		return Sym{}, 0, false
 	}
-	s, ok := m.syms.find(va)
+	s, ok = m.tab.find(va)
 	if !ok {
 		return Sym{}, va, false
 	}
@@ -243,7 +256,15 @@ func (m *Module) Symbol(fileOff uint64) (Sym, uint64, bool) {
 		s.Name = fmt.Sprintf("%s+0x%x (function at 0x%x)", baseName(m.Path), fileOff-(va-s.Addr), s.Addr)
 		return s, va, true
 	}
-	s.Name = m.demangle(s.Name)
+	// The name may lie in the mapped file, which may have been cut short
+	// since it was loaded: a fault reading it leaves the address unnamed.
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			s, ok = Sym{}, false
+		}
+	}()
+	s.Name = strings.Clone(m.demangle(s.Name))
 	return s, va, true
 }
 

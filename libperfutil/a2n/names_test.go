@@ -442,7 +442,7 @@ func TestSortRuns(t *testing.T) {
 					s = append(s, Sym{Addr: start + uint64(i*3), Size: 1})
 				}
 			}
-			got := sortRuns(append([]Sym(nil), s...))
+			got := sortRuns(append([]Sym(nil), s...), symAddr)
 			if len(got) != len(s) {
 				t.Fatalf("n %d runs %d: %d entries, want %d", n, runs, len(got), len(s))
 			}

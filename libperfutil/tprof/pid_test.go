@@ -46,7 +46,7 @@ func TestTickOfPidMinusOne(t *testing.T) {
 		t.Fatal(rep.RecordErr)
 	}
 	per := map[uint32]uint64{}
-	for k, n := range rep.Ticks {
+	for k, n := range rep.TickCounts() {
 		per[k.PID] += n
 	}
 	if rep.Total != 6 || per[gone] != 4 || per[7] != 2 {

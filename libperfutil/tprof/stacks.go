@@ -83,7 +83,7 @@ func (rep *Report) folded() map[string]uint64 {
 		}
 		return m
 	}
-	for k, n := range rep.Ticks {
+	for k, n := range rep.TickCounts() {
 		m[strings.ReplaceAll(rep.ProcTitle(k.PID), ";", ":")+";"+cleanLabel(k.Module)+";"+cleanLabel(k.Symbol)] += n
 	}
 	return m

@@ -25,8 +25,7 @@ type Key struct {
 
 // Report is the aggregated ticks of a trace.
 type Report struct {
-	File  *nrm2.File
-	Ticks map[Key]uint64
+	File *nrm2.File
 	// cells are the same counts with module and symbol interned, for
 	// building sections without hashing strings.
 	cells     []cell
@@ -55,6 +54,9 @@ type Report struct {
 	// indexes into res, the resolved names (Stacks gives them with names).
 	stk []stackEntry
 	res []a2n.Result
+	// the PID and TID row names, each made once
+	procLabels   map[uint32]string
+	threadLabels map[[2]uint32]string
 }
 
 // Stacks returns the call stacks of the ticks (UNWIND records, `swtrace
@@ -176,7 +178,7 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 // BuildFiltered is Build for the ticks filt selects (nil: all); the others
 // are counted in Filtered (and still passed to onRecord, unresolved).
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
-	rep := &Report{File: f, Ticks: map[Key]uint64{}, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}, Filter: filt}
+	rep := &Report{File: f, ProcName: map[uint32]string{}, ThreadNm: map[[2]uint32]string{}, Filter: filt}
 	if filt != nil {
 		rep.Selected = filt.Describe()
 	}
@@ -196,18 +198,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		r.KernelRelease = f.Header.KernelRelease // names [vdso] when this is that kernel
 	}
 	// Each (thread, address) gets one counter the first time it is seen,
-	// found again with one map lookup; the tables are per process and
-	// dropped when its mappings change (counters are kept in all).
+	// found again with one map lookup. A process's counters are keyed by
+	// its slot, a number given anew each time its mappings change (the
+	// next tick at an address is located again; the older counters are
+	// kept), so that a key is two words.
 	type entry struct {
 		pid, tid uint32
 		res      int32
 		off      uint64
 		n        uint64
 	}
-	type tiKey struct {
-		tid    uint32
-		kernel bool
-		ip     uint64
+	type tickKey struct {
+		ip uint64
+		w  uint64 // kernel<<63 | slot<<32 | tid
 	}
 	var results []a2n.Result
 	intern := map[[2]string]int32{}
@@ -282,8 +285,37 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return idx, 0
 	}
-	var all []*entry
-	cache := map[uint32]map[tiKey]*entry{}
+	// Counters are kept in blocks (no copying as they grow), without
+	// pointers: the collector has nothing to scan.
+	const entryBlock = 4096
+	var all [][]entry
+	nent := int32(0)
+	// Sized for a share of the ticks the file can hold (a tick is a
+	// 32-byte record; real traces have a distinct (thread, address) per
+	// five ticks or so): a map that grows from empty moves each entry
+	// several times, which cost more than a flat report's lookups.
+	var traceBytes int
+	for _, c := range f.Chunks {
+		if c.Kind == nrm2.ChunkTrace {
+			traceBytes += len(c.Data)
+		}
+	}
+	tickIdx := make(map[tickKey]int32, min(traceBytes/32/8, 1<<18))
+	pidSlot := map[uint32]uint64{}
+	slots := uint64(0)
+	slotOf := func(pid uint32) uint64 {
+		s, ok := pidSlot[pid]
+		if !ok {
+			slots++
+			s = slots & (1<<31 - 1) // wraps only past two billion mapping changes
+			pidSlot[pid] = s
+		}
+		return s
+	}
+	// In deferred naming an address's Loc depends only on its process's
+	// mappings (its slot) and, for kernel addresses, not even on that:
+	// threads of one process share it, every process shares the kernel's.
+	locOf := make(map[tickKey]int32, min(traceBytes/32/32, 1<<16))
 	// Stacks: each PC resolved once per process (as ticks are), frames as
 	// indexes into results, identical stacks counted together. A stack
 	// seen before in a process (the same thread, flags and PCs: the
@@ -308,10 +340,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		pm[pc] = idx
 		return idx
 	}
-	// The tick cache of the last tick's process. A nil lastCache means
-	// none: every pid value is a real one (the kernel reports -1 for a
-	// task whose pid is gone, e.g. a tick in an exiting thread).
-	lastPid, lastCache := uint32(0), map[tiKey]*entry(nil)
+	// The slot of the last tick's process. haveLast false means none:
+	// every pid value is a real one (the kernel reports -1 for a task
+	// whose pid is gone, e.g. a tick in an exiting thread).
+	lastPid, lastSlot, haveLast := uint32(0), uint64(0), false
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -324,11 +356,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 						filt.Pids[pid] = true // a process (or thread) the selection created
 					}
 				}
-				delete(cache, pid)
+				delete(pidSlot, pid) // the next tick takes a new slot
 				delete(pcCache, pid)
 				delete(rawStacks, pid)
 				if pid == lastPid {
-					lastCache = nil
+					haveLast = false
 				}
 			}
 			if onRecord != nil {
@@ -344,27 +376,43 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				return nil
 			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
-			pc := lastCache
-			if pid != lastPid || pc == nil {
-				pc = cache[pid]
-				if pc == nil {
-					pc = map[tiKey]*entry{}
-					cache[pid] = pc
-				}
-				lastPid, lastCache = pid, pc
+			if pid != lastPid || !haveLast {
+				lastPid, lastSlot, haveLast = pid, slotOf(pid), true
 			}
-			k := tiKey{tid, kernel, ip}
-			e := pc[k]
-			if e == nil {
-				idx, off := resolve(pid, ip, kernel)
-				e = &entry{pid: pid, tid: tid, res: idx, off: off}
-				pc[k] = e
-				all = append(all, e)
+			k := tickKey{ip: ip, w: lastSlot<<32 | uint64(tid)}
+			if kernel {
+				k.w |= 1 << 63
+			}
+			i, ok := tickIdx[k]
+			if !ok {
+				var idx int32
+				var off uint64
+				if deferred {
+					lk := tickKey{ip: ip, w: lastSlot << 32}
+					if kernel {
+						lk.w = 1 << 63
+					}
+					var known bool
+					if idx, known = locOf[lk]; !known {
+						idx, _ = resolve(pid, ip, kernel)
+						locOf[lk] = idx
+					}
+				} else {
+					idx, off = resolve(pid, ip, kernel)
+				}
+				if nent%entryBlock == 0 {
+					all = append(all, make([]entry, 0, entryBlock))
+				}
+				i = nent
+				all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, off: off})
+				nent++
+				tickIdx[k] = i
 				if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
 					rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
 					rep.ProcName[pid] = r.ProcessName(pid)
 				}
 			}
+			e := &all[i/entryBlock][i%entryBlock]
 			e.n++
 			if onRecord != nil {
 				res := results[e.res]
@@ -454,8 +502,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				locRes = append(locRes, internRes(r.Finish(b[i])))
 			}
 		}
-		for _, e := range all {
-			e.res = locRes[e.res]
+		for _, b := range all {
+			for i := range b {
+				b[i].res = locRes[b[i].res]
+			}
 		}
 		byKey := make(map[string]int32, len(stk))
 		merged := stk[:0]
@@ -507,17 +557,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	for i, res := range results {
 		resMod[i], resSym[i] = id(res.Module), id(res.Symbol)
 	}
-	merged := map[cell]uint64{}
-	for _, e := range all {
-		merged[cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]}] += e.n
-	}
 	// A cell is one Key (names are interned: one number, one name).
-	rep.cells = make([]cell, 0, len(merged))
-	rep.Ticks = make(map[Key]uint64, len(merged))
-	for c, n := range merged {
-		c.n = n
-		rep.cells = append(rep.cells, c)
-		rep.Ticks[Key{c.pid, c.tid, rep.names[c.mod], rep.names[c.sym]}] = n
+	cellIdx := make(map[[2]uint64]int32, nent/2)
+	rep.cells = make([]cell, 0, nent/2)
+	for i := int32(0); i < nent; i++ {
+		e := &all[i/entryBlock][i%entryBlock]
+		k := [2]uint64{uint64(e.pid)<<32 | uint64(e.tid), uint64(resMod[e.res])<<32 | uint64(uint32(resSym[e.res]))}
+		ci, ok := cellIdx[k]
+		if !ok {
+			ci = int32(len(rep.cells))
+			cellIdx[k] = ci
+			rep.cells = append(rep.cells, cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]})
+		}
+		rep.cells[ci].n += e.n
 	}
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
@@ -531,6 +583,16 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	rep.Problems = r.Cache.Problems()
 	return rep
+}
+
+// TickCounts returns the ticks per process, thread, module and symbol
+// (built on each call: the report's sections do not need it).
+func (rep *Report) TickCounts() map[Key]uint64 {
+	m := make(map[Key]uint64, len(rep.cells))
+	for _, c := range rep.cells {
+		m[Key{c.pid, c.tid, rep.names[c.mod], rep.names[c.sym]}] = c.n
+	}
+	return m
 }
 
 // Row is one line of a report section.
@@ -599,17 +661,32 @@ const (
 // cells sorted by the levels' keys, each run of equal keys one row (no
 // table per row), each level's rows by ticks, then name.
 func (rep *Report) Section(levels ...int) []*Row {
-	key := func(c *cell, l int) uint32 {
-		switch l {
-		case LPid:
-			return c.pid
-		case LTid:
-			return c.tid
-		case LMod:
-			return uint32(c.mod)
-		}
-		return uint32(c.sym)
+	stack := []*[]*Row{new([]*Row)}
+	rep.eachRow(levels, rep.cellOrder(levels), func(depth int, label string, ticks uint64, name string) {
+		r := &Row{Label: label, Ticks: ticks, Name: name}
+		stack = stack[:depth+1]
+		*stack[depth] = append(*stack[depth], r)
+		stack = append(stack, &r.Sub)
+	})
+	return *stack[0]
+}
+
+// levelKey is a cell's key at one level (process, thread, module or
+// symbol number).
+func levelKey(c *cell, l int) uint32 {
+	switch l {
+	case LPid:
+		return c.pid
+	case LTid:
+		return c.tid
+	case LMod:
+		return uint32(c.mod)
 	}
+	return uint32(c.sym)
+}
+
+// cellOrder is the cells' indexes sorted by the keys of levels, in order.
+func (rep *Report) cellOrder(levels []int) []int32 {
 	// Each cell's level keys packed in two words (up to four levels), so
 	// that the sort compares two integers.
 	type sortKey struct {
@@ -621,7 +698,7 @@ func (rep *Report) Section(levels ...int) []*Row {
 		c := &rep.cells[i]
 		var k [4]uint64
 		for d, l := range levels[:min(len(levels), 4)] {
-			k[d] = uint64(key(c, l))
+			k[d] = uint64(levelKey(c, l))
 		}
 		keys[i] = sortKey{k[0]<<32 | k[1], k[2]<<32 | k[3], int32(i)}
 	}
@@ -634,7 +711,7 @@ func (rep *Report) Section(levels ...int) []*Row {
 		}
 		ca, cb := &rep.cells[a.i], &rep.cells[b.i]
 		for _, l := range levels[4:] {
-			if c := cmp.Compare(key(ca, l), key(cb, l)); c != 0 {
+			if c := cmp.Compare(levelKey(ca, l), levelKey(cb, l)); c != 0 {
 				return c
 			}
 		}
@@ -644,46 +721,86 @@ func (rep *Report) Section(levels ...int) []*Row {
 	for i, k := range keys {
 		order[i] = k.i
 	}
-	var build func(part []int32, d int) []*Row
-	build = func(part []int32, d int) []*Row {
-		if d == len(levels) {
-			return nil
-		}
+	return order
+}
+
+// eachRow calls row for every row of the section of levels, parents
+// before their children, each level's rows by ticks, then name. order is
+// the cells sorted so that the cells of one row are together at every
+// level (cellOrder of levels, or of levels followed by more).
+func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, label string, ticks uint64, name string)) {
+	type group struct {
+		lo, hi int32
+		n      uint64
+		name   string
+	}
+	scratch := make([][]group, len(levels))
+	var walk func(lo, hi int32, d int)
+	walk = func(lo, hi int32, d int) {
 		l := levels[d]
-		var out []*Row
-		for i := 0; i < len(part); {
-			c := &rep.cells[part[i]]
-			k := key(c, l)
+		gs := scratch[d][:0]
+		for i := lo; i < hi; {
+			c := &rep.cells[order[i]]
+			k := levelKey(c, l)
 			j := i
 			var n uint64
-			for j < len(part) && key(&rep.cells[part[j]], l) == k {
-				n += rep.cells[part[j]].n
+			for j < hi && levelKey(&rep.cells[order[j]], l) == k {
+				n += rep.cells[order[j]].n
 				j++
 			}
-			r := &Row{Ticks: n}
-			switch l {
-			case LPid:
-				r.Label, r.Name = "PID", rep.ProcLabel(c.pid)
-			case LTid:
-				r.Label, r.Name = "TID", rep.ThreadLabel(c.pid, c.tid)
-			case LMod:
-				r.Label, r.Name = "MOD", rep.names[c.mod]
-			case LSym:
-				r.Label, r.Name = "SYM", rep.names[c.sym]
-			}
-			r.Sub = build(part[i:j], d+1)
-			out = append(out, r)
+			gs = append(gs, group{lo: i, hi: j, n: n, name: rep.levelName(c, l)})
 			i = j
 		}
-		sort.Slice(out, func(i, j int) bool {
-			if out[i].Ticks != out[j].Ticks {
-				return out[i].Ticks > out[j].Ticks
+		slices.SortFunc(gs, func(a, b group) int {
+			if a.n != b.n {
+				return cmp.Compare(b.n, a.n)
 			}
-			return out[i].Name < out[j].Name
+			return strings.Compare(a.name, b.name)
 		})
-		return out
+		label := levelLabels[l]
+		for _, g := range gs {
+			row(d, label, g.n, g.name)
+			if d+1 < len(levels) {
+				walk(g.lo, g.hi, d+1)
+			}
+		}
+		scratch[d] = gs[:0]
 	}
-	return build(order, 0)
+	if len(levels) > 0 {
+		walk(0, int32(len(order)), 0)
+	}
+}
+
+var levelLabels = [...]string{LPid: "PID", LTid: "TID", LMod: "MOD", LSym: "SYM"}
+
+// levelName is the name of a cell's row at level l.
+func (rep *Report) levelName(c *cell, l int) string {
+	switch l {
+	case LPid:
+		if rep.procLabels == nil {
+			rep.procLabels = map[uint32]string{}
+		}
+		n, ok := rep.procLabels[c.pid]
+		if !ok {
+			n = rep.ProcLabel(c.pid)
+			rep.procLabels[c.pid] = n
+		}
+		return n
+	case LTid:
+		if rep.threadLabels == nil {
+			rep.threadLabels = map[[2]uint32]string{}
+		}
+		k := [2]uint32{c.pid, c.tid}
+		n, ok := rep.threadLabels[k]
+		if !ok {
+			n = rep.ThreadLabel(c.pid, c.tid)
+			rep.threadLabels[k] = n
+		}
+		return n
+	case LMod:
+		return rep.names[c.mod]
+	}
+	return rep.names[c.sym]
 }
 
 func le64(s string) uint64 {

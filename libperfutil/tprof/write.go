@@ -74,55 +74,57 @@ func (rep *Report) WritePI(out io.Writer) error {
 	fmt.Fprintf(w, " Trace         : %s, %s mode, %s backend, kernel %s on %s, started %s\n", rep.File.Path, nrm2.ModeName(h.Mode), backend,
 		h.KernelRelease, h.Hostname, time.Unix(0, int64(h.StartWallNs)).UTC().Format(time.RFC3339))
 	fmt.Fprintln(w)
-	section := func(title string, levels ...int) {
+	// One cell order serves the three sections whose levels are prefixes
+	// of process, module, symbol, thread.
+	pmst := []int{LPid, LMod, LSym, LTid}
+	byPMST := rep.cellOrder(pmst)
+	var buf []byte
+	section := func(title string, levels []int, order []int32) {
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintf(w, ")) %s\n", title)
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "%-4s %10s %7s  %s\n", "LAB", "TKS", "%%%", "NAMES")
-		var buf []byte
-		var walk func(rows []*Row, depth int)
-		walk = func(rows []*Row, depth int) {
-			for _, r := range rows {
-				buf = appendRow(buf[:0], r, depth, pct(r.Ticks, rep.Total), -1)
-				w.Write(buf)
-				walk(r.Sub, depth+1)
-			}
-		}
-		walk(rep.Section(levels...), 0)
+		rep.eachRow(levels, order, func(depth int, label string, ticks uint64, name string) {
+			buf = appendRowParts(buf[:0], label, ticks, depth, pct(ticks, rep.Total), -1, name)
+			w.Write(buf)
+		})
 		fmt.Fprintln(w)
 	}
-	section("Process", LPid)
-	section("Process_Module", LPid, LMod)
-	section("Process_Thread_Module_Symbol", LPid, LTid, LMod, LSym)
-	section("Module_Symbol", LMod, LSym)
-	rep.writeWithinProcess(w)
+	section("Process", pmst[:1], byPMST)
+	section("Process_Module", pmst[:2], byPMST)
+	ptms := []int{LPid, LTid, LMod, LSym}
+	section("Process_Thread_Module_Symbol", ptms, rep.cellOrder(ptms))
+	ms := []int{LMod, LSym}
+	section("Module_Symbol", ms, rep.cellOrder(ms))
+	rep.writeWithinProcess(w, byPMST)
 	if len(rep.stk) > 0 {
 		rep.writeCallTree(w)
 	}
 	return w.Flush()
 }
 
-// appendRow appends one section row as fmt's "%-4s %10d %7.2f  %s%s\n"
+// appendRowParts appends one section row as fmt's "%-4s %10d %7.2f  %s%s\n"
 // would (with a second "%7.2f" column when share2 >= 0), without fmt.
-func appendRow(b []byte, r *Row, depth int, share, share2 float64) []byte {
-	b = append(b, r.Label...)
-	for i := len(r.Label); i < 4; i++ {
+func appendRowParts(b []byte, label string, ticks uint64, depth int, share, share2 float64, name string) []byte {
+	var num [32]byte
+	b = append(b, label...)
+	for i := len(label); i < 4; i++ {
 		b = append(b, ' ')
 	}
 	b = append(b, ' ')
-	b = padLeft(b, strconv.AppendUint(nil, r.Ticks, 10), 10)
+	b = padLeft(b, strconv.AppendUint(num[:0], ticks, 10), 10)
 	b = append(b, ' ')
-	b = padLeft(b, strconv.AppendFloat(nil, share, 'f', 2, 64), 7)
+	b = padLeft(b, strconv.AppendFloat(num[:0], share, 'f', 2, 64), 7)
 	if share2 >= 0 {
 		b = append(b, ' ')
-		b = padLeft(b, strconv.AppendFloat(nil, share2, 'f', 2, 64), 7)
+		b = padLeft(b, strconv.AppendFloat(num[:0], share2, 'f', 2, 64), 7)
 	}
 	b = append(b, ' ', ' ')
 	for i := 0; i < depth; i++ {
 		b = append(b, ' ')
 	}
-	b = append(b, r.Name...)
+	b = append(b, name...)
 	return append(b, '\n')
 }
 
@@ -137,7 +139,7 @@ func padLeft(b, v []byte, width int) []byte {
 // section: PI's row form with a %PROC column after %%%, the share of the
 // process's own ticks (what perf report of that process shows); %%% stays
 // the share of all ticks (idle included).
-func (rep *Report) writeWithinProcess(w *bufio.Writer) {
+func (rep *Report) writeWithinProcess(w *bufio.Writer, byPMST []int32) {
 	fmt.Fprintln(w, "================================================================")
 	fmt.Fprintln(w, ")) Process_Module_Symbol_Within_Process")
 	fmt.Fprintln(w, "================================================================")
@@ -146,18 +148,14 @@ func (rep *Report) writeWithinProcess(w *bufio.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-4s %10s %7s %7s  %s\n", "LAB", "TKS", "%%%", "%PROC", "NAMES")
 	var buf []byte
-	var walk func(rows []*Row, depth int, proc uint64)
-	walk = func(rows []*Row, depth int, proc uint64) {
-		for _, r := range rows {
-			if depth == 0 {
-				proc = r.Ticks
-			}
-			buf = appendRow(buf[:0], r, depth, pct(r.Ticks, rep.Total), pct(r.Ticks, proc))
-			w.Write(buf)
-			walk(r.Sub, depth+1, proc)
+	var proc uint64
+	rep.eachRow([]int{LPid, LMod, LSym}, byPMST, func(depth int, label string, ticks uint64, name string) {
+		if depth == 0 {
+			proc = ticks
 		}
-	}
-	walk(rep.Section(LPid, LMod, LSym), 0, 0)
+		buf = appendRowParts(buf[:0], label, ticks, depth, pct(ticks, rep.Total), pct(ticks, proc), name)
+		w.Write(buf)
+	})
 	fmt.Fprintln(w)
 }
 
@@ -273,8 +271,9 @@ func (rep *Report) Profile() *profile.Profile {
 		sortMappings(p, modTicks)
 		return p
 	}
-	keys := make([]Key, 0, len(rep.Ticks))
-	for k := range rep.Ticks {
+	ticks := rep.TickCounts()
+	keys := make([]Key, 0, len(ticks))
+	for k := range ticks {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
@@ -291,7 +290,7 @@ func (rep *Report) Profile() *profile.Profile {
 		return a.Symbol < b.Symbol
 	})
 	for _, k := range keys {
-		n := rep.Ticks[k]
+		n := ticks[k]
 		loc := location(k.Module, k.Symbol)
 		p.Sample = append(p.Sample, &profile.Sample{
 			Location: []*profile.Location{loc},
