@@ -199,9 +199,16 @@ func agreementAttempt(t *testing.T, attempt int, final bool) (over bool) {
 		t.Logf("tid %d: task-clock mapped %d ns, by read() %d ns, CLOCK_THREAD_CPUTIME_ID %d ns: mapped vs clock %+.4f %%, read() vs clock %+.4f %%; %d reads, %d dispatches, %d retries (with %d spinning processes on %d CPUs)",
 			a.tid, a.mapped, a.syscall, a.clock, a.errPct, kernPct, a.reads, a.dispatches, a.retries, n, runtime.NumCPU())
 		// The mapped read must reproduce the kernel's own count: the two
-		// reads are a few microseconds apart at each end.
-		if d := math.Abs(float64(a.mapped) - float64(a.syscall)); d > 1e-4*float64(a.syscall)+50e3 {
-			t.Errorf("tid %d: mapped task-clock %d differs from the read() value %d by %.0f ns", a.tid, a.mapped, a.syscall, d)
+		// reads are a few microseconds apart at each end, and the mapped
+		// value extrapolates the running slice from the page's time
+		// fields, which drift from the kernel's clock by up to ~0.04 %
+		// on a loaded VM (105 us of 300 ms seen). A read that misses a
+		// slice is off by milliseconds.
+		if d := math.Abs(float64(a.mapped) - float64(a.syscall)); d > 5e-4*float64(a.syscall)+50e3 {
+			over = true
+			if final {
+				t.Errorf("tid %d: mapped task-clock %d differs from the read() value %d by %.0f ns", a.tid, a.mapped, a.syscall, d)
+			}
 		}
 		if math.Abs(a.errPct) > 1 {
 			over = true
