@@ -78,10 +78,15 @@ type thread struct {
 	injected int    // signal injected on the last resume
 	noExec   bool
 	tStep    uint64
-	handlers int  // signal handlers entered and not yet returned from (rt_sigreturn)
-	detach   bool // attached by a clone/fork of a thread not yet stepped: let go
-	startOn  bool // start stepping at the first stop
-	ended    bool
+	handlers int // signal handlers entered and not yet returned from (rt_sigreturn)
+	// sysret: the last instruction stepped was a system call. A system
+	// call stopped and continued (SIGSTOP/SIGCONT: the kernel restarts
+	// it without a handler) reports single-step traps at the instruction
+	// after it with no instruction run; callgrind counts none.
+	sysret  bool
+	detach  bool // attached by a clone/fork of a thread not yet stepped: let go
+	startOn bool // start stepping at the first stop
+	ended   bool
 }
 
 // Tracer is one running ITrace session.
@@ -432,6 +437,13 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 	}
 	prev := th.ip
 	in := th.cur
+	if th.sysret && newIP == prev && !in.Rep && in.Kind != pitrace.KindJump {
+		// No progress after a system call: a trap, not an instruction
+		// (a jump to itself or a rep iteration would be one).
+		th.rcx = regs.Rcx
+		return
+	}
+	th.sysret = in.Kind == pitrace.KindSyscall
 	th.lastOff = uint32(prev - th.start)
 	th.count++
 	th.ip = newIP
