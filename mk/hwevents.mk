@@ -13,6 +13,6 @@ hwevents-nocgo:
 hwevents-test: hwevents-nocgo
 	$(GO) test -count=1 -v -run 'TestAgreesWithPerfStat|TestCTableAgreesWithEventTable|TestNoPMUOneLine' \
 		./tools/mpevt/ ./libperfutil/ptt/ ./tools/cpi/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 10s -fuzzminimizetime 100x ./libperfutil/events/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseFormat$$' -fuzztime 5s -fuzzminimizetime 100x ./libperfutil/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 100000x -fuzzminimizetime 100x ./libperfutil/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseFormat$$' -fuzztime 50000x -fuzzminimizetime 100x ./libperfutil/events/
 TEST_TARGETS += hwevents-test

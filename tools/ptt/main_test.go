@@ -285,6 +285,24 @@ func TestShortThreadsAreCounted(t *testing.T) {
 	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v %s", err, out)
 	}
+	// A thread whose 30 ms end before the agent, starved on a loaded
+	// machine, has read the connector's event is not counted: a run that
+	// misses one is repeated, up to three in all, each logged; a connector
+	// path that does not work misses threads in all three.
+	for attempt := 1; attempt <= 3; attempt++ {
+		if shortThreadsAttempt(t, bin, attempt, attempt == 3) {
+			return
+		}
+	}
+}
+
+// shortThreadsAttempt runs the helper's 20 short threads under ptt once;
+// problems are errors only when final.
+func shortThreadsAttempt(t *testing.T, bin string, attempt int, final bool) bool {
+	report := t.Logf
+	if final {
+		report = t.Errorf
+	}
 	env := agentEnv(t)
 	child := exec.Command(bin)
 	stdin, _ := child.StdinPipe()
@@ -312,25 +330,27 @@ func TestShortThreadsAreCounted(t *testing.T) {
 	for _, th := range d.Threads {
 		byTid[th.Tid] = th
 	}
-	missed := 0
+	bad := 0
 	var counted []string
 	for _, s := range tids {
 		tid, _ := strconv.Atoi(s)
 		th, ok := byTid[tid]
 		if !ok {
-			missed++
-			t.Errorf("thread %d (30 ms) is not in the dump", tid)
+			bad++
+			report("attempt %d: thread %d (30 ms) is not in the dump", attempt, tid)
 			continue
 		}
 		v := th.Values["task-clock"]
 		if v == 0 || v > 200e6 {
-			t.Errorf("thread %d: task-clock %d ns for 30 ms of CPU time", tid, v)
+			bad++
+			report("attempt %d: thread %d: task-clock %d ns for 30 ms of CPU time", attempt, tid, v)
 		}
 		counted = append(counted, fmt.Sprintf("%.1f", float64(v)/1e6))
 	}
 	// How much of each thread's 30 ms was counted shows the delay between
 	// the thread's creation and the counter's (the connector's latency).
-	t.Logf("%d of 20 short threads counted, ms each: %s; new threads: %s", 20-missed, strings.Join(counted, " "), d.NewThreads)
+	t.Logf("attempt %d: %d of 20 short threads counted, ms each: %s; new threads: %s", attempt, len(counted), strings.Join(counted, " "), d.NewThreads)
+	return bad == 0
 }
 
 func TestNonRootCannotWatchRoot(t *testing.T) {
