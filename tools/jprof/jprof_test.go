@@ -282,26 +282,7 @@ func TestTprofModeNamesJIT(t *testing.T) {
 func TestMergedJavaRun(t *testing.T) {
 	root := build(t)
 	dir := t.TempDir()
-	env := daemonEnv(t, root, dir)
-	sw := func(args ...string) {
-		t.Helper()
-		c := exec.Command(filepath.Join(root, "bin", "swtrace"), args...)
-		c.Env, c.Dir = env, dir
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("swtrace %v: %v\n%s", args, err, out)
-		}
-	}
-	sw("free")
-	sw("mode", "normal")
-	sw("init", "-t", "16M", "-m", "2M")
-	sw("enable", "--only", "tprof", "0x30", "0x50")
-	sw("setrate", "1000")
-	sw("on", "--discard")
-	c := exec.Command("java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=calltree,trace,verbose,include=HotLoop*,dir="+dir,
-		"-cp", filepath.Join(root, "build", "java"), "HotLoop", "2")
-	c.Env, c.Dir = env, dir
-	out, err := c.CombinedOutput()
-	sw("off")
+	out, sw, err := tracedJavaRun(t, root, dir, "calltree,trace,verbose,include=HotLoop*", "2")
 	if err != nil {
 		t.Fatalf("java: %v\n%s", err, out)
 	}
@@ -351,4 +332,32 @@ func TestMergedJavaRun(t *testing.T) {
 	if threadTicks < 200 || 2*spinTicks < threadTicks {
 		t.Errorf("HotLoop.spin has %d of HotLoop.main's %d ticks: want most\n%.4000s", spinTicks, threadTicks, text)
 	}
+}
+
+// tracedJavaRun runs HotLoop ARG with the agent (OPTS, dir= added) under
+// tprof with the method-event majors enabled, through a daemon of its own,
+// and returns java's output, the swtrace runner and java's error (tracing off).
+func tracedJavaRun(t *testing.T, root, dir, opts, arg string) ([]byte, func(args ...string), error) {
+	t.Helper()
+	env := daemonEnv(t, root, dir)
+	sw := func(args ...string) {
+		t.Helper()
+		c := exec.Command(filepath.Join(root, "bin", "swtrace"), args...)
+		c.Env, c.Dir = env, dir
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("swtrace %v: %v\n%s", args, err, out)
+		}
+	}
+	sw("free")
+	sw("mode", "normal")
+	sw("init", "-t", "16M", "-m", "2M")
+	sw("enable", "--only", "tprof", "0x30", "0x50")
+	sw("setrate", "1000")
+	sw("on", "--discard")
+	c := exec.Command("java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"="+opts+",dir="+dir,
+		"-cp", filepath.Join(root, "build", "java"), "HotLoop", arg)
+	c.Env, c.Dir = env, dir
+	out, err := c.CombinedOutput()
+	sw("off")
+	return out, sw, err
 }

@@ -66,26 +66,7 @@ var piName = regexp.MustCompile(`^[A-Za-z_$][\w$/]*\.[\w$<>]+\([^)]*\)\S+$`)
 func TestTraceSigNames(t *testing.T) {
 	root := build(t)
 	dir := t.TempDir()
-	env := daemonEnv(t, root, dir)
-	sw := func(args ...string) {
-		t.Helper()
-		c := exec.Command(filepath.Join(root, "bin", "swtrace"), args...)
-		c.Env, c.Dir = env, dir
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("swtrace %v: %v\n%s", args, err, out)
-		}
-	}
-	sw("free")
-	sw("mode", "normal")
-	sw("init", "-t", "16M", "-m", "2M")
-	sw("enable", "--only", "tprof", "0x30", "0x50")
-	sw("setrate", "1000")
-	sw("on", "--discard")
-	c := exec.Command("java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=calltree,trace,sig,verbose,include=HotLoop*,dir="+dir,
-		"-cp", filepath.Join(root, "build", "java"), "HotLoop", "1")
-	c.Env, c.Dir = env, dir
-	out, err := c.CombinedOutput()
-	sw("off")
+	out, sw, err := tracedJavaRun(t, root, dir, "calltree,trace,sig,verbose,include=HotLoop*", "1")
 	if err != nil || !strings.Contains(string(out), "records written to the trace, 0 not") {
 		t.Fatalf("java: %v\n%s", err, out)
 	}
