@@ -5,6 +5,13 @@
 . /guest-lib.sh
 FAIL_TRACE_OFF=1
 N=${ITRACE_N:-3000}
+# trace_from_exec CMD...: CMD traced through the module from its exec
+# (started stopped before it, ITrace on at exec, continued); sets $child
+trace_from_exec() {
+	start_stopped "$@"
+	run swtrace itrace on --at-exec -p "$child"
+	kill -CONT "$child"
+}
 
 step "itrace: the example (static, $N leaf calls, a second thread, a signal handler) through the module from its exec"
 run swtrace init -t 32M -m 2M
@@ -64,9 +71,7 @@ echo "vmtest: ITraceOn/Off: traced_call exact, before_section and after_section 
 step "itrace: 200 signal handlers left by siglongjmp, traced from the exec: the program's functions = callgrind's"
 run swtrace init -t 16M -m 1M
 run swtrace on --discard
-start_stopped /bin/itrace_edge 200
-run swtrace itrace on --at-exec -p "$child"
-kill -CONT "$child"
+trace_from_exec /bin/itrace_edge 200
 wait "$child" || fail "the traced itrace_edge exited $?"
 run swtrace off
 run swtrace get /tmp/sj.nrm2
@@ -84,9 +89,7 @@ for mode in after in; do
 	step "itrace: itrace off with a handler left by siglongjmp ($mode): the process goes on untraced"
 	run swtrace on --discard
 	rm -f /tmp/sj.ready
-	start_stopped /bin/itrace_edge "$mode" /tmp/sj.ready 100000000
-	run swtrace itrace on --at-exec -p "$child"
-	kill -CONT "$child"
+	trace_from_exec /bin/itrace_edge "$mode" /tmp/sj.ready 100000000
 	wait_until 60 test -e /tmp/sj.ready || fail "itrace_edge $mode did not reach its spin"
 	run swtrace itrace off -p "$child"
 	grep -q " 1 threads," /tmp/out || fail "itrace off did not stop itrace_edge's thread: $(cat /tmp/out)"
@@ -101,9 +104,7 @@ step "itrace: a read restarted after SIGSTOP/SIGCONT: its syscall counted once, 
 rm -f /tmp/edge.fifo
 mkfifo /tmp/edge.fifo
 run swtrace on --discard
-start_stopped /bin/itrace_edge restart /tmp/edge.fifo
-run swtrace itrace on --at-exec -p "$child"
-kill -CONT "$child"
+trace_from_exec /bin/itrace_edge restart /tmp/edge.fifo
 # blocked in read_raw's read of fd 3, stopped, continued, blocked again
 inread() { grep -q '^0 0x3 ' "/proc/$child/syscall" && grep -q '^State:.*S (sleeping)' "/proc/$child/status"; }
 wait_until 60 inread || fail "itrace_edge restart did not block in its read"
@@ -137,9 +138,7 @@ run swtrace init -t 64K -m 64K
 run swtrace disable tprof
 run swtrace mode cont -f /tmp/cont.nrm2
 run swtrace on --discard
-start_stopped /bin/itrace 100000000
-run swtrace itrace on --at-exec -p "$child"
-kill -CONT "$child"
+trace_from_exec /bin/itrace 100000000
 # until the module has written four times what the buffers hold (28 bytes
 # a branch record at least); the file's size says less: on a slow machine
 # it grows by drained segments that are mostly empty
@@ -170,9 +169,7 @@ echo "vmtest: cont mode: the module wrote $written ITrace records: $infile in th
 step "itrace: a traced process killed mid-trace; itrace off from another shell; rmmod while tracing"
 run swtrace init -t 64M -m 2M
 run swtrace on --discard
-start_stopped /bin/itrace 100000000
-run swtrace itrace on --at-exec -p "$child"
-kill -CONT "$child"
+trace_from_exec /bin/itrace 100000000
 # traced from its exec on
 wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
 if rmmod pitrace >/tmp/out 2>&1; then fail "rmmod succeeded while a thread is traced"; fi
@@ -180,9 +177,7 @@ echo "vmtest: rmmod while tracing refused: $(head -1 /tmp/out)"
 kill -KILL "$child"
 wait "$child" 2>/dev/null
 echo "vmtest: killed mid-trace: reaped"
-start_stopped /bin/itrace 100000000
-run swtrace itrace on --at-exec -p "$child"
-kill -CONT "$child"
+trace_from_exec /bin/itrace 100000000
 wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
 run swtrace itrace off -p "$child"
 grep -q "2 threads" /tmp/out || fail "itrace off did not stop the example's two threads"
@@ -199,9 +194,7 @@ sed -n '1p' /tmp/killout/itrace.out | sed 's/^/  /'
 step "itrace: a normal-mode buffer filled by ITrace: tracing stops and the process is let go"
 run swtrace init -t 64K -m 1M
 run swtrace on --discard
-start_stopped /bin/itrace 30000000
-run swtrace itrace on --at-exec -p "$child"
-kill -CONT "$child"
+trace_from_exec /bin/itrace 30000000
 wait_until 120 sh -c "! kill -0 $child" || fail "the process was not let go when the buffer filled"
 wait "$child" || fail "exit $?"
 swtrace info | grep -i "full\|stopped" | head -2 | sed 's/^/  /'
