@@ -540,9 +540,12 @@ func (tb *table) find(addr uint64) (Sym, bool) {
 	return s, true
 }
 
-// buildTable applies the ownership rules above; every entry of the result
-// has a size.
-func buildTable(raw []rawSym, plt []Sym, fdes []fdeRange) table {
+// sizedSymbols orders each address's aliases by preference (sized first,
+// FUNC first, then rank and name) and returns the sized symbols by
+// address (room for extra more), the names of addresses whose best symbol
+// has no size, and the NOTYPE labels among those (the first stage of
+// buildTable).
+func sizedSymbols(raw []rawSym, extra int) (t symtab, zeroName map[uint64]string, labels []rawSym) {
 	// Sort small keys by address (moving whole rawSyms costs more than
 	// the rest of the load); the few symbols at one address are then
 	// ordered by preference.
@@ -584,9 +587,7 @@ func buildTable(raw []rawSym, plt []Sym, fdes []fdeRange) table {
 		i = j
 	}
 	raw = sorted
-	t := make(symtab, 0, len(raw)+len(plt))
-	var zeroName map[uint64]string
-	var labels []rawSym
+	t = make(symtab, 0, len(raw)+extra)
 	for i := 0; i < len(raw); {
 		j := i + 1
 		for j < len(raw) && raw[j].addr == raw[i].addr {
@@ -609,6 +610,13 @@ func buildTable(raw []rawSym, plt []Sym, fdes []fdeRange) table {
 		}
 		i = j
 	}
+	return t, zeroName, labels
+}
+
+// buildTable applies the ownership rules above; every entry of the result
+// has a size.
+func buildTable(raw []rawSym, plt []Sym, fdes []fdeRange) table {
+	t, zeroName, labels := sizedSymbols(raw, len(plt))
 	t = t.addUncovered(plt)
 	tb := table{syms: t}
 	if len(fdes) > 0 {

@@ -13,72 +13,7 @@ import (
 // here as the reference the split table must agree with, address by
 // address).
 func mergedTable(raw []rawSym, plt, fdes []Sym) symtab {
-	// Sort small keys by address (moving whole rawSyms costs more than
-	// the rest of the load); the few symbols at one address are then
-	// ordered by preference.
-	type key struct {
-		addr uint64
-		i    int32
-	}
-	keys := make([]key, len(raw))
-	for i := range raw {
-		keys[i] = key{raw[i].addr, int32(i)}
-	}
-	slices.SortFunc(keys, func(a, b key) int { return cmp.Compare(a.addr, b.addr) })
-	better := func(a, b *rawSym) bool {
-		if (a.size == 0) != (b.size == 0) { // sized first
-			return a.size != 0
-		}
-		if a.notype != b.notype { // FUNC first
-			return !a.notype
-		}
-		if a.rank != b.rank {
-			return a.rank < b.rank
-		}
-		return a.name < b.name
-	}
-	sorted := make([]rawSym, len(raw))
-	for i, k := range keys {
-		sorted[i] = raw[k.i]
-	}
-	for i := 0; i < len(sorted); {
-		j := i + 1
-		for j < len(sorted) && sorted[j].addr == sorted[i].addr {
-			j++
-		}
-		for k := i + 1; k < j; k++ { // insertion sort of one address's aliases
-			for l := k; l > i && better(&sorted[l], &sorted[l-1]); l-- {
-				sorted[l], sorted[l-1] = sorted[l-1], sorted[l]
-			}
-		}
-		i = j
-	}
-	raw = sorted
-	t := make(symtab, 0, len(raw)+len(plt))
-	var zeroName map[uint64]string
-	var labels []rawSym
-	for i := 0; i < len(raw); {
-		j := i + 1
-		for j < len(raw) && raw[j].addr == raw[i].addr {
-			j++
-		}
-		best := raw[i]
-		if best.size > 0 {
-			t = append(t, Sym{Addr: best.addr, Size: best.size, Name: best.name})
-		} else {
-			if zeroName == nil {
-				zeroName = map[uint64]string{}
-			}
-			zeroName[best.addr] = best.name
-			for _, s := range raw[i:j] {
-				if s.notype {
-					labels = append(labels, rawSym{addr: s.addr, secEnd: s.secEnd, name: best.name})
-					break
-				}
-			}
-		}
-		i = j
-	}
+	t, zeroName, labels := sizedSymbols(raw, len(plt))
 	t = t.addUncovered(plt)
 	if len(fdes) > 0 {
 		for i := range fdes {
