@@ -27,6 +27,9 @@ type OnArgs struct {
 	PIDsFrom int   `json:"pids_from,omitempty"` // every process with a pid >= this one, at on (PI's lowest pid)
 	Follow   bool  `json:"follow,omitempty"`    // follow forked children
 	AtExec   bool  `json:"at_exec,omitempty"`   // start at the processes' next exec (run.itrace)
+	// Step: "" (auto: block-step where the CPU honours BTF), "single" or
+	// "verify" (kmodbackend.Step).
+	Step kmodbackend.Step `json:"step,omitempty"`
 }
 
 // OnResult says what is traced.

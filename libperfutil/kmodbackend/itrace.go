@@ -68,7 +68,21 @@ type ITraceSel struct {
 	PIDsFrom int   // every process with pid >= PIDsFrom (not the caller's)
 	Follow   bool  // forked children too
 	AtExec   bool  // PIDs start at their next exec
+	Step     Step  // how traps are taken (block-step where honoured, by default)
 }
+
+// Step says how an ITrace takes its traps: StepAuto block-steps (BTF: a
+// trap per taken branch) where the CPU honours it and single-steps where
+// it does not; StepSingle always single-steps; StepVerify single-steps and
+// also decodes every block as block-stepping would, counting disagreements
+// (the check of the block decoder on a machine that ignores BTF).
+type Step string
+
+const (
+	StepAuto   Step = ""
+	StepSingle Step = "single"
+	StepVerify Step = "verify"
+)
 
 // ITraceOffResult counts what ITraceOff stopped.
 type ITraceOffResult struct {
