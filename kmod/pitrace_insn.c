@@ -107,10 +107,35 @@ static int finish(const unsigned char *code, const unsigned char *p,
 		out->len = 0;
 		out->kind = PT_INSN_UNDECODABLE;
 		out->rep = 0;
+		out->cond = 0;
+		out->direct = 0;
 		return 0;
 	}
 	out->len = (unsigned char)len;
 	return (int)len;
+}
+
+/* Little-endian signed displacement of w bytes at p. */
+static int rel_at(const unsigned char *p, int w)
+{
+	if (w == 1)
+		return (signed char)p[0];
+	return (int)((unsigned int)p[0] | (unsigned int)p[1] << 8 |
+		     (unsigned int)p[2] << 16 | (unsigned int)p[3] << 24);
+}
+
+/*
+ * A relative branch ending at p with a w-byte displacement.  With 0x66 the
+ * CPUs disagree (AMD truncates the target to 16 bits): not direct then,
+ * and never block-stepped.
+ */
+static void set_rel(struct pt_insn *out, const unsigned char *p, int w,
+		    int opsize16)
+{
+	if (opsize16)
+		return;
+	out->direct = 1;
+	out->rel = rel_at(p - w, w);
 }
 
 static int bad(struct pt_insn *out)
@@ -118,6 +143,8 @@ static int bad(struct pt_insn *out)
 	out->len = 0;
 	out->kind = PT_INSN_UNDECODABLE;
 	out->rep = 0;
+	out->cond = 0;
+	out->direct = 0;
 	return 0;
 }
 
@@ -175,6 +202,9 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 	out->kind = PT_INSN_PLAIN;
 	out->rep = 0;
 	out->len = 0;
+	out->cond = 0;
+	out->direct = 0;
+	out->rel = 0;
 
 	/* legacy prefixes, then at most one REX (the last before the opcode) */
 	for (;;) {
@@ -243,7 +273,10 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 		}
 		if (k == 3) {
 			out->kind = PT_INSN_JUMP;
+			out->cond = 1;
 			p += 4;
+			if (p <= end)
+				set_rel(out, p, 4, opsize16);
 		} else if (k) {
 			m = modrm_len(p, end);
 			if (!m)
@@ -295,12 +328,22 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 	switch (b) {
 	case 0xe8:
 		out->kind = PT_INSN_CALL;
+		if (p <= end)
+			set_rel(out, p, 4, opsize16);
 		break;
 	case 0xc2: case 0xc3: case 0xca: case 0xcb:
 		out->kind = PT_INSN_RETURN;
 		break;
-	case 0xe0: case 0xe1: case 0xe2: case 0xe3: case 0xe9: case 0xeb:
+	case 0xe0: case 0xe1: case 0xe2: case 0xe3:
 		out->kind = PT_INSN_JUMP;
+		out->cond = 1;
+		if (p <= end)
+			set_rel(out, p, 1, 0);	/* rel8: no operand size */
+		break;
+	case 0xe9: case 0xeb:
+		out->kind = PT_INSN_JUMP;
+		if (p <= end)
+			set_rel(out, p, b == 0xeb ? 1 : 4, opsize16);
 		break;
 	case 0xcf:
 		out->kind = PT_INSN_IRET;
@@ -313,8 +356,10 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 						      : PT_INSN_OTHER;
 		break;
 	case 0xc7:
-		if (op[1] == 0xf8)	/* xbegin rel */
+		if (op[1] == 0xf8) {	/* xbegin rel: an abort goes there */
 			out->kind = PT_INSN_JUMP;
+			out->cond = 1;
+		}
 		break;
 	case 0xff:
 		if (reg == 2 || reg == 3)
@@ -328,7 +373,11 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 		out->rep = repp;
 		break;
 	}
-	if (b >= 0x70 && b <= 0x7f)
+	if (b >= 0x70 && b <= 0x7f) {
 		out->kind = PT_INSN_JUMP;
+		out->cond = 1;
+		if (p <= end)
+			set_rel(out, p, 1, 0);
+	}
 	return finish(code, p, n, out);
 }
