@@ -200,14 +200,16 @@ static void ith_btf_off(struct ith *th)
 		ith_btf_set(false);
 }
 
-static void ith_btf_found(int state)
+static void ith_btf_found(int state, const char *why)
 {
 	if (ith_btf_state != ITH_BTF_UNKNOWN)
 		return;
 	ith_btf_state = state;
-	pr_info("pitrace: itrace: this CPU %s BTF: %s\n",
-		state == ITH_BTF_HONOURED ? "honours" : "ignores",
-		state == ITH_BTF_HONOURED ? "block-stepping" : "single-stepping");
+	if (state == ITH_BTF_HONOURED)
+		pr_info("pitrace: itrace: this CPU honours BTF: block-stepping\n");
+	else
+		pr_info("pitrace: itrace: this CPU ignores BTF (%s): single-stepping\n",
+			why);
 }
 
 /* verify: a new line starts at ip (after a taken branch or a record) */
@@ -246,6 +248,7 @@ static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip)
 	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY) || !th->bok)
 		return;
 	th->st.blocks++;
+	th->st.block_traps++;	/* block-stepped, this block's one trap */
 	r = pt_block_walk(ith_read, NULL, th->bstart, ip, &b);
 	if (r || b.count != th->bn || b.last != last || b.kind != kind)
 		ith_disagree(th, "block", ip, th->bn, last, &b, r);
@@ -308,7 +311,7 @@ static void ith_block_next(struct ith *th)
 		return;
 	}
 	if (!ith_btf_set(true)) {
-		ith_btf_found(ITH_BTF_IGNORED);	/* no DEBUGCTL MSR */
+		ith_btf_found(ITH_BTF_IGNORED, "DEBUGCTL not writable");
 		return;
 	}
 	th->btf = true;
@@ -418,9 +421,10 @@ static void ith_end(struct ith *th, u32 reason)
 		th->st.instructions = th->insns;
 		th->st.btf_ignored = ith_btf_state == ITH_BTF_IGNORED;
 		if (th->step & PITRACE_ITRACE_STEP_VERIFY)
-			pr_info("pitrace: itrace verify: tid %d: %llu blocks checked, %llu disagreements, %llu lines not block-steppable\n",
-				th->tid, th->st.blocks, th->st.disagreements,
-				th->st.refused);
+			pr_info("pitrace: itrace verify: tid %d: %llu instructions, %llu blocks checked, %llu disagreements, %llu lines not block-steppable, %llu traps if block-stepped\n",
+				th->tid, th->insns, th->st.blocks,
+				th->st.disagreements, th->st.refused,
+				th->st.block_traps);
 		/* ITRACE_OFF of the thread itself: the span ends at its sys_enter */
 		th->st.end_tsc = th->in_sys ? th->sys_c0 : now;
 		ith_ended = th->st;
@@ -624,6 +628,8 @@ static void ith_step(struct ith *th, struct pt_regs *regs)
 	th->count++;
 	th->insns++;
 	th->bn++;
+	if (th->step & PITRACE_ITRACE_STEP_VERIFY && !th->bok)
+		th->st.block_traps++;	/* a line block-stepping steps too */
 	th->ip = newip;
 	th->rcx = regs->cx;
 	switch (in.kind) {
@@ -671,7 +677,8 @@ static void ith_block_step(struct ith *th, struct pt_regs *regs)
 
 	th->st.block_traps++;
 	if (ith_btf_state == ITH_BTF_UNKNOWN && th->bprobe && to == th->bfirst) {
-		ith_btf_found(ITH_BTF_IGNORED);
+		ith_btf_found(ITH_BTF_IGNORED,
+			      "a trap after an instruction that is no branch");
 		ith_step(th, regs);
 		return;
 	}
@@ -685,7 +692,7 @@ static void ith_block_step(struct ith *th, struct pt_regs *regs)
 		ith_block(th, PITRACE_MAJOR_ITRACE_U, 6, to, 0, 0);
 		return;
 	}
-	ith_btf_found(ITH_BTF_HONOURED);
+	ith_btf_found(ITH_BTF_HONOURED, NULL);
 	th->st.blocks++;
 	th->count += b.count;
 	th->insns += b.count;
@@ -703,6 +710,7 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 	unsigned long flags;
 	struct ith *th;
 	int ret = NOTIFY_STOP;
+	bool was_btf;
 	u64 t_in;
 
 	if (val != DIE_DEBUG || !regs || !user_mode(regs) || !dr6 ||
@@ -715,6 +723,9 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		ret = NOTIFY_DONE;
 		goto out;
 	}
+	/* the #DB cleared BTF (a CPU that ignores it may not have: clear it) */
+	was_btf = th->btf;
+	ith_btf_off(th);
 	if (th->state == ITH_ON && !READ_ONCE(pt_active))
 		ith_end(th, PITRACE_ITRACE_END_OFF);	/* buffer full, or off */
 	ith_frames_left(th, regs->sp);
@@ -724,8 +735,7 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		th->st.traps++;
 		ith_sys_flush(th, th->ip);
 		ith_kflush(th, t_in);
-		if (th->btf) {
-			ith_btf_off(th);
+		if (was_btf) {
 			ith_block_step(th, regs);
 		} else {
 			ith_step(th, regs);
@@ -738,7 +748,6 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		regs->flags |= X86_EFLAGS_TF;
 		th->st.trap_tsc += get_cycles() - t_in;
 	} else if (!th->handlers || ith_frames_untrap(th)) {
-		ith_btf_off(th);
 		regs->flags &= ~X86_EFLAGS_TF;
 		ith_unhash(th);
 	}

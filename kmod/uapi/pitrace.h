@@ -811,7 +811,9 @@ struct pitrace_itrace_stats {
 	/* PITRACE_FEAT_ITRACE_BLOCK (PITRACE_ITRACE_STATS_SIZE_V1 ends above) */
 	__u64 blocks;		/* blocks decoded: block-stepped, or checked (STEP_VERIFY) */
 	__u64 disagreements;	/* STEP_VERIFY: blocks the decoder ended elsewhere than single-step */
-	__u64 block_traps;	/* traps taken with BTF set */
+	__u64 block_traps;	/* traps taken with BTF set; STEP_VERIFY: the traps
+				 * block-stepping would take (one a block, one an
+				 * instruction of a line it cannot decode) */
 	__u64 refused;		/* blocks the decoder cannot end exactly: single-stepped */
 	__u32 step;		/* the ITrace's PITRACE_ITRACE_STEP_* flags */
 	__u32 btf_ignored;	/* 1: BTF was found ignored on this machine (single-stepped) */
