@@ -1002,6 +1002,8 @@ static void ith_exit(void *data, struct task_struct *p)
 		/* block-stepped: the instructions since its last trap */
 		if (p == current && th->state == ITH_ON && !th->in_sys)
 			ith_catchup(th, task_pt_regs(p)->ip, false);
+		if (p == current)
+			ith_btf_off(th);
 		ith_end(th, PITRACE_ITRACE_END_EXIT);
 		ith_unhash(th);
 	}

@@ -74,6 +74,8 @@ echo "vmtest: itrace verify: $vblocks blocks checked (> $N), 0 disagreements, $v
 echo "vmtest: itrace traps on the example: single-step $vins traps, block-stepped (where BTF is honoured) $vtraps: $(awk -v a="$vins" -v b="$vtraps" 'BEGIN { printf "%.1f", a / b }')x fewer"
 
 step "itrace: step modes on one fixed section (ITRACE_STATS): the same instructions single, verify and auto"
+run swtrace init -t 8M -m 1M
+run swtrace on --discard
 for m in single verify auto; do
 	run itrace_block self "$m"
 	eval "$m=\"$(sed -n 's/.* instructions \([0-9]*\) .*/\1/p' /tmp/out)\""
@@ -88,6 +90,7 @@ set -- $auto_line
 [ "${18}" = 1 ] && [ "${16}" = 0 ] || fail "auto section: btf_ignored ${18:-?} step ${16:-?}, want 1 and 0 under TCG: $auto_line"
 set -- $single_line
 [ "$8" = 0 ] && [ "${16}" = 8 ] || fail "single section: blocks ${8:-?} step ${16:-?}: $single_line"
+run swtrace off
 echo "vmtest: itrace step modes: $single instructions in each; verify checked blocks with 0 disagreements; auto found BTF ignored"
 
 step "itrace: post --itrace-folded / --itrace-pprof carry instructions"
