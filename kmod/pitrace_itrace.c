@@ -116,6 +116,7 @@ struct ith {
 	u64 bstart;			/* verify: the line's start */
 	u32 bn;				/* verify: instructions stepped since bstart */
 	bool bok;			/* verify: the line is block-steppable */
+	u64 vbranches;			/* verify: taken branches (the kernel log) */
 };
 
 /* processes waiting for their exec (AT_EXEC) */
@@ -245,7 +246,10 @@ static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip)
 	struct pt_block b = { 0 };
 	int r;
 
-	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY) || !th->bok)
+	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY))
+		return;
+	th->vbranches++;
+	if (!th->bok)
 		return;
 	th->st.blocks++;
 	th->st.block_traps++;	/* block-stepped, this block's one trap */
@@ -421,10 +425,10 @@ static void ith_end(struct ith *th, u32 reason)
 		th->st.instructions = th->insns;
 		th->st.btf_ignored = ith_btf_state == ITH_BTF_IGNORED;
 		if (th->step & PITRACE_ITRACE_STEP_VERIFY)
-			pr_info("pitrace: itrace verify: tid %d: %llu instructions, %llu blocks checked, %llu disagreements, %llu lines not block-steppable, %llu traps if block-stepped\n",
+			pr_info("pitrace: itrace verify: tid %d: %llu instructions, %llu blocks checked, %llu disagreements, %llu lines not block-steppable, %llu traps if block-stepped, %llu taken branches\n",
 				th->tid, th->insns, th->st.blocks,
 				th->st.disagreements, th->st.refused,
-				th->st.block_traps);
+				th->st.block_traps, th->vbranches);
 		/* ITRACE_OFF of the thread itself: the span ends at its sys_enter */
 		th->st.end_tsc = th->in_sys ? th->sys_c0 : now;
 		ith_ended = th->st;

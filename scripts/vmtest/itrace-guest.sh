@@ -63,15 +63,15 @@ run pitest itrace-cmp /bin/itrace.cg /tmp/iv.cg
 # one line a thread: tid T: I instructions, B blocks checked, D disagreements,
 # R lines not block-steppable, K traps if block-stepped
 dmesg | grep 'pitrace: itrace verify: tid' | sed 's/^\[[ 0-9.]*\] /  /'
-set -- $(dmesg | sed -n 's/.*itrace verify: tid [0-9]*: \([0-9]*\) instructions, \([0-9]*\) blocks checked, \([0-9]*\) disagreements, \([0-9]*\) lines not block-steppable, \([0-9]*\) traps if block-stepped/\1 \2 \3 \4 \5/p' |
-	awk '{ i += $1; b += $2; d += $3; r += $4; k += $5; n++ } END { print n + 0, i + 0, b + 0, d + 0, r + 0, k + 0 }')
-vthreads=$1 vins=$2 vblocks=$3 vdis=$4 vref=$5 vtraps=$6
+set -- $(dmesg | sed -n 's/.*itrace verify: tid [0-9]*: \([0-9]*\) instructions, \([0-9]*\) blocks checked, \([0-9]*\) disagreements, \([0-9]*\) lines not block-steppable, \([0-9]*\) traps if block-stepped, \([0-9]*\) taken branches/\1 \2 \3 \4 \5 \6/p' |
+	awk '{ i += $1; b += $2; d += $3; r += $4; k += $5; t += $6; n++ } END { print n + 0, i + 0, b + 0, d + 0, r + 0, k + 0, t + 0 }')
+vthreads=$1 vins=$2 vblocks=$3 vdis=$4 vref=$5 vtraps=$6 vbr=$7
 [ "$vthreads" -ge 2 ] || fail "verify: $vthreads thread lines in the kernel log, want the example's 2 threads"
 [ "$vdis" = 0 ] || fail "verify: $vdis disagreements between the block decoder and single-stepping: $(dmesg | grep 'itrace verify:' | grep -v blocks | head -3)"
 [ "$vblocks" -gt "$N" ] || fail "verify: only $vblocks blocks checked, want more than the $N leaf calls"
 dmesg | grep -q 'pitrace: itrace: .*not on the line\|no branch from' && fail "verify: the kernel log has a block error: $(dmesg | grep 'pitrace: itrace' | tail -2)"
 echo "vmtest: itrace verify: $vblocks blocks checked (> $N), 0 disagreements, $vref lines left to single-step; callgrind exact"
-echo "vmtest: itrace traps on the example: single-step $vins traps, block-stepped (where BTF is honoured) $vtraps: $(awk -v a="$vins" -v b="$vtraps" 'BEGIN { printf "%.1f", a / b }')x fewer"
+echo "vmtest: itrace traps on the example: single-step $vins, block-stepped (where BTF is honoured) $vtraps ($(awk -v a="$vins" -v b="$vtraps" 'BEGIN { printf "%.1f", a / b }')x fewer); $vbr taken branches (one trap each if every line could be block-stepped: $(awk -v a="$vins" -v b="$vbr" 'BEGIN { printf "%.1f", a / b }')x)"
 
 step "itrace: step modes on one fixed section (ITRACE_STATS): the same instructions single, verify and auto"
 run swtrace init -t 8M -m 1M
