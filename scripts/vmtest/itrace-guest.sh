@@ -91,6 +91,7 @@ set -- $auto_line
 set -- $single_line
 [ "$8" = 0 ] && [ "${16}" = 8 ] || fail "single section: blocks ${8:-?} step ${16:-?}: $single_line"
 run swtrace off
+run swtrace free
 echo "vmtest: itrace step modes: $single instructions in each; verify checked blocks with 0 disagreements; auto found BTF ignored"
 
 step "itrace: post --itrace-folded / --itrace-pprof carry instructions"
