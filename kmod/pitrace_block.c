@@ -48,19 +48,42 @@ static int unsteppable(const struct pt_insn *in)
 	return in->cond && !in->direct;
 }
 
-#define PT_SCAN_JCC	64	/* jcc targets compared; more: single-step */
+#define PT_SCAN_JCC	64	/* jcc on a line compared; more: single-step */
+
+/* A possible end of a line: where it goes and the stack pointer then. */
+struct pt_end {
+	unsigned long long t;
+	long long sp;
+	int tk, sk;		/* known */
+};
+
+/* 1 if a and b are told apart (*by_sp: only by the stack pointer) */
+static int apart(const struct pt_end *a, const struct pt_end *b, int *by_sp)
+{
+	if (a->tk && b->tk && a->t != b->t)
+		return 1;
+	if (a->sk && b->sk && a->sp != b->sp) {
+		*by_sp = 1;
+		return 1;
+	}
+	return 0;
+}
 
 void pt_block_scan(pt_read_fn rd, void *ctx, unsigned long long start,
 		   struct pt_scan *out)
 {
-	unsigned long long a = start, t[PT_SCAN_JCC + 1];
-	unsigned int n = 0, nt = 0, i, j;
-	int first_branch = 0, end_direct = 0;
+	struct pt_end e[PT_SCAN_JCC + 1], probe;
+	unsigned long long a = start;
+	unsigned int n = 0, ne = 0, i, j;
+	int first_branch = 0, by_sp = 0, dk = 1;
+	long long d = 0;
 	struct pt_insn in;
 
 	out->flags = 0;
 	out->len = 0;
 	out->first_next = 0;
+	out->first_spk = 0;
+	out->first_sp = 0;
 	for (;;) {
 		if (n == PT_BLOCK_MAX)
 			return;
@@ -69,53 +92,61 @@ void pt_block_scan(pt_read_fn rd, void *ctx, unsigned long long start,
 			return;
 		if (!n) {
 			out->first_next = a + in.len;
+			out->first_spk = in.spk;
+			out->first_sp = in.sp;
 			first_branch = in.kind != PT_INSN_PLAIN;
 		}
 		n++;
 		if (in.kind == PT_INSN_PLAIN) {
+			d += in.sp;
+			dk = dk && in.spk;
 			a += in.len;
 			continue;
 		}
+		if (ne == PT_SCAN_JCC)
+			return;
+		e[ne].t = in.direct ? target_of(a, &in) : 0;
+		e[ne].tk = in.direct;
+		e[ne].sp = d + (in.cond ? 0 : in.sp);
+		e[ne].sk = dk && (in.cond || in.spk);
+		ne++;
 		if (in.cond) {
-			if (nt == PT_SCAN_JCC)
-				return;
-			t[nt++] = target_of(a, &in);
 			a += in.len;
 			continue;
 		}
-		/* the end of the line: jmp, call, ret, iret, indirect */
-		if (in.direct) {
-			t[nt++] = target_of(a, &in);
-			end_direct = 1;
-		} else if (nt) {
-			return;	/* a jcc's target may be the indirect one's */
-		}
-		break;
+		break;	/* the end of the line: jmp, call, ret, iret, indirect */
 	}
-	for (i = 0; i < nt; i++)
-		for (j = i + 1; j < nt; j++)
-			if (t[i] == t[j])
+	for (i = 0; i < ne; i++)
+		for (j = i + 1; j < ne; j++)
+			if (!apart(&e[i], &e[j], &by_sp))
 				return;
 	out->len = n;
 	out->flags = PT_BLOCK_STEPPABLE;
-	/*
-	 * The probe: a first instruction that moves no control, an end whose
-	 * target is known, and no end reaching the first one's fall-through.
-	 */
-	if (first_branch || !end_direct)
-		return;
-	for (i = 0; i < nt; i++)
-		if (t[i] == out->first_next)
-			return;
-	out->flags |= PT_BLOCK_PROBE;
+	/* the probe: a first instruction that moves no control, told apart */
+	if (!first_branch) {
+		probe.t = out->first_next;
+		probe.tk = 1;
+		probe.sp = out->first_sp;
+		probe.sk = out->first_spk;
+		for (i = 0; i < ne; i++)
+			if (!apart(&probe, &e[i], &by_sp))
+				break;
+		if (i == ne)
+			out->flags |= PT_BLOCK_PROBE;
+	}
+	if (by_sp)
+		out->flags |= PT_BLOCK_NEEDS_SP;
 }
 
 int pt_block_walk(pt_read_fn rd, void *ctx, unsigned long long start,
-		  unsigned long long target, struct pt_block *out)
+		  unsigned long long target, long long dsp, int dspk,
+		  struct pt_block *out)
 {
 	unsigned long long a = start;
 	struct pt_insn in;
 	unsigned int n;
+	long long d = 0;
+	int dk = 1;
 
 	for (n = 1; n <= PT_BLOCK_MAX; n++) {
 		pt_insn_fetch(rd, ctx, a, &in);
@@ -128,17 +159,24 @@ int pt_block_walk(pt_read_fn rd, void *ctx, unsigned long long start,
 		    in.rep)
 			return -1;
 		if (in.kind == PT_INSN_PLAIN) {
+			d += in.sp;
+			dk = dk && in.spk;
 			a += in.len;
 			continue;
 		}
 		if (in.cond) {
-			if (in.direct && target_of(a, &in) == target)
+			if (in.direct && target_of(a, &in) == target &&
+			    (!dk || !dspk || d == dsp))
 				return 0;	/* taken */
 			a += in.len;
 			continue;
 		}
-		/* unconditional: the end; a direct one must have gone there */
-		return in.direct && target_of(a, &in) != target ? -1 : 0;
+		/* unconditional: the end; it must have gone there */
+		if (in.direct && target_of(a, &in) != target)
+			return -1;
+		if (dk && in.spk && dspk && d + in.sp != dsp)
+			return -1;
+		return 0;
 	}
 	return -1;
 }

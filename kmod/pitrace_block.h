@@ -29,11 +29,13 @@ void pt_insn_fetch(pt_read_fn rd, void *ctx, unsigned long long addr,
 /* pt_block_scan's answer */
 #define PT_BLOCK_STEPPABLE	1	/* its end is known from the trap's ip alone */
 #define PT_BLOCK_PROBE		2	/* and a trap after its first instruction alone is told apart */
+#define PT_BLOCK_NEEDS_SP	4	/* two ends are told apart by the stack pointer only */
 
 struct pt_scan {
 	unsigned int flags;		/* PT_BLOCK_* (0: single-step it) */
 	unsigned int len;		/* instructions on the line, the end included */
 	unsigned long long first_next;	/* the fall-through of the first instruction */
+	int first_spk, first_sp;	/* the first instruction's stack pointer change */
 };
 
 /*
@@ -42,11 +44,13 @@ struct pt_scan {
  * rep string instruction: callgrind counts its iterations from per
  * iteration traps; syscall, int n and the like; an undecodable or
  * unmapped instruction; xbegin), if it is longer than PT_BLOCK_MAX, or if
- * two of its possible ends could reach the same ip (two jcc with one
- * target, a jcc and the final jmp or call to the same place, a jcc before
- * an indirect end, whose target is unknown).  PT_BLOCK_PROBE: also the ip
- * a trap after the first instruction alone would report (BTF ignored)
- * differs from every end's target: the block can tell whether BTF works.
+ * two of its possible ends could reach the same ip with the same stack
+ * pointer (two jcc with one target, a jcc and the final jmp or call to the
+ * same place, a jcc and an indirect end, whose target is unknown, with no
+ * known difference of the stack pointer between them: a ret after pops
+ * is told from a jcc before them).  PT_BLOCK_PROBE: also a trap after the
+ * first instruction alone (BTF ignored) is told apart from every end: the
+ * block can tell whether BTF works.
  */
 void pt_block_scan(pt_read_fn rd, void *ctx, unsigned long long start,
 		   struct pt_scan *out);
@@ -58,13 +62,16 @@ struct pt_block {
 };
 
 /*
- * The block from start that ended with a taken branch to target: 0, or -1
- * if no branch on the line can have gone there (or the line is not
- * decodable).  The first branch that can is taken: exact when
- * pt_block_scan said PT_BLOCK_STEPPABLE.
+ * The block from start that ended with a taken branch to target, the stack
+ * pointer then dsp bytes from the start's (dspk: known; else the scan's
+ * PT_BLOCK_NEEDS_SP lines are not exact): 0, or -1 if no branch on the
+ * line can have gone there (or the line is not decodable).  The first
+ * branch that can is taken: exact when pt_block_scan said
+ * PT_BLOCK_STEPPABLE.
  */
 int pt_block_walk(pt_read_fn rd, void *ctx, unsigned long long start,
-		  unsigned long long target, struct pt_block *out);
+		  unsigned long long target, long long dsp, int dspk,
+		  struct pt_block *out);
 
 /*
  * The instructions run from start until ip was next, with no branch taken

@@ -113,9 +113,14 @@ struct ith {
 	bool btf;			/* BTF set for the block at ip */
 	bool bprobe;			/* that block tells whether BTF is ignored */
 	u64 bfirst;			/* ip of a trap after its first instruction alone */
+	bool bfirst_spk;		/* and the stack pointer's change then, if known */
+	int bfirst_sp;
+	u64 bsp;			/* the stack pointer at the line's start */
+	bool bspk;			/* (verify: known only where a trap started it) */
 	u64 bstart;			/* verify: the line's start */
 	u32 bn;				/* verify: instructions stepped since bstart */
 	bool bok;			/* verify: the line is block-steppable */
+	bool bneeds;			/* verify: its ends are told apart by sp only */
 	u64 vbranches;			/* verify: taken branches (the kernel log) */
 };
 
@@ -222,10 +227,22 @@ static void ith_bnew(struct ith *th, u64 ip)
 		return;
 	th->bstart = ip;
 	th->bn = 0;
+	th->bspk = false;
 	pt_block_scan(ith_read, NULL, ip, &sc);
 	th->bok = sc.flags & PT_BLOCK_STEPPABLE;
+	th->bneeds = sc.flags & PT_BLOCK_NEEDS_SP;
 	if (!th->bok)
 		th->st.refused++;
+}
+
+/* verify: a line that started at regs (the thread's user regs) has its sp */
+static void ith_bsp(struct ith *th, struct pt_regs *regs)
+{
+	if (th->step & PITRACE_ITRACE_STEP_VERIFY && !th->bn &&
+	    th->bstart == regs->ip) {
+		th->bsp = regs->sp;
+		th->bspk = true;
+	}
 }
 
 static void ith_disagree(struct ith *th, const char *what, u64 to, u32 n,
@@ -241,7 +258,8 @@ static void ith_disagree(struct ith *th, const char *what, u64 to, u32 n,
  * verify: single-stepping found the taken branch at last (kind) to ip
  * after th->bn instructions of the line: the block decoder must say the same.
  */
-static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip)
+static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip,
+		       u64 sp)
 {
 	struct pt_block b = { 0 };
 	int r;
@@ -251,9 +269,12 @@ static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip)
 	th->vbranches++;
 	if (!th->bok)
 		return;
-	th->st.blocks++;
 	th->st.block_traps++;	/* block-stepped, this block's one trap */
-	r = pt_block_walk(ith_read, NULL, th->bstart, ip, &b);
+	if (th->bneeds && !th->bspk)
+		return;		/* its start's sp unknown here (not after a trap) */
+	th->st.blocks++;
+	r = pt_block_walk(ith_read, NULL, th->bstart, ip, sp - th->bsp,
+			  th->bspk, &b);
 	if (r || b.count != th->bn || b.last != last || b.kind != kind)
 		ith_disagree(th, "block", ip, th->bn, last, &b, r);
 }
@@ -265,7 +286,7 @@ static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip)
  * Verify: the decoder's count of them must be single-stepping's.
  * keep: the block may go on block-stepped (not into a signal handler).
  */
-static void ith_catchup(struct ith *th, u64 ip, bool keep)
+static void ith_catchup(struct ith *th, u64 ip, u64 sp, bool keep)
 {
 	struct pt_block b;
 	int r;
@@ -281,6 +302,7 @@ static void ith_catchup(struct ith *th, u64 ip, bool keep)
 			th->insns += b.count;
 			th->lastoff = b.last - th->start;
 			th->ip = ip;
+			th->bsp = sp;
 			/* a probe's first instruction is behind: cannot probe */
 			th->bprobe = false;
 		}
@@ -301,7 +323,7 @@ static void ith_catchup(struct ith *th, u64 ip, bool keep)
  * tells).  Only at a line's start (no instruction of the block counted):
  * a line single-stepped is scanned once.
  */
-static void ith_block_next(struct ith *th)
+static void ith_block_next(struct ith *th, struct pt_regs *regs)
 {
 	struct pt_scan sc;
 
@@ -321,6 +343,9 @@ static void ith_block_next(struct ith *th)
 	th->btf = true;
 	th->bprobe = sc.flags & PT_BLOCK_PROBE;
 	th->bfirst = sc.first_next;
+	th->bfirst_spk = sc.first_spk;
+	th->bfirst_sp = sc.first_sp;
+	th->bsp = regs->sp;
 }
 
 /* ---- records (ith_lock held, irqs off) ------------------------------------ */
@@ -360,6 +385,7 @@ static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
 	th->st.tid = th->tid;
 	th->st.step = th->step;
 	ith_bnew(th, th->ip);
+	ith_bsp(th, regs);
 	regs->flags |= X86_EFLAGS_TF;
 	ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_START, &r,
 		  sizeof(r));
@@ -640,7 +666,7 @@ static void ith_step(struct ith *th, struct pt_regs *regs)
 	case PT_INSN_CALL:
 	case PT_INSN_RETURN:
 	case PT_INSN_IRET:
-		ith_verify(th, prev, in.kind, newip);
+		ith_verify(th, prev, in.kind, newip, regs->sp);
 		ith_block(th, PITRACE_MAJOR_ITRACE_U, in.kind, newip, 0, 0);
 		return;
 	case PT_INSN_SYSCALL:
@@ -664,7 +690,7 @@ static void ith_step(struct ith *th, struct pt_regs *regs)
 		return;		/* not taken */
 	if (in.kind == PT_INSN_UNDECODABLE && newip > prev && newip <= prev + 15)
 		return;
-	ith_verify(th, prev, in.kind, newip);
+	ith_verify(th, prev, in.kind, newip, regs->sp);
 	ith_block(th, PITRACE_MAJOR_ITRACE_U, ith_minor(in.kind), newip, 0, 0);
 }
 
@@ -680,13 +706,15 @@ static void ith_block_step(struct ith *th, struct pt_regs *regs)
 	struct pt_block b;
 
 	th->st.block_traps++;
-	if (ith_btf_state == ITH_BTF_UNKNOWN && th->bprobe && to == th->bfirst) {
+	if (ith_btf_state == ITH_BTF_UNKNOWN && th->bprobe && to == th->bfirst &&
+	    (!th->bfirst_spk || regs->sp - th->bsp == (u64)(s64)th->bfirst_sp)) {
 		ith_btf_found(ITH_BTF_IGNORED,
 			      "a trap after an instruction that is no branch");
 		ith_step(th, regs);
 		return;
 	}
-	if (pt_block_walk(ith_read, NULL, th->ip, to, &b)) {
+	if (pt_block_walk(ith_read, NULL, th->ip, to, regs->sp - th->bsp, 1,
+			  &b)) {
 		/* cannot happen on a line pt_block_scan accepted */
 		th->st.disagreements++;
 		pr_warn_ratelimited("pitrace: itrace: tid %d: no branch from %llx reaches %llx\n",
@@ -744,7 +772,8 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		} else {
 			ith_step(th, regs);
 		}
-		ith_block_next(th);
+		ith_bsp(th, regs);
+		ith_block_next(th, regs);
 		/*
 		 * Code that cleared TF itself (popf of an old flags word):
 		 * the trap after that instruction still comes; step on.
@@ -807,6 +836,7 @@ static void ith_work_fn(struct callback_head *cb)
 				  PITRACE_ITRACE_SIG_HANDLER);
 		th->ip = regs->ip;
 		th->rcx = regs->cx;
+		ith_bsp(th, regs);
 	}
 	th->sig = 0;
 out:
@@ -913,6 +943,7 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 			}
 			th->ip = regs->ip;
 			th->rcx = regs->cx;
+			ith_bsp(th, regs);
 		}
 		/* exec clears the flags (start_thread) */
 		regs->flags |= X86_EFLAGS_TF;
@@ -946,7 +977,8 @@ static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
 	th = ith_find(current);
 	/* the interrupted line up to here; the handler starts single-stepped */
 	if (th && th->state == ITH_ON && !th->in_sys)
-		ith_catchup(th, task_pt_regs(current)->ip, false);
+		ith_catchup(th, task_pt_regs(current)->ip,
+			    task_pt_regs(current)->sp, false);
 	/* a stopped thread's handler runs untraced; its frame keeps TF */
 	if (th && th->state == ITH_ON && !th->work_queued) {
 		init_task_work(&th->work, ith_work_fn);
@@ -1005,7 +1037,8 @@ static void ith_exit(void *data, struct task_struct *p)
 	if (th) {
 		/* block-stepped: the instructions since its last trap */
 		if (p == current && th->state == ITH_ON && !th->in_sys)
-			ith_catchup(th, task_pt_regs(p)->ip, false);
+			ith_catchup(th, task_pt_regs(p)->ip,
+				    task_pt_regs(p)->sp, false);
 		if (p == current)
 			ith_btf_off(th);
 		ith_end(th, PITRACE_ITRACE_END_EXIT);
@@ -1044,7 +1077,7 @@ static void ith_kentry(u32 minor, u32 arg, u64 addr)
 	    !(th->k_minor && minor == PITRACE_ITRACE_INTERRUPT &&
 	      !(th->btf && ip != th->ip))) {
 		ith_kflush(th, now);
-		ith_catchup(th, ip, true);
+		ith_catchup(th, ip, task_pt_regs(current)->sp, true);
 		th->k_minor = minor;
 		th->k_arg = arg;
 		th->k_addr = addr;

@@ -32,9 +32,10 @@ static void scan(struct mem *m, unsigned long long start, struct pt_scan *out)
 }
 
 static int walk(struct mem *m, unsigned long long start,
-		unsigned long long target, struct pt_block *out)
+		unsigned long long target, long long dsp, int dspk,
+		struct pt_block *out)
 {
-	return pt_block_walk(mem_read, m, start, target, out);
+	return pt_block_walk(mem_read, m, start, target, dsp, dspk, out);
 }
 
 static int walk_to(struct mem *m, unsigned long long start,
@@ -55,9 +56,9 @@ type Mem struct {
 
 // Scan is pt_block_scan's answer.
 type Scan struct {
-	Steppable, Probe bool
-	Len              int
-	FirstNext        uint64
+	Steppable, Probe, NeedsSP bool
+	Len                       int
+	FirstNext                 uint64
 }
 
 // Block is pt_block_walk's answer.
@@ -80,14 +81,30 @@ func (m Mem) Scan(start uint64) Scan {
 	var out C.struct_pt_scan
 	m.with(func(cm *C.struct_mem) { C.scan(cm, C.ulonglong(start), &out) })
 	return Scan{Steppable: out.flags&C.PT_BLOCK_STEPPABLE != 0, Probe: out.flags&C.PT_BLOCK_PROBE != 0,
-		Len: int(out.len), FirstNext: uint64(out.first_next)}
+		NeedsSP: out.flags&C.PT_BLOCK_NEEDS_SP != 0, Len: int(out.len), FirstNext: uint64(out.first_next)}
 }
 
-// Walk runs pt_block_walk: the block at start that branched to target.
+// Walk runs pt_block_walk: the block at start that branched to target,
+// the stack pointer not known.
 func (m Mem) Walk(start, target uint64) (Block, bool) {
+	return m.walk(start, target, 0, false)
+}
+
+// WalkSP runs pt_block_walk with the stack pointer dsp bytes from the start's.
+func (m Mem) WalkSP(start, target uint64, dsp int64) (Block, bool) {
+	return m.walk(start, target, dsp, true)
+}
+
+func (m Mem) walk(start, target uint64, dsp int64, dspk bool) (Block, bool) {
 	var out C.struct_pt_block
 	var r C.int
-	m.with(func(cm *C.struct_mem) { r = C.walk(cm, C.ulonglong(start), C.ulonglong(target), &out) })
+	k := C.int(0)
+	if dspk {
+		k = 1
+	}
+	m.with(func(cm *C.struct_mem) {
+		r = C.walk(cm, C.ulonglong(start), C.ulonglong(target), C.longlong(dsp), k, &out)
+	})
 	return Block{int(out.count), uint64(out.last), int(out.kind)}, r == 0
 }
 

@@ -54,12 +54,13 @@ func TestBlockWalkCases(t *testing.T) {
 		{"call to the next instruction", page(cat(nop, []byte{0xe8, 0, 0, 0, 0})), S + 6, Block{2, S + 1, int(itrace.KindCall)}, true, true, true, 2, ""},
 		{"jmp to itself", page([]byte{0xeb, 0xfe}), S, Block{1, S, int(itrace.KindJump)}, true, true, false, 1, "the first instruction is the branch: no probe"},
 		{"nop; jmp to itself", page(cat(nop, []byte{0xeb, 0xfe})), S + 1, Block{2, S + 1, int(itrace.KindJump)}, true, true, false, 2, "its target is the first's fall-through: no probe"},
-		{"ret", page(cat(nop, nop, []byte{0xc3})), 0x7777, Block{3, S + 2, int(itrace.KindReturn)}, true, true, false, 3, "indirect end: no probe"},
+		{"ret", page(cat(nop, nop, []byte{0xc3})), 0x7777, Block{3, S + 2, int(itrace.KindReturn)}, true, true, true, 3, "the probe is told from the ret by sp"},
 		{"indirect jmp", page(cat(nop, []byte{0xff, 0xe0})), 0x1234, Block{2, S + 1, int(itrace.KindJump)}, true, true, false, 2, ""},
 		{"rep movsb", page(cat(nop, []byte{0xf3, 0xa4}, []byte{0xc3})), 0x7777, Block{}, false, false, false, 0, "rep: per-iteration traps"},
 		{"syscall", page(cat(nop, []byte{0x0f, 0x05}, []byte{0xc3})), 0x7777, Block{}, false, false, false, 0, ""},
 		{"two jcc, one target", page(cat([]byte{0x74, 0x04}, []byte{0x75, 0x02}, nop, nop, []byte{0xc3})), S + 6, Block{1, S, int(itrace.KindJump)}, true, false, false, 0, "ambiguous: single-step it"},
-		{"jcc before ret", page(cat([]byte{0x74, 0x01}, nop, []byte{0xc3})), S + 3, Block{1, S, int(itrace.KindJump)}, true, false, false, 0, "the ret may land on the jcc's target"},
+		{"jcc before ret", page(cat([]byte{0x74, 0x01}, nop, []byte{0xc3})), S + 3, Block{1, S, int(itrace.KindJump)}, true, true, false, 3, "the ret may land on the jcc's target: told apart by sp"},
+		{"jcc before jmp *rax", page(cat([]byte{0x74, 0x02}, nop, nop, []byte{0xff, 0xe0})), S + 4, Block{1, S, int(itrace.KindJump)}, true, false, false, 0, "the jmp may land on the jcc's target, sp the same"},
 		{"jcc to its fall-through", page(cat(nop, []byte{0x74, 0x00}, []byte{0xeb, 0xfe})), S + 5, Block{}, false, false, false, 0, "single-step sees no branch"},
 		{"jcc to the first's fall-through", page(cat(nop, []byte{0x75, 0xfe}, []byte{0xeb, 0x10})), S + 1, Block{2, S + 1, int(itrace.KindJump)}, true, true, false, 3, "a loop back to the second instruction: no probe"},
 	}
@@ -174,5 +175,86 @@ func TestBranchTargetsAgreeWithX86asm(t *testing.T) {
 		if nrel < 1000 || mism > 0 {
 			t.Errorf("%s: %d relative branches, %d mismatches", filepath.Base(path), nrel, mism)
 		}
+	}
+}
+
+// TestStackPointerChanges pins the decoder's stack pointer changes, which
+// tell a ret from a jcc to the same ip: pushes, pops, call and ret, add and
+// sub of rsp; every other write of rsp (and any rsp operand) is unknown.
+func TestStackPointerChanges(t *testing.T) {
+	for _, c := range []struct {
+		code  []byte
+		known bool
+		sp    int
+	}{
+		{[]byte{0x55}, true, -8},                           // push rbp
+		{[]byte{0x41, 0x54}, true, -8},                     // push r12
+		{[]byte{0x5d}, true, 8},                            // pop rbp
+		{[]byte{0x41, 0x5c}, true, 8},                      // pop r12
+		{[]byte{0x5c}, false, 0},                           // pop rsp
+		{[]byte{0x66, 0x55}, false, 0},                     // push bp (2 bytes)
+		{[]byte{0x6a, 0x01}, true, -8},                     // push 1
+		{[]byte{0x9c}, true, -8},                           // pushf
+		{[]byte{0x9d}, true, 8},                            // popf
+		{[]byte{0xff, 0x75, 0x08}, true, -8},               // push [rbp+8]
+		{[]byte{0x8f, 0x45, 0x08}, true, 8},                // pop [rbp+8]
+		{[]byte{0x48, 0x83, 0xec, 0x18}, true, -0x18},      // sub rsp, 0x18
+		{[]byte{0x48, 0x83, 0xc4, 0x18}, true, 0x18},       // add rsp, 0x18
+		{[]byte{0x48, 0x81, 0xec, 0, 1, 0, 0}, true, -256}, // sub rsp, 256
+		{[]byte{0x83, 0xc4, 0x18}, false, 0},               // add esp, 0x18
+		{[]byte{0x48, 0x83, 0xe4, 0xf0}, false, 0},         // and rsp, -16
+		{[]byte{0xc9}, false, 0},                           // leave
+		{[]byte{0x48, 0x89, 0xec}, false, 0},               // mov rsp, rbp
+		{[]byte{0x48, 0x8d, 0x64, 0x24, 0x08}, false, 0},   // lea rsp, [rsp+8]
+		{[]byte{0x48, 0x94}, false, 0},                     // xchg rax, rsp
+		{[]byte{0x48, 0x8b, 0x04, 0x24}, true, 0},          // mov rax, [rsp]
+		{[]byte{0x4c, 0x89, 0xe0}, true, 0},                // mov rax, r12
+		{[]byte{0xe8, 0, 0, 0, 0}, true, -8},               // call
+		{[]byte{0xff, 0xd0}, true, -8},                     // call rax
+		{[]byte{0xc3}, true, 8},                            // ret
+		{[]byte{0xc2, 0x10, 0x00}, true, 24},               // ret 16
+		{[]byte{0xcb}, false, 0},                           // far ret
+		{[]byte{0x74, 0x05}, true, 0},                      // je
+	} {
+		got := DecodeBranch(c.code)
+		if got.SPKnown != c.known || (c.known && got.SP != c.sp) {
+			t.Errorf("% x: sp known %v change %d, want known %v change %d", c.code, got.SPKnown, got.SP, c.known, c.sp)
+		}
+	}
+}
+
+// TestBlockRetAfterJcc: the loop of a leaf call (add; cmp; jne back; pop;
+// ret): the jne and the ret may reach the same ip, but with different stack
+// pointers: the line is block-steppable, the walk tells them apart by sp,
+// and without the stack pointer it cannot.
+func TestBlockRetAfterJcc(t *testing.T) {
+	const S = base + 0x10
+	// S: add rbp,rax; add rbx,1; cmp r12,rbx; jne S-6; pop rbx; pop rbp; ret
+	code := cat([]byte{0x48, 0x01, 0xc5}, []byte{0x48, 0x83, 0xc3, 0x01}, []byte{0x49, 0x39, 0xdc}, []byte{0x75, 0xe7}, []byte{0x5b, 0x5d, 0xc3})
+	b := bytes.Repeat([]byte{0xcc}, 4096)
+	copy(b[0x10:], code)
+	m := Mem{Base: base, Code: b}
+	jneTarget := uint64(S + 12 - 0x19)
+	sc := m.Scan(S)
+	if !sc.Steppable || !sc.NeedsSP || sc.Len != 7 {
+		t.Fatalf("scan %+v, want steppable by the stack pointer, 7 instructions", sc)
+	}
+	if got, ok := m.WalkSP(S, jneTarget, 0); !ok || got != (Block{4, S + 10, int(itrace.KindJump)}) {
+		t.Errorf("jne taken (sp as at the start): %+v ok %v", got, ok)
+	}
+	if got, ok := m.WalkSP(S, jneTarget, 24); !ok || got != (Block{7, S + 14, int(itrace.KindReturn)}) {
+		t.Errorf("ret to the jne's target (sp +24): %+v ok %v", got, ok)
+	}
+	if got, ok := m.WalkSP(S, 0x777777, 24); !ok || got.Count != 7 {
+		t.Errorf("ret elsewhere: %+v ok %v", got, ok)
+	}
+	if got, ok := m.WalkSP(S, 0x777777, 8); ok {
+		t.Errorf("ret with the wrong stack pointer: %+v, want a failure", got)
+	}
+	// a leave before the ret: the stack pointer at the ret is unknown
+	code[len(code)-3] = 0xc9
+	copy(b[0x10:], code)
+	if sc := (Mem{Base: base, Code: b}).Scan(S); sc.Steppable {
+		t.Errorf("with leave: scan %+v, want not steppable", sc)
 	}
 }

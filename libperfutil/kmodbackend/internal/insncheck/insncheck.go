@@ -31,10 +31,13 @@ func Decode(code []byte) Insn {
 	return Insn{Len: int(n), Kind: int(out.kind), Rep: out.rep != 0}
 }
 
-// Branch is the module decoder's answer on a branch's target and condition.
+// Branch is the module decoder's answer on a branch's target and
+// condition, and on the instruction's change of the stack pointer.
 type Branch struct {
 	Cond, Direct bool
 	Rel          int // target = next + Rel when Direct
+	SPKnown      bool
+	SP           int // bytes the stack pointer moves (taken, for call and ret)
 }
 
 // DecodeBranch runs pt_insn_decode on code and returns its branch fields.
@@ -44,5 +47,5 @@ func DecodeBranch(code []byte) Branch {
 		return Branch{}
 	}
 	C.pt_insn_decode((*C.uchar)(unsafe.Pointer(&code[0])), C.uint(len(code)), &out)
-	return Branch{Cond: out.cond != 0, Direct: out.direct != 0, Rel: int(out.rel)}
+	return Branch{Cond: out.cond != 0, Direct: out.direct != 0, Rel: int(out.rel), SPKnown: out.spk != 0, SP: int(out.sp)}
 }
