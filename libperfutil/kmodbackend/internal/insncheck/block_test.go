@@ -258,3 +258,71 @@ func TestBlockRetAfterJcc(t *testing.T) {
 		t.Errorf("with leave: scan %+v, want not steppable", sc)
 	}
 }
+
+// TestStackPointerAgreesWithX86asm sweeps the corpus: wherever the module's
+// decoder claims to know an instruction's change of the stack pointer, it
+// must be x86asm's reading of it: pushes and pops 8, call -8, ret 8 (+ its
+// immediate), add/sub rsp of an immediate, and 0 for every other
+// instruction, which then must not name rsp as its destination; leave,
+// enter and iret are never known.
+func TestStackPointerAgreesWithX86asm(t *testing.T) {
+	isSP := func(a x86asm.Arg) bool { return a == x86asm.RSP || a == x86asm.ESP || a == x86asm.SP }
+	for path, text := range corpus(t) {
+		var known, mism int
+		for off := 0; off < len(text); {
+			code := text[off:min(off+16, len(text))]
+			got := Decode(code)
+			step := max(got.Len, 1)
+			in, err := x86asm.Decode(code, 64)
+			if err != nil || got.Len != in.Len {
+				off += step
+				continue
+			}
+			br := DecodeBranch(code)
+			off += step
+			if !br.SPKnown {
+				continue
+			}
+			known++
+			want, ok := 0, true
+			switch in.Op {
+			case x86asm.PUSH, x86asm.PUSHFQ:
+				want = -8
+			case x86asm.POP, x86asm.POPFQ:
+				want = 8
+			case x86asm.CALL:
+				want = -8
+			case x86asm.RET:
+				want = 8
+				if imm, isImm := in.Args[0].(x86asm.Imm); isImm {
+					want += int(imm)
+				}
+			case x86asm.LEAVE, x86asm.ENTER, x86asm.IRETQ, x86asm.IRET, x86asm.IRETD, x86asm.LRET:
+				ok = false
+			case x86asm.ADD, x86asm.SUB:
+				if imm, isImm := in.Args[1].(x86asm.Imm); isImm && in.Args[0] == x86asm.RSP {
+					want = int(imm)
+					if in.Op == x86asm.SUB {
+						want = -want
+					}
+				} else if isSP(in.Args[0]) {
+					ok = false
+				}
+			default:
+				if isSP(in.Args[0]) && in.Op != x86asm.CMP && in.Op != x86asm.TEST {
+					ok = false // writes the stack pointer
+				}
+			}
+			if !ok || br.SP != want {
+				mism++
+				if mism < 10 {
+					t.Errorf("%s+%#x % x (%v): module knows sp change %d, x86asm: %d (knowable %v)", filepath.Base(path), off-step, code[:in.Len], in, br.SP, want, ok)
+				}
+			}
+		}
+		t.Logf("%s: %d instructions with a known sp change, %d mismatches", filepath.Base(path), known, mism)
+		if known < 10000 || mism > 0 {
+			t.Errorf("%s: %d known, %d mismatches", filepath.Base(path), known, mism)
+		}
+	}
+}
