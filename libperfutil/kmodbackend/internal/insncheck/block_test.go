@@ -5,6 +5,7 @@ package insncheck
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -137,45 +138,54 @@ func TestBlockBound(t *testing.T) {
 	}
 }
 
+// sweepAgreeing calls f, file by file, for every instruction of the
+// corpus that x86asm and the module's decoder read with the same length
+// (code is the instruction's bytes), then done with the file's name.
+func sweepAgreeing(t *testing.T, f func(code []byte, in x86asm.Inst, where string), done func(file string)) {
+	for path, text := range corpus(t) {
+		file := filepath.Base(path)
+		for off := 0; off < len(text); {
+			code := text[off:min(off+16, len(text))]
+			n := Decode(code).Len
+			if in, err := x86asm.Decode(code, 64); err == nil && n == in.Len {
+				f(code[:n], in, fmt.Sprintf("%s+%#x", file, off))
+			}
+			off += max(n, 1)
+		}
+		done(file)
+	}
+}
+
 // TestBranchTargetsAgreeWithX86asm sweeps the corpus (as
 // TestDecoderAgreesWithX86asm) and checks every relative branch's
 // displacement against x86asm's, and that exactly the conditional ones
 // (jcc, loop, jrcxz, xbegin) are marked so: the block decoder's ends.
 func TestBranchTargetsAgreeWithX86asm(t *testing.T) {
-	for path, text := range corpus(t) {
-		var nrel, mism int
-		for off := 0; off < len(text); {
-			code := text[off:min(off+16, len(text))]
-			got := Decode(code)
-			step := max(got.Len, 1)
-			in, err := x86asm.Decode(code, 64)
-			if err != nil || got.Len != in.Len {
-				off += step
-				continue
-			}
-			br := DecodeBranch(code)
-			rel, isRel := in.Args[0].(x86asm.Rel)
-			cond := in.Op >= x86asm.JA && in.Op <= x86asm.JS && in.Op != x86asm.JMP || in.Op == x86asm.LOOP || in.Op == x86asm.LOOPE || in.Op == x86asm.LOOPNE
-			direct := isRel && in.DataSize != 16
-			if in.Op == x86asm.XBEGIN { // an abort may jump: never block-stepped
-				cond, direct = true, false
-			}
-			if isRel {
-				nrel++
-			}
-			if br.Direct != direct || (direct && br.Rel != int(rel)) || (isRel && br.Cond != cond) {
-				mism++
-				if mism < 10 {
-					t.Errorf("%s+%#x % x (%v): module cond %v direct %v rel %d; x86asm rel %v %d cond %v", filepath.Base(path), off, code[:in.Len], in, br.Cond, br.Direct, br.Rel, isRel, rel, cond)
-				}
-			}
-			off += step
+	var nrel, mism int
+	sweepAgreeing(t, func(code []byte, in x86asm.Inst, where string) {
+		br := DecodeBranch(code)
+		rel, isRel := in.Args[0].(x86asm.Rel)
+		cond := in.Op >= x86asm.JA && in.Op <= x86asm.JS && in.Op != x86asm.JMP || in.Op == x86asm.LOOP || in.Op == x86asm.LOOPE || in.Op == x86asm.LOOPNE
+		direct := isRel && in.DataSize != 16
+		if in.Op == x86asm.XBEGIN { // an abort may jump: never block-stepped
+			cond, direct = true, false
 		}
-		t.Logf("%s: %d relative branches, %d mismatches", filepath.Base(path), nrel, mism)
+		if isRel {
+			nrel++
+		}
+		if br.Direct != direct || (direct && br.Rel != int(rel)) || (isRel && br.Cond != cond) {
+			mism++
+			if mism < 10 {
+				t.Errorf("%s % x (%v): module cond %v direct %v rel %d; x86asm rel %v %d cond %v", where, code, in, br.Cond, br.Direct, br.Rel, isRel, rel, cond)
+			}
+		}
+	}, func(file string) {
+		t.Logf("%s: %d relative branches, %d mismatches", file, nrel, mism)
 		if nrel < 1000 || mism > 0 {
-			t.Errorf("%s: %d relative branches, %d mismatches", filepath.Base(path), nrel, mism)
+			t.Errorf("%s: %d relative branches, %d mismatches", file, nrel, mism)
 		}
-	}
+		nrel, mism = 0, 0
+	})
 }
 
 // TestStackPointerChanges pins the decoder's stack pointer changes, which
@@ -267,62 +277,51 @@ func TestBlockRetAfterJcc(t *testing.T) {
 // enter and iret are never known.
 func TestStackPointerAgreesWithX86asm(t *testing.T) {
 	isSP := func(a x86asm.Arg) bool { return a == x86asm.RSP || a == x86asm.ESP || a == x86asm.SP }
-	for path, text := range corpus(t) {
-		var known, mism int
-		for off := 0; off < len(text); {
-			code := text[off:min(off+16, len(text))]
-			got := Decode(code)
-			step := max(got.Len, 1)
-			in, err := x86asm.Decode(code, 64)
-			if err != nil || got.Len != in.Len {
-				off += step
-				continue
+	var known, mism int
+	sweepAgreeing(t, func(code []byte, in x86asm.Inst, where string) {
+		br := DecodeBranch(code)
+		if !br.SPKnown {
+			return
+		}
+		known++
+		want, ok := 0, true
+		switch in.Op {
+		case x86asm.PUSH, x86asm.PUSHFQ, x86asm.CALL:
+			want = -8
+		case x86asm.POP, x86asm.POPFQ:
+			want = 8
+		case x86asm.RET:
+			want = 8
+			if imm, isImm := in.Args[0].(x86asm.Imm); isImm {
+				want += int(imm)
 			}
-			br := DecodeBranch(code)
-			off += step
-			if !br.SPKnown {
-				continue
-			}
-			known++
-			want, ok := 0, true
-			switch in.Op {
-			case x86asm.PUSH, x86asm.PUSHFQ:
-				want = -8
-			case x86asm.POP, x86asm.POPFQ:
-				want = 8
-			case x86asm.CALL:
-				want = -8
-			case x86asm.RET:
-				want = 8
-				if imm, isImm := in.Args[0].(x86asm.Imm); isImm {
-					want += int(imm)
+		case x86asm.LEAVE, x86asm.ENTER, x86asm.IRETQ, x86asm.IRET, x86asm.IRETD, x86asm.LRET:
+			ok = false
+		case x86asm.ADD, x86asm.SUB:
+			if imm, isImm := in.Args[1].(x86asm.Imm); isImm && in.Args[0] == x86asm.RSP {
+				want = int(imm)
+				if in.Op == x86asm.SUB {
+					want = -want
 				}
-			case x86asm.LEAVE, x86asm.ENTER, x86asm.IRETQ, x86asm.IRET, x86asm.IRETD, x86asm.LRET:
+			} else if isSP(in.Args[0]) {
 				ok = false
-			case x86asm.ADD, x86asm.SUB:
-				if imm, isImm := in.Args[1].(x86asm.Imm); isImm && in.Args[0] == x86asm.RSP {
-					want = int(imm)
-					if in.Op == x86asm.SUB {
-						want = -want
-					}
-				} else if isSP(in.Args[0]) {
-					ok = false
-				}
-			default:
-				if isSP(in.Args[0]) && in.Op != x86asm.CMP && in.Op != x86asm.TEST {
-					ok = false // writes the stack pointer
-				}
 			}
-			if !ok || br.SP != want {
-				mism++
-				if mism < 10 {
-					t.Errorf("%s+%#x % x (%v): module knows sp change %d, x86asm: %d (knowable %v)", filepath.Base(path), off-step, code[:in.Len], in, br.SP, want, ok)
-				}
+		default:
+			if isSP(in.Args[0]) && in.Op != x86asm.CMP && in.Op != x86asm.TEST {
+				ok = false // writes the stack pointer
 			}
 		}
-		t.Logf("%s: %d instructions with a known sp change, %d mismatches", filepath.Base(path), known, mism)
+		if !ok || br.SP != want {
+			mism++
+			if mism < 10 {
+				t.Errorf("%s % x (%v): module knows sp change %d, x86asm: %d (knowable %v)", where, code, in, br.SP, want, ok)
+			}
+		}
+	}, func(file string) {
+		t.Logf("%s: %d instructions with a known sp change, %d mismatches", file, known, mism)
 		if known < 10000 || mism > 0 {
-			t.Errorf("%s: %d known, %d mismatches", filepath.Base(path), known, mism)
+			t.Errorf("%s: %d known, %d mismatches", file, known, mism)
 		}
-	}
+		known, mism = 0, 0
+	})
 }
