@@ -36,9 +36,11 @@ func waitInRead(t *testing.T, pid int, stop func()) {
 // A read interrupted by a handler (SIGUSR2, SA_RESTART) that feeds the
 // pipe: the kernel moves ip back to the syscall instruction before the
 // handler's frame, rt_sigreturn returns to it and the read runs again.
-// Callgrind counts that syscall instruction once (valgrind restarts the
-// call itself), so the trace must: read_raw, the handler and their callers
-// equal callgrind's counts of the same run.
+// The machine runs that syscall instruction twice and callgrind counts it
+// twice (unlike a restart without a handler, which valgrind makes itself
+// and counts once: TestRestartedReadMatchesCallgrind), so the trace must:
+// read_raw, the handler and their callers equal callgrind's counts of the
+// same run.
 func TestRestartAfterHandlerMatchesCallgrind(t *testing.T) {
 	needTool(t, "gcc")
 	needTool(t, "valgrind")

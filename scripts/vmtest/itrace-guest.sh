@@ -181,6 +181,27 @@ reads=$(grep ' read_raw:' /tmp/edgeout/arc | awk '/ (INTERRUPT|IRQ|PAGEFAULT)_/ 
 echo "vmtest: restarted read: read_raw's records count $reads(the restart 0), read_raw and its callers = callgrind"
 run swtrace free
 
+step "itrace: a read restarted after an SA_RESTART handler: its syscall counted again, as callgrind"
+run swtrace init -t 8M -m 1M
+run swtrace on --discard
+trace_from_exec /bin/itrace_edge restart-handler
+wait_until 60 inread || fail "itrace_edge restart-handler did not block in its read"
+kill -USR2 "$child"
+wait "$child" || fail "itrace_edge restart-handler exited $?"
+run swtrace off
+run swtrace get /tmp/rh.nrm2
+mkdir -p /tmp/rhout
+run post -r /tmp/rh.nrm2 -itrace -arc --callgrind /tmp/rh.cg -o /tmp/rhout
+run pitest itrace-cmp /bin/itrace_edge_rh.cg /tmp/rh.cg main restart_handler read_raw feed_handler in_handler
+reads=$(grep ' read_raw:' /tmp/rhout/arc | awk '/ (INTERRUPT|IRQ|PAGEFAULT)_/ { acc += $4; next }
+	/ SYSCALL_0 / { printf "%s ", acc + $4; acc = 0; next } { acc = 0 }')
+# the handler's rt_sigreturn returns to the syscall instruction, which runs
+# again: the machine and callgrind count it (unlike a restart without a
+# handler, which valgrind does itself: 0 above)
+[ "$reads" = "3 1 " ] || fail "read_raw's read records have counts '$reads', want '3 1 ' (read, the syscall run again after the handler): $(grep ' read_raw:' /tmp/rhout/arc)"
+echo "vmtest: read restarted after a handler: read_raw's records count $reads(the re-run syscall 1), read_raw, the handler and callers = callgrind"
+run swtrace free
+
 step "itrace: ITraceOn/ITraceOff from Go (libperfutil/itrace) on the module"
 run swtrace init -t 8M -m 1M
 run swtrace on --discard

@@ -45,3 +45,16 @@ valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_edge_restart.cg" "$b
 vg=$!
 echo xy >"$work/itrace-edge.fifo"
 wait "$vg" || { cat "$work/itrace-restart-callgrind.log" >&2; exit 1; }
+# A read restarted after an SA_RESTART handler (itrace_edge restart-handler):
+# callgrind's run gets the same SIGUSR2 while it blocks in its read of fd 3
+# (daemon/itrace TestRestartAfterHandlerMatchesCallgrind: the ptrace path's
+# counts equal these).
+valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_edge_rh.cg" "$bin/itrace_edge" restart-handler \
+	>"$work/itrace-rh-callgrind.log" 2>&1 &
+vg=$!
+for _ in $(seq 600); do
+	grep -q '^0 0x3 ' "/proc/$vg/syscall" 2>/dev/null && grep -q '^State:.*S (sleeping)' "/proc/$vg/status" && break
+	sleep 0.1
+done
+kill -USR2 "$vg"
+wait "$vg" || { cat "$work/itrace-rh-callgrind.log" >&2; exit 1; }
