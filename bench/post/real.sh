@@ -15,10 +15,12 @@
 # and the ticks/samples count, the best and worst wall time, the least CPU
 # time (user+system) and the max RSS of each are printed, with post's
 # speed-up per sample over perf report by wall and by CPU time. Traces are kept in DIR and reused by later runs
-# (delete DIR to record again).
+# (delete the trace files in DIR to record again).
 #
-#   bench/post/real.sh [-d DIR] [-r RATE=10000] [-s SECONDS=50] [-n RUNS=2] [-p PERF_RUNS=RUNS] [WORKLOAD...]
-# (perf report --children of a 1 M-sample trace takes minutes: -p 1 saves them.)
+#   bench/post/real.sh [-d DIR] [-r RATE=10000] [-s SECONDS=50] [-n RUNS=2] [-p PERF_RUNS=RUNS]
+#                      [-k KINDS="flat stacks"] [-R] [WORKLOAD...]
+# (perf report --children of a 1 M-sample trace takes minutes: -p 1 saves them;
+# -k flat runs the flat reports only; -R records the traces and times nothing.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=/var/tmp/perfinsp-post-bench
@@ -26,14 +28,18 @@ rate=10000
 secs=50
 runs=2
 perfruns=
-while getopts d:r:s:n:p: o; do
+kinds="flat stacks"
+recordonly=
+while getopts d:r:s:n:p:k:R o; do
 	case $o in
 	d) dir=$OPTARG ;;
 	r) rate=$OPTARG ;;
 	s) secs=$OPTARG ;;
 	n) runs=$OPTARG ;;
 	p) perfruns=$OPTARG ;;
-	*) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	k) kinds=$OPTARG ;;
+	R) recordonly=1 ;;
+	*) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -127,8 +133,9 @@ row() { # workload kind command samples best worst cpu rss [perf: best cpu sampl
 	printf '%-8s %-7s %-26s %9s %7s %7s %7s %6s %6s %6s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$x" "$y"
 }
 for w in "${workloads[@]}"; do
-	for kind in flat stacks; do
+	for kind in $kinds; do
 		[ -s "$dir/$w-$kind.nrm2" ] && [ -s "$dir/$w-$kind.data" ] || record "$w" "$kind"
+		[ -z "$recordonly" ] || continue
 		out=$dir/out-$w-$kind
 		mkdir -p "$out"
 		ps=$(perf_samples "$dir/$w-$kind.data")

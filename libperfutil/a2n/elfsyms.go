@@ -147,7 +147,15 @@ func elfSyms(f *elf.File, dyn bool) ([]rawSym, error) {
 	strs := unsafe.String(unsafe.SliceData(strb), len(strb)) // names are slices of it, no copy
 	bo := f.ByteOrder
 	const entSize = 24 // Elf64_Sym
-	out := make([]rawSym, 0, len(data)/entSize/2)
+	// Sized once, for the symbols of the kept types (a slice grown by
+	// append is copied, and each copy is fresh memory).
+	nkeep := 0
+	for off := entSize + 4; off < len(data); off += entSize {
+		if st := elf.SymType(data[off] & 0xf); st == elf.STT_FUNC || st == elf.STT_GNU_IFUNC || st == elf.STT_NOTYPE {
+			nkeep++
+		}
+	}
+	out := make([]rawSym, 0, nkeep)
 	for off, idx := entSize, 1; off+entSize <= len(data); off, idx = off+entSize, idx+1 {
 		e := data[off : off+entSize]
 		info := e[4]
@@ -570,30 +578,28 @@ func sizedSymbols(raw []rawSym, extra int) (t symtab, zeroName map[uint64]string
 		}
 		return a.name < b.name
 	}
-	sorted := make([]rawSym, len(raw))
-	for i, k := range keys {
-		sorted[i] = raw[k.i]
-	}
-	for i := 0; i < len(sorted); {
+	// The symbols are read through keys, not copied in address order: a
+	// copy of a large module's symbols is megabytes of fresh memory, each
+	// page a fault.
+	for i := 0; i < len(keys); {
 		j := i + 1
-		for j < len(sorted) && sorted[j].addr == sorted[i].addr {
+		for j < len(keys) && keys[j].addr == keys[i].addr {
 			j++
 		}
 		for k := i + 1; k < j; k++ { // insertion sort of one address's aliases
-			for l := k; l > i && better(&sorted[l], &sorted[l-1]); l-- {
-				sorted[l], sorted[l-1] = sorted[l-1], sorted[l]
+			for l := k; l > i && better(&raw[keys[l].i], &raw[keys[l-1].i]); l-- {
+				keys[l], keys[l-1] = keys[l-1], keys[l]
 			}
 		}
 		i = j
 	}
-	raw = sorted
 	t = make(symtab, 0, len(raw)+extra)
-	for i := 0; i < len(raw); {
+	for i := 0; i < len(keys); {
 		j := i + 1
-		for j < len(raw) && raw[j].addr == raw[i].addr {
+		for j < len(keys) && keys[j].addr == keys[i].addr {
 			j++
 		}
-		best := raw[i]
+		best := &raw[keys[i].i]
 		if best.size > 0 {
 			t = append(t, Sym{Addr: best.addr, Size: best.size, Name: best.name})
 		} else {
@@ -601,8 +607,8 @@ func sizedSymbols(raw []rawSym, extra int) (t symtab, zeroName map[uint64]string
 				zeroName = map[uint64]string{}
 			}
 			zeroName[best.addr] = best.name
-			for _, s := range raw[i:j] {
-				if s.notype {
+			for _, k := range keys[i:j] {
+				if s := &raw[k.i]; s.notype {
 					labels = append(labels, rawSym{addr: s.addr, secEnd: s.secEnd, name: best.name})
 					break
 				}

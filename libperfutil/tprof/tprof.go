@@ -285,6 +285,22 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return idx, 0
 	}
+	// prefetch starts loading the module of a user address early (the
+	// counting locates addresses only when a process's state ends).
+	prefetch := func(pid uint32, addr uint64, kernel bool) {
+		if kernel {
+			return
+		}
+		l := r.Locate(pid, addr, false)
+		if m := l.Module(); m != "" {
+			if _, ok := modNum[m]; !ok {
+				modNum[m] = int32(len(modNum))
+				if m != "[vdso]" {
+					r.Cache.Prefetch(m)
+				}
+			}
+		}
+	}
 	// Counters are kept in blocks (no copying as they grow), without
 	// pointers: the collector has nothing to scan.
 	const entryBlock = 4096
@@ -300,7 +316,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			traceBytes += len(c.Data)
 		}
 	}
-	tickIdx := make(map[tickKey]int32, min(traceBytes/32/8, 1<<18))
+	var tickIdx map[tickKey]int32
+	if !deferred {
+		tickIdx = make(map[tickKey]int32, min(traceBytes/32/8, 1<<18))
+	}
 	pidSlot := map[uint32]uint64{}
 	slots := uint64(0)
 	slotOf := func(pid uint32) uint64 {
@@ -340,6 +359,29 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		pm[pc] = idx
 		return idx
 	}
+	// Deferred naming counts ticks without a lookup per tick (ticks.go):
+	// the addresses of a thread's ticks are kept until its process's
+	// mappings change or the trace ends, then sorted and counted, each
+	// distinct one located as of its time.
+	var tc *tickCounter
+	if deferred {
+		tc = newTickCounter(func(pid, tid uint32, kernel bool, ip, n uint64) {
+			lk := tickKey{ip: ip, w: slotOf(pid) << 32}
+			if kernel {
+				lk.w = 1 << 63
+			}
+			idx, known := locOf[lk]
+			if !known {
+				idx, _ = resolve(pid, ip, kernel)
+				locOf[lk] = idx
+			}
+			if nent%entryBlock == 0 {
+				all = append(all, make([]entry, 0, entryBlock))
+			}
+			all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, n: n})
+			nent++
+		})
+	}
 	// The slot of the last tick's process. haveLast false means none:
 	// every pid value is a real one (the kernel reports -1 for a task
 	// whose pid is gone, e.g. a tick in an exiting thread).
@@ -347,8 +389,18 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	err := f.Records(func(rec *trace.Record) error {
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
+			changes := rec.Major == trace.MajorJITLoad || rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap || rec.Minor == trace.MTEFork
+			if changes && tc != nil {
+				// The pid's ticks so far are located in the state they
+				// were in, before this record changes it.
+				pid := uint32(rec.Field(0))
+				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
+					pid = uint32(rec.Field(2))
+				}
+				tc.flushPid(pid)
+			}
 			r.Apply(rec)
-			if rec.Major == trace.MajorJITLoad || rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap || rec.Minor == trace.MTEFork {
+			if changes {
 				pid := uint32(rec.Field(0))
 				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
 					pid = uint32(rec.Field(2))
@@ -376,6 +428,27 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				return nil
 			}
 			kernel := rec.Field(3)&trace.TprofKernel != 0
+			if tc != nil {
+				t, isNew := tc.thread(rec.CPU, pid, tid)
+				if isNew {
+					if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
+						rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
+						rep.ProcName[pid] = r.ProcessName(pid)
+					}
+					prefetch(pid, ip, kernel)
+				} else if rep.Total&1023 == 0 {
+					prefetch(pid, ip, kernel)
+				}
+				tc.add(t, kernel, ip)
+				rep.Total++
+				if rep.First == 0 || rec.Time < rep.First {
+					rep.First = rec.Time
+				}
+				if rec.Time > rep.Last {
+					rep.Last = rec.Time
+				}
+				return nil
+			}
 			if pid != lastPid || !haveLast {
 				lastPid, lastSlot, haveLast = pid, slotOf(pid), true
 			}
@@ -492,6 +565,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		return nil
 	})
+	if tc != nil {
+		tc.flushAll()
+	}
 	if deferred {
 		// Name every Loc (in the order they were met, which gives the
 		// names the order naming at once gives), then count the stacks

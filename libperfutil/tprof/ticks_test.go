@@ -1,0 +1,137 @@
+package tprof
+
+import (
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// radixSort sorts like slices.Sort: small and large inputs, values that
+// share most bytes (addresses) and values that share none.
+func TestRadixSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	gens := map[string]func() uint64{
+		"any":    rng.Uint64,
+		"user":   func() uint64 { return 0x7f0000000000 + rng.Uint64N(1<<32) },
+		"kernel": func() uint64 { return 0xffffffff81000000 + rng.Uint64N(1<<24) },
+		"few":    func() uint64 { return 0x401000 + 16*rng.Uint64N(8) },
+	}
+	for name, gen := range gens {
+		for _, n := range []int{0, 1, 2, 63, 64, 65, 1000, 100_000} {
+			a := make([]uint64, n)
+			for i := range a {
+				a[i] = gen()
+			}
+			want := slices.Clone(a)
+			slices.Sort(want)
+			got := radixSort(a, make([]uint64, n))
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s, %d values: radixSort differs from slices.Sort", name, n)
+			}
+		}
+	}
+}
+
+// The counter's counts sum to the ticks given, per thread, kernel flag and
+// address, whatever the interleaving of CPUs, the flushes of a pid (its
+// state changing) and the partial counts of a thread with many ticks.
+func TestTickCounterCounts(t *testing.T) {
+	type key struct {
+		pid, tid uint32
+		kernel   bool
+		ip       uint64
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	want := map[key]uint64{}
+	got := map[key]uint64{}
+	var parts int
+	tc := newTickCounter(func(pid, tid uint32, kernel bool, ip, n uint64) {
+		if n == 0 {
+			t.Fatalf("a count of 0 for %d/%d %#x", pid, tid, ip)
+		}
+		got[key{pid, tid, kernel, ip}] += n
+		parts++
+	})
+	const ticks = 3 * partBlocks * tickBlock // a hot thread is counted in parts
+	for i := 0; i < ticks; i++ {
+		var pid, tid uint32
+		if rng.IntN(4) == 0 { // many short threads
+			pid = 100 + uint32(rng.IntN(50))
+			tid = pid + uint32(rng.IntN(3))
+		} else { // one hot thread
+			pid, tid = 7, 7
+		}
+		kernel := rng.IntN(5) == 0
+		ip := 0x401000 + uint64(rng.IntN(3000))
+		if kernel {
+			ip = 0xffffffff81000000 + uint64(rng.IntN(500))
+		}
+		th, _ := tc.thread(rng.IntN(3), pid, tid)
+		tc.add(th, kernel, ip)
+		want[key{pid, tid, kernel, ip}]++
+		if rng.IntN(5000) == 0 {
+			tc.flushPid(pid)
+		}
+	}
+	tc.flushAll()
+	if len(got) != len(want) {
+		t.Fatalf("%d distinct (thread, address) counted, want %d", len(got), len(want))
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Fatalf("%+v: %d ticks counted, want %d", k, got[k], n)
+		}
+	}
+	if parts <= len(want) {
+		t.Fatalf("%d counts for %d distinct: the hot thread was not counted in parts", parts, len(want))
+	}
+}
+
+// A tick is named in the mappings of its time: ticks before an MTE record
+// that remaps their address are counted (located) before it is applied,
+// ticks after it in the new mapping; the same with naming at once.
+func TestTicksNamedBeforeRemap(t *testing.T) {
+	var m, tr trace.Writer
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 1, []uint64{7, 1}, "prog"))
+	must(m.Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, 2, []uint64{7, 0x400000, 0x1000, 0}, "/nonexistent/a"))
+	tick := func(tm uint64) {
+		must(tr.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tm, []uint64{7, 7, 0x400100, 0}, ""))
+	}
+	tick(3)
+	tick(4)
+	must(m.Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, 5, []uint64{7, 0x400000, 0x1000, 0}, "/nonexistent/b"))
+	tick(6)
+	path := filepath.Join(t.TempDir(), "t.nrm2")
+	w, err := nrm2.Create(path, nrm2.Header{NCPUs: 1, RateHz: 1000, KernelRelease: "6.1.0"})
+	must(err)
+	must(w.WriteChunk(nrm2.ChunkMTE, 0, m.Buf))
+	must(w.WriteChunk(nrm2.ChunkTrace, 0, tr.Buf))
+	must(w.Close(0, []nrm2.CPUStats{{Records: 6}}))
+	for _, atOnce := range []bool{false, true} {
+		f, err := nrm2.Open(path)
+		must(err)
+		var onRecord func(*trace.Record, *a2n.Result)
+		if atOnce {
+			onRecord = func(*trace.Record, *a2n.Result) {}
+		}
+		rep := Build(f, a2n.New(nil), onRecord)
+		per := map[string]uint64{}
+		for k, n := range rep.TickCounts() {
+			per[k.Module] += n
+		}
+		if rep.Total != 3 || per["/nonexistent/a"] != 2 || per["/nonexistent/b"] != 1 {
+			t.Fatalf("naming at once %v: total %d, per module %v; want 3, /nonexistent/a 2, /nonexistent/b 1", atOnce, rep.Total, per)
+		}
+	}
+}
