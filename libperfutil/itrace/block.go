@@ -22,6 +22,7 @@ type BranchInsn struct {
 	Addr   uint64
 	Cond   bool   // a conditional jump (jcc, loop, jrcxz): taken or not
 	Target uint64 // a direct branch's target; 0 for an indirect one and for non-branches
+	Pop    uint16 // ret imm16: the bytes it pops besides the return address
 }
 
 // Next is the instruction's fall-through address.
@@ -94,6 +95,11 @@ func (d *Decoder) Insn(read CodeReader, addr uint64) BranchInsn {
 		case x86asm.JMP, x86asm.LJMP, x86asm.CALL, x86asm.LCALL:
 		default:
 			b.Cond = in.Kind == KindJump
+		}
+	}
+	if inst.Op == x86asm.RET {
+		if imm, ok := inst.Args[0].(x86asm.Imm); ok {
+			b.Pop = uint16(imm)
 		}
 	}
 	d.insns[addr] = b
@@ -179,6 +185,17 @@ func (b *Block) check() {
 	seen := map[uint64]bool{}
 	first := b.Insns[0]
 	b.Probe = !first.Transfers()
+	if last := b.Insns[len(b.Insns)-1]; last.Kind == KindJump && last.Target == 0 && len(b.Insns) > 1 {
+		for _, in := range b.Insns {
+			if in.Cond {
+				// A switch: its jump table sends cases to the
+				// default label the bounds check's jcc goes to.
+				b.Steppable, b.Why = false, "a conditional jump and an indirect jump (a switch: the stop cannot tell which went there)"
+				b.Probe = false
+				return
+			}
+		}
+	}
 	for _, in := range b.Insns {
 		if !in.Cond && !in.Transfers() {
 			continue
@@ -221,9 +238,13 @@ type BlockEnd struct {
 	Last uint64 // the last instruction's address
 	Kind Kind   // the last instruction's kind (Taken: the branch)
 	// Ambiguous: more than one branch could have gone to the stop
-	// (a conditional jump there, and an indirect transfer at the end);
-	// the first is taken, as the hardware would have trapped there.
+	// (a conditional jump there, and a ret or indirect call at the end:
+	// see Final and the tracer's stack check); the first is taken.
 	Ambiguous bool
+	// NoBranch: the last instruction jumped to its own fall-through.
+	// The CPU traps there, but single-stepping sees no branch (the block
+	// goes on), and records must not depend on the stepping.
+	NoBranch bool
 }
 
 // End decodes a block step from b.Start that stopped at stop, as the
@@ -245,12 +266,22 @@ func (b *Block) End(stop uint64) BlockEnd {
 		end = BlockEnd{How: Taken, N: uint32(i + 1), Last: in.Addr, Kind: in.Kind}
 	}
 	if found {
+		if in := b.Insns[end.N-1]; in.Kind == KindJump && !in.Cond && stop == in.Next() {
+			end.NoBranch = true
+		}
 		return end
 	}
 	if first := b.Insns[0]; !first.Transfers() && stop == first.Next() {
 		return BlockEnd{How: FellThrough, N: 1, Last: first.Addr, Kind: first.Kind}
 	}
 	return BlockEnd{How: NoMatch}
+}
+
+// Final is the block's end by its last instruction, a transfer (what an
+// Ambiguous end's other explanation is).
+func (b *Block) Final() (BranchInsn, BlockEnd) {
+	in := b.Insns[len(b.Insns)-1]
+	return in, BlockEnd{How: Taken, N: uint32(len(b.Insns)), Last: in.Addr, Kind: in.Kind}
 }
 
 // FallThrough counts the instructions run from b.Start to stop when the
@@ -270,4 +301,22 @@ func (b *Block) FallThrough(stop uint64) (n uint32, last uint64, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// Overran explains a single step from the non-branch instruction at from
+// that stopped at to, not at its fall-through: the trap after it was lost
+// (a hypervisor emulating cpuid drops it: seen on this project's VM) and
+// the following instructions ran too, up to the next trap. The block
+// decoder tells how many: a stop on the fall-through chain (How
+// FellThrough, N instructions, Last the last one) or after its branch
+// (How Taken). ok is false if nothing on the chain explains the stop.
+func (d *Decoder) Overran(read CodeReader, from, to uint64) (BlockEnd, bool) {
+	b := d.Block(read, from)
+	if n, last, ok := b.FallThrough(to); ok && n >= 2 {
+		return BlockEnd{How: FellThrough, N: n, Last: last, Kind: KindPlain}, true
+	}
+	if end := b.End(to); end.How == Taken && end.N >= 2 {
+		return end, true
+	}
+	return BlockEnd{}, false
 }
