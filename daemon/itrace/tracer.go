@@ -123,11 +123,11 @@ type thread struct {
 	ended   bool
 
 	read pitrace.CodeReader // the thread's code
-	// block: resumed with a block step of blk (from ip); emuIP: the
-	// emulated block step's last single step started there, emuN
-	// instructions ago since the block step started.
-	block bool
-	blk   *pitrace.Block
+	// block: resumed with a block step of blk (from ip). Emulated BTF
+	// (tests): the block step's next single step starts at emuIP; it
+	// has run emuN instructions so far, the last at emuLast.
+	block   bool
+	blk     *pitrace.Block
 	emuIP   uint64
 	emuN    uint32
 	emuLast uint64 // the last instruction the emulated block step ran
