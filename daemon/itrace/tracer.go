@@ -89,6 +89,9 @@ type Stats struct {
 	// the first was lost: a hypervisor emulating cpuid), counted by the
 	// block decoder.
 	LostTraps uint64
+	// Verify: the single steps block-stepping would still take (blocks
+	// it cannot count); with BlocksChecked, the stops it would take.
+	VerifySingle uint64
 }
 
 // insnCache holds the decoded instructions and blocks of one address
@@ -493,6 +496,8 @@ func (t *Tracer) resume(th *thread, sig int) error {
 			if th.vblk == nil {
 				if th.vblk = t.blockable(th, sig); th.vblk != nil {
 					th.vCount = th.count
+				} else {
+					t.stats.VerifySingle++ // auto would single-step this one too
 				}
 			}
 		}

@@ -72,6 +72,9 @@ type OffResult struct {
 	// Single steps whose trap was lost (a hypervisor emulating cpuid):
 	// the block decoder counted the instructions they ran.
 	LostTraps uint64 `json:"lost_traps,omitempty"`
+	// Verify: single steps block-stepping would still take (blocks it
+	// cannot count exactly); + BlocksChecked = its stops.
+	VerifySingle uint64 `json:"verify_single,omitempty"`
 }
 
 // Stepping says in a line how the ptrace path stepped ("" from the
@@ -99,6 +102,11 @@ func (r OffResult) Stepping() string {
 		if r.BlockNs > 0 {
 			s += fmt.Sprintf(", %.0f ns per block", float64(r.BlockNs)/float64(r.BlocksChecked))
 		}
+	}
+	if r.Step == kmodbackend.StepVerify && r.Instructions > 0 {
+		stops := r.BlocksChecked + r.VerifySingle
+		s += fmt.Sprintf("; block-stepping would stop %d times (%d block + %d single steps), %.3f per instruction, where BTF is honoured",
+			stops, r.BlocksChecked, r.VerifySingle, float64(stops)/float64(r.Instructions))
 	}
 	if r.LostTraps > 0 {
 		s += fmt.Sprintf("; %d single steps ran two or more instructions (a lost trap), counted by the block decoder", r.LostTraps)
