@@ -268,6 +268,7 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 		res.BlocksLost += st.BlocksLost
 		res.LostTraps += st.LostTraps
 		res.VerifySingle += st.VerifySingle
+		res.StackReads += st.StackReads
 	}
 	if res.Sessions == 0 && (len(a.PIDs) > 0 || len(a.TIDs) > 0) {
 		return res, errors.New("no ITrace session traces that")

@@ -92,6 +92,8 @@ type Stats struct {
 	// Verify: the single steps block-stepping would still take (blocks
 	// it cannot count); with BlocksChecked, the stops it would take.
 	VerifySingle uint64
+	// Ambiguous ends decided by reading the stack (a system call each).
+	StackReads uint64
 }
 
 // insnCache holds the decoded instructions and blocks of one address
@@ -613,6 +615,7 @@ func (t *Tracer) resolve(th *thread, b *pitrace.Block, end pitrace.BlockEnd, reg
 		return end
 	}
 	var buf [8]byte
+	t.stats.StackReads++
 	if readCode(th.tid, slot, buf[:]) != 8 {
 		t.stats.BlocksAmbiguous++
 		return end
@@ -769,10 +772,11 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 		// check that ends it (n+1); single-step traps n times.
 		th.count++
 		t.stats.Instructions++
-	case in.Kind == pitrace.KindPlain && in.Len != 0 && newIP != prev+uint64(in.Len):
-		// Not at the fall-through: the trap after the instruction was
-		// lost (a hypervisor's cpuid), the next ones ran too.
+	case in.Kind == pitrace.KindPlain && newIP != prev+uint64(in.Len) && th.as.dec.Insn(th.read, prev).Emulated:
+		// Not at the fall-through of a cpuid: the hypervisor that
+		// emulated it lost the trap after it, the next ones ran too.
 		if end, ok := th.as.dec.Overran(th.read, prev, newIP); ok {
+			end = t.resolve(th, th.as.dec.Block(th.read, prev), end, regs)
 			t.stats.LostTraps++
 			th.count += end.N - 1
 			th.lastOff = uint32(end.Last - th.start)
@@ -785,10 +789,9 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 				t.endBlock(th, trace.MajorITraceU, end.Kind.Minor(), newIP)
 			}
 		}
-		// else: a length x86asm got wrong must not make a branch
 	case in.Kind == pitrace.KindPlain:
 		// Fall-through: an instruction that transfers no control goes on
-		// at the next one.
+		// at the next one (a length x86asm got wrong must not make a branch).
 	case in.Len != 0 && newIP == prev+uint64(in.Len):
 		// a conditional jump not taken, or a jump to the next
 		// instruction (a block step stops there: no branch either)
@@ -948,7 +951,7 @@ func (t *Tracer) loop() error {
 // would not have trapped.
 func (t *Tracer) fellThrough(th *thread, ip uint64) bool {
 	in := th.as.dec.Insn(th.read, th.emuIP)
-	if in.Kind == pitrace.KindPlain && ip != in.Next() {
+	if in.Emulated && ip != in.Next() {
 		if end, ok := th.as.dec.Overran(th.read, th.emuIP, ip); ok {
 			th.emuN += end.N
 			th.emuLast = end.Last

@@ -23,6 +23,9 @@ type BranchInsn struct {
 	Cond   bool   // a conditional jump (jcc, loop, jrcxz): taken or not
 	Target uint64 // a direct branch's target; 0 for an indirect one and for non-branches
 	Pop    uint16 // ret imm16: the bytes it pops besides the return address
+	// Emulated: cpuid, which a hypervisor emulates and whose single-step
+	// trap it may lose (see Overran).
+	Emulated bool
 }
 
 // Next is the instruction's fall-through address.
@@ -97,6 +100,7 @@ func (d *Decoder) Insn(read CodeReader, addr uint64) BranchInsn {
 			b.Cond = in.Kind == KindJump
 		}
 	}
+	b.Emulated = inst.Op == x86asm.CPUID
 	if inst.Op == x86asm.RET {
 		if imm, ok := inst.Args[0].(x86asm.Imm); ok {
 			b.Pop = uint16(imm)
@@ -312,6 +316,9 @@ func (b *Block) FallThrough(stop uint64) (n uint32, last uint64, ok bool) {
 // (How Taken). ok is false if nothing on the chain explains the stop.
 func (d *Decoder) Overran(read CodeReader, from, to uint64) (BlockEnd, bool) {
 	b := d.Block(read, from)
+	if to == b.Insns[0].Next() {
+		return BlockEnd{}, false // one instruction ran: nothing was lost
+	}
 	if n, last, ok := b.FallThrough(to); ok && n >= 2 {
 		return BlockEnd{How: FellThrough, N: n, Last: last, Kind: KindPlain}, true
 	}

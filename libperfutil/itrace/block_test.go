@@ -64,6 +64,11 @@ func TestBlockDecoder(t *testing.T) {
 	m.put(0x8ffe, 0x90, 0x48) // nop; a REX prefix, its instruction cut by the unmapped 9000 page
 	// A conditional jump, then an indirect transfer (ret).
 	m.put(0xa000, 0x85, 0xc0, 0x74, 0x03, 0x90, 0x90, 0xc3) // test; je a007; nop; nop; ret
+	// The end of an AVX2 string function, and a switch.
+	m.put(0xb000, 0xc5, 0xf8, 0x77, 0xc3)                                           // vzeroupper; ret
+	m.put(0xc000, 0x83, 0xf9, 0x07, 0x77, 0x10, 0x48, 0x63, 0x0c, 0x8a, 0xff, 0xe1) // cmp $7,%ecx; ja; movslq; jmp *%rcx
+	// cpuid, whose single-step trap a hypervisor may lose.
+	m.put(0xd000, 0x0f, 0xa2, 0x89, 0xc6, 0x74, 0x10, 0xc3) // cpuid; mov %eax,%esi; je d016; ret
 
 	d := NewDecoder()
 	type want struct {
@@ -114,6 +119,8 @@ func TestBlockDecoder(t *testing.T) {
 			{0xa007, Taken, 2, 0xa002, KindJump, true}, // je's target, or ret's: the je traps first
 			{0x5555, Taken, 5, 0xa006, KindReturn, false},
 		}},
+		{"vzeroupper; ret", 0xb000, true, "", false, []want{{0x1234, Taken, 2, 0xb003, KindReturn, false}}},
+		{"switch", 0xc000, false, "switch", false, nil},
 	} {
 		b := d.Block(m.read, c.start)
 		if b.Steppable != c.steppable || b.Probe != c.probe || !strings.Contains(b.Why, c.why) {
@@ -143,6 +150,25 @@ func TestBlockDecoder(t *testing.T) {
 		}
 	}
 
+	// A single step of cpuid whose trap was lost: the stop is after the
+	// mov (2 instructions, no branch) or after the taken je (3, a branch).
+	if !d.Insn(m.read, 0xd000).Emulated {
+		t.Error("cpuid is not marked Emulated")
+	}
+	for _, c := range []struct {
+		stop uint64
+		want BlockEnd
+		ok   bool
+	}{
+		{0xd004, BlockEnd{How: FellThrough, N: 2, Last: 0xd002}, true},
+		{0xd016, BlockEnd{How: Taken, N: 3, Last: 0xd004, Kind: KindJump, Ambiguous: true}, true}, // or the ret: the tracer reads the stack
+		{0xd002, BlockEnd{}, false}, // the trap was not lost: one instruction
+	} {
+		if got, ok := d.Overran(m.read, 0xd000, c.stop); got != c.want || ok != c.ok {
+			t.Errorf("cpuid overran to %#x: %+v %v, want %+v %v", c.stop, got, ok, c.want, c.ok)
+		}
+	}
+
 	// Blocks repeat: the second decode reads nothing.
 	r := m.reads
 	for range 1000 {
@@ -150,5 +176,21 @@ func TestBlockDecoder(t *testing.T) {
 	}
 	if m.reads != r {
 		t.Errorf("a cached block read the code again (%d reads)", m.reads-r)
+	}
+}
+
+// BenchmarkBlockEnd: the decoder's cost per block step once the block is
+// cached (leaf_loop's loop tail: add; add; cmp; jne; mov; pop x3; ret),
+// what block mode adds to each stop besides the trap itself.
+func BenchmarkBlockEnd(b *testing.B) {
+	m := &memory{pages: map[uint64][]byte{}}
+	m.put(0x1226, 0x48, 0x01, 0xc5, 0x48, 0x83, 0xc3, 0x01, 0x49, 0x39, 0xdc, 0x75, 0xec,
+		0x48, 0x89, 0xe8, 0x5b, 0x5d, 0x41, 0x5c, 0xc3)
+	d := NewDecoder()
+	if e := d.Block(m.read, 0x1226).End(0x121e); e.How != Taken || e.N != 4 {
+		b.Fatalf("loop tail: %+v", e)
+	}
+	for b.Loop() {
+		d.Block(m.read, 0x1226).End(0x121e)
 	}
 }

@@ -75,6 +75,9 @@ type OffResult struct {
 	// Verify: single steps block-stepping would still take (blocks it
 	// cannot count exactly); + BlocksChecked = its stops.
 	VerifySingle uint64 `json:"verify_single,omitempty"`
+	// Block ends a conditional jump and a ret or indirect call could both
+	// explain, decided by reading the stack (one system call each).
+	StackReads uint64 `json:"stack_reads,omitempty"`
 }
 
 // Stepping says in a line how the ptrace path stepped ("" from the
@@ -102,6 +105,7 @@ func (r OffResult) Stepping() string {
 		if r.BlockNs > 0 {
 			s += fmt.Sprintf(", %.0f ns per block", float64(r.BlockNs)/float64(r.BlocksChecked))
 		}
+		s += fmt.Sprintf(" (%d decided by a stack read)", r.StackReads)
 	}
 	if r.Step == kmodbackend.StepVerify && r.Instructions > 0 {
 		stops := r.BlocksChecked + r.VerifySingle

@@ -58,6 +58,14 @@ func decode(code []byte) (Insn, x86asm.Inst) {
 	}
 	out := Insn{Len: uint8(in.Len)}
 	switch in.Op {
+	case x86asm.VZEROUPPER, x86asm.VZEROALL:
+		// x86asm takes the byte after them for a ModRM; they are
+		// C5 xx 77 and C4 xx xx 77 (glibc's AVX2 string functions end
+		// with vzeroupper; ret: a block decoder must not swallow the ret).
+		out.Len = 3
+		if code[0] == 0xc4 {
+			out.Len = 4
+		}
 	case x86asm.CALL, x86asm.LCALL:
 		out.Kind = KindCall
 	case x86asm.RET, x86asm.LRET:
