@@ -34,6 +34,8 @@ hardening() {
 	run harden inherit
 	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
 	run harden stackdepth 200
+	step "hardening: ITRACE_STATS answers only the thread whose ITrace ended last"
+	run harden itracestats
 	step "hardening: PITRACE_IOC_JIT names at a page edge, its exact size"
 	run harden jit
 }

@@ -1335,6 +1335,122 @@ static int t_itraceexit(int n)
 	return 0;
 }
 
+/* ---- itracestats: ITRACE_STATS answers only the thread that traced -------- */
+
+/* ITrace the calling thread over a short loop (ITraceOn/ITraceOff). */
+static int itrace_self(int fd)
+{
+	struct pitrace_itrace_on on;
+	struct pitrace_itrace_off off;
+	volatile int i, v = 0;
+
+	memset(&on, 0, sizeof(on));
+	memset(&off, 0, sizeof(off));
+	on.flags = PITRACE_ITRACE_SELF;
+	off.flags = PITRACE_ITRACE_SELF;
+	if (ioctl(fd, PITRACE_IOC_ITRACE_ON, &on))
+		return -1;
+	for (i = 0; i < 100; i++)
+		v += i;
+	return ioctl(fd, PITRACE_IOC_ITRACE_OFF, &off);
+}
+
+/* errno of ITRACE_STATS (0: answered), and whether the struct stayed zero */
+static int stats_errno(int fd, int *zero)
+{
+	struct pitrace_itrace_stats st;
+	static const struct pitrace_itrace_stats z;
+	int e;
+
+	memset(&st, 0, sizeof(st));
+	e = ioctl(fd, PITRACE_IOC_ITRACE_STATS, &st) ? errno : 0;
+	*zero = !memcmp(&st, &z, sizeof(st));
+	return e;
+}
+
+static void *itrace_thread(void *p)
+{
+	return (void *)(intptr_t)itrace_self((int)(intptr_t)p);
+}
+
+static void *stats_thread(void *p)
+{
+	int zero, *r = p;
+
+	r[0] = stats_errno(r[2], &zero);
+	r[1] = zero;
+	return NULL;
+}
+
+/* a forked child (root, or dropped to uid) asks: its errno, or -1 */
+static int stats_in_child(int fd, int uid)
+{
+	int st, zero, e;
+	pid_t c = fork();
+
+	if (c < 0)
+		DIE("fork");
+	if (c == 0) {
+		if (uid >= 0)
+			drop_to(uid);
+		e = stats_errno(fd, &zero);
+		_exit(e == ENOENT && zero ? 0 : e ? e : 100);
+	}
+	if (waitpid(c, &st, 0) != c || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+/*
+ * The ended ITrace's counts (timing windows of one thread) go to that
+ * thread only: another thread of the process, a forked child, an
+ * unprivileged process and, once another thread's ITrace ended after
+ * it, the first thread itself get ENOENT and an untouched struct.
+ */
+static int t_itracestats(void)
+{
+	struct pitrace_init_arg ia = { 1 << 20, 1 << 20, PITRACE_MODE_NORMAL, 0 };
+	struct pitrace_itrace_stats st;
+	int fd = dev(), zero, e, r[3];
+	pthread_t t;
+
+	ioctl(fd, PITRACE_IOC_FREE);
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("init/on");
+	if (itrace_self(fd))
+		DIE("ITRACE_ON/OFF of the calling thread");
+	memset(&st, 0, sizeof(st));
+	CHECK(ioctl(fd, PITRACE_IOC_ITRACE_STATS, &st) == 0, "the tracing thread's own ITRACE_STATS: %s", strerror(errno));
+	CHECK(st.tid == (uint32_t)gettid_() && st.instructions > 100 && st.traps > 100,
+	      "own stats: tid %u (want %d), %llu instructions, %llu traps", st.tid, (int)gettid_(),
+	      (unsigned long long)st.instructions, (unsigned long long)st.traps);
+	r[2] = fd;
+	if (pthread_create(&t, NULL, stats_thread, r))
+		DIE("pthread_create");
+	pthread_join(t, NULL);
+	CHECK(r[0] == ENOENT && r[1], "another thread of the process: errno %d (want ENOENT), struct %s",
+	      r[0], r[1] ? "zero" : "filled");
+	e = stats_in_child(fd, -1);
+	CHECK(e == 0, "a forked child (root): %s", e < 0 ? "died" : e == 100 ? "struct filled" : strerror(e));
+	e = stats_in_child(fd, 65534);
+	CHECK(e == 0, "a child as uid 65534: %s", e < 0 ? "died" : e == 100 ? "struct filled" : strerror(e));
+	/* the first thread's stats stay its own until another ITrace ends */
+	e = stats_errno(fd, &zero);
+	CHECK(e == 0 && !zero, "own stats asked again: %s", strerror(e));
+	if (pthread_create(&t, NULL, itrace_thread, (void *)(intptr_t)fd))
+		DIE("pthread_create");
+	pthread_join(t, NULL);
+	e = stats_errno(fd, &zero);
+	CHECK(e == ENOENT && zero, "after another thread's ITrace ended: errno %d (want ENOENT), struct %s",
+	      e, zero ? "zero" : "filled");
+	printf("harden: itracestats: own thread answered (%llu instructions, %llu traps); other thread, child, uid 65534, and after a later ITrace: ENOENT\n",
+	       (unsigned long long)st.instructions, (unsigned long long)st.traps);
+	ioctl(fd, PITRACE_IOC_OFF);
+	ioctl(fd, PITRACE_IOC_FREE);
+	close(fd);
+	return 0;
+}
+
 /* ---- stackdepth: ENABLE's stack_depth and the stack walk ------------------ */
 
 /* real frames: a frame-pointer recursion, then a busy loop at the bottom */
@@ -1480,6 +1596,8 @@ int main(int argc, char **argv)
 		t_inherit();
 	else if (!strcmp(what, "itraceexit"))
 		t_itraceexit(n ? n : 1000);
+	else if (!strcmp(what, "itracestats"))
+		t_itracestats();
 	else if (!strcmp(what, "stackdepth"))
 		t_stackdepth(n ? n : 200);
 	else if (!strcmp(what, "jit"))
@@ -1487,7 +1605,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(what, "method"))
 		t_method(n ? n : 20000);
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|jit|method [N]\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|itracestats|jit|method [N]\n");
 		return 2;
 	}
 	if (fails) {

@@ -21,6 +21,12 @@
  *                                the first read: the kernel runs that
  *                                syscall instruction again.  Callgrind
  *                                counts it once, so must the trace.
+ *   itrace_edge restart-handler  reads one byte from a pipe (fd 3) with
+ *                                read_raw; SIGUSR2 (SA_RESTART), sent while
+ *                                it blocks, runs a handler that writes the
+ *                                byte; the read is restarted through
+ *                                rt_sigreturn.  Callgrind counts the
+ *                                syscall once, so must the trace.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -95,6 +101,37 @@ __attribute__((noinline)) static int restart(const char *fifo)
 	return 0;
 }
 
+static int restart_pipe[2];
+
+__attribute__((noinline)) static void feed_handler(int sig)
+{
+	in_handler(sig);
+	if (write(restart_pipe[1], "x", 1) != 1)
+		_exit(3);
+}
+
+/* a read interrupted by a handler and restarted (SA_RESTART) */
+__attribute__((noinline)) static int restart_handler(void)
+{
+	struct sigaction sa;
+	char c;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = feed_handler;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (pipe(restart_pipe) || sigaction(SIGUSR2, &sa, NULL)) {
+		perror("itrace_edge: pipe/sigaction");
+		return 1;
+	}
+	if (read_raw(restart_pipe[0], &c, 1) != 1) {
+		fprintf(stderr, "itrace_edge: the restarted read failed\n");
+		return 1;
+	}
+	printf("itrace_edge: read %c after a handler\n", c);
+	return 0;
+}
+
 static void handler(int sig)
 {
 	in_handler(sig);
@@ -129,6 +166,8 @@ int main(int argc, char **argv)
 	}
 	if (argc == 3 && !strcmp(argv[1], "restart"))
 		return restart(argv[2]);
+	if (argc == 2 && !strcmp(argv[1], "restart-handler"))
+		return restart_handler();
 	if (argc == 4 && (!strcmp(argv[1], "after") || !strcmp(argv[1], "in"))) {
 		ready_file = argv[2];
 		spins = strtoul(argv[3], NULL, 10);
@@ -140,7 +179,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc != 2 || (n = atoi(argv[1])) <= 0) {
-		fprintf(stderr, "usage: itrace_edge N | after FILE M | in FILE M | restart FIFO\n");
+		fprintf(stderr, "usage: itrace_edge N | after FILE M | in FILE M | restart FIFO | restart-handler\n");
 		return 2;
 	}
 	for (int i = 0; i < n; i++) {
