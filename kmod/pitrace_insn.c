@@ -107,10 +107,53 @@ static int finish(const unsigned char *code, const unsigned char *p,
 		out->len = 0;
 		out->kind = PT_INSN_UNDECODABLE;
 		out->rep = 0;
+		out->cond = 0;
+		out->direct = 0;
+		out->spk = 0;
 		return 0;
 	}
 	out->len = (unsigned char)len;
 	return (int)len;
+}
+
+/*
+ * The stack pointer as a ModRM operand: its change is not known (the
+ * block decoder then tells no two ends apart by it).  group: the reg field
+ * extends the opcode (is no register).  Without the REX extension bits
+ * (VEX) r12 counts as rsp too: unknown errs on the safe side.
+ */
+static void sp_modrm(struct pt_insn *out, const unsigned char *mrm, int rex,
+		     int group)
+{
+	unsigned char mod = *mrm >> 6;
+	unsigned char reg = ((*mrm >> 3) & 7) | (rex & 4 ? 8 : 0);
+	unsigned char rm = (*mrm & 7) | (rex & 1 ? 8 : 0);
+
+	if ((!group && reg == 4) || (mod == 3 && rm == 4))
+		out->spk = 0;
+}
+
+/* Little-endian signed displacement of w bytes at p. */
+static int rel_at(const unsigned char *p, int w)
+{
+	if (w == 1)
+		return (signed char)p[0];
+	return (int)((unsigned int)p[0] | (unsigned int)p[1] << 8 |
+		     (unsigned int)p[2] << 16 | (unsigned int)p[3] << 24);
+}
+
+/*
+ * A relative branch ending at p with a w-byte displacement.  With 0x66 the
+ * CPUs disagree (AMD truncates the target to 16 bits): not direct then,
+ * and never block-stepped.
+ */
+static void set_rel(struct pt_insn *out, const unsigned char *p, int w,
+		    int opsize16)
+{
+	if (opsize16)
+		return;
+	out->direct = 1;
+	out->rel = rel_at(p - w, w);
 }
 
 static int bad(struct pt_insn *out)
@@ -118,6 +161,9 @@ static int bad(struct pt_insn *out)
 	out->len = 0;
 	out->kind = PT_INSN_UNDECODABLE;
 	out->rep = 0;
+	out->cond = 0;
+	out->direct = 0;
+	out->spk = 0;
 	return 0;
 }
 
@@ -151,6 +197,7 @@ static int decode_vex(const unsigned char *code, const unsigned char *p,
 	m = modrm_len(p, end);
 	if (!m)
 		return bad(out);
+	sp_modrm(out, p, 0, 0);
 	p += m;
 	if (first == 0x8f) {
 		if (map == 8)
@@ -165,16 +212,106 @@ static int decode_vex(const unsigned char *code, const unsigned char *p,
 	return finish(code, p, n, out);
 }
 
+/* Opcodes whose ModRM reg field extends the opcode. */
+static int group1(unsigned char b)
+{
+	return (b >= 0x80 && b <= 0x83) || b == 0x8f || b == 0xc0 ||
+	       b == 0xc1 || b == 0xc6 || b == 0xc7 ||
+	       (b >= 0xd0 && b <= 0xdf) || b == 0xf6 || b == 0xf7 ||
+	       b == 0xfe || b == 0xff;
+}
+
+/*
+ * The stack pointer's change by a one-byte-map instruction b ending at
+ * end (its ModRM at mrm, or none): push/pop, pushf/popf, call/ret,
+ * add/sub rsp with an immediate; anything else writing rsp is unknown.
+ */
+static void legacy_sp(struct pt_insn *out, unsigned char b,
+		      const unsigned char *mrm, int rex, int opsize16,
+		      const unsigned char *end)
+{
+	unsigned char r = (b & 7) | (rex & 1 ? 8 : 0);
+	unsigned char ext = mrm ? (*mrm >> 3) & 7 : 0;
+
+	if (mrm)
+		sp_modrm(out, mrm, rex, group1(b));
+	switch (b) {
+	case 0x50: case 0x51: case 0x52: case 0x53:
+	case 0x54: case 0x55: case 0x56: case 0x57:
+	case 0x68: case 0x6a: case 0x9c:
+		out->sp = -8;			/* push */
+		break;
+	case 0x58: case 0x59: case 0x5a: case 0x5b:
+	case 0x5c: case 0x5d: case 0x5e: case 0x5f:
+		out->sp = 8;			/* pop */
+		if (r == 4)
+			out->spk = 0;		/* pop rsp */
+		break;
+	case 0x9d:
+		out->sp = 8;			/* popf */
+		break;
+	case 0x8f:
+		out->sp = 8;			/* pop r/m */
+		break;
+	case 0x90: case 0x91: case 0x92: case 0x93:
+	case 0x94: case 0x95: case 0x96: case 0x97:
+	case 0xb8: case 0xb9: case 0xba: case 0xbb:
+	case 0xbc: case 0xbd: case 0xbe: case 0xbf:
+		if (r == 4)
+			out->spk = 0;		/* xchg rsp / mov rsp, imm */
+		break;
+	case 0xc8: case 0xc9: case 0xca: case 0xcb: case 0xcf:
+		out->spk = 0;			/* enter, leave, far ret, iret */
+		break;
+	case 0xe8:
+		out->sp = -8;			/* call */
+		break;
+	case 0xc3:
+		out->sp = 8;			/* ret */
+		break;
+	case 0xc2:
+		out->sp = 8 + (end[-2] | end[-1] << 8);	/* ret imm16 */
+		break;
+	case 0xff:
+		if (ext == 2 || ext == 6)
+			out->sp = -8;		/* call, push r/m */
+		else if (ext == 3 || ext == 5)
+			out->spk = 0;		/* far call, far jmp */
+		break;
+	case 0x81: case 0x83:
+		/* add/sub rsp, imm: REX.W, ModRM 11 000/101 100 */
+		if (rex == 0x48 && (*mrm == 0xc4 || *mrm == 0xec)) {
+			int imm = b == 0x83 ? (signed char)end[-1] :
+				  (int)((unsigned int)end[-4] |
+					(unsigned int)end[-3] << 8 |
+					(unsigned int)end[-2] << 16 |
+					(unsigned int)end[-1] << 24);
+
+			out->spk = 1;
+			out->sp = *mrm == 0xc4 ? imm : -imm;
+		}
+		break;
+	}
+	if (opsize16 && out->sp)
+		out->spk = 0;			/* 2-byte pushes and pops */
+}
+
 int pt_insn_decode(const unsigned char *code, unsigned int n,
 		   struct pt_insn *out)
 {
 	const unsigned char *p = code, *end = code + (n > 15 ? 15 : n), *op;
-	int opsize16 = 0, addr32 = 0, rexw = 0, repp = 0, m;
+	const unsigned char *mrm = 0;
+	int opsize16 = 0, addr32 = 0, rexw = 0, rex = 0, repp = 0, m;
 	unsigned char b, t, reg;
 
 	out->kind = PT_INSN_PLAIN;
 	out->rep = 0;
 	out->len = 0;
+	out->cond = 0;
+	out->direct = 0;
+	out->rel = 0;
+	out->spk = 1;
+	out->sp = 0;
 
 	/* legacy prefixes, then at most one REX (the last before the opcode) */
 	for (;;) {
@@ -196,6 +333,7 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 	}
 	rexw = 0;
 	if ((b & 0xf0) == 0x40) {
+		rex = b;
 		rexw = (b & 8) != 0;
 		p++;
 		if (p >= end)
@@ -224,6 +362,7 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 			m = modrm_len(p, end);
 			if (!m)
 				return bad(out);
+			sp_modrm(out, p, rex, 0);
 			p += m + (c == 0x3a ? 1 : 0);
 			return finish(code, p, n, out);
 		}
@@ -243,13 +382,30 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 		}
 		if (k == 3) {
 			out->kind = PT_INSN_JUMP;
+			out->cond = 1;
 			p += 4;
+			if (p <= end)
+				set_rel(out, p, 4, opsize16);
 		} else if (k) {
 			m = modrm_len(p, end);
 			if (!m)
 				return bad(out);
+			/* groups: 0f 00, 01, 0d, 18-1f, 71-73, ae, ba, c7 */
+			sp_modrm(out, p, rex, c <= 0x01 || c == 0x0d ||
+				 (c >= 0x18 && c <= 0x1f) ||
+				 (c >= 0x71 && c <= 0x73) || c == 0xae ||
+				 c == 0xba || c == 0xc7);
 			p += m + (k == 2 ? 1 : 0);
 		}
+		if (c == 0xa0 || c == 0xa8)		/* push fs/gs */
+			out->sp = -8;
+		else if (c == 0xa1 || c == 0xa9)	/* pop fs/gs */
+			out->sp = 8;
+		else if (c >= 0xc8 && c <= 0xcf &&
+			 ((c & 7) | (rex & 1 ? 8 : 0)) == 4)
+			out->spk = 0;			/* bswap esp */
+		if (opsize16 && out->sp)
+			out->spk = 0;
 		return finish(code, p, n, out);
 	}
 
@@ -261,6 +417,7 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 		if (p >= end)
 			return bad(out);
 		reg = (*p >> 3) & 7;
+		mrm = p;
 		m = modrm_len(p, end);
 		if (!m)
 			return bad(out);
@@ -295,12 +452,22 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 	switch (b) {
 	case 0xe8:
 		out->kind = PT_INSN_CALL;
+		if (p <= end)
+			set_rel(out, p, 4, opsize16);
 		break;
 	case 0xc2: case 0xc3: case 0xca: case 0xcb:
 		out->kind = PT_INSN_RETURN;
 		break;
-	case 0xe0: case 0xe1: case 0xe2: case 0xe3: case 0xe9: case 0xeb:
+	case 0xe0: case 0xe1: case 0xe2: case 0xe3:
 		out->kind = PT_INSN_JUMP;
+		out->cond = 1;
+		if (p <= end)
+			set_rel(out, p, 1, 0);	/* rel8: no operand size */
+		break;
+	case 0xe9: case 0xeb:
+		out->kind = PT_INSN_JUMP;
+		if (p <= end)
+			set_rel(out, p, b == 0xeb ? 1 : 4, opsize16);
 		break;
 	case 0xcf:
 		out->kind = PT_INSN_IRET;
@@ -313,8 +480,10 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 						      : PT_INSN_OTHER;
 		break;
 	case 0xc7:
-		if (op[1] == 0xf8)	/* xbegin rel */
+		if (op[1] == 0xf8) {	/* xbegin rel: an abort goes there */
 			out->kind = PT_INSN_JUMP;
+			out->cond = 1;
+		}
 		break;
 	case 0xff:
 		if (reg == 2 || reg == 3)
@@ -328,7 +497,13 @@ int pt_insn_decode(const unsigned char *code, unsigned int n,
 		out->rep = repp;
 		break;
 	}
-	if (b >= 0x70 && b <= 0x7f)
+	if (b >= 0x70 && b <= 0x7f) {
 		out->kind = PT_INSN_JUMP;
+		out->cond = 1;
+		if (p <= end)
+			set_rel(out, p, 1, 0);
+	}
+	if (p <= end)
+		legacy_sp(out, b, mrm, rex, opsize16, p);
 	return finish(code, p, n, out);
 }

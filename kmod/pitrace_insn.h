@@ -23,6 +23,11 @@ struct pt_insn {
 	unsigned char len;	/* 1..15; 0 when undecodable */
 	unsigned char kind;	/* PT_INSN_* */
 	unsigned char rep;	/* rep/repne prefixed string instruction */
+	unsigned char cond;	/* a branch that may fall through: jcc, loop, jrcxz, xbegin */
+	unsigned char direct;	/* a relative branch: its target is next + rel */
+	int rel;		/* that displacement */
+	unsigned char spk;	/* sp is known: the change of the stack pointer */
+	int sp;			/* (a taken call -8, ret +8, push -8, sub rsp,16 -16, ...) */
 };
 
 /* Decode the instruction at code[0..n-1]; returns its length (0: undecodable). */

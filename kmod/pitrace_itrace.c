@@ -62,6 +62,7 @@
 #include <linux/tracepoint.h>
 #include <linux/uaccess.h>
 #include <asm/debugreg.h>
+#include <asm/msr.h>
 #include <asm/processor-flags.h>
 #include <asm/sigframe.h>
 #include <asm/tsc.h>
@@ -69,6 +70,7 @@
 
 #include "pitrace_int.h"
 #include "pitrace_insn.h"
+#include "pitrace_block.h"
 
 enum {
 	ITH_PENDING,	/* task_work queued: starts on its next return to user */
@@ -86,6 +88,7 @@ struct ith {
 	pid_t pid, tid;
 	u32 state;
 	bool follow;
+	u32 step;			/* PITRACE_ITRACE_STEP_* */
 	bool work_queued;		/* work pending: the callback frees a dead entry */
 	bool dead;			/* unhashed: free when the work has run */
 	bool in_sys;
@@ -106,14 +109,34 @@ struct ith {
 	u32 k_arg;			/* irq (interrupt), error code (fault) */
 	u64 k_addr, k_c0;		/* fault address, TSC at the entry */
 	struct pitrace_itrace_stats st;	/* the -icount identity's terms */
+	/* block-stepping (auto) and its check (STEP_VERIFY), pitrace_block.c */
+	bool btf;			/* BTF set for the block at ip */
+	bool bprobe;			/* that block tells whether BTF is ignored */
+	u64 bfirst;			/* ip of a trap after its first instruction alone */
+	bool bfirst_spk;		/* and the stack pointer's change then, if known */
+	int bfirst_sp;
+	u64 bsp;			/* the stack pointer at the line's start */
+	bool bspk;			/* (verify: known only where a trap started it) */
+	u64 bstart;			/* verify: the line's start */
+	u32 bn;				/* verify: instructions stepped since bstart */
+	bool bok;			/* verify: the line is block-steppable */
+	bool bneeds;			/* verify: its ends are told apart by sp only */
+	u64 vbranches;			/* verify: taken branches (the kernel log) */
 };
 
 /* processes waiting for their exec (AT_EXEC) */
 struct ith_pend {
 	struct list_head node;
 	pid_t tgid;
-	bool follow;
+	u32 flags;			/* PITRACE_ITRACE_FOLLOW, _STEP_* */
 };
+
+#define ITH_INHERIT	(PITRACE_ITRACE_FOLLOW | PITRACE_ITRACE_STEP_SINGLE | \
+			 PITRACE_ITRACE_STEP_VERIFY)
+
+/* Does this machine honour BTF?  Found at the first block-step trap. */
+enum { ITH_BTF_UNKNOWN, ITH_BTF_HONOURED, ITH_BTF_IGNORED };
+static int ith_btf_state;	/* ith_lock */
 
 static DEFINE_RAW_SPINLOCK(ith_lock);
 static DEFINE_HASHTABLE(ith_hash, 8);
@@ -132,6 +155,197 @@ static u32 ith_tsc_ns(u64 ticks)
 	u64 ns = tsc_khz ? mul_u64_u32_div(ticks, 1000000, tsc_khz) : ticks;
 
 	return min_t(u64, ns, U32_MAX);
+}
+
+/* ---- block-stepping (ith_lock held, irqs off) ----------------------------- */
+
+/* pt_read_fn for the current task's user memory: the notifier may not fault */
+static int ith_read(void *ctx, unsigned long long addr, unsigned char *buf,
+		    unsigned int n)
+{
+	return copy_from_user_nofault(buf, (const void __user *)
+				      (unsigned long)addr, n) ? -1 : 0;
+}
+
+/*
+ * BTF for the current thread: TIF_BLOCKSTEP (so that __switch_to_xtra sets
+ * or clears DEBUGCTLMSR_BTF as the thread comes and goes) and the MSR of
+ * this CPU now, as arch/x86/kernel/step.c's set_task_blockstep (not
+ * exported) does.  Irqs are off.  False if the MSR cannot be accessed.
+ */
+static bool ith_btf_set(bool on)
+{
+	u64 dbg;
+
+	if (rdmsrl_safe(MSR_IA32_DEBUGCTLMSR, &dbg))
+		return false;
+	if (on)
+		dbg |= DEBUGCTLMSR_BTF;
+	else
+		dbg &= ~DEBUGCTLMSR_BTF;
+	if (wrmsrl_safe(MSR_IA32_DEBUGCTLMSR, dbg))
+		return false;
+	if (on)
+		set_thread_flag(TIF_BLOCKSTEP);
+	else
+		clear_thread_flag(TIF_BLOCKSTEP);
+	return true;
+}
+
+/*
+ * th (the current thread) is single-stepped from here.  A #DB already
+ * cleared BTF in the CPU (and the kernel TIF_BLOCKSTEP); a CPU that
+ * ignores BTF may keep the bit: it is cleared all the same.
+ */
+static void ith_btf_off(struct ith *th)
+{
+	if (!th->btf)
+		return;
+	th->btf = false;
+	if (th->task == current)
+		ith_btf_set(false);
+}
+
+static void ith_btf_found(int state, const char *why)
+{
+	if (ith_btf_state != ITH_BTF_UNKNOWN)
+		return;
+	ith_btf_state = state;
+	if (state == ITH_BTF_HONOURED)
+		pr_info("pitrace: itrace: this CPU honours BTF: block-stepping\n");
+	else
+		pr_info("pitrace: itrace: this CPU ignores BTF (%s): single-stepping\n",
+			why);
+}
+
+/* verify: a new line starts at ip (after a taken branch or a record) */
+static void ith_bnew(struct ith *th, u64 ip)
+{
+	struct pt_scan sc;
+
+	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY))
+		return;
+	th->bstart = ip;
+	th->bn = 0;
+	th->bspk = false;
+	pt_block_scan(ith_read, NULL, ip, &sc);
+	th->bok = sc.flags & PT_BLOCK_STEPPABLE;
+	th->bneeds = sc.flags & PT_BLOCK_NEEDS_SP;
+	if (!th->bok)
+		th->st.refused++;
+}
+
+/* verify: a line that started at regs (the thread's user regs) has its sp */
+static void ith_bsp(struct ith *th, struct pt_regs *regs)
+{
+	if (th->step & PITRACE_ITRACE_STEP_VERIFY && !th->bn &&
+	    th->bstart == regs->ip) {
+		th->bsp = regs->sp;
+		th->bspk = true;
+	}
+}
+
+static void ith_disagree(struct ith *th, const char *what, u64 to, u32 n,
+			 u64 last, const struct pt_block *b, int r)
+{
+	th->st.disagreements++;
+	pr_warn_ratelimited("pitrace: itrace verify: tid %d: %s %llx to %llx: single-step %u instructions to %llx, decoder %d %u to %llx\n",
+			    th->tid, what, th->bstart, to, n, last, r,
+			    b->count, b->last);
+}
+
+/*
+ * verify: single-stepping found the taken branch at last (kind) to ip
+ * after th->bn instructions of the line: the block decoder must say the same.
+ */
+static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip,
+		       u64 sp)
+{
+	struct pt_block b = { 0 };
+	int r;
+
+	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY))
+		return;
+	th->vbranches++;
+	if (!th->bok)
+		return;
+	th->st.block_traps++;	/* block-stepped, this block's one trap */
+	if (th->bneeds && !th->bspk)
+		return;		/* its start's sp unknown here (not after a trap) */
+	th->st.blocks++;
+	r = pt_block_walk(ith_read, NULL, th->bstart, ip, sp - th->bsp,
+			  th->bspk, &b);
+	if (r || b.count != th->bn || b.last != last || b.kind != kind)
+		ith_disagree(th, "block", ip, th->bn, last, &b, r);
+}
+
+/*
+ * A kernel entry (interrupt, fault, signal) in the middle of a line, the
+ * thread's next user instruction at ip.  Block-stepped: count the
+ * instructions run since th->ip (no branch was taken, or it had trapped).
+ * Verify: the decoder's count of them must be single-stepping's.
+ * keep: the block may go on block-stepped (not into a signal handler).
+ */
+static void ith_catchup(struct ith *th, u64 ip, u64 sp, bool keep)
+{
+	struct pt_block b;
+	int r;
+
+	if (th->btf) {
+		r = pt_block_walk_to(ith_read, NULL, th->ip, ip, &b);
+		if (r) {
+			th->st.disagreements++;
+			pr_warn_ratelimited("pitrace: itrace: tid %d: %llx is not on the line from %llx\n",
+					    th->tid, ip, th->ip);
+		} else if (b.count) {
+			th->count += b.count;
+			th->insns += b.count;
+			th->lastoff = b.last - th->start;
+			th->ip = ip;
+			th->bsp = sp;
+			/* a probe's first instruction is behind: cannot probe */
+			th->bprobe = false;
+		}
+		if (r || !keep || ith_btf_state != ITH_BTF_HONOURED)
+			ith_btf_off(th);
+	} else if (th->step & PITRACE_ITRACE_STEP_VERIFY && th->bok &&
+		   ip == th->ip) {
+		th->st.blocks++;
+		r = pt_block_walk_to(ith_read, NULL, th->bstart, ip, &b);
+		if (r || b.count != th->bn)
+			ith_disagree(th, "line", ip, th->bn, ip, &b, r);
+	}
+}
+
+/*
+ * After a trap: block-step the line at th->ip if it can be decoded
+ * exactly (and, while it is not known whether this CPU honours BTF, if it
+ * tells).  Only at a line's start (no instruction of the block counted):
+ * a line single-stepped is scanned once.
+ */
+static void ith_block_next(struct ith *th, struct pt_regs *regs)
+{
+	struct pt_scan sc;
+
+	if (th->step || ith_btf_state == ITH_BTF_IGNORED || th->count ||
+	    test_thread_flag(TIF_SINGLESTEP))
+		return;
+	pt_block_scan(ith_read, NULL, th->ip, &sc);
+	if (!(sc.flags & PT_BLOCK_STEPPABLE) ||
+	    (ith_btf_state == ITH_BTF_UNKNOWN && !(sc.flags & PT_BLOCK_PROBE))) {
+		th->st.refused++;
+		return;
+	}
+	if (!ith_btf_set(true)) {
+		ith_btf_found(ITH_BTF_IGNORED, "DEBUGCTL not writable");
+		return;
+	}
+	th->btf = true;
+	th->bprobe = sc.flags & PT_BLOCK_PROBE;
+	th->bfirst = sc.first_next;
+	th->bfirst_spk = sc.first_spk;
+	th->bfirst_sp = sc.first_sp;
+	th->bsp = regs->sp;
 }
 
 /* ---- records (ith_lock held, irqs off) ------------------------------------ */
@@ -169,6 +383,9 @@ static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
 	th->k_minor = 0;
 	memset(&th->st, 0, sizeof(th->st));
 	th->st.tid = th->tid;
+	th->st.step = th->step;
+	ith_bnew(th, th->ip);
+	ith_bsp(th, regs);
 	regs->flags |= X86_EFLAGS_TF;
 	ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_START, &r,
 		  sizeof(r));
@@ -212,6 +429,7 @@ static void ith_kflush(struct ith *th, u64 now)
 			  sizeof(r));
 		th->start = th->ip;
 		th->count = th->lastoff = 0;
+		ith_bnew(th, th->ip);
 	}
 	th->k_minor = 0;
 }
@@ -231,6 +449,12 @@ static void ith_end(struct ith *th, u32 reason)
 		ith_write(th, PITRACE_MAJOR_ITRACE_U, PITRACE_ITRACE_END, &r,
 			  sizeof(r));
 		th->st.instructions = th->insns;
+		th->st.btf_ignored = ith_btf_state == ITH_BTF_IGNORED;
+		if (th->step & PITRACE_ITRACE_STEP_VERIFY)
+			pr_info("pitrace: itrace verify: tid %d: %llu instructions, %llu blocks checked, %llu disagreements, %llu lines not block-steppable, %llu traps if block-stepped, %llu taken branches\n",
+				th->tid, th->insns, th->st.blocks,
+				th->st.disagreements, th->st.refused,
+				th->st.block_traps, th->vbranches);
 		/* ITRACE_OFF of the thread itself: the span ends at its sys_enter */
 		th->st.end_tsc = th->in_sys ? th->sys_c0 : now;
 		ith_ended = th->st;
@@ -256,6 +480,7 @@ static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
 	ith_write(th, major, minor, &r, len);
 	th->start = to;
 	th->count = th->lastoff = 0;
+	ith_bnew(th, to);
 }
 
 /*
@@ -314,7 +539,7 @@ static void ith_unhash(struct ith *th)
 }
 
 /* A new entry for t (a module reference taken), or NULL. */
-static struct ith *ith_new(struct task_struct *t, bool follow, gfp_t gfp)
+static struct ith *ith_new(struct task_struct *t, u32 flags, gfp_t gfp)
 {
 	struct ith *th = kzalloc(sizeof(*th), gfp);
 
@@ -325,7 +550,9 @@ static struct ith *ith_new(struct task_struct *t, bool follow, gfp_t gfp)
 	th->task = t;
 	th->pid = task_tgid_nr(t);
 	th->tid = task_pid_nr(t);
-	th->follow = follow;
+	th->follow = flags & PITRACE_ITRACE_FOLLOW;
+	th->step = flags & (PITRACE_ITRACE_STEP_SINGLE |
+			    PITRACE_ITRACE_STEP_VERIFY);
 	return th;
 }
 
@@ -403,17 +630,7 @@ static bool ith_frames_untrap(struct ith *th)
 
 static void ith_decode(u64 ip, struct pt_insn *in)
 {
-	u8 code[16];
-	unsigned int n = sizeof(code);
-
-	if (copy_from_user_nofault(code, (const void __user *)ip, n)) {
-		/* the 16 bytes cross into an unmapped page: read to its end */
-		n = PAGE_SIZE - (ip & ~PAGE_MASK);
-		if (n >= sizeof(code) ||
-		    copy_from_user_nofault(code, (const void __user *)ip, n))
-			n = 0;
-	}
-	pt_insn_decode(code, n, in);
+	pt_insn_fetch(ith_read, NULL, ip, in);
 }
 
 static u32 ith_minor(unsigned int kind)
@@ -440,12 +657,16 @@ static void ith_step(struct ith *th, struct pt_regs *regs)
 	th->lastoff = prev - th->start;
 	th->count++;
 	th->insns++;
+	th->bn++;
+	if (th->step & PITRACE_ITRACE_STEP_VERIFY && !th->bok)
+		th->st.block_traps++;	/* a line block-stepping steps too */
 	th->ip = newip;
 	th->rcx = regs->cx;
 	switch (in.kind) {
 	case PT_INSN_CALL:
 	case PT_INSN_RETURN:
 	case PT_INSN_IRET:
+		ith_verify(th, prev, in.kind, newip, regs->sp);
 		ith_block(th, PITRACE_MAJOR_ITRACE_U, in.kind, newip, 0, 0);
 		return;
 	case PT_INSN_SYSCALL:
@@ -469,7 +690,48 @@ static void ith_step(struct ith *th, struct pt_regs *regs)
 		return;		/* not taken */
 	if (in.kind == PT_INSN_UNDECODABLE && newip > prev && newip <= prev + 15)
 		return;
+	ith_verify(th, prev, in.kind, newip, regs->sp);
 	ith_block(th, PITRACE_MAJOR_ITRACE_U, ith_minor(in.kind), newip, 0, 0);
+}
+
+/*
+ * A trap with BTF set: a taken branch went to regs->ip (block-stepped), or
+ * the CPU ignored BTF and trapped after one instruction (the probe: the
+ * first instruction moves no control and no branch of the line goes to its
+ * fall-through).
+ */
+static void ith_block_step(struct ith *th, struct pt_regs *regs)
+{
+	u64 to = regs->ip;
+	struct pt_block b;
+
+	th->st.block_traps++;
+	if (ith_btf_state == ITH_BTF_UNKNOWN && th->bprobe && to == th->bfirst &&
+	    (!th->bfirst_spk || regs->sp - th->bsp == (u64)(s64)th->bfirst_sp)) {
+		ith_btf_found(ITH_BTF_IGNORED,
+			      "a trap after an instruction that is no branch");
+		ith_step(th, regs);
+		return;
+	}
+	if (pt_block_walk(ith_read, NULL, th->ip, to, regs->sp - th->bsp, 1,
+			  &b)) {
+		/* cannot happen on a line pt_block_scan accepted */
+		th->st.disagreements++;
+		pr_warn_ratelimited("pitrace: itrace: tid %d: no branch from %llx reaches %llx\n",
+				    th->tid, th->ip, to);
+		th->ip = to;
+		th->rcx = regs->cx;
+		ith_block(th, PITRACE_MAJOR_ITRACE_U, 6, to, 0, 0);
+		return;
+	}
+	ith_btf_found(ITH_BTF_HONOURED, NULL);
+	th->st.blocks++;
+	th->count += b.count;
+	th->insns += b.count;
+	th->lastoff = b.last - th->start;
+	th->ip = to;
+	th->rcx = regs->cx;
+	ith_block(th, PITRACE_MAJOR_ITRACE_U, ith_minor(b.kind), to, 0, 0);
 }
 
 static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
@@ -480,6 +742,7 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 	unsigned long flags;
 	struct ith *th;
 	int ret = NOTIFY_STOP;
+	bool was_btf;
 	u64 t_in;
 
 	if (val != DIE_DEBUG || !regs || !user_mode(regs) || !dr6 ||
@@ -492,6 +755,9 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		ret = NOTIFY_DONE;
 		goto out;
 	}
+	/* the #DB cleared BTF (a CPU that ignores it may not have: clear it) */
+	was_btf = th->btf;
+	ith_btf_off(th);
 	if (th->state == ITH_ON && !READ_ONCE(pt_active))
 		ith_end(th, PITRACE_ITRACE_END_OFF);	/* buffer full, or off */
 	ith_frames_left(th, regs->sp);
@@ -501,7 +767,13 @@ static int ith_die(struct notifier_block *nb, unsigned long val, void *data)
 		th->st.traps++;
 		ith_sys_flush(th, th->ip);
 		ith_kflush(th, t_in);
-		ith_step(th, regs);
+		if (was_btf) {
+			ith_block_step(th, regs);
+		} else {
+			ith_step(th, regs);
+		}
+		ith_bsp(th, regs);
+		ith_block_next(th, regs);
 		/*
 		 * Code that cleared TF itself (popf of an old flags word):
 		 * the trap after that instruction still comes; step on.
@@ -564,6 +836,7 @@ static void ith_work_fn(struct callback_head *cb)
 				  PITRACE_ITRACE_SIG_HANDLER);
 		th->ip = regs->ip;
 		th->rcx = regs->cx;
+		ith_bsp(th, regs);
 	}
 	th->sig = 0;
 out:
@@ -627,13 +900,13 @@ static struct ith_pend *ith_find_pending(pid_t tgid)
  * the caller, who drops it (module_put) only after taking the thread's
  * own: the count never touches 0 in between.
  */
-static bool ith_take_pending(pid_t tgid, bool *follow)
+static bool ith_take_pending(pid_t tgid, u32 *flags)
 {
 	struct ith_pend *p = ith_find_pending(tgid);
 
 	if (!p)
 		return false;
-	*follow = p->follow;
+	*flags = p->flags;
 	list_del(&p->node);
 	kfree(p);
 	ith_npend--;
@@ -644,7 +917,8 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 {
 	unsigned long flags;
 	struct ith *th;
-	bool follow, put = false;
+	bool put = false;
+	u32 follow;
 
 	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
 		return;
@@ -669,6 +943,7 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 			}
 			th->ip = regs->ip;
 			th->rcx = regs->cx;
+			ith_bsp(th, regs);
 		}
 		/* exec clears the flags (start_thread) */
 		regs->flags |= X86_EFLAGS_TF;
@@ -700,6 +975,10 @@ static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
 		return;
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(current);
+	/* the interrupted line up to here; the handler starts single-stepped */
+	if (th && th->state == ITH_ON && !th->in_sys)
+		ith_catchup(th, task_pt_regs(current)->ip,
+			    task_pt_regs(current)->sp, false);
 	/* a stopped thread's handler runs untraced; its frame keeps TF */
 	if (th && th->state == ITH_ON && !th->work_queued) {
 		init_task_work(&th->work, ith_work_fn);
@@ -732,7 +1011,8 @@ static void ith_fork(void *data, struct task_struct *parent,
 			regs->flags &= ~X86_EFLAGS_TF;
 		goto out;
 	}
-	c = ith_new(child, th->follow, GFP_ATOMIC);
+	c = ith_new(child, (th->follow ? PITRACE_ITRACE_FOLLOW : 0) | th->step,
+		    GFP_ATOMIC);
 	if (!c) {
 		regs->flags &= ~X86_EFLAGS_TF;
 		goto out;
@@ -747,13 +1027,20 @@ static void ith_exit(void *data, struct task_struct *p)
 {
 	unsigned long flags;
 	struct ith *th;
-	bool follow, put = false;
+	bool put = false;
+	u32 follow;
 
 	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
 		return;
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(p);
 	if (th) {
+		/* block-stepped: the instructions since its last trap */
+		if (p == current && th->state == ITH_ON && !th->in_sys)
+			ith_catchup(th, task_pt_regs(p)->ip,
+				    task_pt_regs(p)->sp, false);
+		if (p == current)
+			ith_btf_off(th);
 		ith_end(th, PITRACE_ITRACE_END_EXIT);
 		ith_unhash(th);
 	}
@@ -780,12 +1067,17 @@ static void ith_kentry(u32 minor, u32 arg, u64 addr)
 	unsigned long flags;
 	struct ith *th;
 	u64 now = get_cycles();
+	/* where the thread's user code goes on (entry/exit paths: unchanged) */
+	u64 ip = task_pt_regs(current)->ip;
 
 	raw_spin_lock_irqsave(&ith_lock, flags);
 	th = ith_find(current);
+	/* block-stepped, the thread may have run on since the pending entry */
 	if (th && th->state == ITH_ON && !th->in_sys &&
-	    !(th->k_minor && minor == PITRACE_ITRACE_INTERRUPT)) {
+	    !(th->k_minor && minor == PITRACE_ITRACE_INTERRUPT &&
+	      !(th->btf && ip != th->ip))) {
 		ith_kflush(th, now);
+		ith_catchup(th, ip, task_pt_regs(current)->sp, true);
 		th->k_minor = minor;
 		th->k_arg = arg;
 		th->k_addr = addr;
@@ -910,7 +1202,7 @@ static int ith_hook(void)
 /* ---- control (pt.lock held, process context) ------------------------------ */
 
 /* Queue the start of t (not the caller) on its next return to user space. */
-static int ith_add_remote(struct task_struct *t, bool follow)
+static int ith_add_remote(struct task_struct *t, u32 follow)
 {
 	unsigned long flags;
 	struct ith *th;
@@ -948,7 +1240,7 @@ static int ith_add_remote(struct task_struct *t, bool follow)
 /* Every thread of process pid; returns the threads selected or -errno. */
 static int ith_add_process(pid_t pid, u32 flags)
 {
-	bool follow = flags & PITRACE_ITRACE_FOLLOW;
+	u32 follow = flags & ITH_INHERIT;
 	struct task_struct *p, *t;
 	struct task_struct **ts;
 	int n = 0, i, max, added = 0, err = 0;
@@ -973,10 +1265,10 @@ static int ith_add_process(pid_t pid, u32 flags)
 		}
 		e->tgid = task_tgid_nr(p);
 		put_task_struct(p);
-		e->follow = follow;
+		e->flags = follow;
 		raw_spin_lock_irqsave(&ith_lock, f);
 		if (ith_find_pending(e->tgid)) {
-			ith_find_pending(e->tgid)->follow = follow;
+			ith_find_pending(e->tgid)->flags = follow;
 			kfree(e);
 		} else {
 			__module_get(THIS_MODULE);	/* ioctl: the fd holds one */
@@ -1021,7 +1313,10 @@ long pt_itrace_on(struct pitrace_itrace_on *a)
 	s32 pid;
 
 	if (a->flags & ~(PITRACE_ITRACE_SELF | PITRACE_ITRACE_FOLLOW |
-			 PITRACE_ITRACE_AT_EXEC) || a->reserved ||
+			 PITRACE_ITRACE_AT_EXEC | PITRACE_ITRACE_STEP_SINGLE |
+			 PITRACE_ITRACE_STEP_VERIFY) ||
+	    (a->flags & PITRACE_ITRACE_STEP_SINGLE &&
+	     a->flags & PITRACE_ITRACE_STEP_VERIFY) || a->reserved ||
 	    a->npids > PITRACE_ITRACE_MAX_PIDS || a->pids_from < 0)
 		return -EINVAL;
 	if (!(a->flags & PITRACE_ITRACE_SELF) && !a->npids && !a->pids_from)
@@ -1035,8 +1330,7 @@ long pt_itrace_on(struct pitrace_itrace_on *a)
 	if (a->flags & PITRACE_ITRACE_SELF) {
 		struct ith *th;
 
-		th = ith_new(current, a->flags & PITRACE_ITRACE_FOLLOW,
-			     GFP_KERNEL);
+		th = ith_new(current, a->flags & ITH_INHERIT, GFP_KERNEL);
 		if (!th)
 			return -ENOMEM;
 		raw_spin_lock_irqsave(&ith_lock, flags);
@@ -1131,6 +1425,8 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 			ith_unhash(th);
 			continue;
 		}
+		if (th->task == current)
+			ith_btf_off(th);
 		ith_end(th, PITRACE_ITRACE_END_OFF);
 		if (a)	/* with the END record (and its THREAD) just written */
 			a->records += th->records;

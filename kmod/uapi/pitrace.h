@@ -416,12 +416,13 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
 #define PITRACE_FEAT_ITRACE_KERNEL	(1u << 27)	/* ITRACE_INTERRUPT/_FAULT records, ITRACE_STATS */
+#define PITRACE_FEAT_ITRACE_BLOCK	(1u << 29)	/* block-stepping, ITRACE_ON's STEP_* flags, ITRACE_STATS' block fields */
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
 	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD | \
-	 PITRACE_FEAT_ITRACE_KERNEL)
+	 PITRACE_FEAT_ITRACE_KERNEL | PITRACE_FEAT_ITRACE_BLOCK)
 
 struct pitrace_sysinfo {
 	__u32 abi;
@@ -673,6 +674,16 @@ struct pitrace_ptt_read {
 #define PITRACE_ITRACE_SELF	1
 #define PITRACE_ITRACE_FOLLOW	2
 #define PITRACE_ITRACE_AT_EXEC	4
+/*
+ * How traps are taken (PITRACE_FEAT_ITRACE_BLOCK; neither: block-step, a
+ * trap per taken branch (BTF), where the CPU honours it, blocks the module
+ * cannot decode exactly single-stepped; single-step where BTF is ignored).
+ * STEP_SINGLE: always single-step.  STEP_VERIFY: single-step and run the
+ * block decoder at each taken branch as if block-stepping, counting the
+ * blocks checked and the disagreements (ITRACE_STATS).  Not both.
+ */
+#define PITRACE_ITRACE_STEP_SINGLE	8
+#define PITRACE_ITRACE_STEP_VERIFY	16
 #define PITRACE_ITRACE_MAX_PIDS	1024
 
 struct pitrace_itrace_on {
@@ -797,6 +808,15 @@ struct pitrace_itrace_stats {
 	__u64 faults;
 	__u64 fault_tsc;
 	__u64 reps;		/* rep string instructions ended: callgrind's + 1 each */
+	/* PITRACE_FEAT_ITRACE_BLOCK (PITRACE_ITRACE_STATS_SIZE_V1 ends above) */
+	__u64 blocks;		/* blocks decoded: block-stepped, or checked (STEP_VERIFY) */
+	__u64 disagreements;	/* STEP_VERIFY: blocks the decoder ended elsewhere than single-step */
+	__u64 block_traps;	/* traps taken with BTF set; STEP_VERIFY: the traps
+				 * block-stepping would take (one a block, one an
+				 * instruction of a line it cannot decode) */
+	__u64 refused;		/* blocks the decoder cannot end exactly: single-stepped */
+	__u32 step;		/* the ITrace's PITRACE_ITRACE_STEP_* flags */
+	__u32 btf_ignored;	/* 1: BTF was found ignored on this machine (single-stepped) */
 };
 
 #define PITRACE_ITRACE_ON_SIZE_V1	32

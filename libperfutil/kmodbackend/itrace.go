@@ -35,13 +35,17 @@ type itraceOffArg struct {
 
 // itraceStats mirrors struct pitrace_itrace_stats (PITRACE_IOC_ITRACE_STATS:
 // the calling thread's last ITrace's TSC terms, read by the -icount VM
-// test's C program; here for the ABI test and the fuzzer).
+// test's C program, and its block-stepping counts, read by itrace_block.c;
+// here for the ABI test and the fuzzer). The ABI-1 struct ends at Reps.
 type itraceStats struct {
 	TID, Reserved                        uint32
 	Instructions, StartTSC, EndTSC       uint64
 	Traps, TrapTSC, Syscalls, SysTSC     uint64
 	Interrupts, IrqTSC, Faults, FaultTSC uint64
 	Reps                                 uint64
+	// PITRACE_FEAT_ITRACE_BLOCK
+	Blocks, Disagreements, BlockTraps, Refused uint64
+	Step, BTFIgnored                           uint32
 }
 
 const (
@@ -53,6 +57,11 @@ const (
 	// featITraceKernel: ITRACE_INTERRUPT / ITRACE_FAULT records, ITRACE_STATS
 	featITraceKernel = 1 << 27
 	itraceIRQDevice  = 0x100
+	// featITraceBlock: block-stepping, the STEP_* flags, ITRACE_STATS' block fields
+	featITraceBlock   = 1 << 29
+	itraceStepSingle  = 8
+	itraceStepVerify  = 16
+	itraceStatsSizeV1 = 104
 )
 
 var (
@@ -83,6 +92,25 @@ const (
 	StepSingle Step = "single"
 	StepVerify Step = "verify"
 )
+
+// stepFlags maps a Step to ITRACE_ON's PITRACE_ITRACE_STEP_* flags.
+func stepFlags(s Step) (uint32, error) {
+	switch s {
+	case StepAuto:
+		return 0, nil
+	case StepSingle:
+		return itraceStepSingle, nil
+	case StepVerify:
+		return itraceStepVerify, nil
+	}
+	return 0, fmt.Errorf("itrace: unknown step mode %q: use %q, %q or none (block-step where the CPU honours it)", string(s), StepSingle, StepVerify)
+}
+
+// HasITraceBlock says whether the loaded module takes Step (block-stepping).
+func (b *Backend) HasITraceBlock() bool {
+	var si sysinfoArg
+	return b.ioctl(iocSysinfo, unsafe.Pointer(&si)) == nil && si.Features&featITraceBlock != 0
+}
 
 // ITraceOffResult counts what ITraceOff stopped.
 type ITraceOffResult struct {
@@ -135,7 +163,14 @@ func (b *Backend) ITraceOn(s ITraceSel) (threads, skipped int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	a := itraceOnArg{NPids: uint32(len(pids)), PidsFrom: int32(s.PIDsFrom)}
+	step, err := stepFlags(s.Step)
+	if err != nil {
+		return 0, 0, err
+	}
+	if step != 0 && !b.HasITraceBlock() {
+		return 0, 0, fmt.Errorf("itrace on: the loaded pitrace module has no step modes (%q): load a newer one (make kmod) or leave the step mode out", string(s.Step))
+	}
+	a := itraceOnArg{Flags: step, NPids: uint32(len(pids)), PidsFrom: int32(s.PIDsFrom)}
 	if s.Self {
 		a.Flags |= itraceSelf
 	}

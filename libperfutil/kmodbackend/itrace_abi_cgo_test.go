@@ -24,7 +24,8 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 		{"pitrace_itrace_on", itraceOnArg{}, []string{"flags", "npids", "pids_from", "threads", "pids", "skipped", "reserved"}},
 		{"pitrace_itrace_off", itraceOffArg{}, []string{"flags", "npids", "pids", "threads", "reserved", "instructions", "records"}},
 		{"pitrace_itrace_stats", itraceStats{}, []string{"tid", "reserved", "instructions", "start_tsc", "end_tsc", "traps", "trap_tsc",
-			"syscalls", "sys_tsc", "interrupts", "irq_tsc", "faults", "fault_tsc", "reps"}},
+			"syscalls", "sys_tsc", "interrupts", "irq_tsc", "faults", "fault_tsc", "reps",
+			"blocks", "disagreements", "block_traps", "refused", "step", "btf_ignored"}},
 	} {
 		typ := reflect.TypeOf(s.goType)
 		if v["sizeof "+s.c] != uint64(typ.Size()) {
@@ -52,7 +53,9 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 		"PITRACE_ITRACE_SIGNAL": uint64(trace.ITraceSignal), "PITRACE_ITRACE_START_EXEC": uint64(trace.ITraceStartExec),
 		"PITRACE_ITRACE_SIG_HANDLER": uint64(trace.ITraceSignalHandler),
 		"PITRACE_ITRACE_END_EXIT":    uint64(trace.ITraceEndExit), "PITRACE_ITRACE_END_OFF": uint64(trace.ITraceEndOff),
-		"PITRACE_IOC_ITRACE_STATS": uint64(iocITraceStats), "PITRACE_ITRACE_STATS_SIZE_V1": uint64(reflect.TypeOf(itraceStats{}).Size()),
+		"PITRACE_IOC_ITRACE_STATS": uint64(iocITraceStats), "PITRACE_ITRACE_STATS_SIZE_V1": itraceStatsSizeV1,
+		"PITRACE_FEAT_ITRACE_BLOCK": featITraceBlock, "PITRACE_ITRACE_STEP_SINGLE": itraceStepSingle,
+		"PITRACE_ITRACE_STEP_VERIFY": itraceStepVerify,
 		"PITRACE_FEAT_ITRACE_KERNEL": featITraceKernel, "PITRACE_ITRACE_IRQ_DEVICE": itraceIRQDevice,
 		"PITRACE_ITRACE_INTERRUPT": uint64(trace.ITraceInterrupt), "PITRACE_ITRACE_FAULT": uint64(trace.ITraceFault),
 	} {
@@ -60,8 +63,12 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 			t.Errorf("%s: header %#x (present %v), Go %#x", c, got, ok, w)
 		}
 	}
-	if v["PITRACE_FEAT_ABI"]&featITrace == 0 || v["PITRACE_FEAT_ABI"]&featITraceKernel == 0 {
-		t.Errorf("PITRACE_FEAT_ABI %#x does not carry PITRACE_FEAT_ITRACE and PITRACE_FEAT_ITRACE_KERNEL", v["PITRACE_FEAT_ABI"])
+	if v["PITRACE_FEAT_ABI"]&featITrace == 0 || v["PITRACE_FEAT_ABI"]&featITraceKernel == 0 || v["PITRACE_FEAT_ABI"]&featITraceBlock == 0 {
+		t.Errorf("PITRACE_FEAT_ABI %#x does not carry PITRACE_FEAT_ITRACE, _ITRACE_KERNEL and _ITRACE_BLOCK", v["PITRACE_FEAT_ABI"])
+	}
+	// a V1 caller of ITRACE_STATS gets the fields up to reps, whole
+	if f, ok := reflect.TypeOf(itraceStats{}).FieldByName("Blocks"); !ok || f.Offset != itraceStatsSizeV1 {
+		t.Errorf("itraceStats.Blocks at %d, want the first byte after the ABI-1 struct (%d)", f.Offset, itraceStatsSizeV1)
 	}
 	payloads := []struct {
 		minor uint32

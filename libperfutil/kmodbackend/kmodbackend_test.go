@@ -172,3 +172,16 @@ func TestStackDepthOutOfRange(t *testing.T) {
 		t.Errorf("depth 5 must pass the range check and fail at the device: %v", err)
 	}
 }
+
+// TestStepFlags: each ITrace step mode maps to its ITRACE_ON flag (auto to
+// none), and an unknown one is refused with the modes that exist.
+func TestStepFlags(t *testing.T) {
+	for s, want := range map[Step]uint32{StepAuto: 0, StepSingle: itraceStepSingle, StepVerify: itraceStepVerify} {
+		if got, err := stepFlags(s); err != nil || got != want {
+			t.Errorf("stepFlags(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	if _, err := stepFlags("block"); err == nil || !strings.Contains(err.Error(), `"verify"`) {
+		t.Errorf("stepFlags(\"block\") = %v, want an error naming the modes", err)
+	}
+}

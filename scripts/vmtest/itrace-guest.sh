@@ -42,6 +42,58 @@ set -- $(sed -n 's/^kernel: \([0-9]*\) interrupts and \([0-9]*\) page faults.*/\
 nall=$(grep -c ' INTERRUPT_\| IRQ_' /tmp/itout/arc)
 [ "${1:-x}" = "$nall" ] && [ "${2:-x}" = "$npf" ] || fail "itrace.out counts ${1:-?} interrupts, ${2:-?} faults; the arc report $nall, $npf"
 echo "vmtest: itrace kernel entries: $nall interrupts ($nirq local timer), $npf page faults, each one arc line; the own functions' counts above are callgrind's"
+step "itrace: block-stepping: the default mode found this CPU's BTF ignored (TCG) and single-stepped: the counts above were exact"
+dmesg | grep -q 'pitrace: itrace: this CPU ignores BTF' ||
+	fail "no 'this CPU ignores BTF' kernel message after the default-mode trace: $(dmesg | grep 'pitrace: itrace' | tail -2)"
+echo "vmtest: itrace auto mode: $(dmesg | grep -m1 'pitrace: itrace: this CPU' | sed 's/^\[[ 0-9.]*\] //'), callgrind exact"
+
+step "itrace: block-stepping verify: the example single-stepped, the block decoder run at every taken branch agrees"
+dmesg -c >/dev/null
+run swtrace init -t 32M -m 2M
+run swtrace on --discard
+start_stopped /bin/itrace "$N"
+run itrace_block on verify "$child"
+kill -CONT "$child"
+wait "$child" || fail "the example traced in verify mode exited $?"
+run swtrace off
+run swtrace get /tmp/iv.nrm2
+mkdir -p /tmp/ivout
+run post -r /tmp/iv.nrm2 -itrace --callgrind /tmp/iv.cg -o /tmp/ivout
+run pitest itrace-cmp /bin/itrace.cg /tmp/iv.cg
+# one line a thread: tid T: I instructions, B blocks checked, D disagreements,
+# R lines not block-steppable, K traps if block-stepped
+dmesg | grep 'pitrace: itrace verify: tid' | sed 's/^\[[ 0-9.]*\] /  /'
+set -- $(dmesg | sed -n 's/.*itrace verify: tid [0-9]*: \([0-9]*\) instructions, \([0-9]*\) blocks checked, \([0-9]*\) disagreements, \([0-9]*\) lines not block-steppable, \([0-9]*\) traps if block-stepped, \([0-9]*\) taken branches/\1 \2 \3 \4 \5 \6/p' |
+	awk '{ i += $1; b += $2; d += $3; r += $4; k += $5; t += $6; n++ } END { print n + 0, i + 0, b + 0, d + 0, r + 0, k + 0, t + 0 }')
+vthreads=$1 vins=$2 vblocks=$3 vdis=$4 vref=$5 vtraps=$6 vbr=$7
+[ "$vthreads" -ge 2 ] || fail "verify: $vthreads thread lines in the kernel log, want the example's 2 threads"
+[ "$vdis" = 0 ] || fail "verify: $vdis disagreements between the block decoder and single-stepping: $(dmesg | grep 'itrace verify:' | grep -v blocks | head -3)"
+[ "$vblocks" -gt "$N" ] || fail "verify: only $vblocks blocks checked, want more than the $N leaf calls"
+dmesg | grep -q 'pitrace: itrace: .*not on the line\|no branch from' && fail "verify: the kernel log has a block error: $(dmesg | grep 'pitrace: itrace' | tail -2)"
+echo "vmtest: itrace verify: $vblocks blocks checked (> $N), 0 disagreements, $vref lines left to single-step; callgrind exact"
+echo "vmtest: itrace traps on the example: single-step $vins, block-stepped (where BTF is honoured) $vtraps ($(awk -v a="$vins" -v b="$vtraps" 'BEGIN { printf "%.1f", a / b }')x fewer); $vbr taken branches (one trap each if every line could be block-stepped: $(awk -v a="$vins" -v b="$vbr" 'BEGIN { printf "%.1f", a / b }')x)"
+
+step "itrace: step modes on one fixed section (ITRACE_STATS): the same instructions single, verify and auto"
+run swtrace init -t 8M -m 1M
+run swtrace on --discard
+for m in single verify auto; do
+	run itrace_block self "$m"
+	eval "$m=\"$(sed -n 's/.* instructions \([0-9]*\) .*/\1/p' /tmp/out)\""
+	eval "${m}_line=\"$(cat /tmp/out)\""
+done
+[ -n "$single" ] && [ "$single" = "$verify" ] && [ "$single" = "$auto" ] ||
+	fail "the section traced $single instructions single-stepped, $verify in verify mode, $auto in auto mode"
+set -- $verify_line
+# itrace_block: MODE instructions I traps T blocks B disagreements D block_traps K refused R step S btf_ignored X
+[ "$8" -gt 0 ] && [ "${10}" = 0 ] && [ "${16}" = 16 ] || fail "verify section: blocks ${8:-?} disagreements ${10:-?} step ${16:-?}: $verify_line"
+set -- $auto_line
+[ "${18}" = 1 ] && [ "${16}" = 0 ] || fail "auto section: btf_ignored ${18:-?} step ${16:-?}, want 1 and 0 under TCG: $auto_line"
+set -- $single_line
+[ "$8" = 0 ] && [ "${16}" = 8 ] || fail "single section: blocks ${8:-?} step ${16:-?}: $single_line"
+run swtrace off
+run swtrace free
+echo "vmtest: itrace step modes: $single instructions in each; verify checked blocks with 0 disagreements; auto found BTF ignored"
+
 step "itrace: post --itrace-folded / --itrace-pprof carry instructions"
 run post -r /tmp/it.nrm2 --itrace-folded /tmp/it.folded --itrace-pprof /tmp/it.pb.gz -o /tmp/itout
 sum=$(awk '{ s += $NF } END { print s }' /tmp/it.folded)

@@ -14,6 +14,8 @@ gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -stati
 	-Ilibperfutil/c/include -o "$bin/itrace_onoff" scripts/vmtest/itrace_onoff.c libperfutil/c/*.c -lm
 gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -static \
 	-o "$bin/itrace_edge" scripts/vmtest/itrace_edge.c
+# ITrace's step modes (ITRACE_ON flags, ITRACE_STATS' block fields)
+gcc -O1 -Wall -Werror -static -Ikmod/uapi -o "$bin/itrace_block" scripts/vmtest/itrace_block.c
 if ! command -v valgrind >/dev/null; then
 	if [ "${CI:-}" = true ]; then
 		echo "vmtest: FAIL: valgrind missing (apt-get install valgrind)" >&2

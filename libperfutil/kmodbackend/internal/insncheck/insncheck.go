@@ -30,3 +30,22 @@ func Decode(code []byte) Insn {
 	n := C.pt_insn_decode((*C.uchar)(unsafe.Pointer(&code[0])), C.uint(len(code)), &out)
 	return Insn{Len: int(n), Kind: int(out.kind), Rep: out.rep != 0}
 }
+
+// Branch is the module decoder's answer on a branch's target and
+// condition, and on the instruction's change of the stack pointer.
+type Branch struct {
+	Cond, Direct bool
+	Rel          int // target = next + Rel when Direct
+	SPKnown      bool
+	SP           int // bytes the stack pointer moves (taken, for call and ret)
+}
+
+// DecodeBranch runs pt_insn_decode on code and returns its branch fields.
+func DecodeBranch(code []byte) Branch {
+	var out C.struct_pt_insn
+	if len(code) == 0 {
+		return Branch{}
+	}
+	C.pt_insn_decode((*C.uchar)(unsafe.Pointer(&code[0])), C.uint(len(code)), &out)
+	return Branch{Cond: out.cond != 0, Direct: out.direct != 0, Rel: int(out.rel), SPKnown: out.spk != 0, SP: int(out.sp)}
+}
