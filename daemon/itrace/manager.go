@@ -157,7 +157,7 @@ func (m *Manager) On(c Caller, a pitrace.OnArgs) (pitrace.OnResult, error) {
 	if sink == nil {
 		return res, errors.New("tracing is not on: run `swtrace on` first (ITrace records go into the trace buffers)")
 	}
-	opts := Options{Follow: a.Follow, AtExec: a.AtExec}
+	opts := Options{Follow: a.Follow, AtExec: a.AtExec, Step: a.Step, Log: m.Log}
 	for _, pid := range a.PIDs {
 		if err := CanTrace(c, pid); err != nil {
 			return res, err
@@ -255,6 +255,20 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 		res.Threads += st.Traced
 		res.Instructions += st.Instructions
 		res.Records += st.Records
+		res.Step = st.Step
+		if st.BTF != "" {
+			res.BTF = st.BTF
+		}
+		res.SingleSteps += st.SingleSteps
+		res.BlockSteps += st.BlockSteps
+		res.BlocksChecked += st.BlocksChecked
+		res.BlockMismatches += st.BlockMismatches
+		res.BlockNs += st.BlockNs
+		res.BlocksAmbiguous += st.BlocksAmbiguous
+		res.BlocksLost += st.BlocksLost
+		res.LostTraps += st.LostTraps
+		res.VerifySingle += st.VerifySingle
+		res.StackReads += st.StackReads
 	}
 	if res.Sessions == 0 && (len(a.PIDs) > 0 || len(a.TIDs) > 0) {
 		return res, errors.New("no ITrace session traces that")

@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/kmodbackend"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -46,6 +47,17 @@ type Options struct {
 	// AtExec attaches now but starts stepping only at each process's next
 	// exec: the trace then starts at the new program's first instruction.
 	AtExec bool
+	// Step: how the threads are stepped (block.go): kmodbackend.StepAuto
+	// block-steps where the CPU honours BTF, StepSingle never does,
+	// StepVerify single-steps and checks the block decoder at every block.
+	Step kmodbackend.Step
+	// Log, if set, says once per session whether block-stepping works.
+	Log func(format string, args ...any)
+
+	// emulateBTF (tests): block steps are single steps whose stops at
+	// a fall-through are taken silently, so the tracer sees only the
+	// stops a CPU honouring BTF would give (block.go).
+	emulateBTF bool
 }
 
 // Stats are a tracer's counts.
@@ -56,12 +68,39 @@ type Stats struct {
 	Records      uint64 // records written
 	Syscalls     uint64
 	Signals      uint64
+
+	// Stepping (block.go): the mode and what the tracer found.
+	Step        kmodbackend.Step // asked: "" (auto), single, verify
+	BTF         string           // auto: "honoured", "ignored", or "" (no block step tried yet)
+	SingleSteps uint64           // resumes with PTRACE_SINGLESTEP
+	BlockSteps  uint64           // resumes with PTRACE_SINGLEBLOCK
+	// Block-decoder checks: verify (every block single-stepped and
+	// decoded), and the emulated BTF of the tests. BlockNs is the time
+	// spent decoding the checked blocks.
+	BlocksChecked   uint64
+	BlockMismatches uint64
+	BlockNs         uint64
+	// Block steps whose end two branches could explain (the first is
+	// taken), and block steps the decoder could not count (a block cut
+	// by the thread's death, a stop it cannot place): both 0 when exact.
+	BlocksAmbiguous uint64
+	BlocksLost      uint64
+	// Single steps that ran more than one instruction (the trap after
+	// the first was lost: a hypervisor emulating cpuid), counted by the
+	// block decoder.
+	LostTraps uint64
+	// Verify: the single steps block-stepping would still take (blocks
+	// it cannot count); with BlocksChecked, the stops it would take.
+	VerifySingle uint64
+	// Ambiguous ends decided by reading the stack (a system call each).
+	StackReads uint64
 }
 
-// insnCache holds the classified instructions of one address space.
+// insnCache holds the decoded instructions and blocks of one address
+// space.
 type insnCache struct {
-	pid   int
-	insns map[uint64]pitrace.Insn
+	pid int
+	dec *pitrace.Decoder
 }
 
 type thread struct {
@@ -87,6 +126,20 @@ type thread struct {
 	detach  bool // attached by a clone/fork of a thread not yet stepped: let go
 	startOn bool // start stepping at the first stop
 	ended   bool
+
+	read pitrace.CodeReader // the thread's code
+	// block: resumed with a block step of blk (from ip). Emulated BTF
+	// (tests): the block step's next single step starts at emuIP; it
+	// has run emuN instructions so far, the last at emuLast.
+	block   bool
+	blk     *pitrace.Block
+	emuIP   uint64
+	emuN    uint32
+	emuLast uint64 // the last instruction the emulated block step ran
+	// verify: the block a block step would have run from ip (the count
+	// was vCount then); nil when none is under way.
+	vblk   *pitrace.Block
+	vCount uint32
 }
 
 // Tracer is one running ITrace session.
@@ -110,8 +163,17 @@ type Tracer struct {
 	lastTid int
 	lastCPU int
 	nrec    uint64
-	code    [16]byte
+	btf     btfState
 }
+
+// btfState: whether PTRACE_SINGLEBLOCK block-steps on this machine.
+type btfState uint8
+
+const (
+	btfUnknown btfState = iota
+	btfHonoured
+	btfIgnored
+)
 
 // ErrNothing is returned when no thread could be traced.
 var ErrNothing = errors.New("itrace: nothing to trace")
@@ -129,9 +191,15 @@ func Start(opts Options, sink Sink) (*Tracer, error) {
 	if len(opts.PIDs) == 0 && len(opts.TIDs) == 0 {
 		return nil, ErrNothing
 	}
+	switch opts.Step {
+	case kmodbackend.StepAuto, kmodbackend.StepSingle, kmodbackend.StepVerify:
+	default:
+		return nil, fmt.Errorf("itrace: unknown stepping %q: say auto (\"\"), single or verify", opts.Step)
+	}
 	t := &Tracer{sink: sink, opts: opts, done: make(chan struct{}), ready: make(chan error, 1),
 		threads: map[int]*thread{}, spaces: map[int]*insnCache{}, lastTid: -1, lastCPU: -1}
 	t.t0, t.s0 = monoNow(), time.Now()
+	t.stats.Step = opts.Step
 	go t.run()
 	if err := <-t.ready; err != nil {
 		<-t.done
@@ -214,7 +282,7 @@ func (t *Tracer) ptraceOptions() int {
 func (t *Tracer) space(pid int) *insnCache {
 	as := t.spaces[pid]
 	if as == nil {
-		as = &insnCache{pid: pid, insns: map[uint64]pitrace.Insn{}}
+		as = &insnCache{pid: pid, dec: pitrace.NewDecoder()}
 		t.spaces[pid] = as
 	}
 	return as
@@ -238,6 +306,7 @@ func (t *Tracer) seize(tid, pid int) error {
 
 func (t *Tracer) addThread(tid, pid int, stepping bool) *thread {
 	th := &thread{tid: tid, pid: pid, as: t.space(pid), stepping: stepping}
+	th.read = func(addr uint64, buf []byte) int { return readCode(th.tid, addr, buf) }
 	t.threads[tid] = th
 	t.mu.Lock()
 	t.tids = append(t.tids, tid)
@@ -335,10 +404,14 @@ func (t *Tracer) endBlock(th *thread, major uint16, minor uint32, to uint64, ext
 	f = append(f, extra...)
 	t.emit(th, major, minor, f)
 	th.start, th.count, th.lastOff = to, 0, 0
+	th.vblk = nil
 }
 
 func (t *Tracer) startThread(th *thread, ip uint64, flags uint64) {
 	th.stepping, th.ip, th.start, th.count, th.lastOff = true, ip, ip, 0, 0
+	// A thread attached inside a system call may report a trap before
+	// any instruction ran, as after a stepped one: single-step first.
+	th.block, th.vblk, th.sysret = false, nil, true
 	t.fields[0], t.fields[1], t.fields[2], t.fields[3] = uint64(th.pid), uint64(th.tid), ip, flags
 	t.emit(th, trace.MajorITraceU, trace.ITraceStart, t.fields[:4])
 }
@@ -368,28 +441,42 @@ func (t *Tracer) drop(tid int) {
 
 // classify returns the instruction at ip in th's address space.
 func (t *Tracer) classify(th *thread, ip uint64) pitrace.Insn {
-	if in, ok := th.as.insns[ip]; ok {
-		return in
+	return th.as.dec.Insn(th.read, ip).Insn
+}
+
+// readCode reads the code of thread tid at addr (pitrace.CodeReader).
+func readCode(tid int, addr uint64, buf []byte) int {
+	n, _ := unix.ProcessVMReadv(tid, []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}, 0)
+	if n > 0 {
+		return n
 	}
-	n, _ := unix.ProcessVMReadv(th.tid, []unix.Iovec{{Base: &t.code[0], Len: uint64(len(t.code))}},
-		[]unix.RemoteIovec{{Base: uintptr(ip), Len: len(t.code)}}, 0)
-	if n <= 0 {
-		// The 16 bytes cross into an unmapped page: read what is mapped.
-		n = 0
-		for n < len(t.code) {
-			w, err := unix.PtracePeekText(th.tid, uintptr(ip)+uintptr(n), t.code[n:n+8])
-			if err != nil || w == 0 {
-				break
-			}
-			n += w
-			if n+8 > len(t.code) {
-				break
-			}
+	// The bytes cross into an unmapped page: read what is mapped.
+	n = 0
+	var w [8]byte
+	for n < len(buf) {
+		k, err := unix.PtracePeekText(tid, uintptr(addr)+uintptr(n), w[:])
+		if err != nil || k == 0 {
+			break
 		}
+		n += copy(buf[n:], w[:k])
 	}
-	in := pitrace.Classify(t.code[:n])
-	th.as.insns[ip] = in
-	return in
+	return n
+}
+
+// blockable returns the block a block step from th's ip would run, or nil
+// if th must be single-stepped: after a system call or an exec (the
+// traps with no instruction run, step handles them), with a signal to
+// deliver, or a block the decoder cannot count (block.go).
+func (t *Tracer) blockable(th *thread, sig int) *pitrace.Block {
+	if sig != 0 || th.sysret || th.noExec || t.stop.Load() {
+		return nil
+	}
+	b := th.as.dec.Block(th.read, th.ip)
+	if !b.Steppable {
+		return nil
+	}
+	return b
 }
 
 func (t *Tracer) resume(th *thread, sig int) error {
@@ -398,9 +485,42 @@ func (t *Tracer) resume(th *thread, sig int) error {
 	var err error
 	if th.stepping {
 		th.injected = sig
-		th.cur = t.classify(th, th.ip)
 		th.tStep = t.now()
-		err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, sig)
+		var b *pitrace.Block
+		switch t.opts.Step {
+		case kmodbackend.StepAuto:
+			if t.btf != btfIgnored {
+				if b = t.blockable(th, sig); b != nil && t.btf == btfUnknown && !b.Probe {
+					b = nil // until BTF is known to work, only blocks that tell
+				}
+			}
+		case kmodbackend.StepVerify:
+			if th.vblk == nil {
+				if th.vblk = t.blockable(th, sig); th.vblk != nil {
+					th.vCount = th.count
+				} else {
+					t.stats.VerifySingle++ // auto would single-step this one too
+				}
+			}
+		}
+		if b != nil {
+			th.block, th.blk, th.cur = true, b, pitrace.Insn{}
+			if t.opts.emulateBTF {
+				th.emuIP, th.emuN = th.ip, 0
+				err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, 0)
+			} else if err = ptraceSig(unix.PTRACE_SINGLEBLOCK, th.tid, 0); errors.Is(err, unix.EIO) {
+				t.setBTF(btfIgnored, "PTRACE_SINGLEBLOCK is refused (EIO)")
+				th.block = false
+			}
+			if th.block {
+				t.stats.BlockSteps++
+			}
+		}
+		if !th.block {
+			th.cur = t.classify(th, th.ip)
+			t.stats.SingleSteps++
+			err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, sig)
+		}
 	} else {
 		err = ptraceSig(unix.PTRACE_CONT, th.tid, sig)
 	}
@@ -408,6 +528,186 @@ func (t *Tracer) resume(th *thread, sig int) error {
 		return fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
 	}
 	return nil
+}
+
+// setBTF records what block-stepping does here, and says it once.
+func (t *Tracer) setBTF(s btfState, why string) {
+	if t.btf != btfUnknown {
+		return
+	}
+	t.btf = s
+	t.mu.Lock()
+	if s == btfHonoured {
+		t.stats.BTF = "honoured"
+	} else {
+		t.stats.BTF = "ignored"
+	}
+	t.mu.Unlock()
+	if t.opts.Log != nil {
+		if s == btfHonoured {
+			t.opts.Log("itrace: block-stepping: the CPU honours BTF (%s): one stop per taken branch", why)
+		} else {
+			t.opts.Log("itrace: block-stepping: BTF is ignored here (%s; TCG and hypervisors do that): single-stepping", why)
+		}
+	}
+}
+
+// blockTrap accounts the trap ending th's block step at regs.Rip.
+func (t *Tracer) blockTrap(th *thread, regs *unix.PtraceRegs) {
+	b, newIP := th.blk, regs.Rip
+	end := t.resolve(th, b, b.End(newIP), regs)
+	if t.opts.emulateBTF {
+		// What single-stepping saw: emuN instructions, the last at emuLast.
+		last := t.classify(th, th.emuLast)
+		if end.N != th.emuN || end.Last != th.emuLast || end.Kind != last.Kind {
+			t.stats.BlockMismatches++
+			t.logMismatch(th, b.Start, newIP, end, th.emuN, th.emuLast, last.Kind)
+		}
+		t.stats.BlocksChecked++
+	}
+	th.ip, th.rcx, th.sysret = newIP, regs.Rcx, false
+	switch end.How {
+	case pitrace.Taken:
+		if end.N >= 2 {
+			t.setBTF(btfHonoured, fmt.Sprintf("a block step from %#x ran %d instructions", b.Start, end.N))
+		}
+		th.count += end.N
+		th.lastOff = uint32(end.Last - th.start)
+		t.stats.Instructions += uint64(end.N)
+		if !end.NoBranch {
+			t.endBlock(th, trace.MajorITraceU, end.Kind.Minor(), newIP)
+		}
+	case pitrace.FellThrough:
+		// One instruction ran and did not branch: a single step.
+		if b.Probe {
+			t.setBTF(btfIgnored, fmt.Sprintf("PTRACE_SINGLEBLOCK stopped at %#x, the fall-through of the non-branch instruction at %#x", newIP, b.Start))
+		}
+		th.count++
+		th.lastOff = uint32(end.Last - th.start)
+		t.stats.Instructions++
+	default:
+		// No way through the block leads here: the instructions are
+		// lost; the block ends as an undecodable branch.
+		t.stats.BlocksLost++
+		t.endBlock(th, trace.MajorITraceU, pitrace.KindUndecodable.Minor(), newIP)
+	}
+}
+
+// resolve decides an Ambiguous block end from the stack: a conditional
+// jump went to the stop, or the block's last instruction did — a ret
+// leaves its return address just below the new stack pointer, an
+// indirect call on top of it. Where both remain possible it stays
+// Ambiguous (counted; the conditional jump is taken).
+func (t *Tracer) resolve(th *thread, b *pitrace.Block, end pitrace.BlockEnd, regs *unix.PtraceRegs) pitrace.BlockEnd {
+	if !end.Ambiguous {
+		return end
+	}
+	last, fin := b.Final()
+	var slot uint64
+	var want uint64
+	switch last.Kind {
+	case pitrace.KindReturn:
+		slot, want = regs.Rsp-8-uint64(last.Pop), regs.Rip
+	case pitrace.KindCall:
+		slot, want = regs.Rsp, last.Next()
+	default:
+		t.stats.BlocksAmbiguous++
+		return end
+	}
+	var buf [8]byte
+	t.stats.StackReads++
+	if readCode(th.tid, slot, buf[:]) != 8 {
+		t.stats.BlocksAmbiguous++
+		return end
+	}
+	v := uint64(buf[0]) | uint64(buf[1])<<8 | uint64(buf[2])<<16 | uint64(buf[3])<<24 |
+		uint64(buf[4])<<32 | uint64(buf[5])<<40 | uint64(buf[6])<<48 | uint64(buf[7])<<56
+	switch {
+	case v != want:
+		end.Ambiguous = false // the last instruction did not go there
+	case last.Kind == pitrace.KindCall:
+		return fin // its return address is on top: the call ran
+	default:
+		t.stats.BlocksAmbiguous++
+	}
+	return end
+}
+
+// blockCut accounts a block step stopped before its branch (a signal to
+// deliver, the tracer's interrupt): the instructions from the block's
+// start to ip all fell through.
+func (t *Tracer) blockCut(th *thread, ip uint64) {
+	n, last, ok := th.blk.FallThrough(ip)
+	if t.opts.emulateBTF {
+		if n != th.emuN {
+			t.stats.BlockMismatches++
+			t.logMismatch(th, th.blk.Start, ip, pitrace.BlockEnd{N: n, Last: last}, th.emuN, th.emuLast, 0)
+		}
+		t.stats.BlocksChecked++
+	}
+	if !ok {
+		t.stats.BlocksLost++
+		return
+	}
+	if n > 0 {
+		th.count += n
+		th.lastOff = uint32(last - th.start)
+		t.stats.Instructions += uint64(n)
+	}
+	th.ip = ip
+}
+
+// verifyEnd checks a block single-stepped under StepVerify, ended by a
+// taken branch to newIP (the last instruction at prev, of kind k): the
+// decoder must give the same count, last instruction and kind.
+func (t *Tracer) verifyEnd(th *thread, regs *unix.PtraceRegs, prev uint64, k pitrace.Kind, noBranch bool) {
+	b := th.vblk
+	if b == nil {
+		return
+	}
+	th.vblk = nil
+	newIP := regs.Rip
+	t0 := t.now()
+	end := t.resolve(th, b, b.End(newIP), regs)
+	t.stats.BlockNs += t.now() - t0
+	t.stats.BlocksChecked++
+	n := th.count - th.vCount // the branch counted
+	if end.How != pitrace.Taken || end.N != n || end.Last != prev || end.Kind != k || end.NoBranch != noBranch {
+		t.stats.BlockMismatches++
+		t.logMismatch(th, b.Start, newIP, end, n, prev, k)
+	}
+}
+
+// verifyCut checks a block cut by a signal or a stop under StepVerify.
+func (t *Tracer) verifyCut(th *thread) {
+	b := th.vblk
+	if b == nil {
+		return
+	}
+	th.vblk = nil
+	n, _, ok := b.FallThrough(th.ip)
+	t.stats.BlocksChecked++
+	if !ok || n != th.count-th.vCount {
+		t.stats.BlockMismatches++
+		t.logMismatch(th, b.Start, th.ip, pitrace.BlockEnd{How: pitrace.NoMatch, N: n}, th.count-th.vCount, 0, 0)
+	}
+}
+
+func (t *Tracer) logMismatch(th *thread, start, stop uint64, got pitrace.BlockEnd, n uint32, last uint64, k pitrace.Kind) {
+	if t.opts.Log != nil && t.stats.BlockMismatches <= 10 {
+		t.opts.Log("itrace: block decoder disagrees (thread %d, block %#x..stop %#x): decoded %+v; stepped: %d instructions, the last at %#x, kind %d",
+			th.tid, start, stop, got, n, last, k)
+		if os.Getenv("ITRACE_DEBUG") != "" {
+			b := th.as.dec.Block(th.read, start)
+			for _, in := range b.Insns {
+				var buf [16]byte
+				m := th.read(in.Addr, buf[:])
+				t.opts.Log("  %#x len %d kind %d cond %v target %#x  % x", in.Addr, in.Len, in.Kind, in.Cond, in.Target, buf[:min(m, int(max(in.Len, 6)))])
+			}
+			mp, _ := os.ReadFile("/proc/" + strconv.Itoa(th.pid) + "/maps")
+			t.opts.Log("%s", mp)
+		}
+	}
 }
 
 func ptraceSig(req, tid, sig int) error {
@@ -462,6 +762,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 		}
 		t.endBlock(th, trace.MajorITraceK, trace.ITraceSyscall, newIP, regs.Orig_rax&0xffffffff, dur)
 	case in.Kind == pitrace.KindCall || in.Kind == pitrace.KindReturn || in.Kind == pitrace.KindIret:
+		t.verifyEnd(th, regs, prev, in.Kind, false)
 		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
 	case in.Rep && newIP == prev:
 		// one more iteration of a rep string instruction
@@ -471,15 +772,37 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 		// check that ends it (n+1); single-step traps n times.
 		th.count++
 		t.stats.Instructions++
+	case in.Kind == pitrace.KindPlain && newIP != prev+uint64(in.Len) && th.as.dec.Insn(th.read, prev).Emulated:
+		// Not at the fall-through of a cpuid: the hypervisor that
+		// emulated it lost the trap after it, the next ones ran too.
+		if end, ok := th.as.dec.Overran(th.read, prev, newIP); ok {
+			end = t.resolve(th, th.as.dec.Block(th.read, prev), end, regs)
+			t.stats.LostTraps++
+			th.count += end.N - 1
+			th.lastOff = uint32(end.Last - th.start)
+			t.stats.Instructions += uint64(end.N - 1)
+			if end.How == pitrace.Taken {
+				t.verifyEnd(th, regs, end.Last, end.Kind, end.NoBranch)
+				if end.NoBranch {
+					break
+				}
+				t.endBlock(th, trace.MajorITraceU, end.Kind.Minor(), newIP)
+			}
+		}
 	case in.Kind == pitrace.KindPlain:
 		// Fall-through: an instruction that transfers no control goes on
 		// at the next one (a length x86asm got wrong must not make a branch).
 	case in.Len != 0 && newIP == prev+uint64(in.Len):
-		// a conditional jump not taken
+		// a conditional jump not taken, or a jump to the next
+		// instruction (a block step stops there: no branch either)
+		if th.vblk != nil && !th.as.dec.Insn(th.read, prev).Cond {
+			t.verifyEnd(th, regs, prev, in.Kind, true)
+		}
 	case in.Kind == pitrace.KindUndecodable && newIP > prev && newIP <= prev+15:
 		// AVX/AVX-512 and other encodings x86asm does not know never
 		// branch: the next ip is their fall-through.
 	default:
+		t.verifyEnd(th, regs, prev, in.Kind, false)
 		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
 	}
 }
@@ -538,6 +861,44 @@ func (t *Tracer) loop() error {
 			}
 		}
 		th.running = false
+		if th.block {
+			// A block step ended: by its trap, or cut short.
+			th.block = false
+			trap := ws.Stopped() && ws.StopSignal() == unix.SIGTRAP && ws.TrapCause() == 0
+			gotRegs := ws.Stopped() && unix.PtraceGetRegs(tid, &regs) == nil
+			switch {
+			case !gotRegs:
+				t.stats.BlocksLost++ // the thread died in the block
+			case !trap:
+				t.blockCut(th, regs.Rip) // then handled as any such stop
+			default:
+				if t.opts.emulateBTF && t.fellThrough(th, regs.Rip) {
+					if !t.stop.Load() {
+						// no trap at a fall-through: step on silently
+						th.emuIP, th.block, th.running = regs.Rip, true, true
+						if err := ptraceSig(unix.PTRACE_SINGLESTEP, tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+							return fmt.Errorf("itrace: resume thread %d: %w", tid, err)
+						}
+						continue
+					}
+					t.blockCut(th, regs.Rip)
+				} else {
+					t.blockTrap(th, &regs)
+				}
+				// The trap is accounted: resume, or let go when stopping.
+				if stopping || t.stop.Load() {
+					stopping = true
+					if th.handlers == 0 {
+						t.detach(th, 0, trace.ITraceEndOff)
+						continue
+					}
+				}
+				if err := t.resume(th, 0); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if ws.Exited() || ws.Signaled() {
 			if th.stepping && th.cur.Kind == pitrace.KindSyscall && ws.Exited() {
 				// The exit system call ran and did not return.
@@ -584,8 +945,29 @@ func (t *Tracer) loop() error {
 	return nil
 }
 
+// fellThrough accounts the emulated block step's last single step (from
+// th.emuIP to ip) and reports whether it ran no taken branch (an
+// instruction that does not branch, a conditional jump not taken): BTF
+// would not have trapped.
+func (t *Tracer) fellThrough(th *thread, ip uint64) bool {
+	in := th.as.dec.Insn(th.read, th.emuIP)
+	if in.Emulated && ip != in.Next() {
+		if end, ok := th.as.dec.Overran(th.read, th.emuIP, ip); ok {
+			th.emuN += end.N
+			th.emuLast = end.Last
+			return end.How != pitrace.Taken
+		}
+	}
+	th.emuN++
+	th.emuLast = th.emuIP
+	return ip == in.Next() && !in.Transfers()
+}
+
 func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) error {
 	tid := th.tid
+	if !(sig == int(unix.SIGTRAP) && event == 0) {
+		t.verifyCut(th) // a stop that is not a step's trap cuts the block
+	}
 	switch {
 	case sig == int(unix.SIGTRAP) && event > 0 && event != unix.PTRACE_EVENT_STOP:
 		// clone / fork / vfork / exec event: inside the system call, no

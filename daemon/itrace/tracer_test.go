@@ -161,18 +161,67 @@ func callgrind(t *testing.T, dir, prog string, args ...string) map[string]*pitra
 	return cg
 }
 
-// TestExampleMatchesCallgrind traces the bundled example from its first
-// instruction and checks every one of its own functions' exclusive
-// instructions and calls against callgrind's, exactly.
-func TestExampleMatchesCallgrind(t *testing.T) {
-	dir := t.TempDir()
-	prog := buildExample(t, dir, "-no-pie")
-	const n = "20000"
-	cg := callgrind(t, dir, prog, n)
+// example is the bundled example built once for the tests that trace it,
+// with callgrind's counts of the same run.
+var example struct {
+	once sync.Once
+	dir  string
+	prog string
+	cg   map[string]*pitrace.CGFunc
+	err  string
+}
 
-	cmd := startStopped(t, prog, n)
+const exampleN = "20000"
+
+func exampleProg(t *testing.T) (string, map[string]*pitrace.CGFunc) {
+	t.Helper()
+	needTool(t, "gcc")
+	needTool(t, "valgrind")
+	example.once.Do(func() {
+		dir, err := os.MkdirTemp("", "itrace-example")
+		if err != nil {
+			example.err = err.Error()
+			return
+		}
+		example.dir = dir
+		prog := filepath.Join(dir, "itrace")
+		if b, err := exec.Command("gcc", "-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-pthread", "-no-pie",
+			"-o", prog, "../../examples/itrace.c", "-lm").CombinedOutput(); err != nil {
+			example.err = fmt.Sprintf("gcc: %v\n%s", err, b)
+			return
+		}
+		example.prog = prog
+		example.cg = callgrind(t, dir, prog, exampleN)
+	})
+	if example.err != "" {
+		t.Fatal(example.err)
+	}
+	if example.cg == nil {
+		t.Fatal("callgrind of the example failed (see the first test that ran it)")
+	}
+	return example.prog, example.cg
+}
+
+func TestMain(m *testing.M) {
+	rc := m.Run()
+	if example.dir != "" {
+		os.RemoveAll(example.dir)
+	}
+	os.Exit(rc)
+}
+
+// traceExample traces the bundled example from its first instruction
+// with opts and checks every one of its own functions' exclusive
+// instructions and calls against callgrind's, exactly.
+func traceExample(t *testing.T, opts Options) Stats {
+	prog, cg := exampleProg(t)
+	cmd := startStopped(t, prog, exampleN)
 	sink := &capture{}
-	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, AtExec: true}, sink)
+	opts.PIDs, opts.AtExec = []int{cmd.Process.Pid}, true
+	if opts.Log == nil {
+		opts.Log = t.Logf
+	}
+	tr, err := Start(opts, sink)
 	if err != nil {
 		cmd.Process.Kill()
 		t.Fatal(err)
@@ -183,13 +232,15 @@ func TestExampleMatchesCallgrind(t *testing.T) {
 	// process is both the parent and the tracer.)
 	select {
 	case <-tr.Done():
-	case <-time.After(120 * time.Second):
+	case <-time.After(180 * time.Second):
 		tr.Stop()
-		t.Fatal("tracer did not end within 120 s")
+		t.Fatal("tracer did not end within 180 s")
 	}
 	_ = cmd.Wait() // the tracer, in this process, may have reaped it already
 	st := tr.Stats()
 	t.Logf("traced %d instructions, %d records, %d threads, %d syscalls, %d signals", st.Instructions, st.Records, st.Traced, st.Syscalls, st.Signals)
+	t.Logf("stepping %q: BTF %q, %d single steps, %d block steps; block decoder: %d checked, %d disagreements, %d ambiguous, %d uncounted; %d lost traps",
+		st.Step, st.BTF, st.SingleSteps, st.BlockSteps, st.BlocksChecked, st.BlockMismatches, st.BlocksAmbiguous, st.BlocksLost, st.LostTraps)
 	rep := replay(sink.recs, newELFNamer(t, prog))
 	if st.Traced < 2 {
 		t.Errorf("traced %d threads, want the main thread and the worker", st.Traced)
@@ -229,5 +280,23 @@ func TestExampleMatchesCallgrind(t *testing.T) {
 	}
 	if t.Failed() {
 		fmt.Println("records:", len(sink.recs))
+	}
+	return st
+}
+
+// TestExampleMatchesCallgrind traces the bundled example with the default
+// stepping (auto): the first block step tells whether the CPU honours
+// BTF; where it does not (TCG, hypervisors: this machine), the session
+// says so and single-steps; either way the counts equal callgrind's.
+func TestExampleMatchesCallgrind(t *testing.T) {
+	st := traceExample(t, Options{})
+	if st.BTF != "ignored" && st.BTF != "honoured" {
+		t.Errorf("BTF detection: %q after a whole run, want ignored or honoured", st.BTF)
+	}
+	if cpu, _ := os.ReadFile("/proc/cpuinfo"); strings.Contains(string(cpu), " hypervisor") && st.BTF != "ignored" {
+		t.Errorf("BTF %q under a hypervisor, which ignores it (ran %d block steps)", st.BTF, st.BlockSteps)
+	}
+	if st.BTF == "ignored" && st.BlockSteps > uint64(st.Traced) {
+		t.Errorf("%d block steps: after BTF was found ignored the session must single-step", st.BlockSteps)
 	}
 }

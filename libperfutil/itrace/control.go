@@ -52,6 +52,73 @@ type OffResult struct {
 	Threads      int    `json:"threads"`
 	Instructions uint64 `json:"instructions"`
 	Records      uint64 `json:"records"`
+
+	// The ptrace path's stepping (docs/itrace.md, "Block-stepping"):
+	// Step as asked; BTF "honoured" or "ignored" as found (auto);
+	// resumes by single step and by block step; the block decoder's
+	// checks (--step verify: every block single-stepped and decoded as
+	// if block-stepped) with its disagreements and the time it took;
+	// block steps two branches could explain or that could not be
+	// counted (a thread killed inside one).
+	Step            kmodbackend.Step `json:"step,omitempty"`
+	BTF             string           `json:"btf,omitempty"`
+	SingleSteps     uint64           `json:"single_steps,omitempty"`
+	BlockSteps      uint64           `json:"block_steps,omitempty"`
+	BlocksChecked   uint64           `json:"blocks_checked,omitempty"`
+	BlockMismatches uint64           `json:"block_mismatches,omitempty"`
+	BlockNs         uint64           `json:"block_ns,omitempty"`
+	BlocksAmbiguous uint64           `json:"blocks_ambiguous,omitempty"`
+	BlocksLost      uint64           `json:"blocks_lost,omitempty"`
+	// Single steps whose trap was lost (a hypervisor emulating cpuid):
+	// the block decoder counted the instructions they ran.
+	LostTraps uint64 `json:"lost_traps,omitempty"`
+	// Verify: single steps block-stepping would still take (blocks it
+	// cannot count exactly); + BlocksChecked = its stops.
+	VerifySingle uint64 `json:"verify_single,omitempty"`
+	// Block ends a conditional jump and a ret or indirect call could both
+	// explain, decided by reading the stack (one system call each).
+	StackReads uint64 `json:"stack_reads,omitempty"`
+}
+
+// Stepping says in a line how the ptrace path stepped ("" from the
+// module, which reports no stepping counts).
+func (r OffResult) Stepping() string {
+	if r.SingleSteps == 0 && r.BlockSteps == 0 {
+		return ""
+	}
+	var s string
+	switch {
+	case r.Step == kmodbackend.StepSingle:
+		s = "single-stepped (--step single)"
+	case r.Step == kmodbackend.StepVerify:
+		s = "single-stepped (--step verify)"
+	case r.BTF == "ignored":
+		s = "single-stepped: BTF is ignored here (PTRACE_SINGLEBLOCK stopped after one instruction)"
+	case r.BTF == "honoured":
+		s = "block-stepped where the decoder can count (BTF honoured)"
+	default:
+		s = "single-stepped (no block step tried)"
+	}
+	s += fmt.Sprintf("; %d single steps, %d block steps", r.SingleSteps, r.BlockSteps)
+	if r.BlocksChecked > 0 {
+		s += fmt.Sprintf("; block decoder: %d blocks checked, %d disagreements", r.BlocksChecked, r.BlockMismatches)
+		if r.BlockNs > 0 {
+			s += fmt.Sprintf(", %.0f ns per block", float64(r.BlockNs)/float64(r.BlocksChecked))
+		}
+		s += fmt.Sprintf(" (%d decided by a stack read)", r.StackReads)
+	}
+	if r.Step == kmodbackend.StepVerify && r.Instructions > 0 {
+		stops := r.BlocksChecked + r.VerifySingle
+		s += fmt.Sprintf("; block-stepping would stop %d times (%d block + %d single steps), %.3f per instruction, where BTF is honoured",
+			stops, r.BlocksChecked, r.VerifySingle, float64(stops)/float64(r.Instructions))
+	}
+	if r.LostTraps > 0 {
+		s += fmt.Sprintf("; %d single steps ran two or more instructions (a lost trap), counted by the block decoder", r.LostTraps)
+	}
+	if r.BlocksAmbiguous > 0 || r.BlocksLost > 0 {
+		s += fmt.Sprintf("; %d ambiguous and %d uncounted block steps", r.BlocksAmbiguous, r.BlocksLost)
+	}
+	return s
 }
 
 // On starts tracing the selected threads (swtrace itrace on): through the

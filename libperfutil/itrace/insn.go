@@ -41,15 +41,31 @@ type Insn struct {
 // control; they come back as KindUndecodable with Len 0, and a tracer
 // takes the next ip as their fall-through.
 func Classify(code []byte) Insn {
+	in, _ := decode(code)
+	return in
+}
+
+// decode is Classify that also returns x86asm's decoding (Op 0 where
+// x86asm has none: endbr, undecodable encodings), for the block decoder's
+// branch targets.
+func decode(code []byte) (Insn, x86asm.Inst) {
 	if len(code) >= 4 && code[0] == 0xf3 && code[1] == 0x0f && code[2] == 0x1e && (code[3] == 0xfa || code[3] == 0xfb) {
-		return Insn{Len: 4} // endbr64 / endbr32 (CET), unknown to x86asm
+		return Insn{Len: 4}, x86asm.Inst{} // endbr64 / endbr32 (CET), unknown to x86asm
 	}
 	in, err := x86asm.Decode(code, 64)
 	if err != nil || in.Len == 0 {
-		return Insn{Kind: KindUndecodable}
+		return Insn{Kind: KindUndecodable}, x86asm.Inst{}
 	}
 	out := Insn{Len: uint8(in.Len)}
 	switch in.Op {
+	case x86asm.VZEROUPPER, x86asm.VZEROALL:
+		// x86asm takes the byte after them for a ModRM; they are
+		// C5 xx 77 and C4 xx xx 77 (glibc's AVX2 string functions end
+		// with vzeroupper; ret: a block decoder must not swallow the ret).
+		out.Len = 3
+		if code[0] == 0xc4 {
+			out.Len = 4
+		}
 	case x86asm.CALL, x86asm.LCALL:
 		out.Kind = KindCall
 	case x86asm.RET, x86asm.LRET:
@@ -83,7 +99,7 @@ func Classify(code []byte) Insn {
 			}
 		}
 	}
-	return out
+	return out, in
 }
 
 // Minor returns the ITRACE branch minor code (PI's arc type) of a taken

@@ -23,6 +23,8 @@ func TestClassify(t *testing.T) {
 		{"endbr64", []byte{0xf3, 0x0f, 0x1e, 0xfa}, Insn{Len: 4}},
 		{"add %rdi,%rax", []byte{0x48, 0x01, 0xf8}, Insn{Len: 3}},
 		{"ud2", []byte{0x0f, 0x0b}, Insn{Len: 2, Kind: KindOther}},
+		{"vzeroupper (then ret)", []byte{0xc5, 0xf8, 0x77, 0xc3}, Insn{Len: 3}},
+		{"vzeroupper, 3-byte VEX", []byte{0xc4, 0xe1, 0x78, 0x77, 0xc3}, Insn{Len: 4}},
 		{"empty", nil, Insn{Kind: KindUndecodable}},
 	} {
 		if got := Classify(c.code); got != c.want {

@@ -9,6 +9,7 @@ import (
 
 	"perfinsp/libperfutil/control"
 	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/kmodbackend"
 )
 
 // itraceCommand is `swtrace itrace on|off`: ITrace through the pitrace
@@ -16,23 +17,28 @@ import (
 var itraceCommand = &cli.Command{
 	Name:      "itrace",
 	Usage:     "instruction tracing (ITrace) of selected processes: on | off",
-	UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [PID ...]\n   swtrace itrace off [-p PID ...] [PID ...]",
+	UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [--step auto|single|verify] [PID ...]\n   swtrace itrace off [-p PID ...] [PID ...]",
 	Description: "ITrace records every taken branch of the selected threads (and each system call and\n" +
 		"signal) into the trace buffers: turn tracing on first (swtrace on), then itrace on; itrace\n" +
 		"off (or swtrace off) stops it; post -arc, -itrace and --callgrind FILE report it.\n" +
 		"With the pitrace module loaded the module single-steps the threads (trap flag); without\n" +
-		"it the daemon does with ptrace, about 20 times slower still. You may trace your own processes\n" +
+		"it the daemon does with ptrace, about 20 times slower still (it block-steps, one trap per taken\n" +
+		"branch, where the CPU honours BTF: --step). You may trace your own processes\n" +
 		"(same user, dumpable); root may trace any. See docs/itrace.md.",
 	Subcommands: []*cli.Command{
 		{
 			Name:      "on",
 			Usage:     "start tracing processes (all their threads)",
-			UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [PID ...]",
+			UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [--step auto|single|verify] [PID ...]",
 			Flags: []cli.Flag{
 				&cli.IntSliceFlag{Name: "p", Aliases: []string{"pid"}, Usage: "trace process `PID` (repeat for more; bare PIDs also work)"},
 				&cli.IntFlag{Name: "pids-from", Usage: "trace every process with a pid >= `N` that exists now (PI's lowest pid)"},
 				&cli.BoolFlag{Name: "f", Aliases: []string{"follow"}, Usage: "also trace the children the traced processes fork"},
 				&cli.BoolFlag{Name: "at-exec", Usage: "attach now, trace from the processes' next exec (what run.itrace uses)"},
+				&cli.StringFlag{Name: "step", Value: "auto", Usage: "`HOW` threads are stepped: auto block-steps (a trap per taken branch, BTF) " +
+					"where the CPU honours it and single-steps where not (TCG and most hypervisors ignore BTF: found on the first " +
+					"blocks, said at itrace off and in the daemon log); single always single-steps; verify single-steps and also " +
+					"decodes every block as block-stepping would, reporting disagreements at itrace off (a check of the decoder)"},
 			},
 			Action: cmdITraceOn,
 		},
@@ -81,10 +87,14 @@ func cmdITraceOn(c *cli.Context) error {
 	if len(pids) == 0 && c.Int("pids-from") <= 0 {
 		return usageErr(c, "say what to trace: -p PID, a pid list, or --pids-from N")
 	}
+	step, err := itraceStep(c)
+	if err != nil {
+		return err
+	}
 	if err := itraceBackend(c); err != nil {
 		return err
 	}
-	r, err := pitrace.On(pitrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec")})
+	r, err := pitrace.On(pitrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec"), Step: step})
 	if err != nil {
 		return err
 	}
@@ -108,5 +118,20 @@ func cmdITraceOff(c *cli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "itrace off: %d sessions, %d threads, %d instructions, %d records\n", r.Sessions, r.Threads, r.Instructions, r.Records)
+	if s := r.Stepping(); s != "" {
+		fmt.Fprintf(c.App.Writer, "itrace stepping: %s\n", s)
+	}
 	return nil
+}
+
+// itraceStep reads --step: auto (block-step where honoured), single or verify.
+func itraceStep(c *cli.Context) (kmodbackend.Step, error) {
+	switch s := c.String("step"); s {
+	case "auto", "":
+		return kmodbackend.StepAuto, nil
+	case string(kmodbackend.StepSingle), string(kmodbackend.StepVerify):
+		return kmodbackend.Step(s), nil
+	default:
+		return "", usageErr(c, "--step %q: say auto, single or verify", s)
+	}
 }
