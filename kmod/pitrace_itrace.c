@@ -99,6 +99,7 @@ struct ith {
 	u64 frame_sp[ITH_FRAMES];
 	bool frame_alt[ITH_FRAMES];	/* that frame is on the sigaltstack */
 	u32 sig;			/* signal whose handler the work announces */
+	u64 sig_c0;			/* TSC at its signal_deliver */
 	u32 sys_nr;
 	u64 sys_t0, sys_c0;		/* ns and TSC at sys_enter */
 	u64 ip, start, rcx;		/* next instruction, block start, rcx before it */
@@ -837,6 +838,12 @@ static void ith_work_fn(struct callback_head *cb)
 		th->ip = regs->ip;
 		th->rcx = regs->cx;
 		ith_bsp(th, regs);
+		/* the delivery's window: dequeue to the frame set up (-icount) */
+		if (th->state == ITH_ON && th->st.traps &&
+		    th->sig_c0 >= th->st.start_tsc) {
+			th->st.signals++;
+			th->st.sig_tsc += get_cycles() - th->sig_c0;
+		}
 	}
 	th->sig = 0;
 out:
@@ -985,6 +992,7 @@ static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
 		if (!task_work_add(current, &th->work, TWA_RESUME)) {
 			th->work_queued = true;
 			th->sig = sig;
+			th->sig_c0 = get_cycles();
 		}
 	}
 	raw_spin_unlock_irqrestore(&ith_lock, flags);

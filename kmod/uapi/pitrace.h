@@ -817,6 +817,9 @@ struct pitrace_itrace_stats {
 	__u64 refused;		/* blocks the decoder cannot end exactly: single-stepped */
 	__u32 step;		/* the ITrace's PITRACE_ITRACE_STEP_* flags */
 	__u32 btf_ignored;	/* 1: BTF was found ignored on this machine (single-stepped) */
+	__u64 signals;		/* handlers entered (signal delivery) */
+	__u64 sig_tsc;		/* summed from the signal_deliver tracepoint to the
+				 * module's point after the handler's frame is set up */
 };
 
 #define PITRACE_ITRACE_ON_SIZE_V1	32

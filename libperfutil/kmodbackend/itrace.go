@@ -46,6 +46,7 @@ type itraceStats struct {
 	// PITRACE_FEAT_ITRACE_BLOCK
 	Blocks, Disagreements, BlockTraps, Refused uint64
 	Step, BTFIgnored                           uint32
+	Signals, SigTSC                            uint64
 }
 
 const (

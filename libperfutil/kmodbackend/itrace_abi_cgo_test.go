@@ -25,7 +25,7 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 		{"pitrace_itrace_off", itraceOffArg{}, []string{"flags", "npids", "pids", "threads", "reserved", "instructions", "records"}},
 		{"pitrace_itrace_stats", itraceStats{}, []string{"tid", "reserved", "instructions", "start_tsc", "end_tsc", "traps", "trap_tsc",
 			"syscalls", "sys_tsc", "interrupts", "irq_tsc", "faults", "fault_tsc", "reps",
-			"blocks", "disagreements", "block_traps", "refused", "step", "btf_ignored"}},
+			"blocks", "disagreements", "block_traps", "refused", "step", "btf_ignored", "signals", "sig_tsc"}},
 	} {
 		typ := reflect.TypeOf(s.goType)
 		if v["sizeof "+s.c] != uint64(typ.Size()) {

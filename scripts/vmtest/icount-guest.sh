@@ -7,7 +7,7 @@
 # itrace_icount runs one section traced by the module (ITRACE_ON/OFF of the
 # thread itself) and prints the module's ITRACE_STATS; post counts the user
 # instructions U in the trace.  For each section
-#   R = span - (U - 1) - (trap_tsc + sys_tsc + irq_tsc + fault_tsc)
+#   R = span - (U - 1) - (trap_tsc + sys_tsc + irq_tsc + fault_tsc + sig_tsc)
 # is the kernel glue no module point can see: per single-step trap the
 # #DB entry up to the notifier and the return to user after it (G), per
 # system call its entry/exit outside sys_enter..sys_exit (S), per page
@@ -20,10 +20,12 @@
 # began before it are not in the statistics.  Under -icount each glue is a
 # constant: G and C come from two
 # runs of straight-line nops (200 and 400: user instructions known a
-# priori), S from 20 getppid calls, F from 16 page faults.  The mixed
-# section (calls, returns, taken and not-taken branches, a system call, two
-# page faults) must then satisfy
-#   R = traps*G + syscalls*S + faults*F + C     exactly,
+# priori), S from 20 getppid calls, F from 16 page faults, Sg from 10
+# signals to the thread itself (per delivery, what lies outside its
+# measured window signal_deliver..frame set up).  The mixed section (calls,
+# returns, taken and not-taken branches, system calls, two page faults, a
+# signal and its handler) must then satisfy
+#   R = traps*G + syscalls*S + faults*F + signals*Sg + C     exactly,
 # so one user instruction lost or counted twice by the trace fails it.
 # Sections hit by a timer interrupt (its glue is not calibrated) are run again.
 . /guest-lib.sh
@@ -59,6 +61,7 @@ section() {
 		#   syscalls Y sys_tsc Z interrupts A irq_tsc B faults C fault_tsc D reps R
 		name=$2 expect=$4 mins=$6 span=$8 traps=${10} trap_tsc=${12} syscalls=${14} sys_tsc=${16}
 		irqs=${18} irq_tsc=${20} faults=${22} fault_tsc=${24} reps=${26}
+		signals=${28} sig_tsc=${30}
 		[ "$irqs" = 0 ] && break
 		# a run hit by one interrupt and nothing else: its glue, for information
 		[ "$irqs" = 1 ] && [ "$syscalls" = 0 ] && [ "$faults" = 0 ] &&
@@ -72,23 +75,23 @@ section() {
 	[ -n "$u" ] || fail "section $name: no instruction count from post"
 	[ "$u" = "$mins" ] || fail "section $name: the trace holds $u user instructions, the module counted $mins"
 	[ "$reps" = 0 ] || fail "section $name: rep string instructions (callgrind's +1) in a section"
-	r=$((span - (u - 1) - (trap_tsc + sys_tsc + irq_tsc + fault_tsc)))
+	r=$((span - (u - 1) - (trap_tsc + sys_tsc + irq_tsc + fault_tsc + sig_tsc)))
 	eval "${name}_u=$u ${name}_expect=$expect ${name}_r=$r ${name}_traps=$traps ${name}_sys=$syscalls ${name}_faults=$faults ${name}_span=$span"
-	eval "${name}_w=$((trap_tsc + sys_tsc + irq_tsc + fault_tsc))"
+	eval "${name}_sigs=$signals ${name}_w=$((trap_tsc + sys_tsc + irq_tsc + fault_tsc + sig_tsc))"
 }
 
-for s in nops200 nops400 sys fault mix popf; do
+for s in nops200 nops400 sys fault sig mix popf; do
 	step "section $s"
 	section $s
 done
 
 # the trace's user instructions against what each section holds, a priori
 # (popf: code that clears TF itself is stepped on, not left untraced)
-for s in nops200 nops400 sys fault mix popf; do
+for s in nops200 nops400 sys fault sig mix popf; do
 	eval "u=\$${s}_u e=\$${s}_expect"
 	[ "$u" = "$e" ] || fail "section $s: ITrace counted $u user instructions; the section has $e"
 done
-echo "vmtest: every section's user instructions in the trace = the count known from its code (nops 205, 405; sys 45; fault 37; mix 237; popf, which clears TF itself, 18)"
+echo "vmtest: every section's user instructions in the trace = the count known from its code (nops 205, 405; sys 45; fault 37; sig $sig_u; mix $mix_u; popf, which clears TF itself, 18)"
 
 [ "$nops200_sys" = 0 ] && [ "$nops400_sys" = 0 ] && [ "$nops200_faults" = 0 ] && [ "$nops400_faults" = 0 ] ||
 	fail "the nop sections had system calls or faults: $nops200_sys $nops200_faults $nops400_sys $nops400_faults"
@@ -104,7 +107,10 @@ S=$(((sys_r - sys_traps * G - C) / sys_sys))
 [ "$fault_faults" -gt 0 ] || fail "section fault: no page fault recorded"
 F=$(((fault_r - fault_traps * G - C) / fault_faults))
 [ $((F * fault_faults)) = $((fault_r - fault_traps * G - C)) ] || fail "the page-fault glue is not a constant: $((fault_r - fault_traps * G - C)) over $fault_faults faults"
-echo "vmtest: glue no module point sees, measured under -icount: $G instructions per single-step trap (the #DB entry to the notifier and the return after it), $S per system call, $F per page fault, $C at the span's ends"
+[ "$sig_sigs" -gt 0 ] || fail "section sig: no signal delivery recorded"
+Sg=$(((sig_r - sig_traps * G - sig_sys * S - C) / sig_sigs))
+[ $((Sg * sig_sigs)) = $((sig_r - sig_traps * G - sig_sys * S - C)) ] || fail "the signal glue is not a constant: $((sig_r - sig_traps * G - sig_sys * S - C)) over $sig_sigs signals"
+echo "vmtest: glue no module point sees, measured under -icount: $G instructions per single-step trap (the #DB entry to the notifier and the return after it), $S per system call, $F per page fault, $Sg per signal delivered (outside signal_deliver..frame set up), $C at the span's ends"
 
 # the interrupt's glue (entry up to its tracepoint, less the trap it
 # replaces) from the calibration runs an interrupt hit: informational, the
@@ -113,9 +119,9 @@ if [ -s /tmp/irqtries ]; then
 	is=$(while read -r n r t; do echo $((r - t * G - C)); done </tmp/irqtries | tr '\n' ' ')
 	echo "vmtest: glue per interrupt, from the $(grep -c . /tmp/irqtries) calibration runs one hit (informational): $is"
 fi
-[ "$mix_sys" = 1 ] && [ "$mix_faults" = 2 ] || fail "section mix: $mix_sys system calls, $mix_faults faults recorded; want 1 and 2"
-pred=$((mix_traps * G + mix_sys * S + mix_faults * F + C))
-echo "vmtest: identity (mix): TSC span $mix_span = user $((mix_u - 1)) + kernel measured $mix_w + glue $mix_traps traps x $G + $mix_sys x $S + $mix_faults x $F + $C = $((mix_u - 1 + mix_w + pred))"
+[ "$mix_sys" = 4 ] && [ "$mix_faults" = 2 ] && [ "$mix_sigs" = 1 ] || fail "section mix: $mix_sys system calls, $mix_faults faults, $mix_sigs signals recorded; want 4 (getppid, gettid, tkill, rt_sigreturn), 2 and 1"
+pred=$((mix_traps * G + mix_sys * S + mix_faults * F + mix_sigs * Sg + C))
+echo "vmtest: identity (mix): TSC span $mix_span = user $((mix_u - 1)) + kernel measured $mix_w + glue $mix_traps traps x $G + $mix_sys x $S + $mix_faults x $F + $mix_sigs x $Sg + $C = $((mix_u - 1 + mix_w + pred))"
 [ "$mix_r" = "$pred" ] || fail "identity off by $((mix_r - pred)) instructions: TSC span $mix_span, user $((mix_u - 1)), kernel measured $mix_w, glue $pred (R = $mix_r)"
 echo "vmtest: identity exact: user instructions traced + kernel instructions = the TSC delta of the traced section"
 

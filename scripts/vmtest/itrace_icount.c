@@ -8,7 +8,9 @@
  * syscall of ITRACE_OFF.  It prints the module's ITRACE_STATS: the terms of
  * "user instructions + kernel instructions = TSC delta".
  *
- *   itrace_icount nops200 | nops400 | sys | fault | mix
+ *   itrace_icount nops200 | nops400 | sys | fault | sig | mix
+ *   (sig: 10 signals sent with tkill to the thread itself, each running a
+ *    one-instruction handler and libc's two-instruction restorer)
  *   itrace_icount popf      (clears TF itself, then 10 instructions: all traced)
  *   itrace_icount touch     (not traced: TSC ticks per page fault of 256 fresh
  *                            pages, the cost an ITrace on elsewhere adds)
@@ -18,11 +20,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pitrace.h"
@@ -31,6 +35,16 @@ extern const char __executable_start[], etext[];
 
 #define NSYS	20	/* getppid calls of section sys */
 #define NFAULT	16	/* fresh pages written by section fault */
+#define NSIGS	10	/* signals of section sig */
+
+/* the handler: one instruction (libc's restorer adds two: mov, syscall) */
+asm(".pushsection .text\n\t.globl icount_handler\n\t.type icount_handler, @function\n"
+    "icount_handler:\n\tret\n\t.popsection");
+void icount_handler(int sig);
+
+/* tkill(r8 = own tid, SIGUSR1): 4 instructions, the handler's 1, the restorer's 2 */
+#define SIG_BODY "mov %%r8, %%rdi\n\tmov $10, %%esi\n\tmov $200, %%eax\n\tsyscall\n\t"
+#define SIG_INSNS (4 + 1 + 2)
 
 /* the ITRACE_ON syscall, the section, the ITRACE_OFF syscall */
 #define SECTION(body)							\
@@ -70,7 +84,8 @@ struct run {
 
 /*
  * mix: a loop of 30 calls to a two-instruction leaf, a conditional branch
- * per iteration, a system call and two page faults (r8: fresh pages).
+ * per iteration, a system call, two page faults (r8: fresh pages), and a
+ * signal to the thread itself (gettid, tkill: its handler runs).
  */
 #define MIX_BODY							\
 	"mov $30, %%r9\n\t"						\
@@ -85,7 +100,18 @@ struct run {
 	"jnz 2b\n\t"							\
 	"mov $110, %%eax\n\tsyscall\n\t"				\
 	"movb $1, (%%r8)\n\tadd $4096, %%r8\n\t"			\
-	"movb $1, (%%r8)\n\t"
+	"movb $1, (%%r8)\n\t"						\
+	"mov $186, %%eax\n\tsyscall\n\tmov %%rax, %%r8\n\t"		\
+	SIG_BODY
+
+/* the stack below main's frame present: the signal frames go there */
+__attribute__((noinline)) static void touch_stack(void)
+{
+	volatile char buf[64 * 1024];
+
+	for (unsigned int i = 0; i < sizeof(buf); i += 1024)
+		buf[i] = 0;
+}
 
 static inline uint64_t tsc(void)
 {
@@ -149,6 +175,16 @@ int main(int argc, char **argv)
 	/* the sections' code pages present: no instruction-fetch fault inside */
 	for (const volatile char *c = __executable_start; c < etext; c += 4096)
 		(void)*c;
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = icount_handler;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, NULL)) {
+		perror("itrace_icount: sigaction");
+		return 1;
+	}
+	touch_stack();
 	if (!strcmp(what, "nops200")) {
 		RUN(&r, REPT(200, "nop"));
 		expect = 200 + FRAME_INSNS;
@@ -161,16 +197,25 @@ int main(int argc, char **argv)
 	} else if (!strcmp(what, "fault")) {
 		RUN(&r, REPT(16, "movb $1, (%%r8)\n\tadd $4096, %%r8"));
 		expect = 2 * NFAULT + FRAME_INSNS;
+	} else if (!strcmp(what, "sig")) {
+		struct run rs = r;
+
+		rs.pages = (char *)syscall(SYS_gettid);
+		RUN(&rs, REPT(10, SIG_BODY)); /* NSIGS */
+		expect = NSIGS * SIG_INSNS + FRAME_INSNS;
 	} else if (!strcmp(what, "mix")) {
 		RUN(&r, MIX_BODY);
-		/* 2 + 30 x (call, add, ret, test, jz, dec, jnz) + 15 adds + 2 + 3 */
-		expect = 2 + 30 * 7 + 15 + 2 + 3 + FRAME_INSNS;
+		/*
+		 * 2 + 30 x (call, add, ret, test, jz, dec, jnz) + 15 adds + 2 + 3,
+		 * gettid's 3, the signal's 7
+		 */
+		expect = 2 + 30 * 7 + 15 + 2 + 3 + 3 + SIG_INSNS + FRAME_INSNS;
 	} else if (!strcmp(what, "popf")) {
 		/* popf of a flags word without TF, then ten nops */
 		RUN(&r, "pushfq\n\tandq $-257, (%%rsp)\n\tpopfq\n\t" REPT(10, "nop"));
 		expect = 3 + 10 + FRAME_INSNS;
 	} else {
-		fprintf(stderr, "usage: itrace_icount nops200|nops400|sys|fault|mix|popf|touch\n");
+		fprintf(stderr, "usage: itrace_icount nops200|nops400|sys|fault|sig|mix|popf|touch\n");
 		return 2;
 	}
 	if (off.threads != 1) {
@@ -182,13 +227,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "itrace_icount: ITRACE_STATS: %s\n", strerror(errno));
 		return 1;
 	}
-	printf("icount: %s expect %ld instructions %llu span %llu traps %llu trap_tsc %llu syscalls %llu sys_tsc %llu interrupts %llu irq_tsc %llu faults %llu fault_tsc %llu reps %llu\n",
+	printf("icount: %s expect %ld instructions %llu span %llu traps %llu trap_tsc %llu syscalls %llu sys_tsc %llu interrupts %llu irq_tsc %llu faults %llu fault_tsc %llu reps %llu signals %llu sig_tsc %llu\n",
 	       what, expect, (unsigned long long)st.instructions,
 	       (unsigned long long)(st.end_tsc - st.start_tsc),
 	       (unsigned long long)st.traps, (unsigned long long)st.trap_tsc,
 	       (unsigned long long)st.syscalls, (unsigned long long)st.sys_tsc,
 	       (unsigned long long)st.interrupts, (unsigned long long)st.irq_tsc,
 	       (unsigned long long)st.faults, (unsigned long long)st.fault_tsc,
-	       (unsigned long long)st.reps);
+	       (unsigned long long)st.reps, (unsigned long long)st.signals,
+	       (unsigned long long)st.sig_tsc);
 	return 0;
 }

@@ -581,6 +581,10 @@ static int collect(void)
 	add("fieldsize pitrace_itrace_stats.step", sizeof(((struct pitrace_itrace_stats *)0)->step));
 	add("offsetof pitrace_itrace_stats.btf_ignored", offsetof(struct pitrace_itrace_stats, btf_ignored));
 	add("fieldsize pitrace_itrace_stats.btf_ignored", sizeof(((struct pitrace_itrace_stats *)0)->btf_ignored));
+	add("offsetof pitrace_itrace_stats.signals", offsetof(struct pitrace_itrace_stats, signals));
+	add("fieldsize pitrace_itrace_stats.signals", sizeof(((struct pitrace_itrace_stats *)0)->signals));
+	add("offsetof pitrace_itrace_stats.sig_tsc", offsetof(struct pitrace_itrace_stats, sig_tsc));
+	add("fieldsize pitrace_itrace_stats.sig_tsc", sizeof(((struct pitrace_itrace_stats *)0)->sig_tsc));
 	add("PITRACE_FEAT_ITRACE_BLOCK", (unsigned long long)(PITRACE_FEAT_ITRACE_BLOCK));
 	add("PITRACE_ITRACE_STEP_SINGLE", (unsigned long long)(PITRACE_ITRACE_STEP_SINGLE));
 	add("PITRACE_ITRACE_STEP_VERIFY", (unsigned long long)(PITRACE_ITRACE_STEP_VERIFY));
