@@ -15,8 +15,14 @@
 #   bench/itrace.sh [N=5000] [RUNS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 N=${1:-5000}
 RUNS=${2:-3}
+case "$N$RUNS" in
+*[!0-9]*) echo "bench: N and RUNS are numbers (bench/itrace.sh --help)" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "bench: run as root (the daemon backend)"; exit 1; }
 command -v valgrind >/dev/null || { echo "bench: valgrind is not installed (make deps)"; exit 1; }
 make -s build bin/itrace >/dev/null
