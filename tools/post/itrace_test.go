@@ -73,7 +73,9 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 		c.Run()
 		exec.Command("pkill", "-f", "pitraced --socket "+filepath.Join(dir, "pitraced.sock")).Run()
 	}()
-	run := exec.Command(filepath.Join(root, "scripts", "run.itrace"), "-o", dir, "--", prog, n)
+	// --step verify: single-stepped, and the block decoder checked at
+	// every taken branch (the flag's way through swtrace and pitraced)
+	run := exec.Command(filepath.Join(root, "scripts", "run.itrace"), "--step", "verify", "-o", dir, "--", prog, n)
 	run.Env, run.Dir = env, dir
 	out, err := run.CombinedOutput()
 	if err != nil {
@@ -81,6 +83,15 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "itrace example: n=5000 signals=1") || !strings.Contains(string(out), "leaf_loop") {
 		t.Fatalf("run.itrace output:\n%s", out)
+	}
+	stepping := regexp.MustCompile(`run\.itrace: stepping: single-stepped \(--step verify\).*block decoder: ([0-9]+) blocks checked, ([0-9]+) disagreements`).FindStringSubmatch(string(out))
+	if stepping == nil {
+		t.Fatalf("run.itrace --step verify printed no stepping line with the decoder's check:\n%s", out)
+	}
+	if checked, _ := strconv.Atoi(stepping[1]); checked < 20000 || stepping[2] != "0" {
+		t.Errorf("block decoder over the example: %s blocks checked (want > 20,000: 5,000 leaf calls), %s disagreements (want 0)", stepping[1], stepping[2])
+	} else {
+		t.Logf("block decoder: %s blocks checked, 0 disagreements", stepping[1])
 	}
 	want := parseCG(t, cgOut)
 	got := parseCG(t, filepath.Join(dir, "callgrind.out"))
