@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/libperfutil/trace"
 )
 
 // waitInRead waits until process pid blocks in a read(2) of fd 3; stop
@@ -84,19 +85,33 @@ func TestRestartAfterHandlerMatchesCallgrind(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	waitInRead(t, cmd.Process.Pid, func() { tr.Stop() })
 	_ = cmd.Process.Signal(syscall.SIGUSR2)
+	waitTracerDone(t, tr)
+	_ = cmd.Wait()
+	expectCallgrindCounts(t, cg, sink.recs, prog, "main", "restart_handler", "read_raw", "feed_handler", "in_handler")
+}
+
+// waitTracerDone waits until the tracer ended (the traced program's last
+// thread exited), at most 120 s.
+func waitTracerDone(t *testing.T, tr *Tracer) {
+	t.Helper()
 	select {
 	case <-tr.Done():
 	case <-time.After(120 * time.Second):
 		tr.Stop()
 		t.Fatal("tracer did not end within 120 s")
 	}
-	_ = cmd.Wait()
-	rep := replay(sink.recs, newELFNamer(t, prog))
+}
+
+// expectCallgrindCounts replays the records of prog and checks each named
+// function's exclusive instructions and calls against callgrind's.
+func expectCallgrindCounts(t *testing.T, cg map[string]*pitrace.CGFunc, recs []trace.Record, prog string, names ...string) {
+	t.Helper()
+	rep := replay(recs, newELFNamer(t, prog))
 	got := map[string]*pitrace.FuncStats{}
 	for _, fn := range rep.Funcs {
 		got[fn.Name] = fn
 	}
-	for _, name := range []string{"main", "restart_handler", "read_raw", "feed_handler", "in_handler"} {
+	for _, name := range names {
 		w, g := cg[name], got[name]
 		if w == nil || g == nil {
 			t.Fatalf("%s: callgrind %v, itrace %v", name, w, g)

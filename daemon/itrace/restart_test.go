@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	pitrace "perfinsp/libperfutil/itrace"
 )
 
 // A read stopped and continued (SIGSTOP/SIGCONT: the kernel restarts it
@@ -50,22 +48,7 @@ func TestRestartedReadMatchesCallgrind(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := cmd.Process.Pid
-	inRead := func() {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			sc, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/syscall")
-			st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-			if strings.HasPrefix(string(sc), "0 0x3 ") && strings.Contains(string(st), "S (sleeping)") {
-				return
-			}
-			if time.Now().After(deadline) {
-				tr.Stop()
-				t.Fatalf("process %d did not block in its read of fd 3", pid)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	inRead := func() { t.Helper(); waitInRead(t, pid, func() { tr.Stop() }) }
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	inRead()
 	_ = cmd.Process.Signal(syscall.SIGSTOP) // interrupts the read: restarted
@@ -80,29 +63,9 @@ func TestRestartedReadMatchesCallgrind(t *testing.T) {
 	_ = cmd.Process.Signal(syscall.SIGCONT)
 	inRead()
 	feed()
-	select {
-	case <-tr.Done():
-	case <-time.After(120 * time.Second):
-		tr.Stop()
-		t.Fatal("tracer did not end within 120 s")
-	}
+	waitTracerDone(t, tr)
 	_ = cmd.Wait()
-	rep := replay(sink.recs, newELFNamer(t, prog))
-	got := map[string]*pitrace.FuncStats{}
-	for _, f := range rep.Funcs {
-		got[f.Name] = f
-	}
-	for _, name := range []string{"main", "restart", "read_raw"} {
-		w, g := cg[name], got[name]
-		if w == nil || g == nil {
-			t.Fatalf("%s: callgrind %v, itrace %v", name, w, g)
-		}
-		if g.Exclusive != w.Self || g.Calls != w.Calls {
-			t.Errorf("%-8s itrace: %d instructions, %d calls; callgrind: %d, %d", name, g.Exclusive, g.Calls, w.Self, w.Calls)
-		} else {
-			t.Logf("%-8s %d instructions, %d calls (= callgrind)", name, g.Exclusive, g.Calls)
-		}
-	}
+	expectCallgrindCounts(t, cg, sink.recs, prog, "main", "restart", "read_raw")
 }
 
 // stopPending tells whether SIGSTOP is pending for the process.
