@@ -43,14 +43,9 @@ func waitInRead(t *testing.T, pid int, stop func()) {
 // read_raw, the handler and their callers equal callgrind's counts of the
 // same run.
 func TestRestartAfterHandlerMatchesCallgrind(t *testing.T) {
-	needTool(t, "gcc")
 	needTool(t, "valgrind")
 	dir := t.TempDir()
-	prog := filepath.Join(dir, "itrace_edge")
-	if b, err := exec.Command("gcc", "-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-no-pie", "-o", prog,
-		"../../scripts/vmtest/itrace_edge.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, b)
-	}
+	prog := buildEdge(t, dir)
 
 	// callgrind's run, signalled the same way
 	out := filepath.Join(dir, "callgrind.out")
@@ -88,6 +83,18 @@ func TestRestartAfterHandlerMatchesCallgrind(t *testing.T) {
 	waitTracerDone(t, tr)
 	_ = cmd.Wait()
 	expectCallgrindCounts(t, cg, sink.recs, prog, "main", "restart_handler", "read_raw", "feed_handler", "in_handler")
+}
+
+// buildEdge compiles scripts/vmtest/itrace_edge.c into dir.
+func buildEdge(t *testing.T, dir string) string {
+	t.Helper()
+	needTool(t, "gcc")
+	prog := filepath.Join(dir, "itrace_edge")
+	if b, err := exec.Command("gcc", "-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-no-pie", "-o", prog,
+		"../../scripts/vmtest/itrace_edge.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	return prog
 }
 
 // waitTracerDone waits until the tracer ended (the traced program's last

@@ -2,7 +2,6 @@ package itrace
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,13 +16,8 @@ import (
 // callers equal callgrind's counts of the same program (which counts the
 // call once; its own run is not stopped: the count is the same).
 func TestRestartedReadMatchesCallgrind(t *testing.T) {
-	needTool(t, "gcc")
 	dir := t.TempDir()
-	prog := filepath.Join(dir, "itrace_edge")
-	if b, err := exec.Command("gcc", "-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-no-pie", "-o", prog,
-		"../../scripts/vmtest/itrace_edge.c").CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, b)
-	}
+	prog := buildEdge(t, dir)
 	fifo := filepath.Join(dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
