@@ -149,6 +149,10 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	if err != nil {
 		return err
 	}
+	// before the work, not after it: a missing -o DIR is made
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
 	r := a2n.New(f.Kallsyms)
 	r.PerfMapDir = perfmap
 	r.Cache.Root = root

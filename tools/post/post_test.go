@@ -223,6 +223,27 @@ func TestLostRecordsWarnEveryReport(t *testing.T) {
 	}
 }
 
+// -o names a directory that does not exist yet: post makes it (it used to
+// fail after the whole report was computed); a path under a file fails at
+// once with one line.
+func TestOutputDirMade(t *testing.T) {
+	dir := t.TempDir()
+	path, _ := synthetic(t, dir, 0)
+	out := filepath.Join(dir, "new", "reports")
+	if _, errs, code := runPost(t, dir, "-r", path, "-tprof", "-o", out); code != 0 {
+		t.Fatalf("post -o %s: exit %d: %s", out, code, errs)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "tprof.out")); err != nil || !strings.Contains(string(b), "Total Ticks") {
+		t.Fatalf("tprof.out in the new directory: %v", err)
+	}
+	file := filepath.Join(dir, "afile")
+	os.WriteFile(file, nil, 0o644)
+	_, errs, code := runPost(t, dir, "-r", path, "-tprof", "-o", filepath.Join(file, "x"))
+	if code == 0 || !strings.Contains(errs, "output directory") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Fatalf("-o under a file: exit %d, %q", code, errs)
+	}
+}
+
 func TestBadFiles(t *testing.T) {
 	dir := t.TempDir()
 	path, _ := synthetic(t, dir, 0)
