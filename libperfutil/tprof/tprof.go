@@ -346,6 +346,17 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	rawStacks := map[uint32]map[string]int32{}
 	var frameBuf []int32
 	var keyBuf, rawBuf []byte
+	// the new stacks' frames share blocks (one allocation per 64 k frames,
+	// not one per stack; full slice expressions: an append copies)
+	var framePool []int32
+	keepFrames := func(src []int32) []int32 {
+		if cap(framePool)-len(framePool) < len(src) {
+			framePool = make([]int32, 0, max(1<<16, len(src)))
+		}
+		n := len(framePool)
+		framePool = append(framePool, src...)
+		return framePool[n:len(framePool):len(framePool)]
+	}
 	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
 		pm := pcCache[pid]
 		if pm == nil {
@@ -545,7 +556,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			i, ok := stacks[string(keyBuf)]
 			if !ok {
 				i = int32(len(stk))
-				stk = append(stk, stackEntry{pid: pid, tid: tid, frames: append([]int32(nil), frameBuf...), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0})
+				stk = append(stk, stackEntry{pid: pid, tid: tid, frames: keepFrames(frameBuf), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0})
 				stacks[string(keyBuf)] = i
 			}
 			rs[string(rawBuf)] = i
