@@ -255,20 +255,7 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 		res.Threads += st.Traced
 		res.Instructions += st.Instructions
 		res.Records += st.Records
-		res.Step = st.Step
-		if st.BTF != "" {
-			res.BTF = st.BTF
-		}
-		res.SingleSteps += st.SingleSteps
-		res.BlockSteps += st.BlockSteps
-		res.BlocksChecked += st.BlocksChecked
-		res.BlockMismatches += st.BlockMismatches
-		res.BlockNs += st.BlockNs
-		res.BlocksAmbiguous += st.BlocksAmbiguous
-		res.BlocksLost += st.BlocksLost
-		res.LostTraps += st.LostTraps
-		res.VerifySingle += st.VerifySingle
-		res.StackReads += st.StackReads
+		res.StepCounts.Add(st.StepCounts)
 	}
 	if res.Sessions == 0 && (len(a.PIDs) > 0 || len(a.TIDs) > 0) {
 		return res, errors.New("no ITrace session traces that")

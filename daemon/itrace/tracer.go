@@ -69,31 +69,9 @@ type Stats struct {
 	Syscalls     uint64
 	Signals      uint64
 
-	// Stepping (block.go): the mode and what the tracer found.
-	Step        kmodbackend.Step // asked: "" (auto), single, verify
-	BTF         string           // auto: "honoured", "ignored", or "" (no block step tried yet)
-	SingleSteps uint64           // resumes with PTRACE_SINGLESTEP
-	BlockSteps  uint64           // resumes with PTRACE_SINGLEBLOCK
-	// Block-decoder checks: verify (every block single-stepped and
-	// decoded), and the emulated BTF of the tests. BlockNs is the time
-	// spent decoding the checked blocks.
-	BlocksChecked   uint64
-	BlockMismatches uint64
-	BlockNs         uint64
-	// Block steps whose end two branches could explain (the first is
-	// taken), and block steps the decoder could not count (a block cut
-	// by the thread's death, a stop it cannot place): both 0 when exact.
-	BlocksAmbiguous uint64
-	BlocksLost      uint64
-	// Single steps that ran more than one instruction (the trap after
-	// the first was lost: a hypervisor emulating cpuid), counted by the
-	// block decoder.
-	LostTraps uint64
-	// Verify: the single steps block-stepping would still take (blocks
-	// it cannot count); with BlocksChecked, the stops it would take.
-	VerifySingle uint64
-	// Ambiguous ends decided by reading the stack (a system call each).
-	StackReads uint64
+	// Stepping (block.go): the mode and what the tracer found. Its
+	// emulated BTF (tests) checks blocks as verify does.
+	pitrace.StepCounts
 }
 
 // insnCache holds the decoded instructions and blocks of one address

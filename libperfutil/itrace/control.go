@@ -53,13 +53,17 @@ type OffResult struct {
 	Instructions uint64 `json:"instructions"`
 	Records      uint64 `json:"records"`
 
-	// The ptrace path's stepping (docs/itrace.md, "Block-stepping"):
-	// Step as asked; BTF "honoured" or "ignored" as found (auto);
-	// resumes by single step and by block step; the block decoder's
-	// checks (--step verify: every block single-stepped and decoded as
-	// if block-stepped) with its disagreements and the time it took;
-	// block steps two branches could explain or that could not be
-	// counted (a thread killed inside one).
+	StepCounts // the ptrace path's stepping
+}
+
+// StepCounts are the ptrace path's stepping (docs/itrace.md,
+// "Block-stepping"), per tracer and summed per itrace off: Step as asked;
+// BTF "honoured" or "ignored" as found (auto); resumes by single step and
+// by block step; the block decoder's checks (--step verify: every block
+// single-stepped and decoded as if block-stepped) with its disagreements
+// and the time it took; block steps two branches could explain or that
+// could not be counted (a thread killed inside one).
+type StepCounts struct {
 	Step            kmodbackend.Step `json:"step,omitempty"`
 	BTF             string           `json:"btf,omitempty"`
 	SingleSteps     uint64           `json:"single_steps,omitempty"`
@@ -78,6 +82,24 @@ type OffResult struct {
 	// Block ends a conditional jump and a ret or indirect call could both
 	// explain, decided by reading the stack (one system call each).
 	StackReads uint64 `json:"stack_reads,omitempty"`
+}
+
+// Add sums o's counts into s (the step mode and BTF finding: o's, if set).
+func (s *StepCounts) Add(o StepCounts) {
+	s.Step = o.Step
+	if o.BTF != "" {
+		s.BTF = o.BTF
+	}
+	s.SingleSteps += o.SingleSteps
+	s.BlockSteps += o.BlockSteps
+	s.BlocksChecked += o.BlocksChecked
+	s.BlockMismatches += o.BlockMismatches
+	s.BlockNs += o.BlockNs
+	s.BlocksAmbiguous += o.BlocksAmbiguous
+	s.BlocksLost += o.BlocksLost
+	s.LostTraps += o.LostTraps
+	s.VerifySingle += o.VerifySingle
+	s.StackReads += o.StackReads
 }
 
 // Stepping says in a line how the ptrace path stepped ("" from the

@@ -152,6 +152,14 @@ for mode in after in; do
 	run swtrace off
 done
 
+# read_counts ARC: the instruction counts of read_raw's read (SYSCALL_0)
+# records in the arc report (an interrupt or fault record inside a read's
+# block splits it: its count belongs to the block the SYSCALL record ends)
+read_counts() {
+	grep ' read_raw:' "$1" | awk '/ (INTERRUPT|IRQ|PAGEFAULT)_/ { acc += $4; next }
+	/ SYSCALL_0 / { printf "%s ", acc + $4; acc = 0; next } { acc = 0 }'
+}
+
 step "itrace: a read restarted after SIGSTOP/SIGCONT: its syscall counted once, as callgrind"
 rm -f /tmp/edge.fifo
 mkfifo /tmp/edge.fifo
@@ -173,10 +181,7 @@ run post -r /tmp/edge.nrm2 -itrace -arc --callgrind /tmp/edge.cg -o /tmp/edgeout
 run pitest itrace-cmp /bin/itrace_edge_restart.cg /tmp/edge.cg main restart read_raw
 # the records say what happened: the first read's record goes on at its own
 # syscall instruction, the restarted read has a record of 0 instructions
-# (an interrupt or fault record inside a read's block splits it: its count
-# belongs to the block the SYSCALL record ends)
-reads=$(grep ' read_raw:' /tmp/edgeout/arc | awk '/ (INTERRUPT|IRQ|PAGEFAULT)_/ { acc += $4; next }
-	/ SYSCALL_0 / { printf "%s ", acc + $4; acc = 0; next } { acc = 0 }')
+reads=$(read_counts /tmp/edgeout/arc)
 [ "$reads" = "3 0 3 " ] || fail "read_raw's read records have counts '$reads', want '3 0 3 ' (read, restart, read): $(grep ' read_raw:' /tmp/edgeout/arc)"
 echo "vmtest: restarted read: read_raw's records count $reads(the restart 0), read_raw and its callers = callgrind"
 run swtrace free
@@ -193,8 +198,7 @@ run swtrace get /tmp/rh.nrm2
 mkdir -p /tmp/rhout
 run post -r /tmp/rh.nrm2 -itrace -arc --callgrind /tmp/rh.cg -o /tmp/rhout
 run pitest itrace-cmp /bin/itrace_edge_rh.cg /tmp/rh.cg main restart_handler read_raw feed_handler in_handler
-reads=$(grep ' read_raw:' /tmp/rhout/arc | awk '/ (INTERRUPT|IRQ|PAGEFAULT)_/ { acc += $4; next }
-	/ SYSCALL_0 / { printf "%s ", acc + $4; acc = 0; next } { acc = 0 }')
+reads=$(read_counts /tmp/rhout/arc)
 # the handler's rt_sigreturn returns to the syscall instruction, which runs
 # again: the machine and callgrind count it (unlike a restart without a
 # handler, which valgrind does itself: 0 above)
