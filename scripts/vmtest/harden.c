@@ -1402,7 +1402,8 @@ static int stats_in_child(int fd, int uid)
 }
 
 /*
- * The ended ITrace's counts (timing windows of one thread) go to that
+ * ITRACE_ON refuses step flags that contradict or are unknown.  The
+ * ended ITrace's counts (timing windows of one thread) go to that
  * thread only: another thread of the process, a forked child, an
  * unprivileged process and, once another thread's ITrace ended after
  * it, the first thread itself get ENOENT and an untouched struct.
@@ -1417,6 +1418,25 @@ static int t_itracestats(void)
 	ioctl(fd, PITRACE_IOC_FREE);
 	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
 		DIE("init/on");
+	/* step modes: single and verify together, or an unknown flag, refused */
+	{
+		struct pitrace_itrace_on on;
+		unsigned int bad[] = { PITRACE_ITRACE_SELF | PITRACE_ITRACE_STEP_SINGLE |
+				       PITRACE_ITRACE_STEP_VERIFY,
+				       PITRACE_ITRACE_SELF | 32, PITRACE_ITRACE_SELF | 1u << 31 };
+
+		for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			memset(&on, 0, sizeof(on));
+			on.flags = bad[i];
+			e = ioctl(fd, PITRACE_IOC_ITRACE_ON, &on) ? errno : 0;
+			CHECK(e == EINVAL, "ITRACE_ON flags 0x%x: %s (want EINVAL)", bad[i], e ? strerror(e) : "accepted");
+			if (!e) {
+				struct pitrace_itrace_off off = { .flags = PITRACE_ITRACE_SELF };
+
+				ioctl(fd, PITRACE_IOC_ITRACE_OFF, &off);
+			}
+		}
+	}
 	if (itrace_self(fd))
 		DIE("ITRACE_ON/OFF of the calling thread");
 	memset(&st, 0, sizeof(st));
