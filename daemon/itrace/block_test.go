@@ -1,6 +1,8 @@
 package itrace
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"perfinsp/libperfutil/kmodbackend"
@@ -51,5 +53,17 @@ func TestSingleNeverBlockSteps(t *testing.T) {
 	st := traceExample(t, Options{Step: kmodbackend.StepSingle})
 	if st.BlockSteps != 0 || st.BTF != "" {
 		t.Errorf("--step single: %d block steps, BTF %q; want none", st.BlockSteps, st.BTF)
+	}
+}
+
+// A client's unknown step mode is refused before any thread is attached.
+func TestUnknownStepRefused(t *testing.T) {
+	tr, err := Start(Options{PIDs: []int{os.Getpid()}, Step: "sideways"}, &capture{})
+	if err == nil {
+		tr.Stop()
+		t.Fatal("step mode \"sideways\" accepted")
+	}
+	if !strings.Contains(err.Error(), "unknown stepping") {
+		t.Fatalf("error %q does not name the step mode", err)
 	}
 }
