@@ -235,11 +235,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	const locBlock = 4096
 	var locs [][]a2n.Loc
 	nlocs := int32(0)
-	type modOff struct {
-		mod int32
-		off uint64
-	}
-	locByOff := map[modOff]int32{}
+	// a module's Locs by file offset, per module number (one-word keys:
+	// Go's fast map path); the last module's table is kept at hand
+	var locByOff []map[uint64]int32
+	var lastMod string
+	var lastOffs map[uint64]int32
 	locByName := map[[2]string]int32{}
 	modNum := map[string]int32{}
 	addLoc := func(l a2n.Loc) int32 {
@@ -269,19 +269,28 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 			return idx, 0
 		}
-		mn, ok := modNum[m]
-		if !ok {
-			mn = int32(len(modNum))
-			modNum[m] = mn
-			if m != "[vdso]" {
-				r.Cache.Prefetch(m)
+		if m != lastMod || lastOffs == nil {
+			mn, ok := modNum[m]
+			if !ok {
+				mn = int32(len(modNum))
+				modNum[m] = mn
+				if m != "[vdso]" {
+					r.Cache.Prefetch(m)
+				}
 			}
+			for int(mn) >= len(locByOff) {
+				locByOff = append(locByOff, nil)
+			}
+			if locByOff[mn] == nil {
+				locByOff[mn] = map[uint64]int32{}
+			}
+			lastMod, lastOffs = m, locByOff[mn]
 		}
-		k := modOff{mn, l.FileOffset()}
-		idx, ok := locByOff[k]
+		off := l.FileOffset()
+		idx, ok := lastOffs[off]
 		if !ok {
 			idx = addLoc(l)
-			locByOff[k] = idx
+			lastOffs[off] = idx
 		}
 		return idx, 0
 	}
@@ -334,7 +343,25 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// In deferred naming an address's Loc depends only on its process's
 	// mappings (its slot) and, for kernel addresses, not even on that:
 	// threads of one process share it, every process shares the kernel's.
-	locOf := make(map[tickKey]int32, min(traceBytes/32/32, 1<<16))
+	// One table per slot (kernel: key 1<<63), keyed by the address alone
+	// (Go's fast path for one-word keys; the two-word key hashed the
+	// whole struct: 14 % of a flat report's CPU); a slot's table is
+	// dropped when its process's mappings change (every tick of the old
+	// state has been counted by then).
+	locOf := map[uint64]map[uint64]int32{}
+	lastLocKey, lastLocs := uint64(0), map[uint64]int32(nil)
+	locTable := func(key uint64) map[uint64]int32 {
+		if key == lastLocKey && lastLocs != nil {
+			return lastLocs
+		}
+		t := locOf[key]
+		if t == nil {
+			t = map[uint64]int32{}
+			locOf[key] = t
+		}
+		lastLocKey, lastLocs = key, t
+		return t
+	}
 	// Stacks: each PC resolved once per process (as ticks are), frames as
 	// indexes into results, identical stacks counted together. A stack
 	// seen before in a process (the same thread, flags and PCs: the
@@ -377,14 +404,15 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	var tc *tickCounter
 	if deferred {
 		tc = newTickCounter(func(pid, tid uint32, kernel bool, ip, n uint64) {
-			lk := tickKey{ip: ip, w: slotOf(pid) << 32}
-			if kernel {
-				lk.w = 1 << 63
+			lk := uint64(1) << 63
+			if !kernel {
+				lk = slotOf(pid)
 			}
-			idx, known := locOf[lk]
+			lt := locTable(lk)
+			idx, known := lt[ip]
 			if !known {
 				idx, _ = resolve(pid, ip, kernel)
-				locOf[lk] = idx
+				lt[ip] = idx
 			}
 			if nent%entryBlock == 0 {
 				all = append(all, make([]entry, 0, entryBlock))
@@ -417,6 +445,12 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 					pid = uint32(rec.Field(2))
 					if filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
 						filt.Pids[pid] = true // a process (or thread) the selection created
+					}
+				}
+				if s, ok := pidSlot[pid]; ok {
+					delete(locOf, s)
+					if lastLocKey == s {
+						lastLocs = nil
 					}
 				}
 				delete(pidSlot, pid) // the next tick takes a new slot
@@ -469,21 +503,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 			i, ok := tickIdx[k]
 			if !ok {
-				var idx int32
-				var off uint64
-				if deferred {
-					lk := tickKey{ip: ip, w: lastSlot << 32}
-					if kernel {
-						lk.w = 1 << 63
-					}
-					var known bool
-					if idx, known = locOf[lk]; !known {
-						idx, _ = resolve(pid, ip, kernel)
-						locOf[lk] = idx
-					}
-				} else {
-					idx, off = resolve(pid, ip, kernel)
-				}
+				idx, off := resolve(pid, ip, kernel) // (deferred naming counts in tc above)
 				if nent%entryBlock == 0 {
 					all = append(all, make([]entry, 0, entryBlock))
 				}
