@@ -17,11 +17,11 @@ var benchLibs = []string{
 func BenchmarkLoadModule(b *testing.B) {
 	for _, path := range benchLibs {
 		b.Run(baseName(path), func(b *testing.B) {
-			if m := loadModule(path); m.Err != nil {
+			if m := loadModule(path, ""); m.Err != nil {
 				b.Skipf("skipped: %v", m.Err)
 			}
 			for i := 0; i < b.N; i++ {
-				loadModule(path)
+				loadModule(path, "")
 			}
 		})
 	}
@@ -30,7 +30,7 @@ func BenchmarkLoadModule(b *testing.B) {
 // BenchmarkSymbol is one lookup in a parsed module (post does one per
 // distinct (thread, address)).
 func BenchmarkSymbol(b *testing.B) {
-	m := loadModule(benchLibs[0])
+	m := loadModule(benchLibs[0], "")
 	if m.Err != nil || len(m.loads) == 0 {
 		b.Skipf("skipped: %v", m.Err)
 	}

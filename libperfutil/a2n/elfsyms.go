@@ -500,6 +500,7 @@ type table struct {
 	syms     symtab
 	fdes     []fdeRange
 	fdeNames map[uint64]string
+	c        *ctab // set: the symbols are a cache file's (tablecache.go), not syms
 }
 
 // fdeRange is one FDE's code range.
@@ -528,15 +529,20 @@ func (t symtab) pred(addr uint64) int {
 // owner is the entry addr falls under, before checking it holds addr:
 // the nearest start at or below addr of syms and fdes.
 func (tb *table) owner(addr uint64) (Sym, bool) {
-	i, j := tb.syms.pred(addr), predFDE(tb.fdes, addr)
-	if j >= 0 && (i < 0 || tb.fdes[j].start > tb.syms[i].Addr) {
+	var s Sym
+	have := false
+	if tb.c != nil {
+		if i := tb.c.pred(addr); i >= 0 {
+			s, have = tb.c.at(i), true
+		}
+	} else if i := tb.syms.pred(addr); i >= 0 {
+		s, have = tb.syms[i], true
+	}
+	if j := predFDE(tb.fdes, addr); j >= 0 && (!have || tb.fdes[j].start > s.Addr) {
 		f := tb.fdes[j]
 		return Sym{Addr: f.start, Size: f.size, Name: tb.fdeNames[f.start]}, true
 	}
-	if i >= 0 {
-		return tb.syms[i], true
-	}
-	return Sym{}, false
+	return s, have
 }
 
 // find is the symbol that owns addr.

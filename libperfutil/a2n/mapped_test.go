@@ -29,7 +29,7 @@ func TestMappedModuleCutShortAfterLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.Close()
-	m := loadModule(path)
+	m := loadModule(path, "")
 	if m.Err != nil {
 		t.Fatal(m.Err)
 	}

@@ -77,6 +77,7 @@ type Module struct {
 	loads    []elf.ProgHeader
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
+	debugID  string // the build-id whose debug file was looked for (the table cache's key)
 	names    map[string]string
 	lines    []lineRow
 	linesOK  bool
@@ -134,7 +135,9 @@ func buildID(f *elf.File) string {
 // (<root>/.build-id/xx/rest.debug).
 var DebugRoot = "/usr/lib/debug"
 
-func loadModule(path string) *Module {
+// loadModule parses the module at path, or maps its entry of the table
+// cache in dir ("": none; a parsed module is stored there).
+func loadModule(path, dir string) *Module {
 	m := &Module{Path: path}
 	file, size, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
@@ -155,6 +158,12 @@ func loadModule(path string) *Module {
 			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
 		}
 	}()
+	var fi os.FileInfo
+	if dir != "" {
+		if fi, err = file.Stat(); err == nil && moduleFromCache(dir, path, fi, m) {
+			return m
+		}
+	}
 	f, err := newELF(file, size, m)
 	if err != nil {
 		m.Err = fmt.Errorf("%s: %w", path, err)
@@ -163,6 +172,9 @@ func loadModule(path string) *Module {
 	m.fromELF(f, true)
 	if m.dwPath == "" && f.Section(".debug_info") != nil {
 		m.dwPath = path
+	}
+	if fi != nil {
+		moduleToCache(dir, path, fi, m, m.debugID)
 	}
 	return m
 }
@@ -190,6 +202,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 	m.Source = ".symtab"
 	if len(raw) == 0 && debugFiles {
 		if id := buildID(f); len(id) > 2 {
+			m.debugID = id
 			dbg := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
 			if df, size, err := openChecked(dbg, MaxModuleSize, false); err == nil {
 				if ef, err := newELF(df, size, m); err == nil {
@@ -248,6 +261,15 @@ func (m *Module) Symbol(fileOff uint64) (s Sym, va uint64, ok bool) {
 	if !ok {
 		return Sym{}, 0, false
 	}
+	// The name (and, from the table cache, the table) may lie in a mapped
+	// file, which may have been cut short since it was loaded: a fault
+	// reading it leaves the address unnamed.
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			s, ok = Sym{}, false
+		}
+	}()
 	s, ok = m.tab.find(va)
 	if !ok {
 		return Sym{}, va, false
@@ -256,14 +278,6 @@ func (m *Module) Symbol(fileOff uint64) (s Sym, va uint64, ok bool) {
 		s.Name = fmt.Sprintf("%s+0x%x (function at 0x%x)", baseName(m.Path), fileOff-(va-s.Addr), s.Addr)
 		return s, va, true
 	}
-	// The name may lie in the mapped file, which may have been cut short
-	// since it was loaded: a fault reading it leaves the address unnamed.
-	defer faultsPanic()()
-	defer func() {
-		if recover() != nil {
-			s, ok = Sym{}, false
-		}
-	}()
 	s.Name = strings.Clone(m.demangle(s.Name))
 	return s, va, true
 }
@@ -350,6 +364,9 @@ type Cache struct {
 	notes   []string
 	// Root, if set, is prepended to module paths (traces from another machine).
 	Root string
+	// Dir, if set, is the table cache: parsed tables are kept there and
+	// mapped by later runs (tablecache.go).
+	Dir string
 }
 
 // Module returns the parsed module at path.
@@ -376,7 +393,7 @@ func (c *Cache) Module(path string) *Module {
 	if c.Root != "" {
 		file = filepath.Join(c.Root, filepath.Clean("/"+path)) // never climbs out of --root
 	}
-	m := loadModule(file)
+	m := loadModule(file, c.Dir)
 	m.Path = path
 	c.mu.Lock()
 	if c.mods == nil {

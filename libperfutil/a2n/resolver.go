@@ -47,6 +47,7 @@ type Resolver struct {
 	Cache  Cache
 	procs  map[uint32]*Process
 	kernel symtab
+	kc     *ctab // the kernel's table from the table cache (then kernel is empty)
 	kmods  []kmod
 	kready chan struct{} // closed when kernel and kmods are loaded
 	// PerfMapDir is where perf-PID.map and jit-PID.dump files are looked
@@ -67,13 +68,42 @@ type kmod struct {
 // New returns a resolver; kallsyms is the /proc/kallsyms text stored with
 // the trace. The kernel symbol table is parsed in the background and waited
 // for at the first kernel address.
-func New(kallsyms []byte) *Resolver {
+func New(kallsyms []byte) *Resolver { return NewCached(kallsyms, "") }
+
+// NewCached is New with a table cache directory (tablecache.go): the
+// kernel's table and the modules' are taken from it when there, and
+// stored in it when parsed ("" : no cache).
+func NewCached(kallsyms []byte, dir string) *Resolver {
 	r := &Resolver{procs: map[uint32]*Process{}, kready: make(chan struct{})}
+	r.Cache.Dir = dir
 	go func() {
-		r.loadKallsyms(kallsyms)
+		if kc, kmods, ok := kernelFromCache(dir, kallsyms, r); ok {
+			r.kc, r.kmods = kc, kmods
+		} else {
+			r.loadKallsyms(kallsyms)
+			kernelToCache(dir, kallsyms, r.kernel, r.kmods)
+		}
 		close(r.kready)
 	}()
 	return r
+}
+
+// kernelSym is the kernel symbol owning addr; a name from the table cache
+// is copied (it lies in a mapping that lives only as long as r).
+func (r *Resolver) kernelSym(addr uint64) (s Sym, ok bool) {
+	if r.kc == nil {
+		return r.kernel.find(addr)
+	}
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			s, ok = Sym{}, false
+		}
+	}()
+	if s, ok = r.kc.find(addr); ok {
+		s.Name = strings.Clone(s.Name)
+	}
+	return s, ok
 }
 
 func (r *Resolver) loadKallsyms(raw []byte) {
@@ -360,8 +390,8 @@ func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 	res := Result{Process: r.ProcessName(pid)}
 	if kernel {
 		<-r.kready
-		s, ok := r.kernel.find(addr)
-		if !ok || len(r.kernel) == 0 {
+		s, ok := r.kernelSym(addr)
+		if !ok || len(r.kernel) == 0 && r.kc == nil {
 			res.Module = "[kernel]"
 			res.Symbol = fmt.Sprintf("[kernel]+0x%x", addr)
 			res.Offset = addr

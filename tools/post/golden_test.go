@@ -140,10 +140,25 @@ func pprofText(t *testing.T, path string) string {
 // samples) is byte for byte what a known-good post wrote (testdata/
 // golden-*, written before post's aggregation and writers were made
 // faster): speed work must not change a byte.
+// The same reports without the table cache, with an empty one (post
+// parses and stores the tables) and with the stored tables mapped.
 func TestReportsMatchGolden(t *testing.T) {
 	dir := t.TempDir()
 	path := goldenTrace(t, dir)
-	if _, errs, code := runPost(t, dir, "-r", path, "-tprof", "--folded", filepath.Join(dir, "f.folded"), "--flame", filepath.Join(dir, "f.svg"), "--pprof", filepath.Join(dir, "p.pb.gz")); code != 0 {
+	cache := filepath.Join(t.TempDir(), "a2n")
+	for _, run := range [][]string{{"--no-cache"}, {"--cache-dir", cache}, {"--cache-dir", cache}} {
+		t.Run(strings.Join(run, "="), func(t *testing.T) { checkGolden(t, dir, path, run) })
+		if run[0] == "--cache-dir" {
+			if ents, _ := os.ReadDir(cache); len(ents) == 0 {
+				t.Fatalf("post %v stored no table in %s", run, cache)
+			}
+		}
+	}
+}
+
+func checkGolden(t *testing.T, dir, path string, cacheArgs []string) {
+	args := append([]string{"-r", path, "-tprof", "--folded", filepath.Join(dir, "f.folded"), "--flame", filepath.Join(dir, "f.svg"), "--pprof", filepath.Join(dir, "p.pb.gz")}, cacheArgs...)
+	if _, errs, code := runPost(t, dir, args...); code != 0 {
 		t.Fatalf("post: exit %d: %s", code, errs)
 	}
 	got := map[string]string{}

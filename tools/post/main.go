@@ -37,9 +37,9 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 
 // options are post's command line.
 type options struct {
-	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile string
-	show, doTprof, lines, strict, noChildren                       bool
-	pids, tids, comms                                              string
+	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
+	show, doTprof, lines, strict, noChildren, noCache                        bool
+	pids, tids, comms                                                        string
 }
 
 func newApp(o *options, stdout, stderr io.Writer) *cli.App {
@@ -67,6 +67,8 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "no-children", Usage: "with --pid: not the processes they create", Destination: &o.noChildren},
 			&cli.StringFlag{Name: "tid", Usage: "only these threads (`LIST`)", Destination: &o.tids},
 			&cli.StringFlag{Name: "comm", Usage: "only processes of these names (`LIST`)", Destination: &o.comms},
+			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, mapped by later runs instead of parsed again", Destination: &o.cacheDir},
+			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
 		}, append(itraceFlags(), mergeFlags()...)...),
 		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
@@ -133,7 +135,11 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 		cli.ShowAppHelp(c)
 		return cli.Exit("", 2)
 	}
-	return post(o.in, o.outDir, o.show, o.doTprof, o.pprofOut, o.folded, o.flame, o.perfmap, o.root, o.lines, o.strict, filt, stdout, stderr)
+	cacheDir := o.cacheDir
+	if o.noCache {
+		cacheDir = ""
+	}
+	return post(o.in, o.outDir, o.show, o.doTprof, o.pprofOut, o.folded, o.flame, o.perfmap, o.root, cacheDir, o.lines, o.strict, filt, stdout, stderr)
 }
 
 func create(path string) (*os.File, *bufio.Writer, error) {
@@ -144,7 +150,7 @@ func create(path string) (*os.File, *bufio.Writer, error) {
 	return f, bufio.NewWriterSize(f, 1<<20), nil
 }
 
-func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfmap, root string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
+func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfmap, root, cacheDir string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
 	f, err := openTrace(in, strict)
 	if err != nil {
 		return err
@@ -153,7 +159,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
-	r := a2n.New(f.Kallsyms)
+	r := a2n.NewCached(f.Kallsyms, cacheDir)
 	r.PerfMapDir = perfmap
 	r.Cache.Root = root
 	r.Lines = lines && show

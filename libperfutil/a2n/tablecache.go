@@ -1,0 +1,483 @@
+package a2n
+
+import (
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/binary"
+	"encoding/hex"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"syscall"
+	"unsafe"
+)
+
+// A table cache keeps the symbol tables A2N builds (a module's, the
+// kernel's from a trace's kallsyms) in a directory, one file each, laid
+// out to be used where it is mapped: a later post maps the file and
+// searches it in place, with no parsing, sorting or fresh memory. Parsing
+// the modules a system-wide trace hits and sorting kallsyms was a third
+// of a flat report's CPU (docs/post.md). perf keeps copies of the files
+// it read under ~/.debug, by build-id, and parses them again each run;
+// this keeps the result of the parse.
+//
+// A module's entry is keyed by what identifies the file's contents on
+// this machine (path, device, inode, size, modification and change
+// times) and by the build-id debug file it consulted (present with its
+// identity, or absent): a rebuilt, replaced or stripped file, or a debug
+// package installed since, is a miss and is parsed again. A kernel entry
+// is keyed by the kallsyms text (length and two CRCs). Entries are
+// written whole to a temporary file and renamed into place; a file that
+// does not check out (wrong magic, version or key, sizes out of bounds,
+// unsorted addresses) is ignored and replaced. Names are bounds-checked
+// at each use, and a file cut short while mapped faults into a recovered
+// panic as a module file does (mapped.go). The directory must belong to
+// the user and not be writable by others; the oldest entries are removed
+// when it holds more than maxCacheEntries.
+
+// tableMagic starts every cache file; the digit is the format version.
+const tableMagic = "PIA2NTB1"
+
+// maxCacheEntries bounds the directory (programs built in temporary
+// directories make new paths every run).
+var maxCacheEntries = 2048
+
+// centry is one symbol of a cached table (24 bytes, no pointers).
+type centry struct {
+	addr, size uint64
+	off, n     uint32 // its name in the table's names
+}
+
+// ctab is a sorted symbol table in a mapped cache file.
+type ctab struct {
+	ents  []centry
+	names []byte
+}
+
+func (c *ctab) pred(addr uint64) int {
+	return sort.Search(len(c.ents), func(i int) bool { return c.ents[i].addr > addr }) - 1
+}
+
+func (c *ctab) at(i int) Sym {
+	e := &c.ents[i]
+	s := Sym{Addr: e.addr, Size: e.size}
+	if e.n > 0 && uint64(e.off)+uint64(e.n) <= uint64(len(c.names)) {
+		s.Name = unsafe.String(&c.names[e.off], int(e.n))
+	}
+	return s
+}
+
+// find is symtab.find over the cached entries.
+func (c *ctab) find(addr uint64) (Sym, bool) {
+	i := c.pred(addr)
+	if i < 0 {
+		return Sym{}, false
+	}
+	s := c.at(i)
+	if s.Size > 0 && addr >= s.Addr+s.Size {
+		return Sym{}, false
+	}
+	return s, true
+}
+
+// DefaultTableCacheDir is where post keeps tables unless told otherwise:
+// $XDG_CACHE_HOME/perfinsp/a2n, else ~/.cache/perfinsp/a2n ("" if neither
+// is known).
+func DefaultTableCacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "perfinsp", "a2n")
+	}
+	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+		return filepath.Join(h, ".cache", "perfinsp", "a2n")
+	}
+	return ""
+}
+
+// cacheDirOK makes dir (0700) if missing and says whether it is the
+// user's own and closed to others.
+func cacheDirOK(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o022 != 0 {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
+// fileIdent is what identifies a file's contents here.
+func fileIdent(fi os.FileInfo) []byte {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	b := make([]byte, 0, 48)
+	for _, v := range []uint64{uint64(st.Dev), st.Ino, uint64(st.Size), uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
+		b = binary.LittleEndian.AppendUint64(b, v)
+	}
+	return b
+}
+
+// debugIdent is the identity of the build-id debug file for id as found
+// now ("absent" when there is none).
+func debugIdent(id string) []byte {
+	if len(id) <= 2 {
+		return nil
+	}
+	p := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
+	fi, err := os.Stat(p)
+	if err != nil {
+		return []byte("absent " + p)
+	}
+	return append([]byte(p+" "), fileIdent(fi)...)
+}
+
+// moduleKey is the key of the module file at path whose fstat is fi.
+func moduleKey(path string, fi os.FileInfo) []byte {
+	id := fileIdent(fi)
+	if id == nil {
+		return nil
+	}
+	return append(append([]byte("module\x00"+path+"\x00"), id...), "\x00"+DebugRoot...)
+}
+
+// kernelKey is the key of a kallsyms text.
+func kernelKey(kallsyms []byte) []byte {
+	b := []byte("kernel\x00")
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(kallsyms)))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(kallsyms, crc32.MakeTable(crc32.Castagnoli)))
+	return binary.LittleEndian.AppendUint32(b, crc32.ChecksumIEEE(kallsyms))
+}
+
+func cachePath(dir string, key []byte) string {
+	h := sha256.Sum256(key)
+	return filepath.Join(dir, hex.EncodeToString(h[:20])+".tab")
+}
+
+// cached is what a cache file holds besides its key.
+type cached struct {
+	tab      ctab
+	fdes     []fdeRange
+	fdeNames map[uint64]string
+	loads    []elf.ProgHeader
+	meta     []string // module: Source, Warning, dwPath, build-id, stripped ("1" or "")
+	dbgID    []byte   // module: the debug file's identity when parsed
+}
+
+// Section numbers of a cache file.
+const (
+	secKey = iota
+	secMeta
+	secDbg
+	secSyms
+	secFdes
+	secFdeNames
+	secLoads
+	secNames
+	nSecs
+)
+
+// headerSize: magic, then an (offset, length) pair per section.
+const headerSize = 8 + 16*nSecs
+
+// encodeTable lays out one cache file.
+func encodeTable(key []byte, c *cached, syms []Sym) []byte {
+	var names []byte
+	nameRef := func(s string) (uint32, uint32, bool) {
+		if uint64(len(names))+uint64(len(s)) > 1<<32-1 {
+			return 0, 0, false
+		}
+		off := uint32(len(names))
+		names = append(names, s...)
+		return off, uint32(len(s)), true
+	}
+	var sec [nSecs][]byte
+	sec[secKey] = key
+	for _, m := range c.meta {
+		sec[secMeta] = binary.LittleEndian.AppendUint32(sec[secMeta], uint32(len(m)))
+		sec[secMeta] = append(sec[secMeta], m...)
+	}
+	sec[secDbg] = c.dbgID
+	sec[secSyms] = make([]byte, 0, 24*len(syms))
+	for _, s := range syms {
+		off, n, ok := nameRef(s.Name)
+		if !ok {
+			return nil
+		}
+		sec[secSyms] = binary.LittleEndian.AppendUint64(sec[secSyms], s.Addr)
+		sec[secSyms] = binary.LittleEndian.AppendUint64(sec[secSyms], s.Size)
+		sec[secSyms] = binary.LittleEndian.AppendUint32(sec[secSyms], off)
+		sec[secSyms] = binary.LittleEndian.AppendUint32(sec[secSyms], n)
+	}
+	for _, f := range c.fdes {
+		sec[secFdes] = binary.LittleEndian.AppendUint64(sec[secFdes], f.start)
+		sec[secFdes] = binary.LittleEndian.AppendUint64(sec[secFdes], f.size)
+	}
+	fn := make([]uint64, 0, len(c.fdeNames))
+	for a := range c.fdeNames {
+		fn = append(fn, a)
+	}
+	slices.Sort(fn)
+	for _, a := range fn {
+		off, n, ok := nameRef(c.fdeNames[a])
+		if !ok {
+			return nil
+		}
+		sec[secFdeNames] = binary.LittleEndian.AppendUint64(sec[secFdeNames], a)
+		sec[secFdeNames] = binary.LittleEndian.AppendUint32(sec[secFdeNames], off)
+		sec[secFdeNames] = binary.LittleEndian.AppendUint32(sec[secFdeNames], n)
+	}
+	for _, p := range c.loads {
+		b := binary.LittleEndian.AppendUint32(sec[secLoads], uint32(p.Type))
+		b = binary.LittleEndian.AppendUint32(b, uint32(p.Flags))
+		for _, v := range []uint64{p.Off, p.Vaddr, p.Paddr, p.Filesz, p.Memsz, p.Align} {
+			b = binary.LittleEndian.AppendUint64(b, v)
+		}
+		sec[secLoads] = b
+	}
+	sec[secNames] = names
+	out := make([]byte, headerSize, headerSize+len(sec[secSyms])+len(names)+len(key)+4096)
+	copy(out, tableMagic)
+	for i, s := range sec {
+		for len(out)%8 != 0 {
+			out = append(out, 0)
+		}
+		binary.LittleEndian.PutUint64(out[8+16*i:], uint64(len(out)))
+		binary.LittleEndian.PutUint64(out[16+16*i:], uint64(len(s)))
+		out = append(out, s...)
+	}
+	return out
+}
+
+// decodeTable checks a mapped cache file against key and returns what it
+// holds, its arrays views of data (ok false: not a usable entry).
+func decodeTable(data, key []byte) (c cached, ok bool) {
+	if len(data) < headerSize || string(data[:8]) != tableMagic {
+		return c, false
+	}
+	var sec [nSecs][]byte
+	for i := range sec {
+		off := binary.LittleEndian.Uint64(data[8+16*i:])
+		n := binary.LittleEndian.Uint64(data[16+16*i:])
+		if off%8 != 0 || off > uint64(len(data)) || n > uint64(len(data))-off {
+			return c, false
+		}
+		sec[i] = data[off : off+n : off+n]
+	}
+	if string(sec[secKey]) != string(key) || len(sec[secSyms])%24 != 0 || len(sec[secFdes])%16 != 0 ||
+		len(sec[secFdeNames])%16 != 0 || len(sec[secLoads])%56 != 0 {
+		return c, false
+	}
+	for m := sec[secMeta]; len(m) > 0; {
+		if len(m) < 4 || uint64(binary.LittleEndian.Uint32(m)) > uint64(len(m)-4) {
+			return c, false
+		}
+		n := int(binary.LittleEndian.Uint32(m))
+		c.meta = append(c.meta, string(m[4:4+n]))
+		m = m[4+n:]
+	}
+	c.dbgID = sec[secDbg]
+	if n := len(sec[secSyms]) / 24; n > 0 {
+		c.tab.ents = unsafe.Slice((*centry)(unsafe.Pointer(&sec[secSyms][0])), n)
+	}
+	c.tab.names = sec[secNames]
+	if n := len(sec[secFdes]) / 16; n > 0 {
+		c.fdes = unsafe.Slice((*fdeRange)(unsafe.Pointer(&sec[secFdes][0])), n)
+	}
+	for i := range c.tab.ents {
+		e := &c.tab.ents[i]
+		if i > 0 && e.addr < c.tab.ents[i-1].addr || uint64(e.off)+uint64(e.n) > uint64(len(c.tab.names)) {
+			return cached{}, false // binary searches need sorted starts; names in bounds
+		}
+	}
+	for i := 1; i < len(c.fdes); i++ {
+		if c.fdes[i].start < c.fdes[i-1].start {
+			return cached{}, false
+		}
+	}
+	for b := sec[secFdeNames]; len(b) > 0; b = b[16:] {
+		off, n := binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:])
+		if uint64(off)+uint64(n) > uint64(len(c.tab.names)) {
+			return cached{}, false
+		}
+		if c.fdeNames == nil {
+			c.fdeNames = map[uint64]string{}
+		}
+		c.fdeNames[binary.LittleEndian.Uint64(b)] = string(c.tab.names[off : off+n])
+	}
+	for b := sec[secLoads]; len(b) > 0; b = b[56:] {
+		u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8+8*i:]) }
+		c.loads = append(c.loads, elf.ProgHeader{Type: elf.ProgType(binary.LittleEndian.Uint32(b)), Flags: elf.ProgFlag(binary.LittleEndian.Uint32(b[4:])),
+			Off: u(0), Vaddr: u(1), Paddr: u(2), Filesz: u(3), Memsz: u(4), Align: u(5)})
+	}
+	return c, true
+}
+
+// readTable maps dir's entry for key: the caller releases the mapping
+// with the object that holds c (ok false: no usable entry, nothing to
+// release).
+func readTable(dir string, key []byte) (c cached, mf *mappedFile, ok bool) {
+	if dir == "" || key == nil {
+		return c, nil, false
+	}
+	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return c, nil, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return c, nil, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return c, nil, false
+	}
+	if mf = mapFile(f, fi.Size()); mf == nil {
+		return c, nil, false
+	}
+	func() {
+		defer faultsPanic()()
+		defer func() {
+			if recover() != nil {
+				c, ok = cached{}, false
+			}
+		}()
+		c, ok = decodeTable(mf.data, key)
+	}()
+	if !ok {
+		_ = syscall.Munmap(mf.data)
+		return cached{}, nil, false
+	}
+	return c, mf, true
+}
+
+// writeTable stores an entry (best effort: a cache that cannot be written
+// costs only the next run's parse).
+func writeTable(dir string, key []byte, c *cached, syms []Sym) {
+	if dir == "" || key == nil || !cacheDirOK(dir) {
+		return
+	}
+	b := encodeTable(key, c, syms)
+	if b == nil {
+		return
+	}
+	dst := cachePath(dir, key)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), dst) != nil {
+		os.Remove(tmp.Name())
+		return
+	}
+	pruneCache(dir)
+}
+
+// pruneCache removes the oldest entries while dir holds more than
+// maxCacheEntries (and temporary files a killed writer left).
+func pruneCache(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) <= maxCacheEntries {
+		return
+	}
+	type aged struct {
+		name string
+		mod  int64
+	}
+	var all []aged
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			all = append(all, aged{e.Name(), fi.ModTime().UnixNano()})
+		}
+	}
+	slices.SortFunc(all, func(a, b aged) int { return int(min(max(a.mod-b.mod, -1), 1)) })
+	for _, a := range all[:max(0, len(all)-maxCacheEntries*3/4)] {
+		os.Remove(filepath.Join(dir, a.name))
+	}
+}
+
+// moduleFromCache fills m from dir's entry for the module file at path
+// (fi its fstat); false: no usable entry.
+func moduleFromCache(dir, path string, fi os.FileInfo, m *Module) bool {
+	c, mf, ok := readTable(dir, moduleKey(path, fi))
+	if !ok {
+		return false
+	}
+	if len(c.meta) != 5 || c.meta[3] != "" && string(debugIdent(c.meta[3])) != string(c.dbgID) {
+		_ = syscall.Munmap(mf.data) // (or the debug file appeared, went or changed since)
+		return false
+	}
+	mf.release(m)
+	m.Source, m.Warning, m.dwPath, m.Stripped = c.meta[0], c.meta[1], c.meta[2], c.meta[4] == "1"
+	m.loads = c.loads
+	m.tab = table{fdes: c.fdes, fdeNames: c.fdeNames}
+	m.tab.c = &c.tab
+	return true
+}
+
+// moduleToCache stores m, parsed from the file at path (fi its fstat);
+// buildID is set when a debug file was looked for.
+func moduleToCache(dir, path string, fi os.FileInfo, m *Module, buildID string) {
+	if dir == "" || m.Err != nil || m.tab.c != nil {
+		return
+	}
+	c := cached{fdes: m.tab.fdes, fdeNames: m.tab.fdeNames, loads: m.loads}
+	stripped := ""
+	if m.Stripped {
+		stripped = "1"
+	}
+	c.meta = []string{m.Source, m.Warning, m.dwPath, buildID, stripped}
+	if buildID != "" {
+		c.dbgID = debugIdent(buildID)
+	}
+	writeTable(dir, moduleKey(path, fi), &c, m.tab.syms)
+}
+
+// kernelFromCache returns the cached kernel table for kallsyms; its
+// mapping lasts as long as r.
+func kernelFromCache(dir string, kallsyms []byte, r *Resolver) (*ctab, []kmod, bool) {
+	c, mf, ok := readTable(dir, kernelKey(kallsyms))
+	if !ok {
+		return nil, nil, false
+	}
+	fail := func() (*ctab, []kmod, bool) {
+		_ = syscall.Munmap(mf.data)
+		return nil, nil, false
+	}
+	if len(c.meta)%3 != 0 || len(c.fdes) > 0 || len(c.loads) > 0 {
+		return fail()
+	}
+	var kmods []kmod
+	for i := 0; i < len(c.meta); i += 3 {
+		s, err1 := strconv.ParseUint(c.meta[i+1], 16, 64)
+		e, err2 := strconv.ParseUint(c.meta[i+2], 16, 64)
+		if err1 != nil || err2 != nil {
+			return fail()
+		}
+		kmods = append(kmods, kmod{name: c.meta[i], start: s, end: e})
+	}
+	runtime.AddCleanup(r, func(b []byte) { _ = syscall.Munmap(b) }, mf.data)
+	return &c.tab, kmods, true
+}
+
+// kernelToCache stores the kernel table parsed from kallsyms.
+func kernelToCache(dir string, kallsyms []byte, syms symtab, kmods []kmod) {
+	if dir == "" || len(syms) == 0 {
+		return
+	}
+	var c cached
+	for _, k := range kmods {
+		c.meta = append(c.meta, k.name, strconv.FormatUint(k.start, 16), strconv.FormatUint(k.end, 16))
+	}
+	writeTable(dir, kernelKey(kallsyms), &c, syms)
+}
