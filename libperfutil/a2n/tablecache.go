@@ -1,11 +1,14 @@
 package a2n
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -189,73 +192,98 @@ const (
 // headerSize: magic, then an (offset, length) pair per section.
 const headerSize = 8 + 16*nSecs
 
-// encodeTable lays out one cache file.
-func encodeTable(key []byte, c *cached, syms []Sym) []byte {
-	var names []byte
-	nameRef := func(s string) (uint32, uint32, bool) {
-		if uint64(len(names))+uint64(len(s)) > 1<<32-1 {
-			return 0, 0, false
-		}
-		off := uint32(len(names))
-		names = append(names, s...)
-		return off, uint32(len(s)), true
-	}
-	var sec [nSecs][]byte
-	sec[secKey] = key
-	for _, m := range c.meta {
-		sec[secMeta] = binary.LittleEndian.AppendUint32(sec[secMeta], uint32(len(m)))
-		sec[secMeta] = append(sec[secMeta], m...)
-	}
-	sec[secDbg] = c.dbgID
-	sec[secSyms] = make([]byte, 0, 24*len(syms))
-	for _, s := range syms {
-		off, n, ok := nameRef(s.Name)
-		if !ok {
-			return nil
-		}
-		sec[secSyms] = binary.LittleEndian.AppendUint64(sec[secSyms], s.Addr)
-		sec[secSyms] = binary.LittleEndian.AppendUint64(sec[secSyms], s.Size)
-		sec[secSyms] = binary.LittleEndian.AppendUint32(sec[secSyms], off)
-		sec[secSyms] = binary.LittleEndian.AppendUint32(sec[secSyms], n)
-	}
-	for _, f := range c.fdes {
-		sec[secFdes] = binary.LittleEndian.AppendUint64(sec[secFdes], f.start)
-		sec[secFdes] = binary.LittleEndian.AppendUint64(sec[secFdes], f.size)
-	}
+// encodeTable writes one cache file to w, streaming (a kernel's table is
+// megabytes: built in memory first, it cost more fresh pages than its
+// parse): the sections' sizes are known beforehand, the names are laid
+// end to end in the order the entries refer to them.
+func encodeTable(w io.Writer, key []byte, c *cached, syms []Sym) error {
 	fn := make([]uint64, 0, len(c.fdeNames))
 	for a := range c.fdeNames {
 		fn = append(fn, a)
 	}
 	slices.Sort(fn)
+	var namesLen uint64
+	for _, s := range syms {
+		namesLen += uint64(len(s.Name))
+	}
 	for _, a := range fn {
-		off, n, ok := nameRef(c.fdeNames[a])
-		if !ok {
-			return nil
-		}
-		sec[secFdeNames] = binary.LittleEndian.AppendUint64(sec[secFdeNames], a)
-		sec[secFdeNames] = binary.LittleEndian.AppendUint32(sec[secFdeNames], off)
-		sec[secFdeNames] = binary.LittleEndian.AppendUint32(sec[secFdeNames], n)
+		namesLen += uint64(len(c.fdeNames[a]))
 	}
+	if namesLen > 1<<32-1 {
+		return errors.New("names beyond 4 GB")
+	}
+	var meta []byte
+	for _, m := range c.meta {
+		meta = binary.LittleEndian.AppendUint32(meta, uint32(len(m)))
+		meta = append(meta, m...)
+	}
+	var size [nSecs]uint64
+	size[secKey], size[secMeta], size[secDbg] = uint64(len(key)), uint64(len(meta)), uint64(len(c.dbgID))
+	size[secSyms], size[secFdes], size[secFdeNames] = 24*uint64(len(syms)), 16*uint64(len(c.fdes)), 16*uint64(len(fn))
+	size[secLoads], size[secNames] = 56*uint64(len(c.loads)), namesLen
+	hdr := make([]byte, headerSize)
+	copy(hdr, tableMagic)
+	off := uint64(headerSize)
+	var pad [nSecs]int
+	for i := range size {
+		pad[i] = int(-off & 7)
+		off += uint64(pad[i])
+		binary.LittleEndian.PutUint64(hdr[8+16*i:], off)
+		binary.LittleEndian.PutUint64(hdr[16+16*i:], size[i])
+		off += size[i]
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var zero [8]byte
+	var b [56]byte
+	bw.Write(hdr)
+	section := func(i int) { bw.Write(zero[:pad[i]]) }
+	section(secKey)
+	bw.Write(key)
+	section(secMeta)
+	bw.Write(meta)
+	section(secDbg)
+	bw.Write(c.dbgID)
+	section(secSyms)
+	var nameOff uint32
+	for _, s := range syms {
+		binary.LittleEndian.PutUint64(b[0:], s.Addr)
+		binary.LittleEndian.PutUint64(b[8:], s.Size)
+		binary.LittleEndian.PutUint32(b[16:], nameOff)
+		binary.LittleEndian.PutUint32(b[20:], uint32(len(s.Name)))
+		bw.Write(b[:24])
+		nameOff += uint32(len(s.Name))
+	}
+	section(secFdes)
+	for _, f := range c.fdes {
+		binary.LittleEndian.PutUint64(b[0:], f.start)
+		binary.LittleEndian.PutUint64(b[8:], f.size)
+		bw.Write(b[:16])
+	}
+	section(secFdeNames)
+	for _, a := range fn {
+		binary.LittleEndian.PutUint64(b[0:], a)
+		binary.LittleEndian.PutUint32(b[8:], nameOff)
+		binary.LittleEndian.PutUint32(b[12:], uint32(len(c.fdeNames[a])))
+		bw.Write(b[:16])
+		nameOff += uint32(len(c.fdeNames[a]))
+	}
+	section(secLoads)
 	for _, p := range c.loads {
-		b := binary.LittleEndian.AppendUint32(sec[secLoads], uint32(p.Type))
-		b = binary.LittleEndian.AppendUint32(b, uint32(p.Flags))
-		for _, v := range []uint64{p.Off, p.Vaddr, p.Paddr, p.Filesz, p.Memsz, p.Align} {
-			b = binary.LittleEndian.AppendUint64(b, v)
+		binary.LittleEndian.PutUint32(b[0:], uint32(p.Type))
+		binary.LittleEndian.PutUint32(b[4:], uint32(p.Flags))
+		for i, v := range []uint64{p.Off, p.Vaddr, p.Paddr, p.Filesz, p.Memsz, p.Align} {
+			binary.LittleEndian.PutUint64(b[8+8*i:], v)
 		}
-		sec[secLoads] = b
+		bw.Write(b[:56])
 	}
-	sec[secNames] = names
-	out := make([]byte, headerSize, headerSize+len(sec[secSyms])+len(names)+len(key)+4096)
-	copy(out, tableMagic)
-	for i, s := range sec {
-		for len(out)%8 != 0 {
-			out = append(out, 0)
-		}
-		binary.LittleEndian.PutUint64(out[8+16*i:], uint64(len(out)))
-		binary.LittleEndian.PutUint64(out[16+16*i:], uint64(len(s)))
-		out = append(out, s...)
+	section(secNames)
+	for _, s := range syms {
+		bw.WriteString(s.Name)
 	}
-	return out
+	for _, a := range fn {
+		bw.WriteString(c.fdeNames[a])
+	}
+	return bw.Flush()
 }
 
 // decodeTable checks a mapped cache file against key and returns what it
@@ -366,16 +394,12 @@ func writeTable(dir string, key []byte, c *cached, syms []Sym) {
 	if dir == "" || key == nil || !cacheDirOK(dir) {
 		return
 	}
-	b := encodeTable(key, c, syms)
-	if b == nil {
-		return
-	}
 	dst := cachePath(dir, key)
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return
 	}
-	_, werr := tmp.Write(b)
+	werr := encodeTable(tmp, key, c, syms)
 	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), dst) != nil {
 		os.Remove(tmp.Name())
 		return
