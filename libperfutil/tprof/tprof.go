@@ -665,11 +665,24 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		resMod[i], resSym[i] = id(res.Module), id(res.Symbol)
 	}
 	// A cell is one Key (names are interned: one number, one name).
-	cellIdx := make(map[[2]uint64]int32, nent/2)
+	// A result is one (module, symbol) (interned above), so a cell is
+	// one (thread, result): keyed by one word, a thread's number and the
+	// result (Go's fast map path; entries come thread by thread).
+	cellIdx := make(map[uint64]int32, nent/2)
+	thrNum := map[uint64]uint64{}
+	lastThr, lastNum, haveThr := uint64(0), uint64(0), false // (every value is a real thread: pid and tid -1 too)
 	rep.cells = make([]cell, 0, nent/2)
 	for i := int32(0); i < nent; i++ {
 		e := &all[i/entryBlock][i%entryBlock]
-		k := [2]uint64{uint64(e.pid)<<32 | uint64(e.tid), uint64(resMod[e.res])<<32 | uint64(uint32(resSym[e.res]))}
+		if t := uint64(e.pid)<<32 | uint64(e.tid); t != lastThr || !haveThr {
+			n, ok := thrNum[t]
+			if !ok {
+				n = uint64(len(thrNum))
+				thrNum[t] = n
+			}
+			lastThr, lastNum, haveThr = t, n, true
+		}
+		k := lastNum<<32 | uint64(uint32(e.res))
 		ci, ok := cellIdx[k]
 		if !ok {
 			ci = int32(len(rep.cells))
