@@ -14,7 +14,9 @@
 #           section), post --pprof, post --folded
 # and the ticks/samples count, the best and worst wall time, the least CPU
 # time (user+system) and the max RSS of each are printed, with post's
-# speed-up per sample over perf report by wall and by CPU time. Traces are kept in DIR and reused by later runs
+# speed-up per sample over perf report by wall and by CPU time. post runs
+# with its table cache (in DIR/a2n-cache, emptied per trace: the first run
+# fills it and is printed once) and without it (--no-cache). Traces are kept in DIR and reused by later runs
 # (delete the trace files in DIR to record again).
 #
 #   bench/post/real.sh [-d DIR] [-r RATE=10000] [-s SECONDS=50] [-n RUNS=2] [-p PERF_RUNS=RUNS]
@@ -123,14 +125,15 @@ timed() {
 perf_samples() { perf report -i "$1" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}'; }
 ticks() { awk '/Total Ticks/ {print $4; exit}' "$1"; }
 
-printf '%-8s %-7s %-26s %9s %7s %7s %7s %6s %6s %6s\n' trace kind command samples wall_s worst_s cpu_s rss_MB x_wall x_cpu
+cache=$dir/a2n-cache
+printf '%-8s %-7s %-28s %9s %7s %7s %7s %6s %6s %6s\n' trace kind command samples wall_s worst_s cpu_s rss_MB x_wall x_cpu
 row() { # workload kind command samples best worst cpu rss [perf: best cpu samples]
 	local x= y=
 	if [ $# -gt 8 ]; then
 		x=$(awk -v a="$9" -v b="$5" -v pa="${11}" -v pb="$4" 'BEGIN {printf "%.1f", (a / pa) / (b / pb)}')
 		y=$(awk -v a="${10}" -v b="$7" -v pa="${11}" -v pb="$4" 'BEGIN {printf "%.1f", (a / pa) / (b / pb)}')
 	fi
-	printf '%-8s %-7s %-26s %9s %7s %7s %7s %6s %6s %6s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$x" "$y"
+	printf '%-8s %-7s %-28s %9s %7s %7s %7s %6s %6s %6s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$x" "$y"
 }
 for w in "${workloads[@]}"; do
 	for kind in $kinds; do
@@ -146,14 +149,22 @@ for w in "${workloads[@]}"; do
 		fi
 		read -r pb pw pc pr < <(timed "${pcmd[@]}")
 		row "$w" "$kind" "perf report ${pcmd[*]:5}" "$ps" "$pb" "$pw" "$pc" "$pr"
-		bin/post -r "$dir/$w-$kind.nrm2" -tprof -o "$out" >/dev/null 2>&1
+		# post's table cache starts empty: the first run below parses the
+		# tables and stores them (its time is printed as "cache filled"),
+		# the timed runs map them; --no-cache parses every time.
+		rm -rf "$cache"
+		/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out" >/dev/null 2>&1
+		read -r t u s m <"$dir/.time"
 		tk=$(ticks "$out/tprof.out")
-		read -r b wst c r < <(timed bin/post -r "$dir/$w-$kind.nrm2" -tprof -o "$out")
+		row "$w" "$kind" "post -tprof (cache filled)" "$tk" "$t" "$t" "$(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}')" "$((m / 1024))" "$pb" "$pc" "$ps"
+		read -r b wst c r < <(timed bin/post --no-cache -r "$dir/$w-$kind.nrm2" -tprof -o "$out")
+		row "$w" "$kind" "post -tprof --no-cache" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
+		read -r b wst c r < <(timed bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out")
 		row "$w" "$kind" "post -tprof" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
 		if [ "$kind" = stacks ]; then
-			read -r b wst c r < <(timed bin/post -r "$dir/$w-$kind.nrm2" --pprof "$out/p.pb.gz" -o "$out")
+			read -r b wst c r < <(timed bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" --pprof "$out/p.pb.gz" -o "$out")
 			row "$w" "$kind" "post --pprof" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
-			read -r b wst c r < <(timed bin/post -r "$dir/$w-$kind.nrm2" --folded "$out/f.folded" -o "$out")
+			read -r b wst c r < <(timed bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" --folded "$out/f.folded" -o "$out")
 			row "$w" "$kind" "post --folded" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
 		fi
 	done

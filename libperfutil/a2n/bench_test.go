@@ -27,6 +27,25 @@ func BenchmarkLoadModule(b *testing.B) {
 	}
 }
 
+// BenchmarkLoadModuleCached is the same module mapped from the table
+// cache (post's second and later runs).
+func BenchmarkLoadModuleCached(b *testing.B) {
+	dir := b.TempDir()
+	for _, path := range benchLibs {
+		b.Run(baseName(path), func(b *testing.B) {
+			if m := loadModule(path, dir); m.Err != nil {
+				b.Skipf("skipped: %v", m.Err)
+			}
+			if m := loadModule(path, dir); m.tab.c == nil {
+				b.Fatalf("%s: not mapped from the cache", path)
+			}
+			for i := 0; i < b.N; i++ {
+				loadModule(path, dir)
+			}
+		})
+	}
+}
+
 // BenchmarkSymbol is one lookup in a parsed module (post does one per
 // distinct (thread, address)).
 func BenchmarkSymbol(b *testing.B) {
