@@ -15,8 +15,14 @@
 
 #include "pitrace_insn.h"
 
-/* longest line walked: a longer block is single-stepped */
-#define PT_BLOCK_MAX	4096
+/*
+ * longest line walked: a longer block is single-stepped.  The scan runs
+ * under ith_lock with interrupts off, reading each instruction with
+ * copy_from_user_nofault: 512 (the ptrace path's bound) keeps that to tens
+ * of microseconds where 4096 let crafted straight-line code hold
+ * interrupts off for hundreds.
+ */
+#define PT_BLOCK_MAX	512
 
 /* Copy n bytes at user address addr into buf: 0, or nonzero if any is unmapped. */
 typedef int (*pt_read_fn)(void *ctx, unsigned long long addr,

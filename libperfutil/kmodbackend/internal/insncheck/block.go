@@ -48,6 +48,9 @@ import "C"
 
 import "unsafe"
 
+// BlockMax is the longest line the decoder walks (PT_BLOCK_MAX).
+const BlockMax = int(C.PT_BLOCK_MAX)
+
 // Mem is a simulated user address space: Code mapped at Base, nothing else.
 type Mem struct {
 	Base uint64

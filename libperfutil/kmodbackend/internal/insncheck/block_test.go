@@ -122,19 +122,25 @@ func TestBlockWalkTo(t *testing.T) {
 }
 
 // TestBlockBound: a line longer than PT_BLOCK_MAX instructions is
-// single-stepped, and its walk gives up.
+// single-stepped, and its walk gives up; one of exactly PT_BLOCK_MAX is
+// walked.
 func TestBlockBound(t *testing.T) {
-	code := cat(bytes.Repeat([]byte{0x90}, 5000), []byte{0xc3})
-	m := Mem{Base: base, Code: append(code, bytes.Repeat([]byte{0xcc}, 4096-len(code)%4096)...)}
-	if sc := m.Scan(base); sc.Steppable {
-		t.Errorf("5000 nops: scan %+v, want not steppable", sc)
+	line := func(nops int) Mem {
+		code := cat(bytes.Repeat([]byte{0x90}, nops), []byte{0xc3})
+		return Mem{Base: base, Code: append(code, bytes.Repeat([]byte{0xcc}, 4096-len(code)%4096)...)}
 	}
-	if got, ok := m.Walk(base, 0x1000); ok {
-		t.Errorf("5000 nops: walk %+v, want a failure at the bound", got)
+	long := line(BlockMax)
+	if sc := long.Scan(base); sc.Steppable {
+		t.Errorf("%d nops and ret: scan %+v, want not steppable", BlockMax, sc)
 	}
-	short := Mem{Base: base, Code: append(cat(bytes.Repeat([]byte{0x90}, 4000), []byte{0xc3}), bytes.Repeat([]byte{0xcc}, 4096-4001+4096)...)}
-	if got, ok := short.Walk(base, 0x1000); !ok || got.Count != 4001 {
-		t.Errorf("4000 nops and ret: walk %+v ok %v, want 4001 instructions", got, ok)
+	if got, ok := long.Walk(base, 0x1000); ok {
+		t.Errorf("%d nops and ret: walk %+v, want a failure at the bound", BlockMax, got)
+	}
+	if got, ok := line(BlockMax-1).Walk(base, 0x1000); !ok || got.Count != BlockMax {
+		t.Errorf("%d nops and ret: walk %+v ok %v, want %d instructions", BlockMax-1, got, ok, BlockMax)
+	}
+	if sc := line(BlockMax - 1).Scan(base); !sc.Steppable || sc.Len != BlockMax {
+		t.Errorf("%d nops and ret: scan %+v, want steppable, %d instructions", BlockMax-1, sc, BlockMax)
 	}
 }
 
