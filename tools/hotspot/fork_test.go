@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -9,23 +10,30 @@ import (
 )
 
 // TestForkedChildren: the target is a shell that forks and execs the
-// example 16 times in a row, half a second each: the work is only ever in
+// example 24 times in a row, half a second each: the work is only ever in
 // children, most of them created after the walk started. The sampling
 // finds hot in them, every level's probes are hit in several successive
 // children (attached as they appear), and the walk finds hot's callers
 // with the example's split, then b, a; the shell's output and exit code
-// (the last child's 3) are unchanged.
+// (the last child's 3) are unchanged. A level lasts 1.5 s, three
+// children: with 1 s, two, and a loaded host (CI) that attached the
+// second child's probes late saw only one.
 func TestForkedChildren(t *testing.T) {
 	build(t)
 	dir := t.TempDir()
 	js := filepath.Join(dir, "r.json")
-	script := "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do " + tools.example + " 0.5; done"
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "1s", "--json", js, "-o", filepath.Join(dir, "r.txt"), "--", "sh", "-c", script).Output()
+	const children = 24
+	var list []string
+	for i := 1; i <= children; i++ {
+		list = append(list, fmt.Sprint(i))
+	}
+	script := "for i in " + strings.Join(list, " ") + "; do " + tools.example + " 0.5; done"
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "1.5s", "--json", js, "-o", filepath.Join(dir, "r.txt"), "--", "sh", "-c", script).Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("exit %v: want the shell's 3 (its last child's)", err)
 	}
-	if n := len(regexp.MustCompile(`(?m)^hotspot-example: iterations=\d+ .*cpu_us=\d+$`).FindAllString(string(out), -1)); n != 16 || strings.Count(string(out), "\n") != 16 {
-		t.Fatalf("%d example lines in the output, want exactly the 16 children's:\n%s", n, out)
+	if n := len(regexp.MustCompile(`(?m)^hotspot-example: iterations=\d+ .*cpu_us=\d+$`).FindAllString(string(out), -1)); n != children || strings.Count(string(out), "\n") != children {
+		t.Fatalf("%d example lines in the output, want exactly the %d children's:\n%s", n, children, out)
 	}
 	r := readReport(t, js)
 	if len(r.Hot) == 0 || r.Hot[0].Name != "hot" {
