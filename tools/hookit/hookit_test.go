@@ -567,3 +567,89 @@ func TestTrainingFile(t *testing.T) {
 		t.Errorf("minima of another metric: %v\n%s", err, out)
 	}
 }
+
+// shutdownRace is a program whose threads record events without a pause
+// while its main thread shuts the runtime down (hookit_shutdown), as an
+// agent's VM death or rtdriver shutdown does.
+const shutdownRace = `#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+#include "hookit_api.h"
+
+static volatile int stop;
+
+static void *spin(void *arg)
+{
+	unsigned long id = 0x1000 + (unsigned long)arg;
+
+	while (!stop) {
+		hookit_enter(id, HOOKIT_TYPE_NATIVE);
+		hookit_exit(id, HOOKIT_TYPE_NATIVE);
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	char opts[4200];
+	pthread_t th[4];
+	struct timespec ms = {0, 20000000};
+
+	snprintf(opts, sizeof(opts), "dir=%s", argv[1]);
+	if (argc < 2 || hookit_init(opts) != 0) {
+		fprintf(stderr, "hookit_init: %s\n", hookit_error());
+		return 1;
+	}
+	for (long i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, spin, (void *)i);
+	nanosleep(&ms, NULL);
+	hookit_shutdown();
+	nanosleep(&ms, NULL);
+	stop = 1;
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	return 0;
+}
+`
+
+// TestShutdownWhileThreadsRecord: threads inside a hook when the runtime
+// is shut down finish their event before their file gets its end mark.
+// Before, the end could land under a thread's last event and the file
+// did not load ("record N: a record after the end"; CI saw it once in
+// TestCalltreeRtdriver). 20 runs, each file read back whole.
+func TestShutdownWhileThreadsRecord(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "race.c")
+	prog := filepath.Join(dir, "race")
+	if err := os.WriteFile(src, []byte(shutdownRace), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(r, "bin")
+	if out, err := exec.Command("gcc", "-O1", "-pthread", "-I"+filepath.Join(r, "libperfutil/c/hookit"), "-o", prog, src, "-L"+bin, "-lhookit", "-Wl,-rpath,"+bin).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	for run := 0; run < 20; run++ {
+		out := filepath.Join(dir, fmt.Sprint("run", run))
+		cmd := exec.Command(prog, out)
+		for _, e := range os.Environ() {
+			if !strings.HasPrefix(e, "HOOKIT_") && !strings.HasPrefix(e, "LD_PRELOAD=") {
+				cmd.Env = append(cmd.Env, e)
+			}
+		}
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("run %d: %v\n%s", run, err, b)
+		}
+		p := load(t, out)
+		events := 0
+		for _, th := range p.Threads {
+			if th.Partial {
+				t.Errorf("run %d: thread %d: file without its end mark", run, th.TID)
+			}
+			events += len(th.Events)
+		}
+		if len(p.Threads) < 4 || events == 0 {
+			t.Fatalf("run %d: %d threads, %d events: want the 4 spinning threads' events (and the main thread's marks)", run, len(p.Threads), events)
+		}
+	}
+}

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
@@ -52,7 +53,8 @@ struct hk_thread {
 	uint64_t last_sp;     /* the last stack pointer recorded */
 	int need_sync;        /* the next event starts with a sync */
 	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
-	int busy;
+	int busy;             /* 1: inside the hook; 2: finished (shutdown, exit) */
+	int closing;          /* a shutdown is finishing the file: record nothing */
 	unsigned gen;         /* reset generation last marked */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
@@ -277,11 +279,18 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		return &hk_sink;
 	}
 	t->busy = 1;
+	/* Against finish_files (another thread): busy is stored before
+	 * closing is read; the finisher's membarrier orders both sides. */
+	hk_barrier();
+	if (__builtin_expect(__atomic_load_n(&t->closing, __ATOMIC_RELAXED), 0)) {
+		__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+		return &hk_sink;
+	}
 	/* Room for a sync, a marker, a sync, the event and the end; the
 	 * buffer's write is inside this hook: between the reads, not charged. */
 	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
 		if (flush_buffer(t) != 0) {
-			t->busy = 0;
+			__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 			hk_self = NULL;
 			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
@@ -299,7 +308,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		t->last_late = early;
 	}
 	if (__builtin_expect(!hk_on && (tag >> HK_KIND_SHIFT) != HK_MARK, 0)) {
-		t->busy = 0;
+		__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 		return &hk_sink;
 	}
 	const volatile struct pitrace_ptt_area *a = hk_dsin ? PttSelf->c[0].page : NULL;
@@ -318,7 +327,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		t->in = in;
 	}
 	hk_put(t, tag, (uint64_t)sp, early);
-	t->busy = 0;
+	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 	return &t->last_late;
 }
 
@@ -510,15 +519,56 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 	fclose(f);
 }
 
-/* Make every thread's file end exactly at its last record. */
+/* A full memory barrier in every thread of the process (membarrier):
+ * what a thread stored before it is seen by the caller, what it loads
+ * after it sees the caller's stores. Registered at start-up for the
+ * cheap private command; else the global one (no registration, slower:
+ * shutdown only); 0 when neither is there. */
+#ifndef MEMBARRIER_CMD_GLOBAL
+#define MEMBARRIER_CMD_GLOBAL (1 << 0)
+#define MEMBARRIER_CMD_PRIVATE_EXPEDITED (1 << 3)
+#define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+#endif
+static int hk_membarrier_private;
+
+HK_NOINSTR static int hk_membarrier(void)
+{
+	if (hk_membarrier_private && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		return 1;
+	return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0;
+}
+
+/* Make every thread's file end exactly at its last record. A thread
+ * inside a hook meanwhile (another thread of the program, at shutdown or
+ * exit) finishes its event first: closing is set, the membarrier makes
+ * sure each thread either sees it before recording or is seen busy, and
+ * busy threads are waited for (a second at most; a thread stopped inside
+ * a hook keeps its file without the end mark, which the reader reports
+ * as cut short). Before, the end could land under a thread's last event:
+ * "a record after the end" (TestCalltreeRtdriver, once in CI). */
 HK_NOINSTR static void finish_files(void)
 {
 	pthread_mutex_lock(&hk_mu);
+	for (struct hk_thread *t = hk_threads; t; t = t->next)
+		__atomic_store_n(&t->closing, 1, __ATOMIC_RELAXED);
+	(void)hk_membarrier();
 	for (struct hk_thread *t = hk_threads; t; t = t->next) {
 		char path[4200];
 
 		if (!t->win || t->busy == 2)
 			continue;
+		/* (without membarrier a thread may yet start an event after
+		 * this look: the old race, no worse) */
+		for (int i = 0; i < 1000 && __atomic_load_n(&t->busy, __ATOMIC_ACQUIRE) == 1; i++) {
+			struct timespec ms = {0, 1000000};
+
+			nanosleep(&ms, NULL);
+		}
+		if (__atomic_load_n(&t->busy, __ATOMIC_ACQUIRE) == 1) {
+			fprintf(stderr, "hookit: thread %d stayed inside a hook for a second at shutdown: its file ends without the end mark\n",
+				(int)t->tid);
+			continue;
+		}
 		/* The buffer stays mapped: a thread still running writes into
 		 * it, unrecorded (busy). */
 		t->busy = 2;
@@ -712,6 +762,7 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	}
 	snprintf(path, sizeof(path), "%s/hookit-%d.names", hk_dir, (int)hk_pid);
 	hk_names_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+	hk_membarrier_private = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 	hk_ready = 1;
 	calibrate(&hk_cal, hk_calib_calls);
 	calibrate(&hk_cal_api, hk_calib_api_calls);
