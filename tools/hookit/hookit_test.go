@@ -572,16 +572,21 @@ func TestTrainingFile(t *testing.T) {
 // while its main thread shuts the runtime down (hookit_shutdown), as an
 // agent's VM death or rtdriver shutdown does.
 const shutdownRace = `#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <time.h>
 #include "hookit_api.h"
 
 static volatile int stop;
+static int started;
 
 static void *spin(void *arg)
 {
 	unsigned long id = 0x1000 + (unsigned long)arg;
 
+	hookit_enter(id, HOOKIT_TYPE_NATIVE);
+	hookit_exit(id, HOOKIT_TYPE_NATIVE);
+	__atomic_add_fetch(&started, 1, __ATOMIC_SEQ_CST);
 	while (!stop) {
 		hookit_enter(id, HOOKIT_TYPE_NATIVE);
 		hookit_exit(id, HOOKIT_TYPE_NATIVE);
@@ -602,6 +607,8 @@ int main(int argc, char **argv)
 	}
 	for (long i = 0; i < 4; i++)
 		pthread_create(&th[i], NULL, spin, (void *)i);
+	while (__atomic_load_n(&started, __ATOMIC_SEQ_CST) < 4)
+		sched_yield();
 	nanosleep(&ms, NULL);
 	hookit_shutdown();
 	nanosleep(&ms, NULL);

@@ -133,6 +133,9 @@ HK_NOINSTR static void thread_path(char *path, size_t n, pid_t tid, const char *
 	snprintf(path, n, "%s/hookit-%d-%d.%s", hk_dir, (int)hk_pid, (int)tid, ext);
 }
 
+/* Set (under hk_mu) when finish_files has run: no thread file opens after. */
+static int hk_finished;
+
 HK_NOINSTR static struct hk_thread *thread_open(void)
 {
 	struct hk_thread *t = calloc(1, sizeof(*t));
@@ -172,6 +175,19 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 	t->need_sync = 1;
 	PttThreadInit();
 	pthread_mutex_lock(&hk_mu);
+	if (hk_finished) {
+		/* the files were finished meanwhile (a shutdown): this thread,
+		 * first seen during it, records nothing and leaves no file */
+		pthread_mutex_unlock(&hk_mu);
+		munmap(t->win, HK_BUF);
+		unlink(path);
+		close(t->tail_fd);
+		thread_path(path, sizeof(path), t->tid, "bin");
+		unlink(path);
+		close(t->fd);
+		free(t);
+		return NULL;
+	}
 	t->next = hk_threads;
 	hk_threads = t;
 	pthread_mutex_unlock(&hk_mu);
@@ -263,6 +279,8 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		if (!hk_on || hk_noopen) /* off, or opening failed before */
 			return &hk_sink;
 		t = thread_open();
+		if (!t && __atomic_load_n(&hk_finished, __ATOMIC_RELAXED))
+			return &hk_sink; /* after a shutdown: nothing to record */
 		if (!t) {
 			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
@@ -549,6 +567,7 @@ HK_NOINSTR static int hk_membarrier(void)
 HK_NOINSTR static void finish_files(void)
 {
 	pthread_mutex_lock(&hk_mu);
+	__atomic_store_n(&hk_finished, 1, __ATOMIC_RELAXED);
 	for (struct hk_thread *t = hk_threads; t; t = t->next)
 		__atomic_store_n(&t->closing, 1, __ATOMIC_RELAXED);
 	(void)hk_membarrier();
