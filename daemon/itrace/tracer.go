@@ -12,6 +12,7 @@
 package itrace
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -68,6 +69,9 @@ type Stats struct {
 	Records      uint64 // records written
 	Syscalls     uint64
 	Signals      uint64
+	// TrapsDropped: threads let go (Stop, a full buffer) with a step's
+	// SIGTRAP queued and not yet delivered; the tracer took it first.
+	TrapsDropped uint64
 
 	// Stepping (block.go): the mode and what the tracer found. Its
 	// emulated BTF (tests) checks blocks as verify does.
@@ -697,8 +701,70 @@ func ptraceSig(req, tid, sig int) error {
 
 func (t *Tracer) detach(th *thread, sig int, reason uint64) {
 	t.endThread(th, reason)
+	if th.stepping {
+		sig = t.dropStepTrap(th.tid, sig)
+	}
 	_ = ptraceSig(unix.PTRACE_DETACH, th.tid, sig)
 	t.drop(th.tid)
+}
+
+// dropStepTrap takes a stepping thread's queued step trap before the
+// thread is let go. A stop for PTRACE_INTERRUPT or a group stop can come
+// after a step's trap was queued and before it was delivered (get_signal
+// takes job-control traps first; a loaded machine preempts the thread in
+// between): detached there, the thread would die of that SIGTRAP. The
+// thread is resumed without stepping; its next stop delivers the queued
+// trap, which is dropped. sig is the signal to deliver (passed on the
+// first resume); the result is the signal still to deliver at the detach.
+func (t *Tracer) dropStepTrap(tid, sig int) int {
+	for i := 0; i < 4 && stepTrapQueued(tid); i++ {
+		if ptraceSig(unix.PTRACE_CONT, tid, sig) != nil {
+			return 0
+		}
+		sig = 0
+		var ws unix.WaitStatus
+		for {
+			_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+			if !errors.Is(err, unix.EINTR) {
+				if err != nil || !ws.Stopped() {
+					return 0 // it ended
+				}
+				break
+			}
+		}
+		switch s := ws.StopSignal(); {
+		case s == unix.SIGTRAP && ws.TrapCause() <= 0:
+			t.stats.TrapsDropped++
+		case ws.TrapCause() <= 0 && s != unix.SIGSTOP && s != unix.SIGURG:
+			sig = int(s) // the program's: delivered at the detach
+		}
+	}
+	return sig
+}
+
+// stepTrapQueued reports whether tid has a single-step trap (si_code
+// TRAP_TRACE, or TRAP_BRKPT after a system call) queued and not yet
+// delivered. A SIGTRAP the program raised has other codes and is kept.
+func stepTrapQueued(tid int) bool {
+	args := struct {
+		off   uint64
+		flags uint32
+		nr    int32
+	}{0, 0, 8} // flags 0: the thread's own queue, where a trap goes
+	var infos [8][128]byte
+	n, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_PEEKSIGINFO, uintptr(tid),
+		uintptr(unsafe.Pointer(&args)), uintptr(unsafe.Pointer(&infos[0][0])), 0, 0)
+	if e != 0 {
+		return false
+	}
+	for i := 0; i < int(n) && i < len(infos); i++ {
+		signo := int32(binary.LittleEndian.Uint32(infos[i][0:]))
+		code := int32(binary.LittleEndian.Uint32(infos[i][8:]))
+		if signo == int32(unix.SIGTRAP) && (code == trapBrkpt || code == trapTrace) {
+			return true
+		}
+	}
+	return false
 }
 
 // step accounts one single-step stop of a stepping thread at newIP.
@@ -1046,7 +1112,10 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 
 // trapBrkpt is si_code TRAP_BRKPT: x86 reports a step out of a system call
 // with it (a single-step trap proper is TRAP_TRACE).
-const trapBrkpt = 1
+const (
+	trapBrkpt = 1
+	trapTrace = 2
+)
 
 // getSiginfoCode returns si_code of the last stop's siginfo.
 func getSiginfoCode(tid int) (int32, error) {
