@@ -732,10 +732,13 @@ func (t *Tracer) dropStepTrap(tid, sig int) int {
 				break
 			}
 		}
+		if uint32(ws)>>16 != 0 {
+			continue // an event or group stop: no signal is being delivered
+		}
 		switch s := ws.StopSignal(); {
-		case s == unix.SIGTRAP && ws.TrapCause() <= 0:
+		case s == unix.SIGTRAP:
 			t.stats.TrapsDropped++
-		case ws.TrapCause() <= 0 && s != unix.SIGSTOP && s != unix.SIGURG:
+		case s != unix.SIGSTOP && s != unix.SIGURG:
 			sig = int(s) // the program's: delivered at the detach
 		}
 	}
