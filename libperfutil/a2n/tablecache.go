@@ -40,14 +40,18 @@ import (
 // at each use, and a file cut short while mapped faults into a recovered
 // panic as a module file does (mapped.go). The directory must belong to
 // the user and not be writable by others; the oldest entries are removed
-// when it holds more than maxCacheEntries.
+// when it holds more than maxCacheEntries or maxCacheBytes.
 
 // tableMagic starts every cache file; the digit is the format version.
 const tableMagic = "PIA2NTB1"
 
-// maxCacheEntries bounds the directory (programs built in temporary
-// directories make new paths every run).
-var maxCacheEntries = 2048
+// maxCacheEntries and maxCacheBytes bound the directory (programs built
+// in temporary directories make new paths every run; a kernel's entry is
+// ~6 MB, a large library's a few MB).
+var (
+	maxCacheEntries       = 2048
+	maxCacheBytes   int64 = 1 << 30
+)
 
 // centry is one symbol of a cached table (24 bytes, no pointers).
 type centry struct {
@@ -407,26 +411,35 @@ func writeTable(dir string, key []byte, c *cached, syms []Sym) {
 	pruneCache(dir)
 }
 
-// pruneCache removes the oldest entries while dir holds more than
-// maxCacheEntries (and temporary files a killed writer left).
+// pruneCache removes the oldest entries (by the time they were written)
+// when dir holds more than maxCacheEntries or maxCacheBytes, down to three
+// quarters of both, temporary files a killed writer left included.
 func pruneCache(dir string) {
 	ents, err := os.ReadDir(dir)
-	if err != nil || len(ents) <= maxCacheEntries {
+	if err != nil {
 		return
 	}
 	type aged struct {
 		name string
 		mod  int64
+		size int64
 	}
 	var all []aged
+	var total int64
 	for _, e := range ents {
 		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
-			all = append(all, aged{e.Name(), fi.ModTime().UnixNano()})
+			all = append(all, aged{e.Name(), fi.ModTime().UnixNano(), fi.Size()})
+			total += fi.Size()
 		}
 	}
+	if len(all) <= maxCacheEntries && total <= maxCacheBytes {
+		return
+	}
 	slices.SortFunc(all, func(a, b aged) int { return int(min(max(a.mod-b.mod, -1), 1)) })
-	for _, a := range all[:max(0, len(all)-maxCacheEntries*3/4)] {
-		os.Remove(filepath.Join(dir, a.name))
+	for len(all) > 0 && (len(all) > maxCacheEntries*3/4 || total > maxCacheBytes/4*3) {
+		os.Remove(filepath.Join(dir, all[0].name))
+		total -= all[0].size
+		all = all[1:]
 	}
 }
 

@@ -3,6 +3,7 @@ package a2n
 import (
 	"cmp"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // cachedLoad loads path through the table cache in dir and says whether
@@ -279,4 +281,56 @@ func TestKernelTableCache(t *testing.T) {
 func (r *Resolver) waitKmods() []kmod {
 	<-r.kready
 	return r.kmods
+}
+
+// TestTableCachePrunes: beyond maxCacheEntries or maxCacheBytes the oldest
+// entries (by write time) go, down to three quarters of both bounds; under
+// both bounds nothing goes.
+func TestTableCachePrunes(t *testing.T) {
+	defer func(n int, b int64) { maxCacheEntries, maxCacheBytes = n, b }(maxCacheEntries, maxCacheBytes)
+	fill := func(dir string, n, size int) {
+		t.Helper()
+		base := time.Now().Add(-time.Hour)
+		for i := 0; i < n; i++ {
+			p := filepath.Join(dir, fmt.Sprintf("e%02d", i))
+			if err := os.WriteFile(p, make([]byte, size), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tm := base.Add(time.Duration(i) * time.Minute) // e00 oldest
+			if err := os.Chtimes(p, tm, tm); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	left := func(dir string) []string {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	for _, c := range []struct {
+		what    string
+		entries int
+		bytes   int64
+		n, size int
+		want    []string
+	}{
+		{"under both bounds", 10, 100 << 10, 10, 1 << 10, []string{"e00", "e01", "e02", "e03", "e04", "e05", "e06", "e07", "e08", "e09"}},
+		{"over the entry bound", 8, 100 << 10, 10, 1 << 10, []string{"e04", "e05", "e06", "e07", "e08", "e09"}},
+		{"over the byte bound", 100, 8 << 10, 10, 1 << 10, []string{"e04", "e05", "e06", "e07", "e08", "e09"}},
+		{"one entry over the byte bound", 100, 4 << 10, 1, 8 << 10, nil},
+	} {
+		dir := t.TempDir()
+		maxCacheEntries, maxCacheBytes = c.entries, c.bytes
+		fill(dir, c.n, c.size)
+		pruneCache(dir)
+		if got := left(dir); !slices.Equal(got, c.want) {
+			t.Errorf("%s: left %v, want %v", c.what, got, c.want)
+		}
+	}
 }
