@@ -3,6 +3,7 @@ module perfinsp
 go 1.26.0
 
 require (
+	github.com/go-delve/delve v1.27.2
 	github.com/google/pprof v0.0.0-20261016150608-1facf8f91b50
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/ulikunitz/xz v0.5.15

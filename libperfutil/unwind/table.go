@@ -1,0 +1,268 @@
+package unwind
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/go-delve/delve/pkg/dwarf/frame"
+)
+
+// Bounds on what one ELF file may cost (the files are the profiled
+// processes', hence hostile).
+const (
+	maxSection = 64 << 20 // bytes of .eh_frame / .debug_frame
+	maxFDEs    = 1 << 20  // FDEs per file (libLLVM-15 has 98k)
+	maxLoads   = 32       // PT_LOAD headers per file
+	maxProgram = 64 << 10 // bytes of CIE + FDE instructions (GCC 12's cc1: 20 KiB at most)
+	// maxCache is the bytes of rows a Table keeps (about 110k rows);
+	// beyond it an FDE's program is run for each lookup instead (no
+	// allocation, bounded by maxProgram).
+	maxCache = 16 << 20
+)
+
+// load is one PT_LOAD header: file offsets [off, end) are at vaddr.
+type load struct{ off, end, vaddr uint64 }
+
+// cie is what the unwinder needs of a Common Information Entry.
+type cie struct {
+	init   []byte // initial instructions
+	caf    uint64 // code alignment factor
+	daf    int64  // data alignment factor
+	signal bool   // 'S' augmentation: FDEs of signal trampolines
+}
+
+// fde is one Frame Description Entry: the code [lo, hi) (link-time
+// virtual addresses) and its CFA program; rows is its table, built by the
+// first lookup.
+type fde struct {
+	lo, hi uint64
+	ins    []byte
+	cie    *cie
+	rows   atomic.Pointer[rowSet]
+}
+
+// Table is one ELF file's call-frame information. Safe for concurrent use
+// by several goroutines: an FDE's rows are built by the first lookup of one
+// of its addresses and published atomically; lookups after that take no
+// lock and allocate nothing.
+type Table struct {
+	loads  []load
+	fdes   []fde // sorted by lo
+	cached atomic.Int64
+}
+
+// Load reads the CFI of the ELF file r (size bytes): its .eh_frame, or its
+// .debug_frame when it has no .eh_frame, and the PT_LOAD headers that turn
+// file offsets into virtual addresses. A file with neither section (a Go
+// binary) gives a Table without FDEs: Unwind then takes frame-pointer steps
+// in it. Sections larger than 64 MiB, more than 1M FDEs or 32 PT_LOAD
+// headers are refused; a malformed file gives an error, never a panic.
+func Load(r io.ReaderAt, size int64) (t *Table, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			t, err = nil, fmt.Errorf("unwind: malformed ELF file (parser panic: %v)", p)
+		}
+	}()
+	if size < 0 {
+		return nil, fmt.Errorf("unwind: negative file size %d", size)
+	}
+	f, err := elf.NewFile(io.NewSectionReader(r, 0, size))
+	if err != nil {
+		return nil, fmt.Errorf("unwind: reading ELF headers: %w", err)
+	}
+	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("unwind: not an x86-64 ELF file (%v, %v)", f.Class, f.Machine)
+	}
+	var loads []load
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
+			continue
+		}
+		if len(loads) == maxLoads {
+			return nil, fmt.Errorf("unwind: more than %d PT_LOAD headers", maxLoads)
+		}
+		if p.Off+p.Filesz < p.Off || p.Vaddr+p.Filesz < p.Vaddr {
+			return nil, fmt.Errorf("unwind: PT_LOAD at file offset %#x overflows", p.Off)
+		}
+		loads = append(loads, load{p.Off, p.Off + p.Filesz, p.Vaddr})
+	}
+	data, addr, eh, err := cfiSection(f, size)
+	if err != nil {
+		return nil, err
+	}
+	t, err = newTable(loads, data, addr, eh)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// cfiSection reads .eh_frame (eh true, addr its virtual address), else
+// .debug_frame; nil data when the file has neither.
+func cfiSection(f *elf.File, size int64) (data []byte, addr uint64, eh bool, err error) {
+	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+		if s.Size > maxSection {
+			return nil, 0, false, fmt.Errorf("unwind: .eh_frame of %d bytes (limit %d)", s.Size, maxSection)
+		}
+		if s.Flags&elf.SHF_COMPRESSED != 0 || s.Offset > uint64(size) || s.Size > uint64(size)-s.Offset {
+			return nil, 0, false, fmt.Errorf("unwind: .eh_frame at file offset %#x (%d bytes) is compressed or outside the file", s.Offset, s.Size)
+		}
+		if s.Addr == 0 {
+			return nil, 0, false, errors.New("unwind: .eh_frame has no address (not a linked file)")
+		}
+		data = make([]byte, s.Size)
+		if _, err := s.ReadAt(data, 0); err != nil {
+			return nil, 0, false, fmt.Errorf("unwind: reading .eh_frame: %w", err)
+		}
+		return data, s.Addr, true, nil
+	}
+	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS && s.Size > 0 {
+		if s.Flags&elf.SHF_COMPRESSED == 0 && (s.Offset > uint64(size) || s.Size > uint64(size)-s.Offset) {
+			return nil, 0, false, fmt.Errorf("unwind: .debug_frame at file offset %#x (%d bytes) is outside the file", s.Offset, s.Size)
+		}
+		data, err := io.ReadAll(io.LimitReader(s.Open(), maxSection+1))
+		if err != nil {
+			return nil, 0, false, fmt.Errorf("unwind: reading .debug_frame: %w", err)
+		}
+		if len(data) > maxSection {
+			return nil, 0, false, fmt.Errorf("unwind: .debug_frame larger than %d bytes", maxSection)
+		}
+		return data, 0, false, nil
+	}
+	return nil, 0, false, nil
+}
+
+// newTable parses the CFI section data (.eh_frame at virtual address addr
+// when eh, else .debug_frame) with delve's parser and keeps a sorted table
+// of the FDEs. A delve panic is the caller's to recover.
+func newTable(loads []load, data []byte, addr uint64, eh bool) (*Table, error) {
+	t := &Table{loads: loads}
+	if len(data) == 0 {
+		return t, nil
+	}
+	name := ".debug_frame"
+	if eh {
+		name = ".eh_frame"
+	}
+	if err := scan(data, eh); err != nil {
+		return nil, fmt.Errorf("unwind: %s: %w", name, err)
+	}
+	var entries frame.FrameDescriptionEntries
+	var err error
+	if eh {
+		entries, err = frame.Parse(data, binary.LittleEndian, 0, 8, addr)
+	} else {
+		entries, err = frame.Parse(data, binary.LittleEndian, 0, 8, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("unwind: parsing %s: %w", name, err)
+	}
+	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Begin() < entries[j].Begin() })
+	cies := map[*frame.CommonInformationEntry]*cie{}
+	n := 0
+	for _, e := range entries {
+		if usable(e, eh) {
+			n++
+		}
+	}
+	t.fdes = make([]fde, n)
+	i := 0
+	for _, e := range entries {
+		if !usable(e, eh) {
+			continue
+		}
+		c := cies[e.CIE]
+		if c == nil {
+			c = &cie{
+				init:   e.CIE.InitialInstructions,
+				caf:    e.CIE.CodeAlignmentFactor,
+				daf:    e.CIE.DataAlignmentFactor,
+				signal: eh && strings.HasPrefix(e.CIE.Augmentation, "z") && strings.Contains(e.CIE.Augmentation, "S"),
+			}
+			cies[e.CIE] = c
+		}
+		f := &t.fdes[i]
+		f.lo, f.hi, f.ins, f.cie = e.Begin(), e.End(), e.Instructions, c
+		i++
+	}
+	return t, nil
+}
+
+// usable says whether the unwinder can use e: a non-empty range that does
+// not wrap, return addresses in column 16 (RIP), a bounded program.
+func usable(e *frame.FrameDescriptionEntry, eh bool) bool {
+	c := e.CIE
+	return c != nil && e.End() > e.Begin() && c.ReturnAddressRegister == RIP &&
+		c.CodeAlignmentFactor != 0 && len(c.InitialInstructions)+len(e.Instructions) <= maxProgram &&
+		(!eh || c.Augmentation == "" || c.Augmentation[0] == 'z')
+}
+
+// scan checks the framing of the entries before delve's parser sees them:
+// every length inside the section, no 64-bit DWARF (which delve reads
+// wrongly), at most maxFDEs entries (each costs delve ~100 bytes).
+func scan(data []byte, eh bool) error {
+	n := 0
+	for off := 0; off < len(data); {
+		if len(data)-off < 4 {
+			return fmt.Errorf("entry at %#x: truncated length", off)
+		}
+		l := binary.LittleEndian.Uint32(data[off:])
+		if l == 0xffffffff {
+			return fmt.Errorf("entry at %#x: 64-bit DWARF not supported", off)
+		}
+		if uint64(l) > uint64(len(data)-off-4) {
+			return fmt.Errorf("entry at %#x: length %d past the end of the section", off, l)
+		}
+		if l != 0 && l < 4 {
+			return fmt.Errorf("entry at %#x: length %d too short", off, l)
+		}
+		if l != 0 {
+			id := binary.LittleEndian.Uint32(data[off+4:])
+			if (eh && id != 0) || (!eh && id != 0xffffffff) {
+				if n++; n > maxFDEs {
+					return fmt.Errorf("more than %d FDEs", maxFDEs)
+				}
+			}
+		}
+		off += 4 + int(l)
+	}
+	return nil
+}
+
+// vaddr turns a file offset into the file's link-time virtual address.
+func (t *Table) vaddr(off uint64) (uint64, bool) {
+	for i := range t.loads {
+		l := &t.loads[i]
+		if off >= l.off && off < l.end {
+			return off - l.off + l.vaddr, true
+		}
+	}
+	return 0, false
+}
+
+// find returns the FDE covering the virtual address v, or nil.
+func (t *Table) find(v uint64) *fde {
+	// The last FDE with lo <= v.
+	lo, hi := 0, len(t.fdes)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if t.fdes[m].lo <= v {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 {
+		return nil
+	}
+	if f := &t.fdes[lo-1]; v < f.hi {
+		return f
+	}
+	return nil
+}

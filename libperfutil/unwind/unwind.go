@@ -1,0 +1,267 @@
+// Package unwind unwinds user-space x86-64 stacks with DWARF call-frame
+// information: one sample's registers and a copy of its stack bytes
+// (perf's PERF_SAMPLE_REGS_USER and PERF_SAMPLE_STACK_USER) and the
+// .eh_frame of the ELF files mapped in the process give the sample's
+// return addresses.
+//
+// The files are the profiled processes' and may be crafted: Load bounds
+// what it reads and turns a parser panic into an error; Unwind checks
+// every read against the stack copy, requires the CFA to grow from frame
+// to frame, bounds expressions, and stops after max frames.
+//
+// CIEs and FDEs are parsed by delve's package
+// (github.com/go-delve/delve/pkg/dwarf/frame: augmentations, pointer
+// encodings); their CFA programs are run by this package (cfa.go says
+// why), once per FDE into a table of rows kept by the Table. A lookup on a
+// warm cache is two binary searches and allocates nothing.
+package unwind
+
+// DWARF x86-64 register numbers.
+const (
+	RAX     = 0
+	RDX     = 1
+	RCX     = 2
+	RBX     = 3
+	RSI     = 4
+	RDI     = 5
+	RBP     = 6
+	RSP     = 7
+	R8      = 8
+	R9      = 9
+	R10     = 10
+	R11     = 11
+	R12     = 12
+	R13     = 13
+	R14     = 14
+	R15     = 15
+	RIP     = 16 // the return address column
+	NumRegs = 17
+)
+
+// calleeSaved has the bits of the registers a call preserves (SysV ABI):
+// without a rule for them, a caller's value is the callee's.
+const calleeSaved = 1<<RBX | 1<<RBP | 1<<R12 | 1<<R13 | 1<<R14 | 1<<R15
+
+// Regs is a register set in DWARF numbering; Valid has bit i set when R[i]
+// is known.
+type Regs struct {
+	R     [NumRegs]uint64
+	Valid uint32
+}
+
+// Stack is a copy of user stack memory: Data holds the bytes at addresses
+// Addr.. (Addr is the sample's SP).
+type Stack struct {
+	Addr uint64
+	Data []byte
+}
+
+// Finder returns the table of the file mapped at pc, and pc's offset in
+// that file (pc - mapping start + mapping's file offset); ok false when pc
+// is in no known file mapping.
+type Finder func(pc uint64) (t *Table, fileOff uint64, ok bool)
+
+// Stop says why an unwind ended.
+type Stop int
+
+const (
+	// StopEnd: the outermost frame (return address undefined, as in
+	// _start and clone, or 0).
+	StopEnd Stop = iota
+	// StopNoInfo: a pc with neither CFI nor a usable frame pointer, or
+	// CFI that needs a register whose value is not known.
+	StopNoInfo
+	// StopStack: the next read falls outside the copied stack bytes: the
+	// stack is cut (truncated).
+	StopStack
+	// StopDepth: max frames reached (truncated).
+	StopDepth
+	// StopBad: inconsistent: the CFA not above the previous one (a loop),
+	// a malformed CFA program, a bad expression.
+	StopBad
+
+	stopNone Stop = -1 // internal: go on
+)
+
+var stopNames = [...]string{"end", "no-info", "stack", "depth", "bad"}
+
+// String names the stop.
+func (s Stop) String() string {
+	if s >= 0 && int(s) < len(stopNames) {
+		return stopNames[s]
+	}
+	return "stop?"
+}
+
+// Unwind appends to out the sample's PC (regs.R[RIP]) and then each
+// caller's return address (as read from the stack, not minus 1), at most
+// max entries, and says why it stopped. It allocates nothing on a warm
+// cache (reuse out).
+//
+// Each frame's FDE is looked up with its pc, minus 1 for a return address
+// (a call may end a function) except in the frame a signal frame returns
+// to: that pc is where the signal interrupted the thread (FDEs whose CIE has
+// the 'S' augmentation, such as glibc's __restore_rt, are signal frames, as
+// in libgcc; nothing else about them is special, their CFI restores every
+// register from the signal context). The entry appended for that frame is
+// the interrupted pc itself. In the caller, registers without a rule keep
+// their value when callee-saved (RBX, RBP, R12-R15) and are unknown
+// otherwise; RSP is the CFA.
+//
+// A pc without CFI (no file, no FDE: a Go binary, JIT code) takes one
+// frame-pointer step when RBP is known, at or above SP and its two words
+// are in the stack copy: the return address at RBP+8, the caller's RBP at
+// RBP, its SP RBP+16; only those three registers are known in the caller.
+func Unwind(find Finder, regs Regs, st Stack, out []uint64, max int) ([]uint64, Stop) {
+	if max <= 0 {
+		return out, StopDepth
+	}
+	if regs.Valid&(1<<RIP) == 0 {
+		return out, StopNoInfo
+	}
+	out = append(out, regs.R[RIP])
+	var scratch row
+	cur, adjust := regs, false
+	// The CFA of each frame must be above the previous frame's (and the
+	// first above SP).
+	low, haveLow := regs.R[RSP], regs.Valid&(1<<RSP) != 0
+	for n := 1; ; n++ {
+		next, cfa, sig, stop := step(find, &cur, adjust, &st, &scratch)
+		if stop != stopNone {
+			return out, stop
+		}
+		if haveLow && cfa <= low {
+			return out, StopBad
+		}
+		low, haveLow = cfa, true
+		if next.R[RIP] == 0 {
+			return out, StopEnd
+		}
+		if n == max {
+			return out, StopDepth
+		}
+		out = append(out, next.R[RIP])
+		cur, adjust = next, !sig
+	}
+}
+
+// step unwinds one frame: the caller's registers (RIP the return
+// address, always valid unless stop), the frame's CFA, and whether the
+// frame is a signal frame.
+func step(find Finder, cur *Regs, adjust bool, st *Stack, scratch *row) (next Regs, cfa uint64, sig bool, stop Stop) {
+	pc := cur.R[RIP]
+	if adjust {
+		pc--
+	}
+	if t, off, ok := find(pc); ok && t != nil {
+		if v, ok := t.vaddr(off); ok {
+			if f := t.find(v); f != nil {
+				r, ok := t.rowAt(f, v, scratch)
+				if !ok {
+					return next, 0, false, StopBad
+				}
+				next, cfa, stop = apply(r, f, cur, st)
+				return next, cfa, f.cie.signal, stop
+			}
+		}
+	}
+	// No CFI: one frame-pointer step.
+	if cur.Valid&(1<<RBP) == 0 {
+		return next, 0, false, StopNoInfo
+	}
+	fp := cur.R[RBP]
+	if cur.Valid&(1<<RSP) != 0 && fp < cur.R[RSP] {
+		return next, 0, false, StopNoInfo
+	}
+	ra, ok1 := st.read(fp + 8)
+	caller, ok2 := st.read(fp)
+	if !ok1 || !ok2 || fp+16 < fp {
+		return next, 0, false, StopNoInfo
+	}
+	next.R[RIP], next.R[RBP], next.R[RSP] = ra, caller, fp+16
+	next.Valid = 1<<RIP | 1<<RBP | 1<<RSP
+	return next, fp + 16, false, stopNone
+}
+
+// apply computes the CFA and the caller's registers from the row r of f.
+func apply(r *row, f *fde, cur *Regs, st *Stack) (next Regs, cfa uint64, stop Stop) {
+	switch r.cfa.kind {
+	case kReg:
+		if cur.Valid&(1<<r.cfa.reg) == 0 {
+			return next, 0, StopNoInfo
+		}
+		cfa = cur.R[r.cfa.reg] + uint64(int64(r.cfa.off))
+	case kExpr, kExpr | fromCIE:
+		if cfa, stop = eval(expr(r.cfa, f), cur, st, false, 0); stop != stopNone {
+			return next, 0, stop
+		}
+	default: // no CFA rule, or one this table cannot hold
+		return next, 0, StopBad
+	}
+	for i := range r.r {
+		ru := &r.r[i]
+		var v uint64
+		switch ru.kind {
+		case kUnset:
+			switch {
+			case i == RSP:
+				v = cfa
+			case i == RIP:
+				return next, 0, StopBad // no return address rule
+			case calleeSaved&(1<<i) != 0 && cur.Valid&(1<<i) != 0:
+				v = cur.R[i]
+			default:
+				continue
+			}
+		case kSame:
+			if cur.Valid&(1<<i) == 0 {
+				continue
+			}
+			v = cur.R[i]
+		case kOffset:
+			var ok bool
+			if v, ok = st.read(cfa + uint64(int64(ru.off))); !ok {
+				return next, 0, StopStack
+			}
+		case kValOffset:
+			v = cfa + uint64(int64(ru.off))
+		case kReg:
+			if cur.Valid&(1<<ru.reg) == 0 {
+				continue
+			}
+			v = cur.R[ru.reg]
+		case kExpr, kExpr | fromCIE, kValExpr, kValExpr | fromCIE:
+			if v, stop = eval(expr(*ru, f), cur, st, true, cfa); stop != stopNone {
+				return next, 0, stop
+			}
+			if ru.kind&^fromCIE == kExpr {
+				var ok bool
+				if v, ok = st.read(v); !ok {
+					return next, 0, StopStack
+				}
+			}
+		case kUndef:
+			if i == RIP {
+				return next, 0, StopEnd
+			}
+			continue
+		default: // kBad
+			if i == RIP {
+				return next, 0, StopBad
+			}
+			continue
+		}
+		next.R[i] = v
+		next.Valid |= 1 << i
+	}
+	return next, cfa, stopNone
+}
+
+// expr returns the bytes of the expression of the rule r of f.
+func expr(r rule, f *fde) []byte {
+	p := f.ins
+	if r.kind&fromCIE != 0 {
+		p = f.cie.init
+	}
+	return p[r.off : int(r.off)+int(r.n)]
+}
