@@ -102,6 +102,11 @@ type item struct {
 	kind   uint8 // itemEnter, itemExit, itemTick
 	name   string
 	frames []string // a tick's call stack, root first (nil: none)
+	// an event of a method not named yet when it was read: named by id
+	// at Finish (its JIT_METHOD can come later in the merged trace: an
+	// agent's batch reaches a CPU's buffer after records of later times)
+	id   uint64
+	byID bool
 }
 
 const (
@@ -308,10 +313,17 @@ func (m *Merger) Record(rec *trace.Record, name func(pid uint32, pc uint64, kern
 		pid, tid := uint32(rec.Fixed[0]), uint32(rec.Fixed[1])
 		id := rec.Fixed[2]&0xffffffff | rec.Fixed[3]<<32
 		switch rec.Minor {
-		case MinorEntry:
-			m.Enter(pid, tid, rec.Time, m.methodName(pid, id))
-		case MinorExit:
-			m.Exit(pid, tid, rec.Time, m.methodName(pid, id))
+		case MinorEntry, MinorExit:
+			kind := uint8(itemEnter)
+			if rec.Minor == MinorExit {
+				kind = itemExit
+			}
+			t := m.Thread(pid, tid)
+			if n, ok := m.names[[2]uint64{uint64(pid), id}]; ok {
+				t.items = append(t.items, item{time: rec.Time, kind: kind, name: n})
+			} else {
+				t.items = append(t.items, item{time: rec.Time, kind: kind, id: id, byID: true})
+			}
 		default:
 			return fmt.Errorf("merge: unknown %s record minor 0x%x at time %d (want 0x%x entry or 0x%x exit)", trace.MajorName(rec.Major), rec.Minor, rec.Time, MinorEntry, MinorExit)
 		}
@@ -356,6 +368,9 @@ func (m *Merger) Finish() {
 	for _, t := range m.Threads {
 		sort.SliceStable(t.items, func(i, j int) bool { return t.items[i].time < t.items[j].time })
 		for _, it := range t.items {
+			if it.byID {
+				it.name = m.methodName(t.PID, it.id)
+			}
 			switch it.kind {
 			case itemEnter:
 				m.enter(t, it.time, it.name)

@@ -381,3 +381,43 @@ func TestOutOfOrder(t *testing.T) {
 		t.Errorf("rows %v, want %s", rows, w)
 	}
 }
+
+// A method's JIT_METHOD can come after its first events in the merged trace
+// (the agent's batches reach a CPU's buffer after records of later times,
+// as in the VM test's daemon run): the events still carry its name, and a
+// name known at the event's time is the one kept.
+func TestMethodNamedAfterItsEvents(t *testing.T) {
+	m := New()
+	ev := func(minor uint32, tm, id uint64) {
+		t.Helper()
+		rec := &trace.Record{Major: trace.MajorJitted, Minor: minor, Time: tm, Fixed: []uint64{1, 2, id, 0}}
+		if err := m.Record(rec, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := func(tm, id uint64, n string) {
+		t.Helper()
+		rec := &trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITMethod, Time: tm, Fixed: []uint64{1, id}, Str: n}
+		if err := m.Record(rec, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name(1, 7, "Worker.run")
+	ev(MinorEntry, 10, 7)
+	ev(MinorEntry, 11, 3) // named below, read later
+	ev(MinorExit, 20, 3)
+	name(5, 3, "Work.hot")
+	ev(MinorExit, 30, 7)
+	name(40, 7, "Renamed.later") // an id named anew: the earlier events keep their name
+	m.Finish()
+	var rows []string
+	for _, r := range m.Threads[0].Rows() {
+		rows = append(rows, r.Name)
+	}
+	if w := "[pt_pidtid Worker.run Work.hot]"; fmt.Sprint(rows) != w {
+		t.Errorf("rows %v, want %s", rows, w)
+	}
+	if len(m.Problems) != 0 {
+		t.Errorf("problems: %v", m.Problems)
+	}
+}
