@@ -32,7 +32,8 @@ func needGCC(tb testing.TB) {
 	}
 }
 
-// progC is the test program: main -> a -> b -> leaf spinning; with an
+// progC is the test program: main -> a -> b -> leaf spinning (the
+// calls to b and a end their functions); with an
 // argument main -> qsort (libc, through the PLT) -> ... -> cmp spinning.
 // It writes "r" when it spins.
 const progC = `#include <stdlib.h>
@@ -45,8 +46,13 @@ __attribute__((noinline)) void leaf(void) {
 	while (!flag)
 		;
 }
-__attribute__((noinline)) void b(void) { leaf(); __asm__ volatile("" ::: "memory"); }
-__attribute__((noinline)) void a(void) { b(); __asm__ volatile("" ::: "memory"); }
+/* b does not return: a's call to b (and main's to a) ends its function,
+   the return address is past its FDE. */
+__attribute__((noinline, noreturn)) void b(void) {
+	leaf();
+	exit(0);
+}
+__attribute__((noinline)) void a(void) { b(); }
 
 __attribute__((noinline)) int cmp(const void *x, const void *y) {
 	static int once;
