@@ -45,6 +45,17 @@ type rule struct {
 type row struct {
 	cfa rule
 	r   [NumRegs]rule
+	set uint32 // bit i: r[i] is not kUnset
+}
+
+// mark sets r.set.
+func (r *row) mark() {
+	r.set = 0
+	for i := range r.r {
+		if r.r[i].kind != kUnset {
+			r.set |= 1 << i
+		}
+	}
 }
 
 const rowBytes = int64(unsafe.Sizeof(row{})) + 8 // a row and its location
@@ -119,6 +130,7 @@ func (m *interp) run(f *fde, mode int, v uint64, rs *rowSet) (int, error) {
 		switch mode {
 		case modeAt:
 			if end || v < next {
+				m.cur.mark()
 				return 0, nil
 			}
 		case modeFill:
@@ -126,6 +138,7 @@ func (m *interp) run(f *fde, mode int, v uint64, rs *rowSet) (int, error) {
 				return 0, errors.New("unwind: CFA program gave more rows on its second run")
 			}
 			rs.locs[n], rs.rows[n] = loc, m.cur
+			rs.rows[n].mark()
 		}
 		n++
 		if end {

@@ -150,6 +150,7 @@ f2:
 	.cfi_escape 0x16, 0x0d, 0x02, 0x23, 0x20   /* DW_CFA_val_expression r13: CFA plus_uconst 32 */
 	.cfi_undefined r14
 	.cfi_same_value r15
+	.cfi_same_value r10
 f2_p1:	nop
 	ret
 	.cfi_endproc
@@ -239,7 +240,8 @@ func TestCFIRules(t *testing.T) {
 	check := func(what string, regs Regs, st Stack, wantCFA uint64, w ...want) {
 		t.Helper()
 		var scratch row
-		next, cfa, _, stop := step(find, &regs, false, &st, &scratch)
+		var next Regs
+		cfa, _, stop := step(find, &regs, &next, false, &st, &scratch)
 		if stop != stopNone {
 			t.Errorf("%s: stop %v", what, stop)
 			return
@@ -269,12 +271,13 @@ func TestCFIRules(t *testing.T) {
 	check("f1_p3 (restore_state)", regsOf(RIP, pc("f1_p3"), RSP, S, RBP, S+8, RBX, 1), st6, S+32,
 		want{RIP, ra, true}, want{RBP, rbp, true}, want{RBX, rbx, true})
 	// f2: RA in r11, rbx = CFA-8, r12 at [rsp+16], r13 = CFA+32, r14
-	// undefined, r15 same value.
+	// undefined, r15 and r10 (caller-saved) same value, r11 (no rule)
+	// unknown.
 	st3 := stackOf(S, 0, 0, 0x1212, 0)
 	check("f2_p1 (register, val_offset, expression, val_expression, undefined, same_value)",
-		regsOf(RIP, pc("f2_p1"), RSP, S, R11, r11, RBX, 1, R12, 2, R13, 3, R14, 4, R15, 5), st3, S+8,
+		regsOf(RIP, pc("f2_p1"), RSP, S, R11, r11, RBX, 1, R12, 2, R13, 3, R14, 4, R15, 5, R10, 6), st3, S+8,
 		want{RIP, r11, true}, want{RBX, S, true}, want{R12, 0x1212, true}, want{R13, S + 8 + 32, true},
-		want{R14, 0, false}, want{R15, 5, true}, want{R11, 0, false})
+		want{R14, 0, false}, want{R15, 5, true}, want{R10, 6, true}, want{R11, 0, false})
 
 	// The signal frame returns to g's first byte: g's FDE is found with
 	// that pc (g-1 has none), then g's return address 0 ends the stack.
@@ -291,7 +294,8 @@ func TestCFIRules(t *testing.T) {
 	// frame pointer: the test above would end with StopNoInfo.
 	var scratch row
 	regs := regsOf(RIP, pc("g"), RSP, ctx)
-	if _, _, _, stop := step(find, &regs, true, &st4, &scratch); stop != StopNoInfo {
+	var next Regs
+	if _, _, stop := step(find, &regs, &next, true, &st4, &scratch); stop != StopNoInfo {
 		t.Errorf("g-1: stop %v, want %v (no FDE)", stop, StopNoInfo)
 	}
 

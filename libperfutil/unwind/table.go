@@ -140,21 +140,27 @@ func cfiSection(f *elf.File, size int64) (data []byte, addr uint64, eh bool, err
 
 // newTable parses the CFI section data (.eh_frame at virtual address addr
 // when eh, else .debug_frame) with delve's parser and keeps a sorted table
-// of the FDEs. A delve panic is the caller's to recover.
-func newTable(loads []load, data []byte, addr uint64, eh bool) (*Table, error) {
-	t := &Table{loads: loads}
-	if len(data) == 0 {
-		return t, nil
-	}
+// of the FDEs.
+func newTable(loads []load, data []byte, addr uint64, eh bool) (t *Table, err error) {
 	name := ".debug_frame"
 	if eh {
 		name = ".eh_frame"
+	}
+	// delve's parser panics on some malformed entries (an FDE's
+	// augmentation data length past its end, a truncated LEB128).
+	defer func() {
+		if p := recover(); p != nil {
+			t, err = nil, fmt.Errorf("unwind: malformed %s (parser panic: %v)", name, p)
+		}
+	}()
+	t = &Table{loads: loads}
+	if len(data) == 0 {
+		return t, nil
 	}
 	if err := scan(data, eh); err != nil {
 		return nil, fmt.Errorf("unwind: %s: %w", name, err)
 	}
 	var entries frame.FrameDescriptionEntries
-	var err error
 	if eh {
 		entries, err = frame.Parse(data, binary.LittleEndian, 0, 8, addr)
 	} else {

@@ -16,6 +16,8 @@
 // warm cache is two binary searches and allocates nothing.
 package unwind
 
+import "math/bits"
+
 // DWARF x86-64 register numbers.
 const (
 	RAX     = 0
@@ -121,12 +123,14 @@ func Unwind(find Finder, regs Regs, st Stack, out []uint64, max int) ([]uint64, 
 	}
 	out = append(out, regs.R[RIP])
 	var scratch row
-	cur, adjust := regs, false
+	var buf [2]Regs
+	cur, next := &regs, &buf[0]
+	adjust := false
 	// The CFA of each frame must be above the previous frame's (and the
 	// first above SP).
 	low, haveLow := regs.R[RSP], regs.Valid&(1<<RSP) != 0
 	for n := 1; ; n++ {
-		next, cfa, sig, stop := step(find, &cur, adjust, &st, &scratch)
+		cfa, sig, stop := step(find, cur, next, adjust, &st, &scratch)
 		if stop != stopNone {
 			return out, stop
 		}
@@ -141,14 +145,19 @@ func Unwind(find Finder, regs Regs, st Stack, out []uint64, max int) ([]uint64, 
 			return out, StopDepth
 		}
 		out = append(out, next.R[RIP])
-		cur, adjust = next, !sig
+		adjust = !sig
+		if cur == &regs {
+			cur, next = next, &buf[1]
+		} else {
+			cur, next = next, cur
+		}
 	}
 }
 
-// step unwinds one frame: the caller's registers (RIP the return
-// address, always valid unless stop), the frame's CFA, and whether the
-// frame is a signal frame.
-func step(find Finder, cur *Regs, adjust bool, st *Stack, scratch *row) (next Regs, cfa uint64, sig bool, stop Stop) {
+// step unwinds one frame from cur: the caller's registers in next (RIP
+// the return address, valid unless stop), the frame's CFA, and whether
+// the frame is a signal frame.
+func step(find Finder, cur, next *Regs, adjust bool, st *Stack, scratch *row) (cfa uint64, sig bool, stop Stop) {
 	pc := cur.R[RIP]
 	if adjust {
 		pc--
@@ -158,103 +167,103 @@ func step(find Finder, cur *Regs, adjust bool, st *Stack, scratch *row) (next Re
 			if f := t.find(v); f != nil {
 				r, ok := t.rowAt(f, v, scratch)
 				if !ok {
-					return next, 0, false, StopBad
+					return 0, false, StopBad
 				}
-				next, cfa, stop = apply(r, f, cur, st)
-				return next, cfa, f.cie.signal, stop
+				cfa, stop = apply(r, f, cur, next, st)
+				return cfa, f.cie.signal, stop
 			}
 		}
 	}
 	// No CFI: one frame-pointer step.
 	if cur.Valid&(1<<RBP) == 0 {
-		return next, 0, false, StopNoInfo
+		return 0, false, StopNoInfo
 	}
 	fp := cur.R[RBP]
 	if cur.Valid&(1<<RSP) != 0 && fp < cur.R[RSP] {
-		return next, 0, false, StopNoInfo
+		return 0, false, StopNoInfo
 	}
 	ra, ok1 := st.read(fp + 8)
 	caller, ok2 := st.read(fp)
 	if !ok1 || !ok2 || fp+16 < fp {
-		return next, 0, false, StopNoInfo
+		return 0, false, StopNoInfo
 	}
 	next.R[RIP], next.R[RBP], next.R[RSP] = ra, caller, fp+16
 	next.Valid = 1<<RIP | 1<<RBP | 1<<RSP
-	return next, fp + 16, false, stopNone
+	return fp + 16, false, stopNone
 }
 
-// apply computes the CFA and the caller's registers from the row r of f.
-func apply(r *row, f *fde, cur *Regs, st *Stack) (next Regs, cfa uint64, stop Stop) {
+// apply computes the CFA and the caller's registers (in next) from the
+// row r of f.
+func apply(r *row, f *fde, cur, next *Regs, st *Stack) (cfa uint64, stop Stop) {
 	switch r.cfa.kind {
 	case kReg:
 		if cur.Valid&(1<<r.cfa.reg) == 0 {
-			return next, 0, StopNoInfo
+			return 0, StopNoInfo
 		}
 		cfa = cur.R[r.cfa.reg] + uint64(int64(r.cfa.off))
 	case kExpr, kExpr | fromCIE:
 		if cfa, stop = eval(expr(r.cfa, f), cur, st, false, 0); stop != stopNone {
-			return next, 0, stop
+			return 0, stop
 		}
 	default: // no CFA rule, or one this table cannot hold
-		return next, 0, StopBad
+		return 0, StopBad
 	}
-	for i := range r.r {
+	if r.set&(1<<RIP) == 0 {
+		return 0, StopBad // no return address rule
+	}
+	// Registers without a rule: callee-saved ones keep their value, the
+	// others are unknown; RSP is the CFA.
+	next.R = cur.R
+	next.R[RSP] = cfa
+	next.Valid = cur.Valid&calleeSaved | 1<<RSP
+	for m := r.set; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros32(m)
 		ru := &r.r[i]
 		var v uint64
 		switch ru.kind {
-		case kUnset:
-			switch {
-			case i == RSP:
-				v = cfa
-			case i == RIP:
-				return next, 0, StopBad // no return address rule
-			case calleeSaved&(1<<i) != 0 && cur.Valid&(1<<i) != 0:
-				v = cur.R[i]
-			default:
-				continue
-			}
 		case kSame:
-			if cur.Valid&(1<<i) == 0 {
-				continue
-			}
-			v = cur.R[i]
+			next.Valid = next.Valid&^(1<<i) | cur.Valid&(1<<i)
+			continue
 		case kOffset:
 			var ok bool
 			if v, ok = st.read(cfa + uint64(int64(ru.off))); !ok {
-				return next, 0, StopStack
+				return 0, StopStack
 			}
 		case kValOffset:
 			v = cfa + uint64(int64(ru.off))
 		case kReg:
 			if cur.Valid&(1<<ru.reg) == 0 {
+				next.Valid &^= 1 << i
 				continue
 			}
 			v = cur.R[ru.reg]
 		case kExpr, kExpr | fromCIE, kValExpr, kValExpr | fromCIE:
 			if v, stop = eval(expr(*ru, f), cur, st, true, cfa); stop != stopNone {
-				return next, 0, stop
+				return 0, stop
 			}
 			if ru.kind&^fromCIE == kExpr {
 				var ok bool
 				if v, ok = st.read(v); !ok {
-					return next, 0, StopStack
+					return 0, StopStack
 				}
 			}
 		case kUndef:
 			if i == RIP {
-				return next, 0, StopEnd
+				return 0, StopEnd
 			}
+			next.Valid &^= 1 << i
 			continue
 		default: // kBad
 			if i == RIP {
-				return next, 0, StopBad
+				return 0, StopBad
 			}
+			next.Valid &^= 1 << i
 			continue
 		}
 		next.R[i] = v
 		next.Valid |= 1 << i
 	}
-	return next, cfa, stopNone
+	return cfa, stopNone
 }
 
 // expr returns the bytes of the expression of the rule r of f.
