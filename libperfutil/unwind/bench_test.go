@@ -1,6 +1,8 @@
 package unwind
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -45,5 +47,81 @@ func BenchmarkUnwind(b *testing.B) {
 			b.ReportMetric(float64(frames), "frames/sample")
 			b.ReportMetric(ns/float64(frames), "ns/frame")
 		})
+	}
+}
+
+// freshSample is s with its files loaded again (empty caches), the
+// tables' cache budget set to used.
+func freshSample(t *testing.T, s *sample, used int64) *sample {
+	t.Helper()
+	fresh := *s
+	fresh.maps = nil
+	tables := map[*Table]*Table{}
+	for _, m := range s.maps {
+		nt := tables[m.t]
+		if nt == nil {
+			var err error
+			if nt, _, err = loadFile(m.path); err != nil {
+				t.Fatal(err)
+			}
+			nt.cached.Store(used)
+			tables[m.t] = nt
+		}
+		c := *m
+		c.t = nt
+		fresh.maps = append(fresh.maps, &c)
+	}
+	return &fresh
+}
+
+// TestCacheFull: with the cache budget spent, rows are computed per
+// lookup: the same unwind, nothing kept, nothing allocated.
+func TestCacheFull(t *testing.T) {
+	s := liveSample(t, true, "qsort")
+	want, wstop := Unwind(s.find, s.regs, s.st, nil, 64)
+	full := freshSample(t, s, maxCache)
+	find := full.find
+	out := make([]uint64, 0, 64)
+	out, stop := Unwind(find, full.regs, full.st, out, 64)
+	if stop != wstop || fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Errorf("cache full: %x (%v), want %x (%v)", out, stop, want, wstop)
+	}
+	for _, m := range full.maps {
+		for i := range m.t.fdes {
+			if m.t.fdes[i].rows.Load() != nil {
+				t.Fatalf("%s: rows kept with the cache full", m.path)
+			}
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() { out, _ = Unwind(find, full.regs, full.st, out[:0], 64) }); a != 0 {
+		t.Errorf("cache full: %v allocations per unwind, want 0", a)
+	}
+}
+
+// TestConcurrent unwinds from several goroutines on cold tables (run
+// with -race).
+func TestConcurrent(t *testing.T) {
+	s := liveSample(t, false, "qsort")
+	want, _ := Unwind(s.find, s.regs, s.st, nil, 64)
+	cold := freshSample(t, s, 0)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				got, _ := Unwind(cold.find, cold.regs, cold.st, nil, 64)
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					errs <- fmt.Sprintf("%x, want %x", got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
