@@ -1,7 +1,9 @@
 package unwind
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 )
@@ -123,5 +125,21 @@ func TestConcurrent(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// BenchmarkLoad loads libc's CFI (skipped without that file).
+func BenchmarkLoad(b *testing.B) {
+	const path = "/lib/x86_64-linux-gnu/libc.so.6"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Skipf("no %s: %v", path, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		t, err := Load(bytes.NewReader(data), int64(len(data)))
+		if err != nil || len(t.fdes) == 0 {
+			b.Fatalf("%s: %d FDEs, %v", path, len(t.fdes), err)
+		}
 	}
 }

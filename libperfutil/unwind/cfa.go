@@ -2,10 +2,8 @@ package unwind
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"math/bits"
-	"sync"
 	"unsafe"
 )
 
@@ -90,8 +88,8 @@ type interp struct {
 	depth int
 }
 
-var interps = sync.Pool{New: func() any { return new(interp) }}
-
+// errCFI is the error of a malformed CFA program: static, a lookup on a
+// full cache runs the program each time and must not allocate.
 var errCFI = errors.New("malformed CFA program")
 
 // Modes of interp.run.
@@ -111,7 +109,7 @@ func (m *interp) run(f *fde, mode int, v uint64, rs *rowSet) (int, error) {
 	if _, more, err := m.next(); err != nil {
 		return 0, err
 	} else if more {
-		return 0, fmt.Errorf("%w: location advance in a CIE", errCFI)
+		return 0, errCFI // a location advance in a CIE
 	}
 	m.init = m.cur
 	m.prog, m.pos, m.cie = f.ins, 0, false
@@ -135,7 +133,7 @@ func (m *interp) run(f *fde, mode int, v uint64, rs *rowSet) (int, error) {
 			}
 		case modeFill:
 			if n == len(rs.rows) {
-				return 0, errors.New("unwind: CFA program gave more rows on its second run")
+				return 0, errCFI // cannot happen: more rows on the second run
 			}
 			rs.locs[n], rs.rows[n] = loc, m.cur
 			rs.rows[n].mark()
@@ -235,13 +233,13 @@ func (m *interp) next() (adv uint64, more bool, err error) {
 			m.set(reg, r)
 		case 0x0a: // DW_CFA_remember_state
 			if m.depth == maxRemember {
-				return 0, false, fmt.Errorf("%w: DW_CFA_remember_state deeper than %d", errCFI, maxRemember)
+				return 0, false, errCFI
 			}
 			m.stack[m.depth] = m.cur
 			m.depth++
 		case 0x0b: // DW_CFA_restore_state: the CFA rule too, as libgcc does
 			if m.depth == 0 {
-				return 0, false, fmt.Errorf("%w: DW_CFA_restore_state without DW_CFA_remember_state", errCFI)
+				return 0, false, errCFI // no DW_CFA_remember_state before
 			}
 			m.depth--
 			m.cur = m.stack[m.depth]
@@ -324,7 +322,7 @@ func (m *interp) next() (adv uint64, more bool, err error) {
 				return 0, false, errCFI
 			}
 		default: // DW_CFA_set_loc (never emitted by GCC or LLVM), vendor extensions
-			return 0, false, fmt.Errorf("%w: opcode %#x not supported", errCFI, op)
+			return 0, false, errCFI
 		}
 	}
 	return 0, false, nil
@@ -334,7 +332,7 @@ func (m *interp) next() (adv uint64, more bool, err error) {
 func (m *interp) advance(d uint64) (uint64, bool, error) {
 	hi, lo := bits.Mul64(d, m.caf)
 	if hi != 0 {
-		return 0, false, fmt.Errorf("%w: location advance overflows", errCFI)
+		return 0, false, errCFI
 	}
 	return lo, true, nil
 }
@@ -454,11 +452,7 @@ func (t *Table) rowAt(f *fde, v uint64, scratch *row) (r *row, ok bool) {
 	rs := f.rows.Load()
 	if rs == nil {
 		if rs = t.build(f); rs == nil {
-			m := interps.Get().(*interp)
-			_, err := m.run(f, modeAt, v, nil)
-			*scratch = m.cur
-			interps.Put(m)
-			return scratch, err == nil
+			return scratch, rowOnce(f, v, scratch)
 		}
 	}
 	if rs.bad {
@@ -477,10 +471,21 @@ func (t *Table) rowAt(f *fde, v uint64, scratch *row) (r *row, ok bool) {
 	return &rs.rows[lo-1], true
 }
 
+// rowOnce computes the row in effect at v in f into r (the interpreter's
+// state is on the stack: nothing allocated); false when f's program is
+// malformed.
+//
+//go:noinline
+func rowOnce(f *fde, v uint64, r *row) bool {
+	var m interp
+	_, err := m.run(f, modeAt, v, nil)
+	*r = m.cur
+	return err == nil
+}
+
 // build builds and publishes f's table; nil when the Table's cache is full.
 func (t *Table) build(f *fde) *rowSet {
-	m := interps.Get().(*interp)
-	defer interps.Put(m)
+	var m interp
 	n, err := m.run(f, modeCount, 0, nil)
 	rs := badRows
 	if err == nil {

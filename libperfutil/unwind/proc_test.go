@@ -77,16 +77,22 @@ int main(int argc, char **argv) {
 }
 `
 
-// buildProg compiles progC without frame pointers, as a PIE or not.
-func buildProg(tb testing.TB, pie bool) string {
+// buildProg compiles progC without frame pointers, as a PIE or not, in
+// dir (a new temporary directory of tb's when "").
+func buildProg(tb testing.TB, pie bool, dir string) string {
 	tb.Helper()
 	needGCC(tb)
-	dir := tb.TempDir()
+	if dir == "" {
+		dir = tb.TempDir()
+	}
 	src := filepath.Join(dir, "prog.c")
 	if err := os.WriteFile(src, []byte(progC), 0o644); err != nil {
 		tb.Fatal(err)
 	}
 	exe := filepath.Join(dir, "prog")
+	if !pie {
+		exe += "-nopie"
+	}
 	args := []string{"-O2", "-g", "-fomit-frame-pointer", "-fno-optimize-sibling-calls", "-o", exe, src}
 	if pie {
 		args = append([]string{"-fPIE", "-pie"}, args...)
@@ -326,7 +332,22 @@ func capture(tb testing.TB, exe string, args ...string) *sample {
 var (
 	samplesMu sync.Mutex
 	samples   = map[string]*sample{}
+	// sharedDir holds the live samples' programs for the whole run (the
+	// samples are shared by tests; TestCacheFull loads their files again).
+	sharedDir string
 )
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "unwind-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	sharedDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // liveSample returns a sample of the test program (built once per
 // shape), spinning in leaf ("direct") or in qsort's comparator ("qsort").
@@ -338,7 +359,7 @@ func liveSample(tb testing.TB, pie bool, shape string) *sample {
 	if s := samples[key]; s != nil {
 		return s
 	}
-	exe := buildProg(tb, pie)
+	exe := buildProg(tb, pie, sharedDir)
 	var args []string
 	if shape == "qsort" {
 		args = []string{"qsort"}

@@ -69,7 +69,7 @@ const stackBase = 0x7ffd00000000
 // entry's push and at [rsp+8] after it.
 func TestPLT(t *testing.T) {
 	for _, pie := range []bool{false, true} {
-		exe := buildProg(t, pie)
+		exe := buildProg(t, pie, "")
 		tab, syms, ef := openTable(t, exe)
 		plt := ef.Section(".plt")
 		if plt == nil || plt.Size < 32 {
