@@ -47,6 +47,13 @@ type Source interface {
 	Stop() error
 }
 
+// UnwindReporter is a Source that unwinds user stacks by call-frame
+// information (kevents.Session with --unwind dwarf); ok is false when it
+// did not.
+type UnwindReporter interface {
+	UnwindStats() (st kevents.UnwindStats, ok bool)
+}
+
 // Sink receives records from a Source (kevents.Sink).
 type Sink = kevents.Sink
 
@@ -92,6 +99,8 @@ type Facility struct {
 	stopOnWriteErr bool
 	writeErrOnce   sync.Once
 	stackDepth     int // call-stack depth limit (0: the default, 127)
+	stackUnwind    control.Unwind
+	unwound        string // Status.Unwound of the last trace
 	drainWake      chan struct{}
 	drainDone      chan struct{}
 	drainStop      chan struct{}
@@ -189,6 +198,7 @@ func (f *Facility) initLocked(cfg control.Config) error {
 	f.full = false
 	f.unsaved = false
 	f.note = ""
+	f.unwound = ""
 	f.fullOnce = sync.Once{}
 	f.writeErrOnce = sync.Once{}
 	return nil
@@ -282,6 +292,25 @@ func (f *Facility) SetStackDepth(frames int) error {
 	return nil
 }
 
+// SetStackUnwind chooses how the user part of call stacks is unwound: by
+// frame pointers (the kernel's walk) or by the code's call-frame
+// information from a copy of the user stack (kevents.Options.StackBytes).
+func (f *Facility) SetStackUnwind(u control.Unwind) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state == control.StateOn {
+		return errors.New("tracing is on: run `swtrace off` before changing how stacks are unwound")
+	}
+	if u.DWARF && (u.StackBytes < 64 || u.StackBytes > control.MaxStackBytes || u.StackBytes%8 != 0) {
+		return fmt.Errorf("stack copy of %d bytes: use a multiple of 8 from 64 to %d", u.StackBytes, control.MaxStackBytes)
+	}
+	if !u.DWARF {
+		u.StackBytes = 0
+	}
+	f.stackUnwind = u
+	return nil
+}
+
 // SetRate sets the tprof rate and event.
 func (f *Facility) SetRate(hz int, event string) error {
 	f.mu.Lock()
@@ -349,6 +378,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	}
 	f.described = map[uint32]bool{}
 	f.sampled = map[uint32]bool{}
+	f.unwound = ""
 	f.startWall = uint64(time.Now().UnixNano())
 	f.startClock = Now()
 	f.kallsyms = nil
@@ -364,6 +394,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	opts := kevents.Options{
 		Callstack: f.enabled[trace.MajorUnwind] && f.enabled[trace.MajorTprof],
 		MaxStack:  f.stackDepth,
+		Unwind:    f.stackUnwind,
 		Dispatch:  f.enabled[trace.MajorDispatch],
 		Interrupt: f.enabled[trace.MajorInterrupt],
 	}
@@ -441,6 +472,11 @@ func (f *Facility) offLocked() error {
 	var err error
 	if f.src != nil {
 		err = f.src.Stop()
+		if us, ok := f.src.(UnwindReporter); ok {
+			if st, ok := us.UnwindStats(); ok {
+				f.unwound = st.String()
+			}
+		}
 		f.src = nil
 	}
 	t := Now()
@@ -745,6 +781,7 @@ func (f *Facility) Info() (*control.Status, error) {
 		StoppedFull:  f.full,
 		Note:         f.note,
 		Owner:        f.owner,
+		Unwound:      f.unwound,
 	}
 	if f.stream != nil {
 		if err := f.stream.Err(); err != nil {

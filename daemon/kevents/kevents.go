@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/trace"
@@ -51,6 +52,10 @@ type Options struct {
 	// pointers) with every tprof tick, at most MaxStack frames (0: 127).
 	Callstack bool
 	MaxStack  int
+	// Unwind: with DWARF, the user part of call stacks is unwound by
+	// call-frame information from a copy of Unwind.StackBytes of the
+	// user stack per sample (userstack.go), else by frame pointers.
+	Unwind    control.Unwind
 	Dispatch  bool  // sched:sched_switch
 	Interrupt bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
 	CPUs      []int // nil: every online CPU
@@ -98,6 +103,7 @@ type ring struct {
 	mu     sync.Mutex
 	fields [8]uint64
 	pcs    []uint64 // a stack's PCs, reused
+	fp     []uint64 // the frame-pointer walk of its user part (--unwind dwarf)
 	decode func(typ uint32, misc uint16, body []byte)
 }
 
@@ -121,6 +127,7 @@ type Session struct {
 
 	callstack bool
 	maxStack  int
+	uw        *userUnwinder // Options.Unwind.DWARF
 }
 
 // ErrNoPMU is returned for event-based tprof where there is no hardware PMU.
@@ -157,6 +164,11 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	pages := opts.RingPages
 	if pages <= 0 {
 		pages = 256
+		if opts.Callstack && opts.Unwind.DWARF && opts.RateHz > 0 {
+			// A stack copy per sample: 8 KB at 10 kHz is 80 MB/s a
+			// CPU; 8 MB rings hold 100 ms of it.
+			pages = 2048
+		}
 	}
 	if pages&(pages-1) != 0 {
 		return nil, fmt.Errorf("ring size %d pages is not a power of two", pages)
@@ -164,6 +176,12 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack}
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
+	}
+	if opts.Callstack && opts.Unwind.DWARF {
+		if n := opts.Unwind.StackBytes; n < 64 || n > control.MaxStackBytes || n%8 != 0 {
+			return nil, fmt.Errorf("stack copy of %d bytes: use a multiple of 8 from 64 to %d", n, control.MaxStackBytes)
+		}
+		s.uw = newUserUnwinder()
 	}
 	ok := false
 	defer func() {
@@ -223,6 +241,14 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			if opts.Callstack {
 				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
 				attr.Sample_max_stack = uint16(s.maxStack)
+				if s.uw != nil {
+					// The kernel's frame-pointer walk of the user
+					// stack stays: it is kept where call-frame
+					// information gives less.
+					attr.Sample_type |= unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_STACK_USER
+					attr.Sample_regs_user = userRegsMask
+					attr.Sample_stack_user = uint32(opts.Unwind.StackBytes)
+				}
 			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
@@ -568,6 +594,10 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			return
 		}
 		name := cstr(b[64 : len(b)-32])
+		if s.uw != nil && misc&unix.PERF_RECORD_MISC_MMAP_BUILD_ID == 0 && len(name) > 0 && name[0] == '/' {
+			maj, min, ino := le32(b[32:]), le32(b[36:]), le64(b[40:])
+			s.uw.mmap(pid, userMap{start: addr, end: addr + ln, off: pgoff, id: fileID{maj, min, ino}, path: name})
+		}
 		if pe, ok := s.execs.LoadAndDelete(pid); ok {
 			s.emitExec(r, t, pid, pe.(pendingExec), name)
 			f = r.fields[:0]
@@ -598,6 +628,9 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			// record): the path the program was found at, not the
 			// name typed, nor whatever /proc says by the time this
 			// record is read.
+			if s.uw != nil {
+				s.uw.exec(pid)
+			}
 			if old, ok := s.execs.Swap(pid, pendingExec{tid: tid, comm: comm}); ok {
 				s.emitExec(r, t, pid, old.(pendingExec), old.(pendingExec).comm)
 			}
@@ -613,6 +646,9 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			s.tgid.Store(tid, pid)
 			if pid == tid {
 				s.parents.Store(pid, ppid)
+				if s.uw != nil && pid != ppid {
+					s.uw.fork(ppid, pid)
+				}
 			}
 			var flags uint64
 			if pid == ppid {
@@ -629,6 +665,9 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				f = r.fields[:0]
 			}
 
+			if s.uw != nil && pid == tid {
+				s.uw.exit(pid)
+			}
 			s.sink.MTE(r.cpu, trace.MTEExit, t, append(f, uint64(pid), uint64(tid)), "")
 		}
 	case unix.PERF_RECORD_LOST:
@@ -664,11 +703,33 @@ func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
 		}
 	}
 	r.pcs = pcs
+	// The kernel stops at sample_max_stack frames.
+	truncated := len(pcs) >= s.maxStack
+	if s.uw != nil {
+		// The user frames again, by call-frame information (the
+		// sample's registers and stack copy follow the callchain).
+		r.fp = append(r.fp[:0], pcs[kernel:]...)
+		var ok, cut bool
+		if pcs, cut, ok = s.uw.unwind(pid, b[8*nr:], pcs[:kernel], r.fp, s.maxStack-kernel); ok {
+			truncated = cut
+		} else {
+			pcs = append(pcs, r.fp...)
+		}
+		r.pcs = pcs
+	}
 	if len(pcs) == 0 {
 		return
 	}
-	// The kernel stops at sample_max_stack frames.
-	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, len(pcs) >= s.maxStack)
+	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, truncated)
+}
+
+// UnwindStats returns how user stacks were unwound (with --unwind dwarf;
+// ok false without).
+func (s *Session) UnwindStats() (UnwindStats, bool) {
+	if s.uw == nil {
+		return UnwindStats{}, false
+	}
+	return s.uw.Stats(), true
 }
 
 // pendingExec is an exec whose path waits for the program's first

@@ -403,6 +403,7 @@ var mutating = map[string]bool{
 	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
 	daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true,
 	daemonproto.OpShutdown: true, daemonproto.OpOnWriteError: true, daemonproto.OpStackDepth: true,
+	daemonproto.OpStackUnwind: true,
 }
 
 var facilityOps = map[string]bool{
@@ -410,6 +411,7 @@ var facilityOps = map[string]bool{
 	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
 	daemonproto.OpOff: true, daemonproto.OpGet: true, daemonproto.OpFree: true,
 	daemonproto.OpHook: true, daemonproto.OpInfo: true, daemonproto.OpOnWriteError: true, daemonproto.OpStackDepth: true,
+	daemonproto.OpStackUnwind: true,
 }
 
 func decode(args json.RawMessage, v any) error {
@@ -468,6 +470,12 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 			return nil, err
 		}
 		return nil, f.SetStackDepth(a.Frames)
+	case daemonproto.OpStackUnwind:
+		var a control.Unwind
+		if err := decode(r.Args, &a); err != nil {
+			return nil, err
+		}
+		return nil, f.SetStackUnwind(a)
 	case daemonproto.OpOnWriteError:
 		var a daemonproto.WriteErrorArgs
 		if err := decode(r.Args, &a); err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -116,6 +117,9 @@ type Status struct {
 	// StreamError says that writing the stream file failed (a full disk)
 	// and how many records were dropped since.
 	StreamError string `json:"stream_error,omitempty"`
+	// Unwound says how the last trace's user stacks were unwound by
+	// call-frame information (--unwind dwarf) and what it cost.
+	Unwound string `json:"unwound,omitempty"`
 }
 
 // Facility is the control API of the trace facility. Every method is one
@@ -162,6 +166,61 @@ type WriteErrorPolicy interface {
 // (`swtrace enable callstack`) with a configurable depth limit.
 type StackDepth interface {
 	SetStackDepth(frames int) error
+}
+
+// StackUnwinder is implemented by backends that can unwind user stacks
+// by the call-frame information of the code (`swtrace enable callstack
+// --unwind dwarf`) as well as by frame pointers.
+type StackUnwinder interface {
+	SetStackUnwind(u Unwind) error
+}
+
+// Unwind says how the user part of call stacks is unwound.
+type Unwind struct {
+	// DWARF: by the .eh_frame call-frame information of the code, from a
+	// copy of StackBytes bytes of the user stack taken at each sample;
+	// else by frame pointers.
+	DWARF      bool `json:"dwarf"`
+	StackBytes int  `json:"stack_bytes,omitempty"`
+}
+
+// Bounds of Unwind.StackBytes: a multiple of 8 below 64 KiB (the kernel's
+// limit on one sample's stack copy).
+const (
+	DefaultStackBytes = 8192
+	MaxStackBytes     = 65528
+)
+
+// ParseUnwind reads perf's --call-graph syntax: "fp", "dwarf" or
+// "dwarf,BYTES".
+func ParseUnwind(s string) (Unwind, error) {
+	mode, size, sized := strings.Cut(s, ",")
+	switch mode {
+	case "fp":
+		if sized {
+			return Unwind{}, fmt.Errorf("unwind %q: a size goes with dwarf only (dwarf,BYTES)", s)
+		}
+		return Unwind{}, nil
+	case "dwarf":
+		u := Unwind{DWARF: true, StackBytes: DefaultStackBytes}
+		if sized {
+			n, err := strconv.Atoi(size)
+			if err != nil || n < 64 || n > MaxStackBytes || n%8 != 0 {
+				return Unwind{}, fmt.Errorf("unwind %q: the stack copy must be a multiple of 8 bytes from 64 to %d", s, MaxStackBytes)
+			}
+			u.StackBytes = n
+		}
+		return u, nil
+	}
+	return Unwind{}, fmt.Errorf("unwind %q: use fp (frame pointers) or dwarf[,BYTES] (call-frame information, BYTES of stack copied per sample, default %d)", s, DefaultStackBytes)
+}
+
+// String is the --unwind form of u.
+func (u Unwind) String() string {
+	if !u.DWARF {
+		return "fp"
+	}
+	return fmt.Sprintf("dwarf,%d", u.StackBytes)
 }
 
 // Noticer is implemented by backends that learn, while connecting, things

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -246,6 +247,16 @@ func (c *Client) Call(op string, args any, out any, files ...*os.File) error {
 		if resp.Code != "" {
 			return &control.Error{Code: resp.Code, Msg: "pitraced: " + resp.Error}
 		}
+		if strings.HasPrefix(resp.Error, "unknown op ") {
+			exe := "an older binary"
+			var ping daemonproto.PingResult
+			if c.Call(daemonproto.OpPing, nil, &ping) == nil {
+				if p, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", ping.PID)); err == nil {
+					exe = fmt.Sprintf("pid %d, %s", ping.PID, p)
+				}
+			}
+			return fmt.Errorf("pitraced: %s: the daemon serving %s (%s) is older than this tool: stop it when no trace is held (kill it; the next command starts this build's)", resp.Error, c.path, exe)
+		}
 		return errors.New("pitraced: " + resp.Error)
 	}
 	if out != nil && len(resp.Result) > 0 {
@@ -298,6 +309,12 @@ func (c *Client) SetStopOnWriteError(stop bool) error {
 // SetStackDepth sets the call-stack depth limit.
 func (c *Client) SetStackDepth(frames int) error {
 	return c.Call(daemonproto.OpStackDepth, daemonproto.StackDepthArgs{Frames: frames}, nil)
+}
+
+// SetStackUnwind chooses how user stacks are unwound (frame pointers or
+// call-frame information).
+func (c *Client) SetStackUnwind(u control.Unwind) error {
+	return c.Call(daemonproto.OpStackUnwind, u, nil)
 }
 
 // SetRate sets the tprof rate.

@@ -74,6 +74,7 @@ const (
 	OpShutdown     = "shutdown"       // the daemon exits (after stopping tracing)
 	OpOnWriteError = "on-write-error" // WriteErrorArgs
 	OpStackDepth   = "stack-depth"    // StackDepthArgs
+	OpStackUnwind  = "stack-unwind"   // control.Unwind
 )
 
 // InitArgs are the buffer sizes.

@@ -22,6 +22,9 @@ type Mapping struct {
 	Offset     uint64 // file offset of Start
 	Prot       uint32 // Prot* bits
 	Path       string // "" for anonymous memory; may hold spaces; [vdso] etc. as printed
+	// The file's device (major, minor) and inode; 0 for anonymous memory.
+	Major, Minor uint32
+	Inode        uint64
 }
 
 // Executable calls fn for each executable mapping in maps, in order. Lines
@@ -56,6 +59,14 @@ func parse(line string) (Mapping, bool) {
 		return Mapping{}, false
 	}
 	m := Mapping{Start: start, End: end, Offset: off}
+	if ma, mi, ok := strings.Cut(f[3], ":"); ok {
+		a, err1 := strconv.ParseUint(ma, 16, 32)
+		b, err2 := strconv.ParseUint(mi, 16, 32)
+		if err1 == nil && err2 == nil {
+			m.Major, m.Minor = uint32(a), uint32(b)
+		}
+	}
+	m.Inode, _ = strconv.ParseUint(f[4], 10, 64)
 	if f[1][0] == 'r' {
 		m.Prot |= ProtRead
 	}

@@ -3,10 +3,10 @@ package procmaps
 import "testing"
 
 // Executable mappings only, with their bounds, offset, protection and a
-// path holding spaces; anonymous and special ones kept; bad lines skipped.
+// path holding spaces, the device and inode; anonymous and special ones kept; bad lines skipped.
 func TestExecutable(t *testing.T) {
 	maps := `55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /usr/bin/my prog
-55d0c0001000-55d0c0005000 r-xp 00001000 08:01 123 /usr/bin/my prog
+55d0c0001000-55d0c0005000 r-xp 00001000 fd:1a 1234567 /usr/bin/my prog
 7f0000000000-7f0000001000 rw-p 00000000 00:00 0
 7f0000001000-7f0000002000 rwxp 00000000 00:00 0
 7fff00000000-7fff00001000 r-xp 00000000 00:00 0 [vdso]
@@ -19,7 +19,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 		t.Fatal(err)
 	}
 	want := []Mapping{
-		{Start: 0x55d0c0001000, End: 0x55d0c0005000, Offset: 0x1000, Prot: ProtRead | ProtExec, Path: "/usr/bin/my prog"},
+		{Start: 0x55d0c0001000, End: 0x55d0c0005000, Offset: 0x1000, Prot: ProtRead | ProtExec, Path: "/usr/bin/my prog", Major: 0xfd, Minor: 0x1a, Inode: 1234567},
 		{Start: 0x7f0000001000, End: 0x7f0000002000, Prot: ProtRead | ProtWrite | ProtExec},
 		{Start: 0x7fff00000000, End: 0x7fff00001000, Prot: ProtRead | ProtExec, Path: "[vdso]"},
 		{Start: 0xffffffffff600000, End: 0xffffffffff601000, Prot: ProtExec, Path: "[vsyscall]"},

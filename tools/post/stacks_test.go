@@ -34,53 +34,7 @@ func TestExampleCallStacks(t *testing.T) {
 		"--folded", folded, "--flame", svg, "--pprof", pb); code != 0 {
 		t.Fatal(errs)
 	}
-	// Folded: the paths by the function below main/worker, per leaf.
-	f, err := os.Open(folded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	paths := map[string]int{}
-	total := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.LastIndexByte(line, ' ')
-		n, _ := strconv.Atoi(line[i+1:])
-		total += n
-		frames := strings.Split(line[:i], ";")
-		// keep the user frames from main or worker down
-		for j, fr := range frames {
-			if fr == "main" || fr == "worker" {
-				var user []string
-				for _, x := range frames[j:] {
-					if !strings.HasSuffix(x, "_[k]") {
-						user = append(user, x)
-					}
-				}
-				paths[strings.Join(user, ";")] += n
-				break
-			}
-		}
-	}
-	want := map[string]float64{
-		"main;work;heavy": 30, "worker;work;heavy": 30,
-		"main;work;via_route;medium": 15, "worker;work;via_route;medium": 15,
-		"main;work;light": 5, "worker;work;light": 5,
-	}
-	sum := 0
-	for p := range want {
-		sum += paths[p]
-	}
-	if total < 300 || sum < total*8/10 {
-		t.Fatalf("%d ticks, %d on the expected paths; paths: %v", total, sum, paths)
-	}
-	for p, share := range want {
-		got := 100 * float64(paths[p]) / float64(sum)
-		if got < share-6 || got > share+6 {
-			t.Errorf("%s: %.1f %% of the example's stacks, want about %.0f %% (%v)", p, got, share, paths)
-		}
-	}
+	total := checkExamplePaths(t, folded)
 	// pprof: work's cum is (about) the whole process; heavy's flat ≈ cum.
 	r, err := os.Open(pb)
 	if err != nil {
@@ -121,7 +75,71 @@ func TestExampleCallStacks(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "<svg") || !strings.Contains(string(b), ">via_route (") {
 		t.Fatalf("flame graph: %v\n%.500s", err, b)
 	}
-	t.Logf("%d ticks of the example, paths %v", total, paths)
+	t.Logf("%d ticks of the example", total)
+}
+
+// examplePaths reads folded stacks of the example: the ticks per user path
+// from main or worker down (kernel frames left out), and all ticks.
+func examplePaths(t *testing.T, folded string) (map[string]int, int) {
+	t.Helper()
+	f, err := os.Open(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	paths := map[string]int{}
+	total := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.LastIndexByte(line, ' ')
+		n, _ := strconv.Atoi(line[i+1:])
+		total += n
+		frames := strings.Split(line[:i], ";")
+		// keep the user frames from main or worker down
+		for j, fr := range frames {
+			if fr == "main" || fr == "worker" {
+				var user []string
+				for _, x := range frames[j:] {
+					if !strings.HasSuffix(x, "_[k]") {
+						user = append(user, x)
+					}
+				}
+				paths[strings.Join(user, ";")] += n
+				break
+			}
+		}
+	}
+	return paths, total
+}
+
+// exampleWant is the example's call paths and their shares of its ticks.
+var exampleWant = map[string]float64{
+	"main;work;heavy": 30, "worker;work;heavy": 30,
+	"main;work;via_route;medium": 15, "worker;work;via_route;medium": 15,
+	"main;work;light": 5, "worker;work;light": 5,
+}
+
+// checkExamplePaths checks that the folded stacks hold the example's exact
+// call paths (most of its ticks) in the ratio it is built with; it returns
+// the number of ticks.
+func checkExamplePaths(t *testing.T, folded string) int {
+	t.Helper()
+	paths, total := examplePaths(t, folded)
+	sum := 0
+	for p := range exampleWant {
+		sum += paths[p]
+	}
+	if total < 300 || sum < total*8/10 {
+		t.Fatalf("%d ticks, %d on the expected paths; paths: %v", total, sum, paths)
+	}
+	for p, share := range exampleWant {
+		got := 100 * float64(paths[p]) / float64(sum)
+		if got < share-6 || got > share+6 {
+			t.Errorf("%s: %.1f %% of the example's stacks, want about %.0f %% (%v)", p, got, share, paths)
+		}
+	}
+	return total
 }
 
 // The inclusive shares of the example's functions agree with perf's

@@ -129,7 +129,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				}, Action: cmdInit},
 			{Name: "enable", Usage: "enable record types by name or major code (none: list them)", UsageText: "swtrace enable [--only] [TYPE ...]",
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "only", Usage: "enable exactly these types (and the always-on sys and mte), disabling the others"},
-					&cli.IntFlag{Name: "depth", Usage: "with callstack: at most `FRAMES` frames per stack (1..127, default 127); deeper stacks are kept truncated and marked"}},
+					&cli.IntFlag{Name: "depth", Usage: "with callstack: at most `FRAMES` frames per stack (1..127, default 127); deeper stacks are kept truncated and marked"},
+					&cli.StringFlag{Name: "unwind", Usage: "with callstack: how user stacks are unwound, as perf's --call-graph: fp (frame pointers, the default) or dwarf[,BYTES] (the code's .eh_frame call-frame information, from BYTES of user stack copied per sample, default 8192: callers of code built without frame pointers; daemon backend)"}},
 				Action: cmdEnable(true)},
 			{Name: "disable", Usage: "disable record types", UsageText: "swtrace disable TYPE ...", Action: cmdEnable(false)},
 			{Name: "mode", Usage: "select the mode: normal, wrap or cont", UsageText: "swtrace mode normal|wrap|cont [-f FILE]",
@@ -325,6 +326,21 @@ func cmdEnable(on bool) cli.ActionFunc {
 				return err
 			}
 		}
+		if c.IsSet("unwind") {
+			u, err := control.ParseUnwind(c.String("unwind"))
+			if err != nil {
+				return err
+			}
+			su, ok := f.(control.StackUnwinder)
+			switch {
+			case ok:
+				if err := su.SetStackUnwind(u); err != nil {
+					return err
+				}
+			case u.DWARF:
+				return fmt.Errorf("--unwind dwarf: the %s backend unwinds user stacks by frame pointers only; DWARF unwinding is the daemon backend's (PERFINSP_BACKEND=daemon swtrace ...)", f.Backend())
+			}
+		}
 		st, err := f.Info()
 		if err != nil {
 			return err
@@ -508,6 +524,9 @@ func cmdSimple(op string) cli.ActionFunc {
 				if st.Mode == control.ModeCont {
 					fmt.Fprintf(c.App.Writer, "swtrace: cont mode: trace written to %s\n", st.ContFile)
 				}
+				if st.Unwound != "" {
+					fmt.Fprintf(c.App.Writer, "swtrace: call stacks: %s\n", st.Unwound)
+				}
 				return nil
 			}
 		}
@@ -592,6 +611,9 @@ func cmdInfo(c *cli.Context) error {
 	}
 	if st.Note != "" {
 		fmt.Fprintf(w, "note: %s\n", st.Note)
+	}
+	if st.Unwound != "" {
+		fmt.Fprintf(w, "call stacks: %s\n", st.Unwound)
 	}
 	for _, why := range control.NotChosen(st.Backend) {
 		fmt.Fprintf(w, "not used: %s\n", why)

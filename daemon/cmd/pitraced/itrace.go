@@ -23,6 +23,14 @@ func (s *itraceSource) Stop() error {
 	return s.Source.Stop()
 }
 
+// UnwindStats passes on the wrapped source's (facility.UnwindReporter).
+func (s *itraceSource) UnwindStats() (kevents.UnwindStats, bool) {
+	if u, ok := s.Source.(facility.UnwindReporter); ok {
+		return u.UnwindStats()
+	}
+	return kevents.UnwindStats{}, false
+}
+
 // registerITrace serves the no-module ITrace ops. The tracer writes into
 // the sink the facility hands its sources when tracing turns on, so its
 // records land in the per-CPU trace buffers with every other record.
