@@ -478,6 +478,9 @@ func (s *Session) Stop() error {
 }
 
 func (s *Session) closeAll() {
+	if s.uw != nil {
+		s.uw.close()
+	}
 	for _, r := range s.rings {
 		_ = r.rb.Close()
 		for _, fd := range r.fds {

@@ -33,7 +33,10 @@ import (
 // loaded once per session (by device and inode: libc once for every
 // process). A sample whose unwinding finds no call-frame information before
 // the outermost frame keeps the kernel's frame-pointer walk when that is
-// longer.
+// longer. Tables load on a goroutine of their own (a large library takes
+// tens of milliseconds, and a drain held that long loses samples: 8 KB a
+// sample at 10 kHz fills a CPU's ring in 100 ms); until a file's table is
+// there, its frames are unwound as without one.
 
 // perf_event user register mask: AX BX CX DX SI DI BP SP IP and R8-R15
 // (PERF_REG_X86_*: bits 0-8 and 16-23).
@@ -72,8 +75,9 @@ type UnwindStats struct {
 	Partial   uint64        // unwound part of the way (no information further, or the copy ended)
 	FramePtrs uint64        // the frame-pointer walk was longer and kept
 	Frames    uint64        // user frames written
-	Time      time.Duration // spent unwinding (the daemon's CPU), loading tables included
-	LoadTime  time.Duration // of Time, spent loading tables
+	Time      time.Duration // spent unwinding (the daemon's CPU)
+	LoadTime  time.Duration // spent loading tables (in the background)
+	Early     uint64        // stacks that met a file whose table was still loading
 	Files     int           // files whose tables were loaded
 	NoInfo    int           // files without usable call-frame information
 }
@@ -85,14 +89,73 @@ type userUnwinder struct {
 	stats  UnwindStats
 	out    []uint64
 
+	loading map[fileID]bool // queued to the loader
+	loadQ   chan loadReq
+	done    chan struct{} // closed when the loader has returned
+	early   bool          // the unwind in progress met a loading file
+
 	// for the Finder of the unwind in progress (under mu)
 	cur *procMaps
 	pid uint32
 }
 
+// loadReq asks the loader for the table of m's file, mapped by pid.
+type loadReq struct {
+	pid uint32
+	m   userMap
+}
+
 func newUserUnwinder() *userUnwinder {
-	u := &userUnwinder{procs: map[uint32]*procMaps{}, tables: map[fileID]*unwind.Table{}}
+	u := &userUnwinder{procs: map[uint32]*procMaps{}, tables: map[fileID]*unwind.Table{},
+		loading: map[fileID]bool{}, loadQ: make(chan loadReq, 64), done: make(chan struct{})}
+	go u.loader(u.loadQ)
 	return u
+}
+
+// loader loads the queued files' tables until close.
+func (u *userUnwinder) loader(q chan loadReq) {
+	defer close(u.done)
+	for req := range q {
+		start := time.Now()
+		t, err := loadTable(req.pid, &req.m)
+		d := time.Since(start)
+		u.mu.Lock()
+		u.stats.LoadTime += d
+		if err != nil {
+			t = nil
+			u.stats.NoInfo++
+		} else {
+			u.stats.Files++
+		}
+		u.tables[req.m.id] = t
+		delete(u.loading, req.m.id)
+		u.mu.Unlock()
+	}
+}
+
+// close stops the loader (tables queued and not loaded are not loaded).
+func (u *userUnwinder) close() {
+	u.mu.Lock()
+	q := u.loadQ
+	u.loadQ = nil
+	u.mu.Unlock()
+	if q != nil {
+		close(q)
+		<-u.done
+	}
+}
+
+// wait returns when no table is loading (tests).
+func (u *userUnwinder) wait() {
+	for {
+		u.mu.Lock()
+		n := len(u.loading)
+		u.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // Stats returns the counts so far.
@@ -206,20 +269,20 @@ func (u *userUnwinder) table(pid uint32, m *userMap) *unwind.Table {
 	if t, ok := u.tables[m.id]; ok {
 		return t
 	}
-	if len(u.tables) >= maxUnwindFiles {
+	if u.loading[m.id] {
+		u.early = true
 		return nil
 	}
-	start := time.Now()
-	t, err := loadTable(pid, m)
-	u.stats.LoadTime += time.Since(start)
-	if err != nil {
-		t = nil
-		u.stats.NoInfo++
-	} else {
-		u.stats.Files++
+	if len(u.tables)+len(u.loading) >= maxUnwindFiles || u.loadQ == nil {
+		return nil
 	}
-	u.tables[m.id] = t
-	return t
+	select {
+	case u.loadQ <- loadReq{pid: pid, m: *m}:
+		u.loading[m.id] = true
+		u.early = true
+	default: // the loader is behind: asked again by a later sample
+	}
+	return nil
 }
 
 // loadTable opens m's file the way the process mapped it, else by path if
@@ -312,10 +375,13 @@ func (u *userUnwinder) unwind(pid uint32, b []byte, pcs, fp []uint64, max int) (
 	if p == nil {
 		p = &procMaps{}
 	}
-	u.cur, u.pid = p, pid
+	u.cur, u.pid, u.early = p, pid, false
 	out, stop := unwind.Unwind(u.find, regs, st, u.out[:0], max)
 	u.out = out
 	u.cur = nil
+	if u.early {
+		u.stats.Early++
+	}
 	truncated := stop == unwind.StopDepth || stop == unwind.StopStack
 	switch {
 	case stop == unwind.StopEnd:
@@ -340,7 +406,7 @@ func (st UnwindStats) String() string {
 		return "no user stack was sampled (--unwind dwarf)"
 	}
 	pct := func(n uint64) float64 { return 100 * float64(n) / float64(st.Samples) }
-	return fmt.Sprintf("%d user stacks unwound by call-frame information (--unwind dwarf): %.1f %% to the outermost frame, %.1f %% part of the way, %.1f %% kept the frame-pointer walk (longer); %.1f frames a stack; %d files' tables loaded, %d without call-frame information; %.3f s spent unwinding: %.3f s loading the tables, %.1f µs a stack besides",
-		st.Samples, pct(st.ToEnd), pct(st.Partial), pct(st.FramePtrs), float64(st.Frames)/float64(st.Samples), st.Files, st.NoInfo,
-		st.Time.Seconds(), st.LoadTime.Seconds(), float64((st.Time-st.LoadTime).Nanoseconds())/1e3/float64(st.Samples))
+	return fmt.Sprintf("%d user stacks unwound by call-frame information (--unwind dwarf): %.1f %% to the outermost frame, %.1f %% part of the way, %.1f %% kept the frame-pointer walk (longer), %.1f %% met a table still loading; %.1f frames a stack; %d files' tables loaded (%.3f s, in the background), %d without call-frame information; %.3f s spent unwinding, %.1f µs a stack",
+		st.Samples, pct(st.ToEnd), pct(st.Partial), pct(st.FramePtrs), pct(st.Early), float64(st.Frames)/float64(st.Samples), st.Files, st.LoadTime.Seconds(), st.NoInfo,
+		st.Time.Seconds(), float64(st.Time.Nanoseconds())/1e3/float64(st.Samples))
 }

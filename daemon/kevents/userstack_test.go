@@ -16,6 +16,7 @@ import (
 // parent's, an exec starts anew, an exit is forgotten only later.
 func TestUserMapsBookkeeping(t *testing.T) {
 	u := newUserUnwinder()
+	defer u.close()
 	u.exec(10)
 	id := func(n uint64) fileID { return fileID{8, 1, n} }
 	u.mmap(10, userMap{start: 0x5000, end: 0x6000, id: id(1), path: "/a"})
