@@ -3,7 +3,11 @@
 #   (1) with nothing tracing,
 #   (2) under swtrace tprof at RATE Hz (daemon or module backend, whichever is active),
 #   (3) under `perf record -e cpu-clock -F RATE`,
-#   (4) and (5): the same two with call stacks (swtrace enable callstack; perf record -g).
+#   (4) and (5): the same two with call stacks (swtrace enable callstack; perf record -g),
+#   (6) and (7): call stacks unwound by call-frame information (swtrace enable
+#       callstack --unwind dwarf; perf record --call-graph dwarf), both copying
+#       8192 bytes of user stack per sample; perf unwinds at perf report, the
+#       daemon as it drains (its unwinding time is printed below the table).
 # Each configuration runs RUNS times; the median wall time is reported.
 # Then: continuous mode, records per second drained to the file, and records lost.
 #
@@ -25,7 +29,8 @@ median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 run_plain() { local s; s=$(now); $BURN "$UNITS" >/dev/null; echo $(( $(now) - s )); }
 run_swtrace() { swtrace_with tprof; }
-run_swtrace_g() { swtrace_with tprof callstack; }
+run_swtrace_g() { swtrace_with --unwind fp tprof callstack; }
+run_swtrace_gd() { swtrace_with --unwind dwarf tprof callstack; }
 swtrace_with() {
 	$SW free >/dev/null 2>&1 || true
 	$SW mode normal >/dev/null
@@ -34,12 +39,14 @@ swtrace_with() {
 	$SW setrate "$RATE" >/dev/null
 	$SW on >/dev/null
 	local s; s=$(now); $BURN "$UNITS" >/dev/null; local e; e=$(now)
-	$SW off >/dev/null
+	$SW off >"$tmp/off.out"
+	sed -n 's/^swtrace: call stacks: //p' "$tmp/off.out" >"$tmp/unwound"
 	$SW get "$tmp/t.nrm2" >/dev/null
 	echo $(( e - s ))
 }
 run_perf() { perf_with; }
 run_perf_g() { perf_with -g; }
+run_perf_gd() { perf_with --call-graph dwarf,8192; }
 perf_with() {
 	# Like swtrace on/off, perf starts before and stops after the timed run,
 	# so its start-up (synthesizing every process's mappings) is not counted.
@@ -54,9 +61,12 @@ perf_with() {
 declare -A res
 # Interleaved, so that drift in the machine's speed affects all three alike.
 for ((i = 0; i < RUNS; i++)); do
-	for cfg in plain swtrace perf swtrace_g perf_g; do "run_$cfg" >>"$tmp/$cfg.runs"; done
+	for cfg in plain swtrace perf swtrace_g perf_g swtrace_gd perf_gd; do
+		"run_$cfg" >>"$tmp/$cfg.runs"
+		[ "$cfg" != swtrace_gd ] || cp "$tmp/unwound" "$tmp/unwound.gd"
+	done
 done
-for cfg in plain swtrace perf swtrace_g perf_g; do
+for cfg in plain swtrace perf swtrace_g perf_g swtrace_gd perf_gd; do
 	res[$cfg]=$(median <"$tmp/$cfg.runs")
 done
 pct() { awk -v a="$1" -v b="${res[plain]}" 'BEGIN {printf "%+.1f%%", (a-b)*100/b}'; }
@@ -69,6 +79,9 @@ printf '  %-34s %10s %10s\n' "swtrace tprof ($backend backend)" "$(ms "${res[swt
 printf '  %-34s %10s %10s\n' "perf record -e cpu-clock -a" "$(ms "${res[perf]}")" "$(pct "${res[perf]}")"
 printf '  %-34s %10s %10s\n' "swtrace tprof + callstack" "$(ms "${res[swtrace_g]}")" "$(pct "${res[swtrace_g]}")"
 printf '  %-34s %10s %10s\n' "perf record -e cpu-clock -a -g" "$(ms "${res[perf_g]}")" "$(pct "${res[perf_g]}")"
+printf '  %-34s %10s %10s\n' "swtrace ... callstack --unwind dwarf" "$(ms "${res[swtrace_gd]}")" "$(pct "${res[swtrace_gd]}")"
+printf '  %-34s %10s %10s\n' "perf record -a --call-graph dwarf" "$(ms "${res[perf_gd]}")" "$(pct "${res[perf_gd]}")"
+echo "  (--unwind dwarf, last run: $(cat "$tmp/unwound.gd"))"
 
 # Continuous mode: drain throughput with zero loss, at the highest tick rate the kernel allows
 # plus dispatch records, on small buffers so segments turn over constantly.
