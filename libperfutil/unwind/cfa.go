@@ -248,19 +248,9 @@ func (m *interp) next() (adv uint64, more bool, err error) {
 			if !ok1 {
 				return 0, false, errCFI
 			}
-			var r rule
-			if op == 0x0c {
-				off, ok := m.uleb()
-				if !ok {
-					return 0, false, errCFI
-				}
-				r = offRule(kReg, off)
-			} else {
-				off, ok := m.sleb()
-				if !ok {
-					return 0, false, errCFI
-				}
-				r = m.factored(kReg, off)
+			r, ok := m.cfaOffset(op == 0x12)
+			if !ok {
+				return 0, false, errCFI
 			}
 			if reg >= NumRegs {
 				r.kind = kBad
@@ -278,19 +268,9 @@ func (m *interp) next() (adv uint64, more bool, err error) {
 				m.cur.cfa.reg = uint8(reg)
 			}
 		case 0x0e, 0x13: // DW_CFA_def_cfa_offset, DW_CFA_def_cfa_offset_sf
-			var r rule
-			if op == 0x0e {
-				off, ok := m.uleb()
-				if !ok {
-					return 0, false, errCFI
-				}
-				r = offRule(kReg, off)
-			} else {
-				off, ok := m.sleb()
-				if !ok {
-					return 0, false, errCFI
-				}
-				r = m.factored(kReg, off)
+			r, ok := m.cfaOffset(op == 0x13)
+			if !ok {
+				return 0, false, errCFI
 			}
 			if m.cur.cfa.kind != kReg || r.kind != kReg {
 				m.cur.cfa = rule{kind: kBad}
@@ -338,6 +318,18 @@ func (m *interp) advance(d uint64) (uint64, bool, error) {
 }
 
 // set sets register reg's rule (registers beyond RIP are not tracked).
+// cfaOffset reads the offset operand of a def_cfa / def_cfa_offset
+// instruction: unsigned and unfactored, or (the _sf forms) signed and
+// factored by the data alignment.
+func (m *interp) cfaOffset(signed bool) (rule, bool) {
+	if !signed {
+		off, ok := m.uleb()
+		return offRule(kReg, off), ok
+	}
+	off, ok := m.sleb()
+	return m.factored(kReg, off), ok
+}
+
 func (m *interp) set(reg uint64, r rule) {
 	if reg < NumRegs {
 		m.cur.r[reg] = r
