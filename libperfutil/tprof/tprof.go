@@ -84,6 +84,16 @@ func (rep *Report) Stacks() []*Stack {
 	return out
 }
 
+// stackRec is a stackEntry while the trace is read: its frames are nf
+// int32s at off in frame block block (no pointer for the collector).
+type stackRec struct {
+	pid, tid   uint32
+	block, off int32
+	nf, kernel uint16
+	truncated  bool
+	n          uint64
+}
+
 // stackEntry is one distinct stack of one thread: frames are indexes into
 // Report.res, root first; the last kernel of them are kernel frames.
 type stackEntry struct {
@@ -368,22 +378,35 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// record's bytes) finds its entry with one lookup of those bytes;
 	// those tables are dropped with the PC caches when mappings change.
 	pcCache := map[uint32]map[uint64]int32{}
-	stacks := map[string]int32{} // resolved key -> index into stk
-	var stk []stackEntry
+	stacks := map[string]int32{} // resolved key -> index into the stacks
+	// The distinct stacks while the trace is read: 24 bytes each without
+	// pointers, in blocks (a system-wide trace has a million; one slice
+	// of 56-byte entries with a frames slice each, grown by appends, was
+	// copied several times into fresh memory and scanned by the
+	// collector: 15 % of a many-process stacks report). Their frames
+	// share blocks of 64 k (a stack's frames in one block).
+	const stkBlock = 4096
+	var stkBlocks [][]stackRec
+	nstk := int32(0)
+	stkAt := func(i int32) *stackRec { return &stkBlocks[i/stkBlock][i%stkBlock] }
+	var framePool [][]int32
+	keepFrames := func(src []int32) (block, off int32) {
+		nb := len(framePool)
+		if nb == 0 || cap(framePool[nb-1])-len(framePool[nb-1]) < len(src) {
+			framePool = append(framePool, make([]int32, 0, max(1<<16, len(src))))
+			nb++
+		}
+		b := framePool[nb-1]
+		off = int32(len(b))
+		framePool[nb-1] = append(b, src...)
+		return int32(nb - 1), off
+	}
+	framesOf := func(e *stackRec) []int32 {
+		return framePool[e.block][e.off : e.off+int32(e.nf) : e.off+int32(e.nf)]
+	}
 	rawStacks := map[uint32]map[string]int32{}
 	var frameBuf []int32
 	var keyBuf, rawBuf []byte
-	// the new stacks' frames share blocks (one allocation per 64 k frames,
-	// not one per stack; full slice expressions: an append copies)
-	var framePool []int32
-	keepFrames := func(src []int32) []int32 {
-		if cap(framePool)-len(framePool) < len(src) {
-			framePool = make([]int32, 0, max(1<<16, len(src)))
-		}
-		n := len(framePool)
-		framePool = append(framePool, src...)
-		return framePool[n:len(framePool):len(framePool)]
-	}
 	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
 		pm := pcCache[pid]
 		if pm == nil {
@@ -550,9 +573,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			rawBuf = append(rawBuf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags), byte(flags>>8), byte(flags>>16), byte(flags>>24))
 			rawBuf = append(rawBuf, rec.Str[:8*n]...)
 			if i, ok := rs[string(rawBuf)]; ok {
-				stk[i].n++
+				e := stkAt(i)
+				e.n++
 				rep.StackTicks++
-				if stk[i].truncated {
+				if e.truncated {
 					rep.TruncatedStacks++
 				}
 				return nil
@@ -575,12 +599,18 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 			i, ok := stacks[string(keyBuf)]
 			if !ok {
-				i = int32(len(stk))
-				stk = append(stk, stackEntry{pid: pid, tid: tid, frames: keepFrames(frameBuf), kernel: min(nk, n), truncated: flags&trace.UnwindTruncated != 0})
+				if nstk%stkBlock == 0 {
+					stkBlocks = append(stkBlocks, make([]stackRec, 0, stkBlock))
+				}
+				block, off := keepFrames(frameBuf)
+				i = nstk
+				stkBlocks[len(stkBlocks)-1] = append(stkBlocks[len(stkBlocks)-1], stackRec{pid: pid, tid: tid, block: block, off: off,
+					nf: uint16(len(frameBuf)), kernel: uint16(min(nk, n)), truncated: flags&trace.UnwindTruncated != 0})
+				nstk++
 				stacks[string(keyBuf)] = i
 			}
 			rs[string(rawBuf)] = i
-			e := &stk[i]
+			e := stkAt(i)
 			e.n++
 			rep.StackTicks++
 			if e.truncated {
@@ -614,28 +644,42 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				b[i].res = locRes[b[i].res]
 			}
 		}
-		byKey := make(map[string]int32, len(stk))
-		merged := stk[:0]
-		for i := range stk {
-			e := stk[i]
-			for j, l := range e.frames {
-				e.frames[j] = locRes[l]
+		for _, b := range stkBlocks {
+			for i := range b {
+				fr := framesOf(&b[i])
+				for j, l := range fr {
+					fr[j] = locRes[l]
+				}
 			}
-			keyBuf = append(keyBuf[:0], byte(e.pid), byte(e.pid>>8), byte(e.pid>>16), byte(e.pid>>24), byte(e.tid), byte(e.tid>>8), byte(e.tid>>16), byte(e.tid>>24), 0)
-			if e.truncated {
-				keyBuf[8] = 1
-			}
-			for _, f := range e.frames {
-				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
-			}
-			if j, ok := byKey[string(keyBuf)]; ok {
-				merged[j].n += e.n
-				continue
-			}
-			byKey[string(keyBuf)] = int32(len(merged))
-			merged = append(merged, e)
 		}
-		stk = merged
+	}
+	// The report's stacks (in deferred naming, those that became equal
+	// counted together, each where it was first met).
+	stk := make([]stackEntry, 0, nstk)
+	var byKey map[string]int32
+	if deferred {
+		byKey = make(map[string]int32, nstk)
+	}
+	for _, b := range stkBlocks {
+		for i := range b {
+			e := &b[i]
+			fr := framesOf(e)
+			if deferred {
+				keyBuf = append(keyBuf[:0], byte(e.pid), byte(e.pid>>8), byte(e.pid>>16), byte(e.pid>>24), byte(e.tid), byte(e.tid>>8), byte(e.tid>>16), byte(e.tid>>24), 0)
+				if e.truncated {
+					keyBuf[8] = 1
+				}
+				for _, f := range fr {
+					keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
+				}
+				if j, ok := byKey[string(keyBuf)]; ok {
+					stk[j].n += e.n
+					continue
+				}
+				byKey[string(keyBuf)] = int32(len(stk))
+			}
+			stk = append(stk, stackEntry{pid: e.pid, tid: e.tid, frames: fr, kernel: int(e.kernel), truncated: e.truncated, n: e.n})
+		}
 	}
 	// Most ticks first; ties in a fixed order (pid, tid, first seen).
 	sort.SliceStable(stk, func(i, j int) bool {
