@@ -597,9 +597,12 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			return
 		}
 		name := cstr(b[64 : len(b)-32])
-		if s.uw != nil && misc&unix.PERF_RECORD_MISC_MMAP_BUILD_ID == 0 && len(name) > 0 && name[0] == '/' {
-			maj, mn, ino := le32(b[32:]), le32(b[36:]), le64(b[40:])
-			s.uw.mmap(pid, userMap{start: addr, end: addr + ln, off: pgoff, id: fileID{maj, mn, ino}, path: name})
+		if s.uw != nil && misc&unix.PERF_RECORD_MISC_MMAP_BUILD_ID == 0 && (len(name) > 0 && name[0] == '/' || name == "[vdso]") {
+			id := fileID{le32(b[32:]), le32(b[36:]), le64(b[40:])}
+			if name == "[vdso]" {
+				id = vdsoID
+			}
+			s.uw.mmap(pid, userMap{start: addr, end: addr + ln, off: pgoff, id: id, path: name})
 		}
 		if pe, ok := s.execs.LoadAndDelete(pid); ok {
 			s.emitExec(r, t, pid, pe.(pendingExec), name)

@@ -1,6 +1,7 @@
 package kevents
 
 import (
+	"bytes"
 	"fmt"
 	"math/bits"
 	"os"
@@ -38,6 +39,10 @@ import (
 // sample at 10 kHz fills a CPU's ring in 100 ms); until a file's table is
 // there, its frames are unwound as without one.
 
+// perfRegsABI64 is PERF_SAMPLE_REGS_ABI_64: the sample's user registers
+// are a 64-bit task's.
+const perfRegsABI64 = 2
+
 // perf_event user register mask: AX BX CX DX SI DI BP SP IP and R8-R15
 // (PERF_REG_X86_*: bits 0-8 and 16-23).
 const userRegsMask = 0x1ff | 0xff<<16
@@ -55,6 +60,10 @@ type fileID struct {
 	major, minor uint32
 	ino          uint64
 }
+
+// vdsoID stands for the [vdso] mapping: not a file; the kernel maps one
+// image into every 64-bit process, the daemon's own (procmaps.SelfVDSO).
+var vdsoID = fileID{major: ^uint32(0), minor: ^uint32(0)}
 
 type userMap struct {
 	start, end, off uint64
@@ -89,10 +98,11 @@ type userUnwinder struct {
 	stats  UnwindStats
 	out    []uint64
 
+	vdso    *unwind.Table   // the vDSO's (nil: could not be read)
 	loading map[fileID]bool // queued to the loader
 	loadQ   chan loadReq
-	done    chan struct{} // closed when the loader has returned
-	early   bool          // the unwind in progress met a loading file
+	loaders sync.WaitGroup
+	early   bool // the unwind in progress met a loading file
 
 	// for the Finder of the unwind in progress (under mu)
 	cur *procMaps
@@ -107,14 +117,22 @@ type loadReq struct {
 
 func newUserUnwinder() *userUnwinder {
 	u := &userUnwinder{procs: map[uint32]*procMaps{}, tables: map[fileID]*unwind.Table{},
-		loading: map[fileID]bool{}, loadQ: make(chan loadReq, 64), done: make(chan struct{})}
-	go u.loader(u.loadQ)
+		loading: map[fileID]bool{}, loadQ: make(chan loadReq, 256)}
+	if img, err := procmaps.SelfVDSO(); err == nil {
+		u.vdso, _ = unwind.Load(bytes.NewReader(img), int64(len(img)))
+	}
+	// Two loaders: one large file (a Go binary's compressed
+	// .debug_frame, libLLVM) does not hold up the others.
+	for i := 0; i < 2; i++ {
+		u.loaders.Add(1)
+		go u.loader(u.loadQ)
+	}
 	return u
 }
 
 // loader loads the queued files' tables until close.
 func (u *userUnwinder) loader(q chan loadReq) {
-	defer close(u.done)
+	defer u.loaders.Done()
 	for req := range q {
 		start := time.Now()
 		t, err := loadTable(req.pid, &req.m)
@@ -141,7 +159,7 @@ func (u *userUnwinder) close() {
 	u.mu.Unlock()
 	if q != nil {
 		close(q)
-		<-u.done
+		u.loaders.Wait()
 	}
 }
 
@@ -177,6 +195,7 @@ func (u *userUnwinder) proc(pid uint32) *procMaps {
 	}
 	u.procs[pid] = p
 	u.forgetExited()
+	u.prefetch(pid, p)
 	return p
 }
 
@@ -195,10 +214,14 @@ func (p *procMaps) reread(pid uint32) bool {
 	}
 	maps := p.maps[:0:0]
 	_ = procmaps.Executable(b, func(m procmaps.Mapping) {
-		if m.Inode == 0 || m.Path == "" || m.Path[0] != '/' {
+		id := fileID{m.Major, m.Minor, m.Inode}
+		switch {
+		case m.Path == "[vdso]":
+			id = vdsoID
+		case m.Inode == 0 || m.Path == "" || m.Path[0] != '/':
 			return
 		}
-		maps = append(maps, userMap{start: m.Start, end: m.End, off: m.Offset, id: fileID{m.Major, m.Minor, m.Inode}, path: m.Path})
+		maps = append(maps, userMap{start: m.Start, end: m.End, off: m.Offset, id: id, path: m.Path})
 	})
 	sort.Slice(maps, func(i, j int) bool { return maps[i].start < maps[j].start })
 	p.maps = maps
@@ -236,6 +259,16 @@ func (u *userUnwinder) mmap(pid uint32, m userMap) {
 	copy(kept[i+1:], kept[i:])
 	kept[i] = m
 	p.maps = kept
+	// Its table starts loading now, before the process's samples need it
+	// (most come later: a program maps its libraries, then runs).
+	u.table(pid, &kept[i])
+}
+
+// prefetch queues the tables of every file pid maps.
+func (u *userUnwinder) prefetch(pid uint32, p *procMaps) {
+	for i := range p.maps {
+		u.table(pid, &p.maps[i])
+	}
 }
 
 // exec starts pid's mappings anew (the new program's MMAP2 records follow).
@@ -266,6 +299,9 @@ func (u *userUnwinder) exit(pid uint32) {
 // table returns the call-frame table of m's file (nil if it has none or
 // cannot be opened safely).
 func (u *userUnwinder) table(pid uint32, m *userMap) *unwind.Table {
+	if m.id == vdsoID {
+		return u.vdso
+	}
 	if t, ok := u.tables[m.id]; ok {
 		return t
 	}
@@ -318,6 +354,7 @@ func (u *userUnwinder) find(pc uint64) (*unwind.Table, uint64, bool) {
 		if !p.reread(u.pid) {
 			return nil, 0, false
 		}
+		u.prefetch(u.pid, p)
 		i = sort.Search(len(p.maps), func(i int) bool { return p.maps[i].end > pc })
 		if i == len(p.maps) || pc < p.maps[i].start {
 			return nil, 0, false
@@ -344,7 +381,9 @@ func (u *userUnwinder) unwind(pid uint32, b []byte, pcs, fp []uint64, max int) (
 	}
 	abi := le64(b)
 	b = b[8:]
-	if abi == 0 {
+	if abi != perfRegsABI64 {
+		// none (a kernel thread) or a 32-bit task: its frames are
+		// not x86-64's (the frame-pointer walk stays)
 		return pcs, false, false
 	}
 	n := bits.OnesCount64(userRegsMask)

@@ -130,3 +130,28 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// [vdso] is no file: its frames are unwound by the daemon's own vDSO image
+// (the kernel maps the same one into every 64-bit process), found through
+// the process's [vdso] mapping; a 32-bit task's sample is left to the
+// frame-pointer walk.
+func TestVDSOAndABI(t *testing.T) {
+	u := newUserUnwinder()
+	defer u.close()
+	if u.vdso == nil {
+		t.Fatal("the daemon's vDSO image gave no table")
+	}
+	u.cur, u.pid = &procMaps{maps: []userMap{{start: 0x7fff0000, end: 0x7fff2000, id: vdsoID, path: "[vdso]"}}}, 1
+	tb, off, ok := u.find(0x7fff1234)
+	if !ok || tb != u.vdso || off != 0x1234 {
+		t.Fatalf("a pc in [vdso]: table %p (vdso %p), offset %#x, %v", tb, u.vdso, off, ok)
+	}
+	u.cur = nil
+	// abi 1 (PERF_SAMPLE_REGS_ABI_32), then the registers and a stack copy
+	b := make([]byte, 8+8*17+8+64+8)
+	b[0] = 1
+	pcs, _, ok := u.unwind(1, b, []uint64{0xffffffff81000000}, []uint64{0x1000, 0x2000}, 127)
+	if ok || len(pcs) != 1 {
+		t.Fatalf("a 32-bit task's sample was unwound as x86-64: %x, %v", pcs, ok)
+	}
+}

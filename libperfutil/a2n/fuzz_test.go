@@ -5,6 +5,8 @@ import (
 	"debug/elf"
 	"strings"
 	"testing"
+
+	"perfinsp/libperfutil/procmaps"
 )
 
 // The parsers of untrusted A2N inputs never panic and return only usable
@@ -42,7 +44,7 @@ func FuzzParseJitdump(f *testing.F) {
 // FuzzModule parses arbitrary bytes as an ELF module (symbols, PLT,
 // .eh_frame, .gnu_debugdata) and looks addresses up.
 func FuzzModule(f *testing.F) {
-	if img, err := selfVDSO(); err == nil {
+	if img, err := procmaps.SelfVDSO(); err == nil {
 		f.Add(img) // a small real ELF with .dynsym and .eh_frame
 	}
 	f.Add([]byte("\x7fELF\x02\x01\x01"))

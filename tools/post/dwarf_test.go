@@ -81,3 +81,77 @@ func TestExampleCallStacksDWARF(t *testing.T) {
 		t.Fatalf("--unwind lbr accepted: %s", o)
 	}
 }
+
+// A short program built without frame pointers spending its time in the
+// vDSO (clock_gettime): with --unwind dwarf its stacks go through the vDSO,
+// libc and its own frameless functions up to main. (The vDSO's frames are
+// unwound by the daemon's own vDSO image, TestVDSOAndABI; this vDSO also
+// keeps frame pointers, so this test passes without that too: it checks
+// the whole path, not that table.) The program maps its libraries and
+// runs at once, so their tables load while it runs (prefetched at its
+// mmaps); a run of ~80 ms lost half its stacks before that.
+func TestVDSOFramesUnwoundDWARF(t *testing.T) {
+	e := tracetest.Setup(t)
+	dir, sw := e.Dir, e.Sw
+	src := filepath.Join(dir, "vdsospin.c")
+	prog := filepath.Join(e.Bin, "vdsospin")
+	if err := os.WriteFile(src, []byte(`#include <stdlib.h>
+#include <time.h>
+__attribute__((noinline)) long spin(long n)
+{
+	struct timespec ts;
+	long s = 0;
+	for (long i = 0; i < n; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		s += ts.tv_nsec;
+	}
+	return s;
+}
+__attribute__((noinline)) long outer(long n) { long r = spin(n); return r + 1; }
+int main(int argc, char **argv) { volatile long r = outer(atol(argv[1])); return r == 42; }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-g", "-fomit-frame-pointer", "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	sw("init", "-t", "8M")
+	sw("setrate", "1000")
+	sw("enable", "--only", "--unwind", "dwarf", "tprof", "callstack")
+	sw("on")
+	cmd := exec.Command(prog, "40000000")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("vdsospin: %v", err)
+	}
+	sw("off")
+	sw("get", "v.nrm2")
+	folded := filepath.Join(dir, "v.folded")
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "v.nrm2"), "-tprof", "--pid", strconv.Itoa(cmd.Process.Pid), "--folded", folded); code != 0 {
+		t.Fatal(errs)
+	}
+	b, err := os.ReadFile(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inVDSO, reached := 0, 0
+	var sample []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		i := strings.LastIndexByte(l, ' ')
+		n, _ := strconv.Atoi(l[i+1:])
+		frames := strings.Split(l[:i], ";")
+		leaf := frames[len(frames)-1]
+		if !strings.Contains(leaf, "vdso") {
+			continue
+		}
+		inVDSO += n
+		if strings.Contains(l, ";main;outer;spin;") {
+			reached += n
+		} else if len(sample) < 5 {
+			sample = append(sample, l)
+		}
+	}
+	if inVDSO < 50 || reached < inVDSO*9/10 {
+		t.Fatalf("%d ticks in the vDSO, %d of them with main;outer;spin above; others: %q\n%s", inVDSO, reached, sample, b)
+	}
+	t.Logf("%d ticks in the vDSO, %d unwound up to main", inVDSO, reached)
+}
