@@ -326,7 +326,12 @@ func (u *userUnwinder) table(pid uint32, m *userMap) *unwind.Table {
 func loadTable(pid uint32, m *userMap) (*unwind.Table, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.start, m.end))
 	if err != nil {
-		fd, err := unix.Open(m.path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		// No symbolic link anywhere in the path (a directory link
+		// could lead a root open to a device node), no blocking open.
+		fd, err := unix.Openat2(unix.AT_FDCWD, m.path, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
 		if err != nil {
 			return nil, err
 		}

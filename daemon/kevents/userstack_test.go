@@ -65,8 +65,10 @@ func TestUserMapsBookkeeping(t *testing.T) {
 }
 
 // The daemon runs as root: it opens a mapped file by path only when anyone
-// may read it, it is a regular file reached without a symbolic link, and it
-// is the file mapped (device and inode); otherwise nothing is loaded.
+// may read it, it is a regular file reached without any symbolic link (the
+// last component or a directory on the way: one could lead to a device
+// node), and it is the file mapped (device and inode); otherwise nothing
+// is loaded.
 func TestLoadTableOpensOnlyTheMappedFile(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -109,6 +111,16 @@ func TestLoadTableOpensOnlyTheMappedFile(t *testing.T) {
 	viaLink.path = link
 	if _, err := loadTable(gone, &viaLink); err == nil {
 		t.Fatal("a path that is a symbolic link was followed")
+	}
+	// a symbolic link to a directory inside the path
+	linkDir := filepath.Join(t.TempDir(), "linkdir")
+	if err := os.Symlink(dir, linkDir); err != nil {
+		t.Fatal(err)
+	}
+	viaDir := m
+	viaDir.path = filepath.Join(linkDir, "prog")
+	if _, err := loadTable(gone, &viaDir); err == nil {
+		t.Fatal("a path through a symbolic link to a directory was followed")
 	}
 }
 
