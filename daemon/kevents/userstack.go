@@ -101,8 +101,8 @@ type userUnwinder struct {
 	vdso    *unwind.Table   // the vDSO's (nil: could not be read)
 	loading map[fileID]bool // queued to the loader
 	loadQ   chan loadReq
-	loaders sync.WaitGroup
-	early   bool // the unwind in progress met a loading file
+	load    func(pid uint32, m *userMap) (*unwind.Table, error) // loadTable; tests replace it
+	early   bool                                                // the unwind in progress met a loading file
 
 	// for the Finder of the unwind in progress (under mu)
 	cur *procMaps
@@ -117,14 +117,13 @@ type loadReq struct {
 
 func newUserUnwinder() *userUnwinder {
 	u := &userUnwinder{procs: map[uint32]*procMaps{}, tables: map[fileID]*unwind.Table{},
-		loading: map[fileID]bool{}, loadQ: make(chan loadReq, 256)}
+		loading: map[fileID]bool{}, loadQ: make(chan loadReq, 256), load: loadTable}
 	if img, err := procmaps.SelfVDSO(); err == nil {
 		u.vdso, _ = unwind.Load(bytes.NewReader(img), int64(len(img)))
 	}
 	// Two loaders: one large file (a Go binary's compressed
 	// .debug_frame, libLLVM) does not hold up the others.
 	for i := 0; i < 2; i++ {
-		u.loaders.Add(1)
 		go u.loader(u.loadQ)
 	}
 	return u
@@ -132,10 +131,15 @@ func newUserUnwinder() *userUnwinder {
 
 // loader loads the queued files' tables until close.
 func (u *userUnwinder) loader(q chan loadReq) {
-	defer u.loaders.Done()
 	for req := range q {
+		u.mu.Lock()
+		closed := u.loadQ == nil
+		u.mu.Unlock()
+		if closed {
+			return // what is still queued is not loaded
+		}
 		start := time.Now()
-		t, err := loadTable(req.pid, &req.m)
+		t, err := u.load(req.pid, &req.m)
 		d := time.Since(start)
 		u.mu.Lock()
 		u.stats.LoadTime += d
@@ -151,7 +155,9 @@ func (u *userUnwinder) loader(q chan loadReq) {
 	}
 }
 
-// close stops the loader (tables queued and not loaded are not loaded).
+// close stops the loaders once the loads under way end (tables queued and
+// not loaded are not loaded). It does not wait for them: an open can block
+// (a file on a user's FUSE mount), and close runs when tracing stops.
 func (u *userUnwinder) close() {
 	u.mu.Lock()
 	q := u.loadQ
@@ -159,20 +165,6 @@ func (u *userUnwinder) close() {
 	u.mu.Unlock()
 	if q != nil {
 		close(q)
-		u.loaders.Wait()
-	}
-}
-
-// wait returns when no table is loading (tests).
-func (u *userUnwinder) wait() {
-	for {
-		u.mu.Lock()
-		n := len(u.loading)
-		u.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -1,14 +1,18 @@
 package kevents
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"perfinsp/libperfutil/unwind"
 )
 
 // The mappings the unwinder keeps per process follow the session's records:
@@ -165,5 +169,34 @@ func TestVDSOAndABI(t *testing.T) {
 	pcs, _, ok := u.unwind(1, b, []uint64{0xffffffff81000000}, []uint64{0x1000, 0x2000}, 127)
 	if ok || len(pcs) != 1 {
 		t.Fatalf("a 32-bit task's sample was unwound as x86-64: %x, %v", pcs, ok)
+	}
+}
+
+// Stopping a session does not wait for a table load that blocks (an open
+// on a user's FUSE mount can): tracing off must not hang on a file a
+// traced process mapped.
+func TestCloseDoesNotWaitForABlockedLoad(t *testing.T) {
+	u := newUserUnwinder()
+	block := make(chan struct{})
+	defer close(block)
+	started := make(chan struct{}, 2)
+	u.load = func(uint32, *userMap) (*unwind.Table, error) {
+		started <- struct{}{}
+		<-block
+		return nil, errors.New("blocked load")
+	}
+	u.mu.Lock()
+	u.table(1, &userMap{start: 0x1000, end: 0x2000, id: fileID{8, 1, 42}, path: "/fuse/lib.so"})
+	u.mu.Unlock()
+	<-started
+	done := make(chan struct{})
+	go func() {
+		u.close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close waited for a table load that blocks")
 	}
 }
