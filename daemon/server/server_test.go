@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -20,5 +21,27 @@ func TestShutdownIsRootOnly(t *testing.T) {
 	u := &Server{Fac: facility.New(), User: true}
 	if _, err := u.dispatch(&Request{Peer: Peer{UID: 1000}}, daemonproto.OpInit); err == nil {
 		t.Fatal("a user's own agent accepted a facility op")
+	}
+}
+
+// The stack-unwind op (swtrace enable callstack --unwind) is the system
+// facility's: a user's own agent refuses it; the facility refuses a stack
+// copy the kernel would not take.
+func TestStackUnwindOp(t *testing.T) {
+	u := &Server{Fac: facility.New(), User: true}
+	req := func(args string) *Request {
+		return &Request{Peer: Peer{UID: 1000}, Args: json.RawMessage(args)}
+	}
+	if _, err := u.dispatch(req(`{"dwarf":true,"stack_bytes":8192}`), daemonproto.OpStackUnwind); err == nil {
+		t.Fatal("a user's own agent accepted stack-unwind")
+	}
+	s := &Server{Fac: facility.New()}
+	if _, err := s.dispatch(req(`{"dwarf":true,"stack_bytes":8192}`), daemonproto.OpStackUnwind); err != nil {
+		t.Fatalf("dwarf,8192: %v", err)
+	}
+	for _, bad := range []string{`{"dwarf":true,"stack_bytes":100}`, `{"dwarf":true,"stack_bytes":70000}`, `{"dwarf":true}`, ``} {
+		if _, err := s.dispatch(req(bad), daemonproto.OpStackUnwind); err == nil {
+			t.Errorf("stack-unwind %q accepted", bad)
+		}
 	}
 }
