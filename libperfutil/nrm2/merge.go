@@ -111,18 +111,74 @@ func (h streamHeap) down(i int) {
 // skipped and listed by Damage; otherwise the first such record ends
 // Records with a *trace.DecodeError.
 func (f *File) Records(fn func(r *trace.Record) error) error {
-	f.recDamage = nil
-	byKey := map[[2]uint32]*stream{}
-	var order []*stream
+	return f.records(f.BufferStreams(), fn)
+}
+
+// RecordsOf is Records of the streams of one kind (ChunkTrace, ChunkMTE)
+// alone, in the same order.
+func (f *File) RecordsOf(kind uint32, fn func(r *trace.Record) error) error {
+	var ss []BufferStream
+	for _, s := range f.BufferStreams() {
+		if s.Kind == kind {
+			ss = append(ss, s)
+		}
+	}
+	return f.records(ss, fn)
+}
+
+// BufferStream is the chunks of one CPU's trace or MTE buffer, in file order.
+// Seq is its place among the file's streams: Records gives the records of
+// equal times MTE first, then by Seq.
+type BufferStream struct {
+	Seq       int
+	Kind, CPU uint32
+	Chunks    []Chunk
+}
+
+// BufferStreams returns the file's streams in Seq order.
+func (f *File) BufferStreams() []BufferStream {
+	byKey := map[[2]uint32]int{}
+	var out []BufferStream
 	for _, c := range f.Chunks {
 		k := [2]uint32{c.Kind, c.CPU}
-		s := byKey[k]
-		if s == nil {
-			s = &stream{seq: len(order), file: f}
-			byKey[k] = s
-			order = append(order, s)
+		i, ok := byKey[k]
+		if !ok {
+			i = len(out)
+			byKey[k] = i
+			out = append(out, BufferStream{Seq: i, Kind: c.Kind, CPU: c.CPU})
 		}
-		s.chunks = append(s.chunks, c)
+		out[i].Chunks = append(out[i].Chunks, c)
+	}
+	return out
+}
+
+// EachRecord calls fn for each record of one stream's chunks in order,
+// without salvage: a record that does not decode ends it with its error.
+func EachRecord(s BufferStream, fn func(r *trace.Record) error) error {
+	var rec trace.Record
+	for _, c := range s.Chunks {
+		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == ChunkMTE, 0)
+		for {
+			ok, err := r.NextInto(&rec)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			if err := fn(&rec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *File) records(ss []BufferStream, fn func(r *trace.Record) error) error {
+	f.recDamage = nil
+	order := make([]*stream, len(ss))
+	for i, st := range ss {
+		order[i] = &stream{seq: st.Seq, file: f, chunks: st.Chunks}
 	}
 	var live []*stream
 	for _, s := range order {

@@ -24,6 +24,7 @@ const partBlocks = 8
 // tick's, not the address's).
 type tickThread struct {
 	pid, tid uint32
+	epoch    uint32        // the process's mapping state (countParallel; else 0)
 	blocks   [2][][]uint64 // [0] user, [1] kernel
 	done     bool          // flushed: its process's state changed
 }
@@ -38,25 +39,32 @@ type tickCounter struct {
 	tmp      []uint64      // and the radix sort's other half
 	// count receives each distinct address of a thread's counted part
 	// with its ticks (an address can come again in a later part).
-	count func(pid, tid uint32, kernel bool, ip, n uint64)
+	count func(t *tickThread, kernel bool, ip, n uint64)
 }
 
-func newTickCounter(count func(pid, tid uint32, kernel bool, ip, n uint64)) *tickCounter {
+func newTickCounter(count func(t *tickThread, kernel bool, ip, n uint64)) *tickCounter {
 	return &tickCounter{byThread: map[[2]uint32]*tickThread{}, byPid: map[uint32][]*tickThread{}, count: count}
 }
 
-// thread returns the live state of (pid, tid), and whether it is new.
-func (tc *tickCounter) thread(cpu int, pid, tid uint32) (*tickThread, bool) {
+// thread returns the live state of (pid, tid) in mapping state epoch, and
+// whether (pid, tid) is new. A thread met in a later epoch than before has
+// its ticks of the earlier one counted first.
+func (tc *tickCounter) thread(cpu int, pid, tid, epoch uint32) (*tickThread, bool) {
 	if cpu >= 0 && cpu < len(tc.last) {
-		if t := tc.last[cpu]; t != nil && t.pid == pid && t.tid == tid && !t.done {
+		if t := tc.last[cpu]; t != nil && t.pid == pid && t.tid == tid && t.epoch == epoch && !t.done {
 			return t, false
 		}
 	}
 	k := [2]uint32{pid, tid}
 	t, ok := tc.byThread[k]
 	isNew := !ok
+	if ok && t.epoch != epoch {
+		tc.flush(t)
+		tc.release(t)
+		t.blocks, t.done, t.epoch = [2][][]uint64{}, false, epoch
+	}
 	if !ok {
-		t = &tickThread{pid: pid, tid: tid}
+		t = &tickThread{pid: pid, tid: tid, epoch: epoch}
 		tc.byThread[k] = t
 		tc.byPid[pid] = append(tc.byPid[pid], t)
 	}
@@ -133,6 +141,16 @@ func (tc *tickCounter) flushAll() {
 	}
 }
 
+// release gives a counted thread's first blocks (its others are given back
+// as it is counted) to the blocks to reuse, when they are full-size.
+func (tc *tickCounter) release(t *tickThread) {
+	for k := range t.blocks {
+		if len(t.blocks[k]) > 0 && cap(t.blocks[k][0]) == tickBlock {
+			tc.free = append(tc.free, t.blocks[k][0][:0])
+		}
+	}
+}
+
 func (tc *tickCounter) flush(t *tickThread) {
 	t.done = true
 	for k := range t.blocks {
@@ -170,7 +188,7 @@ func (tc *tickCounter) count1(t *tickThread, k int) {
 			for j < len(a) && a[j] == a[i] {
 				j++
 			}
-			tc.count(t.pid, t.tid, k == 1, a[i], uint64(j-i))
+			tc.count(t, k == 1, a[i], uint64(j-i))
 			i = j
 		}
 	}

@@ -50,7 +50,8 @@ func TestTickCounterCounts(t *testing.T) {
 	want := map[key]uint64{}
 	got := map[key]uint64{}
 	var parts int
-	tc := newTickCounter(func(pid, tid uint32, kernel bool, ip, n uint64) {
+	tc := newTickCounter(func(th *tickThread, kernel bool, ip, n uint64) {
+		pid, tid := th.pid, th.tid
 		if n == 0 {
 			t.Fatalf("a count of 0 for %d/%d %#x", pid, tid, ip)
 		}
@@ -71,7 +72,7 @@ func TestTickCounterCounts(t *testing.T) {
 		if kernel {
 			ip = 0xffffffff81000000 + uint64(rng.IntN(500))
 		}
-		th, _ := tc.thread(rng.IntN(3), pid, tid)
+		th, _ := tc.thread(rng.IntN(3), pid, tid, 0)
 		tc.add(th, kernel, ip)
 		want[key{pid, tid, kernel, ip}]++
 		if rng.IntN(5000) == 0 {

@@ -57,6 +57,7 @@ type Report struct {
 	// the PID and TID row names, each made once
 	procLabels   map[uint32]string
 	threadLabels map[[2]uint32]string
+	parallel     bool // the CPUs' ticks were counted at once (parallel.go)
 }
 
 // Stacks returns the call stacks of the ticks (UNWIND records, `swtrace
@@ -426,7 +427,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// distinct one located as of its time.
 	var tc *tickCounter
 	if deferred {
-		tc = newTickCounter(func(pid, tid uint32, kernel bool, ip, n uint64) {
+		tc = newTickCounter(func(t *tickThread, kernel bool, ip, n uint64) {
+			pid, tid := t.pid, t.tid
 			lk := uint64(1) << 63
 			if !kernel {
 				lk = slotOf(pid)
@@ -448,66 +450,117 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// every pid value is a real one (the kernel reports -1 for a task
 	// whose pid is gone, e.g. a tick in an exiting thread).
 	lastPid, lastSlot, haveLast := uint32(0), uint64(0), false
-	err := f.Records(func(rec *trace.Record) error {
-		switch rec.Major {
-		case trace.MajorMTE, trace.MajorJITLoad:
-			changes := rec.Major == trace.MajorJITLoad || rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap || rec.Minor == trace.MTEFork
-			if changes && tc != nil {
-				// The pid's ticks so far are located in the state they
-				// were in, before this record changes it.
-				pid := uint32(rec.Field(0))
-				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
-					pid = uint32(rec.Field(2))
+	var err error
+	if deferred && filt == nil && countParallel(f, r, rep, func(pid uint32, ip uint64, kernel bool) int32 {
+		idx, _ := resolve(pid, ip, kernel)
+		return idx
+	}, func(pid, tid uint32, res int32, n uint64) {
+		if nent%entryBlock == 0 {
+			all = append(all, make([]entry, 0, entryBlock))
+		}
+		all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: res, n: n})
+		nent++
+	}) {
+		tc = nil // counted
+	} else {
+		err = f.Records(func(rec *trace.Record) error {
+			switch rec.Major {
+			case trace.MajorMTE, trace.MajorJITLoad:
+				changes := rec.Major == trace.MajorJITLoad || rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap || rec.Minor == trace.MTEFork
+				if changes && tc != nil {
+					// The pid's ticks so far are located in the state they
+					// were in, before this record changes it.
+					pid := uint32(rec.Field(0))
+					if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
+						pid = uint32(rec.Field(2))
+					}
+					tc.flushPid(pid)
 				}
-				tc.flushPid(pid)
-			}
-			r.Apply(rec)
-			if changes {
-				pid := uint32(rec.Field(0))
-				if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
-					pid = uint32(rec.Field(2))
-					if filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
-						filt.Pids[pid] = true // a process (or thread) the selection created
+				r.Apply(rec)
+				if changes {
+					pid := uint32(rec.Field(0))
+					if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
+						pid = uint32(rec.Field(2))
+						if filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
+							filt.Pids[pid] = true // a process (or thread) the selection created
+						}
+					}
+					if s, ok := pidSlot[pid]; ok {
+						delete(locOf, s)
+						if lastLocKey == s {
+							lastLocs = nil
+						}
+					}
+					delete(pidSlot, pid) // the next tick takes a new slot
+					delete(pcCache, pid)
+					delete(rawStacks, pid)
+					if pid == lastPid {
+						haveLast = false
 					}
 				}
-				if s, ok := pidSlot[pid]; ok {
-					delete(locOf, s)
-					if lastLocKey == s {
-						lastLocs = nil
-					}
-				}
-				delete(pidSlot, pid) // the next tick takes a new slot
-				delete(pcCache, pid)
-				delete(rawStacks, pid)
-				if pid == lastPid {
-					haveLast = false
-				}
-			}
-			if onRecord != nil {
-				onRecord(rec, nil)
-			}
-		case trace.MajorTprof:
-			pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
-			if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
-				rep.Filtered++
 				if onRecord != nil {
 					onRecord(rec, nil)
 				}
-				return nil
-			}
-			kernel := rec.Field(3)&trace.TprofKernel != 0
-			if tc != nil {
-				t, isNew := tc.thread(rec.CPU, pid, tid)
-				if isNew {
+			case trace.MajorTprof:
+				pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+				if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
+					rep.Filtered++
+					if onRecord != nil {
+						onRecord(rec, nil)
+					}
+					return nil
+				}
+				kernel := rec.Field(3)&trace.TprofKernel != 0
+				if tc != nil {
+					t, isNew := tc.thread(rec.CPU, pid, tid, 0)
+					if isNew {
+						if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
+							rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
+							rep.ProcName[pid] = r.ProcessName(pid)
+						}
+						prefetch(pid, ip, kernel)
+					} else if rep.Total&1023 == 0 {
+						prefetch(pid, ip, kernel)
+					}
+					tc.add(t, kernel, ip)
+					rep.Total++
+					if rep.First == 0 || rec.Time < rep.First {
+						rep.First = rec.Time
+					}
+					if rec.Time > rep.Last {
+						rep.Last = rec.Time
+					}
+					return nil
+				}
+				if pid != lastPid || !haveLast {
+					lastPid, lastSlot, haveLast = pid, slotOf(pid), true
+				}
+				k := tickKey{ip: ip, w: lastSlot<<32 | uint64(tid)}
+				if kernel {
+					k.w |= 1 << 63
+				}
+				i, ok := tickIdx[k]
+				if !ok {
+					idx, off := resolve(pid, ip, kernel) // (deferred naming counts in tc above)
+					if nent%entryBlock == 0 {
+						all = append(all, make([]entry, 0, entryBlock))
+					}
+					i = nent
+					all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, off: off})
+					nent++
+					tickIdx[k] = i
 					if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
 						rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
 						rep.ProcName[pid] = r.ProcessName(pid)
 					}
-					prefetch(pid, ip, kernel)
-				} else if rep.Total&1023 == 0 {
-					prefetch(pid, ip, kernel)
 				}
-				tc.add(t, kernel, ip)
+				e := &all[i/entryBlock][i%entryBlock]
+				e.n++
+				if onRecord != nil {
+					res := results[e.res]
+					res.Offset = e.off
+					onRecord(rec, &res)
+				}
 				rep.Total++
 				if rep.First == 0 || rec.Time < rep.First {
 					rep.First = rec.Time
@@ -515,117 +568,80 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				if rec.Time > rep.Last {
 					rep.Last = rec.Time
 				}
-				return nil
-			}
-			if pid != lastPid || !haveLast {
-				lastPid, lastSlot, haveLast = pid, slotOf(pid), true
-			}
-			k := tickKey{ip: ip, w: lastSlot<<32 | uint64(tid)}
-			if kernel {
-				k.w |= 1 << 63
-			}
-			i, ok := tickIdx[k]
-			if !ok {
-				idx, off := resolve(pid, ip, kernel) // (deferred naming counts in tc above)
-				if nent%entryBlock == 0 {
-					all = append(all, make([]entry, 0, entryBlock))
+			case trace.MajorUnwind:
+				if onRecord != nil {
+					onRecord(rec, nil)
 				}
-				i = nent
-				all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, off: off})
-				nent++
-				tickIdx[k] = i
-				if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
-					rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
-					rep.ProcName[pid] = r.ProcessName(pid)
+				pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+				if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
+					return nil
 				}
-			}
-			e := &all[i/entryBlock][i%entryBlock]
-			e.n++
-			if onRecord != nil {
-				res := results[e.res]
-				res.Offset = e.off
-				onRecord(rec, &res)
-			}
-			rep.Total++
-			if rep.First == 0 || rec.Time < rep.First {
-				rep.First = rec.Time
-			}
-			if rec.Time > rep.Last {
-				rep.Last = rec.Time
-			}
-		case trace.MajorUnwind:
-			if onRecord != nil {
-				onRecord(rec, nil)
-			}
-			pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
-			if filt != nil && !filt.match(pid, tid, func() string { return r.ProcessName(pid) }) {
-				return nil
-			}
-			n := len(rec.Str) / 8
-			if n == 0 {
-				return nil
-			}
-			rs := rawStacks[pid]
-			if rs == nil {
-				rs = map[string]int32{}
-				rawStacks[pid] = rs
-			}
-			rawBuf = append(rawBuf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags), byte(flags>>8), byte(flags>>16), byte(flags>>24))
-			rawBuf = append(rawBuf, rec.Str[:8*n]...)
-			if i, ok := rs[string(rawBuf)]; ok {
+				n := len(rec.Str) / 8
+				if n == 0 {
+					return nil
+				}
+				rs := rawStacks[pid]
+				if rs == nil {
+					rs = map[string]int32{}
+					rawStacks[pid] = rs
+				}
+				rawBuf = append(rawBuf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags), byte(flags>>8), byte(flags>>16), byte(flags>>24))
+				rawBuf = append(rawBuf, rec.Str[:8*n]...)
+				if i, ok := rs[string(rawBuf)]; ok {
+					e := stkAt(i)
+					e.n++
+					rep.StackTicks++
+					if e.truncated {
+						rep.TruncatedStacks++
+					}
+					return nil
+				}
+				nk := int(flags >> trace.UnwindKernShift)
+				frameBuf = frameBuf[:0]
+				for i := n - 1; i >= 0; i-- { // root first
+					pc := le64(rec.Str[8*i:])
+					if i > 0 && i != nk {
+						pc-- // a return address: name the call, not what follows it
+					}
+					frameBuf = append(frameBuf, resolveIdx(pid, pc, i < nk))
+				}
+				if len(frameBuf) == 0 {
+					return nil
+				}
+				keyBuf = append(keyBuf[:0], byte(pid), byte(pid>>8), byte(pid>>16), byte(pid>>24), byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags&trace.UnwindTruncated))
+				for _, f := range frameBuf {
+					keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
+				}
+				i, ok := stacks[string(keyBuf)]
+				if !ok {
+					if nstk%stkBlock == 0 {
+						stkBlocks = append(stkBlocks, make([]stackRec, 0, stkBlock))
+					}
+					block, off := keepFrames(frameBuf)
+					i = nstk
+					stkBlocks[len(stkBlocks)-1] = append(stkBlocks[len(stkBlocks)-1], stackRec{pid: pid, tid: tid, block: block, off: off,
+						nf: uint16(len(frameBuf)), kernel: uint16(min(nk, n)), truncated: flags&trace.UnwindTruncated != 0})
+					nstk++
+					stacks[string(keyBuf)] = i
+				}
+				rs[string(rawBuf)] = i
 				e := stkAt(i)
 				e.n++
 				rep.StackTicks++
 				if e.truncated {
 					rep.TruncatedStacks++
 				}
-				return nil
-			}
-			nk := int(flags >> trace.UnwindKernShift)
-			frameBuf = frameBuf[:0]
-			for i := n - 1; i >= 0; i-- { // root first
-				pc := le64(rec.Str[8*i:])
-				if i > 0 && i != nk {
-					pc-- // a return address: name the call, not what follows it
+			default:
+				if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
+					rep.Event, rep.EventPeriod = rec.Str, rec.Field(2)
 				}
-				frameBuf = append(frameBuf, resolveIdx(pid, pc, i < nk))
-			}
-			if len(frameBuf) == 0 {
-				return nil
-			}
-			keyBuf = append(keyBuf[:0], byte(pid), byte(pid>>8), byte(pid>>16), byte(pid>>24), byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags&trace.UnwindTruncated))
-			for _, f := range frameBuf {
-				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
-			}
-			i, ok := stacks[string(keyBuf)]
-			if !ok {
-				if nstk%stkBlock == 0 {
-					stkBlocks = append(stkBlocks, make([]stackRec, 0, stkBlock))
+				if onRecord != nil {
+					onRecord(rec, nil)
 				}
-				block, off := keepFrames(frameBuf)
-				i = nstk
-				stkBlocks[len(stkBlocks)-1] = append(stkBlocks[len(stkBlocks)-1], stackRec{pid: pid, tid: tid, block: block, off: off,
-					nf: uint16(len(frameBuf)), kernel: uint16(min(nk, n)), truncated: flags&trace.UnwindTruncated != 0})
-				nstk++
-				stacks[string(keyBuf)] = i
 			}
-			rs[string(rawBuf)] = i
-			e := stkAt(i)
-			e.n++
-			rep.StackTicks++
-			if e.truncated {
-				rep.TruncatedStacks++
-			}
-		default:
-			if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
-				rep.Event, rep.EventPeriod = rec.Str, rec.Field(2)
-			}
-			if onRecord != nil {
-				onRecord(rec, nil)
-			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	if tc != nil {
 		tc.flushAll()
 	}

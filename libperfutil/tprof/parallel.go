@@ -1,0 +1,354 @@
+package tprof
+
+import (
+	"errors"
+	"slices"
+	"sync"
+
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// Counting a flat report's ticks on every CPU at once. Reading a trace
+// is most of a flat report (decoding records, most of it waiting on
+// memory, and counting them), and each CPU's trace buffer can be read on
+// its own once the mapping states are known: a tick belongs to the state
+// its process was in at its time, and the states change only at MTE
+// records (exec, segment, unmap, fork), which are few. So:
+//
+//  1. the MTE records are read (merged as Records merges them), giving
+//     each process the times its mappings changed;
+//  2. each CPU's trace buffer is read on a goroutine of its own: a tick's
+//     state is the number of its process's changes at or before its time
+//     (Records gives an MTE record before a tick of the same time), its
+//     addresses are counted per (thread, state) as the one reader counts
+//     them (ticks.go);
+//  3. the MTE records are applied in order, and before a change to a
+//     process its counted addresses of the state that ends are located,
+//     and before a record the threads whose first tick came earlier are
+//     named: what the one reader does at the same points.
+//
+// The report is the one reader's (the tests compare them byte for byte).
+// A trace this does not cover is read by the one reader: a filter, stacks
+// (UNWIND records are resolved in order), MTE or JIT records in a trace
+// buffer, a buffer whose times go back, a record that does not decode.
+
+// parallelMin is the trace size from which the ticks are counted on every
+// CPU (below it the one reader is as fast; tests set it).
+var parallelMin = 4 << 20
+
+// errSequential stops a worker: the trace needs the one reader.
+var errSequential = errors.New("the trace needs the one reader")
+
+// ipCount is one distinct address of a (thread, state, kernel flag) run
+// with its ticks.
+type ipCount struct{ ip, n uint64 }
+
+// tickRun is the counts of one thread in one state, user or kernel.
+type tickRun struct {
+	pid, tid, epoch uint32
+	kernel          bool
+	lo, hi          int32 // into the worker's counts
+}
+
+// tickWorker reads one CPU's trace buffer.
+type tickWorker struct {
+	seq     int
+	changes map[uint32][]uint64 // per process, the times its mappings changed
+	tc      *tickCounter
+	counts  []ipCount
+	runs    []tickRun
+	first   map[[2]uint32]uint64 // each thread's first tick
+	total   uint64
+	firstT  uint64
+	lastT   uint64
+	event   *trace.Record // the last TPROF_EVENT_NAME record
+	// the last tick's process and its state, kept at hand
+	lastPid   uint32
+	lastCh    []uint64
+	lastEpoch int
+	havePid   bool
+	prevTime  uint64
+}
+
+func newTickWorker(seq int, changes map[uint32][]uint64) *tickWorker {
+	w := &tickWorker{seq: seq, changes: changes, first: map[[2]uint32]uint64{}}
+	w.tc = newTickCounter(func(t *tickThread, kernel bool, ip, n uint64) {
+		if k := len(w.runs) - 1; k < 0 || w.runs[k].pid != t.pid || w.runs[k].tid != t.tid || w.runs[k].epoch != t.epoch ||
+			w.runs[k].kernel != kernel || int(w.runs[k].hi) != len(w.counts) {
+			w.runs = append(w.runs, tickRun{pid: t.pid, tid: t.tid, epoch: t.epoch, kernel: kernel, lo: int32(len(w.counts)), hi: int32(len(w.counts))})
+		}
+		w.counts = append(w.counts, ipCount{ip, n})
+		w.runs[len(w.runs)-1].hi++
+	})
+	return w
+}
+
+// epoch is pid's state at time t (t does not go back in a buffer).
+func (w *tickWorker) epoch(pid uint32, t uint64) uint32 {
+	if !w.havePid || pid != w.lastPid {
+		w.lastPid, w.havePid = pid, true
+		w.lastCh = w.changes[pid]
+		w.lastEpoch, _ = slices.BinarySearch(w.lastCh, t+1) // changes at or before t
+		return uint32(w.lastEpoch)
+	}
+	for w.lastEpoch < len(w.lastCh) && w.lastCh[w.lastEpoch] <= t {
+		w.lastEpoch++
+	}
+	return uint32(w.lastEpoch)
+}
+
+func (w *tickWorker) record(rec *trace.Record) error {
+	if rec.Time < w.prevTime {
+		return errSequential
+	}
+	w.prevTime = rec.Time
+	switch rec.Major {
+	case trace.MajorTprof:
+		pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+		t, isNew := w.tc.thread(rec.CPU, pid, tid, w.epoch(pid, rec.Time))
+		if isNew {
+			if _, ok := w.first[[2]uint32{pid, tid}]; !ok {
+				w.first[[2]uint32{pid, tid}] = rec.Time
+			}
+		}
+		w.tc.add(t, rec.Field(3)&trace.TprofKernel != 0, ip)
+		w.total++
+		if w.firstT == 0 || rec.Time < w.firstT {
+			w.firstT = rec.Time
+		}
+		w.lastT = max(w.lastT, rec.Time)
+	case trace.MajorMTE, trace.MajorJITLoad, trace.MajorUnwind:
+		return errSequential
+	case trace.MajorSys:
+		if rec.Minor == trace.SysEvent {
+			e := *rec
+			e.Fixed = slices.Clone(rec.Fixed)
+			w.event = &e
+		}
+	}
+	return nil
+}
+
+// isChange reports whether an MTE or JIT record changes its process's
+// mappings, and which process (a fork: the child).
+func isChange(rec *trace.Record) (uint32, bool) {
+	switch {
+	case rec.Major == trace.MajorJITLoad:
+		return uint32(rec.Field(0)), true
+	case rec.Major != trace.MajorMTE:
+		return 0, false
+	case rec.Minor == trace.MTEFork:
+		return uint32(rec.Field(2)), true
+	case rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap:
+		return uint32(rec.Field(0)), true
+	}
+	return 0, false
+}
+
+// countParallel counts the ticks of f as above, if it can: locate names
+// an address of a process as its mappings are when called (kernel: any
+// time), add takes a thread's count of a located address. It applies
+// the MTE records to r and fills rep's totals and names. False: nothing
+// was changed, the trace needs the one reader.
+func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32, add func(pid, tid uint32, res int32, n uint64)) bool {
+	size := 0
+	var bufs []nrm2.BufferStream
+	for _, s := range f.BufferStreams() {
+		for _, c := range s.Chunks {
+			size += len(c.Data)
+		}
+		if s.Kind == nrm2.ChunkTrace {
+			bufs = append(bufs, s)
+		}
+	}
+	if size < parallelMin || len(bufs) < 2 {
+		return false
+	}
+	// 1. The MTE records, kept (they are few) for step 3.
+	var mte []trace.Record
+	changes := map[uint32][]uint64{}
+	prev := uint64(0)
+	err := f.RecordsOf(nrm2.ChunkMTE, func(rec *trace.Record) error {
+		if rec.Time < prev {
+			return errSequential
+		}
+		prev = rec.Time
+		if rec.Major == trace.MajorUnwind || rec.Major == trace.MajorTprof {
+			return errSequential
+		}
+		if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+			return nil
+		}
+		if pid, ok := isChange(rec); ok {
+			changes[pid] = append(changes[pid], rec.Time)
+		}
+		c := *rec
+		c.Fixed = slices.Clone(rec.Fixed)
+		mte = append(mte, c)
+		return nil
+	})
+	if err != nil || len(f.Damage()) > 0 {
+		return false
+	}
+	rep.parallel = true
+	// 2. Each CPU's ticks.
+	workers := make([]*tickWorker, len(bufs))
+	errs := make([]error, len(bufs))
+	var wg sync.WaitGroup
+	for i, s := range bufs {
+		workers[i] = newTickWorker(s.Seq, changes)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := workers[i]
+			if errs[i] = nrm2.EachRecord(s, w.record); errs[i] == nil {
+				w.tc.flushAll()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			rep.parallel = false
+			return false
+		}
+	}
+	// 3. Located and named in the order of the MTE records.
+	type firstTick struct {
+		pid, tid uint32
+		time     uint64
+		seq      int
+	}
+	var firsts []firstTick
+	seen := map[[2]uint32]int{}
+	type group struct{ w, r int32 }
+	groups := map[[2]uint32][]group{} // (pid, epoch) -> runs
+	var kernelRuns []group
+	for wi, w := range workers {
+		rep.Total += w.total
+		if w.total > 0 {
+			if rep.First == 0 || w.firstT < rep.First {
+				rep.First = w.firstT
+			}
+			rep.Last = max(rep.Last, w.lastT)
+		}
+		for k, t := range w.first {
+			if i, ok := seen[k]; ok {
+				if ft := &firsts[i]; t < ft.time || t == ft.time && w.seq < ft.seq {
+					ft.time, ft.seq = t, w.seq
+				}
+				continue
+			}
+			seen[k] = len(firsts)
+			firsts = append(firsts, firstTick{k[0], k[1], t, w.seq})
+		}
+		for ri, run := range w.runs {
+			if run.kernel {
+				kernelRuns = append(kernelRuns, group{int32(wi), int32(ri)})
+				continue
+			}
+			k := [2]uint32{run.pid, run.epoch}
+			groups[k] = append(groups[k], group{int32(wi), int32(ri)})
+		}
+	}
+	slices.SortFunc(firsts, func(a, b firstTick) int {
+		if a.time != b.time {
+			if a.time < b.time {
+				return -1
+			}
+			return 1
+		}
+		return a.seq - b.seq
+	})
+	nameUpTo := func(t uint64, all bool) {
+		for len(firsts) > 0 && (all || firsts[0].time < t) {
+			ft := firsts[0]
+			firsts = firsts[1:]
+			if _, ok := rep.ThreadNm[[2]uint32{ft.pid, ft.tid}]; !ok {
+				rep.ThreadNm[[2]uint32{ft.pid, ft.tid}] = r.ThreadName(ft.pid, ft.tid)
+				rep.ProcName[ft.pid] = r.ProcessName(ft.pid)
+			}
+		}
+	}
+	epochs := map[uint32]uint32{}
+	locateGroup := func(pid, epoch uint32) {
+		k := [2]uint32{pid, epoch}
+		gs, ok := groups[k]
+		if !ok {
+			return
+		}
+		delete(groups, k)
+		lt := map[uint64]int32{}
+		for _, g := range gs {
+			w := workers[g.w]
+			run := &w.runs[g.r]
+			for _, c := range w.counts[run.lo:run.hi] {
+				idx, known := lt[c.ip]
+				if !known {
+					idx = locate(pid, c.ip, false)
+					lt[c.ip] = idx
+				}
+				add(pid, run.tid, idx, c.n)
+			}
+		}
+	}
+	var lastEvent *trace.Record
+	lastEventSeq := -1
+	for i := range mte {
+		rec := &mte[i]
+		nameUpTo(rec.Time, false)
+		if pid, ok := isChange(rec); ok {
+			locateGroup(pid, epochs[pid])
+			epochs[pid]++
+		}
+		if rec.Major == trace.MajorMTE || rec.Major == trace.MajorJITLoad {
+			r.Apply(rec)
+		}
+		if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
+			lastEvent = rec
+		}
+	}
+	nameUpTo(0, true)
+	// The states still open at the end, a process after the other.
+	rest := make([][2]uint32, 0, len(groups))
+	for k := range groups {
+		rest = append(rest, k)
+	}
+	slices.SortFunc(rest, func(a, b [2]uint32) int {
+		if a[0] != b[0] {
+			return int(a[0]) - int(b[0])
+		}
+		return int(a[1]) - int(b[1])
+	})
+	for _, k := range rest {
+		locateGroup(k[0], k[1])
+	}
+	kt := map[uint64]int32{}
+	for _, g := range kernelRuns {
+		w := workers[g.w]
+		run := &w.runs[g.r]
+		for _, c := range w.counts[run.lo:run.hi] {
+			idx, known := kt[c.ip]
+			if !known {
+				idx = locate(run.pid, c.ip, true)
+				kt[c.ip] = idx
+			}
+			add(run.pid, run.tid, idx, c.n)
+		}
+	}
+	// The event-based sampling name: the last record in Records' order
+	// (an MTE record before a trace record of the same time).
+	for _, w := range workers {
+		if e := w.event; e != nil {
+			if lastEvent == nil || e.Time > lastEvent.Time || e.Time == lastEvent.Time && (lastEvent.MTE || w.seq > lastEventSeq) {
+				lastEvent, lastEventSeq = e, w.seq
+			}
+		}
+	}
+	if lastEvent != nil {
+		rep.Event, rep.EventPeriod = lastEvent.Str, lastEvent.Field(2)
+	}
+	return true
+}

@@ -1,0 +1,197 @@
+package tprof
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"perfinsp/libperfutil/a2n"
+	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
+)
+
+// randomTrace writes a trace of ncpu CPUs: processes that fork, exec,
+// map and unmap segments (several programs at the same addresses, so a
+// tick is named by the state of its time), rename threads, and tick in
+// user and kernel space on every CPU, some ticks at the very time of an
+// MTE record; each CPU's records in a few chunks. extra is called with
+// the first CPU's trace writer after the ticks (to add what the one
+// reader must read).
+func randomTrace(t *testing.T, seed uint64, ncpu int, extra func(w *trace.Writer)) string {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mte := make([]trace.Writer, ncpu)
+	tr := make([]trace.Writer, ncpu)
+	type chunk struct {
+		kind, cpu uint32
+		buf       []byte
+	}
+	var chunks []chunk
+	cut := func(cpu int) { // end a chunk of each kind of cpu
+		for _, k := range []struct {
+			kind uint32
+			w    *trace.Writer
+		}{{nrm2.ChunkMTE, &mte[cpu]}, {nrm2.ChunkTrace, &tr[cpu]}} {
+			if len(k.w.Buf) > 0 {
+				chunks = append(chunks, chunk{k.kind, uint32(cpu), k.w.Buf})
+				k.w.Buf = nil
+			}
+		}
+	}
+	pids := []uint32{100, 200, 300}
+	progs := []string{"/bin/alpha", "/bin/beta", "/usr/lib/libgamma.so"}
+	for i, p := range pids {
+		must(mte[0].Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 1, []uint64{uint64(p), 1}, fmt.Sprintf("proc%d", i)))
+		must(mte[0].Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, 1, []uint64{uint64(p), 0x400000, 0x10000, 0, 5}, progs[i]))
+	}
+	tm := uint64(10)
+	mteTime := make([]uint64, ncpu) // each CPU's buffer in time order
+	trTime := make([]uint64, ncpu)
+	for step := 0; step < 20000; step++ {
+		cpu := rng.IntN(ncpu)
+		tm += uint64(rng.IntN(3)) // equal times happen
+		if rng.IntN(200) == 0 {
+			c := rng.IntN(ncpu)
+			at := max(tm, mteTime[c])
+			mteTime[c] = at
+			p := pids[rng.IntN(len(pids))]
+			switch rng.IntN(6) {
+			case 0:
+				must(mte[c].Write(trace.MajorMTE, trace.MTEExec, trace.LayoutString, at, []uint64{uint64(p), uint64(p)}, progs[rng.IntN(len(progs))]))
+				must(mte[c].Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, at, []uint64{uint64(p), 0x400000, 0x10000, 0, 5}, progs[rng.IntN(len(progs))]))
+			case 1:
+				must(mte[c].Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, at, []uint64{uint64(p), 0x400000, 0x8000, 0x1000, 5}, progs[rng.IntN(len(progs))]))
+			case 2:
+				must(mte[c].Write(trace.MajorMTE, trace.MTEUnmap, trace.LayoutFixed, at, []uint64{uint64(p), 0x404000, 0x1000}, ""))
+			case 3: // a thread named, often first ticking at that very time
+				tid := p + 3 + uint32(rng.IntN(40))
+				must(mte[c].Write(trace.MajorMTE, trace.MTEThreadName, trace.LayoutString, at, []uint64{uint64(p), uint64(tid)}, fmt.Sprintf("worker%d", rng.IntN(9))))
+				if trTime[cpu] <= at && rng.IntN(2) == 0 {
+					trTime[cpu] = at
+					must(tr[cpu].Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, at, []uint64{uint64(p), uint64(tid), 0x400100, 0}, ""))
+				}
+			case 4:
+				must(mte[c].Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, at, []uint64{uint64(p), 1}, fmt.Sprintf("renamed%d", rng.IntN(9))))
+			case 5: // a fork over a live pid (pid reuse)
+				must(mte[c].Write(trace.MajorMTE, trace.MTEFork, trace.LayoutFixed, at, []uint64{1, 1, uint64(p), uint64(p), 0}, ""))
+			}
+			if c == cpu {
+				continue
+			}
+		}
+		at := max(tm, trTime[cpu])
+		trTime[cpu] = at
+		p := pids[rng.IntN(len(pids))]
+		tid := p + uint32(rng.IntN(3))
+		ip := 0x400000 + uint64(rng.IntN(0x10000))
+		flags := uint64(0)
+		if rng.IntN(5) == 0 {
+			ip, flags = 0xffffffff81000000+uint64(rng.IntN(0x1000)), trace.TprofKernel
+		}
+		must(tr[cpu].Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, at, []uint64{uint64(p), uint64(tid), ip, flags}, ""))
+		if step%5000 == 4999 {
+			cut(cpu)
+		}
+	}
+	if extra != nil {
+		extra(&tr[0])
+	}
+	for c := range ncpu {
+		cut(c)
+	}
+	path := filepath.Join(t.TempDir(), "t.nrm2")
+	w, err := nrm2.Create(path, nrm2.Header{NCPUs: uint32(ncpu), RateHz: 1000, KernelRelease: "6.1.0"})
+	must(err)
+	for _, c := range chunks {
+		must(w.WriteChunk(c.kind, c.cpu, c.buf))
+	}
+	must(w.Close(0, make([]nrm2.CPUStats, ncpu)))
+	return path
+}
+
+// reportOf is the tprof.out of path, read on every CPU at once or by the
+// one reader, and whether the CPUs were read at once.
+func reportOf(t *testing.T, path string, parallel bool) (string, bool) {
+	t.Helper()
+	old := parallelMin
+	defer func() { parallelMin = old }()
+	parallelMin = 0
+	if !parallel {
+		parallelMin = 1 << 62
+	}
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep := Build(f, a2n.New(nil), nil)
+	if rep.RecordErr != nil {
+		t.Fatal(rep.RecordErr)
+	}
+	var b bytes.Buffer
+	if err := rep.WritePI(&b); err != nil {
+		t.Fatal(err)
+	}
+	var fo bytes.Buffer
+	if err := rep.WriteFolded(&fo); err != nil {
+		t.Fatal(err)
+	}
+	return b.String() + "\n---- folded\n" + fo.String(), rep.parallel
+}
+
+// Counting every CPU's ticks at once gives the one reader's report, byte
+// for byte: the same counts, each tick named by its process's mappings at
+// its time (execs, segments, unmaps and forks between ticks, ticks at the
+// time of an MTE record), threads named as of their first tick.
+func TestParallelCountEqualsOneReader(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		ncpu := 2 + int(seed%3)
+		path := randomTrace(t, seed, ncpu, nil)
+		seq, p1 := reportOf(t, path, false)
+		par, p2 := reportOf(t, path, true)
+		if p1 || !p2 {
+			t.Fatalf("seed %d: read at once %v and %v, want false and true", seed, p1, p2)
+		}
+		if seq != par {
+			t.Fatalf("seed %d (%d CPUs): the reports differ\none reader:\n%s\nat once:\n%s", seed, ncpu, seq, par)
+		}
+		if !bytes.Contains([]byte(seq), []byte("alpha")) || !bytes.Contains([]byte(seq), []byte("beta")) {
+			t.Fatalf("seed %d: the report names neither program:\n%s", seed, seq)
+		}
+	}
+}
+
+// A trace the CPUs cannot be read apart for is read by the one reader:
+// a JIT record or a stack in a trace buffer, a time that goes back.
+func TestParallelCountFallsBack(t *testing.T) {
+	cases := map[string]func(w *trace.Writer){
+		"jit": func(w *trace.Writer) {
+			w.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, 1<<30, []uint64{100, 100, 0x500000, 0x100}, "m")
+		},
+		"unwind": func(w *trace.Writer) {
+			w.Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, 1<<30, []uint64{100, 100, 0}, "\x00\x10\x40\x00\x00\x00\x00\x00")
+		},
+		"time goes back": func(w *trace.Writer) {
+			w.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 5, []uint64{100, 100, 0x400010, 0}, "")
+		},
+	}
+	for name, extra := range cases {
+		path := randomTrace(t, 9, 2, extra)
+		seq, _ := reportOf(t, path, false)
+		par, p := reportOf(t, path, true)
+		if p {
+			t.Errorf("%s: the CPUs were read at once", name)
+		}
+		if seq != par {
+			t.Errorf("%s: the reports differ", name)
+		}
+	}
+}
