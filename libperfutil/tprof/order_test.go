@@ -1,0 +1,79 @@
+package tprof
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// cellsLike makes n cells shaped like a many-process trace's: a few
+// hundred processes of one to three threads, a few dozen modules, many
+// symbols, a few cells of one key.
+func cellsLike(n int) []cell {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cs := make([]cell, n)
+	for i := range cs {
+		pid := uint32(1000 + rng.IntN(400))
+		cs[i] = cell{pid: pid, tid: pid + uint32(rng.IntN(3)), mod: int32(rng.IntN(40)), sym: int32(40 + rng.IntN(20000)), n: uint64(1 + rng.IntN(100))}
+	}
+	return cs
+}
+
+// The radix order of the cells is the order of their level keys (what a
+// comparison sort gives), every cell once, equal keys in cell order.
+func TestCellOrderSorted(t *testing.T) {
+	rep := &Report{cells: cellsLike(50000)}
+	for _, levels := range [][]int{{LPid, LMod, LSym, LTid}, {LPid, LTid, LMod, LSym}, {LMod, LSym}, {LSym}} {
+		order := rep.cellOrder(levels)
+		if len(order) != len(rep.cells) {
+			t.Fatalf("%v: %d indexes for %d cells", levels, len(order), len(rep.cells))
+		}
+		seen := make([]bool, len(rep.cells))
+		key := func(i int32) []uint32 {
+			var k []uint32
+			for _, l := range levels {
+				k = append(k, levelKey(&rep.cells[i], l))
+			}
+			return k
+		}
+		for j, i := range order {
+			if seen[i] {
+				t.Fatalf("%v: cell %d twice", levels, i)
+			}
+			seen[i] = true
+			if j == 0 {
+				continue
+			}
+			c := slices.Compare(key(order[j-1]), key(i))
+			if c > 0 || c == 0 && order[j-1] > i {
+				t.Fatalf("%v: cells %d and %d out of order: %v then %v", levels, order[j-1], i, key(order[j-1]), key(i))
+			}
+		}
+	}
+}
+
+func BenchmarkCellOrder(b *testing.B) {
+	rep := &Report{cells: cellsLike(150000)}
+	levels := []int{LPid, LTid, LMod, LSym}
+	b.Run("radix", func(b *testing.B) {
+		for range b.N {
+			rep.cellOrder(levels)
+		}
+	})
+	b.Run("comparison", func(b *testing.B) {
+		for range b.N {
+			keys := make([]sortKey, len(rep.cells))
+			for i := range rep.cells {
+				c := &rep.cells[i]
+				keys[i] = sortKey{uint64(c.pid)<<32 | uint64(c.tid), uint64(c.mod)<<32 | uint64(c.sym), int32(i)}
+			}
+			slices.SortFunc(keys, func(a, b sortKey) int {
+				if a.hi != b.hi {
+					return cmp.Compare(a.hi, b.hi)
+				}
+				return cmp.Compare(a.lo, b.lo)
+			})
+		}
+	})
+}
