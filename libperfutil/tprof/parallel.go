@@ -49,15 +49,19 @@ type ipCount struct{ ip, n uint64 }
 type tickRun struct {
 	pid, tid, epoch uint32
 	kernel          bool
-	lo, hi          int32 // into the worker's counts
+	blk, lo, hi     int32 // counts[blk][lo:hi] of the worker
 }
+
+// countBlock is the number of counts of a worker's block (they are kept
+// in blocks: a slice grown by appends copied its 8 MB several times).
+const countBlock = 8192
 
 // tickWorker reads one CPU's trace buffer.
 type tickWorker struct {
 	seq     int
 	changes map[uint32][]uint64 // per process, the times its mappings changed
 	tc      *tickCounter
-	counts  []ipCount
+	counts  [][]ipCount
 	runs    []tickRun
 	first   map[[2]uint32]uint64 // each thread's first tick
 	total   uint64
@@ -75,11 +79,17 @@ type tickWorker struct {
 func newTickWorker(seq int, changes map[uint32][]uint64) *tickWorker {
 	w := &tickWorker{seq: seq, changes: changes, first: map[[2]uint32]uint64{}}
 	w.tc = newTickCounter(func(t *tickThread, kernel bool, ip, n uint64) {
-		if k := len(w.runs) - 1; k < 0 || w.runs[k].pid != t.pid || w.runs[k].tid != t.tid || w.runs[k].epoch != t.epoch ||
-			w.runs[k].kernel != kernel || int(w.runs[k].hi) != len(w.counts) {
-			w.runs = append(w.runs, tickRun{pid: t.pid, tid: t.tid, epoch: t.epoch, kernel: kernel, lo: int32(len(w.counts)), hi: int32(len(w.counts))})
+		nb := len(w.counts)
+		if nb == 0 || len(w.counts[nb-1]) == countBlock {
+			w.counts = append(w.counts, make([]ipCount, 0, countBlock))
+			nb++
 		}
-		w.counts = append(w.counts, ipCount{ip, n})
+		b := &w.counts[nb-1]
+		if k := len(w.runs) - 1; k < 0 || w.runs[k].pid != t.pid || w.runs[k].tid != t.tid || w.runs[k].epoch != t.epoch ||
+			w.runs[k].kernel != kernel || int(w.runs[k].blk) != nb-1 || int(w.runs[k].hi) != len(*b) {
+			w.runs = append(w.runs, tickRun{pid: t.pid, tid: t.tid, epoch: t.epoch, kernel: kernel, blk: int32(nb - 1), lo: int32(len(*b)), hi: int32(len(*b))})
+		}
+		*b = append(*b, ipCount{ip, n})
 		w.runs[len(w.runs)-1].hi++
 	})
 	return w
@@ -284,7 +294,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]
-			for _, c := range w.counts[run.lo:run.hi] {
+			for _, c := range w.counts[run.blk][run.lo:run.hi] {
 				idx, known := lt[c.ip]
 				if !known {
 					idx = locate(pid, c.ip, false)
@@ -329,7 +339,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	for _, g := range kernelRuns {
 		w := workers[g.w]
 		run := &w.runs[g.r]
-		for _, c := range w.counts[run.lo:run.hi] {
+		for _, c := range w.counts[run.blk][run.lo:run.hi] {
 			idx, known := kt[c.ip]
 			if !known {
 				idx = locate(run.pid, c.ip, true)
