@@ -41,10 +41,6 @@ var parallelMin = 4 << 20
 // errSequential stops a worker: the trace needs the one reader.
 var errSequential = errors.New("the trace needs the one reader")
 
-// ipCount is one distinct address of a (thread, state, kernel flag) run
-// with its ticks.
-type ipCount struct{ ip, n uint64 }
-
 // tickRun is the counts of one thread in one state, user or kernel.
 type tickRun struct {
 	pid, tid, epoch uint32

@@ -26,6 +26,7 @@ type tickThread struct {
 	pid, tid uint32
 	epoch    uint32        // the process's mapping state (countParallel; else 0)
 	blocks   [2][][]uint64 // [0] user, [1] kernel
+	acc      [2][]ipCount  // the counts of the blocks counted so far, by address
 	done     bool          // flushed: its process's state changed
 }
 
@@ -37,6 +38,8 @@ type tickCounter struct {
 	free     [][]uint64    // blocks to reuse
 	sorted   []uint64      // scratch of flush: a thread's addresses
 	tmp      []uint64      // and the radix sort's other half
+	runs     []ipCount     // and their counts
+	merged   []ipCount     // and those merged with the thread's
 	// count receives each distinct address of a thread's counted part
 	// with its ticks (an address can come again in a later part).
 	count func(t *tickThread, kernel bool, ip, n uint64)
@@ -112,7 +115,7 @@ func (tc *tickCounter) add(t *tickThread, kernel bool, ip uint64) {
 	if len(t.blocks[k]) > partBlocks {
 		// Count what the thread has so far: its blocks are reused,
 		// the memory stays that of a few blocks per thread.
-		tc.count1(t, k)
+		tc.count1(t, k, false)
 	}
 }
 
@@ -154,20 +157,20 @@ func (tc *tickCounter) release(t *tickThread) {
 func (tc *tickCounter) flush(t *tickThread) {
 	t.done = true
 	for k := range t.blocks {
-		tc.count1(t, k)
+		tc.count1(t, k, true)
 	}
 }
 
-// count1 counts the user (k 0) or kernel (k 1) ticks t holds.
-func (tc *tickCounter) count1(t *tickThread, k int) {
-	{
-		n := 0
-		for _, b := range t.blocks[k] {
-			n += len(b)
-		}
-		if n == 0 {
-			return
-		}
+// count1 counts the user (k 0) or kernel (k 1) ticks t holds: into the
+// thread's counts so far, given to count when final (a hot thread fills
+// its blocks many times: given each time, a thread of 680 k ticks gave
+// 96 k counts of a few thousand addresses to locate and add up).
+func (tc *tickCounter) count1(t *tickThread, k int, final bool) {
+	n := 0
+	for _, b := range t.blocks[k] {
+		n += len(b)
+	}
+	if n > 0 {
 		if cap(tc.sorted) < n {
 			tc.sorted = make([]uint64, 0, n+n/4)
 			tc.tmp = make([]uint64, 0, n+n/4)
@@ -183,15 +186,55 @@ func (tc *tickCounter) count1(t *tickThread, k int) {
 		t.blocks[k][0] = t.blocks[k][0][:0]
 		t.blocks[k] = t.blocks[k][:1]
 		a = radixSort(a, tc.tmp[:n])
+		runs := tc.runs[:0]
 		for i := 0; i < len(a); {
 			j := i + 1
 			for j < len(a) && a[j] == a[i] {
 				j++
 			}
-			tc.count(t, k == 1, a[i], uint64(j-i))
+			runs = append(runs, ipCount{a[i], uint64(j - i)})
 			i = j
 		}
+		tc.runs = runs
+		if len(t.acc[k]) == 0 {
+			t.acc[k] = append(t.acc[k], runs...)
+		} else {
+			tc.merged = mergeCounts(tc.merged[:0], t.acc[k], runs)
+			t.acc[k] = append(t.acc[k][:0], tc.merged...)
+		}
 	}
+	if !final {
+		return
+	}
+	for _, c := range t.acc[k] {
+		tc.count(t, k == 1, c.ip, c.n)
+	}
+	t.acc[k] = nil
+}
+
+// ipCount is one distinct address with its ticks.
+type ipCount struct{ ip, n uint64 }
+
+// mergeCounts appends to dst the counts of a and b (each sorted by
+// address), one count an address.
+func mergeCounts(dst, a, b []ipCount) []ipCount {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i].ip < b[j].ip:
+			dst = append(dst, a[i])
+			i++
+		case a[i].ip > b[j].ip:
+			dst = append(dst, b[j])
+			j++
+		default:
+			dst = append(dst, ipCount{a[i].ip, a[i].n + b[j].n})
+			i++
+			j++
+		}
+	}
+	dst = append(dst, a[i:]...)
+	return append(dst, b[j:]...)
 }
 
 // radixSort sorts a (using tmp, of a's length) and returns the sorted
