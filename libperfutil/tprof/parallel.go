@@ -286,7 +286,12 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			return
 		}
 		delete(groups, k)
-		lt := map[uint64]int32{}
+		n := 0
+		for _, g := range gs {
+			run := &workers[g.w].runs[g.r]
+			n += int(run.hi - run.lo)
+		}
+		lt := make(map[uint64]int32, n) // (grown from empty: a tenth of the replay)
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]

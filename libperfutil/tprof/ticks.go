@@ -186,7 +186,7 @@ func (tc *tickCounter) count1(t *tickThread, k int, final bool) {
 		t.blocks[k][0] = t.blocks[k][0][:0]
 		t.blocks[k] = t.blocks[k][:1]
 		a = radixSort(a, tc.tmp[:n])
-		runs := tc.runs[:0]
+		runs := slices.Grow(tc.runs[:0], n)
 		for i := 0; i < len(a); {
 			j := i + 1
 			for j < len(a) && a[j] == a[i] {
@@ -218,6 +218,7 @@ type ipCount struct{ ip, n uint64 }
 // mergeCounts appends to dst the counts of a and b (each sorted by
 // address), one count an address.
 func mergeCounts(dst, a, b []ipCount) []ipCount {
+	dst = slices.Grow(dst, len(a)+len(b))
 	i, j := 0, 0
 	for i < len(a) && j < len(b) {
 		switch {

@@ -294,7 +294,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				locByOff = append(locByOff, nil)
 			}
 			if locByOff[mn] == nil {
-				locByOff[mn] = map[uint64]int32{}
+				locByOff[mn] = make(map[uint64]int32, 256)
 			}
 			lastMod, lastOffs = m, locByOff[mn]
 		}
