@@ -187,6 +187,14 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 	return BuildFiltered(f, r, nil, onRecord)
 }
 
+// tablePool bounds the emptied tables BuildFiltered keeps for reuse, and
+// tablePoolMax the entries of a table it keeps (a larger one is dropped:
+// emptying costs its size, and it would hold its memory).
+const (
+	tablePool    = 64
+	tablePoolMax = 1 << 14
+)
+
 // BuildFiltered is Build for the ticks filt selects (nil: all); the others
 // are counted in Filtered (and still passed to onRecord, unresolved).
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
@@ -361,6 +369,26 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// dropped when its process's mappings change (every tick of the old
 	// state has been counted by then).
 	locOf := map[uint64]map[uint64]int32{}
+	// The tables of a process's state (its Locs, PCs and raw stacks) are
+	// dropped when the state ends, and a many-process trace ends
+	// thousands: they are emptied and used again (grown from empty, new
+	// tables were a third of a many-process stacks report's CPU).
+	var pcPool []map[uint64]int32
+	var rawPool []map[string]int32
+	newPCMap := func() map[uint64]int32 {
+		if n := len(pcPool); n > 0 {
+			m := pcPool[n-1]
+			pcPool = pcPool[:n-1]
+			return m
+		}
+		return map[uint64]int32{}
+	}
+	dropPCMap := func(m map[uint64]int32) {
+		if m != nil && len(pcPool) < tablePool && len(m) <= tablePoolMax {
+			clear(m)
+			pcPool = append(pcPool, m)
+		}
+	}
 	lastLocKey, lastLocs := uint64(0), map[uint64]int32(nil)
 	locTable := func(key uint64) map[uint64]int32 {
 		if key == lastLocKey && lastLocs != nil {
@@ -368,7 +396,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		t := locOf[key]
 		if t == nil {
-			t = map[uint64]int32{}
+			t = newPCMap()
 			locOf[key] = t
 		}
 		lastLocKey, lastLocs = key, t
@@ -412,7 +440,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
 		pm := pcCache[pid]
 		if pm == nil {
-			pm = map[uint64]int32{}
+			pm = newPCMap()
 			pcCache[pid] = pm
 		}
 		if idx, ok := pm[pc]; ok {
@@ -487,13 +515,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 						}
 					}
 					if s, ok := pidSlot[pid]; ok {
+						dropPCMap(locOf[s])
 						delete(locOf, s)
 						if lastLocKey == s {
 							lastLocs = nil
 						}
 					}
 					delete(pidSlot, pid) // the next tick takes a new slot
+					dropPCMap(pcCache[pid])
 					delete(pcCache, pid)
+					if m := rawStacks[pid]; m != nil && len(rawPool) < tablePool && len(m) <= tablePoolMax {
+						clear(m)
+						rawPool = append(rawPool, m)
+					}
 					delete(rawStacks, pid)
 					if pid == lastPid {
 						haveLast = false
@@ -583,7 +617,12 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				}
 				rs := rawStacks[pid]
 				if rs == nil {
-					rs = map[string]int32{}
+					if n := len(rawPool); n > 0 {
+						rs = rawPool[n-1]
+						rawPool = rawPool[:n-1]
+					} else {
+						rs = map[string]int32{}
+					}
 					rawStacks[pid] = rs
 				}
 				rawBuf = append(rawBuf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags), byte(flags>>8), byte(flags>>16), byte(flags>>24))
