@@ -1,7 +1,10 @@
 package tprof
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
+	"hash/maphash"
 	"slices"
 	"sync"
 
@@ -29,10 +32,15 @@ import (
 //     and before a record the threads whose first tick came earlier are
 //     named: what the one reader does at the same points.
 //
+// Call stacks (UNWIND records) the same way: each CPU's distinct stacks
+// per (process, state) with their ticks and first time, their PCs located
+// when the state ends, the stacks that are then equal counted together,
+// each where it was first met (its first time, buffer, place).
+//
 // The report is the one reader's (the tests compare them byte for byte).
-// A trace this does not cover is read by the one reader: a filter, stacks
-// (UNWIND records are resolved in order), MTE or JIT records in a trace
-// buffer, a buffer whose times go back, a record that does not decode.
+// A trace this does not cover is read by the one reader: a filter, MTE or
+// JIT records in a trace buffer, a buffer whose times go back, a record
+// that does not decode.
 
 // parallelMin is the trace size from which the ticks are counted on every
 // CPU (below it the one reader is as fast; tests set it).
@@ -52,6 +60,21 @@ type tickRun struct {
 // in blocks: a slice grown by appends copied its 8 MB several times).
 const countBlock = 8192
 
+// rawStack is one distinct UNWIND record of a CPU's (process, state):
+// its thread, flags and PCs, its ticks, where it was first met.
+type rawStack struct {
+	pid, tid, epoch uint32
+	flags           uint64
+	pcs             string
+	n               uint64
+	time            uint64
+	pos             int64 // its record's place in the buffer
+	next            int32 // the stack met before it with its hash, or -1
+}
+
+// rawBlock is the number of a worker's raw stacks a block holds.
+const rawBlock = 4096
+
 // tickWorker reads one CPU's trace buffer.
 type tickWorker struct {
 	seq     int
@@ -70,10 +93,18 @@ type tickWorker struct {
 	lastEpoch int
 	havePid   bool
 	prevTime  uint64
+	// the distinct stacks, per (process, state) by thread, flags, PCs
+	raws   [][]rawStack
+	nraw   int32
+	rawIdx map[uint64]int32 // by hash: the last stack of that hash
+	seed   maphash.Seed
+	pos    int64
 }
 
+func (w *tickWorker) raw(i int32) *rawStack { return &w.raws[i/rawBlock][i%rawBlock] }
+
 func newTickWorker(seq int, changes map[uint32][]uint64) *tickWorker {
-	w := &tickWorker{seq: seq, changes: changes, first: map[[2]uint32]uint64{}}
+	w := &tickWorker{seq: seq, changes: changes, first: map[[2]uint32]uint64{}, rawIdx: map[uint64]int32{}, seed: maphash.MakeSeed()}
 	w.tc = newTickCounter(func(t *tickThread, kernel bool, ip, n uint64) {
 		nb := len(w.counts)
 		if nb == 0 || len(w.counts[nb-1]) == countBlock {
@@ -110,6 +141,7 @@ func (w *tickWorker) record(rec *trace.Record) error {
 		return errSequential
 	}
 	w.prevTime = rec.Time
+	w.pos++
 	switch rec.Major {
 	case trace.MajorTprof:
 		pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
@@ -125,7 +157,9 @@ func (w *tickWorker) record(rec *trace.Record) error {
 			w.firstT = rec.Time
 		}
 		w.lastT = max(w.lastT, rec.Time)
-	case trace.MajorMTE, trace.MajorJITLoad, trace.MajorUnwind:
+	case trace.MajorUnwind:
+		w.stack(rec)
+	case trace.MajorMTE, trace.MajorJITLoad:
 		return errSequential
 	case trace.MajorSys:
 		if rec.Minor == trace.SysEvent {
@@ -135,6 +169,51 @@ func (w *tickWorker) record(rec *trace.Record) error {
 		}
 	}
 	return nil
+}
+
+// stack keeps an UNWIND record: one more tick of a stack met before in
+// its (process, state), or a new one. The stacks are found by a hash of
+// (process, state, thread, flags, PCs), those of one hash chained: a
+// table keyed by the record's bytes made a string of each new stack and
+// hashed it again on every lookup (half of the many-process stacks
+// report's reading).
+func (w *tickWorker) stack(rec *trace.Record) {
+	pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
+	n := len(rec.Str) / 8
+	if n == 0 {
+		return
+	}
+	epoch := w.epoch(pid, rec.Time)
+	pcs := rec.Str[:8*n]
+	var h maphash.Hash
+	h.SetSeed(w.seed)
+	var head [20]byte
+	binary.LittleEndian.PutUint32(head[0:], pid)
+	binary.LittleEndian.PutUint32(head[4:], epoch)
+	binary.LittleEndian.PutUint32(head[8:], tid)
+	binary.LittleEndian.PutUint64(head[12:], flags)
+	h.Write(head[:])
+	h.WriteString(pcs)
+	sum := h.Sum64()
+	first, ok := w.rawIdx[sum]
+	if ok {
+		for i := first; i >= 0; i = w.raw(i).next {
+			rs := w.raw(i)
+			if rs.pid == pid && rs.epoch == epoch && rs.tid == tid && rs.flags == flags && rs.pcs == pcs {
+				rs.n++
+				return
+			}
+		}
+	} else {
+		first = -1
+	}
+	if w.nraw%rawBlock == 0 {
+		w.raws = append(w.raws, make([]rawStack, 0, rawBlock))
+	}
+	b := &w.raws[len(w.raws)-1]
+	*b = append(*b, rawStack{pid: pid, tid: tid, epoch: epoch, flags: flags, pcs: pcs, n: 1, time: rec.Time, pos: w.pos, next: first})
+	w.rawIdx[sum] = w.nraw
+	w.nraw++
 }
 
 // isChange reports whether an MTE or JIT record changes its process's
@@ -158,7 +237,8 @@ func isChange(rec *trace.Record) (uint32, bool) {
 // time), add takes a thread's count of a located address. It applies
 // the MTE records to r and fills rep's totals and names. False: nothing
 // was changed, the trace needs the one reader.
-func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32, add func(pid, tid uint32, res int32, n uint64)) bool {
+func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32, add func(pid, tid uint32, res int32, n uint64),
+	addStack func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64)) bool {
 	size := 0
 	var bufs []nrm2.BufferStream
 	for _, s := range f.BufferStreams() {
@@ -230,7 +310,8 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	var firsts []firstTick
 	seen := map[[2]uint32]int{}
 	type group struct{ w, r int32 }
-	groups := map[[2]uint32][]group{} // (pid, epoch) -> runs
+	groups := map[[2]uint32][]group{}    // (pid, epoch) -> runs
+	rawGroups := map[[2]uint32][]group{} // (pid, epoch) -> raw stacks
 	var kernelRuns []group
 	for wi, w := range workers {
 		rep.Total += w.total
@@ -258,6 +339,116 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			k := [2]uint32{run.pid, run.epoch}
 			groups[k] = append(groups[k], group{int32(wi), int32(ri)})
 		}
+		for i := int32(0); i < w.nraw; i++ {
+			rs := w.raw(i)
+			k := [2]uint32{rs.pid, rs.epoch}
+			rawGroups[k] = append(rawGroups[k], group{int32(wi), i})
+		}
+	}
+	// The stacks once located: one a (thread, frames, truncated), its
+	// ticks and where it was first met.
+	type stackAt struct {
+		pid, tid  uint32
+		blk, off  int32 // frames[blk][off:off+nf]
+		nf        int32
+		kernel    uint16
+		truncated bool
+		n         uint64
+		time      uint64
+		seq       int
+		pos       int64
+		next      int32 // the stack located before it with its hash, or -1
+	}
+	// (in blocks: a slice grown by appends copied its 28 MB, and the
+	// frames' 40 MB, several times on a many-process trace)
+	const locBlock = 4096
+	var located [][]stackAt
+	nloc := int32(0)
+	at := func(j int32) *stackAt { return &located[j/locBlock][j%locBlock] }
+	var frames [][]int32
+	var frameBuf []int32
+	var keyBuf []byte
+	nraws := 0
+	for _, w := range workers {
+		nraws += int(w.nraw)
+	}
+	// The located stacks by a hash of (pid, tid, truncated, frames), those
+	// of one hash chained (as the raw stacks are), the table sized for
+	// them (grown from empty, it was a sixth of the replay).
+	locatedIdx := make(map[uint64]int32, nraws)
+	seed := maphash.MakeSeed()
+	// locateStacks locates a state's stacks; pcs are its tables of
+	// located PCs, user and kernel frames (as the one reader's: not its
+	// ticks').
+	locateStacks := func(pid uint32, gs []group, pcs [2]map[uint64]int32) {
+		for _, g := range gs {
+			w := workers[g.w]
+			rs := w.raw(g.r)
+			n := len(rs.pcs) / 8
+			nk := int(rs.flags >> trace.UnwindKernShift)
+			frameBuf = frameBuf[:0]
+			for i := n - 1; i >= 0; i-- { // root first
+				pc := le64(rs.pcs[8*i:])
+				if i > 0 && i != nk {
+					pc-- // a return address: name the call, not what follows it
+				}
+				t := pcs[0]
+				if i < nk {
+					t = pcs[1]
+				}
+				idx, ok := t[pc]
+				if !ok {
+					idx = locate(pid, pc, i < nk)
+					t[pc] = idx
+				}
+				frameBuf = append(frameBuf, idx)
+			}
+			truncated := rs.flags&trace.UnwindTruncated != 0
+			keyBuf = append(keyBuf[:0], byte(pid), byte(pid>>8), byte(pid>>16), byte(pid>>24), byte(rs.tid), byte(rs.tid>>8), byte(rs.tid>>16), byte(rs.tid>>24), byte(rs.flags&trace.UnwindTruncated))
+			for _, f := range frameBuf {
+				keyBuf = append(keyBuf, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
+			}
+			sum := maphash.Bytes(seed, keyBuf)
+			j, ok := locatedIdx[sum]
+			if ok {
+				for ; j >= 0; j = at(j).next {
+					if st := at(j); st.pid == pid && st.tid == rs.tid && st.truncated == truncated && slices.Equal(frames[st.blk][st.off:st.off+st.nf], frameBuf) {
+						break
+					}
+				}
+				ok = j >= 0
+			}
+			if !ok {
+				prev := int32(-1)
+				if p, known := locatedIdx[sum]; known {
+					prev = p
+				}
+				j = nloc
+				locatedIdx[sum] = j
+				nf := len(frames)
+				if nf == 0 || cap(frames[nf-1])-len(frames[nf-1]) < len(frameBuf) {
+					frames = append(frames, make([]int32, 0, max(1<<16, len(frameBuf))))
+					nf++
+				}
+				fb := &frames[nf-1]
+				if nloc%locBlock == 0 {
+					located = append(located, make([]stackAt, 0, locBlock))
+				}
+				located[len(located)-1] = append(located[len(located)-1], stackAt{pid: pid, tid: rs.tid, blk: int32(nf - 1), off: int32(len(*fb)), nf: int32(len(frameBuf)),
+					kernel: uint16(min(nk, n)), truncated: truncated, time: rs.time, seq: w.seq, pos: rs.pos, next: prev})
+				nloc++
+				*fb = append(*fb, frameBuf...)
+			}
+			st := at(j)
+			st.n += rs.n
+			if rs.time < st.time || rs.time == st.time && (w.seq < st.seq || w.seq == st.seq && rs.pos < st.pos) {
+				st.time, st.seq, st.pos, st.kernel = rs.time, w.seq, rs.pos, uint16(min(nk, n))
+			}
+			rep.StackTicks += rs.n
+			if truncated {
+				rep.TruncatedStacks += rs.n
+			}
+		}
 	}
 	slices.SortFunc(firsts, func(a, b firstTick) int {
 		if a.time != b.time {
@@ -281,17 +472,26 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	epochs := map[uint32]uint32{}
 	locateGroup := func(pid, epoch uint32) {
 		k := [2]uint32{pid, epoch}
-		gs, ok := groups[k]
-		if !ok {
-			return
-		}
+		gs := groups[k]
+		rg := rawGroups[k]
 		delete(groups, k)
+		delete(rawGroups, k)
+		// The state's tables of located addresses, sized for its counts
+		// and (a bound of) its stacks' PCs: grown from empty, they were a
+		// tenth of the replay.
+		if len(rg) > 0 {
+			npc := 0
+			for _, g := range rg {
+				npc += len(workers[g.w].raw(g.r).pcs) / 8
+			}
+			locateStacks(pid, rg, [2]map[uint64]int32{make(map[uint64]int32, min(npc, 1<<16)), {}})
+		}
 		n := 0
 		for _, g := range gs {
 			run := &workers[g.w].runs[g.r]
 			n += int(run.hi - run.lo)
 		}
-		lt := make(map[uint64]int32, n) // (grown from empty: a tenth of the replay)
+		lt := make(map[uint64]int32, n)
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]
@@ -323,9 +523,14 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	}
 	nameUpTo(0, true)
 	// The states still open at the end, a process after the other.
-	rest := make([][2]uint32, 0, len(groups))
+	rest := make([][2]uint32, 0, len(groups)+len(rawGroups))
 	for k := range groups {
 		rest = append(rest, k)
+	}
+	for k := range rawGroups {
+		if _, ok := groups[k]; !ok {
+			rest = append(rest, k)
+		}
 	}
 	slices.SortFunc(rest, func(a, b [2]uint32) int {
 		if a[0] != b[0] {
@@ -360,6 +565,25 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	}
 	if lastEvent != nil {
 		rep.Event, rep.EventPeriod = lastEvent.Str, lastEvent.Field(2)
+	}
+	// The stacks in the order they were first met.
+	order := make([]int32, nloc)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(i, j int32) int {
+		a, b := at(i), at(j)
+		switch {
+		case a.time != b.time:
+			return cmp.Compare(a.time, b.time)
+		case a.seq != b.seq:
+			return a.seq - b.seq
+		}
+		return cmp.Compare(a.pos, b.pos)
+	})
+	for _, i := range order {
+		st := at(i)
+		addStack(st.pid, st.tid, frames[st.blk][st.off:st.off+st.nf], st.kernel, st.truncated, st.n)
 	}
 	return true
 }

@@ -2,6 +2,7 @@ package tprof
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -16,10 +17,11 @@ import (
 // map and unmap segments (several programs at the same addresses, so a
 // tick is named by the state of its time), rename threads, and tick in
 // user and kernel space on every CPU, some ticks at the very time of an
-// MTE record; each CPU's records in a few chunks. extra is called with
+// MTE record, with call stacks if stacks (deep and shallow, kernel and
+// user, some cut); each CPU's records in a few chunks. extra is called with
 // the first CPU's trace writer after the ticks (to add what the one
 // reader must read).
-func randomTrace(t *testing.T, seed uint64, ncpu int, extra func(w *trace.Writer)) string {
+func randomTrace(t *testing.T, seed uint64, ncpu int, stacks bool, extra func(w *trace.Writer)) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	must := func(err error) {
@@ -97,6 +99,34 @@ func randomTrace(t *testing.T, seed uint64, ncpu int, extra func(w *trace.Writer
 			ip, flags = 0xffffffff81000000+uint64(rng.IntN(0x1000)), trace.TprofKernel
 		}
 		must(tr[cpu].Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, at, []uint64{uint64(p), uint64(tid), ip, flags}, ""))
+		if stacks && rng.IntN(4) != 0 {
+			// a call stack: the tick's PC, then callers from a few
+			// shapes (stacks repeat), kernel PCs first, some cut
+			nk := 0
+			pcs := []uint64{ip}
+			if flags != 0 {
+				nk = 1 + rng.IntN(2)
+				if nk == 2 {
+					pcs = append(pcs, 0xffffffff81000800+uint64(rng.IntN(4))*0x10)
+				}
+				pcs = append(pcs, 0x400000+uint64(rng.IntN(0x10000)))
+				if rng.IntN(3) == 0 {
+					nk++ // a user address counted as a kernel frame (real traces have them)
+				}
+			}
+			for d := rng.IntN(4); d > 0; d-- {
+				pcs = append(pcs, 0x400000+uint64(rng.IntN(8))*0x1000+0x10)
+			}
+			fl := uint64(nk) << trace.UnwindKernShift
+			if rng.IntN(10) == 0 {
+				fl |= trace.UnwindTruncated
+			}
+			raw := make([]byte, 8*len(pcs))
+			for i, pc := range pcs {
+				binary.LittleEndian.PutUint64(raw[8*i:], pc)
+			}
+			must(tr[cpu].Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, at, []uint64{uint64(p), uint64(tid), fl}, string(raw)))
+		}
 		if step%5000 == 4999 {
 			cut(cpu)
 		}
@@ -140,21 +170,26 @@ func reportOf(t *testing.T, path string, parallel bool) (string, bool) {
 	if err := rep.WritePI(&b); err != nil {
 		t.Fatal(err)
 	}
-	var fo bytes.Buffer
+	var fo, pp bytes.Buffer
 	if err := rep.WriteFolded(&fo); err != nil {
 		t.Fatal(err)
 	}
-	return b.String() + "\n---- folded\n" + fo.String(), rep.parallel
+	if err := rep.WritePprof(&pp); err != nil {
+		t.Fatal(err)
+	}
+	return b.String() + "\n---- folded\n" + fo.String() + "\n---- pprof\n" + fmt.Sprintf("%x", pp.Bytes()), rep.parallel
 }
 
 // Counting every CPU's ticks at once gives the one reader's report, byte
 // for byte: the same counts, each tick named by its process's mappings at
 // its time (execs, segments, unmaps and forks between ticks, ticks at the
-// time of an MTE record), threads named as of their first tick.
+// time of an MTE record), threads named as of their first tick, call
+// stacks located in the state of their time and in the order first met.
 func TestParallelCountEqualsOneReader(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
+	for seed := uint64(1); seed <= 8; seed++ {
 		ncpu := 2 + int(seed%3)
-		path := randomTrace(t, seed, ncpu, nil)
+		stacks := seed%2 == 0
+		path := randomTrace(t, seed, ncpu, stacks, nil)
 		seq, p1 := reportOf(t, path, false)
 		par, p2 := reportOf(t, path, true)
 		if p1 || !p2 {
@@ -166,25 +201,25 @@ func TestParallelCountEqualsOneReader(t *testing.T) {
 		if !bytes.Contains([]byte(seq), []byte("alpha")) || !bytes.Contains([]byte(seq), []byte("beta")) {
 			t.Fatalf("seed %d: the report names neither program:\n%s", seed, seq)
 		}
+		if hasTree := bytes.Contains([]byte(seq), []byte("Call_Tree")); hasTree != stacks {
+			t.Fatalf("seed %d: a call tree %v, want %v", seed, hasTree, stacks)
+		}
 	}
 }
 
 // A trace the CPUs cannot be read apart for is read by the one reader:
-// a JIT record or a stack in a trace buffer, a time that goes back.
+// a JIT record in a trace buffer, a time that goes back.
 func TestParallelCountFallsBack(t *testing.T) {
 	cases := map[string]func(w *trace.Writer){
 		"jit": func(w *trace.Writer) {
 			w.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, 1<<30, []uint64{100, 100, 0x500000, 0x100}, "m")
-		},
-		"unwind": func(w *trace.Writer) {
-			w.Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, 1<<30, []uint64{100, 100, 0}, "\x00\x10\x40\x00\x00\x00\x00\x00")
 		},
 		"time goes back": func(w *trace.Writer) {
 			w.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 5, []uint64{100, 100, 0x400010, 0}, "")
 		},
 	}
 	for name, extra := range cases {
-		path := randomTrace(t, 9, 2, extra)
+		path := randomTrace(t, 9, 2, true, extra)
 		seq, _ := reportOf(t, path, false)
 		par, p := reportOf(t, path, true)
 		if p {

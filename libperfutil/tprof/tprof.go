@@ -407,7 +407,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// seen before in a process (the same thread, flags and PCs: the
 	// record's bytes) finds its entry with one lookup of those bytes;
 	// those tables are dropped with the PC caches when mappings change.
-	pcCache := map[uint32]map[uint64]int32{}
+	// A PC is cached as a kernel or a user frame ([1] or [0]): the name
+	// of an address must not depend on which it was first met as.
+	pcCache := map[uint32]*[2]map[uint64]int32{}
 	stacks := map[string]int32{} // resolved key -> index into the stacks
 	// The distinct stacks while the trace is read: 24 bytes each without
 	// pointers, in blocks (a system-wide trace has a million; one slice
@@ -438,10 +440,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	var frameBuf []int32
 	var keyBuf, rawBuf []byte
 	resolveIdx := func(pid uint32, pc uint64, kernel bool) int32 {
-		pm := pcCache[pid]
+		pms := pcCache[pid]
+		if pms == nil {
+			pms = &[2]map[uint64]int32{}
+			pcCache[pid] = pms
+		}
+		k := 0
+		if kernel {
+			k = 1
+		}
+		pm := pms[k]
 		if pm == nil {
 			pm = newPCMap()
-			pcCache[pid] = pm
+			pms[k] = pm
 		}
 		if idx, ok := pm[pc]; ok {
 			return idx
@@ -489,6 +500,14 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: res, n: n})
 		nent++
+	}, func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64) {
+		if nstk%stkBlock == 0 {
+			stkBlocks = append(stkBlocks, make([]stackRec, 0, stkBlock))
+		}
+		block, off := keepFrames(frames)
+		stkBlocks[len(stkBlocks)-1] = append(stkBlocks[len(stkBlocks)-1], stackRec{pid: pid, tid: tid, block: block, off: off,
+			nf: uint16(len(frames)), kernel: kernel, truncated: truncated, n: n})
+		nstk++
 	}) {
 		tc = nil // counted
 	} else {
@@ -522,7 +541,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 						}
 					}
 					delete(pidSlot, pid) // the next tick takes a new slot
-					dropPCMap(pcCache[pid])
+					if pms := pcCache[pid]; pms != nil {
+						dropPCMap(pms[0])
+						dropPCMap(pms[1])
+					}
 					delete(pcCache, pid)
 					if m := rawStacks[pid]; m != nil && len(rawPool) < tablePool && len(m) <= tablePoolMax {
 						clear(m)
