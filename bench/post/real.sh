@@ -8,7 +8,8 @@
 #   python   a CPU-bound Python program
 #   system   many short processes (shell pipelines, gzip, sort) next to xz
 # each twice: flat (no stacks) and with call stacks (perf record -g;
-# swtrace enable callstack). Then each report is timed RUNS times:
+# swtrace enable callstack). Then each report is timed RUNS times (perf
+# PERF_RUNS), the commands taking turns, a run of each in a round:
 #   flat:   perf report --stdio --no-children   vs  post -tprof
 #   stacks: perf report --stdio --children      vs  post -tprof (call-tree
 #           section), post --pprof, post --folded
@@ -105,22 +106,23 @@ record() { # workload, flat|stacks
 	$SW free >/dev/null 2>&1 || true
 }
 
-# timed CMD...: prints "best worst cpu maxrss_MB" of RUNS runs: wall
-# seconds, best and worst; the least user+system CPU seconds; the largest
-# max RSS. On a shared machine CPU time is the steadier figure.
-timed() {
-	local best= worst= cpu= rss=0 t u s m n=$runs
-	[ "$1" = perf ] && n=$perfruns
-	for ((i = 0; i < n; i++)); do
-		/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" "$@" >/dev/null 2>&1
-		read -r t u s m <"$dir/.time"
-		best=$(awk -v a="${best:-1e9}" -v b="$t" 'BEGIN {print (b < a ? b : a)}')
-		worst=$(awk -v a="${worst:-0}" -v b="$t" 'BEGIN {print (b > a ? b : a)}')
-		cpu=$(awk -v a="${cpu:-1e9}" -v b="$u" -v c="$s" 'BEGIN {print (b + c < a ? b + c : a)}')
-		[ "$m" -gt "$rss" ] && rss=$m
-	done
-	echo "$best $worst $cpu $((rss / 1024))"
+# once KEY CMD...: one timed run of CMD, kept under KEY: the best and
+# worst wall seconds, the least user+system CPU seconds and the largest
+# max RSS of KEY's runs (stats KEY prints them: "best worst cpu rss_MB").
+# On a shared machine CPU time is the steadier figure.
+declare -A BEST WORST CPU RSS
+once() {
+	local k=$1 t u s m
+	shift
+	/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" "$@" >/dev/null 2>&1
+	read -r t u s m <"$dir/.time"
+	BEST[$k]=$(awk -v a="${BEST[$k]:-1e9}" -v b="$t" 'BEGIN {print (b < a ? b : a)}')
+	WORST[$k]=$(awk -v a="${WORST[$k]:-0}" -v b="$t" 'BEGIN {print (b > a ? b : a)}')
+	CPU[$k]=$(awk -v a="${CPU[$k]:-1e9}" -v b="$u" -v c="$s" 'BEGIN {print (b + c < a ? b + c : a)}')
+	[ "$m" -gt "${RSS[$k]:-0}" ] && RSS[$k]=$m
+	return 0
 }
+stats() { echo "${BEST[$1]} ${WORST[$1]} ${CPU[$1]} $((${RSS[$1]} / 1024))"; }
 
 perf_samples() { perf report -i "$1" --stats 2>/dev/null | awk '/SAMPLE events:/ {print $3; exit}'; }
 ticks() { awk '/Total Ticks/ {print $4; exit}' "$1"; }
@@ -147,24 +149,38 @@ for w in "${workloads[@]}"; do
 		else
 			pcmd=(perf report -i "$dir/$w-$kind.data" --stdio --children)
 		fi
-		read -r pb pw pc pr < <(timed "${pcmd[@]}")
-		row "$w" "$kind" "perf report ${pcmd[*]:5}" "$ps" "$pb" "$pw" "$pc" "$pr"
 		# post's table cache starts empty: the first run below parses the
 		# tables and stores them (its time is printed as "cache filled"),
 		# the timed runs map them; --no-cache parses every time.
 		rm -rf "$cache"
-		/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out" >/dev/null 2>&1
-		read -r t u s m <"$dir/.time"
+		BEST=() WORST=() CPU=() RSS=()
+		once filled bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out"
 		tk=$(ticks "$out/tprof.out")
-		row "$w" "$kind" "post -tprof (cache filled)" "$tk" "$t" "$t" "$(awk -v u="$u" -v s="$s" 'BEGIN {print u + s}')" "$((m / 1024))" "$pb" "$pc" "$ps"
-		read -r b wst c r < <(timed bin/post --no-cache -r "$dir/$w-$kind.nrm2" -tprof -o "$out")
+		# The commands take turns, a run of each in a round, so that each
+		# speed-up compares runs of the same minutes (this VM's speed
+		# drifts by up to 1.6x between minutes).
+		for ((i = 0; i < (runs > perfruns ? runs : perfruns); i++)); do
+			((i >= perfruns)) || once perf "${pcmd[@]}"
+			((i >= runs)) && continue
+			once nocache bin/post --no-cache -r "$dir/$w-$kind.nrm2" -tprof -o "$out"
+			once tprof bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out"
+			if [ "$kind" = stacks ]; then
+				once pprof bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" --pprof "$out/p.pb.gz" -o "$out"
+				once folded bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" --folded "$out/f.folded" -o "$out"
+			fi
+		done
+		read -r pb pw pc pr < <(stats perf)
+		row "$w" "$kind" "perf report ${pcmd[*]:5}" "$ps" "$pb" "$pw" "$pc" "$pr"
+		read -r b wst c r < <(stats filled)
+		row "$w" "$kind" "post -tprof (cache filled)" "$tk" "$b" "$b" "$c" "$r" "$pb" "$pc" "$ps"
+		read -r b wst c r < <(stats nocache)
 		row "$w" "$kind" "post -tprof --no-cache" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
-		read -r b wst c r < <(timed bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out")
+		read -r b wst c r < <(stats tprof)
 		row "$w" "$kind" "post -tprof" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
 		if [ "$kind" = stacks ]; then
-			read -r b wst c r < <(timed bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" --pprof "$out/p.pb.gz" -o "$out")
+			read -r b wst c r < <(stats pprof)
 			row "$w" "$kind" "post --pprof" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
-			read -r b wst c r < <(timed bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" --folded "$out/f.folded" -o "$out")
+			read -r b wst c r < <(stats folded)
 			row "$w" "$kind" "post --folded" "$tk" "$b" "$wst" "$c" "$r" "$pb" "$pc" "$ps"
 		fi
 	done
