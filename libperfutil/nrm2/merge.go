@@ -157,21 +157,28 @@ func (f *File) BufferStreams() []BufferStream {
 func EachRecord(s BufferStream, fn func(r *trace.Record) error) error {
 	var rec trace.Record
 	for _, c := range s.Chunks {
-		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == ChunkMTE, 0)
-		for {
-			ok, err := r.NextInto(&rec)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				break
-			}
-			if err := fn(&rec); err != nil {
+		if err := chunkRecords(c, &rec, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunkRecords decodes each record of c into rec and calls fn (if not
+// nil) with it; a record that does not decode ends it with its error.
+func chunkRecords(c Chunk, rec *trace.Record, fn func(r *trace.Record) error) error {
+	r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == ChunkMTE, 0)
+	for {
+		ok, err := r.NextInto(rec)
+		if err != nil || !ok {
+			return err
+		}
+		if fn != nil {
+			if err := fn(rec); err != nil {
 				return err
 			}
 		}
 	}
-	return nil
 }
 
 func (f *File) records(ss []BufferStream, fn func(r *trace.Record) error) error {

@@ -487,15 +487,8 @@ func plural(n int, what string) string {
 func (f *File) Validate() error {
 	var rec trace.Record
 	for _, c := range f.Chunks {
-		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == ChunkMTE, 0)
-		for {
-			ok, err := r.NextInto(&rec)
-			if err != nil {
-				return fmt.Errorf("%s chunk of CPU %d: %w", kindName(c.Kind), c.CPU, err)
-			}
-			if !ok {
-				break
-			}
+		if err := chunkRecords(c, &rec, nil); err != nil {
+			return fmt.Errorf("%s chunk of CPU %d: %w", kindName(c.Kind), c.CPU, err)
 		}
 	}
 	return nil

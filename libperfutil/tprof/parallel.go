@@ -470,6 +470,22 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		}
 	}
 	epochs := map[uint32]uint32{}
+	// countRuns locates the addresses of the runs' counts (lt: those
+	// located so far) and adds the counts.
+	countRuns := func(gs []group, lt map[uint64]int32, kernel bool) {
+		for _, g := range gs {
+			w := workers[g.w]
+			run := &w.runs[g.r]
+			for _, c := range w.counts[run.blk][run.lo:run.hi] {
+				idx, known := lt[c.ip]
+				if !known {
+					idx = locate(run.pid, c.ip, kernel)
+					lt[c.ip] = idx
+				}
+				add(run.pid, run.tid, idx, c.n)
+			}
+		}
+	}
 	locateGroup := func(pid, epoch uint32) {
 		k := [2]uint32{pid, epoch}
 		gs := groups[k]
@@ -491,19 +507,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			run := &workers[g.w].runs[g.r]
 			n += int(run.hi - run.lo)
 		}
-		lt := make(map[uint64]int32, n)
-		for _, g := range gs {
-			w := workers[g.w]
-			run := &w.runs[g.r]
-			for _, c := range w.counts[run.blk][run.lo:run.hi] {
-				idx, known := lt[c.ip]
-				if !known {
-					idx = locate(pid, c.ip, false)
-					lt[c.ip] = idx
-				}
-				add(pid, run.tid, idx, c.n)
-			}
-		}
+		countRuns(gs, make(map[uint64]int32, n), false)
 	}
 	var lastEvent *trace.Record
 	lastEventSeq := -1
@@ -541,19 +545,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	for _, k := range rest {
 		locateGroup(k[0], k[1])
 	}
-	kt := map[uint64]int32{}
-	for _, g := range kernelRuns {
-		w := workers[g.w]
-		run := &w.runs[g.r]
-		for _, c := range w.counts[run.blk][run.lo:run.hi] {
-			idx, known := kt[c.ip]
-			if !known {
-				idx = locate(run.pid, c.ip, true)
-				kt[c.ip] = idx
-			}
-			add(run.pid, run.tid, idx, c.n)
-		}
-	}
+	countRuns(kernelRuns, map[uint64]int32{}, true)
 	// The event-based sampling name: the last record in Records' order
 	// (an MTE record before a trace record of the same time).
 	for _, w := range workers {

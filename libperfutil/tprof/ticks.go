@@ -238,6 +238,21 @@ func mergeCounts(dst, a, b []ipCount) []ipCount {
 	return append(dst, b[j:]...)
 }
 
+// radixPass returns where each byte value's keys start in a pass whose
+// keys' byte values were counted in c, and whether the pass can be
+// skipped: every one of the n keys has the byte of the first.
+func radixPass(c *[256]int, n int, first byte) (pos [256]int, skip bool) {
+	if c[first] == n {
+		return pos, true
+	}
+	sum := 0
+	for i := range c {
+		pos[i] = sum
+		sum += c[i]
+	}
+	return pos, false
+}
+
 // radixSort sorts a (using tmp, of a's length) and returns the sorted
 // slice (a or tmp): least significant byte first, skipping the bytes in
 // which all values agree (user addresses differ in 5 or 6 of 8).
@@ -263,16 +278,10 @@ func radixSort(a, tmp []uint64) []uint64 {
 	}
 	src, dst := a, tmp
 	for d := 0; d < 8; d++ {
-		c := &counts[d]
 		shift := uint(8 * d)
-		if c[byte(src[0]>>shift)] == len(src) {
-			continue // every value has this byte
-		}
-		var pos [256]int
-		sum := 0
-		for i := range c {
-			pos[i] = sum
-			sum += c[i]
+		pos, skip := radixPass(&counts[d], len(src), byte(src[0]>>shift))
+		if skip {
+			continue
 		}
 		for _, v := range src {
 			b := byte(v >> shift)

@@ -1015,20 +1015,14 @@ func radixSortKeys(a, tmp []sortKey) []sortKey {
 	}
 	src, dst := a, tmp
 	for d := 0; d < 16; d++ {
-		c := &counts[d]
 		shift := uint(8 * (d % 8))
 		first := src[0].lo
 		if d >= 8 {
 			first = src[0].hi
 		}
-		if c[byte(first>>shift)] == len(src) {
-			continue // every key has this byte
-		}
-		var pos [256]int
-		sum := 0
-		for i := range c {
-			pos[i] = sum
-			sum += c[i]
+		pos, skip := radixPass(&counts[d], len(src), byte(first>>shift))
+		if skip {
+			continue
 		}
 		if d < 8 {
 			for i := range src {
