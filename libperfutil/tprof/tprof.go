@@ -986,6 +986,21 @@ type sortKey struct {
 	i      int32
 }
 
+// radixPass returns where each byte value's keys start in a pass whose
+// keys' byte values were counted in c, and whether the pass can be
+// skipped: every one of the n keys has the byte of the first.
+func radixPass(c *[256]int, n int, first byte) (pos [256]int, skip bool) {
+	if c[first] == n {
+		return pos, true
+	}
+	sum := 0
+	for i := range c {
+		pos[i] = sum
+		sum += c[i]
+	}
+	return pos, false
+}
+
 // radixSortKeys sorts a by (hi, lo), keeping the order of equal keys
 // (using tmp, of a's length), and returns the sorted slice (a or tmp):
 // least significant byte first, skipping the bytes in which all keys agree.
