@@ -187,13 +187,35 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 	return BuildFiltered(f, r, nil, onRecord)
 }
 
-// tablePool bounds the emptied tables BuildFiltered keeps for reuse, and
-// tablePoolMax the entries of a table it keeps (a larger one is dropped:
+// poolTables bounds the emptied tables a tablePool keeps for reuse, and
+// poolTableMax the entries of a table it keeps (a larger one is dropped:
 // emptying costs its size, and it would hold its memory).
 const (
-	tablePool    = 64
-	tablePoolMax = 1 << 14
+	poolTables   = 64
+	poolTableMax = 1 << 14
 )
+
+// tablePool keeps emptied tables for reuse.
+type tablePool[K comparable] []map[K]int32
+
+// get returns an empty table.
+func (p *tablePool[K]) get() map[K]int32 {
+	if n := len(*p); n > 0 {
+		m := (*p)[n-1]
+		*p = (*p)[:n-1]
+		return m
+	}
+	return map[K]int32{}
+}
+
+// put empties m (if not nil) and keeps it, unless the pool is full or m
+// too large.
+func (p *tablePool[K]) put(m map[K]int32) {
+	if m != nil && len(*p) < poolTables && len(m) <= poolTableMax {
+		clear(m)
+		*p = append(*p, m)
+	}
+}
 
 // BuildFiltered is Build for the ticks filt selects (nil: all); the others
 // are counted in Filtered (and still passed to onRecord, unresolved).
@@ -373,22 +395,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// dropped when the state ends, and a many-process trace ends
 	// thousands: they are emptied and used again (grown from empty, new
 	// tables were a third of a many-process stacks report's CPU).
-	var pcPool []map[uint64]int32
-	var rawPool []map[string]int32
-	newPCMap := func() map[uint64]int32 {
-		if n := len(pcPool); n > 0 {
-			m := pcPool[n-1]
-			pcPool = pcPool[:n-1]
-			return m
-		}
-		return map[uint64]int32{}
-	}
-	dropPCMap := func(m map[uint64]int32) {
-		if m != nil && len(pcPool) < tablePool && len(m) <= tablePoolMax {
-			clear(m)
-			pcPool = append(pcPool, m)
-		}
-	}
+	var pcPool tablePool[uint64]
+	var rawPool tablePool[string]
 	lastLocKey, lastLocs := uint64(0), map[uint64]int32(nil)
 	locTable := func(key uint64) map[uint64]int32 {
 		if key == lastLocKey && lastLocs != nil {
@@ -396,7 +404,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		t := locOf[key]
 		if t == nil {
-			t = newPCMap()
+			t = pcPool.get()
 			locOf[key] = t
 		}
 		lastLocKey, lastLocs = key, t
@@ -451,7 +459,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		pm := pms[k]
 		if pm == nil {
-			pm = newPCMap()
+			pm = pcPool.get()
 			pms[k] = pm
 		}
 		if idx, ok := pm[pc]; ok {
@@ -514,27 +522,19 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		err = f.Records(func(rec *trace.Record) error {
 			switch rec.Major {
 			case trace.MajorMTE, trace.MajorJITLoad:
-				changes := rec.Major == trace.MajorJITLoad || rec.Minor == trace.MTEExec || rec.Minor == trace.MTESegment || rec.Minor == trace.MTEUnmap || rec.Minor == trace.MTEFork
+				pid, changes := isChange(rec)
 				if changes && tc != nil {
 					// The pid's ticks so far are located in the state they
 					// were in, before this record changes it.
-					pid := uint32(rec.Field(0))
-					if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
-						pid = uint32(rec.Field(2))
-					}
 					tc.flushPid(pid)
 				}
 				r.Apply(rec)
 				if changes {
-					pid := uint32(rec.Field(0))
-					if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork {
-						pid = uint32(rec.Field(2))
-						if filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
-							filt.Pids[pid] = true // a process (or thread) the selection created
-						}
+					if rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork && filt != nil && filt.Children && filt.Pids[uint32(rec.Field(0))] {
+						filt.Pids[pid] = true // a process (or thread) the selection created
 					}
 					if s, ok := pidSlot[pid]; ok {
-						dropPCMap(locOf[s])
+						pcPool.put(locOf[s])
 						delete(locOf, s)
 						if lastLocKey == s {
 							lastLocs = nil
@@ -542,14 +542,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 					}
 					delete(pidSlot, pid) // the next tick takes a new slot
 					if pms := pcCache[pid]; pms != nil {
-						dropPCMap(pms[0])
-						dropPCMap(pms[1])
+						pcPool.put(pms[0])
+						pcPool.put(pms[1])
 					}
 					delete(pcCache, pid)
-					if m := rawStacks[pid]; m != nil && len(rawPool) < tablePool && len(m) <= tablePoolMax {
-						clear(m)
-						rawPool = append(rawPool, m)
-					}
+					rawPool.put(rawStacks[pid])
 					delete(rawStacks, pid)
 					if pid == lastPid {
 						haveLast = false
@@ -639,12 +636,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				}
 				rs := rawStacks[pid]
 				if rs == nil {
-					if n := len(rawPool); n > 0 {
-						rs = rawPool[n-1]
-						rawPool = rawPool[:n-1]
-					} else {
-						rs = map[string]int32{}
-					}
+					rs = rawPool.get()
 					rawStacks[pid] = rs
 				}
 				rawBuf = append(rawBuf[:0], byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), byte(flags), byte(flags>>8), byte(flags>>16), byte(flags>>24))
