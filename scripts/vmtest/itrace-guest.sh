@@ -259,6 +259,11 @@ wait "$child" 2>/dev/null
 echo "vmtest: killed mid-trace: reaped"
 trace_from_exec /bin/itrace 100000000
 wait_until 30 grep -qx itrace "/proc/$child/comm" || fail "the example did not exec"
+# the exec is not the second thread: traced, the C library's start-up
+# before pthread_create takes a while under TCG
+threads() { ls "/proc/$child/task" | wc -l; }
+wait_until 60 sh -c "[ \$(ls /proc/$child/task | wc -l) -ge 2 ]" ||
+	fail "the example did not start its second thread ($(threads) threads)"
 run swtrace itrace off -p "$child"
 grep -q "2 threads" /tmp/out || fail "itrace off did not stop the example's two threads"
 # untraced, 10^8 leaf calls take a few seconds of TCG; traced, hours
