@@ -152,18 +152,6 @@ func (f *File) BufferStreams() []BufferStream {
 	return out
 }
 
-// EachRecord calls fn for each record of one stream's chunks in order,
-// without salvage: a record that does not decode ends it with its error.
-func EachRecord(s BufferStream, fn func(r *trace.Record) error) error {
-	var rec trace.Record
-	for _, c := range s.Chunks {
-		if err := chunkRecords(c, &rec, fn); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // chunkRecords decodes each record of c into rec and calls fn (if not
 // nil) with it; a record that does not decode ends it with its error.
 func chunkRecords(c Chunk, rec *trace.Record, fn func(r *trace.Record) error) error {

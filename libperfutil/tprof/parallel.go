@@ -136,6 +136,91 @@ func (w *tickWorker) epoch(pid uint32, t uint64) uint32 {
 	return uint32(w.lastEpoch)
 }
 
+// tickAt is where a TPROF_TICK record's fields are (from the code
+// table): pid, tid, ip, flags, and the record's size with them.
+var tickAt = func() (at struct{ pid, tid, ip, flags, size int }) {
+	var ok [4]bool
+	at.pid, at.size, ok[0] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 0)
+	at.tid, _, ok[1] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 1)
+	at.ip, _, ok[2] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 2)
+	at.flags, _, ok[3] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 3)
+	if ok != [4]bool{true, true, true, true} {
+		panic("tprof: the code table has no TPROF_TICK with pid, tid, ip, flags")
+	}
+	return at
+}()
+
+// unwindAt is where an UNWIND record's fields are: pid, tid, flags, and
+// the record's size with them (its PCs follow, TrailingBytes).
+var unwindAt = func() (at struct{ pid, tid, flags, size int }) {
+	var ok [3]bool
+	at.pid, at.size, ok[0] = trace.FieldOffset(trace.MajorUnwind, trace.UnwindTick, 0)
+	at.tid, _, ok[1] = trace.FieldOffset(trace.MajorUnwind, trace.UnwindTick, 1)
+	at.flags, _, ok[2] = trace.FieldOffset(trace.MajorUnwind, trace.UnwindTick, 2)
+	if ok != [3]bool{true, true, true} {
+		panic("tprof: the code table has no UNWIND with pid, tid, flags")
+	}
+	return at
+}()
+
+// read reads one CPU's trace buffer: its ticks and stacks (most of it)
+// from their bytes, the other records decoded.
+func (w *tickWorker) read(s nrm2.BufferStream) error {
+	var rec trace.Record
+	le := binary.LittleEndian
+	for _, c := range s.Chunks {
+		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == nrm2.ChunkMTE, 0)
+		for {
+			if b, t, ok := r.NextOf(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tickAt.size); ok {
+				if t < w.prevTime {
+					return errSequential
+				}
+				w.prevTime = t
+				w.pos++
+				w.tick(int(c.CPU), t, le.Uint32(b[tickAt.pid:]), le.Uint32(b[tickAt.tid:]), le.Uint64(b[tickAt.ip:]), le.Uint32(b[tickAt.flags:]))
+				continue
+			}
+			if b, t, ok := r.NextOf(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, unwindAt.size); ok {
+				pcs, ok := trace.TrailingBytes(b, unwindAt.size)
+				if !ok || t < w.prevTime {
+					return errSequential // (the one reader reports a bad count)
+				}
+				w.prevTime = t
+				w.pos++
+				w.stack(t, le.Uint32(b[unwindAt.pid:]), le.Uint32(b[unwindAt.tid:]), uint64(le.Uint32(b[unwindAt.flags:])), pcs)
+				continue
+			}
+			ok, err := r.NextInto(&rec)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			if err := w.record(&rec); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tick counts one tick.
+func (w *tickWorker) tick(cpu int, time uint64, pid, tid uint32, ip uint64, flags uint32) {
+	t, isNew := w.tc.thread(cpu, pid, tid, w.epoch(pid, time))
+	if isNew {
+		if _, ok := w.first[[2]uint32{pid, tid}]; !ok {
+			w.first[[2]uint32{pid, tid}] = time
+		}
+	}
+	w.tc.add(t, uint64(flags)&trace.TprofKernel != 0, ip)
+	w.total++
+	if w.firstT == 0 || time < w.firstT {
+		w.firstT = time
+	}
+	w.lastT = max(w.lastT, time)
+}
+
 func (w *tickWorker) record(rec *trace.Record) error {
 	if rec.Time < w.prevTime {
 		return errSequential
@@ -144,21 +229,9 @@ func (w *tickWorker) record(rec *trace.Record) error {
 	w.pos++
 	switch rec.Major {
 	case trace.MajorTprof:
-		pid, tid, ip := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
-		t, isNew := w.tc.thread(rec.CPU, pid, tid, w.epoch(pid, rec.Time))
-		if isNew {
-			if _, ok := w.first[[2]uint32{pid, tid}]; !ok {
-				w.first[[2]uint32{pid, tid}] = rec.Time
-			}
-		}
-		w.tc.add(t, rec.Field(3)&trace.TprofKernel != 0, ip)
-		w.total++
-		if w.firstT == 0 || rec.Time < w.firstT {
-			w.firstT = rec.Time
-		}
-		w.lastT = max(w.lastT, rec.Time)
+		w.tick(rec.CPU, rec.Time, uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2), uint32(rec.Field(3)))
 	case trace.MajorUnwind:
-		w.stack(rec)
+		w.stack(rec.Time, uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2), []byte(rec.Str))
 	case trace.MajorMTE, trace.MajorJITLoad:
 		return errSequential
 	case trace.MajorSys:
@@ -177,14 +250,13 @@ func (w *tickWorker) record(rec *trace.Record) error {
 // table keyed by the record's bytes made a string of each new stack and
 // hashed it again on every lookup (half of the many-process stacks
 // report's reading).
-func (w *tickWorker) stack(rec *trace.Record) {
-	pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)
-	n := len(rec.Str) / 8
+func (w *tickWorker) stack(time uint64, pid, tid uint32, flags uint64, b []byte) {
+	n := len(b) / 8
 	if n == 0 {
 		return
 	}
-	epoch := w.epoch(pid, rec.Time)
-	pcs := rec.Str[:8*n]
+	epoch := w.epoch(pid, time)
+	pcs := b[:8*n]
 	var h maphash.Hash
 	h.SetSeed(w.seed)
 	var head [20]byte
@@ -193,13 +265,13 @@ func (w *tickWorker) stack(rec *trace.Record) {
 	binary.LittleEndian.PutUint32(head[8:], tid)
 	binary.LittleEndian.PutUint64(head[12:], flags)
 	h.Write(head[:])
-	h.WriteString(pcs)
+	h.Write(pcs)
 	sum := h.Sum64()
 	first, ok := w.rawIdx[sum]
 	if ok {
 		for i := first; i >= 0; i = w.raw(i).next {
 			rs := w.raw(i)
-			if rs.pid == pid && rs.epoch == epoch && rs.tid == tid && rs.flags == flags && rs.pcs == pcs {
+			if rs.pid == pid && rs.epoch == epoch && rs.tid == tid && rs.flags == flags && rs.pcs == string(pcs) {
 				rs.n++
 				return
 			}
@@ -210,8 +282,8 @@ func (w *tickWorker) stack(rec *trace.Record) {
 	if w.nraw%rawBlock == 0 {
 		w.raws = append(w.raws, make([]rawStack, 0, rawBlock))
 	}
-	b := &w.raws[len(w.raws)-1]
-	*b = append(*b, rawStack{pid: pid, tid: tid, epoch: epoch, flags: flags, pcs: pcs, n: 1, time: rec.Time, pos: w.pos, next: first})
+	blk := &w.raws[len(w.raws)-1]
+	*blk = append(*blk, rawStack{pid: pid, tid: tid, epoch: epoch, flags: flags, pcs: string(pcs), n: 1, time: time, pos: w.pos, next: first})
 	w.rawIdx[sum] = w.nraw
 	w.nraw++
 }
@@ -289,7 +361,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		go func() {
 			defer wg.Done()
 			w := workers[i]
-			if errs[i] = nrm2.EachRecord(s, w.record); errs[i] == nil {
+			if errs[i] = w.read(s); errs[i] == nil {
 				w.tc.flushAll()
 			}
 		}()

@@ -80,6 +80,43 @@ func (r *Reader) NextInto(rec *Record) (ok bool, err error) {
 	}
 }
 
+// NextOf reads the next record only if it is a whole record of code
+// (major, minor) and layout of at least size bytes: it returns the
+// record's bytes (header included; FieldOffset places its fixed fields,
+// TrailingBytes finds a LayoutBytes record's bytes) and its full time.
+// Otherwise it reads nothing and returns false, and the caller reads the
+// record with NextInto (which decodes or reports it). Readers of many
+// records of one code (a profile's ticks and stacks) skip the general
+// decoding, and its copy of the trailing bytes, this way.
+func (r *Reader) NextOf(major uint16, minor uint32, layout, size int) (b []byte, time uint64, ok bool) {
+	rest := r.buf[r.off:]
+	if len(rest) < HeaderSize {
+		return nil, 0, false
+	}
+	tl := binary.LittleEndian.Uint16(rest)
+	n := int(tl&0xfff) * 4
+	if int(tl>>12) != layout || n < size || n < HeaderSize || n > len(rest) ||
+		binary.LittleEndian.Uint16(rest[2:]) != major || binary.LittleEndian.Uint32(rest[4:]) != minor {
+		return nil, 0, false
+	}
+	r.off += n
+	return rest[:n], r.high | uint64(binary.LittleEndian.Uint32(rest[8:])), true
+}
+
+// TrailingBytes returns the opaque bytes of a LayoutBytes record b whose
+// fixed fields end at size (FieldOffset's size): false if b has no room
+// for the byte count or the count overruns b (as DecodeInto reports).
+func TrailingBytes(b []byte, size int) ([]byte, bool) {
+	if size < HeaderSize || size+4 > len(b) {
+		return nil, false
+	}
+	cnt := uint64(binary.LittleEndian.Uint32(b[size:]))
+	if cnt > uint64(len(b)-size-4) {
+		return nil, false
+	}
+	return b[size+4 : size+4+int(cnt)], true
+}
+
 // IsTimeHigh reports whether b starts with a TIME_HIGH record header: the
 // 8 bytes that begin every segment (type and length for a 16-byte fixed
 // record, major 0x01, minor 0x1).

@@ -93,3 +93,121 @@ func TestResyncWithoutTimeHigh(t *testing.T) {
 		t.Fatalf("after Resync at the end: %v %v", ok, err)
 	}
 }
+
+// TestNextOf: a reader taking one code's records undecoded gets the
+// same records and times as NextInto, takes nothing else (other codes,
+// other layouts, too short, cut at the end, padding), and leaves those
+// to NextInto where they were.
+func TestNextOf(t *testing.T) {
+	var w Writer
+	write := func(major uint16, minor uint32, layout int, tm uint64, f []uint64, s string) {
+		t.Helper()
+		if err := w.Write(major, minor, layout, tm, f, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(MajorTprof, TprofTick, LayoutFixed, 3<<32+1, []uint64{7, 8, 0xffffffff81000010, 1}, "")
+	write(MajorTprof, TprofEvent, LayoutFixed, 3<<32+2, []uint64{7, 8, 0x401000, 0, 2}, "")
+	write(MajorTprof, TprofTick, LayoutFixed, 4<<32+3, []uint64{9, 10, 0x402000, 0}, "") // after a TIME_HIGH
+	write(MajorTprof, TprofTick, LayoutWords, 4<<32+4, []uint64{9, 10, 0x403000, 0}, "")
+	write(MajorMTE, MTEFork, LayoutFixed, 4<<32+5, []uint64{1, 2, 3}, "")
+	short := len(w.Buf)
+	write(MajorTprof, TprofTick, LayoutFixed, 4<<32+6, []uint64{9, 10, 0x404000, 0}, "")
+	write(MajorTprof, TprofTick, LayoutFixed, 4<<32+7, []uint64{11, 12, 0x405000, 0}, "")
+	cut := len(w.Buf) - 4
+	// the sixth record claims 16 bytes: a header and one field, no ip
+	binary.LittleEndian.PutUint16(w.Buf[short:], TypeLen(LayoutFixed, 16))
+	_, size, ok := FieldOffset(MajorTprof, TprofTick, 0)
+	ipAt, _, _ := FieldOffset(MajorTprof, TprofTick, 2)
+	if !ok || size != 32 || ipAt != 20 {
+		t.Fatalf("FieldOffset: TPROF_TICK size %d ip at %d (%v), want 32 and 20", size, ipAt, ok)
+	}
+	if _, _, ok := FieldOffset(MajorTprof, TprofTick, 4); ok {
+		t.Fatal("FieldOffset gave a fifth field of TPROF_TICK")
+	}
+	type got struct {
+		fast bool
+		time uint64
+		ip   uint64
+	}
+	var out []got
+	r := NewReader(w.Buf[:cut], 0, 0, false, 0)
+	var rec Record
+	for {
+		if b, tm, ok := r.NextOf(MajorTprof, TprofTick, LayoutFixed, size); ok {
+			out = append(out, got{true, tm, binary.LittleEndian.Uint64(b[ipAt:])})
+			continue
+		}
+		ok, err := r.NextInto(&rec)
+		if err != nil {
+			out = append(out, got{false, 0, 0}) // reported
+			break
+		}
+		if !ok {
+			break
+		}
+		if rec.Major != MajorSys {
+			out = append(out, got{false, rec.Time, rec.Field(2)})
+		}
+	}
+	want := []got{
+		{true, 3<<32 + 1, 0xffffffff81000010},
+		{false, 3<<32 + 2, 0x401000},
+		{true, 4<<32 + 3, 0x402000},
+		{false, 4<<32 + 4, 0}, // words: field 2 is the ip's low half
+		{false, 4<<32 + 5, 3},
+		{false, 0, 0}, // too short for its fields: NextInto reports it
+	}
+	out[3].ip = 0
+	if len(out) != len(want) {
+		t.Fatalf("records %+v, want %+v", out, want)
+	}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Errorf("record %d: %+v, want %+v", i, out[i], want[i])
+		}
+	}
+	// the last tick, cut by 4 bytes, is not taken (NextInto reports it)
+	r = NewReader(w.Buf[len(w.Buf)-32:cut], 0, 0, false, 0)
+	if _, _, ok := r.NextOf(MajorTprof, TprofTick, LayoutFixed, size); ok {
+		t.Error("NextOf took a record cut at the end of the buffer")
+	}
+	if _, err := r.NextInto(&rec); err == nil {
+		t.Error("NextInto did not report the cut record")
+	}
+	// a call stack: its bytes where NextInto finds them
+	w = Writer{}
+	pcs := "\x10\x00\x00\x81\xff\xff\xff\xff\x20\x10\x40\x00\x00\x00\x00\x00"
+	write(MajorUnwind, UnwindTick, LayoutBytes, 5, []uint64{7, 8, 1 << UnwindKernShift}, pcs)
+	_, usize, _ := FieldOffset(MajorUnwind, UnwindTick, 2)
+	r = NewReader(w.Buf, 0, 0, false, 0)
+	if ok, err := r.NextInto(&rec); !ok || err != nil || rec.Major != MajorSys {
+		t.Fatalf("the writer's first record: %+v %v %v, want its TIME_HIGH", rec, ok, err)
+	}
+	at := r.off
+	b, _, ok := r.NextOf(MajorUnwind, UnwindTick, LayoutBytes, usize)
+	if !ok {
+		t.Fatal("NextOf did not take the UNWIND record")
+	}
+	if got, ok := TrailingBytes(b, usize); !ok || string(got) != pcs {
+		t.Errorf("TrailingBytes: %q %v, want %q", got, ok, pcs)
+	}
+	if ok, err := NewReader(w.Buf[at:], 0, 0, false, 0).NextInto(&rec); !ok || err != nil || rec.Str != pcs {
+		t.Errorf("NextInto: %q %v %v, want %q", rec.Str, ok, err, pcs)
+	}
+	binary.LittleEndian.PutUint32(b[usize:], uint32(len(b)-usize-3)) // one byte too many
+	if _, ok := TrailingBytes(b, usize); ok {
+		t.Error("TrailingBytes took a count that overruns the record")
+	}
+	if _, ok := TrailingBytes(b[:usize+2], usize); ok {
+		t.Error("TrailingBytes took a record without room for the count")
+	}
+	// padding (zeros after the last record) is not a record
+	r = NewReader(make([]byte, 64), 0, 0, false, 0)
+	if _, _, ok := r.NextOf(MajorTprof, TprofTick, LayoutFixed, size); ok {
+		t.Error("NextOf took padding")
+	}
+	if ok, err := r.NextInto(&rec); ok || err != nil {
+		t.Errorf("padding: NextInto %v %v, want the end", ok, err)
+	}
+}
