@@ -1096,6 +1096,15 @@ func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, labe
 	}
 }
 
+// labelAll fills levelName's tables of process and thread labels for
+// every cell (after that levelName only reads them).
+func (rep *Report) labelAll() {
+	for i := range rep.cells {
+		rep.levelName(&rep.cells[i], LPid)
+		rep.levelName(&rep.cells[i], LTid)
+	}
+}
+
 var levelLabels = [...]string{LPid: "PID", LTid: "TID", LMod: "MOD", LSym: "SYM"}
 
 // levelName is the name of a cell's row at level l.

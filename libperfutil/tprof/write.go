@@ -2,6 +2,7 @@ package tprof
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"sort"
@@ -75,29 +76,41 @@ func (rep *Report) WritePI(out io.Writer) error {
 		h.KernelRelease, h.Hostname, time.Unix(0, int64(h.StartWallNs)).UTC().Format(time.RFC3339))
 	fmt.Fprintln(w)
 	// One cell order serves the three sections whose levels are prefixes
-	// of process, module, symbol, thread.
+	// of process, module, symbol, thread. The orders are made first (they
+	// share scratch arrays), then the sections are written on two
+	// goroutines, about half the rows each (a many-process report is
+	// 200 k rows), the second's into a buffer copied out after the first.
 	pmst := []int{LPid, LMod, LSym, LTid}
-	byPMST := rep.cellOrder(pmst)
-	var buf []byte
-	section := func(title string, levels []int, order []int32) {
+	ptms := []int{LPid, LTid, LMod, LSym}
+	ms := []int{LMod, LSym}
+	byPMST, byPTMS, byMS := rep.cellOrder(pmst), rep.cellOrder(ptms), rep.cellOrder(ms)
+	rep.labelAll() // (levelName's tables, filled before they are shared)
+	section := func(w io.Writer, title string, levels []int, order []int32) {
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintf(w, ")) %s\n", title)
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "%-4s %10s %7s  %s\n", "LAB", "TKS", "%%%", "NAMES")
+		var buf []byte
 		rep.eachRow(levels, order, func(depth int, label string, ticks uint64, name string) {
 			buf = appendRowParts(buf[:0], label, ticks, depth, pct(ticks, rep.Total), -1, name)
 			w.Write(buf)
 		})
 		fmt.Fprintln(w)
 	}
-	section("Process", pmst[:1], byPMST)
-	section("Process_Module", pmst[:2], byPMST)
-	ptms := []int{LPid, LTid, LMod, LSym}
-	section("Process_Thread_Module_Symbol", ptms, rep.cellOrder(ptms))
-	ms := []int{LMod, LSym}
-	section("Module_Symbol", ms, rep.cellOrder(ms))
-	rep.writeWithinProcess(w, byPMST)
+	var second bytes.Buffer
+	second.Grow(64 * len(rep.cells))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		section(&second, "Module_Symbol", ms, byMS)
+		rep.writeWithinProcess(&second, byPMST)
+	}()
+	section(w, "Process", pmst[:1], byPMST)
+	section(w, "Process_Module", pmst[:2], byPMST)
+	section(w, "Process_Thread_Module_Symbol", ptms, byPTMS)
+	<-done
+	second.WriteTo(w)
 	if len(rep.stk) > 0 {
 		rep.writeCallTree(w)
 	}
@@ -139,7 +152,7 @@ func padLeft(b, v []byte, width int) []byte {
 // section: PI's row form with a %PROC column after %%%, the share of the
 // process's own ticks (what perf report of that process shows); %%% stays
 // the share of all ticks (idle included).
-func (rep *Report) writeWithinProcess(w *bufio.Writer, byPMST []int32) {
+func (rep *Report) writeWithinProcess(w io.Writer, byPMST []int32) {
 	fmt.Fprintln(w, "================================================================")
 	fmt.Fprintln(w, ")) Process_Module_Symbol_Within_Process")
 	fmt.Fprintln(w, "================================================================")
