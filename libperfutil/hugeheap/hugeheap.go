@@ -37,27 +37,27 @@ var (
 )
 
 // Reserve prepares n bytes of heap (at most a quarter of the memory) in
-// huge pages, if that is worth doing and safe here. It returns why it did
-// nothing ("" when it did): THP off or already on for all memory, strict
-// overcommit (the reservation would count against the commit limit),
-// PERFINSP_HUGEPAGES=0, or an error of madvise. Call it early, from the
-// main program (it runs a collection).
-func Reserve(n int) (skipped string) {
+// huge pages, if that is worth doing and safe here, and returns how many
+// it prepared. Otherwise it returns why it did nothing: THP off or
+// already on for all memory, strict overcommit (the reservation would
+// count against the commit limit), PERFINSP_HUGEPAGES=0, or an error of
+// madvise. Call it early, from the main program (it runs a collection).
+func Reserve(n int) (reserved int, skipped string) {
 	if os.Getenv("PERFINSP_HUGEPAGES") == "0" {
-		return "PERFINSP_HUGEPAGES=0"
+		return 0, "PERFINSP_HUGEPAGES=0"
 	}
 	if n < 2*hugePage {
-		return fmt.Sprintf("%d bytes: less than two huge pages", n)
+		return 0, fmt.Sprintf("%d bytes: less than two huge pages", n)
 	}
 	mode, err := selected(thpEnabled)
 	if err != nil {
-		return "transparent huge pages: " + err.Error()
+		return 0, "transparent huge pages: " + err.Error()
 	}
 	if mode != "madvise" {
-		return "transparent huge pages: " + mode // always: nothing to ask; never: nothing to get
+		return 0, "transparent huge pages: " + mode // always: nothing to ask; never: nothing to get
 	}
 	if oc, err := os.ReadFile(overcommit); err == nil && strings.TrimSpace(string(oc)) == "2" {
-		return "strict overcommit (vm.overcommit_memory = 2)"
+		return 0, "strict overcommit (vm.overcommit_memory = 2)"
 	}
 	// never more than a quarter of the memory: the kernel's heuristic
 	// overcommit refuses a mapping larger than the memory, and the
@@ -69,7 +69,7 @@ func Reserve(n int) (skipped string) {
 		}
 	}
 	if n < 2*hugePage {
-		return fmt.Sprintf("%d bytes (a quarter of the memory): less than two huge pages", n)
+		return 0, fmt.Sprintf("%d bytes (a quarter of the memory): less than two huge pages", n)
 	}
 	b := make([]byte, n)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
@@ -79,9 +79,9 @@ func Reserve(n int) (skipped string) {
 	b = nil
 	runtime.GC() // the reservation is free again, for the allocations to come
 	if err != nil {
-		return "madvise: " + err.Error()
+		return 0, "madvise: " + err.Error()
 	}
-	return ""
+	return n, ""
 }
 
 // selected is the bracketed choice of a sysfs setting: "always [madvise]

@@ -70,8 +70,8 @@ func TestReserveInFreshProcess(t *testing.T) {
 	}
 	// (before stays allocated: freed, its space could take part of the
 	// allocation below)
-	if why := Reserve(64 << 20); why != "" {
-		t.Fatalf("Reserve did nothing: %s", why)
+	if n, why := Reserve(64 << 20); n != 64<<20 || why != "" {
+		t.Fatalf("Reserve prepared %d bytes (%s), want 64 MB", n, why)
 	}
 	b := make([]byte, 16<<20)
 	for i := 0; i < len(b); i += 4096 {
@@ -113,9 +113,9 @@ func TestReserveSkips(t *testing.T) {
 		thpEnabled = write("thp", c.thp)
 		overcommit = write("oc", c.oc)
 		t.Setenv("PERFINSP_HUGEPAGES", c.env)
-		if got := Reserve(c.n); !strings.Contains(got, c.want) {
-			t.Errorf("THP %q, overcommit %q, PERFINSP_HUGEPAGES=%q, %d bytes: %q, want it to say %q",
-				strings.TrimSpace(c.thp), strings.TrimSpace(c.oc), c.env, c.n, got, c.want)
+		if n, got := Reserve(c.n); n != 0 || !strings.Contains(got, c.want) {
+			t.Errorf("THP %q, overcommit %q, PERFINSP_HUGEPAGES=%q, %d bytes: %d bytes, %q, want none and %q",
+				strings.TrimSpace(c.thp), strings.TrimSpace(c.oc), c.env, c.n, n, got, c.want)
 		}
 	}
 }

@@ -101,7 +101,7 @@ func main() {
 
 // reserveHeap is hugeheap.Reserve in the post program (not in tests,
 // which share one process): a report's heap is faulted in 2 MB at a time.
-var reserveHeap func(n int) string
+var reserveHeap func(n int) (int, string)
 
 // heapPerTraceByte bounds the heap a report fills, per byte of its trace
 // (measured on 1 M-tick traces, collector at 400 %: up to 3.1, a
@@ -168,12 +168,16 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		return err
 	}
 	if st, err := os.Stat(in); err == nil && reserveHeap != nil {
-		if reserveHeap(int(min(st.Size(), 1<<40)*heapPerTraceByte)) == "" {
+		if n, _ := reserveHeap(int(min(st.Size(), 1<<40) * heapPerTraceByte)); n > 0 {
 			// In huge pages a larger heap costs few faults: a quarter
 			// of the collections saves 8-13 % of the CPU of a flat or
 			// stacks report (RSS of a many-process stacks report 363
-			// -> 451 MB; perf report's is 980 MB).
+			// -> 451 MB; perf report's is 980 MB). The reservation
+			// bounds it (a soft limit: the collector runs more often
+			// near it), so that a trace larger than the memory allows
+			// is not read with five times its live heap.
 			debug.SetGCPercent(400)
+			debug.SetMemoryLimit(int64(n))
 		}
 	}
 	// before the work, not after it: a missing -o DIR is made
