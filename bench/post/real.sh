@@ -111,11 +111,15 @@ record() { # workload, flat|stacks
 # max RSS of KEY's runs (stats KEY prints them: "best worst cpu rss_MB").
 # On a shared machine CPU time is the steadier figure.
 declare -A BEST WORST CPU RSS
+# once KEY CMD...: one run of CMD, its wall and CPU time (bash's time, to the
+# millisecond: /usr/bin/time's 10 ms steps are a seventh of a 70 ms report)
+# and its max RSS (/usr/bin/time, whose own start both tools' times carry).
 once() {
-	local k=$1 t u s m
+	local k=$1 t u s m TIMEFORMAT='%3R %3U %3S'
 	shift
-	/usr/bin/time -f '%e %U %S %M' -o "$dir/.time" "$@" >/dev/null 2>&1
-	read -r t u s m <"$dir/.time"
+	{ time /usr/bin/time -f '%M' -o "$dir/.rss" "$@" >/dev/null 2>&1; } 2>"$dir/.time"
+	read -r t u s <"$dir/.time"
+	read -r m <"$dir/.rss"
 	BEST[$k]=$(awk -v a="${BEST[$k]:-1e9}" -v b="$t" 'BEGIN {print (b < a ? b : a)}')
 	WORST[$k]=$(awk -v a="${WORST[$k]:-0}" -v b="$t" 'BEGIN {print (b > a ? b : a)}')
 	CPU[$k]=$(awk -v a="${CPU[$k]:-1e9}" -v b="$u" -v c="$s" 'BEGIN {print (b + c < a ? b + c : a)}')
