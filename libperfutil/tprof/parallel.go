@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -136,32 +137,33 @@ func (w *tickWorker) epoch(pid uint32, t uint64) uint32 {
 	return uint32(w.lastEpoch)
 }
 
-// tickAt is where a TPROF_TICK record's fields are (from the code
-// table): pid, tid, ip, flags, and the record's size with them.
-var tickAt = func() (at struct{ pid, tid, ip, flags, size int }) {
-	var ok [4]bool
-	at.pid, at.size, ok[0] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 0)
-	at.tid, _, ok[1] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 1)
-	at.ip, _, ok[2] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 2)
-	at.flags, _, ok[3] = trace.FieldOffset(trace.MajorTprof, trace.TprofTick, 3)
-	if ok != [4]bool{true, true, true, true} {
-		panic("tprof: the code table has no TPROF_TICK with pid, tid, ip, flags")
+// fieldsAt returns where the first n fixed fields of a code's records
+// are (from the code table) and the records' size with its fixed fields.
+func fieldsAt(major uint16, minor uint32, n int) ([]int, int) {
+	offs, size, ok := trace.FieldOffsets(major, minor)
+	if !ok || len(offs) < n {
+		panic(fmt.Sprintf("tprof: the code table has no record 0x%x/0x%x of %d fields", major, minor, n))
 	}
-	return at
-}()
+	return offs, size
+}
 
-// unwindAt is where an UNWIND record's fields are: pid, tid, flags, and
-// the record's size with them (its PCs follow, TrailingBytes).
-var unwindAt = func() (at struct{ pid, tid, flags, size int }) {
-	var ok [3]bool
-	at.pid, at.size, ok[0] = trace.FieldOffset(trace.MajorUnwind, trace.UnwindTick, 0)
-	at.tid, _, ok[1] = trace.FieldOffset(trace.MajorUnwind, trace.UnwindTick, 1)
-	at.flags, _, ok[2] = trace.FieldOffset(trace.MajorUnwind, trace.UnwindTick, 2)
-	if ok != [3]bool{true, true, true} {
-		panic("tprof: the code table has no UNWIND with pid, tid, flags")
+// Where the fields of TPROF_TICK (pid, tid, ip, flags) and UNWIND (pid,
+// tid, flags; its PCs follow, TrailingBytes) records are.
+var (
+	tickAt, tickSize     = fieldsAt(trace.MajorTprof, trace.TprofTick, 4)
+	unwindAt, unwindSize = fieldsAt(trace.MajorUnwind, trace.UnwindTick, 3)
+)
+
+// next takes the time of the buffer's next record: false if it goes
+// back (the trace needs the one reader).
+func (w *tickWorker) next(t uint64) bool {
+	if t < w.prevTime {
+		return false
 	}
-	return at
-}()
+	w.prevTime = t
+	w.pos++
+	return true
+}
 
 // read reads one CPU's trace buffer: its ticks and stacks (most of it)
 // from their bytes, the other records decoded.
@@ -171,23 +173,19 @@ func (w *tickWorker) read(s nrm2.BufferStream) error {
 	for _, c := range s.Chunks {
 		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == nrm2.ChunkMTE, 0)
 		for {
-			if b, t, ok := r.NextOf(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tickAt.size); ok {
-				if t < w.prevTime {
+			if b, t, ok := r.NextOf(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tickSize); ok {
+				if !w.next(t) {
 					return errSequential
 				}
-				w.prevTime = t
-				w.pos++
-				w.tick(int(c.CPU), t, le.Uint32(b[tickAt.pid:]), le.Uint32(b[tickAt.tid:]), le.Uint64(b[tickAt.ip:]), le.Uint32(b[tickAt.flags:]))
+				w.tick(int(c.CPU), t, le.Uint32(b[tickAt[0]:]), le.Uint32(b[tickAt[1]:]), le.Uint64(b[tickAt[2]:]), le.Uint32(b[tickAt[3]:]))
 				continue
 			}
-			if b, t, ok := r.NextOf(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, unwindAt.size); ok {
-				pcs, ok := trace.TrailingBytes(b, unwindAt.size)
-				if !ok || t < w.prevTime {
+			if b, t, ok := r.NextOf(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, unwindSize); ok {
+				pcs, ok := trace.TrailingBytes(b, unwindSize)
+				if !ok || !w.next(t) {
 					return errSequential // (the one reader reports a bad count)
 				}
-				w.prevTime = t
-				w.pos++
-				w.stack(t, le.Uint32(b[unwindAt.pid:]), le.Uint32(b[unwindAt.tid:]), uint64(le.Uint32(b[unwindAt.flags:])), pcs)
+				w.stack(t, le.Uint32(b[unwindAt[0]:]), le.Uint32(b[unwindAt[1]:]), uint64(le.Uint32(b[unwindAt[2]:])), pcs)
 				continue
 			}
 			ok, err := r.NextInto(&rec)
@@ -222,11 +220,9 @@ func (w *tickWorker) tick(cpu int, time uint64, pid, tid uint32, ip uint64, flag
 }
 
 func (w *tickWorker) record(rec *trace.Record) error {
-	if rec.Time < w.prevTime {
+	if !w.next(rec.Time) {
 		return errSequential
 	}
-	w.prevTime = rec.Time
-	w.pos++
 	switch rec.Major {
 	case trace.MajorTprof:
 		w.tick(rec.CPU, rec.Time, uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2), uint32(rec.Field(3)))

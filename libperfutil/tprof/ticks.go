@@ -32,6 +32,9 @@ type ipTable struct {
 	shift uint // 64 - log2(len(slots))
 }
 
+// home is ip's first slot (Fibonacci hashing: the product's top bits).
+func (tab *ipTable) home(ip uint64) uint64 { return (ip * 0x9e3779b97f4a7c15) >> tab.shift }
+
 // tickThread is the ticks of one thread in one mapping state of its
 // process, user and kernel addresses apart (the kernel flag is the
 // tick's, not the address's).
@@ -101,7 +104,7 @@ func (tc *tickCounter) add(t *tickThread, kernel bool, ip uint64) {
 		tab.slots, tab.shift = make([]ipCount, tableMin), 64-4
 	}
 	mask := uint64(len(tab.slots) - 1)
-	for i := (ip * 0x9e3779b97f4a7c15) >> tab.shift; ; i = (i + 1) & mask {
+	for i := tab.home(ip); ; i = (i + 1) & mask {
 		s := &tab.slots[i]
 		if s.ip == ip && s.n != 0 {
 			s.n++
@@ -139,7 +142,7 @@ func (tc *tickCounter) grow(t *tickThread, k int) {
 		if c.n == 0 {
 			continue
 		}
-		i := (c.ip * 0x9e3779b97f4a7c15) >> tab.shift
+		i := tab.home(c.ip)
 		for slots[i].n != 0 {
 			i = (i + 1) & mask
 		}

@@ -220,24 +220,21 @@ func Lookup(major uint16, minor uint32) *Spec {
 	return byKey[key{major, minor}]
 }
 
-// FieldOffset returns the byte offset, from the start of a record, of
-// fixed field i of code (major, minor), and the record's least size with
-// its fixed fields; ok is false for a code not in the table or a field it
-// does not have. (For readers that take fields from the record's bytes:
-// Reader.NextOf.)
-func FieldOffset(major uint16, minor uint32, i int) (off, size int, ok bool) {
+// FieldOffsets returns the byte offset, from the start of a record, of
+// each fixed field of code (major, minor), in the table's order, and the
+// record's least size with them; ok is false for a code not in the table.
+// (For readers that take fields from the record's bytes: Reader.NextOf.)
+func FieldOffsets(major uint16, minor uint32) (offs []int, size int, ok bool) {
 	spec := Lookup(major, minor)
-	if spec == nil || i < 0 || i >= len(spec.Fields) {
-		return 0, 0, false
+	if spec == nil {
+		return nil, 0, false
 	}
 	size = HeaderSize
-	for j, f := range spec.Fields {
-		if j == i {
-			off = size
-		}
+	for _, f := range spec.Fields {
+		offs = append(offs, size)
 		size += f.Width
 	}
-	return off, size, true
+	return offs, size, true
 }
 
 // Specs returns the code table sorted by major and minor.

@@ -82,7 +82,7 @@ func (r *Reader) NextInto(rec *Record) (ok bool, err error) {
 
 // NextOf reads the next record only if it is a whole record of code
 // (major, minor) and layout of at least size bytes: it returns the
-// record's bytes (header included; FieldOffset places its fixed fields,
+// record's bytes (header included; FieldOffsets places its fixed fields,
 // TrailingBytes finds a LayoutBytes record's bytes) and its full time.
 // Otherwise it reads nothing and returns false, and the caller reads the
 // record with NextInto (which decodes or reports it). Readers of many
@@ -104,7 +104,7 @@ func (r *Reader) NextOf(major uint16, minor uint32, layout, size int) (b []byte,
 }
 
 // TrailingBytes returns the opaque bytes of a LayoutBytes record b whose
-// fixed fields end at size (FieldOffset's size): false if b has no room
+// fixed fields end at size (FieldOffsets' size): false if b has no room
 // for the byte count or the count overruns b (as DecodeInto reports).
 func TrailingBytes(b []byte, size int) ([]byte, bool) {
 	if size < HeaderSize || size+4 > len(b) {

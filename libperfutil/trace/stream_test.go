@@ -117,13 +117,13 @@ func TestNextOf(t *testing.T) {
 	cut := len(w.Buf) - 4
 	// the sixth record claims 16 bytes: a header and one field, no ip
 	binary.LittleEndian.PutUint16(w.Buf[short:], TypeLen(LayoutFixed, 16))
-	_, size, ok := FieldOffset(MajorTprof, TprofTick, 0)
-	ipAt, _, _ := FieldOffset(MajorTprof, TprofTick, 2)
-	if !ok || size != 32 || ipAt != 20 {
-		t.Fatalf("FieldOffset: TPROF_TICK size %d ip at %d (%v), want 32 and 20", size, ipAt, ok)
+	offs, size, ok := FieldOffsets(MajorTprof, TprofTick)
+	if !ok || size != 32 || len(offs) < 3 || offs[2] != 20 {
+		t.Fatalf("FieldOffsets: TPROF_TICK size %d offsets %v (%v), want 32 and the ip at 20", size, offs, ok)
 	}
-	if _, _, ok := FieldOffset(MajorTprof, TprofTick, 4); ok {
-		t.Fatal("FieldOffset gave a fifth field of TPROF_TICK")
+	ipAt := offs[2]
+	if len(offs) > 4 {
+		t.Fatal("FieldOffsets gave a fifth field of TPROF_TICK")
 	}
 	type got struct {
 		fast bool
@@ -179,7 +179,7 @@ func TestNextOf(t *testing.T) {
 	w = Writer{}
 	pcs := "\x10\x00\x00\x81\xff\xff\xff\xff\x20\x10\x40\x00\x00\x00\x00\x00"
 	write(MajorUnwind, UnwindTick, LayoutBytes, 5, []uint64{7, 8, 1 << UnwindKernShift}, pcs)
-	_, usize, _ := FieldOffset(MajorUnwind, UnwindTick, 2)
+	_, usize, _ := FieldOffsets(MajorUnwind, UnwindTick)
 	r = NewReader(w.Buf, 0, 0, false, 0)
 	if ok, err := r.NextInto(&rec); !ok || err != nil || rec.Major != MajorSys {
 		t.Fatalf("the writer's first record: %+v %v %v, want its TIME_HIGH", rec, ok, err)
