@@ -77,3 +77,41 @@ func BenchmarkCellOrder(b *testing.B) {
 		}
 	})
 }
+
+// Rows of equal ticks come in name order at every level (the names'
+// ranks stand for them), whatever the order of their numbers: process
+// labels against pids, thread labels against tids, module and symbol
+// names against their interned numbers.
+func TestRowsOfEqualTicksByName(t *testing.T) {
+	rep := &Report{
+		names:    []string{"zlib", "m.so", "alpha.so", "sym_z", "sym_m", "sym_a"},
+		ProcName: map[uint32]string{30: "aaa", 10: "zzz", 20: "mmm"},
+		ThreadNm: map[[2]uint32]string{{30, 33}: "t-a", {30, 31}: "t-z", {30, 32}: "t-m"},
+	}
+	// zlib: sym_m 6 (pid 10), sym_a 6 (pid 20), sym_z 2; m.so: sym_m 2;
+	// alpha.so: sym_a 2
+	rep.cells = []cell{{pid: 10, tid: 10, mod: 0, sym: 4, n: 6}, {pid: 20, tid: 20, mod: 0, sym: 5, n: 6},
+		{pid: 30, tid: 31, mod: 0, sym: 3, n: 2}, {pid: 30, tid: 32, mod: 1, sym: 4, n: 2}, {pid: 30, tid: 33, mod: 2, sym: 5, n: 2}}
+	var got []string
+	for _, r := range rep.Section(LPid, LTid) {
+		got = append(got, r.Name)
+		for _, th := range r.Sub {
+			got = append(got, th.Name)
+		}
+	}
+	want := []string{"aaa_1e", "t-a_21", "t-m_20", "t-z_1f", "mmm_14", "mmm_14", "zzz_a", "zzz_a"}
+	if !slices.Equal(got, want) {
+		t.Errorf("processes and threads of equal ticks: %q, want %q", got, want)
+	}
+	got = got[:0]
+	for _, r := range rep.Section(LMod, LSym) {
+		got = append(got, r.Name)
+		for _, s := range r.Sub {
+			got = append(got, s.Name)
+		}
+	}
+	want = []string{"zlib", "sym_a", "sym_m", "sym_z", "alpha.so", "sym_a", "m.so", "sym_m"}
+	if !slices.Equal(got, want) {
+		t.Errorf("modules and symbols of equal ticks: %q, want %q", got, want)
+	}
+}

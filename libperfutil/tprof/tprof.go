@@ -57,8 +57,12 @@ type Report struct {
 	// the PID and TID row names, each made once
 	procLabels   map[uint32]string
 	threadLabels map[[2]uint32]string
-	parallel     bool         // the CPUs' ticks were counted at once (parallel.go)
-	orderKeys    [2][]sortKey // cellOrder's arrays
+	// the ranks of the row names (labelAll)
+	nameRank   []uint32
+	procRank   map[uint32]uint32
+	threadRank map[[2]uint32]uint32
+	parallel   bool         // the CPUs' ticks were counted at once (parallel.go)
+	orderKeys  [2][]sortKey // cellOrder's arrays
 }
 
 // Stacks returns the call stacks of the ticks (UNWIND records, `swtrace
@@ -896,6 +900,7 @@ const (
 // table per row), each level's rows by ticks, then name.
 func (rep *Report) Section(levels ...int) []*Row {
 	stack := []*[]*Row{new([]*Row)}
+	rep.labelAll()
 	rep.eachRow(levels, rep.cellOrder(levels), func(depth int, label string, ticks uint64, name string) {
 		r := &Row{Label: label, Ticks: ticks, Name: name}
 		stack = stack[:depth+1]
@@ -1057,7 +1062,7 @@ func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, labe
 	type group struct {
 		lo, hi int32
 		n      uint64
-		name   string
+		rank   uint32 // of the row's name (labelAll): compares as the name
 	}
 	scratch := make([][]group, len(levels))
 	var walk func(lo, hi int32, d int)
@@ -1073,18 +1078,18 @@ func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, labe
 				n += rep.cells[order[j]].n
 				j++
 			}
-			gs = append(gs, group{lo: i, hi: j, n: n, name: rep.levelName(c, l)})
+			gs = append(gs, group{lo: i, hi: j, n: n, rank: rep.levelRank(c, l)})
 			i = j
 		}
 		slices.SortFunc(gs, func(a, b group) int {
 			if a.n != b.n {
 				return cmp.Compare(b.n, a.n)
 			}
-			return strings.Compare(a.name, b.name)
+			return cmp.Compare(a.rank, b.rank)
 		})
 		label := levelLabels[l]
 		for _, g := range gs {
-			row(d, label, g.n, g.name)
+			row(d, label, g.n, rep.levelName(&rep.cells[order[g.lo]], l))
 			if d+1 < len(levels) {
 				walk(g.lo, g.hi, d+1)
 			}
@@ -1097,12 +1102,68 @@ func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, labe
 }
 
 // labelAll fills levelName's tables of process and thread labels for
-// every cell (after that levelName only reads them).
+// every cell and levelRank's ranks of every row name (after that both
+// only read them). A rank orders rows as their names would: equal names,
+// equal ranks (comparing strings was a tenth of a many-process report).
 func (rep *Report) labelAll() {
+	if rep.nameRank != nil {
+		return
+	}
 	for i := range rep.cells {
 		rep.levelName(&rep.cells[i], LPid)
 		rep.levelName(&rep.cells[i], LTid)
 	}
+	rep.nameRank = rankStrings(len(rep.names), func(i int) string { return rep.names[i] })
+	pids := make([]uint32, 0, len(rep.procLabels))
+	for pid := range rep.procLabels {
+		pids = append(pids, pid)
+	}
+	pr := rankStrings(len(pids), func(i int) string { return rep.procLabels[pids[i]] })
+	rep.procRank = make(map[uint32]uint32, len(pids))
+	for i, pid := range pids {
+		rep.procRank[pid] = pr[i]
+	}
+	thr := make([][2]uint32, 0, len(rep.threadLabels))
+	for k := range rep.threadLabels {
+		thr = append(thr, k)
+	}
+	tr := rankStrings(len(thr), func(i int) string { return rep.threadLabels[thr[i]] })
+	rep.threadRank = make(map[[2]uint32]uint32, len(thr))
+	for i, k := range thr {
+		rep.threadRank[k] = tr[i]
+	}
+}
+
+// rankStrings returns the rank of each of n strings in their sorted
+// order, equal strings one rank.
+func rankStrings(n int, str func(i int) string) []uint32 {
+	idx := make([]int32, n)
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return strings.Compare(str(int(a)), str(int(b))) })
+	rank := make([]uint32, n)
+	r := uint32(0)
+	for i, j := range idx {
+		if i > 0 && str(int(j)) != str(int(idx[i-1])) {
+			r++
+		}
+		rank[j] = r
+	}
+	return rank
+}
+
+// levelRank is the rank of a cell's row name at level l (labelAll).
+func (rep *Report) levelRank(c *cell, l int) uint32 {
+	switch l {
+	case LPid:
+		return rep.procRank[c.pid]
+	case LTid:
+		return rep.threadRank[[2]uint32{c.pid, c.tid}]
+	case LMod:
+		return rep.nameRank[c.mod]
+	}
+	return rep.nameRank[c.sym]
 }
 
 var levelLabels = [...]string{LPid: "PID", LTid: "TID", LMod: "MOD", LSym: "SYM"}
