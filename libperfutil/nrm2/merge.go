@@ -111,6 +111,7 @@ func (h streamHeap) down(i int) {
 // skipped and listed by Damage; otherwise the first such record ends
 // Records with a *trace.DecodeError.
 func (f *File) Records(fn func(r *trace.Record) error) error {
+	f.Populate() // every record is read
 	return f.records(f.BufferStreams(), fn)
 }
 

@@ -176,3 +176,47 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// ReadData gives the bytes of a chunk's Data, from the file when it was
+// mapped (pieces at any offset) and from memory when it was parsed there;
+// a range outside the chunk is an error, not a panic.
+func TestReadData(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.nrm2")
+	writeSample(t, path)
+	mapped, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mapped.Close()
+	if mapped.src == nil {
+		t.Fatal("an opened file keeps no source to read from")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inMemory, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapped.Populate() // (a no-op without a mapping)
+	inMemory.Populate()
+	for _, f := range []*File{mapped, inMemory} {
+		for i, c := range f.Chunks {
+			for _, off := range []int{0, 1, len(c.Data) / 2, len(c.Data)} {
+				p := make([]byte, len(c.Data)-off)
+				if err := f.ReadData(c, p, off); err != nil {
+					t.Fatalf("chunk %d at %d: %v", i, off, err)
+				}
+				if string(p) != string(c.Data[off:]) {
+					t.Fatalf("chunk %d at %d: %q, want %q", i, off, p, c.Data[off:])
+				}
+			}
+			for _, bad := range [][2]int{{-1, 1}, {0, len(c.Data) + 1}, {len(c.Data), 1}} {
+				if err := f.ReadData(c, make([]byte, bad[1]), bad[0]); err == nil {
+					t.Fatalf("chunk %d: %d bytes at %d of %d read", i, bad[1], bad[0], len(c.Data))
+				}
+			}
+		}
+	}
+}

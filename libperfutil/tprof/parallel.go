@@ -165,42 +165,96 @@ func (w *tickWorker) next(t uint64) bool {
 	return true
 }
 
-// read reads one CPU's trace buffer: its ticks and stacks (most of it)
-// from their bytes, the other records decoded.
-func (w *tickWorker) read(s nrm2.BufferStream) error {
-	var rec trace.Record
-	le := binary.LittleEndian
+// pieceSize is how much of a chunk a worker reads at a time into memory
+// of its own (ReadData): a piece used again stays in the CPU's cache
+// (tests set it; at least trace.MaxRecordSize).
+var pieceSize = 256 << 10
+
+// read reads one CPU's trace buffer, a piece at a time: its ticks and
+// stacks (most of it) from their bytes, the other records decoded.
+func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
+	buf := make([]byte, pieceSize+trace.MaxRecordSize)
 	for _, c := range s.Chunks {
-		r := trace.NewReader(c.Data, c.Offset, int(c.CPU), c.Kind == nrm2.ChunkMTE, 0)
-		for {
-			if b, t, ok := r.NextOf(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tickSize); ok {
-				if !w.next(t) {
-					return errSequential
-				}
-				w.tick(int(c.CPU), t, le.Uint32(b[tickAt[0]:]), le.Uint32(b[tickAt[1]:]), le.Uint64(b[tickAt[2]:]), le.Uint32(b[tickAt[3]:]))
-				continue
+		r := trace.NewReader(nil, c.Offset, int(c.CPU), c.Kind == nrm2.ChunkMTE, 0)
+		kept := 0 // a record cut at the last piece's end, moved to buf's start
+		for off := 0; ; {
+			n := min(pieceSize, len(c.Data)-off)
+			if err := f.ReadData(c, buf[kept:kept+n], off); err != nil {
+				return err
 			}
-			if b, t, ok := r.NextOf(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, unwindSize); ok {
-				pcs, ok := trace.TrailingBytes(b, unwindSize)
-				if !ok || !w.next(t) {
-					return errSequential // (the one reader reports a bad count)
-				}
-				w.stack(t, le.Uint32(b[unwindAt[0]:]), le.Uint32(b[unwindAt[1]:]), uint64(le.Uint32(b[unwindAt[2]:])), pcs)
-				continue
-			}
-			ok, err := r.NextInto(&rec)
+			r.Refill(buf[:kept+n], c.Offset+int64(off-kept))
+			off += n
+			last := off == len(c.Data)
+			ended, err := w.records(r, last)
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if last {
 				break
 			}
-			if err := w.record(&rec); err != nil {
-				return err
+			if ended {
+				// zero padding before the chunk's end: the rest must be
+				// zero too (if not, the one reader reports it)
+				if err := w.zeroRest(f, c, off, buf); err != nil {
+					return err
+				}
+				break
 			}
+			kept = copy(buf, buf[kept+n-r.Buffered():kept+n])
 		}
 	}
 	return nil
+}
+
+// zeroRest checks that c's data from off on is zero bytes.
+func (w *tickWorker) zeroRest(f *nrm2.File, c nrm2.Chunk, off int, buf []byte) error {
+	for off < len(c.Data) {
+		n := min(len(buf), len(c.Data)-off)
+		if err := f.ReadData(c, buf[:n], off); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(buf[:n], func(b byte) bool { return b != 0 }) {
+			return errSequential
+		}
+		off += n
+	}
+	return nil
+}
+
+// records reads r's records, all of them or (a piece before the last)
+// while a whole record is sure to be there; ended: r reached the end of
+// its records (padding or the buffer's end).
+func (w *tickWorker) records(r *trace.Reader, all bool) (ended bool, err error) {
+	var rec trace.Record
+	le := binary.LittleEndian
+	for all || r.Buffered() >= trace.MaxRecordSize {
+		if b, t, ok := r.NextOf(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tickSize); ok {
+			if !w.next(t) {
+				return false, errSequential
+			}
+			w.tick(r.CPU(), t, le.Uint32(b[tickAt[0]:]), le.Uint32(b[tickAt[1]:]), le.Uint64(b[tickAt[2]:]), le.Uint32(b[tickAt[3]:]))
+			continue
+		}
+		if b, t, ok := r.NextOf(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, unwindSize); ok {
+			pcs, ok := trace.TrailingBytes(b, unwindSize)
+			if !ok || !w.next(t) {
+				return false, errSequential // (the one reader reports a bad count)
+			}
+			w.stack(t, le.Uint32(b[unwindAt[0]:]), le.Uint32(b[unwindAt[1]:]), uint64(le.Uint32(b[unwindAt[2]:])), pcs)
+			continue
+		}
+		ok, err := r.NextInto(&rec)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			return true, nil
+		}
+		if err := w.record(&rec); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // tick counts one tick.
@@ -357,7 +411,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		go func() {
 			defer wg.Done()
 			w := workers[i]
-			if errs[i] = w.read(s); errs[i] == nil {
+			if errs[i] = w.read(f, s); errs[i] == nil {
 				w.tc.flushAll()
 			}
 		}()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"perfinsp/libperfutil/a2n"
@@ -20,8 +21,8 @@ import (
 // MTE record, with call stacks if stacks (deep and shallow, kernel and
 // user, some cut); each CPU's records in a few chunks. extra is called with
 // the first CPU's trace writer after the ticks (to add what the one
-// reader must read).
-func randomTrace(t *testing.T, seed uint64, ncpu int, stacks bool, extra func(w *trace.Writer)) string {
+// reader must read) and a function that ends that CPU's chunks.
+func randomTrace(t *testing.T, seed uint64, ncpu int, stacks bool, extra func(w *trace.Writer, cut func())) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	must := func(err error) {
@@ -132,7 +133,7 @@ func randomTrace(t *testing.T, seed uint64, ncpu int, stacks bool, extra func(w 
 		}
 	}
 	if extra != nil {
-		extra(&tr[0])
+		extra(&tr[0], func() { cut(0) })
 	}
 	for c := range ncpu {
 		cut(c)
@@ -151,9 +152,11 @@ func randomTrace(t *testing.T, seed uint64, ncpu int, stacks bool, extra func(w 
 // one reader, and whether the CPUs were read at once.
 func reportOf(t *testing.T, path string, parallel bool) (string, bool) {
 	t.Helper()
-	old := parallelMin
-	defer func() { parallelMin = old }()
+	old, oldPiece := parallelMin, pieceSize
+	defer func() { parallelMin, pieceSize = old, oldPiece }()
 	parallelMin = 0
+	// the smallest pieces: records are cut at many pieces' ends
+	pieceSize = trace.MaxRecordSize
 	if !parallel {
 		parallelMin = 1 << 62
 	}
@@ -207,14 +210,51 @@ func TestParallelCountEqualsOneReader(t *testing.T) {
 	}
 }
 
+// Zero padding that ends a chunk before its end (a segment's unused
+// space) is read past, whichever piece it starts in, and the CPU's next
+// chunk is read; a non-zero byte after it is left to the one reader,
+// which reports it.
+func TestParallelCountPadding(t *testing.T) {
+	padded := func(w *trace.Writer, cut func(), tail byte) {
+		w.Buf = append(w.Buf, make([]byte, 3*trace.MaxRecordSize+100)...)
+		w.Buf[len(w.Buf)-1] = tail
+		cut()
+		for i := range 50 {
+			w.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 1<<30+uint64(i), []uint64{100, 100, 0x400010, 0}, "")
+		}
+	}
+	path := randomTrace(t, 11, 2, true, func(w *trace.Writer, cut func()) { padded(w, cut, 0) })
+	seq, _ := reportOf(t, path, false)
+	par, p := reportOf(t, path, true)
+	if !p || seq != par {
+		t.Errorf("zero padding: read at once %v, reports equal %v; want true, true", p, seq == par)
+	}
+	if !strings.Contains(seq, "TKS") || !strings.Contains(par, "Total Ticks") {
+		t.Fatalf("no report:\n%s", par)
+	}
+	path = randomTrace(t, 11, 2, true, func(w *trace.Writer, cut func()) { padded(w, cut, 1) })
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	old := parallelMin
+	defer func() { parallelMin = old }()
+	parallelMin = 0
+	rep := Build(f, a2n.New(nil), nil)
+	if rep.parallel || rep.RecordErr == nil {
+		t.Errorf("a byte after the padding: read at once %v, error %v; want the one reader's error", rep.parallel, rep.RecordErr)
+	}
+}
+
 // A trace the CPUs cannot be read apart for is read by the one reader:
 // a JIT record in a trace buffer, a time that goes back.
 func TestParallelCountFallsBack(t *testing.T) {
-	cases := map[string]func(w *trace.Writer){
-		"jit": func(w *trace.Writer) {
+	cases := map[string]func(w *trace.Writer, cut func()){
+		"jit": func(w *trace.Writer, _ func()) {
 			w.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, 1<<30, []uint64{100, 100, 0x500000, 0x100}, "m")
 		},
-		"time goes back": func(w *trace.Writer) {
+		"time goes back": func(w *trace.Writer, _ func()) {
 			w.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 5, []uint64{100, 100, 0x400010, 0}, "")
 		},
 	}

@@ -28,6 +28,19 @@ func NewReader(buf []byte, base int64, cpu int, mte bool, high uint32) *Reader {
 	return &Reader{buf: buf, base: base, cpu: cpu, mte: mte, high: uint64(high) << 32}
 }
 
+// Refill goes on reading the stream from buf, whose offset in the file is
+// base: the reader keeps its time-high value (a stream read in pieces, a
+// record cut at a piece's end given again at the start of the next).
+func (r *Reader) Refill(buf []byte, base int64) {
+	r.buf, r.off, r.base = buf, 0, base
+}
+
+// CPU returns the CPU the reader's records are of.
+func (r *Reader) CPU() int { return r.cpu }
+
+// Buffered returns the number of bytes of the buffer not read yet.
+func (r *Reader) Buffered() int { return len(r.buf) - r.off }
+
 // Offset returns the file offset of the next record.
 func (r *Reader) Offset() int64 { return r.base + int64(r.off) }
 

@@ -211,3 +211,53 @@ func TestNextOf(t *testing.T) {
 		t.Errorf("padding: NextInto %v %v, want the end", ok, err)
 	}
 }
+
+// A stream read in pieces (Refill at record boundaries, as a reader of a
+// large buffer does) gives the records one reader gives, times included:
+// the time-high value of an earlier piece holds in the next.
+func TestRefill(t *testing.T) {
+	var w Writer
+	for i := range 40 {
+		tm := uint64(i/10)<<32 | uint64(100+i) // a new time-high every 10 records
+		if err := w.Write(MajorTprof, TprofTick, LayoutFixed, tm, []uint64{1, 2, uint64(0x1000 + i), 0}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readAll := func(r *Reader, until int) (recs []Record) {
+		for r.Buffered() > until {
+			rec, ok, err := r.Next()
+			if err != nil || !ok {
+				t.Fatalf("record %d: ok %v, %v", len(recs), ok, err)
+			}
+			recs = append(recs, rec)
+		}
+		return recs
+	}
+	want := readAll(NewReader(w.Buf, 0, 0, false, 0), 0)
+	if len(want) < 44 || want[len(want)-1].Time != 3<<32|139 {
+		t.Fatalf("%d records, the last at %#x: want 40 ticks and 4 TIME_HIGH records, the last at 0x3_0000008b", len(want), want[len(want)-1].Time)
+	}
+	bounds := []int{0}
+	r := NewReader(w.Buf, 0, 0, false, 0)
+	for r.Buffered() > 0 {
+		r.Next()
+		bounds = append(bounds, len(w.Buf)-r.Buffered())
+	}
+	for _, p := range bounds {
+		r := NewReader(w.Buf[:p], 0, 0, false, 0)
+		got := readAll(r, 0)
+		r.Refill(w.Buf[p:], int64(p))
+		if r.Offset() != int64(p) {
+			t.Fatalf("split at %d: offset %d after Refill", p, r.Offset())
+		}
+		got = append(got, readAll(r, 0)...)
+		if len(got) != len(want) {
+			t.Fatalf("split at %d: %d records, want %d", p, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Time != want[i].Time || got[i].Major != want[i].Major || got[i].Field(2) != want[i].Field(2) {
+				t.Fatalf("split at %d: record %d at %#x (major %#x, ip %#x), want %#x (%#x, %#x)", p, i, got[i].Time, got[i].Major, got[i].Field(2), want[i].Time, want[i].Major, want[i].Field(2))
+			}
+		}
+	}
+}
