@@ -209,13 +209,29 @@ func (tc *tickCounter) flush(t *tickThread) {
 
 // count1 gives the user (k 0) or kernel (k 1) counts of t, each distinct
 // address once, and releases its table (a full-size one is reused).
+// A table that never spilled is given as it lies, in no order (the
+// report does not depend on the order; sorting it was 6 % of a
+// many-process report's CPU).
 func (tc *tickCounter) count1(t *tickThread, k int) {
-	tc.spill(t, k)
-	for _, c := range t.acc[k] {
-		tc.count(t, k == 1, c.ip, c.n)
+	tab := &t.tabs[k]
+	if len(t.acc[k]) == 0 {
+		full := len(tab.slots) == tableMax // (emptied for reuse)
+		for i := range tab.slots {
+			if c := tab.slots[i]; c.n != 0 {
+				tc.count(t, k == 1, c.ip, c.n)
+				if full {
+					tab.slots[i] = ipCount{}
+				}
+			}
+		}
+	} else {
+		tc.spill(t, k)
+		for _, c := range t.acc[k] {
+			tc.count(t, k == 1, c.ip, c.n)
+		}
 	}
 	t.acc[k] = nil
-	if tab := &t.tabs[k]; len(tab.slots) == tableMax {
+	if len(tab.slots) == tableMax {
 		tc.free = append(tc.free, tab.slots)
 	}
 	t.tabs[k] = ipTable{}

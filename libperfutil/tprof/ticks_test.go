@@ -76,6 +76,36 @@ func TestTickCounterCounts(t *testing.T) {
 	}
 }
 
+// A full-size table given back (its thread's state ended without a
+// spill) is empty when another thread takes it.
+func TestTickCounterReusesEmptyTable(t *testing.T) {
+	got := map[[2]uint64]uint64{} // (tid, ip)
+	tc := newTickCounter(func(th *tickThread, _ bool, ip, n uint64) { got[[2]uint64{uint64(th.tid), ip}] += n })
+	fill := func(pid uint32, base uint64) {
+		th, _ := tc.thread(0, pid, pid, 0)
+		for i := range uint64(tableMax/4 + 500) { // past a quarter: a full-size table, no spill
+			tc.add(th, false, base+i)
+		}
+		if len(th.tabs[0].slots) != tableMax || len(th.acc[0]) != 0 {
+			t.Fatalf("pid %d: a table of %d slots, %d spilled; want %d and none", pid, len(th.tabs[0].slots), len(th.acc[0]), tableMax)
+		}
+		tc.flushPid(pid)
+	}
+	fill(1, 0x1000)
+	if len(tc.free) != 1 {
+		t.Fatalf("%d tables given back, want 1", len(tc.free))
+	}
+	fill(2, 0x100000)
+	for k, n := range got {
+		if n != 1 || k[0] == 2 && k[1] < 0x100000 {
+			t.Fatalf("tid %d address %#x: %d ticks, want 1 (and no address of tid 1 under tid 2)", k[0], k[1], n)
+		}
+	}
+	if len(got) != 2*(tableMax/4+500) {
+		t.Fatalf("%d (thread, address) counted, want %d", len(got), 2*(tableMax/4+500))
+	}
+}
+
 // A tick is named in the mappings of its time: ticks before an MTE record
 // that remaps their address are counted (located) before it is applied,
 // ticks after it in the new mapping; the same with naming at once.
