@@ -273,8 +273,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// Without onRecord (which needs each name at once), naming is
 	// deferred: an address gets a Loc (the mapping it was in at its time),
 	// the modules the Locs need load in the background (a2n Prefetch)
-	// while the trace is read, and the Locs are named at the end; counters
-	// and stacks hold Loc indexes until then.
+	// while the trace is read, and the Locs are named beside the reading
+	// (below); counters and stacks hold Loc indexes until the end.
 	deferred := onRecord == nil
 	// Locs are kept in blocks (no copying as they grow); a module's Loc
 	// is found by module number and file offset, a final name by itself.
@@ -288,8 +288,29 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	var lastOffs map[uint64]int32
 	locByName := map[[2]string]int32{}
 	modNum := map[string]int32{}
+	// Naming runs beside the reading: a block of Locs is named (on one
+	// goroutine, in the order met) once it is full, the last one when the
+	// reading ends. Naming uses the module cache and the Locs alone, not
+	// the processes' mappings the reading changes.
+	var toName chan []a2n.Loc
+	var locRes []int32 // each Loc's name, an index into results
+	namedAll := make(chan struct{})
+	if deferred {
+		toName = make(chan []a2n.Loc, 1024)
+		go func() {
+			defer close(namedAll)
+			for b := range toName {
+				for i := range b {
+					locRes = append(locRes, internRes(r.Finish(b[i])))
+				}
+			}
+		}()
+	}
 	addLoc := func(l a2n.Loc) int32 {
 		if nlocs%locBlock == 0 {
+			if len(locs) > 0 {
+				toName <- locs[len(locs)-1] // full: it does not change again
+			}
 			locs = append(locs, make([]a2n.Loc, 0, locBlock))
 		}
 		locs[len(locs)-1] = append(locs[len(locs)-1], l)
@@ -704,15 +725,14 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		tc.flushAll()
 	}
 	if deferred {
-		// Name every Loc (in the order they were met, which gives the
-		// names the order naming at once gives), then count the stacks
-		// that became equal together, each where it was first met.
-		locRes := make([]int32, 0, nlocs)
-		for _, b := range locs {
-			for i := range b {
-				locRes = append(locRes, internRes(r.Finish(b[i])))
-			}
+		// Every Loc named (in the order they were met, which gives the
+		// names the order naming at once gives), then the stacks that
+		// became equal counted together, each where it was first met.
+		if len(locs) > 0 {
+			toName <- locs[len(locs)-1]
 		}
+		close(toName)
+		<-namedAll
 		for _, b := range all {
 			for i := range b {
 				b[i].res = locRes[b[i].res]
