@@ -946,13 +946,18 @@ func levelKey(c *cell, l int) uint32 {
 
 // cellOrder is the cells' indexes sorted by the keys of levels, in order.
 func (rep *Report) cellOrder(levels []int) []int32 {
+	return rep.cellOrderWith(levels, &rep.orderKeys)
+}
+
+// cellOrderWith is cellOrder with the key arrays of scratch (kept for the
+// next order: fresh memory is dear; one scratch a goroutine).
+func (rep *Report) cellOrderWith(levels []int, scratch *[2][]sortKey) []int32 {
 	// Each cell's level keys packed in two words (up to four levels), so
 	// that the sort compares two integers.
-	// (The key arrays are kept for the next order: fresh memory is dear.)
-	if len(rep.orderKeys[0]) != len(rep.cells) {
-		rep.orderKeys = [2][]sortKey{make([]sortKey, len(rep.cells)), make([]sortKey, len(rep.cells))}
+	if len(scratch[0]) != len(rep.cells) {
+		*scratch = [2][]sortKey{make([]sortKey, len(rep.cells)), make([]sortKey, len(rep.cells))}
 	}
-	keys := rep.orderKeys[0]
+	keys := scratch[0]
 	var shifts [4]uint
 	for d := range levels[:min(len(levels), 4)] {
 		shifts[d] = uint(32 * (1 - d%2))
@@ -968,7 +973,7 @@ func (rep *Report) cellOrder(levels []int) []int32 {
 	if len(levels) <= 4 {
 		// The keys are the whole order: a radix sort (a comparison
 		// sort of a many-process trace's cells was a tenth of post).
-		keys = radixSortKeys(keys, rep.orderKeys[1])
+		keys = radixSortKeys(keys, scratch[1])
 		order := make([]int32, len(keys))
 		for i, k := range keys {
 			order[i] = k.i

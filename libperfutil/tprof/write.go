@@ -76,15 +76,15 @@ func (rep *Report) WritePI(out io.Writer) error {
 		h.KernelRelease, h.Hostname, time.Unix(0, int64(h.StartWallNs)).UTC().Format(time.RFC3339))
 	fmt.Fprintln(w)
 	// One cell order serves the three sections whose levels are prefixes
-	// of process, module, symbol, thread. The orders are made first (they
-	// share scratch arrays), then the sections are written on two
+	// of process, module, symbol, thread. The sections are written on two
 	// goroutines, about half the rows each (a many-process report is
-	// 200 k rows), the second's into a buffer copied out after the first.
+	// 200 k rows), the second's into a buffer copied out after the first;
+	// the labels and the names' ranks (labelAll) are made while the second
+	// goroutine makes its own order, each order on the goroutine that
+	// needs it first.
 	pmst := []int{LPid, LMod, LSym, LTid}
 	ptms := []int{LPid, LTid, LMod, LSym}
 	ms := []int{LMod, LSym}
-	byPMST, byPTMS, byMS := rep.cellOrder(pmst), rep.cellOrder(ptms), rep.cellOrder(ms)
-	rep.labelAll() // (levelName's tables, filled before they are shared)
 	section := func(w io.Writer, title string, levels []int, order []int32) {
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintf(w, ")) %s\n", title)
@@ -99,13 +99,25 @@ func (rep *Report) WritePI(out io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	var second bytes.Buffer
-	second.Grow(64 * len(rep.cells))
+	labeled := make(chan struct{}) // labelAll done: its tables are only read after
+	var byPMST []int32
+	pmstMade := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		var scratch [2][]sortKey
+		byMS := rep.cellOrderWith(ms, &scratch)
+		second.Grow(64 * len(rep.cells))
+		<-labeled
 		section(&second, "Module_Symbol", ms, byMS)
+		<-pmstMade
 		rep.writeWithinProcess(&second, byPMST)
 	}()
+	rep.labelAll()
+	close(labeled)
+	byPMST = rep.cellOrder(pmst)
+	close(pmstMade)
+	byPTMS := rep.cellOrder(ptms)
 	section(w, "Process", pmst[:1], byPMST)
 	section(w, "Process_Module", pmst[:2], byPMST)
 	section(w, "Process_Thread_Module_Symbol", ptms, byPTMS)
