@@ -1,6 +1,8 @@
 package tprof
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"perfinsp/libperfutil/a2n"
@@ -38,5 +40,31 @@ func TestStacksNamed(t *testing.T) {
 		st[0].Frames[0] != (Frame{Module: "m", Symbol: "main"}) || st[0].Frames[1] != (Frame{Module: "m", Symbol: "leaf"}) ||
 		st[0].Frames[2] != (Frame{Module: "[kernel]", Symbol: "irq", Kernel: true}) {
 		t.Fatalf("stacks: %+v %+v", st[0], st[1])
+	}
+}
+
+// appendPct formats a share as strconv does the float (fmt's %.2f):
+// every n of small totals (exact ties among them), random large ones,
+// the bounds.
+func TestAppendPct(t *testing.T) {
+	check := func(n, total uint64) {
+		t.Helper()
+		want := strconv.FormatFloat(pct(n, total), 'f', 2, 64)
+		if got := string(appendPct(nil, n, total)); got != want {
+			t.Fatalf("appendPct(%d, %d) = %s, want %s", n, total, got, want)
+		}
+	}
+	for total := uint64(0); total <= 2000; total++ {
+		for n := uint64(0); n <= total; n++ {
+			check(n, total)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 1_000_000 {
+		total := 1 + rng.Uint64N(1<<uint(1+rng.IntN(40)))
+		check(rng.Uint64N(total+1), total)
+	}
+	for _, c := range [][2]uint64{{1, 800}, {3, 800}, {1, 1<<38 - 1}, {1 << 37, 1<<38 - 1}, {1 << 37, 1 << 38}, {5, 3}, {7, 0}} {
+		check(c[0], c[1])
 	}
 }

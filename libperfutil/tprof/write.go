@@ -93,7 +93,7 @@ func (rep *Report) WritePI(out io.Writer) error {
 		fmt.Fprintf(w, "%-4s %10s %7s  %s\n", "LAB", "TKS", "%%%", "NAMES")
 		var buf []byte
 		rep.eachRow(levels, order, func(depth int, label string, ticks uint64, name string) {
-			buf = appendRowParts(buf[:0], label, ticks, depth, pct(ticks, rep.Total), -1, name)
+			buf = appendRowParts(buf[:0], label, ticks, depth, rep.Total, -1, name)
 			w.Write(buf)
 		})
 		fmt.Fprintln(w)
@@ -130,8 +130,9 @@ func (rep *Report) WritePI(out io.Writer) error {
 }
 
 // appendRowParts appends one section row as fmt's "%-4s %10d %7.2f  %s%s\n"
-// would (with a second "%7.2f" column when share2 >= 0), without fmt.
-func appendRowParts(b []byte, label string, ticks uint64, depth int, share, share2 float64, name string) []byte {
+// would with pct(ticks, total) (and a second "%7.2f" column, pct(ticks,
+// proc), when proc >= 0), without fmt.
+func appendRowParts(b []byte, label string, ticks uint64, depth int, total uint64, proc int64, name string) []byte {
 	var num [32]byte
 	b = append(b, label...)
 	for i := len(label); i < 4; i++ {
@@ -140,10 +141,10 @@ func appendRowParts(b []byte, label string, ticks uint64, depth int, share, shar
 	b = append(b, ' ')
 	b = padLeft(b, strconv.AppendUint(num[:0], ticks, 10), 10)
 	b = append(b, ' ')
-	b = padLeft(b, strconv.AppendFloat(num[:0], share, 'f', 2, 64), 7)
-	if share2 >= 0 {
+	b = padLeft(b, appendPct(num[:0], ticks, total), 7)
+	if proc >= 0 {
 		b = append(b, ' ')
-		b = padLeft(b, strconv.AppendFloat(num[:0], share2, 'f', 2, 64), 7)
+		b = padLeft(b, appendPct(num[:0], ticks, uint64(proc)), 7)
 	}
 	b = append(b, ' ', ' ')
 	for i := 0; i < depth; i++ {
@@ -151,6 +152,28 @@ func appendRowParts(b []byte, label string, ticks uint64, depth int, share, shar
 	}
 	b = append(b, name...)
 	return append(b, '\n')
+}
+
+// appendPct appends pct(n, total) as strconv's 'f' with 2 decimals would,
+// in integers (strconv's float formatting was a tenth of writing a
+// many-process tprof.out). n*10000/total rounded to the nearest is what
+// the float64 rounds to: the float is within 2^-53 of the quotient, which
+// is at least 1/(200 total) from a rounding boundary unless on it, far
+// more while total < 2^38; an exact tie (where the float's binary value
+// decides) and larger totals go to strconv.
+func appendPct(b []byte, n, total uint64) []byte {
+	if total == 0 || n > total || total >= 1<<38 {
+		return strconv.AppendFloat(b, pct(n, total), 'f', 2, 64)
+	}
+	q, r := n*10000/total, n*10000%total
+	switch {
+	case 2*r == total:
+		return strconv.AppendFloat(b, pct(n, total), 'f', 2, 64)
+	case 2*r > total:
+		q++
+	}
+	b = strconv.AppendUint(b, q/100, 10)
+	return append(b, '.', byte('0'+q%100/10), byte('0'+q%10))
 }
 
 func padLeft(b, v []byte, width int) []byte {
@@ -178,7 +201,7 @@ func (rep *Report) writeWithinProcess(w io.Writer, byPMST []int32) {
 		if depth == 0 {
 			proc = ticks
 		}
-		buf = appendRowParts(buf[:0], label, ticks, depth, pct(ticks, rep.Total), pct(ticks, proc), name)
+		buf = appendRowParts(buf[:0], label, ticks, depth, rep.Total, int64(proc), name)
 		w.Write(buf)
 	})
 	fmt.Fprintln(w)
