@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/nrm2"
@@ -805,30 +806,47 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// A cell is one Key (names are interned: one number, one name).
 	// A result is one (module, symbol) (interned above), so a cell is
 	// one (thread, result): keyed by one word, a thread's number and the
-	// result (Go's fast map path; entries come thread by thread).
-	cellIdx := make(map[uint64]int32, nent/2)
-	thrNum := map[uint64]uint64{}
-	lastThr, lastNum, haveThr := uint64(0), uint64(0), false // (every value is a real thread: pid and tid -1 too)
-	rep.cells = make([]cell, 0, nent/2)
-	for i := int32(0); i < nent; i++ {
-		e := &all[i/entryBlock][i%entryBlock]
-		if t := uint64(e.pid)<<32 | uint64(e.tid); t != lastThr || !haveThr {
-			n, ok := thrNum[t]
-			if !ok {
-				n = uint64(len(thrNum))
-				thrNum[t] = n
+	// result (Go's fast map path; entries come thread by thread). The
+	// cells are made on two goroutines, each those of half the threads
+	// (by a hash of the thread): the order of the cells is the sections'
+	// (cellOrder), not this one.
+	var parts [2][]cell
+	var wg sync.WaitGroup
+	for half := range uint64(2) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cellIdx := make(map[uint64]int32, nent/4)
+			thrNum := map[uint64]uint64{}
+			lastThr, lastNum, haveThr := uint64(0), uint64(0), false // (every value is a real thread: pid and tid -1 too)
+			cells := make([]cell, 0, nent/4)
+			for i := int32(0); i < nent; i++ {
+				e := &all[i/entryBlock][i%entryBlock]
+				if t := uint64(e.pid)<<32 | uint64(e.tid); t != lastThr || !haveThr {
+					if (t*0x9e3779b97f4a7c15)>>63 != half {
+						continue
+					}
+					n, ok := thrNum[t]
+					if !ok {
+						n = uint64(len(thrNum))
+						thrNum[t] = n
+					}
+					lastThr, lastNum, haveThr = t, n, true
+				}
+				k := lastNum<<32 | uint64(uint32(e.res))
+				ci, ok := cellIdx[k]
+				if !ok {
+					ci = int32(len(cells))
+					cellIdx[k] = ci
+					cells = append(cells, cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]})
+				}
+				cells[ci].n += e.n
 			}
-			lastThr, lastNum, haveThr = t, n, true
-		}
-		k := lastNum<<32 | uint64(uint32(e.res))
-		ci, ok := cellIdx[k]
-		if !ok {
-			ci = int32(len(rep.cells))
-			cellIdx[k] = ci
-			rep.cells = append(rep.cells, cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]})
-		}
-		rep.cells[ci].n += e.n
+			parts[half] = cells
+		}()
 	}
+	wg.Wait()
+	rep.cells = append(parts[0], parts[1]...)
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
 	for pid := range rep.ProcName {
