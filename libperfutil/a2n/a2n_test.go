@@ -278,3 +278,32 @@ func TestDemangle(t *testing.T) {
 		t.Fatalf("C: %q", got)
 	}
 }
+
+// Past a few processes asking for perf maps, the directory is listed once
+// and only the files it holds are opened: a process with a map is still
+// named (whichever it is in the order), one without costs no open — a map
+// written after the listing is not seen (post runs after the trace).
+func TestPerfMapDirListedOnce(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "perf-1030.map"), []byte("7f0000001000 40 LHot;::spin\n"), 0o644)
+	r := New(nil)
+	r.PerfMapDir = dir
+	anon := func(pid uint32) {
+		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTESegment, Fixed: []uint64{uint64(pid), 0x7f0000000000, 0x10000, 0, 7}, Str: "//anon"})
+	}
+	for pid := uint32(1000); pid < 1000+perfMapOpens+20; pid++ {
+		anon(pid)
+		r.Resolve(pid, 0x7f0000001010, false)
+	}
+	if res := r.Resolve(1030, 0x7f0000001010, false); res.Symbol != "LHot;::spin" {
+		t.Fatalf("the map of the 31st process asked: %+v", res)
+	}
+	if r.perfMaps.names == nil || !r.perfMaps.names["perf-1030.map"] || len(r.perfMaps.names) != 1 {
+		t.Fatalf("listing %v, want perf-1030.map alone", r.perfMaps.names)
+	}
+	os.WriteFile(filepath.Join(dir, "perf-2000.map"), []byte("7f0000001000 40 LLate;::x\n"), 0o644)
+	anon(2000)
+	if res := r.Resolve(2000, 0x7f0000001010, false); res.Symbol == "LLate;::x" {
+		t.Fatalf("a map written after the listing was opened: the directory was not listed once")
+	}
+}

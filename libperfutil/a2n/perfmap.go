@@ -23,6 +23,9 @@ func (r *Resolver) loadPerfMap(pid uint32) symtab {
 	}
 	var out symtab
 	read := func(name string, limit int64) []byte {
+		if !r.perfMaps.mayHold(dir, name) {
+			return nil
+		}
 		b, err := readChecked(filepath.Join(dir, name), limit, true)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) {
@@ -39,6 +42,41 @@ func (r *Resolver) loadPerfMap(pid uint32) symtab {
 		out = append(out, ParseJitdump(b)...)
 	}
 	return out.sortDedup()
+}
+
+// perfMapDir knows which perf map and jitdump files a directory holds,
+// once it was asked about more than perfMapOpens files: a system-wide
+// trace has thousands of processes whose anonymous addresses ask for
+// them, and most have none (3,500 failed opens were 30 ms of a
+// many-process stacks report); one listing answers them all.
+type perfMapDir struct {
+	asked int
+	names map[string]bool // the directory's perf-* and jit-* names; nil: not listed (or unlistable)
+	tried bool            // the listing was tried
+}
+
+// perfMapOpens is the number of files opened before the directory is
+// listed (a listing of a large /tmp costs more than a few opens).
+const perfMapOpens = 16
+
+// mayHold reports whether dir may hold name: false only when a listing
+// of dir (made once, after perfMapOpens files) does not show it.
+func (d *perfMapDir) mayHold(dir, name string) bool {
+	if d.asked++; d.asked <= perfMapOpens {
+		return true
+	}
+	if !d.tried {
+		d.tried = true
+		if ents, err := os.ReadDir(dir); err == nil {
+			d.names = map[string]bool{}
+			for _, e := range ents {
+				if n := e.Name(); strings.HasPrefix(n, "perf-") || strings.HasPrefix(n, "jit-") {
+					d.names[n] = true
+				}
+			}
+		}
+	}
+	return d.names == nil || d.names[name]
 }
 
 // ParsePerfMap parses perf map text: "START SIZE name" per line, hex numbers.

@@ -54,6 +54,7 @@ type Resolver struct {
 	// up ("" : /tmp). Lines resolves source lines (slower).
 	PerfMapDir string
 	Lines      bool
+	perfMaps   perfMapDir // which perf map files PerfMapDir holds
 	// KernelRelease is the release of the kernel the trace was recorded
 	// on (its header): [vdso] addresses are named from this kernel's vDSO
 	// only when it matches (see vdso.go).
