@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -162,14 +163,22 @@ func TestStacksAgreeWithPerf(t *testing.T) {
 	sw("on")
 	data := filepath.Join(dir, "perf.data")
 	rec := exec.Command(perf, "record", "-q", "-e", "cpu-clock", "-F", "1000", "-g", "-o", data, "--", e.Burn, "200")
-	if out, err := rec.CombinedOutput(); err != nil {
+	var out bytes.Buffer
+	rec.Stdout, rec.Stderr = &out, &out
+	if err := rec.Start(); err != nil {
 		sw("off")
-		t.Fatalf("perf record: %v\n%s", err, out)
+		t.Fatalf("perf record: %v", err)
+	}
+	if err := rec.Wait(); err != nil {
+		sw("off")
+		t.Fatalf("perf record: %v\n%s", err, out.Bytes())
 	}
 	sw("off")
 	sw("get", "both.nrm2")
 	folded := filepath.Join(dir, "both.folded")
-	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "both.nrm2"), "--comm", "cpuburn", "--folded", folded); code != 0 {
+	// The example perf started: cpuburn in perf's process tree (other
+	// tests may run examples of the same name meanwhile).
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "both.nrm2"), "--pid", strconv.Itoa(rec.Process.Pid), "--comm", "cpuburn", "--folded", folded); code != 0 {
 		t.Fatal(errs)
 	}
 	ours := inclusive(t, folded)
