@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -168,12 +169,10 @@ var (
 	}{{"load", "loads", 0}, {"store", "stores", 1}, {"prefetch", "prefetches", 2}}
 )
 
-var (
-	byName  = map[string]Event{}
-	ordered []Event
-)
-
-func init() {
+// namedEvents is the table of named events, made at the first use (every tool
+// links this package; most never look an event up: 0.5 ms of start).
+var namedEvents = sync.OnceValues(func() (byName map[string]Event, ordered []Event) {
+	byName = map[string]Event{}
 	add := func(e Event, aliases ...string) {
 		ordered = append(ordered, e)
 		byName[strings.ToLower(e.Name)] = e
@@ -200,11 +199,13 @@ func init() {
 			add(miss)
 		}
 	}
-}
+	return byName, ordered
+})
 
 // List returns the named events (hardware, software, then cache), in table
 // order. Raw, PMU and tracepoint events are not listed here: see PMUs.
 func List() []Event {
+	_, ordered := namedEvents()
 	out := make([]Event, len(ordered))
 	copy(out, ordered)
 	return out
@@ -213,6 +214,7 @@ func List() []Event {
 // Names returns the names of the named events of the given kinds, sorted.
 func Names(kinds ...Kind) []string {
 	var out []string
+	_, ordered := namedEvents()
 	for _, e := range ordered {
 		for _, k := range kinds {
 			if e.Kind == k {
@@ -226,6 +228,7 @@ func Names(kinds ...Kind) []string {
 
 // Lookup finds a named event of List() by name or alias (case-insensitive).
 func Lookup(name string) (Event, bool) {
+	byName, _ := namedEvents()
 	e, ok := byName[strings.ToLower(strings.TrimSpace(name))]
 	return e, ok
 }
