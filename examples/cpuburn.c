@@ -7,14 +7,16 @@
  * exits) while tracing, so traces show threads and a process that exited
  * before tracing stopped. Built with frame pointers (-fno-omit-frame-pointer)
  * it gives tprof's call stacks: main -> work -> heavy, ... (see via_route
- * and account).
+ * and account). The child dies with its parent.
  *
  *   cpuburn [units]      units of work (default 300; about 1 s per 100 units)
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,7 +87,7 @@ int main(int argc, char **argv)
 {
 	long units = argc > 1 ? atol(argv[1]) : 300;
 	pthread_t t;
-	pid_t child;
+	pid_t parent, child;
 
 	if (units <= 0) {
 		fprintf(stderr, "usage: cpuburn [units > 0]\n");
@@ -97,8 +99,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	pthread_setname_np(t, "cpuburn-worker");
+	parent = getpid();
 	child = fork();
 	if (child == 0) {
+		/* the child dies with its parent (a test that kills cpuburn
+		 * 100000 must not leave the child working for a minute) */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+			_exit(1);
 		work(units / 20 + 1);
 		_exit(0);
 	}
