@@ -270,3 +270,30 @@ func TestParallelCountFallsBack(t *testing.T) {
 		}
 	}
 }
+
+// labelAll makes the label of every cell's process and thread from the
+// report's list of threads (the writers only read the tables after it).
+func TestLabelAllCoversEveryCell(t *testing.T) {
+	path := randomTrace(t, 3, 3, false, nil)
+	old := parallelMin
+	defer func() { parallelMin = old }()
+	parallelMin = 0
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep := Build(f, a2n.New(nil), nil)
+	if len(rep.threads) == 0 || len(rep.threads) >= len(rep.cells) {
+		t.Fatalf("%d threads listed for %d cells", len(rep.threads), len(rep.cells))
+	}
+	rep.labelAll()
+	for _, c := range rep.cells {
+		if _, ok := rep.procLabels[c.pid]; !ok {
+			t.Fatalf("no label made for process %d", c.pid)
+		}
+		if _, ok := rep.threadLabels[[2]uint32{c.pid, c.tid}]; !ok {
+			t.Fatalf("no label made for thread %d/%d", c.pid, c.tid)
+		}
+	}
+}
