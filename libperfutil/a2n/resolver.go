@@ -189,7 +189,12 @@ func (r *Resolver) Process(pid uint32) *Process { return r.procs[pid] }
 
 // ProcessName returns the name of pid, or "pid_N".
 func (r *Resolver) ProcessName(pid uint32) string {
-	if p := r.procs[pid]; p != nil && p.Name != "" {
+	return r.processName(pid, r.procs[pid])
+}
+
+// processName is ProcessName of pid whose process (nil: none) is p.
+func (r *Resolver) processName(pid uint32, p *Process) string {
+	if p != nil && p.Name != "" {
 		return p.Name
 	}
 	if pid == 0 {
@@ -388,7 +393,8 @@ func (r *Resolver) Finish(l Loc) Result {
 
 // Locate finds where addr is in pid as of the records applied so far.
 func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
-	res := Result{Process: r.ProcessName(pid)}
+	p := r.procs[pid]
+	res := Result{Process: r.processName(pid, p)}
 	if kernel {
 		<-r.kready
 		s, ok := r.kernelSym(addr)
@@ -408,7 +414,6 @@ func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 		res.Offset = addr - s.Addr
 		return Loc{res: res}
 	}
-	p := r.procs[pid]
 	if p == nil {
 		res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
 		return Loc{res: res}
