@@ -112,8 +112,18 @@ struct thr {
 	uint64_t first, raw_first; /* first read, raw TSC from thread start to it */
 	uint64_t work, raw_work;   /* busy loop: virtualized and raw deltas */
 	uint64_t sleep, raw_sleep; /* usleep(20000) */
+	int attempts;              /* busy loops run (the last one counts) */
 	int rc;
 };
+
+/* busy_ok: a busy loop's virtualized time is close to raw: interrupts
+ * and nothing else excluded (pct may dip below 0 by a few cycles: the raw
+ * reads follow the PTT reads, and TCG may pause the vCPU between them) */
+static int busy_ok(uint64_t virt, uint64_t raw)
+{
+	double pct = 100.0 * ((double)raw - (double)virt) / (double)raw;
+	return pct > -0.1 && pct < 5.0;
+}
 
 static void *second(void *arg)
 {
@@ -124,13 +134,22 @@ static void *second(void *arg)
 		return NULL;
 	t->first = rd0();
 	t->raw_first = rdtsc() - r0;
-	uint64_t v0 = rd0(), w0 = rdtsc();
-	spin(10000000);
+	/* up to 3 attempts, as the main thread's (a burst of interrupts on a
+	 * busy host: under TCG their handling runs in real time) */
+	for (t->attempts = 1; t->attempts <= 3; t->attempts++) {
+		uint64_t v0 = rd0(), w0 = rdtsc();
+		spin(10000000);
+		uint64_t v1 = rd0(), w1 = rdtsc();
+		t->work = v1 - v0;
+		t->raw_work = w1 - w0;
+		if (busy_ok(t->work, t->raw_work))
+			break;
+	}
+	if (t->attempts > 3)
+		t->attempts = 3;
 	uint64_t v1 = rd0(), w1 = rdtsc();
 	usleep(20000);
 	uint64_t v2 = rd0(), w2 = rdtsc();
-	t->work = v1 - v0;
-	t->raw_work = w1 - w0;
 	t->sleep = v2 - v1;
 	t->raw_sleep = w2 - w1;
 	return NULL;
@@ -179,10 +198,7 @@ static void tsc_checks(void)
 		double pct = 100.0 * ((double)(rb - ra) - (double)(b - a)) / (double)(rb - ra);
 		printf("pttc: busy loop 1e7 (attempt %d): virtualized %llu, raw %llu, %.3f %% less\n", attempt,
 		       (unsigned long long)(b - a), (unsigned long long)(rb - ra), pct);
-		/* pct may dip below 0 by a few cycles: the raw reads follow
-		 * the PTT reads, and TCG may pause the vCPU between them */
-		int ok = pct > -0.1 && pct < 5.0;
-		if (ok)
+		if (busy_ok(b - a, rb - ra))
 			break;
 		CHECK(attempt < 3, "busy loop: virtualized %llu vs raw %llu (%.3f %% less, want -0.1 to 5 %%) in 3 attempts",
 		      (unsigned long long)(b - a), (unsigned long long)(rb - ra), pct);
@@ -211,8 +227,8 @@ static void tsc_checks(void)
 	      "second thread's first value %llu: want <= %llu (raw since its start) and far below the main thread's %llu",
 	      (unsigned long long)t.first, (unsigned long long)t.raw_first, (unsigned long long)m0);
 	double wpct = 100.0 * ((double)t.raw_work - (double)t.work) / (double)t.raw_work;
-	CHECK(wpct > -0.1 && wpct < 5.0, "second thread busy loop: virtualized %llu, raw %llu", (unsigned long long)t.work,
-	      (unsigned long long)t.raw_work);
+	CHECK(busy_ok(t.work, t.raw_work), "second thread busy loop: virtualized %llu, raw %llu (%.3f %% less, want -0.1 to 5 %%) in %d attempts",
+	      (unsigned long long)t.work, (unsigned long long)t.raw_work, wpct, t.attempts);
 	CHECK(t.sleep * 10 < t.raw_sleep, "second thread usleep: virtualized %llu, raw %llu", (unsigned long long)t.sleep,
 	      (unsigned long long)t.raw_sleep);
 	/*
@@ -225,9 +241,9 @@ static void tsc_checks(void)
 	CHECK((m1 - m0) * 4 < rm1 - rm0, "main thread across the join: virtualized %llu, raw %llu (want < 25 %%)",
 	      (unsigned long long)(m1 - m0), (unsigned long long)(rm1 - rm0));
 	printf("pttc: second thread: first value %llu (raw since start %llu; main thread at %llu), busy loop %llu vs raw %llu "
-	       "(%.3f %% less), usleep %llu vs raw %llu; main across the join %llu vs raw %llu\n",
+	       "(%.3f %% less, attempt %d), usleep %llu vs raw %llu; main across the join %llu vs raw %llu\n",
 	       (unsigned long long)t.first, (unsigned long long)t.raw_first, (unsigned long long)m0, (unsigned long long)t.work,
-	       (unsigned long long)t.raw_work, wpct, (unsigned long long)t.sleep, (unsigned long long)t.raw_sleep,
+	       (unsigned long long)t.raw_work, wpct, t.attempts, (unsigned long long)t.sleep, (unsigned long long)t.raw_sleep,
 	       (unsigned long long)(m1 - m0), (unsigned long long)(rm1 - rm0));
 
 	/* reads while a spinning process competes for the CPU (the retry
