@@ -195,7 +195,7 @@ func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
 			if ended {
 				// zero padding before the chunk's end: the rest must be
 				// zero too (if not, the one reader reports it)
-				if err := w.zeroRest(f, c, off, buf); err != nil {
+				if err := zeroRest(f, c, off, buf); err != nil {
 					return err
 				}
 				break
@@ -207,7 +207,7 @@ func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
 }
 
 // zeroRest checks that c's data from off on is zero bytes.
-func (w *tickWorker) zeroRest(f *nrm2.File, c nrm2.Chunk, off int, buf []byte) error {
+func zeroRest(f *nrm2.File, c nrm2.Chunk, off int, buf []byte) error {
 	for off < len(c.Data) {
 		n := min(len(buf), len(c.Data)-off)
 		if err := f.ReadData(c, buf[:n], off); err != nil {

@@ -32,8 +32,12 @@ type ipTable struct {
 	shift uint // 64 - log2(len(slots))
 }
 
+// fibMul is 2^64 over the golden ratio: a key times it has well-mixed top
+// bits (Fibonacci hashing).
+const fibMul = 0x9e3779b97f4a7c15
+
 // home is ip's first slot (Fibonacci hashing: the product's top bits).
-func (tab *ipTable) home(ip uint64) uint64 { return (ip * 0x9e3779b97f4a7c15) >> tab.shift }
+func (tab *ipTable) home(ip uint64) uint64 { return (ip * fibMul) >> tab.shift }
 
 // tickThread is the ticks of one thread in one mapping state of its
 // process, user and kernel addresses apart (the kernel flag is the

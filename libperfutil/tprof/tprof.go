@@ -825,7 +825,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			for i := int32(0); i < nent; i++ {
 				e := &all[i/entryBlock][i%entryBlock]
 				if t := uint64(e.pid)<<32 | uint64(e.tid); t != lastThr || !haveThr {
-					if (t*0x9e3779b97f4a7c15)>>63 != half {
+					if (t*fibMul)>>63 != half {
 						continue
 					}
 					n, ok := thrNum[t]
@@ -1165,24 +1165,22 @@ func (rep *Report) labelAll() {
 		rep.levelName(&cells[i], LTid)
 	}
 	rep.nameRank = rankStrings(len(rep.names), func(i int) string { return rep.names[i] })
-	pids := make([]uint32, 0, len(rep.procLabels))
-	for pid := range rep.procLabels {
-		pids = append(pids, pid)
+	rep.procRank = rankLabels(rep.procLabels)
+	rep.threadRank = rankLabels(rep.threadLabels)
+}
+
+// rankLabels is the rank of each label of labels among them (rankStrings).
+func rankLabels[K comparable](labels map[K]string) map[K]uint32 {
+	keys := make([]K, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
 	}
-	pr := rankStrings(len(pids), func(i int) string { return rep.procLabels[pids[i]] })
-	rep.procRank = make(map[uint32]uint32, len(pids))
-	for i, pid := range pids {
-		rep.procRank[pid] = pr[i]
+	ranks := rankStrings(len(keys), func(i int) string { return labels[keys[i]] })
+	out := make(map[K]uint32, len(keys))
+	for i, k := range keys {
+		out[k] = ranks[i]
 	}
-	thr := make([][2]uint32, 0, len(rep.threadLabels))
-	for k := range rep.threadLabels {
-		thr = append(thr, k)
-	}
-	tr := rankStrings(len(thr), func(i int) string { return rep.threadLabels[thr[i]] })
-	rep.threadRank = make(map[[2]uint32]uint32, len(thr))
-	for i, k := range thr {
-		rep.threadRank[k] = tr[i]
-	}
+	return out
 }
 
 // rankStrings returns the rank of each of n strings in their sorted

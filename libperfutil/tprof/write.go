@@ -162,18 +162,16 @@ func appendRowParts(b []byte, label string, ticks uint64, depth int, total uint6
 // more while total < 2^38; an exact tie (where the float's binary value
 // decides) and larger totals go to strconv.
 func appendPct(b []byte, n, total uint64) []byte {
-	if total == 0 || n > total || total >= 1<<38 {
-		return strconv.AppendFloat(b, pct(n, total), 'f', 2, 64)
+	if total != 0 && n <= total && total < 1<<38 {
+		if q, r := n*10000/total, n*10000%total; 2*r != total {
+			if 2*r > total {
+				q++
+			}
+			b = strconv.AppendUint(b, q/100, 10)
+			return append(b, '.', byte('0'+q%100/10), byte('0'+q%10))
+		}
 	}
-	q, r := n*10000/total, n*10000%total
-	switch {
-	case 2*r == total:
-		return strconv.AppendFloat(b, pct(n, total), 'f', 2, 64)
-	case 2*r > total:
-		q++
-	}
-	b = strconv.AppendUint(b, q/100, 10)
-	return append(b, '.', byte('0'+q%100/10), byte('0'+q%10))
+	return strconv.AppendFloat(b, pct(n, total), 'f', 2, 64)
 }
 
 func padLeft(b, v []byte, width int) []byte {
