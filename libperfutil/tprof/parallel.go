@@ -605,13 +605,22 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		}
 	}
 	epochs := map[uint32]uint32{}
-	// countRuns locates the addresses of the runs' counts (lt: those
-	// located so far) and adds the counts.
+	// countRuns locates the addresses of the runs' counts and adds the
+	// counts; lt, if not nil, holds the addresses located so far. The
+	// kernel's are kept there (a many-process trace: 52 k counts of 7 k
+	// addresses); a process state's user addresses are located each time
+	// met (a run's are distinct, the repeats across its threads and CPUs
+	// were a sixth of 163 k, and a table of them cost more than locating
+	// those again: sized per state, it was fresh memory).
 	countRuns := func(gs []group, lt map[uint64]int32, kernel bool) {
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]
 			for _, c := range w.counts[run.blk][run.lo:run.hi] {
+				if lt == nil {
+					add(run.pid, run.tid, locate(run.pid, c.ip, kernel), c.n)
+					continue
+				}
 				idx, known := lt[c.ip]
 				if !known {
 					idx = locate(run.pid, c.ip, kernel)
@@ -627,9 +636,9 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		rg := rawGroups[k]
 		delete(groups, k)
 		delete(rawGroups, k)
-		// The state's tables of located addresses, sized for its counts
-		// and (a bound of) its stacks' PCs: grown from empty, they were a
-		// tenth of the replay.
+		// The state's tables of its stacks' located PCs, sized for (a
+		// bound of) them: grown from empty, they were a tenth of the
+		// replay.
 		if len(rg) > 0 {
 			npc := 0
 			for _, g := range rg {
@@ -637,12 +646,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			}
 			locateStacks(pid, rg, [2]map[uint64]int32{make(map[uint64]int32, min(npc, 1<<16)), {}})
 		}
-		n := 0
-		for _, g := range gs {
-			run := &workers[g.w].runs[g.r]
-			n += int(run.hi - run.lo)
-		}
-		countRuns(gs, make(map[uint64]int32, n), false)
+		countRuns(gs, nil, false)
 	}
 	var lastEvent *trace.Record
 	lastEventSeq := -1
