@@ -282,6 +282,25 @@ func (m *Module) Symbol(fileOff uint64) (s Sym, va uint64, ok bool) {
 	return s, va, true
 }
 
+// SymbolStart is where the symbol Symbol finds at a file offset starts
+// (a virtual address; ok false where Symbol finds none): offsets with one
+// start have one name, so a caller naming many can name each start once
+// (Symbol demangles and copies the name each time).
+func (m *Module) SymbolStart(fileOff uint64) (start uint64, ok bool) {
+	va, ok := m.vaddr(fileOff)
+	if !ok {
+		return 0, false
+	}
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			start, ok = 0, false
+		}
+	}()
+	s, ok := m.tab.find(va)
+	return s.Addr, ok
+}
+
 // demangle demangles a symbol name once (names are demangled on first use,
 // not at load: most of a module's symbols are never hit).
 func (m *Module) demangle(name string) string {

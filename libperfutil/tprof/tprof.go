@@ -301,9 +301,37 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		toName = make(chan []a2n.Loc, 1024)
 		go func() {
 			defer close(namedAll)
+			// The Locs of a module that one symbol names are named once,
+			// found by the symbol's start, the last module's table at hand
+			// (Finish demangles and copies the name each time, and
+			// interning its result hashed two strings: three quarters of
+			// the naming of a many-process trace's 47 k Locs).
+			bySym := map[string]map[uint64]int32{}
+			var path string
+			var mod *a2n.Module
+			var syms map[uint64]int32
 			for b := range toName {
 				for i := range b {
-					locRes = append(locRes, internRes(r.Finish(b[i])))
+					l := &b[i]
+					if p := l.Module(); p != "" && p != "[vdso]" {
+						if mod == nil || p != path {
+							path, mod = p, r.Cache.Module(p)
+							if syms = bySym[p]; syms == nil {
+								syms = map[uint64]int32{}
+								bySym[p] = syms
+							}
+						}
+						if start, ok := mod.SymbolStart(l.FileOffset()); ok && mod.Err == nil {
+							idx, known := syms[start]
+							if !known {
+								idx = internRes(r.Finish(*l))
+								syms[start] = idx
+							}
+							locRes = append(locRes, idx)
+							continue
+						}
+					}
+					locRes = append(locRes, internRes(r.Finish(*l)))
 				}
 			}
 		}()
