@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,8 +71,17 @@ func TestReserveInFreshProcess(t *testing.T) {
 	}
 	// (before stays allocated: freed, its space could take part of the
 	// allocation below)
+	debug.SetGCPercent(123)
+	runtime.GC() // none under way: the count below is Reserve's
+	var st runtime.MemStats
+	runtime.ReadMemStats(&st)
+	gcs := st.NumGC
 	if n, why := Reserve(64 << 20); n != 64<<20 || why != "" {
 		t.Fatalf("Reserve prepared %d bytes (%s), want 64 MB", n, why)
+	}
+	runtime.ReadMemStats(&st)
+	if p := debug.SetGCPercent(100); p != 123 || st.NumGC != gcs+1 {
+		t.Errorf("after Reserve: collector at %d %%, want 123 as before; %d collections, want 1 (the one that frees it)", p, st.NumGC-gcs)
 	}
 	b := make([]byte, 16<<20)
 	for i := 0; i < len(b); i += 4096 {
