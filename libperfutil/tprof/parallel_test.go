@@ -297,3 +297,75 @@ func TestLabelAllCoversEveryCell(t *testing.T) {
 		}
 	}
 }
+
+// A count of more ticks than an entry holds is kept in several entries:
+// with entries of at most two ticks each way of counting (every CPU at
+// once, the one reader, naming at once) gives its own report unchanged.
+func TestCountsOverEntryMax(t *testing.T) {
+	// two processes on two CPUs, ticking at a few addresses hundreds of
+	// times each, a remap between
+	var m trace.Writer
+	tr := make([]trace.Writer, 2)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []uint64{100, 200} {
+		must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 1, []uint64{p, 1}, fmt.Sprintf("proc%d", p)))
+		must(m.Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, 1, []uint64{p, 0x400000, 0x10000, 0, 5}, "/bin/alpha"))
+	}
+	must(m.Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, 3000, []uint64{200, 0x400000, 0x10000, 0, 5}, "/bin/beta"))
+	for tm := uint64(2); tm < 6000; tm++ {
+		cpu := tm % 2
+		p := 100 + 100*(tm/2%2)
+		ip := 0x400000 + 0x100*(tm%5)
+		flags := uint64(0)
+		if tm%7 == 0 {
+			ip, flags = 0xffffffff81000000+0x10*(tm%3), trace.TprofKernel
+		}
+		must(tr[cpu].Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tm, []uint64{p, p + tm%2, ip, flags}, ""))
+	}
+	path := filepath.Join(t.TempDir(), "t.nrm2")
+	w, err := nrm2.Create(path, nrm2.Header{NCPUs: 2, RateHz: 1000, KernelRelease: "6.1.0"})
+	must(err)
+	must(w.WriteChunk(nrm2.ChunkMTE, 0, m.Buf))
+	for cpu := range tr {
+		must(w.WriteChunk(nrm2.ChunkTrace, uint32(cpu), tr[cpu].Buf))
+	}
+	must(w.Close(0, make([]nrm2.CPUStats, 2)))
+	atOnce := func() string {
+		f, err := nrm2.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		rep := Build(f, a2n.New(nil), func(*trace.Record, *a2n.Result) {})
+		var b bytes.Buffer
+		if err := rep.WritePI(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	par, p := reportOf(t, path, true)
+	seq, _ := reportOf(t, path, false)
+	one := atOnce()
+	if !p {
+		t.Fatal("the trace was not read on every CPU at once")
+	}
+	old := entryMax
+	defer func() { entryMax = old }()
+	entryMax = 2
+	par2, _ := reportOf(t, path, true)
+	seq2, _ := reportOf(t, path, false)
+	one2 := atOnce()
+	for _, c := range []struct{ name, a, b string }{{"every CPU at once", par, par2}, {"one reader", seq, seq2}, {"naming at once", one, one2}} {
+		if c.a != c.b {
+			t.Errorf("%s: entries of two ticks change the report\n%s\n---- with them\n%s", c.name, c.a, c.b)
+		}
+	}
+	if !strings.Contains(one, "alpha") {
+		t.Fatalf("the report names no program:\n%s", one)
+	}
+}

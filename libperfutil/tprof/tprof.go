@@ -7,6 +7,7 @@ package tprof
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +17,9 @@ import (
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
+
+// entryMax is the most ticks one count entry holds (tests lower it).
+var entryMax uint64 = math.MaxUint32
 
 // Key is one aggregation cell.
 type Key struct {
@@ -250,11 +254,12 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// its slot, a number given anew each time its mappings change (the
 	// next tick at an address is located again; the older counters are
 	// kept), so that a key is two words.
+	// (16 bytes: a count over 2^32 - 1 takes more than one; the offsets
+	// naming at once needs are kept apart, in offs)
 	type entry struct {
 		pid, tid uint32
 		res      int32
-		off      uint64
-		n        uint64
+		n        uint32
 	}
 	type tickKey struct {
 		ip uint64
@@ -411,7 +416,32 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// pointers: the collector has nothing to scan.
 	const entryBlock = 4096
 	var all [][]entry
+	var offs [][]uint64 // naming at once: each entry's offset from its symbol
 	nent := int32(0)
+	// newEntry adds an entry of no ticks and returns it.
+	newEntry := func(pid, tid uint32, res int32, off uint64) int32 {
+		if nent%entryBlock == 0 {
+			all = append(all, make([]entry, 0, entryBlock))
+			if !deferred {
+				offs = append(offs, make([]uint64, 0, entryBlock))
+			}
+		}
+		all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: res})
+		if !deferred {
+			offs[len(offs)-1] = append(offs[len(offs)-1], off)
+		}
+		nent++
+		return nent - 1
+	}
+	// addEntry adds n ticks of (pid, tid) at res.
+	addEntry := func(pid, tid uint32, res int32, n uint64) {
+		for n > 0 {
+			m := min(n, entryMax)
+			i := newEntry(pid, tid, res, 0)
+			all[i/entryBlock][i%entryBlock].n = uint32(m)
+			n -= m
+		}
+	}
 	// Sized for a share of the ticks the file can hold (a tick is a
 	// 32-byte record; real traces have a distinct (thread, address) per
 	// five ticks or so): a map that grows from empty moves each entry
@@ -542,11 +572,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				idx, _ = resolve(pid, ip, kernel)
 				lt[ip] = idx
 			}
-			if nent%entryBlock == 0 {
-				all = append(all, make([]entry, 0, entryBlock))
-			}
-			all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, n: n})
-			nent++
+			addEntry(pid, tid, idx, n)
 		})
 	}
 	// The slot of the last tick's process. haveLast false means none:
@@ -558,11 +584,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		idx, _ := resolve(pid, ip, kernel)
 		return idx
 	}, func(pid, tid uint32, res int32, n uint64) {
-		if nent%entryBlock == 0 {
-			all = append(all, make([]entry, 0, entryBlock))
-		}
-		all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: res, n: n})
-		nent++
+		addEntry(pid, tid, res, n)
 	}, func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64) {
 		if nstk%stkBlock == 0 {
 			stkBlocks = append(stkBlocks, make([]stackRec, 0, stkBlock))
@@ -651,12 +673,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				i, ok := tickIdx[k]
 				if !ok {
 					idx, off := resolve(pid, ip, kernel) // (deferred naming counts in tc above)
-					if nent%entryBlock == 0 {
-						all = append(all, make([]entry, 0, entryBlock))
-					}
-					i = nent
-					all[len(all)-1] = append(all[len(all)-1], entry{pid: pid, tid: tid, res: idx, off: off})
-					nent++
+					i = newEntry(pid, tid, idx, off)
 					tickIdx[k] = i
 					if _, ok := rep.ThreadNm[[2]uint32{pid, tid}]; !ok {
 						rep.ThreadNm[[2]uint32{pid, tid}] = r.ThreadName(pid, tid)
@@ -664,10 +681,15 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 					}
 				}
 				e := &all[i/entryBlock][i%entryBlock]
+				if uint64(e.n) == entryMax { // full: the next ticks in a new one
+					i = newEntry(pid, tid, e.res, offs[i/entryBlock][i%entryBlock])
+					tickIdx[k] = i
+					e = &all[i/entryBlock][i%entryBlock]
+				}
 				e.n++
 				if onRecord != nil {
 					res := results[e.res]
-					res.Offset = e.off
+					res.Offset = offs[i/entryBlock][i%entryBlock]
 					onRecord(rec, &res)
 				}
 				rep.Total++
@@ -871,7 +893,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 					cellIdx[k] = ci
 					cells = append(cells, cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]})
 				}
-				cells[ci].n += e.n
+				cells[ci].n += uint64(e.n)
 			}
 			parts[half] = cells
 		}()
