@@ -288,13 +288,12 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	const locBlock = 4096
 	var locs [][]a2n.Loc
 	nlocs := int32(0)
-	// a module's Locs by file offset, per module number (one-word keys:
-	// Go's fast map path); the last module's table is kept at hand
-	var locByOff []map[uint64]int32
-	var lastMod string
-	var lastOffs map[uint64]int32
-	locByName := map[[2]string]int32{}
-	modNum := map[string]int32{}
+	// the distinct Locs; a module met first starts loading
+	locSet := &locSet{newMod: func(m string) {
+		if m != "[vdso]" {
+			r.Cache.Prefetch(m)
+		}
+	}}
 	// Naming runs beside the reading: a block of Locs is named (on one
 	// goroutine, in the order met) once it is full, the last one when the
 	// reading ends. Naming uses the module cache and the Locs alone, not
@@ -341,14 +340,14 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 		}()
 	}
-	addLoc := func(l a2n.Loc) int32 {
+	addLoc := func(l *a2n.Loc) int32 {
 		if nlocs%locBlock == 0 {
 			if len(locs) > 0 {
 				toName <- locs[len(locs)-1] // full: it does not change again
 			}
 			locs = append(locs, make([]a2n.Loc, 0, locBlock))
 		}
-		locs[len(locs)-1] = append(locs[len(locs)-1], l)
+		locs[len(locs)-1] = append(locs[len(locs)-1], *l)
 		nlocs++
 		return nlocs - 1
 	}
@@ -360,41 +359,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			return internRes(res), res.Offset
 		}
 		l := r.Locate(pid, addr, kernel)
-		m := l.Module()
-		if m == "" {
-			res := l.Final()
-			k := [2]string{res.Module, res.Symbol}
-			idx, ok := locByName[k]
-			if !ok {
-				idx = addLoc(l)
-				locByName[k] = idx
-			}
-			return idx, 0
-		}
-		if m != lastMod || lastOffs == nil {
-			mn, ok := modNum[m]
-			if !ok {
-				mn = int32(len(modNum))
-				modNum[m] = mn
-				if m != "[vdso]" {
-					r.Cache.Prefetch(m)
-				}
-			}
-			for int(mn) >= len(locByOff) {
-				locByOff = append(locByOff, nil)
-			}
-			if locByOff[mn] == nil {
-				locByOff[mn] = make(map[uint64]int32, 256)
-			}
-			lastMod, lastOffs = m, locByOff[mn]
-		}
-		off := l.FileOffset()
-		idx, ok := lastOffs[off]
-		if !ok {
-			idx = addLoc(l)
-			lastOffs[off] = idx
-		}
-		return idx, 0
+		return locSet.index(&l, addLoc), 0
 	}
 	// prefetch starts loading the module of a user address early (the
 	// counting locates addresses only when a process's state ends).
@@ -404,12 +369,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		}
 		l := r.Locate(pid, addr, false)
 		if m := l.Module(); m != "" {
-			if _, ok := modNum[m]; !ok {
-				modNum[m] = int32(len(modNum))
-				if m != "[vdso]" {
-					r.Cache.Prefetch(m)
-				}
-			}
+			locSet.module(m)
 		}
 	}
 	// Counters are kept in blocks (no copying as they grow), without
