@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // loadPerfMap reads /tmp/perf-PID.map (written by `jcmd PID
@@ -51,6 +52,7 @@ func (r *Resolver) loadPerfMap(pid uint32) symtab {
 // trace: the report 1.2 -> 0.9 s without them); one listing answers them
 // all.
 type perfMapDir struct {
+	mu    sync.Mutex // Locate of two processes' addresses may run at once
 	asked int
 	names map[string]bool // the directory's perf-* and jit-* names; nil: not listed (or unlistable)
 	tried bool            // the listing was tried
@@ -63,6 +65,8 @@ const perfMapOpens = 16
 // mayHold reports whether dir may hold name: false only when a listing
 // of dir (made once, after perfMapOpens files) does not show it.
 func (d *perfMapDir) mayHold(dir, name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.asked++; d.asked <= perfMapOpens {
 		return true
 	}

@@ -392,28 +392,16 @@ func (r *Resolver) Finish(l Loc) Result {
 }
 
 // Locate finds where addr is in pid as of the records applied so far.
+// While no record is applied, Locates of different processes may run on
+// goroutines of their own (a process's perf map is read by the first).
 func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 	p := r.procs[pid]
-	res := Result{Process: r.processName(pid, p)}
 	if kernel {
-		<-r.kready
-		s, ok := r.kernelSym(addr)
-		if !ok || len(r.kernel) == 0 && r.kc == nil {
-			res.Module = "[kernel]"
-			res.Symbol = fmt.Sprintf("[kernel]+0x%x", addr)
-			res.Offset = addr
-			return Loc{res: res}
-		}
-		res.Module = "[kernel]"
-		name := s.Name
-		if i := strings.Index(name, " ["); i > 0 {
-			res.Module = "[" + strings.Trim(name[i+2:], "]") + "]"
-			name = name[:i]
-		}
-		res.Symbol = name
-		res.Offset = addr - s.Addr
-		return Loc{res: res}
+		l := r.LocateKernel(addr)
+		l.res.Process = r.processName(pid, p)
+		return l
 	}
+	res := Result{Process: r.processName(pid, p)}
 	if p == nil {
 		res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
 		return Loc{res: res}
@@ -439,6 +427,30 @@ func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 		return Loc{res: r.unnamed(res, seg, addr)}
 	}
 	res.Module, res.Symbol, res.Offset = "<unknown>", "<unknown>", addr
+	return Loc{res: res}
+}
+
+// LocateKernel is Locate of a kernel address without its process (the
+// Loc's Final has no Process): it reads no process, so it may run beside
+// Apply (on another goroutine).
+func (r *Resolver) LocateKernel(addr uint64) Loc {
+	var res Result
+	<-r.kready
+	s, ok := r.kernelSym(addr)
+	if !ok || len(r.kernel) == 0 && r.kc == nil {
+		res.Module = "[kernel]"
+		res.Symbol = fmt.Sprintf("[kernel]+0x%x", addr)
+		res.Offset = addr
+		return Loc{res: res}
+	}
+	res.Module = "[kernel]"
+	name := s.Name
+	if i := strings.Index(name, " ["); i > 0 {
+		res.Module = "[" + strings.Trim(name[i+2:], "]") + "]"
+		name = name[:i]
+	}
+	res.Symbol = name
+	res.Offset = addr - s.Addr
 	return Loc{res: res}
 }
 
