@@ -31,8 +31,9 @@ func (s *locSet) module(m string) int32 {
 }
 
 // index is l's number: that of the Loc met before at the same place, or
-// a new one from add.
-func (s *locSet) index(l *a2n.Loc, add func(l *a2n.Loc) int32) int32 {
+// a new one from add. (Locs are passed by value: a pointer to a caller's
+// Loc given to add made every Loc a heap allocation.)
+func (s *locSet) index(l a2n.Loc, add func(l a2n.Loc) int32) int32 {
 	m := l.Module()
 	if m == "" {
 		res := l.Final()

@@ -349,6 +349,86 @@ func (w *tickWorker) stack(time uint64, pid, tid uint32, flags uint64, b []byte)
 	w.nraw++
 }
 
+// runRef is a run of a worker (or, of a state's stacks, a raw stack):
+// workers[w].runs[r].
+type runRef struct{ w, r int32 }
+
+// sideLocator locates the kernel's counts on a goroutine of its own,
+// beside the replay (kernel addresses are located alike at any time): its
+// Locs numbered in a locSet of its own, numbered again in the report's by
+// merge, on the replay's goroutine. (The replay, on one CPU, was a third
+// of a many-process flat report; its kernel counts 6 of its 35 ms. The
+// user counts of the states open at the end, half of them located there
+// too, made more Locs to name after the merge than they saved: the
+// namer, one goroutine, then ended 5 ms later.)
+type sideLocator struct {
+	workers []*tickWorker
+	done    chan struct{}
+	set     locSet
+	locs    [][]a2n.Loc // in blocks (fresh memory is dear: no copies)
+	nlocs   int32
+	ents    [][]sideEntry
+}
+
+// sideEntry is a thread's count of the side's Loc loc.
+type sideEntry struct {
+	pid, tid uint32
+	loc      int32
+	n        uint64
+}
+
+const sideBlock = 4096
+
+func startSide(r *a2n.Resolver, workers []*tickWorker, kernelRuns []runRef) *sideLocator {
+	s := &sideLocator{workers: workers, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		add := func(l a2n.Loc) int32 {
+			if s.nlocs%sideBlock == 0 {
+				s.locs = append(s.locs, make([]a2n.Loc, 0, sideBlock))
+			}
+			s.locs[len(s.locs)-1] = append(s.locs[len(s.locs)-1], l)
+			s.nlocs++
+			return s.nlocs - 1
+		}
+		known := map[uint64]int32{} // (52 k counts of 7 k addresses on a many-process trace)
+		for _, g := range kernelRuns {
+			w := s.workers[g.w]
+			run := &w.runs[g.r]
+			for _, c := range w.counts[run.blk][run.lo:run.hi] {
+				idx, ok := known[c.ip]
+				if !ok {
+					idx = s.set.index(r.LocateKernel(c.ip), add)
+					known[c.ip] = idx
+				}
+				if k := len(s.ents); k == 0 || len(s.ents[k-1]) == sideBlock {
+					s.ents = append(s.ents, make([]sideEntry, 0, sideBlock))
+				}
+				b := &s.ents[len(s.ents)-1]
+				*b = append(*b, sideEntry{run.pid, run.tid, idx, c.n})
+			}
+		}
+	}()
+	return s
+}
+
+// merge waits for the side's end and adds its counts, its Locs numbered
+// by index.
+func (s *sideLocator) merge(index func(l a2n.Loc) int32, add func(pid, tid uint32, res int32, n uint64)) {
+	<-s.done
+	num := make([]int32, 0, s.nlocs)
+	for _, b := range s.locs {
+		for i := range b {
+			num = append(num, index(b[i]))
+		}
+	}
+	for _, b := range s.ents {
+		for _, e := range b {
+			add(e.pid, e.tid, num[e.loc], e.n)
+		}
+	}
+}
+
 // isChange reports whether an MTE or JIT record changes its process's
 // mappings, and which process (a fork: the child).
 func isChange(rec *trace.Record) (uint32, bool) {
@@ -367,11 +447,12 @@ func isChange(rec *trace.Record) (uint32, bool) {
 
 // countParallel counts the ticks of f as above, if it can: locate names
 // an address of a process as its mappings are when called (kernel: any
-// time), add takes a thread's count of a located address. It applies
+// time), index numbers a Loc as locate numbers it, add takes a thread's
+// count of a located address. It applies
 // the MTE records to r and fills rep's totals and names. False: nothing
 // was changed, the trace needs the one reader.
-func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32, add func(pid, tid uint32, res int32, n uint64),
-	addStack func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64)) bool {
+func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32, index func(l a2n.Loc) int32,
+	add func(pid, tid uint32, res int32, n uint64), addStack func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64)) bool {
 	size := 0
 	var bufs []nrm2.BufferStream
 	for _, s := range f.BufferStreams() {
@@ -455,10 +536,9 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	}
 	var firsts []firstTick
 	seen := map[[2]uint32]int{}
-	type group struct{ w, r int32 }
-	groups := map[[2]uint32][]group{}    // (pid, epoch) -> runs
-	rawGroups := map[[2]uint32][]group{} // (pid, epoch) -> raw stacks
-	var kernelRuns []group
+	groups := map[[2]uint32][]runRef{}    // (pid, epoch) -> runs
+	rawGroups := map[[2]uint32][]runRef{} // (pid, epoch) -> raw stacks
+	var kernelRuns []runRef
 	for wi, w := range workers {
 		rep.Total += w.total
 		if w.total > 0 {
@@ -479,16 +559,16 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		}
 		for ri, run := range w.runs {
 			if run.kernel {
-				kernelRuns = append(kernelRuns, group{int32(wi), int32(ri)})
+				kernelRuns = append(kernelRuns, runRef{int32(wi), int32(ri)})
 				continue
 			}
 			k := [2]uint32{run.pid, run.epoch}
-			groups[k] = append(groups[k], group{int32(wi), int32(ri)})
+			groups[k] = append(groups[k], runRef{int32(wi), int32(ri)})
 		}
 		for i := int32(0); i < w.nraw; i++ {
 			rs := w.raw(i)
 			k := [2]uint32{rs.pid, rs.epoch}
-			rawGroups[k] = append(rawGroups[k], group{int32(wi), i})
+			rawGroups[k] = append(rawGroups[k], runRef{int32(wi), i})
 		}
 	}
 	// The stacks once located: one a (thread, frames, truncated), its
@@ -526,7 +606,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	// locateStacks locates a state's stacks; pcs are its tables of
 	// located PCs, user and kernel frames (as the one reader's: not its
 	// ticks').
-	locateStacks := func(pid uint32, gs []group, pcs [2]map[uint64]int32) {
+	locateStacks := func(pid uint32, gs []runRef, pcs [2]map[uint64]int32) {
 		for _, g := range gs {
 			w := workers[g.w]
 			rs := w.raw(g.r)
@@ -616,28 +696,17 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		}
 	}
 	epochs := map[uint32]uint32{}
-	// countRuns locates the addresses of the runs' counts and adds the
-	// counts; lt, if not nil, holds the addresses located so far. The
-	// kernel's are kept there (a many-process trace: 52 k counts of 7 k
-	// addresses); a process state's user addresses are located each time
-	// met (a run's are distinct, the repeats across its threads and CPUs
-	// were a sixth of 163 k, and a table of them cost more than locating
-	// those again: sized per state, it was fresh memory).
-	countRuns := func(gs []group, lt map[uint64]int32, kernel bool) {
+	// countRuns locates the user addresses of the runs' counts and adds
+	// the counts: a process state's addresses each time met (a run's are
+	// distinct, the repeats across its threads and CPUs were a sixth of
+	// 163 k, and a table of them cost more than locating those again:
+	// sized per state, it was fresh memory).
+	countRuns := func(gs []runRef) {
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]
 			for _, c := range w.counts[run.blk][run.lo:run.hi] {
-				if lt == nil {
-					add(run.pid, run.tid, locate(run.pid, c.ip, kernel), c.n)
-					continue
-				}
-				idx, known := lt[c.ip]
-				if !known {
-					idx = locate(run.pid, c.ip, kernel)
-					lt[c.ip] = idx
-				}
-				add(run.pid, run.tid, idx, c.n)
+				add(run.pid, run.tid, locate(run.pid, c.ip, false), c.n)
 			}
 		}
 	}
@@ -657,8 +726,9 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			}
 			locateStacks(pid, rg, [2]map[uint64]int32{make(map[uint64]int32, min(npc, 1<<16)), {}})
 		}
-		countRuns(gs, nil, false)
+		countRuns(gs)
 	}
+	side := startSide(r, workers, kernelRuns)
 	var lastEvent *trace.Record
 	lastEventSeq := -1
 	for _, blk := range mte {
@@ -697,7 +767,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	for _, k := range rest {
 		locateGroup(k[0], k[1])
 	}
-	countRuns(kernelRuns, map[uint64]int32{}, true)
+	side.merge(index, add)
 	// The event-based sampling name: the last record in Records' order
 	// (an MTE record before a trace record of the same time).
 	for _, w := range workers {

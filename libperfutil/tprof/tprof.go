@@ -340,14 +340,14 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			}
 		}()
 	}
-	addLoc := func(l *a2n.Loc) int32 {
+	addLoc := func(l a2n.Loc) int32 {
 		if nlocs%locBlock == 0 {
 			if len(locs) > 0 {
 				toName <- locs[len(locs)-1] // full: it does not change again
 			}
 			locs = append(locs, make([]a2n.Loc, 0, locBlock))
 		}
-		locs[len(locs)-1] = append(locs[len(locs)-1], *l)
+		locs[len(locs)-1] = append(locs[len(locs)-1], l)
 		nlocs++
 		return nlocs - 1
 	}
@@ -358,8 +358,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			res := r.Resolve(pid, addr, kernel)
 			return internRes(res), res.Offset
 		}
-		l := r.Locate(pid, addr, kernel)
-		return locSet.index(&l, addLoc), 0
+		return locSet.index(r.Locate(pid, addr, kernel), addLoc), 0
 	}
 	// prefetch starts loading the module of a user address early (the
 	// counting locates addresses only when a process's state ends).
@@ -543,6 +542,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	if deferred && filt == nil && countParallel(f, r, rep, func(pid uint32, ip uint64, kernel bool) int32 {
 		idx, _ := resolve(pid, ip, kernel)
 		return idx
+	}, func(l a2n.Loc) int32 {
+		return locSet.index(l, addLoc)
 	}, func(pid, tid uint32, res int32, n uint64) {
 		addEntry(pid, tid, res, n)
 	}, func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64) {
