@@ -50,6 +50,11 @@ type tickThread struct {
 	done     bool         // flushed: its process's state changed
 }
 
+// threadSlab is how many threads a tickCounter allocates at once: one
+// reader's threads together, not between another's (their fields are
+// written as they tick: see tickWorker).
+const threadSlab = 64
+
 // tickCounter holds the threads' tables until they are counted.
 type tickCounter struct {
 	byThread map[[2]uint32]*tickThread // the live state of each thread
@@ -58,6 +63,7 @@ type tickCounter struct {
 	free     [][]ipCount   // full-size tables to reuse (empty)
 	runs     []ipCount     // scratch of a spill: a table's counts
 	merged   []ipCount     // and those merged with the thread's
+	slab     []tickThread  // threads to give out (see threadSlab)
 	// count receives each distinct address of a thread-state with its
 	// ticks, once, when the state or the trace ends.
 	count func(t *tickThread, kernel bool, ip, n uint64)
@@ -84,13 +90,20 @@ func (tc *tickCounter) thread(cpu int, pid, tid, epoch uint32) (*tickThread, boo
 		t.done, t.epoch = false, epoch
 	}
 	if !ok {
-		t = &tickThread{pid: pid, tid: tid, epoch: epoch}
+		if len(tc.slab) == 0 {
+			tc.slab = make([]tickThread, threadSlab)
+		}
+		t = &tc.slab[0]
+		tc.slab = tc.slab[1:]
+		*t = tickThread{pid: pid, tid: tid, epoch: epoch}
 		tc.byThread[k] = t
 		tc.byPid[pid] = append(tc.byPid[pid], t)
 	}
 	if cpu >= 0 && cpu < 1024 {
-		for cpu >= len(tc.last) {
-			tc.last = append(tc.last, nil)
+		if cpu >= len(tc.last) {
+			// (at least 16: a line of the cache of its own, read at every
+			// tick, see tickWorker)
+			tc.last = append(tc.last, make([]*tickThread, max(cpu+1, 16)-len(tc.last))...)
 		}
 		tc.last[cpu] = t
 	}

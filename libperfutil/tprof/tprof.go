@@ -314,6 +314,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			var path string
 			var mod *a2n.Module
 			var syms map[uint64]int32
+			// (the names kept in a variable of this goroutine, given at the
+			// end: a shared variable written at each Loc may share a line
+			// of the cache with what the replay writes)
+			var named []int32
+			defer func() { locRes = named }()
 			for b := range toName {
 				for i := range b {
 					l := &b[i]
@@ -331,11 +336,11 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 								idx = internRes(r.Finish(*l))
 								syms[start] = idx
 							}
-							locRes = append(locRes, idx)
+							named = append(named, idx)
 							continue
 						}
 					}
-					locRes = append(locRes, internRes(r.Finish(*l)))
+					named = append(named, internRes(r.Finish(*l)))
 				}
 			}
 		}()
@@ -833,6 +838,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			thrNum := map[uint64]uint64{}
 			lastThr, lastNum, haveThr := uint64(0), uint64(0), false // (every value is a real thread: pid and tid -1 too)
 			cells := make([]cell, 0, nent/4)
+			var threads []cell // (the part's own until the end, as cells)
 			for i := int32(0); i < nent; i++ {
 				e := &all[i/entryBlock][i%entryBlock]
 				if t := uint64(e.pid)<<32 | uint64(e.tid); t != lastThr || !haveThr {
@@ -842,7 +848,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 					n, ok := thrNum[t]
 					if !ok {
 						n = uint64(len(thrNum))
-						partThreads[half] = append(partThreads[half], cell{pid: e.pid, tid: e.tid})
+						threads = append(threads, cell{pid: e.pid, tid: e.tid})
 						thrNum[t] = n
 					}
 					lastThr, lastNum, haveThr = t, n, true
@@ -856,7 +862,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 				}
 				cells[ci].n += uint64(e.n)
 			}
-			parts[half] = cells
+			parts[half], partThreads[half] = cells, threads
 		}()
 	}
 	wg.Wait()

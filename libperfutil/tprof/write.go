@@ -91,14 +91,14 @@ func (rep *Report) WritePI(out io.Writer) error {
 		fmt.Fprintln(w, "================================================================")
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "%-4s %10s %7s  %s\n", "LAB", "TKS", "%%%", "NAMES")
-		var buf []byte
+		rb := &rowBuf{}
 		rep.eachRow(levels, order, func(depth int, label string, ticks uint64, name string) {
-			buf = appendRowParts(buf[:0], label, ticks, depth, rep.Total, -1, name)
-			w.Write(buf)
+			rb.b = appendRowParts(rb.b[:0], label, ticks, depth, rep.Total, -1, name)
+			w.Write(rb.b)
 		})
 		fmt.Fprintln(w)
 	}
-	var second bytes.Buffer
+	second := &paddedBuffer{}
 	labeled := make(chan struct{}) // labelAll done: its tables are only read after
 	var byPMST []int32
 	pmstMade := make(chan struct{})
@@ -109,9 +109,9 @@ func (rep *Report) WritePI(out io.Writer) error {
 		byMS := rep.cellOrderWith(ms, &scratch)
 		second.Grow(64 * len(rep.cells))
 		<-labeled
-		section(&second, "Module_Symbol", ms, byMS)
+		section(second, "Module_Symbol", ms, byMS)
 		<-pmstMade
-		rep.writeWithinProcess(&second, byPMST)
+		rep.writeWithinProcess(second, byPMST)
 	}()
 	rep.labelAll()
 	close(labeled)
@@ -127,6 +127,24 @@ func (rep *Report) WritePI(out io.Writer) error {
 		rep.writeCallTree(w)
 	}
 	return w.Flush()
+}
+
+// rowBuf is a writer goroutine's row being made (and the row's process's
+// ticks), and paddedBuffer the second writer's output: each a line of the
+// cache away from anything else. Two goroutines write rows at once, and
+// their small variables, written at every row, could be neighbours on the
+// heap (false sharing: see tickWorker).
+type rowBuf struct {
+	_    [cacheLine]byte
+	b    []byte
+	proc uint64
+	_    [cacheLine]byte
+}
+
+type paddedBuffer struct {
+	_ [cacheLine]byte
+	bytes.Buffer
+	_ [cacheLine]byte
 }
 
 // appendRowParts appends one section row as fmt's "%-4s %10d %7.2f  %s%s\n"
@@ -193,14 +211,13 @@ func (rep *Report) writeWithinProcess(w io.Writer, byPMST []int32) {
 	fmt.Fprintln(w, " %%% is the share of all ticks, %PROC the share of the ticks of the row's process")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-4s %10s %7s %7s  %s\n", "LAB", "TKS", "%%%", "%PROC", "NAMES")
-	var buf []byte
-	var proc uint64
+	rb := &rowBuf{}
 	rep.eachRow([]int{LPid, LMod, LSym}, byPMST, func(depth int, label string, ticks uint64, name string) {
 		if depth == 0 {
-			proc = ticks
+			rb.proc = ticks
 		}
-		buf = appendRowParts(buf[:0], label, ticks, depth, rep.Total, int64(proc), name)
-		w.Write(buf)
+		rb.b = appendRowParts(rb.b[:0], label, ticks, depth, rep.Total, int64(rb.proc), name)
+		w.Write(rb.b)
 	})
 	fmt.Fprintln(w)
 }
