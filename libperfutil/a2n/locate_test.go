@@ -85,3 +85,58 @@ func TestLocateProcessesAtOnce(t *testing.T) {
 		t.Fatalf("%d processes named by their perf maps, want %d", named, (procs+2)/3)
 	}
 }
+
+// A Cursor's Module is Locate's module Loc (its module and file offset)
+// wherever Locate gives one, and nothing elsewhere: modules, anonymous
+// memory, [stack], [vdso], gaps, addresses in and out of order; a process
+// with JIT loads, or none known, goes to Locate.
+func TestCursorAsLocate(t *testing.T) {
+	r := New(nil)
+	seg := func(pid, start, size, off uint64, path string) {
+		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTESegment, Fixed: []uint64{pid, start, size, off, 5}, Str: path})
+	}
+	seg(7, 0x400000, 0x3000, 0, "/bin/prog")
+	seg(7, 0x403000, 0x2000, 0x3000, "/bin/prog")
+	seg(7, 0x600000, 0x1000, 0, "//anon")
+	seg(7, 0x7f0000000000, 0x4000, 0x1000, "/lib/libc.so.6")
+	seg(7, 0x7ffe00000000, 0x2000, 0, "[stack]")
+	seg(7, 0x7fff00000000, 0x2000, 0, "[vdso]")
+	seg(8, 0x400000, 0x3000, 0, "/bin/jitted")
+	r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{8, 8, 0x500000, 0x100}, Str: "jit_fn"})
+	var addrs []uint64
+	for _, base := range []uint64{0x3ff000, 0x400000, 0x402ff8, 0x404ff0, 0x600000, 0x7f0000000000, 0x7ffe00000000, 0x7fff00000000} {
+		for d := uint64(0); d < 0x6000; d += 0x7f0 {
+			addrs = append(addrs, base+d)
+		}
+	}
+	check := func(pid uint32, order []uint64) int {
+		c := r.Cursor(pid)
+		modules := 0
+		for _, a := range order {
+			l := r.Locate(pid, a, false)
+			path, off, ok := c.Module(a)
+			want := l.Module() != "" && pid != 8
+			if ok != want || ok && (path != l.Module() || off != l.FileOffset()) {
+				t.Fatalf("pid %d %#x: cursor %q %#x %v, Locate %q %#x", pid, a, path, off, ok, l.Module(), l.FileOffset())
+			}
+			if ok {
+				modules++
+			}
+		}
+		return modules
+	}
+	rev := append([]uint64(nil), addrs...)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	if n := check(7, addrs); n < 20 || check(7, rev) != n {
+		t.Fatalf("%d addresses in modules", n)
+	}
+	check(8, addrs) // JIT loads: none
+	check(9, addrs) // unknown process: none
+	seg(7, 0x400000, 0x3000, 0x10000, "/bin/other") // a remap: a new cursor sees it
+	c := r.Cursor(7)
+	if path, off, ok := c.Module(0x400010); !ok || path != "/bin/other" || off != 0x10010 {
+		t.Fatalf("after a remap: %q %#x %v", path, off, ok)
+	}
+}

@@ -430,6 +430,48 @@ func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 	return Loc{res: res}
 }
 
+// Cursor locates many addresses of one process (in address order, most
+// in the segment of the one before) as of the records applied so far: it
+// must not be used once another record is applied.
+type Cursor struct {
+	p      *Process
+	seg    int  // the segment of the last address, or -1
+	module bool // and whether Locate names its addresses by their module
+}
+
+// Cursor returns a cursor over pid's mappings.
+func (r *Resolver) Cursor(pid uint32) Cursor {
+	return Cursor{p: r.procs[pid], seg: -1}
+}
+
+// Module is where addr is when Locate gives a module's Loc: the module
+// (Loc.Module) and the offset in its file (Loc.FileOffset); ok false when
+// Locate names addr otherwise (JIT code, anonymous memory, no mapping, an
+// unknown process). It looks at most a segment up when addr is in the
+// same segment as the address before (a sorted run of one process's
+// addresses: most of a report's).
+func (c *Cursor) Module(addr uint64) (path string, fileOff uint64, ok bool) {
+	p := c.p
+	if p == nil || len(p.jit) > 0 {
+		return "", 0, false // (JIT loads come first in Locate: not worth a fast path)
+	}
+	if i := c.seg; i < 0 || addr < p.segs[i].Start || addr >= p.segs[i].Start+p.segs[i].Size {
+		i = sort.Search(len(p.segs), func(i int) bool { return p.segs[i].Start > addr }) - 1
+		if i < 0 || addr >= p.segs[i].Start+p.segs[i].Size {
+			c.seg = -1
+			return "", 0, false
+		}
+		c.seg = i
+		path := p.segs[i].Path
+		c.module = path != "" && !strings.HasPrefix(path, "//anon") && (!strings.HasPrefix(path, "[") || path == "[vdso]")
+	}
+	if !c.module {
+		return "", 0, false
+	}
+	s := &p.segs[c.seg]
+	return s.Path, addr - s.Start + s.Offset, true
+}
+
 // LocateKernel is Locate of a kernel address without its process (the
 // Loc's Final has no Process): it reads no process, so it may run beside
 // Apply (on another goroutine).

@@ -48,6 +48,31 @@ func (s *locSet) index(l a2n.Loc, add func(l a2n.Loc) int32) int32 {
 		}
 		return idx
 	}
+	off := l.FileOffset()
+	t := s.offsets(m)
+	idx, ok := t[off]
+	if !ok {
+		idx = add(l)
+		t[off] = idx
+	}
+	return idx
+}
+
+// indexModule is index of the Loc of module m's file offset off, which
+// loc makes (called only when it is new: most located addresses were met
+// before).
+func (s *locSet) indexModule(m string, off uint64, loc func() a2n.Loc, add func(l a2n.Loc) int32) int32 {
+	t := s.offsets(m)
+	idx, ok := t[off]
+	if !ok {
+		idx = add(loc())
+		t[off] = idx
+	}
+	return idx
+}
+
+// offsets is module m's table of Locs by file offset.
+func (s *locSet) offsets(m string) map[uint64]int32 {
 	if m != s.lastMod || s.lastOffs == nil {
 		mn := s.module(m)
 		for int(mn) >= len(s.byOff) {
@@ -58,11 +83,5 @@ func (s *locSet) index(l a2n.Loc, add func(l a2n.Loc) int32) int32 {
 		}
 		s.lastMod, s.lastOffs = m, s.byOff[mn]
 	}
-	off := l.FileOffset()
-	idx, ok := s.lastOffs[off]
-	if !ok {
-		idx = add(l)
-		s.lastOffs[off] = idx
-	}
-	return idx
+	return s.lastOffs
 }

@@ -447,11 +447,13 @@ func isChange(rec *trace.Record) (uint32, bool) {
 
 // countParallel counts the ticks of f as above, if it can: locate names
 // an address of a process as its mappings are when called (kernel: any
-// time), index numbers a Loc as locate numbers it, add takes a thread's
-// count of a located address. It applies
+// time), userLocator gives a locate of one process's user addresses
+// (while no record is applied), index numbers a Loc as locate numbers it,
+// add takes a thread's count of a located address. It applies
 // the MTE records to r and fills rep's totals and names. False: nothing
 // was changed, the trace needs the one reader.
-func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32, index func(l a2n.Loc) int32,
+func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32,
+	userLocator func(pid uint32) func(ip uint64) int32, index func(l a2n.Loc) int32,
 	add func(pid, tid uint32, res int32, n uint64), addStack func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64)) bool {
 	size := 0
 	var bufs []nrm2.BufferStream
@@ -701,12 +703,16 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	// distinct, the repeats across its threads and CPUs were a sixth of
 	// 163 k, and a table of them cost more than locating those again:
 	// sized per state, it was fresh memory).
-	countRuns := func(gs []runRef) {
+	countRuns := func(pid uint32, gs []runRef) {
+		if len(gs) == 0 {
+			return
+		}
+		loc := userLocator(pid)
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]
 			for _, c := range w.counts[run.blk][run.lo:run.hi] {
-				add(run.pid, run.tid, locate(run.pid, c.ip, false), c.n)
+				add(run.pid, run.tid, loc(c.ip), c.n)
 			}
 		}
 	}
@@ -726,7 +732,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			}
 			locateStacks(pid, rg, [2]map[uint64]int32{make(map[uint64]int32, min(npc, 1<<16)), {}})
 		}
-		countRuns(gs)
+		countRuns(pid, gs)
 	}
 	side := startSide(r, workers, kernelRuns)
 	var lastEvent *trace.Record
