@@ -343,3 +343,35 @@ func TestExampleEndToEnd(t *testing.T) {
 		t.Fatalf("no kernel tick resolved to a symbol (%d bare)", kernelBare)
 	}
 }
+
+// tprof.out is written over an old one in place (not truncated first):
+// whether the old file is longer or shorter, what is left is the new
+// report alone.
+func TestTprofOutWrittenOverOld(t *testing.T) {
+	dir := t.TempDir()
+	path, _ := synthetic(t, dir, 0)
+	out := filepath.Join(dir, "tprof.out")
+	report := func() string {
+		t.Helper()
+		if _, errs, code := runPost(t, dir, "-r", path, "-tprof"); code != 0 {
+			t.Fatalf("post: exit %d: %s", code, errs)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	want := report()
+	if !strings.Contains(want, "Total Ticks") {
+		t.Fatalf("no report:\n%s", want)
+	}
+	for _, old := range []string{strings.Repeat("old report line\n", len(want)/4), "short\n"} {
+		if err := os.WriteFile(out, []byte(old), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := report(); got != want {
+			t.Fatalf("over an old file of %d bytes: %d bytes, want the report's %d:\n%.300s", len(old), len(got), len(want), got[max(0, len(want)-100):])
+		}
+	}
+}
