@@ -132,8 +132,8 @@ func TestCursorAsLocate(t *testing.T) {
 	if n := check(7, addrs); n < 20 || check(7, rev) != n {
 		t.Fatalf("%d addresses in modules", n)
 	}
-	check(8, addrs) // JIT loads: none
-	check(9, addrs) // unknown process: none
+	check(8, addrs)                                 // JIT loads: none
+	check(9, addrs)                                 // unknown process: none
 	seg(7, 0x400000, 0x3000, 0x10000, "/bin/other") // a remap: a new cursor sees it
 	c := r.Cursor(7)
 	if path, off, ok := c.Module(0x400010); !ok || path != "/bin/other" || off != 0x10010 {
