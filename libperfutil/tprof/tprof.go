@@ -1184,6 +1184,13 @@ func (rep *Report) labelAll() {
 	if rep.nameRank != nil {
 		return
 	}
+	rep.labelThreads()
+	rep.rankNames()
+}
+
+// labelThreads is labelAll's labels of processes and threads and their
+// ranks.
+func (rep *Report) labelThreads() {
 	cells := rep.threads // a cell of each thread (ten times fewer than the cells)
 	if cells == nil {
 		cells = rep.cells
@@ -1192,9 +1199,16 @@ func (rep *Report) labelAll() {
 		rep.levelName(&cells[i], LPid)
 		rep.levelName(&cells[i], LTid)
 	}
-	rep.nameRank = rankStrings(len(rep.names), func(i int) string { return rep.names[i] })
 	rep.procRank = rankLabels(rep.procLabels)
 	rep.threadRank = rankLabels(rep.threadLabels)
+}
+
+// rankNames is labelAll's ranks of the module and symbol names (made
+// beside labelThreads by WritePI: they share nothing).
+func (rep *Report) rankNames() {
+	if rep.nameRank == nil {
+		rep.nameRank = rankStrings(len(rep.names), func(i int) string { return rep.names[i] })
+	}
 }
 
 // rankLabels is the rank of each label of labels among them (rankStrings).

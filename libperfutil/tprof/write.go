@@ -99,7 +99,10 @@ func (rep *Report) WritePI(out io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	second := &paddedBuffer{}
-	labeled := make(chan struct{}) // labelAll done: its tables are only read after
+	// the labels of processes and threads (and their ranks) made on this
+	// goroutine, the names' ranks on the second: each table only read
+	// once its channel is closed
+	labeled, ranked := make(chan struct{}), make(chan struct{})
 	var byPMST []int32
 	pmstMade := make(chan struct{})
 	done := make(chan struct{})
@@ -107,17 +110,20 @@ func (rep *Report) WritePI(out io.Writer) error {
 		defer close(done)
 		var scratch [2][]sortKey
 		byMS := rep.cellOrderWith(ms, &scratch)
+		rep.rankNames()
+		close(ranked)
 		second.Grow(64 * len(rep.cells))
+		section(second, "Module_Symbol", ms, byMS) // (names only)
 		<-labeled
-		section(second, "Module_Symbol", ms, byMS)
 		<-pmstMade
 		rep.writeWithinProcess(second, byPMST)
 	}()
-	rep.labelAll()
+	rep.labelThreads()
 	close(labeled)
 	byPMST = rep.cellOrder(pmst)
 	close(pmstMade)
 	byPTMS := rep.cellOrder(ptms)
+	<-ranked
 	section(w, "Process", pmst[:1], byPMST)
 	section(w, "Process_Module", pmst[:2], byPMST)
 	section(w, "Process_Thread_Module_Symbol", ptms, byPTMS)
