@@ -748,13 +748,21 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			if rec.Major == trace.MajorMTE || rec.Major == trace.MajorJITLoad {
 				r.Apply(rec)
 			}
+			// A process's last change applied, its mappings are those of
+			// the end: its last state is located now, not after every
+			// record (the long-lived processes' states, most of the Locs,
+			// came in a burst at the end, named after the replay: 7-10 ms).
+			if pid, ok := isChange(rec); ok && int(epochs[pid]) == len(changes[pid]) {
+				locateGroup(pid, epochs[pid])
+			}
 			if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
 				lastEvent = rec
 			}
 		}
 	}
 	nameUpTo(0, true)
-	// The states still open at the end, a process after the other.
+	// The states still open at the end (of processes without a change),
+	// a process after the other.
 	rest := make([][2]uint32, 0, len(groups)+len(rawGroups))
 	for k := range groups {
 		rest = append(rest, k)
