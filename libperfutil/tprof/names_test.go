@@ -66,26 +66,8 @@ func TestDeferredNamesAsAtOnce(t *testing.T) {
 			ticks++
 		}
 	}
-	path := filepath.Join(dir, "t.nrm2")
-	w, err := nrm2.Create(path, nrm2.Header{NCPUs: 1, RateHz: 1000, KernelRelease: "6.1.0"})
-	must(err)
-	must(w.WriteChunk(nrm2.ChunkMTE, 0, m.Buf))
-	must(w.WriteChunk(nrm2.ChunkTrace, 0, tr.Buf))
-	must(w.Close(0, []nrm2.CPUStats{{Records: uint64(ticks + 4)}}))
-	counts := make([]map[Key]uint64, 2)
-	for i, atOnce := range []bool{false, true} {
-		f, err := nrm2.Open(path)
-		must(err)
-		var onRecord func(*trace.Record, *a2n.Result)
-		if atOnce {
-			onRecord = func(*trace.Record, *a2n.Result) {}
-		}
-		rep := Build(f, a2n.New(nil), onRecord)
-		f.Close()
-		must(rep.RecordErr)
-		counts[i] = rep.TickCounts()
-	}
-	deferred, atOnce := counts[0], counts[1]
+	reps := bothWays(t, oneCPUTrace(t, &m, &tr, uint64(ticks+4)))
+	deferred, atOnce := reps[0].TickCounts(), reps[1].TickCounts()
 	perModule := map[string]int{}
 	for k, n := range atOnce {
 		if deferred[k] != n {
@@ -102,4 +84,47 @@ func TestDeferredNamesAsAtOnce(t *testing.T) {
 		t.Fatalf("rows per module %v: want the same hundreds in each copy", perModule)
 	}
 	t.Logf("%d ticks, %d rows per module", ticks, perModule[paths[0]])
+}
+
+// oneCPUTrace writes the records of m (MTE) and tr (trace) as a trace of
+// one CPU and returns its path.
+func oneCPUTrace(t *testing.T, m, tr *trace.Writer, records uint64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "t.nrm2")
+	w, err := nrm2.Create(path, nrm2.Header{NCPUs: 1, RateHz: 1000, KernelRelease: "6.1.0"})
+	if err == nil {
+		err = w.WriteChunk(nrm2.ChunkMTE, 0, m.Buf)
+	}
+	if err == nil {
+		err = w.WriteChunk(nrm2.ChunkTrace, 0, tr.Buf)
+	}
+	if err == nil {
+		err = w.Close(0, []nrm2.CPUStats{{Records: records}})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// bothWays is path's report with deferred naming and with naming at once.
+func bothWays(t *testing.T, path string) [2]*Report {
+	t.Helper()
+	var reps [2]*Report
+	for i, atOnce := range []bool{false, true} {
+		f, err := nrm2.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var onRecord func(*trace.Record, *a2n.Result)
+		if atOnce {
+			onRecord = func(*trace.Record, *a2n.Result) {}
+		}
+		reps[i] = Build(f, a2n.New(nil), onRecord)
+		f.Close()
+		if reps[i].RecordErr != nil {
+			t.Fatal(reps[i].RecordErr)
+		}
+	}
+	return reps
 }

@@ -2,11 +2,8 @@ package tprof
 
 import (
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
-	"perfinsp/libperfutil/a2n"
-	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -126,20 +123,8 @@ func TestTicksNamedBeforeRemap(t *testing.T) {
 	tick(4)
 	must(m.Write(trace.MajorMTE, trace.MTESegment, trace.LayoutString, 5, []uint64{7, 0x400000, 0x1000, 0}, "/nonexistent/b"))
 	tick(6)
-	path := filepath.Join(t.TempDir(), "t.nrm2")
-	w, err := nrm2.Create(path, nrm2.Header{NCPUs: 1, RateHz: 1000, KernelRelease: "6.1.0"})
-	must(err)
-	must(w.WriteChunk(nrm2.ChunkMTE, 0, m.Buf))
-	must(w.WriteChunk(nrm2.ChunkTrace, 0, tr.Buf))
-	must(w.Close(0, []nrm2.CPUStats{{Records: 6}}))
-	for _, atOnce := range []bool{false, true} {
-		f, err := nrm2.Open(path)
-		must(err)
-		var onRecord func(*trace.Record, *a2n.Result)
-		if atOnce {
-			onRecord = func(*trace.Record, *a2n.Result) {}
-		}
-		rep := Build(f, a2n.New(nil), onRecord)
+	for i, rep := range bothWays(t, oneCPUTrace(t, &m, &tr, 6)) {
+		atOnce := i == 1
 		per := map[string]uint64{}
 		for k, n := range rep.TickCounts() {
 			per[k.Module] += n
