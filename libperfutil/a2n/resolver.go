@@ -244,11 +244,25 @@ func (p *Process) unmap(start, size uint64) {
 }
 
 func (p *Process) seg(addr uint64) (Segment, bool) {
-	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].Start > addr }) - 1
-	if i >= 0 && addr < p.segs[i].Start+p.segs[i].Size {
+	if i := p.segIndex(addr); i >= 0 {
 		return p.segs[i], true
 	}
 	return Segment{}, false
+}
+
+// segIndex is the index of the segment holding addr, or -1.
+func (p *Process) segIndex(addr uint64) int {
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].Start > addr }) - 1
+	if i >= 0 && addr < p.segs[i].Start+p.segs[i].Size {
+		return i
+	}
+	return -1
+}
+
+// byModule reports whether Locate names the addresses of a segment of
+// this path by the module's file (not anonymous memory or [stack] ...).
+func byModule(path string) bool {
+	return path != "" && !strings.HasPrefix(path, "//anon") && (!strings.HasPrefix(path, "[") || path == "[vdso]")
 }
 
 // Apply updates the process table with one record (MTE and JIT records;
@@ -411,7 +425,7 @@ func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 		res.Module, res.Symbol, res.Offset = "JIT", p.jit[i].Name, addr-p.jit[i].Addr
 		return Loc{res: res}
 	}
-	if seg, ok := p.seg(addr); ok && seg.Path != "" && !strings.HasPrefix(seg.Path, "//anon") && (!strings.HasPrefix(seg.Path, "[") || seg.Path == "[vdso]") {
+	if seg, ok := p.seg(addr); ok && byModule(seg.Path) {
 		return Loc{res: res, path: seg.Path, seg: seg, addr: addr, fileOff: addr - seg.Start + seg.Offset}
 	}
 	// Anonymous executable memory: JIT code named by a perf map or jitdump.
@@ -456,14 +470,10 @@ func (c *Cursor) Module(addr uint64) (path string, fileOff uint64, ok bool) {
 		return "", 0, false // (JIT loads come first in Locate: not worth a fast path)
 	}
 	if i := c.seg; i < 0 || addr < p.segs[i].Start || addr >= p.segs[i].Start+p.segs[i].Size {
-		i = sort.Search(len(p.segs), func(i int) bool { return p.segs[i].Start > addr }) - 1
-		if i < 0 || addr >= p.segs[i].Start+p.segs[i].Size {
-			c.seg = -1
+		if c.seg = p.segIndex(addr); c.seg < 0 {
 			return "", 0, false
 		}
-		c.seg = i
-		path := p.segs[i].Path
-		c.module = path != "" && !strings.HasPrefix(path, "//anon") && (!strings.HasPrefix(path, "[") || path == "[vdso]")
+		c.module = byModule(p.segs[c.seg].Path)
 	}
 	if !c.module {
 		return "", 0, false

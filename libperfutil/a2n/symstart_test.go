@@ -2,7 +2,6 @@ package a2n
 
 import (
 	"debug/elf"
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -14,14 +13,8 @@ import (
 // ranges): offsets of one start then have one name, which is what a
 // caller naming each start once relies on.
 func TestSymbolStartAgreesWithSymbol(t *testing.T) {
-	paths := append([]string{filepath.Join(runtime.GOROOT(), "bin", "go")}, benchLibs...)
 	dir := filepath.Join(t.TempDir(), "a2n")
-	tested := 0
-	for _, path := range paths {
-		if _, err := os.Stat(path); err != nil {
-			t.Logf("%s: %v", path, err)
-			continue
-		}
+	for _, path := range realModules(t, append([]string{filepath.Join(runtime.GOROOT(), "bin", "go")}, benchLibs...)) {
 		loadModule(path, dir) // stores the table: the next load maps it
 		for _, m := range []*Module{loadModule(path, ""), loadModule(path, dir)} {
 			if m.Err != nil {
@@ -57,9 +50,5 @@ func TestSymbolStartAgreesWithSymbol(t *testing.T) {
 			}
 			t.Logf("%s (cached %v): %d probes named, %d starts", path, m.tab.c != nil, named, starts)
 		}
-		tested++
-	}
-	if tested < 2 {
-		t.Fatalf("only %d of %v tested", tested, paths)
 	}
 }
