@@ -253,14 +253,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// found again with one map lookup. A process's counters are keyed by
 	// its slot, a number given anew each time its mappings change (the
 	// next tick at an address is located again; the older counters are
-	// kept), so that a key is two words.
-	// (16 bytes: a count over 2^32 - 1 takes more than one; the offsets
-	// naming at once needs are kept apart, in offs)
-	type entry struct {
-		pid, tid uint32
-		res      int32
-		n        uint32
-	}
+	// kept), so that a key is two words. A counter is an entry (the
+	// offsets naming at once needs are kept apart, in offs).
 	type tickKey struct {
 		ip uint64
 		w  uint64 // kernel<<63 | slot<<32 | tid
@@ -376,9 +370,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			locSet.module(m)
 		}
 	}
-	// Counters are kept in blocks (no copying as they grow), without
-	// pointers: the collector has nothing to scan.
-	const entryBlock = 4096
+	// Counters are kept in blocks (entryBlock).
 	var all [][]entry
 	var offs [][]uint64 // naming at once: each entry's offset from its symbol
 	nent := int32(0)
@@ -833,11 +825,16 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	// A cell is one Key (names are interned: one number, one name).
 	// A result is one (module, symbol) (interned above), so a cell is
-	// one (thread, result): keyed by one word, a thread's number and the
-	// result (Go's fast map path; entries come thread by thread). The
-	// cells are made on two goroutines, each those of half the threads
-	// (by a hash of the thread): the order of the cells is the sections'
-	// (cellOrder), not this one.
+	// one (thread, result). The cells are made on two goroutines, each
+	// those of half the threads (by a hash of the thread), in two passes
+	// and no map of cells: the first finds the runs of entries of one
+	// thread (entries come thread by thread, a thread in several runs:
+	// its states, user and kernel, the readers), the second takes the
+	// runs thread after thread and finds a result's cell in a table by
+	// result, stamped with the thread (a lookup a distinct (thread,
+	// address) in a map of cells was 11 ms of a many-process report's
+	// 215 k entries). The order of the cells is the sections' (cellOrder),
+	// not this one.
 	var parts [2][]cell
 	var partThreads [2][]cell // each part's threads (pid, tid), once
 	var wg sync.WaitGroup
@@ -845,35 +842,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cellIdx := make(map[uint64]int32, nent/4)
-			thrNum := map[uint64]uint64{}
-			lastThr, lastNum, haveThr := uint64(0), uint64(0), false // (every value is a real thread: pid and tid -1 too)
-			cells := make([]cell, 0, nent/4)
-			var threads []cell // (the part's own until the end, as cells)
-			for i := int32(0); i < nent; i++ {
-				e := &all[i/entryBlock][i%entryBlock]
-				if t := uint64(e.pid)<<32 | uint64(e.tid); t != lastThr || !haveThr {
-					if (t*fibMul)>>63 != half {
-						continue
-					}
-					n, ok := thrNum[t]
-					if !ok {
-						n = uint64(len(thrNum))
-						threads = append(threads, cell{pid: e.pid, tid: e.tid})
-						thrNum[t] = n
-					}
-					lastThr, lastNum, haveThr = t, n, true
-				}
-				k := lastNum<<32 | uint64(uint32(e.res))
-				ci, ok := cellIdx[k]
-				if !ok {
-					ci = int32(len(cells))
-					cellIdx[k] = ci
-					cells = append(cells, cell{pid: e.pid, tid: e.tid, mod: resMod[e.res], sym: resSym[e.res]})
-				}
-				cells[ci].n += uint64(e.n)
-			}
-			parts[half], partThreads[half] = cells, threads
+			parts[half], partThreads[half] = makeCells(all, nent, half, resMod, resSym)
 		}()
 	}
 	wg.Wait()
@@ -891,6 +860,82 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}
 	rep.Problems = r.Cache.Problems()
 	return rep
+}
+
+// entry is ticks of one thread (in one state of its process) at one
+// result (BuildFiltered's counters; 16 bytes: a count over 2^32 - 1
+// takes more than one).
+type entry struct {
+	pid, tid uint32
+	res      int32
+	n        uint32
+}
+
+// entryBlock is how many entries a block of them holds (blocks: no
+// copying as they grow; without pointers: the collector has nothing to
+// scan).
+const entryBlock = 4096
+
+// makeCells sums the entries (nent of them in blocks all) of the threads
+// of half (0 or 1: a hash of the thread's pid and tid) by thread and
+// result, and returns the cells and the threads (a cell each).
+func makeCells(all [][]entry, nent int32, half uint64, resMod, resSym []int32) (cells, threads []cell) {
+	// pass 1: the runs of each thread, chained in the order met
+	type run struct{ lo, hi, next int32 }
+	var runs []run
+	var first, last []int32 // of each thread: its first and last run
+	thrNum := map[uint64]int32{}
+	lastThr, cur := uint64(0), int32(-1) // cur: the run being extended (-1: the other half's)
+	for i := int32(0); i < nent; i++ {
+		e := &all[i/entryBlock][i%entryBlock]
+		t := uint64(e.pid)<<32 | uint64(e.tid)
+		if i > 0 && t == lastThr {
+			if cur >= 0 {
+				runs[cur].hi = i + 1
+			}
+			continue
+		}
+		lastThr, cur = t, -1
+		if (t*fibMul)>>63 != half {
+			continue
+		}
+		n, ok := thrNum[t]
+		if !ok {
+			n = int32(len(threads))
+			thrNum[t] = n
+			threads = append(threads, cell{pid: e.pid, tid: e.tid})
+			first, last = append(first, -1), append(last, -1)
+		}
+		cur = int32(len(runs))
+		runs = append(runs, run{lo: i, hi: i + 1, next: -1})
+		if last[n] < 0 {
+			first[n] = cur
+		} else {
+			runs[last[n]].next = cur
+		}
+		last[n] = cur
+	}
+	// pass 2: thread by thread, a result's cell in a table stamped with
+	// the thread (its number + 1)
+	stamp := make([]int32, len(resMod))
+	at := make([]int32, len(resMod))
+	cells = make([]cell, 0, nent/4)
+	for n, th := range threads {
+		mark := int32(n + 1)
+		for r := first[n]; r >= 0; r = runs[r].next {
+			for i := runs[r].lo; i < runs[r].hi; i++ {
+				e := &all[i/entryBlock][i%entryBlock]
+				ci := at[e.res]
+				if stamp[e.res] != mark {
+					stamp[e.res], ci = mark, int32(len(cells))
+					at[e.res] = ci
+					cells = append(cells, cell{pid: th.pid, tid: th.tid, mod: resMod[e.res], sym: resSym[e.res]})
+				}
+				cells[ci].n += uint64(e.n)
+			}
+		}
+	}
+	return cells, threads
 }
 
 // TickCounts returns the ticks per process, thread, module and symbol
