@@ -115,3 +115,29 @@ func TestRowsOfEqualTicksByName(t *testing.T) {
 		t.Errorf("modules and symbols of equal ticks: %q, want %q", got, want)
 	}
 }
+
+// TestSortGroups: rows by ticks down, equal ticks by name's rank, packed
+// (insertion and comparison sort) and not (ticks past 32 bits).
+func TestSortGroups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, n := range []int{0, 1, 2, 5, 16, 17, 200} {
+		for _, big := range []bool{false, true} {
+			gs := make([]rowGroup, n)
+			for i := range gs {
+				ticks := uint64(rng.IntN(6))
+				if big && i%3 == 0 {
+					ticks += 1 << 33
+				}
+				rank := uint32(rng.IntN(8))
+				gs[i] = rowGroup{key: uint64(^uint32(ticks))<<32 | uint64(rank), n: ticks, rank: rank, lo: int32(i)}
+			}
+			sortGroups(gs, !big)
+			for i := 1; i < len(gs); i++ {
+				a, b := gs[i-1], gs[i]
+				if a.n < b.n || a.n == b.n && a.rank > b.rank {
+					t.Fatalf("n=%d big=%v: row %d (%d ticks, rank %d) before (%d ticks, rank %d)", n, big, i, a.n, a.rank, b.n, b.rank)
+				}
+			}
+		}
+	}
+}
