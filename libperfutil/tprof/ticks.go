@@ -2,6 +2,7 @@ package tprof
 
 import (
 	"cmp"
+	"math/bits"
 	"slices"
 )
 
@@ -20,8 +21,9 @@ import (
 // most threads of a system-wide trace tick a few times, a hot one touches
 // a few thousand addresses.
 const (
-	tableMin = 16
-	tableMax = 1 << 14
+	tableMin  = 16
+	tableBits = 14
+	tableMax  = 1 << tableBits
 )
 
 // ipTable is an open-addressing table of (address, ticks); a slot of
@@ -59,11 +61,11 @@ const threadSlab = 64
 type tickCounter struct {
 	byThread map[[2]uint32]*tickThread // the live state of each thread
 	byPid    map[uint32][]*tickThread
-	last     []*tickThread // the last thread seen per CPU
-	free     [][]ipCount   // full-size tables to reuse (empty)
-	runs     []ipCount     // scratch of a spill: a table's counts
-	merged   []ipCount     // and those merged with the thread's
-	slab     []tickThread  // threads to give out (see threadSlab)
+	last     []*tickThread              // the last thread seen per CPU
+	free     [tableBits + 1][][]ipCount // tables to reuse (empty), by log2 of their size
+	runs     []ipCount                  // scratch of a spill: a table's counts
+	merged   []ipCount                  // and those merged with the thread's
+	slab     []tickThread               // threads to give out (see threadSlab)
 	// count receives each distinct address of a thread-state with its
 	// ticks, once, when the state or the trace ends.
 	count func(t *tickThread, kernel bool, ip, n uint64)
@@ -118,7 +120,7 @@ func (tc *tickCounter) add(t *tickThread, kernel bool, ip uint64) {
 	}
 	tab := &t.tabs[k]
 	if tab.slots == nil {
-		tab.slots, tab.shift = make([]ipCount, tableMin), 64-4
+		tab.slots, tab.shift = tc.table(tableMin), 64-4
 	}
 	mask := uint64(len(tab.slots) - 1)
 	for i := tab.home(ip); ; i = (i + 1) & mask {
@@ -146,25 +148,40 @@ func (tc *tickCounter) grow(t *tickThread, k int) {
 		return
 	}
 	old := tab.slots
-	var slots []ipCount
-	if len(old)*2 == tableMax && len(tc.free) > 0 {
-		slots = tc.free[len(tc.free)-1]
-		tc.free = tc.free[:len(tc.free)-1]
-	} else {
-		slots = make([]ipCount, 2*len(old))
-	}
+	slots := tc.table(2 * len(old))
 	tab.slots, tab.shift = slots, tab.shift-1
 	mask := uint64(len(slots) - 1)
-	for _, c := range old {
+	for j, c := range old {
 		if c.n == 0 {
 			continue
 		}
+		old[j] = ipCount{}
 		i := tab.home(c.ip)
 		for slots[i].n != 0 {
 			i = (i + 1) & mask
 		}
 		slots[i] = c
 	}
+	tc.release(old)
+}
+
+// table returns an empty table of n slots (a power of two from tableMin
+// to tableMax): one released before if there is one. Threads of a
+// many-process trace come and go: their tables are reused, not fresh
+// memory (zeroed twice, by the kernel and the runtime, and collected).
+func (tc *tickCounter) table(n int) []ipCount {
+	k := bits.TrailingZeros(uint(n))
+	if f := tc.free[k]; len(f) > 0 {
+		tc.free[k] = f[:len(f)-1]
+		return f[len(f)-1]
+	}
+	return make([]ipCount, n)
+}
+
+// release keeps an emptied table (every slot zero) for table.
+func (tc *tickCounter) release(t []ipCount) {
+	k := bits.TrailingZeros(uint(len(t)))
+	tc.free[k] = append(tc.free[k], t)
 }
 
 // spill merges a thread's table into its counts (sorted by address) and
@@ -225,20 +242,17 @@ func (tc *tickCounter) flush(t *tickThread) {
 }
 
 // count1 gives the user (k 0) or kernel (k 1) counts of t, each distinct
-// address once, and releases its table (a full-size one is reused).
+// address once, and releases its table (for another thread).
 // A table that never spilled is given as it lies, in no order (the
 // report does not depend on the order; sorting it was 6 % of a
 // many-process report's CPU).
 func (tc *tickCounter) count1(t *tickThread, k int) {
 	tab := &t.tabs[k]
 	if len(t.acc[k]) == 0 {
-		full := len(tab.slots) == tableMax // (emptied for reuse)
-		for i := range tab.slots {
+		for i := range tab.slots { // (emptied for reuse)
 			if c := tab.slots[i]; c.n != 0 {
 				tc.count(t, k == 1, c.ip, c.n)
-				if full {
-					tab.slots[i] = ipCount{}
-				}
+				tab.slots[i] = ipCount{}
 			}
 		}
 	} else {
@@ -248,8 +262,8 @@ func (tc *tickCounter) count1(t *tickThread, k int) {
 		}
 	}
 	t.acc[k] = nil
-	if len(tab.slots) == tableMax {
-		tc.free = append(tc.free, tab.slots)
+	if tab.slots != nil {
+		tc.release(tab.slots)
 	}
 	t.tabs[k] = ipTable{}
 }

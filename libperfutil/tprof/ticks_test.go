@@ -73,8 +73,9 @@ func TestTickCounterCounts(t *testing.T) {
 	}
 }
 
-// A full-size table given back (its thread's state ended without a
-// spill) is empty when another thread takes it.
+// The tables a thread grew through, and its last one, are given back
+// empty when its state ends, and another thread takes them (no fresh
+// memory) with nothing of the first in them.
 func TestTickCounterReusesEmptyTable(t *testing.T) {
 	got := map[[2]uint64]uint64{} // (tid, ip)
 	tc := newTickCounter(func(th *tickThread, _ bool, ip, n uint64) { got[[2]uint64{uint64(th.tid), ip}] += n })
@@ -88,11 +89,39 @@ func TestTickCounterReusesEmptyTable(t *testing.T) {
 		}
 		tc.flushPid(pid)
 	}
-	fill(1, 0x1000)
-	if len(tc.free) != 1 {
-		t.Fatalf("%d tables given back, want 1", len(tc.free))
+	kept := func() map[int][]ipCount {
+		m := map[int][]ipCount{}
+		for k, f := range tc.free {
+			for _, tab := range f {
+				if len(tab) != 1<<k {
+					t.Fatalf("a table of %d slots kept as one of %d", len(tab), 1<<k)
+				}
+				if len(f) != 1 {
+					t.Fatalf("%d tables of %d slots kept, want 1", len(f), len(tab))
+				}
+				for _, c := range tab {
+					if c != (ipCount{}) {
+						t.Fatalf("a table of %d slots given back with %+v in it", len(tab), c)
+					}
+				}
+				m[len(tab)] = tab
+			}
+		}
+		for n := tableMin; n <= tableMax; n *= 2 {
+			if m[n] == nil {
+				t.Fatalf("no table of %d slots given back", n)
+			}
+		}
+		return m
 	}
+	fill(1, 0x1000)
+	first := kept()
 	fill(2, 0x100000)
+	for n, tab := range kept() {
+		if &tab[0] != &first[n][0] {
+			t.Errorf("the table of %d slots is fresh memory, not the one given back", n)
+		}
+	}
 	for k, n := range got {
 		if n != 1 || k[0] == 2 && k[1] < 0x100000 {
 			t.Fatalf("tid %d address %#x: %d ticks, want 1 (and no address of tid 1 under tid 2)", k[0], k[1], n)
