@@ -120,7 +120,7 @@ func TestRowsOfEqualTicksByName(t *testing.T) {
 // (insertion and comparison sort) and not (ticks past 32 bits).
 func TestSortGroups(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
-	for _, n := range []int{0, 1, 2, 5, 16, 17, 200} {
+	for _, n := range []int{0, 1, 2, 5, 16, 17, 200, 3000} {
 		for _, big := range []bool{false, true} {
 			gs := make([]rowGroup, n)
 			for i := range gs {
@@ -129,13 +129,22 @@ func TestSortGroups(t *testing.T) {
 					ticks += 1 << 33
 				}
 				rank := uint32(rng.IntN(8))
-				gs[i] = rowGroup{key: uint64(^uint32(ticks))<<32 | uint64(rank), n: ticks, rank: rank, lo: int32(i)}
+				gs[i] = rowGroup{key: uint64(^uint32(ticks))<<32 | uint64(rank), n: ticks, lo: int32(i)}
 			}
-			sortGroups(gs, !big)
-			for i := 1; i < len(gs); i++ {
-				a, b := gs[i-1], gs[i]
-				if a.n < b.n || a.n == b.n && a.rank > b.rank {
-					t.Fatalf("n=%d big=%v: row %d (%d ticks, rank %d) before (%d ticks, rank %d)", n, big, i, a.n, a.rank, b.n, b.rank)
+			sorts := map[string]func([]rowGroup) []rowGroup{"sortGroups": func(gs []rowGroup) []rowGroup {
+				sortGroups(gs, !big)
+				return gs
+			}}
+			if !big && n > 0 {
+				sorts["radixGroups"] = func(gs []rowGroup) []rowGroup { return radixGroups(gs, make([]rowGroup, len(gs))) }
+			}
+			for name, sort := range sorts {
+				gs := sort(slices.Clone(gs))
+				for i := 1; i < len(gs); i++ {
+					a, b := gs[i-1], gs[i]
+					if a.n < b.n || a.n == b.n && uint32(a.key) > uint32(b.key) {
+						t.Fatalf("%s n=%d big=%v: row %d (%d ticks, rank %d) before (%d ticks, rank %d)", name, n, big, i, a.n, uint32(a.key), b.n, uint32(b.key))
+					}
 				}
 			}
 		}
