@@ -312,6 +312,21 @@ func TestVDSO(t *testing.T) {
 	if res := r.Resolve(pid, addrs[7]+1, false); res.Module != "[vdso]" || res.Symbol != "clock_gettime" || res.Offset != 1 {
 		t.Fatalf("vDSO clock_gettime+1: %+v", res)
 	}
+	// a Loc in the vDSO: its module is the image, one symbol start for
+	// the symbol's addresses (naming by start gives Finish's name)
+	l1, l2 := r.Locate(pid, addrs[7]+1, false), r.Locate(pid, addrs[7]+2, false)
+	m := r.LocModule(l1)
+	if m == nil || m.Err != nil {
+		t.Fatalf("LocModule of a vDSO Loc: %v", m)
+	}
+	s1, ok1 := m.SymbolStart(l1.FileOffset())
+	s2, ok2 := m.SymbolStart(l2.FileOffset())
+	if !ok1 || !ok2 || s1 != s2 {
+		t.Fatalf("vDSO symbol starts of clock_gettime+1 and +2: %#x %v, %#x %v", s1, ok1, s2, ok2)
+	}
+	if m2 := r.LocModule(r.Locate(pid, addrs[0], false)); m2 == nil || m2 == m {
+		t.Fatalf("LocModule of the program's Loc: %v (the vDSO's: %v)", m2, m)
+	}
 	other := New(nil)
 	other.KernelRelease = "0.0.0-another-kernel"
 	applyAll(other, recs)

@@ -375,18 +375,26 @@ func (l *Loc) FileOffset() uint64 { return l.fileOff }
 // JIT, perf map, unknown and unnamed memory.
 func (l *Loc) Final() Result { return l.res }
 
+// LocModule is the module Finish names l in (the kernel's vDSO image for
+// [vdso]), nil when l is in none: a caller naming many Locs by their
+// symbol's start (Module.SymbolStart) finds it with this.
+func (r *Resolver) LocModule(l Loc) *Module {
+	switch l.path {
+	case "":
+		return nil
+	case "[vdso]":
+		return r.Cache.vdso(r.KernelRelease)
+	}
+	return r.Cache.Module(l.path)
+}
+
 // Finish names a Loc (the same Result Resolve gives at Locate's time).
 func (r *Resolver) Finish(l Loc) Result {
 	if l.path == "" {
 		return l.res
 	}
 	res := l.res
-	var m *Module
-	if l.path == "[vdso]" {
-		m = r.Cache.vdso(r.KernelRelease)
-	} else {
-		m = r.Cache.Module(l.path)
-	}
+	m := r.LocModule(l)
 	if m.Err != nil && l.path == "[vdso]" {
 		return r.unnamed(res, l.seg, l.addr)
 	}

@@ -335,9 +335,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 			for b := range toName {
 				for i := range b {
 					l := &b[i]
-					if p := l.Module(); p != "" && p != "[vdso]" {
+					if p := l.Module(); p != "" {
 						if mod == nil || p != path {
-							path, mod = p, r.Cache.Module(p)
+							path, mod = p, r.LocModule(*l)
 							if syms = bySym[p]; syms == nil {
 								syms = map[uint64]int32{}
 								bySym[p] = syms
