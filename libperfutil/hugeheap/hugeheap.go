@@ -23,6 +23,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -35,6 +36,7 @@ const hugePage = 2 << 20
 var (
 	thpEnabled = "/sys/kernel/mm/transparent_hugepage/enabled"
 	overcommit = "/proc/sys/vm/overcommit_memory"
+	selfMaps   = "/proc/self/maps"
 )
 
 // Reserve prepares n bytes of heap (at most a quarter of the memory) in
@@ -87,7 +89,50 @@ func Reserve(n int) (reserved int, skipped string) {
 	if err != nil {
 		return 0, "madvise: " + err.Error()
 	}
+	go populateBelow(beg)
 	return n, ""
+}
+
+// populateBelow maps in the pages of the heap's mapping below beg (the
+// reservation's start), at most lowMax bytes, with one madvise
+// (MADV_POPULATE_WRITE, Linux 5.14; nothing on older kernels). That memory
+// (the heap before the reservation: its first few megabytes, in 4 KB
+// pages) is what the allocator hands out first once the collection freed
+// it, and a fault a page cost more there than all the rest: ~700 faults
+// of 10 µs in a many-process report. Called on a goroutine of its own:
+// it runs beside the work that follows, on a CPU otherwise idle then.
+func populateBelow(beg uintptr) {
+	lo, ok := mappingStart(beg - 1)
+	if !ok || lo >= beg {
+		return
+	}
+	lo = max(lo, beg-lowMax)
+	_, _, _ = unix.Syscall(unix.SYS_MADVISE, lo, beg-lo, unix.MADV_POPULATE_WRITE)
+}
+
+// lowMax bounds populateBelow: more than that is not the heap's start.
+const lowMax = 16 << 20
+
+// mappingStart is the start of the mapping of this process that holds
+// addr (/proc/self/maps).
+func mappingStart(addr uintptr) (uintptr, bool) {
+	b, err := os.ReadFile(selfMaps)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		rng, _, _ := strings.Cut(line, " ")
+		a, z, ok := strings.Cut(rng, "-")
+		if !ok {
+			continue
+		}
+		start, err1 := strconv.ParseUint(a, 16, 64)
+		end, err2 := strconv.ParseUint(z, 16, 64)
+		if err1 == nil && err2 == nil && uint64(addr) >= start && uint64(addr) < end {
+			return uintptr(start), true
+		}
+	}
+	return 0, false
 }
 
 // selected is the bracketed choice of a sysfs setting: "always [madvise]

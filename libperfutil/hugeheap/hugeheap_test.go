@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // vmaFlags returns the VmFlags of the mapping holding addr (from
@@ -127,5 +129,39 @@ func TestReserveSkips(t *testing.T) {
 			t.Errorf("THP %q, overcommit %q, PERFINSP_HUGEPAGES=%q, %d bytes: %d bytes, %q, want none and %q",
 				strings.TrimSpace(c.thp), strings.TrimSpace(c.oc), c.env, c.n, n, got, c.want)
 		}
+	}
+}
+
+// populateBelow maps in every page of the mapping below an address (up
+// to lowMax), which mappingStart finds in /proc/self/maps: a fresh
+// anonymous mapping has no page resident before and all after.
+func TestPopulateBelow(t *testing.T) {
+	const size = 4 << 20
+	b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(b)
+	base := uintptr(unsafe.Pointer(&b[0]))
+	if lo, ok := mappingStart(base + size - 1); !ok || lo > base {
+		t.Fatalf("mappingStart(%#x) = %#x, %v; want at most %#x", base+size-1, lo, ok, base)
+	}
+	resident := func() int {
+		vec := make([]byte, size/os.Getpagesize())
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, base, size, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			t.Fatal(e)
+		}
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	if n := resident(); n != 0 {
+		t.Fatalf("%d pages resident in a fresh mapping", n)
+	}
+	populateBelow(base + size)
+	if n, want := resident(), size/os.Getpagesize(); n != want {
+		t.Fatalf("%d pages resident after populateBelow, want %d (MADV_POPULATE_WRITE needs Linux 5.14)", n, want)
 	}
 }
