@@ -309,32 +309,59 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	}}
 	// Naming runs beside the reading: a block of Locs is named (on one
 	// goroutine, in the order met) once it is full, the last one when the
-	// reading ends, when this goroutine names blocks too (those the
-	// namer has not taken yet: its backlog was the report's last 5-10 ms
-	// on one CPU). Naming uses the module cache and the Locs alone, not
+	// reading ends. Naming uses the module cache and the Locs alone, not
 	// the processes' mappings the reading changes.
-	var toName chan locBlockRef
-	var fromNamer []blockNames // the namer's, given when namedAll closes
+	var toName chan []a2n.Loc
+	var locRes []int32 // each Loc's name, an index into results
 	namedAll := make(chan struct{})
 	if deferred {
-		toName = make(chan locBlockRef, 1024)
+		toName = make(chan []a2n.Loc, 1024)
 		go func() {
 			defer close(namedAll)
-			// (kept in a variable of this goroutine, given at the end: a
-			// shared variable written at each Loc may share a line of the
-			// cache with what the replay writes)
-			var out []blockNames
-			defer func() { fromNamer = out }()
-			n := newLocNamer(r, internRes)
-			for blk := range toName {
-				out = append(out, n.block(blk))
+			// The Locs of a module that one symbol names are named once,
+			// found by the symbol's start, the last module's table at hand
+			// (Finish demangles and copies the name each time, and
+			// interning its result hashed two strings: three quarters of
+			// the naming of a many-process trace's 47 k Locs).
+			bySym := map[string]map[uint64]int32{}
+			var path string
+			var mod *a2n.Module
+			var syms map[uint64]int32
+			// (the names kept in a variable of this goroutine, given at the
+			// end: a shared variable written at each Loc may share a line
+			// of the cache with what the replay writes)
+			var named []int32
+			defer func() { locRes = named }()
+			for b := range toName {
+				for i := range b {
+					l := &b[i]
+					if p := l.Module(); p != "" {
+						if mod == nil || p != path {
+							path, mod = p, r.LocModule(*l)
+							if syms = bySym[p]; syms == nil {
+								syms = map[uint64]int32{}
+								bySym[p] = syms
+							}
+						}
+						if start, ok := mod.SymbolStart(l.FileOffset()); ok && mod.Err == nil {
+							idx, known := syms[start]
+							if !known {
+								idx = internRes(r.Finish(*l))
+								syms[start] = idx
+							}
+							named = append(named, idx)
+							continue
+						}
+					}
+					named = append(named, internRes(r.Finish(*l)))
+				}
 			}
 		}()
 	}
 	addLoc := func(l a2n.Loc) int32 {
 		if nlocs%locBlock == 0 {
 			if len(locs) > 0 {
-				toName <- locBlockRef{(len(locs) - 1) * locBlock, locs[len(locs)-1]} // full: it does not change again
+				toName <- locs[len(locs)-1] // full: it does not change again
 			}
 			locs = append(locs, make([]a2n.Loc, 0, locBlock))
 		}
@@ -737,50 +764,20 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	if tc != nil {
 		tc.flushAll()
 	}
-	var resOf []int32 // deferred naming: each Loc's result (entries hold Locs)
 	if deferred {
 		// Every Loc named (in the order they were met, which gives the
 		// names the order naming at once gives), then the stacks that
 		// became equal counted together, each where it was first met.
 		if len(locs) > 0 {
-			// the last block in pieces, taken by whichever goroutine is free
-			last, first := locs[len(locs)-1], (len(locs)-1)*locBlock
-			for i := 0; i < len(last); i += lastPiece {
-				toName <- locBlockRef{first + i, last[i:min(i+lastPiece, len(last))]}
-			}
+			toName <- locs[len(locs)-1]
 		}
 		close(toName)
-		var local []a2n.Result // this goroutine's names, interned after the namer's
-		localNum := map[[2]string]int32{}
-		helper := newLocNamer(r, func(res a2n.Result) int32 {
-			k := [2]string{res.Module, res.Symbol}
-			i, ok := localNum[k]
-			if !ok {
-				i = int32(len(local))
-				localNum[k] = i
-				local = append(local, res)
-			}
-			return i
-		})
-		var mine []blockNames
-		for blk := range toName {
-			mine = append(mine, helper.block(blk))
-		}
 		<-namedAll
-		locRes := make([]int32, nlocs) // each Loc's name, an index into results
-		for _, bn := range fromNamer {
-			copy(locRes[bn.first:], bn.ids)
-		}
-		global := make([]int32, len(local))
-		for i, res := range local {
-			global[i] = internRes(res)
-		}
-		for _, bn := range mine {
-			for i, id := range bn.ids {
-				locRes[bn.first+i] = global[id]
+		for _, b := range all {
+			for i := range b {
+				b[i].res = locRes[b[i].res]
 			}
 		}
-		resOf = locRes // (the entries' Locs: makeCells maps them)
 		for _, b := range stkBlocks {
 			for i := range b {
 				fr := framesOf(&b[i])
@@ -849,7 +846,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			parts[half], partThreads[half] = makeCells(all, nent, half, resOf, resMod, resSym)
+			parts[half], partThreads[half] = makeCells(all, nent, half, resMod, resSym)
 		}()
 	}
 	wg.Wait()
@@ -885,9 +882,8 @@ const entryBlock = 4096
 
 // makeCells sums the entries (nent of them in blocks all) of the threads
 // of half (0 or 1: a hash of the thread's pid and tid) by thread and
-// result, and returns the cells and the threads (a cell each). An
-// entry's res is a result, or with resOf a Loc whose result resOf gives.
-func makeCells(all [][]entry, nent int32, half uint64, resOf, resMod, resSym []int32) (cells, threads []cell) {
+// result, and returns the cells and the threads (a cell each).
+func makeCells(all [][]entry, nent int32, half uint64, resMod, resSym []int32) (cells, threads []cell) {
 	// pass 1: the runs of each thread, chained in the order met
 	type run struct{ lo, hi, next int32 }
 	var runs []run
@@ -933,15 +929,11 @@ func makeCells(all [][]entry, nent int32, half uint64, resOf, resMod, resSym []i
 		for r := first[n]; r >= 0; r = runs[r].next {
 			for i := runs[r].lo; i < runs[r].hi; i++ {
 				e := &all[i/entryBlock][i%entryBlock]
-				res := e.res
-				if resOf != nil {
-					res = resOf[res]
-				}
-				ci := at[res]
-				if stamp[res] != mark {
-					stamp[res], ci = mark, int32(len(cells))
-					at[res] = ci
-					cells = append(cells, cell{pid: th.pid, tid: th.tid, mod: resMod[res], sym: resSym[res]})
+				ci := at[e.res]
+				if stamp[e.res] != mark {
+					stamp[e.res], ci = mark, int32(len(cells))
+					at[e.res] = ci
+					cells = append(cells, cell{pid: th.pid, tid: th.tid, mod: resMod[e.res], sym: resSym[e.res]})
 				}
 				cells[ci].n += uint64(e.n)
 			}
