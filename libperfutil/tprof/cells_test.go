@@ -8,8 +8,15 @@ import (
 // TestMakeCellsSums: the two halves' cells together are the entries
 // summed by (thread, result), each once, whatever the order the entries
 // come in: a thread in several runs, pid 0 tid 0 first, blocks of
-// entries crossed by a run.
+// entries crossed by a run; entries holding Locs, several of one result
+// (resOf), make one cell of them.
 func TestMakeCellsSums(t *testing.T) {
+	for _, locs := range []bool{false, true} {
+		testMakeCells(t, locs)
+	}
+}
+
+func testMakeCells(t *testing.T, locs bool) {
 	rng := rand.New(rand.NewSource(1))
 	const nres = 50
 	resMod := make([]int32, nres)
@@ -32,15 +39,25 @@ func TestMakeCellsSums(t *testing.T) {
 				all = append(all, make([]entry, 0, entryBlock))
 			}
 			e := entry{pid: th.pid, tid: th.tid, res: int32(rng.Intn(nres)), n: uint32(rng.Intn(5) + 1)}
+			res := e.res
+			if locs { // three Locs a result
+				e.res += int32(nres * rng.Intn(3))
+			}
 			all[len(all)-1] = append(all[len(all)-1], e)
 			nent++
-			want[[3]uint32{e.pid, e.tid, uint32(e.res)}] += uint64(e.n)
+			want[[3]uint32{e.pid, e.tid, uint32(res)}] += uint64(e.n)
+		}
+	}
+	var resOf []int32
+	if locs {
+		for l := range 3 * nres {
+			resOf = append(resOf, int32(l%nres))
 		}
 	}
 	got := map[[3]uint32]uint64{}
 	seenThr := map[thr]int{}
 	for half := range uint64(2) {
-		cells, ths := makeCells(all, nent, half, resMod, resSym)
+		cells, ths := makeCells(all, nent, half, resOf, resMod, resSym)
 		for _, c := range ths {
 			seenThr[thr{c.pid, c.tid}]++
 		}
