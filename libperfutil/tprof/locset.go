@@ -1,15 +1,19 @@
 package tprof
 
-import "perfinsp/libperfutil/a2n"
+import (
+	"math/bits"
+
+	"perfinsp/libperfutil/a2n"
+)
 
 // locSet numbers distinct Locs: a module's by its file offset (one-word
 // keys: Go's fast map path, the last module's table kept at hand), the
 // others (kernel, JIT, unknown memory: named already) by their name.
 type locSet struct {
-	byOff    []map[uint64]int32 // per module number
+	byOff    []*offTable // per module number
 	modNum   map[string]int32
 	lastMod  string
-	lastOffs map[uint64]int32
+	lastOffs *offTable
 	byName   map[[2]string]int32
 	newMod   func(m string) // called with each module met first (nil: none)
 }
@@ -50,12 +54,11 @@ func (s *locSet) index(l a2n.Loc, add func(l a2n.Loc) int32) int32 {
 	}
 	off := l.FileOffset()
 	t := s.offsets(m)
-	idx, ok := t[off]
+	p, ok := t.find(off)
 	if !ok {
-		idx = add(l)
-		t[off] = idx
+		p = t.put(p, off, add(l))
 	}
-	return idx
+	return t.vals[p]
 }
 
 // indexModule is index of the Loc of module m's file offset off, which
@@ -63,25 +66,79 @@ func (s *locSet) index(l a2n.Loc, add func(l a2n.Loc) int32) int32 {
 // before).
 func (s *locSet) indexModule(m string, off uint64, loc func() a2n.Loc, add func(l a2n.Loc) int32) int32 {
 	t := s.offsets(m)
-	idx, ok := t[off]
+	p, ok := t.find(off)
 	if !ok {
-		idx = add(loc())
-		t[off] = idx
+		p = t.put(p, off, add(loc()))
 	}
-	return idx
+	return t.vals[p]
 }
 
 // offsets is module m's table of Locs by file offset.
-func (s *locSet) offsets(m string) map[uint64]int32 {
+func (s *locSet) offsets(m string) *offTable {
 	if m != s.lastMod || s.lastOffs == nil {
 		mn := s.module(m)
 		for int(mn) >= len(s.byOff) {
 			s.byOff = append(s.byOff, nil)
 		}
 		if s.byOff[mn] == nil {
-			s.byOff[mn] = make(map[uint64]int32, 256)
+			s.byOff[mn] = newOffTable(256)
 		}
 		s.lastMod, s.lastOffs = m, s.byOff[mn]
 	}
 	return s.lastOffs
+}
+
+// offTable maps a module's file offsets to Loc numbers: open addressing,
+// linear probing from a Fibonacci hash, at most half full (a lookup a
+// count of the replay: a Go map's was 6 ms of a many-process report's
+// critical path, this one's one probe mostly).
+type offTable struct {
+	keys  []uint64 // offset + 1; 0: free
+	vals  []int32
+	used  int
+	shift uint // 64 - log2(len(keys))
+}
+
+func newOffTable(n int) *offTable {
+	t := &offTable{}
+	t.alloc(max(16, 1<<bits.Len(uint(n-1))))
+	return t
+}
+
+func (t *offTable) alloc(n int) {
+	t.keys, t.vals, t.shift = make([]uint64, n), make([]int32, n), uint(64-bits.TrailingZeros(uint(n)))
+}
+
+// find returns off's slot and true, or the free slot it would go in and
+// false.
+func (t *offTable) find(off uint64) (int, bool) {
+	k, mask := off+1, uint64(len(t.keys)-1)
+	for i := (k * fibMul) >> t.shift; ; i = (i + 1) & mask {
+		switch t.keys[i] {
+		case k:
+			return int(i), true
+		case 0:
+			return int(i), false
+		}
+	}
+}
+
+// put stores (off, v) in free slot p (from find) and returns its slot
+// (another when the table grew).
+func (t *offTable) put(p int, off uint64, v int32) int {
+	t.keys[p], t.vals[p] = off+1, v
+	t.used++
+	if 2*t.used <= len(t.keys) {
+		return p
+	}
+	keys, vals := t.keys, t.vals
+	t.alloc(2 * len(keys))
+	for i, k := range keys {
+		if k != 0 {
+			q, _ := t.find(k - 1)
+			t.keys[q], t.vals[q] = k, vals[i]
+		}
+	}
+	p, _ = t.find(off)
+	return p
 }
