@@ -78,7 +78,7 @@ func NewCached(kallsyms []byte, dir string) *Resolver {
 	r := &Resolver{procs: map[uint32]*Process{}, kready: make(chan struct{})}
 	r.Cache.Dir = dir
 	go func() {
-		if kc, kmods, ok := kernelFromCache(dir, kallsyms, r); ok {
+		if kc, kmods, ok := kernelFromCache(dir, kallsyms); ok {
 			r.kc, r.kmods = kc, kmods
 		} else {
 			r.loadKallsyms(kallsyms)
