@@ -217,11 +217,11 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		return fmt.Errorf("output directory: %w", err)
 	}
 	r := a2n.NewCached(f.Kallsyms, cacheDir)
-	// The resolver's module and kernel tables are mapped files, unmapped
-	// once the resolver is unreachable: that is once the names are made,
-	// by a collection during the writing, where each of some fifty munmaps
-	// of a many-process report stops both CPUs to flush the TLB (in 2 of 5
-	// runs, 2-5 ms). They go with the process instead.
+	// The module files the resolver parsed (those not in the table
+	// cache) are mapped, unmapped once the resolver is unreachable: that
+	// is once the names are made, by a collection during the writing,
+	// where each munmap stops both CPUs to flush the TLB (fifty of them,
+	// 2-5 ms, when the tables were mapped too). They go with the process.
 	defer runtime.KeepAlive(r)
 	r.PerfMapDir = perfmap
 	r.Cache.Root = root
