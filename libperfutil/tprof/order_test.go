@@ -136,7 +136,10 @@ func TestSortGroups(t *testing.T) {
 				return gs
 			}}
 			if !big && n > 0 {
-				sorts["radixGroups"] = func(gs []rowGroup) []rowGroup { return radixGroups(gs, make([]rowGroup, len(gs))) }
+				sorts["radixGroups"] = func(gs []rowGroup) []rowGroup {
+					var keys [2][]sortKey
+					return radixGroups(gs, make([]rowGroup, len(gs)), &keys)
+				}
 			}
 			for name, sort := range sorts {
 				gs := sort(slices.Clone(gs))

@@ -1188,7 +1188,8 @@ func radixSortKeys(a, tmp []sortKey) []sortKey {
 // level (cellOrder of levels, or of levels followed by more).
 func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, label string, ticks uint64, name string)) {
 	scratch := make([][]rowGroup, len(levels))
-	tmps := make([][]rowGroup, len(levels)) // radixGroups' scratch, a level's own
+	tmps := make([][]rowGroup, len(levels)) // radixGroups' output, a level's own
+	var keys [2][]sortKey                   // and its keys' (one call at a time)
 	var walk func(lo, hi int32, d int)
 	walk = func(lo, hi int32, d int) {
 		l := levels[d]
@@ -1211,9 +1212,7 @@ func (rep *Report) eachRow(levels []int, order []int32, row func(depth int, labe
 			if cap(tmps[d]) < len(gs) {
 				tmps[d] = make([]rowGroup, len(gs))
 			}
-			if sorted := radixGroups(gs, tmps[d][:len(gs)]); &sorted[0] != &gs[0] {
-				gs, tmps[d] = sorted, gs
-			}
+			gs, tmps[d] = radixGroups(gs, tmps[d][:len(gs)], &keys), gs
 		} else {
 			sortGroups(gs, packed)
 		}
@@ -1274,32 +1273,21 @@ func sortGroups(gs []rowGroup, packed bool) {
 // writing a many-process report).
 const radixGroupsMin = 128
 
-// radixGroups sorts packed groups by key (as sortGroups), using tmp (of
-// gs's length), and returns the sorted slice (gs or tmp): least
-// significant byte first, skipping the bytes in which all keys agree.
-func radixGroups(gs, tmp []rowGroup) []rowGroup {
-	var counts [8][256]int
+// radixGroups sorts packed groups by key (as sortGroups) into tmp (of
+// gs's length) and returns it: radixSortKeys of their keys (in the low
+// word, their places as indexes), keys the scratch of those.
+func radixGroups(gs, tmp []rowGroup, keys *[2][]sortKey) []rowGroup {
+	if cap(keys[0]) < len(gs) {
+		*keys = [2][]sortKey{make([]sortKey, len(gs)), make([]sortKey, len(gs))}
+	}
+	k := keys[0][:len(gs)]
 	for i := range gs {
-		k := gs[i].key
-		for d := range counts {
-			counts[d][byte(k>>(8*d))]++
-		}
+		k[i] = sortKey{lo: gs[i].key, i: int32(i)}
 	}
-	src, dst := gs, tmp
-	for d := range counts {
-		shift := uint(8 * d)
-		pos, skip := radixPass(&counts[d], len(src), byte(src[0].key>>shift))
-		if skip {
-			continue
-		}
-		for i := range src {
-			b := byte(src[i].key >> shift)
-			dst[pos[b]] = src[i]
-			pos[b]++
-		}
-		src, dst = dst, src
+	for j, sk := range radixSortKeys(k, keys[1][:len(gs)]) {
+		tmp[j] = gs[sk.i]
 	}
-	return src
+	return tmp
 }
 
 // labelAll fills levelName's tables of process and thread labels for
