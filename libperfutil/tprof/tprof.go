@@ -864,8 +864,9 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 }
 
 // entry is ticks of one thread (in one state of its process) at one
-// result (BuildFiltered's counters; 16 bytes: a count over 2^32 - 1
-// takes more than one).
+// result, or at one Loc while naming is deferred (makeCells maps it to its
+// result). BuildFiltered's counters; 16 bytes: a count over 2^32 - 1
+// takes more than one.
 type entry struct {
 	pid, tid uint32
 	res      int32
@@ -1241,8 +1242,8 @@ type rowGroup struct {
 
 // sortGroups puts rows in order: most ticks first, equal ticks by name.
 // With packed keys (every group's ticks in 32 bits) a comparison is one
-// of integers, a few rows (most groups of a many-process report) sorted
-// by insertion (sorting the groups was a third of writing its rows).
+// of integers, and a few rows (most groups of a many-process report) are
+// sorted by insertion; many rows go to radixGroups.
 func sortGroups(gs []rowGroup, packed bool) {
 	if !packed {
 		slices.SortFunc(gs, func(a, b rowGroup) int {
