@@ -27,7 +27,7 @@ func BenchmarkLoadModule(b *testing.B) {
 	}
 }
 
-// BenchmarkLoadModuleCached is the same module mapped from the table
+// BenchmarkLoadModuleCached is the same module read from the table
 // cache (post's second and later runs).
 func BenchmarkLoadModuleCached(b *testing.B) {
 	dir := b.TempDir()
@@ -37,7 +37,7 @@ func BenchmarkLoadModuleCached(b *testing.B) {
 				b.Skipf("skipped: %v", m.Err)
 			}
 			if m := loadModule(path, dir); m.tab.c == nil {
-				b.Fatalf("%s: not mapped from the cache", path)
+				b.Fatalf("%s: not read from the cache", path)
 			}
 			for i := 0; i < b.N; i++ {
 				loadModule(path, dir)

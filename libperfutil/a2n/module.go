@@ -135,7 +135,7 @@ func buildID(f *elf.File) string {
 // (<root>/.build-id/xx/rest.debug).
 var DebugRoot = "/usr/lib/debug"
 
-// loadModule parses the module at path, or maps its entry of the table
+// loadModule parses the module at path, or reads its entry of the table
 // cache in dir ("": none; a parsed module is stored there).
 func loadModule(path, dir string) *Module {
 	m := &Module{Path: path}
@@ -261,9 +261,9 @@ func (m *Module) Symbol(fileOff uint64) (s Sym, va uint64, ok bool) {
 	if !ok {
 		return Sym{}, 0, false
 	}
-	// The name (and, from the table cache, the table) may lie in a mapped
-	// file, which may have been cut short since it was loaded: a fault
-	// reading it leaves the address unnamed.
+	// The name (of a parsed module) may lie in its mapped file, which may
+	// have been cut short since it was loaded: a fault reading it leaves
+	// the address unnamed.
 	defer faultsPanic()()
 	defer func() {
 		if recover() != nil {
@@ -384,7 +384,7 @@ type Cache struct {
 	// Root, if set, is prepended to module paths (traces from another machine).
 	Root string
 	// Dir, if set, is the table cache: parsed tables are kept there and
-	// mapped by later runs (tablecache.go).
+	// read by later runs (tablecache.go).
 	Dir string
 }
 

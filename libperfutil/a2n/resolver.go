@@ -89,22 +89,18 @@ func NewCached(kallsyms []byte, dir string) *Resolver {
 	return r
 }
 
-// kernelSym is the kernel symbol owning addr; a name from the table cache
-// is copied (it lies in a mapping that lives only as long as r).
+// kernelSym is the kernel symbol owning addr (a name from the table cache
+// lies in the cache file read into memory, kept by r.kc).
 func (r *Resolver) kernelSym(addr uint64) (s Sym, ok bool) {
 	if r.kc == nil {
 		return r.kernel.find(addr)
 	}
-	defer faultsPanic()()
 	defer func() {
-		if recover() != nil {
+		if recover() != nil { // (decodeTable checked the table: never expected)
 			s, ok = Sym{}, false
 		}
 	}()
-	if s, ok = r.kc.find(addr); ok {
-		s.Name = strings.Clone(s.Name)
-	}
-	return s, ok
+	return r.kc.find(addr)
 }
 
 func (r *Resolver) loadKallsyms(raw []byte) {

@@ -15,7 +15,7 @@ import (
 func TestSymbolStartAgreesWithSymbol(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a2n")
 	for _, path := range realModules(t, append([]string{filepath.Join(runtime.GOROOT(), "bin", "go")}, benchLibs...)) {
-		loadModule(path, dir) // stores the table: the next load maps it
+		loadModule(path, dir) // stores the table: the next load reads it
 		for _, m := range []*Module{loadModule(path, ""), loadModule(path, dir)} {
 			if m.Err != nil {
 				t.Fatalf("%s: %v", path, m.Err)

@@ -20,8 +20,8 @@ import (
 
 // A table cache keeps the symbol tables A2N builds (a module's, the
 // kernel's from a trace's kallsyms) in a directory, one file each, laid
-// out to be used where it is mapped: a later post maps the file and
-// searches it in place, with no parsing, sorting or fresh memory. Parsing
+// out to be used as it lies: a later post reads the file and searches it
+// in place, with no parsing or sorting. Parsing
 // the modules a system-wide trace hits and sorting kallsyms was a third
 // of a flat report's CPU (docs/post.md). perf keeps copies of the files
 // it read under ~/.debug, by build-id, and parses them again each run;

@@ -261,7 +261,7 @@ func TestKernelTableCache(t *testing.T) {
 	r2 := NewCached(ks, dir)
 	got := resolve(r2)
 	if r2.kc == nil {
-		t.Fatal("the kernel table was not mapped from the cache")
+		t.Fatal("the kernel table was not read from the cache")
 	}
 	if !reflect.DeepEqual(got, want) {
 		for i := range got {

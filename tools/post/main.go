@@ -69,7 +69,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "no-children", Usage: "with --pid: not the processes they create", Destination: &o.noChildren},
 			&cli.StringFlag{Name: "tid", Usage: "only these threads (`LIST`)", Destination: &o.tids},
 			&cli.StringFlag{Name: "comm", Usage: "only processes of these names (`LIST`)", Destination: &o.comms},
-			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, mapped by later runs instead of parsed again", Destination: &o.cacheDir},
+			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, read by later runs instead of parsed again", Destination: &o.cacheDir},
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
 		}, append(itraceFlags(), mergeFlags()...)...),
