@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"perfinsp/internal/testenv"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,7 +204,7 @@ func exampleProg(t *testing.T) (string, map[string]*pitrace.CGFunc) {
 }
 
 func TestMain(m *testing.M) {
-	rc := m.Run()
+	rc := testenv.Run(m)
 	if example.dir != "" {
 		os.RemoveAll(example.dir)
 	}

@@ -57,7 +57,15 @@ func Setup(t *testing.T, extra ...string) *Env {
 		t.Fatalf("build example: %v\n%s", err, out)
 	}
 	e := &Env{T: t, Dir: dir, Bin: bin, Swtrace: filepath.Join(bin, "swtrace"), Burn: burn}
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(filepath.Join(home, ".cache"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The tools' state (post's symbol cache, per-user sockets) stays in
+	// this test's directory: no run reads what an earlier one left.
 	e.Environ = append(os.Environ(),
+		"HOME="+home,
+		"XDG_CACHE_HOME="+filepath.Join(home, ".cache"),
 		"PERFINSP_SOCKET="+filepath.Join(dir, "run", "pitraced.sock"),
 		"PERFINSP_PITRACED="+filepath.Join(bin, "pitraced"),
 		"PERFINSP_BACKEND=daemon")

@@ -6,6 +6,7 @@ import (
 	"math/big"
 	"os"
 	"os/exec"
+	"perfinsp/internal/testenv"
 	"runtime"
 	"strconv"
 	"strings"
@@ -444,7 +445,7 @@ func TestMain(m *testing.M) {
 		println("ptt tests: perf_event is not available on this kernel: skipping")
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.Run(m))
 }
 
 func TestTSCNeedsTheModule(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"perfinsp/internal/testenv"
 	"runtime"
 	"sort"
 	"strconv"
@@ -344,7 +345,7 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	sharedDir = dir
-	code := m.Run()
+	code := testenv.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

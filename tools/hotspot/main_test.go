@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"perfinsp/internal/testenv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -545,7 +546,7 @@ func TestJITCodeNotInstrumentable(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testenv.Run(m)
 	if tools.dir != "" {
 		os.RemoveAll(tools.dir)
 	}

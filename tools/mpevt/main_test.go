@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"perfinsp/internal/testenv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.Run(m))
 }
 
 func runTool(args ...string) (string, string, int) {

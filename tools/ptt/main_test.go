@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"perfinsp/internal/testenv"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 		println("build pitraced:", string(out))
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := testenv.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

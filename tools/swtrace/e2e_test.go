@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
@@ -317,10 +318,8 @@ func TestDeadDaemonIsReported(t *testing.T) {
 func TestNonRootIsToldWhatToDo(t *testing.T) {
 	e := tracetest.Setup(t)
 	e.Sw("info") // starts the daemon as root
-	// The test's temp dir must be reachable by nobody to run the binary.
-	for d := e.Dir; d != "/" && d != "."; d = filepath.Dir(d) {
-		_ = os.Chmod(d, 0o755)
-	}
+	// The test\'s temp dir must be reachable by nobody to run the binary.
+	testenv.OpenPathTo(t, e.Dir)
 	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", e.Swtrace, "info")
 	cmd.Env = e.Environ
 	out, err := cmd.CombinedOutput()

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/daemonproto"
 	"perfinsp/libperfutil/nrm2"
@@ -50,9 +51,8 @@ func setupSec(t *testing.T, daemonArgs ...string) *secEnv {
 		t.Fatalf("getent: %v", err)
 	}
 	gid, _ := strconv.Atoi(strings.Split(string(out), ":")[2])
-	for d := e.Dir; d != "/" && d != "."; d = filepath.Dir(d) {
-		_ = os.Chmod(d, 0o755)
-	}
+	// The test\'s temp dir must be reachable by nobody to run the binary.
+	testenv.OpenPathTo(t, e.Dir)
 	s := &secEnv{Env: e, gid: gid, pub: filepath.Join(e.Dir, "pub")}
 	if err := os.Mkdir(s.pub, 0o1777); err != nil {
 		t.Fatal(err)

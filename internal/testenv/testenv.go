@@ -1,0 +1,97 @@
+// Package testenv keeps a test binary's state out of the user's home: a
+// package's TestMain calls Isolate (or Main) so that HOME, the XDG cache and
+// config directories and everything the tools write there (post's symbol
+// table cache, the agent's per-user socket directory) live in a temporary
+// directory of that test run, removed at its end. Go's own build and module
+// caches stay where they were, so tests that run `go build` keep them.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Isolate points HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME and
+// XDG_RUNTIME_DIR at a new temporary directory and returns a function that
+// removes it. GOCACHE, GOMODCACHE and GOPATH are fixed first at the values
+// the go command reports, so a `go build` inside a test still finds them.
+func Isolate() (cleanup func(), err error) {
+	if out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output(); err == nil {
+		vals := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		for i, k := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+			if i < len(vals) && vals[i] != "" && os.Getenv(k) == "" {
+				os.Setenv(k, vals[i])
+			}
+		}
+	}
+	dir, err := os.MkdirTemp("", "perfinsp-testhome-")
+	if err != nil {
+		return func() {}, fmt.Errorf("testenv: %w", err)
+	}
+	for k, sub := range map[string]string{
+		"HOME":            "home",
+		"XDG_CACHE_HOME":  "home/.cache",
+		"XDG_CONFIG_HOME": "home/.config",
+		"XDG_RUNTIME_DIR": "run",
+	} {
+		p := filepath.Join(dir, sub)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			os.RemoveAll(dir)
+			return func() {}, fmt.Errorf("testenv: %w", err)
+		}
+		os.Setenv(k, p)
+	}
+	return func() { os.RemoveAll(dir) }, nil
+}
+
+// Run runs the tests with the test binary's home isolated (Isolate) and
+// returns m.Run's code; a TestMain that does more than run the tests calls
+// it in place of m.Run.
+func Run(m *testing.M) int {
+	cleanup, err := Isolate()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer cleanup()
+	return m.Run()
+}
+
+// Main is a whole TestMain: os.Exit(Run(m)).
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// OpenPathTo makes dir and each of its ancestors below the system's
+// temporary directory searchable by other users (mode 0755), so a test can
+// run a program from there as another user. It never changes the
+// temporary directory itself or anything above it: when those are closed
+// to others the test fails (CI=true) or skips, saying so.
+func OpenPathTo(t testing.TB, dir string) {
+	t.Helper()
+	top := filepath.Clean(os.TempDir())
+	d := filepath.Clean(dir)
+	if !strings.HasPrefix(d, top+string(filepath.Separator)) {
+		t.Fatalf("testenv: %s is not under the temporary directory %s", d, top)
+	}
+	for ; d != top; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	for d = top; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil || fi.Mode().Perm()&0o001 == 0 {
+			msg := fmt.Sprintf("testenv: %s is not searchable by other users; set TMPDIR to a directory they can reach", d)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		if d == "/" {
+			break
+		}
+	}
+}
