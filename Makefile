@@ -11,11 +11,11 @@ GOFLAGS ?=
 export GOFLAGS
 # urfave/cli's man-page and Markdown writers are left out of the tools (no
 # tool writes its docs with them): their Markdown parser's initialisation
-# was 2 ms of every post run's start (GODEBUG=inittrace=1).
+# would run at every tool's start (GODEBUG=inittrace=1 shows it).
 GOTAGS  := urfave_cli_no_docs
 # The tools are linked statically (netgo, osusergo: Go's own host and user
 # name lookups, which no tool makes): the dynamic loader and the C
-# library's start were 5-6 ms of every run (post --version 26 -> 20 ms).
+# library's start would be a measurable part of every short run.
 # The daemon keeps the C library's lookups (its socket's group may come
 # from NSS, LDAP).
 TOOLTAGS := $(GOTAGS),netgo,osusergo

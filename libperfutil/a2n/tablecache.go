@@ -356,9 +356,9 @@ func decodeTable(data, key []byte) (c cached, ok bool) {
 // readTable reads dir's entry for key into memory (ok false: no usable
 // entry). Read, not mapped: a cache table is compact, checked whole here
 // and its names read as addresses are named, so every page is touched,
-// and on this project's VM (PVM, shadow paging) the first touch of each
-// 4 KB page of a file mapping cost more than a copy into the heap's huge
-// pages (a many-process report: 7 ms less CPU).
+// and under shadow paging (a common hypervisor set-up) the first touch of
+// each 4 KB page of a file mapping costs more than a copy into the heap's
+// huge pages.
 func readTable(dir string, key []byte) (c cached, ok bool) {
 	if dir == "" || key == nil {
 		return c, false

@@ -143,10 +143,10 @@ if [ "$WHAT" = itrace ]; then
 	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
 	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
 fi
-if [ "$WHAT" = icount ]; then # issue 10: the ITrace -icount identity (icount-guest.sh)
+if [ "$WHAT" = icount ]; then # the ITrace -icount identity (icount-guest.sh)
 	gcc -O2 -static -mno-red-zone -Wall -Werror -Ikmod/uapi -o "$BIN/itrace_icount" scripts/vmtest/itrace_icount.c
 fi
-if [ "$WHAT" = callflow ]; then # issue 11: call-flow exactness (scripts/vmtest/callflow-build.sh)
+if [ "$WHAT" = callflow ]; then # call-flow exactness (scripts/vmtest/callflow-build.sh)
 	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" 9>&- || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
 fi
 

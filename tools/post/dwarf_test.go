@@ -91,7 +91,7 @@ func TestExampleCallStacksDWARF(t *testing.T) {
 // keeps frame pointers, so this test passes without that too: it checks
 // the whole path, not that table.) The program maps its libraries and
 // runs at once, so their tables load while it runs (prefetched at its
-// mmaps); a run of ~80 ms lost half its stacks before that.
+// mmaps); a short run would otherwise lose half its stacks.
 func TestVDSOFramesUnwoundDWARF(t *testing.T) {
 	e := tracetest.Setup(t)
 	dir, sw := e.Dir, e.Sw
