@@ -1,7 +1,8 @@
 # perfinsp — top-level build.
 #   make            build every Go tool and the daemon into bin/
 #   make static     the same, statically linked (CGO_ENABLED=0), into bin/static/ (for the VM initramfs)
-#   make test       every test: gofmt, go vet, unit and integration tests, the kernel-module VM test
+#   make test       every test: gofmt, go vet, unit and integration tests, the kernel-module VM tests
+#                   (two lanes side by side: scripts/test.sh)
 #   make bench      benchmarks, printed side by side with the peer tools
 # Each area adds its own targets in mk/*.mk (kmod, vmtest, post, ptt ...).
 
@@ -46,8 +47,12 @@ lint:
 gotest: build
 	$(GO) test -count=1 -p 1 ./...
 
-# TEST_TARGETS is extended by mk/*.mk (for example vmtest).
+# make test runs two lanes side by side (scripts/test.sh): TEST_TARGETS on
+# the host, one after another, and VM_TEST_TARGETS (the kernel-module tests
+# in QEMU, which take a lock of their own) one after another at a lower CPU
+# priority. Both are extended by mk/*.mk.
 TEST_TARGETS := lint gotest
+VM_TEST_TARGETS :=
 
 bench: build
 
@@ -58,4 +63,4 @@ clean:
 -include mk/*.mk
 
 test: deps
-	@$(MAKE) -k --no-print-directory $(TEST_TARGETS)
+	@TEST_TARGETS="$(TEST_TARGETS)" VM_TEST_TARGETS="$(VM_TEST_TARGETS)" bash scripts/test.sh
