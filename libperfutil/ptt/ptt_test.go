@@ -211,7 +211,11 @@ func agreementAttempt(t *testing.T, attempt int, final bool) (over bool) {
 				t.Errorf("tid %d: mapped task-clock %d differs from the read() value %d by %.0f ns", a.tid, a.mapped, a.syscall, d)
 			}
 		}
-		if math.Abs(a.errPct) > 1 {
+		// Against the scheduler's clock the mapped value may differ by as
+		// much as the kernel's own task-clock does (steal and interrupt
+		// time inside the slices, in bursts on a loaded VM): what PTT must
+		// not add is a difference of its own.
+		if math.Abs(a.errPct) > 1 && math.Abs(a.errPct-kernPct) > 0.1 {
 			over = true
 			if !final {
 				continue
