@@ -54,6 +54,41 @@ func (r *Request) File(i int) *os.File {
 	return f
 }
 
+// ClientFile checks a file a client passed for the agent to write: a
+// regular file on an ordinary file system (control.CheckRegular: never
+// /proc, /sys, cgroup, debugfs, ...), owned by the caller unless the caller
+// is root (the agent writes only what the caller could have created), with
+// no set-id bits.
+func ClientFile(f *os.File, p Peer) error {
+	if err := control.CheckRegular(f); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat the file passed: %w", err)
+	}
+	if !p.Root() && int(st.Uid) != p.UID {
+		return control.Errorf(control.ErrBadFile, "the file passed belongs to uid %d, not to you (uid %d): the agent writes only your own files", st.Uid, p.UID)
+	}
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return control.Errorf(control.ErrBadFile, "the file passed has set-id bits (mode %o): trace files are plain 0600 files", st.Mode&0o7777)
+	}
+	return nil
+}
+
+// clientFile takes the i-th file (nil if none) after ClientFile's checks.
+func (r *Request) clientFile(i int) (*os.File, error) {
+	f := r.File(i)
+	if f == nil {
+		return nil, nil
+	}
+	if err := ClientFile(f, r.Peer); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // Handler serves one extra op. args is the request's raw arguments.
 type Handler func(p Peer, args json.RawMessage) (any, error)
 
@@ -489,7 +524,11 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		}
 		return nil, f.SetRate(a.Hz, a.Event)
 	case daemonproto.OpOn:
-		return nil, f.On(r.File(0), r.UID)
+		file, err := r.clientFile(0)
+		if err != nil {
+			return nil, err
+		}
+		return nil, f.On(file, r.UID)
 	case daemonproto.OpOff:
 		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err
@@ -499,7 +538,11 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err
 		}
-		return nil, f.Get(r.File(0))
+		file, err := r.clientFile(0)
+		if err != nil {
+			return nil, err
+		}
+		return nil, f.Get(file)
 	case daemonproto.OpInfo:
 		return f.Info()
 	case daemonproto.OpFree:

@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"perfinsp/daemon/server"
-	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/kmodbackend"
 )
 
@@ -44,7 +43,7 @@ func (d *drains) start(r *server.Request) (any, error) {
 		stream.Close()
 		return nil, err
 	}
-	if err := control.CheckRegular(stream); err != nil {
+	if err := server.ClientFile(stream, r.Peer); err != nil {
 		dev.Close()
 		stream.Close()
 		return nil, err
