@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -159,8 +161,18 @@ func (s *Server) logf(format string, args ...any) {
 
 // Listen creates the socket with the right owner and permissions.
 func (s *Server) Listen() error {
-	if err := os.MkdirAll(filepath.Dir(s.Path), 0o755); err != nil {
+	// The directory is checked before anything is created or removed in
+	// it: another user must not be able to plant the state file or a link
+	// for the agent to write through.
+	dir := filepath.Dir(s.Path)
+	if err := daemonproto.CheckAgentPath(dir, os.Geteuid()); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create socket directory: %w", err)
+	}
+	if err := daemonproto.CheckAgentDir(dir, os.Geteuid()); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
 	}
 	// A socket left by a dead daemon is removed; a live daemon is an error.
 	if c, err := net.DialTimeout("unix", s.Path, 500*time.Millisecond); err == nil {
@@ -322,11 +334,8 @@ func (s *Server) hostsWork() bool {
 func (s *Server) writeState() {
 	st := daemonproto.State{PID: os.Getpid(), Group: s.Group, IdleExit: s.IdleExit.String(), State: s.Fac.State(),
 		Unsaved: !s.Fac.Idle(), Owner: s.Fac.Owner(), Time: time.Now()}
-	b, _ := json.Marshal(&st)
-	p := daemonproto.StatePath(s.Path)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err == nil {
-		_ = os.Rename(tmp, p)
+	if err := daemonproto.WriteState(s.Path, &st); err != nil {
+		s.logf("state file: %v", err)
 	}
 }
 
@@ -569,4 +578,25 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		return h(r)
 	}
 	return nil, fmt.Errorf("unknown op %q", op)
+}
+
+// LogSafe escapes every character of a log line that could end the line
+// or pass for a separator in it: control characters, invalid UTF-8, and
+// every rune unicode.IsPrint refuses (line and paragraph separators,
+// non-ASCII spaces). A client's words in the agent's log stay inside the
+// line they were logged in.
+func LogSafe(line string) string {
+	var b strings.Builder
+	for i, r := range line {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(line[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, line[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }

@@ -58,10 +58,13 @@ func run(c *cli.Context) error {
 		IdleExit: c.Duration("idle-exit"),
 		User:     user,
 	}
+	// Every line is escaped (server.LogSafe): a client's words never make
+	// a line, or a token, of their own in the log.
+	logf := func(format string, args ...any) { logger.Print(server.LogSafe(fmt.Sprintf(format, args...))) }
 	if !c.Bool("quiet") {
-		s.Log = logger.Printf
+		s.Log = logf
 	}
-	registerExtensions(s, logger.Printf)
+	registerExtensions(s, logf)
 	if err := s.Listen(); err != nil {
 		return err
 	}
