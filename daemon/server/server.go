@@ -104,8 +104,11 @@ const (
 	// daemon's descriptors and take the trace down with it.
 	MaxConnsPerUID = 64
 	// RequestTimeout bounds the reading of one request once its first
-	// byte has arrived.
+	// byte has arrived (Server.RequestTimeout changes it).
 	RequestTimeout = 30 * time.Second
+	// MaxPendingPerUID caps the bytes of unfinished requests one user's
+	// connections hold together: room for two of the largest requests.
+	MaxPendingPerUID = 2 * daemonproto.MaxRequest
 )
 
 // Server serves the control socket.
@@ -118,10 +121,14 @@ type Server struct {
 	// User marks a user's own agent (pitraced --user, not root): it hosts
 	// services for its user and refuses the trace facility's ops.
 	User bool
+	// RequestTimeout bounds the reading of one request once begun (0:
+	// the RequestTimeout constant).
+	RequestTimeout time.Duration
 
 	mu       sync.Mutex
 	handlers map[string]RequestHandler
 	conns    map[int]int // open connections per uid
+	pending  map[int]int // bytes of unfinished requests per uid
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
@@ -208,6 +215,7 @@ func (s *Server) Listen() error {
 	s.done = make(chan struct{})
 	s.last = time.Now()
 	s.conns = map[int]int{}
+	s.pending = map[int]int{}
 	s.writeState()
 	return nil
 }
@@ -373,8 +381,42 @@ func peerOf(c *net.UnixConn) Peer {
 	return p
 }
 
+// pendingBudget counts one user's unfinished request bytes
+// (daemonproto.Budget).
+type pendingBudget struct {
+	s   *Server
+	uid int
+}
+
+func (b pendingBudget) Take(n int) error {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if b.s.pending[b.uid]+n > MaxPendingPerUID {
+		return fmt.Errorf("%w: uid %d's connections hold %d bytes of unfinished requests, the most one user may (%d)", daemonproto.ErrPending, b.uid, b.s.pending[b.uid], MaxPendingPerUID)
+	}
+	b.s.pending[b.uid] += n
+	return nil
+}
+
+func (b pendingBudget) Give(n int) {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if b.s.pending[b.uid] -= n; b.s.pending[b.uid] <= 0 {
+		delete(b.s.pending, b.uid)
+	}
+}
+
+func (s *Server) requestTimeout() time.Duration {
+	if s.RequestTimeout > 0 {
+		return s.RequestTimeout
+	}
+	return RequestTimeout
+}
+
 func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 	pc := daemonproto.NewConn(c)
+	pc.RequestTimeout = s.requestTimeout()
+	pc.Budget = pendingBudget{s, peer.UID}
 	defer s.release(peer.UID)
 	defer pc.Close()
 	for {
@@ -384,8 +426,16 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 		var req daemonproto.Request
 		files, err := pc.Receive(&req)
 		if err != nil {
-			if errors.Is(err, daemonproto.ErrTooLarge) {
+			_ = pc.SetDeadline(time.Now().Add(time.Second))
+			switch {
+			case errors.Is(err, daemonproto.ErrTooLarge):
 				_ = pc.Send(&daemonproto.Response{Error: "request too large"})
+				return
+			case errors.Is(err, daemonproto.ErrPending):
+				_ = pc.Send(&daemonproto.Response{Error: err.Error(), Code: control.ErrBusy.Code})
+				return
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				_ = pc.Send(&daemonproto.Response{Error: fmt.Sprintf("request not complete within %s of its first byte: connection closed", pc.RequestTimeout)})
 				return
 			}
 			if strings.HasPrefix(err.Error(), "bad message") {

@@ -5,6 +5,8 @@ package main
 // (no swtrace checks on its side) and reports what the agent did for it.
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"perfinsp/libperfutil/daemonproto"
 )
@@ -76,6 +79,10 @@ func attack(role string, args []string) error {
 	switch role {
 	case "get-proc":
 		return attackGetProc(args[0])
+	case "partial":
+		return attackPartial()
+	case "silent":
+		return attackSilent()
 	}
 	return fmt.Errorf("unknown attack %q", role)
 }
@@ -126,6 +133,52 @@ func attackGetProc(dir string) error {
 	}
 	after, _ := os.ReadFile("/proc/self/autogroup")
 	fmt.Printf("RESULT: refused=%q before=%q after=%q\n", msg, strings.TrimSpace(string(before)), strings.TrimSpace(string(after)))
+	return nil
+}
+
+// attackPartial opens 64 connections (the per-user cap) and sends each
+// all of a request but its newline (1 MB less one byte), then holds them
+// until its standard input closes.
+func attackPartial() error {
+	big := bytes.Repeat([]byte("x"), daemonproto.MaxRequest-1)
+	var conns []net.Conn
+	sent, cut := 0, 0
+	for i := 0; i < 64; i++ {
+		c, err := net.Dial("unix", daemonproto.SocketPath())
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		n, err := c.Write(big)
+		sent += n
+		if err != nil {
+			cut++
+		}
+	}
+	fmt.Printf("HELD sent=%d cut=%d\n", sent, cut)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+// attackSilent sends the first byte of a request and nothing more, and
+// reports how long the agent kept the connection open.
+func attackSilent() error {
+	c, err := net.Dial("unix", daemonproto.SocketPath())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := c.Write([]byte("{")); err != nil {
+		return err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b, _ := io.ReadAll(c)
+	fmt.Printf("RESULT: closed after %.1fs: %s\n", time.Since(start).Seconds(), strings.TrimSpace(string(b)))
 	return nil
 }
 
@@ -229,5 +282,41 @@ func TestGetIntoOthersFileRefused(t *testing.T) {
 	}
 	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || fi.Mode().Perm() != 0o600 || fi.Size() == 0 {
 		t.Fatalf("root's trace file: uid %d mode %o size %d, want 0, 0600 and the trace", st.Uid, fi.Mode().Perm(), fi.Size())
+	}
+}
+
+// 64 connections of one member, each holding all of a request but its
+// newline: the agent holds at most MaxPendingPerUID of them, answers root
+// meanwhile, and a silent request is closed at its deadline.
+func TestPartialRequestsBounded(t *testing.T) {
+	s := setupSec(t)
+	pid := daemonPID(t, filepath.Join(s.Dir, "run", "pitraced.sock"))
+	rss0 := vmRSS(t, pid)
+	cmd := s.attacker(true, "partial")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "HELD") {
+		t.Fatalf("attacker: %q %v", line, err)
+	}
+	rss := vmRSS(t, pid)
+	s.Sw("info")
+	t.Logf("%s; daemon RSS %d kB before, %d kB while held", strings.TrimSpace(line), rss0, rss)
+	if rss-rss0 > 16<<10 {
+		t.Fatalf("64 unfinished requests of one member hold %d kB of the daemon", rss-rss0)
+	}
+}
+
+func TestSilentRequestClosedAtDeadline(t *testing.T) {
+	s := setupSec(t, "--request-timeout", "2s")
+	res := s.attackRun(true, "silent")
+	var secs float64
+	if _, err := fmt.Sscanf(res, "closed after %fs:", &secs); err != nil || secs > 10 || !strings.Contains(res, "not complete within 2s") {
+		t.Fatalf("a request begun and never finished: %s", res)
 	}
 }
