@@ -508,6 +508,14 @@ var facilityOps = map[string]bool{
 	daemonproto.OpStackUnwind: true,
 }
 
+// configOps change what the next or held trace records: only the user
+// holding the facility (Facility.Claim) or root may run them.
+var configOps = map[string]bool{
+	daemonproto.OpInit: true, daemonproto.OpEnable: true, daemonproto.OpDisable: true,
+	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
+	daemonproto.OpOnWriteError: true, daemonproto.OpStackDepth: true, daemonproto.OpStackUnwind: true,
+}
+
 func decode(args json.RawMessage, v any) error {
 	if len(args) == 0 {
 		return errors.New("missing arguments")
@@ -522,7 +530,7 @@ func decode(args json.RawMessage, v any) error {
 // write or free it.
 func (s *Server) mayControl(p Peer) error {
 	if owner := s.Fac.Owner(); owner >= 0 && p.UID != owner && !p.Root() {
-		return control.Errorf(control.ErrNotOwner, "the trace belongs to uid %d, who turned it on: only that user or root may stop, write or free it", owner)
+		return control.Errorf(control.ErrNotOwner, "the trace belongs to uid %d, who configured the facility or turned it on: only that user or root may stop, write or free it", owner)
 	}
 	return nil
 }
@@ -531,6 +539,11 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 	f := s.Fac
 	if s.User && facilityOps[op] {
 		return nil, errors.New("this is a user's own agent (pitraced --user): the trace facility without the kernel module needs the system pitraced, which runs as root (sudo swtrace ..., or ask for --group access)")
+	}
+	if configOps[op] {
+		if err := f.Claim(r.UID, r.Root()); err != nil {
+			return nil, err
+		}
 	}
 	switch op {
 	case daemonproto.OpPing:
