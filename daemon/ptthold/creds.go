@@ -1,9 +1,11 @@
 package ptthold
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,8 +18,13 @@ import (
 // perf_event_paranoid too. The descriptors it opens are the agent's like
 // any others; only the opening is the user's.
 type asCaller struct {
-	reqs chan func()
+	mu      sync.Mutex // held while a request runs; stop waits for it
+	reqs    chan func()
+	stopped bool
 }
+
+// errStopped: the holder was stopped (ptt off); nothing is opened any more.
+var errStopped = errors.New("ptt is off: nothing more is counted")
 
 // newAsCaller starts the thread. For root, or when the agent itself runs
 // as the caller (a user's own agent), no thread is needed (nil).
@@ -61,20 +68,33 @@ func dropTo(uid, gid int) error {
 	return nil
 }
 
-// do runs fn as the caller (directly when a is nil) and waits for it.
-func (a *asCaller) do(fn func()) {
+// do runs fn as the caller (directly when a is nil: root's holder) and
+// waits for it. Once stopped it runs nothing: never as the agent instead.
+func (a *asCaller) do(fn func()) error {
 	if a == nil {
 		fn()
-		return
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopped {
+		return errStopped
 	}
 	done := make(chan struct{})
 	a.reqs <- func() { fn(); close(done) }
 	<-done
+	return nil
 }
 
 // stop ends the thread.
 func (a *asCaller) stop() {
-	if a != nil {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.stopped {
+		a.stopped = true
 		close(a.reqs)
 	}
 }

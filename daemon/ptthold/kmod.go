@@ -42,7 +42,9 @@ func (h *holder) watchModule(pid, tid int, strict bool) error {
 	var err error
 	// As the caller: the module's own permission check sees the caller's
 	// credentials, not the agent's.
-	h.as.do(func() { err = kmodbackend.PttWatch(h.kfd, tid) })
+	if derr := h.as.do(func() { err = kmodbackend.PttWatch(h.kfd, tid) }); derr != nil {
+		return nil
+	}
 	switch {
 	case err == nil, errors.Is(err, syscall.EEXIST):
 		h.watched[tid] = true

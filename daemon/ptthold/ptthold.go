@@ -444,7 +444,6 @@ func (h *holder) close() {
 	}
 	h.threads = map[int]*thread{}
 	h.as.stop()
-	h.as = nil
 	if h.pidfd >= 0 {
 		unix.Close(h.pidfd)
 		h.pidfd = -1
@@ -505,7 +504,7 @@ func (h *holder) checkOpen(caller int) error {
 		}
 	}
 	var err error
-	h.as.do(func() {
+	if derr := h.as.do(func() {
 		for _, m := range append(append([]ptt.Metric(nil), h.metrics...), dispatchMetric()) {
 			var fd int
 			if fd, err = ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl}); err != nil {
@@ -513,7 +512,9 @@ func (h *holder) checkOpen(caller int) error {
 			}
 			syscall.Close(fd)
 		}
-	})
+	}); derr != nil {
+		return derr
+	}
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
 		return fmt.Errorf("permission denied: the kernel refuses you the counters of process %d (not dumpable, holding capabilities you lack, or kernel.perf_event_paranoid): %w", tid, err)
 	}
@@ -595,7 +596,7 @@ func (h *holder) watchPerf(pid, tid int, strict bool) error {
 		return nil
 	}
 	var oerr error
-	h.as.do(func() {
+	if derr := h.as.do(func() {
 		for _, m := range all {
 			fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl})
 			if err != nil {
@@ -604,7 +605,10 @@ func (h *holder) watchPerf(pid, tid int, strict bool) error {
 			}
 			t.fds = append(t.fds, fd)
 		}
-	})
+	}); derr != nil {
+		h.budget.give(h.uid, len(all))
+		return nil
+	}
 	// A target that exited meanwhile may have left its pid to another
 	// process: what was just opened is not the target's.
 	if oerr == nil && h.pidfd >= 0 && !pidAlive(h.pidfd) {

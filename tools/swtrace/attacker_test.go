@@ -246,6 +246,11 @@ func TestGetIntoProcRefused(t *testing.T) {
 	}
 	// swtrace's own check says so before asking the agent.
 	s.mustFail("not an ordinary file system", "get", "/proc/self/autogroup")
+	// A plain user (not in the group) does not reach the agent at all.
+	out, err := s.attacker(false, "get-proc", s.pub).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("a plain user's attack: %v\n%s", err, out)
+	}
 }
 
 // A file another user created for root's get (in a shared directory,
