@@ -370,7 +370,12 @@ func TestKilledDaemonIsReported(t *testing.T) {
 	// With the group in root's environment the successor serves it.
 	e.Sw("on")
 	pids := e.DaemonPIDs()
-	_ = syscall.Kill(pids[len(pids)-1], syscall.SIGKILL)
+	dead := pids[len(pids)-1]
+	_ = syscall.Kill(dead, syscall.SIGKILL)
+	waitUntil(t, "the killed daemon to be gone", 10*time.Second, func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(dead) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
 	cmd := exec.Command(e.Swtrace, "free")
 	cmd.Env = append(append([]string(nil), e.Environ...), "PERFINSP_GROUP="+secGroup)
 	if o, err := cmd.CombinedOutput(); err != nil {
