@@ -228,7 +228,11 @@ func (s *Service) on(r *server.Request) (any, error) {
 	}
 	s.mu.Unlock()
 	go h.rescan()
-	s.logf("uid %d pid %d: ptt on: %s for %s (backend %s)", r.UID, r.PID, strings.Join(names, ","), h.target(), h.backend())
+	canon := make([]string, len(ms))
+	for i, m := range ms {
+		canon[i] = m.Name // the table's names, never the client's spelling
+	}
+	s.logf("uid %d pid %d: ptt on: %s for %s (backend %s)", r.UID, r.PID, strings.Join(canon, ","), h.target(), h.backend())
 	h.mu.Lock()
 	n := len(h.threads) + len(h.watched)
 	h.mu.Unlock()
