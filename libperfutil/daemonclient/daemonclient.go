@@ -62,7 +62,9 @@ func (c *Client) Notices() []string { return c.notices }
 
 // Dial connects to the daemon, starting it if it is not running and we are
 // root. A daemon found dead is reported (with the trace it held) and its
-// successor is started with the same options.
+// successor is started with the same idle exit (its group comes from
+// PERFINSP_GROUP only). A socket in a directory another user could write
+// is refused.
 func Dial() (*Client, error) {
 	path := daemonproto.SocketPath()
 	// A socket in a directory another user can write may be theirs (a
@@ -182,7 +184,8 @@ func daemonBinary() (string, error) {
 }
 
 // start launches pitraced detached from this process and waits for its
-// socket. A predecessor's group and idle exit are kept.
+// socket. A predecessor's idle exit is kept; the group is PERFINSP_GROUP's,
+// never the state file's.
 func start(path string, prev *daemonproto.State) error {
 	bin, err := daemonBinary()
 	if err != nil {
