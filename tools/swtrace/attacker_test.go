@@ -295,7 +295,7 @@ func TestGetIntoOthersFileRefused(t *testing.T) {
 // meanwhile, and a silent request is closed at its deadline.
 func TestPartialRequestsBounded(t *testing.T) {
 	s := setupSec(t)
-	pid := daemonPID(t, filepath.Join(s.Dir, "run", "pitraced.sock"))
+	pid := s.pid()
 	rss0 := vmRSS(t, pid)
 	cmd := s.attacker(true, "partial")
 	stdin, _ := cmd.StdinPipe()

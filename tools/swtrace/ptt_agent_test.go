@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"perfinsp/internal/tracetest"
+	"perfinsp/libperfutil/daemonproto"
 	"perfinsp/libperfutil/ptt"
 )
 
@@ -94,7 +95,7 @@ const sixMetrics = "task-clock,cpu-clock,context-switches,cpu-migrations,page-fa
 // root, and short threads give their descriptors back when they exit.
 func TestPttDescriptorsBounded(t *testing.T) {
 	s, helper := pttEnv(t)
-	pid := daemonPID(t, filepath.Join(s.Dir, "run", "pitraced.sock"))
+	pid := s.pid()
 	base := openFDs(t, pid)
 	if out, err := s.ptt("on", "-a", "-m", sixMetrics); err != nil {
 		t.Fatalf("ptt on -a: %v\n%s", err, out)
@@ -266,4 +267,16 @@ func TestPttKernelRulesApply(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pid waits for the daemon's state file (written just after its socket
+// appears) and returns the daemon's pid.
+func (s *secEnv) pid() int {
+	s.T.Helper()
+	st := daemonproto.StatePath(filepath.Join(s.Dir, "run", "pitraced.sock"))
+	waitUntil(s.T, "the daemon's state file", 10*time.Second, func() bool {
+		_, err := os.Stat(st)
+		return err == nil
+	})
+	return daemonPID(s.T, filepath.Join(s.Dir, "run", "pitraced.sock"))
 }
