@@ -433,7 +433,7 @@ func nobodyEnv(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = os.Chmod(dir, 0o1777)
+	_ = os.Chmod(dir, os.ModeSticky|0o777) // like /tmp
 	t.Cleanup(func() {
 		stopAgent(filepath.Join(dir, "perfinsp-65534", "pitraced.sock"))
 		os.RemoveAll(dir)

@@ -329,8 +329,9 @@ func vmRSS(t *testing.T, pid int) int {
 	return n
 }
 
-// A daemon killed while tracing is reported by the next swtrace, and its
-// successor keeps its --group.
+// A daemon killed while tracing is reported by the next swtrace. Its
+// successor takes --group from root's environment (PERFINSP_GROUP), never
+// from the state file: without it the notice names the lost group.
 func TestKilledDaemonIsReported(t *testing.T) {
 	e := tracetest.Setup(t)
 	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
@@ -356,12 +357,32 @@ func TestKilledDaemonIsReported(t *testing.T) {
 	if !strings.Contains(out, "ended without shutting down") || !strings.Contains(out, "it was tracing: that trace was lost") {
 		t.Fatalf("the next swtrace does not say the daemon died with its trace:\n%s", out)
 	}
+	if !strings.Contains(out, `it served group "`+secGroup+`"`) || !strings.Contains(out, "PERFINSP_GROUP="+secGroup) {
+		t.Fatalf("the notice does not name the group the successor lacks:\n%s", out)
+	}
 	fi, err := os.Stat(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o660 {
-		t.Fatalf("the successor's socket has mode %o: --group was not kept", fi.Mode().Perm())
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the successor's socket has mode %o: a group came from the state file", fi.Mode().Perm())
+	}
+	// With the group in root's environment the successor serves it.
+	e.Sw("on")
+	pids := e.DaemonPIDs()
+	dead := pids[len(pids)-1]
+	_ = syscall.Kill(dead, syscall.SIGKILL)
+	waitUntil(t, "the killed daemon to be gone", 10*time.Second, func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(dead) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+	cmd := exec.Command(e.Swtrace, "free")
+	cmd.Env = append(append([]string(nil), e.Environ...), "PERFINSP_GROUP="+secGroup)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("swtrace free: %v\n%s", err, o)
+	}
+	if fi, err = os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("the successor started with PERFINSP_GROUP: %v %v", fi, err)
 	}
 }
 

@@ -31,6 +31,7 @@ func main() {
 			&cli.StringFlag{Name: "group", Usage: "let members of `GROUP` use the control socket (mode 0660)"},
 			&cli.DurationFlag{Name: "idle-exit", Usage: "exit after this long without requests while not tracing and holding no unsaved trace (0: never)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log nothing but errors"},
+			&cli.DurationFlag{Name: "request-timeout", Value: server.RequestTimeout, Usage: "close a connection whose request is not complete this long after its first byte"},
 			&cli.BoolFlag{Name: "user", Usage: "run as a user's own agent (no root): host the ptt holder and the module's stream drainer for this user only; started on demand by ptt and swtrace"},
 		},
 		Action: run,
@@ -57,11 +58,16 @@ func run(c *cli.Context) error {
 		Group:    c.String("group"),
 		IdleExit: c.Duration("idle-exit"),
 		User:     user,
+
+		RequestTimeout: c.Duration("request-timeout"),
 	}
+	// Every line is escaped (server.LogSafe): a client's words never make
+	// a line, or a token, of their own in the log.
+	logf := func(format string, args ...any) { logger.Print(server.LogSafe(fmt.Sprintf(format, args...))) }
 	if !c.Bool("quiet") {
-		s.Log = logger.Printf
+		s.Log = logf
 	}
-	registerExtensions(s, logger.Printf)
+	registerExtensions(s, logf)
 	if err := s.Listen(); err != nil {
 		return err
 	}
