@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -393,7 +394,7 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
 	d := exec.Command("prlimit", "--nofile=40:40", filepath.Join(e.Bin, "pitraced"), "--socket", sock)
 	d.Env = e.Environ
-	var logb bytes.Buffer
+	var logb lockedBuffer
 	d.Stdout, d.Stderr = &logb, &logb
 	if err := d.Start(); err != nil {
 		t.Fatalf("prlimit: %v", err)
@@ -409,6 +410,7 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.Sw("init", "-t", "64K", "-m", "64K")
+	e.Sw("disable", "tprof") // a busy machine's ticks would fill 64 KB and stop tracing before off
 	e.Sw("on")
 	var conns []net.Conn
 	for i := 0; i < 60; i++ { // more than the daemon's 40 descriptors
@@ -418,11 +420,16 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	// Give the accept loop time to hit EMFILE; the daemon must still be there.
-	select {
-	case err := <-exited:
-		t.Fatalf("the daemon exited out of descriptors: %v", err)
-	case <-time.After(500 * time.Millisecond):
+	// Wait until the accept loop has hit EMFILE; the daemon must still be there.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logb.String(), "too many open files"); {
+		select {
+		case err := <-exited:
+			t.Fatalf("the daemon exited out of descriptors: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon never ran out of descriptors (log: %s)", logb.String())
+		}
 	}
 	for _, c := range conns {
 		c.Close()
@@ -432,7 +439,27 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 		t.Fatalf("off after EMFILE: %s", out)
 	}
 	e.Sw("get", "emfile.nrm2")
-	if !strings.Contains(logb.String(), "too many open files") {
-		t.Fatalf("the daemon never ran out of descriptors (log: %s)", logb.String())
+	select {
+	case err := <-exited:
+		t.Fatalf("the daemon exited: %v", err)
+	default:
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
