@@ -87,6 +87,9 @@ type thread struct {
 	fds      []int    // metrics, then context-switches (nil once exited)
 	final    []uint64 // the values read when the thread exited
 	exited   bool
+	// uncounted: CPU ns the thread ran before its counters were opened
+	// (found after ptt on); nil for threads counted from ptt on.
+	uncounted *uint64
 }
 
 type holder struct {
@@ -637,6 +640,12 @@ func (h *holder) watchPerf(pid, tid int, strict bool) error {
 		return nil
 	}
 	delete(h.limited, tid)
+	if !strict {
+		// Found after ptt on: what it ran before now is not in its counts.
+		if ns, err := threadCPU(pid, tid); err == nil {
+			t.uncounted = &ns
+		}
+	}
 	if old, ok := h.threads[tid]; ok && old.exited {
 		h.fold(old) // a tid reused by a new thread: the old one's values stay counted
 	}
@@ -726,7 +735,7 @@ func (h *holder) dump() *ptt.Dump {
 		d.Errors = append(d.Errors, fmt.Sprintf("process %d exited: nothing more is counted (a later process given its pid is not it)", h.pid))
 	}
 	for _, t := range h.threads {
-		td := ptt.ThreadDump{Pid: t.pid, Tid: t.tid, Name: t.name, Values: map[string]uint64{}, Exited: t.exited}
+		td := ptt.ThreadDump{Pid: t.pid, Tid: t.tid, Name: t.name, Values: map[string]uint64{}, Exited: t.exited, UncountedStartNs: t.uncounted}
 		val := func(i int) uint64 {
 			if t.fds == nil {
 				if i < len(t.final) {
@@ -764,4 +773,18 @@ func SortThreads(ts []ptt.ThreadDump) {
 		}
 		return ts[i].Tid < ts[j].Tid
 	})
+}
+
+// threadCPU is the CPU time a thread has run so far, in ns (the first
+// field of /proc/PID/task/TID/schedstat).
+func threadCPU(pid, tid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("schedstat of thread %d: empty", tid)
+	}
+	return strconv.ParseUint(f[0], 10, 64)
 }
