@@ -29,10 +29,10 @@ kitrace-insn-test:
 # ITraceOn/Off, a killed process, itrace off from another shell, rmmod
 # while tracing, a full buffer.
 .PHONY: vmtest-itrace
-# About 4 minutes, most of it the ptrace path's part of the benchmark
+# Most of its time is the ptrace path's part of the benchmark
 # (~600 instructions/s under TCG): a longer timeout than the other modes.
 vmtest-itrace:
-	VMTEST_TIMEOUT=$${VMTEST_TIMEOUT:-600} bash scripts/vmtest/run.sh itrace
+	VMTEST_TIMEOUT=$${VMTEST_TIMEOUT:-1500} bash scripts/vmtest/run.sh itrace
 VM_TEST_TARGETS += vmtest-itrace
 
 # The ITrace -icount identity in the VM (scripts/vmtest/run.sh icount):

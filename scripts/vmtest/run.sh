@@ -17,7 +17,9 @@
 #                                    method events: method-guest.sh, methodprog.c)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
-# skip with the reason); VMTEST_TIMEOUT (seconds, default 420); KVER to
+# skip with the reason); VMTEST_TIMEOUT (seconds, default 900: a guard against a
+# hung guest, not a measure — TCG beside a busy host lane is several times slower
+# than on a quiet machine); KVER to
 # pick a headers version; VMTEST_KEEP=1 keeps the work directory.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -196,7 +198,7 @@ if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ] || [ "$WHAT" = callflow ] || [ "$WHA
 	QEMU_EXTRA=(-icount shift=0,sleep=off)
 	SMP=1
 fi
-TIMEOUT=${VMTEST_TIMEOUT:-420}
+TIMEOUT=${VMTEST_TIMEOUT:-900}
 # The strict kernel: any WARN, oops, soft lockup or hung task panics (and
 # fails the run); SLUB red zones, poisoning and sanity checks catch
 # use-after-free and overruns of the module's allocations; freed pages are
