@@ -78,6 +78,7 @@ func TestITraceOffFromAnotherShell(t *testing.T) {
 		t.Fatalf("itrace on: %s", out)
 	}
 	waitTraced(t, pid, true)
+	waitRecords(t, e, 500) // it is being stepped (the trace below has branches)
 	out = e.Sw("itrace", "off", strconv.Itoa(pid))
 	if !strings.Contains(out, "itrace off: 1 sessions") {
 		t.Fatalf("itrace off: %s", out)
