@@ -279,6 +279,15 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 		conn.Close()
 		return nil, am, fmt.Errorf("itrace: %w", err)
 	}
+	attr := &syscall.SysProcAttr{Setpgid: true} // a terminal's signals to the daemon are not the helper's
+	switch {
+	case os.Geteuid() == c.UID && os.Getegid() == c.GID:
+		// A user's own agent: the helper is that user already.
+	case os.Geteuid() != 0:
+		return nil, am, fmt.Errorf("itrace: this agent (uid %d) cannot start a tracer as uid %d", os.Geteuid(), c.UID)
+	default:
+		attr.Credential = &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}}
+	}
 	env := []string{}
 	if v := os.Getenv("ITRACE_DEBUG"); v != "" {
 		env = append(env, "ITRACE_DEBUG="+v)
@@ -286,16 +295,13 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 	// The binary is run through its descriptor (fd 4 in the helper): a
 	// caller who cannot reach the daemon's directory still runs it.
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/4",
-		Args:       []string{"pitraced-itrace", HelperArg},
-		Env:        env,
-		Dir:        "/",
-		ExtraFiles: []*os.File{child, exe},
-		Stderr:     errW,
-		SysProcAttr: &syscall.SysProcAttr{
-			Credential: &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}},
-			Setpgid:    true, // a terminal's signals to the daemon are not the helper's
-		},
+		Path:        "/proc/self/fd/4",
+		Args:        []string{"pitraced-itrace", HelperArg},
+		Env:         env,
+		Dir:         "/",
+		ExtraFiles:  []*os.File{child, exe},
+		Stderr:      errW,
+		SysProcAttr: attr,
 	}
 	err = cmd.Start()
 	errW.Close()
