@@ -48,9 +48,11 @@ const (
 	frameRecord   = 'R' // one record (encodeRecord)
 	frameLog      = 'L' // a line for the daemon's log
 	frameEnd      = 'E' // endMsg (JSON): the tracer ended, its counts; last
-	maxFrame      = 1 << 20
+	maxFrame      = 64 << 10
 	recordHeader  = 16 // cpu u16, major u16, minor u32, time u64
 	maxFields     = 8
+	maxSkipped    = 100 // processes left out, listed in the attach message
+	maxLogLines   = 100 // log lines of one helper in the daemon's log
 )
 
 // helperOptions are Options on the wire.
@@ -202,7 +204,11 @@ func HelperMain() int {
 		sink.send(frameAttached, attachMsg{Err: err.Error()})
 		return 1
 	}
-	sink.send(frameAttached, attachMsg{Threads: tr.Stats().Threads, Skipped: tr.Skipped()})
+	skipped := tr.Skipped()
+	if len(skipped) > maxSkipped {
+		skipped = append(skipped[:maxSkipped], fmt.Sprintf("and %d more", len(skipped)-maxSkipped))
+	}
+	sink.send(frameAttached, attachMsg{Threads: tr.Stats().Threads, Skipped: skipped})
 	// The daemon asks to stop, or is gone (end of file): stop.
 	go func() {
 		var buf []byte
@@ -251,7 +257,7 @@ var helperExe = "/proc/self/exe"
 // (all threads let go) before it is killed.
 var (
 	helperAttachTimeout = 60 * time.Second
-	helperStopTimeout   = 30 * time.Second
+	helperStopTimeout   = 10 * time.Second
 )
 
 // startRemote starts a helper as c (uid and gid; root's stays root) and
@@ -377,6 +383,7 @@ func (rm *remote) read(r *bufio.Reader) {
 	var buf []byte
 	var fields [maxFields]uint64
 	var perr error
+	logged := 0
 	for {
 		var typ byte
 		var err error
@@ -419,7 +426,7 @@ func (rm *remote) read(r *bufio.Reader) {
 				perr = errors.New("a second attach message")
 			}
 		case frameLog:
-			if rm.log != nil {
+			if logged++; logged <= maxLogLines && rm.log != nil {
 				rm.log("%s", escape(string(buf)))
 			}
 		case frameEnd:
@@ -481,7 +488,7 @@ func (rm *remote) Stats() Stats {
 
 // Stop asks the helper to let its threads go and waits for its last
 // records; a helper that does not finish in time (stopped by its user) is
-// killed.
+// killed: its own threads may then die of their trap flag.
 func (rm *remote) Stop() Stats {
 	_ = rm.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = rm.conn.Write(appendFrame(nil, frameStop, nil))

@@ -101,9 +101,24 @@ func (m *Manager) SetSink(s Sink) {
 		m.sessions = map[int]*session{}
 	}
 	m.mu.Unlock()
-	for _, x := range all {
-		x.tr.Stop()
+	stopAll(all)
+}
+
+// stopAll stops the sessions at once (each tracer has its own deadline,
+// so tracers stopped by their users cost one deadline, not one each) and
+// returns their counts.
+func stopAll(ss []*session) []Stats {
+	out := make([]Stats, len(ss))
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = s.tr.Stop()
+		}()
 	}
+	wg.Wait()
+	return out
 }
 
 // ids reads a "Uid:" or "Gid:" line of /proc/PID/status: real, effective,
@@ -378,8 +393,8 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 	}
 	m.mu.Unlock()
 	var errs []string
-	for _, s := range stop {
-		st := s.tr.Stop()
+	for i, st := range stopAll(stop) {
+		s := stop[i]
 		if err := s.tr.Err(); err != nil {
 			errs = append(errs, fmt.Sprintf("session %d: %v", s.id, err))
 		}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	pitrace "perfinsp/libperfutil/itrace"
 )
@@ -275,5 +276,35 @@ func TestKilledTracerCostsItsSessionOnly(t *testing.T) {
 	res, err := m.Off(user, pitrace.OffArgs{PIDs: []int{b.Process.Pid}})
 	if err != nil || res.Sessions != 1 {
 		t.Errorf("itrace off of the other session: %+v %v", res, err)
+	}
+}
+
+// TestStoppedTracersCostOneDeadline: a user stops (SIGSTOP) the tracers of
+// its sessions; turning tracing off waits one stop deadline for all of
+// them, then kills them.
+func TestStoppedTracersCostOneDeadline(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	defer func(d time.Duration) { helperStopTimeout = d }(helperStopTimeout)
+	helperStopTimeout = 2 * time.Second
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	m := NewManager()
+	m.SetSink(&capture{})
+	const n = 4
+	for i := 0; i < n; i++ {
+		if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{startAs(t, nobody, "sleep", "60").Process.Pid}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.mu.Lock()
+	for _, s := range m.sessions {
+		_ = syscall.Kill(s.tr.(*remote).pid(), syscall.SIGSTOP)
+	}
+	m.mu.Unlock()
+	start := time.Now()
+	m.SetSink(nil)
+	if el := time.Since(start); el < helperStopTimeout || el > 2*helperStopTimeout {
+		t.Errorf("tracing off with %d stopped tracers took %v, want one deadline (%v)", n, el, helperStopTimeout)
 	}
 }
