@@ -175,7 +175,12 @@ func HelperMain() int {
 	// Not dumpable: the caller may not ptrace its tracer to write into
 	// the trace through its socket. (Signals it may send: a killed
 	// tracer costs its own session only.)
+	// Its name in ps (started through a descriptor, it was "4"); the
+	// process's comm, written while its /proc files are still its own.
+	_ = os.WriteFile("/proc/self/comm", []byte("pitraced-itrace"), 0)
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	// It never needs to gain a privilege by exec.
+	_ = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	conn := os.NewFile(3, "pitraced")
 	if conn == nil {
 		fmt.Fprintln(os.Stderr, "pitraced itrace-helper: no socket on fd 3 (pitraced starts this, not a user)")
