@@ -314,7 +314,11 @@ func (t *Tracer) seize(tid, pid int) error {
 			return fmt.Errorf("itrace: attach to thread %d: %w: it is traced already (by process %d)", tid, e, tracerOf(tid))
 		}
 		if e == unix.EPERM {
-			return fmt.Errorf("itrace: attach to thread %d: %w: the kernel refused (the process runs with rights its tracer lacks: another user, setuid or capabilities, not dumpable; or ptrace is restricted)", tid, e)
+			why := "or ptrace is restricted"
+			if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && strings.TrimSpace(string(b)) != "0" && os.Geteuid() != 0 {
+				why = "or Yama's ptrace_scope (" + strings.TrimSpace(string(b)) + ") allows tracing only descendants and processes that allow it (prctl PR_SET_PTRACER): root may trace, or kernel.yama.ptrace_scope=0 lets users trace their own processes"
+			}
+			return fmt.Errorf("itrace: attach to thread %d: %w: the kernel refused (the process runs with rights its tracer lacks: another user, setuid or capabilities, not dumpable; %s)", tid, e, why)
 		}
 		return fmt.Errorf("itrace: attach to thread %d: %w", tid, e)
 	}
