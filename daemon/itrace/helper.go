@@ -269,6 +269,15 @@ var (
 // waits until it attached, or says why it could not.
 func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (*remote, attachMsg, error) {
 	var am attachMsg
+	attr := &syscall.SysProcAttr{Setpgid: true} // a terminal's signals to the daemon are not the helper's
+	switch {
+	case os.Geteuid() == c.UID && os.Getegid() == c.GID:
+		// A user's own agent: the helper is that user already.
+	case os.Geteuid() != 0:
+		return nil, am, fmt.Errorf("itrace: this agent (uid %d) cannot start a tracer as uid %d", os.Geteuid(), c.UID)
+	default:
+		attr.Credential = &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}}
+	}
 	exe, err := os.OpenFile(helperExe, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, am, fmt.Errorf("itrace: open the daemon's binary: %w", err)
@@ -289,15 +298,6 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 	if err != nil {
 		conn.Close()
 		return nil, am, fmt.Errorf("itrace: %w", err)
-	}
-	attr := &syscall.SysProcAttr{Setpgid: true} // a terminal's signals to the daemon are not the helper's
-	switch {
-	case os.Geteuid() == c.UID && os.Getegid() == c.GID:
-		// A user's own agent: the helper is that user already.
-	case os.Geteuid() != 0:
-		return nil, am, fmt.Errorf("itrace: this agent (uid %d) cannot start a tracer as uid %d", os.Geteuid(), c.UID)
-	default:
-		attr.Credential = &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}}
 	}
 	env := []string{}
 	if v := os.Getenv("ITRACE_DEBUG"); v != "" {
@@ -342,7 +342,10 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 		return nil, am, fmt.Errorf("itrace: the session's tracer did not attach within %v: stopped", helperAttachTimeout)
 	}
 	if am.Err != "" {
-		<-rm.done // it exits
+		// It let its threads go before saying so, and exits; killed, it
+		// cannot be kept from exiting by its user (SIGSTOP).
+		_ = rm.proc.Kill()
+		<-rm.done
 		return nil, am, errors.New(am.Err)
 	}
 	select {
