@@ -189,28 +189,32 @@ int main(int argc, char **argv) {
 }
 `
 
-// TestDaemonDeathLeavesTraceesRunning: the daemon killed (SIGKILL) while a
-// member's program is single-stepped: the program is let go and finishes
-// with its normal output.
+// TestDaemonDeathLeavesTraceesRunning: the daemon killed (SIGKILL) or
+// stopped (SIGTERM, a restart) while a member's program is single-stepped:
+// the program is let go and finishes with its normal output.
 func TestDaemonDeathLeavesTraceesRunning(t *testing.T) {
-	s := setupSec(t)
-	prog := s.buildC("loop", loopC)
-	s.memberOK("init", "-t", "8M")
-	s.memberOK("disable", "tprof")
-	s.memberOK("on")
-	cmd, out := s.startMember(`exec "$0"`, prog)
-	pid := cmd.Process.Pid
-	s.memberOK("itrace", "on", "--at-exec", "-p", strconv.Itoa(pid))
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	waitRecords(t, s.Env, 2000) // it is being stepped
-	sock := filepath.Join(s.Dir, "run", "pitraced.sock")
-	if err := syscall.Kill(daemonPID(t, sock), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitExit(t, cmd, 120*time.Second); err != nil {
-		t.Fatalf("the traced program after the daemon's death: %v\n%s", err, out)
-	}
-	if sc := bufio.NewScanner(strings.NewReader(out.String())); !sc.Scan() || !strings.HasPrefix(sc.Text(), "done ") {
-		t.Fatalf("the traced program's output: %q", out)
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			s := setupSec(t)
+			prog := s.buildC("loop", loopC)
+			s.memberOK("init", "-t", "8M")
+			s.memberOK("disable", "tprof")
+			s.memberOK("on")
+			cmd, out := s.startMember(`exec "$0"`, prog)
+			pid := cmd.Process.Pid
+			s.memberOK("itrace", "on", "--at-exec", "-p", strconv.Itoa(pid))
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			waitRecords(t, s.Env, 2000) // it is being stepped
+			sock := filepath.Join(s.Dir, "run", "pitraced.sock")
+			if err := syscall.Kill(daemonPID(t, sock), sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitExit(t, cmd, 120*time.Second); err != nil {
+				t.Fatalf("the traced program after the daemon's %v: %v\n%s", sig, err, out)
+			}
+			if sc := bufio.NewScanner(strings.NewReader(out.String())); !sc.Scan() || !strings.HasPrefix(sc.Text(), "done ") {
+				t.Fatalf("the traced program's output: %q", out)
+			}
+		})
 	}
 }
