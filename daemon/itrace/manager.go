@@ -18,18 +18,10 @@ type Caller struct {
 	PID, UID, GID int
 }
 
-// tracer is a running session's tracer: a helper process (remote).
-type tracer interface {
-	Stop() Stats
-	Done() <-chan struct{}
-	Err() error
-	Stats() Stats
-}
-
 type session struct {
 	id    int
-	owner int // uid
-	tr    tracer
+	owner int     // uid
+	tr    *remote // the session's tracer: a helper process
 	pids  map[int]bool
 	tids  map[int]bool
 }
@@ -77,15 +69,11 @@ type Manager struct {
 	starting map[int]int  // uid -> sessions being started
 	claimed  map[int]bool // processes of the sessions being started
 	next     int
-	start    func(Caller, Options, Sink, func(string, ...any)) (tracer, attachMsg, error)
 }
 
 // NewManager returns a manager with no sink (tracing off).
 func NewManager() *Manager {
-	return &Manager{sessions: map[int]*session{}, starting: map[int]int{}, claimed: map[int]bool{},
-		start: func(c Caller, o Options, s Sink, l func(string, ...any)) (tracer, attachMsg, error) {
-			return startRemote(c, o, s, l)
-		}}
+	return &Manager{sessions: map[int]*session{}, starting: map[int]int{}, claimed: map[int]bool{}}
 }
 
 // SetSink is called when the facility turns on (the sink of its buffers)
@@ -273,7 +261,7 @@ func (m *Manager) On(c Caller, a pitrace.OnArgs) (pitrace.OnResult, error) {
 	if err := m.reserve(c.UID, pids); err != nil {
 		return res, err
 	}
-	tr, am, err := m.start(c, opts, sink, m.Log)
+	tr, am, err := startRemote(c, opts, sink, m.Log)
 	if err != nil {
 		m.release(c.UID, pids, nil, nil)
 		return res, err

@@ -261,7 +261,7 @@ func TestKilledTracerCostsItsSessionOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.mu.Lock()
-	rm := m.sessions[ra.Session].tr.(*remote)
+	rm := m.sessions[ra.Session].tr
 	m.mu.Unlock()
 	if err := syscall.Kill(rm.pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -299,7 +299,7 @@ func TestStoppedTracersCostOneDeadline(t *testing.T) {
 	}
 	m.mu.Lock()
 	for _, s := range m.sessions {
-		_ = syscall.Kill(s.tr.(*remote).pid(), syscall.SIGSTOP)
+		_ = syscall.Kill(s.tr.pid(), syscall.SIGSTOP)
 	}
 	m.mu.Unlock()
 	start := time.Now()
