@@ -107,8 +107,7 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 type helperSink struct {
 	mu     sync.Mutex
 	w      *bufio.Writer
-	flushT uint64 // record time of the last flush
-	broken bool   // the daemon is gone: drop the rest
+	broken bool // the daemon is gone: drop the rest
 	rec    []byte
 }
 
@@ -136,13 +135,25 @@ func (s *helperSink) Trace(cpu int, major uint16, minor uint32, t uint64, fields
 	}
 	s.mu.Lock()
 	s.writeLocked(frameRecord, p[:recordHeader+8*len(fields)])
-	// A slow session's records reach the buffers within a fraction of
-	// a second, not only when 64 KB have gathered.
-	if t-s.flushT > uint64(200*time.Millisecond) {
-		s.flushT = t
-		s.flushLocked()
-	}
 	s.mu.Unlock()
+}
+
+// flushEvery flushes the records gathered so far every period: a slow
+// session's records (a thread that blocks) reach the buffers within a
+// fraction of a second, not only when 64 KB have gathered.
+func (s *helperSink) flushEvery(period time.Duration, stop <-chan struct{}) {
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+			s.mu.Lock()
+			s.flushLocked()
+			s.mu.Unlock()
+		}
+	}
 }
 
 func (s *helperSink) flushLocked() {
@@ -230,6 +241,7 @@ func HelperMain() int {
 		<-sigs
 		tr.Stop()
 	}()
+	go sink.flushEvery(200*time.Millisecond, tr.Done())
 	<-tr.Done()
 	end := endMsg{Stats: tr.Stats()}
 	if err := tr.Err(); err != nil {
