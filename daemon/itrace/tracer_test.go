@@ -204,6 +204,9 @@ func exampleProg(t *testing.T) (string, map[string]*pitrace.CGFunc) {
 }
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == HelperArg {
+		os.Exit(HelperMain()) // the Manager's sessions run this binary as their tracer
+	}
 	rc := testenv.Run(m)
 	if example.dir != "" {
 		os.RemoveAll(example.dir)

@@ -14,11 +14,17 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"perfinsp/daemon/facility"
+	"perfinsp/daemon/itrace"
 	"perfinsp/daemon/server"
 	"perfinsp/libperfutil/daemonproto"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == itrace.HelperArg {
+		// One ITrace session's tracer, started by the daemon with the
+		// caller's credentials (daemon/itrace/helper.go).
+		os.Exit(itrace.HelperMain())
+	}
 	app := &cli.App{
 		Name:  "pitraced",
 		Usage: "perfinsp trace facility daemon (serves swtrace when the pitrace module is not loaded)",
