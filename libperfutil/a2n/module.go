@@ -75,6 +75,7 @@ type Module struct {
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
 	tab      table
 	loads    []elf.ProgHeader
+	plt      []addrRange // the .plt* sections (PLT stubs, named or not)
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
 	debugID  string // the build-id whose debug file was looked for (the table cache's key)
@@ -240,6 +241,35 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 		}
 	}
 	m.tab = buildTable(raw, pltStubs(f), fdes)
+	m.plt = pltSections(f)
+}
+
+// addrRange is [start, end) in a module's address space.
+type addrRange struct{ start, end uint64 }
+
+// pltSections are the address ranges of f's .plt, .plt.sec, .plt.got
+// (and other .plt*) sections.
+func pltSections(f *elf.File) []addrRange {
+	var out []addrRange
+	for _, s := range f.Sections {
+		if strings.HasPrefix(s.Name, ".plt") && s.Type == elf.SHT_PROGBITS && s.Size > 0 && s.Addr+s.Size > s.Addr {
+			out = append(out, addrRange{s.Addr, s.Addr + s.Size})
+		}
+	}
+	return out
+}
+
+// InPLT says whether the virtual address va lies in one of the module's
+// PLT sections: a stub A2N names name@plt, or the lazy-binding entry
+// before them, which it names after a symbol before it (_init) or not at
+// all.
+func (m *Module) InPLT(va uint64) bool {
+	for _, r := range m.plt {
+		if va >= r.start && va < r.end {
+			return true
+		}
+	}
+	return false
 }
 
 // vaddr converts a file offset to the module's virtual address through its
