@@ -78,7 +78,8 @@ type frame struct {
 	// interrupted is the function a signal frame interrupted: a
 	// siglongjmp out of the handler may land in it (leaveHandlers)
 	interrupted string
-	plt         bool // a call into a PLT stub, not yet through it
+	plt         bool       // a call into a PLT stub, not yet through it
+	node        *stackNode // the call path through this frame (EnableStacks)
 }
 
 type threadState struct {
@@ -90,8 +91,6 @@ type threadState struct {
 	stack    []frame
 	active   map[string]int // activations on the stack per function
 	base     string         // function at depth 0 (EnableStacks: the stacks' root)
-	stackStr string         // key() of stack, valid while keyOK
-	keyOK    bool
 }
 
 // Report is the replayed ITrace of a trace file.
@@ -119,7 +118,7 @@ type Report struct {
 	threads map[uint32]*threadState
 	cur     map[int]*threadState // per CPU buffer: thread of the records that follow
 	onArc   func(*Branch)
-	stacks  map[stackKey]uint64 // instructions per call stack (EnableStacks)
+	stacks  *stackTree // instructions per call stack (EnableStacks)
 }
 
 // NewReport returns an empty report naming addresses with namer. onBranch,
@@ -292,12 +291,11 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 		callee.Calls++
 		callee.Callers[caller]++
 	}
-	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal}
+	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal, node: rep.pushNode(th, k)}
 	if signal {
 		f.interrupted = th.lastFn
 	}
 	th.stack = append(th.stack, f)
-	th.keyOK = false
 	th.active[k]++
 }
 
@@ -307,8 +305,7 @@ func (rep *Report) call(th *threadState, from, to uint64) {
 		ck = th.lastFn
 	}
 	if callee, _, _ := rep.fn(th.pid, to); callee.PLT {
-		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true})
-		th.keyOK = false
+		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true, node: rep.pushNode(th, "")})
 		return
 	}
 	rep.arc(ck, to, th, line)
@@ -341,7 +338,7 @@ func (rep *Report) jump(th *threadState, to uint64) {
 	f := &th.stack[n-1]
 	f.plt = false
 	f.fn = k
-	th.keyOK = false
+	rep.renameTop(th, k)
 	f.entry = th.total // the stub's instructions are the caller's
 	callee.Calls++
 	callee.Callers[f.caller]++
@@ -412,7 +409,6 @@ func (rep *Report) unwind(th *threadState, depth int) {
 	for len(th.stack) > depth {
 		f := th.stack[len(th.stack)-1]
 		th.stack = th.stack[:len(th.stack)-1]
-		th.keyOK = false
 		if f.plt {
 			continue
 		}
