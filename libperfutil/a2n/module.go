@@ -159,22 +159,27 @@ func loadModule(path, dir string) *Module {
 			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
 		}
 	}()
-	var fi os.FileInfo
-	if dir != "" {
-		if fi, err = file.Stat(); err == nil && moduleFromCache(dir, path, fi, m) {
-			return m
-		}
+	fi, err := file.Stat()
+	if err != nil {
+		fi = nil
+	}
+	if dir != "" && fi != nil && moduleFromCache(dir, path, fi, m) {
+		return m
 	}
 	f, err := newELF(file, size, m)
 	if err != nil {
 		m.Err = fmt.Errorf("%s: %w", path, err)
 		return m
 	}
-	m.fromELF(f, true)
+	ident := ""
+	if fi != nil {
+		ident = string(fileIdent(fi))
+	}
+	m.fromELF(f, true, ident)
 	if m.dwPath == "" && f.Section(".debug_info") != nil {
 		m.dwPath = path
 	}
-	if fi != nil {
+	if dir != "" && fi != nil {
 		moduleToCache(dir, path, fi, m, m.debugID)
 	}
 	return m
@@ -192,8 +197,9 @@ func newELF(file *os.File, size int64, m *Module) (*elf.File, error) {
 
 // fromELF fills m's tables from f: .symtab, else a build-id debug file's
 // .symtab (if debugFiles), else .dynsym with the MiniDebugInfo .symtab and
-// the .eh_frame function ranges; PLT stubs always (see elfsyms.go).
-func (m *Module) fromELF(f *elf.File, debugFiles bool) {
+// the .eh_frame function ranges; PLT stubs always (see elfsyms.go). ident
+// is the file's identity (fileIdent; "" for an image not from a file).
+func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			m.loads = append(m.loads, p.ProgHeader)
@@ -226,7 +232,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 		m.Stripped = true
 		m.Source = ".dynsym"
 		raw, _ = elfSyms(f, true)
-		mini, err := miniDebugInfo(f)
+		mini, err := miniDebugInfo(f, ident)
 		if err != nil {
 			m.Warning = err.Error()
 		} else if mini != nil {
