@@ -203,3 +203,48 @@ func TestControlSocketPeerAndDeadline(t *testing.T) {
 		t.Fatalf("rtdriver reset by another user: %v\n%s", err, out)
 	}
 }
+
+// TestRtdriverChecksTheServer: rtdriver sends nothing to, and believes
+// nothing from, a socket named for a program that another process serves
+// (one planted in a shared directory, answering "ok").
+func TestRtdriverChecksTheServer(t *testing.T) {
+	setup(t)
+	dir := t.TempDir()
+	victim := os.Getpid() + 100000 // a pid the socket's name claims, not this process's
+	ln, err := net.Listen("unix", filepath.Join(dir, fmt.Sprintf("hookit-%d.sock", victim)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			b := make([]byte, 64)
+			n, _ := c.Read(b)
+			got <- string(b[:n])
+			c.Write([]byte("ok shutdown\n"))
+			c.Close()
+		}
+	}()
+	for _, args := range [][]string{{"-p", strconv.Itoa(victim)}, nil} {
+		out, err := exec.Command(filepath.Join(root, "bin/rtdriver"), append(append([]string{"-d", dir}, args...), "shutdown")...).CombinedOutput()
+		if err == nil || !bytes.Contains(out, []byte(fmt.Sprintf("is served by pid %d, not by pid %d", os.Getpid(), victim))) {
+			t.Fatalf("rtdriver %v against a planted socket: %v\n%s", args, err, out)
+		}
+	}
+	for i := 0; i < 2; i++ { // what each of the two connections carried
+		select {
+		case cmd := <-got:
+			if cmd != "" {
+				t.Fatalf("the planted socket was sent %q", cmd)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("rtdriver's connections did not end")
+		}
+	}
+}
