@@ -91,6 +91,7 @@ type threadState struct {
 	stack    []frame
 	active   map[string]int // activations on the stack per function
 	base     string         // function at depth 0 (EnableStacks: the stacks' root)
+	signals  int            // signal handler frames on stack
 }
 
 // Report is the replayed ITrace of a trace file.
@@ -229,7 +230,7 @@ func (rep *Report) Apply(r *trace.Record) {
 			rep.KernelNs += r.Field(4)
 			switch b.Syscall {
 			case 15: // rt_sigreturn: back from a signal handler
-				for i := len(th.stack) - 1; i >= 0; i-- {
+				for i := len(th.stack) - 1; i >= 0 && th.signals > 0; i-- {
 					if th.stack[i].signal {
 						rep.unwind(th, i)
 						break
@@ -294,6 +295,7 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal, node: rep.pushNode(th, k)}
 	if signal {
 		f.interrupted = th.lastFn
+		th.signals++
 	}
 	th.stack = append(th.stack, f)
 	th.active[k]++
@@ -369,6 +371,9 @@ func (rep *Report) ret(th *threadState, to uint64) {
 // pointer. A branch into a function of the handler's own frames (the
 // handler, what it called) stays inside it.
 func (rep *Report) leaveHandlers(th *threadState, to uint64) {
+	if th.signals == 0 {
+		return // (no scan of a deep stack for a handler on every return)
+	}
 	s := -1
 	for i := len(th.stack) - 1; i >= 0; i-- {
 		if th.stack[i].signal {
@@ -409,6 +414,9 @@ func (rep *Report) unwind(th *threadState, depth int) {
 	for len(th.stack) > depth {
 		f := th.stack[len(th.stack)-1]
 		th.stack = th.stack[:len(th.stack)-1]
+		if f.signal {
+			th.signals--
+		}
 		if f.plt {
 			continue
 		}
