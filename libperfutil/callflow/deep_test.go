@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 )
@@ -101,5 +103,30 @@ func TestDeepRecursionReportsLinear(t *testing.T) {
 	}
 	if allocs[3000] > 3*allocs[1500] {
 		t.Fatalf("twice the depth allocated %.1f times as much (%d KB, then %d KB): quadratic", float64(allocs[3000])/float64(allocs[1500]), allocs[1500]>>10, allocs[3000]>>10)
+	}
+}
+
+// TestLoadRefusesFIFO: a FIFO planted under a thread file's name (or as
+// the .maps copy) makes Load fail at once, saying what it is, instead of
+// waiting for a writer.
+func TestLoadRefusesFIFO(t *testing.T) {
+	for _, name := range []string{"hookit-5-5.bin", "hookit-5.maps"} {
+		dir := t.TempDir()
+		if err := syscall.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Load(dir)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "named pipe") {
+				t.Fatalf("%s a FIFO: %v", name, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s a FIFO: Load still waiting after 20 s", name)
+		}
 	}
 }
