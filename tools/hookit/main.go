@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"perfinsp/libperfutil/callflow"
+	"perfinsp/libperfutil/outdir"
 )
 
 func main() {
@@ -53,9 +54,11 @@ func report(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return fmt.Errorf("creating the report directory: %w", err)
+	od, err := outdir.Open(out)
+	if err != nil {
+		return fmt.Errorf("the report directory: %w", err)
 	}
+	defer od.Close()
 	var trained *callflow.Minima
 	var trainedMetric string
 	if path := c.String("minima"); path != "" {
@@ -127,11 +130,11 @@ func report(c *cli.Context) error {
 			{"callflow.trace.json", func(f *os.File) error { return a.WriteChrome(f) }},
 		}
 		for _, fl := range files {
-			path := filepath.Join(out, fl.name+suffix)
-			f, err := os.Create(path)
+			f, err := od.Create(fl.name + suffix)
 			if err != nil {
-				return fmt.Errorf("creating %s: %w", path, err)
+				return err
 			}
+			path := f.Name()
 			werr := fl.write(f)
 			if cerr := f.Close(); werr == nil {
 				werr = cerr
@@ -163,9 +166,9 @@ func writeTraining(path string, p *callflow.Process, key string, trained *callfl
 	if err := m.Merge(trained); err != nil {
 		return err
 	}
-	f, err := os.Create(path)
+	f, err := outdir.CreateFile(path)
 	if err != nil {
-		return fmt.Errorf("creating the training file: %w", err)
+		return fmt.Errorf("the training file: %w", err)
 	}
 	werr := callflow.WriteMinima(f, m, p.Info.Metric)
 	if cerr := f.Close(); werr == nil {
