@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -29,12 +30,18 @@ func deepStream(depth int) []*trace.Record {
 // seen), quadratic went past 400 times: the bound is 200. The shorter
 // time is the best of five runs.
 func TestDeepRecursionReplayLinear(t *testing.T) {
+	// Times of one process compared: a busy machine can slow one run and
+	// not the other, so the comparison is made up to three times.
+	testenv.Retry(t, 3, "replay time linear in the depth", func(a *testenv.Attempt) { deepReplayOnce(t, a) })
+}
+
+func deepReplayOnce(t *testing.T, a *testenv.Attempt) {
 	best := map[int]time.Duration{}
 	for _, depth := range []int{4000, 64000} {
 		recs := deepStream(depth)
 		tries := 5
 		if depth > 4000 {
-			tries = 1 // (long enough not to need the best of several)
+			tries = 2
 		}
 		for try := 0; try < tries; try++ {
 			rep := NewReport(mapNamer{}, nil)
@@ -55,6 +62,6 @@ func TestDeepRecursionReplayLinear(t *testing.T) {
 		t.Logf("depth %d: %v", depth, best[depth])
 	}
 	if best[64000] > 200*best[4000] {
-		t.Fatalf("16 times the depth took %.0f times as long (%v, then %v): quadratic", float64(best[64000])/float64(best[4000]), best[4000], best[64000])
+		a.Errorf("16 times the depth took %.0f times as long (%v, then %v): quadratic", float64(best[64000])/float64(best[4000]), best[4000], best[64000])
 	}
 }
