@@ -376,6 +376,17 @@ func (t *Tracer) full() bool {
 	if t.opts.MaxThreads <= 0 || len(t.threads) < t.opts.MaxThreads {
 		return false
 	}
+	// Threads being let go (left out, or not followed) hold no slot: they
+	// stay in t.threads only until their first stop detaches them.
+	traced := 0
+	for _, th := range t.threads {
+		if !th.detach {
+			traced++
+		}
+	}
+	if traced < t.opts.MaxThreads {
+		return false
+	}
 	t.mu.Lock()
 	t.stats.ThreadsLeftOut++
 	t.mu.Unlock()
