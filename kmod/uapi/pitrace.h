@@ -668,8 +668,14 @@ struct pitrace_ptt_read {
  * PITRACE_ITRACE_AT_EXEC), every process with a pid >= pids_from (not the
  * caller's).  Threads a traced thread creates are traced; forked children
  * only with PITRACE_ITRACE_FOLLOW.  The caller must be allowed to PTT_WATCH
- * the process (the same rule).  ITRACE_OFF stops the selected threads
- * (SELF, pids) or, with neither, every traced thread; tracing off does too.
+ * the process (the same rule).  ITRACE_ON is all or nothing: a process of
+ * pids that does not exist (ESRCH), is not allowed (EPERM) or has no thread
+ * left to trace (ESRCH), or no memory, fails the call with nothing of it
+ * traced.  pids_from takes every such process (none left out for their
+ * number; those not allowed or exiting are counted in skipped); EAGAIN if
+ * processes keep appearing faster than they are counted.  ITRACE_OFF
+ * stops the selected threads (SELF, pids) or, with neither, every traced
+ * thread; tracing off does too.
  */
 #define PITRACE_ITRACE_SELF	1
 #define PITRACE_ITRACE_FOLLOW	2
