@@ -5,9 +5,10 @@
  * This header is the one definition of the ABI: ioctl numbers and argument
  * structs, the trace record header, the major/minor code values (the same
  * values as libperfutil/trace/codes.go) and the layout of the memory-mapped
- * per-CPU buffers.  libperfutil/kmodbackend mirrors it in Go, and a test
- * there (abi_test.go, cgo) checks sizes, offsets, ioctl numbers and codes
- * against this file.
+ * per-CPU buffers.  libperfutil/kmodbackend's Go mirror (zabi.go) is
+ * generated from it by cgo -godefs (`make kmod-abi`); its tests fail when
+ * the mirror is stale, and check the codes and record payloads against
+ * libperfutil/trace.
  *
  * All values are little-endian (x86_64).  Time stamps are CLOCK_MONOTONIC
  * nanoseconds (ktime_get_mono_fast_ns() in the kernel).
