@@ -984,9 +984,46 @@ static void ptt_ent_free(struct ptt_ent *e)
 }
 
 /*
+ * PTT_WATCH of a thread that may be running on another CPU (this one, in
+ * the IPI): the switch hook starts an area only when its thread is next
+ * switched in, so a thread that keeps its CPU would show nothing of its
+ * time when read.  If the thread is this CPU's current one and has no
+ * area here yet, the area starts now; inside an interrupt whose entry the
+ * hooks saw (this IPI's own, when those hooks are attached), at that
+ * entry, so that the interrupt goes to the area's intr_time at its exit
+ * like any interrupt of the thread.
+ */
+static void ptt_start_running(void *arg)
+{
+	struct ptt_cpu *c = this_cpu_ptr(&ptt_cpus);
+	struct ptt_ent *e = arg;
+	u64 now[PTT_NVALS];
+	unsigned long m;
+	u32 i;
+
+	/* e->hashed: cleared by t's own exit, so on this CPU if t is here */
+	if (current != e->task || c->cur || !READ_ONCE(e->hashed))
+		return;
+	m = ptt_now(c, now);
+	if (c->depth) {
+		now[PTT_TSC] = c->start[PTT_TSC];
+		for (i = 0; i < PTT_NSLOTS; i++)
+			if (m & c->mask0 & BIT(i))
+				now[i] = c->start[i];
+	}
+	ptt_begin(e->a);
+	ptt_start(e, now);
+	e->a->cpu = smp_processor_id();
+	e->a->dispatches++;
+	ptt_end(e->a);
+	c->cur = e;
+}
+
+/*
  * Hash e for t unless t exits (or already has an area); when t is the
- * caller, its area starts now on this CPU.  Then put it on ctx's list
- * (taking a reference).  On error e is gone (freed, or
+ * caller, its area starts now on this CPU; when t runs on another CPU,
+ * there now (ptt_start_running); else at its next switch-in.  Then put
+ * it on ctx's list (taking a reference).  On error e is gone (freed, or
  * handed to the reaper when a hook may have seen it).
  */
 static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
@@ -1026,6 +1063,15 @@ static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
 		c->cur = e;
 	}
 	spin_unlock_irqrestore(&ptt_hash_lock, fl);
+	/*
+	 * e is hashed (and the barrier above orders that before this read of
+	 * t's CPU): if t is switched in anywhere from now on, the switch hook
+	 * finds e; if it is running on its CPU already, the IPI starts e.  A
+	 * stale CPU means t is moving, and a switch-in follows.  Under
+	 * ptt_lock no stop of e can begin before the IPI has run.
+	 */
+	if (t != current)
+		smp_call_function_single(task_cpu(t), ptt_start_running, e, 1);
 	kref_get(&e->ref);		/* the list's */
 	spin_lock(&ptt_list_lock);
 	list_add_tail(&e->lnode, &ctx->ents);
