@@ -152,7 +152,17 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_MAX_BUF": control.MaxBufSize, "PITRACE_MAX_RATE": control.MaxRateHz,
 		"PITRACE_MAJOR_UNWIND": uint64(trace.MajorUnwind), "PITRACE_UNWIND_TICK": uint64(trace.UnwindTick),
 		"PITRACE_UNWIND_TRUNCATED": trace.UnwindTruncated, "PITRACE_UNWIND_KERN_SHIFT": trace.UnwindKernShift,
-		"PITRACE_MAX_STACK": trace.UnwindMaxDepth,
+		"PITRACE_MAX_STACK":    trace.UnwindMaxDepth,
+		"PITRACE_MAJOR_INTERP": uint64(trace.MajorInterp), "PITRACE_MAJOR_JITTED": uint64(trace.MajorJitted),
+	}
+	// Every record code of these families in the header is checked here: a
+	// code added to the header must have its twin in libperfutil/trace.
+	for name := range v {
+		for _, family := range []string{"PITRACE_MAJOR_", "PITRACE_SYS_", "PITRACE_MTE_", "PITRACE_INTR_", "PITRACE_DISPATCH_"} {
+			if _, ok := want[name]; strings.HasPrefix(name, family) && !ok {
+				t.Errorf("%s = %#x: a record code of the header that no Go code is checked against (add it to libperfutil/trace/codes.go and to this test)", name, v[name])
+			}
+		}
 	}
 	for name, w := range want {
 		c, ok := v[name]
