@@ -66,7 +66,7 @@ static u32 pt_ncpu(void)
 	return nr_cpu_ids;
 }
 
-/* ---- state changes (pt.lock; pt_mark runs on every CPU, in its IPI) -------- */
+/* ---- state changes (pt.lock; pt_mark: an IPI on each CPU) ----------------- */
 
 static void pt_drop_set(void)
 {
