@@ -196,6 +196,12 @@ static void pt_complete(struct pt_buf *b, u32 mode)
 	WRITE_ONCE(sg->used, b->used);
 	WRITE_ONCE(sg->seq, h->next_seq);
 	WRITE_ONCE(h->next_seq, h->next_seq + 1);
+	/*
+	 * used, seq and the records before DONE: pairs with the drainer's
+	 * atomic load of seg[].state before it reads them (libperfutil/
+	 * kmodbackend, mapping.segments) and with the cmpxchg of
+	 * pt_ioc_release, which gives a DONE segment back.
+	 */
 	smp_store_release(&sg->state, PITRACE_SEG_DONE);
 	b->cur = PITRACE_NO_SEG;
 	WRITE_ONCE(h->cur, PITRACE_NO_SEG);
@@ -223,6 +229,11 @@ static bool pt_next_seg(struct pt_buf *b)
 	for (i = 0; i < b->nseg; i++) {
 		u32 *st = &b->hdr->seg[i].state;
 
+		/*
+		 * pairs with the full barrier of pt_ioc_release's cmpxchg
+		 * (DONE -> FREE): the drainer's copy of the segment is
+		 * complete before this writer fills it again
+		 */
 		if (smp_load_acquire(st) == PITRACE_SEG_FREE &&
 		    cmpxchg(st, PITRACE_SEG_FREE, PITRACE_SEG_FILLING) ==
 		    PITRACE_SEG_FREE) {
@@ -391,7 +402,11 @@ static void pt_emit_raw(struct pt_buf *b, u16 major, u32 minor, int layout,
 		memset(p + off, 0, end - off);	/* NUL and padding */
 	b->used += len;
 	WRITE_ONCE(sg->records, sg->records + 1);
-	/* publish the bytes before the length user space reads */
+	/*
+	 * publish the bytes before the length: pairs with the atomic load
+	 * of seg[].used by a reader of the FILLING segment (libperfutil/
+	 * kmodbackend, mapping.segments with partial)
+	 */
 	smp_store_release(&sg->used, b->used);
 }
 

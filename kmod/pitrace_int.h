@@ -89,9 +89,14 @@ void pt_ptt_exit(void);
 /* pitrace_ptt.c: may the caller watch (and so ITrace) t? */
 bool ptt_may_watch(struct task_struct *t);
 
-/* pitrace_itrace.c: single-step ITrace (ITRACE_ON / _OFF: pt.lock held) */
-long pt_itrace_on(struct pitrace_itrace_on *a);
-long pt_itrace_off(struct pitrace_itrace_off *a);
+/*
+ * pitrace_itrace.c: single-step ITrace.  pt_itrace_pids copies the pid
+ * array of ITRACE_ON / _OFF in before pt.lock is taken; ITRACE_ON / _OFF
+ * run with it held.
+ */
+s32 *pt_itrace_pids(unsigned int kcmd, const void *arg);
+long pt_itrace_on(struct pitrace_itrace_on *a, const s32 *pids);
+long pt_itrace_off(struct pitrace_itrace_off *a, const s32 *pids);
 long pt_itrace_stats(struct pitrace_itrace_stats *a);
 void pt_itrace_stop_all(void);
 void pt_itrace_exit(void);

@@ -144,7 +144,7 @@ static DEFINE_HASHTABLE(ith_hash, 8);
 static LIST_HEAD(ith_pend_list);
 static int ith_nthreads;		/* entries in ith_hash */
 static int ith_npend;
-static bool ith_hooked;			/* notifier and tracepoints attached (pt.lock) */
+static bool ith_hooked;			/* notifier and tracepoints attached: pt.lock */
 static DEFINE_PER_CPU(u64, ith_last);	/* (on_count << 32) | tid of the last ITRACE_THREAD */
 /* the statistics of the last thread that ended (ITRACE_STATS) */
 static struct pitrace_itrace_stats ith_ended;
@@ -200,6 +200,7 @@ static bool ith_btf_set(bool on)
  */
 static void ith_btf_off(struct ith *th)
 {
+	lockdep_assert_held(&ith_lock);
 	if (!th->btf)
 		return;
 	th->btf = false;
@@ -209,6 +210,7 @@ static void ith_btf_off(struct ith *th)
 
 static void ith_btf_found(int state, const char *why)
 {
+	lockdep_assert_held(&ith_lock);
 	if (ith_btf_state != ITH_BTF_UNKNOWN)
 		return;
 	ith_btf_state = state;
@@ -223,6 +225,8 @@ static void ith_btf_found(int state, const char *why)
 static void ith_bnew(struct ith *th, u64 ip)
 {
 	struct pt_scan sc;
+
+	lockdep_assert_held(&ith_lock);
 
 	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY))
 		return;
@@ -239,6 +243,7 @@ static void ith_bnew(struct ith *th, u64 ip)
 /* verify: a line that started at regs (the thread's user regs) has its sp */
 static void ith_bsp(struct ith *th, struct pt_regs *regs)
 {
+	lockdep_assert_held(&ith_lock);
 	if (th->step & PITRACE_ITRACE_STEP_VERIFY && !th->bn &&
 	    th->bstart == regs->ip) {
 		th->bsp = regs->sp;
@@ -249,6 +254,7 @@ static void ith_bsp(struct ith *th, struct pt_regs *regs)
 static void ith_disagree(struct ith *th, const char *what, u64 to, u32 n,
 			 u64 last, const struct pt_block *b, int r)
 {
+	lockdep_assert_held(&ith_lock);
 	th->st.disagreements++;
 	pr_warn_ratelimited("pitrace: itrace verify: tid %d: %s %llx to %llx: single-step %u instructions to %llx, decoder %d %u to %llx\n",
 			    th->tid, what, th->bstart, to, n, last, r,
@@ -264,6 +270,8 @@ static void ith_verify(struct ith *th, u64 last, unsigned int kind, u64 ip,
 {
 	struct pt_block b = { 0 };
 	int r;
+
+	lockdep_assert_held(&ith_lock);
 
 	if (!(th->step & PITRACE_ITRACE_STEP_VERIFY))
 		return;
@@ -291,6 +299,8 @@ static void ith_catchup(struct ith *th, u64 ip, u64 sp, bool keep)
 {
 	struct pt_block b;
 	int r;
+
+	lockdep_assert_held(&ith_lock);
 
 	if (th->btf) {
 		r = pt_block_walk_to(ith_read, NULL, th->ip, ip, &b);
@@ -328,6 +338,8 @@ static void ith_block_next(struct ith *th, struct pt_regs *regs)
 {
 	struct pt_scan sc;
 
+	lockdep_assert_held(&ith_lock);
+
 	if (th->step || ith_btf_state == ITH_BTF_IGNORED || th->count ||
 	    test_thread_flag(TIF_SINGLESTEP))
 		return;
@@ -356,6 +368,8 @@ static bool ith_write(struct ith *th, u16 major, u32 minor, const void *f,
 {
 	u64 key = ((u64)(u32)pt.on_count << 32) | (u32)th->tid;
 
+	lockdep_assert_held(&ith_lock);
+
 	if (__this_cpu_read(ith_last) != key) {
 		struct pitrace_rec_itrace_thread t = { th->pid, th->tid };
 
@@ -374,6 +388,8 @@ static bool ith_write(struct ith *th, u16 major, u32 minor, const void *f,
 static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
 {
 	struct pitrace_rec_itrace_start r = { th->pid, th->tid, regs->ip, flags };
+
+	lockdep_assert_held(&ith_lock);
 
 	th->state = ITH_ON;
 	th->ip = th->start = regs->ip;
@@ -407,6 +423,7 @@ static void ith_kflush(struct ith *th, u64 now)
 	/* the statistics count what lies inside the span (ITRACE_STATS) */
 	bool in_span = th->st.traps && th->k_c0 >= th->st.start_tsc;
 
+	lockdep_assert_held(&ith_lock);
 	if (!th->k_minor)
 		return;
 	if (th->k_minor == PITRACE_ITRACE_INTERRUPT) {
@@ -439,6 +456,8 @@ static void ith_end(struct ith *th, u32 reason)
 {
 	struct pitrace_rec_itrace_end r = { th->pid, th->tid, th->count,
 					    th->lastoff, reason };
+
+	lockdep_assert_held(&ith_lock);
 
 	if (th->state == ITH_ON) {
 		u64 now = get_cycles();
@@ -476,6 +495,7 @@ static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
 	u32 len = major == PITRACE_MAJOR_ITRACE_K ? sizeof(r) :
 		  sizeof(struct pitrace_rec_itrace_block);
 
+	lockdep_assert_held(&ith_lock);
 	BUILD_BUG_ON(offsetof(struct pitrace_rec_itrace_block, from_off) !=
 		     offsetof(struct pitrace_rec_itrace_syscall, from_off));
 	ith_write(th, major, minor, &r, len);
@@ -495,6 +515,7 @@ static void ith_block(struct ith *th, u16 major, u32 minor, u64 to, u32 arg,
  */
 static void ith_sys_flush(struct ith *th, u64 to)
 {
+	lockdep_assert_held(&ith_lock);
 	if (!th->sys_pend)
 		return;
 	th->sys_pend = false;
@@ -514,6 +535,8 @@ static struct ith *ith_find(struct task_struct *t)
 {
 	struct ith *th;
 
+	lockdep_assert_held(&ith_lock);
+
 	hash_for_each_possible(ith_hash, th, hn, (unsigned long)t)
 		if (th->task == t)
 			return th;
@@ -532,6 +555,7 @@ static void ith_free_rcu(struct rcu_head *r)
 /* Unhash th (ith_lock held); freed now, or by its pending work. */
 static void ith_unhash(struct ith *th)
 {
+	lockdep_assert_held(&ith_lock);
 	hash_del(&th->hn);
 	ith_nthreads--;
 	th->dead = true;
@@ -559,6 +583,7 @@ static struct ith *ith_new(struct task_struct *t, u32 flags, gfp_t gfp)
 
 static void ith_hash_add(struct ith *th)
 {
+	lockdep_assert_held(&ith_lock);
 	hash_add(ith_hash, &th->hn, (unsigned long)th->task);
 	ith_nthreads++;
 }
@@ -896,6 +921,8 @@ static struct ith_pend *ith_find_pending(pid_t tgid)
 {
 	struct ith_pend *p;
 
+	lockdep_assert_held(&ith_lock);
+
 	list_for_each_entry(p, &ith_pend_list, node)
 		if (p->tgid == tgid)
 			return p;
@@ -910,6 +937,8 @@ static struct ith_pend *ith_find_pending(pid_t tgid)
 static bool ith_take_pending(pid_t tgid, u32 *flags)
 {
 	struct ith_pend *p = ith_find_pending(tgid);
+
+	lockdep_assert_held(&ith_lock);
 
 	if (!p)
 		return false;
@@ -1167,11 +1196,11 @@ static void ith_unhook(void)
 	ith_hooked = false;
 }
 
-/* pt.lock held */
 static int ith_hook(void)
 {
 	int i, n, err;
 
+	lockdep_assert_held(&pt.lock);
 	if (ith_hooked)
 		return 0;
 	for_each_kernel_tracepoint(ith_find_tp, NULL);
@@ -1207,192 +1236,435 @@ static int ith_hook(void)
 	return 0;
 }
 
+/*
+ * pt.lock held: with no thread left and no process waiting, detach the
+ * notifier and the tracepoints (sys_enter/sys_exit make every system call
+ * of the machine take the slow path while attached).  Only ITRACE_ON adds
+ * entries then (under pt.lock), so none can appear meanwhile.
+ */
+static void ith_maybe_unhook(void)
+{
+	lockdep_assert_held(&pt.lock);
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
+		ith_unhook();
+}
+
 /* ---- control (pt.lock held, process context) ------------------------------ */
 
-/* Queue the start of t (not the caller) on its next return to user space. */
-static int ith_add_remote(struct task_struct *t, u32 follow)
-{
-	unsigned long flags;
-	struct ith *th;
-	int err = 0;
+/*
+ * One ITRACE_ON's selection, made in full before anything is traced: an
+ * entry for every thread to start (each holding its task and a module
+ * reference) and every process to wait for (AT_EXEC).  Only ith_commit,
+ * which cannot fail, makes them visible: an ITRACE_ON that fails leaves
+ * nothing traced that was not traced before.
+ */
+struct ith_sel {
+	struct ith **th;		/* entries to start, never hashed yet */
+	unsigned int n, max;
+	struct list_head pend;		/* struct ith_pend, not listed yet */
+	u32 skipped;			/* pids_from: processes left out */
+};
 
-	if (t->flags & (PF_KTHREAD | PF_EXITING | PF_IO_WORKER) || !t->mm)
-		return -EPERM;
+static void ith_sel_free(struct ith_sel *s)
+{
+	struct ith_pend *e, *ne;
+	unsigned int i;
+
+	for (i = 0; i < s->n; i++) {
+		put_task_struct(s->th[i]->task);
+		kfree(s->th[i]);
+		module_put(THIS_MODULE);
+	}
+	kvfree(s->th);
+	list_for_each_entry_safe(e, ne, &s->pend, node) {
+		list_del(&e->node);
+		kfree(e);
+	}
+}
+
+static int ith_sel_add(struct ith_sel *s, struct task_struct *t, u32 follow)
+{
+	struct ith *th;
+
+	if (s->n == s->max) {
+		unsigned int max = s->max ? s->max * 2 : 64;
+		struct ith **a = kvmalloc_array(max, sizeof(*a), GFP_KERNEL);
+
+		if (!a)
+			return -ENOMEM;
+		if (s->n)
+			memcpy(a, s->th, s->n * sizeof(*a));
+		kvfree(s->th);
+		s->th = a;
+		s->max = max;
+	}
 	th = ith_new(t, follow, GFP_KERNEL);
 	if (!th)
 		return -ENOMEM;
-	init_task_work(&th->work, ith_work_fn);
-	raw_spin_lock_irqsave(&ith_lock, flags);
-	if (ith_find(t)) {
-		err = -EEXIST;
-	} else {
-		th->state = ITH_PENDING;
-		th->work_queued = true;
-		ith_hash_add(th);
-		if (task_work_add(t, &th->work, TWA_RESUME)) {
-			th->work_queued = false;	/* exiting */
-			ith_unhash(th);
-			err = -ESRCH;
+	s->th[s->n++] = th;
+	return 0;
+}
+
+/*
+ * References to every thread of p in *ts (kvfree it), their number in *n.
+ * The walk is retried with room for more when p grew meanwhile, so no
+ * thread alive at the end of the walk is left out.
+ */
+static int ith_threads(struct task_struct *p, struct task_struct ***ts,
+		       unsigned int *n)
+{
+	unsigned int max = get_nr_threads(p) + 8, i, k;
+	struct task_struct **a, *t;
+	bool full;
+
+	for (;;) {
+		a = kvmalloc_array(max, sizeof(*a), GFP_KERNEL);
+		if (!a)
+			return -ENOMEM;
+		k = 0;
+		full = false;
+		rcu_read_lock();
+		for_each_thread(p, t) {
+			if (k == max) {
+				full = true;
+				break;
+			}
+			get_task_struct(t);
+			a[k++] = t;
 		}
-		th = NULL;
+		rcu_read_unlock();
+		if (!full)
+			break;
+		for (i = 0; i < k; i++)
+			put_task_struct(a[i]);
+		kvfree(a);
+		max *= 2;
 	}
-	raw_spin_unlock_irqrestore(&ith_lock, flags);
-	if (th) {	/* never hashed */
-		put_task_struct(th->task);
-		kfree(th);
-		module_put(THIS_MODULE);
+	*ts = a;
+	*n = k;
+	return 0;
+}
+
+/*
+ * Select process p (a reference held by the caller): every thread of it
+ * that can be traced, or (AT_EXEC) the process itself.  -EPERM: not
+ * allowed; -ESRCH: no thread left to trace; -EINVAL: its only thread is
+ * the caller (ITraceOn, SELF, traces the caller); -ENOMEM.
+ */
+static int ith_sel_process(struct ith_sel *s, struct task_struct *p,
+			   u32 flags)
+{
+	u32 follow = flags & ITH_INHERIT;
+	struct task_struct **ts;
+	unsigned int n, i, added = 0;
+	bool self = false;
+	int err;
+
+	lockdep_assert_held(&pt.lock);
+	if (!ptt_may_watch(p) || p->flags & PF_KTHREAD)
+		return -EPERM;
+	if (flags & PITRACE_ITRACE_AT_EXEC) {
+		struct ith_pend *e = kzalloc(sizeof(*e), GFP_KERNEL);
+
+		if (!e)
+			return -ENOMEM;
+		e->tgid = task_tgid_nr(p);
+		e->flags = follow;
+		list_add_tail(&e->node, &s->pend);
+		return 0;
 	}
+	err = ith_threads(p, &ts, &n);
+	if (err)
+		return err;
+	for (i = 0; i < n; i++) {
+		struct task_struct *t = ts[i];
+
+		if (t == current)
+			self = true;
+		else if (!err && !(t->flags & (PF_KTHREAD | PF_EXITING |
+						PF_IO_WORKER)) && t->mm) {
+			err = ith_sel_add(s, t, follow);
+			if (!err)
+				added++;
+		}
+		put_task_struct(t);
+	}
+	kvfree(ts);
+	if (err)
+		return err;
+	if (!added)
+		return self ? -EINVAL : -ESRCH;
+	return 0;
+}
+
+/* The process of pid (in the caller's pid namespace), a reference taken. */
+static struct task_struct *ith_process(pid_t pid)
+{
+	struct pid *sp = find_get_pid(pid);
+	struct task_struct *p = sp ? get_pid_task(sp, PIDTYPE_TGID) : NULL;
+
+	put_pid(sp);
+	return p;
+}
+
+/*
+ * pids_from: every process with a pid >= from but the caller's, all of
+ * them (references in *ps, kvfree it) or -EAGAIN if they keep appearing
+ * faster than they are counted.
+ */
+static int ith_processes_from(pid_t from, struct task_struct ***ps,
+			      unsigned int *n)
+{
+	unsigned int max = 0, k, i, tries;
+	struct task_struct **a, *p;
+	bool full;
+
+	for (tries = 0; tries < 8; tries++) {
+		if (!max) {
+			rcu_read_lock();
+			for_each_process(p)
+				max++;
+			rcu_read_unlock();
+		}
+		max += max / 8 + 64;
+		a = kvmalloc_array(max, sizeof(*a), GFP_KERNEL);
+		if (!a)
+			return -ENOMEM;
+		k = 0;
+		full = false;
+		rcu_read_lock();
+		for_each_process(p) {
+			if (task_tgid_vnr(p) < from ||
+			    same_thread_group(p, current) ||
+			    p->flags & PF_KTHREAD)
+				continue;
+			if (k == max) {
+				full = true;
+				break;
+			}
+			get_task_struct(p);
+			a[k++] = p;
+		}
+		rcu_read_unlock();
+		if (!full) {
+			*ps = a;
+			*n = k;
+			return 0;
+		}
+		for (i = 0; i < k; i++)
+			put_task_struct(a[i]);
+		kvfree(a);
+		max *= 2;
+	}
+	return -EAGAIN;
+}
+
+/* Select what ITRACE_ON a names (the pids copied in); nothing started. */
+static int ith_select(struct ith_sel *s, const struct pitrace_itrace_on *a,
+		      const s32 *pids)
+{
+	struct task_struct **ps, *p;
+	unsigned int i, n;
+	int err = 0;
+
+	lockdep_assert_held(&pt.lock);
+	for (i = 0; i < a->npids; i++) {
+		p = ith_process(pids[i]);
+		if (!p)
+			return -ESRCH;
+		err = ith_sel_process(s, p, a->flags);
+		put_task_struct(p);
+		if (err)
+			return err;
+	}
+	if (a->pids_from <= 0)
+		return 0;
+	err = ith_processes_from(a->pids_from, &ps, &n);
+	if (err)
+		return err;
+	for (i = 0; i < n; i++) {
+		if (!err) {
+			int r = ith_sel_process(s, ps[i], a->flags &
+						~PITRACE_ITRACE_AT_EXEC);
+
+			if (r == -ENOMEM)
+				err = r;
+			else if (r)
+				s->skipped++;	/* not allowed, or gone */
+		}
+		put_task_struct(ps[i]);
+	}
+	kvfree(ps);
 	return err;
 }
 
-/* Every thread of process pid; returns the threads selected or -errno. */
-static int ith_add_process(pid_t pid, u32 flags)
+/*
+ * Start what was selected; returns the threads started (and processes
+ * now waiting for their exec).  A thread traced already, or exiting by
+ * now, is not counted; nothing here fails.
+ */
+static u32 ith_commit(struct ith_sel *s)
 {
-	u32 follow = flags & ITH_INHERIT;
-	struct task_struct *p, *t;
-	struct task_struct **ts;
-	int n = 0, i, max, added = 0, err = 0;
+	struct ith_pend *e, *ne;
+	unsigned long flags;
+	unsigned int i;
+	u32 n = 0;
 
-	struct pid *sp = find_get_pid(pid);
+	lockdep_assert_held(&pt.lock);
+	for (i = 0; i < s->n; i++) {
+		struct ith *th = s->th[i];
 
-	p = sp ? get_pid_task(sp, PIDTYPE_TGID) : NULL;
-	put_pid(sp);
-	if (!p)
-		return -ESRCH;
-	if (!ptt_may_watch(p) || p->flags & PF_KTHREAD) {
-		put_task_struct(p);
-		return -EPERM;
-	}
-	if (flags & PITRACE_ITRACE_AT_EXEC) {
-		struct ith_pend *e = kzalloc(sizeof(*e), GFP_KERNEL);
-		unsigned long f;
-
-		if (!e) {
-			put_task_struct(p);
-			return -ENOMEM;
+		init_task_work(&th->work, ith_work_fn);
+		raw_spin_lock_irqsave(&ith_lock, flags);
+		if (!ith_find(th->task)) {
+			th->state = ITH_PENDING;
+			th->work_queued = true;
+			ith_hash_add(th);
+			if (task_work_add(th->task, &th->work, TWA_RESUME)) {
+				th->work_queued = false;	/* exiting */
+				ith_unhash(th);
+			} else {
+				n++;
+			}
+			s->th[i] = NULL;
 		}
-		e->tgid = task_tgid_nr(p);
-		put_task_struct(p);
-		e->flags = follow;
-		raw_spin_lock_irqsave(&ith_lock, f);
-		if (ith_find_pending(e->tgid)) {
-			ith_find_pending(e->tgid)->flags = follow;
-			kfree(e);
+		raw_spin_unlock_irqrestore(&ith_lock, flags);
+		if (s->th[i]) {		/* traced already: never hashed */
+			put_task_struct(th->task);
+			kfree(th);
+			module_put(THIS_MODULE);
+		}
+	}
+	s->n = 0;
+	list_for_each_entry_safe(e, ne, &s->pend, node) {
+		struct ith_pend *old;
+
+		list_del(&e->node);
+		raw_spin_lock_irqsave(&ith_lock, flags);
+		old = ith_find_pending(e->tgid);
+		if (old) {
+			old->flags = e->flags;
 		} else {
 			__module_get(THIS_MODULE);	/* ioctl: the fd holds one */
 			list_add(&e->node, &ith_pend_list);
 			ith_npend++;
+			e = NULL;
 		}
-		raw_spin_unlock_irqrestore(&ith_lock, f);
-		return 1;
+		raw_spin_unlock_irqrestore(&ith_lock, flags);
+		kfree(e);
+		n++;
 	}
-	max = get_nr_threads(p) + 8;
-	ts = kcalloc(max, sizeof(*ts), GFP_KERNEL);
-	if (!ts) {
-		put_task_struct(p);
-		return -ENOMEM;
-	}
-	rcu_read_lock();
-	for_each_thread(p, t) {
-		if (n == max)
-			break;
-		get_task_struct(t);
-		ts[n++] = t;
-	}
-	rcu_read_unlock();
-	for (i = 0; i < n; i++) {
-		if (ts[i] == current)
-			err = -EINVAL;	/* the caller: ITraceOn (SELF) */
-		else
-			err = ith_add_remote(ts[i], follow);
-		if (!err)
-			added++;
-		put_task_struct(ts[i]);
-	}
-	kfree(ts);
-	put_task_struct(p);
-	return added ? added : err;
+	return n;
 }
 
-long pt_itrace_on(struct pitrace_itrace_on *a)
+static bool ith_on_valid(const struct pitrace_itrace_on *a)
 {
-	unsigned long flags;
-	int i, r, err;
-	s32 pid;
-
 	if (a->flags & ~(PITRACE_ITRACE_SELF | PITRACE_ITRACE_FOLLOW |
 			 PITRACE_ITRACE_AT_EXEC | PITRACE_ITRACE_STEP_SINGLE |
 			 PITRACE_ITRACE_STEP_VERIFY) ||
 	    (a->flags & PITRACE_ITRACE_STEP_SINGLE &&
 	     a->flags & PITRACE_ITRACE_STEP_VERIFY) || a->reserved ||
 	    a->npids > PITRACE_ITRACE_MAX_PIDS || a->pids_from < 0)
+		return false;
+	return (a->flags & PITRACE_ITRACE_SELF) || a->npids || a->pids_from;
+}
+
+static bool ith_off_valid(const struct pitrace_itrace_off *a)
+{
+	return !(a->flags & ~PITRACE_ITRACE_SELF) && !a->reserved &&
+	       a->npids <= PITRACE_ITRACE_MAX_PIDS;
+}
+
+/*
+ * ITRACE_ON / ITRACE_OFF's pid array, copied in before pt.lock is taken
+ * (a caller whose array faults stalls only itself).  NULL for no array,
+ * or an ERR_PTR.  The arguments are checked here first, so that a bad
+ * argument is EINVAL whatever its pointer.  Any other command: NULL.
+ */
+s32 *pt_itrace_pids(unsigned int kcmd, const void *arg)
+{
+	const struct pitrace_itrace_off *off = arg;
+	const struct pitrace_itrace_on *on = arg;
+	u32 n;
+	u64 up;
+
+	lockdep_assert_not_held(&pt.lock);
+	if (kcmd == PITRACE_IOC_ITRACE_ON) {
+		if (!ith_on_valid(on))
+			return ERR_PTR(-EINVAL);
+		n = on->npids;
+		up = on->pids;
+	} else if (kcmd == PITRACE_IOC_ITRACE_OFF) {
+		if (!ith_off_valid(off))
+			return ERR_PTR(-EINVAL);
+		n = off->npids;
+		up = off->pids;
+	} else {
+		return NULL;
+	}
+	if (!n)
+		return NULL;
+	return memdup_user(u64_to_user_ptr(up), n * sizeof(s32));
+}
+
+/*
+ * ITRACE_ON: all or nothing.  Every named process is checked and every
+ * entry allocated before the first thread starts; an error leaves no
+ * thread of this call traced.  pids: the array, copied in (pt_itrace_pids).
+ */
+long pt_itrace_on(struct pitrace_itrace_on *a, const s32 *pids)
+{
+	struct ith_sel s = { .pend = LIST_HEAD_INIT(s.pend) };
+	struct ith *self = NULL;
+	unsigned long flags;
+	int i, err;
+
+	lockdep_assert_held(&pt.lock);
+	if (!ith_on_valid(a) || (a->npids && !pids))
 		return -EINVAL;
-	if (!(a->flags & PITRACE_ITRACE_SELF) && !a->npids && !a->pids_from)
-		return -EINVAL;
+	for (i = 0; i < a->npids; i++)
+		if (pids[i] <= 0)
+			return -EINVAL;
 	if (pt.state != PITRACE_STATE_ON)
 		return -ENODATA;	/* tracing is not on */
-	err = ith_hook();
-	if (err)
-		return err;
-	a->threads = a->skipped = 0;
 	if (a->flags & PITRACE_ITRACE_SELF) {
-		struct ith *th;
-
-		th = ith_new(current, a->flags & ITH_INHERIT, GFP_KERNEL);
-		if (!th)
-			return -ENOMEM;
+		/* only ITRACE_ON (under pt.lock) adds an entry for a thread
+		 * that exists: none can appear for the caller meanwhile */
 		raw_spin_lock_irqsave(&ith_lock, flags);
-		if (ith_find(current)) {
-			raw_spin_unlock_irqrestore(&ith_lock, flags);
-			put_task_struct(th->task);
-			kfree(th);
+		err = ith_find(current) ? -EBUSY : 0;
+		raw_spin_unlock_irqrestore(&ith_lock, flags);
+		if (err)
+			return err;
+		self = ith_new(current, a->flags & ITH_INHERIT, GFP_KERNEL);
+		if (!self)
+			return -ENOMEM;
+	}
+	err = ith_select(&s, a, pids);
+	if (!err)
+		err = ith_hook();
+	if (err) {
+		ith_sel_free(&s);
+		if (self) {
+			put_task_struct(self->task);
+			kfree(self);
 			module_put(THIS_MODULE);
-			return -EBUSY;
 		}
-		ith_hash_add(th);
+		ith_maybe_unhook();
+		return err;
+	}
+	a->threads = 0;
+	a->skipped = s.skipped;
+	if (self) {
+		raw_spin_lock_irqsave(&ith_lock, flags);
+		ith_hash_add(self);
 		/* the first instruction traced is the one after this ioctl */
-		ith_start(th, task_pt_regs(current), 0);
+		ith_start(self, task_pt_regs(current), 0);
 		raw_spin_unlock_irqrestore(&ith_lock, flags);
 		a->threads = 1;
 	}
-	for (i = 0; i < a->npids; i++) {
-		if (get_user(pid, (s32 __user *)u64_to_user_ptr(a->pids) + i))
-			return -EFAULT;
-		if (pid <= 0)
-			return -EINVAL;
-		r = ith_add_process(pid, a->flags);
-		if (r < 0)
-			return r;
-		a->threads += r;
-	}
-	if (a->pids_from > 0) {
-		struct task_struct *p;
-		pid_t *pids;
-		int n = 0, max = 4096;
-
-		pids = kvcalloc(max, sizeof(*pids), GFP_KERNEL);
-		if (!pids)
-			return -ENOMEM;
-		rcu_read_lock();
-		for_each_process(p) {
-			pid_t v = task_tgid_vnr(p);
-
-			if (n < max && v >= a->pids_from &&
-			    !same_thread_group(p, current) &&
-			    !(p->flags & PF_KTHREAD))
-				pids[n++] = v;
-		}
-		rcu_read_unlock();
-		for (i = 0; i < n; i++) {
-			r = ith_add_process(pids[i],
-					    a->flags & ~PITRACE_ITRACE_AT_EXEC);
-			if (r > 0)
-				a->threads += r;
-			else
-				a->skipped++;
-		}
-		kvfree(pids);
-	}
+	a->threads += ith_commit(&s);
+	ith_sel_free(&s);
+	ith_maybe_unhook();	/* everything selected exited meanwhile */
 	return 0;
 }
 
@@ -1464,35 +1736,15 @@ static void ith_stop(struct pitrace_itrace_off *a, const s32 *pids)
 		module_put(THIS_MODULE);
 }
 
-/*
- * pt.lock held: with no thread left and no process waiting, detach the
- * notifier and the tracepoints (sys_enter/sys_exit make every system call
- * of the machine take the slow path while attached).  Only ITRACE_ON adds
- * entries then (under pt.lock), so none can appear meanwhile.
- */
-static void ith_maybe_unhook(void)
+/* ITRACE_OFF; pids: the array, copied in (pt_itrace_pids). */
+long pt_itrace_off(struct pitrace_itrace_off *a, const s32 *pids)
 {
-	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
-		ith_unhook();
-}
-
-long pt_itrace_off(struct pitrace_itrace_off *a)
-{
-	s32 *pids = NULL;
-
-	if (a->flags & ~PITRACE_ITRACE_SELF || a->reserved ||
-	    a->npids > PITRACE_ITRACE_MAX_PIDS)
+	lockdep_assert_held(&pt.lock);
+	if (!ith_off_valid(a) || (a->npids && !pids))
 		return -EINVAL;
-	if (a->npids) {
-		pids = memdup_user(u64_to_user_ptr(a->pids),
-				   a->npids * sizeof(*pids));
-		if (IS_ERR(pids))
-			return PTR_ERR(pids);
-	}
 	a->threads = 0;
 	a->instructions = a->records = 0;
 	ith_stop(a, pids);
-	kfree(pids);
 	ith_maybe_unhook();
 	return 0;
 }
@@ -1513,9 +1765,10 @@ long pt_itrace_stats(struct pitrace_itrace_stats *a)
 	return ret;
 }
 
-/* Tracing goes off (pt.lock held, before pt_active drops): end every thread. */
+/* Tracing goes off (before pt_active drops): end every thread. */
 void pt_itrace_stop_all(void)
 {
+	lockdep_assert_held(&pt.lock);
 	ith_stop(NULL, NULL);
 	ith_maybe_unhook();
 }

@@ -66,12 +66,13 @@ static u32 pt_ncpu(void)
 	return nr_cpu_ids;
 }
 
-/* ---- state changes (pt.lock held) ------------------------------------------ */
+/* ---- state changes (pt.lock; pt_mark: an IPI on each CPU) ----------------- */
 
 static void pt_drop_set(void)
 {
 	struct pt_set *s = pt.set;
 
+	lockdep_assert_held(&pt.lock);
 	if (!s)
 		return;
 	rcu_assign_pointer(pt_live_set, NULL);
@@ -103,6 +104,7 @@ static void pt_write_sysinfo(void)
 	char *s = kasprintf(GFP_KERNEL, "%s %s %s %s %s", u->sysname,
 			    u->nodename, u->release, u->version, u->machine);
 
+	lockdep_assert_held(&pt.lock);
 	if (!s)
 		return;
 	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_SYS, PITRACE_SYS_INFO,
@@ -112,6 +114,7 @@ static void pt_write_sysinfo(void)
 
 static int pt_do_off(void)
 {
+	lockdep_assert_held(&pt.lock);
 	pt_itrace_stop_all();	/* END records while the buffers take them */
 	pt_src_stop();
 	/* sources are stopped; hooks may still write until pt_active is 0 */
@@ -131,6 +134,7 @@ static int pt_do_on(void)
 {
 	int err;
 
+	lockdep_assert_held(&pt.lock);
 	pt_set_reset(pt.set, pt.mode);
 	pt.start_wall = ktime_get_real_ns();
 	pt.start_clock = ktime_get_mono_fast_ns();
@@ -155,6 +159,7 @@ static int pt_do_on(void)
 
 static void pt_do_free(void)
 {
+	lockdep_assert_held(&pt.lock);
 	if (pt.state == PITRACE_STATE_ON)
 		pt_do_off();
 	pt_drop_set();
@@ -589,6 +594,10 @@ static long pt_ioc_release(const struct pitrace_release_arg *ap)
 	sg = &b->hdr->seg[a.seg];
 	if (READ_ONCE(sg->seq) != a.seq)
 		return -ESTALE;
+	/*
+	 * a full barrier: the drainer's copy (done before this ioctl) is
+	 * ordered before FREE; pairs with pt_next_seg's smp_load_acquire
+	 */
 	if (cmpxchg(&sg->state, PITRACE_SEG_DONE, PITRACE_SEG_FREE) !=
 	    PITRACE_SEG_DONE)
 		return -ESTALE;
@@ -713,9 +722,11 @@ static unsigned int pt_ioc_decode(unsigned int cmd)
 	return kcmd;
 }
 
-/* The control ioctls: pt.lock held, a is kernel memory. */
-static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a)
+/* The control ioctls: a and pids are kernel memory (pt_itrace_pids). */
+static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a,
+			    const s32 *pids)
 {
+	lockdep_assert_held(&pt.lock);
 	switch (kcmd) {
 	case PITRACE_IOC_INIT:
 		return pt_ioc_init(a);
@@ -756,9 +767,9 @@ static long pt_ioctl_locked(struct file *f, unsigned int kcmd, void *a)
 	case PITRACE_IOC_BENCH:
 		return pt_ioc_bench(a);
 	case PITRACE_IOC_ITRACE_ON:
-		return pt_itrace_on(a);
+		return pt_itrace_on(a, pids);
 	case PITRACE_IOC_ITRACE_OFF:
-		return pt_itrace_off(a);
+		return pt_itrace_off(a, pids);
 	case PITRACE_IOC_ITRACE_STATS:
 		return pt_itrace_stats(a);
 	}
@@ -774,6 +785,7 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	void __user *p = (void __user *)arg;
 	unsigned int kcmd, ksize, usize;
+	s32 *pids = NULL;
 	void *a = NULL;
 	long ret;
 
@@ -812,11 +824,17 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 				   kcmd, a);
 		break;
 	default:
+		pids = pt_itrace_pids(kcmd, a);	/* user memory: before the lock */
+		if (IS_ERR(pids)) {
+			ret = PTR_ERR(pids);
+			pids = NULL;
+			goto out;
+		}
 		if (mutex_lock_interruptible(&pt.lock)) {
 			ret = -ERESTARTSYS;
 			goto out;
 		}
-		ret = pt_ioctl_locked(f, kcmd, a);
+		ret = pt_ioctl_locked(f, kcmd, a, pids);
 		mutex_unlock(&pt.lock);
 	}
 	if (!ret && (_IOC_DIR(kcmd) & _IOC_READ)) {
@@ -826,6 +844,7 @@ static long pt_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 			ret = -EFAULT;
 	}
 out:
+	kfree(pids);
 	kfree(a);
 	return ret;
 }

@@ -143,15 +143,22 @@ static unsigned long ptt_slot_mask;	/* active slots; hooks read it */
 
 /* ---- the area ---------------------------------------------------------- */
 
+/*
+ * The area's sequence count (odd while it changes).  The barriers pair
+ * with the smp_rmb()s of ptt_snapshot (PTT_READ) and with the atomic
+ * loads of seq around the copy in user space (libperfutil/ptt, reading
+ * the mapped area): seq odd is seen before the fields change, and the
+ * fields before seq even again.
+ */
 static inline void ptt_begin(struct pitrace_ptt_area *a)
 {
 	WRITE_ONCE(a->seq, a->seq + 1);
-	smp_wmb();
+	smp_wmb();	/* pairs with ptt_snapshot's second smp_rmb() */
 }
 
 static inline void ptt_end(struct pitrace_ptt_area *a)
 {
-	smp_wmb();
+	smp_wmb();	/* pairs with ptt_snapshot's first smp_rmb() */
 	WRITE_ONCE(a->seq, a->seq + 1);
 }
 
@@ -528,13 +535,14 @@ static void ptt_detach(void)
 /*
  * Attached at the first PTT_INIT and kept until rmmod (like the trace
  * probes: attaching patches kernel text).  An interrupt pair is used only
- * when both of its tracepoints attach.  ptt_lock held.
+ * when both of its tracepoints attach.
  */
 static int ptt_attach(void)
 {
 	size_t i;
 	int err;
 
+	lockdep_assert_held(&ptt_lock);
 	if (ptt_attached)
 		return 0;
 	for_each_kernel_tracepoint(ptt_find_tp, NULL);
@@ -600,11 +608,15 @@ static void ptt_event_attr(struct perf_event_attr *attr, unsigned int s)
 	attr->pinned = 1;
 }
 
-/* ptt_lock and cpus_read_lock held; no hook reads slot s any more */
+/*
+ * No hook reads slot s any more.  The caller holds cpus_read_lock too
+ * (lockdep_assert_cpus_held is not exported to modules).
+ */
 static void ptt_slot_free_events(unsigned int s)
 {
 	int cpu;
 
+	lockdep_assert_held(&ptt_lock);
 	for_each_possible_cpu(cpu) {
 		struct ptt_cpu *c = per_cpu_ptr(&ptt_cpus, cpu);
 
@@ -625,6 +637,7 @@ static int ptt_slot_get(u32 type, u64 config)
 	unsigned int s, free = PTT_NSLOTS;
 	int cpu, err = 0;
 
+	lockdep_assert_held(&ptt_lock);
 	for (s = 0; s < PTT_NSLOTS; s++) {
 		if (ptt_slots[s].refs && ptt_slots[s].type == type &&
 		    ptt_slots[s].config == config) {
@@ -672,6 +685,7 @@ static int ptt_slot_get(u32 type, u64 config)
  */
 static bool ptt_slot_put(unsigned int s)
 {
+	lockdep_assert_held(&ptt_lock);
 	if (s >= PTT_NSLOTS || --ptt_slots[s].refs)
 		return false;
 	WRITE_ONCE(ptt_slot_mask, ptt_slot_mask & ~BIT(s));
@@ -970,9 +984,46 @@ static void ptt_ent_free(struct ptt_ent *e)
 }
 
 /*
+ * PTT_WATCH of a thread that may be running on another CPU (this one, in
+ * the IPI): the switch hook starts an area only when its thread is next
+ * switched in, so a thread that keeps its CPU would show nothing of its
+ * time when read.  If the thread is this CPU's current one and has no
+ * area here yet, the area starts now; inside an interrupt whose entry the
+ * hooks saw (this IPI's own, when those hooks are attached), at that
+ * entry, so that the interrupt goes to the area's intr_time at its exit
+ * like any interrupt of the thread.
+ */
+static void ptt_start_running(void *arg)
+{
+	struct ptt_cpu *c = this_cpu_ptr(&ptt_cpus);
+	struct ptt_ent *e = arg;
+	u64 now[PTT_NVALS];
+	unsigned long m;
+	u32 i;
+
+	/* e->hashed: cleared by t's own exit, so on this CPU if t is here */
+	if (current != e->task || c->cur || !READ_ONCE(e->hashed))
+		return;
+	m = ptt_now(c, now);
+	if (c->depth) {
+		now[PTT_TSC] = c->start[PTT_TSC];
+		for (i = 0; i < PTT_NSLOTS; i++)
+			if (m & c->mask0 & BIT(i))
+				now[i] = c->start[i];
+	}
+	ptt_begin(e->a);
+	ptt_start(e, now);
+	e->a->cpu = smp_processor_id();
+	e->a->dispatches++;
+	ptt_end(e->a);
+	c->cur = e;
+}
+
+/*
  * Hash e for t unless t exits (or already has an area); when t is the
- * caller, its area starts now on this CPU.  Then put it on ctx's list
- * (taking a reference).  ptt_lock held.  On error e is gone (freed, or
+ * caller, its area starts now on this CPU; when t runs on another CPU,
+ * there now (ptt_start_running); else at its next switch-in.  Then put
+ * it on ctx's list (taking a reference).  On error e is gone (freed, or
  * handed to the reaper when a hook may have seen it).
  */
 static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
@@ -982,6 +1033,7 @@ static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
 	struct ptt_cpu *c;
 	unsigned long fl;
 
+	lockdep_assert_held(&ptt_lock);
 	spin_lock_irqsave(&ptt_hash_lock, fl);
 	if (ptt_lookup(t)) {
 		spin_unlock_irqrestore(&ptt_hash_lock, fl);
@@ -1011,6 +1063,15 @@ static int ptt_ent_add(struct ptt_ctx *ctx, struct ptt_ent *e,
 		c->cur = e;
 	}
 	spin_unlock_irqrestore(&ptt_hash_lock, fl);
+	/*
+	 * e is hashed (and the barrier above orders that before this read of
+	 * t's CPU): if t is switched in anywhere from now on, the switch hook
+	 * finds e; if it is running on its CPU already, the IPI starts e.  A
+	 * stale CPU means t is moving, and a switch-in follows.  Under
+	 * ptt_lock no stop of e can begin before the IPI has run.
+	 */
+	if (t != current)
+		smp_call_function_single(task_cpu(t), ptt_start_running, e, 1);
 	kref_get(&e->ref);		/* the list's */
 	spin_lock(&ptt_list_lock);
 	list_add_tail(&e->lnode, &ctx->ents);
@@ -1296,10 +1357,10 @@ static void ptt_snapshot(struct ptt_ent *e, struct pitrace_ptt_thread *th)
 			cpu_relax();
 			continue;
 		}
-		smp_rmb();
+		smp_rmb();	/* pairs with ptt_end's smp_wmb() */
 		memcpy(&th->a, a, sizeof(*a));
 		now = rdtsc();
-		smp_rmb();
+		smp_rmb();	/* pairs with ptt_begin's smp_wmb() */
 		if (READ_ONCE(a->seq) == s)
 			break;
 	}

@@ -181,13 +181,14 @@ static const char *pt_vma_path(struct vm_area_struct *vma, char *buf)
 	return s;
 }
 
-/* One record per executable segment; mmap lock held by the caller. */
+/* One record per executable segment; the caller holds mm's mmap lock. */
 static void pt_write_segments_locked(struct mm_struct *mm, pid_t tgid,
 				     char *buf)
 {
 	struct vm_area_struct *vma;
 	VMA_ITERATOR(vmi, mm, 0);
 
+	mmap_assert_locked(mm);
 	for_each_vma(vmi, vma) {
 		struct pitrace_rec_segment f;
 
@@ -470,7 +471,7 @@ static int pt_kp_munmap(struct kprobe *kp, struct pt_regs *regs)
 	return 0;
 }
 
-/* perf_event_mmap(vma): every new mapping, mmap_lock held by current */
+/* perf_event_mmap(vma): every new mapping; current holds its mmap lock */
 static int pt_kp_mmap(struct kprobe *kp, struct pt_regs *regs)
 {
 #ifdef CONFIG_X86_64
@@ -481,6 +482,7 @@ static int pt_kp_mmap(struct kprobe *kp, struct pt_regs *regs)
 	if (!READ_ONCE(pt_active) || !vma || !(vma->vm_flags & VM_EXEC) ||
 	    vma->vm_mm != current->mm || !pt_pathbufs)
 		return 0;
+	mmap_assert_locked(vma->vm_mm);
 	buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
 	f.pid = current->tgid;
 	f.start = vma->vm_start;
@@ -552,9 +554,10 @@ static struct pt_stack_scratch __percpu *pt_stack_scratch;
 static u32 pt_stack_depth = PITRACE_MAX_STACK;	/* ENABLE's stack_depth */
 static u32 pt_stack_max;	/* at on: the limit, bounded by a segment */
 
-/* ENABLE's stack_depth (pt.lock held, tracing off). */
+/* ENABLE's stack_depth (tracing off). */
 int pt_src_stack_arg(const struct pitrace_majors *m, bool on)
 {
+	lockdep_assert_held(&pt.lock);
 	if (m->reserved || m->stack_depth > PITRACE_MAX_STACK)
 		return -EINVAL;
 	if (on && m->stack_depth)

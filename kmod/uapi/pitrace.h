@@ -5,9 +5,10 @@
  * This header is the one definition of the ABI: ioctl numbers and argument
  * structs, the trace record header, the major/minor code values (the same
  * values as libperfutil/trace/codes.go) and the layout of the memory-mapped
- * per-CPU buffers.  libperfutil/kmodbackend mirrors it in Go, and a test
- * there (abi_test.go, cgo) checks sizes, offsets, ioctl numbers and codes
- * against this file.
+ * per-CPU buffers.  libperfutil/kmodbackend's Go mirror (zabi.go) is
+ * generated from it by cgo -godefs (`make kmod-abi`); its tests fail when
+ * the mirror is stale, and check the codes and record payloads against
+ * libperfutil/trace.
  *
  * All values are little-endian (x86_64).  Time stamps are CLOCK_MONOTONIC
  * nanoseconds (ktime_get_mono_fast_ns() in the kernel).
@@ -668,8 +669,14 @@ struct pitrace_ptt_read {
  * PITRACE_ITRACE_AT_EXEC), every process with a pid >= pids_from (not the
  * caller's).  Threads a traced thread creates are traced; forked children
  * only with PITRACE_ITRACE_FOLLOW.  The caller must be allowed to PTT_WATCH
- * the process (the same rule).  ITRACE_OFF stops the selected threads
- * (SELF, pids) or, with neither, every traced thread; tracing off does too.
+ * the process (the same rule).  ITRACE_ON is all or nothing: a process of
+ * pids that does not exist (ESRCH), is not allowed (EPERM) or has no thread
+ * left to trace (ESRCH), or no memory, fails the call with nothing of it
+ * traced.  pids_from takes every such process (none left out for their
+ * number; those not allowed or exiting are counted in skipped); EAGAIN if
+ * processes keep appearing faster than they are counted.  ITRACE_OFF
+ * stops the selected threads (SELF, pids) or, with neither, every traced
+ * thread; tracing off does too.
  */
 #define PITRACE_ITRACE_SELF	1
 #define PITRACE_ITRACE_FOLLOW	2

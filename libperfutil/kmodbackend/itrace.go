@@ -12,65 +12,6 @@ import (
 // ITrace through the module (kmod/pitrace_itrace.c): PITRACE_IOC_ITRACE_ON
 // and _OFF; the records are the same as the daemon's ptrace tracer's.
 
-// Mirrors of struct pitrace_itrace_on / _off (kmod/uapi/pitrace.h).
-type itraceOnArg struct {
-	Flags    uint32
-	NPids    uint32
-	PidsFrom int32
-	Threads  uint32
-	Pids     uint64
-	Skipped  uint32
-	Reserved uint32
-}
-
-type itraceOffArg struct {
-	Flags        uint32
-	NPids        uint32
-	Pids         uint64
-	Threads      uint32
-	Reserved     uint32
-	Instructions uint64
-	Records      uint64
-}
-
-// itraceStats mirrors struct pitrace_itrace_stats (PITRACE_IOC_ITRACE_STATS:
-// the calling thread's last ITrace's TSC terms, read by the -icount VM
-// test's C program, and its block-stepping counts, read by itrace_block.c;
-// here for the ABI test and the fuzzer). The ABI-1 struct ends at Reps.
-type itraceStats struct {
-	TID, Reserved                        uint32
-	Instructions, StartTSC, EndTSC       uint64
-	Traps, TrapTSC, Syscalls, SysTSC     uint64
-	Interrupts, IrqTSC, Faults, FaultTSC uint64
-	Reps                                 uint64
-	// PITRACE_FEAT_ITRACE_BLOCK
-	Blocks, Disagreements, BlockTraps, Refused uint64
-	Step, BTFIgnored                           uint32
-	Signals, SigTSC                            uint64
-}
-
-const (
-	itraceSelf    = 1
-	itraceFollow  = 2
-	itraceAtExec  = 4
-	itraceMaxPids = 1024
-	featITrace    = 1 << 25
-	// featITraceKernel: ITRACE_INTERRUPT / ITRACE_FAULT records, ITRACE_STATS
-	featITraceKernel = 1 << 27
-	itraceIRQDevice  = 0x100
-	// featITraceBlock: block-stepping, the STEP_* flags, ITRACE_STATS' block fields
-	featITraceBlock   = 1 << 29
-	itraceStepSingle  = 8
-	itraceStepVerify  = 16
-	itraceStatsSizeV1 = 104
-)
-
-var (
-	iocITraceOn    = ioc(iocRead|iocWrite, 24, unsafe.Sizeof(itraceOnArg{}))
-	iocITraceOff   = ioc(iocRead|iocWrite, 25, unsafe.Sizeof(itraceOffArg{}))
-	iocITraceStats = ioc(iocRead, 26, unsafe.Sizeof(itraceStats{}))
-)
-
 // ITraceSel selects the threads for ITraceOn.
 type ITraceSel struct {
 	Self     bool  // the calling thread (ITraceOn)

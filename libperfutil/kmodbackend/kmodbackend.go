@@ -196,7 +196,7 @@ func (b *Backend) majors(majors []uint16, on bool) error {
 			m.Mask[x/64] |= 1 << (x % 64)
 		}
 	}
-	req := iocEnable
+	var req uintptr = iocEnable
 	if !on {
 		req = iocDisable
 	}

@@ -34,6 +34,10 @@ hardening() {
 	run harden inherit
 	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
 	run harden stackdepth 200
+	step "hardening: ITRACE_ON / OFF's pid array on a userfaultfd page; a failed ON undone"
+	run harden itraceuffd
+	step "hardening: ITRACE_ON pids_from over 5,000 processes selects every one"
+	run harden itracemany 5000
 	step "hardening: ITRACE_STATS answers only the thread whose ITrace ended last"
 	run harden itracestats
 	step "hardening: PITRACE_IOC_JIT names at a page edge, its exact size"

@@ -15,6 +15,9 @@
  *   harden hotplug    a CPU offlined and onlined while tprof and PTT count
  *   harden inherit    20 threads of 30 ms in a watched process, all counted
  *   harden itraceexit ITRACE_ON racing process and thread exit: no entry left
+ *   harden itraceuffd ITRACE_ON / _OFF with the pid array on a userfaultfd
+ *                     page: other openers not held; a failed ON undone
+ *   harden itracemany pids_from over 5,000 processes: all selected
  *   harden stackdepth random call-stack depth limits (0, 1, 127, 128, huge,
  *                     a non-zero reserved word) through ENABLE, and tracing
  *                     with stacks at each legal one: random buffer sizes (1K
@@ -181,10 +184,24 @@ static int uffd_wait_fault(int u)
 	return 0;
 }
 
+/* What a resolved fault fills the page with: zeros, or this page's bytes. */
+static const void *uffd_fill;
+
 static void uffd_zero(int u, void *page)
 {
 	struct uffdio_zeropage z;
 
+	if (uffd_fill) {
+		struct uffdio_copy c;
+
+		memset(&c, 0, sizeof(c));
+		c.dst = (uintptr_t)page;
+		c.src = (uintptr_t)uffd_fill;
+		c.len = 4096;
+		if (ioctl(u, UFFDIO_COPY, &c) && errno != EEXIST)
+			DIE("UFFDIO_COPY");
+		return;
+	}
 	memset(&z, 0, sizeof(z));
 	z.range.start = (uintptr_t)page;
 	z.range.len = 4096;
@@ -211,8 +228,8 @@ static void *stall_main(void *p)
 }
 
 /* While a caller of cmd sits in a fault on a uffd page: other openers. */
-static void uffd_case(const char *name, int fd, unsigned long cmd,
-		      void *arg, int u, void *page)
+static int uffd_case(const char *name, int fd, unsigned long cmd,
+		     void *arg, int u, void *page)
 {
 	struct pitrace_status st;
 	struct stall s = { .fd = fd, .cmd = cmd, .arg = arg };
@@ -226,7 +243,8 @@ static void uffd_case(const char *name, int fd, unsigned long cmd,
 		CHECK(0, "%s: the caller never faulted on the userfaultfd page", name);
 		uffd_zero(u, page);
 		pthread_join(t, NULL);
-		return;
+		errno = s.err;
+		return s.rc;
 	}
 	/*
 	 * The caller is stalled in the module now.  Each figure is the best
@@ -265,6 +283,8 @@ static void uffd_case(const char *name, int fd, unsigned long cmd,
 	pthread_join(t, NULL);
 	printf("harden: uffd: %s returned %d (%s) once the page arrived\n", name,
 	       s.rc, s.rc ? strerror(s.err) : "ok");
+	errno = s.err;
+	return s.rc;
 }
 
 static int t_uffd(void)
@@ -1335,6 +1355,168 @@ static int t_itraceexit(int n)
 	return 0;
 }
 
+/* ---- itraceuffd: ITRACE_ON / OFF's pid array on a userfaultfd page ------- */
+
+static pid_t pause_child(void)
+{
+	pid_t c = fork();
+
+	if (c < 0)
+		DIE("fork");
+	if (c == 0) {
+		for (;;)
+			pause();
+	}
+	return c;
+}
+
+/*
+ * ITRACE_ON and ITRACE_OFF whose pid array sits on a missing userfaultfd
+ * page: the module copies it in before pt.lock, so while the caller waits
+ * for the page another opener's STATUS (pt.lock) answers at once.  When
+ * the page arrives it holds a child's pid: ON selects the child, OFF
+ * stops it.  Then an ON naming the child and a pid that does not exist
+ * fails as a whole: the child is not left traced.
+ */
+static int t_itraceuffd(void)
+{
+	struct pitrace_init_arg ia = { 1 << 20, 1 << 20, PITRACE_MODE_NORMAL, 0 };
+	struct pitrace_itrace_on *on;
+	struct pitrace_itrace_off *off;
+	int32_t *fill, two[2];
+	void *page;
+	int fd = dev(), u, rc;
+	pid_t c;
+
+	ioctl(fd, PITRACE_IOC_FREE);
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("init/on");
+	c = pause_child();
+	fill = aligned_alloc(4096, 4096);
+	if (!fill)
+		DIE("aligned_alloc");
+	memset(fill, 0, 4096);
+	fill[0] = c;
+	uffd_fill = fill;
+
+	on = calloc(1, sizeof(*on));
+	off = calloc(1, sizeof(*off));
+	if (!on || !off)
+		DIE("calloc");
+	u = uffd_open(&page);
+	on->npids = 1;
+	on->pids = (uintptr_t)page;
+	rc = uffd_case("ITRACE_ON (pid array in)", fd, PITRACE_IOC_ITRACE_ON, on, u, page);
+	CHECK(rc == 0 && on->threads == 1, "ITRACE_ON of the child through the late page: rc %d (%s), %u threads, want 1",
+	      rc, rc ? strerror(errno) : "ok", on->threads);
+	close(u);
+	munmap(page, 4096);
+
+	u = uffd_open(&page);
+	off->npids = 1;
+	off->pids = (uintptr_t)page;
+	rc = uffd_case("ITRACE_OFF (pid array in)", fd, PITRACE_IOC_ITRACE_OFF, off, u, page);
+	CHECK(rc == 0 && off->threads == 1, "ITRACE_OFF of the child through the late page: rc %d (%s), %u threads stopped, want 1",
+	      rc, rc ? strerror(errno) : "ok", off->threads);
+	close(u);
+	munmap(page, 4096);
+	uffd_fill = NULL;
+
+	/* all or nothing: the child, then a pid no process has */
+	two[0] = c;
+	two[1] = 0x3fffff;	/* above pid_max's largest value */
+	memset(on, 0, sizeof(*on));
+	on->npids = 2;
+	on->pids = (uintptr_t)two;
+	rc = ioctl(fd, PITRACE_IOC_ITRACE_ON, on);
+	CHECK(rc < 0 && errno == ESRCH, "ITRACE_ON of the child and a missing pid: rc %d (%s), want ESRCH",
+	      rc, rc ? strerror(errno) : "ok");
+	memset(off, 0, sizeof(*off));
+	CHECK(ioctl(fd, PITRACE_IOC_ITRACE_OFF, off) == 0, "ITRACE_OFF: %s", strerror(errno));
+	printf("harden: itraceuffd: a failed ITRACE_ON (child, missing pid) left %u threads traced\n", off->threads);
+	CHECK(off->threads == 0, "a failed ITRACE_ON left %u threads traced (the child's, selected before the missing pid)",
+	      off->threads);
+
+	kill(c, SIGKILL);
+	waitpid(c, NULL, 0);
+	ioctl(fd, PITRACE_IOC_OFF);
+	ioctl(fd, PITRACE_IOC_FREE);
+	free(on);
+	free(off);
+	free(fill);
+	close(fd);
+	return 0;
+}
+
+/* ---- itracemany: pids_from over thousands of processes ------------------ */
+
+static int idle_main(void *arg)
+{
+	(void)arg;
+	for (;;)
+		syscall(SYS_pause);
+	return 0;
+}
+
+/*
+ * n processes (clone without CLONE_THREAD but sharing the memory, so that
+ * thousands fit in the VM), each waiting in pause(), then ITRACE_ON with
+ * pids_from at the first one's pid: every one of them is selected (none
+ * dropped past a fixed number), and ITRACE_OFF stops them all.
+ */
+static int t_itracemany(int n)
+{
+	struct pitrace_init_arg ia = { 1 << 20, 1 << 20, PITRACE_MODE_NORMAL, 0 };
+	struct pitrace_itrace_on on;
+	struct pitrace_itrace_off off;
+	const size_t stk = 16384;
+	pid_t *kids = calloc(n, sizeof(*kids)), lo = 0;
+	char *stacks;
+	int fd = dev(), i, made = 0;
+	double t0;
+
+	stacks = mmap(NULL, stk * n, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!kids || stacks == MAP_FAILED)
+		DIE("memory for %d children", n);
+	ioctl(fd, PITRACE_IOC_FREE);
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("init/on");
+	for (i = 0; i < n; i++) {
+		pid_t c = clone(idle_main, stacks + stk * (i + 1), CLONE_VM | SIGCHLD, NULL);
+
+		if (c < 0) {
+			printf("harden: itracemany: clone %d: %s\n", i, strerror(errno));
+			break;
+		}
+		kids[made++] = c;
+		if (!lo || c < lo)
+			lo = c;
+	}
+	CHECK(made == n, "only %d of %d processes made", made, n);
+	memset(&on, 0, sizeof(on));
+	on.pids_from = lo;
+	t0 = now_ms();
+	CHECK(ioctl(fd, PITRACE_IOC_ITRACE_ON, &on) == 0, "ITRACE_ON pids_from %d: %s", lo, strerror(errno));
+	printf("harden: itracemany: ITRACE_ON pids_from over %d processes: %u threads selected, %u skipped (%.0f ms)\n",
+	       made, on.threads, on.skipped, now_ms() - t0);
+	CHECK(on.threads == (unsigned int)made && on.skipped == 0,
+	      "pids_from selected %u threads and skipped %u of %d processes, want all", on.threads, on.skipped, made);
+	memset(&off, 0, sizeof(off));
+	CHECK(ioctl(fd, PITRACE_IOC_ITRACE_OFF, &off) == 0, "ITRACE_OFF: %s", strerror(errno));
+	CHECK(off.threads == (unsigned int)made, "ITRACE_OFF stopped %u threads, want %d", off.threads, made);
+	for (i = 0; i < made; i++)
+		kill(kids[i], SIGKILL);
+	for (i = 0; i < made; i++)
+		waitpid(kids[i], NULL, 0);
+	ioctl(fd, PITRACE_IOC_OFF);
+	ioctl(fd, PITRACE_IOC_FREE);
+	munmap(stacks, stk * n);
+	free(kids);
+	close(fd);
+	return 0;
+}
+
 /* ---- itracestats: ITRACE_STATS answers only the thread that traced -------- */
 
 /* ITrace the calling thread over a short loop (ITraceOn/ITraceOff). */
@@ -1616,6 +1798,10 @@ int main(int argc, char **argv)
 		t_inherit();
 	else if (!strcmp(what, "itraceexit"))
 		t_itraceexit(n ? n : 1000);
+	else if (!strcmp(what, "itraceuffd"))
+		t_itraceuffd();
+	else if (!strcmp(what, "itracemany"))
+		t_itracemany(n ? n : 5000);
 	else if (!strcmp(what, "itracestats"))
 		t_itracestats();
 	else if (!strcmp(what, "stackdepth"))
@@ -1625,7 +1811,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(what, "method"))
 		t_method(n ? n : 20000);
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|itracestats|jit|method [N]\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|itraceuffd|itracemany [N]|itracestats|jit|method [N]\n");
 		return 2;
 	}
 	if (fails) {

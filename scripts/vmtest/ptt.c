@@ -432,12 +432,28 @@ static int read_areas(int fd, struct pitrace_ptt_thread *buf, int max, int *tota
 	return r.n;
 }
 
+/* Wait until *rounds reaches n (the other process ran); false after 60 s. */
+static int wait_rounds(unsigned long *rounds, unsigned long n)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (__atomic_load_n(rounds, __ATOMIC_RELAXED) < n) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 60)
+			return 0;
+		sched_yield();
+	}
+	return 1;
+}
+
 static int watch_func(void)
 {
 	struct pitrace_ptt_watch w = { 0 };
 	struct pitrace_ptt_thread th[4];
 	struct pitrace_ptt_read r;
 	int fd, n, total, st, pfd[2];
+	unsigned long *rounds;
 	pid_t child, u;
 	uint64_t raw0;
 
@@ -458,21 +474,31 @@ static int watch_func(void)
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), EINVAL, "watch flags 1");
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, (void *)8), EFAULT, "watch bad pointer");
 
+	/*
+	 * The child spins and never sleeps: once running on the other CPU it
+	 * may keep it for the whole test, never switched out.  It counts its
+	 * rounds in a shared word, so the test waits for what its checks
+	 * need (the child ran after the watch), not for a time.
+	 */
+	rounds = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (rounds == MAP_FAILED)
+		return 1;
 	child = fork();
 	if (child == 0) {
-		/* busy 2e7 instructions, sleep, busy again, then wait to be killed */
-		spin(20000000);
-		usleep(20000);
-		spin(20000000);
-		for (;;)
-			pause();
+		for (;;) {
+			spin(1000000);
+			__atomic_add_fetch(rounds, 1, __ATOMIC_RELAXED);
+		}
 	}
+	CHECK(wait_rounds(rounds, 1), "the child never ran");
 	raw0 = rdtsc();
 	w.tid = child;
 	w.flags = 0;
 	CHECK(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0, "watch child: %s", strerror(errno));
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w), EBUSY, "watch the child twice");
-	usleep(300000);
+	/* two rounds after the watch: at least one whole round ran watched */
+	CHECK(wait_rounds(rounds, __atomic_load_n(rounds, __ATOMIC_RELAXED) + 2),
+	      "the child did not run after the watch");
 	r.max = 4;
 	r.buf = 8;
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_READ, &r), EFAULT, "read into a bad buffer");
@@ -488,9 +514,11 @@ static int watch_func(void)
 		       (unsigned long long)(rdtsc() - raw0));
 		CHECK(th[0].tid == child && th[0].pid == child && !th[0].mapped,
 		      "watch row: tid %d pid %d mapped %u", th[0].tid, th[0].pid, th[0].mapped);
+		/* it ran at least one whole round watched, switched out or not */
 		CHECK(th[0].a.accum[0] > 0 && th[0].a.accum[0] < rdtsc() - raw0,
-		      "child tsc %llu: not within the raw time since the watch", (unsigned long long)th[0].a.accum[0]);
-		CHECK(th[0].a.dispatches > 0, "no dispatch counted for the child");
+		      "child tsc %llu: not within the raw time since the watch (%s)", (unsigned long long)th[0].a.accum[0],
+		      th[0].running ? "running" : "not running");
+		CHECK(th[0].a.dispatches > 0, "no dispatch counted for the child (its area never started)");
 	}
 	kill(child, SIGKILL);
 	waitpid(child, &st, 0);
