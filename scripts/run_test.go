@@ -1,0 +1,273 @@
+// Package scripts tests run.tprof and run.itrace as a user runs them: in a
+// process group of their own, interrupted with real signals, their output
+// compared byte for byte with the command's own.
+package scripts
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"perfinsp/internal/testenv"
+	"perfinsp/internal/tracetest"
+	"perfinsp/libperfutil/nrm2"
+)
+
+// The tests keep HOME and the caches in a temporary directory of their own.
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// env is one test's facility with the scripts copied beside its bin/, so
+// that they run the tools built for the test.
+type env struct {
+	*tracetest.Env
+	scripts string
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	e := tracetest.Setup(t, "./tools/post")
+	dir := filepath.Join(e.Dir, "scripts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"run.tprof", "run.itrace", "runlib.sh"} {
+		b, err := os.ReadFile(filepath.Join(tracetest.Root(), "scripts", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &env{Env: e, scripts: dir}
+}
+
+// run is a script started in a process group of its own (as a shell
+// starts a job), its output kept apart.
+type run struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	code           int
+}
+
+func (e *env) start(dir, script string, args ...string) *run {
+	e.T.Helper()
+	r := &run{cmd: exec.Command(filepath.Join(e.scripts, script), args...), done: make(chan struct{})}
+	r.cmd.Env, r.cmd.Dir = e.Environ, dir
+	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := r.cmd.Start(); err != nil {
+		e.T.Fatal(err)
+	}
+	go func() {
+		err := r.cmd.Wait()
+		r.code = 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			r.code = ee.ExitCode()
+		} else if err != nil {
+			r.code = -1
+		}
+		close(r.done)
+	}()
+	e.T.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+			<-r.done
+		}
+	})
+	return r
+}
+
+// wait waits for the script's end (a bounded time: a hang is a failure).
+func (r *run) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.code
+	case <-time.After(limit):
+		t.Fatalf("%s did not end within %v\nstderr:\n%s", r.cmd.Path, limit, r.stderr.String())
+	}
+	return -1
+}
+
+// until polls cond (a state the test needs, read from the system) until it
+// holds; the script's end or the limit fails the test.
+func (e *env) until(r *run, what string, cond func() bool) {
+	e.T.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		select {
+		case <-r.done:
+			e.T.Fatalf("the script ended (exit %d) before %s\nstderr:\n%s", r.code, what, r.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			e.T.Fatalf("no %s within 2 minutes\nstderr:\n%s", what, r.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) state() string {
+	out, _ := e.SwCode("info")
+	if i := strings.Index(out, "state: "); i >= 0 {
+		return strings.Fields(out[i+len("state: "):])[0]
+	}
+	return ""
+}
+
+// pidFile reads the pid a command wrote (written whole: by a rename).
+func pidFile(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// marker is a command that writes its pid to DIR/marker and then sleeps:
+// the test knows from the file that the command runs.
+func marker(dir string) []string {
+	m := filepath.Join(dir, "marker")
+	return []string{"sh", "-c", `echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 120`, m}
+}
+
+// TestRunTprofInterrupted: Ctrl-C (SIGINT to the process group), timeout's
+// SIGTERM to the group, SIGHUP, and SIGTERM to run.tprof alone: the command
+// stops, the trace is written and posted, the facility is off, and the
+// exit code is 128+signal.
+func TestRunTprofInterrupted(t *testing.T) {
+	e := setup(t)
+	for _, c := range []struct {
+		name    string
+		sig     syscall.Signal
+		signame string
+		group   bool
+	}{
+		{"INT to the group", syscall.SIGINT, "SIGINT", true},
+		{"TERM to run.tprof", syscall.SIGTERM, "SIGTERM", false},
+		{"HUP to the group", syscall.SIGHUP, "SIGHUP", true},
+	} {
+		dir := filepath.Join(e.Dir, strings.ReplaceAll(c.name, " ", "-"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := e.start(dir, "run.tprof", append([]string{"--"}, marker(dir)...)...)
+		e.until(r, "command running with tracing on", func() bool {
+			return pidFile(filepath.Join(dir, "marker")) > 0 && e.state() == "on"
+		})
+		cmdPID := pidFile(filepath.Join(dir, "marker"))
+		target := r.cmd.Process.Pid
+		if c.group {
+			target = -target
+		}
+		if err := syscall.Kill(target, c.sig); err != nil {
+			t.Fatal(err)
+		}
+		code := r.wait(t, 2*time.Minute)
+		if want := 128 + int(c.sig); code != want {
+			t.Errorf("%s: exit %d, want %d\nstderr:\n%s", c.name, code, want, r.stderr.String())
+		}
+		if syscall.Kill(cmdPID, 0) == nil {
+			t.Errorf("%s: the command %d still runs", c.name, cmdPID)
+		}
+		if !strings.Contains(r.stderr.String(), "interrupted by "+c.signame) {
+			t.Errorf("%s: no line saying it was interrupted:\n%s", c.name, r.stderr.String())
+		}
+		if _, err := nrm2.Open(filepath.Join(dir, "swtrace.nrm2")); err != nil {
+			t.Errorf("%s: the trace was not written: %v", c.name, err)
+		}
+		if rep, err := os.ReadFile(filepath.Join(dir, "tprof.out")); err != nil || !bytes.Contains(rep, []byte("sleep")) {
+			t.Errorf("%s: no report of the command: %v\n%s", c.name, err, rep)
+		}
+		if s := e.state(); s == "on" {
+			t.Errorf("%s: the facility is left on", c.name)
+		}
+		if r.stdout.Len() != 0 {
+			t.Errorf("%s: run.tprof wrote to the command's stdout: %q", c.name, r.stdout.String())
+		}
+	}
+}
+
+// TestRunTprofCommandKilled: kill -9 of the traced command gives 137 and
+// no line of the wrapper's internals.
+func TestRunTprofCommandKilled(t *testing.T) {
+	e := setup(t)
+	r := e.start(e.Dir, "run.tprof", append([]string{"--"}, marker(e.Dir)...)...)
+	e.until(r, "the command running", func() bool { return pidFile(filepath.Join(e.Dir, "marker")) > 0 })
+	if err := syscall.Kill(pidFile(filepath.Join(e.Dir, "marker")), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, 2*time.Minute); code != 137 {
+		t.Errorf("exit %d, want 137 (the command's)\n%s", code, r.stderr.String())
+	}
+	if s := r.stderr.String(); regexp.MustCompile(`line \d+: +\d+ Killed`).MatchString(s) {
+		t.Errorf("the wrapper's internals are shown:\n%s", s)
+	}
+	if _, err := os.Stat(filepath.Join(e.Dir, "tprof.out")); err != nil {
+		t.Errorf("no report: %v", err)
+	}
+}
+
+// TestRunTprofStdout: the command's stdout, exit code, signal dispositions
+// and environment are what they are without run.tprof; the previous trace
+// and report are kept as .old.
+func TestRunTprofStdout(t *testing.T) {
+	e := setup(t)
+	in := filepath.Join(e.Dir, "in")
+	var b bytes.Buffer
+	for i := 0; b.Len() < 1<<20; i++ {
+		b.WriteString(strconv.Itoa(i*i) + " perfinsp\n")
+	}
+	if err := os.WriteFile(in, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	direct := func(args ...string) []byte {
+		c := exec.Command(args[0], args[1:]...)
+		c.Env, c.Dir = e.Environ, e.Dir
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return out
+	}
+	cases := [][]string{
+		{"xz", "-c", in},
+		{"grep", "^Sig[BIC]", "/proc/self/status"},
+		{"sh", "-c", "env | grep -v '^_=' | sort"},
+	}
+	for i, args := range cases {
+		want := direct(args...)
+		r := e.start(e.Dir, "run.tprof", append([]string{"--"}, args...)...)
+		if code := r.wait(t, 2*time.Minute); code != 0 {
+			t.Fatalf("run.tprof -- %v: exit %d\n%s", args, code, r.stderr.String())
+		}
+		if !bytes.Equal(r.stdout.Bytes(), want) {
+			t.Errorf("run.tprof -- %v: stdout differs from the command's own (%d bytes, want %d):\n%.300q\nwant:\n%.300q",
+				args, r.stdout.Len(), len(want), r.stdout.String(), want)
+		}
+		if i > 0 && !strings.Contains(r.stderr.String(), "kept the previous swtrace.nrm2 tprof.out as .old") {
+			t.Errorf("the previous trace was replaced without a word:\n%s", r.stderr.String())
+		}
+	}
+	for _, f := range []string{"swtrace.nrm2.old", "tprof.out.old"} {
+		if _, err := os.Stat(filepath.Join(e.Dir, f)); err != nil {
+			t.Errorf("%s not kept: %v", f, err)
+		}
+	}
+	r := e.start(e.Dir, "run.tprof", "--", "sh", "-c", "exit 7")
+	if code := r.wait(t, 2*time.Minute); code != 7 {
+		t.Errorf("exit %d, want the command's 7", code)
+	}
+}
