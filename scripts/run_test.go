@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/nrm2"
+	"perfinsp/libperfutil/trace"
 )
 
 // The tests keep HOME and the caches in a temporary directory of their own.
@@ -269,5 +271,181 @@ func TestRunTprofStdout(t *testing.T) {
 	r := e.start(e.Dir, "run.tprof", "--", "sh", "-c", "exit 7")
 	if code := r.wait(t, 2*time.Minute); code != 7 {
 		t.Errorf("exit %d, want the command's 7", code)
+	}
+}
+
+// sigstate builds testdata/sigstate.c statically (a short ITrace: no
+// dynamic loader).
+func (e *env) sigstate() string {
+	e.T.Helper()
+	bin := filepath.Join(e.Bin, "sigstate")
+	src := filepath.Join(tracetest.Root(), "scripts", "testdata", "sigstate.c")
+	if out, err := exec.Command("gcc", "-O2", "-static", "-o", bin, src).CombinedOutput(); err != nil {
+		e.T.Fatalf("build sigstate (static, libc6-dev): %v\n%s", err, out)
+	}
+	return bin
+}
+
+// sortedLines is b's lines in order (the environment's order is the
+// shell's).
+func sortedLines(b []byte) string {
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	sort.Strings(l)
+	return strings.Join(l, "\n")
+}
+
+// lineDiff lists the lines only in got (+) and only in want (-).
+func lineDiff(got, want []byte) string {
+	count := map[string]int{}
+	for _, l := range strings.Split(string(want), "\n") {
+		count[l]++
+	}
+	var out []string
+	for _, l := range strings.Split(string(got), "\n") {
+		if count[l] > 0 {
+			count[l]--
+			continue
+		}
+		out = append(out, "+ "+l)
+	}
+	for l, n := range count {
+		for ; n > 0; n-- {
+			out = append(out, "- "+l)
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "\n")
+}
+
+// itraceSignals counts the ITrace signal records of a trace.
+func itraceSignals(t *testing.T, path string) int {
+	t.Helper()
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatalf("the trace was not written: %v", err)
+	}
+	n := 0
+	if err := f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorITraceK && r.Minor == trace.ITraceSignal {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRunITraceWhatTheProgramGets: the traced program gets the signal
+// dispositions, mask and environment it has without run.itrace, its stdout
+// is its own, no signal of the tool's shows in the trace, and the previous
+// trace is kept as .old.
+func TestRunITraceWhatTheProgramGets(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	// As a shell runs it: PWD its directory, $_ its path.
+	var environ []string
+	for _, v := range e.Environ {
+		if !strings.HasPrefix(v, "PWD=") && !strings.HasPrefix(v, "_=") {
+			environ = append(environ, v)
+		}
+	}
+	e.Environ = append(environ, "PWD="+e.Dir, "_="+prog)
+	c := exec.Command(prog)
+	c.Env, c.Dir = e.Environ, e.Dir
+	want, err := c.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Sw("enable", "tprof", "dispatch") // left over from earlier work: run.itrace sets what it needs
+	for i := 0; i < 2; i++ {
+		r := e.start(e.Dir, "run.itrace", "--", prog)
+		if code := r.wait(t, 5*time.Minute); code != 0 {
+			t.Fatalf("run.itrace: exit %d\n%s", code, r.stderr.String())
+		}
+		if got := r.stdout.Bytes(); sortedLines(got) != sortedLines(want) {
+			t.Errorf("the traced program's stdout (signals, environment) differs from a run without run.itrace:\n%s", lineDiff(got, want))
+		}
+		if n := itraceSignals(t, filepath.Join(e.Dir, "swtrace.nrm2")); n != 0 {
+			t.Errorf("%d signals in the trace of a program that gets none", n)
+		}
+		if i == 1 && !strings.Contains(r.stderr.String(), "kept the previous swtrace.nrm2 arc itrace.out callgrind.out post.log as .old") {
+			t.Errorf("the previous trace was replaced without a word:\n%s", r.stderr.String())
+		}
+	}
+	if out := e.Sw("info"); !strings.Contains(out, "enabled: sys mte itrace\n") {
+		t.Errorf("run.itrace left other record types enabled:\n%s", out)
+	}
+}
+
+// TestRunITraceInterrupted: Ctrl-C (SIGINT to the group) lets the program
+// go at once (it then finishes a loop far too long to single-step) and
+// still writes and posts the trace; SIGTERM to run.itrace alone (as
+// timeout's first signal) stops a program that does not handle it.
+func TestRunITraceInterrupted(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	for _, c := range []struct {
+		name    string
+		sig     syscall.Signal
+		signame string
+		group   bool
+		code    int
+	}{
+		{"INT to the group", syscall.SIGINT, "SIGINT", true, 3}, // the program's own code
+		{"TERM to run.itrace", syscall.SIGTERM, "SIGTERM", false, 143},
+	} {
+		dir := filepath.Join(e.Dir, strings.ReplaceAll(c.name, " ", "-"))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		m := filepath.Join(dir, "marker")
+		r := e.start(dir, "run.itrace", "--", prog, "spin", m)
+		e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
+		target := r.cmd.Process.Pid
+		if c.group {
+			target = -target
+		}
+		if err := syscall.Kill(target, c.sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := r.wait(t, 3*time.Minute); code != c.code {
+			t.Errorf("%s: exit %d, want %d\n%s", c.name, code, c.code, r.stderr.String())
+		}
+		if syscall.Kill(pidFile(m), 0) == nil {
+			t.Errorf("%s: the program still runs", c.name)
+		}
+		if !strings.Contains(r.stderr.String(), "interrupted by "+c.signame) {
+			t.Errorf("%s: no line saying it was interrupted:\n%s", c.name, r.stderr.String())
+		}
+		for _, f := range []string{"swtrace.nrm2", "itrace.out", "callgrind.out"} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Errorf("%s: %s not written: %v", c.name, f, err)
+			}
+		}
+		if s := e.state(); s == "on" {
+			t.Errorf("%s: the facility is left on", c.name)
+		}
+	}
+}
+
+// TestRunITraceBufferFills: a buffer that fills ends the trace early, but
+// what was recorded is written and posted, the program's exit code kept.
+func TestRunITraceBufferFills(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	r := e.start(e.Dir, "run.itrace", "-t", "16K", "--", "sh", "-c", prog+" >/dev/null; exit 5")
+	if code := r.wait(t, 5*time.Minute); code != 5 {
+		t.Fatalf("exit %d, want the program's 5\n%s", code, r.stderr.String())
+	}
+	if !strings.Contains(r.stderr.String(), "a buffer filled") || !regexp.MustCompile(`-t \d+[KMG] holds`).MatchString(r.stderr.String()) {
+		t.Errorf("a full buffer is not reported with a larger -t:\n%s", r.stderr.String())
+	}
+	rep, err := os.ReadFile(filepath.Join(e.Dir, "itrace.out"))
+	if err != nil || !bytes.Contains(rep, []byte("instructions")) {
+		t.Errorf("no itrace.out of what was recorded: %v\n%s", err, rep)
+	}
+	if s := e.state(); s == "on" {
+		t.Error("the facility is left on")
 	}
 }

@@ -21,14 +21,14 @@ runlib_init() {
 	# only those. bash starts background commands with SIGINT and SIGQUIT
 	# ignored (no job control), so the command is started through
 	# env --default-signal for the others.
-	runlib_default=()
 	local names=() sig
 	for sig in INT QUIT; do
 		[ -n "$(trap -p "$sig")" ] || names+=("$sig")
 	done
+	runlib_default=(env)
 	if [ ${#names[@]} -gt 0 ]; then
 		local IFS=,
-		runlib_default=(env "--default-signal=${names[*]}")
+		runlib_default+=("--default-signal=${names[*]}")
 	fi
 	# The caller's stdin, for the background command (bash gives an
 	# asynchronous command /dev/null otherwise).
@@ -66,8 +66,16 @@ runlib_signal() {
 # runlib_start CMD ARGS: start the command in the background with the
 # caller's stdin, signal dispositions and environment; its pid in $child.
 # With RUNLIB_PREFIX set (an array), that runs first and execs the command.
+# With RUNLIB_FD9 set (a path), it is opened for reading as the command's fd
+# 9, and the fd numbered RUNLIB_CLOSE is closed in it.
 runlib_start() {
-	"${runlib_default[@]}" "${RUNLIB_PREFIX[@]}" "$@" <&"$runlib_stdin" {runlib_stdin}<&- &
+	# $_ as a shell sets it for the command: its path (not env's).
+	local env=("${runlib_default[@]}" "_=$(type -P "$1" || printf '%s' "$1")")
+	if [ -n "${RUNLIB_FD9:-}" ]; then
+		"${env[@]}" "${RUNLIB_PREFIX[@]}" "$@" <&"$runlib_stdin" {runlib_stdin}<&- 9<"$RUNLIB_FD9" {RUNLIB_CLOSE}>&- &
+	else
+		"${env[@]}" "${RUNLIB_PREFIX[@]}" "$@" <&"$runlib_stdin" {runlib_stdin}<&- &
+	fi
 	child=$!
 	runlib_phase=run
 }
