@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -220,6 +221,39 @@ func Nearest(s string, candidates []string) string {
 		return ""
 	}
 	return best
+}
+
+// Closest lists up to n candidates nearest to s: those holding s (or held
+// in it) first, then by edit distance; only those within half of s's
+// length (at least 2) of it.
+func Closest(s string, candidates []string, n int) []string {
+	type cand struct {
+		name string
+		d    int
+	}
+	var cs []cand
+	ls := strings.ToLower(s)
+	for _, c := range candidates {
+		lc := strings.ToLower(c)
+		d := distance(ls, lc)
+		if strings.Contains(lc, ls) || strings.Contains(ls, lc) {
+			d = 0
+		}
+		if d <= max(2, len(s)/2) {
+			cs = append(cs, cand{c, d})
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].d != cs[j].d {
+			return cs[i].d < cs[j].d
+		}
+		return cs[i].name < cs[j].name
+	})
+	var out []string
+	for i := 0; i < len(cs) && i < n; i++ {
+		out = append(out, cs[i].name)
+	}
+	return out
 }
 
 // distance is the edit distance of a and b (bytes): insertions, deletions,
