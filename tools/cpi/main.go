@@ -17,6 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/internal/cliutil"
+
 	"perfinsp/libperfutil/events"
 )
 
@@ -28,19 +30,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer, hasPMU func() bool) int {
-	err := newApp(stdout, stderr, hasPMU).Run(args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "cpi:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "cpi:", err)
-		return 1
-	}
-	return 0
+	app := newApp(stdout, stderr, hasPMU)
+	cliutil.Apply(app)
+	return cliutil.Run(app, args)
 }
 
 func newApp(stdout, stderr io.Writer, hasPMU func() bool) *cli.App {

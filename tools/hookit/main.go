@@ -10,6 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/internal/cliutil"
+
 	"perfinsp/libperfutil/callflow"
 )
 
@@ -31,16 +33,14 @@ func main() {
 				&cli.StringFlag{Name: "cal", Value: "startup", Usage: "calibration: startup (t_I and t_O measured at start-up), minima (the run's sequence minima, two-pass: exact where the metric is exact, e.g. -icount) or none (the raw metric)"},
 				&cli.StringFlag{Name: "train", Usage: "write this run's sequence minima to `FILE` (a trainer run: merged with --minima's table if given); later runs load it with --minima"},
 				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
-				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (seed 003 §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
-				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (seed 000: the 6 Java types x entry/exit) or 1x2 (transitions only)"},
+				&cli.StringFlag{Name: "env", Usage: "the environmental overhead: the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
+				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java method types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
 		}, checkCommand},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "hookit:", err)
-		os.Exit(1)
-	}
+	cliutil.Apply(app)
+	os.Exit(cliutil.Run(app, os.Args))
 }
 
 func report(c *cli.Context) error {

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"perfinsp/internal/cliutil"
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/a2n"
@@ -41,7 +43,9 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	code := 0
-	err := newApp(stdout, stderr, &code).Run(args)
+	app := newApp(stdout, stderr, &code)
+	cliutil.Apply(app)
+	err := cliutil.RunApp(app, args)
 	var ec cli.ExitCoder
 	switch {
 	case errors.As(err, &ec):

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"perfinsp/internal/cliutil"
 	"golang.org/x/sys/unix"
 
 	"perfinsp/libperfutil/events"
@@ -30,19 +32,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	err := newApp(stdout, stderr).Run(args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "mpevt:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "mpevt:", err)
-		return 1
-	}
-	return 0
+	app := newApp(stdout, stderr)
+	cliutil.Apply(app)
+	return cliutil.Run(app, args)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"perfinsp/internal/cliutil"
 )
 
 var commands = map[string]string{
@@ -43,10 +45,8 @@ func main() {
 		},
 		Action: run,
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "rtdriver:", err)
-		os.Exit(1)
-	}
+	cliutil.Apply(app)
+	os.Exit(cliutil.Run(app, os.Args))
 }
 
 func socketPath(dir string, pid int) (string, error) {
