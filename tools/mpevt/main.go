@@ -21,8 +21,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"perfinsp/internal/cliutil"
 	"golang.org/x/sys/unix"
+	"perfinsp/internal/cliutil"
 
 	"perfinsp/libperfutil/events"
 )
