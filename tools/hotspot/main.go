@@ -25,10 +25,9 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-
 	"golang.org/x/sys/unix"
-	"perfinsp/internal/cliutil"
 
+	"perfinsp/internal/cliutil"
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"

@@ -20,10 +20,9 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-
 	"golang.org/x/sys/unix"
-	"perfinsp/internal/cliutil"
 
+	"perfinsp/internal/cliutil"
 	"perfinsp/libperfutil/events"
 )
 
