@@ -54,7 +54,7 @@ func reorder(args []string) []string {
 	if i >= len(args) {
 		return out
 	}
-	if args[i] == itraceCommand.Name {
+	if args[i] == itraceCommand.Name || args[i] == daemonCommand.Name {
 		return args // itrace on|off: subcommands parse their own options
 	}
 	out = append(out, args[i]) // the command
@@ -143,6 +143,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] | swtrace hook MAJOR MINOR -s STRING",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "s", Usage: "trailing `STRING` data"}}, Action: cmdHook},
 			itraceCommand,
+			daemonCommand,
 		},
 	}
 	cliutil.Apply(app)
