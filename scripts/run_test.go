@@ -449,3 +449,37 @@ func TestRunITraceBufferFills(t *testing.T) {
 		t.Error("the facility is left on")
 	}
 }
+
+// TestCheckPrereqs: make's first step names a missing or older Go (go.mod's
+// version) with the exact command that installs it, and passes this one.
+func TestCheckPrereqs(t *testing.T) {
+	script := filepath.Join(tracetest.Root(), "scripts", "check-prereqs.sh")
+	run := func(goBin string) (string, int) {
+		c := exec.Command("bash", script, "--go")
+		c.Env = append(os.Environ(), "GO="+goBin)
+		out, err := c.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(goBin); code != 0 {
+		t.Errorf("the Go that runs this test is refused: %s", out)
+	}
+	old := filepath.Join(t.TempDir(), "go")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\n[ \"$1 $2\" = 'env GOVERSION' ] && echo go1.19.8\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{old, filepath.Join(t.TempDir(), "no-go-here")} {
+		out, code := run(g)
+		if code != 1 || !strings.Contains(out, "needs Go 1.26") || !strings.Contains(out, "https://go.dev/dl/go1.26") || !strings.Contains(out, "tar -C /usr/local -xz") {
+			t.Errorf("GO=%s: exit %d:\n%s", g, code, out)
+		}
+	}
+}
