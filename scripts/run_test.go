@@ -317,6 +317,25 @@ func lineDiff(got, want []byte) string {
 	return strings.Join(out, "\n")
 }
 
+// itraceEnds counts a trace's ITRACE_END records by reason.
+func itraceEnds(t *testing.T, path string) map[uint64]int {
+	t.Helper()
+	f, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatalf("the trace was not written: %v", err)
+	}
+	ends := map[uint64]int{}
+	if err := f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorITraceU && r.Minor == trace.ITraceEnd {
+			ends[r.Field(4)]++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ends
+}
+
 // itraceSignals counts the ITrace signal records of a trace.
 func itraceSignals(t *testing.T, path string) int {
 	t.Helper()
@@ -378,10 +397,11 @@ func TestRunITraceWhatTheProgramGets(t *testing.T) {
 	}
 }
 
-// TestRunITraceInterrupted: Ctrl-C (SIGINT to the group) lets the program
-// go at once (it then finishes a loop far too long to single-step) and
-// still writes and posts the trace; SIGTERM to run.itrace alone (as
-// timeout's first signal) stops a program that does not handle it.
+// TestRunITraceInterrupted: Ctrl-C (SIGINT to the group: the program gets
+// it too) and SIGTERM to run.itrace alone (as timeout's first signal:
+// ITrace lets the program go, its thread ending as "off" in the trace,
+// before the signal is passed on): the program stops, and the trace is
+// still written and posted.
 func TestRunITraceInterrupted(t *testing.T) {
 	e := setup(t)
 	prog := e.sigstate()
@@ -392,8 +412,8 @@ func TestRunITraceInterrupted(t *testing.T) {
 		group   bool
 		code    int
 	}{
-		{"INT to the group", syscall.SIGINT, "SIGINT", true, 3}, // the program's own code
-		{"TERM to run.itrace", syscall.SIGTERM, "SIGTERM", false, 143},
+		{"INT to the group", syscall.SIGINT, "SIGINT", true, 130},
+		{"TERM to run.itrace", syscall.SIGTERM, "SIGTERM", false, 143}, // let go first
 	} {
 		dir := filepath.Join(e.Dir, strings.ReplaceAll(c.name, " ", "-"))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -422,6 +442,9 @@ func TestRunITraceInterrupted(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 				t.Errorf("%s: %s not written: %v", c.name, f, err)
 			}
+		}
+		if ends := itraceEnds(t, filepath.Join(dir, "swtrace.nrm2")); !c.group && (ends[trace.ITraceEndOff] == 0 || ends[trace.ITraceEndExit] != 0) {
+			t.Errorf("%s: ITrace ends by reason %v: want the program let go (off) before it ended", c.name, ends)
 		}
 		if s := e.state(); s == "on" {
 			t.Errorf("%s: the facility is left on", c.name)
@@ -482,4 +505,54 @@ func TestCheckPrereqs(t *testing.T) {
 			t.Errorf("GO=%s: exit %d:\n%s", g, code, out)
 		}
 	}
+}
+
+// TestRunTprofReclaimsOrphan: kill -9 of run.tprof leaves the facility on;
+// the next run recognises that its owner is gone, reclaims it with a
+// message and keeps the orphaned trace on disk.
+func TestRunTprofReclaimsOrphan(t *testing.T) {
+	e := setup(t)
+	dir := filepath.Join(e.Dir, "killed")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(dir, "run.tprof", append([]string{"--"}, marker(dir)...)...)
+	e.until(r, "command running with tracing on", func() bool {
+		return pidFile(filepath.Join(dir, "marker")) > 0 && e.state() == "on"
+	})
+	if err := syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(pidFile(filepath.Join(dir, "marker")), syscall.SIGKILL)
+	r.wait(t, time.Minute)
+	if s := e.state(); s != "on" {
+		t.Fatalf("after kill -9 of run.tprof the facility is %q, want it left on (the case under test)", s)
+	}
+	next := e.start(e.Dir, "run.tprof", "--", "true")
+	if code := next.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("the next run.tprof: exit %d\n%s", code, next.stderr.String())
+	}
+	if !strings.Contains(next.stderr.String(), "which died without stopping it: reclaiming it") {
+		t.Errorf("the reclaim is not said:\n%s", next.stderr.String())
+	}
+	if _, err := nrm2.Open(filepath.Join(e.Dir, "swtrace.orphan.nrm2")); err != nil {
+		t.Errorf("the orphaned trace was not kept: %v", err)
+	}
+	if s := e.state(); s == "on" {
+		t.Error("the facility is left on")
+	}
+	// A run that is alive is not reclaimed from: busy, naming it.
+	if err := os.MkdirAll(filepath.Join(dir, "live"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	live := e.start(dir, "run.tprof", append([]string{"--"}, marker(filepath.Join(dir, "live"))...)...)
+	e.until(live, "a second run tracing", func() bool {
+		return pidFile(filepath.Join(dir, "live", "marker")) > 0 && e.state() == "on"
+	})
+	other := e.start(e.Dir, "run.tprof", "--", "true")
+	if code := other.wait(t, 2*time.Minute); code != 3 || !strings.Contains(other.stderr.String(), "busy: run.tprof (pid ") {
+		t.Errorf("beside a live run: exit %d\n%s", code, other.stderr.String())
+	}
+	_ = syscall.Kill(-live.cmd.Process.Pid, syscall.SIGINT)
+	live.wait(t, 2*time.Minute)
 }

@@ -13,6 +13,10 @@
 #   runlib_exit_code         the script's exit code: the command's, or
 #                            128+signal when interrupted and the command
 #                            said nothing else
+#   runlib_claim / runlib_release / runlib_reclaim SW DIR
+#                            who turned the facility on (an owner file): a
+#                            run finding it left on by one that died
+#                            reclaims it, keeping the orphaned trace
 
 runlib_init() {
 	runlib_name=$1
@@ -152,4 +156,80 @@ runlib_exit_code() {
 	else
 		echo "${rc:-0}"
 	fi
+}
+
+# The owner file says which run turned the facility on: "PID STARTTIME
+# NAME" (the start time tells a reused pid apart). It lives in the
+# user's runtime directory.
+runlib_owner_file() {
+	local d=${XDG_RUNTIME_DIR:-/run}/perfinsp
+	mkdir -p -m 700 "$d" 2>/dev/null
+	printf '%s/tracer.owner' "$d"
+}
+
+# runlib_starttime PID: the process's start time (clock ticks after boot).
+runlib_starttime() {
+	local line
+	read -r line 2>/dev/null </proc/"$1"/stat || return 1
+	line=${line##*) }
+	set -- $line
+	printf '%s' "${20}"
+}
+
+runlib_claim() {
+	printf '%s %s %s\n' "$$" "$(runlib_starttime $$)" "$runlib_name" >"$(runlib_owner_file)" 2>/dev/null
+	runlib_claimed=1
+}
+
+runlib_release() {
+	local f pid _
+	[ -n "${runlib_claimed:-}" ] || return 0
+	f=$(runlib_owner_file)
+	[ -r "$f" ] && read -r pid _ <"$f" && [ "$pid" = "$$" ] && rm -f "$f"
+	runlib_claimed=
+}
+
+# runlib_owner: the owner file's "PID NAME" if that process still runs
+# (status 0), else its "PID NAME" with status 1 (it died: an orphan), or
+# nothing with status 2 (no owner file).
+runlib_owner() {
+	local f pid st name
+	f=$(runlib_owner_file)
+	[ -r "$f" ] && read -r pid st name <"$f" || return 2
+	printf '%s %s' "$pid" "$name"
+	[ -n "$pid" ] && [ "$(runlib_starttime "$pid")" = "$st" ]
+}
+
+# runlib_reclaim SW DIR: when the facility holds a trace (on, or not yet
+# written) of a run that died without stopping it (kill -9), stop it and
+# keep its trace as DIR/swtrace.orphan.nrm2. Status 0 when it did (or had
+# nothing to do), 1 when the facility is someone else's and on.
+runlib_reclaim() {
+	local sw=$1 dir=$2 info state owner rc
+	info=$("$sw" info 2>/dev/null)
+	state=$(sed -n 's/.*state: \([a-z]*\).*/\1/p' <<<"$info")
+	owner=$(runlib_owner)
+	rc=$?
+	if [ -z "$state" ] || [ "$state" = free ]; then
+		[ "$rc" = 1 ] && rm -f "$(runlib_owner_file)" # nothing left of a dead run
+		return 0
+	fi
+	if [ "$rc" = 1 ]; then
+		echo "$runlib_name: the trace facility was left ${state} by ${owner#* } (pid ${owner%% *}), which died without stopping it: reclaiming it; its trace is kept as $dir/swtrace.orphan.nrm2" >&2
+		"$sw" off >/dev/null 2>&1
+		if ! "$sw" get "$dir/swtrace.orphan.nrm2" >/dev/null 2>&1; then
+			echo "$runlib_name: the orphaned trace could not be written (it is dropped)" >&2
+		fi
+		rm -f "$(runlib_owner_file)"
+		return 0
+	fi
+	if [ "$state" = on ]; then
+		if [ "$rc" = 0 ]; then
+			echo "$runlib_name: the trace facility is busy: ${owner#* } (pid ${owner%% *}) is tracing; wait for it, or stop it" >&2
+		else
+			echo "$runlib_name: the trace facility is busy (tracing is on): wait for the other user, or run swtrace off" >&2
+		fi
+		return 1
+	fi
+	return 0
 }

@@ -1,6 +1,7 @@
 /* sigstate: what a program inherits: its signal mask, the signals it
- * ignores, its environment. "spin FILE": write the pid to FILE, then loop;
- * on SIGINT finish a long native loop and exit 3. */
+ * ignores, its environment. "spin FILE": write the pid to FILE, then loop
+ * until a signal ends it; "spin FILE handler": on SIGINT finish a loop far
+ * too long to single-step and exit 3. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,13 @@ static void on_int(int sig) { (void)sig; stop = 1; }
 
 int main(int argc, char **argv)
 {
-	if (argc == 3 && strcmp(argv[1], "spin") == 0) {
+	if (argc >= 3 && strcmp(argv[1], "spin") == 0) {
 		char tmp[4096];
 		FILE *f;
 		volatile unsigned long n = 0;
 
-		signal(SIGINT, on_int);
+		if (argc == 4 && strcmp(argv[3], "handler") == 0)
+			signal(SIGINT, on_int);
 		snprintf(tmp, sizeof(tmp), "%s.tmp", argv[2]);
 		f = fopen(tmp, "w");
 		if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) || rename(tmp, argv[2]))
