@@ -414,6 +414,7 @@ func TestRunITraceInterrupted(t *testing.T) {
 	}{
 		{"INT to the group", syscall.SIGINT, "SIGINT", true, 130},
 		{"TERM to run.itrace", syscall.SIGTERM, "SIGTERM", false, 143}, // let go first
+		{"TERM to the group", syscall.SIGTERM, "SIGTERM", true, 143},   // as timeout sends it
 	} {
 		dir := filepath.Join(e.Dir, strings.ReplaceAll(c.name, " ", "-"))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
