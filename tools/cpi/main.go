@@ -76,6 +76,9 @@ func cpi(c *cli.Context, stdout io.Writer, hasPMU func() bool) error {
 		e, _ := events.Lookup(n)
 		spec.Events = append(spec.Events, e)
 	}
+	if len(spec.Cmd) > 0 {
+		stdout = c.App.ErrWriter // beside a command, as perf stat: its stdout is its own
+	}
 	fmt.Fprintf(stdout, "%10s %18s %18s %8s  %s\n", "TIME", "CYCLES", "INSTRUCTIONS", "CPI", "WHO")
 	var prev [][]events.Reading
 	exit := 0

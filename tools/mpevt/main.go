@@ -128,6 +128,9 @@ func count(c *cli.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if len(spec.Cmd) > 0 {
+		stdout = c.App.ErrWriter // beside a command, as perf stat: its stdout is its own
+	}
 	per := c.Bool("per")
 	exit := 0
 	var prev [][]events.Reading
