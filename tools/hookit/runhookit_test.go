@@ -98,3 +98,32 @@ func TestRunHookitInterrupted(t *testing.T) {
 		t.Errorf("no log-rt of the interrupted run: %v\n%.500s", err, rt)
 	}
 }
+
+// The program's stdout is its own: run.hookit's report lines go to stderr.
+func TestRunHookitStdout(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	src, prog := filepath.Join(dir, "say.c"), filepath.Join(dir, "say")
+	if err := os.WriteFile(src, []byte("#include <stdio.h>\nstatic int sq(int x) { return x * x; }\nint main(void) { for (int i = 0; i < 5; i++) printf(\"%d\\n\", sq(i)); return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O0", "-finstrument-functions", "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	want, err := exec.Command(prog).Output()
+	if err != nil || len(want) == 0 {
+		t.Fatalf("say: %v %q", err, want)
+	}
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", filepath.Join(dir, "out"), "--", prog)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run.hookit: %v\n%s", err, stderr.String())
+	}
+	if !bytes.Equal(stdout.Bytes(), want) {
+		t.Errorf("run.hookit's stdout is not the program's own:\n%q\nwant:\n%q", stdout.String(), want)
+	}
+	if !strings.Contains(stderr.String(), "hookit: pid ") {
+		t.Errorf("the report line is not on stderr:\n%s", stderr.String())
+	}
+}
