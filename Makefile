@@ -1,7 +1,8 @@
 # perfinsp — top-level build.
 #   make            build every Go tool and the daemon into bin/
 #   make static     the same, statically linked (CGO_ENABLED=0), into bin/static/ (for the VM initramfs)
-#   make test       every test: gofmt, go vet, unit and integration tests, the kernel-module VM test
+#   make test       every test: gofmt, go vet, unit and integration tests, the kernel-module VM tests
+#                   (two lanes side by side: scripts/test.sh)
 #   make bench      benchmarks, printed side by side with the peer tools
 # Each area adds its own targets in mk/*.mk (kmod, vmtest, post, ptt ...).
 
@@ -11,11 +12,11 @@ GOFLAGS ?=
 export GOFLAGS
 # urfave/cli's man-page and Markdown writers are left out of the tools (no
 # tool writes its docs with them): their Markdown parser's initialisation
-# was 2 ms of every post run's start (GODEBUG=inittrace=1).
+# would run at every tool's start (GODEBUG=inittrace=1 shows it).
 GOTAGS  := urfave_cli_no_docs
 # The tools are linked statically (netgo, osusergo: Go's own host and user
 # name lookups, which no tool makes): the dynamic loader and the C
-# library's start were 5-6 ms of every run (post --version 26 -> 20 ms).
+# library's start would be a measurable part of every short run.
 # The daemon keeps the C library's lookups (its socket's group may come
 # from NSS, LDAP).
 TOOLTAGS := $(GOTAGS),netgo,osusergo
@@ -54,8 +55,12 @@ lint:
 gotest: build
 	$(GO) test -count=1 -p 1 ./...
 
-# TEST_TARGETS is extended by mk/*.mk (for example vmtest).
+# make test runs two lanes side by side (scripts/test.sh): TEST_TARGETS on
+# the host, one after another, and VM_TEST_TARGETS (the kernel-module tests
+# in QEMU, which take a lock of their own) one after another at a lower CPU
+# priority. Both are extended by mk/*.mk.
 TEST_TARGETS := lint gotest
+VM_TEST_TARGETS :=
 
 bench: build
 
@@ -66,4 +71,4 @@ clean:
 -include mk/*.mk
 
 test: deps
-	@$(MAKE) -k --no-print-directory $(TEST_TARGETS)
+	@TEST_TARGETS="$(TEST_TARGETS)" VM_TEST_TARGETS="$(VM_TEST_TARGETS)" bash scripts/test.sh

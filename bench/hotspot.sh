@@ -26,8 +26,8 @@
 # its load).
 #
 #   bench/hotspot.sh [RUNS=5] [PERIOD=1s] [WORK=20000]
-# (WORK 20000: hot takes ~25 us a call, about one probed call's cost here,
-# so the probes always in double the work; 200000: ~255 us a call.)
+# (WORK 20000: a call of hot costs about what one probed call costs in a
+# VM, so the probes always in double the work; 200000: ten times longer.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-5}

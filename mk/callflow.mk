@@ -61,7 +61,6 @@ $(BIN)/callflow_api: examples/callflow_api.c libperfutil/c/hookit/hookit_api.h $
 callflow-test: hookit
 	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/hookit ./tools/rtdriver
 	$(GO) test -count=1 -v ./libperfutil/callflow/ ./tools/hookit/ ./tools/rtdriver/
-TEST_TARGETS += callflow-test
 
 bench-callflow: hookit
 	bash bench/callflow.sh
@@ -73,4 +72,4 @@ bench: bench-callflow
 # not recording (taken on the host: the slow part, a few minutes).
 vmtest-callflow: hookit
 	bash scripts/vmtest/run.sh callflow
-TEST_TARGETS += vmtest-callflow
+VM_TEST_TARGETS += vmtest-callflow

@@ -16,7 +16,6 @@ $(BIN)/hotspot-example: examples/hotspot.c
 
 hotspottest: $(BIN)/hotspot-example
 	$(GO) test -count=1 -v ./libperfutil/perfring/ ./libperfutil/uprobe/ ./tools/hotspot/
-TEST_TARGETS += hotspottest
 
 bench-hotspot:
 	bash bench/hotspot.sh

@@ -23,18 +23,17 @@ bench: bench-itrace
 .PHONY: kitrace-insn-test
 kitrace-insn-test:
 	CGO_ENABLED=1 go test -count=1 ./libperfutil/kmodbackend/internal/insncheck/
-TEST_TARGETS += kitrace-insn-test
 
 # ITrace through the pitrace module in the VM (scripts/vmtest/run.sh itrace):
 # the example against the host's callgrind of the same static binary,
 # ITraceOn/Off, a killed process, itrace off from another shell, rmmod
 # while tracing, a full buffer.
 .PHONY: vmtest-itrace
-# About 4 minutes, most of it the ptrace path's part of the benchmark
+# Most of its time is the ptrace path's part of the benchmark
 # (~600 instructions/s under TCG): a longer timeout than the other modes.
 vmtest-itrace:
-	VMTEST_TIMEOUT=$${VMTEST_TIMEOUT:-600} bash scripts/vmtest/run.sh itrace
-TEST_TARGETS += vmtest-itrace
+	VMTEST_TIMEOUT=$${VMTEST_TIMEOUT:-1500} bash scripts/vmtest/run.sh itrace
+VM_TEST_TARGETS += vmtest-itrace
 
 # The ITrace -icount identity in the VM (scripts/vmtest/run.sh icount):
 # user instructions traced + kernel instructions measured + the calibrated
@@ -42,7 +41,7 @@ TEST_TARGETS += vmtest-itrace
 .PHONY: vmtest-itrace-icount
 vmtest-itrace-icount:
 	bash scripts/vmtest/run.sh icount
-TEST_TARGETS += vmtest-itrace-icount
+VM_TEST_TARGETS += vmtest-itrace-icount
 
 # A short fuzz run of the ITrace replay (libperfutil/itrace: arbitrary
 # record sequences through the replay, stacks and callgrind writer).

@@ -33,7 +33,6 @@ build/java/%.class: examples/java/%.java
 jprof-test: jprof
 	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 	$(GO) test -count=1 -v ./libperfutil/merge/ ./tools/jprof/
-TEST_TARGETS += jprof-test
 
 bench-jprof: jprof
 	bash bench/jprof.sh

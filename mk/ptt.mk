@@ -37,7 +37,7 @@ ptt-gotest:
 	$(GO) test -count=1 -v ./libperfutil/ptt/ ./tools/ptt/
 
 ptttest: ptt-ctest ptt-gotest
-TEST_TARGETS += ptttest
+TEST_TARGETS += ptt-ctest
 
 bench-ptt: $(BIN)/ptt_ctest
 	PTT_BENCH_VM=1 bash bench/ptt/run.sh

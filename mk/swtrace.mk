@@ -8,7 +8,7 @@
 # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as a
 # failure ("context deadline exceeded", no crasher) on a loaded machine
 # (golang/go#75804, fixed in 1.27); a count has no deadline. 100,000 inputs
-# take 2-10 s here.
+# take seconds.
 FUZZTIME ?= 100000x
 FUZZMINTIME ?= 100x
 FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME)

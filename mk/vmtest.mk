@@ -10,7 +10,7 @@
 vmtest:
 	bash scripts/vmtest/run.sh
 	bash scripts/vmtest/run.sh ptt
-TEST_TARGETS += vmtest
+VM_TEST_TARGETS += vmtest
 
 # Per-record cost of the module's tprof and TraceHook paths against perf's
 # ring buffer, in guest instructions (-icount shift=0,sleep=off).

@@ -112,7 +112,7 @@ record() { # workload, flat|stacks
 # On a shared machine CPU time is the steadier figure.
 declare -A BEST WORST CPU RSS
 # once KEY CMD...: one run of CMD, its wall and CPU time (bash's time, to the
-# millisecond: /usr/bin/time's 10 ms steps are a seventh of a 70 ms report)
+# millisecond: /usr/bin/time's 10 ms steps are too coarse for post's reports)
 # and its max RSS (/usr/bin/time, whose own start both tools' times carry).
 once() {
 	local k=$1 t u s m TIMEFORMAT='%3R %3U %3S'
@@ -161,8 +161,8 @@ for w in "${workloads[@]}"; do
 		once filled bin/post --cache-dir "$cache" -r "$dir/$w-$kind.nrm2" -tprof -o "$out"
 		tk=$(ticks "$out/tprof.out")
 		# The commands take turns, a run of each in a round, so that each
-		# speed-up compares runs of the same minutes (this VM's speed
-		# drifts by up to 1.6x between minutes).
+		# speed-up compares runs of the same minutes (a shared VM's speed
+		# drifts between minutes).
 		for ((i = 0; i < (runs > perfruns ? runs : perfruns); i++)); do
 			((i >= perfruns)) || once perf "${pcmd[@]}"
 			((i >= runs)) && continue

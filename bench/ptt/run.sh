@@ -11,7 +11,7 @@ go run ./bench/ptt
 "$BIN/ptt_ctest" bench
 echo "The kmod backend's mapped read is measured inside a VM with the module, in guest"
 echo "instructions (-icount), next to perf read() and clock_gettime: the ptt-readcost lines of"
-echo "\`bash scripts/vmtest/run.sh ptt\` (part of make vmtest). `make bench-ptt` runs it (PTT_BENCH_VM=1)."
+echo '`bash scripts/vmtest/run.sh ptt` (part of make vmtest). `make bench-ptt` runs it (PTT_BENCH_VM=1).'
 if [ "${PTT_BENCH_VM:-0}" = 1 ]; then
 	bash scripts/vmtest/run.sh ptt | grep -E 'ptt-readcost|vmtest: (PASS|FAIL)'
 fi

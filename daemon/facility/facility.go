@@ -71,8 +71,11 @@ type Facility struct {
 	state    string
 	cfg      control.Config
 	mode     int
-	contFile string // the stream file's name as the client gave it (a label: never opened here)
-	owner    int    // uid that turned tracing on (-1: none)
+	contFile string    // the stream file's name as the client gave it (a label: never opened here)
+	owner    int       // uid that holds the facility: configured it, turned it on (-1: none)
+	touched  time.Time // the owner's last configuring op
+	reserved bool      // configured, not turned on yet: kept for the owner for ReserveTimeout
+	onRate   int       // the rate the held trace was taken at
 	rateHz   int
 	event    string
 	enabled  map[uint16]bool
@@ -151,6 +154,41 @@ func possibleCPUs() int {
 		}
 	}
 	return runtime.NumCPU()
+}
+
+// ReserveTimeout is how long a user who configured the facility (init,
+// setrate, enable, ...) keeps it from other users before turning tracing
+// on; a trace that is on or not yet written is kept until it is written or
+// freed.
+const ReserveTimeout = 10 * time.Minute
+
+// Claim checks that uid may configure the facility now and makes uid its
+// holder. Another user's trace that is on or not yet written, or another
+// user's configuration made less than ReserveTimeout ago and not yet
+// turned on, is refused (root may change them, without taking them over).
+func (f *Facility) Claim(uid int, root bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	if f.owner >= 0 && f.owner != uid {
+		switch {
+		case f.state == control.StateOn || f.unsaved:
+			if root {
+				return nil
+			}
+			return control.Errorf(control.ErrNotOwner, "the facility holds uid %d's trace (%s, not written yet): only that user or root may change it; ask them to run swtrace get or free", f.owner, f.state)
+		case f.reserved && now.Sub(f.touched) < ReserveTimeout:
+			if root {
+				return nil
+			}
+			return control.Errorf(control.ErrNotOwner, "uid %d configured the facility at %s and has not traced yet: it stays theirs until %s (or root frees it)",
+				f.owner, f.touched.Format("15:04:05"), f.touched.Add(ReserveTimeout).Format("15:04:05"))
+		}
+	}
+	f.owner = uid
+	f.touched = now
+	f.reserved = f.state != control.StateOn
+	return nil
 }
 
 // Backend names this backend.
@@ -381,6 +419,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	f.unwound = ""
 	f.startWall = uint64(time.Now().UnixNano())
 	f.startClock = Now()
+	f.onRate = f.rateHz
 	f.kallsyms = nil
 	if f.mode == control.ModeNormal {
 		f.kallsyms = nrm2.ReadKallsyms() // streams read their own in the background
@@ -416,6 +455,8 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	f.state = control.StateOn
 	f.unsaved = true
 	f.owner = uid
+	f.touched = time.Now()
+	f.reserved = false // the trace, on and then unsaved, keeps it from here
 	t := scanTime
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
@@ -523,7 +564,7 @@ func (f *Facility) header() nrm2.Header {
 		StartClockNs:  f.startClock,
 		SegmentSize:   uint64(f.trace[0].SegSize()),
 		Backend:       nrm2.BackendDaemon,
-		RateHz:        uint32(f.rateHz),
+		RateHz:        uint32(f.onRate),
 		KernelRelease: cstr(uts.Release[:]),
 		Hostname:      host,
 	}
@@ -815,6 +856,7 @@ func (f *Facility) Free() error {
 	f.trace, f.mte = nil, nil
 	f.state = control.StateFree
 	f.owner = -1
+	f.reserved = false
 	f.unsaved = false
 	f.full = false
 	return err
@@ -858,7 +900,8 @@ func (f *Facility) Idle() bool {
 	return f.state != control.StateOn && !f.unsaved
 }
 
-// Owner returns the uid that turned the held trace on, or -1.
+// Owner returns the uid that holds the facility (configured it or turned
+// the held trace on), or -1.
 func (f *Facility) Owner() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

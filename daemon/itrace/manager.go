@@ -20,27 +20,61 @@ type Caller struct {
 
 type session struct {
 	id    int
-	owner int // uid
-	tr    *Tracer
+	owner int     // uid
+	tr    *remote // the session's tracer: a helper process
 	pids  map[int]bool
 	tids  map[int]bool
 }
 
+func (s *session) running() bool {
+	select {
+	case <-s.tr.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// Limits of what one user can make the daemon hold (root included).
+const (
+	// MaxSessionsPerUser: sessions running at once (a helper process each).
+	MaxSessionsPerUser = 16
+	// MaxHeldPerUser: sessions kept, running or ended (an ended one keeps
+	// its counts until itrace off).
+	MaxHeldPerUser = 256
+	// MaxSessions: sessions running at once, all users.
+	MaxSessions = 256
+	// MaxThreadsPerSession: threads one session traces at once.
+	MaxThreadsPerSession = 1024
+)
+
 // Manager holds the daemon's ITrace sessions and writes their records to
 // the facility's sink while tracing is on. A session stays (with its
 // counts) after its threads exited, until itrace off or the facility's off.
+//
+// Each session's tracer is a helper process running with the caller's uid
+// and gid and no capabilities (helper.go): the kernel checks every attach
+// as it would for the caller. CanTrace is the first line, with the
+// clearer message.
 type Manager struct {
 	// Log, if set, reports a session's tracer failing.
 	Log func(format string, args ...any)
+	// Owner, if set, returns the uid that owns the trace being written
+	// (-1: none): only that user, or root, may add ITrace sessions to it.
+	Owner func() int
 
 	mu       sync.Mutex
 	sink     Sink
 	sessions map[int]*session
+	starting map[int]int  // uid -> sessions being started
+	claimed  map[int]bool // processes of the sessions being started
 	next     int
 }
 
 // NewManager returns a manager with no sink (tracing off).
-func NewManager() *Manager { return &Manager{sessions: map[int]*session{}} }
+func NewManager() *Manager {
+	return &Manager{sessions: map[int]*session{}, starting: map[int]int{}, claimed: map[int]bool{}}
+}
 
 // SetSink is called when the facility turns on (the sink of its buffers)
 // and off (nil): turning off stops every session.
@@ -55,9 +89,24 @@ func (m *Manager) SetSink(s Sink) {
 		m.sessions = map[int]*session{}
 	}
 	m.mu.Unlock()
-	for _, x := range all {
-		x.tr.Stop()
+	stopAll(all)
+}
+
+// stopAll stops the sessions at once (each tracer has its own deadline,
+// so tracers stopped by their users cost one deadline, not one each) and
+// returns their counts.
+func stopAll(ss []*session) []Stats {
+	out := make([]Stats, len(ss))
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = s.tr.Stop()
+		}()
 	}
+	wg.Wait()
+	return out
 }
 
 // ids reads a "Uid:" or "Gid:" line of /proc/PID/status: real, effective,
@@ -81,8 +130,9 @@ func ids(status, key string) []int {
 
 // CanTrace reports whether the caller could ptrace pid itself: root, or
 // the same user and group as the target (every id of it) with the target
-// dumpable (the files in a non-dumpable process's /proc directory belong
-// to root).
+// holding no capabilities and dumpable (the files in a non-dumpable
+// process's /proc directory belong to root). The kernel checks again at
+// attach: the tracer runs as the caller.
 func CanTrace(c Caller, pid int) error {
 	if c.UID == 0 {
 		return nil
@@ -103,6 +153,11 @@ func CanTrace(c Caller, pid int) error {
 			return deny
 		}
 	}
+	// The kernel refuses a tracer without capabilities a target holding
+	// any (its permitted set must be within the tracer's).
+	if capPrm(string(b)) != 0 {
+		return fmt.Errorf("process %d: permission denied: it holds capabilities (CapPrm), which a process of yours may not trace; root may", pid)
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(dir+"/stat", &st); err != nil {
 		return fmt.Errorf("process %d: %w", pid, err)
@@ -111,6 +166,21 @@ func CanTrace(c Caller, pid int) error {
 		return deny // not dumpable
 	}
 	return nil
+}
+
+// capPrm returns the "CapPrm:" mask of /proc/PID/status (all ones when
+// it cannot be read: refused).
+func capPrm(status string) uint64 {
+	for _, l := range strings.Split(status, "\n") {
+		if v, ok := strings.CutPrefix(l, "CapPrm:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return ^uint64(0)
+			}
+			return n
+		}
+	}
+	return ^uint64(0)
 }
 
 func tgidOf(tid int) (int, error) {
@@ -157,7 +227,12 @@ func (m *Manager) On(c Caller, a pitrace.OnArgs) (pitrace.OnResult, error) {
 	if sink == nil {
 		return res, errors.New("tracing is not on: run `swtrace on` first (ITrace records go into the trace buffers)")
 	}
-	opts := Options{Follow: a.Follow, AtExec: a.AtExec, Step: a.Step, Log: m.Log}
+	if m.Owner != nil && c.UID != 0 {
+		if o := m.Owner(); o != c.UID {
+			return res, fmt.Errorf("the trace being recorded belongs to uid %d: only its owner (or root) may add ITrace records to it", o)
+		}
+	}
+	opts := Options{Follow: a.Follow, AtExec: a.AtExec, Step: a.Step, Log: m.Log, MaxThreads: MaxThreadsPerSession}
 	for _, pid := range a.PIDs {
 		if err := CanTrace(c, pid); err != nil {
 			return res, err
@@ -176,46 +251,106 @@ func (m *Manager) On(c Caller, a pitrace.OnArgs) (pitrace.OnResult, error) {
 	}
 	if a.PIDsFrom > 0 {
 		p, skipped := pidsFrom(c, a.PIDsFrom)
-		opts.PIDs = append(opts.PIDs, p...)
+		opts.OptionalPIDs = p
 		res.Skipped = skipped
 	}
-	if len(opts.PIDs) == 0 && len(opts.TIDs) == 0 {
+	if len(opts.PIDs) == 0 && len(opts.TIDs) == 0 && len(opts.OptionalPIDs) == 0 {
 		return res, errors.New("nothing to trace: give -p PID, a pid list, or --pids-from N")
 	}
-	m.mu.Lock()
-	for _, s := range m.sessions {
-		for _, pid := range opts.PIDs {
-			if s.pids[pid] {
-				m.mu.Unlock()
-				return res, fmt.Errorf("process %d is already traced (session %d): swtrace itrace off -p %d first", pid, s.id, pid)
-			}
-		}
+	pids := append(append([]int(nil), opts.PIDs...), opts.OptionalPIDs...)
+	if err := m.reserve(c.UID, pids); err != nil {
+		return res, err
 	}
-	m.mu.Unlock()
-	tr, err := Start(opts, sink)
+	tr, am, err := startRemote(c, opts, sink, m.Log)
 	if err != nil {
+		m.release(c.UID, pids, nil, nil)
 		return res, err
 	}
 	s := &session{owner: c.UID, tr: tr, pids: map[int]bool{}, tids: map[int]bool{}}
-	for _, p := range opts.PIDs {
+	for _, p := range pids {
 		s.pids[p] = true
 	}
 	for _, t := range opts.TIDs {
 		s.tids[t] = true
 	}
-	m.mu.Lock()
-	m.next++
-	s.id = m.next
-	m.sessions[s.id] = s
-	m.mu.Unlock()
+	if !m.release(c.UID, pids, s, sink) {
+		tr.Stop()
+		return res, errors.New("tracing was turned off while the session started: nothing is traced")
+	}
 	go func() {
 		<-tr.Done()
 		if err := tr.Err(); err != nil && m.Log != nil {
-			m.Log("itrace session %d: %v", s.id, err)
+			m.Log("itrace session %d (uid %d): %v", s.id, s.owner, err)
 		}
 	}()
-	res.Session, res.Threads = s.id, tr.Stats().Threads
+	res.Session, res.Threads = s.id, am.Threads
+	res.Skipped = append(res.Skipped, am.Skipped...)
 	return res, nil
+}
+
+// reserve counts a session being started against the caller's limits,
+// or says which limit it reached.
+func (m *Manager) reserve(uid int, pids []int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	running, held, all := m.starting[uid], m.starting[uid], 0
+	for _, n := range m.starting {
+		all += n
+	}
+	for _, pid := range pids {
+		if m.claimed[pid] {
+			return fmt.Errorf("process %d is already traced (a session being started): swtrace itrace off -p %d first", pid, pid)
+		}
+	}
+	for _, s := range m.sessions {
+		if s.owner == uid {
+			held++
+		}
+		if s.running() {
+			all++
+			if s.owner == uid {
+				running++
+			}
+			for _, pid := range pids {
+				if s.pids[pid] {
+					return fmt.Errorf("process %d is already traced (session %d): swtrace itrace off -p %d first", pid, s.id, pid)
+				}
+			}
+		}
+	}
+	switch {
+	case running >= MaxSessionsPerUser:
+		return fmt.Errorf("you (uid %d) have %d ITrace sessions running, the limit per user: stop one (swtrace itrace off -p PID) or trace several processes in one session", uid, running)
+	case held >= MaxHeldPerUser:
+		return fmt.Errorf("you (uid %d) hold %d ITrace sessions (an ended one keeps its counts until itrace off), the limit per user: run swtrace itrace off", uid, held)
+	case all >= MaxSessions:
+		return fmt.Errorf("the agent runs %d ITrace sessions, its limit for all users: try again when some have ended", all)
+	}
+	m.starting[uid]++
+	for _, pid := range pids {
+		m.claimed[pid] = true
+	}
+	return nil
+}
+
+// release ends a reservation; s, if not nil, is the session started
+// for sink: it is kept if tracing is still on into that sink.
+func (m *Manager) release(uid int, pids []int, s *session, sink Sink) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.starting[uid]--; m.starting[uid] <= 0 {
+		delete(m.starting, uid)
+	}
+	for _, pid := range pids {
+		delete(m.claimed, pid)
+	}
+	if s == nil || m.sink != sink {
+		return false
+	}
+	m.next++
+	s.id = m.next
+	m.sessions[s.id] = s
+	return true
 }
 
 // Off stops the caller's sessions that match.
@@ -246,8 +381,8 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 	}
 	m.mu.Unlock()
 	var errs []string
-	for _, s := range stop {
-		st := s.tr.Stop()
+	for i, st := range stopAll(stop) {
+		s := stop[i]
 		if err := s.tr.Err(); err != nil {
 			errs = append(errs, fmt.Sprintf("session %d: %v", s.id, err))
 		}
@@ -255,6 +390,7 @@ func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
 		res.Threads += st.Traced
 		res.Instructions += st.Instructions
 		res.Records += st.Records
+		res.ThreadsLeftOut += st.ThreadsLeftOut
 		res.StepCounts.Add(st.StepCounts)
 	}
 	if res.Sessions == 0 && (len(a.PIDs) > 0 || len(a.TIDs) > 0) {

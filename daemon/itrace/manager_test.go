@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	pitrace "perfinsp/libperfutil/itrace"
 )
@@ -109,3 +111,200 @@ func TestCallerMayTraceOnlyWhatItCouldPtrace(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// startCaps starts sleep as nobody holding a capability (ambient, so it
+// survives the exec): same user as nobody's client, but the kernel lets
+// no process of nobody's without capabilities trace it.
+func startCaps(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody},
+		AmbientCaps: []uintptr{13}} // CAP_NET_RAW
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitState(t, cmd.Process.Pid, 'S')
+	b, _ := os.ReadFile("/proc/" + itoa(cmd.Process.Pid) + "/status")
+	if !strings.Contains(string(b), "CapPrm:\t0000000000002000") {
+		t.Fatalf("the sleep does not hold CAP_NET_RAW:\n%s", b)
+	}
+	return cmd
+}
+
+// TestCapabilitiesAreNotTraced: a process of the caller's user holding
+// capabilities is refused, by the daemon's check and, past it, by the
+// kernel (the tracer runs as the caller, without capabilities); so is a
+// root process the check would not even be asked about.
+func TestCapabilitiesAreNotTraced(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	capped := startCaps(t)
+	if err := CanTrace(user, capped.Process.Pid); err == nil || !strings.Contains(err.Error(), "capabilities") {
+		t.Errorf("CanTrace of nobody's process holding CAP_NET_RAW: %v", err)
+	}
+	m := NewManager()
+	m.SetSink(&capture{})
+	defer m.SetSink(nil)
+	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{capped.Process.Pid}}); err == nil {
+		t.Error("the manager let nobody trace its process holding capabilities")
+	}
+	// The kernel's own check, without the daemon's: the tracer has the
+	// caller's rights only.
+	for _, pid := range []int{capped.Process.Pid, os.Getpid()} {
+		tr, _, err := startRemote(user, Options{PIDs: []int{pid}}, &capture{}, t.Logf)
+		if err == nil {
+			tr.Stop()
+			t.Errorf("nobody's tracer attached to process %d", pid)
+		} else if !strings.Contains(err.Error(), "operation not permitted") {
+			t.Errorf("nobody's tracer on process %d: %v, want the kernel's refusal", pid, err)
+		}
+	}
+	// Root's tracer is root: it may.
+	tr, _, err := startRemote(Caller{}, Options{PIDs: []int{capped.Process.Pid}}, &capture{}, t.Logf)
+	if err != nil {
+		t.Fatalf("root's tracer: %v", err)
+	}
+	tr.Stop()
+}
+
+// TestSessionsAreBoundedPerUser: 10,000 requests for one-thread sessions
+// from one user start at most MaxSessionsPerUser tracers; the rest are
+// refused naming the limit, and the daemon's threads stay few.
+func TestSessionsAreBoundedPerUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	var pids []int
+	for i := 0; i < MaxSessionsPerUser+4; i++ {
+		pids = append(pids, startAs(t, nobody, "sleep", "60").Process.Pid)
+	}
+	m := NewManager()
+	m.SetSink(&capture{})
+	defer m.SetSink(nil)
+	var mu sync.Mutex
+	ok, limited := 0, 0
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				_, err := m.On(user, pitrace.OnArgs{PIDs: []int{pids[i%len(pids)]}})
+				mu.Lock()
+				switch {
+				case err == nil:
+					ok++
+				case strings.Contains(err.Error(), "the limit per user"):
+					limited++
+				case !strings.Contains(err.Error(), "already traced"):
+					t.Errorf("request %d: %v", i, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := 0; i < 10000; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if ok != MaxSessionsPerUser || limited == 0 {
+		t.Errorf("%d sessions started, %d requests refused at the limit; want %d started", ok, limited, MaxSessionsPerUser)
+	}
+	if n := threads(t); n > 100 {
+		t.Errorf("the daemon's process has %d threads with %d sessions", n, ok)
+	}
+	res, err := m.Off(user, pitrace.OffArgs{})
+	if err != nil || res.Sessions != ok {
+		t.Errorf("itrace off: %+v %v", res, err)
+	}
+	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{pids[0]}}); err != nil {
+		t.Errorf("after off, a new session: %v", err)
+	}
+}
+
+func threads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// TestKilledTracerCostsItsSessionOnly: one session's tracer killed, the
+// other session traces on and the manager reports the killed one.
+func TestKilledTracerCostsItsSessionOnly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	a, b := startAs(t, nobody, "sleep", "60"), startAs(t, nobody, "sleep", "60")
+	m := NewManager()
+	m.SetSink(&capture{})
+	defer m.SetSink(nil)
+	ra, err := m.On(user, pitrace.OnArgs{PIDs: []int{a.Process.Pid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{b.Process.Pid}}); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	rm := m.sessions[ra.Session].tr
+	m.mu.Unlock()
+	if err := syscall.Kill(rm.pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-rm.Done()
+	if err := rm.Err(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("the killed tracer's session: %v", err)
+	}
+	if st, _ := os.ReadFile("/proc/" + itoa(b.Process.Pid) + "/status"); strings.Contains(string(st), "TracerPid:\t0\n") {
+		t.Error("the other session's process is no longer traced")
+	}
+	res, err := m.Off(user, pitrace.OffArgs{PIDs: []int{b.Process.Pid}})
+	if err != nil || res.Sessions != 1 {
+		t.Errorf("itrace off of the other session: %+v %v", res, err)
+	}
+}
+
+// TestStoppedTracersCostOneDeadline: a user stops (SIGSTOP) the tracers of
+// its sessions; turning tracing off waits one stop deadline for all of
+// them, then kills them.
+func TestStoppedTracersCostOneDeadline(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	defer func(d time.Duration) { helperStopTimeout = d }(helperStopTimeout)
+	helperStopTimeout = 2 * time.Second
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	m := NewManager()
+	m.SetSink(&capture{})
+	const n = 4
+	for i := 0; i < n; i++ {
+		if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{startAs(t, nobody, "sleep", "60").Process.Pid}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.mu.Lock()
+	for _, s := range m.sessions {
+		_ = syscall.Kill(s.tr.pid(), syscall.SIGSTOP)
+	}
+	m.mu.Unlock()
+	start := time.Now()
+	m.SetSink(nil)
+	if el := time.Since(start); el < helperStopTimeout || el > 2*helperStopTimeout {
+		t.Errorf("tracing off with %d stopped tracers took %v, want one deadline (%v)", n, el, helperStopTimeout)
+	}
+}

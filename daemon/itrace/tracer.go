@@ -54,6 +54,14 @@ type Options struct {
 	Step kmodbackend.Step
 	// Log, if set, says once per session whether block-stepping works.
 	Log func(format string, args ...any)
+	// OptionalPIDs are processes traced like PIDs, except that one that
+	// cannot be attached (gone, or refused by the kernel) is left out and
+	// said in Skipped instead of failing the session (--pids-from).
+	OptionalPIDs []int
+	// MaxThreads, if > 0, bounds the threads traced at once: a session
+	// that would attach more fails; threads created past it run untraced
+	// (Stats.ThreadsLeftOut).
+	MaxThreads int
 
 	// emulateBTF (tests): block steps are single steps whose stops at
 	// a fall-through are taken silently, so the tracer sees only the
@@ -72,6 +80,9 @@ type Stats struct {
 	// TrapsDropped: threads let go (Stop, a full buffer) with a step's
 	// SIGTRAP queued and not yet delivered; the tracer took it first.
 	TrapsDropped uint64
+	// ThreadsLeftOut: threads created past Options.MaxThreads, let go
+	// untraced.
+	ThreadsLeftOut int
 
 	// Stepping (block.go): the mode and what the tracer found. Its
 	// emulated BTF (tests) checks blocks as verify does.
@@ -126,18 +137,20 @@ type thread struct {
 
 // Tracer is one running ITrace session.
 type Tracer struct {
-	sink   Sink
-	opts   Options
-	t0     uint64
-	s0     time.Time
-	stop   atomic.Bool
-	done   chan struct{}
-	err    error
-	ready  chan error
-	mu     sync.Mutex
-	stats  Stats
-	tids   []int // traced threads, for Stop's wake-up (under mu)
-	fields [8]uint64
+	sink  Sink
+	opts  Options
+	t0    uint64
+	s0    time.Time
+	stop  atomic.Bool
+	done  chan struct{}
+	err   error
+	ready chan error
+	// skipped: optional processes left out, and why (set before ready).
+	skipped []string
+	mu      sync.Mutex
+	stats   Stats
+	tids    []int // traced threads, for Stop's wake-up (under mu)
+	fields  [8]uint64
 
 	threads map[int]*thread
 	spaces  map[int]*insnCache
@@ -170,7 +183,7 @@ func monoNow() uint64 {
 // returns once every selected thread is attached (or with the reason one
 // could not be).
 func Start(opts Options, sink Sink) (*Tracer, error) {
-	if len(opts.PIDs) == 0 && len(opts.TIDs) == 0 {
+	if len(opts.PIDs) == 0 && len(opts.TIDs) == 0 && len(opts.OptionalPIDs) == 0 {
 		return nil, ErrNothing
 	}
 	switch opts.Step {
@@ -198,6 +211,9 @@ func (t *Tracer) Done() <-chan struct{} { return t.done }
 
 // Err is why the tracer ended early, after Done.
 func (t *Tracer) Err() error { return t.err }
+
+// Skipped lists the optional processes that were left out, and why.
+func (t *Tracer) Skipped() []string { return t.skipped }
 
 // Stats returns the counts so far.
 func (t *Tracer) Stats() Stats {
@@ -238,6 +254,21 @@ func (t *Tracer) pidOf(tid int) int {
 	return tid
 }
 
+// tracerOf returns the TracerPid of a thread (0: none or unknown).
+func tracerOf(tid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
 func tasks(pid int) ([]int, error) {
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	if err != nil {
@@ -275,7 +306,20 @@ func (t *Tracer) seize(tid, pid int) error {
 		return nil
 	}
 	// The options go with the seize: PTRACE_SETOPTIONS needs a stopped tracee.
+	if t.opts.MaxThreads > 0 && len(t.threads) >= t.opts.MaxThreads {
+		return fmt.Errorf("itrace: more than %d threads to trace, the limit of one session: trace fewer processes at once", t.opts.MaxThreads)
+	}
 	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, uintptr(t.ptraceOptions()), 0, 0); e != 0 {
+		if e == unix.EPERM && tracerOf(tid) > 0 {
+			return fmt.Errorf("itrace: attach to thread %d: %w: it is traced already (by process %d)", tid, e, tracerOf(tid))
+		}
+		if e == unix.EPERM {
+			why := "or ptrace is restricted"
+			if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil && strings.TrimSpace(string(b)) != "0" && os.Geteuid() != 0 {
+				why = "or Yama's ptrace_scope (" + strings.TrimSpace(string(b)) + ") allows tracing only descendants and processes that allow it (prctl PR_SET_PTRACER): root may trace, or kernel.yama.ptrace_scope=0 lets users trace their own processes"
+			}
+			return fmt.Errorf("itrace: attach to thread %d: %w: the kernel refused (the process runs with rights its tracer lacks: another user, setuid or capabilities, not dumpable; %s)", tid, e, why)
+		}
 		return fmt.Errorf("itrace: attach to thread %d: %w", tid, e)
 	}
 	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 {
@@ -298,6 +342,46 @@ func (t *Tracer) addThread(tid, pid int, stepping bool) *thread {
 	return th
 }
 
+// attachProcess seizes every thread of pid. Threads created while
+// attaching are caught by TRACECLONE of an attached thread, or by the
+// next scan.
+func (t *Tracer) attachProcess(pid int) error {
+	for {
+		tids, err := tasks(pid)
+		if err != nil {
+			return err
+		}
+		added := false
+		for _, tid := range tids {
+			if _, ok := t.threads[tid]; ok {
+				continue
+			}
+			if err := t.seize(tid, pid); err != nil {
+				if errors.Is(err, unix.ESRCH) {
+					continue // exited meanwhile
+				}
+				return err
+			}
+			added = true
+		}
+		if !added {
+			return nil
+		}
+	}
+}
+
+// full reports whether a new thread is past Options.MaxThreads: it is
+// then let go untraced at its first stop.
+func (t *Tracer) full() bool {
+	if t.opts.MaxThreads <= 0 || len(t.threads) < t.opts.MaxThreads {
+		return false
+	}
+	t.mu.Lock()
+	t.stats.ThreadsLeftOut++
+	t.mu.Unlock()
+	return true
+}
+
 func (t *Tracer) attach() error {
 	for _, tid := range t.opts.TIDs {
 		if err := t.seize(tid, t.pidOf(tid)); err != nil {
@@ -305,29 +389,17 @@ func (t *Tracer) attach() error {
 		}
 	}
 	for _, pid := range t.opts.PIDs {
-		// Threads created while attaching are caught by TRACECLONE of
-		// an attached thread, or by the next scan.
-		for {
-			tids, err := tasks(pid)
-			if err != nil {
-				return err
+		if err := t.attachProcess(pid); err != nil {
+			return err
+		}
+	}
+	for _, pid := range t.opts.OptionalPIDs {
+		n := len(t.threads)
+		if err := t.attachProcess(pid); err != nil {
+			if len(t.threads) != n {
+				return err // refused past its first thread: not a rights question
 			}
-			added := false
-			for _, tid := range tids {
-				if _, ok := t.threads[tid]; ok {
-					continue
-				}
-				if err := t.seize(tid, pid); err != nil {
-					if errors.Is(err, unix.ESRCH) {
-						continue // exited meanwhile
-					}
-					return err
-				}
-				added = true
-			}
-			if !added {
-				break
-			}
+			t.skipped = append(t.skipped, err.Error())
 		}
 	}
 	if len(t.threads) == 0 {
@@ -901,9 +973,12 @@ func (t *Tracer) loop() error {
 			if !ws.Stopped() {
 				continue
 			}
+			over := t.full()
 			th = t.addThread(tid, t.pidOf(tid), false)
 			th.running = true
-			if err := unix.PtraceGetRegs(tid, &regs); err == nil {
+			if over {
+				th.detach = true
+			} else if err := unix.PtraceGetRegs(tid, &regs); err == nil {
 				t.startThread(th, regs.Rip, 0)
 			}
 		}
@@ -1012,6 +1087,28 @@ func (t *Tracer) fellThrough(th *thread, ip uint64) bool {
 
 func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) error {
 	tid := th.tid
+	// The first stop of a thread traced from attach starts its stepping:
+	// the attach stop, or a signal or fork that came first (a stopped
+	// process's SIGCONT), so that a fork's child is followed. An exec
+	// starts it below (with its flag); a SIGTRAP before stepping is the
+	// program's.
+	begin := !th.stepping && th.startOn && !th.detach
+	if event == unix.PTRACE_EVENT_EXEC || sig == int(unix.SIGTRAP) && event == 0 {
+		begin = false
+	}
+	if begin {
+		if err := unix.PtraceGetRegs(tid, regs); err != nil {
+			return nil
+		}
+		ip := regs.Rip
+		if int64(regs.Orig_rax) >= 0 && int64(regs.Rax) >= -516 && int64(regs.Rax) <= -512 {
+			// Stopped in an interrupted system call: the kernel
+			// restarts it, from its syscall instruction, on resume.
+			ip -= 2
+		}
+		t.startThread(th, ip, 0)
+		th.rcx = regs.Rcx
+	}
 	if !(sig == int(unix.SIGTRAP) && event == 0) {
 		t.verifyCut(th) // a stop that is not a step's trap cuts the block
 	}
@@ -1029,14 +1126,15 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 					if event != unix.PTRACE_EVENT_CLONE {
 						pid = child
 					}
+					over := t.full()
 					c := t.addThread(child, pid, false)
 					c.running = true
 					if event != unix.PTRACE_EVENT_CLONE {
 						// A forked child has its own address space (a copy).
 						c.as = t.space(child)
 					}
-					c.startOn = th.stepping // starts at its first stop
-					c.detach = !th.stepping
+					c.startOn = th.stepping && !over // starts at its first stop
+					c.detach = !th.stepping || over
 				}
 			}
 		case unix.PTRACE_EVENT_EXEC:
@@ -1065,19 +1163,6 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 		if th.detach {
 			t.detach(th, 0, trace.ITraceEndOff)
 			return nil
-		}
-		if !th.stepping && th.startOn {
-			if err := unix.PtraceGetRegs(tid, regs); err != nil {
-				return nil
-			}
-			ip := regs.Rip
-			if int64(regs.Orig_rax) >= 0 && int64(regs.Rax) >= -516 && int64(regs.Rax) <= -512 {
-				// Stopped in an interrupted system call: the kernel
-				// restarts it, from its syscall instruction, on resume.
-				ip -= 2
-			}
-			t.startThread(th, ip, 0)
-			th.rcx = regs.Rcx
 		}
 		return t.resume(th, 0)
 	case sig == int(unix.SIGTRAP):

@@ -204,6 +204,9 @@ func exampleProg(t *testing.T) (string, map[string]*pitrace.CGFunc) {
 }
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == HelperArg {
+		os.Exit(HelperMain()) // the Manager's sessions run this binary as their tracer
+	}
 	rc := testenv.Run(m)
 	if example.dir != "" {
 		os.RemoveAll(example.dir)
@@ -297,7 +300,10 @@ func TestExampleMatchesCallgrind(t *testing.T) {
 	if cpu, _ := os.ReadFile("/proc/cpuinfo"); strings.Contains(string(cpu), " hypervisor") && st.BTF != "ignored" {
 		t.Errorf("BTF %q under a hypervisor, which ignores it (ran %d block steps)", st.BTF, st.BlockSteps)
 	}
-	if st.BTF == "ignored" && st.BlockSteps > uint64(st.Traced) {
-		t.Errorf("%d block steps: after BTF was found ignored the session must single-step", st.BlockSteps)
+	// Until BTF is known each thread's next step is a probe; a probe that a
+	// signal's delivery stops before it ran tells nothing and is made
+	// again. After that the session single-steps.
+	if st.BTF == "ignored" && st.BlockSteps > uint64(st.Traced)+st.Signals {
+		t.Errorf("%d block steps for %d threads and %d signals: after BTF was found ignored the session must single-step", st.BlockSteps, st.Traced, st.Signals)
 	}
 }

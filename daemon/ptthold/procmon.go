@@ -6,13 +6,14 @@ import (
 
 // procMonitor follows task creation through the netlink process connector
 // (fork and clone events, threads included), so a new thread is counted
-// from its first milliseconds instead of at the next /proc rescan. It
+// from its first milliseconds instead of at the next /proc rescan, and an
+// exited thread's counters are closed at once. It
 // needs CAP_NET_ADMIN: the root agent has it, a user's own agent does not.
 type procMonitor struct {
 	done chan struct{}
 }
 
-func startProcMonitor(newTask func(pid, tid int)) (*procMonitor, error) {
+func startProcMonitor(newTask, exited func(pid, tid int)) (*procMonitor, error) {
 	ch := make(chan netlink.ProcEvent, 4096)
 	errc := make(chan error, 1)
 	done := make(chan struct{})
@@ -26,8 +27,11 @@ func startProcMonitor(newTask func(pid, tid int)) (*procMonitor, error) {
 				if !ok {
 					return
 				}
-				if f, ok := ev.Msg.(*netlink.ForkProcEvent); ok {
-					newTask(int(f.ChildTgid), int(f.ChildPid))
+				switch m := ev.Msg.(type) {
+				case *netlink.ForkProcEvent:
+					newTask(int(m.ChildTgid), int(m.ChildPid))
+				case *netlink.ExitProcEvent:
+					exited(int(m.ProcessTgid), int(m.ProcessPid))
 				}
 			case <-errc:
 				return // the rescan keeps finding new threads

@@ -17,9 +17,18 @@
 // cannot subscribe to the connector).
 //
 // Every request is checked against the caller: a process is watched only
-// for root or for the user it belongs to (real and effective uid), and for a
-// non-root caller kernel-mode counting follows perf_event_paranoid as if the
-// caller had opened the counters itself.
+// for root or for the user it belongs to (real and effective uid), and a
+// non-root caller's counters are opened on a thread holding that caller's
+// credentials (asCaller), so the kernel applies its own rules as if the
+// caller had opened them: perf_event_paranoid, and the ptrace-access check
+// (a non-dumpable process, or one holding capabilities, is refused).
+//
+// Resources are bounded per user: perf descriptors (fdBudget; a reserve is
+// kept for the control socket), released as soon as a thread exits (its
+// last values are kept; past MaxExitedRows exited threads are folded into
+// one row). A target process (ptt on -p) is held by a pidfd: once it exits
+// nothing more is counted, so a later process given the same pid is never
+// followed.
 package ptthold
 
 import (
@@ -34,6 +43,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"perfinsp/daemon/server"
 	"perfinsp/libperfutil/kmodbackend"
 	"perfinsp/libperfutil/ptt"
@@ -45,7 +56,12 @@ type Service struct {
 	holders map[int]*holder
 	logf    func(string, ...any)
 	mon     *procMonitor
+	budget  fdBudget
 }
+
+// MaxExitedRows is how many exited threads a dump lists one by one; the
+// values of older ones are summed into one row.
+const MaxExitedRows = 4096
 
 // Register adds the PTT ops to the agent.
 func Register(s *server.Server, logf func(string, ...any)) *Service {
@@ -68,8 +84,12 @@ var ErrNotOn = errors.New("ptt is not on: run ptt on first")
 type thread struct {
 	pid, tid int
 	name     string
-	fds      []int // metrics, then context-switches
+	fds      []int    // metrics, then context-switches (nil once exited)
+	final    []uint64 // the values read when the thread exited
 	exited   bool
+	// uncounted: CPU ns the thread ran before its counters were opened
+	// (found after ptt on); nil for threads counted from ptt on.
+	uncounted *uint64
 }
 
 type holder struct {
@@ -89,6 +109,14 @@ type holder struct {
 	hooks   uint32
 	watched map[int]bool
 	newThr  string
+
+	budget  *fdBudget
+	as      *asCaller    // opens counters with the caller's credentials
+	pidfd   int          // the target process (ptt on -p), -1 for all
+	gone    bool         // the target process exited: nothing more is counted
+	limited map[int]bool // live threads not counted: a descriptor limit was reached
+	exited  []int        // exited threads' tids, oldest first
+	folded  *ptt.ThreadDump
 }
 
 const notePerf = "backend perf (no module): asynchronous interrupts are NOT factored out of the thread metrics; " +
@@ -119,9 +147,22 @@ func (s *Service) on(r *server.Request) (any, error) {
 		closeDev()
 		return nil, fmt.Errorf("bad pid %d", a.Pid)
 	}
+	pidfd := -1
 	if a.Pid > 0 {
-		if err := mayObserve(r.UID, a.Pid); err != nil {
+		// The pidfd first: the process checked below is the one counted,
+		// and its pid is never followed into another process.
+		fd, err := unix.PidfdOpen(a.Pid, 0)
+		if err != nil {
 			closeDev()
+			return nil, fmt.Errorf("process %d does not exist", a.Pid)
+		}
+		pidfd = fd
+		if err := mayObserve(r.UID, a.Pid); err != nil || !pidAlive(pidfd) {
+			unix.Close(pidfd)
+			closeDev()
+			if err == nil {
+				err = fmt.Errorf("process %d does not exist", a.Pid)
+			}
 			return nil, err
 		}
 	}
@@ -134,24 +175,37 @@ func (s *Service) on(r *server.Request) (any, error) {
 		closeDev()
 		return nil, err
 	}
-	h := &holder{uid: r.UID, metrics: ms, pid: a.Pid, threads: map[int]*thread{}, started: time.Now(), kfd: -1, stop: make(chan struct{})}
+	as, err := newAsCaller(r.UID, r.GID)
+	if err != nil {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		closeDev()
+		return nil, err
+	}
+	h := &holder{uid: r.UID, metrics: ms, pid: a.Pid, threads: map[int]*thread{}, started: time.Now(), kfd: -1, stop: make(chan struct{}),
+		budget: &s.budget, as: as, pidfd: pidfd}
 	switch a.Backend {
 	case "kmod":
 		if dev == nil {
+			h.close()
 			return nil, errors.New("the kmod backend needs the caller's /dev/pitrace descriptor")
 		}
 		if err := h.openModule(dev); err != nil {
 			dev.Close()
+			h.close()
 			return nil, err
 		}
 	case "perf", "":
 		closeDev()
 		h.excl = r.UID != 0 && ptt.Paranoid() >= 2
-		if err := h.checkOpen(); err != nil {
+		if err := h.checkOpen(r.PID); err != nil {
+			h.close()
 			return nil, err
 		}
 	default:
 		closeDev()
+		h.close()
 		return nil, fmt.Errorf("unknown ptt backend %q: use kmod or perf", a.Backend)
 	}
 	if err := h.scan(true); err != nil {
@@ -166,7 +220,7 @@ func (s *Service) on(r *server.Request) (any, error) {
 	}
 	s.holders[r.UID] = h
 	if s.mon == nil {
-		s.mon, err = startProcMonitor(s.newThread)
+		s.mon, err = startProcMonitor(s.newThread, s.threadExited)
 		if err != nil {
 			s.logf("ptt: the process connector is not available (%v): new threads are found by a /proc rescan every 200 ms", err)
 		}
@@ -177,7 +231,11 @@ func (s *Service) on(r *server.Request) (any, error) {
 	}
 	s.mu.Unlock()
 	go h.rescan()
-	s.logf("uid %d pid %d: ptt on: %s for %s (backend %s)", r.UID, r.PID, strings.Join(names, ","), h.target(), h.backend())
+	canon := make([]string, len(ms))
+	for i, m := range ms {
+		canon[i] = m.Name // the table's names, never the client's spelling
+	}
+	s.logf("uid %d pid %d: ptt on: %s for %s (backend %s)", r.UID, r.PID, strings.Join(canon, ","), h.target(), h.backend())
 	h.mu.Lock()
 	n := len(h.threads) + len(h.watched)
 	h.mu.Unlock()
@@ -235,13 +293,111 @@ func (s *Service) newThread(pid, tid int) {
 	for _, h := range hs {
 		if h.pid == pid || (h.pid == 0 && (h.uid == 0 || uidOf(pid) == h.uid)) {
 			h.mu.Lock()
-			if h.kfile != nil {
+			if h.closed() || h.targetGone() {
+				// the target exited (a reused pid is not it), or ptt off
+			} else if h.kfile != nil {
 				h.watchModule(pid, tid, false)
-			} else if _, seen := h.threads[tid]; !seen {
+			} else if t, seen := h.threads[tid]; !seen || t.exited {
 				_ = h.watchPerf(pid, tid, false)
 			}
 			h.mu.Unlock()
 		}
+	}
+}
+
+// threadExited is called by the process connector when a task exits: its
+// counters are read one last time and closed.
+func (s *Service) threadExited(pid, tid int) {
+	s.mu.Lock()
+	hs := make([]*holder, 0, len(s.holders))
+	for _, h := range s.holders {
+		hs = append(hs, h)
+	}
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.mu.Lock()
+		if t, ok := h.threads[tid]; ok && t.pid == pid && !t.exited {
+			h.finish(t)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// closed reports whether ptt off closed the holder. Called with h.mu held.
+func (h *holder) closed() bool {
+	select {
+	case <-h.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// pidAlive reports whether the process behind pidfd still runs (a pidfd
+// becomes readable when its process exits).
+func pidAlive(pidfd int) bool {
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n == 0
+}
+
+// targetGone reports (and remembers) that the target process exited.
+// Called with h.mu held.
+func (h *holder) targetGone() bool {
+	if h.pidfd >= 0 && !h.gone && !pidAlive(h.pidfd) {
+		h.gone = true
+		for _, t := range h.threads {
+			if !t.exited {
+				h.finish(t)
+			}
+		}
+	}
+	return h.gone
+}
+
+// finish reads an exited thread's counters one last time, closes them and
+// gives the descriptors back. Called with h.mu held.
+func (h *holder) finish(t *thread) {
+	t.exited = true
+	if t.fds == nil {
+		return
+	}
+	t.final = make([]uint64, len(t.fds))
+	for i, fd := range t.fds {
+		t.final[i], _ = ptt.ReadCounter(fd)
+		unix.Close(fd)
+	}
+	h.budget.give(h.uid, len(t.fds))
+	t.fds = nil
+	h.exited = append(h.exited, t.tid)
+	for len(h.exited) > MaxExitedRows {
+		tid := h.exited[0]
+		h.exited = h.exited[1:]
+		if old := h.threads[tid]; old != nil && old.exited { // not a new thread given the tid since
+			h.fold(old)
+			delete(h.threads, tid)
+		}
+	}
+}
+
+// fold adds an exited thread's values to the summed row.
+func (h *holder) fold(t *thread) {
+	if t == nil || len(t.final) <= len(h.metrics) {
+		return
+	}
+	if h.folded == nil {
+		var zero uint64
+		h.folded = &ptt.ThreadDump{Values: map[string]uint64{}, Exited: true}
+		if !h.excl {
+			h.folded.Dispatches = &zero
+		}
+	}
+	h.folded.Tid++ // the count of folded threads, named in the row
+	for i, m := range h.metrics {
+		h.folded.Values[m.Name] += t.final[i]
+	}
+	if h.folded.Dispatches != nil {
+		*h.folded.Dispatches += t.final[len(h.metrics)]
 	}
 }
 
@@ -289,8 +445,16 @@ func (h *holder) close() {
 		for _, fd := range t.fds {
 			syscall.Close(fd)
 		}
+		if t.fds != nil {
+			h.budget.give(h.uid, len(t.fds))
+		}
 	}
 	h.threads = map[int]*thread{}
+	h.as.stop()
+	if h.pidfd >= 0 {
+		unix.Close(h.pidfd)
+		h.pidfd = -1
+	}
 }
 
 // mayObserve: root may watch any process; another user only their own
@@ -335,21 +499,33 @@ func dispatchMetric() ptt.Metric {
 	return m
 }
 
-// checkOpen opens (and closes) every metric on the target's main thread,
-// so that `ptt on` reports a metric or permission problem itself.
-func (h *holder) checkOpen() error {
+// checkOpen opens (and closes) every metric on the target's main thread
+// (for all processes: on the caller's own, caller), so that `ptt on`
+// reports a metric or permission problem itself.
+func (h *holder) checkOpen(caller int) error {
 	tid := h.pid
 	if tid == 0 {
 		tid = os.Getpid()
-	}
-	for _, m := range append(append([]ptt.Metric(nil), h.metrics...), dispatchMetric()) {
-		fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl})
-		if err != nil {
-			return err
+		if h.uid != 0 && caller > 0 {
+			tid = caller
 		}
-		syscall.Close(fd)
 	}
-	return nil
+	var err error
+	if derr := h.as.do(func() {
+		for _, m := range append(append([]ptt.Metric(nil), h.metrics...), dispatchMetric()) {
+			var fd int
+			if fd, err = ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl}); err != nil {
+				return
+			}
+			syscall.Close(fd)
+		}
+	}); derr != nil {
+		return derr
+	}
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return fmt.Errorf("permission denied: the kernel refuses you the counters of process %d (not dumpable, holding capabilities you lack, or kernel.perf_event_paranoid): %w", tid, err)
+	}
+	return err
 }
 
 // scan watches threads not seen yet and marks gone ones. With strict, a
@@ -357,10 +533,8 @@ func (h *holder) checkOpen() error {
 func (h *holder) scan(strict bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	select {
-	case <-h.stop:
+	if h.closed() || h.targetGone() {
 		return nil
-	default:
 	}
 	alive := map[int]bool{}
 	err := walkThreads(h.pid, h.uid, strict, alive, func(pid, tid int) error {
@@ -370,7 +544,7 @@ func (h *holder) scan(strict bool) error {
 			}
 			return h.watchModule(pid, tid, strict)
 		}
-		if t, ok := h.threads[tid]; ok {
+		if t, ok := h.threads[tid]; ok && !t.exited {
 			if n := comm(pid, tid); n != "" {
 				t.name = n
 			}
@@ -391,10 +565,16 @@ func (h *holder) scan(strict bool) error {
 		return nil
 	}
 	for tid, t := range h.threads {
-		if !alive[tid] {
-			t.exited = true
+		if !alive[tid] && !t.exited {
+			h.finish(t)
 		}
 	}
+	for tid := range h.limited {
+		if !alive[tid] {
+			delete(h.limited, tid)
+		}
+	}
+	h.noteLimit()
 	return nil
 }
 
@@ -404,25 +584,54 @@ func (h *holder) note(tid int, err error) {
 	}
 }
 
-// watchPerf opens a thread's counters. Called with h.mu held.
+// watchPerf opens a thread's counters, with the caller's credentials and
+// within the caller's descriptor budget. Called with h.mu held.
 func (h *holder) watchPerf(pid, tid int, strict bool) error {
 	t := &thread{pid: pid, tid: tid, name: comm(pid, tid)}
 	all := append(append([]ptt.Metric(nil), h.metrics...), dispatchMetric())
-	var oerr error
-	for _, m := range all {
-		fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl})
-		if err != nil {
-			oerr = err
-			break
+	if err := h.budget.take(h.uid, len(all)); err != nil {
+		if strict && h.pid > 0 {
+			return err
 		}
-		t.fds = append(t.fds, fd)
+		if len(h.limited) == 0 {
+			h.note(tid, err)
+		}
+		if h.limited == nil {
+			h.limited = map[int]bool{}
+		}
+		h.limited[tid] = true
+		return nil
+	}
+	var oerr error
+	if derr := h.as.do(func() {
+		for _, m := range all {
+			fd, err := ptt.OpenCounter(m, tid, ptt.OpenOpts{ExcludeKernel: h.excl})
+			if err != nil {
+				oerr = err
+				return
+			}
+			t.fds = append(t.fds, fd)
+		}
+	}); derr != nil {
+		h.budget.give(h.uid, len(all))
+		return nil
+	}
+	// A target that exited meanwhile may have left its pid to another
+	// process: what was just opened is not the target's.
+	if oerr == nil && h.pidfd >= 0 && !pidAlive(h.pidfd) {
+		oerr = syscall.ESRCH
+		h.targetGone()
 	}
 	if oerr != nil {
 		for _, fd := range t.fds {
 			syscall.Close(fd)
 		}
+		h.budget.give(h.uid, len(all))
 		if errors.Is(oerr, syscall.ESRCH) {
 			return nil // the thread exited meanwhile
+		}
+		if errors.Is(oerr, syscall.EACCES) || errors.Is(oerr, syscall.EPERM) {
+			oerr = fmt.Errorf("permission denied by the kernel (not dumpable, or holding capabilities you lack): %w", oerr)
 		}
 		if strict && h.pid > 0 {
 			return oerr
@@ -430,8 +639,33 @@ func (h *holder) watchPerf(pid, tid int, strict bool) error {
 		h.note(tid, oerr)
 		return nil
 	}
+	delete(h.limited, tid)
+	if !strict {
+		// Found after ptt on: what it ran before now is not in its counts.
+		if ns, err := threadCPU(pid, tid); err == nil {
+			t.uncounted = &ns
+		}
+	}
+	if old, ok := h.threads[tid]; ok && old.exited {
+		h.fold(old) // a tid reused by a new thread: the old one's values stay counted
+	}
 	h.threads[tid] = t
 	return nil
+}
+
+// noteLimit keeps the count of threads not counted for a descriptor limit
+// in the errors of the dump. Called with h.mu held.
+func (h *holder) noteLimit() {
+	msg := fmt.Sprintf("%d live threads not counted now: a perf descriptor limit was reached (see the first error)", len(h.limited))
+	for i, e := range h.errs {
+		if strings.HasSuffix(e, "(see the first error)") {
+			h.errs[i] = msg
+			return
+		}
+	}
+	if len(h.limited) > 0 {
+		h.errs = append(h.errs, msg)
+	}
 }
 
 // walkThreads calls fn for every thread of the target (one process, or
@@ -497,17 +731,35 @@ func (h *holder) dump() *ptt.Dump {
 		d.Guarantees.Notes = append(d.Guarantees.Notes, "kernel-mode counts excluded (perf_event_paranoid, not root): no dispatch counts")
 		d.Guarantees.DispatchCounts = false
 	}
+	if h.gone {
+		d.Errors = append(d.Errors, fmt.Sprintf("process %d exited: nothing more is counted (a later process given its pid is not it)", h.pid))
+	}
 	for _, t := range h.threads {
-		td := ptt.ThreadDump{Pid: t.pid, Tid: t.tid, Name: t.name, Values: map[string]uint64{}, Exited: t.exited}
-		for i, m := range h.metrics {
+		td := ptt.ThreadDump{Pid: t.pid, Tid: t.tid, Name: t.name, Values: map[string]uint64{}, Exited: t.exited, UncountedStartNs: t.uncounted}
+		val := func(i int) uint64 {
+			if t.fds == nil {
+				if i < len(t.final) {
+					return t.final[i]
+				}
+				return 0
+			}
 			v, _ := ptt.ReadCounter(t.fds[i])
-			td.Values[m.Name] = v
+			return v
+		}
+		for i, m := range h.metrics {
+			td.Values[m.Name] = val(i)
 		}
 		if !h.excl { // context-switches count only with kernel-mode counting
-			v, _ := ptt.ReadCounter(t.fds[len(h.metrics)])
+			v := val(len(h.metrics))
 			td.Dispatches = &v
 		}
 		d.Threads = append(d.Threads, td)
+	}
+	if h.folded != nil {
+		f := *h.folded
+		f.Name = fmt.Sprintf("(%d older exited threads, summed)", f.Tid)
+		f.Tid = 0
+		d.Threads = append(d.Threads, f)
 	}
 	SortThreads(d.Threads)
 	return d
@@ -521,4 +773,18 @@ func SortThreads(ts []ptt.ThreadDump) {
 		}
 		return ts[i].Tid < ts[j].Tid
 	})
+}
+
+// threadCPU is the CPU time a thread has run so far, in ns (the first
+// field of /proc/PID/task/TID/schedstat).
+func threadCPU(pid, tid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", pid, tid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("schedstat of thread %d: empty", tid)
+	}
+	return strconv.ParseUint(f[0], 10, 64)
 }

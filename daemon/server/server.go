@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -54,6 +56,41 @@ func (r *Request) File(i int) *os.File {
 	return f
 }
 
+// ClientFile checks a file a client passed for the agent to write: a
+// regular file on an ordinary file system (control.CheckRegular: never
+// /proc, /sys, cgroup, debugfs, ...), owned by the caller unless the caller
+// is root (the agent writes only what the caller could have created), with
+// no set-id bits.
+func ClientFile(f *os.File, p Peer) error {
+	if err := control.CheckRegular(f); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat the file passed: %w", err)
+	}
+	if !p.Root() && int(st.Uid) != p.UID {
+		return control.Errorf(control.ErrBadFile, "the file passed belongs to uid %d, not to you (uid %d): the agent writes only your own files", st.Uid, p.UID)
+	}
+	if st.Mode&(unix.S_ISUID|unix.S_ISGID) != 0 {
+		return control.Errorf(control.ErrBadFile, "the file passed has set-id bits (mode %o): trace files are plain 0600 files", st.Mode&0o7777)
+	}
+	return nil
+}
+
+// clientFile takes the i-th file (nil if none) after ClientFile's checks.
+func (r *Request) clientFile(i int) (*os.File, error) {
+	f := r.File(i)
+	if f == nil {
+		return nil, nil
+	}
+	if err := ClientFile(f, r.Peer); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // Handler serves one extra op. args is the request's raw arguments.
 type Handler func(p Peer, args json.RawMessage) (any, error)
 
@@ -67,8 +104,11 @@ const (
 	// daemon's descriptors and take the trace down with it.
 	MaxConnsPerUID = 64
 	// RequestTimeout bounds the reading of one request once its first
-	// byte has arrived.
+	// byte has arrived (Server.RequestTimeout changes it).
 	RequestTimeout = 30 * time.Second
+	// MaxPendingPerUID caps the bytes of unfinished requests one user's
+	// connections hold together: room for two of the largest requests.
+	MaxPendingPerUID = 2 * daemonproto.MaxRequest
 )
 
 // Server serves the control socket.
@@ -81,10 +121,14 @@ type Server struct {
 	// User marks a user's own agent (pitraced --user, not root): it hosts
 	// services for its user and refuses the trace facility's ops.
 	User bool
+	// RequestTimeout bounds the reading of one request once begun (0:
+	// the RequestTimeout constant).
+	RequestTimeout time.Duration
 
 	mu       sync.Mutex
 	handlers map[string]RequestHandler
 	conns    map[int]int // open connections per uid
+	pending  map[int]int // bytes of unfinished requests per uid
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
@@ -124,8 +168,18 @@ func (s *Server) logf(format string, args ...any) {
 
 // Listen creates the socket with the right owner and permissions.
 func (s *Server) Listen() error {
-	if err := os.MkdirAll(filepath.Dir(s.Path), 0o755); err != nil {
+	// The directory is checked before anything is created or removed in
+	// it: another user must not be able to plant the state file or a link
+	// for the agent to write through.
+	dir := filepath.Dir(s.Path)
+	if err := daemonproto.CheckAgentPath(dir, os.Geteuid()); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create socket directory: %w", err)
+	}
+	if err := daemonproto.CheckAgentDir(dir, os.Geteuid()); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
 	}
 	// A socket left by a dead daemon is removed; a live daemon is an error.
 	if c, err := net.DialTimeout("unix", s.Path, 500*time.Millisecond); err == nil {
@@ -161,6 +215,7 @@ func (s *Server) Listen() error {
 	s.done = make(chan struct{})
 	s.last = time.Now()
 	s.conns = map[int]int{}
+	s.pending = map[int]int{}
 	s.writeState()
 	return nil
 }
@@ -287,11 +342,8 @@ func (s *Server) hostsWork() bool {
 func (s *Server) writeState() {
 	st := daemonproto.State{PID: os.Getpid(), Group: s.Group, IdleExit: s.IdleExit.String(), State: s.Fac.State(),
 		Unsaved: !s.Fac.Idle(), Owner: s.Fac.Owner(), Time: time.Now()}
-	b, _ := json.Marshal(&st)
-	p := daemonproto.StatePath(s.Path)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err == nil {
-		_ = os.Rename(tmp, p)
+	if err := daemonproto.WriteState(s.Path, &st); err != nil {
+		s.logf("state file: %v", err)
 	}
 }
 
@@ -329,8 +381,42 @@ func peerOf(c *net.UnixConn) Peer {
 	return p
 }
 
+// pendingBudget counts one user's unfinished request bytes
+// (daemonproto.Budget).
+type pendingBudget struct {
+	s   *Server
+	uid int
+}
+
+func (b pendingBudget) Take(n int) error {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if b.s.pending[b.uid]+n > MaxPendingPerUID {
+		return fmt.Errorf("%w: uid %d's connections hold %d bytes of unfinished requests, the most one user may (%d)", daemonproto.ErrPending, b.uid, b.s.pending[b.uid], MaxPendingPerUID)
+	}
+	b.s.pending[b.uid] += n
+	return nil
+}
+
+func (b pendingBudget) Give(n int) {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if b.s.pending[b.uid] -= n; b.s.pending[b.uid] <= 0 {
+		delete(b.s.pending, b.uid)
+	}
+}
+
+func (s *Server) requestTimeout() time.Duration {
+	if s.RequestTimeout > 0 {
+		return s.RequestTimeout
+	}
+	return RequestTimeout
+}
+
 func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 	pc := daemonproto.NewConn(c)
+	pc.RequestTimeout = s.requestTimeout()
+	pc.Budget = pendingBudget{s, peer.UID}
 	defer s.release(peer.UID)
 	defer pc.Close()
 	for {
@@ -340,8 +426,16 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 		var req daemonproto.Request
 		files, err := pc.Receive(&req)
 		if err != nil {
-			if errors.Is(err, daemonproto.ErrTooLarge) {
+			_ = pc.SetDeadline(time.Now().Add(time.Second))
+			switch {
+			case errors.Is(err, daemonproto.ErrTooLarge):
 				_ = pc.Send(&daemonproto.Response{Error: "request too large"})
+				return
+			case errors.Is(err, daemonproto.ErrPending):
+				_ = pc.Send(&daemonproto.Response{Error: err.Error(), Code: control.ErrBusy.Code})
+				return
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				_ = pc.Send(&daemonproto.Response{Error: fmt.Sprintf("request not complete within %s of its first byte: connection closed", pc.RequestTimeout)})
 				return
 			}
 			if strings.HasPrefix(err.Error(), "bad message") {
@@ -414,6 +508,14 @@ var facilityOps = map[string]bool{
 	daemonproto.OpStackUnwind: true,
 }
 
+// configOps change what the next or held trace records: only the user
+// holding the facility (Facility.Claim) or root may run them.
+var configOps = map[string]bool{
+	daemonproto.OpInit: true, daemonproto.OpEnable: true, daemonproto.OpDisable: true,
+	daemonproto.OpMode: true, daemonproto.OpRate: true, daemonproto.OpOn: true,
+	daemonproto.OpOnWriteError: true, daemonproto.OpStackDepth: true, daemonproto.OpStackUnwind: true,
+}
+
 func decode(args json.RawMessage, v any) error {
 	if len(args) == 0 {
 		return errors.New("missing arguments")
@@ -428,7 +530,7 @@ func decode(args json.RawMessage, v any) error {
 // write or free it.
 func (s *Server) mayControl(p Peer) error {
 	if owner := s.Fac.Owner(); owner >= 0 && p.UID != owner && !p.Root() {
-		return control.Errorf(control.ErrNotOwner, "the trace belongs to uid %d, who turned it on: only that user or root may stop, write or free it", owner)
+		return control.Errorf(control.ErrNotOwner, "the trace belongs to uid %d, who configured the facility or turned it on: only that user or root may stop, write or free it", owner)
 	}
 	return nil
 }
@@ -437,6 +539,11 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 	f := s.Fac
 	if s.User && facilityOps[op] {
 		return nil, errors.New("this is a user's own agent (pitraced --user): the trace facility without the kernel module needs the system pitraced, which runs as root (sudo swtrace ..., or ask for --group access)")
+	}
+	if configOps[op] {
+		if err := f.Claim(r.UID, r.Root()); err != nil {
+			return nil, err
+		}
 	}
 	switch op {
 	case daemonproto.OpPing:
@@ -489,7 +596,11 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		}
 		return nil, f.SetRate(a.Hz, a.Event)
 	case daemonproto.OpOn:
-		return nil, f.On(r.File(0), r.UID)
+		file, err := r.clientFile(0)
+		if err != nil {
+			return nil, err
+		}
+		return nil, f.On(file, r.UID)
 	case daemonproto.OpOff:
 		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err
@@ -499,7 +610,11 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err
 		}
-		return nil, f.Get(r.File(0))
+		file, err := r.clientFile(0)
+		if err != nil {
+			return nil, err
+		}
+		return nil, f.Get(file)
 	case daemonproto.OpInfo:
 		return f.Info()
 	case daemonproto.OpFree:
@@ -526,4 +641,25 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		return h(r)
 	}
 	return nil, fmt.Errorf("unknown op %q", op)
+}
+
+// LogSafe escapes every character of a log line that could end the line
+// or pass for a separator in it: control characters, invalid UTF-8, and
+// every rune unicode.IsPrint refuses (line and paragraph separators,
+// non-ASCII spaces). A client's words in the agent's log stay inside the
+// line they were logged in.
+func LogSafe(line string) string {
+	var b strings.Builder
+	for i, r := range line {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(line[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, line[i])
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }

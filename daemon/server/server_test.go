@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"perfinsp/daemon/facility"
@@ -42,6 +43,24 @@ func TestStackUnwindOp(t *testing.T) {
 	for _, bad := range []string{`{"dwarf":true,"stack_bytes":100}`, `{"dwarf":true,"stack_bytes":70000}`, `{"dwarf":true}`, ``} {
 		if _, err := s.dispatch(req(bad), daemonproto.OpStackUnwind); err == nil {
 			t.Errorf("stack-unwind %q accepted", bad)
+		}
+	}
+}
+
+// A client's words in a log line never end the line or pass for a
+// separator: every control character, invalid byte and non-printing rune
+// is escaped.
+func TestLogSafe(t *testing.T) {
+	in := "uid 1: mode: refused: bad \"x\nuid 0 pid 1: on: done\r\x00\x1b[2J\u2028\u0085\u00a0/etc/evil.so\xff\xfe ok \uFFFD é"
+	out := LogSafe(in)
+	for _, bad := range []string{"\n", "\r", "\x00", "\x1b", "\u2028", "\u0085", "\u00a0", "\xff"} {
+		if strings.Contains(out, bad) {
+			t.Fatalf("LogSafe left %q in %q", bad, out)
+		}
+	}
+	for _, want := range []string{`\n`, `\r`, `\x00`, `\x1b`, `\u2028`, `\u0085`, `\u00a0`, `\xff`, " ok \uFFFD é"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("LogSafe(%q) = %q: no %q", in, out, want)
 		}
 	}
 }

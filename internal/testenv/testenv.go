@@ -95,3 +95,36 @@ func OpenPathTo(t testing.TB, dir string) {
 		}
 	}
 }
+
+// Attempt collects the failures of one try of a timing-sensitive check.
+type Attempt struct{ errs []string }
+
+// Errorf records a failure of this attempt.
+func (a *Attempt) Errorf(format string, args ...any) {
+	a.errs = append(a.errs, fmt.Sprintf(format, args...))
+}
+
+// Retry runs a check that compares times measured at different moments (a
+// start-up calibration against the run it calibrates) up to n times: a
+// machine busy with other work can disturb one measurement and not the
+// other. It passes at the first attempt without failures, logging the
+// failed ones before it, and fails with every attempt's failures when none
+// passed. Setup failures inside f (t.Fatal) end the test at once.
+func Retry(t testing.TB, n int, what string, f func(a *Attempt)) {
+	t.Helper()
+	var all []string
+	for i := 1; i <= n; i++ {
+		a := &Attempt{}
+		f(a)
+		if len(a.errs) == 0 {
+			if i > 1 {
+				t.Logf("%s: passed at attempt %d of %d (the failed ones above were retried)", what, i, n)
+			}
+			return
+		}
+		msg := fmt.Sprintf("attempt %d of %d: %s", i, n, strings.Join(a.errs, "; "))
+		t.Logf("%s: %s", what, msg)
+		all = append(all, msg)
+	}
+	t.Errorf("%s failed in all %d attempts:\n%s", what, n, strings.Join(all, "\n"))
+}

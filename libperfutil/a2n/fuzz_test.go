@@ -54,7 +54,7 @@ func FuzzModule(f *testing.F) {
 			return
 		}
 		m := &Module{Path: "fuzz"}
-		m.fromELF(ef, false)
+		m.fromELF(ef, false, "")
 		for _, p := range m.loads {
 			for _, off := range []uint64{p.Off, p.Off + p.Filesz/2, p.Off + p.Filesz - 1} {
 				m.Symbol(off)

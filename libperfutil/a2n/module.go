@@ -75,6 +75,7 @@ type Module struct {
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
 	tab      table
 	loads    []elf.ProgHeader
+	plt      []addrRange // the .plt* sections (PLT stubs, named or not)
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
 	debugID  string // the build-id whose debug file was looked for (the table cache's key)
@@ -158,22 +159,27 @@ func loadModule(path, dir string) *Module {
 			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
 		}
 	}()
-	var fi os.FileInfo
-	if dir != "" {
-		if fi, err = file.Stat(); err == nil && moduleFromCache(dir, path, fi, m) {
-			return m
-		}
+	fi, err := file.Stat()
+	if err != nil {
+		fi = nil
+	}
+	if dir != "" && fi != nil && moduleFromCache(dir, path, fi, m) {
+		return m
 	}
 	f, err := newELF(file, size, m)
 	if err != nil {
 		m.Err = fmt.Errorf("%s: %w", path, err)
 		return m
 	}
-	m.fromELF(f, true)
+	ident := ""
+	if fi != nil {
+		ident = string(fileIdent(fi))
+	}
+	m.fromELF(f, true, ident)
 	if m.dwPath == "" && f.Section(".debug_info") != nil {
 		m.dwPath = path
 	}
-	if fi != nil {
+	if dir != "" && fi != nil {
 		moduleToCache(dir, path, fi, m, m.debugID)
 	}
 	return m
@@ -191,8 +197,9 @@ func newELF(file *os.File, size int64, m *Module) (*elf.File, error) {
 
 // fromELF fills m's tables from f: .symtab, else a build-id debug file's
 // .symtab (if debugFiles), else .dynsym with the MiniDebugInfo .symtab and
-// the .eh_frame function ranges; PLT stubs always (see elfsyms.go).
-func (m *Module) fromELF(f *elf.File, debugFiles bool) {
+// the .eh_frame function ranges; PLT stubs always (see elfsyms.go). ident
+// is the file's identity (fileIdent; "" for an image not from a file).
+func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			m.loads = append(m.loads, p.ProgHeader)
@@ -225,7 +232,7 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 		m.Stripped = true
 		m.Source = ".dynsym"
 		raw, _ = elfSyms(f, true)
-		mini, err := miniDebugInfo(f)
+		mini, err := miniDebugInfo(f, ident)
 		if err != nil {
 			m.Warning = err.Error()
 		} else if mini != nil {
@@ -240,6 +247,35 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool) {
 		}
 	}
 	m.tab = buildTable(raw, pltStubs(f), fdes)
+	m.plt = pltSections(f)
+}
+
+// addrRange is [start, end) in a module's address space.
+type addrRange struct{ start, end uint64 }
+
+// pltSections are the address ranges of f's .plt, .plt.sec, .plt.got
+// (and other .plt*) sections.
+func pltSections(f *elf.File) []addrRange {
+	var out []addrRange
+	for _, s := range f.Sections {
+		if strings.HasPrefix(s.Name, ".plt") && s.Type == elf.SHT_PROGBITS && s.Size > 0 && s.Addr+s.Size > s.Addr {
+			out = append(out, addrRange{s.Addr, s.Addr + s.Size})
+		}
+	}
+	return out
+}
+
+// InPLT says whether the virtual address va lies in one of the module's
+// PLT sections: a stub A2N names name@plt, or the lazy-binding entry
+// before them, which it names after a symbol before it (_init) or not at
+// all.
+func (m *Module) InPLT(va uint64) bool {
+	for _, r := range m.plt {
+		if va >= r.start && va < r.end {
+			return true
+		}
+	}
+	return false
 }
 
 // vaddr converts a file offset to the module's virtual address through its

@@ -22,7 +22,7 @@ var (
 	MaxPerfMapSize int64 = 256 << 20 // perf-PID.map text
 	MaxJitdumpSize int64 = 1 << 30   // jit-PID.dump (holds the code bytes too)
 	MaxModuleSize  int64 = 4 << 30   // an ELF module or debug file (read lazily)
-	MaxDebugData   int64 = 256 << 20 // decompressed .gnu_debugdata
+	MaxDebugData   int64 = 64 << 20  // decompressed .gnu_debugdata (a symbol table only)
 )
 
 // openChecked opens path read-only without blocking and checks it is a

@@ -48,9 +48,8 @@ func (r *Resolver) loadPerfMap(pid uint32) symtab {
 // perfMapDir knows which perf map and jitdump files a directory holds,
 // once it was asked about more than perfMapOpens files: a system-wide
 // trace has thousands of processes whose anonymous addresses ask for
-// them, and most have none (3,490 failed opens on a many-process stacks
-// trace: the report 1.2 -> 0.9 s without them); one listing answers them
-// all.
+// them, and most have none (thousands of failed opens, a quarter of a
+// many-process stacks report); one listing answers them all.
 type perfMapDir struct {
 	mu    sync.Mutex // Locate of two processes' addresses may run at once
 	asked int

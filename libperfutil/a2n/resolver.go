@@ -40,6 +40,7 @@ type Result struct {
 	Offset  uint64 // offset from the symbol start (or module offset when unresolved)
 	File    string // source file, when asked for and DWARF exists
 	Line    int
+	PLT     bool // the address is in a PLT section of Module (a stub, or the lazy-binding entry)
 }
 
 // Resolver names addresses as of the record being processed.
@@ -396,6 +397,9 @@ func (r *Resolver) Finish(l Loc) Result {
 	}
 	res.Module = l.path
 	if m.Err == nil {
+		if va, ok := m.vaddr(l.fileOff); ok {
+			res.PLT = m.InPLT(va)
+		}
 		if s, va, ok := m.Symbol(l.fileOff); ok {
 			res.Symbol, res.Offset = s.Name, va-s.Addr
 			if r.Lines {

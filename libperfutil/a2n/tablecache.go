@@ -42,7 +42,7 @@ import (
 // when it holds more than maxCacheEntries or maxCacheBytes.
 
 // tableMagic starts every cache file; the digit is the format version.
-const tableMagic = "PIA2NTB1"
+const tableMagic = "PIA2NTB2"
 
 // maxCacheEntries and maxCacheBytes bound the directory (programs built
 // in temporary directories make new paths every run; a kernel's entry is
@@ -175,6 +175,7 @@ type cached struct {
 	fdes     []fdeRange
 	fdeNames map[uint64]string
 	loads    []elf.ProgHeader
+	plt      []addrRange
 	meta     []string // module: Source, Warning, dwPath, build-id, stripped ("1" or "")
 	dbgID    []byte   // module: the debug file's identity when parsed
 }
@@ -188,6 +189,7 @@ const (
 	secFdes
 	secFdeNames
 	secLoads
+	secPLT
 	secNames
 	nSecs
 )
@@ -223,7 +225,7 @@ func encodeTable(w io.Writer, key []byte, c *cached, syms []Sym) error {
 	var size [nSecs]uint64
 	size[secKey], size[secMeta], size[secDbg] = uint64(len(key)), uint64(len(meta)), uint64(len(c.dbgID))
 	size[secSyms], size[secFdes], size[secFdeNames] = 24*uint64(len(syms)), 16*uint64(len(c.fdes)), 16*uint64(len(fn))
-	size[secLoads], size[secNames] = 56*uint64(len(c.loads)), namesLen
+	size[secLoads], size[secPLT], size[secNames] = 56*uint64(len(c.loads)), 16*uint64(len(c.plt)), namesLen
 	hdr := make([]byte, headerSize)
 	copy(hdr, tableMagic)
 	off := uint64(headerSize)
@@ -279,6 +281,12 @@ func encodeTable(w io.Writer, key []byte, c *cached, syms []Sym) error {
 		}
 		bw.Write(b[:56])
 	}
+	section(secPLT)
+	for _, r := range c.plt {
+		binary.LittleEndian.PutUint64(b[0:], r.start)
+		binary.LittleEndian.PutUint64(b[8:], r.end)
+		bw.Write(b[:16])
+	}
 	section(secNames)
 	for _, s := range syms {
 		bw.WriteString(s.Name)
@@ -305,7 +313,7 @@ func decodeTable(data, key []byte) (c cached, ok bool) {
 		sec[i] = data[off : off+n : off+n]
 	}
 	if string(sec[secKey]) != string(key) || len(sec[secSyms])%24 != 0 || len(sec[secFdes])%16 != 0 ||
-		len(sec[secFdeNames])%16 != 0 || len(sec[secLoads])%56 != 0 {
+		len(sec[secFdeNames])%16 != 0 || len(sec[secLoads])%56 != 0 || len(sec[secPLT])%16 != 0 {
 		return c, false
 	}
 	for m := sec[secMeta]; len(m) > 0; {
@@ -350,15 +358,18 @@ func decodeTable(data, key []byte) (c cached, ok bool) {
 		c.loads = append(c.loads, elf.ProgHeader{Type: elf.ProgType(binary.LittleEndian.Uint32(b)), Flags: elf.ProgFlag(binary.LittleEndian.Uint32(b[4:])),
 			Off: u(0), Vaddr: u(1), Paddr: u(2), Filesz: u(3), Memsz: u(4), Align: u(5)})
 	}
+	for b := sec[secPLT]; len(b) > 0; b = b[16:] {
+		c.plt = append(c.plt, addrRange{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])})
+	}
 	return c, true
 }
 
 // readTable reads dir's entry for key into memory (ok false: no usable
 // entry). Read, not mapped: a cache table is compact, checked whole here
 // and its names read as addresses are named, so every page is touched,
-// and on this project's VM (PVM, shadow paging) the first touch of each
-// 4 KB page of a file mapping cost more than a copy into the heap's huge
-// pages (a many-process report: 7 ms less CPU).
+// and under shadow paging (a common hypervisor set-up) the first touch of
+// each 4 KB page of a file mapping costs more than a copy into the heap's
+// huge pages.
 func readTable(dir string, key []byte) (c cached, ok bool) {
 	if dir == "" || key == nil {
 		return c, false
@@ -454,6 +465,7 @@ func moduleFromCache(dir, path string, fi os.FileInfo, m *Module) bool {
 	}
 	m.Source, m.Warning, m.dwPath, m.Stripped = c.meta[0], c.meta[1], c.meta[2], c.meta[4] == "1"
 	m.loads = c.loads
+	m.plt = c.plt
 	m.tab = table{fdes: c.fdes, fdeNames: c.fdeNames}
 	m.tab.c = &c.tab
 	return true
@@ -465,7 +477,7 @@ func moduleToCache(dir, path string, fi os.FileInfo, m *Module, buildID string) 
 	if dir == "" || m.Err != nil || m.tab.c != nil {
 		return
 	}
-	c := cached{fdes: m.tab.fdes, fdeNames: m.tab.fdeNames, loads: m.loads}
+	c := cached{fdes: m.tab.fdes, fdeNames: m.tab.fdeNames, loads: m.loads, plt: m.plt}
 	stripped := ""
 	if m.Stripped {
 		stripped = "1"

@@ -46,6 +46,6 @@ func vdsoModule(rel string) *Module {
 		m.Err = fmt.Errorf("[vdso]: %w", err)
 		return m
 	}
-	m.fromELF(f, false)
+	m.fromELF(f, false, "")
 	return m
 }

@@ -178,7 +178,7 @@ func TestParseInfo(t *testing.T) {
 // The sequence key M1 -T1-> M2 -T2-> M3 with method types: a jitted
 // method J (type 1) calls a native N (type 5) twice; the second call ends
 // in an exception exit. PI's 8x3 key tells the two exits apart and the
-// types; seed 000's 6x2 counts the exception exit as an exit; 1x2 sees
+// types; the patent's 6x2 counts the exception exit as an exit; 1x2 sees
 // only the transitions.
 func TestSequenceKeysByTypeAndTransition(t *testing.T) {
 	evs := []Event{

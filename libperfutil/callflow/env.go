@@ -9,8 +9,8 @@ import (
 	"strings"
 )
 
-// EnvFromArc measures the environmental overhead (seed 003 §4.2, seed
-// 000): the true minimum per sequence key of the instructions between two
+// EnvFromArc measures the environmental overhead (PI's paper §4.2; the
+// overhead-compensation patent): the true minimum per sequence key of the instructions between two
 // events, from the ITrace of the uninstrumented trainer (the arc report
 // of `post -arc`, which scripts/run.itrace writes): the glue code that
 // runs even without instrumentation and must stay in the result. Events
@@ -73,7 +73,7 @@ func EnvFromArc(r io.Reader, funcs map[string]bool, k SeqKey) (*Minima, error) {
 }
 
 // EnvDefault is the environmental overhead assumed for a key the trainer's
-// ITrace did not cover (seed 003: "keys not covered assume 1").
+// ITrace did not cover (PI's paper: "keys not covered assume 1").
 const EnvDefault = 1
 
 // RecordedFuncs names every function entered in p's threads.

@@ -9,12 +9,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"perfinsp/libperfutil/untrusted"
 )
 
 // The thread file's layout (libperfutil/c/hookit/hookit.h; checked by
@@ -148,7 +151,7 @@ func Load(dir string) ([]*Process, error) {
 			}
 			get(pid).Names = names
 		} else if n, _ := fmt.Sscanf(name, "hookit-%d.maps", &pid); n == 1 && strings.HasSuffix(name, ".maps") {
-			b, err := os.ReadFile(filepath.Join(dir, name))
+			b, err := readRegular(filepath.Join(dir, name))
 			if err != nil {
 				return nil, fmt.Errorf("reading the memory map: %w", err)
 			}
@@ -170,11 +173,11 @@ func Load(dir string) ([]*Process, error) {
 // ReadThread reads one thread file, with its tail file (the buffer of a
 // process that was killed, or is still running) when there is one.
 func ReadThread(path string) (*Thread, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading a thread file: %w", err)
 	}
-	if tail, err := os.ReadFile(strings.TrimSuffix(path, ".bin") + ".tail"); err == nil {
+	if tail, err := readRegular(strings.TrimSuffix(path, ".bin") + ".tail"); err == nil {
 		b = AppendTail(b, tail)
 	}
 	t, err := ParseThread(b)
@@ -312,7 +315,7 @@ func ParseThread(b []byte) (*Thread, error) {
 
 // ReadInfo reads hookit-PID.info.
 func ReadInfo(path string) (Info, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path)
 	if err != nil {
 		return Info{}, fmt.Errorf("reading the process info: %w", err)
 	}
@@ -366,7 +369,7 @@ func ParseInfo(b []byte) (Info, error) {
 
 // ReadNames reads hookit-PID.names.
 func ReadNames(path string) (map[uint64]string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the names file: %w", err)
 	}
@@ -389,4 +392,22 @@ func ParseNames(b []byte) map[uint64]string {
 		m[id] = name
 	}
 	return m
+}
+
+// readRegular reads a file of a hookit directory, which may be a
+// directory others can write: it is opened without blocking and read
+// only if it is a regular file (a FIFO planted under a thread file's name
+// must not hang the report), up to the size fstat gives.
+func readRegular(path string) ([]byte, error) {
+	f, fi, err := untrusted.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, fi.Size())
+	n, err := io.ReadFull(f, b)
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return b[:n], nil
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 
-	"github.com/google/pprof/profile"
 	"perfinsp/libperfutil/pprofloc"
 )
 
@@ -156,12 +156,26 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		for _, c := range t.Root.Children {
 			c.Walk(func(n *Node) {
 				ds, in := dsin(n)
-				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s%s\n", n.Level, n.Calls, n.Callees, n.Base, n.Delta, ds, in,
-					strings.Repeat(" ", n.Level-1), n.Name)
+				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  ", n.Level, n.Calls, n.Callees, n.Base, n.Delta, ds, in)
+				indent(w, n.Level-1)
+				w.WriteString(n.Name)
+				w.WriteByte('\n')
 			})
 		}
 	}
 	return w.Flush()
+}
+
+// indent writes n spaces (no string of them is made: a recursion 10,000
+// deep indents by up to 10,000).
+func indent(w *bufio.Writer, n int) {
+	const spaces = "                                                                "
+	for ; n > len(spaces); n -= len(spaces) {
+		w.WriteString(spaces)
+	}
+	if n > 0 {
+		w.WriteString(spaces[:n])
+	}
 }
 
 // FlatRow is one function of log-gen.
@@ -243,76 +257,98 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 	return w.Flush()
 }
 
-func cleanFrame(s string) string { return strings.NewReplacer(";", ":", " ", "_").Replace(s) }
+var frameCleaner = strings.NewReplacer(";", ":", " ", "_")
 
-// Folded returns the folded stacks (thread;f1;...;fn -> BASE of fn there).
-func (a *Analysis) Folded() map[string]uint64 {
-	m := map[string]uint64{}
+func cleanFrame(s string) string { return frameCleaner.Replace(s) }
+
+// walkPaths calls visit for n and every node below it, depth first in
+// the order the calls were first made, with the path from the thread's
+// first frame down to the node (empty for the root) and how much of that
+// path's start is the previous call's (path[:same] is unchanged). The
+// path is the walk's own: memory follows the tree's depth, not the sum
+// of its paths' lengths.
+func walkPaths(n *Node, visit func(n *Node, path []*Node, same int)) {
+	var path []*Node
+	same := 0
+	var rec func(n *Node)
+	rec = func(n *Node) {
+		if n.Parent != nil {
+			path = append(path, n)
+		}
+		visit(n, path, same)
+		same = len(path)
+		for _, c := range n.Children {
+			rec(c)
+		}
+		if n.Parent != nil {
+			path = path[:len(path)-1]
+			same = min(same, len(path))
+		}
+	}
+	rec(n)
+}
+
+// WriteFolded writes the folded stacks (flamegraph.pl input): one line
+// "thread;f1;...;fn BASE" per call path with a BASE, threads in order,
+// each thread's paths depth first. Each line is written frame by frame
+// from the tree (a deep recursion's lines are long, but no line is
+// built in memory).
+func (a *Analysis) WriteFolded(out io.Writer) error {
+	w := bufio.NewWriterSize(out, 256<<10)
+	clean := map[string]string{}
+	var num []byte
 	for _, t := range a.Trees {
-		t.Root.Walk(func(n *Node) {
+		label := threadLabel(t)
+		walkPaths(t.Root, func(n *Node, path []*Node, _ int) {
 			if n.Base == 0 {
 				return
 			}
-			parts := []string{threadLabel(t)}
-			for _, p := range n.Path() {
-				parts = append(parts, cleanFrame(p.Name))
+			w.WriteString(label)
+			for _, p := range path {
+				c, ok := clean[p.Name]
+				if !ok {
+					c = cleanFrame(p.Name)
+					clean[p.Name] = c
+				}
+				w.WriteByte(';')
+				w.WriteString(c)
 			}
-			m[strings.Join(parts, ";")] += n.Base
+			num = strconv.AppendUint(append(num[:0], ' '), n.Base, 10)
+			w.Write(append(num, '\n'))
 		})
 	}
-	return m
-}
-
-// WriteFolded writes the folded stacks (flamegraph.pl input), sorted.
-func (a *Analysis) WriteFolded(out io.Writer) error {
-	w := bufio.NewWriter(out)
-	f := a.Folded()
-	keys := make([]string, 0, len(f))
-	for k := range f {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		fmt.Fprintf(w, "%s %d\n", k, f[k])
-	}
-	return w.Flush()
-}
-
-// Profile returns the trees as a pprof profile: samples "calls" and the
-// calibrated metric, one sample per call path, labelled with the thread.
-func (a *Analysis) Profile() *profile.Profile {
-	p := &profile.Profile{
-		SampleType: []*profile.ValueType{{Type: "calls", Unit: "count"}, {Type: a.Info.Metric, Unit: a.unit()}},
-		PeriodType: &profile.ValueType{Type: a.Info.Metric, Unit: a.unit()},
-		Period:     1,
-	}
-	loc := pprofloc.New(p).Named
-	for _, t := range a.Trees {
-		t.Root.Walk(func(n *Node) {
-			if n.Parent == nil && n.Base == 0 {
-				return
-			}
-			var stack []*profile.Location
-			path := n.Path()
-			for i := len(path) - 1; i >= 0; i-- {
-				stack = append(stack, loc(path[i].Name))
-			}
-			if n.Parent == nil {
-				stack = []*profile.Location{loc("(outside)")}
-			}
-			p.Sample = append(p.Sample, &profile.Sample{Location: stack, Value: []int64{int64(n.Calls), int64(n.Base)},
-				Label: map[string][]string{"thread": {threadLabel(t)}}})
-		})
-	}
-	return p
-}
-
-// WritePprof writes the gzipped pprof profile.
-func (a *Analysis) WritePprof(out io.Writer) error {
-	if err := a.Profile().Write(out); err != nil {
-		return fmt.Errorf("writing the pprof profile: %w", err)
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing the folded stacks: %w", err)
 	}
 	return nil
+}
+
+// WritePprof writes the trees as a gzipped pprof profile: samples "calls"
+// and the calibrated metric, one sample per call path, labelled with the
+// thread (streamed: see pprofloc.Stream).
+func (a *Analysis) WritePprof(out io.Writer) error {
+	metric := pprofloc.ValueType{Type: a.Info.Metric, Unit: a.unit()}
+	s := pprofloc.NewStream(out, []pprofloc.ValueType{{Type: "calls", Unit: "count"}, metric}, metric, 1)
+	var locs []uint64
+	for _, t := range a.Trees {
+		label := pprofloc.Label{Key: "thread", Str: threadLabel(t)}
+		walkPaths(t.Root, func(n *Node, path []*Node, same int) {
+			locs = locs[:min(same, len(locs))]
+			for _, p := range path[len(locs):] {
+				locs = append(locs, s.Loc(p.Name, p.Name, "", 0))
+			}
+			if n.Parent == nil {
+				if n.Base == 0 {
+					return
+				}
+				s.Sample([]uint64{s.Loc("(outside)", "(outside)", "", 0)}, []int64{int64(n.Calls), int64(n.Base)}, label)
+				return
+			}
+			s.Sample(locs, []int64{int64(n.Calls), int64(n.Base)}, label)
+		})
+		locs = locs[:0]
+	}
+	return s.Close()
 }
 
 type chromeEvent struct {

@@ -16,11 +16,12 @@ const (
 	TransExcExit = 2 // exception exit (PI's third transition)
 )
 
-// SeqKey is the width of the sequence-minima key (seed 000 / 003 §4.1):
+// SeqKey is the width of the sequence-minima key (the overhead-compensation
+// patent; PI's paper §4.1):
 // the interval between two events is keyed M1 –T1→ M2 –T2→ M3 (the method
 // before the first event, its transition, the method charged, the second
 // event's transition, the method after it), with Types method types and
-// Trans transitions: PI's 8 × 3 (4608 keys), seed 000's 6 × 2 (864), or
+// Trans transitions: PI's 8 × 3 (4608 keys), the patent's 6 × 2 (864), or
 // 1 × 2 (transitions only).
 type SeqKey struct {
 	Types, Trans int
@@ -38,7 +39,7 @@ func ParseSeqKey(s string) (SeqKey, error) {
 	var k SeqKey
 	if n, err := fmt.Sscanf(s, "%dx%d", &k.Types, &k.Trans); n != 2 || err != nil ||
 		(k.Types != 8 && k.Types != 6 && k.Types != 1) || (k.Trans != 2 && k.Trans != 3) {
-		return SeqKey{}, fmt.Errorf("sequence key %q: use TYPESxTRANSITIONS with 8, 6 or 1 types and 3 or 2 transitions (8x3 is PI's, 6x2 seed 000's)", s)
+		return SeqKey{}, fmt.Errorf("sequence key %q: use TYPESxTRANSITIONS with 8, 6 or 1 types and 3 or 2 transitions (8x3 is PI's, 6x2 the 6 Java types x entry/exit)", s)
 	}
 	return k, nil
 }
@@ -48,8 +49,8 @@ func (k SeqKey) String() string { return fmt.Sprintf("%dx%d", k.Types, k.Trans) 
 // Size is the number of keys.
 func (k SeqKey) Size() int { return k.Types * k.Trans * k.Types * k.Trans * k.Types }
 
-// typ maps a recorded method type (0..7) to the key's: all 8; seed 000's
-// 6 Java types 1..6 (0 and 7 counted as 1, jitted); or one.
+// typ maps a recorded method type (0..7) to the key's: all 8; the
+// patent's 6 Java types 1..6 (0 and 7 counted as 1, jitted); or one.
 func (k SeqKey) typ(t uint8) int {
 	switch k.Types {
 	case 8:

@@ -2,11 +2,13 @@ package callflow
 
 import "math"
 
-// Calibration is what is taken off. Start-up (seed 002's inner / outer
-// time): Inner per call of the function itself (its share of the two hooks
+// Calibration is what is taken off. Start-up (the inner / outer time of
+// the patent "Method and apparatus for performing time measurements during
+// instrumentation-based profiling"): Inner per call of the function itself (its share of the two hooks
 // around it), Outer per call it makes (the caller's share of each callee's
 // hooks); InnerAPI / OuterAPI the same for calls recorded through
-// hookit_enter / hookit_exit. Sequence minima (seed 000 / 003 §4.1), when
+// hookit_enter / hookit_exit. Sequence minima (the patent "Compensating for
+// instrumentation overhead using sequences of events"; PI's paper §4.1), when
 // Minima is set instead: each interval between two events loses the
 // minimum observed for its sequence key (two passes: SequenceMinima, then
 // Build).

@@ -62,9 +62,16 @@ func (c *Client) Notices() []string { return c.notices }
 
 // Dial connects to the daemon, starting it if it is not running and we are
 // root. A daemon found dead is reported (with the trace it held) and its
-// successor is started with the same options.
+// successor is started with the same idle exit (its group comes from
+// PERFINSP_GROUP only). A socket in a directory another user could write
+// is refused.
 func Dial() (*Client, error) {
 	path := daemonproto.SocketPath()
+	// A socket in a directory another user can write may be theirs (a
+	// fake agent receiving your files), and so may a state file there.
+	if err := daemonproto.CheckAgentPath(filepath.Dir(path), 0); err != nil {
+		return nil, fmt.Errorf("refusing the agent socket %s: %w", path, err)
+	}
 	c, err := connect(path)
 	if err == nil {
 		// A daemon whose binary was replaced (rebuilt, upgraded) and holds
@@ -125,21 +132,22 @@ func deathNotice(st *daemonproto.State) string {
 	case st.Unsaved:
 		what = "it held a trace that was never written: that trace was lost"
 	}
-	return fmt.Sprintf("the previous pitraced (pid %d) ended without shutting down (killed or crashed) at or after %s; %s",
+	msg := fmt.Sprintf("the previous pitraced (pid %d) ended without shutting down (killed or crashed) at or after %s; %s",
 		st.PID, st.Time.Format("15:04:05"), what)
+	if st.Group != "" && os.Getenv(EnvGroup) != st.Group {
+		msg += fmt.Sprintf("; it served group %q, the one started now does not (a group never comes from a file): set %s=%s or run the service", st.Group, EnvGroup, st.Group)
+	}
+	return msg
 }
 
-func readState(sock string) *daemonproto.State {
-	b, err := os.ReadFile(daemonproto.StatePath(sock))
-	if err != nil {
-		return nil
-	}
-	var st daemonproto.State
-	if json.Unmarshal(b, &st) != nil || st.PID <= 0 {
-		return nil
-	}
-	return &st
-}
+// readState reads the system agent's state file: only root's, in a
+// directory only root can write (daemonproto.ReadState).
+func readState(sock string) *daemonproto.State { return daemonproto.ReadState(sock, 0) }
+
+// EnvGroup names the group whose members may use a system agent that
+// swtrace starts on demand (pitraced --group). It comes from root's
+// environment only: never from a file another user might have written.
+const EnvGroup = "PERFINSP_GROUP"
 
 func alive(pid int) bool {
 	err := unix.Kill(pid, 0)
@@ -176,34 +184,42 @@ func daemonBinary() (string, error) {
 }
 
 // start launches pitraced detached from this process and waits for its
-// socket. A predecessor's group and idle exit are kept.
+// socket. A predecessor's idle exit is kept; the group is PERFINSP_GROUP's,
+// never the state file's.
 func start(path string, prev *daemonproto.State) error {
 	bin, err := daemonBinary()
 	if err != nil {
 		return err
 	}
-	logPath := filepath.Join(filepath.Dir(path), "pitraced.log")
-	_ = os.MkdirAll(filepath.Dir(path), 0o755)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		logf = nil
+	dir := filepath.Dir(path)
+	logPath := filepath.Join(dir, "pitraced.log")
+	if err := daemonproto.CheckAgentPath(dir, 0); err != nil {
+		return fmt.Errorf("refusing to start pitraced on %s: %w", path, err)
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := daemonproto.CheckAgentDir(dir, 0); err != nil {
+		return fmt.Errorf("refusing to start pitraced on %s: %w", path, err)
+	}
+	logf, err := daemonproto.OpenAgentFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600, 0)
+	if err != nil {
+		return fmt.Errorf("pitraced's log: %w", err)
+	}
+	defer logf.Close()
 	args := []string{"--socket", path, "--idle-exit", "30m"}
-	if prev != nil {
-		if prev.Group != "" {
-			args = append(args, "--group", prev.Group)
-		}
-		if prev.IdleExit != "" {
-			args[3] = prev.IdleExit
+	if g := os.Getenv(EnvGroup); g != "" {
+		args = append(args, "--group", g)
+	}
+	if prev != nil && prev.IdleExit != "" {
+		if d, err := time.ParseDuration(prev.IdleExit); err == nil && d >= 0 {
+			args[3] = d.String()
 		}
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = os.Environ()
 	cmd.Stdin = nil
-	if logf != nil {
-		cmd.Stdout, cmd.Stderr = logf, logf
-		defer logf.Close()
-	}
+	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
@@ -410,8 +426,14 @@ func (c *Client) Close() error { return c.conn.Close() }
 // caller opened and on processes the caller may observe.
 func DialAgent() (*Client, error) {
 	sys := daemonproto.SocketPath()
-	if c, err := connect(sys); err == nil {
-		return c, nil
+	// A system socket in a directory another user can write is never
+	// used (it may be theirs): root is told so by Dial, another user falls
+	// back to an agent of their own.
+	sysSafe := daemonproto.CheckAgentPath(filepath.Dir(sys), 0) == nil
+	if sysSafe {
+		if c, err := connect(sys); err == nil {
+			return c, nil
+		}
 	}
 	if os.Geteuid() == 0 {
 		return Dial()
@@ -437,7 +459,7 @@ func startUser(path string) error {
 		return err
 	}
 	logPath := filepath.Join(filepath.Dir(path), "pitraced.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	logf, err := daemonproto.OpenAgentFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600, os.Getuid())
 	if err != nil {
 		return fmt.Errorf("agent log %s: %w", logPath, err)
 	}

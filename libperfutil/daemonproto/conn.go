@@ -23,6 +23,20 @@ const MaxFiles = 4
 // ErrTooLarge is returned when a line exceeds MaxRequest.
 var ErrTooLarge = fmt.Errorf("request larger than %d bytes", MaxRequest)
 
+// ErrPending is wrapped when a Budget refuses the bytes of a request not
+// yet complete.
+var ErrPending = errors.New("too many bytes of unfinished requests")
+
+// Budget counts the bytes of unfinished requests a peer has made the
+// reader hold (shared by all of one user's connections).
+type Budget interface {
+	// Take reserves n more bytes, or returns the error saying which limit
+	// was reached (wrapping ErrPending).
+	Take(n int) error
+	// Give returns n bytes.
+	Give(n int)
+}
+
 // Conn frames the protocol on a Unix stream socket: one JSON value per
 // line, each optionally carrying open files (SCM_RIGHTS). Files travel
 // with the line they were sent with: the sender opens them with its own
@@ -30,7 +44,15 @@ var ErrTooLarge = fmt.Errorf("request larger than %d bytes", MaxRequest)
 type Conn struct {
 	c       *net.UnixConn
 	buf     []byte
+	tmp     []byte
 	pending []*os.File
+
+	// RequestTimeout, when set, bounds the reading of one line once its
+	// first byte has arrived (a peer may wait as long as it likes between
+	// lines, not within one).
+	RequestTimeout time.Duration
+	// Budget, when set, counts the bytes of the unfinished line.
+	Budget Budget
 }
 
 // NewConn wraps a connected Unix socket.
@@ -43,7 +65,16 @@ func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 func (c *Conn) Close() error {
 	closeFiles(c.pending)
 	c.pending = nil
+	c.drop(len(c.buf))
+	c.buf = nil
 	return c.c.Close()
+}
+
+// drop gives n buffered bytes back to the budget.
+func (c *Conn) drop(n int) {
+	if c.Budget != nil && n > 0 {
+		c.Budget.Give(n)
+	}
 }
 
 // Send writes v as one line, with files attached to it.
@@ -92,12 +123,19 @@ func (c *Conn) Receive(v any) ([]*os.File, error) {
 }
 
 func (c *Conn) readLine() ([]byte, []*os.File, error) {
-	tmp := make([]byte, 64<<10)
+	if c.tmp == nil {
+		c.tmp = make([]byte, 16<<10)
+	}
 	oob := make([]byte, unix.CmsgSpace(4*MaxFiles))
+	armed := false
 	for {
 		if i := bytes.IndexByte(c.buf, '\n'); i >= 0 {
 			line := append([]byte(nil), c.buf[:i]...)
+			c.drop(i + 1)
 			c.buf = c.buf[i+1:]
+			if len(c.buf) == 0 {
+				c.buf = nil // a large request's memory is not kept
+			}
 			files := c.pending
 			c.pending = nil
 			return line, files, nil
@@ -105,14 +143,23 @@ func (c *Conn) readLine() ([]byte, []*os.File, error) {
 		if len(c.buf) > MaxRequest {
 			return nil, nil, ErrTooLarge
 		}
-		n, oobn, err := c.recv(tmp, oob)
+		if len(c.buf) > 0 && !armed && c.RequestTimeout > 0 {
+			_ = c.c.SetReadDeadline(time.Now().Add(c.RequestTimeout))
+			armed = true
+		}
+		n, oobn, err := c.recv(c.tmp, oob)
 		if oobn > 0 {
 			if ferr := c.takeFiles(oob[:oobn]); ferr != nil {
 				return nil, nil, ferr
 			}
 		}
 		if n > 0 {
-			c.buf = append(c.buf, tmp[:n]...)
+			if c.Budget != nil {
+				if berr := c.Budget.Take(n); berr != nil {
+					return nil, nil, berr
+				}
+			}
+			c.buf = append(c.buf, c.tmp[:n]...)
 			continue
 		}
 		if err == nil {

@@ -170,7 +170,8 @@ var (
 )
 
 // namedEvents is the table of named events, made at the first use (every tool
-// links this package; most never look an event up: 0.5 ms of start).
+// links this package; most never look an event up, and building it would
+// lengthen every tool's start).
 var namedEvents = sync.OnceValues(func() (byName map[string]Event, ordered []Event) {
 	byName = map[string]Event{}
 	add := func(e Event, aliases ...string) {

@@ -4,10 +4,10 @@
 //
 // A report of a large trace fills tens to hundreds of megabytes of heap
 // once and exits. Each 4 KB page of fresh memory costs a page fault, and
-// in a virtual machine a fault costs far more than on bare metal: on the
-// development VM 12 µs a page, 48 ms for 16 MB, against 1.2 ms for the
-// same 16 MB in huge pages. post spent a quarter of a many-process
-// report, and a third of a call-stack report, in those faults.
+// in a virtual machine a fault costs far more than on bare metal (tens of
+// times what the same memory costs in huge pages). Without huge pages
+// post can spend a quarter of a many-process report, and a third of a
+// call-stack report, in those faults.
 //
 // The Go runtime does not ask for huge pages for its heap, and it maps
 // the heap as it grows (mmap MAP_FIXED), so advice given before would be
@@ -76,7 +76,7 @@ func Reserve(n int) (reserved int, skipped string) {
 	}
 	// The collector off while the reservation is made: the allocation
 	// would start a collection of its own (one more cycle before the
-	// one below frees it: ~1.5 ms on the development VM).
+	// one below frees it).
 	old := debug.SetGCPercent(-1)
 	b := make([]byte, n)
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
@@ -98,8 +98,8 @@ func Reserve(n int) (reserved int, skipped string) {
 // (MADV_POPULATE_WRITE, Linux 5.14; nothing on older kernels). That memory
 // (the heap before the reservation: its first few megabytes, in 4 KB
 // pages) is what the allocator hands out first once the collection freed
-// it, and a fault a page cost more there than all the rest: ~700 faults
-// of 10 µs in a many-process report. Called on a goroutine of its own:
+// it, and a fault a page there can cost more than all the rest of the
+// report's faults. Called on a goroutine of its own:
 // it runs beside the work that follows, on a CPU otherwise idle then.
 func populateBelow(beg uintptr) {
 	lo, ok := mappingStart(beg - 1)

@@ -309,7 +309,7 @@ func (b *Block) FallThrough(stop uint64) (n uint32, last uint64, ok bool) {
 
 // Overran explains a single step from the non-branch instruction at from
 // that stopped at to, not at its fall-through: the trap after it was lost
-// (a hypervisor emulating cpuid drops it: seen on this project's VM) and
+// (a hypervisor emulating cpuid can drop it) and
 // the following instructions ran too, up to the next trap. The block
 // decoder tells how many: a stop on the fall-through chain (How
 // FellThrough, N instructions, Last the last one) or after its branch

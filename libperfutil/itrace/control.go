@@ -20,7 +20,8 @@ const (
 
 // OnArgs select the threads to trace. The caller may trace only processes
 // it could ptrace itself: root, or the same user as the target (real,
-// effective and saved ids) with the target dumpable.
+// effective and saved ids) with the target holding no capabilities and
+// dumpable. Without the module the tracer runs with the caller's ids.
 type OnArgs struct {
 	PIDs     []int `json:"pids,omitempty"`      // processes, all their threads
 	TIDs     []int `json:"tids,omitempty"`      // single threads (ITraceOn)
@@ -52,6 +53,9 @@ type OffResult struct {
 	Threads      int    `json:"threads"`
 	Instructions uint64 `json:"instructions"`
 	Records      uint64 `json:"records"`
+	// ThreadsLeftOut: threads created past the per-session limit, which
+	// ran untraced (the ptrace path).
+	ThreadsLeftOut int `json:"threads_left_out,omitempty"`
 
 	StepCounts // the ptrace path's stepping
 }

@@ -78,7 +78,8 @@ type frame struct {
 	// interrupted is the function a signal frame interrupted: a
 	// siglongjmp out of the handler may land in it (leaveHandlers)
 	interrupted string
-	plt         bool // a call into a PLT stub, not yet through it
+	plt         bool       // a call into a PLT stub, not yet through it
+	node        *stackNode // the call path through this frame (EnableStacks)
 }
 
 type threadState struct {
@@ -90,8 +91,7 @@ type threadState struct {
 	stack    []frame
 	active   map[string]int // activations on the stack per function
 	base     string         // function at depth 0 (EnableStacks: the stacks' root)
-	stackStr string         // key() of stack, valid while keyOK
-	keyOK    bool
+	signals  int            // signal handler frames on stack
 }
 
 // Report is the replayed ITrace of a trace file.
@@ -119,7 +119,7 @@ type Report struct {
 	threads map[uint32]*threadState
 	cur     map[int]*threadState // per CPU buffer: thread of the records that follow
 	onArc   func(*Branch)
-	stacks  map[stackKey]uint64 // instructions per call stack (EnableStacks)
+	stacks  *stackTree // instructions per call stack (EnableStacks)
 }
 
 // NewReport returns an empty report naming addresses with namer. onBranch,
@@ -230,7 +230,7 @@ func (rep *Report) Apply(r *trace.Record) {
 			rep.KernelNs += r.Field(4)
 			switch b.Syscall {
 			case 15: // rt_sigreturn: back from a signal handler
-				for i := len(th.stack) - 1; i >= 0; i-- {
+				for i := len(th.stack) - 1; i >= 0 && th.signals > 0; i-- {
 					if th.stack[i].signal {
 						rep.unwind(th, i)
 						break
@@ -292,12 +292,12 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 		callee.Calls++
 		callee.Callers[caller]++
 	}
-	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal}
+	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal, node: rep.pushNode(th, k)}
 	if signal {
 		f.interrupted = th.lastFn
+		th.signals++
 	}
 	th.stack = append(th.stack, f)
-	th.keyOK = false
 	th.active[k]++
 }
 
@@ -307,8 +307,7 @@ func (rep *Report) call(th *threadState, from, to uint64) {
 		ck = th.lastFn
 	}
 	if callee, _, _ := rep.fn(th.pid, to); callee.PLT {
-		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true})
-		th.keyOK = false
+		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true, node: rep.pushNode(th, "")})
 		return
 	}
 	rep.arc(ck, to, th, line)
@@ -341,7 +340,7 @@ func (rep *Report) jump(th *threadState, to uint64) {
 	f := &th.stack[n-1]
 	f.plt = false
 	f.fn = k
-	th.keyOK = false
+	rep.renameTop(th, k)
 	f.entry = th.total // the stub's instructions are the caller's
 	callee.Calls++
 	callee.Callers[f.caller]++
@@ -372,6 +371,9 @@ func (rep *Report) ret(th *threadState, to uint64) {
 // pointer. A branch into a function of the handler's own frames (the
 // handler, what it called) stays inside it.
 func (rep *Report) leaveHandlers(th *threadState, to uint64) {
+	if th.signals == 0 {
+		return // (no scan of a deep stack for a handler on every return)
+	}
 	s := -1
 	for i := len(th.stack) - 1; i >= 0; i-- {
 		if th.stack[i].signal {
@@ -412,7 +414,9 @@ func (rep *Report) unwind(th *threadState, depth int) {
 	for len(th.stack) > depth {
 		f := th.stack[len(th.stack)-1]
 		th.stack = th.stack[:len(th.stack)-1]
-		th.keyOK = false
+		if f.signal {
+			th.signals--
+		}
 		if f.plt {
 			continue
 		}

@@ -1,6 +1,7 @@
 // Package merge builds one call tree per thread from a trace that holds
-// both method entry/exit events and tprof samples (the trace-merge patent,
-// seed 004; docs/jprof.md): the events give the tree its shape and its
+// both method entry/exit events and tprof samples (the patent "Process and
+// system for merging trace data for primarily interpreted methods";
+// docs/jprof.md): the events give the tree its shape and its
 // times (each interval between two events of a thread is charged to the
 // node current on that thread), and every tick lands in the node current on
 // its thread at the tick's time. A tick whose PC is in the interpreter is

@@ -164,8 +164,8 @@ func (f *File) Populate() {
 // bytes c.Data holds. From a mapped file they are read from the file (a
 // copy made by the kernel): memory of the reader's own, used again, costs
 // less than touching each page of the mapping once, where page faults or
-// page-table misses are dear (a virtual machine: 2.3 µs a 4 KB page at
-// first touch on the machine this was written on, 37 MB in 23 ms); else
+// page-table misses are dear (a virtual machine with shadow paging pays
+// for the first touch of every 4 KB page, even when present); else
 // they are copied from c.Data.
 func (f *File) ReadData(c Chunk, p []byte, off int) error {
 	if off < 0 || off > len(c.Data) || len(p) > len(c.Data)-off {

@@ -36,6 +36,12 @@ type ThreadDump struct {
 	// Running: on a CPU at the snapshot (module backend).
 	Running bool `json:"running,omitempty"`
 	Exited  bool `json:"exited"`
+	// UncountedStartNs: a thread created after `ptt on` is found by the
+	// agent (process connector or rescan) some time after it started;
+	// this is the CPU time it had run before its counters were opened,
+	// which Values do not include (the scheduler's figure,
+	// /proc/PID/task/TID/schedstat; perf backend only).
+	UncountedStartNs *uint64 `json:"uncounted_start_ns,omitempty"`
 }
 
 // CPUBucket is one CPU's interrupt bucket (module backend): outermost

@@ -202,8 +202,8 @@ func agreementAttempt(t *testing.T, attempt int, final bool) (over bool) {
 		// The mapped read must reproduce the kernel's own count: the two
 		// reads are a few microseconds apart at each end, and the mapped
 		// value extrapolates the running slice from the page's time
-		// fields, which drift from the kernel's clock by up to ~0.04 %
-		// on a loaded VM (105 us of 300 ms seen). A read that misses a
+		// fields, which can drift from the kernel's clock by a few
+		// hundredths of a per cent on a loaded VM. A read that misses a
 		// slice is off by milliseconds.
 		if d := math.Abs(float64(a.mapped) - float64(a.syscall)); d > 5e-4*float64(a.syscall)+50e3 {
 			over = true
@@ -211,7 +211,11 @@ func agreementAttempt(t *testing.T, attempt int, final bool) (over bool) {
 				t.Errorf("tid %d: mapped task-clock %d differs from the read() value %d by %.0f ns", a.tid, a.mapped, a.syscall, d)
 			}
 		}
-		if math.Abs(a.errPct) > 1 {
+		// Against the scheduler's clock the mapped value may differ by as
+		// much as the kernel's own task-clock does (steal and interrupt
+		// time inside the slices, in bursts on a loaded VM): what PTT must
+		// not add is a difference of its own.
+		if math.Abs(a.errPct) > 1 && math.Abs(a.errPct-kernPct) > 0.1 {
 			over = true
 			if !final {
 				continue

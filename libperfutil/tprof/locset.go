@@ -90,8 +90,8 @@ func (s *locSet) offsets(m string) *offTable {
 
 // offTable maps a module's file offsets to Loc numbers: open addressing,
 // linear probing from a Fibonacci hash, at most half full (a lookup a
-// count of the replay: a Go map's was 6 ms of a many-process report's
-// critical path, this one's one probe mostly).
+// count of the replay, on a many-process report's critical path: a Go
+// map costs measurably more than this one's single probe, mostly).
 type offTable struct {
 	keys  []uint64 // offset + 1; 0: free
 	vals  []int32

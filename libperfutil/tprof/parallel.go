@@ -356,11 +356,11 @@ type runRef struct{ w, r int32 }
 // sideLocator locates the kernel's counts on a goroutine of its own,
 // beside the replay (kernel addresses are located alike at any time): its
 // Locs numbered in a locSet of its own, numbered again in the report's by
-// merge, on the replay's goroutine. (The replay, on one CPU, was a third
-// of a many-process flat report; its kernel counts 6 of its 35 ms. The
-// user counts of the states open at the end, half of them located there
-// too, made more Locs to name after the merge than they saved: the
-// namer, one goroutine, then ended 5 ms later.)
+// merge, on the replay's goroutine. (The replay, on one CPU, is a third
+// of a many-process flat report, and the kernel's counts a sixth of the
+// replay. The user counts of the states open at the end are not located
+// here: they would make more Locs to name after the merge than they save,
+// and the namer, one goroutine, would end later.)
 type sideLocator struct {
 	workers []*tickWorker
 	done    chan struct{}
@@ -470,8 +470,8 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	}
 	// 1. The MTE records, kept (they are few) for step 3, in blocks and
 	// their fields in blocks of their own (a slice grown by appends,
-	// each record's fields an allocation: 6 ms of the many-process
-	// trace's 6,600 records, before the workers can start).
+	// each record's fields an allocation, measurably delays the
+	// workers' start on a many-process trace).
 	const mteBlock, fieldBlock = 1024, 8192
 	var mte [][]trace.Record
 	var fields []uint64
@@ -751,7 +751,8 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 			// A process's last change applied, its mappings are those of
 			// the end: its last state is located now, not after every
 			// record (the long-lived processes' states, most of the Locs,
-			// came in a burst at the end, named after the replay: 7-10 ms).
+			// would otherwise come in a burst at the end, named after the
+			// replay, on the critical path).
 			if pid, ok := isChange(rec); ok && int(epochs[pid]) == len(changes[pid]) {
 				locateGroup(pid, epochs[pid])
 			}

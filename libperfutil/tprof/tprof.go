@@ -262,8 +262,8 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// A result is one (module, symbol) name, each name interned as it
 	// comes (names: one number a name, the report's), a result by its
 	// two numbers (resMod, resSym): the cells need them, and interning
-	// them after the naming was a pause of 1.3-3 ms in a many-process
-	// report.
+	// them after the naming would be a pause on the critical path of a
+	// many-process report.
 	var results []a2n.Result
 	var names []string
 	var resMod, resSym []int32
@@ -832,9 +832,10 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 	// thread (entries come thread by thread, a thread in several runs:
 	// its states, user and kernel, the readers), the second takes the
 	// runs thread after thread and finds a result's cell in a table by
-	// result, stamped with the thread (a lookup a distinct (thread,
-	// address) in a map of cells was 11 ms of a many-process report's
-	// 215 k entries). The order of the cells is the sections' (cellOrder),
+	// result, stamped with the thread (no map lookup per distinct
+	// (thread, address): over a many-process report's hundreds of
+	// thousands of entries those lookups were most of the cells' time).
+	// The order of the cells is the sections' (cellOrder),
 	// not this one.
 	var parts [2][]cell
 	var partThreads [2][]cell // each part's threads (pid, tid), once
@@ -882,8 +883,8 @@ const entryBlock = 4096
 // of half (0 or 1: a hash of the thread's pid and tid) by thread and
 // result, and returns the cells and the threads (a cell each). An
 // entry's res is a result, or with resOf a Loc whose result resOf gives
-// (mapped here, on two goroutines: a pass over the entries to map them
-// was 1.6 ms of a many-process report).
+// (mapped here, on two goroutines, rather than in a pass of its own over
+// the entries).
 func makeCells(all [][]entry, nent int32, half uint64, resOf, resMod, resSym []int32) (cells, threads []cell) {
 	// pass 1: the runs of each thread, chained in the order met
 	type run struct{ lo, hi, next int32 }

@@ -210,6 +210,8 @@ func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields 
 			return false, err
 		}
 		b.cur.Records++
+		b.records++ // the LOST record is in the trace: the statistics count it
+		b.bytes += uint64(lostSize)
 		b.pending = 0
 	}
 	if !b.room(size, t, notify) {

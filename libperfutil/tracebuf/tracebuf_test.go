@@ -208,3 +208,41 @@ func TestTooSmall(t *testing.T) {
 		t.Fatal("100-byte buffer accepted")
 	}
 }
+
+// records counts the records of segments that are not TIME_HIGH (the
+// segments' own time base, which the statistics do not count).
+func records(t *testing.T, segs [][]byte) (n uint64) {
+	t.Helper()
+	for _, s := range segs {
+		r := trace.NewReader(s, 0, 0, false, 0)
+		for {
+			rec, ok, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if rec.Major != trace.MajorSys || rec.Minor != trace.SysTimeHigh {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// The statistics count every record the buffer holds, the LOST records
+// that say what was lost before them included: a trace file's statistics
+// then agree with its records.
+func TestStatsCountLostRecords(t *testing.T) {
+	for _, mode := range []Mode{Normal, Wrap, Cont} {
+		b, _ := New(8192, mode)
+		for i := 0; i < 3; i++ {
+			b.AddLost(2)
+			write(t, b, i*10, 10)
+		}
+		if got, st := records(t, b.Snapshot()), b.Stats(); got != st.Records {
+			t.Errorf("mode %v: the buffer holds %d records, its statistics count %d", mode, got, st.Records)
+		}
+	}
+}

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the -icount VM (busybox sh; scripts/vmtest/run.sh callflow):
-# call-flow exactness (issue 11). The guest TSC counts instructions, and
+# call-flow exactness. The guest TSC counts instructions, and
 # the module's PTT metric tsc is the thread's TSC with interrupts and other
 # threads factored out: a calibrated call flow of callflow_exact must give
 # every function's own instructions as the ITrace of the same binary (hooks

@@ -12,7 +12,7 @@ perm=$(stat -c %a /dev/pitrace)
 [ "$perm" = 600 ] || fail "/dev/pitrace mode $perm, want 600 (root only)"
 echo "vmtest: /dev/pitrace mode $perm"
 
-# issue 17: the module under hostile or unusual use (scripts/vmtest/harden.c)
+# the module under hostile or unusual use (scripts/vmtest/harden.c)
 hardening() {
 	step "hardening: a caller stalled on a userfaultfd page does not hold others"
 	run harden uffd
@@ -45,7 +45,7 @@ if [ "$1" = itrace ]; then
 	exit $?
 fi
 
-if [ "$1" = jit ]; then	# issue 12: JIT records through the module
+if [ "$1" = jit ]; then	# JIT records through the module
 	sh /jit-test.sh || fail "jit"
 	echo "PITRACE-JIT-DONE"
 	exit 0
@@ -57,7 +57,7 @@ if [ "$1" = harden ]; then
 	exit 0
 fi
 
-# issue 14: call stacks at every tprof tick (scripts/vmtest/guest/stacks.go)
+# call stacks at every tprof tick (scripts/vmtest/guest/stacks.go)
 call_stacks() {
 	step "call stacks through the module: cpuburn's paths, a stack over the limit, kernel frames"
 	run pitest stacks

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * harden - VM tests of pitrace.ko under hostile or unusual use (issue 17):
+ * harden - VM tests of pitrace.ko under hostile or unusual use:
  *
  *   harden uffd       a caller stalled on a userfaultfd page inside an ioctl
  *                     does not delay other openers (STATUS, close, PTT)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs inside the -icount VM (busybox sh; scripts/vmtest/run.sh icount): the
 # ITrace identity "user instructions traced + kernel instructions recorded =
-# the TSC delta of the traced section" (issue 10, docs/itrace.md).  Under
+# the TSC delta of the traced section" (docs/itrace.md).  Under
 # -icount shift=0,sleep=off the guest TSC counts instructions.
 #
 # itrace_icount runs one section traced by the module (ITRACE_ON/OFF of the

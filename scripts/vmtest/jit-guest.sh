@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh), from guest-test.sh: JIT records through
-# the module (issue 12). jitprog copies a hot loop into anonymous
+# the module. jitprog copies a hot loop into anonymous
 # executable memory and names it with JProf's client (PITRACE_IOC_JIT);
 # tprof of it through the module must name the loop's ticks by that name,
 # and a JIT_LOAD of another process over the same range (its child's

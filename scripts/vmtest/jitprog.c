@@ -1,5 +1,5 @@
 /*
- * The JIT records through the module (issue 12), for the VM test
+ * The JIT records through the module, for the VM test
  * (scripts/vmtest/jit-guest.sh): copies a hot loop into anonymous
  * executable memory, names it with a JIT_LOAD through JProf's own client
  * (tools/jprof/agent/jittrace.c, compiled in), runs it, then unloads it.

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh), from jit-guest.sh: JProf's method
-# entry/exit records through the module (issue 12; PITRACE_IOC_METHOD).
+# entry/exit records through the module (PITRACE_IOC_METHOD).
 # methodprog drives the agent's record path as calltree,trace does
 # (scripts/vmtest/methodprog.c); with tprof ticks on, post --merge must give
 # the expected merged tree: exact calls per path, the jitted method's ticks

@@ -1,5 +1,5 @@
 /*
- * JProf's method entry/exit records (issue 12), for the VM test
+ * JProf's method entry/exit records, for the VM test
  * (scripts/vmtest/jit-guest.sh; the guest has no JVM): drives the
  * agent's record path the way calltree,trace does, through the agent's
  * own writer (tools/jprof/agent/jittrace.c, compiled in): a method is

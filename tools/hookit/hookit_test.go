@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/libperfutil/callflow"
 )
 
@@ -250,12 +251,20 @@ func checkReportsAgree(t *testing.T, dir string, a *callflow.Analysis) {
 // measured intervals minus t_I lies within the spread of the start-up
 // measurement (raw TSC: the finest resolution here).
 func TestEmptyFunctionCalibratedNearZero(t *testing.T) {
+	// The start-up calibration and the run are measured at different
+	// moments: on a busy machine one of them can be disturbed alone.
+	testenv.Retry(t, 3, "empty function calibrated near zero", func(a *testenv.Attempt) {
+		emptyCalibratedOnce(t, a)
+	})
+}
+
+func emptyCalibratedOnce(t *testing.T, a *testenv.Attempt) {
 	dir := runHookit(t, "-m", "rdtsc", "--", filepath.Join(setup(t), "bin/callflow"), "200000")
 	p := load(t, dir)
-	a := callflow.Analyze(p)
+	an := callflow.Analyze(p)
 	var fn uint64
 	var node *callflow.Node
-	treeOf(t, a, true).Root.Walk(func(n *callflow.Node) {
+	treeOf(t, an, true).Root.Walk(func(n *callflow.Node) {
 		if n.Name == "empty" {
 			fn, node = n.Fn, n
 		}
@@ -286,7 +295,7 @@ func TestEmptyFunctionCalibratedNearZero(t *testing.T) {
 		t.Fatalf("t_I %.2f: the start-up calibration measured nothing", in.TInner)
 	}
 	if cal < -spread || cal > spread {
-		t.Errorf("calibrated median of the empty function %.2f cycles, want 0 within ±%.2f", cal, spread)
+		a.Errorf("calibrated median of the empty function %.2f cycles, want 0 within ±%.2f", cal, spread)
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"perfinsp/internal/cliutil"
-
 	"perfinsp/libperfutil/callflow"
+	"perfinsp/libperfutil/outdir"
 )
 
 func main() {
@@ -33,8 +33,8 @@ func main() {
 				&cli.StringFlag{Name: "cal", Value: "startup", Usage: "calibration: startup (t_I and t_O measured at start-up), minima (the run's sequence minima, two-pass: exact where the metric is exact, e.g. -icount) or none (the raw metric)"},
 				&cli.StringFlag{Name: "train", Usage: "write this run's sequence minima to `FILE` (a trainer run: merged with --minima's table if given); later runs load it with --minima"},
 				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
-				&cli.StringFlag{Name: "env", Usage: "the environmental overhead: the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
-				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java method types x entry/exit) or 1x2 (transitions only)"},
+				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (PI's paper §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
+				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
 		}, checkCommand},
@@ -53,9 +53,11 @@ func report(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return fmt.Errorf("creating the report directory: %w", err)
+	od, err := outdir.Open(out)
+	if err != nil {
+		return fmt.Errorf("the report directory: %w", err)
 	}
+	defer od.Close()
 	var trained *callflow.Minima
 	var trainedMetric string
 	if path := c.String("minima"); path != "" {
@@ -127,11 +129,11 @@ func report(c *cli.Context) error {
 			{"callflow.trace.json", func(f *os.File) error { return a.WriteChrome(f) }},
 		}
 		for _, fl := range files {
-			path := filepath.Join(out, fl.name+suffix)
-			f, err := os.Create(path)
+			f, err := od.Create(fl.name + suffix)
 			if err != nil {
-				return fmt.Errorf("creating %s: %w", path, err)
+				return err
 			}
+			path := f.Name()
 			werr := fl.write(f)
 			if cerr := f.Close(); werr == nil {
 				werr = cerr
@@ -163,9 +165,9 @@ func writeTraining(path string, p *callflow.Process, key string, trained *callfl
 	if err := m.Merge(trained); err != nil {
 		return err
 	}
-	f, err := os.Create(path)
+	f, err := outdir.CreateFile(path)
 	if err != nil {
-		return fmt.Errorf("creating the training file: %w", err)
+		return fmt.Errorf("the training file: %w", err)
 	}
 	werr := callflow.WriteMinima(f, m, p.Info.Metric)
 	if cerr := f.Close(); werr == nil {

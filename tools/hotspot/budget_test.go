@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"perfinsp/internal/testenv"
 )
 
 func TestParsePercent(t *testing.T) {
@@ -74,7 +76,7 @@ func TestBudgetRule(t *testing.T) {
 	}
 }
 
-// TestOverheadBudget: with a hot function of ~25 us per call, probes always
+// TestOverheadBudget: with a hot function costing about a probed call, probes always
 // in place (--max-overhead 0) cost the target about as much CPU as its own
 // work (the measured cost per call times the calls is most of the target's
 // CPU time, never more; hot's first instruction is single-stepped, the
@@ -82,6 +84,13 @@ func TestBudgetRule(t *testing.T) {
 // between windows and the estimated slowdown stays within the budget.
 func TestOverheadBudget(t *testing.T) {
 	build(t)
+	// The calibration (at start-up) and the target's CPU (during the walk)
+	// are measured at different moments: on a busy machine one of them can
+	// be disturbed alone.
+	testenv.Retry(t, 3, "overhead budget", func(a *testenv.Attempt) { overheadBudgetOnce(t, a) })
+}
+
+func overheadBudgetOnce(t *testing.T, a *testenv.Attempt) {
 	est := map[string]*Overhead{}
 	for _, budget := range []string{"0", ""} {
 		js := filepath.Join(t.TempDir(), "r.json")
@@ -102,22 +111,22 @@ func TestOverheadBudget(t *testing.T) {
 		t.Logf("budget %q: cost/call %.1fus (spread %.1fus), %d probed calls, probe cost %.1fms of %.1fms target CPU: estimated %.1f%%, %d windows",
 			budget, o.Calibration.CallNs/1e3, o.Calibration.SpreadNs/1e3, o.ProbedCalls, o.ProbeCostNs/1e6, float64(o.TargetCPUNs)/1e6, o.EstimatedPct, r.Levels[0].Windows)
 		if runtime.GOARCH == "amd64" && (o.Calibration.EmulatedNs <= 0 || o.Calibration.EmulatedNs > o.Calibration.CallNs) {
-			t.Errorf("budget %q: calibration %+v: want the emulated kind measured, no dearer than the single-stepped", budget, o.Calibration)
+			a.Errorf("budget %q: calibration %+v: want the emulated kind measured, no dearer than the single-stepped", budget, o.Calibration)
 		}
 		if o.Calibration.CallNs <= 0 || o.ProbedCalls != funcByLevel(r, 0)["hot"].Calls {
-			t.Errorf("budget %q: calibration %+v, probed calls %d: want a cost and hot's calls", budget, o.Calibration, o.ProbedCalls)
+			a.Errorf("budget %q: calibration %+v, probed calls %d: want a cost and hot's calls", budget, o.Calibration, o.ProbedCalls)
 		}
 		est[budget] = o
 		if budget == "" && r.Levels[0].Windows < 2 {
-			t.Errorf("default budget: %d windows, want the probes taken out and put back", r.Levels[0].Windows)
+			a.Errorf("default budget: %d windows, want the probes taken out and put back", r.Levels[0].Windows)
 		}
 	}
 	if all := est["0"]; all.ProbeCostNs > 1.1*float64(all.TargetCPUNs) || all.ProbeCostNs < 0.25*float64(all.TargetCPUNs) {
-		t.Errorf("probes always in: probe cost %.1fms against the target's %.1fms of CPU: the measured cost per call does not explain the target's CPU",
+		a.Errorf("probes always in: probe cost %.1fms against the target's %.1fms of CPU: the measured cost per call does not explain the target's CPU",
 			all.ProbeCostNs/1e6, float64(all.TargetCPUNs)/1e6)
 	}
 	if d := est[""]; d.BudgetPct != 5 || d.EstimatedPct > 6 || d.EstimatedPct <= 0 {
-		t.Errorf("default budget %.1f%%: estimated slowdown %.1f%%, want (0, 5] (+1 for the last window)", d.BudgetPct, d.EstimatedPct)
+		a.Errorf("default budget %.1f%%: estimated slowdown %.1f%%, want (0, 5] (+1 for the last window)", d.BudgetPct, d.EstimatedPct)
 	}
 }
 
@@ -156,10 +165,10 @@ func TestEntryEmulated(t *testing.T) {
 // and x (push first, emulated) at level 1. The calibrated costs charged
 // for them must agree within a factor of two: the two are CPU times taken
 // at different moments (the calibration at start-up, the target during the
-// level), so on a loaded machine they differ by a third (1.33 seen in a CI
-// run beside a VM test); a wrong calibration is off by far more (the
-// first, with a probe left open in the "without" batches, gave 1 us for
-// 24). bench/hotspot.sh prints the ratio on a quiet machine.
+// level), so on a loaded machine they can differ by a third; a wrong
+// calibration is off by far more (a probe left open in the "without"
+// batches gives a small fraction of the true cost). bench/hotspot.sh
+// prints the ratio on a quiet machine.
 func TestCalibrationMatchesTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")

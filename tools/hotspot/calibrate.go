@@ -32,7 +32,7 @@ import (
 // it emulates a few first instructions (push of a register — the frame
 // pointer prologue of most compiled functions — jumps, calls, nops) in the
 // trap, and executes any other one out of line with a second, single-step
-// trap, which costs about three times as much in this VM. calibLeaf starts
+// trap, which can cost several times as much (in a VM). calibLeaf starts
 // with a MOVL (out of line), calibPush with PUSHQ BP (emulated); the walk
 // charges each probed function the cost of its own first instruction.
 //
@@ -247,7 +247,7 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 	// A probe's breakpoint is in place from its open to its close (a
 	// disabled perf event still traps): the plain batches run with no probe
 	// open at all, then the probed batches with one pair (an entry and a
-	// return probe; a close waits ~45 ms for the kernel's grace periods,
+	// return probe; a close waits for the kernel's grace periods,
 	// so the pair is opened once per kind, not per batch).
 	// Then the return probe is closed and the same batches run with the
 	// entry probe alone.

@@ -86,7 +86,7 @@ type Level struct {
 	// far to fall within the budget before its probes first went in.
 	BudgetWaitSec float64 `json:"budget_wait_s,omitempty"`
 	// CloseSec is the time spent closing probes (the kernel's grace
-	// periods, ~45 ms a probe on an idle host, more under load).
+	// periods: tens of milliseconds a probe, more under load).
 	CloseSec float64 `json:"close_s"`
 	pids     map[uint32]int
 }
@@ -239,7 +239,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	drain := func() {}
 	closing := false
 	// closeAll removes the probes. Each close waits for the kernel's grace
-	// periods (~45 ms on this host, one close at a time machine-wide), and
+	// periods (tens of milliseconds, one close at a time machine-wide), and
 	// a function's breakpoint stays while any probe of it is open: the
 	// probes still open keep trapping meanwhile. So the return probes go
 	// first (an entry probe alone costs the entry trap only), the rings
@@ -518,7 +518,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			}
 		case offWin > 0 && on && time.Since(winStart) >= onWin:
 			// The off time counts from the start of the closing (which
-			// takes ~45 ms a probe, more on a loaded host).
+			// takes tens of milliseconds a probe, more on a loaded host).
 			t := time.Now()
 			closeAll()
 			on, winStart = false, t

@@ -292,3 +292,36 @@ func TestBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// The calltree's directory must be the user's own and closed to others:
+// a world-writable one, with links planted under the names of the files,
+// stops the JVM at start with the runtime's reason, and nothing is
+// written there or through the links.
+func TestCalltreeSharedDirectoryRefused(t *testing.T) {
+	root := agentOnly(t)
+	base := t.TempDir()
+	dir := filepath.Join(base, "shared")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(base, "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "log-rt")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := java(root, base, "calltree,include=JProfDemo*,dir="+dir, "JProfDemo").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "jprof: ") || !strings.Contains(string(out), "is writable by others") {
+		t.Fatalf("a world-writable calltree directory: %v\n%s", err, out)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "hookit-*")); len(m) != 0 {
+		t.Fatalf("files written in the shared directory: %v", m)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Fatalf("the victim was written: %q", b)
+	}
+}

@@ -5,7 +5,6 @@ package main
 
 import (
 	"bufio"
-	"debug/elf"
 	"fmt"
 	"github.com/urfave/cli/v2"
 	"io"
@@ -52,16 +51,9 @@ func writeFile(path string, fn func(io.Writer) error) error {
 	return f.Close()
 }
 
-// pltRanges are one module's PLT sections, as file offsets and addresses.
-type pltRanges struct {
-	off, va [][2]uint64
-	init    uint64 // address of .init: the size-less _init precedes the PLT
-}
-
 // a2nNamer names ITrace addresses with A2N, as of the record replayed.
 type a2nNamer struct {
 	r     *a2n.Resolver
-	plt   map[string]*pltRanges
 	cache map[[2]uint64]named
 }
 
@@ -72,56 +64,11 @@ type named struct {
 	line int
 }
 
-func (n *a2nNamer) pltOf(path string) *pltRanges {
-	if p, ok := n.plt[path]; ok {
-		return p
-	}
-	p := &pltRanges{}
-	n.plt[path] = p
-	f, err := elf.Open(path)
-	if err != nil {
-		return p
-	}
-	defer f.Close()
-	for _, s := range f.Sections {
-		if strings.HasPrefix(s.Name, ".plt") {
-			p.off = append(p.off, [2]uint64{s.Offset, s.Offset + s.Size})
-			p.va = append(p.va, [2]uint64{s.Addr, s.Addr + s.Size})
-		}
-		if s.Name == ".init" {
-			p.init = s.Addr
-		}
-	}
-	return p
-}
-
-func in(rs [][2]uint64, x uint64) bool {
-	for _, r := range rs {
-		if x >= r[0] && x < r[1] {
-			return true
-		}
-	}
-	return false
-}
-
-// isPLT tells a PLT stub: A2N names them name@plt, as perf does; the
-// first entry (the lazy binding path) it leaves unnamed (module+0xOFF, a
-// file offset) or names after a size-less _init before it.
-func (n *a2nNamer) isPLT(res *a2n.Result) bool {
-	if strings.HasSuffix(res.Symbol, "@plt") {
-		return true
-	}
-	if !strings.HasPrefix(res.Module, "/") {
-		return false
-	}
-	p := n.pltOf(res.Module)
-	if len(p.off) == 0 {
-		return false
-	}
-	if strings.HasPrefix(res.Symbol, filepath.Base(res.Module)+"+0x") {
-		return in(p.off, res.Offset)
-	}
-	return res.Symbol == "_init" && in(p.va, p.init+res.Offset)
+// isPLT tells a PLT stub (A2N names them name@plt, as perf does) or the
+// PLT's first entry, the lazy binding path, which A2N leaves unnamed or
+// names after a size-less _init before it: A2N knows the PLT sections.
+func isPLT(res *a2n.Result) bool {
+	return res.PLT || strings.HasSuffix(res.Symbol, "@plt")
 }
 
 func (n *a2nNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, int) {
@@ -131,7 +78,7 @@ func (n *a2nNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, 
 	}
 	res := n.r.Resolve(pid, addr, false)
 	v := named{fn: pitrace.Func{Name: res.Symbol, Module: res.Module}, off: res.Offset, file: res.File, line: res.Line}
-	if n.isPLT(&res) {
+	if isPLT(&res) {
 		v.fn.PLT = true
 		if !strings.HasSuffix(res.Symbol, "@plt") {
 			v.fn.Name = filepath.Base(res.Module) + ":PLT"
@@ -150,7 +97,7 @@ func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result
 	if itraceOpt.callgrind != "" || itraceOpt.arc {
 		r.Lines = true
 	}
-	namer := &a2nNamer{r: r, plt: map[string]*pltRanges{}, cache: map[[2]uint64]named{}}
+	namer := &a2nNamer{r: r, cache: map[[2]uint64]named{}}
 	var arcF *os.File
 	var arcW *bufio.Writer
 	var arcErr error

@@ -140,8 +140,8 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 
 // rewrite opens path to be written from its start, as create, but
 // without truncating it first: the pages of an old report are written
-// over, not freed and made again (truncating a report of megabytes took
-// 3-5 ms); endRewrite cuts the file where the writing ended.
+// over, not freed and made again (truncating a report of megabytes costs
+// measurably); endRewrite cuts the file where the writing ended.
 func rewrite(path string) (*os.File, *bufio.Writer, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
@@ -185,9 +185,9 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	if st, err := os.Stat(in); err == nil && reserveHeap != nil {
 		if n, _ := reserveHeap(int(min(st.Size(), 1<<40) * heapPerTraceByte)); n > 0 {
 			// In huge pages a larger heap costs few faults: a quarter
-			// of the collections saves 8-13 % of the CPU of a flat or
-			// stacks report (RSS of a many-process stacks report 363
-			// -> 451 MB; perf report's is 980 MB). The reservation
+			// of the collections saves a tenth of the CPU of a flat or
+			// stacks report, for a quarter more resident memory (still
+			// half of perf report's). The reservation
 			// bounds it (a soft limit: the collector runs more often
 			// near it), so that a trace larger than the memory allows
 			// is not read with five times its live heap.
@@ -203,8 +203,8 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	// The module files the resolver parsed (those not in the table
 	// cache) are mapped, unmapped once the resolver is unreachable: that
 	// is once the names are made, by a collection during the writing,
-	// where each munmap stops both CPUs to flush the TLB (fifty of them,
-	// 2-5 ms, when the tables were mapped too). They go with the process.
+	// where each munmap stops every CPU to flush the TLB (dozens of them
+	// on a system-wide trace). They go with the process.
 	defer runtime.KeepAlive(r)
 	r.PerfMapDir = perfmap
 	r.Cache.Root = root
@@ -272,8 +272,8 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	}
 	// The report is built: the writing allocates a bounded amount (orders
 	// and buffers of its rows), all of it live until post exits. A
-	// collection then frees nothing worth its cost (one fell in the
-	// writing of a many-process report: ~10 ms of marking beside it);
+	// collection then frees nothing worth its cost (its marking would run
+	// beside the writing, on the same CPUs);
 	// the memory limit set with the reservation still bounds the heap.
 	debug.SetGCPercent(-1)
 	if doTprof {

@@ -1,6 +1,6 @@
 package main
 
-// Merged trees (seed 004, libperfutil/merge): --merge writes merge.out, the
+// Merged trees (the trace-merge patent, libperfutil/merge): --merge writes merge.out, the
 // call tree of every thread built from the method entry/exit records with
 // the tprof ticks of the same trace in the nodes current at their time,
 // then the flat report and ArcFlow with a ticks column; --merge-pprof FILE

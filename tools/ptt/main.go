@@ -285,6 +285,9 @@ func printDump(w io.Writer, d *ptt.Dump) {
 		case t.Running:
 			state = " (running)"
 		}
+		if t.UncountedStartNs != nil && *t.UncountedStartNs > 0 {
+			state += fmt.Sprintf(" (started before it was found: %.3f ms of CPU not counted)", float64(*t.UncountedStartNs)/1e6)
+		}
 		row = append(row, state)
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}

@@ -9,11 +9,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"perfinsp/internal/cliutil"
 )
@@ -66,6 +68,42 @@ func socketPath(dir string, pid int) (string, error) {
 	return "", fmt.Errorf("%d programs in %s: say which with -p PID", len(m), dir)
 }
 
+// checkServer makes sure the socket is served by the program it names
+// (the process that listens on it: pid from -p, else from the socket's
+// name) and that it runs as this user or root: a socket another user
+// planted in a shared directory gets no command and its answer is not
+// believed.
+func checkServer(conn *net.UnixConn, path string, pid int) error {
+	if pid <= 0 {
+		m := sockName.FindStringSubmatch(filepath.Base(path))
+		if m == nil {
+			return fmt.Errorf("%s is not named hookit-PID.sock", path)
+		}
+		pid, _ = strconv.Atoi(m[1])
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		cerr = err
+	}
+	if cerr != nil {
+		return fmt.Errorf("%s: who serves it: %w", path, cerr)
+	}
+	if int(cred.Pid) != pid {
+		return fmt.Errorf("%s is served by pid %d, not by pid %d: not that program's runtime", path, cred.Pid, pid)
+	}
+	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
+		return fmt.Errorf("%s is served by a process of uid %d, neither you (uid %d) nor root: not sending it anything", path, cred.Uid, os.Geteuid())
+	}
+	return nil
+}
+
+var sockName = regexp.MustCompile(`^hookit-(\d+)\.sock$`)
+
 func run(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return fmt.Errorf("give one command: start, end, flush, reset or shutdown (rtdriver --help)")
@@ -83,6 +121,9 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("connecting to %s (has the program exited?): %w", path, err)
 	}
 	defer conn.Close()
+	if err := checkServer(conn.(*net.UnixConn), path, c.Int("p")); err != nil {
+		return err
+	}
 	if err := conn.SetDeadline(time.Now().Add(c.Duration("timeout"))); err != nil {
 		return fmt.Errorf("setting the deadline: %w", err)
 	}

@@ -24,7 +24,9 @@ var itraceCommand = &cli.Command{
 		"With the pitrace module loaded the module single-steps the threads (trap flag); without\n" +
 		"it the daemon does with ptrace, about 20 times slower still (it block-steps, one trap per taken\n" +
 		"branch, where the CPU honours BTF: --step). You may trace your own processes\n" +
-		"(same user, dumpable); root may trace any. See docs/itrace.md.",
+		"(same user, no capabilities, dumpable); root may trace any. Without the module the\n" +
+		"tracer runs with your rights (a setuid program a traced process execs runs without its\n" +
+		"privileges), only into a trace you turned on, at most 16 sessions per user. See docs/itrace.md.",
 	Subcommands: []*cli.Command{
 		{
 			Name:      "on",
@@ -118,6 +120,9 @@ func cmdITraceOff(c *cli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "itrace off: %d sessions, %d threads, %d instructions, %d records\n", r.Sessions, r.Threads, r.Instructions, r.Records)
+	if r.ThreadsLeftOut > 0 {
+		fmt.Fprintf(c.App.Writer, "itrace: %d threads created past the limit of threads per session ran untraced\n", r.ThreadsLeftOut)
+	}
 	if s := r.Stepping(); s != "" {
 		fmt.Fprintf(c.App.Writer, "itrace stepping: %s\n", s)
 	}

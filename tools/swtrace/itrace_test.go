@@ -65,6 +65,7 @@ func waitTraced(t *testing.T, pid int, traced bool) {
 func TestITraceOffFromAnotherShell(t *testing.T) {
 	e := tracetest.Setup(t)
 	e.Sw("init", "-t", "16M")
+	e.Sw("disable", "tprof") // the buffers then hold ITrace records only
 	e.Sw("on")
 	// Two threads busy in a loop for a while (the example's worker and main).
 	cmd := exec.Command(e.Burn, "100000")
@@ -78,6 +79,7 @@ func TestITraceOffFromAnotherShell(t *testing.T) {
 		t.Fatalf("itrace on: %s", out)
 	}
 	waitTraced(t, pid, true)
+	waitRecords(t, e, 500) // branches are recorded: the assertion below needs them
 	out = e.Sw("itrace", "off", strconv.Itoa(pid))
 	if !strings.Contains(out, "itrace off: 1 sessions") {
 		t.Fatalf("itrace off: %s", out)
@@ -158,6 +160,7 @@ func TestITraceKilledMidTrace(t *testing.T) {
 func TestITraceFillsTheBuffers(t *testing.T) {
 	e := tracetest.Setup(t)
 	e.Sw("init", "-t", "64K")
+	e.Sw("disable", "tprof") // the buffers fill with ITrace records, not ticks (more of them on a busy machine)
 	e.Sw("on")
 	cmd := exec.Command(e.Burn, "100000")
 	if err := cmd.Start(); err != nil {

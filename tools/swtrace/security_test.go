@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -329,8 +330,9 @@ func vmRSS(t *testing.T, pid int) int {
 	return n
 }
 
-// A daemon killed while tracing is reported by the next swtrace, and its
-// successor keeps its --group.
+// A daemon killed while tracing is reported by the next swtrace. Its
+// successor takes --group from root's environment (PERFINSP_GROUP), never
+// from the state file: without it the notice names the lost group.
 func TestKilledDaemonIsReported(t *testing.T) {
 	e := tracetest.Setup(t)
 	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
@@ -356,12 +358,32 @@ func TestKilledDaemonIsReported(t *testing.T) {
 	if !strings.Contains(out, "ended without shutting down") || !strings.Contains(out, "it was tracing: that trace was lost") {
 		t.Fatalf("the next swtrace does not say the daemon died with its trace:\n%s", out)
 	}
+	if !strings.Contains(out, `it served group "`+secGroup+`"`) || !strings.Contains(out, "PERFINSP_GROUP="+secGroup) {
+		t.Fatalf("the notice does not name the group the successor lacks:\n%s", out)
+	}
 	fi, err := os.Stat(sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Mode().Perm() != 0o660 {
-		t.Fatalf("the successor's socket has mode %o: --group was not kept", fi.Mode().Perm())
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the successor's socket has mode %o: a group came from the state file", fi.Mode().Perm())
+	}
+	// With the group in root's environment the successor serves it.
+	e.Sw("on")
+	pids := e.DaemonPIDs()
+	dead := pids[len(pids)-1]
+	_ = syscall.Kill(dead, syscall.SIGKILL)
+	waitUntil(t, "the killed daemon to be gone", 10*time.Second, func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(dead) + "/stat")
+		return err != nil || strings.Contains(string(b), ") Z ")
+	})
+	cmd := exec.Command(e.Swtrace, "free")
+	cmd.Env = append(append([]string(nil), e.Environ...), "PERFINSP_GROUP="+secGroup)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("swtrace free: %v\n%s", err, o)
+	}
+	if fi, err = os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("the successor started with PERFINSP_GROUP: %v %v", fi, err)
 	}
 }
 
@@ -372,7 +394,7 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
 	d := exec.Command("prlimit", "--nofile=40:40", filepath.Join(e.Bin, "pitraced"), "--socket", sock)
 	d.Env = e.Environ
-	var logb bytes.Buffer
+	var logb lockedBuffer
 	d.Stdout, d.Stderr = &logb, &logb
 	if err := d.Start(); err != nil {
 		t.Fatalf("prlimit: %v", err)
@@ -388,6 +410,7 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.Sw("init", "-t", "64K", "-m", "64K")
+	e.Sw("disable", "tprof") // a busy machine's ticks would fill 64 KB and stop tracing before off
 	e.Sw("on")
 	var conns []net.Conn
 	for i := 0; i < 60; i++ { // more than the daemon's 40 descriptors
@@ -397,11 +420,16 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	// Give the accept loop time to hit EMFILE; the daemon must still be there.
-	select {
-	case err := <-exited:
-		t.Fatalf("the daemon exited out of descriptors: %v", err)
-	case <-time.After(500 * time.Millisecond):
+	// Wait until the accept loop has hit EMFILE; the daemon must still be there.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logb.String(), "too many open files"); {
+		select {
+		case err := <-exited:
+			t.Fatalf("the daemon exited out of descriptors: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon never ran out of descriptors (log: %s)", logb.String())
+		}
 	}
 	for _, c := range conns {
 		c.Close()
@@ -411,7 +439,27 @@ func TestDaemonSurvivesEMFILE(t *testing.T) {
 		t.Fatalf("off after EMFILE: %s", out)
 	}
 	e.Sw("get", "emfile.nrm2")
-	if !strings.Contains(logb.String(), "too many open files") {
-		t.Fatalf("the daemon never ran out of descriptors (log: %s)", logb.String())
+	select {
+	case err := <-exited:
+		t.Fatalf("the daemon exited: %v", err)
+	default:
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -15,11 +15,16 @@ import (
 type drains struct {
 	mu      sync.Mutex
 	running int
+	perUID  map[int]int
 	logf    func(string, ...any)
 }
 
+// maxDrainsPerUID caps the drainers one user runs at once (each holds two
+// descriptors and a goroutine until its tracing stops).
+const maxDrainsPerUID = 4
+
 func registerDrain(s *server.Server, logf func(string, ...any)) {
-	d := &drains{logf: logf}
+	d := &drains{logf: logf, perUID: map[int]int{}}
 	s.HandleRequest(kmodbackend.OpDrain, d.start)
 	s.Busy(func() bool {
 		d.mu.Lock()
@@ -44,19 +49,29 @@ func (d *drains) start(r *server.Request) (any, error) {
 		stream.Close()
 		return nil, err
 	}
-	if err := control.CheckRegular(stream); err != nil {
+	if err := server.ClientFile(stream, r.Peer); err != nil {
 		dev.Close()
 		stream.Close()
 		return nil, err
 	}
 	d.mu.Lock()
+	if d.perUID[r.UID] >= maxDrainsPerUID {
+		d.mu.Unlock()
+		dev.Close()
+		stream.Close()
+		return nil, control.Errorf(control.ErrBusy, "uid %d already runs %d drainers, the most one user may: stop tracing first", r.UID, maxDrainsPerUID)
+	}
 	d.running++
+	d.perUID[r.UID]++
 	d.mu.Unlock()
 	attached := make(chan error, 1)
 	go func() {
 		defer func() {
 			d.mu.Lock()
 			d.running--
+			if d.perUID[r.UID]--; d.perUID[r.UID] <= 0 {
+				delete(d.perUID, r.UID)
+			}
 			d.mu.Unlock()
 		}()
 		err := kmodbackend.Drain(dev, stream, func(err error) { attached <- err })

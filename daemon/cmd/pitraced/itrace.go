@@ -37,6 +37,7 @@ func (s *itraceSource) UnwindStats() (kevents.UnwindStats, bool) {
 func registerITrace(s *server.Server, logf func(string, ...any)) {
 	m := itrace.NewManager()
 	m.Log = logf
+	m.Owner = s.Fac.Owner
 	start := s.Fac.StartSource
 	s.Fac.StartSource = func(opts kevents.Options, sink facility.Sink) (facility.Source, error) {
 		src, err := start(opts, sink)

@@ -14,11 +14,17 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"perfinsp/daemon/facility"
+	"perfinsp/daemon/itrace"
 	"perfinsp/daemon/server"
 	"perfinsp/libperfutil/daemonproto"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == itrace.HelperArg {
+		// One ITrace session's tracer, started by the daemon with the
+		// caller's credentials (daemon/itrace/helper.go).
+		os.Exit(itrace.HelperMain())
+	}
 	app := &cli.App{
 		Name:  "pitraced",
 		Usage: "perfinsp trace facility daemon (serves swtrace when the pitrace module is not loaded)",
@@ -31,6 +37,7 @@ func main() {
 			&cli.StringFlag{Name: "group", Usage: "let members of `GROUP` use the control socket (mode 0660)"},
 			&cli.DurationFlag{Name: "idle-exit", Usage: "exit after this long without requests while not tracing and holding no unsaved trace (0: never)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "log nothing but errors"},
+			&cli.DurationFlag{Name: "request-timeout", Value: server.RequestTimeout, Usage: "close a connection whose request is not complete this long after its first byte"},
 			&cli.BoolFlag{Name: "user", Usage: "run as a user's own agent (no root): host the ptt holder and the module's stream drainer for this user only; started on demand by ptt and swtrace"},
 		},
 		Action: run,
@@ -57,11 +64,16 @@ func run(c *cli.Context) error {
 		Group:    c.String("group"),
 		IdleExit: c.Duration("idle-exit"),
 		User:     user,
+
+		RequestTimeout: c.Duration("request-timeout"),
 	}
+	// Every line is escaped (server.LogSafe): a client's words never make
+	// a line, or a token, of their own in the log.
+	logf := func(format string, args ...any) { logger.Print(server.LogSafe(fmt.Sprintf(format, args...))) }
 	if !c.Bool("quiet") {
-		s.Log = logger.Printf
+		s.Log = logf
 	}
-	registerExtensions(s, logger.Printf)
+	registerExtensions(s, logf)
 	if err := s.Listen(); err != nil {
 		return err
 	}

@@ -73,6 +73,9 @@ static volatile int hk_ready;
 static int hk_dsin;
 static volatile int hk_on = 1;
 static char hk_dir[4096] = ".";
+/* hk_dir, opened once and checked (hk_open_dir): every file goes in it by
+ * name, never through a path that could be redirected afterwards. */
+static int hk_dirfd = -1;
 static char hk_metric[64] = "task-clock";
 static pid_t hk_pid;
 static pthread_mutex_t hk_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -130,7 +133,19 @@ HK_NOINSTR static int flush_buffer(struct hk_thread *t)
 
 HK_NOINSTR static void thread_path(char *path, size_t n, pid_t tid, const char *ext)
 {
-	snprintf(path, n, "%s/hookit-%d-%d.%s", hk_dir, (int)hk_pid, (int)tid, ext);
+	snprintf(path, n, "hookit-%d-%d.%s", (int)hk_pid, (int)tid, ext);
+}
+
+/* Create name in the directory, mode 0600, replacing a file of that name
+ * (one a process of the same pid left): the directory is the user's own
+ * and closed to others (hk_open_dir), so the name cannot be planted again
+ * between the unlink and the exclusive create, and a symbolic link there
+ * is never followed. */
+HK_NOINSTR static int hk_create(const char *name, int flags)
+{
+	if (unlinkat(hk_dirfd, name, 0) != 0 && errno != ENOENT)
+		return -1;
+	return openat(hk_dirfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
 /* Set (under hk_mu) when finish_files has run: no thread file opens after. */
@@ -147,7 +162,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 		return NULL;
 	t->tid = gettid_();
 	thread_path(path, sizeof(path), t->tid, "bin");
-	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	t->fd = hk_create(path, O_WRONLY);
 	if (t->fd < 0)
 		goto fail_free;
 	/* The header: records 0 and 1. */
@@ -159,7 +174,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 		goto fail_close;
 	t->bin_off = sizeof(head);
 	thread_path(path, sizeof(path), t->tid, "tail");
-	t->tail_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	t->tail_fd = hk_create(path, O_RDWR);
 	if (t->tail_fd < 0)
 		goto fail_close;
 	if (ftruncate(t->tail_fd, HK_BUF) != 0)
@@ -180,10 +195,10 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 		 * first seen during it, records nothing and leaves no file */
 		pthread_mutex_unlock(&hk_mu);
 		munmap(t->win, HK_BUF);
-		unlink(path);
+		unlinkat(hk_dirfd, path, 0);
 		close(t->tail_fd);
 		thread_path(path, sizeof(path), t->tid, "bin");
-		unlink(path);
+		unlinkat(hk_dirfd, path, 0);
 		close(t->fd);
 		free(t);
 		return NULL;
@@ -194,7 +209,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 	return t;
 fail_tail:
 	close(t->tail_fd);
-	unlink(path);
+	unlinkat(hk_dirfd, path, 0);
 fail_close:
 	close(t->fd);
 fail_free:
@@ -212,7 +227,7 @@ HK_NOINSTR static void thread_close(struct hk_thread *t)
 	close(t->tail_fd);
 	close(t->fd);
 	thread_path(path, sizeof(path), t->tid, "tail");
-	unlink(path);
+	unlinkat(hk_dirfd, path, 0);
 }
 
 /* Store one event (the caller made room for 3 records): its interval, the
@@ -503,9 +518,9 @@ HK_NOINSTR static void copy_maps(void)
 	char path[4200], buf[8192];
 	ssize_t n;
 
-	snprintf(path, sizeof(path), "%s/hookit-%d.maps", hk_dir, (int)hk_pid);
+	snprintf(path, sizeof(path), "hookit-%d.maps", (int)hk_pid);
 	int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	int out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int out = hk_create(path, O_WRONLY);
 
 	if (in >= 0 && out >= 0)
 		while ((n = read(in, buf, sizeof(buf))) > 0)
@@ -523,10 +538,14 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
 	exe[n > 0 ? n : 0] = 0;
-	snprintf(path, sizeof(path), "%s/hookit-%d.info", hk_dir, (int)hk_pid);
-	FILE *f = fopen(path, "we");
-	if (!f)
+	snprintf(path, sizeof(path), "hookit-%d.info", (int)hk_pid);
+	int fd = hk_create(path, O_WRONLY);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
 		return;
+	}
 	fprintf(f, "version=%d\npid=%d\nexe=%s\nmetric=%s\nbackend=%s\n", HK_VERSION, (int)hk_pid, exe,
 		hk_metric, backend);
 	fprintf(f, "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n", c->t_inner,
@@ -596,7 +615,7 @@ HK_NOINSTR static void finish_files(void)
 		if (flush_buffer(t) != 0)
 			perror("hookit: writing a thread file");
 		thread_path(path, sizeof(path), t->tid, "tail");
-		unlink(path);
+		unlinkat(hk_dirfd, path, 0);
 	}
 	pthread_mutex_unlock(&hk_mu);
 }
@@ -651,22 +670,46 @@ HK_NOINSTR static void after_fork_child(void)
 
 static int hk_ctl_fd = -1;
 
+/* A control connection has this long to send its command and take the
+ * answer: one that stays silent holds the (single) control thread no
+ * longer than that. */
+#define HK_CTL_DEADLINE_S 2
+
+/* Whether the peer of control connection c may drive this process: the
+ * same user, or root. */
+HK_NOINSTR static int ctl_peer_ok(int c)
+{
+	struct ucred cr;
+	socklen_t n = sizeof(cr);
+
+	if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &n) != 0 || n != sizeof(cr))
+		return 0;
+	return cr.uid == 0 || cr.uid == geteuid();
+}
+
 HK_NOINSTR static void *control_loop(void *arg)
 {
 	(void)arg;
 	for (;;) {
 		char buf[64];
+		struct timeval tv = {.tv_sec = HK_CTL_DEADLINE_S};
 		int c = accept4(hk_ctl_fd, NULL, NULL, SOCK_CLOEXEC);
 
 		if (c < 0) {
-			if (errno == EINTR)
+			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			return NULL;
 		}
+		setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 		ssize_t n = read(c, buf, sizeof(buf) - 1);
 		const char *reply = "error: unknown command (start, end, flush, reset, shutdown)\n";
 
-		if (n > 0) {
+		if (n > 0 && !ctl_peer_ok(c)) {
+			/* (the command is read first: closing on unread data would
+			 * reset the connection before the peer reads why) */
+			reply = "error: another user's process: only its owner or root may drive it\n";
+		} else if (n > 0) {
 			buf[n] = 0;
 			buf[strcspn(buf, "\r\n ")] = 0;
 			if (!strcmp(buf, "start")) {
@@ -687,6 +730,9 @@ HK_NOINSTR static void *control_loop(void *arg)
 				finish_files();
 				reply = "ok shutdown\n";
 			}
+		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			close(c); /* silent past the deadline */
+			continue;
 		}
 		if (write(c, reply, strlen(reply)) < 0)
 			perror("hookit: control reply");
@@ -694,34 +740,43 @@ HK_NOINSTR static void *control_loop(void *arg)
 	}
 }
 
+/* The control socket, DIR/hookit-PID.sock, mode 0600: bound through the
+ * opened directory (its /proc/self/fd name), so it lands in the directory
+ * hk_open_dir checked; made 0600 before it listens, so no connection is
+ * accepted while it has the umask's mode. Each connection's peer is
+ * checked (ctl_peer_ok) besides. */
 HK_NOINSTR static void start_control(void)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
 	pthread_t th;
 	sigset_t all, old;
+	char name[64];
 
-	char path[4200];
-
-	snprintf(path, sizeof(path), "%s/hookit-%d.sock", hk_dir, (int)hk_pid);
-	if (strlen(path) >= sizeof(a.sun_path)) {
-		fprintf(stderr, "hookit: %s is too long for a socket path: rtdriver cannot reach this process\n", path);
+	snprintf(name, sizeof(name), "hookit-%d.sock", (int)hk_pid);
+	snprintf(a.sun_path, sizeof(a.sun_path), "/proc/self/fd/%d/%s", hk_dirfd, name);
+	if (unlinkat(hk_dirfd, name, 0) != 0 && errno != ENOENT)
 		return;
-	}
-	memcpy(a.sun_path, path, strlen(path) + 1);
-	unlink(a.sun_path);
 	hk_ctl_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (hk_ctl_fd < 0)
 		return;
-	if (bind(hk_ctl_fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(hk_ctl_fd, 4) != 0) {
-		close(hk_ctl_fd);
-		hk_ctl_fd = -1;
-		return;
+	if (bind(hk_ctl_fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		fprintf(stderr, "hookit: cannot create the control socket %s/%s: %s (rtdriver cannot reach this process)\n",
+			hk_dir, name, strerror(errno));
+		goto fail;
+	}
+	if (fchmodat(hk_dirfd, name, 0600, 0) != 0 || listen(hk_ctl_fd, 4) != 0) {
+		unlinkat(hk_dirfd, name, 0);
+		goto fail;
 	}
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	if (pthread_create(&th, NULL, control_loop, NULL) == 0)
 		pthread_detach(th);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return;
+fail:
+	close(hk_ctl_fd);
+	hk_ctl_fd = -1;
 }
 
 HK_NOINSTR static void hk_exit(void)
@@ -735,8 +790,8 @@ HK_NOINSTR static void hk_exit(void)
 	if (hk_ctl_fd >= 0) {
 		char p[4200];
 
-		snprintf(p, sizeof(p), "%s/hookit-%d.sock", hk_dir, (int)hk_pid);
-		unlink(p);
+		snprintf(p, sizeof(p), "hookit-%d.sock", (int)hk_pid);
+		unlinkat(hk_dirfd, p, 0);
 	}
 	hk_ready = 0; /* events after the shutdown are not recorded (nor dropped) */
 }
@@ -746,6 +801,43 @@ HK_NOINSTR static void hk_exit(void)
 static pthread_mutex_t hk_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static char hk_err[4400];
 static int hk_names_fd = -1;
+
+/* Open hk_dir (created 0700 if missing) and check it is the user's own
+ * and not writable by group or others: the files go there by name, and
+ * a directory another user can write is one where they can plant links.
+ * 0 or -1 with hk_err set. */
+HK_NOINSTR static int hk_open_dir(void)
+{
+	struct stat st;
+
+	if (mkdir(hk_dir, 0700) != 0 && errno != EEXIST) {
+		snprintf(hk_err, sizeof(hk_err), "cannot create %s: %s (set HOOKIT_DIR or dir= to a writable directory)",
+			 hk_dir, strerror(errno));
+		return -1;
+	}
+	hk_dirfd = open(hk_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (hk_dirfd < 0 || fstat(hk_dirfd, &st) != 0) {
+		snprintf(hk_err, sizeof(hk_err), "cannot open the directory %s: %s (set HOOKIT_DIR or dir= to a directory of yours)",
+			 hk_dir, strerror(errno));
+		goto fail;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(hk_err, sizeof(hk_err), "%s belongs to uid %u, not to you (uid %u): give a directory of your own (HOOKIT_DIR, dir=, run.hookit -o)",
+			 hk_dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		goto fail;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(hk_err, sizeof(hk_err), "%s is writable by %s (mode %03o): others could plant links there; chmod go-w it or give a new directory",
+			 hk_dir, st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+		goto fail;
+	}
+	return 0;
+fail:
+	if (hk_dirfd >= 0)
+		close(hk_dirfd);
+	hk_dirfd = -1;
+	return -1;
+}
 
 /* Start the runtime with dir, metric, start ("on"/"off"); 0 or -1 with
  * hk_err set. Called once, under hk_init_mu. */
@@ -759,11 +851,8 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	if (metric && *metric)
 		snprintf(hk_metric, sizeof(hk_metric), "%s", metric);
 	hk_pid = getpid();
-	if (mkdir(hk_dir, 0755) != 0 && errno != EEXIST) {
-		snprintf(hk_err, sizeof(hk_err), "cannot create %s: %s (set HOOKIT_DIR or dir= to a writable directory)",
-			 hk_dir, strerror(errno));
+	if (hk_open_dir() != 0)
 		return -1;
-	}
 	if (!strcmp(hk_metric, "rdtsc")) {
 		hk_read = read_tsc;
 	} else {
@@ -779,8 +868,8 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		hk_read = read_ptt;
 		hk_dsin = backend && !strcmp(backend, "kmod");
 	}
-	snprintf(path, sizeof(path), "%s/hookit-%d.names", hk_dir, (int)hk_pid);
-	hk_names_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+	snprintf(path, sizeof(path), "hookit-%d.names", (int)hk_pid);
+	hk_names_fd = hk_create(path, O_WRONLY | O_APPEND);
 	hk_membarrier_private = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 	hk_ready = 1;
 	calibrate(&hk_cal, hk_calib_calls);

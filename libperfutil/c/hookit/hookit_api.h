@@ -2,7 +2,8 @@
 /*
  * hookit_api.h - the in-process runtime API of libhookit (perfinsp call
  * flows, docs/callflow.md), for agents that see method entries and exits
- * themselves (the JVMTI agent of issue 12) instead of -finstrument-functions.
+ * themselves (the JProf JVMTI agent, docs/jprof.md) instead of
+ * -finstrument-functions.
  *
  * Link bin/libhookit.so (or bin/libhookit.a, PIC objects, into an agent .so).
  * Every event takes an early metric read at its start and a late read at its
@@ -24,9 +25,10 @@ extern "C" {
 #endif
 
 /*
- * Method types (the sequence-minima key, seed 000 / 003 §4.1): 0..7.
- * PI as shipped uses all 8 (× 3 transitions: entry, exit, exception exit);
- * seed 000 uses the 6 Java types 1..6 (× 2 transitions: an exception exit
+ * Method types (the sequence-minima key of the patent "Compensating for
+ * instrumentation overhead using sequences of events" and PI's paper
+ * §4.1): 0..7. PI as shipped uses all 8 (× 3 transitions: entry, exit,
+ * exception exit); the patent uses the 6 Java types 1..6 (× 2 transitions: an exception exit
  * counts as an exit). bin/hookit report --seq-key chooses the key width.
  * Code that is not Java (the -finstrument-functions hooks) is type 0.
  */

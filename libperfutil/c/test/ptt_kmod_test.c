@@ -235,8 +235,8 @@ static void tsc_checks(void)
 	 * The main thread waited in pthread_join meanwhile. Its own part
 	 * (clone, the new stack's mprotect and its TLB shootdown) runs in
 	 * real time under TCG, where waiting for the other vCPU's IPI ack can
-	 * take a whole emulator time slice: measured 4-13 % of the raw time.
-	 * Charging it the other thread's work would give ~100 %.
+	 * take a whole emulator time slice: a few to a dozen per cent of the
+	 * raw time. Charging it the other thread's work would give ~100 %.
 	 */
 	CHECK((m1 - m0) * 4 < rm1 - rm0, "main thread across the join: virtualized %llu, raw %llu (want < 25 %%)",
 	      (unsigned long long)(m1 - m0), (unsigned long long)(rm1 - rm0));

@@ -7,12 +7,14 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/perf_event.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -135,17 +137,41 @@ static void test_bad_input(void)
 }
 
 struct agree {
-	uint64_t mapped, clock, retries, reads, dispatches;
+	uint64_t mapped, kernel, clock, retries, reads, dispatches;
 	int rc;
 };
+
+/* The kernel's own task-clock of the calling thread, read with read(). */
+static int open_task_clock(void)
+{
+	struct perf_event_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.size = sizeof attr;
+	attr.type = PERF_TYPE_SOFTWARE;
+	attr.config = PERF_COUNT_SW_TASK_CLOCK;
+	return (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+}
+
+static uint64_t read_counter(int fd)
+{
+	uint64_t v = 0;
+	if (read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+		return 0;
+	return v;
+}
 
 static void *measure(void *arg)
 {
 	struct agree *a = arg;
 	uint64_t s0[2], s1[2], x = 0, v = 0;
+	int kfd = open_task_clock();
 	a->rc = PttRead(s0);
-	if (a->rc)
+	if (a->rc) {
+		if (kfd >= 0)
+			close(kfd);
 		return NULL;
+	}
+	uint64_t k0 = kfd >= 0 ? read_counter(kfd) : 0;
 	uint64_t c0 = clk(CLOCK_THREAD_CPUTIME_ID);
 	/* The loop ends on the mapped value: no system call inside it. */
 	for (v = s0[0]; v - s0[0] < 300000000ull;) {
@@ -158,7 +184,11 @@ static void *measure(void *arg)
 		}
 	}
 	a->rc = PttRead(s1);
+	uint64_t k1 = kfd >= 0 ? read_counter(kfd) : 0;
 	uint64_t c1 = clk(CLOCK_THREAD_CPUTIME_ID);
+	if (kfd >= 0)
+		close(kfd);
+	a->kernel = k1 - k0;
 	a->mapped = s1[0] - s0[0];
 	a->dispatches = s1[1] - s0[1];
 	a->clock = c1 - c0;
@@ -204,14 +234,22 @@ static void test_agreement(void)
 		for (int i = 0; i < N; i++) {
 			CHECK(a[i].rc == 0, "measure: %s", PttStrerror(a[i].rc));
 			double pct = 100.0 * ((double)a[i].mapped - (double)a[i].clock) / (double)a[i].clock;
-			printf("     thread %d: task-clock mapped %llu ns, CLOCK_THREAD_CPUTIME_ID %llu ns, difference %+.4f %%, %llu reads, %llu dispatches, %llu retries (%d spinners, %ld CPUs)\n",
-			       i, (unsigned long long)a[i].mapped, (unsigned long long)a[i].clock, pct, (unsigned long long)a[i].reads,
-			       (unsigned long long)a[i].dispatches,
+			double kpct = 100.0 * ((double)a[i].kernel - (double)a[i].clock) / (double)a[i].clock;
+			printf("     thread %d: task-clock mapped %llu ns, by read() %llu ns, CLOCK_THREAD_CPUTIME_ID %llu ns, difference %+.4f %% (read(): %+.4f %%), %llu reads, %llu dispatches, %llu retries (%d spinners, %ld CPUs)\n",
+			       i, (unsigned long long)a[i].mapped, (unsigned long long)a[i].kernel, (unsigned long long)a[i].clock, pct, kpct,
+			       (unsigned long long)a[i].reads, (unsigned long long)a[i].dispatches,
 			       (unsigned long long)a[i].retries, (int)ncpu + 1, ncpu);
-			if (fabs(pct) > 1.0) {
+			/*
+			 * Against the scheduler's clock the mapped value may differ
+			 * as much as the kernel's own task-clock does (steal and
+			 * interrupt time, in bursts on a loaded VM): what PTT must
+			 * not add is a difference of its own.
+			 */
+			CHECK(a[i].kernel > 0, "thread %d: the kernel's task-clock could not be read", i);
+			if (fabs(pct) > 1.0 && fabs(pct - kpct) > 0.1) {
 				over++;
 				if (attempt == ATTEMPTS)
-					CHECK(0, "thread %d: mapped task-clock differs from CLOCK_THREAD_CPUTIME_ID by %.4f %% (limit 1 %%) in all %d attempts", i, pct, ATTEMPTS);
+					CHECK(0, "thread %d: mapped task-clock differs from CLOCK_THREAD_CPUTIME_ID by %.4f %% (limit 1 %%, or the kernel's own %+.4f %% within 0.1) in all %d attempts", i, pct, kpct, ATTEMPTS);
 			}
 		}
 		if (!over)
