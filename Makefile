@@ -20,21 +20,29 @@ GOTAGS  := urfave_cli_no_docs
 # The daemon keeps the C library's lookups (its socket's group may come
 # from NSS, LDAP).
 TOOLTAGS := $(GOTAGS),netgo,osusergo
+# Every tool's --version (internal/cliutil): the same string for one build.
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+LDVERSION := -X perfinsp/internal/cliutil.version=$(VERSION)
 
 
-.PHONY: all build static test gotest lint bench clean deps
+.PHONY: all build static test gotest lint bench clean deps prereqs
 all: build
 
-build:
+# Go at go.mod's version and a C compiler, or the exact command to get them.
+prereqs:
+	@GO=$(GO) bash scripts/check-prereqs.sh
+
+build: prereqs
 	@mkdir -p $(BIN)
-	$(GO) build -tags $(TOOLTAGS) -o $(BIN)/ ./tools/...
+	$(GO) build -tags $(TOOLTAGS) -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/...
 	$(GO) build -tags $(GOTAGS) -o $(BIN)/ ./daemon/...
 
 static:
 	@mkdir -p $(BIN)/static
-	CGO_ENABLED=0 $(GO) build -tags $(GOTAGS) -ldflags='-s -w' -o $(BIN)/static/ ./tools/... ./daemon/...
+	CGO_ENABLED=0 $(GO) build -tags $(GOTAGS) -ldflags='-s -w $(LDVERSION)' -o $(BIN)/static/ ./tools/... ./daemon/...
 
 deps:
+	@GO=$(GO) bash scripts/check-prereqs.sh --go
 	bash scripts/install-deps.sh
 
 lint:

@@ -59,7 +59,7 @@ $(BIN)/callflow_api: examples/callflow_api.c libperfutil/c/hookit/hookit_api.h $
 	$(CC) -O1 -g -Wall -Werror -pthread -Ilibperfutil/c/hookit -o $@ $< -L$(BIN) -lhookit -Wl,-rpath,'$$ORIGIN'
 
 callflow-test: hookit
-	$(GO) build -o $(BIN)/ ./tools/hookit ./tools/rtdriver
+	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/hookit ./tools/rtdriver
 	$(GO) test -count=1 -v ./libperfutil/callflow/ ./tools/hookit/ ./tools/rtdriver/
 
 bench-callflow: hookit

@@ -8,7 +8,7 @@ build: $(BIN)/hotspot-example
 
 $(BIN)/hotspot: $(wildcard tools/hotspot/*.go libperfutil/uprobe/*.go libperfutil/perfring/*.go)
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./tools/hotspot
+	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/hotspot
 
 $(BIN)/hotspot-example: examples/hotspot.c
 	@mkdir -p $(BIN)

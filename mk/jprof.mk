@@ -31,7 +31,7 @@ build/java/%.class: examples/java/%.java
 	$(JPROF_JAVA_HOME)/bin/javac -d build/java $<
 
 jprof-test: jprof
-	$(GO) build -o $(BIN)/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
+	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 	$(GO) test -count=1 -v ./libperfutil/merge/ ./tools/jprof/
 
 bench-jprof: jprof

@@ -9,6 +9,13 @@ KDIR ?= $(KMOD_KDIR_DEFAULT)
 .PHONY: kmod kmod-clean
 kmod:
 	@if [ -z "$(KDIR)" ]; then echo "kmod: no kernel headers: apt-get install linux-headers-amd64, or pass KDIR=/path/to/linux-headers" >&2; exit 1; fi
+	@for_rel=$$(sed -n 's/^#define UTS_RELEASE "\(.*\)"/\1/p' $(KDIR)/include/generated/utsrelease.h 2>/dev/null); \
+	  run_rel=$$(uname -r); \
+	  if [ -n "$$for_rel" ] && [ "$$for_rel" != "$$run_rel" ]; then \
+	    echo "kmod: building pitrace.ko for kernel $$for_rel (headers $(KDIR)), not for the running kernel $$run_rel:"; \
+	    echo "kmod: it loads only into $$for_rel (the VM test's kernel). For this machine install its headers"; \
+	    echo "kmod: (apt-get install linux-headers-$$run_rel, or its build tree as /lib/modules/$$run_rel/build), or pass KDIR=/path/to/its/headers."; \
+	  fi
 	$(MAKE) -C kmod KDIR=$(KDIR)
 
 kmod-clean:

@@ -33,7 +33,7 @@ ptt-ctest: $(BIN)/ptt_ctest $(BIN)/ptt_ctest_so
 	$(BIN)/ptt_ctest_so
 
 ptt-gotest:
-	$(GO) build -o $(BIN)/ ./tools/ptt
+	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/ptt
 	$(GO) test -count=1 -v ./libperfutil/ptt/ ./tools/ptt/
 
 ptttest: ptt-ctest ptt-gotest

@@ -490,3 +490,16 @@ func waitSocket(path, logPath string, exited <-chan error) error {
 	}
 	return fmt.Errorf("pitraced did not open %s within 5 s: see %s", path, logPath)
 }
+
+// Connect connects to the daemon listening on path, starting none: for
+// commands about a daemon that runs (swtrace daemon stop).
+func Connect(path string) (*Client, error) { return connect(path) }
+
+// Ping asks the daemon who it is and whether it holds work.
+func (c *Client) Ping() (*daemonproto.PingResult, error) {
+	var p daemonproto.PingResult
+	if err := c.Call(daemonproto.OpPing, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}

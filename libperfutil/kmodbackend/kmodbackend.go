@@ -51,7 +51,8 @@ func init() {
 // Available reports whether /dev/pitrace exists.
 func Available() (bool, string) {
 	if _, err := os.Stat(Device); err != nil {
-		return false, "the pitrace kernel module is not loaded (" + Device + " is missing): load it with `modprobe pitrace` or `insmod kmod/pitrace.ko` (see docs/kmod.md)"
+		return false, "the pitrace kernel module is not loaded (" + Device + " is missing): build it for this kernel and load it, " +
+			"`make kmod && sudo insmod kmod/pitrace.ko` (`modprobe pitrace` only once it is installed: `sudo make -C kmod install && sudo depmod -a`; see docs/kmod.md)"
 	}
 	return true, ""
 }

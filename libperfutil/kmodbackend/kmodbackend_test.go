@@ -21,7 +21,8 @@ func TestAvailableNamesTheModule(t *testing.T) {
 	if ok {
 		t.Fatalf("Available is true without %s", Device)
 	}
-	for _, want := range []string{"pitrace", Device, "modprobe"} {
+	// How to build and load it; modprobe only with the module installed.
+	for _, want := range []string{"pitrace", Device, "make kmod && sudo insmod kmod/pitrace.ko", "modprobe pitrace` only once it is installed"} {
 		if !strings.Contains(why, want) {
 			t.Errorf("reason %q does not mention %q", why, want)
 		}

@@ -268,7 +268,7 @@ var Groups = []Group{
 	{"tprof", MajorTprof, "tprof samples (time- or event-based)", false, true},
 	{"callstack", MajorUnwind, "the call stack of every tprof sample (kernel and user, frame pointers)", false, true},
 	{"jit", MajorJITLoad, "JIT code load/unload records", false, true},
-	{"itrace", MajorITraceU, "ITrace taken-branch records (not yet available)", false, false},
+	{"itrace", MajorITraceU, "ITrace records (taken branches, system calls, signals) of the processes swtrace itrace on traces", false, true},
 	{"ptt", MajorPTT, "PTT records (not yet available)", false, false},
 }
 

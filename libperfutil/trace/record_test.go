@@ -143,8 +143,12 @@ func TestParseMajor(t *testing.T) {
 	if _, err := ParseMajor("bogus"); err == nil {
 		t.Fatal("bogus accepted")
 	}
-	if _, err := ParseMajor("itrace"); err == nil {
+	if _, err := ParseMajor("ptt"); err == nil {
 		t.Fatal("a reserved type was accepted as available")
+	}
+	// ITrace is available (run.itrace enables exactly it).
+	if m, err := ParseMajor("itrace"); err != nil || m != MajorITraceU {
+		t.Fatalf("itrace: %v %v", m, err)
 	}
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/internal/cliutil"
+
 	"perfinsp/libperfutil/events"
 )
 
@@ -28,19 +30,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer, hasPMU func() bool) int {
-	err := newApp(stdout, stderr, hasPMU).Run(args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "cpi:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "cpi:", err)
-		return 1
-	}
-	return 0
+	app := newApp(stdout, stderr, hasPMU)
+	cliutil.Apply(app)
+	return cliutil.Run(app, args)
 }
 
 func newApp(stdout, stderr io.Writer, hasPMU func() bool) *cli.App {
@@ -83,6 +75,9 @@ func cpi(c *cli.Context, stdout io.Writer, hasPMU func() bool) error {
 	for _, n := range []string{"cycles", "instructions"} {
 		e, _ := events.Lookup(n)
 		spec.Events = append(spec.Events, e)
+	}
+	if len(spec.Cmd) > 0 {
+		stdout = c.App.ErrWriter // beside a command, as perf stat: its stdout is its own
 	}
 	fmt.Fprintf(stdout, "%10s %18s %18s %8s  %s\n", "TIME", "CYCLES", "INSTRUCTIONS", "CPI", "WHO")
 	var prev [][]events.Reading

@@ -39,8 +39,9 @@ func TestNoPMUOneLine(t *testing.T) {
 // On this machine for real: without a PMU the binary prints the one line.
 func TestThisMachine(t *testing.T) {
 	if events.HasPMU() {
-		out, errs, rc := runCPI(events.HasPMU, "--", "sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-		if rc != 0 || !strings.Contains(out, "# totals") {
+		stdout, out, rc := runCPI(events.HasPMU, "--", "sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+		errs := out // beside a command the report is on stderr, the command's stdout its own
+		if rc != 0 || stdout != "" || !strings.Contains(out, "# totals") {
 			t.Fatalf("cpi with a PMU: exit %d %s\n%s", rc, errs, out)
 		}
 		f := strings.Fields(out[strings.Index(out, "# totals"):])

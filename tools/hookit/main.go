@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/internal/cliutil"
 	"perfinsp/libperfutil/callflow"
 	"perfinsp/libperfutil/outdir"
 )
@@ -38,10 +39,8 @@ func main() {
 			Action: report,
 		}, checkCommand},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "hookit:", err)
-		os.Exit(1)
-	}
+	cliutil.Apply(app)
+	os.Exit(cliutil.Run(app, os.Args))
 }
 
 func report(c *cli.Context) error {

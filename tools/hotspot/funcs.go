@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"perfinsp/daemon/kevents"
 	"perfinsp/libperfutil/a2n"
@@ -56,10 +59,7 @@ func (m *procMap) reload() error {
 		return fmt.Errorf("read the mappings of process %d: %w", m.pid, err)
 	}
 	if len(segs) == 0 {
-		if _, err := os.Stat("/proc/" + strconv.Itoa(m.pid)); err != nil {
-			return fmt.Errorf("process %d: %w", m.pid, err)
-		}
-		return fmt.Errorf("process %d: no executable mapping readable (another user's process? run as its owner or root)", m.pid)
+		return noMappings(m.pid)
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i].start < segs[j].start })
 	m.segs = segs
@@ -152,4 +152,22 @@ func (m *procMap) fileOffset(addr uint64) (string, uint64, bool) {
 		return "", 0, false
 	}
 	return m.segs[i].path, addr - m.segs[i].start + m.segs[i].off, true
+}
+
+// noMappings says why process pid shows no executable mapping: it exited
+// (gone, or a zombie not yet reaped), it is another user's, or neither.
+func noMappings(pid int) error {
+	dir := "/proc/" + strconv.Itoa(pid)
+	stat, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return fmt.Errorf("process %d exited before hotspot could read its mappings: nothing to sample", pid)
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+		return fmt.Errorf("process %d exited before hotspot could read its mappings: nothing to sample", pid)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err == nil && os.Geteuid() != 0 && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("process %d is uid %d's: run hotspot as that user or as root", pid, st.Uid)
+	}
+	return fmt.Errorf("process %d: no executable mapping readable", pid)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/cliutil"
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
@@ -41,7 +42,9 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	code := 0
-	err := newApp(stdout, stderr, &code).Run(args)
+	app := newApp(stdout, stderr, &code)
+	cliutil.Apply(app)
+	err := cliutil.RunApp(app, args)
 	var ec cli.ExitCoder
 	switch {
 	case errors.As(err, &ec):
@@ -90,10 +93,10 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "instead of --max-overhead: probes in place `PCT` percent of a level's time (windows of 100ms)"},
 			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
-			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call besides the wall time: `EVENT` counted on the thread from entry to return (task-clock, page-faults, context-switches; instructions or cycles where a hardware PMU exists; see hwevents list), or time (wall time only)"},
+			&cli.StringFlag{Name: "metric", Aliases: []string{"m"}, Value: "time", Usage: "the metric per call besides the wall time: `EVENT` counted on the thread from entry to return (task-clock, page-faults, context-switches; instructions or cycles where a hardware PMU exists; mpevt -l lists the event table), or time (wall time only)"},
 			&cli.StringFlag{Name: "json", Usage: "write the result as JSON to `FILE`"},
 			&cli.StringFlag{Name: "folded", Usage: "write folded stacks (flame graph input) to `FILE`"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the text report to `FILE` (default stdout)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the text report to `FILE` (default: stdout with -p, stderr beside a command, whose stdout is its own)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 		},
 		Action: func(c *cli.Context) error { return action(c, stdout, stderr, code) },
@@ -157,8 +160,15 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 		}
 	}
 	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, metric, alive, stderr)
+	endedFirst := cmd != nil && !alive() // the command ended before the walk did
 	if rep != nil {
-		if err := writeReport(c, rep, stdout); err != nil && werr == nil {
+		// The command's stdout is its own: beside a command the report
+		// goes to stderr (or -o FILE).
+		out := stdout
+		if cmd != nil {
+			out = stderr
+		}
+		if err := writeReport(c, rep, out); err != nil && werr == nil {
 			werr = err
 		}
 	}
@@ -166,10 +176,18 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 		stop() // Ctrl-C from now on goes to the target alone (it shares our terminal)
 		signal.Ignore(os.Interrupt, syscall.SIGTERM)
 		<-done
+		*code = exitCode(cmd.ProcessState)
+		if werr != nil && rep == nil && endedFirst {
+			// Not a failure: the command was quicker than the sampling.
+			fmt.Fprintf(stderr, "hotspot: %s ended before it could be sampled: nothing to report\n", argv[0])
+			return nil
+		}
 		if werr != nil {
 			fmt.Fprintln(stderr, "hotspot:", werr)
+			if *code == 0 { // the command did its part; hotspot did not
+				*code = 1
+			}
 		}
-		*code = exitCode(cmd.ProcessState)
 		return nil
 	}
 	if werr != nil {

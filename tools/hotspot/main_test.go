@@ -552,3 +552,60 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// runHotspot runs hotspot (as nobody when cred is set) and returns its
+// stdout, stderr and exit code.
+func runHotspot(t *testing.T, cred *syscall.Credential, args ...string) (string, string, int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	c := exec.Command(tools.hotspot, args...)
+	if cred != nil {
+		c = exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", tools.hotspot}, args...)...)
+	}
+	c.Stdout, c.Stderr = &o, &e
+	err := c.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+// TestCommandMode: beside a command the report goes to stderr (the
+// command's stdout is its own), a command quicker than the sampling is
+// said to be so (not taken for another user's process) with its exit code
+// kept, and a run that cannot place probes (nobody) exits non-zero.
+func TestCommandMode(t *testing.T) {
+	build(t)
+	need(t, "setpriv")
+	want, err := exec.Command(tools.example, "1").Output()
+	wantCode := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		wantCode = ee.ExitCode() // the example ends with exit(3)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	o, e, code := runHotspot(t, nil, "-q", "-s", "0.3", "--period", "100", "--", tools.example, "1")
+	if code != wantCode || !strings.HasPrefix(o, "hotspot-example: ") || strings.Count(o, "\n") != strings.Count(string(want), "\n") {
+		t.Errorf("hotspot -- example: exit %d (want the example's %d); stdout is not the example's own:\n%s\nstderr:\n%s", code, wantCode, o, e)
+	}
+	if !regexp.MustCompile(`(?m)^\s+\d+\.\d%\s+hot\s`).MatchString(e) {
+		t.Errorf("the report is not on stderr:\n%s", e)
+	}
+	_, e, code = runHotspot(t, nil, "-q", "--", "sh", "-c", "exit 3")
+	if code != 3 || strings.Contains(e, "another user") || !strings.Contains(e, "ended before it could be sampled") {
+		t.Errorf("hotspot -- sh -c 'exit 3': exit %d, want 3 and a word that it ended first:\n%s", code, e)
+	}
+	// A command that exits 0 (the example, forked, exits 3): a failed walk
+	// is hotspot's exit code.
+	o, e, code = runHotspot(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "-q", "-s", "0.3", "--period", "100", "--", "sh", "-c", tools.example+" 2; exit 0")
+	t.Logf("as nobody: exit %d\n%s%s", code, o, e)
+	if code == 0 && !strings.Contains(e, "from c") {
+		t.Errorf("as nobody, hotspot -- example exits 0 without the walk (uprobes refused?):\n%s", e)
+	}
+	if code != 0 && !strings.Contains(e, "CAP_PERFMON") {
+		t.Errorf("as nobody: exit %d without saying that uprobes need CAP_PERFMON:\n%s", code, e)
+	}
+}

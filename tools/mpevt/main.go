@@ -22,6 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/cliutil"
 	"perfinsp/libperfutil/events"
 )
 
@@ -30,19 +31,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	err := newApp(stdout, stderr).Run(args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "mpevt:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "mpevt:", err)
-		return 1
-	}
-	return 0
+	app := newApp(stdout, stderr)
+	cliutil.Apply(app)
+	return cliutil.Run(app, args)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -136,6 +127,9 @@ func count(c *cli.Context, stdout io.Writer) error {
 	spec, err := parseTarget(c, evs)
 	if err != nil {
 		return err
+	}
+	if len(spec.Cmd) > 0 {
+		stdout = c.App.ErrWriter // beside a command, as perf stat: its stdout is its own
 	}
 	per := c.Bool("per")
 	exit := 0

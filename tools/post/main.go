@@ -5,7 +5,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"perfinsp/internal/cliutil"
 
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/hugeheap"
@@ -45,7 +46,7 @@ type options struct {
 }
 
 func newApp(o *options, stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:            "post",
 		Usage:           "turn a perfinsp trace into reports",
 		UsageText:       "post [-r swtrace.nrm2] [-show] [-tprof] [--pprof FILE] [--folded FILE] [--flame FILE] [-arc] [-itrace] [--callgrind FILE] [options]",
@@ -73,21 +74,15 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
 		}, append(itraceFlags(), mergeFlags()...)...),
-		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			fmt.Fprintf(stderr, "post: %v\n\n", err)
-			cli.ShowAppHelp(c)
-			return cli.Exit("", 2)
-		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				fmt.Fprintf(stderr, "post: unexpected argument %q\n\n", c.Args().First())
-				cli.ShowAppHelp(c)
-				return cli.Exit("", 2)
+				return cliutil.UsageError(c, fmt.Sprintf("unexpected argument %q (the trace file is -r FILE)", c.Args().First()))
 			}
 			return o.run(c, stdout, stderr)
 		},
 	}
+	cliutil.Apply(app)
+	return app
 }
 
 func main() {
@@ -113,19 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	itraceOpt = itraceFlagValues{}
 	mergeOpt = mergeFlagValues{}
 	var o options
-	err := newApp(&o, stdout, stderr).Run(append([]string{"post"}, args...))
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "post:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "post:", err)
-		return 1
-	}
-	return 0
+	return cliutil.Run(newApp(&o, stdout, stderr), append([]string{"post"}, args...))
 }
 
 func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
@@ -261,7 +244,13 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	}
 	onRecord, endITrace := itraceHook(in, r, onRecord, outDir, stdout)
 	onRecord, endMerge := mergeHook(r, onRecord, outDir, stdout)
+	sel := newSelection(filt)
 	rep := tprof.BuildFiltered(f, r, filt, onRecord)
+	if rep.Total == 0 {
+		if err := sel.check(f); err != nil {
+			return err
+		}
+	}
 	if err := endITrace(); err != nil {
 		return err
 	}

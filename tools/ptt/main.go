@@ -23,7 +23,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -33,6 +32,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"perfinsp/internal/cliutil"
 
 	"perfinsp/libperfutil/daemonclient"
 	"perfinsp/libperfutil/kmodbackend"
@@ -44,26 +45,13 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	app := newApp(stdout, stderr)
-	err := app.Run(args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "ptt:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "ptt:", err)
-		return 1
-	}
-	return 0
+	return cliutil.Run(newApp(stdout, stderr), args)
 }
 
 var errNotOn = cli.Exit("ptt is not on: run ptt on first", 1)
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "ptt",
 		Usage:     "per-thread metrics (PTT): turn on, dump, turn off",
 		Writer:    stdout,
@@ -103,6 +91,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			},
 		},
 	}
+	cliutil.Apply(app)
+	return app
 }
 
 // agentCall sends one PTT op to the agent.
@@ -147,19 +137,32 @@ func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
 		return "kmod", ms, nil
 	case "perf", "daemon": // "daemon": the backend's former name
 		ms, _ := parse("perf")
-		return "perf", ms, nil
+		return "perf", ms, moduleOnly(ms, "--backend perf runs without it")
 	case "", "auto":
-		if ptt.KmodStatus().Available {
+		st := ptt.KmodStatus()
+		if st.Available {
 			ms, _ := parse("kmod")
 			if _, err := ptt.ModuleMetrics(ms); err == nil {
 				return "kmod", ms, nil
 			}
 		}
 		ms, _ := parse("perf")
-		return "perf", ms, nil
+		return "perf", ms, moduleOnly(ms, st.Why)
 	default:
 		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q: use kmod, perf or auto", be), 2)
 	}
+}
+
+// moduleOnly refuses, on the no-module backend, a metric only the pitrace
+// module counts (tsc), saying what to do instead.
+func moduleOnly(ms []ptt.Metric, why string) error {
+	for _, m := range ms {
+		if m.Name == ptt.DefaultMetric("kmod") {
+			return cli.Exit(fmt.Sprintf("metric %s needs the pitrace module (%s): load it (sudo insmod kmod/pitrace.ko, docs/kmod.md), "+
+				"or count cpu-clock or task-clock (CPU time) instead", m.Name, why), 1)
+		}
+	}
+	return nil
 }
 
 func cmdOn(c *cli.Context, stdout io.Writer) error {
@@ -338,7 +341,11 @@ func cmdInfo(stdout io.Writer) error {
 	fmt.Fprintf(stdout, "  interrupts factored out: %v\n  per-thread dispatch counts in the work area: %v\n  interrupt counts and per-CPU buckets: %v\n  retry detects: %s\n",
 		g.InterruptsFactoredOut, g.DispatchCounts, g.InterruptCounts, g.RetryDetects)
 	for _, m := range ptt.Metrics() {
-		fmt.Fprintf(stdout, "  metric %-17s %-12s hardware=%v\n", m.Name, m.Unit, m.Hardware)
+		note := ""
+		if m.Name == ptt.DefaultMetric("kmod") && g.Backend != "kmod" {
+			note = "  (needs the pitrace module: not on this backend)"
+		}
+		fmt.Fprintf(stdout, "  metric %-17s %-12s hardware=%v%s\n", m.Name, m.Unit, m.Hardware, note)
 	}
 	for _, n := range g.Notes {
 		fmt.Fprintf(stdout, "  note: %s\n", n)

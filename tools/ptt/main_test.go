@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"perfinsp/internal/testenv"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"perfinsp/libperfutil/kmodbackend"
 	"perfinsp/libperfutil/ptt"
 )
 
@@ -472,4 +474,31 @@ func procState(pid int) string {
 		return s[i+2 : i+3]
 	}
 	return ""
+}
+
+// Errors say what is wrong and what to do, with ptt's prefix: an unknown
+// metric, tsc without the module (which ptt info marks as needing it), an
+// unknown option (one line, the nearest option named).
+func TestErrorsSayWhatToDo(t *testing.T) {
+	env := agentEnv(t)
+	out, code := runPtt(t, env, "on", "-m", "bogus")
+	if code != 2 || !strings.HasPrefix(out, `ptt: unknown metric "bogus"`) {
+		t.Errorf("ptt on -m bogus: exit %d, %q", code, out)
+	}
+	out, code = runPtt(t, env, "on", "--pdi", "1")
+	if code != 2 || out != "ptt on: unknown option --pdi: did you mean --pid? (ptt on --help for more)\n" {
+		t.Errorf("ptt on --pdi: exit %d, %q", code, out)
+	}
+	if _, err := os.Stat(kmodbackend.Device); err == nil {
+		t.Log("the pitrace module is loaded: tsc without it is not checked")
+		return
+	}
+	out, code = runPtt(t, env, "on", "-m", "tsc")
+	if code != 1 || !strings.HasPrefix(out, "ptt: metric tsc needs the pitrace module") || !strings.Contains(out, "cpu-clock") {
+		t.Errorf("ptt on -m tsc without the module: exit %d, %q", code, out)
+	}
+	out, code = runPtt(t, env, "info")
+	if code != 0 || !regexp.MustCompile(`metric tsc .*needs the pitrace module`).MatchString(out) {
+		t.Errorf("ptt info does not say that tsc needs the module: exit %d\n%s", code, out)
+	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+
+	"perfinsp/internal/cliutil"
 )
 
 var commands = map[string]string{
@@ -45,10 +47,8 @@ func main() {
 		},
 		Action: run,
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "rtdriver:", err)
-		os.Exit(1)
-	}
+	cliutil.Apply(app)
+	os.Exit(cliutil.Run(app, os.Args))
 }
 
 func socketPath(dir string, pid int) (string, error) {

@@ -236,7 +236,7 @@ func nowNs() uint64 {
 func TestBadInput(t *testing.T) {
 	e := tracetest.Setup(t)
 	out, code := e.SwCode("frobnicate")
-	if code == 0 || !strings.Contains(out, "unknown command") || !strings.Contains(out, "USAGE") {
+	if code == 0 || !strings.Contains(out, "unknown command") || !strings.Contains(out, "swtrace --help for more") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("unknown command: exit %d\n%s", code, out)
 	}
 	out, code = e.SwCode("init", "-t", "lots")

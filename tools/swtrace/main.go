@@ -5,7 +5,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/internal/cliutil"
 	_ "perfinsp/libperfutil/backends"
 	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/cpustat"
@@ -28,28 +28,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	app := newApp(stdout, stderr)
-	notFound := false
-	app.CommandNotFound = func(c *cli.Context, name string) {
-		fmt.Fprintf(stderr, "swtrace: unknown command %q\n\n", name)
-		cli.ShowAppHelp(c)
-		notFound = true
-	}
-	err := app.Run(reorder(args))
-	var ec cli.ExitCoder
-	switch {
-	case notFound:
-		return 2
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "swtrace:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "swtrace:", err)
-		return 1
-	}
-	return 0
+	return cliutil.Run(newApp(stdout, stderr), reorder(args))
 }
 
 // valueFlags are the flags that take a value.
@@ -75,7 +54,7 @@ func reorder(args []string) []string {
 	if i >= len(args) {
 		return out
 	}
-	if args[i] == itraceCommand.Name {
+	if args[i] == itraceCommand.Name || args[i] == daemonCommand.Name {
 		return args // itrace on|off: subcommands parse their own options
 	}
 	out = append(out, args[i]) // the command
@@ -101,7 +80,7 @@ func reorder(args []string) []string {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "swtrace",
 		Usage:     "control the perfinsp trace facility",
 		UsageText: "swtrace [--backend kmod|daemon|auto] COMMAND [options]",
@@ -164,14 +143,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			{Name: "hook", Usage: "write a user record (as TraceHook does)", UsageText: "swtrace hook MAJOR MINOR [WORD ...] | swtrace hook MAJOR MINOR -s STRING",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "s", Usage: "trailing `STRING` data"}}, Action: cmdHook},
 			itraceCommand,
-		},
-		ExitErrHandler: func(*cli.Context, error) {}, // run() turns errors into exit codes
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			fmt.Fprintf(stderr, "swtrace: %v\n\n", err)
-			cli.ShowAppHelp(c)
-			return cli.Exit("", 2)
+			daemonCommand,
 		},
 	}
+	cliutil.Apply(app)
+	return app
 }
 
 func open(c *cli.Context) (control.Facility, error) {
@@ -188,9 +164,7 @@ func open(c *cli.Context) (control.Facility, error) {
 }
 
 func usageErr(c *cli.Context, format string, args ...any) error {
-	fmt.Fprintf(c.App.ErrWriter, "swtrace %s: %s\n\n", c.Command.Name, fmt.Sprintf(format, args...))
-	_ = cli.ShowSubcommandHelp(c)
-	return cli.Exit("", 2)
+	return cliutil.UsageError(c, fmt.Sprintf(format, args...))
 }
 
 // parseSize parses 8M, 512K, 1G or a byte count.
@@ -569,6 +543,24 @@ func cmdGet(c *cli.Context) error {
 	return nil
 }
 
+// infoJSON is swtrace info --json: the status with the names the text
+// gives (mode "normal", record types "tprof") where the backend has codes.
+type infoJSON struct {
+	*control.Status
+	Mode    string   `json:"mode"`
+	Enabled []string `json:"enabled"`
+}
+
+func newInfoJSON(st *control.Status) infoJSON {
+	j := infoJSON{Status: st, Mode: control.ModeName(st.Mode), Enabled: []string{}}
+	ms := append([]uint16(nil), st.Enabled...)
+	sort.Slice(ms, func(i, k int) bool { return ms[i] < ms[k] })
+	for _, m := range ms {
+		j.Enabled = append(j.Enabled, trace.MajorName(m))
+	}
+	return j
+}
+
 func cmdInfo(c *cli.Context) error {
 	f, err := open(c)
 	if err != nil {
@@ -583,7 +575,7 @@ func cmdInfo(c *cli.Context) error {
 	if c.Bool("json") {
 		e := json.NewEncoder(w)
 		e.SetIndent("", "  ")
-		return e.Encode(st)
+		return e.Encode(newInfoJSON(st))
 	}
 	fmt.Fprintf(w, "backend: %s   state: %s", st.Backend, st.State)
 	if st.StoppedFull {

@@ -2,9 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+
+	"perfinsp/libperfutil/control"
+	"perfinsp/libperfutil/trace"
 )
 
 func TestReorder(t *testing.T) {
@@ -93,5 +98,41 @@ func TestAboveIdle(t *testing.T) {
 	}
 	if maxBusy < 50 {
 		t.Fatalf("a spinning goroutine should make one CPU mostly busy; max busy %.1f%%\n%s", maxBusy, out.String())
+	}
+}
+
+// A usage error is one line naming the command and pointing to --help; an
+// unknown command or option names the nearest one.
+func TestUsageErrorsOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"swtrace", "itrace", "on"}, "swtrace itrace on: say what to trace: -p PID, a pid list, or --pids-from N (swtrace itrace on --help for more)\n"},
+		{[]string{"swtrace", "enabel", "tprof"}, "swtrace: unknown command \"enabel\": did you mean enable? (swtrace --help for more)\n"},
+		{[]string{"swtrace", "enable", "--onyl", "tprof"}, "swtrace enable: unknown option --onyl: did you mean --only? (swtrace enable --help for more)\n"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(c.args, &out, &errb)
+		if code != 2 || errb.String() != c.want || out.Len() != 0 {
+			t.Errorf("%v: exit %d, stderr %q, stdout %q; want 2 and %q", c.args, code, errb.String(), out.String(), c.want)
+		}
+	}
+}
+
+// swtrace enable lists ITrace as a type to enable; info --json gives the
+// names the text gives.
+func TestTypesByName(t *testing.T) {
+	var b bytes.Buffer
+	listTypes(&b, []uint16{trace.MajorSys, trace.MajorMTE, trace.MajorITraceU})
+	if !regexp.MustCompile(`(?m)^itrace +0x20 +on +ITrace`).MatchString(b.String()) || strings.Contains(b.String(), "itrace     0x20   n/a") {
+		t.Errorf("swtrace enable does not list itrace as available:\n%s", b.String())
+	}
+	j, err := json.Marshal(newInfoJSON(&control.Status{State: "off", Mode: control.ModeCont, Enabled: []uint16{trace.MajorTprof, trace.MajorSys, trace.MajorMTE}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(j), `"mode":"cont"`) || !strings.Contains(string(j), `"enabled":["sys","mte","tprof"]`) || !strings.Contains(string(j), `"state":"off"`) {
+		t.Errorf("info --json: %s", j)
 	}
 }

@@ -3,13 +3,14 @@
 package msrcli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
+
+	"perfinsp/internal/cliutil"
 
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/msr"
@@ -18,19 +19,9 @@ import (
 // Run runs msr with args (args[0] is the program name) and returns the
 // exit status.
 func Run(args []string, stdout, stderr io.Writer) int {
-	err := App(stdout, stderr).Run(args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "msr:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "msr:", err)
-		return 1
-	}
-	return 0
+	app := App(stdout, stderr)
+	cliutil.Apply(app)
+	return cliutil.Run(app, args)
 }
 
 // App is the msr command.

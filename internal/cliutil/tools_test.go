@@ -1,0 +1,40 @@
+package cliutil
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// Every tool built with the build's version string answers --version with
+// it (and nothing on stderr), and a wrong option with one line.
+func TestEveryToolVersion(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := t.TempDir()
+	const v = "v0-cliutil-test"
+	build := exec.Command("go", "build", "-ldflags", "-X perfinsp/internal/cliutil.version="+v, "-o", bin+"/", "./tools/...")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./tools/...: %v\n%s", err, out)
+	}
+	for _, tool := range []string{"swtrace", "post", "ptt", "hotspot", "hookit", "msr", "mpevt", "cpi", "rtdriver"} {
+		var stdout, stderr strings.Builder
+		c := exec.Command(filepath.Join(bin, tool), "--version")
+		c.Stdout, c.Stderr = &stdout, &stderr
+		if err := c.Run(); err != nil || stdout.String() != tool+" (perfinsp) "+v+"\n" || stderr.Len() != 0 {
+			t.Errorf("%s --version: %v, stdout %q, stderr %q", tool, err, stdout.String(), stderr.String())
+		}
+		stdout.Reset()
+		stderr.Reset()
+		c = exec.Command(filepath.Join(bin, tool), "--no-such-option-here")
+		c.Stdout, c.Stderr = &stdout, &stderr
+		err := c.Run()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(stderr.String(), "\n") != 1 ||
+			!strings.Contains(stderr.String(), tool+" --help for more") || stdout.Len() != 0 {
+			t.Errorf("%s --no-such-option-here: %v, stdout %q, stderr %q: want exit 2 and one line", tool, err, stdout.String(), stderr.String())
+		}
+	}
+}

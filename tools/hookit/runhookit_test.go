@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// run.hookit --help prints the help on stdout and exits 0; a wrong option
+// is one line and a hint.
+func TestRunHookitUsage(t *testing.T) {
+	r := setup(t)
+	out, err := exec.Command(filepath.Join(r, "scripts/run.hookit"), "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "-finstrument-functions") || strings.Contains(string(out), "set -u") {
+		t.Errorf("run.hookit --help: %v\n%s", err, out)
+	}
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "--bogus")
+	cmd.Dir = t.TempDir()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(stderr.String(), "\n") > 2 || !strings.Contains(stderr.String(), "--help") {
+		t.Errorf("run.hookit --bogus: %v\n%s", err, stderr.String())
+	}
+}
+
+// A program built without -finstrument-functions is refused with the way
+// to build it, and no empty report is written.
+func TestRunHookitRefusesUninstrumented(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "plain.c")
+	prog := filepath.Join(dir, "plain")
+	if err := os.WriteFile(src, []byte("int f(int x) { return x + 1; }\nint main(void) { return f(-1); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	out := filepath.Join(dir, "out")
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", out, "--", prog)
+	msg, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(msg), "rebuild it with -finstrument-functions") {
+		t.Errorf("an uninstrumented program: %v\n%s", err, msg)
+	}
+	if _, err := os.Stat(filepath.Join(out, "log-rt")); err == nil {
+		t.Error("an empty report was written")
+	}
+}
+
+// Ctrl-C (SIGINT to the process group) during the run: the program's
+// stdout is its own, the reports are still written, and the exit code is
+// 128+SIGINT.
+func TestRunHookitInterrupted(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("the program's first line on run.hookit's stdout: %q, %v\n%s", line, err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("run.hookit did not end after SIGINT\n%s", stderr.String())
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Errorf("exit: %v, want 130\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "interrupted by SIGINT") {
+		t.Errorf("no line saying it was interrupted:\n%s", stderr.String())
+	}
+	if rt, err := os.ReadFile(filepath.Join(dir, "log-rt")); err != nil || !bytes.Contains(rt, []byte("callflow")) {
+		t.Errorf("no log-rt of the interrupted run: %v\n%.500s", err, rt)
+	}
+}
+
+// The program's stdout is its own: run.hookit's report lines go to stderr.
+func TestRunHookitStdout(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	src, prog := filepath.Join(dir, "say.c"), filepath.Join(dir, "say")
+	if err := os.WriteFile(src, []byte("#include <stdio.h>\nstatic int sq(int x) { return x * x; }\nint main(void) { for (int i = 0; i < 5; i++) printf(\"%d\\n\", sq(i)); return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O0", "-finstrument-functions", "-o", prog, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	want, err := exec.Command(prog).Output()
+	if err != nil || len(want) == 0 {
+		t.Fatalf("say: %v %q", err, want)
+	}
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", filepath.Join(dir, "out"), "--", prog)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run.hookit: %v\n%s", err, stderr.String())
+	}
+	if !bytes.Equal(stdout.Bytes(), want) {
+		t.Errorf("run.hookit's stdout is not the program's own:\n%q\nwant:\n%q", stdout.String(), want)
+	}
+	if !strings.Contains(stderr.String(), "hookit: pid ") {
+		t.Errorf("the report line is not on stderr:\n%s", stderr.String())
+	}
+}
