@@ -24,9 +24,10 @@ import (
 // The probe cost is measured, not assumed: hotspot starts a copy of itself
 // (calibEnv set) that calls a function in batches on one locked thread and
 // prints the thread's CPU time per batch; hotspot runs the batches without
-// and with an entry probe (8-byte stack sample, as the walk's) plus a
-// return probe on that function. The difference per call is what a probed
-// call costs the thread that makes it: the traps and the samples written.
+// and with the walk's probes on that function: an entry probe (8-byte
+// stack sample and the registers, as the walk's) and a probe on its return
+// instruction. The difference per call is what a probed call costs the
+// thread that makes it: the traps and the samples written.
 //
 // Two functions, because the kernel handles an entry probe in two ways:
 // it emulates a few first instructions (push of a register — the frame
@@ -34,13 +35,11 @@ import (
 // trap, and executes any other one out of line with a second, single-step
 // trap, which can cost several times as much (in a VM). calibLeaf starts
 // with a MOVL (out of line), calibPush with PUSHQ BP (emulated); the walk
-// charges each probed function the cost of its own first instruction.
+// charges each probed function the cost of its own first instruction. A
+// return instruction is always run out of line.
 //
-// The child is Go, so the return probe must not be seen by the Go runtime:
-// both are nosplit (no stack check, no stack growth, no traceback while
-// the return address is the kernel's trampoline), the child runs with
-// asynchronous preemption off and the collector off (it allocates almost
-// nothing), so no stack is scanned while it is inside.
+// The child runs with asynchronous preemption and the collector off and
+// the functions are nosplit, so that the batches measure the calls only.
 const calibEnv = "HOTSPOT_CALIBRATION_CHILD"
 
 //go:noinline
@@ -223,8 +222,9 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		return fail(err)
 	}
 	type target struct {
-		path string
-		off  uint64
+		path  string
+		off   uint64
+		exits []uint64 // the walk's exit probes (exits.go)
 	}
 	var fn [2]target
 	for k := range fn {
@@ -232,7 +232,15 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		if !ok {
 			return fail(fmt.Errorf("function at %#x is in no file mapping of process %d", hello[1+k], cmd.Process.Pid))
 		}
-		fn[k] = target{path, off}
+		f := pm.lookup(uint64(hello[1+k]))
+		if f.Off != off {
+			return fail(fmt.Errorf("function at %#x of process %d: no symbol starts there", hello[1+k], cmd.Process.Pid))
+		}
+		plan := findExits(path, off, f.Size)
+		if len(plan.Offs) != 1 {
+			return fail(fmt.Errorf("%s: want one exit, found %d (%s)", f.Name, len(plan.Offs), plan.Why))
+		}
+		fn[k] = target{path, off, plan.Offs}
 	}
 	batch := func(n, kind int) (int64, error) {
 		if _, err := fmt.Fprintln(stdin, n, kind); err != nil {
@@ -246,11 +254,11 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 	}
 	// A probe's breakpoint is in place from its open to its close (a
 	// disabled perf event still traps): the plain batches run with no probe
-	// open at all, then the probed batches with one pair (an entry and a
-	// return probe; a close waits for the kernel's grace periods,
-	// so the pair is opened once per kind, not per batch).
-	// Then the return probe is closed and the same batches run with the
-	// entry probe alone.
+	// open at all, then the probed batches with one pair (an entry probe
+	// and a probe on the return instruction, as the walk's; a close waits
+	// for the kernel's grace periods, so the pair is opened once per kind,
+	// not per batch). Then the exit probe is closed and the same batches
+	// run with the entry probe alone.
 	measure := func(kind int) (cost, entry, spread float64, err error) {
 		var plain, withProbes, entryOnly []float64
 		for r := 0; r < rounds; r++ {
@@ -263,13 +271,17 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		var probes []*uprobe.Probe
 		var ring *perfring.Ring
 		defer func() {
+			// Each close waits for the kernel's grace periods: the last
+			// ones need not delay the walk (the child is ended anyway).
 			ring.Close()
-			for _, p := range probes {
-				p.Close()
-			}
+			go func(probes []*uprobe.Probe) {
+				for _, p := range probes {
+					p.Close()
+				}
+			}(probes)
 		}()
-		for _, ret := range []bool{false, true} {
-			p, err := pmu.Open(fn[kind].path, fn[kind].off, ret, tid, true)
+		for i, off := range append([]uint64{fn[kind].off}, fn[kind].exits...) {
+			p, err := pmu.OpenWith(fn[kind].path, off, false, tid, uprobe.OpenOpts{Disabled: true, Group: -1, Exit: i > 0, Regs: probeRegs})
 			if err != nil {
 				return 0, 0, 0, err
 			}
@@ -316,7 +328,7 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 			}
 			withProbes = append(withProbes, float64(ns)/calls)
 		}
-		probes[1].Close() // the return probe (the ring is the entry probe's)
+		probes[1].Close() // the exit probe (the ring is the entry probe's)
 		per = 1
 		for r := 0; r < rounds; r++ {
 			ns, err := probed(calls)

@@ -1,5 +1,5 @@
 // Command hotspot finds the hot functions of a process by sampling, then
-// walks up its call graph with temporary uprobes/uretprobes, one level at a
+// walks up its call graph with temporary uprobes on entries and exits, one level at a
 // time: the hot function, then its callers, then theirs, up to main, in the
 // target and the processes it forks. Per instrumented function it reports
 // the calls, the wall time (and an -m counter) per call and the callers

@@ -140,7 +140,7 @@ func TestWalkFindsCallersLevelByLevel(t *testing.T) {
 	js := filepath.Join(dir, "r.json")
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(tools.hotspot, "-s", "1", "--period", "300", "--max-overhead", "0", "--json", js, "--folded", filepath.Join(dir, "f.txt"),
-		"-o", filepath.Join(dir, "r.txt"), "--", tools.example, "6")
+		"-o", filepath.Join(dir, "r.txt"), "--", tools.example, "12")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

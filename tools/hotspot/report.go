@@ -141,6 +141,14 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Cut > 0 {
 			fmt.Fprintf(w, ", %d returned after the probes were removed", f.Cut)
 		}
+		if f.NoExit > 0 {
+			fmt.Fprintf(w, ", %d left unseen (longjmp, an exit not probed, or a moved stack)", f.NoExit)
+		}
+		if f.ExitsNote != "" {
+			fmt.Fprintf(w, " (time per call not measured: %s)", f.ExitsNote)
+		} else if f.ExitsUnprobed > 0 {
+			fmt.Fprintf(w, " (%d exits not probed: indirect or conditional jumps)", f.ExitsUnprobed)
+		}
 		fmt.Fprintln(w)
 		for _, c := range f.Callers {
 			note := ""

@@ -34,13 +34,25 @@ type CallerStat struct {
 // FuncStat is what the probes of one instrumented function saw.
 type FuncStat struct {
 	Func
-	Level   int     `json:"level"`
-	Calls   uint64  `json:"calls"`   // entries seen
-	Returns uint64  `json:"returns"` // entries matched with their return
-	Cut     uint64  `json:"cut"`     // entries whose return came after their probes were removed
-	MeanNs  float64 `json:"mean_ns"`
-	MinNs   uint64  `json:"min_ns"`
-	MaxNs   uint64  `json:"max_ns"`
+	Level   int    `json:"level"`
+	Calls   uint64 `json:"calls"`   // entries seen
+	Returns uint64 `json:"returns"` // entries matched with their exit (the pairs the times are from)
+	Cut     uint64 `json:"cut"`     // entries whose exit came after their probes were removed
+	// NoExit counts the entries whose exit was not seen although the
+	// probes stayed: left by longjmp or an unprobed exit (ExitsUnprobed),
+	// or resumed on another stack (a goroutine whose stack was moved).
+	NoExit uint64 `json:"no_exit"`
+	// ExitProbes is the number of exits probed (return instructions and
+	// jumps out of the function); ExitsUnprobed those that could not be;
+	// ExitsNote, if set, why the calls' durations are not measured.
+	ExitProbes    int    `json:"exit_probes"`
+	ExitsUnprobed int    `json:"exits_unprobed,omitempty"`
+	ExitsNote     string `json:"exits_note,omitempty"`
+	// Go: the function is Go code (frames matched per goroutine).
+	Go     bool    `json:"go,omitempty"`
+	MeanNs float64 `json:"mean_ns"`
+	MinNs  uint64  `json:"min_ns"`
+	MaxNs  uint64  `json:"max_ns"`
 	// The -m metric per call (entry to return): its mean, min and max.
 	MetricMean float64       `json:"metric_mean,omitempty"`
 	MetricMin  uint64        `json:"metric_min,omitempty"`
@@ -51,6 +63,7 @@ type FuncStat struct {
 	entryNs    float64 // ... of a call with its entry probe alone
 	sumMetric  float64
 	callers    map[string]*CallerStat
+	exits      []uint64 // the file offsets of the probed exits
 }
 
 // Level is one step of the walk.
@@ -141,13 +154,69 @@ type Walk struct {
 
 type probeRef struct {
 	fs  *FuncStat
-	ret bool
+	ret bool // an exit probe
 }
 
+// frame is a call entered and not yet left: sp is the stack pointer at
+// the entry (the return address's slot), which is the stack pointer again
+// at the function's exit (a return, or a tail jump).
 type frame struct {
 	fs *FuncStat
 	t  uint64
 	v  uint64 // the metric at entry
+	sp uint64
+}
+
+// stackKey names the stack a call runs on: the thread's, or, in Go code,
+// the goroutine's (R14 holds the goroutine in Go's register ABI), which
+// can move from thread to thread between a call's entry and its exit.
+type stackKey struct {
+	id        uint32 // the thread, or for a goroutine its process
+	g         uint64 // the goroutine (R14)
+	goroutine bool
+}
+
+// probeRegs are the registers every probe hit samples: the stack pointer
+// (to pair entries and exits) and R14 (the goroutine, in Go code).
+const probeRegs = uprobe.RegSP | uprobe.RegR14
+
+// callStacks pairs the entries and exits of the probed calls, per stack.
+type callStacks map[stackKey][]frame
+
+// enter records an entry at stack pointer sp. The calls on that stack
+// entered at or below sp have ended unseen (a live caller's frame is above
+// its callee's): they are dropped and counted in NoExit.
+func (cs callStacks) enter(k stackKey, f frame) {
+	st := cs[k]
+	for len(st) > 0 && st[len(st)-1].sp <= f.sp {
+		st[len(st)-1].fs.NoExit++
+		st = st[:len(st)-1]
+	}
+	if len(st) < 4096 {
+		st = append(st, f)
+	}
+	cs[k] = st
+}
+
+// exit pairs an exit of fs at stack pointer sp with its entry: the calls
+// entered below sp are dropped (they ended unseen: longjmp, an unprobed
+// exit) and counted in NoExit; the call on top must be fs's, entered at
+// sp. ok false: no entry of this call was seen (entered before the probes
+// went in, or an exit hit with the stack moved, a jump out to a function's
+// cold part).
+func (cs callStacks) exit(k stackKey, fs *FuncStat, sp uint64) (frame, bool) {
+	st := cs[k]
+	for len(st) > 0 && st[len(st)-1].sp < sp {
+		st[len(st)-1].fs.NoExit++
+		st = st[:len(st)-1]
+	}
+	cs[k] = st
+	if len(st) == 0 || st[len(st)-1].sp != sp || st[len(st)-1].fs != fs {
+		return frame{}, false
+	}
+	f := st[len(st)-1]
+	cs[k] = st[:len(st)-1]
+	return f, true
 }
 
 // stopNames are the top of a program's call graph: the walk records them
@@ -216,9 +285,14 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			lv.Skipped = append(lv.Skipped, f)
 			continue
 		}
-		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
+		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}, Go: isGoModule(f.Path)}
+		plan := findExits(f.Path, f.Off, f.Size)
+		fs.exits, fs.ExitProbes, fs.ExitsUnprobed, fs.ExitsNote = plan.Offs, len(plan.Offs), plan.Unprobed, plan.Why
 		if w.Cal != nil {
 			fs.costNs, fs.entryNs = w.Cal.cost(f.Path, f.Off)
+			if len(fs.exits) == 0 {
+				fs.costNs = fs.entryNs
+			}
 		}
 		stats = append(stats, fs)
 		w.visited[f.key()] = fs
@@ -235,7 +309,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	owners := map[*uprobe.Probe]bool{} // the probes whose fd a ring maps
 	var leaders []int                  // the metric's counters, one per thread
 	refs := map[uint64]probeRef{}
-	stacks := map[uint32][]frame{}
+	stacks := callStacks{}
 	drain := func() {}
 	closing := false
 	// closeAll removes the probes. Each close waits for the kernel's grace
@@ -305,8 +379,14 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				group = fd
 			}
 			for _, fs := range stats {
-				for _, ret := range []bool{false, true} {
-					p, err := w.PMU.OpenWith(fs.Path, fs.Off, ret, tid, uprobe.OpenOpts{Disabled: true, Group: group})
+				// The entry probe, then one probe per exit (never a
+				// uretprobe: exits.go).
+				for i := -1; i < len(fs.exits); i++ {
+					off, exit := fs.Off, i >= 0
+					if exit {
+						off = fs.exits[i]
+					}
+					p, err := w.PMU.OpenWith(fs.Path, off, false, tid, uprobe.OpenOpts{Disabled: true, Group: group, Exit: exit, Regs: probeRegs})
 					if err != nil {
 						if errors.Is(err, unix.ESRCH) {
 							continue
@@ -314,7 +394,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						return fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
 					probes = append(probes, p)
-					refs[p.ID] = probeRef{fs, ret}
+					refs[p.ID] = probeRef{fs, exit}
 					if ring == nil {
 						if ring, err = perfring.Map(p.FD, 64); err != nil {
 							return err
@@ -387,7 +467,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				if !ok {
 					return
 				}
-				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil})
+				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil, Regs: 2})
 				if !ok {
 					return
 				}
@@ -412,7 +492,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					ref.fs.Calls++
 					lv.Calls++
 					if s.HasTop {
-						c := w.tree.lookup(int(s.PID), s.TopWord)
+						// The return address: its call instruction is
+						// before it (a call to a function that does not
+						// return may end its caller).
+						c := w.tree.lookup(int(s.PID), s.TopWord-1)
 						cs := ref.fs.callers[c.key()+c.Name]
 						if cs == nil {
 							cs = &CallerStat{Func: c}
@@ -420,9 +503,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						}
 						cs.Calls++
 					}
-					st := stacks[s.TID]
-					if len(st) < 4096 {
-						stacks[s.TID] = append(st, frame{ref.fs, s.Time, s.Read})
+					if s.HasRegs {
+						stacks.enter(ref.fs.stackOf(s), frame{ref.fs, s.Time, s.Read, s.Regs[0]})
 					}
 					return
 				}
@@ -432,15 +514,13 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					// charged with the entry.
 					w.CostNs += ref.fs.costNs - ref.fs.entryNs
 				}
-				st := stacks[s.TID]
-				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
-					if st[i].fs == ref.fs {
-						ref.fs.addTime(s.Time - st[i].t)
-						if w.Metric != nil {
-							ref.fs.addMetric(s.Read - st[i].v)
-						}
-						stacks[s.TID] = st[:i]
-						return
+				if !s.HasRegs {
+					return
+				}
+				if f, ok := stacks.exit(ref.fs.stackOf(s), ref.fs, s.Regs[0]); ok {
+					ref.fs.addTime(s.Time - f.t)
+					if w.Metric != nil {
+						ref.fs.addMetric(s.Read - f.v)
 					}
 				}
 			})
@@ -632,6 +712,15 @@ func (w *Walk) waitBudget(ctx context.Context) float64 {
 		_, _ = unix.Poll(nil, 20)
 	}
 	return time.Since(t0).Seconds()
+}
+
+// stackOf is the stack a hit of fs ran on: the goroutine's in Go code,
+// else the thread's.
+func (fs *FuncStat) stackOf(s uprobe.Sample) stackKey {
+	if fs.Go {
+		return stackKey{id: s.PID, g: s.Regs[1], goroutine: true}
+	}
+	return stackKey{id: s.TID}
 }
 
 func (fs *FuncStat) addTime(ns uint64) {
