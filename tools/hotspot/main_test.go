@@ -320,9 +320,25 @@ func exitOf(t *testing.T, c *exec.Cmd) int {
 }
 
 // TestTargetKilledMidWalk: the target dies while a level is instrumented;
-// the tool ends that level, reports what it saw, and exits cleanly.
+// the tool ends that level, reports what it saw and how the target died
+// (its signal, while hot was probed), and exits non-zero: with -p the
+// signal comes from the signal_deliver tracepoint, with -- from the exit
+// status (the command's code, 128+signal).
 func TestTargetKilledMidWalk(t *testing.T) {
 	build(t)
+	check := func(js string, sig int) {
+		t.Helper()
+		r := readReport(t, js)
+		if r.Stopped != "target died" || len(r.Levels) != 1 || r.Levels[0].EndedBy != "target exited" || r.Levels[0].PerfFDsEnd != 0 {
+			t.Fatalf("report stopped=%q levels=%+v: want one level ended by the target's death, no fd left", r.Stopped, r.Levels)
+		}
+		if d := r.Death; d == nil || d.Signal != sig || !strings.Contains(d.During, "level 0, probes in place on hot (entry and 1 exit)") || d.Core == "" {
+			t.Fatalf("death %+v: want signal %d during level 0 with hot's probes in place", r.Death, sig)
+		}
+		if f := funcByLevel(r, 0)["hot"]; f == nil || f.Calls == 0 {
+			t.Fatalf("no calls of hot seen before the kill: %+v", r.Funcs)
+		}
+	}
 	target, _ := startExample(t, tools.example, "60", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
@@ -332,16 +348,29 @@ func TestTargetKilledMidWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = target.Process.Wait()
-	if code := exitOf(t, tool); code != 0 {
-		t.Fatalf("hotspot exit %d after the target died, want 0", code)
+	waitLine(t, lines, "the target died of SIGKILL (signal 9")
+	if code := exitOf(t, tool); code != 1 {
+		t.Fatalf("hotspot -p exit %d after the target was killed, want 1", code)
 	}
-	r := readReport(t, js)
-	if r.Stopped != "target exited" || len(r.Levels) != 1 || r.Levels[0].EndedBy != "target exited" || r.Levels[0].PerfFDsEnd != 0 {
-		t.Fatalf("report stopped=%q levels=%+v: want one level ended by the target's exit, no fd left", r.Stopped, r.Levels)
+	check(js, 9)
+
+	js = filepath.Join(t.TempDir(), "r.json")
+	tool, lines, _ = startTool(t, "--period", "30s", "-s", "0.5", "--max-overhead", "0", "--json", js, "-o", os.DevNull, "--", tools.example, "60")
+	waitLine(t, lines, "level 0 frontier [hot] active probes 2 calls")
+	var pid int
+	for _, p := range descendants(tool.Process.Pid) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/comm"); strings.HasPrefix(string(b), "hotspot-example") {
+			pid = p
+		}
 	}
-	if f := funcByLevel(r, 0)["hot"]; f == nil || f.Calls == 0 {
-		t.Fatalf("no calls of hot seen before the kill: %+v", r.Funcs)
+	if pid == 0 || syscall.Kill(pid, syscall.SIGSEGV) != nil {
+		t.Fatalf("the example (pid %d) not found or not killed", pid)
 	}
+	waitLine(t, lines, "the target died of SIGSEGV (signal 11, core")
+	if code := exitOf(t, tool); code != 128+11 {
+		t.Fatalf("hotspot -- exit %d after the target died of SIGSEGV, want 139", code)
+	}
+	check(js, 11)
 }
 
 // TestSIGINTRemovesEveryProbe: Ctrl-C mid-level closes every probe (the
@@ -349,12 +378,12 @@ func TestTargetKilledMidWalk(t *testing.T) {
 // goes on undisturbed to its normal end.
 func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	build(t)
-	target, out := startExample(t, tools.example, "4", nil)
+	target, out := startExample(t, tools.example, "8", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
 	waitLine(t, lines, "level 0 frontier [hot]")
-	if n := countPerfFDs(tool.Process.Pid); n != 2 {
-		t.Fatalf("%d perf fds open in the tool during level 0, want 2 (entry and return probe of hot)", n)
+	if n := countPerfFDs(tool.Process.Pid); n != 3 {
+		t.Fatalf("%d perf fds open in the tool during level 0, want 3 (entry and exit probe of hot, the death watch on the target's thread)", n)
 	}
 	if err := tool.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ type Report struct {
 	Seconds  float64      `json:"seconds"`
 	Overhead *Overhead    `json:"overhead,omitempty"`
 	Stopped  string       `json:"stopped,omitempty"`
+	Death    *Death       `json:"death,omitempty"` // how the target died during the walk
 	Notes    []string     `json:"notes,omitempty"`
 }
 

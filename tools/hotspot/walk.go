@@ -70,9 +70,10 @@ type FuncStat struct {
 type Level struct {
 	Level    int      `json:"level"`
 	Frontier []string `json:"frontier"`
-	// Probes is the number of probe events open during the level (two per
-	// function and thread); PerfFDs the perf event fds the tool held open
-	// at that moment, counted from /proc/self/fd.
+	// Probes is the number of probe events open during the level (1 +
+	// exits per function and thread); PerfFDs the probe fds the tool held
+	// open at that moment, counted from /proc/self/fd (its perf event fds
+	// but the death watch's).
 	Probes     int     `json:"active_probes"`
 	PerfFDs    int     `json:"perf_fds_open"`
 	Calls      uint64  `json:"calls"`
@@ -150,6 +151,31 @@ type Walk struct {
 	CPUStart, CPULast uint64
 	visited           map[string]*FuncStat
 	stopAt            map[string]bool // names where the walk stops (main)
+	// inPlace says what is instrumented now; AtDeath what was when the
+	// target was first seen gone ("" while it lives).
+	inPlace string
+	AtDeath string
+	watch   *deathWatch // its perf fds are not probes
+}
+
+// probeFDs counts the probe fds open (the perf fds but the death watch's).
+func (w *Walk) probeFDs() int {
+	return perfFDs() - w.watch.count()
+}
+
+// alive is Alive, noting what was instrumented when the target is first
+// seen gone.
+func (w *Walk) alive() bool {
+	if w.Alive() {
+		return true
+	}
+	if w.AtDeath == "" {
+		w.AtDeath = w.inPlace
+		if w.AtDeath == "" {
+			w.AtDeath = "before the first level's probes went in"
+		}
+	}
+	return false
 }
 
 type probeRef struct {
@@ -238,7 +264,7 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
-		if ctx.Err() != nil || !w.Alive() {
+		if ctx.Err() != nil || !w.alive() {
 			break
 		}
 		before := len(w.Funcs)
@@ -323,6 +349,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	closeAll := func() {
 		closing = true
 		cost0, had, t0 := w.CostNs, len(probes) > 0, time.Now()
+		if had {
+			w.inPlace = fmt.Sprintf("during level %d, while its probes were being removed from %s", depth, what(stats))
+		}
 		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
 			for _, p := range probes {
 				if p.Ret == (pass == 0) && !owners[p] {
@@ -346,6 +375,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		clear(owners)
 		closing = false
 		if had {
+			w.inPlace = fmt.Sprintf("during level %d, its probes out (removed, not yet back)", depth)
 			w.lastCloseCost = w.CostNs - cost0
 			lv.CloseSec += time.Since(t0).Seconds()
 		}
@@ -429,6 +459,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			return false, err
 		}
 		lv.Windows++
+		w.inPlace = fmt.Sprintf("during level %d, probes in place on %s", depth, what(stats))
 		w.meterTid = tids
 		winCost = 0
 		return len(probes) > 0, nil
@@ -549,7 +580,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		return stats, nil
 	}
 	lv.Probes = len(probes)
-	lv.PerfFDs = perfFDs()
+	lv.PerfFDs = w.probeFDs()
 	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
 
 	cpu0, _ := w.tree.cpuNs()
@@ -568,7 +599,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			lv.EndedBy = "period"
 		case w.Period.Duration > 0 && time.Since(t0) >= w.Period.Duration:
 			lv.EndedBy = "period"
-		case !w.Alive():
+		case !w.alive():
 			lv.EndedBy = "target exited"
 		case w.LevelMax > 0 && time.Since(t0) >= w.LevelMax:
 			lv.EndedBy = "time limit"
@@ -641,8 +672,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	}
 	drain()
 	closeAll()
+	w.inPlace = fmt.Sprintf("after level %d, no probe in place", depth)
 	w.meter.update(w.meterTid)
-	lv.PerfFDsEnd = perfFDs()
+	lv.PerfFDsEnd = w.probeFDs()
 	if w.CPULast > cpu0 {
 		lv.TargetCPUNs = w.CPULast - cpu0
 	}
@@ -698,7 +730,7 @@ const maxBudgetWait = 5 * time.Second
 func (w *Walk) waitBudget(ctx context.Context) float64 {
 	t0 := time.Now()
 	lastScan := t0
-	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.Alive() {
+	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.alive() {
 		w.meter.update(w.meterTid)
 		if w.withinBudget() {
 			break
@@ -712,6 +744,19 @@ func (w *Walk) waitBudget(ctx context.Context) float64 {
 		_, _ = unix.Poll(nil, 20)
 	}
 	return time.Since(t0).Seconds()
+}
+
+// what lists the probes of a level: each function with its exits.
+func what(stats []*FuncStat) string {
+	var parts []string
+	for _, fs := range stats {
+		exits := "exits"
+		if len(fs.exits) == 1 {
+			exits = "exit"
+		}
+		parts = append(parts, fmt.Sprintf("%s (entry and %d %s)", fs.Name, len(fs.exits), exits))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stackOf is the stack a hit of fs ran on: the goroutine's in Go code,
