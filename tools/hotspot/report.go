@@ -127,13 +127,20 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %6.1f%%  %s  (%s)\n", h.Pct, h.Name, where)
 	}
-	fmt.Fprintln(w, "hot-path call graph (per function: calls, time per call mean/min/max, callers by share of calls):")
+	fmt.Fprintln(w, "hot-path call graph (per function: calls, time per call mean/min/max over the complete entry/exit pairs, the probes' own time taken out; callers by share of calls):")
 	for _, f := range r.Funcs {
 		fmt.Fprintf(w, "  [level %d] %s: %d calls", f.Level, f.Name, f.Calls)
 		if f.Returns > 0 {
-			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
+			fmt.Fprintf(w, ", time/call mean %s median %s min %s max %s (%d pairs", dur(f.MeanNs), dur(f.MedianNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)), f.Returns)
+			if f.FewPairs {
+				fmt.Fprint(w, ": too few to rely on")
+			}
+			fmt.Fprintf(w, "; %s with the probes' own time)", dur(f.MeanRawNs))
+			if f.Lost > 0 {
+				fmt.Fprintf(w, " [%d probe records lost in this level: calls missing from these figures]", f.Lost)
+			}
 			if r.Metric != "" {
-				fmt.Fprintf(w, ", %s/call mean %s min %s max %s", r.Metric, r.metricValue(f.MetricMean), r.metricValue(float64(f.MetricMin)), r.metricValue(float64(f.MetricMax)))
+				fmt.Fprintf(w, ", %s/call mean %s median %s min %s max %s", r.Metric, r.metricValue(f.MetricMean), r.metricValue(f.MetricMedian), r.metricValue(float64(f.MetricMin)), r.metricValue(float64(f.MetricMax)))
 			}
 		}
 		if f.Calls == 0 {

@@ -64,6 +64,35 @@ type FuncStat struct {
 	sumMetric  float64
 	callers    map[string]*CallerStat
 	exits      []uint64 // the file offsets of the probed exits
+	pairNs     float64  // the probes' own time in each pair (Calibration.InPairNs)
+	sumRawNs   float64
+	// MeanRawNs is the mean before the probes' own time is taken out.
+	MeanRawNs float64 `json:"mean_raw_ns"`
+	// FewPairs: the times rest on fewer than minPairs pairs.
+	FewPairs bool `json:"few_pairs,omitempty"`
+	// MedianNs, MetricMedian: the medians (of the first maxKept pairs).
+	MedianNs         float64 `json:"median_ns"`
+	MetricMedian     float64 `json:"metric_median,omitempty"`
+	kept, keptMetric []float64
+	// Lost is the probe records lost in its level (entries or exits of
+	// any of the level's functions): calls the counts and times miss.
+	Lost uint64 `json:"lost"`
+}
+
+// minPairs is the number of complete pairs below which a function's times
+// are marked as resting on too few calls.
+const minPairs = 20
+
+// maxKept bounds the per-call values kept for the medians.
+const maxKept = 1 << 16
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // Level is one step of the walk.
@@ -103,6 +132,7 @@ type Level struct {
 	// periods: tens of milliseconds a probe, more under load).
 	CloseSec float64 `json:"close_s"`
 	pids     map[uint32]int
+	lost     uint64 // probe records lost in the level
 }
 
 // Walk is the state of a hot-spot walk.
@@ -191,6 +221,9 @@ type frame struct {
 	t  uint64
 	v  uint64 // the metric at entry
 	sp uint64
+	// nested is the probes' cost inside this call so far: the probed
+	// calls of other functions of the level made from it (ns).
+	nested float64
 }
 
 // stackKey names the stack a call runs on: the thread's, or, in Go code,
@@ -215,8 +248,7 @@ type callStacks map[stackKey][]frame
 func (cs callStacks) enter(k stackKey, f frame) {
 	st := cs[k]
 	for len(st) > 0 && st[len(st)-1].sp <= f.sp {
-		st[len(st)-1].fs.NoExit++
-		st = st[:len(st)-1]
+		st = drop(st)
 	}
 	if len(st) < 4096 {
 		st = append(st, f)
@@ -233,16 +265,31 @@ func (cs callStacks) enter(k stackKey, f frame) {
 func (cs callStacks) exit(k stackKey, fs *FuncStat, sp uint64) (frame, bool) {
 	st := cs[k]
 	for len(st) > 0 && st[len(st)-1].sp < sp {
-		st[len(st)-1].fs.NoExit++
-		st = st[:len(st)-1]
+		st = drop(st)
 	}
 	cs[k] = st
 	if len(st) == 0 || st[len(st)-1].sp != sp || st[len(st)-1].fs != fs {
 		return frame{}, false
 	}
 	f := st[len(st)-1]
-	cs[k] = st[:len(st)-1]
+	st = st[:len(st)-1]
+	if len(st) > 0 { // the caller's time holds this call's probes
+		st[len(st)-1].nested += fs.costNs + f.nested
+	}
+	cs[k] = st
 	return f, true
+}
+
+// drop removes the top call of st, which ended unseen: counted in its
+// function's NoExit, its entry probe's cost charged to the call below.
+func drop(st []frame) []frame {
+	d := st[len(st)-1]
+	d.fs.NoExit++
+	st = st[:len(st)-1]
+	if len(st) > 0 {
+		st[len(st)-1].nested += d.fs.entryNs + d.nested
+	}
+	return st
 }
 
 // stopNames are the top of a program's call graph: the walk records them
@@ -316,6 +363,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		fs.exits, fs.ExitProbes, fs.ExitsUnprobed, fs.ExitsNote = plan.Offs, len(plan.Offs), plan.Unprobed, plan.Why
 		if w.Cal != nil {
 			fs.costNs, fs.entryNs = w.Cal.cost(f.Path, f.Off)
+			fs.pairNs = w.Cal.inPair(f.Path, f.Off)
 			if len(fs.exits) == 0 {
 				fs.costNs = fs.entryNs
 			}
@@ -363,6 +411,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		drain()
 		for _, r := range rings {
 			w.Lost += r.Lost
+			lv.lost += r.Lost
 			r.Close() // a mapping holds its event alive: the owner's close below ends it
 		}
 		for _, p := range probes {
@@ -535,7 +584,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						cs.Calls++
 					}
 					if s.HasRegs {
-						stacks.enter(ref.fs.stackOf(s), frame{ref.fs, s.Time, s.Read, s.Regs[0]})
+						stacks.enter(ref.fs.stackOf(s), frame{fs: ref.fs, t: s.Time, v: s.Read, sp: s.Regs[0]})
 					}
 					return
 				}
@@ -549,9 +598,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					return
 				}
 				if f, ok := stacks.exit(ref.fs.stackOf(s), ref.fs, s.Regs[0]); ok {
-					ref.fs.addTime(s.Time - f.t)
+					ref.fs.addTime(s.Time-f.t, f.nested)
 					if w.Metric != nil {
-						ref.fs.addMetric(s.Read - f.v)
+						ref.fs.addMetric(s.Read-f.v, f.nested, w.Metric.Unit == "ns")
 					}
 				}
 			})
@@ -682,6 +731,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	lv.Seconds = time.Since(t0).Seconds()
 	w.Levels = append(w.Levels, lv)
 	for _, fs := range stats {
+		fs.Lost = lv.lost
 		fs.finish()
 	}
 	return stats, nil
@@ -768,7 +818,15 @@ func (fs *FuncStat) stackOf(s uprobe.Sample) stackKey {
 	return stackKey{id: s.TID}
 }
 
-func (fs *FuncStat) addTime(ns uint64) {
+// addTime adds a call's time: raw, from the entry's sample to the exit's,
+// less the probes' own time in it (the pair's own traps, Calibration.InPairNs,
+// and nested, the probed calls made from it).
+func (fs *FuncStat) addTime(raw uint64, nested float64) {
+	fs.sumRawNs += float64(raw)
+	ns := uint64(max(float64(raw)-fs.pairNs-nested, 0))
+	if len(fs.kept) < maxKept {
+		fs.kept = append(fs.kept, float64(ns))
+	}
 	if fs.Returns == 0 || ns < fs.MinNs {
 		fs.MinNs = ns
 	}
@@ -780,7 +838,17 @@ func (fs *FuncStat) addTime(ns uint64) {
 }
 
 // addMetric adds one call's metric; called after addTime (Returns counted).
-func (fs *FuncStat) addMetric(v uint64) {
+// A clock metric (task-clock: the thread's CPU time, the traps' kernel
+// time included) has the probes' own time taken out as the wall time has
+// (clock).
+func (fs *FuncStat) addMetric(raw uint64, nested float64, clock bool) {
+	v := raw
+	if clock {
+		v = uint64(max(float64(raw)-fs.pairNs-nested, 0))
+	}
+	if len(fs.keptMetric) < maxKept {
+		fs.keptMetric = append(fs.keptMetric, float64(v))
+	}
 	if fs.Returns == 1 || v < fs.MetricMin {
 		fs.MetricMin = v
 	}
@@ -791,8 +859,12 @@ func (fs *FuncStat) addMetric(v uint64) {
 }
 
 func (fs *FuncStat) finish() {
+	fs.FewPairs = fs.ExitProbes > 0 && fs.Returns < minPairs
 	if fs.Returns > 0 {
 		fs.MeanNs = math.Round(fs.sumNs / float64(fs.Returns))
+		fs.MeanRawNs = math.Round(fs.sumRawNs / float64(fs.Returns))
+		fs.MedianNs, fs.MetricMedian = median(fs.kept), median(fs.keptMetric)
+		fs.kept, fs.keptMetric = nil, nil
 		fs.MetricMean = math.Round(fs.sumMetric / float64(fs.Returns))
 	}
 	var total uint64
