@@ -103,6 +103,9 @@ type OpenOpts struct {
 	// layout: a probe on a function's return instruction or on a jump out
 	// of it, which leaves the return address on the stack untouched.
 	Exit bool
+	// CPU is the CPU of a probe opened with tid -1: it then fires in every
+	// process that maps the file, on that CPU (the caller filters by pid).
+	CPU int
 	// Regs, if not 0, is the mask of user registers each hit samples
 	// (PERF_SAMPLE_REGS_USER; bits as perf_regs.h, RegSP ...): Sample.Regs.
 	Regs uint64
@@ -138,6 +141,28 @@ func OpenCounter(ev events.Event, tid int) (int, error) {
 	return fd, nil
 }
 
+// OpenHolder opens a software dummy event on thread tid (or, tid -1, on
+// cpu) with the probes' clock, to hold the ring the probes of that thread
+// write into (PERF_EVENT_IOC_SET_OUTPUT): the probes can then be closed in
+// any order while the ring is read, the holder last.
+func OpenHolder(tid, cpu int) (int, error) {
+	a := unix.PerfEventAttr{
+		Type:    unix.PERF_TYPE_SOFTWARE,
+		Config:  unix.PERF_COUNT_SW_DUMMY,
+		Size:    uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Bits:    unix.PerfBitUseClockID | unix.PerfBitDisabled,
+		Clockid: unix.CLOCK_MONOTONIC,
+	}
+	if tid != -1 {
+		cpu = -1
+	}
+	fd, err := unix.PerfEventOpen(&a, tid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("perf dummy event on thread %d: %w", tid, err)
+	}
+	return fd, nil
+}
+
 func (p PMU) open(path string, off uint64, ret bool, tid int, o OpenOpts) (*Probe, error) {
 	group := o.Group
 	b, err := unix.BytePtrFromString(path)
@@ -168,7 +193,11 @@ func (p PMU) open(path string, off uint64, ret bool, tid int, o OpenOpts) (*Prob
 	} else {
 		group = -1
 	}
-	fd, err := unix.PerfEventOpen(&a, tid, -1, group, unix.PERF_FLAG_FD_CLOEXEC)
+	cpu := -1
+	if tid == -1 {
+		cpu = o.CPU
+	}
+	fd, err := unix.PerfEventOpen(&a, tid, cpu, group, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(b)
 	if err != nil {
 		kind := "uprobe"

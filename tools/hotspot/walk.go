@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -111,6 +115,9 @@ type Level struct {
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+	// PerCPU: the probes were opened per CPU for every process, not per
+	// thread (fewer events; hits outside the tree ignored).
+	PerCPU bool `json:"per_cpu,omitempty"`
 	// PIDs are the processes whose probes were hit (the target's children too).
 	PIDs []int `json:"pids"`
 	// Attached counts the threads probed after the level's start (new
@@ -210,7 +217,15 @@ func (w *Walk) alive() bool {
 
 type probeRef struct {
 	fs  *FuncStat
-	ret bool // an exit probe
+	ret bool   // an exit probe
+	off uint64 // the probed instruction
+}
+
+// probeSite is one probed instruction (all threads' events on it): its
+// breakpoint stays until the last of them is closed.
+type probeSite struct {
+	fs  *FuncStat
+	off uint64
 }
 
 // frame is a call entered and not yet left: sp is the stack pointer at
@@ -380,8 +395,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	}
 	var probes []*uprobe.Probe
 	var rings []*perfring.Ring
-	owners := map[*uprobe.Probe]bool{} // the probes whose fd a ring maps
-	var leaders []int                  // the metric's counters, one per thread
+	var holders []int // the dummy events holding the rings, one per thread or CPU
+	var leaders []int // the metric's counters, one per thread (they hold the rings)
+	siteHits := map[probeSite]uint64{}
 	refs := map[uint64]probeRef{}
 	stacks := callStacks{}
 	drain := func() {}
@@ -400,28 +416,36 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		if had {
 			w.inPlace = fmt.Sprintf("during level %d, while its probes were being removed from %s", depth, what(stats))
 		}
-		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
-			for _, p := range probes {
-				if p.Ret == (pass == 0) && !owners[p] {
-					p.Close()
-					drain()
-				}
+		// The probed instructions most hit first: each one's breakpoint
+		// goes when its last event is closed, so the hottest stop
+		// trapping first.
+		bySite := map[probeSite][]*uprobe.Probe{}
+		var sites []probeSite
+		for _, p := range probes {
+			r := refs[p.ID]
+			k := probeSite{r.fs, r.off}
+			if bySite[k] == nil {
+				sites = append(sites, k)
 			}
+			bySite[k] = append(bySite[k], p)
+		}
+		sort.SliceStable(sites, func(i, j int) bool { return siteHits[sites[i]] > siteHits[sites[j]] })
+		for _, k := range sites {
+			closeProbes(bySite[k], drain)
 		}
 		drain()
 		for _, r := range rings {
 			w.Lost += r.Lost
 			lv.lost += r.Lost
-			r.Close() // a mapping holds its event alive: the owner's close below ends it
-		}
-		for _, p := range probes {
-			p.Close()
+			r.Close()
 		}
 		for _, fd := range leaders {
 			unix.Close(fd)
 		}
-		rings, probes, leaders = nil, nil, nil
-		clear(owners)
+		for _, fd := range holders {
+			unix.Close(fd)
+		}
+		rings, probes, leaders, holders = nil, nil, nil, nil
 		closing = false
 		if had {
 			w.inPlace = fmt.Sprintf("during level %d, its probes out (removed, not yet back)", depth)
@@ -439,13 +463,51 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	defer closeAll()
 	var winCost float64 // the probe cost of the calls seen in this window
 	probed := map[int]bool{}
-	// openThreads puts the level's probes on threads tids and enables them.
+	// perCPU: the probes are opened once per CPU for every process (tid
+	// -1), not once per thread, when that is fewer events and no process
+	// outside the tree maps the level's files (sharedFiles): a probe's
+	// close waits for the kernel's grace periods one at a time, and the
+	// probes still open trap meanwhile, so fewer events end a window's
+	// closing phase sooner. Hits of processes outside the tree (one that
+	// maps the file later) are not counted. Not with -m (a counter per
+	// thread leads its probes).
+	var cpus []int
+	inTree := map[uint32]bool{}
+	refreshTree := func() {
+		clear(inTree)
+		for _, p := range w.tree.processes() {
+			inTree[uint32(p)] = true
+		}
+	}
+	if all, err := events.OnlineCPUs(); err == nil && w.Metric == nil {
+		if tids, err := w.tree.threads(); err == nil && len(all) < len(tids) && !w.sharedFiles(stats) {
+			cpus = all
+			lv.PerCPU = true
+		}
+	}
+	// openThreads puts the level's probes on threads tids (or, perCPU, on
+	// every CPU) and enables them.
 	openThreads := func(tids []int) error {
 		p0, l0 := len(probes), len(leaders)
+		type unit struct{ tid, cpu int }
+		var units []unit
 		for _, tid := range tids {
+			units = append(units, unit{tid, -1})
+		}
+		if cpus != nil {
+			units = units[:0]
+			for _, c := range cpus {
+				units = append(units, unit{-1, c})
+			}
+			refreshTree()
+		}
+		for _, u := range units {
+			tid := u.tid
 			probed[tid] = true
-			var ring *perfring.Ring
 			group := -1
+			// The ring is held by the metric's counter, or a dummy event:
+			// the probes then close in any order (closeAll).
+			var holder int
 			if w.Metric != nil {
 				fd, err := uprobe.OpenCounter(*w.Metric, tid)
 				if err != nil {
@@ -455,8 +517,23 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					return fmt.Errorf("-m %s: %w", w.Metric.Name, err)
 				}
 				leaders = append(leaders, fd)
-				group = fd
+				group, holder = fd, fd
+			} else {
+				fd, err := uprobe.OpenHolder(tid, u.cpu)
+				if err != nil {
+					if errors.Is(err, unix.ESRCH) {
+						continue
+					}
+					return err
+				}
+				holders = append(holders, fd)
+				holder = fd
 			}
+			ring, err := perfring.Map(holder, 64)
+			if err != nil {
+				return err
+			}
+			rings = append(rings, ring)
 			for _, fs := range stats {
 				// The entry probe, then one probe per exit (never a
 				// uretprobe: exits.go).
@@ -465,7 +542,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					if exit {
 						off = fs.exits[i]
 					}
-					p, err := w.PMU.OpenWith(fs.Path, off, false, tid, uprobe.OpenOpts{Disabled: true, Group: group, Exit: exit, Regs: probeRegs})
+					p, err := w.PMU.OpenWith(fs.Path, off, false, tid, uprobe.OpenOpts{Disabled: true, Group: group, Exit: exit, Regs: probeRegs, CPU: u.cpu})
 					if err != nil {
 						if errors.Is(err, unix.ESRCH) {
 							continue
@@ -473,14 +550,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						return fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
 					probes = append(probes, p)
-					refs[p.ID] = probeRef{fs, exit}
-					if ring == nil {
-						if ring, err = perfring.Map(p.FD, 64); err != nil {
-							return err
-						}
-						rings = append(rings, ring)
-						owners[p] = true
-					} else if err := ring.Redirect(p.FD); err != nil {
+					refs[p.ID] = probeRef{fs, exit, off}
+					if err := ring.Redirect(p.FD); err != nil {
 						return err
 					}
 				}
@@ -517,6 +588,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	// probes went in get them too (polled: a child's calls before its
 	// first poll, within 100 ms, are not seen).
 	attachNew := func() error {
+		if cpus != nil { // every thread is probed: follow the tree's processes
+			refreshTree()
+			return nil
+		}
 		tids, err := w.tree.threads()
 		if err != nil {
 			return nil
@@ -551,7 +626,11 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				if !ok {
 					return
 				}
+				if cpus != nil && !inTree[s.PID] {
+					return // another process mapping the file
+				}
 				w.HookHits++
+				siteHits[probeSite{ref.fs, ref.off}]++
 				if closing && !ref.ret {
 					// The probes are being closed: the hit costs the
 					// target, its call is not followed (its return
@@ -629,7 +708,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		return stats, nil
 	}
 	lv.Probes = len(probes)
-	lv.PerfFDs = w.probeFDs()
+	lv.PerfFDs = w.probeFDs() - len(holders)
 	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
 
 	cpu0, _ := w.tree.cpuNs()
@@ -735,6 +814,87 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		fs.finish()
 	}
 	return stats, nil
+}
+
+// sharedFiles says whether a process outside the tree maps one of the
+// files of stats (its /proc/PID/maps), or whether that cannot be told.
+func (w *Walk) sharedFiles(stats []*FuncStat) bool {
+	inTree := map[int]bool{}
+	for _, p := range w.tree.processes() {
+		inTree[p] = true
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || inTree[pid] {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/maps")
+		if err != nil {
+			continue // gone, or a kernel thread
+		}
+		for _, fs := range stats {
+			if mapsExec(b, fs.Path) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mapsExec says whether a /proc/PID/maps text maps path executable (a
+// uprobe's breakpoint goes in executable mappings only: hotspot's own
+// read-only mapping of the file, to read its symbols, is not one).
+func mapsExec(maps []byte, path string) bool {
+	for _, l := range bytes.Split(maps, []byte("\n")) {
+		if !bytes.HasSuffix(l, []byte(" "+path)) {
+			continue
+		}
+		if f := bytes.Fields(l); len(f) > 1 && bytes.IndexByte(f[1], 'x') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// closeProbes closes ps concurrently, calling meanwhile every 2 ms (it
+// reads the rings): each close waits for the kernel's grace periods, and
+// closes waiting together share them, so the probes still open — which
+// keep trapping — are gone after about one wait instead of one per probe.
+func closeProbes(ps []*uprobe.Probe, meanwhile func()) {
+	if len(ps) == 0 {
+		return
+	}
+	const parallel = 64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	done := make(chan struct{})
+	go func() {
+		for _, p := range ps {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(p *uprobe.Probe) {
+				defer wg.Done()
+				p.Close()
+				<-sem
+			}(p)
+		}
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			meanwhile()
+		}
+	}
 }
 
 // budgetAim is the share of the budget the walk spends by its own count.
