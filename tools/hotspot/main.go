@@ -307,6 +307,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if werr == nil {
 		werr = w.Run(ctx, hot)
 	}
+	addRootPaths(w.Funcs, sr, tree) // above a caller that never returned: the sampled stacks
 	if o := rep.Overhead; o != nil {
 		o.ProbedCalls = w.Entries
 		o.ProbeCostNs = w.CostNs

@@ -508,13 +508,14 @@ func TestDutyCycle(t *testing.T) {
 // TestNeverReturningCaller: in the example's "noreturn" mode the loop runs
 // in loop_forever(), entered once before the walk and never returning. The
 // walk finds it as the caller of x and a, instruments it (no call: it is
-// never entered again), says so, and ends at the top of what it can see.
+// never entered again), says so, and reaches the root from the sampled
+// stacks through it: main, and the folded stacks go from there to hot.
 func TestNeverReturningCaller(t *testing.T) {
 	build(t)
 	dir := t.TempDir()
 	js := filepath.Join(dir, "r.json")
 	txt := filepath.Join(dir, "r.txt")
-	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--max-overhead", "0", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
+	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--max-overhead", "0", "--json", js, "-o", txt, "--", tools.example, "12", "200000", "noreturn")
 	out, err := c.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
@@ -532,8 +533,8 @@ func TestNeverReturningCaller(t *testing.T) {
 	if s := callerShares(funcByLevel(r, 1)["x"]); s["loop_forever"] != 1 {
 		t.Errorf("x's callers %v, want loop_forever", s)
 	}
-	if s := callerShares(funcByLevel(r, 3)["a"]); s["loop_forever"] != 1 {
-		t.Errorf("a's callers %v, want loop_forever", s)
+	if a := funcByLevel(r, 3)["a"]; a == nil || callerShares(a)["loop_forever"] != 1 {
+		t.Errorf("a in level 3: %+v, want it called from loop_forever", a)
 	}
 	if len(r.Levels) != 4 {
 		t.Errorf("%d levels, want 4 (hot, c x, b loop_forever, a)", len(r.Levels))
@@ -541,6 +542,12 @@ func TestNeverReturningCaller(t *testing.T) {
 	b, _ := os.ReadFile(txt)
 	if !strings.Contains(string(b), "loop_forever: 0 calls (not entered while instrumented") {
 		t.Errorf("report does not say loop_forever was not entered:\n%s", b)
+	}
+	if len(lf.RootPaths) == 0 || len(lf.RootPaths[0].Path) == 0 || lf.RootPaths[0].Path[0] != "main" || lf.RootPaths[0].Samples*2 < lf.RootSamples {
+		t.Errorf("loop_forever's paths to the root %+v (of %d stacks): want main above it in most sampled stacks", lf.RootPaths, lf.RootSamples)
+	}
+	if !regexp.MustCompile(`(?m)main;loop_forever;a;b;c;hot \d+$`).Match(b) || !strings.Contains(string(b), "up to the root:") {
+		t.Errorf("report:\n%s\nwant the path from main through loop_forever down to hot", b)
 	}
 }
 

@@ -68,6 +68,13 @@ func folded(funcs []*FuncStat, hot []HotFunc) []string {
 	up = func(f *FuncStat, chain []string, w float64, depth int) {
 		chain = append([]string{f.Name}, chain...)
 		if len(f.Callers) == 0 || depth > 64 {
+			if len(f.Callers) == 0 && len(f.RootPaths) > 0 {
+				// Above it: its most sampled path to the root.
+				p := f.RootPaths[0].Path
+				for i := range p {
+					chain = append([]string{p[i]}, chain...)
+				}
+			}
 			weights[strings.Join(chain, ";")] += w
 			return
 		}
@@ -164,6 +171,12 @@ func (r *Report) writeText(w io.Writer) {
 				note = "  (" + c.NoProbe + ")"
 			}
 			fmt.Fprintf(w, "      %5.1f%%  %8d  from %s%s\n", 100*c.Share, c.Calls, c.Name, note)
+		}
+		if len(f.RootPaths) > 0 {
+			fmt.Fprintf(w, "      its callers from the %d sampled stacks through it, up to the root:\n", f.RootSamples)
+			for _, p := range f.RootPaths {
+				fmt.Fprintf(w, "      %5.1f%%  %8d  %s\n", 100*float64(p.Samples)/float64(f.RootSamples), p.Samples, strings.Join(p.Path, " <- "))
+			}
 		}
 	}
 	fmt.Fprintf(w, "walk: %d levels, %d probe hits (entries and returns), %d lost\n", len(r.Levels), r.HookHits, r.Lost)

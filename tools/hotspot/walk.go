@@ -78,6 +78,12 @@ type FuncStat struct {
 	MedianNs         float64 `json:"median_ns"`
 	MetricMedian     float64 `json:"metric_median,omitempty"`
 	kept, keptMetric []float64
+	// RootPaths: for a function whose callers the probes did not see (not
+	// entered while probed: a loop that never returns, or the walk's
+	// end), the paths up to its thread's root in the sampled stacks
+	// through it (RootSamples of them).
+	RootPaths   []RootPath `json:"root_paths,omitempty"`
+	RootSamples int        `json:"root_samples,omitempty"`
 	// Lost is the probe records lost in its level (entries or exits of
 	// any of the level's functions): calls the counts and times miss.
 	Lost uint64 `json:"lost"`
