@@ -41,7 +41,7 @@ type Overhead struct {
 	ProbedCalls uint64      `json:"probed_calls"`
 	ProbeCostNs float64     `json:"probe_cost_ns"`
 	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the levels, probe cost included
-	// CloseHits: entry hits while probes were being closed (in ProbeCostNs).
+	// CloseHits: probe hits (entries and exits) while probes were being closed (in ProbeCostNs).
 	CloseHits uint64 `json:"close_hits"`
 	// Samples and their cost (calibrated cost per sample x samples).
 	Samples      int     `json:"samples"`
@@ -192,6 +192,9 @@ func (r *Report) writeText(w io.Writer) {
 			o.ProbedCalls, o.CloseHits, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs),
 			o.Samples, dur(o.Calibration.SampleNs), dur(o.SampleCostNs), dur(float64(o.WalkCPUNs)), o.EstimatedPct, budget)
 	}
+	if o := r.Overhead; o != nil && o.BudgetPct > 0 && o.BudgetPct < 100 && !(o.Duty > 0 && o.Duty < 100) {
+		r.writeBudget(w, o)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -200,6 +203,26 @@ func (r *Report) writeText(w io.Writer) {
 		for _, l := range r.Folded {
 			fmt.Fprintln(w, "  "+l)
 		}
+	}
+}
+
+// writeBudget says what the budget did: how long the probes were in, in
+// how many windows, and, when the estimate is over the budget, where the
+// cost went.
+func (r *Report) writeBudget(w io.Writer, o *Overhead) {
+	var on, total, closeS float64
+	windows := 0
+	for _, lv := range r.Levels {
+		on += lv.OnSec
+		total += lv.Seconds
+		closeS += lv.CloseSec
+		windows += lv.Windows
+	}
+	fmt.Fprintf(w, "budget: probes in place %.2fs of the levels' %.2fs (%.0f%%) in %d windows, taken out whenever the costs so far exceeded %.2g%% of the target's CPU\n",
+		on, total, 100*on/max(total, 1e-9), windows, o.BudgetPct*budgetAim)
+	if o.EstimatedPct > o.BudgetPct {
+		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) saw %d hits, the probed calls %d (%s together), the samples %d (%s); a shorter --period or fewer --top functions cost less\n",
+			closeS, o.CloseHits, o.ProbedCalls, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))
 	}
 }
 

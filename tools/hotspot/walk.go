@@ -121,6 +121,9 @@ type Level struct {
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+	// OnSec is the time the level's probes were in place (windows, to
+	// the start of each closing phase).
+	OnSec float64 `json:"probes_in_s"`
 	// PerCPU: the probes were opened per CPU for every process, not per
 	// thread (fewer events; hits outside the tree ignored).
 	PerCPU bool `json:"per_cpu,omitempty"`
@@ -134,9 +137,10 @@ type Level struct {
 	// level's probed calls.
 	TargetCPUNs uint64  `json:"target_cpu_ns"`
 	CostNs      float64 `json:"probe_cost_ns"`
-	// CloseHits are the entry hits while the level's probes were being
-	// closed (each close waits for the kernel's grace periods while the
-	// probes still open trap): charged, not counted as calls.
+	// CloseHits are the probe hits (entries and exits) while the level's
+	// probes were being closed (each close waits for the kernel's grace
+	// periods while the probes still open trap): charged, not counted as
+	// calls.
 	CloseHits uint64 `json:"close_hits"`
 	// BudgetWaitSec is how long the level waited for the walk's costs so
 	// far to fall within the budget before its probes first went in.
@@ -176,8 +180,8 @@ type Walk struct {
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
 	Entries  uint64 // entry hits (probed calls)
-	// CostNs is the estimated cost of those calls and of the entry hits
-	// while probes were being closed (CloseHits): each one charged the
+	// CostNs is the estimated cost of those calls and of the hits while
+	// probes were being closed (CloseHits): each one charged the
 	// calibrated cost of its function's kind of first instruction.
 	CostNs        float64
 	CloseHits     uint64
@@ -411,15 +415,16 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	// closeAll removes the probes. Each close waits for the kernel's grace
 	// periods (tens of milliseconds, one close at a time machine-wide), and
 	// a function's breakpoint stays while any probe of it is open: the
-	// probes still open keep trapping meanwhile. So the return probes go
-	// first (an entry probe alone costs the entry trap only), the rings
-	// stay mapped and are read between closes, and each entry hit of this
-	// phase is charged (CloseHits); the rings' own probes (entry probes)
-	// go last, after their rings are unmapped.
+	// probes still open keep trapping meanwhile. So the instructions whose
+	// hits cost most go first, the rings stay mapped and are read between
+	// closes, and each hit of this phase is charged (CloseHits); the rings'
+	// holders go last, after their rings are unmapped.
+	var onSince time.Time // when the probes went in
 	closeAll := func() {
 		closing = true
 		cost0, had, t0 := w.CostNs, len(probes) > 0, time.Now()
 		if had {
+			lv.OnSec += t0.Sub(onSince).Seconds()
 			w.inPlace = fmt.Sprintf("during level %d, while its probes were being removed from %s", depth, what(stats))
 		}
 		// The probed instructions most hit first: each one's breakpoint
@@ -435,7 +440,15 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			}
 			bySite[k] = append(bySite[k], p)
 		}
-		sort.SliceStable(sites, func(i, j int) bool { return siteHits[sites[i]] > siteHits[sites[j]] })
+		// By the cost of their hits: an emulated entry costs far less
+		// than an exit (a return instruction is always single-stepped).
+		weight := func(k probeSite) float64 {
+			if k.off == k.fs.Off {
+				return float64(siteHits[k]) * k.fs.entryNs
+			}
+			return float64(siteHits[k]) * (k.fs.costNs - k.fs.entryNs)
+		}
+		sort.SliceStable(sites, func(i, j int) bool { return weight(sites[i]) > weight(sites[j]) })
 		for _, k := range sites {
 			closeProbes(bySite[k], drain)
 		}
@@ -585,6 +598,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			return false, err
 		}
 		lv.Windows++
+		onSince = time.Now()
 		w.inPlace = fmt.Sprintf("during level %d, probes in place on %s", depth, what(stats))
 		w.meterTid = tids
 		winCost = 0
@@ -674,9 +688,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					return
 				}
 				if closing {
-					// A return while the probes are being closed: its
-					// return trap is charged here, its entry trap was
-					// charged with the entry.
+					// An exit while the probes are being closed: its
+					// trap is charged here (its entry's with the entry).
+					lv.CloseHits++
+					w.CloseHits++
 					w.CostNs += ref.fs.costNs - ref.fs.entryNs
 				}
 				if !s.HasRegs {
