@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"testing"
 )
 
@@ -66,5 +67,19 @@ func TestCallStacksPairing(t *testing.T) {
 	cs.enter(k2, frame{fs: g, t: 60, sp: 500})
 	if fr, ok := cs.exit(k2, g, 500); !ok || fr.t != 60 || len(cs[k]) != 1 {
 		t.Fatalf("goroutine's exit %+v %v, thread stack %v", fr, ok, cs[k])
+	}
+}
+
+// TestDropExit: an exit the kernel refuses is no longer probed; with none
+// left the calls are not timed, and say why, and cost their entry only.
+func TestDropExit(t *testing.T) {
+	fs := &FuncStat{exits: []uint64{10, 20}, ExitProbes: 2, costNs: 40, entryNs: 20}
+	fs.dropExit(0, errors.New("EINVAL"))
+	if len(fs.exits) != 1 || fs.exits[0] != 20 || fs.ExitProbes != 1 || fs.ExitsUnprobed != 1 || fs.ExitsNote != "" || fs.costNs != 40 {
+		t.Fatalf("after one drop: %+v", fs)
+	}
+	fs.dropExit(0, errors.New("EINVAL"))
+	if len(fs.exits) != 0 || fs.ExitProbes != 0 || fs.ExitsUnprobed != 2 || fs.ExitsNote == "" || fs.costNs != 20 {
+		t.Fatalf("after both: %+v", fs)
 	}
 }

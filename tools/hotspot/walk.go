@@ -566,6 +566,13 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						if errors.Is(err, unix.ESRCH) {
 							continue
 						}
+						if exit && !errors.Is(err, uprobe.ErrPerm) {
+							// The kernel refuses a probe on this
+							// instruction: the exit is not probed.
+							fs.dropExit(i, err)
+							i--
+							continue
+						}
 						return fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
 					probes = append(probes, p)
@@ -988,6 +995,17 @@ func what(stats []*FuncStat) string {
 		parts = append(parts, fmt.Sprintf("%s (entry and %d %s)", fs.Name, len(fs.exits), exits))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// dropExit stops probing exit i of fs, which the kernel refused (err).
+func (fs *FuncStat) dropExit(i int, err error) {
+	fs.exits = append(fs.exits[:i:i], fs.exits[i+1:]...)
+	fs.ExitProbes = len(fs.exits)
+	fs.ExitsUnprobed++
+	if len(fs.exits) == 0 {
+		fs.ExitsNote = "the kernel refused a probe on its exits: " + err.Error()
+		fs.costNs = fs.entryNs
+	}
 }
 
 // stackOf is the stack a hit of fs ran on: the goroutine's in Go code,
