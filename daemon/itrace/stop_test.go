@@ -165,3 +165,73 @@ func TestDetachDropsAQueuedStepTrap(t *testing.T) {
 		}
 	}
 }
+
+// handled runs a SIGINT handler when told and says when the handler has
+// returned (its main loop sees the flag the handler set).
+const handled = `#include <signal.h>
+#include <unistd.h>
+static volatile sig_atomic_t flag;
+static void on_int(int sig) { (void)sig; flag = 1; }
+int main(void)
+{
+	volatile unsigned long n = 0;
+	signal(SIGINT, on_int);
+	write(1, "ready\n", 6);
+	for (;;) {
+		n++;
+		if (flag) {
+			flag = 0;
+			write(1, "back\n", 5);
+		}
+	}
+}
+`
+
+// TestStopAfterSignalHandler: a thread that ran a signal handler under
+// the tracer and returned from it (rt_sigreturn, which leaves no system
+// call number in orig_rax) is let go at Stop like any other, and runs on.
+func TestStopAfterSignalHandler(t *testing.T) {
+	cmd := exec.Command(buildC(t, "handled", handled))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	rd := bufio.NewReader(out)
+	if l, err := rd.ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("handled said %q, %v", l, err)
+	}
+	pid := cmd.Process.Pid
+	tr, err := Start(Options{PIDs: []int{pid}, Step: "single"}, &capture{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := rd.ReadString('\n'); err != nil || l != "back\n" {
+		tr.Stop()
+		t.Fatalf("after SIGINT handled said %q, %v", l, err)
+	}
+	stopped := make(chan Stats, 1)
+	go func() { stopped <- tr.Stop() }()
+	select {
+	case st := <-stopped:
+		if st.Signals == 0 {
+			t.Errorf("the handled signal is not in the trace: %+v", st)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Stop did not let the thread go within 60 s of its handler's return")
+	}
+	// Untraced, it runs its handler again (a trap flag left set would kill
+	// it with SIGTRAP first).
+	if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := rd.ReadString('\n'); err != nil || l != "back\n" {
+		t.Fatalf("after Stop and a second SIGINT handled said %q, %v", l, err)
+	}
+}

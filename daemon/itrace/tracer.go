@@ -887,10 +887,15 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 			dur = 0xffffffff
 		}
 		t.stats.Syscalls++
-		if regs.Orig_rax == unix.SYS_RT_SIGRETURN && th.handlers > 0 {
+		// rt_sigreturn restores the interrupted context and sets orig_rax
+		// to -1 (no system call to restart): after its step that, not its
+		// number, is what the registers show.
+		nr := regs.Orig_rax
+		if (nr == unix.SYS_RT_SIGRETURN || int64(nr) == -1) && th.handlers > 0 {
 			th.handlers--
+			nr = unix.SYS_RT_SIGRETURN
 		}
-		t.endBlock(th, trace.MajorITraceK, trace.ITraceSyscall, newIP, regs.Orig_rax&0xffffffff, dur)
+		t.endBlock(th, trace.MajorITraceK, trace.ITraceSyscall, newIP, nr&0xffffffff, dur)
 	case in.Kind == pitrace.KindCall || in.Kind == pitrace.KindReturn || in.Kind == pitrace.KindIret:
 		t.verifyEnd(th, regs, prev, in.Kind, false)
 		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
