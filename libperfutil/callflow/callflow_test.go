@@ -210,7 +210,7 @@ func TestSequenceKeysByTypeAndTransition(t *testing.T) {
 			t.Errorf("8x3 %s: %d, want %d (all: %v)", k, got[k], v, got)
 		}
 	}
-	s6 := SequenceMinima([]*Thread{th}, SeqKeySeed000)
+	s6 := SequenceMinima([]*Thread{th}, SeqKeyPatent)
 	if x := s6.Key.Of(1, TransEnter, 5, TransExit, 1); len(s6.Min) != 4 || s6.Min[x] != 3 || s6.Count[x] != 2 {
 		t.Errorf("6x2: the exception exit is an exit: %d keys, min %d seen %d", len(s6.Min), s6.Min[x], s6.Count[x])
 	}
@@ -228,7 +228,7 @@ func TestSequenceKeysByTypeAndTransition(t *testing.T) {
 	if _, err := ParseSeqKey("7x3"); err == nil {
 		t.Error("7x3 accepted")
 	}
-	if k, err := ParseSeqKey("6x2"); err != nil || k != SeqKeySeed000 || k.Size() != 864 || SeqKeyPI.Size() != 4608 {
+	if k, err := ParseSeqKey("6x2"); err != nil || k != SeqKeyPatent || k.Size() != 864 || SeqKeyPI.Size() != 4608 {
 		t.Errorf("6x2: %v %v", k, err)
 	}
 }

@@ -30,7 +30,7 @@ type SeqKey struct {
 // Key widths supported by --seq-key.
 var (
 	SeqKeyPI       = SeqKey{8, 3}
-	SeqKeySeed000  = SeqKey{6, 2}
+	SeqKeyPatent   = SeqKey{6, 2} // "Compensating for instrumentation overhead using sequences of events": six method types, two transitions
 	SeqKeyKindOnly = SeqKey{1, 2}
 )
 
