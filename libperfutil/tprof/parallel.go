@@ -414,17 +414,17 @@ func startSide(r *a2n.Resolver, workers []*tickWorker, kernelRuns []runRef) *sid
 
 // merge waits for the side's end and adds its counts, its Locs numbered
 // by index.
-func (s *sideLocator) merge(index func(l a2n.Loc) int32, add func(pid, tid uint32, res int32, n uint64)) {
+func (s *sideLocator) merge(b *builder) {
 	<-s.done
 	num := make([]int32, 0, s.nlocs)
-	for _, b := range s.locs {
-		for i := range b {
-			num = append(num, index(b[i]))
+	for _, blk := range s.locs {
+		for i := range blk {
+			num = append(num, b.index(blk[i]))
 		}
 	}
-	for _, b := range s.ents {
-		for _, e := range b {
-			add(e.pid, e.tid, num[e.loc], e.n)
+	for _, blk := range s.ents {
+		for _, e := range blk {
+			b.addEntry(e.pid, e.tid, num[e.loc], e.n)
 		}
 	}
 }
@@ -452,9 +452,8 @@ func isChange(rec *trace.Record) (uint32, bool) {
 // add takes a thread's count of a located address. It applies
 // the MTE records to r and fills rep's totals and names. False: nothing
 // was changed, the trace needs the one reader.
-func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid uint32, ip uint64, kernel bool) int32,
-	userLocator func(pid uint32) func(ip uint64) int32, index func(l a2n.Loc) int32,
-	add func(pid, tid uint32, res int32, n uint64), addStack func(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64)) bool {
+func countParallel(b *builder) bool {
+	f, r, rep := b.f, b.r, b.rep
 	size := 0
 	var bufs []nrm2.BufferStream
 	for _, s := range f.BufferStreams() {
@@ -626,7 +625,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 				}
 				idx, ok := t[pc]
 				if !ok {
-					idx = locate(pid, pc, i < nk)
+					idx = b.locate(pid, pc, i < nk)
 					t[pc] = idx
 				}
 				frameBuf = append(frameBuf, idx)
@@ -707,12 +706,12 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 		if len(gs) == 0 {
 			return
 		}
-		loc := userLocator(pid)
+		loc := b.userLocator(pid)
 		for _, g := range gs {
 			w := workers[g.w]
 			run := &w.runs[g.r]
 			for _, c := range w.counts[run.blk][run.lo:run.hi] {
-				add(run.pid, run.tid, loc(c.ip), c.n)
+				b.addEntry(run.pid, run.tid, loc.locate(c.ip), c.n)
 			}
 		}
 	}
@@ -782,7 +781,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	for _, k := range rest {
 		locateGroup(k[0], k[1])
 	}
-	side.merge(index, add)
+	side.merge(b)
 	// The event-based sampling name: the last record in Records' order
 	// (an MTE record before a trace record of the same time).
 	for _, w := range workers {
@@ -812,7 +811,7 @@ func countParallel(f *nrm2.File, r *a2n.Resolver, rep *Report, locate func(pid u
 	})
 	for _, i := range order {
 		st := at(i)
-		addStack(st.pid, st.tid, frames[st.blk][st.off:st.off+st.nf], st.kernel, st.truncated, st.n)
+		b.addStack(st.pid, st.tid, frames[st.blk][st.off:st.off+st.nf], st.kernel, st.truncated, st.n)
 	}
 	return true
 }
