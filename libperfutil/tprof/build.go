@@ -90,26 +90,16 @@ type builder struct {
 
 	// Stacks: each PC resolved once per process (as ticks are), frames as
 	// indexes into results (deferred: Locs), identical stacks counted
-	// together. A stack seen before in a process (the same thread, flags
+	// together in stk (both readers'). A stack seen before in a process (the same thread, flags
 	// and PCs: the record's bytes) finds its entry with one lookup of
 	// those bytes (rawStacks); those tables are dropped with the PC caches
 	// when mappings change. A PC is cached as a kernel or a user frame
 	// ([1] or [0]): the name of an address must not depend on which it
 	// was first met as.
 	pcCache   map[uint32]*[2]map[uint64]int32
-	stackIdx  map[string]int32 // resolved key -> index into the stacks
-	rawStacks map[uint32]map[string]int32
-	// The distinct stacks while the trace is read: 24 bytes each without
-	// pointers, in blocks (a system-wide trace has a million; one slice
-	// of 56-byte entries with a frames slice each, grown by appends, was
-	// copied several times into fresh memory and scanned by the
-	// collector: 15 % of a many-process stacks report). Their frames
-	// share blocks of 64 k (a stack's frames in one block).
-	stkBlocks [][]stackRec
-	nstk      int32
-	framePool [][]int32
+	rawStacks map[uint32]map[string]int32 // per process: raw stack -> index into stk
+	stk       stackSet
 	frameBuf  []int32
-	keyBuf    []byte
 	rawBuf    []byte
 }
 
@@ -120,11 +110,8 @@ type tickKey struct {
 	w  uint64 // kernel<<63 | slot<<32 | tid
 }
 
-// Blocks of Locs and of stacks.
-const (
-	locBlock = 4096
-	stkBlock = 4096
-)
+// locBlock is the number of Locs a block holds.
+const locBlock = 4096
 
 // interner numbers names: one number a name (names), a result (one
 // module and symbol) by its two numbers (resMod, resSym). The cells need
@@ -190,7 +177,7 @@ func newBuilder(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *
 		pidSlot:   map[uint32]uint64{},
 		locOf:     map[uint64]map[uint64]int32{},
 		pcCache:   map[uint32]*[2]map[uint64]int32{},
-		stackIdx:  map[string]int32{},
+		stk:       newStackSet(),
 		rawStacks: map[uint32]map[string]int32{},
 		namedAll:  make(chan struct{}),
 	}
@@ -323,14 +310,7 @@ func (b *builder) endNaming() []int32 {
 	}
 	close(b.toName)
 	<-b.namedAll
-	for _, blk := range b.stkBlocks {
-		for i := range blk {
-			fr := b.framesOf(&blk[i])
-			for j, l := range fr {
-				fr[j] = b.locRes[l]
-			}
-		}
-	}
+	b.stk.rename(b.locRes)
 	return b.locRes // (the entries hold Locs: makeCells maps them)
 }
 
@@ -453,37 +433,6 @@ func (b *builder) countLoc(t *tickThread, kernel bool, ip, n uint64) {
 		lt[ip] = idx
 	}
 	b.addEntry(pid, tid, idx, n)
-}
-
-// keepFrames copies a stack's frames into the frame blocks.
-func (b *builder) keepFrames(src []int32) (block, off int32) {
-	nb := len(b.framePool)
-	if nb == 0 || cap(b.framePool[nb-1])-len(b.framePool[nb-1]) < len(src) {
-		b.framePool = append(b.framePool, make([]int32, 0, max(1<<16, len(src))))
-		nb++
-	}
-	fb := b.framePool[nb-1]
-	off = int32(len(fb))
-	b.framePool[nb-1] = append(fb, src...)
-	return int32(nb - 1), off
-}
-
-func (b *builder) framesOf(e *stackRec) []int32 {
-	return b.framePool[e.block][e.off : e.off+int32(e.nf) : e.off+int32(e.nf)]
-}
-
-func (b *builder) stackAt(i int32) *stackRec { return &b.stkBlocks[i/stkBlock][i%stkBlock] }
-
-// addStack keeps a new distinct stack of n ticks and returns its index.
-func (b *builder) addStack(pid, tid uint32, frames []int32, kernel uint16, truncated bool, n uint64) int32 {
-	if b.nstk%stkBlock == 0 {
-		b.stkBlocks = append(b.stkBlocks, make([]stackRec, 0, stkBlock))
-	}
-	block, off := b.keepFrames(frames)
-	b.stkBlocks[len(b.stkBlocks)-1] = append(b.stkBlocks[len(b.stkBlocks)-1], stackRec{pid: pid, tid: tid, block: block, off: off,
-		nf: uint16(len(frames)), kernel: kernel, truncated: truncated, n: n})
-	b.nstk++
-	return b.nstk - 1
 }
 
 // pcIndex is the index of a stack's PC, resolved once per process.
@@ -687,19 +636,14 @@ func (b *builder) unwind(rec *trace.Record) {
 	if len(b.frameBuf) == 0 {
 		return
 	}
-	b.keyBuf = stackKey(b.keyBuf, pid, tid, flags&trace.UnwindTruncated != 0, b.frameBuf)
-	i, ok := b.stackIdx[string(b.keyBuf)]
-	if !ok {
-		i = b.addStack(pid, tid, b.frameBuf, uint16(min(nk, n)), flags&trace.UnwindTruncated != 0, 0)
-		b.stackIdx[string(b.keyBuf)] = i
-	}
+	i, _ := b.stk.find(pid, tid, flags&trace.UnwindTruncated != 0, b.frameBuf, uint16(min(nk, n)), 0, 0, int64(b.stk.n))
 	rs[string(b.rawBuf)] = i
 	b.stackTick(i)
 }
 
 // stackTick counts one more tick of stack i.
 func (b *builder) stackTick(i int32) {
-	e := b.stackAt(i)
+	e := b.stk.at(i)
 	e.n++
 	b.rep.StackTicks++
 	if e.truncated {
@@ -707,43 +651,18 @@ func (b *builder) stackTick(i int32) {
 	}
 }
 
-// stackKey is the key of a stack of (pid, tid) by its frames: what makes
-// two stacks one.
-func stackKey(key []byte, pid, tid uint32, truncated bool, frames []int32) []byte {
-	t := byte(0)
-	if truncated {
-		t = 1
-	}
-	key = append(key[:0], byte(pid), byte(pid>>8), byte(pid>>16), byte(pid>>24), byte(tid), byte(tid>>8), byte(tid>>16), byte(tid>>24), t)
-	for _, f := range frames {
-		key = append(key, byte(f), byte(f>>8), byte(f>>16), byte(f>>24))
-	}
-	return key
-}
-
 // stacks returns the report's stacks, most ticks first: in deferred
 // naming, those that became equal once named counted together, each where
 // it was first met.
 func (b *builder) stacks() []stackEntry {
-	stk := make([]stackEntry, 0, b.nstk)
-	var byKey map[string]int32
+	order := b.stk.order()
 	if b.deferred {
-		byKey = make(map[string]int32, b.nstk)
+		order = b.stk.mergeEqual(order)
 	}
-	for _, blk := range b.stkBlocks {
-		for i := range blk {
-			e := &blk[i]
-			fr := b.framesOf(e)
-			if b.deferred {
-				b.keyBuf = stackKey(b.keyBuf, e.pid, e.tid, e.truncated, fr)
-				if j, ok := byKey[string(b.keyBuf)]; ok {
-					stk[j].n += e.n
-					continue
-				}
-				byKey[string(b.keyBuf)] = int32(len(stk))
-			}
-			stk = append(stk, stackEntry{pid: e.pid, tid: e.tid, frames: fr, kernel: int(e.kernel), truncated: e.truncated, n: e.n})
-		}
+	stk := make([]stackEntry, 0, len(order))
+	for _, j := range order {
+		e := b.stk.at(j)
+		stk = append(stk, stackEntry{pid: e.pid, tid: e.tid, frames: b.stk.framesOf(e), kernel: int(e.kernel), truncated: e.truncated, n: e.n})
 	}
 	// Most ticks first; ties in a fixed order (pid, tid, first seen).
 	sort.SliceStable(stk, func(i, j int) bool {

@@ -1,8 +1,6 @@
 package tprof
 
 import (
-	"cmp"
-	"hash/maphash"
 	"slices"
 	"sync"
 
@@ -31,8 +29,7 @@ type parallelCount struct {
 	rawGroups  map[[2]uint32][]runRef
 	kernelRuns []runRef
 	epochs     map[uint32]uint32 // each process's state during the replay
-	stacks     locatedStacks
-	lastEvent  *trace.Record // the last TPROF_EVENT_NAME record
+	lastEvent  *trace.Record     // the last TPROF_EVENT_NAME record
 }
 
 // firstTick is a thread's first tick: its time and the buffer it was in.
@@ -73,7 +70,6 @@ func countParallel(b *builder) bool {
 	p.gather()
 	p.replay()
 	p.event()
-	p.stacks.addTo(b)
 	return true
 }
 
@@ -178,7 +174,7 @@ func (p *parallelCount) gather() {
 		}
 		nraws += int(w.nraw)
 	}
-	p.stacks.init(nraws)
+	p.b.stk.reserve(nraws)
 	slices.SortFunc(p.firsts, func(a, b firstTick) int {
 		if a.time != b.time {
 			if a.time < b.time {
@@ -301,13 +297,13 @@ func (p *parallelCount) countRuns(pid uint32, gs []runRef) {
 // (as the one reader's: not its ticks').
 func (p *parallelCount) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]int32) {
 	rep := p.b.rep
-	s := &p.stacks
+	s := &p.b.stk
 	for _, g := range gs {
 		w := p.workers[g.w]
 		rs := w.raw(g.r)
 		n := len(rs.pcs) / 8
 		nk := int(rs.flags >> trace.UnwindKernShift)
-		s.frameBuf = s.frameBuf[:0]
+		p.b.frameBuf = p.b.frameBuf[:0]
 		for i := n - 1; i >= 0; i-- { // root first
 			pc := le64(rs.pcs[8*i:])
 			if i > 0 && i != nk {
@@ -322,10 +318,11 @@ func (p *parallelCount) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]
 				idx = p.b.locate(pid, pc, i < nk)
 				t[pc] = idx
 			}
-			s.frameBuf = append(s.frameBuf, idx)
+			p.b.frameBuf = append(p.b.frameBuf, idx)
 		}
 		truncated := rs.flags&trace.UnwindTruncated != 0
-		st := s.find(pid, rs.tid, truncated, s.frameBuf, uint16(min(nk, n)), rs.time, w.seq, rs.pos)
+		j, _ := s.find(pid, rs.tid, truncated, p.b.frameBuf, uint16(min(nk, n)), rs.time, w.seq, rs.pos)
+		st := s.at(j)
 		st.n += rs.n
 		if rs.time < st.time || rs.time == st.time && (w.seq < st.seq || w.seq == st.seq && rs.pos < st.pos) {
 			st.time, st.seq, st.pos, st.kernel = rs.time, w.seq, rs.pos, uint16(min(nk, n))
@@ -350,99 +347,5 @@ func (p *parallelCount) event() {
 	}
 	if last != nil {
 		p.b.rep.Event, p.b.rep.EventPeriod = last.Str, last.Field(2)
-	}
-}
-
-// locatedStacks are the stacks once located: one a (thread, frames,
-// truncated), its ticks and where it was first met, found by a hash of
-// (pid, tid, truncated, frames), those of one hash chained (as the raw
-// stacks are), the table sized for them (grown from empty, it was a sixth
-// of the replay). In blocks: a slice grown by appends copied its 28 MB,
-// and the frames' 40 MB, several times on a many-process trace.
-type locatedStacks struct {
-	located  [][]stackAt
-	nloc     int32
-	frames   [][]int32
-	frameBuf []int32
-	keyBuf   []byte
-	idx      map[uint64]int32
-	seed     maphash.Seed
-}
-
-// stackAt is a located stack.
-type stackAt struct {
-	pid, tid  uint32
-	blk, off  int32 // frames[blk][off:off+nf]
-	nf        int32
-	kernel    uint16
-	truncated bool
-	n         uint64
-	time      uint64
-	seq       int
-	pos       int64
-	next      int32 // the stack located before it with its hash, or -1
-}
-
-func (s *locatedStacks) init(n int) {
-	s.idx = make(map[uint64]int32, n)
-	s.seed = maphash.MakeSeed()
-}
-
-func (s *locatedStacks) at(j int32) *stackAt { return &s.located[j/locBlock][j%locBlock] }
-
-// find returns the located stack of (pid, tid, truncated, frames), a new
-// one (of no ticks, first met at time, seq, pos) if there is none.
-func (s *locatedStacks) find(pid, tid uint32, truncated bool, frames []int32, kernel uint16, time uint64, seq int, pos int64) *stackAt {
-	s.keyBuf = stackKey(s.keyBuf, pid, tid, truncated, frames)
-	sum := maphash.Bytes(s.seed, s.keyBuf)
-	j, ok := s.idx[sum]
-	if ok {
-		for ; j >= 0; j = s.at(j).next {
-			if st := s.at(j); st.pid == pid && st.tid == tid && st.truncated == truncated && slices.Equal(s.frames[st.blk][st.off:st.off+st.nf], frames) {
-				return st
-			}
-		}
-	}
-	prev := int32(-1)
-	if p, known := s.idx[sum]; known {
-		prev = p
-	}
-	j = s.nloc
-	s.idx[sum] = j
-	nf := len(s.frames)
-	if nf == 0 || cap(s.frames[nf-1])-len(s.frames[nf-1]) < len(frames) {
-		s.frames = append(s.frames, make([]int32, 0, max(1<<16, len(frames))))
-		nf++
-	}
-	fb := &s.frames[nf-1]
-	if s.nloc%locBlock == 0 {
-		s.located = append(s.located, make([]stackAt, 0, locBlock))
-	}
-	s.located[len(s.located)-1] = append(s.located[len(s.located)-1], stackAt{pid: pid, tid: tid, blk: int32(nf - 1), off: int32(len(*fb)), nf: int32(len(frames)),
-		kernel: kernel, truncated: truncated, time: time, seq: seq, pos: pos, next: prev})
-	s.nloc++
-	*fb = append(*fb, frames...)
-	return s.at(j)
-}
-
-// addTo gives the stacks to the builder in the order they were first met.
-func (s *locatedStacks) addTo(b *builder) {
-	order := make([]int32, s.nloc)
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortFunc(order, func(i, j int32) int {
-		a, b := s.at(i), s.at(j)
-		switch {
-		case a.time != b.time:
-			return cmp.Compare(a.time, b.time)
-		case a.seq != b.seq:
-			return a.seq - b.seq
-		}
-		return cmp.Compare(a.pos, b.pos)
-	})
-	for _, i := range order {
-		st := s.at(i)
-		b.addStack(st.pid, st.tid, s.frames[st.blk][st.off:st.off+st.nf], st.kernel, st.truncated, st.n)
 	}
 }

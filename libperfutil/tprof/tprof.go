@@ -95,16 +95,6 @@ func (rep *Report) Stacks() []*Stack {
 	return out
 }
 
-// stackRec is a stackEntry while the trace is read: its frames are nf
-// int32s at off in frame block block (no pointer for the collector).
-type stackRec struct {
-	pid, tid   uint32
-	block, off int32
-	nf, kernel uint16
-	truncated  bool
-	n          uint64
-}
-
 // stackEntry is one distinct stack of one thread: frames are indexes into
 // Report.res, root first; the last kernel of them are kernel frames.
 type stackEntry struct {
