@@ -218,6 +218,13 @@ func (p *tablePool[K]) put(m map[K]int32) {
 
 // BuildFiltered is Build for the ticks filt selects (nil: all); the others
 // are counted in Filtered (and still passed to onRecord, unresolved).
+//
+// The report is made by a builder (build.go). Without onRecord and filter,
+// a trace of parallelMin bytes or more is read on every CPU at once
+// (parallel.go, replay.go), else by the one reader; onRecord, which needs
+// each tick's name when it is read, makes the one reader name addresses
+// at once instead of deferring the naming (slower: a name per distinct
+// address as it is met, on the reading goroutine).
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
 	return newBuilder(f, r, filt, onRecord).build()
 }
