@@ -115,8 +115,8 @@ const locBlock = 4096
 
 // interner numbers names: one number a name (names), a result (one
 // module and symbol) by its two numbers (resMod, resSym). The cells need
-// them, and interning them after the naming was a pause of 1.3-3 ms in a
-// many-process report.
+// them, and interning them after the naming would be a pause on the
+// critical path of a many-process report.
 type interner struct {
 	results        []a2n.Result
 	names          []string
@@ -686,10 +686,10 @@ func (b *builder) stacks() []stackEntry {
 // the runs of entries of one thread (entries come thread by thread, a
 // thread in several runs: its states, user and kernel, the readers), the
 // second takes the runs thread after thread and finds a result's cell in
-// a table by result, stamped with the thread (a lookup a distinct
-// (thread, address) in a map of cells was 11 ms of a many-process
-// report's 215 k entries). The order of the cells is the sections'
-// (cellOrder), not this one.
+// a table by result, stamped with the thread (no map lookup per distinct
+// (thread, address): over a many-process report's hundreds of thousands
+// of entries those lookups were most of the cells' time). The order of
+// the cells is the sections' (cellOrder), not this one.
 func (b *builder) cells(resOf []int32) {
 	var parts [2][]cell
 	var partThreads [2][]cell // each part's threads (pid, tid), once

@@ -75,8 +75,8 @@ func countParallel(b *builder) bool {
 
 // readMTE is step 1: the MTE records, kept (they are few) for step 3, in
 // blocks and their fields in blocks of their own (a slice grown by
-// appends, each record's fields an allocation: 6 ms of the many-process
-// trace's 6,600 records, before the workers can start).
+// appends, each record's fields an allocation, measurably delays the
+// workers' start on a many-process trace).
 func (p *parallelCount) readMTE() error {
 	const mteBlock, fieldBlock = 1024, 8192
 	var fields []uint64
@@ -233,8 +233,8 @@ func (p *parallelCount) apply(rec *trace.Record) {
 	}
 	// A process's last change applied, its mappings are those of the
 	// end: its last state is located now, not after every record (the
-	// long-lived processes' states, most of the Locs, came in a burst at
-	// the end, named after the replay: 7-10 ms).
+	// long-lived processes' states, most of the Locs, would otherwise come
+	// in a burst at the end, named after the replay, on the critical path).
 	if change && int(p.epochs[pid]) == len(p.changes[pid]) {
 		p.locateGroup(pid, p.epochs[pid])
 	}
