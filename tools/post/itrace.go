@@ -22,9 +22,7 @@ type itraceFlagValues struct {
 	callgrind, folded, prof string
 }
 
-var itraceOpt itraceFlagValues
-
-func itraceFlags() []cli.Flag {
+func itraceFlags(itraceOpt *itraceFlagValues) []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "arc", Usage: "write arc: one line per taken branch of the ITrace records (PI's arc report)", Destination: &itraceOpt.arc},
 		&cli.BoolFlag{Name: "itrace", Usage: "write itrace.out: per function calls, exclusive and inclusive instructions, callers, callees", Destination: &itraceOpt.report},
@@ -90,7 +88,7 @@ func (n *a2nNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, 
 
 // itraceHook chains the ITrace replay after next on every record post
 // reads, and returns the function that writes the reports at the end.
-func itraceHook(in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
+func itraceHook(itraceOpt itraceFlagValues, in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
 	if !itraceOpt.any() {
 		return next, func() error { return nil }
 	}

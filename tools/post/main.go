@@ -38,11 +38,15 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
    post -arc -itrace --callgrind cg.out ITrace reports
    post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks`
 
-// options are post's command line.
+// options are post's command line, parsed once: the flags' values, then
+// what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
 	show, doTprof, lines, strict, noChildren, noCache                        bool
 	pids, tids, comms                                                        string
+	itrace                                                                   itraceFlagValues
+	merge                                                                    mergeFlagValues
+	filter                                                                   *tprof.Filter // --pid, --tid, --comm (nil: every tick)
 }
 
 func newApp(o *options, stdout, stderr io.Writer) *cli.App {
@@ -73,7 +77,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, read by later runs instead of parsed again", Destination: &o.cacheDir},
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
-		}, append(itraceFlags(), mergeFlags()...)...),
+		}, append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...)...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cliutil.UsageError(c, fmt.Sprintf("unexpected argument %q (the trace file is -r FILE)", c.Args().First()))
@@ -105,8 +109,6 @@ var reserveHeap func(n int) (int, string)
 const heapPerTraceByte = 4
 
 func run(args []string, stdout, stderr io.Writer) int {
-	itraceOpt = itraceFlagValues{}
-	mergeOpt = mergeFlagValues{}
 	var o options
 	return cliutil.Run(newApp(&o, stdout, stderr), append([]string{"post"}, args...))
 }
@@ -122,20 +124,19 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !itraceOpt.any() && !mergeOpt.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !o.itrace.any() && !o.merge.any() {
 		o.doTprof = true
 	}
-	filt, err := parseFilter(o.pids, o.tids, o.comms, !o.noChildren)
-	if err != nil {
+	var err error
+	if o.filter, err = parseFilter(o.pids, o.tids, o.comms, !o.noChildren); err != nil {
 		fmt.Fprintf(stderr, "post: %v\n\n", err)
 		cli.ShowAppHelp(c)
 		return cli.Exit("", 2)
 	}
-	cacheDir := o.cacheDir
 	if o.noCache {
-		cacheDir = ""
+		o.cacheDir = ""
 	}
-	return post(o.in, o.outDir, o.show, o.doTprof, o.pprofOut, o.folded, o.flame, o.perfmap, o.root, cacheDir, o.lines, o.strict, filt, stdout, stderr)
+	return post(o, stdout, stderr)
 }
 
 // rewrite opens path to be written from its start, as create, but
@@ -177,8 +178,10 @@ func create(path string) (*os.File, *bufio.Writer, error) {
 	return f, bufio.NewWriterSize(f, 1<<20), nil
 }
 
-func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfmap, root, cacheDir string, lines, strict bool, filt *tprof.Filter, stdout, stderr io.Writer) error {
-	f, err := openTrace(in, strict)
+// post writes the reports o asks for.
+func post(o *options, stdout, stderr io.Writer) error {
+	in, outDir := o.in, o.outDir
+	f, err := openTrace(in, o.strict)
 	if err != nil {
 		return err
 	}
@@ -199,21 +202,21 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
-	r := a2n.NewCached(f.Kallsyms, cacheDir)
+	r := a2n.NewCached(f.Kallsyms, o.cacheDir)
 	// The module files the resolver parsed (those not in the table
 	// cache) are mapped, unmapped once the resolver is unreachable: that
 	// is once the names are made, by a collection during the writing,
 	// where each munmap stops every CPU to flush the TLB (dozens of them
 	// on a system-wide trace). They go with the process.
 	defer runtime.KeepAlive(r)
-	r.PerfMapDir = perfmap
-	r.Cache.Root = root
-	r.Lines = lines && show
+	r.PerfMapDir = o.perfmap
+	r.Cache.Root = o.root
+	r.Lines = o.lines && o.show
 
 	var showF *os.File
 	var showW *bufio.Writer
 	var onRecord func(rec *trace.Record, res *a2n.Result)
-	if show {
+	if o.show {
 		showPath := filepath.Join(outDir, "post.show")
 		if showF, showW, err = create(showPath); err != nil {
 			return err
@@ -242,10 +245,10 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 			showW.WriteByte('\n')
 		}
 	}
-	onRecord, endITrace := itraceHook(in, r, onRecord, outDir, stdout)
-	onRecord, endMerge := mergeHook(r, onRecord, outDir, stdout)
-	sel := newSelection(filt)
-	rep := tprof.BuildFiltered(f, r, filt, onRecord)
+	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
+	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
+	sel := newSelection(o.filter)
+	rep := tprof.BuildFiltered(f, r, o.filter, onRecord)
 	if rep.Total == 0 {
 		if err := sel.check(f); err != nil {
 			return err
@@ -258,7 +261,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		return err
 	}
 	warns := warnings(rep)
-	if show {
+	if o.show {
 		for _, l := range warns {
 			fmt.Fprintln(showW, l)
 		}
@@ -276,7 +279,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 	// beside the writing, on the same CPUs);
 	// the memory limit set with the reservation still bounds the heap.
 	debug.SetGCPercent(-1)
-	if doTprof {
+	if o.doTprof {
 		path := filepath.Join(outDir, "tprof.out")
 		tf, tw, err := rewrite(path)
 		if err != nil {
@@ -295,7 +298,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (%d ticks)\n", path, rep.Total)
 	}
-	if pprofOut != "" {
+	if pprofOut := o.pprofOut; pprofOut != "" {
 		pf, err := os.Create(pprofOut)
 		if err != nil {
 			return err
@@ -309,7 +312,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s)\n", pprofOut, pprofOut)
 	}
-	if folded != "" {
+	if folded := o.folded; folded != "" {
 		ff, fw, err := create(folded)
 		if err != nil {
 			return err
@@ -327,7 +330,7 @@ func post(in, outDir string, show, doTprof bool, pprofOut, folded, flame, perfma
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl %s > flame.svg)\n", folded, folded)
 	}
-	if flame != "" {
+	if flame := o.flame; flame != "" {
 		ff, fw, err := create(flame)
 		if err != nil {
 			return err

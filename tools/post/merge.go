@@ -23,9 +23,7 @@ type mergeFlagValues struct {
 	pprof string
 }
 
-var mergeOpt mergeFlagValues
-
-func mergeFlags() []cli.Flag {
+func mergeFlags(mergeOpt *mergeFlagValues) []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "merge", Usage: "write merge.out: method entry/exit events merged with the tprof ticks of the same trace (JProf calltree + tprof): call tree per thread with a ticks column, flat report, ArcFlow", Destination: &mergeOpt.tree},
 		&cli.StringFlag{Name: "merge-pprof", Usage: "write the merged trees as a pprof profile with ticks and time to `FILE`", Destination: &mergeOpt.pprof},
@@ -36,8 +34,7 @@ func (o mergeFlagValues) any() bool { return o.tree || o.pprof != "" }
 
 // mergeHook feeds every record to a merger after next; the returned end
 // function writes the reports.
-func mergeHook(r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
-	opt := mergeOpt
+func mergeHook(opt mergeFlagValues, r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
 	if !opt.any() {
 		return next, func() error { return nil }
 	}
