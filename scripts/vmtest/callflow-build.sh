@@ -22,11 +22,16 @@ valgrind --tool=callgrind --callgrind-out-file="$BIN/callflow_exact.callgrind" "
 # The exact reference and the environmental overhead: the ITrace of the
 # same instrumented binary with its hooks not recording (HOOKIT_DIR unset),
 # on this host (no-module path: ptrace single-step, so N stays small).
-go build -o bin/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
+# The tools make build made (not built again here: make test runs this
+# beside the host tests, whose daemons would see their binary replaced),
+# with an agent of this run's own on a private socket, stopped after.
+[ -x bin/swtrace ] && [ -x bin/post ] && [ -x bin/pitraced ] || make -s build >/dev/null
 it=$(mktemp -d)
-env -u HOOKIT_DIR scripts/run.itrace -o "$it" -- "$BIN/callflow_exact" "$N" >"$it/run.log" 2>&1 || { cat "$it/run.log"; rm -rf "$it"; exit 1; }
+stop_agent() { PERFINSP_SOCKET="$it/run/pitraced.sock" bin/swtrace daemon stop --force >/dev/null 2>&1 || true; rm -rf "$it"; }
+trap stop_agent EXIT
+env -u HOOKIT_DIR PERFINSP_SOCKET="$it/run/pitraced.sock" PERFINSP_BACKEND=daemon \
+	scripts/run.itrace -o "$it" -- "$BIN/callflow_exact" "$N" >"$it/run.log" 2>&1 || { cat "$it/run.log"; exit 1; }
 cp "$it/arc" "$BIN/callflow_exact.arc"
-rm -rf "$it"
 rm -f "$BIN/callflow_exact.ref" "$BIN/callflow_exact.ref.log"
 echo "$N" >"$BIN/callflow_exact.n"
 CGO_ENABLED=0 go build -ldflags='-s -w' -o "$BIN/hookit" ./tools/hookit
