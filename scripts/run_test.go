@@ -62,7 +62,15 @@ type run struct {
 
 func (e *env) start(dir, script string, args ...string) *run {
 	e.T.Helper()
-	r := &run{cmd: exec.Command(filepath.Join(e.scripts, script), args...), done: make(chan struct{})}
+	return e.startWith(nil, dir, script, args...)
+}
+
+// startWith starts the script through prefix (a command that execs its
+// arguments, such as env), in a process group of its own.
+func (e *env) startWith(prefix []string, dir, script string, args ...string) *run {
+	e.T.Helper()
+	argv := append(append(append([]string(nil), prefix...), filepath.Join(e.scripts, script)), args...)
+	r := &run{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
 	r.cmd.Env, r.cmd.Dir = e.Environ, dir
 	r.cmd.Stdout, r.cmd.Stderr = &r.stdout, &r.stderr
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -165,7 +173,15 @@ func TestRunTprofInterrupted(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		r := e.start(dir, "run.tprof", append([]string{"--"}, marker(dir)...)...)
+		// A hang-up reaches what a terminal started: the run starts with
+		// SIGHUP at its default even when this test inherited it ignored
+		// (nohup), as bash can trap no signal ignored at its start.
+		args := append([]string{"--"}, marker(dir)...)
+		var prefix []string
+		if c.sig == syscall.SIGHUP {
+			prefix = []string{"env", "--default-signal=HUP"}
+		}
+		r := e.startWith(prefix, dir, "run.tprof", args...)
 		e.until(r, "command running with tracing on", func() bool {
 			return pidFile(filepath.Join(dir, "marker")) > 0 && e.state() == "on"
 		})
