@@ -449,9 +449,11 @@ func getcpu() int {
 // buffer changed.
 func (t *Tracer) emit(th *thread, major uint16, minor uint32, fields []uint64) {
 	t.nrec++
-	if t.nrec&1023 == 0 {
-		t.cpu = getcpu()
-	}
+	// Every record of a session goes into one CPU's buffer (t.cpu, where
+	// the tracer started): the records reach the agent in batches, after
+	// other records of later times were written into the buffers, so a
+	// session spread over several buffers could be merged out of order by
+	// time; within one buffer its order is the order it was traced in.
 	now := t.now()
 	if th.tid != t.lastTid || t.cpu != t.lastCPU {
 		t.lastTid, t.lastCPU = th.tid, t.cpu
