@@ -153,12 +153,16 @@ type Tracer struct {
 	fields  [8]uint64
 
 	threads map[int]*thread
-	spaces  map[int]*insnCache
-	cpu     int
-	lastTid int
-	lastCPU int
-	nrec    uint64
-	btf     btfState
+	// earlyOut: threads left out at a first stop that came before their
+	// creator's clone event, already let go; the clone event, when it
+	// comes, finds them here (and counts them no second time).
+	earlyOut map[int]bool
+	spaces   map[int]*insnCache
+	cpu      int
+	lastTid  int
+	lastCPU  int
+	nrec     uint64
+	btf      btfState
 }
 
 // btfState: whether PTRACE_SINGLEBLOCK block-steps on this machine.
@@ -192,7 +196,7 @@ func Start(opts Options, sink Sink) (*Tracer, error) {
 		return nil, fmt.Errorf("itrace: unknown stepping %q: say auto (\"\"), single or verify", opts.Step)
 	}
 	t := &Tracer{sink: sink, opts: opts, done: make(chan struct{}), ready: make(chan error, 1),
-		threads: map[int]*thread{}, spaces: map[int]*insnCache{}, lastTid: -1, lastCPU: -1}
+		threads: map[int]*thread{}, earlyOut: map[int]bool{}, spaces: map[int]*insnCache{}, lastTid: -1, lastCPU: -1}
 	t.t0, t.s0 = monoNow(), time.Now()
 	t.stats.Step = opts.Step
 	go t.run()
@@ -996,6 +1000,7 @@ func (t *Tracer) loop() error {
 			th.running = true
 			if over {
 				th.detach = true
+				t.earlyOut[tid] = true
 			} else if err := unix.PtraceGetRegs(tid, &regs); err == nil {
 				t.startThread(th, regs.Rip, 0)
 			}
@@ -1139,7 +1144,9 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 			msg, err := unix.PtraceGetEventMsg(tid)
 			if err == nil {
 				child := int(msg)
-				if _, ok := t.threads[child]; !ok {
+				if t.earlyOut[child] {
+					delete(t.earlyOut, child) // left out at its first stop, already let go
+				} else if _, ok := t.threads[child]; !ok {
 					pid := th.pid
 					if event != unix.PTRACE_EVENT_CLONE {
 						pid = child
