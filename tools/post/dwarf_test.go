@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,17 +65,24 @@ func TestExampleCallStacksDWARF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut, all := 0, 0
+	// A 64-byte copy holds too little of the stack to unwind to main: the
+	// stacks unwound by it are marked truncated, and none claims the whole
+	// path. (Stacks that met a table still loading keep the frame-pointer
+	// walk, which finds no callers in this build: neither marked nor whole.)
+	cut, all, whole := 0, 0, 0
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		i := strings.LastIndexByte(l, ' ')
 		c, _ := strconv.Atoi(l[i+1:])
 		all += c
-		if f := strings.Split(l[:i], ";"); len(f) > 1 && f[1] == "[truncated]" {
+		f := strings.Split(l[:i], ";")
+		if len(f) > 1 && f[1] == "[truncated]" {
 			cut += c
+		} else if slices.Contains(f, "main") {
+			whole += c
 		}
 	}
-	if all < 300 || cut < all*9/10 {
-		t.Fatalf("a 64-byte stack copy: %d of %d stacks marked truncated", cut, all)
+	if all < 300 || cut < all*3/4 || whole > all/50 {
+		t.Fatalf("a 64-byte stack copy: %d of %d stacks marked truncated, %d unmarked up to main", cut, all, whole)
 	}
 	if o, code := e.SwCode("enable", "--unwind", "dwarf,100", "callstack"); code == 0 || !strings.Contains(o, "multiple of 8") {
 		t.Fatalf("dwarf,100 accepted: %s", o)
