@@ -28,21 +28,37 @@ func pttGo() error {
 	if err != nil {
 		return err
 	}
-	v0, err := th.Read1()
-	if err != nil {
-		return err
+	// A busy loop: most of its raw cycles are the thread's own. What is
+	// left out is time the thread did not run (preempted: the guest's two
+	// vCPUs are host threads, slowed unevenly on a busy host) and
+	// interrupts, so a disturbed attempt is made again, up to three in all,
+	// each printed; a read that loses the thread's work fails all three.
+	var bad error
+	for attempt := 1; attempt <= 3; attempt++ {
+		v0, err := th.Read1()
+		if err != nil {
+			return err
+		}
+		r0 := rdtsc()
+		x := uint64(1)
+		for i := 0; i < 20_000_000; i++ {
+			x = x*6364136223846793005 + uint64(i)
+		}
+		v1, _ := th.Read1()
+		r1 := rdtsc()
+		dv, dr := v1-v0, r1-r0
+		fmt.Printf("pttgo: busy loop (attempt %d): virtualized %d cycles, raw %d (%.3f %% left out), x=%d\n", attempt, dv, dr, 100*float64(dr-dv)/float64(dr), x&1)
+		if v1 <= v0 || dv > dr {
+			return fmt.Errorf("busy loop: virtualized %d vs raw %d cycles", dv, dr)
+		}
+		if bad = nil; float64(dv) < 0.5*float64(dr) {
+			bad = fmt.Errorf("busy loop: virtualized %d vs raw %d cycles in all 3 attempts", dv, dr)
+			continue
+		}
+		break
 	}
-	r0 := rdtsc()
-	x := uint64(1)
-	for i := 0; i < 20_000_000; i++ {
-		x = x*6364136223846793005 + uint64(i)
-	}
-	v1, _ := th.Read1()
-	r1 := rdtsc()
-	dv, dr := v1-v0, r1-r0
-	fmt.Printf("pttgo: busy loop: virtualized %d cycles, raw %d (%.3f %% left out), x=%d\n", dv, dr, 100*float64(dr-dv)/float64(dr), x&1)
-	if v1 <= v0 || dv > dr || float64(dv) < 0.5*float64(dr) {
-		return fmt.Errorf("busy loop: virtualized %d vs raw %d cycles", dv, dr)
+	if bad != nil {
+		return bad
 	}
 	// A sleep is not the thread's time.
 	s0, _ := th.Read1()
