@@ -30,7 +30,8 @@ it=$(mktemp -d)
 cp bin/pitraced "$it/pitraced" # the agent's own copy: host tests may rebuild bin/ meanwhile
 stop_agent() { PERFINSP_SOCKET="$it/run/pitraced.sock" bin/swtrace daemon stop --force >/dev/null 2>&1 || true; rm -rf "$it"; }
 trap stop_agent EXIT
-env -u HOOKIT_DIR PERFINSP_SOCKET="$it/run/pitraced.sock" PERFINSP_PITRACED="$it/pitraced" PERFINSP_BACKEND=daemon \
+mkdir -m 700 "$it/xdg" # run.itrace's owner file: not the system's /run
+env -u HOOKIT_DIR XDG_RUNTIME_DIR="$it/xdg" PERFINSP_SOCKET="$it/run/pitraced.sock" PERFINSP_PITRACED="$it/pitraced" PERFINSP_BACKEND=daemon \
 	scripts/run.itrace -o "$it" -- "$BIN/callflow_exact" "$N" >"$it/run.log" 2>&1 || { cat "$it/run.log"; exit 1; }
 cp "$it/arc" "$BIN/callflow_exact.arc"
 rm -f "$BIN/callflow_exact.ref" "$BIN/callflow_exact.ref.log"
