@@ -22,9 +22,6 @@ type Func struct {
 	Path string `json:"module"`
 	Off  uint64 `json:"offset"`
 	Name string `json:"name"`
-	// Size is the function's length in bytes (its symbol's or .eh_frame
-	// range's; 0: not known): its exits are found in it.
-	Size uint64 `json:"size,omitempty"`
 	// NoProbe says why the function cannot be instrumented ("" if it can).
 	NoProbe string `json:"not_instrumentable,omitempty"`
 }
@@ -110,7 +107,7 @@ func (m *procMap) find(addr uint64) (Func, bool) {
 		return Func{Path: s.path, Off: fileOff, Name: fmt.Sprintf("%s+%#x", baseName(s.path), fileOff),
 			NoProbe: "no symbol or .eh_frame range covers this address"}, true
 	}
-	return Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name, Size: sym.Size}, true
+	return Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name}, true
 }
 
 func baseName(p string) string {
