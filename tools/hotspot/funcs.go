@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -14,6 +16,7 @@ import (
 	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/trace"
+	"perfinsp/libperfutil/untrusted"
 )
 
 // Func is one function of the target: the file and file offset of its
@@ -107,7 +110,39 @@ func (m *procMap) find(addr uint64) (Func, bool) {
 		return Func{Path: s.path, Off: fileOff, Name: fmt.Sprintf("%s+%#x", baseName(s.path), fileOff),
 			NoProbe: "no symbol or .eh_frame range covers this address"}, true
 	}
-	return Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name}, true
+	f := Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name}
+	if isGo(s.path) {
+		f.NoProbe = noProbeGo
+	}
+	return f, true
+}
+
+// noProbeGo says why Go code is not instrumented: hotspot measures exits
+// with return probes (uretprobes), which replace a return address on the
+// stack, and Go's runtime walks, copies and checks its goroutines' stacks:
+// a return address it does not know kills the program (SIGILL, SIGSEGV).
+const noProbeGo = "Go code: a return probe (uretprobe) there can crash the program (Go's runtime walks and moves goroutine stacks); sampled only"
+
+var goFiles sync.Map // path -> bool
+
+// isGo reports whether the ELF file at path was built by Go (it has a
+// .go.buildinfo section, as Go executables and c-shared libraries do). A
+// file that cannot be read safely is not taken for Go: it is not
+// instrumented anyway (no symbols are read from it either).
+func isGo(path string) bool {
+	if v, ok := goFiles.Load(path); ok {
+		return v.(bool)
+	}
+	is := false
+	if f, _, err := untrusted.Open(path); err == nil {
+		if ef, err := elf.NewFile(f); err == nil {
+			is = ef.Section(".go.buildinfo") != nil
+			ef.Close()
+		}
+		f.Close()
+	}
+	goFiles.Store(path, is)
+	return is
 }
 
 func baseName(p string) string {

@@ -525,7 +525,7 @@ func TestJITCodeNotInstrumentable(t *testing.T) {
 		t.Fatalf("build testdata/jit.c: %v\n%s", err, out)
 	}
 	js := filepath.Join(t.TempDir(), "r.json")
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--json", js, "-o", os.DevNull, "--", jit, "1.5").Output()
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--json", js, "-o", os.DevNull, "--", jit, "4").Output()
 	if err != nil || !strings.HasPrefix(string(out), "jit: ") {
 		t.Fatalf("exit %v, output %q: want the target's line and exit 0", err, out)
 	}
