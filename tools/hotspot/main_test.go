@@ -377,7 +377,7 @@ func TestSIGINTRemovesEveryProbe(t *testing.T) {
 func TestStrippedTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
-	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "300", "--max-overhead", "0", "--depth", "3", "--json", js, "-o", os.DevNull, "--", tools.stripped, "5")
+	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "300", "--max-overhead", "0", "--depth", "3", "--json", js, "-o", os.DevNull, "--", tools.stripped, "15")
 	out, err := c.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
 		t.Fatalf("exit %v, want 3: %s", err, out)
@@ -449,6 +449,13 @@ func TestNonRootUser(t *testing.T) {
 // is still found.
 func TestDutyCycle(t *testing.T) {
 	build(t)
+	// The two levels run one after the other: a busy machine can give the
+	// target less CPU in one of them, so the comparison is made up to
+	// three times.
+	testenv.Retry(t, 3, "duty cycle", func(a *testenv.Attempt) { dutyCycleOnce(t, a) })
+}
+
+func dutyCycleOnce(t *testing.T, a *testenv.Attempt) {
 	calls := map[string]uint64{}
 	for _, duty := range []string{"100", "20"} {
 		js := filepath.Join(t.TempDir(), "r.json")
@@ -472,7 +479,7 @@ func TestDutyCycle(t *testing.T) {
 		t.Logf("duty %s%%: %d calls of hot seen in %.2fs, %d windows", duty, lv.Calls, lv.Seconds, lv.Windows)
 	}
 	if calls["20"]*2 > calls["100"] {
-		t.Errorf("duty 20%% saw %d calls, duty 100%% %d: want well under half", calls["20"], calls["100"])
+		a.Errorf("duty 20%% saw %d calls, duty 100%% %d: want well under half", calls["20"], calls["100"])
 	}
 }
 
@@ -485,7 +492,7 @@ func TestNeverReturningCaller(t *testing.T) {
 	dir := t.TempDir()
 	js := filepath.Join(dir, "r.json")
 	txt := filepath.Join(dir, "r.txt")
-	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--max-overhead", "0", "--json", js, "-o", txt, "--", tools.example, "6", "200000", "noreturn")
+	c := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "300", "--level-max", "2s", "--max-overhead", "0", "--json", js, "-o", txt, "--", tools.example, "15", "200000", "noreturn")
 	out, err := c.Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
@@ -500,14 +507,17 @@ func TestNeverReturningCaller(t *testing.T) {
 	if lf == nil || lf.Calls != 0 {
 		t.Fatalf("loop_forever %+v: want it instrumented with no call seen", lf)
 	}
-	if s := callerShares(funcByLevel(r, 1)["x"]); s["loop_forever"] != 1 {
-		t.Errorf("x's callers %v, want loop_forever", s)
-	}
-	if s := callerShares(funcByLevel(r, 3)["a"]); s["loop_forever"] != 1 {
-		t.Errorf("a's callers %v, want loop_forever", s)
-	}
 	if len(r.Levels) != 4 {
-		t.Errorf("%d levels, want 4 (hot, c x, b loop_forever, a)", len(r.Levels))
+		t.Fatalf("%d levels, want 4 (hot, c x, b loop_forever, a)", len(r.Levels))
+	}
+	for lvl, name := range map[int]string{1: "x", 3: "a"} {
+		f := funcByLevel(r, lvl)[name]
+		if f == nil {
+			t.Fatalf("level %d has no %s", lvl, name)
+		}
+		if s := callerShares(f); s["loop_forever"] != 1 {
+			t.Errorf("%s's callers %v, want loop_forever", name, s)
+		}
 	}
 	b, _ := os.ReadFile(txt)
 	if !strings.Contains(string(b), "loop_forever: 0 calls (not entered while instrumented") {
