@@ -1095,8 +1095,21 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "func"))
 		return func();
-	if (argc > 1 && !strcmp(argv[1], "smp"))
-		return smp();
+	if (argc > 1 && !strcmp(argv[1], "smp")) {
+		/*
+		 * Two threads' raw and virtualized counts under TCG, whose
+		 * vCPUs are host threads a busy host slows unevenly: a failed
+		 * attempt (each printed) is made again, three in all.
+		 */
+		for (int attempt = 1;; attempt++) {
+			fails = 0;
+			if (!smp())
+				return 0;
+			if (attempt == 3)
+				return 1;
+			printf("ptt: smp: attempt %d of 3 failed: measuring again\n", attempt);
+		}
+	}
 	if (argc > 1 && !strcmp(argv[1], "perf"))
 		return perf_func();
 	if (argc > 1 && !strcmp(argv[1], "watch"))

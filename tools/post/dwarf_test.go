@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 )
 
@@ -128,18 +130,30 @@ int main(int argc, char **argv) { volatile long r = outer(atol(argv[1])); return
 	sw("init", "-t", "8M")
 	sw("setrate", "1000")
 	sw("enable", "--only", "--unwind", "dwarf", "tprof", "callstack")
+	// The stacks taken while a library's table still loads are cut there
+	// (the first part of the run; longer on a busy machine): the share that
+	// reaches main is checked up to three times.
+	n := 0
+	testenv.Retry(t, 3, "vDSO stacks unwound to main", func(a *testenv.Attempt) {
+		n++
+		vdsoOnce(t, e, prog, fmt.Sprintf("v%d", n), a)
+	})
+}
+
+func vdsoOnce(t *testing.T, e *tracetest.Env, prog, name string, a *testenv.Attempt) {
+	dir, sw := e.Dir, e.Sw
 	sw("on")
-	cmd := exec.Command(prog, "40000000")
+	cmd := exec.Command(prog, "100000000")
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("vdsospin: %v", err)
 	}
 	sw("off")
-	sw("get", "v.nrm2")
+	sw("get", name+".nrm2")
 	// Which frames are the vDSO's is read from the profile's mappings, not
 	// from the symbols' spelling: a kernel's vDSO may call its functions
 	// clock_gettime or __vdso_clock_gettime.
-	pb := filepath.Join(dir, "v.pb.gz")
-	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "v.nrm2"), "-tprof", "--pid", strconv.Itoa(cmd.Process.Pid), "--pprof", pb); code != 0 {
+	pb := filepath.Join(dir, name+".pb.gz")
+	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, name+".nrm2"), "-tprof", "--pid", strconv.Itoa(cmd.Process.Pid), "--pprof", pb); code != 0 {
 		t.Fatal(errs)
 	}
 	f, err := os.Open(pb)
@@ -176,7 +190,7 @@ int main(int argc, char **argv) { volatile long r = outer(atol(argv[1])); return
 		}
 	}
 	if inVDSO < 50 || reached < inVDSO*9/10 {
-		t.Fatalf("%d ticks in the vDSO, %d of them with main;outer;spin above; others: %q", inVDSO, reached, sample)
+		a.Errorf("%d ticks in the vDSO, %d of them with main;outer;spin above; others: %q", inVDSO, reached, sample)
 	}
 	t.Logf("%d ticks in the vDSO, %d unwound up to main", inVDSO, reached)
 }
