@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/pprof/profile"
-
 	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 )
@@ -156,15 +154,7 @@ func vdsoOnce(t *testing.T, e *tracetest.Env, prog, name string, a *testenv.Atte
 	if _, errs, code := runPost(t, dir, "-r", filepath.Join(dir, name+".nrm2"), "-tprof", "--pid", strconv.Itoa(cmd.Process.Pid), "--pprof", pb); code != 0 {
 		t.Fatal(errs)
 	}
-	f, err := os.Open(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	prof, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prof := readProfile(t, pb)
 	inVDSO, reached := int64(0), int64(0)
 	var sample []string
 	for _, s := range prof.Sample {

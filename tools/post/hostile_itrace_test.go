@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/pprof/profile"
-
 	"perfinsp/libperfutil/nrm2"
 	"perfinsp/libperfutil/trace"
 )
@@ -162,15 +160,7 @@ func TestDeepRecursionReportsLinear(t *testing.T) {
 		if want := uint64(5*depth + 2); lines != 2*depth+1 || deepest != depth+2 || sum != want {
 			t.Fatalf("depth %d: %d folded lines (want %d), deepest %d frames (want %d), %d instructions (want %d)", depth, lines, 2*depth+1, deepest, depth+2, sum, want)
 		}
-		pf, err := os.Open(pb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := profile.Parse(pf)
-		pf.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := readProfile(t, pb)
 		var total int64
 		longest := 0
 		for _, s := range p.Sample {

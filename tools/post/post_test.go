@@ -138,15 +138,7 @@ func TestSyntheticJITReuseAndTotals(t *testing.T) {
 		t.Fatalf("folded:\n%s", fb)
 	}
 	// pprof: the file parses and its top symbols are tprof.out's.
-	f, err := os.Open(pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := profile.Parse(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := readProfile(t, pb)
 	var total int64
 	for _, s := range p.Sample {
 		total += s.Value[0]
@@ -374,4 +366,19 @@ func TestTprofOutWrittenOverOld(t *testing.T) {
 			t.Fatalf("over an old file of %d bytes: %d bytes, want the report's %d:\n%.300s", len(old), len(got), len(want), got[max(0, len(want)-100):])
 		}
 	}
+}
+
+// readProfile parses the pprof file at path.
+func readProfile(t *testing.T, path string) *profile.Profile {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
