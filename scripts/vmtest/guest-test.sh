@@ -91,6 +91,8 @@ if [ "$1" = ptt ]; then
 	run ptt perf
 	step "PTT watch/read of another process"
 	run ptt watch
+	step "call stacks: cpuburn's paths in the ratio of its instructions (-icount: the clock counts instructions)"
+	run pitest stacks-ratio
 	step "PTT: the C library on the module (-icount)"
 	run ptt_ctest_kmod
 	step "PTT benchmark: virtualized vs raw TSC (-icount shift=0,sleep=off)"

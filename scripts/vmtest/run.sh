@@ -117,7 +117,6 @@ export CGO_ENABLED=0
 go build -ldflags='-s -w' -o "$BIN/swtrace" ./tools/swtrace
 # the agent: it drains wrap/cont traces and holds ptt (started on demand from $PATH)
 go build -ldflags='-s -w' -o "$BIN/pitraced" ./daemon/cmd/pitraced
-go build -ldflags='-s -w' -o "$BIN/pitraced" ./daemon/cmd/pitraced # the agent drains wrap/cont
 go build -ldflags='-s -w' -o "$BIN/pitest" ./scripts/vmtest/guest
 if [ -d tools/post ] && go build -ldflags='-s -w' -o "$BIN/post" ./tools/post 2>"$W/post-build.log"; then
 	echo "vmtest: post included"

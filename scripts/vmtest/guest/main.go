@@ -12,6 +12,7 @@
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 //	pitest stacks                    call stacks through the module: cpuburn's paths, truncation, kernel frames
+//	pitest stacks-ratio              cpuburn's paths in the 60/30/10 ratio of its instructions (-icount VM)
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
 //	pitest itrace-count FILE         ITrace records in FILE and the trace buffers' lost records
 //	pitest itrace-go                 the Go library's ITraceOn/ITraceOff on the module around one call
@@ -78,6 +79,8 @@ func main() {
 		err = bench(os.Args[2:])
 	case "stacks":
 		err = stacks()
+	case "stacks-ratio":
+		err = stacksRatio()
 	case "pttgo":
 		err = pttGo()
 	case "pttmod":
