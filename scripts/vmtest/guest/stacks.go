@@ -186,7 +186,7 @@ func isKernelPC(pc uint64) bool { return pc >= 0xffff800000000000 }
 func stacksExample(dir string, exact bool) error {
 	units := "40"
 	if exact {
-		units = "12" // about 1.1e9 instructions: over 1,000 ticks at 1 kHz
+		units = "12" // about 500 ticks at 1 kHz of instructions
 	}
 	file := filepath.Join(dir, "burn.nrm2")
 	pid, err := stackRun(file, trace.UnwindMaxDepth, 8<<20, stackBurn, units)
@@ -248,7 +248,7 @@ func stacksExample(dir string, exact bool) error {
 		m, w := paths["main;"+p], paths["worker;"+p]
 		got[p] = 100 * float64(m+w) / float64(sum)
 		fmt.Printf("stacks: cpuburn %-26s %5.1f %% (built for %.0f %% of the instructions): main;%s %d ticks, worker;%s %d\n", p, got[p], share, p, m, p, w)
-		// At over 1,000 ticks a share's sampling spread is under 1.5 %.
+		// Ticks every million instructions split the shares within a tick or two.
 		if exact && (got[p] < share-5 || got[p] > share+5) {
 			return fmt.Errorf("cpuburn: %s has %.1f %% of the example's stacks, want %.0f ± 5 %% (-icount: ticks follow instructions): %v", p, got[p], share, paths)
 		}
