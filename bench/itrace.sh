@@ -66,5 +66,5 @@ echo "$verify" | awk -v insts="$vinsts" -v br="$branches" '{
 	printf "stops: single-step %d (1 per instruction); block-step %d (%d block + %d single steps: %.3f per instruction, %.1fx fewer); taken branches %d (%.3f per instruction: the floor)\n",
 		insts, w[3], w[5], w[8], w[3]/insts, insts/w[3], br, br/insts
 }'
-go test -run '^$' -bench '^BenchmarkBlockEnd$' -count 2 ./libperfutil/itrace/ |
+go test -run '^$' -bench '^BenchmarkBlockEnd$' -count 2 ./internal/x86branch/ |
 	awk '/^BenchmarkBlockEnd/ {printf "%s%s", sep, $3; sep = ", "} END {print " ns per cached block (BenchmarkBlockEnd, two runs): what a block step adds to its stop"}'

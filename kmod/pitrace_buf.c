@@ -5,7 +5,7 @@
  * Each CPU has a trace buffer and an MTE buffer.  A buffer is a header page
  * (struct pitrace_buf_hdr, mapped read-only to user space) followed by
  * nseg segments.  Each segment starts with a TIME_HIGH record and holds
- * whole records.  The modes behave exactly like libperfutil/tracebuf:
+ * whole records.  The modes behave exactly like format/tracebuf:
  *
  *  normal: when no segment is free the record is lost, the buffer is marked
  *          full and tracing stops;

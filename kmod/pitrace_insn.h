@@ -9,7 +9,7 @@
 #ifndef _PITRACE_INSN_H
 #define _PITRACE_INSN_H
 
-/* Kinds: the same numbers as libperfutil/itrace.Kind. */
+/* Kinds: the same numbers as internal/x86branch.Kind. */
 #define PT_INSN_PLAIN		0	/* moves no control */
 #define PT_INSN_CALL		1
 #define PT_INSN_RETURN		2

@@ -2,7 +2,7 @@
 # -finstrument-functions entry/exit runtime, with libperfutil's PTT read
 # compiled in with initial-exec TLS so the read is no call to
 # __tls_get_addr), the bundled example built with -finstrument-functions,
-# the tests (Go: libperfutil/callflow, tools/hookit) and the benchmark.
+# the tests (Go: analysis/callflow, tools/hookit) and the benchmark.
 CC ?= gcc
 HOOKIT_CFLAGS := -O2 -g -Wall -Wextra -Werror -fPIC -ftls-model=initial-exec \
 	-fno-instrument-functions -Ilibperfutil/c/include -Ilibperfutil/c/hookit
@@ -60,7 +60,7 @@ $(BIN)/callflow_api: examples/callflow_api.c libperfutil/c/hookit/hookit_api.h $
 
 callflow-test: hookit
 	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/hookit ./tools/rtdriver
-	$(GO) test -count=1 -v ./libperfutil/callflow/ ./tools/hookit/ ./tools/rtdriver/
+	$(GO) test -count=1 -v ./analysis/callflow/ ./tools/hookit/ ./tools/rtdriver/
 
 bench-callflow: hookit
 	bash bench/callflow.sh

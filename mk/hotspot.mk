@@ -6,7 +6,7 @@ HOTSPOT_CFLAGS := -O2 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -Wa
 .PHONY: hotspottest bench-hotspot
 build: $(BIN)/hotspot-example
 
-$(BIN)/hotspot: $(wildcard tools/hotspot/*.go libperfutil/uprobe/*.go libperfutil/perfring/*.go)
+$(BIN)/hotspot: $(wildcard tools/hotspot/*.go libperfutil/uprobe/*.go internal/perfring/*.go)
 	@mkdir -p $(BIN)
 	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/hotspot
 
@@ -15,7 +15,7 @@ $(BIN)/hotspot-example: examples/hotspot.c
 	$(CC) $(HOTSPOT_CFLAGS) -o $@ $<
 
 hotspottest: $(BIN)/hotspot-example
-	$(GO) test -count=1 -v ./libperfutil/perfring/ ./libperfutil/uprobe/ ./tools/hotspot/
+	$(GO) test -count=1 -v ./internal/perfring/ ./libperfutil/uprobe/ ./tools/hotspot/
 
 bench-hotspot:
 	bash bench/hotspot.sh

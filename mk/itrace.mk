@@ -43,9 +43,9 @@ vmtest-itrace-icount:
 	bash scripts/vmtest/run.sh icount
 VM_TEST_TARGETS += vmtest-itrace-icount
 
-# A short fuzz run of the ITrace replay (libperfutil/itrace: arbitrary
+# A short fuzz run of the ITrace replay (analysis/itrace: arbitrary
 # record sequences through the replay, stacks and callgrind writer).
 .PHONY: fuzz-itrace
 fuzz: fuzz-itrace
 fuzz-itrace:
-	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/itrace/
+	$(GO) test -run '^$$' -fuzz '^FuzzReplay$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/itrace/

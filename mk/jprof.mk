@@ -32,7 +32,7 @@ build/java/%.class: examples/java/%.java
 
 jprof-test: jprof
 	$(GO) build -ldflags '$(LDVERSION)' -o $(BIN)/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
-	$(GO) test -count=1 -v ./libperfutil/merge/ ./tools/jprof/
+	$(GO) test -count=1 -v ./analysis/merge/ ./tools/jprof/
 
 bench-jprof: jprof
 	bash bench/jprof.sh

@@ -26,7 +26,7 @@ kmod-clean:
 # from kmod/uapi/pitrace.h by cgo -godefs (internal/abigen): run
 # `make kmod-abi` after changing the header or abi_defs.go. kmod-abi-test
 # regenerates into memory and fails when the files differ, then checks the
-# header against libperfutil/trace's codes (needs gcc).
+# header against format/trace's codes (needs gcc).
 .PHONY: kmod-abi kmod-abi-test
 kmod-abi:
 	cd libperfutil/kmodbackend && go generate .

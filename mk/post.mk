@@ -17,15 +17,15 @@ FUZZTIME ?= 100000x
 .PHONY: fuzz fuzz-a2n
 fuzz: fuzz-a2n
 fuzz-a2n:
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePerfMap$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/a2n/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseJitdump$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/a2n/
-	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./libperfutil/a2n/
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePerfMap$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseJitdump$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
+	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
 
 # The report's goroutines (readers, replay, side locator, namer, cells,
 # writers) and A2N's Locates of several processes at once, under the race
 # detector: a data race there is a wrong report only now and then.
 .PHONY: race-post
 race-post:
-	$(GO) test -count=1 -race ./libperfutil/tprof/
-	$(GO) test -count=1 -race -run 'Locate|PerfMap|Prefetch|Cache' ./libperfutil/a2n/
+	$(GO) test -count=1 -race ./analysis/tprof/
+	$(GO) test -count=1 -race -run 'Locate|PerfMap|Prefetch|Cache' ./analysis/a2n/
 TEST_TARGETS += race-post

@@ -14,8 +14,8 @@ FUZZMINTIME ?= 100x
 FUZZFLAGS = -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINTIME)
 .PHONY: fuzz demo bench-tprof
 fuzz:
-	$(GO) test $(FUZZFLAGS) -fuzz FuzzReader ./libperfutil/trace/
-	$(GO) test $(FUZZFLAGS) -fuzz FuzzParse ./libperfutil/nrm2/
+	$(GO) test $(FUZZFLAGS) -fuzz FuzzReader ./format/trace/
+	$(GO) test $(FUZZFLAGS) -fuzz FuzzParse ./format/nrm2/
 	$(GO) test $(FUZZFLAGS) -fuzz FuzzReport ./tools/post/
 TEST_TARGETS += fuzz
 

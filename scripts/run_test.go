@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // The tests keep HOME and the caches in a temporary directory of their own.

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"perfinsp/internal/procscan"
 	"runtime"
 	"sort"
 	"strconv"
@@ -24,11 +25,11 @@ import (
 
 	"perfinsp/daemon/kevents"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
+	"perfinsp/format/tracebuf"
 	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
-	"perfinsp/libperfutil/tracebuf"
 )
 
 // Now returns the facility clock: CLOCK_MONOTONIC in ns.
@@ -60,7 +61,7 @@ type Sink = kevents.Sink
 // StartFunc starts the kernel event sources feeding sink.
 type StartFunc func(opts kevents.Options, sink Sink) (Source, error)
 
-// ScanFunc describes existing tasks (kevents.Scan).
+// ScanFunc describes existing tasks (procscan.Scan).
 type ScanFunc func(t uint64, emit func(minor uint32, fields []uint64, str string)) error
 
 // Facility is the daemon's trace facility. All methods are safe for
@@ -118,7 +119,7 @@ type Facility struct {
 	// keep the events meanwhile).
 	gate chan struct{}
 
-	// StartSource and Scan default to kevents.Start and kevents.Scan;
+	// StartSource and Scan default to kevents.Start and procscan.Scan;
 	// tests replace them.
 	StartSource StartFunc
 	Scan        ScanFunc
@@ -136,7 +137,7 @@ func New() *Facility {
 		StartSource: func(opts kevents.Options, sink Sink) (Source, error) {
 			return kevents.Start(opts, sink)
 		},
-		Scan: kevents.Scan,
+		Scan: procscan.Scan,
 	}
 	return f
 }
@@ -532,7 +533,7 @@ func (f *Facility) offLocked() error {
 	f.seenMu.Unlock()
 	sort.Slice(missing, func(i, j int) bool { return missing[i] < missing[j] })
 	for _, pid := range missing {
-		_ = kevents.Describe(int(pid), t, func(minor uint32, fields []uint64, str string) {
+		_ = procscan.Describe(int(pid), t, func(minor uint32, fields []uint64, str string) {
 			f.mteRecord(0, minor, t, fields, str)
 		})
 	}

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"perfinsp/daemon/kevents"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // fakeSource hands the facility's sink to the test, which plays the kernel.

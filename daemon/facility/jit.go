@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/trace"
 )
 
 // JProf writes one record of the JVMTI agent (docs/jprof.md) into cpu's

@@ -4,9 +4,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // JProf records: JIT records are kept with tprof enabled (they name its

@@ -2,10 +2,10 @@ package itrace
 
 import (
 	"os"
+
+	itracectl "perfinsp/libperfutil/itrace"
 	"strings"
 	"testing"
-
-	"perfinsp/libperfutil/kmodbackend"
 )
 
 // minChecked: the example runs ~60,000 blocks in its own code and libc's
@@ -18,7 +18,7 @@ const minChecked = 20000
 // and kind. 0 disagreements over more than minChecked blocks, and the
 // counts still equal callgrind's.
 func TestExampleVerify(t *testing.T) {
-	st := traceExample(t, Options{Step: kmodbackend.StepVerify})
+	st := traceExample(t, Options{Step: itracectl.StepVerify})
 	t.Logf("verify: %d blocks checked, %d disagreements, %.0f ns per block decoded", st.BlocksChecked, st.BlockMismatches,
 		float64(st.BlockNs)/float64(max(st.BlocksChecked, 1)))
 	if st.BlocksChecked < minChecked || st.BlockMismatches != 0 {
@@ -50,7 +50,7 @@ func TestExampleEmulatedBTF(t *testing.T) {
 
 // TestSingleNeverBlockSteps: --step single takes no block step.
 func TestSingleNeverBlockSteps(t *testing.T) {
-	st := traceExample(t, Options{Step: kmodbackend.StepSingle})
+	st := traceExample(t, Options{Step: itracectl.StepSingle})
 	if st.BlockSteps != 0 || st.BTF != "" {
 		t.Errorf("--step single: %d block steps, BTF %q; want none", st.BlockSteps, st.BTF)
 	}

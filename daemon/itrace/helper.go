@@ -24,6 +24,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+
+	itracectl "perfinsp/libperfutil/itrace"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,8 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/libperfutil/kmodbackend"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
 )
 
 // HelperArg is the first argument that makes the daemon's binary (or a
@@ -57,13 +58,13 @@ const (
 
 // helperOptions are Options on the wire.
 type helperOptions struct {
-	PIDs         []int            `json:"pids,omitempty"`
-	TIDs         []int            `json:"tids,omitempty"`
-	OptionalPIDs []int            `json:"optional_pids,omitempty"`
-	Follow       bool             `json:"follow,omitempty"`
-	AtExec       bool             `json:"at_exec,omitempty"`
-	Step         kmodbackend.Step `json:"step,omitempty"`
-	MaxThreads   int              `json:"max_threads,omitempty"`
+	PIDs         []int          `json:"pids,omitempty"`
+	TIDs         []int          `json:"tids,omitempty"`
+	OptionalPIDs []int          `json:"optional_pids,omitempty"`
+	Follow       bool           `json:"follow,omitempty"`
+	AtExec       bool           `json:"at_exec,omitempty"`
+	Step         itracectl.Step `json:"step,omitempty"`
+	MaxThreads   int            `json:"max_threads,omitempty"`
 }
 
 type attachMsg struct {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"syscall"
 
-	pitrace "perfinsp/libperfutil/itrace"
+	itracectl "perfinsp/libperfutil/itrace"
 )
 
 // Caller is the client asking (from SO_PEERCRED).
@@ -219,8 +219,8 @@ func pidsFrom(c Caller, from int) (pids []int, skipped []string) {
 }
 
 // On starts a session for the caller.
-func (m *Manager) On(c Caller, a pitrace.OnArgs) (pitrace.OnResult, error) {
-	var res pitrace.OnResult
+func (m *Manager) On(c Caller, a itracectl.OnArgs) (itracectl.OnResult, error) {
+	var res itracectl.OnResult
 	m.mu.Lock()
 	sink := m.sink
 	m.mu.Unlock()
@@ -354,8 +354,8 @@ func (m *Manager) release(uid int, pids []int, s *session, sink Sink) bool {
 }
 
 // Off stops the caller's sessions that match.
-func (m *Manager) Off(c Caller, a pitrace.OffArgs) (pitrace.OffResult, error) {
-	var res pitrace.OffResult
+func (m *Manager) Off(c Caller, a itracectl.OffArgs) (itracectl.OffResult, error) {
+	var res itracectl.OffResult
 	var stop []*session
 	m.mu.Lock()
 	for id, s := range m.sessions {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	pitrace "perfinsp/libperfutil/itrace"
+	itracectl "perfinsp/libperfutil/itrace"
 )
 
 const nobody = 65534
@@ -85,27 +85,27 @@ func TestCallerMayTraceOnlyWhatItCouldPtrace(t *testing.T) {
 	m := NewManager()
 	m.SetSink(&capture{})
 	defer m.SetSink(nil)
-	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{os.Getpid()}}); err == nil {
+	if _, err := m.On(user, itracectl.OnArgs{PIDs: []int{os.Getpid()}}); err == nil {
 		t.Fatal("manager let nobody trace a root process")
 	}
-	if _, err := m.On(other, pitrace.OnArgs{PIDs: []int{own.Process.Pid}}); err == nil {
+	if _, err := m.On(other, itracectl.OnArgs{PIDs: []int{own.Process.Pid}}); err == nil {
 		t.Fatal("manager let uid 1000 trace nobody's process")
 	}
 	if b, _ := os.ReadFile("/proc/" + itoa(own.Process.Pid) + "/status"); strings.Contains(string(b), "TracerPid:\t") && !strings.Contains(string(b), "TracerPid:\t0\n") {
 		t.Fatalf("the refused process is traced:\n%s", b)
 	}
 	// --pids-from as nobody leaves out what nobody may not trace.
-	r, err := m.On(user, pitrace.OnArgs{PIDsFrom: own.Process.Pid})
+	r, err := m.On(user, itracectl.OnArgs{PIDsFrom: own.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Threads < 1 || len(r.Skipped) == 0 {
 		t.Errorf("--pids-from as nobody: %+v (want nobody's sleep traced, others skipped)", r)
 	}
-	if _, err := m.Off(other, pitrace.OffArgs{PIDs: []int{own.Process.Pid}}); err == nil {
+	if _, err := m.Off(other, itracectl.OffArgs{PIDs: []int{own.Process.Pid}}); err == nil {
 		t.Error("uid 1000 stopped nobody's session")
 	}
-	if res, err := m.Off(user, pitrace.OffArgs{}); err != nil || res.Sessions != 1 {
+	if res, err := m.Off(user, itracectl.OffArgs{}); err != nil || res.Sessions != 1 {
 		t.Errorf("nobody's itrace off: %+v %v", res, err)
 	}
 }
@@ -148,7 +148,7 @@ func TestCapabilitiesAreNotTraced(t *testing.T) {
 	m := NewManager()
 	m.SetSink(&capture{})
 	defer m.SetSink(nil)
-	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{capped.Process.Pid}}); err == nil {
+	if _, err := m.On(user, itracectl.OnArgs{PIDs: []int{capped.Process.Pid}}); err == nil {
 		t.Error("the manager let nobody trace its process holding capabilities")
 	}
 	// The kernel's own check, without the daemon's: the tracer has the
@@ -194,7 +194,7 @@ func TestSessionsAreBoundedPerUser(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				_, err := m.On(user, pitrace.OnArgs{PIDs: []int{pids[i%len(pids)]}})
+				_, err := m.On(user, itracectl.OnArgs{PIDs: []int{pids[i%len(pids)]}})
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -219,11 +219,11 @@ func TestSessionsAreBoundedPerUser(t *testing.T) {
 	if n := threads(t); n > 100 {
 		t.Errorf("the daemon's process has %d threads with %d sessions", n, ok)
 	}
-	res, err := m.Off(user, pitrace.OffArgs{})
+	res, err := m.Off(user, itracectl.OffArgs{})
 	if err != nil || res.Sessions != ok {
 		t.Errorf("itrace off: %+v %v", res, err)
 	}
-	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{pids[0]}}); err != nil {
+	if _, err := m.On(user, itracectl.OnArgs{PIDs: []int{pids[0]}}); err != nil {
 		t.Errorf("after off, a new session: %v", err)
 	}
 }
@@ -253,11 +253,11 @@ func TestKilledTracerCostsItsSessionOnly(t *testing.T) {
 	m := NewManager()
 	m.SetSink(&capture{})
 	defer m.SetSink(nil)
-	ra, err := m.On(user, pitrace.OnArgs{PIDs: []int{a.Process.Pid}})
+	ra, err := m.On(user, itracectl.OnArgs{PIDs: []int{a.Process.Pid}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{b.Process.Pid}}); err != nil {
+	if _, err := m.On(user, itracectl.OnArgs{PIDs: []int{b.Process.Pid}}); err != nil {
 		t.Fatal(err)
 	}
 	m.mu.Lock()
@@ -273,7 +273,7 @@ func TestKilledTracerCostsItsSessionOnly(t *testing.T) {
 	if st, _ := os.ReadFile("/proc/" + itoa(b.Process.Pid) + "/status"); strings.Contains(string(st), "TracerPid:\t0\n") {
 		t.Error("the other session's process is no longer traced")
 	}
-	res, err := m.Off(user, pitrace.OffArgs{PIDs: []int{b.Process.Pid}})
+	res, err := m.Off(user, itracectl.OffArgs{PIDs: []int{b.Process.Pid}})
 	if err != nil || res.Sessions != 1 {
 		t.Errorf("itrace off of the other session: %+v %v", res, err)
 	}
@@ -293,7 +293,7 @@ func TestStoppedTracersCostOneDeadline(t *testing.T) {
 	m.SetSink(&capture{})
 	const n = 4
 	for i := 0; i < n; i++ {
-		if _, err := m.On(user, pitrace.OnArgs{PIDs: []int{startAs(t, nobody, "sleep", "60").Process.Pid}}); err != nil {
+		if _, err := m.On(user, itracectl.OnArgs{PIDs: []int{startAs(t, nobody, "sleep", "60").Process.Pid}}); err != nil {
 			t.Fatal(err)
 		}
 	}

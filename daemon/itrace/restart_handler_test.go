@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
+
+	itracerep "perfinsp/analysis/itrace"
 )
 
 // waitInRead waits until process pid blocks in a read(2) of fd 3; stop
@@ -64,7 +65,7 @@ func TestRestartAfterHandlerMatchesCallgrind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cg, err := pitrace.ParseCallgrind(f)
+	cg, err := itracerep.ParseCallgrind(f)
 	f.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -111,10 +112,10 @@ func waitTracerDone(t *testing.T, tr *Tracer) {
 
 // expectCallgrindCounts replays the records of prog and checks each named
 // function's exclusive instructions and calls against callgrind's.
-func expectCallgrindCounts(t *testing.T, cg map[string]*pitrace.CGFunc, recs []trace.Record, prog string, names ...string) {
+func expectCallgrindCounts(t *testing.T, cg map[string]*itracerep.CGFunc, recs []trace.Record, prog string, names ...string) {
 	t.Helper()
 	rep := replay(recs, newELFNamer(t, prog))
-	got := map[string]*pitrace.FuncStats{}
+	got := map[string]*itracerep.FuncStats{}
 	for _, fn := range rep.Funcs {
 		got[fn.Name] = fn
 	}

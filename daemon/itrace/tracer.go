@@ -27,9 +27,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/kmodbackend"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
+
+	"perfinsp/internal/x86branch"
+	itracectl "perfinsp/libperfutil/itrace"
 )
 
 // Sink receives records (the shape of kevents.Sink's Trace).
@@ -48,10 +49,10 @@ type Options struct {
 	// AtExec attaches now but starts stepping only at each process's next
 	// exec: the trace then starts at the new program's first instruction.
 	AtExec bool
-	// Step: how the threads are stepped (block.go): kmodbackend.StepAuto
+	// Step: how the threads are stepped (block.go): itracectl.StepAuto
 	// block-steps where the CPU honours BTF, StepSingle never does,
 	// StepVerify single-steps and checks the block decoder at every block.
-	Step kmodbackend.Step
+	Step itracectl.Step
 	// Log, if set, says once per session whether block-stepping works.
 	Log func(format string, args ...any)
 	// OptionalPIDs are processes traced like PIDs, except that one that
@@ -86,14 +87,14 @@ type Stats struct {
 
 	// Stepping (block.go): the mode and what the tracer found. Its
 	// emulated BTF (tests) checks blocks as verify does.
-	pitrace.StepCounts
+	itracectl.StepCounts
 }
 
 // insnCache holds the decoded instructions and blocks of one address
 // space.
 type insnCache struct {
 	pid int
-	dec *pitrace.Decoder
+	dec *x86branch.Decoder
 }
 
 type thread struct {
@@ -105,7 +106,7 @@ type thread struct {
 	start    uint64 // block start
 	count    uint32 // instructions executed in the block
 	lastOff  uint32 // offset of the last executed instruction from start
-	cur      pitrace.Insn
+	cur      x86branch.Insn
 	rcx      uint64 // rcx at ip (before the instruction runs)
 	injected int    // signal injected on the last resume
 	noExec   bool
@@ -120,18 +121,18 @@ type thread struct {
 	startOn bool // start stepping at the first stop
 	ended   bool
 
-	read pitrace.CodeReader // the thread's code
+	read x86branch.CodeReader // the thread's code
 	// block: resumed with a block step of blk (from ip). Emulated BTF
 	// (tests): the block step's next single step starts at emuIP; it
 	// has run emuN instructions so far, the last at emuLast.
 	block   bool
-	blk     *pitrace.Block
+	blk     *x86branch.Block
 	emuIP   uint64
 	emuN    uint32
 	emuLast uint64 // the last instruction the emulated block step ran
 	// verify: the block a block step would have run from ip (the count
 	// was vCount then); nil when none is under way.
-	vblk   *pitrace.Block
+	vblk   *x86branch.Block
 	vCount uint32
 }
 
@@ -191,7 +192,7 @@ func Start(opts Options, sink Sink) (*Tracer, error) {
 		return nil, ErrNothing
 	}
 	switch opts.Step {
-	case kmodbackend.StepAuto, kmodbackend.StepSingle, kmodbackend.StepVerify:
+	case itracectl.StepAuto, itracectl.StepSingle, itracectl.StepVerify:
 	default:
 		return nil, fmt.Errorf("itrace: unknown stepping %q: say auto (\"\"), single or verify", opts.Step)
 	}
@@ -299,7 +300,7 @@ func (t *Tracer) ptraceOptions() int {
 func (t *Tracer) space(pid int) *insnCache {
 	as := t.spaces[pid]
 	if as == nil {
-		as = &insnCache{pid: pid, dec: pitrace.NewDecoder()}
+		as = &insnCache{pid: pid, dec: x86branch.NewDecoder()}
 		t.spaces[pid] = as
 	}
 	return as
@@ -511,11 +512,11 @@ func (t *Tracer) drop(tid int) {
 }
 
 // classify returns the instruction at ip in th's address space.
-func (t *Tracer) classify(th *thread, ip uint64) pitrace.Insn {
+func (t *Tracer) classify(th *thread, ip uint64) x86branch.Insn {
 	return th.as.dec.Insn(th.read, ip).Insn
 }
 
-// readCode reads the code of thread tid at addr (pitrace.CodeReader).
+// readCode reads the code of thread tid at addr (x86branch.CodeReader).
 func readCode(tid int, addr uint64, buf []byte) int {
 	n, _ := unix.ProcessVMReadv(tid, []unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}},
 		[]unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}, 0)
@@ -539,7 +540,7 @@ func readCode(tid int, addr uint64, buf []byte) int {
 // if th must be single-stepped: after a system call or an exec (the
 // traps with no instruction run, step handles them), with a signal to
 // deliver, or a block the decoder cannot count (block.go).
-func (t *Tracer) blockable(th *thread, sig int) *pitrace.Block {
+func (t *Tracer) blockable(th *thread, sig int) *x86branch.Block {
 	if sig != 0 || th.sysret || th.noExec || t.stop.Load() {
 		return nil
 	}
@@ -557,15 +558,15 @@ func (t *Tracer) resume(th *thread, sig int) error {
 	if th.stepping {
 		th.injected = sig
 		th.tStep = t.now()
-		var b *pitrace.Block
+		var b *x86branch.Block
 		switch t.opts.Step {
-		case kmodbackend.StepAuto:
+		case itracectl.StepAuto:
 			if t.btf != btfIgnored {
 				if b = t.blockable(th, sig); b != nil && t.btf == btfUnknown && !b.Probe {
 					b = nil // until BTF is known to work, only blocks that tell
 				}
 			}
-		case kmodbackend.StepVerify:
+		case itracectl.StepVerify:
 			if th.vblk == nil {
 				if th.vblk = t.blockable(th, sig); th.vblk != nil {
 					th.vCount = th.count
@@ -575,7 +576,7 @@ func (t *Tracer) resume(th *thread, sig int) error {
 			}
 		}
 		if b != nil {
-			th.block, th.blk, th.cur = true, b, pitrace.Insn{}
+			th.block, th.blk, th.cur = true, b, x86branch.Insn{}
 			if t.opts.emulateBTF {
 				th.emuIP, th.emuN = th.ip, 0
 				err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, 0)
@@ -638,7 +639,7 @@ func (t *Tracer) blockTrap(th *thread, regs *unix.PtraceRegs) {
 	}
 	th.ip, th.rcx, th.sysret = newIP, regs.Rcx, false
 	switch end.How {
-	case pitrace.Taken:
+	case x86branch.Taken:
 		if end.N >= 2 {
 			t.setBTF(btfHonoured, fmt.Sprintf("a block step from %#x ran %d instructions", b.Start, end.N))
 		}
@@ -648,7 +649,7 @@ func (t *Tracer) blockTrap(th *thread, regs *unix.PtraceRegs) {
 		if !end.NoBranch {
 			t.endBlock(th, trace.MajorITraceU, end.Kind.Minor(), newIP)
 		}
-	case pitrace.FellThrough:
+	case x86branch.FellThrough:
 		// One instruction ran and did not branch: a single step.
 		if b.Probe {
 			t.setBTF(btfIgnored, fmt.Sprintf("PTRACE_SINGLEBLOCK stopped at %#x, the fall-through of the non-branch instruction at %#x", newIP, b.Start))
@@ -660,7 +661,7 @@ func (t *Tracer) blockTrap(th *thread, regs *unix.PtraceRegs) {
 		// No way through the block leads here: the instructions are
 		// lost; the block ends as an undecodable branch.
 		t.stats.BlocksLost++
-		t.endBlock(th, trace.MajorITraceU, pitrace.KindUndecodable.Minor(), newIP)
+		t.endBlock(th, trace.MajorITraceU, x86branch.KindUndecodable.Minor(), newIP)
 	}
 }
 
@@ -669,7 +670,7 @@ func (t *Tracer) blockTrap(th *thread, regs *unix.PtraceRegs) {
 // leaves its return address just below the new stack pointer, an
 // indirect call on top of it. Where both remain possible it stays
 // Ambiguous (counted; the conditional jump is taken).
-func (t *Tracer) resolve(th *thread, b *pitrace.Block, end pitrace.BlockEnd, regs *unix.PtraceRegs) pitrace.BlockEnd {
+func (t *Tracer) resolve(th *thread, b *x86branch.Block, end x86branch.BlockEnd, regs *unix.PtraceRegs) x86branch.BlockEnd {
 	if !end.Ambiguous {
 		return end
 	}
@@ -677,9 +678,9 @@ func (t *Tracer) resolve(th *thread, b *pitrace.Block, end pitrace.BlockEnd, reg
 	var slot uint64
 	var want uint64
 	switch last.Kind {
-	case pitrace.KindReturn:
+	case x86branch.KindReturn:
 		slot, want = regs.Rsp-8-uint64(last.Pop), regs.Rip
-	case pitrace.KindCall:
+	case x86branch.KindCall:
 		slot, want = regs.Rsp, last.Next()
 	default:
 		t.stats.BlocksAmbiguous++
@@ -696,7 +697,7 @@ func (t *Tracer) resolve(th *thread, b *pitrace.Block, end pitrace.BlockEnd, reg
 	switch {
 	case v != want:
 		end.Ambiguous = false // the last instruction did not go there
-	case last.Kind == pitrace.KindCall:
+	case last.Kind == x86branch.KindCall:
 		return fin // its return address is on top: the call ran
 	default:
 		t.stats.BlocksAmbiguous++
@@ -712,7 +713,7 @@ func (t *Tracer) blockCut(th *thread, ip uint64) {
 	if t.opts.emulateBTF {
 		if n != th.emuN {
 			t.stats.BlockMismatches++
-			t.logMismatch(th, th.blk.Start, ip, pitrace.BlockEnd{N: n, Last: last}, th.emuN, th.emuLast, 0)
+			t.logMismatch(th, th.blk.Start, ip, x86branch.BlockEnd{N: n, Last: last}, th.emuN, th.emuLast, 0)
 		}
 		t.stats.BlocksChecked++
 	}
@@ -731,7 +732,7 @@ func (t *Tracer) blockCut(th *thread, ip uint64) {
 // verifyEnd checks a block single-stepped under StepVerify, ended by a
 // taken branch to newIP (the last instruction at prev, of kind k): the
 // decoder must give the same count, last instruction and kind.
-func (t *Tracer) verifyEnd(th *thread, regs *unix.PtraceRegs, prev uint64, k pitrace.Kind, noBranch bool) {
+func (t *Tracer) verifyEnd(th *thread, regs *unix.PtraceRegs, prev uint64, k x86branch.Kind, noBranch bool) {
 	b := th.vblk
 	if b == nil {
 		return
@@ -743,7 +744,7 @@ func (t *Tracer) verifyEnd(th *thread, regs *unix.PtraceRegs, prev uint64, k pit
 	t.stats.BlockNs += t.now() - t0
 	t.stats.BlocksChecked++
 	n := th.count - th.vCount // the branch counted
-	if end.How != pitrace.Taken || end.N != n || end.Last != prev || end.Kind != k || end.NoBranch != noBranch {
+	if end.How != x86branch.Taken || end.N != n || end.Last != prev || end.Kind != k || end.NoBranch != noBranch {
 		t.stats.BlockMismatches++
 		t.logMismatch(th, b.Start, newIP, end, n, prev, k)
 	}
@@ -760,11 +761,11 @@ func (t *Tracer) verifyCut(th *thread) {
 	t.stats.BlocksChecked++
 	if !ok || n != th.count-th.vCount {
 		t.stats.BlockMismatches++
-		t.logMismatch(th, b.Start, th.ip, pitrace.BlockEnd{How: pitrace.NoMatch, N: n}, th.count-th.vCount, 0, 0)
+		t.logMismatch(th, b.Start, th.ip, x86branch.BlockEnd{How: x86branch.NoMatch, N: n}, th.count-th.vCount, 0, 0)
 	}
 }
 
-func (t *Tracer) logMismatch(th *thread, start, stop uint64, got pitrace.BlockEnd, n uint32, last uint64, k pitrace.Kind) {
+func (t *Tracer) logMismatch(th *thread, start, stop uint64, got x86branch.BlockEnd, n uint32, last uint64, k x86branch.Kind) {
 	if t.opts.Log != nil && t.stats.BlockMismatches <= 10 {
 		t.opts.Log("itrace: block decoder disagrees (thread %d, block %#x..stop %#x): decoded %+v; stepped: %d instructions, the last at %#x, kind %d",
 			th.tid, start, stop, got, n, last, k)
@@ -873,13 +874,13 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 	}
 	prev := th.ip
 	in := th.cur
-	if th.sysret && newIP == prev && !in.Rep && in.Kind != pitrace.KindJump {
+	if th.sysret && newIP == prev && !in.Rep && in.Kind != x86branch.KindJump {
 		// No progress after a system call: a trap, not an instruction
 		// (a jump to itself or a rep iteration would be one).
 		th.rcx = regs.Rcx
 		return
 	}
-	th.sysret = in.Kind == pitrace.KindSyscall
+	th.sysret = in.Kind == x86branch.KindSyscall
 	th.lastOff = uint32(prev - th.start)
 	th.count++
 	th.ip = newIP
@@ -887,7 +888,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 	rcx := th.rcx
 	th.rcx = regs.Rcx
 	switch {
-	case in.Kind == pitrace.KindSyscall:
+	case in.Kind == x86branch.KindSyscall:
 		dur := t.now() - th.tStep
 		if dur > 0xffffffff {
 			dur = 0xffffffff
@@ -902,7 +903,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 			nr = unix.SYS_RT_SIGRETURN
 		}
 		t.endBlock(th, trace.MajorITraceK, trace.ITraceSyscall, newIP, nr&0xffffffff, dur)
-	case in.Kind == pitrace.KindCall || in.Kind == pitrace.KindReturn || in.Kind == pitrace.KindIret:
+	case in.Kind == x86branch.KindCall || in.Kind == x86branch.KindReturn || in.Kind == x86branch.KindIret:
 		t.verifyEnd(th, regs, prev, in.Kind, false)
 		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), newIP)
 	case in.Rep && newIP == prev:
@@ -913,7 +914,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 		// check that ends it (n+1); single-step traps n times.
 		th.count++
 		t.stats.Instructions++
-	case in.Kind == pitrace.KindPlain && newIP != prev+uint64(in.Len) && th.as.dec.Insn(th.read, prev).Emulated:
+	case in.Kind == x86branch.KindPlain && newIP != prev+uint64(in.Len) && th.as.dec.Insn(th.read, prev).Emulated:
 		// Not at the fall-through of a cpuid: the hypervisor that
 		// emulated it lost the trap after it, the next ones ran too.
 		if end, ok := th.as.dec.Overran(th.read, prev, newIP); ok {
@@ -922,7 +923,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 			th.count += end.N - 1
 			th.lastOff = uint32(end.Last - th.start)
 			t.stats.Instructions += uint64(end.N - 1)
-			if end.How == pitrace.Taken {
+			if end.How == x86branch.Taken {
 				t.verifyEnd(th, regs, end.Last, end.Kind, end.NoBranch)
 				if end.NoBranch {
 					break
@@ -930,7 +931,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 				t.endBlock(th, trace.MajorITraceU, end.Kind.Minor(), newIP)
 			}
 		}
-	case in.Kind == pitrace.KindPlain:
+	case in.Kind == x86branch.KindPlain:
 		// Fall-through: an instruction that transfers no control goes on
 		// at the next one (a length x86asm got wrong must not make a branch).
 	case in.Len != 0 && newIP == prev+uint64(in.Len):
@@ -939,7 +940,7 @@ func (t *Tracer) step(th *thread, regs *unix.PtraceRegs) {
 		if th.vblk != nil && !th.as.dec.Insn(th.read, prev).Cond {
 			t.verifyEnd(th, regs, prev, in.Kind, true)
 		}
-	case in.Kind == pitrace.KindUndecodable && newIP > prev && newIP <= prev+15:
+	case in.Kind == x86branch.KindUndecodable && newIP > prev && newIP <= prev+15:
 		// AVX/AVX-512 and other encodings x86asm does not know never
 		// branch: the next ip is their fall-through.
 	default:
@@ -1045,7 +1046,7 @@ func (t *Tracer) loop() error {
 			}
 		}
 		if ws.Exited() || ws.Signaled() {
-			if th.stepping && th.cur.Kind == pitrace.KindSyscall && ws.Exited() {
+			if th.stepping && th.cur.Kind == x86branch.KindSyscall && ws.Exited() {
 				// The exit system call ran and did not return.
 				th.lastOff = uint32(th.ip - th.start)
 				th.count++
@@ -1100,7 +1101,7 @@ func (t *Tracer) fellThrough(th *thread, ip uint64) bool {
 		if end, ok := th.as.dec.Overran(th.read, th.emuIP, ip); ok {
 			th.emuN += end.N
 			th.emuLast = end.Last
-			return end.How != pitrace.Taken
+			return end.How != x86branch.Taken
 		}
 	}
 	th.emuN++

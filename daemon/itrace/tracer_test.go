@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
+
+	itracerep "perfinsp/analysis/itrace"
 )
 
 // capture is a Sink keeping every record.
@@ -64,17 +65,17 @@ func newELFNamer(t *testing.T, path string) *elfNamer {
 	return n
 }
 
-func (n *elfNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, int) {
+func (n *elfNamer) Func(pid uint32, addr uint64) (itracerep.Func, uint64, string, int) {
 	i := sort.Search(len(n.syms), func(i int) bool { return n.syms[i].Value > addr }) - 1
 	if i >= 0 && addr < n.syms[i].Value+n.syms[i].Size {
-		return pitrace.Func{Name: n.syms[i].Name, Module: "exe"}, addr - n.syms[i].Value, "", 0
+		return itracerep.Func{Name: n.syms[i].Name, Module: "exe"}, addr - n.syms[i].Value, "", 0
 	}
 	for _, r := range n.plt {
 		if addr >= r[0] && addr < r[1] {
-			return pitrace.Func{Name: "plt", Module: "exe", PLT: true}, 0, "", 0
+			return itracerep.Func{Name: "plt", Module: "exe", PLT: true}, 0, "", 0
 		}
 	}
-	return pitrace.Func{Name: "other", Module: "other"}, 0, "", 0
+	return itracerep.Func{Name: "other", Module: "other"}, 0, "", 0
 }
 
 func needTool(t *testing.T, name string) string {
@@ -131,8 +132,8 @@ func waitState(t *testing.T, pid int, st byte) {
 	}
 }
 
-func replay(recs []trace.Record, namer pitrace.Namer) *pitrace.Report {
-	rep := pitrace.NewReport(namer, nil)
+func replay(recs []trace.Record, namer itracerep.Namer) *itracerep.Report {
+	rep := itracerep.NewReport(namer, nil)
 	for i := range recs {
 		rep.Apply(&recs[i])
 	}
@@ -143,7 +144,7 @@ func replay(recs []trace.Record, namer pitrace.Namer) *pitrace.Report {
 var ownFuncs = []string{"main", "fib", "leaf", "leaf_loop", "apply", "op_add", "op_mul", "copy_rep", "on_signal", "worker", "use_libm"}
 
 // callgrind runs valgrind --tool=callgrind on prog and parses the result.
-func callgrind(t *testing.T, dir, prog string, args ...string) map[string]*pitrace.CGFunc {
+func callgrind(t *testing.T, dir, prog string, args ...string) map[string]*itracerep.CGFunc {
 	needTool(t, "valgrind")
 	out := filepath.Join(dir, "callgrind.out")
 	cmd := exec.Command("valgrind", append([]string{"--tool=callgrind", "--callgrind-out-file=" + out, prog}, args...)...)
@@ -155,7 +156,7 @@ func callgrind(t *testing.T, dir, prog string, args ...string) map[string]*pitra
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cg, err := pitrace.ParseCallgrind(f)
+	cg, err := itracerep.ParseCallgrind(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +169,13 @@ var example struct {
 	once sync.Once
 	dir  string
 	prog string
-	cg   map[string]*pitrace.CGFunc
+	cg   map[string]*itracerep.CGFunc
 	err  string
 }
 
 const exampleN = "20000"
 
-func exampleProg(t *testing.T) (string, map[string]*pitrace.CGFunc) {
+func exampleProg(t *testing.T) (string, map[string]*itracerep.CGFunc) {
 	t.Helper()
 	needTool(t, "gcc")
 	needTool(t, "valgrind")
@@ -271,7 +272,7 @@ func traceExample(t *testing.T, opts Options) Stats {
 	}
 	for _, name := range ownFuncs {
 		want := cg[name]
-		got := rep.Funcs[pitrace.Key(pitrace.Func{Name: name, Module: "exe"})]
+		got := rep.Funcs[itracerep.Key(itracerep.Func{Name: name, Module: "exe"})]
 		if want == nil || got == nil {
 			t.Errorf("%s: callgrind %v, itrace %v", name, want, got)
 			continue

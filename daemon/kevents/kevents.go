@@ -20,10 +20,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/format/trace"
+	"perfinsp/internal/perfring"
 	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/perfring"
-	"perfinsp/libperfutil/trace"
 )
 
 // Sink receives records. Calls for one CPU come from one goroutine;

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
 )
 
 type rec struct {
@@ -209,34 +209,6 @@ func TestEventBasedWithoutPMU(t *testing.T) {
 	}
 	if _, err := Start(Options{RateHz: 1000, Event: "bogus"}, &memSink{}); err == nil || !strings.Contains(err.Error(), "unknown event") {
 		t.Fatalf("unknown event: %v", err)
-	}
-}
-
-func TestScanFindsThisProcess(t *testing.T) {
-	exe, _ := os.Executable()
-	pid := uint64(os.Getpid())
-	var proc, seg bool
-	threads := 0
-	err := Scan(5, func(minor uint32, f []uint64, s string) {
-		if f[0] != pid {
-			return
-		}
-		switch minor {
-		case trace.MTEProcess:
-			proc = f[1] == uint64(os.Getppid())
-		case trace.MTEThreadName:
-			threads++
-		case trace.MTESegment:
-			if s == exe && f[4]&4 != 0 && f[2] > 0 {
-				seg = true
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !proc || !seg || threads < 2 {
-		t.Fatalf("process %v (ppid), executable segment %v, %d threads", proc, seg, threads)
 	}
 }
 

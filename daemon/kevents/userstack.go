@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/libperfutil/procmaps"
-	"perfinsp/libperfutil/unwind"
+	"perfinsp/analysis/unwind"
+	"perfinsp/internal/procmaps"
 )
 
 // User stacks unwound by call-frame information (swtrace enable callstack

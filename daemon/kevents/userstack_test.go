@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/libperfutil/unwind"
+	"perfinsp/analysis/unwind"
 )
 
 // The mappings the unwinder keeps per process follow the session's records:

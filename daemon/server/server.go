@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/daemon/facility"
+	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 // Version of the daemon protocol.

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"perfinsp/daemon/facility"
+	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 func TestShutdownIsRootOnly(t *testing.T) {

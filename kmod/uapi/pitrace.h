@@ -4,11 +4,11 @@
  *
  * This header is the one definition of the ABI: ioctl numbers and argument
  * structs, the trace record header, the major/minor code values (the same
- * values as libperfutil/trace/codes.go) and the layout of the memory-mapped
+ * values as format/trace/codes.go) and the layout of the memory-mapped
  * per-CPU buffers.  libperfutil/kmodbackend's Go mirror (zabi.go) is
  * generated from it by cgo -godefs (`make kmod-abi`); its tests fail when
  * the mirror is stale, and check the codes and record payloads against
- * libperfutil/trace.
+ * format/trace.
  *
  * All values are little-endian (x86_64).  Time stamps are CLOCK_MONOTONIC
  * nanoseconds (ktime_get_mono_fast_ns() in the kernel).
@@ -48,7 +48,7 @@ struct pitrace_rec_hdr {
 #define PITRACE_LAYOUT_BYTES	2
 #define PITRACE_LAYOUT_WORDS	3
 
-/* Major codes (libperfutil/trace/codes.go). */
+/* Major codes (format/trace/codes.go). */
 #define PITRACE_MAJOR_SYS	0x01
 #define PITRACE_MAJOR_MTE	0x02
 #define PITRACE_MAJOR_INTERRUPT	0x04
@@ -116,7 +116,7 @@ struct pitrace_rec_hdr {
 
 /*
  * Record payloads: the fixed fields after the header, packed, in the order
- * and widths of the spec table libperfutil/trace/codes.go (the cgo test of
+ * and widths of the spec table format/trace/codes.go (the cgo test of
  * libperfutil/kmodbackend checks every struct against it).  A STRING
  * record's NUL-terminated string follows the fixed fields.  The module
  * writes records only through these structs.
@@ -842,7 +842,7 @@ struct pitrace_itrace_stats {
 /*
  * JIT writes one record of major PITRACE_MAJOR_JITLOAD (0x14) into the calling
  * CPU's trace buffer, the layout pitraced's "jprof" op writes
- * (libperfutil/trace/codes.go), with the process and thread of the caller
+ * (format/trace/codes.go), with the process and thread of the caller
  * (tgid / pid), never from the argument:
  *   JIT_LOAD    STRING: u32 pid, u32 tid, u64 addr, u64 size; the name
  *   JIT_UNLOAD  FIXED:  u32 pid, u64 addr, u64 size (name_len must be 0)
@@ -897,7 +897,7 @@ struct pitrace_rec_jit_method {		/* JIT_METHOD, then the name */
  * (interpreted) or PITRACE_MAJOR_JITTED (jitted), minor
  * PITRACE_METHOD_ENTRY or PITRACE_METHOD_EXIT, layout WORDS: u32 pid,
  * tid (tgid / pid of the caller, never from the argument), method id low,
- * high — the record pitraced's "jprof" op writes (libperfutil/merge reads
+ * high — the record pitraced's "jprof" op writes (analysis/merge reads
  * it; a JIT_METHOD record names the id).  Written only while tracing is
  * on (EINVAL otherwise; ENOSPC in normal mode once stopped full) and when
  * the record's major is enabled (else nothing is written and the call

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"perfinsp/libperfutil/nrm2"
+	"perfinsp/format/nrm2"
 )
 
 // Documented defaults (README: swtrace).

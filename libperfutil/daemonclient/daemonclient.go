@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 // EnvDaemon names the pitraced binary to start (default: pitraced next to

@@ -57,7 +57,7 @@ func onModule(b *kmodbackend.Backend, a OnArgs) (OnResult, error) {
 	if len(a.TIDs) > 0 {
 		return r, fmt.Errorf("itrace: the module traces single threads only as ITraceOn (the calling thread)")
 	}
-	n, skipped, err := b.ITraceOn(kmodbackend.ITraceSel{PIDs: a.PIDs, PIDsFrom: a.PIDsFrom, Follow: a.Follow, AtExec: a.AtExec, Step: a.Step})
+	n, skipped, err := b.ITraceOn(kmodbackend.ITraceSel{PIDs: a.PIDs, PIDsFrom: a.PIDsFrom, Follow: a.Follow, AtExec: a.AtExec, Step: string(a.Step)})
 	if err != nil {
 		return r, err
 	}

@@ -12,6 +12,22 @@ import (
 	"perfinsp/libperfutil/kmodbackend"
 )
 
+// Step says how an ITrace takes its traps: StepAuto block-steps (BTF: a
+// trap per taken branch) where the CPU honours it and single-steps where
+// it does not; StepSingle always single-steps; StepVerify single-steps and
+// also decodes every block as block-stepping would, counting disagreements
+// (the check of the block decoder on a machine that ignores BTF). Both
+// backends take it: the module as ITRACE_ON's step flags, pitraced's
+// ptrace tracer as its stepping.
+type Step string
+
+// Step modes.
+const (
+	StepAuto   Step = ""
+	StepSingle Step = "single"
+	StepVerify Step = "verify"
+)
+
 // Daemon ops of the no-module ITrace (pitraced registers them).
 const (
 	OpOn  = "itrace-on"  // OnArgs -> OnResult
@@ -28,9 +44,8 @@ type OnArgs struct {
 	PIDsFrom int   `json:"pids_from,omitempty"` // every process with a pid >= this one, at on (PI's lowest pid)
 	Follow   bool  `json:"follow,omitempty"`    // follow forked children
 	AtExec   bool  `json:"at_exec,omitempty"`   // start at the processes' next exec (run.itrace)
-	// Step: "" (auto: block-step where the CPU honours BTF), "single" or
-	// "verify" (kmodbackend.Step).
-	Step kmodbackend.Step `json:"step,omitempty"`
+	// Step: how the threads are stepped (StepAuto, StepSingle, StepVerify).
+	Step Step `json:"step,omitempty"`
 }
 
 // OnResult says what is traced.
@@ -68,15 +83,15 @@ type OffResult struct {
 // and the time it took; block steps two branches could explain or that
 // could not be counted (a thread killed inside one).
 type StepCounts struct {
-	Step            kmodbackend.Step `json:"step,omitempty"`
-	BTF             string           `json:"btf,omitempty"`
-	SingleSteps     uint64           `json:"single_steps,omitempty"`
-	BlockSteps      uint64           `json:"block_steps,omitempty"`
-	BlocksChecked   uint64           `json:"blocks_checked,omitempty"`
-	BlockMismatches uint64           `json:"block_mismatches,omitempty"`
-	BlockNs         uint64           `json:"block_ns,omitempty"`
-	BlocksAmbiguous uint64           `json:"blocks_ambiguous,omitempty"`
-	BlocksLost      uint64           `json:"blocks_lost,omitempty"`
+	Step            Step   `json:"step,omitempty"`
+	BTF             string `json:"btf,omitempty"`
+	SingleSteps     uint64 `json:"single_steps,omitempty"`
+	BlockSteps      uint64 `json:"block_steps,omitempty"`
+	BlocksChecked   uint64 `json:"blocks_checked,omitempty"`
+	BlockMismatches uint64 `json:"block_mismatches,omitempty"`
+	BlockNs         uint64 `json:"block_ns,omitempty"`
+	BlocksAmbiguous uint64 `json:"blocks_ambiguous,omitempty"`
+	BlocksLost      uint64 `json:"blocks_lost,omitempty"`
 	// Single steps whose trap was lost (a hypervisor emulating cpuid):
 	// the block decoder counted the instructions they ran.
 	LostTraps uint64 `json:"lost_traps,omitempty"`
@@ -114,9 +129,9 @@ func (r OffResult) Stepping() string {
 	}
 	var s string
 	switch {
-	case r.Step == kmodbackend.StepSingle:
+	case r.Step == StepSingle:
 		s = "single-stepped (--step single)"
-	case r.Step == kmodbackend.StepVerify:
+	case r.Step == StepVerify:
 		s = "single-stepped (--step verify)"
 	case r.BTF == "ignored":
 		s = "single-stepped: BTF is ignored here (PTRACE_SINGLEBLOCK stopped after one instruction)"
@@ -133,7 +148,7 @@ func (r OffResult) Stepping() string {
 		}
 		s += fmt.Sprintf(" (%d decided by a stack read)", r.StackReads)
 	}
-	if r.Step == kmodbackend.StepVerify && r.Instructions > 0 {
+	if r.Step == StepVerify && r.Instructions > 0 {
 		stops := r.BlocksChecked + r.VerifySingle
 		s += fmt.Sprintf("; block-stepping would stop %d times (%d block + %d single steps), %.3f per instruction, where BTF is honoured",
 			stops, r.BlocksChecked, r.VerifySingle, float64(stops)/float64(r.Instructions))

@@ -7,14 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	itracerep "perfinsp/analysis/itrace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/libperfutil/itrace"
 )
 
 // postCallgrind writes the trace and returns post --callgrind's functions.
-func postCallgrind(t *testing.T, e *tracetest.Env, name string) map[string]*pitrace.CGFunc {
+func postCallgrind(t *testing.T, e *tracetest.Env, name string) map[string]*itracerep.CGFunc {
 	t.Helper()
 	e.Sw("off")
 	e.Sw("get", name+".nrm2")
@@ -34,14 +35,14 @@ func postCallgrind(t *testing.T, e *tracetest.Env, name string) map[string]*pitr
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m, err := pitrace.ParseCallgrind(f)
+	m, err := itracerep.ParseCallgrind(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func calls(m map[string]*pitrace.CGFunc, name string) (uint64, uint64) {
+func calls(m map[string]*itracerep.CGFunc, name string) (uint64, uint64) {
 	if f := m[name]; f != nil {
 		return f.Calls, f.Self
 	}
@@ -114,16 +115,16 @@ func goTarget() int {
 func TestGoITraceOnOff(t *testing.T) {
 	if os.Getenv("ITRACE_GO_CHILD") == "1" {
 		_ = goLeaf(100) // untraced
-		if err := pitrace.ITraceOn(); err != nil {
+		if err := itrace.ITraceOn(); err != nil {
 			t.Fatal(err)
 		}
 		_ = goTarget()
-		st, err := pitrace.ITraceOff()
+		st, err := itrace.ITraceOff()
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("traced %d instructions in %d records", st.Instructions, st.Records)
-		if _, err := pitrace.ITraceOff(); err == nil {
+		if _, err := itrace.ITraceOff(); err == nil {
 			t.Fatal("a second ITraceOff succeeded")
 		}
 		return
@@ -146,7 +147,7 @@ func TestGoITraceOnOff(t *testing.T) {
 	}
 	t.Logf("child: %s", out)
 	m := postCallgrind(t, e, "go")
-	var target, leaf *pitrace.CGFunc
+	var target, leaf *itracerep.CGFunc
 	for name, f := range m {
 		if strings.HasSuffix(name, ".goTarget") {
 			target = f

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 // ITrace requests wait on traced threads, so they get the client's long

@@ -5,7 +5,7 @@
 // The generator writes zabi.go from it (types, constants, ioctl numbers,
 // all with the values and layouts the C compiler gives the header) and
 // zabi_header_test.go (every macro and struct layout of the header, for
-// the cross-checks with libperfutil/trace). Edit this file and the
+// the cross-checks with format/trace). Edit this file and the
 // header; never the generated ones.
 
 package kmodbackend

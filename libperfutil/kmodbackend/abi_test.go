@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
+	"perfinsp/format/tracebuf"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
-	"perfinsp/libperfutil/tracebuf"
 )
 
 // headerStruct and headerField are a struct of kmod/uapi/pitrace.h as the
@@ -156,11 +156,11 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_MAJOR_INTERP": uint64(trace.MajorInterp), "PITRACE_MAJOR_JITTED": uint64(trace.MajorJitted),
 	}
 	// Every record code of these families in the header is checked here: a
-	// code added to the header must have its twin in libperfutil/trace.
+	// code added to the header must have its twin in format/trace.
 	for name := range v {
 		for _, family := range []string{"PITRACE_MAJOR_", "PITRACE_SYS_", "PITRACE_MTE_", "PITRACE_INTR_", "PITRACE_DISPATCH_"} {
 			if _, ok := want[name]; strings.HasPrefix(name, family) && !ok {
-				t.Errorf("%s = %#x: a record code of the header that no Go code is checked against (add it to libperfutil/trace/codes.go and to this test)", name, v[name])
+				t.Errorf("%s = %#x: a record code of the header that no Go code is checked against (add it to format/trace/codes.go and to this test)", name, v[name])
 			}
 		}
 	}
@@ -174,7 +174,7 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 			t.Errorf("%s: header %#x, Go %#x", name, c, w)
 		}
 	}
-	// The segment rule must match the Go buffers' (libperfutil/tracebuf).
+	// The segment rule must match the Go buffers' (format/tracebuf).
 	if v["PITRACE_MIN_SEGMENT"] != tracebuf.MinSegment || v["PITRACE_SEGMENTS"] != tracebuf.Segments {
 		t.Errorf("segments: header min %d count %d, tracebuf min %d count %d", v["PITRACE_MIN_SEGMENT"], v["PITRACE_SEGMENTS"], tracebuf.MinSegment, tracebuf.Segments)
 	}

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/format/nrm2"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
 )
 
 func loadU32(p *uint32) uint32 { return atomic.LoadUint32(p) }

@@ -14,38 +14,27 @@ import (
 
 // ITraceSel selects the threads for ITraceOn.
 type ITraceSel struct {
-	Self     bool  // the calling thread (ITraceOn)
-	PIDs     []int // processes, all their threads
-	PIDsFrom int   // every process with pid >= PIDsFrom (not the caller's)
-	Follow   bool  // forked children too
-	AtExec   bool  // PIDs start at their next exec
-	Step     Step  // how traps are taken (block-step where honoured, by default)
+	Self     bool   // the calling thread (ITraceOn)
+	PIDs     []int  // processes, all their threads
+	PIDsFrom int    // every process with pid >= PIDsFrom (not the caller's)
+	Follow   bool   // forked children too
+	AtExec   bool   // PIDs start at their next exec
+	Step     string // how traps are taken: libperfutil/itrace's Step (block-step where honoured, by default)
 }
 
-// Step says how an ITrace takes its traps: StepAuto block-steps (BTF: a
-// trap per taken branch) where the CPU honours it and single-steps where
-// it does not; StepSingle always single-steps; StepVerify single-steps and
-// also decodes every block as block-stepping would, counting disagreements
-// (the check of the block decoder on a machine that ignores BTF).
-type Step string
-
-const (
-	StepAuto   Step = ""
-	StepSingle Step = "single"
-	StepVerify Step = "verify"
-)
-
-// stepFlags maps a Step to ITRACE_ON's PITRACE_ITRACE_STEP_* flags.
-func stepFlags(s Step) (uint32, error) {
+// stepFlags maps an ITrace step mode (libperfutil/itrace's Step: "" block-
+// steps where the CPU honours BTF, "single", "verify") to ITRACE_ON's
+// PITRACE_ITRACE_STEP_* flags.
+func stepFlags(s string) (uint32, error) {
 	switch s {
-	case StepAuto:
+	case "":
 		return 0, nil
-	case StepSingle:
+	case "single":
 		return itraceStepSingle, nil
-	case StepVerify:
+	case "verify":
 		return itraceStepVerify, nil
 	}
-	return 0, fmt.Errorf("itrace: unknown step mode %q: use %q, %q or none (block-step where the CPU honours it)", string(s), StepSingle, StepVerify)
+	return 0, fmt.Errorf("itrace: unknown step mode %q: use \"single\", \"verify\" or none (block-step where the CPU honours it)", s)
 }
 
 // HasITraceBlock says whether the loaded module takes Step (block-stepping).

@@ -4,13 +4,13 @@ import (
 	"reflect"
 	"testing"
 
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
 )
 
 // The ITrace block of kmod/uapi/pitrace.h against the Go mirrors and the
 // spec table: the ioctl structs field by field, the ABI-1 sizes, the
 // constants, and every record payload the module writes against the
-// record's fields in libperfutil/trace (the table post decodes with).
+// record's fields in format/trace (the table post decodes with).
 func TestITraceABIMatchesHeader(t *testing.T) {
 	v := headerValues()
 	for _, s := range []struct {

@@ -4,11 +4,11 @@ import (
 	"reflect"
 	"testing"
 
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
 )
 
 // The JIT block of kmod/uapi/pitrace.h: the ioctl struct against its Go
-// mirror, the constants against libperfutil/trace's codes, and each record
+// mirror, the constants against format/trace's codes, and each record
 // payload the module writes against the spec table's fields (the layout
 // pitraced writes for the same record, which post decodes).
 func TestJITABIMatchesHeader(t *testing.T) {

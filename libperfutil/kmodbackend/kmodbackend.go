@@ -29,11 +29,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/daemonclient"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // Priority is above the daemon backend's, so the module wins when loaded.
@@ -741,10 +740,25 @@ func (m *mapping) data(s segRef) []byte {
 	return m.mem[off : off+uint64(s.used)]
 }
 
+// DrainAgent hands a fresh /dev/pitrace descriptor and the stream file to
+// the agent that drains the wrap and cont buffers (pitraced's OpDrain). The
+// module backend does not dial the agent itself: libperfutil/backends,
+// which links both backends, sets it (SetDrainAgent) to the daemon
+// client's.
+type DrainAgent func(dev, stream *os.File) error
+
+var drainAgent DrainAgent
+
+// SetDrainAgent sets the agent that drains the wrap and cont buffers.
+func SetDrainAgent(a DrainAgent) { drainAgent = a }
+
 // startDrainer hands the draining of the stream file to the agent: a
 // fresh /dev/pitrace descriptor and the stream file, both opened here with
-// this process's rights, are passed over the agent's socket.
+// this process's rights, are passed to it.
 func startDrainer(b *Backend, stream string) error {
+	if drainAgent == nil {
+		return errors.New("wrap and cont modes need the agent (pitraced) to drain the buffers, and this program was built without its client (libperfutil/backends)")
+	}
 	out, err := control.CreateTraceFile(stream)
 	if err != nil {
 		return fmt.Errorf("stream file: %w", err)
@@ -755,13 +769,8 @@ func startDrainer(b *Backend, stream string) error {
 		return fmt.Errorf("open %s for the drainer: %w", Device, err)
 	}
 	defer dev.Close()
-	agent, err := daemonclient.DialAgent()
-	if err != nil {
-		return fmt.Errorf("wrap and cont modes need the agent (pitraced) to drain the buffers: %w", err)
-	}
-	defer agent.Close()
-	if err := agent.Call(OpDrain, nil, nil, dev, out); err != nil {
-		return fmt.Errorf("the agent could not start draining: %w", err)
+	if err := drainAgent(dev, out); err != nil {
+		return err
 	}
 	// The agent attaches before answering; check it did.
 	st, err := b.status()

@@ -4,12 +4,12 @@ import (
 	"reflect"
 	"testing"
 
-	"perfinsp/libperfutil/merge"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/analysis/merge"
+	"perfinsp/format/trace"
 )
 
 // The METHOD block of kmod/uapi/pitrace.h: the ioctl struct against its Go
-// mirror, the majors and minors against libperfutil/trace's and the merge's
+// mirror, the majors and minors against format/trace's and the merge's
 // codes, and the record payload against what the merge reads (pitraced
 // writes the same four u32 words: pid, tid, id low, id high).
 func TestMethodABIMatchesHeader(t *testing.T) {

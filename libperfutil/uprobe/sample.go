@@ -2,7 +2,7 @@ package uprobe
 
 import "encoding/binary"
 
-// Probe samples are read from a perf ring (libperfutil/perfring) and
+// Probe samples are read from a perf ring (internal/perfring) and
 // decoded here.
 
 // Sample is a decoded probe sample (EntrySample or ReturnSample layout).

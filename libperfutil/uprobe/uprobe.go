@@ -2,7 +2,7 @@
 // PMU: config1 points at the file's path, config2 is the file offset of the
 // probed instruction, the retprobe bit is read from the PMU's
 // format/retprobe) on one thread, and reads the samples they write through
-// a perf ring (libperfutil/perfring). A probe exists only while its fd is open:
+// a perf ring (internal/perfring). A probe exists only while its fd is open:
 // the kernel removes it when the fd is closed, also when the process dies.
 package uprobe
 

@@ -11,10 +11,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/daemon/kevents"
+	"perfinsp/format/trace"
+	"perfinsp/internal/perfring"
+	"perfinsp/internal/procscan"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/perfring"
-	"perfinsp/libperfutil/trace"
 )
 
 func fakeSysfs(t *testing.T, retprobe string) events.Sysfs {
@@ -102,7 +102,7 @@ func fileOffset(t *testing.T, addr uint64) (string, uint64) {
 	t.Helper()
 	var path string
 	var off uint64
-	err := kevents.Describe(os.Getpid(), 0, func(minor uint32, f []uint64, str string) {
+	err := procscan.Describe(os.Getpid(), 0, func(minor uint32, f []uint64, str string) {
 		if minor == trace.MTESegment && addr >= f[1] && addr < f[1]+f[2] {
 			path, off = str, addr-f[1]+f[3]
 		}

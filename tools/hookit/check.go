@@ -8,8 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"perfinsp/libperfutil/callflow"
-	"perfinsp/libperfutil/itrace"
+	"perfinsp/analysis/callflow"
+
+	"perfinsp/analysis/itrace"
 )
 
 var checkCommand = &cli.Command{

@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/analysis/callflow"
 	"perfinsp/internal/testenv"
-	"perfinsp/libperfutil/callflow"
 )
 
 var (

@@ -10,9 +10,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/analysis/callflow"
 	"perfinsp/internal/cliutil"
-	"perfinsp/libperfutil/callflow"
-	"perfinsp/libperfutil/outdir"
+	"perfinsp/internal/outdir"
 )
 
 func main() {

@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/libperfutil/a2n"
-	"perfinsp/libperfutil/perfring"
+	"perfinsp/analysis/a2n"
+	"perfinsp/internal/perfring"
 	"perfinsp/libperfutil/uprobe"
 )
 

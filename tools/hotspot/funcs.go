@@ -12,11 +12,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/daemon/kevents"
-	"perfinsp/libperfutil/a2n"
+	"perfinsp/analysis/a2n"
+	"perfinsp/format/trace"
+	"perfinsp/internal/procscan"
+	"perfinsp/internal/untrusted"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/trace"
-	"perfinsp/libperfutil/untrusted"
 )
 
 // Func is one function of the target: the file and file offset of its
@@ -37,7 +37,7 @@ type segment struct {
 }
 
 // procMap names the addresses of one process: its executable mappings as
-// kevents.Describe reports them, symbols from a2n.
+// procscan.Describe reports them, symbols from a2n.
 type procMap struct {
 	pid   int
 	segs  []segment
@@ -53,7 +53,7 @@ func newProcMap(pid int, cache *a2n.Cache) (*procMap, error) {
 // reload rereads the mappings (after a dlopen or an unknown address).
 func (m *procMap) reload() error {
 	var segs []segment
-	err := kevents.Describe(m.pid, 0, func(minor uint32, f []uint64, str string) {
+	err := procscan.Describe(m.pid, 0, func(minor uint32, f []uint64, str string) {
 		if minor == trace.MTESegment && len(f) >= 4 {
 			segs = append(segs, segment{start: f[1], size: f[2], off: f[3], path: str})
 		}

@@ -27,8 +27,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"perfinsp/analysis/a2n"
 	"perfinsp/internal/cliutil"
-	"perfinsp/libperfutil/a2n"
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
 )

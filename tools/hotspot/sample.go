@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/perfring"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/perfring"
 )
 
 // HotFunc is one function of the sampling step.

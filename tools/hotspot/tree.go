@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"perfinsp/libperfutil/a2n"
+	"perfinsp/analysis/a2n"
 )
 
 // procTree is the target and the processes it forked: the walk samples and

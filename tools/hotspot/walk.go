@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/internal/perfring"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/perfring"
 	"perfinsp/libperfutil/uprobe"
 )
 

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // need skips (fails under CI=true: the tools are installable) without a tool.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // The sig option names methods as PI shows them (the JVM's class name and

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"perfinsp/libperfutil/a2n"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/analysis/a2n"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // corpusDir is the nrm2 reader's seed corpus: a real trace and its damaged
 // shapes (truncations, a corrupted record, bad chunk headers, odd kallsyms).
-const corpusDir = "../../libperfutil/nrm2/testdata/fuzz/FuzzParse"
+const corpusDir = "../../format/nrm2/testdata/fuzz/FuzzParse"
 
 // FuzzReport reads arbitrary bytes the way post does: the salvaging reader,
 // the kernel symbols of the kallsyms chunk, every record formatted as in

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 var updateGolden = flag.Bool("update-golden", false, "rewrite testdata/golden-* from this post (only from a post whose reports are known good)")

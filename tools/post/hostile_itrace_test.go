@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // itraceTrace writes an ITrace trace of one thread (pid 900) whose code

@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 
-	"perfinsp/libperfutil/a2n"
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/analysis/a2n"
+
+	"perfinsp/analysis/itrace"
+	"perfinsp/format/trace"
+	"perfinsp/internal/x86branch"
 )
 
 type itraceFlagValues struct {
@@ -56,7 +58,7 @@ type a2nNamer struct {
 }
 
 type named struct {
-	fn   pitrace.Func
+	fn   itrace.Func
 	off  uint64
 	file string
 	line int
@@ -69,13 +71,13 @@ func isPLT(res *a2n.Result) bool {
 	return res.PLT || strings.HasSuffix(res.Symbol, "@plt")
 }
 
-func (n *a2nNamer) Func(pid uint32, addr uint64) (pitrace.Func, uint64, string, int) {
+func (n *a2nNamer) Func(pid uint32, addr uint64) (itrace.Func, uint64, string, int) {
 	k := [2]uint64{uint64(pid), addr}
 	if v, ok := n.cache[k]; ok {
 		return v.fn, v.off, v.file, v.line
 	}
 	res := n.r.Resolve(pid, addr, false)
-	v := named{fn: pitrace.Func{Name: res.Symbol, Module: res.Module}, off: res.Offset, file: res.File, line: res.Line}
+	v := named{fn: itrace.Func{Name: res.Symbol, Module: res.Module}, off: res.Offset, file: res.File, line: res.Line}
 	if isPLT(&res) {
 		v.fn.PLT = true
 		if !strings.HasSuffix(res.Symbol, "@plt") {
@@ -99,16 +101,16 @@ func itraceHook(itraceOpt itraceFlagValues, in string, r *a2n.Resolver, next fun
 	var arcF *os.File
 	var arcW *bufio.Writer
 	var arcErr error
-	var onBranch func(b *pitrace.Branch)
+	var onBranch func(b *itrace.Branch)
 	if itraceOpt.arc {
 		path := filepath.Join(outDir, "arc")
 		if arcF, arcW, arcErr = create(path); arcErr == nil {
 			fmt.Fprintf(arcW, "arc of %s: one line per taken branch (and system call, signal, interrupt, page fault) of the traced threads\n", in)
 			fmt.Fprintln(arcW, "CPU K/U TYPE INSTS  CALLFLOW / PID_TID          OFFSET  SYMBOL:MODULE  PID_TID_NAME  TYPE-WORD  LINE")
-			onBranch = func(b *pitrace.Branch) { writeArc(arcW, namer, r, b) }
+			onBranch = func(b *itrace.Branch) { writeArc(arcW, namer, r, b) }
 		}
 	}
-	rep := pitrace.NewReport(namer, onBranch)
+	rep := itrace.NewReport(namer, onBranch)
 	if itraceOpt.folded != "" || itraceOpt.prof != "" {
 		rep.EnableStacks()
 	}
@@ -189,13 +191,13 @@ func itraceHook(itraceOpt itraceFlagValues, in string, r *a2n.Resolver, next fun
 	return hook, finish
 }
 
-func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *pitrace.Branch) {
+func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *itrace.Branch) {
 	ku := 'U'
 	if b.Kernel {
 		ku = 'K'
 	}
 	fn, off, file, line := n.Func(b.PID, b.From)
-	word := pitrace.TypeWord(b.Type)
+	word := x86branch.TypeWord(b.Type)
 	switch {
 	case b.Syscall >= 0:
 		word = fmt.Sprintf("SYSCALL_%d", b.Syscall)
@@ -221,7 +223,7 @@ func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *pitrace.Branch) 
 		off, fn.Name, filepath.Base(fn.Module), b.PID, b.TID, tname, word, src)
 }
 
-func writeITraceReport(w *bufio.Writer, rep *pitrace.Report, in string) {
+func writeITraceReport(w *bufio.Writer, rep *itrace.Report, in string) {
 	fmt.Fprintf(w, "itrace.out of %s: %d instructions, %d taken branches, %d system calls, %d signals, %d threads\n",
 		in, rep.Instructions, rep.Branches, rep.Syscalls, rep.Signals, rep.Threads)
 	if rep.Interrupts+rep.Faults > 0 || rep.KernelNs > 0 {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	pitrace "perfinsp/libperfutil/itrace"
+	"perfinsp/analysis/itrace"
 )
 
 func needTool(t *testing.T, name string) {
@@ -23,14 +23,14 @@ func needTool(t *testing.T, name string) {
 	}
 }
 
-func parseCG(t *testing.T, path string) map[string]*pitrace.CGFunc {
+func parseCG(t *testing.T, path string) map[string]*itrace.CGFunc {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	m, err := pitrace.ParseCallgrind(f)
+	m, err := itrace.ParseCallgrind(f)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

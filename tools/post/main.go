@@ -19,11 +19,11 @@ import (
 
 	"perfinsp/internal/cliutil"
 
-	"perfinsp/libperfutil/a2n"
-	"perfinsp/libperfutil/hugeheap"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/tprof"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/analysis/a2n"
+	"perfinsp/analysis/tprof"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
+	"perfinsp/internal/hugeheap"
 )
 
 const description = `post reads a trace file (swtrace.nrm2) and writes the reports asked for; with no

@@ -1,6 +1,6 @@
 package main
 
-// Merged trees (the trace-merge patent, libperfutil/merge): --merge writes merge.out, the
+// Merged trees (the trace-merge patent, analysis/merge): --merge writes merge.out, the
 // call tree of every thread built from the method entry/exit records with
 // the tprof ticks of the same trace in the nodes current at their time,
 // then the flat report and ArcFlow with a ticks column; --merge-pprof FILE
@@ -13,9 +13,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"perfinsp/libperfutil/a2n"
-	"perfinsp/libperfutil/merge"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/analysis/a2n"
+	"perfinsp/analysis/merge"
+	"perfinsp/format/trace"
 )
 
 type mergeFlagValues struct {

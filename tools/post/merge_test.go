@@ -8,10 +8,10 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"perfinsp/libperfutil/merge"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
-	"perfinsp/libperfutil/tracebuf"
+	"perfinsp/analysis/merge"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
+	"perfinsp/format/tracebuf"
 )
 
 // post --merge of a trace with FIG. 18A's method events, the interpreter

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // synthetic writes a trace where one JIT address range holds two methods at

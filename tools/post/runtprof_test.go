@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // TestRunTprof drives scripts/run.tprof with the tools built from this tree.

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/tprof"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/analysis/tprof"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // openTrace opens the trace file post reads. Only a regular file whose

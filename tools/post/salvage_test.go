@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // chunked writes a trace of 2 CPUs whose ticks are in chunks of 25 (each a

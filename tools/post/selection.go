@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	"perfinsp/analysis/tprof"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/cliutil"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/tprof"
-	"perfinsp/libperfutil/trace"
 )
 
 // selection is what --pid, --tid and --comm asked for, kept before the

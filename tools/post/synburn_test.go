@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // TestSyntheticTicksInCompiledExample compiles the bundled example (a PIE),

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 // TestSharesWithinProcess: two processes, 60 and 40 of 100 ticks, named by

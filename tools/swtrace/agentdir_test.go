@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/daemonproto"
 	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 // plantedDir returns a directory of the test (mode given, owned by uid)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"perfinsp/libperfutil/daemonproto"
+	"perfinsp/internal/daemonproto"
 )
 
 const envAttack = "PERFINSP_SECTEST_ATTACK"

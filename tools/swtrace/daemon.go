@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/daemonclient"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 // daemonCommand is `swtrace daemon stop`: stop the pitraced that swtrace

@@ -14,10 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 type summary struct {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
 	"perfinsp/libperfutil/events"
-	"perfinsp/libperfutil/trace"
 )
 
 // Event-based tprof on the daemon: any event of the one event table

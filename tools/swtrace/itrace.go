@@ -8,8 +8,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"perfinsp/libperfutil/control"
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/kmodbackend"
+
+	"perfinsp/libperfutil/itrace"
 )
 
 // itraceCommand is `swtrace itrace on|off`: ITrace through the pitrace
@@ -77,7 +77,7 @@ func itraceBackend(c *cli.Context) error {
 			return fmt.Errorf("itrace: %w", err)
 		}
 	}
-	_, err := pitrace.Backend("")
+	_, err := itrace.Backend("")
 	return err
 }
 
@@ -96,7 +96,7 @@ func cmdITraceOn(c *cli.Context) error {
 	if err := itraceBackend(c); err != nil {
 		return err
 	}
-	r, err := pitrace.On(pitrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec"), Step: step})
+	r, err := itrace.On(itrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec"), Step: step})
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func cmdITraceOff(c *cli.Context) error {
 	if err := itraceBackend(c); err != nil {
 		return err
 	}
-	r, err := pitrace.Off(pitrace.OffArgs{PIDs: pids})
+	r, err := itrace.Off(itrace.OffArgs{PIDs: pids})
 	if err != nil {
 		return err
 	}
@@ -130,12 +130,12 @@ func cmdITraceOff(c *cli.Context) error {
 }
 
 // itraceStep reads --step: auto (block-step where honoured), single or verify.
-func itraceStep(c *cli.Context) (kmodbackend.Step, error) {
+func itraceStep(c *cli.Context) (itrace.Step, error) {
 	switch s := c.String("step"); s {
 	case "auto", "":
-		return kmodbackend.StepAuto, nil
-	case string(kmodbackend.StepSingle), string(kmodbackend.StepVerify):
-		return kmodbackend.Step(s), nil
+		return itrace.StepAuto, nil
+	case string(itrace.StepSingle), string(itrace.StepVerify):
+		return itrace.Step(s), nil
 	default:
 		return "", usageErr(c, "--step %q: say auto, single or verify", s)
 	}

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // itraceEnds counts the ITRACE_END records by reason, and the instructions

@@ -16,11 +16,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"perfinsp/format/trace"
 	"perfinsp/internal/cliutil"
 	_ "perfinsp/libperfutil/backends"
 	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/cpustat"
-	"perfinsp/libperfutil/trace"
 )
 
 func main() {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/trace"
 )
 
 func TestReorder(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"perfinsp/libperfutil/nrm2"
+	"perfinsp/format/nrm2"
 )
 
 // other runs swtrace as a second member of the daemon's group (uid 65533).

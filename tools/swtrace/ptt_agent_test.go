@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/daemonproto"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/daemonproto"
 	"perfinsp/libperfutil/ptt"
 )
 

@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/internal/daemonproto"
 	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
-	"perfinsp/libperfutil/daemonproto"
-	"perfinsp/libperfutil/nrm2"
 )
 
 const (

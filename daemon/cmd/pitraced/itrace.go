@@ -8,7 +8,8 @@ import (
 	"perfinsp/daemon/itrace"
 	"perfinsp/daemon/kevents"
 	"perfinsp/daemon/server"
-	pitrace "perfinsp/libperfutil/itrace"
+
+	itracectl "perfinsp/libperfutil/itrace"
 )
 
 // itraceSource stops the ITrace sessions when the facility stops its
@@ -47,18 +48,18 @@ func registerITrace(s *server.Server, logf func(string, ...any)) {
 		m.SetSink(sink)
 		return &itraceSource{Source: src, m: m}, nil
 	}
-	s.Handle(pitrace.OpOn, func(p server.Peer, args json.RawMessage) (any, error) {
-		var a pitrace.OnArgs
+	s.Handle(itracectl.OpOn, func(p server.Peer, args json.RawMessage) (any, error) {
+		var a itracectl.OnArgs
 		if err := json.Unmarshal(args, &a); err != nil {
-			return nil, fmt.Errorf("bad %s arguments: %w", pitrace.OpOn, err)
+			return nil, fmt.Errorf("bad %s arguments: %w", itracectl.OpOn, err)
 		}
 		return m.On(itrace.Caller{PID: p.PID, UID: p.UID, GID: p.GID}, a)
 	})
-	s.Handle(pitrace.OpOff, func(p server.Peer, args json.RawMessage) (any, error) {
-		var a pitrace.OffArgs
+	s.Handle(itracectl.OpOff, func(p server.Peer, args json.RawMessage) (any, error) {
+		var a itracectl.OffArgs
 		if len(args) > 0 {
 			if err := json.Unmarshal(args, &a); err != nil {
-				return nil, fmt.Errorf("bad %s arguments: %w", pitrace.OpOff, err)
+				return nil, fmt.Errorf("bad %s arguments: %w", itracectl.OpOff, err)
 			}
 		}
 		return m.Off(itrace.Caller{PID: p.PID, UID: p.UID, GID: p.GID}, a)

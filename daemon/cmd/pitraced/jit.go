@@ -5,8 +5,8 @@ import (
 	"fmt"
 
 	"perfinsp/daemon/server"
-	"perfinsp/libperfutil/daemonproto"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/trace"
+	"perfinsp/internal/daemonproto"
 )
 
 // registerJProf serves the JVMTI agent's records (docs/jprof.md): JIT code

@@ -16,7 +16,7 @@ import (
 	"perfinsp/daemon/facility"
 	"perfinsp/daemon/itrace"
 	"perfinsp/daemon/server"
-	"perfinsp/libperfutil/daemonproto"
+	"perfinsp/internal/daemonproto"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"perfinsp/libperfutil/daemonproto"
+	"perfinsp/internal/daemonproto"
 )
 
 // TestSIGTERMRemovesStateFile: pitraced stopped with SIGTERM (systemctl

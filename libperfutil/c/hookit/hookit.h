@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * hookit.h - the thread file of libhookit (read by libperfutil/callflow;
+ * hookit.h - the thread file of libhookit (read by analysis/callflow;
  * its record layout is checked there against this header).
  *
  * DIR/hookit-PID-TID.bin is an array of 16-byte records (struct hk_rec).

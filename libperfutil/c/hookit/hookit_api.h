@@ -9,7 +9,7 @@
  * Every event takes an early metric read at its start and a late read at its
  * end, exactly as the -finstrument-functions hooks do; the work between them
  * is never charged. Events go to the calling thread's file
- * DIR/hookit-PID-TID.bin; bin/hookit report (libperfutil/callflow) builds the
+ * DIR/hookit-PID-TID.bin; bin/hookit report (analysis/callflow) builds the
  * calibrated call tree per thread, with sequence minima keyed by the method
  * type and the transition of each event.
  *

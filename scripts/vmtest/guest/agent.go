@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
+	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/daemonclient"
-	"perfinsp/libperfutil/daemonproto"
 )
 
 // agentStop shuts down the system agent (pitraced) that earlier steps

@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 func rdtsc() uint64

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 )
 
 type sym struct {

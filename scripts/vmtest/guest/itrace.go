@@ -5,22 +5,23 @@ import (
 	"os"
 	"strings"
 
-	pitrace "perfinsp/libperfutil/itrace"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
+	itracerep "perfinsp/analysis/itrace"
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
+	itracectl "perfinsp/libperfutil/itrace"
 )
 
 // The bundled example's own functions (examples/itrace.c): the ones whose
 // counts do not depend on the C library's CPU-dependent variants.
 var itraceOwnFuncs = []string{"main", "fib", "leaf", "leaf_loop", "apply", "op_add", "op_mul", "copy_rep", "on_signal", "worker", "use_libm"}
 
-func parseCG(path string) (map[string]*pitrace.CGFunc, error) {
+func parseCG(path string) (map[string]*itracerep.CGFunc, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	cg, err := pitrace.ParseCallgrind(f)
+	cg, err := itracerep.ParseCallgrind(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -77,14 +78,14 @@ func itraceWork(n int) {
 // library's own on/off path could ever take.
 func itraceGo() error {
 	const n = 20000
-	if b, err := pitrace.Backend(""); err != nil || b != "kmod" {
+	if b, err := itracectl.Backend(""); err != nil || b != "kmod" {
 		return fmt.Errorf("itrace backend %q (%v), want kmod", b, err)
 	}
-	if err := pitrace.ITraceOn(); err != nil {
+	if err := itracectl.ITraceOn(); err != nil {
 		return err
 	}
 	itraceWork(n)
-	r, err := pitrace.ITraceOff()
+	r, err := itracectl.ITraceOff()
 	if err != nil {
 		return err
 	}
@@ -95,7 +96,7 @@ func itraceGo() error {
 	if r.Instructions < 5*n || r.Instructions > 5*n+200000 {
 		return fmt.Errorf("%d instructions traced for a %d-iteration loop", r.Instructions, n)
 	}
-	if _, err := pitrace.ITraceOff(); err == nil {
+	if _, err := itracectl.ITraceOff(); err == nil {
 		return fmt.Errorf("a second ITraceOff succeeded")
 	}
 	return nil

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 // spin burns CPU in this process for d.

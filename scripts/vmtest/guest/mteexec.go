@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/trace"
 )
 
 // mteExec traces an exec by a relative name ("./NAME" run in DIR) and

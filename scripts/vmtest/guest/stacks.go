@@ -17,9 +17,9 @@ import (
 	"strconv"
 	"strings"
 
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/nrm2"
-	"perfinsp/libperfutil/trace"
 )
 
 const (

@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/format/trace"
 	"perfinsp/libperfutil/control"
-	"perfinsp/libperfutil/trace"
 )
 
 // unmapCheck maps a file executable while tracing and unmaps it: the trace

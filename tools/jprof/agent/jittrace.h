@@ -2,7 +2,7 @@
 #ifndef JPROF_JITTRACE_H
 #define JPROF_JITTRACE_H
 
-/* libperfutil/trace/codes.go: MajorJITLoad and its minors */
+/* format/trace/codes.go: MajorJITLoad and its minors */
 #define JT_MAJOR_JIT	0x14
 #define JT_JIT_LOAD	1
 #define JT_JIT_UNLOAD	2

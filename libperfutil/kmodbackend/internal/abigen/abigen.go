@@ -10,7 +10,7 @@
 //     (evaluated by cgo) and every struct's size and fields (from the
 //     DWARF of a compiled use of the header; the packed record payloads
 //     have no Go mirror), for the tests that check the header against
-//     libperfutil/trace's code table and the Go mirror.
+//     format/trace's code table and the Go mirror.
 //
 // mkabi writes the files (go generate, make kmod-abi); a test of
 // kmodbackend regenerates them and fails when the files differ.

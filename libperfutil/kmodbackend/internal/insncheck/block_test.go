@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
-	"perfinsp/libperfutil/itrace"
+	"perfinsp/internal/x86branch"
 )
 
 const base = 0x400000
@@ -49,21 +49,21 @@ func TestBlockWalkCases(t *testing.T) {
 		scanLen     int
 		description string
 	}{
-		{"jcc not taken, jmp ends the block", page(notTaken), S + 0x100, Block{4, S + 7, int(itrace.KindJump)}, true, true, true, 4, ""},
-		{"jcc taken", page(notTaken), S + 12, Block{2, S + 4, int(itrace.KindJump)}, true, true, true, 4, ""},
+		{"jcc not taken, jmp ends the block", page(notTaken), S + 0x100, Block{4, S + 7, int(x86branch.KindJump)}, true, true, true, 4, ""},
+		{"jcc taken", page(notTaken), S + 12, Block{2, S + 4, int(x86branch.KindJump)}, true, true, true, 4, ""},
 		{"jcc not taken to nowhere", page(notTaken), S + 0x200, Block{}, false, true, true, 4, "the jmp went to S+0x100"},
-		{"call to the next instruction", page(cat(nop, []byte{0xe8, 0, 0, 0, 0})), S + 6, Block{2, S + 1, int(itrace.KindCall)}, true, true, true, 2, ""},
-		{"jmp to itself", page([]byte{0xeb, 0xfe}), S, Block{1, S, int(itrace.KindJump)}, true, true, false, 1, "the first instruction is the branch: no probe"},
-		{"nop; jmp to itself", page(cat(nop, []byte{0xeb, 0xfe})), S + 1, Block{2, S + 1, int(itrace.KindJump)}, true, true, false, 2, "its target is the first's fall-through: no probe"},
-		{"ret", page(cat(nop, nop, []byte{0xc3})), 0x7777, Block{3, S + 2, int(itrace.KindReturn)}, true, true, true, 3, "the probe is told from the ret by sp"},
-		{"indirect jmp", page(cat(nop, []byte{0xff, 0xe0})), 0x1234, Block{2, S + 1, int(itrace.KindJump)}, true, true, false, 2, ""},
+		{"call to the next instruction", page(cat(nop, []byte{0xe8, 0, 0, 0, 0})), S + 6, Block{2, S + 1, int(x86branch.KindCall)}, true, true, true, 2, ""},
+		{"jmp to itself", page([]byte{0xeb, 0xfe}), S, Block{1, S, int(x86branch.KindJump)}, true, true, false, 1, "the first instruction is the branch: no probe"},
+		{"nop; jmp to itself", page(cat(nop, []byte{0xeb, 0xfe})), S + 1, Block{2, S + 1, int(x86branch.KindJump)}, true, true, false, 2, "its target is the first's fall-through: no probe"},
+		{"ret", page(cat(nop, nop, []byte{0xc3})), 0x7777, Block{3, S + 2, int(x86branch.KindReturn)}, true, true, true, 3, "the probe is told from the ret by sp"},
+		{"indirect jmp", page(cat(nop, []byte{0xff, 0xe0})), 0x1234, Block{2, S + 1, int(x86branch.KindJump)}, true, true, false, 2, ""},
 		{"rep movsb", page(cat(nop, []byte{0xf3, 0xa4}, []byte{0xc3})), 0x7777, Block{}, false, false, false, 0, "rep: per-iteration traps"},
 		{"syscall", page(cat(nop, []byte{0x0f, 0x05}, []byte{0xc3})), 0x7777, Block{}, false, false, false, 0, ""},
-		{"two jcc, one target", page(cat([]byte{0x74, 0x04}, []byte{0x75, 0x02}, nop, nop, []byte{0xc3})), S + 6, Block{1, S, int(itrace.KindJump)}, true, false, false, 0, "ambiguous: single-step it"},
-		{"jcc before ret", page(cat([]byte{0x74, 0x01}, nop, []byte{0xc3})), S + 3, Block{1, S, int(itrace.KindJump)}, true, true, false, 3, "the ret may land on the jcc's target: told apart by sp"},
-		{"jcc before jmp *rax", page(cat([]byte{0x74, 0x02}, nop, nop, []byte{0xff, 0xe0})), S + 4, Block{1, S, int(itrace.KindJump)}, true, false, false, 0, "the jmp may land on the jcc's target, sp the same"},
+		{"two jcc, one target", page(cat([]byte{0x74, 0x04}, []byte{0x75, 0x02}, nop, nop, []byte{0xc3})), S + 6, Block{1, S, int(x86branch.KindJump)}, true, false, false, 0, "ambiguous: single-step it"},
+		{"jcc before ret", page(cat([]byte{0x74, 0x01}, nop, []byte{0xc3})), S + 3, Block{1, S, int(x86branch.KindJump)}, true, true, false, 3, "the ret may land on the jcc's target: told apart by sp"},
+		{"jcc before jmp *rax", page(cat([]byte{0x74, 0x02}, nop, nop, []byte{0xff, 0xe0})), S + 4, Block{1, S, int(x86branch.KindJump)}, true, false, false, 0, "the jmp may land on the jcc's target, sp the same"},
 		{"jcc to its fall-through", page(cat(nop, []byte{0x74, 0x00}, []byte{0xeb, 0xfe})), S + 5, Block{}, false, false, false, 0, "single-step sees no branch"},
-		{"jcc to the first's fall-through", page(cat(nop, []byte{0x75, 0xfe}, []byte{0xeb, 0x10})), S + 1, Block{2, S + 1, int(itrace.KindJump)}, true, true, false, 3, "a loop back to the second instruction: no probe"},
+		{"jcc to the first's fall-through", page(cat(nop, []byte{0x75, 0xfe}, []byte{0xeb, 0x10})), S + 1, Block{2, S + 1, int(x86branch.KindJump)}, true, true, false, 3, "a loop back to the second instruction: no probe"},
 	}
 	for _, c := range cases {
 		got, ok := c.m.Walk(S, c.target)
@@ -85,7 +85,7 @@ func TestBlockAcrossPage(t *testing.T) {
 	b := bytes.Repeat([]byte{0xcc}, 8192)
 	copy(b[4096-8:], cat(bytes.Repeat([]byte{0x90}, 6), []byte{0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8}, []byte{0xc3}))
 	both := Mem{Base: base, Code: b}
-	want := Block{8, base + 4096 + 8, int(itrace.KindReturn)}
+	want := Block{8, base + 4096 + 8, int(x86branch.KindReturn)}
 	if got, ok := both.Walk(S, 0x5555); !ok || got != want {
 		t.Errorf("across the page: walk %+v ok %v, want %+v", got, ok, want)
 	}
@@ -255,10 +255,10 @@ func TestBlockRetAfterJcc(t *testing.T) {
 	if !sc.Steppable || !sc.NeedsSP || sc.Len != 7 {
 		t.Fatalf("scan %+v, want steppable by the stack pointer, 7 instructions", sc)
 	}
-	if got, ok := m.WalkSP(S, jneTarget, 0); !ok || got != (Block{4, S + 10, int(itrace.KindJump)}) {
+	if got, ok := m.WalkSP(S, jneTarget, 0); !ok || got != (Block{4, S + 10, int(x86branch.KindJump)}) {
 		t.Errorf("jne taken (sp as at the start): %+v ok %v", got, ok)
 	}
-	if got, ok := m.WalkSP(S, jneTarget, 24); !ok || got != (Block{7, S + 14, int(itrace.KindReturn)}) {
+	if got, ok := m.WalkSP(S, jneTarget, 24); !ok || got != (Block{7, S + 14, int(x86branch.KindReturn)}) {
 		t.Errorf("ret to the jne's target (sp +24): %+v ok %v", got, ok)
 	}
 	if got, ok := m.WalkSP(S, 0x777777, 24); !ok || got.Count != 7 {

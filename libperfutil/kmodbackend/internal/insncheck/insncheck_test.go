@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
-	"perfinsp/libperfutil/itrace"
+	"perfinsp/internal/x86branch"
 )
 
 // corpus returns the .text of real binaries: the C library and libm (every
@@ -62,13 +62,13 @@ func TestDecoderAgreesWithX86asm(t *testing.T) {
 		for off := 0; off < len(text); {
 			code := text[off:min(off+16, len(text))]
 			got := Decode(code)
-			want := itrace.Classify(code)
+			want := x86branch.Classify(code)
 			n++
 			if in, err := x86asm.Decode(code, 64); err == nil && (in.Op == x86asm.VZEROUPPER || in.Op == x86asm.VZEROALL) {
 				// x86asm takes the byte after vzeroupper for a ModRM
 				// (length 4 or 5); the instruction is C5 xx 77 or
 				// C4 xx xx 77. Both say plain, so no tracer is misled.
-				if vz := map[byte]int{0xc5: 3, 0xc4: 4}[code[0]]; got.Len != vz || got.Kind != int(itrace.KindPlain) {
+				if vz := map[byte]int{0xc5: 3, 0xc4: 4}[code[0]]; got.Len != vz || got.Kind != int(x86branch.KindPlain) {
 					mism++
 					t.Errorf("%s+%#x % x: vzeroupper: module len %d kind %d", filepath.Base(path), off, code, got.Len, got.Kind)
 				}
@@ -76,15 +76,15 @@ func TestDecoderAgreesWithX86asm(t *testing.T) {
 				continue
 			}
 			switch {
-			case want.Kind == itrace.KindUndecodable && got.Len > 0:
+			case want.Kind == x86branch.KindUndecodable && got.Len > 0:
 				vex++
-				if got.Kind != int(itrace.KindPlain) {
+				if got.Kind != int(x86branch.KindPlain) {
 					mism++
 					if mism < 10 {
 						t.Errorf("%s+%#x % x: x86asm cannot decode, module says kind %d", filepath.Base(path), off, code, got.Kind)
 					}
 				}
-			case want.Kind == itrace.KindUndecodable:
+			case want.Kind == x86branch.KindUndecodable:
 				undec++
 			case got.Len != int(want.Len) || got.Kind != int(want.Kind) || got.Rep != want.Rep:
 				mism++
@@ -119,23 +119,23 @@ func TestDecoderCases(t *testing.T) {
 		code []byte
 		want Insn
 	}{
-		{[]byte{0x0f, 0x05}, Insn{2, int(itrace.KindSyscall), false}},                        // syscall
-		{[]byte{0xcd, 0x80}, Insn{2, int(itrace.KindSyscall), false}},                        // int 0x80
-		{[]byte{0xf3, 0xa4}, Insn{2, int(itrace.KindPlain), true}},                           // rep movsb
-		{[]byte{0xf3, 0x48, 0xab}, Insn{3, int(itrace.KindPlain), true}},                     // rep stosq
-		{[]byte{0xf3, 0x0f, 0x1e, 0xfa}, Insn{4, int(itrace.KindPlain), false}},              // endbr64
-		{[]byte{0xe8, 1, 2, 3, 4}, Insn{5, int(itrace.KindCall), false}},                     // call rel32
-		{[]byte{0xff, 0x15, 1, 2, 3, 4}, Insn{6, int(itrace.KindCall), false}},               // call *rip+
-		{[]byte{0xff, 0xe0}, Insn{2, int(itrace.KindJump), false}},                           // jmp *rax
-		{[]byte{0xc3}, Insn{1, int(itrace.KindReturn), false}},                               // ret
-		{[]byte{0x48, 0xcf}, Insn{2, int(itrace.KindIret), false}},                           // iretq
-		{[]byte{0x0f, 0x84, 1, 2, 3, 4}, Insn{6, int(itrace.KindJump), false}},               // je rel32
-		{[]byte{0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8}, Insn{10, int(itrace.KindPlain), false}}, // movabs
-		{[]byte{0xc5, 0xf8, 0x77}, Insn{3, int(itrace.KindPlain), false}},                    // vzeroupper
-		{[]byte{0xc4, 0xe2, 0x7d, 0x58, 0x04, 0x24}, Insn{6, int(itrace.KindPlain), false}},  // vpbroadcastd
-		{[]byte{0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x06}, Insn{6, int(itrace.KindPlain), false}},  // vmovdqu64 zmm
-		{[]byte{0x06}, Insn{0, int(itrace.KindUndecodable), false}},                          // push es: invalid
-		{[]byte{0xe8, 1, 2}, Insn{0, int(itrace.KindUndecodable), false}},                    // truncated
+		{[]byte{0x0f, 0x05}, Insn{2, int(x86branch.KindSyscall), false}},                        // syscall
+		{[]byte{0xcd, 0x80}, Insn{2, int(x86branch.KindSyscall), false}},                        // int 0x80
+		{[]byte{0xf3, 0xa4}, Insn{2, int(x86branch.KindPlain), true}},                           // rep movsb
+		{[]byte{0xf3, 0x48, 0xab}, Insn{3, int(x86branch.KindPlain), true}},                     // rep stosq
+		{[]byte{0xf3, 0x0f, 0x1e, 0xfa}, Insn{4, int(x86branch.KindPlain), false}},              // endbr64
+		{[]byte{0xe8, 1, 2, 3, 4}, Insn{5, int(x86branch.KindCall), false}},                     // call rel32
+		{[]byte{0xff, 0x15, 1, 2, 3, 4}, Insn{6, int(x86branch.KindCall), false}},               // call *rip+
+		{[]byte{0xff, 0xe0}, Insn{2, int(x86branch.KindJump), false}},                           // jmp *rax
+		{[]byte{0xc3}, Insn{1, int(x86branch.KindReturn), false}},                               // ret
+		{[]byte{0x48, 0xcf}, Insn{2, int(x86branch.KindIret), false}},                           // iretq
+		{[]byte{0x0f, 0x84, 1, 2, 3, 4}, Insn{6, int(x86branch.KindJump), false}},               // je rel32
+		{[]byte{0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8}, Insn{10, int(x86branch.KindPlain), false}}, // movabs
+		{[]byte{0xc5, 0xf8, 0x77}, Insn{3, int(x86branch.KindPlain), false}},                    // vzeroupper
+		{[]byte{0xc4, 0xe2, 0x7d, 0x58, 0x04, 0x24}, Insn{6, int(x86branch.KindPlain), false}},  // vpbroadcastd
+		{[]byte{0x62, 0xf1, 0xfe, 0x48, 0x6f, 0x06}, Insn{6, int(x86branch.KindPlain), false}},  // vmovdqu64 zmm
+		{[]byte{0x06}, Insn{0, int(x86branch.KindUndecodable), false}},                          // push es: invalid
+		{[]byte{0xe8, 1, 2}, Insn{0, int(x86branch.KindUndecodable), false}},                    // truncated
 	}
 	for _, c := range cases {
 		if got := Decode(c.code); got != c.want {

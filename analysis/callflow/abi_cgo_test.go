@@ -1,0 +1,31 @@
+//go:build cgo
+
+package callflow
+
+import (
+	"testing"
+
+	"perfinsp/analysis/callflow/internal/hookabi"
+)
+
+// The Go reader's layout is the C header's.
+func TestLayoutMatchesHookitHeader(t *testing.T) {
+	want := map[string]uint64{
+		"sizeof hk_rec": RecSize, "offsetof hk_rec.tag": 0, "offsetof hk_rec.d": 8,
+		"HK_SYNC": KindSync, "HK_DSIN": KindDSIN, "HK_HOOK_SHIFT": HookShift, "HK_SPD_SHIFT": SPDShift, "HK_END": EndMark,
+		"HK_MAGIC": Magic, "HK_VERSION": Version, "HK_KIND_SHIFT": KindShift,
+		"HK_ENTER": KindEnter, "HK_EXIT": KindExit, "HK_ADJUST": KindAdjust, "HK_MARK": KindMark,
+		"HK_EXC_EXIT": KindExcExit, "HK_API_SHIFT": APIShift, "HK_TYPE_SHIFT": TypeShift, "HK_TYPE_MASK": TypeMask,
+		"HOOKIT_NTYPES": NumTypes, "HOOKIT_TYPE_NATIVE": 5, "HOOKIT_TYPE_COMPILING": 7,
+		"HK_MARK_EXIT": MarkExit, "HK_MARK_RESET": MarkReset, "HK_MARK_START": MarkStart, "HK_MARK_END": MarkEnd,
+	}
+	got := hookabi.Values()
+	for k, v := range want {
+		g, ok := got[k]
+		if !ok {
+			t.Errorf("%s: not read from hookit.h", k)
+		} else if g != v {
+			t.Errorf("%s: hookit.h says %d (%#x), Go says %d (%#x)", k, g, g, v, v)
+		}
+	}
+}

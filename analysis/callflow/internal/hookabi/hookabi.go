@@ -1,0 +1,50 @@
+//go:build cgo
+
+// Package hookabi reads the thread-file layout from
+// libperfutil/c/hookit/hookit.h through cgo, for the layout test of
+// callflow. It is never linked into a tool.
+package hookabi
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../../../libperfutil/c/hookit
+#include <stddef.h>
+#include "hookit.h"
+#include "hookit_api.h"
+enum {
+	offsetof_tag = offsetof(struct hk_rec, tag),
+	offsetof_d = offsetof(struct hk_rec, d),
+};
+*/
+import "C"
+
+// Values returns the header's constants and the record's offsets.
+func Values() map[string]uint64 {
+	return map[string]uint64{
+		"sizeof hk_rec":         uint64(C.sizeof_struct_hk_rec),
+		"offsetof hk_rec.tag":   uint64(C.offsetof_tag),
+		"offsetof hk_rec.d":     uint64(C.offsetof_d),
+		"HK_SYNC":               uint64(C.HK_SYNC),
+		"HK_DSIN":               uint64(C.HK_DSIN),
+		"HK_HOOK_SHIFT":         uint64(C.HK_HOOK_SHIFT),
+		"HK_SPD_SHIFT":          uint64(C.HK_SPD_SHIFT),
+		"HK_END":                uint64(C.HK_END),
+		"HK_MAGIC":              uint64(C.HK_MAGIC),
+		"HK_VERSION":            uint64(C.HK_VERSION),
+		"HK_KIND_SHIFT":         uint64(C.HK_KIND_SHIFT),
+		"HK_ENTER":              uint64(C.HK_ENTER),
+		"HK_EXIT":               uint64(C.HK_EXIT),
+		"HK_ADJUST":             uint64(C.HK_ADJUST),
+		"HK_MARK":               uint64(C.HK_MARK),
+		"HK_MARK_EXIT":          uint64(C.HK_MARK_EXIT),
+		"HK_MARK_RESET":         uint64(C.HK_MARK_RESET),
+		"HK_MARK_START":         uint64(C.HK_MARK_START),
+		"HK_MARK_END":           uint64(C.HK_MARK_END),
+		"HK_EXC_EXIT":           uint64(C.HK_EXC_EXIT),
+		"HK_API_SHIFT":          uint64(C.HK_API_SHIFT),
+		"HK_TYPE_SHIFT":         uint64(C.HK_TYPE_SHIFT),
+		"HK_TYPE_MASK":          uint64(C.HK_TYPE_MASK),
+		"HOOKIT_NTYPES":         uint64(C.HOOKIT_NTYPES),
+		"HOOKIT_TYPE_NATIVE":    uint64(C.HOOKIT_TYPE_NATIVE),
+		"HOOKIT_TYPE_COMPILING": uint64(C.HOOKIT_TYPE_COMPILING),
+	}
+}

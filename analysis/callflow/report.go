@@ -1,0 +1,422 @@
+package callflow
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"perfinsp/analysis/pprofloc"
+)
+
+// Analysis is the calibrated call trees of one process, named.
+type Analysis struct {
+	Info  Info
+	Cal   Calibration
+	Trees []*Tree
+	Proc  *Process
+}
+
+// Analyze builds every thread's tree with the inner / outer time measured
+// at start-up and names the functions.
+func Analyze(p *Process) *Analysis {
+	return AnalyzeWith(p, StartupCalibration(p))
+}
+
+// StartupCalibration is the inner / outer time measured at start-up.
+func StartupCalibration(p *Process) Calibration {
+	return Calibration{Inner: p.Info.TInner, Outer: p.Info.TOuter, InnerAPI: p.Info.TInnerAPI, OuterAPI: p.Info.TOuterAPI}
+}
+
+// MinimaCalibration is the run's own sequence minima (the first pass),
+// keyed k.
+func MinimaCalibration(p *Process, k SeqKey) Calibration {
+	return Calibration{Minima: SequenceMinima(p.Threads, k)}
+}
+
+// TrainedCalibration is this run's sequence minima merged with a trained
+// table (per key the lower: keys this run saw rarely get the trainer's).
+func TrainedCalibration(p *Process, trained *Minima, metric string) (Calibration, error) {
+	if metric != p.Info.Metric {
+		return Calibration{}, fmt.Errorf("the minima were trained with metric %s, this run used %s", metric, p.Info.Metric)
+	}
+	m := SequenceMinima(p.Threads, trained.Key)
+	if err := m.Merge(trained); err != nil {
+		return Calibration{}, err
+	}
+	m.Trained = true
+	return Calibration{Minima: m}, nil
+}
+
+// AnalyzeWith is Analyze with a given calibration (zero: uncalibrated).
+func AnalyzeWith(p *Process, cal Calibration) *Analysis {
+	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
+	nm := ProcessNamer(p)
+	for _, t := range p.Threads {
+		tr := Build(t, cal)
+		tr.Root.Walk(func(n *Node) {
+			if n.Parent != nil {
+				n.Name = nm.Name(n.Fn)
+			}
+		})
+		a.Trees = append(a.Trees, tr)
+	}
+	return a
+}
+
+func (a *Analysis) unit() string {
+	switch a.Info.Metric {
+	case "task-clock", "cpu-clock":
+		return "ns"
+	case "rdtsc", "tsc":
+		return "cycles"
+	}
+	return a.Info.Metric
+}
+
+// Total is the calibrated metric of every thread (the Cum of the roots).
+func (a *Analysis) Total() uint64 {
+	var s uint64
+	for _, t := range a.Trees {
+		s += t.Root.Cum
+	}
+	return s
+}
+
+func threadLabel(t *Tree) string { return fmt.Sprintf("tid_%d", t.TID) }
+
+// WriteLogRT writes PI's log-rt: the call tree of each thread with
+// LV CALLS CEE BASE DELTA DS IN NAME.
+func (a *Analysis) WriteLogRT(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	fmt.Fprintf(w, "perfinsp call flow (log-rt)  pid %d  %s\n", a.Info.PID, a.Info.Exe)
+	fmt.Fprintf(w, " metric %s (%s, backend %s)\n", a.Info.Metric, a.unit(), a.Info.Backend)
+	fmt.Fprintf(w, " start-up calibration: t_I %.2f per call, t_O %.2f per callee (minimum of 100 averages of 100 empty pairs; medians %.2f, %.2f)\n",
+		a.Info.TInner, a.Info.TOuter, a.Info.TInnerMed, a.Info.TOuterMed)
+	switch {
+	case a.Cal.Minima != nil:
+		m := a.Cal.Minima
+		src := "this run's (two-pass)"
+		if m.Trained {
+			src = "this run's merged with a training file (per key the lower)"
+		}
+		if m.Env != nil {
+			src += ", less the environmental overhead from the trainer's ITrace (adjusted = delta - (min - env))"
+		}
+		fmt.Fprintf(w, " applied: sequence minima, %s (key %s: M1-T1-M2-T2-M3), %d keys:\n", src, m.Key, len(m.Min))
+		for _, k := range m.Keys() {
+			env := ""
+			if m.Env != nil {
+				if e, ok := m.Env.Min[k]; ok {
+					env = fmt.Sprintf(" env %d", e)
+				} else {
+					env = fmt.Sprintf(" env %d (not in the ITrace: assumed)", EnvDefault)
+				}
+			}
+			fmt.Fprintf(w, "   %-52s min %d (%d seen)%s\n", m.Key.Name(k), m.Min[k], m.Count[k], env)
+		}
+	case a.Cal.Inner != 0 || a.Cal.Outer != 0:
+		fmt.Fprintf(w, " applied: start-up calibration, exact = rough - t_I - callees * t_O\n")
+	default:
+		fmt.Fprintln(w, " applied: none (raw metric)")
+	}
+	fmt.Fprintln(w, " BASE: calibrated metric of the function itself; DELTA: what calibration removed (raw = BASE + DELTA)")
+	if a.Info.DSIN == "kmod" {
+		fmt.Fprintln(w, " DS / IN: dispatches / interrupts of the thread during the function itself (the pitrace module's PTT work area)")
+	} else {
+		fmt.Fprintf(w, " DS / IN: dispatches / interrupts: - (backend %s: they come from the pitrace module's PTT work area; without it `ptt dump` gives per-thread totals only)\n", a.Info.Backend)
+	}
+	for _, t := range a.Trees {
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "Thread %d/%d  events %d  total BASE %d\n", t.PID, t.TID, t.Events, t.Root.Cum)
+		if t.Partial {
+			fmt.Fprintln(w, " WARNING: the thread file was cut short (process killed or still running): figures cover what was recorded")
+		}
+		if t.Repaired > 0 || t.Unmatched > 0 || t.OpenAtEnd > 0 {
+			fmt.Fprintf(w, " stack repair: %d frames closed without an exit (longjmp, exception), %d unmatched exits, %d frames open at the end\n",
+				t.Repaired, t.Unmatched, t.OpenAtEnd)
+		}
+		if t.Adjusted > 0 {
+			fmt.Fprintf(w, " runtime pauses left out: %d\n", t.Adjusted)
+		}
+		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %4s %4s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", "DS", "IN", "NAME")
+		dsin := func(n *Node) (string, string) {
+			if a.Info.DSIN != "kmod" {
+				return "-", "-"
+			}
+			return fmt.Sprint(n.DS), fmt.Sprint(n.IN)
+		}
+		if t.Root.Base > 0 || t.Root.Delta != 0 {
+			ds, in := dsin(t.Root)
+			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, ds, in, "(thread, outside instrumented functions)")
+		}
+		for _, c := range t.Root.Children {
+			c.Walk(func(n *Node) {
+				ds, in := dsin(n)
+				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  ", n.Level, n.Calls, n.Callees, n.Base, n.Delta, ds, in)
+				indent(w, n.Level-1)
+				w.WriteString(n.Name)
+				w.WriteByte('\n')
+			})
+		}
+	}
+	return w.Flush()
+}
+
+// indent writes n spaces (no string of them is made: a recursion 10,000
+// deep indents by up to 10,000).
+func indent(w *bufio.Writer, n int) {
+	const spaces = "                                                                "
+	for ; n > len(spaces); n -= len(spaces) {
+		w.WriteString(spaces)
+	}
+	if n > 0 {
+		w.WriteString(spaces[:n])
+	}
+}
+
+// FlatRow is one function of log-gen.
+type FlatRow struct {
+	Name      string
+	Calls     uint64
+	Base, Cum uint64 // Cum: outermost activations only (recursion is not counted twice)
+	Rough     uint64
+	IN        uint64 // interrupts while it was on top (kmod backend; 0 elsewhere)
+}
+
+// Flat aggregates every thread's tree by function.
+func (a *Analysis) Flat() []FlatRow {
+	rows := map[string]*FlatRow{}
+	for _, t := range a.Trees {
+		var visit func(n *Node, active map[string]int)
+		visit = func(n *Node, active map[string]int) {
+			if n.Parent != nil {
+				r := rows[n.Name]
+				if r == nil {
+					r = &FlatRow{Name: n.Name}
+					rows[n.Name] = r
+				}
+				r.Calls += n.Calls
+				r.Base += n.Base
+				r.Rough += n.Rough
+				r.IN += n.IN
+				if active[n.Name] == 0 {
+					r.Cum += n.Cum
+				}
+				active[n.Name]++
+			}
+			for _, c := range n.Children {
+				visit(c, active)
+			}
+			if n.Parent != nil {
+				active[n.Name]--
+			}
+		}
+		visit(t.Root, map[string]int{})
+		if t.Root.Base > 0 {
+			r := rows["(outside)"]
+			if r == nil {
+				r = &FlatRow{Name: "(outside)"}
+				rows["(outside)"] = r
+			}
+			r.Base += t.Root.Base
+			r.Cum += t.Root.Base
+			r.Rough += t.Root.Rough
+		}
+	}
+	out := make([]FlatRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Base != out[j].Base {
+			return out[i].Base > out[j].Base
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// WriteLogGen writes the flat table: calls, base, cumulative, % of base.
+func (a *Analysis) WriteLogGen(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	total := a.Total()
+	fmt.Fprintf(w, "perfinsp call flow (log-gen)  pid %d  %s  metric %s (%s), calibrated\n", a.Info.PID, a.Info.Exe, a.Info.Metric, a.unit())
+	fmt.Fprintf(w, " total BASE %d over %d threads\n\n", total, len(a.Trees))
+	fmt.Fprintf(w, " %10s %14s %14s %14s %7s  %s\n", "CALLS", "BASE", "CUM", "RAW", "%BASE", "NAME")
+	for _, r := range a.Flat() {
+		p := 0.0
+		if total > 0 {
+			p = 100 * float64(r.Base) / float64(total)
+		}
+		fmt.Fprintf(w, " %10d %14d %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Cum, r.Rough, p, r.Name)
+	}
+	return w.Flush()
+}
+
+var frameCleaner = strings.NewReplacer(";", ":", " ", "_")
+
+func cleanFrame(s string) string { return frameCleaner.Replace(s) }
+
+// walkPaths calls visit for n and every node below it, depth first in
+// the order the calls were first made, with the path from the thread's
+// first frame down to the node (empty for the root) and how much of that
+// path's start is the previous call's (path[:same] is unchanged). The
+// path is the walk's own: memory follows the tree's depth, not the sum
+// of its paths' lengths.
+func walkPaths(n *Node, visit func(n *Node, path []*Node, same int)) {
+	var path []*Node
+	same := 0
+	var rec func(n *Node)
+	rec = func(n *Node) {
+		if n.Parent != nil {
+			path = append(path, n)
+		}
+		visit(n, path, same)
+		same = len(path)
+		for _, c := range n.Children {
+			rec(c)
+		}
+		if n.Parent != nil {
+			path = path[:len(path)-1]
+			same = min(same, len(path))
+		}
+	}
+	rec(n)
+}
+
+// WriteFolded writes the folded stacks (flamegraph.pl input): one line
+// "thread;f1;...;fn BASE" per call path with a BASE, threads in order,
+// each thread's paths depth first. Each line is written frame by frame
+// from the tree (a deep recursion's lines are long, but no line is
+// built in memory).
+func (a *Analysis) WriteFolded(out io.Writer) error {
+	w := bufio.NewWriterSize(out, 256<<10)
+	clean := map[string]string{}
+	var num []byte
+	for _, t := range a.Trees {
+		label := threadLabel(t)
+		walkPaths(t.Root, func(n *Node, path []*Node, _ int) {
+			if n.Base == 0 {
+				return
+			}
+			w.WriteString(label)
+			for _, p := range path {
+				c, ok := clean[p.Name]
+				if !ok {
+					c = cleanFrame(p.Name)
+					clean[p.Name] = c
+				}
+				w.WriteByte(';')
+				w.WriteString(c)
+			}
+			num = strconv.AppendUint(append(num[:0], ' '), n.Base, 10)
+			w.Write(append(num, '\n'))
+		})
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing the folded stacks: %w", err)
+	}
+	return nil
+}
+
+// WritePprof writes the trees as a gzipped pprof profile: samples "calls"
+// and the calibrated metric, one sample per call path, labelled with the
+// thread (streamed: see pprofloc.Stream).
+func (a *Analysis) WritePprof(out io.Writer) error {
+	metric := pprofloc.ValueType{Type: a.Info.Metric, Unit: a.unit()}
+	s := pprofloc.NewStream(out, []pprofloc.ValueType{{Type: "calls", Unit: "count"}, metric}, metric, 1)
+	var locs []uint64
+	for _, t := range a.Trees {
+		label := pprofloc.Label{Key: "thread", Str: threadLabel(t)}
+		walkPaths(t.Root, func(n *Node, path []*Node, same int) {
+			locs = locs[:min(same, len(locs))]
+			for _, p := range path[len(locs):] {
+				locs = append(locs, s.Loc(p.Name, p.Name, "", 0))
+			}
+			if n.Parent == nil {
+				if n.Base == 0 {
+					return
+				}
+				s.Sample([]uint64{s.Loc("(outside)", "(outside)", "", 0)}, []int64{int64(n.Calls), int64(n.Base)}, label)
+				return
+			}
+			s.Sample(locs, []int64{int64(n.Calls), int64(n.Base)}, label)
+		})
+		locs = locs[:0]
+	}
+	return s.Close()
+}
+
+type chromeEvent struct {
+	Name string  `json:"name"`
+	Ph   string  `json:"ph"`
+	Ts   float64 `json:"ts"`
+	Pid  int     `json:"pid"`
+	Tid  int     `json:"tid"`
+}
+
+// WriteChrome writes the entry/exit events as a Chrome/Perfetto trace
+// (JSON, B and E events; time is the thread's metric: µs for time metrics,
+// cycles / 1000 for the TSC). Calls the stack repair closed are ended at
+// the next event; calls still open at the end are ended at the last one.
+func (a *Analysis) WriteChrome(out io.Writer) error {
+	w := bufio.NewWriter(out)
+	if _, err := w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"); err != nil {
+		return fmt.Errorf("writing the trace: %w", err)
+	}
+	nm := ProcessNamer(a.Proc)
+	first := true
+	emit := func(e chromeEvent) {
+		b, _ := json.Marshal(e)
+		if !first {
+			w.WriteString(",\n")
+		}
+		first = false
+		w.Write(b)
+	}
+	for _, t := range a.Proc.Threads {
+		var stack []uint64
+		var last uint64
+		for _, e := range t.Events {
+			ts := float64(e.Early) / 1000
+			last = e.Late
+			switch e.Kind {
+			case KindEnter:
+				stack = append(stack, e.Fn)
+				emit(chromeEvent{Name: nm.Name(e.Fn), Ph: "B", Ts: ts, Pid: t.PID, Tid: t.TID})
+			case KindExit, KindExcExit:
+				i := len(stack) - 1
+				for i >= 0 && stack[i] != e.Fn {
+					i--
+				}
+				if i < 0 {
+					continue
+				}
+				for len(stack) > i {
+					emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
+					stack = stack[:len(stack)-1]
+				}
+			case KindMark:
+				if e.Fn == MarkEnd || e.Fn == MarkStart {
+					for len(stack) > 0 {
+						emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
+						stack = stack[:len(stack)-1]
+					}
+				}
+			}
+		}
+		for len(stack) > 0 {
+			emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: float64(last) / 1000, Pid: t.PID, Tid: t.TID})
+			stack = stack[:len(stack)-1]
+		}
+	}
+	w.WriteString("\n]}\n")
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing the trace: %w", err)
+	}
+	return nil
+}

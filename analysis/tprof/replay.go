@@ -1,0 +1,351 @@
+package tprof
+
+import (
+	"slices"
+	"sync"
+
+	"perfinsp/format/nrm2"
+	"perfinsp/format/trace"
+)
+
+// parallelCount is the counting on every CPU at once (parallel.go's
+// steps): the MTE records kept, the workers' counts, and the replay's
+// state as it applies the MTE records and locates each state's counts and
+// stacks into the builder.
+type parallelCount struct {
+	b       *builder
+	workers []*tickWorker
+	// the MTE records (step 1), in blocks, and per process the times its
+	// mappings changed
+	mte     [][]trace.Record
+	changes map[uint32][]uint64
+	// each thread's first tick, in time order (the threads are named
+	// then), and which of firsts a thread's is
+	firsts []firstTick
+	seen   map[[2]uint32]int
+	// the workers' runs of user counts and their raw stacks by (pid,
+	// epoch), and their kernel runs (located beside the replay)
+	groups     map[[2]uint32][]runRef
+	rawGroups  map[[2]uint32][]runRef
+	kernelRuns []runRef
+	epochs     map[uint32]uint32 // each process's state during the replay
+	lastEvent  *trace.Record     // the last TPROF_EVENT_NAME record
+}
+
+// firstTick is a thread's first tick: its time and the buffer it was in.
+type firstTick struct {
+	pid, tid uint32
+	time     uint64
+	seq      int
+}
+
+// countParallel counts the ticks of b's trace as above, if it can: it
+// applies the MTE records to the resolver and fills the report's totals
+// and names, the builder's counters and stacks. False: nothing was
+// changed, the trace needs the one reader.
+func countParallel(b *builder) bool {
+	size := 0
+	var bufs []nrm2.BufferStream
+	for _, s := range b.f.BufferStreams() {
+		for _, c := range s.Chunks {
+			size += len(c.Data)
+		}
+		if s.Kind == nrm2.ChunkTrace {
+			bufs = append(bufs, s)
+		}
+	}
+	if size < parallelMin || len(bufs) < 2 {
+		return false
+	}
+	p := &parallelCount{b: b, changes: map[uint32][]uint64{}, seen: map[[2]uint32]int{},
+		groups: map[[2]uint32][]runRef{}, rawGroups: map[[2]uint32][]runRef{}, epochs: map[uint32]uint32{}}
+	if err := p.readMTE(); err != nil || len(b.f.Damage()) > 0 {
+		return false
+	}
+	b.rep.parallel = true
+	if !p.readBuffers(bufs) {
+		b.rep.parallel = false
+		return false
+	}
+	p.gather()
+	p.replay()
+	p.event()
+	return true
+}
+
+// readMTE is step 1: the MTE records, kept (they are few) for step 3, in
+// blocks and their fields in blocks of their own (a slice grown by
+// appends, each record's fields an allocation, measurably delays the
+// workers' start on a many-process trace).
+func (p *parallelCount) readMTE() error {
+	const mteBlock, fieldBlock = 1024, 8192
+	var fields []uint64
+	prev := uint64(0)
+	return p.b.f.RecordsOf(nrm2.ChunkMTE, func(rec *trace.Record) error {
+		if rec.Time < prev {
+			return errSequential
+		}
+		prev = rec.Time
+		if rec.Major == trace.MajorUnwind || rec.Major == trace.MajorTprof {
+			return errSequential
+		}
+		if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+			return nil
+		}
+		if pid, ok := isChange(rec); ok {
+			p.changes[pid] = append(p.changes[pid], rec.Time)
+		}
+		if len(p.mte) == 0 || len(p.mte[len(p.mte)-1]) == mteBlock {
+			p.mte = append(p.mte, make([]trace.Record, 0, mteBlock))
+		}
+		if cap(fields)-len(fields) < len(rec.Fixed) {
+			fields = make([]uint64, 0, max(fieldBlock, len(rec.Fixed)))
+		}
+		n := len(fields)
+		fields = append(fields, rec.Fixed...)
+		c := *rec
+		c.Fixed = fields[n:len(fields):len(fields)]
+		p.mte[len(p.mte)-1] = append(p.mte[len(p.mte)-1], c)
+		return nil
+	})
+}
+
+// readBuffers is step 2: each CPU's ticks, a worker each. False: a
+// worker met what needs the one reader.
+func (p *parallelCount) readBuffers(bufs []nrm2.BufferStream) bool {
+	p.workers = make([]*tickWorker, len(bufs))
+	errs := make([]error, len(bufs))
+	var wg sync.WaitGroup
+	for i, s := range bufs {
+		p.workers[i] = newTickWorker(s.Seq, p.changes)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := p.workers[i]
+			if errs[i] = w.read(p.b.f, s); errs[i] == nil {
+				w.tc.flushAll()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// gather adds the workers' totals to the report and sorts their threads'
+// first ticks, runs and raw stacks for the replay.
+func (p *parallelCount) gather() {
+	rep := p.b.rep
+	nraws := 0
+	for wi, w := range p.workers {
+		rep.Total += w.total
+		if w.total > 0 {
+			if rep.First == 0 || w.firstT < rep.First {
+				rep.First = w.firstT
+			}
+			rep.Last = max(rep.Last, w.lastT)
+		}
+		for k, t := range w.first {
+			if i, ok := p.seen[k]; ok {
+				if ft := &p.firsts[i]; t < ft.time || t == ft.time && w.seq < ft.seq {
+					ft.time, ft.seq = t, w.seq
+				}
+				continue
+			}
+			p.seen[k] = len(p.firsts)
+			p.firsts = append(p.firsts, firstTick{k[0], k[1], t, w.seq})
+		}
+		for ri, run := range w.runs {
+			if run.kernel {
+				p.kernelRuns = append(p.kernelRuns, runRef{int32(wi), int32(ri)})
+				continue
+			}
+			k := [2]uint32{run.pid, run.epoch}
+			p.groups[k] = append(p.groups[k], runRef{int32(wi), int32(ri)})
+		}
+		for i := int32(0); i < w.nraw; i++ {
+			rs := w.raw(i)
+			k := [2]uint32{rs.pid, rs.epoch}
+			p.rawGroups[k] = append(p.rawGroups[k], runRef{int32(wi), i})
+		}
+		nraws += int(w.nraw)
+	}
+	p.b.stk.reserve(nraws)
+	slices.SortFunc(p.firsts, func(a, b firstTick) int {
+		if a.time != b.time {
+			if a.time < b.time {
+				return -1
+			}
+			return 1
+		}
+		return a.seq - b.seq
+	})
+}
+
+// replay is step 3: the MTE records applied in order, each state's
+// counts and stacks located when it ends, the threads named at their
+// first tick.
+func (p *parallelCount) replay() {
+	side := startSide(p.b.r, p.workers, p.kernelRuns)
+	for _, blk := range p.mte {
+		for i := range blk {
+			p.apply(&blk[i])
+		}
+	}
+	p.nameUpTo(0, true)
+	// The states still open at the end (of processes without a change),
+	// a process after the other.
+	rest := make([][2]uint32, 0, len(p.groups)+len(p.rawGroups))
+	for k := range p.groups {
+		rest = append(rest, k)
+	}
+	for k := range p.rawGroups {
+		if _, ok := p.groups[k]; !ok {
+			rest = append(rest, k)
+		}
+	}
+	slices.SortFunc(rest, func(a, b [2]uint32) int {
+		if a[0] != b[0] {
+			return int(a[0]) - int(b[0])
+		}
+		return int(a[1]) - int(b[1])
+	})
+	for _, k := range rest {
+		p.locateGroup(k[0], k[1])
+	}
+	side.merge(p.b)
+}
+
+// apply replays one MTE record.
+func (p *parallelCount) apply(rec *trace.Record) {
+	p.nameUpTo(rec.Time, false)
+	pid, change := isChange(rec)
+	if change {
+		p.locateGroup(pid, p.epochs[pid])
+		p.epochs[pid]++
+	}
+	if rec.Major == trace.MajorMTE || rec.Major == trace.MajorJITLoad {
+		p.b.r.Apply(rec)
+	}
+	// A process's last change applied, its mappings are those of the
+	// end: its last state is located now, not after every record (the
+	// long-lived processes' states, most of the Locs, would otherwise come
+	// in a burst at the end, named after the replay, on the critical path).
+	if change && int(p.epochs[pid]) == len(p.changes[pid]) {
+		p.locateGroup(pid, p.epochs[pid])
+	}
+	if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
+		p.lastEvent = rec
+	}
+}
+
+// nameUpTo names the threads whose first tick came before t (all: every
+// one left), as the one reader names them at their first tick.
+func (p *parallelCount) nameUpTo(t uint64, all bool) {
+	for len(p.firsts) > 0 && (all || p.firsts[0].time < t) {
+		ft := p.firsts[0]
+		p.firsts = p.firsts[1:]
+		p.b.nameThread(ft.pid, ft.tid)
+	}
+}
+
+// locateGroup locates the stacks and the user counts of one state of a
+// process (its mappings are those of that state now).
+func (p *parallelCount) locateGroup(pid, epoch uint32) {
+	k := [2]uint32{pid, epoch}
+	gs := p.groups[k]
+	rg := p.rawGroups[k]
+	delete(p.groups, k)
+	delete(p.rawGroups, k)
+	// The state's tables of its stacks' located PCs, sized for (a bound
+	// of) them: grown from empty, they were a tenth of the replay.
+	if len(rg) > 0 {
+		npc := 0
+		for _, g := range rg {
+			npc += len(p.workers[g.w].raw(g.r).pcs) / 8
+		}
+		p.locateStacks(pid, rg, [2]map[uint64]int32{make(map[uint64]int32, min(npc, 1<<16)), {}})
+	}
+	p.countRuns(pid, gs)
+}
+
+// countRuns locates the user addresses of the runs' counts and adds the
+// counts: a process state's addresses each time met (a run's are
+// distinct, the repeats across its threads and CPUs were a sixth of
+// 163 k, and a table of them cost more than locating those again: sized
+// per state, it was fresh memory).
+func (p *parallelCount) countRuns(pid uint32, gs []runRef) {
+	if len(gs) == 0 {
+		return
+	}
+	loc := p.b.userLocator(pid)
+	for _, g := range gs {
+		w := p.workers[g.w]
+		run := &w.runs[g.r]
+		for _, c := range w.counts[run.blk][run.lo:run.hi] {
+			p.b.addEntry(run.pid, run.tid, loc.locate(c.ip), c.n)
+		}
+	}
+}
+
+// locateStacks locates a state's raw stacks and counts them among the
+// located ones; pcs are its tables of located PCs, user and kernel frames
+// (as the one reader's: not its ticks').
+func (p *parallelCount) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]int32) {
+	rep := p.b.rep
+	s := &p.b.stk
+	for _, g := range gs {
+		w := p.workers[g.w]
+		rs := w.raw(g.r)
+		n := len(rs.pcs) / 8
+		nk := int(rs.flags >> trace.UnwindKernShift)
+		p.b.frameBuf = p.b.frameBuf[:0]
+		for i := n - 1; i >= 0; i-- { // root first
+			pc := le64(rs.pcs[8*i:])
+			if i > 0 && i != nk {
+				pc-- // a return address: name the call, not what follows it
+			}
+			t := pcs[0]
+			if i < nk {
+				t = pcs[1]
+			}
+			idx, ok := t[pc]
+			if !ok {
+				idx = p.b.locate(pid, pc, i < nk)
+				t[pc] = idx
+			}
+			p.b.frameBuf = append(p.b.frameBuf, idx)
+		}
+		truncated := rs.flags&trace.UnwindTruncated != 0
+		j, _ := s.find(pid, rs.tid, truncated, p.b.frameBuf, uint16(min(nk, n)), rs.time, w.seq, rs.pos)
+		st := s.at(j)
+		st.n += rs.n
+		if rs.time < st.time || rs.time == st.time && (w.seq < st.seq || w.seq == st.seq && rs.pos < st.pos) {
+			st.time, st.seq, st.pos, st.kernel = rs.time, w.seq, rs.pos, uint16(min(nk, n))
+		}
+		rep.StackTicks += rs.n
+		if truncated {
+			rep.TruncatedStacks += rs.n
+		}
+	}
+}
+
+// event sets the event-based sampling name: the last record in Records'
+// order (an MTE record before a trace record of the same time).
+func (p *parallelCount) event() {
+	last, lastSeq := p.lastEvent, -1
+	for _, w := range p.workers {
+		if e := w.event; e != nil {
+			if last == nil || e.Time > last.Time || e.Time == last.Time && (last.MTE || w.seq > lastSeq) {
+				last, lastSeq = e, w.seq
+			}
+		}
+	}
+	if last != nil {
+		p.b.rep.Event, p.b.rep.EventPeriod = last.Str, last.Field(2)
+	}
+}

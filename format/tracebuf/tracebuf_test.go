@@ -1,0 +1,248 @@
+package tracebuf
+
+import (
+	"sync"
+	"testing"
+
+	"perfinsp/format/trace"
+)
+
+// write writes n tprof records whose ip field is a sequence number.
+func write(t *testing.T, b *Buffer, from, n int) (written int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		ok, err := b.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, uint64(i), []uint64{1, 1, uint64(i), 0}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			written++
+		}
+	}
+	return
+}
+
+// seqs decodes segments and returns the tprof sequence numbers and the LOST counts.
+func seqs(t *testing.T, segs [][]byte) (out []uint64, lost uint64) {
+	t.Helper()
+	for _, s := range segs {
+		r := trace.NewReader(s, 0, 0, false, 0)
+		first := true
+		for {
+			rec, ok, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if first && (rec.Major != trace.MajorSys || rec.Minor != trace.SysTimeHigh) {
+				t.Fatalf("segment does not start with TIME_HIGH: %s", trace.Format(&rec))
+			}
+			first = false
+			switch {
+			case rec.Major == trace.MajorTprof:
+				out = append(out, rec.Field(2))
+			case rec.Major == trace.MajorSys && rec.Minor == trace.SysLost:
+				lost += rec.Field(0)
+			}
+		}
+	}
+	return
+}
+
+const recSize = trace.HeaderSize + 20 // tprof tick
+
+func TestNormalStopsWhenFull(t *testing.T) {
+	b, err := New(4096, Normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := write(t, b, 0, 1000)
+	st := b.Stats()
+	if !st.Full || !b.Full() {
+		t.Fatal("normal buffer did not report full")
+	}
+	// Records counts the BUFFER_FULL record the last segment kept room for.
+	if uint64(w)+1 != st.Records || st.Lost != uint64(1000-w) {
+		t.Fatalf("written %d, stats %+v", w, st)
+	}
+	fulls := 0
+	for _, seg := range b.Snapshot() {
+		r := trace.NewReader(seg, 0, 0, false, 0)
+		var rec trace.Record
+		for {
+			ok, err := r.NextInto(&rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if rec.Major == trace.MajorSys && rec.Minor == trace.SysBufFull {
+				fulls++
+			}
+		}
+	}
+	if fulls != 1 {
+		t.Fatalf("%d BUFFER_FULL records in the full buffer, want 1", fulls)
+	}
+	got, _ := seqs(t, b.Snapshot())
+	if len(got) != w {
+		t.Fatalf("snapshot has %d records, %d written", len(got), w)
+	}
+	for i, s := range got {
+		if s != uint64(i) {
+			t.Fatalf("normal mode must keep the oldest records in order: record %d is %d", i, s)
+		}
+	}
+	if w < 4096/recSize-8*4 {
+		t.Fatalf("only %d records fit a 4K buffer", w)
+	}
+}
+
+func TestWrapKeepsNewest(t *testing.T) {
+	b, err := New(4096, Wrap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	write(t, b, 0, n)
+	st := b.Stats()
+	if st.Full {
+		t.Fatal("wrap buffer reported full")
+	}
+	got, _ := seqs(t, b.Snapshot())
+	if len(got) == 0 || got[len(got)-1] != n-1 {
+		t.Fatalf("newest record missing: %v", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] != got[i-1]+1 {
+			t.Fatalf("wrap buffer is not a contiguous newest run at %d: %d after %d", i, got[i], got[i-1])
+		}
+	}
+	if st.Records != uint64(len(got)) || st.Lost != uint64(n-len(got)) {
+		t.Fatalf("stats %+v, held %d of %d", st, len(got), n)
+	}
+}
+
+func TestContLosesNothingWhenDrained(t *testing.T) {
+	b, err := New(4096, Cont)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var drained [][]byte
+	drain := func() {
+		segs := b.Take()
+		mu.Lock()
+		for _, s := range segs {
+			drained = append(drained, append([]byte(nil), s.Data...))
+		}
+		mu.Unlock()
+		b.Release(segs)
+	}
+	b.Notify = drain // drains synchronously whenever a segment completes
+	const n = 20000  // about 30 times the buffer
+	write(t, b, 0, n)
+	b.Flush()
+	drain()
+	got, lost := seqs(t, drained)
+	if len(got) != n || lost != 0 || b.Stats().Lost != 0 {
+		t.Fatalf("cont mode drained %d of %d records, lost %d", len(got), n, lost)
+	}
+	for i, s := range got {
+		if s != uint64(i) {
+			t.Fatalf("record %d is %d", i, s)
+		}
+	}
+}
+
+func TestContCountsLostAndMarksThem(t *testing.T) {
+	b, err := New(4096, Cont)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nobody drains: the buffer fills and records are lost.
+	w1 := write(t, b, 0, 1000)
+	lost1 := b.Stats().Lost
+	if lost1 != uint64(1000-w1) || lost1 == 0 {
+		t.Fatalf("written %d, lost %d", w1, lost1)
+	}
+	// The drainer catches up; the next record is preceded by a LOST record.
+	var segs [][]byte
+	taken := b.Take()
+	for _, s := range taken {
+		segs = append(segs, append([]byte(nil), s.Data...))
+	}
+	b.Release(taken)
+	w2 := write(t, b, 1000, 10)
+	if w2 != 10 {
+		t.Fatalf("after draining only %d of 10 written", w2)
+	}
+	b.Flush()
+	for _, s := range b.Take() {
+		segs = append(segs, s.Data)
+	}
+	got, lostRec := seqs(t, segs)
+	if lostRec != lost1 {
+		t.Fatalf("LOST records say %d, stats say %d", lostRec, lost1)
+	}
+	if len(got) != w1+w2 {
+		t.Fatalf("got %d records, wrote %d", len(got), w1+w2)
+	}
+}
+
+func TestAddLost(t *testing.T) {
+	b, _ := New(8192, Normal)
+	b.AddLost(7)
+	write(t, b, 0, 1)
+	got, lost := seqs(t, b.Snapshot())
+	if lost != 7 || len(got) != 1 || b.Stats().Lost != 7 {
+		t.Fatalf("lost %d, records %d, stats %+v", lost, len(got), b.Stats())
+	}
+}
+
+func TestTooSmall(t *testing.T) {
+	if _, err := New(100, Normal); err == nil {
+		t.Fatal("100-byte buffer accepted")
+	}
+}
+
+// records counts the records of segments that are not TIME_HIGH (the
+// segments' own time base, which the statistics do not count).
+func records(t *testing.T, segs [][]byte) (n uint64) {
+	t.Helper()
+	for _, s := range segs {
+		r := trace.NewReader(s, 0, 0, false, 0)
+		for {
+			rec, ok, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			if rec.Major != trace.MajorSys || rec.Minor != trace.SysTimeHigh {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// The statistics count every record the buffer holds, the LOST records
+// that say what was lost before them included: a trace file's statistics
+// then agree with its records.
+func TestStatsCountLostRecords(t *testing.T) {
+	for _, mode := range []Mode{Normal, Wrap, Cont} {
+		b, _ := New(8192, mode)
+		for i := 0; i < 3; i++ {
+			b.AddLost(2)
+			write(t, b, i*10, 10)
+		}
+		if got, st := records(t, b.Snapshot()), b.Stats(); got != st.Records {
+			t.Errorf("mode %v: the buffer holds %d records, its statistics count %d", mode, got, st.Records)
+		}
+	}
+}
