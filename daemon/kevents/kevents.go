@@ -130,8 +130,9 @@ type Session struct {
 	uw        *userUnwinder // Options.Unwind.DWARF
 }
 
-// ErrNoPMU is returned for event-based tprof where there is no hardware PMU.
-var ErrNoPMU = errors.New("no hardware PMU on this machine: event-based tprof needs a hardware counter (use time-based tprof: swtrace setrate HZ without -e)")
+// errNoPMU is returned for event-based tprof where there is no hardware
+// PMU; it wraps events.ErrNoPMU, the one no-PMU error.
+var errNoPMU = fmt.Errorf("%w: event-based tprof needs a hardware counter (use time-based tprof: swtrace setrate HZ without -e)", events.ErrNoPMU)
 
 func perfOpen(attr *unix.PerfEventAttr, cpu, group int) (int, error) {
 	attr.Size = uint32(unsafe.Sizeof(*attr))
@@ -253,7 +254,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				if kind == kindEvent && (errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENODEV)) {
-					return nil, ErrNoPMU
+					return nil, errNoPMU
 				}
 				return nil, fmt.Errorf("open tprof sampling on CPU %d: %w", cpu, permHint(err))
 			}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
+	"perfinsp/libperfutil/events"
 )
 
 type rec struct {
@@ -204,7 +205,7 @@ func TestEventBasedWithoutPMU(t *testing.T) {
 		t.Log("hardware PMU present: event-based tprof started")
 		return
 	}
-	if !errors.Is(err, ErrNoPMU) || !strings.Contains(err.Error(), "no hardware PMU") {
+	if !errors.Is(err, events.ErrNoPMU) || !strings.Contains(err.Error(), "no hardware PMU") {
 		t.Fatalf("want the no-PMU error, got %v", err)
 	}
 	if _, err := Start(Options{RateHz: 1000, Event: "bogus"}, &memSink{}); err == nil || !strings.Contains(err.Error(), "unknown event") {

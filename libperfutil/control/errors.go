@@ -3,6 +3,8 @@ package control
 import (
 	"errors"
 	"fmt"
+
+	"perfinsp/libperfutil/events"
 )
 
 // Error is a facility error with a code that survives the daemon's socket:
@@ -15,11 +17,18 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
-// Is matches any Error with the same code.
+// Is matches any Error with the same code; an Error with the no-PMU code
+// (as the agent's answer rebuilds it) also matches events.ErrNoPMU, the
+// one no-PMU error.
 func (e *Error) Is(target error) bool {
-	t, ok := target.(*Error)
-	return ok && t.Code == e.Code
+	if t, ok := target.(*Error); ok {
+		return t.Code == e.Code
+	}
+	return e.Code == codeNoPMU && target == events.ErrNoPMU
 }
+
+// codeNoPMU is the wire code of errors wrapping events.ErrNoPMU.
+const codeNoPMU = "no-pmu"
 
 // The facility's typed errors. Backends return these (wrapped or with a
 // more specific message through Errorf) so tools can tell them apart.
@@ -32,7 +41,6 @@ var (
 	ErrRootOnly  = &Error{"root-only", "only root may do this"}
 	ErrBusy      = &Error{"busy", "the daemon is busy"}
 	ErrBadFile   = &Error{"bad-file", "not a regular file"}
-	ErrNoPMU     = &Error{"no-pmu", "no hardware PMU on this machine"}
 )
 
 // Errorf returns an error of kind's code with its own message.
@@ -40,11 +48,15 @@ func Errorf(kind *Error, format string, args ...any) error {
 	return &Error{Code: kind.Code, Msg: fmt.Sprintf(format, args...)}
 }
 
-// CodeOf returns the code of the first Error in err's chain, or "".
+// CodeOf returns the code of the first Error in err's chain ("no-pmu" for
+// an error wrapping events.ErrNoPMU), or "".
 func CodeOf(err error) string {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
+	}
+	if errors.Is(err, events.ErrNoPMU) {
+		return codeNoPMU
 	}
 	return ""
 }
