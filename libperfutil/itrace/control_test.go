@@ -130,7 +130,10 @@ func TestGoITraceOnOff(t *testing.T) {
 		return
 	}
 	e := tracetest.Setup(t, "./tools/post")
-	e.Sw("init", "-t", "64M")
+	// The MTE buffer holds every process's forks, execs and mappings
+	// while the single-stepped child runs (minutes on a busy machine): 1M
+	// per CPU fills beside a build and stops tracing, ending the session.
+	e.Sw("init", "-t", "64M", "-m", "16M")
 	e.Sw("on")
 	// go test runs test binaries without a symbol table; go test -c keeps it.
 	bin := filepath.Join(e.Bin, "itrace.test")
