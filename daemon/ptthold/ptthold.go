@@ -103,7 +103,7 @@ type holder struct {
 	started time.Time
 	stop    chan struct{}
 	// The module backend: the client's /dev/pitrace file whose areas are
-	// the watched threads (kfile nil on the perf backend).
+	// the watched threads (kfile nil on the daemon backend).
 	kfile   *os.File
 	kfd     int
 	hooks   uint32
@@ -119,7 +119,7 @@ type holder struct {
 	folded  *ptt.ThreadDump
 }
 
-const notePerf = "backend perf (no module): asynchronous interrupts are NOT factored out of the thread metrics; " +
+const notePerf = "backend daemon (no module: perf events): asynchronous interrupts are NOT factored out of the thread metrics; " +
 	"dispatches come from the perf context-switches counter; per-thread interrupts and interrupt time are not available on this backend (n/a)"
 
 const noteKmod = "backend kmod (pitrace module): asynchronous interrupts are factored out of the thread metrics (INTERRUPTS, INTR-*) into the per-CPU buckets; " +
@@ -196,7 +196,7 @@ func (s *Service) on(r *server.Request) (any, error) {
 			h.close()
 			return nil, err
 		}
-	case "perf", "":
+	case "daemon", "perf", "": // "perf": the former name
 		closeDev()
 		h.excl = r.UID != 0 && ptt.Paranoid() >= 2
 		if err := h.checkOpen(r.PID); err != nil {
@@ -412,7 +412,7 @@ func (h *holder) backend() string {
 	if h.kfile != nil {
 		return "kmod"
 	}
-	return "perf"
+	return "daemon"
 }
 
 func (h *holder) rescan() {
@@ -718,13 +718,13 @@ func (h *holder) dump() *ptt.Dump {
 	if h.kfile != nil {
 		return h.dumpModule()
 	}
-	d := &ptt.Dump{Backend: "perf", Started: h.started, Note: notePerf, NewThreads: h.newThr,
-		CPUNote: "not available on the perf backend (needs the pitrace module)", Errors: append([]string(nil), h.errs...)}
+	d := &ptt.Dump{Backend: "daemon", Started: h.started, Note: notePerf, NewThreads: h.newThr,
+		CPUNote: "not available on the daemon backend (needs the pitrace module)", Errors: append([]string(nil), h.errs...)}
 	for _, m := range h.metrics {
 		d.Metrics = append(d.Metrics, m.Name)
 	}
 	d.Target = h.target()
-	d.Guarantees = ptt.Guarantees{Backend: "perf", InterruptsFactoredOut: false, DispatchCounts: true, InterruptCounts: false,
+	d.Guarantees = ptt.Guarantees{Backend: "daemon", InterruptsFactoredOut: false, DispatchCounts: true, InterruptCounts: false,
 		RetryDetects: "n/a: the holder reads each counter with read()",
 		Notes:        []string{"interrupt time is NOT factored out", "dispatches: the perf context-switches counter of each thread"}}
 	if h.excl {

@@ -23,22 +23,26 @@
 
 #include "perfutil.h"
 #include "agentconn.h"
+#include "backend.h"
 #include "../../kmod/uapi/pitrace.h"
 
 static __thread int itrace_fd = -1;
 static __thread int itrace_kfd = -1;	/* /dev/pitrace while traced by the module */
 static __thread char itrace_err[256];
 
-/* 1: the module; 0: pitraced. */
+/* 1: the module; 0: pitraced; -1: an unknown backend (said in itrace_err). */
 static int use_module(void)
 {
-	const char *b = getenv("PERFINSP_BACKEND");
-
-	if (b && !strcmp(b, "daemon"))
-		return 0;
-	if (b && !strcmp(b, "kmod"))
+	switch (pu_backend_choice(itrace_err, sizeof(itrace_err))) {
+	case PU_BACKEND_KMOD:
 		return 1;
-	return access(PITRACE_DEVICE, F_OK) == 0;
+	case PU_BACKEND_DAEMON:
+		return 0;
+	case PU_BACKEND_AUTO:
+		return access(PITRACE_DEVICE, F_OK) == 0;
+	default:
+		return -1;
+	}
 }
 
 static int open_module(void)
@@ -124,7 +128,11 @@ int ITraceOn(void)
 		snprintf(itrace_err, sizeof(itrace_err), "this thread is already traced");
 		return -1;
 	}
-	if (use_module())
+	int m = use_module();
+
+	if (m < 0)
+		return -1;
+	if (m)
 		return itrace_on_module();
 	fd = pu_agent_dial(itrace_err, sizeof(itrace_err));
 	if (fd < 0)
@@ -167,7 +175,10 @@ int TraceHook(uint16_t major, uint32_t minor, const uint32_t *words, int nwords)
 		snprintf(itrace_err, sizeof(itrace_err), "TraceHook: 0 to 64 words");
 		return -1;
 	}
-	if (use_module())
+	rc = use_module();
+	if (rc < 0)
+		return -1;
+	if (rc)
 		return hook_module(major, minor, words, nwords);
 	fd = pu_agent_dial(itrace_err, sizeof(itrace_err));
 	if (fd < 0)

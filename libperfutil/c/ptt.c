@@ -9,7 +9,7 @@
  *           a sequence check, the same code for every metric.
  *   perf    no module: one perf_event counter per metric and thread, read
  *           through the counter's mmap page.
- * $PERFINSP_BACKEND=kmod|perf forces one ("daemon" is accepted: its former name); auto (or unset) takes kmod when
+ * $PERFINSP_BACKEND=kmod|daemon forces one ("perf" is accepted: its former name); auto (or unset) takes kmod when
  * /dev/pitrace can be opened.
  */
 #define _GNU_SOURCE
@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "perfutil.h"
+#include "backend.h"
 #include "../../kmod/uapi/pitrace.h"
 
 enum { K_SWITCH_TIME, K_TSC_TIME, K_PMC, K_DISPATCH, K_SYSCALL, K_KMOD };
@@ -704,7 +705,7 @@ static int init_kmod_locked(int fd, const struct metric **ms, int n, int forced)
 		if (is_task_clock(ms[i])) {
 			close(fd);
 			return fail(PTT_EINVAL, "task-clock is a per-task counter; on the pitrace module use tsc or cpu-clock "
-				    "(or PERFINSP_BACKEND=perf for task-clock)");
+				    "(or PERFINSP_BACKEND=daemon for task-clock)");
 		}
 	int err = kmod_ptt_init(fd, ms, n);
 	if (!err) {
@@ -813,10 +814,11 @@ int PttInit(const char **names, int n)
 			if (ms[j] == ms[i])
 				return fail(PTT_EINVAL, "metric %s given twice", ms[i]->name);
 	}
-	const char *be = getenv("PERFINSP_BACKEND");
-	if (be && *be && strcmp(be, "kmod") != 0 && strcmp(be, "perf") != 0 && strcmp(be, "daemon") != 0 && strcmp(be, "auto") != 0)
-		return fail(PTT_ENOBACKEND, "unknown backend \"%s\" in $PERFINSP_BACKEND: use kmod, perf or auto", be);
-	int force_kmod = be && strcmp(be, "kmod") == 0, force_daemon = be && (strcmp(be, "perf") == 0 || strcmp(be, "daemon") == 0);
+	char berr[160];
+	enum pu_backend be = pu_backend_choice(berr, sizeof(berr));
+	if (be == PU_BACKEND_UNKNOWN)
+		return fail(PTT_ENOBACKEND, "%s", berr);
+	int force_kmod = be == PU_BACKEND_KMOD, force_daemon = be == PU_BACKEND_DAEMON;
 
 	pthread_mutex_lock(&mu);
 	if (initialized) {
@@ -831,7 +833,7 @@ int PttInit(const char **names, int n)
 	}
 	pthread_once(&atfork_once, register_atfork);
 	/* The module when it is there (or forced), else the daemon backend. */
-	char why[160] = "PERFINSP_BACKEND=perf";
+	char why[160] = "PERFINSP_BACKEND=daemon";
 	if (!force_daemon) {
 		int fd = open(PITRACE_DEVICE, O_RDWR | O_CLOEXEC);
 		int err = errno;
@@ -979,7 +981,7 @@ const char *PttBackend(void)
 {
 	if (!initialized)
 		return NULL;
-	return backend == B_KMOD ? "kmod" : "perf";
+	return backend == B_KMOD ? "kmod" : "daemon";
 }
 
 int PttInterruptsFactoredOut(void)

@@ -255,6 +255,39 @@ func Register(o Opener) {
 // EnvBackend is the environment variable that forces a backend.
 const EnvBackend = "PERFINSP_BACKEND"
 
+// The backend names: one vocabulary for $PERFINSP_BACKEND wherever a
+// backend is chosen (the trace facility, ITrace, PTT, the C library).
+const (
+	BackendKmod   = "kmod"   // the pitrace module (/dev/pitrace)
+	BackendDaemon = "daemon" // mainline kernel mechanisms (perf events, ptrace), through pitraced where state outlives a command
+	BackendAuto   = "auto"   // the module when it is loaded, else daemon
+)
+
+var perfNote sync.Once
+
+// ChooseBackend is the one backend policy: it returns the backend asked
+// for by name, or by $PERFINSP_BACKEND when name is "" or "auto", as
+// BackendKmod, BackendDaemon or BackendAuto (nothing named). "perf", PTT's
+// former name for the no-module backend, is taken as daemon with a note on
+// stderr (once).
+func ChooseBackend(name string) (string, error) {
+	if name == "" || name == BackendAuto {
+		name = os.Getenv(EnvBackend)
+	}
+	switch name {
+	case "", BackendAuto:
+		return BackendAuto, nil
+	case BackendKmod, BackendDaemon:
+		return name, nil
+	case "perf":
+		perfNote.Do(func() {
+			fmt.Fprintf(os.Stderr, "perfinsp: note: %s=perf is the former name of the daemon backend: say daemon\n", EnvBackend)
+		})
+		return BackendDaemon, nil
+	}
+	return "", fmt.Errorf("unknown backend %q in $%s: use %s, %s or %s", name, EnvBackend, BackendKmod, BackendDaemon, BackendAuto)
+}
+
 // ErrNoBackend is returned when no backend can be used.
 var ErrNoBackend = errors.New("no trace facility backend is available")
 
@@ -288,8 +321,9 @@ func NotChosen(inUse string) []string {
 // Open opens the backend named by name, or by $PERFINSP_BACKEND, or the
 // best available one when both are empty or "auto".
 func Open(name string) (Facility, error) {
-	if name == "" || name == "auto" {
-		name = os.Getenv(EnvBackend)
+	name, err := ChooseBackend(name)
+	if err != nil {
+		return nil, err
 	}
 	mu.Lock()
 	list := make([]Opener, 0, len(openers))
@@ -298,7 +332,7 @@ func Open(name string) (Facility, error) {
 	}
 	mu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].Priority > list[j].Priority })
-	if name != "" && name != "auto" {
+	if name != BackendAuto {
 		for _, o := range list {
 			if o.Name == name {
 				if ok, why := o.Available(); !ok {

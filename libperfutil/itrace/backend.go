@@ -9,23 +9,21 @@ import (
 )
 
 // moduleBackend picks where ITrace runs, as the facility's backends are
-// picked: PERFINSP_BACKEND (or name) kmod forces the pitrace module,
-// daemon forces pitraced's ptrace tracer, auto (or unset) takes the module
-// when /dev/pitrace exists. It returns nil (and no error) for the daemon.
+// picked (control.ChooseBackend): kmod forces the pitrace module, daemon
+// forces pitraced's ptrace tracer, auto (or unset) takes the module when
+// /dev/pitrace exists. It returns nil (and no error) for the daemon.
 func moduleBackend(name string) (*kmodbackend.Backend, error) {
-	if name == "" || name == "auto" {
-		name = os.Getenv(control.EnvBackend)
+	name, err := control.ChooseBackend(name)
+	if err != nil {
+		return nil, fmt.Errorf("itrace: %w", err)
 	}
 	switch name {
-	case "daemon":
+	case control.BackendDaemon:
 		return nil, nil
-	case "", "auto":
+	case control.BackendAuto:
 		if _, err := os.Stat(kmodbackend.Device); err != nil {
 			return nil, nil
 		}
-	case "kmod":
-	default:
-		return nil, fmt.Errorf("itrace: unknown backend %q (kmod, daemon or auto)", name)
 	}
 	b, err := kmodbackend.Open()
 	if err != nil {

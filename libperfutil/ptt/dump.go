@@ -40,7 +40,7 @@ type ThreadDump struct {
 	// agent (process connector or rescan) some time after it started;
 	// this is the CPU time it had run before its counters were opened,
 	// which Values do not include (the scheduler's figure,
-	// /proc/PID/task/TID/schedstat; perf backend only).
+	// /proc/PID/task/TID/schedstat; daemon backend only).
 	UncountedStartNs *uint64 `json:"uncounted_start_ns,omitempty"`
 }
 

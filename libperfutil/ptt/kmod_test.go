@@ -60,7 +60,7 @@ func TestTaskClockRefusedOnModule(t *testing.T) {
 	if err == nil {
 		t.Fatal("task-clock mapped to a per-CPU module counter")
 	}
-	for _, w := range []string{"task-clock", "tsc", "cpu-clock", "perf"} {
+	for _, w := range []string{"task-clock", "tsc", "cpu-clock", "daemon"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("the task-clock error does not name %s: %v", w, err)
 		}
@@ -83,8 +83,8 @@ func TestUnknownMetricBeforeBackend(t *testing.T) {
 }
 
 func TestDefaultMetric(t *testing.T) {
-	if DefaultMetric("kmod") != "tsc" || DefaultMetric("perf") != "task-clock" {
-		t.Errorf("defaults: kmod %s, perf %s", DefaultMetric("kmod"), DefaultMetric("perf"))
+	if DefaultMetric("kmod") != "tsc" || DefaultMetric("daemon") != "task-clock" {
+		t.Errorf("defaults: kmod %s, daemon %s", DefaultMetric("kmod"), DefaultMetric("daemon"))
 	}
 	if _, err := unix.Open(devPitrace, unix.O_RDWR, 0); err == nil {
 		t.Skip("the pitrace module is loaded here")

@@ -108,7 +108,7 @@ func DefaultMetric(backend string) string {
 // empty list means task-clock (DefaultMetric of the no-module backend).
 func ParseMetrics(names []string) ([]Metric, error) {
 	if len(names) == 0 {
-		names = []string{DefaultMetric("perf")}
+		names = []string{DefaultMetric("daemon")}
 	}
 	if len(names) > MaxMetrics {
 		return nil, fmt.Errorf("%d metrics requested: PTT supports at most %d at once", len(names), MaxMetrics)
@@ -147,7 +147,7 @@ func ModuleMetrics(ms []Metric) ([]kmodbackend.PttMetric, error) {
 		case m.perfType == unix.PERF_TYPE_SOFTWARE && m.config == unix.PERF_COUNT_SW_TASK_CLOCK:
 			return nil, fmt.Errorf("metric task-clock is not available on the pitrace module (kmod backend): the kernel keeps it per task, "+
 				"and the module reads per-CPU counters at every dispatch; use tsc (TSC cycles, interrupts factored out) or cpu-clock (ns), "+
-				"or the perf backend (%s=perf) for task-clock", EnvBackend)
+				"or the daemon backend (%s=daemon: perf events) for task-clock", EnvBackend)
 		case m.Hardware && !HasPMU():
 			return nil, fmt.Errorf("%w: metric %s needs a hardware counter", ErrNoPMU, m.Name)
 		}

@@ -123,7 +123,7 @@ func newPerfBackend(ms []Metric) (*perfBackend, error) {
 	return b, nil
 }
 
-func (b *perfBackend) name() string { return "perf" }
+func (b *perfBackend) name() string { return "daemon" }
 
 func (b *perfBackend) openThread(t *Thread) error {
 	ps := uintptr(os.Getpagesize())
@@ -228,7 +228,7 @@ func (b *perfBackend) terminate() {}
 
 func (b *perfBackend) guarantees() Guarantees {
 	g := Guarantees{
-		Backend:               "perf",
+		Backend:               "daemon",
 		NoSyscallRead:         true,
 		InterruptsFactoredOut: false,
 		DispatchCounts:        false,

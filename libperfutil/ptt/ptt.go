@@ -19,8 +19,8 @@
 // state machine with interrupts factored out: metric tsc, read to the
 // instant, and perf metrics as per-CPU counters the module reads at every
 // dispatch and interrupt (current to the thread's last one; task-clock is
-// not available there). The no-module backend ("perf"; formerly "daemon", the same name as
-// the trace facility's backend without the module) uses perf_event
+// not available there). The no-module backend ("daemon", as the trace facility's backend
+// without the module; "perf" is accepted, its former name) uses perf_event
 // per-thread counters and their mmap pages; see Guarantees for what each
 // does and does not promise. Without metrics, Init picks tsc on the module
 // and task-clock on the daemon backend.
@@ -29,17 +29,18 @@ package ptt
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
+	"perfinsp/libperfutil/control"
 	"perfinsp/libperfutil/kmodbackend"
 )
 
-// EnvBackend forces a backend ("kmod" or "perf"), as for the trace facility.
-const EnvBackend = "PERFINSP_BACKEND"
+// EnvBackend forces a backend ("kmod" or "daemon": perf events in this
+// process), as for the trace facility (control.ChooseBackend).
+const EnvBackend = control.EnvBackend
 
 // Errors.
 var (
@@ -72,7 +73,7 @@ func KmodStatus() BackendInfo {
 
 // Backends lists the PTT backends, best first.
 func Backends() []BackendInfo {
-	return []BackendInfo{KmodStatus(), {Name: "perf", Available: true, Why: "per-thread perf_event counters (no module; interrupts not factored out)"}}
+	return []BackendInfo{KmodStatus(), {Name: "daemon", Available: true, Why: "per-thread perf_event counters (no module; interrupts not factored out)"}}
 }
 
 // MetricGuarantee says how one metric is read.
@@ -138,7 +139,7 @@ func Init(metrics ...string) error {
 		return ParseMetrics(metrics)
 	}
 	// Check the names before any backend.
-	if _, err := parse("perf"); err != nil {
+	if _, err := parse("daemon"); err != nil {
 		return err
 	}
 	mu.Lock()
@@ -161,7 +162,7 @@ func Init(metrics ...string) error {
 		return nil
 	}
 	daemon := func() error {
-		m, err := parse("perf")
+		m, err := parse("daemon")
 		if err != nil {
 			return err
 		}
@@ -172,24 +173,26 @@ func Init(metrics ...string) error {
 		b, ms = pb, m
 		return nil
 	}
-	switch name := os.Getenv(EnvBackend); name {
-	case "kmod":
+	name, err := control.ChooseBackend("")
+	if err != nil {
+		return err
+	}
+	switch name {
+	case control.BackendKmod:
 		if err := kmod(); err != nil {
 			return err
 		}
-	case "", "auto":
+	case control.BackendAuto:
 		// The module when it is loaded and keeps every chosen metric.
 		if err := kmod(); err != nil {
 			if err := daemon(); err != nil {
 				return err
 			}
 		}
-	case "perf", "daemon": // "daemon": the no-module backend's former name
+	case control.BackendDaemon: // perf events in this process
 		if err := daemon(); err != nil {
 			return err
 		}
-	default:
-		return fmt.Errorf("unknown backend %q in $%s: use kmod, perf or auto", name, EnvBackend)
 	}
 	active = b
 	threads = map[int]*Thread{}

@@ -122,7 +122,7 @@ func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
 		}
 		return ptt.ParseMetrics(names)
 	}
-	if _, err := parse("perf"); err != nil {
+	if _, err := parse("daemon"); err != nil {
 		return "", nil, cli.Exit(err.Error(), 2)
 	}
 	switch be {
@@ -135,9 +135,9 @@ func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
 			return "", nil, cli.Exit(err.Error(), 1)
 		}
 		return "kmod", ms, nil
-	case "perf", "daemon": // "daemon": the backend's former name
-		ms, _ := parse("perf")
-		return "perf", ms, moduleOnly(ms, "--backend perf runs without it")
+	case "daemon", "perf": // "perf": the backend's former name
+		ms, _ := parse("daemon")
+		return "daemon", ms, moduleOnly(ms, "--backend daemon runs without it")
 	case "", "auto":
 		st := ptt.KmodStatus()
 		if st.Available {
@@ -146,8 +146,8 @@ func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
 				return "kmod", ms, nil
 			}
 		}
-		ms, _ := parse("perf")
-		return "perf", ms, moduleOnly(ms, st.Why)
+		ms, _ := parse("daemon")
+		return "daemon", ms, moduleOnly(ms, st.Why)
 	default:
 		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q: use kmod, perf or auto", be), 2)
 	}

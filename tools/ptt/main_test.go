@@ -211,10 +211,10 @@ func TestOnDumpOff(t *testing.T) {
 		t.Errorf("no dispatch counted for a thread that was stopped and continued")
 	}
 	if th.Interrupts != nil || th.InterruptTime != nil || d.CPUs != nil || d.Guarantees.InterruptsFactoredOut {
-		t.Errorf("the perf backend must not report interrupt data: %+v", d)
+		t.Errorf("the daemon backend must not report interrupt data: %+v", d)
 	}
 	out, _ = runPtt(t, sock, "dump")
-	for _, want := range []string{"DISPATCHES", "INTERRUPTS", "n/a", "not available on the perf backend", "NOT factored out", strconv.Itoa(pid)} {
+	for _, want := range []string{"DISPATCHES", "INTERRUPTS", "n/a", "not available on the daemon backend", "NOT factored out", strconv.Itoa(pid)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text dump lacks %q:\n%s", want, out)
 		}

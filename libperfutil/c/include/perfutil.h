@@ -110,7 +110,7 @@ uint64_t PttRetries(void);
 /* Message for a return code; for the calling thread's last error, the
  * detailed message (e.g. which metric needs a hardware counter). */
 const char *PttStrerror(int err);
-/* Name of the active backend ("perf" or "kmod"), or NULL. */
+/* Name of the active backend ("daemon" or "kmod"), or NULL. */
 const char *PttBackend(void);
 /* 1 if the backend factors asynchronous interrupts out of thread metrics
  * (only the pitrace module does), 0 if not, PTT_ENOTINIT. */

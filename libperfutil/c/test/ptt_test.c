@@ -205,7 +205,7 @@ static void test_agreement(void)
 	if (rc)
 		return;
 	CHECK(PttInterruptsFactoredOut() == 0, "daemon backend claims interrupts factored out");
-	CHECK(PttBackend() && strcmp(PttBackend(), "perf") == 0, "PttBackend: %s", PttBackend() ? PttBackend() : "NULL");
+	CHECK(PttBackend() && strcmp(PttBackend(), "daemon") == 0, "PttBackend: %s", PttBackend() ? PttBackend() : "NULL");
 	CHECK(PttNoSyscallRead() == 1, "task-clock and context-switches should be read without a system call");
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	enum { N = 2, ATTEMPTS = 3 };
