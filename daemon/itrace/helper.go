@@ -24,8 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-
-	itracectl "perfinsp/libperfutil/itrace"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
+	itracectl "perfinsp/libperfutil/itrace"
 )
 
 // HelperArg is the first argument that makes the daemon's binary (or a
