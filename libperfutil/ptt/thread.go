@@ -3,6 +3,8 @@ package ptt
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Read kinds: how one counter is read (chosen when the thread opens it).
@@ -34,21 +36,23 @@ type counter struct {
 	read func(c *counter) uint64
 }
 
-// Offsets in struct perf_event_mmap_page (include/uapi/linux/perf_event.h).
+// Offsets in struct perf_event_mmap_page, from x/sys's mirror of it.
+var mmapPage unix.PerfEventMmapPage
+
 const (
-	pgLock        = 8
-	pgIndex       = 12
-	pgOffset      = 16
-	pgTimeEnabled = 24
-	pgTimeRunning = 32
-	pgCaps        = 40
-	pgPMCWidth    = 48
-	pgTimeShift   = 50
-	pgTimeMult    = 52
-	pgTimeOffset  = 56
-	pgDataHead    = 1024
-	pgDataOffset  = 1040
-	pgDataSize    = 1048
+	pgLock        = unsafe.Offsetof(mmapPage.Lock)
+	pgIndex       = unsafe.Offsetof(mmapPage.Index)
+	pgOffset      = unsafe.Offsetof(mmapPage.Offset)
+	pgTimeEnabled = unsafe.Offsetof(mmapPage.Time_enabled)
+	pgTimeRunning = unsafe.Offsetof(mmapPage.Time_running)
+	pgCaps        = unsafe.Offsetof(mmapPage.Capabilities)
+	pgPMCWidth    = unsafe.Offsetof(mmapPage.Pmc_width)
+	pgTimeShift   = unsafe.Offsetof(mmapPage.Time_shift)
+	pgTimeMult    = unsafe.Offsetof(mmapPage.Time_mult)
+	pgTimeOffset  = unsafe.Offsetof(mmapPage.Time_offset)
+	pgDataHead    = unsafe.Offsetof(mmapPage.Data_head)
+	pgDataOffset  = unsafe.Offsetof(mmapPage.Data_offset)
+	pgDataSize    = unsafe.Offsetof(mmapPage.Data_size)
 
 	capUserRdpmc = 1 << 2
 	capUserTime  = 1 << 3
