@@ -3,7 +3,6 @@ package a2n
 import (
 	"debug/elf"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -14,7 +13,7 @@ import (
 // caller naming each start once relies on.
 func TestSymbolStartAgreesWithSymbol(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a2n")
-	for _, path := range realModules(t, append([]string{filepath.Join(runtime.GOROOT(), "bin", "go")}, benchLibs...)) {
+	for _, path := range realModules(t, append([]string{goBinary(t)}, benchLibs...)) {
 		loadModule(path, dir) // stores the table: the next load reads it
 		for _, m := range []*Module{loadModule(path, ""), loadModule(path, dir)} {
 			if m.Err != nil {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -58,7 +57,7 @@ func sameSymbols(t *testing.T, path string, a, b *Module) int {
 // libraries (.dynsym, PLT stubs, .eh_frame ranges), a large C program.
 func TestTableCacheNamesAsParsed(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a2n")
-	for _, path := range realModules(t, append([]string{filepath.Join(runtime.GOROOT(), "bin", "go"), "/usr/lib/gcc/x86_64-linux-gnu/12/cc1"}, benchLibs...)) {
+	for _, path := range realModules(t, append([]string{goBinary(t), "/usr/lib/gcc/x86_64-linux-gnu/12/cc1"}, benchLibs...)) {
 		parsed := loadModule(path, "")
 		if _, hit := cachedLoad(t, path, dir); hit {
 			t.Fatalf("%s: a hit in an empty cache", path)
@@ -341,4 +340,17 @@ func TestTableCachePrunes(t *testing.T) {
 			t.Errorf("%s: left %v, want %v", c.what, got, c.want)
 		}
 	}
+}
+
+// goBinary is the go command the tests run with: a large real Go binary.
+func goBinary(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command: %v", err)
+	}
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		p = r
+	}
+	return p
 }

@@ -90,17 +90,6 @@ func needTool(t *testing.T, name string) string {
 	return p
 }
 
-// buildExample compiles examples/itrace.c with extra flags.
-func buildExample(t *testing.T, dir string, flags ...string) string {
-	needTool(t, "gcc")
-	out := filepath.Join(dir, "itrace")
-	args := append([]string{"-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-pthread", "-o", out, "../../examples/itrace.c", "-lm"}, flags...)
-	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, b)
-	}
-	return out
-}
-
 // startStopped starts prog stopped just before its exec (as run.itrace
 // does) and returns the command.
 func startStopped(t *testing.T, prog string, args ...string) *exec.Cmd {

@@ -41,7 +41,8 @@ func hostile(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fh.WriteString("\x7fELF not a trace"); err == nil {
+	_, err = fh.WriteString("\x7fELF not a trace")
+	if err == nil {
 		err = fh.Truncate(64 << 30)
 	}
 	fh.Close()

@@ -58,39 +58,37 @@ func (r *Reader) Next() (rec Record, ok bool, err error) {
 // NextInto reads the next record into rec without allocating; rec.Fixed is
 // valid until the next call.
 func (r *Reader) NextInto(rec *Record) (ok bool, err error) {
-	for {
-		if r.off >= len(r.buf) {
-			return false, nil
-		}
-		rest := r.buf[r.off:]
-		if len(rest) >= 2 && binary.LittleEndian.Uint16(rest) == 0 {
-			// Padding: the rest of the segment must be zero.
-			for i, c := range rest {
-				if c != 0 {
-					return false, &DecodeError{r.Offset() + int64(i), "non-zero bytes after a zero record header"}
-				}
+	if r.off >= len(r.buf) {
+		return false, nil
+	}
+	rest := r.buf[r.off:]
+	if len(rest) >= 2 && binary.LittleEndian.Uint16(rest) == 0 {
+		// Padding: the rest of the segment must be zero.
+		for i, c := range rest {
+			if c != 0 {
+				return false, &DecodeError{r.Offset() + int64(i), "non-zero bytes after a zero record header"}
 			}
-			r.off = len(r.buf)
-			return false, nil
 		}
-		n, err := DecodeInto(rest, r.Offset(), rec, r.scratch[:])
-		if err != nil {
-			return false, err
+		r.off = len(r.buf)
+		return false, nil
+	}
+	n, err := DecodeInto(rest, r.Offset(), rec, r.scratch[:])
+	if err != nil {
+		return false, err
+	}
+	r.off += n
+	rec.CPU = r.cpu
+	rec.MTE = r.mte
+	if rec.Major == MajorSys && rec.Minor == SysTimeHigh {
+		if len(rec.Fixed) < 1 {
+			return false, &DecodeError{r.Offset() - int64(n), "TIME_HIGH record without a value"}
 		}
-		r.off += n
-		rec.CPU = r.cpu
-		rec.MTE = r.mte
-		if rec.Major == MajorSys && rec.Minor == SysTimeHigh {
-			if len(rec.Fixed) < 1 {
-				return false, &DecodeError{r.Offset() - int64(n), "TIME_HIGH record without a value"}
-			}
-			r.high = rec.Fixed[0] << 32
-			rec.Time = r.high | rec.Time
-			return true, nil
-		}
-		rec.Time |= r.high
+		r.high = rec.Fixed[0] << 32
+		rec.Time = r.high | rec.Time
 		return true, nil
 	}
+	rec.Time |= r.high
+	return true, nil
 }
 
 // NextOf reads the next record only if it is a whole record of code
@@ -180,7 +178,6 @@ type Writer struct {
 	Buf      []byte
 	high     uint64
 	haveHigh bool
-	scratch  [8]uint64
 }
 
 // Reset empties the buffer and forces a TIME_HIGH record before the next record.

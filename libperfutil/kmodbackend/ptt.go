@@ -48,7 +48,7 @@ func PttInit(fd int, ms []PttMetric) error {
 	}
 	a := pttInitArg{NMetrics: uint32(len(ms))}
 	for i, m := range ms {
-		a.M[i] = pttMetric{Kind: m.Kind, Type: m.Type, Config: m.Config}
+		a.M[i] = pttMetric(m)
 	}
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), iocPttInit, uintptr(unsafe.Pointer(&a))); e != 0 {
 		return fmt.Errorf("PTT_INIT: %w", e)

@@ -57,7 +57,6 @@ const (
 	capUserRdpmc = 1 << 2
 	capUserTime  = 1 << 3
 
-	switchRecSize = 16 // header + sample_id time
 )
 
 func ld32(p unsafe.Pointer, off uintptr) uint32 {

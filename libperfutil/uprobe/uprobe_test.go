@@ -141,7 +141,7 @@ func TestProbeCountsCallsAndReturnAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	const calls = 100
-	callProbed(calls)
+	_ = callProbed(calls)
 	var tops []uint64
 	ring.Drain(func(typ uint32, _ uint16, b []byte) {
 		if typ != unix.PERF_RECORD_SAMPLE {
@@ -249,7 +249,7 @@ func TestGroupedProbeReadsCounter(t *testing.T) {
 		}
 	}
 	for i := 0; i < 5; i++ {
-		probed(i)
+		_ = probed(i)
 		spin(2 * time.Millisecond)
 	}
 	var reads []uint64

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"perfinsp/format/trace"
@@ -59,19 +60,14 @@ func TestUsageErrorsNeedNoBackend(t *testing.T) {
 
 func TestAboveIdle(t *testing.T) {
 	var out, errb bytes.Buffer
-	done := make(chan struct{})
+	var done atomic.Bool
 	go func() {
 		// Keep one CPU busy so the report has something to show.
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		for !done.Load() {
 		}
 	}()
 	code := run([]string{"swtrace", "aboveidle", "-i", "0.5", "-n", "1"}, &out, &errb)
-	close(done)
+	done.Store(true)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}

@@ -155,17 +155,6 @@ func TestPttDescriptorsBounded(t *testing.T) {
 	t.Logf("daemon descriptors: %d at start, peak %d; %d rows (%d exited) after 6,400 threads; errors %v", base, peak, len(d.Threads), exited, d.Errors)
 }
 
-// schedRun is a process's CPU time so far (ns).
-func schedRun(pid int) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	n, _ := strconv.ParseInt(f[0], 10, 64)
-	return n
-}
-
 // busyAt starts the busy process mk returns with pid want, or returns nil
 // after many tries (other processes of the machine take pids too).
 func busyAt(t *testing.T, want int, mk func() *exec.Cmd) *exec.Cmd {
