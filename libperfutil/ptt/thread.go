@@ -56,7 +56,6 @@ const (
 
 	capUserRdpmc = 1 << 2
 	capUserTime  = 1 << 3
-
 )
 
 func ld32(p unsafe.Pointer, off uintptr) uint32 {
