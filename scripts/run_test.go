@@ -5,6 +5,7 @@ package scripts
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -484,6 +485,57 @@ func TestRunITraceBufferFills(t *testing.T) {
 	rep, err := os.ReadFile(filepath.Join(e.Dir, "itrace.out"))
 	if err != nil || !bytes.Contains(rep, []byte("instructions")) {
 		t.Errorf("no itrace.out of what was recorded: %v\n%s", err, rep)
+	}
+	if s := e.state(); s == "on" {
+		t.Error("the facility is left on")
+	}
+}
+
+// TestRunITraceBounded: in command mode --max-insns ends the tracing
+// after that many instructions and -s after that many seconds (printing
+// progress meanwhile); the command then runs on natively to its end, its
+// exit code kept, and what was traced is written and posted.
+func TestRunITraceBounded(t *testing.T) {
+	e := setup(t)
+	// about 2,000 instructions an iteration: minutes single-stepped, a
+	// moment natively
+	loop := func(n, code int) []string {
+		return []string{"sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do i=$((i+1)); done; exit %d", n, code)}
+	}
+	const max = 300000
+	r := e.start(e.Dir, "run.itrace", append([]string{"--max-insns", strconv.Itoa(max), "--"}, loop(100000, 7)...)...)
+	if code := r.wait(t, 5*time.Minute); code != 7 {
+		t.Fatalf("--max-insns: exit %d, want the program's 7\n%s", code, r.stderr.String())
+	}
+	if !strings.Contains(r.stderr.String(), fmt.Sprintf("tracing ended at --max-insns %d", max)) {
+		t.Errorf("--max-insns: no line saying the limit ended the tracing:\n%s", r.stderr.String())
+	}
+	rep, err := os.ReadFile(filepath.Join(e.Dir, "itrace.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`: (\d+) instructions,`).FindSubmatch(rep)
+	if m == nil {
+		t.Fatalf("itrace.out has no instruction count:\n%.400s", rep)
+	}
+	if n, _ := strconv.Atoi(string(m[1])); n < max || n > max+64 {
+		t.Errorf("--max-insns %d: itrace.out holds %d instructions", max, n)
+	}
+
+	dir := filepath.Join(e.Dir, "seconds")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = e.start(dir, "run.itrace", append([]string{"-s", "12", "--"}, loop(100000, 6)...)...)
+	if code := r.wait(t, 5*time.Minute); code != 6 {
+		t.Fatalf("-s: exit %d, want the program's 6\n%s", code, r.stderr.String())
+	}
+	out := r.stderr.String()
+	if !strings.Contains(out, "12 s: tracing stopped (-s)") || !regexp.MustCompile(`run\.itrace: 1\d s: \d+ records so far`).MatchString(out) {
+		t.Errorf("-s 12: no line saying the time ended the tracing, or no progress line:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "itrace.out")); err != nil {
+		t.Errorf("-s: itrace.out not written: %v", err)
 	}
 	if s := e.state(); s == "on" {
 		t.Error("the facility is left on")

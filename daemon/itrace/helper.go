@@ -64,6 +64,7 @@ type helperOptions struct {
 	AtExec       bool           `json:"at_exec,omitempty"`
 	Step         itracectl.Step `json:"step,omitempty"`
 	MaxThreads   int            `json:"max_threads,omitempty"`
+	MaxInsns     uint64         `json:"max_insns,omitempty"`
 }
 
 type attachMsg struct {
@@ -215,7 +216,7 @@ func HelperMain() int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	tr, err := Start(Options{PIDs: o.PIDs, TIDs: o.TIDs, OptionalPIDs: o.OptionalPIDs, Follow: o.Follow,
-		AtExec: o.AtExec, Step: o.Step, MaxThreads: o.MaxThreads, Log: sink.logf}, sink)
+		AtExec: o.AtExec, Step: o.Step, MaxThreads: o.MaxThreads, MaxInsns: o.MaxInsns, Log: sink.logf}, sink)
 	if err != nil {
 		sink.send(frameAttached, attachMsg{Err: err.Error()})
 		return 1
@@ -337,7 +338,7 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 	rm := &remote{proc: cmd.Process, conn: conn, sink: sink, log: logf, done: make(chan struct{}), attached: make(chan attachMsg, 1)}
 	go rm.logStderr(errR)
 	o, _ := json.Marshal(helperOptions{PIDs: opts.PIDs, TIDs: opts.TIDs, OptionalPIDs: opts.OptionalPIDs,
-		Follow: opts.Follow, AtExec: opts.AtExec, Step: opts.Step, MaxThreads: opts.MaxThreads})
+		Follow: opts.Follow, AtExec: opts.AtExec, Step: opts.Step, MaxThreads: opts.MaxThreads, MaxInsns: opts.MaxInsns})
 	_ = conn.SetWriteDeadline(time.Now().Add(helperAttachTimeout))
 	if _, err := conn.Write(appendFrame(nil, frameOptions, o)); err != nil {
 		_ = rm.proc.Kill()

@@ -232,7 +232,7 @@ func (m *Manager) On(c Caller, a itracectl.OnArgs) (itracectl.OnResult, error) {
 			return res, fmt.Errorf("the trace being recorded belongs to uid %d: only its owner (or root) may add ITrace records to it", o)
 		}
 	}
-	opts := Options{Follow: a.Follow, AtExec: a.AtExec, Step: a.Step, Log: m.Log, MaxThreads: MaxThreadsPerSession}
+	opts := Options{Follow: a.Follow, AtExec: a.AtExec, Step: a.Step, Log: m.Log, MaxThreads: MaxThreadsPerSession, MaxInsns: a.MaxInsns}
 	for _, pid := range a.PIDs {
 		if err := CanTrace(c, pid); err != nil {
 			return res, err
@@ -391,6 +391,7 @@ func (m *Manager) Off(c Caller, a itracectl.OffArgs) (itracectl.OffResult, error
 		res.Instructions += st.Instructions
 		res.Records += st.Records
 		res.ThreadsLeftOut += st.ThreadsLeftOut
+		res.LimitReached = res.LimitReached || st.LimitReached
 		res.StepCounts.Add(st.StepCounts)
 	}
 	if res.Sessions == 0 && (len(a.PIDs) > 0 || len(a.TIDs) > 0) {

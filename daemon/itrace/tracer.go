@@ -63,6 +63,9 @@ type Options struct {
 	// that would attach more fails; threads created past it run untraced
 	// (Stats.ThreadsLeftOut).
 	MaxThreads int
+	// MaxInsns, if > 0, ends the session once this many user instructions
+	// were traced: every thread is let go (Stats.LimitReached).
+	MaxInsns uint64
 
 	// emulateBTF (tests): block steps are single steps whose stops at
 	// a fall-through are taken silently, so the tracer sees only the
@@ -84,6 +87,8 @@ type Stats struct {
 	// ThreadsLeftOut: threads created past Options.MaxThreads, let go
 	// untraced.
 	ThreadsLeftOut int
+	// LimitReached: the session ended at Options.MaxInsns.
+	LimitReached bool
 
 	// Stepping (block.go): the mode and what the tracer found. Its
 	// emulated BTF (tests) checks blocks as verify does.
@@ -959,6 +964,12 @@ func (t *Tracer) loop() error {
 	defer flush()
 	stopping := false
 	for len(t.threads) > 0 {
+		if max := t.opts.MaxInsns; max > 0 && !stopping && t.insns() >= max {
+			t.mu.Lock()
+			t.stats.LimitReached = true
+			t.mu.Unlock()
+			t.stop.Store(true)
+		}
 		if t.stop.Load() && !stopping {
 			stopping = true
 			for _, th := range t.threads {
@@ -1240,3 +1251,7 @@ func getSiginfoCode(tid int) (int32, error) {
 	// struct siginfo: si_signo, si_errno, si_code (int each).
 	return int32(uint32(info[8]) | uint32(info[9])<<8 | uint32(info[10])<<16 | uint32(info[11])<<24), nil
 }
+
+// insns is the user instructions traced so far; only the tracer's own
+// goroutine (which counts them) calls it.
+func (t *Tracer) insns() uint64 { return t.stats.Instructions }

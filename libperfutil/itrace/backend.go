@@ -55,6 +55,9 @@ func onModule(b *kmodbackend.Backend, a OnArgs) (OnResult, error) {
 	if len(a.TIDs) > 0 {
 		return r, fmt.Errorf("itrace: the module traces single threads only as ITraceOn (the calling thread)")
 	}
+	if a.MaxInsns > 0 {
+		return r, fmt.Errorf("itrace: an instruction limit needs pitraced's tracer, not the module: bound the run in time instead (run.itrace -s), or PERFINSP_BACKEND=daemon")
+	}
 	n, skipped, err := b.ITraceOn(kmodbackend.ITraceSel{PIDs: a.PIDs, PIDsFrom: a.PIDsFrom, Follow: a.Follow, AtExec: a.AtExec, Step: string(a.Step)})
 	if err != nil {
 		return r, err

@@ -46,6 +46,9 @@ type OnArgs struct {
 	AtExec   bool  `json:"at_exec,omitempty"`   // start at the processes' next exec (run.itrace)
 	// Step: how the threads are stepped (StepAuto, StepSingle, StepVerify).
 	Step Step `json:"step,omitempty"`
+	// MaxInsns, if > 0, ends the session once it traced this many user
+	// instructions (the threads run on untraced). The ptrace path only.
+	MaxInsns uint64 `json:"max_insns,omitempty"`
 }
 
 // OnResult says what is traced.
@@ -71,6 +74,8 @@ type OffResult struct {
 	// ThreadsLeftOut: threads created past the per-session limit, which
 	// ran untraced (the ptrace path).
 	ThreadsLeftOut int `json:"threads_left_out,omitempty"`
+	// LimitReached: a session ended at its MaxInsns.
+	LimitReached bool `json:"limit_reached,omitempty"`
 
 	StepCounts // the ptrace path's stepping
 }

@@ -31,12 +31,13 @@ var itraceCommand = &cli.Command{
 		{
 			Name:      "on",
 			Usage:     "start tracing processes (all their threads)",
-			UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [--step auto|single|verify] [PID ...]",
+			UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [--max-insns N] [--step auto|single|verify] [PID ...]",
 			Flags: []cli.Flag{
 				&cli.IntSliceFlag{Name: "p", Aliases: []string{"pid"}, Usage: "trace process `PID` (repeat for more; bare PIDs also work)"},
 				&cli.IntFlag{Name: "pids-from", Usage: "trace every process with a pid >= `N` that exists now (PI's lowest pid)"},
 				&cli.BoolFlag{Name: "f", Aliases: []string{"follow"}, Usage: "also trace the children the traced processes fork"},
 				&cli.BoolFlag{Name: "at-exec", Usage: "attach now, trace from the processes' next exec (what run.itrace uses)"},
+				&cli.Uint64Flag{Name: "max-insns", Usage: "end the session once it traced `N` user instructions; the processes run on untraced (pitraced's tracer only)"},
 				&cli.StringFlag{Name: "step", Value: "auto", Usage: "`HOW` threads are stepped: auto block-steps (a trap per taken branch, BTF) " +
 					"where the CPU honours it and single-steps where not (TCG and most hypervisors ignore BTF: found on the first " +
 					"blocks, said at itrace off and in the daemon log); single always single-steps; verify single-steps and also " +
@@ -96,7 +97,7 @@ func cmdITraceOn(c *cli.Context) error {
 	if err := itraceBackend(c); err != nil {
 		return err
 	}
-	r, err := itrace.On(itrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec"), Step: step})
+	r, err := itrace.On(itrace.OnArgs{PIDs: pids, PIDsFrom: c.Int("pids-from"), Follow: c.Bool("f"), AtExec: c.Bool("at-exec"), Step: step, MaxInsns: c.Uint64("max-insns")})
 	if err != nil {
 		return err
 	}
@@ -122,6 +123,9 @@ func cmdITraceOff(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "itrace off: %d sessions, %d threads, %d instructions, %d records\n", r.Sessions, r.Threads, r.Instructions, r.Records)
 	if r.ThreadsLeftOut > 0 {
 		fmt.Fprintf(c.App.Writer, "itrace: %d threads created past the limit of threads per session ran untraced\n", r.ThreadsLeftOut)
+	}
+	if r.LimitReached {
+		fmt.Fprintf(c.App.Writer, "itrace: the session ended at its --max-insns limit; the processes ran on untraced\n")
 	}
 	if s := r.Stepping(); s != "" {
 		fmt.Fprintf(c.App.Writer, "itrace stepping: %s\n", s)
