@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,9 @@ type Analysis struct {
 	Cal   Calibration
 	Trees []*Tree
 	Proc  *Process
+	// Err is the first error reading a thread file (its tree then covers
+	// what was read, marked partial).
+	Err error
 }
 
 // Analyze builds every thread's tree with the inner / outer time measured
@@ -56,7 +60,10 @@ func AnalyzeWith(p *Process, cal Calibration) *Analysis {
 	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
 	nm := ProcessNamer(p)
 	for _, t := range p.Threads {
-		tr := Build(t, cal)
+		tr, err := BuildErr(t, cal)
+		if err != nil && a.Err == nil {
+			a.Err = err
+		}
 		tr.Root.Walk(func(n *Node) {
 			if n.Parent != nil {
 				n.Name = nm.Name(n.Fn)
@@ -351,72 +358,183 @@ func (a *Analysis) WritePprof(out io.Writer) error {
 	return s.Close()
 }
 
-type chromeEvent struct {
-	Name string  `json:"name"`
-	Ph   string  `json:"ph"`
-	Ts   float64 `json:"ts"`
-	Pid  int     `json:"pid"`
-	Tid  int     `json:"tid"`
-}
-
 // WriteChrome writes the entry/exit events as a Chrome/Perfetto trace
-// (JSON, B and E events; time is the thread's metric: µs for time metrics,
-// cycles / 1000 for the TSC). Calls the stack repair closed are ended at
-// the next event; calls still open at the end are ended at the last one.
+// (JSON trace-event format: B and E events, streamed from the thread
+// files). ts is the wall clock, CLOCK_MONOTONIC in µs, common to every
+// thread and process of the run: each event's time is that of the last
+// wall-clock anchor before it (libhookit writes one at a thread's first
+// event, at each buffer, and after the thread was scheduled out and in)
+// plus the metric since, in ns (Info.NsPerUnit; a metric that is no time
+// counts one ns per unit), never before the previous event. Each E event
+// carries the call's raw inclusive metric as its argument. Processes and
+// threads are named (M events). Calls the stack repair closed are ended
+// at the next event; calls still open at the end are ended at the last one.
 func (a *Analysis) WriteChrome(out io.Writer) error {
-	w := bufio.NewWriter(out)
-	if _, err := w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"); err != nil {
-		return fmt.Errorf("writing the trace: %w", err)
+	c := &chromeWriter{w: bufio.NewWriterSize(out, 256<<10), nm: ProcessNamer(a.Proc), names: map[uint64][]byte{},
+		metric: strconv.Quote(a.Info.Metric), scale: a.Info.NsPerUnit, first: true}
+	if c.scale <= 0 {
+		c.scale = 1
 	}
-	nm := ProcessNamer(a.Proc)
-	first := true
-	emit := func(e chromeEvent) {
-		b, _ := json.Marshal(e)
-		if !first {
-			w.WriteString(",\n")
+	c.w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
+	p := a.Proc
+	c.meta("process_name", p.Info.PID, p.Info.PID, processName(p))
+	for _, t := range p.Threads {
+		name := p.ThreadNames[t.TID]
+		if name == "" {
+			name = fmt.Sprintf("tid %d", t.TID)
 		}
-		first = false
-		w.Write(b)
+		c.meta("thread_name", p.Info.PID, t.TID, name)
 	}
-	for _, t := range a.Proc.Threads {
-		var stack []uint64
-		var last uint64
-		for _, e := range t.Events {
-			ts := float64(e.Early) / 1000
-			last = e.Late
-			switch e.Kind {
-			case KindEnter:
-				stack = append(stack, e.Fn)
-				emit(chromeEvent{Name: nm.Name(e.Fn), Ph: "B", Ts: ts, Pid: t.PID, Tid: t.TID})
-			case KindExit, KindExcExit:
-				i := len(stack) - 1
-				for i >= 0 && stack[i] != e.Fn {
-					i--
-				}
-				if i < 0 {
-					continue
-				}
-				for len(stack) > i {
-					emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
-					stack = stack[:len(stack)-1]
-				}
-			case KindMark:
-				if e.Fn == MarkEnd || e.Fn == MarkStart {
-					for len(stack) > 0 {
-						emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
-						stack = stack[:len(stack)-1]
-					}
-				}
-			}
-		}
-		for len(stack) > 0 {
-			emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: float64(last) / 1000, Pid: t.PID, Tid: t.TID})
-			stack = stack[:len(stack)-1]
+	for _, t := range p.Threads {
+		if err := c.thread(t); err != nil {
+			return fmt.Errorf("writing the trace: %w", err)
 		}
 	}
-	w.WriteString("\n]}\n")
-	if err := w.Flush(); err != nil {
+	c.w.WriteString("\n]}\n")
+	if err := c.w.Flush(); err != nil {
 		return fmt.Errorf("writing the trace: %w", err)
 	}
 	return nil
+}
+
+func processName(p *Process) string {
+	if p.Info.Exe != "" {
+		return filepath.Base(p.Info.Exe)
+	}
+	return fmt.Sprintf("pid %d", p.Info.PID)
+}
+
+// chromeWriter writes trace events by hand (no reflection per event).
+type chromeWriter struct {
+	w      *bufio.Writer
+	nm     *Namer
+	names  map[uint64][]byte // function id -> its name, quoted
+	metric string            // the argument's key, quoted
+	scale  float64
+	first  bool
+	num    []byte
+	// the thread being written
+	pid, tid        int
+	anchor, anchorM uint64 // the last wall-clock anchor (ns) and the metric there
+	anchored        bool
+	lastTs          float64
+	stack           []chromeFrame
+}
+
+type chromeFrame struct {
+	fn    uint64
+	start uint64 // the metric when the call began (its entry's late read)
+}
+
+func (c *chromeWriter) sep() {
+	if !c.first {
+		c.w.WriteString(",\n")
+	}
+	c.first = false
+}
+
+func (c *chromeWriter) meta(what string, pid, tid int, name string) {
+	c.sep()
+	fmt.Fprintf(c.w, "{\"name\":%q,\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":%s}}", what, pid, tid, jsonString(name))
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (c *chromeWriter) name(fn uint64) []byte {
+	n, ok := c.names[fn]
+	if !ok {
+		n = []byte(jsonString(c.nm.Name(fn)))
+		c.names[fn] = n
+	}
+	return n
+}
+
+// ts is the wall-clock time of metric value m in µs.
+func (c *chromeWriter) ts(m uint64) float64 {
+	var ns float64
+	if m >= c.anchorM {
+		ns = float64(c.anchor) + float64(m-c.anchorM)*c.scale
+	} else {
+		ns = float64(c.anchor) - float64(c.anchorM-m)*c.scale
+	}
+	t := ns / 1000
+	if t < c.lastTs {
+		t = c.lastTs
+	}
+	c.lastTs = t
+	return t
+}
+
+func (c *chromeWriter) event(ph byte, fn uint64, ts float64, incl uint64, withArg bool) {
+	c.sep()
+	b := append(c.num[:0], `{"name":`...)
+	b = append(b, c.name(fn)...)
+	b = append(b, `,"ph":"`...)
+	b = append(b, ph)
+	b = append(b, `","ts":`...)
+	b = strconv.AppendFloat(b, ts, 'f', 3, 64)
+	b = append(b, `,"pid":`...)
+	b = strconv.AppendInt(b, int64(c.pid), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendInt(b, int64(c.tid), 10)
+	if withArg {
+		b = append(b, `,"args":{`...)
+		b = append(b, c.metric...)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, incl, 10)
+		b = append(b, '}')
+	}
+	b = append(b, '}')
+	c.num = b
+	c.w.Write(b)
+}
+
+// end closes the frames above depth i at metric m.
+func (c *chromeWriter) end(i int, m uint64) {
+	ts := c.ts(m)
+	for len(c.stack) > i {
+		f := c.stack[len(c.stack)-1]
+		incl := uint64(0)
+		if m > f.start {
+			incl = m - f.start
+		}
+		c.event('E', f.fn, ts, incl, true)
+		c.stack = c.stack[:len(c.stack)-1]
+	}
+}
+
+func (c *chromeWriter) thread(t *Thread) error {
+	c.pid, c.tid = t.PID, t.TID
+	c.anchor, c.anchorM, c.anchored, c.lastTs = 0, 0, false, 0
+	c.stack = c.stack[:0]
+	var last uint64
+	err := t.Each(func(e *Event) {
+		if e.Wall != 0 || !c.anchored {
+			// (a file of the format before the anchors: the metric alone)
+			c.anchor, c.anchorM, c.anchored = e.Wall, e.Early, true
+		}
+		last = e.Late
+		switch e.Kind {
+		case KindEnter:
+			c.event('B', e.Fn, c.ts(e.Early), 0, false)
+			c.stack = append(c.stack, chromeFrame{fn: e.Fn, start: e.Late})
+		case KindExit, KindExcExit:
+			i := len(c.stack) - 1
+			for i >= 0 && c.stack[i].fn != e.Fn {
+				i--
+			}
+			if i >= 0 {
+				c.end(i, e.Early)
+			}
+		case KindMark:
+			if e.Fn == MarkEnd || e.Fn == MarkStart {
+				c.end(0, e.Early)
+			}
+		}
+	})
+	c.end(0, last)
+	return err
 }

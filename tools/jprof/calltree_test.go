@@ -161,7 +161,7 @@ func TestCalltreeDemo(t *testing.T) {
 		if out, err := c.CombinedOutput(); err != nil || !strings.Contains(string(out), "JProfDemo done") {
 			t.Fatalf("java: %v\n%s", err, out)
 		}
-		threads, _ := report(t, root, dir, "--cal", "minima")
+		threads, _ := report(t, root, dir, "--cal", "minima", "--chrome")
 		for _, rows := range threads {
 			for _, r := range rows {
 				if r.name == "JProfDemo.empty" {
