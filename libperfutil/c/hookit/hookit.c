@@ -52,13 +52,14 @@ struct hk_thread {
 	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
 	uint64_t last_early;  /* its early read */
 	uint64_t last_sp;     /* the last stack pointer recorded */
-	int need_sync;        /* the next event starts with a sync */
-	int need_wall;        /* the next event gets a wall-clock anchor */
-	uint64_t sched;       /* hk_sched_mark() at the last anchor */
-	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
+	uint8_t need_sync;    /* the next event starts with a sync */
+	uint8_t need_wall;    /* the next event gets a wall-clock anchor */
 	int busy;             /* 1: inside the hook; 2: finished (shutdown, exit) */
 	int closing;          /* a shutdown is finishing the file: record nothing */
 	unsigned gen;         /* reset generation last marked */
+	uint64_t sched;       /* hk_sched_mark() at the last anchor */
+	/* (the first cache line ends here) */
+	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
@@ -70,6 +71,9 @@ static uint64_t read_zero(void);
 typedef uint64_t (*hk_read_fn)(void);
 /* The metric read: read_zero until start-up is done. */
 static hk_read_fn hk_read = read_zero;
+/* How the hooks read it: 0 through hk_read, 1 the TSC, 2 the fast
+ * task-clock (both inline: no indirect call). Set with hk_read. */
+static int hk_read_kind;
 static volatile int hk_ready;
 /* The PTT backend is the module: dispatches and interrupts are in the
  * thread's work area. */
@@ -154,13 +158,15 @@ HK_NOINSTR static uint64_t mono_ns(void)
  */
 #define HK_FAST_MARGIN 1000000000ull
 static uint64_t hk_tsc0, hk_mono0, hk_mult32; /* ns per TSC cycle << 32 */
+/* The switch ring's head the fast read saw last (hk_sched_mark). */
+static __thread uint64_t hk_head __attribute__((tls_model("initial-exec")));
 
 HK_NOINSTR static inline uint64_t tsc_mono(void)
 {
 	return hk_mono0 + (uint64_t)(((unsigned __int128)(__rdtsc() - hk_tsc0) * hk_mult32) >> 32);
 }
 
-HK_NOINSTR static uint64_t read_ptt_fast(void)
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void)
 {
 	struct PttThreadState *s = PttSelf;
 	const struct PttCounter *c = &s->c[0];
@@ -179,20 +185,29 @@ HK_NOINSTR static uint64_t read_ptt_fast(void)
 		uint64_t v = run + (now >= at ? now - at : 0);
 
 		hk_barrier();
-		if (__builtin_expect(*s->lock == seq, 1))
+		if (__builtin_expect(*s->lock == seq, 1)) {
+			hk_head = head;
 			return v;
+		}
 	}
+}
+
+HK_NOINSTR static uint64_t read_ptt_fast(void)
+{
+	return read_ptt_fast_inline();
 }
 
 /* A value that changes when the thread was scheduled out and in again
  * since the last look (the next event gets a wall-clock anchor): the
  * head of its switch-record ring (daemon backend), its dispatch count
  * (module); 0 where there is neither (rdtsc: the TSC is a wall clock). */
-static int hk_sched_kind; /* 0 none, 1 switch ring, 2 module area */
+static int hk_sched_kind; /* 0 none, 1 switch ring, 2 module area, 3 the fast read's */
 HK_NOINSTR static inline uint64_t hk_sched_mark(void)
 {
 	const struct PttCounter *c;
 
+	if (hk_sched_kind == 3)
+		return hk_head;
 	if (!hk_sched_kind)
 		return 0;
 	c = &PttSelf->c[0];
@@ -213,6 +228,20 @@ HK_NOINSTR static uint64_t read_ptt(void)
 HK_NOINSTR static uint64_t read_tsc(void)
 {
 	return __rdtsc();
+}
+
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void);
+
+/* The hooks' read. */
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t hk_now(void)
+{
+	switch (hk_read_kind) {
+	case 1:
+		return __rdtsc();
+	case 2:
+		return read_ptt_fast_inline();
+	}
+	return hk_read();
 }
 
 HK_NOINSTR static pid_t gettid_(void)
@@ -434,7 +463,7 @@ static int hk_two_reads;
  * was the common one. Slow work (a thread's first event, a buffer
  * written, a marker, a wall-clock anchor) is always closed by a late
  * read, so that it is charged to no one. */
-HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 {
 	struct hk_thread *t = hk_self;
 	int slow = hk_two_reads;
@@ -456,7 +485,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		/* The early read of the thread's first event came before its
 		 * counters existed: take a fresh one (nothing is charged before
 		 * the first event). */
-		early = hk_read();
+		early = hk_now();
 		slow = 1;
 	}
 	if (__builtin_expect(t->busy, 0)) { /* a signal handler inside the hook */
@@ -546,26 +575,26 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
  */
 HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 {
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late;
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
 			__builtin_frame_address(0), early);
 	if (__builtin_expect(late != NULL, 0))
-		*late = hk_read();
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 {
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late;
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
 			__builtin_frame_address(0), early);
 	if (__builtin_expect(late != NULL, 0))
-		*late = hk_read();
+		*late = hk_now();
 }
 
 /*
@@ -580,40 +609,40 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_ENTER, type);
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
 	if (__builtin_expect(late != NULL, 0))
-		*late = hk_read();
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXIT, type);
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
 	if (__builtin_expect(late != NULL, 0))
-		*late = hk_read();
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
 	if (__builtin_expect(late != NULL, 0))
-		*late = hk_read();
+		*late = hk_now();
 }
 
 /* A marker record (start, end, reset, flush) in the calling thread. */
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early);
 	if (__builtin_expect(late != NULL, 0))
-		*late = hk_read();
+		*late = hk_now();
 }
 
 /* ---- calibration: inner and outer time, measured with the hooks ---- */
@@ -1033,6 +1062,7 @@ HK_NOINSTR static void tsc_pair(uint64_t *tsc, uint64_t *mono)
 {
 	uint64_t best = ~0ULL;
 
+	*tsc = *mono = 0;
 	for (int i = 0; i < 5; i++) {
 		uint64_t a = __rdtsc(), m = mono_ns(), b = __rdtsc();
 
@@ -1044,7 +1074,7 @@ HK_NOINSTR static void tsc_pair(uint64_t *tsc, uint64_t *mono)
 HK_NOINSTR static int tsc_rate(void)
 {
 	char cs[32] = "";
-	uint64_t t0, m0, t1, m1;
+	uint64_t t0 = 0, m0 = 0, t1 = 0, m1 = 0;
 	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
 
 	if (fd >= 0) {
@@ -1100,6 +1130,7 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		return -1;
 	if (!strcmp(hk_metric, "rdtsc")) {
 		hk_read = read_tsc;
+		hk_read_kind = 1;
 		if (tsc_rate() == 0)
 			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
 	} else {
@@ -1118,8 +1149,11 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		hk_sched_kind = hk_dsin ? 2 : 1;
 		if (!strcmp(hk_metric, "task-clock") || !strcmp(hk_metric, "cpu-clock"))
 			hk_ns_per_unit = 1;
-		if (!hk_dsin && hk_ns_per_unit == 1 && tsc_rate() == 0 && fast_read_ok())
+		if (!hk_dsin && hk_ns_per_unit == 1 && tsc_rate() == 0 && fast_read_ok()) {
 			hk_read = read_ptt_fast;
+			hk_read_kind = 2;
+			hk_sched_kind = 3;
+		}
 		if (hk_dsin && !strcmp(hk_metric, "tsc") && tsc_rate() == 0)
 			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
 	}
