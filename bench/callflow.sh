@@ -51,6 +51,17 @@ for m in rdtsc task-clock; do # the default metric last: its files stay for the 
 done
 run rep-hk - bin/hookit report -i "$tmp/hk" -o "$tmp/hk"
 calls=$(awk '$1 ~ /^[0-9]+$/ && NF >= 6 {c += $1} END {print c}' "$tmp/hk/log-gen")
+# What remains after the calibration: the calibrated total (task-clock ns)
+# against the plain run's CPU time (perf stat's task-clock where perf runs,
+# finer than /usr/bin/time's 10 ms), and the sum of log-gen's error bars.
+base=$(awk '$1 == "total" && $2 == "BASE" {print $3}' "$tmp/hk/log-gen")
+errsum=$(awk '$1 ~ /^[0-9]+$/ && NF >= 7 {e += $3} END {printf "%.0f", e}' "$tmp/hk/log-gen")
+if plain_ns=$(perf stat -x, -e task-clock -r "$RUNS" "$EX" "$N" 2>&1 >/dev/null | awk -F, '$3 == "task-clock" && $1 > 0 {printf "%.0f", $1 * 1e6; f = 1} END {exit !f}'); then
+	plain_src="perf stat task-clock, mean of $RUNS"
+else
+	plain_ns=$(med plain 2)
+	plain_src="/usr/bin/time, 10 ms resolution"
+fi
 run rep-hk-chrome - bin/hookit report --chrome -i "$tmp/hk" -o "$tmp/hk"
 chrome_bytes=$(stat -c %s "$tmp/hk/callflow.trace.json")
 run uftrace "$tmp/uf" uftrace record -d "$tmp/uf" "$EX" "$N"
@@ -74,6 +85,8 @@ for m in task-clock rdtsc; do
 	awk -v a="$(med hk-$m 2)" -v b="$(med uftrace 2)" -v p="$pcpu" -v wa="$(med hk-$m 1)" -v wb="$(med uftrace 1)" -v wp="$pwall" -v m=$m \
 		'BEGIN {printf "hookit (%s) / uftrace per-call cost: cpu %.2f, wall %.2f (target <= 0.33)\n", m, (a - p) / (b - p), (wa - wp) / (wb - wp)}'
 done
+awk -v b="$base" -v p="$plain_ns" -v c="$calls" -v e="$errsum" -v src="$plain_src" \
+	'BEGIN {printf "after calibration (task-clock): calibrated total %.1f ms, plain run %.1f ms (%s): residual %.2f ns per call; sum of log-gen ERR %.1f ms (%.2f ns per call)\n", b / 1e6, p / 1e6, src, (b - p) / c, e / 1e6, e / c}'
 ms() { awk -v t="$(med "$1" "$2")" 'BEGIN {printf "%.0f", t / 1e6}'; }
 echo
 echo "reports of the same $calls calls (median of $RUNS):"

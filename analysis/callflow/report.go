@@ -192,6 +192,25 @@ type FlatRow struct {
 	Base, Cum uint64 // Cum: outermost activations only (recursion is not counted twice)
 	Rough     uint64
 	IN        uint64 // interrupts while it was on top (kmod backend; 0 elsewhere)
+	Callees   uint64 // calls it made
+	// Err is the error bar of Base (Analysis.ErrorBar).
+	Err float64
+}
+
+// ErrorBar is how far the start-up calibration of calls activations
+// making callees calls may be off: what each takes off is the minimum of
+// 100 batch averages of empty pairs (t_I per call, t_O per callee), and a
+// program's calls pay up to the median of those averages or more (the
+// hooks' cache and branch-predictor state in real code). The bar is the
+// spread between the two, per call and per callee: calls * (median t_I -
+// t_I) + callees * (median t_O - t_O). 0 under the sequence minima or no
+// calibration (exact metrics, or raw figures).
+func (a *Analysis) ErrorBar(calls, callees uint64) float64 {
+	if a.Cal.Minima != nil || (a.Cal.Inner == 0 && a.Cal.Outer == 0) {
+		return 0
+	}
+	in := a.Info
+	return float64(calls)*max(in.TInnerMed-in.TInner, 0) + float64(callees)*max(in.TOuterMed-in.TOuter, 0)
 }
 
 // Flat aggregates every thread's tree by function.
@@ -207,6 +226,7 @@ func (a *Analysis) Flat() []FlatRow {
 					rows[n.Name] = r
 				}
 				r.Calls += n.Calls
+				r.Callees += n.Callees
 				r.Base += n.Base
 				r.Rough += n.Rough
 				r.IN += n.IN
@@ -236,6 +256,7 @@ func (a *Analysis) Flat() []FlatRow {
 	}
 	out := make([]FlatRow, 0, len(rows))
 	for _, r := range rows {
+		r.Err = a.ErrorBar(r.Calls, r.Callees)
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -252,14 +273,19 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	total := a.Total()
 	fmt.Fprintf(w, "perfinsp call flow (log-gen)  pid %d  %s  metric %s (%s), calibrated\n", a.Info.PID, a.Info.Exe, a.Info.Metric, a.unit())
-	fmt.Fprintf(w, " total BASE %d over %d threads\n\n", total, len(a.Trees))
-	fmt.Fprintf(w, " %10s %14s %14s %14s %7s  %s\n", "CALLS", "BASE", "CUM", "RAW", "%BASE", "NAME")
+	fmt.Fprintf(w, " total BASE %d over %d threads\n", total, len(a.Trees))
+	if a.Cal.Minima == nil && (a.Cal.Inner != 0 || a.Cal.Outer != 0) {
+		fmt.Fprintf(w, " ERR: BASE's error bar, the start-up calibration's spread: calls * %.2f + callees * %.2f (median - minimum of t_I, t_O)\n",
+			max(a.Info.TInnerMed-a.Info.TInner, 0), max(a.Info.TOuterMed-a.Info.TOuter, 0))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, " %10s %14s %10s %14s %14s %7s  %s\n", "CALLS", "BASE", "ERR", "CUM", "RAW", "%BASE", "NAME")
 	for _, r := range a.Flat() {
 		p := 0.0
 		if total > 0 {
 			p = 100 * float64(r.Base) / float64(total)
 		}
-		fmt.Fprintf(w, " %10d %14d %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Cum, r.Rough, p, r.Name)
+		fmt.Fprintf(w, " %10d %14d %10.0f %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Err, r.Cum, r.Rough, p, r.Name)
 	}
 	return w.Flush()
 }

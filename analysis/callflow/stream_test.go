@@ -162,3 +162,37 @@ func TestChromeTraceWallClockAndNames(t *testing.T) {
 		}
 	}
 }
+
+// log-gen's ERR: calls * (median t_I - t_I) + callees * (median t_O - t_O)
+// under the start-up calibration; 0 under the sequence minima.
+func TestLogGenErrorBar(t *testing.T) {
+	evs := []Event{
+		{Kind: KindEnter, Fn: 0xa, SP: 1 << 20, Early: 0, Late: 0},
+	}
+	ts := uint64(100)
+	for i := 0; i < 3; i++ {
+		evs = append(evs, Event{Kind: KindEnter, Fn: 0xb, SP: 1<<20 - 32, Early: ts, Late: ts},
+			Event{Kind: KindExit, Fn: 0xb, SP: 1<<20 - 32, Early: ts + 50, Late: ts + 50})
+		ts += 100
+	}
+	evs = append(evs, Event{Kind: KindExit, Fn: 0xa, SP: 1 << 20, Early: ts, Late: ts})
+	p := &Process{Info: Info{PID: 7, Metric: "task-clock", TInner: 10, TInnerMed: 12, TOuter: 5, TOuterMed: 6},
+		Names: map[uint64]string{0xa: "main", 0xb: "f"}, Threads: []*Thread{{PID: 7, TID: 7, Events: evs}}}
+	rows := map[string]FlatRow{}
+	for _, r := range Analyze(p).Flat() {
+		rows[r.Name] = r
+	}
+	if rows["f"].Err != 6 || rows["main"].Err != 2+3 {
+		t.Errorf("ERR: f %.1f (want 3 calls * 2 = 6), main %.1f (want 1 call * 2 + 3 callees * 1 = 5)", rows["f"].Err, rows["main"].Err)
+	}
+	var buf bytes.Buffer
+	if err := Analyze(p).WriteLogGen(&buf); err != nil || !bytes.Contains(buf.Bytes(), []byte(" ERR ")) {
+		t.Errorf("log-gen without its ERR column: %v\n%s", err, buf.String())
+	}
+	m := AnalyzeWith(p, MinimaCalibration(p, SeqKeyPI))
+	for _, r := range m.Flat() {
+		if r.Err != 0 {
+			t.Errorf("%s: ERR %.1f under the sequence minima, want 0", r.Name, r.Err)
+		}
+	}
+}
