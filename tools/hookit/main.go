@@ -34,7 +34,7 @@ func main() {
 				&cli.StringFlag{Name: "train", Usage: "write this run's sequence minima to `FILE` (a trainer run: merged with --minima's table if given); later runs load it with --minima"},
 				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
 				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (PI's paper §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
-				&cli.BoolFlag{Name: "chrome", Usage: "also write callflow.trace.json: every call as a slice on a wall-clock timeline (Chrome trace-event JSON for ui.perfetto.dev; about 100 bytes per call)"},
+				&cli.BoolFlag{Name: "chrome", Usage: "also write callflow.trace.json: every call as a slice on a wall-clock timeline (Chrome trace-event JSON for ui.perfetto.dev; about 160 bytes per call)"},
 				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
