@@ -97,7 +97,7 @@ func TestCalltreeDemo(t *testing.T) {
 	if out, err := c.CombinedOutput(); err != nil || !strings.Contains(string(out), "JProfDemo done") {
 		t.Fatalf("java: %v\n%s", err, out)
 	}
-	threads, text := report(t, root, dir, "--cal", "minima")
+	threads, text := report(t, root, dir, "--cal", "minima", "--chrome")
 	if len(threads) != 2 {
 		t.Fatalf("%d threads in log-rt, want main and worker:\n%s", len(threads), text)
 	}

@@ -879,6 +879,13 @@ HK_NOINSTR static void after_fork_child(void)
 		hk_free(t);
 		t = n;
 	}
+	if (hk_threads_fd >= 0) { /* the child's thread names: its own file */
+		char path[64];
+
+		close(hk_threads_fd);
+		snprintf(path, sizeof(path), "hookit-%d.threads", (int)hk_pid);
+		hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
+	}
 	copy_maps();
 }
 
