@@ -110,6 +110,9 @@ type Info struct {
 	// NsPerUnit is the metric's nanoseconds per unit (1 for task-clock,
 	// the TSC's rate for rdtsc); 0 where the metric is no time.
 	NsPerUnit float64
+	// TPlain, TPlainAPI: the calibration loop uninstrumented, per call:
+	// the caller's own work, already taken out of TOuter / TOuterAPI.
+	TPlain, TPlainAPI float64
 }
 
 // Process is what one process of the run left in the directory.
@@ -542,6 +545,10 @@ func ParseInfo(b []byte) (Info, error) {
 			in.Reads, _ = strconv.Atoi(v)
 		case "ns_per_unit":
 			in.NsPerUnit = f()
+		case "t_plain":
+			in.TPlain = f()
+		case "t_plain_api":
+			in.TPlainAPI = f()
 		}
 	}
 	if in.Metric == "" {

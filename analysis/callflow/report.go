@@ -103,6 +103,9 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	fmt.Fprintf(w, " metric %s (%s, backend %s)\n", a.Info.Metric, a.unit(), a.Info.Backend)
 	fmt.Fprintf(w, " start-up calibration: t_I %.2f per call, t_O %.2f per callee (minimum of 100 averages of 100 empty pairs; medians %.2f, %.2f)\n",
 		a.Info.TInner, a.Info.TOuter, a.Info.TInnerMed, a.Info.TOuterMed)
+	if a.Info.TPlain > 0 {
+		fmt.Fprintf(w, " (t_O is net of the caller's own loop and call, %.2f per call measured uninstrumented)\n", a.Info.TPlain)
+	}
 	switch {
 	case a.Cal.Minima != nil:
 		m := a.Cal.Minima

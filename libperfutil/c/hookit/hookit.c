@@ -650,6 +650,7 @@ HK_NOINSTR static void hk_mark(uint64_t what)
 struct hk_calib {
 	double t_inner, t_outer;       /* minimum of the batch averages */
 	double t_inner_med, t_outer_med; /* median of the batch averages */
+	double t_plain;                /* the same loop uninstrumented, per call (minimum) */
 };
 
 static struct hk_calib hk_cal, hk_cal_api;
@@ -663,7 +664,7 @@ HK_NOINSTR static int cmp_double(const void *a, const void *b)
 
 /* 100 batches of 100 empty pairs after a warm-up of 1,000, through the
  * same entry points the program calls; the records are then discarded. */
-HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
+HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int), void (*plain_calls)(int))
 {
 	enum { WARM = 1000, BATCH = 100, NBATCH = 100 };
 	double inner[NBATCH], outer[NBATCH];
@@ -713,12 +714,25 @@ HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
 			perror("hookit: truncating a thread file");
 		t->win[0].d = t->bin_off;
 	}
+	/* The loop and the call without the hooks: the caller's own work,
+	 * which outer counted too (minimum and median the same way). */
+	double plain[NBATCH];
+
+	plain_calls(WARM);
+	for (int b = 0; b < NBATCH; b++) {
+		uint64_t t0 = hk_read();
+
+		plain_calls(BATCH);
+		plain[b] = (double)(hk_read() - t0) / BATCH;
+	}
 	qsort(inner, NBATCH, sizeof(double), cmp_double);
 	qsort(outer, NBATCH, sizeof(double), cmp_double);
+	qsort(plain, NBATCH, sizeof(double), cmp_double);
+	c->t_plain = plain[0];
 	c->t_inner = inner[0];
-	c->t_outer = outer[0];
+	c->t_outer = outer[0] > plain[0] ? outer[0] - plain[0] : 0;
 	c->t_inner_med = inner[NBATCH / 2];
-	c->t_outer_med = outer[NBATCH / 2];
+	c->t_outer_med = outer[NBATCH / 2] > plain[NBATCH / 2] ? outer[NBATCH / 2] - plain[NBATCH / 2] : 0;
 }
 
 /* ---- the process files: info and maps ---- */
@@ -762,10 +776,10 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 		     "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n"
 		     "dsin=%s\n"
 		     "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n"
-		     "reads=%d\nns_per_unit=%.9f\n",
+		     "reads=%d\nns_per_unit=%.9f\nt_plain=%.3f\nt_plain_api=%.3f\n",
 		     HK_VERSION, (int)hk_pid, exe, hk_metric, backend, c->t_inner, c->t_outer, c->t_inner_med,
 		     c->t_outer_med, hk_dsin ? "kmod" : "none", api->t_inner, api->t_outer, api->t_inner_med,
-		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit);
+		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit, c->t_plain, api->t_plain);
 	if (k > 0 && write(fd, buf, (size_t)(k < (int)sizeof(buf) ? k : (int)sizeof(buf) - 1)) < 0)
 		perror("hookit: writing the info file");
 	close(fd);
@@ -1170,8 +1184,8 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
 	hk_membarrier_private = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 	hk_ready = 1;
-	calibrate(&hk_cal, hk_calib_calls);
-	calibrate(&hk_cal_api, hk_calib_api_calls);
+	calibrate(&hk_cal, hk_calib_calls, hk_calib_plain_calls);
+	calibrate(&hk_cal_api, hk_calib_api_calls, hk_calib_plain_api_calls);
 	write_info(&hk_cal, &hk_cal_api, backend ? backend : "?");
 	copy_maps();
 	pthread_atfork(NULL, NULL, after_fork_child);

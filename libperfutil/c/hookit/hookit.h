@@ -90,5 +90,8 @@ void hk_calib_empty(void);
 void hk_calib_calls(int n);
 /* n empty pairs through hookit_enter / hookit_exit (the API's path). */
 void hk_calib_api_calls(int n);
+/* The two loops uninstrumented (no hooks, no API calls). */
+void hk_calib_plain_calls(int n);
+void hk_calib_plain_api_calls(int n);
 
 #endif
