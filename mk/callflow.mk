@@ -17,6 +17,12 @@ build/hookit/%.o: libperfutil/c/%.c libperfutil/c/include/perfutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<
 
+# libperfutil's PTT states come from the runtime's own mappings, never the
+# program's allocator (hk_malloc, hk_calloc, hk_free in hookit.c).
+build/hookit/ptt.o: libperfutil/c/ptt.c libperfutil/c/include/perfutil.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HOOKIT_CFLAGS) -Dmalloc=hk_malloc -Dcalloc=hk_calloc -Dfree=hk_free -c -o $@ $<
+
 build/hookit/hookit.o: libperfutil/c/hookit/hookit.c libperfutil/c/hookit/hookit.h libperfutil/c/hookit/hookit_api.h libperfutil/c/include/perfutil.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HOOKIT_CFLAGS) -c -o $@ $<

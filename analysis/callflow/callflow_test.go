@@ -36,6 +36,9 @@ func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 		if e.DS != 0 || e.IN != 0 {
 			put(uint64(KindDSIN)<<KindShift, uint64(e.DS)|uint64(e.IN)<<32)
 		}
+		if e.Wall != 0 {
+			put(uint64(KindWall)<<KindShift, e.Wall)
+		}
 		iv, hook, dsp := e.Early-lastLate, lastLate-lastEarly, sp-lastSP
 		spd := int64(dsp) >> 3
 		if sp == 0 {

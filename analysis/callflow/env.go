@@ -77,17 +77,21 @@ func EnvFromArc(r io.Reader, funcs map[string]bool, k SeqKey) (*Minima, error) {
 const EnvDefault = 1
 
 // RecordedFuncs names every function entered in p's threads.
-func RecordedFuncs(p *Process) map[string]bool {
+func RecordedFuncs(p *Process) (map[string]bool, error) {
 	nm := ProcessNamer(p)
 	out := map[string]bool{}
+	seen := map[uint64]bool{}
 	for _, t := range p.Threads {
-		for _, e := range t.Events {
-			if e.Kind == KindEnter {
+		if err := t.Each(func(e *Event) {
+			if e.Kind == KindEnter && !seen[e.Fn] {
+				seen[e.Fn] = true
 				out[nm.Name(e.Fn)] = true
 			}
+		}); err != nil {
+			return nil, err
 		}
 	}
-	return out
+	return out, nil
 }
 
 // LoadEnv reads the arc report at path and measures the environmental
@@ -98,7 +102,11 @@ func LoadEnv(path string, p *Process, k SeqKey) (*Minima, error) {
 		return nil, fmt.Errorf("opening the trainer's arc report: %w", err)
 	}
 	defer f.Close()
-	env, err := EnvFromArc(f, RecordedFuncs(p), k)
+	funcs, err := RecordedFuncs(p)
+	if err != nil {
+		return nil, err
+	}
+	env, err := EnvFromArc(f, funcs, k)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -26,17 +26,20 @@ const (
 	RecSize    = 16
 	HeaderRecs = 2
 	Magic      = 0x3154494b4f4f48
-	Version    = 3
-	KindShift  = 56
-	HookShift  = 32 // d: interval (32 bits) | hook << 32 (16 bits) | spd << 48 (signed 16, 8-byte units)
-	SPDShift   = 48
-	EndMark    = ^uint64(0) // both words of the final sync's second record
-	TailMagic  = 0x4c494154544b48
-	APIShift   = 55 // the event came through hookit_enter/exit
-	TypeShift  = 48 // the method type (hookit_api.h), 3 bits
-	TypeMask   = 7
-	FnMask     = 1<<TypeShift - 1
-	NumTypes   = 8
+	Version    = 4
+	// VersionNoWall is the format before the wall-clock anchors (KindWall),
+	// still read.
+	VersionNoWall = 3
+	KindShift     = 56
+	HookShift     = 32 // d: interval (32 bits) | hook << 32 (16 bits) | spd << 48 (signed 16, 8-byte units)
+	SPDShift      = 48
+	EndMark       = ^uint64(0) // both words of the final sync's second record
+	TailMagic     = 0x4c494154544b48
+	APIShift      = 55 // the event came through hookit_enter/exit
+	TypeShift     = 48 // the method type (hookit_api.h), 3 bits
+	TypeMask      = 7
+	FnMask        = 1<<TypeShift - 1
+	NumTypes      = 8
 )
 
 // Kinds of records.
@@ -48,6 +51,7 @@ const (
 	KindExcExit = 5 // exception exit (hookit_exception_exit)
 	KindSync    = 6 // absolute values (two records)
 	KindDSIN    = 7 // dispatches | interrupts << 32 in the interval the next event ends (kmod)
+	KindWall    = 8 // the wall clock (CLOCK_MONOTONIC ns) at the next event's early read
 )
 
 // Markers (the function field of a KindMark record).
@@ -68,8 +72,11 @@ type Event struct {
 	// Dispatches and interrupts of the thread in the interval this event
 	// ends (kmod backend only).
 	DS, IN uint32
-	Type   uint8 // method type, 0..7 (hookit_api.h)
-	API    bool  // recorded by hookit_enter/exit, not by the -finstrument-functions hooks
+	// Wall: the wall clock (CLOCK_MONOTONIC ns) at Early, where an anchor
+	// record dated it (0 elsewhere).
+	Wall uint64
+	Type uint8 // method type, 0..7 (hookit_api.h)
+	API  bool  // recorded by hookit_enter/exit, not by the -finstrument-functions hooks
 }
 
 // Thread is the events of one thread.
@@ -96,6 +103,16 @@ type Info struct {
 	// The same for the in-process API's path (hookit_enter / hookit_exit).
 	TInnerAPI, TOuterAPI       float64
 	TInnerAPIMed, TOuterAPIMed float64
+	// Reads: metric reads per hook, 2 (early and late: the hook's own
+	// work charged to no one) or 1 (its work is in the intervals, which
+	// the calibration takes off).
+	Reads int
+	// NsPerUnit is the metric's nanoseconds per unit (1 for task-clock,
+	// the TSC's rate for rdtsc); 0 where the metric is no time.
+	NsPerUnit float64
+	// TPlain, TPlainAPI: the calibration loop uninstrumented, per call:
+	// the caller's own work, already taken out of TOuter / TOuterAPI.
+	TPlain, TPlainAPI float64
 }
 
 // Process is what one process of the run left in the directory.
@@ -106,6 +123,23 @@ type Process struct {
 	// Names given with hookit_name (hookit-PID.names): looked up before
 	// the addresses are resolved with A2N.
 	Names map[uint64]string
+	// ThreadNames: each thread's name (comm), from hookit-PID.threads.
+	ThreadNames map[int]string
+}
+
+// ParseThreadNames decodes the "TID NAME" lines of a threads file (a later
+// line for a thread wins).
+func ParseThreadNames(b []byte) map[int]string {
+	m := map[int]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		h, name, ok := strings.Cut(l, " ")
+		tid, err := strconv.Atoi(h)
+		if !ok || err != nil || name == "" {
+			continue
+		}
+		m[tid] = name
+	}
+	return m
 }
 
 var threadFile = regexp.MustCompile(`^hookit-(\d+)-(\d+)\.bin$`)
@@ -129,7 +163,7 @@ func Load(dir string) ([]*Process, error) {
 		name := e.Name()
 		if m := threadFile.FindStringSubmatch(name); m != nil {
 			pid, _ := strconv.Atoi(m[1])
-			t, err := ReadThread(filepath.Join(dir, name))
+			t, err := openThread(filepath.Join(dir, name))
 			if err != nil {
 				return nil, err
 			}
@@ -150,6 +184,12 @@ func Load(dir string) ([]*Process, error) {
 				return nil, err
 			}
 			get(pid).Names = names
+		} else if n, _ := fmt.Sscanf(name, "hookit-%d.threads", &pid); n == 1 && strings.HasSuffix(name, ".threads") {
+			b, err := readRegular(filepath.Join(dir, name))
+			if err != nil {
+				return nil, fmt.Errorf("reading the thread names: %w", err)
+			}
+			get(pid).ThreadNames = ParseThreadNames(b)
 		} else if n, _ := fmt.Sscanf(name, "hookit-%d.maps", &pid); n == 1 && strings.HasSuffix(name, ".maps") {
 			b, err := readRegular(filepath.Join(dir, name))
 			if err != nil {
@@ -171,21 +211,90 @@ func Load(dir string) ([]*Process, error) {
 }
 
 // ReadThread reads one thread file, with its tail file (the buffer of a
-// process that was killed, or is still running) when there is one.
+// process that was killed, or is still running) when there is one, into
+// memory (Events). The reports stream the file instead (Thread.Each).
 func ReadThread(path string) (*Thread, error) {
-	b, err := readRegular(path)
+	t := &Thread{Path: path}
+	var evs []Event
+	if err := t.stream(func(e *Event) { evs = append(evs, *e) }); err != nil {
+		return nil, err
+	}
+	t.Events = evs
+	if t.Events == nil {
+		t.Events = []Event{}
+	}
+	return t, nil
+}
+
+// openThread checks a thread file's header and returns the thread (its
+// ids and path; no events: Each streams them).
+func openThread(path string) (*Thread, error) {
+	f, _, err := untrusted.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading a thread file: %w", err)
 	}
-	if tail, err := readRegular(strings.TrimSuffix(path, ".bin") + ".tail"); err == nil {
-		b = AppendTail(b, tail)
+	defer f.Close()
+	var h [HeaderRecs * RecSize]byte
+	n, err := io.ReadFull(f, h[:])
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return nil, fmt.Errorf("reading a thread file: %w", err)
 	}
-	t, err := ParseThread(b)
+	pid, tid, err := parseHeader(h[:n])
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	t.Path = path
-	return t, nil
+	return &Thread{PID: pid, TID: tid, Path: path}, nil
+}
+
+func parseHeader(b []byte) (pid, tid int, err error) {
+	if len(b) < HeaderRecs*RecSize {
+		return 0, 0, fmt.Errorf("too short for a hookit thread file (%d bytes)", len(b))
+	}
+	le := binary.LittleEndian
+	if le.Uint64(b) != Magic {
+		return 0, 0, fmt.Errorf("not a hookit thread file (bad magic)")
+	}
+	if v := le.Uint64(b[RecSize:]); v != Version && v != VersionNoWall {
+		return 0, 0, fmt.Errorf("hookit thread file version %d, this reader knows %d and %d", v, VersionNoWall, Version)
+	}
+	ids := le.Uint64(b[8:])
+	return int(ids >> 32), int(uint32(ids)), nil
+}
+
+// Each calls f for every event of the thread in order (the Event is
+// reused: copy it to keep it): from Events when they are in memory, else
+// streamed from the thread file and its tail file, in memory bounded by
+// a buffer whatever the file's size. It sets Partial.
+func (t *Thread) Each(f func(e *Event)) error {
+	if t.Events != nil || t.Path == "" {
+		for i := range t.Events {
+			e := t.Events[i]
+			f(&e)
+		}
+		return nil
+	}
+	return t.stream(f)
+}
+
+// stream decodes the thread file at t.Path and its tail file.
+func (t *Thread) stream(f func(e *Event)) error {
+	file, fi, err := untrusted.Open(t.Path)
+	if err != nil {
+		return fmt.Errorf("reading a thread file: %w", err)
+	}
+	defer file.Close()
+	size := fi.Size()
+	var r io.Reader = io.LimitReader(file, size)
+	if tail, err := readRegular(strings.TrimSuffix(t.Path, ".bin") + ".tail"); err == nil {
+		if recs := tailRecords(uint64(size), tail); len(recs) > 0 {
+			r = io.MultiReader(r, bytes.NewReader(recs))
+		}
+	}
+	d := newDecoder(t)
+	if err := d.run(r, f); err != nil {
+		return fmt.Errorf("%s: %w", t.Path, err)
+	}
+	return nil
 }
 
 // AppendTail returns the thread file's records followed by those of its
@@ -194,106 +303,170 @@ func ReadThread(path string) (*Thread, error) {
 // size is below the thread file's was written already (the process was
 // killed between the write and the clearing): the file is returned as is.
 func AppendTail(bin, tail []byte) []byte {
+	recs := tailRecords(uint64(len(bin)), tail)
+	if len(recs) == 0 {
+		return bin
+	}
+	return append(append([]byte(nil), bin...), recs...)
+}
+
+// tailRecords is the records of a tail file that follow a thread file of
+// size binSize (none when the tail was written already or the file was
+// cut short before it).
+func tailRecords(binSize uint64, tail []byte) []byte {
 	le := binary.LittleEndian
-	if len(tail) < RecSize || le.Uint64(tail) != TailMagic {
-		return bin
+	if len(tail) < RecSize || le.Uint64(tail) != TailMagic || le.Uint64(tail[8:]) != binSize {
+		return nil
 	}
-	// Written already (the file is longer), or a file cut short before
-	// the tail's start (shorter): nothing to join.
-	if off := le.Uint64(tail[8:]); off != uint64(len(bin)) {
-		return bin
+	end := RecSize
+	for end+RecSize <= len(tail) && le.Uint64(tail[end:]) != 0 {
+		end += RecSize
 	}
-	out := append([]byte(nil), bin...)
-	for i := RecSize; i+RecSize <= len(tail); i += RecSize {
-		if le.Uint64(tail[i:]) == 0 {
-			break
-		}
-		out = append(out, tail[i:i+RecSize]...)
-	}
-	return out
+	return tail[RecSize:end]
 }
 
 // ParseThread decodes a thread file's bytes: 16-byte records, each event
 // delta-coded against the one before, with syncs where a value did not
 // fit (libperfutil/c/hookit/hookit.h).
 func ParseThread(b []byte) (*Thread, error) {
-	if len(b) < HeaderRecs*RecSize {
-		return nil, fmt.Errorf("too short for a hookit thread file (%d bytes)", len(b))
+	t := &Thread{}
+	evs := []Event{}
+	if err := newDecoder(t).run(bytes.NewReader(b), func(e *Event) { evs = append(evs, *e) }); err != nil {
+		return nil, err
 	}
-	le := binary.LittleEndian
-	if le.Uint64(b) != Magic {
-		return nil, fmt.Errorf("not a hookit thread file (bad magic)")
+	t.Events = evs
+	return t, nil
+}
+
+// decoder turns a thread file's records into events. An event's late read
+// is known only from the record after it: each event is handed on when
+// the next one (or the end) is decoded.
+type decoder struct {
+	t                       *Thread
+	rec                     int // records decoded
+	lastEarly, lastLate, sp uint64
+	synced, ended, based    bool
+	pendDS, pendIN          uint32
+	pendWall                uint64
+	syncEarly, syncSP       uint64
+	cur                     Event
+	have                    bool // cur is an event not yet handed on
+}
+
+func newDecoder(t *Thread) *decoder { return &decoder{t: t} }
+
+func (d *decoder) setLate(late uint64) {
+	if d.have {
+		d.cur.Late = late
 	}
-	if v := le.Uint64(b[RecSize:]); v != Version {
-		return nil, fmt.Errorf("hookit thread file version %d, this reader knows %d", v, Version)
+	d.lastLate = late
+}
+
+// run reads the records of r (header first) and calls f for each event.
+func (d *decoder) run(r io.Reader, f func(e *Event)) error {
+	buf := make([]byte, 4096*RecSize)
+	n, err := io.ReadFull(r, buf[:HeaderRecs*RecSize])
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return err
 	}
-	ids := le.Uint64(b[8:])
-	t := &Thread{PID: int(ids >> 32), TID: int(uint32(ids))}
-	n := len(b) / RecSize
-	t.Events = make([]Event, 0, n-HeaderRecs)
-	var (
-		lastEarly, lastLate, sp uint64
-		synced, ended           bool
-		pendDS, pendIN          uint32
-		syncEarly, syncSP       uint64
-		based                   bool // a sync gave the absolute values
-	)
-	setLate := func(late uint64) {
-		if k := len(t.Events); k > 0 {
-			t.Events[k-1].Late = late
+	pid, tid, err := parseHeader(buf[:n])
+	if err != nil {
+		return err
+	}
+	d.t.PID, d.t.TID = pid, tid
+	d.rec = HeaderRecs
+	var carry int // bytes of a record cut by the buffer's end
+	partial := false
+	for !partial {
+		n, err := io.ReadFull(r, buf[carry:])
+		n += carry
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return err
 		}
-		lastLate = late
-	}
-	for i := HeaderRecs; i < n; i++ {
-		r := b[i*RecSize:]
-		tag, d := le.Uint64(r), le.Uint64(r[8:])
-		if tag == 0 {
-			t.Partial = true
+		whole := n - n%RecSize
+		used, stop, perr := d.records(buf[:whole], f)
+		if perr != nil {
+			return perr
+		}
+		if stop {
+			partial = true
 			break
 		}
-		if ended {
-			return nil, fmt.Errorf("record %d: a record after the end", i)
+		if err != nil { // the end of the data
+			if n%RecSize != 0 || used < whole/RecSize {
+				partial = true // a record cut short, or a sync's half
+			}
+			break
+		}
+		carry = copy(buf, buf[used*RecSize:n])
+	}
+	if d.have {
+		f(&d.cur)
+		d.have = false
+	}
+	d.t.Partial = partial || !d.ended
+	return nil
+}
+
+// records decodes whole records and returns how many it used (all but a
+// sync's first record at b's end, whose second comes with the next read);
+// stop: a zero tag (unwritten records).
+func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err error) {
+	le := binary.LittleEndian
+	n := len(b) / RecSize
+	for i := 0; i < n; i++ {
+		r := b[i*RecSize:]
+		tag, dv := le.Uint64(r), le.Uint64(r[8:])
+		rec := d.rec
+		d.rec++
+		if tag == 0 {
+			return i, true, nil
+		}
+		if d.ended {
+			return i, false, fmt.Errorf("record %d: a record after the end", rec)
 		}
 		k := uint8(tag >> KindShift)
-		if k == KindSync {
+		switch k {
+		case KindSync:
 			if i+1 >= n {
-				t.Partial = true
-				break
+				// its second record is in the next read: the caller
+				// keeps this one for it
+				d.rec--
+				return i, false, nil
 			}
 			s1 := b[(i+1)*RecSize:]
-			setLate(d)
-			syncEarly, syncSP = le.Uint64(s1), le.Uint64(s1[8:])
-			if syncEarly == EndMark && syncSP == EndMark {
-				ended = true // the end of the thread's records
-			}
-			synced, based = true, true
+			d.sync(dv, le.Uint64(s1), le.Uint64(s1[8:]))
+			d.rec++
 			i++
 			continue
-		}
-		if k == KindDSIN {
-			pendDS += uint32(d)
-			pendIN += uint32(d >> 32)
+		case KindDSIN:
+			d.pendDS += uint32(dv)
+			d.pendIN += uint32(dv >> 32)
+			continue
+		case KindWall:
+			d.pendWall = dv
 			continue
 		}
 		if k < KindEnter || k > KindExcExit {
-			return nil, fmt.Errorf("record %d: unknown kind %d", i, k)
+			return i, false, fmt.Errorf("record %d: unknown kind %d", rec, k)
 		}
-		if !based {
-			return nil, fmt.Errorf("record %d: an event before the first sync", i)
+		if !d.based {
+			return i, false, fmt.Errorf("record %d: an event before the first sync", rec)
 		}
-		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask, DS: pendDS, IN: pendIN}
-		pendDS, pendIN = 0, 0
-		if synced {
-			e.Early = syncEarly
-			if syncSP != 0 {
-				sp = syncSP
+		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
+			DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall}
+		d.pendDS, d.pendIN, d.pendWall = 0, 0, 0
+		if d.synced {
+			e.Early = d.syncEarly
+			if d.syncSP != 0 {
+				d.sp = d.syncSP
 			}
-			synced = false
+			d.synced = false
 		} else {
-			setLate(lastEarly + (d >> HookShift & 0xffff))
-			e.Early = lastLate + (d & 0xffffffff)
+			d.setLate(d.lastEarly + (dv >> HookShift & 0xffff))
+			e.Early = d.lastLate + (dv & 0xffffffff)
 			if !e.API && k != KindMark {
-				sp += uint64(int64(int16(d>>SPDShift)) * 8)
+				d.sp += uint64(int64(int16(dv>>SPDShift)) * 8)
 			}
 		}
 		switch {
@@ -301,16 +474,25 @@ func ParseThread(b []byte) (*Thread, error) {
 			// The marker's id: what, and the reset count above it.
 			e.Fn, e.SP = e.Fn&0xff, e.Fn>>8
 		case !e.API:
-			e.SP = sp
+			e.SP = d.sp
 		}
 		e.Late = e.Early // until the next record says
-		lastEarly = e.Early
-		t.Events = append(t.Events, e)
+		d.lastEarly = e.Early
+		if d.have {
+			f(&d.cur)
+		}
+		d.cur, d.have = e, true
 	}
-	if len(b)%RecSize != 0 || !ended {
-		t.Partial = true
+	return n, false, nil
+}
+
+func (d *decoder) sync(late, early, sp uint64) {
+	d.setLate(late)
+	d.syncEarly, d.syncSP = early, sp
+	if early == EndMark && sp == EndMark {
+		d.ended = true // the end of the thread's records
 	}
-	return t, nil
+	d.synced, d.based = true, true
 }
 
 // ReadInfo reads hookit-PID.info.
@@ -359,6 +541,14 @@ func ParseInfo(b []byte) (Info, error) {
 			in.TInnerAPIMed = f()
 		case "t_outer_api_median":
 			in.TOuterAPIMed = f()
+		case "reads":
+			in.Reads, _ = strconv.Atoi(v)
+		case "ns_per_unit":
+			in.NsPerUnit = f()
+		case "t_plain":
+			in.TPlain = f()
+		case "t_plain_api":
+			in.TPlainAPI = f()
 		}
 	}
 	if in.Metric == "" {

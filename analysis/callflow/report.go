@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,9 @@ type Analysis struct {
 	Cal   Calibration
 	Trees []*Tree
 	Proc  *Process
+	// Err is the first error reading a thread file (its tree then covers
+	// what was read, marked partial).
+	Err error
 }
 
 // Analyze builds every thread's tree with the inner / outer time measured
@@ -56,7 +60,10 @@ func AnalyzeWith(p *Process, cal Calibration) *Analysis {
 	a := &Analysis{Info: p.Info, Cal: cal, Proc: p}
 	nm := ProcessNamer(p)
 	for _, t := range p.Threads {
-		tr := Build(t, cal)
+		tr, err := BuildErr(t, cal)
+		if err != nil && a.Err == nil {
+			a.Err = err
+		}
 		tr.Root.Walk(func(n *Node) {
 			if n.Parent != nil {
 				n.Name = nm.Name(n.Fn)
@@ -96,6 +103,9 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	fmt.Fprintf(w, " metric %s (%s, backend %s)\n", a.Info.Metric, a.unit(), a.Info.Backend)
 	fmt.Fprintf(w, " start-up calibration: t_I %.2f per call, t_O %.2f per callee (minimum of 100 averages of 100 empty pairs; medians %.2f, %.2f)\n",
 		a.Info.TInner, a.Info.TOuter, a.Info.TInnerMed, a.Info.TOuterMed)
+	if a.Info.TPlain > 0 {
+		fmt.Fprintf(w, " (t_O is net of the caller's own loop and call, %.2f per call measured uninstrumented)\n", a.Info.TPlain)
+	}
 	switch {
 	case a.Cal.Minima != nil:
 		m := a.Cal.Minima
@@ -185,6 +195,25 @@ type FlatRow struct {
 	Base, Cum uint64 // Cum: outermost activations only (recursion is not counted twice)
 	Rough     uint64
 	IN        uint64 // interrupts while it was on top (kmod backend; 0 elsewhere)
+	Callees   uint64 // calls it made
+	// Err is the error bar of Base (Analysis.ErrorBar).
+	Err float64
+}
+
+// ErrorBar is how far the start-up calibration of calls activations
+// making callees calls may be off: what each takes off is the minimum of
+// 100 batch averages of empty pairs (t_I per call, t_O per callee), and a
+// program's calls pay up to the median of those averages or more (the
+// hooks' cache and branch-predictor state in real code). The bar is the
+// spread between the two, per call and per callee: calls * (median t_I -
+// t_I) + callees * (median t_O - t_O). 0 under the sequence minima or no
+// calibration (exact metrics, or raw figures).
+func (a *Analysis) ErrorBar(calls, callees uint64) float64 {
+	if a.Cal.Minima != nil || (a.Cal.Inner == 0 && a.Cal.Outer == 0) {
+		return 0
+	}
+	in := a.Info
+	return float64(calls)*max(in.TInnerMed-in.TInner, 0) + float64(callees)*max(in.TOuterMed-in.TOuter, 0)
 }
 
 // Flat aggregates every thread's tree by function.
@@ -200,6 +229,7 @@ func (a *Analysis) Flat() []FlatRow {
 					rows[n.Name] = r
 				}
 				r.Calls += n.Calls
+				r.Callees += n.Callees
 				r.Base += n.Base
 				r.Rough += n.Rough
 				r.IN += n.IN
@@ -229,6 +259,7 @@ func (a *Analysis) Flat() []FlatRow {
 	}
 	out := make([]FlatRow, 0, len(rows))
 	for _, r := range rows {
+		r.Err = a.ErrorBar(r.Calls, r.Callees)
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -245,14 +276,19 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 	w := bufio.NewWriter(out)
 	total := a.Total()
 	fmt.Fprintf(w, "perfinsp call flow (log-gen)  pid %d  %s  metric %s (%s), calibrated\n", a.Info.PID, a.Info.Exe, a.Info.Metric, a.unit())
-	fmt.Fprintf(w, " total BASE %d over %d threads\n\n", total, len(a.Trees))
-	fmt.Fprintf(w, " %10s %14s %14s %14s %7s  %s\n", "CALLS", "BASE", "CUM", "RAW", "%BASE", "NAME")
+	fmt.Fprintf(w, " total BASE %d over %d threads\n", total, len(a.Trees))
+	if a.Cal.Minima == nil && (a.Cal.Inner != 0 || a.Cal.Outer != 0) {
+		fmt.Fprintf(w, " ERR: BASE's error bar, the start-up calibration's spread: calls * %.2f + callees * %.2f (median - minimum of t_I, t_O)\n",
+			max(a.Info.TInnerMed-a.Info.TInner, 0), max(a.Info.TOuterMed-a.Info.TOuter, 0))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, " %10s %14s %10s %14s %14s %7s  %s\n", "CALLS", "BASE", "ERR", "CUM", "RAW", "%BASE", "NAME")
 	for _, r := range a.Flat() {
 		p := 0.0
 		if total > 0 {
 			p = 100 * float64(r.Base) / float64(total)
 		}
-		fmt.Fprintf(w, " %10d %14d %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Cum, r.Rough, p, r.Name)
+		fmt.Fprintf(w, " %10d %14d %10.0f %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Err, r.Cum, r.Rough, p, r.Name)
 	}
 	return w.Flush()
 }
@@ -351,72 +387,183 @@ func (a *Analysis) WritePprof(out io.Writer) error {
 	return s.Close()
 }
 
-type chromeEvent struct {
-	Name string  `json:"name"`
-	Ph   string  `json:"ph"`
-	Ts   float64 `json:"ts"`
-	Pid  int     `json:"pid"`
-	Tid  int     `json:"tid"`
-}
-
 // WriteChrome writes the entry/exit events as a Chrome/Perfetto trace
-// (JSON, B and E events; time is the thread's metric: µs for time metrics,
-// cycles / 1000 for the TSC). Calls the stack repair closed are ended at
-// the next event; calls still open at the end are ended at the last one.
+// (JSON trace-event format: B and E events, streamed from the thread
+// files). ts is the wall clock, CLOCK_MONOTONIC in µs, common to every
+// thread and process of the run: each event's time is that of the last
+// wall-clock anchor before it (libhookit writes one at a thread's first
+// event, at each buffer, and after the thread was scheduled out and in)
+// plus the metric since, in ns (Info.NsPerUnit; a metric that is no time
+// counts one ns per unit), never before the previous event. Each E event
+// carries the call's raw inclusive metric as its argument. Processes and
+// threads are named (M events). Calls the stack repair closed are ended
+// at the next event; calls still open at the end are ended at the last one.
 func (a *Analysis) WriteChrome(out io.Writer) error {
-	w := bufio.NewWriter(out)
-	if _, err := w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"); err != nil {
-		return fmt.Errorf("writing the trace: %w", err)
+	c := &chromeWriter{w: bufio.NewWriterSize(out, 256<<10), nm: ProcessNamer(a.Proc), names: map[uint64][]byte{},
+		metric: strconv.Quote(a.Info.Metric), scale: a.Info.NsPerUnit, first: true}
+	if c.scale <= 0 {
+		c.scale = 1
 	}
-	nm := ProcessNamer(a.Proc)
-	first := true
-	emit := func(e chromeEvent) {
-		b, _ := json.Marshal(e)
-		if !first {
-			w.WriteString(",\n")
+	c.w.WriteString("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")
+	p := a.Proc
+	c.meta("process_name", p.Info.PID, p.Info.PID, processName(p))
+	for _, t := range p.Threads {
+		name := p.ThreadNames[t.TID]
+		if name == "" {
+			name = fmt.Sprintf("tid %d", t.TID)
 		}
-		first = false
-		w.Write(b)
+		c.meta("thread_name", p.Info.PID, t.TID, name)
 	}
-	for _, t := range a.Proc.Threads {
-		var stack []uint64
-		var last uint64
-		for _, e := range t.Events {
-			ts := float64(e.Early) / 1000
-			last = e.Late
-			switch e.Kind {
-			case KindEnter:
-				stack = append(stack, e.Fn)
-				emit(chromeEvent{Name: nm.Name(e.Fn), Ph: "B", Ts: ts, Pid: t.PID, Tid: t.TID})
-			case KindExit, KindExcExit:
-				i := len(stack) - 1
-				for i >= 0 && stack[i] != e.Fn {
-					i--
-				}
-				if i < 0 {
-					continue
-				}
-				for len(stack) > i {
-					emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
-					stack = stack[:len(stack)-1]
-				}
-			case KindMark:
-				if e.Fn == MarkEnd || e.Fn == MarkStart {
-					for len(stack) > 0 {
-						emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: ts, Pid: t.PID, Tid: t.TID})
-						stack = stack[:len(stack)-1]
-					}
-				}
-			}
-		}
-		for len(stack) > 0 {
-			emit(chromeEvent{Name: nm.Name(stack[len(stack)-1]), Ph: "E", Ts: float64(last) / 1000, Pid: t.PID, Tid: t.TID})
-			stack = stack[:len(stack)-1]
+	for _, t := range p.Threads {
+		if err := c.thread(t); err != nil {
+			return fmt.Errorf("writing the trace: %w", err)
 		}
 	}
-	w.WriteString("\n]}\n")
-	if err := w.Flush(); err != nil {
+	c.w.WriteString("\n]}\n")
+	if err := c.w.Flush(); err != nil {
 		return fmt.Errorf("writing the trace: %w", err)
 	}
 	return nil
+}
+
+func processName(p *Process) string {
+	if p.Info.Exe != "" {
+		return filepath.Base(p.Info.Exe)
+	}
+	return fmt.Sprintf("pid %d", p.Info.PID)
+}
+
+// chromeWriter writes trace events by hand (no reflection per event).
+type chromeWriter struct {
+	w      *bufio.Writer
+	nm     *Namer
+	names  map[uint64][]byte // function id -> its name, quoted
+	metric string            // the argument's key, quoted
+	scale  float64
+	first  bool
+	num    []byte
+	// the thread being written
+	pid, tid        int
+	anchor, anchorM uint64 // the last wall-clock anchor (ns) and the metric there
+	anchored        bool
+	lastTs          float64
+	stack           []chromeFrame
+}
+
+type chromeFrame struct {
+	fn    uint64
+	start uint64 // the metric when the call began (its entry's late read)
+}
+
+func (c *chromeWriter) sep() {
+	if !c.first {
+		c.w.WriteString(",\n")
+	}
+	c.first = false
+}
+
+func (c *chromeWriter) meta(what string, pid, tid int, name string) {
+	c.sep()
+	fmt.Fprintf(c.w, "{\"name\":%q,\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":%s}}", what, pid, tid, jsonString(name))
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (c *chromeWriter) name(fn uint64) []byte {
+	n, ok := c.names[fn]
+	if !ok {
+		n = []byte(jsonString(c.nm.Name(fn)))
+		c.names[fn] = n
+	}
+	return n
+}
+
+// ts is the wall-clock time of metric value m in µs.
+func (c *chromeWriter) ts(m uint64) float64 {
+	var ns float64
+	if m >= c.anchorM {
+		ns = float64(c.anchor) + float64(m-c.anchorM)*c.scale
+	} else {
+		ns = float64(c.anchor) - float64(c.anchorM-m)*c.scale
+	}
+	t := ns / 1000
+	if t < c.lastTs {
+		t = c.lastTs
+	}
+	c.lastTs = t
+	return t
+}
+
+func (c *chromeWriter) event(ph byte, fn uint64, ts float64, incl uint64, withArg bool) {
+	c.sep()
+	b := append(c.num[:0], `{"name":`...)
+	b = append(b, c.name(fn)...)
+	b = append(b, `,"ph":"`...)
+	b = append(b, ph)
+	b = append(b, `","ts":`...)
+	b = strconv.AppendFloat(b, ts, 'f', 3, 64)
+	b = append(b, `,"pid":`...)
+	b = strconv.AppendInt(b, int64(c.pid), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendInt(b, int64(c.tid), 10)
+	if withArg {
+		b = append(b, `,"args":{`...)
+		b = append(b, c.metric...)
+		b = append(b, ':')
+		b = strconv.AppendUint(b, incl, 10)
+		b = append(b, '}')
+	}
+	b = append(b, '}')
+	c.num = b
+	c.w.Write(b)
+}
+
+// end closes the frames above depth i at metric m.
+func (c *chromeWriter) end(i int, m uint64) {
+	ts := c.ts(m)
+	for len(c.stack) > i {
+		f := c.stack[len(c.stack)-1]
+		incl := uint64(0)
+		if m > f.start {
+			incl = m - f.start
+		}
+		c.event('E', f.fn, ts, incl, true)
+		c.stack = c.stack[:len(c.stack)-1]
+	}
+}
+
+func (c *chromeWriter) thread(t *Thread) error {
+	c.pid, c.tid = t.PID, t.TID
+	c.anchor, c.anchorM, c.anchored, c.lastTs = 0, 0, false, 0
+	c.stack = c.stack[:0]
+	var last uint64
+	err := t.Each(func(e *Event) {
+		if e.Wall != 0 || !c.anchored {
+			// (a file of the format before the anchors: the metric alone)
+			c.anchor, c.anchorM, c.anchored = e.Wall, e.Early, true
+		}
+		last = e.Late
+		switch e.Kind {
+		case KindEnter:
+			c.event('B', e.Fn, c.ts(e.Early), 0, false)
+			c.stack = append(c.stack, chromeFrame{fn: e.Fn, start: e.Late})
+		case KindExit, KindExcExit:
+			i := len(c.stack) - 1
+			for i >= 0 && c.stack[i].fn != e.Fn {
+				i--
+			}
+			if i >= 0 {
+				c.end(i, e.Early)
+			}
+		case KindMark:
+			if e.Fn == MarkEnd || e.Fn == MarkStart {
+				c.end(0, e.Early)
+			}
+		}
+	})
+	c.end(0, last)
+	return err
 }

@@ -145,11 +145,21 @@ func (m *Minima) Keys() []int {
 // SequenceMinima is the first pass: the minimum interval per sequence key
 // over every thread given.
 func SequenceMinima(threads []*Thread, k SeqKey) *Minima {
-	m := NewMinima(k)
-	for _, t := range threads {
-		build(t, Calibration{}, func(s int, d uint64) { m.Add(s, d) }, k)
-	}
+	m, _ := SequenceMinimaErr(threads, k)
 	return m
+}
+
+// SequenceMinimaErr is SequenceMinima with the first error reading a
+// thread file (the minima then cover what was read).
+func SequenceMinimaErr(threads []*Thread, k SeqKey) (*Minima, error) {
+	m := NewMinima(k)
+	var first error
+	for _, t := range threads {
+		if _, err := build(t, Calibration{}, func(s int, d uint64) { m.Add(s, d) }, k); err != nil && first == nil {
+			first = err
+		}
+	}
+	return m, first
 }
 
 // Merge takes, per key, the lower minimum of m and o (the same key width),

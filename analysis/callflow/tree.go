@@ -92,8 +92,17 @@ func (n *Node) child(fn uint64, typ uint8, api bool) *Node {
 
 // Build makes the call tree of one thread: each interval between the late
 // read of one event and the early read of the next is charged to the
-// function on top of the stack, then the calibration is applied.
+// function on top of the stack, then the calibration is applied. The
+// events are streamed (Thread.Each): memory follows the tree, not the
+// number of events. A thread file that cannot be read gives the tree of
+// what was read, marked Partial, and the error.
 func Build(t *Thread, cal Calibration) *Tree {
+	tr, _ := BuildErr(t, cal)
+	return tr
+}
+
+// BuildErr is Build, with the error of reading the thread's file.
+func BuildErr(t *Thread, cal Calibration) (*Tree, error) {
 	k := SeqKeyPI
 	if cal.Minima != nil {
 		k = cal.Minima.Key
@@ -101,108 +110,141 @@ func Build(t *Thread, cal Calibration) *Tree {
 	return build(t, cal, nil, k)
 }
 
-// build is Build; interval, if set, gets each interval's sequence key
-// (width k) and metric (the first pass of the sequence minima).
-func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKey) *Tree {
-	tr := &Tree{PID: t.PID, TID: t.TID, Root: newNode(nil, 0), Partial: t.Partial, Events: len(t.Events)}
-	stack := []*Node{tr.Root}
-	sps := []uint64{^uint64(0)} // the stack pointer of each open frame
-	var last uint64
+// builder folds one thread's events into its tree.
+type builder struct {
+	tr       *Tree
+	cal      Calibration
+	interval func(key int, d uint64)
+	k        SeqKey
+	stack    []*Node
+	sps      []uint64 // the stack pointer of each open frame
+	last     uint64
 	// The previous event: its transition and the method before it (M1 of
 	// the next interval's key M1 -T1-> M2 -T2-> M3).
-	prevTrans, prevM1 := -1, uint8(0)
-	have, off := false, false
-	for _, e := range t.Events {
-		top := stack[len(stack)-1]
-		trans := transOf(e.Kind)
-		if have && !off && e.Early >= last {
-			d := e.Early - last
-			top.Rough += d
-			top.DS += uint64(e.DS)
-			top.IN += uint64(e.IN)
-			if trans >= 0 && prevTrans >= 0 && (cal.Minima != nil || interval != nil) {
-				m3 := e.Type // entry: the callee
-				if trans != TransEnter {
-					m3 = 0 // exit: the caller of the method that returns
-					if len(stack) > 1 {
-						m3 = stack[len(stack)-2].Type
-					}
-				}
-				key := k.Of(prevM1, prevTrans, top.Type, trans, m3)
-				if interval != nil {
-					interval(key, d)
-				}
-				if cal.Minima != nil {
-					top.minima += min(d, cal.Minima.Off(key))
-				}
-			}
-		}
-		if trans >= 0 {
-			prevTrans = trans
-			prevM1 = top.Type // entry: the caller; exit: the method that returns
-		}
-		switch e.Kind {
-		case KindEnter:
-			// Frames at or below the new one's stack pointer are gone
-			// (longjmp, an exception): close them. Frames entered through
-			// the API (stack pointer 0) are never closed this way.
-			for len(stack) > 1 && e.SP != 0 && sps[len(sps)-1] <= e.SP {
-				stack, sps = stack[:len(stack)-1], sps[:len(sps)-1]
-				tr.Repaired++
-			}
-			top = stack[len(stack)-1]
-			c := top.child(e.Fn, e.Type, e.API)
-			c.Calls++
-			top.Callees++
-			sp := e.SP
-			if sp == 0 {
-				sp = ^uint64(0)
-			}
-			stack, sps = append(stack, c), append(sps, sp)
-		case KindExit, KindExcExit:
-			i := len(stack) - 1
-			for i > 0 && stack[i].Fn != e.Fn {
-				i--
-			}
-			if i == 0 {
-				tr.Unmatched++
-			} else {
-				tr.Repaired += uint64(len(stack) - 1 - i)
-				stack, sps = stack[:i], sps[:i]
-			}
-		case KindAdjust:
-			if e.Late >= e.Early {
-				tr.Adjusted += e.Late - e.Early
-			}
-		case KindMark:
-			if e.Fn == MarkStart || e.Fn == MarkEnd || e.Fn == MarkReset {
-				// The marker carries the process's reset count: figures
-				// restart after a reset; open calls keep their place.
-				if int(e.SP) != tr.Resets {
-					tr.Resets = int(e.SP)
-					tr.Root = newNode(nil, 0)
-					ns := []*Node{tr.Root}
-					for _, s := range stack[1:] {
-						ns = append(ns, ns[len(ns)-1].child(s.Fn, s.Type, s.api))
-					}
-					stack = ns
-				}
-			}
-			switch e.Fn {
-			case MarkEnd:
-				off = true
-				stack, sps = stack[:1], sps[:1]
-			case MarkStart:
-				off = false
-				// Tracing was off: the calls open now are unknown.
-				stack, sps = stack[:1], sps[:1]
-			}
-		}
-		last, have = e.Late, true
-	}
-	tr.OpenAtEnd = uint64(len(stack) - 1)
+	prevTrans int
+	prevM1    uint8
+	have, off bool
+}
+
+// build is Build; interval, if set, gets each interval's sequence key
+// (width k) and metric (the first pass of the sequence minima).
+func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKey) (*Tree, error) {
+	b := &builder{tr: &Tree{PID: t.PID, TID: t.TID, Root: newNode(nil, 0)}, cal: cal, interval: interval, k: k, prevTrans: -1}
+	b.stack = []*Node{b.tr.Root}
+	b.sps = []uint64{^uint64(0)}
+	err := t.Each(b.add)
+	tr := b.tr
+	tr.Partial = t.Partial || err != nil
+	tr.OpenAtEnd = uint64(len(b.stack) - 1)
 	calibrate(tr.Root, cal)
-	return tr
+	return tr, err
+}
+
+// charge gives the interval ending at e to the function on top.
+func (b *builder) charge(e *Event, top *Node, trans int) {
+	if !b.have || b.off || e.Early < b.last {
+		return
+	}
+	d := e.Early - b.last
+	top.Rough += d
+	top.DS += uint64(e.DS)
+	top.IN += uint64(e.IN)
+	if trans < 0 || b.prevTrans < 0 || (b.cal.Minima == nil && b.interval == nil) {
+		return
+	}
+	m3 := e.Type // entry: the callee
+	if trans != TransEnter {
+		m3 = 0 // exit: the caller of the method that returns
+		if len(b.stack) > 1 {
+			m3 = b.stack[len(b.stack)-2].Type
+		}
+	}
+	key := b.k.Of(b.prevM1, b.prevTrans, top.Type, trans, m3)
+	if b.interval != nil {
+		b.interval(key, d)
+	}
+	if b.cal.Minima != nil {
+		top.minima += min(d, b.cal.Minima.Off(key))
+	}
+}
+
+func (b *builder) add(e *Event) {
+	tr := b.tr
+	tr.Events++
+	top := b.stack[len(b.stack)-1]
+	trans := transOf(e.Kind)
+	b.charge(e, top, trans)
+	if trans >= 0 {
+		b.prevTrans = trans
+		b.prevM1 = top.Type // entry: the caller; exit: the method that returns
+	}
+	switch e.Kind {
+	case KindEnter:
+		b.enter(e)
+	case KindExit, KindExcExit:
+		i := len(b.stack) - 1
+		for i > 0 && b.stack[i].Fn != e.Fn {
+			i--
+		}
+		if i == 0 {
+			tr.Unmatched++
+		} else {
+			tr.Repaired += uint64(len(b.stack) - 1 - i)
+			b.stack, b.sps = b.stack[:i], b.sps[:i]
+		}
+	case KindAdjust:
+		if e.Late >= e.Early {
+			tr.Adjusted += e.Late - e.Early
+		}
+	case KindMark:
+		b.mark(e)
+	}
+	b.last, b.have = e.Late, true
+}
+
+func (b *builder) enter(e *Event) {
+	// Frames at or below the new one's stack pointer are gone (longjmp,
+	// an exception): close them. Frames entered through the API (stack
+	// pointer 0) are never closed this way.
+	for len(b.stack) > 1 && e.SP != 0 && b.sps[len(b.sps)-1] <= e.SP {
+		b.stack, b.sps = b.stack[:len(b.stack)-1], b.sps[:len(b.sps)-1]
+		b.tr.Repaired++
+	}
+	top := b.stack[len(b.stack)-1]
+	c := top.child(e.Fn, e.Type, e.API)
+	c.Calls++
+	top.Callees++
+	sp := e.SP
+	if sp == 0 {
+		sp = ^uint64(0)
+	}
+	b.stack, b.sps = append(b.stack, c), append(b.sps, sp)
+}
+
+func (b *builder) mark(e *Event) {
+	tr := b.tr
+	if e.Fn == MarkStart || e.Fn == MarkEnd || e.Fn == MarkReset {
+		// The marker carries the process's reset count: figures restart
+		// after a reset; open calls keep their place.
+		if int(e.SP) != tr.Resets {
+			tr.Resets = int(e.SP)
+			tr.Root = newNode(nil, 0)
+			ns := []*Node{tr.Root}
+			for _, s := range b.stack[1:] {
+				ns = append(ns, ns[len(ns)-1].child(s.Fn, s.Type, s.api))
+			}
+			b.stack = ns
+		}
+	}
+	switch e.Fn {
+	case MarkEnd:
+		b.off = true
+		b.stack, b.sps = b.stack[:1], b.sps[:1]
+	case MarkStart:
+		b.off = false
+		// Tracing was off: the calls open now are unknown.
+		b.stack, b.sps = b.stack[:1], b.sps[:1]
+	}
 }
 
 func calibrate(n *Node, cal Calibration) uint64 {

@@ -92,6 +92,15 @@ func load(t *testing.T, dir string) *callflow.Process {
 	if len(procs) != 1 {
 		t.Fatalf("%d processes, want 1", len(procs))
 	}
+	// The events in memory, for the tests that look at them (the reports
+	// stream them from the files).
+	for i, th := range procs[0].Threads {
+		full, err := callflow.ReadThread(th.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[0].Threads[i] = full
+	}
 	return procs[0]
 }
 
@@ -145,7 +154,7 @@ func treeOf(t *testing.T, a *callflow.Analysis, main bool) *callflow.Tree {
 // second is created in the middle of work).
 func TestExampleCallTreeExact(t *testing.T) {
 	const n = 20000
-	dir := runHookit(t, "--", filepath.Join(setup(t), "bin/callflow"), strconv.Itoa(n))
+	dir := runHookit(t, "-t", "--", filepath.Join(setup(t), "bin/callflow"), strconv.Itoa(n))
 	p := load(t, dir)
 	if len(p.Threads) != 2 {
 		t.Fatalf("%d thread files, want 2 (main and the thread created mid-run)", len(p.Threads))

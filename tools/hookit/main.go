@@ -22,8 +22,8 @@ func main() {
 		Description: "A program built with -finstrument-functions and run with bin/libhookit.so preloaded\n" +
 			"(scripts/run.hookit does both) leaves hookit-PID-TID.bin, hookit-PID.info, hookit-PID.maps (and\n" +
 			"hookit-PID.names from agents using hookit_api.h) in its directory. `hookit report` turns them into log-rt (the calibrated call tree), log-gen (flat),\n" +
-			"callflow.pb.gz (go tool pprof), callflow.folded (flamegraph.pl) and callflow.trace.json\n" +
-			"(ui.perfetto.dev). With several processes, the files of each end in .PID.",
+			"callflow.pb.gz (go tool pprof), callflow.folded (flamegraph.pl) and, with --chrome, callflow.trace.json\n" +
+			"(every call on a wall-clock timeline: ui.perfetto.dev). With several processes, the files of each end in .PID.",
 		Commands: []*cli.Command{{
 			Name:  "report",
 			Usage: "write the reports",
@@ -34,6 +34,7 @@ func main() {
 				&cli.StringFlag{Name: "train", Usage: "write this run's sequence minima to `FILE` (a trainer run: merged with --minima's table if given); later runs load it with --minima"},
 				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
 				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (PI's paper §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
+				&cli.BoolFlag{Name: "chrome", Usage: "also write callflow.trace.json: every call as a slice on a wall-clock timeline (Chrome trace-event JSON for ui.perfetto.dev; about 160 bytes per call)"},
 				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
@@ -126,7 +127,15 @@ func report(c *cli.Context) error {
 			{"log-gen", func(f *os.File) error { return a.WriteLogGen(f) }},
 			{"callflow.folded", func(f *os.File) error { return a.WriteFolded(f) }},
 			{"callflow.pb.gz", func(f *os.File) error { return a.WritePprof(f) }},
-			{"callflow.trace.json", func(f *os.File) error { return a.WriteChrome(f) }},
+		}
+		if c.Bool("chrome") {
+			files = append(files, struct {
+				name  string
+				write func(*os.File) error
+			}{"callflow.trace.json", func(f *os.File) error { return a.WriteChrome(f) }})
+		}
+		if a.Err != nil {
+			fmt.Fprintf(os.Stderr, "hookit: warning: %v: the reports cover what was read\n", a.Err)
 		}
 		for _, fl := range files {
 			f, err := od.Create(fl.name + suffix)

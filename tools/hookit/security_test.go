@@ -82,7 +82,7 @@ func TestOutputDirectoryOfOthersRefused(t *testing.T) {
 	}
 
 	good := runHookit(t, "--", filepath.Join(r, "bin/callflow"), "10")
-	out, err = exec.Command(filepath.Join(r, "bin/hookit"), "report", "-i", good, "-o", dir).CombinedOutput()
+	out, err = exec.Command(filepath.Join(r, "bin/hookit"), "report", "-i", good, "-o", dir, "--chrome").CombinedOutput()
 	if err == nil || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 || !bytes.Contains(out, []byte("writable by others")) {
 		t.Errorf("hookit report -o a world-writable directory: %v\n%s", err, out)
 	}
@@ -108,7 +108,7 @@ func TestOutputDirectoryOfOthersRefused(t *testing.T) {
 	if f := hookitFiles(t, theirs); len(f) != 0 {
 		t.Errorf("the runtime wrote %v in another user's directory", f)
 	}
-	out, err = exec.Command(filepath.Join(r, "bin/hookit"), "report", "-i", good, "-o", theirs).CombinedOutput()
+	out, err = exec.Command(filepath.Join(r, "bin/hookit"), "report", "-i", good, "-o", theirs, "--chrome").CombinedOutput()
 	if err == nil || !bytes.Contains(out, []byte("belongs to uid 65534")) {
 		t.Errorf("hookit report -o another user's directory: %v\n%s", err, out)
 	}
@@ -120,7 +120,7 @@ func TestOutputDirectoryOfOthersRefused(t *testing.T) {
 func TestOutputModes(t *testing.T) {
 	r := setup(t)
 	dir := filepath.Join(t.TempDir(), "out")
-	cmd := exec.Command("sh", "-c", `umask 000 && exec "$@"`, "sh", filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "10")
+	cmd := exec.Command("sh", "-c", `umask 000 && exec "$@"`, "sh", filepath.Join(r, "scripts/run.hookit"), "-o", dir, "-t", "--", filepath.Join(r, "bin/callflow"), "10")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("run.hookit: %v\n%s", err, out)
 	}
@@ -143,7 +143,7 @@ func TestOutputModes(t *testing.T) {
 		}
 		kinds[filepath.Ext(e.Name())] = true
 	}
-	for _, k := range []string{".bin", ".info", ".maps", ".names", ".gz", ".folded", ".json", ""} {
+	for _, k := range []string{".bin", ".info", ".maps", ".names", ".threads", ".gz", ".folded", ".json", ""} {
 		if !kinds[k] {
 			t.Errorf("no %q file in %s to check: %v", k, dir, ents)
 		}
@@ -246,5 +246,56 @@ func TestRtdriverChecksTheServer(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("rtdriver's connections did not end")
 		}
+	}
+}
+
+// TestObserverLeavesHeapAndEnvironment: a program whose output depends on
+// its heap and its environment prints the same under libhookit as without
+// it. The heap is compared with the program beside a library that only has
+// thread-local storage and one thread (glibc takes each thread's TLS table
+// from the heap, one slot per such library: the runtime's only footprint
+// there); the environment with the program alone (HOOKIT_* and the
+// runtime's LD_PRELOAD entry are taken out).
+func TestObserverLeavesHeapAndEnvironment(t *testing.T) {
+	r := setup(t)
+	tmp := t.TempDir()
+	prog, tls := filepath.Join(tmp, "heapenv"), filepath.Join(tmp, "libtlsthread.so")
+	for _, c := range [][]string{
+		{"-O2", "-finstrument-functions", "-pthread", "-o", prog, "testdata/heapenv.c"},
+		{"-O2", "-shared", "-fPIC", "-pthread", "-o", tls, "testdata/tlsthread.c"},
+	} {
+		if out, err := exec.Command("gcc", c...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %v: %v\n%s", c, err, out)
+		}
+	}
+	run := func(env ...string) (heap, environ string) {
+		t.Helper()
+		cmd := exec.Command(prog)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin", "A=1"}, env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s %v: %v", prog, env, err)
+		}
+		for _, l := range strings.SplitAfter(string(out), "\n") {
+			if strings.HasPrefix(l, "env ") {
+				environ += l
+			} else {
+				heap += l
+			}
+		}
+		return heap, environ
+	}
+	_, envAlone := run()
+	heapBeside, _ := run("LD_PRELOAD=" + tls)
+	dir := filepath.Join(tmp, "hk")
+	heapHk, envHk := run("HOOKIT_DIR="+dir, "HOOKIT_METRIC=task-clock", "LD_PRELOAD="+filepath.Join(r, "bin/libhookit.so"))
+	if envHk != envAlone {
+		t.Errorf("the environment the program sees:\n%s\nwant, as without libhookit:\n%s", envHk, envAlone)
+	}
+	if heapHk != heapBeside {
+		t.Errorf("the heap under libhookit:\n%s\nwant, as beside any library with TLS and a thread:\n%s", heapHk, heapBeside)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "hookit-*-*.bin")); len(m) != 2 {
+		t.Errorf("%d thread files, want 2: the runtime recorded the run", len(m))
 	}
 }

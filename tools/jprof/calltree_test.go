@@ -97,7 +97,7 @@ func TestCalltreeDemo(t *testing.T) {
 	if out, err := c.CombinedOutput(); err != nil || !strings.Contains(string(out), "JProfDemo done") {
 		t.Fatalf("java: %v\n%s", err, out)
 	}
-	threads, text := report(t, root, dir, "--cal", "minima")
+	threads, text := report(t, root, dir, "--cal", "minima", "--chrome")
 	if len(threads) != 2 {
 		t.Fatalf("%d threads in log-rt, want main and worker:\n%s", len(threads), text)
 	}
@@ -161,7 +161,7 @@ func TestCalltreeDemo(t *testing.T) {
 		if out, err := c.CombinedOutput(); err != nil || !strings.Contains(string(out), "JProfDemo done") {
 			t.Fatalf("java: %v\n%s", err, out)
 		}
-		threads, _ := report(t, root, dir, "--cal", "minima")
+		threads, _ := report(t, root, dir, "--cal", "minima", "--chrome")
 		for _, rows := range threads {
 			for _, r := range rows {
 				if r.name == "JProfDemo.empty" {

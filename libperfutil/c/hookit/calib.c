@@ -29,3 +29,22 @@ __attribute__((noinline, no_instrument_function)) void hk_calib_api_calls(int n)
 		hookit_exit((uint64_t)(uintptr_t)hk_calib_empty, HOOKIT_TYPE_OTHER);
 	}
 }
+
+/* The same loops uninstrumented: what the caller's loop and call cost
+ * without the hooks, taken out of t_O (it is the caller's own work). */
+__attribute__((noinline, no_instrument_function)) void hk_calib_plain_empty(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline, no_instrument_function)) void hk_calib_plain_calls(int n)
+{
+	for (int i = 0; i < n; i++)
+		hk_calib_plain_empty();
+}
+
+__attribute__((noinline, no_instrument_function)) void hk_calib_plain_api_calls(int n)
+{
+	for (int i = 0; i < n; i++)
+		__asm__ volatile("" ::: "memory");
+}

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
+#include <linux/perf_event.h>
 
 #include "perfutil.h"
 #include "../../../kmod/uapi/pitrace.h"
@@ -51,11 +52,14 @@ struct hk_thread {
 	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
 	uint64_t last_early;  /* its early read */
 	uint64_t last_sp;     /* the last stack pointer recorded */
-	int need_sync;        /* the next event starts with a sync */
-	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
+	uint8_t need_sync;    /* the next event starts with a sync */
+	uint8_t need_wall;    /* the next event gets a wall-clock anchor */
 	int busy;             /* 1: inside the hook; 2: finished (shutdown, exit) */
 	int closing;          /* a shutdown is finishing the file: record nothing */
 	unsigned gen;         /* reset generation last marked */
+	uint64_t sched;       /* hk_sched_mark() at the last anchor */
+	/* (the first cache line ends here) */
+	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
@@ -67,6 +71,9 @@ static uint64_t read_zero(void);
 typedef uint64_t (*hk_read_fn)(void);
 /* The metric read: read_zero until start-up is done. */
 static hk_read_fn hk_read = read_zero;
+/* How the hooks read it: 0 through hk_read, 1 the TSC, 2 the fast
+ * task-clock (both inline: no indirect call). Set with hk_read. */
+static int hk_read_kind;
 static volatile int hk_ready;
 /* The PTT backend is the module: dispatches and interrupts are in the
  * thread's work area. */
@@ -86,14 +93,129 @@ static volatile uint64_t hk_resets;
 static int hk_exited;
 
 static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
-/* Where the late read goes when an event is not recorded. */
-static __thread uint64_t hk_sink __attribute__((tls_model("initial-exec")));
 /* This thread records nothing (its file failed, or it ended). */
 static __thread int hk_noopen __attribute__((tls_model("initial-exec")));
 
 HK_NOINSTR static uint64_t read_zero(void)
 {
 	return 0;
+}
+
+/*
+ * Memory: every allocation of the runtime (its thread states, and
+ * libperfutil's PTT states: ptt.o is built for this library with malloc,
+ * calloc and free renamed to these, see mk/callflow.mk) is a mapping of
+ * its own, never the program's allocator, so that the program's heap is
+ * the same with and without the runtime. A few per thread: a page each.
+ */
+#define HK_ALLOC_HEAD 16
+HK_NOINSTR __attribute__((visibility("hidden"))) void *hk_calloc(size_t n, size_t size)
+{
+	size_t len;
+	char *p;
+
+	if (size && n > (SIZE_MAX - HK_ALLOC_HEAD) / size)
+		return NULL;
+	len = n * size + HK_ALLOC_HEAD;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	*(size_t *)p = len;
+	return p + HK_ALLOC_HEAD;
+}
+
+HK_NOINSTR __attribute__((visibility("hidden"))) void *hk_malloc(size_t size)
+{
+	return hk_calloc(1, size);
+}
+
+HK_NOINSTR __attribute__((visibility("hidden"))) void hk_free(void *q)
+{
+	char *p = q;
+
+	if (p)
+		munmap(p - HK_ALLOC_HEAD, *(size_t *)(p - HK_ALLOC_HEAD));
+}
+
+HK_NOINSTR static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The fast task-clock read (daemon backend, switch records): libperfutil's
+ * read is time_running plus the CLOCK_MONOTONIC time since the thread's
+ * last switch-in (the newest record of its perf ring), and the vDSO clock
+ * read is most of a hook's cost. Where the kernel's clock source is the TSC
+ * the runtime reads the TSC and scales it itself (rate measured against
+ * CLOCK_MONOTONIC at start-up), its zero set HK_FAST_MARGIN ahead: the
+ * value is the thread's CPU time plus that constant (less the rate's error
+ * times the time since start-up, microseconds after minutes), which
+ * intervals cancel. Checked against libperfutil's read at start-up.
+ */
+#define HK_FAST_MARGIN 1000000000ull
+static uint64_t hk_tsc0, hk_mono0, hk_mult32; /* ns per TSC cycle << 32 */
+/* The switch ring's head the fast read saw last (hk_sched_mark). */
+static __thread uint64_t hk_head __attribute__((tls_model("initial-exec")));
+
+HK_NOINSTR static inline uint64_t tsc_mono(void)
+{
+	return hk_mono0 + (uint64_t)(((unsigned __int128)(__rdtsc() - hk_tsc0) * hk_mult32) >> 32);
+}
+
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void)
+{
+	struct PttThreadState *s = PttSelf;
+	const struct PttCounter *c = &s->c[0];
+
+	if (__builtin_expect(s->status != 0 || !c->data, 0))
+		return s->read1(s);
+	for (;;) {
+		uint32_t seq = *s->lock;
+
+		hk_barrier();
+		uint64_t head = *(const volatile uint64_t *)((const volatile char *)c->page + 1024);
+		hk_barrier();
+		uint64_t at = *(const volatile uint64_t *)(c->data + ((head - 8) & c->mask));
+		uint64_t run = ((const volatile struct perf_event_mmap_page *)c->page)->time_running;
+		uint64_t now = tsc_mono();
+		uint64_t v = run + (now >= at ? now - at : 0);
+
+		hk_barrier();
+		if (__builtin_expect(*s->lock == seq, 1)) {
+			hk_head = head;
+			return v;
+		}
+	}
+}
+
+HK_NOINSTR static uint64_t read_ptt_fast(void)
+{
+	return read_ptt_fast_inline();
+}
+
+/* A value that changes when the thread was scheduled out and in again
+ * since the last look (the next event gets a wall-clock anchor): the
+ * head of its switch-record ring (daemon backend), its dispatch count
+ * (module); 0 where there is neither (rdtsc: the TSC is a wall clock). */
+static int hk_sched_kind; /* 0 none, 1 switch ring, 2 module area, 3 the fast read's */
+HK_NOINSTR static inline uint64_t hk_sched_mark(void)
+{
+	const struct PttCounter *c;
+
+	if (hk_sched_kind == 3)
+		return hk_head;
+	if (!hk_sched_kind)
+		return 0;
+	c = &PttSelf->c[0];
+	if (!c->page)
+		return 0;
+	if (hk_sched_kind == 1)
+		return c->data ? *(const volatile uint64_t *)((const volatile char *)c->page + 1024) : 0;
+	return ((const volatile struct pitrace_ptt_area *)c->page)->dispatches;
 }
 
 HK_NOINSTR static uint64_t read_ptt(void)
@@ -106,6 +228,20 @@ HK_NOINSTR static uint64_t read_ptt(void)
 HK_NOINSTR static uint64_t read_tsc(void)
 {
 	return __rdtsc();
+}
+
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void);
+
+/* The hooks' read. */
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t hk_now(void)
+{
+	switch (hk_read_kind) {
+	case 1:
+		return __rdtsc();
+	case 2:
+		return read_ptt_fast_inline();
+	}
+	return hk_read();
 }
 
 HK_NOINSTR static pid_t gettid_(void)
@@ -128,6 +264,7 @@ HK_NOINSTR static int flush_buffer(struct hk_thread *t)
 	hk_barrier();
 	t->win[0].d = t->bin_off;
 	t->pos = 1;
+	t->need_wall = 1; /* a wall-clock anchor per buffer at least */
 	return 0;
 }
 
@@ -148,12 +285,41 @@ HK_NOINSTR static int hk_create(const char *name, int flags)
 	return openat(hk_dirfd, name, flags | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
+/* DIR/hookit-PID.threads: "TID NAME" lines, the thread's name (comm)
+ * when its file opens and again at the end (a later line wins). */
+static int hk_threads_fd = -1;
+
+HK_NOINSTR static void note_thread_name(pid_t tid)
+{
+	char path[64], line[64];
+	int fd, n, k;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || hk_threads_fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	k = snprintf(line, sizeof(line), "%d ", (int)tid);
+	n = (int)read(fd, line + k, sizeof(line) - (size_t)k - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	n += k;
+	if (line[n - 1] != '\n')
+		line[n++] = '\n';
+	/* One write of a whole line (O_APPEND): lines never mix. */
+	if (write(hk_threads_fd, line, (size_t)n) != n)
+		return;
+}
+
 /* Set (under hk_mu) when finish_files has run: no thread file opens after. */
 static int hk_finished;
 
 HK_NOINSTR static struct hk_thread *thread_open(void)
 {
-	struct hk_thread *t = calloc(1, sizeof(*t));
+	struct hk_thread *t = hk_calloc(1, sizeof(*t));
 	struct hk_rec head[2];
 	char path[4200];
 	void *p;
@@ -188,6 +354,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 	t->pos = 1;
 	t->cap = HK_BUF / sizeof(struct hk_rec);
 	t->need_sync = 1;
+	t->need_wall = 1;
 	PttThreadInit();
 	pthread_mutex_lock(&hk_mu);
 	if (hk_finished) {
@@ -200,12 +367,13 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 		thread_path(path, sizeof(path), t->tid, "bin");
 		unlinkat(hk_dirfd, path, 0);
 		close(t->fd);
-		free(t);
+		hk_free(t);
 		return NULL;
 	}
 	t->next = hk_threads;
 	hk_threads = t;
 	pthread_mutex_unlock(&hk_mu);
+	note_thread_name(t->tid);
 	return t;
 fail_tail:
 	close(t->tail_fd);
@@ -213,7 +381,7 @@ fail_tail:
 fail_close:
 	close(t->fd);
 fail_free:
-	free(t);
+	hk_free(t);
 	return NULL;
 }
 
@@ -282,34 +450,47 @@ HK_NOINSTR static void hk_put_end(struct hk_thread *t)
 	t->pos += 2;
 }
 
-/* The hook's work between the early and the late read: store the event;
- * returns where the late read goes. */
-HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
+/* Whether each hook reads the metric twice (early and late: the hook's
+ * work between is charged to no one) or once (its work is then in the
+ * intervals, which the calibration takes off). Two with the pitrace
+ * module, where the read is cheap and the metric may be instructions
+ * (exact per function); one elsewhere: half the reads per call. */
+static int hk_two_reads;
+
+/* The hook's work after its early read: store the event. Returns where
+ * the late read goes, or NULL when the hook takes no late read (its early
+ * read stands for both, set here): with one read per hook when the work
+ * was the common one. Slow work (a thread's first event, a buffer
+ * written, a marker, a wall-clock anchor) is always closed by a late
+ * read, so that it is charged to no one. */
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 {
 	struct hk_thread *t = hk_self;
+	int slow = hk_two_reads;
 
 	if (__builtin_expect(!hk_ready, 0))
-		return &hk_sink;
+		return NULL;
 	if (__builtin_expect(t == NULL, 0)) {
 		if (!hk_on || hk_noopen) /* off, or opening failed before */
-			return &hk_sink;
+			return NULL;
 		t = thread_open();
 		if (!t && __atomic_load_n(&hk_finished, __ATOMIC_RELAXED))
-			return &hk_sink; /* after a shutdown: nothing to record */
+			return NULL; /* after a shutdown: nothing to record */
 		if (!t) {
 			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-			return &hk_sink;
+			return NULL;
 		}
 		hk_self = t;
 		/* The early read of the thread's first event came before its
 		 * counters existed: take a fresh one (nothing is charged before
 		 * the first event). */
-		early = hk_read();
+		early = hk_now();
+		slow = 1;
 	}
 	if (__builtin_expect(t->busy, 0)) { /* a signal handler inside the hook */
 		__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-		return &hk_sink;
+		return NULL;
 	}
 	t->busy = 1;
 	/* Against finish_files (another thread): busy is stored before
@@ -317,17 +498,18 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 	hk_barrier();
 	if (__builtin_expect(__atomic_load_n(&t->closing, __ATOMIC_RELAXED), 0)) {
 		__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
-		return &hk_sink;
+		return NULL;
 	}
 	/* Room for a sync, a marker, a sync, the event and the end; the
 	 * buffer's write is inside this hook: between the reads, not charged. */
 	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
+		slow = 1;
 		if (flush_buffer(t) != 0) {
 			__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 			hk_self = NULL;
 			hk_noopen = 1;
 			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
-			return &hk_sink;
+			return NULL;
 		}
 	}
 	/* Control changes (rtdriver start/end/reset) since this thread's last
@@ -339,10 +521,11 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 				  (hk_on ? HK_MARK_START : HK_MARK_END),
 		       0, early);
 		t->last_late = early;
+		slow = 1;
 	}
 	if (__builtin_expect(!hk_on && (tag >> HK_KIND_SHIFT) != HK_MARK, 0)) {
 		__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
-		return &hk_sink;
+		return NULL;
 	}
 	const volatile struct pitrace_ptt_area *a = hk_dsin ? PttSelf->c[0].page : NULL;
 
@@ -350,6 +533,7 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		uint32_t ds = a->dispatches, in = a->interrupts;
 
 		if (__builtin_expect((ds != t->ds || in != t->in) && !t->need_sync, 0)) {
+			slow = 1;
 			struct hk_rec *r = &t->win[t->pos++];
 
 			r->d = (uint64_t)(ds - t->ds) | (uint64_t)(in - t->in) << 32;
@@ -359,9 +543,28 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
 		t->ds = ds;
 		t->in = in;
 	}
+	/* The wall clock (CLOCK_MONOTONIC) at this event's early read, where
+	 * the metric may have drifted from it: the thread's first event, each
+	 * buffer, and after the thread was scheduled out and in (time metrics
+	 * run with the wall clock in between). */
+	uint64_t sm = hk_sched_mark();
+
+	if (__builtin_expect(t->need_wall | (sm != t->sched), 0)) {
+		struct hk_rec *r = &t->win[t->pos++];
+
+		r->d = mono_ns();
+		hk_barrier();
+		r->tag = (uint64_t)HK_WALL << HK_KIND_SHIFT;
+		t->need_wall = 0;
+		t->sched = sm;
+		slow = 1;
+	}
 	hk_put(t, tag, (uint64_t)sp, early);
 	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
-	return &t->last_late;
+	if (slow)
+		return &t->last_late;
+	t->last_late = early;
+	return NULL;
 }
 
 /*
@@ -372,24 +575,26 @@ HK_NOINSTR static uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
  */
 HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 {
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late;
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
 			__builtin_frame_address(0), early);
-	*late = hk_read();
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 {
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late;
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
 			__builtin_frame_address(0), early);
-	*late = hk_read();
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 /*
@@ -404,36 +609,40 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_ENTER, type);
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
-	*late = hk_read();
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXIT, type);
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
-	*late = hk_read();
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
-	*late = hk_read();
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 /* A marker record (start, end, reset, flush) in the calling thread. */
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
-	uint64_t early = hk_read();
+	uint64_t early = hk_now();
 	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early);
-	*late = hk_read();
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 /* ---- calibration: inner and outer time, measured with the hooks ---- */
@@ -441,6 +650,7 @@ HK_NOINSTR static void hk_mark(uint64_t what)
 struct hk_calib {
 	double t_inner, t_outer;       /* minimum of the batch averages */
 	double t_inner_med, t_outer_med; /* median of the batch averages */
+	double t_plain;                /* the same loop uninstrumented, per call (minimum) */
 };
 
 static struct hk_calib hk_cal, hk_cal_api;
@@ -454,7 +664,7 @@ HK_NOINSTR static int cmp_double(const void *a, const void *b)
 
 /* 100 batches of 100 empty pairs after a warm-up of 1,000, through the
  * same entry points the program calls; the records are then discarded. */
-HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
+HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int), void (*plain_calls)(int))
 {
 	enum { WARM = 1000, BATCH = 100, NBATCH = 100 };
 	double inner[NBATCH], outer[NBATCH];
@@ -497,18 +707,32 @@ HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int))
 	memset(&t->win[1], 0, (size_t)(t->pos - 1) * sizeof(struct hk_rec));
 	t->pos = 1;
 	t->need_sync = 1;
+	t->need_wall = 1;
 	if (t->bin_off != 2 * sizeof(struct hk_rec)) {
 		t->bin_off = 2 * sizeof(struct hk_rec);
 		if (ftruncate(t->fd, (off_t)t->bin_off) != 0)
 			perror("hookit: truncating a thread file");
 		t->win[0].d = t->bin_off;
 	}
+	/* The loop and the call without the hooks: the caller's own work,
+	 * which outer counted too (minimum and median the same way). */
+	double plain[NBATCH];
+
+	plain_calls(WARM);
+	for (int b = 0; b < NBATCH; b++) {
+		uint64_t t0 = hk_read();
+
+		plain_calls(BATCH);
+		plain[b] = (double)(hk_read() - t0) / BATCH;
+	}
 	qsort(inner, NBATCH, sizeof(double), cmp_double);
 	qsort(outer, NBATCH, sizeof(double), cmp_double);
+	qsort(plain, NBATCH, sizeof(double), cmp_double);
+	c->t_plain = plain[0];
 	c->t_inner = inner[0];
-	c->t_outer = outer[0];
+	c->t_outer = outer[0] > plain[0] ? outer[0] - plain[0] : 0;
 	c->t_inner_med = inner[NBATCH / 2];
-	c->t_outer_med = outer[NBATCH / 2];
+	c->t_outer_med = outer[NBATCH / 2] > plain[NBATCH / 2] ? outer[NBATCH / 2] - plain[NBATCH / 2] : 0;
 }
 
 /* ---- the process files: info and maps ---- */
@@ -532,28 +756,33 @@ HK_NOINSTR static void copy_maps(void)
 		close(out);
 }
 
+static double hk_ns_per_unit; /* the metric's nanoseconds per unit; 0: not a time */
+
+/* The info file, written with snprintf and one write (no stdio stream: its
+ * buffer would come from the program's allocator). */
 HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_calib *api, const char *backend)
 {
-	char path[4200], exe[4096];
+	char path[4200], exe[4096], buf[8192];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int k;
 
 	exe[n > 0 ? n : 0] = 0;
 	snprintf(path, sizeof(path), "hookit-%d.info", (int)hk_pid);
 	int fd = hk_create(path, O_WRONLY);
-	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-	if (!f) {
-		if (fd >= 0)
-			close(fd);
+	if (fd < 0)
 		return;
-	}
-	fprintf(f, "version=%d\npid=%d\nexe=%s\nmetric=%s\nbackend=%s\n", HK_VERSION, (int)hk_pid, exe,
-		hk_metric, backend);
-	fprintf(f, "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n", c->t_inner,
-		c->t_outer, c->t_inner_med, c->t_outer_med);
-	fprintf(f, "dsin=%s\n", hk_dsin ? "kmod" : "none");
-	fprintf(f, "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n",
-		api->t_inner, api->t_outer, api->t_inner_med, api->t_outer_med);
-	fclose(f);
+	k = snprintf(buf, sizeof(buf),
+		     "version=%d\npid=%d\nexe=%s\nmetric=%s\nbackend=%s\n"
+		     "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n"
+		     "dsin=%s\n"
+		     "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n"
+		     "reads=%d\nns_per_unit=%.9f\nt_plain=%.3f\nt_plain_api=%.3f\n",
+		     HK_VERSION, (int)hk_pid, exe, hk_metric, backend, c->t_inner, c->t_outer, c->t_inner_med,
+		     c->t_outer_med, hk_dsin ? "kmod" : "none", api->t_inner, api->t_outer, api->t_inner_med,
+		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit, c->t_plain, api->t_plain);
+	if (k > 0 && write(fd, buf, (size_t)(k < (int)sizeof(buf) ? k : (int)sizeof(buf) - 1)) < 0)
+		perror("hookit: writing the info file");
+	close(fd);
 }
 
 /* A full memory barrier in every thread of the process (membarrier):
@@ -610,6 +839,7 @@ HK_NOINSTR static void finish_files(void)
 		/* The buffer stays mapped: a thread still running writes into
 		 * it, unrecorded (busy). */
 		t->busy = 2;
+		note_thread_name(t->tid);
 		if (t->pos + 2 < t->cap)
 			hk_put_end(t);
 		if (flush_buffer(t) != 0)
@@ -660,8 +890,15 @@ HK_NOINSTR static void after_fork_child(void)
 			munmap(t->win, HK_BUF);
 		close(t->fd);
 		close(t->tail_fd);
-		free(t);
+		hk_free(t);
 		t = n;
+	}
+	if (hk_threads_fd >= 0) { /* the child's thread names: its own file */
+		char path[64];
+
+		close(hk_threads_fd);
+		snprintf(path, sizeof(path), "hookit-%d.threads", (int)hk_pid);
+		hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
 	}
 	copy_maps();
 }
@@ -839,6 +1076,65 @@ fail:
 	return -1;
 }
 
+/* The TSC's rate against CLOCK_MONOTONIC, over 5 ms (each end the
+ * tightest of 5 reads), into hk_mult32, hk_tsc0, hk_mono0: 0, or -1 where
+ * the kernel's clock is not the TSC (the scaled TSC would not follow it). */
+HK_NOINSTR static void tsc_pair(uint64_t *tsc, uint64_t *mono)
+{
+	uint64_t best = ~0ULL;
+
+	*tsc = *mono = 0;
+	for (int i = 0; i < 5; i++) {
+		uint64_t a = __rdtsc(), m = mono_ns(), b = __rdtsc();
+
+		if (b - a < best)
+			best = b - a, *tsc = a + (b - a) / 2, *mono = m;
+	}
+}
+
+HK_NOINSTR static int tsc_rate(void)
+{
+	char cs[32] = "";
+	uint64_t t0 = 0, m0 = 0, t1 = 0, m1 = 0;
+	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		ssize_t n = read(fd, cs, sizeof(cs) - 1);
+
+		cs[n > 0 ? n : 0] = 0;
+		close(fd);
+	}
+	if (strcmp(cs, "tsc\n") != 0)
+		return -1;
+	tsc_pair(&t0, &m0);
+	do
+		tsc_pair(&t1, &m1);
+	while (m1 - m0 < 5000000);
+	if (t1 <= t0)
+		return -1;
+	hk_mult32 = (uint64_t)(((unsigned __int128)(m1 - m0) << 32) / (t1 - t0));
+	hk_tsc0 = t0;
+	hk_mono0 = m0 + HK_FAST_MARGIN;
+	return 0;
+}
+
+/* Whether read_ptt_fast agrees with libperfutil's read on this thread
+ * (within 50 us, less the margin). */
+HK_NOINSTR static int fast_read_ok(void)
+{
+	struct PttThreadState *s = PttSelf;
+
+	if (PttThreadInit() != 0 || s == NULL || (s = PttSelf)->status != 0 || !s->c[0].data)
+		return 0;
+	for (int i = 0; i < 5; i++) {
+		uint64_t a = s->read1(s), f = read_ptt_fast() - HK_FAST_MARGIN, b = s->read1(s);
+
+		if (f + 50000 >= a && f <= b + 50000)
+			return 1;
+	}
+	return 0;
+}
+
 /* Start the runtime with dir, metric, start ("on"/"off"); 0 or -1 with
  * hk_err set. Called once, under hk_init_mu. */
 HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *start)
@@ -855,6 +1151,9 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		return -1;
 	if (!strcmp(hk_metric, "rdtsc")) {
 		hk_read = read_tsc;
+		hk_read_kind = 1;
+		if (tsc_rate() == 0)
+			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
 	} else {
 		const char *ms[1] = {hk_metric};
 		int rc = PttInit(ms, 1);
@@ -867,13 +1166,26 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		backend = PttBackend();
 		hk_read = read_ptt;
 		hk_dsin = backend && !strcmp(backend, "kmod");
+		hk_two_reads = hk_dsin;
+		hk_sched_kind = hk_dsin ? 2 : 1;
+		if (!strcmp(hk_metric, "task-clock") || !strcmp(hk_metric, "cpu-clock"))
+			hk_ns_per_unit = 1;
+		if (!hk_dsin && hk_ns_per_unit == 1 && tsc_rate() == 0 && fast_read_ok()) {
+			hk_read = read_ptt_fast;
+			hk_read_kind = 2;
+			hk_sched_kind = 3;
+		}
+		if (hk_dsin && !strcmp(hk_metric, "tsc") && tsc_rate() == 0)
+			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
 	}
 	snprintf(path, sizeof(path), "hookit-%d.names", (int)hk_pid);
 	hk_names_fd = hk_create(path, O_WRONLY | O_APPEND);
+	snprintf(path, sizeof(path), "hookit-%d.threads", (int)hk_pid);
+	hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
 	hk_membarrier_private = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 	hk_ready = 1;
-	calibrate(&hk_cal, hk_calib_calls);
-	calibrate(&hk_cal_api, hk_calib_api_calls);
+	calibrate(&hk_cal, hk_calib_calls, hk_calib_plain_calls);
+	calibrate(&hk_cal_api, hk_calib_api_calls, hk_calib_plain_api_calls);
 	write_info(&hk_cal, &hk_cal_api, backend ? backend : "?");
 	copy_maps();
 	pthread_atfork(NULL, NULL, after_fork_child);
@@ -884,14 +1196,92 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	return 0;
 }
 
+/* The HOOKIT_* variables, taken out of the environment at load: the
+ * program sees the environment it would have had without the runtime
+ * (its getenv scans, its children: a program it executes is not traced). */
+static char hk_env_dir[4096], hk_env_metric[64], hk_env_start[8];
+static int hk_env_has_dir;
+
+HK_NOINSTR static const char *env_or_null(const char *v, int has)
+{
+	return has ? v : NULL;
+}
+
+HK_NOINSTR static void take_env(void)
+{
+	static const struct {
+		const char *name;
+		char *buf;
+		size_t n;
+	} vars[] = {
+		{"HOOKIT_DIR", hk_env_dir, sizeof(hk_env_dir)},
+		{"HOOKIT_METRIC", hk_env_metric, sizeof(hk_env_metric)},
+		{"HOOKIT_START", hk_env_start, sizeof(hk_env_start)},
+	};
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i].name);
+
+		if (!v)
+			continue;
+		snprintf(vars[i].buf, vars[i].n, "%s", v);
+		if (i == 0)
+			hk_env_has_dir = 1;
+		unsetenv(vars[i].name);
+	}
+}
+
+/* This library's entry in LD_PRELOAD (run.hookit puts it there), taken
+ * out in place (a shorter value in the same string: no allocation); the
+ * variable goes when nothing else is preloaded. */
+extern char **environ;
+
+HK_NOINSTR static int is_self(const char *p, size_t n)
+{
+	static const char me[] = "libhookit.so";
+	size_t m = sizeof(me) - 1;
+
+	return n >= m && !memcmp(p + n - m, me, m) && (n == m || p[n - m - 1] == '/');
+}
+
+HK_NOINSTR static void take_preload(void)
+{
+	for (char **e = environ; e && *e; e++) {
+		char *v, *w, *r;
+
+		if (strncmp(*e, "LD_PRELOAD=", 11) != 0)
+			continue;
+		v = *e + 11;
+		w = v;
+		for (r = v; *r;) {
+			size_t n = strcspn(r, ": ");
+
+			if (n && !is_self(r, n)) {
+				if (w != v)
+					*w++ = ':';
+				memmove(w, r, n);
+				w += n;
+			}
+			r += n;
+			r += *r != 0;
+		}
+		*w = 0;
+		if (!*v)
+			unsetenv("LD_PRELOAD");
+		return;
+	}
+}
+
 /* Preloaded (or linked) with HOOKIT_DIR set: start from the environment.
  * Without it the library waits for hookit_init (an agent's options). */
 HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
 {
-	if (!getenv("HOOKIT_DIR"))
+	take_env();
+	if (!hk_env_has_dir)
 		return;
+	take_preload();
 	pthread_mutex_lock(&hk_init_mu);
-	if (!hk_ready && hk_start(getenv("HOOKIT_DIR"), getenv("HOOKIT_METRIC"), getenv("HOOKIT_START")) != 0)
+	if (!hk_ready && hk_start(hk_env_dir, hk_env_metric, hk_env_start) != 0)
 		fprintf(stderr, "hookit: %s\n", hk_err);
 	pthread_mutex_unlock(&hk_init_mu);
 }
@@ -952,9 +1342,9 @@ HK_VIS HK_NOINSTR int hookit_init(const char *options)
 		rc = -1;
 	}
 	if (!rc && !hk_ready)
-		rc = hk_start(opt(options, "dir", dir, sizeof(dir), getenv("HOOKIT_DIR")),
-			      opt(options, "metric", metric, sizeof(metric), getenv("HOOKIT_METRIC")),
-			      opt(options, "start", start, sizeof(start), getenv("HOOKIT_START")));
+		rc = hk_start(opt(options, "dir", dir, sizeof(dir), env_or_null(hk_env_dir, hk_env_has_dir)),
+			      opt(options, "metric", metric, sizeof(metric), env_or_null(hk_env_metric, *hk_env_metric)),
+			      opt(options, "start", start, sizeof(start), env_or_null(hk_env_start, *hk_env_start)));
 	pthread_mutex_unlock(&hk_init_mu);
 	return rc;
 }
@@ -1006,7 +1396,7 @@ HK_VIS HK_NOINSTR void hookit_thread_end(void)
 			perror("hookit: writing a thread file");
 	}
 	thread_close(t);
-	free(t);
+	hk_free(t);
 }
 
 HK_VIS HK_NOINSTR void hookit_shutdown(void)

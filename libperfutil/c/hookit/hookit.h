@@ -29,6 +29,10 @@
  * dispatches | interrupts << 32} comes before an event when the thread was
  * dispatched or interrupted since the previous event (the counts of the
  * thread's PTT work area): they happened in the interval the event ends.
+ * A record {HK_WALL << 56, CLOCK_MONOTONIC ns} comes before an event whose
+ * early read it dates: a thread's first event, the first of each buffer,
+ * and the first after the thread was scheduled out and in. Between two,
+ * a time metric runs with the wall clock (ns_per_unit in the info file).
  *
  * The records reach the thread file by one pwrite per HK_BUF bytes from a
  * per-thread buffer, which is a shared mapping of DIR/hookit-PID-TID.tail:
@@ -45,7 +49,7 @@
 #include <stdint.h>
 
 #define HK_MAGIC 0x3154494b4f4f48ULL /* "HOOKIT1" */
-#define HK_VERSION 3
+#define HK_VERSION 4
 #define HK_KIND_SHIFT 56
 #define HK_API_SHIFT 55
 #define HK_TYPE_SHIFT 48
@@ -65,6 +69,7 @@ enum {
 	HK_EXC_EXIT = 5, /* exception exit (hookit_exception_exit) */
 	HK_SYNC = 6,   /* absolute values (two records) */
 	HK_DSIN = 7,   /* dispatches | interrupts << 32 since the last one */
+	HK_WALL = 8,   /* the wall clock (CLOCK_MONOTONIC ns) at the next event's early read */
 };
 
 enum {
@@ -85,5 +90,8 @@ void hk_calib_empty(void);
 void hk_calib_calls(int n);
 /* n empty pairs through hookit_enter / hookit_exit (the API's path). */
 void hk_calib_api_calls(int n);
+/* The two loops uninstrumented (no hooks, no API calls). */
+void hk_calib_plain_calls(int n);
+void hk_calib_plain_api_calls(int n);
 
 #endif
