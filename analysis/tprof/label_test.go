@@ -15,13 +15,18 @@ func TestThreadLabelFallsBackToProcessName(t *testing.T) {
 		ProcName: map[uint32]string{0x10: "xz"},
 		ThreadNm: map[[2]uint32]string{{0x10, 0x11}: "", {0x10, 0x12}: "worker"},
 	}
-	for tid, want := range map[uint32]string{0x11: "xz_11", 0x12: "worker_12", 0x13: "xz_13"} {
+	for tid, want := range map[uint32]string{0x11: "xz_17", 0x12: "worker_18", 0x13: "xz_19"} {
 		if got := rep.ThreadLabel(0x10, tid); got != want {
 			t.Fatalf("thread %#x: %q, want %q", tid, got, want)
 		}
 	}
-	if got := rep.ThreadLabel(0x20, 0x21); got != "tid_21" {
+	if got := rep.ThreadLabel(0x20, 0x21); got != "tid_33" {
 		t.Fatalf("thread of an unnamed process: %q", got)
+	}
+	// PI's form, in hex (post --hex-ids)
+	rep.HexIDs = true
+	if got, got2 := rep.ThreadLabel(0x10, 0x12), rep.ProcLabel(0x10); got != "worker_12" || got2 != "xz_10" {
+		t.Fatalf("hex labels: %q, %q", got, got2)
 	}
 }
 

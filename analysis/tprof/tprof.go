@@ -59,6 +59,10 @@ type Report struct {
 	stk []stackEntry
 	res []a2n.Result
 	// the PID and TID row names, each made once
+	// HexIDs labels processes and threads name_hexid in tprof.out, as
+	// PI's tprof did (post --hex-ids); set it before the report is written.
+	HexIDs bool
+
 	procLabels   map[uint32]string
 	threadLabels map[[2]uint32]string
 	threads      []cell // a cell of each thread of cells, its pid and tid (labelAll)
@@ -337,14 +341,18 @@ type cell struct {
 	n        uint64
 }
 
-// ProcLabel is PI's process name form: name_pid (pid in hex).
+// ProcLabel is tprof.out's process name form: name_pid, the pid in
+// decimal (as every other report and the Selected header print it), or in
+// hex as PI printed it when HexIDs is set.
 func (rep *Report) ProcLabel(pid uint32) string {
-	return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
+	if rep.HexIDs {
+		return fmt.Sprintf("%s_%x", rep.ProcName[pid], pid)
+	}
+	return fmt.Sprintf("%s_%d", rep.ProcName[pid], pid)
 }
 
 // ProcTitle is a process as the modern forms (pprof, folded stacks, flame
-// graphs) name it: "name (pid N)", in decimal; PI's name_hex (ProcLabel)
-// stays in tprof.out, which users compare with PI's.
+// graphs) name it: "name (pid N)".
 func (rep *Report) ProcTitle(pid uint32) string {
 	n := rep.ProcName[pid]
 	if n == "" {
@@ -370,11 +378,14 @@ func (rep *Report) threadName(pid, tid uint32, unknown string) string {
 	return unknown
 }
 
-// ThreadLabel is PI's thread name form: name_tid (tid in hex). A thread
-// no record named carries its process's name, as a new thread starts with
-// its creator's comm.
+// ThreadLabel is tprof.out's thread name form: name_tid (in decimal, or in
+// hex with HexIDs). A thread no record named carries its process's name,
+// as a new thread starts with its creator's comm.
 func (rep *Report) ThreadLabel(pid, tid uint32) string {
-	return fmt.Sprintf("%s_%x", rep.threadName(pid, tid, "tid"), tid)
+	if rep.HexIDs {
+		return fmt.Sprintf("%s_%x", rep.threadName(pid, tid, "tid"), tid)
+	}
+	return fmt.Sprintf("%s_%d", rep.threadName(pid, tid, "tid"), tid)
 }
 
 // Levels of a section.

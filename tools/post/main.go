@@ -42,7 +42,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
-	show, doTprof, lines, strict, noChildren, noCache                        bool
+	show, doTprof, lines, strict, noChildren, noCache, hexIDs                bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
 	merge                                                                    mergeFlagValues
@@ -69,6 +69,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
 			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
 			&cli.StringFlag{Name: "root", Usage: "`DIR` prefix for module paths (a trace taken on another machine)", Destination: &o.root},
+			&cli.BoolFlag{Name: "hex-ids", Usage: "label processes and threads in tprof.out name_hexid, as PI's tprof did (default: name_pid in decimal)", Destination: &o.hexIDs},
 			&cli.BoolFlag{Name: "lines", Usage: "add source file:line to post.show ticks (DWARF; slower)", Destination: &o.lines},
 			&cli.StringFlag{Name: "pid", Usage: "only these processes (`LIST` of decimal pids) and the processes they create during the trace; what is left out is counted", Destination: &o.pids},
 			&cli.BoolFlag{Name: "no-children", Usage: "with --pid: not the processes they create", Destination: &o.noChildren},
@@ -249,6 +250,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
 	sel := newSelection(o.filter)
 	rep := tprof.BuildFiltered(f, r, o.filter, onRecord)
+	rep.HexIDs = o.hexIDs
 	if rep.Total == 0 {
 		if err := sel.check(f); err != nil {
 			return err

@@ -285,7 +285,7 @@ func TestExampleEndToEnd(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "tprof.out"))
 	secs := sections(t, string(b))
 	// In Process_Thread_Module_Symbol, sum the example process's symbols.
-	label := "_" + strconv.FormatInt(int64(pid), 16)
+	label := "_" + strconv.Itoa(pid)
 	inProc := false
 	syms := map[string]int{}
 	procTicks := 0

@@ -71,7 +71,7 @@ func TestRunTprof(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
-	busyRow := regexp.MustCompile(`(?m)^PID .*_` + strconv.FormatInt(int64(busy.Process.Pid), 16) + `$`)
+	busyRow := regexp.MustCompile(`(?m)^PID .*_` + strconv.Itoa(busy.Process.Pid) + `$`)
 	mine := filepath.Join(dir, "mine")
 	if out, code := runIt("-o", mine, "--", burn, "60"); code != 0 {
 		t.Fatalf("run.tprof with a busy neighbour: exit %d\n%s", code, out)

@@ -78,11 +78,11 @@ func TestSharesWithinProcess(t *testing.T) {
 	}
 	within := sec("Process_Module_Symbol_Within_Process")
 	for _, want := range []string{
-		`PID +60 +60\.00 +100\.00  app_258`,
+		`PID +60 +60\.00 +100\.00  app_600`,
 		`MOD +60 +60\.00 +100\.00   JIT`,
 		`SYM +45 +45\.00 +75\.00    hot`,
 		`SYM +15 +15\.00 +25\.00    work`,
-		`PID +40 +40\.00 +100\.00  other_2bc`,
+		`PID +40 +40\.00 +100\.00  other_700`,
 		`SYM +40 +40\.00 +100\.00    spin`,
 		`LAB +TKS +%%% +%PROC  NAMES`,
 	} {
