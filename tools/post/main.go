@@ -272,8 +272,11 @@ func post(o *options, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "post: wrote %s\n", filepath.Join(outDir, "post.show"))
 	}
-	for _, w := range warns {
+	for _, w := range stderrWarnings(warns) {
 		fmt.Fprintln(stderr, "post:", w)
+	}
+	if h := stackHint(rep); h != "" {
+		fmt.Fprintln(stderr, "post:", h)
 	}
 	// The report is built: the writing allocates a bounded amount (orders
 	// and buffers of its rows), all of it live until post exits. A

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"perfinsp/analysis/tprof"
+)
+
+// maxListed is how many modules one grouped warning names on stderr; the
+// reports' headers (tprof.out, post.show) keep every line.
+const maxListed = 3
+
+// notReadPrefix starts the warning of a module post could not read.
+const notReadPrefix = "WARNING: module not read, its ticks show as module+offset: "
+
+// stderrWarnings is warns as post prints them on stderr: the modules that
+// could not be read grouped into one line when there are more than
+// maxListed of them (a system-wide trace names every deleted build
+// product of the run); every other warning as it is.
+func stderrWarnings(warns []string) []string {
+	var out, notRead []string
+	for _, w := range warns {
+		if p, ok := strings.CutPrefix(w, notReadPrefix); ok {
+			notRead = append(notRead, p)
+			continue
+		}
+		out = append(out, w)
+	}
+	if len(notRead) <= maxListed {
+		for _, p := range notRead {
+			out = append(out, notReadPrefix+p)
+		}
+		return out
+	}
+	deleted := 0
+	for _, p := range notRead {
+		if strings.Contains(p, "deleted since tracing") {
+			deleted++
+		}
+	}
+	line := fmt.Sprintf("WARNING: %d modules not read (%d of them deleted since tracing), their ticks show as module+offset: %s, and %d more (every one is listed at the top of tprof.out and post.show)",
+		len(notRead), deleted, strings.Join(notRead[:maxListed], "; "), len(notRead)-maxListed)
+	return append(out, line)
+}
+
+// unknownShare is the minimum share of stack ticks with a frame no module
+// maps above which post suggests DWARF unwinding.
+const unknownShare = 0.05
+
+// stackHint says once, when a good share of the call stacks pass through
+// addresses no module maps (frame-pointer walks through code built
+// without frame pointers), how to recover them; "" otherwise.
+func stackHint(rep *tprof.Report) string {
+	if rep.StackTicks == 0 {
+		return ""
+	}
+	var bad uint64
+	for _, s := range rep.Stacks() {
+		for _, f := range s.Frames {
+			if !f.Kernel && f.Module == "<unknown>" {
+				bad += s.N
+				break
+			}
+		}
+	}
+	if float64(bad) < unknownShare*float64(rep.StackTicks) {
+		return ""
+	}
+	return fmt.Sprintf("note: %.0f %% of the call stacks hold frames no module maps (<unknown>): a frame-pointer walk through code built without frame pointers; DWARF unwinding recovers them (run.tprof --call-graph dwarf, or swtrace enable callstack --unwind dwarf)",
+		100*float64(bad)/float64(rep.StackTicks))
+}
