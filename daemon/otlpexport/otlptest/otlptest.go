@@ -53,13 +53,22 @@ func (g *grpcServer) Export(ctx context.Context, req pprofileotlp.ExportRequest)
 func Start(t testing.TB) *Receiver {
 	t.Helper()
 	r := &Receiver{changed: make(chan struct{})}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if err := r.serve("127.0.0.1:0", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	t.Cleanup(r.Stop)
+	return r
+}
+
+func (r *Receiver) serve(httpAddr, grpcAddr string) error {
+	hl, err := net.Listen("tcp", httpAddr)
 	if err != nil {
-		t.Fatal(err)
+		return err
+	}
+	gl, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		hl.Close()
+		return err
 	}
 	r.HTTPURL, r.GRPCAddr = "http://"+hl.Addr().String(), gl.Addr().String()
 	mux := http.NewServeMux()
@@ -69,11 +78,27 @@ func Start(t testing.TB) *Receiver {
 	pprofileotlp.RegisterGRPCServer(r.grpcSrv, &grpcServer{r: r})
 	go func() { _ = r.httpSrv.Serve(hl) }()
 	go func() { _ = r.grpcSrv.Serve(gl) }()
-	t.Cleanup(r.Stop)
-	return r
+	return nil
 }
 
-// Stop closes both servers (requests in flight are cut).
+// Up serves again at the same addresses after Stop (a collector restarted).
+func (r *Receiver) Up(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := r.serve(r.HTTPURL[len("http://"):], r.GRPCAddr)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver: listen again: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop closes both servers (requests in flight are cut): the endpoint is
+// down until Up.
 func (r *Receiver) Stop() {
 	r.SetHang(false)
 	_ = r.httpSrv.Close()
