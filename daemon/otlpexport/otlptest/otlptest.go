@@ -26,6 +26,7 @@ type Receiver struct {
 	got      []pprofile.Profiles
 	bytes    int
 	requests int
+	auth     string        // the last request's Authorization
 	status   int           // answer to HTTP requests (0: 200)
 	hang     chan struct{} // while non-nil, requests wait on it
 	changed  chan struct{}
@@ -119,6 +120,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.mu.Lock()
 	status := r.status
+	r.auth = req.Header.Get("Authorization")
 	r.mu.Unlock()
 	if status != 0 {
 		http.Error(w, http.StatusText(status), status)
@@ -163,6 +165,13 @@ func (r *Receiver) add(p pprofile.Profiles, n int) {
 	close(r.changed)
 	r.changed = make(chan struct{})
 	r.mu.Unlock()
+}
+
+// Authorization is the Authorization header of the last HTTP request.
+func (r *Receiver) Authorization() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.auth
 }
 
 // SetStatus makes the HTTP server answer status (0: accept again).
