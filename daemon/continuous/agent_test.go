@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"perfinsp/daemon/otlpexport"
 	"perfinsp/daemon/otlpexport/otlptest"
@@ -249,5 +251,79 @@ func TestGoBinary(t *testing.T) {
 	// from them to main.main's caller, as perf's does.)
 	if s.Inclusive["runtime.main"] < s.Total*8/10 {
 		t.Errorf("runtime.main on %d of %d stacks: Go stacks are cut", s.Inclusive["runtime.main"], s.Total)
+	}
+}
+
+// profileIDs lists the profile ids received and how often each came.
+func profileIDs(ps []pprofile.Profiles) map[pprofile.ProfileID]int {
+	ids := map[pprofile.ProfileID]int{}
+	for _, p := range ps {
+		for i := 0; i < p.ResourceProfiles().Len(); i++ {
+			sps := p.ResourceProfiles().At(i).ScopeProfiles()
+			for j := 0; j < sps.Len(); j++ {
+				for k := 0; k < sps.At(j).Profiles().Len(); k++ {
+					ids[sps.At(j).Profiles().At(k).ProfileID()]++
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// TestCollectorDownMidRun: the collector stops for 10 s of a run of 1 s
+// intervals and comes back: every interval arrives, none twice, and the
+// samples received add up to the agent's count; sampling went on
+// meanwhile (no records dropped).
+func TestCollectorDownMidRun(t *testing.T) {
+	needRoot(t)
+	rcv := otlptest.Start(t)
+	exp := otlpexport.Config{Protocol: "http", Endpoint: rcv.HTTPURL, BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second}
+	var intervals []Stats
+	var mu sync.Mutex
+	cfg := Config{RateHz: 97, Interval: time.Second, Export: exp, OnInterval: func(s Stats) {
+		mu.Lock()
+		intervals = append(intervals, s)
+		mu.Unlock()
+	}}
+	stop := runAgent(t, cfg)
+	rcv.WaitFor(t, 30*time.Second, "the first interval", func(ps []pprofile.Profiles) bool { return len(ps) >= 1 })
+	rcv.Stop()
+	time.Sleep(10 * time.Second) // the outage itself: its length is what is tested
+	rcv.Up(t)
+	mu.Lock()
+	during := len(intervals)
+	mu.Unlock()
+	// Two more intervals after the collector is back, then stop.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		n := len(intervals)
+		mu.Unlock()
+		if n >= during+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no interval ends after the collector came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st := stop()
+	got, _ := rcv.Received()
+	all := otlptest.Summarize(got, func(pcommon.Map) bool { return true })
+	t.Logf("%d requests received for %d intervals (%d ended during the outage); %d samples received, agent counted %d; export %+v",
+		len(got), st.Intervals, during, all.Total, st.TotalSamples, st.Export)
+	if uint64(len(got)) != st.Intervals || st.Export.Sent != st.Intervals {
+		t.Errorf("%d requests received, %d sent, for %d intervals", len(got), st.Export.Sent, st.Intervals)
+	}
+	for id, n := range profileIDs(got) {
+		if n != 1 {
+			t.Errorf("profile %x received %d times", id, n)
+		}
+	}
+	if all.Total != st.TotalSamples || st.Export.Dropped != 0 || st.Export.Failures == 0 {
+		t.Errorf("received %d samples of %d, %d dropped, %d failed attempts (want all, none, some)", all.Total, st.TotalSamples, st.Export.Dropped, st.Export.Failures)
+	}
+	if st.EventsDropped != 0 || st.Lost != 0 {
+		t.Errorf("sampling lost records while the collector was down: %d dropped, %d lost", st.EventsDropped, st.Lost)
 	}
 }
