@@ -327,3 +327,37 @@ func TestCollectorDownMidRun(t *testing.T) {
 		t.Errorf("sampling lost records while the collector was down: %d dropped, %d lost", st.EventsDropped, st.Lost)
 	}
 }
+
+// TestStopDeliversOnce: stopped before its first interval ends, the agent
+// sends the partial interval once (a request cut short by the stop was
+// sent again by the final flush: received twice).
+func TestStopDeliversOnce(t *testing.T) {
+	needRoot(t)
+	for i := 0; i < 3; i++ {
+		rcv := otlptest.Start(t)
+		a, err := Start(Config{RateHz: 97, Interval: time.Hour, CacheDir: t.TempDir(), Export: otlpexport.Config{Protocol: "http", Endpoint: rcv.HTTPURL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx, 20*time.Second) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for a.sink.samples.Load() < 20 {
+			if time.Now().After(deadline) {
+				t.Fatal("no samples in 30 s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		st := a.Stats()
+		got, _ := rcv.Received()
+		all := otlptest.Summarize(got, func(pcommon.Map) bool { return true })
+		if len(got) != 1 || all.Total != st.TotalSamples {
+			t.Fatalf("run %d: %d requests with %d samples received; the agent counted %d samples in 1 interval", i, len(got), all.Total, st.TotalSamples)
+		}
+	}
+}

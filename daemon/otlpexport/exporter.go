@@ -225,7 +225,10 @@ func (e *Exporter) sendOne(ctx context.Context) (ok, more bool) {
 	body := it.body
 	e.mu.Unlock()
 
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	// A request once started runs to its answer or its timeout: cut short
+	// when Run stops, it could have reached the collector and be sent
+	// again by Flush (a duplicate).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.Timeout)
 	err = e.tr.send(sctx, body)
 	cancel()
 
