@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -25,7 +26,8 @@ type Config struct {
 	CPUs       []int         // nil: every online CPU
 	Limits     Limits
 	// EventQueue bounds the records waiting between the sampler and the
-	// aggregator (default 65536): past it records are dropped and counted.
+	// aggregator (default 16384: minutes of samples at 97 Hz on a few
+	// CPUs): past it records are dropped and counted.
 	EventQueue int
 	// Refresh is how often the name tables start anew from /proc (default
 	// 10 min): exited processes and replaced files are forgotten.
@@ -75,7 +77,7 @@ func (c *Config) defaults() error {
 		c.StackBytes = 8192
 	}
 	if c.EventQueue <= 0 {
-		c.EventQueue = 65536
+		c.EventQueue = 16384
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = 10 * time.Minute
@@ -85,6 +87,12 @@ func (c *Config) defaults() error {
 	}
 	return nil
 }
+
+// maxModules bounds the modules whose symbol tables are kept: past it the
+// name tables start anew at the end of the interval (a node that runs
+// many different programs, such as a build machine, would otherwise keep
+// the tables of every program it ever ran until the next refresh).
+const maxModules = 256
 
 // Agent is a running continuous profiler.
 type Agent struct {
@@ -156,7 +164,10 @@ loop:
 		case now := <-tick.C:
 			ro.release(monoNow()-uint64(reorderWindow), handle)
 			a.endInterval(uint64(now.UnixNano()))
-			if time.Since(lastRefresh) >= a.cfg.Refresh {
+			// The interval's tables and request are garbage now: give the
+			// memory back (the agent's RSS is what a node's owner sees).
+			debug.FreeOSMemory()
+			if time.Since(lastRefresh) >= a.cfg.Refresh || len(a.agg.modules) > maxModules {
 				a.agg.reset()
 				a.b.res = a.agg.res
 				lastRefresh = time.Now()

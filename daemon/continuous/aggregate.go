@@ -81,6 +81,7 @@ type aggregator struct {
 	cur       *interval
 	idleCount int64
 	infos     *procInfos
+	modules   map[string]bool // modules named since the tables started
 	rec       trace.Record
 }
 
@@ -98,6 +99,7 @@ func (a *aggregator) reset() {
 	ks, _ := os.ReadFile("/proc/kallsyms")
 	a.res = a2n.NewCached(ks, a.cacheDir)
 	a.described = map[uint32]bool{}
+	a.modules = map[string]bool{}
 	_ = kevents.Scan(0, func(minor uint32, fields []uint64, str string) {
 		a.applyMTE(minor, fields, str)
 	})
@@ -191,7 +193,10 @@ func (a *aggregator) location(iv *interval, pid uint32, pc uint64, kernel bool) 
 		l = a.res.Locate(pid, pc, false)
 		if m := l.Module(); m != "" {
 			k = locKey{kind: 0, module: m, addr: l.FileOffset()}
-			a.res.Cache.Prefetch(m)
+			if !a.modules[m] {
+				a.modules[m] = true
+				a.res.Cache.Prefetch(m)
+			}
 		} else {
 			k = locKey{kind: 2, addr: pc, pid: pid}
 		}

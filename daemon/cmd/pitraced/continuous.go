@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,6 +54,7 @@ func continuousCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "service", Usage: "service.name of the processes of an executable: `EXE=SERVICE` (repeatable; a process's OTEL_SERVICE_NAME wins)"},
 			&cli.StringFlag{Name: "host-name", Usage: "host.name (default: this machine's host name)"},
 			&cli.StringFlag{Name: "symbol-cache", Value: "/var/cache/perfinsp/a2n", Usage: "keep parsed symbol tables in `DIR` (\"\": none)"},
+			&cli.StringFlag{Name: "memory-limit", Value: "48M", Usage: "soft limit of the agent's Go heap: past it the garbage collector works harder (GOMEMLIMIT in the environment wins)"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "bound of one request"},
 			&cli.DurationFlag{Name: "duration", Usage: "stop after this long (0: run until SIGTERM or SIGINT)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no line per interval (errors only)"},
@@ -212,6 +214,13 @@ func runContinuous(c *cli.Context) error {
 	}
 	if os.Geteuid() != 0 {
 		return continuous.ErrNotRoot
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		lim, err := parseBytes("memory-limit", c.String("memory-limit"))
+		if err != nil {
+			return err
+		}
+		debug.SetMemoryLimit(lim)
 	}
 	logger := log.New(os.Stderr, "pitraced: ", log.LstdFlags)
 	if !c.Bool("quiet") {
