@@ -46,6 +46,7 @@ type Config struct {
 // Stats are the agent's counts: of the last interval and since start.
 type Stats struct {
 	Intervals       uint64
+	Requests        uint64 // intervals with samples: one request each
 	Samples         int64  // samples in the last interval's profiles
 	TotalSamples    int64  // since start
 	Dropped         int64  // samples over the per-interval limits, since start
@@ -207,6 +208,9 @@ func (a *Agent) endInterval(nowNS uint64) {
 	if len(iv.order) > 0 {
 		p, n := a.b.build(iv, nowNS)
 		samples = n
+		a.mu.Lock()
+		a.st.Requests++
+		a.mu.Unlock()
 		if err := a.exp.Enqueue(p, n); err != nil && a.cfg.Log != nil {
 			a.cfg.Log("continuous: %v", err)
 		}
