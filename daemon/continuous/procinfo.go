@@ -17,7 +17,6 @@ type procInfo struct {
 	start     string // /proc/PID/stat field 22
 	exePath   string
 	exeName   string
-	cmdline   string
 	service   string // OTEL_SERVICE_NAME of its environment, or ""
 	container string // container id from its cgroup path, or ""
 }
@@ -25,7 +24,7 @@ type procInfo struct {
 // maxProcInfos bounds the cache (cleared when full).
 const maxProcInfos = 8192
 
-// maxProcRead bounds what is read of one /proc file (environ, cmdline).
+// maxProcRead bounds what is read of one /proc file (environ, cgroup).
 const maxProcRead = 256 << 10
 
 type procInfos struct {
@@ -76,12 +75,8 @@ func (p *procInfos) get(pid uint32) *procInfo {
 		pi.exePath = strings.TrimSuffix(exe, " (deleted)")
 		pi.exeName = filepath.Base(pi.exePath)
 	}
-	if cl := readBounded(dir + "/cmdline"); len(cl) > 0 {
-		pi.cmdline = strings.TrimSpace(strings.ReplaceAll(string(cl), "\x00", " "))
-		if len(pi.cmdline) > 1024 {
-			pi.cmdline = pi.cmdline[:1024]
-		}
-	}
+	// Of the environment only OTEL_SERVICE_NAME is kept; the command
+	// line is not exported at all (it may hold secrets).
 	for _, kv := range bytes.Split(readBounded(dir+"/environ"), []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte("OTEL_SERVICE_NAME=")); ok && len(v) > 0 && len(v) <= 256 {
 			pi.service = string(v)

@@ -17,7 +17,6 @@ const (
 	attrPID         = "process.pid"
 	attrExeName     = "process.executable.name"
 	attrExePath     = "process.executable.path"
-	attrCommandLine = "process.command_line"
 	attrContainerID = "container.id"
 	attrThreadID    = "thread.id"
 	attrThreadName  = "thread.name"
@@ -206,9 +205,6 @@ func (b *builder) newProcess(iv *interval, pid uint32, endNS uint64) pprofile.Pr
 	service := ""
 	if pi != nil {
 		service = pi.service
-		if pi.cmdline != "" {
-			ra.PutStr(attrCommandLine, pi.cmdline)
-		}
 		if pi.container != "" {
 			ra.PutStr(attrContainerID, pi.container)
 		}
