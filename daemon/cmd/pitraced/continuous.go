@@ -243,8 +243,12 @@ func runContinuous(c *cli.Context) error {
 	}
 	err = a.Run(ctx, 5*time.Second)
 	st := a.Stats()
-	logger.Printf("continuous: stopped after %d intervals: %d samples, %d sent in %d requests (%d bytes), %d samples dropped by the exporter and %d over the limits, %d requests left queued (%d on disk); agent CPU %v, max RSS %d MiB",
+	last := ""
+	if st.Export.LastError != "" {
+		last = " (last export error: " + st.Export.LastError + ")"
+	}
+	logger.Printf("continuous: stopped after %d intervals: %d samples, %d sent in %d requests (%d bytes), %d samples dropped by the exporter and %d over the limits, %d requests left queued (%d on disk)%s; agent CPU %v, max RSS %d MiB",
 		st.Intervals, st.TotalSamples, st.Export.SentSamples, st.Export.Sent, st.Export.SentBytes, st.Export.DroppedSamples, st.Dropped,
-		st.Export.Queued, st.Export.Spooled, st.CPU.Round(time.Millisecond), st.MaxRSS>>20)
+		st.Export.Queued, st.Export.Spooled, last, st.CPU.Round(time.Millisecond), st.MaxRSS>>20)
 	return err
 }
