@@ -61,8 +61,8 @@ echo "(agent: bytes per sample are OTLP/HTTP request bodies, $agent_recv samples
 # The agent's steady state: from the end of its first interval (symbol
 # tables of the running programs loaded, the kernel's parsed) to its stop.
 awk -v secs="$SECS" '
-	function cpu(s) { if (s ~ /ms$/) return substr(s, 1, length(s) - 2) / 1000; if (s ~ /µs$/) return 0; return substr(s, 1, length(s) - 1) + 0 }
+	function cpu(s) { sub(/,$/, "", s); if (s ~ /ms$/) return substr(s, 1, length(s) - 2) / 1000; if (s ~ /µs$/) return 0; return substr(s, 1, length(s) - 1) + 0 }
 	/ interval 1: / { for (i = 1; i <= NF; i++) { if ($i == "CPU") c1 = cpu($(i + 1)); if ($i == "samples" && !s1) s1 = $(i - 1) } }
 	/stopped after/ { for (i = 1; i <= NF; i++) { if ($i == "CPU") c2 = cpu($(i + 1)) } match($0, /intervals: [0-9]+/); s2 = substr($0, RSTART + 11, RLENGTH - 11) }
-	END { if (s2 > s1 && c1) printf "agent after its first interval: %.2f s CPU for %d samples, %.1f us per sample\n", c2 - c1, s2 - s1, 1e6 * (c2 - c1) / (s2 - s1) }' "$tmp/agent.err"
+	END { if (s2 + 0 > s1 + 0 && c1) printf "agent after its first interval: %.2f s CPU for %d samples, %.1f us per sample\n", c2 - c1, s2 - s1, 1e6 * (c2 - c1) / (s2 - s1) }' "$tmp/agent.err"
 grep "stopped after" "$tmp/agent.err" || true
