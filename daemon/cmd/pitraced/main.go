@@ -16,6 +16,7 @@ import (
 	"perfinsp/daemon/facility"
 	"perfinsp/daemon/itrace"
 	"perfinsp/daemon/server"
+	"perfinsp/internal/cliutil"
 	"perfinsp/internal/daemonproto"
 )
 
@@ -40,12 +41,11 @@ func main() {
 			&cli.DurationFlag{Name: "request-timeout", Value: server.RequestTimeout, Usage: "close a connection whose request is not complete this long after its first byte"},
 			&cli.BoolFlag{Name: "user", Usage: "run as a user's own agent (no root): host the ptt holder and the module's stream drainer for this user only; started on demand by ptt and swtrace"},
 		},
-		Action: run,
+		Commands: []*cli.Command{continuousCommand()},
+		Action:   run,
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "pitraced:", err)
-		os.Exit(1)
-	}
+	cliutil.Apply(app)
+	os.Exit(cliutil.Run(app, os.Args))
 }
 
 func run(c *cli.Context) error {

@@ -1,0 +1,273 @@
+package continuous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"perfinsp/daemon/kevents"
+	"perfinsp/daemon/otlpexport"
+	"perfinsp/libperfutil/control"
+)
+
+// Config is the continuous mode's configuration.
+type Config struct {
+	RateHz     int           // samples per second of CPU time per CPU (default 97)
+	Interval   time.Duration // one profile per process per interval (default 15 s)
+	DWARF      bool          // unwind user stacks by call-frame information, not frame pointers
+	StackBytes int           // user stack copied per sample with DWARF (default 8192)
+	MaxStack   int           // frames per stack (default 127)
+	Idle       bool          // keep the idle task's samples
+	CPUs       []int         // nil: every online CPU
+	Limits     Limits
+	// EventQueue bounds the records waiting between the sampler and the
+	// aggregator (default 16384: minutes of samples at 97 Hz on a few
+	// CPUs): past it records are dropped and counted.
+	EventQueue int
+	// Refresh is how often the name tables start anew from /proc (default
+	// 10 min): exited processes and replaced files are forgotten.
+	Refresh  time.Duration
+	CacheDir string            // A2N's table cache ("" : none)
+	Host     string            // host.name (default: the kernel's host name)
+	Services map[string]string // executable name -> service.name
+	Version  string            // the scope's version
+	Export   otlpexport.Config
+	// Log, if set, gets one line per interval with the agent's counts.
+	Log func(format string, args ...any)
+	// OnInterval, if set, is called with each interval's counts.
+	OnInterval func(Stats)
+}
+
+// Stats are the agent's counts: of the last interval and since start.
+type Stats struct {
+	Intervals       uint64
+	Requests        uint64 // intervals with samples: one request each
+	Samples         int64  // samples in the last interval's profiles
+	TotalSamples    int64  // since start
+	Dropped         int64  // samples over the per-interval limits, since start
+	Idle            int64  // idle-task samples left out, since start
+	EventsDropped   uint64 // records the full event queue dropped
+	Lost            uint64 // records the kernel dropped (full rings)
+	Processes       int    // processes in the last interval
+	Export          otlpexport.Stats
+	CPU             time.Duration // the agent's CPU time since start
+	MaxRSS          int64         // bytes
+	BuildTime       time.Duration // spent naming and building the last request
+	SamplingSession []kevents.CPUStats
+}
+
+func (c *Config) defaults() error {
+	if c.RateHz == 0 {
+		c.RateHz = 97
+	}
+	if c.RateHz < 1 || c.RateHz > 10000 {
+		return fmt.Errorf("rate %d Hz: use 1 to 10000 (19 or 97 for continuous profiling)", c.RateHz)
+	}
+	if c.Interval == 0 {
+		c.Interval = 15 * time.Second
+	}
+	if c.Interval < 100*time.Millisecond {
+		return fmt.Errorf("interval %v: use at least 100ms (10s to 60s is usual)", c.Interval)
+	}
+	if c.StackBytes == 0 {
+		c.StackBytes = 8192
+	}
+	if c.EventQueue <= 0 {
+		c.EventQueue = 16384
+	}
+	if c.Refresh <= 0 {
+		c.Refresh = 10 * time.Minute
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	return nil
+}
+
+// maxModules bounds the modules whose symbol tables are kept: past it the
+// name tables start anew at the end of the interval (a node that runs
+// many different programs, such as a build machine, would otherwise keep
+// the tables of every program it ever ran until the next refresh).
+const maxModules = 256
+
+// Agent is a running continuous profiler.
+type Agent struct {
+	cfg  Config
+	exp  *otlpexport.Exporter
+	sess *kevents.Session
+	sink *sink
+	agg  *aggregator
+	b    builder
+
+	mu sync.Mutex
+	st Stats
+}
+
+// Start checks cfg, connects the exporter and starts sampling.
+func Start(cfg Config) (*Agent, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	exp, err := otlpexport.New(cfg.Export)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, exp: exp, sink: newSink(cfg.EventQueue)}
+	opts := kevents.Options{RateHz: cfg.RateHz, Callstack: true, MaxStack: cfg.MaxStack, CPUs: cfg.CPUs}
+	if cfg.DWARF {
+		opts.Unwind = control.Unwind{DWARF: true, StackBytes: cfg.StackBytes}
+		opts.RingPages = 512
+	}
+	a.sess, err = kevents.Start(opts, a.sink)
+	if err != nil {
+		_ = exp.Close()
+		return nil, fmt.Errorf("start sampling: %w", err)
+	}
+	// The records of processes started from here on wait in the queue;
+	// the scan of /proc comes first.
+	a.agg = newAggregator(cfg.CacheDir, cfg.Limits, cfg.Idle, uint64(time.Now().UnixNano()))
+	a.b = builder{res: a.agg.res, host: cfg.Host, version: cfg.Version, periodNS: int64(1e9 / cfg.RateHz), services: cfg.Services}
+	return a, nil
+}
+
+// Run aggregates and exports until ctx ends; then it stops sampling,
+// exports the last (partial) interval and gives the exporter up to
+// flushTimeout to deliver what is queued (the rest stays in the spool).
+func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
+	ectx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); a.exp.Run(ectx) }()
+
+	tick := time.NewTicker(a.cfg.Interval)
+	defer tick.Stop()
+	apply := time.NewTicker(reorderWindow / 4)
+	defer apply.Stop()
+	ro := reorder{max: a.cfg.EventQueue}
+	handle := a.agg.handle
+	lastRefresh := time.Now()
+	var err error
+loop:
+	for {
+		select {
+		case e := <-a.sink.ch:
+			ro.add(e)
+			if len(ro.buf) > ro.max {
+				ro.release(0, handle)
+			}
+		case <-apply.C:
+			ro.release(monoNow()-uint64(reorderWindow), handle)
+		case now := <-tick.C:
+			ro.release(monoNow()-uint64(reorderWindow), handle)
+			a.endInterval(uint64(now.UnixNano()))
+			// The interval's tables and request are garbage now: give the
+			// memory back (the agent's RSS is what a node's owner sees).
+			debug.FreeOSMemory()
+			if time.Since(lastRefresh) >= a.cfg.Refresh || len(a.agg.modules) > maxModules {
+				a.agg.reset()
+				a.b.res = a.agg.res
+				lastRefresh = time.Now()
+			}
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	err = a.sess.Stop()
+	a.sink.flushAll()
+	for drained := false; !drained; {
+		select {
+		case e := <-a.sink.ch:
+			ro.add(e)
+		default:
+			drained = true
+		}
+	}
+	ro.release(^uint64(0), handle)
+	a.endInterval(uint64(time.Now().UnixNano()))
+	cancel()
+	wg.Wait()
+	fctx, fcancel := context.WithTimeout(context.Background(), flushTimeout)
+	a.exp.Flush(fctx)
+	fcancel()
+	if cerr := a.exp.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// endInterval names and exports the interval that ends now.
+func (a *Agent) endInterval(nowNS uint64) {
+	t0 := time.Now()
+	iv := a.agg.rotate(nowNS)
+	var samples int64
+	if len(iv.order) > 0 {
+		p, n := a.b.build(iv, nowNS)
+		samples = n
+		a.mu.Lock()
+		a.st.Requests++
+		a.mu.Unlock()
+		if err := a.exp.Enqueue(p, n); err != nil && a.cfg.Log != nil {
+			a.cfg.Log("continuous: %v", err)
+		}
+	}
+	a.mu.Lock()
+	st := &a.st
+	st.Intervals++
+	st.Samples = samples
+	st.TotalSamples += samples
+	st.Dropped += iv.dropped
+	st.Idle = a.agg.idleCount
+	st.EventsDropped = a.sink.dropped.Load()
+	st.Lost = a.sink.lost.Load()
+	st.Processes = len(iv.procs)
+	st.Export = a.exp.Stats()
+	st.CPU, st.MaxRSS = selfUsage()
+	st.BuildTime = time.Since(t0)
+	st.SamplingSession = a.sess.Stats()
+	cp := *st
+	a.mu.Unlock()
+	if a.cfg.Log != nil {
+		a.cfg.Log("interval %d: %d samples of %d processes, %d dropped over the limits, %d records dropped, %d lost by the kernel; export: %d sent (%d samples, %d bytes), %d queued (%d on disk), %d dropped (%d samples), %d failed attempts%s; agent CPU %v, max RSS %d MiB",
+			cp.Intervals, cp.Samples, cp.Processes, cp.Dropped, cp.EventsDropped, cp.Lost,
+			cp.Export.Sent, cp.Export.SentSamples, cp.Export.SentBytes, cp.Export.Queued, cp.Export.Spooled,
+			cp.Export.Dropped, cp.Export.DroppedSamples, cp.Export.Failures, lastErr(cp.Export.LastError),
+			cp.CPU.Round(time.Millisecond), cp.MaxRSS>>20)
+	}
+	if a.cfg.OnInterval != nil {
+		a.cfg.OnInterval(cp)
+	}
+}
+
+func lastErr(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (last error: " + s + ")"
+}
+
+// Stats returns the counts as of the last interval.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.st
+	st.Export = a.exp.Stats()
+	return st
+}
+
+// selfUsage is the process's CPU time and maximum resident set.
+func selfUsage() (time.Duration, int64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpu, ru.Maxrss * 1024
+}
+
+// ErrNotRoot is returned when the agent cannot open system-wide events.
+var ErrNotRoot = errors.New("continuous profiling samples every CPU: run pitraced continuous as root (or with CAP_PERFMON)")

@@ -1,0 +1,234 @@
+package continuous
+
+import (
+	"crypto/rand"
+	"strconv"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"perfinsp/analysis/a2n"
+)
+
+// Attribute keys (OpenTelemetry semantic conventions, and perfinsp's own).
+const (
+	attrHostName    = "host.name"
+	attrServiceName = "service.name"
+	attrPID         = "process.pid"
+	attrExeName     = "process.executable.name"
+	attrExePath     = "process.executable.path"
+	attrContainerID = "container.id"
+	attrThreadID    = "thread.id"
+	attrThreadName  = "thread.name"
+	attrProfileFrom = "profile.frame.type"
+)
+
+// ScopeName names the instrumentation scope of the profiles.
+const ScopeName = "perfinsp/pitraced"
+
+// builder turns one interval into OTLP profiles: one ResourceProfiles per
+// process, the tables shared in the request's dictionary.
+type builder struct {
+	res      *a2n.Resolver
+	host     string
+	version  string
+	periodNS int64
+	services map[string]string // executable name -> service.name
+
+	p       pprofile.Profiles
+	dict    pprofile.ProfilesDictionary
+	strs    map[string]int32
+	maps    map[string]int32
+	funcs   map[[2]int32]int32
+	attrs   map[string]int32
+	stacks  map[string]int32
+	locIdx  []int32 // interval location -> location table index
+	scratch []byte
+}
+
+func (b *builder) str(s string) int32 {
+	if i, ok := b.strs[s]; ok {
+		return i
+	}
+	i := int32(b.dict.StringTable().Len())
+	b.dict.StringTable().Append(s)
+	b.strs[s] = i
+	return i
+}
+
+func (b *builder) mapping(module string) int32 {
+	if i, ok := b.maps[module]; ok {
+		return i
+	}
+	m := b.dict.MappingTable().AppendEmpty()
+	m.SetFilenameStrindex(b.str(module))
+	i := int32(b.dict.MappingTable().Len() - 1)
+	b.maps[module] = i
+	return i
+}
+
+func (b *builder) function(name, module string) int32 {
+	k := [2]int32{b.str(name), b.str(module)}
+	if i, ok := b.funcs[k]; ok {
+		return i
+	}
+	f := b.dict.FunctionTable().AppendEmpty()
+	f.SetNameStrindex(k[0])
+	f.SetSystemNameStrindex(k[0])
+	f.SetFilenameStrindex(k[1])
+	i := int32(b.dict.FunctionTable().Len() - 1)
+	b.funcs[k] = i
+	return i
+}
+
+// attr is the attribute table index of key=value (a string or an int64).
+func (b *builder) attr(key string, value any) int32 {
+	var ks string
+	switch v := value.(type) {
+	case string:
+		ks = key + "\x00s" + v
+	case int64:
+		ks = key + "\x00i" + strconv.FormatInt(v, 10)
+	}
+	if i, ok := b.attrs[ks]; ok {
+		return i
+	}
+	kv := b.dict.AttributeTable().AppendEmpty()
+	kv.SetKeyStrindex(b.str(key))
+	switch v := value.(type) {
+	case string:
+		kv.Value().SetStr(v)
+	case int64:
+		kv.Value().SetInt(v)
+	}
+	i := int32(b.dict.AttributeTable().Len() - 1)
+	b.attrs[ks] = i
+	return i
+}
+
+// build makes the request of iv. samples is what it holds.
+func (b *builder) build(iv *interval, endNS uint64) (pprofile.Profiles, int64) {
+	b.p = pprofile.NewProfiles()
+	b.dict = b.p.Dictionary()
+	b.strs, b.maps, b.funcs = map[string]int32{}, map[string]int32{}, map[[2]int32]int32{}
+	b.attrs, b.stacks = map[string]int32{}, map[string]int32{}
+	// Index 0 of every table is the empty entry.
+	b.str("")
+	b.dict.MappingTable().AppendEmpty()
+	b.dict.LocationTable().AppendEmpty()
+	b.dict.FunctionTable().AppendEmpty()
+	b.dict.StackTable().AppendEmpty()
+	b.dict.AttributeTable().AppendEmpty()
+
+	b.locIdx = make([]int32, len(iv.locs))
+	for i, l := range iv.locs {
+		b.locIdx[i] = b.location(l)
+	}
+	byPID := map[uint32]pprofile.Profile{}
+	var order []uint32
+	var total int64
+	for _, sc := range iv.order {
+		prof, ok := byPID[sc.pid]
+		if !ok {
+			prof = b.newProcess(iv, sc.pid, endNS)
+			byPID[sc.pid] = prof
+			order = append(order, sc.pid)
+		}
+		s := prof.Samples().AppendEmpty()
+		s.SetStackIndex(b.stack(sc.locs))
+		s.Values().Append(sc.count)
+		s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
+		if n := b.res.ThreadName(sc.pid, sc.tid); n != "" {
+			s.AttributeIndices().Append(b.attr(attrThreadName, n))
+		}
+		total += sc.count
+	}
+	return b.p, total
+}
+
+func (b *builder) stack(locs []int32) int32 {
+	key := b.scratch[:0]
+	for _, l := range locs {
+		t := b.locIdx[l]
+		key = append(key, byte(t), byte(t>>8), byte(t>>16), byte(t>>24))
+	}
+	b.scratch = key
+	if i, ok := b.stacks[string(key)]; ok {
+		return i
+	}
+	st := b.dict.StackTable().AppendEmpty()
+	for _, l := range locs {
+		st.LocationIndices().Append(b.locIdx[l])
+	}
+	i := int32(b.dict.StackTable().Len() - 1)
+	b.stacks[string(key)] = i
+	return i
+}
+
+// location names one interval location (loading the module's symbols
+// the first time) and adds it to the table.
+func (b *builder) location(l location) int32 {
+	r := b.res.Finish(l.loc)
+	module := r.Module
+	frame := "native"
+	switch {
+	case l.key.kind == 1:
+		module, frame = "[kernel.kallsyms]", "kernel"
+		if r.Module != "[kernel]" && r.Module != "" {
+			module = r.Module
+		}
+	case r.Module == "JIT":
+		frame = "jit"
+	}
+	loc := b.dict.LocationTable().AppendEmpty()
+	loc.SetMappingIndex(b.mapping(module))
+	loc.SetAddress(l.key.addr)
+	line := loc.Lines().AppendEmpty()
+	line.SetFunctionIndex(b.function(r.Symbol, module))
+	loc.AttributeIndices().Append(b.attr(attrProfileFrom, frame))
+	return int32(b.dict.LocationTable().Len() - 1)
+}
+
+// newProcess adds pid's ResourceProfiles and its profile of the interval.
+func (b *builder) newProcess(iv *interval, pid uint32, endNS uint64) pprofile.Profile {
+	rp := b.p.ResourceProfiles().AppendEmpty()
+	ra := rp.Resource().Attributes()
+	ra.PutStr(attrHostName, b.host)
+	ra.PutInt(attrPID, int64(pid))
+	name := b.res.ProcessName(pid)
+	pi := iv.procs[pid]
+	if pi != nil && pi.exeName != "" {
+		name = pi.exeName
+		ra.PutStr(attrExePath, pi.exePath)
+	}
+	ra.PutStr(attrExeName, name)
+	service := ""
+	if pi != nil {
+		service = pi.service
+		if pi.container != "" {
+			ra.PutStr(attrContainerID, pi.container)
+		}
+	}
+	if service == "" {
+		service = b.services[name]
+	}
+	if service == "" {
+		service = "unknown_service:" + name
+	}
+	ra.PutStr(attrServiceName, service)
+	sp := rp.ScopeProfiles().AppendEmpty()
+	sp.Scope().SetName(ScopeName)
+	sp.Scope().SetVersion(b.version)
+	prof := sp.Profiles().AppendEmpty()
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	prof.SetProfileID(pprofile.ProfileID(id))
+	prof.SetTime(pcommon.Timestamp(iv.startNS))
+	prof.SetDurationNano(endNS - iv.startNS)
+	prof.SampleType().SetTypeStrindex(b.str("samples"))
+	prof.SampleType().SetUnitStrindex(b.str("count"))
+	prof.PeriodType().SetTypeStrindex(b.str("cpu"))
+	prof.PeriodType().SetUnitStrindex(b.str("nanoseconds"))
+	prof.SetPeriod(b.periodNS)
+	return prof
+}

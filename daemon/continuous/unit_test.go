@@ -1,0 +1,145 @@
+package continuous
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"perfinsp/format/trace"
+)
+
+func drainSink(s *sink) []event {
+	var out []event
+	for {
+		select {
+		case e := <-s.ch:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+// TestSinkPairsTicksWithStacks: a tick and the stack that follows it on
+// its CPU make one sample; a tick without a stack (another record of the
+// CPU comes first, or the session ends) is a sample of its ip alone; a
+// full queue drops and counts, never blocks.
+func TestSinkPairsTicksWithStacks(t *testing.T) {
+	s := newSink(8)
+	s.Trace(0, trace.MajorTprof, trace.TprofTick, 100, []uint64{7, 8, 0x1000, 0})
+	s.Trace(1, trace.MajorTprof, trace.TprofTick, 101, []uint64{9, 9, 0xffff800000001000, trace.TprofKernel})
+	s.Stack(0, 100, 7, 8, []uint64{0x1000, 0x2000}, 0, false)
+	s.MTE(1, trace.MTEExit, 102, []uint64{9, 9}, "")
+	s.Trace(0, trace.MajorTprof, trace.TprofTick, 103, []uint64{7, 8, 0x3000, 0})
+	s.flushAll()
+	got := drainSink(s)
+	if len(got) != 4 {
+		t.Fatalf("%d events, want 4: %+v", len(got), got)
+	}
+	if e := got[0]; e.kind != evSample || e.t != 100 || len(e.pcs) != 2 || e.pcs[1] != 0x2000 {
+		t.Errorf("first event %+v: want the tick of t=100 with its two-frame stack", e)
+	}
+	if e := got[1]; e.kind != evSample || e.t != 101 || len(e.pcs) != 1 || e.kernel != 1 {
+		t.Errorf("second event %+v: want CPU 1's kernel tick alone, flushed by its next record", e)
+	}
+	if e := got[2]; e.kind != evMTE || e.minor != trace.MTEExit || e.nf != 2 {
+		t.Errorf("third event %+v: want the exit record", e)
+	}
+	if e := got[3]; e.kind != evSample || e.t != 103 || e.pcs[0] != 0x3000 {
+		t.Errorf("fourth event %+v: want the last tick, flushed at the end", e)
+	}
+	if s.samples.Load() != 3 {
+		t.Errorf("%d samples counted, want 3", s.samples.Load())
+	}
+	for i := 0; i < 20; i++ {
+		s.MTE(0, trace.MTEThreadName, uint64(200+i), []uint64{1, 1}, "x")
+	}
+	if d := s.dropped.Load(); d != 12 {
+		t.Errorf("%d events dropped by a queue of 8 offered 20, want 12", d)
+	}
+}
+
+// TestReorder: events are applied in time order once older than the
+// cutoff; past the bound the oldest go at once.
+func TestReorder(t *testing.T) {
+	r := reorder{max: 4}
+	for _, ts := range []uint64{30, 10, 20, 50, 40} {
+		r.add(event{t: ts})
+	}
+	var got []uint64
+	apply := func(e *event) { got = append(got, e.t) }
+	r.release(25, apply)
+	if len(got) != 2 || got[0] != 10 || got[1] != 20 || len(r.buf) != 3 {
+		t.Fatalf("released %v, kept %d: want 10 20, three kept", got, len(r.buf))
+	}
+	for _, ts := range []uint64{60, 70, 80} {
+		r.add(event{t: ts})
+	}
+	got = nil
+	r.release(0, apply) // nothing old enough, but 6 > 4: the two oldest go
+	if len(got) != 2 || got[0] != 30 || got[1] != 40 {
+		t.Errorf("past the bound released %v, want 30 40", got)
+	}
+}
+
+func TestReadConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.conf")
+	write := func(text string, mode os.FileMode) {
+		if err := os.WriteFile(p, []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("# comment\n\nendpoint = http://c:4318\n  rate=19 \nheader = A=b=c\n", 0o600)
+	got, err := ReadConfigFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Setting{{"endpoint", "http://c:4318", 3}, {"rate", "19", 4}, {"header", "A=b=c", 5}}
+	if len(got) != len(want) {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("setting %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	write("endpoint\n", 0o600)
+	if _, err := ReadConfigFile(p); err == nil || !strings.Contains(err.Error(), ":1: want name = value") {
+		t.Errorf("a line without = : %v", err)
+	}
+	write("endpoint = x\n", 0o620)
+	if _, err := ReadConfigFile(p); err == nil || !strings.Contains(err.Error(), "chmod go-w") {
+		t.Errorf("a group-writable file: %v", err)
+	}
+	link := filepath.Join(dir, "link")
+	write("endpoint = x\n", 0o600)
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadConfigFile(link); err == nil {
+		t.Error("a symbolic link was followed")
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err == nil {
+		if _, err := ReadConfigFile(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a FIFO: %v", err)
+		}
+	}
+}
+
+func TestStartTime(t *testing.T) {
+	// A comm with spaces and parentheses: field 22 counts from the last ')'.
+	stat := []byte("123 (a b) c)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 424242 20 21")
+	if got := startTime(stat); got != "424242" {
+		t.Errorf("start time %q, want 424242", got)
+	}
+	if got := startTime([]byte("garbage")); got != "" {
+		t.Errorf("start time of garbage %q", got)
+	}
+}
