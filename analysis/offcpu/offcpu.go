@@ -71,6 +71,8 @@ type Thread struct {
 	IRQ, SoftIRQ uint64
 	// Latency: from wake-up (or preemption) to running again.
 	Wake, Preempt Latencies
+	// Delays are both, in time order (perf sched timehist's "sch delay").
+	Delays []uint64
 
 	state    State
 	since    uint64 // when the thread entered state
@@ -278,9 +280,11 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	if th.state == RunQueue && th.woken != 0 {
 		l := Latency{TID: next, At: t, CPU: rec.CPU, From: th.woken, Ns: t - th.woken}
 		th.Wake.Ns = append(th.Wake.Ns, l.Ns)
+		th.Delays = append(th.Delays, l.Ns)
 		a.keepWorst(l)
 	} else if th.state == RunQueue && th.seen {
 		th.Preempt.Ns = append(th.Preempt.Ns, t-th.since)
+		th.Delays = append(th.Delays, t-th.since)
 	}
 	a.closeWait(th, t)
 	a.enter(th, Running, t)
@@ -547,3 +551,14 @@ func (a *Analyzer) Span() (start, end uint64) { return a.start, a.end }
 
 // Lifetime is the thread's time in the trace.
 func (th *Thread) Lifetime() uint64 { return th.End - th.Start }
+
+// Select keeps the threads keep selects in the text and JSON reports.
+func (a *Analyzer) Select(keep func(th *Thread) bool) {
+	out := a.order[:0]
+	for _, th := range a.order {
+		if keep(th) {
+			out = append(out, th)
+		}
+	}
+	a.order = out
+}

@@ -124,6 +124,7 @@ type jsonThread struct {
 	Wake       jsonLat           `json:"wakeup_latency"`
 	Preempt    jsonLat           `json:"preempted_latency"`
 	WakeHistUs []uint64          `json:"wakeup_hist_log2_us"`
+	DelaysNs   []uint64          `json:"run_delays_ns"`
 }
 
 type jsonLat struct {
@@ -138,7 +139,8 @@ func latJSON(l *Latencies) jsonLat {
 	return jsonLat{l.Count(), l.Mean(), l.Percentile(0.5), l.Percentile(0.99), l.Max()}
 }
 
-// WriteJSON writes sched.json: the same figures as sched.out, in ns.
+// WriteJSON writes sched.json: the same figures as sched.out, in ns, and
+// each thread's waits to run (after a wake-up or a preemption) in time order.
 func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) error {
 	type cpu struct {
 		CPU          int    `json:"cpu"`
@@ -172,7 +174,7 @@ func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) er
 			st[s.String()] = th.Time[s]
 		}
 		doc.Threads = append(doc.Threads, jsonThread{th.PID, th.TID, th.Name, procName(th.PID), th.Start, th.End, st, th.Voluntary, th.Involuntary,
-			th.IRQ, th.SoftIRQ, latJSON(&th.Wake), latJSON(&th.Preempt), th.Wake.Hist()})
+			th.IRQ, th.SoftIRQ, latJSON(&th.Wake), latJSON(&th.Preempt), th.Wake.Hist(), th.Delays})
 	}
 	all := a.AllWakeups()
 	doc.All, doc.AllHist = latJSON(all), all.Hist()
