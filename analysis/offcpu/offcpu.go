@@ -73,6 +73,7 @@ type Thread struct {
 	Wake, Preempt Latencies
 	// Delays are both, in time order (perf sched timehist's "sch delay").
 	Delays []uint64
+	worst  []Latency // the thread's longest wake-ups
 
 	state    State
 	since    uint64 // when the thread entered state
@@ -142,7 +143,6 @@ type Analyzer struct {
 	off     map[profKey]uint64
 	// WorstN: the worst wake-up latencies kept (default 20).
 	WorstN int
-	worst  []Latency
 	// CPUIntr: per CPU interrupt time.
 	CPUIntr map[int]*Interrupts
 	// Counts of what was read.
@@ -281,7 +281,7 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 		l := Latency{TID: next, At: t, CPU: rec.CPU, From: th.woken, Ns: t - th.woken}
 		th.Wake.Ns = append(th.Wake.Ns, l.Ns)
 		th.Delays = append(th.Delays, l.Ns)
-		a.keepWorst(l)
+		th.worst = keepWorst(th.worst, l, a.WorstN)
 	} else if th.state == RunQueue && th.seen {
 		th.Preempt.Ns = append(th.Preempt.Ns, t-th.since)
 		th.Delays = append(th.Delays, t-th.since)
@@ -498,24 +498,22 @@ func (a *Analyzer) interrupt(rec *trace.Record, t uint64) {
 	}
 }
 
-// keepWorst keeps the WorstN longest wake-up latencies.
-func (a *Analyzer) keepWorst(l Latency) {
-	if a.WorstN <= 0 {
-		return
+// keepWorst keeps the n longest wake-up latencies of w and l, longest first.
+func keepWorst(w []Latency, l Latency, n int) []Latency {
+	if n <= 0 || len(w) == n && w[len(w)-1].Ns >= l.Ns {
+		return w
 	}
-	if len(a.worst) == a.WorstN && a.worst[len(a.worst)-1].Ns >= l.Ns {
-		return
-	}
-	i := len(a.worst)
-	for i > 0 && a.worst[i-1].Ns < l.Ns {
+	i := len(w)
+	for i > 0 && w[i-1].Ns < l.Ns {
 		i--
 	}
-	a.worst = append(a.worst, Latency{})
-	copy(a.worst[i+1:], a.worst[i:])
-	a.worst[i] = l
-	if len(a.worst) > a.WorstN {
-		a.worst = a.worst[:a.WorstN]
+	w = append(w, Latency{})
+	copy(w[i+1:], w[i:])
+	w[i] = l
+	if len(w) > n {
+		w = w[:n]
 	}
+	return w
 }
 
 // finish ends th's life at t.
@@ -543,8 +541,17 @@ func (a *Analyzer) Finish(end uint64) {
 // Threads returns every thread seen, in order of appearance.
 func (a *Analyzer) Threads() []*Thread { return a.order }
 
-// Worst returns the longest wake-up latencies, longest first.
-func (a *Analyzer) Worst() []Latency { return a.worst }
+// Worst returns the longest wake-up latencies of the threads (Select),
+// longest first.
+func (a *Analyzer) Worst() []Latency {
+	var w []Latency
+	for _, th := range a.order {
+		for _, l := range th.worst {
+			w = keepWorst(w, l, a.WorstN)
+		}
+	}
+	return w
+}
 
 // Span is the trace's time span read.
 func (a *Analyzer) Span() (start, end uint64) { return a.start, a.end }

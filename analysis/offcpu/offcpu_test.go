@@ -196,3 +196,16 @@ func TestHistBuckets(t *testing.T) {
 		t.Errorf("p50 %d max %d", l.Percentile(0.5), l.Max())
 	}
 }
+
+// The longest wake-ups are those of the selected threads, longest first.
+func TestWorstOfSelected(t *testing.T) {
+	a := run(scenario())
+	w := a.Worst()
+	if len(w) != 2 || w[0].Ns != ms1 || w[0].TID != 101 || w[0].From != 12*ms1 || w[1].Ns != 200_000 {
+		t.Fatalf("worst %+v", w)
+	}
+	a.Select(func(th *Thread) bool { return th.TID == 102 })
+	if w := a.Worst(); len(w) != 0 || len(a.Threads()) != 1 {
+		t.Fatalf("after selecting 102: worst %+v, threads %d", w, len(a.Threads()))
+	}
+}

@@ -70,9 +70,9 @@ func (a *Analyzer) WriteText(out io.Writer, procName func(pid uint32) string) er
 			th.Wake.Count(), th.Wake.Mean()/1e3, us(th.Wake.Percentile(0.99)), us(th.Wake.Max()))
 		th.Wake.WriteHist(w, "")
 	}
-	if len(a.worst) > 0 {
+	if worst := a.Worst(); len(worst) > 0 {
 		fmt.Fprintf(w, "\nLongest wake-ups (time from the trace's start, s)\n%14s %14s %5s %7s %7s %-16s %10s\n", "WOKEN", "RAN", "CPU", "PID", "TID", "NAME", "LAT(µs)")
-		for _, l := range a.worst {
+		for _, l := range worst {
 			th := a.threads[l.TID]
 			var pid uint32
 			name := ""
@@ -178,7 +178,7 @@ func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) er
 	}
 	all := a.AllWakeups()
 	doc.All, doc.AllHist = latJSON(all), all.Hist()
-	for _, l := range a.worst {
+	for _, l := range a.Worst() {
 		doc.Worst = append(doc.Worst, worst{l.TID, l.CPU, l.From, l.At, l.Ns})
 	}
 	for c, ci := range a.CPUIntr {

@@ -337,3 +337,66 @@ func pidOfTid(t *testing.T, sj schedJSON, tid int) int {
 	t.Fatalf("thread %d not in sched.json", tid)
 	return 0
 }
+
+// run.tprof --sched -g records what the scheduling reports need and
+// writes them beside tprof.out, for the command's process tree.
+func TestRunTprofSched(t *testing.T) {
+	e := tracetest.Setup(t, "./tools/post")
+	root := tracetest.Root()
+	// run.tprof takes the tools from the tree's bin/ first
+	build := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./tools/swtrace", "./tools/post", "./daemon/cmd/pitraced")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out := filepath.Join(e.Dir, "out")
+	bin := filepath.Join(e.Dir, "waits")
+	if b, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-pthread", "-o", bin,
+		filepath.Join(root, "examples", "waits.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build examples/waits.c: %v\n%s", err, b)
+	}
+	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-g", "--sched", "-o", out, "--", bin, e.Dir)
+	cmd.Env, cmd.Dir = e.Environ, e.Dir
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run.tprof: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "sched.out and "+out+"/sched.json, "+out+"/offcpu.folded") {
+		t.Errorf("run.tprof does not say it wrote the scheduling reports:\n%s", b)
+	}
+	text, err := os.ReadFile(filepath.Join(out, "sched.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), "Wake-up latency, every thread") || strings.Contains(string(text), "pitraced") {
+		t.Errorf("sched.out: not the command's threads' report:\n%s", text)
+	}
+	// the sleeper (10 x 100 ms) and the feeder (20 x 50 ms) sleep 1 s each
+	sleeper := regexp.MustCompile(`(?m)^waits;waits-(\d+);\[sleeping\];.*sleep_timed;.*nanosleep.* (\d+)$`)
+	slept := map[string]float64{}
+	for _, m := range sleeper.FindAllStringSubmatch(readString(t, filepath.Join(out, "offcpu.folded")), -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		slept[m[1]] += v
+	}
+	second := 0
+	for _, v := range slept {
+		if v >= 1e9 && v <= 1.05e9 {
+			second++
+		}
+	}
+	if second != 2 {
+		t.Errorf("offcpu.folded: ns sleeping under sleep_timed;...nanosleep by thread %v: want two threads of 1000 ms", slept)
+	}
+	if w := readString(t, filepath.Join(out, "wall.folded")); !strings.Contains(w, "[running]") || !strings.Contains(w, "[sleeping]") {
+		t.Errorf("wall.folded has not both states:\n%.2000s", w)
+	}
+}
+
+func readString(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
