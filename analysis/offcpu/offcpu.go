@@ -141,6 +141,10 @@ type Analyzer struct {
 	stacks  [][]string
 	stackID map[string]int32
 	off     map[profKey]uint64
+	// KeepSpans keeps every thread's time line (Spans).
+	KeepSpans bool
+	spans     []Span
+	intrSpans map[int][]intrSpan
 	// WorstN: the worst wake-up latencies kept (default 20).
 	WorstN int
 	// CPUIntr: per CPU interrupt time.
@@ -179,6 +183,9 @@ func (a *Analyzer) thread(pid, tid uint32, t uint64) *Thread {
 func (a *Analyzer) enter(th *Thread, s State, t uint64) {
 	if t > th.since {
 		th.Time[th.state] += t - th.since
+		if a.KeepSpans {
+			a.spans = append(a.spans, Span{th, th.state, th.since, t})
+		}
 	}
 	if t > th.since || s != th.state {
 		th.since = max(t, th.since)
@@ -470,6 +477,12 @@ func (a *Analyzer) interrupt(rec *trace.Record, t uint64) {
 	f := cs.intr[n-1]
 	cs.intr = cs.intr[:n-1]
 	d := t - f.start
+	if a.KeepSpans {
+		if a.intrSpans == nil {
+			a.intrSpans = map[int][]intrSpan{}
+		}
+		a.intrSpans[rec.CPU] = append(a.intrSpans[rec.CPU], intrSpan{f.start, t, soft})
+	}
 	if n > 1 {
 		cs.intr[n-2].inner += d
 	}
@@ -569,3 +582,13 @@ func (a *Analyzer) Select(keep func(th *Thread) bool) {
 	}
 	a.order = out
 }
+
+// Span is a stretch of a thread's time line in one state.
+type Span struct {
+	Thread     *Thread
+	State      State
+	Start, End uint64
+}
+
+// Spans returns the time lines kept (KeepSpans), in the order they ended.
+func (a *Analyzer) Spans() []Span { return a.spans }

@@ -2,6 +2,7 @@ package offcpu
 
 import (
 	"bytes"
+	"encoding/json"
 	"encoding/binary"
 	"strings"
 	"testing"
@@ -207,5 +208,50 @@ func TestWorstOfSelected(t *testing.T) {
 	a.Select(func(th *Thread) bool { return th.TID == 102 })
 	if w := a.Worst(); len(w) != 0 || len(a.Threads()) != 1 {
 		t.Fatalf("after selecting 102: worst %+v, threads %d", w, len(a.Threads()))
+	}
+}
+
+// The time line of each thread covers its life without gaps or overlaps,
+// and is valid trace-event JSON.
+func TestTimeline(t *testing.T) {
+	a := New(names)
+	a.KeepSpans = true
+	r := scenario()
+	for i := range r.all {
+		a.Record(&r.all[i])
+	}
+	a.Finish(0)
+	next := map[uint32]uint64{}
+	covered := map[uint32]uint64{}
+	for _, sp := range a.Spans() {
+		tid := sp.Thread.TID
+		if sp.Start != next[tid] || sp.End <= sp.Start {
+			t.Fatalf("thread %d: span %v-%v %v after %v", tid, sp.Start, sp.End, sp.State, next[tid])
+		}
+		next[tid] = sp.End
+		covered[tid] += sp.End - sp.Start
+	}
+	for _, th := range a.Threads() {
+		if covered[th.TID] != th.Lifetime() {
+			t.Errorf("thread %d: time line %d ns, life %d", th.TID, covered[th.TID], th.Lifetime())
+		}
+	}
+	var buf bytes.Buffer
+	if err := a.WriteTimeline(&buf, func(uint32) string { return "prog" }, nil); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("timeline JSON: %v\n%s", err, buf.String())
+	}
+	var sleep, irq bool
+	for _, e := range doc.TraceEvents {
+		sleep = sleep || e["name"] == "sleeping" && e["tid"] == float64(101) && e["ts"] == float64(2000) && e["dur"] == float64(10000)
+		irq = irq || e["name"] == "irq" && e["dur"] == float64(500)
+	}
+	if !sleep || !irq {
+		t.Errorf("timeline lacks 101's sleep (2 ms, 10 ms long) or the interrupt:\n%s", buf.String())
 	}
 }

@@ -173,7 +173,10 @@ func TestSchedWaits(t *testing.T) {
 		t.Fatal("perf is not installed (apt-get install linux-perf): the comparison with perf sched timehist needs it")
 	}
 	dir, sw := e.Dir, e.Sw
-	sw("init", "-t", "32M")
+	// system-wide: every CPU's switches and their stacks, beside whatever
+	// else the machine runs: streamed, any length fits
+	sw("mode", "cont", "-f", filepath.Join(dir, "w.nrm2"))
+	sw("init", "-t", "4M", "-m", "1M")
 	sw("enable", "--only", "dispatch", "interrupt", "tprof", "callstack")
 	sw("setrate", "1000")
 	sw("on")
@@ -187,8 +190,8 @@ func TestSchedWaits(t *testing.T) {
 	_, roles := runWaits(t, dir, prefix...)
 	sw("off")
 	sw("get", "w.nrm2")
-	folded, wall := filepath.Join(dir, "off.folded"), filepath.Join(dir, "wall.folded")
-	out, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "w.nrm2"), "-sched", "--offcpu", folded, "--wall", wall, "--tid", tids(roles))
+	folded, wall, tl := filepath.Join(dir, "off.folded"), filepath.Join(dir, "wall.folded"), filepath.Join(dir, "timeline.json")
+	out, errs, code := runPost(t, dir, "-r", filepath.Join(dir, "w.nrm2"), "-sched", "--offcpu", folded, "--wall", wall, "--timeline", tl, "--tid", tids(roles))
 	if code != 0 {
 		t.Fatalf("post: %s %s", out, errs)
 	}
@@ -263,6 +266,26 @@ func TestSchedWaits(t *testing.T) {
 		if rq < 0.95*(r.ns2-r.ns) {
 			t.Errorf("starved: %.2f ms on the run queue, its wall less CPU time is %.2f ms", rq/1e6, (r.ns2-r.ns)/1e6)
 		}
+	}
+	// The time line: the sleeper's sleeps are ten slices of 100 ms.
+	var doc struct {
+		TraceEvents []struct {
+			Name string
+			Tid  int
+			Dur  float64
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal([]byte(readString(t, tl)), &doc); err != nil {
+		t.Fatalf("timeline: %v", err)
+	}
+	sleeps := 0
+	for _, ev := range doc.TraceEvents {
+		if ev.Tid == roles["sleeper"].tid && ev.Name == "sleeping" && ev.Dur >= 100000 && ev.Dur < 105000 {
+			sleeps++
+		}
+	}
+	if sleeps != 10 {
+		t.Errorf("timeline: %d sleeping slices of 100 ms for the sleeper, want 10", sleeps)
 	}
 	// Every thread's states and its wall profile add up to its life.
 	wsum := map[string]float64{}
