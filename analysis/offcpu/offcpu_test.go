@@ -2,8 +2,8 @@ package offcpu
 
 import (
 	"bytes"
-	"encoding/json"
 	"encoding/binary"
+	"encoding/json"
 	"strings"
 	"testing"
 
