@@ -180,6 +180,11 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			// A stack copy per sample: 8 KB at 10 kHz is 80 MB/s a
 			// CPU; 8 MB rings hold 100 ms of it.
 			pages = 2048
+		} else if opts.Dispatch {
+			// Two records per switch (its wake-up), with
+			// SwitchStacks a callchain too: 4 MB rings hold a
+			// burst of 20,000 switches a CPU between two drains.
+			pages = 1024
 		}
 	}
 	if pages&(pages-1) != 0 {
