@@ -47,11 +47,12 @@ func (l *Latencies) Max() uint64 {
 func (l *Latencies) Add(other *Latencies) { l.Ns = append(l.Ns, other.Ns...) }
 
 // Hist counts the waits in power-of-two buckets of microseconds, as
-// runqlat: bucket i holds waits of [2^(i-1), 2^i - 1] µs (bucket 0: 0 µs).
+// runqlat: bucket 0 holds waits of 0 and 1 µs, bucket i > 0 those of
+// [2^i, 2^(i+1) - 1] µs.
 func (l *Latencies) Hist() []uint64 {
 	var h []uint64
 	for _, v := range l.Ns {
-		i := bits.Len64(v / 1000)
+		i := max(bits.Len64(v/1000)-1, 0)
 		for len(h) <= i {
 			h = append(h, 0)
 		}
@@ -69,12 +70,9 @@ func (l *Latencies) WriteHist(w io.Writer, indent string) {
 	}
 	fmt.Fprintf(w, "%s%20s : %-8s distribution\n", indent, "usecs", "count")
 	for i, c := range h {
-		lo, hi := uint64(0), uint64(1)
-		if i > 0 {
-			lo, hi = 1<<(i-1), 1<<i-1
-		}
-		if i == 1 {
-			lo, hi = 1, 1
+		lo, hi := uint64(1)<<i, uint64(1)<<(i+1)-1
+		if i == 0 {
+			lo = 0
 		}
 		bar := 0
 		if most > 0 {

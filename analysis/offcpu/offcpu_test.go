@@ -184,7 +184,7 @@ func TestWallAddsUp(t *testing.T) {
 func TestHistBuckets(t *testing.T) {
 	l := Latencies{Ns: []uint64{0, 999, 1000, 1999, 2000, 3999, 4000, 1_000_000}}
 	h := l.Hist()
-	want := []uint64{2, 2, 2, 1, 0, 0, 0, 0, 0, 0, 1}
+	want := []uint64{4, 2, 1, 0, 0, 0, 0, 0, 0, 1} // 0-1, 2-3, 4-7, ..., 512-1023 µs
 	if len(h) != len(want) {
 		t.Fatalf("hist %v, want %v", h, want)
 	}
