@@ -71,8 +71,6 @@ type Thread struct {
 	IRQ, SoftIRQ uint64
 	// Latency: from wake-up (or preemption) to running again.
 	Wake, Preempt Latencies
-	// Delays are both, in time order (perf sched timehist's "sch delay").
-	Delays []uint64
 	worst  []Latency // the thread's longest wake-ups
 
 	state    State
@@ -287,11 +285,9 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	if th.state == RunQueue && th.woken != 0 {
 		l := Latency{TID: next, At: t, CPU: rec.CPU, From: th.woken, Ns: t - th.woken}
 		th.Wake.Ns = append(th.Wake.Ns, l.Ns)
-		th.Delays = append(th.Delays, l.Ns)
 		th.worst = keepWorst(th.worst, l, a.WorstN)
 	} else if th.state == RunQueue && th.seen {
 		th.Preempt.Ns = append(th.Preempt.Ns, t-th.since)
-		th.Delays = append(th.Delays, t-th.since)
 	}
 	a.closeWait(th, t)
 	a.enter(th, Running, t)

@@ -124,7 +124,8 @@ type jsonThread struct {
 	Wake       jsonLat           `json:"wakeup_latency"`
 	Preempt    jsonLat           `json:"preempted_latency"`
 	WakeHistUs []uint64          `json:"wakeup_hist_log2_us"`
-	DelaysNs   []uint64          `json:"run_delays_ns"`
+	WakeNs     []uint64          `json:"wakeup_ns"`
+	PreemptNs  []uint64          `json:"preempted_ns"`
 }
 
 type jsonLat struct {
@@ -140,7 +141,8 @@ func latJSON(l *Latencies) jsonLat {
 }
 
 // WriteJSON writes sched.json: the same figures as sched.out, in ns, and
-// each thread's waits to run (after a wake-up or a preemption) in time order.
+// each thread's waits to run after a wake-up and after a preemption, each
+// in time order.
 func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) error {
 	type cpu struct {
 		CPU          int    `json:"cpu"`
@@ -174,7 +176,7 @@ func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) er
 			st[s.String()] = th.Time[s]
 		}
 		doc.Threads = append(doc.Threads, jsonThread{th.PID, th.TID, th.Name, procName(th.PID), th.Start, th.End, st, th.Voluntary, th.Involuntary,
-			th.IRQ, th.SoftIRQ, latJSON(&th.Wake), latJSON(&th.Preempt), th.Wake.Hist(), th.Delays})
+			th.IRQ, th.SoftIRQ, latJSON(&th.Wake), latJSON(&th.Preempt), th.Wake.Hist(), th.Wake.Ns, th.Preempt.Ns})
 	}
 	all := a.AllWakeups()
 	doc.All, doc.AllHist = latJSON(all), all.Hist()
