@@ -71,7 +71,7 @@ type Thread struct {
 	IRQ, SoftIRQ uint64
 	// Latency: from wake-up (or preemption) to running again.
 	Wake, Preempt Latencies
-	worst  []Latency // the thread's longest wake-ups
+	worst         []Latency // the thread's longest wake-ups
 
 	state    State
 	since    uint64 // when the thread entered state
