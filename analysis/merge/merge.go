@@ -340,7 +340,7 @@ func (m *Merger) Record(rec *trace.Record, name func(pid uint32, pc uint64, kern
 		}
 		m.Tick(pid, tid, rec.Time, n)
 	case trace.MajorUnwind:
-		if name == nil {
+		if name == nil || rec.Minor != trace.UnwindTick {
 			return nil
 		}
 		pid, tid, flags := uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2)

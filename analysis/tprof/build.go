@@ -470,7 +470,9 @@ func (b *builder) record(rec *trace.Record) error {
 		if b.onRecord != nil {
 			b.onRecord(rec, nil)
 		}
-		b.unwind(rec)
+		if rec.Minor == trace.UnwindTick { // not a wait's stack (UNWIND_SWITCH)
+			b.unwind(rec)
+		}
 	default:
 		if rec.Major == trace.MajorSys && rec.Minor == trace.SysEvent {
 			b.rep.Event, b.rep.EventPeriod = rec.Str, rec.Field(2)

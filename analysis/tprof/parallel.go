@@ -290,6 +290,9 @@ func (w *tickWorker) record(rec *trace.Record) error {
 	case trace.MajorTprof:
 		w.tick(rec.CPU, rec.Time, uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2), uint32(rec.Field(3)))
 	case trace.MajorUnwind:
+		if rec.Minor != trace.UnwindTick {
+			return nil // a wait's stack (UNWIND_SWITCH): no tick's
+		}
 		w.stack(rec.Time, uint32(rec.Field(0)), uint32(rec.Field(1)), rec.Field(2), []byte(rec.Str))
 	case trace.MajorMTE, trace.MajorJITLoad:
 		return errSequential

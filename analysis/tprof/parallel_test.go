@@ -369,3 +369,29 @@ func TestCountsOverEntryMax(t *testing.T) {
 		t.Fatalf("the report names no program:\n%s", one)
 	}
 }
+
+// The stacks of threads switched out to wait (UNWIND_SWITCH) are no
+// tick's: a trace with them gives the report of the trace without them,
+// read by the one reader or on every CPU at once.
+func TestSwitchStacksAreNoTicks(t *testing.T) {
+	plain := randomTrace(t, 2, 2, true, nil)
+	with := randomTrace(t, 2, 2, true, func(w *trace.Writer, cut func()) {
+		raw := make([]byte, 16)
+		binary.LittleEndian.PutUint64(raw, 0xffffffff81000800)
+		binary.LittleEndian.PutUint64(raw[8:], 0x400010)
+		for i := range 50 {
+			if err := w.Write(trace.MajorUnwind, trace.UnwindSwitch, trace.LayoutBytes, 1<<40+uint64(i), []uint64{100, 100, 1 << trace.UnwindKernShift}, string(raw)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	for _, parallel := range []bool{false, true} {
+		a, _ := reportOf(t, plain, parallel)
+		b, _ := reportOf(t, with, parallel)
+		a = strings.ReplaceAll(a, plain, "t.nrm2") // the header names the file
+		b = strings.ReplaceAll(b, with, "t.nrm2")
+		if a != b {
+			t.Fatalf("parallel %v: switch stacks changed the report\nwithout:\n%.3000s\nwith:\n%.3000s", parallel, a, b)
+		}
+	}
+}

@@ -436,7 +436,10 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		MaxStack:  f.stackDepth,
 		Unwind:    f.stackUnwind,
 		Dispatch:  f.enabled[trace.MajorDispatch],
-		Interrupt: f.enabled[trace.MajorInterrupt],
+		Wakeup:    f.enabled[trace.MajorDispatch],
+		// The stack of each thread switched out to wait, with callstack.
+		SwitchStacks: f.enabled[trace.MajorUnwind] && f.enabled[trace.MajorDispatch],
+		Interrupt:    f.enabled[trace.MajorInterrupt],
 	}
 	if f.enabled[trace.MajorTprof] {
 		opts.RateHz = f.rateHz
@@ -1001,6 +1004,15 @@ func (s *sink) Lost(cpu int, mte bool, n uint64) {
 }
 
 func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+	s.stack(cpu, trace.UnwindTick, t, pid, tid, pcs, kernel, truncated)
+}
+
+// SwitchStack writes UNWIND_SWITCH: the stack of a thread switched out to wait.
+func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+	s.stack(cpu, trace.UnwindSwitch, t, pid, tid, pcs, kernel, truncated)
+}
+
+func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
 	f := (*Facility)(s)
 	<-f.gate
 	if cpu < 0 || cpu >= len(f.trace) {
@@ -1017,7 +1029,7 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 	for i, pc := range pcs {
 		binary.LittleEndian.PutUint64(b[8*i:], pc)
 	}
-	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, t, []uint64{uint64(pid), uint64(tid), flags}, string(b))
+	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, minor, trace.LayoutBytes, t, []uint64{uint64(pid), uint64(tid), flags}, string(b))
 	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
 		f.bufferFull()
 	}

@@ -36,6 +36,9 @@ type Sink interface {
 	// pcs leaf first (kernel frames, then user frames), kernel how many
 	// of them are kernel addresses, truncated whether the depth limit cut it.
 	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
+	// SwitchStack is the call stack of the thread the dispatch record
+	// just delivered on cpu switched out not runnable (sched.go), as Stack.
+	SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
 }
 
 // Options select what to record.
@@ -55,11 +58,16 @@ type Options struct {
 	// Unwind: with DWARF, the user part of call stacks is unwound by
 	// call-frame information from a copy of Unwind.StackBytes of the
 	// user stack per sample (userstack.go), else by frame pointers.
-	Unwind    control.Unwind
-	Dispatch  bool  // sched:sched_switch
-	Interrupt bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
-	CPUs      []int // nil: every online CPU
-	RingPages int   // per-CPU ring size in pages, a power of two (default 256)
+	Unwind   control.Unwind
+	Dispatch bool // sched:sched_switch
+	// Wakeup records sched:sched_wakeup and sched:sched_wakeup_new.
+	Wakeup bool
+	// SwitchStacks samples, with Dispatch, the call stack (kernel and
+	// user, by frame pointers) of every thread switched out not runnable.
+	SwitchStacks bool
+	Interrupt    bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
+	CPUs         []int // nil: every online CPU
+	RingPages    int   // per-CPU ring size in pages, a power of two (default 256)
 }
 
 // CPUStats are one CPU's counts.
@@ -79,6 +87,8 @@ const (
 	kindSoftEntry
 	kindSoftExit
 	kindSideband
+	kindWakeup
+	kindWakeupNew
 )
 
 const (
@@ -93,6 +103,7 @@ type tpFields struct {
 	prevStateSize               int
 	irq                         int // irq_handler_entry/exit
 	vec                         int // softirq_entry/exit
+	wakePid, wakeCPU            int // sched_wakeup, sched_wakeup_new
 }
 
 type ring struct {
@@ -125,9 +136,10 @@ type Session struct {
 	// fork record that names its parent.
 	needPPID sync.Map
 
-	callstack bool
-	maxStack  int
-	uw        *userUnwinder // Options.Unwind.DWARF
+	callstack    bool
+	switchStacks bool // sched_switch samples carry a callchain
+	maxStack     int
+	uw           *userUnwinder // Options.Unwind.DWARF
 }
 
 // errNoPMU is returned for event-based tprof where there is no hardware
@@ -169,12 +181,18 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			// A stack copy per sample: 8 KB at 10 kHz is 80 MB/s a
 			// CPU; 8 MB rings hold 100 ms of it.
 			pages = 2048
+		} else if opts.Dispatch {
+			// Two records per switch (its wake-up), with
+			// SwitchStacks a callchain too: 4 MB rings hold a
+			// burst of 20,000 switches a CPU between two drains.
+			pages = 1024
 		}
 	}
 	if pages&(pages-1) != 0 {
 		return nil, fmt.Errorf("ring size %d pages is not a power of two", pages)
 	}
-	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack}
+	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack,
+		switchStacks: opts.SwitchStacks && opts.Dispatch}
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
 	}
@@ -191,7 +209,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		}
 	}()
 	var tpIDs = map[int]uint64{}
-	if opts.Dispatch || opts.Interrupt {
+	if opts.Dispatch || opts.Interrupt || opts.Wakeup {
 		if err := s.loadTracepoints(opts, tpIDs); err != nil {
 			return nil, err
 		}
@@ -264,6 +282,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		}
 		for kind, id := range tpIDs {
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
+			if kind == kindSwitch && s.switchStacks {
+				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
+				attr.Sample_max_stack = uint16(s.maxStack)
+			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
@@ -395,6 +417,11 @@ func (s *Session) loadTracepoints(opts Options, ids map[int]uint64) error {
 		s.tp.prevPid, s.tp.nextPid = f["prev_pid"][0], f["next_pid"][0]
 		s.tp.prevState, s.tp.prevStateSize = f["prev_state"][0], f["prev_state"][1]
 		ids[kindSwitch] = id
+	}
+	if opts.Wakeup {
+		if err := s.loadWakeup(dir, ids); err != nil {
+			return err
+		}
 	}
 	if opts.Interrupt {
 		for _, e := range []struct {
@@ -573,18 +600,35 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				s.stack(r, t, pid, tid, b[32:])
 			}
 		default:
-			// TID, TIME, CPU, RAW
+			// TID, TIME, CPU, [CALLCHAIN,] RAW
 			if len(b) < 28 {
 				return
 			}
-			t := le64(b[8:])
-			rawLen := int(le32(b[24:]))
-			raw := b[28:]
+			pid, tid, t := le32(b), le32(b[4:]), le64(b[8:])
+			rest := b[24:]
+			var chain []byte
+			if kind == kindSwitch && s.switchStacks {
+				if chain, rest = splitCallchain(rest); chain == nil {
+					return
+				}
+			}
+			if len(rest) < 4 {
+				return
+			}
+			rawLen := int(le32(rest))
+			raw := rest[4:]
 			if rawLen > len(raw) {
 				return
 			}
 			raw = raw[:rawLen]
-			s.tracepoint(r, kind, t, raw)
+			switch kind {
+			case kindWakeup, kindWakeupNew:
+				s.wakeup(r, kind, t, pid, tid, raw)
+				return
+			}
+			if s.tracepoint(r, kind, t, raw) && chain != nil {
+				s.switchStack(r, t, raw, chain)
+			}
 		}
 	case unix.PERF_RECORD_MMAP2:
 		// pid, tid, addr, len, pgoff, maj, min, ino, ino_generation, prot, flags, filename
@@ -692,26 +736,12 @@ const perfContextMax = ^uint64(0) - 4095
 // PERF_CONTEXT_KERNEL / _USER markers) into an UNWIND record.
 func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
 	nr := int(le64(b))
-	b = b[8:]
-	if nr > len(b)/8 {
-		nr = len(b) / 8
+	if nr > (len(b)-8)/8 {
+		nr = (len(b) - 8) / 8
 	}
-	pcs := r.pcs[:0]
-	kernel, user := 0, false
-	for i := 0; i < nr; i++ {
-		v := le64(b[8*i:])
-		if v >= perfContextMax {
-			user = v == uint64(1<<64-512) // PERF_CONTEXT_USER (-512)
-			continue
-		}
-		pcs = append(pcs, v)
-		if !user {
-			kernel++
-		}
-	}
-	r.pcs = pcs
 	// The kernel stops at sample_max_stack frames.
-	truncated := len(pcs) >= s.maxStack
+	pcs, kernel, truncated := s.chainPCs(r, b)
+	b = b[8:]
 	if s.uw != nil {
 		// The user frames again, by call-frame information (the
 		// sample's registers and stack copy follow the callchain).
@@ -806,7 +836,9 @@ func (s *Session) tgidOf(tid uint32) uint32 {
 	return pid
 }
 
-func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) {
+// tracepoint writes the record of a sched_switch or interrupt tracepoint;
+// false when its data was too short for one.
+func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) bool {
 	f := r.fields[:0]
 	get32 := func(off int) (uint32, bool) {
 		if off+4 > len(raw) {
@@ -819,16 +851,9 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) {
 		prev, ok1 := get32(s.tp.prevPid)
 		next, ok2 := get32(s.tp.nextPid)
 		if !ok1 || !ok2 {
-			return
+			return false
 		}
-		var state uint64
-		if s.tp.prevState+s.tp.prevStateSize <= len(raw) {
-			if s.tp.prevStateSize == 8 {
-				state = le64(raw[s.tp.prevState:])
-			} else {
-				state = uint64(le32(raw[s.tp.prevState:]))
-			}
-		}
+		state := s.prevState(raw)
 		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidOf(prev)), uint64(prev), uint64(s.tgidOf(next)), uint64(next), state))
 	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
 		// irq_handler_* carry the irq number, softirq_* the vector.
@@ -841,10 +866,11 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) {
 		}
 		v, ok := get32(off)
 		if !ok {
-			return
+			return false
 		}
 		s.sink.Trace(r.cpu, trace.MajorInterrupt, minor, t, append(f, uint64(v)))
 	}
+	return true
 }
 
 func monoNow() uint64 {

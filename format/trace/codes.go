@@ -69,15 +69,41 @@ const (
 // The minor code of MajorUnwind records (FIG. 30) and their flags.
 const (
 	UnwindTick      uint32 = 0x7fffffff
-	UnwindTruncated uint64 = 1    // the stack was deeper than the depth limit
-	UnwindKernShift        = 16   // flags >> UnwindKernShift: kernel PCs first
-	UnwindMaxDepth         = 127  // default depth limit (perf's too)
-	UnwindMaxPCs           = 2000 // what one record can hold
+	UnwindSwitch    uint32 = 0x7ffffffe // the stack of a thread switched out (after its DISPATCH)
+	UnwindTruncated uint64 = 1          // the stack was deeper than the depth limit
+	UnwindKernShift        = 16         // flags >> UnwindKernShift: kernel PCs first
+	UnwindMaxDepth         = 127        // default depth limit (perf's too)
+	UnwindMaxPCs           = 2000       // what one record can hold
 )
 
 // Minor codes of MajorDispatch.
 const (
 	DispatchSwitch uint32 = 1
+	DispatchWakeup uint32 = 2 // a thread was woken (sched_wakeup, sched_wakeup_new)
+)
+
+// WAKEUP flags.
+const (
+	WakeupNew uint64 = 1 // the thread is new (sched_wakeup_new: its first wake-up after fork)
+)
+
+// DISPATCH prev_state: the scheduler's report of the state the previous
+// thread left the CPU in. The low byte is 0 when it was still runnable
+// (preempted, or yielded); else its bits are the task states below. Bit 8
+// is the tracepoint's preemption mark on the agent's backend; the module
+// writes the task's raw state, where bit 8 is TASK_WAKEKILL and bit 10
+// TASK_NOLOAD (with D: an idle kernel thread, not I/O).
+const (
+	StateMask      uint64 = 0xff
+	StateSleeping  uint64 = 0x01  // S: interruptible sleep
+	StateBlocked   uint64 = 0x02  // D: uninterruptible (I/O, some locks)
+	StateStopped   uint64 = 0x04  // T
+	StateTraced    uint64 = 0x08  // t
+	StateDead      uint64 = 0x10  // X
+	StateZombie    uint64 = 0x20  // Z
+	StateParked    uint64 = 0x40  // P
+	StateIdle      uint64 = 0x80  // I: an idle kernel thread (the tracepoint's TASK_REPORT_IDLE)
+	StateRawNoLoad uint64 = 0x400 // the module's raw TASK_NOLOAD (D with it: idle)
 )
 
 // Minor codes of MajorInterrupt (exit = entry | ExitBit).
@@ -153,9 +179,11 @@ var specs = []Spec{
 	{MajorTprof, TprofTick, "TPROF_TICK", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags")), "", "time-based sample; flags bit 0: kernel address"},
 	{MajorTprof, TprofEvent, "TPROF_EVENT", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags"), u32("event")), "", "event-based sample"},
 
+	{MajorUnwind, UnwindSwitch, "UNWIND_SWITCH", LayoutBytes, fl(u32("pid"), u32("tid"), u32("flags")), "pcs", "call stack of the thread the DISPATCH record just before it on this CPU switched out while not runnable (prev_state low byte not 0): the PCs and flags as in UNWIND, the kernel's scheduler frames first"},
 	{MajorUnwind, UnwindTick, "UNWIND", LayoutBytes, fl(u32("pid"), u32("tid"), u32("flags")), "pcs", "call stack of the tprof sample just before it on this CPU (FIG. 30): the bytes are N u64 PCs, the interrupted one first, the root last; flags: bit 0 truncated at the depth limit, bits 16-31 how many of the PCs are kernel addresses (they come first)"},
 
-	{MajorDispatch, DispatchSwitch, "DISPATCH", LayoutFixed, fl(u32("prev_pid"), u32("prev_tid"), u32("next_pid"), u32("next_tid"), u32("prev_state")), "", "the CPU switched from prev to next"},
+	{MajorDispatch, DispatchSwitch, "DISPATCH", LayoutFixed, fl(u32("prev_pid"), u32("prev_tid"), u32("next_pid"), u32("next_tid"), u32("prev_state")), "", "the CPU switched from prev to next; prev_state low byte 0: prev was still runnable (preempted), else 0x1 S sleeping, 0x2 D blocked, 0x80 I idle, 0x4/0x8/0x10/0x20/0x40 T/t/X/Z/P"},
+	{MajorDispatch, DispatchWakeup, "WAKEUP", LayoutFixed, fl(u32("pid"), u32("tid"), u32("target_cpu"), u32("waker_pid"), u32("waker_tid"), u32("flags")), "", "thread tid of pid was woken, to run on target_cpu, by the thread running then (waker; 0: the idle task or an interrupt of it); flags bit 0: a new thread's first wake-up"},
 
 	{MajorInterrupt, IntrHard, "IRQ_ENTRY", LayoutFixed, fl(u32("irq")), "", "hard IRQ handler entry"},
 	{MajorInterrupt, IntrHard | ExitBit, "IRQ_EXIT", LayoutFixed, fl(u32("irq")), "", "hard IRQ handler exit"},
@@ -264,9 +292,9 @@ var Groups = []Group{
 	{"sys", MajorSys, "facility records (time-high, lost, on/off markers)", true, true},
 	{"mte", MajorMTE, "processes, threads and executable segments", true, true},
 	{"interrupt", MajorInterrupt, "interrupt entry/exit (hard IRQ, softirq)", false, true},
-	{"dispatch", MajorDispatch, "scheduler dispatch (sched_switch)", false, true},
+	{"dispatch", MajorDispatch, "scheduler dispatch and wake-ups (sched_switch, sched_wakeup, sched_wakeup_new)", false, true},
 	{"tprof", MajorTprof, "tprof samples (time- or event-based)", false, true},
-	{"callstack", MajorUnwind, "the call stack of every tprof sample (kernel and user, frame pointers)", false, true},
+	{"callstack", MajorUnwind, "the call stack of every tprof sample (kernel and user, frame pointers); with dispatch, also of every thread switched out to wait", false, true},
 	{"jit", MajorJITLoad, "JIT code load/unload records", false, true},
 	{"itrace", MajorITraceU, "ITrace records (taken branches, system calls, signals) of the processes swtrace itrace on traces", false, true},
 	{"ptt", MajorPTT, "PTT records (not yet available)", false, false},

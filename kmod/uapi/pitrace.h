@@ -102,9 +102,18 @@ struct pitrace_rec_hdr {
 #define PITRACE_UNWIND_TRUNCATED	1	/* flags: cut at the depth limit */
 #define PITRACE_UNWIND_KERN_SHIFT	16	/* flags >> this: kernel PCs (first) */
 #define PITRACE_MAX_STACK	127	/* the default and largest depth limit */
+/*
+ * With dispatch and callstack enabled, a DISPATCH record whose prev thread
+ * left the CPU not runnable (prev_state & 0xff != 0) is followed in the same
+ * CPU's trace buffer by UNWIND_SWITCH: the stack of prev as it switched out,
+ * kernel frames (the scheduler's first) then user frames; layout as UNWIND.
+ */
+#define PITRACE_UNWIND_SWITCH	0x7ffffffe	/* u32 pid, tid, flags; bytes: N x u64 PC */
 
 /* MAJOR_DISPATCH minors */
 #define PITRACE_DISPATCH_SWITCH	1	/* u32 prev_pid, prev_tid, next_pid, next_tid, prev_state */
+#define PITRACE_DISPATCH_WAKEUP	2	/* u32 pid, tid, target_cpu, waker_pid, waker_tid, flags */
+#define PITRACE_WAKEUP_NEW	1	/* WAKEUP flags: sched_wakeup_new */
 
 /* MAJOR_INTERRUPT minors (exit = entry | PITRACE_EXIT_BIT); u32 irq/vector */
 #define PITRACE_INTR_HARD	1
@@ -201,6 +210,15 @@ struct pitrace_rec_dispatch {	/* DISPATCH_SWITCH */
 	__u32 next_pid;
 	__u32 next_tid;
 	__u32 prev_state;
+} PITRACE_PACKED;
+
+struct pitrace_rec_wakeup {	/* DISPATCH_WAKEUP */
+	__u32 pid;
+	__u32 tid;
+	__u32 target_cpu;
+	__u32 waker_pid;
+	__u32 waker_tid;
+	__u32 flags;		/* PITRACE_WAKEUP_NEW */
 } PITRACE_PACKED;
 
 struct pitrace_rec_irq {	/* INTR_HARD, INTR_HARD | EXIT_BIT */

@@ -145,7 +145,9 @@ func TestABIConstantsMatchHeaderAndCodes(t *testing.T) {
 		"PITRACE_MTE_UNMAP":  uint64(trace.MTEUnmap),
 		"PITRACE_TPROF_TICK": uint64(trace.TprofTick), "PITRACE_TPROF_EVENT": uint64(trace.TprofEvent),
 		"PITRACE_TPROF_KERNEL": trace.TprofKernel, "PITRACE_DISPATCH_SWITCH": uint64(trace.DispatchSwitch),
-		"PITRACE_INTR_HARD": uint64(trace.IntrHard), "PITRACE_INTR_SOFT": uint64(trace.IntrSoft),
+		"PITRACE_DISPATCH_WAKEUP": uint64(trace.DispatchWakeup), "PITRACE_WAKEUP_NEW": trace.WakeupNew,
+		"PITRACE_UNWIND_SWITCH": uint64(trace.UnwindSwitch),
+		"PITRACE_INTR_HARD":     uint64(trace.IntrHard), "PITRACE_INTR_SOFT": uint64(trace.IntrSoft),
 		"PITRACE_FORK_THREAD": trace.ForkThread, "PITRACE_LOST_FULL": trace.LostBufferFull,
 		"PITRACE_LOST_OVERWRITE": trace.LostOverwrite,
 		"PITRACE_MODE_NORMAL":    control.ModeNormal, "PITRACE_MODE_WRAP": control.ModeWrap, "PITRACE_MODE_CONT": control.ModeCont,
@@ -217,11 +219,13 @@ var recordPayloads = []struct {
 	{trace.MajorTprof, trace.TprofTick, "pitrace_rec_tprof_tick", trace.LayoutFixed},
 	{trace.MajorTprof, trace.TprofEvent, "pitrace_rec_tprof_event", trace.LayoutFixed},
 	{trace.MajorDispatch, trace.DispatchSwitch, "pitrace_rec_dispatch", trace.LayoutFixed},
+	{trace.MajorDispatch, trace.DispatchWakeup, "pitrace_rec_wakeup", trace.LayoutFixed},
 	{trace.MajorInterrupt, trace.IntrHard, "pitrace_rec_irq", trace.LayoutFixed},
 	{trace.MajorInterrupt, trace.IntrHard | trace.ExitBit, "pitrace_rec_irq", trace.LayoutFixed},
 	{trace.MajorInterrupt, trace.IntrSoft, "pitrace_rec_softirq", trace.LayoutFixed},
 	{trace.MajorInterrupt, trace.IntrSoft | trace.ExitBit, "pitrace_rec_softirq", trace.LayoutFixed},
 	{trace.MajorUnwind, trace.UnwindTick, "pitrace_rec_unwind", trace.LayoutBytes},
+	{trace.MajorUnwind, trace.UnwindSwitch, "pitrace_rec_unwind", trace.LayoutBytes},
 }
 
 // The majors the module's own code writes; every code of them in the spec

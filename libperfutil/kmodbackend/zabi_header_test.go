@@ -15,6 +15,7 @@ var headerMacros = map[string]uint64{
 	"PITRACE_CPU_STATUS_SIZE_V1":   0x48,
 	"PITRACE_CPU_TRACE_FULL":       0x1,
 	"PITRACE_DISPATCH_SWITCH":      0x1,
+	"PITRACE_DISPATCH_WAKEUP":      0x2,
 	"PITRACE_EVENT_NAME":           0x20,
 	"PITRACE_EXIT_BIT":             0x80000000,
 	"PITRACE_FEAT_ABI":             0x3f1f0000,
@@ -193,8 +194,10 @@ var headerMacros = map[string]uint64{
 	"PITRACE_TPROF_KERNEL":         0x1,
 	"PITRACE_TPROF_TICK":           0x1,
 	"PITRACE_UNWIND_KERN_SHIFT":    0x10,
+	"PITRACE_UNWIND_SWITCH":        0x7ffffffe,
 	"PITRACE_UNWIND_TICK":          0x7fffffff,
 	"PITRACE_UNWIND_TRUNCATED":     0x1,
+	"PITRACE_WAKEUP_NEW":           0x1,
 }
 
 // headerStructs: every struct of the header, its size and fields as the C compiler lays them out.
@@ -250,6 +253,7 @@ var headerStructs = map[string]headerStruct{
 	"pitrace_rec_trace_on":         {Size: 8, Fields: []headerField{{"majors_lo", 0, 4}, {"rate_hz", 4, 4}}},
 	"pitrace_rec_unmap":            {Size: 20, Fields: []headerField{{"pid", 0, 4}, {"start", 4, 8}, {"size", 12, 8}}},
 	"pitrace_rec_unwind":           {Size: 12, Fields: []headerField{{"pid", 0, 4}, {"tid", 4, 4}, {"flags", 8, 4}}},
+	"pitrace_rec_wakeup":           {Size: 24, Fields: []headerField{{"pid", 0, 4}, {"tid", 4, 4}, {"target_cpu", 8, 4}, {"waker_pid", 12, 4}, {"waker_tid", 16, 4}, {"flags", 20, 4}}},
 	"pitrace_release_arg":          {Size: 24, Fields: []headerField{{"cpu", 0, 4}, {"kind", 4, 4}, {"seg", 8, 4}, {"reserved", 12, 4}, {"seq", 16, 8}}},
 	"pitrace_seg":                  {Size: 24, Fields: []headerField{{"state", 0, 4}, {"used", 4, 4}, {"seq", 8, 8}, {"records", 16, 8}}},
 	"pitrace_status":               {Size: 432, Fields: []headerField{{"abi", 0, 4}, {"state", 4, 4}, {"mode", 8, 4}, {"flags", 12, 4}, {"trace_size", 16, 8}, {"mte_size", 24, 8}, {"trace_seg_size", 32, 4}, {"trace_nseg", 36, 4}, {"mte_seg_size", 40, 4}, {"mte_nseg", 44, 4}, {"ncpus", 48, 4}, {"rate_hz", 52, 4}, {"event_type", 56, 4}, {"drainer_pid", 60, 4}, {"event_config", 64, 8}, {"start_wall_ns", 72, 8}, {"start_clock_ns", 80, 8}, {"enabled", 88, 32}, {"on_count", 120, 8}, {"map_size_trace", 128, 8}, {"map_size_mte", 136, 8}, {"event", 144, 32}, {"path", 176, 256}}},

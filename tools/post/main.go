@@ -36,7 +36,9 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
    post -tprof --folded f --flame f.svg flame graphs (with swtrace enable callstack: call stacks)
    post -show                           post.show: every record as text
    post -arc -itrace --callgrind cg.out ITrace reports
-   post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks`
+   post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks
+   post -sched --offcpu off.folded      sched.out, sched.json: time by state, wake-up latency; off-CPU stacks
+   post --wall w.folded --wall-pprof w.pb.gz  on-CPU and off-CPU time in one profile`
 
 // options are post's command line, parsed once: the flags' values, then
 // what run derives from them (the tick filter, the table cache in use).
@@ -46,6 +48,7 @@ type options struct {
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
 	merge                                                                    mergeFlagValues
+	sched                                                                    schedFlagValues
 	filter                                                                   *tprof.Filter // --pid, --tid, --comm (nil: every tick)
 }
 
@@ -78,7 +81,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, read by later runs instead of parsed again", Destination: &o.cacheDir},
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
-		}, append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...)...),
+		}, append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...)...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cliutil.UsageError(c, fmt.Sprintf("unexpected argument %q (the trace file is -r FILE)", c.Args().First()))
@@ -125,7 +128,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !o.itrace.any() && !o.merge.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() {
 		o.doTprof = true
 	}
 	var err error
@@ -248,6 +251,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 	}
 	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
+	onRecord, endSched := schedHook(o.sched, r, o.filter, onRecord, outDir, stdout, stderr)
 	sel := newSelection(o.filter)
 	rep := tprof.BuildFiltered(f, r, o.filter, onRecord)
 	rep.HexIDs = o.hexIDs
@@ -260,6 +264,9 @@ func post(o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := endMerge(); err != nil {
+		return err
+	}
+	if err := endSched(); err != nil {
 		return err
 	}
 	warns := warnings(rep)

@@ -59,6 +59,9 @@ func mergeHook(opt mergeFlagValues, r *a2n.Resolver, next func(*trace.Record, *a
 			m.Tick(k[0], k[1], rec.Time, res.Symbol)
 			return
 		case trace.MajorUnwind:
+			if rec.Minor != trace.UnwindTick {
+				return // a wait's stack (UNWIND_SWITCH)
+			}
 			k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
 			if !tickOf[k] {
 				return

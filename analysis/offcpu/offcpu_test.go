@@ -1,0 +1,257 @@
+package offcpu
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"perfinsp/format/trace"
+)
+
+const ms1 = uint64(1e6)
+
+type recs struct{ all []trace.Record }
+
+func (r *recs) add(cpu int, t uint64, major uint16, minor uint32, str string, f ...uint64) {
+	r.all = append(r.all, trace.Record{Major: major, Minor: minor, Time: t, Fixed: f, Str: str, CPU: cpu})
+}
+func (r *recs) sw(cpu int, t uint64, prev, next uint32, st uint64) {
+	r.add(cpu, t, trace.MajorDispatch, trace.DispatchSwitch, "", 100, uint64(prev), 100, uint64(next), st)
+}
+func (r *recs) wake(cpu int, t uint64, tid uint32) {
+	r.add(cpu, t, trace.MajorDispatch, trace.DispatchWakeup, "", 100, uint64(tid), uint64(cpu), 0, 0, 0)
+}
+func (r *recs) stack(cpu int, t uint64, tid uint32, kernel int, pcs ...uint64) {
+	b := make([]byte, 8*len(pcs))
+	for i, pc := range pcs {
+		binary.LittleEndian.PutUint64(b[8*i:], pc)
+	}
+	r.add(cpu, t, trace.MajorUnwind, trace.UnwindSwitch, string(b), 100, uint64(tid), uint64(kernel)<<trace.UnwindKernShift)
+}
+
+func names(pid uint32, pc uint64, kernel bool) string {
+	switch pc &^ 0xf {
+	case 0x1000:
+		return "schedule"
+	case 0x2000:
+		return "nanosleep"
+	case 0x3000:
+		return "main"
+	case 0x4000:
+		return "pipe_read"
+	case 0x5000:
+		return "read_loop"
+	}
+	return ""
+}
+
+// Two threads on one CPU: 101 sleeps 10 ms (woken, then 1 ms on the run
+// queue), 102 runs and is preempted, 103 reads a pipe (D for the test).
+func scenario() *recs {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 2*ms1, 101, 102, trace.StateSleeping) // 101 ran 2 ms, sleeps
+	r.stack(0, 2*ms1, 101, 2, 0x1000, 0x2008, 0x3008)
+	r.wake(0, 12*ms1, 101)                             // woken after 10 ms
+	r.sw(0, 13*ms1, 102, 101, 0x100)                   // 102 preempted (R+), 101 runs after 1 ms on the queue
+	r.sw(0, 15*ms1, 101, 102, trace.StateBlocked)      // 101 blocks
+	r.stack(0, 15*ms1, 101, 1, 0x4000, 0x5008, 0x3008) // pipe_read in read_loop in main
+	r.add(0, 16*ms1, trace.MajorInterrupt, trace.IntrHard, "", 9)
+	r.add(0, 16*ms1+500_000, trace.MajorInterrupt, trace.IntrHard|trace.ExitBit, "", 9)
+	r.wake(0, 20*ms1, 101)
+	r.sw(0, 20*ms1+200_000, 102, 101, 0x100)
+	r.add(0, 30*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	return r
+}
+
+func run(r *recs) *Analyzer {
+	a := New(names)
+	for i := range r.all {
+		a.Record(&r.all[i])
+	}
+	a.Finish(0)
+	return a
+}
+
+func TestStatesAddUp(t *testing.T) {
+	a := run(scenario())
+	byTid := map[uint32]*Thread{}
+	for _, th := range a.Threads() {
+		byTid[th.TID] = th
+		var sum uint64
+		for _, v := range th.Time {
+			sum += v
+		}
+		if sum != th.Lifetime() || th.Lifetime() != 30*ms1 {
+			t.Errorf("thread %d: states add up to %d, lifetime %d (want 30 ms)", th.TID, sum, th.Lifetime())
+		}
+	}
+	t101, t102 := byTid[101], byTid[102]
+	want := [NStates]uint64{Running: 2*ms1 + 2*ms1 + (30*ms1 - 20*ms1 - 200_000), RunQueue: ms1 + 200_000, Sleeping: 10 * ms1, Blocked: 5 * ms1}
+	if t101.Time != want {
+		t.Errorf("101: %v, want %v", t101.Time, want)
+	}
+	if t101.Voluntary != 2 || t101.Involuntary != 0 || t102.Involuntary != 2 {
+		t.Errorf("switches: 101 %d/%d, 102 %d/%d", t101.Voluntary, t101.Involuntary, t102.Voluntary, t102.Involuntary)
+	}
+	if t101.Wake.Count() != 2 || t101.Wake.Max() != ms1 || t101.Wake.Percentile(0.5) != 200_000 {
+		t.Errorf("101 wake-ups %v", t101.Wake.Ns)
+	}
+	// 102 ran from 2 to 13 ms, with the interrupt inside
+	if t102.IRQ != 500_000 || t101.IRQ != 0 || a.CPUIntr[0].IRQ != 500_000 {
+		t.Errorf("interrupt time: 102 %d, 101 %d, CPU %+v", t102.IRQ, t101.IRQ, a.CPUIntr[0])
+	}
+	// 102: not seen before 2 ms (it was not on CPU 0), then runs to 13,
+	// waits preempted to 15, runs to 20.2, waits to the end.
+	want = [NStates]uint64{Running: 11*ms1 + 5*ms1 + 200_000, RunQueue: 2*ms1 + 9*ms1 + 800_000, Unknown: 2 * ms1}
+	if t102.Time != want {
+		t.Errorf("102: %v, want %v", t102.Time, want)
+	}
+	if t102.Preempt.Count() != 1 || t102.Preempt.Ns[0] != 2*ms1 {
+		t.Errorf("102 preempted waits %v", t102.Preempt.Ns)
+	}
+}
+
+func TestOffCPUProfile(t *testing.T) {
+	a := run(scenario())
+	got := map[string]uint64{}
+	for _, c := range a.OffCPU() {
+		if c.Thread.TID == 101 {
+			got[c.State.String()+":"+strings.Join(c.Stack, ";")] += c.Ns
+		}
+	}
+	want := map[string]uint64{
+		"sleeping:main;nanosleep_[k];schedule_[k]": 10 * ms1,
+		"runqueue:main;nanosleep_[k];schedule_[k]": ms1,
+		"blocked:main;read_loop;pipe_read_[k]":     5 * ms1,
+		"runqueue:main;read_loop;pipe_read_[k]":    200_000,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("off-CPU cells of 101: %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %d ns, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	var buf bytes.Buffer
+	if err := WriteFolded(&buf, a.OffCPU(), func(uint32) string { return "prog" }); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "prog;?-101;[sleeping];main;nanosleep_[k];schedule_[k] 10000000\n") {
+		t.Errorf("folded:\n%s", buf.String())
+	}
+}
+
+// The wall-clock profile adds up to each thread's lifetime.
+func TestWallAddsUp(t *testing.T) {
+	r := scenario()
+	// ticks of 101 while it ran (after 20.2 ms): 3 in main, 1 elsewhere
+	for i := 0; i < 3; i++ {
+		r.add(0, 21*ms1+uint64(i)*ms1, trace.MajorTprof, trace.TprofTick, "", 100, 101, 0x3000, 0)
+	}
+	r.add(0, 25*ms1, trace.MajorTprof, trace.TprofTick, "", 100, 101, 0x5000, 0)
+	// keep time order
+	off := r.all[len(r.all)-5]
+	copy(r.all[len(r.all)-5:], r.all[len(r.all)-4:])
+	r.all[len(r.all)-1] = off
+	a := run(r)
+	sum := map[uint32]uint64{}
+	var main101 uint64
+	for _, c := range a.Wall() {
+		sum[c.Thread.TID] += c.Ns
+		if c.Thread.TID == 101 && c.State == Running && strings.Join(c.Stack, ";") == "main" {
+			main101 = c.Ns
+		}
+	}
+	for _, th := range a.Threads() {
+		if sum[th.TID] != th.Lifetime() {
+			t.Errorf("thread %d: wall profile %d ns, lifetime %d", th.TID, sum[th.TID], th.Lifetime())
+		}
+	}
+	run101 := a.threads[101].Time[Running]
+	if main101 != run101*3/4 && main101 != run101*3/4+1 {
+		t.Errorf("101 in main: %d ns of %d running (3 ticks of 4)", main101, run101)
+	}
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, a.Wall(), "wall", func(uint32) string { return "prog" }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHistBuckets(t *testing.T) {
+	l := Latencies{Ns: []uint64{0, 999, 1000, 1999, 2000, 3999, 4000, 1_000_000}}
+	h := l.Hist()
+	want := []uint64{4, 2, 1, 0, 0, 0, 0, 0, 0, 1} // 0-1, 2-3, 4-7, ..., 512-1023 µs
+	if len(h) != len(want) {
+		t.Fatalf("hist %v, want %v", h, want)
+	}
+	for i := range h {
+		if h[i] != want[i] {
+			t.Fatalf("hist %v, want %v", h, want)
+		}
+	}
+	if l.Percentile(0.5) != 1999 || l.Max() != 1_000_000 {
+		t.Errorf("p50 %d max %d", l.Percentile(0.5), l.Max())
+	}
+}
+
+// The longest wake-ups are those of the selected threads, longest first.
+func TestWorstOfSelected(t *testing.T) {
+	a := run(scenario())
+	w := a.Worst()
+	if len(w) != 2 || w[0].Ns != ms1 || w[0].TID != 101 || w[0].From != 12*ms1 || w[1].Ns != 200_000 {
+		t.Fatalf("worst %+v", w)
+	}
+	a.Select(func(th *Thread) bool { return th.TID == 102 })
+	if w := a.Worst(); len(w) != 0 || len(a.Threads()) != 1 {
+		t.Fatalf("after selecting 102: worst %+v, threads %d", w, len(a.Threads()))
+	}
+}
+
+// The time line of each thread covers its life without gaps or overlaps,
+// and is valid trace-event JSON.
+func TestTimeline(t *testing.T) {
+	a := New(names)
+	a.KeepSpans = true
+	r := scenario()
+	for i := range r.all {
+		a.Record(&r.all[i])
+	}
+	a.Finish(0)
+	next := map[uint32]uint64{}
+	covered := map[uint32]uint64{}
+	for _, sp := range a.Spans() {
+		tid := sp.Thread.TID
+		if sp.Start != next[tid] || sp.End <= sp.Start {
+			t.Fatalf("thread %d: span %v-%v %v after %v", tid, sp.Start, sp.End, sp.State, next[tid])
+		}
+		next[tid] = sp.End
+		covered[tid] += sp.End - sp.Start
+	}
+	for _, th := range a.Threads() {
+		if covered[th.TID] != th.Lifetime() {
+			t.Errorf("thread %d: time line %d ns, life %d", th.TID, covered[th.TID], th.Lifetime())
+		}
+	}
+	var buf bytes.Buffer
+	if err := a.WriteTimeline(&buf, func(uint32) string { return "prog" }, nil); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("timeline JSON: %v\n%s", err, buf.String())
+	}
+	var sleep, irq bool
+	for _, e := range doc.TraceEvents {
+		sleep = sleep || e["name"] == "sleeping" && e["tid"] == float64(101) && e["ts"] == float64(2000) && e["dur"] == float64(10000)
+		irq = irq || e["name"] == "irq" && e["dur"] == float64(500)
+	}
+	if !sleep || !irq {
+		t.Errorf("timeline lacks 101's sleep (2 ms, 10 ms long) or the interrupt:\n%s", buf.String())
+	}
+}

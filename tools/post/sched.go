@@ -1,0 +1,151 @@
+package main
+
+// Scheduling reports (analysis/offcpu): -sched writes sched.out and
+// sched.json (each thread's time by state, switches, interrupt time,
+// wake-up latency histograms, the longest wake-ups, interrupts per CPU);
+// --offcpu / --offcpu-pprof the off-CPU profile (the stacks threads waited
+// in, weighted by the time waited); --wall / --wall-pprof the wall-clock
+// profile (on-CPU and off-CPU time of the same threads in one profile).
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"perfinsp/analysis/a2n"
+	"perfinsp/analysis/offcpu"
+	"perfinsp/analysis/tprof"
+	"perfinsp/format/trace"
+)
+
+type schedFlagValues struct {
+	sched                                   bool
+	offFolded, offPprof, wallFolded, wallPP string
+	timeline                                string
+}
+
+func schedFlags(v *schedFlagValues) []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: "sched", Usage: "write sched.out and sched.json: each thread's running, run-queue, sleeping and blocked time, switches, interrupt time, wake-up latency histograms and the longest wake-ups (swtrace enable dispatch [interrupt])", Destination: &v.sched},
+		&cli.StringFlag{Name: "offcpu", Usage: "write the off-CPU profile as folded stacks (ns) to `FILE`: process;thread-tid;[state];root;...;leaf, the stacks threads waited in (swtrace enable dispatch callstack)", Destination: &v.offFolded},
+		&cli.StringFlag{Name: "offcpu-pprof", Usage: "write the off-CPU profile as pprof to `FILE`", Destination: &v.offPprof},
+		&cli.StringFlag{Name: "wall", Usage: "write the wall-clock profile as folded stacks (ns) to `FILE`: running time by tick stacks and off-CPU time by wait stacks, each thread's adding up to its life in the trace (swtrace enable dispatch tprof callstack)", Destination: &v.wallFolded},
+		&cli.StringFlag{Name: "wall-pprof", Usage: "write the wall-clock profile as pprof to `FILE`", Destination: &v.wallPP},
+		&cli.StringFlag{Name: "timeline", Usage: "write each thread's states and each CPU's interrupts as a time line to `FILE` (trace-event JSON: open it in ui.perfetto.dev)", Destination: &v.timeline},
+	}
+}
+
+func (v schedFlagValues) any() bool {
+	return v.sched || v.offFolded != "" || v.offPprof != "" || v.wallFolded != "" || v.wallPP != "" || v.timeline != ""
+}
+
+// schedHook feeds every record to an offcpu analyzer after next (names
+// of stacks as of their time); the returned end function writes the reports.
+func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), outDir string, stdout, stderr io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
+	if !opt.any() {
+		return next, func() error { return nil }
+	}
+	a := offcpu.New(func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol })
+	a.KeepSpans = opt.timeline != ""
+	var off uint64
+	hook := func(rec *trace.Record, res *a2n.Result) {
+		if next != nil {
+			next(rec, res)
+		}
+		if rec.Major == trace.MajorSys && rec.Minor == trace.SysTraceOff {
+			off = rec.Time
+		}
+		a.Record(rec)
+	}
+	end := func() error {
+		a.Finish(off)
+		for _, th := range a.Threads() {
+			th.Name = r.ThreadName(th.PID, th.TID)
+		}
+		if a.Dispatches == 0 {
+			fmt.Fprintln(stderr, "post: no DISPATCH records in the trace: the scheduling reports need swtrace enable dispatch (run.tprof --sched)")
+		}
+		procName := r.ProcessName
+		keep := func(cells []offcpu.Cell) []offcpu.Cell {
+			if filt == nil {
+				return cells
+			}
+			out := cells[:0]
+			for _, c := range cells {
+				if schedSelected(filt, c.Thread.PID, c.Thread.TID, procName) {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
+		if opt.timeline != "" {
+			var sel func(*offcpu.Thread) bool
+			if filt != nil {
+				sel = func(th *offcpu.Thread) bool { return schedSelected(filt, th.PID, th.TID, procName) }
+			}
+			if err := writeFile(opt.timeline, func(w io.Writer) error { return a.WriteTimeline(w, procName, sel) }); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "post: wrote %s (open it in ui.perfetto.dev)\n", opt.timeline)
+		}
+		if opt.sched {
+			if filt != nil {
+				a.Select(func(th *offcpu.Thread) bool { return schedSelected(filt, th.PID, th.TID, procName) })
+			}
+			for _, rep := range []struct {
+				name  string
+				write func(io.Writer, func(uint32) string) error
+			}{{"sched.out", a.WriteText}, {"sched.json", a.WriteJSON}} {
+				path := filepath.Join(outDir, rep.name)
+				if err := writeFile(path, func(w io.Writer) error { return rep.write(w, procName) }); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "post: wrote %s (%d threads, %d dispatches, %d wake-ups)\n", path, len(a.Threads()), a.Dispatches, a.Wakeups)
+			}
+		}
+		for _, p := range []struct {
+			path, kind string
+			pprof      bool
+		}{{opt.offFolded, "off_cpu", false}, {opt.offPprof, "off_cpu", true}, {opt.wallFolded, "wall", false}, {opt.wallPP, "wall", true}} {
+			if p.path == "" {
+				continue
+			}
+			var cells []offcpu.Cell
+			if p.kind == "wall" {
+				cells = keep(a.Wall())
+			} else {
+				cells = keep(a.OffCPU())
+			}
+			err := writeFile(p.path, func(w io.Writer) error {
+				if p.pprof {
+					return offcpu.WritePprof(w, cells, p.kind, procName)
+				}
+				return offcpu.WriteFolded(w, cells, procName)
+			})
+			if err != nil {
+				return err
+			}
+			if p.pprof {
+				fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s)\n", p.path, p.path)
+			} else {
+				fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl --countname=ns %s > flame.svg)\n", p.path, p.path)
+			}
+		}
+		return nil
+	}
+	return hook, end
+}
+
+// schedSelected is --pid/--tid/--comm for threads (--pid takes in the
+// processes the selected ones created: post's reader adds them to Pids).
+func schedSelected(f *tprof.Filter, pid, tid uint32, procName func(uint32) string) bool {
+	if len(f.Pids) > 0 && !f.Pids[pid] {
+		return false
+	}
+	if len(f.Tids) > 0 && !f.Tids[tid] {
+		return false
+	}
+	return len(f.Comms) == 0 || f.Comms[procName(pid)]
+}
