@@ -113,6 +113,11 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 	s.put(event{kind: evSample, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: kernel})
 }
 
+// SwitchStack: the continuous profile samples on-CPU time only (it opens
+// no dispatch events), so no switch stacks reach it.
+func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+}
+
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {
 	s.mu.Lock()
 	s.flushLocked(cpu)
