@@ -83,6 +83,9 @@ type Module struct {
 	lines    []lineRow
 	linesOK  bool
 	lineMu   sync.Mutex
+	file     string // where the module was read from (Path under the cache's Root)
+	idOnce   sync.Once
+	buildID  string
 }
 
 type lineRow struct {
@@ -139,7 +142,7 @@ var DebugRoot = "/usr/lib/debug"
 // loadModule parses the module at path, or reads its entry of the table
 // cache in dir ("": none; a parsed module is stored there).
 func loadModule(path, dir string) *Module {
-	m := &Module{Path: path}
+	m := &Module{Path: path, file: path}
 	file, size, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -156,7 +159,7 @@ func loadModule(path, dir string) *Module {
 		// (or a file cut short while mapped) costs this module its names,
 		// never post its run.
 		if p := recover(); p != nil {
-			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
+			*m = Module{Path: path, file: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
 		}
 	}()
 	fi, err := file.Stat()
@@ -354,6 +357,45 @@ func (m *Module) demangle(name string) string {
 	d := demangled(name)
 	m.names[name] = d
 	return d
+}
+
+// VAddr is the ELF virtual address of a file offset of the module (ok
+// false when no PT_LOAD segment holds it).
+func (m *Module) VAddr(fileOff uint64) (uint64, bool) { return m.vaddr(fileOff) }
+
+// LoadSegment is the PT_LOAD segment holding a file offset: its virtual
+// address, file offset and size in the file.
+func (m *Module) LoadSegment(fileOff uint64) (vaddr, off, filesz uint64, ok bool) {
+	for _, p := range m.loads {
+		if fileOff >= p.Off && fileOff < p.Off+p.Filesz {
+			return p.Vaddr, p.Off, p.Filesz, true
+		}
+	}
+	return 0, 0, 0, false
+}
+
+// BuildID is the module's GNU build-id in hex ("" when it has none or the
+// file cannot be read), read from the file on first use.
+func (m *Module) BuildID() string {
+	m.idOnce.Do(func() {
+		if m.Err != nil || m.file == "" {
+			return
+		}
+		file, _, err := openChecked(m.file, MaxModuleSize, false)
+		if err != nil {
+			return
+		}
+		defer file.Close()
+		defer func() {
+			if recover() != nil { // an untrusted file's malformed notes
+				m.buildID = ""
+			}
+		}()
+		if f, err := elf.NewFile(file); err == nil {
+			m.buildID = buildID(f)
+		}
+	})
+	return m.buildID
 }
 
 // Line returns the source file and line of a virtual address, from DWARF.

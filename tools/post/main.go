@@ -248,7 +248,12 @@ func post(o *options, stdout, stderr io.Writer) error {
 	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
 	sel := newSelection(o.filter)
-	rep := tprof.BuildFiltered(f, r, o.filter, onRecord)
+	var rep *tprof.Report
+	if o.pprofOut != "" && onRecord == nil {
+		rep = tprof.BuildWithAddresses(f, r, o.filter) // the profile's addresses and lines
+	} else {
+		rep = tprof.BuildFiltered(f, r, o.filter, onRecord)
+	}
 	if rep.Total == 0 {
 		if err := sel.check(f); err != nil {
 			return err
