@@ -434,10 +434,22 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 			if err != nil || lr == nil {
 				continue
 			}
+			// a file named relative to where it was compiled: the whole
+			// path, which source viewers (pprof -list, callgrind_annotate)
+			// can open
+			compDir, _ := e.Val(dwarf.AttrCompDir).(string)
 			var le dwarf.LineEntry
+			var lastRel, lastAbs string
 			for lr.Next(&le) == nil {
 				if le.File != nil && !le.EndSequence {
-					m.lines = append(m.lines, lineRow{le.Address, le.File.Name, le.Line})
+					name := le.File.Name
+					if compDir != "" && !filepath.IsAbs(name) {
+						if name != lastRel {
+							lastRel, lastAbs = name, filepath.Join(compDir, name)
+						}
+						name = lastAbs
+					}
+					m.lines = append(m.lines, lineRow{le.Address, name, le.Line})
 				}
 			}
 		}
