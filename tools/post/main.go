@@ -42,6 +42,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
+	script                                                                   string
 	show, doTprof, lines, strict, noChildren, noCache                        bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -66,6 +67,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "pprof", Usage: "also write a pprof profile to `FILE` (go tool pprof -http=: FILE)", Destination: &o.pprofOut},
 			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
 			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
+			&cli.StringFlag{Name: "script", Usage: "write every tprof sample with its call stack to `FILE` as perf script does (stackcollapse-perf.pl reads it)", Destination: &o.script},
 			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
 			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
 			&cli.StringFlag{Name: "root", Usage: "`DIR` prefix for module paths (a trace taken on another machine)", Destination: &o.root},
@@ -124,7 +126,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !o.itrace.any() && !o.merge.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && !o.itrace.any() && !o.merge.any() {
 		o.doTprof = true
 	}
 	var err error
@@ -245,6 +247,19 @@ func post(o *options, stdout, stderr io.Writer) error {
 			showW.WriteByte('\n')
 		}
 	}
+	var script *scriptWriter
+	if o.script != "" {
+		if script, err = newScriptWriter(o.script, r, uint64(f.Header.RateHz)); err != nil {
+			return err
+		}
+		next := onRecord
+		onRecord = func(rec *trace.Record, res *a2n.Result) {
+			if next != nil {
+				next(rec, res)
+			}
+			script.record(rec, res)
+		}
+	}
 	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
 	sel := newSelection(o.filter)
@@ -258,6 +273,12 @@ func post(o *options, stdout, stderr io.Writer) error {
 		if err := sel.check(f); err != nil {
 			return err
 		}
+	}
+	if script != nil {
+		if err := script.close(); err != nil {
+			return fmt.Errorf("write %s: %w", o.script, err)
+		}
+		fmt.Fprintf(stdout, "post: wrote %s (perf script form: stackcollapse-perf.pl %s | flamegraph.pl)\n", o.script, o.script)
 	}
 	if err := endITrace(); err != nil {
 		return err
