@@ -80,7 +80,8 @@ type Module struct {
 	dwPath   string // file holding DWARF, opened on first Line call
 	debugID  string // the build-id whose debug file was looked for (the table cache's key)
 	names    map[string]string
-	lines    []lineRow
+	cus      []lineCU  // the DWARF's compilation units (Line)
+	cuRanges []cuRange // their address ranges, by address
 	linesOK  bool
 	lineMu   sync.Mutex
 	file     string // where the module was read from (Path under the cache's Root)
@@ -398,68 +399,121 @@ func (m *Module) BuildID() string {
 	return m.buildID
 }
 
-// Line returns the source file and line of a virtual address, from DWARF.
+// Line returns the source file and line of a virtual address, from DWARF:
+// the compilation unit whose ranges hold it (an index of the units' ranges
+// made on first use), its line table read the first time one of its
+// addresses is asked for (a Go program's whole table is millions of rows).
 func (m *Module) Line(va uint64) (string, int, bool) {
 	m.lineMu.Lock()
 	defer m.lineMu.Unlock()
 	if !m.linesOK {
 		m.linesOK = true
-		if m.dwPath == "" {
-			return "", 0, false
+		m.loadLineIndex()
+	}
+	i := sort.Search(len(m.cuRanges), func(i int) bool { return m.cuRanges[i].low > va }) - 1
+	if i < 0 || va >= m.cuRanges[i].high {
+		return "", 0, false
+	}
+	cu := &m.cus[m.cuRanges[i].cu]
+	if !cu.read {
+		cu.read = true
+		m.readLines(cu)
+	}
+	rows := cu.rows
+	j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > va }) - 1
+	if j < 0 {
+		return "", 0, false
+	}
+	return rows[j].file, rows[j].line, true
+}
+
+// lineCU is a compilation unit of a module's DWARF: where its entry is,
+// its directory, and its line table once read.
+type lineCU struct {
+	off     dwarf.Offset
+	compDir string
+	read    bool
+	rows    []lineRow // by address
+}
+
+// cuRange is an address range of a compilation unit (an index into cus).
+type cuRange struct {
+	low, high uint64
+	cu        int
+}
+
+// loadLineIndex opens the module's DWARF and indexes its compilation
+// units by their address ranges.
+func (m *Module) loadLineIndex() {
+	if m.dwPath == "" {
+		return
+	}
+	file, _, err := openChecked(m.dwPath, MaxModuleSize, false)
+	if err != nil {
+		return
+	}
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		return
+	}
+	if m.dw, err = f.DWARF(); err != nil {
+		return
+	}
+	r := m.dw.Reader()
+	for {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
 		}
-		file, _, err := openChecked(m.dwPath, MaxModuleSize, false)
-		if err != nil {
-			return "", 0, false
+		if e.Tag != dwarf.TagCompileUnit {
+			r.SkipChildren()
+			continue
 		}
-		defer file.Close()
-		f, err := elf.NewFile(file)
-		if err != nil {
-			return "", 0, false
-		}
-		m.dw, err = f.DWARF()
-		if err != nil {
-			return "", 0, false
-		}
-		r := m.dw.Reader()
-		for {
-			e, err := r.Next()
-			if err != nil || e == nil {
-				break
-			}
-			if e.Tag != dwarf.TagCompileUnit {
-				r.SkipChildren()
-				continue
-			}
-			lr, err := m.dw.LineReader(e)
-			if err != nil || lr == nil {
-				continue
-			}
-			// a file named relative to where it was compiled: the whole
-			// path, which source viewers (pprof -list, callgrind_annotate)
-			// can open
-			compDir, _ := e.Val(dwarf.AttrCompDir).(string)
-			var le dwarf.LineEntry
-			var lastRel, lastAbs string
-			for lr.Next(&le) == nil {
-				if le.File != nil && !le.EndSequence {
-					name := le.File.Name
-					if compDir != "" && !filepath.IsAbs(name) {
-						if name != lastRel {
-							lastRel, lastAbs = name, filepath.Join(compDir, name)
-						}
-						name = lastAbs
-					}
-					m.lines = append(m.lines, lineRow{le.Address, name, le.Line})
+		compDir, _ := e.Val(dwarf.AttrCompDir).(string)
+		m.cus = append(m.cus, lineCU{off: e.Offset, compDir: compDir})
+		if rs, err := m.dw.Ranges(e); err == nil {
+			for _, rg := range rs {
+				if rg[1] > rg[0] {
+					m.cuRanges = append(m.cuRanges, cuRange{rg[0], rg[1], len(m.cus) - 1})
 				}
 			}
 		}
-		sort.Slice(m.lines, func(i, j int) bool { return m.lines[i].addr < m.lines[j].addr })
+		r.SkipChildren()
 	}
-	i := sort.Search(len(m.lines), func(i int) bool { return m.lines[i].addr > va }) - 1
-	if i < 0 {
-		return "", 0, false
+	sort.Slice(m.cuRanges, func(i, j int) bool { return m.cuRanges[i].low < m.cuRanges[j].low })
+}
+
+// readLines reads a compilation unit's line table. A file named relative
+// to where it was compiled gets that directory's path, which source
+// viewers (pprof -list, callgrind_annotate) can open.
+func (m *Module) readLines(cu *lineCU) {
+	r := m.dw.Reader()
+	r.Seek(cu.off)
+	e, err := r.Next()
+	if err != nil || e == nil {
+		return
 	}
-	return m.lines[i].file, m.lines[i].line, true
+	lr, err := m.dw.LineReader(e)
+	if err != nil || lr == nil {
+		return
+	}
+	var le dwarf.LineEntry
+	var lastRel, lastAbs string
+	for lr.Next(&le) == nil {
+		if le.File == nil || le.EndSequence {
+			continue
+		}
+		name := le.File.Name
+		if cu.compDir != "" && !filepath.IsAbs(name) {
+			if name != lastRel {
+				lastRel, lastAbs = name, filepath.Join(cu.compDir, name)
+			}
+			name = lastAbs
+		}
+		cu.rows = append(cu.rows, lineRow{le.Address, name, le.Line})
+	}
+	sort.SliceStable(cu.rows, func(i, j int) bool { return cu.rows[i].addr < cu.rows[j].addr })
 }
 
 // Cache holds parsed modules by path; each is parsed once. It is safe for

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -329,6 +330,11 @@ func post(o *options, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// The profile's source lines read the modules' DWARF, whose size
+		// is the modules', not the trace's: the heap bound made for the
+		// report would have the collector run without end.
+		debug.SetMemoryLimit(math.MaxInt64)
+		debug.SetGCPercent(100)
 		if err := rep.WritePprof(pf); err != nil {
 			pf.Close()
 			return err
