@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -36,6 +37,89 @@ const (
 // the matched share of the graph, and resets either.
 func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
 	return writeFlame(out, title, rep.tree(), nil)
+}
+
+// WriteFlameDiffSVG writes a differential flame graph: the call tree of
+// this report (the widths), each frame coloured by how its share of all
+// ticks changed from the base profile's, read as folded stacks from base
+// (flamegraph.pl's input: post --folded of the earlier run): red where it
+// grew, blue where it shrank, as Brendan Gregg's difffolded.pl and
+// flamegraph.pl draw it; the tooltips give both. Processes are compared
+// by name ("name (pid N)": the pids of two runs differ).
+func (rep *Report) WriteFlameDiffSVG(out io.Writer, title string, base io.Reader) error {
+	d := &flameDiff{base: map[string]uint64{}}
+	sc := bufio.NewScanner(base)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		c, err := strconv.ParseUint(l[i+1:], 10, 64)
+		if i <= 0 || err != nil {
+			return fmt.Errorf("base folded stacks, line %d: not \"frame;frame;... count\": %q", n, l)
+		}
+		d.baseTotal += c
+		path := ""
+		for j, f := range strings.Split(l[:i], ";") {
+			if j == 0 {
+				f = diffProcess(f)
+				path = f
+			} else {
+				path += ";" + f
+			}
+			d.base[path] += c
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("base folded stacks: %w", err)
+	}
+	return writeFlame(out, title, byProcessName(rep.tree()), d)
+}
+
+// byProcessName merges the processes of a call tree that have one name
+// (a differential graph compares runs, not pids): the root's children
+// named "name (pid N)" become one "name" each, their subtrees merged.
+func byProcessName(root *node) *node {
+	out := &node{name: root.name, id: root.id, incl: root.incl, excl: root.excl}
+	byName := map[string]*node{}
+	for _, c := range root.sorted() {
+		name := diffProcess(c.name)
+		p := byName[name]
+		if p == nil {
+			p = &node{name: name, id: c.id}
+			byName[name] = p
+			out.list = append(out.list, p)
+		}
+		mergeNode(p, c)
+	}
+	if len(out.list) > nodeListMax {
+		out.kids = map[int32]*node{}
+		for _, k := range out.list {
+			out.kids[k.id] = k
+		}
+		out.list = nil
+	}
+	return out
+}
+
+// mergeNode adds src's ticks and subtree to dst.
+func mergeNode(dst, src *node) {
+	dst.incl += src.incl
+	dst.excl += src.excl
+	for _, c := range src.children() {
+		mergeNode(dst.child(c.id, c.name), c)
+	}
+}
+
+// diffProcess is a process frame as a differential graph compares it:
+// "name (pid N)" without its pid.
+func diffProcess(f string) string {
+	if i := strings.LastIndex(f, " (pid "); i > 0 && strings.HasSuffix(f, ")") {
+		return f[:i]
+	}
+	return f
 }
 
 // flameDiff is what a differential graph draws besides the tree: each
@@ -96,7 +180,9 @@ func writeFlame(out io.Writer, title string, root *node, diff *flameDiff) error 
 		if frac < flameMinFrac {
 			return
 		}
-		if d > 0 {
+		if d == 1 {
+			path = append(path, diffProcess(n.name))
+		} else if d > 1 {
 			path = append(path, n.name)
 		}
 		y := (depth - d) * flameRowH

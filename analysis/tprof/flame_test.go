@@ -149,3 +149,69 @@ func TestFitLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestFlameDiff: a differential graph colours a frame red where its share
+// grew from the base profile's (folded stacks of another run, its pid
+// another), blue where it shrank, white where it kept it, and says both
+// counts in the tooltip.
+func TestFlameDiff(t *testing.T) {
+	base := "prog (pid 99);main;schedule_[k] 500\nprog (pid 99);main;other 500\n"
+	var buf bytes.Buffer
+	if err := flameReport().WriteFlameDiffSVG(&buf, "diff", strings.NewReader(base)); err != nil {
+		t.Fatal(err)
+	}
+	fill := map[string]string{} // a frame's name -> its fill
+	tips := map[string]string{}
+	d := xml.NewDecoder(&buf)
+	var title, elem string
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch x := tok.(type) {
+		case xml.CharData:
+			if elem == "title" {
+				title = string(x)
+			}
+		case xml.StartElement:
+			elem = x.Name.Local
+			if x.Name.Local == "rect" && strings.Contains(title, " (") {
+				for _, a := range x.Attr {
+					if a.Name.Local == "fill" {
+						name := title[:strings.Index(title, " (")]
+						fill[name], tips[name] = a.Value, title
+					}
+				}
+			}
+			if x.Name.Local == "rect" {
+				title = ""
+			}
+		}
+	}
+	want := map[string]string{
+		"main":           "rgb(255,255,255)", // 100 % in both
+		"schedule_[k]":   "rgb(55,55,255)",   // 50 % to 1 %
+		"Größenänderung": "rgb(255,55,55)",   // 0 to 90 %
+	}
+	for name, w := range want {
+		got := ""
+		for n, f := range fill {
+			if strings.HasPrefix(n, name) {
+				got = f
+			}
+		}
+		if got != w {
+			t.Errorf("%s: fill %q, want %q (%v)", name, got, w, fill)
+		}
+	}
+	if !strings.Contains(tips["schedule_[k]"], "base 500 ticks, -49.00% of all") {
+		t.Errorf("tooltip %q", tips["schedule_[k]"])
+	}
+	if err := flameReport().WriteFlameDiffSVG(io.Discard, "x", strings.NewReader("no count here\n")); err == nil {
+		t.Error("a base that is not folded stacks was taken")
+	}
+}

@@ -43,7 +43,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
-	script                                                                   string
+	script, diff                                                             string
 	show, doTprof, lines, strict, noChildren, noCache                        bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -68,6 +68,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "pprof", Usage: "also write a pprof profile to `FILE` (go tool pprof -http=: FILE)", Destination: &o.pprofOut},
 			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
 			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
+			&cli.StringFlag{Name: "diff", Usage: "with --flame: a differential flame graph against the folded stacks in `FILE` (post --folded of the earlier run): red where a frame's share grew, blue where it shrank", Destination: &o.diff},
 			&cli.StringFlag{Name: "script", Usage: "write every tprof sample with its call stack to `FILE` as perf script does (stackcollapse-perf.pl reads it)", Destination: &o.script},
 			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
 			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
@@ -126,6 +127,9 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 		if err := pprof.StartCPUProfile(pf); err == nil {
 			defer pprof.StopCPUProfile()
 		}
+	}
+	if o.diff != "" && o.flame == "" {
+		return cliutil.UsageError(c, "--diff FILE colours the flame graph: give --flame FILE too")
 	}
 	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && !o.itrace.any() && !o.merge.any() {
 		o.doTprof = true
@@ -371,7 +375,16 @@ func post(o *options, stdout, stderr io.Writer) error {
 		if rep.StackTicks == 0 {
 			title += " (no call stacks in the trace: process, module, symbol; swtrace enable callstack)"
 		}
-		err = rep.WriteFlameSVG(fw, title)
+		if o.diff != "" {
+			var base *os.File
+			if base, err = os.Open(o.diff); err == nil {
+				title = "differential " + title + " against " + filepath.Base(o.diff) + " (red: grew, blue: shrank)"
+				err = rep.WriteFlameDiffSVG(fw, title, base)
+				base.Close()
+			}
+		} else {
+			err = rep.WriteFlameSVG(fw, title)
+		}
 		if err == nil {
 			err = fw.Flush()
 		}
