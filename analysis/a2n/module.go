@@ -375,6 +375,33 @@ func (m *Module) LoadSegment(fileOff uint64) (vaddr, off, filesz uint64, ok bool
 	return 0, 0, 0, false
 }
 
+// Code reads n bytes of the module's file at virtual address va (the
+// instructions of a symbol, for an annotated disassembly); n is at most
+// 1 MB.
+func (m *Module) Code(va, n uint64) ([]byte, error) {
+	if m.Err != nil {
+		return nil, m.Err
+	}
+	if n > 1<<20 {
+		return nil, fmt.Errorf("%s: %d bytes of code asked for (at most 1 MB)", m.Path, n)
+	}
+	for _, p := range m.loads {
+		if va >= p.Vaddr && va+n <= p.Vaddr+p.Filesz {
+			file, _, err := openChecked(m.file, MaxModuleSize, false)
+			if err != nil {
+				return nil, err
+			}
+			defer file.Close()
+			b := make([]byte, n)
+			if _, err := file.ReadAt(b, int64(va-p.Vaddr+p.Off)); err != nil {
+				return nil, fmt.Errorf("%s: reading code at %#x: %w", m.Path, va, err)
+			}
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: no code at %#x", m.Path, va)
+}
+
 // BuildID is the module's GNU build-id in hex ("" when it has none or the
 // file cannot be read), read from the file on first use.
 func (m *Module) BuildID() string {

@@ -43,7 +43,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
-	script, diff                                                             string
+	script, diff, annotate                                                   string
 	show, doTprof, lines, strict, noChildren, noCache                        bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -69,6 +69,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
 			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
 			&cli.StringFlag{Name: "diff", Usage: "with --flame: a differential flame graph against the folded stacks in `FILE` (post --folded of the earlier run): red where a frame's share grew, blue where it shrank", Destination: &o.diff},
+			&cli.StringFlag{Name: "annotate", Usage: "write annotate.out: the disassembly of the function named `FUNC` with the ticks at each instruction and its source lines (perf annotate's view)", Destination: &o.annotate},
 			&cli.StringFlag{Name: "script", Usage: "write every tprof sample with its call stack to `FILE` as perf script does (stackcollapse-perf.pl reads it)", Destination: &o.script},
 			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
 			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
@@ -131,7 +132,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 	if o.diff != "" && o.flame == "" {
 		return cliutil.UsageError(c, "--diff FILE colours the flame graph: give --flame FILE too")
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && !o.itrace.any() && !o.merge.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() {
 		o.doTprof = true
 	}
 	var err error
@@ -269,7 +270,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
 	sel := newSelection(o.filter)
 	var rep *tprof.Report
-	if o.pprofOut != "" && onRecord == nil {
+	if (o.pprofOut != "" || o.annotate != "") && onRecord == nil {
 		rep = tprof.BuildWithAddresses(f, r, o.filter) // the profile's addresses and lines
 	} else {
 		rep = tprof.BuildFiltered(f, r, o.filter, onRecord)
@@ -347,6 +348,27 @@ func post(o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s)\n", pprofOut, pprofOut)
+	}
+	if o.annotate != "" {
+		path := filepath.Join(outDir, "annotate.out")
+		af, aw, err := create(path)
+		if err != nil {
+			return err
+		}
+		err = rep.WriteAnnotate(aw, o.annotate)
+		if err == nil {
+			err = aw.Flush()
+		}
+		if cerr := af.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			if onRecord != nil {
+				return fmt.Errorf("%w: --annotate is made in a run without -show, --script and the ITrace and merge reports", err)
+			}
+			return err
+		}
+		fmt.Fprintf(stdout, "post: wrote %s\n", path)
 	}
 	if folded := o.folded; folded != "" {
 		ff, fw, err := create(folded)

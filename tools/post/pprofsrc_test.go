@@ -3,6 +3,7 @@ package main
 import (
 	"debug/elf"
 	"encoding/hex"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -98,10 +99,40 @@ func TestPprofSourceAndDisassembly(t *testing.T) {
 		if hot == 0 {
 			t.Fatalf("pprof -disasm heavy shows no time at heavy's instructions (%#x-%#x):\n%s", lo, hi, disasm)
 		}
+		if !stacks {
+			checkAnnotate(t, dir, nrm, pid, heavyTicks)
+		}
 		if stacks && len(p.Sample[0].Location) < 3 {
 			t.Fatalf("the stacks profile's first sample has %d frames", len(p.Sample[0].Location))
 		}
 		t.Logf("stacks %v: %d ticks at %d addresses of heavy\n%s", stacks, heavyTicks, heavyAddrs, list)
+	}
+}
+
+// checkAnnotate: post --annotate heavy shows heavy's instructions as
+// objdump would, its source lines with their text, and its ticks at the
+// instructions, as many as the profile gives heavy.
+func checkAnnotate(t *testing.T, dir, nrm string, pid int, heavyTicks int64) {
+	t.Helper()
+	out := filepath.Join(dir, "annotate")
+	if _, errs, code := runPost(t, out, "-r", nrm, "--pid", strconv.Itoa(pid), "--annotate", "heavy"); code != 0 {
+		t.Fatal(errs)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "annotate.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if !strings.Contains(text, "cpuburn.c:45  account(CHAIN(6000000UL, 1));") || !regexp.MustCompile(`(?m)^.* [0-9a-f]+:  imul %rdx,%rdi$`).MatchString(text) {
+		t.Fatalf("annotate.out has not heavy's source line and multiply:\n%s", text)
+	}
+	var sum int64
+	for _, m := range regexp.MustCompile(`(?m)^\s*[0-9.]+ :\s+(\d+)\s+[0-9a-f]+:  \S`).FindAllStringSubmatch(text, -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		sum += n
+	}
+	if sum != heavyTicks {
+		t.Fatalf("annotate.out: %d ticks at heavy's instructions, the profile %d:\n%s", sum, heavyTicks, text)
 	}
 }
 
