@@ -80,9 +80,13 @@ type Module struct {
 	dwPath   string // file holding DWARF, opened on first Line call
 	debugID  string // the build-id whose debug file was looked for (the table cache's key)
 	names    map[string]string
-	lines    []lineRow
+	cus      []lineCU  // the DWARF's compilation units (Line)
+	cuRanges []cuRange // their address ranges, by address
 	linesOK  bool
 	lineMu   sync.Mutex
+	file     string // where the module was read from (Path under the cache's Root)
+	idOnce   sync.Once
+	buildID  string
 }
 
 type lineRow struct {
@@ -139,7 +143,7 @@ var DebugRoot = "/usr/lib/debug"
 // loadModule parses the module at path, or reads its entry of the table
 // cache in dir ("": none; a parsed module is stored there).
 func loadModule(path, dir string) *Module {
-	m := &Module{Path: path}
+	m := &Module{Path: path, file: path}
 	file, size, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -156,7 +160,7 @@ func loadModule(path, dir string) *Module {
 		// (or a file cut short while mapped) costs this module its names,
 		// never post its run.
 		if p := recover(); p != nil {
-			*m = Module{Path: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
+			*m = Module{Path: path, file: path, Err: fmt.Errorf("%s: malformed ELF (%v)", path, p)}
 		}
 	}()
 	fi, err := file.Stat()
@@ -356,56 +360,187 @@ func (m *Module) demangle(name string) string {
 	return d
 }
 
-// Line returns the source file and line of a virtual address, from DWARF.
+// VAddr is the ELF virtual address of a file offset of the module (ok
+// false when no PT_LOAD segment holds it).
+func (m *Module) VAddr(fileOff uint64) (uint64, bool) { return m.vaddr(fileOff) }
+
+// LoadSegment is the PT_LOAD segment holding a file offset: its virtual
+// address, file offset and size in the file.
+func (m *Module) LoadSegment(fileOff uint64) (vaddr, off, filesz uint64, ok bool) {
+	for _, p := range m.loads {
+		if fileOff >= p.Off && fileOff < p.Off+p.Filesz {
+			return p.Vaddr, p.Off, p.Filesz, true
+		}
+	}
+	return 0, 0, 0, false
+}
+
+// Code reads n bytes of the module's file at virtual address va (the
+// instructions of a symbol, for an annotated disassembly); n is at most
+// 1 MB.
+func (m *Module) Code(va, n uint64) ([]byte, error) {
+	if m.Err != nil {
+		return nil, m.Err
+	}
+	if n > 1<<20 {
+		return nil, fmt.Errorf("%s: %d bytes of code asked for (at most 1 MB)", m.Path, n)
+	}
+	for _, p := range m.loads {
+		if va >= p.Vaddr && va+n <= p.Vaddr+p.Filesz {
+			file, _, err := openChecked(m.file, MaxModuleSize, false)
+			if err != nil {
+				return nil, err
+			}
+			defer file.Close()
+			b := make([]byte, n)
+			if _, err := file.ReadAt(b, int64(va-p.Vaddr+p.Off)); err != nil {
+				return nil, fmt.Errorf("%s: reading code at %#x: %w", m.Path, va, err)
+			}
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: no code at %#x", m.Path, va)
+}
+
+// BuildID is the module's GNU build-id in hex ("" when it has none or the
+// file cannot be read), read from the file on first use.
+func (m *Module) BuildID() string {
+	m.idOnce.Do(func() {
+		if m.Err != nil || m.file == "" {
+			return
+		}
+		file, _, err := openChecked(m.file, MaxModuleSize, false)
+		if err != nil {
+			return
+		}
+		defer file.Close()
+		defer func() {
+			if recover() != nil { // an untrusted file's malformed notes
+				m.buildID = ""
+			}
+		}()
+		if f, err := elf.NewFile(file); err == nil {
+			m.buildID = buildID(f)
+		}
+	})
+	return m.buildID
+}
+
+// Line returns the source file and line of a virtual address, from DWARF:
+// the compilation unit whose ranges hold it (an index of the units' ranges
+// made on first use), its line table read the first time one of its
+// addresses is asked for (a Go program's whole table is millions of rows).
 func (m *Module) Line(va uint64) (string, int, bool) {
 	m.lineMu.Lock()
 	defer m.lineMu.Unlock()
 	if !m.linesOK {
 		m.linesOK = true
-		if m.dwPath == "" {
-			return "", 0, false
+		m.loadLineIndex()
+	}
+	i := sort.Search(len(m.cuRanges), func(i int) bool { return m.cuRanges[i].low > va }) - 1
+	if i < 0 || va >= m.cuRanges[i].high {
+		return "", 0, false
+	}
+	cu := &m.cus[m.cuRanges[i].cu]
+	if !cu.read {
+		cu.read = true
+		m.readLines(cu)
+	}
+	rows := cu.rows
+	j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > va }) - 1
+	if j < 0 {
+		return "", 0, false
+	}
+	return rows[j].file, rows[j].line, true
+}
+
+// lineCU is a compilation unit of a module's DWARF: where its entry is,
+// its directory, and its line table once read.
+type lineCU struct {
+	off     dwarf.Offset
+	compDir string
+	read    bool
+	rows    []lineRow // by address
+}
+
+// cuRange is an address range of a compilation unit (an index into cus).
+type cuRange struct {
+	low, high uint64
+	cu        int
+}
+
+// loadLineIndex opens the module's DWARF and indexes its compilation
+// units by their address ranges.
+func (m *Module) loadLineIndex() {
+	if m.dwPath == "" {
+		return
+	}
+	file, _, err := openChecked(m.dwPath, MaxModuleSize, false)
+	if err != nil {
+		return
+	}
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		return
+	}
+	if m.dw, err = f.DWARF(); err != nil {
+		return
+	}
+	r := m.dw.Reader()
+	for {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
 		}
-		file, _, err := openChecked(m.dwPath, MaxModuleSize, false)
-		if err != nil {
-			return "", 0, false
+		if e.Tag != dwarf.TagCompileUnit {
+			r.SkipChildren()
+			continue
 		}
-		defer file.Close()
-		f, err := elf.NewFile(file)
-		if err != nil {
-			return "", 0, false
-		}
-		m.dw, err = f.DWARF()
-		if err != nil {
-			return "", 0, false
-		}
-		r := m.dw.Reader()
-		for {
-			e, err := r.Next()
-			if err != nil || e == nil {
-				break
-			}
-			if e.Tag != dwarf.TagCompileUnit {
-				r.SkipChildren()
-				continue
-			}
-			lr, err := m.dw.LineReader(e)
-			if err != nil || lr == nil {
-				continue
-			}
-			var le dwarf.LineEntry
-			for lr.Next(&le) == nil {
-				if le.File != nil && !le.EndSequence {
-					m.lines = append(m.lines, lineRow{le.Address, le.File.Name, le.Line})
+		compDir, _ := e.Val(dwarf.AttrCompDir).(string)
+		m.cus = append(m.cus, lineCU{off: e.Offset, compDir: compDir})
+		if rs, err := m.dw.Ranges(e); err == nil {
+			for _, rg := range rs {
+				if rg[1] > rg[0] {
+					m.cuRanges = append(m.cuRanges, cuRange{rg[0], rg[1], len(m.cus) - 1})
 				}
 			}
 		}
-		sort.Slice(m.lines, func(i, j int) bool { return m.lines[i].addr < m.lines[j].addr })
+		r.SkipChildren()
 	}
-	i := sort.Search(len(m.lines), func(i int) bool { return m.lines[i].addr > va }) - 1
-	if i < 0 {
-		return "", 0, false
+	sort.Slice(m.cuRanges, func(i, j int) bool { return m.cuRanges[i].low < m.cuRanges[j].low })
+}
+
+// readLines reads a compilation unit's line table. A file named relative
+// to where it was compiled gets that directory's path, which source
+// viewers (pprof -list, callgrind_annotate) can open.
+func (m *Module) readLines(cu *lineCU) {
+	r := m.dw.Reader()
+	r.Seek(cu.off)
+	e, err := r.Next()
+	if err != nil || e == nil {
+		return
 	}
-	return m.lines[i].file, m.lines[i].line, true
+	lr, err := m.dw.LineReader(e)
+	if err != nil || lr == nil {
+		return
+	}
+	var le dwarf.LineEntry
+	var lastRel, lastAbs string
+	for lr.Next(&le) == nil {
+		if le.File == nil || le.EndSequence {
+			continue
+		}
+		name := le.File.Name
+		if cu.compDir != "" && !filepath.IsAbs(name) {
+			if name != lastRel {
+				lastRel, lastAbs = name, filepath.Join(cu.compDir, name)
+			}
+			name = lastAbs
+		}
+		cu.rows = append(cu.rows, lineRow{le.Address, name, le.Line})
+	}
+	sort.SliceStable(cu.rows, func(i, j int) bool { return cu.rows[i].addr < cu.rows[j].addr })
 }
 
 // Cache holds parsed modules by path; each is parsed once. It is safe for

@@ -368,6 +368,16 @@ func (l *Loc) Module() string { return l.path }
 // FileOffset is the address's offset in Module's file.
 func (l *Loc) FileOffset() uint64 { return l.fileOff }
 
+// Addr is the address Locate was given (a module's Loc; the first
+// address met at this place of the module, in the process it was met in).
+func (l *Loc) Addr() uint64 { return l.addr }
+
+// Mapping is the mapping Addr was in (a module's Loc): where it started,
+// its size and the offset in the file of its start.
+func (l *Loc) Mapping() (start, size, offset uint64) {
+	return l.seg.Start, l.seg.Size, l.seg.Offset
+}
+
 // Final is the name when it needs no module (Module() == ""): kernel,
 // JIT, perf map, unknown and unnamed memory.
 func (l *Loc) Final() Result { return l.res }

@@ -9,47 +9,159 @@ import (
 	"strings"
 )
 
-// WriteCallgrind writes the report in the callgrind format (one event,
+// CallgrindOptions are the header and positions of a callgrind file.
+type CallgrindOptions struct {
+	Cmd   string // the traced command (callgrind's cmd:)
+	PID   uint32 // its process (0: not written)
+	Trace string // the trace file it was replayed from ("": not written)
+	// Blocks, when not nil, gives instruction positions (positions: instr
+	// line): each block's instructions at its first instruction's address,
+	// each call at its call instruction, so that a viewer's machine-code
+	// view shows them; nil: source lines only (positions: line).
+	Blocks *Blocks
+}
+
+// WriteCallgrind writes the report in the callgrind format with source
+// line positions and cmd as its command (WriteCallgrindWith).
+func (rep *Report) WriteCallgrind(out io.Writer, cmd string) error {
+	return rep.WriteCallgrindWith(out, CallgrindOptions{Cmd: cmd})
+}
+
+// WriteCallgrindWith writes the report in the callgrind format (one event,
 // Ir: instructions), so KCachegrind, QCachegrind and callgrind_annotate
 // open it: per function its exclusive instructions by source line (the
-// line of each block's start; line 0 where DWARF has none) and per call
-// arc the calls and the callee's inclusive instructions.
-func (rep *Report) WriteCallgrind(out io.Writer, cmd string) error {
+// line of each block's start; line 0 where DWARF has none) — and with
+// o.Blocks by instruction address — and per call arc the calls and the
+// callee's inclusive instructions. Object, file and function names are
+// compressed as callgrind writes them: "(N) name" the first time, "(N)"
+// after.
+func (rep *Report) WriteCallgrindWith(out io.Writer, o CallgrindOptions) error {
 	w := bufio.NewWriter(out)
-	fmt.Fprintf(w, "# callgrind format\nversion: 1\ncreator: perfinsp post\ncmd: %s\npositions: line\nevents: Ir\nsummary: %d\n\n", cmd, rep.Instructions)
+	positions := "line"
+	if o.Blocks != nil {
+		positions = "instr line"
+	}
+	fmt.Fprintf(w, "# callgrind format\nversion: 1\ncreator: perfinsp post\n")
+	if o.PID != 0 {
+		fmt.Fprintf(w, "pid: %d\n", o.PID)
+	}
+	fmt.Fprintf(w, "cmd: %s\n", oneLine(o.Cmd))
+	if o.Trace != "" {
+		fmt.Fprintf(w, "desc: Trace: %s\n", oneLine(o.Trace))
+	}
+	fmt.Fprintf(w, "positions: %s\nevents: Ir\nsummary: %d\n\n", positions, rep.Instructions)
+	names := cgNames{ids: map[string]int{}}
 	for _, fs := range rep.Sorted() {
 		if fs.Exclusive == 0 && len(fs.Callees) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "ob=%s\nfl=%s\nfn=%s\n", fs.Module, orUnknown(fs.File), fs.Name)
-		lines := make([]int, 0, len(fs.Lines))
-		for l := range fs.Lines {
-			lines = append(lines, l)
-		}
-		sort.Ints(lines)
-		for _, l := range lines {
-			fmt.Fprintf(w, "%d %d\n", l, fs.Lines[l])
-		}
-		if len(lines) == 0 {
-			fmt.Fprintf(w, "%d 0\n", fs.Line)
+		k := Key(fs.Func)
+		fmt.Fprintf(w, "ob=%s\nfl=%s\nfn=%s\n", names.get("ob", fs.Module), names.get("fl", orUnknown(fs.File)), names.get("fn", fs.Name))
+		if o.Blocks != nil {
+			o.Blocks.writeCosts(w, k, fs)
+		} else {
+			lines := make([]int, 0, len(fs.Lines))
+			for l := range fs.Lines {
+				lines = append(lines, l)
+			}
+			sort.Ints(lines)
+			for _, l := range lines {
+				fmt.Fprintf(w, "%d %d\n", l, fs.Lines[l])
+			}
+			if len(lines) == 0 {
+				fmt.Fprintf(w, "%d 0\n", fs.Line)
+			}
 		}
 		keys := make([]string, 0, len(fs.Callees))
 		for k := range fs.Callees {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		for _, k := range keys {
-			a := fs.Callees[k]
-			c := rep.Funcs[k]
+		for _, ck := range keys {
+			a := fs.Callees[ck]
+			c := rep.Funcs[ck]
 			if c == nil {
 				continue
 			}
-			fmt.Fprintf(w, "cob=%s\ncfl=%s\ncfn=%s\ncalls=%d %d\n%d %d\n", c.Module, orUnknown(c.File), c.Name, a.Calls, c.Line, a.Line, a.Inclusive)
+			fmt.Fprintf(w, "cob=%s\ncfl=%s\ncfn=%s\n", names.get("ob", c.Module), names.get("fl", orUnknown(c.File)), names.get("fn", c.Name))
+			if o.Blocks != nil {
+				fmt.Fprintf(w, "calls=%d 0x%x %d\n0x%x %d %d\n", a.Calls, o.Blocks.entries[ck], c.Line, o.Blocks.sites[[2]string{k, ck}], a.Line, a.Inclusive)
+			} else {
+				fmt.Fprintf(w, "calls=%d %d\n%d %d\n", a.Calls, c.Line, a.Line, a.Inclusive)
+			}
 		}
 		w.WriteByte('\n')
 	}
 	fmt.Fprintf(w, "totals: %d\n", rep.Instructions)
 	return w.Flush()
+}
+
+// writeCosts writes function k's cost lines by instruction: its blocks in
+// address order (and, should the blocks hold fewer instructions than the
+// function's count, the rest at address 0).
+func (bl *Blocks) writeCosts(w *bufio.Writer, k string, fs *FuncStats) {
+	m := bl.counts[k]
+	pos := make([]blockPos, 0, len(m))
+	var sum uint64
+	for p, n := range m {
+		pos = append(pos, p)
+		sum += n
+	}
+	sort.Slice(pos, func(i, j int) bool {
+		if pos[i].addr != pos[j].addr {
+			return pos[i].addr < pos[j].addr
+		}
+		return pos[i].line < pos[j].line
+	})
+	for _, p := range pos {
+		fmt.Fprintf(w, "0x%x %d %d\n", p.addr, p.line, m[p])
+	}
+	if sum < fs.Exclusive || len(pos) == 0 {
+		fmt.Fprintf(w, "0 %d %d\n", fs.Line, fs.Exclusive-min(sum, fs.Exclusive))
+	}
+}
+
+// cgNames compresses callgrind names: each kind's (ob, fl, fn) names
+// numbered in the order written.
+type cgNames struct {
+	ids  map[string]int
+	next map[string]int
+}
+
+func (c *cgNames) get(kind, name string) string {
+	k := kind + "\x00" + name
+	if id, ok := c.ids[k]; ok {
+		return fmt.Sprintf("(%d)", id)
+	}
+	if c.next == nil {
+		c.next = map[string]int{}
+	}
+	c.next[kind]++
+	id := c.next[kind]
+	c.ids[k] = id
+	return fmt.Sprintf("(%d) %s", id, oneLine(name))
+}
+
+// BusiestProcess is the process whose traced threads ran the most
+// instructions (ok false: none ran any): the traced command of a
+// callgrind file.
+func (rep *Report) BusiestProcess() (pid uint32, ok bool) {
+	per := map[uint32]uint64{}
+	for _, th := range rep.threads {
+		per[th.pid] += th.total
+	}
+	var most uint64
+	for p, n := range per {
+		if n > most || n == most && ok && p < pid {
+			pid, most, ok = p, n, n > 0
+		}
+	}
+	return pid, ok
+}
+
+// oneLine is s with line ends made spaces (a header or name is one line).
+func oneLine(s string) string {
+	return strings.NewReplacer("\n", " ", "\r", " ").Replace(s)
 }
 
 func orUnknown(s string) string {
@@ -106,6 +218,7 @@ func ParseCallgrind(in io.Reader) (map[string]*CGFunc, error) {
 	var cur *CGFunc
 	var ob, cob, cfn string
 	callLine := false
+	npos := 1 // positions per cost line (positions: line)
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	n := 0
@@ -151,6 +264,10 @@ func ParseCallgrind(in io.Reader) (map[string]*CGFunc, error) {
 			}
 			continue
 		}
+		if v, ok := strings.CutPrefix(l, "positions:"); ok {
+			npos = max(1, len(strings.Fields(v))) // (instr line: two positions before the costs)
+			continue
+		}
 		if strings.Contains(l, ":") && !strings.HasPrefix(l, "+") && !strings.HasPrefix(l, "-") && !strings.HasPrefix(l, "*") && (l[0] < '0' || l[0] > '9') {
 			continue // header lines (version:, events:, totals: ...)
 		}
@@ -159,12 +276,12 @@ func ParseCallgrind(in io.Reader) (map[string]*CGFunc, error) {
 			callLine = false // the inclusive cost line after calls=
 			continue
 		}
-		if cur == nil || len(f) < 2 {
+		if cur == nil || len(f) < npos+1 {
 			continue
 		}
-		v, err := strconv.ParseUint(f[1], 10, 64)
+		v, err := strconv.ParseUint(f[npos], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("callgrind line %d: cost %q: %w", n, f[1], err)
+			return nil, fmt.Errorf("callgrind line %d: cost %q: %w", n, f[npos], err)
 		}
 		cur.Self += v
 	}

@@ -28,6 +28,9 @@ type builder struct {
 	filt     *Filter
 	onRecord func(rec *trace.Record, res *a2n.Result)
 	deferred bool
+	// keepAddrs: the report keeps the ticks by address (BuildWithAddresses).
+	keepAddrs bool
+	locStacks []locStack
 
 	// in interns the names (results); in deferred naming only nameLocs
 	// writes it, on its own goroutine, until endNaming.
@@ -224,6 +227,9 @@ func (b *builder) build() *Report {
 	rep := b.rep
 	rep.stk, rep.res, rep.names = b.stacks(), b.in.results, b.in.names
 	b.cells(resOf)
+	if b.keepAddrs && b.deferred {
+		rep.addrs = &addrTicks{locs: b.locs, names: resOf, entries: b.all, nent: b.nent, r: b.r, stacks: b.locStacks}
+	}
 	rep.RecordErr = err
 	// Names known by the end of the trace are the best ones (exec renames).
 	for pid := range rep.ProcName {
@@ -310,6 +316,9 @@ func (b *builder) endNaming() []int32 {
 	}
 	close(b.toName)
 	<-b.namedAll
+	if b.keepAddrs {
+		b.locStacks = b.stk.byLoc()
+	}
 	b.stk.rename(b.locRes)
 	return b.locRes // (the entries hold Locs: makeCells maps them)
 }

@@ -1,10 +1,7 @@
 package tprof
 
 import (
-	"bufio"
 	"fmt"
-	"hash/fnv"
-	"html"
 	"io"
 	"sort"
 	"strings"
@@ -260,86 +257,4 @@ func (rep *Report) writeCallTree(w io.Writer) {
 	}
 	walk(root, 0, 0)
 	fmt.Fprintln(w)
-}
-
-// WriteFlameSVG writes a flame graph of the folded stacks as a standalone
-// SVG (no Perl, no script): one box per call-tree node, width by inclusive
-// ticks, root at the bottom, a tooltip with the counts on every box.
-func (rep *Report) WriteFlameSVG(out io.Writer, title string) error {
-	const (
-		width   = 1200.0
-		rowH    = 16
-		pad     = 10.0
-		minPx   = 0.3
-		fontPx  = 11
-		charPx  = 6.6
-		headerH = 40
-	)
-	root := rep.tree()
-	depth := 0
-	var measure func(n *node, d int)
-	measure = func(n *node, d int) {
-		if d > depth {
-			depth = d
-		}
-		for _, c := range n.children() {
-			measure(c, d+1)
-		}
-	}
-	measure(root, 0)
-	height := headerH + (depth+1)*rowH + int(pad)
-	w := bufio.NewWriter(out)
-	fmt.Fprintf(w, `<?xml version="1.0" standalone="no"?>
-<svg version="1.1" width="%d" height="%d" xmlns="http://www.w3.org/2000/svg" font-family="Verdana" font-size="%d">
-<rect x="0" y="0" width="100%%" height="100%%" fill="#f8f8f8"/>
-<text x="%.0f" y="24" text-anchor="middle" font-size="17">%s</text>
-`, int(width), height, fontPx, width/2, html.EscapeString(title))
-	if root.incl == 0 {
-		fmt.Fprintf(w, "<text x=\"%.0f\" y=\"60\" text-anchor=\"middle\">no ticks</text>\n</svg>\n", width/2)
-		return w.Flush()
-	}
-	scale := (width - 2*pad) / float64(root.incl)
-	var draw func(n *node, x float64, d int, proc uint64)
-	draw = func(n *node, x float64, d int, proc uint64) {
-		wpx := float64(n.incl) * scale
-		if wpx < minPx {
-			return
-		}
-		y := float64(height) - pad - float64(d+1)*rowH
-		tip := fmt.Sprintf("%s (%d ticks, %.2f%%)", n.name, n.incl, pct(n.incl, root.incl))
-		if d == 1 {
-			proc = n.incl
-		} else if d > 1 {
-			tip = fmt.Sprintf("%s (%d ticks, %.2f%% of all, %.2f%% of the process)", n.name, n.incl, pct(n.incl, root.incl), pct(n.incl, proc))
-		}
-		fmt.Fprintf(w, "<g><title>%s</title><rect x=\"%.1f\" y=\"%.0f\" width=\"%.1f\" height=\"%d\" fill=\"%s\" rx=\"2\"/>",
-			html.EscapeString(tip), x, y, wpx, rowH-1, color(n.name))
-		if fit := int((wpx - 4) / charPx); fit >= 3 {
-			label := n.name
-			if len(label) > fit {
-				label = label[:fit-2] + ".."
-			}
-			fmt.Fprintf(w, "<text x=\"%.1f\" y=\"%.0f\">%s</text>", x+3, y+rowH-4, html.EscapeString(label))
-		}
-		fmt.Fprintln(w, "</g>")
-		cx := x
-		for _, c := range n.sorted() {
-			draw(c, cx, d+1, proc)
-			cx += float64(c.incl) * scale
-		}
-	}
-	draw(root, pad, 0, 0)
-	fmt.Fprintln(w, "</svg>")
-	return w.Flush()
-}
-
-// color gives a name a stable warm colour (kernel frames a cooler one).
-func color(name string) string {
-	h := fnv.New32a()
-	h.Write([]byte(name))
-	v := h.Sum32()
-	if strings.HasSuffix(name, "_[k]") {
-		return fmt.Sprintf("rgb(%d,%d,%d)", 200+v%40, 120+v%60, 60+(v>>8)%40)
-	}
-	return fmt.Sprintf("rgb(%d,%d,%d)", 225+v%30, 80+(v>>8)%120, 40+(v>>16)%40)
 }

@@ -178,3 +178,30 @@ func stackKey(key []byte, pid, tid uint32, truncated bool, frames []int32) []byt
 	}
 	return key
 }
+
+// locStack is a stack by its frames' Locs (before rename): BuildWithAddresses
+// keeps them for the profile's addresses.
+type locStack struct {
+	pid, tid  uint32
+	frames    []int32 // Loc indexes, root first
+	truncated bool
+	n         uint64
+}
+
+// byLoc copies the stacks with their frames as they are (Loc indexes,
+// before rename) and their ticks.
+func (s *stackSet) byLoc() []locStack {
+	frames := make([][]int32, len(s.frames))
+	for i, fb := range s.frames {
+		frames[i] = slices.Clone(fb)
+	}
+	out := make([]locStack, 0, s.n)
+	for _, j := range s.order() {
+		st := s.at(j)
+		if st.n == 0 {
+			continue
+		}
+		out = append(out, locStack{pid: st.pid, tid: st.tid, frames: frames[st.blk][st.off : st.off+st.nf : st.off+st.nf], truncated: st.truncated, n: st.n})
+	}
+	return out
+}

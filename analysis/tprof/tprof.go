@@ -71,6 +71,7 @@ type Report struct {
 	procRank   map[uint32]uint32
 	threadRank map[[2]uint32]uint32
 	parallel   bool         // the CPUs' ticks were counted at once (parallel.go)
+	addrs      *addrTicks   // BuildWithAddresses: the ticks by address
 	orderKeys  [2][]sortKey // cellOrder's arrays
 }
 
@@ -231,6 +232,18 @@ func (p *tablePool[K]) put(m map[K]int32) {
 // address as it is met, on the reading goroutine).
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
 	return newBuilder(f, r, filt, onRecord).build()
+}
+
+// BuildWithAddresses is BuildFiltered keeping what Profile needs to give
+// each location its address, mapping and source line: every distinct
+// address's place (its module and file offset) and its ticks per thread,
+// and the call stacks' frames by address before they are named (a copy
+// of the frames). Without onRecord only: naming at once keeps names, not
+// places.
+func BuildWithAddresses(f *nrm2.File, r *a2n.Resolver, filt *Filter) *Report {
+	b := newBuilder(f, r, filt, nil)
+	b.keepAddrs = true
+	return b.build()
 }
 
 // entry is ticks of one thread (in one state of its process) at one

@@ -255,22 +255,15 @@ func (rep *Report) WriteFolded(out io.Writer) error {
 	return w.Flush()
 }
 
-// Profile builds a pprof profile: one location per module and symbol, each
-// sample labelled with its process and thread.
+// Profile builds a pprof profile, each sample labelled with its process
+// and thread. A report built with addresses (BuildWithAddresses) has a
+// location per address, in a mapping of its module with its source line
+// (profileByAddress); others one location per module and symbol.
 func (rep *Report) Profile() *profile.Profile {
-	h := rep.File.Header
-	period := int64(1)
-	if h.RateHz > 0 {
-		period = int64(time.Second) / int64(h.RateHz)
+	if rep.addrs != nil {
+		return rep.profileByAddress()
 	}
-	p := &profile.Profile{
-		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
-		Period:        period,
-		TimeNanos:     int64(h.StartWallNs),
-		DurationNanos: int64(rep.Last - rep.First),
-		Comments:      rep.Warnings(),
-	}
+	p, period := rep.newProfile()
 	maps := map[string]*profile.Mapping{}
 	modTicks := map[string]uint64{}
 	funcs := map[[2]string]*profile.Function{}
@@ -371,6 +364,24 @@ func (rep *Report) Profile() *profile.Profile {
 	}
 	sortMappings(p, modTicks)
 	return p
+}
+
+// newProfile is an empty profile with the report's sample types, period,
+// times and warnings, and the period.
+func (rep *Report) newProfile() (*profile.Profile, int64) {
+	h := rep.File.Header
+	period := int64(1)
+	if h.RateHz > 0 {
+		period = int64(time.Second) / int64(h.RateHz)
+	}
+	return &profile.Profile{
+		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:        period,
+		TimeNanos:     int64(h.StartWallNs),
+		DurationNanos: int64(rep.Last - rep.First),
+		Comments:      rep.Warnings(),
+	}, period
 }
 
 // sortMappings puts the module with the most ticks first: pprof takes the

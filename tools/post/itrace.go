@@ -111,12 +111,19 @@ func itraceHook(itraceOpt itraceFlagValues, in string, r *a2n.Resolver, next fun
 		}
 	}
 	rep := itrace.NewReport(namer, onBranch)
+	var blocks *itrace.Blocks // callgrind's instruction positions
+	if itraceOpt.callgrind != "" {
+		blocks = itrace.NewBlocks(namer)
+	}
 	if itraceOpt.folded != "" || itraceOpt.prof != "" {
 		rep.EnableStacks()
 	}
 	hook := func(rec *trace.Record, res *a2n.Result) {
 		if next != nil {
 			next(rec, res)
+		}
+		if blocks != nil {
+			blocks.Apply(rec)
 		}
 		switch rec.Major {
 		case trace.MajorMTE, trace.MajorJITLoad:
@@ -165,7 +172,7 @@ func itraceHook(itraceOpt itraceFlagValues, in string, r *a2n.Resolver, next fun
 			if err != nil {
 				return err
 			}
-			if err := rep.WriteCallgrind(f, in); err != nil {
+			if err := rep.WriteCallgrindWith(f, callgrindOptions(rep, r, in, blocks)); err != nil {
 				f.Close()
 				return fmt.Errorf("write %s: %w", itraceOpt.callgrind, err)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,7 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 			t.Logf("%-10s %7d instructions %5d calls, as callgrind", name, g.Self, g.Calls)
 		}
 	}
+	checkCallgrindPositions(t, filepath.Join(dir, "callgrind.out"), prog)
 	// The arc report: a line per taken branch, the example's calls among them.
 	f, err := os.Open(filepath.Join(dir, "arc"))
 	if err != nil {
@@ -158,4 +160,102 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 	if err := bc.Process.Signal(os.Interrupt); err != nil {
 		t.Fatalf("cpuburn did not survive the trace: %v", err)
 	}
+}
+
+// checkCallgrindPositions: post's callgrind file of the example names the
+// traced command, has instruction positions, and every instruction
+// position of the example's own functions (and every call site) lies in
+// that function in the ELF file (what objdump, and so KCachegrind's
+// machine-code view, shows); callgrind_annotate --auto=yes reads it and
+// annotates the example's source with the instructions.
+func checkCallgrindPositions(t *testing.T, path, prog string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	if !strings.Contains(text, "\ncmd: itrace\n") || !strings.Contains(text, "\npositions: instr line\n") {
+		t.Fatalf("callgrind header: no cmd: itrace or positions: instr line:\n%.400s", text)
+	}
+	ef, err := elf.Open(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := ef.Symbols()
+	var plt [][2]uint64 // PLT stubs: their instructions count to the caller, as callgrind's
+	for _, sec := range ef.Sections {
+		if strings.HasPrefix(sec.Name, ".plt") {
+			plt = append(plt, [2]uint64{sec.Addr, sec.Addr + sec.Size})
+		}
+	}
+	ef.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges := map[string][2]uint64{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
+			ranges[s.Name] = [2]uint64{s.Value, s.Value + s.Size}
+		}
+	}
+	names := map[string]string{}
+	name := func(v string) string { // callgrind's compressed names
+		if i := strings.IndexByte(v, ')'); strings.HasPrefix(v, "(") && i > 0 {
+			if rest := strings.TrimSpace(v[i+1:]); rest != "" {
+				names[v[:i+1]] = rest
+				return rest
+			}
+			return names[v[:i+1]]
+		}
+		return v
+	}
+	obNames, fnNames := map[string]string{}, map[string]string{}
+	var ob, fn string
+	checked, inFn := 0, 0
+	for _, l := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(l, "ob="):
+			names = obNames
+			ob = name(l[3:])
+		case strings.HasPrefix(l, "fn="):
+			names = fnNames
+			fn = name(l[3:])
+		case strings.HasPrefix(l, "cfn="):
+			names = fnNames
+			name(l[4:])
+		case strings.HasPrefix(l, "0x") && ob == prog:
+			f := strings.Fields(l)
+			addr, err := strconv.ParseUint(f[0], 0, 64)
+			if err != nil || len(f) != 3 {
+				t.Fatalf("cost line %q", l)
+			}
+			r, ok := ranges[fn]
+			if !ok {
+				continue
+			}
+			checked++
+			inPLT := false
+			for _, p := range plt {
+				inPLT = inPLT || addr >= p[0] && addr < p[1]
+			}
+			if addr >= r[0] && addr < r[1] {
+				inFn++
+			} else if !inPLT {
+				t.Errorf("%s: position %#x outside the function (%#x-%#x) and the PLT", fn, addr, r[0], r[1])
+			}
+		}
+	}
+	if checked < 20 || inFn < checked*3/4 {
+		t.Fatalf("%d instruction positions in the example's functions, %d of them in their function", checked, inFn)
+	}
+	ann, err := exec.Command("callgrind_annotate", "--auto=yes", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("callgrind_annotate --auto=yes: %v\n%s", err, ann)
+	}
+	if !regexp.MustCompile(`(?m)^\s*[0-9,]+ \([ 0-9.]+%\)\s+\S*itrace\.c:leaf_loop`).Match(ann) ||
+		!regexp.MustCompile(`(?m)^\s*[0-9,]+ \([ 0-9.]+%\)\s+s \+= leaf\(i\);`).Match(ann) {
+		t.Fatalf("callgrind_annotate --auto=yes does not show leaf_loop and its annotated loop:\n%s", ann)
+	}
+	t.Logf("callgrind: %d instruction positions in the example's functions, %d in them, the others in PLT stubs", checked, inFn)
 }

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -44,6 +45,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
+	script, diff, annotate                                                   string
 	show, doTprof, lines, strict, noChildren, noCache, hexIDs                bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -69,6 +71,9 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "pprof", Usage: "also write a pprof profile to `FILE` (go tool pprof -http=: FILE)", Destination: &o.pprofOut},
 			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
 			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
+			&cli.StringFlag{Name: "diff", Usage: "with --flame: a differential flame graph against the folded stacks in `FILE` (post --folded of the earlier run): red where a frame's share grew, blue where it shrank", Destination: &o.diff},
+			&cli.StringFlag{Name: "annotate", Usage: "write annotate.out: the disassembly of the function named `FUNC` with the ticks at each instruction and its source lines (perf annotate's view)", Destination: &o.annotate},
+			&cli.StringFlag{Name: "script", Usage: "write every tprof sample with its call stack to `FILE` as perf script does (stackcollapse-perf.pl reads it)", Destination: &o.script},
 			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
 			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
 			&cli.StringFlag{Name: "root", Usage: "`DIR` prefix for module paths (a trace taken on another machine)", Destination: &o.root},
@@ -128,7 +133,10 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() {
+	if o.diff != "" && o.flame == "" {
+		return cliutil.UsageError(c, "--diff FILE colours the flame graph: give --flame FILE too")
+	}
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() {
 		o.doTprof = true
 	}
 	var err error
@@ -249,16 +257,40 @@ func post(o *options, stdout, stderr io.Writer) error {
 			showW.WriteByte('\n')
 		}
 	}
+	var script *scriptWriter
+	if o.script != "" {
+		if script, err = newScriptWriter(o.script, r, uint64(f.Header.RateHz)); err != nil {
+			return err
+		}
+		next := onRecord
+		onRecord = func(rec *trace.Record, res *a2n.Result) {
+			if next != nil {
+				next(rec, res)
+			}
+			script.record(rec, res)
+		}
+	}
 	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
 	onRecord, endSched := schedHook(o.sched, r, o.filter, onRecord, outDir, stdout, stderr)
 	sel := newSelection(o.filter)
-	rep := tprof.BuildFiltered(f, r, o.filter, onRecord)
+	var rep *tprof.Report
+	if (o.pprofOut != "" || o.annotate != "") && onRecord == nil {
+		rep = tprof.BuildWithAddresses(f, r, o.filter) // the profile's addresses and lines
+	} else {
+		rep = tprof.BuildFiltered(f, r, o.filter, onRecord)
+	}
 	rep.HexIDs = o.hexIDs
 	if rep.Total == 0 {
 		if err := sel.check(f); err != nil {
 			return err
 		}
+	}
+	if script != nil {
+		if err := script.close(); err != nil {
+			return fmt.Errorf("write %s: %w", o.script, err)
+		}
+		fmt.Fprintf(stdout, "post: wrote %s (perf script form: stackcollapse-perf.pl %s | flamegraph.pl)\n", o.script, o.script)
 	}
 	if err := endITrace(); err != nil {
 		return err
@@ -315,6 +347,11 @@ func post(o *options, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// The profile's source lines read the modules' DWARF, whose size
+		// is the modules', not the trace's: the heap bound made for the
+		// report would have the collector run without end.
+		debug.SetMemoryLimit(math.MaxInt64)
+		debug.SetGCPercent(100)
 		if err := rep.WritePprof(pf); err != nil {
 			pf.Close()
 			return err
@@ -323,6 +360,27 @@ func post(o *options, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s)\n", pprofOut, pprofOut)
+	}
+	if o.annotate != "" {
+		path := filepath.Join(outDir, "annotate.out")
+		af, aw, err := create(path)
+		if err != nil {
+			return err
+		}
+		err = rep.WriteAnnotate(aw, o.annotate)
+		if err == nil {
+			err = aw.Flush()
+		}
+		if cerr := af.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			if onRecord != nil {
+				return fmt.Errorf("%w: --annotate is made in a run without -show, --script and the ITrace and merge reports", err)
+			}
+			return err
+		}
+		fmt.Fprintf(stdout, "post: wrote %s\n", path)
 	}
 	if folded := o.folded; folded != "" {
 		ff, fw, err := create(folded)
@@ -351,7 +409,16 @@ func post(o *options, stdout, stderr io.Writer) error {
 		if rep.StackTicks == 0 {
 			title += " (no call stacks in the trace: process, module, symbol; swtrace enable callstack)"
 		}
-		err = rep.WriteFlameSVG(fw, title)
+		if o.diff != "" {
+			var base *os.File
+			if base, err = os.Open(o.diff); err == nil {
+				title = "differential " + title + " against " + filepath.Base(o.diff) + " (red: grew, blue: shrank)"
+				err = rep.WriteFlameDiffSVG(fw, title, base)
+				base.Close()
+			}
+		} else {
+			err = rep.WriteFlameSVG(fw, title)
+		}
 		if err == nil {
 			err = fw.Flush()
 		}
