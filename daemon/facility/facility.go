@@ -1000,7 +1000,7 @@ func (s *sink) Lost(cpu int, mte bool, n uint64) {
 	}
 }
 
-func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	f := (*Facility)(s)
 	<-f.gate
 	if cpu < 0 || cpu >= len(f.trace) {
@@ -1012,6 +1012,9 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 	flags := uint64(kernel) << trace.UnwindKernShift
 	if truncated {
 		flags |= trace.UnwindTruncated
+	}
+	if cfi {
+		flags |= trace.UnwindCFI
 	}
 	b := make([]byte, 8*len(pcs))
 	for i, pc := range pcs {

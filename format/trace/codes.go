@@ -70,6 +70,7 @@ const (
 const (
 	UnwindTick      uint32 = 0x7fffffff
 	UnwindTruncated uint64 = 1    // the stack was deeper than the depth limit
+	UnwindCFI       uint64 = 2    // the user PCs were unwound by call-frame information (else by frame pointers)
 	UnwindKernShift        = 16   // flags >> UnwindKernShift: kernel PCs first
 	UnwindMaxDepth         = 127  // default depth limit (perf's too)
 	UnwindMaxPCs           = 2000 // what one record can hold
