@@ -14,7 +14,9 @@ import (
 // buffer waits behind it, so each buffer stays in time order. The wait is
 // bounded: a sample waits at most maxPendingWait, and the samples' copies
 // take at most maxPendingBytes; past either a stack is unwound as far as
-// the tables allow and written marked truncated (UnwindStats.Cut).
+// the tables allow and written marked truncated (UnwindStats.Cut). A
+// sample is unwound with its process's mappings as they were when it was
+// taken: an exec while it waits does not change them.
 
 const (
 	maxPendingWait  = 5 * time.Second
@@ -35,9 +37,10 @@ type pendItem struct {
 	kernel    int
 	truncated bool
 	cfi       bool
-	fp        []uint64 // raw: the frame-pointer walk of its user part
-	raw       []byte   // registers and stack copy (PERF_SAMPLE_REGS_USER onwards)
-	max       int      // user frames wanted
+	fp        []uint64  // raw: the frame-pointer walk of its user part
+	raw       []byte    // registers and stack copy (PERF_SAMPLE_REGS_USER onwards)
+	max       int       // user frames wanted
+	maps      *procMaps // raw: the process's mappings at the sample (an exec may replace them)
 	queued    time.Time
 }
 
@@ -102,8 +105,9 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 	c := p.cpu(cpu)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var maps *procMaps
 	if len(c.items) == 0 {
-		pcs, cut, cfi, wait := p.unwind(pid, tid, kernel, fp, raw, max, truncated, false)
+		pcs, cut, cfi, wait := p.unwind(pid, tid, kernel, fp, raw, max, truncated, false, &maps)
 		if !wait {
 			p.Sink.Stack(cpu, t, pid, tid, pcs, len(kernel), cut, cfi)
 			return
@@ -116,12 +120,12 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 	}
 	p.mu.Unlock()
 	if full {
-		pcs, cut, cfi, _ := p.unwind(pid, tid, kernel, fp, raw, max, truncated, true)
+		pcs, cut, cfi, _ := p.unwind(pid, tid, kernel, fp, raw, max, truncated, true, &maps)
 		c.items = append(c.items, pendItem{stack: true, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: len(kernel), truncated: cut, cfi: cfi})
 		return
 	}
 	c.items = append(c.items, pendItem{stack: true, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), kernel...),
-		fp: append([]uint64(nil), fp...), raw: append([]byte(nil), raw...), max: max, truncated: truncated, queued: time.Now()})
+		fp: append([]uint64(nil), fp...), raw: append([]byte(nil), raw...), max: max, truncated: truncated, maps: maps, queued: time.Now()})
 	p.uw.waiting(1)
 }
 
@@ -130,9 +134,9 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 // sample has no user registers). wait is true when a table it needs is
 // loading (never with force); cfi whether the user frames are by
 // call-frame information.
-func (p *pendingSink) unwind(pid, tid uint32, kernel, fp []uint64, raw []byte, max int, truncated, force bool) (pcs []uint64, cut, cfi, wait bool) {
+func (p *pendingSink) unwind(pid, tid uint32, kernel, fp []uint64, raw []byte, max int, truncated, force bool, maps **procMaps) (pcs []uint64, cut, cfi, wait bool) {
 	pcs = append([]uint64(nil), kernel...)
-	out, cut, cfi, ok, wait := p.uw.unwindSample(pid, raw, pcs, fp, max, force)
+	out, cut, cfi, ok, wait := p.uw.unwindSample(pid, raw, pcs, fp, max, force, maps)
 	if wait {
 		return nil, false, false, true
 	}
@@ -170,7 +174,7 @@ func (p *pendingSink) flush(cpu int, c *pendCPU, force bool) {
 			p.Sink.Stack(cpu, it.t, it.pid, it.tid, it.pcs, it.kernel, it.truncated, it.cfi)
 		default:
 			late := force || time.Since(it.queued) > maxPendingWait
-			pcs, cut, cfi, wait := p.unwind(it.pid, it.tid, it.pcs, it.fp, it.raw, it.max, it.truncated, late)
+			pcs, cut, cfi, wait := p.unwind(it.pid, it.tid, it.pcs, it.fp, it.raw, it.max, it.truncated, late, &it.maps)
 			if wait {
 				c.items = c.items[n:]
 				return

@@ -72,6 +72,12 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 	if st := u.Stats(); st.Early != 1 || st.Waiting != 1 {
 		t.Fatalf("stats while waiting: %+v", st)
 	}
+	// an exec while the sample waits: it keeps the mappings of its time
+	old := u.procs[5]
+	u.exec(5)
+	if it := p.cpus[0].items[0]; it.maps != old {
+		t.Fatalf("the waiting sample's mappings are %p, want those of its time %p", it.maps, old)
+	}
 	close(release)
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -376,8 +376,11 @@ func (u *userUnwinder) find(pc uint64) (*unwind.Table, uint64, bool) {
 // loading), and false when the sample has no user registers (a kernel
 // thread): then pcs is unchanged. cfi is false when the frame-pointer walk
 // was kept. wait is true, and nothing counted, when a table the unwinding
-// needs is loading and not force.
-func (u *userUnwinder) unwindSample(pid uint32, b []byte, pcs, fp []uint64, max int, force bool) (out []uint64, cut, cfi, ok, wait bool) {
+// needs is loading and not force. *pm is the process's mappings the
+// sample is unwound with: nil, it is set to the process's current ones
+// (a sample retried later keeps those of its time, whatever exec came
+// since).
+func (u *userUnwinder) unwindSample(pid uint32, b []byte, pcs, fp []uint64, max int, force bool, pm **procMaps) (out []uint64, cut, cfi, ok, wait bool) {
 	var regs unwind.Regs
 	if len(b) < 8 {
 		return pcs, false, false, false, false
@@ -412,9 +415,12 @@ func (u *userUnwinder) unwindSample(pid uint32, b []byte, pcs, fp []uint64, max 
 	start := time.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	p := u.proc(pid)
+	p := *pm
 	if p == nil {
-		p = &procMaps{}
+		if p = u.proc(pid); p == nil {
+			p = &procMaps{}
+		}
+		*pm = p
 	}
 	u.cur, u.pid, u.early = p, pid, false
 	frames, stop := unwind.Unwind(u.find, regs, st, u.out[:0], max)
