@@ -7,6 +7,7 @@ package itrace
 
 import (
 	"sort"
+	"strings"
 
 	"perfinsp/format/trace"
 )
@@ -358,7 +359,8 @@ func (rep *Report) arc(caller string, to uint64, th *threadState, line int) {
 // into a PLT stub, is a call entered by a jump (a sibling call, or the
 // dynamic loader's jump to the function it has just bound), as callgrind
 // counts it: the callee's frame goes on top of the jumping function's,
-// and both end at the return for the frame below.
+// and both end at the return for the frame below. (A jump from Go's
+// runtime.gogo back to the start of a function on the stack resumes it.)
 func (rep *Report) jump(th *threadState, from, to uint64) {
 	n := len(th.stack)
 	if n > 0 && th.stack[n-1].plt {
@@ -370,6 +372,14 @@ func (rep *Report) jump(th *threadState, from, to uint64) {
 		return
 	}
 	fs, ck, line := rep.fn(th.pid, from)
+	if k := Key(f); (fs.Name == "gogo" || strings.HasPrefix(fs.Name, "runtime.gogo")) && th.active[k] > 0 {
+		// Go's runtime resuming a goroutine at a function's start
+		// after growing its stack (the function runs its prologue
+		// again; the jump is gogo<>'s, called by runtime.gogo): not a
+		// call; the runtime's frames above it are left
+		rep.resume(th, k)
+		return
+	}
 	if fs.PLT {
 		ck = th.lastFn
 	}
@@ -380,6 +390,18 @@ func (rep *Report) jump(th *threadState, from, to uint64) {
 	rep.arc(ck, to, th, line)
 	rep.enter(th, to, 0, ck, false)
 	th.stack[len(th.stack)-1].tail = true
+}
+
+// resume pops th's frames above the topmost activation of k (none: all of
+// them, k being the thread's base).
+func (rep *Report) resume(th *threadState, k string) {
+	for i := len(th.stack) - 1; i >= 0; i-- {
+		if th.stack[i].fn == k {
+			rep.unwind(th, i+1)
+			return
+		}
+	}
+	rep.unwind(th, 0)
 }
 
 // throughPLT completes the call through the PLT stub of th's top frame

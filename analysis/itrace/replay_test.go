@@ -283,3 +283,40 @@ func TestReplaySiblingCallAtBase(t *testing.T) {
 		}
 	}
 }
+
+// goNamer names 0x1000 main, 0x2000 f, 0x3000 runtime.morestack.abi0,
+// 0x4000 gogo (the runtime's gogo<>, whose JMP resumes a goroutine).
+type goNamer struct{}
+
+func (goNamer) Func(pid uint32, addr uint64) (Func, uint64, string, int) {
+	name := map[uint64]string{0x1000: "main.main", 0x2000: "main.f", 0x3000: "runtime.morestack.abi0", 0x4000: "gogo"}[addr&^0xfff]
+	return Func{Name: name, Module: "/bin/goprog"}, addr & 0xfff, "", 0
+}
+
+// TestReplayGoStackGrowth: a function whose prologue grows the goroutine's
+// stack is resumed at its start by runtime.gogo's jump: no call, and the
+// runtime's frames above it are left.
+func TestReplayGoStackGrowth(t *testing.T) {
+	U := trace.MajorITraceU
+	var arcs []Branch
+	rep := NewReport(goNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(U, trace.ITraceCall, 0x2000, 2, 1),   // main.main: call f
+		rec(U, trace.ITraceCall, 0x3000, 3, 2),   // f: its prologue calls morestack
+		rec(U, trace.ITraceCall, 0x4000, 5, 4),   // morestack (newstack...): gogo
+		rec(U, trace.ITraceJump, 0x2000, 4, 3),   // gogo: back to f's start
+		rec(U, trace.ITraceReturn, 0x1006, 6, 5), // f, its whole body, returns to main
+		rec(U, trace.ITraceEnd, 7, 8, 1, 0, trace.ITraceEndExit),
+	} {
+		rep.Apply(r)
+	}
+	rep.Finish()
+	if d := []int{1, 2, 3, 1, 0}; len(arcs) != len(d) || arcs[3].Depth != 1 || arcs[4].Depth != 0 {
+		t.Fatalf("arc lines %+v: want depths %v", arcs, d)
+	}
+	f := rep.Funcs[Key(Func{Name: "main.f", Module: "/bin/goprog"})]
+	if f == nil || f.Calls != 1 || f.Exclusive != 9 || f.Inclusive != 9+5+4 {
+		t.Fatalf("main.f: %+v, want 1 call, 9 instructions, 18 inclusive", f)
+	}
+}
