@@ -7,7 +7,6 @@ package itrace
 
 import (
 	"sort"
-	"strings"
 
 	"perfinsp/format/trace"
 )
@@ -359,8 +358,8 @@ func (rep *Report) arc(caller string, to uint64, th *threadState, line int) {
 // into a PLT stub, is a call entered by a jump (a sibling call, or the
 // dynamic loader's jump to the function it has just bound), as callgrind
 // counts it: the callee's frame goes on top of the jumping function's,
-// and both end at the return for the frame below. (A jump from Go's
-// runtime.gogo back to the start of a function on the stack resumes it.)
+// and both end at the return for the frame below. (A function jumping to
+// its own start while frames above its own are open resumes it.)
 func (rep *Report) jump(th *threadState, from, to uint64) {
 	n := len(th.stack)
 	if n > 0 && th.stack[n-1].plt {
@@ -372,12 +371,13 @@ func (rep *Report) jump(th *threadState, from, to uint64) {
 		return
 	}
 	fs, ck, line := rep.fn(th.pid, from)
-	if k := Key(f); (fs.Name == "gogo" || strings.HasPrefix(fs.Name, "runtime.gogo")) && th.active[k] > 0 {
-		// Go's runtime resuming a goroutine at a function's start
-		// after growing its stack (the function runs its prologue
-		// again; the jump is gogo<>'s, called by runtime.gogo): not a
-		// call; the runtime's frames above it are left
-		rep.resume(th, k)
+	if ck == Key(f) && n > 0 && th.active[ck] > 0 && th.stack[n-1].fn != ck {
+		// A function jumping back to its own start while frames
+		// above its own are open: Go's "CALL runtime.morestack; JMP
+		// start" once the goroutine's stack has grown (the runtime
+		// resumes it after the call, through gogo, never returning
+		// from its frames). Not a call: the frames above it are left.
+		rep.resume(th, ck)
 		return
 	}
 	if fs.PLT {

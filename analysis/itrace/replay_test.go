@@ -294,8 +294,9 @@ func (goNamer) Func(pid uint32, addr uint64) (Func, uint64, string, int) {
 }
 
 // TestReplayGoStackGrowth: a function whose prologue grows the goroutine's
-// stack is resumed at its start by runtime.gogo's jump: no call, and the
-// runtime's frames above it are left.
+// stack ("CALL runtime.morestack; JMP start") is resumed after the call by
+// gogo's jump and jumps back to its start: no call, and the runtime's
+// frames above it are left.
 func TestReplayGoStackGrowth(t *testing.T) {
 	U := trace.MajorITraceU
 	var arcs []Branch
@@ -305,18 +306,19 @@ func TestReplayGoStackGrowth(t *testing.T) {
 		rec(U, trace.ITraceCall, 0x2000, 2, 1),   // main.main: call f
 		rec(U, trace.ITraceCall, 0x3000, 3, 2),   // f: its prologue calls morestack
 		rec(U, trace.ITraceCall, 0x4000, 5, 4),   // morestack (newstack...): gogo
-		rec(U, trace.ITraceJump, 0x2000, 4, 3),   // gogo: back to f's start
+		rec(U, trace.ITraceJump, 0x2049, 4, 3),   // gogo: to f, after its call of morestack
+		rec(U, trace.ITraceJump, 0x2000, 1, 0),   // f: JMP to its start
 		rec(U, trace.ITraceReturn, 0x1006, 6, 5), // f, its whole body, returns to main
 		rec(U, trace.ITraceEnd, 7, 8, 1, 0, trace.ITraceEndExit),
 	} {
 		rep.Apply(r)
 	}
 	rep.Finish()
-	if d := []int{1, 2, 3, 1, 0}; len(arcs) != len(d) || arcs[3].Depth != 1 || arcs[4].Depth != 0 {
+	if d := []int{1, 2, 3, 3, 1, 0}; len(arcs) != len(d) || arcs[4].Depth != 1 || arcs[5].Depth != 0 {
 		t.Fatalf("arc lines %+v: want depths %v", arcs, d)
 	}
 	f := rep.Funcs[Key(Func{Name: "main.f", Module: "/bin/goprog"})]
-	if f == nil || f.Calls != 1 || f.Exclusive != 9 || f.Inclusive != 9+5+4 {
-		t.Fatalf("main.f: %+v, want 1 call, 9 instructions, 18 inclusive", f)
+	if f == nil || f.Calls != 1 || f.Exclusive != 10 || f.Inclusive != 10+5+4 {
+		t.Fatalf("main.f: %+v, want 1 call, 10 instructions, 19 inclusive", f)
 	}
 }
