@@ -35,9 +35,9 @@ type Namer interface {
 // FuncStats are one function's counts over every traced thread.
 type FuncStats struct {
 	Func
-	Calls     uint64            // calls into it (call instructions; signal handler entries are not calls, as in callgrind)
+	Calls     uint64            // calls into it: call instructions and jumps to its entry (sibling calls), as in callgrind; signal handler entries are not calls
 	Exclusive uint64            // instructions executed in it
-	Inclusive uint64            // instructions executed in it and in what it called (outermost activations)
+	Inclusive uint64            // instructions executed while it runs or is on the call stack (outermost activations; at least Exclusive)
 	Lines     map[int]uint64    // exclusive instructions by source line (the line of each block's start)
 	Callers   map[string]uint64 // calls by caller
 	Callees   map[string]*Arc   // by callee
@@ -83,8 +83,12 @@ type frame struct {
 	// interrupted is the function a signal frame interrupted: a
 	// siglongjmp out of the handler may land in it (leaveHandlers)
 	interrupted string
-	plt         bool       // a call into a PLT stub, not yet through it
-	node        *stackNode // the call path through this frame (EnableStacks)
+	plt         bool // a call into a PLT stub, not yet through it
+	// tail marks a call entered by a jump (a sibling call, the dynamic
+	// loader's jump to a function it just bound): it returns for the
+	// frame below it, which returns with it (callgrind's call emulation)
+	tail bool
+	node *stackNode // the call path through this frame (EnableStacks)
 }
 
 type threadState struct {
@@ -94,9 +98,12 @@ type threadState struct {
 	total    uint64
 	lastFn   string // function of the previous block
 	stack    []frame
-	active   map[string]int // activations on the stack per function
-	base     string         // function at depth 0 (EnableStacks: the stacks' root)
-	signals  int            // signal handler frames on stack
+	active   map[string]int // activations on the stack per function (the base's included)
+	// base is the function the thread runs in at depth 0 (the stacks'
+	// root): an activation from baseEntry, the total when it became the base
+	base      string
+	baseEntry uint64
+	signals   int // signal handler frames on stack
 }
 
 // Report is the replayed ITrace of a trace file.
@@ -154,6 +161,10 @@ func (rep *Report) fn(pid uint32, addr uint64) (*FuncStats, string, int) {
 func (rep *Report) thread(pid, tid uint32) *threadState {
 	th := rep.threads[tid]
 	if th == nil || th.pid != pid {
+		if th != nil { // a thread id reused by another process
+			rep.unwind(th, 0)
+			rep.setBase(th, "")
+		}
 		th = &threadState{pid: pid, tid: tid, active: map[string]int{}}
 		rep.threads[tid] = th
 		rep.Threads++
@@ -185,6 +196,7 @@ func (rep *Report) Apply(r *trace.Record) {
 			th := rep.thread(uint32(r.Field(0)), uint32(r.Field(1)))
 			rep.cur[r.CPU] = th
 			rep.unwind(th, 0)
+			rep.setBase(th, "")
 			th.start, th.started = r.Field(2), true
 			return
 		case trace.ITraceEnd:
@@ -194,6 +206,7 @@ func (rep *Report) Apply(r *trace.Record) {
 				rep.block(th, uint32(r.Field(2)), th.start+r.Field(3))
 			}
 			rep.unwind(th, 0)
+			rep.setBase(th, "")
 			th.started = false
 			return
 		}
@@ -224,7 +237,7 @@ func (rep *Report) Apply(r *trace.Record) {
 			rep.ret(th, to)
 		case trace.ITraceJump:
 			rep.leaveHandlers(th, to)
-			rep.jump(th, to)
+			rep.jump(th, from, to)
 		}
 	} else {
 		switch r.Minor {
@@ -244,6 +257,7 @@ func (rep *Report) Apply(r *trace.Record) {
 			case 59, 322: // execve, execveat: a new program
 				if count > 0 && to != from+2 {
 					rep.unwind(th, 0)
+					rep.setBase(th, "")
 				}
 			}
 		case trace.ITraceInterrupt:
@@ -284,6 +298,14 @@ func (rep *Report) block(th *threadState, count uint32, from uint64) {
 		}
 	}
 	th.lastFn = k
+	if len(th.stack) == 0 && th.base != k {
+		rep.setBase(th, k)
+	}
+	if th.active[k] == 0 {
+		// run without a frame of its own (entered by a jump into its
+		// middle, or the thread's base while another frame is open)
+		fs.Inclusive += uint64(count)
+	}
 	rep.addStack(th, k, count)
 	fs.Exclusive += uint64(count)
 	fs.Lines[line] += uint64(count)
@@ -331,16 +353,64 @@ func (rep *Report) arc(caller string, to uint64, th *threadState, line int) {
 	}
 }
 
-// jump completes a call through a PLT stub when the stub jumps out of the
-// PLT: that is the call callgrind counts.
-func (rep *Report) jump(th *threadState, to uint64) {
+// jump replays a jump: one out of a PLT stub completes the call through it
+// (the call callgrind counts); one to a function's first instruction, or
+// into a PLT stub, is a call entered by a jump (a sibling call, or the
+// dynamic loader's jump to the function it has just bound), as callgrind
+// counts it: the callee's frame goes on top of the jumping function's,
+// and both end at the return for the frame below. (A function jumping to
+// its own start while frames above its own are open resumes it.)
+func (rep *Report) jump(th *threadState, from, to uint64) {
 	n := len(th.stack)
-	if n == 0 || !th.stack[n-1].plt {
+	if n > 0 && th.stack[n-1].plt {
+		rep.throughPLT(th, to)
 		return
 	}
+	f, off, _, _ := rep.namer.Func(th.pid, to)
+	if !f.PLT && off != 0 {
+		return
+	}
+	fs, ck, line := rep.fn(th.pid, from)
+	if ck == Key(f) && n > 0 && th.active[ck] > 0 && th.stack[n-1].fn != ck {
+		// A function jumping back to its own start while frames
+		// above its own are open: Go's "CALL runtime.morestack; JMP
+		// start" once the goroutine's stack has grown (the runtime
+		// resumes it after the call, through gogo, never returning
+		// from its frames). Not a call: the frames above it are left.
+		rep.resume(th, ck)
+		return
+	}
+	if fs.PLT {
+		ck = th.lastFn
+	}
+	if f.PLT {
+		th.stack = append(th.stack, frame{entry: th.total, caller: ck, plt: true, tail: true, node: rep.pushNode(th, "")})
+		return
+	}
+	rep.arc(ck, to, th, line)
+	rep.enter(th, to, 0, ck, false)
+	th.stack[len(th.stack)-1].tail = true
+}
+
+// resume pops th's frames above the topmost activation of k (none: all of
+// them, k being the thread's base).
+func (rep *Report) resume(th *threadState, k string) {
+	for i := len(th.stack) - 1; i >= 0; i-- {
+		if th.stack[i].fn == k {
+			rep.unwind(th, i+1)
+			return
+		}
+	}
+	rep.unwind(th, 0)
+}
+
+// throughPLT completes the call through the PLT stub of th's top frame
+// when the stub jumps out of the PLT.
+func (rep *Report) throughPLT(th *threadState, to uint64) {
+	n := len(th.stack)
 	callee, k, _ := rep.fn(th.pid, to)
 	if callee.PLT {
-		return // PLT0, the lazy binding path
+		return // the stub's lazy binding path, PLT0
 	}
 	f := &th.stack[n-1]
 	f.plt = false
@@ -354,13 +424,21 @@ func (rep *Report) jump(th *threadState, to uint64) {
 }
 
 // ret pops the frames down to the call whose return address is to (a call
-// instruction is at most 15 bytes before it); a return that matches no
-// call (longjmp-like code, a trace started inside a function) pops nothing.
+// instruction is at most 15 bytes before it), with the calls entered by a
+// jump above it; a return that matches no call (longjmp-like code, a trace
+// started inside a function) pops nothing, but the calls entered by a jump
+// at the bottom of the stack: they return to where the trace began.
 func (rep *Report) ret(th *threadState, to uint64) {
 	for i := len(th.stack) - 1; i >= 0; i-- {
 		f := th.stack[i]
 		if f.signal {
 			return
+		}
+		if f.tail {
+			if i == 0 {
+				rep.unwind(th, 0)
+			}
+			continue
 		}
 		if f.callSite < to && to <= f.callSite+15 {
 			rep.unwind(th, i)
@@ -441,12 +519,28 @@ func (rep *Report) unwind(th *threadState, depth int) {
 	}
 }
 
+// setBase makes fn th's function at depth 0, closing the activation of
+// the one before.
+func (rep *Report) setBase(th *threadState, fn string) {
+	if old := th.base; old != "" {
+		th.active[old]--
+		if fs := rep.Funcs[old]; fs != nil && th.active[old] == 0 {
+			fs.Inclusive += th.total - th.baseEntry
+		}
+	}
+	th.base, th.baseEntry = fn, th.total
+	if fn != "" {
+		th.active[fn]++
+	}
+}
+
 func (rep *Report) onStack(th *threadState, k string) bool { return th.active[k] > 0 }
 
 // Finish closes every thread still open (a trace that ended mid-call).
 func (rep *Report) Finish() {
 	for _, th := range rep.threads {
 		rep.unwind(th, 0)
+		rep.setBase(th, "")
 	}
 }
 

@@ -203,3 +203,122 @@ func TestReplaySiglongjmp(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaySiblingCalls: a jump to a function's first instruction is a
+// call (as callgrind counts it), its frame above the jumping function's,
+// and the return that follows ends both; a jump into a function's middle
+// is no call, and its instructions still count to its inclusive total.
+func TestReplaySiblingCalls(t *testing.T) {
+	U := trace.MajorITraceU
+	var arcs []Branch
+	rep := NewReport(mapNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	rep.EnableStacks()
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(U, trace.ITraceCall, 0x2000, 3, 5),                   // main: 3, call f from 0x1005
+		rec(U, trace.ITraceJump, 0x5010, 2, 1),                   // f: 2, a jump into h's middle
+		rec(U, trace.ITraceJump, 0x2008, 2, 1),                   // h: 2, a jump back into f
+		rec(U, trace.ITraceJump, 0x4000, 1, 0),                   // f: 1, sibling call of g
+		rec(U, trace.ITraceReturn, 0x100a, 4, 3),                 // g: 4, returns to main for f
+		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit), // main: 2
+	} {
+		rep.Apply(r)
+	}
+	rep.Finish()
+	depths := []int{1, 1, 1, 2, 0}
+	for i, d := range depths {
+		if i >= len(arcs) || arcs[i].Depth != d {
+			t.Fatalf("arc lines %+v: want depths %v", arcs, depths)
+		}
+	}
+	want := map[string][3]uint64{ // calls, exclusive, inclusive
+		"main": {0, 5, 14}, "f": {1, 3, 9}, "g": {1, 4, 4}, "h": {0, 2, 2},
+	}
+	for _, fs := range rep.Funcs {
+		w, ok := want[fs.Name]
+		if !ok {
+			t.Errorf("unexpected function %s", fs.Name)
+			continue
+		}
+		if fs.Calls != w[0] || fs.Exclusive != w[1] || fs.Inclusive != w[2] {
+			t.Errorf("%s: calls %d exclusive %d inclusive %d, want %v", fs.Name, fs.Calls, fs.Exclusive, fs.Inclusive, w)
+		}
+	}
+	f := rep.Funcs[Key(Func{Name: "f", Module: "/bin/prog"})]
+	if a := f.Callees[Key(Func{Name: "g", Module: "/lib/libg.so"})]; a == nil || a.Calls != 1 || a.Inclusive != 4 {
+		t.Errorf("arc f -> g: %+v, want 1 call, 4 instructions", a)
+	}
+	m := rep.Funcs[Key(Func{Name: "main", Module: "/bin/prog"})]
+	if a := m.Callees[Key(Func{Name: "f", Module: "/bin/prog"})]; a == nil || a.Calls != 1 || a.Inclusive != 9 {
+		t.Errorf("arc main -> f: %+v, want 1 call, 9 instructions (g's and h's with f's)", a)
+	}
+	var buf bytes.Buffer
+	if err := rep.WriteFolded(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if want := "pid 7;main 5\npid 7;main;f 3\npid 7;main;f;g 4\npid 7;main;f;h 2\n"; buf.String() != want {
+		t.Errorf("folded:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+// TestReplaySiblingCallAtBase: a trace that starts inside f, which jumps
+// to g's entry: g's return leaves both (the stack was empty below f), and
+// f, the thread's base, includes g's instructions.
+func TestReplaySiblingCallAtBase(t *testing.T) {
+	U := trace.MajorITraceU
+	rep := NewReport(mapNamer{}, nil)
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x2000, 0),
+		rec(U, trace.ITraceJump, 0x4000, 2, 1),   // f: 2, sibling call of g
+		rec(U, trace.ITraceReturn, 0x1100, 3, 2), // g: 3, returns to main
+		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit),
+	} {
+		rep.Apply(r)
+	}
+	rep.Finish()
+	want := map[string][3]uint64{"main": {0, 2, 2}, "f": {0, 2, 5}, "g": {1, 3, 3}}
+	for _, fs := range rep.Funcs {
+		if w := want[fs.Name]; fs.Calls != w[0] || fs.Exclusive != w[1] || fs.Inclusive != w[2] {
+			t.Errorf("%s: calls %d exclusive %d inclusive %d, want %v", fs.Name, fs.Calls, fs.Exclusive, fs.Inclusive, w)
+		}
+	}
+}
+
+// goNamer names 0x1000 main, 0x2000 f, 0x3000 runtime.morestack.abi0,
+// 0x4000 gogo (the runtime's gogo<>, whose JMP resumes a goroutine).
+type goNamer struct{}
+
+func (goNamer) Func(pid uint32, addr uint64) (Func, uint64, string, int) {
+	name := map[uint64]string{0x1000: "main.main", 0x2000: "main.f", 0x3000: "runtime.morestack.abi0", 0x4000: "gogo"}[addr&^0xfff]
+	return Func{Name: name, Module: "/bin/goprog"}, addr & 0xfff, "", 0
+}
+
+// TestReplayGoStackGrowth: a function whose prologue grows the goroutine's
+// stack ("CALL runtime.morestack; JMP start") is resumed after the call by
+// gogo's jump and jumps back to its start: no call, and the runtime's
+// frames above it are left.
+func TestReplayGoStackGrowth(t *testing.T) {
+	U := trace.MajorITraceU
+	var arcs []Branch
+	rep := NewReport(goNamer{}, func(b *Branch) { arcs = append(arcs, *b) })
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(U, trace.ITraceCall, 0x2000, 2, 1),   // main.main: call f
+		rec(U, trace.ITraceCall, 0x3000, 3, 2),   // f: its prologue calls morestack
+		rec(U, trace.ITraceCall, 0x4000, 5, 4),   // morestack (newstack...): gogo
+		rec(U, trace.ITraceJump, 0x2049, 4, 3),   // gogo: to f, after its call of morestack
+		rec(U, trace.ITraceJump, 0x2000, 1, 0),   // f: JMP to its start
+		rec(U, trace.ITraceReturn, 0x1006, 6, 5), // f, its whole body, returns to main
+		rec(U, trace.ITraceEnd, 7, 8, 1, 0, trace.ITraceEndExit),
+	} {
+		rep.Apply(r)
+	}
+	rep.Finish()
+	if d := []int{1, 2, 3, 3, 1, 0}; len(arcs) != len(d) || arcs[4].Depth != 1 || arcs[5].Depth != 0 {
+		t.Fatalf("arc lines %+v: want depths %v", arcs, d)
+	}
+	f := rep.Funcs[Key(Func{Name: "main.f", Module: "/bin/goprog"})]
+	if f == nil || f.Calls != 1 || f.Exclusive != 10 || f.Inclusive != 10+5+4 {
+		t.Fatalf("main.f: %+v, want 1 call, 10 instructions, 19 inclusive", f)
+	}
+}

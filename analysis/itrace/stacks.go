@@ -114,9 +114,6 @@ func (rep *Report) addStack(th *threadState, fn string, count uint32) {
 	if rep.stacks == nil {
 		return
 	}
-	if len(th.stack) == 0 && th.base != fn {
-		th.base = fn // the function the trace runs in at depth 0
-	}
 	n := rep.topNode(th)
 	// the innermost frame is the block's function: it is the leaf
 	if n.fn != fn {

@@ -101,6 +101,7 @@ type builder struct {
 	// was first met as.
 	pcCache   map[uint32]*[2]map[uint64]int32
 	rawStacks map[uint32]map[string]int32 // per process: raw stack -> index into stk
+	leaf      *leafFrames                 // the callers frame-pointer stacks lose (leafframe.go)
 	stk       stackSet
 	frameBuf  []int32
 	rawBuf    []byte
@@ -183,6 +184,7 @@ func newBuilder(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *
 		stk:       newStackSet(),
 		rawStacks: map[uint32]map[string]int32{},
 		namedAll:  make(chan struct{}),
+		leaf:      newLeafFrames(r),
 	}
 	b.addLocFn = b.addLoc
 	b.locSet = &locSet{newMod: func(m string) {
@@ -215,6 +217,7 @@ func newBuilder(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *
 // the cells summed.
 func (b *builder) build() *Report {
 	var err error
+	defer b.leaf.close()
 	if b.deferred && b.filt == nil && countParallel(b) {
 		b.tc = nil // counted
 	} else {
@@ -636,11 +639,19 @@ func (b *builder) unwind(rec *trace.Record) {
 		return
 	}
 	nk := int(flags >> trace.UnwindKernShift)
+	var lost uint64
+	found := false
+	if nk+1 < n {
+		lost, found = b.leaf.missing(pid, le64(rec.Str[8*nk:]), le64(rec.Str[8*(nk+1):]), flags)
+	}
 	b.frameBuf = b.frameBuf[:0]
 	for i := n - 1; i >= 0; i-- { // root first
 		pc := le64(rec.Str[8*i:])
 		if i > 0 && i != nk {
 			pc-- // a return address: name the call, not what follows it
+		}
+		if i == nk && found {
+			b.frameBuf = append(b.frameBuf, b.pcIndex(pid, lost, false)) // the caller the walk lost
 		}
 		b.frameBuf = append(b.frameBuf, b.pcIndex(pid, pc, i < nk))
 	}

@@ -303,11 +303,19 @@ func (p *parallelCount) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]
 		rs := w.raw(g.r)
 		n := len(rs.pcs) / 8
 		nk := int(rs.flags >> trace.UnwindKernShift)
+		var lost uint64
+		found := false
+		if nk+1 < n {
+			lost, found = p.b.leaf.missing(pid, le64(rs.pcs[8*nk:]), le64(rs.pcs[8*(nk+1):]), rs.flags)
+		}
 		p.b.frameBuf = p.b.frameBuf[:0]
 		for i := n - 1; i >= 0; i-- { // root first
 			pc := le64(rs.pcs[8*i:])
 			if i > 0 && i != nk {
 				pc-- // a return address: name the call, not what follows it
+			}
+			if i == nk && found {
+				p.b.frameBuf = append(p.b.frameBuf, p.b.locate(pid, lost, false)) // the caller the walk lost
 			}
 			t := pcs[0]
 			if i < nk {

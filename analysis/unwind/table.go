@@ -272,3 +272,26 @@ func (t *Table) find(v uint64) *fde {
 	}
 	return nil
 }
+
+// FrameFromRBP tells how the CFA is computed at the file offset off: from
+// RBP (true: the function has set up its frame pointer, so a frame-pointer
+// walk from here finds its return address) or otherwise (false: at the
+// entry, in a prologue or epilogue, or a function that never sets one up,
+// whose return address a frame-pointer walk misses). ok is false where the
+// table has no row for off.
+func (t *Table) FrameFromRBP(off uint64) (fromRBP, ok bool) {
+	v, ok := t.vaddr(off)
+	if !ok {
+		return false, false
+	}
+	f := t.find(v)
+	if f == nil {
+		return false, false
+	}
+	var scratch row
+	r, ok := t.rowAt(f, v, &scratch)
+	if !ok {
+		return false, false
+	}
+	return r.cfa.kind == kReg && r.cfa.reg == RBP, true
+}

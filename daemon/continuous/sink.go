@@ -102,7 +102,7 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 	s.mu.Unlock()
 }
 
-func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	s.mu.Lock()
 	if tk, ok := s.pending[cpu]; ok && tk.t == t {
 		delete(s.pending, cpu)

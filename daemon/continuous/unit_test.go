@@ -30,7 +30,7 @@ func TestSinkPairsTicksWithStacks(t *testing.T) {
 	s := newSink(8)
 	s.Trace(0, trace.MajorTprof, trace.TprofTick, 100, []uint64{7, 8, 0x1000, 0})
 	s.Trace(1, trace.MajorTprof, trace.TprofTick, 101, []uint64{9, 9, 0xffff800000001000, trace.TprofKernel})
-	s.Stack(0, 100, 7, 8, []uint64{0x1000, 0x2000}, 0, false)
+	s.Stack(0, 100, 7, 8, []uint64{0x1000, 0x2000}, 0, false, false)
 	s.MTE(1, trace.MTEExit, 102, []uint64{9, 9}, "")
 	s.Trace(0, trace.MajorTprof, trace.TprofTick, 103, []uint64{7, 8, 0x3000, 0})
 	s.flushAll()

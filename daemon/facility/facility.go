@@ -1003,16 +1003,16 @@ func (s *sink) Lost(cpu int, mte bool, n uint64) {
 	}
 }
 
-func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
-	s.stack(cpu, trace.UnwindTick, t, pid, tid, pcs, kernel, truncated)
+func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
+	s.stack(cpu, trace.UnwindTick, t, pid, tid, pcs, kernel, truncated, cfi)
 }
 
 // SwitchStack writes UNWIND_SWITCH: the stack of a thread switched out to wait.
 func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
-	s.stack(cpu, trace.UnwindSwitch, t, pid, tid, pcs, kernel, truncated)
+	s.stack(cpu, trace.UnwindSwitch, t, pid, tid, pcs, kernel, truncated, false)
 }
 
-func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	f := (*Facility)(s)
 	<-f.gate
 	if cpu < 0 || cpu >= len(f.trace) {
@@ -1024,6 +1024,9 @@ func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uin
 	flags := uint64(kernel) << trace.UnwindKernShift
 	if truncated {
 		flags |= trace.UnwindTruncated
+	}
+	if cfi {
+		flags |= trace.UnwindCFI
 	}
 	b := make([]byte, 8*len(pcs))
 	for i, pc := range pcs {

@@ -34,10 +34,13 @@ type Sink interface {
 	Lost(cpu int, mte bool, n uint64)
 	// Stack is the call stack of the tprof sample just delivered on cpu:
 	// pcs leaf first (kernel frames, then user frames), kernel how many
-	// of them are kernel addresses, truncated whether the depth limit cut it.
-	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
+	// of them are kernel addresses, truncated whether the depth limit cut it,
+	// cfi whether the user frames were unwound by call-frame information
+	// (else they are the kernel's frame-pointer walk).
+	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool)
 	// SwitchStack is the call stack of the thread the dispatch record
-	// just delivered on cpu switched out not runnable (sched.go), as Stack.
+	// just delivered on cpu switched out not runnable (sched.go), as Stack
+	// (frame pointers only).
 	SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
 }
 
@@ -140,6 +143,7 @@ type Session struct {
 	switchStacks bool // sched_switch samples carry a callchain
 	maxStack     int
 	uw           *userUnwinder // Options.Unwind.DWARF
+	pend         *pendingSink  // with uw: the sink, holding records behind samples that wait for a table
 }
 
 // errNoPMU is returned for event-based tprof where there is no hardware
@@ -201,6 +205,8 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			return nil, fmt.Errorf("stack copy of %d bytes: use a multiple of 8 from 64 to %d", n, control.MaxStackBytes)
 		}
 		s.uw = newUserUnwinder()
+		s.pend = newPendingSink(sink, s.uw)
+		s.sink = s.pend
 	}
 	ok := false
 	defer func() {
@@ -469,15 +475,22 @@ func (s *Session) loop() {
 			s.drain(r)
 			r.mu.Unlock()
 		}
+		if s.pend != nil {
+			s.pend.retry(false)
+		}
 	}
 }
 
-// Flush drains what is in the rings now.
+// Flush drains what is in the rings now (samples waiting for a table
+// stay queued).
 func (s *Session) Flush() {
 	for _, r := range s.rings {
 		r.mu.Lock()
 		s.drain(r)
 		r.mu.Unlock()
+	}
+	if s.pend != nil {
+		s.pend.retry(false)
 	}
 }
 
@@ -492,6 +505,7 @@ func (s *Session) Stop() error {
 		close(s.stop)
 		s.wg.Wait()
 		s.Flush()
+		s.flushPending()
 		// Execs whose fork record never came (the process predates the
 		// session and was gone from /proc): their process records, last.
 		t := monoNow()
@@ -742,22 +756,18 @@ func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
 	// The kernel stops at sample_max_stack frames.
 	pcs, kernel, truncated := s.chainPCs(r, b)
 	b = b[8:]
-	if s.uw != nil {
+	if s.pend != nil {
 		// The user frames again, by call-frame information (the
-		// sample's registers and stack copy follow the callchain).
+		// sample's registers and stack copy follow the callchain),
+		// once the tables they need are there.
 		r.fp = append(r.fp[:0], pcs[kernel:]...)
-		var ok, cut bool
-		if pcs, cut, ok = s.uw.unwind(pid, b[8*nr:], pcs[:kernel], r.fp, s.maxStack-kernel); ok {
-			truncated = cut
-		} else {
-			pcs = append(pcs, r.fp...)
-		}
-		r.pcs = pcs
+		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, b[8*nr:], s.maxStack-kernel, truncated)
+		return
 	}
 	if len(pcs) == 0 {
 		return
 	}
-	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, truncated)
+	s.sink.Stack(r.cpu, t, pid, tid, pcs, kernel, truncated, false)
 }
 
 // UnwindStats returns how user stacks were unwound (with --unwind dwarf;

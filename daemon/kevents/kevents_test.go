@@ -52,7 +52,7 @@ type stackRec struct {
 	truncated bool
 }
 
-func (m *memSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (m *memSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	m.mu.Lock()
 	m.stacks = append(m.stacks, stackRec{pid, tid, append([]uint64(nil), pcs...), kernel, truncated})
 	m.mu.Unlock()

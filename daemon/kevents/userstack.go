@@ -36,8 +36,8 @@ import (
 // the outermost frame keeps the kernel's frame-pointer walk when that is
 // longer. Tables load on a goroutine of their own (a large library takes
 // tens of milliseconds, and a drain held that long loses samples: 8 KB a
-// sample at 10 kHz fills a CPU's ring in 100 ms); until a file's table is
-// there, its frames are unwound as without one.
+// sample at 10 kHz fills a CPU's ring in 100 ms); a sample that needs a
+// table still loading waits for it in its CPU's queue (pending.go).
 
 // perfRegsABI64 is PERF_SAMPLE_REGS_ABI_64: the sample's user registers
 // are a 64-bit task's.
@@ -86,7 +86,9 @@ type UnwindStats struct {
 	Frames    uint64        // user frames written
 	Time      time.Duration // spent unwinding (the daemon's CPU)
 	LoadTime  time.Duration // spent loading tables (in the background)
-	Early     uint64        // stacks that met a file whose table was still loading
+	Early     uint64        // stacks that met a file whose table was still loading, and waited for it
+	Cut       uint64        // of those, written before the table was there (the wait or the queue's size bound), marked truncated
+	Waiting   int           // stacks waiting now
 	Files     int           // files whose tables were loaded
 	NoInfo    int           // files without usable call-frame information
 }
@@ -308,7 +310,8 @@ func (u *userUnwinder) table(pid uint32, m *userMap) *unwind.Table {
 	case u.loadQ <- loadReq{pid: pid, m: *m}:
 		u.loading[m.id] = true
 		u.early = true
-	default: // the loader is behind: asked again by a later sample
+	default: // the loader is behind: asked again when the sample is retried
+		u.early = true
 	}
 	return nil
 }
@@ -365,27 +368,33 @@ func (u *userUnwinder) find(pc uint64) (*unwind.Table, uint64, bool) {
 	return t, pc - m.start + m.off, true
 }
 
-// unwind appends the user frames of a sample (regs and stack copy parsed
-// from b, the sample's bytes after its callchain) to pcs, or the
+// unwindSample appends the user frames of a sample (regs and stack copy
+// parsed from b, the sample's bytes after its callchain) to pcs, or the
 // frame-pointer walk fp when that is longer than what the call-frame
-// information gave. It returns the new pcs, whether the stack is cut
-// (the copy ended or max was reached), and false when the sample has no
-// user registers (a kernel thread): then pcs is unchanged.
-func (u *userUnwinder) unwind(pid uint32, b []byte, pcs, fp []uint64, max int) ([]uint64, bool, bool) {
+// information gave. It returns the new pcs, whether the stack is cut (the
+// copy ended, max was reached, or force wrote it without a table still
+// loading), and false when the sample has no user registers (a kernel
+// thread): then pcs is unchanged. cfi is false when the frame-pointer walk
+// was kept. wait is true, and nothing counted, when a table the unwinding
+// needs is loading and not force. *pm is the process's mappings the
+// sample is unwound with: nil, it is set to the process's current ones
+// (a sample retried later keeps those of its time, whatever exec came
+// since).
+func (u *userUnwinder) unwindSample(pid uint32, b []byte, pcs, fp []uint64, max int, force bool, pm **procMaps) (out []uint64, cut, cfi, ok, wait bool) {
 	var regs unwind.Regs
 	if len(b) < 8 {
-		return pcs, false, false
+		return pcs, false, false, false, false
 	}
 	abi := le64(b)
 	b = b[8:]
 	if abi != perfRegsABI64 {
 		// none (a kernel thread) or a 32-bit task: its frames are
 		// not x86-64's (the frame-pointer walk stays)
-		return pcs, false, false
+		return pcs, false, false, false, false
 	}
 	n := bits.OnesCount64(userRegsMask)
 	if len(b) < 8*n+8 {
-		return pcs, false, false
+		return pcs, false, false, false, false
 	}
 	for i := 0; i < n; i++ {
 		d := dwarfOfPerfReg[i]
@@ -401,39 +410,58 @@ func (u *userUnwinder) unwind(pid uint32, b []byte, pcs, fp []uint64, max int) (
 		st = unwind.Stack{Addr: regs.R[unwind.RSP], Data: b[:min(size, dyn)]}
 	}
 	if max <= 0 {
-		return pcs, true, true
+		return pcs, true, false, true, false
 	}
 	start := time.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.stats.Samples++
-	p := u.proc(pid)
+	p := *pm
 	if p == nil {
-		p = &procMaps{}
+		if p = u.proc(pid); p == nil {
+			p = &procMaps{}
+		}
+		*pm = p
 	}
 	u.cur, u.pid, u.early = p, pid, false
-	out, stop := unwind.Unwind(u.find, regs, st, u.out[:0], max)
-	u.out = out
+	frames, stop := unwind.Unwind(u.find, regs, st, u.out[:0], max)
+	u.out = frames
 	u.cur = nil
-	if u.early {
-		u.stats.Early++
+	if u.early && !force {
+		u.stats.Time += time.Since(start)
+		return pcs, false, false, true, true
 	}
+	u.stats.Samples++
 	truncated := stop == unwind.StopDepth || stop == unwind.StopStack
+	cfi = true
+	if u.early {
+		u.stats.Cut++
+		truncated = true
+	}
 	switch {
 	case stop == unwind.StopEnd:
 		u.stats.ToEnd++
-	case len(fp) > len(out):
+	case len(fp) > len(frames):
 		u.stats.FramePtrs++
-		out, truncated = fp, len(fp) >= max
+		frames, truncated, cfi = fp, len(fp) >= max || u.early, false
 	default:
 		u.stats.Partial++
 	}
-	if len(out) > max {
-		out, truncated = out[:max], true
+	if len(frames) > max {
+		frames, truncated = frames[:max], true
 	}
-	u.stats.Frames += uint64(len(out))
+	u.stats.Frames += uint64(len(frames))
 	u.stats.Time += time.Since(start)
-	return append(pcs, out...), truncated, true
+	return append(pcs, frames...), truncated, cfi, true, false
+}
+
+// waiting counts a sample queued for a table (d 1) or written (d -1).
+func (u *userUnwinder) waiting(d int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stats.Waiting += d
+	if d > 0 {
+		u.stats.Early++
+	}
 }
 
 // String is the summary swtrace prints at off.
@@ -442,7 +470,7 @@ func (st UnwindStats) String() string {
 		return "no user stack was sampled (--unwind dwarf)"
 	}
 	pct := func(n uint64) float64 { return 100 * float64(n) / float64(st.Samples) }
-	return fmt.Sprintf("%d user stacks unwound by call-frame information (--unwind dwarf): %.1f %% to the outermost frame, %.1f %% part of the way, %.1f %% kept the frame-pointer walk (longer), %.1f %% met a table still loading; %.1f frames a stack; %d files' tables loaded (%.3f s, in the background), %d without call-frame information; %.3f s spent unwinding, %.1f µs a stack",
-		st.Samples, pct(st.ToEnd), pct(st.Partial), pct(st.FramePtrs), pct(st.Early), float64(st.Frames)/float64(st.Samples), st.Files, st.LoadTime.Seconds(), st.NoInfo,
+	return fmt.Sprintf("%d user stacks unwound by call-frame information (--unwind dwarf): %.1f %% to the outermost frame, %.1f %% part of the way, %.1f %% kept the frame-pointer walk (longer), %.1f %% waited for a table loading (%d written cut: the wait's bounds); %.1f frames a stack; %d files' tables loaded (%.3f s, in the background), %d without call-frame information; %.3f s spent unwinding, %.1f µs a stack",
+		st.Samples, pct(st.ToEnd), pct(st.Partial), pct(st.FramePtrs), pct(st.Early), st.Cut, float64(st.Frames)/float64(st.Samples), st.Files, st.LoadTime.Seconds(), st.NoInfo,
 		st.Time.Seconds(), float64(st.Time.Nanoseconds())/1e3/float64(st.Samples))
 }

@@ -166,7 +166,8 @@ func TestVDSOAndABI(t *testing.T) {
 	// abi 1 (PERF_SAMPLE_REGS_ABI_32), then the registers and a stack copy
 	b := make([]byte, 8+8*17+8+64+8)
 	b[0] = 1
-	pcs, _, ok := u.unwind(1, b, []uint64{0xffffffff81000000}, []uint64{0x1000, 0x2000}, 127)
+	var pm *procMaps
+	pcs, _, _, ok, _ := u.unwindSample(1, b, []uint64{0xffffffff81000000}, []uint64{0x1000, 0x2000}, 127, false, &pm)
 	if ok || len(pcs) != 1 {
 		t.Fatalf("a 32-bit task's sample was unwound as x86-64: %x, %v", pcs, ok)
 	}

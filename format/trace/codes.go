@@ -71,6 +71,7 @@ const (
 	UnwindTick      uint32 = 0x7fffffff
 	UnwindSwitch    uint32 = 0x7ffffffe // the stack of a thread switched out (after its DISPATCH)
 	UnwindTruncated uint64 = 1          // the stack was deeper than the depth limit
+	UnwindCFI       uint64 = 2          // the user PCs were unwound by call-frame information (else by frame pointers)
 	UnwindKernShift        = 16         // flags >> UnwindKernShift: kernel PCs first
 	UnwindMaxDepth         = 127        // default depth limit (perf's too)
 	UnwindMaxPCs           = 2000       // what one record can hold
