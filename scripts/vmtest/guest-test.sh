@@ -14,6 +14,13 @@ echo "vmtest: /dev/pitrace mode $perm"
 
 # the module under hostile or unusual use (scripts/vmtest/harden.c)
 hardening() {
+	step "hardening: a user's process ITraced and PTT-watched execs a set-user-ID root program: both end at the exec"
+	run harden itracesuid 2000
+	pids=$(sed -n 's/^harden: itracesuid: pids setuid \([0-9]*\) atexec \([0-9]*\) plain \([0-9]*\) loop.*/setuid=\1 atexec=\2 plain=\3/p' /tmp/out)
+	[ -n "$pids" ] || fail "harden itracesuid printed no pids"
+	run swtrace get /tmp/suid.nrm2
+	run pitest itrace-exec /tmp/suid.nrm2 2000 $pids
+	run swtrace free
 	step "hardening: a caller stalled on a userfaultfd page does not hold others"
 	run harden uffd
 	step "hardening: unknown ioctls answer ENOTTY at once while pt.lock is held"
