@@ -122,17 +122,16 @@ run swtrace off
 run swtrace get /tmp/swtrace.nrm2
 run swtrace info
 run pitest check-tprof /tmp/swtrace.nrm2 /bin/cpuburn
-if [ -x /bin/post ]; then
-	step "post -tprof"
-	(cd /tmp && post -r /tmp/swtrace.nrm2 -tprof >/tmp/post.log 2>&1) || { cat /tmp/post.log; fail "post"; }
-	[ -s /tmp/tprof.out ] || fail "post wrote no tprof.out"
-	head -40 /tmp/tprof.out | sed 's/^/  /'
-	# Module_Symbol: the top module is the example, its first symbol row the hottest function
-	first=$(awk '/^\)\) Module_Symbol/ {on=1} on && $1 == "SYM" {print; exit}' /tmp/tprof.out)
-	echo "vmtest: first symbol row of Module_Symbol: $first"
-	awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^/  /'
-	echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
-fi
+[ -x /bin/post ] || fail "no /bin/post in the guest (run.sh builds it into the initramfs)"
+step "post -tprof"
+(cd /tmp && post -r /tmp/swtrace.nrm2 -tprof >/tmp/post.log 2>&1) || { cat /tmp/post.log; fail "post"; }
+[ -s /tmp/tprof.out ] || fail "post wrote no tprof.out"
+head -40 /tmp/tprof.out | sed 's/^/  /'
+# Module_Symbol: the top module is the example, its first symbol row the hottest function
+first=$(awk '/^\)\) Module_Symbol/ {on=1} on && $1 == "SYM" {print; exit}' /tmp/tprof.out)
+echo "vmtest: first symbol row of Module_Symbol: $first"
+awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^/  /'
+echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
 
 call_stacks
 sh /jit-test.sh || fail "jit"
