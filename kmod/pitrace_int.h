@@ -88,6 +88,9 @@ void pt_ptt_exit(void);
 
 /* pitrace_ptt.c: may the caller watch (and so ITrace) t? */
 bool ptt_may_watch(struct task_struct *t);
+/* pitrace_ptt.c: does the exec at sched_process_exec change who may watch? */
+struct linux_binprm;
+bool pt_exec_secure(const struct linux_binprm *bprm);
 
 /*
  * pitrace_itrace.c: single-step ITrace.  pt_itrace_pids copies the pid

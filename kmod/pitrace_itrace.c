@@ -45,6 +45,7 @@
  * freed, so rmmod is refused ("in use") while a thread may still trap, and
  * module exit's rcu_barrier() waits for the last callback.
  */
+#include <linux/binfmts.h>
 #include <linux/errno.h>
 #include <linux/hashtable.h>
 #include <linux/interrupt.h>
@@ -130,6 +131,7 @@ struct ith_pend {
 	struct list_head node;
 	pid_t tgid;
 	u32 flags;			/* PITRACE_ITRACE_FOLLOW, _STEP_* */
+	struct task_struct *task;	/* while selected: reference held */
 };
 
 #define ITH_INHERIT	(PITRACE_ITRACE_FOLLOW | PITRACE_ITRACE_STEP_SINGLE | \
@@ -363,26 +365,54 @@ static void ith_block_next(struct ith *th, struct pt_regs *regs)
 
 /* ---- records (ith_lock held, irqs off) ------------------------------------ */
 
+/*
+ * The ITRACE_THREAD record that names the thread of the records after it
+ * on this CPU, unless it is named already.  *records counts it (written,
+ * or counted lost by the buffer); false if it was lost.
+ */
+static bool ith_name(pid_t pid, pid_t tid, u64 *records)
+{
+	u64 key = ((u64)(u32)pt.on_count << 32) | (u32)tid;
+	struct pitrace_rec_itrace_thread t = { pid, tid };
+
+	lockdep_assert_held(&ith_lock);
+	if (__this_cpu_read(ith_last) == key)
+		return true;
+	(*records)++;
+	if (!pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_ITRACE_U,
+		      PITRACE_ITRACE_THREAD, PITRACE_LAYOUT_FIXED, &t, sizeof(t),
+		      NULL, 0))
+		return false;
+	__this_cpu_write(ith_last, key);
+	return true;
+}
+
 static bool ith_write(struct ith *th, u16 major, u32 minor, const void *f,
 		      u32 len)
 {
-	u64 key = ((u64)(u32)pt.on_count << 32) | (u32)th->tid;
-
 	lockdep_assert_held(&ith_lock);
 
-	if (__this_cpu_read(ith_last) != key) {
-		struct pitrace_rec_itrace_thread t = { th->pid, th->tid };
-
-		th->records++;	/* written, or counted lost by the buffer */
-		if (!pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_ITRACE_U,
-			      PITRACE_ITRACE_THREAD, PITRACE_LAYOUT_FIXED, &t,
-			      sizeof(t), NULL, 0))
-			return false;
-		__this_cpu_write(ith_last, key);
-	}
+	if (!ith_name(th->pid, th->tid, &th->records))
+		return false;
 	th->records++;
 	return pt_write(PITRACE_KIND_TRACE, major, minor, PITRACE_LAYOUT_FIXED,
 			f, len, NULL, 0);
+}
+
+/*
+ * ITRACE_END for a thread that never started (no ITRACE_START): it was
+ * to start at this exec, or on its way back to user space.  count 0.
+ */
+static void ith_end_unstarted(pid_t pid, pid_t tid, u32 reason)
+{
+	struct pitrace_rec_itrace_end r = { pid, tid, 0, 0, reason };
+	u64 records = 0;
+
+	lockdep_assert_held(&ith_lock);
+	if (ith_name(pid, tid, &records))
+		pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_ITRACE_U,
+			 PITRACE_ITRACE_END, PITRACE_LAYOUT_FIXED, &r,
+			 sizeof(r), NULL, 0);
 }
 
 static void ith_start(struct ith *th, struct pt_regs *regs, u32 flags)
@@ -1000,6 +1030,69 @@ static void ith_sys_exit(void *data, struct pt_regs *regs, long ret)
 		module_put(THIS_MODULE);
 }
 
+/*
+ * sched_process_exec: the thread's own context, the new image in place
+ * (its registers set up, TF clear: start_thread), its system call not yet
+ * returned.  The old image's signal frames are gone, and a thread that was
+ * not its process's leader now has the leader's pid (de_thread).
+ *
+ * An exec that gave the thread rights its tracer may lack (set-user-ID,
+ * set-group-ID, file capabilities, an LSM transition) or left it not
+ * dumpable (pt_exec_secure) ends its ITrace here, before the new image
+ * runs an instruction: ITRACE_END with PITRACE_ITRACE_END_EXEC, no TF, no
+ * BTF, the entry freed.  The kernel keeps a ptrace tracer across such an
+ * exec only by running the new image without its privileges; the module
+ * cannot, so it stops.  A process waiting for its exec (AT_EXEC) is
+ * dropped with the same record when the exec is such a one.  Any other
+ * exec goes on traced from the new image's first instruction, or starts
+ * a process waiting for it (at the system call's exit, ith_sys_exit).
+ *
+ * ITRACE_ON selects a thread while holding its exec_update_lock (see
+ * ith_commit), so an exec either finds the entry here or had its new
+ * credentials in place when the caller's right was checked.
+ */
+static void ith_exec(void *data, struct task_struct *p, pid_t old_pid,
+		     struct linux_binprm *bprm)
+{
+	struct pt_regs *regs = task_pt_regs(current);
+	unsigned long flags;
+	bool secure, put = false;
+	struct ith *th;
+	u32 follow;
+
+	if (!READ_ONCE(ith_nthreads) && !READ_ONCE(ith_npend))
+		return;
+	secure = pt_exec_secure(bprm);
+	raw_spin_lock_irqsave(&ith_lock, flags);
+	th = ith_find(current);
+	if (th) {
+		th->handlers = 0;
+		if (secure || th->state == ITH_STALE) {
+			/* stopped (ITH_STALE): the exec cleared its TF already */
+			ith_btf_off(th);
+			if (th->state == ITH_ON)
+				ith_end(th, PITRACE_ITRACE_END_EXEC);
+			else if (th->state == ITH_PENDING)
+				ith_end_unstarted(th->pid, th->tid,
+						  PITRACE_ITRACE_END_EXEC);
+			th->state = ITH_STALE;	/* a queued work frees it */
+			regs->flags &= ~X86_EFLAGS_TF;
+			ith_unhash(th);
+		} else {
+			/* its records from here on (the END above: the old tid) */
+			th->tid = task_pid_nr(current);
+		}
+	} else if (secure && ith_npend &&
+		   ith_take_pending(current->tgid, &follow)) {
+		ith_end_unstarted(task_tgid_nr(current), task_pid_nr(current),
+				  PITRACE_ITRACE_END_EXEC);
+		put = true;	/* the pending entry's reference */
+	}
+	raw_spin_unlock_irqrestore(&ith_lock, flags);
+	if (put)
+		module_put(THIS_MODULE);
+}
+
 static void ith_signal(void *data, int sig, struct kernel_siginfo *info,
 		       struct k_sigaction *ka)
 {
@@ -1162,6 +1255,7 @@ static struct {
 	{ "signal_deliver", ith_signal },
 	{ "sched_process_fork", ith_fork },
 	{ "sched_process_exit", ith_exit },
+	{ "sched_process_exec", ith_exec },
 	{ "page_fault_user", ith_page_fault, true },
 	{ "local_timer_entry", ith_irq_vector, true },
 	{ "reschedule_entry", ith_irq_vector, true },
@@ -1278,6 +1372,7 @@ static void ith_sel_free(struct ith_sel *s)
 	kvfree(s->th);
 	list_for_each_entry_safe(e, ne, &s->pend, node) {
 		list_del(&e->node);
+		put_task_struct(e->task);
 		kfree(e);
 	}
 }
@@ -1368,6 +1463,8 @@ static int ith_sel_process(struct ith_sel *s, struct task_struct *p,
 
 		if (!e)
 			return -ENOMEM;
+		get_task_struct(p);
+		e->task = p;
 		e->tgid = task_tgid_nr(p);
 		e->flags = follow;
 		list_add_tail(&e->node, &s->pend);
@@ -1499,9 +1596,27 @@ static int ith_select(struct ith_sel *s, const struct pitrace_itrace_on *a,
 }
 
 /*
+ * t's exec_update_lock, held by an exec from before its new memory is in
+ * place until its new credentials are: with it held, the caller's right
+ * to trace t, checked again, and t's entry becoming visible to the exec
+ * hook (ith_exec) are one step for an exec of t, as in perf_event_open.
+ * False (the lock not taken) when the caller is being killed.
+ */
+static bool ith_exec_lock(struct task_struct *t)
+{
+	return !down_read_killable(&t->signal->exec_update_lock);
+}
+
+static void ith_exec_unlock(struct task_struct *t)
+{
+	up_read(&t->signal->exec_update_lock);
+}
+
+/*
  * Start what was selected; returns the threads started (and processes
- * now waiting for their exec).  A thread traced already, or exiting by
- * now, is not counted; nothing here fails.
+ * now waiting for their exec).  A thread traced already, exiting by now,
+ * or one the caller may no longer trace (an exec changed its credentials
+ * since the check) is not counted; nothing here fails.
  */
 static u32 ith_commit(struct ith_sel *s)
 {
@@ -1513,14 +1628,18 @@ static u32 ith_commit(struct ith_sel *s)
 	lockdep_assert_held(&pt.lock);
 	for (i = 0; i < s->n; i++) {
 		struct ith *th = s->th[i];
+		struct task_struct *t = th->task;
+		bool locked = ith_exec_lock(t);
+		/* the check may audit: not under the raw lock */
+		bool ok = locked && ptt_may_watch(t);
 
 		init_task_work(&th->work, ith_work_fn);
 		raw_spin_lock_irqsave(&ith_lock, flags);
-		if (!ith_find(th->task)) {
+		if (ok && !ith_find(t)) {
 			th->state = ITH_PENDING;
 			th->work_queued = true;
 			ith_hash_add(th);
-			if (task_work_add(th->task, &th->work, TWA_RESUME)) {
+			if (task_work_add(t, &th->work, TWA_RESUME)) {
 				th->work_queued = false;	/* exiting */
 				ith_unhash(th);
 			} else {
@@ -1529,30 +1648,42 @@ static u32 ith_commit(struct ith_sel *s)
 			s->th[i] = NULL;
 		}
 		raw_spin_unlock_irqrestore(&ith_lock, flags);
-		if (s->th[i]) {		/* traced already: never hashed */
-			put_task_struct(th->task);
+		if (locked)
+			ith_exec_unlock(t);
+		if (s->th[i]) {		/* not started: never hashed */
+			put_task_struct(t);
 			kfree(th);
 			module_put(THIS_MODULE);
+			s->th[i] = NULL;
 		}
 	}
 	s->n = 0;
 	list_for_each_entry_safe(e, ne, &s->pend, node) {
+		struct task_struct *t = e->task;
 		struct ith_pend *old;
+		bool locked = ith_exec_lock(t);
+		bool ok = locked && ptt_may_watch(t);
 
 		list_del(&e->node);
+		e->task = NULL;
 		raw_spin_lock_irqsave(&ith_lock, flags);
-		old = ith_find_pending(e->tgid);
-		if (old) {
+		if (!ok) {
+			/* not started */
+		} else if ((old = ith_find_pending(e->tgid))) {
 			old->flags = e->flags;
+			n++;
 		} else {
 			__module_get(THIS_MODULE);	/* ioctl: the fd holds one */
 			list_add(&e->node, &ith_pend_list);
 			ith_npend++;
 			e = NULL;
+			n++;
 		}
 		raw_spin_unlock_irqrestore(&ith_lock, flags);
+		if (locked)
+			ith_exec_unlock(t);
+		put_task_struct(t);
 		kfree(e);
-		n++;
 	}
 	return n;
 }

@@ -16,6 +16,8 @@
  *   interrupt exit:      (outermost) the elapsed values go to the CPU's
  *                        bucket and to the area's intr_time; last = now.
  *   sched_process_exit:  the area stops (dead = 1).
+ *   sched_process_exec:  an exec that changes the thread's rights or
+ *                        leaves it not dumpable stops it (dead = 2).
  *
  * "now" is a vector: the TSC and every active perf counter slot, read on
  * the current CPU.  A slot is a per-CPU pinned perf_event counter (type,
@@ -46,6 +48,7 @@
  * (sched_process_fork), so short-lived threads of a watched process are
  * counted from their first instruction.
  */
+#include <linux/binfmts.h>
 #include <linux/cred.h>
 #include <linux/hashtable.h>
 #include <linux/interrupt.h>
@@ -326,30 +329,21 @@ static void ptt_tp_switch(void *data, bool preempt, struct task_struct *prev,
 	ptt_end(e->a);
 }
 
-static void ptt_tp_exit(void *data, struct task_struct *p)
+/* Stop the current thread's area, if it has one, charged up to now. */
+static void ptt_stop_current(u32 why)
 {
 	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
 
-	/*
-	 * PF_EXITING is set (exit_signals) before this hook runs; the
-	 * barrier pairs with the one in ptt_ent_add between counting a new
-	 * area and checking PF_EXITING: either this load sees the area
-	 * counted (and the lookup below, under the lock, finds it), or
-	 * ptt_ent_add sees PF_EXITING and does not keep the area.
-	 */
-	smp_mb();
-	if (!READ_ONCE(ptt_nareas))
-		return;
 	spin_lock_irqsave(&ptt_hash_lock, fl);
-	e = ptt_lookup(p);
+	e = ptt_lookup(current);
 	if (e) {
 		hash_del_rcu(&e->hnode);
 		e->hashed = false;
 		ptt_nareas--;
-		/* p is current: only this CPU can point at its area */
+		/* the thread is current: only this CPU can point at its area */
 		c = this_cpu_ptr(&ptt_cpus);
 		ptt_begin(e->a);
 		if (c->cur == e) {
@@ -357,10 +351,42 @@ static void ptt_tp_exit(void *data, struct task_struct *p)
 			ptt_charge(e, now);
 			c->cur = NULL;
 		}
-		e->a->dead = 1;
+		e->a->dead = why;
 		ptt_end(e->a);
 	}
 	spin_unlock_irqrestore(&ptt_hash_lock, fl);
+}
+
+static void ptt_tp_exit(void *data, struct task_struct *p)
+{
+	/*
+	 * PF_EXITING is set (exit_signals) before this hook runs; the
+	 * barrier pairs with the one in ptt_ent_add between counting a new
+	 * area and checking PF_EXITING: either this load sees the area
+	 * counted (and the lookup in ptt_stop_current, under the lock,
+	 * finds it), or ptt_ent_add sees PF_EXITING and does not keep the
+	 * area.
+	 */
+	smp_mb();
+	if (!READ_ONCE(ptt_nareas))
+		return;
+	ptt_stop_current(PITRACE_PTT_DEAD_STOPPED);	/* p is current */
+}
+
+/*
+ * sched_process_exec (the thread's own context, the new image's
+ * credentials committed): an exec that gave the thread rights its
+ * watcher may lack, or left it not dumpable (pt_exec_secure), stops its
+ * area there (dead = PITRACE_PTT_DEAD_EXEC), as the kernel ends the
+ * thread's own perf events at such an exec.  A thread's mapped area went
+ * with its old memory already (ptt_vm_close).
+ */
+static void ptt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
+			struct linux_binprm *bprm)
+{
+	if (!READ_ONCE(ptt_nareas) || !pt_exec_secure(bprm))
+		return;
+	ptt_stop_current(PITRACE_PTT_DEAD_EXEC);
 }
 
 static void ptt_intr_entry(void)
@@ -473,6 +499,8 @@ struct ptt_tp {
 
 static void ptt_tp_fork(void *data, struct task_struct *parent,
 			struct task_struct *child);
+static void ptt_tp_exec(void *data, struct task_struct *p, pid_t old_pid,
+			struct linux_binprm *bprm);
 
 #define PTT_VEC(n, b) \
 	{ n "_entry", ptt_tp_vec_entry, b }, { n "_exit", ptt_tp_vec_exit, b }
@@ -481,6 +509,7 @@ static struct ptt_tp ptt_tps[] = {
 	{ "sched_switch", ptt_tp_switch, 0 },
 	{ "sched_process_exit", ptt_tp_exit, 0 },
 	{ "sched_process_fork", ptt_tp_fork, 0 },
+	{ "sched_process_exec", ptt_tp_exec, 0 },
 	{ "irq_handler_entry", ptt_tp_irq_entry, PITRACE_PTT_HOOK_IRQ },
 	{ "irq_handler_exit", ptt_tp_irq_exit, PITRACE_PTT_HOOK_IRQ },
 	{ "softirq_entry", ptt_tp_softirq_entry, PITRACE_PTT_HOOK_SOFTIRQ },
@@ -837,7 +866,7 @@ static void ptt_stop_list(struct list_head *list)
 	synchronize_rcu();
 	list_for_each_entry(e, list, stop) {
 		ptt_begin(e->a);
-		WRITE_ONCE(e->a->dead, 1);
+		WRITE_ONCE(e->a->dead, PITRACE_PTT_DEAD_STOPPED);
 		ptt_end(e->a);
 	}
 }
@@ -1304,6 +1333,24 @@ bool ptt_may_watch(struct task_struct *t)
 	return ok;
 }
 
+/*
+ * At sched_process_exec (current, its new credentials committed): did
+ * this exec give the thread rights that whoever watched or traced the old
+ * image may lack, or leave it not dumpable?  bprm->secureexec is the
+ * kernel's AT_SECURE: set-user-ID or set-group-ID, file capabilities
+ * gained, an LSM transition; the mm is not dumpable after any change of
+ * credentials and after an exec of a file the thread may not read.  The
+ * kernel ends the thread's own perf events at the same dumpability test
+ * (begin_new_exec), and keeps a ptrace tracer only by running the new
+ * image without its privileges, which a module cannot do.
+ */
+bool pt_exec_secure(const struct linux_binprm *bprm)
+{
+	struct mm_struct *mm = current->mm;
+
+	return bprm->secureexec || !mm || get_dumpable(mm) != SUID_DUMP_USER;
+}
+
 static long ptt_ioc_watch(void **ctxp, const struct pitrace_ptt_watch *w)
 {
 	struct task_struct *t;
@@ -1319,9 +1366,18 @@ static long ptt_ioc_watch(void **ctxp, const struct pitrace_ptt_watch *w)
 	put_pid(pid);
 	if (!t)
 		return -ESRCH;
+	/*
+	 * The check and the area's start are one step for an exec of t: the
+	 * exec either comes after both (its hook stops the area if it changes
+	 * t's rights) or has its credentials in place before the check, as
+	 * perf_event_open makes sure with the same lock.
+	 */
+	err = down_read_killable(&t->signal->exec_update_lock);
+	if (err)
+		goto out_task;
 	err = -EPERM;
 	if (!ptt_may_watch(t))
-		goto out_task;
+		goto out_exec;
 	mutex_lock(&ptt_lock);
 	ctx = *ctxp;
 	err = -EINVAL;
@@ -1338,6 +1394,8 @@ static long ptt_ioc_watch(void **ctxp, const struct pitrace_ptt_watch *w)
 	kref_put(&e->ref, ptt_ent_release);
 out:
 	mutex_unlock(&ptt_lock);
+out_exec:
+	up_read(&t->signal->exec_update_lock);
 out_task:
 	put_task_struct(t);
 	return err;

@@ -596,12 +596,21 @@ struct pitrace_ptt_area {
 	__u32 dispatches;	/* times the thread was dispatched */
 	__u32 interrupts;	/* outermost interrupts taken while it ran */
 	__u32 nmetrics;
-	__u32 dead;		/* PTT_TERM (or exit/close): reads must fail */
+	__u32 dead;		/* non-zero: stopped, reads must fail (PITRACE_PTT_DEAD_*) */
 	__u64 accum[PITRACE_PTT_MAX_METRICS];	/* totals to the last state change */
 	__u64 last[PITRACE_PTT_MAX_METRICS];	/* counters at the last state change */
 	__u64 intr_time[PITRACE_PTT_MAX_METRICS]; /* metric spent in interrupts (excluded) */
 	__u64 live[PITRACE_PTT_MAX_METRICS];	/* ~0: TSC, add rdtsc() - last; 0: perf */
 };
+
+/*
+ * Why an area stopped (its dead field): PTT_TERM, close, munmap or the
+ * thread's exit; or an exec of the thread that gave it rights its watcher
+ * may lack, or left it not dumpable (as PITRACE_ITRACE_END_EXEC): the
+ * counts end at that exec.
+ */
+#define PITRACE_PTT_DEAD_STOPPED	1
+#define PITRACE_PTT_DEAD_EXEC		2
 
 /* Interrupt tracepoint pairs PTT hooks (pitrace_ptt_status.hooks bits). */
 #define PITRACE_PTT_HOOK_IRQ		(1u << 0)	/* irq_handler_entry/exit */
@@ -744,6 +753,16 @@ struct pitrace_itrace_off {
 #define PITRACE_ITRACE_SIG_HANDLER	1	/* ITRACE_SIGNAL flags */
 #define PITRACE_ITRACE_END_EXIT	1
 #define PITRACE_ITRACE_END_OFF	2
+/*
+ * An exec that gives the thread rights its tracer may lack (set-user-ID,
+ * set-group-ID, file capabilities, an LSM transition: AT_SECURE), or
+ * leaves it not dumpable: ITrace of the thread ends before the new image
+ * runs (count: the old image's last block, ending at the exec's syscall).
+ * A thread waiting to start (AT_EXEC, or not yet on its way back to user
+ * space) that makes such an exec gets this record with count 0 and no
+ * ITRACE_START.
+ */
+#define PITRACE_ITRACE_END_EXEC	3
 
 struct pitrace_rec_itrace_block {	/* ITRACE_U minors 0..6: a taken branch */
 	__u64 to;

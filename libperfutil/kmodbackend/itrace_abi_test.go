@@ -46,6 +46,7 @@ func TestITraceABIMatchesHeader(t *testing.T) {
 		"PITRACE_ITRACE_SIGNAL": uint64(trace.ITraceSignal), "PITRACE_ITRACE_START_EXEC": uint64(trace.ITraceStartExec),
 		"PITRACE_ITRACE_SIG_HANDLER": uint64(trace.ITraceSignalHandler),
 		"PITRACE_ITRACE_END_EXIT":    uint64(trace.ITraceEndExit), "PITRACE_ITRACE_END_OFF": uint64(trace.ITraceEndOff),
+		"PITRACE_ITRACE_END_EXEC":  uint64(trace.ITraceEndExec),
 		"PITRACE_ITRACE_INTERRUPT": uint64(trace.ITraceInterrupt), "PITRACE_ITRACE_FAULT": uint64(trace.ITraceFault),
 	} {
 		if got, ok := v[c]; !ok || got != w {

@@ -14,6 +14,13 @@ echo "vmtest: /dev/pitrace mode $perm"
 
 # the module under hostile or unusual use (scripts/vmtest/harden.c)
 hardening() {
+	step "hardening: a user's process ITraced and PTT-watched execs a set-user-ID root program: both end at the exec"
+	run harden itracesuid 2000
+	pids=$(sed -n 's/^harden: itracesuid: pids setuid \([0-9]*\) atexec \([0-9]*\) plain \([0-9]*\) loop.*/setuid=\1 atexec=\2 plain=\3/p' /tmp/out)
+	[ -n "$pids" ] || fail "harden itracesuid printed no pids"
+	run swtrace get /tmp/suid.nrm2
+	run pitest itrace-exec /tmp/suid.nrm2 2000 $pids
+	run swtrace free
 	step "hardening: a caller stalled on a userfaultfd page does not hold others"
 	run harden uffd
 	step "hardening: unknown ioctls answer ENOTTY at once while pt.lock is held"
@@ -115,17 +122,16 @@ run swtrace off
 run swtrace get /tmp/swtrace.nrm2
 run swtrace info
 run pitest check-tprof /tmp/swtrace.nrm2 /bin/cpuburn
-if [ -x /bin/post ]; then
-	step "post -tprof"
-	(cd /tmp && post -r /tmp/swtrace.nrm2 -tprof >/tmp/post.log 2>&1) || { cat /tmp/post.log; fail "post"; }
-	[ -s /tmp/tprof.out ] || fail "post wrote no tprof.out"
-	head -40 /tmp/tprof.out | sed 's/^/  /'
-	# Module_Symbol: the top module is the example, its first symbol row the hottest function
-	first=$(awk '/^\)\) Module_Symbol/ {on=1} on && $1 == "SYM" {print; exit}' /tmp/tprof.out)
-	echo "vmtest: first symbol row of Module_Symbol: $first"
-	awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^/  /'
-	echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
-fi
+[ -x /bin/post ] || fail "no /bin/post in the guest (run.sh builds it into the initramfs)"
+step "post -tprof"
+(cd /tmp && post -r /tmp/swtrace.nrm2 -tprof >/tmp/post.log 2>&1) || { cat /tmp/post.log; fail "post"; }
+[ -s /tmp/tprof.out ] || fail "post wrote no tprof.out"
+head -40 /tmp/tprof.out | sed 's/^/  /'
+# Module_Symbol: the top module is the example, its first symbol row the hottest function
+first=$(awk '/^\)\) Module_Symbol/ {on=1} on && $1 == "SYM" {print; exit}' /tmp/tprof.out)
+echo "vmtest: first symbol row of Module_Symbol: $first"
+awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^/  /'
+echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
 
 call_stacks
 sh /jit-test.sh || fail "jit"

@@ -18,6 +18,9 @@
  *   harden itraceuffd ITRACE_ON / _OFF with the pid array on a userfaultfd
  *                     page: other openers not held; a failed ON undone
  *   harden itracemany pids_from over 5,000 processes: all selected
+ *   harden itracesuid a user's process ITraced and PTT-watched execs a
+ *                     set-user-ID root copy of this program: ITrace and the
+ *                     area end at the exec; a plain exec goes on traced
  *   harden stackdepth random call-stack depth limits (0, 1, 127, 128, huge,
  *                     a non-zero reserved word) through ENABLE, and tracing
  *                     with stacks at each legal one: random buffer sizes (1K
@@ -40,6 +43,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1062,6 +1066,20 @@ static void busy_ms(double ms)
 		;
 }
 
+/* busy for ms of the calling thread's own CPU time (not the wall clock's) */
+static void busy_cpu_ms(double ms)
+{
+	struct timespec ts;
+	double t0, t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	t0 = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	do {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+		t = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	} while (t - t0 < ms);
+}
+
 static uint64_t cpu_records(int fd, int cpu)
 {
 	struct pitrace_cpu_status c = { .cpu = (uint32_t)cpu };
@@ -1112,7 +1130,8 @@ static void *ptt_on_cpu1(void *p)
 			pin(1);		/* phase 1: CPU 1 is offline */
 		usleep(100);		/* a dispatch: the perf value is current */
 		v0 = area_read(a, 1);
-		busy_ms(150);
+		/* its CPU time: CPU 0 is shared with main's yields in phase 1 */
+		busy_cpu_ms(150);
 		usleep(100);
 		c->clk[ph] = area_read(a, 1) - v0;
 		c->cpu[ph] = a->cpu;
@@ -1168,12 +1187,12 @@ static int t_hotplug(void)
 	      (unsigned long long)r1c, (unsigned long long)r1d);
 	d1 = (double)pc.clk[1] / 1e6;
 	d2 = (double)pc.clk[2] / 1e6;
-	printf("harden: hotplug: PTT cpu-clock of a 150 ms busy loop: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back\n",
+	printf("harden: hotplug: PTT cpu-clock of 150 ms of busy CPU time: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back\n",
 	       (double)pc.clk[0] / 1e6, pc.cpu[0], d1, pc.cpu[1], d2, pc.cpu[2]);
 	CHECK(pc.cpu[0] == 1 && pc.cpu[1] == 0 && pc.cpu[2] == 1, "the thread ran on CPUs %u %u %u, want 1 0 1",
 	      pc.cpu[0], pc.cpu[1], pc.cpu[2]);
-	CHECK(d2 > 20 && d2 < 1000, "cpu-clock on the re-onlined CPU 1: %.1f ms for 150 ms busy", d2);
-	CHECK(d1 > 20 && d1 < 1000, "cpu-clock on CPU 0 while CPU 1 was offline: %.1f ms", d1);
+	CHECK(d2 > 20 && d2 < 1000, "cpu-clock on the re-onlined CPU 1: %.1f ms for 150 ms of CPU time", d2);
+	CHECK(d1 > 20 && d1 < 1000, "cpu-clock on CPU 0 while CPU 1 was offline: %.1f ms for 150 ms of CPU time", d1);
 	ioctl(fd, PITRACE_IOC_SAVED);
 	ioctl(fd, PITRACE_IOC_FREE);
 	close(pc.fd);
@@ -1653,6 +1672,198 @@ static int t_itracestats(void)
 	return 0;
 }
 
+/* ---- itracesuid: an exec that gains rights ends ITrace and PTT there ----- */
+
+/*
+ * The image a child execs (harden suidimage WFD RFD N): it reports
+ * whether its trap flag is set (it is single-stepped), its euid and uid,
+ * after a loop of N taken branches, then waits for the parent's byte.
+ */
+static int suid_image(int wfd, int rfd, int n)
+{
+	volatile unsigned long v = 0;
+	unsigned long fl;
+	char msg[64], c;
+	int i, len;
+
+	__asm__ volatile("pushfq; popq %0" : "=r"(fl));
+	for (i = 0; i < n; i++)
+		v += i;
+	len = snprintf(msg, sizeof(msg), "%d %d %d", (fl & 0x100) != 0,
+		       (int)geteuid(), (int)getuid());
+	if (write(wfd, msg, len) != len)
+		return 1;
+	return read(rfd, &c, 1) < 0;
+}
+
+/* Copy this program to path with mode (set-user-ID root or plain). */
+static void copy_self(const char *path, mode_t mode)
+{
+	int in = open("/proc/self/exe", O_RDONLY | O_CLOEXEC), out;
+	char buf[65536];
+	ssize_t k;
+
+	unlink(path);
+	out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+	if (in < 0 || out < 0)
+		DIE("copy to %s", path);
+	while ((k = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, k) != k)
+			DIE("write %s", path);
+	if (k < 0 || fchown(out, 0, 0) || fchmod(out, mode))
+		DIE("copy to %s", path);
+	close(in);
+	close(out);
+}
+
+struct suid_run {
+	const char *what;
+	pid_t pid;
+	int tf, euid, uid;		/* the exec'd image's report */
+	uint32_t dead;			/* its PTT area's dead (-1: no area) */
+	uint32_t threads;		/* ITRACE_OFF of it afterwards */
+	uint64_t records;
+};
+
+/*
+ * A child as uid 65534 (dumpable, as a user's process is) waits; ITrace
+ * (at_exec: waiting for its exec) and a PTT_WATCH of it start; then it
+ * execs path.  The image's report, its area and what ITRACE_OFF finds
+ * of it go to r.
+ */
+static void suid_run(int fd, int pfd, const char *path, int at_exec, int n,
+		     struct suid_run *r)
+{
+	int go[2], rep[2], hold[2], st;
+	struct pitrace_ptt_watch w;
+	struct pitrace_itrace_on on;
+	struct pitrace_itrace_off off;
+	struct pitrace_ptt_thread *th;
+	char buf[64] = "", c = 'g';
+	uint32_t i, na;
+	int32_t pid;
+
+	if (pipe(go) || pipe(rep) || pipe(hold))
+		DIE("pipe");
+	r->pid = fork();
+	if (r->pid < 0)
+		DIE("fork");
+	if (r->pid == 0) {
+		char a1[16], a2[16], a3[16];
+
+		close(go[1]);
+		close(rep[0]);
+		close(hold[1]);
+		drop_to(65534);
+		prctl(PR_SET_DUMPABLE, 1);
+		snprintf(a1, sizeof(a1), "%d", rep[1]);
+		snprintf(a2, sizeof(a2), "%d", hold[0]);
+		snprintf(a3, sizeof(a3), "%d", n);
+		if (read(go[0], &c, 1) != 1)
+			_exit(1);
+		execl(path, "harden", "suidimage", a1, a2, a3, (char *)NULL);
+		_exit(127);
+	}
+	close(go[0]);
+	close(rep[1]);
+	close(hold[0]);
+	pid = r->pid;
+	memset(&w, 0, sizeof(w));
+	w.tid = pid;
+	if (ioctl(pfd, PITRACE_IOC_PTT_WATCH, &w))
+		DIE("PTT_WATCH of the uid 65534 child");
+	memset(&on, 0, sizeof(on));
+	on.npids = 1;
+	on.pids = (uint64_t)(uintptr_t)&pid;
+	on.flags = at_exec ? PITRACE_ITRACE_AT_EXEC : 0;
+	if (ioctl(fd, PITRACE_IOC_ITRACE_ON, &on) || on.threads != 1)
+		DIE("ITRACE_ON of the uid 65534 child (%u threads)", on.threads);
+	if (write(go[1], &c, 1) != 1)
+		DIE("go");
+	if (read(rep[0], buf, sizeof(buf) - 1) <= 0 ||
+	    sscanf(buf, "%d %d %d", &r->tf, &r->euid, &r->uid) != 3)
+		DIE("no report from %s", path);
+	r->dead = (uint32_t)-1;
+	th = ptt_read_all(pfd, 64, &na);
+	for (i = 0; i < na; i++)
+		if (th[i].tid == pid)
+			r->dead = th[i].a.dead;
+	free(th);
+	memset(&off, 0, sizeof(off));
+	off.npids = 1;
+	off.pids = (uint64_t)(uintptr_t)&pid;
+	if (ioctl(fd, PITRACE_IOC_ITRACE_OFF, &off))
+		DIE("ITRACE_OFF");
+	r->threads = off.threads;
+	r->records = off.records;
+	if (write(hold[1], &c, 1) != 1)
+		DIE("release");
+	waitpid(r->pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: the exec'd image ended with status 0x%x", r->what, st);
+	close(go[1]);
+	close(rep[0]);
+	close(hold[1]);
+	printf("harden: itracesuid: %s: pid %d: image tf %d euid %d uid %d; PTT area dead %d; ITRACE_OFF then: %u threads, %llu records\n",
+	       r->what, (int)r->pid, r->tf, r->euid, r->uid, (int)r->dead, r->threads,
+	       (unsigned long long)r->records);
+}
+
+/*
+ * ITrace and PTT of a user's process across its exec of a set-user-ID
+ * root copy of this program: the image runs as root (euid 0, the test's
+ * premise) and is not single-stepped (TF clear), its ITrace gone
+ * (ITRACE_OFF finds no thread) and its PTT area stopped (dead 2); the same
+ * with ITrace waiting for the exec (AT_EXEC).  A plain copy (no rights
+ * gained) goes on traced: TF set in the new image, ITRACE_OFF finds it
+ * with its records, its area counting.  The trace is left in the buffers
+ * (tracing off): the guest script checks its records with pitest
+ * itrace-exec (ITRACE_END reason 3, nothing after it).
+ */
+static int t_itracesuid(int n)
+{
+	struct pitrace_init_arg ia = { 8 << 20, 1 << 20, PITRACE_MODE_NORMAL, 0 };
+	static const char dir[] = "/tmp/suidtest";
+	struct suid_run s = { "setuid" }, a = { "setuid at-exec" }, p = { "plain" };
+	int fd = dev(), pfd = dev();
+
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		DIE("mkdir %s", dir);
+	if (chmod(dir, 0755))
+		DIE("chmod %s", dir);
+	copy_self("/tmp/suidtest/suid", 04755);
+	copy_self("/tmp/suidtest/plain", 0755);
+	ioctl(fd, PITRACE_IOC_FREE);
+	if (ioctl(fd, PITRACE_IOC_INIT, &ia) || ioctl(fd, PITRACE_IOC_ON))
+		DIE("init/on");
+	if (ptt_init_tsc(pfd, 0))
+		DIE("PTT_INIT");
+	suid_run(fd, pfd, "/tmp/suidtest/suid", 0, n, &s);
+	suid_run(fd, pfd, "/tmp/suidtest/suid", 1, n, &a);
+	suid_run(fd, pfd, "/tmp/suidtest/plain", 0, n, &p);
+	if (ioctl(fd, PITRACE_IOC_OFF))
+		DIE("tracing off");
+	CHECK(s.euid == 0 && s.uid == 65534 && a.euid == 0,
+	      "the set-user-ID copy ran with euid %d / %d, uid %d: want 0 / 0, 65534 (no premise)", s.euid, a.euid, s.uid);
+	CHECK(p.euid == 65534, "the plain copy ran with euid %d, want 65534", p.euid);
+	CHECK(!s.tf, "the set-user-ID image runs single-stepped (TF set) after an ITrace of the user's process");
+	CHECK(!a.tf, "the set-user-ID image runs single-stepped (TF set): ITrace at its exec started");
+	CHECK(s.threads == 0 && a.threads == 0, "ITRACE_OFF after the set-user-ID exec still found %u / %u threads traced (%llu / %llu records)",
+	      s.threads, a.threads, (unsigned long long)s.records, (unsigned long long)a.records);
+	CHECK(s.dead == PITRACE_PTT_DEAD_EXEC && a.dead == PITRACE_PTT_DEAD_EXEC,
+	      "the watched area after the set-user-ID exec: dead %d / %d, want %d (stopped at the exec)", (int)s.dead, (int)a.dead, PITRACE_PTT_DEAD_EXEC);
+	CHECK(p.tf, "the plain exec's image is not single-stepped: ITrace should go on across it");
+	CHECK(p.threads == 1 && p.records >= (uint64_t)n, "ITRACE_OFF after the plain exec: %u threads, %llu records (want 1, >= %d)",
+	      p.threads, (unsigned long long)p.records, n);
+	CHECK(p.dead == 0, "the watched area after the plain exec: dead %d, want 0 (counting)", (int)p.dead);
+	printf("harden: itracesuid: pids setuid %d atexec %d plain %d loop %d\n", (int)s.pid, (int)a.pid, (int)p.pid, n);
+	unlink("/tmp/suidtest/suid");
+	unlink("/tmp/suidtest/plain");
+	rmdir(dir);
+	close(pfd);
+	close(fd);
+	return 0;
+}
+
 /* ---- stackdepth: ENABLE's stack_depth and the stack walk ------------------ */
 
 /* real frames: a frame-pointer recursion, then a busy loop at the bottom */
@@ -1804,6 +2015,10 @@ int main(int argc, char **argv)
 		t_itracemany(n ? n : 5000);
 	else if (!strcmp(what, "itracestats"))
 		t_itracestats();
+	else if (!strcmp(what, "itracesuid"))
+		t_itracesuid(n ? n : 2000);
+	else if (!strcmp(what, "suidimage") && argc == 5)
+		return suid_image(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
 	else if (!strcmp(what, "stackdepth"))
 		t_stackdepth(n ? n : 200);
 	else if (!strcmp(what, "jit"))
@@ -1811,7 +2026,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(what, "method"))
 		t_method(n ? n : 20000);
 	else {
-		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|itraceuffd|itracemany [N]|itracestats|jit|method [N]\n");
+		fprintf(stderr, "usage: harden uffd|enotty|sized|strtail|watchexit [N]|teardown [N]|perm|hotplug|inherit|stackdepth [N]|itraceexit [N]|itraceuffd|itracemany [N]|itracestats|itracesuid [N]|jit|method [N]\n");
 		return 2;
 	}
 	if (fails) {

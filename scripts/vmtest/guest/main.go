@@ -92,6 +92,8 @@ func main() {
 		err = itraceCount(os.Args[2])
 	case "itrace-go":
 		err = itraceGo()
+	case "itrace-exec":
+		err = itraceExec(os.Args[2:])
 	case "itrace-cmp":
 		if len(os.Args) < 4 {
 			usage()
@@ -109,6 +111,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | stacks | pttgo | pttmod [PTT] | msr")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | stacks | pttgo | pttmod [PTT] | msr | itrace-count FILE | itrace-go | itrace-cmp WANT GOT [FUNC...] | itrace-exec FILE N setuid=PID atexec=PID plain=PID")
 	os.Exit(2)
 }

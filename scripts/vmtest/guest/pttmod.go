@@ -110,8 +110,8 @@ func (c *checker) library() {
 	var pct float64
 	x := uint64(1)
 	for try := 0; try < 3; try++ {
+		r0 := rdtsc() // the raw window holds the virtualized one (pttgo)
 		v0, pf0, _ := th.Read2()
-		r0 := rdtsc()
 		for i := 0; i < 20_000_000; i++ {
 			x = x*6364136223846793005 + uint64(i)
 		}
