@@ -27,6 +27,9 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		}
 		pid := uint64(p.PID)
 		var rep daemonproto.JProfReply
+		if len(a.Stream) > 0 {
+			return jprofStream(s, pid, a.CPU, a.Stream)
+		}
 		for i, r := range a.Records {
 			var fields []uint64
 			str := ""
@@ -55,4 +58,74 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		}
 		return rep, nil
 	})
+}
+
+// jprofStream writes the records of an agent's binary stream
+// (daemonproto.JProfArgs.Stream) into cpu's trace buffer.
+func jprofStream(s *server.Server, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
+	var rep daemonproto.JProfReply
+	var firstErr error
+	err := readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
+		ok, err := s.Fac.JProf(cpu, t, major, minor, fields, str)
+		if err != nil && firstErr == nil {
+			// the rest go on to the facility, which counts them as lost
+			// when a full buffer stopped tracing
+			firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
+		}
+		if ok {
+			rep.Written++
+		}
+	})
+	if err != nil {
+		return rep, err
+	}
+	return rep, firstErr
+}
+
+// readJProfStream calls write for each record of stream, in order, with its
+// full time: each must be a JProf record (JIT_LOAD, JIT_UNLOAD, JIT_METHOD,
+// a 0x30 / 0x50 method event of 4 words) in its code's layout; its pid
+// field is replaced by pid, names are cut at 1024 bytes. The first record
+// that is none of these ends the stream with an error (the records before
+// it were written).
+func readJProfStream(stream []byte, pid uint64, write func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)) error {
+	var rec trace.Record
+	r := trace.NewReader(stream, 0, 0, false, 0)
+	fields := make([]uint64, 0, 4)
+	for i := 0; ; i++ {
+		ok, err := r.NextInto(&rec)
+		if err != nil {
+			return fmt.Errorf("%s stream: %w", daemonproto.OpJProf, err)
+		}
+		if !ok {
+			return nil
+		}
+		if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+			continue
+		}
+		fields = append(fields[:0], rec.Fixed...)
+		str := ""
+		want := trace.LayoutString
+		switch {
+		case rec.Major == trace.MajorJITLoad && (rec.Minor == trace.JITLoad || rec.Minor == trace.JITMethod):
+			str = rec.Str
+		case rec.Major == trace.MajorJITLoad && rec.Minor == trace.JITUnload:
+			want = trace.LayoutFixed
+		case rec.Major == trace.MajorInterp || rec.Major == trace.MajorJitted:
+			want = trace.LayoutWords
+			if len(fields) != 4 {
+				return fmt.Errorf("%s stream record %d: a method event has 4 words (pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, len(fields))
+			}
+		default:
+			return fmt.Errorf("%s stream record %d: major 0x%x minor 0x%x is not a JProf record", daemonproto.OpJProf, i, rec.Major, rec.Minor)
+		}
+		if rec.Layout != want || len(fields) == 0 {
+			return fmt.Errorf("%s stream record %d: major 0x%x minor 0x%x in layout %d, not %d", daemonproto.OpJProf, i, rec.Major, rec.Minor, rec.Layout, want)
+		}
+		fields[0] = pid
+		if len(str) > 1024 {
+			str = str[:1024]
+		}
+		write(i, rec.Time, rec.Major, rec.Minor, fields, str)
+	}
 }

@@ -217,9 +217,12 @@ static void report(void)
 		return;
 	jt_flush();
 	jt_stats(&sent, &failed, &err, &send_ns);
-	if (verbose || (failed && !sent))
+	if (verbose || failed)
 		fprintf(stderr, "jprof: %lu compiled-method loads, %lu unloads, %lu stubs; %lu records written to the trace, %lu not%s%s; sending took %.1f ms\n",
 			loads, unloads, stubs, sent, failed, failed ? ": " : "", failed ? err : "", send_ns / 1e6);
+	if (failed && strstr(err, "not on"))
+		fprintf(stderr, "jprof: %lu records lost: tracing was not on (a buffer that fills stops it in normal mode: "
+			"give more with swtrace init -t SIZE, or use swtrace mode cont)\n", failed);
 }
 
 static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
