@@ -225,6 +225,15 @@ void jt_flush(void)
 	pthread_mutex_unlock(&jt_send_lock);
 }
 
+void jt_resume(void)
+{
+	pthread_mutex_lock(&jt_send_lock);
+	__atomic_store_n(&jt_down, 0, __ATOMIC_RELAXED);
+	jt_pause_until = 0;
+	jt_err[0] = 0;
+	pthread_mutex_unlock(&jt_send_lock);
+}
+
 void *jt_flusher(void *stop)
 {
 	while (!*(volatile int *)stop) {
