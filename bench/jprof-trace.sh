@@ -42,7 +42,8 @@ trap stop EXIT
 JH=$(dirname "$(dirname "$(readlink -f "$(command -v javac)")")")
 CFLAGS="-O2 -fPIC -I$JH/include -I$JH/include/linux"
 cc $CFLAGS -shared -o "$tmp/nullagent.so" bench/nullagent.c
-AGENT=$PWD/bin/libjprof.so
+cp bin/libjprof.so "$tmp/libjprof.so"	# a copy: a rebuild meanwhile does not touch the runs
+AGENT=$tmp/libjprof.so
 if [ -n "$VS" ]; then
 	mkdir -p "$tmp/old"
 	git archive "$VS" tools/jprof/agent libperfutil/c kmod/uapi | tar -x -C "$tmp/old"

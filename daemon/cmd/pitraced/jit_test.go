@@ -107,3 +107,20 @@ func TestReadJProfStream(t *testing.T) {
 		}
 	}
 }
+
+// The daemon's reading of an agent's chunk, per record (method events).
+func BenchmarkReadJProfStream(b *testing.B) {
+	t := &testing.T{}
+	var recs []jrec
+	for i := 0; i < 2300; i++ {
+		recs = append(recs, jrec{uint64(1e12 + i), trace.MajorInterp, 0x10, []uint64{1, 2, uint64(i), 0}, ""})
+	}
+	s := enc(t, recs...)
+	b.SetBytes(int64(len(s)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := 0
+		_ = readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
