@@ -3,7 +3,7 @@
  *
  *   java -agentpath:bin/libjprof.so=tprof[,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
- *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,sig][,verbose] ...
+ *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
  *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
@@ -240,7 +240,7 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 static int usage(const char *opts)
 {
 	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,sig][,verbose] or\n"
-		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,sig][,verbose]\n"
+		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose]\n"
 		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
 		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop\n",
@@ -341,6 +341,7 @@ static jint start(JavaVM *vm, char *options, int live)
 		snprintf(hk, sizeof(hk), "dir=%s,start=%s%s%s", dir, start, metric ? ",metric=" : "", metric ? metric : "");
 		if (calltree_start(jvmti, hk, &cb) != 0)
 			return JNI_ERR;
+		calltree_report_dir(dir);
 	}
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
 	if (calltree)
