@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"perfinsp/daemon/server"
 	"perfinsp/libperfutil/daemonproto"
@@ -18,6 +21,12 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 	s.Handle(daemonproto.OpJProf, func(p server.Peer, args json.RawMessage) (any, error) {
 		if s.Fac == nil {
 			return nil, fmt.Errorf("%s: this agent holds no trace facility", daemonproto.OpJProf)
+		}
+		if cpu, stream, ok, err := streamArgs(args); ok {
+			if err != nil {
+				return nil, fmt.Errorf("bad %s arguments: %w", daemonproto.OpJProf, err)
+			}
+			return jprofStream(s, uint64(p.PID), cpu, stream)
 		}
 		var a daemonproto.JProfArgs
 		if err := json.Unmarshal(args, &a); err != nil {
@@ -154,4 +163,36 @@ func nextEvent(r *trace.Reader) ([]byte, uint64, bool) {
 		}
 	}
 	return nil, 0, false
+}
+
+// streamArgs reads the arguments of an agent's stream request in the exact
+// form the agent writes, {"cpu":N,"stream":"BASE64"}, without a second JSON
+// pass over the base64 (the server has checked the line is valid JSON): a
+// chunk is some 87 KB of it. ok is false for any other form (the general
+// decoding takes it); err is a bad base64 or CPU.
+func streamArgs(args []byte) (cpu int, stream []byte, ok bool, err error) {
+	const head, mid = `{"cpu":`, `,"stream":"`
+	a := bytes.TrimSpace(args)
+	if !bytes.HasPrefix(a, []byte(head)) || !bytes.HasSuffix(a, []byte(`"}`)) {
+		return 0, nil, false, nil
+	}
+	a = a[len(head) : len(a)-2]
+	i := bytes.Index(a, []byte(mid))
+	if i < 1 || i > 10 {
+		return 0, nil, false, nil
+	}
+	b64 := a[i+len(mid):]
+	if bytes.ContainsAny(b64, `"\`) {
+		return 0, nil, false, nil
+	}
+	cpu, err = strconv.Atoi(string(a[:i]))
+	if err != nil {
+		return 0, nil, true, fmt.Errorf("cpu %q: %w", a[:i], err)
+	}
+	stream = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+	n, err := base64.StdEncoding.Decode(stream, b64)
+	if err != nil {
+		return 0, nil, true, fmt.Errorf("stream: %w", err)
+	}
+	return cpu, stream[:n], true, nil
 }

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"perfinsp/libperfutil/daemonproto"
 	"perfinsp/libperfutil/trace"
 )
 
@@ -123,4 +127,31 @@ func BenchmarkReadJProfStream(b *testing.B) {
 		_ = readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
+
+// The agent's request form is read without the general JSON decoding, to
+// the same arguments; any other form goes to the general decoding; a bad
+// CPU or base64 is an error.
+func TestStreamArgs(t *testing.T) {
+	raw := enc(t, jrec{1 << 33, trace.MajorInterp, 0x10, []uint64{1, 2, 3, 4}, ""})
+	args, _ := json.Marshal(daemonproto.JProfArgs{CPU: 1, Stream: raw})
+	agent := `{"cpu":1,"stream":"` + base64.StdEncoding.EncodeToString(raw) + `"}`
+	var want daemonproto.JProfArgs
+	if err := json.Unmarshal([]byte(agent), &want); err != nil || want.CPU != 1 || !bytes.Equal(want.Stream, raw) {
+		t.Fatalf("the agent's form does not decode as JSON: %v", err)
+	}
+	cpu, stream, ok, err := streamArgs([]byte(agent))
+	if !ok || err != nil || cpu != 1 || !bytes.Equal(stream, raw) {
+		t.Fatalf("the agent's form: cpu %d ok %v err %v, %d bytes, want cpu 1 and the %d bytes", cpu, ok, err, len(stream), len(raw))
+	}
+	for _, other := range []string{string(args), `{"records":[]}`, `{"stream":"AAAA","cpu":1}`, `{"cpu":1,"stream":"AA\u0041A"}`, `{"cpu":1,"stream":"AAAA","x":"y"}`, `{"cpu":1}`} {
+		if _, _, ok, _ := streamArgs([]byte(other)); ok && other != string(args) {
+			t.Errorf("%s: taken by the fast path", other)
+		}
+	}
+	for _, bad := range []string{`{"cpu":x,"stream":"AAAA"}`, `{"cpu":1,"stream":"A*AA"}`, `{"cpu":99999999999999999999,"stream":"AAAA"}`} {
+		if _, _, ok, err := streamArgs([]byte(bad)); ok && err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
 }
