@@ -20,6 +20,11 @@ func (f *Facility) JProf(cpu int, t uint64, major uint16, minor uint32, fields [
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state != control.StateOn {
+		if f.full && cpu >= 0 && cpu < len(f.trace) {
+			// tracing stopped when a buffer filled: the record is lost,
+			// and counted as lost like the ticks that did not fit
+			f.trace[cpu].AddLost(1)
+		}
 		return false, errors.New("tracing is not on")
 	}
 	layout := trace.LayoutWords

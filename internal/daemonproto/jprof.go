@@ -8,9 +8,18 @@ const OpJProf = "jprof"
 // JProfMaxRecords bounds one request.
 const JProfMaxRecords = 256
 
-// JProfArgs is a batch of records, in the order written.
+// JProfArgs is a batch of records, in the order written: Records, or
+// Stream, the agent's binary form (the agent writes no text per record).
 type JProfArgs struct {
-	Records []JProfRecord `json:"records"`
+	Records []JProfRecord `json:"records,omitempty"`
+	// Stream holds records in the trace's own binary layouts
+	// (libperfutil/trace: JIT_LOAD, JIT_UNLOAD, JIT_METHOD, 0x30 / 0x50
+	// entry/exit), a TIME_HIGH record before the first and wherever the
+	// time's high half changes, as trace.Reader reads a segment. The pid
+	// field of each is replaced by the caller's. At most MaxRequest bytes.
+	Stream []byte `json:"stream,omitempty"`
+	// CPU is the CPU whose buffer takes Stream's records.
+	CPU int `json:"cpu,omitempty"`
 }
 
 // JProfRecord is one record: Major trace.MajorJITLoad with Minor JITLoad

@@ -56,6 +56,7 @@ int pu_agent_call(int fd, const char *req, char *err, size_t errlen)
 	char buf[4096];
 	size_t n = 0, len = strlen(req);
 	const char *e;
+	char *q;
 
 	while (n < len) {
 		ssize_t w = write(fd, req + n, len - n);
@@ -83,5 +84,7 @@ int pu_agent_call(int fd, const char *req, char *err, size_t errlen)
 		return 0;
 	e = strstr(buf, "\"error\":\"");
 	snprintf(err, errlen, "pitraced: %.200s", e ? e + 9 : "no answer");
+	if (e && errlen > 10 && (q = strchr(err + 10, '"')) != NULL)
+		*q = 0;		/* the message ends at its closing quote */
 	return -1;
 }

@@ -59,6 +59,12 @@ func report(t *testing.T, root, dir string, args ...string) (map[string][]logRow
 	if out, err := rep.CombinedOutput(); err != nil {
 		t.Fatalf("hookit report: %v\n%s", err, out)
 	}
+	return readLogRT(t, dir)
+}
+
+// readLogRT returns the rows of dir/log-rt per thread, and its text.
+func readLogRT(t *testing.T, dir string) (map[string][]logRow, string) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "log-rt"))
 	if err != nil {
 		t.Fatal(err)
@@ -323,5 +329,48 @@ func TestCalltreeSharedDirectoryRefused(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(victim); string(b) != "precious" {
 		t.Fatalf("the victim was written: %q", b)
+	}
+}
+
+// PI's reports are written when the JVM ends, without another command:
+// log-rt (JProfDemo's exact call counts), log-gen, the pprof and folded
+// forms, in dir=; the program's stdout is its own. report=off leaves the
+// raw thread files only.
+func TestCalltreeReportsAtExit(t *testing.T) {
+	root := agentOnly(t)
+	dir := t.TempDir()
+	c := java(root, dir, "calltree,dir="+dir, "JProfDemo")
+	var stdout, stderr strings.Builder
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		t.Fatalf("JProfDemo: %v\n%s", err, stderr.String())
+	}
+	if strings.Contains(stdout.String(), "hookit") {
+		t.Errorf("the report's messages went to the program's stdout:\n%s", stdout.String())
+	}
+	for _, f := range []string{"log-rt", "log-gen", "callflow.pb.gz", "callflow.folded"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("no %s when the JVM ended: %v\n%s", f, err, stderr.String())
+		}
+	}
+	threads, text := readLogRT(t, dir)
+	calls := map[string]int64{}
+	for _, rows := range threads {
+		for _, r := range rows {
+			calls[r.name] += r.calls
+		}
+	}
+	if calls["JProfDemo.fib"] != 465 || calls["JProfDemo.empty"] != 1000 || calls["JProfDemo.work"] != 5 {
+		t.Errorf("log-rt written at the end: fib %d, empty %d, work %d calls; want 465, 1000, 5\n%.3000s",
+			calls["JProfDemo.fib"], calls["JProfDemo.empty"], calls["JProfDemo.work"], text)
+	}
+
+	off := t.TempDir()
+	c = java(root, off, "calltree,report=off,dir="+off, "JProfDemo")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("JProfDemo, report=off: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(off, "log-rt")); err == nil {
+		t.Error("report=off wrote log-rt")
 	}
 }

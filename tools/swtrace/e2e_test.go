@@ -155,9 +155,9 @@ func TestModes(t *testing.T) {
 		if !strings.Contains(info, "state: off") || !strings.Contains(info, "filled") {
 			t.Fatalf("after filling a 16K buffer the facility should have stopped:\n%s", info)
 		}
-		_, code := e.SwCode("off")
-		if code == 0 {
-			t.Fatal("off after an automatic stop should say tracing is not on")
+		// off after the automatic stop succeeds and says what happened
+		if out, code := e.SwCode("off"); code != 0 || !strings.Contains(out, "a buffer filled") || !strings.Contains(out, "lost") {
+			t.Fatalf("off after an automatic stop: exit %d, want 0 and the buffer named as full with the lost records:\n%s", code, out)
 		}
 		e.Sw("get", "normal.nrm2")
 		s := load(t, filepath.Join(e.Dir, "normal.nrm2"))

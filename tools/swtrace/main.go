@@ -481,6 +481,17 @@ func cmdSimple(op string) cli.ActionFunc {
 		switch op {
 		case "off":
 			err = f.Off()
+			if err != nil {
+				// Tracing stopped by itself when a buffer filled (normal
+				// mode): off has nothing left to stop; say what was kept
+				// and lost instead of failing.
+				if st, ierr := f.Info(); ierr == nil && st.StoppedFull && st.State == control.StateOff {
+					recs, lost := totals(st)
+					fmt.Fprintf(c.App.Writer, "swtrace: tracing had already stopped: a buffer filled (normal mode): %d records, %d lost; "+
+						"for a longer run give more with swtrace init -t SIZE, or use swtrace mode cont\n", recs, lost)
+					return nil
+				}
+			}
 		case "free":
 			err = f.Free()
 		}

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"perfinsp/daemon/server"
 	"perfinsp/format/trace"
@@ -18,6 +22,12 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		if s.Fac == nil {
 			return nil, fmt.Errorf("%s: this agent holds no trace facility", daemonproto.OpJProf)
 		}
+		if cpu, stream, ok, err := streamArgs(args); ok {
+			if err != nil {
+				return nil, fmt.Errorf("bad %s arguments: %w", daemonproto.OpJProf, err)
+			}
+			return jprofStream(s, uint64(p.PID), cpu, stream)
+		}
 		var a daemonproto.JProfArgs
 		if err := json.Unmarshal(args, &a); err != nil {
 			return nil, fmt.Errorf("bad %s arguments: %w", daemonproto.OpJProf, err)
@@ -27,6 +37,9 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		}
 		pid := uint64(p.PID)
 		var rep daemonproto.JProfReply
+		if len(a.Stream) > 0 {
+			return jprofStream(s, pid, a.CPU, a.Stream)
+		}
 		for i, r := range a.Records {
 			var fields []uint64
 			str := ""
@@ -55,4 +68,131 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		}
 		return rep, nil
 	})
+}
+
+// jprofStream writes the records of an agent's binary stream
+// (daemonproto.JProfArgs.Stream) into cpu's trace buffer.
+func jprofStream(s *server.Server, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
+	var rep daemonproto.JProfReply
+	var firstErr error
+	err := readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
+		ok, err := s.Fac.JProf(cpu, t, major, minor, fields, str)
+		if err != nil && firstErr == nil {
+			// the rest go on to the facility, which counts them as lost
+			// when a full buffer stopped tracing
+			firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
+		}
+		if ok {
+			rep.Written++
+		}
+	})
+	if err != nil {
+		return rep, err
+	}
+	return rep, firstErr
+}
+
+// readJProfStream calls write for each record of stream, in order, with its
+// full time: each must be a JProf record (JIT_LOAD, JIT_UNLOAD, JIT_METHOD,
+// a 0x30 / 0x50 method event of 4 words) in its code's layout; its pid
+// field is replaced by pid, names are cut at 1024 bytes. The first record
+// that is none of these ends the stream with an error (the records before
+// it were written).
+func readJProfStream(stream []byte, pid uint64, write func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)) error {
+	var rec trace.Record
+	r := trace.NewReader(stream, 0, 0, false, 0)
+	fields := make([]uint64, 0, 4)
+	const eventSize = trace.HeaderSize + 16
+	for i := 0; ; i++ {
+		// Method events, nearly all of a stream, without the general
+		// decoding: a 28-byte record of 4 words.
+		if b, t, ok := nextEvent(r); ok {
+			if len(b) != eventSize {
+				return fmt.Errorf("%s stream record %d: a method event has 4 words (pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, (len(b)-trace.HeaderSize)/4)
+			}
+			fields = append(fields[:0], pid, uint64(binary.LittleEndian.Uint32(b[16:])),
+				uint64(binary.LittleEndian.Uint32(b[20:])), uint64(binary.LittleEndian.Uint32(b[24:])))
+			write(i, t, binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[4:]), fields, "")
+			continue
+		}
+		ok, err := r.NextInto(&rec)
+		if err != nil {
+			return fmt.Errorf("%s stream: %w", daemonproto.OpJProf, err)
+		}
+		if !ok {
+			return nil
+		}
+		if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+			continue
+		}
+		fields = append(fields[:0], rec.Fixed...)
+		str := ""
+		want := trace.LayoutString
+		switch {
+		case rec.Major == trace.MajorJITLoad && (rec.Minor == trace.JITLoad || rec.Minor == trace.JITMethod):
+			str = rec.Str
+		case rec.Major == trace.MajorJITLoad && rec.Minor == trace.JITUnload:
+			want = trace.LayoutFixed
+		case rec.Major == trace.MajorInterp || rec.Major == trace.MajorJitted:
+			want = trace.LayoutWords
+			if len(fields) != 4 {
+				return fmt.Errorf("%s stream record %d: a method event has 4 words (pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, len(fields))
+			}
+		default:
+			return fmt.Errorf("%s stream record %d: major 0x%x minor 0x%x is not a JProf record", daemonproto.OpJProf, i, rec.Major, rec.Minor)
+		}
+		if rec.Layout != want || len(fields) == 0 {
+			return fmt.Errorf("%s stream record %d: major 0x%x minor 0x%x in layout %d, not %d", daemonproto.OpJProf, i, rec.Major, rec.Minor, rec.Layout, want)
+		}
+		fields[0] = pid
+		if len(str) > 1024 {
+			str = str[:1024]
+		}
+		write(i, rec.Time, rec.Major, rec.Minor, fields, str)
+	}
+}
+
+// nextEvent reads the next record if it is a method entry or exit in the
+// words layout (of any length: the caller checks it).
+func nextEvent(r *trace.Reader) ([]byte, uint64, bool) {
+	for _, major := range [...]uint16{trace.MajorInterp, trace.MajorJitted} {
+		for _, minor := range [...]uint32{0x10, 0x80000010} {
+			if b, t, ok := r.NextOf(major, minor, trace.LayoutWords, trace.HeaderSize); ok {
+				return b, t, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// streamArgs reads the arguments of an agent's stream request in the exact
+// form the agent writes, {"cpu":N,"stream":"BASE64"}, without a second JSON
+// pass over the base64 (the server has checked the line is valid JSON): a
+// chunk is some 87 KB of it. ok is false for any other form (the general
+// decoding takes it); err is a bad base64 or CPU.
+func streamArgs(args []byte) (cpu int, stream []byte, ok bool, err error) {
+	const head, mid = `{"cpu":`, `,"stream":"`
+	a := bytes.TrimSpace(args)
+	if !bytes.HasPrefix(a, []byte(head)) || !bytes.HasSuffix(a, []byte(`"}`)) {
+		return 0, nil, false, nil
+	}
+	a = a[len(head) : len(a)-2]
+	i := bytes.Index(a, []byte(mid))
+	if i < 1 || i > 10 {
+		return 0, nil, false, nil
+	}
+	b64 := a[i+len(mid):]
+	if bytes.ContainsAny(b64, `"\`) {
+		return 0, nil, false, nil
+	}
+	cpu, err = strconv.Atoi(string(a[:i]))
+	if err != nil {
+		return 0, nil, true, fmt.Errorf("cpu %q: %w", a[:i], err)
+	}
+	stream = make([]byte, base64.StdEncoding.DecodedLen(len(b64)))
+	n, err := base64.StdEncoding.Decode(stream, b64)
+	if err != nil {
+		return 0, nil, true, fmt.Errorf("stream: %w", err)
+	}
+	return cpu, stream[:n], true, nil
 }

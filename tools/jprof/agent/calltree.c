@@ -6,7 +6,13 @@
  * the names file, rtdriver control. The reports are bin/hookit report's.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
 #include <fnmatch.h>
+#include <limits.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <jvmti.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -34,6 +40,10 @@ static unsigned long m_count;
 
 static char **includes, **excludes;
 static int n_includes, n_excludes;
+static int report_at_exit = 1;		/* report=off: leave the raw files */
+static char report_dir[PATH_MAX] = ".";
+
+extern char **environ;
 
 static unsigned mslot(uint64_t id)
 {
@@ -170,6 +180,10 @@ static int add_pattern(char ***list, int *n, const char *p)
 
 int calltree_option(const char *tok)
 {
+	if (!strcmp(tok, "report=off") || !strcmp(tok, "report=on")) {
+		report_at_exit = tok[8] == 'n';
+		return 0;
+	}
 	if (!strncmp(tok, "include=", 8))
 		return add_pattern(&includes, &n_includes, tok + 8);
 	if (!strncmp(tok, "exclude=", 8))
@@ -205,7 +219,48 @@ void calltree_enable(jvmtiEnv *jvmti)
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_END, NULL);
 }
 
+void calltree_report_dir(const char *dir)
+{
+	snprintf(report_dir, sizeof(report_dir), "%s", dir);
+}
+
+/*
+ * PI's reports when the JVM ends: bin/hookit report (next to this agent,
+ * else hookit on the PATH) on the thread files, its output on stderr, the
+ * JVM's end waiting for it.
+ */
+static void write_reports(void)
+{
+	char exe[PATH_MAX] = "hookit";
+	char *argv[] = { exe, "report", "-i", report_dir, "--cal", "minima", NULL };
+	posix_spawn_file_actions_t fa;
+	Dl_info di;
+	pid_t pid;
+	int st = 0, err;
+	const char *slash;
+
+	if (dladdr((void *)write_reports, &di) && di.dli_fname && (slash = strrchr(di.dli_fname, '/')) &&
+	    (size_t)(slash - di.dli_fname) + 8 < sizeof(exe)) {
+		snprintf(exe, sizeof(exe), "%.*s/hookit", (int)(slash - di.dli_fname), di.dli_fname);
+		if (access(exe, X_OK) != 0)
+			snprintf(exe, sizeof(exe), "hookit");
+	}
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, 2, 1);	/* the program's stdout stays its own */
+	err = posix_spawnp(&pid, exe, &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (err == 0) {
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+	}
+	if (err != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fprintf(stderr, "jprof: the reports were not written (%s): run hookit report -i %s --cal minima\n",
+			err ? strerror(err) : "hookit report failed", report_dir);
+}
+
 void calltree_stop(void)
 {
 	hookit_shutdown();
+	if (report_at_exit)
+		write_reports();
 }

@@ -14,7 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,34 +29,59 @@
 #include "jittrace.h"
 
 /*
- * The JVM's threads only append records to the pending buffer; the
- * flusher thread (jt_flusher) sends them, at most JT_SEND per request, when
- * JT_BATCH are pending or every 20 ms, so that no compiler or Java thread
- * waits for the daemon. Only when the pending buffer is full does the
- * appending thread send it itself.
+ * The daemon path. Records are the trace's own binary layouts
+ * (libperfutil/trace, kmod/uapi/pitrace.h: the 12-byte header, the fixed
+ * fields, a name), never text: each thread appends them to a chunk of its
+ * own (a TIME_HIGH record first and wherever the time's high half changes,
+ * so that a chunk is a stream trace.Reader reads), under a lock that only
+ * the flusher also takes. A full chunk goes to the send queue and the
+ * thread takes an empty one. The flusher thread (jt_flusher) sends queued
+ * chunks at once, and every 20 ms or on a kick (a compiled method's code
+ * is about to run) takes the threads' partial chunks too: one request per
+ * chunk, op "jprof" with the chunk as its "stream" (base64 in the JSON
+ * line). Only when every chunk is in use does an appending thread send the
+ * queue itself.
  */
-#define JT_BATCH	64
-#define JT_SEND		256		/* <= daemonproto.JProfMaxRecords */
-#define JT_MAXREC	8192
-#define JT_CAP		(JT_MAXREC * 160)
-#define JT_REC		600
+#define JT_CHUNK	(64 * 1024)	/* base64: well under daemonproto.MaxRequest */
+#define JT_CHUNKS	256		/* 16 MB of chunks at most */
+#define JT_NAME_MAX	1024		/* pitraced keeps 1024 bytes of a name */
 
-static pthread_mutex_t jt_lock = PTHREAD_MUTEX_INITIALIZER;	/* pending */
+struct jt_chunk {
+	struct jt_chunk *next;
+	uint32_t len, nrec;
+	uint32_t high;			/* the time-high in force at len */
+	int has_high;
+	int cpu;			/* the CPU whose buffer takes the chunk */
+	unsigned char data[JT_CHUNK];
+};
+
+struct jt_slot {
+	int lock;			/* a spin lock: the owner and the flusher */
+	int free;			/* its thread ended: another may take it */
+	struct jt_chunk *cur;
+	struct jt_slot *next;		/* all slots; never freed */
+};
+
+static pthread_mutex_t jt_lock = PTHREAD_MUTEX_INITIALIZER;	/* below */
 static pthread_cond_t jt_cond = PTHREAD_COND_INITIALIZER;
-static char jt_buf[JT_CAP];
-static size_t jt_len;
-static size_t jt_off[JT_MAXREC + 1];
-static int jt_count;
+static struct jt_chunk *jt_queue, **jt_qtail = &jt_queue;	/* full chunks */
+static struct jt_chunk *jt_pool;				/* empty chunks */
+static int jt_nchunks;
+static int jt_kicked;		/* take the partial chunks now */
+static struct jt_slot *jt_slots;	/* pushed atomically */
+static pthread_key_t jt_key;
+static pthread_once_t jt_key_once = PTHREAD_ONCE_INIT;
+static __thread struct jt_slot *jt_my;
+
 static int jt_down;		/* the daemon refused or is absent: stop trying */
-static int jt_kicked;		/* send now: a compiled method's code is in use */
+static unsigned long jt_dropped;	/* records not appended (atomic) */
 
 static pthread_mutex_t jt_send_lock = PTHREAD_MUTEX_INITIALIZER;	/* below */
-static char jt_out[JT_CAP];
-static size_t jt_out_off[JT_MAXREC + 1];
-static char jt_req[JT_SEND * JT_REC + 256];
+static char jt_req[JT_CHUNK / 3 * 4 + 256];
 static int jt_fd = -1;
 static unsigned long jt_sent, jt_failed;
-static unsigned long long jt_send_ns;	/* time spent sending batches */
+static unsigned long long jt_send_ns;	/* time spent sending chunks */
+static unsigned long long jt_pause_until;	/* tracing is off: send nothing until then */
 static char jt_err[256];
 
 static unsigned long long now_ns(void)
@@ -67,53 +92,145 @@ static unsigned long long now_ns(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
 }
 
-/* Sends n records of jt_out (offsets jt_out_off); jt_send_lock held. */
-static void jt_send(int n)
+/* The process (the daemon takes it from the connection, the module from the caller). */
+static uint32_t jt_pid(void)
+{
+	static uint32_t pid;
+
+	if (!pid)
+		pid = (uint32_t)getpid();
+	return pid;
+}
+
+static void slot_lock(struct jt_slot *s)
+{
+	while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE))
+		while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED))
+			sched_yield();
+}
+
+static void slot_unlock(struct jt_slot *s)
+{
+	__atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static size_t base64(char *dst, const unsigned char *s, size_t n)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i + 2 < n; i += 3) {
+		uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+
+		dst[o++] = b64[v >> 18];
+		dst[o++] = b64[v >> 12 & 63];
+		dst[o++] = b64[v >> 6 & 63];
+		dst[o++] = b64[v & 63];
+	}
+	if (i < n) {
+		uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
+
+		dst[o++] = b64[v >> 18];
+		dst[o++] = b64[v >> 12 & 63];
+		dst[o++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
+		dst[o++] = '=';
+	}
+	return o;
+}
+
+/* Sends the chunks of list and returns them to the pool; jt_send_lock held. */
+static void jt_send(struct jt_chunk *list)
 {
 	unsigned long long t0 = now_ns();
-	int i, k;
+	struct jt_chunk *c, *next;
 
-	for (i = 0; i < n; i += k) {
+	for (c = list; c; c = c->next) {
 		size_t len;
 
-		k = n - i < JT_SEND ? n - i : JT_SEND;
-		len = (size_t)snprintf(jt_req, sizeof(jt_req), "{\"op\":\"jprof\",\"args\":{\"records\":[");
-		memcpy(jt_req + len, jt_out + jt_out_off[i], jt_out_off[i + k] - jt_out_off[i]);
-		len += jt_out_off[i + k] - jt_out_off[i];
-		if (jt_req[len - 1] == ',')
-			len--;
-		memcpy(jt_req + len, "]}}\n", 5);
-		if (!jt_down && jt_fd < 0)
+		if (!c->nrec)
+			continue;
+		if (t0 < jt_pause_until) {	/* tracing is off: not sent, lost */
+			jt_failed += c->nrec;
+			continue;
+		}
+		len = (size_t)snprintf(jt_req, sizeof(jt_req), "{\"op\":\"jprof\",\"args\":{\"cpu\":%d,\"stream\":\"", c->cpu);
+		len += base64(jt_req + len, c->data, c->len);
+		memcpy(jt_req + len, "\"}}\n", 5);
+		if (!__atomic_load_n(&jt_down, __ATOMIC_RELAXED) && jt_fd < 0)
 			jt_fd = pu_agent_dial(jt_err, sizeof(jt_err));
 		if (jt_fd < 0 || pu_agent_call(jt_fd, jt_req, jt_err, sizeof(jt_err)) < 0) {
-			jt_failed += (unsigned long)k;
+			jt_failed += c->nrec;
 			if (jt_fd >= 0)
 				close(jt_fd);
 			jt_fd = -1;
 			if (!strstr(jt_err, "not on"))
 				__atomic_store_n(&jt_down, 1, __ATOMIC_RELAXED);
+			else	/* ask again in a second (tracing may be turned on) */
+				jt_pause_until = now_ns() + 1000000000ULL;
 		} else {
-			jt_sent += (unsigned long)k;
+			jt_sent += c->nrec;
 		}
 	}
 	jt_send_ns += now_ns() - t0;
+	pthread_mutex_lock(&jt_lock);
+	for (c = list; c; c = next) {
+		next = c->next;
+		c->next = jt_pool;
+		jt_pool = c;
+	}
+	pthread_mutex_unlock(&jt_lock);
 }
 
-/* Moves the pending records to jt_out and sends them. */
+/* The queue, and with partial the threads' partial chunks, taken. */
+static struct jt_chunk *jt_take(int partial)
+{
+	struct jt_chunk *list, **tail;
+	struct jt_slot *s;
+
+	pthread_mutex_lock(&jt_lock);
+	list = jt_queue;
+	tail = list ? (struct jt_chunk **)jt_qtail : &list;
+	jt_queue = NULL;
+	jt_qtail = &jt_queue;
+	pthread_mutex_unlock(&jt_lock);
+	if (!partial)
+		return list;
+	for (s = __atomic_load_n(&jt_slots, __ATOMIC_ACQUIRE); s; s = s->next) {
+		struct jt_chunk *c;
+
+		if (!__atomic_load_n(&s->cur, __ATOMIC_RELAXED))
+			continue;
+		slot_lock(s);
+		c = s->cur;
+		if (c && c->nrec)
+			s->cur = NULL;
+		else
+			c = NULL;
+		slot_unlock(s);
+		if (c) {
+			c->next = NULL;
+			*tail = c;
+			tail = &c->next;
+		}
+	}
+	return list;
+}
+
+/* Sends every record appended so far. */
 void jt_flush(void)
 {
-	int n;
-
 	pthread_mutex_lock(&jt_send_lock);
-	pthread_mutex_lock(&jt_lock);
-	n = jt_count;
-	memcpy(jt_out, jt_buf, jt_len);
-	memcpy(jt_out_off, jt_off, sizeof(size_t) * ((size_t)n + 1));
-	jt_count = 0;
-	jt_len = 0;
-	pthread_mutex_unlock(&jt_lock);
-	if (n)
-		jt_send(n);
+	jt_send(jt_take(1));
+	pthread_mutex_unlock(&jt_send_lock);
+}
+
+void jt_resume(void)
+{
+	pthread_mutex_lock(&jt_send_lock);
+	__atomic_store_n(&jt_down, 0, __ATOMIC_RELAXED);
+	jt_pause_until = 0;
+	jt_err[0] = 0;
 	pthread_mutex_unlock(&jt_send_lock);
 }
 
@@ -121,6 +238,7 @@ void *jt_flusher(void *stop)
 {
 	while (!*(volatile int *)stop) {
 		struct timespec ts;
+		int partial;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 20 * 1000 * 1000;
@@ -129,33 +247,167 @@ void *jt_flusher(void *stop)
 			ts.tv_nsec -= 1000000000L;
 		}
 		pthread_mutex_lock(&jt_lock);
-		if (jt_count < JT_BATCH && !jt_kicked)
-			pthread_cond_timedwait(&jt_cond, &jt_lock, &ts);
+		if (!jt_queue && !jt_kicked)
+			partial = pthread_cond_timedwait(&jt_cond, &jt_lock, &ts) != 0;
+		else
+			partial = 0;
+		partial |= jt_kicked;
 		jt_kicked = 0;
 		pthread_mutex_unlock(&jt_lock);
-		jt_flush();
+		pthread_mutex_lock(&jt_send_lock);
+		jt_send(jt_take(partial));
+		pthread_mutex_unlock(&jt_send_lock);
 	}
 	return NULL;
 }
 
-/* JSON string escaping of a name into dst (always terminated). */
-static void esc(char *dst, size_t n, const char *s)
+/* An empty chunk: from the pool, new, or (all in use) after sending the queue. */
+static struct jt_chunk *jt_chunk_get(void)
 {
-	size_t o = 0;
+	struct jt_chunk *c;
 
-	for (; s && *s && o + 7 < n; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\') {
-			dst[o++] = '\\';
-			dst[o++] = (char)c;
-		} else if (c < 0x20) {
-			o += (size_t)snprintf(dst + o, n - o, "\\u%04x", c);
-		} else {
-			dst[o++] = (char)c;
-		}
+	for (;;) {
+		pthread_mutex_lock(&jt_lock);
+		c = jt_pool;
+		if (c)
+			jt_pool = c->next;
+		else if (jt_nchunks < JT_CHUNKS && (c = malloc(sizeof(*c))) != NULL)
+			jt_nchunks++;
+		pthread_mutex_unlock(&jt_lock);
+		if (c)
+			break;
+		pthread_mutex_lock(&jt_send_lock);	/* the flusher is behind */
+		jt_send(jt_take(0));
+		pthread_mutex_unlock(&jt_send_lock);
 	}
-	dst[o] = 0;
+	c->next = NULL;
+	c->len = c->nrec = 0;
+	c->has_high = 0;
+	c->cpu = sched_getcpu();
+	return c;
+}
+
+static void jt_queue_chunk(struct jt_chunk *c)
+{
+	c->next = NULL;
+	pthread_mutex_lock(&jt_lock);
+	*jt_qtail = c;
+	jt_qtail = &c->next;
+	pthread_cond_signal(&jt_cond);
+	pthread_mutex_unlock(&jt_lock);
+}
+
+/* A thread ends: its chunk goes to the queue, its slot to the next thread. */
+static void jt_thread_end(void *p)
+{
+	struct jt_slot *s = p;
+	struct jt_chunk *c;
+
+	slot_lock(s);
+	c = s->cur;
+	s->cur = NULL;
+	slot_unlock(s);
+	if (c && c->nrec) {
+		jt_queue_chunk(c);
+	} else if (c) {
+		pthread_mutex_lock(&jt_lock);
+		c->next = jt_pool;
+		jt_pool = c;
+		pthread_mutex_unlock(&jt_lock);
+	}
+	__atomic_store_n(&s->free, 1, __ATOMIC_RELEASE);
+}
+
+static void jt_key_make(void)
+{
+	pthread_key_create(&jt_key, jt_thread_end);
+}
+
+static struct jt_slot *jt_slot(void)
+{
+	struct jt_slot *s = jt_my;
+
+	if (s)
+		return s;
+	pthread_once(&jt_key_once, jt_key_make);
+	for (s = __atomic_load_n(&jt_slots, __ATOMIC_ACQUIRE); s; s = s->next) {
+		int one = 1;
+
+		if (__atomic_load_n(&s->free, __ATOMIC_RELAXED) &&
+		    __atomic_compare_exchange_n(&s->free, &one, 0, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			break;
+	}
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		s->next = __atomic_load_n(&jt_slots, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(&jt_slots, &s->next, s, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			;
+	}
+	pthread_setspecific(jt_key, s);
+	jt_my = s;
+	return s;
+}
+
+/*
+ * Appends one record of n bytes (header and fields in rec, the header's
+ * type_len holding only the layout: its length and time are filled in here) and its string (padded with NULs to 4 bytes).
+ */
+static void jt_append(void *rec, size_t n, const char *str, size_t slen)
+{
+	size_t size = n + (str ? (slen + 1 + 3) & ~(size_t)3 : 0);
+	struct pitrace_rec_hdr h;
+	unsigned long long t;
+	struct jt_slot *s;
+	struct jt_chunk *c;
+	uint32_t high;
+
+	if (__atomic_load_n(&jt_down, __ATOMIC_RELAXED) || !(s = jt_slot())) {
+		__atomic_add_fetch(&jt_dropped, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	slot_lock(s);
+	t = now_ns();
+	high = (uint32_t)(t >> 32);
+	c = s->cur;
+	if (!c || c->len + size + sizeof(struct pitrace_rec_hdr) + sizeof(struct pitrace_rec_time_high) > JT_CHUNK) {
+		s->cur = NULL;
+		slot_unlock(s);
+		if (c)
+			jt_queue_chunk(c);
+		c = jt_chunk_get();
+		slot_lock(s);
+		s->cur = c;	/* only the owner sets it */
+		t = now_ns();
+		high = (uint32_t)(t >> 32);
+	}
+	if (!c->has_high || c->high != high) {
+		struct {
+			struct pitrace_rec_hdr h;
+			struct pitrace_rec_time_high v;
+		} PITRACE_PACKED th = {
+			{ PITRACE_TYPELEN(PITRACE_LAYOUT_FIXED, sizeof(th)), PITRACE_MAJOR_SYS, PITRACE_SYS_TIME_HIGH, 0 },
+			{ high },
+		};
+
+		memcpy(c->data + c->len, &th, sizeof(th));
+		c->len += sizeof(th);
+		c->high = high;
+		c->has_high = 1;
+	}
+	memcpy(&h, rec, sizeof(h));
+	h.type_len = PITRACE_TYPELEN(h.type_len, size);	/* type_len held the layout */
+	h.time_lo = (uint32_t)t;
+	memcpy(c->data + c->len, &h, sizeof(h));
+	memcpy(c->data + c->len + sizeof(h), (char *)rec + sizeof(h), n - sizeof(h));
+	if (str) {
+		memcpy(c->data + c->len + n, str, slen);
+		memset(c->data + c->len + n + slen, 0, size - n - slen);
+	}
+	c->len += (uint32_t)size;
+	c->nrec++;
+	slot_unlock(s);
 }
 
 /*
@@ -223,53 +475,20 @@ static int jt_kmod(unsigned minor, unsigned long long addr, unsigned long long s
 	return 1;
 }
 
-static void jt_add(unsigned major, unsigned minor, const char *fmt, ...)
-{
-	char rec[JT_REC];
-	va_list ap;
-	int n, full;
-
-	if (__atomic_load_n(&jt_down, __ATOMIC_RELAXED)) {
-		pthread_mutex_lock(&jt_send_lock);
-		jt_failed++;
-		pthread_mutex_unlock(&jt_send_lock);
-		return;
-	}
-	n = snprintf(rec, sizeof(rec), "{\"cpu\":%d,\"time\":%llu,\"major\":%u,\"minor\":%u,",
-		     sched_getcpu(), now_ns(), major, minor);
-	va_start(ap, fmt);
-	n += vsnprintf(rec + n, sizeof(rec) - (size_t)n, fmt, ap);
-	va_end(ap);
-	if (n >= (int)sizeof(rec) - 3)
-		return;
-	rec[n++] = '}';
-	rec[n++] = ',';
-	rec[n] = 0;
-	for (;;) {
-		pthread_mutex_lock(&jt_lock);
-		full = jt_count >= JT_MAXREC || jt_len + (size_t)n > sizeof(jt_buf);
-		if (!full) {
-			memcpy(jt_buf + jt_len, rec, (size_t)n);
-			jt_len += (size_t)n;
-			jt_off[++jt_count] = jt_len;
-			if (jt_count >= JT_BATCH)
-				pthread_cond_signal(&jt_cond);
-		}
-		pthread_mutex_unlock(&jt_lock);
-		if (!full)
-			return;
-		jt_flush();	/* the flusher is behind: send it ourselves */
-	}
-}
-
 void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, const char *name)
 {
-	char e[512];
+	struct {
+		struct pitrace_rec_hdr h;
+		struct pitrace_rec_jit_load r;
+	} PITRACE_PACKED rec = {
+		{ PITRACE_LAYOUT_STRING, PITRACE_MAJOR_JITLOAD, PITRACE_JIT_LOAD, 0 },
+		{ jt_pid(), tid, addr, size },
+	};
 
 	if (jt_kmod(PITRACE_JIT_LOAD, addr, size, name))
 		return;
-	esc(e, sizeof(e), name);
-	jt_add(JT_MAJOR_JIT, JT_JIT_LOAD, "\"tid\":%u,\"addr\":%llu,\"size\":%llu,\"name\":\"%s\"", tid, addr, size, e);
+	name = name ? name : "";
+	jt_append(&rec, sizeof(rec), name, strnlen(name, JT_NAME_MAX));
 }
 
 void jt_kick(void)
@@ -282,19 +501,33 @@ void jt_kick(void)
 
 void jt_unload(unsigned long long addr, unsigned long long size)
 {
+	struct {
+		struct pitrace_rec_hdr h;
+		struct pitrace_rec_jit_unload r;
+	} PITRACE_PACKED rec = {
+		{ PITRACE_LAYOUT_FIXED, PITRACE_MAJOR_JITLOAD, PITRACE_JIT_UNLOAD, 0 },
+		{ jt_pid(), addr, size },
+	};
+
 	if (jt_kmod(PITRACE_JIT_UNLOAD, addr, size, NULL))
 		return;
-	jt_add(JT_MAJOR_JIT, JT_JIT_UNLOAD, "\"addr\":%llu,\"size\":%llu", addr, size);
+	jt_append(&rec, sizeof(rec), NULL, 0);
 }
 
 void jt_method(unsigned long long id, const char *name)
 {
-	char e[512];
+	struct {
+		struct pitrace_rec_hdr h;
+		struct pitrace_rec_jit_method r;
+	} PITRACE_PACKED rec = {
+		{ PITRACE_LAYOUT_STRING, PITRACE_MAJOR_JITLOAD, PITRACE_JIT_METHOD, 0 },
+		{ jt_pid(), id },
+	};
 
 	if (jt_kmod(PITRACE_JIT_METHOD, 0, id, name))
 		return;
-	esc(e, sizeof(e), name);
-	jt_add(JT_MAJOR_JIT, JT_JIT_METHOD, "\"id\":%llu,\"name\":\"%s\"", id, e);
+	name = name ? name : "";
+	jt_append(&rec, sizeof(rec), name, strnlen(name, JT_NAME_MAX));
 }
 
 /*
@@ -336,10 +569,17 @@ static int jt_kmod_event(unsigned major, unsigned minor, unsigned long long id)
 void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id)
 {
 	unsigned minor = exit ? PITRACE_METHOD_EXIT : PITRACE_METHOD_ENTRY;
+	struct {
+		struct pitrace_rec_hdr h;
+		struct pitrace_rec_method r;
+	} PITRACE_PACKED rec = {
+		{ PITRACE_LAYOUT_WORDS, (uint16_t)major, minor, 0 },
+		{ jt_pid(), tid, (uint32_t)id, (uint32_t)(id >> 32) },
+	};
 
 	if (jt_kmod_event(major, minor, id))
 		return;
-	jt_add(major, minor, "\"tid\":%u,\"id\":%llu", tid, id);
+	jt_append(&rec, sizeof(rec), NULL, 0);
 }
 
 void jt_stats(unsigned long *sent, unsigned long *failed, const char **err, unsigned long long *send_ns)
@@ -347,7 +587,8 @@ void jt_stats(unsigned long *sent, unsigned long *failed, const char **err, unsi
 	pthread_mutex_lock(&jt_send_lock);
 	*send_ns = jt_send_ns;
 	*sent = jt_sent + __atomic_load_n(&jt_k_sent, __ATOMIC_RELAXED);
-	*failed = jt_failed + __atomic_load_n(&jt_k_failed, __ATOMIC_RELAXED);
+	*failed = jt_failed + __atomic_load_n(&jt_k_failed, __ATOMIC_RELAXED) +
+		  __atomic_load_n(&jt_dropped, __ATOMIC_RELAXED);
 	*err = jt_err;
 	if (!jt_err[0] && __atomic_load_n(&jt_k_failed, __ATOMIC_RELAXED))
 		snprintf(jt_err, sizeof(jt_err), "pitrace module: %s",

@@ -15,6 +15,8 @@ void jt_method(unsigned long long id, const char *name);
  * (interpreted) or 0x50 (jitted), minor 0x10 / 0x80000010 */
 void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id);
 void jt_flush(void);
+/* send again (a new attach: the daemon may be back, tracing on again) */
+void jt_resume(void);
 /* wake the sender now (the code of a compiled method is about to run) */
 void jt_kick(void);
 /* the sending thread: runs until *stop is set */

@@ -3,7 +3,8 @@
  *
  *   java -agentpath:bin/libjprof.so=tprof[,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
- *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,sig][,verbose] ...
+ *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
+ *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
@@ -33,6 +34,7 @@ static int trace_events;	/* calltree,trace: method events too */
 static int calltree;
 static int sig_names;		/* sig: PI's names, with the signature */
 static int dead;
+static int stopped;		/* detached ("stop"): reported already */
 static unsigned long loads, unloads, stubs;
 
 /* Code blobs by start address, for the unload's size. */
@@ -217,15 +219,19 @@ static void report(void)
 		return;
 	jt_flush();
 	jt_stats(&sent, &failed, &err, &send_ns);
-	if (verbose || (failed && !sent))
+	if (verbose || failed)
 		fprintf(stderr, "jprof: %lu compiled-method loads, %lu unloads, %lu stubs; %lu records written to the trace, %lu not%s%s; sending took %.1f ms\n",
 			loads, unloads, stubs, sent, failed, failed ? ": " : "", failed ? err : "", send_ns / 1e6);
+	if (failed && strstr(err, "not on"))
+		fprintf(stderr, "jprof: %lu records lost: tracing was not on (a buffer that fills stops it in normal mode: "
+			"give more with swtrace init -t SIZE, or use swtrace mode cont)\n", failed);
 }
 
 static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 {
 	(void)env; (void)jni;
-	report();
+	if (!stopped)
+		report();
 	if (calltree)
 		calltree_stop();
 	dead = 1;
@@ -234,25 +240,52 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 static int usage(const char *opts)
 {
 	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,sig][,verbose] or\n"
-		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,trace][,sig][,verbose]\n"
+		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose]\n"
 		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
-		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n",
+		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
+		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop\n",
 		opts ? opts : "");
 	return JNI_ERR;
 }
 
-JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
-{
-	jvmtiCapabilities caps;
-	jvmtiEventCallbacks cb;
-	char buf[1024], hk[1200], *tok, *save = NULL;
-	const char *dir = ".", *metric = NULL, *start = "on";
-	pthread_t th;
+static const jvmtiEvent code_events[] = {
+	JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_COMPILED_METHOD_UNLOAD, JVMTI_EVENT_DYNAMIC_CODE_GENERATED,
+};
 
-	(void)reserved;
-	if (!options || !*options || strlen(options) >= sizeof(buf))
+static void code_events_mode(jvmtiEventMode mode)
+{
+	for (size_t i = 0; i < sizeof(code_events) / sizeof(code_events[0]); i++)
+		(*jvmti)->SetEventNotificationMode(jvmti, mode, code_events[i], NULL);
+}
+
+/*
+ * Attached to a running JVM: the code that exists already goes into the
+ * trace too. GenerateEvents replays a CompiledMethodLoad for every
+ * compiled method and a DynamicCodeGenerated for every stub (the
+ * interpreter among them), through the same callbacks, then everything is
+ * sent before the attach returns.
+ */
+static void replay(void)
+{
+	unsigned long before = loads, sb = stubs;
+
+	(*jvmti)->GenerateEvents(jvmti, JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+	(*jvmti)->GenerateEvents(jvmti, JVMTI_EVENT_COMPILED_METHOD_LOAD);
+	jt_flush();
+	if (verbose)
+		fprintf(stderr, "jprof: attached: %lu compiled methods and %lu stubs that existed named in the trace\n",
+			loads - before, stubs - sb);
+}
+
+/* Options to mode flags; 0, or JNI_ERR after saying what is wrong. */
+static int parse(const char *options, char *buf, size_t n, const char **dir, const char **metric, const char **start)
+{
+	char *tok, *save = NULL;
+
+	if (!options || !*options || strlen(options) >= n)
 		return usage(options);
-	snprintf(buf, sizeof(buf), "%s", options);
+	tracing = calltree = trace_events = 0;	/* an attach refused before */
+	snprintf(buf, n, "%s", options);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "tprof"))
 			tracing = 1;
@@ -265,18 +298,32 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 		else if (!strcmp(tok, "trace"))
 			tracing = trace_events = 1;
 		else if (!strncmp(tok, "dir=", 4) && tok[4])
-			dir = tok + 4;
+			*dir = tok + 4;
 		else if (!strncmp(tok, "metric=", 7) && tok[7])
-			metric = tok + 7;
+			*metric = tok + 7;
 		else if (!strcmp(tok, "start=on") || !strcmp(tok, "start=off"))
-			start = tok + 6;
+			*start = tok + 6;
 		else if (calltree_option(tok) != 0)
 			return usage(options);
 	}
 	if (calltree == (tracing && !trace_events))
 		return usage(options);	/* exactly one mode */
+	return 0;
+}
+
+static jint start(JavaVM *vm, char *options, int live)
+{
+	jvmtiCapabilities caps;
+	jvmtiEventCallbacks cb;
+	char buf[1024], hk[1200];
+	const char *dir = ".", *metric = NULL, *start = "on";
+	pthread_t th;
+
+	if (parse(options, buf, sizeof(buf), &dir, &metric, &start) != 0)
+		return JNI_ERR;
 	if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK || !jvmti) {
 		fprintf(stderr, "jprof: this JVM has no JVMTI 1.2\n");
+		jvmti = NULL;
 		return JNI_ERR;
 	}
 	memset(&caps, 0, sizeof(caps));
@@ -294,16 +341,65 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 		snprintf(hk, sizeof(hk), "dir=%s,start=%s%s%s", dir, start, metric ? ",metric=" : "", metric ? metric : "");
 		if (calltree_start(jvmti, hk, &cb) != 0)
 			return JNI_ERR;
+		calltree_report_dir(dir);
 	}
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
 	if (calltree)
 		calltree_enable(jvmti);
-	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_LOAD, NULL);
-	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_COMPILED_METHOD_UNLOAD, NULL);
-	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_DYNAMIC_CODE_GENERATED, NULL);
+	code_events_mode(JVMTI_ENABLE);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL);
 	if (tracing && pthread_create(&th, NULL, jt_flusher, &dead) == 0)
 		pthread_detach(th);
+	if (live)
+		replay();
+	return JNI_OK;
+}
+
+JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
+{
+	(void)reserved;
+	return start(vm, options, 0);
+}
+
+/*
+ * jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose]
+ * The JVM loads the library once; a later attach calls this again in the
+ * same agent: "stop" sends what is pending and turns the events off (the
+ * JVM runs on as if never attached), "tprof" (again, for a new trace)
+ * turns them on and names the existing code once more.
+ */
+JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
+{
+	(void)reserved;
+	if (options && (!strncmp(options, "calltree", 8) || strstr(options, ",calltree"))) {
+		/* HotSpot offers can_generate_method_entry_events only at start */
+		fprintf(stderr, "jprof: calltree mode needs the agent from the JVM's start (-agentpath:libjprof.so=calltree...): "
+			"method entry/exit cannot be turned on in a running JVM; attach in tprof mode\n");
+		return JNI_ERR;
+	}
+	if (!jvmti)
+		return options && !strcmp(options, "stop") ? JNI_OK : start(vm, options, 1);
+	if (dead)
+		return JNI_ERR;
+	if (options && !strcmp(options, "stop")) {
+		if (!tracing)
+			return JNI_OK;
+		code_events_mode(JVMTI_DISABLE);
+		report();
+		stopped = 1;
+		return JNI_OK;
+	}
+	if (!tracing || calltree || !options || (strcmp(options, "tprof") && strncmp(options, "tprof,", 6))) {
+		fprintf(stderr, "jprof: already attached in %s mode: attach again with \"tprof\" (name the code in a new trace) or \"stop\"\n",
+			calltree ? "calltree" : "tprof");
+		return JNI_ERR;
+	}
+	if (strstr(options, ",verbose"))
+		verbose = 1;
+	jt_resume();
+	stopped = 0;
+	code_events_mode(JVMTI_ENABLE);
+	replay();
 	return JNI_OK;
 }
 

@@ -17,6 +17,9 @@ void jprof_trace_event(uint64_t id, unsigned type, int exit);
 int calltree_option(const char *tok);	/* 0 taken, 1 not a calltree option, -1 error */
 int calltree_start(jvmtiEnv *jvmti, const char *hookit_opts, jvmtiEventCallbacks *cb);
 void calltree_enable(jvmtiEnv *jvmti);
+/* PI's reports (log-rt, log-gen, pprof, folded, Perfetto) into dir when
+ * the JVM ends, unless report=off */
+void calltree_report_dir(const char *dir);
 void calltree_stop(void);
 
 #endif

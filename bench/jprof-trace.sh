@@ -1,0 +1,176 @@
+#!/bin/bash
+# The JVM's run time under JProf's method-event modes, side by side in one run:
+#   plain         no agent
+#   null agent    an agent with empty MethodEntry / MethodExit callbacks
+#                 (bench/nullagent.c): the JVM's own event posting, the
+#                 floor of any entry/exit profiler
+#   calltree      -agentpath:libjprof.so=calltree (the call-flow runtime)
+#   calltree,trace  the same, every entry/exit and method name also into
+#                 the trace (tracing on through a private pitraced, cont
+#                 mode to a file in the temporary directory)
+#   JFR           -XX:StartFlightRecording (the JDK's own sampling profiler)
+# on two programs: the bundled JProfDemo, and javac compiling NFILES
+# generated classes (a real compiler run: parsing, attribution, code
+# generation). With --vs REV the agent of git revision REV is built into the
+# temporary directory and its calltree / calltree,trace rows are printed
+# beside this tree's (the daemon is this tree's: it serves both).
+# Each figure is the median of RUNS runs of the JVM's wall time (min..max).
+#
+#   bench/jprof-trace.sh [--vs REV] [NFILES=300] [RUNS=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VS=
+if [ "${1:-}" = --vs ]; then
+	VS=$2
+	shift 2
+fi
+NFILES=${1:-300}
+RUNS=${2:-3}
+command -v java >/dev/null || { echo "bench: java is not installed (apt-get install openjdk-17-jdk-headless; scripts/deps/jprof.txt)" >&2; exit 1; }
+make -s jprof hookit >/dev/null
+go build -o bin/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
+tmp=$(mktemp -d)
+export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRACED=$PWD/bin/pitraced
+stop() {
+	bin/swtrace free >/dev/null 2>&1 || true
+	for p in $(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/pitraced.log" 2>/dev/null); do
+		kill -INT "$p" 2>/dev/null || true
+	done
+	rm -rf "$tmp"
+}
+trap stop EXIT
+JH=$(dirname "$(dirname "$(readlink -f "$(command -v javac)")")")
+CFLAGS="-O2 -fPIC -I$JH/include -I$JH/include/linux"
+cc $CFLAGS -shared -o "$tmp/nullagent.so" bench/nullagent.c
+cp bin/libjprof.so "$tmp/libjprof.so"	# a copy: a rebuild meanwhile does not touch the runs
+AGENT=$tmp/libjprof.so
+if [ -n "$VS" ]; then
+	mkdir -p "$tmp/old"
+	git archive "$VS" tools/jprof/agent libperfutil/c kmod/uapi | tar -x -C "$tmp/old"
+	(cd "$tmp/old" && cc $CFLAGS -Ilibperfutil/c/include -Ilibperfutil/c -Ilibperfutil/c/hookit -shared -pthread \
+		-fvisibility=hidden -Wl,--exclude-libs,ALL -o libjprof.so tools/jprof/agent/*.c libperfutil/c/agentconn.c "$OLDPWD/bin/libhookit.a")
+	OLD=$tmp/old/libjprof.so
+fi
+
+# NFILES classes, each with fields, generic collections, loops, string
+# switches, lambdas and calls into its neighbours.
+mkdir -p "$tmp/src/gen" "$tmp/classes"
+for i in $(seq 0 $((NFILES - 1))); do
+	n=$(((i + 1) % NFILES))
+	cat >"$tmp/src/gen/C$i.java" <<EOF
+package gen;
+import java.util.*;
+import java.util.function.*;
+public class C$i implements Comparable<C$i> {
+    private final int id;
+    private final Map<String, List<Integer>> index = new HashMap<>();
+    public C$i(int id) { this.id = id; }
+    public int compareTo(C$i o) { return Integer.compare(id, o.id); }
+    public static int work(int n) {
+        int s = 0;
+        for (int k = 0; k < n; k++) { s += k % 7 == 0 ? k : -k; if (s > 1000) s -= 999; }
+        return s + C$n.helper(n);
+    }
+    static int helper(int n) { return n * 31 + $i; }
+    public String kind(String s) {
+        switch (s) {
+        case "alpha": return "a" + id;
+        case "beta": return "b" + id;
+        case "gamma": return "c" + id;
+        default: return s.toUpperCase(Locale.ROOT);
+        }
+    }
+    public List<String> names(List<? extends CharSequence> in) {
+        List<String> out = new ArrayList<>();
+        for (CharSequence c : in) out.add(c.toString().trim());
+        out.sort(Comparator.comparing(String::length).thenComparing(Function.identity()));
+        return out;
+    }
+    public Optional<Integer> first(String key) {
+        return Optional.ofNullable(index.get(key)).flatMap(l -> l.stream().filter(x -> x > id).findFirst());
+    }
+    public <T extends Comparable<T>> T max(Collection<T> c) {
+        T best = null;
+        for (T t : c) if (best == null || t.compareTo(best) > 0) best = t;
+        return best;
+    }
+    public void put(String k, int v) { index.computeIfAbsent(k, x -> new ArrayList<>()).add(v); }
+}
+EOF
+done
+ls "$tmp"/src/gen/*.java >"$tmp/files"
+
+# run NAME cmd...: RUNS runs, each's wall time (ms) appended to $tmp/NAME.
+run() {
+	local name=$1 s e
+	shift
+	for _ in $(seq "$RUNS"); do
+		rm -rf "$tmp/ct" "$tmp/classes"
+		mkdir -p "$tmp/ct" "$tmp/classes"
+		s=$(date +%s%N)
+		"$@" >"$tmp/out" 2>&1 || { echo "bench: $name failed:" >&2; cat "$tmp/out" >&2; exit 1; }
+		e=$(date +%s%N)
+		echo $(((e - s) / 1000000)) >>"$tmp/$name"
+	done
+}
+# traced NAME cmd...: run with tracing on (cont mode to a file in $tmp):
+# the records written and lost are kept for the table.
+traced() {
+	local name=$1
+	shift
+	for _ in $(seq "$RUNS"); do
+		bin/swtrace free >/dev/null 2>&1 || true
+		bin/swtrace mode cont -f "$tmp/t.nrm2" >/dev/null
+		bin/swtrace init -t 32M -m 4M >/dev/null
+		bin/swtrace enable --only tprof 0x30 0x50 >/dev/null
+		bin/swtrace setrate 1000 >/dev/null
+		bin/swtrace on --discard >/dev/null
+		RUNS=1 run "$name" "$@"
+		if ! bin/swtrace off >"$tmp/off" 2>&1; then
+			echo "bench: swtrace off failed after $name: $(cat "$tmp/off")" >&2
+		fi
+		bin/swtrace info --json >"$tmp/$name.info" 2>/dev/null || true
+		grep -o 'records written to the trace, [0-9]* not' "$tmp/out" | tail -1 >"$tmp/$name.recs" || true
+	done
+}
+med() { sort -n "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+lo() { sort -n "$tmp/$1" | head -1; }
+hi() { sort -n "$tmp/$1" | tail -1; }
+
+CP=$PWD/build/java
+DEMO=(-Djprofdemo.lib="$PWD/build/java/libjprofdemo.so" -cp "$CP" JProfDemo)
+JAVAC=(-m jdk.compiler/com.sun.tools.javac.Main -d "$tmp/classes" @"$tmp/files")
+for prog in demo javac; do
+	if [ $prog = demo ]; then args=("${DEMO[@]}"); else args=("${JAVAC[@]}"); fi
+	run $prog.plain java "${args[@]}"
+	run $prog.null java -agentpath:"$tmp/nullagent.so" "${args[@]}"
+	run $prog.jfr java -XX:StartFlightRecording=filename="$tmp/r.jfr",settings=profile "${args[@]}"
+	run $prog.calltree java -agentpath:"$AGENT"=calltree,dir="$tmp/ct" "${args[@]}"
+	traced $prog.trace java -agentpath:"$AGENT"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
+	if [ -n "$VS" ]; then
+		run $prog.oldcalltree java -agentpath:"$OLD"=calltree,dir="$tmp/ct" "${args[@]}"
+		traced $prog.oldtrace java -agentpath:"$OLD"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
+	fi
+done
+
+row() { # name label
+	local p m
+	p=$(med "${1%%.*}.plain")
+	m=$(med "$1")
+	printf "  %-30s %7s ms (%s..%s)  %6.1fx plain  %s\n" "$2" "$m" "$(lo "$1")" "$(hi "$1")" \
+		"$(echo "$m / ($p + 0.0001)" | bc -l)" "$(cat "$tmp/$1.recs" 2>/dev/null || true)"
+}
+for prog in demo javac; do
+	if [ $prog = demo ]; then echo "JProfDemo: JVM wall time, median of $RUNS runs (min..max)"; else echo "javac, $NFILES generated classes: JVM wall time, median of $RUNS runs (min..max)"; fi
+	row $prog.plain "plain"
+	row $prog.jfr "JFR (settings=profile)"
+	row $prog.null "null entry/exit agent"
+	row $prog.calltree "calltree"
+	row $prog.trace "calltree,trace"
+	printf "  calltree,trace / calltree: %.2fx\n" "$(echo "$(med $prog.trace) / $(med $prog.calltree)" | bc -l)"
+	if [ -n "$VS" ]; then
+		row $prog.oldcalltree "calltree ($VS)"
+		row $prog.oldtrace "calltree,trace ($VS)"
+		printf "  calltree,trace / calltree ($VS): %.2fx\n" "$(echo "$(med $prog.oldtrace) / $(med $prog.oldcalltree)" | bc -l)"
+	fi
+done

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"perfinsp/format/trace"
+	"perfinsp/internal/daemonproto"
+)
+
+type jrec struct {
+	t      uint64
+	major  uint16
+	minor  uint32
+	fields []uint64
+	str    string
+}
+
+// enc builds an agent's stream: a TIME_HIGH record wherever the high half
+// of the time changes, then each record in the trace's layout.
+func enc(t *testing.T, recs ...jrec) []byte {
+	t.Helper()
+	var b []byte
+	high := ^uint64(0)
+	for _, r := range recs {
+		var err error
+		if r.t>>32 != high {
+			high = r.t >> 32
+			if b, err = trace.Encode(b, trace.MajorSys, trace.SysTimeHigh, trace.LayoutFixed, r.t, []uint64{high}, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		layout := trace.LayoutWords
+		if spec := trace.Lookup(r.major, r.minor); spec != nil {
+			layout = spec.Layout
+		}
+		if b, err = trace.Encode(b, r.major, r.minor, layout, r.t, r.fields, r.str); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b
+}
+
+// The agent's binary stream: every JProf record comes out with its full
+// time (across a change of the time's high half), the caller's pid in
+// place of the one written, its fields and name; anything else, a record
+// in another layout, or bytes that are no record end the stream with an
+// error naming the record.
+func TestReadJProfStream(t *testing.T) {
+	const t0 = 5<<32 | 0xfffffff0
+	good := []jrec{
+		{t0, trace.MajorJITLoad, trace.JITLoad, []uint64{999, 12, 0x7f0000001000, 0x80}, "Hot.loop"},
+		{t0 + 1, trace.MajorJITLoad, trace.JITMethod, []uint64{999, 0x7f00deadbeef}, "Work.hot(I)V"},
+		{t0 + 2, trace.MajorInterp, 0x10, []uint64{999, 12, 0xdeadbeef, 0x7f00}, ""},
+		{t0 + 0x20, trace.MajorJitted, 0x80000010, []uint64{999, 12, 0xdeadbeef, 0x7f00}, ""},
+		{t0 + 0x21, trace.MajorJITLoad, trace.JITUnload, []uint64{999, 0x7f0000001000, 0x80}, ""},
+	}
+	var got []jrec
+	err := readJProfStream(enc(t, good...), 42, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
+		got = append(got, jrec{tm, major, minor, append([]uint64(nil), fields...), str})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(good) {
+		t.Fatalf("%d records read, want %d: %v", len(got), len(good), got)
+	}
+	for i, g := range got {
+		w := good[i]
+		if g.t != w.t || g.major != w.major || g.minor != w.minor || g.str != w.str || g.fields[0] != 42 || len(g.fields) != len(w.fields) {
+			t.Errorf("record %d: %+v, want %+v with pid 42", i, g, w)
+			continue
+		}
+		for k := 1; k < len(w.fields); k++ {
+			if g.fields[k] != w.fields[k] {
+				t.Errorf("record %d field %d: %#x, want %#x", i, k, g.fields[k], w.fields[k])
+			}
+		}
+	}
+
+	long := strings.Repeat("x", 3000)
+	err = readJProfStream(enc(t, jrec{t0, trace.MajorJITLoad, trace.JITMethod, []uint64{1, 2}, long}), 42, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
+		if len(str) != 1024 {
+			t.Errorf("a %d-byte name kept as %d bytes, want 1024", len(long), len(str))
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	hostile := map[string][]byte{
+		"a tick":               enc(t, good[0], jrec{t0, trace.MajorTprof, trace.TprofTick, []uint64{1, 2, 3, 4}, ""}),
+		"a 3-word event":       enc(t, jrec{t0, trace.MajorInterp, 0x10, []uint64{1, 2, 3}, ""}),
+		"truncated":            enc(t, good...)[:40],
+		"garbage":              []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14},
+		"an unknown JIT minor": enc(t, jrec{t0, trace.MajorJITLoad, 77, []uint64{1}, ""}),
+	}
+	// JIT_UNLOAD written in the words layout (its code's layout is fixed)
+	b, _ := trace.Encode(nil, trace.MajorJITLoad, trace.JITUnload, trace.LayoutWords, t0, []uint64{1, 2, 3}, "")
+	hostile["a record in the wrong layout"] = b
+	for name, s := range hostile {
+		n := 0
+		err := readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+		if err == nil {
+			t.Errorf("%s: accepted (%d records)", name, n)
+		} else {
+			t.Logf("%s: %v (%d records before)", name, err, n)
+		}
+	}
+}
+
+// The daemon's reading of an agent's chunk, per record (method events).
+func BenchmarkReadJProfStream(b *testing.B) {
+	t := &testing.T{}
+	var recs []jrec
+	for i := 0; i < 2300; i++ {
+		recs = append(recs, jrec{uint64(1e12 + i), trace.MajorInterp, 0x10, []uint64{1, 2, uint64(i), 0}, ""})
+	}
+	s := enc(t, recs...)
+	b.SetBytes(int64(len(s)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := 0
+		_ = readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
+
+// The agent's request form is read without the general JSON decoding, to
+// the same arguments; any other form goes to the general decoding; a bad
+// CPU or base64 is an error.
+func TestStreamArgs(t *testing.T) {
+	raw := enc(t, jrec{1 << 33, trace.MajorInterp, 0x10, []uint64{1, 2, 3, 4}, ""})
+	args, _ := json.Marshal(daemonproto.JProfArgs{CPU: 1, Stream: raw})
+	agent := `{"cpu":1,"stream":"` + base64.StdEncoding.EncodeToString(raw) + `"}`
+	var want daemonproto.JProfArgs
+	if err := json.Unmarshal([]byte(agent), &want); err != nil || want.CPU != 1 || !bytes.Equal(want.Stream, raw) {
+		t.Fatalf("the agent's form does not decode as JSON: %v", err)
+	}
+	cpu, stream, ok, err := streamArgs([]byte(agent))
+	if !ok || err != nil || cpu != 1 || !bytes.Equal(stream, raw) {
+		t.Fatalf("the agent's form: cpu %d ok %v err %v, %d bytes, want cpu 1 and the %d bytes", cpu, ok, err, len(stream), len(raw))
+	}
+	for _, other := range []string{string(args), `{"records":[]}`, `{"stream":"AAAA","cpu":1}`, `{"cpu":1,"stream":"AA\u0041A"}`, `{"cpu":1,"stream":"AAAA","x":"y"}`, `{"cpu":1}`} {
+		if _, _, ok, _ := streamArgs([]byte(other)); ok && other != string(args) {
+			t.Errorf("%s: taken by the fast path", other)
+		}
+	}
+	for _, bad := range []string{`{"cpu":x,"stream":"AAAA"}`, `{"cpu":1,"stream":"A*AA"}`, `{"cpu":99999999999999999999,"stream":"AAAA"}`} {
+		if _, _, ok, err := streamArgs([]byte(bad)); ok && err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
