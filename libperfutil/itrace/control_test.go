@@ -134,6 +134,7 @@ func TestGoITraceOnOff(t *testing.T) {
 	// while the single-stepped child runs (minutes on a busy machine): 1M
 	// per CPU fills beside a build and stops tracing, ending the session.
 	e.Sw("init", "-t", "64M", "-m", "16M")
+	e.Sw("enable", "--only", "itrace") // no tprof ticks in the buffer the session writes
 	e.Sw("on")
 	// go test runs test binaries without a symbol table; go test -c keeps it.
 	bin := filepath.Join(e.Bin, "itrace.test")
