@@ -125,14 +125,12 @@ func (b *builder) build(iv *interval, endNS uint64) (pprofile.Profiles, int64) {
 		b.locIdx[i] = b.location(l)
 	}
 	byPID := map[uint32]pprofile.Profile{}
-	var order []uint32
 	var total int64
 	for _, sc := range iv.order {
 		prof, ok := byPID[sc.pid]
 		if !ok {
 			prof = b.newProcess(iv, sc.pid, endNS)
 			byPID[sc.pid] = prof
-			order = append(order, sc.pid)
 		}
 		s := prof.Samples().AppendEmpty()
 		s.SetStackIndex(b.stack(sc.locs))

@@ -84,8 +84,7 @@ func bench(args []string) error {
 
 	// 1. tprof path: the module runs its sample function count times.
 	b := arg("PITRACE_IOC_BENCH")
-	var tprof uint64
-	tprof = minOf(func() uint64 {
+	tprof := minOf(func() uint64 {
 		binary.LittleEndian.PutUint32(b[0:], 1)
 		binary.LittleEndian.PutUint32(b[4:], 1000)
 		if e := call(fd, "PITRACE_IOC_BENCH", b); e != 0 {

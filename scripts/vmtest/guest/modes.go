@@ -69,7 +69,7 @@ func runMode(f control.Facility, mode int, file string) (*summary, int, error) {
 			hooks++
 		}
 	}
-	spin(1500 * time.Millisecond)
+	_ = spin(1500 * time.Millisecond)
 	st, err := f.Info()
 	if err != nil {
 		return nil, 0, err
