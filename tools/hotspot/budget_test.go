@@ -98,7 +98,7 @@ func overheadBudgetOnce(t *testing.T, a *testenv.Attempt) {
 		if budget != "" {
 			args = append(args, "--max-overhead", budget)
 		}
-		args = append(args, "--", tools.example, "4", "20000")
+		args = append(args, "--", tools.example, "6", "20000")
 		out, err := exec.Command(tools.hotspot, args...).Output()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
 			t.Fatalf("budget %q: exit %v, output %q: want the example's line and exit 3", budget, err, out)
@@ -172,7 +172,7 @@ func TestEntryEmulated(t *testing.T) {
 func TestCalibrationMatchesTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, "6", "200").Output()
+	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, "9", "200").Output()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
 	}

@@ -24,9 +24,10 @@ import (
 // The probe cost is measured, not assumed: hotspot starts a copy of itself
 // (calibEnv set) that calls a function in batches on one locked thread and
 // prints the thread's CPU time per batch; hotspot runs the batches without
-// and with an entry probe (8-byte stack sample, as the walk's) plus a
-// return probe on that function. The difference per call is what a probed
-// call costs the thread that makes it: the traps and the samples written.
+// and with the walk's probes on that function: an entry probe (8-byte
+// stack sample and the registers, as the walk's) and a probe on its return
+// instruction. The difference per call is what a probed call costs the
+// thread that makes it: the traps and the samples written.
 //
 // Two functions, because the kernel handles an entry probe in two ways:
 // it emulates a few first instructions (push of a register — the frame
@@ -34,13 +35,11 @@ import (
 // trap, and executes any other one out of line with a second, single-step
 // trap, which can cost several times as much (in a VM). calibLeaf starts
 // with a MOVL (out of line), calibPush with PUSHQ BP (emulated); the walk
-// charges each probed function the cost of its own first instruction.
+// charges each probed function the cost of its own first instruction. A
+// return instruction is always run out of line.
 //
-// The child is Go, so the return probe must not be seen by the Go runtime:
-// both are nosplit (no stack check, no stack growth, no traceback while
-// the return address is the kernel's trampoline), the child runs with
-// asynchronous preemption off and the collector off (it allocates almost
-// nothing), so no stack is scanned while it is inside.
+// The child runs with asynchronous preemption and the collector off and
+// the functions are nosplit, so that the batches measure the calls only.
 const calibEnv = "HOTSPOT_CALIBRATION_CHILD"
 
 //go:noinline
@@ -116,6 +115,23 @@ type Calibration struct {
 	// ~10 ms of calls without and with the sampler at calibSampleHz,
 	// best of Rounds each, the difference per sample. 0: none measured.
 	SampleNs float64 `json:"cost_per_sample_ns"`
+	// InPairNs is the probes' own time between a call's entry sample and
+	// its exit sample (the rest of the entry trap, the single step of the
+	// first instruction, the exit trap up to its sample): the median of
+	// exit − entry over the probed calls of a function that does almost
+	// nothing. It is taken out of every measured call. InPairEmulatedNs:
+	// the same with an emulated first instruction.
+	InPairNs         float64 `json:"probe_time_in_call_ns"`
+	InPairEmulatedNs float64 `json:"probe_time_in_call_emulated_ns"`
+}
+
+// inPair is the probes' own time inside a pair of the function at
+// path+off (Calibration.InPairNs, by its kind of first instruction).
+func (c Calibration) inPair(path string, off uint64) float64 {
+	if c.EmulatedNs > 0 && entryEmulated(path, off) {
+		return c.InPairEmulatedNs
+	}
+	return c.InPairNs
 }
 
 // calibSampleHz is the sampler's rate while its cost is measured: high,
@@ -223,8 +239,9 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		return fail(err)
 	}
 	type target struct {
-		path string
-		off  uint64
+		path  string
+		off   uint64
+		exits []uint64 // the walk's exit probes (exits.go)
 	}
 	var fn [2]target
 	for k := range fn {
@@ -232,7 +249,15 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		if !ok {
 			return fail(fmt.Errorf("function at %#x is in no file mapping of process %d", hello[1+k], cmd.Process.Pid))
 		}
-		fn[k] = target{path, off}
+		f := pm.lookup(uint64(hello[1+k]))
+		if f.Off != off {
+			return fail(fmt.Errorf("function at %#x of process %d: no symbol starts there", hello[1+k], cmd.Process.Pid))
+		}
+		plan := findExits(path, off, f.Size)
+		if len(plan.Offs) != 1 {
+			return fail(fmt.Errorf("%s: want one exit, found %d (%s)", f.Name, len(plan.Offs), plan.Why))
+		}
+		fn[k] = target{path, off, plan.Offs}
 	}
 	batch := func(n, kind int) (int64, error) {
 		if _, err := fmt.Fprintln(stdin, n, kind); err != nil {
@@ -246,45 +271,49 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 	}
 	// A probe's breakpoint is in place from its open to its close (a
 	// disabled perf event still traps): the plain batches run with no probe
-	// open at all, then the probed batches with one pair (an entry and a
-	// return probe; a close waits for the kernel's grace periods,
-	// so the pair is opened once per kind, not per batch).
-	// Then the return probe is closed and the same batches run with the
-	// entry probe alone.
-	measure := func(kind int) (cost, entry, spread float64, err error) {
-		var plain, withProbes, entryOnly []float64
+	// open at all, then the probed batches with one pair (an entry probe
+	// and a probe on the return instruction, as the walk's; a close waits
+	// for the kernel's grace periods, so the pair is opened once per kind,
+	// not per batch). Then the exit probe is closed and the same batches
+	// run with the entry probe alone.
+	measure := func(kind int) (cost, entry, spread, inPair float64, err error) {
+		var plain, withProbes, entryOnly, pairs []float64
 		for r := 0; r < rounds; r++ {
 			ns, err := batch(calls, kind)
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			plain = append(plain, float64(ns)/calls)
 		}
 		var probes []*uprobe.Probe
 		var ring *perfring.Ring
 		defer func() {
+			// Each close waits for the kernel's grace periods: the last
+			// ones need not delay the walk (the child is ended anyway).
 			ring.Close()
-			for _, p := range probes {
-				p.Close()
-			}
+			go func(probes []*uprobe.Probe) {
+				for _, p := range probes {
+					p.Close()
+				}
+			}(probes)
 		}()
-		for _, ret := range []bool{false, true} {
-			p, err := pmu.Open(fn[kind].path, fn[kind].off, ret, tid, true)
+		for i, off := range append([]uint64{fn[kind].off}, fn[kind].exits...) {
+			p, err := pmu.OpenWith(fn[kind].path, off, false, tid, uprobe.OpenOpts{Disabled: true, Group: -1, Exit: i > 0, Regs: probeRegs})
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			probes = append(probes, p)
 			if ring == nil {
 				if ring, err = perfring.Map(p.FD, 128); err != nil {
-					return 0, 0, 0, err
+					return 0, 0, 0, 0, err
 				}
 			} else if err := ring.Redirect(p.FD); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 		}
 		for _, p := range probes {
 			if err := uprobe.Enable(p.FD); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 		}
 		// Batches of n probed calls: every call hit per times (or lost).
@@ -295,9 +324,24 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 				return 0, err
 			}
 			hits, lost := 0, ring.Lost
-			ring.Drain(func(typ uint32, _ uint16, _ []byte) {
-				if typ == unix.PERF_RECORD_SAMPLE {
-					hits++
+			var entryT uint64
+			ring.Drain(func(typ uint32, _ uint16, b []byte) {
+				if typ != unix.PERF_RECORD_SAMPLE {
+					return
+				}
+				hits++
+				// The time from the entry's sample to the exit's, of a
+				// function that does almost nothing: the probes' own
+				// time inside a pair.
+				id, _ := uprobe.SampleID(b)
+				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: id == probes[0].ID, Regs: 1})
+				switch {
+				case !ok:
+				case id == probes[0].ID:
+					entryT = s.Time
+				case entryT != 0 && s.Time > entryT:
+					pairs = append(pairs, float64(s.Time-entryT))
+					entryT = 0
 				}
 			})
 			if got := hits + int(ring.Lost-lost); got != per*n {
@@ -307,21 +351,21 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		}
 		// Warm up (the first hits map the kernel's trampoline page).
 		if _, err := probed(20); err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, err
 		}
 		for r := 0; r < rounds; r++ {
 			ns, err := probed(calls)
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			withProbes = append(withProbes, float64(ns)/calls)
 		}
-		probes[1].Close() // the return probe (the ring is the entry probe's)
+		probes[1].Close() // the exit probe (the ring is the entry probe's)
 		per = 1
 		for r := 0; r < rounds; r++ {
 			ns, err := probed(calls)
 			if err != nil {
-				return 0, 0, 0, err
+				return 0, 0, 0, 0, err
 			}
 			entryOnly = append(entryOnly, float64(ns)/calls)
 		}
@@ -329,11 +373,15 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		sort.Float64s(withProbes)
 		sort.Float64s(entryOnly)
 		if withProbes[0] <= plain[0] {
-			return 0, 0, 0, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
+			return 0, 0, 0, 0, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
 		}
 		cost = withProbes[0] - plain[0]
 		entry = min(max(entryOnly[0]-plain[0], 0), cost)
-		return cost, entry, withProbes[rounds-1] - withProbes[0], nil
+		sort.Float64s(pairs)
+		if len(pairs) > 0 {
+			inPair = pairs[len(pairs)/2]
+		}
+		return cost, entry, withProbes[rounds-1] - withProbes[0], inPair, nil
 	}
 	c = Calibration{Calls: calls, Rounds: rounds}
 	// The sample's cost: enough calls for ~10 ms of CPU.
@@ -387,11 +435,11 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		defer close(done)
 		between(sampleNs)
 	}(c.SampleNs)
-	if c.CallNs, c.EntryNs, c.SpreadNs, err = measure(0); err != nil {
+	if c.CallNs, c.EntryNs, c.SpreadNs, c.InPairNs, err = measure(0); err != nil {
 		return c, fmt.Errorf("calibrate the probe cost: %w", err)
 	}
 	if entryEmulated(fn[1].path, fn[1].off) && !entryEmulated(fn[0].path, fn[0].off) {
-		if c.EmulatedNs, c.EntryEmulatedNs, _, err = measure(1); err != nil {
+		if c.EmulatedNs, c.EntryEmulatedNs, _, c.InPairEmulatedNs, err = measure(1); err != nil {
 			return c, fmt.Errorf("calibrate the probe cost: %w", err)
 		}
 		if c.EmulatedNs > c.CallNs {

@@ -25,6 +25,9 @@ type Func struct {
 	Path string `json:"module"`
 	Off  uint64 `json:"offset"`
 	Name string `json:"name"`
+	// Size is the function's length in bytes (its symbol's or .eh_frame
+	// range's; 0: not known): its exits are found in it.
+	Size uint64 `json:"size,omitempty"`
 	// NoProbe says why the function cannot be instrumented ("" if it can).
 	NoProbe string `json:"not_instrumentable,omitempty"`
 }
@@ -110,18 +113,19 @@ func (m *procMap) find(addr uint64) (Func, bool) {
 		return Func{Path: s.path, Off: fileOff, Name: fmt.Sprintf("%s+%#x", baseName(s.path), fileOff),
 			NoProbe: "no symbol or .eh_frame range covers this address"}, true
 	}
-	f := Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name}
+	f := Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name, Size: sym.Size}
 	if isGo(s.path) {
 		f.NoProbe = noProbeGo
 	}
 	return f, true
 }
 
-// noProbeGo says why Go code is not instrumented: hotspot measures exits
-// with return probes (uretprobes), which replace a return address on the
-// stack, and Go's runtime walks, copies and checks its goroutines' stacks:
-// a return address it does not know kills the program (SIGILL, SIGSEGV).
-const noProbeGo = "Go code: a return probe (uretprobe) there can crash the program (Go's runtime walks and moves goroutine stacks); sampled only"
+// noProbeGo says why Go code is not instrumented: Go's runtime walks,
+// copies and checks its goroutines' stacks and moves goroutines between
+// threads in the middle of a call, so a probe there is either a hazard to
+// the program (a return probe's return address kills it) or gives pairs
+// that do not hold (an exit on another thread than its entry).
+const noProbeGo = "Go code: sampled only, never probed (Go's runtime moves goroutine stacks and goroutines between threads)"
 
 var goFiles sync.Map // path -> bool
 

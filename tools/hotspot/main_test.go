@@ -140,7 +140,7 @@ func TestWalkFindsCallersLevelByLevel(t *testing.T) {
 	js := filepath.Join(dir, "r.json")
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(tools.hotspot, "-s", "1", "--period", "300", "--max-overhead", "0", "--json", js, "--folded", filepath.Join(dir, "f.txt"),
-		"-o", filepath.Join(dir, "r.txt"), "--", tools.example, "6")
+		"-o", filepath.Join(dir, "r.txt"), "--", tools.example, "12")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -195,8 +195,8 @@ watch:
 			t.Errorf("level %d ended by %q after %d calls, want the period of 300 calls", i, lv.EndedBy, lv.Calls)
 		}
 	}
-	if maxFDs == 0 || maxFDs > 4 {
-		t.Errorf("at most %d perf fds seen open in the tool from outside, want 1..4 (the largest frontier, c and x, has 4 probes)", maxFDs)
+	if maxFDs == 0 || maxFDs > 5 {
+		t.Errorf("at most %d perf fds seen open in the tool from outside, want 1..5 (the largest frontier, c and x, has 4 probes, and their ring's holder)", maxFDs)
 	}
 	hot := funcByLevel(r, 0)["hot"]
 	sh := callerShares(hot)
@@ -320,9 +320,25 @@ func exitOf(t *testing.T, c *exec.Cmd) int {
 }
 
 // TestTargetKilledMidWalk: the target dies while a level is instrumented;
-// the tool ends that level, reports what it saw, and exits cleanly.
+// the tool ends that level, reports what it saw and how the target died
+// (its signal, while hot was probed), and exits non-zero: with -p the
+// signal comes from the signal_deliver tracepoint, with -- from the exit
+// status (the command's code, 128+signal).
 func TestTargetKilledMidWalk(t *testing.T) {
 	build(t)
+	check := func(js string, sig int) {
+		t.Helper()
+		r := readReport(t, js)
+		if r.Stopped != "target died" || len(r.Levels) != 1 || r.Levels[0].EndedBy != "target exited" || r.Levels[0].PerfFDsEnd != 0 {
+			t.Fatalf("report stopped=%q levels=%+v: want one level ended by the target's death, no fd left", r.Stopped, r.Levels)
+		}
+		if d := r.Death; d == nil || d.Signal != sig || !strings.Contains(d.During, "level 0, probes in place on hot (entry and 1 exit)") || d.Core == "" {
+			t.Fatalf("death %+v: want signal %d during level 0 with hot's probes in place", r.Death, sig)
+		}
+		if f := funcByLevel(r, 0)["hot"]; f == nil || f.Calls == 0 {
+			t.Fatalf("no calls of hot seen before the kill: %+v", r.Funcs)
+		}
+	}
 	target, _ := startExample(t, tools.example, "60", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
@@ -332,16 +348,29 @@ func TestTargetKilledMidWalk(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _ = target.Process.Wait()
-	if code := exitOf(t, tool); code != 0 {
-		t.Fatalf("hotspot exit %d after the target died, want 0", code)
+	waitLine(t, lines, "the target died of SIGKILL (signal 9")
+	if code := exitOf(t, tool); code != 1 {
+		t.Fatalf("hotspot -p exit %d after the target was killed, want 1", code)
 	}
-	r := readReport(t, js)
-	if r.Stopped != "target exited" || len(r.Levels) != 1 || r.Levels[0].EndedBy != "target exited" || r.Levels[0].PerfFDsEnd != 0 {
-		t.Fatalf("report stopped=%q levels=%+v: want one level ended by the target's exit, no fd left", r.Stopped, r.Levels)
+	check(js, 9)
+
+	js = filepath.Join(t.TempDir(), "r.json")
+	tool, lines, _ = startTool(t, "--period", "30s", "-s", "0.5", "--max-overhead", "0", "--json", js, "-o", os.DevNull, "--", tools.example, "60")
+	waitLine(t, lines, "level 0 frontier [hot] active probes 2 calls")
+	var pid int
+	for _, p := range descendants(tool.Process.Pid) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/comm"); strings.HasPrefix(string(b), "hotspot-example") {
+			pid = p
+		}
 	}
-	if f := funcByLevel(r, 0)["hot"]; f == nil || f.Calls == 0 {
-		t.Fatalf("no calls of hot seen before the kill: %+v", r.Funcs)
+	if pid == 0 || syscall.Kill(pid, syscall.SIGSEGV) != nil {
+		t.Fatalf("the example (pid %d) not found or not killed", pid)
 	}
+	waitLine(t, lines, "the target died of SIGSEGV (signal 11, core")
+	if code := exitOf(t, tool); code != 128+11 {
+		t.Fatalf("hotspot -- exit %d after the target died of SIGSEGV, want 139", code)
+	}
+	check(js, 11)
 }
 
 // TestSIGINTRemovesEveryProbe: Ctrl-C mid-level closes every probe (the
@@ -349,12 +378,12 @@ func TestTargetKilledMidWalk(t *testing.T) {
 // goes on undisturbed to its normal end.
 func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	build(t)
-	target, out := startExample(t, tools.example, "4", nil)
+	target, out := startExample(t, tools.example, "8", nil)
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
 	waitLine(t, lines, "level 0 frontier [hot]")
-	if n := countPerfFDs(tool.Process.Pid); n != 2 {
-		t.Fatalf("%d perf fds open in the tool during level 0, want 2 (entry and return probe of hot)", n)
+	if n := countPerfFDs(tool.Process.Pid); n != 4 {
+		t.Fatalf("%d perf fds open in the tool during level 0, want 4 (entry and exit probe of hot, their ring's holder, the death watch on the target's thread)", n)
 	}
 	if err := tool.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -486,7 +515,8 @@ func dutyCycleOnce(t *testing.T, a *testenv.Attempt) {
 // TestNeverReturningCaller: in the example's "noreturn" mode the loop runs
 // in loop_forever(), entered once before the walk and never returning. The
 // walk finds it as the caller of x and a, instruments it (no call: it is
-// never entered again), says so, and ends at the top of what it can see.
+// never entered again), says so, and reaches the root from the sampled
+// stacks through it: main, and the folded stacks go from there to hot.
 func TestNeverReturningCaller(t *testing.T) {
 	build(t)
 	dir := t.TempDir()
@@ -522,6 +552,12 @@ func TestNeverReturningCaller(t *testing.T) {
 	b, _ := os.ReadFile(txt)
 	if !strings.Contains(string(b), "loop_forever: 0 calls (not entered while instrumented") {
 		t.Errorf("report does not say loop_forever was not entered:\n%s", b)
+	}
+	if len(lf.RootPaths) == 0 || len(lf.RootPaths[0].Path) == 0 || lf.RootPaths[0].Path[0] != "main" || lf.RootPaths[0].Samples*2 < lf.RootSamples {
+		t.Errorf("loop_forever's paths to the root %+v (of %d stacks): want main above it in most sampled stacks", lf.RootPaths, lf.RootSamples)
+	}
+	if !regexp.MustCompile(`(?m)main;loop_forever;a;b;c;hot \d+$`).Match(b) || !strings.Contains(string(b), "up to the root:") {
+		t.Errorf("report:\n%s\nwant the path from main through loop_forever down to hot", b)
 	}
 }
 

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,13 +38,23 @@ type CallerStat struct {
 // FuncStat is what the probes of one instrumented function saw.
 type FuncStat struct {
 	Func
-	Level   int     `json:"level"`
-	Calls   uint64  `json:"calls"`   // entries seen
-	Returns uint64  `json:"returns"` // entries matched with their return
-	Cut     uint64  `json:"cut"`     // entries whose return came after their probes were removed
-	MeanNs  float64 `json:"mean_ns"`
-	MinNs   uint64  `json:"min_ns"`
-	MaxNs   uint64  `json:"max_ns"`
+	Level   int    `json:"level"`
+	Calls   uint64 `json:"calls"`   // entries seen
+	Returns uint64 `json:"returns"` // entries matched with their exit (the pairs the times are from)
+	Cut     uint64 `json:"cut"`     // entries whose exit came after their probes were removed
+	// NoExit counts the entries whose exit was not seen although the
+	// probes stayed: left by longjmp or an unprobed exit (ExitsUnprobed),
+	// or resumed on another stack.
+	NoExit uint64 `json:"no_exit"`
+	// ExitProbes is the number of exits probed (return instructions and
+	// jumps out of the function); ExitsUnprobed those that could not be;
+	// ExitsNote, if set, why the calls' durations are not measured.
+	ExitProbes    int     `json:"exit_probes"`
+	ExitsUnprobed int     `json:"exits_unprobed,omitempty"`
+	ExitsNote     string  `json:"exits_note,omitempty"`
+	MeanNs        float64 `json:"mean_ns"`
+	MinNs         uint64  `json:"min_ns"`
+	MaxNs         uint64  `json:"max_ns"`
 	// The -m metric per call (entry to return): its mean, min and max.
 	MetricMean float64       `json:"metric_mean,omitempty"`
 	MetricMin  uint64        `json:"metric_min,omitempty"`
@@ -51,15 +65,52 @@ type FuncStat struct {
 	entryNs    float64 // ... of a call with its entry probe alone
 	sumMetric  float64
 	callers    map[string]*CallerStat
+	exits      []uint64 // the file offsets of the probed exits
+	pairNs     float64  // the probes' own time in each pair (Calibration.InPairNs)
+	sumRawNs   float64
+	// MeanRawNs is the mean before the probes' own time is taken out.
+	MeanRawNs float64 `json:"mean_raw_ns"`
+	// FewPairs: the times rest on fewer than minPairs pairs.
+	FewPairs bool `json:"few_pairs,omitempty"`
+	// MedianNs, MetricMedian: the medians (of the first maxKept pairs).
+	MedianNs         float64 `json:"median_ns"`
+	MetricMedian     float64 `json:"metric_median,omitempty"`
+	kept, keptMetric []float64
+	// RootPaths: for a function whose callers the probes did not see (not
+	// entered while probed: a loop that never returns, or the walk's
+	// end), the paths up to its thread's root in the sampled stacks
+	// through it (RootSamples of them).
+	RootPaths   []RootPath `json:"root_paths,omitempty"`
+	RootSamples int        `json:"root_samples,omitempty"`
+	// Lost is the probe records lost in its level (entries or exits of
+	// any of the level's functions): calls the counts and times miss.
+	Lost uint64 `json:"lost"`
+}
+
+// minPairs is the number of complete pairs below which a function's times
+// are marked as resting on too few calls.
+const minPairs = 20
+
+// maxKept bounds the per-call values kept for the medians.
+const maxKept = 1 << 16
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // Level is one step of the walk.
 type Level struct {
 	Level    int      `json:"level"`
 	Frontier []string `json:"frontier"`
-	// Probes is the number of probe events open during the level (two per
-	// function and thread); PerfFDs the perf event fds the tool held open
-	// at that moment, counted from /proc/self/fd.
+	// Probes is the number of probe events open during the level (1 +
+	// exits per function and thread); PerfFDs the probe fds the tool held
+	// open at that moment, counted from /proc/self/fd (its perf event fds
+	// but the death watch's).
 	Probes     int     `json:"active_probes"`
 	PerfFDs    int     `json:"perf_fds_open"`
 	Calls      uint64  `json:"calls"`
@@ -68,6 +119,12 @@ type Level struct {
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+	// OnSec is the time the level's probes were in place (windows, to
+	// the start of each closing phase).
+	OnSec float64 `json:"probes_in_s"`
+	// PerCPU: the probes were opened per CPU for every process, not per
+	// thread (fewer events; hits outside the tree ignored).
+	PerCPU bool `json:"per_cpu,omitempty"`
 	// PIDs are the processes whose probes were hit (the target's children too).
 	PIDs []int `json:"pids"`
 	// Attached counts the threads probed after the level's start (new
@@ -78,9 +135,10 @@ type Level struct {
 	// level's probed calls.
 	TargetCPUNs uint64  `json:"target_cpu_ns"`
 	CostNs      float64 `json:"probe_cost_ns"`
-	// CloseHits are the entry hits while the level's probes were being
-	// closed (each close waits for the kernel's grace periods while the
-	// probes still open trap): charged, not counted as calls.
+	// CloseHits are the probe hits (entries and exits) while the level's
+	// probes were being closed (each close waits for the kernel's grace
+	// periods while the probes still open trap): charged, not counted as
+	// calls.
 	CloseHits uint64 `json:"close_hits"`
 	// BudgetWaitSec is how long the level waited for the walk's costs so
 	// far to fall within the budget before its probes first went in.
@@ -89,6 +147,7 @@ type Level struct {
 	// periods: tens of milliseconds a probe, more under load).
 	CloseSec float64 `json:"close_s"`
 	pids     map[uint32]int
+	lost     uint64 // probe records lost in the level
 }
 
 // Walk is the state of a hot-spot walk.
@@ -119,8 +178,8 @@ type Walk struct {
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
 	Entries  uint64 // entry hits (probed calls)
-	// CostNs is the estimated cost of those calls and of the entry hits
-	// while probes were being closed (CloseHits): each one charged the
+	// CostNs is the estimated cost of those calls and of the hits while
+	// probes were being closed (CloseHits): each one charged the
 	// calibrated cost of its function's kind of first instruction.
 	CostNs        float64
 	CloseHits     uint64
@@ -137,17 +196,120 @@ type Walk struct {
 	CPUStart, CPULast uint64
 	visited           map[string]*FuncStat
 	stopAt            map[string]bool // names where the walk stops (main)
+	// inPlace says what is instrumented now; AtDeath what was when the
+	// target was first seen gone ("" while it lives).
+	inPlace string
+	AtDeath string
+	watch   *deathWatch // its perf fds are not probes
+}
+
+// probeFDs counts the probe fds open (the perf fds but the death watch's).
+func (w *Walk) probeFDs() int {
+	return perfFDs() - w.watch.count()
+}
+
+// alive is Alive, noting what was instrumented when the target is first
+// seen gone.
+func (w *Walk) alive() bool {
+	if w.Alive() {
+		return true
+	}
+	if w.AtDeath == "" {
+		w.AtDeath = w.inPlace
+		if w.AtDeath == "" {
+			w.AtDeath = "before the first level's probes went in"
+		}
+	}
+	return false
 }
 
 type probeRef struct {
 	fs  *FuncStat
-	ret bool
+	ret bool   // an exit probe
+	off uint64 // the probed instruction
 }
 
+// probeSite is one probed instruction (all threads' events on it): its
+// breakpoint stays until the last of them is closed.
+type probeSite struct {
+	fs  *FuncStat
+	off uint64
+}
+
+// frame is a call entered and not yet left: sp is the stack pointer at
+// the entry (the return address's slot), which is the stack pointer again
+// at the function's exit (a return, or a tail jump).
 type frame struct {
 	fs *FuncStat
 	t  uint64
 	v  uint64 // the metric at entry
+	sp uint64
+	// nested is the probes' cost inside this call so far: the probed
+	// calls of other functions of the level made from it (ns).
+	nested float64
+}
+
+// stackKey names the stack a call runs on: its thread's. (Go code, whose
+// goroutines move between threads and stacks, is never probed: funcs.go.)
+type stackKey struct {
+	id uint32 // the thread
+}
+
+// probeRegs are the registers every probe hit samples: the stack pointer,
+// to pair entries and exits.
+const probeRegs = uprobe.RegSP
+
+// callStacks pairs the entries and exits of the probed calls, per stack.
+type callStacks map[stackKey][]frame
+
+// enter records an entry at stack pointer sp. The calls on that stack
+// entered at or below sp have ended unseen (a live caller's frame is above
+// its callee's): they are dropped and counted in NoExit.
+func (cs callStacks) enter(k stackKey, f frame) {
+	st := cs[k]
+	for len(st) > 0 && st[len(st)-1].sp <= f.sp {
+		st = drop(st)
+	}
+	if len(st) < 4096 {
+		st = append(st, f)
+	}
+	cs[k] = st
+}
+
+// exit pairs an exit of fs at stack pointer sp with its entry: the calls
+// entered below sp are dropped (they ended unseen: longjmp, an unprobed
+// exit) and counted in NoExit; the call on top must be fs's, entered at
+// sp. ok false: no entry of this call was seen (entered before the probes
+// went in, or an exit hit with the stack moved, a jump out to a function's
+// cold part).
+func (cs callStacks) exit(k stackKey, fs *FuncStat, sp uint64) (frame, bool) {
+	st := cs[k]
+	for len(st) > 0 && st[len(st)-1].sp < sp {
+		st = drop(st)
+	}
+	cs[k] = st
+	if len(st) == 0 || st[len(st)-1].sp != sp || st[len(st)-1].fs != fs {
+		return frame{}, false
+	}
+	f := st[len(st)-1]
+	st = st[:len(st)-1]
+	if len(st) > 0 { // the caller's time holds this call's probes
+		st[len(st)-1].nested += fs.costNs + f.nested
+	}
+	cs[k] = st
+	return f, true
+}
+
+// drop removes the top call of st, which ended unseen: counted in its
+// function's NoExit, its entry probe's cost charged to the call below.
+func drop(st []frame) []frame {
+	d := st[len(st)-1]
+	d.fs.NoExit++
+	st = st[:len(st)-1]
+	if len(st) > 0 {
+		st[len(st)-1].nested += d.fs.entryNs + d.nested
+	}
+	return st
 }
 
 // stopNames are the top of a program's call graph: the walk records them
@@ -169,7 +331,7 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
-		if ctx.Err() != nil || !w.Alive() {
+		if ctx.Err() != nil || !w.alive() {
 			break
 		}
 		before := len(w.Funcs)
@@ -217,8 +379,14 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			continue
 		}
 		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
+		plan := findExits(f.Path, f.Off, f.Size)
+		fs.exits, fs.ExitProbes, fs.ExitsUnprobed, fs.ExitsNote = plan.Offs, len(plan.Offs), plan.Unprobed, plan.Why
 		if w.Cal != nil {
 			fs.costNs, fs.entryNs = w.Cal.cost(f.Path, f.Off)
+			fs.pairNs = w.Cal.inPair(f.Path, f.Off)
+			if len(fs.exits) == 0 {
+				fs.costNs = fs.entryNs
+			}
 		}
 		stats = append(stats, fs)
 		w.visited[f.key()] = fs
@@ -232,46 +400,69 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	}
 	var probes []*uprobe.Probe
 	var rings []*perfring.Ring
-	owners := map[*uprobe.Probe]bool{} // the probes whose fd a ring maps
-	var leaders []int                  // the metric's counters, one per thread
+	var holders []int // the dummy events holding the rings, one per thread or CPU
+	var leaders []int // the metric's counters, one per thread (they hold the rings)
+	siteHits := map[probeSite]uint64{}
 	refs := map[uint64]probeRef{}
-	stacks := map[uint32][]frame{}
+	stacks := callStacks{}
 	drain := func() {}
 	closing := false
 	// closeAll removes the probes. Each close waits for the kernel's grace
 	// periods (tens of milliseconds, one close at a time machine-wide), and
 	// a function's breakpoint stays while any probe of it is open: the
-	// probes still open keep trapping meanwhile. So the return probes go
-	// first (an entry probe alone costs the entry trap only), the rings
-	// stay mapped and are read between closes, and each entry hit of this
-	// phase is charged (CloseHits); the rings' own probes (entry probes)
-	// go last, after their rings are unmapped.
+	// probes still open keep trapping meanwhile. So the instructions whose
+	// hits cost most go first, the rings stay mapped and are read between
+	// closes, and each hit of this phase is charged (CloseHits); the rings'
+	// holders go last, after their rings are unmapped.
+	var onSince time.Time // when the probes went in
 	closeAll := func() {
 		closing = true
 		cost0, had, t0 := w.CostNs, len(probes) > 0, time.Now()
-		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
-			for _, p := range probes {
-				if p.Ret == (pass == 0) && !owners[p] {
-					p.Close()
-					drain()
-				}
+		if had {
+			lv.OnSec += t0.Sub(onSince).Seconds()
+			w.inPlace = fmt.Sprintf("during level %d, while its probes were being removed from %s", depth, what(stats))
+		}
+		// The probed instructions most hit first: each one's breakpoint
+		// goes when its last event is closed, so the hottest stop
+		// trapping first.
+		bySite := map[probeSite][]*uprobe.Probe{}
+		var sites []probeSite
+		for _, p := range probes {
+			r := refs[p.ID]
+			k := probeSite{r.fs, r.off}
+			if bySite[k] == nil {
+				sites = append(sites, k)
 			}
+			bySite[k] = append(bySite[k], p)
+		}
+		// By the cost of their hits: an emulated entry costs far less
+		// than an exit (a return instruction is always single-stepped).
+		weight := func(k probeSite) float64 {
+			if k.off == k.fs.Off {
+				return float64(siteHits[k]) * k.fs.entryNs
+			}
+			return float64(siteHits[k]) * (k.fs.costNs - k.fs.entryNs)
+		}
+		sort.SliceStable(sites, func(i, j int) bool { return weight(sites[i]) > weight(sites[j]) })
+		for _, k := range sites {
+			closeProbes(bySite[k], drain)
 		}
 		drain()
 		for _, r := range rings {
 			w.Lost += r.Lost
-			r.Close() // a mapping holds its event alive: the owner's close below ends it
-		}
-		for _, p := range probes {
-			p.Close()
+			lv.lost += r.Lost
+			r.Close()
 		}
 		for _, fd := range leaders {
 			unix.Close(fd)
 		}
-		rings, probes, leaders = nil, nil, nil
-		clear(owners)
+		for _, fd := range holders {
+			unix.Close(fd)
+		}
+		rings, probes, leaders, holders = nil, nil, nil, nil
 		closing = false
 		if had {
+			w.inPlace = fmt.Sprintf("during level %d, its probes out (removed, not yet back)", depth)
 			w.lastCloseCost = w.CostNs - cost0
 			lv.CloseSec += time.Since(t0).Seconds()
 		}
@@ -286,13 +477,51 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	defer closeAll()
 	var winCost float64 // the probe cost of the calls seen in this window
 	probed := map[int]bool{}
-	// openThreads puts the level's probes on threads tids and enables them.
+	// perCPU: the probes are opened once per CPU for every process (tid
+	// -1), not once per thread, when that is fewer events and no process
+	// outside the tree maps the level's files (sharedFiles): a probe's
+	// close waits for the kernel's grace periods one at a time, and the
+	// probes still open trap meanwhile, so fewer events end a window's
+	// closing phase sooner. Hits of processes outside the tree (one that
+	// maps the file later) are not counted. Not with -m (a counter per
+	// thread leads its probes).
+	var cpus []int
+	inTree := map[uint32]bool{}
+	refreshTree := func() {
+		clear(inTree)
+		for _, p := range w.tree.processes() {
+			inTree[uint32(p)] = true
+		}
+	}
+	if all, err := events.OnlineCPUs(); err == nil && w.Metric == nil {
+		if tids, err := w.tree.threads(); err == nil && len(all) < len(tids) && !w.sharedFiles(stats) {
+			cpus = all
+			lv.PerCPU = true
+		}
+	}
+	// openThreads puts the level's probes on threads tids (or, perCPU, on
+	// every CPU) and enables them.
 	openThreads := func(tids []int) error {
 		p0, l0 := len(probes), len(leaders)
+		type unit struct{ tid, cpu int }
+		var units []unit
 		for _, tid := range tids {
+			units = append(units, unit{tid, -1})
+		}
+		if cpus != nil {
+			units = units[:0]
+			for _, c := range cpus {
+				units = append(units, unit{-1, c})
+			}
+			refreshTree()
+		}
+		for _, u := range units {
+			tid := u.tid
 			probed[tid] = true
-			var ring *perfring.Ring
 			group := -1
+			// The ring is held by the metric's counter, or a dummy event:
+			// the probes then close in any order (closeAll).
+			var holder int
 			if w.Metric != nil {
 				fd, err := uprobe.OpenCounter(*w.Metric, tid)
 				if err != nil {
@@ -302,26 +531,48 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					return fmt.Errorf("-m %s: %w", w.Metric.Name, err)
 				}
 				leaders = append(leaders, fd)
-				group = fd
+				group, holder = fd, fd
+			} else {
+				fd, err := uprobe.OpenHolder(tid, u.cpu)
+				if err != nil {
+					if errors.Is(err, unix.ESRCH) {
+						continue
+					}
+					return err
+				}
+				holders = append(holders, fd)
+				holder = fd
 			}
+			ring, err := perfring.Map(holder, 64)
+			if err != nil {
+				return err
+			}
+			rings = append(rings, ring)
 			for _, fs := range stats {
-				for _, ret := range []bool{false, true} {
-					p, err := w.PMU.OpenWith(fs.Path, fs.Off, ret, tid, uprobe.OpenOpts{Disabled: true, Group: group})
+				// The entry probe, then one probe per exit (never a
+				// uretprobe: exits.go).
+				for i := -1; i < len(fs.exits); i++ {
+					off, exit := fs.Off, i >= 0
+					if exit {
+						off = fs.exits[i]
+					}
+					p, err := w.PMU.OpenWith(fs.Path, off, false, tid, uprobe.OpenOpts{Disabled: true, Group: group, Exit: exit, Regs: probeRegs, CPU: u.cpu})
 					if err != nil {
 						if errors.Is(err, unix.ESRCH) {
+							continue
+						}
+						if exit && !errors.Is(err, uprobe.ErrPerm) {
+							// The kernel refuses a probe on this
+							// instruction: the exit is not probed.
+							fs.dropExit(i, err)
+							i--
 							continue
 						}
 						return fmt.Errorf("instrument %s: %w", fs.Name, err)
 					}
 					probes = append(probes, p)
-					refs[p.ID] = probeRef{fs, ret}
-					if ring == nil {
-						if ring, err = perfring.Map(p.FD, 64); err != nil {
-							return err
-						}
-						rings = append(rings, ring)
-						owners[p] = true
-					} else if err := ring.Redirect(p.FD); err != nil {
+					refs[p.ID] = probeRef{fs, exit, off}
+					if err := ring.Redirect(p.FD); err != nil {
 						return err
 					}
 				}
@@ -349,6 +600,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			return false, err
 		}
 		lv.Windows++
+		onSince = time.Now()
+		w.inPlace = fmt.Sprintf("during level %d, probes in place on %s", depth, what(stats))
 		w.meterTid = tids
 		winCost = 0
 		return len(probes) > 0, nil
@@ -357,6 +610,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	// probes went in get them too (polled: a child's calls before its
 	// first poll, within 100 ms, are not seen).
 	attachNew := func() error {
+		if cpus != nil { // every thread is probed: follow the tree's processes
+			refreshTree()
+			return nil
+		}
 		tids, err := w.tree.threads()
 		if err != nil {
 			return nil
@@ -387,11 +644,15 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 				if !ok {
 					return
 				}
-				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil})
+				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil, Regs: 1})
 				if !ok {
 					return
 				}
+				if cpus != nil && !inTree[s.PID] {
+					return // another process mapping the file
+				}
 				w.HookHits++
+				siteHits[probeSite{ref.fs, ref.off}]++
 				if closing && !ref.ret {
 					// The probes are being closed: the hit costs the
 					// target, its call is not followed (its return
@@ -412,7 +673,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 					ref.fs.Calls++
 					lv.Calls++
 					if s.HasTop {
-						c := w.tree.lookup(int(s.PID), s.TopWord)
+						// The return address: its call instruction is
+						// before it (a call to a function that does not
+						// return may end its caller).
+						c := w.tree.lookup(int(s.PID), s.TopWord-1)
 						cs := ref.fs.callers[c.key()+c.Name]
 						if cs == nil {
 							cs = &CallerStat{Func: c}
@@ -420,27 +684,25 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 						}
 						cs.Calls++
 					}
-					st := stacks[s.TID]
-					if len(st) < 4096 {
-						stacks[s.TID] = append(st, frame{ref.fs, s.Time, s.Read})
+					if s.HasRegs {
+						stacks.enter(ref.fs.stackOf(s), frame{fs: ref.fs, t: s.Time, v: s.Read, sp: s.Regs[0]})
 					}
 					return
 				}
 				if closing {
-					// A return while the probes are being closed: its
-					// return trap is charged here, its entry trap was
-					// charged with the entry.
+					// An exit while the probes are being closed: its
+					// trap is charged here (its entry's with the entry).
+					lv.CloseHits++
+					w.CloseHits++
 					w.CostNs += ref.fs.costNs - ref.fs.entryNs
 				}
-				st := stacks[s.TID]
-				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
-					if st[i].fs == ref.fs {
-						ref.fs.addTime(s.Time - st[i].t)
-						if w.Metric != nil {
-							ref.fs.addMetric(s.Read - st[i].v)
-						}
-						stacks[s.TID] = st[:i]
-						return
+				if !s.HasRegs {
+					return
+				}
+				if f, ok := stacks.exit(ref.fs.stackOf(s), ref.fs, s.Regs[0]); ok {
+					ref.fs.addTime(s.Time-f.t, f.nested)
+					if w.Metric != nil {
+						ref.fs.addMetric(s.Read-f.v, f.nested, w.Metric.Unit == "ns")
 					}
 				}
 			})
@@ -469,7 +731,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		return stats, nil
 	}
 	lv.Probes = len(probes)
-	lv.PerfFDs = perfFDs()
+	lv.PerfFDs = w.probeFDs() - len(holders)
 	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
 
 	cpu0, _ := w.tree.cpuNs()
@@ -488,7 +750,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			lv.EndedBy = "period"
 		case w.Period.Duration > 0 && time.Since(t0) >= w.Period.Duration:
 			lv.EndedBy = "period"
-		case !w.Alive():
+		case !w.alive():
 			lv.EndedBy = "target exited"
 		case w.LevelMax > 0 && time.Since(t0) >= w.LevelMax:
 			lv.EndedBy = "time limit"
@@ -561,8 +823,9 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	}
 	drain()
 	closeAll()
+	w.inPlace = fmt.Sprintf("after level %d, no probe in place", depth)
 	w.meter.update(w.meterTid)
-	lv.PerfFDsEnd = perfFDs()
+	lv.PerfFDsEnd = w.probeFDs()
 	if w.CPULast > cpu0 {
 		lv.TargetCPUNs = w.CPULast - cpu0
 	}
@@ -570,9 +833,91 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	lv.Seconds = time.Since(t0).Seconds()
 	w.Levels = append(w.Levels, lv)
 	for _, fs := range stats {
+		fs.Lost = lv.lost
 		fs.finish()
 	}
 	return stats, nil
+}
+
+// sharedFiles says whether a process outside the tree maps one of the
+// files of stats (its /proc/PID/maps), or whether that cannot be told.
+func (w *Walk) sharedFiles(stats []*FuncStat) bool {
+	inTree := map[int]bool{}
+	for _, p := range w.tree.processes() {
+		inTree[p] = true
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || inTree[pid] {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/maps")
+		if err != nil {
+			continue // gone, or a kernel thread
+		}
+		for _, fs := range stats {
+			if mapsExec(b, fs.Path) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mapsExec says whether a /proc/PID/maps text maps path executable (a
+// uprobe's breakpoint goes in executable mappings only: hotspot's own
+// read-only mapping of the file, to read its symbols, is not one).
+func mapsExec(maps []byte, path string) bool {
+	for _, l := range bytes.Split(maps, []byte("\n")) {
+		if !bytes.HasSuffix(l, []byte(" "+path)) {
+			continue
+		}
+		if f := bytes.Fields(l); len(f) > 1 && bytes.IndexByte(f[1], 'x') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// closeProbes closes ps concurrently, calling meanwhile every 2 ms (it
+// reads the rings): each close waits for the kernel's grace periods, and
+// closes waiting together share them, so the probes still open — which
+// keep trapping — are gone after about one wait instead of one per probe.
+func closeProbes(ps []*uprobe.Probe, meanwhile func()) {
+	if len(ps) == 0 {
+		return
+	}
+	const parallel = 64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
+	done := make(chan struct{})
+	go func() {
+		for _, p := range ps {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(p *uprobe.Probe) {
+				defer wg.Done()
+				p.Close()
+				<-sem
+			}(p)
+		}
+		wg.Wait()
+		close(done)
+	}()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			meanwhile()
+		}
+	}
 }
 
 // budgetAim is the share of the budget the walk spends by its own count.
@@ -618,7 +963,7 @@ const maxBudgetWait = 5 * time.Second
 func (w *Walk) waitBudget(ctx context.Context) float64 {
 	t0 := time.Now()
 	lastScan := t0
-	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.Alive() {
+	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.alive() {
 		w.meter.update(w.meterTid)
 		if w.withinBudget() {
 			break
@@ -634,7 +979,44 @@ func (w *Walk) waitBudget(ctx context.Context) float64 {
 	return time.Since(t0).Seconds()
 }
 
-func (fs *FuncStat) addTime(ns uint64) {
+// what lists the probes of a level: each function with its exits.
+func what(stats []*FuncStat) string {
+	var parts []string
+	for _, fs := range stats {
+		exits := "exits"
+		if len(fs.exits) == 1 {
+			exits = "exit"
+		}
+		parts = append(parts, fmt.Sprintf("%s (entry and %d %s)", fs.Name, len(fs.exits), exits))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// dropExit stops probing exit i of fs, which the kernel refused (err).
+func (fs *FuncStat) dropExit(i int, err error) {
+	fs.exits = append(fs.exits[:i:i], fs.exits[i+1:]...)
+	fs.ExitProbes = len(fs.exits)
+	fs.ExitsUnprobed++
+	if len(fs.exits) == 0 {
+		fs.ExitsNote = "the kernel refused a probe on its exits: " + err.Error()
+		fs.costNs = fs.entryNs
+	}
+}
+
+// stackOf is the stack a hit of fs ran on: its thread's.
+func (fs *FuncStat) stackOf(s uprobe.Sample) stackKey {
+	return stackKey{id: s.TID}
+}
+
+// addTime adds a call's time: raw, from the entry's sample to the exit's,
+// less the probes' own time in it (the pair's own traps, Calibration.InPairNs,
+// and nested, the probed calls made from it).
+func (fs *FuncStat) addTime(raw uint64, nested float64) {
+	fs.sumRawNs += float64(raw)
+	ns := uint64(max(float64(raw)-fs.pairNs-nested, 0))
+	if len(fs.kept) < maxKept {
+		fs.kept = append(fs.kept, float64(ns))
+	}
 	if fs.Returns == 0 || ns < fs.MinNs {
 		fs.MinNs = ns
 	}
@@ -646,7 +1028,17 @@ func (fs *FuncStat) addTime(ns uint64) {
 }
 
 // addMetric adds one call's metric; called after addTime (Returns counted).
-func (fs *FuncStat) addMetric(v uint64) {
+// A clock metric (task-clock: the thread's CPU time, the traps' kernel
+// time included) has the probes' own time taken out as the wall time has
+// (clock).
+func (fs *FuncStat) addMetric(raw uint64, nested float64, clock bool) {
+	v := raw
+	if clock {
+		v = uint64(max(float64(raw)-fs.pairNs-nested, 0))
+	}
+	if len(fs.keptMetric) < maxKept {
+		fs.keptMetric = append(fs.keptMetric, float64(v))
+	}
 	if fs.Returns == 1 || v < fs.MetricMin {
 		fs.MetricMin = v
 	}
@@ -657,8 +1049,12 @@ func (fs *FuncStat) addMetric(v uint64) {
 }
 
 func (fs *FuncStat) finish() {
+	fs.FewPairs = fs.ExitProbes > 0 && fs.Returns < minPairs
 	if fs.Returns > 0 {
 		fs.MeanNs = math.Round(fs.sumNs / float64(fs.Returns))
+		fs.MeanRawNs = math.Round(fs.sumRawNs / float64(fs.Returns))
+		fs.MedianNs, fs.MetricMedian = median(fs.kept), median(fs.keptMetric)
+		fs.kept, fs.keptMetric = nil, nil
 		fs.MetricMean = math.Round(fs.sumMetric / float64(fs.Returns))
 	}
 	var total uint64
