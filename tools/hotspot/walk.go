@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -407,8 +406,8 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	stacks := callStacks{}
 	drain := func() {}
 	closing := false
-	// closeAll removes the probes. Each close waits for the kernel's grace
-	// periods (tens of milliseconds, one close at a time machine-wide), and
+	// closeAll removes the probes. Each close waits for a kernel grace
+	// period (tens of milliseconds, one close at a time machine-wide), and
 	// a function's breakpoint stays while any probe of it is open: the
 	// probes still open keep trapping meanwhile. So the instructions whose
 	// hits cost most go first, the rings stay mapped and are read between
@@ -444,9 +443,11 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 			return float64(siteHits[k]) * (k.fs.costNs - k.fs.entryNs)
 		}
 		sort.SliceStable(sites, func(i, j int) bool { return weight(sites[i]) > weight(sites[j]) })
+		var order []*uprobe.Probe
 		for _, k := range sites {
-			closeProbes(bySite[k], drain)
+			order = append(order, bySite[k]...)
 		}
+		closeProbes(order, drain)
 		drain()
 		for _, r := range rings {
 			w.Lost += r.Lost
@@ -478,13 +479,15 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 	var winCost float64 // the probe cost of the calls seen in this window
 	probed := map[int]bool{}
 	// perCPU: the probes are opened once per CPU for every process (tid
-	// -1), not once per thread, when that is fewer events and no process
-	// outside the tree maps the level's files (sharedFiles): a probe's
-	// close waits for the kernel's grace periods one at a time, and the
-	// probes still open trap meanwhile, so fewer events end a window's
-	// closing phase sooner. Hits of processes outside the tree (one that
-	// maps the file later) are not counted. Not with -m (a counter per
-	// thread leads its probes).
+	// -1), not once per thread, when that is no more events, or when the
+	// tree has several processes (children come and go, each would need
+	// its own probes, closed one grace period each even after it exited),
+	// and no process outside the tree maps the level's files
+	// (sharedFiles): a probe's close waits for a kernel grace period, one
+	// close at a time machine-wide, and the probes still open trap
+	// meanwhile, so fewer events end a window's closing phase sooner.
+	// Hits of processes outside the tree (one that maps the file later)
+	// are not counted. Not with -m (a counter per thread leads its probes).
 	var cpus []int
 	inTree := map[uint32]bool{}
 	refreshTree := func() {
@@ -494,7 +497,7 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		}
 	}
 	if all, err := events.OnlineCPUs(); err == nil && w.Metric == nil {
-		if tids, err := w.tree.threads(); err == nil && len(all) < len(tids) && !w.sharedFiles(stats) {
+		if tids, err := w.tree.threads(); err == nil && (len(all) <= len(tids) || len(w.tree.processes()) > 1) && !w.sharedFiles(stats) {
 			cpus = all
 			lv.PerCPU = true
 		}
@@ -883,40 +886,17 @@ func mapsExec(maps []byte, path string) bool {
 	return false
 }
 
-// closeProbes closes ps concurrently, calling meanwhile every 2 ms (it
-// reads the rings): each close waits for the kernel's grace periods, and
-// closes waiting together share them, so the probes still open — which
-// keep trapping — are gone after about one wait instead of one per probe.
+// closeProbes closes ps one after the other, in their order, calling
+// meanwhile (it reads the rings) after each. The kernel removes a perf
+// uprobe under one machine-wide lock (event_mutex) held across an RCU
+// Tasks Trace grace period (uprobe_unregister_sync): tens of milliseconds
+// a probe, more on a busy machine, and closes from several threads only
+// queue on that lock. So the order is what can be chosen: the caller puts
+// the probes whose hits cost most first.
 func closeProbes(ps []*uprobe.Probe, meanwhile func()) {
-	if len(ps) == 0 {
-		return
-	}
-	const parallel = 64
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, parallel)
-	done := make(chan struct{})
-	go func() {
-		for _, p := range ps {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func(p *uprobe.Probe) {
-				defer wg.Done()
-				p.Close()
-				<-sem
-			}(p)
-		}
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTicker(2 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-t.C:
-			meanwhile()
-		}
+	for _, p := range ps {
+		p.Close()
+		meanwhile()
 	}
 }
 
