@@ -129,10 +129,11 @@ const noProbeGo = "Go code: sampled only, never probed (Go's runtime moves gorou
 
 var goFiles sync.Map // path -> bool
 
-// isGo reports whether the ELF file at path was built by Go (it has a
-// .go.buildinfo section, as Go executables and c-shared libraries do). A
-// file that cannot be read safely is not taken for Go: it is not
-// instrumented anyway (no symbols are read from it either).
+// isGo reports whether the ELF file at path was built by Go: it has a
+// .go.buildinfo section, as Go executables and c-shared libraries do, or
+// a runtime.main symbol (a toolchain that writes no build info). A file
+// that cannot be read safely is not taken for Go: it is not instrumented
+// anyway (no symbols are read from it either).
 func isGo(path string) bool {
 	if v, ok := goFiles.Load(path); ok {
 		return v.(bool)
@@ -140,7 +141,7 @@ func isGo(path string) bool {
 	is := false
 	if f, _, err := untrusted.Open(path); err == nil {
 		if ef, err := elf.NewFile(f); err == nil {
-			is = ef.Section(".go.buildinfo") != nil
+			is = ef.Section(".go.buildinfo") != nil || hasSymbol(ef, "runtime.main")
 			ef.Close()
 		}
 		f.Close()
@@ -209,4 +210,15 @@ func noMappings(pid int) error {
 		return fmt.Errorf("process %d is uid %d's: run hotspot as that user or as root", pid, st.Uid)
 	}
 	return fmt.Errorf("process %d: no executable mapping readable", pid)
+}
+
+// hasSymbol says whether ef's symbol table names a symbol name.
+func hasSymbol(ef *elf.File, name string) bool {
+	syms, _ := ef.Symbols()
+	for _, sym := range syms {
+		if sym.Name == name {
+			return true
+		}
+	}
+	return false
 }

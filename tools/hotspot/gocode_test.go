@@ -84,3 +84,24 @@ func TestGoCodeNotInstrumented(t *testing.T) {
 		t.Fatalf("levels %+v, %d probe hits: want no probe in Go code", r.Levels, r.HookHits)
 	}
 }
+
+// TestIsGo: a Go executable is recognised by its .go.buildinfo section,
+// and without it (removed here with objcopy) by its runtime.main symbol;
+// the bundled C example is not Go.
+func TestIsGo(t *testing.T) {
+	build(t)
+	need(t, "objcopy")
+	dir := t.TempDir()
+	prog, bare := filepath.Join(dir, "gosort"), filepath.Join(dir, "gosort-bare")
+	if out, err := exec.Command("go", "build", "-o", prog, "./testdata/gosort").CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/gosort: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("objcopy", "--remove-section=.go.buildinfo", prog, bare).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	for path, want := range map[string]bool{prog: true, bare: true, tools.example: false} {
+		if got := isGo(path); got != want {
+			t.Errorf("isGo(%s) = %v, want %v", path, got, want)
+		}
+	}
+}
