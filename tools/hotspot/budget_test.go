@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -98,9 +97,9 @@ func overheadBudgetOnce(t *testing.T, a *testenv.Attempt) {
 		if budget != "" {
 			args = append(args, "--max-overhead", budget)
 		}
-		args = append(args, "--", tools.example, "6", "20000")
-		out, err := exec.Command(tools.hotspot, args...).Output()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+		args = append(args, "--", tools.example, longRun, "20000")
+		out, err := walkExample(t, js, args...)
+		if !isExit(err, 3) || allRE.FindString(out) == "" {
 			t.Fatalf("budget %q: exit %v, output %q: want the example's line and exit 3", budget, err, out)
 		}
 		r := readReport(t, js)
@@ -172,8 +171,8 @@ func TestEntryEmulated(t *testing.T) {
 func TestCalibrationMatchesTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, "9", "200").Output()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+	out, err := walkExample(t, js, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, longRun, "200")
+	if !isExit(err, 3) || allRE.FindString(out) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
 	}
 	r := readReport(t, js)

@@ -73,10 +73,10 @@ func TestTimePerCallMatchesKnownCost(t *testing.T) {
 		cpu, _ := strconv.ParseFloat(m[3], 64)
 		ref := cpu * 1e3 / iters
 		js := filepath.Join(t.TempDir(), "r.json")
-		out, err = exec.Command(tools.hotspot, "-q", "-s", "0.5", "-m", "task-clock", "--period", "1500ms", "--depth", "1", "--max-overhead", "0",
-			"--json", js, "-o", os.DevNull, "--", tools.example, "6", "20000").Output()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
-			t.Fatalf("hotspot: %v, output %q", err, out)
+		wout, err := walkExample(t, js, "-q", "-s", "0.5", "-m", "task-clock", "--period", "1500ms", "--depth", "1", "--max-overhead", "0",
+			"--json", js, "-o", os.DevNull, "--", tools.example, longRun, "20000")
+		if !isExit(err, 3) {
+			t.Fatalf("hotspot: %v, output %q", err, wout)
 		}
 		r := readReport(t, js)
 		hot := funcByLevel(r, 0)["hot"]

@@ -107,14 +107,15 @@ func TestSigaltstackAndLongjmpTarget(t *testing.T) {
 		t.Fatalf("build testdata/sigjmp.c: %v\n%s", err, out)
 	}
 	js := filepath.Join(t.TempDir(), "r.json")
-	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "1s", "--depth", "3", "--max-overhead", "0", "--json", js, "-o", os.DevNull, "--", prog, "7")
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	out, err := c.Output()
+	c := exec.Command(tools.hotspot, "-q", "-s", "1", "--period", "1s", "--depth", "3", "--max-overhead", "0", "--json", js, "-o", os.DevNull, "--", prog, longRun)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	err := runWalk(t, c, js, nil, nil)
+	out := stdout.String()
 	if err != nil {
 		t.Fatalf("hotspot -- sigjmp: %v (want the program's exit 0); output %q\n%s", err, out, stderr.String())
 	}
-	m := sigjmpRE.FindStringSubmatch(string(out))
+	m := sigjmpRE.FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("output %q: want the program's one line", out)
 	}
