@@ -369,7 +369,7 @@ func TestTargetKilledMidWalk(t *testing.T) {
 // goes on undisturbed to its normal end.
 func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	build(t)
-	target, out := startExample(t, tools.example, "8", nil)
+	target, out := startExample(t, tools.example, longRun, nil)
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
 	waitLine(t, lines, "level 0 frontier [hot]")
@@ -385,6 +385,9 @@ func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	r := readReport(t, js)
 	if r.Stopped != "signal" || len(r.Levels) == 0 || r.Levels[len(r.Levels)-1].PerfFDsEnd != 0 {
 		t.Fatalf("report stopped=%q levels=%+v: want stopped by the signal with no perf fd left", r.Stopped, r.Levels)
+	}
+	if err := target.Process.Signal(syscall.SIGUSR1); err != nil { // the end of its run
+		t.Fatal(err)
 	}
 	err := target.Wait()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(out.String()) == "" {
@@ -429,7 +432,7 @@ func TestNonRootUser(t *testing.T) {
 	build(t)
 	need(t, "setpriv")
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
-	own, _ := startExample(t, tools.example, "30", nobody)
+	own, _ := startExample(t, tools.example, longRun, nobody)
 	run := func(pid int) (string, string, int) {
 		var o, e bytes.Buffer
 		c := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tools.hotspot, "-q", "-s", "0.5", "--period", "100", "-p", strconv.Itoa(pid))
@@ -456,7 +459,7 @@ func TestNonRootUser(t *testing.T) {
 	} else if !strings.Contains(e, "CAP_PERFMON") {
 		t.Errorf("exit %d without saying that uprobes need CAP_PERFMON:\n%s", code, e)
 	}
-	root, _ := startExample(t, tools.example, "30", nil)
+	root, _ := startExample(t, tools.example, longRun, nil)
 	o, e, code = run(root.Process.Pid)
 	if code == 0 || !strings.Contains(e, "root") {
 		t.Errorf("nobody on root's process: exit %d, stderr %q; want a refusal saying what to do", code, e)
@@ -624,16 +627,12 @@ func runHotspot(t *testing.T, cred *syscall.Credential, args ...string) (string,
 func TestCommandMode(t *testing.T) {
 	build(t)
 	need(t, "setpriv")
-	want, err := exec.Command(tools.example, "1").Output()
-	wantCode := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		wantCode = ee.ExitCode() // the example ends with exit(3)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	o, e, code := runHotspot(t, nil, "-q", "-s", "0.3", "--period", "100", "--", tools.example, "1")
-	if code != wantCode || !strings.HasPrefix(o, "hotspot-example: ") || strings.Count(o, "\n") != strings.Count(string(want), "\n") {
-		t.Errorf("hotspot -- example: exit %d (want the example's %d); stdout is not the example's own:\n%s\nstderr:\n%s", code, wantCode, o, e)
+	// The example runs until the report is out, then its run is ended
+	// (SIGUSR1: its line, exit 3).
+	end := func(pid int) { _ = syscall.Kill(pid, syscall.SIGUSR1) }
+	o, e, code := runUntilReported(t, exec.Command(tools.hotspot, "-q", "-s", "0.3", "--period", "100", "--", tools.example, longRun), end)
+	if code != 3 || allRE.FindString(o) == "" {
+		t.Errorf("hotspot -- example: exit %d (want the example's 3); stdout is not the example's own:\n%s\nstderr:\n%s", code, o, e)
 	}
 	if !regexp.MustCompile(`(?m)^\s+\d+\.\d%\s+hot\s`).MatchString(e) {
 		t.Errorf("the report is not on stderr:\n%s", e)
@@ -643,8 +642,15 @@ func TestCommandMode(t *testing.T) {
 		t.Errorf("hotspot -- sh -c 'exit 3': exit %d, want 3 and a word that it ended first:\n%s", code, e)
 	}
 	// A command that exits 0 (the example, forked, exits 3): a failed walk
-	// is hotspot's exit code.
-	o, e, code = runHotspot(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "-q", "-s", "0.3", "--period", "100", "--", "sh", "-c", tools.example+" 2; exit 0")
+	// is hotspot's exit code. The shell runs the example until its stdin
+	// (hotspot's) ends: the test closes it once the report is out.
+	c := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tools.hotspot, "-q", "-s", "0.3", "--period", "100", "--",
+		"sh", "-c", tools.example+" "+longRun+" & p=$!; cat >/dev/null; kill -USR1 $p; wait $p; exit 0")
+	in, err := c.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, e, code = runUntilReported(t, c, func(int) { in.Close() })
 	t.Logf("as nobody: exit %d\n%s%s", code, o, e)
 	if code == 0 && !strings.Contains(e, "from c") {
 		t.Errorf("as nobody, hotspot -- example exits 0 without the walk (uprobes refused?):\n%s", e)

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -87,4 +91,43 @@ func runWalk(t *testing.T, c *exec.Cmd, js string, end func(Report) error, meanw
 		}
 		ended = true
 	}
+}
+
+// reportRE is the text report's first line (on stderr beside a command).
+var reportRE = regexp.MustCompile(`^hotspot: .* \(pid (\d+)\): \d+ samples in `)
+
+// runUntilReported runs c (hotspot beside a command, its text report on
+// stderr) and calls reported with the target's pid once the report's
+// first line is out — the walk is over — to end the target's run. It
+// returns hotspot's stdout, stderr and exit code.
+func runUntilReported(t *testing.T, c *exec.Cmd, reported func(pid int)) (string, string, int) {
+	t.Helper()
+	var o bytes.Buffer
+	c.Stdout = &o
+	errp, err := c.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(walkDeadline, func() { _ = c.Process.Kill() })
+	defer timer.Stop()
+	var e strings.Builder
+	sc := bufio.NewScanner(errp)
+	for sc.Scan() {
+		e.WriteString(sc.Text() + "\n")
+		if m := reportRE.FindStringSubmatch(sc.Text()); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			reported(pid)
+		}
+	}
+	err = c.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
 }
