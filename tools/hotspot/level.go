@@ -533,10 +533,11 @@ func (r *levelRun) step(ws *windows) error {
 	return nil
 }
 
-// scan follows the tree (new threads get the probes while they are in)
-// and reads the target's CPU time.
+// scan follows the tree (new threads get the probes while they are in,
+// new processes' mappings are read) and reads the target's CPU time.
 func (r *levelRun) scan(on bool) error {
 	w := r.w
+	w.tree.readNew()
 	if on {
 		if err := r.attachNew(); err != nil {
 			return err
