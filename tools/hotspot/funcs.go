@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -196,14 +197,18 @@ func (m *procMap) fileOffset(addr uint64) (string, uint64, bool) {
 
 // noMappings says why process pid shows no executable mapping: it exited
 // (gone, or a zombie not yet reaped), it is another user's, or neither.
+// errExited: the process ended (or is a zombie) before its mappings were
+// read.
+var errExited = errors.New("exited before hotspot could read its mappings")
+
 func noMappings(pid int) error {
 	dir := "/proc/" + strconv.Itoa(pid)
 	stat, err := os.ReadFile(dir + "/stat")
 	if err != nil {
-		return fmt.Errorf("process %d exited before hotspot could read its mappings: nothing to sample", pid)
+		return fmt.Errorf("process %d %w: nothing to sample", pid, errExited)
 	}
 	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-		return fmt.Errorf("process %d exited before hotspot could read its mappings: nothing to sample", pid)
+		return fmt.Errorf("process %d %w: nothing to sample", pid, errExited)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err == nil && os.Geteuid() != 0 && int(st.Uid) != os.Geteuid() {

@@ -491,7 +491,7 @@ func newWindows(w *Walk) windows {
 	if w.Duty > 0 && w.Duty < 100 {
 		ws.offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
 	}
-	ws.budget = w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
+	ws.budget = w.budgetOn()
 	return ws
 }
 

@@ -164,7 +164,9 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 		exited = func() *os.ProcessState { <-done; return cmd.ProcessState }
 	}
 	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, metric, alive, exited, stderr)
-	endedFirst := cmd != nil && !alive() // the command ended before the walk did
+	// The command ended before the walk did (or before its mappings could
+	// be read: a zombie not yet reaped counts as alive).
+	endedFirst := cmd != nil && (!alive() || errors.Is(werr, errExited))
 	if rep != nil {
 		// The command's stdout is its own: beside a command the report
 		// goes to stderr (or -o FILE).
@@ -330,6 +332,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		o.ProbedCalls = w.Entries
 		o.ProbeCostNs = w.CostNs
 		o.CloseHits = w.CloseHits
+		o.EndWaitSec = w.EndWaitSec
 		o.Samples, o.SampleCostNs = sr.Samples, w.SampleCostNs
 		if w.CPULast > w.CPUStart {
 			o.TargetCPUNs = w.CPULast - w.CPUStart

@@ -53,6 +53,9 @@ type Overhead struct {
 	// costs): the slowdown of the target's own work from the sampling's
 	// start to the walk's end, by the walk's own count.
 	EstimatedPct float64 `json:"estimated_slowdown_pct"`
+	// EndWaitSec is how long the walk waited after its last level for
+	// its costs (the last closing phase's) to fall within the aim.
+	EndWaitSec float64 `json:"end_wait_s,omitempty"`
 }
 
 // folded derives folded stacks ("main;a;b;c;hot 1234") from the walk: the
@@ -220,6 +223,9 @@ func (r *Report) writeBudget(w io.Writer, o *Overhead) {
 	}
 	fmt.Fprintf(w, "budget: probes in place %.2fs of the levels' %.2fs (%.0f%%) in %d windows, taken out whenever the costs so far exceeded %.2g%% of the target's CPU\n",
 		on, total, 100*on/max(total, 1e-9), windows, o.BudgetPct*budgetAim)
+	if o.EndWaitSec > 0 {
+		fmt.Fprintf(w, "budget: after the last level the walk waited %.2fs, probes out, for its costs to be within that\n", o.EndWaitSec)
+	}
 	if o.EstimatedPct > o.BudgetPct {
 		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) saw %d hits, the probed calls %d (%s together), the samples %d (%s); a shorter --period or fewer --top functions cost less\n",
 			closeS, o.CloseHits, o.ProbedCalls, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))

@@ -181,6 +181,9 @@ type Walk struct {
 	CostNs        float64
 	CloseHits     uint64
 	lastCloseCost float64 // the cost of the last closing phase
+	// EndWaitSec is how long the walk waited after its last level for its
+	// costs to fall within the budget's aim.
+	EndWaitSec float64
 	// SampleCostNs is the cost of the sampling step before the walk
 	// (samples x the calibrated cost of one): the budget counts it.
 	SampleCostNs float64
@@ -356,7 +359,21 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 		}
 		frontier = next
 	}
+	if w.budgetOn() && ctx.Err() == nil && w.alive() {
+		// The last window's closing phase is paid for too: the walk
+		// ends once its costs are within the aim (at most maxBudgetWait).
+		w.EndWaitSec = w.waitBudget(ctx)
+		if v, ok := w.tree.cpuNs(); ok {
+			w.CPULast = v
+		}
+	}
 	return nil
+}
+
+// budgetOn says whether the budget's rule decides when probes are in
+// place (a budget, a calibration, and no fixed duty cycle).
+func (w *Walk) budgetOn() bool {
+	return w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
 }
 
 func (w *Walk) progress(format string, a ...any) {
