@@ -166,12 +166,13 @@ func TestEntryEmulated(t *testing.T) {
 // at different moments (the calibration at start-up, the target during the
 // level), so on a loaded machine they can differ by a third; a wrong
 // calibration is off by far more (a probe left open in the "without"
-// batches gives a small fraction of the true cost). bench/hotspot.sh
-// prints the ratio on a quiet machine.
+// batches gives a small fraction of the true cost). A level lasts 10000
+// calls, not a time: beside a CPU-heavy job the target got 30 ms of CPU
+// in a 2 s level. bench/hotspot.sh prints the ratio on a quiet machine.
 func TestCalibrationMatchesTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
-	out, err := walkExample(t, js, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, longRun, "200")
+	out, err := walkExample(t, js, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "10000", "--level-max", "0", "--json", js, "-o", os.DevNull, "--", tools.example, longRun, "200")
 	if !isExit(err, 3) || allRE.FindString(out) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
 	}
