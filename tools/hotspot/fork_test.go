@@ -61,7 +61,27 @@ func TestForkedChildren(t *testing.T) {
 	if sh := callerShares(funcByLevel(r, 0)["hot"]); !near(sh["c"], 2.0/3, 0.06) || !near(sh["x"], 1.0/3, 0.06) {
 		t.Errorf("hot's callers %v, want c 2/3, x 1/3", sh)
 	}
-	if sh := callerShares(funcByLevel(r, 3)["a"]); sh["main"] != 1 {
-		t.Errorf("a's callers %v, want main", sh)
+	// A child whose whole life falls between two of the walk's scans of
+	// the tree (hotspot itself starved of CPU beside a busy job) has its
+	// callers unnamed, "[exited PID ADDR]": a few such calls are allowed,
+	// any other caller is not.
+	sh, unnamed := namedShares(callerShares(funcByLevel(r, 3)["a"]))
+	if len(sh) != 1 || sh["main"] == 0 || unnamed > 0.01 {
+		t.Errorf("a's callers %v (%.2f%% from exited children not named): want main", sh, 100*unnamed)
 	}
+}
+
+// namedShares splits caller shares into the named callers' and the total
+// share of callers in processes that ended before their mappings were
+// read.
+func namedShares(sh map[string]float64) (map[string]float64, float64) {
+	named, unnamed := map[string]float64{}, 0.0
+	for name, v := range sh {
+		if strings.HasPrefix(name, "[exited ") {
+			unnamed += v
+		} else {
+			named[name] = v
+		}
+	}
+	return named, unnamed
 }
