@@ -93,9 +93,16 @@ func overheadBudgetOnce(t *testing.T, a *testenv.Attempt) {
 	est := map[string]*Overhead{}
 	for _, budget := range []string{"0", ""} {
 		js := filepath.Join(t.TempDir(), "r.json")
-		args := []string{"-q", "-s", "0.5", "--period", "2s", "--depth", "1", "--json", js, "-o", os.DevNull}
+		args := []string{"-q", "-s", "0.5", "--depth", "1", "--json", js, "-o", os.DevNull}
 		if budget != "" {
-			args = append(args, "--max-overhead", budget)
+			args = append(args, "--max-overhead", budget, "--period", "2s")
+		} else {
+			// The default budget's level lasts 300 probed calls however
+			// long that takes: its first window ends after 100 ms or a
+			// cost of about 60 calls, so the probes must come out and go
+			// back in to reach the period (a 2 s level could end, on a
+			// busy machine, while they were out).
+			args = append(args, "--period", "300", "--level-max", "0")
 		}
 		args = append(args, "--", tools.example, longRun, "20000")
 		out, err := walkExample(t, js, args...)
