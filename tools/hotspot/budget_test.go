@@ -97,12 +97,14 @@ func overheadBudgetOnce(t *testing.T, a *testenv.Attempt) {
 		if budget != "" {
 			args = append(args, "--max-overhead", budget, "--period", "2s")
 		} else {
-			// The default budget's level lasts 300 probed calls however
-			// long that takes: its first window ends after 100 ms or a
-			// cost of about 60 calls, so the probes must come out and go
-			// back in to reach the period (a 2 s level could end, on a
-			// busy machine, while they were out).
-			args = append(args, "--period", "300", "--level-max", "0")
+			// The default budget's level lasts 2000 probed calls however
+			// long that takes: their cost (about 80 ms) is more than the
+			// aim allows for the target's CPU before the level (at most
+			// about 1.5 s: the half-second sampling and the calibration),
+			// so the probes must come out and go back in to reach the
+			// period (a 2 s level could end, on a busy machine, while they
+			// were out; 300 calls fitted in the first window).
+			args = append(args, "--period", "2000", "--level-max", "0")
 		}
 		args = append(args, "--", tools.example, longRun, "20000")
 		out, err := walkExample(t, js, args...)
