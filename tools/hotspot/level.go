@@ -618,6 +618,9 @@ func (r *levelRun) run() ([]*FuncStat, error) {
 		}
 	}
 	r.drain()
+	if v, ok := w.tree.cpuNs(); ok { // to the level's end, not its last scan
+		w.CPULast = v
+	}
 	r.closeAll()
 	w.inPlace = fmt.Sprintf("after level %d, no probe in place", r.depth)
 	w.meter.update(w.meterTid)
