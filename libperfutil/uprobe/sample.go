@@ -15,12 +15,19 @@ type Sample struct {
 	// Read is the group leader's count at the hit (probes opened with
 	// OpenOpts.Group: Layout.Read).
 	Read uint64
+	// Regs are the sampled user registers (Layout.Regs of them, in the
+	// mask's bit order; OpenOpts.Regs), when HasRegs.
+	Regs    [4]uint64
+	HasRegs bool
 }
 
 // Layout says which optional parts a probe sample has.
 type Layout struct {
 	Stack bool // the entry layout: the user stack's top word
 	Read  bool // PERF_SAMPLE_READ of a group (OpenOpts.Group)
+	// Regs is the number of user registers sampled (the bits of
+	// OpenOpts.Regs; at most 4 are kept).
+	Regs int
 }
 
 // DecodeSample decodes a PERF_RECORD_SAMPLE body of a probe event; entry
@@ -52,6 +59,25 @@ func Decode(b []byte, l Layout) (Sample, bool) {
 		}
 		s.Read = binary.LittleEndian.Uint64(b[8:])
 		b = b[8+8*nr:]
+	}
+	if l.Regs > 0 {
+		// PERF_SAMPLE_REGS_USER: abi, then the registers unless abi is
+		// PERF_SAMPLE_REGS_ABI_NONE (a hit without user registers).
+		if len(b) < 8 {
+			return s, false
+		}
+		abi := binary.LittleEndian.Uint64(b)
+		b = b[8:]
+		if abi != 0 {
+			if len(b) < 8*l.Regs {
+				return s, false
+			}
+			for i := 0; i < l.Regs && i < len(s.Regs); i++ {
+				s.Regs[i] = binary.LittleEndian.Uint64(b[8*i:])
+			}
+			s.HasRegs = true
+			b = b[8*l.Regs:]
+		}
 	}
 	if !l.Stack {
 		return s, true

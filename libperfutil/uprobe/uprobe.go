@@ -79,7 +79,7 @@ const (
 type Probe struct {
 	FD  int
 	ID  uint64 // the kernel's sample identifier
-	Ret bool
+	Ret bool   // a uretprobe, or an exit probe (OpenOpts.Exit)
 }
 
 // ErrPerm is wrapped when the kernel refuses the probe for lack of privilege.
@@ -89,7 +89,7 @@ var ErrPerm = errors.New("uprobe perf events need root or CAP_PERFMON")
 // sampling every hit: an entry probe with the stack's top word, a return
 // probe (ret) with its time only. The event starts disabled when disabled.
 func (p PMU) Open(path string, off uint64, ret bool, tid int, disabled bool) (*Probe, error) {
-	return p.open(path, off, ret, tid, disabled, -1)
+	return p.open(path, off, ret, tid, OpenOpts{Disabled: disabled, Group: -1})
 }
 
 // OpenOpts are the less common choices of OpenWith.
@@ -99,12 +99,32 @@ type OpenOpts struct {
 	// leader, opened with OpenCounter): each sample then carries the
 	// leader's count at the hit (PERF_SAMPLE_READ of the group; Sample.Read).
 	Group int
+	// Exit opens a plain uprobe (never a uretprobe) with the return
+	// layout: a probe on a function's return instruction or on a jump out
+	// of it, which leaves the return address on the stack untouched.
+	Exit bool
+	// CPU is the CPU of a probe opened with tid -1: it then fires in every
+	// process that maps the file, on that CPU (the caller filters by pid).
+	CPU int
+	// Regs, if not 0, is the mask of user registers each hit samples
+	// (PERF_SAMPLE_REGS_USER; bits as perf_regs.h, RegSP ...): Sample.Regs.
+	Regs uint64
 }
 
-// OpenWith is Open with a group leader. (No inheritance: the kernel maps
-// no ring for an inherited per-thread event.)
+// User registers a probe can sample (x86-64 perf_regs.h bits).
+const (
+	RegSP  = 1 << 7
+	RegR14 = 1 << 22
+)
+
+// OpenWith is Open with the options o. (No inheritance: the kernel maps
+// no ring for an inherited per-thread event.) With o.Exit, ret must be
+// false: the probe is a uprobe with the return layout (Probe.Ret set).
 func (p PMU) OpenWith(path string, off uint64, ret bool, tid int, o OpenOpts) (*Probe, error) {
-	return p.open(path, off, ret, tid, o.Disabled, o.Group)
+	if o.Exit && ret {
+		return nil, fmt.Errorf("uprobe %s+%#x: an exit probe is a plain uprobe, not a uretprobe", path, off)
+	}
+	return p.open(path, off, ret, tid, o)
 }
 
 // OpenCounter opens ev as a disabled counting event on thread tid, to lead
@@ -121,7 +141,30 @@ func OpenCounter(ev events.Event, tid int) (int, error) {
 	return fd, nil
 }
 
-func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, group int) (*Probe, error) {
+// OpenHolder opens a software dummy event on thread tid (or, tid -1, on
+// cpu) with the probes' clock, to hold the ring the probes of that thread
+// write into (PERF_EVENT_IOC_SET_OUTPUT): the probes can then be closed in
+// any order while the ring is read, the holder last.
+func OpenHolder(tid, cpu int) (int, error) {
+	a := unix.PerfEventAttr{
+		Type:    unix.PERF_TYPE_SOFTWARE,
+		Config:  unix.PERF_COUNT_SW_DUMMY,
+		Size:    uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+		Bits:    unix.PerfBitUseClockID | unix.PerfBitDisabled,
+		Clockid: unix.CLOCK_MONOTONIC,
+	}
+	if tid != -1 {
+		cpu = -1
+	}
+	fd, err := unix.PerfEventOpen(&a, tid, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("perf dummy event on thread %d: %w", tid, err)
+	}
+	return fd, nil
+}
+
+func (p PMU) open(path string, off uint64, ret bool, tid int, o OpenOpts) (*Probe, error) {
+	group := o.Group
 	b, err := unix.BytePtrFromString(path)
 	if err != nil {
 		return nil, fmt.Errorf("uprobe path %q: %w", path, err)
@@ -131,13 +174,17 @@ func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, gro
 	a.Wakeup = 256 // wake a poller per 256 hits, not per hit
 	a.Bits |= unix.PerfBitUseClockID
 	a.Clockid = unix.CLOCK_MONOTONIC
-	if disabled {
+	if o.Disabled {
 		a.Bits |= unix.PerfBitDisabled
 	}
-	if ret {
-		a.Sample_type = ReturnSample
+	if o.Regs != 0 {
+		a.Sample_type |= unix.PERF_SAMPLE_REGS_USER
+		a.Sample_regs_user = o.Regs
+	}
+	if ret || o.Exit {
+		a.Sample_type |= ReturnSample
 	} else {
-		a.Sample_type = EntrySample
+		a.Sample_type |= EntrySample
 		a.Sample_stack_user = 8
 	}
 	if group >= 0 {
@@ -146,10 +193,17 @@ func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, gro
 	} else {
 		group = -1
 	}
-	fd, err := unix.PerfEventOpen(&a, tid, -1, group, unix.PERF_FLAG_FD_CLOEXEC)
+	cpu := -1
+	if tid == -1 {
+		cpu = o.CPU
+	}
+	fd, err := unix.PerfEventOpen(&a, tid, cpu, group, unix.PERF_FLAG_FD_CLOEXEC)
 	runtime.KeepAlive(b)
 	if err != nil {
 		kind := "uprobe"
+		if o.Exit {
+			kind = "exit uprobe"
+		}
 		if ret {
 			kind = "uretprobe"
 		}
@@ -167,7 +221,7 @@ func (p PMU) open(path string, off uint64, ret bool, tid int, disabled bool, gro
 		unix.Close(fd)
 		return nil, err
 	}
-	return &Probe{FD: fd, ID: id, Ret: ret}, nil
+	return &Probe{FD: fd, ID: id, Ret: ret || o.Exit}, nil
 }
 
 // Close removes the probe.

@@ -3,7 +3,6 @@ package main
 import (
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -94,13 +93,22 @@ func overheadBudgetOnce(t *testing.T, a *testenv.Attempt) {
 	est := map[string]*Overhead{}
 	for _, budget := range []string{"0", ""} {
 		js := filepath.Join(t.TempDir(), "r.json")
-		args := []string{"-q", "-s", "0.5", "--period", "2s", "--depth", "1", "--json", js, "-o", os.DevNull}
+		args := []string{"-q", "-s", "0.5", "--depth", "1", "--json", js, "-o", os.DevNull}
 		if budget != "" {
-			args = append(args, "--max-overhead", budget)
+			args = append(args, "--max-overhead", budget, "--period", "2s")
+		} else {
+			// The default budget's level lasts 2000 probed calls however
+			// long that takes: their cost (about 80 ms) is more than the
+			// aim allows for the target's CPU before the level (at most
+			// about 1.5 s: the half-second sampling and the calibration),
+			// so the probes must come out and go back in to reach the
+			// period (a 2 s level could end, on a busy machine, while they
+			// were out; 300 calls fitted in the first window).
+			args = append(args, "--period", "2000", "--level-max", "0")
 		}
-		args = append(args, "--", tools.example, "4", "20000")
-		out, err := exec.Command(tools.hotspot, args...).Output()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+		args = append(args, "--", tools.example, longRun, "20000")
+		out, err := walkExample(t, js, args...)
+		if !isExit(err, 3) || allRE.FindString(out) == "" {
 			t.Fatalf("budget %q: exit %v, output %q: want the example's line and exit 3", budget, err, out)
 		}
 		r := readReport(t, js)
@@ -167,13 +175,14 @@ func TestEntryEmulated(t *testing.T) {
 // at different moments (the calibration at start-up, the target during the
 // level), so on a loaded machine they can differ by a third; a wrong
 // calibration is off by far more (a probe left open in the "without"
-// batches gives a small fraction of the true cost). bench/hotspot.sh
-// prints the ratio on a quiet machine.
+// batches gives a small fraction of the true cost). A level lasts 10000
+// calls, not a time: beside a CPU-heavy job the target got 30 ms of CPU
+// in a 2 s level. bench/hotspot.sh prints the ratio on a quiet machine.
 func TestCalibrationMatchesTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "2s", "--json", js, "-o", os.DevNull, "--", tools.example, "6", "200").Output()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+	out, err := walkExample(t, js, "-q", "-s", "0.5", "--depth", "2", "--max-overhead", "0", "--period", "10000", "--level-max", "0", "--json", js, "-o", os.DevNull, "--", tools.example, longRun, "200")
+	if !isExit(err, 3) || allRE.FindString(out) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
 	}
 	r := readReport(t, js)

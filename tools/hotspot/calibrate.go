@@ -24,9 +24,10 @@ import (
 // The probe cost is measured, not assumed: hotspot starts a copy of itself
 // (calibEnv set) that calls a function in batches on one locked thread and
 // prints the thread's CPU time per batch; hotspot runs the batches without
-// and with an entry probe (8-byte stack sample, as the walk's) plus a
-// return probe on that function. The difference per call is what a probed
-// call costs the thread that makes it: the traps and the samples written.
+// and with the walk's probes on that function: an entry probe (8-byte
+// stack sample and the registers, as the walk's) and a probe on its return
+// instruction. The difference per call is what a probed call costs the
+// thread that makes it: the traps and the samples written.
 //
 // Two functions, because the kernel handles an entry probe in two ways:
 // it emulates a few first instructions (push of a register — the frame
@@ -34,13 +35,11 @@ import (
 // trap, and executes any other one out of line with a second, single-step
 // trap, which can cost several times as much (in a VM). calibLeaf starts
 // with a MOVL (out of line), calibPush with PUSHQ BP (emulated); the walk
-// charges each probed function the cost of its own first instruction.
+// charges each probed function the cost of its own first instruction. A
+// return instruction is always run out of line.
 //
-// The child is Go, so the return probe must not be seen by the Go runtime:
-// both are nosplit (no stack check, no stack growth, no traceback while
-// the return address is the kernel's trampoline), the child runs with
-// asynchronous preemption off and the collector off (it allocates almost
-// nothing), so no stack is scanned while it is inside.
+// The child runs with asynchronous preemption and the collector off and
+// the functions are nosplit, so that the batches measure the calls only.
 const calibEnv = "HOTSPOT_CALIBRATION_CHILD"
 
 //go:noinline
@@ -116,6 +115,23 @@ type Calibration struct {
 	// ~10 ms of calls without and with the sampler at calibSampleHz,
 	// best of Rounds each, the difference per sample. 0: none measured.
 	SampleNs float64 `json:"cost_per_sample_ns"`
+	// InPairNs is the probes' own time between a call's entry sample and
+	// its exit sample (the rest of the entry trap, the single step of the
+	// first instruction, the exit trap up to its sample): the median of
+	// exit − entry over the probed calls of a function that does almost
+	// nothing. It is taken out of every measured call. InPairEmulatedNs:
+	// the same with an emulated first instruction.
+	InPairNs         float64 `json:"probe_time_in_call_ns"`
+	InPairEmulatedNs float64 `json:"probe_time_in_call_emulated_ns"`
+}
+
+// inPair is the probes' own time inside a pair of the function at
+// path+off (Calibration.InPairNs, by its kind of first instruction).
+func (c Calibration) inPair(path string, off uint64) float64 {
+	if c.EmulatedNs > 0 && entryEmulated(path, off) {
+		return c.InPairEmulatedNs
+	}
+	return c.InPairNs
 }
 
 // calibSampleHz is the sampler's rate while its cost is measured: high,
@@ -150,13 +166,16 @@ func entryEmulated(path string, off uint64) bool {
 	return b[0]>>3 == 0x50>>3 || (b[0] == 0x41 && b[1]>>3 == 0x50>>3)
 }
 
+// The calibration's batches: calibCalls calls each, the best of
+// calibRounds.
+const calibCalls, calibRounds = 1000, 3
+
 // calibrate measures the cost of a sample, starts between(the cost per
 // sample, 0 if not measured) — the sampling step, which needs it — and
 // meanwhile measures the cost of a probed call; it returns once both are
 // done. between is called exactly once, also when the calibration fails
-// before it. When only the probes
-// cannot be measured (no CAP_PERFMON), the sample's cost is returned with
-// the error.
+// before it. When only the probes cannot be measured (no CAP_PERFMON),
+// the sample's cost is returned with the error.
 func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, err error) {
 	var done chan struct{} // closed when between has returned
 	defer func() {
@@ -166,219 +185,17 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 			<-done
 		}
 	}()
-	const calls, rounds = 1000, 3
 	fail := func(err error) (Calibration, error) {
 		return Calibration{}, fmt.Errorf("calibrate the probe cost: %w", err)
 	}
-	self, err := os.Executable()
+	ch, err := startCalibChild()
 	if err != nil {
 		return fail(err)
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), calibEnv+"=1", "GODEBUG=asyncpreemptoff=1", "GOGC=off", "GOMAXPROCS=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	defer ch.stop()
+	c = Calibration{Calls: calibCalls, Rounds: calibRounds}
+	if c.SampleNs, err = ch.sampleCost(); err != nil {
 		return fail(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fail(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return fail(fmt.Errorf("start %s: %w", self, err))
-	}
-	defer func() {
-		stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	lines := bufio.NewScanner(stdout)
-	readInts := func(n int) ([]int64, error) {
-		if !lines.Scan() {
-			return nil, errors.New("the calibration child ended early")
-		}
-		f := strings.Fields(lines.Text())
-		if len(f) != n {
-			return nil, fmt.Errorf("calibration child said %q", lines.Text())
-		}
-		out := make([]int64, n)
-		for i := range f {
-			v, err := strconv.ParseInt(f[i], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("calibration child said %q", lines.Text())
-			}
-			out[i] = v
-		}
-		return out, nil
-	}
-	hello, err := readInts(3)
-	if err != nil {
-		return fail(err)
-	}
-	tid := int(hello[0])
-	var cache a2n.Cache
-	pm, err := newProcMap(cmd.Process.Pid, &cache)
-	if err != nil {
-		return fail(err)
-	}
-	type target struct {
-		path string
-		off  uint64
-	}
-	var fn [2]target
-	for k := range fn {
-		path, off, ok := pm.fileOffset(uint64(hello[1+k]))
-		if !ok {
-			return fail(fmt.Errorf("function at %#x is in no file mapping of process %d", hello[1+k], cmd.Process.Pid))
-		}
-		fn[k] = target{path, off}
-	}
-	batch := func(n, kind int) (int64, error) {
-		if _, err := fmt.Fprintln(stdin, n, kind); err != nil {
-			return 0, err
-		}
-		v, err := readInts(2)
-		if err != nil {
-			return 0, err
-		}
-		return v[0], nil
-	}
-	// A probe's breakpoint is in place from its open to its close (a
-	// disabled perf event still traps): the plain batches run with no probe
-	// open at all, then the probed batches with one pair (an entry and a
-	// return probe; a close waits for the kernel's grace periods,
-	// so the pair is opened once per kind, not per batch).
-	// Then the return probe is closed and the same batches run with the
-	// entry probe alone.
-	measure := func(kind int) (cost, entry, spread float64, err error) {
-		var plain, withProbes, entryOnly []float64
-		for r := 0; r < rounds; r++ {
-			ns, err := batch(calls, kind)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			plain = append(plain, float64(ns)/calls)
-		}
-		var probes []*uprobe.Probe
-		var ring *perfring.Ring
-		defer func() {
-			ring.Close()
-			for _, p := range probes {
-				p.Close()
-			}
-		}()
-		for _, ret := range []bool{false, true} {
-			p, err := pmu.Open(fn[kind].path, fn[kind].off, ret, tid, true)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			probes = append(probes, p)
-			if ring == nil {
-				if ring, err = perfring.Map(p.FD, 128); err != nil {
-					return 0, 0, 0, err
-				}
-			} else if err := ring.Redirect(p.FD); err != nil {
-				return 0, 0, 0, err
-			}
-		}
-		for _, p := range probes {
-			if err := uprobe.Enable(p.FD); err != nil {
-				return 0, 0, 0, err
-			}
-		}
-		// Batches of n probed calls: every call hit per times (or lost).
-		per := 2
-		probed := func(n int) (int64, error) {
-			ns, err := batch(n, kind)
-			if err != nil {
-				return 0, err
-			}
-			hits, lost := 0, ring.Lost
-			ring.Drain(func(typ uint32, _ uint16, _ []byte) {
-				if typ == unix.PERF_RECORD_SAMPLE {
-					hits++
-				}
-			})
-			if got := hits + int(ring.Lost-lost); got != per*n {
-				return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, per*n, ring.Lost-lost)
-			}
-			return ns, nil
-		}
-		// Warm up (the first hits map the kernel's trampoline page).
-		if _, err := probed(20); err != nil {
-			return 0, 0, 0, err
-		}
-		for r := 0; r < rounds; r++ {
-			ns, err := probed(calls)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			withProbes = append(withProbes, float64(ns)/calls)
-		}
-		probes[1].Close() // the return probe (the ring is the entry probe's)
-		per = 1
-		for r := 0; r < rounds; r++ {
-			ns, err := probed(calls)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			entryOnly = append(entryOnly, float64(ns)/calls)
-		}
-		sort.Float64s(plain)
-		sort.Float64s(withProbes)
-		sort.Float64s(entryOnly)
-		if withProbes[0] <= plain[0] {
-			return 0, 0, 0, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
-		}
-		cost = withProbes[0] - plain[0]
-		entry = min(max(entryOnly[0]-plain[0], 0), cost)
-		return cost, entry, withProbes[rounds-1] - withProbes[0], nil
-	}
-	c = Calibration{Calls: calls, Rounds: rounds}
-	// The sample's cost: enough calls for ~10 ms of CPU.
-	ns, err := batch(100000, 0)
-	if err != nil {
-		return fail(err)
-	}
-	n := int(min(max(100000*10e6/float64(max(ns, 1)), 1000), 1e9))
-	sampled := func() (int64, int, error) {
-		fd, err := openSampler(tid, 1e9/calibSampleHz)
-		if err != nil {
-			return 0, 0, err
-		}
-		defer unix.Close(fd)
-		ring, err := perfring.Map(fd, 16)
-		if err != nil {
-			return 0, 0, err
-		}
-		defer ring.Close()
-		ns, err := batch(n, 0)
-		samples := 0
-		ring.Drain(func(typ uint32, _ uint16, _ []byte) {
-			if typ == unix.PERF_RECORD_SAMPLE {
-				samples++
-			}
-		})
-		return ns, samples + int(ring.Lost), err
-	}
-	bestPlain, bestSampled, samples := int64(math.MaxInt64), int64(math.MaxInt64), 0
-	for r := 0; r < rounds; r++ {
-		ns, err := batch(n, 0)
-		if err != nil {
-			return fail(err)
-		}
-		bestPlain = min(bestPlain, ns)
-		sns, k, err := sampled()
-		if err != nil {
-			return fail(fmt.Errorf("the cost of a sample: %w", err))
-		}
-		if sns < bestSampled {
-			bestSampled, samples = sns, k
-		}
-	}
-	if samples > 0 && bestSampled > bestPlain {
-		c.SampleNs = float64(bestSampled-bestPlain) / float64(samples)
 	}
 	// The sampling step runs while the probe costs are measured (in the
 	// child, a process of its own: the target's sampling does not see it).
@@ -387,19 +204,340 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		defer close(done)
 		between(sampleNs)
 	}(c.SampleNs)
-	if c.CallNs, c.EntryNs, c.SpreadNs, err = measure(0); err != nil {
+	k, err := ch.measure(pmu, 0)
+	if err != nil {
 		return c, fmt.Errorf("calibrate the probe cost: %w", err)
 	}
-	if entryEmulated(fn[1].path, fn[1].off) && !entryEmulated(fn[0].path, fn[0].off) {
-		if c.EmulatedNs, c.EntryEmulatedNs, _, err = measure(1); err != nil {
+	c.CallNs, c.EntryNs, c.SpreadNs, c.InPairNs = k.cost, k.entry, k.spread, k.inPair
+	if entryEmulated(ch.fn[1].path, ch.fn[1].off) && !entryEmulated(ch.fn[0].path, ch.fn[0].off) {
+		k, err := ch.measure(pmu, 1)
+		if err != nil {
 			return c, fmt.Errorf("calibrate the probe cost: %w", err)
 		}
-		if c.EmulatedNs > c.CallNs {
-			c.EmulatedNs = c.CallNs // noise: never charge less for the dearer kind
-		}
-		c.EntryEmulatedNs = min(c.EntryEmulatedNs, c.EmulatedNs)
+		// Noise: never charge less for the dearer kind.
+		c.EmulatedNs = min(k.cost, c.CallNs)
+		c.EntryEmulatedNs = min(k.entry, c.EmulatedNs)
+		c.InPairEmulatedNs = k.inPair
 	}
 	return c, nil
+}
+
+// calibTarget is one of the child's functions: where it is and its
+// exit (the walk's exit probe: exits.go).
+type calibTarget struct {
+	path  string
+	off   uint64
+	exits []uint64
+}
+
+// calibChild is the copy of hotspot the calibration measures
+// (calibrationChild): its thread, its two functions, the pipes to it.
+type calibChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+	tid   int
+	fn    [2]calibTarget // calibLeaf, calibPush
+}
+
+// startCalibChild starts the child and finds its functions in its files.
+func startCalibChild() (*calibChild, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), calibEnv+"=1", "GODEBUG=asyncpreemptoff=1", "GOGC=off", "GOMAXPROCS=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", self, err)
+	}
+	ch := &calibChild{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
+	if err := ch.locate(); err != nil {
+		ch.stop()
+		return nil, err
+	}
+	return ch, nil
+}
+
+// locate reads the child's first line (its thread, the two functions'
+// addresses) and finds each function's file offset and exit.
+func (ch *calibChild) locate() error {
+	hello, err := ch.readInts(3)
+	if err != nil {
+		return err
+	}
+	ch.tid = int(hello[0])
+	pid := ch.cmd.Process.Pid
+	var cache a2n.Cache
+	pm, err := newProcMap(pid, &cache)
+	if err != nil {
+		return err
+	}
+	for k := range ch.fn {
+		addr := uint64(hello[1+k])
+		path, off, ok := pm.fileOffset(addr)
+		if !ok {
+			return fmt.Errorf("function at %#x is in no file mapping of process %d", addr, pid)
+		}
+		f := pm.lookup(addr)
+		if f.Off != off {
+			return fmt.Errorf("function at %#x of process %d: no symbol starts there", addr, pid)
+		}
+		plan := findExits(path, off, f.Size)
+		if len(plan.Offs) != 1 {
+			return fmt.Errorf("%s: want one exit, found %d (%s)", f.Name, len(plan.Offs), plan.Why)
+		}
+		ch.fn[k] = calibTarget{path, off, plan.Offs}
+	}
+	return nil
+}
+
+// stop ends the child.
+func (ch *calibChild) stop() {
+	ch.stdin.Close()
+	_ = ch.cmd.Process.Kill()
+	_ = ch.cmd.Wait()
+}
+
+// readInts reads a line of n integers from the child.
+func (ch *calibChild) readInts(n int) ([]int64, error) {
+	if !ch.lines.Scan() {
+		return nil, errors.New("the calibration child ended early")
+	}
+	f := strings.Fields(ch.lines.Text())
+	if len(f) != n {
+		return nil, fmt.Errorf("calibration child said %q", ch.lines.Text())
+	}
+	out := make([]int64, n)
+	for i := range f {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("calibration child said %q", ch.lines.Text())
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// batch has the child call function kind n times; the thread CPU time
+// it took (ns).
+func (ch *calibChild) batch(n, kind int) (int64, error) {
+	if _, err := fmt.Fprintln(ch.stdin, n, kind); err != nil {
+		return 0, err
+	}
+	v, err := ch.readInts(2)
+	if err != nil {
+		return 0, err
+	}
+	return v[0], nil
+}
+
+// sampleCost is the CPU time one sample costs the sampled thread:
+// batches of ~10 ms of calls without and with the sampler at
+// calibSampleHz, the best of calibRounds each, the difference per
+// sample (0 if none was measured).
+func (ch *calibChild) sampleCost() (float64, error) {
+	ns, err := ch.batch(100000, 0)
+	if err != nil {
+		return 0, err
+	}
+	n := int(min(max(100000*10e6/float64(max(ns, 1)), 1000), 1e9))
+	bestPlain, bestSampled, samples := int64(math.MaxInt64), int64(math.MaxInt64), 0
+	for r := 0; r < calibRounds; r++ {
+		ns, err := ch.batch(n, 0)
+		if err != nil {
+			return 0, err
+		}
+		bestPlain = min(bestPlain, ns)
+		sns, k, err := ch.sampled(n)
+		if err != nil {
+			return 0, fmt.Errorf("the cost of a sample: %w", err)
+		}
+		if sns < bestSampled {
+			bestSampled, samples = sns, k
+		}
+	}
+	if samples > 0 && bestSampled > bestPlain {
+		return float64(bestSampled-bestPlain) / float64(samples), nil
+	}
+	return 0, nil
+}
+
+// sampled is a batch of n calls with the sampler on the child's thread:
+// its CPU time and the samples taken (or lost).
+func (ch *calibChild) sampled(n int) (int64, int, error) {
+	fd, err := openSampler(ch.tid, 1e9/calibSampleHz)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unix.Close(fd)
+	ring, err := perfring.Map(fd, 16)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ring.Close()
+	ns, err := ch.batch(n, 0)
+	samples := 0
+	ring.Drain(func(typ uint32, _ uint16, _ []byte) {
+		if typ == unix.PERF_RECORD_SAMPLE {
+			samples++
+		}
+	})
+	return ns, samples + int(ring.Lost), err
+}
+
+// kindCost is what the calibration found for one kind of first
+// instruction (Calibration's fields of that kind).
+type kindCost struct {
+	cost, entry, spread, inPair float64
+}
+
+// measure measures the probe cost of the child's function kind. A
+// probe's breakpoint is in place from its open to its close (a disabled
+// perf event still traps): the plain batches run with no probe open at
+// all, then the probed batches with one pair (an entry probe and a probe
+// on the return instruction, as the walk's; a close waits for a kernel
+// grace period, so the pair is opened once per kind, not per batch). Then
+// the exit probe is closed and the same batches run with the entry probe
+// alone.
+func (ch *calibChild) measure(pmu uprobe.PMU, kind int) (kindCost, error) {
+	var plain, withProbes, entryOnly []float64
+	for r := 0; r < calibRounds; r++ {
+		ns, err := ch.batch(calibCalls, kind)
+		if err != nil {
+			return kindCost{}, err
+		}
+		plain = append(plain, float64(ns)/calibCalls)
+	}
+	pp := &probedPair{ch: ch, kind: kind, per: 2}
+	defer pp.close()
+	if err := pp.open(pmu); err != nil {
+		return kindCost{}, err
+	}
+	// Warm up (the first hits map the kernel's trampoline page).
+	if _, err := pp.batch(20); err != nil {
+		return kindCost{}, err
+	}
+	for r := 0; r < calibRounds; r++ {
+		ns, err := pp.batch(calibCalls)
+		if err != nil {
+			return kindCost{}, err
+		}
+		withProbes = append(withProbes, float64(ns)/calibCalls)
+	}
+	pp.probes[1].Close() // the exit probe (the ring is the entry probe's)
+	pp.per = 1
+	for r := 0; r < calibRounds; r++ {
+		ns, err := pp.batch(calibCalls)
+		if err != nil {
+			return kindCost{}, err
+		}
+		entryOnly = append(entryOnly, float64(ns)/calibCalls)
+	}
+	sort.Float64s(plain)
+	sort.Float64s(withProbes)
+	sort.Float64s(entryOnly)
+	if withProbes[0] <= plain[0] {
+		return kindCost{}, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
+	}
+	k := kindCost{cost: withProbes[0] - plain[0], spread: withProbes[calibRounds-1] - withProbes[0]}
+	k.entry = min(max(entryOnly[0]-plain[0], 0), k.cost)
+	sort.Float64s(pp.pairs)
+	if len(pp.pairs) > 0 {
+		k.inPair = pp.pairs[len(pp.pairs)/2]
+	}
+	return k, nil
+}
+
+// probedPair is the calibration's probes on one function of the child:
+// its entry probe, which holds the ring, and its exit probe.
+type probedPair struct {
+	ch     *calibChild
+	kind   int
+	probes []*uprobe.Probe
+	ring   *perfring.Ring
+	per    int       // hits per call: 2, or 1 once the exit probe is closed
+	pairs  []float64 // exit − entry times of the calls (ns)
+}
+
+// open puts the probes on the function and enables them.
+func (pp *probedPair) open(pmu uprobe.PMU) error {
+	fn := pp.ch.fn[pp.kind]
+	for i, off := range append([]uint64{fn.off}, fn.exits...) {
+		p, err := pmu.OpenWith(fn.path, off, false, pp.ch.tid, uprobe.OpenOpts{Disabled: true, Group: -1, Exit: i > 0, Regs: probeRegs})
+		if err != nil {
+			return err
+		}
+		pp.probes = append(pp.probes, p)
+		if pp.ring == nil {
+			if pp.ring, err = perfring.Map(p.FD, 128); err != nil {
+				return err
+			}
+		} else if err := pp.ring.Redirect(p.FD); err != nil {
+			return err
+		}
+	}
+	for _, p := range pp.probes {
+		if err := uprobe.Enable(p.FD); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// close unmaps the ring and closes the probes. Each close waits for a
+// kernel grace period: the last ones need not delay the walk (the child
+// is ended anyway).
+func (pp *probedPair) close() {
+	pp.ring.Close()
+	go func(probes []*uprobe.Probe) {
+		for _, p := range probes {
+			p.Close()
+		}
+	}(pp.probes)
+}
+
+// batch runs n probed calls: every call must be hit per times (or the
+// hits lost); the pairs' times are kept.
+func (pp *probedPair) batch(n int) (int64, error) {
+	ns, err := pp.ch.batch(n, pp.kind)
+	if err != nil {
+		return 0, err
+	}
+	hits, lost := 0, pp.ring.Lost
+	var entryT uint64
+	pp.ring.Drain(func(typ uint32, _ uint16, b []byte) {
+		if typ != unix.PERF_RECORD_SAMPLE {
+			return
+		}
+		hits++
+		// The time from the entry's sample to the exit's, of a function
+		// that does almost nothing: the probes' own time inside a pair.
+		id, _ := uprobe.SampleID(b)
+		entry := id == pp.probes[0].ID
+		s, ok := uprobe.Decode(b, uprobe.Layout{Stack: entry, Regs: 1})
+		switch {
+		case !ok:
+		case entry:
+			entryT = s.Time
+		case entryT != 0 && s.Time > entryT:
+			pp.pairs = append(pp.pairs, float64(s.Time-entryT))
+			entryT = 0
+		}
+	})
+	if got := hits + int(pp.ring.Lost-lost); got != pp.per*n {
+		return 0, fmt.Errorf("%d probe hits for %d calls, want %d (lost %d)", hits, n, pp.per*n, pp.ring.Lost-lost)
+	}
+	return ns, nil
 }
 
 // threadCPUNs is thread tid's CPU time so far (/proc/TID/schedstat, ns).

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -25,6 +26,9 @@ type Func struct {
 	Path string `json:"module"`
 	Off  uint64 `json:"offset"`
 	Name string `json:"name"`
+	// Size is the function's length in bytes (its symbol's or .eh_frame
+	// range's; 0: not known): its exits are found in it.
+	Size uint64 `json:"size,omitempty"`
 	// NoProbe says why the function cannot be instrumented ("" if it can).
 	NoProbe string `json:"not_instrumentable,omitempty"`
 }
@@ -110,25 +114,27 @@ func (m *procMap) find(addr uint64) (Func, bool) {
 		return Func{Path: s.path, Off: fileOff, Name: fmt.Sprintf("%s+%#x", baseName(s.path), fileOff),
 			NoProbe: "no symbol or .eh_frame range covers this address"}, true
 	}
-	f := Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name}
+	f := Func{Path: s.path, Off: fileOff - (va - sym.Addr), Name: sym.Name, Size: sym.Size}
 	if isGo(s.path) {
 		f.NoProbe = noProbeGo
 	}
 	return f, true
 }
 
-// noProbeGo says why Go code is not instrumented: hotspot measures exits
-// with return probes (uretprobes), which replace a return address on the
-// stack, and Go's runtime walks, copies and checks its goroutines' stacks:
-// a return address it does not know kills the program (SIGILL, SIGSEGV).
-const noProbeGo = "Go code: a return probe (uretprobe) there can crash the program (Go's runtime walks and moves goroutine stacks); sampled only"
+// noProbeGo says why Go code is not instrumented: Go's runtime walks,
+// copies and checks its goroutines' stacks and moves goroutines between
+// threads in the middle of a call, so a probe there is either a hazard to
+// the program (a return probe's return address kills it) or gives pairs
+// that do not hold (an exit on another thread than its entry).
+const noProbeGo = "Go code: sampled only, never probed (Go's runtime moves goroutine stacks and goroutines between threads)"
 
 var goFiles sync.Map // path -> bool
 
-// isGo reports whether the ELF file at path was built by Go (it has a
-// .go.buildinfo section, as Go executables and c-shared libraries do). A
-// file that cannot be read safely is not taken for Go: it is not
-// instrumented anyway (no symbols are read from it either).
+// isGo reports whether the ELF file at path was built by Go: it has a
+// .go.buildinfo section, as Go executables and c-shared libraries do, or
+// a runtime.main symbol (a toolchain that writes no build info). A file
+// that cannot be read safely is not taken for Go: it is not instrumented
+// anyway (no symbols are read from it either).
 func isGo(path string) bool {
 	if v, ok := goFiles.Load(path); ok {
 		return v.(bool)
@@ -136,7 +142,7 @@ func isGo(path string) bool {
 	is := false
 	if f, _, err := untrusted.Open(path); err == nil {
 		if ef, err := elf.NewFile(f); err == nil {
-			is = ef.Section(".go.buildinfo") != nil
+			is = ef.Section(".go.buildinfo") != nil || hasSymbol(ef, "runtime.main")
 			ef.Close()
 		}
 		f.Close()
@@ -191,18 +197,33 @@ func (m *procMap) fileOffset(addr uint64) (string, uint64, bool) {
 
 // noMappings says why process pid shows no executable mapping: it exited
 // (gone, or a zombie not yet reaped), it is another user's, or neither.
+// errExited: the process ended (or is a zombie) before its mappings were
+// read.
+var errExited = errors.New("exited before hotspot could read its mappings")
+
 func noMappings(pid int) error {
 	dir := "/proc/" + strconv.Itoa(pid)
 	stat, err := os.ReadFile(dir + "/stat")
 	if err != nil {
-		return fmt.Errorf("process %d exited before hotspot could read its mappings: nothing to sample", pid)
+		return fmt.Errorf("process %d %w: nothing to sample", pid, errExited)
 	}
 	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-		return fmt.Errorf("process %d exited before hotspot could read its mappings: nothing to sample", pid)
+		return fmt.Errorf("process %d %w: nothing to sample", pid, errExited)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err == nil && os.Geteuid() != 0 && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("process %d is uid %d's: run hotspot as that user or as root", pid, st.Uid)
 	}
 	return fmt.Errorf("process %d: no executable mapping readable", pid)
+}
+
+// hasSymbol says whether ef's symbol table names a symbol name.
+func hasSymbol(ef *elf.File, name string) bool {
+	syms, _ := ef.Symbols()
+	for _, sym := range syms {
+		if sym.Name == name {
+			return true
+		}
+	}
+	return false
 }

@@ -8,23 +8,28 @@ import (
 	"testing"
 )
 
-// goSort sorts strings on four goroutines for the seconds it is given and
-// says how much it sorted: hot Go code, with goroutine stacks that the
-// runtime grows and moves while it runs.
+// goSort sorts strings on four goroutines for the seconds it is given (or
+// until SIGUSR1) and says how much it sorted: hot Go code, with goroutine
+// stacks that the runtime grows and moves while it runs.
 const goSort = `package main
 
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
+var stop atomic.Bool
+
 func work(seed int, until time.Time) int {
 	n := 0
-	for time.Now().Before(until) {
+	for time.Now().Before(until) && !stop.Load() {
 		s := make([]string, 2000)
 		for i := range s {
 			s[i] = strconv.Itoa((i*7919 + seed) % 100003)
@@ -38,6 +43,9 @@ func work(seed int, until time.Time) int {
 func main() {
 	secs, _ := strconv.ParseFloat(os.Args[1], 64)
 	until := time.Now().Add(time.Duration(secs * float64(time.Second)))
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() { <-usr1; stop.Store(true) }()
 	var wg sync.WaitGroup
 	total := make([]int, 4)
 	for g := 0; g < 4; g++ {
@@ -67,8 +75,8 @@ func TestGoCodeNotInstrumented(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	js := filepath.Join(dir, "r.json")
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "--period", "500ms", "--json", js, "-o", os.DevNull, "--", prog, "2").Output()
-	if err != nil || string(out) != "gosort: done true\n" {
+	out, err := walkExample(t, js, "-q", "-s", "0.5", "--period", "500ms", "--json", js, "-o", os.DevNull, "--", prog, longRun)
+	if err != nil || out != "gosort: done true\n" {
 		t.Fatalf("exit %v, output %q: want the Go program's own line and exit 0", err, out)
 	}
 	r := readReport(t, js)
@@ -82,5 +90,26 @@ func TestGoCodeNotInstrumented(t *testing.T) {
 	}
 	if len(r.Levels) != 0 || r.HookHits != 0 {
 		t.Fatalf("levels %+v, %d probe hits: want no probe in Go code", r.Levels, r.HookHits)
+	}
+}
+
+// TestIsGo: a Go executable is recognised by its .go.buildinfo section,
+// and without it (removed here with objcopy) by its runtime.main symbol;
+// the bundled C example is not Go.
+func TestIsGo(t *testing.T) {
+	build(t)
+	need(t, "objcopy")
+	dir := t.TempDir()
+	prog, bare := filepath.Join(dir, "gosort"), filepath.Join(dir, "gosort-bare")
+	if out, err := exec.Command("go", "build", "-o", prog, "./testdata/gosort").CombinedOutput(); err != nil {
+		t.Fatalf("build testdata/gosort: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("objcopy", "--remove-section=.go.buildinfo", prog, bare).CombinedOutput(); err != nil {
+		t.Fatalf("objcopy: %v\n%s", err, out)
+	}
+	for path, want := range map[string]bool{prog: true, bare: true, tools.example: false} {
+		if got := isGo(path); got != want {
+			t.Errorf("isGo(%s) = %v, want %v", path, got, want)
+		}
 	}
 }

@@ -1,5 +1,5 @@
 // Command hotspot finds the hot functions of a process by sampling, then
-// walks up its call graph with temporary uprobes/uretprobes, one level at a
+// walks up its call graph with temporary uprobes on entries and exits, one level at a
 // time: the hot function, then its callers, then theirs, up to main, in the
 // target and the processes it forks. Per instrumented function it reports
 // the calls, the wall time (and an -m counter) per call and the callers
@@ -159,8 +159,14 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 			}
 		}
 	}
-	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, metric, alive, stderr)
-	endedFirst := cmd != nil && !alive() // the command ended before the walk did
+	var exited func() *os.ProcessState // the exit status of a command started here
+	if cmd != nil {
+		exited = func() *os.ProcessState { <-done; return cmd.ProcessState }
+	}
+	rep, werr := walk(ctx, pid, target, c, pmu, period, budget, metric, alive, exited, stderr)
+	// The command ended before the walk did (or before its mappings could
+	// be read: a zombie not yet reaped counts as alive).
+	endedFirst := cmd != nil && (!alive() || errors.Is(werr, errExited))
 	if rep != nil {
 		// The command's stdout is its own: beside a command the report
 		// goes to stderr (or -o FILE).
@@ -188,10 +194,16 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 				*code = 1
 			}
 		}
+		if rep != nil && rep.Death != nil {
+			fmt.Fprintln(stderr, "hotspot:", rep.Death)
+		}
 		return nil
 	}
 	if werr != nil {
 		return cli.Exit(werr.Error(), 1)
+	}
+	if rep != nil && rep.Death != nil {
+		return cli.Exit(rep.Death.String(), 1)
 	}
 	if rep != nil && rep.Stopped == "signal" {
 		*code = 130
@@ -251,12 +263,18 @@ func parseMetric(name string) (*events.Event, error) {
 	return &ev, nil
 }
 
-func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, metric *events.Event, alive func() bool, stderr io.Writer) (*Report, error) {
+func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprobe.PMU, period Period, budget float64, metric *events.Event, alive func() bool, exited func() *os.ProcessState, stderr io.Writer) (*Report, error) {
 	var cache a2n.Cache
 	tree, err := newProcTree(pid, &cache)
 	if err != nil {
 		return nil, err
 	}
+	var dw *deathWatch // -p: the signal that kills the target, if one does
+	if exited == nil {
+		dw = startDeathWatch(tree)
+		defer dw.close()
+	}
+	limits := coreLimit(pid)
 	start := time.Now()
 	// The costs are measured by a calibration child: a sample's first
 	// (it sets the sampling rate within the budget), then a probed call's
@@ -289,7 +307,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		rep.Metric = metric.Name
 	}
 	w := &Walk{PMU: pmu, PID: pid, Period: period, Duty: c.Float64("duty"), Budget: budget, Metric: metric, LevelMax: c.Duration("level-max"), MaxDepth: c.Int("depth"), Alive: alive, tree: tree,
-		meter: meter, SampleCostNs: float64(sr.Samples) * cal.SampleNs}
+		meter: meter, SampleCostNs: float64(sr.Samples) * cal.SampleNs, watch: dw}
 	if !c.Bool("quiet") {
 		w.Progress = stderr
 	}
@@ -309,10 +327,12 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if werr == nil {
 		werr = w.Run(ctx, hot)
 	}
+	addRootPaths(w.Funcs, sr, tree) // above a caller that never returned: the sampled stacks
 	if o := rep.Overhead; o != nil {
 		o.ProbedCalls = w.Entries
 		o.ProbeCostNs = w.CostNs
 		o.CloseHits = w.CloseHits
+		o.EndWaitSec = w.EndWaitSec
 		o.Samples, o.SampleCostNs = sr.Samples, w.SampleCostNs
 		if w.CPULast > w.CPUStart {
 			o.TargetCPUNs = w.CPULast - w.CPUStart
@@ -330,13 +350,23 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 		rep.Stopped = "signal"
 	case !alive():
 		rep.Stopped = "target exited"
+		var ps *os.ProcessState
+		if exited != nil {
+			ps = exited()
+		}
+		if rep.Death = deathOf(ps, dw, limits); rep.Death != nil {
+			rep.Stopped = "target died"
+			rep.Death.During = w.AtDeath
+			if rep.Death.During == "" {
+				rep.Death.During = "while sampled, before any probe"
+			}
+			rep.Notes = append(rep.Notes, rep.Death.String())
+		}
 	}
 	if rep.Stopped != "" {
 		rep.Notes = append(rep.Notes, "walk stopped early: "+rep.Stopped)
 	}
-	for _, p := range cache.Problems() {
-		rep.Notes = append(rep.Notes, p)
-	}
+	rep.Notes = append(rep.Notes, cache.Problems()...)
 	return rep, werr
 }
 

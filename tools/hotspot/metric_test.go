@@ -19,9 +19,9 @@ func TestMetricPerCall(t *testing.T) {
 	build(t)
 	dir := t.TempDir()
 	js, txt := filepath.Join(dir, "r.json"), filepath.Join(dir, "r.txt")
-	out, err := exec.Command(tools.hotspot, "-q", "-s", "0.5", "-m", "task-clock", "--period", "150", "--depth", "2", "--max-overhead", "0",
-		"--json", js, "-o", txt, "--", tools.example, "5", "200000", "sleepy").Output()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 3 || allRE.FindString(string(out)) == "" {
+	out, err := walkExample(t, js, "-q", "-s", "0.5", "-m", "task-clock", "--period", "150", "--depth", "2", "--max-overhead", "0",
+		"--json", js, "-o", txt, "--", tools.example, longRun, "200000", "sleepy")
+	if !isExit(err, 3) || allRE.FindString(out) == "" {
 		t.Fatalf("exit %v, output %q: want the example's line and exit 3", err, out)
 	}
 	r := readReport(t, js)

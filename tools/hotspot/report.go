@@ -27,6 +27,7 @@ type Report struct {
 	Seconds  float64      `json:"seconds"`
 	Overhead *Overhead    `json:"overhead,omitempty"`
 	Stopped  string       `json:"stopped,omitempty"`
+	Death    *Death       `json:"death,omitempty"` // how the target died during the walk
 	Notes    []string     `json:"notes,omitempty"`
 }
 
@@ -40,7 +41,7 @@ type Overhead struct {
 	ProbedCalls uint64      `json:"probed_calls"`
 	ProbeCostNs float64     `json:"probe_cost_ns"`
 	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the levels, probe cost included
-	// CloseHits: entry hits while probes were being closed (in ProbeCostNs).
+	// CloseHits: probe hits (entries and exits) while probes were being closed (in ProbeCostNs).
 	CloseHits uint64 `json:"close_hits"`
 	// Samples and their cost (calibrated cost per sample x samples).
 	Samples      int     `json:"samples"`
@@ -52,6 +53,9 @@ type Overhead struct {
 	// costs): the slowdown of the target's own work from the sampling's
 	// start to the walk's end, by the walk's own count.
 	EstimatedPct float64 `json:"estimated_slowdown_pct"`
+	// EndWaitSec is how long the walk waited after its last level for
+	// its costs (the last closing phase's) to fall within the aim.
+	EndWaitSec float64 `json:"end_wait_s,omitempty"`
 }
 
 // folded derives folded stacks ("main;a;b;c;hot 1234") from the walk: the
@@ -67,6 +71,13 @@ func folded(funcs []*FuncStat, hot []HotFunc) []string {
 	up = func(f *FuncStat, chain []string, w float64, depth int) {
 		chain = append([]string{f.Name}, chain...)
 		if len(f.Callers) == 0 || depth > 64 {
+			if len(f.Callers) == 0 && len(f.RootPaths) > 0 {
+				// Above it: its most sampled path to the root.
+				p := f.RootPaths[0].Path
+				for i := range p {
+					chain = append([]string{p[i]}, chain...)
+				}
+			}
 			weights[strings.Join(chain, ";")] += w
 			return
 		}
@@ -126,13 +137,20 @@ func (r *Report) writeText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  %6.1f%%  %s  (%s)\n", h.Pct, h.Name, where)
 	}
-	fmt.Fprintln(w, "hot-path call graph (per function: calls, time per call mean/min/max, callers by share of calls):")
+	fmt.Fprintln(w, "hot-path call graph (per function: calls, time per call mean/min/max over the complete entry/exit pairs, the probes' own time taken out; callers by share of calls):")
 	for _, f := range r.Funcs {
 		fmt.Fprintf(w, "  [level %d] %s: %d calls", f.Level, f.Name, f.Calls)
 		if f.Returns > 0 {
-			fmt.Fprintf(w, ", time/call mean %s min %s max %s", dur(f.MeanNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)))
+			fmt.Fprintf(w, ", time/call mean %s median %s min %s max %s (%d pairs", dur(f.MeanNs), dur(f.MedianNs), dur(float64(f.MinNs)), dur(float64(f.MaxNs)), f.Returns)
+			if f.FewPairs {
+				fmt.Fprint(w, ": too few to rely on")
+			}
+			fmt.Fprintf(w, "; %s with the probes' own time)", dur(f.MeanRawNs))
+			if f.Lost > 0 {
+				fmt.Fprintf(w, " [%d probe records lost in this level: calls missing from these figures]", f.Lost)
+			}
 			if r.Metric != "" {
-				fmt.Fprintf(w, ", %s/call mean %s min %s max %s", r.Metric, r.metricValue(f.MetricMean), r.metricValue(float64(f.MetricMin)), r.metricValue(float64(f.MetricMax)))
+				fmt.Fprintf(w, ", %s/call mean %s median %s min %s max %s", r.Metric, r.metricValue(f.MetricMean), r.metricValue(f.MetricMedian), r.metricValue(float64(f.MetricMin)), r.metricValue(float64(f.MetricMax)))
 			}
 		}
 		if f.Calls == 0 {
@@ -141,6 +159,14 @@ func (r *Report) writeText(w io.Writer) {
 		if f.Cut > 0 {
 			fmt.Fprintf(w, ", %d returned after the probes were removed", f.Cut)
 		}
+		if f.NoExit > 0 {
+			fmt.Fprintf(w, ", %d left unseen (longjmp, an exit not probed, or a moved stack)", f.NoExit)
+		}
+		if f.ExitsNote != "" {
+			fmt.Fprintf(w, " (time per call not measured: %s)", f.ExitsNote)
+		} else if f.ExitsUnprobed > 0 {
+			fmt.Fprintf(w, " (%d exits not probed: indirect or conditional jumps)", f.ExitsUnprobed)
+		}
 		fmt.Fprintln(w)
 		for _, c := range f.Callers {
 			note := ""
@@ -148,6 +174,12 @@ func (r *Report) writeText(w io.Writer) {
 				note = "  (" + c.NoProbe + ")"
 			}
 			fmt.Fprintf(w, "      %5.1f%%  %8d  from %s%s\n", 100*c.Share, c.Calls, c.Name, note)
+		}
+		if len(f.RootPaths) > 0 {
+			fmt.Fprintf(w, "      its callers from the %d sampled stacks through it, up to the root:\n", f.RootSamples)
+			for _, p := range f.RootPaths {
+				fmt.Fprintf(w, "      %5.1f%%  %8d  %s\n", 100*float64(p.Samples)/float64(f.RootSamples), p.Samples, strings.Join(p.Path, " <- "))
+			}
 		}
 	}
 	fmt.Fprintf(w, "walk: %d levels, %d probe hits (entries and returns), %d lost\n", len(r.Levels), r.HookHits, r.Lost)
@@ -163,6 +195,9 @@ func (r *Report) writeText(w io.Writer) {
 			o.ProbedCalls, o.CloseHits, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs),
 			o.Samples, dur(o.Calibration.SampleNs), dur(o.SampleCostNs), dur(float64(o.WalkCPUNs)), o.EstimatedPct, budget)
 	}
+	if o := r.Overhead; o != nil && o.BudgetPct > 0 && o.BudgetPct < 100 && !(o.Duty > 0 && o.Duty < 100) {
+		r.writeBudget(w, o)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
@@ -171,6 +206,29 @@ func (r *Report) writeText(w io.Writer) {
 		for _, l := range r.Folded {
 			fmt.Fprintln(w, "  "+l)
 		}
+	}
+}
+
+// writeBudget says what the budget did: how long the probes were in, in
+// how many windows, and, when the estimate is over the budget, where the
+// cost went.
+func (r *Report) writeBudget(w io.Writer, o *Overhead) {
+	var on, total, closeS float64
+	windows := 0
+	for _, lv := range r.Levels {
+		on += lv.OnSec
+		total += lv.Seconds
+		closeS += lv.CloseSec
+		windows += lv.Windows
+	}
+	fmt.Fprintf(w, "budget: probes in place %.2fs of the levels' %.2fs (%.0f%%) in %d windows, taken out whenever the costs so far exceeded %.2g%% of the target's CPU\n",
+		on, total, 100*on/max(total, 1e-9), windows, o.BudgetPct*budgetAim)
+	if o.EndWaitSec > 0 {
+		fmt.Fprintf(w, "budget: after the last level the walk waited %.2fs, probes out, for its costs to be within that\n", o.EndWaitSec)
+	}
+	if o.EstimatedPct > o.BudgetPct {
+		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) saw %d hits, the probed calls %d (%s together), the samples %d (%s); a shorter --period or fewer --top functions cost less\n",
+			closeS, o.CloseHits, o.ProbedCalls, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -29,7 +30,14 @@ type SampleResult struct {
 	Samples int       `json:"samples"`
 	Lost    uint64    `json:"lost"`
 	Funcs   []HotFunc `json:"functions"` // every sampled function, most samples first
+	// stacks counts the sampled user stacks (frame-pointer call chains):
+	// the key is the pid (4 bytes) then the addresses (8 bytes each), the
+	// sampled IP first, then the return addresses.
+	stacks map[string]int
 }
+
+// maxStack bounds the frames of a sampled call chain.
+const maxStack = 64
 
 // maxSampleHz is the sampling rate when a sample costs little (or no
 // budget is set): samples per second of a thread's CPU time.
@@ -45,8 +53,9 @@ func openSampler(tid int, periodNs uint64) (int, error) {
 	a := ev.Attr()
 	a.Size = uint32(unsafe.Sizeof(a))
 	a.Sample = periodNs
-	a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID
-	a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv
+	a.Sample_type = unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_CALLCHAIN
+	a.Bits |= unix.PerfBitExcludeKernel | unix.PerfBitExcludeHv | unix.PerfBitExcludeCallchainKernel
+	a.Sample_max_stack = maxStack
 	fd, err := unix.PerfEventOpen(&a, tid, -1, -1, unix.PERF_FLAG_FD_CLOEXEC)
 	if err != nil {
 		if errors.Is(err, unix.ESRCH) {
@@ -117,7 +126,7 @@ func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, rateHz i
 		addr uint64
 	}
 	hits := map[where]int{}
-	res := SampleResult{}
+	res := SampleResult{stacks: map[string]int{}}
 	drain := func() {
 		for _, r := range rings {
 			r.ring.Drain(func(typ uint32, _ uint16, b []byte) {
@@ -128,6 +137,9 @@ func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, rateHz i
 					}
 					hits[w]++
 					res.Samples++
+					if k := stackKeyOf(b); k != "" {
+						res.stacks[k]++
+					}
 				}
 			})
 		}
@@ -187,6 +199,102 @@ loop:
 		return res.Funcs[i].Name < res.Funcs[j].Name
 	})
 	return res, nil
+}
+
+// stackKeyOf is the stacks key of a sample record (IP, pid/tid,
+// callchain): the pid, then the user addresses of the chain without the
+// context markers ("" if it has none).
+func stackKeyOf(b []byte) string {
+	if len(b) < 24 {
+		return ""
+	}
+	n := binary.LittleEndian.Uint64(b[16:])
+	if n > maxStack+8 || uint64(len(b)-24) < 8*n {
+		return ""
+	}
+	key := make([]byte, 4, 4+8*n)
+	copy(key, b[8:12])
+	for i := uint64(0); i < n; i++ {
+		a := binary.LittleEndian.Uint64(b[24+8*i:])
+		if a >= 1<<64-4096 { // PERF_CONTEXT_USER and the other markers
+			continue
+		}
+		key = binary.LittleEndian.AppendUint64(key, a)
+	}
+	if len(key) < 4+16 { // no caller
+		return ""
+	}
+	return string(key)
+}
+
+// RootPath is a path from a function up to its thread's root, as sampled.
+type RootPath struct {
+	Path    []string `json:"path"` // the callers, nearest first
+	Samples int      `json:"samples"`
+}
+
+// rootPaths returns the paths from f up to the roots of the sampled stacks
+// that go through f (as a caller, or as the sampled function), most
+// samples first (at most 3), and the number of such stacks.
+func (r SampleResult) rootPaths(tree *procTree, f Func) ([]RootPath, int) {
+	counts := map[string]int{}
+	paths := map[string][]string{}
+	total := 0
+	for k, n := range r.stacks {
+		pid := int(binary.LittleEndian.Uint32([]byte(k[:4])))
+		var addrs []uint64
+		for i := 4; i+8 <= len(k); i += 8 {
+			addrs = append(addrs, binary.LittleEndian.Uint64([]byte(k[i:i+8])))
+		}
+		at := -1
+		for i, a := range addrs {
+			if i > 0 {
+				a-- // a return address: its call is before it
+			}
+			if g := tree.lookup(pid, a); g.Path == f.Path && g.Off == f.Off && g.Name == f.Name {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			continue
+		}
+		var path []string
+		for _, a := range addrs[at+1:] {
+			path = append(path, tree.lookup(pid, a-1).Name)
+		}
+		if len(path) == 0 {
+			continue
+		}
+		total += n
+		pk := strings.Join(path, ";")
+		counts[pk] += n
+		paths[pk] = path
+	}
+	var out []RootPath
+	for pk, n := range counts {
+		out = append(out, RootPath{Path: paths[pk], Samples: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Samples != out[j].Samples {
+			return out[i].Samples > out[j].Samples
+		}
+		return strings.Join(out[i].Path, ";") < strings.Join(out[j].Path, ";")
+	})
+	if len(out) > 3 {
+		out = out[:3]
+	}
+	return out, total
+}
+
+// addRootPaths gives the functions whose callers the probes did not see
+// their paths to the root from the sampled stacks.
+func addRootPaths(funcs []*FuncStat, r SampleResult, tree *procTree) {
+	for _, f := range funcs {
+		if len(f.Callers) == 0 {
+			f.RootPaths, f.RootSamples = r.rootPaths(tree, f.Func)
+		}
+	}
 }
 
 // pickHot selects the hot functions: every function at or above threshold

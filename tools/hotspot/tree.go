@@ -41,6 +41,18 @@ func (t *procTree) mapOf(pid int) *procMap {
 	return pm
 }
 
+// readNew reads the mappings of the tree's processes not seen yet: a
+// child that ends before one of its addresses is named (its hits are read
+// after it exited: the rings are read every few milliseconds, every close
+// while the probes are removed) is still named from them. A mapping read
+// before an exec is read again at the first address it does not cover,
+// while the process lives.
+func (t *procTree) readNew() {
+	for _, pid := range t.processes() {
+		t.mapOf(pid)
+	}
+}
+
 // lookup names addr of process pid.
 func (t *procTree) lookup(pid int, addr uint64) Func {
 	pm := t.mapOf(pid)

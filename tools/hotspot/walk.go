@@ -1,18 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"perfinsp/internal/perfring"
 	"perfinsp/libperfutil/events"
 	"perfinsp/libperfutil/uprobe"
 )
@@ -34,13 +35,23 @@ type CallerStat struct {
 // FuncStat is what the probes of one instrumented function saw.
 type FuncStat struct {
 	Func
-	Level   int     `json:"level"`
-	Calls   uint64  `json:"calls"`   // entries seen
-	Returns uint64  `json:"returns"` // entries matched with their return
-	Cut     uint64  `json:"cut"`     // entries whose return came after their probes were removed
-	MeanNs  float64 `json:"mean_ns"`
-	MinNs   uint64  `json:"min_ns"`
-	MaxNs   uint64  `json:"max_ns"`
+	Level   int    `json:"level"`
+	Calls   uint64 `json:"calls"`   // entries seen
+	Returns uint64 `json:"returns"` // entries matched with their exit (the pairs the times are from)
+	Cut     uint64 `json:"cut"`     // entries whose exit came after their probes were removed
+	// NoExit counts the entries whose exit was not seen although the
+	// probes stayed: left by longjmp or an unprobed exit (ExitsUnprobed),
+	// or resumed on another stack.
+	NoExit uint64 `json:"no_exit"`
+	// ExitProbes is the number of exits probed (return instructions and
+	// jumps out of the function); ExitsUnprobed those that could not be;
+	// ExitsNote, if set, why the calls' durations are not measured.
+	ExitProbes    int     `json:"exit_probes"`
+	ExitsUnprobed int     `json:"exits_unprobed,omitempty"`
+	ExitsNote     string  `json:"exits_note,omitempty"`
+	MeanNs        float64 `json:"mean_ns"`
+	MinNs         uint64  `json:"min_ns"`
+	MaxNs         uint64  `json:"max_ns"`
 	// The -m metric per call (entry to return): its mean, min and max.
 	MetricMean float64       `json:"metric_mean,omitempty"`
 	MetricMin  uint64        `json:"metric_min,omitempty"`
@@ -51,15 +62,52 @@ type FuncStat struct {
 	entryNs    float64 // ... of a call with its entry probe alone
 	sumMetric  float64
 	callers    map[string]*CallerStat
+	exits      []uint64 // the file offsets of the probed exits
+	pairNs     float64  // the probes' own time in each pair (Calibration.InPairNs)
+	sumRawNs   float64
+	// MeanRawNs is the mean before the probes' own time is taken out.
+	MeanRawNs float64 `json:"mean_raw_ns"`
+	// FewPairs: the times rest on fewer than minPairs pairs.
+	FewPairs bool `json:"few_pairs,omitempty"`
+	// MedianNs, MetricMedian: the medians (of the first maxKept pairs).
+	MedianNs         float64 `json:"median_ns"`
+	MetricMedian     float64 `json:"metric_median,omitempty"`
+	kept, keptMetric []float64
+	// RootPaths: for a function whose callers the probes did not see (not
+	// entered while probed: a loop that never returns, or the walk's
+	// end), the paths up to its thread's root in the sampled stacks
+	// through it (RootSamples of them).
+	RootPaths   []RootPath `json:"root_paths,omitempty"`
+	RootSamples int        `json:"root_samples,omitempty"`
+	// Lost is the probe records lost in its level (entries or exits of
+	// any of the level's functions): calls the counts and times miss.
+	Lost uint64 `json:"lost"`
+}
+
+// minPairs is the number of complete pairs below which a function's times
+// are marked as resting on too few calls.
+const minPairs = 20
+
+// maxKept bounds the per-call values kept for the medians.
+const maxKept = 1 << 16
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
 }
 
 // Level is one step of the walk.
 type Level struct {
 	Level    int      `json:"level"`
 	Frontier []string `json:"frontier"`
-	// Probes is the number of probe events open during the level (two per
-	// function and thread); PerfFDs the perf event fds the tool held open
-	// at that moment, counted from /proc/self/fd.
+	// Probes is the number of probe events open during the level (1 +
+	// exits per function and thread); PerfFDs the probe fds the tool held
+	// open at that moment, counted from /proc/self/fd (its perf event fds
+	// but the death watch's).
 	Probes     int     `json:"active_probes"`
 	PerfFDs    int     `json:"perf_fds_open"`
 	Calls      uint64  `json:"calls"`
@@ -68,6 +116,12 @@ type Level struct {
 	Skipped    []Func  `json:"not_instrumented,omitempty"`
 	PerfFDsEnd int     `json:"perf_fds_after_close"`
 	Windows    int     `json:"windows"` // times the probes were put in place (duty cycle)
+	// OnSec is the time the level's probes were in place (windows, to
+	// the start of each closing phase).
+	OnSec float64 `json:"probes_in_s"`
+	// PerCPU: the probes were opened per CPU for every process, not per
+	// thread (fewer events; hits outside the tree ignored).
+	PerCPU bool `json:"per_cpu,omitempty"`
 	// PIDs are the processes whose probes were hit (the target's children too).
 	PIDs []int `json:"pids"`
 	// Attached counts the threads probed after the level's start (new
@@ -78,9 +132,10 @@ type Level struct {
 	// level's probed calls.
 	TargetCPUNs uint64  `json:"target_cpu_ns"`
 	CostNs      float64 `json:"probe_cost_ns"`
-	// CloseHits are the entry hits while the level's probes were being
-	// closed (each close waits for the kernel's grace periods while the
-	// probes still open trap): charged, not counted as calls.
+	// CloseHits are the probe hits (entries and exits) while the level's
+	// probes were being closed (each close waits for the kernel's grace
+	// periods while the probes still open trap): charged, not counted as
+	// calls.
 	CloseHits uint64 `json:"close_hits"`
 	// BudgetWaitSec is how long the level waited for the walk's costs so
 	// far to fall within the budget before its probes first went in.
@@ -89,6 +144,7 @@ type Level struct {
 	// periods: tens of milliseconds a probe, more under load).
 	CloseSec float64 `json:"close_s"`
 	pids     map[uint32]int
+	lost     uint64 // probe records lost in the level
 }
 
 // Walk is the state of a hot-spot walk.
@@ -119,12 +175,15 @@ type Walk struct {
 	HookHits uint64 // probe hits delivered (entries + returns)
 	Lost     uint64
 	Entries  uint64 // entry hits (probed calls)
-	// CostNs is the estimated cost of those calls and of the entry hits
-	// while probes were being closed (CloseHits): each one charged the
+	// CostNs is the estimated cost of those calls and of the hits while
+	// probes were being closed (CloseHits): each one charged the
 	// calibrated cost of its function's kind of first instruction.
 	CostNs        float64
 	CloseHits     uint64
 	lastCloseCost float64 // the cost of the last closing phase
+	// EndWaitSec is how long the walk waited after its last level for its
+	// costs to fall within the budget's aim.
+	EndWaitSec float64
 	// SampleCostNs is the cost of the sampling step before the walk
 	// (samples x the calibrated cost of one): the budget counts it.
 	SampleCostNs float64
@@ -136,18 +195,120 @@ type Walk struct {
 	// and at the last reading while it lived.
 	CPUStart, CPULast uint64
 	visited           map[string]*FuncStat
-	stopAt            map[string]bool // names where the walk stops (main)
+	// inPlace says what is instrumented now; AtDeath what was when the
+	// target was first seen gone ("" while it lives).
+	inPlace string
+	AtDeath string
+	watch   *deathWatch // its perf fds are not probes
+}
+
+// probeFDs counts the probe fds open (the perf fds but the death watch's).
+func (w *Walk) probeFDs() int {
+	return perfFDs() - w.watch.count()
+}
+
+// alive is Alive, noting what was instrumented when the target is first
+// seen gone.
+func (w *Walk) alive() bool {
+	if w.Alive() {
+		return true
+	}
+	if w.AtDeath == "" {
+		w.AtDeath = w.inPlace
+		if w.AtDeath == "" {
+			w.AtDeath = "before the first level's probes went in"
+		}
+	}
+	return false
 }
 
 type probeRef struct {
 	fs  *FuncStat
-	ret bool
+	ret bool   // an exit probe
+	off uint64 // the probed instruction
 }
 
+// probeSite is one probed instruction (all threads' events on it): its
+// breakpoint stays until the last of them is closed.
+type probeSite struct {
+	fs  *FuncStat
+	off uint64
+}
+
+// frame is a call entered and not yet left: sp is the stack pointer at
+// the entry (the return address's slot), which is the stack pointer again
+// at the function's exit (a return, or a tail jump).
 type frame struct {
 	fs *FuncStat
 	t  uint64
 	v  uint64 // the metric at entry
+	sp uint64
+	// nested is the probes' cost inside this call so far: the probed
+	// calls of other functions of the level made from it (ns).
+	nested float64
+}
+
+// stackKey names the stack a call runs on: its thread's. (Go code, whose
+// goroutines move between threads and stacks, is never probed: funcs.go.)
+type stackKey struct {
+	id uint32 // the thread
+}
+
+// probeRegs are the registers every probe hit samples: the stack pointer,
+// to pair entries and exits.
+const probeRegs = uprobe.RegSP
+
+// callStacks pairs the entries and exits of the probed calls, per stack.
+type callStacks map[stackKey][]frame
+
+// enter records an entry at stack pointer sp. The calls on that stack
+// entered at or below sp have ended unseen (a live caller's frame is above
+// its callee's): they are dropped and counted in NoExit.
+func (cs callStacks) enter(k stackKey, f frame) {
+	st := cs[k]
+	for len(st) > 0 && st[len(st)-1].sp <= f.sp {
+		st = drop(st)
+	}
+	if len(st) < 4096 {
+		st = append(st, f)
+	}
+	cs[k] = st
+}
+
+// exit pairs an exit of fs at stack pointer sp with its entry: the calls
+// entered below sp are dropped (they ended unseen: longjmp, an unprobed
+// exit) and counted in NoExit; the call on top must be fs's, entered at
+// sp. ok false: no entry of this call was seen (entered before the probes
+// went in, or an exit hit with the stack moved, a jump out to a function's
+// cold part).
+func (cs callStacks) exit(k stackKey, fs *FuncStat, sp uint64) (frame, bool) {
+	st := cs[k]
+	for len(st) > 0 && st[len(st)-1].sp < sp {
+		st = drop(st)
+	}
+	cs[k] = st
+	if len(st) == 0 || st[len(st)-1].sp != sp || st[len(st)-1].fs != fs {
+		return frame{}, false
+	}
+	f := st[len(st)-1]
+	st = st[:len(st)-1]
+	if len(st) > 0 { // the caller's time holds this call's probes
+		st[len(st)-1].nested += fs.costNs + f.nested
+	}
+	cs[k] = st
+	return f, true
+}
+
+// drop removes the top call of st, which ended unseen: counted in its
+// function's NoExit, its entry probe's cost charged to the call below.
+func drop(st []frame) []frame {
+	d := st[len(st)-1]
+	d.fs.NoExit++
+	st = st[:len(st)-1]
+	if len(st) > 0 {
+		st[len(st)-1].nested += d.fs.entryNs + d.nested
+	}
+	return st
 }
 
 // stopNames are the top of a program's call graph: the walk records them
@@ -169,7 +330,7 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	w.CPULast = w.CPUStart
 	frontier := hot
 	for depth := 0; len(frontier) > 0 && (w.MaxDepth == 0 || depth < w.MaxDepth); depth++ {
-		if ctx.Err() != nil || !w.Alive() {
+		if ctx.Err() != nil || !w.alive() {
 			break
 		}
 		before := len(w.Funcs)
@@ -197,7 +358,21 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 		}
 		frontier = next
 	}
+	if w.budgetOn() && ctx.Err() == nil && w.alive() {
+		// The last window's closing phase is paid for too: the walk
+		// ends once its costs are within the aim (at most maxBudgetWait).
+		w.EndWaitSec = w.waitBudget(ctx)
+		if v, ok := w.tree.cpuNs(); ok {
+			w.CPULast = v
+		}
+	}
 	return nil
+}
+
+// budgetOn says whether the budget's rule decides when probes are in
+// place (a budget, a calibration, and no fixed duty cycle).
+func (w *Walk) budgetOn() bool {
+	return w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
 }
 
 func (w *Walk) progress(format string, a ...any) {
@@ -206,373 +381,62 @@ func (w *Walk) progress(format string, a ...any) {
 	}
 }
 
-// level instruments frontier until the period is over, then removes every
-// probe of the level.
-func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncStat, error) {
-	lv := Level{Level: depth, pids: map[uint32]int{}}
-	var stats []*FuncStat
-	for _, f := range frontier {
-		if f.NoProbe != "" {
-			lv.Skipped = append(lv.Skipped, f)
+// sharedFiles says whether a process outside the tree maps one of the
+// files of stats (its /proc/PID/maps), or whether that cannot be told.
+func (w *Walk) sharedFiles(stats []*FuncStat) bool {
+	inTree := map[int]bool{}
+	for _, p := range w.tree.processes() {
+		inTree[p] = true
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || inTree[pid] {
 			continue
 		}
-		fs := &FuncStat{Func: f, Level: depth, callers: map[string]*CallerStat{}}
-		if w.Cal != nil {
-			fs.costNs, fs.entryNs = w.Cal.cost(f.Path, f.Off)
-		}
-		stats = append(stats, fs)
-		w.visited[f.key()] = fs
-		w.Funcs = append(w.Funcs, fs)
-		lv.Frontier = append(lv.Frontier, f.Name)
-	}
-	if len(stats) == 0 {
-		lv.EndedBy = "nothing instrumentable"
-		w.Levels = append(w.Levels, lv)
-		return nil, nil
-	}
-	var probes []*uprobe.Probe
-	var rings []*perfring.Ring
-	owners := map[*uprobe.Probe]bool{} // the probes whose fd a ring maps
-	var leaders []int                  // the metric's counters, one per thread
-	refs := map[uint64]probeRef{}
-	stacks := map[uint32][]frame{}
-	drain := func() {}
-	closing := false
-	// closeAll removes the probes. Each close waits for the kernel's grace
-	// periods (tens of milliseconds, one close at a time machine-wide), and
-	// a function's breakpoint stays while any probe of it is open: the
-	// probes still open keep trapping meanwhile. So the return probes go
-	// first (an entry probe alone costs the entry trap only), the rings
-	// stay mapped and are read between closes, and each entry hit of this
-	// phase is charged (CloseHits); the rings' own probes (entry probes)
-	// go last, after their rings are unmapped.
-	closeAll := func() {
-		closing = true
-		cost0, had, t0 := w.CostNs, len(probes) > 0, time.Now()
-		for pass := 0; pass < 2; pass++ { // return probes, then entry probes
-			for _, p := range probes {
-				if p.Ret == (pass == 0) && !owners[p] {
-					p.Close()
-					drain()
-				}
-			}
-		}
-		drain()
-		for _, r := range rings {
-			w.Lost += r.Lost
-			r.Close() // a mapping holds its event alive: the owner's close below ends it
-		}
-		for _, p := range probes {
-			p.Close()
-		}
-		for _, fd := range leaders {
-			unix.Close(fd)
-		}
-		rings, probes, leaders = nil, nil, nil
-		clear(owners)
-		closing = false
-		if had {
-			w.lastCloseCost = w.CostNs - cost0
-			lv.CloseSec += time.Since(t0).Seconds()
-		}
-		// Calls entered in this window whose return it did not see.
-		for tid, st := range stacks {
-			for _, f := range st {
-				f.fs.Cut++
-			}
-			delete(stacks, tid)
-		}
-	}
-	defer closeAll()
-	var winCost float64 // the probe cost of the calls seen in this window
-	probed := map[int]bool{}
-	// openThreads puts the level's probes on threads tids and enables them.
-	openThreads := func(tids []int) error {
-		p0, l0 := len(probes), len(leaders)
-		for _, tid := range tids {
-			probed[tid] = true
-			var ring *perfring.Ring
-			group := -1
-			if w.Metric != nil {
-				fd, err := uprobe.OpenCounter(*w.Metric, tid)
-				if err != nil {
-					if errors.Is(err, unix.ESRCH) {
-						continue
-					}
-					return fmt.Errorf("-m %s: %w", w.Metric.Name, err)
-				}
-				leaders = append(leaders, fd)
-				group = fd
-			}
-			for _, fs := range stats {
-				for _, ret := range []bool{false, true} {
-					p, err := w.PMU.OpenWith(fs.Path, fs.Off, ret, tid, uprobe.OpenOpts{Disabled: true, Group: group})
-					if err != nil {
-						if errors.Is(err, unix.ESRCH) {
-							continue
-						}
-						return fmt.Errorf("instrument %s: %w", fs.Name, err)
-					}
-					probes = append(probes, p)
-					refs[p.ID] = probeRef{fs, ret}
-					if ring == nil {
-						if ring, err = perfring.Map(p.FD, 64); err != nil {
-							return err
-						}
-						rings = append(rings, ring)
-						owners[p] = true
-					} else if err := ring.Redirect(p.FD); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		for _, p := range probes[p0:] {
-			if err := uprobe.Enable(p.FD); err != nil {
-				return err
-			}
-		}
-		for _, fd := range leaders[l0:] { // a group counts once its leader is on
-			if err := uprobe.Enable(fd); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	openAll := func() (bool, error) {
-		tids, err := w.tree.threads()
+		b, err := os.ReadFile("/proc/" + e.Name() + "/maps")
 		if err != nil {
-			return false, nil // the target is gone
+			continue // gone, or a kernel thread
 		}
-		clear(probed)
-		if err := openThreads(tids); err != nil {
-			return false, err
-		}
-		lv.Windows++
-		w.meterTid = tids
-		winCost = 0
-		return len(probes) > 0, nil
-	}
-	// attachNew follows the tree: threads and processes created since the
-	// probes went in get them too (polled: a child's calls before its
-	// first poll, within 100 ms, are not seen).
-	attachNew := func() error {
-		tids, err := w.tree.threads()
-		if err != nil {
-			return nil
-		}
-		var fresh []int
-		for _, tid := range tids {
-			if !probed[tid] {
-				fresh = append(fresh, tid)
+		for _, fs := range stats {
+			if mapsExec(b, fs.Path) {
+				return true
 			}
 		}
-		if len(fresh) == 0 {
-			return nil
-		}
-		lv.Attached += len(fresh)
-		return openThreads(fresh)
 	}
-	drain = func() {
-		for _, r := range rings {
-			r.Drain(func(typ uint32, _ uint16, b []byte) {
-				if typ != unix.PERF_RECORD_SAMPLE {
-					return
-				}
-				id, ok := uprobe.SampleID(b)
-				if !ok {
-					return
-				}
-				ref, ok := refs[id]
-				if !ok {
-					return
-				}
-				s, ok := uprobe.Decode(b, uprobe.Layout{Stack: !ref.ret, Read: w.Metric != nil})
-				if !ok {
-					return
-				}
-				w.HookHits++
-				if closing && !ref.ret {
-					// The probes are being closed: the hit costs the
-					// target, its call is not followed (its return
-					// probe is gone).
-					lv.CloseHits++
-					w.CloseHits++
-					w.CostNs += ref.fs.entryNs
-					return
-				}
-				if lv.pids[s.PID] == 0 {
-					lv.PIDs = append(lv.PIDs, int(s.PID))
-				}
-				lv.pids[s.PID]++
-				if !ref.ret {
-					w.Entries++
-					w.CostNs += ref.fs.costNs
-					winCost += ref.fs.costNs
-					ref.fs.Calls++
-					lv.Calls++
-					if s.HasTop {
-						c := w.tree.lookup(int(s.PID), s.TopWord)
-						cs := ref.fs.callers[c.key()+c.Name]
-						if cs == nil {
-							cs = &CallerStat{Func: c}
-							ref.fs.callers[c.key()+c.Name] = cs
-						}
-						cs.Calls++
-					}
-					st := stacks[s.TID]
-					if len(st) < 4096 {
-						stacks[s.TID] = append(st, frame{ref.fs, s.Time, s.Read})
-					}
-					return
-				}
-				if closing {
-					// A return while the probes are being closed: its
-					// return trap is charged here, its entry trap was
-					// charged with the entry.
-					w.CostNs += ref.fs.costNs - ref.fs.entryNs
-				}
-				st := stacks[s.TID]
-				for i := len(st) - 1; i >= 0 && i >= len(st)-64; i-- {
-					if st[i].fs == ref.fs {
-						ref.fs.addTime(s.Time - st[i].t)
-						if w.Metric != nil {
-							ref.fs.addMetric(s.Read - st[i].v)
-						}
-						stacks[s.TID] = st[:i]
-						return
-					}
-				}
-			})
-		}
-	}
-	// Duty cycle: probes on for onWin, off for offWin (duty < 100 %); the
-	// budget (below) decides by its rule instead.
-	const onWin = 100 * time.Millisecond
-	var offWin time.Duration
-	if w.Duty > 0 && w.Duty < 100 {
-		offWin = time.Duration(float64(onWin) * (100 - w.Duty) / w.Duty)
-	}
-	budget := w.Budget > 0 && w.Budget < 100 && w.Cal != nil && !(w.Duty > 0 && w.Duty < 100)
-	if budget {
-		// The walk's costs so far (the sampling, the levels before) are
-		// paid for first.
-		lv.BudgetWaitSec = w.waitBudget(ctx)
-	}
-	ok, err := openAll()
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		lv.EndedBy = "target exited"
-		w.Levels = append(w.Levels, lv)
-		return stats, nil
-	}
-	lv.Probes = len(probes)
-	lv.PerfFDs = perfFDs()
-	w.progress("level %d frontier [%s] active probes %d", depth, strings.Join(lv.Frontier, " "), lv.Probes)
+	return false
+}
 
-	cpu0, _ := w.tree.cpuNs()
-	cost0 := w.CostNs
-	t0 := time.Now()
-	winStart := t0
-	on := true
-	lastProgress := t0
-	lastScan := t0
-	for {
-		drain()
-		switch {
-		case ctx.Err() != nil:
-			lv.EndedBy = "signal"
-		case w.Period.Calls > 0 && lv.Calls >= w.Period.Calls:
-			lv.EndedBy = "period"
-		case w.Period.Duration > 0 && time.Since(t0) >= w.Period.Duration:
-			lv.EndedBy = "period"
-		case !w.Alive():
-			lv.EndedBy = "target exited"
-		case w.LevelMax > 0 && time.Since(t0) >= w.LevelMax:
-			lv.EndedBy = "time limit"
+// mapsExec says whether a /proc/PID/maps text maps path executable (a
+// uprobe's breakpoint goes in executable mappings only: hotspot's own
+// read-only mapping of the file, to read its symbols, is not one).
+func mapsExec(maps []byte, path string) bool {
+	for _, l := range bytes.Split(maps, []byte("\n")) {
+		if !bytes.HasSuffix(l, []byte(" "+path)) {
+			continue
 		}
-		if lv.EndedBy != "" {
-			break
-		}
-		switch {
-		case budget && on:
-			if w.windowOver(time.Since(winStart), winCost, onWin) {
-				w.meter.update(w.meterTid)
-				if w.withinBudget() {
-					// The probes stay; a new window starts.
-					winStart, winCost = time.Now(), 0
-				} else {
-					closeAll()
-					on, winStart = false, time.Now()
-				}
-			}
-		case budget && !on:
-			w.meter.update(w.meterTid)
-			if w.withinBudget() {
-				if _, err := openAll(); err != nil {
-					return nil, err
-				}
-				on, winStart = true, time.Now()
-			}
-		case offWin > 0 && on && time.Since(winStart) >= onWin:
-			// The off time counts from the start of the closing (which
-			// takes tens of milliseconds a probe, more on a loaded host).
-			t := time.Now()
-			closeAll()
-			on, winStart = false, t
-		case offWin > 0 && !on && time.Since(winStart) >= offWin:
-			if _, err := openAll(); err != nil {
-				return nil, err
-			}
-			on, winStart = true, time.Now()
-		}
-		if time.Since(lastScan) >= 100*time.Millisecond {
-			lastScan = time.Now()
-			if on {
-				if err := attachNew(); err != nil {
-					return nil, err
-				}
-			} else if tids, err := w.tree.threads(); err == nil {
-				w.meterTid = tids
-			}
-			w.meter.update(w.meterTid)
-			if v, ok := w.tree.cpuNs(); ok {
-				w.CPULast = v
-			}
-		}
-		if time.Since(lastProgress) >= time.Second {
-			lastProgress = time.Now()
-			w.progress("level %d frontier [%s] active probes %d calls %d", depth, strings.Join(lv.Frontier, " "), len(probes), lv.Calls)
-		}
-		// A window of the budget is read every 2 ms: a hot function's
-		// window reaches its cost in a few ms (the probes wake the poll
-		// only every 256 hits).
-		wait := 20
-		if budget && on {
-			wait = 2
-		}
-		if len(probes) > 0 {
-			_, _ = unix.Poll([]unix.PollFd{{Fd: int32(probes[0].FD), Events: unix.POLLIN}}, wait)
-		} else {
-			_, _ = unix.Poll(nil, wait)
+		if f := bytes.Fields(l); len(f) > 1 && bytes.IndexByte(f[1], 'x') >= 0 {
+			return true
 		}
 	}
-	drain()
-	closeAll()
-	w.meter.update(w.meterTid)
-	lv.PerfFDsEnd = perfFDs()
-	if w.CPULast > cpu0 {
-		lv.TargetCPUNs = w.CPULast - cpu0
+	return false
+}
+
+// closeProbes closes ps one after the other, in their order, calling
+// meanwhile (it reads the rings) after each. The kernel removes a perf
+// uprobe under one machine-wide lock (event_mutex) held across an RCU
+// Tasks Trace grace period (uprobe_unregister_sync): tens of milliseconds
+// a probe, more on a busy machine, and closes from several threads only
+// queue on that lock. So the order is what can be chosen: the caller puts
+// the probes whose hits cost most first.
+func closeProbes(ps []*uprobe.Probe, meanwhile func()) {
+	for _, p := range ps {
+		p.Close()
+		meanwhile()
 	}
-	lv.CostNs = w.CostNs - cost0
-	lv.Seconds = time.Since(t0).Seconds()
-	w.Levels = append(w.Levels, lv)
-	for _, fs := range stats {
-		fs.finish()
-	}
-	return stats, nil
 }
 
 // budgetAim is the share of the budget the walk spends by its own count.
@@ -618,7 +482,7 @@ const maxBudgetWait = 5 * time.Second
 func (w *Walk) waitBudget(ctx context.Context) float64 {
 	t0 := time.Now()
 	lastScan := t0
-	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.Alive() {
+	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.alive() {
 		w.meter.update(w.meterTid)
 		if w.withinBudget() {
 			break
@@ -634,7 +498,44 @@ func (w *Walk) waitBudget(ctx context.Context) float64 {
 	return time.Since(t0).Seconds()
 }
 
-func (fs *FuncStat) addTime(ns uint64) {
+// what lists the probes of a level: each function with its exits.
+func what(stats []*FuncStat) string {
+	var parts []string
+	for _, fs := range stats {
+		exits := "exits"
+		if len(fs.exits) == 1 {
+			exits = "exit"
+		}
+		parts = append(parts, fmt.Sprintf("%s (entry and %d %s)", fs.Name, len(fs.exits), exits))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// dropExit stops probing exit i of fs, which the kernel refused (err).
+func (fs *FuncStat) dropExit(i int, err error) {
+	fs.exits = append(fs.exits[:i:i], fs.exits[i+1:]...)
+	fs.ExitProbes = len(fs.exits)
+	fs.ExitsUnprobed++
+	if len(fs.exits) == 0 {
+		fs.ExitsNote = "the kernel refused a probe on its exits: " + err.Error()
+		fs.costNs = fs.entryNs
+	}
+}
+
+// stackOf is the stack a hit of fs ran on: its thread's.
+func (fs *FuncStat) stackOf(s uprobe.Sample) stackKey {
+	return stackKey{id: s.TID}
+}
+
+// addTime adds a call's time: raw, from the entry's sample to the exit's,
+// less the probes' own time in it (the pair's own traps, Calibration.InPairNs,
+// and nested, the probed calls made from it).
+func (fs *FuncStat) addTime(raw uint64, nested float64) {
+	fs.sumRawNs += float64(raw)
+	ns := uint64(max(float64(raw)-fs.pairNs-nested, 0))
+	if len(fs.kept) < maxKept {
+		fs.kept = append(fs.kept, float64(ns))
+	}
 	if fs.Returns == 0 || ns < fs.MinNs {
 		fs.MinNs = ns
 	}
@@ -646,7 +547,17 @@ func (fs *FuncStat) addTime(ns uint64) {
 }
 
 // addMetric adds one call's metric; called after addTime (Returns counted).
-func (fs *FuncStat) addMetric(v uint64) {
+// A clock metric (task-clock: the thread's CPU time, the traps' kernel
+// time included) has the probes' own time taken out as the wall time has
+// (clock).
+func (fs *FuncStat) addMetric(raw uint64, nested float64, clock bool) {
+	v := raw
+	if clock {
+		v = uint64(max(float64(raw)-fs.pairNs-nested, 0))
+	}
+	if len(fs.keptMetric) < maxKept {
+		fs.keptMetric = append(fs.keptMetric, float64(v))
+	}
 	if fs.Returns == 1 || v < fs.MetricMin {
 		fs.MetricMin = v
 	}
@@ -657,8 +568,12 @@ func (fs *FuncStat) addMetric(v uint64) {
 }
 
 func (fs *FuncStat) finish() {
+	fs.FewPairs = fs.ExitProbes > 0 && fs.Returns < minPairs
 	if fs.Returns > 0 {
 		fs.MeanNs = math.Round(fs.sumNs / float64(fs.Returns))
+		fs.MeanRawNs = math.Round(fs.sumRawNs / float64(fs.Returns))
+		fs.MedianNs, fs.MetricMedian = median(fs.kept), median(fs.keptMetric)
+		fs.kept, fs.keptMetric = nil, nil
 		fs.MetricMean = math.Round(fs.sumMetric / float64(fs.Returns))
 	}
 	var total uint64
