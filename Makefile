@@ -45,10 +45,20 @@ deps:
 	@GO=$(GO) bash scripts/check-prereqs.sh --go
 	bash scripts/install-deps.sh
 
-lint:
+# staticcheck, pinned, built into build/tools from the Go module proxy on
+# first use.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := build/tools/staticcheck-$(STATICCHECK_VERSION)
+$(STATICCHECK):
+	@mkdir -p build/tools
+	GOBIN=$(CURDIR)/build/tools/gobin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv build/tools/gobin/staticcheck $@
+
+lint: $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 
 # -p 1: packages one at a time; several tests measure CPU time and sampling
 # rates, which other packages' tests running beside them on 2 CPUs would skew.
