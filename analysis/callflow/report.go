@@ -293,7 +293,7 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 	return w.Flush()
 }
 
-var frameCleaner = strings.NewReplacer(";", ":", " ", "_")
+var frameCleaner = strings.NewReplacer(";", ":", "\n", " ", "\r", " ") // only what the folded format requires
 
 func cleanFrame(s string) string { return frameCleaner.Replace(s) }
 

@@ -7,19 +7,24 @@ import (
 	"strings"
 )
 
+// foldedEscaper escapes in a name only what the folded format requires:
+// ';' separates frames (it becomes ':') and a line is one stack. Spaces
+// stay (flamegraph.pl and post read the count after the last one), so a
+// function is spelled the same in folded stacks, flame graphs, the call
+// tree and pprof.
+var foldedEscaper = strings.NewReplacer(";", ":", "\n", " ", "\r", " ")
+
 // frameName is a frame's name in folded stacks and flame graphs: the
 // symbol, with "_[k]" for kernel frames (flamegraph.pl's convention).
 func frameName(f Frame) string {
-	n := strings.ReplaceAll(strings.ReplaceAll(f.Symbol, ";", ":"), " ", "_")
+	n := foldedEscaper.Replace(f.Symbol)
 	if f.Kernel {
 		n += "_[k]"
 	}
 	return n
 }
 
-func cleanLabel(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, ";", ":"), " ", "_")
-}
+func cleanLabel(s string) string { return foldedEscaper.Replace(s) }
 
 // stackNames names the frames of the stacks for folded stacks and call
 // trees, each resolved name computed once: frame(idx, kernel) is
