@@ -105,6 +105,13 @@ func agentCall(op string, args, out any, files ...*os.File) error {
 		return fmt.Errorf("ptt needs the agent (pitraced) to hold the counters: %w", err)
 	}
 	defer a.Close()
+	if op == ptt.OpOn || op == ptt.OpDump {
+		// on opens a counter per metric for every thread of the target
+		// (-a: of the system), dump reads them all: the time grows with
+		// the threads, so they get the long limit (a stopped agent is
+		// still reported, after it).
+		a.Timeout = a.LongTimeout
+	}
 	err = a.Call(op, args, out, files...)
 	if err != nil && strings.Contains(err.Error(), "ptt is not on") {
 		return errNotOn
@@ -112,7 +119,7 @@ func agentCall(op string, args, out any, files ...*os.File) error {
 	return err
 }
 
-// chooseBackend picks the holder's backend (kmod, perf, auto) and parses
+// chooseBackend picks the holder's backend (kmod, daemon, auto) and parses
 // the metrics for it. auto takes the module when it is loaded with PTT
 // support and keeps every metric (not task-clock).
 func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
