@@ -39,6 +39,7 @@ func cgInclusive(t *testing.T, path string) map[string]uint64 {
 	out := map[string]uint64{}
 	var cur, callee string
 	callLine := false
+	npos := 1 // positions before the cost on a cost line (positions: instr line: two)
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -57,11 +58,15 @@ func cgInclusive(t *testing.T, path string) map[string]uint64 {
 			}
 			continue
 		}
-		fl := strings.Fields(l)
-		if len(fl) < 2 || cur == "" || strings.Contains(fl[0], ":") {
+		if v, ok := strings.CutPrefix(l, "positions:"); ok {
+			npos = max(1, len(strings.Fields(v)))
 			continue
 		}
-		v, err := strconv.ParseUint(fl[1], 10, 64)
+		fl := strings.Fields(l)
+		if len(fl) < npos+1 || cur == "" || strings.Contains(fl[0], ":") {
+			continue
+		}
+		v, err := strconv.ParseUint(fl[npos], 10, 64)
 		if err != nil {
 			t.Fatalf("%s: %q: %v", path, l, err)
 		}
