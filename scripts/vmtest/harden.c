@@ -824,26 +824,41 @@ static int t_teardown(int n)
 	for (i = 0; i < n; i++)
 		while (!__atomic_load_n(&tids[i], __ATOMIC_SEQ_CST))
 			sched_yield();
-	if (ptt_init_tsc(fd, 0) || ptt_init_tsc(fd2, 0))
-		DIE("PTT_INIT");
-	ok = watch_all(fd, tids, n);
-	CHECK(ok == n, "watched %d of %d threads", ok, n);
-	/* an area of the second file mapped by this thread: munmap'd meanwhile */
-	mu.area = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd2, (off_t)PITRACE_PTT_MMAP_OFFSET);
-	if (mu.area == MAP_FAILED)
-		DIE("map a PTT area");
-	if (pthread_create(&mt, NULL, do_munmap, &mu))
-		DIE("pthread_create");
-	__atomic_store_n(&mu.go, 1, __ATOMIC_SEQ_CST);
-	t0 = now_ms();
-	CHECK(ioctl(fd, PITRACE_IOC_PTT_TERM) == 0, "PTT_TERM: %s", strerror(errno));
-	term_ms = now_ms() - t0;
-	pthread_join(mt, NULL);
-	CHECK(ptt_nareas(fd2) == 0, "after PTT_TERM and munmap %u areas are still updated", ptt_nareas(fd2));
-	printf("harden: teardown: ptt off (PTT_TERM) of %d watched threads: %.1f ms; a munmap of a PTT area meanwhile: %.2f ms\n",
-	       n, term_ms, mu.ms);
-	CHECK(term_ms < 500, "PTT_TERM of %d areas took %.0f ms (want well under a second)", n, term_ms);
-	CHECK(mu.ms < 50, "munmap of a PTT area took %.1f ms during PTT_TERM", mu.ms);
+	/*
+	 * The times are the guest's wall clock: under TCG a vCPU is stopped
+	 * for tens to hundreds of milliseconds at a time while the host runs
+	 * the other one (or other work), so a slow attempt is made again, up
+	 * to three in all, each printed; a teardown that is slow by itself
+	 * (a lock held across every area, work per area growing with their
+	 * number) is slow in all three.
+	 */
+	for (int attempt = 1;; attempt++) {
+		if (ptt_init_tsc(fd, 0) || ptt_init_tsc(fd2, 0))
+			DIE("PTT_INIT");
+		ok = watch_all(fd, tids, n);
+		CHECK(ok == n, "watched %d of %d threads", ok, n);
+		/* an area of the second file mapped by this thread: munmap'd meanwhile */
+		mu = (struct munmapper){ 0 };
+		mu.area = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd2, (off_t)PITRACE_PTT_MMAP_OFFSET);
+		if (mu.area == MAP_FAILED)
+			DIE("map a PTT area");
+		if (pthread_create(&mt, NULL, do_munmap, &mu))
+			DIE("pthread_create");
+		__atomic_store_n(&mu.go, 1, __ATOMIC_SEQ_CST);
+		t0 = now_ms();
+		CHECK(ioctl(fd, PITRACE_IOC_PTT_TERM) == 0, "PTT_TERM: %s", strerror(errno));
+		term_ms = now_ms() - t0;
+		pthread_join(mt, NULL);
+		CHECK(ptt_nareas(fd2) == 0, "after PTT_TERM and munmap %u areas are still updated", ptt_nareas(fd2));
+		printf("harden: teardown: ptt off (PTT_TERM) of %d watched threads: %.1f ms; a munmap of a PTT area meanwhile: %.2f ms (attempt %d)\n",
+		       n, term_ms, mu.ms, attempt);
+		if ((term_ms < 500 && mu.ms < 50) || attempt == 3)
+			break;
+		/* the next attempt starts as this one did */
+		CHECK(ioctl(fd2, PITRACE_IOC_PTT_TERM) == 0, "PTT_TERM of the second file: %s", strerror(errno));
+	}
+	CHECK(term_ms < 500, "PTT_TERM of %d areas took %.0f ms in three attempts (want well under a second)", n, term_ms);
+	CHECK(mu.ms < 50, "munmap of a PTT area took %.1f ms during PTT_TERM in three attempts", mu.ms);
 
 	/* the same again, ended by close; and areas read dead before that */
 	if (ptt_init_tsc(fd, 0))

@@ -74,7 +74,7 @@ func TestJavaPerfMap(t *testing.T) {
 			topN, top = n, l[:i]
 		}
 	}
-	if total < 300 || !strings.HasSuffix(top, ";JIT;long_Hot.spin(long)") {
+	if total < 300 || !strings.HasSuffix(top, ";JIT;long Hot.spin(long)") {
 		t.Fatalf("the java process's top symbol is %q (%d of %d ticks), want the JIT-compiled Hot.spin", top, topN, total)
 	}
 	t.Logf("java: %s has %d of %d ticks", top, topN, total)
