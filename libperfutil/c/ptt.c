@@ -603,9 +603,11 @@ static int ensure_thread(void)
 		return PTT_OK;
 	pthread_mutex_lock(&mu);
 	int rc;
+	/* Not initialized: never (ENOTINIT), or terminated since: then every
+	 * thread's read says so, one that never read before included. */
 	if (!initialized)
-		rc = s == &unset_state ? fail(PTT_ENOTINIT, "ptt is not initialized: call PttInit first")
-				       : fail(PTT_ETERMINATED, "ptt was terminated: this thread's work area is gone");
+		rc = s == &unset_state && generation == 0 ? fail(PTT_ENOTINIT, "ptt is not initialized: call PttInit first")
+							  : fail(PTT_ETERMINATED, "ptt was terminated: this thread's work area is gone");
 	else if (s->status == ST_OK && s->gen == generation)
 		rc = PTT_OK;
 	else

@@ -10,6 +10,7 @@
 #include <linux/perf_event.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,7 +308,7 @@ out:
 	printf("%s retry path\n", failures > f0 ? "FAIL" : "ok  ");
 }
 
-static volatile int reader_rc;
+static volatile int reader_rc, reader_reading;
 static void *hammer(void *arg)
 {
 	(void)arg;
@@ -318,6 +319,7 @@ static void *hammer(void *arg)
 			reader_rc = rc;
 			return NULL;
 		}
+		__atomic_store_n(&reader_reading, 1, __ATOMIC_SEQ_CST);
 	}
 }
 
@@ -332,10 +334,17 @@ static void test_terminate(void)
 	CHECK(PttRead(v) == 0, "PttRead");
 	pthread_t th;
 	pthread_create(&th, NULL, hammer, NULL);
-	usleep(50000);
+	/* terminate while the reader reads: once it has read once */
+	while (!__atomic_load_n(&reader_reading, __ATOMIC_SEQ_CST))
+		sched_yield();
 	CHECK(PttTerminate() == 0, "PttTerminate");
 	pthread_join(th, NULL);
 	CHECK(reader_rc == PTT_ETERMINATED, "racing reader got %d", reader_rc);
+	/* a thread whose first read comes after the terminate is told so too */
+	reader_rc = 0;
+	pthread_create(&th, NULL, hammer, NULL);
+	pthread_join(th, NULL);
+	CHECK(reader_rc == PTT_ETERMINATED, "a new thread's first read after PttTerminate got %d", reader_rc);
 	rc = PttRead(v);
 	CHECK(rc == PTT_ETERMINATED, "PttRead after terminate: %d", rc);
 	rc = PttReadMetric0(v);
