@@ -75,7 +75,9 @@ func TestGoCodeNotInstrumented(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	js := filepath.Join(dir, "r.json")
-	out, err := walkExample(t, js, "-q", "-s", "0.5", "--period", "500ms", "--json", js, "-o", os.DevNull, "--", prog, longRun)
+	// -s 2: beside a busy machine 0.5 s of sampling caught the Go program
+	// still starting (no hot function)
+	out, err := walkExample(t, js, "-q", "-s", "2", "--period", "500ms", "--json", js, "-o", os.DevNull, "--", prog, longRun)
 	if err != nil || out != "gosort: done true\n" {
 		t.Fatalf("exit %v, output %q: want the Go program's own line and exit 0", err, out)
 	}
