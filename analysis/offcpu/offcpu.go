@@ -28,7 +28,7 @@ const (
 	Sleeping              // S: interruptible sleep (timers, futexes, poll, pipes, sockets)
 	Blocked               // D: uninterruptible (disk I/O, page faults, some locks)
 	Other                 // stopped, traced, parked, idle kernel thread
-	Unknown               // before the thread's first record (what it did is not in the trace)
+	Unknown               // not in the trace: before the thread's first record, or a wait whose end was not recorded
 	NStates
 )
 
@@ -149,7 +149,10 @@ type Analyzer struct {
 	CPUIntr map[int]*Interrupts
 	// Counts of what was read.
 	Dispatches, Wakeups, SwitchStacks, Ticks uint64
-	frames                                   []string
+	// LostSwitchIns counts threads switched out while waiting: the
+	// switch-in that ended the wait was not in the trace.
+	LostSwitchIns uint64
+	frames        []string
 }
 
 // New returns an analyzer naming stacks with namer (nil: PCs in hex).
@@ -253,15 +256,29 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	cs := a.cpu(rec.CPU)
 	if prev != 0 {
 		th := a.thread(prevPid, prev, t)
-		if th.state != Running {
-			// Its first record on this CPU: it ran since the trace
-			// started (no switch on this CPU before) or since it
-			// was created.
-			if !cs.known && th.state == Unknown {
-				th.state = Running
-			} else {
-				a.enter(th, Running, th.since)
+		switch {
+		case th.state == Unknown && !cs.known:
+			// Its first record, on a CPU with no switch before: it
+			// ran since the trace started.
+			th.state = Running
+		case th.state == Unknown:
+			// Its first record: it ran since it was created.
+			a.enter(th, Running, th.since)
+		case th.state != Running:
+			// Switched out while waiting: the switch-in that ended
+			// its wait is not in the trace (a kernel that does not
+			// report some, or a lost record). When it stopped waiting
+			// and began to run is not known: the time is Unknown, and
+			// the wait is in the profiles as unknown from its wake-up
+			// (or its start).
+			a.LostSwitchIns++
+			if th.woken != 0 && th.wait != RunQueue && th.woken > th.waitFrom {
+				a.off[profKey{th.TID, th.wait, th.stack}] += th.woken - th.waitFrom
 			}
+			if t > th.since {
+				a.off[profKey{th.TID, Unknown, 0}] += t - th.since
+			}
+			th.state = Unknown
 		}
 		a.enter(th, waitState(st), t)
 		th.wait, th.waitFrom, th.woken, th.stack = th.state, t, 0, 0

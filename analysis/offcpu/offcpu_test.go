@@ -255,3 +255,45 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("timeline lacks 101's sleep (2 ms, 10 ms long) or the interrupt:\n%s", buf.String())
 	}
 }
+
+// A kernel that does not report a switch-in from the idle task: 101
+// sleeps 10 ms, runs 1 ms and sleeps again with only its switch-outs in
+// the trace. The 11 ms between them are not known to be a wait: they are
+// Unknown and in no profile, and the missing switch-in is counted; with
+// the switch-in they are 10 ms sleeping and 1 ms running.
+func TestLostSwitchIn(t *testing.T) {
+	for _, withIn := range []bool{false, true} {
+		r := &recs{}
+		r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+		r.sw(0, 2*ms1, 101, 0, trace.StateSleeping)
+		r.stack(0, 2*ms1, 101, 2, 0x1000, 0x2008, 0x3008)
+		if withIn {
+			r.sw(0, 12*ms1, 0, 101, 0)
+		}
+		r.sw(0, 13*ms1, 101, 0, trace.StateSleeping)
+		r.add(0, 20*ms1, trace.MajorSys, trace.SysTraceOff, "")
+		a := run(r)
+		var th *Thread
+		for _, x := range a.Threads() {
+			if x.TID == 101 {
+				th = x
+			}
+		}
+		var slept uint64
+		for _, c := range a.OffCPU() {
+			if c.Thread.TID == 101 && c.State == Sleeping {
+				slept += c.Ns
+			}
+		}
+		want := [NStates]uint64{Running: 3 * ms1, Sleeping: 17 * ms1}
+		wantLost, wantSlept := uint64(0), 17*ms1
+		if !withIn {
+			want = [NStates]uint64{Running: 2 * ms1, Unknown: 11 * ms1, Sleeping: 7 * ms1}
+			wantLost, wantSlept = 1, 7*ms1
+		}
+		if th.Time != want || a.LostSwitchIns != wantLost || slept != wantSlept {
+			t.Errorf("switch-in recorded %v: states %v (want %v), lost switch-ins %d (want %d), sleeping in the profile %d ns (want %d)",
+				withIn, th.Time, want, a.LostSwitchIns, wantLost, slept, wantSlept)
+		}
+	}
+}

@@ -119,6 +119,10 @@ type ring struct {
 	pcs    []uint64 // a stack's PCs, reused
 	fp     []uint64 // the frame-pointer walk of its user part (--unwind dwarf)
 	decode func(typ uint32, misc uint16, body []byte)
+	// lastNext is the thread sched_switch last switched this CPU to
+	// (-1: none seen yet), to tell a switch-in the tracepoint reported
+	// from one it did not (see switchIn).
+	lastNext int64
 }
 
 // Session is a running set of kernel event sources.
@@ -226,12 +230,17 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	}
 	s.epfd = epfd
 	for _, cpu := range cpus {
-		r := &ring{cpu: cpu, leader: -1}
+		r := &ring{cpu: cpu, leader: -1, lastNext: -1}
 		s.rings = append(s.rings, r)
 		// The side-band event owns the ring; the others write into it.
 		sb := &unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_DUMMY, Sample_type: stSideband,
 			Bits:   unix.PerfBitMmap | unix.PerfBitMmap2 | unix.PerfBitComm | unix.PerfBitCommExec | unix.PerfBitTask | unix.PerfBitWatermark,
 			Wakeup: uint32(pages * os.Getpagesize() / 4)}
+		if opts.Dispatch {
+			// perf's own switch records: the switch-ins sched_switch
+			// does not report (see switchIn)
+			sb.Bits |= unix.PerfBitContextSwitch
+		}
 		fd, err := perfOpen(sb, cpu, -1)
 		if err != nil {
 			return nil, fmt.Errorf("open side-band events on CPU %d: %w", cpu, permHint(err))
@@ -679,6 +688,8 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			return
 		}
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(unix.PROT_READ|unix.PROT_EXEC)), cstr(b[32:len(b)-32]))
+	case unix.PERF_RECORD_SWITCH_CPU_WIDE:
+		s.switchIn(r, misc, b)
 	case unix.PERF_RECORD_COMM:
 		if len(b) < 8+32 {
 			return
@@ -864,6 +875,7 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) bool {
 			return false
 		}
 		state := s.prevState(raw)
+		r.lastNext = int64(next)
 		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidOf(prev)), uint64(prev), uint64(s.tgidOf(next)), uint64(next), state))
 	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
 		// irq_handler_* carry the irq number, softirq_* the vector.

@@ -8,6 +8,8 @@ package kevents
 import (
 	"fmt"
 
+	"golang.org/x/sys/unix"
+
 	"perfinsp/format/trace"
 )
 
@@ -123,4 +125,27 @@ func (s *Session) chainPCs(r *ring, b []byte) (pcs []uint64, kernel int, truncat
 	}
 	r.pcs = pcs
 	return pcs, kernel, len(pcs) >= s.maxStack
+}
+
+// switchIn reads perf's own switch record (PERF_RECORD_SWITCH_CPU_WIDE,
+// written from the scheduler's perf hooks, not from the sched_switch
+// tracepoint). Some kernels switch from the idle task to a woken thread
+// without the tracepoint (seen on a 6.18 guest whose idle CPUs poll: the
+// switch-outs to idle are reported, the switch-ins from it are not, nor
+// are wake-ups from idle), which would leave the thread's wait without an
+// end. A switch-in from the idle task that sched_switch did not report is
+// written as the DISPATCH it would have written (the idle task's state is
+// no wait's, so 0); one the tracepoint reported (the CPU's last
+// sched_switch went to this thread) is not written twice.
+func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
+	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 || len(b) < 8 {
+		return
+	}
+	prevPid, prevTid := le32(b), le32(b[4:])
+	pid, tid, t, ok := sampleID(b[8:])
+	if !ok || prevTid != 0 || tid == 0 || r.lastNext == int64(tid) {
+		return
+	}
+	r.lastNext = int64(tid)
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), 0, uint64(pid), uint64(tid), 0))
 }

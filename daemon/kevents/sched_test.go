@@ -1,8 +1,10 @@
 package kevents
 
 import (
+	"encoding/binary"
 	"os"
 	"runtime"
+	"sort"
 	"testing"
 	"time"
 
@@ -105,4 +107,93 @@ func TestWakeupsAndSwitchStacks(t *testing.T) {
 		t.Fatalf("reader %d, writer %d: %d wake-ups by the writer, %d switch-outs to wait, %d switch stacks (%d with user frames) for %d reads", reader, writer, wakes, waits, stacks, userStacks, n)
 	}
 	t.Logf("%d reads: %d wake-ups by the writer, %d switch-outs to wait, %d switch stacks (%d with user frames)", n, wakes, waits, stacks, userStacks)
+}
+
+// perf's switch-in records: one from the idle task that sched_switch did
+// not report becomes a DISPATCH; one it reported, a switch-out record and
+// a switch-in from another thread do not.
+func TestSwitchInFromIdle(t *testing.T) {
+	sink := &memSink{}
+	s := &Session{sink: sink}
+	r := &ring{cpu: 1, lastNext: -1}
+	body := func(prevPid, prevTid, pid, tid uint32, tm uint64) []byte {
+		b := make([]byte, 8+32)
+		le := binary.LittleEndian
+		le.PutUint32(b, prevPid)
+		le.PutUint32(b[4:], prevTid)
+		le.PutUint32(b[8:], pid)
+		le.PutUint32(b[12:], tid)
+		le.PutUint64(b[16:], tm)
+		le.PutUint32(b[24:], 1)
+		return b
+	}
+	in := func(prevTid, tid uint32, tm uint64) { s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, 0, body(0, prevTid, 50, tid, tm)) }
+	in(0, 51, 100)  // not reported by sched_switch: written
+	in(0, 51, 101)  // already known to be on this CPU: not again
+	r.lastNext = 52 // sched_switch reported the switch to 52
+	in(0, 52, 200)  // not twice
+	in(77, 53, 300) // from a thread: its switch-out's state is unknown, left to the tracepoint
+	s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, unix.PERF_RECORD_MISC_SWITCH_OUT, body(0, 0, 50, 54, 400))
+	var got []rec
+	for _, x := range sink.recs {
+		if x.major == trace.MajorDispatch && x.minor == trace.DispatchSwitch {
+			got = append(got, x)
+		}
+	}
+	if len(got) != 1 || got[0].t != 100 || got[0].cpu != 1 || got[0].fields[1] != 0 || got[0].fields[2] != 50 || got[0].fields[3] != 51 || got[0].fields[4] != 0 {
+		t.Fatalf("DISPATCH records %+v, want one at 100 on CPU 1 from the idle task to 51 of 50", got)
+	}
+}
+
+// Every wait of a sleeping thread ends with a switch-in in the trace,
+// also where its CPU idles while it sleeps (where some kernels report no
+// sched_switch from the idle task).
+func TestEveryWaitEndsWithASwitchIn(t *testing.T) {
+	needRoot(t)
+	sink := &memSink{}
+	s, err := Start(Options{Dispatch: true}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	tidc := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		tidc <- unix.Gettid()
+		for i := 0; i < 10; i++ {
+			_ = unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
+		}
+		tidc <- 0
+	}()
+	tid := uint64(<-tidc)
+	<-tidc
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// in time order across CPUs
+	recs := append([]rec(nil), sink.recs...)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].t < recs[j].t })
+	waiting, waits, ends := false, 0, 0
+	for _, r := range recs {
+		if r.major != trace.MajorDispatch || r.minor != trace.DispatchSwitch {
+			continue
+		}
+		if r.fields[3] == tid && waiting {
+			waiting = false
+			ends++
+		}
+		if r.fields[1] == tid {
+			if waiting {
+				t.Fatalf("thread %d switched out at %d while waiting: the switch-in ending its wait is not in the trace", tid, r.t)
+			}
+			if r.fields[4]&trace.StateMask != 0 {
+				waiting = true
+				waits++
+			}
+		}
+	}
+	if waits < 10 || ends < waits-1 {
+		t.Fatalf("thread %d: %d waits, %d ended by a switch-in (10 sleeps)", tid, waits, ends)
+	}
+	t.Logf("%d waits, %d ended by a switch-in", waits, ends)
 }

@@ -67,6 +67,9 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next fu
 		if a.Dispatches == 0 {
 			fmt.Fprintln(stderr, "post: no DISPATCH records in the trace: the scheduling reports need swtrace enable dispatch (run.tprof --sched)")
 		}
+		if a.LostSwitchIns > 0 {
+			fmt.Fprintf(stderr, "post: %d of %d switches out of a wait had no switch-in before them in the trace: those waits' times are counted as unknown (the kernel did not report the switch-in, or the trace lost it)\n", a.LostSwitchIns, a.Dispatches)
+		}
 		procName := r.ProcessName
 		keep := func(cells []offcpu.Cell) []offcpu.Cell {
 			if filt == nil {
