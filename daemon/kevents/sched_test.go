@@ -127,7 +127,9 @@ func TestSwitchInFromIdle(t *testing.T) {
 		le.PutUint32(b[24:], 1)
 		return b
 	}
-	in := func(prevTid, tid uint32, tm uint64) { s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, 0, body(0, prevTid, 50, tid, tm)) }
+	in := func(prevTid, tid uint32, tm uint64) {
+		s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, 0, body(0, prevTid, 50, tid, tm))
+	}
 	in(0, 51, 100)  // not reported by sched_switch: written
 	in(0, 51, 101)  // already known to be on this CPU: not again
 	r.lastNext = 52 // sched_switch reported the switch to 52

@@ -135,34 +135,75 @@ next:
 func within(got, want, frac float64) bool { return math.Abs(got-want) <= frac*want }
 
 // timehist parses `perf sched timehist` lines of pid's threads: per tid
-// the sum of wait time + scheduling delay (ms → ns) and the delays.
-func timehist(t *testing.T, data string, pid int) (off map[int]float64, delays map[int][]float64) {
+// the sum of wait time + scheduling delay (ms → ns) and the delays. A
+// line's delay is the wait before the run its switch-out ends; where
+// perf's trace has no switch-in for that run (some kernels do not report
+// a switch from the idle task through sched_switch, see unreported),
+// timehist has no start for the run and its delay is not the wait's: such
+// delays are left out, and counted in skipped.
+func timehist(t *testing.T, data string, pid int) (off map[int]float64, delays map[int][]float64, skipped map[int]int) {
 	t.Helper()
 	out, err := exec.Command("perf", "sched", "timehist", "-i", data).Output()
 	if err != nil {
 		t.Fatalf("perf sched timehist: %v", err)
 	}
-	off, delays = map[int]float64{}, map[int][]float64{}
-	re := regexp.MustCompile(`\[(\d+)(?:/(\d+))?\]\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+	bad := unreported(t, data)
+	off, delays, skipped = map[int]float64{}, map[int][]float64{}, map[int]int{}
+	re := regexp.MustCompile(`^\s*([\d.]+)\s.*\[(\d+)(?:/(\d+))?\]\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
 	for _, l := range strings.Split(string(out), "\n") {
 		m := re.FindStringSubmatch(l)
 		if m == nil {
 			continue
 		}
-		tid, _ := strconv.Atoi(m[1])
+		tid, _ := strconv.Atoi(m[2])
 		p := tid
-		if m[2] != "" {
-			p, _ = strconv.Atoi(m[2])
+		if m[3] != "" {
+			p, _ = strconv.Atoi(m[3])
 		}
 		if p != pid {
 			continue
 		}
-		wait, _ := strconv.ParseFloat(m[3], 64)
-		delay, _ := strconv.ParseFloat(m[4], 64)
+		wait, _ := strconv.ParseFloat(m[4], 64)
+		delay, _ := strconv.ParseFloat(m[5], 64)
 		off[tid] += (wait + delay) * 1e6
+		if bad[switchAt{tid, m[1]}] {
+			skipped[tid]++
+			continue
+		}
 		delays[tid] = append(delays[tid], delay*1e6)
 	}
-	return off, delays
+	return off, delays, skipped
+}
+
+type switchAt struct {
+	tid int
+	at  string // perf's time stamp, as printed
+}
+
+// unreported lists the switch-outs in perf's trace of a thread with no
+// switch-in to it since its previous switch-out (or ever).
+func unreported(t *testing.T, data string) map[switchAt]bool {
+	t.Helper()
+	out, err := exec.Command("perf", "script", "-i", data, "-F", "time,event,trace").Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	re := regexp.MustCompile(`([\d.]+):\s+sched:sched_switch:.*\bprev_pid=(\d+)\b.*\bnext_pid=(\d+)\b`)
+	in := map[int]bool{}
+	bad := map[switchAt]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		m := re.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		prev, _ := strconv.Atoi(m[2])
+		next, _ := strconv.Atoi(m[3])
+		if !in[prev] {
+			bad[switchAt{prev, m[1]}] = true
+		}
+		in[prev], in[next] = false, true
+	}
+	return bad
 }
 
 // The waits example under the daemon backend, with perf sched record on
@@ -227,8 +268,9 @@ func TestSchedWaits(t *testing.T) {
 	fmt.Printf("%-8s %6s %12s %12s %16s %16s\n", "role", "waits", "program ms", "post ms", "post thread ms", "timehist ms")
 	var thOff map[int]float64
 	var thDelay map[int][]float64
+	var thSkipped map[int]int
 	if perfErr == nil {
-		thOff, thDelay = timehist(t, data, pidOfTid(t, sj, roles["sleeper"].tid))
+		thOff, thDelay, thSkipped = timehist(t, data, pidOfTid(t, sj, roles["sleeper"].tid))
 	}
 	for _, c := range checks {
 		r := roles[c.role]
@@ -326,7 +368,7 @@ func TestSchedWaits(t *testing.T) {
 		}
 		return mean / float64(len(d)), d[max(0, int(math.Ceil(0.99*float64(len(d))))-1)]
 	}
-	fmt.Printf("%-8s %34s %34s\n", "wake-up latency", "post", "perf sched timehist (non-zero)")
+	fmt.Printf("%-8s %34s %34s\n", "wake-up latency", "post", "perf sched timehist (non-zero; runs without a switch-in left out)")
 	for _, role := range []string{"sleeper", "reader", "locker", "feeder", "holder", "writer"} {
 		tid := roles[role].tid
 		var wake, pre []float64
@@ -344,27 +386,31 @@ func TestSchedWaits(t *testing.T) {
 				theirs = append(theirs, d)
 			}
 		}
-		// timehist's zeros: the preemptions and waits under its 1 µs
-		var ours []float64
-		for _, w := range wake {
-			if w >= 1000 || zeros <= len(pre) {
-				ours = append(ours, w)
-			}
-		}
+		// timehist's zeros: the preemptions and the waits it rounds to
+		// 0.000 ms (under 0.5 µs)
+		ours := wake
 		m0, p0 := stats(ours)
 		m2, p2 := stats(theirs)
-		fmt.Printf("%-8s n=%3d mean %9.1f µs p99 %9.1f µs | n=%3d mean %9.1f µs p99 %9.1f µs (+%d zero, %d preempted)\n", role, len(ours), m0/1e3, p0/1e3, len(theirs), m2/1e3, p2/1e3, zeros, len(pre))
-		// Each of timehist's delays is one of ours (it prints ms to 3
-		// places: 1 µs either way), and at most one of ours is not
-		// timehist's, besides the ones under 1 µs.
-		unmatched, extra := matchWaits(ours, theirs, 1500)
+		fmt.Printf("%-8s n=%3d mean %9.1f µs p99 %9.1f µs | n=%3d mean %9.1f µs p99 %9.1f µs (+%d zero, %d preempted, %d left out)\n", role, len(ours), m0/1e3, p0/1e3, len(theirs), m2/1e3, p2/1e3, zeros, len(pre), thSkipped[tid])
+		// Each of timehist's delays is one of ours, within 3 µs: it
+		// prints ms to 3 places (0.5 µs either way), and its events'
+		// time stamps are not ours: each perf event on a tracepoint
+		// reads the clock itself, µs apart (the waits they pair are
+		// milliseconds apart: a wrong pairing is far outside this).
+		unmatched, extra := matchWaits(ours, theirs, 3000)
 		var big []float64
 		for _, x := range extra {
-			if x >= 1 {
+			if x >= 3 { // under it: one of timehist's zeros
 				big = append(big, x)
 			}
 		}
-		if len(unmatched) > 0 || len(big) > 1 {
+		// Of ours, not timehist's: the exiting thread's last run, the
+		// runs timehist could not know, and its zero delays that are
+		// no preemption (a wake-up it did not pair with the run).
+		// One in ten may differ more: an interrupt between the two
+		// handlers moves one stamp further (a wake-up 12 µs apart was
+		// seen); each such pair leaves one of ours unmatched too.
+		if len(unmatched) > max(1, len(theirs)/10) || len(big) > 1+thSkipped[tid]+max(0, zeros-len(pre))+len(unmatched) {
 			t.Errorf("%s (tid %d): timehist's delays not among post's wake-up latencies (µs): %v; post's not among timehist's: %v", role, tid, unmatched, big)
 		}
 	}
