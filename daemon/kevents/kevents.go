@@ -85,6 +85,7 @@ const (
 	kindTick = iota
 	kindEvent
 	kindSwitch
+	kindSwitchStack // sched_switch again, sampled with its callchain
 	kindIRQEntry
 	kindIRQExit
 	kindSoftEntry
@@ -123,6 +124,7 @@ type ring struct {
 	// (-1: none seen yet), to tell a switch-in the tracepoint reported
 	// from one it did not (see switchIn).
 	lastNext int64
+	sw       switchPair // the CPU's last switch and its stack sample
 }
 
 // Session is a running set of kernel event sources.
@@ -295,12 +297,24 @@ func Start(opts Options, sink Sink) (*Session, error) {
 				return nil, err
 			}
 		}
+		if id, ok := tpIDs[kindSwitch]; ok && s.switchStacks {
+			// The stacks come from an event of their own: a sample's
+			// time is read after its callchain is walked, so the
+			// DISPATCH record's event has none (its time is the
+			// switch's; a walk under load took 2-9 us, which went
+			// into every wake-up latency).
+			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace | unix.PERF_SAMPLE_CALLCHAIN,
+				Sample_max_stack: uint16(s.maxStack)}
+			fd, err := perfOpen(&attr, cpu, -1)
+			if err != nil {
+				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
+			}
+			if err := s.addFD(r, fd, kindSwitchStack); err != nil {
+				return nil, err
+			}
+		}
 		for kind, id := range tpIDs {
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
-			if kind == kindSwitch && s.switchStacks {
-				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
-				attr.Sample_max_stack = uint16(s.maxStack)
-			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
@@ -630,7 +644,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			pid, tid, t := le32(b), le32(b[4:]), le64(b[8:])
 			rest := b[24:]
 			var chain []byte
-			if kind == kindSwitch && s.switchStacks {
+			if kind == kindSwitchStack {
 				if chain, rest = splitCallchain(rest); chain == nil {
 					return
 				}
@@ -647,10 +661,12 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			switch kind {
 			case kindWakeup, kindWakeupNew:
 				s.wakeup(r, kind, t, pid, tid, raw)
-				return
-			}
-			if s.tracepoint(r, kind, t, raw) && chain != nil {
-				s.switchStack(r, t, raw, chain)
+			case kindSwitchStack:
+				s.switchStackSample(r, raw, chain)
+			default:
+				if s.tracepoint(r, kind, t, raw) && kind == kindSwitch {
+					s.afterSwitch(r, t, raw)
+				}
 			}
 		}
 	case unix.PERF_RECORD_MMAP2:

@@ -80,6 +80,57 @@ func splitCallchain(b []byte) (chain, rest []byte) {
 	return b[:n], b[n:]
 }
 
+// switchPair joins a switch's two samples on one CPU: the sched_switch
+// event that writes DISPATCH, and the one sampled with the callchain of
+// the thread switched out. The kernel runs the two handlers back to back,
+// in either order (its list of a tracepoint's perf events is ordered by
+// when each was added), so the one that comes first waits for the other.
+type switchPair struct {
+	t         uint64 // the DISPATCH's time (0: none waiting for its stack)
+	prev      uint32
+	heldPrev  uint32 // a stack sample waiting for its DISPATCH (0: none)
+	heldRaw   []byte
+	heldChain []byte
+}
+
+// afterSwitch follows a DISPATCH written from raw at t: the stack sample
+// of the same switch, if it came first, is written now (with the
+// DISPATCH's time), else expected.
+func (s *Session) afterSwitch(r *ring, t uint64, raw []byte) {
+	if !s.switchStacks || s.tp.prevPid+4 > len(raw) {
+		return
+	}
+	prev := le32(raw[s.tp.prevPid:])
+	p := &r.sw
+	if p.heldPrev != 0 && p.heldPrev == prev {
+		p.heldPrev, p.t = 0, 0
+		s.switchStack(r, t, p.heldRaw, p.heldChain)
+		return
+	}
+	p.heldPrev = 0 // a stack sample of another switch: its DISPATCH was lost
+	p.t, p.prev = t, prev
+}
+
+// switchStackSample takes the stack sample of a switch: written after its
+// DISPATCH with that record's time, or held until it comes.
+func (s *Session) switchStackSample(r *ring, raw, chain []byte) {
+	if s.tp.prevPid+4 > len(raw) {
+		return
+	}
+	prev := le32(raw[s.tp.prevPid:])
+	p := &r.sw
+	if p.t != 0 && p.prev == prev {
+		t := p.t
+		p.t = 0
+		s.switchStack(r, t, raw, chain)
+		return
+	}
+	p.t = 0
+	p.heldPrev = prev
+	p.heldRaw = append(p.heldRaw[:0], raw...)
+	p.heldChain = append(p.heldChain[:0], chain...)
+}
+
 // switchStack writes the stack of the thread sched_switch switched out
 // (the switch's prev, the thread the sample was taken in) when it left the
 // CPU to wait: its wait's stack. A preempted thread's stack is no wait's,

@@ -85,8 +85,8 @@ func TestWakeupsAndSwitchStacks(t *testing.T) {
 			}
 		case r.major == trace.MajorUnwind && r.minor == trace.UnwindSwitch:
 			d, ok := last[r.cpu]
-			if !ok || d.major != trace.MajorDispatch || d.minor != trace.DispatchSwitch || d.fields[1] != r.fields[1] || d.fields[4]&trace.StateMask == 0 {
-				t.Fatalf("switch stack of %d on CPU %d not after a DISPATCH switching it out to wait: %+v", r.fields[1], r.cpu, d)
+			if !ok || d.major != trace.MajorDispatch || d.minor != trace.DispatchSwitch || d.fields[1] != r.fields[1] || d.fields[4]&trace.StateMask == 0 || d.t != r.t {
+				t.Fatalf("switch stack of %d on CPU %d at %d not after a DISPATCH switching it out to wait at that time: %+v", r.fields[1], r.cpu, r.t, d)
 			}
 			if r.fields[1] == uint64(reader) {
 				if r.fields[2] == 0 {
