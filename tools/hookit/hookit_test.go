@@ -258,7 +258,8 @@ func checkReportsAgree(t *testing.T, dir string, a *callflow.Analysis) {
 
 // An empty function's calibrated time is about 0: the median of its
 // measured intervals minus t_I lies within the spread of the start-up
-// measurement (raw TSC: the finest resolution here).
+// measurement, or a tenth of the raw interval (raw TSC: the finest
+// resolution here).
 func TestEmptyFunctionCalibratedNearZero(t *testing.T) {
 	// The start-up calibration and the run are measured at different
 	// moments: on a busy machine one of them can be disturbed alone.
@@ -296,7 +297,12 @@ func emptyCalibratedOnce(t *testing.T, a *testenv.Attempt) {
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	med := float64(d[len(d)/2])
 	in := p.Info
-	spread := max(in.TInnerMed-in.TInner, 2)
+	// The start-up measurement's own spread, or a tenth of the raw
+	// interval: calibration must take away at least nine tenths of what
+	// the hooks add to an empty function (beside a busy job the start-up
+	// and the run see different contention for the core: ±2.3 cycles of 42
+	// were seen in consecutive runs).
+	spread := max(in.TInnerMed-in.TInner, 2, med/10)
 	cal := med - in.TInner
 	t.Logf("empty: raw median %.0f cycles per call, t_I %.2f (median %.2f): calibrated median %.2f (spread %.2f); mean calibrated BASE %.2f per call (raw mean %.2f; the mean carries the outliers: preemption, interrupts, page faults)",
 		med, in.TInner, in.TInnerMed, cal, spread, float64(node.Base)/float64(node.Calls), float64(node.Rough)/float64(node.Calls))
