@@ -25,6 +25,9 @@
 # to run, the best of RUNS of a plain run can be a lucky one; a pair shares
 # its load).
 #
+# Then the same paired comparison on xz (a stripped distribution binary,
+# two threads), by its CPU time: XZMB (default 8) MB of text, -T2 -6.
+#
 #   bench/hotspot.sh [RUNS=5] [PERIOD=1s] [WORK=20000]
 # (WORK 20000: a call of hot costs about what one probed call costs in a
 # VM, so the probes always in double the work; 200000: ten times longer.)
@@ -92,5 +95,52 @@ pr=$(sort -n "$tmp/paired" | awk '{v[NR] = $1; s = s sprintf("%s%+.1f%%", NR > 1
 echo "  walk, default, each run beside a plain run started with it: $pr"
 echo "  levels: $levels"
 echo "  hook executions in one ${SECS}s run: walk $hooks (default), $ahooks (probes always in); run.hookit $((2 * ${hk:-0})) (an entry and an exit hook per call)"
-sort -n "$tmp/paired" | awk '{v[NR] = $1} END {s = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-	if (NR == 0 || s > 5) {printf "  slowdown %.1f%% (median of the paired runs) is above the 5%% goal\n", s; exit 1} else printf "  slowdown %.1f%% (median of the paired runs) <= 5%%: ok\n", s}'
+verdict() { # file of paired slowdowns, what
+	sort -n "$1" | awk -v what="$2" '{v[NR] = $1} END {s = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		if (NR == 0 || s > 5) {printf "  %s: slowdown %.1f%% (median of the paired runs) is above the 5%% goal\n", what, s; exit 1} else printf "  %s: slowdown %.1f%% (median of the paired runs) <= 5%%: ok\n", what, s}'
+}
+ok=0
+verdict "$tmp/paired" "bundled example" || ok=1
+
+# xz as distributions ship it (stripped: names from .dynsym and .eh_frame,
+# two threads): compressing XZMB MB of text with -T2, its CPU time (user +
+# system, probe traps included) alone and under the default walk, each
+# walked run beside a plain one started with it.
+XZMB=${XZMB:-8}
+if ! command -v xz >/dev/null; then
+	echo "  xz: not installed (apt-get install xz-utils)"
+	exit 1
+fi
+python3 -c '
+import random, sys
+random.seed(1)
+words = ["".join(random.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.randint(2, 9))) for _ in range(5000)]
+out, n, want = [], 0, int(sys.argv[1]) << 20
+while n < want:
+    w = random.choice(words)
+    out.append(w)
+    n += len(w) + 1
+sys.stdout.write(" ".join(out))' "$XZMB" >"$tmp/xz.in"
+xzcpu() { # output file, then the command prefix (none: xz alone)
+	local o=$1
+	shift
+	"$@" /usr/bin/time -f '%U %S' -o "$o" xz -T2 -6 -c "$tmp/xz.in" >/dev/null
+}
+cpu() { awk '{printf "%.2f\n", $1 + $2}' "$1"; }
+for ((i = 0; i < RUNS; i++)); do
+	xzcpu "$tmp/xp$i"
+	cpu "$tmp/xp$i" >>"$tmp/xzplain"
+	xzcpu "$tmp/xpp" &
+	xzcpu "$tmp/xw$i" bin/hotspot -q -s 1 --period "$PERIOD" --json "$tmp/xw$i.json" -o /dev/null -- || true
+	wait
+	cpu "$tmp/xw$i" >>"$tmp/xzwalk"
+	awk -v a="$(cpu "$tmp/xw$i")" -v b="$(cpu "$tmp/xpp")" 'BEGIN {if (a > 0 && b > 0) printf "%.2f\n", (a - b) * 100 / b}' >>"$tmp/xzpaired"
+done
+xp=$(best <"$tmp/xzplain")
+xw=$(best <"$tmp/xzwalk")
+xlv=$(python3 -c 'import json,sys; print(" | ".join(" ".join(l["frontier"]) for l in json.load(open(sys.argv[1]))["levels"]))' "$tmp/xw0.json" 2>/dev/null || echo "?")
+xpr=$(sort -n "$tmp/xzpaired" | awk '{s = s sprintf("%s%+.1f%%", NR > 1 ? " " : "", $1)} END {print s}')
+echo "xz -T2 -6 of ${XZMB} MB of text, CPU s (best of $RUNS): alone $xp, under the default walk $xw; paired runs: $xpr"
+echo "  levels: $xlv"
+verdict "$tmp/xzpaired" "xz" || ok=1
+exit $ok
