@@ -22,4 +22,11 @@ void calltree_enable(jvmtiEnv *jvmti);
 void calltree_report_dir(const char *dir);
 void calltree_stop(void);
 
+/* jstacks.c: tprof mode's Java stack sampler into DIR/jprof-PID.jstk */
+int jstacks_init(JavaVM *vm, jvmtiEnv *jvmti, const char *dir, unsigned hz);
+int jstacks_start(void);	/* live phase: the timer and the writer */
+void jstacks_pause(void);	/* the timer stopped (an attach's "stop") */
+void jstacks_end(int verbose);	/* everything written (the JVM ends) */
+void jstacks_class_prepare(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jclass klass);
+
 #endif
