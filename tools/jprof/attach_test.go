@@ -87,7 +87,8 @@ func TestAttachTprof(t *testing.T) {
 	// Tracing from now: the ticks before the attach (unnamed: nothing has
 	// named the JVM's code yet) are those of one jcmd.
 	_, sw := traceOn(t, root, dir, "16M")
-	jcmd("tprof,verbose")
+	// quoted: jcmd splits an unquoted argument at "="
+	jcmd(`"tprof,verbose,dir=` + dir + `"`)
 	// ticks after the attach: some 5 s of the machine at 1000 Hz
 	deadline := time.Now().Add(3 * time.Minute)
 	for start := traceRecords(t, sw); traceRecords(t, sw) < start+10000; time.Sleep(100 * time.Millisecond) {
