@@ -158,20 +158,28 @@ func TestTprofNamesInterpreted(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("jprof-%d.jstk", pid))); err != nil {
 				t.Fatalf("the agent's Java stacks: %v", err)
 			}
-			out := filepath.Join(dir, "post")
-			if err := os.Mkdir(out, 0o755); err != nil {
-				t.Fatal(err)
+			// post with the agent's Java stacks (in dir), and without
+			// (an empty perf-map directory): the same trace
+			post := func(name, mapDir string) string {
+				t.Helper()
+				out := filepath.Join(dir, name)
+				if err := os.MkdirAll(out, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				c := exec.Command(filepath.Join(root, "bin", "post"), "-r", filepath.Join(dir, "swtrace.nrm2"), "-o", out,
+					"--perfmap-dir", mapDir, "--pid", strconv.Itoa(pid), "-tprof")
+				if o, err := c.CombinedOutput(); err != nil {
+					t.Fatalf("post: %v\n%s", err, o)
+				}
+				text, err := os.ReadFile(filepath.Join(out, "tprof.out"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(text)
 			}
-			post := exec.Command(filepath.Join(root, "bin", "post"), "-r", filepath.Join(dir, "swtrace.nrm2"), "-o", out,
-				"--perfmap-dir", dir, "--pid", strconv.Itoa(pid), "-tprof")
-			if o, err := post.CombinedOutput(); err != nil {
-				t.Fatalf("post: %v\n%s", err, o)
-			}
-			text, err := os.ReadFile(filepath.Join(out, "tprof.out"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			mods, syms := modSymShares(string(text))
+			text := post("post", dir)
+			_, without := modSymShares(post("nostacks", filepath.Join(dir, "nostacks")))
+			mods, syms := modSymShares(text)
 			total, kernel := 0, mods["[kernel]"]
 			for _, n := range mods {
 				total += n
@@ -198,6 +206,7 @@ func TestTprofNamesInterpreted(t *testing.T) {
 				named, user, total, 100*float64(named)/float64(max(user, 1)), spin, 100*float64(spin)/float64(max(user, 1)), perfInterp, perfSpin)
 			// HotLoop spins for 5 s of wall-clock time: beside a busy host
 			// the JVM may get a quarter of a CPU (some 1000 ticks)
+			t.Logf("post without the Java stacks: Interpreter %d, HotLoop.spin %d ticks", without["JIT\x00Interpreter"], without["Interpreter\x00HotLoop.spin"])
 			if user < 300 {
 				t.Fatalf("only %d user-mode ticks of the JVM:\n%.3000s", user, text)
 			}
@@ -209,6 +218,9 @@ func TestTprofNamesInterpreted(t *testing.T) {
 			}
 			if perfSpin >= 100*float64(spin)/float64(total) {
 				t.Errorf("perf names HotLoop.spin as much as post (%.1f %%): the test no longer shows what it should", perfSpin)
+			}
+			if 2*without["JIT\x00Interpreter"] < user || without["Interpreter\x00HotLoop.spin"] != 0 {
+				t.Errorf("without the Java stacks the interpreter's ticks are not 'Interpreter': the test no longer shows what it should")
 			}
 		})
 	}
