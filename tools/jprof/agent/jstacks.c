@@ -74,7 +74,7 @@ struct js_slot {
 static struct js_slot *ring;
 static unsigned ring_next;		/* atomic: the next slot to try */
 static unsigned long js_dropped;	/* atomic: samples with no free slot */
-static unsigned long js_taken, js_failed;	/* the writer's */
+static unsigned long js_taken, js_failed, js_native;	/* the writer's */
 static asgct_fn asgct;
 static JavaVM *js_vm;
 static jvmtiEnv *js_jvmti;
@@ -229,6 +229,8 @@ static void drain(void)
 		put_sample(s);
 		if (s->n > 0)
 			js_taken++;
+		else if (s->n == -3 || s->n == -4)	/* ticks_unknown_not_Java, ticks_not_walkable_not_Java */
+			js_native++;
 		else
 			js_failed++;
 		__atomic_store_n(&s->state, SLOT_FREE, __ATOMIC_RELEASE);
@@ -382,6 +384,6 @@ void jstacks_end(int verbose)
 		js_writer = 0;
 	}
 	if (js_fd >= 0 && verbose)
-		fprintf(stderr, "jprof: %lu Java stacks sampled, %lu not walkable, %lu dropped (no free slot); in %s\n",
-			js_taken, js_failed, __atomic_load_n(&js_dropped, __ATOMIC_RELAXED), js_path);
+		fprintf(stderr, "jprof: %lu Java stacks sampled, %lu not walkable, %lu dropped (no free slot), %lu outside Java code (compiler, GC, native); in %s\n",
+			js_taken, js_failed, __atomic_load_n(&js_dropped, __ATOMIC_RELAXED), js_native, js_path);
 }
