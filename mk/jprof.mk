@@ -7,7 +7,7 @@
 JPROF_JAVA_HOME ?= $(shell j=$$(readlink -f $$(command -v javac 2>/dev/null) 2>/dev/null); [ -n "$$j" ] && dirname $$(dirname $$j))
 JPROF_CFLAGS := -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 	-I$(JPROF_JAVA_HOME)/include -I$(JPROF_JAVA_HOME)/include/linux -Ilibperfutil/c/include -Ilibperfutil/c -Ilibperfutil/c/hookit
-JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c tools/jprof/agent/jstacks.c libperfutil/c/agentconn.c
+JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c tools/jprof/agent/jstacks.c tools/jprof/agent/jitdump.c libperfutil/c/agentconn.c
 
 .PHONY: jprof jprof-test bench-jprof
 ifneq ($(wildcard $(JPROF_JAVA_HOME)/include/jvmti.h),)

@@ -1,7 +1,7 @@
 /*
  * libjprof.so: PI's JProf, a JVMTI agent (docs/jprof.md).
  *
- *   java -agentpath:bin/libjprof.so=tprof[,jstacks=off|HZ][,dir=DIR][,sig][,verbose] ...
+ *   java -agentpath:bin/libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,dir=DIR][,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
  *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
  *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop
@@ -12,7 +12,8 @@
  * JIT-compiled methods (A2N applies the records in time order) without a
  * perf map file; and the Java stacks of the running threads are sampled
  * (jstacks.c) into DIR/jprof-PID.jstk, for post to name the ticks in the
- * interpreter by the method it runs. calltree mode (calltree.c) records method entry/exit of
+ * interpreter by the method it runs; with jitdump the code with its bytes
+ * goes into DIR/jit-PID.dump too (jitdump.c). calltree mode (calltree.c) records method entry/exit of
  * every Java thread on the call-flow runtime (libhookit).
  */
 #define _GNU_SOURCE
@@ -39,6 +40,7 @@ static int dead;
 static int stopped;		/* detached ("stop"): reported already */
 static unsigned jstacks_hz = 1000;	/* tprof: Java stacks sampled (0: off) */
 static int jstacks;		/* the sampler is set up */
+static int jitdump;		/* tprof,jitdump: DIR/jit-PID.dump */
 static unsigned long loads, unloads, stubs;
 
 /* Code blobs by start address, for the unload's size. */
@@ -187,6 +189,8 @@ static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, cons
 	jprof_method_name(m, name, sizeof(name));
 	code_put((unsigned long long)(uintptr_t)addr, (unsigned long long)size);
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name);
+	if (jitdump)
+		jitdump_load(name, addr, (uint64_t)size);
 	jt_kick();
 	__atomic_add_fetch(&loads, 1, __ATOMIC_RELAXED);
 }
@@ -210,6 +214,8 @@ static void JNICALL on_dynamic_code(jvmtiEnv *env, const char *name, const void 
 	if (dead || len <= 0 || !tracing)
 		return;
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)len, name);
+	if (jitdump)
+		jitdump_load(name, addr, (uint64_t)len);
 	__atomic_add_fetch(&stubs, 1, __ATOMIC_RELAXED);
 }
 
@@ -255,6 +261,8 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 	(void)env; (void)jni;
 	if (jstacks)
 		jstacks_end(verbose);
+	if (jitdump)
+		jitdump_close(verbose);
 	if (!stopped)
 		report();
 	if (calltree)
@@ -264,11 +272,12 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 
 static int usage(const char *opts)
 {
-	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,jstacks=off|HZ][,dir=DIR][,sig][,verbose] or\n"
+	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,dir=DIR][,sig][,verbose] or\n"
 		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose]\n"
 		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
 		"  (jstacks: Java stacks sampled at HZ (1000) of the process's CPU time into DIR/jprof-PID.jstk,\n"
 		"   DIR /tmp unless dir=, for post to name interpreted methods; off: none)\n"
+		"  (jitdump: the JVM's code with its bytes into DIR/jit-PID.dump, for perf inject --jit and post)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
 		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop\n",
 		opts ? opts : "");
@@ -323,7 +332,8 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 
 	if (!options || !*options || strlen(options) >= n)
 		return usage(options);
-	tracing = calltree = trace_events = 0;	/* an attach refused before */
+	tracing = calltree = trace_events = jitdump = 0;	/* an attach refused before */
+	jstacks_hz = 1000;
 	snprintf(buf, n, "%s", options);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "tprof"))
@@ -338,6 +348,8 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 			tracing = trace_events = 1;
 		else if (!strncmp(tok, "dir=", 4) && tok[4])
 			*dir = tok + 4;
+		else if (!strcmp(tok, "jitdump"))
+			jitdump = 1;
 		else if (!strcmp(tok, "jstacks=off"))
 			jstacks_hz = 0;
 		else if (!strncmp(tok, "jstacks=", 8) && parse_hz(tok + 8, &jstacks_hz) == 0)
@@ -394,6 +406,8 @@ static jint start(JavaVM *vm, char *options, int live)
 	/* tprof mode: Java stacks beside the ticks (the perf-map directory by default) */
 	if (!calltree && jstacks_hz && jstacks_init(vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0)
 		jstacks = 1;
+	if (jitdump && (calltree || jitdump_open(dir ? dir : "/tmp") != 0))
+		jitdump = 0;
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
 	if (calltree)
 		calltree_enable(jvmti);
@@ -474,6 +488,8 @@ JNIEXPORT void JNICALL Agent_OnUnload(JavaVM *vm)
 	if (!dead) {
 		if (jstacks)
 			jstacks_end(verbose);
+		if (jitdump)
+			jitdump_close(verbose);
 		report();
 		if (calltree)
 			calltree_stop();

@@ -29,4 +29,9 @@ void jstacks_pause(void);	/* the timer stopped (an attach's "stop") */
 void jstacks_end(int verbose);	/* everything written (the JVM ends) */
 void jstacks_class_prepare(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jclass klass);
 
+/* jitdump.c: DIR/jit-PID.dump, the JVM's code with its bytes (perf inject --jit) */
+int jitdump_open(const char *dir);
+void jitdump_load(const char *name, const void *addr, uint64_t size);
+void jitdump_close(int verbose);
+
 #endif
