@@ -31,6 +31,16 @@ type JavaStacks struct {
 	byTID   map[uint32][]JavaSample
 }
 
+// Threads is the threads that have samples, in increasing order.
+func (j *JavaStacks) Threads() []uint32 {
+	out := make([]uint32, 0, len(j.byTID))
+	for tid := range j.byTID {
+		out = append(out, tid)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	return out
+}
+
 // Samples is tid's samples in time order.
 func (j *JavaStacks) Samples(tid uint32) []JavaSample { return j.byTID[tid] }
 
