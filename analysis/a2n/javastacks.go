@@ -50,28 +50,32 @@ func (j *JavaStacks) Samples(tid uint32) []JavaSample { return j.byTID[tid] }
 const JavaWindow = 20_000_000
 
 // Nearest is the method the thread was running at the sample of tid
-// nearest to t, within JavaWindow (ok false: none, or that sample has no
-// named frame).
+// nearest to t, within JavaWindow, among those the JVM could walk (ok
+// false: none).
 func (j *JavaStacks) Nearest(tid uint32, t uint64) (name string, ok bool) {
 	s := j.byTID[tid]
 	i := sort.Search(len(s), func(i int) bool { return s[i].Time >= t })
-	best, bestD := -1, uint64(JavaWindow)+1
-	for _, k := range []int{i - 1, i} {
-		if k < 0 || k >= len(s) {
-			continue
-		}
-		d := s[k].Time - t
-		if t > s[k].Time {
-			d = t - s[k].Time
-		}
-		if d < bestD {
-			best, bestD = k, d
+	var before, after *JavaSample // the nearest walked sample on each side
+	for k := i - 1; k >= 0 && t-s[k].Time <= JavaWindow; k-- {
+		if len(s[k].Frames) > 0 {
+			before = &s[k]
+			break
 		}
 	}
-	if best < 0 || len(s[best].Frames) == 0 {
+	for k := i; k < len(s) && s[k].Time-t <= JavaWindow; k++ {
+		if len(s[k].Frames) > 0 {
+			after = &s[k]
+			break
+		}
+	}
+	best := before
+	if after != nil && (best == nil || after.Time-t < t-best.Time) {
+		best = after
+	}
+	if best == nil {
 		return "", false
 	}
-	name, ok = j.Methods[s[best].Frames[0]]
+	name, ok = j.Methods[best.Frames[0]]
 	return name, ok
 }
 

@@ -50,9 +50,9 @@ func jstkFile(pid uint32, methods map[uint64]string, samples []jstkSample) []byt
 }
 
 // A tick in the JVM's interpreter is named by the method the agent saw its
-// thread run at the nearest sample within JavaWindow; ticks of compiled
-// code, of another thread, far from every sample, or nearest a sample the
-// JVM could not walk keep their names.
+// thread run at the nearest sample the JVM could walk within JavaWindow;
+// ticks of compiled code, of another thread, or with no walked sample
+// within the window keep their names.
 func TestJavaTick(t *testing.T) {
 	dir := t.TempDir()
 	const pid, tid = 55, 56
@@ -60,6 +60,8 @@ func TestJavaTick(t *testing.T) {
 		{tid, 2, 1_000_000_000, []uint64{0x10, 0x20}},
 		{tid, 1, 1_050_000_000, []uint64{0x20}},
 		{tid, -2, 1_100_000_000, nil},
+		{tid, 1, 2_000_000_000, []uint64{0x20}},
+		{tid, -5, 2_001_000_000, nil},
 		{tid + 1, 1, 1_000_000_000, []uint64{0x20}},
 	})
 	if err := os.WriteFile(filepath.Join(dir, "jprof-55.jstk"), file, 0o644); err != nil {
@@ -84,8 +86,9 @@ func TestJavaTick(t *testing.T) {
 		{"nearer the second sample", tid, 1_040_000_000, interp, "Interpreter", "Hot.main"},
 		{"another thread's sample", tid + 1, 1_001_000_000, interp, "Interpreter", "Hot.main"},
 		{"compiled code", tid, 1_000_000_000, compiled + 8, "JIT", "Hot.compiled"},
-		{"nearest an unwalkable sample", tid, 1_099_000_000, interp, "JIT", "Interpreter"},
-		{"no sample within the window", tid, 2_000_000_000, interp, "JIT", "Interpreter"},
+		{"an unwalkable sample nearest, no walked one within the window", tid, 1_099_000_000, interp, "JIT", "Interpreter"},
+		{"no sample within the window", tid, 1_500_000_000, interp, "JIT", "Interpreter"},
+		{"an unwalkable sample nearest, a walked one within the window", tid, 2_001_500_000, interp, "Interpreter", "Hot.main"},
 		{"a thread never sampled", tid + 9, 1_000_000_000, interp, "JIT", "Interpreter"},
 	} {
 		res := r.Resolve(pid, r.JavaTick(pid, c.tid, c.time, c.ip), false)
