@@ -44,10 +44,13 @@ func (j *JavaStacks) Threads() []uint32 {
 // Samples is tid's samples in time order.
 func (j *JavaStacks) Samples(tid uint32) []JavaSample { return j.byTID[tid] }
 
-// JavaWindow is how far (ns) from a tick the sample naming it may be: the
-// agent's timer runs on the kernel's scheduler clock, whose ticks may be
-// 10 ms apart (100 Hz), so two of them.
-const JavaWindow = 20_000_000
+// JavaWindow is how far (ns) from a tick the sample naming it may be. The
+// agent's timers run on each thread's CPU clock, so a thread's samples are
+// a sampling period of its CPU time apart whatever the wall-clock gap: a
+// wider gap is time the thread spent off CPU, when its Java state did not
+// change. The window only keeps a thread the sampler missed (no timer, a
+// run of walks that failed) from taking a sample from far away.
+const JavaWindow = 100_000_000
 
 // Nearest is the method the thread was running at the sample of tid
 // nearest to t, within JavaWindow, among those the JVM could walk (ok

@@ -59,7 +59,7 @@ func TestJavaTick(t *testing.T) {
 	file := jstkFile(pid, map[uint64]string{0x10: "Hot.spin", 0x20: "Hot.main"}, []jstkSample{
 		{tid, 2, 1_000_000_000, []uint64{0x10, 0x20}},
 		{tid, 1, 1_050_000_000, []uint64{0x20}},
-		{tid, -2, 1_100_000_000, nil},
+		{tid, -2, 1_300_000_000, nil},
 		{tid, 1, 2_000_000_000, []uint64{0x20}},
 		{tid, -5, 2_001_000_000, nil},
 		{tid + 1, 1, 1_000_000_000, []uint64{0x20}},
@@ -86,8 +86,8 @@ func TestJavaTick(t *testing.T) {
 		{"nearer the second sample", tid, 1_040_000_000, interp, "Interpreter", "Hot.main"},
 		{"another thread's sample", tid + 1, 1_001_000_000, interp, "Interpreter", "Hot.main"},
 		{"compiled code", tid, 1_000_000_000, compiled + 8, "JIT", "Hot.compiled"},
-		{"an unwalkable sample nearest, no walked one within the window", tid, 1_099_000_000, interp, "JIT", "Interpreter"},
-		{"no sample within the window", tid, 1_500_000_000, interp, "JIT", "Interpreter"},
+		{"an unwalkable sample nearest, no walked one within the window", tid, 1_299_000_000, interp, "JIT", "Interpreter"},
+		{"no sample within the window", tid, 1_600_000_000, interp, "JIT", "Interpreter"},
 		{"an unwalkable sample nearest, a walked one within the window", tid, 2_001_500_000, interp, "Interpreter", "Hot.main"},
 		{"a thread never sampled", tid + 9, 1_000_000_000, interp, "JIT", "Interpreter"},
 	} {

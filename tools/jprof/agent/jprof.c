@@ -231,6 +231,20 @@ static void JNICALL on_class_load(jvmtiEnv *env, JNIEnv *jni, jthread th, jclass
 	(void)env; (void)jni; (void)th; (void)klass;
 }
 
+static void JNICALL on_thread_start(jvmtiEnv *env, JNIEnv *jni, jthread th)
+{
+	(void)env; (void)jni; (void)th;
+	if (jstacks && !dead)
+		jstacks_thread_start();
+}
+
+static void JNICALL on_thread_end(jvmtiEnv *env, JNIEnv *jni, jthread th)
+{
+	(void)env; (void)jni; (void)th;
+	if (jstacks)
+		jstacks_thread_end();
+}
+
 static void JNICALL on_vm_init(jvmtiEnv *env, JNIEnv *jni, jthread th)
 {
 	(void)env; (void)jni; (void)th;
@@ -404,8 +418,11 @@ static jint start(JavaVM *vm, char *options, int live)
 		calltree_report_dir(dir);
 	}
 	/* tprof mode: Java stacks beside the ticks (the perf-map directory by default) */
-	if (!calltree && jstacks_hz && jstacks_init(vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0)
+	if (!calltree && jstacks_hz && jstacks_init(vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0) {
 		jstacks = 1;
+		cb.ThreadStart = on_thread_start;
+		cb.ThreadEnd = on_thread_end;
+	}
 	if (jitdump && (calltree || jitdump_open(dir ? dir : "/tmp") != 0))
 		jitdump = 0;
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
@@ -416,6 +433,8 @@ static jint start(JavaVM *vm, char *options, int live)
 	if (jstacks) {
 		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_CLASS_PREPARE, NULL);
 		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_CLASS_LOAD, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_START, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_END, NULL);
 		if (live) {
 			if (jstacks_start() != 0)
 				jstacks = 0;

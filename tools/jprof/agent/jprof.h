@@ -27,6 +27,8 @@ int jstacks_init(JavaVM *vm, jvmtiEnv *jvmti, const char *dir, unsigned hz);
 int jstacks_start(void);	/* live phase: the timer and the writer */
 void jstacks_pause(void);	/* the timer stopped (an attach's "stop") */
 void jstacks_end(int verbose);	/* everything written (the JVM ends) */
+void jstacks_thread_start(void);	/* a Java thread starts: its timer */
+void jstacks_thread_end(void);
 void jstacks_class_prepare(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jclass klass);
 
 /* jitdump.c: DIR/jit-PID.dump, the JVM's code with its bytes (perf inject --jit) */

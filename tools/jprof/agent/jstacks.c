@@ -4,8 +4,11 @@
  * ticks tprof takes in the interpreter (its generated code is one blob,
  * "Interpreter", whatever method it runs) by the method it was running.
  *
- * A process CPU-time timer (setitimer ITIMER_PROF) sends SIGPROF to the
- * thread that is running when it expires; the handler calls HotSpot's
+ * A CPU-time timer per thread (timer_create on the thread's CPU clock,
+ * SIGEV_THREAD_ID) sends the thread SIGPROF every 1/HZ s of its CPU time:
+ * the threads that exist when sampling starts (/proc/self/task) and every
+ * Java thread that starts later (JVMTI ThreadStart; the JVM's compiler
+ * and GC threads start unannounced and are left out); the handler calls HotSpot's
  * AsyncGetCallTrace (the frame walk made for signal handlers: it fails
  * with a code instead of crashing on a frame it cannot walk) and copies
  * the method ids into a free slot of a preallocated ring: no allocation,
@@ -28,6 +31,7 @@
  * (and, at the start or an attach, for the classes loaded before).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -80,7 +84,7 @@ static JavaVM *js_vm;
 static jvmtiEnv *js_jvmti;
 static int js_fd = -1;
 static unsigned js_hz;
-static int js_on;			/* the timer runs */
+static int js_on;			/* the timers run */
 static int js_stop;			/* the writer ends */
 static int js_writer;			/* the writer was started */
 static pthread_t js_thread;
@@ -285,18 +289,97 @@ static void make_all_ids(void)
 	(*js_jvmti)->Deallocate(js_jvmti, (unsigned char *)cs);
 }
 
-static int timer(unsigned hz)
-{
-	struct itimerval it;
+/* The threads' timers; a thread beyond JS_TIMERS is not sampled. */
+#define JS_TIMERS	4096
+static struct {
+	pid_t tid;		/* 0: a free entry */
+	timer_t t;
+} timers[JS_TIMERS];
+static pthread_mutex_t timers_lock = PTHREAD_MUTEX_INITIALIZER;	/* timers[], js_on */
+static unsigned long js_untimed;	/* threads with no timer */
 
-	memset(&it, 0, sizeof(it));
-	if (hz) {
-		it.it_interval.tv_usec = (suseconds_t)(1000000 / hz);
-		if (!it.it_interval.tv_usec)
-			it.it_interval.tv_usec = 1;
-		it.it_value = it.it_interval;
+/* A timer on tid's CPU clock; timers_lock held. */
+static void thread_timer(pid_t tid)
+{
+	/* the kernel's id of a thread's CPU clock: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) */
+	clockid_t clk = (clockid_t)((~(unsigned)tid << 3) | 6);
+	struct itimerspec its;
+	struct sigevent ev;
+	int i, free_ = -1;
+
+	for (i = 0; i < JS_TIMERS; i++) {
+		if (timers[i].tid == tid)
+			return;
+		if (!timers[i].tid && free_ < 0)
+			free_ = i;
 	}
-	return setitimer(ITIMER_PROF, &it, NULL);
+	memset(&ev, 0, sizeof(ev));
+	ev.sigev_notify = SIGEV_THREAD_ID;
+	ev.sigev_signo = SIGPROF;
+	ev._sigev_un._tid = tid;	/* sigev_notify_thread_id, which older glibc headers lack */
+	if (free_ < 0 || timer_create(clk, &ev, &timers[free_].t) != 0) {
+		js_untimed++;
+		return;
+	}
+	memset(&its, 0, sizeof(its));
+	its.it_interval.tv_nsec = 1000000000L / js_hz;
+	its.it_value = its.it_interval;
+	if (timer_settime(timers[free_].t, 0, &its, NULL) != 0) {
+		timer_delete(timers[free_].t);
+		js_untimed++;
+		return;
+	}
+	timers[free_].tid = tid;
+}
+
+/* Every thread's timer deleted; timers_lock held. */
+static void timers_delete(void)
+{
+	for (int i = 0; i < JS_TIMERS; i++) {
+		if (timers[i].tid) {
+			timer_delete(timers[i].t);
+			timers[i].tid = 0;
+		}
+	}
+}
+
+/* Timers for the process's threads that exist; timers_lock held. */
+static void timers_all(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		long tid = strtol(e->d_name, NULL, 10);
+
+		if (tid > 0)
+			thread_timer((pid_t)tid);
+	}
+	closedir(d);
+}
+
+void jstacks_thread_start(void)
+{
+	pthread_mutex_lock(&timers_lock);
+	if (js_on)
+		thread_timer((pid_t)syscall(SYS_gettid));
+	pthread_mutex_unlock(&timers_lock);
+}
+
+void jstacks_thread_end(void)
+{
+	pid_t tid = (pid_t)syscall(SYS_gettid);
+
+	pthread_mutex_lock(&timers_lock);
+	for (int i = 0; i < JS_TIMERS; i++) {
+		if (timers[i].tid == tid) {
+			timer_delete(timers[i].t);
+			timers[i].tid = 0;
+		}
+	}
+	pthread_mutex_unlock(&timers_lock);
 }
 
 int jstacks_init(JavaVM *vm, jvmtiEnv *jvmti, const char *dir, unsigned hz)
@@ -357,22 +440,25 @@ int jstacks_start(void)
 	sa.sa_sigaction = on_prof;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigemptyset(&sa.sa_mask);
-	if (sigaction(SIGPROF, &sa, &js_old) != 0 || timer(js_hz) != 0) {
+	if (sigaction(SIGPROF, &sa, &js_old) != 0) {
 		fprintf(stderr, "jprof: cannot start the Java stack sampler: %s\n", strerror(errno));
 		return -1;
 	}
+	pthread_mutex_lock(&timers_lock);
 	js_on = 1;
+	timers_all();
+	pthread_mutex_unlock(&timers_lock);
 	return 0;
 }
 
-/* The timer stopped, the handler back; the file stays (another attach). */
+/* The timers deleted, the handler kept; the file stays (another attach). */
 void jstacks_pause(void)
 {
-	if (!js_on)
-		return;
-	timer(0);
+	pthread_mutex_lock(&timers_lock);
+	timers_delete();
 	/* SIGPROF already pending goes to the handler: it stays installed */
 	js_on = 0;
+	pthread_mutex_unlock(&timers_lock);
 }
 
 void jstacks_end(int verbose)
@@ -384,6 +470,7 @@ void jstacks_end(int verbose)
 		js_writer = 0;
 	}
 	if (js_fd >= 0 && verbose)
-		fprintf(stderr, "jprof: %lu Java stacks sampled, %lu not walkable, %lu dropped (no free slot), %lu outside Java code (compiler, GC, native); in %s\n",
-			js_taken, js_failed, __atomic_load_n(&js_dropped, __ATOMIC_RELAXED), js_native, js_path);
+		fprintf(stderr, "jprof: %lu Java stacks sampled, %lu not walkable, %lu dropped (no free slot), %lu outside Java code (compiler, GC, native); in %s%s\n",
+			js_taken, js_failed, __atomic_load_n(&js_dropped, __ATOMIC_RELAXED), js_native, js_path,
+			js_untimed ? " (some threads had no timer: too many threads, or the pending-signal limit)" : "");
 }
