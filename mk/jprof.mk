@@ -7,7 +7,7 @@
 JPROF_JAVA_HOME ?= $(shell j=$$(readlink -f $$(command -v javac 2>/dev/null) 2>/dev/null); [ -n "$$j" ] && dirname $$(dirname $$j))
 JPROF_CFLAGS := -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 	-I$(JPROF_JAVA_HOME)/include -I$(JPROF_JAVA_HOME)/include/linux -Ilibperfutil/c/include -Ilibperfutil/c -Ilibperfutil/c/hookit
-JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c libperfutil/c/agentconn.c
+JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c tools/jprof/agent/jstacks.c tools/jprof/agent/jitdump.c libperfutil/c/agentconn.c
 
 .PHONY: jprof jprof-test bench-jprof
 ifneq ($(wildcard $(JPROF_JAVA_HOME)/include/jvmti.h),)
@@ -20,7 +20,7 @@ jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class bu
 $(BIN)/libjprof.so: $(JPROF_SRCS) tools/jprof/agent/jittrace.h tools/jprof/agent/jprof.h libperfutil/c/agentconn.h libperfutil/c/include/perfutil.h libperfutil/c/hookit/hookit_api.h $(BIN)/libhookit.a
 	@test -f "$(JPROF_JAVA_HOME)/include/jvmti.h" || { echo "jprof: no JDK (jvmti.h): apt-get install openjdk-17-jdk-headless (scripts/deps/jprof.txt)" >&2; exit 1; }
 	@mkdir -p $(BIN)
-	$(CC) $(JPROF_CFLAGS) -shared -pthread -Wl,-soname,libjprof.so -Wl,--exclude-libs,ALL -o $@ $(JPROF_SRCS) $(BIN)/libhookit.a
+	$(CC) $(JPROF_CFLAGS) -shared -pthread -Wl,-soname,libjprof.so -Wl,--exclude-libs,ALL -o $@ $(JPROF_SRCS) $(BIN)/libhookit.a -ldl -lrt
 
 build/java/libjprofdemo.so: examples/java/jprofdemo_native.c
 	@mkdir -p build/java

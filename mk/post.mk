@@ -19,6 +19,7 @@ fuzz: fuzz-a2n
 fuzz-a2n:
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePerfMap$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJitdump$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseJavaStacks$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
 	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
 
 # The report's goroutines (readers, replay, side locator, namer, cells,

@@ -53,7 +53,7 @@ func (r *Resolver) loadPerfMap(pid uint32) symtab {
 type perfMapDir struct {
 	mu    sync.Mutex // Locate of two processes' addresses may run at once
 	asked int
-	names map[string]bool // the directory's perf-* and jit-* names; nil: not listed (or unlistable)
+	names map[string]bool // the directory's perf-*, jit-* and jprof-* names; nil: not listed (or unlistable)
 	tried bool            // the listing was tried
 }
 
@@ -74,7 +74,7 @@ func (d *perfMapDir) mayHold(dir, name string) bool {
 		if ents, err := os.ReadDir(dir); err == nil {
 			d.names = map[string]bool{}
 			for _, e := range ents {
-				if n := e.Name(); strings.HasPrefix(n, "perf-") || strings.HasPrefix(n, "jit-") {
+				if n := e.Name(); strings.HasPrefix(n, "perf-") || strings.HasPrefix(n, "jit-") || strings.HasPrefix(n, "jprof-") {
 					d.names[n] = true
 				}
 			}

@@ -19,6 +19,7 @@ type Segment struct {
 type jitSym struct {
 	Addr, Size uint64
 	Name       string
+	Module     string // "" : "JIT"
 }
 
 // Process is a process as of the current point in the trace.
@@ -30,6 +31,10 @@ type Process struct {
 	jit     []jitSym  // time-stamped JIT loads in force, sorted by Addr
 	permap  symtab    // /tmp/perf-PID.map and jitdump symbols (not time-stamped: perf-map)
 	mapRead bool
+	// the JProf agent's Java stacks (javastacks.go)
+	java     *JavaStacks
+	javaRead bool
+	javaAddr map[string]uint64 // JavaTick's address of each method
 }
 
 // Result is the name of one address.
@@ -277,7 +282,7 @@ func (r *Resolver) Apply(rec *trace.Record) {
 			i := sort.Search(len(p.jit), func(i int) bool { return p.jit[i].Addr > addr })
 			p.jit = append(p.jit, jitSym{})
 			copy(p.jit[i+1:], p.jit[i:])
-			p.jit[i] = jitSym{addr, size, rec.Str}
+			p.jit[i] = jitSym{Addr: addr, Size: size, Name: rec.Str}
 		case trace.JITUnload:
 			p.jit = removeOverlap(p.jit, rec.Field(1), rec.Field(2))
 		}
@@ -330,6 +335,7 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 		p.jit = nil
 		p.permap = nil
 		p.mapRead = false
+		p.java, p.javaRead, p.javaAddr = nil, false, nil
 		clear(p.Threads) // exec leaves one thread, named after the new program
 		if i := strings.LastIndexByte(rec.Str, '/'); i >= 0 {
 			p.Name = rec.Str[i+1:]
@@ -441,6 +447,9 @@ func (r *Resolver) Locate(pid uint32, addr uint64, kernel bool) Loc {
 	// Time-stamped JIT loads first: they know what was there at this moment.
 	if i := sort.Search(len(p.jit), func(i int) bool { return p.jit[i].Addr > addr }) - 1; i >= 0 && addr < p.jit[i].Addr+p.jit[i].Size {
 		res.Module, res.Symbol, res.Offset = "JIT", p.jit[i].Name, addr-p.jit[i].Addr
+		if p.jit[i].Module != "" {
+			res.Module, res.Offset = p.jit[i].Module, 0
+		}
 		return Loc{res: res}
 	}
 	if seg, ok := p.seg(addr); ok && byModule(seg.Path) {

@@ -28,6 +28,7 @@ type builder struct {
 	filt     *Filter
 	onRecord func(rec *trace.Record, res *a2n.Result)
 	deferred bool
+	java     bool // JProf Java stacks may name interpreter ticks (a2n.JavaTick)
 	// keepAddrs: the report keeps the ticks by address (BuildWithAddresses).
 	keepAddrs bool
 	locStacks []locStack
@@ -185,6 +186,7 @@ func newBuilder(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *
 		rawStacks: map[uint32]map[string]int32{},
 		namedAll:  make(chan struct{}),
 		leaf:      newLeafFrames(r),
+		java:      r.HasJavaStacks(),
 	}
 	b.addLocFn = b.addLoc
 	b.locSet = &locSet{newMod: func(m string) {
@@ -218,7 +220,7 @@ func newBuilder(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *
 func (b *builder) build() *Report {
 	var err error
 	defer b.leaf.close()
-	if b.deferred && b.filt == nil && countParallel(b) {
+	if b.deferred && b.filt == nil && !b.java && countParallel(b) {
 		b.tc = nil // counted
 	} else {
 		err = b.f.Records(b.record)
@@ -563,6 +565,9 @@ func (b *builder) tick(rec *trace.Record) {
 		return
 	}
 	kernel := rec.Field(3)&trace.TprofKernel != 0
+	if b.java && !kernel {
+		ip = b.r.JavaTick(pid, tid, rec.Time, ip) // the interpreter's tick at its Java method
+	}
 	if b.tc != nil {
 		t, isNew := b.tc.thread(rec.CPU, pid, tid, 0)
 		if isNew {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/analysis/a2n"
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
 )
@@ -87,7 +88,8 @@ func TestAttachTprof(t *testing.T) {
 	// Tracing from now: the ticks before the attach (unnamed: nothing has
 	// named the JVM's code yet) are those of one jcmd.
 	_, sw := traceOn(t, root, dir, "16M")
-	jcmd("tprof,verbose")
+	// quoted: jcmd splits an unquoted argument at "="
+	jcmd(`"tprof,verbose,dir=` + dir + `"`)
 	// ticks after the attach: some 5 s of the machine at 1000 Hz
 	deadline := time.Now().Add(3 * time.Minute)
 	for start := traceRecords(t, sw); traceRecords(t, sw) < start+10000; time.Sleep(100 * time.Millisecond) {
@@ -165,5 +167,29 @@ func TestAttachTprof(t *testing.T) {
 	t.Logf("JProfDemo's compiled methods: %d of the JVM's %d user-mode ticks", named, total-kernel)
 	if total < 300 || 2*named < total-kernel {
 		t.Errorf("JProfDemo's methods have %d of the JVM's %d user-mode ticks: want the hot loop's, named:\n%.3000s", named, total-kernel, text)
+	}
+
+	// The attach started the Java stack sampler too: its file holds
+	// samples whose running frame is JProfDemo's (the hot loop).
+	b, err := os.ReadFile(filepath.Join(dir, "jprof-"+strconv.Itoa(pid)+".jstk"))
+	if err != nil {
+		t.Fatalf("the attached agent's Java stacks: %v", err)
+	}
+	js, err := a2n.ParseJavaStacks(b)
+	if err != nil {
+		t.Fatalf("the attached agent's Java stacks: %v", err)
+	}
+	samples, demo := 0, 0
+	for _, tid := range js.Threads() {
+		for _, s := range js.Samples(tid) {
+			samples++
+			if len(s.Frames) > 0 && strings.HasPrefix(js.Methods[s.Frames[0]], "JProfDemo.") {
+				demo++
+			}
+		}
+	}
+	t.Logf("Java stacks sampled after the attach: %d, %d running JProfDemo's methods", samples, demo)
+	if 2*demo < samples || samples < 20 {
+		t.Errorf("Java stacks after the attach: %d samples, %d in JProfDemo's methods: want most of some", samples, demo)
 	}
 }

@@ -133,7 +133,7 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	// JVM may get a quarter of a CPU: 6000 ticks, a standard deviation of
 	// the difference of about 0.9 points).
 	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-r", "4000", "-o", dir, "--",
-		"perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", perfData, "--", "java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose", "-cp", filepath.Join(root, "build", "java"), "HotLoop", "6", "wait")
+		"perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", perfData, "--", "java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose,dir="+dir, "-cp", filepath.Join(root, "build", "java"), "HotLoop", "6", "wait")
 	cmd.Env, cmd.Dir = env, dir
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

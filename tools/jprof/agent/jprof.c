@@ -1,7 +1,7 @@
 /*
  * libjprof.so: PI's JProf, a JVMTI agent (docs/jprof.md).
  *
- *   java -agentpath:bin/libjprof.so=tprof[,sig][,verbose] ...
+ *   java -agentpath:bin/libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,dir=DIR][,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
  *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
  *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop
@@ -10,7 +10,10 @@
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
  * JIT_LOAD / JIT_UNLOAD records with their time, so that tprof names the
  * JIT-compiled methods (A2N applies the records in time order) without a
- * perf map file. calltree mode (calltree.c) records method entry/exit of
+ * perf map file; and the Java stacks of the running threads are sampled
+ * (jstacks.c) into DIR/jprof-PID.jstk, for post to name the ticks in the
+ * interpreter by the method it runs; with jitdump the code with its bytes
+ * goes into DIR/jit-PID.dump too (jitdump.c). calltree mode (calltree.c) records method entry/exit of
  * every Java thread on the call-flow runtime (libhookit).
  */
 #define _GNU_SOURCE
@@ -35,6 +38,9 @@ static int calltree;
 static int sig_names;		/* sig: PI's names, with the signature */
 static int dead;
 static int stopped;		/* detached ("stop"): reported already */
+static unsigned jstacks_hz = 1000;	/* tprof: Java stacks sampled (0: off) */
+static int jstacks;		/* the sampler is set up */
+static int jitdump;		/* tprof,jitdump: DIR/jit-PID.dump */
 static unsigned long loads, unloads, stubs;
 
 /* Code blobs by start address, for the unload's size. */
@@ -183,6 +189,8 @@ static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, cons
 	jprof_method_name(m, name, sizeof(name));
 	code_put((unsigned long long)(uintptr_t)addr, (unsigned long long)size);
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name);
+	if (jitdump)
+		jitdump_load(name, addr, (uint64_t)size);
 	jt_kick();
 	__atomic_add_fetch(&loads, 1, __ATOMIC_RELAXED);
 }
@@ -206,7 +214,42 @@ static void JNICALL on_dynamic_code(jvmtiEnv *env, const char *name, const void 
 	if (dead || len <= 0 || !tracing)
 		return;
 	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)len, name);
+	if (jitdump)
+		jitdump_load(name, addr, (uint64_t)len);
 	__atomic_add_fetch(&stubs, 1, __ATOMIC_RELAXED);
+}
+
+static void JNICALL on_class_prepare(jvmtiEnv *env, JNIEnv *jni, jthread th, jclass klass)
+{
+	if (!dead)
+		jstacks_class_prepare(env, jni, th, klass);
+}
+
+/* AsyncGetCallTrace walks nothing (-1) unless ClassLoad events are on */
+static void JNICALL on_class_load(jvmtiEnv *env, JNIEnv *jni, jthread th, jclass klass)
+{
+	(void)env; (void)jni; (void)th; (void)klass;
+}
+
+static void JNICALL on_thread_start(jvmtiEnv *env, JNIEnv *jni, jthread th)
+{
+	(void)env; (void)jni; (void)th;
+	if (jstacks && !dead)
+		jstacks_thread_start();
+}
+
+static void JNICALL on_thread_end(jvmtiEnv *env, JNIEnv *jni, jthread th)
+{
+	(void)env; (void)jni; (void)th;
+	if (jstacks)
+		jstacks_thread_end();
+}
+
+static void JNICALL on_vm_init(jvmtiEnv *env, JNIEnv *jni, jthread th)
+{
+	(void)env; (void)jni; (void)th;
+	if (jstacks && jstacks_start() != 0)
+		jstacks = 0;
 }
 
 static void report(void)
@@ -230,6 +273,10 @@ static void report(void)
 static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 {
 	(void)env; (void)jni;
+	if (jstacks)
+		jstacks_end(verbose);
+	if (jitdump)
+		jitdump_close(verbose);
 	if (!stopped)
 		report();
 	if (calltree)
@@ -239,9 +286,12 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 
 static int usage(const char *opts)
 {
-	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,sig][,verbose] or\n"
+	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,dir=DIR][,sig][,verbose] or\n"
 		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose]\n"
 		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
+		"  (jstacks: Java stacks sampled at HZ (1000) of the process's CPU time into DIR/jprof-PID.jstk,\n"
+		"   DIR /tmp unless dir=, for post to name interpreted methods; off: none)\n"
+		"  (jitdump: the JVM's code with its bytes into DIR/jit-PID.dump, for perf inject --jit and post)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
 		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop\n",
 		opts ? opts : "");
@@ -277,6 +327,18 @@ static void replay(void)
 			loads - before, stubs - sb);
 }
 
+/* A sampling rate, 1..10000 Hz: 0, or -1 when s is none. */
+static int parse_hz(const char *s, unsigned *hz)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (end == s || *end || v < 1 || v > 10000)
+		return -1;
+	*hz = (unsigned)v;
+	return 0;
+}
+
 /* Options to mode flags; 0, or JNI_ERR after saying what is wrong. */
 static int parse(const char *options, char *buf, size_t n, const char **dir, const char **metric, const char **start)
 {
@@ -284,7 +346,8 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 
 	if (!options || !*options || strlen(options) >= n)
 		return usage(options);
-	tracing = calltree = trace_events = 0;	/* an attach refused before */
+	tracing = calltree = trace_events = jitdump = 0;	/* an attach refused before */
+	jstacks_hz = 1000;
 	snprintf(buf, n, "%s", options);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (!strcmp(tok, "tprof"))
@@ -299,6 +362,12 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 			tracing = trace_events = 1;
 		else if (!strncmp(tok, "dir=", 4) && tok[4])
 			*dir = tok + 4;
+		else if (!strcmp(tok, "jitdump"))
+			jitdump = 1;
+		else if (!strcmp(tok, "jstacks=off"))
+			jstacks_hz = 0;
+		else if (!strncmp(tok, "jstacks=", 8) && parse_hz(tok + 8, &jstacks_hz) == 0)
+			;
 		else if (!strncmp(tok, "metric=", 7) && tok[7])
 			*metric = tok + 7;
 		else if (!strcmp(tok, "start=on") || !strcmp(tok, "start=off"))
@@ -316,7 +385,7 @@ static jint start(JavaVM *vm, char *options, int live)
 	jvmtiCapabilities caps;
 	jvmtiEventCallbacks cb;
 	char buf[1024], hk[1200];
-	const char *dir = ".", *metric = NULL, *start = "on";
+	const char *dir = NULL, *metric = NULL, *start = "on";
 	pthread_t th;
 
 	if (parse(options, buf, sizeof(buf), &dir, &metric, &start) != 0)
@@ -337,17 +406,42 @@ static jint start(JavaVM *vm, char *options, int live)
 	cb.CompiledMethodUnload = on_compiled_unload;
 	cb.DynamicCodeGenerated = on_dynamic_code;
 	cb.VMDeath = on_vm_death;
+	cb.VMInit = on_vm_init;
+	cb.ClassPrepare = on_class_prepare;
+	cb.ClassLoad = on_class_load;
 	if (calltree) {
+		if (!dir)
+			dir = ".";
 		snprintf(hk, sizeof(hk), "dir=%s,start=%s%s%s", dir, start, metric ? ",metric=" : "", metric ? metric : "");
 		if (calltree_start(jvmti, hk, &cb) != 0)
 			return JNI_ERR;
 		calltree_report_dir(dir);
 	}
+	/* tprof mode: Java stacks beside the ticks (the perf-map directory by default) */
+	if (!calltree && jstacks_hz && jstacks_init(vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0) {
+		jstacks = 1;
+		cb.ThreadStart = on_thread_start;
+		cb.ThreadEnd = on_thread_end;
+	}
+	if (jitdump && (calltree || jitdump_open(dir ? dir : "/tmp") != 0))
+		jitdump = 0;
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
 	if (calltree)
 		calltree_enable(jvmti);
 	code_events_mode(JVMTI_ENABLE);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL);
+	if (jstacks) {
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_CLASS_PREPARE, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_CLASS_LOAD, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_START, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_END, NULL);
+		if (live) {
+			if (jstacks_start() != 0)
+				jstacks = 0;
+		} else {
+			(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_INIT, NULL);
+		}
+	}
 	if (tracing && pthread_create(&th, NULL, jt_flusher, &dead) == 0)
 		pthread_detach(th);
 	if (live)
@@ -385,6 +479,8 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 		if (!tracing)
 			return JNI_OK;
 		code_events_mode(JVMTI_DISABLE);
+		if (jstacks)
+			jstacks_pause();
 		report();
 		stopped = 1;
 		return JNI_OK;
@@ -399,6 +495,8 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 	jt_resume();
 	stopped = 0;
 	code_events_mode(JVMTI_ENABLE);
+	if (jstacks)
+		jstacks_start();
 	replay();
 	return JNI_OK;
 }
@@ -407,6 +505,10 @@ JNIEXPORT void JNICALL Agent_OnUnload(JavaVM *vm)
 {
 	(void)vm;
 	if (!dead) {
+		if (jstacks)
+			jstacks_end(verbose);
+		if (jitdump)
+			jitdump_close(verbose);
 		report();
 		if (calltree)
 			calltree_stop();

@@ -22,4 +22,18 @@ void calltree_enable(jvmtiEnv *jvmti);
 void calltree_report_dir(const char *dir);
 void calltree_stop(void);
 
+/* jstacks.c: tprof mode's Java stack sampler into DIR/jprof-PID.jstk */
+int jstacks_init(JavaVM *vm, jvmtiEnv *jvmti, const char *dir, unsigned hz);
+int jstacks_start(void);	/* live phase: the timer and the writer */
+void jstacks_pause(void);	/* the timer stopped (an attach's "stop") */
+void jstacks_end(int verbose);	/* everything written (the JVM ends) */
+void jstacks_thread_start(void);	/* a Java thread starts: its timer */
+void jstacks_thread_end(void);
+void jstacks_class_prepare(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jclass klass);
+
+/* jitdump.c: DIR/jit-PID.dump, the JVM's code with its bytes (perf inject --jit) */
+int jitdump_open(const char *dir);
+void jitdump_load(const char *name, const void *addr, uint64_t size);
+void jitdump_close(int verbose);
+
 #endif

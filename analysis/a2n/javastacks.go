@@ -1,0 +1,231 @@
+package a2n
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+)
+
+// MaxJavaStacksSize bounds a jprof-PID.jstk file read (untrusted, as perf maps).
+var MaxJavaStacksSize int64 = 1 << 30
+
+// JavaSample is one Java stack the JProf agent sampled (tprof mode,
+// docs/jprof.md): the thread, the time (the trace's clock) and the method
+// ids, the running frame first; none when the JVM could not walk it.
+type JavaSample struct {
+	TID    uint32
+	Time   uint64
+	Frames []uint64
+}
+
+// JavaStacks is a jprof-PID.jstk file: the agent's samples of one JVM,
+// each thread's in time order, and the names of their method ids.
+type JavaStacks struct {
+	PID     uint32
+	Rate    uint32 // the sampling rate the agent asked for (Hz)
+	Methods map[uint64]string
+	byTID   map[uint32][]JavaSample
+}
+
+// Threads is the threads that have samples, in increasing order.
+func (j *JavaStacks) Threads() []uint32 {
+	out := make([]uint32, 0, len(j.byTID))
+	for tid := range j.byTID {
+		out = append(out, tid)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a] < out[b] })
+	return out
+}
+
+// Samples is tid's samples in time order.
+func (j *JavaStacks) Samples(tid uint32) []JavaSample { return j.byTID[tid] }
+
+// JavaWindow is how far (ns) from a tick the sample naming it may be. The
+// agent's timers run on each thread's CPU clock, so a thread's samples are
+// a sampling period of its CPU time apart whatever the wall-clock gap: a
+// wider gap is time the thread spent off CPU, when its Java state did not
+// change. The window only keeps a thread the sampler missed (no timer, a
+// run of walks that failed) from taking a sample from far away.
+const JavaWindow = 100_000_000
+
+// Nearest is the method the thread was running at the sample of tid
+// nearest to t, within JavaWindow, among those the JVM could walk (ok
+// false: none).
+func (j *JavaStacks) Nearest(tid uint32, t uint64) (name string, ok bool) {
+	s := j.byTID[tid]
+	i := sort.Search(len(s), func(i int) bool { return s[i].Time >= t })
+	var before, after *JavaSample // the nearest walked sample on each side
+	for k := i - 1; k >= 0 && t-s[k].Time <= JavaWindow; k-- {
+		if len(s[k].Frames) > 0 {
+			before = &s[k]
+			break
+		}
+	}
+	for k := i; k < len(s) && s[k].Time-t <= JavaWindow; k++ {
+		if len(s[k].Frames) > 0 {
+			after = &s[k]
+			break
+		}
+	}
+	best := before
+	if after != nil && (best == nil || after.Time-t < t-best.Time) {
+		best = after
+	}
+	if best == nil {
+		return "", false
+	}
+	name, ok = j.Methods[best.Frames[0]]
+	return name, ok
+}
+
+var errJavaStacks = errors.New("not a jprof Java stacks file")
+
+// ParseJavaStacks reads a jprof-PID.jstk file (the format is in
+// tools/jprof/agent/jstacks.c). Malformed input ends the parse with an
+// error; what was read before is kept.
+func ParseJavaStacks(b []byte) (*JavaStacks, error) {
+	if len(b) < 24 || !bytes.Equal(b[:8], []byte("JPRFSTK1")) {
+		return nil, errJavaStacks
+	}
+	le := binary.LittleEndian
+	if le.Uint32(b[8:]) != 1 {
+		return nil, errors.New("jprof Java stacks: version " + strconv.Itoa(int(le.Uint32(b[8:]))) + ", this post reads 1")
+	}
+	j := &JavaStacks{PID: le.Uint32(b[12:]), Rate: le.Uint32(b[16:]), Methods: map[uint64]string{}, byTID: map[uint32][]JavaSample{}}
+	var err error
+	for off := 24; off < len(b); {
+		if off+8 > len(b) {
+			err = errors.New("jprof Java stacks: a record cut short")
+			break
+		}
+		typ, size := le.Uint32(b[off:]), int(le.Uint32(b[off+4:]))
+		if size < 16 || size%8 != 0 || size > len(b)-off {
+			err = errors.New("jprof Java stacks: a record of a bad size")
+			break
+		}
+		rec := b[off : off+size]
+		switch typ {
+		case 1:
+			name := rec[16:]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			j.Methods[le.Uint64(rec[8:])] = string(name)
+		case 2:
+			if size < 24 {
+				err = errors.New("jprof Java stacks: a sample cut short")
+				break
+			}
+			s := JavaSample{TID: le.Uint32(rec[8:]), Time: le.Uint64(rec[16:])}
+			if n := int(int32(le.Uint32(rec[12:]))); n > 0 {
+				n = min(n, (size-24)/8)
+				s.Frames = make([]uint64, n)
+				for k := range s.Frames {
+					s.Frames[k] = le.Uint64(rec[24+8*k:])
+				}
+			}
+			j.byTID[s.TID] = append(j.byTID[s.TID], s)
+		}
+		if err != nil {
+			break
+		}
+		off += size
+	}
+	for _, s := range j.byTID {
+		sort.SliceStable(s, func(a, b int) bool { return s[a].Time < s[b].Time })
+	}
+	return j, err
+}
+
+// javaStacks is pid's jprof-PID.jstk in PerfMapDir, read once (nil: none).
+func (r *Resolver) javaStacks(p *Process) *JavaStacks {
+	if p.javaRead {
+		return p.java
+	}
+	p.javaRead = true
+	dir := r.PerfMapDir
+	if dir == "" {
+		dir = "/tmp"
+	}
+	name := "jprof-" + strconv.Itoa(int(p.PID)) + ".jstk"
+	if !r.perfMaps.mayHold(dir, name) {
+		return nil
+	}
+	b, err := readChecked(filepath.Join(dir, name), MaxJavaStacksSize, true)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.Cache.note(err.Error())
+		}
+		return nil
+	}
+	j, err := ParseJavaStacks(b)
+	if err != nil {
+		r.Cache.note(filepath.Join(dir, name) + ": " + err.Error())
+	}
+	if j != nil && j.PID != p.PID {
+		r.Cache.note(filepath.Join(dir, name) + ": the samples of another process (pid " + strconv.Itoa(int(j.PID)) + ")")
+		return nil
+	}
+	p.java = j
+	return j
+}
+
+// HasJavaStacks reports whether PerfMapDir holds any jprof-PID.jstk file
+// (a report whose ticks JavaTick may rename is counted in trace order).
+func (r *Resolver) HasJavaStacks() bool {
+	dir := r.PerfMapDir
+	if dir == "" {
+		dir = "/tmp"
+	}
+	m, _ := filepath.Glob(filepath.Join(dir, "jprof-*.jstk"))
+	return len(m) > 0
+}
+
+// interpreterName is the JVM's interpreter in its JIT_LOAD records.
+const interpreterName = "Interpreter"
+
+// javaBase is where the addresses JavaTick gives start: non-canonical on
+// x86-64 and arm64 (no code is ever there).
+const javaBase = 0x4a50_0000_0000_0000
+
+// JavaTick is the address a user-mode tick of tid at time t at ip counts
+// at: when ip is in pid's interpreter (its JIT_LOAD record) and the
+// agent's Java stacks name the method the thread ran then (Nearest), an
+// address of its own for that method, which Locate names module
+// "Interpreter", symbol the method; else ip. As Locate it reads and
+// changes pid's state: called in trace order, as Apply.
+func (r *Resolver) JavaTick(pid, tid uint32, t, ip uint64) uint64 {
+	p := r.procs[pid]
+	if p == nil || len(p.jit) == 0 {
+		return ip
+	}
+	i := sort.Search(len(p.jit), func(i int) bool { return p.jit[i].Addr > ip }) - 1
+	if i < 0 || ip >= p.jit[i].Addr+p.jit[i].Size || p.jit[i].Name != interpreterName {
+		return ip
+	}
+	j := r.javaStacks(p)
+	if j == nil {
+		return ip
+	}
+	name, ok := j.Nearest(tid, t)
+	if !ok {
+		return ip
+	}
+	if p.javaAddr == nil {
+		p.javaAddr = map[string]uint64{}
+	}
+	a, ok := p.javaAddr[name]
+	if !ok {
+		a = javaBase + 16*uint64(len(p.javaAddr))
+		p.javaAddr[name] = a
+		k := sort.Search(len(p.jit), func(k int) bool { return p.jit[k].Addr > a })
+		p.jit = append(p.jit, jitSym{})
+		copy(p.jit[k+1:], p.jit[k:])
+		p.jit[k] = jitSym{Addr: a, Size: 16, Name: name, Module: interpreterName}
+	}
+	return a
+}

@@ -1,0 +1,149 @@
+package a2n
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"perfinsp/format/trace"
+)
+
+// jstkSample is one sample of a test's jprof-PID.jstk: frames < 0 is
+// AsyncGetCallTrace's failure code.
+type jstkSample struct {
+	tid    uint32
+	n      int32
+	time   uint64
+	frames []uint64
+}
+
+// jstkFile is a jprof-PID.jstk file as the agent writes it
+// (tools/jprof/agent/jstacks.c).
+func jstkFile(pid uint32, methods map[uint64]string, samples []jstkSample) []byte {
+	le := binary.LittleEndian
+	b := []byte("JPRFSTK1")
+	b = le.AppendUint32(b, 1)
+	b = le.AppendUint32(b, pid)
+	b = le.AppendUint32(b, 1000)
+	b = le.AppendUint32(b, 1)
+	for id, name := range methods {
+		n := (len(name) + 1 + 7) &^ 7
+		b = le.AppendUint32(b, 1)
+		b = le.AppendUint32(b, uint32(16+n))
+		b = le.AppendUint64(b, id)
+		b = append(b, name...)
+		b = append(b, make([]byte, n-len(name))...)
+	}
+	for _, s := range samples {
+		b = le.AppendUint32(b, 2)
+		b = le.AppendUint32(b, uint32(24+8*len(s.frames)))
+		b = le.AppendUint32(b, s.tid)
+		b = le.AppendUint32(b, uint32(s.n))
+		b = le.AppendUint64(b, s.time)
+		for _, f := range s.frames {
+			b = le.AppendUint64(b, f)
+		}
+	}
+	return b
+}
+
+// A tick in the JVM's interpreter is named by the method the agent saw its
+// thread run at the nearest sample the JVM could walk within JavaWindow;
+// ticks of compiled code, of another thread, or with no walked sample
+// within the window keep their names.
+func TestJavaTick(t *testing.T) {
+	dir := t.TempDir()
+	const pid, tid = 55, 56
+	file := jstkFile(pid, map[uint64]string{0x10: "Hot.spin", 0x20: "Hot.main"}, []jstkSample{
+		{tid, 2, 1_000_000_000, []uint64{0x10, 0x20}},
+		{tid, 1, 1_050_000_000, []uint64{0x20}},
+		{tid, -2, 1_300_000_000, nil},
+		{tid, 1, 2_000_000_000, []uint64{0x20}},
+		{tid, -5, 2_001_000_000, nil},
+		{tid + 1, 1, 1_000_000_000, []uint64{0x20}},
+	})
+	if err := os.WriteFile(filepath.Join(dir, "jprof-55.jstk"), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := New(nil)
+	r.PerfMapDir = dir
+	if !r.HasJavaStacks() {
+		t.Fatal("HasJavaStacks: false with a jprof-55.jstk in the perf-map directory")
+	}
+	const interp, compiled = 0x7f0000001000, 0x7f0000100000
+	r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{pid, tid, interp, 0x1000}, Str: "Interpreter"})
+	r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{pid, tid, compiled, 0x100}, Str: "Hot.compiled"})
+	for _, c := range []struct {
+		what     string
+		tid      uint32
+		time, ip uint64
+		mod, sym string
+	}{
+		{"just after a sample", tid, 1_005_000_000, interp + 0x40, "Interpreter", "Hot.spin"},
+		{"just before a sample", tid, 995_000_000, interp + 0x80, "Interpreter", "Hot.spin"},
+		{"nearer the second sample", tid, 1_040_000_000, interp, "Interpreter", "Hot.main"},
+		{"another thread's sample", tid + 1, 1_001_000_000, interp, "Interpreter", "Hot.main"},
+		{"compiled code", tid, 1_000_000_000, compiled + 8, "JIT", "Hot.compiled"},
+		{"an unwalkable sample nearest, no walked one within the window", tid, 1_299_000_000, interp, "JIT", "Interpreter"},
+		{"no sample within the window", tid, 1_600_000_000, interp, "JIT", "Interpreter"},
+		{"an unwalkable sample nearest, a walked one within the window", tid, 2_001_500_000, interp, "Interpreter", "Hot.main"},
+		{"a thread never sampled", tid + 9, 1_000_000_000, interp, "JIT", "Interpreter"},
+	} {
+		res := r.Resolve(pid, r.JavaTick(pid, c.tid, c.time, c.ip), false)
+		if res.Module != c.mod || res.Symbol != c.sym {
+			t.Errorf("%s: %s / %s, want %s / %s", c.what, res.Module, res.Symbol, c.mod, c.sym)
+		}
+	}
+	// one address per method, whatever the tick's offset in the interpreter
+	if a, b := r.JavaTick(pid, tid, 1_000_000_000, interp), r.JavaTick(pid, tid, 1_001_000_000, interp+0x800); a != b {
+		t.Errorf("two ticks of Hot.spin at %#x and %#x", a, b)
+	}
+	// a process with no file, or whose file is another pid's
+	if err := os.WriteFile(filepath.Join(dir, "jprof-77.jstk"), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{77, 77, interp, 0x1000}, Str: "Interpreter"})
+	if ip := r.JavaTick(77, tid, 1_000_000_000, interp); ip != interp {
+		t.Errorf("pid 77 took pid 55's samples: %#x", ip)
+	}
+	if p := strings.Join(r.Cache.Problems(), "\n"); !strings.Contains(p, "another process (pid 55)") {
+		t.Errorf("no note of the file of another pid: %q", p)
+	}
+}
+
+// A file cut anywhere keeps the records before the cut.
+func TestParseJavaStacksCut(t *testing.T) {
+	file := jstkFile(5, map[uint64]string{1: "A.a"}, []jstkSample{{6, 1, 10, []uint64{1}}, {6, 1, 20, []uint64{1}}})
+	j, err := ParseJavaStacks(file)
+	if err != nil || len(j.Samples(6)) != 2 || j.Methods[1] != "A.a" {
+		t.Fatalf("whole file: %v %+v", err, j)
+	}
+	j, err = ParseJavaStacks(file[:len(file)-4])
+	if err == nil || len(j.Samples(6)) != 1 {
+		t.Errorf("cut in the last sample: %v, %d samples, want an error and 1", err, len(j.Samples(6)))
+	}
+	if _, err := ParseJavaStacks([]byte("JPRFSTK2" + strings.Repeat("\x00", 16))); err == nil {
+		t.Error("another magic read")
+	}
+}
+
+func FuzzParseJavaStacks(f *testing.F) {
+	f.Add(jstkFile(5, map[uint64]string{1: "A.a", 2: "B.b"}, []jstkSample{{6, 2, 10, []uint64{1, 2}}, {6, -3, 20, nil}}))
+	f.Add([]byte("JPRFSTK1\x01\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		j, _ := ParseJavaStacks(b)
+		if j == nil {
+			return
+		}
+		for tid, ss := range j.byTID {
+			for i, s := range ss {
+				if s.TID != tid || i > 0 && s.Time < ss[i-1].Time {
+					t.Fatalf("thread %d's samples out of order or misfiled", tid)
+				}
+				j.Nearest(tid, s.Time)
+			}
+		}
+	})
+}
