@@ -28,6 +28,7 @@ type builder struct {
 	// keepAddrs: the report keeps the ticks by address (BuildWithAddresses).
 	keepAddrs bool
 	locStacks []locStack
+	progress  *Progress // nil: not counted
 
 	// in interns the names (results); only nameLocs writes it, on its own
 	// goroutine, until endNaming.
@@ -141,6 +142,7 @@ func (b *builder) build() *Report {
 	var err error
 	defer b.leaf.close()
 	if b.filt != nil || b.onRecord != nil || !countParallel(b) {
+		b.progress.restart()
 		err = countSerial(b)
 	}
 	resOf := b.endNaming()

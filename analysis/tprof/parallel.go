@@ -104,12 +104,13 @@ type tickWorker struct {
 	havePid   bool
 	prevTime  uint64
 	// the distinct stacks, per (process, state) by thread, flags, PCs
-	raws   [][]rawStack
-	nraw   int32
-	rawIdx map[uint64]int32 // by hash: the last stack of that hash
-	seed   maphash.Seed
-	pos    int64
-	_      [cacheLine]byte
+	raws     [][]rawStack
+	nraw     int32
+	rawIdx   map[uint64]int32 // by hash: the last stack of that hash
+	seed     maphash.Seed
+	pos      int64
+	progress *Progress // the bytes read (a piece at a time)
+	_        [cacheLine]byte
 }
 
 // cacheLine is the size of a line of the cache (x86-64, arm64: 64 bytes;
@@ -205,6 +206,7 @@ func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
 				return err
 			}
 			r.Refill(buf[:kept+n], c.Offset+int64(off-kept))
+			w.progress.add(n)
 			off += n
 			last := off == len(c.Data)
 			ended, err := w.records(r, last)
@@ -220,6 +222,7 @@ func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
 				if err := zeroRest(f, c, off, buf); err != nil {
 					return err
 				}
+				w.progress.add(len(c.Data) - off)
 				break
 			}
 			kept = copy(buf, buf[kept+n-r.Buffered():kept+n])

@@ -75,6 +75,13 @@ func countParallel(b *builder) bool {
 	if err := p.readMTE(); err != nil || len(b.f.Damage()) > 0 {
 		return false
 	}
+	mteBytes := 0
+	for _, c := range b.f.Chunks {
+		if c.Kind == nrm2.ChunkMTE {
+			mteBytes += len(c.Data)
+		}
+	}
+	b.progress.add(mteBytes)
 	b.rep.parallel = true
 	if !p.readBuffers(bufs) {
 		b.rep.parallel = false
@@ -133,6 +140,7 @@ func (p *counter) readBuffers(bufs []nrm2.BufferStream) bool {
 	var wg sync.WaitGroup
 	for i, s := range bufs {
 		p.workers[i] = newTickWorker(s.Seq, p.changes)
+		p.workers[i].progress = p.b.progress
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -43,6 +43,9 @@ func countSerial(b *builder) error {
 // record takes one record, in time order.
 func (o *oneReader) record(rec *trace.Record) error {
 	b := o.b
+	if b.progress != nil {
+		b.progress.add(trace.EncodedSize(rec.Major, rec.Minor, rec.Layout, len(rec.Fixed), rec.Str))
+	}
 	switch rec.Major {
 	case trace.MajorMTE, trace.MajorJITLoad:
 		o.mappings(rec)

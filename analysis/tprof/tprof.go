@@ -199,7 +199,7 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 // read on every CPU at once (parallel.go), else by the one reader
 // (serial.go), which also names each tick onRecord is given as it is read.
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
-	return newBuilder(f, r, filt, onRecord).build()
+	return BuildWith(f, r, Options{Filter: filt, OnRecord: onRecord})
 }
 
 // BuildWithAddresses is BuildFiltered keeping what Profile needs to give
@@ -208,9 +208,7 @@ func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(re
 // and the call stacks' frames by address before they are named (a copy
 // of the frames).
 func BuildWithAddresses(f *nrm2.File, r *a2n.Resolver, filt *Filter) *Report {
-	b := newBuilder(f, r, filt, nil)
-	b.keepAddrs = true
-	return b.build()
+	return BuildWith(f, r, Options{Filter: filt, Addresses: true})
 }
 
 // entry is ticks of one thread (in one state of its process) at one

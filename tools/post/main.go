@@ -45,7 +45,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
 	script, diff, annotate                                                   string
-	show, doTprof, lines, strict, noChildren, noCache, hexIDs                bool
+	show, doTprof, lines, strict, noChildren, noCache, hexIDs, progress      bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
 	merge                                                                    mergeFlagValues
@@ -84,6 +84,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "comm", Usage: "only processes of these names (`LIST`)", Destination: &o.comms},
 			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, read by later runs instead of parsed again", Destination: &o.cacheDir},
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
+			&cli.BoolFlag{Name: "progress", Usage: "print how much of the trace is read on stderr as post reads it, at each tenth and every 2 s (default: every 2 s when stderr is a terminal and the reading takes longer)", Destination: &o.progress},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
 		}, append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...)...),
 		Action: func(c *cli.Context) error {
@@ -233,12 +234,18 @@ func post(o *options, stdout, stderr io.Writer) error {
 	}
 	onRecord := ps.onRecord()
 	sel := newSelection(o.filter)
-	var rep *tprof.Report
-	if (o.pprofOut != "" || o.annotate != "") && onRecord == nil {
-		rep = tprof.BuildWithAddresses(f, r, o.filter) // the profile's addresses and lines
-	} else {
-		rep = tprof.BuildFiltered(f, r, o.filter, onRecord)
+	opt := tprof.Options{Filter: o.filter, OnRecord: onRecord,
+		// the profile's addresses and lines (a run with record passes
+		// writes the profile without them)
+		Addresses: (o.pprofOut != "" || o.annotate != "") && onRecord == nil}
+	var read tprof.Progress
+	prog := newProgress(stderr, o.progress, tprof.TraceBytes(f), read.Read)
+	if prog != nil {
+		opt.Progress = &read // (counted only when shown)
 	}
+	prog.run()
+	rep := tprof.BuildWith(f, r, opt)
+	prog.end()
 	rep.HexIDs = o.hexIDs
 	if rep.Total == 0 {
 		if err := sel.check(f); err != nil {
