@@ -24,8 +24,8 @@ import (
 //  2. each CPU's trace buffer is read on a goroutine of its own: a tick's
 //     state is the number of its process's changes at or before its time
 //     (Records gives an MTE record before a tick of the same time), its
-//     addresses are counted per (thread, state) as the one reader counts
-//     them (ticks.go);
+//     addresses are counted per (thread, state) by a tickWorker, the
+//     counter the one reader uses too (ticks.go, serial.go);
 //  3. the MTE records are applied in order, and before a change to a
 //     process its counted addresses of the state that ends are located,
 //     and before a record the threads whose first tick came earlier are
@@ -74,7 +74,9 @@ type rawStack struct {
 // rawBlock is the number of a worker's raw stacks a block holds.
 const rawBlock = 4096
 
-// tickWorker reads one CPU's trace buffer. The workers are made one after
+// tickWorker counts ticks and stacks per thread and state of its process:
+// one CPU's trace buffer it reads (countParallel), or the ticks and stacks
+// the one reader gives it (countSerial). The workers are made one after
 // the other, so that they were neighbours in memory: a line of the cache
 // held one's last fields, written at every record, and the next one's
 // first, read at every tick (false sharing: the readers 20-40 % slower
@@ -84,14 +86,17 @@ type tickWorker struct {
 	_       [cacheLine]byte
 	seq     int
 	changes map[uint32][]uint64 // per process, the times its mappings changed
-	tc      *tickCounter
-	counts  [][]ipCount
-	runs    []tickRun
-	first   map[[2]uint32]uint64 // each thread's first tick
-	total   uint64
-	firstT  uint64
-	lastT   uint64
-	event   *trace.Record // the last TPROF_EVENT_NAME record
+	// live (the one reader's worker): each process's state, as the reader
+	// has met its changes; the worker's changes are then not used
+	live   map[uint32]uint32
+	tc     *tickCounter
+	counts [][]ipCount
+	runs   []tickRun
+	first  map[[2]uint32]uint64 // each thread's first tick
+	total  uint64
+	firstT uint64
+	lastT  uint64
+	event  *trace.Record // the last TPROF_EVENT_NAME record
 	// the last tick's process and its state, kept at hand
 	lastPid   uint32
 	lastCh    []uint64
@@ -99,12 +104,13 @@ type tickWorker struct {
 	havePid   bool
 	prevTime  uint64
 	// the distinct stacks, per (process, state) by thread, flags, PCs
-	raws   [][]rawStack
-	nraw   int32
-	rawIdx map[uint64]int32 // by hash: the last stack of that hash
-	seed   maphash.Seed
-	pos    int64
-	_      [cacheLine]byte
+	raws     [][]rawStack
+	nraw     int32
+	rawIdx   map[uint64]int32 // by hash: the last stack of that hash
+	seed     maphash.Seed
+	pos      int64
+	progress *Progress // the bytes read (a piece at a time)
+	_        [cacheLine]byte
 }
 
 // cacheLine is the size of a line of the cache (x86-64, arm64: 64 bytes;
@@ -132,8 +138,16 @@ func newTickWorker(seq int, changes map[uint32][]uint64) *tickWorker {
 	return w
 }
 
-// epoch is pid's state at time t (t does not go back in a buffer).
+// epoch is pid's state at time t (t does not go back in a buffer), or
+// (live) its state now.
 func (w *tickWorker) epoch(pid uint32, t uint64) uint32 {
+	if w.live != nil {
+		if !w.havePid || pid != w.lastPid {
+			w.lastPid, w.havePid = pid, true
+			w.lastEpoch = int(w.live[pid])
+		}
+		return uint32(w.lastEpoch)
+	}
 	if !w.havePid || pid != w.lastPid {
 		w.lastPid, w.havePid = pid, true
 		w.lastCh = w.changes[pid]
@@ -192,6 +206,7 @@ func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
 				return err
 			}
 			r.Refill(buf[:kept+n], c.Offset+int64(off-kept))
+			w.progress.add(n)
 			off += n
 			last := off == len(c.Data)
 			ended, err := w.records(r, last)
@@ -207,6 +222,7 @@ func (w *tickWorker) read(f *nrm2.File, s nrm2.BufferStream) error {
 				if err := zeroRest(f, c, off, buf); err != nil {
 					return err
 				}
+				w.progress.add(len(c.Data) - off)
 				break
 			}
 			kept = copy(buf, buf[kept+n-r.Buffered():kept+n])
@@ -266,8 +282,10 @@ func (w *tickWorker) records(r *trace.Reader, all bool) (ended bool, err error) 
 	return false, nil
 }
 
-// tick counts one tick.
-func (w *tickWorker) tick(cpu int, time uint64, pid, tid uint32, ip uint64, flags uint32) {
+// tick counts one tick: the one place a tick becomes a count. It
+// reports whether the thread is new to the worker's counter (its first
+// tick, or its first since its process's state changed).
+func (w *tickWorker) tick(cpu int, time uint64, pid, tid uint32, ip uint64, flags uint32) bool {
 	t, isNew := w.tc.thread(cpu, pid, tid, w.epoch(pid, time))
 	if isNew {
 		if _, ok := w.first[[2]uint32{pid, tid}]; !ok {
@@ -280,6 +298,7 @@ func (w *tickWorker) tick(cpu int, time uint64, pid, tid uint32, ip uint64, flag
 		w.firstT = time
 	}
 	w.lastT = max(w.lastT, time)
+	return isNew
 }
 
 func (w *tickWorker) record(rec *trace.Record) error {

@@ -8,13 +8,19 @@ import (
 	"perfinsp/format/trace"
 )
 
-// parallelCount is the counting on every CPU at once (parallel.go's
-// steps): the MTE records kept, the workers' counts, and the replay's
-// state as it applies the MTE records and locates each state's counts and
-// stacks into the builder.
-type parallelCount struct {
+// counter is the counting of a report's ticks and stacks, the one way
+// whoever reads the records: workers (tickWorker) count each thread's
+// ticks and stacks per state of its process, and each state's counts and
+// stacks are located into the builder when the state ends (its process's
+// mappings are then those of the state). On every CPU at once
+// (countParallel: a worker per CPU, the states' ends replayed from the MTE
+// records after the reading) or by the one reader (countSerial: one
+// worker, each state located as the reader meets its end).
+type counter struct {
 	b       *builder
 	workers []*tickWorker
+	// per worker, its runs and raw stacks gathered into groups so far
+	gathered []gatherMark
 	// the MTE records (step 1), in blocks, and per process the times its
 	// mappings changed
 	mte     [][]trace.Record
@@ -30,6 +36,14 @@ type parallelCount struct {
 	kernelRuns []runRef
 	epochs     map[uint32]uint32 // each process's state during the replay
 	lastEvent  *trace.Record     // the last TPROF_EVENT_NAME record
+}
+
+// gatherMark is how many of a worker's runs and raw stacks are gathered.
+type gatherMark struct{ runs, raws int32 }
+
+func newCounter(b *builder) *counter {
+	return &counter{b: b, changes: map[uint32][]uint64{}, seen: map[[2]uint32]int{},
+		groups: map[[2]uint32][]runRef{}, rawGroups: map[[2]uint32][]runRef{}, epochs: map[uint32]uint32{}}
 }
 
 // firstTick is a thread's first tick: its time and the buffer it was in.
@@ -57,17 +71,25 @@ func countParallel(b *builder) bool {
 	if size < parallelMin || len(bufs) < 2 {
 		return false
 	}
-	p := &parallelCount{b: b, changes: map[uint32][]uint64{}, seen: map[[2]uint32]int{},
-		groups: map[[2]uint32][]runRef{}, rawGroups: map[[2]uint32][]runRef{}, epochs: map[uint32]uint32{}}
+	p := newCounter(b)
 	if err := p.readMTE(); err != nil || len(b.f.Damage()) > 0 {
 		return false
 	}
+	mteBytes := 0
+	for _, c := range b.f.Chunks {
+		if c.Kind == nrm2.ChunkMTE {
+			mteBytes += len(c.Data)
+		}
+	}
+	b.progress.add(mteBytes)
 	b.rep.parallel = true
 	if !p.readBuffers(bufs) {
 		b.rep.parallel = false
 		return false
 	}
-	p.gather()
+	p.gatherTotals()
+	p.gatherFirsts()
+	p.gatherCounts()
 	p.replay()
 	p.event()
 	return true
@@ -77,7 +99,7 @@ func countParallel(b *builder) bool {
 // blocks and their fields in blocks of their own (a slice grown by
 // appends, each record's fields an allocation, measurably delays the
 // workers' start on a many-process trace).
-func (p *parallelCount) readMTE() error {
+func (p *counter) readMTE() error {
 	const mteBlock, fieldBlock = 1024, 8192
 	var fields []uint64
 	prev := uint64(0)
@@ -112,12 +134,13 @@ func (p *parallelCount) readMTE() error {
 
 // readBuffers is step 2: each CPU's ticks, a worker each. False: a
 // worker met what needs the one reader.
-func (p *parallelCount) readBuffers(bufs []nrm2.BufferStream) bool {
+func (p *counter) readBuffers(bufs []nrm2.BufferStream) bool {
 	p.workers = make([]*tickWorker, len(bufs))
 	errs := make([]error, len(bufs))
 	var wg sync.WaitGroup
 	for i, s := range bufs {
 		p.workers[i] = newTickWorker(s.Seq, p.changes)
+		p.workers[i].progress = p.b.progress
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -136,12 +159,10 @@ func (p *parallelCount) readBuffers(bufs []nrm2.BufferStream) bool {
 	return true
 }
 
-// gather adds the workers' totals to the report and sorts their threads'
-// first ticks, runs and raw stacks for the replay.
-func (p *parallelCount) gather() {
+// gatherTotals adds the workers' totals to the report.
+func (p *counter) gatherTotals() {
 	rep := p.b.rep
-	nraws := 0
-	for wi, w := range p.workers {
+	for _, w := range p.workers {
 		rep.Total += w.total
 		if w.total > 0 {
 			if rep.First == 0 || w.firstT < rep.First {
@@ -149,6 +170,12 @@ func (p *parallelCount) gather() {
 			}
 			rep.Last = max(rep.Last, w.lastT)
 		}
+	}
+}
+
+// gatherFirsts sorts the workers' threads' first ticks for the replay.
+func (p *counter) gatherFirsts() {
+	for _, w := range p.workers {
 		for k, t := range w.first {
 			if i, ok := p.seen[k]; ok {
 				if ft := &p.firsts[i]; t < ft.time || t == ft.time && w.seq < ft.seq {
@@ -159,22 +186,7 @@ func (p *parallelCount) gather() {
 			p.seen[k] = len(p.firsts)
 			p.firsts = append(p.firsts, firstTick{k[0], k[1], t, w.seq})
 		}
-		for ri, run := range w.runs {
-			if run.kernel {
-				p.kernelRuns = append(p.kernelRuns, runRef{int32(wi), int32(ri)})
-				continue
-			}
-			k := [2]uint32{run.pid, run.epoch}
-			p.groups[k] = append(p.groups[k], runRef{int32(wi), int32(ri)})
-		}
-		for i := int32(0); i < w.nraw; i++ {
-			rs := w.raw(i)
-			k := [2]uint32{rs.pid, rs.epoch}
-			p.rawGroups[k] = append(p.rawGroups[k], runRef{int32(wi), i})
-		}
-		nraws += int(w.nraw)
 	}
-	p.b.stk.reserve(nraws)
 	slices.SortFunc(p.firsts, func(a, b firstTick) int {
 		if a.time != b.time {
 			if a.time < b.time {
@@ -186,10 +198,39 @@ func (p *parallelCount) gather() {
 	})
 }
 
+// gatherCounts groups the workers' runs and raw stacks made since the
+// last gathering by the state they belong to (kernel runs apart).
+func (p *counter) gatherCounts() {
+	if len(p.gathered) < len(p.workers) {
+		p.gathered = append(p.gathered, make([]gatherMark, len(p.workers)-len(p.gathered))...)
+	}
+	nraws := 0
+	for wi, w := range p.workers {
+		g := &p.gathered[wi]
+		for ri := int(g.runs); ri < len(w.runs); ri++ {
+			run := &w.runs[ri]
+			if run.kernel {
+				p.kernelRuns = append(p.kernelRuns, runRef{int32(wi), int32(ri)})
+				continue
+			}
+			k := [2]uint32{run.pid, run.epoch}
+			p.groups[k] = append(p.groups[k], runRef{int32(wi), int32(ri)})
+		}
+		for i := g.raws; i < w.nraw; i++ {
+			rs := w.raw(i)
+			k := [2]uint32{rs.pid, rs.epoch}
+			p.rawGroups[k] = append(p.rawGroups[k], runRef{int32(wi), i})
+		}
+		nraws += int(w.nraw - g.raws)
+		g.runs, g.raws = int32(len(w.runs)), w.nraw
+	}
+	p.b.stk.reserve(nraws)
+}
+
 // replay is step 3: the MTE records applied in order, each state's
 // counts and stacks located when it ends, the threads named at their
 // first tick.
-func (p *parallelCount) replay() {
+func (p *counter) replay() {
 	side := startSide(p.b.r, p.workers, p.kernelRuns)
 	for _, blk := range p.mte {
 		for i := range blk {
@@ -197,8 +238,13 @@ func (p *parallelCount) replay() {
 		}
 	}
 	p.nameUpTo(0, true)
-	// The states still open at the end (of processes without a change),
-	// a process after the other.
+	p.locateRest()
+	side.merge(p.b)
+}
+
+// locateRest locates the states still open at the end (of processes
+// without a change), a process after the other.
+func (p *counter) locateRest() {
 	rest := make([][2]uint32, 0, len(p.groups)+len(p.rawGroups))
 	for k := range p.groups {
 		rest = append(rest, k)
@@ -217,11 +263,10 @@ func (p *parallelCount) replay() {
 	for _, k := range rest {
 		p.locateGroup(k[0], k[1])
 	}
-	side.merge(p.b)
 }
 
 // apply replays one MTE record.
-func (p *parallelCount) apply(rec *trace.Record) {
+func (p *counter) apply(rec *trace.Record) {
 	p.nameUpTo(rec.Time, false)
 	pid, change := isChange(rec)
 	if change {
@@ -245,7 +290,7 @@ func (p *parallelCount) apply(rec *trace.Record) {
 
 // nameUpTo names the threads whose first tick came before t (all: every
 // one left), as the one reader names them at their first tick.
-func (p *parallelCount) nameUpTo(t uint64, all bool) {
+func (p *counter) nameUpTo(t uint64, all bool) {
 	for len(p.firsts) > 0 && (all || p.firsts[0].time < t) {
 		ft := p.firsts[0]
 		p.firsts = p.firsts[1:]
@@ -255,7 +300,7 @@ func (p *parallelCount) nameUpTo(t uint64, all bool) {
 
 // locateGroup locates the stacks and the user counts of one state of a
 // process (its mappings are those of that state now).
-func (p *parallelCount) locateGroup(pid, epoch uint32) {
+func (p *counter) locateGroup(pid, epoch uint32) {
 	k := [2]uint32{pid, epoch}
 	gs := p.groups[k]
 	rg := p.rawGroups[k]
@@ -278,7 +323,7 @@ func (p *parallelCount) locateGroup(pid, epoch uint32) {
 // distinct, the repeats across its threads and CPUs were a sixth of
 // 163 k, and a table of them cost more than locating those again: sized
 // per state, it was fresh memory).
-func (p *parallelCount) countRuns(pid uint32, gs []runRef) {
+func (p *counter) countRuns(pid uint32, gs []runRef) {
 	if len(gs) == 0 {
 		return
 	}
@@ -295,7 +340,7 @@ func (p *parallelCount) countRuns(pid uint32, gs []runRef) {
 // locateStacks locates a state's raw stacks and counts them among the
 // located ones; pcs are its tables of located PCs, user and kernel frames
 // (as the one reader's: not its ticks').
-func (p *parallelCount) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]int32) {
+func (p *counter) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]int32) {
 	rep := p.b.rep
 	s := &p.b.stk
 	for _, g := range gs {
@@ -344,7 +389,7 @@ func (p *parallelCount) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]
 
 // event sets the event-based sampling name: the last record in Records'
 // order (an MTE record before a trace record of the same time).
-func (p *parallelCount) event() {
+func (p *counter) event() {
 	last, lastSeq := p.lastEvent, -1
 	for _, w := range p.workers {
 		if e := w.event; e != nil {

@@ -8,10 +8,9 @@ import (
 
 // stackSet is the distinct call stacks of a report while it is made: one
 // a (thread, frames, truncated), its ticks and where it was first met.
-// Both readers count into it (the one reader as it meets a stack, the
-// CPUs' readers as each process state's stacks are located), and in
-// deferred naming, once the frames are named, stacks that became equal
-// are merged in it (mergeEqual). A stack is found by a hash of its key
+// The counter counts into it as each process state's stacks are located,
+// and once the frames are named, stacks that became equal are merged in it
+// (mergeEqual). A stack is found by a hash of its key
 // (stackKey), the stacks of one hash chained, no string made of a key
 // (a table keyed by strings made one of each new stack). The stacks and
 // their frames are kept in blocks: a slice grown by appends copied its
@@ -34,7 +33,7 @@ type stackAt struct {
 	truncated bool
 	n         uint64
 	// where it was first met: its time, buffer, place in the buffer (the
-	// one reader: the order met, in pos)
+	// one reader: time 0, the order met in pos)
 	time uint64
 	seq  int
 	pos  int64
@@ -95,7 +94,7 @@ func (s *stackSet) find(pid, tid uint32, truncated bool, frames []int32, kernel 
 	return j, true
 }
 
-// rename makes every frame name[frame] (deferred naming: a Loc's name).
+// rename makes every frame name[frame] (a Loc's name).
 // The table is stale after it: only mergeEqual reads the set then.
 func (s *stackSet) rename(name []int32) {
 	for _, fb := range s.frames {

@@ -46,7 +46,7 @@ func (tab *ipTable) home(ip uint64) uint64 { return (ip * fibMul) >> tab.shift }
 // tick's, not the address's).
 type tickThread struct {
 	pid, tid uint32
-	epoch    uint32       // the process's mapping state (countParallel; else 0)
+	epoch    uint32       // the process's mapping state (a tickWorker's epoch)
 	tabs     [2]ipTable   // [0] user, [1] kernel
 	acc      [2][]ipCount // the counts spilled so far, by address
 	done     bool         // flushed: its process's state changed

@@ -191,59 +191,24 @@ func Build(f *nrm2.File, r *a2n.Resolver, onRecord func(rec *trace.Record, res *
 	return BuildFiltered(f, r, nil, onRecord)
 }
 
-// poolTables bounds the emptied tables a tablePool keeps for reuse, and
-// poolTableMax the entries of a table it keeps (a larger one is dropped:
-// emptying costs its size, and it would hold its memory).
-const (
-	poolTables   = 64
-	poolTableMax = 1 << 14
-)
-
-// tablePool keeps emptied tables for reuse.
-type tablePool[K comparable] []map[K]int32
-
-// get returns an empty table.
-func (p *tablePool[K]) get() map[K]int32 {
-	if n := len(*p); n > 0 {
-		m := (*p)[n-1]
-		*p = (*p)[:n-1]
-		return m
-	}
-	return map[K]int32{}
-}
-
-// put empties m (if not nil) and keeps it, unless the pool is full or m
-// too large.
-func (p *tablePool[K]) put(m map[K]int32) {
-	if m != nil && len(*p) < poolTables && len(m) <= poolTableMax {
-		clear(m)
-		*p = append(*p, m)
-	}
-}
-
 // BuildFiltered is Build for the ticks filt selects (nil: all); the others
 // are counted in Filtered (and still passed to onRecord, unresolved).
 //
-// The report is made by a builder (build.go). Without onRecord and filter,
-// a trace of parallelMin bytes or more is read on every CPU at once
-// (parallel.go, replay.go), else by the one reader; onRecord, which needs
-// each tick's name when it is read, makes the one reader name addresses
-// at once instead of deferring the naming (slower: a name per distinct
-// address as it is met, on the reading goroutine).
+// The report is made by a builder (build.go) and its counter (replay.go).
+// Without onRecord and filter, a trace of parallelMin bytes or more is
+// read on every CPU at once (parallel.go), else by the one reader
+// (serial.go), which also names each tick onRecord is given as it is read.
 func BuildFiltered(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *trace.Record, res *a2n.Result)) *Report {
-	return newBuilder(f, r, filt, onRecord).build()
+	return BuildWith(f, r, Options{Filter: filt, OnRecord: onRecord})
 }
 
 // BuildWithAddresses is BuildFiltered keeping what Profile needs to give
 // each location its address, mapping and source line: every distinct
 // address's place (its module and file offset) and its ticks per thread,
 // and the call stacks' frames by address before they are named (a copy
-// of the frames). Without onRecord only: naming at once keeps names, not
-// places.
+// of the frames).
 func BuildWithAddresses(f *nrm2.File, r *a2n.Resolver, filt *Filter) *Report {
-	b := newBuilder(f, r, filt, nil)
-	b.keepAddrs = true
-	return b.build()
+	return BuildWith(f, r, Options{Filter: filt, Addresses: true})
 }
 
 // entry is ticks of one thread (in one state of its process) at one

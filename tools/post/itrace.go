@@ -88,114 +88,165 @@ func (n *a2nNamer) Func(pid uint32, addr uint64) (itrace.Func, uint64, string, i
 	return v.fn, v.off, v.file, v.line
 }
 
-// itraceHook chains the ITrace replay after next on every record post
-// reads, and returns the function that writes the reports at the end.
-func itraceHook(itraceOpt itraceFlagValues, in string, r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
-	if !itraceOpt.any() {
-		return next, func() error { return nil }
-	}
-	if itraceOpt.callgrind != "" || itraceOpt.arc {
-		r.Lines = true
-	}
-	namer := &a2nNamer{r: r, cache: map[[2]uint64]named{}}
-	var arcF *os.File
-	var arcW *bufio.Writer
-	var arcErr error
-	var onBranch func(b *itrace.Branch)
-	if itraceOpt.arc {
-		path := filepath.Join(outDir, "arc")
-		if arcF, arcW, arcErr = create(path); arcErr == nil {
-			fmt.Fprintf(arcW, "arc of %s: one line per taken branch (and system call, signal, interrupt, page fault) of the traced threads\n", in)
-			fmt.Fprintln(arcW, "CPU K/U TYPE INSTS  CALLFLOW / PID_TID          OFFSET  SYMBOL:MODULE  PID_TID_NAME  TYPE-WORD  LINE")
-			onBranch = func(b *itrace.Branch) { writeArc(arcW, namer, r, b) }
-		}
-	}
-	rep := itrace.NewReport(namer, onBranch)
-	var blocks *itrace.Blocks // callgrind's instruction positions
-	if itraceOpt.callgrind != "" {
-		blocks = itrace.NewBlocks(namer)
-	}
-	if itraceOpt.folded != "" || itraceOpt.prof != "" {
-		rep.EnableStacks()
-	}
-	hook := func(rec *trace.Record, res *a2n.Result) {
-		if next != nil {
-			next(rec, res)
-		}
-		if blocks != nil {
-			blocks.Apply(rec)
-		}
-		switch rec.Major {
-		case trace.MajorMTE, trace.MajorJITLoad:
-			if len(namer.cache) > 0 {
-				namer.cache = map[[2]uint64]named{} // names may change from here on
-			}
-		case trace.MajorITraceU, trace.MajorITraceK:
-			rep.Apply(rec)
-		}
-	}
-	finish := func() error {
-		if arcErr != nil {
-			return arcErr
-		}
-		rep.Finish()
-		if rep.Instructions == 0 {
-			fmt.Fprintf(stdout, "post: %s holds no ITrace records (swtrace itrace on, or scripts/run.itrace)\n", in)
-		}
-		if arcW != nil {
-			if err := arcW.Flush(); err != nil {
-				return fmt.Errorf("write arc: %w", err)
-			}
-			if err := arcF.Close(); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (%d lines)\n", filepath.Join(outDir, "arc"), rep.Branches+rep.Syscalls+rep.Signals+rep.Interrupts+rep.Faults)
-		}
-		if itraceOpt.report {
-			path := filepath.Join(outDir, "itrace.out")
-			f, w, err := create(path)
-			if err != nil {
-				return err
-			}
-			writeITraceReport(w, rep, in)
-			if err := w.Flush(); err != nil {
-				f.Close()
-				return fmt.Errorf("write %s: %w", path, err)
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (%d instructions, %d functions)\n", path, rep.Instructions, len(rep.Funcs))
-		}
-		if itraceOpt.callgrind != "" {
-			f, err := os.Create(itraceOpt.callgrind)
-			if err != nil {
-				return err
-			}
-			if err := rep.WriteCallgrindWith(f, callgrindOptions(rep, r, in, blocks)); err != nil {
-				f.Close()
-				return fmt.Errorf("write %s: %w", itraceOpt.callgrind, err)
-			}
-			if err := f.Close(); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (callgrind_annotate %s, or kcachegrind)\n", itraceOpt.callgrind, itraceOpt.callgrind)
-		}
-		if itraceOpt.folded != "" {
-			if err := writeFile(itraceOpt.folded, rep.WriteFolded); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (flamegraph.pl --countname instructions %s > flame.svg)\n", itraceOpt.folded, itraceOpt.folded)
-		}
-		if itraceOpt.prof != "" {
-			if err := writeFile(itraceOpt.prof, rep.WritePprof); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s; values are instructions)\n", itraceOpt.prof, itraceOpt.prof)
-		}
+// itracePass replays the ITrace records (analysis/itrace) as post reads
+// them, names as of each record, and writes the ITrace reports the
+// options ask for.
+type itracePass struct {
+	opt    itraceFlagValues
+	in     string
+	outDir string
+	stdout io.Writer
+	r      *a2n.Resolver
+	namer  *a2nNamer
+	rep    *itrace.Report
+	blocks *itrace.Blocks // callgrind's instruction positions
+	arcF   *os.File
+	arcW   *bufio.Writer
+	arcErr error
+}
+
+// newITracePass starts the ITrace reports of opt (nil: none asked for).
+func newITracePass(opt itraceFlagValues, in string, r *a2n.Resolver, outDir string, stdout io.Writer) *itracePass {
+	if !opt.any() {
 		return nil
 	}
-	return hook, finish
+	if opt.callgrind != "" || opt.arc {
+		r.Lines = true
+	}
+	p := &itracePass{opt: opt, in: in, outDir: outDir, stdout: stdout, r: r, namer: &a2nNamer{r: r, cache: map[[2]uint64]named{}}}
+	var onBranch func(b *itrace.Branch)
+	if opt.arc {
+		path := filepath.Join(outDir, "arc")
+		if p.arcF, p.arcW, p.arcErr = create(path); p.arcErr == nil {
+			fmt.Fprintf(p.arcW, "arc of %s: one line per taken branch (and system call, signal, interrupt, page fault) of the traced threads\n", in)
+			fmt.Fprintln(p.arcW, "CPU K/U TYPE INSTS  CALLFLOW / PID_TID          OFFSET  SYMBOL:MODULE  PID_TID_NAME  TYPE-WORD  LINE")
+			onBranch = func(b *itrace.Branch) { writeArc(p.arcW, p.namer, r, b) }
+		}
+	}
+	p.rep = itrace.NewReport(p.namer, onBranch)
+	if opt.callgrind != "" {
+		p.blocks = itrace.NewBlocks(p.namer)
+	}
+	if opt.folded != "" || opt.prof != "" {
+		p.rep.EnableStacks()
+	}
+	return p
+}
+
+func (p *itracePass) record(rec *trace.Record, _ *a2n.Result) {
+	if p.blocks != nil {
+		p.blocks.Apply(rec)
+	}
+	switch rec.Major {
+	case trace.MajorMTE, trace.MajorJITLoad:
+		if len(p.namer.cache) > 0 {
+			p.namer.cache = map[[2]uint64]named{} // names may change from here on
+		}
+	case trace.MajorITraceU, trace.MajorITraceK:
+		p.rep.Apply(rec)
+	}
+}
+
+// finish ends the replay and writes the reports.
+func (p *itracePass) finish() error {
+	if p.arcErr != nil {
+		return p.arcErr
+	}
+	p.rep.Finish()
+	if p.rep.Instructions == 0 {
+		fmt.Fprintf(p.stdout, "post: %s holds no ITrace records (swtrace itrace on, or scripts/run.itrace)\n", p.in)
+	}
+	for _, write := range []func() error{p.writeArc, p.writeReport, p.writeCallgrind, p.writeFolded, p.writePprof} {
+		if err := write(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeArc ends the arc report (-arc), written as the replay went.
+func (p *itracePass) writeArc() error {
+	if p.arcW == nil {
+		return nil
+	}
+	if err := p.arcW.Flush(); err != nil {
+		return fmt.Errorf("write arc: %w", err)
+	}
+	if err := p.arcF.Close(); err != nil {
+		return err
+	}
+	rep := p.rep
+	fmt.Fprintf(p.stdout, "post: wrote %s (%d lines)\n", filepath.Join(p.outDir, "arc"), rep.Branches+rep.Syscalls+rep.Signals+rep.Interrupts+rep.Faults)
+	return nil
+}
+
+// writeReport writes itrace.out (-itrace).
+func (p *itracePass) writeReport() error {
+	if !p.opt.report {
+		return nil
+	}
+	path := filepath.Join(p.outDir, "itrace.out")
+	f, w, err := create(path)
+	if err != nil {
+		return err
+	}
+	writeITraceReport(w, p.rep, p.in)
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.stdout, "post: wrote %s (%d instructions, %d functions)\n", path, p.rep.Instructions, len(p.rep.Funcs))
+	return nil
+}
+
+// writeCallgrind writes --callgrind FILE.
+func (p *itracePass) writeCallgrind() error {
+	path := p.opt.callgrind
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := p.rep.WriteCallgrindWith(f, callgrindOptions(p.rep, p.r, p.in, p.blocks)); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.stdout, "post: wrote %s (callgrind_annotate %s, or kcachegrind)\n", path, path)
+	return nil
+}
+
+// writeFolded writes --itrace-folded FILE.
+func (p *itracePass) writeFolded() error {
+	path := p.opt.folded
+	if path == "" {
+		return nil
+	}
+	if err := writeFile(path, p.rep.WriteFolded); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.stdout, "post: wrote %s (flamegraph.pl --countname instructions %s > flame.svg)\n", path, path)
+	return nil
+}
+
+// writePprof writes --itrace-pprof FILE.
+func (p *itracePass) writePprof() error {
+	path := p.opt.prof
+	if path == "" {
+		return nil
+	}
+	if err := writeFile(path, p.rep.WritePprof); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.stdout, "post: wrote %s (go tool pprof -http=: %s; values are instructions)\n", path, path)
+	return nil
 }
 
 func writeArc(w *bufio.Writer, n *a2nNamer, r *a2n.Resolver, b *itrace.Branch) {

@@ -23,7 +23,6 @@ import (
 	"perfinsp/analysis/a2n"
 	"perfinsp/analysis/tprof"
 	"perfinsp/format/nrm2"
-	"perfinsp/format/trace"
 	"perfinsp/internal/hugeheap"
 )
 
@@ -46,7 +45,7 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
 	script, diff, annotate                                                   string
-	show, doTprof, lines, strict, noChildren, noCache, hexIDs                bool
+	show, doTprof, lines, strict, noChildren, noCache, hexIDs, progress      bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
 	merge                                                                    mergeFlagValues
@@ -85,6 +84,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "comm", Usage: "only processes of these names (`LIST`)", Destination: &o.comms},
 			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, read by later runs instead of parsed again", Destination: &o.cacheDir},
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
+			&cli.BoolFlag{Name: "progress", Usage: "print how much of the trace is read on stderr as post reads it, at each tenth and every 2 s (default: every 2 s when stderr is a terminal and the reading takes longer)", Destination: &o.progress},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
 		}, append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...)...),
 		Action: func(c *cli.Context) error {
@@ -225,91 +225,41 @@ func post(o *options, stdout, stderr io.Writer) error {
 	r.Cache.Root = o.root
 	r.Lines = o.lines && o.show
 
-	var showF *os.File
-	var showW *bufio.Writer
-	var onRecord func(rec *trace.Record, res *a2n.Result)
-	if o.show {
-		showPath := filepath.Join(outDir, "post.show")
-		if showF, showW, err = create(showPath); err != nil {
-			return err
-		}
-		defer showF.Close()
-		fmt.Fprintf(showW, "post.show of %s: %d CPUs, %s mode, kernel %s\n", in, f.Header.NCPUs, nrm2.ModeName(f.Header.Mode), f.Header.KernelRelease)
-		fmt.Fprintln(showW, "CPU TIME(s)             RECORD        FIELDS")
-		onRecord = func(rec *trace.Record, res *a2n.Result) {
-			if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
-				return
-			}
-			kind := ' '
-			if rec.MTE {
-				kind = 'M'
-			}
-			showW.WriteString(trace.Format(rec))
-			if res != nil {
-				fmt.Fprintf(showW, " -> %s %s+0x%x", res.Module, res.Symbol, res.Offset)
-				if res.File != "" {
-					fmt.Fprintf(showW, " %s:%d", res.File, res.Line)
-				}
-			}
-			if kind == 'M' {
-				showW.WriteString(" [MTE]")
-			}
-			showW.WriteByte('\n')
-		}
+	ps, show, err := o.passes(f, r, stdout, stderr)
+	if err != nil {
+		return err
 	}
-	var script *scriptWriter
-	if o.script != "" {
-		if script, err = newScriptWriter(o.script, r, uint64(f.Header.RateHz)); err != nil {
-			return err
-		}
-		next := onRecord
-		onRecord = func(rec *trace.Record, res *a2n.Result) {
-			if next != nil {
-				next(rec, res)
-			}
-			script.record(rec, res)
-		}
+	if show != nil {
+		defer show.f.Close()
 	}
-	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
-	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
-	onRecord, endSched := schedHook(o.sched, r, o.filter, onRecord, outDir, stdout, stderr)
+	onRecord := ps.onRecord()
 	sel := newSelection(o.filter)
-	var rep *tprof.Report
-	if (o.pprofOut != "" || o.annotate != "") && onRecord == nil {
-		rep = tprof.BuildWithAddresses(f, r, o.filter) // the profile's addresses and lines
-	} else {
-		rep = tprof.BuildFiltered(f, r, o.filter, onRecord)
+	opt := tprof.Options{Filter: o.filter, OnRecord: onRecord,
+		// the profile's addresses and lines (a run with record passes
+		// writes the profile without them)
+		Addresses: (o.pprofOut != "" || o.annotate != "") && onRecord == nil}
+	var read tprof.Progress
+	prog := newProgress(stderr, o.progress, tprof.TraceBytes(f), read.Read)
+	if prog != nil {
+		opt.Progress = &read // (counted only when shown)
 	}
+	prog.run()
+	rep := tprof.BuildWith(f, r, opt)
+	prog.end()
 	rep.HexIDs = o.hexIDs
 	if rep.Total == 0 {
 		if err := sel.check(f); err != nil {
 			return err
 		}
 	}
-	if script != nil {
-		if err := script.close(); err != nil {
-			return fmt.Errorf("write %s: %w", o.script, err)
-		}
-		fmt.Fprintf(stdout, "post: wrote %s (perf script form: stackcollapse-perf.pl %s | flamegraph.pl)\n", o.script, o.script)
-	}
-	if err := endITrace(); err != nil {
-		return err
-	}
-	if err := endMerge(); err != nil {
-		return err
-	}
-	if err := endSched(); err != nil {
+	if err := ps.finish(); err != nil {
 		return err
 	}
 	warns := warnings(rep)
-	if o.show {
-		for _, l := range warns {
-			fmt.Fprintln(showW, l)
+	if show != nil {
+		if err := show.close(warns, stdout); err != nil {
+			return err
 		}
-		if err := showW.Flush(); err != nil {
-			return fmt.Errorf("write post.show: %w", err)
-		}
-		fmt.Fprintf(stdout, "post: wrote %s\n", filepath.Join(outDir, "post.show"))
 	}
 	for _, w := range stderrWarnings(warns) {
 		fmt.Fprintln(stderr, "post:", w)
@@ -431,6 +381,42 @@ func post(o *options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "post: wrote %s (open it in a browser)\n", flame)
 	}
 	return nil
+}
+
+// passes makes the record passes o asks for, in the order they take each
+// record: post.show (also returned: its end waits for the tprof report),
+// --script, the ITrace, merge and scheduling reports.
+func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer) (passes, *showPass, error) {
+	var ps passes
+	var show *showPass
+	if o.show {
+		var err error
+		if show, err = newShowPass(o.outDir, o.in, f.Header); err != nil {
+			return nil, nil, err
+		}
+		ps = append(ps, show)
+	}
+	if o.script != "" {
+		w, err := newScriptWriter(o.script, r, uint64(f.Header.RateHz))
+		if err != nil {
+			if show != nil {
+				show.f.Close()
+			}
+			return nil, nil, err
+		}
+		ps = append(ps, scriptPass{w, o.script, stdout})
+	}
+	if p := newITracePass(o.itrace, o.in, r, o.outDir, stdout); p != nil {
+		ps = append(ps, p)
+	}
+	if p := newMergePass(o.merge, r, o.outDir, stdout); p != nil {
+		ps = append(ps, p)
+	}
+	if o.sched.any() {
+		rec, end := schedHook(o.sched, r, o.filter, nil, o.outDir, stdout, stderr)
+		ps = append(ps, hookPass{rec, end})
+	}
+	return ps, show, nil
 }
 
 // parseFilter builds the tick selection of --pid, --tid and --comm (nil

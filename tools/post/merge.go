@@ -7,6 +7,7 @@ package main
 // writes the same trees as pprof with ticks and time.
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -32,94 +33,111 @@ func mergeFlags(mergeOpt *mergeFlagValues) []cli.Flag {
 
 func (o mergeFlagValues) any() bool { return o.tree || o.pprof != "" }
 
-// mergeHook feeds every record to a merger after next; the returned end
-// function writes the reports.
-func mergeHook(opt mergeFlagValues, r *a2n.Resolver, next func(*trace.Record, *a2n.Result), outDir string, stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
-	if !opt.any() {
-		return next, func() error { return nil }
-	}
-	m := merge.New()
-	var recErr error
-	name := func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol }
+// mergePass merges the method entry/exit records with the tprof ticks as
+// post reads them (analysis/merge) and writes the merged trees.
+type mergePass struct {
+	opt    mergeFlagValues
+	outDir string
+	stdout io.Writer
+	r      *a2n.Resolver
+	m      *merge.Merger
+	recErr error // the first record the merger refused
 	// the threads whose last tick was merged: their next call stack
 	// belongs to it (the stacks of ticks left out are left out too)
-	tickOf := map[[2]uint32]bool{}
-	hook := func(rec *trace.Record, res *a2n.Result) {
-		if next != nil {
-			next(rec, res)
-		}
-		switch rec.Major {
-		case trace.MajorTprof:
-			k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
-			if res == nil {
-				delete(tickOf, k) // left out by --pid/--tid/--comm
-				return
-			}
-			tickOf[k] = true
-			m.Tick(k[0], k[1], rec.Time, res.Symbol)
-			return
-		case trace.MajorUnwind:
-			if rec.Minor != trace.UnwindTick {
-				return // a wait's stack (UNWIND_SWITCH)
-			}
-			k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
-			if !tickOf[k] {
-				return
-			}
-			delete(tickOf, k)
-		}
-		if err := m.Record(rec, name); err != nil && recErr == nil {
-			recErr = err
-		}
+	tickOf map[[2]uint32]bool
+}
+
+// newMergePass starts the merge reports of opt (nil: none asked for).
+func newMergePass(opt mergeFlagValues, r *a2n.Resolver, outDir string, stdout io.Writer) *mergePass {
+	if !opt.any() {
+		return nil
 	}
-	end := func() error {
-		if recErr != nil {
-			return recErr
+	return &mergePass{opt: opt, outDir: outDir, stdout: stdout, r: r, m: merge.New(), tickOf: map[[2]uint32]bool{}}
+}
+
+// name is a frame's symbol as of the record merged.
+func (p *mergePass) name(pid uint32, pc uint64, kernel bool) string {
+	return p.r.Resolve(pid, pc, kernel).Symbol
+}
+
+func (p *mergePass) record(rec *trace.Record, res *a2n.Result) {
+	switch rec.Major {
+	case trace.MajorTprof:
+		k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
+		if res == nil {
+			delete(p.tickOf, k) // left out by --pid/--tid/--comm
+			return
 		}
-		m.Finish()
-		for _, t := range m.Threads {
-			t.Name = r.ThreadName(t.PID, t.TID)
+		p.tickOf[k] = true
+		p.m.Tick(k[0], k[1], rec.Time, res.Symbol)
+		return
+	case trace.MajorUnwind:
+		if rec.Minor != trace.UnwindTick {
+			return // a wait's stack (UNWIND_SWITCH)
 		}
-		if opt.tree {
-			path := filepath.Join(outDir, "merge.out")
-			f, w, err := create(path)
-			if err != nil {
-				return err
-			}
-			err = m.WriteTree(w, "ns")
+		k := [2]uint32{uint32(rec.Field(0)), uint32(rec.Field(1))}
+		if !p.tickOf[k] {
+			return
+		}
+		delete(p.tickOf, k)
+	}
+	if err := p.m.Record(rec, p.name); err != nil && p.recErr == nil {
+		p.recErr = err
+	}
+}
+
+// finish ends the merge and writes merge.out (--merge) and the profile
+// (--merge-pprof).
+func (p *mergePass) finish() error {
+	if p.recErr != nil {
+		return p.recErr
+	}
+	m := p.m
+	m.Finish()
+	for _, t := range m.Threads {
+		t.Name = p.r.ThreadName(t.PID, t.TID)
+	}
+	if p.opt.tree {
+		path := filepath.Join(p.outDir, "merge.out")
+		err := writeBuffered(path, func(w *bufio.Writer) error {
+			err := m.WriteTree(w, "ns")
 			if err == nil {
 				fmt.Fprintln(w)
 				err = m.WriteArcFlow(w, "ns")
 			}
-			if err == nil {
-				err = w.Flush()
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("write %s: %w", path, err)
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (%d threads, %d events, %d ticks)\n", path, len(m.Threads), m.Events, m.Ticks)
+			return err
+		})
+		if err != nil {
+			return err
 		}
-		if opt.pprof != "" {
-			f, w, err := create(opt.pprof)
-			if err != nil {
-				return err
-			}
-			err = m.WritePprof(w, "ns")
-			if err == nil {
-				err = w.Flush()
-			}
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("write %s: %w", opt.pprof, err)
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -sample_index=ticks|time %s)\n", opt.pprof, opt.pprof)
-		}
-		return nil
+		fmt.Fprintf(p.stdout, "post: wrote %s (%d threads, %d events, %d ticks)\n", path, len(m.Threads), m.Events, m.Ticks)
 	}
-	return hook, end
+	if path := p.opt.pprof; path != "" {
+		if err := writeBuffered(path, func(w *bufio.Writer) error { return m.WritePprof(w, "ns") }); err != nil {
+			return err
+		}
+		fmt.Fprintf(p.stdout, "post: wrote %s (go tool pprof -sample_index=ticks|time %s)\n", path, path)
+	}
+	return nil
+}
+
+// writeBuffered creates path and writes it with fn through a buffer; an
+// error of the writing names the file (one of creating it does not, as
+// create's callers do).
+func writeBuffered(path string, fn func(w *bufio.Writer) error) error {
+	f, w, err := create(path)
+	if err != nil {
+		return err
+	}
+	err = fn(w)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
