@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh): the pitrace module tests. Every check
 # prints one "vmtest:" line; the last line is the pass marker.
-# $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests)
-# or "stacks" (only the call-stack tests).
+# $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests),
+# "stacks" (only the call-stack tests) or "offcpu" (only the scheduler records).
 . /guest-lib.sh
 
 step "insmod pitrace.ko"
@@ -74,6 +74,20 @@ call_stacks() {
 	run pitest stacks
 }
 
+# the scheduler records: wake-ups, the stacks of waits (scripts/vmtest/guest/offcpu.go)
+off_cpu() {
+	step "scheduler records through the module: the waits example's sleeps and pipe reads under their stacks, their wake-ups"
+	run pitest offcpu
+}
+
+if [ "$1" = offcpu ]; then
+	off_cpu
+	rmmod pitrace || fail "rmmod after the scheduler-record tests"
+	dmesg | grep -i pitrace | sed 's/^/  dmesg: /'
+	echo "PITRACE-OFFCPU-DONE"
+	exit 0
+fi
+
 if [ "$1" = stacks ]; then
 	call_stacks
 	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
@@ -134,6 +148,7 @@ awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^
 echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
 
 call_stacks
+off_cpu
 sh /jit-test.sh || fail "jit"
 
 step "swtrace messages"
