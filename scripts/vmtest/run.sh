@@ -130,6 +130,7 @@ fi
 gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
 gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -o "$BIN/stackprog" scripts/vmtest/stackprog.c
 gcc -O2 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -static -Wall -Werror -pthread -o "$BIN/waits" examples/waits.c
+gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/pingpong" scripts/vmtest/pingpong.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/jitprog" \

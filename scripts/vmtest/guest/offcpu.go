@@ -94,6 +94,32 @@ func offcpuRun(dir, file string) (int, map[string]offcpuRole, error) {
 	return c.Process.Pid, roles, f.Get(file)
 }
 
+// offcpuSaveEnabled returns a function that enables again the record
+// types enabled now, and only them (the tests after this one expect the
+// module's defaults).
+func offcpuSaveEnabled() (func(), error) {
+	f, err := control.Open("kmod")
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Info()
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		f, err := control.Open("kmod")
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		if now, err := f.Info(); err == nil {
+			_ = f.Disable(now.Enabled)
+		}
+		_ = f.Enable(st.Enabled)
+	}, nil
+}
+
 // offcpuCounts are what offcpuRecords counted.
 type offcpuCounts struct {
 	dispatches, wakeups, newWakeups, stacks, withUser int
@@ -211,6 +237,11 @@ func offcpu() error {
 	}
 	defer os.RemoveAll(dir)
 	defer stacksReset()
+	restore, err := offcpuSaveEnabled()
+	if err != nil {
+		return err
+	}
+	defer restore()
 	file := filepath.Join(dir, "waits.nrm2")
 	pid, roles, err := offcpuRun(dir, file)
 	if err != nil {
@@ -330,4 +361,43 @@ func foldedNs(path string) (map[string]int, error) {
 		m[l[:i]] += n
 	}
 	return m, nil
+}
+
+// schedBytes prints the scheduler records of file's trace buffers and
+// their bytes (TIME_HIGH records included, as they are written among them),
+// per DISPATCH: what a switch costs in trace space.
+func schedBytes(file string) error {
+	f, err := nrm2.Open(file)
+	if err != nil {
+		return err
+	}
+	var disp, wake, stacks, bytes int
+	err = f.RecordsOf(nrm2.ChunkTrace, func(r *trace.Record) error {
+		sched := r.Major == trace.MajorDispatch || r.Major == trace.MajorUnwind && r.Minor == trace.UnwindSwitch
+		if !sched && !(r.Major == trace.MajorSys && r.Minor == trace.SysTimeHigh) {
+			return nil
+		}
+		b, err := trace.Encode(nil, r.Major, r.Minor, r.Layout, r.Time, r.Fixed, r.Str)
+		if err != nil {
+			return err
+		}
+		bytes += len(b)
+		switch {
+		case r.Major == trace.MajorDispatch && r.Minor == trace.DispatchSwitch:
+			disp++
+		case r.Major == trace.MajorDispatch && r.Minor == trace.DispatchWakeup:
+			wake++
+		case sched:
+			stacks++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if disp == 0 {
+		return errors.New("no DISPATCH record")
+	}
+	fmt.Printf("%d DISPATCH, %d WAKEUP, %d UNWIND_SWITCH: %d bytes, %.1f per DISPATCH\n", disp, wake, stacks, bytes, float64(bytes)/float64(disp))
+	return nil
 }
