@@ -510,6 +510,55 @@ out:
 }
 
 /*
+ * A writer session: several records of this CPU's trace or MTE buffer with
+ * one time stamp and nothing else between them (the busy guard is held
+ * from begin to end, so an NMI's record is dropped rather than put between
+ * them).  Interrupts are off from pt_write_begin() to pt_write_end(), which
+ * must be called when begin returned true.
+ */
+bool pt_write_begin(struct pt_wsess *w, u32 kind)
+{
+	u32 cpu;
+
+	local_irq_save(w->flags);
+	w->b = NULL;
+	if (!READ_ONCE(pt_active))
+		goto out;
+	w->s = rcu_dereference_sched(pt_live_set);
+	if (!w->s)
+		goto out;
+	cpu = smp_processor_id();
+	if (cpu >= w->s->ncpu)
+		goto out;
+	w->b = kind == PITRACE_KIND_MTE ? &w->s->mte[cpu] : &w->s->trace[cpu];
+	if (w->b->busy) {
+		w->b->nested_lost++;
+		w->b = NULL;
+		goto out;
+	}
+	w->b->busy = 1;
+	w->t = ktime_get_mono_fast_ns();
+	return true;
+out:
+	local_irq_restore(w->flags);
+	return false;
+}
+
+bool pt_write_rec(struct pt_wsess *w, u16 major, u32 minor, int layout,
+		  const void *fields, u32 flen, const char *str, u32 slen)
+{
+	lockdep_assert_irqs_disabled();
+	return pt_emit(w->b, w->s->mode, major, minor, layout, w->t, fields,
+		       flen, str, slen);
+}
+
+void pt_write_end(struct pt_wsess *w)
+{
+	w->b->busy = 0;
+	local_irq_restore(w->flags);
+}
+
+/*
  * At off (writers quiesced): the partial segments become DONE so that user
  * space finds every record in DONE segments ordered by seq, and the guard's
  * drops are folded into the counts.

@@ -65,6 +65,19 @@ bool pt_write_buf(struct pt_set *s, struct pt_buf *b, u16 major, u32 minor,
 		  u32 slen);
 u64 pt_mem_limit(void);
 
+/* pt_write_begin .. pt_write_end: records with one time stamp, in a row */
+struct pt_wsess {
+	unsigned long flags;
+	struct pt_set *s;
+	struct pt_buf *b;
+	u64 t;
+};
+
+bool pt_write_begin(struct pt_wsess *w, u32 kind);
+bool pt_write_rec(struct pt_wsess *w, u16 major, u32 minor, int layout,
+		  const void *fields, u32 flen, const char *str, u32 slen);
+void pt_write_end(struct pt_wsess *w);
+
 /* pitrace_src.c */
 int pt_src_init(void);
 void pt_src_exit(void);

@@ -37,6 +37,7 @@
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
 #include <linux/slab.h>
+#include <linux/stacktrace.h>
 #include <linux/string.h>
 #include <linux/timekeeping.h>
 #include <linux/tracepoint.h>
@@ -305,20 +306,11 @@ static void pt_tp_rename(void *data, struct task_struct *task,
 	}
 }
 
+/* scheduler records: defined with the call stacks below */
 static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
-			 struct task_struct *next, unsigned int prev_state)
-{
-	struct pitrace_rec_dispatch f = {
-		prev->tgid, prev->pid, next->tgid, next->pid, prev_state
-	};
-
-	if (!READ_ONCE(pt_active) ||
-	    !pt_major_enabled(PITRACE_MAJOR_DISPATCH))
-		return;
-	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_DISPATCH,
-		 PITRACE_DISPATCH_SWITCH, PITRACE_LAYOUT_FIXED, &f, sizeof(f),
-		 NULL, 0);
-}
+			 struct task_struct *next, unsigned int prev_state);
+static void pt_tp_wakeup(void *data, struct task_struct *p);
+static void pt_tp_wakeup_new(void *data, struct task_struct *p);
 
 /* v: struct pitrace_rec_irq or pitrace_rec_softirq, one u32 */
 static void pt_intr(u32 minor, u32 v)
@@ -416,6 +408,8 @@ static struct pt_tp pt_tps[] = {
 	{ "sched_process_exit", pt_tp_exit, pt_always },
 	{ "task_rename", pt_tp_rename, pt_always },
 	{ "sched_switch", pt_tp_switch, pt_want_dispatch },
+	{ "sched_wakeup", pt_tp_wakeup, pt_want_dispatch },
+	{ "sched_wakeup_new", pt_tp_wakeup_new, pt_want_dispatch },
 	{ "irq_handler_entry", pt_tp_irq_entry, pt_want_intr },
 	{ "irq_handler_exit", pt_tp_irq_exit, pt_want_intr },
 	{ "softirq_entry", pt_tp_softirq_entry, pt_want_intr },
@@ -509,6 +503,8 @@ static struct kprobe pt_kp_sys_munmap = {
 };
 static bool pt_kp_exit_on, pt_kp_exec_on, pt_kp_munmap_on;
 static bool pt_kp_tried;
+/* the kprobe at schedule(): the user part of switch stacks */
+static bool pt_kp_sched_on, pt_kp_sched_tried;
 
 u32 pt_src_features(void)
 {
@@ -522,6 +518,8 @@ u32 pt_src_features(void)
 		f |= PITRACE_FEAT_UNMAP;
 	if (pt_kp_mmap_on)
 		f |= PITRACE_FEAT_MMAP;
+	if (pt_kp_sched_on)
+		f |= PITRACE_FEAT_KPROBE_SCHED;
 	return f;
 }
 
@@ -697,20 +695,222 @@ out:
 	this_cpu_dec(pt_stack_scratch->nest);
 }
 
-/* At on: stacks wanted, and the most PCs one trace segment holds. */
+/* The most PCs of a stack: the depth limit, and what one segment holds. */
+static u32 pt_stack_limit(void)
+{
+	/* a segment: TIME_HIGH, LOST, BUFFER_FULL and the record */
+	u32 room = pt.set->trace[0].seg_size - 2 * PT_TIME_HIGH_SIZE - 64 -
+		   PITRACE_REC_HDR_SIZE - sizeof(struct pitrace_rec_unwind) - 4;
+
+	return min_t(u32, pt_stack_depth, room / sizeof(u64));
+}
+
+/* At on: the stacks of tprof ticks wanted, and their limit. */
 static void pt_stack_start(void)
 {
-	u32 room, max = 0;
+	u32 max = 0;
 
 	if (pt_stack_scratch && pt.set &&
-	    pt_major_enabled(PITRACE_MAJOR_UNWIND)) {
-		/* a segment: TIME_HIGH, LOST, BUFFER_FULL and the record */
-		room = pt.set->trace[0].seg_size - 2 * PT_TIME_HIGH_SIZE - 64 -
-		       PITRACE_REC_HDR_SIZE -
-		       sizeof(struct pitrace_rec_unwind) - 4;
-		max = min_t(u32, pt_stack_depth, room / sizeof(u64));
-	}
+	    pt_major_enabled(PITRACE_MAJOR_UNWIND))
+		max = pt_stack_limit();
 	WRITE_ONCE(pt_stack_max, max);
+}
+
+/* ---- scheduler records: DISPATCH, WAKEUP, UNWIND_SWITCH ------------------ */
+
+/*
+ * The stack of a thread that leaves its CPU to wait (UNWIND_SWITCH, after
+ * its DISPATCH): the kernel part is taken at the sched_switch tracepoint
+ * (stack_trace_save: no user memory), the user part earlier, at the entry
+ * of schedule() (a kprobe), where no lock is held: sched_switch runs under
+ * the run-queue lock with interrupts off, and a user page fault must never
+ * be taken there, even one that is refused.  The kprobe takes the frame-
+ * pointer walk of the thread's user stack (faults disabled, at most the
+ * depth limit) into its CPU's slot, tagged with the thread and its switch
+ * count; sched_switch takes it when the tag is the thread switching out
+ * and the count is one less than now (__schedule counts the switch before
+ * the tracepoint): no preemption came between, which would have run other
+ * threads there.  Without it (the kprobe missing, or the thread came to
+ * __schedule another way) the user part is the user PC alone, read from
+ * the registers the thread entered the kernel with.
+ *
+ * A slot is touched only by its CPU: by the kprobe (preemption off) and by
+ * the sched_switch probe (interrupts off), which never interrupt each
+ * other (neither calls schedule(), an interrupt does not either), so it
+ * needs no lock.  task is compared, never dereferenced.
+ */
+struct pt_switch_scratch {
+	struct task_struct *task;	/* whose user stack, or NULL */
+	unsigned long switches;		/* task's nvcsw + nivcsw then */
+	u32 nuser;
+	bool utrunc;
+	u64 user[PITRACE_MAX_STACK];
+	u64 pcs[PITRACE_MAX_STACK];	/* the record being made */
+};
+
+static struct pt_switch_scratch __percpu *pt_switch_scratch;
+/* at on: the depth limit with dispatch and callstack; 0: no switch stacks */
+static u32 pt_switch_max;
+
+static int pt_kp_schedule(struct kprobe *kp, struct pt_regs *regs)
+{
+	struct task_struct *t = current;
+	struct pt_switch_scratch *sc;
+	struct pt_regs *u;
+	u32 max = READ_ONCE(pt_switch_max);
+	bool trunc = false;
+
+	if (!max || !READ_ONCE(pt_active) || task_is_running(t) || !t->mm ||
+	    (t->flags & PF_KTHREAD))
+		return 0;
+	u = task_pt_regs(t);
+	if (!user_mode(u))
+		return 0;	/* never in user mode (io_uring worker) */
+	lockdep_assert_preemption_disabled();
+	sc = this_cpu_ptr(pt_switch_scratch);
+	sc->nuser = pt_stack_user(u, sc->user, 0, max, &trunc);
+	sc->utrunc = trunc;
+	sc->switches = t->nvcsw + t->nivcsw;
+	sc->task = t;
+	return 0;
+}
+
+static struct kprobe pt_kp_sched = {
+	.symbol_name = "schedule", .pre_handler = pt_kp_schedule,
+};
+
+/*
+ * The kernel part, from the tracepoint's caller on (ret: the probe's
+ * return address, in __schedule or the tracepoint's iterator): the frames
+ * of this module's probe are left out.
+ */
+static noinline u32 pt_switch_kernel(u64 *pcs, u32 max, unsigned long ret,
+				     bool *trunc)
+{
+	unsigned long *st = (unsigned long *)pcs;
+	u32 n, i, skip = 0;
+
+	BUILD_BUG_ON(sizeof(unsigned long) != sizeof(u64));
+	n = stack_trace_save(st, max, 0);
+	for (i = 0; i < n && i < 16; i++) {
+		if (st[i] == ret) {
+			skip = i;
+			break;
+		}
+	}
+	if (skip) {
+		n -= skip;
+		memmove(pcs, pcs + skip, n * sizeof(u64));
+	}
+	/* a full store may have been cut: the limit was reached */
+	*trunc = n + skip == max;
+	return n;
+}
+
+/* The PCs of prev's UNWIND_SWITCH into sc->pcs; the record's flags. */
+static u32 pt_switch_stack(struct task_struct *prev,
+			   struct pt_switch_scratch *sc, u32 max,
+			   unsigned long ret, u32 *flags)
+{
+	struct pt_regs *u;
+	bool trunc = false;
+	u32 nk, n, nu;
+
+	nk = n = pt_switch_kernel(sc->pcs, max, ret, &trunc);
+	if (sc->task == prev &&
+	    sc->switches + 1 == prev->nvcsw + prev->nivcsw) {
+		nu = min(sc->nuser, max - n);
+		memcpy(sc->pcs + n, sc->user, nu * sizeof(u64));
+		n += nu;
+		trunc = trunc || nu < sc->nuser || sc->utrunc;
+	} else if (prev->mm && !(prev->flags & PF_KTHREAD) && !trunc) {
+		u = task_pt_regs(prev);
+		if (user_mode(u) && n < max)
+			sc->pcs[n++] = u->ip;
+	}
+	sc->task = NULL;
+	*flags = (nk << PITRACE_UNWIND_KERN_SHIFT) |
+		 (trunc ? PITRACE_UNWIND_TRUNCATED : 0);
+	return n;
+}
+
+/*
+ * DISPATCH, and with callstack the UNWIND_SWITCH of a thread leaving to
+ * wait, both with one time stamp and nothing between them on this CPU.
+ * prev_state: the task's state as __schedule read it, with its exit state
+ * (X or Z) added for an exiting thread, as sched_switch's own report does;
+ * 0 for a preemption (the thread stays runnable whatever the state says).
+ */
+static void pt_tp_switch(void *data, bool preempt, struct task_struct *prev,
+			 struct task_struct *next, unsigned int prev_state)
+{
+	struct pitrace_rec_dispatch f = {
+		prev->tgid, prev->pid, next->tgid, next->pid,
+		preempt ? 0 : prev_state | READ_ONCE(prev->exit_state),
+	};
+	struct pitrace_rec_unwind uf = { prev->tgid, prev->pid, 0 };
+	unsigned long ret = (unsigned long)__builtin_return_address(0);
+	u32 max = READ_ONCE(pt_switch_max), n = 0;
+	struct pt_switch_scratch *sc = NULL;
+	struct pt_wsess w;
+
+	if (!READ_ONCE(pt_active) ||
+	    !pt_major_enabled(PITRACE_MAJOR_DISPATCH))
+		return;
+	lockdep_assert_irqs_disabled();
+	if (max && (f.prev_state & 0xff) && prev->pid &&
+	    !(f.prev_state & (EXIT_DEAD | EXIT_ZOMBIE))) {
+		sc = this_cpu_ptr(pt_switch_scratch);
+		n = pt_switch_stack(prev, sc, max, ret, &uf.flags);
+	}
+	if (!pt_write_begin(&w, PITRACE_KIND_TRACE))
+		return;
+	if (pt_write_rec(&w, PITRACE_MAJOR_DISPATCH, PITRACE_DISPATCH_SWITCH,
+			 PITRACE_LAYOUT_FIXED, &f, sizeof(f), NULL, 0) && n)
+		pt_write_rec(&w, PITRACE_MAJOR_UNWIND, PITRACE_UNWIND_SWITCH,
+			     PITRACE_LAYOUT_BYTES, &uf, sizeof(uf),
+			     (const char *)sc->pcs, n * sizeof(u64));
+	pt_write_end(&w);
+}
+
+/* WAKEUP: p made runnable by the thread running here (0: the idle task). */
+static void pt_wakeup(struct task_struct *p, u32 flags)
+{
+	struct task_struct *w = current;
+	struct pitrace_rec_wakeup f = {
+		.pid = p->tgid, .tid = p->pid, .target_cpu = task_cpu(p),
+		.waker_pid = w->pid ? w->tgid : 0, .waker_tid = w->pid,
+		.flags = flags,
+	};
+
+	if (!READ_ONCE(pt_active) ||
+	    !pt_major_enabled(PITRACE_MAJOR_DISPATCH))
+		return;
+	pt_write(PITRACE_KIND_TRACE, PITRACE_MAJOR_DISPATCH,
+		 PITRACE_DISPATCH_WAKEUP, PITRACE_LAYOUT_FIXED, &f, sizeof(f),
+		 NULL, 0);
+}
+
+static void pt_tp_wakeup(void *data, struct task_struct *p)
+{
+	pt_wakeup(p, 0);
+}
+
+static void pt_tp_wakeup_new(void *data, struct task_struct *p)
+{
+	pt_wakeup(p, PITRACE_WAKEUP_NEW);
+}
+
+/* At on: switch stacks wanted (dispatch and callstack), and their limit. */
+static void pt_switch_start(void)
+{
+	u32 max = 0;
+
+	if (pt_switch_scratch && pt.set &&
+	    pt_major_enabled(PITRACE_MAJOR_DISPATCH) &&
+	    pt_major_enabled(PITRACE_MAJOR_UNWIND))
+		max = pt_stack_limit();
+	WRITE_ONCE(pt_switch_max, max);
 }
 
 /* inlined: the timer path is as short as without call stacks */
@@ -925,6 +1125,15 @@ static int pt_attach(void)
 		}
 		p->registered = true;
 	}
+	/* user stacks of waits: only when asked for (it runs at each schedule()) */
+	if (!pt_kp_sched_tried && pt_switch_scratch &&
+	    pt_major_enabled(PITRACE_MAJOR_DISPATCH) &&
+	    pt_major_enabled(PITRACE_MAJOR_UNWIND)) {
+		pt_kp_sched_tried = true;
+		pt_kp_sched_on = register_kprobe(&pt_kp_sched) == 0;
+		if (!pt_kp_sched_on)
+			pr_info("pitrace: kprobe schedule: not attached; the stacks of waits have the user PC only (see docs/kmod.md)\n");
+	}
 	if (!pt_kp_tried) {
 		pt_kp_tried = true;
 		pt_kp_exit_on = register_kprobe(&pt_kp_do_exit) == 0;
@@ -952,6 +1161,9 @@ static void pt_detach(void)
 		unregister_kprobe(&pt_kp_sys_munmap);
 	if (pt_kp_mmap_on)
 		unregister_kprobe(&pt_kp_perf_mmap);
+	if (pt_kp_sched_on)
+		unregister_kprobe(&pt_kp_sched);
+	pt_kp_sched_on = false;
 	pt_kp_mmap_on = false;
 	pt_kp_exit_on = false;
 	pt_kp_exec_on = false;
@@ -983,6 +1195,7 @@ int pt_src_start(void)
 	err = pt_attach();
 	if (err)
 		return err;
+	pt_switch_start();
 	return pt_tprof_start();
 }
 
@@ -992,6 +1205,7 @@ int pt_src_start(void)
  */
 void pt_src_stop(void)
 {
+	WRITE_ONCE(pt_switch_max, 0);
 	pt_tprof_stop();
 }
 
@@ -1103,7 +1317,12 @@ int pt_src_init(void)
 	if (!pt_pathbufs)
 		return -ENOMEM;
 	pt_stack_scratch = alloc_percpu(struct pt_stack_scratch);
-	if (!pt_stack_scratch) {
+	pt_switch_scratch = alloc_percpu(struct pt_switch_scratch);
+	if (!pt_stack_scratch || !pt_switch_scratch) {
+		free_percpu(pt_stack_scratch);
+		free_percpu(pt_switch_scratch);
+		pt_stack_scratch = NULL;
+		pt_switch_scratch = NULL;
 		kvfree(pt_pathbufs);
 		pt_pathbufs = NULL;
 		return -ENOMEM;
@@ -1119,6 +1338,8 @@ void pt_src_exit(void)
 	pt_pathbufs = NULL;
 	free_percpu(pt_stack_scratch);
 	pt_stack_scratch = NULL;
+	free_percpu(pt_switch_scratch);
+	pt_switch_scratch = NULL;
 	vfree(pt_described);
 	pt_described = NULL;
 	pt_segs_done = NULL;

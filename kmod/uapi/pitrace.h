@@ -104,13 +104,25 @@ struct pitrace_rec_hdr {
 #define PITRACE_MAX_STACK	127	/* the default and largest depth limit */
 /*
  * With dispatch and callstack enabled, a DISPATCH record whose prev thread
- * left the CPU not runnable (prev_state & 0xff != 0) is followed in the same
- * CPU's trace buffer by UNWIND_SWITCH: the stack of prev as it switched out,
- * kernel frames (the scheduler's first) then user frames; layout as UNWIND.
+ * left the CPU not runnable (prev_state & 0xff != 0, not exiting) is
+ * followed in the same CPU's trace buffer by UNWIND_SWITCH, with the same
+ * time stamp: the stack of prev as it switched out, kernel frames (the
+ * scheduler's first, from the tracepoint's caller) then user frames (the
+ * frame-pointer walk taken at schedule()'s entry, where no lock is held;
+ * the user PC alone where that was not taken: PITRACE_FEAT_KPROBE_SCHED
+ * says whether it can be); layout as UNWIND (PITRACE_FEAT_SCHED).
  */
 #define PITRACE_UNWIND_SWITCH	0x7ffffffe	/* u32 pid, tid, flags; bytes: N x u64 PC */
 
 /* MAJOR_DISPATCH minors */
+/*
+ * DISPATCH prev_state: prev's task state as the scheduler read it (raw
+ * TASK_* bits), with its exit state (EXIT_ZOMBIE 0x20, EXIT_DEAD 0x10)
+ * added for an exiting thread, and 0 for a preemption.  WAKEUP
+ * (PITRACE_FEAT_SCHED, with dispatch): sched_wakeup and sched_wakeup_new;
+ * the waker is the thread running where the wake-up ran (0 for the idle
+ * task).
+ */
 #define PITRACE_DISPATCH_SWITCH	1	/* u32 prev_pid, prev_tid, next_pid, next_tid, prev_state */
 #define PITRACE_DISPATCH_WAKEUP	2	/* u32 pid, tid, target_cpu, waker_pid, waker_tid, flags */
 #define PITRACE_WAKEUP_NEW	1	/* WAKEUP flags: sched_wakeup_new */
@@ -425,6 +437,7 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_KPROBE_EXEC	2	/* old image described at exec */
 #define PITRACE_FEAT_UNMAP		4	/* munmap of executable segments seen */
 #define PITRACE_FEAT_MMAP		8	/* executable segments seen as they are mapped */
+#define PITRACE_FEAT_KPROBE_SCHED	16	/* UNWIND_SWITCH has the user stack (kprobe at schedule) */
 /* What the module's ABI offers (always set, bits 16 and up): */
 #define PITRACE_FEAT_SIZED_IOCTL	(1u << 16)	/* the size scheme above */
 #define PITRACE_FEAT_PTT_INHERIT	(1u << 17)	/* watched threads' new threads get areas */
@@ -436,12 +449,14 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
 #define PITRACE_FEAT_ITRACE_KERNEL	(1u << 27)	/* ITRACE_INTERRUPT/_FAULT records, ITRACE_STATS */
 #define PITRACE_FEAT_ITRACE_BLOCK	(1u << 29)	/* block-stepping, ITRACE_ON's STEP_* flags, ITRACE_STATS' block fields */
+#define PITRACE_FEAT_SCHED		(1u << 30)	/* WAKEUP and UNWIND_SWITCH records */
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
 	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD | \
-	 PITRACE_FEAT_ITRACE_KERNEL | PITRACE_FEAT_ITRACE_BLOCK)
+	 PITRACE_FEAT_ITRACE_KERNEL | PITRACE_FEAT_ITRACE_BLOCK | \
+	 PITRACE_FEAT_SCHED)
 
 struct pitrace_sysinfo {
 	__u32 abi;

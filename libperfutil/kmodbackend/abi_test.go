@@ -321,7 +321,7 @@ func TestSizeSchemeMatchesMirrors(t *testing.T) {
 	}
 	abi := uint64(0)
 	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC", "PITRACE_FEAT_CALLSTACK",
-		"PITRACE_FEAT_ITRACE", "PITRACE_FEAT_JIT", "PITRACE_FEAT_METHOD", "PITRACE_FEAT_ITRACE_KERNEL", "PITRACE_FEAT_ITRACE_BLOCK"} {
+		"PITRACE_FEAT_ITRACE", "PITRACE_FEAT_JIT", "PITRACE_FEAT_METHOD", "PITRACE_FEAT_ITRACE_KERNEL", "PITRACE_FEAT_ITRACE_BLOCK", "PITRACE_FEAT_SCHED"} {
 		f := v[b]
 		if f == 0 || f&(f-1) != 0 || f < 1<<16 || abi&f != 0 {
 			t.Errorf("%s = %#x: want a single bit from 16 up, distinct from the others", b, f)

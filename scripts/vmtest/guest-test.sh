@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh): the pitrace module tests. Every check
 # prints one "vmtest:" line; the last line is the pass marker.
-# $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests)
-# or "stacks" (only the call-stack tests).
+# $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests),
+# "stacks" (only the call-stack tests) or "offcpu" (only the scheduler records).
 . /guest-lib.sh
 
 step "insmod pitrace.ko"
@@ -74,6 +74,20 @@ call_stacks() {
 	run pitest stacks
 }
 
+# the scheduler records: wake-ups, the stacks of waits (scripts/vmtest/guest/offcpu.go)
+off_cpu() {
+	step "scheduler records through the module: the waits example's sleeps and pipe reads under their stacks, their wake-ups"
+	run pitest offcpu
+}
+
+if [ "$1" = offcpu ]; then
+	off_cpu
+	rmmod pitrace || fail "rmmod after the scheduler-record tests"
+	dmesg | grep -i pitrace | sed 's/^/  dmesg: /'
+	echo "PITRACE-OFFCPU-DONE"
+	exit 0
+fi
+
 if [ "$1" = stacks ]; then
 	call_stacks
 	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
@@ -83,10 +97,42 @@ if [ "$1" = stacks ]; then
 	exit 0
 fi
 
+# sched_bench: a pipe ping-pong (scripts/vmtest/pingpong.c) with tracing
+# off, with dispatch, with dispatch and callstack: guest instructions per
+# round trip (-icount) and the scheduler records' bytes per DISPATCH (last:
+# it leaves tprof disabled, which the other benchmarks expect enabled)
+sched_bench() {
+	n=2000
+	step "scheduler records: cost per round trip of a pipe ping-pong ($n round trips)"
+	pingpong $n >/tmp/out 2>&1 || fail "pingpong"
+	echo "bench: sched: no tracing (no probes attached): $(cat /tmp/out)"
+	for recs in "dispatch" "dispatch callstack"; do
+		swtrace free >/dev/null 2>&1
+		run swtrace mode normal
+		run swtrace init -t 16M -m 1M
+		run swtrace enable --only $recs
+		run swtrace on
+		pingpong $n >/tmp/pp 2>&1 || fail "pingpong under $recs"
+		run swtrace off
+		run swtrace get /tmp/pp.nrm2
+		pitest schedbytes /tmp/pp.nrm2 >/tmp/sb 2>&1 || { cat /tmp/sb; fail "schedbytes"; }
+		echo "bench: sched: $recs: $(cat /tmp/pp); $(cat /tmp/sb)"
+		rm -f /tmp/pp.nrm2
+	done
+	swtrace free >/dev/null 2>&1
+	pingpong $n >/tmp/out 2>&1 || fail "pingpong"
+	echo "bench: sched: tracing off, probes attached: $(cat /tmp/out)"
+	pitest perfsched /bin/pingpong $n >/tmp/out 2>&1 || { cat /tmp/out; fail "perfsched"; }
+	echo "bench: sched: $(cat /tmp/out)"
+	pitest perfsched /bin/pingpong $n g >/tmp/out 2>&1 || { cat /tmp/out; fail "perfsched -g"; }
+	echo "bench: sched: $(cat /tmp/out)"
+}
+
 if [ "$1" = bench ]; then
 	step "benchmark"
 	run pitest bench 20000
 	sh /method-test.sh bench || fail "method event cost"
+	sched_bench
 	echo "PITRACE-BENCH-DONE"
 	exit 0
 fi
@@ -134,6 +180,7 @@ awk '/^\)\) Module_Symbol/ {on=1} on && NF' /tmp/tprof.out | head -12 | sed 's/^
 echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
 
 call_stacks
+off_cpu
 sh /jit-test.sh || fail "jit"
 
 step "swtrace messages"

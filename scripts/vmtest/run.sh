@@ -13,6 +13,8 @@
 #   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
 #   scripts/vmtest/run.sh icount     ITrace: user + kernel instructions = TSC delta (-icount; icount-guest.sh)
 #   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
+#   scripts/vmtest/run.sh offcpu     only the scheduler records: wake-ups and the stacks of waits
+#                                    (scripts/vmtest/guest/offcpu.go, examples/waits.c, -smp 2)
 #   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c;
 #                                    method events: method-guest.sh, methodprog.c)
 #
@@ -127,6 +129,8 @@ if ! go build -ldflags='-s -w' -o "$BIN/post" ./tools/post 2>"$W/post-build.log"
 fi
 gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
 gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -o "$BIN/stackprog" scripts/vmtest/stackprog.c
+gcc -O2 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -static -Wall -Werror -pthread -o "$BIN/waits" examples/waits.c
+gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/pingpong" scripts/vmtest/pingpong.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
 gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/jitprog" \
@@ -217,7 +221,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=${VMTEST_TCG_THREAD:-sin
 rc=$?
 set -e
 echo "vmtest: qemu exit $rc after $(($(date +%s) - start)) s"
-grep -E '^(vmtest|itrace|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|stacks|  )' "$LOG" | sed 's/\r$//' || true
+grep -E '^(vmtest|itrace|ptt|harden|check-tprof|modes|badinput|fuzz|toggle|bench|swtrace|post|holdmap|pitest|stacks|offcpu|  )' "$LOG" | sed 's/\r$//' || true
 # Kernel messages carry a printk time stamp; tool output in the log (for
 # example post's "WARNING: records were lost") does not.
 KPAT='\[ *[0-9]+\.[0-9]+\] .*(Oops|BUG:|WARNING:|Kernel panic|general protection|Call Trace)'
@@ -240,6 +244,7 @@ marker="PITRACE-VMTEST-PASS"
 [ "$WHAT" = callflow ] && marker="PITRACE-CALLFLOW-PASS"
 [ "$WHAT" = icount ] && marker="PITRACE-ICOUNT-PASS"
 [ "$WHAT" = stacks ] && marker="PITRACE-STACKS-DONE"
+[ "$WHAT" = offcpu ] && marker="PITRACE-OFFCPU-DONE"
 [ "$WHAT" = jit ] && marker="PITRACE-JIT-DONE"
 [ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
 if ! grep -q "$marker" "$LOG"; then

@@ -12,6 +12,9 @@
 //	pitest holdmap                   map every buffer and sleep (to be killed)
 //	pitest bench                     per-record cost in TSC ticks (guest instructions under -icount)
 //	pitest stacks                    call stacks through the module: cpuburn's paths, truncation, kernel frames
+//	pitest offcpu                    the module's WAKEUP and UNWIND_SWITCH: the waits example's sleeps and pipe reads in post's off-CPU profile against its clock
+//	pitest schedbytes FILE           FILE's DISPATCH, WAKEUP and UNWIND_SWITCH records and their bytes per DISPATCH
+//	pitest perfsched PROG N [g]      PROG N under perf's recording of the scheduler tracepoints (g: switch call chains): bytes per switch
 //	pitest stacks-ratio              cpuburn's paths in the 60/30/10 ratio of its instructions (-icount VM)
 //	pitest pttgo                     the Go PTT library on the module backend (tsc through the work area)
 //	pitest itrace-count FILE         ITrace records in FILE and the trace buffers' lost records
@@ -79,6 +82,15 @@ func main() {
 		err = bench(os.Args[2:])
 	case "stacks":
 		err = stacks()
+	case "offcpu":
+		err = offcpu()
+	case "perfsched":
+		err = perfSched(os.Args[2:])
+	case "schedbytes":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		err = schedBytes(os.Args[2])
 	case "stacks-ratio":
 		err = stacksRatio()
 	case "pttgo":
@@ -111,6 +123,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | stacks | pttgo | pttmod [PTT] | msr | itrace-count FILE | itrace-go | itrace-cmp WANT GOT [FUNC...] | itrace-exec FILE N setuid=PID atexec=PID plain=PID")
+	fmt.Fprintln(os.Stderr, "usage: pitest check-tprof FILE EXE | modes | badinput | fuzz N SEED | toggle N [STOPFILE] | unmap FILE | mteexec DIR NAME | agent-stop | holdmap | bench | stacks | offcpu | schedbytes FILE | perfsched PROG N [g] | pttgo | pttmod [PTT] | msr | itrace-count FILE | itrace-go | itrace-cmp WANT GOT [FUNC...] | itrace-exec FILE N setuid=PID atexec=PID plain=PID")
 	os.Exit(2)
 }
