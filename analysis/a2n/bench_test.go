@@ -1,6 +1,7 @@
 package a2n
 
 import (
+	"debug/elf"
 	"testing"
 )
 
@@ -57,5 +58,26 @@ func BenchmarkSymbol(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.Symbol(text.Off + uint64(i*64)%text.Filesz)
+	}
+}
+
+// BenchmarkFDERanges is the cost of reading a stripped library's function
+// ranges from its .eh_frame.
+func BenchmarkFDERanges(b *testing.B) {
+	for _, path := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1"} {
+		b.Run(baseName(path), func(b *testing.B) {
+			f, err := elf.Open(path)
+			if err != nil {
+				b.Skipf("skipped: %v", err)
+			}
+			defer f.Close()
+			if len(fdeRanges(f)) == 0 {
+				b.Fatalf("%s: no FDE ranges", path)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				fdeRanges(f)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -128,18 +129,30 @@ func TestConcurrent(t *testing.T) {
 	}
 }
 
-// BenchmarkLoad loads libc's CFI (skipped without that file).
+// loadLibs are real libraries of this machine whose CFI BenchmarkLoad
+// reads: libc, libstdc++ and a large one.
+var loadLibs = []string{
+	"/lib/x86_64-linux-gnu/libc.so.6",
+	"/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+	"/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1",
+}
+
+// BenchmarkLoad loads the CFI of each of loadLibs (from memory; a library
+// not installed is skipped).
 func BenchmarkLoad(b *testing.B) {
-	const path = "/lib/x86_64-linux-gnu/libc.so.6"
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Skipf("no %s: %v", path, err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		t, err := Load(bytes.NewReader(data), int64(len(data)))
-		if err != nil || len(t.fdes) == 0 {
-			b.Fatalf("%s: %d FDEs, %v", path, len(t.fdes), err)
-		}
+	for _, path := range loadLibs {
+		b.Run(filepath.Base(path), func(b *testing.B) {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				b.Skipf("skipped: %v", err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				t, err := Load(bytes.NewReader(data), int64(len(data)))
+				if err != nil || len(t.fdes) == 0 {
+					b.Fatalf("%s: %v", path, err)
+				}
+			}
+		})
 	}
 }
