@@ -60,34 +60,51 @@ type Table struct {
 // in it. Sections larger than 64 MiB, more than 1M FDEs or 32 PT_LOAD
 // headers are refused; a malformed file gives an error, never a panic.
 func Load(r io.ReaderAt, size int64) (*Table, error) {
+	loads, data, addr, eh, err := readELF(r, size)
+	if err != nil {
+		return nil, err
+	}
+	return newTable(loads, data, addr, eh)
+}
+
+// readELF reads the PT_LOAD headers and the CFI section of the ELF file r.
+// The standard library's ELF parser has panicked on crafted headers
+// (golang/go#70584, found by fuzzing in Go 1.23): a panic there is an
+// error here, not the agent's death. The CFI section is read outside this
+// guard, by a reader that cannot panic.
+func readELF(r io.ReaderAt, size int64) (loads []load, data []byte, addr uint64, eh bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			loads, data, err = nil, nil, fmt.Errorf("unwind: malformed ELF file (debug/elf panic: %v)", p)
+		}
+	}()
 	if size < 0 {
-		return nil, fmt.Errorf("unwind: negative file size %d", size)
+		return nil, nil, 0, false, fmt.Errorf("unwind: negative file size %d", size)
 	}
 	f, err := elf.NewFile(io.NewSectionReader(r, 0, size))
 	if err != nil {
-		return nil, fmt.Errorf("unwind: reading ELF headers: %w", err)
+		return nil, nil, 0, false, fmt.Errorf("unwind: reading ELF headers: %w", err)
 	}
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("unwind: not an x86-64 ELF file (%v, %v)", f.Class, f.Machine)
+		return nil, nil, 0, false, fmt.Errorf("unwind: not an x86-64 ELF file (%v, %v)", f.Class, f.Machine)
 	}
-	var loads []load
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
 			continue
 		}
 		if len(loads) == maxLoads {
-			return nil, fmt.Errorf("unwind: more than %d PT_LOAD headers", maxLoads)
+			return nil, nil, 0, false, fmt.Errorf("unwind: more than %d PT_LOAD headers", maxLoads)
 		}
 		if p.Off+p.Filesz < p.Off || p.Vaddr+p.Filesz < p.Vaddr {
-			return nil, fmt.Errorf("unwind: PT_LOAD at file offset %#x overflows", p.Off)
+			return nil, nil, 0, false, fmt.Errorf("unwind: PT_LOAD at file offset %#x overflows", p.Off)
 		}
 		loads = append(loads, load{p.Off, p.Off + p.Filesz, p.Vaddr})
 	}
-	data, addr, eh, err := cfiSection(f, size)
+	data, addr, eh, err = cfiSection(f, size)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, false, err
 	}
-	return newTable(loads, data, addr, eh)
+	return loads, data, addr, eh, nil
 }
 
 // cfiSection reads .eh_frame (eh true, addr its virtual address), else
