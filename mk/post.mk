@@ -22,6 +22,14 @@ fuzz-a2n:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJavaStacks$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
 	$(GO) test -run '^$$' -fuzz '^FuzzModule$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/a2n/
 
+# A short fuzz run of the call-frame information reader (analysis/cfi:
+# .eh_frame and .debug_frame of the profiled processes' files, read by
+# a2n and by the root agent's unwinder).
+.PHONY: fuzz-cfi
+fuzz: fuzz-cfi
+fuzz-cfi:
+	$(GO) test -run '^$$' -fuzz '^FuzzCFI$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/cfi/
+
 # The report's goroutines (readers, replay, side locator, namer, cells,
 # writers) and A2N's Locates of several processes at once, under the race
 # detector: a data race there is a wrong report only now and then.

@@ -1,6 +1,8 @@
 package a2n
 
 import (
+	"debug/elf"
+	"syscall"
 	"testing"
 )
 
@@ -57,5 +59,32 @@ func BenchmarkSymbol(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.Symbol(text.Off + uint64(i*64)%text.Filesz)
+	}
+}
+
+// BenchmarkFDERanges is the cost of reading a stripped library's function
+// ranges from its .eh_frame (cpu-ns/op: the process's CPU time per read,
+// steadier than ns/op on a busy machine).
+func BenchmarkFDERanges(b *testing.B) {
+	for _, path := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libLLVM-15.so.1"} {
+		b.Run(baseName(path), func(b *testing.B) {
+			f, err := elf.Open(path)
+			if err != nil {
+				b.Skipf("skipped: %v", err)
+			}
+			defer f.Close()
+			if len(fdeRanges(f)) == 0 {
+				b.Fatalf("%s: no FDE ranges", path)
+			}
+			b.ReportAllocs()
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			for b.Loop() {
+				fdeRanges(f)
+			}
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano()
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }

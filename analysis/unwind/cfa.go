@@ -7,14 +7,11 @@ import (
 	"unsafe"
 )
 
-// This file runs CFA programs (DWARF 5 §6.4.2) into rows of rules. delve's
-// FrameDescriptionEntry.EstablishFrame does the same but is not used: its
-// DW_CFA_restore gives every restored register the rule "undefined" (its
-// initialRegs map is never filled; glibc 2.36's libc.so.6 has 312
-// DW_CFA_restore), it panics on malformed programs (DW_CFA_restore_state
-// on an empty stack, a block length above 2^63), it copies the register map
-// at each DW_CFA_remember_state (quadratic in a crafted program) and it
-// allocates maps on each call.
+// This file runs CFA programs (DWARF 5 §6.4.2) into rows of rules. A
+// DW_CFA_restore gives a register its rule after the CIE's initial
+// instructions; a malformed program (DW_CFA_restore_state on an empty
+// stack, a block past the program's end) gives a bad row, never a panic;
+// DW_CFA_remember_state keeps a fixed stack of at most 16 rows.
 
 // Rule kinds of a register (and of the CFA: kReg or kExpr).
 const (

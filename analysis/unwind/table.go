@@ -6,23 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
-	"strings"
 	"sync/atomic"
 
-	"github.com/go-delve/delve/pkg/dwarf/frame"
+	"perfinsp/analysis/cfi"
 )
 
 // Bounds on what one ELF file may cost (the files are the profiled
 // processes', hence hostile).
 const (
-	maxSection = 64 << 20 // bytes of .eh_frame / .debug_frame
-	maxFDEs    = 1 << 20  // FDEs per file (libLLVM-15 has 98k)
-	maxLoads   = 32       // PT_LOAD headers per file
-	maxProgram = 64 << 10 // bytes of CIE + FDE instructions (GCC 12's cc1: 20 KiB at most)
+	maxSection = cfi.MaxSection // bytes of .eh_frame / .debug_frame
+	maxLoads   = 32             // PT_LOAD headers per file
 	// maxCache is the bytes of rows a Table keeps (about 110k rows);
 	// beyond it an FDE's program is run for each lookup instead (no
-	// allocation, bounded by maxProgram).
+	// allocation, bounded by cfi.MaxProgram).
 	maxCache = 16 << 20
 )
 
@@ -63,44 +59,52 @@ type Table struct {
 // binary) gives a Table without FDEs: Unwind then takes frame-pointer steps
 // in it. Sections larger than 64 MiB, more than 1M FDEs or 32 PT_LOAD
 // headers are refused; a malformed file gives an error, never a panic.
-func Load(r io.ReaderAt, size int64) (t *Table, err error) {
+func Load(r io.ReaderAt, size int64) (*Table, error) {
+	loads, data, addr, eh, err := readELF(r, size)
+	if err != nil {
+		return nil, err
+	}
+	return newTable(loads, data, addr, eh)
+}
+
+// readELF reads the PT_LOAD headers and the CFI section of the ELF file r.
+// The standard library's ELF parser has panicked on crafted headers
+// (golang/go#70584, found by fuzzing in Go 1.23): a panic there is an
+// error here, not the agent's death. The CFI section is read outside this
+// guard, by a reader that cannot panic.
+func readELF(r io.ReaderAt, size int64) (loads []load, data []byte, addr uint64, eh bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			t, err = nil, fmt.Errorf("unwind: malformed ELF file (parser panic: %v)", p)
+			loads, data, err = nil, nil, fmt.Errorf("unwind: malformed ELF file (debug/elf panic: %v)", p)
 		}
 	}()
 	if size < 0 {
-		return nil, fmt.Errorf("unwind: negative file size %d", size)
+		return nil, nil, 0, false, fmt.Errorf("unwind: negative file size %d", size)
 	}
 	f, err := elf.NewFile(io.NewSectionReader(r, 0, size))
 	if err != nil {
-		return nil, fmt.Errorf("unwind: reading ELF headers: %w", err)
+		return nil, nil, 0, false, fmt.Errorf("unwind: reading ELF headers: %w", err)
 	}
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("unwind: not an x86-64 ELF file (%v, %v)", f.Class, f.Machine)
+		return nil, nil, 0, false, fmt.Errorf("unwind: not an x86-64 ELF file (%v, %v)", f.Class, f.Machine)
 	}
-	var loads []load
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
 			continue
 		}
 		if len(loads) == maxLoads {
-			return nil, fmt.Errorf("unwind: more than %d PT_LOAD headers", maxLoads)
+			return nil, nil, 0, false, fmt.Errorf("unwind: more than %d PT_LOAD headers", maxLoads)
 		}
 		if p.Off+p.Filesz < p.Off || p.Vaddr+p.Filesz < p.Vaddr {
-			return nil, fmt.Errorf("unwind: PT_LOAD at file offset %#x overflows", p.Off)
+			return nil, nil, 0, false, fmt.Errorf("unwind: PT_LOAD at file offset %#x overflows", p.Off)
 		}
 		loads = append(loads, load{p.Off, p.Off + p.Filesz, p.Vaddr})
 	}
-	data, addr, eh, err := cfiSection(f, size)
+	data, addr, eh, err = cfiSection(f, size)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, false, err
 	}
-	t, err = newTable(loads, data, addr, eh)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return loads, data, addr, eh, nil
 }
 
 // cfiSection reads .eh_frame (eh true, addr its virtual address), else
@@ -138,107 +142,54 @@ func cfiSection(f *elf.File, size int64) (data []byte, addr uint64, eh bool, err
 	return nil, 0, false, nil
 }
 
-// newTable parses the CFI section data (.eh_frame at virtual address addr
-// when eh, else .debug_frame) with delve's parser and keeps a sorted table
-// of the FDEs.
-func newTable(loads []load, data []byte, addr uint64, eh bool) (t *Table, err error) {
+// newTable reads the CIEs and FDEs of the CFI section data (.eh_frame at
+// virtual address addr when eh, else .debug_frame) and keeps a sorted
+// table of the FDEs the unwinder can use.
+func newTable(loads []load, data []byte, addr uint64, eh bool) (*Table, error) {
 	name := ".debug_frame"
 	if eh {
 		name = ".eh_frame"
 	}
-	// delve's parser panics on some malformed entries (an FDE's
-	// augmentation data length past its end, a truncated LEB128).
-	defer func() {
-		if p := recover(); p != nil {
-			t, err = nil, fmt.Errorf("unwind: malformed %s (parser panic: %v)", name, p)
-		}
-	}()
-	t = &Table{loads: loads}
+	t := &Table{loads: loads}
 	if len(data) == 0 {
 		return t, nil
 	}
-	if err := scan(data, eh); err != nil {
+	entries, err := cfi.Parse(cfi.Section{Data: data, Addr: addr, EH: eh, PtrSize: 8, Order: binary.LittleEndian})
+	if err != nil {
 		return nil, fmt.Errorf("unwind: %s: %w", name, err)
 	}
-	var entries frame.FrameDescriptionEntries
-	if eh {
-		entries, err = frame.Parse(data, binary.LittleEndian, 0, 8, addr)
-	} else {
-		entries, err = frame.Parse(data, binary.LittleEndian, 0, 8, 0)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("unwind: parsing %s: %w", name, err)
-	}
-	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Begin() < entries[j].Begin() })
-	cies := map[*frame.CommonInformationEntry]*cie{}
 	n := 0
-	for _, e := range entries {
-		if usable(e, eh) {
+	for i := range entries {
+		if usable(&entries[i]) {
 			n++
 		}
 	}
+	cies := map[*cfi.CIE]*cie{}
 	t.fdes = make([]fde, n)
 	i := 0
-	for _, e := range entries {
-		if !usable(e, eh) {
+	for k := range entries {
+		e := &entries[k]
+		if !usable(e) {
 			continue
 		}
 		c := cies[e.CIE]
 		if c == nil {
-			c = &cie{
-				init:   e.CIE.InitialInstructions,
-				caf:    e.CIE.CodeAlignmentFactor,
-				daf:    e.CIE.DataAlignmentFactor,
-				signal: eh && strings.HasPrefix(e.CIE.Augmentation, "z") && strings.Contains(e.CIE.Augmentation, "S"),
-			}
+			c = &cie{init: e.CIE.Initial, caf: e.CIE.CodeAlign, daf: e.CIE.DataAlign, signal: e.CIE.Signal}
 			cies[e.CIE] = c
 		}
 		f := &t.fdes[i]
-		f.lo, f.hi, f.ins, f.cie = e.Begin(), e.End(), e.Instructions, c
+		f.lo, f.hi, f.ins, f.cie = e.Begin, e.Begin+e.Size, e.Ins, c
 		i++
 	}
 	return t, nil
 }
 
 // usable says whether the unwinder can use e: a non-empty range that does
-// not wrap, return addresses in column 16 (RIP), a bounded program.
-func usable(e *frame.FrameDescriptionEntry, eh bool) bool {
+// not wrap, return addresses in column 16 (RIP), a code alignment factor,
+// a CIE of today's layout (not GCC 2's "eh").
+func usable(e *cfi.FDE) bool {
 	c := e.CIE
-	return c != nil && e.End() > e.Begin() && c.ReturnAddressRegister == RIP &&
-		c.CodeAlignmentFactor != 0 && len(c.InitialInstructions)+len(e.Instructions) <= maxProgram &&
-		(!eh || c.Augmentation == "" || c.Augmentation[0] == 'z')
-}
-
-// scan checks the framing of the entries before delve's parser sees them:
-// every length inside the section, no 64-bit DWARF (which delve reads
-// wrongly), at most maxFDEs entries (each costs delve ~100 bytes).
-func scan(data []byte, eh bool) error {
-	n := 0
-	for off := 0; off < len(data); {
-		if len(data)-off < 4 {
-			return fmt.Errorf("entry at %#x: truncated length", off)
-		}
-		l := binary.LittleEndian.Uint32(data[off:])
-		if l == 0xffffffff {
-			return fmt.Errorf("entry at %#x: 64-bit DWARF not supported", off)
-		}
-		if uint64(l) > uint64(len(data)-off-4) {
-			return fmt.Errorf("entry at %#x: length %d past the end of the section", off, l)
-		}
-		if l != 0 && l < 4 {
-			return fmt.Errorf("entry at %#x: length %d too short", off, l)
-		}
-		if l != 0 {
-			id := binary.LittleEndian.Uint32(data[off+4:])
-			if (eh && id != 0) || (!eh && id != 0xffffffff) {
-				if n++; n > maxFDEs {
-					return fmt.Errorf("more than %d FDEs", maxFDEs)
-				}
-			}
-		}
-		off += 4 + int(l)
-	}
-	return nil
+	return e.End() > e.Begin && c.RA == RIP && c.CodeAlign != 0 && c.Augmentation != "eh"
 }
 
 // vaddr turns a file offset into the file's link-time virtual address.

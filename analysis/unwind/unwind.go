@@ -5,14 +5,13 @@
 // return addresses.
 //
 // The files are the profiled processes' and may be crafted: Load bounds
-// what it reads and turns a parser panic into an error; Unwind checks
+// what it reads and gives an error on a malformed file; Unwind checks
 // every read against the stack copy, requires the CFA to grow from frame
 // to frame, bounds expressions, and stops after max frames.
 //
-// CIEs and FDEs are parsed by delve's package
-// (github.com/go-delve/delve/pkg/dwarf/frame: augmentations, pointer
-// encodings); their CFA programs are run by this package (cfa.go says
-// why), once per FDE into a table of rows kept by the Table. A lookup on a
+// CIEs and FDEs are read by package cfi (augmentations, pointer
+// encodings, bounds); their CFA programs are run by this package, once
+// per FDE into a table of rows kept by the Table. A lookup on a
 // warm cache is two binary searches and allocates nothing.
 package unwind
 
