@@ -39,9 +39,8 @@ type Sink interface {
 	// (else they are the kernel's frame-pointer walk).
 	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool)
 	// SwitchStack is the call stack of the thread the dispatch record
-	// just delivered on cpu switched out not runnable (sched.go), as Stack
-	// (frame pointers only).
-	SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
+	// just delivered on cpu switched out not runnable (sched.go), as Stack.
+	SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool)
 }
 
 // Options select what to record.
@@ -66,7 +65,8 @@ type Options struct {
 	// Wakeup records sched:sched_wakeup and sched:sched_wakeup_new.
 	Wakeup bool
 	// SwitchStacks samples, with Dispatch, the call stack (kernel and
-	// user, by frame pointers) of every thread switched out not runnable.
+	// user, the user part as Unwind says) of every thread switched out
+	// not runnable.
 	SwitchStacks bool
 	Interrupt    bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
 	CPUs         []int // nil: every online CPU
@@ -185,9 +185,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	pages := opts.RingPages
 	if pages <= 0 {
 		pages = 256
-		if opts.Callstack && opts.Unwind.DWARF && opts.RateHz > 0 {
+		if opts.Unwind.DWARF && (opts.Callstack && opts.RateHz > 0 || opts.SwitchStacks && opts.Dispatch) {
 			// A stack copy per sample: 8 KB at 10 kHz is 80 MB/s a
-			// CPU; 8 MB rings hold 100 ms of it.
+			// CPU; 8 MB rings hold 100 ms of it (of a wait's stack
+			// at 10,000 waits a second too).
 			pages = 2048
 		} else if opts.Dispatch {
 			// Two records per switch (its wake-up), with
@@ -204,7 +205,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
 	}
-	if opts.Callstack && opts.Unwind.DWARF {
+	if opts.Unwind.DWARF && (opts.Callstack || s.switchStacks) {
 		if n := opts.Unwind.StackBytes; n < 64 || n > control.MaxStackBytes || n%8 != 0 {
 			return nil, fmt.Errorf("stack copy of %d bytes: use a multiple of 8 from 64 to %d", n, control.MaxStackBytes)
 		}
@@ -300,6 +301,13 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			if kind == kindSwitch && s.switchStacks {
 				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
 				attr.Sample_max_stack = uint16(s.maxStack)
+				if s.uw != nil {
+					// The user registers and stack, for the
+					// wait's stack (sched.go switchStack).
+					attr.Sample_type |= unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_STACK_USER
+					attr.Sample_regs_user = userRegsMask
+					attr.Sample_stack_user = uint32(opts.Unwind.StackBytes)
+				}
 			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
@@ -643,14 +651,14 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			if rawLen > len(raw) {
 				return
 			}
-			raw = raw[:rawLen]
+			raw, rest = raw[:rawLen], raw[rawLen:] // then REGS_USER, STACK_USER (--unwind dwarf)
 			switch kind {
 			case kindWakeup, kindWakeupNew:
 				s.wakeup(r, kind, t, pid, tid, raw)
 				return
 			}
 			if s.tracepoint(r, kind, t, raw) && chain != nil {
-				s.switchStack(r, t, raw, chain)
+				s.switchStack(r, t, raw, chain, rest)
 			}
 		}
 	case unix.PERF_RECORD_MMAP2:
@@ -772,7 +780,7 @@ func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
 		// sample's registers and stack copy follow the callchain),
 		// once the tables they need are there.
 		r.fp = append(r.fp[:0], pcs[kernel:]...)
-		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, b[8*nr:], s.maxStack-kernel, truncated)
+		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, b[8*nr:], s.maxStack-kernel, truncated, false)
 		return
 	}
 	if len(pcs) == 0 {

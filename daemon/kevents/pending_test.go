@@ -30,7 +30,7 @@ func (s *seqSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel
 	defer s.mu.Unlock()
 	s.seq = append(s.seq, fmt.Sprintf("%d:S%d%x/%v", cpu, t, pcs, truncated))
 }
-func (s *seqSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (s *seqSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq = append(s.seq, fmt.Sprintf("%d:W%d%x", cpu, t, pcs))
@@ -66,9 +66,9 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 	sink := &seqSink{}
 	p := newPendingSink(sink, u)
 	p.Trace(0, 0x10, 1, 1, nil)
-	p.userStack(0, 1, 5, 5, []uint64{0xffffffff81000000}, []uint64{0x1800}, rawSample(0x1800), 127, false)
+	p.userStack(0, 1, 5, 5, []uint64{0xffffffff81000000}, []uint64{0x1800}, rawSample(0x1800), 127, false, false)
 	p.Trace(0, 0x10, 1, 2, nil)
-	p.SwitchStack(0, 2, 5, 5, []uint64{0xffffffff81000100}, 1, false) // after its DISPATCH (T2)
+	p.SwitchStack(0, 2, 5, 5, []uint64{0xffffffff81000100}, 1, false, false) // after its DISPATCH (T2)
 	p.Stack(0, 2, 5, 5, []uint64{0x1900}, 0, false, false)
 	p.Trace(1, 0x10, 1, 3, nil)
 	p.retry(false)
@@ -119,9 +119,9 @@ func TestSampleWaitIsBounded(t *testing.T) {
 	u.procs[5] = &procMaps{maps: []userMap{{start: 0x1000, end: 0x2000, id: fileID{8, 1, 78}, path: "/lib/slow.so"}}, read: time.Now()}
 	sink := &seqSink{}
 	p := newPendingSink(sink, u)
-	p.userStack(0, 1, 5, 5, nil, []uint64{0x1800}, rawSample(0x1800), 127, false)
+	p.userStack(0, 1, 5, 5, nil, []uint64{0x1800}, rawSample(0x1800), 127, false, false)
 	p.bytes = maxPendingBytes // as if the queue were full
-	p.userStack(0, 2, 5, 5, nil, []uint64{0x1810}, rawSample(0x1810), 127, false)
+	p.userStack(0, 2, 5, 5, nil, []uint64{0x1810}, rawSample(0x1810), 127, false, false)
 	if got := sink.String(); got != "" {
 		t.Fatalf("written ahead of the waiting sample: %q", got)
 	}

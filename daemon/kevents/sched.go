@@ -85,8 +85,12 @@ func splitCallchain(b []byte) (chain, rest []byte) {
 // CPU to wait: its wait's stack. A preempted thread's stack is no wait's,
 // an exiting one's neither, and the idle task has none worth a record.
 // The thread is named from the tracepoint (the sample's own ids are -1
-// once an exiting thread is unhashed).
-func (s *Session) switchStack(r *ring, t uint64, raw, chain []byte) {
+// once an exiting thread is unhashed). With --unwind dwarf, regs is the
+// sample's user registers and stack copy (what follows its raw data): the
+// user frames are unwound from them by call-frame information, through
+// the queue of samples that wait for a table (pending.go), which keeps
+// the stack right after its DISPATCH record.
+func (s *Session) switchStack(r *ring, t uint64, raw, chain, regs []byte) {
 	state := s.prevState(raw)
 	if state&trace.StateMask == 0 || state&(trace.StateDead|trace.StateZombie) != 0 || s.tp.prevPid+4 > len(raw) {
 		return
@@ -96,10 +100,16 @@ func (s *Session) switchStack(r *ring, t uint64, raw, chain []byte) {
 		return
 	}
 	pcs, kernel, truncated := s.chainPCs(r, chain)
+	pid := s.tgidOf(tid)
+	if s.pend != nil && len(regs) > 0 {
+		r.fp = append(r.fp[:0], pcs[kernel:]...)
+		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, regs, s.maxStack-kernel, truncated, true)
+		return
+	}
 	if len(pcs) == 0 {
 		return
 	}
-	s.sink.SwitchStack(r.cpu, t, s.tgidOf(tid), tid, pcs, kernel, truncated)
+	s.sink.SwitchStack(r.cpu, t, pid, tid, pcs, kernel, truncated, false)
 }
 
 // chainPCs turns a callchain into PCs, kernel ones first (the context

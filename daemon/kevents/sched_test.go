@@ -15,7 +15,7 @@ import (
 
 // SwitchStack keeps the stack in recs, in order with the records of its
 // CPU: fields pid, tid, kernel frames, all frames.
-func (m *memSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (m *memSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	m.mu.Lock()
 	m.recs = append(m.recs, rec{cpu, trace.MajorUnwind, trace.UnwindSwitch, t, []uint64{uint64(pid), uint64(tid), uint64(kernel), uint64(len(pcs))}, ""})
 	m.mu.Unlock()
