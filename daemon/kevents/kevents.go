@@ -92,6 +92,7 @@ const (
 	kindSideband
 	kindWakeup
 	kindWakeupNew
+	kindSwitchWait // sched_switch again, filtered to waits, with the stack (sched.go)
 )
 
 const (
@@ -123,6 +124,7 @@ type ring struct {
 	// (-1: none seen yet), to tell a switch-in the tracepoint reported
 	// from one it did not (see switchIn).
 	lastNext int64
+	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
 }
 
 // Session is a running set of kernel event sources.
@@ -144,7 +146,7 @@ type Session struct {
 	needPPID sync.Map
 
 	callstack    bool
-	switchStacks bool // sched_switch samples carry a callchain
+	switchStacks bool // a second sched_switch event samples the stacks of waits
 	maxStack     int
 	uw           *userUnwinder // Options.Unwind.DWARF
 	pend         *pendingSink  // with uw: the sink, holding records behind samples that wait for a table
@@ -298,23 +300,17 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		}
 		for kind, id := range tpIDs {
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
-			if kind == kindSwitch && s.switchStacks {
-				attr.Sample_type |= unix.PERF_SAMPLE_CALLCHAIN
-				attr.Sample_max_stack = uint16(s.maxStack)
-				if s.uw != nil {
-					// The user registers and stack, for the
-					// wait's stack (sched.go switchStack).
-					attr.Sample_type |= unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_STACK_USER
-					attr.Sample_regs_user = userRegsMask
-					attr.Sample_stack_user = uint32(opts.Unwind.StackBytes)
-				}
-			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
 			}
 			if err := s.addFD(r, fd, kind); err != nil {
 				return nil, err
+			}
+			if kind == kindSwitch && s.switchStacks {
+				if err := s.openWaitEvent(r, id, opts.Unwind.StackBytes); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -631,14 +627,14 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				s.stack(r, t, pid, tid, b[32:])
 			}
 		default:
-			// TID, TIME, CPU, [CALLCHAIN,] RAW
+			// TID, TIME, CPU, [CALLCHAIN,] RAW, [REGS_USER, STACK_USER]
 			if len(b) < 28 {
 				return
 			}
 			pid, tid, t := le32(b), le32(b[4:]), le64(b[8:])
 			rest := b[24:]
 			var chain []byte
-			if kind == kindSwitch && s.switchStacks {
+			if kind == kindSwitchWait {
 				if chain, rest = splitCallchain(rest); chain == nil {
 					return
 				}
@@ -656,9 +652,12 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			case kindWakeup, kindWakeupNew:
 				s.wakeup(r, kind, t, pid, tid, raw)
 				return
+			case kindSwitchWait:
+				s.waitSample(r, raw, chain, rest)
+				return
 			}
-			if s.tracepoint(r, kind, t, raw) && chain != nil {
-				s.switchStack(r, t, raw, chain, rest)
+			if s.tracepoint(r, kind, t, raw) && kind == kindSwitch && s.switchStacks {
+				s.switched(r, t, raw)
 			}
 		}
 	case unix.PERF_RECORD_MMAP2:

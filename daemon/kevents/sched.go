@@ -2,16 +2,126 @@ package kevents
 
 // Scheduler records beyond DISPATCH: wake-ups (sched_wakeup,
 // sched_wakeup_new → WAKEUP) and the stack of a thread switched out while
-// not runnable (sched_switch sampled with its callchain → UNWIND_SWITCH),
-// what off-CPU and wake-up latency reports read (analysis/offcpu).
+// not runnable (UNWIND_SWITCH), what off-CPU and wake-up latency reports
+// read (analysis/offcpu).
+//
+// The stacks come from a second sched_switch event beside the one that
+// writes DISPATCH: it samples the callchain (with --unwind dwarf the user
+// registers and a copy of the user stack too) and carries a tracepoint
+// filter that lets only waits through (prev_state & waitStates), so a
+// switch that is no wait (a preemption, a yield, the idle task) costs its
+// DISPATCH record alone. One event sampling every switch would walk (and
+// with --unwind dwarf copy) the stack of each preempted or yielding thread
+// too, inside the switch, for a record the agent drops: a load that
+// yields or is preempted often pays it in its own system time, while the
+// agent reads about as much per wait either way. The two events write one
+// record each into the CPU's ring, next to each other but in either order
+// (the kernel runs a tracepoint's perf events in the order they were last
+// scheduled in); waitPair puts the stack after its DISPATCH.
 
 import (
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
 )
+
+// waitStates are the prev_state bits of a wait worth a stack: sleeping,
+// blocked, stopped, traced, parked, idle (not running or preempted: 0 or
+// the preempted bit above the low byte; not dead or a zombie).
+const waitStates = trace.StateMask &^ (trace.StateDead | trace.StateZombie)
+
+// waitFilter is the wait event's tracepoint filter (the kernel's event
+// filter syntax: a numeric field & a mask is true when a bit is set).
+var waitFilter = fmt.Sprintf("prev_state & %#x", waitStates)
+
+// openWaitEvent opens on r's CPU the sched_switch event (tracepoint id)
+// that samples the stacks of waits: the callchain, and with the
+// unwinder the user registers and stackBytes of user stack.
+func (s *Session) openWaitEvent(r *ring, id uint64, stackBytes int) error {
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1,
+		Sample_type: stTrace | unix.PERF_SAMPLE_CALLCHAIN, Sample_max_stack: uint16(s.maxStack)}
+	if s.uw != nil {
+		// The sample's layout: ..., CALLCHAIN, RAW, REGS_USER, STACK_USER.
+		attr.Sample_type |= unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_STACK_USER
+		attr.Sample_regs_user = userRegsMask
+		attr.Sample_stack_user = uint32(stackBytes)
+	}
+	fd, err := perfOpen(&attr, r.cpu, -1)
+	if err != nil {
+		return fmt.Errorf("open sched_switch for stacks on CPU %d: %w", r.cpu, permHint(err))
+	}
+	// Without the filter (a kernel that refuses it) every switch samples
+	// its stack and switchStack keeps the waits': the same records, at
+	// the cost of one stack per switch.
+	_ = setFilter(fd, waitFilter)
+	return s.addFD(r, fd, kindSwitchWait)
+}
+
+// setFilter sets a tracepoint event's filter (PERF_EVENT_IOC_SET_FILTER).
+func setFilter(fd int, filter string) error {
+	b, err := unix.BytePtrFromString(filter)
+	if err != nil {
+		return err
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_SET_FILTER, uintptr(unsafe.Pointer(b))); e != 0 {
+		return fmt.Errorf("tracepoint filter %q: %w", filter, e)
+	}
+	return nil
+}
+
+// waitPair matches the two sched_switch samples of one switch on a CPU:
+// the DISPATCH just written (whose wait's stack may still come) and a
+// wait's sample read before its DISPATCH (held until it). A wait's sample
+// goes with the DISPATCH next to it that switched the same thread out to
+// wait; one without (its DISPATCH lost) is dropped.
+type waitPair struct {
+	t    uint64 // the last DISPATCH: its time,
+	prev uint32 // the thread it switched out,
+	open bool   // and whether that was a wait whose stack has not come yet
+
+	held             bool // a wait's sample read before its DISPATCH:
+	heldPrev         uint32
+	raw, chain, regs []byte // its data (copies, reused)
+}
+
+// isWait tells a switch-out to wait (one worth a stack) from its prev_state.
+func isWait(state uint64) bool { return state&waitStates != 0 }
+
+// switched is called after a sched_switch's DISPATCH record (time t, the
+// tracepoint's raw data): a wait's sample held for it is written now,
+// else the DISPATCH waits for its sample.
+func (s *Session) switched(r *ring, t uint64, raw []byte) {
+	w := &r.wait
+	w.t, w.prev = t, le32(raw[s.tp.prevPid:])
+	w.open = w.prev != 0 && isWait(s.prevState(raw))
+	if w.held && w.open && w.heldPrev == w.prev {
+		w.open = false
+		s.switchStack(r, t, w.raw, w.chain, w.regs)
+	}
+	w.held = false
+}
+
+// waitSample takes a sample of the wait event: the stack of the thread
+// its DISPATCH switches out, written after that DISPATCH with its time.
+func (s *Session) waitSample(r *ring, raw, chain, regs []byte) {
+	if s.tp.prevPid+4 > len(raw) {
+		return
+	}
+	w := &r.wait
+	prev := le32(raw[s.tp.prevPid:])
+	if w.open && w.prev == prev {
+		w.open = false
+		s.switchStack(r, w.t, raw, chain, regs)
+		return
+	}
+	w.held, w.heldPrev = true, prev
+	w.raw = append(w.raw[:0], raw...)
+	w.chain = append(w.chain[:0], chain...)
+	w.regs = append(w.regs[:0], regs...)
+}
 
 // loadWakeup finds the wake-up tracepoints and their pid and target_cpu
 // fields (the same layout in both).
@@ -91,8 +201,7 @@ func splitCallchain(b []byte) (chain, rest []byte) {
 // the queue of samples that wait for a table (pending.go), which keeps
 // the stack right after its DISPATCH record.
 func (s *Session) switchStack(r *ring, t uint64, raw, chain, regs []byte) {
-	state := s.prevState(raw)
-	if state&trace.StateMask == 0 || state&(trace.StateDead|trace.StateZombie) != 0 || s.tp.prevPid+4 > len(raw) {
+	if !isWait(s.prevState(raw)) || s.tp.prevPid+4 > len(raw) {
 		return
 	}
 	tid := le32(raw[s.tp.prevPid:])
@@ -157,5 +266,6 @@ func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 		return
 	}
 	r.lastNext = int64(tid)
+	r.wait.open, r.wait.held = false, false // a switch from the idle task: no wait's
 	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), 0, uint64(pid), uint64(tid), 0))
 }
