@@ -299,6 +299,12 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			}
 		}
 		for kind, id := range tpIDs {
+			if kind == kindSwitch && s.switchStacks {
+				// opened first: see openWaitEvent
+				if err := s.openWaitEvent(r, id, opts.Unwind.StackBytes); err != nil {
+					return nil, err
+				}
+			}
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
@@ -306,11 +312,6 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			}
 			if err := s.addFD(r, fd, kind); err != nil {
 				return nil, err
-			}
-			if kind == kindSwitch && s.switchStacks {
-				if err := s.openWaitEvent(r, id, opts.Unwind.StackBytes); err != nil {
-					return nil, err
-				}
 			}
 		}
 	}
@@ -653,8 +654,11 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				s.wakeup(r, kind, t, pid, tid, raw)
 				return
 			case kindSwitchWait:
-				s.waitSample(r, raw, chain, rest)
+				s.waitSample(r, t, raw, chain, rest)
 				return
+			}
+			if kind == kindSwitch && s.switchStacks {
+				t = s.switchTime(r, t, raw)
 			}
 			if s.tracepoint(r, kind, t, raw) && kind == kindSwitch && s.switchStacks {
 				s.switched(r, t, raw)

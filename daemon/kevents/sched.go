@@ -18,6 +18,13 @@ package kevents
 // record each into the CPU's ring, next to each other but in either order
 // (the kernel runs a tracepoint's perf events in the order they were last
 // scheduled in); waitPair puts the stack after its DISPATCH.
+//
+// Each event reads the clock as it runs, before its callchain and stack
+// copy: a DISPATCH event that runs after the wait event reads it later by
+// the time the stack took. The wait event is opened first: the kernel
+// schedules a CPU's events in, newest last, each to the head of the
+// tracepoint's list, so the DISPATCH event runs first. Where it does not
+// (the order can change), DISPATCH takes the wait sample's time.
 
 import (
 	"fmt"
@@ -84,11 +91,23 @@ type waitPair struct {
 
 	held             bool // a wait's sample read before its DISPATCH:
 	heldPrev         uint32
+	heldT            uint64
 	raw, chain, regs []byte // its data (copies, reused)
 }
 
 // isWait tells a switch-out to wait (one worth a stack) from its prev_state.
 func isWait(state uint64) bool { return state&waitStates != 0 }
+
+// switchTime is the time of a sched_switch's DISPATCH (its sample's t,
+// its raw data): that of the wait's sample read before it, if any (the
+// clock read before that sample's stack was taken), else t.
+func (s *Session) switchTime(r *ring, t uint64, raw []byte) uint64 {
+	w := &r.wait
+	if w.held && s.tp.prevPid+4 <= len(raw) && le32(raw[s.tp.prevPid:]) == w.heldPrev && w.heldT < t {
+		return w.heldT
+	}
+	return t
+}
 
 // switched is called after a sched_switch's DISPATCH record (time t, the
 // tracepoint's raw data): a wait's sample held for it is written now,
@@ -106,7 +125,7 @@ func (s *Session) switched(r *ring, t uint64, raw []byte) {
 
 // waitSample takes a sample of the wait event: the stack of the thread
 // its DISPATCH switches out, written after that DISPATCH with its time.
-func (s *Session) waitSample(r *ring, raw, chain, regs []byte) {
+func (s *Session) waitSample(r *ring, t uint64, raw, chain, regs []byte) {
 	if s.tp.prevPid+4 > len(raw) {
 		return
 	}
@@ -117,7 +136,7 @@ func (s *Session) waitSample(r *ring, raw, chain, regs []byte) {
 		s.switchStack(r, w.t, raw, chain, regs)
 		return
 	}
-	w.held, w.heldPrev = true, prev
+	w.held, w.heldPrev, w.heldT = true, prev, t
 	w.raw = append(w.raw[:0], raw...)
 	w.chain = append(w.chain[:0], chain...)
 	w.regs = append(w.regs[:0], regs...)

@@ -207,7 +207,8 @@ func TestEveryWaitEndsWithASwitchIn(t *testing.T) {
 // the stack is written after its DISPATCH, with its time, and a stack
 // whose DISPATCH is not next to it (lost, or another thread's switch) is
 // dropped. A switch that is no wait gets no stack even where the kernel
-// did not filter its sample out.
+// did not filter its sample out. Where the wait's sample comes first, its
+// time (read before its stack was taken) is the DISPATCH's.
 func TestWaitStackAfterItsDispatch(t *testing.T) {
 	sink := &memSink{}
 	const idSwitch, idWait = 7, 8
@@ -260,7 +261,7 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 	w(15, sleeping, 502)
 	d(16, sleeping, 600) // its stack lost: the next thread's is not its
 	w(17, sleeping, 601)
-	d(17, sleeping, 602)
+	d(17, sleeping, 602) // the wait event ran first: the clock it read is the switch's
 	var got []string
 	for _, x := range sink.recs {
 		switch {
@@ -270,7 +271,7 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 			got = append(got, fmt.Sprintf("U%d@%d/%d/%d", x.fields[1], x.t, x.fields[2], x.fields[3]))
 		}
 	}
-	want := "D10@100 U10@100/1/2 D11@200 U11@200/1/2 D12@300 D13@400 U13@400/1/2 D15@500 U15@500/1/2 D16@600 D17@602 U17@602/1/2"
+	want := "D10@100 U10@100/1/2 D11@200 U11@200/1/2 D12@300 D13@400 U13@400/1/2 D15@500 U15@500/1/2 D16@600 D17@601 U17@601/1/2"
 	if g := strings.Join(got, " "); g != want {
 		t.Fatalf("records\n%s\nwant\n%s", g, want)
 	}
