@@ -83,7 +83,8 @@ func setFilter(fd int, filter string) error {
 // the DISPATCH just written (whose wait's stack may still come) and a
 // wait's sample read before its DISPATCH (held until it). A wait's sample
 // goes with the DISPATCH next to it that switched the same thread out to
-// wait; one without (its DISPATCH lost) is dropped.
+// wait, taken within maxPairGap of it; one without (its DISPATCH lost) is
+// dropped.
 type waitPair struct {
 	t    uint64 // the last DISPATCH: its time,
 	prev uint32 // the thread it switched out,
@@ -95,6 +96,20 @@ type waitPair struct {
 	raw, chain, regs []byte // its data (copies, reused)
 }
 
+// maxPairGap bounds the time between the two samples of one switch (they
+// are taken one after the other in the switch: microseconds apart, the
+// time of a stack walk and copy).
+const maxPairGap = 1e6 // ns
+
+// heldFor tells whether the held wait's sample belongs to the DISPATCH of
+// prev at t.
+func (w *waitPair) heldFor(prev uint32, t uint64) bool {
+	return w.held && w.heldPrev == prev && near(w.heldT, t)
+}
+
+// near tells whether two samples' times may be one switch's.
+func near(a, b uint64) bool { return max(a, b)-min(a, b) < maxPairGap }
+
 // isWait tells a switch-out to wait (one worth a stack) from its prev_state.
 func isWait(state uint64) bool { return state&waitStates != 0 }
 
@@ -103,8 +118,8 @@ func isWait(state uint64) bool { return state&waitStates != 0 }
 // clock read before that sample's stack was taken), else t.
 func (s *Session) switchTime(r *ring, t uint64, raw []byte) uint64 {
 	w := &r.wait
-	if w.held && s.tp.prevPid+4 <= len(raw) && le32(raw[s.tp.prevPid:]) == w.heldPrev && w.heldT < t {
-		return w.heldT
+	if s.tp.prevPid+4 <= len(raw) && w.heldFor(le32(raw[s.tp.prevPid:]), t) {
+		return min(w.heldT, t)
 	}
 	return t
 }
@@ -116,7 +131,7 @@ func (s *Session) switched(r *ring, t uint64, raw []byte) {
 	w := &r.wait
 	w.t, w.prev = t, le32(raw[s.tp.prevPid:])
 	w.open = w.prev != 0 && isWait(s.prevState(raw))
-	if w.held && w.open && w.heldPrev == w.prev {
+	if w.open && w.heldFor(w.prev, t) {
 		w.open = false
 		s.switchStack(r, t, w.raw, w.chain, w.regs)
 	}
@@ -131,7 +146,7 @@ func (s *Session) waitSample(r *ring, t uint64, raw, chain, regs []byte) {
 	}
 	w := &r.wait
 	prev := le32(raw[s.tp.prevPid:])
-	if w.open && w.prev == prev {
+	if w.open && w.prev == prev && near(w.t, t) {
 		w.open = false
 		s.switchStack(r, w.t, raw, chain, regs)
 		return

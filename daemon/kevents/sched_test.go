@@ -262,6 +262,10 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 	d(16, sleeping, 600) // its stack lost: the next thread's is not its
 	w(17, sleeping, 601)
 	d(17, sleeping, 602) // the wait event ran first: the clock it read is the switch's
+	w(18, sleeping, 700) // its DISPATCH lost, and a later one of the same thread's
+	d(18, sleeping, 700+2e6)
+	d(19, sleeping, 800e6) // the same thread, long after: no pair
+	w(19, sleeping, 802e6)
 	var got []string
 	for _, x := range sink.recs {
 		switch {
@@ -271,7 +275,7 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 			got = append(got, fmt.Sprintf("U%d@%d/%d/%d", x.fields[1], x.t, x.fields[2], x.fields[3]))
 		}
 	}
-	want := "D10@100 U10@100/1/2 D11@200 U11@200/1/2 D12@300 D13@400 U13@400/1/2 D15@500 U15@500/1/2 D16@600 D17@601 U17@601/1/2"
+	want := "D10@100 U10@100/1/2 D11@200 U11@200/1/2 D12@300 D13@400 U13@400/1/2 D15@500 U15@500/1/2 D16@600 D17@601 U17@601/1/2 D18@2000700 D19@800000000"
 	if g := strings.Join(got, " "); g != want {
 		t.Fatalf("records\n%s\nwant\n%s", g, want)
 	}
