@@ -149,6 +149,9 @@ type Analyzer struct {
 	CPUIntr map[int]*Interrupts
 	// Counts of what was read.
 	Dispatches, Wakeups, SwitchStacks, Ticks uint64
+	// SwitchStacksCFI: of the switch stacks, those whose user part was
+	// unwound by call-frame information (UNWIND_SWITCH's flag).
+	SwitchStacksCFI uint64
 	// LostSwitchIns counts threads switched out while waiting: the
 	// switch-in that ended the wait was not in the trace.
 	LostSwitchIns uint64
@@ -351,6 +354,9 @@ func (a *Analyzer) wakeup(rec *trace.Record, t uint64) {
 // switchStack gives the wait the thread just began its stack.
 func (a *Analyzer) switchStack(rec *trace.Record) {
 	a.SwitchStacks++
+	if rec.Field(2)&trace.UnwindCFI != 0 {
+		a.SwitchStacksCFI++
+	}
 	th := a.threads[uint32(rec.Field(1))]
 	if th == nil || th.state == Running || th.waitFrom != rec.Time {
 		return

@@ -297,3 +297,35 @@ func TestLostSwitchIn(t *testing.T) {
 		}
 	}
 }
+
+// A switch stack marked unwound by call-frame information is counted so,
+// in sched.out's head line and sched.json.
+func TestSwitchStacksCFICounted(t *testing.T) {
+	r := scenario()
+	for i := range r.all {
+		if rec := &r.all[i]; rec.Major == trace.MajorUnwind && rec.Time == 15*ms1 {
+			rec.Fixed[2] |= trace.UnwindCFI
+		}
+	}
+	a := run(r)
+	if a.SwitchStacks != 2 || a.SwitchStacksCFI != 1 {
+		t.Fatalf("%d switch stacks, %d by call-frame information; want 2, 1", a.SwitchStacks, a.SwitchStacksCFI)
+	}
+	var text, js bytes.Buffer
+	if err := a.WriteText(&text, func(uint32) string { return "prog" }); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "2 switch stacks (1 by call-frame information)") {
+		t.Errorf("sched.out:\n%.400s", text.String())
+	}
+	if err := a.WriteJSON(&js, func(uint32) string { return "prog" }); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Stacks    uint64 `json:"switch_stacks"`
+		StacksCFI uint64 `json:"switch_stacks_cfi"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &doc); err != nil || doc.Stacks != 2 || doc.StacksCFI != 1 {
+		t.Errorf("sched.json: %+v (%v)", doc, err)
+	}
+}

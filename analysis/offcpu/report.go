@@ -44,8 +44,12 @@ func (a *Analyzer) AllWakeups() *Latencies {
 // wake-ups), the longest wake-ups, and interrupt time per CPU.
 func (a *Analyzer) WriteText(out io.Writer, procName func(pid uint32) string) error {
 	w := bufio.NewWriter(out)
-	fmt.Fprintf(w, "sched.out: where each thread's time went, %.3f s traced; %d dispatches, %d wake-ups, %d switch stacks, %d ticks\n",
-		float64(a.end-a.start)/1e9, a.Dispatches, a.Wakeups, a.SwitchStacks, a.Ticks)
+	cfi := ""
+	if a.SwitchStacksCFI > 0 {
+		cfi = fmt.Sprintf(" (%d by call-frame information)", a.SwitchStacksCFI)
+	}
+	fmt.Fprintf(w, "sched.out: where each thread's time went, %.3f s traced; %d dispatches, %d wake-ups, %d switch stacks%s, %d ticks\n",
+		float64(a.end-a.start)/1e9, a.Dispatches, a.Wakeups, a.SwitchStacks, cfi, a.Ticks)
 	fmt.Fprintln(w, "Times in ms; a thread's states add up to its LIFE in the trace. RUNQ: runnable, waiting for a CPU (woken or preempted);")
 	fmt.Fprintln(w, "SLEEP: S (timers, futexes, pipes, sockets); BLOCK: D (I/O); UNKNOWN: before its first record. VOL/INVOL: switches")
 	fmt.Fprintln(w, "to wait / preempted. IRQ, SOFTIRQ: interrupt time while it ran (within RUN). WAKE: wake-to-run latency in µs.")
@@ -164,12 +168,13 @@ func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) er
 		Dispatches uint64       `json:"dispatches"`
 		Wakeups    uint64       `json:"wakeups"`
 		Stacks     uint64       `json:"switch_stacks"`
+		StacksCFI  uint64       `json:"switch_stacks_cfi"`
 		Threads    []jsonThread `json:"threads"`
 		All        jsonLat      `json:"wakeup_latency"`
 		AllHist    []uint64     `json:"wakeup_hist_log2_us"`
 		Worst      []worst      `json:"worst_wakeups"`
 		CPUs       []cpu        `json:"cpus"`
-	}{StartNs: a.start, EndNs: a.end, Dispatches: a.Dispatches, Wakeups: a.Wakeups, Stacks: a.SwitchStacks, Threads: []jsonThread{}, Worst: []worst{}, CPUs: []cpu{}}
+	}{StartNs: a.start, EndNs: a.end, Dispatches: a.Dispatches, Wakeups: a.Wakeups, Stacks: a.SwitchStacks, StacksCFI: a.SwitchStacksCFI, Threads: []jsonThread{}, Worst: []worst{}, CPUs: []cpu{}}
 	for _, th := range a.sorted() {
 		st := map[string]uint64{}
 		for s := State(0); s < NStates; s++ {

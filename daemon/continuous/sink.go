@@ -115,7 +115,7 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 
 // SwitchStack: the continuous profile samples on-CPU time only (it opens
 // no dispatch events), so no switch stacks reach it.
-func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {

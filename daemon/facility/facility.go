@@ -1008,8 +1008,8 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 }
 
 // SwitchStack writes UNWIND_SWITCH: the stack of a thread switched out to wait.
-func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
-	s.stack(cpu, trace.UnwindSwitch, t, pid, tid, pcs, kernel, truncated, false)
+func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
+	s.stack(cpu, trace.UnwindSwitch, t, pid, tid, pcs, kernel, truncated, cfi)
 }
 
 func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {

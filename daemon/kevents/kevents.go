@@ -39,9 +39,8 @@ type Sink interface {
 	// (else they are the kernel's frame-pointer walk).
 	Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool)
 	// SwitchStack is the call stack of the thread the dispatch record
-	// just delivered on cpu switched out not runnable (sched.go), as Stack
-	// (frame pointers only).
-	SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool)
+	// just delivered on cpu switched out not runnable (sched.go), as Stack.
+	SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool)
 }
 
 // Options select what to record.
@@ -66,7 +65,8 @@ type Options struct {
 	// Wakeup records sched:sched_wakeup and sched:sched_wakeup_new.
 	Wakeup bool
 	// SwitchStacks samples, with Dispatch, the call stack (kernel and
-	// user, by frame pointers) of every thread switched out not runnable.
+	// user, the user part as Unwind says) of every thread switched out
+	// not runnable.
 	SwitchStacks bool
 	Interrupt    bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
 	CPUs         []int // nil: every online CPU
@@ -85,7 +85,6 @@ const (
 	kindTick = iota
 	kindEvent
 	kindSwitch
-	kindSwitchStack // sched_switch again, sampled with its callchain
 	kindIRQEntry
 	kindIRQExit
 	kindSoftEntry
@@ -93,6 +92,7 @@ const (
 	kindSideband
 	kindWakeup
 	kindWakeupNew
+	kindSwitchWait // sched_switch again, filtered to waits, with the stack (sched.go)
 )
 
 const (
@@ -124,7 +124,7 @@ type ring struct {
 	// (-1: none seen yet), to tell a switch-in the tracepoint reported
 	// from one it did not (see switchIn).
 	lastNext int64
-	sw       switchPair // the CPU's last switch and its stack sample
+	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
 }
 
 // Session is a running set of kernel event sources.
@@ -146,7 +146,7 @@ type Session struct {
 	needPPID sync.Map
 
 	callstack    bool
-	switchStacks bool // sched_switch samples carry a callchain
+	switchStacks bool // a second sched_switch event samples the stacks of waits
 	maxStack     int
 	uw           *userUnwinder // Options.Unwind.DWARF
 	pend         *pendingSink  // with uw: the sink, holding records behind samples that wait for a table
@@ -187,9 +187,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	pages := opts.RingPages
 	if pages <= 0 {
 		pages = 256
-		if opts.Callstack && opts.Unwind.DWARF && opts.RateHz > 0 {
+		if opts.Unwind.DWARF && (opts.Callstack && opts.RateHz > 0 || opts.SwitchStacks && opts.Dispatch) {
 			// A stack copy per sample: 8 KB at 10 kHz is 80 MB/s a
-			// CPU; 8 MB rings hold 100 ms of it.
+			// CPU; 8 MB rings hold 100 ms of it (of a wait's stack
+			// at 10,000 waits a second too).
 			pages = 2048
 		} else if opts.Dispatch {
 			// Two records per switch (its wake-up), with
@@ -206,7 +207,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
 	}
-	if opts.Callstack && opts.Unwind.DWARF {
+	if opts.Unwind.DWARF && (opts.Callstack || s.switchStacks) {
 		if n := opts.Unwind.StackBytes; n < 64 || n > control.MaxStackBytes || n%8 != 0 {
 			return nil, fmt.Errorf("stack copy of %d bytes: use a multiple of 8 from 64 to %d", n, control.MaxStackBytes)
 		}
@@ -297,23 +298,13 @@ func Start(opts Options, sink Sink) (*Session, error) {
 				return nil, err
 			}
 		}
-		if id, ok := tpIDs[kindSwitch]; ok && s.switchStacks {
-			// The stacks come from an event of their own: a sample's
-			// time is read after its callchain is walked, so the
-			// DISPATCH record's event has none (its time is the
-			// switch's; a walk under load took 2-9 us, which went
-			// into every wake-up latency).
-			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace | unix.PERF_SAMPLE_CALLCHAIN,
-				Sample_max_stack: uint16(s.maxStack)}
-			fd, err := perfOpen(&attr, cpu, -1)
-			if err != nil {
-				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
-			}
-			if err := s.addFD(r, fd, kindSwitchStack); err != nil {
-				return nil, err
-			}
-		}
 		for kind, id := range tpIDs {
+			if kind == kindSwitch && s.switchStacks {
+				// opened first: see openWaitEvent
+				if err := s.openWaitEvent(r, id, opts.Unwind.StackBytes); err != nil {
+					return nil, err
+				}
+			}
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
@@ -637,14 +628,14 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				s.stack(r, t, pid, tid, b[32:])
 			}
 		default:
-			// TID, TIME, CPU, [CALLCHAIN,] RAW
+			// TID, TIME, CPU, [CALLCHAIN,] RAW, [REGS_USER, STACK_USER]
 			if len(b) < 28 {
 				return
 			}
 			pid, tid, t := le32(b), le32(b[4:]), le64(b[8:])
 			rest := b[24:]
 			var chain []byte
-			if kind == kindSwitchStack {
+			if kind == kindSwitchWait {
 				if chain, rest = splitCallchain(rest); chain == nil {
 					return
 				}
@@ -657,16 +648,20 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			if rawLen > len(raw) {
 				return
 			}
-			raw = raw[:rawLen]
+			raw, rest = raw[:rawLen], raw[rawLen:] // then REGS_USER, STACK_USER (--unwind dwarf)
 			switch kind {
 			case kindWakeup, kindWakeupNew:
 				s.wakeup(r, kind, t, pid, tid, raw)
-			case kindSwitchStack:
-				s.switchStackSample(r, raw, chain)
-			default:
-				if s.tracepoint(r, kind, t, raw) && kind == kindSwitch {
-					s.afterSwitch(r, t, raw)
-				}
+				return
+			case kindSwitchWait:
+				s.waitSample(r, t, raw, chain, rest)
+				return
+			}
+			if kind == kindSwitch && s.switchStacks {
+				t = s.switchTime(r, t, raw)
+			}
+			if s.tracepoint(r, kind, t, raw) && kind == kindSwitch && s.switchStacks {
+				s.switched(r, t, raw)
 			}
 		}
 	case unix.PERF_RECORD_MMAP2:
@@ -788,7 +783,7 @@ func (s *Session) stack(r *ring, t uint64, pid, tid uint32, b []byte) {
 		// sample's registers and stack copy follow the callchain),
 		// once the tables they need are there.
 		r.fp = append(r.fp[:0], pcs[kernel:]...)
-		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, b[8*nr:], s.maxStack-kernel, truncated)
+		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, b[8*nr:], s.maxStack-kernel, truncated, false)
 		return
 	}
 	if len(pcs) == 0 {

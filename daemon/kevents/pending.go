@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Samples that wait for a table (--unwind dwarf). A sample whose unwinding
+// Samples that wait for a table (--unwind dwarf). A sample (a tprof tick's
+// stack, or the stack of a thread switched out to wait) whose unwinding
 // meets a file whose call-frame table is still loading (a library the
 // process has just mapped, dlopen) is not written cut: its registers and
 // stack copy wait in its CPU's queue and are unwound again once the table
@@ -32,7 +33,7 @@ type pendItem struct {
 	fields []uint64
 
 	stack     bool
-	switched  bool // a switch-out stack (SwitchStack), written as it came
+	switched  bool // a switch-out stack (written by SwitchStack, not Stack)
 	pid, tid  uint32
 	pcs       []uint64 // ready: the whole stack; raw: its kernel frames
 	kernel    int
@@ -90,15 +91,15 @@ func (p *pendingSink) Trace(cpu int, major uint16, minor uint32, t uint64, field
 // SwitchStack writes the stack of a thread switched out to wait, or queues
 // it behind cpu's waiting samples: it must follow its DISPATCH record,
 // which Trace may have queued.
-func (p *pendingSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (p *pendingSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	c := p.cpu(cpu)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.items) == 0 {
-		p.Sink.SwitchStack(cpu, t, pid, tid, pcs, kernel, truncated)
+		p.Sink.SwitchStack(cpu, t, pid, tid, pcs, kernel, truncated, cfi)
 		return
 	}
-	c.items = append(c.items, pendItem{stack: true, switched: true, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: kernel, truncated: truncated})
+	c.items = append(c.items, pendItem{stack: true, switched: true, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: kernel, truncated: truncated, cfi: cfi})
 }
 
 // Stack writes the stack, or queues it behind cpu's waiting samples.
@@ -116,7 +117,9 @@ func (p *pendingSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, ke
 // userStack unwinds a sample's user stack (kernel: its kernel frames; fp:
 // the frame-pointer walk of its user frames; raw: registers and stack
 // copy) and writes it, or queues it when a table it needs is loading.
-func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp []uint64, raw []byte, max int, truncated bool) {
+// switched: the stack of a thread switched out to wait (SwitchStack),
+// else a tprof sample's (Stack).
+func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp []uint64, raw []byte, max int, truncated, switched bool) {
 	c := p.cpu(cpu)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -124,7 +127,7 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 	if len(c.items) == 0 {
 		pcs, cut, cfi, wait := p.unwind(pid, tid, kernel, fp, raw, max, truncated, false, &maps)
 		if !wait {
-			p.Sink.Stack(cpu, t, pid, tid, pcs, len(kernel), cut, cfi)
+			p.write(cpu, switched, t, pid, tid, pcs, len(kernel), cut, cfi)
 			return
 		}
 	}
@@ -136,12 +139,21 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 	p.mu.Unlock()
 	if full {
 		pcs, cut, cfi, _ := p.unwind(pid, tid, kernel, fp, raw, max, truncated, true, &maps)
-		c.items = append(c.items, pendItem{stack: true, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: len(kernel), truncated: cut, cfi: cfi})
+		c.items = append(c.items, pendItem{stack: true, switched: switched, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: len(kernel), truncated: cut, cfi: cfi})
 		return
 	}
-	c.items = append(c.items, pendItem{stack: true, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), kernel...),
+	c.items = append(c.items, pendItem{stack: true, switched: switched, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), kernel...),
 		fp: append([]uint64(nil), fp...), raw: append([]byte(nil), raw...), max: max, truncated: truncated, maps: maps, queued: time.Now()})
 	p.uw.waiting(1)
+}
+
+// write writes a stack: a wait's (switched) or a tprof sample's.
+func (p *pendingSink) write(cpu int, switched bool, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
+	if switched {
+		p.Sink.SwitchStack(cpu, t, pid, tid, pcs, kernel, truncated, cfi)
+	} else {
+		p.Sink.Stack(cpu, t, pid, tid, pcs, kernel, truncated, cfi)
+	}
 }
 
 // unwind returns the stack of a sample: its kernel frames, then its user
@@ -185,10 +197,8 @@ func (p *pendingSink) flush(cpu int, c *pendCPU, force bool) {
 		switch {
 		case !it.stack:
 			p.Sink.Trace(cpu, it.major, it.minor, it.t, it.fields)
-		case it.switched:
-			p.Sink.SwitchStack(cpu, it.t, it.pid, it.tid, it.pcs, it.kernel, it.truncated)
 		case it.raw == nil:
-			p.Sink.Stack(cpu, it.t, it.pid, it.tid, it.pcs, it.kernel, it.truncated, it.cfi)
+			p.write(cpu, it.switched, it.t, it.pid, it.tid, it.pcs, it.kernel, it.truncated, it.cfi)
 		default:
 			late := force || time.Since(it.queued) > maxPendingWait
 			pcs, cut, cfi, wait := p.unwind(it.pid, it.tid, it.pcs, it.fp, it.raw, it.max, it.truncated, late, &it.maps)
@@ -196,7 +206,7 @@ func (p *pendingSink) flush(cpu int, c *pendCPU, force bool) {
 				c.items = c.items[n:]
 				return
 			}
-			p.Sink.Stack(cpu, it.t, it.pid, it.tid, pcs, len(it.pcs), cut, cfi)
+			p.write(cpu, it.switched, it.t, it.pid, it.tid, pcs, len(it.pcs), cut, cfi)
 			p.mu.Lock()
 			p.bytes -= len(it.raw)
 			p.mu.Unlock()

@@ -30,10 +30,10 @@ func (s *seqSink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel
 	defer s.mu.Unlock()
 	s.seq = append(s.seq, fmt.Sprintf("%d:S%d%x/%v", cpu, t, pcs, truncated))
 }
-func (s *seqSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (s *seqSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq = append(s.seq, fmt.Sprintf("%d:W%d%x", cpu, t, pcs))
+	s.seq = append(s.seq, fmt.Sprintf("%d:W%d%x/%v", cpu, t, pcs, cfi))
 }
 func (s *seqSink) String() string {
 	s.mu.Lock()
@@ -53,7 +53,9 @@ func rawSample(ip uint64) []byte {
 // A sample whose pc is in a file whose table is loading waits for it, and
 // the records of its CPU that follow wait behind it (another CPU's do not);
 // once the table is there they are written in order, the stack unwound
-// in full and not marked cut.
+// in full and not marked cut. A wait's stack unwound from its registers
+// (a switch sample's) waits the same way, and is written as one (after its
+// DISPATCH, marked unwound by call-frame information).
 func TestSampleWaitsForItsTable(t *testing.T) {
 	u := newUserUnwinder()
 	defer u.close()
@@ -66,16 +68,18 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 	sink := &seqSink{}
 	p := newPendingSink(sink, u)
 	p.Trace(0, 0x10, 1, 1, nil)
-	p.userStack(0, 1, 5, 5, []uint64{0xffffffff81000000}, []uint64{0x1800}, rawSample(0x1800), 127, false)
+	p.userStack(0, 1, 5, 5, []uint64{0xffffffff81000000}, []uint64{0x1800}, rawSample(0x1800), 127, false, false)
 	p.Trace(0, 0x10, 1, 2, nil)
-	p.SwitchStack(0, 2, 5, 5, []uint64{0xffffffff81000100}, 1, false) // after its DISPATCH (T2)
+	p.SwitchStack(0, 2, 5, 5, []uint64{0xffffffff81000100}, 1, false, false) // after its DISPATCH (T2)
 	p.Stack(0, 2, 5, 5, []uint64{0x1900}, 0, false, false)
+	p.Trace(0, 0x10, 1, 4, nil)
+	p.userStack(0, 4, 5, 5, []uint64{0xffffffff81000200}, []uint64{0x1820}, rawSample(0x1820), 126, false, true)
 	p.Trace(1, 0x10, 1, 3, nil)
 	p.retry(false)
 	if got, want := sink.String(), "0:T1 1:T3"; got != want {
 		t.Fatalf("while the table loads: %q reached the facility, want %q", got, want)
 	}
-	if st := u.Stats(); st.Early != 1 || st.Waiting != 1 {
+	if st := u.Stats(); st.Early != 2 || st.Waiting != 2 {
 		t.Fatalf("stats while waiting: %+v", st)
 	}
 	// an exec while the sample waits: it keeps the mappings of its time
@@ -96,10 +100,10 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	p.retry(false)
-	if got, want := sink.String(), "0:T1 1:T3 0:S1[ffffffff81000000 1800]/false 0:T2 0:W2[ffffffff81000100] 0:S2[1900]/false"; got != want {
+	if got, want := sink.String(), "0:T1 1:T3 0:S1[ffffffff81000000 1800]/false 0:T2 0:W2[ffffffff81000100]/false 0:S2[1900]/false 0:T4 0:W4[ffffffff81000200 1820]/true"; got != want {
 		t.Fatalf("after the load: %q, want %q", got, want)
 	}
-	if st := u.Stats(); st.Early != 1 || st.Waiting != 0 || st.Cut != 0 || p.bytes != 0 {
+	if st := u.Stats(); st.Early != 2 || st.Waiting != 0 || st.Cut != 0 || p.bytes != 0 {
 		t.Fatalf("stats after: %+v, %d bytes queued", st, p.bytes)
 	}
 }
@@ -119,9 +123,9 @@ func TestSampleWaitIsBounded(t *testing.T) {
 	u.procs[5] = &procMaps{maps: []userMap{{start: 0x1000, end: 0x2000, id: fileID{8, 1, 78}, path: "/lib/slow.so"}}, read: time.Now()}
 	sink := &seqSink{}
 	p := newPendingSink(sink, u)
-	p.userStack(0, 1, 5, 5, nil, []uint64{0x1800}, rawSample(0x1800), 127, false)
+	p.userStack(0, 1, 5, 5, nil, []uint64{0x1800}, rawSample(0x1800), 127, false, false)
 	p.bytes = maxPendingBytes // as if the queue were full
-	p.userStack(0, 2, 5, 5, nil, []uint64{0x1810}, rawSample(0x1810), 127, false)
+	p.userStack(0, 2, 5, 5, nil, []uint64{0x1810}, rawSample(0x1810), 127, false, false)
 	if got := sink.String(); got != "" {
 		t.Fatalf("written ahead of the waiting sample: %q", got)
 	}

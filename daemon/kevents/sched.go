@@ -2,16 +2,160 @@ package kevents
 
 // Scheduler records beyond DISPATCH: wake-ups (sched_wakeup,
 // sched_wakeup_new → WAKEUP) and the stack of a thread switched out while
-// not runnable (sched_switch sampled with its callchain → UNWIND_SWITCH),
-// what off-CPU and wake-up latency reports read (analysis/offcpu).
+// not runnable (UNWIND_SWITCH), what off-CPU and wake-up latency reports
+// read (analysis/offcpu).
+//
+// The stacks come from a second sched_switch event beside the one that
+// writes DISPATCH: it samples the callchain (with --unwind dwarf the user
+// registers and a copy of the user stack too) and carries a tracepoint
+// filter that lets only waits through (prev_state & waitStates), so a
+// switch that is no wait (a preemption, a yield, the idle task) costs its
+// DISPATCH record alone. One event sampling every switch would walk (and
+// with --unwind dwarf copy) the stack of each preempted or yielding thread
+// too, inside the switch, for a record the agent drops: a load that
+// yields or is preempted often pays it in its own system time, while the
+// agent reads about as much per wait either way. The two events write one
+// record each into the CPU's ring, next to each other but in either order
+// (the kernel runs a tracepoint's perf events in the order they were last
+// scheduled in); waitPair puts the stack after its DISPATCH.
+//
+// Each event reads the clock as it runs, before its callchain and stack
+// copy: a DISPATCH event that runs after the wait event reads it later by
+// the time the stack took. The wait event is opened first: the kernel
+// schedules a CPU's events in, newest last, each to the head of the
+// tracepoint's list, so the DISPATCH event runs first. Where it does not
+// (the order can change), DISPATCH takes the wait sample's time.
 
 import (
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
 )
+
+// waitStates are the prev_state bits of a wait worth a stack: sleeping,
+// blocked, stopped, traced, parked, idle (not running or preempted: 0 or
+// the preempted bit above the low byte; not dead or a zombie).
+const waitStates = trace.StateMask &^ (trace.StateDead | trace.StateZombie)
+
+// waitFilter is the wait event's tracepoint filter (the kernel's event
+// filter syntax: a numeric field & a mask is true when a bit is set).
+var waitFilter = fmt.Sprintf("prev_state & %#x", waitStates)
+
+// openWaitEvent opens on r's CPU the sched_switch event (tracepoint id)
+// that samples the stacks of waits: the callchain, and with the
+// unwinder the user registers and stackBytes of user stack.
+func (s *Session) openWaitEvent(r *ring, id uint64, stackBytes int) error {
+	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1,
+		Sample_type: stTrace | unix.PERF_SAMPLE_CALLCHAIN, Sample_max_stack: uint16(s.maxStack)}
+	if s.uw != nil {
+		// The sample's layout: ..., CALLCHAIN, RAW, REGS_USER, STACK_USER.
+		attr.Sample_type |= unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_STACK_USER
+		attr.Sample_regs_user = userRegsMask
+		attr.Sample_stack_user = uint32(stackBytes)
+	}
+	fd, err := perfOpen(&attr, r.cpu, -1)
+	if err != nil {
+		return fmt.Errorf("open sched_switch for stacks on CPU %d: %w", r.cpu, permHint(err))
+	}
+	// Without the filter (a kernel that refuses it) every switch samples
+	// its stack and switchStack keeps the waits': the same records, at
+	// the cost of one stack per switch.
+	_ = setFilter(fd, waitFilter)
+	return s.addFD(r, fd, kindSwitchWait)
+}
+
+// setFilter sets a tracepoint event's filter (PERF_EVENT_IOC_SET_FILTER).
+func setFilter(fd int, filter string) error {
+	b, err := unix.BytePtrFromString(filter)
+	if err != nil {
+		return err
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.PERF_EVENT_IOC_SET_FILTER, uintptr(unsafe.Pointer(b))); e != 0 {
+		return fmt.Errorf("tracepoint filter %q: %w", filter, e)
+	}
+	return nil
+}
+
+// waitPair matches the two sched_switch samples of one switch on a CPU:
+// the DISPATCH just written (whose wait's stack may still come) and a
+// wait's sample read before its DISPATCH (held until it). A wait's sample
+// goes with the DISPATCH next to it that switched the same thread out to
+// wait, taken within maxPairGap of it; one without (its DISPATCH lost) is
+// dropped.
+type waitPair struct {
+	t    uint64 // the last DISPATCH: its time,
+	prev uint32 // the thread it switched out,
+	open bool   // and whether that was a wait whose stack has not come yet
+
+	held             bool // a wait's sample read before its DISPATCH:
+	heldPrev         uint32
+	heldT            uint64
+	raw, chain, regs []byte // its data (copies, reused)
+}
+
+// maxPairGap bounds the time between the two samples of one switch (they
+// are taken one after the other in the switch: microseconds apart, the
+// time of a stack walk and copy).
+const maxPairGap = 1e6 // ns
+
+// heldFor tells whether the held wait's sample belongs to the DISPATCH of
+// prev at t.
+func (w *waitPair) heldFor(prev uint32, t uint64) bool {
+	return w.held && w.heldPrev == prev && near(w.heldT, t)
+}
+
+// near tells whether two samples' times may be one switch's.
+func near(a, b uint64) bool { return max(a, b)-min(a, b) < maxPairGap }
+
+// isWait tells a switch-out to wait (one worth a stack) from its prev_state.
+func isWait(state uint64) bool { return state&waitStates != 0 }
+
+// switchTime is the time of a sched_switch's DISPATCH (its sample's t,
+// its raw data): that of the wait's sample read before it, if any (the
+// clock read before that sample's stack was taken), else t.
+func (s *Session) switchTime(r *ring, t uint64, raw []byte) uint64 {
+	w := &r.wait
+	if s.tp.prevPid+4 <= len(raw) && w.heldFor(le32(raw[s.tp.prevPid:]), t) {
+		return min(w.heldT, t)
+	}
+	return t
+}
+
+// switched is called after a sched_switch's DISPATCH record (time t, the
+// tracepoint's raw data): a wait's sample held for it is written now,
+// else the DISPATCH waits for its sample.
+func (s *Session) switched(r *ring, t uint64, raw []byte) {
+	w := &r.wait
+	w.t, w.prev = t, le32(raw[s.tp.prevPid:])
+	w.open = w.prev != 0 && isWait(s.prevState(raw))
+	if w.open && w.heldFor(w.prev, t) {
+		w.open = false
+		s.switchStack(r, t, w.raw, w.chain, w.regs)
+	}
+	w.held = false
+}
+
+// waitSample takes a sample of the wait event: the stack of the thread
+// its DISPATCH switches out, written after that DISPATCH with its time.
+func (s *Session) waitSample(r *ring, t uint64, raw, chain, regs []byte) {
+	if s.tp.prevPid+4 > len(raw) {
+		return
+	}
+	w := &r.wait
+	prev := le32(raw[s.tp.prevPid:])
+	if w.open && w.prev == prev && near(w.t, t) {
+		w.open = false
+		s.switchStack(r, w.t, raw, chain, regs)
+		return
+	}
+	w.held, w.heldPrev, w.heldT = true, prev, t
+	w.raw = append(w.raw[:0], raw...)
+	w.chain = append(w.chain[:0], chain...)
+	w.regs = append(w.regs[:0], regs...)
+}
 
 // loadWakeup finds the wake-up tracepoints and their pid and target_cpu
 // fields (the same layout in both).
@@ -80,66 +224,18 @@ func splitCallchain(b []byte) (chain, rest []byte) {
 	return b[:n], b[n:]
 }
 
-// switchPair joins a switch's two samples on one CPU: the sched_switch
-// event that writes DISPATCH, and the one sampled with the callchain of
-// the thread switched out. The kernel runs the two handlers back to back,
-// in either order (its list of a tracepoint's perf events is ordered by
-// when each was added), so the one that comes first waits for the other.
-type switchPair struct {
-	t         uint64 // the DISPATCH's time (0: none waiting for its stack)
-	prev      uint32
-	heldPrev  uint32 // a stack sample waiting for its DISPATCH (0: none)
-	heldRaw   []byte
-	heldChain []byte
-}
-
-// afterSwitch follows a DISPATCH written from raw at t: the stack sample
-// of the same switch, if it came first, is written now (with the
-// DISPATCH's time), else expected.
-func (s *Session) afterSwitch(r *ring, t uint64, raw []byte) {
-	if !s.switchStacks || s.tp.prevPid+4 > len(raw) {
-		return
-	}
-	prev := le32(raw[s.tp.prevPid:])
-	p := &r.sw
-	if p.heldPrev != 0 && p.heldPrev == prev {
-		p.heldPrev, p.t = 0, 0
-		s.switchStack(r, t, p.heldRaw, p.heldChain)
-		return
-	}
-	p.heldPrev = 0 // a stack sample of another switch: its DISPATCH was lost
-	p.t, p.prev = t, prev
-}
-
-// switchStackSample takes the stack sample of a switch: written after its
-// DISPATCH with that record's time, or held until it comes.
-func (s *Session) switchStackSample(r *ring, raw, chain []byte) {
-	if s.tp.prevPid+4 > len(raw) {
-		return
-	}
-	prev := le32(raw[s.tp.prevPid:])
-	p := &r.sw
-	if p.t != 0 && p.prev == prev {
-		t := p.t
-		p.t = 0
-		s.switchStack(r, t, raw, chain)
-		return
-	}
-	p.t = 0
-	p.heldPrev = prev
-	p.heldRaw = append(p.heldRaw[:0], raw...)
-	p.heldChain = append(p.heldChain[:0], chain...)
-}
-
 // switchStack writes the stack of the thread sched_switch switched out
 // (the switch's prev, the thread the sample was taken in) when it left the
 // CPU to wait: its wait's stack. A preempted thread's stack is no wait's,
 // an exiting one's neither, and the idle task has none worth a record.
 // The thread is named from the tracepoint (the sample's own ids are -1
-// once an exiting thread is unhashed).
-func (s *Session) switchStack(r *ring, t uint64, raw, chain []byte) {
-	state := s.prevState(raw)
-	if state&trace.StateMask == 0 || state&(trace.StateDead|trace.StateZombie) != 0 || s.tp.prevPid+4 > len(raw) {
+// once an exiting thread is unhashed). With --unwind dwarf, regs is the
+// sample's user registers and stack copy (what follows its raw data): the
+// user frames are unwound from them by call-frame information, through
+// the queue of samples that wait for a table (pending.go), which keeps
+// the stack right after its DISPATCH record.
+func (s *Session) switchStack(r *ring, t uint64, raw, chain, regs []byte) {
+	if !isWait(s.prevState(raw)) || s.tp.prevPid+4 > len(raw) {
 		return
 	}
 	tid := le32(raw[s.tp.prevPid:])
@@ -147,10 +243,16 @@ func (s *Session) switchStack(r *ring, t uint64, raw, chain []byte) {
 		return
 	}
 	pcs, kernel, truncated := s.chainPCs(r, chain)
+	pid := s.tgidOf(tid)
+	if s.pend != nil && len(regs) > 0 {
+		r.fp = append(r.fp[:0], pcs[kernel:]...)
+		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, regs, s.maxStack-kernel, truncated, true)
+		return
+	}
 	if len(pcs) == 0 {
 		return
 	}
-	s.sink.SwitchStack(r.cpu, t, s.tgidOf(tid), tid, pcs, kernel, truncated)
+	s.sink.SwitchStack(r.cpu, t, pid, tid, pcs, kernel, truncated, false)
 }
 
 // chainPCs turns a callchain into PCs, kernel ones first (the context
@@ -198,5 +300,6 @@ func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 		return
 	}
 	r.lastNext = int64(tid)
+	r.wait.open, r.wait.held = false, false // a switch from the idle task: no wait's
 	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), 0, uint64(pid), uint64(tid), 0))
 }

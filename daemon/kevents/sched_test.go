@@ -2,9 +2,11 @@ package kevents
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +17,7 @@ import (
 
 // SwitchStack keeps the stack in recs, in order with the records of its
 // CPU: fields pid, tid, kernel frames, all frames.
-func (m *memSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated bool) {
+func (m *memSink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	m.mu.Lock()
 	m.recs = append(m.recs, rec{cpu, trace.MajorUnwind, trace.UnwindSwitch, t, []uint64{uint64(pid), uint64(tid), uint64(kernel), uint64(len(pcs))}, ""})
 	m.mu.Unlock()
@@ -198,4 +200,83 @@ func TestEveryWaitEndsWithASwitchIn(t *testing.T) {
 		t.Fatalf("thread %d: %d waits, %d ended by a switch-in (10 sleeps)", tid, waits, ends)
 	}
 	t.Logf("%d waits, %d ended by a switch-in", waits, ends)
+}
+
+// The two sched_switch samples of a switch (DISPATCH's and, for a wait,
+// the stack's) come next to each other in the CPU's ring in either order:
+// the stack is written after its DISPATCH, with its time, and a stack
+// whose DISPATCH is not next to it (lost, or another thread's switch) is
+// dropped. A switch that is no wait gets no stack even where the kernel
+// did not filter its sample out. Where the wait's sample comes first, its
+// time (read before its stack was taken) is the DISPATCH's.
+func TestWaitStackAfterItsDispatch(t *testing.T) {
+	sink := &memSink{}
+	const idSwitch, idWait = 7, 8
+	s := &Session{sink: sink, switchStacks: true, maxStack: 127, kinds: map[uint64]int{idSwitch: kindSwitch, idWait: kindSwitchWait},
+		tp: tpFields{prevPid: 0, prevState: 8, prevStateSize: 8, nextPid: 16}}
+	for tid := uint32(10); tid < 20; tid++ {
+		s.tgid.Store(tid, uint32(1000))
+	}
+	r := &ring{cpu: 1, lastNext: -1}
+	le := binary.LittleEndian
+	// a sample: id, pid/tid, time, cpu, [callchain: the kernel marker and
+	// one pc, then the user marker and one], raw (size, prev_pid,
+	// prev_state, next_pid)
+	sample := func(id uint64, prev uint32, state, tm uint64) []byte {
+		b := le.AppendUint64(nil, id)
+		b = le.AppendUint32(b, 1000)
+		b = le.AppendUint32(b, prev)
+		b = le.AppendUint64(b, tm)
+		b = le.AppendUint64(b, 1)
+		if id == idWait {
+			b = le.AppendUint64(b, 4)
+			for _, v := range []uint64{^uint64(127), 0xffffffff81000000 + uint64(prev), ^uint64(511), 0x401000 + uint64(prev)} {
+				b = le.AppendUint64(b, v)
+			}
+		}
+		b = le.AppendUint32(b, 24)
+		b = le.AppendUint32(b, prev)
+		b = le.AppendUint32(b, 0)
+		b = le.AppendUint64(b, state)
+		b = le.AppendUint32(b, 99)
+		return append(b, 0, 0, 0, 0)
+	}
+	d := func(prev uint32, state, tm uint64) {
+		s.record(r, unix.PERF_RECORD_SAMPLE, 0, sample(idSwitch, prev, state, tm))
+	}
+	w := func(prev uint32, state, tm uint64) {
+		s.record(r, unix.PERF_RECORD_SAMPLE, 0, sample(idWait, prev, state, tm))
+	}
+	const sleeping, preempted = 1, 0x100
+	d(10, sleeping, 100) // DISPATCH first
+	w(10, sleeping, 101)
+	w(11, sleeping, 201) // the stack first
+	d(11, sleeping, 200)
+	d(12, preempted, 300) // no wait: unfiltered, its sample is dropped
+	w(12, preempted, 301)
+	d(13, sleeping, 400)
+	w(13, sleeping, 401)
+	w(14, sleeping, 501) // its DISPATCH lost
+	d(15, sleeping, 500)
+	w(15, sleeping, 502)
+	d(16, sleeping, 600) // its stack lost: the next thread's is not its
+	w(17, sleeping, 601)
+	d(17, sleeping, 602) // the wait event ran first: the clock it read is the switch's
+	w(18, sleeping, 700) // its DISPATCH lost, and a later one of the same thread's
+	d(18, sleeping, 700+2e6)
+	d(19, sleeping, 800e6) // the same thread, long after: no pair
+	w(19, sleeping, 802e6)
+	var got []string
+	for _, x := range sink.recs {
+		switch {
+		case x.major == trace.MajorDispatch:
+			got = append(got, fmt.Sprintf("D%d@%d", x.fields[1], x.t))
+		case x.major == trace.MajorUnwind:
+			got = append(got, fmt.Sprintf("U%d@%d/%d/%d", x.fields[1], x.t, x.fields[2], x.fields[3]))
+		}
+	}
+	want := "D10@100 U10@100/1/2 D11@200 U11@200/1/2 D12@300 D13@400 U13@400/1/2 D15@500 U15@500/1/2 D16@600 D17@601 U17@601/1/2 D18@2000700 D19@800000000"
+	if g := strings.Join(got, " "); g != want {
+		t.Fatalf("records\n%s\nwant\n%s", g, want)
+	}
 }
