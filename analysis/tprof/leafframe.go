@@ -112,3 +112,26 @@ func (x *leafFrames) missing(pid uint32, leaf, ret uint64, flags uint64) (uint64
 	}
 	return target, true
 }
+
+// LeafFrames finds, for post's other writers of stacks (perf script
+// form), the caller a frame-pointer stack lost, as the report's stacks
+// have it. Not safe for concurrent use; call in trace order (it names
+// addresses as the resolver's state has them).
+type LeafFrames struct{ x *leafFrames }
+
+// NewLeafFrames returns a finder reading the modules r locates.
+func NewLeafFrames(r *a2n.Resolver) *LeafFrames { return &LeafFrames{newLeafFrames(r)} }
+
+// Missing returns the address of the function a stack (pcs: the
+// interrupted PC first; nk of them in the kernel; flags its UNWIND
+// record's) lost between its first user PC and the return address after
+// it, and whether one was lost.
+func (l *LeafFrames) Missing(pid uint32, pcs []uint64, nk int, flags uint64) (uint64, bool) {
+	if nk+1 >= len(pcs) {
+		return 0, false
+	}
+	return l.x.missing(pid, pcs[nk], pcs[nk+1], flags)
+}
+
+// Close releases the module files read.
+func (l *LeafFrames) Close() { l.x.close() }

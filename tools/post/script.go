@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"perfinsp/analysis/a2n"
+	"perfinsp/analysis/tprof"
 	"perfinsp/format/trace"
 )
 
@@ -17,7 +18,9 @@ import (
 // function first, "address symbol+offset (module)", then an empty line.
 // stackcollapse-perf.pl and the other tools that read perf script read
 // it. A sample's stack is the UNWIND record that follows its tick on the
-// same CPU; a tick without one is printed with its own address alone.
+// same CPU; a tick without one is printed with its own address alone. A
+// frame-pointer stack gets back the caller it lost in a frameless leaf,
+// as tprof's stacks do (tprof.LeafFrames).
 type scriptWriter struct {
 	f       *os.File
 	w       *bufio.Writer
@@ -26,6 +29,8 @@ type scriptWriter struct {
 	period  uint64
 	pending map[int]*scriptTick // per CPU: the tick whose stack may follow
 	names   map[scriptPC]a2n.Result
+	leaf    *tprof.LeafFrames
+	lost    int // the index in the stack being written of a caller put back (-1: none)
 }
 
 type scriptTick struct {
@@ -51,7 +56,7 @@ func newScriptWriter(path string, r *a2n.Resolver, rateHz uint64) (*scriptWriter
 	if rateHz > 0 {
 		period = 1_000_000_000 / rateHz
 	}
-	return &scriptWriter{f: f, w: w, r: r, event: "cpu-clock", period: period, pending: map[int]*scriptTick{}, names: map[scriptPC]a2n.Result{}}, nil
+	return &scriptWriter{f: f, w: w, r: r, event: "cpu-clock", period: period, pending: map[int]*scriptTick{}, names: map[scriptPC]a2n.Result{}, leaf: tprof.NewLeafFrames(r), lost: -1}, nil
 }
 
 // record takes each record post reads, in time order (res: a tick's
@@ -87,7 +92,15 @@ func (s *scriptWriter) record(rec *trace.Record, res *a2n.Result) {
 		for i := range pcs {
 			pcs[i] = le64(rec.Str[8*i:])
 		}
-		s.write(t, pcs, int(rec.Field(2)>>trace.UnwindKernShift))
+		nk := int(rec.Field(2) >> trace.UnwindKernShift)
+		if lost, ok := s.leaf.Missing(t.pid, pcs, nk, rec.Field(2)); ok {
+			// the caller the walk lost, between the leaf and its return address
+			pcs = append(pcs[:nk+1], append([]uint64{lost}, pcs[nk+1:]...)...)
+			s.lost = nk + 1
+		} else {
+			s.lost = -1
+		}
+		s.write(t, pcs, nk)
 	}
 }
 
@@ -110,9 +123,10 @@ func (s *scriptWriter) write(t *scriptTick, pcs []uint64, nk int) {
 	if len(pcs) == 0 {
 		s.frame(t.pid, t.ip, t.ip, t.kernel)
 	}
+	defer func() { s.lost = -1 }()
 	for i, pc := range pcs {
 		at := pc
-		if i > 0 && i != nk {
+		if i > 0 && i != nk && i != s.lost {
 			at-- // a return address: name the call, not what follows it
 		}
 		s.frame(t.pid, pc, at, i < nk)
@@ -139,6 +153,7 @@ func (s *scriptWriter) frame(pid uint32, pc, at uint64, kernel bool) {
 
 // close writes the ticks still pending and closes the file.
 func (s *scriptWriter) close() error {
+	defer s.leaf.Close()
 	cpus := make([]int, 0, len(s.pending))
 	for cpu := range s.pending {
 		cpus = append(cpus, cpu)
