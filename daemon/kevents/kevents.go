@@ -513,9 +513,19 @@ func (s *Session) loopPoller() {
 	if err != nil {
 		return
 	}
+	// The runtime's poller reports the set readable once a ring's
+	// wake-up reaches it; its own look at the set has then taken the
+	// wake-up (perf_poll reports one once), so a wait on the set finds
+	// nothing: a call after a wait reads the rings whatever the set says
+	// now (the wait on it only takes stale entries off its ready list).
+	waited := false
 	ready := func(fd uintptr) bool {
 		n, err := unix.EpollWait(int(fd), events, 0)
-		return n > 0 || err != nil && !errors.Is(err, unix.EINTR)
+		if waited || n > 0 || err != nil && !errors.Is(err, unix.EINTR) {
+			return true
+		}
+		waited = true
+		return false
 	}
 	for {
 		// (Stop sets a deadline in the past after closing stop: set
@@ -526,6 +536,7 @@ func (s *Session) loopPoller() {
 			return
 		default:
 		}
+		waited = false
 		if err := rc.Read(ready); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return
 		}
