@@ -43,7 +43,10 @@ const (
 
 type location struct {
 	key locKey
-	loc a2n.Loc // where Locate found a module or process address
+	fn  frameName // the name of a process's address (locProcess): final at the sample
+	// vdso is where Locate found a [vdso] address (named from the
+	// kernel's vDSO image by the resolver).
+	vdso *a2n.Loc
 }
 
 // pcKey caches a program counter's location within an interval: the
@@ -213,26 +216,31 @@ func (a *aggregator) location(iv *interval, pid, gen uint32, pc uint64, kernel b
 	if idx, ok := iv.byPC[pk]; ok {
 		return idx, true
 	}
-	var l a2n.Loc
-	var k locKey
+	var loc location
 	if kernel {
-		k = locKey{kind: locKernel, addr: pc}
+		loc.key = locKey{kind: locKernel, addr: pc}
 	} else {
-		l = a.res.Locate(pid, pc, false)
-		if m := l.Module(); m != "" {
-			k = locKey{kind: locModule, module: m, addr: l.FileOffset()}
-		} else {
-			k = locKey{kind: locProcess, addr: pc, pid: pid}
+		l := a.res.Locate(pid, pc, false)
+		switch m := l.Module(); m {
+		case "":
+			res := l.Final()
+			loc.key = locKey{kind: locProcess, addr: pc, pid: pid}
+			loc.fn = frameName{module: res.Module, symbol: res.Symbol}
+		case "[vdso]":
+			loc.key = locKey{kind: locModule, module: m, addr: l.FileOffset()}
+			loc.vdso = &l
+		default:
+			loc.key = locKey{kind: locModule, module: m, addr: l.FileOffset()}
 		}
 	}
-	idx, ok := iv.locIndex[k]
+	idx, ok := iv.locIndex[loc.key]
 	if !ok {
 		if len(iv.locs) >= a.limits.Locations {
 			return 0, false
 		}
 		idx = int32(len(iv.locs))
-		iv.locs = append(iv.locs, location{key: k, loc: l})
-		iv.locIndex[k] = idx
+		iv.locs = append(iv.locs, loc)
+		iv.locIndex[loc.key] = idx
 	}
 	if len(iv.byPC) < 4*a.limits.Locations {
 		iv.byPC[pk] = idx

@@ -4,8 +4,9 @@ import (
 	"cmp"
 	"fmt"
 	"os"
-	"runtime"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 
 	"perfinsp/analysis/a2n"
@@ -20,10 +21,12 @@ type frameName struct {
 // they start anew at the next interval).
 const maxNames = 1 << 16
 
-// mappedGCBytes: after naming from module files of this many bytes, the
-// namer collects garbage, so the mappings of the modules it is done with
-// go (a module file is mapped while its tables are built).
-const mappedGCBytes = 32 << 20
+// namingSlack bounds what naming adds to the agent's resident memory:
+// past it (a module parsed from its file keeps the file mapped, and its
+// tables are garbage once it is named) the namer collects garbage and
+// returns it before the next module, so the mappings and tables of the
+// modules it is done with go.
+const namingSlack = 8 << 20
 
 // namer names an interval's locations once each. Names of module offsets
 // and kernel addresses are kept from one interval to the next; a module's
@@ -36,7 +39,7 @@ type namer struct {
 	ks       *ksyms
 	names    map[locKey]frameName
 	intern   map[string]string
-	mapped   int64 // bytes of module files loaded since the last collection
+	base     int64 // resident bytes after the last collection (naming)
 	// Of the last nameAll: the locations named anew (not kept from an
 	// earlier interval) and the modules read for them.
 	named, modulesRead int
@@ -85,8 +88,7 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 		if l.key.kind == locProcess {
 			// JIT code, perf maps, anonymous memory: named by the
 			// process's tables as they were at the sample.
-			res := l.loc.Final()
-			out[i] = frameName{module: res.Module, symbol: res.Symbol}
+			out[i] = l.fn
 			continue
 		}
 		if fn, ok := n.names[l.key]; ok {
@@ -99,8 +101,8 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 			m, s := n.ks.name(l.key.addr)
 			out[i] = frameName{module: n.str(m), symbol: n.str(s)}
 			n.names[l.key] = out[i]
-		case l.key.module == "[vdso]":
-			res := r.Finish(l.loc)
+		case l.vdso != nil:
+			res := r.Finish(*l.vdso)
 			out[i] = frameName{module: n.str(res.Module), symbol: n.str(res.Symbol)}
 			n.names[l.key] = out[i]
 		default:
@@ -108,6 +110,9 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 		}
 	}
 	slices.SortFunc(todo, func(a, b int) int { return cmp.Compare(locs[a].key.module, locs[b].key.module) })
+	if len(todo) > 0 {
+		n.base = residentBytes()
+	}
 	for len(todo) > 0 {
 		path := locs[todo[0]].key.module
 		j := 1
@@ -143,13 +148,27 @@ func (n *namer) nameModule(path string, locs []location, idx []int, out []frameN
 	// The module's tables go with c; a module parsed from its file (not
 	// the table cache) kept the file mapped, until the garbage collector
 	// finds it unreachable.
-	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
-		n.mapped += fi.Size()
+	if rss := residentBytes(); rss > n.base+namingSlack {
+		debug.FreeOSMemory()
+		n.base = residentBytes()
 	}
-	if n.mapped >= mappedGCBytes {
-		n.mapped = 0
-		runtime.GC()
+}
+
+// residentBytes is the agent's resident set now (0 if unknown).
+func residentBytes() int64 {
+	var buf [128]byte
+	f, err := os.Open("/proc/self/statm")
+	if err != nil {
+		return 0
 	}
+	k, _ := f.Read(buf[:])
+	f.Close()
+	fields := strings.Fields(string(buf[:k]))
+	if len(fields) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(fields[1], 10, 64)
+	return pages * int64(os.Getpagesize())
 }
 
 func baseName(p string) string {

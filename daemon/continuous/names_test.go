@@ -91,7 +91,7 @@ func TestNamerKeepsNames(t *testing.T) {
 		if l.Module() != exe || l.FileOffset() != off {
 			t.Fatalf("offset %#x located in %q at %#x", off, l.Module(), l.FileOffset())
 		}
-		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}, loc: l})
+		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}})
 		want = append(want, r.Resolve(pid, base+off, false).Symbol)
 	}
 	missing := filepath.Join(t.TempDir(), "gone.so")
