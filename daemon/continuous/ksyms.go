@@ -40,7 +40,7 @@ const maxKsyms = 4 << 20
 func loadKsyms(r io.Reader, sizeHint int) *ksyms {
 	k := &ksyms{ents: make([]ksym, 0, sizeHint)}
 	modIndex := map[string]uint16{}
-	sc := bufio.NewScanner(r)
+	sc := bufio.NewScanner(bufio.NewReaderSize(r, 64<<10))
 	sc.Buffer(make([]byte, 0, 4096), 4096)
 	var chunk []byte
 	for sc.Scan() && len(k.ents) < maxKsyms {
