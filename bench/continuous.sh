@@ -7,6 +7,11 @@
 # Prints each one's CPU time (user + system) as a share of one CPU and per
 # sample, its maximum RSS, its sample count, and for the agent the bytes
 # per sample on the wire. Run as root.
+# The agent's symbol cache starts empty: its first interval parses every
+# module sampled (a deployed agent keeps the cache across restarts), and
+# every program the machine runs meanwhile is named too, where perf only
+# records; the line after the table is the agent from the end of its
+# first interval on.
 #
 #   bench/continuous.sh [SECS=60] [HZ=97]
 set -euo pipefail

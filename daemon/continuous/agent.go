@@ -58,6 +58,8 @@ type Stats struct {
 	CPU             time.Duration // the agent's CPU time since start
 	MaxRSS          int64         // bytes
 	BuildTime       time.Duration // spent naming and building the last request
+	Named           int           // locations of the last interval named anew (not kept from earlier ones)
+	ModulesRead     int           // modules whose symbol tables were read for them
 	SamplingSession []kevents.CPUStats
 }
 
@@ -89,11 +91,18 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// maxModules bounds the modules whose symbol tables are kept: past it the
-// name tables start anew at the end of the interval (a node that runs
-// many different programs, such as a build machine, would otherwise keep
-// the tables of every program it ever ran until the next refresh).
-const maxModules = 256
+// readerPoll is the longest the sampler's reader waits before it reads
+// the rings (kevents.Options.Poll): each wake-up of the agent costs a
+// little CPU of its own (and of the Go runtime's monitor after a blocking
+// wait), which at a low sampling rate is most of the agent's cost.
+const readerPoll = time.Second
+
+// maxExited bounds the processes gone whose tables are kept: past it the
+// process tables start anew from /proc at the end of the interval (the
+// name tables keep a process until they start anew, and a node that
+// starts many short-lived processes, such as a build machine, would
+// otherwise keep every one until the next refresh).
+const maxExited = 4096
 
 // Agent is a running continuous profiler.
 type Agent struct {
@@ -102,6 +111,7 @@ type Agent struct {
 	sess *kevents.Session
 	sink *sink
 	agg  *aggregator
+	nm   *namer
 	b    builder
 
 	mu sync.Mutex
@@ -118,7 +128,10 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, exp: exp, sink: newSink(cfg.EventQueue)}
-	opts := kevents.Options{RateHz: cfg.RateHz, Callstack: true, MaxStack: cfg.MaxStack, CPUs: cfg.CPUs}
+	// 512 KiB rings (a quarter wakes the reader) read at least once a
+	// second: at 97 Hz a CPU writes some 25 KB of stacks a second.
+	opts := kevents.Options{RateHz: cfg.RateHz, Callstack: true, MaxStack: cfg.MaxStack, CPUs: cfg.CPUs,
+		RingPages: 128, Poll: readerPoll}
 	if cfg.DWARF {
 		opts.Unwind = control.Unwind{DWARF: true, StackBytes: cfg.StackBytes}
 		opts.RingPages = 512
@@ -130,7 +143,8 @@ func Start(cfg Config) (*Agent, error) {
 	}
 	// The records of processes started from here on wait in the queue;
 	// the scan of /proc comes first.
-	a.agg = newAggregator(cfg.CacheDir, cfg.Limits, cfg.Idle, uint64(time.Now().UnixNano()))
+	a.agg = newAggregator(cfg.Limits, cfg.Idle, uint64(time.Now().UnixNano()))
+	a.nm = newNamer(cfg.CacheDir)
 	a.b = builder{res: a.agg.res, host: cfg.Host, version: cfg.Version, periodNS: int64(1e9 / cfg.RateHz), services: cfg.Services}
 	return a, nil
 }
@@ -146,47 +160,51 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
-	apply := time.NewTicker(reorderWindow / 4)
+	// The sampler's records are taken once per reader poll: one wake-up
+	// of this goroutine for each batch of them. Those older than the poll
+	// and the reorder window are applied (all the rings have been read
+	// past them); at the end of an interval the rings are read first.
+	apply := time.NewTicker(readerPoll)
 	defer apply.Stop()
 	ro := reorder{max: a.cfg.EventQueue}
+	var in batch
+	take := func() {
+		a.sink.take(&in)
+		ro.add(&in)
+	}
 	handle := a.agg.handle
 	lastRefresh := time.Now()
 	var err error
 loop:
 	for {
 		select {
-		case e := <-a.sink.ch:
-			ro.add(e)
-			if len(ro.buf) > ro.max {
-				ro.release(0, handle)
-			}
 		case <-apply.C:
-			ro.release(monoNow()-uint64(reorderWindow), handle)
+			take()
+			ro.release(monoNow()-uint64(readerPoll+reorderWindow), handle)
 		case now := <-tick.C:
+			a.sess.Flush()
+			take()
 			ro.release(monoNow()-uint64(reorderWindow), handle)
 			a.endInterval(uint64(now.UnixNano()))
+			refresh := time.Since(lastRefresh) >= a.cfg.Refresh
+			if refresh || a.agg.exited > maxExited {
+				a.agg.reset()
+				a.b.res = a.agg.res
+			}
+			if refresh {
+				a.nm.reset()
+				lastRefresh = time.Now()
+			}
 			// The interval's tables and request are garbage now: give the
 			// memory back (the agent's RSS is what a node's owner sees).
 			debug.FreeOSMemory()
-			if time.Since(lastRefresh) >= a.cfg.Refresh || len(a.agg.modules) > maxModules {
-				a.agg.reset()
-				a.b.res = a.agg.res
-				lastRefresh = time.Now()
-			}
 		case <-ctx.Done():
 			break loop
 		}
 	}
 	err = a.sess.Stop()
 	a.sink.flushAll()
-	for drained := false; !drained; {
-		select {
-		case e := <-a.sink.ch:
-			ro.add(e)
-		default:
-			drained = true
-		}
-	}
+	take()
 	ro.release(^uint64(0), handle)
 	a.endInterval(uint64(time.Now().UnixNano()))
 	cancel()
@@ -206,7 +224,7 @@ func (a *Agent) endInterval(nowNS uint64) {
 	iv := a.agg.rotate(nowNS)
 	var samples int64
 	if len(iv.order) > 0 {
-		p, n := a.b.build(iv, nowNS)
+		p, n := a.b.build(iv, a.nm.nameAll(a.agg.res, iv.locs), nowNS)
 		samples = n
 		a.mu.Lock()
 		a.st.Requests++
@@ -228,15 +246,16 @@ func (a *Agent) endInterval(nowNS uint64) {
 	st.Export = a.exp.Stats()
 	st.CPU, st.MaxRSS = selfUsage()
 	st.BuildTime = time.Since(t0)
+	st.Named, st.ModulesRead = a.nm.named, a.nm.modulesRead
 	st.SamplingSession = a.sess.Stats()
 	cp := *st
 	a.mu.Unlock()
 	if a.cfg.Log != nil {
-		a.cfg.Log("interval %d: %d samples of %d processes, %d dropped over the limits, %d records dropped, %d lost by the kernel; export: %d sent (%d samples, %d bytes), %d queued (%d on disk), %d dropped (%d samples), %d failed attempts%s; agent CPU %v, max RSS %d MiB",
+		a.cfg.Log("interval %d: %d samples of %d processes, %d dropped over the limits, %d records dropped, %d lost by the kernel; export: %d sent (%d samples, %d bytes), %d queued (%d on disk), %d dropped (%d samples), %d failed attempts%s; %d locations named anew from %d modules; agent CPU %v, max RSS %d MiB",
 			cp.Intervals, cp.Samples, cp.Processes, cp.Dropped, cp.EventsDropped, cp.Lost,
 			cp.Export.Sent, cp.Export.SentSamples, cp.Export.SentBytes, cp.Export.Queued, cp.Export.Spooled,
 			cp.Export.Dropped, cp.Export.DroppedSamples, cp.Export.Failures, lastErr(cp.Export.LastError),
-			cp.CPU.Round(time.Millisecond), cp.MaxRSS>>20)
+			cp.Named, cp.ModulesRead, cp.CPU.Round(time.Millisecond), cp.MaxRSS>>20)
 	}
 	if a.cfg.OnInterval != nil {
 		a.cfg.OnInterval(cp)

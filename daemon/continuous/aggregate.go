@@ -2,7 +2,7 @@ package continuous
 
 import (
 	"encoding/binary"
-	"os"
+	"slices"
 
 	"perfinsp/analysis/a2n"
 	"perfinsp/format/trace"
@@ -29,20 +29,31 @@ func (l Limits) withDefaults() Limits {
 // locKey identifies a location: a module's file offset, a kernel address,
 // or a process's address named without a module (JIT, anonymous memory).
 type locKey struct {
-	kind   uint8 // 0 module, 1 kernel, 2 process
+	kind   uint8 // locModule, locKernel, locProcess
 	module string
 	addr   uint64
 	pid    uint32
 }
 
+const (
+	locModule uint8 = iota
+	locKernel
+	locProcess
+)
+
 type location struct {
 	key locKey
-	loc a2n.Loc
+	fn  frameName // the name of a process's address (locProcess): final at the sample
+	// vdso is where Locate found a [vdso] address (named from the
+	// kernel's vDSO image by the resolver).
+	vdso *a2n.Loc
 }
 
-type pidPC struct {
-	pid uint32
-	pc  uint64
+// pcKey caches a program counter's location within an interval: the
+// process (0 for kernel addresses), its exec generation, the address.
+type pcKey struct {
+	pid, gen uint32
+	pc       uint64
 }
 
 // stackCount is the samples of one thread with one stack.
@@ -57,49 +68,55 @@ type interval struct {
 	startNS  uint64 // wall clock, Unix ns
 	locIndex map[locKey]int32
 	locs     []location
-	byPC     map[pidPC]int32
-	stacks   map[string]*stackCount
-	order    []*stackCount // in first-seen order (stable output)
-	procs    map[uint32]*procInfo
-	samples  int64  // samples counted
-	dropped  int64  // samples past the limits
-	key      []byte // scratch
+	byPC     map[pcKey]int32
+	// stacks is keyed by the sample as it came: pid, tid, the process's
+	// exec generation, the kernel frame count and the program counters.
+	// A stack seen before costs one lookup; a new one is located frame
+	// by frame.
+	stacks  map[string]*stackCount
+	order   []*stackCount // in first-seen order (stable output)
+	procs   map[uint32]*procInfo
+	samples int64  // samples counted
+	dropped int64  // samples past the limits
+	key     []byte // scratch
+	locsBuf []int32
 }
 
 func newInterval(startNS uint64) *interval {
-	return &interval{startNS: startNS, locIndex: map[locKey]int32{}, byPC: map[pidPC]int32{}, stacks: map[string]*stackCount{}, procs: map[uint32]*procInfo{}}
+	return &interval{startNS: startNS, locIndex: map[locKey]int32{}, byPC: map[pcKey]int32{}, stacks: map[string]*stackCount{}, procs: map[uint32]*procInfo{}}
 }
 
 // aggregator applies the side-band records to the name tables and counts
 // stacks; it runs on one goroutine.
 type aggregator struct {
 	res       *a2n.Resolver
-	cacheDir  string
 	limits    Limits
 	idle      bool            // keep the idle task's samples (pid 0)
 	described map[uint32]bool // pids read from /proc after a sample of an unknown process
 	cur       *interval
 	idleCount int64
 	infos     *procInfos
-	modules   map[string]bool // modules named since the tables started
+	gens      map[uint32]uint32 // exec generation of the processes that exec'd
+	exited    int               // processes that exited since the tables started
 	rec       trace.Record
 }
 
-func newAggregator(cacheDir string, limits Limits, idle bool, startNS uint64) *aggregator {
-	a := &aggregator{cacheDir: cacheDir, limits: limits.withDefaults(), idle: idle, infos: newProcInfos()}
+func newAggregator(limits Limits, idle bool, startNS uint64) *aggregator {
+	a := &aggregator{limits: limits.withDefaults(), idle: idle, infos: newProcInfos()}
 	a.reset()
 	a.cur = newInterval(startNS)
 	return a
 }
 
-// reset starts new name tables from the kernel's symbols and /proc (at
-// start, and now and then so processes gone and modules replaced on disk
-// do not accumulate).
+// reset starts new process tables from /proc (at start, and now and then
+// so processes gone do not accumulate). The resolver follows processes
+// and their mappings only: modules and the kernel are named by the
+// namer at the end of each interval.
 func (a *aggregator) reset() {
-	ks, _ := os.ReadFile("/proc/kallsyms")
-	a.res = a2n.NewCached(ks, a.cacheDir)
+	a.res = a2n.New(nil)
 	a.described = map[uint32]bool{}
-	a.modules = map[string]bool{}
+	a.exited = 0
+	a.gens = map[uint32]uint32{}
 	_ = procscan.Scan(0, func(minor uint32, fields []uint64, str string) {
 		a.applyMTE(minor, fields, str)
 	})
@@ -110,53 +127,40 @@ func (a *aggregator) applyMTE(minor uint32, fields []uint64, str string) {
 	a.res.Apply(&a.rec)
 }
 
-func (a *aggregator) handle(e *event) {
+func (a *aggregator) handle(e *event, pcs []uint64) {
 	switch e.kind {
 	case evMTE:
-		a.applyMTE(e.minor, e.fields[:e.nf], e.str)
-		if e.minor == trace.MTEExit && e.nf >= 2 && e.fields[0] == e.fields[1] {
-			a.infos.forget(uint32(e.fields[0]))
+		f := e.fields[:e.nf]
+		a.applyMTE(e.minor, f, e.str)
+		switch {
+		case e.minor == trace.MTEExit && len(f) >= 2 && f[0] == f[1]:
+			a.infos.forget(uint32(f[0]))
+			delete(a.gens, uint32(f[0]))
+			a.exited++
+		case e.minor == trace.MTEExec && len(f) >= 1:
+			// The same pid, another program: its addresses mean
+			// other things from here on.
+			a.gens[uint32(f[0])]++
 		}
 	case evSample:
-		a.sample(e)
+		a.sample(e, pcs)
 	}
 }
 
 // sample counts one sample in the current interval.
-func (a *aggregator) sample(e *event) {
+func (a *aggregator) sample(e *event, pcs []uint64) {
 	if e.pid == 0 && e.tid == 0 && !a.idle {
 		a.idleCount++
 		return
 	}
 	iv := a.cur
-	if e.pid != 0 && a.res.Process(e.pid) == nil && !a.described[e.pid] {
-		// Its records were not seen (lost, or before the scan): /proc.
-		a.described[e.pid] = true
-		_ = procscan.Describe(int(e.pid), e.t, func(minor uint32, fields []uint64, str string) {
-			a.applyMTE(minor, fields, str)
-		})
-	}
-	if _, ok := iv.procs[e.pid]; !ok && len(iv.procs) < a.limits.Stacks {
-		iv.procs[e.pid] = a.infos.get(e.pid)
-	}
+	gen := a.gens[e.pid]
 	key := binary.LittleEndian.AppendUint32(iv.key[:0], e.pid)
 	key = binary.LittleEndian.AppendUint32(key, e.tid)
-	locs := make([]int32, 0, len(e.pcs))
-	for i, pc := range e.pcs {
-		kernel := i < e.kernel
-		if i != 0 && i != e.kernel && pc > 0 {
-			// A return address: name the call instruction before it
-			// (the first user frame is where the thread entered the
-			// kernel, not a return address).
-			pc--
-		}
-		idx, ok := a.location(iv, e.pid, pc, kernel)
-		if !ok {
-			iv.dropped++
-			return
-		}
-		locs = append(locs, idx)
-		key = binary.LittleEndian.AppendUint32(key, uint32(idx))
+	key = binary.LittleEndian.AppendUint32(key, gen)
+	key = binary.LittleEndian.AppendUint16(key, e.kernel)
+	for _, pc := range pcs {
+		key = binary.LittleEndian.AppendUint64(key, pc)
 	}
 	iv.key = key
 	if sc, ok := iv.stacks[string(key)]; ok {
@@ -168,7 +172,35 @@ func (a *aggregator) sample(e *event) {
 		iv.dropped++
 		return
 	}
-	sc := &stackCount{pid: e.pid, tid: e.tid, locs: locs, count: 1}
+	if e.pid != 0 && a.res.Process(e.pid) == nil && !a.described[e.pid] {
+		// Its records were not seen (lost, or before the scan): /proc.
+		a.described[e.pid] = true
+		_ = procscan.Describe(int(e.pid), e.t, func(minor uint32, fields []uint64, str string) {
+			a.applyMTE(minor, fields, str)
+		})
+	}
+	if _, ok := iv.procs[e.pid]; !ok && len(iv.procs) < a.limits.Stacks {
+		iv.procs[e.pid] = a.infos.get(e.pid)
+	}
+	locs := iv.locsBuf[:0]
+	for i, pc := range pcs {
+		kernel := i < int(e.kernel)
+		if i != 0 && i != int(e.kernel) && pc > 0 {
+			// A return address: name the call instruction before it
+			// (the first user frame is where the thread entered the
+			// kernel, not a return address).
+			pc--
+		}
+		idx, ok := a.location(iv, e.pid, gen, pc, kernel)
+		if !ok {
+			iv.locsBuf = locs
+			iv.dropped++
+			return
+		}
+		locs = append(locs, idx)
+	}
+	iv.locsBuf = locs
+	sc := &stackCount{pid: e.pid, tid: e.tid, locs: slices.Clone(locs), count: 1}
 	iv.stacks[string(key)] = sc
 	iv.order = append(iv.order, sc)
 	iv.samples++
@@ -176,54 +208,44 @@ func (a *aggregator) sample(e *event) {
 
 // location is the index of pc's location in the interval (ok false past
 // the limit).
-func (a *aggregator) location(iv *interval, pid uint32, pc uint64, kernel bool) (int32, bool) {
-	kpid := pid
+func (a *aggregator) location(iv *interval, pid, gen uint32, pc uint64, kernel bool) (int32, bool) {
+	pk := pcKey{pid, gen, pc}
 	if kernel {
-		kpid = 0 // kernel addresses mean the same in every process
+		pk = pcKey{pc: pc} // kernel addresses mean the same in every process
 	}
-	if idx, ok := iv.byPC[pidPC{kpid, pc | boolBit(kernel)}]; ok {
+	if idx, ok := iv.byPC[pk]; ok {
 		return idx, true
 	}
-	var l a2n.Loc
-	var k locKey
+	var loc location
 	if kernel {
-		l = a.res.LocateKernel(pc)
-		k = locKey{kind: 1, addr: pc}
+		loc.key = locKey{kind: locKernel, addr: pc}
 	} else {
-		l = a.res.Locate(pid, pc, false)
-		if m := l.Module(); m != "" {
-			k = locKey{kind: 0, module: m, addr: l.FileOffset()}
-			if !a.modules[m] {
-				a.modules[m] = true
-				a.res.Cache.Prefetch(m)
-			}
-		} else {
-			k = locKey{kind: 2, addr: pc, pid: pid}
+		l := a.res.Locate(pid, pc, false)
+		switch m := l.Module(); m {
+		case "":
+			res := l.Final()
+			loc.key = locKey{kind: locProcess, addr: pc, pid: pid}
+			loc.fn = frameName{module: res.Module, symbol: res.Symbol}
+		case "[vdso]":
+			loc.key = locKey{kind: locModule, module: m, addr: l.FileOffset()}
+			loc.vdso = &l
+		default:
+			loc.key = locKey{kind: locModule, module: m, addr: l.FileOffset()}
 		}
 	}
-	idx, ok := iv.locIndex[k]
+	idx, ok := iv.locIndex[loc.key]
 	if !ok {
 		if len(iv.locs) >= a.limits.Locations {
 			return 0, false
 		}
 		idx = int32(len(iv.locs))
-		iv.locs = append(iv.locs, location{key: k, loc: l})
-		iv.locIndex[k] = idx
+		iv.locs = append(iv.locs, loc)
+		iv.locIndex[loc.key] = idx
 	}
 	if len(iv.byPC) < 4*a.limits.Locations {
-		iv.byPC[pidPC{kpid, pc | boolBit(kernel)}] = idx
+		iv.byPC[pk] = idx
 	}
 	return idx, true
-}
-
-// boolBit marks kernel addresses in the per-pc cache key (user addresses
-// never have the top bit set; kernel ones always do, so this only keeps
-// the two apart should either rule change).
-func boolBit(kernel bool) uint64 {
-	if kernel {
-		return 1 << 63
-	}
-	return 0
 }
 
 // rotate ends the current interval and starts the next.

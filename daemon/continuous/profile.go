@@ -106,8 +106,9 @@ func (b *builder) attr(key string, value any) int32 {
 	return i
 }
 
-// build makes the request of iv. samples is what it holds.
-func (b *builder) build(iv *interval, endNS uint64) (pprofile.Profiles, int64) {
+// build makes the request of iv, whose locations are called names.
+// samples is what it holds.
+func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile.Profiles, int64) {
 	b.p = pprofile.NewProfiles()
 	b.dict = b.p.Dictionary()
 	b.strs, b.maps, b.funcs = map[string]int32{}, map[string]int32{}, map[[2]int32]int32{}
@@ -122,7 +123,7 @@ func (b *builder) build(iv *interval, endNS uint64) (pprofile.Profiles, int64) {
 
 	b.locIdx = make([]int32, len(iv.locs))
 	for i, l := range iv.locs {
-		b.locIdx[i] = b.location(l)
+		b.locIdx[i] = b.location(l.key, names[i])
 	}
 	byPID := map[uint32]pprofile.Profile{}
 	var total int64
@@ -163,26 +164,24 @@ func (b *builder) stack(locs []int32) int32 {
 	return i
 }
 
-// location names one interval location (loading the module's symbols
-// the first time) and adds it to the table.
-func (b *builder) location(l location) int32 {
-	r := b.res.Finish(l.loc)
-	module := r.Module
+// location adds one interval location to the table.
+func (b *builder) location(k locKey, fn frameName) int32 {
+	module := fn.module
 	frame := "native"
 	switch {
-	case l.key.kind == 1:
+	case k.kind == locKernel:
 		module, frame = "[kernel.kallsyms]", "kernel"
-		if r.Module != "[kernel]" && r.Module != "" {
-			module = r.Module
+		if fn.module != "[kernel]" && fn.module != "" {
+			module = fn.module
 		}
-	case r.Module == "JIT":
+	case fn.module == "JIT":
 		frame = "jit"
 	}
 	loc := b.dict.LocationTable().AppendEmpty()
 	loc.SetMappingIndex(b.mapping(module))
-	loc.SetAddress(l.key.addr)
+	loc.SetAddress(k.addr)
 	line := loc.Lines().AppendEmpty()
-	line.SetFunctionIndex(b.function(r.Symbol, module))
+	line.SetFunctionIndex(b.function(fn.symbol, module))
 	loc.AttributeIndices().Append(b.attr(attrProfileFrom, frame))
 	return int32(b.dict.LocationTable().Len() - 1)
 }

@@ -4,10 +4,11 @@
 // interval and exported as OTLP profiles (daemon/otlpexport).
 //
 // The sampler's reader never waits on this package: its records go into a
-// bounded channel (a full channel drops and counts them); one goroutine
-// applies them to the name tables and counts stacks; each interval is
-// turned into one OTLP request and queued for the exporter, which sends it
-// on a goroutine of its own.
+// bounded batch (past the bound they are dropped and counted), which the
+// aggregating goroutine takes a few times a second (one wake-up per batch,
+// not per record); it applies them to the name tables and counts stacks;
+// each interval is named and turned into one OTLP request, queued for the
+// exporter, which sends it on a goroutine of its own.
 package continuous
 
 import (
@@ -25,17 +26,30 @@ const (
 )
 
 // event is one record handed from the sampler's reader to the aggregator.
+// A sample's stack lies in the pcs of the batch (or reorder buffer) that
+// holds the event: no allocation per sample.
 type event struct {
 	kind     eventKind
+	nf       uint8  // MTE fields used
+	kernel   uint16 // how many of the stack's pcs are kernel addresses
 	minor    uint32 // MTE minor code
+	pid, tid uint32
+	pcOff    uint32 // the stack: pcs[pcOff : pcOff+pcN] (leaf first, kernel frames first)
+	pcN      uint32
 	t        uint64
 	fields   [5]uint64
-	nf       uint8
 	str      string
-	pid, tid uint32
-	pcs      []uint64 // a sample's stack, leaf first (kernel frames first)
-	kernel   int      // how many of pcs are kernel addresses
 }
+
+// batch is a run of events and the stacks they point into.
+type batch struct {
+	evs []event
+	pcs []uint64
+}
+
+func (b *batch) stack(e *event) []uint64 { return b.pcs[e.pcOff : e.pcOff+e.pcN] }
+
+func (b *batch) reset() { clear(b.evs); b.evs, b.pcs = b.evs[:0], b.pcs[:0] }
 
 // tick is a sample whose stack may follow (kevents delivers the tick,
 // then its stack, for one CPU).
@@ -46,26 +60,44 @@ type tick struct {
 	kernel   bool
 }
 
+// maxFramesPerEvent bounds the frames a full batch holds on average: a
+// batch of n events holds at most n*maxFramesPerEvent program counters.
+const maxFramesPerEvent = 32
+
 // sink is the kevents.Sink of the agent.
 type sink struct {
-	ch      chan event
 	mu      sync.Mutex
+	cur     batch
+	max     int // events the batch holds; past it they are dropped
 	pending map[int]tick
-	dropped atomic.Uint64 // events the full channel could not take
+	dropped atomic.Uint64 // events the full batch could not take
 	lost    atomic.Uint64 // records the kernel dropped (full rings)
 	samples atomic.Uint64 // samples taken from the rings
 }
 
 func newSink(capacity int) *sink {
-	return &sink{ch: make(chan event, capacity), pending: map[int]tick{}}
+	return &sink{max: capacity, pending: map[int]tick{}}
 }
 
-func (s *sink) put(e event) {
-	select {
-	case s.ch <- e:
-	default:
+// take hands the waiting events to the caller in b (emptied first) and
+// keeps b's memory for the next ones.
+func (s *sink) take(b *batch) {
+	b.reset()
+	s.mu.Lock()
+	s.cur, *b = *b, s.cur
+	s.mu.Unlock()
+}
+
+// putLocked queues e with the stack pcs (nil for none). Caller holds mu.
+func (s *sink) putLocked(e event, pcs []uint64) {
+	b := &s.cur
+	if len(b.evs) >= s.max || len(b.pcs)+len(pcs) > s.max*maxFramesPerEvent {
 		s.dropped.Add(1)
+		return
 	}
+	e.pcOff, e.pcN = uint32(len(b.pcs)), uint32(len(pcs))
+	b.pcs = append(b.pcs, pcs...)
+	b.evs = append(b.evs, e)
 }
 
 // flushLocked sends cpu's pending tick without a stack. Caller holds mu.
@@ -75,11 +107,12 @@ func (s *sink) flushLocked(cpu int) {
 		return
 	}
 	delete(s.pending, cpu)
-	k := 0
+	var k uint16
 	if tk.kernel {
 		k = 1
 	}
-	s.put(event{kind: evSample, t: tk.t, pid: tk.pid, tid: tk.tid, pcs: []uint64{tk.ip}, kernel: k})
+	ip := [1]uint64{tk.ip}
+	s.putLocked(event{kind: evSample, t: tk.t, pid: tk.pid, tid: tk.tid, kernel: k}, ip[:])
 }
 
 // flushAll sends every pending tick (at the end of a session).
@@ -109,8 +142,8 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 	} else {
 		s.flushLocked(cpu)
 	}
+	s.putLocked(event{kind: evSample, t: t, pid: pid, tid: tid, kernel: uint16(min(kernel, len(pcs)))}, pcs)
 	s.mu.Unlock()
-	s.put(event{kind: evSample, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: kernel})
 }
 
 // SwitchStack: the continuous profile samples on-CPU time only (it opens
@@ -119,12 +152,12 @@ func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, ker
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {
-	s.mu.Lock()
-	s.flushLocked(cpu)
-	s.mu.Unlock()
 	e := event{kind: evMTE, minor: minor, t: t, str: str}
 	e.nf = uint8(copy(e.fields[:], fields))
-	s.put(e)
+	s.mu.Lock()
+	s.flushLocked(cpu)
+	s.putLocked(e, nil)
+	s.mu.Unlock()
 }
 
 func (s *sink) Lost(cpu int, mte bool, n uint64) { s.lost.Add(n) }

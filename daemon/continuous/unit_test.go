@@ -10,16 +10,20 @@ import (
 	"perfinsp/format/trace"
 )
 
-func drainSink(s *sink) []event {
-	var out []event
-	for {
-		select {
-		case e := <-s.ch:
-			out = append(out, e)
-		default:
-			return out
-		}
+// sunk is an event taken from the sink with its stack.
+type sunk struct {
+	event
+	pcs []uint64
+}
+
+func drainSink(s *sink) []sunk {
+	var b batch
+	s.take(&b)
+	var out []sunk
+	for i := range b.evs {
+		out = append(out, sunk{b.evs[i], b.stack(&b.evs[i])})
 	}
+	return out
 }
 
 // TestSinkPairsTicksWithStacks: a tick and the stack that follows it on
@@ -65,22 +69,39 @@ func TestSinkPairsTicksWithStacks(t *testing.T) {
 // cutoff; past the bound the oldest go at once.
 func TestReorder(t *testing.T) {
 	r := reorder{max: 4}
-	for _, ts := range []uint64{30, 10, 20, 50, 40} {
-		r.add(event{t: ts})
+	// Each event's stack is its time stamp and the time plus one.
+	add := func(ts ...uint64) {
+		var b batch
+		for _, t := range ts {
+			e := event{t: t, kind: evSample, pcOff: uint32(len(b.pcs)), pcN: 2}
+			b.pcs = append(b.pcs, t, t+1)
+			b.evs = append(b.evs, e)
+		}
+		r.add(&b)
+		b.reset()
 	}
+	add(30, 10, 20, 50, 40)
 	var got []uint64
-	apply := func(e *event) { got = append(got, e.t) }
+	apply := func(e *event, pcs []uint64) {
+		got = append(got, e.t)
+		if len(pcs) != 2 || pcs[0] != e.t || pcs[1] != e.t+1 {
+			t.Errorf("event %d applied with the stack %v, want [%d %d]", e.t, pcs, e.t, e.t+1)
+		}
+	}
 	r.release(25, apply)
 	if len(got) != 2 || got[0] != 10 || got[1] != 20 || len(r.buf) != 3 {
 		t.Fatalf("released %v, kept %d: want 10 20, three kept", got, len(r.buf))
 	}
-	for _, ts := range []uint64{60, 70, 80} {
-		r.add(event{t: ts})
-	}
+	add(60, 70, 80)
 	got = nil
 	r.release(0, apply) // nothing old enough, but 6 > 4: the two oldest go
 	if len(got) != 2 || got[0] != 30 || got[1] != 40 {
 		t.Errorf("past the bound released %v, want 30 40", got)
+	}
+	got = nil
+	r.release(^uint64(0), apply)
+	if len(got) != 4 || got[0] != 50 || got[3] != 80 || len(r.buf) != 0 {
+		t.Errorf("at the end released %v, kept %d: want 50 60 70 80, none kept", got, len(r.buf))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -71,6 +72,14 @@ type Options struct {
 	Interrupt    bool  // irq:irq_handler_entry/exit, irq:softirq_entry/exit
 	CPUs         []int // nil: every online CPU
 	RingPages    int   // per-CPU ring size in pages, a power of two (default 256)
+	// Poll, if set, is the longest the reader waits before it reads the
+	// rings (a ring a quarter full wakes it earlier), and the wait is in
+	// the Go runtime's poller rather than a blocking system call (whose
+	// return sets the runtime's monitor thread polling for a while).
+	// For an agent that samples at a low rate, a poll of a second or so
+	// makes the wake-ups, most of its cost, few. Without it the reader
+	// waits at most 100 ms in epoll_wait.
+	Poll time.Duration
 }
 
 // CPUStats are one CPU's counts.
@@ -134,6 +143,9 @@ type Session struct {
 	kinds   map[uint64]int
 	tp      tpFields
 	epfd    int
+	pf      *os.File      // with Options.Poll: epfd's owner
+	poller  bool          // pf is in the runtime's poller
+	poll    time.Duration // Options.Poll
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -232,6 +244,16 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
 	s.epfd = epfd
+	if opts.Poll > 0 {
+		s.poll = min(opts.Poll, time.Minute)
+		if err := unix.SetNonblock(epfd, true); err != nil {
+			return nil, fmt.Errorf("epoll: %w", err)
+		}
+		s.pf = os.NewFile(uintptr(epfd), "perf events")
+		// (Else not in the runtime's poller: epoll_wait, with the poll
+		// as its timeout.)
+		s.poller = s.pf.SetReadDeadline(time.Time{}) == nil
+	}
 	for _, cpu := range cpus {
 		r := &ring{cpu: cpu, leader: -1, lastNext: -1}
 		s.rings = append(s.rings, r)
@@ -470,6 +492,14 @@ func (s *Session) loadTracepoints(opts Options, ids map[int]uint64) error {
 
 func (s *Session) loop() {
 	defer s.wg.Done()
+	if s.poller {
+		s.loopPoller()
+		return
+	}
+	timeout := 100
+	if s.poll > 0 {
+		timeout = max(1, int(s.poll/time.Millisecond))
+	}
 	events := make([]unix.EpollEvent, len(s.rings))
 	for {
 		select {
@@ -477,21 +507,54 @@ func (s *Session) loop() {
 			return
 		default:
 		}
-		n, err := unix.EpollWait(s.epfd, events, 100)
+		n, err := unix.EpollWait(s.epfd, events, timeout)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			return
 		}
 		_ = n
 		// Drain every ring on each wake-up or timeout: records reach the
-		// sink within about 100 ms even below the watermark.
-		for _, r := range s.rings {
-			r.mu.Lock()
-			s.drain(r)
-			r.mu.Unlock()
+		// sink within about 100 ms (Options.Poll) even below the
+		// watermark.
+		s.Flush()
+	}
+}
+
+// loopPoller is loop waiting in the runtime's poller (Options.Poll): the
+// epoll set is readable when a ring is past its watermark.
+func (s *Session) loopPoller() {
+	events := make([]unix.EpollEvent, len(s.rings))
+	rc, err := s.pf.SyscallConn()
+	if err != nil {
+		return
+	}
+	// The runtime's poller reports the set readable once a ring's
+	// wake-up reaches it; its own look at the set has then taken the
+	// wake-up (perf_poll reports one once), so a wait on the set finds
+	// nothing: a call after a wait reads the rings whatever the set says
+	// now (the wait on it only takes stale entries off its ready list).
+	waited := false
+	ready := func(fd uintptr) bool {
+		n, err := unix.EpollWait(int(fd), events, 0)
+		if waited || n > 0 || err != nil && !errors.Is(err, unix.EINTR) {
+			return true
 		}
-		if s.pend != nil {
-			s.pend.retry(false)
+		waited = true
+		return false
+	}
+	for {
+		// (Stop sets a deadline in the past after closing stop: set
+		// here first, it ends this wait; set after, stop is seen.)
+		_ = s.pf.SetReadDeadline(time.Now().Add(s.poll))
+		select {
+		case <-s.stop:
+			return
+		default:
 		}
+		waited = false
+		if err := rc.Read(ready); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+		s.Flush()
 	}
 }
 
@@ -517,6 +580,9 @@ func (s *Session) Stop() error {
 			}
 		}
 		close(s.stop)
+		if s.poller {
+			_ = s.pf.SetReadDeadline(time.Now())
+		}
 		s.wg.Wait()
 		s.Flush()
 		s.flushPending()
@@ -543,6 +609,11 @@ func (s *Session) closeAll() {
 			_ = unix.Close(fd)
 		}
 		r.fds = nil
+	}
+	if s.pf != nil {
+		_ = s.pf.Close()
+		s.pf = nil
+		s.epfd = -1
 	}
 	if s.epfd >= 0 {
 		_ = unix.Close(s.epfd)

@@ -326,3 +326,54 @@ func TestExecPathAndParent(t *testing.T) {
 		t.Fatalf("%d MTE_EXEC and %d MTE_PROCESS records of cat, want 2 each", execs, procs)
 	}
 }
+
+// TestPollInRuntimePoller: with Options.Poll the reader waits in the Go
+// runtime's poller: a ring past its watermark wakes it long before the
+// poll's deadline, and Stop ends its wait at once.
+func TestPollInRuntimePoller(t *testing.T) {
+	needRoot(t)
+	const poll = 40 * time.Second
+	sink := &memSink{}
+	// 16-page rings: a quarter (16 KB) is some 60 samples with their
+	// stacks, less than a second of this thread's.
+	s, err := Start(Options{RateHz: 1000, Callstack: true, RingPages: 16, Poll: poll}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.poller {
+		t.Fatal("the epoll set is not in the runtime's poller")
+	}
+	start := time.Now()
+	runtime.LockOSThread()
+	tid := uint32(unix.Gettid())
+	mine := func() int {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+		n := 0
+		for _, st := range sink.stacks {
+			if st.tid == tid {
+				n++
+			}
+		}
+		return n
+	}
+	// Spin until 50 of this thread's samples reached the sink (half the
+	// poll is the hang guard: only the watermark delivers them before it).
+	for mine() < 50 && time.Since(start) < poll/2 {
+		spin(10 * time.Millisecond)
+	}
+	runtime.UnlockOSThread()
+	got, waited := mine(), time.Since(start)
+	t0 := time.Now()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stop := time.Since(t0)
+	t.Logf("%d samples of this thread within %v; Stop took %v (poll %v)", got, waited, stop, poll)
+	if got < 50 {
+		t.Errorf("%d samples of this thread reached the sink in %v of a %v poll: the watermark did not wake the reader", got, waited, poll)
+	}
+	if stop >= poll/2 {
+		t.Errorf("Stop took %v: it waited for the poll's deadline (%v)", stop, poll)
+	}
+}

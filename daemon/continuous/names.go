@@ -1,0 +1,179 @@
+package continuous
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+
+	"perfinsp/analysis/a2n"
+)
+
+// frameName is what a location is called in the profile.
+type frameName struct {
+	module, symbol string
+}
+
+// maxNames bounds the names kept from one interval to the next (past it
+// they start anew at the next interval).
+const maxNames = 1 << 16
+
+// namingSlack bounds what naming adds to the agent's resident memory:
+// past it (a module parsed from its file keeps the file mapped, and its
+// tables are garbage once it is named) the namer collects garbage and
+// returns it before the next module, so the mappings and tables of the
+// modules it is done with go.
+const namingSlack = 8 << 20
+
+// namer names an interval's locations once each. Names of module offsets
+// and kernel addresses are kept from one interval to the next; a module's
+// symbol tables are loaded (from the table cache when there) only for the
+// offsets not named yet, one module at a time, and let go once they are
+// named: the agent holds the names its samples hit, not the symbol tables
+// of every program the node runs.
+type namer struct {
+	cacheDir string
+	ks       *ksyms
+	names    map[locKey]frameName
+	intern   map[string]string
+	base     int64 // resident bytes after the last collection (naming)
+	// Of the last nameAll: the locations named anew (not kept from an
+	// earlier interval) and the modules read for them.
+	named, modulesRead int
+}
+
+func newNamer(cacheDir string) *namer {
+	return &namer{cacheDir: cacheDir, names: map[locKey]frameName{}, intern: map[string]string{}}
+}
+
+// reset reads the kernel's symbols anew and forgets the names kept
+// (modules replaced on disk, kernel modules loaded or removed).
+func (n *namer) reset() {
+	hint := 1 << 16
+	if n.ks != nil {
+		hint = len(n.ks.ents) + len(n.ks.ents)/16
+	}
+	n.ks = nil // (the old table is garbage before the new one is built)
+	n.ks = readKsyms(hint)
+	clear(n.names)
+	clear(n.intern)
+}
+
+func (n *namer) str(s string) string {
+	if v, ok := n.intern[s]; ok {
+		return v
+	}
+	n.intern[s] = s
+	return s
+}
+
+// nameAll names locs (one interval's), in order; r is the resolver their
+// Locs came from.
+func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
+	if n.ks == nil {
+		n.reset()
+	}
+	if len(n.names) > maxNames {
+		clear(n.names)
+		clear(n.intern)
+	}
+	n.named, n.modulesRead = 0, 0
+	out := make([]frameName, len(locs))
+	var todo []int // module offsets not named yet
+	for i := range locs {
+		l := &locs[i]
+		if l.key.kind == locProcess {
+			// JIT code, perf maps, anonymous memory: named by the
+			// process's tables as they were at the sample.
+			out[i] = l.fn
+			continue
+		}
+		if fn, ok := n.names[l.key]; ok {
+			out[i] = fn
+			continue
+		}
+		n.named++
+		switch {
+		case l.key.kind == locKernel:
+			m, s := n.ks.name(l.key.addr)
+			out[i] = frameName{module: n.str(m), symbol: n.str(s)}
+			n.names[l.key] = out[i]
+		case l.vdso != nil:
+			res := r.Finish(*l.vdso)
+			out[i] = frameName{module: n.str(res.Module), symbol: n.str(res.Symbol)}
+			n.names[l.key] = out[i]
+		default:
+			todo = append(todo, i)
+		}
+	}
+	slices.SortFunc(todo, func(a, b int) int { return cmp.Compare(locs[a].key.module, locs[b].key.module) })
+	if len(todo) > 0 {
+		n.base = residentBytes()
+	}
+	for len(todo) > 0 {
+		path := locs[todo[0]].key.module
+		j := 1
+		for j < len(todo) && locs[todo[j]].key.module == path {
+			j++
+		}
+		n.nameModule(path, locs, todo[:j], out)
+		todo = todo[j:]
+	}
+	return out
+}
+
+// nameModule names the offsets in the module at path of locs[idx...].
+func (n *namer) nameModule(path string, locs []location, idx []int, out []frameName) {
+	c := a2n.Cache{Dir: n.cacheDir}
+	m := c.Module(path)
+	n.modulesRead++
+	module := n.str(path)
+	for _, i := range idx {
+		off := locs[i].key.addr
+		sym := ""
+		if m.Err == nil {
+			if s, _, ok := m.Symbol(off); ok {
+				sym = s.Name
+			}
+		}
+		if sym == "" {
+			sym = fmt.Sprintf("%s+0x%x", baseName(path), off)
+		}
+		out[i] = frameName{module: module, symbol: n.str(sym)}
+		n.names[locs[i].key] = out[i]
+	}
+	// The module's tables go with c; a module parsed from its file (not
+	// the table cache) kept the file mapped, until the garbage collector
+	// finds it unreachable.
+	if rss := residentBytes(); rss > n.base+namingSlack {
+		debug.FreeOSMemory()
+		n.base = residentBytes()
+	}
+}
+
+// residentBytes is the agent's resident set now (0 if unknown).
+func residentBytes() int64 {
+	var buf [128]byte
+	f, err := os.Open("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	k, _ := f.Read(buf[:])
+	f.Close()
+	fields := strings.Fields(string(buf[:k]))
+	if len(fields) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(fields[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func baseName(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
+}

@@ -1,0 +1,156 @@
+package continuous
+
+import (
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"perfinsp/analysis/a2n"
+	"perfinsp/format/trace"
+)
+
+// TestKsymsAsA2N: the compact kernel table names addresses as A2N does
+// from the same kallsyms text (unsorted lines, a module's symbols, data
+// symbols and zero addresses left out).
+func TestKsymsAsA2N(t *testing.T) {
+	ks := "ffffffff81000200 t helper\n" +
+		"ffffffff81000000 T _stext\n" +
+		"ffffffff81000080 D some_data\n" +
+		"0000000000000000 T hidden\n" +
+		"ffffffff81000100 T do_work\n" +
+		"ffffffffc0001000 t mod_fn\t[mymod]\n" +
+		"ffffffffc0001800 t other_fn\t[othermod]\n"
+	k := loadKsyms(strings.NewReader(ks), 0)
+	r := a2n.New([]byte(ks))
+	for _, addr := range []uint64{0xffffffff81000000, 0xffffffff81000090, 0xffffffff81000150, 0xffffffff81000250,
+		0xffffffffc0001010, 0xffffffffc0002000, 0x1000} {
+		mod, sym := k.name(addr)
+		want := r.Resolve(0, addr, true)
+		if mod != want.Module || sym != want.Symbol {
+			t.Errorf("%#x: %s %s, A2N says %s %s", addr, mod, sym, want.Module, want.Symbol)
+		}
+	}
+	if len(k.ents) != 5 {
+		t.Errorf("%d text symbols kept, want 5", len(k.ents))
+	}
+}
+
+// funcOffsets is up to n function symbols of the ELF file at path, by
+// their offset in the file.
+func funcOffsets(t *testing.T, path string, n int) map[uint64]string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]string{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Size < 16 {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+				out[s.Value-p.Vaddr+p.Off+8] = s.Name
+			}
+		}
+		if len(out) >= n {
+			break
+		}
+	}
+	return out
+}
+
+// TestNamerKeepsNames: the namer names a module's offsets (cpuburn, -O2)
+// as A2N's resolver does; the names are kept, so a later interval with
+// the same locations reads no module; an unreadable module's offsets are
+// named module+offset.
+func TestNamerKeepsNames(t *testing.T) {
+	exe := buildBurn(t, t.TempDir())
+	fi, err := os.Stat(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := funcOffsets(t, exe, 20)
+	if len(offs) < 5 {
+		t.Fatalf("only %d functions found in %s", len(offs), exe)
+	}
+	const pid, base = 5000000, 0x400000
+	r := a2n.New(nil)
+	r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTESegment, Fixed: []uint64{pid, base, uint64(fi.Size()), 0, 5}, Str: exe})
+	var locs []location
+	var want []string
+	for off := range offs {
+		l := r.Locate(pid, base+off, false)
+		if l.Module() != exe || l.FileOffset() != off {
+			t.Fatalf("offset %#x located in %q at %#x", off, l.Module(), l.FileOffset())
+		}
+		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}})
+		want = append(want, r.Resolve(pid, base+off, false).Symbol)
+	}
+	missing := filepath.Join(t.TempDir(), "gone.so")
+	locs = append(locs, location{key: locKey{kind: locModule, module: missing, addr: 0x1234}})
+	want = append(want, "gone.so+0x1234")
+
+	n := newNamer(t.TempDir())
+	for round := 0; round < 2; round++ {
+		got := n.nameAll(r, locs)
+		for i := range locs {
+			if got[i].symbol != want[i] || got[i].module != locs[i].key.module {
+				t.Errorf("round %d, offset %#x: %s in %s, want %s (A2N) in %s", round, locs[i].key.addr, got[i].symbol, got[i].module, want[i], locs[i].key.module)
+			}
+		}
+		wantRead, wantNamed := 2, len(locs)
+		if round == 1 {
+			wantRead, wantNamed = 0, 0
+		}
+		if n.modulesRead != wantRead || n.named != wantNamed {
+			t.Errorf("round %d: %d locations named anew from %d modules, want %d from %d", round, n.named, n.modulesRead, wantNamed, wantRead)
+		}
+	}
+}
+
+// TestStacksByExecGeneration: a sample's stack seen again is counted, not
+// located again; the same addresses after the process execs are another
+// program's, named from its mappings.
+func TestStacksByExecGeneration(t *testing.T) {
+	const pid = 5000001
+	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
+		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
+	a.cur = newInterval(0)
+	mte := func(minor uint32, str string, f ...uint64) {
+		e := event{kind: evMTE, minor: minor, str: str}
+		e.nf = uint8(copy(e.fields[:], f))
+		a.handle(&e, nil)
+	}
+	sample := func() {
+		e := event{kind: evSample, pid: pid, tid: pid}
+		a.handle(&e, []uint64{0x1100, 0x1200})
+	}
+	mte(trace.MTESegment, "/first/prog", pid, 0x1000, 0x1000, 0, 5)
+	sample()
+	sample()
+	mte(trace.MTEExec, "/second/prog", pid, pid)
+	mte(trace.MTESegment, "/second/prog", pid, 0x1000, 0x1000, 0x3000, 5)
+	sample()
+	iv := a.rotate(1)
+	if len(iv.order) != 2 || iv.order[0].count != 2 || iv.order[1].count != 1 || iv.samples != 3 {
+		t.Fatalf("%d stacks, want 2 (the first program's counted twice, the second's once)", len(iv.order))
+	}
+	for i, wantMod := range []string{"/first/prog", "/second/prog"} {
+		for _, li := range iv.order[i].locs {
+			if l := iv.locs[li]; l.key.module != wantMod {
+				t.Errorf("stack %d: a frame in %q, want %q", i, l.key.module, wantMod)
+			}
+		}
+	}
+	if got := iv.locs[iv.order[1].locs[0]].key.addr; got != 0x3100 {
+		t.Errorf("the second program's leaf at file offset %#x, want 0x3100", got)
+	}
+}
