@@ -39,13 +39,14 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
    post -arc -itrace --callgrind cg.out ITrace reports
    post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks
    post -sched --offcpu off.folded      sched.out, sched.json: time by state, wake-up latency; off-CPU stacks
+   post --timeline t.json               a time line for ui.perfetto.dev: samples, thread states, ITrace calls
    post --wall w.folded --wall-pprof w.pb.gz  on-CPU and off-CPU time in one profile`
 
 // options are post's command line, parsed once: the flags' values, then
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
-	script, diff, annotate                                                   string
+	script, diff, annotate, timeline                                         string
 	show, doTprof, lines, strict, noChildren, noCache, hexIDs                bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -86,7 +87,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "cache-dir", EnvVars: []string{"PERFINSP_CACHE_DIR"}, Value: a2n.DefaultTableCacheDir(), Usage: "keep the symbol tables post parses (modules by file identity, the kernel's by its kallsyms) in `DIR`, read by later runs instead of parsed again", Destination: &o.cacheDir},
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
-		}, append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...)...),
+		}, append(append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...), timelineFlags(&o.timeline)...)...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cliutil.UsageError(c, fmt.Sprintf("unexpected argument %q (the trace file is -r FILE)", c.Args().First()))
@@ -136,7 +137,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 	if o.diff != "" && o.flame == "" {
 		return cliutil.UsageError(c, "--diff FILE colours the flame graph: give --flame FILE too")
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() && o.timeline == "" {
 		o.doTprof = true
 	}
 	var err error
@@ -273,6 +274,10 @@ func post(o *options, stdout, stderr io.Writer) error {
 	onRecord, endITrace := itraceHook(o.itrace, in, r, onRecord, outDir, stdout)
 	onRecord, endMerge := mergeHook(o.merge, r, onRecord, outDir, stdout)
 	onRecord, endSched := schedHook(o.sched, r, o.filter, onRecord, outDir, stdout, stderr)
+	onRecord, endTimeline, err := timelineHook(o.timeline, r, o.filter, onRecord, stdout)
+	if err != nil {
+		return err
+	}
 	sel := newSelection(o.filter)
 	var rep *tprof.Report
 	if (o.pprofOut != "" || o.annotate != "") && onRecord == nil {
@@ -299,6 +304,9 @@ func post(o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := endSched(); err != nil {
+		return err
+	}
+	if err := endTimeline(); err != nil {
 		return err
 	}
 	warns := warnings(rep)
