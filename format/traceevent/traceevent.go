@@ -24,7 +24,9 @@ type Writer struct {
 	n      int // events written
 	frames []stackFrame
 	ids    map[stackFrame]int
+	quoted [][]byte // each frame's name as a JSON string, unquoted
 	num    []byte
+	path   []int
 }
 
 type stackFrame struct {
@@ -110,23 +112,31 @@ func (w *Writer) head(ph byte, pid, tid uint32, cat, name string) {
 }
 
 func (w *Writer) tail(args []Arg) {
+	w.args(args)
+	w.w.WriteByte('}')
+}
+
+func (w *Writer) args(args []Arg) {
 	if len(args) > 0 {
 		w.w.WriteString(`,"args":{`)
 		for i, a := range args {
 			if i > 0 {
 				w.w.WriteByte(',')
 			}
-			w.str(a.Key)
-			w.w.WriteByte(':')
-			if a.IsNum && a.Str == "" {
-				w.uint(a.Num)
-			} else {
-				w.str(a.Str)
-			}
+			w.arg(a)
 		}
 		w.w.WriteByte('}')
 	}
-	w.w.WriteByte('}')
+}
+
+func (w *Writer) arg(a Arg) {
+	w.str(a.Key)
+	w.w.WriteByte(':')
+	if a.IsNum && a.Str == "" {
+		w.uint(a.Num)
+	} else {
+		w.str(a.Str)
+	}
 }
 
 // ProcessName names process pid's track group.
@@ -181,6 +191,36 @@ func (w *Writer) Instant(pid, tid uint32, cat, name string, t uint64, sf int, ar
 	w.tail(args)
 }
 
+// InstantStack is Instant with the stack sf also as the argument "stack"
+// (its frames' names root first, separated by ';'), after args: for
+// viewers that read no stackFrames (Perfetto's JSON importer).
+func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
+	w.head('i', pid, tid, cat, name)
+	w.w.WriteString(`,"s":"t","ts":`)
+	w.ts(t)
+	if sf > 0 {
+		w.w.WriteString(`,"sf":`)
+		w.uint(uint64(sf))
+	}
+	w.w.WriteString(`,"args":{`)
+	for _, a := range args {
+		w.arg(a)
+		w.w.WriteByte(',')
+	}
+	w.w.WriteString(`"stack":"`)
+	w.path = w.path[:0]
+	for id := sf; id > 0 && id <= len(w.frames); id = w.frames[id-1].parent {
+		w.path = append(w.path, id)
+	}
+	for i := len(w.path) - 1; i >= 0; i-- {
+		w.w.Write(w.quoted[w.path[i]-1])
+		if i > 0 {
+			w.w.WriteByte(';')
+		}
+	}
+	w.w.WriteString(`"}}`)
+}
+
 // Frame returns the id of the stack frame name (category: its module)
 // called from parent (0: a root frame): the stack whose leaf it is.
 func (w *Writer) Frame(parent int, name, category string) int {
@@ -189,6 +229,8 @@ func (w *Writer) Frame(parent int, name, category string) int {
 		return id
 	}
 	w.frames = append(w.frames, k)
+	q, _ := json.Marshal(name)
+	w.quoted = append(w.quoted, q[1:len(q)-1])
 	id := len(w.frames)
 	w.ids[k] = id
 	return id

@@ -69,12 +69,11 @@ type timeline struct {
 	namer *a2nNamer
 	off   uint64 // time of the trace's end (SysTraceOff)
 
-	pending             map[int]*scriptTick // per CPU: the sample whose stack may follow
-	names               map[scriptPC]a2n.Result
-	stacks              map[int]string      // a stack frame's stack as text, root first
-	tracks              map[trackKey]string // every track written to, with its name
-	keep                map[trackKey]bool   // --pid/--tid/--comm, decided at a thread's first call
-	procs               map[uint32]bool     // processes with a track
+	pending             map[int]*scriptTick                // per CPU: the sample whose stack may follow
+	names               map[uint32]map[scriptPC]a2n.Result // by process
+	tracks              map[trackKey]string                // every track written to, with its name
+	keep                map[trackKey]bool                  // --pid/--tid/--comm, decided at a thread's first call
+	procs               map[uint32]bool                    // processes with a track
 	samples, callSlices uint64
 }
 
@@ -89,9 +88,10 @@ func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*t
 		return nil, nil, err
 	}
 	tl := &timeline{path: path, f: f, r: r, filt: filt,
-		sched: offcpu.New(func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol }),
-		namer: &a2nNamer{r: r, cache: map[[2]uint64]named{}}, pending: map[int]*scriptTick{}, names: map[scriptPC]a2n.Result{},
-		stacks: map[int]string{}, tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]bool{}}
+		// the states only: stacks go unnamed (the off-CPU profiles' names)
+		sched: offcpu.New(nil),
+		namer: &a2nNamer{r: r, cache: map[[2]uint64]named{}}, pending: map[int]*scriptTick{}, names: map[uint32]map[scriptPC]a2n.Result{},
+		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]bool{}}
 	tl.sched.KeepSpans = true
 	tl.calls = itrace.NewReport(tl.namer, nil)
 	tl.calls.OnFrame(tl.frame)
@@ -122,8 +122,13 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 	}
 	switch rec.Major {
 	case trace.MajorMTE, trace.MajorJITLoad:
-		if len(tl.names) > 0 {
-			tl.names = map[scriptPC]a2n.Result{} // the mappings may have changed
+		// a process whose mappings change (or that a fork makes) is
+		// named afresh
+		switch {
+		case rec.Major == trace.MajorJITLoad, rec.Minor == trace.MTEExec, rec.Minor == trace.MTESegment, rec.Minor == trace.MTEUnmap:
+			delete(tl.names, uint32(rec.Field(0)))
+		case rec.Minor == trace.MTEFork:
+			delete(tl.names, uint32(rec.Field(2)))
 		}
 		if len(tl.namer.cache) > 0 {
 			tl.namer.cache = map[[2]uint64]named{}
@@ -154,7 +159,9 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 	case trace.MajorITraceU, trace.MajorITraceK:
 		tl.calls.Apply(rec)
 	}
-	tl.sched.Record(rec)
+	if rec.Major != trace.MajorUnwind { // (stacks: the off-CPU profiles')
+		tl.sched.Record(rec)
+	}
 }
 
 // flush writes the sample pending on cpu (no stack followed it).
@@ -166,11 +173,16 @@ func (tl *timeline) flush(cpu int) {
 }
 
 func (tl *timeline) resolve(pid uint32, pc uint64, kernel bool) a2n.Result {
+	m := tl.names[pid]
+	if m == nil {
+		m = map[scriptPC]a2n.Result{}
+		tl.names[pid] = m
+	}
 	k := scriptPC{pid, pc, kernel}
-	res, ok := tl.names[k]
+	res, ok := m[k]
 	if !ok {
 		res = tl.r.Resolve(pid, pc, kernel)
-		tl.names[k] = res
+		m[k] = res
 	}
 	return res
 }
@@ -211,22 +223,13 @@ func (tl *timeline) sample(t *scriptTick, pcs []uint64, nk int) {
 		sf = tl.frameID(sf, leaf)
 	}
 	tl.samples++
-	tl.w.Instant(t.pid, t.tid, "sample", leaf.Symbol, t.time, sf,
-		traceevent.Str("module", leaf.Module), traceevent.Num("cpu", uint64(t.cpu)), traceevent.Str("stack", tl.stacks[sf]))
+	tl.w.InstantStack(t.pid, t.tid, "sample", leaf.Symbol, t.time, sf,
+		traceevent.Str("module", leaf.Module), traceevent.Num("cpu", uint64(t.cpu)))
 }
 
-// frameID is the stack frame of res called from parent, its stack's
-// text made once.
+// frameID is the stack frame of res called from parent.
 func (tl *timeline) frameID(parent int, res a2n.Result) int {
-	id := tl.w.Frame(parent, res.Symbol, filepath.Base(res.Module))
-	if _, ok := tl.stacks[id]; !ok {
-		s := res.Symbol
-		if parent > 0 {
-			s = tl.stacks[parent] + ";" + s
-		}
-		tl.stacks[id] = s
-	}
-	return id
+	return tl.w.Frame(parent, res.Symbol, filepath.Base(res.Module))
 }
 
 // frame writes one ITrace frame change as the begin or end of a slice.
