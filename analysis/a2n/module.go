@@ -84,6 +84,11 @@ type Module struct {
 	cuRanges []cuRange // their address ranges, by address
 	linesOK  bool
 	lineMu   sync.Mutex
+	// linesDir and linesKey: the table cache and the module's key there,
+	// where its line table is kept (linecache.go); lineTab: that table.
+	linesDir string
+	linesKey []byte
+	lineTab  *lineTable
 	file     string // where the module was read from (Path under the cache's Root)
 	idOnce   sync.Once
 	buildID  string
@@ -93,6 +98,7 @@ type lineRow struct {
 	addr uint64
 	file string
 	line int
+	end  bool // a sequence's end: the addresses from here have no line
 }
 
 // demangled returns a readable name for C++ and Rust symbols.
@@ -167,8 +173,11 @@ func loadModule(path, dir string) *Module {
 	if err != nil {
 		fi = nil
 	}
-	if dir != "" && fi != nil && moduleFromCache(dir, path, fi, m) {
-		return m
+	if dir != "" && fi != nil {
+		m.linesDir, m.linesKey = dir, moduleKey(path, fi)
+		if moduleFromCache(dir, path, fi, m) {
+			return m
+		}
 	}
 	f, err := newELF(file, size, m)
 	if err != nil {
@@ -426,16 +435,22 @@ func (m *Module) BuildID() string {
 	return m.buildID
 }
 
-// Line returns the source file and line of a virtual address, from DWARF:
-// the compilation unit whose ranges hold it (an index of the units' ranges
-// made on first use), its line table read the first time one of its
-// addresses is asked for (a Go program's whole table is millions of rows).
+// Line returns the source file and line of a virtual address, from DWARF.
+// With a table cache, from the module's whole line table kept there
+// (linecache.go). Without, from the compilation unit whose ranges hold it
+// (an index of the units' ranges made on first use), its line table read
+// the first time one of its addresses is asked for.
 func (m *Module) Line(va uint64) (string, int, bool) {
 	m.lineMu.Lock()
 	defer m.lineMu.Unlock()
 	if !m.linesOK {
 		m.linesOK = true
-		m.loadLineIndex()
+		if !m.cachedLines() {
+			m.loadLineIndex()
+		}
+	}
+	if m.lineTab != nil {
+		return m.lineTab.find(va)
 	}
 	i := sort.Search(len(m.cuRanges), func(i int) bool { return m.cuRanges[i].low > va }) - 1
 	if i < 0 || va >= m.cuRanges[i].high {
@@ -448,7 +463,7 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 	}
 	rows := cu.rows
 	j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > va }) - 1
-	if j < 0 {
+	if j < 0 || rows[j].end {
 		return "", 0, false
 	}
 	return rows[j].file, rows[j].line, true
@@ -527,8 +542,18 @@ func (m *Module) readLines(cu *lineCU) {
 	}
 	var le dwarf.LineEntry
 	var lastRel, lastAbs string
+	seq := 0 // where the sequence read starts in rows
 	for lr.Next(&le) == nil {
-		if le.File == nil || le.EndSequence {
+		if le.EndSequence {
+			// rows at the end's address cover nothing
+			for len(cu.rows) > seq && cu.rows[len(cu.rows)-1].addr >= le.Address {
+				cu.rows = cu.rows[:len(cu.rows)-1]
+			}
+			cu.rows = append(cu.rows, lineRow{addr: le.Address, end: true})
+			seq = len(cu.rows)
+			continue
+		}
+		if le.File == nil {
 			continue
 		}
 		name := le.File.Name
@@ -538,9 +563,13 @@ func (m *Module) readLines(cu *lineCU) {
 			}
 			name = lastAbs
 		}
-		cu.rows = append(cu.rows, lineRow{le.Address, name, le.Line})
+		cu.rows = append(cu.rows, lineRow{addr: le.Address, file: name, line: le.Line})
 	}
-	sort.SliceStable(cu.rows, func(i, j int) bool { return cu.rows[i].addr < cu.rows[j].addr })
+	// by address; a sequence's end before the rows of one starting there
+	sort.SliceStable(cu.rows, func(i, j int) bool {
+		a, b := &cu.rows[i], &cu.rows[j]
+		return a.addr < b.addr || a.addr == b.addr && a.end && !b.end
+	})
 }
 
 // Cache holds parsed modules by path; each is parsed once. It is safe for

@@ -132,6 +132,9 @@ type Report struct {
 	cur     map[int]*threadState // per CPU buffer: thread of the records that follow
 	onArc   func(*Branch)
 	stacks  *stackTree // instructions per call stack (EnableStacks)
+	onFrame func(*FrameEvent)
+	ev      FrameEvent // the one onFrame sees
+	now     uint64     // time of the record being replayed
 }
 
 // NewReport returns an empty report naming addresses with namer. onBranch,
@@ -180,6 +183,7 @@ func (rep *Report) Apply(r *trace.Record) {
 		return
 	}
 	rep.Records++
+	rep.now = r.Time
 	rep.Bytes += uint64(recordSize(r))
 	if rep.First == 0 || r.Time < rep.First {
 		rep.First = r.Time
@@ -326,6 +330,13 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 	}
 	th.stack = append(th.stack, f)
 	th.active[k]++
+	if rep.onFrame != nil {
+		kind := FrameCall
+		if signal {
+			kind = FrameSignal
+		}
+		rep.frameEvent(th, true, kind, callee.Func, 0)
+	}
 }
 
 func (rep *Report) call(th *threadState, from, to uint64) {
@@ -421,6 +432,9 @@ func (rep *Report) throughPLT(th *threadState, to uint64) {
 	callee.Callers[f.caller]++
 	rep.arc(f.caller, to, th, 0)
 	th.active[k]++
+	if rep.onFrame != nil {
+		rep.frameEvent(th, true, FrameCall, callee.Func, 0)
+	}
 }
 
 // ret pops the frames down to the call whose return address is to (a call
@@ -504,6 +518,13 @@ func (rep *Report) unwind(th *threadState, depth int) {
 			continue
 		}
 		incl := th.total - f.entry
+		if rep.onFrame != nil {
+			kind := FrameCall
+			if f.signal {
+				kind = FrameSignal
+			}
+			rep.frameEvent(th, false, kind, Func{}, incl)
+		}
 		th.active[f.fn]--
 		fs := rep.Funcs[f.fn]
 		if th.active[f.fn] == 0 && fs != nil {
@@ -523,6 +544,9 @@ func (rep *Report) unwind(th *threadState, depth int) {
 // the one before.
 func (rep *Report) setBase(th *threadState, fn string) {
 	if old := th.base; old != "" {
+		if rep.onFrame != nil {
+			rep.frameEvent(th, false, FrameBase, Func{}, th.total-th.baseEntry)
+		}
 		th.active[old]--
 		if fs := rep.Funcs[old]; fs != nil && th.active[old] == 0 {
 			fs.Inclusive += th.total - th.baseEntry
@@ -531,6 +555,9 @@ func (rep *Report) setBase(th *threadState, fn string) {
 	th.base, th.baseEntry = fn, th.total
 	if fn != "" {
 		th.active[fn]++
+		if fs := rep.Funcs[fn]; rep.onFrame != nil && fs != nil {
+			rep.frameEvent(th, true, FrameBase, fs.Func, 0)
+		}
 	}
 }
 
@@ -538,6 +565,7 @@ func (rep *Report) onStack(th *threadState, k string) bool { return th.active[k]
 
 // Finish closes every thread still open (a trace that ended mid-call).
 func (rep *Report) Finish() {
+	rep.now = rep.Last
 	for _, th := range rep.threads {
 		rep.unwind(th, 0)
 		rep.setBase(th, "")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/analysis/pprofloc"
 	"perfinsp/format/nrm2"
 )
 
@@ -401,5 +402,5 @@ func (rep *Report) WritePprof(out io.Writer) error {
 	if err := p.CheckValid(); err != nil {
 		return fmt.Errorf("pprof profile: %w", err)
 	}
-	return p.Write(out)
+	return pprofloc.Write(p, out)
 }

@@ -38,13 +38,14 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
    post -arc -itrace --callgrind cg.out ITrace reports
    post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks
    post -sched --offcpu off.folded      sched.out, sched.json: time by state, wake-up latency; off-CPU stacks
+   post --timeline t.json               a time line for ui.perfetto.dev: samples, thread states, ITrace calls
    post --wall w.folded --wall-pprof w.pb.gz  on-CPU and off-CPU time in one profile`
 
 // options are post's command line, parsed once: the flags' values, then
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
-	script, diff, annotate                                                   string
+	script, diff, annotate, timeline                                         string
 	show, doTprof, lines, strict, noChildren, noCache, hexIDs, progress      bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -86,7 +87,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.BoolFlag{Name: "no-cache", Usage: "neither read nor write the table cache (--cache-dir)", Destination: &o.noCache},
 			&cli.BoolFlag{Name: "progress", Usage: "print how much of the trace is read on stderr as post reads it, at each tenth and every 2 s (default: every 2 s when stderr is a terminal and the reading takes longer)", Destination: &o.progress},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write post's own CPU profile to `FILE` (for perfinsp developers)", Destination: &o.cpuprofile},
-		}, append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...)...),
+		}, append(append(append(itraceFlags(&o.itrace), mergeFlags(&o.merge)...), schedFlags(&o.sched)...), timelineFlags(&o.timeline)...)...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cliutil.UsageError(c, fmt.Sprintf("unexpected argument %q (the trace file is -r FILE)", c.Args().First()))
@@ -136,7 +137,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 	if o.diff != "" && o.flame == "" {
 		return cliutil.UsageError(c, "--diff FILE colours the flame graph: give --flame FILE too")
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() && o.timeline == "" {
 		o.doTprof = true
 	}
 	var err error
@@ -385,7 +386,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 
 // passes makes the record passes o asks for, in the order they take each
 // record: post.show (also returned: its end waits for the tprof report),
-// --script, the ITrace, merge and scheduling reports.
+// --script, the ITrace, merge and scheduling reports, the time line.
 func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer) (passes, *showPass, error) {
 	var ps passes
 	var show *showPass
@@ -414,6 +415,16 @@ func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer
 	}
 	if o.sched.any() {
 		rec, end := schedHook(o.sched, r, o.filter, nil, o.outDir, stdout, stderr)
+		ps = append(ps, hookPass{rec, end})
+	}
+	if o.timeline != "" {
+		rec, end, err := timelineHook(o.timeline, r, o.filter, nil, stdout)
+		if err != nil {
+			if show != nil {
+				show.f.Close()
+			}
+			return nil, nil, err
+		}
 		ps = append(ps, hookPass{rec, end})
 	}
 	return ps, show, nil

@@ -23,7 +23,6 @@ import (
 type schedFlagValues struct {
 	sched                                   bool
 	offFolded, offPprof, wallFolded, wallPP string
-	timeline                                string
 }
 
 func schedFlags(v *schedFlagValues) []cli.Flag {
@@ -33,12 +32,11 @@ func schedFlags(v *schedFlagValues) []cli.Flag {
 		&cli.StringFlag{Name: "offcpu-pprof", Usage: "write the off-CPU profile as pprof to `FILE`", Destination: &v.offPprof},
 		&cli.StringFlag{Name: "wall", Usage: "write the wall-clock profile as folded stacks (ns) to `FILE`: running time by tick stacks and off-CPU time by wait stacks, each thread's adding up to its life in the trace (swtrace enable dispatch tprof callstack)", Destination: &v.wallFolded},
 		&cli.StringFlag{Name: "wall-pprof", Usage: "write the wall-clock profile as pprof to `FILE`", Destination: &v.wallPP},
-		&cli.StringFlag{Name: "timeline", Usage: "write each thread's states and each CPU's interrupts as a time line to `FILE` (trace-event JSON: open it in ui.perfetto.dev)", Destination: &v.timeline},
 	}
 }
 
 func (v schedFlagValues) any() bool {
-	return v.sched || v.offFolded != "" || v.offPprof != "" || v.wallFolded != "" || v.wallPP != "" || v.timeline != ""
+	return v.sched || v.offFolded != "" || v.offPprof != "" || v.wallFolded != "" || v.wallPP != ""
 }
 
 // schedHook feeds every record to an offcpu analyzer after next (names
@@ -48,7 +46,6 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next fu
 		return next, func() error { return nil }
 	}
 	a := offcpu.New(func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol })
-	a.KeepSpans = opt.timeline != ""
 	var off uint64
 	hook := func(rec *trace.Record, res *a2n.Result) {
 		if next != nil {
@@ -82,16 +79,6 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next fu
 				}
 			}
 			return out
-		}
-		if opt.timeline != "" {
-			var sel func(*offcpu.Thread) bool
-			if filt != nil {
-				sel = func(th *offcpu.Thread) bool { return schedSelected(filt, th.PID, th.TID, procName) }
-			}
-			if err := writeFile(opt.timeline, func(w io.Writer) error { return a.WriteTimeline(w, procName, sel) }); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "post: wrote %s (open it in ui.perfetto.dev)\n", opt.timeline)
 		}
 		if opt.sched {
 			if filt != nil {

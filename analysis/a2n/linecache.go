@@ -1,0 +1,310 @@
+package a2n
+
+import (
+	"cmp"
+	"debug/dwarf"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+)
+
+// Source lines through the table cache. A module's first Line in a run
+// with a table cache (Cache.Dir) reads the line table of every compilation
+// unit of its DWARF once and keeps it in the cache, keyed by the module's
+// identity and its DWARF file's (a separate debug file's too); later runs
+// read that file and search it in place. Opening the DWARF costs more
+// than reading the tables: every debug section, compressed in most
+// distributions' debug files and in Go binaries, is inflated whole
+// (.debug_info, .debug_loclists); a cached table is a few MB read with
+// one read and no parse. Without a table cache, Line reads the units that
+// hold the addresses asked (module.go).
+//
+// The table is every line row of every sequence, by address; the end of
+// a sequence is a row of its own, naming no file, so that an address
+// between sequences (padding, code without lines) has no line.
+
+// lineMagic starts every cached line table; the digit is the format version.
+const lineMagic = "PIA2NLN1"
+
+// noFile marks a sequence's end in a line table.
+const noFile = ^uint32(0)
+
+// lineTable is a module's whole line table: rows of 16 bytes (address,
+// file index, line) by address, in a cache file read into memory or made
+// from the DWARF.
+type lineTable struct {
+	rows  []byte
+	files []string
+}
+
+func (t *lineTable) n() int { return len(t.rows) / 16 }
+
+func (t *lineTable) addr(i int) uint64 { return binary.LittleEndian.Uint64(t.rows[16*i:]) }
+
+// find returns the line of va: the last row at or before it, unless that
+// row ends a sequence.
+func (t *lineTable) find(va uint64) (string, int, bool) {
+	lo, hi := 0, t.n()
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if t.addr(mid) <= va {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return "", 0, false
+	}
+	r := t.rows[16*(lo-1):]
+	f := binary.LittleEndian.Uint32(r[8:])
+	if f == noFile || int(f) >= len(t.files) {
+		return "", 0, false
+	}
+	return t.files[f], int(binary.LittleEndian.Uint32(r[12:])), true
+}
+
+// lineCacheKey is the key of m's line table: the module's identity and
+// that of the file holding its DWARF now (nil: not cacheable).
+func (m *Module) lineCacheKey() []byte {
+	if m.linesDir == "" || m.linesKey == nil || m.dwPath == "" {
+		return nil
+	}
+	fi, err := os.Stat(m.dwPath)
+	if err != nil {
+		return nil
+	}
+	id := fileIdent(fi)
+	if id == nil {
+		return nil
+	}
+	return append(append(append([]byte("lines\x00"), m.linesKey...), "\x00"+m.dwPath+"\x00"...), id...)
+}
+
+// cachedLines gives m its whole line table from the table cache, or reads
+// it from the DWARF and stores it there (none when the DWARF cannot be
+// read); false: no table cache (Line then reads the units it needs).
+func (m *Module) cachedLines() bool {
+	key := m.lineCacheKey()
+	if key == nil {
+		return false
+	}
+	if t, ok := readLineTable(m.linesDir, key); ok {
+		m.lineTab = t
+		return true
+	}
+	m.loadLineIndex()
+	if m.dw == nil {
+		return true
+	}
+	t := m.allLines()
+	m.dw = nil // (the units are not read one by one: the table has them all)
+	m.lineTab = t
+	writeLineTable(m.linesDir, key, t)
+	return true
+}
+
+// allLines reads every unit's line table.
+func (m *Module) allLines() *lineTable {
+	type row struct {
+		addr       uint64
+		file, line uint32
+	}
+	var rows []row
+	fileIdx := map[string]uint32{}
+	t := &lineTable{}
+	// The end of each of the units' address ranges ends the rows before
+	// it too: a sequence may run on over the padding between two
+	// functions, which its unit's ranges leave out (a unit's row at such
+	// an end covers nothing of it).
+	rangeEnds := map[[2]uint64]bool{}
+	for i, rg := range m.cuRanges {
+		if i+1 < len(m.cuRanges) && m.cuRanges[i+1].low == rg.high && m.cuRanges[i+1].cu == rg.cu {
+			continue // the unit's next range goes on from here
+		}
+		rangeEnds[[2]uint64{uint64(rg.cu), rg.high}] = true
+	}
+	for i := range m.cus {
+		cu := &m.cus[i]
+		r := m.dw.Reader()
+		r.Seek(cu.off)
+		e, err := r.Next()
+		if err != nil || e == nil {
+			continue
+		}
+		lr, err := m.dw.LineReader(e)
+		if err != nil || lr == nil {
+			continue
+		}
+		var le dwarf.LineEntry
+		var lastName string
+		var lastIdx uint32
+		have := false
+		seq := len(rows) // where the sequence read starts in rows
+		for lr.Next(&le) == nil {
+			if le.EndSequence {
+				// rows at the end's address cover nothing
+				for len(rows) > seq && rows[len(rows)-1].addr >= le.Address {
+					rows = rows[:len(rows)-1]
+				}
+				rows = append(rows, row{le.Address, noFile, 0})
+				seq = len(rows)
+				continue
+			}
+			if le.File == nil || rangeEnds[[2]uint64{uint64(i), le.Address}] {
+				continue
+			}
+			name := le.File.Name
+			if !have || name != lastName {
+				full := name
+				if cu.compDir != "" && !filepath.IsAbs(name) {
+					full = filepath.Join(cu.compDir, name)
+				}
+				idx, ok := fileIdx[full]
+				if !ok {
+					idx = uint32(len(t.files))
+					fileIdx[full] = idx
+					t.files = append(t.files, full)
+				}
+				lastName, lastIdx, have = name, idx, true
+			}
+			rows = append(rows, row{le.Address, lastIdx, uint32(min(max(le.Line, 0), 1<<31))})
+		}
+	}
+	for rg := range rangeEnds {
+		rows = append(rows, row{rg[1], noFile, 0})
+	}
+	// by address; at one address a sequence's end before the rows of the
+	// sequence that starts there, rows of one address in their order
+	slices.SortStableFunc(rows, func(a, b row) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
+		}
+		end := func(r row) int {
+			if r.file == noFile {
+				return 0
+			}
+			return 1
+		}
+		return cmp.Compare(end(a), end(b))
+	})
+	t.rows = make([]byte, 16*len(rows))
+	for i, r := range rows {
+		b := t.rows[16*i:]
+		binary.LittleEndian.PutUint64(b, r.addr)
+		binary.LittleEndian.PutUint32(b[8:], r.file)
+		binary.LittleEndian.PutUint32(b[12:], r.line)
+	}
+	return t
+}
+
+// A cached line table: lineMagic, the key's length (u32) and the key, the
+// number of files (u32), each file's length (u32) and bytes, the number
+// of rows (u64), the rows.
+
+// writeLineTable stores t under key (best effort, as writeTable).
+func writeLineTable(dir string, key []byte, t *lineTable) {
+	if !cacheDirOK(dir) {
+		return
+	}
+	b := append([]byte(lineMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(key)))...)
+	b = append(b, key...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(t.files)))
+	for _, f := range t.files {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(t.n()))
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if werr == nil {
+		_, werr = tmp.Write(t.rows)
+	}
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), cachePath(dir, key)) != nil {
+		os.Remove(tmp.Name())
+		return
+	}
+	pruneCache(dir)
+}
+
+// readLineTable reads dir's line table for key, checked whole: the key,
+// every length in bounds, the rows by address, every file index known.
+func readLineTable(dir string, key []byte) (*lineTable, bool) {
+	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() <= 0 || fi.Size() > maxTableSize {
+		return nil, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return nil, false
+	}
+	data := make([]byte, fi.Size())
+	if _, err := f.ReadAt(data, 0); err != nil {
+		return nil, false
+	}
+	take := func(n uint64) []byte {
+		if n > uint64(len(data)) {
+			return nil
+		}
+		b := data[:n]
+		data = data[n:]
+		return b
+	}
+	u32 := func() (uint64, bool) {
+		b := take(4)
+		if b == nil {
+			return 0, false
+		}
+		return uint64(binary.LittleEndian.Uint32(b)), true
+	}
+	if string(take(uint64(len(lineMagic)))) != lineMagic {
+		return nil, false
+	}
+	kl, ok := u32()
+	if !ok || string(take(kl)) != string(key) {
+		return nil, false
+	}
+	nf, ok := u32()
+	if !ok || nf > uint64(len(data))/4 {
+		return nil, false
+	}
+	t := &lineTable{files: make([]string, 0, nf)}
+	for range nf {
+		l, ok := u32()
+		b := take(l)
+		if !ok || b == nil && l > 0 {
+			return nil, false
+		}
+		t.files = append(t.files, string(b))
+	}
+	nb := take(8)
+	if nb == nil {
+		return nil, false
+	}
+	nr := binary.LittleEndian.Uint64(nb)
+	if nr > uint64(len(data))/16 || uint64(len(data)) != 16*nr {
+		return nil, false
+	}
+	t.rows = data
+	var last uint64
+	for i := range t.n() {
+		a := t.addr(i)
+		if a < last {
+			return nil, false
+		}
+		last = a
+		if fl := binary.LittleEndian.Uint32(t.rows[16*i+8:]); fl != noFile && uint64(fl) >= nf {
+			return nil, false
+		}
+	}
+	return t, true
+}

@@ -1,0 +1,270 @@
+// Package traceevent writes Chrome's trace-event JSON (the "JSON Object
+// Format" of the Trace Event Format document), which both the Perfetto UI
+// (ui.perfetto.dev) and chrome://tracing open.
+//
+// The writer streams: events are written as they are given, in any order
+// across tracks (both viewers sort them), begin/end pairs of one track in
+// the order they happened. Stack frames (the "stackFrames" dictionary,
+// referred to by an event's "sf") are kept and written at the end.
+// Times are nanoseconds on the trace's clock, written as microseconds
+// from Origin with three decimals (exact to the nanosecond).
+package traceevent
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"strconv"
+)
+
+// Writer writes one trace-event JSON document.
+type Writer struct {
+	w      *bufio.Writer
+	origin uint64
+	n      int // events written
+	frames []stackFrame
+	ids    map[stackFrame]int
+	quoted [][]byte // each frame's name as a JSON string, unquoted
+	num    []byte
+	path   []int
+}
+
+type stackFrame struct {
+	parent   int
+	name     string
+	category string
+}
+
+// Arg is one argument of an event: a string, or a number when Str is
+// empty and IsNum is set.
+type Arg struct {
+	Key   string
+	Str   string
+	Num   uint64
+	IsNum bool
+}
+
+// Str is a string argument.
+func Str(k, v string) Arg { return Arg{Key: k, Str: v} }
+
+// Num is a numeric argument.
+func Num(k string, v uint64) Arg { return Arg{Key: k, Num: v, IsNum: true} }
+
+// New starts a document on out; origin is the time written as 0.
+func New(out io.Writer, origin uint64) *Writer {
+	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int{}}
+	w.w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
+	return w
+}
+
+// Origin is the time written as 0.
+func (w *Writer) Origin() uint64 { return w.origin }
+
+func (w *Writer) str(s string) {
+	b, _ := json.Marshal(s) // valid UTF-8 out, whatever the bytes in
+	w.w.Write(b)
+}
+
+// ts writes t as microseconds from the origin (negative before it).
+func (w *Writer) ts(t uint64) {
+	d := int64(t - w.origin)
+	if d < 0 {
+		w.w.WriteByte('-')
+		d = -d
+	}
+	w.us(uint64(d))
+}
+
+// us writes ns nanoseconds as microseconds.
+func (w *Writer) us(d uint64) {
+	w.num = strconv.AppendUint(w.num[:0], d/1000, 10)
+	w.num = append(w.num, '.', byte('0'+d/100%10), byte('0'+d/10%10), byte('0'+d%10))
+	w.w.Write(w.num)
+}
+
+func (w *Writer) uint(v uint64) {
+	w.num = strconv.AppendUint(w.num[:0], v, 10)
+	w.w.Write(w.num)
+}
+
+// head starts an event: its phase, track, and name and category when given.
+func (w *Writer) head(ph byte, pid, tid uint32, cat, name string) {
+	if w.n > 0 {
+		w.w.WriteString(",\n")
+	} else {
+		w.w.WriteByte('\n')
+	}
+	w.n++
+	w.w.WriteString(`{"ph":"`)
+	w.w.WriteByte(ph)
+	w.w.WriteString(`","pid":`)
+	w.uint(uint64(pid))
+	w.w.WriteString(`,"tid":`)
+	w.uint(uint64(tid))
+	if name != "" {
+		w.w.WriteString(`,"name":`)
+		w.str(name)
+	}
+	if cat != "" {
+		w.w.WriteString(`,"cat":`)
+		w.str(cat)
+	}
+}
+
+func (w *Writer) tail(args []Arg) {
+	w.args(args)
+	w.w.WriteByte('}')
+}
+
+func (w *Writer) args(args []Arg) {
+	if len(args) > 0 {
+		w.w.WriteString(`,"args":{`)
+		for i, a := range args {
+			if i > 0 {
+				w.w.WriteByte(',')
+			}
+			w.arg(a)
+		}
+		w.w.WriteByte('}')
+	}
+}
+
+func (w *Writer) arg(a Arg) {
+	w.str(a.Key)
+	w.w.WriteByte(':')
+	if a.IsNum && a.Str == "" {
+		w.uint(a.Num)
+	} else {
+		w.str(a.Str)
+	}
+}
+
+// ProcessName names process pid's track group.
+func (w *Writer) ProcessName(pid uint32, name string) {
+	w.head('M', pid, pid, "", "process_name")
+	w.tail([]Arg{Str("name", name)})
+}
+
+// ThreadName names the track (pid, tid).
+func (w *Writer) ThreadName(pid, tid uint32, name string) {
+	w.head('M', pid, tid, "", "thread_name")
+	w.tail([]Arg{Str("name", name)})
+}
+
+// Complete writes a slice from start to end ("X").
+func (w *Writer) Complete(pid, tid uint32, cat, name string, start, end uint64, args ...Arg) {
+	w.head('X', pid, tid, cat, name)
+	w.w.WriteString(`,"ts":`)
+	w.ts(start)
+	w.w.WriteString(`,"dur":`)
+	w.us(end - start)
+	w.tail(args)
+}
+
+// Begin opens a slice on (pid, tid) at t ("B"); End closes the innermost.
+func (w *Writer) Begin(pid, tid uint32, cat, name string, t uint64, args ...Arg) {
+	w.head('B', pid, tid, cat, name)
+	w.w.WriteString(`,"ts":`)
+	w.ts(t)
+	w.tail(args)
+}
+
+// End closes the innermost open slice of (pid, tid) at t ("E"); its args
+// are added to the slice's.
+func (w *Writer) End(pid, tid uint32, t uint64, args ...Arg) {
+	w.head('E', pid, tid, "", "")
+	w.w.WriteString(`,"ts":`)
+	w.ts(t)
+	w.tail(args)
+}
+
+// Instant writes a thread-scoped instant event at t with the stack sf (a
+// Frame; 0: none).
+func (w *Writer) Instant(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
+	w.head('i', pid, tid, cat, name)
+	w.w.WriteString(`,"s":"t","ts":`)
+	w.ts(t)
+	if sf > 0 {
+		w.w.WriteString(`,"sf":`)
+		w.uint(uint64(sf))
+	}
+	w.tail(args)
+}
+
+// InstantStack is Instant with the stack sf also as the argument "stack"
+// (its frames' names root first, separated by ';'), after args: for
+// viewers that read no stackFrames (Perfetto's JSON importer).
+func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
+	w.head('i', pid, tid, cat, name)
+	w.w.WriteString(`,"s":"t","ts":`)
+	w.ts(t)
+	if sf > 0 {
+		w.w.WriteString(`,"sf":`)
+		w.uint(uint64(sf))
+	}
+	w.w.WriteString(`,"args":{`)
+	for _, a := range args {
+		w.arg(a)
+		w.w.WriteByte(',')
+	}
+	w.w.WriteString(`"stack":"`)
+	w.path = w.path[:0]
+	for id := sf; id > 0 && id <= len(w.frames); id = w.frames[id-1].parent {
+		w.path = append(w.path, id)
+	}
+	for i := len(w.path) - 1; i >= 0; i-- {
+		w.w.Write(w.quoted[w.path[i]-1])
+		if i > 0 {
+			w.w.WriteByte(';')
+		}
+	}
+	w.w.WriteString(`"}}`)
+}
+
+// Frame returns the id of the stack frame name (category: its module)
+// called from parent (0: a root frame): the stack whose leaf it is.
+func (w *Writer) Frame(parent int, name, category string) int {
+	k := stackFrame{parent, name, category}
+	if id, ok := w.ids[k]; ok {
+		return id
+	}
+	w.frames = append(w.frames, k)
+	q, _ := json.Marshal(name)
+	w.quoted = append(w.quoted, q[1:len(q)-1])
+	id := len(w.frames)
+	w.ids[k] = id
+	return id
+}
+
+// Close ends the document (the stack frames after the events) and
+// flushes it; the error is the first the writing met.
+func (w *Writer) Close() error {
+	w.w.WriteString("\n]")
+	if len(w.frames) > 0 {
+		w.w.WriteString(`,"stackFrames":{`)
+		for i, f := range w.frames {
+			if i > 0 {
+				w.w.WriteString(",\n")
+			} else {
+				w.w.WriteByte('\n')
+			}
+			w.w.WriteByte('"')
+			w.uint(uint64(i + 1))
+			w.w.WriteString(`":{"name":`)
+			w.str(f.name)
+			if f.category != "" {
+				w.w.WriteString(`,"category":`)
+				w.str(f.category)
+			}
+			if f.parent > 0 {
+				w.w.WriteString(`,"parent":"`)
+				w.uint(uint64(f.parent))
+				w.w.WriteByte('"')
+			}
+			w.w.WriteByte('}')
+		}
+		w.w.WriteString("\n}")
+	}
+	w.w.WriteString("}\n")
+	return w.w.Flush()
+}

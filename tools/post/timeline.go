@@ -1,0 +1,308 @@
+package main
+
+// The time line (--timeline FILE): one file for every kind of trace, in
+// Chrome's trace-event JSON (format/traceevent).
+//
+// The format: the JSON trace-event format is the one that opens both in
+// the Perfetto UI (ui.perfetto.dev) and in chrome://tracing, and the one
+// the scheduling time line already wrote. Perfetto's own protobuf format
+// (TracePacket with TrackEvent, PerfSample) would be smaller, but opens
+// in Perfetto only, and has no Go package of its published definitions
+// to encode it with. Perfetto's JSON importer does not read the
+// stackFrames dictionary (chrome://tracing does), so each sample carries
+// its stack twice: as "sf" and as the "stack" argument Perfetto shows.
+//
+// What it holds, by process and thread:
+//   - each tprof sample as an instant event on its thread's track, named
+//     for the sampled function, with its call stack;
+//   - with DISPATCH records, each thread's running, run-queue, sleeping
+//     and blocked stretches as slices on its track, and each CPU's
+//     interrupts (analysis/offcpu);
+//   - with ITrace records, each thread's calls and returns as nested
+//     slices on a track of their own beside the thread's ("NAME TID
+//     calls": the slices span the thread's states, so they cannot nest
+//     with them on one track), begun at the call and ended at the return,
+//     with the activation's inclusive instructions as an argument. The
+//     outermost slice is the function the thread ran in where its trace
+//     began (category "base"); calls are category "call", signal handlers
+//     "signal".
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"perfinsp/analysis/a2n"
+	"perfinsp/analysis/itrace"
+	"perfinsp/analysis/offcpu"
+	"perfinsp/analysis/tprof"
+	"perfinsp/format/trace"
+	"perfinsp/format/traceevent"
+)
+
+func timelineFlags(path *string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "timeline", Usage: "write a time line to `FILE` (trace-event JSON: open it in ui.perfetto.dev or chrome://tracing): per thread its tprof samples with their call stacks, its states and each CPU's interrupts (swtrace enable dispatch [interrupt]), its ITrace calls as nested slices with their instructions", Destination: path},
+	}
+}
+
+// callsTrack is the track id of a thread's ITrace calls, in its process:
+// beside the thread's own (thread ids are below 2^22).
+func callsTrack(tid uint32) uint32 { return 1<<30 | tid }
+
+type trackKey struct{ pid, tid uint32 }
+
+// timeline writes the time line from the records post reads.
+type timeline struct {
+	path  string
+	f     *os.File
+	w     *traceevent.Writer
+	r     *a2n.Resolver
+	filt  *tprof.Filter
+	sched *offcpu.Analyzer
+	calls *itrace.Report
+	namer *a2nNamer
+	off   uint64 // time of the trace's end (SysTraceOff)
+
+	pending             map[int]*scriptTick                // per CPU: the sample whose stack may follow
+	names               map[uint32]map[scriptPC]a2n.Result // by process
+	tracks              map[trackKey]string                // every track written to, with its name
+	keep                map[trackKey]bool                  // --pid/--tid/--comm, decided at a thread's first call
+	procs               map[uint32]bool                    // processes with a track
+	samples, callSlices uint64
+}
+
+// timelineHook chains the time line after next on every record post
+// reads; the returned function writes what is left and closes the file.
+func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error, error) {
+	if path == "" {
+		return next, func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	tl := &timeline{path: path, f: f, r: r, filt: filt,
+		// the states only: stacks go unnamed (the off-CPU profiles' names)
+		sched: offcpu.New(nil),
+		namer: &a2nNamer{r: r, cache: map[[2]uint64]named{}}, pending: map[int]*scriptTick{}, names: map[uint32]map[scriptPC]a2n.Result{},
+		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]bool{}}
+	tl.sched.KeepSpans = true
+	tl.calls = itrace.NewReport(tl.namer, nil)
+	tl.calls.OnFrame(tl.frame)
+	hook := func(rec *trace.Record, res *a2n.Result) {
+		if next != nil {
+			next(rec, res)
+		}
+		tl.record(rec, res)
+	}
+	end := func() error {
+		if err := tl.finish(); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		fmt.Fprintf(stdout, "post: wrote %s (%d samples, %d dispatches, %d calls; open it in ui.perfetto.dev or chrome://tracing)\n", path, tl.samples, tl.sched.Dispatches, tl.callSlices)
+		return nil
+	}
+	return hook, end, nil
+}
+
+// record takes each record post reads, in time order (res: a tick's
+// name, nil for a tick the selection leaves out).
+func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
+	if tl.w == nil {
+		tl.w = traceevent.New(tl.f, rec.Time) // the first record's time is 0
+	}
+	if rec.Major != trace.MajorUnwind {
+		tl.flush(rec.CPU) // its stack would have come next
+	}
+	switch rec.Major {
+	case trace.MajorMTE, trace.MajorJITLoad:
+		// a process whose mappings change (or that a fork makes) is
+		// named afresh
+		switch {
+		case rec.Major == trace.MajorJITLoad, rec.Minor == trace.MTEExec, rec.Minor == trace.MTESegment, rec.Minor == trace.MTEUnmap:
+			delete(tl.names, uint32(rec.Field(0)))
+		case rec.Minor == trace.MTEFork:
+			delete(tl.names, uint32(rec.Field(2)))
+		}
+		if len(tl.namer.cache) > 0 {
+			tl.namer.cache = map[[2]uint64]named{}
+		}
+	case trace.MajorSys:
+		if rec.Minor == trace.SysTraceOff {
+			tl.off = rec.Time
+		}
+	case trace.MajorTprof:
+		if res != nil { // else left out by --pid, --tid or --comm
+			tl.pending[rec.CPU] = &scriptTick{pid: uint32(rec.Field(0)), tid: uint32(rec.Field(1)), cpu: rec.CPU, time: rec.Time,
+				ip: rec.Field(2), kernel: rec.Field(3)&trace.TprofKernel != 0}
+		}
+	case trace.MajorUnwind:
+		t := tl.pending[rec.CPU]
+		if t != nil && rec.Minor == trace.UnwindTick {
+			delete(tl.pending, rec.CPU)
+			if t.pid != uint32(rec.Field(0)) || t.tid != uint32(rec.Field(1)) {
+				tl.sample(t, nil, 0)
+			} else {
+				pcs := make([]uint64, len(rec.Str)/8)
+				for i := range pcs {
+					pcs[i] = le64(rec.Str[8*i:])
+				}
+				tl.sample(t, pcs, int(rec.Field(2)>>trace.UnwindKernShift))
+			}
+		}
+	case trace.MajorITraceU, trace.MajorITraceK:
+		tl.calls.Apply(rec)
+	}
+	if rec.Major != trace.MajorUnwind { // (stacks: the off-CPU profiles')
+		tl.sched.Record(rec)
+	}
+}
+
+// flush writes the sample pending on cpu (no stack followed it).
+func (tl *timeline) flush(cpu int) {
+	if t := tl.pending[cpu]; t != nil {
+		delete(tl.pending, cpu)
+		tl.sample(t, nil, 0)
+	}
+}
+
+func (tl *timeline) resolve(pid uint32, pc uint64, kernel bool) a2n.Result {
+	m := tl.names[pid]
+	if m == nil {
+		m = map[scriptPC]a2n.Result{}
+		tl.names[pid] = m
+	}
+	k := scriptPC{pid, pc, kernel}
+	res, ok := m[k]
+	if !ok {
+		res = tl.r.Resolve(pid, pc, kernel)
+		m[k] = res
+	}
+	return res
+}
+
+// track notes a track written to, named name, and its process.
+func (tl *timeline) track(pid, tid uint32, name func() string) {
+	k := trackKey{pid, tid}
+	if _, ok := tl.tracks[k]; !ok {
+		tl.tracks[k] = name()
+		tl.procs[pid] = true
+	}
+}
+
+func (tl *timeline) threadName(pid, tid uint32) string {
+	n := tl.r.ThreadName(pid, tid)
+	if n == "" {
+		n = tl.r.ProcessName(pid)
+	}
+	return strings.ReplaceAll(n, "\n", " ")
+}
+
+// sample writes one sample: its stack pcs (interrupted first, the first
+// nk in the kernel), or with none its own address.
+func (tl *timeline) sample(t *scriptTick, pcs []uint64, nk int) {
+	tl.track(t.pid, t.tid, func() string { return fmt.Sprintf("%s %d", tl.threadName(t.pid, t.tid), t.tid) })
+	sf := 0
+	var leaf a2n.Result
+	if len(pcs) == 0 {
+		leaf = tl.resolve(t.pid, t.ip, t.kernel)
+		sf = tl.frameID(0, leaf)
+	}
+	for i := len(pcs) - 1; i >= 0; i-- {
+		at := pcs[i]
+		if i > 0 && i != nk {
+			at-- // a return address: name the call, not what follows it
+		}
+		leaf = tl.resolve(t.pid, at, i < nk)
+		sf = tl.frameID(sf, leaf)
+	}
+	tl.samples++
+	tl.w.InstantStack(t.pid, t.tid, "sample", leaf.Symbol, t.time, sf,
+		traceevent.Str("module", leaf.Module), traceevent.Num("cpu", uint64(t.cpu)))
+}
+
+// frameID is the stack frame of res called from parent.
+func (tl *timeline) frameID(parent int, res a2n.Result) int {
+	return tl.w.Frame(parent, res.Symbol, filepath.Base(res.Module))
+}
+
+// frame writes one ITrace frame change as the begin or end of a slice.
+func (tl *timeline) frame(ev *itrace.FrameEvent) {
+	k := trackKey{ev.PID, ev.TID}
+	keep, ok := tl.keep[k]
+	if !ok {
+		keep = tl.filt == nil || schedSelected(tl.filt, ev.PID, ev.TID, tl.r.ProcessName)
+		tl.keep[k] = keep
+	}
+	if !keep {
+		return
+	}
+	tid := callsTrack(ev.TID)
+	tl.track(ev.PID, tid, func() string { return fmt.Sprintf("%s %d calls", tl.threadName(ev.PID, ev.TID), ev.TID) })
+	if !ev.Begin {
+		tl.w.End(ev.PID, tid, ev.Time, traceevent.Num("instructions", ev.Instructions))
+		return
+	}
+	if ev.Kind == itrace.FrameCall {
+		tl.callSlices++
+	}
+	tl.w.Begin(ev.PID, tid, ev.Kind.String(), ev.Func.Name, ev.Time, traceevent.Str("module", ev.Func.Module))
+}
+
+// finish writes the samples still pending, closes the calls still open,
+// names the tracks, writes the threads' states and closes the file.
+func (tl *timeline) finish() error {
+	if tl.w == nil {
+		tl.w = traceevent.New(tl.f, 0) // an empty trace
+	}
+	cpus := make([]int, 0, len(tl.pending))
+	for cpu := range tl.pending {
+		cpus = append(cpus, cpu)
+	}
+	sort.Ints(cpus)
+	for _, cpu := range cpus {
+		tl.flush(cpu)
+	}
+	tl.calls.Finish()
+	tl.sched.Finish(tl.off)
+	named := map[uint64]bool{}
+	pids := make([]uint32, 0, len(tl.procs))
+	for pid := range tl.procs {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	for _, pid := range pids {
+		named[uint64(pid)] = true
+		tl.w.ProcessName(pid, fmt.Sprintf("%s %d", tl.r.ProcessName(pid), pid))
+	}
+	keys := make([]trackKey, 0, len(tl.tracks))
+	for k := range tl.tracks {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].pid < keys[j].pid || keys[i].pid == keys[j].pid && keys[i].tid < keys[j].tid
+	})
+	for _, k := range keys {
+		named[uint64(k.pid)<<32|uint64(k.tid)] = true
+		tl.w.ThreadName(k.pid, k.tid, tl.tracks[k])
+	}
+	for _, th := range tl.sched.Threads() {
+		th.Name = tl.r.ThreadName(th.PID, th.TID)
+	}
+	var sel func(*offcpu.Thread) bool
+	if tl.filt != nil {
+		sel = func(th *offcpu.Thread) bool { return schedSelected(tl.filt, th.PID, th.TID, tl.r.ProcessName) }
+	}
+	tl.sched.EmitTimeline(tl.w, tl.r.ProcessName, sel, named)
+	err := tl.w.Close()
+	if cerr := tl.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
