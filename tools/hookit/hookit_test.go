@@ -300,8 +300,7 @@ func emptyCalibratedOnce(t *testing.T, a *testenv.Attempt) {
 	// The start-up measurement's own spread, or a tenth of the raw
 	// interval: calibration must take away at least nine tenths of what
 	// the hooks add to an empty function (beside a busy job the start-up
-	// and the run see different contention for the core: ±2.3 cycles of 42
-	// were seen in consecutive runs).
+	// and the run see different contention for the core).
 	spread := max(in.TInnerMed-in.TInner, 2, med/10)
 	cal := med - in.TInner
 	t.Logf("empty: raw median %.0f cycles per call, t_I %.2f (median %.2f): calibrated median %.2f (spread %.2f); mean calibrated BASE %.2f per call (raw mean %.2f; the mean carries the outliers: preemption, interrupts, page faults)",

@@ -408,8 +408,8 @@ func TestSchedWaits(t *testing.T) {
 		// runs timehist could not know, and its zero delays that are
 		// no preemption (a wake-up it did not pair with the run).
 		// One in ten may differ more: an interrupt between the two
-		// handlers moves one stamp further (a wake-up 12 µs apart was
-		// seen); each such pair leaves one of ours unmatched too.
+		// handlers moves one stamp further; each such pair leaves one
+		// of ours unmatched too.
 		if len(unmatched) > max(1, len(theirs)/10) || len(big) > 1+thSkipped[tid]+max(0, zeros-len(pre))+len(unmatched) {
 			t.Errorf("%s (tid %d): timehist's delays not among post's wake-up latencies (µs): %v; post's not among timehist's: %v", role, tid, unmatched, big)
 		}

@@ -303,7 +303,7 @@ func stacksDeep(dir string) error {
 		}
 		fmt.Printf("stacks: deep 40 at depth %d: %d ticks, %d stacks, %d truncated, %d whole\n", depth, ticks, len(recs), cut, whole)
 		// 30 ticks judge the 8-in-10 shares below (a TCG vCPU beside a
-		// busy host got 50 in the program's 2 s of CPU time)
+		// busy host gets far fewer ticks than its CPU time would give)
 		if ticks < 30 || len(recs) < ticks*9/10 {
 			return fmt.Errorf("depth %d: %d ticks, %d stacks", depth, ticks, len(recs))
 		}
