@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -85,15 +86,61 @@ func (e *Env) DaemonPIDs() []int {
 	return out
 }
 
+// stopDaemons stops every agent this environment started: those its log
+// names and any process whose command line holds the environment's
+// socket (an agent started before its log line was written), and waits
+// for them to go (SIGKILL after 10 s), so no test leaves one running.
 func (e *Env) stopDaemons() {
 	cmd := exec.Command(e.Swtrace, "free")
 	cmd.Env = e.Environ
 	_ = cmd.Run()
+	pids := map[int]bool{}
 	for _, pid := range e.DaemonPIDs() {
-		if p, err := os.FindProcess(pid); err == nil {
-			_ = p.Signal(os.Interrupt)
+		pids[pid] = true
+	}
+	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(sock)) {
+			pids[pid] = true
 		}
 	}
+	for pid := range pids {
+		if alive(pid, sock) { // (a logged pid may be another process's by now)
+			_ = syscall.Kill(pid, syscall.SIGINT)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pid := range pids {
+		for alive(pid, sock) {
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// alive says whether pid is still the agent of sock (not exited, not a
+// zombie, not a pid used again).
+func alive(pid int, sock string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !bytes.Contains(b, []byte(sock)) {
+		return false
+	}
+	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] == 'Z' {
+		return false
+	}
+	return true
 }
 
 // Sw runs swtrace and fails the test on a non-zero exit.
