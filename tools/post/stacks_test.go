@@ -145,8 +145,8 @@ func checkExamplePaths(t *testing.T, folded string) int {
 
 // The inclusive shares of the example's functions agree with perf's
 // (`perf record -g` + `perf report --children`) on the same run within 2
-// points: both sample it at the same time, perf launching it, tprof tracing
-// the system with call stacks.
+// points (the threads' roots within 5): both sample it at the same time,
+// perf launching it, tprof tracing the system with call stacks.
 func TestStacksAgreeWithPerf(t *testing.T) {
 	e := tracetest.Setup(t)
 	perf, err := exec.LookPath("perf")
@@ -200,7 +200,16 @@ func TestStacksAgreeWithPerf(t *testing.T) {
 	for _, fn := range []string{"work", "heavy", "via_route", "medium", "light", "main", "worker"} {
 		d := ours[fn] - theirs[fn]
 		t.Logf("%-10s tprof %6.2f %%  perf %6.2f %%  (%+.2f)", fn, ours[fn], theirs[fn], d)
-		if theirs[fn] == 0 || d > 2 || d < -2 {
+		// main and worker are the two threads' roots: where they share
+		// a CPU they run in scheduler quanta of milliseconds, and the
+		// two samplers (per CPU, per task) catch different quanta, so
+		// the split between threads varies more than the functions'
+		// shares within them, which interleave finely.
+		tol := 2.0
+		if fn == "main" || fn == "worker" {
+			tol = 5
+		}
+		if theirs[fn] == 0 || d > tol || d < -tol {
 			t.Errorf("%s: inclusive %.2f %% against perf's %.2f %%", fn, ours[fn], theirs[fn])
 		}
 	}
