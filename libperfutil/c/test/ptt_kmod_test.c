@@ -190,8 +190,9 @@ static void tsc_checks(void)
 	CHECK(PttRead(v2) == 0 && v2[0] >= prev, "PttRead %llu after %llu", (unsigned long long)v2[0], (unsigned long long)prev);
 
 	/* busy loop: virtualized close to raw (interrupts and nothing else
-	 * excluded); up to 3 attempts (a burst of interrupts on a busy host) */
-	for (int attempt = 1; attempt <= 3; attempt++) {
+	 * excluded); up to 6 attempts (a TCG vCPU that the busy host stops
+	 * inside an interrupt handler has the whole stop excluded with it) */
+	for (int attempt = 1; attempt <= 6; attempt++) {
 		uint64_t a = rd0(), ra = rdtsc();
 		spin(10000000);
 		uint64_t b = rd0(), rb = rdtsc();
@@ -200,7 +201,7 @@ static void tsc_checks(void)
 		       (unsigned long long)(b - a), (unsigned long long)(rb - ra), pct);
 		if (busy_ok(b - a, rb - ra))
 			break;
-		CHECK(attempt < 3, "busy loop: virtualized %llu vs raw %llu (%.3f %% less, want -0.1 to 5 %%) in 3 attempts",
+		CHECK(attempt < 6, "busy loop: virtualized %llu vs raw %llu (%.3f %% less, want -0.1 to 5 %%) in 6 attempts",
 		      (unsigned long long)(b - a), (unsigned long long)(rb - ra), pct);
 	}
 
