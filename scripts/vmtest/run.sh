@@ -27,6 +27,30 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 WHAT=${1:-test}
+# The modes, one row each: the guest script run as /test.sh, whether the
+# VM counts instructions (-icount shift=0,sleep=off, one vCPU: the guest
+# TSC counts instructions), the host preparation it needs (prep_MODE
+# below, if any), and the line in the serial log that says it passed.
+#        mode       guest script          icount  pass marker
+MODES='
+	test       guest-test.sh         no      PITRACE-VMTEST-PASS
+	robust     guest-test.sh         no      vmtest: --- a process killed
+	bench      guest-test.sh         yes     PITRACE-BENCH-DONE
+	ptt        guest-test.sh         yes     PITRACE-PTT-DONE
+	harden     guest-test.sh         no      PITRACE-HARDEN-DONE
+	itrace     guest-test.sh         no      PITRACE-ITRACE-DONE
+	stacks     guest-test.sh         no      PITRACE-STACKS-DONE
+	offcpu     guest-test.sh         no      PITRACE-OFFCPU-DONE
+	jit        guest-test.sh         no      PITRACE-JIT-DONE
+	callflow   guest-callflow.sh     yes     PITRACE-CALLFLOW-PASS
+	icount     icount-guest.sh       yes     PITRACE-ICOUNT-PASS
+'
+row=$(printf '%s\n' "$MODES" | awk -v m="$WHAT" '$1 == m {print; exit}')
+if [ -z "$row" ]; then
+	echo "vmtest: unknown mode $WHAT: one of$(printf '%s\n' "$MODES" | awk 'NF {printf " %s", $1}')" >&2
+	exit 2
+fi
+read -r _ GUEST ICOUNT MARKER <<<"$row"
 W=$ROOT/build/vm
 mkdir -p "$W"
 LOG=$W/serial-$WHAT.log
@@ -140,20 +164,23 @@ gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilib
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
-if [ "$WHAT" = itrace ]; then
-	# ITrace through the module: static examples and callgrind's counts of them
+# The modes' own host preparation.
+prep_itrace() { # ITrace through the module: static examples and callgrind's counts of them
 	set +e
 	bash scripts/vmtest/itrace-host.sh "$BIN" "$W" "${ITRACE_N:-3000}" 9>&-
-	r=$?
+	local r=$?
 	set -e
 	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
 	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
-fi
-if [ "$WHAT" = icount ]; then # the ITrace -icount identity (icount-guest.sh)
+}
+prep_icount() { # the ITrace -icount identity
 	gcc -O2 -static -mno-red-zone -Wall -Werror -Ikmod/uapi -o "$BIN/itrace_icount" scripts/vmtest/itrace_icount.c
-fi
-if [ "$WHAT" = callflow ]; then # call-flow exactness (scripts/vmtest/callflow-build.sh)
+}
+prep_callflow() { # call-flow exactness
 	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" 9>&- || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
+}
+if declare -F "prep_$WHAT" >/dev/null; then
+	"prep_$WHAT"
 fi
 
 # ---- initramfs ----
@@ -166,15 +193,11 @@ for a in $(/bin/busybox --list); do
 done
 cp kmod/pitrace.ko "$IR/pitrace.ko"
 cp "$BIN"/* "$IR/bin/"
-cp scripts/vmtest/guest-test.sh "$IR/test.sh"
+cp "scripts/vmtest/$GUEST" "$IR/test.sh"
 cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
 cp scripts/vmtest/jit-guest.sh "$IR/jit-test.sh"
 cp scripts/vmtest/method-guest.sh "$IR/method-test.sh"
 cp scripts/vmtest/guest-lib.sh "$IR/guest-lib.sh"
-if [ "$WHAT" = callflow ]; then
-	cp scripts/vmtest/guest-callflow.sh "$IR/test.sh"
-fi
-[ "$WHAT" = icount ] && cp scripts/vmtest/icount-guest.sh "$IR/test.sh"
 cat >"$IR/init" <<EOF
 #!/bin/busybox sh
 export PATH=/bin PERFINSP_BACKEND=auto HOME=/root
@@ -195,7 +218,7 @@ chmod +x "$IR/init" "$IR/test.sh"
 # ---- boot ----
 QEMU_EXTRA=()
 SMP=2
-if [ "$WHAT" = bench ] || [ "$WHAT" = ptt ] || [ "$WHAT" = callflow ] || [ "$WHAT" = icount ]; then
+if [ "$ICOUNT" = yes ]; then
 	# -icount: the guest TSC counts instructions. With -icount the second
 	# vCPU never comes up (the boot stops at "Booting SMP configuration"),
 	# so the benchmark runs on one CPU.
@@ -236,17 +259,7 @@ if [ $rc -eq 124 ]; then
 	tail -30 "$LOG" >&2
 	exit 1
 fi
-marker="PITRACE-VMTEST-PASS"
-[ "$WHAT" = bench ] && marker="PITRACE-BENCH-DONE"
-[ "$WHAT" = ptt ] && marker="PITRACE-PTT-DONE"
-[ "$WHAT" = harden ] && marker="PITRACE-HARDEN-DONE"
-[ "$WHAT" = itrace ] && marker="PITRACE-ITRACE-DONE"
-[ "$WHAT" = callflow ] && marker="PITRACE-CALLFLOW-PASS"
-[ "$WHAT" = icount ] && marker="PITRACE-ICOUNT-PASS"
-[ "$WHAT" = stacks ] && marker="PITRACE-STACKS-DONE"
-[ "$WHAT" = offcpu ] && marker="PITRACE-OFFCPU-DONE"
-[ "$WHAT" = jit ] && marker="PITRACE-JIT-DONE"
-[ "$WHAT" = robust ] && marker="vmtest: --- a process killed"
+marker=$MARKER
 if ! grep -q "$marker" "$LOG"; then
 	echo "vmtest: FAIL: no pass marker $marker in $LOG (tail):" >&2
 	tail -40 "$LOG" >&2
