@@ -125,23 +125,12 @@ func (r *Resolver) loadKallsyms(raw []byte) {
 		}
 		line := text[pos:end]
 		pos = end + 1
-		// "ffffffff81000000 T _stext" or "... t fn\t[module]"
-		if len(line) < 20 || line[16] != ' ' || line[18] != ' ' {
+		addr, name, mod, inMod, ok := KsymLine(line)
+		if !ok {
 			continue
 		}
-		switch line[17] {
-		case 't', 'T', 'w', 'W':
-		default:
-			continue
-		}
-		addr, ok := parseHex16(line[:16])
-		if !ok || addr == 0 {
-			continue
-		}
-		name := line[19:]
-		if i := strings.IndexByte(name, '\t'); i >= 0 {
-			mod := strings.Trim(name[i+1:], "[] \t")
-			name = name[:i] + " [" + mod + "]"
+		if inMod {
+			name = name + " [" + mod + "]"
 			k := bounds[mod]
 			if k == nil {
 				k = &kmod{start: addr, end: addr, name: mod}
@@ -156,25 +145,6 @@ func (r *Resolver) loadKallsyms(raw []byte) {
 	for _, k := range bounds {
 		r.kmods = append(r.kmods, *k)
 	}
-}
-
-func parseHex16(s string) (uint64, bool) {
-	var v uint64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		v = v<<4 | uint64(c)
-	}
-	return v, true
 }
 
 func (r *Resolver) proc(pid uint32) *Process {

@@ -7,7 +7,8 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strings"
+
+	"perfinsp/analysis/a2n"
 )
 
 // ksyms names kernel addresses: the text symbols of /proc/kallsyms in a
@@ -45,28 +46,17 @@ func loadKsyms(r io.Reader, sizeHint int) *ksyms {
 	var chunk []byte
 	for sc.Scan() && len(k.ents) < maxKsyms {
 		line := sc.Bytes()
-		// "ffffffff81000000 T _stext" or "... t fn\t[module]"
-		if len(line) < 20 || line[16] != ' ' || line[18] != ' ' {
+		addr, name, m, inMod, ok := a2n.KsymLine(line)
+		if !ok {
 			continue
 		}
-		switch line[17] {
-		case 't', 'T', 'w', 'W':
-		default:
-			continue
-		}
-		addr, ok := parseHex(line[:16])
-		if !ok || addr == 0 {
-			continue
-		}
-		name := line[19:]
 		var mod uint16
-		if i := slices.Index(name, '\t'); i >= 0 {
-			m := strings.Trim(string(name[i+1:]), "[] \t")
-			name = name[:i]
-			if mod = modIndex[m]; mod == 0 && len(k.mods) < 0xffff {
-				k.mods = append(k.mods, m)
+		if inMod {
+			if mod = modIndex[string(m)]; mod == 0 && len(k.mods) < 0xffff {
+				ms := string(m)
+				k.mods = append(k.mods, ms)
 				mod = uint16(len(k.mods))
-				modIndex[m] = mod
+				modIndex[ms] = mod
 			}
 		}
 		if len(name) == 0 || len(name) > 0xffff {
@@ -100,24 +90,6 @@ func readKsyms(sizeHint int) *ksyms {
 	}
 	defer f.Close()
 	return loadKsyms(f, sizeHint)
-}
-
-func parseHex(s []byte) (uint64, bool) {
-	var v uint64
-	for _, c := range s {
-		switch {
-		case c >= '0' && c <= '9':
-			c -= '0'
-		case c >= 'a' && c <= 'f':
-			c -= 'a' - 10
-		case c >= 'A' && c <= 'F':
-			c -= 'A' - 10
-		default:
-			return 0, false
-		}
-		v = v<<4 | uint64(c)
-	}
-	return v, true
 }
 
 // name is the module ("[kernel]" or "[module]") and symbol of a kernel
