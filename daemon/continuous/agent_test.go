@@ -22,6 +22,21 @@ import (
 	"perfinsp/internal/tracetest"
 )
 
+// busyCPU keeps a process of its own on a CPU until the test ends: the
+// agent samples the whole machine, and an idle one gives it nothing to
+// count (its idle ticks are no one's samples).
+func busyCPU(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+}
+
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -276,6 +291,7 @@ func profileIDs(ps []pprofile.Profiles) map[pprofile.ProfileID]int {
 // meanwhile (no records dropped).
 func TestCollectorDownMidRun(t *testing.T) {
 	needRoot(t)
+	busyCPU(t) // every interval has samples
 	rcv := otlptest.Start(t)
 	exp := otlpexport.Config{Protocol: "http", Endpoint: rcv.HTTPURL, BackoffMin: 200 * time.Millisecond, BackoffMax: 2 * time.Second}
 	var intervals []Stats
@@ -333,6 +349,7 @@ func TestCollectorDownMidRun(t *testing.T) {
 // sent again by the final flush: received twice).
 func TestStopDeliversOnce(t *testing.T) {
 	needRoot(t)
+	busyCPU(t)
 	for i := 0; i < 3; i++ {
 		rcv := otlptest.Start(t)
 		a, err := Start(Config{RateHz: 97, Interval: time.Hour, CacheDir: t.TempDir(), Export: otlpexport.Config{Protocol: "http", Endpoint: rcv.HTTPURL}})
