@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * callflow_exact.c - the exactness example of call flows (the -icount VM
- * test, scripts/vmtest/guest-callflow.sh; docs/callflow.md). Built with
+ * test, scripts/vmtest/guest/callflow.sh; docs/callflow.md). Built with
  * -finstrument-functions (and without, for callgrind's reference counts).
  *
  * The measured functions call only measured functions (every instruction

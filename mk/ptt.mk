@@ -22,10 +22,10 @@ $(BIN)/libperfutil.so: $(PTT_COBJ)
 	@mkdir -p $(BIN)
 	$(CC) -shared -pthread -Wl,-soname,libperfutil.so -o $@ $^
 
-$(BIN)/ptt_ctest: libperfutil/c/test/ptt_test.c $(BIN)/libperfutil.a
+$(BIN)/ptt_ctest: libperfutil/c/test/ptt_test.c libperfutil/c/test/check.h $(BIN)/libperfutil.a
 	$(CC) -O2 -g -Wall -Wextra -Werror -pthread -Ilibperfutil/c/include -o $@ $< $(BIN)/libperfutil.a -lm
 
-$(BIN)/ptt_ctest_so: libperfutil/c/test/ptt_test.c $(BIN)/libperfutil.so
+$(BIN)/ptt_ctest_so: libperfutil/c/test/ptt_test.c libperfutil/c/test/check.h $(BIN)/libperfutil.so
 	$(CC) -O2 -g -Wall -Wextra -Werror -pthread -Ilibperfutil/c/include -o $@ $< -L$(BIN) -lperfutil -Wl,-rpath,'$$ORIGIN' -lm
 
 ptt-ctest: $(BIN)/ptt_ctest $(BIN)/ptt_ctest_so

@@ -86,13 +86,13 @@ func TestRestartAfterHandlerMatchesCallgrind(t *testing.T) {
 	expectCallgrindCounts(t, cg, sink.recs, prog, "main", "restart_handler", "read_raw", "feed_handler", "in_handler")
 }
 
-// buildEdge compiles scripts/vmtest/itrace_edge.c into dir.
+// buildEdge compiles scripts/vmtest/progs/itrace_edge.c into dir.
 func buildEdge(t *testing.T, dir string) string {
 	t.Helper()
 	needTool(t, "gcc")
 	prog := filepath.Join(dir, "itrace_edge")
 	if b, err := exec.Command("gcc", "-O1", "-g", "-fno-inline", "-fno-optimize-sibling-calls", "-no-pie", "-o", prog,
-		"../../scripts/vmtest/itrace_edge.c").CombinedOutput(); err != nil {
+		"../../scripts/vmtest/progs/itrace_edge.c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, b)
 	}
 	return prog

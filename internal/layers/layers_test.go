@@ -82,7 +82,7 @@ func TestCheckRefuses(t *testing.T) {
 		{"daemon/kevents", "analysis/unwind", true},
 		{"daemon/kevents", "tools/post", false},
 		{"internal/procscan", "daemon/kevents", false},
-		{"scripts/vmtest/guest", "daemon/kevents", true},
+		{"scripts/vmtest/pitest", "daemon/kevents", true},
 	} {
 		why := Check(c.from, c.to)
 		if (why == "") != c.ok {

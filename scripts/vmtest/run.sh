@@ -1,22 +1,27 @@
 #!/bin/bash
 # VM test of the pitrace kernel module: boots Debian's kernel under QEMU
 # (TCG, -smp 2) with a busybox initramfs holding the module, the static
-# tools and the guest test program, and runs scripts/vmtest/guest-test.sh
+# tools and the guest test program, and runs scripts/vmtest/guest/test.sh
 # inside. Passes only if the serial log has the pass marker and no
 # Oops / BUG: / WARNING: / Kernel panic.
+#
+# The harness by role: this script (the host side, one entry for every
+# mode) and host/ (the preparation some modes need on the host); guest/
+# (the busybox scripts run in the VM, there as /guest/); pitest/ (the Go
+# checker run in the guest as /bin/pitest); progs/ (the C test programs).
 #
 #   scripts/vmtest/run.sh            the functional test
 #   scripts/vmtest/run.sh bench      the per-record cost benchmark (-icount shift=0,sleep=off)
 #   scripts/vmtest/run.sh ptt        PTT: virtualized vs raw TSC over a fixed loop (-icount)
-#   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/harden.c, -smp 2)
-#   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/itrace-guest.sh)
-#   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; guest-callflow.sh)
-#   scripts/vmtest/run.sh icount     ITrace: user + kernel instructions = TSC delta (-icount; icount-guest.sh)
-#   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/guest/stacks.go, -smp 2)
+#   scripts/vmtest/run.sh harden     only the hardening tests (scripts/vmtest/progs/harden.c, -smp 2)
+#   scripts/vmtest/run.sh itrace     ITrace through the module (scripts/vmtest/guest/itrace.sh)
+#   scripts/vmtest/run.sh callflow   call-flow exactness against callgrind (-icount; scripts/vmtest/guest/callflow.sh)
+#   scripts/vmtest/run.sh icount     ITrace: user + kernel instructions = TSC delta (-icount; scripts/vmtest/guest/icount.sh)
+#   scripts/vmtest/run.sh stacks     only the call-stack tests (scripts/vmtest/pitest/stacks.go, -smp 2)
 #   scripts/vmtest/run.sh offcpu     only the scheduler records: wake-ups and the stacks of waits
-#                                    (scripts/vmtest/guest/offcpu.go, examples/waits.c, -smp 2)
-#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/jit-guest.sh, jitprog.c;
-#                                    method events: method-guest.sh, methodprog.c)
+#                                    (scripts/vmtest/pitest/offcpu.go, examples/waits.c, -smp 2)
+#   scripts/vmtest/run.sh jit        only the JIT-record test (scripts/vmtest/guest/jit.sh, jitprog.c;
+#                                    method events: scripts/vmtest/guest/method.sh, methodprog.c)
 #
 # Environment: CI=true turns a missing dependency into a failure (else a
 # skip with the reason); VMTEST_TIMEOUT (seconds, default 900: a guard against a
@@ -27,23 +32,23 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 WHAT=${1:-test}
-# The modes, one row each: the guest script run as /test.sh, whether the
+# The modes, one row each: the guest script (scripts/vmtest/guest/), whether the
 # VM counts instructions (-icount shift=0,sleep=off, one vCPU: the guest
 # TSC counts instructions), the host preparation it needs (prep_MODE
 # below, if any), and the line in the serial log that says it passed.
 #        mode       guest script          icount  pass marker
 MODES='
-	test       guest-test.sh         no      PITRACE-VMTEST-PASS
-	robust     guest-test.sh         no      vmtest: --- a process killed
-	bench      guest-test.sh         yes     PITRACE-BENCH-DONE
-	ptt        guest-test.sh         yes     PITRACE-PTT-DONE
-	harden     guest-test.sh         no      PITRACE-HARDEN-DONE
-	itrace     guest-test.sh         no      PITRACE-ITRACE-DONE
-	stacks     guest-test.sh         no      PITRACE-STACKS-DONE
-	offcpu     guest-test.sh         no      PITRACE-OFFCPU-DONE
-	jit        guest-test.sh         no      PITRACE-JIT-DONE
-	callflow   guest-callflow.sh     yes     PITRACE-CALLFLOW-PASS
-	icount     icount-guest.sh       yes     PITRACE-ICOUNT-PASS
+	test       test.sh               no      PITRACE-VMTEST-PASS
+	robust     test.sh               no      vmtest: --- a process killed
+	bench      test.sh               yes     PITRACE-BENCH-DONE
+	ptt        test.sh               yes     PITRACE-PTT-DONE
+	harden     test.sh               no      PITRACE-HARDEN-DONE
+	itrace     test.sh               no      PITRACE-ITRACE-DONE
+	stacks     test.sh               no      PITRACE-STACKS-DONE
+	offcpu     test.sh               no      PITRACE-OFFCPU-DONE
+	jit        test.sh               no      PITRACE-JIT-DONE
+	callflow   callflow.sh           yes     PITRACE-CALLFLOW-PASS
+	icount     icount.sh             yes     PITRACE-ICOUNT-PASS
 '
 row=$(printf '%s\n' "$MODES" | awk -v m="$WHAT" '$1 == m {print; exit}')
 if [ -z "$row" ]; then
@@ -143,7 +148,7 @@ export CGO_ENABLED=0
 go build -ldflags='-s -w' -o "$BIN/swtrace" ./tools/swtrace
 # the agent: it drains wrap/cont traces and holds ptt (started on demand from $PATH)
 go build -ldflags='-s -w' -o "$BIN/pitraced" ./daemon/cmd/pitraced
-go build -ldflags='-s -w' -o "$BIN/pitest" ./scripts/vmtest/guest
+go build -ldflags='-s -w' -o "$BIN/pitest" ./scripts/vmtest/pitest
 # post is part of every mode's checks (tprof reports, JIT names, method trees, ITrace against
 # callgrind): a tree where it does not build fails here rather than running fewer checks.
 if ! go build -ldflags='-s -w' -o "$BIN/post" ./tools/post 2>"$W/post-build.log"; then
@@ -152,32 +157,32 @@ if ! go build -ldflags='-s -w' -o "$BIN/post" ./tools/post 2>"$W/post-build.log"
 	exit 1
 fi
 gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/cpuburn" examples/cpuburn.c
-gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -o "$BIN/stackprog" scripts/vmtest/stackprog.c
+gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -o "$BIN/stackprog" scripts/vmtest/progs/stackprog.c
 gcc -O2 -g -fno-omit-frame-pointer -fno-optimize-sibling-calls -static -Wall -Werror -pthread -o "$BIN/waits" examples/waits.c
-gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/pingpong" scripts/vmtest/pingpong.c
-gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/ptt.c
-gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/harden.c
+gcc -O2 -g -fno-omit-frame-pointer -static -Wall -Werror -pthread -o "$BIN/pingpong" scripts/vmtest/progs/pingpong.c
+gcc -O2 -static -Wall -Werror -pthread -o "$BIN/ptt" scripts/vmtest/progs/ptt.c
+gcc -O2 -static -Wall -Werror -pthread -o "$BIN/harden" scripts/vmtest/progs/harden.c
 gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/jitprog" \
-	scripts/vmtest/jitprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
+	scripts/vmtest/progs/jitprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
 gcc -O2 -static -Wall -Werror -pthread -Itools/jprof/agent -Ilibperfutil/c -Ilibperfutil/c/include -o "$BIN/methodprog" \
-	scripts/vmtest/methodprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
+	scripts/vmtest/progs/methodprog.c tools/jprof/agent/jittrace.c libperfutil/c/agentconn.c
 gcc -O2 -static -Wall -Werror -pthread -Ilibperfutil/c/include -o "$BIN/ptt_ctest_kmod" \
 	libperfutil/c/test/ptt_kmod_test.c libperfutil/c/*.c -lm
 go build -ldflags='-s -w' -o "$BIN/ptt-tool" ./tools/ptt
 # The modes' own host preparation.
 prep_itrace() { # ITrace through the module: static examples and callgrind's counts of them
 	set +e
-	bash scripts/vmtest/itrace-host.sh "$BIN" "$W" "${ITRACE_N:-3000}" 9>&-
+	bash scripts/vmtest/host/itrace-prep.sh "$BIN" "$W" "${ITRACE_N:-3000}" 9>&-
 	local r=$?
 	set -e
 	[ $r -eq 3 ] && exit 0 # skipped: no valgrind (said why)
 	[ $r -eq 0 ] || { echo "vmtest: FAIL: itrace host preparation" >&2; exit 1; }
 }
 prep_icount() { # the ITrace -icount identity
-	gcc -O2 -static -mno-red-zone -Wall -Werror -Ikmod/uapi -o "$BIN/itrace_icount" scripts/vmtest/itrace_icount.c
+	gcc -O2 -static -mno-red-zone -Wall -Werror -Ikmod/uapi -o "$BIN/itrace_icount" scripts/vmtest/progs/itrace_icount.c
 }
 prep_callflow() { # call-flow exactness
-	CGO_ENABLED= bash scripts/vmtest/callflow-build.sh "$BIN" "${CALLFLOW_N:-1000}" 9>&- || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
+	CGO_ENABLED= bash scripts/vmtest/host/callflow-prep.sh "$BIN" "${CALLFLOW_N:-1000}" 9>&- || { echo "vmtest: FAIL: callflow build" >&2; exit 1; }
 }
 if declare -F "prep_$WHAT" >/dev/null; then
 	"prep_$WHAT"
@@ -193,11 +198,8 @@ for a in $(/bin/busybox --list); do
 done
 cp kmod/pitrace.ko "$IR/pitrace.ko"
 cp "$BIN"/* "$IR/bin/"
-cp "scripts/vmtest/$GUEST" "$IR/test.sh"
-cp scripts/vmtest/itrace-guest.sh "$IR/itrace-test.sh"
-cp scripts/vmtest/jit-guest.sh "$IR/jit-test.sh"
-cp scripts/vmtest/method-guest.sh "$IR/method-test.sh"
-cp scripts/vmtest/guest-lib.sh "$IR/guest-lib.sh"
+# The guest scripts (scripts/vmtest/guest/) are /guest/ in the VM.
+cp -r scripts/vmtest/guest "$IR/guest"
 cat >"$IR/init" <<EOF
 #!/bin/busybox sh
 export PATH=/bin PERFINSP_BACKEND=auto HOME=/root
@@ -208,11 +210,11 @@ mount -t tmpfs tmp /tmp
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 hostname pitrace-vm
 cd /root
-sh /test.sh $WHAT
+sh /guest/$GUEST $WHAT
 echo "vmtest: guest script exit \$?"
 poweroff -f
 EOF
-chmod +x "$IR/init" "$IR/test.sh"
+chmod +x "$IR/init"
 (cd "$IR" && find . | cpio -o -H newc --quiet | gzip -1) >"$W/initramfs.cpio.gz"
 
 # ---- boot ----

@@ -22,14 +22,8 @@
 
 static int fails;
 
-#define CHECK(cond, ...)                                  \
-	do {                                              \
-		if (!(cond)) {                            \
-			printf("pttc: FAIL: " __VA_ARGS__); \
-			printf("\n");                     \
-			fails++;                          \
-		}                                         \
-	} while (0)
+#define CHECK_PREFIX "pttc"
+#include "check.h"
 
 static inline uint64_t rdtsc(void)
 {

@@ -23,16 +23,9 @@
 
 #include "perfutil.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                  \
-	do {                                                              \
-		if (!(cond)) {                                            \
-			failures++;                                       \
-			printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
-			printf(__VA_ARGS__);                              \
-			printf("\n");                                     \
-		}                                                         \
-	} while (0)
+static int fails;
+#define CHECK_PREFIX "ptt_ctest"
+#include "check.h"
 
 static uint64_t clk(clockid_t id)
 {
@@ -81,7 +74,7 @@ static void stop_spinners(void)
 
 static void test_bad_input(void)
 {
-	int f0 = failures;
+	int f0 = fails;
 	const char *nine[] = {"task-clock", "cpu-clock", "context-switches", "cpu-migrations", "page-faults",
 			      "minor-faults", "major-faults", "cycles", "instructions"};
 	uint64_t v;
@@ -134,7 +127,7 @@ static void test_bad_input(void)
 	}
 	rc = PttTerminate();
 	CHECK(rc == PTT_ENOTINIT, "PttTerminate before PttInit: %d", rc);
-	printf("%s bad input\n", failures > f0 ? "FAIL" : "ok  ");
+	printf("%s bad input\n", fails > f0 ? "FAIL" : "ok  ");
 }
 
 struct agree {
@@ -199,7 +192,7 @@ static void *measure(void *arg)
 
 static void test_agreement(void)
 {
-	int f0 = failures;
+	int f0 = fails;
 	const char *m[] = {"task-clock", "context-switches"};
 	int rc = PttInit(m, 2);
 	CHECK(rc == 0, "PttInit(task-clock): %s", PttStrerror(rc));
@@ -259,12 +252,12 @@ static void test_agreement(void)
 			printf("     attempt %d over the 1 %% limit: measuring again\n", attempt);
 	}
 	PttTerminate();
-	printf("%s agreement with CLOCK_THREAD_CPUTIME_ID under contention\n", failures > f0 ? "FAIL" : "ok  ");
+	printf("%s agreement with CLOCK_THREAD_CPUTIME_ID under contention\n", fails > f0 ? "FAIL" : "ok  ");
 }
 
 static void test_retry(void)
 {
-	int f0 = failures;
+	int f0 = fails;
 	const char *m[] = {"task-clock", "context-switches"};
 	int rc = PttInit(m, 2);
 	CHECK(rc == 0, "PttInit: %s", PttStrerror(rc));
@@ -305,7 +298,7 @@ out:
 	CHECK(retries > 0, "no retry in %llu dispatches", (unsigned long long)disp);
 	CHECK(retries <= disp, "%llu retries for %llu dispatches", (unsigned long long)retries, (unsigned long long)disp);
 	PttTerminate();
-	printf("%s retry path\n", failures > f0 ? "FAIL" : "ok  ");
+	printf("%s retry path\n", fails > f0 ? "FAIL" : "ok  ");
 }
 
 static volatile int reader_rc, reader_reading;
@@ -325,7 +318,7 @@ static void *hammer(void *arg)
 
 static void test_terminate(void)
 {
-	int f0 = failures;
+	int f0 = fails;
 	const char *m[] = {"task-clock", "context-switches", "page-faults"};
 	int rc = PttInit(m, 3);
 	CHECK(rc == 0, "PttInit: %s", PttStrerror(rc));
@@ -353,7 +346,7 @@ static void test_terminate(void)
 	CHECK(PttInit(t, 1) == 0, "PttInit again");
 	CHECK(PttReadMetric0(v) == 0, "read after a new PttInit");
 	CHECK(PttTerminate() == 0, "PttTerminate");
-	printf("%s read after PttTerminate\n", failures > f0 ? "FAIL" : "ok  ");
+	printf("%s read after PttTerminate\n", fails > f0 ? "FAIL" : "ok  ");
 }
 
 /* As a non-root user (nobody), in a forked child: task-clock works (kernel
@@ -366,7 +359,7 @@ static void test_nonroot(void)
 		printf("SKIP non-root: not running as root, cannot switch to nobody\n");
 		return;
 	}
-	int f0 = failures;
+	int f0 = fails;
 	fflush(stdout);
 	pid_t p = fork();
 	if (p == 0) {
@@ -403,7 +396,7 @@ static void test_nonroot(void)
 	int st = 0;
 	waitpid(p, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "non-root child: exit status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	printf("%s non-root: own thread's task-clock, context-switches refused\n", failures > f0 ? "FAIL" : "ok  ");
+	printf("%s non-root: own thread's task-clock, context-switches refused\n", fails > f0 ? "FAIL" : "ok  ");
 }
 
 /* ns per read, side by side (the figures, not a pass/fail check). */
@@ -460,6 +453,6 @@ int main(int argc, char **argv)
 	test_terminate();
 	test_nonroot();
 	bench();
-	printf(failures ? "FAIL: %d checks failed\n" : "PASS\n", failures);
-	return failures ? 1 : 0;
+	printf(fails ? "FAIL: %d checks failed\n" : "PASS\n", fails);
+	return fails ? 1 : 0;
 }

@@ -1,5 +1,5 @@
 // Package msrcli is the msr command (tools/msr), kept importable so that
-// the VM test (scripts/vmtest/guest) runs exactly the tool's code.
+// the VM test (scripts/vmtest/pitest) runs exactly the tool's code.
 package msrcli
 
 import (

@@ -52,13 +52,12 @@
 #include <linux/perf_event.h>
 #include <linux/userfaultfd.h>
 
-#include "../../kmod/uapi/pitrace.h"
+#include "../../../kmod/uapi/pitrace.h"
 
 static int fails;
 
-#define CHECK(cond, ...) do { \
-	if (!(cond)) { printf("harden: FAIL: " __VA_ARGS__); printf("\n"); fails++; } \
-} while (0)
+#define CHECK_PREFIX "harden"
+#include "../../../libperfutil/c/test/check.h"
 
 #define DIE(...) do { printf("harden: FAIL: " __VA_ARGS__); printf(" (%s)\n", strerror(errno)); exit(1); } while (0)
 
@@ -1356,7 +1355,7 @@ static void *itx_thread(void *a)
  * ITRACE_ON (-p; every fourth at its exec, which never comes) while they
  * exit: the module may take or refuse each (ESRCH, EPERM), but once all
  * are reaped no thread entry may be left (ITRACE_OFF stops 0 threads), and
- * the module's references come back (rmmod, in itrace-guest.sh).
+ * the module's references come back (rmmod, in scripts/vmtest/guest/itrace.sh).
  */
 static int t_itraceexit(int n)
 {

@@ -5,17 +5,17 @@
 # which the guest compares the module's trace with (pitest itrace-cmp).
 # Callgrind cannot run in the guest (no valgrind there); the program's own
 # functions do not depend on the CPU, so the host's counts are the guest's.
-#   itrace-host.sh BIN_DIR WORK_DIR N
+#   scripts/vmtest/host/itrace-prep.sh BIN_DIR WORK_DIR N
 set -euo pipefail
 bin=$1 work=$2 n=$3
 gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static \
 	-o "$bin/itrace" examples/itrace.c -lm
 gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static \
-	-Ilibperfutil/c/include -o "$bin/itrace_onoff" scripts/vmtest/itrace_onoff.c libperfutil/c/*.c -lm
+	-Ilibperfutil/c/include -o "$bin/itrace_onoff" scripts/vmtest/progs/itrace_onoff.c libperfutil/c/*.c -lm
 gcc -O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -static \
-	-o "$bin/itrace_edge" scripts/vmtest/itrace_edge.c
+	-o "$bin/itrace_edge" scripts/vmtest/progs/itrace_edge.c
 # ITrace's step modes (ITRACE_ON flags, ITRACE_STATS' block fields)
-gcc -O1 -Wall -Werror -static -Ikmod/uapi -o "$bin/itrace_block" scripts/vmtest/itrace_block.c
+gcc -O1 -Wall -Werror -static -Ikmod/uapi -o "$bin/itrace_block" scripts/vmtest/progs/itrace_block.c
 if ! command -v valgrind >/dev/null; then
 	if [ "${CI:-}" = true ]; then
 		echo "vmtest: FAIL: valgrind missing (apt-get install valgrind)" >&2
@@ -32,7 +32,7 @@ echo "vmtest: callgrind of the static example ($n leaf calls): $(grep -m1 '^summ
 PERFINSP_BACKEND=daemon PERFINSP_SOCKET=/nonexistent/sock \
 	valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_onoff.cg" "$bin/itrace_onoff" >"$work/itrace-onoff-callgrind.log" 2>&1 ||
 	{ cat "$work/itrace-onoff-callgrind.log" >&2; exit 1; }
-# Signal handlers left by siglongjmp (scripts/vmtest/itrace_edge.c)
+# Signal handlers left by siglongjmp (scripts/vmtest/progs/itrace_edge.c)
 valgrind --tool=callgrind --callgrind-out-file="$bin/itrace_edge.cg" "$bin/itrace_edge" 200 >"$work/itrace-sigjmp-callgrind.log" 2>&1 ||
 	{ cat "$work/itrace-sigjmp-callgrind.log" >&2; exit 1; }
 # A read restarted after SIGSTOP/SIGCONT: callgrind counts its syscall

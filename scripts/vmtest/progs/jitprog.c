@@ -1,6 +1,6 @@
 /*
  * The JIT records through the module, for the VM test
- * (scripts/vmtest/jit-guest.sh): copies a hot loop into anonymous
+ * (scripts/vmtest/guest/jit.sh): copies a hot loop into anonymous
  * executable memory, names it with a JIT_LOAD through JProf's own client
  * (tools/jprof/agent/jittrace.c, compiled in), runs it, then unloads it.
  * A forked child first reports a JIT_LOAD of "Forged.name" over the same

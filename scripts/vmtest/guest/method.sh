@@ -1,13 +1,13 @@
 #!/bin/sh
-# Runs inside the VM (busybox sh), from jit-guest.sh: JProf's method
+# Runs inside the VM (busybox sh), from scripts/vmtest/guest/jit.sh: JProf's method
 # entry/exit records through the module (PITRACE_IOC_METHOD).
 # methodprog drives the agent's record path as calltree,trace does
-# (scripts/vmtest/methodprog.c); with tprof ticks on, post --merge must give
+# (scripts/vmtest/progs/methodprog.c); with tprof ticks on, post --merge must give
 # the expected merged tree: exact calls per path, the jitted method's ticks
 # in its node, the interpreter's ticks in the interpreted method's node; the
 # child's records under the child's pid. The same program through pitraced
 # (PERFINSP_BACKEND=daemon) must give the same tree of calls.
-. /guest-lib.sh
+. /guest/lib.sh
 FAIL_PREFIX="method: "
 N=10 MS=40 BENCH=5000
 

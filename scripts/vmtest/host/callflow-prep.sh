@@ -8,10 +8,10 @@
 # recording (the exact reference, and the environmental overhead); and bin/hookit
 # (static) to write and check the reports in the guest.
 #
-#   scripts/vmtest/callflow-build.sh BIN N
+#   scripts/vmtest/host/callflow-prep.sh BIN N
 set -euo pipefail
-BIN=${1:?callflow-build.sh BIN N}
-N=${2:?callflow-build.sh BIN N}
+BIN=${1:?scripts/vmtest/host/callflow-prep.sh BIN N}
+N=${2:?scripts/vmtest/host/callflow-prep.sh BIN N}
 command -v valgrind >/dev/null || { echo "vmtest: callflow needs valgrind for the reference counts (apt-get install valgrind; scripts/deps/callflow.txt)" >&2; exit 1; }
 make -s hookit >/dev/null
 FLAGS="-O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static"

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs inside the VM (run.sh itrace): ITrace through the pitrace module.
-# Expected counts come from the host (itrace-host.sh: callgrind of the same
+# Expected counts come from the host (scripts/vmtest/host/itrace-prep.sh: callgrind of the same
 # static binaries, in /bin/*.cg). Each check prints one "vmtest:" line.
-. /guest-lib.sh
+. /guest/lib.sh
 FAIL_TRACE_OFF=1
 N=${ITRACE_N:-3000}
 # trace_from_exec CMD...: CMD traced through the module from its exec

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * itrace_icount: one section of the -icount identity test (run.sh icount,
- * scripts/vmtest/icount-guest.sh).  The calling thread traces itself with
+ * scripts/vmtest/guest/icount.sh).  The calling thread traces itself with
  * PITRACE_IOC_ITRACE_ON (SELF) and _OFF issued by `syscall` instructions in
  * the same asm block as the section, so the user instructions traced are
  * known exactly: the section's, then the four register moves and the

@@ -1,11 +1,11 @@
 #!/bin/sh
-# Runs inside the VM (busybox sh), from guest-test.sh: JIT records through
+# Runs inside the VM (busybox sh), from scripts/vmtest/guest/test.sh: JIT records through
 # the module. jitprog copies a hot loop into anonymous
 # executable memory and names it with JProf's client (PITRACE_IOC_JIT);
 # tprof of it through the module must name the loop's ticks by that name,
 # and a JIT_LOAD of another process over the same range (its child's
 # "Forged.name") must carry the child's pid, not the parent's.
-. /guest-lib.sh
+. /guest/lib.sh
 FAIL_PREFIX="jit: "
 
 step "jit: JIT_LOAD refused while tracing is off"
@@ -43,5 +43,5 @@ forged=$(grep JIT_LOAD /tmp/jit/post.show | grep Forged.name | head -1)
 echo "$own" | grep -qw "$pid" || fail "the JIT_LOAD of JitHot.spin does not carry pid $pid"
 echo "$forged" | grep -qw "$pid" && fail "the child's JIT_LOAD carries the parent's pid $pid"
 echo "vmtest: jit: ticks named JitHot.spin, the child's record has its own pid"
-sh /method-test.sh || fail "method entry/exit records (method-guest.sh)"
+sh /guest/method.sh || fail "method entry/exit records (scripts/vmtest/guest/method.sh)"
 exit 0

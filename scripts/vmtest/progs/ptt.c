@@ -30,15 +30,14 @@
 
 #include <linux/perf_event.h>
 
-#include "../../kmod/uapi/pitrace.h"
+#include "../../../kmod/uapi/pitrace.h"
 
 typedef volatile struct pitrace_ptt_area varea;
 
 static int fails;
 
-#define CHECK(cond, ...) do { \
-	if (!(cond)) { printf("ptt: FAIL: " __VA_ARGS__); printf("\n"); fails++; } \
-} while (0)
+#define CHECK_PREFIX "ptt"
+#include "../../../libperfutil/c/test/check.h"
 
 static inline uint64_t rdtsc(void)
 {

@@ -7,7 +7,7 @@
 # not recording) counted them on the host (bin/hookit check), calls exact.
 # The number of leaf calls a pass is the one the reference was made with.
 N=$(cat /bin/callflow_exact.n)
-. /guest-lib.sh
+. /guest/lib.sh
 echo "vmtest: --- call flows under -icount: insmod pitrace.ko"
 insmod /pitrace.ko || fail "insmod"
 export PERFINSP_BACKEND=kmod

@@ -1,6 +1,6 @@
 /*
  * stackprog: call stacks of known shape for the module's call-stack test
- * (scripts/vmtest/guest/stacks.go). Built static with frame pointers.
+ * (scripts/vmtest/pitest/stacks.go). Built static with frame pointers.
  *
  *   stackprog deep N MS   recurse N levels (descend) and spin MS ms at the bottom
  *   stackprog sys MS      read /dev/zero in 1 MB blocks for MS ms (kernel time

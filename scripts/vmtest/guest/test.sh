@@ -1,9 +1,9 @@
 #!/bin/sh
 # Runs inside the VM (busybox sh): the pitrace module tests. Every check
 # prints one "vmtest:" line; the last line is the pass marker.
-# $1: "test" (default), "bench", "ptt", "harden" (only the hardening tests),
-# "stacks" (only the call-stack tests) or "offcpu" (only the scheduler records).
-. /guest-lib.sh
+# $1: the mode (scripts/vmtest/run.sh lists them): "test" (default) and
+# "robust" run the functional test below; the others one part (mode_NAME).
+. /guest/lib.sh
 
 step "insmod pitrace.ko"
 insmod /pitrace.ko || fail "insmod"
@@ -12,7 +12,7 @@ perm=$(stat -c %a /dev/pitrace)
 [ "$perm" = 600 ] || fail "/dev/pitrace mode $perm, want 600 (root only)"
 echo "vmtest: /dev/pitrace mode $perm"
 
-# the module under hostile or unusual use (scripts/vmtest/harden.c)
+# the module under hostile or unusual use (scripts/vmtest/progs/harden.c)
 hardening() {
 	step "hardening: a user's process ITraced and PTT-watched execs a set-user-ID root program: both end at the exec"
 	run harden itracesuid 2000
@@ -51,53 +51,49 @@ hardening() {
 	run harden jit
 }
 
-if [ "$1" = itrace ]; then
-	sh /itrace-test.sh
-	exit $?
-fi
+mode_itrace() {
+	sh /guest/itrace.sh
+}
 
-if [ "$1" = jit ]; then	# JIT records through the module
-	sh /jit-test.sh || fail "jit"
+mode_jit() {	# JIT records through the module
+	sh /guest/jit.sh || fail "jit"
 	echo "PITRACE-JIT-DONE"
-	exit 0
-fi
-if [ "$1" = harden ]; then
+}
+
+mode_harden() {
 	hardening
 	rmmod pitrace || fail "rmmod after the hardening tests"
 	echo "PITRACE-HARDEN-DONE"
-	exit 0
-fi
+}
 
-# call stacks at every tprof tick (scripts/vmtest/guest/stacks.go)
+# call stacks at every tprof tick (scripts/vmtest/pitest/stacks.go)
 call_stacks() {
 	step "call stacks through the module: cpuburn's paths, a stack over the limit, kernel frames"
 	run pitest stacks
 }
 
-# the scheduler records: wake-ups, the stacks of waits (scripts/vmtest/guest/offcpu.go)
+# the scheduler records: wake-ups, the stacks of waits (scripts/vmtest/pitest/offcpu.go)
 off_cpu() {
 	step "scheduler records through the module: the waits example's sleeps and pipe reads under their stacks, their wake-ups"
 	run pitest offcpu
 }
 
-if [ "$1" = offcpu ]; then
+mode_offcpu() {
 	off_cpu
 	rmmod pitrace || fail "rmmod after the scheduler-record tests"
 	dmesg | grep -i pitrace | sed 's/^/  dmesg: /'
 	echo "PITRACE-OFFCPU-DONE"
-	exit 0
-fi
+}
 
-if [ "$1" = stacks ]; then
+mode_stacks() {
 	call_stacks
 	step "hardening: call-stack depth limits (0, 1, 127, 128, huge) and stacks at each"
 	run harden stackdepth 200
 	rmmod pitrace || fail "rmmod after the call-stack tests"
 	echo "PITRACE-STACKS-DONE"
-	exit 0
-fi
+}
 
-# sched_bench: a pipe ping-pong (scripts/vmtest/pingpong.c) with tracing
+# sched_bench: a pipe ping-pong (scripts/vmtest/progs/pingpong.c) with tracing
 # off, with dispatch, with dispatch and callstack: guest instructions per
 # round trip (-icount) and the scheduler records' bytes per DISPATCH (last:
 # it leaves tprof disabled, which the other benchmarks expect enabled)
@@ -128,16 +124,15 @@ sched_bench() {
 	echo "bench: sched: $(cat /tmp/out)"
 }
 
-if [ "$1" = bench ]; then
+mode_bench() {
 	step "benchmark"
 	run pitest bench 20000
-	sh /method-test.sh bench || fail "method event cost"
+	sh /guest/method.sh bench || fail "method event cost"
 	sched_bench
 	echo "PITRACE-BENCH-DONE"
-	exit 0
-fi
+}
 
-if [ "$1" = ptt ]; then
+mode_ptt() {
 	step "PTT functional checks"
 	run ptt func
 	step "PTT perf counter metrics"
@@ -152,8 +147,16 @@ if [ "$1" = ptt ]; then
 	run ptt bench
 	rmmod pitrace || fail "rmmod after ptt"
 	echo "PITRACE-PTT-DONE"
-	exit 0
-fi
+}
+
+# The modes that run one part only; "test" and "robust" run the rest of
+# this script (the functional test; robust: its process-killing part).
+case "$1" in
+itrace | jit | harden | offcpu | stacks | bench | ptt)
+	"mode_$1"
+	exit $?
+	;;
+esac
 
 if [ "$1" != robust ]; then
 step "swtrace through the module: tprof of cpuburn"
@@ -181,7 +184,7 @@ echo "$first" | grep -q heavy || fail "tprof.out does not name heavy first"
 
 call_stacks
 off_cpu
-sh /jit-test.sh || fail "jit"
+sh /guest/jit.sh || fail "jit"
 
 step "swtrace messages"
 swtrace free >/dev/null 2>&1

@@ -157,7 +157,7 @@ type dumpJSON struct {
 func (c *checker) tool(pttBin string) {
 	help, _ := exec.Command(pttBin, "--help").CombinedOutput()
 	if !strings.Contains(string(help), "dump") {
-		c.check(false, "%s is not the Go ptt tool (tools/ptt): the C checker scripts/vmtest/ptt.c is installed as /bin/ptt too; build tools/ptt under another name and run pitest pttmod PATH", pttBin)
+		c.check(false, "%s is not the Go ptt tool (tools/ptt): the C checker scripts/vmtest/progs/ptt.c is installed as /bin/ptt too; build tools/ptt under another name and run pitest pttmod PATH", pttBin)
 		return
 	}
 	dir, err := os.MkdirTemp("", "pttmod")

@@ -1,6 +1,6 @@
 #!/bin/sh
 # The guest test scripts' shell helpers (busybox sh), sourced by each:
-#   . /guest-lib.sh
+#   . /guest/lib.sh
 # Set before sourcing or any time after:
 #   FAIL_PREFIX    text put before every failure message (e.g. "jit: ")
 #   FAIL_TRACE_OFF 1: a failure turns tracing off first (a test that leaves

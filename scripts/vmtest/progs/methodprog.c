@@ -1,6 +1,6 @@
 /*
  * JProf's method entry/exit records, for the VM test
- * (scripts/vmtest/jit-guest.sh; the guest has no JVM): drives the
+ * (scripts/vmtest/guest/jit.sh; the guest has no JVM): drives the
  * agent's record path the way calltree,trace does, through the agent's
  * own writer (tools/jprof/agent/jittrace.c, compiled in): a method is
  * named once (jt_method, JIT_METHOD) before its first event, then every

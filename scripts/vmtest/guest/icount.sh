@@ -28,7 +28,7 @@
 #   R = traps*G + syscalls*S + faults*F + signals*Sg + C     exactly,
 # so one user instruction lost or counted twice by the trace fails it.
 # Sections hit by a timer interrupt (its glue is not calibrated) are run again.
-. /guest-lib.sh
+. /guest/lib.sh
 step "itrace -icount identity: insmod pitrace.ko"
 insmod /pitrace.ko || fail "insmod"
 export PERFINSP_BACKEND=kmod

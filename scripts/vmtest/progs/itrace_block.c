@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * itrace_block: ITrace's step modes (PITRACE_ITRACE_STEP_*) in the VM
- * (run.sh itrace, scripts/vmtest/itrace-guest.sh).
+ * (run.sh itrace, scripts/vmtest/guest/itrace.sh).
  *
  *   itrace_block on auto|single|verify PID
  *       ITRACE_ON of process PID at its next exec, in that step mode
