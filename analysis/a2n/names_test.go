@@ -13,16 +13,14 @@ import (
 	"testing"
 
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
 )
 
 // needTool fails under CI=true (the dependency is installable: see
 // scripts/deps/post.txt) and skips with the reason otherwise.
 func needTool(t *testing.T, what, why string) {
 	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing: %s", what, why)
-	}
-	t.Skipf("skipped: %s is missing: %s", what, why)
+	testenv.Missing(t, "%s is missing: %s", what, why)
 }
 
 // loadedAt returns the MTE records of path's executable PT_LOAD segments

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"perfinsp/internal/testenv"
 )
 
 // fileNamer is mapNamer whose addresses are in an ELF file 0x400000 below
@@ -80,10 +82,7 @@ func TestCallgrindInstructionPositions(t *testing.T) {
 	// callgrind_annotate reads it: the total and main's instructions.
 	path, err := exec.LookPath("callgrind_annotate")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("callgrind_annotate is not installed (valgrind; scripts/deps/itrace.txt)")
-		}
-		t.Skip("skipped: callgrind_annotate is not installed (apt-get install valgrind)")
+		testenv.Missing(t, "callgrind_annotate is not installed (valgrind; scripts/deps/itrace.txt)")
 	}
 	file := filepath.Join(t.TempDir(), "callgrind.out")
 	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {

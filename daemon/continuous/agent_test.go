@@ -19,6 +19,7 @@ import (
 
 	"perfinsp/daemon/otlpexport"
 	"perfinsp/daemon/otlpexport/otlptest"
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 )
 
@@ -40,10 +41,7 @@ func busyCPU(t *testing.T) {
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the continuous mode samples every CPU: the tests need root (CI runs them as root)")
-		}
-		t.Skip("skipped: the continuous mode samples every CPU and needs root")
+		testenv.Missing(t, "the continuous mode samples every CPU: the tests need root (CI runs them as root)")
 	}
 }
 
@@ -145,10 +143,7 @@ func perfShares(t *testing.T, data string, fns ...string) (map[string]float64, i
 func TestCpuburnOverHTTPAndGRPC(t *testing.T) {
 	needRoot(t)
 	if _, err := exec.LookPath("perf"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("perf is missing (scripts/install-deps.sh installs linux-perf)")
-		}
-		t.Skip("perf is missing: apt-get install linux-perf")
+		testenv.Missing(t, "perf is missing (scripts/install-deps.sh installs linux-perf)")
 	}
 	dir := t.TempDir()
 	burn := buildBurn(t, dir)

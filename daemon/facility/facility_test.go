@@ -12,6 +12,7 @@ import (
 	"perfinsp/daemon/kevents"
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
 	"perfinsp/libperfutil/control"
 )
 
@@ -65,18 +66,6 @@ func get(t testing.TB, f *Facility, path string) error {
 	return f.Get(w)
 }
 
-// waitFor polls cond until it holds (or fails the test after 10 s).
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func ticks(s Sink, cpu, from, n int) {
 	for i := from; i < from+n; i++ {
 		s.Trace(cpu, trace.MajorTprof, trace.TprofTick, Now(), []uint64{42, 42, uint64(i), 0})
@@ -118,7 +107,7 @@ func TestNormalModeStopsWhenFull(t *testing.T) {
 		t.Fatalf("tprof rate %d passed to the sources", opts.RateHz)
 	}
 	ticks(*sink, 0, 0, 2000)
-	waitFor(t, "tracing to stop", func() bool { return f.State() != control.StateOn })
+	testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() != control.StateOn })
 	st, _ := f.Info()
 	if st.State != control.StateOff || !st.StoppedFull || !st.CPUs[0].Full {
 		t.Fatalf("after filling: %+v", st)
@@ -183,7 +172,7 @@ func TestWrapModeKeepsNewestAndAllMTE(t *testing.T) {
 	for i := 0; i < 500; i++ {
 		(*sink).MTE(1, trace.MTEThreadName, Now(), []uint64{42, uint64(1000 + i)}, "thread-name-xxxxxxxx")
 		if i%10 == 0 { // let the drainer take the full MTE segments, as time passes in a real trace
-			waitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 1024 })
+			testenv.WaitFor(t, "the MTE drain", func() bool { st, _ := f.Info(); return st.CPUs[1].MTEUsed < 1024 })
 		}
 	}
 	if err := f.Off(); err != nil {
@@ -232,7 +221,7 @@ func TestContModeLosesNothing(t *testing.T) {
 	for i := 0; i < n; i += 1000 {
 		ticks(*sink, 0, i, 1000)
 		// a producer slower than memory, as a real one is: wait for the drain
-		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.CPUs[0].Used < 128<<10 })
+		testenv.WaitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.CPUs[0].Used < 128<<10 })
 	}
 	if err := f.Off(); err != nil {
 		t.Fatal(err)
@@ -408,12 +397,7 @@ func TestIdle(t *testing.T) {
 // ends on a complete chunk with its statistics and END chunk (the writer
 // keeps their room allocated), so it reads back.
 func TestContModeFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to mount a small tmpfs")
-		}
-		t.Skip("skipped: needs root to mount a small tmpfs")
-	}
+	testenv.NeedRoot(t, "to mount a small tmpfs")
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
 		t.Fatalf("mount a 1 MB tmpfs: %v", err)
@@ -434,7 +418,7 @@ func TestContModeFullDisk(t *testing.T) {
 	for i := 0; ; i++ {
 		ticks(*sink, 0, sent, 200)
 		sent += 200
-		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.CPUs[0].Used < 16<<10 })
+		testenv.WaitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.CPUs[0].Used < 16<<10 })
 		if st, _ := f.Info(); st.StreamError != "" {
 			if !strings.Contains(st.StreamError, "no space") {
 				t.Fatalf("stream error: %s", st.StreamError)
@@ -520,12 +504,7 @@ func TestStreamsDoNotLeakDescriptors(t *testing.T) {
 // --on-write-error stop: the first write error stops tracing, and the file
 // is complete up to its last chunk.
 func TestContModeFullDiskStops(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root to mount a small tmpfs")
-		}
-		t.Skip("skipped: needs root to mount a small tmpfs")
-	}
+	testenv.NeedRoot(t, "to mount a small tmpfs")
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
 		t.Fatalf("mount a 1 MB tmpfs: %v", err)
@@ -547,7 +526,7 @@ func TestContModeFullDiskStops(t *testing.T) {
 	}
 	for i := 0; f.State() == control.StateOn; i++ {
 		ticks(*sink, 0, i*200, 200)
-		waitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.State != control.StateOn || st.CPUs[0].Used < 16<<10 })
+		testenv.WaitFor(t, "the drain", func() bool { st, _ := f.Info(); return st.State != control.StateOn || st.CPUs[0].Used < 16<<10 })
 		if i > 10000 {
 			t.Fatal("tracing never stopped on the full file system")
 		}

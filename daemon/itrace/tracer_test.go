@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"perfinsp/internal/testenv"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"perfinsp/internal/testenv"
 
 	"perfinsp/format/trace"
 
@@ -82,10 +83,7 @@ func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not installed (scripts/deps/itrace.txt; make deps)", name)
-		}
-		t.Skipf("%s is not installed (apt-get install it; scripts/deps/itrace.txt)", name)
+		testenv.Missing(t, "%s is not installed (scripts/deps/itrace.txt; make deps)", name)
 	}
 	return p
 }

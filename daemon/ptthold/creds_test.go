@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"perfinsp/internal/testenv"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -20,12 +22,7 @@ func threadCreds() (uid, gid uintptr, caps uint64) {
 // The caller's thread holds the caller's uid and gid and no capability;
 // the rest of the agent keeps root's; a stopped one runs nothing.
 func TestAsCallerCredentials(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (CI runs the tests as root)")
-		}
-		t.Skip("needs root to take another user's credentials")
-	}
+	testenv.NeedRoot(t, "to take another user's credentials")
 	a, err := newAsCaller(65534, 65533)
 	if err != nil {
 		t.Fatal(err)

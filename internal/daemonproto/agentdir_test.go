@@ -6,17 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"perfinsp/internal/testenv"
 )
 
 // CheckAgentDir against the directories another user could have made or
 // can write, and the links on the way.
 func TestCheckAgentDir(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (CI runs the tests as root)")
-		}
-		t.Skip("needs root to make directories of another user")
-	}
+	testenv.NeedRoot(t, "to make directories of another user")
 	top := t.TempDir()
 	mk := func(name string, mode os.FileMode, uid int) string {
 		p := filepath.Join(top, name)
@@ -82,12 +79,7 @@ func TestCheckAgentDir(t *testing.T) {
 // A state file another user wrote, or a link in its place, is not read;
 // WriteState never writes through a link planted at its temporary name.
 func TestStateFileOwnership(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (CI runs the tests as root)")
-		}
-		t.Skip("needs root to make files of another user")
-	}
+	testenv.NeedRoot(t, "to make files of another user")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "pitraced.sock")
 	victim := filepath.Join(dir, "victim")

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Isolate points HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME and
@@ -84,11 +85,7 @@ func OpenPathTo(t testing.TB, dir string) {
 	for d = top; ; d = filepath.Dir(d) {
 		fi, err := os.Stat(d)
 		if err != nil || fi.Mode().Perm()&0o001 == 0 {
-			msg := fmt.Sprintf("testenv: %s is not searchable by other users; set TMPDIR to a directory they can reach", d)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
+			Missing(t, "testenv: %s is not searchable by other users; set TMPDIR to a directory they can reach", d)
 		}
 		if d == "/" {
 			break
@@ -127,4 +124,40 @@ func Retry(t testing.TB, n int, what string, f func(a *Attempt)) {
 		all = append(all, msg)
 	}
 	t.Errorf("%s failed in all %d attempts:\n%s", what, n, strings.Join(all, "\n"))
+}
+
+// WaitFor polls cond until it holds. The deadline is a guard against a
+// hang (a minute: a busy machine may be slow to get there), not a measure:
+// a test asserts on the condition itself, never on how long it took.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// Missing says that something a test needs is not there (a tool, a
+// library, root): under CI=true, where `make deps` installs everything, the
+// test fails; elsewhere it is skipped, saying what is missing and how to get
+// it. One rule for every test: a skipped check is never reported as a pass
+// in CI.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + " (CI=true: a missing dependency is a failure)")
+	}
+	t.Skip("skipped: " + msg)
+}
+
+// NeedRoot calls Missing unless the test runs as root.
+func NeedRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "needs root: %s", why)
+	}
 }

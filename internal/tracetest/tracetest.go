@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"perfinsp/internal/testenv"
 )
 
 // Env is one test's facility: binaries, a private socket and a work directory.
@@ -40,10 +42,7 @@ func Root() string {
 func Setup(t *testing.T, extra ...string) *Env {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the end-to-end tests need root (system-wide perf events): CI runs make test as root")
-		}
-		t.Skip("skipped: the daemon backend needs root (system-wide perf events); run make test as root")
+		testenv.Missing(t, "the end-to-end tests need root (system-wide perf events): CI runs make test as root")
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -63,10 +62,7 @@ func setup(t *testing.T) string {
 		}
 	})
 	if buildErr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cannot build the hook library: %v", buildErr)
-		}
-		t.Skipf("cannot build the hook library: %v", buildErr)
+		testenv.Missing(t, "cannot build the hook library: %v", buildErr)
 	}
 	return root
 }
@@ -378,23 +374,12 @@ func leafCalls(t *testing.T, dir string, pid int) (calls uint64, th *callflow.Th
 	return calls, th
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval of the condition
-	}
-}
-
 // A program killed with SIGKILL leaves every event it recorded readable.
 func TestSIGKILLLeavesPartialResult(t *testing.T) {
 	dir := t.TempDir()
 	cmd := spin(t, dir)
 	pid := cmd.Process.Pid
-	waitFor(t, "20000 recorded calls", func() bool { n, _ := leafCalls(t, dir, pid); return n >= 20000 })
+	testenv.WaitFor(t, "20000 recorded calls", func() bool { n, _ := leafCalls(t, dir, pid); return n >= 20000 })
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +419,7 @@ func TestRtdriverStartEndReset(t *testing.T) {
 	if out, err := rtdriver(t, dir, pid, "start"); err != nil || !strings.HasPrefix(out, "ok start") {
 		t.Fatalf("rtdriver start: %q %v", out, err)
 	}
-	waitFor(t, "calls after start", func() bool { n, _ := leafCalls(t, dir, pid); return n >= 5000 })
+	testenv.WaitFor(t, "calls after start", func() bool { n, _ := leafCalls(t, dir, pid); return n >= 5000 })
 	if out, err := rtdriver(t, dir, pid, "end"); err != nil {
 		t.Fatalf("rtdriver end: %q %v", out, err)
 	}
@@ -456,7 +441,7 @@ func TestRtdriverStartEndReset(t *testing.T) {
 	if out, err := rtdriver(t, dir, pid, "start"); err != nil {
 		t.Fatalf("rtdriver start: %q %v", out, err)
 	}
-	waitFor(t, "calls after the second start", func() bool { n, _ := leafCalls(t, dir, pid); return n >= n2+1000 })
+	testenv.WaitFor(t, "calls after the second start", func() bool { n, _ := leafCalls(t, dir, pid); return n >= n2+1000 })
 	if out, err := rtdriver(t, dir, pid, "shutdown"); err != nil {
 		t.Fatalf("rtdriver shutdown: %q %v", out, err)
 	}

@@ -161,7 +161,7 @@ func TestControlSocketPeerAndDeadline(t *testing.T) {
 	cmd := spin(t, dir, "HOOKIT_START=off")
 	pid := cmd.Process.Pid
 	sock := filepath.Join(dir, fmt.Sprintf("hookit-%d.sock", pid))
-	waitFor(t, "the control socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	testenv.WaitFor(t, "the control socket", func() bool { _, err := os.Stat(sock); return err == nil })
 	silent, err := net.Dial("unix", sock)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 )
 
@@ -26,10 +27,7 @@ func need(t *testing.T, tools ...string) {
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
 			msg := fmt.Sprintf("%s is not installed (scripts/deps/jprof.txt: apt-get install openjdk-17-jdk-headless; perf: linux-perf)", tool)
-			if os.Getenv("CI") == "true" {
-				t.Fatal(msg)
-			}
-			t.Skip("skipped: " + msg)
+			testenv.Missing(t, "%v", msg)
 		}
 	}
 }
@@ -40,10 +38,7 @@ func build(t *testing.T) string {
 	t.Helper()
 	root := tracetest.Root()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the JProf end-to-end tests need root (system-wide sampling)")
-		}
-		t.Skip("skipped: run.tprof needs root (system-wide sampling)")
+		testenv.Missing(t, "the JProf end-to-end tests need root (system-wide sampling)")
 	}
 	need(t, "java", "javac")
 	mk := exec.Command("make", "--no-print-directory", "jprof")

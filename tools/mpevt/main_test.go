@@ -8,13 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"perfinsp/internal/testenv"
 	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"perfinsp/internal/testenv"
 
 	"perfinsp/libperfutil/events"
 )
@@ -44,18 +45,6 @@ func runTool(args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
 	rc := run(append([]string{"mpevt"}, args...), &out, &errb)
 	return out.String(), errb.String(), rc
-}
-
-// waitFor polls cond until it holds (a condition, not a fixed delay).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func procState(pid int) byte {
@@ -107,10 +96,7 @@ func TestAgreesWithPerfStat(t *testing.T) {
 		err = exec.Command(perf, "stat", "-e", "task-clock", "--", "true").Run()
 	}
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("perf (linux-perf) is needed for this comparison: %v", err)
-		}
-		t.Skipf("perf (linux-perf) not usable (install linux-perf; CI=true makes this a failure): %v", err)
+		testenv.Missing(t, "perf (linux-perf) is needed for this comparison: %v", err)
 	}
 	self, _ := os.Executable()
 	w := exec.Command(self, "-test.run=^$")
@@ -120,7 +106,7 @@ func TestAgreesWithPerfStat(t *testing.T) {
 	}
 	pid := w.Process.Pid
 	defer w.Process.Kill()
-	waitFor(t, "the workload to stop itself", func() bool { return procState(pid) == 'T' })
+	testenv.WaitFor(t, "the workload to stop itself", func() bool { return procState(pid) == 'T' })
 	threads, err := events.ThreadsOf(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +141,7 @@ func TestAgreesWithPerfStat(t *testing.T) {
 		o, e, rc := runTool("-e", "task-clock,context-switches", "-p", strconv.Itoa(pid))
 		done <- result{o, e, rc}
 	}()
-	waitFor(t, "mpevt to attach", func() bool { return perfFDs(os.Getpid())-before >= nev*len(threads) })
+	testenv.WaitFor(t, "mpevt to attach", func() bool { return perfFDs(os.Getpid())-before >= nev*len(threads) })
 	if err := os.WriteFile(ctl, []byte("enable\n"), 0); err != nil {
 		t.Fatalf("perf stat control fifo: %v", err)
 	}

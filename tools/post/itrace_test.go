@@ -12,15 +12,13 @@ import (
 	"testing"
 
 	"perfinsp/analysis/itrace"
+	"perfinsp/internal/testenv"
 )
 
 func needTool(t *testing.T, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not installed (scripts/deps/itrace.txt)", name)
-		}
-		t.Skipf("skipped: %s is not installed (apt-get install %s; scripts/deps/itrace.txt)", name, name)
+		testenv.Missing(t, "%s is not installed (scripts/deps/itrace.txt)", name)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 )
 
@@ -21,10 +22,7 @@ func TestJavaPerfMap(t *testing.T) {
 	}
 	for _, tool := range []string{"java", "javac", "jcmd"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is missing: scripts/deps/post.txt installs openjdk-17-jdk-headless", tool)
-			}
-			t.Skipf("skipped: %s is not installed (apt-get install openjdk-17-jdk-headless)", tool)
+			testenv.Missing(t, "%s is missing: scripts/deps/post.txt installs openjdk-17-jdk-headless", tool)
 		}
 	}
 	e := tracetest.Setup(t)

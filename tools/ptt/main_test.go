@@ -7,13 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"perfinsp/internal/testenv"
 	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"perfinsp/internal/testenv"
 
 	"perfinsp/libperfutil/kmodbackend"
 	"perfinsp/libperfutil/ptt"
@@ -96,18 +96,6 @@ func dump(t *testing.T, env []string) ptt.Dump {
 	return d
 }
 
-// waitFor polls cond until it holds (fails the test after 10 s).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func schedRuntime(t *testing.T, pid int) uint64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat")
 	if err != nil {
@@ -182,9 +170,9 @@ func TestOnDumpOff(t *testing.T) {
 	for window := 1; ; window++ {
 		s0 := schedRuntime(t, pid)
 		_ = syscall.Kill(pid, syscall.SIGCONT)
-		waitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, pid)-s0 >= 300e6 })
+		testenv.WaitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, pid)-s0 >= 300e6 })
 		_ = syscall.Kill(pid, syscall.SIGSTOP)
-		waitFor(t, "the child to stop", func() bool { return procState(pid) == "T" })
+		testenv.WaitFor(t, "the child to stop", func() bool { return procState(pid) == "T" })
 		s1 := schedRuntime(t, pid)
 
 		d = dump(t, sock)
@@ -225,7 +213,7 @@ func TestOnDumpOff(t *testing.T) {
 	_ = child.Process.Kill()
 	_ = child.Wait()
 	var d2 ptt.Dump
-	waitFor(t, "the exit to show in the dump", func() bool { d2 = dump(t, sock); return len(d2.Threads) == 1 && d2.Threads[0].Exited })
+	testenv.WaitFor(t, "the exit to show in the dump", func() bool { d2 = dump(t, sock); return len(d2.Threads) == 1 && d2.Threads[0].Exited })
 	if d2.Threads[0].Values["task-clock"] < tc {
 		t.Errorf("after exit: %+v", d2.Threads)
 	}
@@ -274,12 +262,7 @@ int main(void) {
 // task-clock (the process connector; a /proc rescan every 200 ms would
 // miss most of them).
 func TestShortThreadsAreCounted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root (the process connector)")
-		}
-		t.Skip("skipped: the process connector needs root")
-	}
+	testenv.NeedRoot(t, "(the process connector)")
 	dir := t.TempDir()
 	src, bin := filepath.Join(dir, "short.c"), filepath.Join(dir, "short")
 	if err := os.WriteFile(src, []byte(shortThreads), 0o644); err != nil {
@@ -410,14 +393,14 @@ func TestNonRootOwnProcess(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	waitFor(t, "setpriv to exec sh", func() bool { return comm(child.Process.Pid) == "sh" })
+	testenv.WaitFor(t, "setpriv to exec sh", func() bool { return comm(child.Process.Pid) == "sh" })
 	pid := strconv.Itoa(child.Process.Pid)
 	if out, err := as("on", "-p", pid); err != nil {
 		t.Fatalf("nobody: ptt on -p own process: %v: %s", err, out)
 	}
 	defer as("off")
 	s0 := schedRuntime(t, child.Process.Pid)
-	waitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, child.Process.Pid)-s0 >= 300e6 })
+	testenv.WaitFor(t, "300 ms of the child's running", func() bool { return schedRuntime(t, child.Process.Pid)-s0 >= 300e6 })
 	out, err := as("dump", "--json")
 	if err != nil {
 		t.Fatalf("dump: %v %s", err, out)

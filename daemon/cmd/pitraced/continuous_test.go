@@ -17,15 +17,13 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"perfinsp/daemon/otlpexport/otlptest"
+	"perfinsp/internal/testenv"
 )
 
 func buildPitraced(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("pitraced continuous samples every CPU: run the tests as root")
-		}
-		t.Skip("skipped: pitraced continuous samples every CPU and needs root")
+		testenv.Missing(t, "pitraced continuous samples every CPU: run the tests as root")
 	}
 	bin := filepath.Join(t.TempDir(), "pitraced")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
