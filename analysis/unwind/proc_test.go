@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"perfinsp/internal/testenv"
 	"runtime"
 	"sort"
 	"strconv"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"perfinsp/internal/testenv"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,10 +27,7 @@ import (
 func needGCC(tb testing.TB) {
 	tb.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("gcc is needed (CI=true): %v", err)
-		}
-		tb.Skipf("gcc not found, skipped: %v", err)
+		testenv.Missing(tb, "gcc is needed (CI=true): %v", err)
 	}
 }
 
@@ -257,6 +255,46 @@ func readMaps(pid int) ([]*mapping, error) {
 	return maps, sc.Err()
 }
 
+// addrRange is the executable mappings of one file in a process.
+type addrRange [][2]uint64
+
+func (r addrRange) contains(a uint64) bool {
+	for _, m := range r {
+		if a >= m[0] && a < m[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// ownText is where exe's code is mapped in pid.
+func ownText(tb testing.TB, pid int, exe string) addrRange {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	want, err := filepath.EvalSymlinks(exe)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var r addrRange
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.Contains(f[1], "x") || f[5] != want {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, _ := strconv.ParseUint(lo, 16, 64)
+		end, _ := strconv.ParseUint(hi, 16, 64)
+		r = append(r, [2]uint64{start, end})
+	}
+	if len(r) == 0 {
+		tb.Fatalf("%s is not mapped executable in process %d", want, pid)
+	}
+	return r
+}
+
 // stackCopy is the size of the stack copy, as a perf sample's.
 const stackCopy = 8 << 10
 
@@ -281,22 +319,35 @@ func capture(tb testing.TB, exe string, args ...string) *sample {
 	if _, err := io.ReadFull(out, b[:]); err != nil {
 		tb.Fatalf("waiting for the test program to spin: %v", err)
 	}
-	time.Sleep(10 * time.Millisecond)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := unix.PtraceSeize(pid); err != nil {
 		tb.Skipf("ptrace not permitted here, skipped: PTRACE_SEIZE: %v", err)
 	}
-	if err := unix.PtraceInterrupt(pid); err != nil {
-		tb.Fatalf("PTRACE_INTERRUPT: %v", err)
-	}
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil || !ws.Stopped() {
-		tb.Fatalf("waiting for the ptrace stop: %v (status %#x)", err, ws)
-	}
+	// The program wrote its byte just before its spin loop: stop it until
+	// it is caught in its own code (not still in write's return path).
+	text := ownText(tb, pid, exe)
 	var pr unix.PtraceRegs
-	if err := unix.PtraceGetRegs(pid, &pr); err != nil {
-		tb.Fatalf("PTRACE_GETREGS: %v", err)
+	for deadline := time.Now().Add(time.Minute); ; {
+		if err := unix.PtraceInterrupt(pid); err != nil {
+			tb.Fatalf("PTRACE_INTERRUPT: %v", err)
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(pid, &ws, unix.WALL, nil); err != nil || !ws.Stopped() {
+			tb.Fatalf("waiting for the ptrace stop: %v (status %#x)", err, ws)
+		}
+		if err := unix.PtraceGetRegs(pid, &pr); err != nil {
+			tb.Fatalf("PTRACE_GETREGS: %v", err)
+		}
+		if text.contains(pr.Rip) {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the test program never stopped in its own code (last at %#x)", pr.Rip)
+		}
+		if err := unix.PtraceCont(pid, 0); err != nil {
+			tb.Fatalf("PTRACE_CONT: %v", err)
+		}
 	}
 	s := &sample{}
 	s.regs.R = [NumRegs]uint64{

@@ -375,23 +375,31 @@ func TestReadAfterTerminate(t *testing.T) {
 	}
 	// A reader on another thread hammering while we terminate.
 	done := make(chan error)
+	reading := make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 		o, err := CurrentThread()
 		if err != nil {
+			close(reading)
 			done <- err
 			return
 		}
 		vals := make([]uint64, 3)
-		for {
+		for n := 0; ; n++ {
 			if err := o.Read(vals); err != nil {
+				if n == 0 {
+					close(reading)
+				}
 				done <- err
 				return
 			}
+			if n == 0 {
+				close(reading) // terminate while it reads
+			}
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-reading
 	if err := Terminate(); err != nil {
 		t.Fatal(err)
 	}
