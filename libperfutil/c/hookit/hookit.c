@@ -1282,12 +1282,13 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		 * off; tsc has them too where the module gives them (SYS). */
 		hk_user = !strcmp(hk_metric, "tsc-user");
 		const char *ms[1] = {hk_user ? "tsc" : hk_metric};
-		int rc = PttInitFlags(ms, 1, hk_user || !strcmp(hk_metric, "tsc") ? PTT_SYSCALL_TIMES : 0);
+		int want_sys = hk_user || !strcmp(hk_metric, "tsc");
+		int rc = PttInitFlags(ms, 1, want_sys ? PTT_SYSCALL_TIMES : 0);
 
-		if (rc && !hk_user && !strcmp(hk_metric, "tsc"))
+		if (rc && want_sys && !hk_user)
 			rc = PttInit(ms, 1); /* an older module: tsc without SYS */
 		else
-			hk_sys = !rc;
+			hk_sys = want_sys && !rc;
 		if (rc) {
 			snprintf(hk_err, sizeof(hk_err), "metric %s: %s (try metric task-clock or rdtsc)", hk_metric,
 				 PttStrerror(rc));
