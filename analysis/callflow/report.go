@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -22,6 +23,30 @@ type Analysis struct {
 	// Err is the first error reading a thread file (its tree then covers
 	// what was read, marked partial).
 	Err error
+	// Plain: the uninstrumented run's CPU time in metric units (SetPlain;
+	// 0: not given). Residual: what the calibrated total keeps over it,
+	// per recorded call.
+	Plain, Residual float64
+}
+
+// SetPlain takes the CPU time (user + system, ns) of the same work run
+// uninstrumented and sets the residual per call: (calibrated total - plain)
+// / calls. ErrorBar then counts calls * |residual| for each function. Only
+// for a metric that is a time (ns_per_unit in the info file).
+func (a *Analysis) SetPlain(ns float64) error {
+	if a.Info.NsPerUnit <= 0 {
+		return fmt.Errorf("metric %s is no time: an uninstrumented run's CPU time does not compare with it", a.Info.Metric)
+	}
+	var calls uint64
+	for _, t := range a.Trees {
+		t.Root.Walk(func(n *Node) { calls += n.Calls })
+	}
+	if calls == 0 {
+		return fmt.Errorf("no calls recorded: no residual per call")
+	}
+	a.Plain = ns / a.Info.NsPerUnit
+	a.Residual = (float64(a.Total()) - a.Plain) / float64(calls)
+	return nil
 }
 
 // Analyze builds every thread's tree with the inner / outer time measured
@@ -223,12 +248,17 @@ type FlatRow struct {
 // spread between the two, per call and per callee: calls * (median t_I -
 // t_I) + callees * (median t_O - t_O). 0 under the sequence minima or no
 // calibration (exact metrics, or raw figures).
+//
+// With an uninstrumented run's CPU time (SetPlain) the bar also counts
+// calls * |residual per call|: what the calibration left over the whole
+// run (or took too much), spread over the calls.
 func (a *Analysis) ErrorBar(calls, callees uint64) float64 {
+	res := float64(calls) * math.Abs(a.Residual)
 	if a.Cal.Minima != nil || (a.Cal.Inner == 0 && a.Cal.Outer == 0) {
-		return 0
+		return res
 	}
 	in := a.Info
-	return float64(calls)*max(in.TInnerMed-in.TInner, 0) + float64(callees)*max(in.TOuterMed-in.TOuter, 0)
+	return res + float64(calls)*max(in.TInnerMed-in.TInner, 0) + float64(callees)*max(in.TOuterMed-in.TOuter, 0)
 }
 
 // Flat aggregates every thread's tree by function.
@@ -299,6 +329,10 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 	if a.Cal.Minima == nil && (a.Cal.Inner != 0 || a.Cal.Outer != 0) {
 		fmt.Fprintf(w, " ERR: BASE's error bar, the start-up calibration's spread: calls * %.2f + callees * %.2f (median - minimum of t_I, t_O)\n",
 			max(a.Info.TInnerMed-a.Info.TInner, 0), max(a.Info.TOuterMed-a.Info.TOuter, 0))
+	}
+	if a.Plain > 0 {
+		fmt.Fprintf(w, " residual: calibrated total %d against %.0f for the uninstrumented run's CPU time: %+.2f %s per call; ERR includes calls * %.2f (the uninstrumented run's figure includes its start-up and exit, which the total leaves out)\n",
+			total, a.Plain, a.Residual, a.unit(), math.Abs(a.Residual))
 	}
 	sys := a.Info.HasSys()
 	if sys {
