@@ -694,7 +694,8 @@ static int ptt_attach(void)
 /*
  * The syscall pair, at the first PTT_INIT that asks for it, kept until
  * rmmod: sys_exit before sys_enter (an exit without its entry is
- * ignored: in_sys is false).  Both or neither.
+ * ignored: in_sys is false), so nothing is counted until both are
+ * attached; a failed entry leaves the exit attached, harmless.
  */
 static int ptt_attach_sys(void)
 {
