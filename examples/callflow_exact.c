@@ -7,8 +7,9 @@
  * The measured functions call only measured functions (every instruction
  * they run is their own or a measured callee's): tiny leaves called many
  * times, a deep chain, recursion, one function reached from two callers,
- * an empty function, and a second thread; and two functions that make a
- * system call (libc's write(2) to /dev/null, getppid through syscall(2)):
+ * an empty function, and a second thread; and three functions that make a
+ * system call (libc's write(2) to /dev/null, getppid through syscall(2),
+ * a 200 us nanosleep(2), whose time asleep is no one's CPU time):
  * the kernel's work is not the program's instructions (metric tsc-user
  * leaves it out, SYS shows it). The harness (main, the thread
  * start) is not instrumented: libc's work (thread creation, exit) is the
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NOINSTR __attribute__((no_instrument_function))
@@ -109,6 +111,14 @@ __attribute__((noinline)) void sys_getppid(void)
 	sink += (unsigned long)syscall(SYS_getppid);
 }
 
+__attribute__((noinline)) void sys_sleep(void)
+{
+	static const struct timespec ts = {0, 200000};
+
+	if (nanosleep(&ts, NULL) != 0)
+		sink++;
+}
+
 __attribute__((noinline)) void work(long n)
 {
 	loop_leaf(n);
@@ -124,6 +134,8 @@ __attribute__((noinline)) void work(long n)
 		sys_write();
 		sys_getppid();
 	}
+	for (int i = 0; i < 5; i++)
+		sys_sleep();
 }
 
 __attribute__((noinline)) void *worker(void *arg)
