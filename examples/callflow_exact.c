@@ -7,7 +7,11 @@
  * The measured functions call only measured functions (every instruction
  * they run is their own or a measured callee's): tiny leaves called many
  * times, a deep chain, recursion, one function reached from two callers,
- * an empty function, and a second thread. The harness (main, the thread
+ * an empty function, and a second thread; and three functions that make a
+ * system call (libc's write(2) to /dev/null, getppid through syscall(2),
+ * a 200 us nanosleep(2), whose time asleep is no one's CPU time):
+ * the kernel's work is not the program's instructions (metric tsc-user
+ * leaves it out, SYS shows it). The harness (main, the thread
  * start) is not instrumented: libc's work (thread creation, exit) is the
  * threads' time outside instrumented functions, which is not compared.
  * mlockall faults every page in before the work (page faults are kernel
@@ -16,14 +20,19 @@
  *
  *   callflow_exact [N]    N leaf calls per pass (default 100000)
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define NOINSTR __attribute__((no_instrument_function))
 
 static volatile unsigned long sink;
+static int devnull = -1;
 
 __attribute__((noinline)) void empty(void)
 {
@@ -89,6 +98,27 @@ __attribute__((noinline)) void loop_empty(long n)
 		empty();
 }
 
+__attribute__((noinline)) void sys_write(void)
+{
+	static const char c = 'x';
+
+	if (write(devnull, &c, 1) != 1)
+		sink++;
+}
+
+__attribute__((noinline)) void sys_getppid(void)
+{
+	sink += (unsigned long)syscall(SYS_getppid);
+}
+
+__attribute__((noinline)) void sys_sleep(void)
+{
+	static const struct timespec ts = {0, 200000};
+
+	if (nanosleep(&ts, NULL) != 0)
+		sink++;
+}
+
 __attribute__((noinline)) void work(long n)
 {
 	loop_leaf(n);
@@ -100,6 +130,12 @@ __attribute__((noinline)) void work(long n)
 		caller_a();
 		caller_b();
 	}
+	for (int i = 0; i < 20; i++) {
+		sys_write();
+		sys_getppid();
+	}
+	for (int i = 0; i < 5; i++)
+		sys_sleep();
 }
 
 __attribute__((noinline)) void *worker(void *arg)
@@ -131,6 +167,11 @@ NOINSTR int main(int argc, char **argv)
 	 * program does. Not fatal when refused (not root, RLIMIT_MEMLOCK). */
 	if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
 		perror("callflow_exact: mlockall (page faults will be counted)");
+	devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (devnull < 0) {
+		perror("callflow_exact: /dev/null");
+		return 1;
+	}
 	pass(n / 100 + 1); /* warm-up */
 	pass(n);
 	printf("callflow_exact: %lu\n", (unsigned long)sink);

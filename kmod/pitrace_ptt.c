@@ -15,6 +15,9 @@
  *                        up to now; the CPU's interrupt bucket starts.
  *   interrupt exit:      (outermost) the elapsed values go to the CPU's
  *                        bucket and to the area's intr_time; last = now.
+ *   sys_enter, sys_exit: (files with PITRACE_PTT_INIT_SYSCALLS) the area
+ *                        is charged up to now at both; what accum grew
+ *                        by in between goes to sys_time, syscalls++.
  *   sched_process_exit:  the area stops (dead = 1).
  *   sched_process_exec:  an exec that changes the thread's rights or
  *                        leaves it not dumpable stops it (dead = 2).
@@ -83,10 +86,13 @@ struct ptt_ent {
 	struct pid *tid, *tgid;		/* for PTT_READ */
 	char comm[TASK_COMM_LEN];
 	struct pitrace_ptt_area *a;
+	struct pitrace_ptt_sys *sys;	/* in a's page; NULL: not measured */
 	struct page *page;
 	u32 nmetrics;
 	u8 slot[PITRACE_PTT_MAX_METRICS];	/* PTT_TSC or a perf slot */
 	bool mapped;
+	bool in_sys;			/* between its sys_enter and sys_exit */
+	u64 sys0[PITRACE_PTT_MAX_METRICS];	/* accum at that sys_enter */
 	bool hashed;			/* ptt_hash_lock */
 	bool on_list;			/* ptt_list_lock */
 	struct llist_node reap;		/* ptt_reap_list: munmap'd, to stop */
@@ -98,6 +104,7 @@ struct ptt_ent {
 
 struct ptt_ctx {
 	u32 nmetrics;			/* 0: no PTT_INIT (or after PTT_TERM) */
+	u32 flags;			/* PITRACE_PTT_INIT_* */
 	u8 slot[PITRACE_PTT_MAX_METRICS];
 	struct list_head ents;
 };
@@ -141,6 +148,7 @@ static void ptt_reap(struct work_struct *w);
 static DECLARE_WORK(ptt_reap_work, ptt_reap);
 static int ptt_nareas;			/* hashed areas (ptt_hash_lock) */
 static bool ptt_attached;		/* ptt_lock */
+static bool ptt_sys_attached;		/* ptt_lock */
 static struct ptt_slot ptt_slots[PTT_NSLOTS];
 static unsigned long ptt_slot_mask;	/* active slots; hooks read it */
 
@@ -489,10 +497,75 @@ static void ptt_tp_vec_exit(void *data, int vector)
 	ptt_intr_exit();
 }
 
+/*
+ * System calls (areas with sys, PITRACE_PTT_INIT_SYSCALLS).  The thread's
+ * own context, preemption off (tracepoint); interrupts off here against
+ * the interrupt hooks, which change the same area.  The CPU's current
+ * area is the thread's while it runs (ptt_tp_switch), wherever it was at
+ * sys_enter: sys0 and in_sys are its own.  Interrupts and other threads
+ * in between are already out of accum, so accum's growth from the entry
+ * to the exit is the thread's own time in the call.
+ */
+static void ptt_tp_sys_enter(void *data, struct pt_regs *regs, long id)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	u32 i;
+
+	if (!READ_ONCE(ptt_nareas))
+		return;
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->sys && e->task == current) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		for (i = 0; i < e->nmetrics; i++)
+			e->sys0[i] = e->a->accum[i];
+		e->in_sys = true;
+	}
+	local_irq_restore(fl);
+}
+
+static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	u32 i;
+
+	if (!READ_ONCE(ptt_nareas))
+		return;
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->in_sys && e->task == current) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		/*
+		 * No sequence count: only this thread's system calls change
+		 * sys, and the thread reads it in user mode.
+		 */
+		for (i = 0; i < e->nmetrics; i++)
+			e->sys->sys_time[i] += e->a->accum[i] - e->sys0[i];
+		e->sys->syscalls++;
+		e->in_sys = false;
+	}
+	local_irq_restore(fl);
+}
+
 struct ptt_tp {
 	const char *name;
 	void *probe;
 	u32 bit;		/* PITRACE_PTT_HOOK_*, 0: required */
+	bool sys;		/* attached by ptt_attach_sys only */
 	struct tracepoint *tp;
 	bool registered;
 };
@@ -525,6 +598,9 @@ static struct ptt_tp ptt_tps[] = {
 	PTT_VEC("thermal_apic", PITRACE_PTT_HOOK_THERMAL),
 	PTT_VEC("threshold_apic", PITRACE_PTT_HOOK_THRESHOLD),
 	PTT_VEC("deferred_error_apic", PITRACE_PTT_HOOK_DEFERRED),
+	/* the exit first: ptt_attach_sys registers it first */
+	{ "sys_exit", ptt_tp_sys_exit, PITRACE_PTT_HOOK_SYSCALL, true },
+	{ "sys_enter", ptt_tp_sys_enter, PITRACE_PTT_HOOK_SYSCALL, true },
 };
 
 static bool str_has_suffix_entry(const char *name)
@@ -559,6 +635,7 @@ static void ptt_detach(void)
 	if (any)
 		tracepoint_synchronize_unregister();
 	ptt_attached = false;
+	ptt_sys_attached = false;
 }
 
 /*
@@ -584,6 +661,8 @@ static int ptt_attach(void)
 	for (i = ARRAY_SIZE(ptt_tps); i-- > 0;) {
 		struct ptt_tp *p = &ptt_tps[i];
 
+		if (p->sys)
+			continue;
 		if (p->bit && str_has_suffix_entry(p->name) &&
 		    (i + 1 >= ARRAY_SIZE(ptt_tps) || !ptt_tps[i + 1].registered))
 			continue;
@@ -609,6 +688,38 @@ static int ptt_attach(void)
 		p->registered = true;
 	}
 	ptt_attached = true;
+	return 0;
+}
+
+/*
+ * The syscall pair, at the first PTT_INIT that asks for it, kept until
+ * rmmod: sys_exit before sys_enter (an exit without its entry is
+ * ignored: in_sys is false), so nothing is counted until both are
+ * attached; a failed entry leaves the exit attached, harmless.
+ */
+static int ptt_attach_sys(void)
+{
+	struct ptt_tp *p;
+	size_t i;
+	int err;
+
+	lockdep_assert_held(&ptt_lock);
+	if (ptt_sys_attached)
+		return 0;
+	for (i = 0; i < ARRAY_SIZE(ptt_tps); i++) {
+		p = &ptt_tps[i];
+		if (!p->sys || p->registered)
+			continue;
+		err = p->tp ? tracepoint_probe_register(p->tp, p->probe, NULL)
+			    : -EOPNOTSUPP;
+		if (err) {
+			pr_warn("pitrace: ptt: tracepoint %s: error %d\n",
+				p->name, err);
+			return err;	/* the exit, if attached, is harmless */
+		}
+		p->registered = true;
+	}
+	ptt_sys_attached = true;
 	return 0;
 }
 
@@ -974,8 +1085,8 @@ static const struct vm_operations_struct ptt_vm_ops = {
 
 /* A new area with ctx's metrics for task t (not yet hashed; one reference). */
 static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, u32 nmetrics,
-				   const u8 *slot, struct task_struct *t,
-				   gfp_t gfp)
+				   const u8 *slot, bool sys,
+				   struct task_struct *t, gfp_t gfp)
 {
 	struct ptt_ent *e;
 	u32 i;
@@ -989,6 +1100,12 @@ static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, u32 nmetrics,
 		return NULL;
 	}
 	e->a = page_address(e->page);
+	BUILD_BUG_ON(sizeof(*e->a) > PITRACE_PTT_SYS_OFFSET ||
+		     PITRACE_PTT_SYS_OFFSET + sizeof(*e->sys) > PAGE_SIZE);
+	if (sys) {
+		e->sys = (void *)e->a + PITRACE_PTT_SYS_OFFSET;
+		e->sys->sys_on = 1;
+	}
 	e->ctx = ctx;
 	e->nmetrics = nmetrics;
 	memcpy(e->slot, slot, sizeof(e->slot));
@@ -1127,7 +1244,7 @@ static void ptt_tp_fork(void *data, struct task_struct *parent,
 	pe = ptt_lookup(parent);
 	if (!pe || pe->mapped)
 		return;
-	e = ptt_ent_new(pe->ctx, pe->nmetrics, pe->slot, child,
+	e = ptt_ent_new(pe->ctx, pe->nmetrics, pe->slot, pe->sys, child,
 			GFP_NOWAIT | __GFP_NOWARN);
 	if (!e)
 		return;
@@ -1174,7 +1291,9 @@ int pt_ptt_mmap(void **ctxp, struct vm_area_struct *vma)
 	if (e)
 		goto out;
 	err = -ENOMEM;
-	e = ptt_ent_new(ctx, ctx->nmetrics, ctx->slot, current, GFP_KERNEL);
+	e = ptt_ent_new(ctx, ctx->nmetrics, ctx->slot,
+			ctx->flags & PITRACE_PTT_INIT_SYSCALLS, current,
+			GFP_KERNEL);
 	if (!e)
 		goto out;
 	e->mapped = true;
@@ -1209,7 +1328,7 @@ static long ptt_ioc_init(void **ctxp, const struct pitrace_ptt_init *a)
 	long err;
 	bool drain = false;
 
-	if (a->flags || a->nmetrics == 0 ||
+	if ((a->flags & ~PITRACE_PTT_INIT_SYSCALLS) || a->nmetrics == 0 ||
 	    a->nmetrics > PITRACE_PTT_MAX_METRICS)
 		return -EINVAL;
 	for (i = 0; i < a->nmetrics; i++) {
@@ -1223,6 +1342,8 @@ static long ptt_ioc_init(void **ctxp, const struct pitrace_ptt_init *a)
 	memset(slot, PTT_TSC, sizeof(slot));
 	mutex_lock(&ptt_lock);
 	err = ptt_attach();
+	if (!err && (a->flags & PITRACE_PTT_INIT_SYSCALLS))
+		err = ptt_attach_sys();
 	if (err)
 		goto out;
 	ctx = *ctxp;
@@ -1250,6 +1371,7 @@ static long ptt_ioc_init(void **ctxp, const struct pitrace_ptt_init *a)
 	drain = ptt_ctx_put_slots(ctx);		/* a previous PTT_INIT's */
 	memcpy(ctx->slot, slot, sizeof(slot));
 	ctx->nmetrics = a->nmetrics;
+	ctx->flags = a->flags;
 	err = 0;
 	goto out;
 out_put:
@@ -1384,7 +1506,8 @@ static long ptt_ioc_watch(void **ctxp, const struct pitrace_ptt_watch *w)
 	if (!ctx || !ctx->nmetrics)
 		goto out;
 	err = -ENOMEM;
-	e = ptt_ent_new(ctx, ctx->nmetrics, ctx->slot, t, GFP_KERNEL);
+	e = ptt_ent_new(ctx, ctx->nmetrics, ctx->slot,
+			ctx->flags & PITRACE_PTT_INIT_SYSCALLS, t, GFP_KERNEL);
 	if (!e)
 		goto out;
 	err = ptt_ent_add(ctx, e, t);

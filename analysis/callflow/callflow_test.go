@@ -39,6 +39,9 @@ func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 		if e.Wall != 0 {
 			put(uint64(KindWall)<<KindShift, e.Wall)
 		}
+		if e.SysN != 0 || e.Sys != 0 {
+			put(uint64(KindSys)<<KindShift|uint64(e.SysN), e.Sys)
+		}
 		iv, hook, dsp := e.Early-lastLate, lastLate-lastEarly, sp-lastSP
 		spd := int64(dsp) >> 3
 		if sp == 0 {
@@ -109,7 +112,7 @@ func TestParseThreadRoundTripAndPartial(t *testing.T) {
 	if !th.Partial || len(th.Events) != 3 {
 		t.Fatalf("partial file: partial %v, %d events", th.Partial, len(th.Events))
 	}
-	for _, bad := range [][]byte{nil, make([]byte, 2*RecSize), encode([]Event{{Kind: 9, Fn: 1}}, 1, 1, 0)} {
+	for _, bad := range [][]byte{nil, make([]byte, 2*RecSize), encode([]Event{{Kind: 10, Fn: 1}}, 1, 1, 0)} {
 		if _, err := ParseThread(bad); err == nil {
 			t.Errorf("no error for a bad file of %d bytes", len(bad))
 		}
@@ -323,6 +326,51 @@ func TestDispatchesAndInterrupts(t *testing.T) {
 	AnalyzeWith(p, Calibration{}).WriteLogRT(&buf)
 	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+-\s+-\s+0xb$`).MatchString(buf.String()) {
 		t.Errorf("log-rt without the module shows DS / IN:\n%s", buf.String())
+	}
+}
+
+// SYS / NSYS (the module's system-call figures): the system calls before
+// an event and their metric are charged to the function on top in the
+// interval it ends, summed per function in log-gen, and printed only when
+// the info file says they were measured (sys=in or sys=out).
+func TestSystemCalls(t *testing.T) {
+	evs := append([]Event(nil), ab...)
+	evs[2].SysN, evs[2].Sys = 2, 1234 // inside B
+	evs[3].SysN, evs[3].Sys = 1, 600  // A after B
+	th, err := ParseThread(encode(evs, 7, 8, -1))
+	if err != nil || th.Events[2] != evs[2] || th.Events[3] != evs[3] {
+		t.Fatalf("round trip: %v %+v", err, th)
+	}
+	p := &Process{Info: Info{PID: 7, Metric: "tsc-user", Backend: "kmod", DSIN: "kmod", Sys: "out", SysGlue: 700}, Threads: []*Thread{th}}
+	a := AnalyzeWith(p, Calibration{})
+	tr := a.Trees[0]
+	if A, B := node(tr, 0xa), node(tr, 0xa, 0xb); A.SysN != 1 || A.Sys != 600 || B.SysN != 2 || B.Sys != 1234 {
+		t.Fatalf("A sys %d in %d calls, B %d in %d", A.Sys, A.SysN, B.Sys, B.SysN)
+	}
+	var buf strings.Builder
+	if err := a.WriteLogRT(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+0\s+0\s+1234\s+2\s+0xb$`).MatchString(buf.String()) ||
+		!strings.Contains(buf.String(), "not in BASE") {
+		t.Errorf("log-rt has no SYS 1234 NSYS 2 for B:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := a.WriteLogGen(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^.*\s600\s+1\s+0xa$`).MatchString(buf.String()) {
+		t.Errorf("log-gen has no SYS 600 NSYS 1 for A:\n%s", buf.String())
+	}
+	p.Info.Sys = "none"
+	buf.Reset()
+	AnalyzeWith(p, Calibration{}).WriteLogRT(&buf)
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+0\s+0\s+0xb$`).MatchString(buf.String()) || strings.Contains(buf.String(), "SYS") {
+		t.Errorf("log-rt without system-call figures shows SYS:\n%s", buf.String())
+	}
+	info, err := ParseInfo([]byte("metric=tsc\nsys=in\nsys_glue=712\n"))
+	if err != nil || info.Sys != "in" || info.SysGlue != 712 || !info.HasSys() {
+		t.Errorf("info: %+v %v", info, err)
 	}
 }
 

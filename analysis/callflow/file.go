@@ -52,6 +52,7 @@ const (
 	KindSync    = 6 // absolute values (two records)
 	KindDSIN    = 7 // dispatches | interrupts << 32 in the interval the next event ends (kmod)
 	KindWall    = 8 // the wall clock (CLOCK_MONOTONIC ns) at the next event's early read
+	KindSys     = 9 // system calls (the tag's low 32 bits) and their metric in the interval the next event ends
 )
 
 // Markers (the function field of a KindMark record).
@@ -72,6 +73,10 @@ type Event struct {
 	// Dispatches and interrupts of the thread in the interval this event
 	// ends (kmod backend only).
 	DS, IN uint32
+	// SysN, Sys: the thread's system calls in the interval this event
+	// ends and the metric they took (Info.Sys "in" or "out"; 0 elsewhere).
+	SysN uint32
+	Sys  uint64
 	// Wall: the wall clock (CLOCK_MONOTONIC ns) at Early, where an anchor
 	// record dated it (0 elsewhere).
 	Wall uint64
@@ -97,6 +102,14 @@ type Info struct {
 	Metric  string
 	Backend string
 	DSIN    string // "kmod": the events carry dispatches and interrupts; "none"
+	// Sys: whether the events carry the thread's system calls and whether
+	// the metric holds them: "in" (metric tsc: the intervals hold the
+	// system calls' kernel time, which Sys says), "out" (tsc-user: they
+	// do not), "none" or "" (not measured).
+	Sys string
+	// SysGlue: the kernel's code per system call outside the module's
+	// window, measured at start-up and counted in each event's Sys.
+	SysGlue float64
 
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
@@ -114,6 +127,9 @@ type Info struct {
 	// the caller's own work, already taken out of TOuter / TOuterAPI.
 	TPlain, TPlainAPI float64
 }
+
+// HasSys: the events carry the thread's system calls (SYS in the reports).
+func (in Info) HasSys() bool { return in.Sys == "in" || in.Sys == "out" }
 
 // Process is what one process of the run left in the directory.
 type Process struct {
@@ -348,6 +364,8 @@ type decoder struct {
 	synced, ended, based    bool
 	pendDS, pendIN          uint32
 	pendWall                uint64
+	pendSysN                uint32
+	pendSys                 uint64
 	syncEarly, syncSP       uint64
 	cur                     Event
 	have                    bool // cur is an event not yet handed on
@@ -446,6 +464,10 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 		case KindWall:
 			d.pendWall = dv
 			continue
+		case KindSys:
+			d.pendSysN += uint32(tag)
+			d.pendSys += dv
+			continue
 		}
 		if k < KindEnter || k > KindExcExit {
 			return i, false, fmt.Errorf("record %d: unknown kind %d", rec, k)
@@ -454,8 +476,8 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 			return i, false, fmt.Errorf("record %d: an event before the first sync", rec)
 		}
 		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
-			DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall}
-		d.pendDS, d.pendIN, d.pendWall = 0, 0, 0
+			DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys}
+		d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys = 0, 0, 0, 0, 0
 		if d.synced {
 			e.Early = d.syncEarly
 			if d.syncSP != 0 {
@@ -525,6 +547,10 @@ func ParseInfo(b []byte) (Info, error) {
 			in.Backend = v
 		case "dsin":
 			in.DSIN = v
+		case "sys":
+			in.Sys = v
+		case "sys_glue":
+			in.SysGlue = f()
 		case "t_inner":
 			in.TInner = f()
 		case "t_outer":

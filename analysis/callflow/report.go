@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -22,6 +23,30 @@ type Analysis struct {
 	// Err is the first error reading a thread file (its tree then covers
 	// what was read, marked partial).
 	Err error
+	// Plain: the uninstrumented run's CPU time in metric units (SetPlain;
+	// 0: not given). Residual: what the calibrated total keeps over it,
+	// per recorded call.
+	Plain, Residual float64
+}
+
+// SetPlain takes the CPU time (user + system, ns) of the same work run
+// uninstrumented and sets the residual per call: (calibrated total - plain)
+// / calls. ErrorBar then counts calls * |residual| for each function. Only
+// for a metric that is a time (ns_per_unit in the info file).
+func (a *Analysis) SetPlain(ns float64) error {
+	if a.Info.NsPerUnit <= 0 {
+		return fmt.Errorf("metric %s is no time: an uninstrumented run's CPU time does not compare with it", a.Info.Metric)
+	}
+	var calls uint64
+	for _, t := range a.Trees {
+		t.Root.Walk(func(n *Node) { calls += n.Calls })
+	}
+	if calls == 0 {
+		return fmt.Errorf("no calls recorded: no residual per call")
+	}
+	a.Plain = ns / a.Info.NsPerUnit
+	a.Residual = (float64(a.Total()) - a.Plain) / float64(calls)
+	return nil
 }
 
 // Analyze builds every thread's tree with the inner / outer time measured
@@ -78,7 +103,7 @@ func (a *Analysis) unit() string {
 	switch a.Info.Metric {
 	case "task-clock", "cpu-clock":
 		return "ns"
-	case "rdtsc", "tsc":
+	case "rdtsc", "tsc", "tsc-user":
 		return "cycles"
 	}
 	return a.Info.Metric
@@ -139,6 +164,23 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	} else {
 		fmt.Fprintf(w, " DS / IN: dispatches / interrupts: - (backend %s: they come from the pitrace module's PTT work area; without it `ptt dump` gives per-thread totals only)\n", a.Info.Backend)
 	}
+	sys := a.Info.HasSys()
+	switch a.Info.Sys {
+	case "in":
+		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, part of BASE, and their number (%.0f per call of kernel entry and exit code included)\n", a.Info.SysGlue)
+	case "out":
+		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, not in BASE (metric %s counts user mode only), and their number (%.0f per call of kernel entry and exit code included)\n", a.Info.Metric, a.Info.SysGlue)
+	}
+	cols := func(n *Node) string {
+		ds, in := "-", "-"
+		if a.Info.DSIN == "kmod" {
+			ds, in = fmt.Sprint(n.DS), fmt.Sprint(n.IN)
+		}
+		if !sys {
+			return fmt.Sprintf("%4s %4s", ds, in)
+		}
+		return fmt.Sprintf("%4s %4s %12d %6d", ds, in, n.Sys, n.SysN)
+	}
 	for _, t := range a.Trees {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "Thread %d/%d  events %d  total BASE %d\n", t.PID, t.TID, t.Events, t.Root.Cum)
@@ -152,21 +194,17 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		if t.Adjusted > 0 {
 			fmt.Fprintf(w, " runtime pauses left out: %d\n", t.Adjusted)
 		}
-		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %4s %4s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", "DS", "IN", "NAME")
-		dsin := func(n *Node) (string, string) {
-			if a.Info.DSIN != "kmod" {
-				return "-", "-"
-			}
-			return fmt.Sprint(n.DS), fmt.Sprint(n.IN)
+		head := fmt.Sprintf("%4s %4s", "DS", "IN")
+		if sys {
+			head += fmt.Sprintf(" %12s %6s", "SYS", "NSYS")
 		}
-		if t.Root.Base > 0 || t.Root.Delta != 0 {
-			ds, in := dsin(t.Root)
-			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, ds, in, "(thread, outside instrumented functions)")
+		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", head, "NAME")
+		if t.Root.Base > 0 || t.Root.Delta != 0 || t.Root.SysN > 0 {
+			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, cols(t.Root), "(thread, outside instrumented functions)")
 		}
 		for _, c := range t.Root.Children {
 			c.Walk(func(n *Node) {
-				ds, in := dsin(n)
-				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %4s %4s  ", n.Level, n.Calls, n.Callees, n.Base, n.Delta, ds, in)
+				fmt.Fprintf(w, " %3d %10d %10d %14d %12d %s  ", n.Level, n.Calls, n.Callees, n.Base, n.Delta, cols(n))
 				indent(w, n.Level-1)
 				w.WriteString(n.Name)
 				w.WriteByte('\n')
@@ -195,6 +233,8 @@ type FlatRow struct {
 	Base, Cum uint64 // Cum: outermost activations only (recursion is not counted twice)
 	Rough     uint64
 	IN        uint64 // interrupts while it was on top (kmod backend; 0 elsewhere)
+	// SysN, Sys: its own system calls and their metric (Info.HasSys).
+	SysN, Sys uint64
 	Callees   uint64 // calls it made
 	// Err is the error bar of Base (Analysis.ErrorBar).
 	Err float64
@@ -208,12 +248,17 @@ type FlatRow struct {
 // spread between the two, per call and per callee: calls * (median t_I -
 // t_I) + callees * (median t_O - t_O). 0 under the sequence minima or no
 // calibration (exact metrics, or raw figures).
+//
+// With an uninstrumented run's CPU time (SetPlain) the bar also counts
+// calls * |residual per call|: what the calibration left over the whole
+// run (or took too much), spread over the calls.
 func (a *Analysis) ErrorBar(calls, callees uint64) float64 {
+	res := float64(calls) * math.Abs(a.Residual)
 	if a.Cal.Minima != nil || (a.Cal.Inner == 0 && a.Cal.Outer == 0) {
-		return 0
+		return res
 	}
 	in := a.Info
-	return float64(calls)*max(in.TInnerMed-in.TInner, 0) + float64(callees)*max(in.TOuterMed-in.TOuter, 0)
+	return res + float64(calls)*max(in.TInnerMed-in.TInner, 0) + float64(callees)*max(in.TOuterMed-in.TOuter, 0)
 }
 
 // Flat aggregates every thread's tree by function.
@@ -233,6 +278,8 @@ func (a *Analysis) Flat() []FlatRow {
 				r.Base += n.Base
 				r.Rough += n.Rough
 				r.IN += n.IN
+				r.SysN += n.SysN
+				r.Sys += n.Sys
 				if active[n.Name] == 0 {
 					r.Cum += n.Cum
 				}
@@ -255,6 +302,8 @@ func (a *Analysis) Flat() []FlatRow {
 			r.Base += t.Root.Base
 			r.Cum += t.Root.Base
 			r.Rough += t.Root.Rough
+			r.SysN += t.Root.SysN
+			r.Sys += t.Root.Sys
 		}
 	}
 	out := make([]FlatRow, 0, len(rows))
@@ -281,14 +330,33 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 		fmt.Fprintf(w, " ERR: BASE's error bar, the start-up calibration's spread: calls * %.2f + callees * %.2f (median - minimum of t_I, t_O)\n",
 			max(a.Info.TInnerMed-a.Info.TInner, 0), max(a.Info.TOuterMed-a.Info.TOuter, 0))
 	}
+	if a.Plain > 0 {
+		fmt.Fprintf(w, " residual: calibrated total %d against %.0f for the uninstrumented run's CPU time: %+.2f %s per call; ERR includes calls * %.2f (the uninstrumented run's figure includes its start-up and exit, which the total leaves out)\n",
+			total, a.Plain, a.Residual, a.unit(), math.Abs(a.Residual))
+	}
+	sys := a.Info.HasSys()
+	if sys {
+		fmt.Fprintf(w, " SYS / NSYS: the metric its own system calls took (%s BASE) and their number\n",
+			map[bool]string{true: "part of", false: "not in"}[a.Info.Sys == "in"])
+	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, " %10s %14s %10s %14s %14s %7s  %s\n", "CALLS", "BASE", "ERR", "CUM", "RAW", "%BASE", "NAME")
+	extra := func(r FlatRow) string {
+		if !sys {
+			return ""
+		}
+		return fmt.Sprintf(" %12d %8d", r.Sys, r.SysN)
+	}
+	head := ""
+	if sys {
+		head = fmt.Sprintf(" %12s %8s", "SYS", "NSYS")
+	}
+	fmt.Fprintf(w, " %10s %14s %10s %14s %14s %7s%s  %s\n", "CALLS", "BASE", "ERR", "CUM", "RAW", "%BASE", head, "NAME")
 	for _, r := range a.Flat() {
 		p := 0.0
 		if total > 0 {
 			p = 100 * float64(r.Base) / float64(total)
 		}
-		fmt.Fprintf(w, " %10d %14d %10.0f %14d %14d %7.2f  %s\n", r.Calls, r.Base, r.Err, r.Cum, r.Rough, p, r.Name)
+		fmt.Fprintf(w, " %10d %14d %10.0f %14d %14d %7.2f%s  %s\n", r.Calls, r.Base, r.Err, r.Cum, r.Rough, p, extra(r), r.Name)
 	}
 	return w.Flush()
 }

@@ -196,3 +196,51 @@ func TestLogGenErrorBar(t *testing.T) {
 		}
 	}
 }
+
+// The residual against an uninstrumented run's CPU time: (calibrated
+// total - plain) / calls, counted per call in ERR on top of the start-up
+// spread, printed in log-gen; a metric that is no time is refused.
+func TestResidualErrorBar(t *testing.T) {
+	evs := []Event{{Kind: KindEnter, Fn: 0xa, SP: 1 << 20}}
+	ts := uint64(100)
+	for i := 0; i < 3; i++ {
+		evs = append(evs, Event{Kind: KindEnter, Fn: 0xb, SP: 1<<20 - 32, Early: ts, Late: ts},
+			Event{Kind: KindExit, Fn: 0xb, SP: 1<<20 - 32, Early: ts + 50, Late: ts + 50})
+		ts += 100
+	}
+	evs = append(evs, Event{Kind: KindExit, Fn: 0xa, SP: 1 << 20, Early: ts, Late: ts})
+	p := &Process{Info: Info{PID: 7, Metric: "task-clock", NsPerUnit: 1, TInner: 10, TInnerMed: 12, TOuter: 5, TOuterMed: 6},
+		Names: map[uint64]string{0xa: "main", 0xb: "f"}, Threads: []*Thread{{PID: 7, TID: 7, Events: evs}}}
+	a := Analyze(p)
+	total := a.Total() // main 250 - 10 - 3*5 = 225, f 3 * (50 - 10) = 120
+	if total != 345 {
+		t.Fatalf("total %d, want 345", total)
+	}
+	if err := a.SetPlain(305); err != nil { // 40 over the plain run: 10 per call of 4
+		t.Fatal(err)
+	}
+	if a.Residual != 10 {
+		t.Fatalf("residual %.2f per call, want 10", a.Residual)
+	}
+	rows := map[string]FlatRow{}
+	for _, r := range a.Flat() {
+		rows[r.Name] = r
+	}
+	if rows["f"].Err != 3*10+6 || rows["main"].Err != 10+5 {
+		t.Errorf("ERR: f %.1f (want 3 calls * 10 + 6), main %.1f (want 1 * 10 + 5)", rows["f"].Err, rows["main"].Err)
+	}
+	var buf bytes.Buffer
+	if err := a.WriteLogGen(&buf); err != nil || !bytes.Contains(buf.Bytes(), []byte("residual: calibrated total 345 against 305 ")) ||
+		!bytes.Contains(buf.Bytes(), []byte("+10.00 ns per call")) {
+		t.Errorf("log-gen without the residual: %v\n%s", err, buf.String())
+	}
+	// Over-corrected: the bar is the residual's size.
+	a = Analyze(p)
+	if err := a.SetPlain(385); err != nil || a.Residual != -10 || a.ErrorBar(3, 0) != 3*10+6 {
+		t.Errorf("plain 385: %v, residual %.2f, bar %.1f", err, a.Residual, a.ErrorBar(3, 0))
+	}
+	p.Info.NsPerUnit = 0
+	if err := Analyze(p).SetPlain(305); err == nil {
+		t.Error("a metric that is no time compared with a CPU time")
+	}
+}

@@ -44,7 +44,10 @@ type Node struct {
 	Callees  uint64 // calls made from it
 	Rough    uint64 // metric while it was on top of the stack, uncalibrated
 	DS, IN   uint64 // dispatches, interrupts while it was on top (kmod backend)
-	minima   uint64 // sequence minima taken off its intervals
+	// SysN, Sys: system calls made while it was on top and the metric
+	// they took (Info.Sys "in": part of Rough; "out": not).
+	SysN, Sys uint64
+	minima    uint64 // sequence minima taken off its intervals
 	// Signed is Rough minus the calibration (may be below 0 when the
 	// calibration over-corrects); Base is Signed rounded, at least 0;
 	// Delta = Rough - Base is what calibration removed.
@@ -149,6 +152,8 @@ func (b *builder) charge(e *Event, top *Node, trans int) {
 	top.Rough += d
 	top.DS += uint64(e.DS)
 	top.IN += uint64(e.IN)
+	top.SysN += uint64(e.SysN)
+	top.Sys += e.Sys
 	if trans < 0 || b.prevTrans < 0 || (b.cal.Minima == nil && b.interval == nil) {
 		return
 	}

@@ -444,6 +444,7 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_CPU_HOTPLUG	(1u << 18)	/* tprof and PTT follow CPUs */
 #define PITRACE_FEAT_EXEC_PATH		(1u << 19)	/* MTE_EXEC: the path the kernel found */
 #define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
+#define PITRACE_FEAT_PTT_SYSCALLS	(1u << 21)	/* PTT_INIT's PITRACE_PTT_INIT_SYSCALLS */
 #define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
 #define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
@@ -453,7 +454,8 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_ABI \
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
-	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_CALLSTACK | \
+	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_PTT_SYSCALLS | \
+	 PITRACE_FEAT_CALLSTACK | \
 	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD | \
 	 PITRACE_FEAT_ITRACE_KERNEL | PITRACE_FEAT_ITRACE_BLOCK | \
 	 PITRACE_FEAT_SCHED)
@@ -580,6 +582,18 @@ struct pitrace_bench_arg {
  * and stops updating them.  Areas also stop at thread exit, munmap, close
  * of the file and rmmod.
  *
+ * PTT_INIT with PITRACE_PTT_INIT_SYSCALLS (PITRACE_FEAT_PTT_SYSCALLS) also
+ * measures the system calls of the file's threads (struct pitrace_ptt_sys,
+ * in the area's page): for each metric, sys_time[i] is the part of
+ * accum[i] the thread spent between the sys_enter and sys_exit tracepoints
+ * of its system calls (interrupts and other threads already left out, as
+ * everywhere), and syscalls counts the system calls that reached sys_exit.  The
+ * thread's metric less sys_time is its time outside those windows; the
+ * kernel's entry and exit code around each window (a constant number of
+ * instructions per call) stays in it.  The syscall tracepoints, once
+ * attached for such a file, stay attached until rmmod: every system call
+ * of the machine then passes the module's probe.
+ *
  * Perf counters are per-CPU kernel counters shared by all files that ask
  * for the same (type, config); at most PITRACE_PTT_MAX_SLOTS distinct
  * counters exist at once (EBUSY beyond).  A counter the machine lacks
@@ -589,6 +603,8 @@ struct pitrace_bench_arg {
 #define PITRACE_PTT_MAX_SLOTS	8	/* distinct perf counters, all files */
 #define PITRACE_PTT_TSC		0	/* the time stamp counter (rdtsc in user space) */
 #define PITRACE_PTT_PERF	1	/* a per-CPU perf_event counter (type, config) */
+
+#define PITRACE_PTT_INIT_SYSCALLS	(1u << 0)	/* pitrace_ptt_init.flags: sys_time, syscalls */
 
 #define PITRACE_PTT_MMAP_OFFSET	(1ULL << 47)	/* far beyond PITRACE_MMAP_OFFSET() */
 
@@ -600,7 +616,7 @@ struct pitrace_ptt_metric {
 
 struct pitrace_ptt_init {
 	__u32 nmetrics;		/* 1..PITRACE_PTT_MAX_METRICS */
-	__u32 flags;		/* must be 0 */
+	__u32 flags;		/* PITRACE_PTT_INIT_* */
 	struct pitrace_ptt_metric m[PITRACE_PTT_MAX_METRICS];
 };
 
@@ -616,6 +632,19 @@ struct pitrace_ptt_area {
 	__u64 last[PITRACE_PTT_MAX_METRICS];	/* counters at the last state change */
 	__u64 intr_time[PITRACE_PTT_MAX_METRICS]; /* metric spent in interrupts (excluded) */
 	__u64 live[PITRACE_PTT_MAX_METRICS];	/* ~0: TSC, add rdtsc() - last; 0: perf */
+};
+
+/*
+ * PITRACE_PTT_INIT_SYSCALLS: in the same page, at PITRACE_PTT_SYS_OFFSET
+ * (zero otherwise, and from modules without PITRACE_FEAT_PTT_SYSCALLS).
+ * Changed only in the thread's own system calls, so the thread reads it
+ * without the sequence count; PTT_READ's snapshot does not carry it.
+ */
+#define PITRACE_PTT_SYS_OFFSET	2048
+struct pitrace_ptt_sys {
+	__u32 sys_on;		/* 1: the fields below are kept */
+	__u32 syscalls;		/* system calls ended (sys_exit) */
+	__u64 sys_time[PITRACE_PTT_MAX_METRICS]; /* of accum: inside system calls */
 };
 
 /*
@@ -641,6 +670,7 @@ struct pitrace_ptt_area {
 #define PITRACE_PTT_HOOK_THERMAL	(1u << 10)	/* thermal_apic_entry/exit */
 #define PITRACE_PTT_HOOK_THRESHOLD	(1u << 11)	/* threshold_apic_entry/exit */
 #define PITRACE_PTT_HOOK_DEFERRED	(1u << 12)	/* deferred_error_apic_entry/exit */
+#define PITRACE_PTT_HOOK_SYSCALL	(1u << 13)	/* sys_enter/exit (PITRACE_PTT_INIT_SYSCALLS) */
 
 #define PITRACE_PTT_STATUS_CPUS	64
 

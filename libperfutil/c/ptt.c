@@ -677,11 +677,16 @@ static int is_task_clock(const struct metric *m)
 	return m->type == PERF_TYPE_SOFTWARE && m->config == PERF_COUNT_SW_TASK_CLOCK && !m->tsc;
 }
 
+/* PttInitFlags' flags for the call under way (mu held). */
+static unsigned init_flags;
+
 static int kmod_ptt_init(int fd, const struct metric **ms, int n)
 {
 	struct pitrace_ptt_init in;
 	memset(&in, 0, sizeof in);
 	in.nmetrics = (uint32_t)n;
+	if (init_flags & PTT_SYSCALL_TIMES)
+		in.flags = PITRACE_PTT_INIT_SYSCALLS;
 	for (int i = 0; i < n; i++) {
 		in.m[i].kind = ms[i]->tsc ? PITRACE_PTT_TSC : PITRACE_PTT_PERF;
 		in.m[i].type = ms[i]->tsc ? 0 : ms[i]->type;
@@ -710,6 +715,11 @@ static int init_kmod_locked(int fd, const struct metric **ms, int n, int forced)
 				    "(or PERFINSP_BACKEND=daemon for task-clock)");
 		}
 	int err = kmod_ptt_init(fd, ms, n);
+	if (err == EINVAL && (init_flags & PTT_SYSCALL_TIMES) && !(si.features & PITRACE_FEAT_PTT_SYSCALLS)) {
+		close(fd);
+		return fail(PTT_ENOBACKEND, "the loaded pitrace module does not measure system calls in PTT: load the module "
+			    "built from the same source tree");
+	}
 	if (!err) {
 		kfd = fd;
 		for (int i = 0; i < n; i++) {
@@ -796,6 +806,13 @@ static void register_atfork(void)
 
 int PttInit(const char **names, int n)
 {
+	return PttInitFlags(names, n, 0);
+}
+
+int PttInitFlags(const char **names, int n, unsigned flags)
+{
+	if (flags & ~(unsigned)PTT_SYSCALL_TIMES)
+		return fail(PTT_EINVAL, "PttInitFlags: unknown flags %#x", flags & ~(unsigned)PTT_SYSCALL_TIMES);
 	if (!names || n < 1)
 		return fail(PTT_EINVAL, "PttInit: need 1 to %d metric names", PTT_MAX_METRICS);
 	if (n > PTT_MAX_METRICS)
@@ -840,7 +857,9 @@ int PttInit(const char **names, int n)
 		int fd = open(PITRACE_DEVICE, O_RDWR | O_CLOEXEC);
 		int err = errno;
 		if (fd >= 0) {
-			int rc = init_kmod_locked(fd, ms, n, force_kmod);
+			init_flags = flags;
+			int rc = init_kmod_locked(fd, ms, n, force_kmod || (flags & PTT_SYSCALL_TIMES));
+			init_flags = 0;
 			if (rc != KMOD_NO_PTT) {
 				pthread_mutex_unlock(&mu);
 				return rc;
@@ -853,6 +872,10 @@ int PttInit(const char **names, int n)
 		} else {
 			snprintf(why, sizeof why, "%s: %s", PITRACE_DEVICE, err == ENOENT ? "module not loaded" : strerror(err));
 		}
+	}
+	if (flags & PTT_SYSCALL_TIMES) {
+		pthread_mutex_unlock(&mu);
+		return fail(PTT_ENOBACKEND, "system-call times need the pitrace module (%s)", why);
 	}
 	for (int i = 0; i < n; i++)
 		if (ms[i]->tsc) {

@@ -320,7 +320,7 @@ func TestSizeSchemeMatchesMirrors(t *testing.T) {
 		t.Errorf("PITRACE_MAJORS_SIZE_V1 %d, stack_depth at %d, Go StackDepth at %d", v["PITRACE_MAJORS_SIZE_V1"], v["offsetof pitrace_majors.stack_depth"], f.Offset)
 	}
 	abi := uint64(0)
-	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC", "PITRACE_FEAT_CALLSTACK",
+	for _, b := range []string{"PITRACE_FEAT_SIZED_IOCTL", "PITRACE_FEAT_PTT_INHERIT", "PITRACE_FEAT_CPU_HOTPLUG", "PITRACE_FEAT_EXEC_PATH", "PITRACE_FEAT_BUF_FULL_REC", "PITRACE_FEAT_PTT_SYSCALLS", "PITRACE_FEAT_CALLSTACK",
 		"PITRACE_FEAT_ITRACE", "PITRACE_FEAT_JIT", "PITRACE_FEAT_METHOD", "PITRACE_FEAT_ITRACE_KERNEL", "PITRACE_FEAT_ITRACE_BLOCK", "PITRACE_FEAT_SCHED"} {
 		f := v[b]
 		if f == 0 || f&(f-1) != 0 || f < 1<<16 || abi&f != 0 {

@@ -139,8 +139,20 @@ func check(c *cli.Context) error {
 	sort.Slice(names, func(i, j int) bool { return minima[names[i]].Rough > minima[names[j]].Rough })
 	fmt.Printf("  hookit check: metric %s (backend %s), t_I %.2f t_O %.2f; %s; tolerance max(%.2f %%, %.1f per call); %s must pass\n",
 		p.Info.Metric, p.Info.Backend, p.Info.TInner, p.Info.TOuter, envNote, c.Float64("pct"), c.Float64("per-call"), c.String("cal"))
-	fmt.Printf("  %-12s %9s %9s %11s %11s %11s %11s %11s %9s %9s %9s %9s  %s\n", "NAME", "CALLS", "CG CALLS", "REFERENCE",
-		"MIN-ENV", "MINIMA", "STARTUP", "RAW", "ERR/CALL", "(MINIMA)", "(STARTUP)", "(RAW)", "")
+	sysCols := func(r callflow.FlatRow) string { return "" }
+	sysHead := ""
+	if p.Info.HasSys() {
+		in := "not in"
+		if p.Info.Sys == "in" {
+			in = "part of"
+		}
+		fmt.Printf("  SYS / NSYS: the metric of each function's own system calls (%s its figures; %.0f per call of kernel entry and exit code included) and their number\n",
+			in, p.Info.SysGlue)
+		sysHead = fmt.Sprintf(" %11s %7s", "SYS", "NSYS")
+		sysCols = func(r callflow.FlatRow) string { return fmt.Sprintf(" %11d %7d", r.Sys, r.SysN) }
+	}
+	fmt.Printf("  %-12s %9s %9s %11s %11s %11s %11s %11s %9s %9s %9s %9s%s  %s\n", "NAME", "CALLS", "CG CALLS", "REFERENCE",
+		"MIN-ENV", "MINIMA", "STARTUP", "RAW", "ERR/CALL", "(MINIMA)", "(STARTUP)", "(RAW)", sysHead, "")
 	bad, interrupted := 0, 0
 	for _, n := range names {
 		r := ref[n]
@@ -177,9 +189,9 @@ func check(c *cli.Context) error {
 		if verdict != "ok" {
 			bad++
 		}
-		fmt.Printf("  %-12s %9d %9d %11d %11d %11d %11d %11d %9.2f %9.2f %9.2f %9.2f  %s\n", n, row.Calls, refCalls, refIr,
+		fmt.Printf("  %-12s %9d %9d %11d %11d %11d %11d %11d %9.2f %9.2f %9.2f %9.2f%s  %s\n", n, row.Calls, refCalls, refIr,
 			withEnv[n].Base, minima[n].Base, startup[n].Base, minima[n].Rough, e(must[n].Base), e(minima[n].Base), e(startup[n].Base),
-			e(minima[n].Rough), verdict)
+			e(minima[n].Rough), sysCols(row), verdict)
 	}
 	if bad > 0 {
 		if interrupted > 0 {

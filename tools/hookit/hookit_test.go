@@ -247,6 +247,11 @@ func checkReportsAgree(t *testing.T, dir string, a *callflow.Analysis) {
 			t.Errorf("%s total %d != tree total %d", name, v, total)
 		}
 	}
+	// System-call figures come from the module only (metric tsc or tsc-user).
+	if a.Info.Backend != "kmod" && (a.Info.Sys != "none" || bytes.Contains(read("log-gen"), []byte(" NSYS "))) {
+		t.Errorf("backend %s, metric %s: info sys=%q, log-gen with a SYS column: system-call figures where none were measured",
+			a.Info.Backend, a.Info.Metric, a.Info.Sys)
+	}
 	if !bytes.Contains(read("callflow.trace.json"), []byte(`"ph":"B"`)) {
 		t.Error("the Chrome trace has no begin events")
 	}

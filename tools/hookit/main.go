@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -35,10 +36,11 @@ func main() {
 				&cli.StringFlag{Name: "minima", Usage: "load trained sequence minima from `FILE` (written by --train with the same metric) and calibrate with them merged with this run's (per key the lower); implies --cal minima with the file's key width"},
 				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (PI's paper §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
 				&cli.BoolFlag{Name: "chrome", Usage: "also write callflow.trace.json: every call as a slice on a wall-clock timeline (Chrome trace-event JSON for ui.perfetto.dev; about 160 bytes per call)"},
+				&cli.StringFlag{Name: "plain-cpu", Usage: "the CPU time (user + system) of the same work run uninstrumented (`DURATION`, e.g. 55.2ms or 55200000ns; hookit plain measures it): log-gen then gives the residual per call and counts it in ERR"},
 				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
-		}, checkCommand},
+		}, checkCommand, plainCommand},
 	}
 	cliutil.Apply(app)
 	os.Exit(cliutil.Run(app, os.Args))
@@ -114,6 +116,18 @@ func report(c *cli.Context) error {
 			cal := a.Cal
 			cal.Minima.Env = env
 			a = callflow.AnalyzeWith(p, cal)
+		}
+		if s := c.String("plain-cpu"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("--plain-cpu %q: give a duration such as 55.2ms", s)
+			}
+			if len(procs) > 1 {
+				return fmt.Errorf("--plain-cpu: %d processes in %s; the uninstrumented run's CPU time compares with one", len(procs), in)
+			}
+			if err := a.SetPlain(float64(d.Nanoseconds())); err != nil {
+				return fmt.Errorf("--plain-cpu: %w", err)
+			}
 		}
 		suffix := ""
 		if len(procs) > 1 {

@@ -60,6 +60,8 @@ struct hk_thread {
 	uint64_t sched;       /* hk_sched_mark() at the last anchor */
 	/* (the first cache line ends here) */
 	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
+	uint32_t nsys;        /* system calls at the end of the last event (hk_sys) */
+	uint64_t sys_time;    /* the metric in system calls then */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
@@ -78,6 +80,15 @@ static volatile int hk_ready;
 /* The PTT backend is the module: dispatches and interrupts are in the
  * thread's work area. */
 static int hk_dsin;
+/* The module measures the thread's system calls (struct pitrace_ptt_sys in
+ * its work area): metric tsc-user, and tsc where the module can. */
+static int hk_sys;
+/* The kernel's work per system call outside the module's sys_enter ..
+ * sys_exit window (its entry and exit code), measured at start-up
+ * (calibrate_sys), in metric units. */
+static uint64_t hk_sys_glue;
+/* The metric is tsc-user: the TSC less the thread's system calls. */
+static int hk_user;
 static volatile int hk_on = 1;
 static char hk_dir[4096] = ".";
 /* hk_dir, opened once and checked (hk_open_dir): every file goes in it by
@@ -223,6 +234,29 @@ HK_NOINSTR static uint64_t read_ptt(void)
 	struct PttThreadState *s = PttSelf;
 
 	return s->read1(s);
+}
+
+/* The calling thread's system-call figures in its work area, or NULL. */
+HK_NOINSTR static inline const volatile struct pitrace_ptt_sys *hk_sys_area(void)
+{
+	const volatile char *page = PttSelf->c[0].page;
+
+	return page ? (const volatile struct pitrace_ptt_sys *)(page + PITRACE_PTT_SYS_OFFSET) : NULL;
+}
+
+/* tsc-user: the thread's TSC less its system calls (the module's windows
+ * and the calibrated kernel code around each). The system-call figures
+ * change only inside the thread's own system calls: read in user mode,
+ * they are still. */
+HK_NOINSTR static uint64_t read_ptt_user(void)
+{
+	struct PttThreadState *s = PttSelf;
+	uint64_t v = s->read1(s);
+	const volatile struct pitrace_ptt_sys *sy = hk_sys_area();
+
+	if (sy)
+		v -= sy->sys_time[0] + hk_sys_glue * sy->syscalls;
+	return v;
 }
 
 HK_NOINSTR static uint64_t read_tsc(void)
@@ -500,8 +534,15 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 		return NULL;
 	}
-	/* Room for a sync, a marker, a sync, the event and the end; the
-	 * buffer's write is inside this hook: between the reads, not charged. */
+	/* The thread's system calls before this hook makes any of its own
+	 * (a buffer written): those in the interval this event ends. */
+	const volatile struct pitrace_ptt_sys *sy = hk_sys ? hk_sys_area() : NULL;
+	uint32_t nsys = sy ? sy->syscalls : 0;
+	uint64_t ksys = sy ? sy->sys_time[0] : 0;
+
+	/* Room for a sync, a marker, a sync, the event, a DSIN, a SYS, a
+	 * wall-clock anchor and the end; the buffer's write is inside this
+	 * hook: between the reads, not charged. */
 	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
 		slow = 1;
 		if (flush_buffer(t) != 0) {
@@ -543,6 +584,14 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->ds = ds;
 		t->in = in;
 	}
+	if (sy && __builtin_expect(nsys != t->nsys && !t->need_sync, 0)) {
+		slow = 1;
+		struct hk_rec *r = &t->win[t->pos++];
+
+		r->d = ksys - t->sys_time + hk_sys_glue * (nsys - t->nsys);
+		hk_barrier();
+		r->tag = ((uint64_t)HK_SYS << HK_KIND_SHIFT) | (nsys - t->nsys);
+	}
 	/* The wall clock (CLOCK_MONOTONIC) at this event's early read, where
 	 * the metric may have drifted from it: the thread's first event, each
 	 * buffer, and after the thread was scheduled out and in (time metrics
@@ -560,6 +609,10 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		slow = 1;
 	}
 	hk_put(t, tag, (uint64_t)sp, early);
+	if (sy) { /* after the hook's own (a buffer written): charged to no one */
+		t->nsys = sy->syscalls;
+		t->sys_time = sy->sys_time[0];
+	}
 	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 	if (slow)
 		return &t->last_late;
@@ -735,6 +788,74 @@ HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int), void (*
 	c->t_outer_med = outer[NBATCH / 2] > plain[NBATCH / 2] ? outer[NBATCH / 2] - plain[NBATCH / 2] : 0;
 }
 
+/*
+ * The kernel's work per system call outside the module's window (its
+ * entry code up to sys_enter, its exit code after sys_exit): batches of
+ * getppid through the syscall instruction against the same code with a
+ * nop in its place, the same number of user instructions; the difference
+ * is the whole system call, less the module's window. The minimum of the
+ * batch averages (an interrupt's or a dispatch's way in and out only adds).
+ * Under QEMU -icount it is a constant number of instructions.
+ */
+HK_NOINSTR __attribute__((noinline)) static void hk_sys_one(void)
+{
+	long r;
+
+	__asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_getppid) : "rcx", "r11", "memory");
+}
+
+HK_NOINSTR __attribute__((noinline)) static void hk_nosys_one(void)
+{
+	long r;
+
+	__asm__ volatile("nop" : "=a"(r) : "0"((long)SYS_getppid) : "rcx", "r11", "memory");
+}
+
+HK_NOINSTR __attribute__((noinline)) static uint64_t hk_sys_batch(void (*volatile f)(void), int n,
+								   const volatile struct pitrace_ptt_sys *sy, uint32_t *calls,
+								   uint64_t *ktime)
+{
+	struct PttThreadState *s = PttSelf;
+	uint32_t n0 = sy->syscalls;
+	uint64_t k0 = sy->sys_time[0];
+	uint64_t t0 = s->read1(s);
+
+	for (int i = 0; i < n; i++)
+		f();
+	uint64_t t1 = s->read1(s);
+
+	*calls = sy->syscalls - n0;
+	*ktime = sy->sys_time[0] - k0;
+	return t1 - t0;
+}
+
+HK_NOINSTR static uint64_t calibrate_sys(void)
+{
+	enum { WARM = 20, BATCH = 20, NBATCH = 50 };
+	const volatile struct pitrace_ptt_sys *sy;
+	double best = -1;
+	uint32_t calls;
+	uint64_t k;
+
+	if (PttThreadInit() != 0 || !(sy = hk_sys_area()) || !sy->sys_on)
+		return 0;
+	hk_sys_batch(hk_sys_one, WARM, sy, &calls, &k);
+	hk_sys_batch(hk_nosys_one, WARM, sy, &calls, &k);
+	for (int b = 0; b < NBATCH; b++) {
+		uint64_t with = hk_sys_batch(hk_sys_one, BATCH, sy, &calls, &k);
+		uint32_t c2;
+		uint64_t k2, without = hk_sys_batch(hk_nosys_one, BATCH, sy, &c2, &k2);
+
+		if (calls != BATCH || c2 != 0 || with < without + k)
+			continue;
+		double g = (double)(with - without - k) / BATCH;
+
+		if (best < 0 || g < best)
+			best = g;
+	}
+	return best > 0 ? (uint64_t)(best + 0.5) : 0;
+}
+
 /* ---- the process files: info and maps ---- */
 
 HK_NOINSTR static void copy_maps(void)
@@ -776,10 +897,12 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 		     "t_inner=%.3f\nt_outer=%.3f\nt_inner_median=%.3f\nt_outer_median=%.3f\n"
 		     "dsin=%s\n"
 		     "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n"
-		     "reads=%d\nns_per_unit=%.9f\nt_plain=%.3f\nt_plain_api=%.3f\n",
+		     "reads=%d\nns_per_unit=%.9f\nt_plain=%.3f\nt_plain_api=%.3f\n"
+		     "sys=%s\nsys_glue=%llu\n",
 		     HK_VERSION, (int)hk_pid, exe, hk_metric, backend, c->t_inner, c->t_outer, c->t_inner_med,
 		     c->t_outer_med, hk_dsin ? "kmod" : "none", api->t_inner, api->t_outer, api->t_inner_med,
-		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit, c->t_plain, api->t_plain);
+		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit, c->t_plain, api->t_plain,
+		     !hk_sys ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_sys_glue);
 	if (k > 0 && write(fd, buf, (size_t)(k < (int)sizeof(buf) ? k : (int)sizeof(buf) - 1)) < 0)
 		perror("hookit: writing the info file");
 	close(fd);
@@ -1155,9 +1278,17 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		if (tsc_rate() == 0)
 			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
 	} else {
-		const char *ms[1] = {hk_metric};
-		int rc = PttInit(ms, 1);
+		/* tsc-user: tsc with the module's system-call figures taken
+		 * off; tsc has them too where the module gives them (SYS). */
+		hk_user = !strcmp(hk_metric, "tsc-user");
+		const char *ms[1] = {hk_user ? "tsc" : hk_metric};
+		int want_sys = hk_user || !strcmp(hk_metric, "tsc");
+		int rc = PttInitFlags(ms, 1, want_sys ? PTT_SYSCALL_TIMES : 0);
 
+		if (rc && want_sys && !hk_user)
+			rc = PttInit(ms, 1); /* an older module: tsc without SYS */
+		else
+			hk_sys = want_sys && !rc;
 		if (rc) {
 			snprintf(hk_err, sizeof(hk_err), "metric %s: %s (try metric task-clock or rdtsc)", hk_metric,
 				 PttStrerror(rc));
@@ -1175,8 +1306,12 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 			hk_read_kind = 2;
 			hk_sched_kind = 3;
 		}
-		if (hk_dsin && !strcmp(hk_metric, "tsc") && tsc_rate() == 0)
+		if (hk_dsin && !strcmp(ms[0], "tsc") && tsc_rate() == 0)
 			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
+		if (hk_sys)
+			hk_sys_glue = calibrate_sys();
+		if (hk_user)
+			hk_read = read_ptt_user;
 	}
 	snprintf(path, sizeof(path), "hookit-%d.names", (int)hk_pid);
 	hk_names_fd = hk_create(path, O_WRONLY | O_APPEND);

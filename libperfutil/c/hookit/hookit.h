@@ -29,6 +29,12 @@
  * dispatches | interrupts << 32} comes before an event when the thread was
  * dispatched or interrupted since the previous event (the counts of the
  * thread's PTT work area): they happened in the interval the event ends.
+ * Where the module measures the thread's system calls (info file: sys=in
+ * or sys=out) a record {HK_SYS << 56 | calls, metric} comes before an
+ * event when the thread made system calls in the interval the event ends:
+ * their number and the metric they took (the module's windows plus the
+ * calibrated kernel code around each, sys_glue), which the interval holds
+ * (sys=in: metric tsc) or does not (sys=out: metric tsc-user).
  * A record {HK_WALL << 56, CLOCK_MONOTONIC ns} comes before an event whose
  * early read it dates: a thread's first event, the first of each buffer,
  * and the first after the thread was scheduled out and in. Between two,
@@ -70,6 +76,7 @@ enum {
 	HK_SYNC = 6,   /* absolute values (two records) */
 	HK_DSIN = 7,   /* dispatches | interrupts << 32 since the last one */
 	HK_WALL = 8,   /* the wall clock (CLOCK_MONOTONIC ns) at the next event's early read */
+	HK_SYS = 9,    /* system calls (tag's low 32 bits) and their metric since the last one */
 };
 
 enum {

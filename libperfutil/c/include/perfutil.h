@@ -94,6 +94,13 @@ extern __thread struct PttThreadState *PttSelf;
  * metrics need a hardware PMU (PTT_ENOPMU). $PERFINSP_BACKEND=kmod|daemon
  * forces a backend, auto (or unset) takes kmod when /dev/pitrace opens. */
 int PttInit(const char **metrics, int n);
+/* PttInit with flags: PTT_SYSCALL_TIMES (the pitrace module only, else
+ * PTT_ENOBACKEND) also has the module measure each thread's system calls
+ * (struct pitrace_ptt_sys in the thread's work area, kmod/uapi/pitrace.h:
+ * the part of each metric spent between sys_enter and sys_exit, and the
+ * number of calls). */
+#define PTT_SYSCALL_TIMES 1u
+int PttInitFlags(const char **metrics, int n, unsigned flags);
 /* Release every thread's counters. */
 int PttTerminate(void);
 /* Open the calling thread's counters now (otherwise done by its first read). */

@@ -105,6 +105,14 @@ static void test_bad_input(void)
 	CHECK(rc == PTT_ENOBACKEND && strstr(PttStrerror(rc), "tsc needs the pitrace module"),
 	      "tsc on the daemon backend: %d %s", rc, PttStrerror(rc));
 	printf("ok   tsc with PERFINSP_BACKEND=daemon: %s\n", PttStrerror(rc));
+	const char *tclk[] = {"task-clock"};
+	rc = PttInitFlags(tclk, 1, PTT_SYSCALL_TIMES);
+	CHECK(rc == PTT_ENOBACKEND && strstr(PttStrerror(rc), "system-call times need the pitrace module"),
+	      "system-call times on the daemon backend: %d %s", rc, PttStrerror(rc));
+	printf("ok   PTT_SYSCALL_TIMES with PERFINSP_BACKEND=daemon: %s\n", PttStrerror(rc));
+	rc = PttInitFlags(tclk, 1, 0x80);
+	CHECK(rc == PTT_EINVAL && strstr(PttStrerror(rc), "unknown flags"), "PttInitFlags(0x80): %d %s", rc, PttStrerror(rc));
+	printf("ok   unknown flags: %s\n", PttStrerror(rc));
 	if (stat("/dev/pitrace", &st) == 0) {
 		printf("SKIP backend kmod and auto without the module: /dev/pitrace exists\n");
 	} else {

@@ -25,6 +25,8 @@ func Values() map[string]uint64 {
 		"offsetof hk_rec.d":     uint64(C.offsetof_d),
 		"HK_SYNC":               uint64(C.HK_SYNC),
 		"HK_DSIN":               uint64(C.HK_DSIN),
+		"HK_SYS":                uint64(C.HK_SYS),
+		"HK_WALL":               uint64(C.HK_WALL),
 		"HK_HOOK_SHIFT":         uint64(C.HK_HOOK_SHIFT),
 		"HK_SPD_SHIFT":          uint64(C.HK_SPD_SHIFT),
 		"HK_END":                uint64(C.HK_END),
