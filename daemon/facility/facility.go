@@ -866,10 +866,38 @@ func (f *Facility) Free() error {
 	return err
 }
 
-// Hook writes a user record into cpu's trace buffer at time t.
-func (f *Facility) Hook(cpu int, t uint64, major uint16, minor uint32, words []uint32, str string) error {
+// Writer is who a record written into the trace comes from (the
+// connection's credentials): only the user holding the trace, or root, may
+// add records to it.
+type Writer struct {
+	UID  int
+	Root bool
+}
+
+// mayWriteLocked refuses a writer who is neither the trace's holder nor
+// root.
+func (f *Facility) mayWriteLocked(w Writer) error {
+	if w.Root || f.owner < 0 || f.owner == w.UID {
+		return nil
+	}
+	return control.Errorf(control.ErrNotOwner, "the trace being recorded belongs to uid %d: only that user (or root) may add records to it", f.owner)
+}
+
+// MayWrite reports whether w may add records to the trace now (a first
+// check for a request of many records; each write checks again).
+func (f *Facility) MayWrite(w Writer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.mayWriteLocked(w)
+}
+
+// Hook writes a user record from w into cpu's trace buffer at time t.
+func (f *Facility) Hook(w Writer, cpu int, t uint64, major uint16, minor uint32, words []uint32, str string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.mayWriteLocked(w); err != nil {
+		return err
+	}
 	if f.state != control.StateOn {
 		return errors.New("tracing is not on")
 	}

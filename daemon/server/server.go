@@ -627,7 +627,7 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
-		return nil, f.Hook(a.CPU, a.Time, a.Major, a.Minor, a.Words, a.Str)
+		return nil, f.Hook(facility.Writer{UID: r.UID, Root: r.Root()}, a.CPU, a.Time, a.Major, a.Minor, a.Words, a.Str)
 	case daemonproto.OpShutdown:
 		if !r.Root() && !(s.User && r.UID == os.Getuid()) {
 			return nil, control.Errorf(control.ErrRootOnly, "only root may shut the daemon down")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"perfinsp/daemon/facility"
+	"perfinsp/daemon/kevents"
 	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/control"
 )
@@ -62,5 +63,59 @@ func TestLogSafe(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("LogSafe(%q) = %q: no %q", in, out, want)
 		}
+	}
+}
+
+// noSource stands for the kernel event sources (the ops are tested, not
+// perf).
+type noSource struct{}
+
+func (noSource) Stop() error { return nil }
+
+func fakeServer() *Server {
+	f := facility.New()
+	f.StartSource = func(kevents.Options, facility.Sink) (facility.Source, error) { return noSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return nil }
+	return &Server{Fac: f}
+}
+
+func call(t *testing.T, s *Server, uid int, op string, args any) error {
+	t.Helper()
+	var raw json.RawMessage
+	if args != nil {
+		raw, _ = json.Marshal(args)
+	}
+	_, err := s.dispatch(&Request{Peer: Peer{UID: uid, PID: 1}, Args: raw}, op)
+	return err
+}
+
+// A hook record goes only into the caller's own trace: another member's is
+// refused naming the holder, the holder's and root's are written.
+func TestHookOnlyIntoOwnTrace(t *testing.T) {
+	s := fakeServer()
+	const holder, other = 1000, 1001
+	if err := call(t, s, holder, daemonproto.OpInit, daemonproto.InitArgs{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, s, holder, daemonproto.OpOn, nil); err != nil {
+		t.Fatal(err)
+	}
+	hook := daemonproto.HookArgs{Major: 0x100, Minor: 1, Words: []uint32{7}}
+	if err := call(t, s, other, daemonproto.OpHook, hook); !errors.Is(err, control.ErrNotOwner) || !strings.Contains(err.Error(), "uid 1000") {
+		t.Fatalf("uid %d's hook into uid %d's trace: %v, want refused naming the holder", other, holder, err)
+	}
+	for _, uid := range []int{holder, 0} {
+		if err := call(t, s, uid, daemonproto.OpHook, hook); err != nil {
+			t.Fatalf("uid %d's hook into uid %d's trace: %v", uid, holder, err)
+		}
+	}
+	st, _ := s.Fac.Info()
+	var recs uint64
+	for _, c := range st.CPUs {
+		recs += c.Records
+	}
+	// 2 hooks, plus SYS_INFO and a TRACE_ON per CPU
+	if want := uint64(2 + 1 + len(st.CPUs)); recs != want {
+		t.Fatalf("%d records in the trace, want %d (the holder's and root's hooks)", recs, want)
 	}
 }

@@ -83,6 +83,8 @@ func attack(role string, args []string) error {
 		return attackPartial()
 	case "silent":
 		return attackSilent()
+	case "jprof":
+		return attackJProf(args[0])
 	}
 	return fmt.Errorf("unknown attack %q", role)
 }
