@@ -73,6 +73,7 @@ type Facility struct {
 	cfg      control.Config
 	mode     int
 	contFile string    // the stream file's name as the client gave it (a label: never opened here)
+	contUID  int       // the holder when contFile was set: only they (and root) see it
 	owner    int       // uid that holds the facility: configured it, turned it on (-1: none)
 	touched  time.Time // the owner's last configuring op
 	reserved bool      // configured, not turned on yet: kept for the owner for ReserveTimeout
@@ -130,6 +131,7 @@ func New() *Facility {
 	f := &Facility{
 		state:   control.StateFree,
 		owner:   -1,
+		contUID: -1,
 		mode:    control.ModeNormal,
 		rateHz:  control.DefaultRateHz,
 		enabled: map[uint16]bool{trace.MajorSys: true, trace.MajorMTE: true, trace.MajorTprof: true},
@@ -298,6 +300,7 @@ func (f *Facility) SetMode(mode int, contFile string) error {
 	}
 	f.mode = mode
 	f.contFile = contFile
+	f.contUID = f.owner
 	if f.state != control.StateFree {
 		return f.initLocked(f.cfg)
 	}
@@ -810,10 +813,27 @@ func copyTrace(w, from *os.File) error {
 	return w.Sync()
 }
 
-// Info reports the facility's state.
+// Info reports the facility's state, all of it (as root sees it).
 func (f *Facility) Info() (*control.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.infoLocked(), nil
+}
+
+// InfoFor reports the facility's state as user uid may see it: the name of
+// the stream file (a path of the user who named it) only to that user while
+// they hold the facility, and to root.
+func (f *Facility) InfoFor(uid int, root bool) (*control.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.infoLocked()
+	if !root && (uid != f.owner || uid != f.contUID) {
+		st.ContFile = ""
+	}
+	return st, nil
+}
+
+func (f *Facility) infoLocked() *control.Status {
 	st := &control.Status{
 		Backend:      "daemon",
 		State:        f.state,
@@ -845,7 +865,7 @@ func (f *Facility) Info() (*control.Status, error) {
 			st.CPUs = append(st.CPUs, control.CPUStatus{CPU: cpu, Records: ts.Records, Lost: ts.Lost, MTERecords: ms.Records, MTELost: ms.Lost, Used: ts.Used, MTEUsed: ms.Used, Full: ts.Full || ms.Full})
 		}
 	}
-	return st, nil
+	return st
 }
 
 // Free releases the buffers. Tracing is stopped first if it is on.

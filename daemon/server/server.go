@@ -616,7 +616,7 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		}
 		return nil, f.Get(file)
 	case daemonproto.OpInfo:
-		return f.Info()
+		return f.InfoFor(r.UID, r.Root())
 	case daemonproto.OpFree:
 		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err

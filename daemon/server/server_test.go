@@ -119,3 +119,38 @@ func TestHookOnlyIntoOwnTrace(t *testing.T) {
 		t.Fatalf("%d records in the trace, want %d (the holder's and root's hooks)", recs, want)
 	}
 }
+
+// The stream file's name (a path of the user who named it) is shown by
+// info only to that user while they hold the facility, and to root: not
+// to another member, nor to the next holder.
+func TestInfoHidesStreamFile(t *testing.T) {
+	s := fakeServer()
+	const holder, other = 1000, 1001
+	const name = "/home/u1000/project-x/stream.nrm2"
+	if err := call(t, s, holder, daemonproto.OpMode, daemonproto.ModeArgs{Mode: control.ModeWrap, File: name}); err != nil {
+		t.Fatal(err)
+	}
+	sees := func(uid int, want bool) {
+		t.Helper()
+		res, err := s.dispatch(&Request{Peer: Peer{UID: uid, PID: 1}}, daemonproto.OpInfo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(res)
+		if got := strings.Contains(string(b), "project-x"); got != want {
+			t.Fatalf("uid %d sees the stream file's name: %v, want %v: %s", uid, got, want, b)
+		}
+	}
+	sees(holder, true)
+	sees(0, true)
+	sees(other, false)
+	if err := call(t, s, holder, daemonproto.OpFree, nil); err != nil {
+		t.Fatal(err)
+	}
+	sees(holder, false) // nobody holds the facility
+	if err := call(t, s, other, daemonproto.OpRate, daemonproto.RateArgs{Hz: 500}); err != nil {
+		t.Fatal(err)
+	}
+	sees(other, false) // the next holder did not name it
+	sees(0, true)
+}

@@ -1,13 +1,16 @@
 package main
 
 // Records written into a running trace (hooks, the JVMTI agent's JProf
-// records, its binary stream), against a member of the daemon's --group
-// and a plain user: only the trace's holder (or root) adds records to it.
+// records, its binary stream) and what info shows of it, against a member
+// of the daemon's --group and a plain user: only the trace's holder (or
+// root) adds records to it, and only the holder (and root) sees the name
+// of its stream file.
 
 import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -138,4 +141,51 @@ func TestRecordsOnlyIntoOwnTrace(t *testing.T) {
 	if hooks[4] || strings.Join(methods, ",") != "Holder.records,Holder.stream" {
 		t.Fatalf("the member's trace: hooks %v (want none of the other member's), JIT methods %q (want its own two)", hooks, methods)
 	}
+}
+
+// TestInfoHidesOthersStreamFile: the name of a member's stream file (a
+// path of theirs) is shown by info to that member and to root, not to
+// another member; the next user to hold the facility is told to name a
+// file of their own.
+func TestInfoHidesOthersStreamFile(t *testing.T) {
+	s := setupSec(t)
+	dir := filepath.Join(s.pub, "project-x")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65533, s.gid); err != nil {
+		t.Fatal(err)
+	}
+	stream := filepath.Join(dir, "stream.nrm2")
+	for _, args := range [][]string{{"mode", "cont", "-f", stream}, {"init", "-t", "256K", "-m", "256K"}, {"on"}} {
+		if out, code := s.other(args...); code != 0 {
+			t.Fatalf("swtrace %v as the other member: exit %d\n%s", args, code, out)
+		}
+	}
+	if out, _ := s.other("info"); !strings.Contains(out, stream) {
+		t.Fatalf("the holder's info does not name its stream file:\n%s", out)
+	}
+	if out := s.Sw("info"); !strings.Contains(out, stream) {
+		t.Fatalf("root's info does not name the stream file:\n%s", out)
+	}
+	out := s.memberOK("info")
+	if strings.Contains(out, "project-x") {
+		t.Fatalf("another member's info names the holder's stream file:\n%s", out)
+	}
+	if !strings.Contains(out, "65533") {
+		t.Fatalf("another member's info does not say who holds the trace:\n%s", out)
+	}
+	for _, args := range [][]string{{"off"}, {"get", stream}, {"free"}} {
+		if out, code := s.other(args...); code != 0 {
+			t.Fatalf("swtrace %v as the other member: exit %d\n%s", args, code, out)
+		}
+	}
+	// The next user to hold the facility names a stream file of their own.
+	s.mustFail("swtrace mode cont -f FILE", "on")
+	s.memberOK("mode", "cont", "-f", "mine.nrm2")
+	s.memberOK("on")
+	if out := s.memberOK("info"); !strings.Contains(out, filepath.Join(s.pub, "mine.nrm2")) {
+		t.Fatalf("the member's info does not name its own stream file:\n%s", out)
+	}
+	s.memberOK("off")
 }
