@@ -194,6 +194,19 @@ func (f *Facility) Claim(uid int, root bool) error {
 	return nil
 }
 
+// BufferBytes is the memory buffers of cfg take on this machine: trace and
+// MTE buffer per CPU, for every possible CPU (cfg's zero sizes are the
+// defaults).
+func (f *Facility) BufferBytes(cfg control.Config) (int64, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	return int64(cfg.TraceBufSize+cfg.MTEBufSize) * int64(f.ncpu), nil
+}
+
+// CPUs is the number of possible CPUs: the buffers there are of each kind.
+func (f *Facility) CPUs() int { return f.ncpu }
+
 // Backend names this backend.
 func (f *Facility) Backend() string { return "daemon" }
 

@@ -154,3 +154,37 @@ func TestInfoHidesStreamFile(t *testing.T) {
 	sees(other, false) // the next holder did not name it
 	sees(0, true)
 }
+
+// A user other than root may not have the agent allocate buffers past
+// MaxUserBuffers (half the machine's memory by default: the format allows
+// 1 GB per buffer and CPU, and many CPUs times 2 GB is more than a machine
+// has); root may.
+func TestUserBuffersBounded(t *testing.T) {
+	s := fakeServer()
+	small := daemonproto.InitArgs{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}
+	limit, err := s.Fac.BufferBytes(control.Config{TraceBufSize: small.TraceBufSize, MTEBufSize: small.MTEBufSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.MaxUserBuffers = limit
+	big := daemonproto.InitArgs{TraceBufSize: 1 << 20, MTEBufSize: 64 << 10}
+	if err := call(t, s, 1000, daemonproto.OpInit, big); err == nil || !strings.Contains(err.Error(), "more than a user other than root may") {
+		t.Fatalf("uid 1000's init past the bound: %v", err)
+	}
+	if st := s.Fac.State(); st != control.StateFree {
+		t.Fatalf("the refused init left the facility %s", st)
+	}
+	// on from the free state allocates the defaults: past the bound too.
+	if err := call(t, s, 1000, daemonproto.OpOn, nil); err == nil || !strings.Contains(err.Error(), "more than a user other than root may") {
+		t.Fatalf("uid 1000's on with the default buffers past the bound: %v", err)
+	}
+	if err := call(t, s, 1000, daemonproto.OpInit, small); err != nil {
+		t.Fatalf("uid 1000's init within the bound: %v", err)
+	}
+	if err := call(t, s, 1000, daemonproto.OpFree, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, s, 0, daemonproto.OpInit, big); err != nil {
+		t.Fatalf("root's init: %v", err)
+	}
+}
