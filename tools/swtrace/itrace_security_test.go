@@ -194,6 +194,14 @@ func TestITraceOnlyIntoOwnTrace(t *testing.T) {
 	s.memberOK("init", "-t", "8M")
 	s.memberOK("on")
 	s.memberOK("itrace", "on", "-p", pid) // the holder may
+	// Another member stops none of the holder's sessions.
+	if out, code := s.other("itrace", "off", "-p", pid); code == 0 || !strings.Contains(out, "belongs to another user") {
+		t.Fatalf("the other member's itrace off -p of the member's session: exit %d\n%s", code, out)
+	}
+	_, _ = s.other("itrace", "off")
+	if out := s.memberOK("itrace", "off"); !strings.Contains(out, "1 session") {
+		t.Fatalf("the member's session after the other member's itrace off: %s", out)
+	}
 	s.memberOK("off")
 }
 
