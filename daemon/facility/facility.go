@@ -951,8 +951,12 @@ func (f *Facility) Hook(w Writer, cpu int, t uint64, major uint16, minor uint32,
 	if str != "" {
 		layout = trace.LayoutBytes
 	}
-	if _, err := f.trace[cpu].Write(major, minor, layout, t, fields, str); err != nil {
+	ok, err := f.trace[cpu].Write(major, minor, layout, t, fields, str)
+	if err != nil {
 		return err
+	}
+	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
+		f.bufferFull() // normal mode: a full buffer stops tracing
 	}
 	return nil
 }

@@ -131,3 +131,26 @@ func TestRecordsOnlyFromHolder(t *testing.T) {
 		t.Fatalf("another user's record counted as lost: %d, was %d", st.CPUs[0].Lost, lost)
 	}
 }
+
+// Hooks that fill a buffer in normal mode stop tracing, as every other
+// record does: info says so and off has nothing left to stop.
+func TestHooksFillingTheBufferStopTracing(t *testing.T) {
+	f, _, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	w := Writer{Root: true}
+	for i := 0; i < 100 && f.State() == control.StateOn; i++ {
+		// (tracing may stop between the loop's test and the hook)
+		if err := f.Hook(w, 0, Now(), 0x100, 1, nil, strings.Repeat("x", 200)); err != nil && f.State() == control.StateOn {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
+	if st, _ := f.Info(); !st.StoppedFull {
+		t.Fatalf("tracing stopped without saying a buffer filled: %+v", st)
+	}
+}
