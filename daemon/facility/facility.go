@@ -73,6 +73,7 @@ type Facility struct {
 	cfg      control.Config
 	mode     int
 	contFile string    // the stream file's name as the client gave it (a label: never opened here)
+	contUID  int       // the holder when contFile was set: only they (and root) see it
 	owner    int       // uid that holds the facility: configured it, turned it on (-1: none)
 	touched  time.Time // the owner's last configuring op
 	reserved bool      // configured, not turned on yet: kept for the owner for ReserveTimeout
@@ -130,6 +131,7 @@ func New() *Facility {
 	f := &Facility{
 		state:   control.StateFree,
 		owner:   -1,
+		contUID: -1,
 		mode:    control.ModeNormal,
 		rateHz:  control.DefaultRateHz,
 		enabled: map[uint16]bool{trace.MajorSys: true, trace.MajorMTE: true, trace.MajorTprof: true},
@@ -191,6 +193,19 @@ func (f *Facility) Claim(uid int, root bool) error {
 	f.reserved = f.state != control.StateOn
 	return nil
 }
+
+// BufferBytes is the memory buffers of cfg take on this machine: trace and
+// MTE buffer per CPU, for every possible CPU (cfg's zero sizes are the
+// defaults).
+func (f *Facility) BufferBytes(cfg control.Config) (int64, error) {
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	return int64(cfg.TraceBufSize+cfg.MTEBufSize) * int64(f.ncpu), nil
+}
+
+// CPUs is the number of possible CPUs: the buffers there are of each kind.
+func (f *Facility) CPUs() int { return f.ncpu }
 
 // Backend names this backend.
 func (f *Facility) Backend() string { return "daemon" }
@@ -298,6 +313,7 @@ func (f *Facility) SetMode(mode int, contFile string) error {
 	}
 	f.mode = mode
 	f.contFile = contFile
+	f.contUID = f.owner
 	if f.state != control.StateFree {
 		return f.initLocked(f.cfg)
 	}
@@ -810,10 +826,27 @@ func copyTrace(w, from *os.File) error {
 	return w.Sync()
 }
 
-// Info reports the facility's state.
+// Info reports the facility's state, all of it (as root sees it).
 func (f *Facility) Info() (*control.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.infoLocked(), nil
+}
+
+// InfoFor reports the facility's state as user uid may see it: the name of
+// the stream file (a path of the user who named it) only to that user while
+// they hold the facility, and to root.
+func (f *Facility) InfoFor(uid int, root bool) (*control.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.infoLocked()
+	if !root && (uid != f.owner || uid != f.contUID) {
+		st.ContFile = ""
+	}
+	return st, nil
+}
+
+func (f *Facility) infoLocked() *control.Status {
 	st := &control.Status{
 		Backend:      "daemon",
 		State:        f.state,
@@ -845,7 +878,7 @@ func (f *Facility) Info() (*control.Status, error) {
 			st.CPUs = append(st.CPUs, control.CPUStatus{CPU: cpu, Records: ts.Records, Lost: ts.Lost, MTERecords: ms.Records, MTELost: ms.Lost, Used: ts.Used, MTEUsed: ms.Used, Full: ts.Full || ms.Full})
 		}
 	}
-	return st, nil
+	return st
 }
 
 // Free releases the buffers. Tracing is stopped first if it is on.
@@ -866,10 +899,38 @@ func (f *Facility) Free() error {
 	return err
 }
 
-// Hook writes a user record into cpu's trace buffer at time t.
-func (f *Facility) Hook(cpu int, t uint64, major uint16, minor uint32, words []uint32, str string) error {
+// Writer is who a record written into the trace comes from (the
+// connection's credentials): only the user holding the trace, or root, may
+// add records to it.
+type Writer struct {
+	UID  int
+	Root bool
+}
+
+// mayWriteLocked refuses a writer who is neither the trace's holder nor
+// root.
+func (f *Facility) mayWriteLocked(w Writer) error {
+	if w.Root || f.owner < 0 || f.owner == w.UID {
+		return nil
+	}
+	return control.Errorf(control.ErrNotOwner, "the trace being recorded belongs to uid %d: only that user (or root) may add records to it", f.owner)
+}
+
+// MayWrite reports whether w may add records to the trace now (a first
+// check for a request of many records; each write checks again).
+func (f *Facility) MayWrite(w Writer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.mayWriteLocked(w)
+}
+
+// Hook writes a user record from w into cpu's trace buffer at time t.
+func (f *Facility) Hook(w Writer, cpu int, t uint64, major uint16, minor uint32, words []uint32, str string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.mayWriteLocked(w); err != nil {
+		return err
+	}
 	if f.state != control.StateOn {
 		return errors.New("tracing is not on")
 	}
@@ -890,8 +951,12 @@ func (f *Facility) Hook(cpu int, t uint64, major uint16, minor uint32, words []u
 	if str != "" {
 		layout = trace.LayoutBytes
 	}
-	if _, err := f.trace[cpu].Write(major, minor, layout, t, fields, str); err != nil {
+	ok, err := f.trace[cpu].Write(major, minor, layout, t, fields, str)
+	if err != nil {
 		return err
+	}
+	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
+		f.bufferFull() // normal mode: a full buffer stops tracing
 	}
 	return nil
 }

@@ -261,10 +261,10 @@ func TestGuards(t *testing.T) {
 	if err := f.Init(control.Config{}); err == nil {
 		t.Fatal("init while on accepted")
 	}
-	if err := f.Hook(0, Now(), 0x10, 1, nil, ""); err == nil {
+	if err := f.Hook(Writer{Root: true}, 0, Now(), 0x10, 1, nil, ""); err == nil {
 		t.Fatal("hook with a facility major accepted")
 	}
-	if err := f.Hook(1, Now(), 0x100, 7, []uint32{1, 2}, ""); err != nil {
+	if err := f.Hook(Writer{Root: true}, 1, Now(), 0x100, 7, []uint32{1, 2}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Off(); err != nil {

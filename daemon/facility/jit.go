@@ -8,17 +8,20 @@ import (
 	"perfinsp/libperfutil/control"
 )
 
-// JProf writes one record of the JVMTI agent (docs/jprof.md) into cpu's
-// trace buffer at time t: JIT_LOAD, JIT_UNLOAD and JIT_METHOD (major
+// JProf writes one record of the JVMTI agent (docs/jprof.md) from w into
+// cpu's trace buffer at time t (w must hold the trace, or be root): JIT_LOAD, JIT_UNLOAD and JIT_METHOD (major
 // trace.MajorJITLoad) name code and methods for the ticks, and are kept
 // when tprof or the jit group is enabled; method entry/exit events (majors
 // trace.MajorInterp and trace.MajorJitted, u32 words) are kept when their
 // major is enabled. fields[0] must be the writing process (the op sets it
 // from the peer's credentials). A record of a disabled major is dropped
 // without an error; the result says whether it was written.
-func (f *Facility) JProf(cpu int, t uint64, major uint16, minor uint32, fields []uint64, str string) (bool, error) {
+func (f *Facility) JProf(w Writer, cpu int, t uint64, major uint16, minor uint32, fields []uint64, str string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.mayWriteLocked(w); err != nil {
+		return false, err
+	}
 	if f.state != control.StateOn {
 		if f.full && cpu >= 0 && cpu < len(f.trace) {
 			// tracing stopped when a buffer filled: the record is lost,

@@ -1,7 +1,9 @@
 package facility
 
 import (
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"perfinsp/format/nrm2"
@@ -24,7 +26,7 @@ func TestJProfRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := f.JProf(0, Now(), trace.MajorJITLoad, trace.JITLoad, []uint64{42, 43, 0x1000, 0x10}, "off"); err == nil {
+		if _, err := f.JProf(Writer{Root: true}, 0, Now(), trace.MajorJITLoad, trace.JITLoad, []uint64{42, 43, 0x1000, 0x10}, "off"); err == nil {
 			t.Fatal("a JIT record was taken while tracing is off")
 		}
 		if err := on(t, f); err != nil {
@@ -32,7 +34,7 @@ func TestJProfRecords(t *testing.T) {
 		}
 		mustWrite := func(want bool, major uint16, minor uint32, fields []uint64, str string) {
 			t.Helper()
-			ok, err := f.JProf(0, Now(), major, minor, fields, str)
+			ok, err := f.JProf(Writer{Root: true}, 0, Now(), major, minor, fields, str)
 			if err != nil || ok != want {
 				t.Fatalf("JProf 0x%x/0x%x: written %v err %v, want written %v", major, minor, ok, err, want)
 			}
@@ -45,7 +47,7 @@ func TestJProfRecords(t *testing.T) {
 			minor  uint32
 			fields []uint64
 		}{{trace.MajorTprof, trace.TprofTick, []uint64{42, 43, 1, 0}}, {trace.MajorJITLoad, 9, []uint64{42}}, {trace.MajorInterp, 0x10, []uint64{42}}} {
-			if ok, err := f.JProf(0, Now(), bad.major, bad.minor, bad.fields, ""); err == nil && (ok || bad.major != trace.MajorInterp || interp) {
+			if ok, err := f.JProf(Writer{Root: true}, 0, Now(), bad.major, bad.minor, bad.fields, ""); err == nil && (ok || bad.major != trace.MajorInterp || interp) {
 				t.Errorf("record 0x%x/0x%x %v accepted (written %v)", bad.major, bad.minor, bad.fields, ok)
 			}
 		}
@@ -75,5 +77,80 @@ func TestJProfRecords(t *testing.T) {
 		if len(got) != want {
 			t.Fatalf("0x30 enabled %v: records %q, want the JIT_LOAD, the JIT_METHOD (and the method entry when enabled)", interp, got)
 		}
+	}
+}
+
+// Records written into a running trace (hooks, JProf records) come only
+// from the user holding it, or root: another user's are refused with
+// ErrNotOwner and not counted, not even as lost once a full buffer stopped
+// tracing.
+func TestRecordsOnlyFromHolder(t *testing.T) {
+	f, _, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 1 << 16, MTEBufSize: 1 << 16}); err != nil {
+		t.Fatal(err)
+	}
+	const holder, other = 1000, 1001
+	if err := f.On(nil, holder); err != nil {
+		t.Fatal(err)
+	}
+	jit := func(w Writer) error {
+		_, err := f.JProf(w, 0, Now(), trace.MajorJITLoad, trace.JITMethod, []uint64{42, 7}, "Hot.loop")
+		return err
+	}
+	hook := func(w Writer) error { return f.Hook(w, 0, Now(), 0x100, 7, []uint32{1}, "") }
+	before, _ := f.Info()
+	for name, write := range map[string]func(Writer) error{"hook": hook, "jprof": jit} {
+		if err := write(Writer{UID: other}); !errors.Is(err, control.ErrNotOwner) || !strings.Contains(err.Error(), "uid 1000") {
+			t.Errorf("%s by uid %d into uid %d's trace: %v, want refused naming the holder", name, other, holder, err)
+		}
+		if err := f.MayWrite(Writer{UID: other}); !errors.Is(err, control.ErrNotOwner) {
+			t.Errorf("MayWrite by uid %d: %v", other, err)
+		}
+		if err := write(Writer{UID: holder}); err != nil {
+			t.Errorf("%s by the holder: %v", name, err)
+		}
+		if err := write(Writer{UID: 0, Root: true}); err != nil {
+			t.Errorf("%s by root: %v", name, err)
+		}
+	}
+	after, _ := f.Info()
+	if got := after.CPUs[0].Records - before.CPUs[0].Records; got != 4 {
+		t.Errorf("%d records written, want the holder's and root's 4", got)
+	}
+	// A buffer filled and tracing stopped: another user's record is not
+	// counted as lost in the holder's trace.
+	f.mu.Lock()
+	f.full = true
+	f.mu.Unlock()
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	lost := after.CPUs[0].Lost
+	_ = jit(Writer{UID: other})
+	if st, _ := f.Info(); st.CPUs[0].Lost != lost {
+		t.Fatalf("another user's record counted as lost: %d, was %d", st.CPUs[0].Lost, lost)
+	}
+}
+
+// Hooks that fill a buffer in normal mode stop tracing, as every other
+// record does: info says so and off has nothing left to stop.
+func TestHooksFillingTheBufferStopTracing(t *testing.T) {
+	f, _, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	w := Writer{Root: true}
+	for i := 0; i < 100 && f.State() == control.StateOn; i++ {
+		// (tracing may stop between the loop's test and the hook)
+		if err := f.Hook(w, 0, Now(), 0x100, 1, nil, strings.Repeat("x", 200)); err != nil && f.State() == control.StateOn {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
+	if st, _ := f.Info(); !st.StoppedFull {
+		t.Fatalf("tracing stopped without saying a buffer filled: %+v", st)
 	}
 }

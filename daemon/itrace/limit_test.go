@@ -1,7 +1,12 @@
 package itrace
 
 import (
+	"bufio"
+	"errors"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,4 +45,138 @@ func TestMaxInsnsEndsTheSession(t *testing.T) {
 		t.Fatalf("process gone after the limit: %v", err)
 	}
 	t.Logf("limit %d: the session ended after %d instructions, %d records", max, st.Instructions, st.Records)
+}
+
+// manyThreads N hold|forever: N threads, all alive at once. With hold
+// they end together once the last is created (then "done N"); with
+// forever they sleep until killed and the program says "ready" once they
+// all exist.
+const manyThreads = `#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int gate[2];
+static void *run(void *a)
+{
+	char c;
+	(void)a;
+	while (read(gate[0], &c, 1) != 0)
+		;
+	return NULL;
+}
+int main(int argc, char **argv)
+{
+	int n = atoi(argv[1]), i;
+	pthread_t t[4096];
+	if (pipe(gate))
+		return 1;
+	for (i = 0; i < n && i < 4096; i++)
+		if (pthread_create(&t[i], NULL, run, NULL))
+			return 1;
+	if (strcmp(argv[2], "forever") == 0) {
+		printf("ready\n");
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
+	close(gate[1]);
+	for (i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+	printf("done %d\n", n);
+	return 0;
+}
+`
+
+// taskStates returns each thread's state letter and tracer pid.
+func taskStates(t *testing.T, pid int) map[int]string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/" + itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + itoa(pid) + "/task/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var state, tracer string
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "State:\t"); ok {
+				state = v[:1]
+			}
+			if v, ok := strings.CutPrefix(l, "TracerPid:\t"); ok {
+				tracer = v
+			}
+		}
+		tid, _ := strconv.Atoi(e.Name())
+		out[tid] = state + " tracer " + tracer
+	}
+	return out
+}
+
+// TestTooManyThreadsRefusedAtAttach: a process with more threads than a
+// session may trace is refused at once, and the threads attached before
+// the limit was found are let go: none is left traced or stopped.
+func TestTooManyThreadsRefusedAtAttach(t *testing.T) {
+	cmd := exec.Command(buildC(t, "many", manyThreads), "40", "forever")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("the program: %q %v", l, err)
+	}
+	pid := cmd.Process.Pid
+	tr, err := Start(Options{PIDs: []int{pid}, Step: "single", MaxThreads: 8}, &capture{})
+	if err == nil {
+		tr.Stop()
+		t.Fatal("a 41-thread process attached by a session of at most 8 threads")
+	}
+	if !strings.Contains(err.Error(), "more than 8 threads") {
+		t.Fatalf("refusal: %v, want the limit named", err)
+	}
+	for tid, st := range taskStates(t, pid) {
+		if !strings.HasSuffix(st, "tracer 0") || strings.HasPrefix(st, "t") || strings.HasPrefix(st, "T") {
+			t.Errorf("thread %d after the refusal: %s", tid, st)
+		}
+	}
+}
+
+// TestThreadsPastTheLimitRunUntraced: a traced process that creates many
+// threads (a member's way to make its tracer hold without bound) has
+// those past the session's limit let go untraced, counted, and it runs to
+// its end.
+func TestThreadsPastTheLimitRunUntraced(t *testing.T) {
+	const n, max = 64, 4
+	cmd := exec.Command(buildC(t, "many", manyThreads), itoa(n), "hold")
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, MaxThreads: max}, &capture{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tr.Done():
+	case <-time.After(5 * time.Minute):
+		tr.Stop()
+		t.Fatal("the session did not end with the process")
+	}
+	// The tracer, a thread of this process, may reap the program before
+	// cmd.Wait does (ECHILD): its last line says it ran to its end.
+	if err := cmd.Wait(); (err != nil && !errors.Is(err, syscall.ECHILD)) || out.String() != "done 64\n" {
+		t.Fatalf("the traced program: %v %q", err, out.String())
+	}
+	st := tr.Stats()
+	// All n+1 threads are alive at once: the first max are traced.
+	if st.ThreadsLeftOut != n+1-max {
+		t.Fatalf("%d threads left out, want %d: %d threads at once, %d traced", st.ThreadsLeftOut, n+1-max, n+1, max)
+	}
+	t.Logf("%d threads left out, %d instructions traced", st.ThreadsLeftOut, st.Instructions)
 }

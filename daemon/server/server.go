@@ -124,6 +124,10 @@ type Server struct {
 	// RequestTimeout bounds the reading of one request once begun (0:
 	// the RequestTimeout constant).
 	RequestTimeout time.Duration
+	// MaxUserBuffers bounds the trace buffers a user other than root may
+	// have the agent allocate, all CPUs together (0: half the machine's
+	// memory).
+	MaxUserBuffers int64
 
 	mu       sync.Mutex
 	handlers map[string]RequestHandler
@@ -526,6 +530,29 @@ func decode(args json.RawMessage, v any) error {
 	return nil
 }
 
+// checkBuffers refuses buffers larger than a user other than root may have
+// the agent hold (MaxUserBuffers): 1 GB per CPU is allowed by the format,
+// and a machine of many CPUs has not that many times 2 GB of memory.
+func (s *Server) checkBuffers(cfg control.Config) error {
+	need, err := s.Fac.BufferBytes(cfg)
+	if err != nil {
+		return err
+	}
+	limit := s.MaxUserBuffers
+	if limit <= 0 {
+		var si unix.Sysinfo_t
+		if err := unix.Sysinfo(&si); err != nil {
+			return fmt.Errorf("the machine's memory: %w", err)
+		}
+		limit = int64(uint64(si.Totalram) * uint64(si.Unit) / 2)
+	}
+	if need > limit {
+		return control.Errorf(control.ErrBusy, "buffers of %d MB (trace and MTE buffer for each of %d CPUs) are more than a user other than root may have the agent hold, %d MB (half the machine's memory): give smaller sizes (swtrace init -t SIZE -m SIZE)",
+			need>>20, s.Fac.CPUs(), limit>>20)
+	}
+	return nil
+}
+
 // mayControl: only the user who turned the held trace on, or root, may stop,
 // write or free it.
 func (s *Server) mayControl(p Peer) error {
@@ -555,7 +582,13 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
-		return nil, f.Init(control.Config{TraceBufSize: a.TraceBufSize, MTEBufSize: a.MTEBufSize})
+		cfg := control.Config{TraceBufSize: a.TraceBufSize, MTEBufSize: a.MTEBufSize}
+		if !r.Root() {
+			if err := s.checkBuffers(cfg); err != nil {
+				return nil, err
+			}
+		}
+		return nil, f.Init(cfg)
 	case daemonproto.OpEnable, daemonproto.OpDisable:
 		var a daemonproto.MajorsArgs
 		if err := decode(r.Args, &a); err != nil {
@@ -596,6 +629,12 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		}
 		return nil, f.SetRate(a.Hz, a.Event)
 	case daemonproto.OpOn:
+		if !r.Root() && f.State() == control.StateFree {
+			// on allocates the default buffers
+			if err := s.checkBuffers(control.Config{}); err != nil {
+				return nil, err
+			}
+		}
 		file, err := r.clientFile(0)
 		if err != nil {
 			return nil, err
@@ -616,7 +655,7 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		}
 		return nil, f.Get(file)
 	case daemonproto.OpInfo:
-		return f.Info()
+		return f.InfoFor(r.UID, r.Root())
 	case daemonproto.OpFree:
 		if err := s.mayControl(r.Peer); err != nil {
 			return nil, err
@@ -627,7 +666,7 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		if err := decode(r.Args, &a); err != nil {
 			return nil, err
 		}
-		return nil, f.Hook(a.CPU, a.Time, a.Major, a.Minor, a.Words, a.Str)
+		return nil, f.Hook(facility.Writer{UID: r.UID, Root: r.Root()}, a.CPU, a.Time, a.Major, a.Minor, a.Words, a.Str)
 	case daemonproto.OpShutdown:
 		if !r.Root() && !(s.User && r.UID == os.Getuid()) {
 			return nil, control.Errorf(control.ErrRootOnly, "only root may shut the daemon down")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"perfinsp/daemon/facility"
+	"perfinsp/daemon/kevents"
 	"perfinsp/internal/daemonproto"
 	"perfinsp/libperfutil/control"
 )
@@ -62,5 +63,128 @@ func TestLogSafe(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("LogSafe(%q) = %q: no %q", in, out, want)
 		}
+	}
+}
+
+// noSource stands for the kernel event sources (the ops are tested, not
+// perf).
+type noSource struct{}
+
+func (noSource) Stop() error { return nil }
+
+func fakeServer() *Server {
+	f := facility.New()
+	f.StartSource = func(kevents.Options, facility.Sink) (facility.Source, error) { return noSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return nil }
+	return &Server{Fac: f}
+}
+
+func call(t *testing.T, s *Server, uid int, op string, args any) error {
+	t.Helper()
+	var raw json.RawMessage
+	if args != nil {
+		raw, _ = json.Marshal(args)
+	}
+	_, err := s.dispatch(&Request{Peer: Peer{UID: uid, PID: 1}, Args: raw}, op)
+	return err
+}
+
+// A hook record goes only into the caller's own trace: another member's is
+// refused naming the holder, the holder's and root's are written.
+func TestHookOnlyIntoOwnTrace(t *testing.T) {
+	s := fakeServer()
+	const holder, other = 1000, 1001
+	if err := call(t, s, holder, daemonproto.OpInit, daemonproto.InitArgs{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, s, holder, daemonproto.OpOn, nil); err != nil {
+		t.Fatal(err)
+	}
+	hook := daemonproto.HookArgs{Major: 0x100, Minor: 1, Words: []uint32{7}}
+	if err := call(t, s, other, daemonproto.OpHook, hook); !errors.Is(err, control.ErrNotOwner) || !strings.Contains(err.Error(), "uid 1000") {
+		t.Fatalf("uid %d's hook into uid %d's trace: %v, want refused naming the holder", other, holder, err)
+	}
+	for _, uid := range []int{holder, 0} {
+		if err := call(t, s, uid, daemonproto.OpHook, hook); err != nil {
+			t.Fatalf("uid %d's hook into uid %d's trace: %v", uid, holder, err)
+		}
+	}
+	st, _ := s.Fac.Info()
+	var recs uint64
+	for _, c := range st.CPUs {
+		recs += c.Records
+	}
+	// 2 hooks, plus SYS_INFO and a TRACE_ON per CPU
+	if want := uint64(2 + 1 + len(st.CPUs)); recs != want {
+		t.Fatalf("%d records in the trace, want %d (the holder's and root's hooks)", recs, want)
+	}
+}
+
+// The stream file's name (a path of the user who named it) is shown by
+// info only to that user while they hold the facility, and to root: not
+// to another member, nor to the next holder.
+func TestInfoHidesStreamFile(t *testing.T) {
+	s := fakeServer()
+	const holder, other = 1000, 1001
+	const name = "/home/u1000/project-x/stream.nrm2"
+	if err := call(t, s, holder, daemonproto.OpMode, daemonproto.ModeArgs{Mode: control.ModeWrap, File: name}); err != nil {
+		t.Fatal(err)
+	}
+	sees := func(uid int, want bool) {
+		t.Helper()
+		res, err := s.dispatch(&Request{Peer: Peer{UID: uid, PID: 1}}, daemonproto.OpInfo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(res)
+		if got := strings.Contains(string(b), "project-x"); got != want {
+			t.Fatalf("uid %d sees the stream file's name: %v, want %v: %s", uid, got, want, b)
+		}
+	}
+	sees(holder, true)
+	sees(0, true)
+	sees(other, false)
+	if err := call(t, s, holder, daemonproto.OpFree, nil); err != nil {
+		t.Fatal(err)
+	}
+	sees(holder, false) // nobody holds the facility
+	if err := call(t, s, other, daemonproto.OpRate, daemonproto.RateArgs{Hz: 500}); err != nil {
+		t.Fatal(err)
+	}
+	sees(other, false) // the next holder did not name it
+	sees(0, true)
+}
+
+// A user other than root may not have the agent allocate buffers past
+// MaxUserBuffers (half the machine's memory by default: the format allows
+// 1 GB per buffer and CPU, and many CPUs times 2 GB is more than a machine
+// has); root may.
+func TestUserBuffersBounded(t *testing.T) {
+	s := fakeServer()
+	small := daemonproto.InitArgs{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}
+	limit, err := s.Fac.BufferBytes(control.Config{TraceBufSize: small.TraceBufSize, MTEBufSize: small.MTEBufSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.MaxUserBuffers = limit
+	big := daemonproto.InitArgs{TraceBufSize: 1 << 20, MTEBufSize: 64 << 10}
+	if err := call(t, s, 1000, daemonproto.OpInit, big); err == nil || !strings.Contains(err.Error(), "more than a user other than root may") {
+		t.Fatalf("uid 1000's init past the bound: %v", err)
+	}
+	if st := s.Fac.State(); st != control.StateFree {
+		t.Fatalf("the refused init left the facility %s", st)
+	}
+	// on from the free state allocates the defaults: past the bound too.
+	if err := call(t, s, 1000, daemonproto.OpOn, nil); err == nil || !strings.Contains(err.Error(), "more than a user other than root may") {
+		t.Fatalf("uid 1000's on with the default buffers past the bound: %v", err)
+	}
+	if err := call(t, s, 1000, daemonproto.OpInit, small); err != nil {
+		t.Fatalf("uid 1000's init within the bound: %v", err)
+	}
+	if err := call(t, s, 1000, daemonproto.OpFree, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := call(t, s, 0, daemonproto.OpInit, big); err != nil {
+		t.Fatalf("root's init: %v", err)
 	}
 }

@@ -348,6 +348,12 @@ func (c *Client) On() error {
 	if st.Mode == control.ModeNormal || st.State == control.StateOn {
 		return c.Call(daemonproto.OpOn, nil, nil)
 	}
+	if st.ContFile == "" {
+		// The agent shows a stream file's name only to the user who named
+		// it: this one was set by another user before you held the facility.
+		m := control.ModeName(st.Mode)
+		return fmt.Errorf("%s mode streams to a file you name: run `swtrace mode %s -f FILE` first", m, m)
+	}
 	f, err := control.CreateTraceFile(st.ContFile)
 	if err != nil {
 		return fmt.Errorf("stream file: %w", err)

@@ -83,6 +83,10 @@ func attack(role string, args []string) error {
 		return attackPartial()
 	case "silent":
 		return attackSilent()
+	case "jprof":
+		return attackJProf(args[0])
+	case "on-proc":
+		return attackOnProc(args[0])
 	}
 	return fmt.Errorf("unknown attack %q", role)
 }
@@ -133,6 +137,33 @@ func attackGetProc(dir string) error {
 	}
 	after, _ := os.ReadFile("/proc/self/autogroup")
 	fmt.Printf("RESULT: refused=%q before=%q after=%q\n", msg, strings.TrimSpace(string(before)), strings.TrimSpace(string(after)))
+	return nil
+}
+
+// attackOnProc: a cont-mode on whose stream descriptor is the attacker's
+// own /proc/self/autogroup (the agent would write the trace's header there
+// as root).
+func attackOnProc(dir string) error {
+	r, err := dialRaw()
+	if err != nil {
+		return err
+	}
+	if err := r.must(daemonproto.OpMode, daemonproto.ModeArgs{Mode: 2, File: filepath.Join(dir, "stream.nrm2")}); err != nil {
+		return err
+	}
+	if err := r.must(daemonproto.OpInit, daemonproto.InitArgs{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}); err != nil {
+		return err
+	}
+	target, err := os.OpenFile("/proc/self/autogroup", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	msg, err := r.call(daemonproto.OpOn, nil, target)
+	if err != nil {
+		return err
+	}
+	info, _ := r.call(daemonproto.OpInfo, nil)
+	fmt.Printf("RESULT: refused=%q info=%q\n", msg, info)
 	return nil
 }
 
@@ -248,6 +279,23 @@ func TestGetIntoProcRefused(t *testing.T) {
 	s.mustFail("not an ordinary file system", "get", "/proc/self/autogroup")
 	// A plain user (not in the group) does not reach the agent at all.
 	out, err := s.attacker(false, "get-proc", s.pub).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("a plain user's attack: %v\n%s", err, out)
+	}
+}
+
+// on in cont mode with /proc/self/autogroup as the stream: refused, and
+// tracing stays off; a plain user does not reach the agent.
+func TestStreamIntoProcRefused(t *testing.T) {
+	s := setupSec(t)
+	res := s.attackRun(true, "on-proc", s.pub)
+	if !strings.Contains(res, "not an ordinary file system") {
+		t.Fatalf("on with /proc/self/autogroup as the stream: %s", res)
+	}
+	if out := s.Sw("info"); !strings.Contains(out, "state: initialized") {
+		t.Fatalf("tracing after the refused on:\n%s", out)
+	}
+	out, err := s.attacker(false, "on-proc", s.pub).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "permission denied") {
 		t.Fatalf("a plain user's attack: %v\n%s", err, out)
 	}

@@ -168,7 +168,7 @@ func TestMemberITraceSessionsAreBounded(t *testing.T) {
 }
 
 // TestITraceOnlyIntoOwnTrace: a member may not add ITrace records to a
-// trace root is recording.
+// trace root is recording, nor to another member's; the holder may.
 func TestITraceOnlyIntoOwnTrace(t *testing.T) {
 	s := setupSec(t)
 	s.Sw("init", "-t", "8M")
@@ -177,6 +177,32 @@ func TestITraceOnlyIntoOwnTrace(t *testing.T) {
 	s.mustFail("belongs to uid 0", "itrace", "on", "-p", pid)
 	s.Sw("itrace", "on", "-p", pid) // root may
 	s.Sw("off")
+	s.Sw("free")
+
+	other := func(args ...string) {
+		t.Helper()
+		if out, code := s.other(args...); code != 0 {
+			t.Fatalf("swtrace %v as the other member: exit %d\n%s", args, code, out)
+		}
+	}
+	other("init", "-t", "8M")
+	other("on")
+	pid = strconv.Itoa(s.sleepMember())
+	s.mustFail("belongs to uid 65533", "itrace", "on", "-p", pid)
+	other("off")
+	other("free")
+	s.memberOK("init", "-t", "8M")
+	s.memberOK("on")
+	s.memberOK("itrace", "on", "-p", pid) // the holder may
+	// Another member stops none of the holder's sessions.
+	if out, code := s.other("itrace", "off", "-p", pid); code == 0 || !strings.Contains(out, "belongs to another user") {
+		t.Fatalf("the other member's itrace off -p of the member's session: exit %d\n%s", code, out)
+	}
+	_, _ = s.other("itrace", "off")
+	if out := s.memberOK("itrace", "off"); !strings.Contains(out, "1 session") {
+		t.Fatalf("the member's session after the other member's itrace off: %s", out)
+	}
+	s.memberOK("off")
 }
 
 const loopC = `#include <stdio.h>

@@ -5,6 +5,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -481,10 +482,11 @@ func cmdSimple(op string) cli.ActionFunc {
 		switch op {
 		case "off":
 			err = f.Off()
-			if err != nil {
+			if err != nil && !errors.Is(err, control.ErrNotOwner) {
 				// Tracing stopped by itself when a buffer filled (normal
 				// mode): off has nothing left to stop; say what was kept
-				// and lost instead of failing.
+				// and lost instead of failing. (Another user's trace is
+				// refused, stopped or not.)
 				if st, ierr := f.Info(); ierr == nil && st.StoppedFull && st.State == control.StateOff {
 					recs, lost := totals(st)
 					fmt.Fprintf(c.App.Writer, "swtrace: tracing had already stopped: a buffer filled (normal mode): %d records, %d lost; "+

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"perfinsp/daemon/facility"
 	"perfinsp/daemon/server"
 	"perfinsp/format/trace"
 	"perfinsp/internal/daemonproto"
@@ -16,17 +17,22 @@ import (
 // registerJProf serves the JVMTI agent's records (docs/jprof.md): JIT code
 // loads/unloads and method names for tprof's names, method entry/exit for
 // merged trees. Every record is the caller's process: the pid is taken from
-// the connection's credentials.
+// the connection's credentials. Only the user holding the trace (or root)
+// may add records to it.
 func registerJProf(s *server.Server, logf func(string, ...any)) {
 	s.Handle(daemonproto.OpJProf, func(p server.Peer, args json.RawMessage) (any, error) {
 		if s.Fac == nil {
 			return nil, fmt.Errorf("%s: this agent holds no trace facility", daemonproto.OpJProf)
 		}
+		w := facility.Writer{UID: p.UID, Root: p.Root()}
+		if err := s.Fac.MayWrite(w); err != nil {
+			return nil, fmt.Errorf("%s: %w", daemonproto.OpJProf, err)
+		}
 		if cpu, stream, ok, err := streamArgs(args); ok {
 			if err != nil {
 				return nil, fmt.Errorf("bad %s arguments: %w", daemonproto.OpJProf, err)
 			}
-			return jprofStream(s, uint64(p.PID), cpu, stream)
+			return jprofStream(s, w, uint64(p.PID), cpu, stream)
 		}
 		var a daemonproto.JProfArgs
 		if err := json.Unmarshal(args, &a); err != nil {
@@ -38,7 +44,7 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		pid := uint64(p.PID)
 		var rep daemonproto.JProfReply
 		if len(a.Stream) > 0 {
-			return jprofStream(s, pid, a.CPU, a.Stream)
+			return jprofStream(s, w, pid, a.CPU, a.Stream)
 		}
 		for i, r := range a.Records {
 			var fields []uint64
@@ -58,7 +64,7 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 			if len(str) > 1024 {
 				str = str[:1024]
 			}
-			ok, err := s.Fac.JProf(r.CPU, r.Time, r.Major, r.Minor, fields, str)
+			ok, err := s.Fac.JProf(w, r.CPU, r.Time, r.Major, r.Minor, fields, str)
 			if err != nil {
 				return rep, fmt.Errorf("%s record %d: %w", daemonproto.OpJProf, i, err)
 			}
@@ -72,11 +78,11 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 
 // jprofStream writes the records of an agent's binary stream
 // (daemonproto.JProfArgs.Stream) into cpu's trace buffer.
-func jprofStream(s *server.Server, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
+func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
 	var rep daemonproto.JProfReply
 	var firstErr error
 	err := readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
-		ok, err := s.Fac.JProf(cpu, t, major, minor, fields, str)
+		ok, err := s.Fac.JProf(w, cpu, t, major, minor, fields, str)
 		if err != nil && firstErr == nil {
 			// the rest go on to the facility, which counts them as lost
 			// when a full buffer stopped tracing
