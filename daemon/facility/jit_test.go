@@ -8,6 +8,7 @@ import (
 
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
 	"perfinsp/libperfutil/control"
 )
 
@@ -149,7 +150,7 @@ func TestHooksFillingTheBufferStopTracing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
+	testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
 	if st, _ := f.Info(); !st.StoppedFull {
 		t.Fatalf("tracing stopped without saying a buffer filled: %+v", st)
 	}
