@@ -353,12 +353,10 @@ func shortThreadsAttempt(t *testing.T, bin string, attempt int, final bool) bool
 }
 
 func TestNonRootCannotWatchRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch to the nobody user")
-	}
+	testenv.NeedRoot(t, "to switch to the nobody user")
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
-		t.Skip("setpriv (util-linux) is not installed")
+		testenv.Missing(t, "setpriv is not installed (apt-get install util-linux)")
 	}
 	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", pttBin, "on", "-p", "1")
 	cmd.Env = nobodyEnv(t)
@@ -373,12 +371,10 @@ func TestNonRootCannotWatchRoot(t *testing.T) {
 }
 
 func TestNonRootOwnProcess(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch to the nobody user")
-	}
+	testenv.NeedRoot(t, "to switch to the nobody user")
 	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
-		t.Skip("setpriv (util-linux) is not installed")
+		testenv.Missing(t, "setpriv is not installed (apt-get install util-linux)")
 	}
 	nobody := []string{"--reuid=65534", "--regid=65534", "--clear-groups"}
 	child := exec.Command(setpriv, append(nobody, "sh", "-c", "while :; do :; done")...)
