@@ -167,6 +167,14 @@ static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread th)
 	hookit_thread_end();
 }
 
+/* A thread attached to an OS thread whose thread ended (DestroyJavaVM on
+ * main's, a JNI detach and attach): recorded as a thread of its own. */
+static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread th)
+{
+	(void)jvmti; (void)jni; (void)th;
+	hookit_thread_start();
+}
+
 static int add_pattern(char ***list, int *n, const char *p)
 {
 	char **l = realloc(*list, sizeof(char *) * (size_t)(*n + 1));
@@ -209,6 +217,7 @@ int calltree_start(jvmtiEnv *jvmti, const char *hookit_opts, jvmtiEventCallbacks
 	cb->MethodEntry = on_method_entry;
 	cb->MethodExit = on_method_exit;
 	cb->ThreadEnd = on_thread_end;
+	cb->ThreadStart = on_thread_start;
 	return 0;
 }
 
@@ -217,6 +226,7 @@ void calltree_enable(jvmtiEnv *jvmti)
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_METHOD_ENTRY, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_METHOD_EXIT, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_END, NULL);
+	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_START, NULL);
 }
 
 void calltree_report_dir(const char *dir)
