@@ -1370,22 +1370,35 @@ HK_VIS HK_NOINSTR const char *hookit_error(void)
 
 HK_VIS HK_NOINSTR int hookit_name(uint64_t id, const char *name)
 {
-	char line[4096];
-	int n;
+	char small[4096], *line = small;
+	size_t len, cap;
+	int n, rc;
 
 	if (hk_names_fd < 0 || !name)
 		return -1;
-	n = snprintf(line, sizeof(line), "%llx %s", (unsigned long long)(id & HK_FN_MASK), name);
-	if (n < 0)
+	/* the whole name, however long (a Java signature may run to 64 KB):
+	 * a cut could make two names one */
+	len = strlen(name);
+	cap = len + 32;
+	if (cap > sizeof(small) && !(line = hk_malloc(cap)))
 		return -1;
-	if ((size_t)n >= sizeof(line) - 1)
-		n = sizeof(line) - 2;
+	if (cap <= sizeof(small))
+		cap = sizeof(small);
+	n = snprintf(line, cap, "%llx %s", (unsigned long long)(id & HK_FN_MASK), name);
+	if (n < 0 || (size_t)n >= cap - 1) {
+		if (line != small)
+			hk_free(line);
+		return -1;
+	}
 	for (int i = 0; i < n; i++)
 		if (line[i] == '\n' || line[i] == '\r')
 			line[i] = ' ';
 	line[n++] = '\n';
 	/* One write of a whole line (O_APPEND): lines from threads never mix. */
-	return write(hk_names_fd, line, (size_t)n) == n ? 0 : -1;
+	rc = write(hk_names_fd, line, (size_t)n) == n ? 0 : -1;
+	if (line != small)
+		hk_free(line);
+	return rc;
 }
 
 HK_VIS HK_NOINSTR void hookit_thread_end(void)

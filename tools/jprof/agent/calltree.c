@@ -103,18 +103,24 @@ static uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
 	uint64_t id = (uint64_t)(uintptr_t)m;
 	uint32_t info;
 	jint mods = 0;
-	char name[512], cls[512];
+	char *name, *cls;
 	unsigned type;
 	const char *dot;
 
 	if (m_find(id, &info))
 		return info;
-	jprof_method_name(m, name, sizeof(name));
+	name = jprof_method_name(m);
+	if (!name)
+		return 0;	/* no memory: not recorded, looked up again next time */
 	/* the class: before the method's dot (a signature has none), dotted */
 	dot = strchr(name, '(');
 	for (dot = dot ? dot : name + strlen(name); dot > name && *dot != '.'; dot--)
 		;
-	snprintf(cls, sizeof(cls), "%.*s", *dot == '.' ? (int)(dot - name) : (int)strlen(name), name);
+	cls = strndup(name, *dot == '.' ? (size_t)(dot - name) : strlen(name));
+	if (!cls) {
+		free(name);
+		return 0;
+	}
 	for (char *p = cls; *p; p++)
 		if (*p == '/')
 			*p = '.';
@@ -132,6 +138,8 @@ static uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
 		hookit_name(id, name);
 		jprof_trace_method(id, name);
 	}
+	free(cls);
+	free(name);
 	m_insert(id, info);
 	return info;
 }

@@ -194,12 +194,13 @@ static void out(const void *p, size_t n)
 
 static void put_method(uint64_t id)
 {
-	char name[1024];
+	char *name = jprof_method_name((jmethodID)(uintptr_t)id);
 	uint32_t h[2];
 	size_t n;
 	static const char zero[8];
 
-	jprof_method_name((jmethodID)(uintptr_t)id, name, sizeof(name));
+	if (!name)
+		return;
 	n = strlen(name) + 1;
 	h[0] = 1;
 	h[1] = (uint32_t)(8 + 8 + ((n + 7) & ~(size_t)7));
@@ -207,6 +208,7 @@ static void put_method(uint64_t id)
 	out(&id, 8);
 	out(name, n);
 	out(zero, ((n + 7) & ~(size_t)7) - n);
+	free(name);
 }
 
 static void put_sample(const struct js_slot *s)
