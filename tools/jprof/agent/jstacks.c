@@ -62,8 +62,8 @@ typedef struct {
 
 typedef void (*asgct_fn)(asgct_trace *, jint, void *);
 
-#define JS_DEPTH	64
-#define JS_SLOTS	4096	/* a power of two */
+#define JS_DEPTH	256	/* javac runs 100 frames deep and more */
+#define JS_SLOTS	2048	/* a power of two */
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY };
 
