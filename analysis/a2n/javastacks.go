@@ -358,6 +358,8 @@ func (p *Process) codeAt(addr uint64) *jitSym {
 // sample fits is returned as it is (a tick before the thread's first
 // sample or after its last is named only by one within javaEdge). A stack of interpreted frames that
 // none fits takes the outer frames of the nearest sample deeper than it.
+// Else the outer frames the samples before and after the tick share
+// (held) name its outer Interpreter frames (rootFit).
 // The agent samples on its own timer: the sample is the thread's Java
 // state nearest to the tick that fits its native stack, not at it.
 // As Locate it reads and changes pid's state: called in trace order.
@@ -395,23 +397,79 @@ func (r *Resolver) JavaStack(pid, tid uint32, t uint64, user []uint64) []uint64 
 	// A stack of interpreted frames only that is shallower than the
 	// samples (the thread had returned from what they caught it in): the
 	// outer frames of the nearest sample that has as many.
-	interp := 0
+	interp, compiled := 0, false
 	for _, c := range code[first : last+1] {
 		if c != nil && c.Name != interpreterName && j.javaNames()[c.Name] {
-			return user // a compiled frame
+			compiled = true
 		}
 		if c != nil && c.Name == interpreterName {
 			interp++
 		}
 	}
 	for _, s := range cands {
-		if len(s.Frames) > interp {
+		if !compiled && len(s.Frames) > interp {
 			if out, ok := p.fitJava(j, user, code, first, last, s.Frames[len(s.Frames)-interp:]); ok {
 				return out
 			}
 		}
 	}
-	return user
+	return p.rootFit(j, user, code, first, last, j.held(tid, t))
+}
+
+// held is the outer frames (root first) that tid's walked samples on
+// either side of t (the nearest before and after, within JavaWindow)
+// share: the frames the thread was in at both, and so at t.
+func (j *JavaStacks) held(tid uint32, t uint64) []uint64 {
+	s := j.byTID[tid]
+	i := sort.Search(len(s), func(i int) bool { return s[i].Time >= t })
+	b, a := i-1, i
+	for b >= 0 && len(s[b].Frames) == 0 && t-s[b].Time <= JavaWindow {
+		b--
+	}
+	for a < len(s) && len(s[a].Frames) == 0 && s[a].Time-t <= JavaWindow {
+		a++
+	}
+	if b < 0 || a >= len(s) || t-s[b].Time > JavaWindow || s[a].Time-t > JavaWindow {
+		return nil
+	}
+	x, y := s[b].Frames, s[a].Frames
+	var out []uint64
+	for k := 1; k <= len(x) && k <= len(y) && x[len(x)-k] == y[len(y)-k]; k++ {
+		out = append(out, x[len(x)-k])
+	}
+	return out
+}
+
+// rootFit names a stack's outer Java frames by held, the frames the
+// thread kept from the sample before the tick to the one after (root
+// first): from the root, each Interpreter frame the next of them, a
+// compiled frame of the next one's method passed (what follows may be
+// inlined into it: naming stops there), and at a compiled frame of
+// another method naming stops too. The inner frames keep their names
+// (Interpreter).
+func (p *Process) rootFit(j *JavaStacks, user []uint64, code []*jitSym, first, last int, held []uint64) []uint64 {
+	if len(held) == 0 {
+		return user
+	}
+	names := j.javaNames()
+	out := append([]uint64(nil), user...)
+	k := 0
+	for i := last; i >= first && k < len(held); i-- {
+		c := code[i]
+		switch {
+		case c == nil: // native code between two runs of Java frames
+		case c.Name == interpreterName:
+			name, ok := j.Methods[held[k]]
+			if !ok {
+				return out
+			}
+			out[i] = p.javaFrameAddr(interpreterName, name)
+			k++
+		case names[c.Name]:
+			return out
+		}
+	}
+	return out
 }
 
 // fitJava is JavaStack with one sample's frames (see there).
