@@ -4,7 +4,7 @@
  * (libperfutil/c/hookit/hookit_api.h), as the JVMTI agent uses it: not
  * preloaded, started with hookit_init, events with ids that are not code
  * addresses, method types, names, an exception exit, a thread that ends
- * its file, and shutdown. The test (tools/hookit) checks the report.
+ * its file, a thread started again on its OS thread, and shutdown. The test (tools/hookit) checks the report.
  *
  *   callflow_api DIR [METRIC]
  */
@@ -29,6 +29,10 @@ static void *second(void *arg)
 	/* After the thread's end: not recorded. */
 	hookit_enter(NEVER, HOOKIT_TYPE_OTHER);
 	hookit_exit(NEVER, HOOKIT_TYPE_OTHER);
+	/* A thread attached to the same OS thread: a file of its own. */
+	hookit_thread_start();
+	hookit_enter(HELPER, HOOKIT_TYPE_INTERPRETED_STATIC);
+	hookit_exit(HELPER, HOOKIT_TYPE_INTERPRETED_STATIC);
 	return NULL;
 }
 

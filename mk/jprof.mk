@@ -13,7 +13,7 @@ JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof
 ifneq ($(wildcard $(JPROF_JAVA_HOME)/include/jvmti.h),)
 build: jprof
 endif
-jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class build/java/Unloadable.class build/java/CallBench.class build/java/libjprofdemo.so
+jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class build/java/Unloadable.class build/java/CallBench.class build/java/ShutdownDemo.class build/java/StackDemo.class build/java/libjprofdemo.so
 
 # calltree mode runs on the call-flow runtime: libhookit.a (PIC) linked in,
 # its symbols kept inside the agent.

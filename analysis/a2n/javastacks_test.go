@@ -147,3 +147,75 @@ func FuzzParseJavaStacks(f *testing.F) {
 		}
 	})
 }
+
+// JavaStack names a tick's Java frames by the nearest sample that fits
+// its native stack: an Interpreter frame per interpreted method, a
+// compiled frame per method after those inlined into it, native frames
+// and stubs in place; a shallower stack of interpreted frames by the
+// nearest deeper sample's outer frames; else the outer frames the
+// samples on both sides share; nothing from a sample far outside the
+// thread's run of samples (a JVM starting before the sampler).
+func TestJavaStack(t *testing.T) {
+	dir := t.TempDir()
+	const pid, tid = 55, 56
+	methods := map[uint64]string{1: "A.main", 2: "A.outer", 3: "A.mid", 4: "A.leaf", 5: "A.inl", 6: "A.comp", 7: "A.other"}
+	file := jstkFile(pid, methods, []jstkSample{
+		// main -> outer -> mid -> leaf (interpreted)
+		{tid, 4, 1_000_000_000, []uint64{4, 3, 2, 1}},
+		// main -> comp (compiled, A.inl inlined into it) -> leaf
+		{tid, 4, 2_000_000_000, []uint64{4, 5, 6, 1}},
+		// two samples sharing main -> outer around 3 s
+		{tid, 3, 2_990_000_000, []uint64{7, 2, 1}},
+		{tid, 4, 3_010_000_000, []uint64{4, 3, 2, 1}},
+	})
+	if err := os.WriteFile(filepath.Join(dir, "jprof-55.jstk"), file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := New(nil)
+	r.PerfMapDir = dir
+	const interp, stub, comp, native = 0x7f0000001000, 0x7f0000200000, 0x7f0000100000, 0x400100
+	for _, j := range []struct {
+		addr, size uint64
+		name       string
+	}{{interp, 0x1000, "Interpreter"}, {stub, 0x100, "call_stub"}, {comp, 0x100, "A.comp"}} {
+		r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{pid, tid, j.addr, j.size}, Str: j.name})
+	}
+	names := func(pcs []uint64) string {
+		var out []string
+		for i, pc := range pcs {
+			if i > 0 {
+				pc-- // as the stacks locate a return address
+			}
+			out = append(out, r.Resolve(pid, pc, false).Symbol)
+		}
+		return strings.Join(out, ";")
+	}
+	ret := func(a uint64) uint64 { return a + 5 } // a return address in the code at a
+	for _, c := range []struct {
+		what string
+		time uint64
+		user []uint64
+		want string
+	}{
+		{"interpreted, a native leaf", 1_001_000_000,
+			[]uint64{native, ret(interp), ret(interp + 0x10), ret(interp + 0x20), ret(interp + 0x30), ret(stub)},
+			"<unknown>;A.leaf;A.mid;A.outer;A.main;call_stub"},
+		{"compiled with an inlined method", 2_001_000_000,
+			[]uint64{interp + 0x40, ret(comp), ret(interp), ret(stub)},
+			"A.leaf;A.inl;A.comp;A.main;call_stub"},
+		{"shallower than the samples", 1_002_000_000,
+			[]uint64{interp + 0x40, ret(interp), ret(interp), ret(stub)},
+			"A.mid;A.outer;A.main;call_stub"},
+		{"no sample fits: the frames both sides share", 3_000_000_000,
+			[]uint64{interp, ret(interp), ret(interp), ret(interp), ret(interp), ret(stub)},
+			"Interpreter;Interpreter;Interpreter;A.outer;A.main;call_stub"},
+		{"long before the first sample", 900_000_000,
+			[]uint64{interp, ret(interp), ret(interp), ret(interp), ret(stub)},
+			"Interpreter;Interpreter;Interpreter;Interpreter;call_stub"},
+	} {
+		got := names(r.JavaStack(pid, tid, c.time, c.user))
+		if got != c.want {
+			t.Errorf("%s: %s, want %s", c.what, got, c.want)
+		}
+	}
+}

@@ -87,7 +87,11 @@ type Event struct {
 // Thread is the events of one thread.
 type Thread struct {
 	PID, TID int
-	Events   []Event
+	// Life: 1, or N for the Nth thread of an OS thread whose earlier
+	// threads ended (a JVM's DestroyJavaVM after main, a JNI detach and
+	// attach): file hookit-PID-TID.N.bin.
+	Life   int
+	Events []Event
 	// Partial: the file ended in unwritten (zero) records: the process
 	// was killed, or is still running.
 	Partial bool
@@ -158,7 +162,17 @@ func ParseThreadNames(b []byte) map[int]string {
 	return m
 }
 
-var threadFile = regexp.MustCompile(`^hookit-(\d+)-(\d+)\.bin$`)
+var threadFile = regexp.MustCompile(`^hookit-(\d+)-(\d+)(?:\.(\d+))?\.bin$`)
+
+// fileLife is Thread.Life from a thread file's name.
+func fileLife(path string) int {
+	if m := threadFile.FindStringSubmatch(filepath.Base(path)); m != nil && m[3] != "" {
+		if n, err := strconv.Atoi(m[3]); err == nil && n > 1 {
+			return n
+		}
+	}
+	return 1
+}
 
 // Load reads every process and thread file in dir.
 func Load(dir string) ([]*Process, error) {
@@ -219,7 +233,13 @@ func Load(dir string) ([]*Process, error) {
 	}
 	var out []*Process
 	for _, p := range procs {
-		sort.Slice(p.Threads, func(i, j int) bool { return p.Threads[i].TID < p.Threads[j].TID })
+		sort.Slice(p.Threads, func(i, j int) bool {
+			a, b := p.Threads[i], p.Threads[j]
+			if a.TID != b.TID {
+				return a.TID < b.TID
+			}
+			return a.Life < b.Life
+		})
 		out = append(out, p)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Info.PID < out[j].Info.PID })
@@ -230,7 +250,7 @@ func Load(dir string) ([]*Process, error) {
 // process that was killed, or is still running) when there is one, into
 // memory (Events). The reports stream the file instead (Thread.Each).
 func ReadThread(path string) (*Thread, error) {
-	t := &Thread{Path: path}
+	t := &Thread{Path: path, Life: fileLife(path)}
 	var evs []Event
 	if err := t.stream(func(e *Event) { evs = append(evs, *e) }); err != nil {
 		return nil, err
@@ -259,7 +279,7 @@ func openThread(path string) (*Thread, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &Thread{PID: pid, TID: tid, Path: path}, nil
+	return &Thread{PID: pid, TID: tid, Life: fileLife(path), Path: path}, nil
 }
 
 func parseHeader(b []byte) (pid, tid int, err error) {

@@ -184,6 +184,9 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	for _, t := range a.Trees {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "Thread %d/%d  events %d  total BASE %d\n", t.PID, t.TID, t.Events, t.Root.Cum)
+		if t.Life > 1 {
+			fmt.Fprintf(w, " the OS thread's thread %d: attached to it after its thread %d ended (a JVM's DestroyJavaVM, a JNI attach)\n", t.Life, t.Life-1)
+		}
 		if t.Partial {
 			fmt.Fprintln(w, " WARNING: the thread file was cut short (process killed or still running): figures cover what was recorded")
 		}

@@ -60,6 +60,7 @@ type Node struct {
 // Tree is the call tree of one thread.
 type Tree struct {
 	PID, TID int
+	Life     int // Thread.Life
 	Root     *Node
 	// Stack repair: frames closed without their exit (longjmp, an
 	// exception, exit from a deep stack) and exits that matched no open
@@ -132,7 +133,7 @@ type builder struct {
 // build is Build; interval, if set, gets each interval's sequence key
 // (width k) and metric (the first pass of the sequence minima).
 func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKey) (*Tree, error) {
-	b := &builder{tr: &Tree{PID: t.PID, TID: t.TID, Root: newNode(nil, 0)}, cal: cal, interval: interval, k: k, prevTrans: -1}
+	b := &builder{tr: &Tree{PID: t.PID, TID: t.TID, Life: t.Life, Root: newNode(nil, 0)}, cal: cal, interval: interval, k: k, prevTrans: -1}
 	b.stack = []*Node{b.tr.Root}
 	b.sps = []uint64{^uint64(0)}
 	err := t.Each(b.add)

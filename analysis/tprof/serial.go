@@ -1,6 +1,8 @@
 package tprof
 
 import (
+	"encoding/binary"
+
 	"perfinsp/analysis/a2n"
 	"perfinsp/format/trace"
 )
@@ -15,8 +17,9 @@ type oneReader struct {
 	b    *builder
 	p    *counter
 	w    *tickWorker
-	hook *atOnce // nil without onRecord
-	pcs  []byte  // an UNWIND record's PCs
+	hook *atOnce  // nil without onRecord
+	pcs  []byte   // an UNWIND record's PCs
+	user []uint64 // their user part (javaStack)
 }
 
 // countSerial counts b's trace with the one reader; the error is that of
@@ -132,8 +135,31 @@ func (o *oneReader) stack(rec *trace.Record) {
 		return
 	}
 	o.pcs = append(o.pcs[:0], rec.Str...)
+	if o.b.java {
+		o.pcs = o.javaStack(pid, tid, rec.Time, rec.Field(2), o.pcs)
+	}
 	o.w.pos++
 	o.w.stack(0, pid, tid, rec.Field(2), o.pcs)
+}
+
+// javaStack is a stack's PCs with its Java frames named by the JProf
+// agent's samples (a2n.JavaStack): the kernel's PCs as they are, then
+// the user's.
+func (o *oneReader) javaStack(pid, tid uint32, t, flags uint64, pcs []byte) []byte {
+	n, nk := len(pcs)/8, int(flags>>trace.UnwindKernShift)
+	if nk >= n {
+		return pcs
+	}
+	o.user = o.user[:0]
+	for i := nk; i < n; i++ {
+		o.user = append(o.user, binary.LittleEndian.Uint64(pcs[8*i:]))
+	}
+	user := o.b.r.JavaStack(pid, tid, t, o.user)
+	out := pcs[:8*nk]
+	for _, pc := range user {
+		out = binary.LittleEndian.AppendUint64(out, pc)
+	}
+	return out
 }
 
 // atOnce names the ticks onRecord is given, as they are read: each

@@ -487,8 +487,13 @@ func TestInProcessAPI(t *testing.T) {
 		t.Fatalf("callflow_api: %v\n%s", err, out)
 	}
 	p := load(t, dir)
-	if len(p.Threads) != 2 || p.Info.TInnerAPI <= 0 || p.Info.TOuterAPI <= 0 {
-		t.Fatalf("%d threads, API calibration t_I %.2f t_O %.2f", len(p.Threads), p.Info.TInnerAPI, p.Info.TOuterAPI)
+	// main, the second thread and the thread started again on its OS thread
+	if len(p.Threads) != 3 || p.Info.TInnerAPI <= 0 || p.Info.TOuterAPI <= 0 {
+		t.Fatalf("%d threads (want 3), API calibration t_I %.2f t_O %.2f", len(p.Threads), p.Info.TInnerAPI, p.Info.TOuterAPI)
+	}
+	if th := p.Threads; th[1].TID != th[2].TID || th[1].Life != 1 || th[2].Life != 2 || th[0].Life != 1 {
+		t.Errorf("threads (TID, life): (%d %d) (%d %d) (%d %d), want the second thread's OS thread twice, lives 1 and 2",
+			th[0].TID, th[0].Life, th[1].TID, th[1].Life, th[2].TID, th[2].Life)
 	}
 	var exc, native int
 	for _, th := range p.Threads {
@@ -515,7 +520,12 @@ func TestInProcessAPI(t *testing.T) {
 		"Main.run()V": 1, "Main.run()V;Native.call(I)I": 1000, "Main.run()V;Main.helper (J)V": 1,
 	})
 	checkPaths(t, "second thread", paths(second), map[string]uint64{"Main.run()V": 1, "Main.run()V;Main.helper (J)V": 10})
-	for _, tr := range []*callflow.Tree{main, second} {
+	again := a.Trees[len(a.Trees)-1]
+	if again.Life != 2 {
+		t.Fatalf("the last tree is life %d of thread %d, want the second thread's OS thread's second", again.Life, again.TID)
+	}
+	checkPaths(t, "thread started again", paths(again), map[string]uint64{"Main.helper (J)V": 1})
+	for _, tr := range []*callflow.Tree{main, second, again} {
 		if tr.OpenAtEnd != 0 || tr.Unmatched != 0 || tr.Repaired != 0 {
 			t.Errorf("thread %d: open %d unmatched %d repaired %d", tr.TID, tr.OpenAtEnd, tr.Unmatched, tr.Repaired)
 		}

@@ -386,3 +386,105 @@ func TestCalltreeReportsAtExit(t *testing.T) {
 		t.Error("report=off wrote log-rt")
 	}
 }
+
+// logSection is one "Thread PID/TID" section of log-rt.
+type logSection struct {
+	tid  string
+	rows []logRow
+}
+
+// logSections returns log-rt's thread sections in order (an OS thread
+// whose Java thread ended and was attached again has a section per thread).
+func logSections(text string) []logSection {
+	var out []logSection
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "Thread ") {
+			out = append(out, logSection{tid: strings.Fields(l)[1]})
+			continue
+		}
+		m := logRE.FindStringSubmatch(l)
+		if m == nil || len(out) == 0 || strings.HasPrefix(m[6], "(") {
+			continue
+		}
+		r := logRow{name: strings.TrimSpace(m[6])}
+		r.lv, _ = strconv.Atoi(m[1])
+		r.calls, _ = strconv.ParseInt(m[2], 10, 64)
+		s := &out[len(out)-1]
+		s.rows = append(s.rows, r)
+	}
+	return out
+}
+
+func (s logSection) calls(name string) (n int64) {
+	for _, r := range s.rows {
+		if r.name == name {
+			n += r.calls
+		}
+	}
+	return n
+}
+
+// Threads attached to an OS thread whose Java thread ended are recorded:
+// the JVM's DestroyJavaVM thread (main's OS thread once main returned)
+// runs the shutdown sequence and starts and joins the shutdown hook; a
+// native thread attached, detached and attached again calls a method in
+// each attach (ShutdownDemo).
+func TestCalltreeThreadAttachedAgain(t *testing.T) {
+	root := agentOnly(t)
+	dir := t.TempDir()
+	c := java(root, dir, "calltree,dir="+dir, "ShutdownDemo")
+	out, err := c.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ShutdownDemo done 3") || !strings.Contains(string(out), "ShutdownDemo hook") {
+		t.Fatalf("java: %v\n%s", err, out)
+	}
+	_, text := readLogRT(t, dir) // written when the JVM ended
+	secs := logSections(text)
+	var mainTID string
+	for _, s := range secs {
+		if s.calls("ShutdownDemo.main") == 1 {
+			mainTID = s.tid
+		}
+	}
+	if mainTID == "" {
+		t.Fatalf("no thread with ShutdownDemo.main in log-rt:\n%s", text)
+	}
+	// The shutdown: on main's OS thread, in a section after main's.
+	var shut *logSection
+	for i, s := range secs {
+		if s.tid == mainTID && s.calls("java.lang.Shutdown.shutdown") == 1 {
+			shut = &secs[i]
+		}
+	}
+	switch {
+	case shut == nil:
+		t.Errorf("java.lang.Shutdown.shutdown not on main's OS thread %s (the DestroyJavaVM thread lost)", mainTID)
+	case shut.rows[0].name != "java.lang.Shutdown.shutdown" || shut.calls("java.lang.ApplicationShutdownHooks.runHooks") != 1 ||
+		shut.calls("java.lang.Thread.start") != 1 || shut.calls("java.lang.Thread.join") == 0:
+		t.Errorf("DestroyJavaVM's tree: want Shutdown.shutdown at its root, running the hooks (runHooks, the hook's start and join), got %+v", shut.rows)
+	}
+	var hook int64
+	for _, s := range secs {
+		hook += s.calls("ShutdownDemo.inHook")
+	}
+	if hook != 1 {
+		t.Errorf("ShutdownDemo.inHook: %d calls, want 1 (the hook thread)", hook)
+	}
+	// The native thread: two sections of one OS thread, fromNative once each.
+	byTID := map[string][]int64{}
+	for _, s := range secs {
+		if n := s.calls("ShutdownDemo.fromNative"); n > 0 {
+			byTID[s.tid] = append(byTID[s.tid], n)
+		}
+	}
+	if len(byTID) != 1 {
+		t.Errorf("fromNative on %d OS threads %v, want 1 (attached twice)", len(byTID), byTID)
+	}
+	for tid, n := range byTID {
+		if len(n) != 2 || n[0] != 1 || n[1] != 1 {
+			t.Errorf("fromNative on OS thread %s: calls per attach %v, want [1 1]", tid, n)
+		}
+	}
+	if t.Failed() {
+		t.Logf("log-rt:\n%s", text)
+	}
+}

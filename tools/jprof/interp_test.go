@@ -225,3 +225,96 @@ func TestTprofNamesInterpreted(t *testing.T) {
 		})
 	}
 }
+
+// Java frames inside tprof's call stacks: java -Xint StackDemo under
+// run.tprof -g with the agent in tprof mode; post with the agent's Java
+// stacks gives the main thread's stacks with the interpreted methods
+// named (at most 3 % keep an "Interpreter" frame), each method where the
+// program calls it (compute and writer right under middle), and the
+// Java, native and kernel frames of a write(2) in one stack; post
+// without them (the same trace) has "Interpreter" frames there.
+func TestTprofStacksNameJavaFrames(t *testing.T) {
+	root := build(t)
+	dir := t.TempDir()
+	env := daemonEnv(t, root, dir)
+	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-r", "1000", "-g", "-o", dir, "--", "java", "-Xint",
+		"-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose,dir="+dir, "-cp", filepath.Join(root, "build", "java"), "StackDemo", "5")
+	cmd.Env, cmd.Dir = env, dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "StackDemo done") {
+		t.Fatalf("run.tprof: %v\n%s", err, out)
+	}
+	// the folded stacks holding frame
+	folded := func(name, mapDir, frame string) map[string]int {
+		t.Helper()
+		f := filepath.Join(dir, name+".folded")
+		c := exec.Command(filepath.Join(root, "bin", "post"), "-r", filepath.Join(dir, "swtrace.nrm2"), "-o", t.TempDir(),
+			"--perfmap-dir", mapDir, "-tprof", "--folded", f)
+		if o, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("post: %v\n%s", err, o)
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, l := range strings.Split(string(b), "\n") {
+			if i := strings.LastIndexByte(l, ' '); i > 0 && strings.Contains(l, ";"+frame+";") {
+				n, _ := strconv.Atoi(l[i+1:])
+				m[l[:i]] += n
+			}
+		}
+		return m
+	}
+	// the main thread once the launcher called main (the JVM's start-up
+	// runs Java code before the agent's sampler starts)
+	named := folded("named", dir, "jni_CallStaticVoidMethod")
+	var total, interp, compute, writer int
+	var syscall string
+	for st, n := range named {
+		total += n
+		if strings.Contains(st, ";Interpreter;") || strings.HasSuffix(st, ";Interpreter") {
+			interp += n
+		}
+		frames := strings.Split(st, ";")
+		for i, f := range frames {
+			if f == "StackDemo.compute" || f == "StackDemo.writer" {
+				if frames[i-1] != "StackDemo.middle" {
+					t.Errorf("%s under %s: %s", f, frames[i-1], st)
+				}
+				if f == "StackDemo.compute" {
+					compute += n
+				} else {
+					writer += n
+				}
+			}
+		}
+		if strings.Contains(st, "StackDemo.writer;java.io.FileOutputStream.write;java.io.FileOutputStream.writeBytes;") &&
+			strings.Contains(st, ";write;") && strings.HasSuffix(st, "_[k]") {
+			syscall = st
+		}
+	}
+	t.Logf("%d ticks of main: %d with an Interpreter frame, %d in compute, %d in writer; a write(2): %s",
+		total, interp, compute, writer, syscall)
+	if total < 100 {
+		t.Fatalf("only %d ticks of main", total)
+	}
+	// a tick no nearby sample fits (the agent samples on its own timer;
+	// a class being initialized, a call site linked) keeps its
+	// Interpreter frames: a few in a hundred at most
+	if 100*interp > 3*total {
+		t.Errorf("%d of %d ticks of main have an Interpreter frame: want at most 3 %%", interp, total)
+	}
+	if compute == 0 || writer == 0 || syscall == "" {
+		t.Errorf("compute %d, writer %d ticks, a write(2)'s stack %q: want both methods and a stack from Java to the kernel", compute, writer, syscall)
+	}
+	without := 0
+	for st, n := range folded("unnamed", t.TempDir(), "jni_CallStaticVoidMethod") {
+		if strings.Contains(st, ";Interpreter") {
+			without += n
+		}
+	}
+	if 2*without < total {
+		t.Errorf("without the Java stacks %d ticks have Interpreter frames: the test no longer shows what it should", without)
+	}
+}

@@ -334,6 +334,12 @@ func TestMergedJavaRun(t *testing.T) {
 // and returns java's output, the swtrace runner and java's error (tracing off).
 func tracedJavaRun(t *testing.T, root, dir, opts, arg string) ([]byte, func(args ...string), error) {
 	t.Helper()
+	return tracedJavaRunCP(t, root, dir, opts, filepath.Join(root, "build", "java"), "HotLoop", arg)
+}
+
+// tracedJavaRunCP is tracedJavaRun of class main on class path cp.
+func tracedJavaRunCP(t *testing.T, root, dir, opts, cp, main string, args ...string) ([]byte, func(args ...string), error) {
+	t.Helper()
 	env := daemonEnv(t, root, dir)
 	sw := func(args ...string) {
 		t.Helper()
@@ -349,8 +355,8 @@ func tracedJavaRun(t *testing.T, root, dir, opts, arg string) ([]byte, func(args
 	sw("enable", "--only", "tprof", "0x30", "0x50")
 	sw("setrate", "1000")
 	sw("on", "--discard")
-	c := exec.Command("java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"="+opts+",dir="+dir,
-		"-cp", filepath.Join(root, "build", "java"), "HotLoop", arg)
+	c := exec.Command("java", append([]string{"-agentpath:" + filepath.Join(root, "bin", "libjprof.so") + "=" + opts + ",dir=" + dir,
+		"-cp", cp, main}, args...)...)
 	c.Env, c.Dir = env, dir
 	out, err := c.CombinedOutput()
 	sw("off")

@@ -1,6 +1,7 @@
 package jprof_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,4 +109,100 @@ func TestTraceSigNames(t *testing.T) {
 	if !strings.Contains(string(text), "- - HotLoop.spin(J)J\n") {
 		t.Errorf("merge.out has no HotLoop.spin(J)J node below main:\n%.3000s", text)
 	}
+}
+
+// longSigProgram writes and compiles LongSig.java in dir: two overloads
+// m(String x30, int) and m(String x30, long), names with their signatures
+// of 553 bytes that differ only at the end; m(..., int) is called 3 times,
+// m(..., long) 5 times. It returns the two sig names.
+func longSigProgram(t *testing.T, dir string) (nameI, nameJ string) {
+	t.Helper()
+	var params, args []string
+	for i := 0; i < 30; i++ {
+		params = append(params, fmt.Sprintf("String a%d", i))
+		args = append(args, "null")
+	}
+	p, a := strings.Join(params, ", "), strings.Join(args, ", ")
+	src := "public class LongSig {\n static long n;\n" +
+		" static void m(" + p + ", int x) { n += x; }\n" +
+		" static void m(" + p + ", long x) { n += 2 * x; }\n" +
+		" public static void main(String[] args) {\n" +
+		"  for (int i = 0; i < 3; i++) m(" + a + ", 1);\n" +
+		"  for (int i = 0; i < 5; i++) m(" + a + ", 1L);\n" +
+		"  System.out.println(\"LongSig done \" + n);\n }\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "LongSig.java"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command("javac", "-d", dir, filepath.Join(dir, "LongSig.java"))
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, out)
+	}
+	sig := "LongSig.m(" + strings.Repeat("Ljava/lang/String;", 30)
+	return sig + "I)V", sig + "J)V"
+}
+
+// Names are never cut so that two become one: two overloads whose
+// signatures run past 511 bytes are two methods in log-rt, each with its
+// whole name and its own calls; in the trace (whose records hold 480
+// bytes of a name) each is its beginning and a hash of the whole name,
+// two names still.
+func TestLongSignaturesApart(t *testing.T) {
+	root := build(t)
+	cp := t.TempDir()
+	nameI, nameJ := longSigProgram(t, cp)
+	dir := t.TempDir()
+	c := exec.Command("java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=calltree,sig,include=LongSig*,dir="+dir,
+		"-cp", cp, "LongSig")
+	c.Dir = dir
+	if out, err := c.CombinedOutput(); err != nil || !strings.Contains(string(out), "LongSig done 13") {
+		t.Fatalf("java: %v\n%s", err, out)
+	}
+	threads, text := readLogRT(t, dir)
+	calls := map[string]int64{}
+	for _, rows := range threads {
+		for _, r := range rows {
+			calls[r.name] += r.calls
+		}
+	}
+	if calls[nameI] != 3 || calls[nameJ] != 5 {
+		t.Errorf("log-rt: %d calls of m(...I)V, %d of m(...J)V, want 3 and 5 under their whole names; names: %q\n%.3000s",
+			calls[nameI], calls[nameJ], mapKeys(calls), text)
+	}
+
+	tdir := t.TempDir()
+	out, sw, err := tracedJavaRunCP(t, root, tdir, "calltree,trace,sig,verbose,include=LongSig*", cp, "LongSig")
+	if err != nil || !strings.Contains(string(out), "records written to the trace, 0 not") {
+		t.Fatalf("java: %v\n%s", err, out)
+	}
+	sw("get", "s.nrm2")
+	f, err := nrm2.Open(filepath.Join(tdir, "s.nrm2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []string
+	_ = f.Records(func(r *trace.Record) error {
+		if r.Major == trace.MajorJITLoad && r.Minor == trace.JITMethod && strings.HasPrefix(r.Str, "LongSig.m(") {
+			ms = append(ms, r.Str)
+		}
+		return nil
+	})
+	f.Close()
+	hashed := regexp.MustCompile(`^(LongSig\.m\(.*)#[0-9a-f]{16}$`)
+	if len(ms) != 2 || ms[0] == ms[1] {
+		t.Fatalf("the trace's JIT_METHOD names of m: %q, want two different", ms)
+	}
+	for _, n := range ms {
+		m := hashed.FindStringSubmatch(n)
+		if len(n) > 480 || m == nil || !strings.HasPrefix(nameI, m[1]) {
+			t.Errorf("trace name %q (%d bytes): want at most 480, the whole name's beginning, # and 16 hex digits", n, len(n))
+		}
+	}
+}
+
+func mapKeys(m map[string]int64) []string {
+	var k []string
+	for n := range m {
+		k = append(k, n)
+	}
+	return k
 }

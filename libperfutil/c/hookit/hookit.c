@@ -65,6 +65,7 @@ struct hk_thread {
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
+	unsigned life;        /* 1, or the OS thread's Nth attach (hookit_thread_end) */
 	uint64_t bin_off;     /* bytes of the thread file written */
 	struct hk_thread *next;
 };
@@ -106,6 +107,11 @@ static int hk_exited;
 static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
 /* This thread records nothing (its file failed, or it ended). */
 static __thread int hk_noopen __attribute__((tls_model("initial-exec")));
+/* Thread ends this OS thread has had (hookit_thread_end): a thread
+ * attached to it again after one (hookit_thread_start: a JVM's
+ * DestroyJavaVM after main, a JNI detach and attach) records into a file
+ * of its own. */
+static __thread unsigned hk_ended __attribute__((tls_model("initial-exec")));
 
 HK_NOINSTR static uint64_t read_zero(void)
 {
@@ -302,9 +308,14 @@ HK_NOINSTR static int flush_buffer(struct hk_thread *t)
 	return 0;
 }
 
-HK_NOINSTR static void thread_path(char *path, size_t n, pid_t tid, const char *ext)
+/* hookit-PID-TID.EXT, or hookit-PID-TID.LIFE.EXT for a thread attached
+ * again to an OS thread whose earlier thread ended. */
+HK_NOINSTR static void thread_path(char *path, size_t n, const struct hk_thread *t, const char *ext)
 {
-	snprintf(path, n, "hookit-%d-%d.%s", (int)hk_pid, (int)tid, ext);
+	if (t->life > 1)
+		snprintf(path, n, "hookit-%d-%d.%u.%s", (int)hk_pid, (int)t->tid, t->life, ext);
+	else
+		snprintf(path, n, "hookit-%d-%d.%s", (int)hk_pid, (int)t->tid, ext);
 }
 
 /* Create name in the directory, mode 0600, replacing a file of that name
@@ -361,7 +372,8 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 	if (!t)
 		return NULL;
 	t->tid = gettid_();
-	thread_path(path, sizeof(path), t->tid, "bin");
+	t->life = hk_ended + 1;
+	thread_path(path, sizeof(path), t, "bin");
 	t->fd = hk_create(path, O_WRONLY);
 	if (t->fd < 0)
 		goto fail_free;
@@ -373,7 +385,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 	if (pwrite(t->fd, head, sizeof(head), 0) != (ssize_t)sizeof(head))
 		goto fail_close;
 	t->bin_off = sizeof(head);
-	thread_path(path, sizeof(path), t->tid, "tail");
+	thread_path(path, sizeof(path), t, "tail");
 	t->tail_fd = hk_create(path, O_RDWR);
 	if (t->tail_fd < 0)
 		goto fail_close;
@@ -398,7 +410,7 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 		munmap(t->win, HK_BUF);
 		unlinkat(hk_dirfd, path, 0);
 		close(t->tail_fd);
-		thread_path(path, sizeof(path), t->tid, "bin");
+		thread_path(path, sizeof(path), t, "bin");
 		unlinkat(hk_dirfd, path, 0);
 		close(t->fd);
 		hk_free(t);
@@ -428,7 +440,7 @@ HK_NOINSTR static void thread_close(struct hk_thread *t)
 	t->win = NULL;
 	close(t->tail_fd);
 	close(t->fd);
-	thread_path(path, sizeof(path), t->tid, "tail");
+	thread_path(path, sizeof(path), t, "tail");
 	unlinkat(hk_dirfd, path, 0);
 }
 
@@ -967,7 +979,7 @@ HK_NOINSTR static void finish_files(void)
 			hk_put_end(t);
 		if (flush_buffer(t) != 0)
 			perror("hookit: writing a thread file");
-		thread_path(path, sizeof(path), t->tid, "tail");
+		thread_path(path, sizeof(path), t, "tail");
 		unlinkat(hk_dirfd, path, 0);
 	}
 	pthread_mutex_unlock(&hk_mu);
@@ -1005,6 +1017,7 @@ HK_NOINSTR static void after_fork_child(void)
 	hk_threads = NULL;
 	hk_self = NULL;
 	hk_noopen = 0;
+	hk_ended = 0;
 	hk_pid = getpid();
 	while (t) {
 		struct hk_thread *n = t->next;
@@ -1143,7 +1156,8 @@ HK_NOINSTR static void hk_exit(void)
 {
 	if (!hk_ready || __atomic_exchange_n(&hk_exited, 1, __ATOMIC_SEQ_CST))
 		return;
-	hk_mark(HK_MARK_EXIT);
+	if (hk_self) /* (a thread that recorded nothing gets no file for it) */
+		hk_mark(HK_MARK_EXIT);
 	hk_on = 0;
 	copy_maps();
 	finish_files();
@@ -1491,22 +1505,35 @@ HK_VIS HK_NOINSTR const char *hookit_error(void)
 
 HK_VIS HK_NOINSTR int hookit_name(uint64_t id, const char *name)
 {
-	char line[4096];
-	int n;
+	char small[4096], *line = small;
+	size_t len, cap;
+	int n, rc;
 
 	if (hk_names_fd < 0 || !name)
 		return -1;
-	n = snprintf(line, sizeof(line), "%llx %s", (unsigned long long)(id & HK_FN_MASK), name);
-	if (n < 0)
+	/* the whole name, however long (a Java signature may run to 64 KB):
+	 * a cut could make two names one */
+	len = strlen(name);
+	cap = len + 32;
+	if (cap > sizeof(small) && !(line = hk_malloc(cap)))
 		return -1;
-	if ((size_t)n >= sizeof(line) - 1)
-		n = sizeof(line) - 2;
+	if (cap <= sizeof(small))
+		cap = sizeof(small);
+	n = snprintf(line, cap, "%llx %s", (unsigned long long)(id & HK_FN_MASK), name);
+	if (n < 0 || (size_t)n >= cap - 1) {
+		if (line != small)
+			hk_free(line);
+		return -1;
+	}
 	for (int i = 0; i < n; i++)
 		if (line[i] == '\n' || line[i] == '\r')
 			line[i] = ' ';
 	line[n++] = '\n';
 	/* One write of a whole line (O_APPEND): lines from threads never mix. */
-	return write(hk_names_fd, line, (size_t)n) == n ? 0 : -1;
+	rc = write(hk_names_fd, line, (size_t)n) == n ? 0 : -1;
+	if (line != small)
+		hk_free(line);
+	return rc;
 }
 
 HK_VIS HK_NOINSTR void hookit_thread_end(void)
@@ -1524,6 +1551,7 @@ HK_VIS HK_NOINSTR void hookit_thread_end(void)
 	pthread_mutex_unlock(&hk_mu);
 	hk_self = NULL;
 	hk_noopen = 1; /* this thread records nothing more */
+	hk_ended++;	/* (a thread attached later, hookit_thread_start, gets a file of its own) */
 	if (t->busy != 2) { /* not finished by a shutdown already */
 		if (t->pos + 2 < t->cap)
 			hk_put_end(t);
@@ -1532,6 +1560,12 @@ HK_VIS HK_NOINSTR void hookit_thread_end(void)
 	}
 	thread_close(t);
 	hk_free(t);
+}
+
+HK_VIS HK_NOINSTR void hookit_thread_start(void)
+{
+	if (!hk_self && hk_ended)
+		hk_noopen = 0;
 }
 
 HK_VIS HK_NOINSTR void hookit_shutdown(void)

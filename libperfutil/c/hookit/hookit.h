@@ -3,7 +3,9 @@
  * hookit.h - the thread file of libhookit (read by analysis/callflow;
  * its record layout is checked there against this header).
  *
- * DIR/hookit-PID-TID.bin is an array of 16-byte records (struct hk_rec).
+ * DIR/hookit-PID-TID.bin (DIR/hookit-PID-TID.N.bin for the Nth thread of
+ * an OS thread that ended and was attached again, N >= 2) is an array of
+ * 16-byte records (struct hk_rec).
  * Records 0 and 1 are the header: {HK_MAGIC, pid << 32 | tid},
  * {HK_VERSION, 0}. Every other record is an event:
  *   tag = kind << 56 | api << 55 | type << 48 | id

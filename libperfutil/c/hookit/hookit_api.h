@@ -83,8 +83,18 @@ int hookit_name(uint64_t id, const char *name);
 
 /* The calling thread ends: its file is finished and closed (optional: at
  * shutdown every file is finished anyway; call it when threads come and go
- * by the thousand, to release their descriptors and mappings). */
+ * by the thousand, to release their descriptors and mappings). Events on
+ * the same OS thread after it are not recorded, until hookit_thread_start. */
 void hookit_thread_end(void);
+
+/*
+ * A thread starts on the calling OS thread (a JVMTI ThreadStart): after a
+ * hookit_thread_end there (a JVM's DestroyJavaVM attached to main's OS
+ * thread, a native thread detached and attached again), its events are
+ * recorded again, into a file of their own: DIR/hookit-PID-TID.N.bin for
+ * the OS thread's Nth thread (N >= 2). No effect otherwise.
+ */
+void hookit_thread_start(void);
 
 /*
  * Shutdown: records the end of every open frame, copies the memory map,

@@ -103,18 +103,24 @@ static uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
 	uint64_t id = (uint64_t)(uintptr_t)m;
 	uint32_t info;
 	jint mods = 0;
-	char name[512], cls[512];
+	char *name, *cls;
 	unsigned type;
 	const char *dot;
 
 	if (m_find(id, &info))
 		return info;
-	jprof_method_name(m, name, sizeof(name));
+	name = jprof_method_name(m);
+	if (!name)
+		return 0;	/* no memory: not recorded, looked up again next time */
 	/* the class: before the method's dot (a signature has none), dotted */
 	dot = strchr(name, '(');
 	for (dot = dot ? dot : name + strlen(name); dot > name && *dot != '.'; dot--)
 		;
-	snprintf(cls, sizeof(cls), "%.*s", *dot == '.' ? (int)(dot - name) : (int)strlen(name), name);
+	cls = strndup(name, *dot == '.' ? (size_t)(dot - name) : strlen(name));
+	if (!cls) {
+		free(name);
+		return 0;
+	}
 	for (char *p = cls; *p; p++)
 		if (*p == '/')
 			*p = '.';
@@ -132,6 +138,8 @@ static uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
 		hookit_name(id, name);
 		jprof_trace_method(id, name);
 	}
+	free(cls);
+	free(name);
 	m_insert(id, info);
 	return info;
 }
@@ -165,6 +173,14 @@ static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread th)
 {
 	(void)jvmti; (void)jni; (void)th;
 	hookit_thread_end();
+}
+
+/* A thread attached to an OS thread whose thread ended (DestroyJavaVM on
+ * main's, a JNI detach and attach): recorded as a thread of its own. */
+static void JNICALL on_thread_start(jvmtiEnv *jvmti, JNIEnv *jni, jthread th)
+{
+	(void)jvmti; (void)jni; (void)th;
+	hookit_thread_start();
 }
 
 static int add_pattern(char ***list, int *n, const char *p)
@@ -209,6 +225,7 @@ int calltree_start(jvmtiEnv *jvmti, const char *hookit_opts, jvmtiEventCallbacks
 	cb->MethodEntry = on_method_entry;
 	cb->MethodExit = on_method_exit;
 	cb->ThreadEnd = on_thread_end;
+	cb->ThreadStart = on_thread_start;
 	return 0;
 }
 
@@ -217,6 +234,7 @@ void calltree_enable(jvmtiEnv *jvmti)
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_METHOD_ENTRY, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_METHOD_EXIT, NULL);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_END, NULL);
+	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_START, NULL);
 }
 
 void calltree_report_dir(const char *dir)

@@ -44,7 +44,7 @@
  */
 #define JT_CHUNK	(64 * 1024)	/* base64: well under daemonproto.MaxRequest */
 #define JT_CHUNKS	256		/* 16 MB of chunks at most */
-#define JT_NAME_MAX	1024		/* pitraced keeps 1024 bytes of a name */
+#define JT_NAME_MAX	1024		/* pitraced keeps 1024 bytes of a name (jt_fit: fewer) */
 
 struct jt_chunk {
 	struct jt_chunk *next;
@@ -475,8 +475,32 @@ static int jt_kmod(unsigned minor, unsigned long long addr, unsigned long long s
 	return 1;
 }
 
+/*
+ * A name as the trace keeps it: whole when it fits a record
+ * (PITRACE_JIT_NAME_MAX, the module's limit, the smaller of the two
+ * routes'), else its first bytes (whole UTF-8 characters) then "#" and
+ * the 64-bit FNV-1a hash of the whole name in hex: two long names that
+ * share their beginning (overloads with long signatures) stay two.
+ * buf holds PITRACE_JIT_NAME_MAX + 1 bytes.
+ */
+static const char *jt_fit(const char *name, char *buf)
+{
+	size_t n = strlen(name), keep = PITRACE_JIT_NAME_MAX - 17;
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	if (n <= PITRACE_JIT_NAME_MAX)
+		return name;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)name[i]) * 0x100000001b3ULL;
+	while (keep > 0 && ((unsigned char)name[keep] & 0xC0) == 0x80)
+		keep--;
+	snprintf(buf, PITRACE_JIT_NAME_MAX + 1, "%.*s#%016llx", (int)keep, name, (unsigned long long)h);
+	return buf;
+}
+
 void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, const char *name)
 {
+	char fit[PITRACE_JIT_NAME_MAX + 1];
 	struct {
 		struct pitrace_rec_hdr h;
 		struct pitrace_rec_jit_load r;
@@ -485,6 +509,7 @@ void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, con
 		{ jt_pid(), tid, addr, size },
 	};
 
+	name = jt_fit(name ? name : "", fit);
 	if (jt_kmod(PITRACE_JIT_LOAD, addr, size, name))
 		return;
 	name = name ? name : "";
@@ -516,6 +541,7 @@ void jt_unload(unsigned long long addr, unsigned long long size)
 
 void jt_method(unsigned long long id, const char *name)
 {
+	char fit[PITRACE_JIT_NAME_MAX + 1];
 	struct {
 		struct pitrace_rec_hdr h;
 		struct pitrace_rec_jit_method r;
@@ -524,6 +550,7 @@ void jt_method(unsigned long long id, const char *name)
 		{ jt_pid(), id },
 	};
 
+	name = jt_fit(name ? name : "", fit);
 	if (jt_kmod(PITRACE_JIT_METHOD, 0, id, name))
 		return;
 	name = name ? name : "";

@@ -144,41 +144,48 @@ void jprof_trace_event(uint64_t id, unsigned type, int exit)
 }
 
 /*
- * "Lpkg/Class;" + "method" -> "pkg.Class.method" into out; with the sig
- * option PI's form, the JVM's class name and the method's signature:
- * "pkg/Class.method(Ljava/lang/String;)V" (overloads apart).
+ * "Lpkg/Class;" + "method" -> "pkg.Class.method"; with the sig option PI's
+ * form, the JVM's class name and the method's signature:
+ * "pkg/Class.method(Ljava/lang/String;)V" (overloads apart). The whole
+ * name, however long (a signature may run to 64 KB): malloc'd, the
+ * caller frees it; NULL only when memory runs out.
  */
-void jprof_method_name(jmethodID m, char *out, size_t n)
+char *jprof_method_name(jmethodID m)
 {
-	char *mname = NULL, *msig = NULL, *csig = NULL;
+	char *mname = NULL, *msig = NULL, *csig = NULL, *out = NULL;
 	jclass cls = NULL;
-	size_t o = 0;
+	size_t o = 0, n;
 	const char *c;
 
-	snprintf(out, n, "method@%p", (void *)m);
-	if ((*jvmti)->GetMethodName(jvmti, m, &mname, sig_names ? &msig : NULL, NULL) != JVMTI_ERROR_NONE)
-		return;
+	if ((*jvmti)->GetMethodName(jvmti, m, &mname, sig_names ? &msig : NULL, NULL) != JVMTI_ERROR_NONE) {
+		if (asprintf(&out, "method@%p", (void *)m) < 0)
+			return NULL;
+		return out;
+	}
 	if ((*jvmti)->GetMethodDeclaringClass(jvmti, m, &cls) == JVMTI_ERROR_NONE &&
 	    (*jvmti)->GetClassSignature(jvmti, cls, &csig, NULL) == JVMTI_ERROR_NONE && csig) {
-		c = csig[0] == 'L' ? csig + 1 : csig;
-		for (; *c && *c != ';' && o + 2 < n; c++)
-			out[o++] = *c == '/' && !sig_names ? '.' : *c;
-		out[o] = 0;
-		snprintf(out + o, n - o, ".%s%s", mname, msig ? msig : "");
-	} else {
-		snprintf(out, n, "%s%s", mname, msig ? msig : "");
+		n = strlen(csig) + 1 + strlen(mname) + (msig ? strlen(msig) : 0) + 1;
+		if ((out = malloc(n)) != NULL) {
+			c = csig[0] == 'L' ? csig + 1 : csig;
+			for (; *c && *c != ';'; c++)
+				out[o++] = *c == '/' && !sig_names ? '.' : *c;
+			snprintf(out + o, n - o, ".%s%s", mname, msig ? msig : "");
+		}
+	} else if (asprintf(&out, "%s%s", mname, msig ? msig : "") < 0) {
+		out = NULL;
 	}
 	(*jvmti)->Deallocate(jvmti, (unsigned char *)mname);
 	if (msig)
 		(*jvmti)->Deallocate(jvmti, (unsigned char *)msig);
 	if (csig)
 		(*jvmti)->Deallocate(jvmti, (unsigned char *)csig);
+	return out;
 }
 
 static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, const void *addr,
 				     jint map_len, const jvmtiAddrLocationMap *map, const void *info)
 {
-	char name[512];
+	char *name;
 
 	(void)env; (void)map_len; (void)map; (void)info;
 	if (dead || size <= 0)
@@ -186,11 +193,12 @@ static void JNICALL on_compiled_load(jvmtiEnv *env, jmethodID m, jint size, cons
 	compiled_put((uint64_t)(uintptr_t)m);
 	if (!tracing)
 		return;
-	jprof_method_name(m, name, sizeof(name));
+	name = jprof_method_name(m);
 	code_put((unsigned long long)(uintptr_t)addr, (unsigned long long)size);
-	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name);
+	jt_load(gettid_(), (unsigned long long)(uintptr_t)addr, (unsigned long long)size, name ? name : "?");
 	if (jitdump)
-		jitdump_load(name, addr, (uint64_t)size);
+		jitdump_load(name ? name : "?", addr, (uint64_t)size);
+	free(name);
 	jt_kick();
 	__atomic_add_fetch(&loads, 1, __ATOMIC_RELAXED);
 }

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* jprof.c */
-void jprof_method_name(jmethodID m, char *out, size_t n);
+char *jprof_method_name(jmethodID m);	/* the whole name, malloc'd (NULL: no memory) */
 int jprof_is_compiled(uint64_t id);
 /* calltree mode with the trace option: method names and events into the
  * trace (JIT_METHOD, 0x30 / 0x50 entry / exit) for post --merge */

@@ -4,7 +4,8 @@
  * ticks tprof takes in the interpreter (its generated code is one blob,
  * "Interpreter", whatever method it runs) by the method it was running.
  *
- * A CPU-time timer per thread (timer_create on the thread's CPU clock,
+ * A CPU-time timer per thread (a task-clock perf event whose overflow
+ * signals the thread, else timer_create on the thread's CPU clock,
  * SIGEV_THREAD_ID) sends the thread SIGPROF every 1/HZ s of its CPU time:
  * the threads that exist when sampling starts (/proc/self/task) and every
  * Java thread that starts later (JVMTI ThreadStart; the JVM's compiler
@@ -42,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <time.h>
@@ -62,8 +65,8 @@ typedef struct {
 
 typedef void (*asgct_fn)(asgct_trace *, jint, void *);
 
-#define JS_DEPTH	64
-#define JS_SLOTS	4096	/* a power of two */
+#define JS_DEPTH	256	/* javac runs 100 frames deep and more */
+#define JS_SLOTS	2048	/* a power of two */
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY };
 
@@ -194,12 +197,13 @@ static void out(const void *p, size_t n)
 
 static void put_method(uint64_t id)
 {
-	char name[1024];
+	char *name = jprof_method_name((jmethodID)(uintptr_t)id);
 	uint32_t h[2];
 	size_t n;
 	static const char zero[8];
 
-	jprof_method_name((jmethodID)(uintptr_t)id, name, sizeof(name));
+	if (!name)
+		return;
 	n = strlen(name) + 1;
 	h[0] = 1;
 	h[1] = (uint32_t)(8 + 8 + ((n + 7) & ~(size_t)7));
@@ -207,6 +211,7 @@ static void put_method(uint64_t id)
 	out(&id, 8);
 	out(name, n);
 	out(zero, ((n + 7) & ~(size_t)7) - n);
+	free(name);
 }
 
 static void put_sample(const struct js_slot *s)
@@ -289,14 +294,57 @@ static void make_all_ids(void)
 	(*js_jvmti)->Deallocate(js_jvmti, (unsigned char *)cs);
 }
 
-/* The threads' timers; a thread beyond JS_TIMERS is not sampled. */
+/*
+ * The threads' timers; a thread beyond JS_TIMERS is not sampled. A
+ * thread's timer is a perf event on its CPU time (task-clock, an hrtimer:
+ * the rate asked whatever the kernel's HZ) whose overflow sends the
+ * thread SIGPROF (O_ASYNC, F_SETOWN_EX to the thread, F_SETSIG): a
+ * sample in the kernel counts only where perf_event_paranoid allows it,
+ * else at the next return to user mode. Where perf events are refused,
+ * a POSIX timer on the thread's CPU clock, which the kernel checks at its
+ * scheduler tick (a rate of at most HZ).
+ */
 #define JS_TIMERS	4096
 static struct {
 	pid_t tid;		/* 0: a free entry */
+	int fd;			/* the perf event, or -1: the POSIX timer */
 	timer_t t;
 } timers[JS_TIMERS];
 static pthread_mutex_t timers_lock = PTHREAD_MUTEX_INITIALIZER;	/* timers[], js_on */
 static unsigned long js_untimed;	/* threads with no timer */
+static int js_no_perf;		/* perf events refused: POSIX timers */
+static int js_user_only;	/* perf events of user mode only (perf_event_paranoid) */
+
+/* A perf event on tid's CPU time that sends it SIGPROF; -1 if refused. */
+static int thread_perf(pid_t tid)
+{
+	struct perf_event_attr a;
+	struct f_owner_ex own = { F_OWNER_TID, tid };
+	int fd;
+
+	memset(&a, 0, sizeof(a));
+	a.type = PERF_TYPE_SOFTWARE;
+	a.size = sizeof(a);
+	a.config = PERF_COUNT_SW_TASK_CLOCK;
+	a.sample_period = 1000000000ULL / js_hz;
+	a.exclude_kernel = js_user_only;
+	a.exclude_hv = 1;
+	a.disabled = 1;
+	fd = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	if (fd < 0 && (errno == EACCES || errno == EPERM) && !js_user_only) {
+		js_user_only = 1;
+		a.exclude_kernel = 1;
+		fd = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	}
+	if (fd < 0)
+		return -1;
+	if (fcntl(fd, F_SETOWN_EX, &own) != 0 || fcntl(fd, F_SETSIG, SIGPROF) != 0 ||
+	    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_ASYNC) != 0 || ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
 
 /* A timer on tid's CPU clock; timers_lock held. */
 static void thread_timer(pid_t tid)
@@ -313,11 +361,26 @@ static void thread_timer(pid_t tid)
 		if (!timers[i].tid && free_ < 0)
 			free_ = i;
 	}
+	if (free_ < 0) {
+		js_untimed++;
+		return;
+	}
+	if (!js_no_perf) {
+		int fd = thread_perf(tid);
+
+		if (fd >= 0) {
+			timers[free_].fd = fd;
+			timers[free_].tid = tid;
+			return;
+		}
+		if (errno != ESRCH)
+			js_no_perf = 1;	/* refused: POSIX timers from now on */
+	}
 	memset(&ev, 0, sizeof(ev));
 	ev.sigev_notify = SIGEV_THREAD_ID;
 	ev.sigev_signo = SIGPROF;
 	ev._sigev_un._tid = tid;	/* sigev_notify_thread_id, which older glibc headers lack */
-	if (free_ < 0 || timer_create(clk, &ev, &timers[free_].t) != 0) {
+	if (timer_create(clk, &ev, &timers[free_].t) != 0) {
 		js_untimed++;
 		return;
 	}
@@ -329,18 +392,26 @@ static void thread_timer(pid_t tid)
 		js_untimed++;
 		return;
 	}
+	timers[free_].fd = -1;
 	timers[free_].tid = tid;
+}
+
+/* Entry i's timer deleted; timers_lock held. */
+static void timer_drop(int i)
+{
+	if (timers[i].fd >= 0)
+		close(timers[i].fd);
+	else
+		timer_delete(timers[i].t);
+	timers[i].tid = 0;
 }
 
 /* Every thread's timer deleted; timers_lock held. */
 static void timers_delete(void)
 {
-	for (int i = 0; i < JS_TIMERS; i++) {
-		if (timers[i].tid) {
-			timer_delete(timers[i].t);
-			timers[i].tid = 0;
-		}
-	}
+	for (int i = 0; i < JS_TIMERS; i++)
+		if (timers[i].tid)
+			timer_drop(i);
 }
 
 /* Timers for the process's threads that exist; timers_lock held. */
@@ -373,12 +444,9 @@ void jstacks_thread_end(void)
 	pid_t tid = (pid_t)syscall(SYS_gettid);
 
 	pthread_mutex_lock(&timers_lock);
-	for (int i = 0; i < JS_TIMERS; i++) {
-		if (timers[i].tid == tid) {
-			timer_delete(timers[i].t);
-			timers[i].tid = 0;
-		}
-	}
+	for (int i = 0; i < JS_TIMERS; i++)
+		if (timers[i].tid == tid)
+			timer_drop(i);
 	pthread_mutex_unlock(&timers_lock);
 }
 
@@ -470,7 +538,9 @@ void jstacks_end(int verbose)
 		js_writer = 0;
 	}
 	if (js_fd >= 0 && verbose)
-		fprintf(stderr, "jprof: %lu Java stacks sampled, %lu not walkable, %lu dropped (no free slot), %lu outside Java code (compiler, GC, native); in %s%s\n",
+		fprintf(stderr, "jprof: %lu Java stacks sampled, %lu not walkable, %lu dropped (no free slot), %lu outside Java code (compiler, GC, native); in %s; timers: %s%s\n",
 			js_taken, js_failed, __atomic_load_n(&js_dropped, __ATOMIC_RELAXED), js_native, js_path,
+			js_no_perf ? "POSIX CPU-clock timers (perf events refused: at most the kernel's HZ)" :
+			js_user_only ? "perf task-clock, user mode only (perf_event_paranoid)" : "perf task-clock",
 			js_untimed ? " (some threads had no timer: too many threads, or the pending-signal limit)" : "");
 }
