@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"time"
 )
 
 // MaxJavaStacksSize bounds a jprof-PID.jstk file read (untrusted, as perf maps).
@@ -149,10 +150,7 @@ func (r *Resolver) javaStacks(p *Process) *JavaStacks {
 		return p.java
 	}
 	p.javaRead = true
-	dir := r.PerfMapDir
-	if dir == "" {
-		dir = "/tmp"
-	}
+	dir := r.perfMapDir()
 	name := "jprof-" + strconv.Itoa(int(p.PID)) + ".jstk"
 	if !r.perfMaps.mayHold(dir, name) {
 		return nil
@@ -176,15 +174,19 @@ func (r *Resolver) javaStacks(p *Process) *JavaStacks {
 	return j
 }
 
-// HasJavaStacks reports whether PerfMapDir holds any jprof-PID.jstk file
-// (a report whose ticks JavaTick may rename is counted in trace order).
-func (r *Resolver) HasJavaStacks() bool {
-	dir := r.PerfMapDir
-	if dir == "" {
-		dir = "/tmp"
+// HasJavaStacks reports whether PerfMapDir holds a jprof-PID.jstk file
+// last written at or after since, the trace's start (a report whose ticks
+// JavaTick may rename is counted in trace order). A file the agent last
+// wrote before the trace began is of a JVM that had ended by then: it
+// names nothing in this trace and leaves the report's counting alone.
+func (r *Resolver) HasJavaStacks(since time.Time) bool {
+	m, _ := filepath.Glob(filepath.Join(r.perfMapDir(), "jprof-*.jstk"))
+	for _, name := range m {
+		if fi, err := os.Stat(name); err == nil && !fi.ModTime().Before(since) {
+			return true
+		}
 	}
-	m, _ := filepath.Glob(filepath.Join(dir, "jprof-*.jstk"))
-	return len(m) > 0
+	return false
 }
 
 // interpreterName is the JVM's interpreter in its JIT_LOAD records.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"perfinsp/format/trace"
 )
@@ -69,8 +70,12 @@ func TestJavaTick(t *testing.T) {
 	}
 	r := New(nil)
 	r.PerfMapDir = dir
-	if !r.HasJavaStacks() {
+	if !r.HasJavaStacks(time.Now().Add(-time.Minute)) {
 		t.Fatal("HasJavaStacks: false with a jprof-55.jstk in the perf-map directory")
+	}
+	// a file last written before the trace began is of a JVM that ended
+	if r.HasJavaStacks(time.Now().Add(time.Minute)) {
+		t.Fatal("HasJavaStacks: true for a jprof-55.jstk written before the trace began")
 	}
 	const interp, compiled = 0x7f0000001000, 0x7f0000100000
 	r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{pid, tid, interp, 0x1000}, Str: "Interpreter"})

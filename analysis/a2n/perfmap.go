@@ -12,16 +12,27 @@ import (
 	"sync"
 )
 
+// DefaultPerfMapDir is where perf maps, jitdumps and the JProf agent's Java
+// stacks are looked for when a Resolver names no PerfMapDir: /tmp, where
+// perf's convention puts them. (A test binary points it at a directory of
+// its own, so that files other programs left in /tmp do not change its
+// reports.)
+var DefaultPerfMapDir = "/tmp"
+
+func (r *Resolver) perfMapDir() string {
+	if r.PerfMapDir != "" {
+		return r.PerfMapDir
+	}
+	return DefaultPerfMapDir
+}
+
 // loadPerfMap reads /tmp/perf-PID.map (written by `jcmd PID
 // Compiler.perfmap`, `node --perf-basic-prof`, ...) and /tmp/jit-PID.dump
 // (jitdump: code-load records) for pid. Both are untrusted: only regular
 // files of bounded size owned by the user running post or by root are
 // read (openfile.go); a refused file gives one warning line.
 func (r *Resolver) loadPerfMap(pid uint32) symtab {
-	dir := r.PerfMapDir
-	if dir == "" {
-		dir = "/tmp"
-	}
+	dir := r.perfMapDir()
 	var out symtab
 	read := func(name string, limit int64) []byte {
 		if !r.perfMaps.mayHold(dir, name) {

@@ -58,7 +58,7 @@ type Resolver struct {
 	kready chan struct{} // closed when kernel and kmods are loaded
 	// PerfMapDir is where perf-PID.map and jit-PID.dump files are looked
 	// up ("" : /tmp). Lines resolves source lines (slower).
-	PerfMapDir string
+	PerfMapDir string // "": DefaultPerfMapDir
 	Lines      bool
 	perfMaps   perfMapDir // which perf map files PerfMapDir holds
 	// KernelRelease is the release of the kernel the trace was recorded

@@ -3,6 +3,7 @@ package tprof
 import (
 	"sort"
 	"sync"
+	"time"
 
 	"perfinsp/analysis/a2n"
 	"perfinsp/format/nrm2"
@@ -128,7 +129,7 @@ func newBuilder(f *nrm2.File, r *a2n.Resolver, filt *Filter, onRecord func(rec *
 		namedAll: make(chan struct{}),
 		toName:   make(chan []a2n.Loc, 1024),
 		leaf:     newLeafFrames(r),
-		java:     r.HasJavaStacks(),
+		java:     r.HasJavaStacks(time.Unix(0, int64(f.Header.StartWallNs))),
 	}
 	b.addLocFn = b.addLoc
 	b.locSet = &locSet{newMod: func(m string) {
