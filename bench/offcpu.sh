@@ -42,13 +42,22 @@
 #                  process scan at on, the draining, the file), perf from
 #                  start to exit (mappings synthesized, draining, build-ids)
 #   rec us/sw      that per switch
+# With --vs REV the agent (pitraced) of git revision REV is built into the
+# temporary directory and recorded with too, through a daemon of its own
+# (this tree's swtrace and post): one more row, taking its turn.
 # Run as root.
 #
-#   bench/offcpu.sh [LOOPS=200000] [ROUNDS=3]
+#   bench/offcpu.sh [--vs REV] [LOOPS=200000] [ROUNDS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 case ${1:-} in -h | --help) usage; exit 0 ;; esac
+VS=
+if [ "${1:-}" = --vs ]; then
+	[ $# -ge 2 ] || { echo "bench: --vs needs a git revision" >&2; exit 2; }
+	VS=$2
+	shift 2
+fi
 LOOPS=${1:-200000}
 ROUNDS=${2:-3}
 case "$LOOPS$ROUNDS" in *[!0-9]*) usage >&2; exit 2 ;; esac
@@ -61,18 +70,22 @@ make -s build >/dev/null
 SW=$PWD/bin/swtrace
 POST=$PWD/bin/post
 tmp=$(mktemp -d)
-mkdir -p "$tmp/home/.cache" "$tmp/run"
-chmod 700 "$tmp/run"
-# A daemon of its own (not the system's socket), its state in tmp.
-export HOME=$tmp/home XDG_CACHE_HOME=$tmp/home/.cache PERFINSP_SOCKET=$tmp/run/pitraced.sock \
-	PERFINSP_PITRACED=$PWD/bin/pitraced PERFINSP_BACKEND=daemon
+mkdir -p "$tmp/home/.cache" "$tmp/run" "$tmp/run-vs"
+chmod 700 "$tmp/run" "$tmp/run-vs"
+# Daemons of their own (not the system's socket), their state in tmp.
+export HOME=$tmp/home XDG_CACHE_HOME=$tmp/home/.cache PERFINSP_BACKEND=daemon
+# sw RUN-DIR AGENT ARGS...: swtrace with the daemon of RUN-DIR, AGENT the
+# pitraced it starts.
+sw() { PERFINSP_SOCKET=$1/pitraced.sock PERFINSP_PITRACED=$2 "$SW" "${@:3}"; }
 recpid=
 cleanup() {
 	[ -z "$recpid" ] || kill -INT "$recpid" 2>/dev/null || true
-	"$SW" free >/dev/null 2>&1 || true
-	local pid
-	for pid in $(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/run/pitraced.log" 2>/dev/null); do
-		kill -INT "$pid" 2>/dev/null || true
+	local d pid
+	for d in run run-vs; do
+		sw "$tmp/$d" /nonexistent free >/dev/null 2>&1 || true
+		for pid in $(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/$d/pitraced.log" 2>/dev/null); do
+			kill -INT "$pid" 2>/dev/null || true
+		done
 	done
 	rm -rf "$tmp"
 }
@@ -97,34 +110,54 @@ hz=$(getconf CLK_TCK)
 # during the load, the whole machine's (what a system-wide trace holds).
 ctxt() { awk '/^ctxt / {print $2}' /proc/stat; }
 
-# The daemon: started by the first swtrace command, its pid from its log.
-"$SW" free >/dev/null 2>&1 || true
-daemon=$(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/run/pitraced.log" | tail -1)
-[ -n "$daemon" ] || { echo "bench: no pitraced started (see $tmp/run/pitraced.log)" >&2; exit 1; }
+# start_daemon RUN-DIR AGENT: the daemon, started by a first swtrace
+# command; its pid from its log.
+start_daemon() {
+	sw "$1" "$2" free >/dev/null 2>&1 || true
+	local pid
+	pid=$(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$1/pitraced.log" 2>/dev/null | tail -1)
+	[ -n "$pid" ] || { echo "bench: no pitraced started (see $1/pitraced.log)" >&2; exit 1; }
+	echo "$pid"
+}
+cp bin/pitraced "$tmp/pitraced" # a copy: a rebuild meanwhile does not touch the runs
+daemon=$(start_daemon "$tmp/run" "$tmp/pitraced")
+configs=(plain perfinsp perfsched perfg)
+if [ -n "$VS" ]; then
+	mkdir -p "$tmp/vs"
+	git archive "$VS" | tar -x -C "$tmp/vs"
+	(cd "$tmp/vs" && go build -tags urfave_cli_no_docs -o "$tmp/pitraced-vs" ./daemon/cmd/pitraced)
+	vsdaemon=$(start_daemon "$tmp/run-vs" "$tmp/pitraced-vs")
+	configs+=(perfinsp_vs)
+fi
 
 run_plain() { load plain; }
+run_perfinsp() { perfinsp_with perfinsp "$tmp/run" "$tmp/pitraced" "$daemon"; }
+run_perfinsp_vs() { perfinsp_with perfinsp_vs "$tmp/run-vs" "$tmp/pitraced-vs" "$vsdaemon"; }
 
-run_perfinsp() {
-	"$SW" mode normal >/dev/null
-	"$SW" init -t 512M -m 4M >/dev/null
-	"$SW" enable --only dispatch callstack >/dev/null
+# perfinsp_with NAME RUN-DIR AGENT PID: the load recorded by the daemon
+# of RUN-DIR (pid PID).
+perfinsp_with() {
+	local name=$1 run=$2 agent=$3 daemon=$4
+	sw "$run" "$agent" mode normal >/dev/null
+	sw "$run" "$agent" init -t 512M -m 4M >/dev/null
+	sw "$run" "$agent" enable --only dispatch callstack >/dev/null
 	local c0 c1
 	c0=$(cpu_ticks "$daemon")
-	"$SW" on --discard >/dev/null
+	sw "$run" "$agent" on --discard >/dev/null
 	local x0 x1
 	x0=$(ctxt)
-	load perfinsp
+	load "$name"
 	x1=$(ctxt)
-	"$SW" off >"$tmp/off.out" 2>&1 || true
-	"$SW" get "$tmp/t.nrm2" >/dev/null
+	sw "$run" "$agent" off >"$tmp/off.out" 2>&1 || true
+	sw "$run" "$agent" get "$tmp/t.nrm2" >/dev/null
 	c1=$(cpu_ticks "$daemon")
 	local lost switches
-	lost=$("$SW" info --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(c["lost"]+c["mte_lost"] for c in d["cpus"]))')
-	"$SW" free >/dev/null
+	lost=$(sw "$run" "$agent" info --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(c["lost"]+c["mte_lost"] for c in d["cpus"]))')
+	sw "$run" "$agent" free >/dev/null
 	# post -sched counts the DISPATCH records it read.
 	switches=$("$POST" -r "$tmp/t.nrm2" -sched -o "$tmp/post" 2>"$tmp/post.err" | sed -n 's/.*wrote .*sched.json ([0-9]* threads, \([0-9]*\) dispatches.*/\1/p')
 	[ -n "$switches" ] || { echo "bench: post -sched counted no dispatches:" >&2; cat "$tmp/post.err" >&2; exit 1; }
-	echo "$switches $lost $(stat -c %s "$tmp/t.nrm2") $(( c1 - c0 )) $(( x1 - x0 ))" >>"$tmp/perfinsp.rec"
+	echo "$switches $lost $(stat -c %s "$tmp/t.nrm2") $(( c1 - c0 )) $(( x1 - x0 ))" >>"$tmp/$name.rec"
 	rm -f "$tmp/t.nrm2"
 }
 
@@ -166,7 +199,6 @@ perf_with() {
 run_perfsched() { perf_with perfsched sched record; }
 run_perfg() { perf_with perfg record -a -g -e sched:sched_switch; }
 
-configs=(plain perfinsp perfsched perfg)
 for ((i = 0; i < ROUNDS; i++)); do
 	n=${#configs[@]}
 	for ((j = 0; j < n; j++)); do
@@ -195,6 +227,6 @@ for c in "${configs[@]}"; do
 		awk -v hz="$hz" '{print $5, $1, $2, $3 / $5, $4 / hz, 1e6 * $4 / hz / $5}' "$tmp/$c.rec" >"$tmp/$c.per"
 		for k in 1 2 3 4 5 6; do col "$c.per" "$k" | median; done | xargs)
 	name=$c
-	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; esac
+	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_vs) name="pi ${VS:0:10}" ;; esac
 	printf '%-11s %7.2f %9.2f %8s %14s %9.0f %9.0f %8.0f %8.1f %6.2f s %9.2f\n' "$name" "$us" "$cpu" "$slow" "($range)" "$sw" "$intrace" "$lost" "$bps" "$rs" "$rus"
 done
