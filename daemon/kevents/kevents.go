@@ -104,10 +104,19 @@ const (
 	kindSwitchWait // sched_switch again, filtered to waits, with the stack (sched.go)
 )
 
+// What each event's records carry: no more than the agent reads. A CPU's
+// events all write into that CPU's ring, so no record carries its CPU;
+// the kernel writes every field of every record of a switch-heavy load
+// (several a switch), and the agent reads them all.
 const (
-	stSample   = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
-	stTrace    = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_RAW
-	stSideband = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
+	stSample = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME
+	// sched_switch and the interrupts: the threads are in the raw data.
+	stTrace = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_RAW
+	// the wake-ups: the sample's thread is the waker.
+	stWakeup = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_RAW
+	// The side-band records' trailer (sample_id_all): pid, tid, time.
+	stSideband = unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME
+	idTrailer  = 16
 )
 
 // tracepoint field offsets within the raw data.
@@ -328,6 +337,9 @@ func Start(opts Options, sink Sink) (*Session, error) {
 				}
 			}
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
+			if kind == kindWakeup || kind == kindWakeupNew {
+				attr.Sample_type = stWakeup
+			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
@@ -647,12 +659,12 @@ func (s *Session) drain(r *ring) {
 }
 
 // sampleID parses the sample_id trailer of a side-band record (sample type
-// stSideband: pid, tid, time, cpu, identifier).
+// stSideband: pid, tid, time).
 func sampleID(b []byte) (pid, tid uint32, t uint64, ok bool) {
-	if len(b) < 32 {
+	if len(b) < idTrailer {
 		return 0, 0, 0, false
 	}
-	tr := b[len(b)-32:]
+	tr := b[len(b)-idTrailer:]
 	return le32(tr), le32(tr[4:]), le64(tr[8:]), true
 }
 
@@ -679,7 +691,8 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		b = b[8:]
 		switch kind {
 		case kindTick, kindEvent:
-			if len(b) < 32 {
+			// IP, TID, TIME, [CALLCHAIN, [REGS_USER, STACK_USER]]
+			if len(b) < 24 {
 				return
 			}
 			ip, pid, tid, t := le64(b), le32(b[8:]), le32(b[12:]), le64(b[16:])
@@ -695,37 +708,42 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			} else {
 				s.sink.Trace(r.cpu, trace.MajorTprof, trace.TprofEvent, t, append(f, uint64(pid), uint64(tid), ip, flags, 0))
 			}
-			if s.callstack && len(b) >= 40 {
-				s.stack(r, t, pid, tid, b[32:])
+			if s.callstack && len(b) >= 32 {
+				s.stack(r, t, pid, tid, b[24:])
 			}
-		default:
-			// TID, TIME, CPU, [CALLCHAIN,] RAW, [REGS_USER, STACK_USER]
-			if len(b) < 28 {
+		case kindSwitchWait:
+			// TID, TIME, CALLCHAIN, [REGS_USER, STACK_USER] (sched.go)
+			if len(b) < 16 {
 				return
 			}
 			pid, tid, t := le32(b), le32(b[4:]), le64(b[8:])
-			rest := b[24:]
-			var chain []byte
-			if kind == kindSwitchWait {
-				if chain, rest = splitCallchain(rest); chain == nil {
-					return
-				}
-			}
-			if len(rest) < 4 {
+			chain, rest := splitCallchain(b[16:])
+			if chain == nil {
 				return
 			}
-			rawLen := int(le32(rest))
-			raw := rest[4:]
+			s.waitSample(r, t, pid, tid, chain, rest)
+		default:
+			// [TID: wake-ups,] TIME, RAW
+			var pid, tid uint32
+			wake := kind == kindWakeup || kind == kindWakeupNew
+			if wake {
+				if len(b) < 8 {
+					return
+				}
+				pid, tid, b = le32(b), le32(b[4:]), b[8:]
+			}
+			if len(b) < 12 {
+				return
+			}
+			t := le64(b)
+			rawLen := int(le32(b[8:]))
+			raw := b[12:]
 			if rawLen > len(raw) {
 				return
 			}
-			raw, rest = raw[:rawLen], raw[rawLen:] // then REGS_USER, STACK_USER (--unwind dwarf)
-			switch kind {
-			case kindWakeup, kindWakeupNew:
+			raw = raw[:rawLen]
+			if wake {
 				s.wakeup(r, kind, t, pid, tid, raw)
-				return
-			case kindSwitchWait:
-				s.waitSample(r, t, raw, chain, rest)
 				return
 			}
 			if kind == kindSwitch && s.switchStacks {
@@ -737,7 +755,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		}
 	case unix.PERF_RECORD_MMAP2:
 		// pid, tid, addr, len, pgoff, maj, min, ino, ino_generation, prot, flags, filename
-		if len(b) < 64 {
+		if len(b) < 64+idTrailer {
 			return
 		}
 		pid, addr, ln, pgoff := le32(b), le64(b[8:]), le64(b[16:]), le64(b[24:])
@@ -746,7 +764,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if prot&unix.PROT_EXEC == 0 || misc&unix.PERF_RECORD_MISC_MMAP_DATA != 0 {
 			return
 		}
-		name := cstr(b[64 : len(b)-32])
+		name := cstr(b[64 : len(b)-idTrailer])
 		if s.uw != nil && misc&unix.PERF_RECORD_MISC_MMAP_BUILD_ID == 0 && (len(name) > 0 && name[0] == '/' || name == "[vdso]") {
 			id := fileID{le32(b[32:]), le32(b[36:]), le64(b[40:])}
 			if name == "[vdso]" {
@@ -761,7 +779,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(prot)), name)
 	case unix.PERF_RECORD_MMAP:
 		// pid, tid, addr, len, pgoff, filename (older kernels without mmap2)
-		if len(b) < 40 {
+		if len(b) < 32+idTrailer {
 			return
 		}
 		pid, addr, ln, pgoff := le32(b), le64(b[8:]), le64(b[16:]), le64(b[24:])
@@ -769,15 +787,15 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if misc&unix.PERF_RECORD_MISC_MMAP_DATA != 0 {
 			return
 		}
-		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(unix.PROT_READ|unix.PROT_EXEC)), cstr(b[32:len(b)-32]))
+		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(unix.PROT_READ|unix.PROT_EXEC)), cstr(b[32:len(b)-idTrailer]))
 	case unix.PERF_RECORD_SWITCH_CPU_WIDE:
 		s.switchIn(r, misc, b)
 	case unix.PERF_RECORD_COMM:
-		if len(b) < 8+32 {
+		if len(b) < 8+idTrailer {
 			return
 		}
 		pid, tid := le32(b), le32(b[4:])
-		comm := cstr(b[8 : len(b)-32])
+		comm := cstr(b[8 : len(b)-idTrailer])
 		_, _, t, _ := sampleID(b)
 		s.tgid.Store(tid, pid)
 		if misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {

@@ -118,15 +118,15 @@ func TestSwitchInFromIdle(t *testing.T) {
 	sink := &memSink{}
 	s := &Session{sink: sink}
 	r := &ring{cpu: 1, lastNext: -1}
+	// next_prev_pid, next_prev_tid, then the trailer: pid, tid, time
 	body := func(prevPid, prevTid, pid, tid uint32, tm uint64) []byte {
-		b := make([]byte, 8+32)
+		b := make([]byte, 8+idTrailer)
 		le := binary.LittleEndian
 		le.PutUint32(b, prevPid)
 		le.PutUint32(b[4:], prevTid)
 		le.PutUint32(b[8:], pid)
 		le.PutUint32(b[12:], tid)
 		le.PutUint64(b[16:], tm)
-		le.PutUint32(b[24:], 1)
 		return b
 	}
 	in := func(prevTid, tid uint32, tm uint64) {
@@ -219,21 +219,23 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 	}
 	r := &ring{cpu: 1, lastNext: -1}
 	le := binary.LittleEndian
-	// a sample: id, pid/tid, time, cpu, [callchain: the kernel marker and
-	// one pc, then the user marker and one], raw (size, prev_pid,
-	// prev_state, next_pid)
+	// a sample: DISPATCH's: id, time, raw (size, prev_pid, prev_state,
+	// next_pid); the wait's: id, pid/tid (the thread switched out), time,
+	// callchain (the kernel marker and one pc, then the user marker and
+	// one)
 	sample := func(id uint64, prev uint32, state, tm uint64) []byte {
 		b := le.AppendUint64(nil, id)
-		b = le.AppendUint32(b, 1000)
-		b = le.AppendUint32(b, prev)
-		b = le.AppendUint64(b, tm)
-		b = le.AppendUint64(b, 1)
 		if id == idWait {
+			b = le.AppendUint32(b, 1000)
+			b = le.AppendUint32(b, prev)
+			b = le.AppendUint64(b, tm)
 			b = le.AppendUint64(b, 4)
 			for _, v := range []uint64{^uint64(127), 0xffffffff81000000 + uint64(prev), ^uint64(511), 0x401000 + uint64(prev)} {
 				b = le.AppendUint64(b, v)
 			}
+			return b
 		}
+		b = le.AppendUint64(b, tm)
 		b = le.AppendUint32(b, 24)
 		b = le.AppendUint32(b, prev)
 		b = le.AppendUint32(b, 0)
