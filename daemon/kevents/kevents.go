@@ -10,12 +10,14 @@
 package kevents
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -143,6 +145,27 @@ type ring struct {
 	// from one it did not (see switchIn).
 	lastNext int64
 	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
+	tgids    tgidCache
+	// ids are the identifiers of the ring's events and their kinds:
+	// fewer than ten, found faster by a scan than in a map.
+	ids []idKind
+}
+
+type idKind struct {
+	id   uint64
+	kind int
+}
+
+// kindOf finds the kind of event id of r (or, for a session put together
+// by a test, of the session's map).
+func (s *Session) kindOf(r *ring, id uint64) (int, bool) {
+	for _, k := range r.ids {
+		if k.id == id {
+			return k.kind, true
+		}
+	}
+	kind, ok := s.kinds[id]
+	return kind, ok
 }
 
 // Session is a running set of kernel event sources.
@@ -159,9 +182,10 @@ type Session struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	stopErr error
-	tgid    sync.Map // tid -> tgid (uint32)
-	parents sync.Map // pid -> ppid (uint32), from fork records
-	execs   sync.Map // pid -> pendingExec: exec seen, path not yet
+	tgid    sync.Map      // tid -> tgid (uint32)
+	tgidGen atomic.Uint64 // changes of tgid's entries (setTgid)
+	parents sync.Map      // pid -> ppid (uint32), from fork records
+	execs   sync.Map      // pid -> pendingExec: exec seen, path not yet
 	// needPPID: pid -> comm of an exec whose MTE_PROCESS waits for the
 	// fork record that names its parent.
 	needPPID sync.Map
@@ -370,6 +394,7 @@ func (s *Session) addFD(r *ring, fd, kind int) error {
 		return fmt.Errorf("perf event id: %w", e)
 	}
 	s.kinds[id] = kind
+	r.ids = append(r.ids, idKind{id, kind})
 	if fd != r.leader {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_OUTPUT, r.leader); err != nil {
 			return fmt.Errorf("redirect perf event output: %w", err)
@@ -648,9 +673,10 @@ func (s *Session) Stats() []CPUStats {
 	return out
 }
 
-func le16(b []byte) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
-func le32(b []byte) uint32 { return uint32(le16(b)) | uint32(le16(b[2:]))<<16 }
-func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
+// (encoding/binary's forms compile to one load each, and inline: every
+// field of every record is read through them.)
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // drain decodes every record written since the last call (perfring: a
 // record not all written yet is read by the next call). Caller holds r.mu.
@@ -684,7 +710,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if len(b) < 8 {
 			return
 		}
-		kind, ok := s.kinds[le64(b)]
+		kind, ok := s.kindOf(r, le64(b))
 		if !ok {
 			return
 		}
@@ -797,7 +823,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		pid, tid := le32(b), le32(b[4:])
 		comm := cstr(b[8 : len(b)-idTrailer])
 		_, _, t, _ := sampleID(b)
-		s.tgid.Store(tid, pid)
+		s.setTgid(tid, pid)
 		if misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
 			// The exec's path comes with the first executable mapping
 			// of the new program (the kernel maps it right after this
@@ -819,7 +845,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		}
 		pid, ppid, tid, ptid, t := le32(b), le32(b[4:]), le32(b[8:]), le32(b[12:]), le64(b[16:])
 		if typ == unix.PERF_RECORD_FORK {
-			s.tgid.Store(tid, pid)
+			s.setTgid(tid, pid)
 			if pid == tid {
 				s.parents.Store(pid, ppid)
 				if s.uw != nil && pid != ppid {
@@ -932,6 +958,41 @@ func (s *Session) parent(pid uint32) uint32 {
 	return 0
 }
 
+// setTgid records that thread tid is of process pid (a fork or a comm
+// record: the tid may be one used again), and empties the rings' caches.
+func (s *Session) setTgid(tid, pid uint32) {
+	s.tgid.Store(tid, pid)
+	s.tgidGen.Add(1)
+}
+
+// tgidCache is a ring's cache of tgidOf: a switch-heavy load asks for the
+// same few threads' processes several times a switch. Direct-mapped by
+// the thread id's low bits; emptied when a fork or comm record changes a
+// thread's process (tgidGen).
+type tgidCache struct {
+	gen      uint64
+	tid, pid [256]uint32
+}
+
+// tgidIn is tgidOf through r's cache (called from r's reader only).
+func (s *Session) tgidIn(r *ring, tid uint32) uint32 {
+	if tid == 0 {
+		return 0
+	}
+	c := &r.tgids
+	if g := s.tgidGen.Load(); c.gen != g {
+		c.tid = [256]uint32{}
+		c.gen = g
+	}
+	i := tid & 255
+	if c.tid[i] == tid {
+		return c.pid[i]
+	}
+	pid := s.tgidOf(tid)
+	c.tid[i], c.pid[i] = tid, pid
+	return pid
+}
+
 // tgidOf maps a thread id to its process id: from what the rings have
 // shown, else /proc/TID/status (cached).
 func (s *Session) tgidOf(tid uint32) uint32 {
@@ -976,7 +1037,7 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) bool {
 		}
 		state := s.prevState(raw)
 		r.lastNext = int64(next)
-		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidOf(prev)), uint64(prev), uint64(s.tgidOf(next)), uint64(next), state))
+		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidIn(r, prev)), uint64(prev), uint64(s.tgidIn(r, next)), uint64(next), state))
 	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
 		// irq_handler_* carry the irq number, softirq_* the vector.
 		off, minor := s.tp.irq, trace.IntrHard

@@ -197,7 +197,7 @@ func (s *Session) wakeup(r *ring, kind int, t uint64, wakerPid, wakerTid uint32,
 	if wakerTid == 0 {
 		wakerPid = 0
 	}
-	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchWakeup, t, append(r.fields[:0], uint64(s.tgidOf(tid)), uint64(tid), uint64(cpu), uint64(wakerPid), uint64(wakerTid), flags))
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchWakeup, t, append(r.fields[:0], uint64(s.tgidIn(r, tid)), uint64(tid), uint64(cpu), uint64(wakerPid), uint64(wakerTid), flags))
 }
 
 // prevState is sched_switch's prev_state (0 when the data is too short).

@@ -282,3 +282,34 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 		t.Fatalf("records\n%s\nwant\n%s", g, want)
 	}
 }
+
+// A ring's cache of thread → process follows the fork records: a thread id
+// used again by another process is named by its new process from the fork
+// on, on every ring.
+func TestTgidCacheFollowsForks(t *testing.T) {
+	s := &Session{sink: &memSink{}}
+	r0, r1 := &ring{cpu: 0, lastNext: -1}, &ring{cpu: 1, lastNext: -1}
+	le := binary.LittleEndian
+	fork := func(r *ring, pid, tid uint32) {
+		b := le.AppendUint32(nil, pid)
+		b = le.AppendUint32(b, 1) // ppid
+		b = le.AppendUint32(b, tid)
+		b = le.AppendUint32(b, 1) // ptid
+		b = le.AppendUint64(b, 100)
+		b = append(b, make([]byte, idTrailer)...)
+		s.record(r, unix.PERF_RECORD_FORK, 0, b)
+	}
+	fork(r0, 500, 501)
+	if got := s.tgidIn(r1, 501); got != 500 {
+		t.Fatalf("thread 501: process %d, want 500", got)
+	}
+	if got := s.tgidIn(r0, 501); got != 500 {
+		t.Fatalf("thread 501 on CPU 0: process %d, want 500", got)
+	}
+	fork(r0, 700, 501) // the id used again, the fork read on the other ring
+	for _, r := range []*ring{r0, r1} {
+		if got := s.tgidIn(r, 501); got != 700 {
+			t.Fatalf("thread 501 on CPU %d after its id was used again: process %d, want 700", r.cpu, got)
+		}
+	}
+}
