@@ -23,5 +23,12 @@ bench-tprof: build
 	bash bench/tprof-overhead.sh
 bench: bench-tprof
 
+# The scheduler records (dispatch, wake-ups, the stacks of waits) under a
+# context-switch-heavy load, beside perf sched record and perf record -g.
+.PHONY: bench-offcpu
+bench-offcpu: build
+	bash bench/offcpu.sh
+bench: bench-offcpu
+
 demo: build
 	scripts/run.tprof -- $(BIN)/cpuburn

@@ -10,12 +10,14 @@
 package kevents
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -104,10 +106,19 @@ const (
 	kindSwitchWait // sched_switch again, filtered to waits, with the stack (sched.go)
 )
 
+// What each event's records carry: no more than the agent reads. A CPU's
+// events all write into that CPU's ring, so no record carries its CPU;
+// the kernel writes every field of every record of a switch-heavy load
+// (several a switch), and the agent reads them all.
 const (
-	stSample   = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
-	stTrace    = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU | unix.PERF_SAMPLE_RAW
-	stSideband = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CPU
+	stSample = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME
+	// sched_switch and the interrupts: the threads are in the raw data.
+	stTrace = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_RAW
+	// the wake-ups: the sample's thread is the waker.
+	stWakeup = unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_RAW
+	// The side-band records' trailer (sample_id_all): pid, tid, time.
+	stSideband = unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME
+	idTrailer  = 16
 )
 
 // tracepoint field offsets within the raw data.
@@ -134,6 +145,27 @@ type ring struct {
 	// from one it did not (see switchIn).
 	lastNext int64
 	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
+	tgids    tgidCache
+	// ids are the identifiers of the ring's events and their kinds:
+	// fewer than ten, found faster by a scan than in a map.
+	ids []idKind
+}
+
+type idKind struct {
+	id   uint64
+	kind int
+}
+
+// kindOf finds the kind of event id of r (or, for a session put together
+// by a test, of the session's map).
+func (s *Session) kindOf(r *ring, id uint64) (int, bool) {
+	for _, k := range r.ids {
+		if k.id == id {
+			return k.kind, true
+		}
+	}
+	kind, ok := s.kinds[id]
+	return kind, ok
 }
 
 // Session is a running set of kernel event sources.
@@ -150,9 +182,10 @@ type Session struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	stopErr error
-	tgid    sync.Map // tid -> tgid (uint32)
-	parents sync.Map // pid -> ppid (uint32), from fork records
-	execs   sync.Map // pid -> pendingExec: exec seen, path not yet
+	tgid    sync.Map      // tid -> tgid (uint32)
+	tgidGen atomic.Uint64 // changes of tgid's entries (setTgid)
+	parents sync.Map      // pid -> ppid (uint32), from fork records
+	execs   sync.Map      // pid -> pendingExec: exec seen, path not yet
 	// needPPID: pid -> comm of an exec whose MTE_PROCESS waits for the
 	// fork record that names its parent.
 	needPPID sync.Map
@@ -328,6 +361,9 @@ func Start(opts Options, sink Sink) (*Session, error) {
 				}
 			}
 			attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1, Sample_type: stTrace}
+			if kind == kindWakeup || kind == kindWakeupNew {
+				attr.Sample_type = stWakeup
+			}
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
@@ -358,6 +394,7 @@ func (s *Session) addFD(r *ring, fd, kind int) error {
 		return fmt.Errorf("perf event id: %w", e)
 	}
 	s.kinds[id] = kind
+	r.ids = append(r.ids, idKind{id, kind})
 	if fd != r.leader {
 		if err := unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_SET_OUTPUT, r.leader); err != nil {
 			return fmt.Errorf("redirect perf event output: %w", err)
@@ -636,9 +673,10 @@ func (s *Session) Stats() []CPUStats {
 	return out
 }
 
-func le16(b []byte) uint16 { return uint16(b[0]) | uint16(b[1])<<8 }
-func le32(b []byte) uint32 { return uint32(le16(b)) | uint32(le16(b[2:]))<<16 }
-func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
+// (encoding/binary's forms compile to one load each, and inline: every
+// field of every record is read through them.)
+func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
 // drain decodes every record written since the last call (perfring: a
 // record not all written yet is read by the next call). Caller holds r.mu.
@@ -647,12 +685,12 @@ func (s *Session) drain(r *ring) {
 }
 
 // sampleID parses the sample_id trailer of a side-band record (sample type
-// stSideband: pid, tid, time, cpu, identifier).
+// stSideband: pid, tid, time).
 func sampleID(b []byte) (pid, tid uint32, t uint64, ok bool) {
-	if len(b) < 32 {
+	if len(b) < idTrailer {
 		return 0, 0, 0, false
 	}
-	tr := b[len(b)-32:]
+	tr := b[len(b)-idTrailer:]
 	return le32(tr), le32(tr[4:]), le64(tr[8:]), true
 }
 
@@ -672,14 +710,15 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if len(b) < 8 {
 			return
 		}
-		kind, ok := s.kinds[le64(b)]
+		kind, ok := s.kindOf(r, le64(b))
 		if !ok {
 			return
 		}
 		b = b[8:]
 		switch kind {
 		case kindTick, kindEvent:
-			if len(b) < 32 {
+			// IP, TID, TIME, [CALLCHAIN, [REGS_USER, STACK_USER]]
+			if len(b) < 24 {
 				return
 			}
 			ip, pid, tid, t := le64(b), le32(b[8:]), le32(b[12:]), le64(b[16:])
@@ -695,37 +734,42 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			} else {
 				s.sink.Trace(r.cpu, trace.MajorTprof, trace.TprofEvent, t, append(f, uint64(pid), uint64(tid), ip, flags, 0))
 			}
-			if s.callstack && len(b) >= 40 {
-				s.stack(r, t, pid, tid, b[32:])
+			if s.callstack && len(b) >= 32 {
+				s.stack(r, t, pid, tid, b[24:])
 			}
-		default:
-			// TID, TIME, CPU, [CALLCHAIN,] RAW, [REGS_USER, STACK_USER]
-			if len(b) < 28 {
+		case kindSwitchWait:
+			// TID, TIME, CALLCHAIN, [REGS_USER, STACK_USER] (sched.go)
+			if len(b) < 16 {
 				return
 			}
 			pid, tid, t := le32(b), le32(b[4:]), le64(b[8:])
-			rest := b[24:]
-			var chain []byte
-			if kind == kindSwitchWait {
-				if chain, rest = splitCallchain(rest); chain == nil {
-					return
-				}
-			}
-			if len(rest) < 4 {
+			chain, rest := splitCallchain(b[16:])
+			if chain == nil {
 				return
 			}
-			rawLen := int(le32(rest))
-			raw := rest[4:]
+			s.waitSample(r, t, pid, tid, chain, rest)
+		default:
+			// [TID: wake-ups,] TIME, RAW
+			var pid, tid uint32
+			wake := kind == kindWakeup || kind == kindWakeupNew
+			if wake {
+				if len(b) < 8 {
+					return
+				}
+				pid, tid, b = le32(b), le32(b[4:]), b[8:]
+			}
+			if len(b) < 12 {
+				return
+			}
+			t := le64(b)
+			rawLen := int(le32(b[8:]))
+			raw := b[12:]
 			if rawLen > len(raw) {
 				return
 			}
-			raw, rest = raw[:rawLen], raw[rawLen:] // then REGS_USER, STACK_USER (--unwind dwarf)
-			switch kind {
-			case kindWakeup, kindWakeupNew:
+			raw = raw[:rawLen]
+			if wake {
 				s.wakeup(r, kind, t, pid, tid, raw)
-				return
-			case kindSwitchWait:
-				s.waitSample(r, t, raw, chain, rest)
 				return
 			}
 			if kind == kindSwitch && s.switchStacks {
@@ -737,7 +781,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		}
 	case unix.PERF_RECORD_MMAP2:
 		// pid, tid, addr, len, pgoff, maj, min, ino, ino_generation, prot, flags, filename
-		if len(b) < 64 {
+		if len(b) < 64+idTrailer {
 			return
 		}
 		pid, addr, ln, pgoff := le32(b), le64(b[8:]), le64(b[16:]), le64(b[24:])
@@ -746,7 +790,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if prot&unix.PROT_EXEC == 0 || misc&unix.PERF_RECORD_MISC_MMAP_DATA != 0 {
 			return
 		}
-		name := cstr(b[64 : len(b)-32])
+		name := cstr(b[64 : len(b)-idTrailer])
 		if s.uw != nil && misc&unix.PERF_RECORD_MISC_MMAP_BUILD_ID == 0 && (len(name) > 0 && name[0] == '/' || name == "[vdso]") {
 			id := fileID{le32(b[32:]), le32(b[36:]), le64(b[40:])}
 			if name == "[vdso]" {
@@ -761,7 +805,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(prot)), name)
 	case unix.PERF_RECORD_MMAP:
 		// pid, tid, addr, len, pgoff, filename (older kernels without mmap2)
-		if len(b) < 40 {
+		if len(b) < 32+idTrailer {
 			return
 		}
 		pid, addr, ln, pgoff := le32(b), le64(b[8:]), le64(b[16:]), le64(b[24:])
@@ -769,17 +813,17 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		if misc&unix.PERF_RECORD_MISC_MMAP_DATA != 0 {
 			return
 		}
-		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(unix.PROT_READ|unix.PROT_EXEC)), cstr(b[32:len(b)-32]))
+		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(unix.PROT_READ|unix.PROT_EXEC)), cstr(b[32:len(b)-idTrailer]))
 	case unix.PERF_RECORD_SWITCH_CPU_WIDE:
 		s.switchIn(r, misc, b)
 	case unix.PERF_RECORD_COMM:
-		if len(b) < 8+32 {
+		if len(b) < 8+idTrailer {
 			return
 		}
 		pid, tid := le32(b), le32(b[4:])
-		comm := cstr(b[8 : len(b)-32])
+		comm := cstr(b[8 : len(b)-idTrailer])
 		_, _, t, _ := sampleID(b)
-		s.tgid.Store(tid, pid)
+		s.setTgid(tid, pid)
 		if misc&unix.PERF_RECORD_MISC_COMM_EXEC != 0 {
 			// The exec's path comes with the first executable mapping
 			// of the new program (the kernel maps it right after this
@@ -801,7 +845,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		}
 		pid, ppid, tid, ptid, t := le32(b), le32(b[4:]), le32(b[8:]), le32(b[12:]), le64(b[16:])
 		if typ == unix.PERF_RECORD_FORK {
-			s.tgid.Store(tid, pid)
+			s.setTgid(tid, pid)
 			if pid == tid {
 				s.parents.Store(pid, ppid)
 				if s.uw != nil && pid != ppid {
@@ -914,6 +958,41 @@ func (s *Session) parent(pid uint32) uint32 {
 	return 0
 }
 
+// setTgid records that thread tid is of process pid (a fork or a comm
+// record: the tid may be one used again), and empties the rings' caches.
+func (s *Session) setTgid(tid, pid uint32) {
+	s.tgid.Store(tid, pid)
+	s.tgidGen.Add(1)
+}
+
+// tgidCache is a ring's cache of tgidOf: a switch-heavy load asks for the
+// same few threads' processes several times a switch. Direct-mapped by
+// the thread id's low bits; emptied when a fork or comm record changes a
+// thread's process (tgidGen).
+type tgidCache struct {
+	gen      uint64
+	tid, pid [256]uint32
+}
+
+// tgidIn is tgidOf through r's cache (called from r's reader only).
+func (s *Session) tgidIn(r *ring, tid uint32) uint32 {
+	if tid == 0 {
+		return 0
+	}
+	c := &r.tgids
+	if g := s.tgidGen.Load(); c.gen != g {
+		c.tid = [256]uint32{}
+		c.gen = g
+	}
+	i := tid & 255
+	if c.tid[i] == tid {
+		return c.pid[i]
+	}
+	pid := s.tgidOf(tid)
+	c.tid[i], c.pid[i] = tid, pid
+	return pid
+}
+
 // tgidOf maps a thread id to its process id: from what the rings have
 // shown, else /proc/TID/status (cached).
 func (s *Session) tgidOf(tid uint32) uint32 {
@@ -958,7 +1037,7 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) bool {
 		}
 		state := s.prevState(raw)
 		r.lastNext = int64(next)
-		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidOf(prev)), uint64(prev), uint64(s.tgidOf(next)), uint64(next), state))
+		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidIn(r, prev)), uint64(prev), uint64(s.tgidIn(r, next)), uint64(next), state))
 	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
 		// irq_handler_* carry the irq number, softirq_* the vector.
 		off, minor := s.tp.irq, trace.IntrHard

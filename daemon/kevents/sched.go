@@ -17,7 +17,11 @@ package kevents
 // agent reads about as much per wait either way. The two events write one
 // record each into the CPU's ring, next to each other but in either order
 // (the kernel runs a tracepoint's perf events in the order they were last
-// scheduled in); waitPair puts the stack after its DISPATCH.
+// scheduled in); waitPair puts the stack after its DISPATCH. The wait's
+// sample carries no raw data: it is taken in the thread switched out (its
+// TID is the switch's prev, its pid that thread's process), and the state
+// it left in is its DISPATCH's. The kernel builds the raw data for the
+// filter, but does not copy it into the ring a second time.
 //
 // Each event reads the clock as it runs, before its callchain and stack
 // copy: a DISPATCH event that runs after the wait event reads it later by
@@ -49,9 +53,10 @@ var waitFilter = fmt.Sprintf("prev_state & %#x", waitStates)
 // unwinder the user registers and stackBytes of user stack.
 func (s *Session) openWaitEvent(r *ring, id uint64, stackBytes int) error {
 	attr := unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Sample: 1,
-		Sample_type: stTrace | unix.PERF_SAMPLE_CALLCHAIN, Sample_max_stack: uint16(s.maxStack)}
+		Sample_type:      unix.PERF_SAMPLE_IDENTIFIER | unix.PERF_SAMPLE_TID | unix.PERF_SAMPLE_TIME | unix.PERF_SAMPLE_CALLCHAIN,
+		Sample_max_stack: uint16(s.maxStack)}
 	if s.uw != nil {
-		// The sample's layout: ..., CALLCHAIN, RAW, REGS_USER, STACK_USER.
+		// The sample's layout: ..., CALLCHAIN, REGS_USER, STACK_USER.
 		attr.Sample_type |= unix.PERF_SAMPLE_REGS_USER | unix.PERF_SAMPLE_STACK_USER
 		attr.Sample_regs_user = userRegsMask
 		attr.Sample_stack_user = uint32(stackBytes)
@@ -61,8 +66,8 @@ func (s *Session) openWaitEvent(r *ring, id uint64, stackBytes int) error {
 		return fmt.Errorf("open sched_switch for stacks on CPU %d: %w", r.cpu, permHint(err))
 	}
 	// Without the filter (a kernel that refuses it) every switch samples
-	// its stack and switchStack keeps the waits': the same records, at
-	// the cost of one stack per switch.
+	// its stack and only those that pair with a wait's DISPATCH are
+	// kept: the same records, at the cost of one stack per switch.
 	_ = setFilter(fd, waitFilter)
 	return s.addFD(r, fd, kindSwitchWait)
 }
@@ -90,10 +95,10 @@ type waitPair struct {
 	prev uint32 // the thread it switched out,
 	open bool   // and whether that was a wait whose stack has not come yet
 
-	held             bool // a wait's sample read before its DISPATCH:
-	heldPrev         uint32
-	heldT            uint64
-	raw, chain, regs []byte // its data (copies, reused)
+	held              bool // a wait's sample read before its DISPATCH:
+	heldPid, heldPrev uint32
+	heldT             uint64
+	chain, regs       []byte // its data (copies, reused)
 }
 
 // maxPairGap bounds the time between the two samples of one switch (they
@@ -126,33 +131,29 @@ func (s *Session) switchTime(r *ring, t uint64, raw []byte) uint64 {
 
 // switched is called after a sched_switch's DISPATCH record (time t, the
 // tracepoint's raw data): a wait's sample held for it is written now,
-// else the DISPATCH waits for its sample.
+// else the DISPATCH of a wait waits for its sample.
 func (s *Session) switched(r *ring, t uint64, raw []byte) {
 	w := &r.wait
 	w.t, w.prev = t, le32(raw[s.tp.prevPid:])
 	w.open = w.prev != 0 && isWait(s.prevState(raw))
 	if w.open && w.heldFor(w.prev, t) {
 		w.open = false
-		s.switchStack(r, t, w.raw, w.chain, w.regs)
+		s.switchStack(r, t, w.heldPid, w.prev, w.chain, w.regs)
 	}
 	w.held = false
 }
 
-// waitSample takes a sample of the wait event: the stack of the thread
-// its DISPATCH switches out, written after that DISPATCH with its time.
-func (s *Session) waitSample(r *ring, t uint64, raw, chain, regs []byte) {
-	if s.tp.prevPid+4 > len(raw) {
-		return
-	}
+// waitSample takes a sample of the wait event, taken in thread tid of pid
+// as it was switched out: the stack of the thread its DISPATCH switches
+// out to wait, written after that DISPATCH with its time.
+func (s *Session) waitSample(r *ring, t uint64, pid, tid uint32, chain, regs []byte) {
 	w := &r.wait
-	prev := le32(raw[s.tp.prevPid:])
-	if w.open && w.prev == prev && near(w.t, t) {
+	if w.open && w.prev == tid && near(w.t, t) {
 		w.open = false
-		s.switchStack(r, w.t, raw, chain, regs)
+		s.switchStack(r, w.t, pid, tid, chain, regs)
 		return
 	}
-	w.held, w.heldPrev, w.heldT = true, prev, t
-	w.raw = append(w.raw[:0], raw...)
+	w.held, w.heldPid, w.heldPrev, w.heldT = true, pid, tid, t
 	w.chain = append(w.chain[:0], chain...)
 	w.regs = append(w.regs[:0], regs...)
 }
@@ -196,7 +197,7 @@ func (s *Session) wakeup(r *ring, kind int, t uint64, wakerPid, wakerTid uint32,
 	if wakerTid == 0 {
 		wakerPid = 0
 	}
-	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchWakeup, t, append(r.fields[:0], uint64(s.tgidOf(tid)), uint64(tid), uint64(cpu), uint64(wakerPid), uint64(wakerTid), flags))
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchWakeup, t, append(r.fields[:0], uint64(s.tgidIn(r, tid)), uint64(tid), uint64(cpu), uint64(wakerPid), uint64(wakerTid), flags))
 }
 
 // prevState is sched_switch's prev_state (0 when the data is too short).
@@ -224,26 +225,20 @@ func splitCallchain(b []byte) (chain, rest []byte) {
 	return b[:n], b[n:]
 }
 
-// switchStack writes the stack of the thread sched_switch switched out
-// (the switch's prev, the thread the sample was taken in) when it left the
-// CPU to wait: its wait's stack. A preempted thread's stack is no wait's,
-// an exiting one's neither, and the idle task has none worth a record.
-// The thread is named from the tracepoint (the sample's own ids are -1
-// once an exiting thread is unhashed). With --unwind dwarf, regs is the
-// sample's user registers and stack copy (what follows its raw data): the
-// user frames are unwound from them by call-frame information, through
-// the queue of samples that wait for a table (pending.go), which keeps
-// the stack right after its DISPATCH record.
-func (s *Session) switchStack(r *ring, t uint64, raw, chain, regs []byte) {
-	if !isWait(s.prevState(raw)) || s.tp.prevPid+4 > len(raw) {
-		return
-	}
-	tid := le32(raw[s.tp.prevPid:])
+// switchStack writes the stack of thread tid of pid, which its DISPATCH
+// (just written, at t) switched out to wait: its wait's stack. Only a
+// wait's DISPATCH pairs with a stack (waitPair): a preempted thread's
+// stack is no wait's, an exiting one's neither, and the idle task has
+// none worth a record. With --unwind dwarf, regs is the sample's user
+// registers and stack copy (what follows its callchain): the user frames
+// are unwound from them by call-frame information, through the queue of
+// samples that wait for a table (pending.go), which keeps the stack right
+// after its DISPATCH record.
+func (s *Session) switchStack(r *ring, t uint64, pid, tid uint32, chain, regs []byte) {
 	if tid == 0 {
 		return
 	}
 	pcs, kernel, truncated := s.chainPCs(r, chain)
-	pid := s.tgidOf(tid)
 	if s.pend != nil && len(regs) > 0 {
 		r.fp = append(r.fp[:0], pcs[kernel:]...)
 		s.pend.userStack(r.cpu, t, pid, tid, pcs[:kernel], r.fp, regs, s.maxStack-kernel, truncated, true)

@@ -118,15 +118,15 @@ func TestSwitchInFromIdle(t *testing.T) {
 	sink := &memSink{}
 	s := &Session{sink: sink}
 	r := &ring{cpu: 1, lastNext: -1}
+	// next_prev_pid, next_prev_tid, then the trailer: pid, tid, time
 	body := func(prevPid, prevTid, pid, tid uint32, tm uint64) []byte {
-		b := make([]byte, 8+32)
+		b := make([]byte, 8+idTrailer)
 		le := binary.LittleEndian
 		le.PutUint32(b, prevPid)
 		le.PutUint32(b[4:], prevTid)
 		le.PutUint32(b[8:], pid)
 		le.PutUint32(b[12:], tid)
 		le.PutUint64(b[16:], tm)
-		le.PutUint32(b[24:], 1)
 		return b
 	}
 	in := func(prevTid, tid uint32, tm uint64) {
@@ -219,21 +219,23 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 	}
 	r := &ring{cpu: 1, lastNext: -1}
 	le := binary.LittleEndian
-	// a sample: id, pid/tid, time, cpu, [callchain: the kernel marker and
-	// one pc, then the user marker and one], raw (size, prev_pid,
-	// prev_state, next_pid)
+	// a sample: DISPATCH's: id, time, raw (size, prev_pid, prev_state,
+	// next_pid); the wait's: id, pid/tid (the thread switched out), time,
+	// callchain (the kernel marker and one pc, then the user marker and
+	// one)
 	sample := func(id uint64, prev uint32, state, tm uint64) []byte {
 		b := le.AppendUint64(nil, id)
-		b = le.AppendUint32(b, 1000)
-		b = le.AppendUint32(b, prev)
-		b = le.AppendUint64(b, tm)
-		b = le.AppendUint64(b, 1)
 		if id == idWait {
+			b = le.AppendUint32(b, 1000)
+			b = le.AppendUint32(b, prev)
+			b = le.AppendUint64(b, tm)
 			b = le.AppendUint64(b, 4)
 			for _, v := range []uint64{^uint64(127), 0xffffffff81000000 + uint64(prev), ^uint64(511), 0x401000 + uint64(prev)} {
 				b = le.AppendUint64(b, v)
 			}
+			return b
 		}
+		b = le.AppendUint64(b, tm)
 		b = le.AppendUint32(b, 24)
 		b = le.AppendUint32(b, prev)
 		b = le.AppendUint32(b, 0)
@@ -278,5 +280,36 @@ func TestWaitStackAfterItsDispatch(t *testing.T) {
 	want := "D10@100 U10@100/1/2 D11@200 U11@200/1/2 D12@300 D13@400 U13@400/1/2 D15@500 U15@500/1/2 D16@600 D17@601 U17@601/1/2 D18@2000700 D19@800000000"
 	if g := strings.Join(got, " "); g != want {
 		t.Fatalf("records\n%s\nwant\n%s", g, want)
+	}
+}
+
+// A ring's cache of thread → process follows the fork records: a thread id
+// used again by another process is named by its new process from the fork
+// on, on every ring.
+func TestTgidCacheFollowsForks(t *testing.T) {
+	s := &Session{sink: &memSink{}}
+	r0, r1 := &ring{cpu: 0, lastNext: -1}, &ring{cpu: 1, lastNext: -1}
+	le := binary.LittleEndian
+	fork := func(r *ring, pid, tid uint32) {
+		b := le.AppendUint32(nil, pid)
+		b = le.AppendUint32(b, 1) // ppid
+		b = le.AppendUint32(b, tid)
+		b = le.AppendUint32(b, 1) // ptid
+		b = le.AppendUint64(b, 100)
+		b = append(b, make([]byte, idTrailer)...)
+		s.record(r, unix.PERF_RECORD_FORK, 0, b)
+	}
+	fork(r0, 500, 501)
+	if got := s.tgidIn(r1, 501); got != 500 {
+		t.Fatalf("thread 501: process %d, want 500", got)
+	}
+	if got := s.tgidIn(r0, 501); got != 500 {
+		t.Fatalf("thread 501 on CPU 0: process %d, want 500", got)
+	}
+	fork(r0, 700, 501) // the id used again, the fork read on the other ring
+	for _, r := range []*ring{r0, r1} {
+		if got := s.tgidIn(r, 501); got != 700 {
+			t.Fatalf("thread 501 on CPU %d after its id was used again: process %d, want 700", r.cpu, got)
+		}
 	}
 }
