@@ -9,7 +9,7 @@ JPROF_CFLAGS := -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 	-I$(JPROF_JAVA_HOME)/include -I$(JPROF_JAVA_HOME)/include/linux -Ilibperfutil/c/include -Ilibperfutil/c -Ilibperfutil/c/hookit
 JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c tools/jprof/agent/jstacks.c tools/jprof/agent/jitdump.c libperfutil/c/agentconn.c
 
-.PHONY: jprof jprof-test bench-jprof
+.PHONY: jprof jprof-test bench-jprof bench-java-sampling
 ifneq ($(wildcard $(JPROF_JAVA_HOME)/include/jvmti.h),)
 build: jprof
 endif
@@ -37,3 +37,9 @@ jprof-test: jprof
 bench-jprof: jprof
 	bash bench/jprof.sh
 bench: bench-jprof
+
+# Sampling profilers on javac side by side: perfinsp (run.tprof -g with the
+# agent's tprof mode) and the JDK's Flight Recorder (root: run.tprof).
+bench-java-sampling: jprof
+	bash bench/java-sampling.sh
+bench: bench-java-sampling
