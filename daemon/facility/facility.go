@@ -19,7 +19,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -117,8 +119,10 @@ type Facility struct {
 	fullOnce sync.Once
 	// gate holds the sources' records back while the /proc scan at on is
 	// written, so every MTE stream stays in time order (the kernel rings
-	// keep the events meanwhile).
-	gate chan struct{}
+	// keep the events meanwhile). gateOpen is set once it is closed: the
+	// sources' every record then passes without the channel's lock.
+	gate     chan struct{}
+	gateOpen atomic.Bool
 
 	// StartSource and Scan default to kevents.Start and procscan.Scan;
 	// tests replace them.
@@ -465,9 +469,10 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	// from the sources: what existed at on is named before it is sampled.
 	scanTime := Now()
 	f.gate = make(chan struct{})
+	f.gateOpen.Store(false)
 	src, err := f.StartSource(opts, (*sink)(f))
 	if err != nil {
-		close(f.gate)
+		f.openGate()
 		f.abortStream()
 		return fmt.Errorf("start kernel event sources: %w", err)
 	}
@@ -496,8 +501,23 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	if err != nil {
 		f.note = "process scan: " + err.Error()
 	}
-	close(f.gate)
+	f.openGate()
 	return nil
+}
+
+// openGate lets the sources' records through (the gate's pair: waitGate).
+func (f *Facility) openGate() {
+	close(f.gate)
+	f.gateOpen.Store(true)
+}
+
+// waitGate holds a source's record until the gate is open: once it is,
+// one atomic load (a record that sees it still shut waits on the
+// channel, closed or about to be).
+func (f *Facility) waitGate() {
+	if !f.gateOpen.Load() {
+		<-f.gate
+	}
 }
 
 func (f *Facility) majorsLo() uint64 {
@@ -1032,7 +1052,7 @@ type sink Facility
 
 func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64) {
 	f := (*Facility)(s)
-	<-f.gate
+	f.waitGate()
 	if cpu < 0 || cpu >= len(f.trace) {
 		return
 	}
@@ -1051,13 +1071,13 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {
-	<-s.gate
+	(*Facility)(s).waitGate()
 	(*Facility)(s).mteRecord(cpu, minor, t, fields, str)
 }
 
 func (s *sink) Lost(cpu int, mte bool, n uint64) {
 	f := (*Facility)(s)
-	<-f.gate
+	f.waitGate()
 	if cpu < 0 || cpu >= len(f.trace) {
 		return
 	}
@@ -1079,7 +1099,7 @@ func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, ker
 
 func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
 	f := (*Facility)(s)
-	<-f.gate
+	f.waitGate()
 	if cpu < 0 || cpu >= len(f.trace) {
 		return
 	}
@@ -1093,11 +1113,19 @@ func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uin
 	if cfi {
 		flags |= trace.UnwindCFI
 	}
-	b := make([]byte, 8*len(pcs))
+	// The frames as bytes in an array on this goroutine's stack, passed as
+	// a string without a copy: Write copies them into the buffer and
+	// keeps nothing (no allocation per stack).
+	var b [8 * trace.UnwindMaxPCs]byte
 	for i, pc := range pcs {
 		binary.LittleEndian.PutUint64(b[8*i:], pc)
 	}
-	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, minor, trace.LayoutBytes, t, []uint64{uint64(pid), uint64(tid), flags}, string(b))
+	var str string
+	if len(pcs) > 0 {
+		str = unsafe.String(&b[0], 8*len(pcs))
+	}
+	fields := [3]uint64{uint64(pid), uint64(tid), flags}
+	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, minor, trace.LayoutBytes, t, fields[:], str)
 	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
 		f.bufferFull()
 	}

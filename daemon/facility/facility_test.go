@@ -540,3 +540,27 @@ func TestContModeFullDiskStops(t *testing.T) {
 		t.Fatalf("header flags %#x: want write-error and complete", file.Header.Flags)
 	}
 }
+
+// A stack record and a sample cost the agent no allocation once tracing is
+// on (the agent writes one per tick and one per wait).
+func TestRecordsWithoutAllocation(t *testing.T) {
+	f, sink, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	pcs := make([]uint64, 40)
+	for i := range pcs {
+		pcs[i] = 0x400000 + uint64(i)*16
+	}
+	fields := []uint64{42, 42, 0x401000, 0}
+	n := testing.AllocsPerRun(1000, func() {
+		(*sink).SwitchStack(0, Now(), 42, 42, pcs, 3, false, false)
+		(*sink).Trace(0, trace.MajorTprof, trace.TprofTick, Now(), fields)
+	})
+	if n != 0 {
+		t.Errorf("%.1f allocations per stack and sample, want 0", n)
+	}
+}
