@@ -104,11 +104,19 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// readerPoll is the longest the sampler's reader waits before it reads
-// the rings (kevents.Options.Poll): each wake-up of the agent costs a
-// little CPU of its own (and of the Go runtime's monitor after a blocking
-// wait), which at a low sampling rate is most of the agent's cost.
-const readerPoll = time.Second
+// applyPeriod is how often the aggregator reads the rings and applies
+// the records, at least (sooner when the event queue is a quarter full):
+// each wake-up of the agent costs a little CPU of its own and of the Go
+// runtime's monitor thread (which polls every 20 us for a while after the
+// process wakes: some 50 times a wake-up), which at a low sampling rate is
+// most of the agent's cost.
+const applyPeriod = 5 * time.Second
+
+// readerPoll is the longest the sampler's own reader waits
+// (kevents.Options.Poll): the aggregator reads the rings itself every
+// applyPeriod, so the reader wakes only for a ring a quarter full (a
+// burst of records).
+const readerPoll = time.Minute
 
 // maxExited bounds the processes gone whose tables are kept: past it the
 // process tables start anew from /proc at the end of the interval (the
@@ -126,6 +134,10 @@ type Agent struct {
 	agg  *aggregator
 	nm   *namer
 	b    builder
+
+	// losses is the records lost by the kernel or dropped by the full
+	// queue as of the last interval.
+	losses uint64
 
 	mu sync.Mutex
 	st Stats
@@ -180,11 +192,12 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
-	// The sampler's records are taken once per reader poll: one wake-up
-	// of this goroutine for each batch of them. Those older than the poll
-	// and the reorder window are applied (all the rings have been read
-	// past them); at the end of an interval the rings are read first.
-	apply := time.NewTicker(readerPoll)
+	// The rings are read and the sampler's records taken once per
+	// applyPeriod on this goroutine, or when the queue is a quarter full:
+	// one wake-up of the agent for each batch of them. Those older than
+	// the reorder window are applied (all the rings have been read past
+	// them).
+	apply := time.NewTicker(applyPeriod)
 	defer apply.Stop()
 	ro := reorder{max: a.cfg.EventQueue}
 	var in batch
@@ -199,8 +212,13 @@ loop:
 	for {
 		select {
 		case <-apply.C:
+			a.sess.Flush()
 			take()
-			ro.release(monoNow()-uint64(readerPoll+reorderWindow), handle)
+			ro.release(monoNow()-uint64(reorderWindow), handle)
+		case <-a.sink.notify:
+			a.sess.Flush()
+			take()
+			ro.release(monoNow()-uint64(reorderWindow), handle)
 		case now := <-tick.C:
 			a.sess.Flush()
 			take()
@@ -248,6 +266,12 @@ func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 		a.agg.endWaits(recordsEnd)
 	}
 	iv := a.agg.rotate(nowNS)
+	if l := a.sink.lost.Load() + a.sink.dropped.Load(); l != a.losses {
+		// An exit or exec may be among the records lost: the processes'
+		// /proc information is read anew.
+		a.losses = l
+		a.agg.infos.forgetAll()
+	}
 	var samples int64
 	if len(iv.order) > 0 || len(iv.offOrder) > 0 {
 		p, n := a.b.build(iv, a.nm.nameAll(a.agg.res, iv.locs), nowNS)

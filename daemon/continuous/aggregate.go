@@ -154,6 +154,7 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 			// The same pid, another program: its addresses mean
 			// other things from here on.
 			a.gens[uint32(f[0])]++
+			a.infos.forget(uint32(f[0]))
 		}
 	case evSample:
 		a.sample(e, pcs)

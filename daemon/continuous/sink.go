@@ -78,13 +78,16 @@ type sink struct {
 	cur     batch
 	max     int // events the batch holds; past it they are dropped
 	pending map[int]tick
+	// notify gets a token when the batch passes a quarter of its bound:
+	// the aggregator takes it then rather than at its next period.
+	notify  chan struct{}
 	dropped atomic.Uint64 // events the full batch could not take
 	lost    atomic.Uint64 // records the kernel dropped (full rings)
 	samples atomic.Uint64 // samples taken from the rings
 }
 
 func newSink(capacity int) *sink {
-	return &sink{max: capacity, pending: map[int]tick{}}
+	return &sink{max: capacity, pending: map[int]tick{}, notify: make(chan struct{}, 1)}
 }
 
 // take hands the waiting events to the caller in b (emptied first) and
@@ -104,8 +107,16 @@ func (s *sink) putLocked(e event, pcs []uint64) {
 		return
 	}
 	e.pcOff, e.pcN = uint32(len(b.pcs)), uint32(len(pcs))
+	quarter := s.max * maxFramesPerEvent / 4
+	crossed := len(b.evs) == s.max/4 || len(b.pcs) < quarter && len(b.pcs)+len(pcs) >= quarter
 	b.pcs = append(b.pcs, pcs...)
 	b.evs = append(b.evs, e)
+	if crossed {
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // flushLocked sends cpu's pending tick without a stack. Caller holds mu.
