@@ -143,7 +143,7 @@ func TestContinuousEndpointDown(t *testing.T) {
 	bin := buildPitraced(t)
 	rcv := otlptest.Start(t)
 	rcv.Stop()
-	cmd := exec.Command(bin, "continuous", "--endpoint", rcv.HTTPURL, "--interval", "500ms", "--queue-bytes", "40K",
+	cmd := exec.Command(bin, "continuous", "--endpoint", rcv.HTTPURL, "--interval", "500ms", "--queue-bytes", "4M",
 		"--symbol-cache", "", "--timeout", "200ms", "--duration", "3s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
