@@ -2,8 +2,9 @@
 // and for trying pitraced continuous without a collector: it accepts
 // OTLP/HTTP profiles at /v1development/profiles (and, with -grpc, OTLP/gRPC),
 // decodes them with the Collector's pdata unmarshalers, and at SIGTERM or
-// SIGINT prints the requests, samples and body bytes it received and the
-// heaviest functions (innermost frame) of the samples.
+// SIGINT prints the requests, CPU samples and body bytes it received, the
+// off-CPU time (profiles of sample type off_cpu), and the heaviest
+// functions (innermost frame) of the CPU samples.
 //
 //	otlpsink -listen 127.0.0.1:4318 [-grpc 127.0.0.1:4317] [-top 10]
 package main
@@ -29,6 +30,7 @@ import (
 type sink struct {
 	mu                      sync.Mutex
 	requests, samples, size int64
+	offCPU                  int64 // ns
 	leaf                    map[string]int64
 }
 
@@ -44,11 +46,19 @@ func (s *sink) add(p pprofile.Profiles, n int) {
 		for j := 0; j < rp.ScopeProfiles().Len(); j++ {
 			profs := rp.ScopeProfiles().At(j).Profiles()
 			for k := 0; k < profs.Len(); k++ {
+				typ := ""
+				if i := int(profs.At(k).SampleType().TypeStrindex()); i >= 0 && i < d.StringTable().Len() {
+					typ = d.StringTable().At(i)
+				}
 				for x := 0; x < profs.At(k).Samples().Len(); x++ {
 					smp := profs.At(k).Samples().At(x)
 					var v int64
 					for y := 0; y < smp.Values().Len(); y++ {
 						v += smp.Values().At(y)
+					}
+					if typ == "off_cpu" {
+						s.offCPU += v
+						continue
 					}
 					s.samples += v
 					st := d.StackTable().At(int(smp.StackIndex()))
@@ -122,6 +132,9 @@ func main() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fmt.Printf("requests %d samples %d bytes %d\n", s.requests, s.samples, s.size)
+	if s.offCPU > 0 {
+		fmt.Printf("off-CPU %.3f s\n", float64(s.offCPU)/1e9)
+	}
 	type kv struct {
 		k string
 		v int64

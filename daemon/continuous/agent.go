@@ -23,11 +23,17 @@ type Config struct {
 	StackBytes int           // user stack copied per sample with DWARF (default 8192)
 	MaxStack   int           // frames per stack (default 127)
 	Idle       bool          // keep the idle task's samples
-	CPUs       []int         // nil: every online CPU
-	Limits     Limits
+	// OffCPU records the scheduler's switches and the stacks of threads
+	// switched out to wait, and exports each thread's time off the CPU
+	// (sleeping or blocked, until it runs again) under those stacks, as
+	// a profile of its own (sample type off_cpu, nanoseconds).
+	OffCPU bool
+	CPUs   []int // nil: every online CPU
+	Limits Limits
 	// EventQueue bounds the records waiting between the sampler and the
 	// aggregator (default 16384: minutes of samples at 97 Hz on a few
-	// CPUs): past it records are dropped and counted.
+	// CPUs; with OffCPU 131072: a second of switches on a busy machine):
+	// past it records are dropped and counted.
 	EventQueue int
 	// Refresh is how often the name tables start anew from /proc (default
 	// 10 min): exited processes and replaced files are forgotten.
@@ -46,14 +52,18 @@ type Config struct {
 // Stats are the agent's counts: of the last interval and since start.
 type Stats struct {
 	Intervals       uint64
-	Requests        uint64 // intervals with samples: one request each
-	Samples         int64  // samples in the last interval's profiles
-	TotalSamples    int64  // since start
-	Dropped         int64  // samples over the per-interval limits, since start
-	Idle            int64  // idle-task samples left out, since start
-	EventsDropped   uint64 // records the full event queue dropped
-	Lost            uint64 // records the kernel dropped (full rings)
-	Processes       int    // processes in the last interval
+	Requests        uint64        // intervals with samples: one request each
+	Samples         int64         // samples in the last interval's profiles
+	OffCPU          time.Duration // off-CPU time in the last interval's profiles (OffCPU)
+	TotalOffCPU     time.Duration // since start
+	OffCPUDropped   time.Duration // off-CPU time over the per-interval limits, since start
+	UnstackedWaits  uint64        // waits not counted: their stack did not come (OffCPU)
+	TotalSamples    int64         // since start
+	Dropped         int64         // samples over the per-interval limits, since start
+	Idle            int64         // idle-task samples left out, since start
+	EventsDropped   uint64        // records the full event queue dropped
+	Lost            uint64        // records the kernel dropped (full rings)
+	Processes       int           // processes in the last interval
 	Export          otlpexport.Stats
 	CPU             time.Duration // the agent's CPU time since start
 	MaxRSS          int64         // bytes
@@ -81,6 +91,9 @@ func (c *Config) defaults() error {
 	}
 	if c.EventQueue <= 0 {
 		c.EventQueue = 16384
+		if c.OffCPU {
+			c.EventQueue = 131072
+		}
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = 10 * time.Minute
@@ -91,11 +104,19 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// readerPoll is the longest the sampler's reader waits before it reads
-// the rings (kevents.Options.Poll): each wake-up of the agent costs a
-// little CPU of its own (and of the Go runtime's monitor after a blocking
-// wait), which at a low sampling rate is most of the agent's cost.
-const readerPoll = time.Second
+// applyPeriod is how often the aggregator reads the rings and applies
+// the records, at least (sooner when the event queue is a quarter full):
+// each wake-up of the agent costs a little CPU of its own and of the Go
+// runtime's monitor thread (which polls every 20 us for a while after the
+// process wakes: some 50 times a wake-up), which at a low sampling rate is
+// most of the agent's cost.
+const applyPeriod = 5 * time.Second
+
+// readerPoll is the longest the sampler's own reader waits
+// (kevents.Options.Poll): the aggregator reads the rings itself every
+// applyPeriod, so the reader wakes only for a ring a quarter full (a
+// burst of records).
+const readerPoll = time.Minute
 
 // maxExited bounds the processes gone whose tables are kept: past it the
 // process tables start anew from /proc at the end of the interval (the
@@ -113,6 +134,10 @@ type Agent struct {
 	agg  *aggregator
 	nm   *namer
 	b    builder
+
+	// losses is the records lost by the kernel or dropped by the full
+	// queue as of the last interval.
+	losses uint64
 
 	mu sync.Mutex
 	st Stats
@@ -136,6 +161,13 @@ func Start(cfg Config) (*Agent, error) {
 		opts.Unwind = control.Unwind{DWARF: true, StackBytes: cfg.StackBytes}
 		opts.RingPages = 512
 	}
+	if cfg.OffCPU {
+		// A record per switch and a stack per wait: 4 MB rings (8 MB
+		// with stack copies) hold thousands of switches a CPU between
+		// two reads.
+		opts.Dispatch, opts.SwitchStacks = true, true
+		opts.RingPages *= 8
+	}
 	a.sess, err = kevents.Start(opts, a.sink)
 	if err != nil {
 		_ = exp.Close()
@@ -143,7 +175,7 @@ func Start(cfg Config) (*Agent, error) {
 	}
 	// The records of processes started from here on wait in the queue;
 	// the scan of /proc comes first.
-	a.agg = newAggregator(cfg.Limits, cfg.Idle, uint64(time.Now().UnixNano()))
+	a.agg = newAggregator(cfg.Limits, cfg.Idle, cfg.OffCPU, uint64(time.Now().UnixNano()))
 	a.nm = newNamer(cfg.CacheDir)
 	a.b = builder{res: a.agg.res, host: cfg.Host, version: cfg.Version, periodNS: int64(1e9 / cfg.RateHz), services: cfg.Services}
 	return a, nil
@@ -160,11 +192,12 @@ func (a *Agent) Run(ctx context.Context, flushTimeout time.Duration) error {
 
 	tick := time.NewTicker(a.cfg.Interval)
 	defer tick.Stop()
-	// The sampler's records are taken once per reader poll: one wake-up
-	// of this goroutine for each batch of them. Those older than the poll
-	// and the reorder window are applied (all the rings have been read
-	// past them); at the end of an interval the rings are read first.
-	apply := time.NewTicker(readerPoll)
+	// The rings are read and the sampler's records taken once per
+	// applyPeriod on this goroutine, or when the queue is a quarter full:
+	// one wake-up of the agent for each batch of them. Those older than
+	// the reorder window are applied (all the rings have been read past
+	// them).
+	apply := time.NewTicker(applyPeriod)
 	defer apply.Stop()
 	ro := reorder{max: a.cfg.EventQueue}
 	var in batch
@@ -179,13 +212,19 @@ loop:
 	for {
 		select {
 		case <-apply.C:
-			take()
-			ro.release(monoNow()-uint64(readerPoll+reorderWindow), handle)
-		case now := <-tick.C:
 			a.sess.Flush()
 			take()
 			ro.release(monoNow()-uint64(reorderWindow), handle)
-			a.endInterval(uint64(now.UnixNano()))
+		case <-a.sink.notify:
+			a.sess.Flush()
+			take()
+			ro.release(monoNow()-uint64(reorderWindow), handle)
+		case now := <-tick.C:
+			a.sess.Flush()
+			take()
+			cutoff := monoNow() - uint64(reorderWindow)
+			ro.release(cutoff, handle)
+			a.endInterval(uint64(now.UnixNano()), cutoff)
 			refresh := time.Since(lastRefresh) >= a.cfg.Refresh
 			if refresh || a.agg.exited > maxExited {
 				a.agg.reset()
@@ -206,7 +245,7 @@ loop:
 	a.sink.flushAll()
 	take()
 	ro.release(^uint64(0), handle)
-	a.endInterval(uint64(time.Now().UnixNano()))
+	a.endInterval(uint64(time.Now().UnixNano()), monoNow())
 	cancel()
 	wg.Wait()
 	fctx, fcancel := context.WithTimeout(context.Background(), flushTimeout)
@@ -218,12 +257,23 @@ loop:
 	return err
 }
 
-// endInterval names and exports the interval that ends now.
-func (a *Agent) endInterval(nowNS uint64) {
+// endInterval names and exports the interval that ends now (nowNS on the
+// wall clock, recordsEnd on the records' clock: the records applied are
+// those up to it).
+func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 	t0 := time.Now()
+	if a.agg.off != nil {
+		a.agg.endWaits(recordsEnd)
+	}
 	iv := a.agg.rotate(nowNS)
+	if l := a.sink.lost.Load() + a.sink.dropped.Load(); l != a.losses {
+		// An exit or exec may be among the records lost: the processes'
+		// /proc information is read anew.
+		a.losses = l
+		a.agg.infos.forgetAll()
+	}
 	var samples int64
-	if len(iv.order) > 0 {
+	if len(iv.order) > 0 || len(iv.offOrder) > 0 {
 		p, n := a.b.build(iv, a.nm.nameAll(a.agg.res, iv.locs), nowNS)
 		samples = n
 		a.mu.Lock()
@@ -239,6 +289,12 @@ func (a *Agent) endInterval(nowNS uint64) {
 	st.Samples = samples
 	st.TotalSamples += samples
 	st.Dropped += iv.dropped
+	st.OffCPU = time.Duration(iv.offNS)
+	st.TotalOffCPU += time.Duration(iv.offNS)
+	st.OffCPUDropped += time.Duration(iv.offDropped)
+	if a.agg.off != nil {
+		st.UnstackedWaits = a.agg.off.unstacked
+	}
 	st.Idle = a.agg.idleCount
 	st.EventsDropped = a.sink.dropped.Load()
 	st.Lost = a.sink.lost.Load()
@@ -251,8 +307,12 @@ func (a *Agent) endInterval(nowNS uint64) {
 	cp := *st
 	a.mu.Unlock()
 	if a.cfg.Log != nil {
-		a.cfg.Log("interval %d: %d samples of %d processes, %d dropped over the limits, %d records dropped, %d lost by the kernel; export: %d sent (%d samples, %d bytes), %d queued (%d on disk), %d dropped (%d samples), %d failed attempts%s; %d locations named anew from %d modules; agent CPU %v, max RSS %d MiB",
-			cp.Intervals, cp.Samples, cp.Processes, cp.Dropped, cp.EventsDropped, cp.Lost,
+		off := ""
+		if a.agg.off != nil {
+			off = fmt.Sprintf(", %v off-CPU (%v over the limits, %d waits without a stack)", cp.OffCPU.Round(time.Millisecond), cp.OffCPUDropped.Round(time.Millisecond), cp.UnstackedWaits)
+		}
+		a.cfg.Log("interval %d: %d samples of %d processes%s, %d dropped over the limits, %d records dropped, %d lost by the kernel; export: %d sent (%d samples, %d bytes), %d queued (%d on disk), %d dropped (%d samples), %d failed attempts%s; %d locations named anew from %d modules; agent CPU %v, max RSS %d MiB",
+			cp.Intervals, cp.Samples, cp.Processes, off, cp.Dropped, cp.EventsDropped, cp.Lost,
 			cp.Export.Sent, cp.Export.SentSamples, cp.Export.SentBytes, cp.Export.Queued, cp.Export.Spooled,
 			cp.Export.Dropped, cp.Export.DroppedSamples, cp.Export.Failures, lastErr(cp.Export.LastError),
 			cp.Named, cp.ModulesRead, cp.CPU.Round(time.Millisecond), cp.MaxRSS>>20)

@@ -76,14 +76,20 @@ type interval struct {
 	stacks  map[string]*stackCount
 	order   []*stackCount // in first-seen order (stable output)
 	procs   map[uint32]*procInfo
-	samples int64  // samples counted
-	dropped int64  // samples past the limits
-	key     []byte // scratch
-	locsBuf []int32
+	samples int64 // samples counted
+	dropped int64 // samples past the limits
+	// Off-CPU time (Config.OffCPU): ns per (thread, stack) of its waits,
+	// keyed as stacks; their total, and the ns past the limits.
+	offStacks         map[string]*stackCount
+	offOrder          []*stackCount
+	offNS, offDropped int64
+	key               []byte // scratch
+	locsBuf           []int32
 }
 
 func newInterval(startNS uint64) *interval {
-	return &interval{startNS: startNS, locIndex: map[locKey]int32{}, byPC: map[pcKey]int32{}, stacks: map[string]*stackCount{}, procs: map[uint32]*procInfo{}}
+	return &interval{startNS: startNS, locIndex: map[locKey]int32{}, byPC: map[pcKey]int32{}, stacks: map[string]*stackCount{}, procs: map[uint32]*procInfo{},
+		offStacks: map[string]*stackCount{}}
 }
 
 // aggregator applies the side-band records to the name tables and counts
@@ -98,11 +104,15 @@ type aggregator struct {
 	infos     *procInfos
 	gens      map[uint32]uint32 // exec generation of the processes that exec'd
 	exited    int               // processes that exited since the tables started
+	off       *offCPU           // the threads' waits (nil: off-CPU time not counted)
 	rec       trace.Record
 }
 
-func newAggregator(limits Limits, idle bool, startNS uint64) *aggregator {
+func newAggregator(limits Limits, idle, offCPU bool, startNS uint64) *aggregator {
 	a := &aggregator{limits: limits.withDefaults(), idle: idle, infos: newProcInfos()}
+	if offCPU {
+		a.off = newOffCPU()
+	}
 	a.reset()
 	a.cur = newInterval(startNS)
 	return a
@@ -132,6 +142,9 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 	case evMTE:
 		f := e.fields[:e.nf]
 		a.applyMTE(e.minor, f, e.str)
+		if e.minor == trace.MTEExit && len(f) >= 2 && a.off != nil {
+			a.off.threadExited(uint32(f[1]))
+		}
 		switch {
 		case e.minor == trace.MTEExit && len(f) >= 2 && f[0] == f[1]:
 			a.infos.forget(uint32(f[0]))
@@ -141,9 +154,18 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 			// The same pid, another program: its addresses mean
 			// other things from here on.
 			a.gens[uint32(f[0])]++
+			a.infos.forget(uint32(f[0]))
 		}
 	case evSample:
 		a.sample(e, pcs)
+	case evSwitch:
+		if a.off != nil {
+			a.switched(e)
+		}
+	case evWaitStack:
+		if a.off != nil {
+			a.waitStack(e, pcs)
+		}
 	}
 }
 
@@ -155,13 +177,7 @@ func (a *aggregator) sample(e *event, pcs []uint64) {
 	}
 	iv := a.cur
 	gen := a.gens[e.pid]
-	key := binary.LittleEndian.AppendUint32(iv.key[:0], e.pid)
-	key = binary.LittleEndian.AppendUint32(key, e.tid)
-	key = binary.LittleEndian.AppendUint32(key, gen)
-	key = binary.LittleEndian.AppendUint16(key, e.kernel)
-	for _, pc := range pcs {
-		key = binary.LittleEndian.AppendUint64(key, pc)
-	}
+	key := stackKey(iv.key[:0], e.pid, e.tid, gen, e.kernel, pcs)
 	iv.key = key
 	if sc, ok := iv.stacks[string(key)]; ok {
 		sc.count++
@@ -172,38 +188,62 @@ func (a *aggregator) sample(e *event, pcs []uint64) {
 		iv.dropped++
 		return
 	}
-	if e.pid != 0 && a.res.Process(e.pid) == nil && !a.described[e.pid] {
+	locs, ok := a.locateStack(iv, e.pid, gen, e.t, int(e.kernel), pcs)
+	if !ok {
+		iv.dropped++
+		return
+	}
+	sc := &stackCount{pid: e.pid, tid: e.tid, locs: locs, count: 1}
+	iv.stacks[string(key)] = sc
+	iv.order = append(iv.order, sc)
+	iv.samples++
+}
+
+// stackKey appends to key what tells one thread's stack from another:
+// pid, tid, the process's exec generation, the kernel frame count and the
+// program counters.
+func stackKey(key []byte, pid, tid, gen uint32, kernel uint16, pcs []uint64) []byte {
+	key = binary.LittleEndian.AppendUint32(key, pid)
+	key = binary.LittleEndian.AppendUint32(key, tid)
+	key = binary.LittleEndian.AppendUint32(key, gen)
+	key = binary.LittleEndian.AppendUint16(key, kernel)
+	for _, pc := range pcs {
+		key = binary.LittleEndian.AppendUint64(key, pc)
+	}
+	return key
+}
+
+// locateStack locates a stack of pid seen at t (its first kernel frames
+// kernel addresses) in iv: its locations, leaf first (ok false past the
+// limits).
+func (a *aggregator) locateStack(iv *interval, pid, gen uint32, t uint64, kernel int, pcs []uint64) ([]int32, bool) {
+	if pid != 0 && a.res.Process(pid) == nil && !a.described[pid] {
 		// Its records were not seen (lost, or before the scan): /proc.
-		a.described[e.pid] = true
-		_ = procscan.Describe(int(e.pid), e.t, func(minor uint32, fields []uint64, str string) {
+		a.described[pid] = true
+		_ = procscan.Describe(int(pid), t, func(minor uint32, fields []uint64, str string) {
 			a.applyMTE(minor, fields, str)
 		})
 	}
-	if _, ok := iv.procs[e.pid]; !ok && len(iv.procs) < a.limits.Stacks {
-		iv.procs[e.pid] = a.infos.get(e.pid)
+	if _, ok := iv.procs[pid]; !ok && len(iv.procs) < a.limits.Stacks {
+		iv.procs[pid] = a.infos.get(pid)
 	}
 	locs := iv.locsBuf[:0]
+	defer func() { iv.locsBuf = locs }()
 	for i, pc := range pcs {
-		kernel := i < int(e.kernel)
-		if i != 0 && i != int(e.kernel) && pc > 0 {
+		k := i < kernel
+		if i != 0 && i != kernel && pc > 0 {
 			// A return address: name the call instruction before it
 			// (the first user frame is where the thread entered the
 			// kernel, not a return address).
 			pc--
 		}
-		idx, ok := a.location(iv, e.pid, gen, pc, kernel)
+		idx, ok := a.location(iv, pid, gen, pc, k)
 		if !ok {
-			iv.locsBuf = locs
-			iv.dropped++
-			return
+			return nil, false
 		}
 		locs = append(locs, idx)
 	}
-	iv.locsBuf = locs
-	sc := &stackCount{pid: e.pid, tid: e.tid, locs: slices.Clone(locs), count: 1}
-	iv.stacks[string(key)] = sc
-	iv.order = append(iv.order, sc)
-	iv.samples++
+	return slices.Clone(locs), true
 }
 
 // location is the index of pc's location in the interval (ok false past

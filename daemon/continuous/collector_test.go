@@ -42,17 +42,13 @@ func buildCollector(t *testing.T, dir string) string {
 	return bin
 }
 
-// TestThroughCollector: the agent sends OTLP/HTTP to a real OpenTelemetry
-// Collector (OTLP receiver, profiles feature gate) that forwards with its
-// OTLP/HTTP exporter to the in-process receiver: what arrives there names
-// heavy, medium and light in cpuburn's proportions, carries the resource
-// attributes, and holds every sample the agent sent.
-func TestThroughCollector(t *testing.T) {
-	needRoot(t)
+// startCollector starts the test collector (its OTLP receiver on free
+// loopback ports, the profiles feature gate on), forwarding what it
+// receives to rcv with its OTLP/HTTP exporter, and returns its OTLP/HTTP
+// endpoint once it listens. It is stopped when the test ends.
+func startCollector(t *testing.T, col string, rcv *otlptest.Receiver) string {
+	t.Helper()
 	dir := t.TempDir()
-	col := buildCollector(t, dir)
-	burn := buildBurn(t, dir)
-	rcv := otlptest.Start(t)
 	httpPort, grpcPort := freePort(t), freePort(t)
 	conf := filepath.Join(dir, "otelcol.yaml")
 	yaml := fmt.Sprintf(`receivers:
@@ -87,13 +83,13 @@ service:
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 		if t.Failed() {
 			t.Logf("collector output:\n%s", colOut.String())
 		}
-	}()
+	})
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", httpPort))
@@ -106,8 +102,23 @@ service:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return fmt.Sprintf("http://127.0.0.1:%d", httpPort)
+}
+
+// TestThroughCollector: the agent sends OTLP/HTTP to a real OpenTelemetry
+// Collector (OTLP receiver, profiles feature gate) that forwards with its
+// OTLP/HTTP exporter to the in-process receiver: what arrives there names
+// heavy, medium and light in cpuburn's proportions, carries the resource
+// attributes, and holds every sample the agent sent.
+func TestThroughCollector(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	col := buildCollector(t, dir)
+	burn := buildBurn(t, dir)
+	rcv := otlptest.Start(t)
+	endpoint := startCollector(t, col, rcv)
 	stop := runAgent(t, Config{RateHz: 499, Interval: time.Second,
-		Export: otlpexport.Config{Protocol: "http", Endpoint: fmt.Sprintf("http://127.0.0.1:%d", httpPort)}})
+		Export: otlpexport.Config{Protocol: "http", Endpoint: endpoint}})
 	run := exec.Command(burn, "300")
 	if err := run.Start(); err != nil {
 		t.Fatal(err)

@@ -11,8 +11,10 @@ import (
 )
 
 // procInfo is what the resource attributes say of a process, read from
-// /proc once per process (by pid and start time: a reused pid is read
-// anew).
+// /proc once per process: kept until the process exits or execs (the
+// aggregator forgets it at its record), or until the kernel loses records
+// (an exit may be among them: the aggregator forgets every one). The
+// start time tells a pid reused from the one read.
 type procInfo struct {
 	start     string // /proc/PID/stat field 22
 	exePath   string
@@ -62,11 +64,11 @@ var containerRE = regexp.MustCompile(`[0-9a-f]{64}`)
 
 // get returns pid's information ("" fields where /proc did not say).
 func (p *procInfos) get(pid uint32) *procInfo {
-	dir := filepath.Join(p.proc, strconv.Itoa(int(pid)))
-	st := startTime(readBounded(dir + "/stat"))
-	if pi, ok := p.m[pid]; ok && pi.start == st {
+	if pi, ok := p.m[pid]; ok {
 		return pi
 	}
+	dir := filepath.Join(p.proc, strconv.Itoa(int(pid)))
+	st := startTime(readBounded(dir + "/stat"))
 	if len(p.m) >= maxProcInfos {
 		clear(p.m)
 	}
@@ -93,5 +95,9 @@ func (p *procInfos) get(pid uint32) *procInfo {
 	return pi
 }
 
-// forget drops an exited process.
+// forget drops a process that exited or exec'd.
 func (p *procInfos) forget(pid uint32) { delete(p.m, pid) }
+
+// forgetAll drops every process (records lost: an exit or exec may be
+// among them).
+func (p *procInfos) forgetAll() { clear(p.m) }

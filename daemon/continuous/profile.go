@@ -125,24 +125,53 @@ func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile
 	for i, l := range iv.locs {
 		b.locIdx[i] = b.location(l.key, names[i])
 	}
-	byPID := map[uint32]pprofile.Profile{}
+	byPID := map[uint32]*processProfiles{}
+	proc := func(pid uint32) *processProfiles {
+		pp, ok := byPID[pid]
+		if !ok {
+			pp = &processProfiles{sp: b.newProcess(iv, pid)}
+			byPID[pid] = pp
+		}
+		return pp
+	}
 	var total int64
 	for _, sc := range iv.order {
-		prof, ok := byPID[sc.pid]
-		if !ok {
-			prof = b.newProcess(iv, sc.pid, endNS)
-			byPID[sc.pid] = prof
+		pp := proc(sc.pid)
+		if !pp.hasCPU {
+			pp.cpu = b.newProfile(pp.sp, iv, endNS, "samples", "count", "cpu", b.periodNS)
+			pp.hasCPU = true
 		}
-		s := prof.Samples().AppendEmpty()
-		s.SetStackIndex(b.stack(sc.locs))
-		s.Values().Append(sc.count)
-		s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
-		if n := b.res.ThreadName(sc.pid, sc.tid); n != "" {
-			s.AttributeIndices().Append(b.attr(attrThreadName, n))
-		}
+		b.sample(pp.cpu, sc)
 		total += sc.count
 	}
+	for _, sc := range iv.offOrder {
+		pp := proc(sc.pid)
+		if !pp.hasOff {
+			pp.off = b.newProfile(pp.sp, iv, endNS, "off_cpu", "nanoseconds", "off_cpu", 1)
+			pp.hasOff = true
+		}
+		b.sample(pp.off, sc)
+	}
 	return b.p, total
+}
+
+// processProfiles are one process's profiles of the interval: of CPU
+// samples, and of off-CPU time.
+type processProfiles struct {
+	sp             pprofile.ScopeProfiles
+	cpu, off       pprofile.Profile
+	hasCPU, hasOff bool
+}
+
+// sample adds sc (a count or nanoseconds) to prof.
+func (b *builder) sample(prof pprofile.Profile, sc *stackCount) {
+	s := prof.Samples().AppendEmpty()
+	s.SetStackIndex(b.stack(sc.locs))
+	s.Values().Append(sc.count)
+	s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
+	if n := b.res.ThreadName(sc.pid, sc.tid); n != "" {
+		s.AttributeIndices().Append(b.attr(attrThreadName, n))
+	}
 }
 
 func (b *builder) stack(locs []int32) int32 {
@@ -186,8 +215,9 @@ func (b *builder) location(k locKey, fn frameName) int32 {
 	return int32(b.dict.LocationTable().Len() - 1)
 }
 
-// newProcess adds pid's ResourceProfiles and its profile of the interval.
-func (b *builder) newProcess(iv *interval, pid uint32, endNS uint64) pprofile.Profile {
+// newProcess adds pid's ResourceProfiles; its profiles go in the scope
+// returned.
+func (b *builder) newProcess(iv *interval, pid uint32) pprofile.ScopeProfiles {
 	rp := b.p.ResourceProfiles().AppendEmpty()
 	ra := rp.Resource().Attributes()
 	ra.PutStr(attrHostName, b.host)
@@ -216,16 +246,22 @@ func (b *builder) newProcess(iv *interval, pid uint32, endNS uint64) pprofile.Pr
 	sp := rp.ScopeProfiles().AppendEmpty()
 	sp.Scope().SetName(ScopeName)
 	sp.Scope().SetVersion(b.version)
+	return sp
+}
+
+// newProfile adds to sp a profile of iv whose samples are of the type
+// and unit given, the period periodType/nanoseconds.
+func (b *builder) newProfile(sp pprofile.ScopeProfiles, iv *interval, endNS uint64, typ, unit, periodType string, period int64) pprofile.Profile {
 	prof := sp.Profiles().AppendEmpty()
 	var id [16]byte
 	_, _ = rand.Read(id[:])
 	prof.SetProfileID(pprofile.ProfileID(id))
 	prof.SetTime(pcommon.Timestamp(iv.startNS))
 	prof.SetDurationNano(endNS - iv.startNS)
-	prof.SampleType().SetTypeStrindex(b.str("samples"))
-	prof.SampleType().SetUnitStrindex(b.str("count"))
-	prof.PeriodType().SetTypeStrindex(b.str("cpu"))
+	prof.SampleType().SetTypeStrindex(b.str(typ))
+	prof.SampleType().SetUnitStrindex(b.str(unit))
+	prof.PeriodType().SetTypeStrindex(b.str(periodType))
 	prof.PeriodType().SetUnitStrindex(b.str("nanoseconds"))
-	prof.SetPeriod(b.periodNS)
+	prof.SetPeriod(period)
 	return prof
 }

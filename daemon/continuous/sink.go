@@ -23,6 +23,14 @@ type eventKind uint8
 const (
 	evMTE eventKind = iota
 	evSample
+	// evSwitch is a switch on a CPU (with Config.OffCPU): pid and tid
+	// are the thread switched out (0: none that matters), fields[0:3]
+	// the thread switched in's pid and tid (0: none) and the switched
+	// out thread's prev_state.
+	evSwitch
+	// evWaitStack is the stack of a thread switched out to wait, at the
+	// time of its switch (right after its evSwitch).
+	evWaitStack
 )
 
 // event is one record handed from the sampler's reader to the aggregator.
@@ -70,13 +78,16 @@ type sink struct {
 	cur     batch
 	max     int // events the batch holds; past it they are dropped
 	pending map[int]tick
+	// notify gets a token when the batch passes a quarter of its bound:
+	// the aggregator takes it then rather than at its next period.
+	notify  chan struct{}
 	dropped atomic.Uint64 // events the full batch could not take
 	lost    atomic.Uint64 // records the kernel dropped (full rings)
 	samples atomic.Uint64 // samples taken from the rings
 }
 
 func newSink(capacity int) *sink {
-	return &sink{max: capacity, pending: map[int]tick{}}
+	return &sink{max: capacity, pending: map[int]tick{}, notify: make(chan struct{}, 1)}
 }
 
 // take hands the waiting events to the caller in b (emptied first) and
@@ -96,8 +107,16 @@ func (s *sink) putLocked(e event, pcs []uint64) {
 		return
 	}
 	e.pcOff, e.pcN = uint32(len(b.pcs)), uint32(len(pcs))
+	quarter := s.max * maxFramesPerEvent / 4
+	crossed := len(b.evs) == s.max/4 || len(b.pcs) < quarter && len(b.pcs)+len(pcs) >= quarter
 	b.pcs = append(b.pcs, pcs...)
 	b.evs = append(b.evs, e)
+	if crossed {
+		select {
+		case s.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // flushLocked sends cpu's pending tick without a stack. Caller holds mu.
@@ -125,6 +144,10 @@ func (s *sink) flushAll() {
 }
 
 func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uint64) {
+	if major == trace.MajorDispatch && minor == trace.DispatchSwitch && len(fields) >= 5 {
+		s.dispatch(cpu, t, fields)
+		return
+	}
 	if major != trace.MajorTprof || (minor != trace.TprofTick && minor != trace.TprofEvent) || len(fields) < 4 {
 		return
 	}
@@ -146,9 +169,35 @@ func (s *sink) Stack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel in
 	s.mu.Unlock()
 }
 
-// SwitchStack: the continuous profile samples on-CPU time only (it opens
-// no dispatch events), so no switch stacks reach it.
+// offCPUStates are the prev_state bits of a switch-out whose time off the
+// CPU is counted: sleeping (S) and blocked (D). An idle kernel thread (I),
+// a parked or stopped one waits for no work of its own.
+const offCPUStates = trace.StateSleeping | trace.StateBlocked
+
+// dispatch queues a switch (DISPATCH's fields: prev pid, tid, next pid,
+// tid, prev_state) when it begins or may end a wait: a switch from a
+// thread preempted to the idle task matters to no one.
+func (s *sink) dispatch(cpu int, t uint64, f []uint64) {
+	prevPid, prev, state := f[0], f[1], f[4]
+	if state&offCPUStates == 0 {
+		prevPid, prev = 0, 0
+	}
+	if prev == 0 && f[3] == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.flushLocked(cpu)
+	s.putLocked(event{kind: evSwitch, t: t, pid: uint32(prevPid), tid: uint32(prev), nf: 3, fields: [5]uint64{f[2], f[3], state}}, nil)
+	s.mu.Unlock()
+}
+
+// SwitchStack is the stack of a thread switched out to wait (with
+// Config.OffCPU): the off-CPU time of the wait is counted under it.
 func (s *sink) SwitchStack(cpu int, t uint64, pid, tid uint32, pcs []uint64, kernel int, truncated, cfi bool) {
+	s.mu.Lock()
+	s.flushLocked(cpu)
+	s.putLocked(event{kind: evWaitStack, t: t, pid: pid, tid: tid, kernel: uint16(min(kernel, len(pcs)))}, pcs)
+	s.mu.Unlock()
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {

@@ -164,3 +164,33 @@ func TestStartTime(t *testing.T) {
 		t.Errorf("start time of garbage %q", got)
 	}
 }
+
+// TestSinkNotifiesAtAQuarter: the sink asks for its batch to be taken
+// once it is a quarter full (of events or of frames), not sooner, and
+// never blocks on a request not yet seen.
+func TestSinkNotifiesAtAQuarter(t *testing.T) {
+	s := newSink(16)
+	for i := 0; i < 3; i++ {
+		s.MTE(0, trace.MTEThreadName, uint64(i), []uint64{1, 1}, "x")
+	}
+	select {
+	case <-s.notify:
+		t.Fatal("notified at 3 events of 16")
+	default:
+	}
+	for i := 3; i < 12; i++ {
+		s.MTE(0, trace.MTEThreadName, uint64(i), []uint64{1, 1}, "x")
+	}
+	select {
+	case <-s.notify:
+	default:
+		t.Fatal("not notified at a quarter of the events")
+	}
+	drainSink(s)
+	s.Stack(0, 100, 7, 8, make([]uint64, 16*maxFramesPerEvent/4), 0, false, false)
+	select {
+	case <-s.notify:
+	default:
+		t.Fatal("not notified at a quarter of the frames")
+	}
+}

@@ -43,7 +43,7 @@ func writeFile(t *testing.T, path, text string, mode os.FileMode) {
 }
 
 // TestContinuousConfigFile: pitraced continuous reads its endpoint, rate,
-// interval and bearer token from a root-owned file, sends the samples of a
+// interval, bearer token and off-cpu from a root-owned file, sends the samples of a
 // busy process of its own to the receiver with the token, says so on
 // stderr, and at SIGTERM sends the last interval and exits; a flag on the
 // command line wins over the file.
@@ -64,7 +64,7 @@ func TestContinuousConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "continuous.conf")
-	writeFile(t, conf, fmt.Sprintf("# test\nendpoint = %s\nrate = 5\ninterval = 1s\nbearer-token-file = %s\nservice = %s=shell-svc\nsymbol-cache = %s\nspool-dir = %s\n",
+	writeFile(t, conf, fmt.Sprintf("# test\nendpoint = %s\nrate = 5\ninterval = 1s\noff-cpu = true\nbearer-token-file = %s\nservice = %s=shell-svc\nsymbol-cache = %s\nspool-dir = %s\n",
 		rcv.HTTPURL, tok, filepath.Base(exe), filepath.Join(dir, "a2n"), filepath.Join(dir, "spool")), 0o600)
 	cmd := exec.Command(bin, "continuous", "--config", conf, "--rate", "199")
 	var stderr bytes.Buffer
@@ -81,6 +81,10 @@ func TestContinuousConfigFile(t *testing.T) {
 		})
 	}
 	rcv.WaitFor(t, 120*time.Second, "100 samples of the busy shell", func(ps []pprofile.Profiles) bool { return busySamples(ps).Total >= 100 })
+	// The receiver's own goroutines, at least, sleep between requests.
+	rcv.WaitFor(t, 60*time.Second, "off-CPU time (off-cpu = true)", func(ps []pprofile.Profiles) bool {
+		return otlptest.SummarizeType(ps, "off_cpu", func(pcommon.Map) bool { return true }).Total > 0
+	})
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("pitraced continuous: %v\n%s", err, stderr.String())
@@ -91,7 +95,7 @@ func TestContinuousConfigFile(t *testing.T) {
 	if svc := s.Resources[0]["service.name"]; svc != "shell-svc" {
 		t.Errorf("service.name %v, want shell-svc from the service mapping", svc)
 	}
-	if !strings.Contains(stderr.String(), "at 199 Hz") || !strings.Contains(stderr.String(), "every 1s") {
+	if !strings.Contains(stderr.String(), "at 199 Hz and off-CPU time") || !strings.Contains(stderr.String(), "every 1s") {
 		t.Errorf("stderr does not show the rate of the flag and the interval of the file:\n%s", stderr.String())
 	}
 	m := regexp.MustCompile(`stopped after \d+ intervals: (\d+) samples, (\d+) sent`).FindStringSubmatch(stderr.String())
@@ -141,7 +145,7 @@ func TestContinuousEndpointDown(t *testing.T) {
 	bin := buildPitraced(t)
 	rcv := otlptest.Start(t)
 	rcv.Stop()
-	cmd := exec.Command(bin, "continuous", "--endpoint", rcv.HTTPURL, "--interval", "500ms", "--queue-bytes", "40K",
+	cmd := exec.Command(bin, "continuous", "--endpoint", rcv.HTTPURL, "--interval", "500ms", "--queue-bytes", "4M",
 		"--symbol-cache", "", "--timeout", "200ms", "--duration", "3s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -16,8 +16,15 @@ type Summary struct {
 	Stacks    [][]string       // one stack per sample entry, leaf first
 }
 
-// Summarize adds up the samples of the resources keep chooses.
+// Summarize adds up the CPU samples (the profiles of sample type
+// "samples") of the resources keep chooses.
 func Summarize(ps []pprofile.Profiles, keep func(attrs pcommon.Map) bool) Summary {
+	return SummarizeType(ps, "samples", keep)
+}
+
+// SummarizeType adds up the sample values of the profiles of sample type
+// typ (such as "off_cpu", nanoseconds) of the resources keep chooses.
+func SummarizeType(ps []pprofile.Profiles, typ string, keep func(attrs pcommon.Map) bool) Summary {
 	s := Summary{Inclusive: map[string]int64{}, Leaf: map[string]int64{}, Threads: map[int64]string{}}
 	for _, p := range ps {
 		d := p.Dictionary()
@@ -37,6 +44,9 @@ func Summarize(ps []pprofile.Profiles, keep func(attrs pcommon.Map) bool) Summar
 				profs := rp.ScopeProfiles().At(j).Profiles()
 				for k := 0; k < profs.Len(); k++ {
 					prof := profs.At(k)
+					if str(prof.SampleType().TypeStrindex()) != typ {
+						continue
+					}
 					s.Profiles++
 					s.Resources = append(s.Resources, rp.Resource().Attributes().AsRaw())
 					for n := 0; n < prof.Samples().Len(); n++ {

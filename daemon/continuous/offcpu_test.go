@@ -1,0 +1,173 @@
+package continuous
+
+import (
+	"fmt"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"perfinsp/daemon/otlpexport"
+	"perfinsp/daemon/otlpexport/otlptest"
+	"perfinsp/format/trace"
+)
+
+func buildSleeper(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "sleeper")
+	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin,
+		filepath.Join("testdata", "sleeper", "sleeper.c")).CombinedOutput(); err != nil {
+		t.Fatalf("build sleeper: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestOffCPUThroughCollector: with OffCPU, a thread that sleeps 100 ms
+// ten times in nanosleep (through the C library: its user stack unwound
+// by call-frame information) has that time, within 5 %, in the off-CPU
+// profile under its function sleep_timed, as the real Collector forwards
+// it; the samples of the off-CPU profile name the thread, and the CPU
+// profiles still hold every sample sent.
+func TestOffCPUThroughCollector(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	col := buildCollector(t, dir)
+	sleeper := buildSleeper(t, dir)
+	rcv := otlptest.Start(t)
+	endpoint := startCollector(t, col, rcv)
+	stop := runAgent(t, Config{RateHz: 97, Interval: time.Second, OffCPU: true, DWARF: true,
+		Export: otlpexport.Config{Protocol: "http", Endpoint: endpoint}})
+	cmd := exec.Command(sleeper, "10")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("sleeper: %v", err)
+	}
+	pid := cmd.Process.Pid
+	f := strings.Fields(string(out))
+	if len(f) != 2 || f[0] != "slept_ns" {
+		t.Fatalf("sleeper printed %q", out)
+	}
+	slept, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || slept < 1e9 {
+		t.Fatalf("sleeper printed %q: want at least 1 s slept", out)
+	}
+	st := stop()
+	if st.Export.Dropped != 0 || st.TotalOffCPU == 0 {
+		t.Fatalf("export %+v, %v off-CPU", st.Export, st.TotalOffCPU)
+	}
+	all := func(pcommon.Map) bool { return true }
+	// The collector forwards on its own schedule: wait for all of it.
+	got := rcv.WaitFor(t, 60*time.Second, fmt.Sprintf("the %v off-CPU and %d samples sent, forwarded", st.TotalOffCPU, st.Export.SentSamples), func(ps []pprofile.Profiles) bool {
+		return otlptest.SummarizeType(ps, "off_cpu", all).Total >= int64(st.TotalOffCPU) &&
+			otlptest.Summarize(ps, all).Total >= int64(st.Export.SentSamples)
+	})
+	if n := otlptest.SummarizeType(got, "off_cpu", all).Total; n != int64(st.TotalOffCPU) {
+		t.Errorf("%d ns off-CPU forwarded by the collector, %d sent to it", n, int64(st.TotalOffCPU))
+	}
+	if n := otlptest.Summarize(got, all).Total; n != int64(st.Export.SentSamples) {
+		t.Errorf("%d samples forwarded by the collector, %d sent to it", n, st.Export.SentSamples)
+	}
+	s := otlptest.SummarizeType(got, "off_cpu", byPID(pid))
+	if s.Profiles == 0 {
+		t.Fatalf("no off-CPU profile of the sleeper (pid %d) in %d requests", pid, len(got))
+	}
+	under := s.Inclusive["sleep_timed"]
+	t.Logf("sleeper (pid %d): slept %.1f ms by its clock; off-CPU %.1f ms under sleep_timed, %.1f ms in all (threads %v); agent: %v off-CPU in all, %d waits without a stack",
+		pid, float64(slept)/1e6, float64(under)/1e6, float64(s.Total)/1e6, s.Threads, st.TotalOffCPU, st.UnstackedWaits)
+	if d := 100 * math.Abs(float64(under-slept)) / float64(slept); d > 5 {
+		t.Errorf("off-CPU under sleep_timed %.1f ms, the program slept %.1f ms: %.1f %% apart, want within 5 %%", float64(under)/1e6, float64(slept)/1e6, d)
+	}
+	// sleep_timed's stacks are the sleeper thread's, through nanosleep.
+	for i, stack := range s.Stacks {
+		if !contains(stack, "sleep_timed") {
+			continue
+		}
+		if !contains(stack, "run") || !contains(stack, "start_thread") && !contains(stack, "clone3") {
+			t.Errorf("off-CPU stack %d under sleep_timed is cut: %v", i, stack)
+		}
+	}
+	names := map[string]bool{}
+	for _, n := range s.Threads {
+		names[n] = true
+	}
+	if !names["sleeper"] {
+		t.Errorf("thread names of the off-CPU samples %v: want sleeper", s.Threads)
+	}
+	r := s.Resources[0]
+	if r["process.executable.name"] != "sleeper" || r["process.pid"] != int64(pid) {
+		t.Errorf("resource of the off-CPU profile: %v", r)
+	}
+}
+
+func contains(stack []string, fn string) bool {
+	for _, s := range stack {
+		if s == fn {
+			return true
+		}
+	}
+	return false
+}
+
+// TestOffCPUWaits: a wait counts from its switch-out to its switch-in
+// under the stack that came with the switch-out, split at the end of an
+// interval; a switch-out while still runnable, a wait without its stack
+// and the wait of a thread that exited count nothing.
+func TestOffCPUWaits(t *testing.T) {
+	const pid, kpc = 4190001, 0xffffffff81000010
+	s := newSink(64)
+	a := newAggregator(Limits{}, false, true, 0)
+	apply := func() {
+		for _, e := range drainSink(s) {
+			a.handle(&e.event, e.pcs)
+		}
+	}
+	sw := func(cpu int, t, prev, next, state uint64) {
+		pp, np := uint64(0), uint64(0)
+		if prev != 0 {
+			pp = pid
+		}
+		if next != 0 {
+			np = pid
+		}
+		s.Trace(cpu, trace.MajorDispatch, trace.DispatchSwitch, t, []uint64{pp, prev, np, next, state})
+	}
+	sw(0, 100, pid+1, 0, trace.StateSleeping)
+	s.SwitchStack(0, 100, pid, pid+1, []uint64{kpc}, 1, false, false)
+	sw(1, 110, pid+2, 0, 0) // preempted, to the idle task: nothing to apply
+	if got := drainSink(s); len(got) != 2 {
+		t.Fatalf("%d events queued, want the wait's switch and its stack: %+v", len(got), got)
+	} else {
+		for _, e := range got {
+			a.handle(&e.event, e.pcs)
+		}
+	}
+	a.endWaits(150)
+	iv := a.rotate(1)
+	if iv.offNS != 50 || len(iv.offOrder) != 1 || iv.offOrder[0].tid != pid+1 || iv.offOrder[0].count != 50 || len(iv.offOrder[0].locs) != 1 {
+		t.Fatalf("first interval: %d ns off-CPU in %d stacks, want 50 ns of thread %d with its one frame", iv.offNS, len(iv.offOrder), pid+1)
+	}
+	sw(1, 180, pid+2, pid+1, 0) // switched in: the wait ends
+	sw(0, 200, pid+2, pid+1, 0) // in again, no wait under way
+	// A wait whose stack did not come; the wait of a thread that exits.
+	sw(0, 300, pid+3, 0, trace.StateBlocked)
+	sw(1, 400, 0, pid+3, 0)
+	sw(0, 500, pid+4, 0, trace.StateSleeping)
+	s.SwitchStack(0, 500, pid, pid+4, []uint64{kpc}, 1, false, false)
+	s.MTE(0, trace.MTEExit, 550, []uint64{pid, pid + 4}, "")
+	sw(1, 600, 0, pid+4, 0)
+	apply()
+	a.endWaits(1000)
+	iv = a.rotate(2)
+	if iv.offNS != 30 || len(iv.offOrder) != 1 || iv.offOrder[0].count != 30 {
+		t.Errorf("second interval: %d ns off-CPU in %d stacks, want the 30 ns left of the first wait alone", iv.offNS, len(iv.offOrder))
+	}
+	if a.off.unstacked != 1 {
+		t.Errorf("%d waits without a stack, want 1", a.off.unstacked)
+	}
+}
