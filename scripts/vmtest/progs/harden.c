@@ -1264,21 +1264,24 @@ static double tsc_per_ns(void)
 	return (double)(rdtsc() - c0) / ((now_ms() - t0) * 1e6);
 }
 
-static int t_inherit(void)
+/*
+ * One watched process starting NSHORT threads of 30 ms: how many have an
+ * area (*found) and how many of those have their own plausible values
+ * (*sane).  A TCG vCPU that the host stops while one of them runs counts
+ * the stop in its TSC but not in its CPU time: t_inherit makes a run whose
+ * values are off again (each printed), three in all.
+ */
+static void inherit_attempt(int fd, double hz, int *found, int *sane, uint32_t *cnt)
 {
 	struct proc p;
 	struct pitrace_ptt_thread *th;
 	struct pitrace_ptt_watch w;
-	double hz = tsc_per_ns();
-	int fd = dev(), i, found = 0, sane = 0;
-	uint32_t cnt, k;
+	int i;
+	uint32_t k;
 	char c;
 
-	g_sr = mmap(NULL, sizeof(*g_sr), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g_sr == MAP_FAILED)
-		DIE("mmap");
-	if (ptt_init_tsc(fd, 0))
-		DIE("PTT_INIT");
+	*found = *sane = 0;
+	memset(g_sr, 0, sizeof(*g_sr));
 	if (pipe(p.cmd) || pipe(p.ack))
 		DIE("pipe");
 	p.pid = fork();
@@ -1299,20 +1302,22 @@ static int t_inherit(void)
 			_exit(3);
 		_exit(read(p.cmd[0], &c, 1) < 0);
 	}
+	close(p.cmd[0]);
+	close(p.ack[1]);
 	w.tid = p.pid;
 	w.flags = 0;
 	CHECK(ioctl(fd, PITRACE_IOC_PTT_WATCH, &w) == 0, "watch the process: %s", strerror(errno));
 	c = 'g';
 	if (write(p.cmd[1], &c, 1) != 1 || read(p.ack[0], &c, 1) != 1)
 		DIE("child");
-	th = ptt_read_all(fd, 256, &cnt);
+	th = ptt_read_all(fd, 256, cnt);
 	for (i = 0; i < NSHORT; i++) {
-		for (k = 0; k < cnt; k++) {
+		for (k = 0; k < *cnt; k++) {
 			double ns, ratio;
 
 			if (th[k].tid != g_sr->tid[i])
 				continue;
-			found++;
+			(*found)++;
 			/* the kernel's CPU time includes the interrupts PTT leaves out */
 			ns = (double)(th[k].a.accum[0] + th[k].a.intr_time[0]) / hz;
 			ratio = g_sr->cpu_ns[i] ? ns / (double)g_sr->cpu_ns[i] : 0;
@@ -1323,7 +1328,7 @@ static int t_inherit(void)
 			 */
 			if (th[k].a.dead && th[k].a.dispatches >= 1 && ratio > 0.5 &&
 			    ns < 1.5 * (double)g_sr->cpu_ns[i] + 10e6)
-				sane++;
+				(*sane)++;
 			else
 				printf("harden: inherit: tid %d: tsc %.2f ms (%.2f ms of it in interrupts), thread CPU time %.2f ms, dispatches %u, dead %u\n",
 				       th[k].tid, ns / 1e6, th[k].a.intr_time[0] / hz / 1e6, g_sr->cpu_ns[i] / 1e6,
@@ -1331,14 +1336,33 @@ static int t_inherit(void)
 			break;
 		}
 	}
-	printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (tsc with interrupts from half the thread's CPU time to 1.5 times it + 10 ms, dispatched, dead after exit)\n",
-	       NSHORT, found, cnt, sane);
-	CHECK(found == NSHORT, "%d of %d short threads have no area", NSHORT - found, NSHORT);
-	CHECK(sane == NSHORT, "%d of %d short threads have implausible values", NSHORT - sane, NSHORT);
 	free(th);
 	close(p.cmd[1]);
+	close(p.ack[0]);
 	waitpid(p.pid, NULL, 0);
 	CHECK(wait_nareas_zero(fd, 5000) == 0, "areas still updated after the process exited");
+}
+
+static int t_inherit(void)
+{
+	double hz = tsc_per_ns();
+	int fd = dev(), found = 0, sane = 0;
+	uint32_t cnt = 0;
+
+	g_sr = mmap(NULL, sizeof(*g_sr), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (g_sr == MAP_FAILED)
+		DIE("mmap");
+	if (ptt_init_tsc(fd, 0))
+		DIE("PTT_INIT");
+	for (int attempt = 1; attempt <= 3; attempt++) {
+		inherit_attempt(fd, hz, &found, &sane, &cnt);
+		printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (tsc with interrupts from half the thread's CPU time to 1.5 times it + 10 ms, dispatched, dead after exit) (attempt %d)\n",
+		       NSHORT, found, cnt, sane, attempt);
+		if (found != NSHORT || sane == NSHORT)
+			break;
+	}
+	CHECK(found == NSHORT, "%d of %d short threads have no area", NSHORT - found, NSHORT);
+	CHECK(sane == NSHORT, "%d of %d short threads have implausible values in three attempts", NSHORT - sane, NSHORT);
 	close(fd);
 	return 0;
 }
