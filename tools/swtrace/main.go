@@ -244,6 +244,14 @@ func cmdEnable(on bool) cli.ActionFunc {
 			}
 			majors = append(majors, m)
 		}
+		// A wrong --unwind is a usage error, said before anything changes.
+		var unwind control.Unwind
+		if c.IsSet("unwind") {
+			var err error
+			if unwind, err = control.ParseUnwind(c.String("unwind")); err != nil {
+				return usageErr(c, "--unwind: %v", strings.TrimPrefix(err.Error(), "unwind "))
+			}
+		}
 		f, err := open(c)
 		if err != nil {
 			if c.NArg() == 0 {
@@ -301,10 +309,7 @@ func cmdEnable(on bool) cli.ActionFunc {
 			}
 		}
 		if c.IsSet("unwind") {
-			u, err := control.ParseUnwind(c.String("unwind"))
-			if err != nil {
-				return err
-			}
+			u := unwind
 			su, ok := f.(control.StackUnwinder)
 			switch {
 			case ok:
