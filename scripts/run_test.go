@@ -625,3 +625,110 @@ func TestRunTprofReclaimsOrphan(t *testing.T) {
 	_ = syscall.Kill(-live.cmd.Process.Pid, syscall.SIGINT)
 	live.wait(t, 2*time.Minute)
 }
+
+// scriptsBeside copies the scripts into dir/scripts beside dir/bin (where
+// they look for their tools) and builds swtrace and hookit there with the
+// version string v.
+func scriptsBeside(t *testing.T, dir, v string) string {
+	t.Helper()
+	build := exec.Command("go", "build", "-ldflags", "-X perfinsp/internal/cliutil.version="+v, "-o", filepath.Join(dir, "bin")+"/", "./tools/swtrace", "./tools/hookit")
+	build.Dir = tracetest.Root()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	scripts := filepath.Join(dir, "scripts")
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"run.tprof", "run.itrace", "run.hookit", "runlib.sh"} {
+		b, err := os.ReadFile(filepath.Join(tracetest.Root(), "scripts", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(scripts, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scripts
+}
+
+// runScript runs a script to its end (bounded) and returns its stdout,
+// stderr and exit code. Its facility would be an agent of dir's that
+// cannot start (no pitraced there): a script that went past its usage
+// error reaches no other.
+func runScript(t *testing.T, dir, path string, args ...string) (string, string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	c := exec.Command(path, args...)
+	c.Dir, c.Stdout, c.Stderr = dir, &stdout, &stderr
+	c.Env = append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "run", "pitraced.sock"),
+		"PERFINSP_PITRACED="+filepath.Join(dir, "bin", "no-pitraced"), "PERFINSP_BACKEND=daemon")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = c.Process.Kill()
+		t.Fatalf("%s %q did not end within 2 minutes", path, args)
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// TestScriptsVersionAndUsage: run.tprof, run.itrace and run.hookit answer
+// --version with the version of the tools built with them, --help with
+// their header (the exit codes included), and a usage error with one line
+// pointing to --help that names the nearest option, before anything is
+// set up.
+func TestScriptsVersionAndUsage(t *testing.T) {
+	dir := t.TempDir()
+	const v = "v0-scripts-test"
+	scripts := scriptsBeside(t, dir, v)
+	for _, s := range []string{"run.tprof", "run.itrace", "run.hookit"} {
+		path := filepath.Join(scripts, s)
+		out, errs, code := runScript(t, dir, path, "--version")
+		if code != 0 || out != s+" (perfinsp) "+v+"\n" || errs != "" {
+			t.Errorf("%s --version: exit %d, stdout %q, stderr %q; want %q", s, code, out, errs, s+" (perfinsp) "+v+"\n")
+		}
+		out, errs, code = runScript(t, dir, path, "--help")
+		if code != 0 || !strings.Contains(out, "Exit status:") || strings.Contains(out, "set -u") || strings.HasPrefix(out, "!") || errs != "" {
+			t.Errorf("%s --help: exit %d, stderr %q, stdout:\n%s", s, code, errs, out)
+		}
+	}
+	for _, c := range []struct {
+		script string
+		args   []string
+		want   string
+	}{
+		{"run.tprof", []string{"--call-grpah", "dwarf", "--", "true"}, "run.tprof: unknown option --call-grpah: did you mean --call-graph? (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"--shced", "--", "true"}, "run.tprof: unknown option --shced: did you mean --sched? (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-x", "--", "true"}, "run.tprof: unknown option -x (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-r"}, "run.tprof: -r needs a value (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-s", "abc"}, "run.tprof: -s takes a number of seconds (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"--call-graph", "lbr", "--", "true"}, "run.tprof: --call-graph takes fp or dwarf[,BYTES] (run.tprof --help for more)\n"},
+		{"run.tprof", nil, "run.tprof: give a command after -- or -s SECONDS (run.tprof --help for more)\n"},
+		{"run.itrace", []string{"--max-insn", "5", "--", "true"}, "run.itrace: unknown option --max-insn: did you mean --max-insns? (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"--step", "fast", "--", "true"}, "run.itrace: --step takes auto, single or verify (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"-p", "1"}, "run.itrace: -p PID takes -s SECONDS and no command (run.itrace --help for more)\n"},
+		{"run.hookit", []string{"-n", "--", "true"}, "run.hookit: unknown option -n (run.hookit --help for more)\n"},
+		{"run.hookit", []string{"--metrc", "tsc", "--", "true"}, "run.hookit: unknown option --metrc (run.hookit --help for more)\n"},
+		{"run.hookit", nil, "run.hookit: no program given: run.hookit [-m METRIC] [-o DIR] -- ./prog args (run.hookit --help for more)\n"},
+	} {
+		out, errs, code := runScript(t, dir, filepath.Join(scripts, c.script), c.args...)
+		if code != 2 || errs != c.want || out != "" {
+			t.Errorf("%s %q: exit %d, stdout %q, stderr %q; want 2 and %q", c.script, c.args, code, out, errs, c.want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("a usage error left files behind: %v", ents)
+	}
+}

@@ -14,7 +14,7 @@ import (
 )
 
 // run.hookit --help prints the help on stdout and exits 0; a wrong option
-// is one line and a hint.
+// is one line with a hint.
 func TestRunHookitUsage(t *testing.T) {
 	r := setup(t)
 	out, err := exec.Command(filepath.Join(r, "scripts/run.hookit"), "--help").CombinedOutput()
@@ -26,7 +26,7 @@ func TestRunHookitUsage(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err = cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(stderr.String(), "\n") > 2 || !strings.Contains(stderr.String(), "--help") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "--help") {
 		t.Errorf("run.hookit --bogus: %v\n%s", err, stderr.String())
 	}
 }
