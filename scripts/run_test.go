@@ -239,6 +239,29 @@ func TestRunTprofCommandKilled(t *testing.T) {
 	}
 }
 
+// TestRunTprofWarnsOnce: each of post's warnings reaches the user once: a
+// module deleted before the trace is posted, and a buffer that filled
+// (post says it, and run.tprof says it with the -t that would do).
+func TestRunTprofWarnsOnce(t *testing.T) {
+	e := setup(t)
+	gone := filepath.Join(e.Dir, "burn-gone")
+	r := e.start(e.Dir, "run.tprof", "--", "sh", "-c", `cp "$0" "$1" && "$1" 30 >/dev/null; rm -f "$1"`, e.Burn, gone)
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run.tprof: exit %d\n%s", code, r.stderr.String())
+	}
+	if n := strings.Count(r.stderr.String(), "module not read"); n != 1 || !strings.Contains(r.stderr.String(), gone) {
+		t.Errorf("the deleted module is warned of %d times, want once:\n%s", n, r.stderr.String())
+	}
+	dir := filepath.Join(e.Dir, "small")
+	r = e.start(e.Dir, "run.tprof", "-t", "16K", "-o", dir, "--", e.Burn, "30")
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run.tprof -t 16K: exit %d\n%s", code, r.stderr.String())
+	}
+	if n := strings.Count(r.stderr.String(), "a buffer filled"); n != 1 || !regexp.MustCompile(`-t \d+M would have held it`).MatchString(r.stderr.String()) {
+		t.Errorf("the full buffer is warned of %d times, want once with the -t that would do:\n%s", n, r.stderr.String())
+	}
+}
+
 // TestRunTprofStdout: the command's stdout, exit code, signal dispositions
 // and environment are what they are without run.tprof; the previous trace
 // and report are kept as .old.
@@ -467,6 +490,31 @@ func TestRunITraceInterrupted(t *testing.T) {
 		if s := e.state(); s == "on" {
 			t.Errorf("%s: the facility is left on", c.name)
 		}
+	}
+}
+
+// TestRunITraceCommandKilled: kill -9 of the traced program gives its 137,
+// the trace of what it ran, and no line of the wrapper's internals.
+func TestRunITraceCommandKilled(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	m := filepath.Join(e.Dir, "marker")
+	r := e.start(e.Dir, "run.itrace", "--", prog, "spin", m)
+	e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
+	if err := syscall.Kill(pidFile(m), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, 3*time.Minute); code != 137 {
+		t.Errorf("exit %d, want the program's 137\n%s", code, r.stderr.String())
+	}
+	if s := r.stderr.String(); regexp.MustCompile(`line \d+: +\d+ Killed`).MatchString(s) {
+		t.Errorf("the wrapper's internals are shown:\n%s", s)
+	}
+	if rep, err := os.ReadFile(filepath.Join(e.Dir, "itrace.out")); err != nil || !bytes.Contains(rep, []byte("instructions")) {
+		t.Errorf("no itrace.out of what the program ran: %v\n%s", err, rep)
+	}
+	if s := e.state(); s == "on" {
+		t.Error("the facility is left on")
 	}
 }
 

@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -125,5 +128,68 @@ func TestRunHookitStdout(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "hookit: pid ") {
 		t.Errorf("the report line is not on stderr:\n%s", stderr.String())
+	}
+}
+
+// childOf is the one child process of pid (run.hookit's program), from
+// /proc; 0 when there is none.
+func childOf(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// kill -9 of the program: run.hookit exits with its 137, writes the
+// reports of what it ran, and shows no line of its own internals (bash's
+// "line N: PID Killed ...").
+func TestRunHookitProgramKilled(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("the program's first line on run.hookit's stdout: %q, %v\n%s", line, err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	prog := childOf(cmd.Process.Pid)
+	if prog == 0 {
+		t.Fatal("run.hookit has no one child process running the program")
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", prog)); string(comm) != "callflow\n" {
+		t.Fatalf("run.hookit's child %d is %q, not the program", prog, comm)
+	}
+	if err := syscall.Kill(prog, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("run.hookit did not end after its program was killed\n%s", stderr.String())
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 137 {
+		t.Errorf("exit: %v, want the program's 137\n%s", err, stderr.String())
+	}
+	if regexp.MustCompile(`line \d+: +\d+ Killed`).MatchString(stderr.String()) {
+		t.Errorf("the wrapper's internals are shown:\n%s", stderr.String())
+	}
+	if rt, err := os.ReadFile(filepath.Join(dir, "log-rt")); err != nil || !bytes.Contains(rt, []byte("callflow")) {
+		t.Errorf("no log-rt of the killed program: %v\n%.500s", err, rt)
 	}
 }
