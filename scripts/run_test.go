@@ -624,6 +624,41 @@ func TestCheckPrereqs(t *testing.T) {
 	}
 }
 
+// TestMakeKmodNamesTheKernel: make kmod against headers of another kernel
+// than the running one says which kernel the module is for and how to
+// build it for this one; against the running kernel's it says nothing of
+// the kind. (A stand-in kernel tree: its Makefile only echoes.)
+func TestMakeKmodNamesTheKernel(t *testing.T) {
+	uname, err := exec.Command("uname", "-r").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := strings.TrimSpace(string(uname))
+	for _, rel := range []string{"0.0.1-other", running} {
+		kdir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(kdir, "include", "generated"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kdir, "include", "generated", "utsrelease.h"), []byte("#define UTS_RELEASE \""+rel+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kdir, "Makefile"), []byte("modules:\n\t@echo stand-in kbuild\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := exec.Command("make", "--no-print-directory", "kmod", "KDIR="+kdir)
+		c.Dir = tracetest.Root()
+		out, err := c.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "stand-in kbuild") {
+			t.Fatalf("make kmod KDIR=%s: %v\n%s", kdir, err, out)
+		}
+		said := strings.Contains(string(out), "building pitrace.ko for kernel "+rel+" (headers "+kdir+"), not for the running kernel "+running) &&
+			strings.Contains(string(out), "apt-get install linux-headers-"+running)
+		if want := rel != running; said != want {
+			t.Errorf("make kmod with the headers of %s on %s: said which kernel: %v, want %v\n%s", rel, running, said, want, out)
+		}
+	}
+}
+
 // TestRunTprofReclaimsOrphan: kill -9 of run.tprof leaves the facility on;
 // the next run recognises that its owner is gone, reclaims it with a
 // message and keeps the orphaned trace on disk.
