@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -546,6 +547,11 @@ func cmdGet(c *cli.Context) error {
 		return err
 	}
 	defer f.Close()
+	if st, err := f.Info(); err == nil {
+		if err := keepOld(c.App.Writer, path, st); err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+	}
 	if err := f.Get(path); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
@@ -556,6 +562,38 @@ func cmdGet(c *cli.Context) error {
 	} else {
 		fmt.Fprintf(c.App.Writer, "swtrace: wrote %s\n", path)
 	}
+	return nil
+}
+
+// keepOld moves a previous trace at path to path.old, and says so, when
+// get is about to write a new one there (as perf keeps perf.data.old):
+// only a regular file, and not the stream file a wrap or cont trace is
+// being completed in.
+func keepOld(w io.Writer, path string, st *control.Status) error {
+	writes := st.State == control.StateOff || st.State == control.StateOn && st.StoppedFull
+	if !writes {
+		return nil // get will say why it writes nothing
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	if st.Mode != control.ModeNormal && st.ContFile != "" {
+		if abs == st.ContFile {
+			return nil
+		}
+		if sf, err := os.Stat(st.ContFile); err == nil && os.SameFile(fi, sf) {
+			return nil // the stream file by another name
+		}
+	}
+	if err := os.Rename(path, path+".old"); err != nil {
+		return fmt.Errorf("keeping the previous %s: %w", path, err)
+	}
+	fmt.Fprintf(w, "swtrace: kept the previous %s as %s.old\n", path, path)
 	return nil
 }
 
