@@ -455,13 +455,18 @@ func TestRunITraceInterrupted(t *testing.T) {
 		{"INT to the group", syscall.SIGINT, "SIGINT", true, 130},
 		{"TERM to run.itrace", syscall.SIGTERM, "SIGTERM", false, 143}, // let go first
 		{"TERM to the group", syscall.SIGTERM, "SIGTERM", true, 143},   // as timeout sends it
+		{"HUP to the group", syscall.SIGHUP, "SIGHUP", true, 129},      // the terminal closed
 	} {
 		dir := filepath.Join(e.Dir, strings.ReplaceAll(c.name, " ", "-"))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		m := filepath.Join(dir, "marker")
-		r := e.start(dir, "run.itrace", "--", prog, "spin", m)
+		var prefix []string
+		if c.sig == syscall.SIGHUP {
+			prefix = []string{"env", "--default-signal=HUP"} // as in TestRunTprofInterrupted
+		}
+		r := e.startWith(prefix, dir, "run.itrace", "--", prog, "spin", m)
 		e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
 		target := r.cmd.Process.Pid
 		if c.group {

@@ -58,13 +58,27 @@ func TestRunHookitRefusesUninstrumented(t *testing.T) {
 	}
 }
 
-// Ctrl-C (SIGINT to the process group) during the run: the program's
-// stdout is its own, the reports are still written, and the exit code is
-// 128+SIGINT.
+// Ctrl-C (SIGINT to the process group), SIGTERM to run.hookit alone, and
+// SIGHUP to the group during the run: the program's stdout is its own, the
+// reports are still written, and the exit code is 128+signal.
 func TestRunHookitInterrupted(t *testing.T) {
 	r := setup(t)
+	for _, c := range []struct {
+		sig   syscall.Signal
+		name  string
+		group bool
+	}{{syscall.SIGINT, "SIGINT", true}, {syscall.SIGTERM, "SIGTERM", false}, {syscall.SIGHUP, "SIGHUP", true}} {
+		runHookitInterrupted(t, r, c.sig, c.name, c.group)
+	}
+}
+
+func runHookitInterrupted(t *testing.T, r string, sig syscall.Signal, name string, group bool) {
+	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
+	// A hang-up reaches what a terminal started: SIGHUP at its default
+	// even when the test inherited it ignored (bash traps no signal
+	// ignored at its start).
+	cmd := exec.Command("env", "--default-signal=HUP", filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -78,10 +92,14 @@ func TestRunHookitInterrupted(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || line != "ready\n" {
-		t.Fatalf("the program's first line on run.hookit's stdout: %q, %v\n%s", line, err, stderr.String())
+		t.Fatalf("%s: the program's first line on run.hookit's stdout: %q, %v\n%s", name, line, err, stderr.String())
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+	target := cmd.Process.Pid
+	if group {
+		target = -target
+	}
+	if err := syscall.Kill(target, sig); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -89,16 +107,16 @@ func TestRunHookitInterrupted(t *testing.T) {
 	select {
 	case err = <-done:
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("run.hookit did not end after SIGINT\n%s", stderr.String())
+		t.Fatalf("run.hookit did not end after %s\n%s", name, stderr.String())
 	}
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
-		t.Errorf("exit: %v, want 130\n%s", err, stderr.String())
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(sig) {
+		t.Errorf("%s: exit %v, want %d\n%s", name, err, 128+int(sig), stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "interrupted by SIGINT") {
-		t.Errorf("no line saying it was interrupted:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "interrupted by "+name) {
+		t.Errorf("%s: no line saying it was interrupted:\n%s", name, stderr.String())
 	}
 	if rt, err := os.ReadFile(filepath.Join(dir, "log-rt")); err != nil || !bytes.Contains(rt, []byte("callflow")) {
-		t.Errorf("no log-rt of the interrupted run: %v\n%.500s", err, rt)
+		t.Errorf("%s: no log-rt of the interrupted run: %v\n%.500s", name, err, rt)
 	}
 }
 
