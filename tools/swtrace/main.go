@@ -129,7 +129,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
 				Action: cmdOn},
 			{Name: "off", Usage: "stop tracing; the data stays in the buffers", Action: cmdSimple("off")},
-			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2), created with your own rights, mode 0600 (a trace holds kernel addresses and command lines)", UsageText: "swtrace get [FILE]",
+			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2), created with your own rights, mode 0600 (a trace holds kernel addresses and command lines); a previous FILE is kept as FILE.old", UsageText: "swtrace get [FILE]",
 				Description: "get refuses while tracing is on (run swtrace off first): it never snapshots a running trace.", Action: cmdGet},
 			{Name: "info", Usage: "show state, mode, sizes, records and lost records per CPU", Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "JSON output"}}, Action: cmdInfo},
 			{Name: "free", Usage: "stop tracing and release the buffers", Action: cmdSimple("free")},
