@@ -368,8 +368,9 @@ func TestStaleDaemonHandsOver(t *testing.T) {
 }
 
 // TestGetKeepsThePrevious: get over an earlier trace keeps it as .old and
-// says so; get completing a cont-mode stream file in place (by its name or
-// its absolute path) leaves it where it is.
+// says so; get completing a cont-mode stream file in place (by its name,
+// its absolute path, or through a symbolic link) leaves it where it is,
+// whole.
 func TestGetKeepsThePrevious(t *testing.T) {
 	e := tracetest.Setup(t)
 	e.Sw("on", "--discard")
@@ -390,7 +391,10 @@ func TestGetKeepsThePrevious(t *testing.T) {
 	if _, err := nrm2.Open(filepath.Join(e.Dir, "a.nrm2")); err != nil {
 		t.Errorf("the new trace: %v", err)
 	}
-	for _, name := range []string{"c.nrm2", filepath.Join(e.Dir, "c.nrm2")} {
+	if err := os.Symlink(".", filepath.Join(e.Dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"c.nrm2", filepath.Join(e.Dir, "c.nrm2"), "link/c.nrm2"} {
 		e.Sw("mode", "cont", "-f", "c.nrm2")
 		e.Sw("on", "--discard")
 		e.Sw("off")

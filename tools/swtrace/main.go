@@ -547,12 +547,13 @@ func cmdGet(c *cli.Context) error {
 		return err
 	}
 	defer f.Close()
+	target := path
 	if st, err := f.Info(); err == nil {
-		if err := keepOld(c.App.Writer, path, st); err != nil {
+		if target, err = keepOld(c.App.Writer, path, st); err != nil {
 			return fmt.Errorf("get: %w", err)
 		}
 	}
-	if err := f.Get(path); err != nil {
+	if err := f.Get(target); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	st, _ := f.Info()
@@ -568,33 +569,38 @@ func cmdGet(c *cli.Context) error {
 // keepOld moves a previous trace at path to path.old, and says so, when
 // get is about to write a new one there (as perf keeps perf.data.old):
 // only a regular file, and not the stream file a wrap or cont trace is
-// being completed in.
-func keepOld(w io.Writer, path string, st *control.Status) error {
+// being completed in. It returns the path to give get: the stream file's
+// own name when path is that file by another (a symbolic link on the
+// way), which get completes in place rather than writes anew over it.
+func keepOld(w io.Writer, path string, st *control.Status) (string, error) {
 	writes := st.State == control.StateOff || st.State == control.StateOn && st.StoppedFull
 	if !writes {
-		return nil // get will say why it writes nothing
+		return path, nil // get will say why it writes nothing
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return err
+		return path, err
 	}
-	fi, err := os.Lstat(path)
-	if err != nil || !fi.Mode().IsRegular() {
-		return nil
+	fi, err := os.Stat(path)
+	if err != nil {
+		return path, nil
 	}
 	if st.Mode != control.ModeNormal && st.ContFile != "" {
 		if abs == st.ContFile {
-			return nil
+			return path, nil
 		}
 		if sf, err := os.Stat(st.ContFile); err == nil && os.SameFile(fi, sf) {
-			return nil // the stream file by another name
+			return st.ContFile, nil
 		}
 	}
+	if lfi, err := os.Lstat(path); err != nil || !lfi.Mode().IsRegular() {
+		return path, nil
+	}
 	if err := os.Rename(path, path+".old"); err != nil {
-		return fmt.Errorf("keeping the previous %s: %w", path, err)
+		return path, fmt.Errorf("keeping the previous %s: %w", path, err)
 	}
 	fmt.Fprintf(w, "swtrace: kept the previous %s as %s.old\n", path, path)
-	return nil
+	return path, nil
 }
 
 // infoJSON is swtrace info --json: the status with the names the text
