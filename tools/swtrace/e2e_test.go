@@ -370,7 +370,7 @@ func TestStaleDaemonHandsOver(t *testing.T) {
 // TestGetKeepsThePrevious: get over an earlier trace keeps it as .old and
 // says so; get completing a cont-mode stream file in place (by its name,
 // its absolute path, or through a symbolic link) leaves it where it is,
-// whole.
+// whole; in a directory others may write nothing is renamed.
 func TestGetKeepsThePrevious(t *testing.T) {
 	e := tracetest.Setup(t)
 	e.Sw("on", "--discard")
@@ -390,6 +390,31 @@ func TestGetKeepsThePrevious(t *testing.T) {
 	}
 	if _, err := nrm2.Open(filepath.Join(e.Dir, "a.nrm2")); err != nil {
 		t.Errorf("the new trace: %v", err)
+	}
+	// In a directory others may write, nothing is renamed: another
+	// user's .old there stays as it is.
+	pub := filepath.Join(e.Dir, "pub")
+	if err := os.Mkdir(pub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, 0o1777); err != nil { // the test's own directory
+		t.Fatal(err)
+	}
+	victim := filepath.Join(pub, "p.nrm2.old")
+	if err := os.WriteFile(victim, []byte("another user's file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(victim, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	e.Sw("get", filepath.Join(pub, "p.nrm2"))
+	e.Sw("on", "--discard")
+	e.Sw("off")
+	if out := e.Sw("get", filepath.Join(pub, "p.nrm2")); strings.Contains(out, "kept the previous") {
+		t.Errorf("get in a directory others may write renamed there:\n%s", out)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "another user's file" {
+		t.Errorf("another user's .old was replaced: %v %q", err, b)
 	}
 	if err := os.Symlink(".", filepath.Join(e.Dir, "link")); err != nil {
 		t.Fatal(err)

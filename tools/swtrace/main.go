@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
 	"perfinsp/internal/cliutil"
@@ -593,14 +594,46 @@ func keepOld(w io.Writer, path string, st *control.Status) (string, error) {
 			return st.ContFile, nil
 		}
 	}
-	if lfi, err := os.Lstat(path); err != nil || !lfi.Mode().IsRegular() {
-		return path, nil
+	if !mayKeepOld(path) {
+		return path, nil // get's own checks apply
 	}
 	if err := os.Rename(path, path+".old"); err != nil {
 		return path, fmt.Errorf("keeping the previous %s: %w", path, err)
 	}
 	fmt.Fprintf(w, "swtrace: kept the previous %s as %s.old\n", path, path)
 	return path, nil
+}
+
+// mayKeepOld says whether path may be renamed to path.old: a regular file
+// of the caller's, path.old absent or another, in a directory on an
+// ordinary file system that nobody else may write (so that no entry
+// changes between these checks and the rename, and no other user's file
+// is moved or replaced: a root swtrace get in a shared directory renames
+// nothing there).
+func mayKeepOld(path string) bool {
+	euid := uint32(os.Geteuid())
+	own := func(p string) bool {
+		var st unix.Stat_t
+		return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Uid == euid
+	}
+	if !own(path) {
+		return false
+	}
+	var none unix.Stat_t
+	if err := unix.Lstat(path+".old", &none); err == nil && !own(path+".old") {
+		return false
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(dir.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
+		(st.Uid != euid && st.Uid != 0) || st.Mode&0o022 != 0 {
+		return false
+	}
+	return control.CheckFileSystem(dir) == nil
 }
 
 // infoJSON is swtrace info --json: the status with the names the text
