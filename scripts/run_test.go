@@ -523,6 +523,59 @@ func TestRunITraceCommandKilled(t *testing.T) {
 	}
 }
 
+// TestRunITraceKilledLeavesNothing: kill -9 of run.itrace leaves none of
+// its own helper processes behind (its progress printer polled the
+// facility every 10 s for ever, starting the agent again each time).
+func TestRunITraceKilledLeavesNothing(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	m := filepath.Join(e.Dir, "marker")
+	r := e.start(e.Dir, "run.itrace", "--", prog, "spin", m)
+	e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", r.cmd.Process.Pid, r.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var helpers []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, _ := strconv.Atoi(f); pid > 0 && pid != pidFile(m) {
+			helpers = append(helpers, pid)
+		}
+	}
+	if len(helpers) == 0 {
+		t.Fatal("run.itrace has no helper process: the case under test is gone")
+	}
+	if err := syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(pidFile(m), syscall.SIGKILL) // (it holds the output pipes)
+	// Each helper ends within one progress interval (10 s) of the kill.
+	deadline := time.Now().Add(time.Minute)
+	for _, pid := range helpers {
+		for procState(pid) != "" && procState(pid) != "Z" {
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("run.itrace's helper %d (%q) still runs a minute after run.itrace was killed", pid, b)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// procState is pid's state letter from /proc, "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+3 <= len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
+}
+
 // TestRunITraceBufferFills: a buffer that fills ends the trace early, but
 // what was recorded is written and posted, the program's exit code kept.
 func TestRunITraceBufferFills(t *testing.T) {
