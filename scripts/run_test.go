@@ -239,6 +239,29 @@ func TestRunTprofCommandKilled(t *testing.T) {
 	}
 }
 
+// TestRunTprofWarnsOnce: each of post's warnings reaches the user once: a
+// module deleted before the trace is posted, and a buffer that filled
+// (post says it, and run.tprof says it with the -t that would do).
+func TestRunTprofWarnsOnce(t *testing.T) {
+	e := setup(t)
+	gone := filepath.Join(e.Dir, "burn-gone")
+	r := e.start(e.Dir, "run.tprof", "--", "sh", "-c", `cp "$0" "$1" && "$1" 30 >/dev/null; rm -f "$1"`, e.Burn, gone)
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run.tprof: exit %d\n%s", code, r.stderr.String())
+	}
+	if n := strings.Count(r.stderr.String(), "module not read"); n != 1 || !strings.Contains(r.stderr.String(), gone) {
+		t.Errorf("the deleted module is warned of %d times, want once:\n%s", n, r.stderr.String())
+	}
+	dir := filepath.Join(e.Dir, "small")
+	r = e.start(e.Dir, "run.tprof", "-t", "16K", "-o", dir, "--", e.Burn, "30")
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run.tprof -t 16K: exit %d\n%s", code, r.stderr.String())
+	}
+	if n := strings.Count(r.stderr.String(), "a buffer filled"); n != 1 || !regexp.MustCompile(`-t \d+M would have held it`).MatchString(r.stderr.String()) {
+		t.Errorf("the full buffer is warned of %d times, want once with the -t that would do:\n%s", n, r.stderr.String())
+	}
+}
+
 // TestRunTprofStdout: the command's stdout, exit code, signal dispositions
 // and environment are what they are without run.tprof; the previous trace
 // and report are kept as .old.
@@ -432,13 +455,18 @@ func TestRunITraceInterrupted(t *testing.T) {
 		{"INT to the group", syscall.SIGINT, "SIGINT", true, 130},
 		{"TERM to run.itrace", syscall.SIGTERM, "SIGTERM", false, 143}, // let go first
 		{"TERM to the group", syscall.SIGTERM, "SIGTERM", true, 143},   // as timeout sends it
+		{"HUP to the group", syscall.SIGHUP, "SIGHUP", true, 129},      // the terminal closed
 	} {
 		dir := filepath.Join(e.Dir, strings.ReplaceAll(c.name, " ", "-"))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		m := filepath.Join(dir, "marker")
-		r := e.start(dir, "run.itrace", "--", prog, "spin", m)
+		var prefix []string
+		if c.sig == syscall.SIGHUP {
+			prefix = []string{"env", "--default-signal=HUP"} // as in TestRunTprofInterrupted
+		}
+		r := e.startWith(prefix, dir, "run.itrace", "--", prog, "spin", m)
 		e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
 		target := r.cmd.Process.Pid
 		if c.group {
@@ -468,6 +496,84 @@ func TestRunITraceInterrupted(t *testing.T) {
 			t.Errorf("%s: the facility is left on", c.name)
 		}
 	}
+}
+
+// TestRunITraceCommandKilled: kill -9 of the traced program gives its 137,
+// the trace of what it ran, and no line of the wrapper's internals.
+func TestRunITraceCommandKilled(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	m := filepath.Join(e.Dir, "marker")
+	r := e.start(e.Dir, "run.itrace", "--", prog, "spin", m)
+	e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
+	if err := syscall.Kill(pidFile(m), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, 3*time.Minute); code != 137 {
+		t.Errorf("exit %d, want the program's 137\n%s", code, r.stderr.String())
+	}
+	if s := r.stderr.String(); regexp.MustCompile(`line \d+: +\d+ Killed`).MatchString(s) {
+		t.Errorf("the wrapper's internals are shown:\n%s", s)
+	}
+	if rep, err := os.ReadFile(filepath.Join(e.Dir, "itrace.out")); err != nil || !bytes.Contains(rep, []byte("instructions")) {
+		t.Errorf("no itrace.out of what the program ran: %v\n%s", err, rep)
+	}
+	if s := e.state(); s == "on" {
+		t.Error("the facility is left on")
+	}
+}
+
+// TestRunITraceKilledLeavesNothing: kill -9 of run.itrace leaves none of
+// its own helper processes behind (its progress printer polled the
+// facility every 10 s for ever, starting the agent again each time).
+func TestRunITraceKilledLeavesNothing(t *testing.T) {
+	e := setup(t)
+	prog := e.sigstate()
+	m := filepath.Join(e.Dir, "marker")
+	r := e.start(e.Dir, "run.itrace", "--", prog, "spin", m)
+	e.until(r, "the traced program running", func() bool { return pidFile(m) > 0 })
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", r.cmd.Process.Pid, r.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var helpers []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, _ := strconv.Atoi(f); pid > 0 && pid != pidFile(m) {
+			helpers = append(helpers, pid)
+		}
+	}
+	if len(helpers) == 0 {
+		t.Fatal("run.itrace has no helper process: the case under test is gone")
+	}
+	if err := syscall.Kill(r.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Kill(pidFile(m), syscall.SIGKILL) // (it holds the output pipes)
+	// Each helper ends within one progress interval (10 s) of the kill.
+	deadline := time.Now().Add(time.Minute)
+	for _, pid := range helpers {
+		for procState(pid) != "" && procState(pid) != "Z" {
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("run.itrace's helper %d (%q) still runs a minute after run.itrace was killed", pid, b)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// procState is pid's state letter from /proc, "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+3 <= len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
 }
 
 // TestRunITraceBufferFills: a buffer that fills ends the trace early, but
@@ -576,6 +682,41 @@ func TestCheckPrereqs(t *testing.T) {
 	}
 }
 
+// TestMakeKmodNamesTheKernel: make kmod against headers of another kernel
+// than the running one says which kernel the module is for and how to
+// build it for this one; against the running kernel's it says nothing of
+// the kind. (A stand-in kernel tree: its Makefile only echoes.)
+func TestMakeKmodNamesTheKernel(t *testing.T) {
+	uname, err := exec.Command("uname", "-r").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := strings.TrimSpace(string(uname))
+	for _, rel := range []string{"0.0.1-other", running} {
+		kdir := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(kdir, "include", "generated"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kdir, "include", "generated", "utsrelease.h"), []byte("#define UTS_RELEASE \""+rel+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(kdir, "Makefile"), []byte("modules:\n\t@echo stand-in kbuild\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c := exec.Command("make", "--no-print-directory", "kmod", "KDIR="+kdir)
+		c.Dir = tracetest.Root()
+		out, err := c.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "stand-in kbuild") {
+			t.Fatalf("make kmod KDIR=%s: %v\n%s", kdir, err, out)
+		}
+		said := strings.Contains(string(out), "building pitrace.ko for kernel "+rel+" (headers "+kdir+"), not for the running kernel "+running) &&
+			strings.Contains(string(out), "apt-get install linux-headers-"+running)
+		if want := rel != running; said != want {
+			t.Errorf("make kmod with the headers of %s on %s: said which kernel: %v, want %v\n%s", rel, running, said, want, out)
+		}
+	}
+}
+
 // TestRunTprofReclaimsOrphan: kill -9 of run.tprof leaves the facility on;
 // the next run recognises that its owner is gone, reclaims it with a
 // message and keeps the orphaned trace on disk.
@@ -624,4 +765,111 @@ func TestRunTprofReclaimsOrphan(t *testing.T) {
 	}
 	_ = syscall.Kill(-live.cmd.Process.Pid, syscall.SIGINT)
 	live.wait(t, 2*time.Minute)
+}
+
+// scriptsBeside copies the scripts into dir/scripts beside dir/bin (where
+// they look for their tools) and builds swtrace and hookit there with the
+// version string v.
+func scriptsBeside(t *testing.T, dir, v string) string {
+	t.Helper()
+	build := exec.Command("go", "build", "-ldflags", "-X perfinsp/internal/cliutil.version="+v, "-o", filepath.Join(dir, "bin")+"/", "./tools/swtrace", "./tools/hookit")
+	build.Dir = tracetest.Root()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	scripts := filepath.Join(dir, "scripts")
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"run.tprof", "run.itrace", "run.hookit", "runlib.sh"} {
+		b, err := os.ReadFile(filepath.Join(tracetest.Root(), "scripts", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(scripts, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scripts
+}
+
+// runScript runs a script to its end (bounded) and returns its stdout,
+// stderr and exit code. Its facility would be an agent of dir's that
+// cannot start (no pitraced there): a script that went past its usage
+// error reaches no other.
+func runScript(t *testing.T, dir, path string, args ...string) (string, string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	c := exec.Command(path, args...)
+	c.Dir, c.Stdout, c.Stderr = dir, &stdout, &stderr
+	c.Env = append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "run", "pitraced.sock"),
+		"PERFINSP_PITRACED="+filepath.Join(dir, "bin", "no-pitraced"), "PERFINSP_BACKEND=daemon")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		_ = c.Process.Kill()
+		t.Fatalf("%s %q did not end within 2 minutes", path, args)
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// TestScriptsVersionAndUsage: run.tprof, run.itrace and run.hookit answer
+// --version with the version of the tools built with them, --help with
+// their header (the exit codes included), and a usage error with one line
+// pointing to --help that names the nearest option, before anything is
+// set up.
+func TestScriptsVersionAndUsage(t *testing.T) {
+	dir := t.TempDir()
+	const v = "v0-scripts-test"
+	scripts := scriptsBeside(t, dir, v)
+	for _, s := range []string{"run.tprof", "run.itrace", "run.hookit"} {
+		path := filepath.Join(scripts, s)
+		out, errs, code := runScript(t, dir, path, "--version")
+		if code != 0 || out != s+" (perfinsp) "+v+"\n" || errs != "" {
+			t.Errorf("%s --version: exit %d, stdout %q, stderr %q; want %q", s, code, out, errs, s+" (perfinsp) "+v+"\n")
+		}
+		out, errs, code = runScript(t, dir, path, "--help")
+		if code != 0 || !strings.Contains(out, "Exit status:") || strings.Contains(out, "set -u") || strings.HasPrefix(out, "!") || errs != "" {
+			t.Errorf("%s --help: exit %d, stderr %q, stdout:\n%s", s, code, errs, out)
+		}
+	}
+	for _, c := range []struct {
+		script string
+		args   []string
+		want   string
+	}{
+		{"run.tprof", []string{"--call-grpah", "dwarf", "--", "true"}, "run.tprof: unknown option --call-grpah: did you mean --call-graph? (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"--shced", "--", "true"}, "run.tprof: unknown option --shced: did you mean --sched? (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-x", "--", "true"}, "run.tprof: unknown option -x (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-r"}, "run.tprof: -r needs a value (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-s", "abc"}, "run.tprof: -s takes a number of seconds (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"--call-graph", "lbr", "--", "true"}, "run.tprof: --call-graph takes fp or dwarf[,BYTES] (run.tprof --help for more)\n"},
+		{"run.tprof", nil, "run.tprof: give a command after -- or -s SECONDS (run.tprof --help for more)\n"},
+		{"run.itrace", []string{"--max-insn", "5", "--", "true"}, "run.itrace: unknown option --max-insn: did you mean --max-insns? (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"--step", "fast", "--", "true"}, "run.itrace: --step takes auto, single or verify (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"-p", "1"}, "run.itrace: -p PID takes -s SECONDS and no command (run.itrace --help for more)\n"},
+		{"run.hookit", []string{"-n", "--", "true"}, "run.hookit: unknown option -n (run.hookit --help for more)\n"},
+		{"run.hookit", []string{"--metrc", "tsc", "--", "true"}, "run.hookit: unknown option --metrc (run.hookit --help for more)\n"},
+		{"run.hookit", nil, "run.hookit: no program given: run.hookit [-m METRIC] [-o DIR] -- ./prog args (run.hookit --help for more)\n"},
+	} {
+		out, errs, code := runScript(t, dir, filepath.Join(scripts, c.script), c.args...)
+		if code != 2 || errs != c.want || out != "" {
+			t.Errorf("%s %q: exit %d, stdout %q, stderr %q; want 2 and %q", c.script, c.args, code, out, errs, c.want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("a usage error left files behind: %v", ents)
+	}
 }

@@ -5,6 +5,13 @@
 #
 #   runlib_init NAME         record the starting signal dispositions and
 #                            environment; install the INT/TERM/HUP traps
+#   runlib_usage             print the script's header comment (--help)
+#   runlib_usage_error MSG   MSG as one line pointing to --help; exit 2
+#   runlib_unknown_option OPT OPTION...
+#                            the same for an unknown OPT, naming the
+#                            nearest of the script's OPTIONs
+#   runlib_version TOOL      --version: the build's version, as TOOL (a
+#                            perfinsp tool of the same build) gives it
 #   runlib_start CMD ARGS    start the command as the script's caller would
 #                            have (sets $child)
 #   runlib_wait              wait for $child, forwarding the signals the
@@ -50,6 +57,68 @@ runlib_init() {
 	trap 'runlib_signal INT' INT
 	trap 'runlib_signal TERM' TERM
 	trap 'runlib_signal HUP' HUP
+}
+
+# runlib_usage: the script's header comment (after #!), without the #.
+runlib_usage() {
+	awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"
+	exit 0
+}
+
+# runlib_usage_error MSG: one line, as every perfinsp tool says it.
+runlib_usage_error() {
+	echo "$runlib_name: $1 ($runlib_name --help for more)" >&2
+	exit 2
+}
+
+# runlib_unknown_option OPT OPTION...: OPT is none of the OPTIONs; the
+# nearest is named when it is a slip (the rule of the Go tools: an edit
+# distance within a third of the name, some of it kept, no tie).
+runlib_unknown_option() {
+	local given=$1 near
+	shift
+	near=$(printf '%s\n' "$@" | awk -v given="${given%%=*}" '
+		function dist(a, b,   i, j, la, lb, d, v, c) {
+			la = length(a); lb = length(b)
+			for (i = 0; i <= la; i++) d[i, 0] = i
+			for (j = 0; j <= lb; j++) d[0, j] = j
+			for (i = 1; i <= la; i++)
+				for (j = 1; j <= lb; j++) {
+					c = substr(a, i, 1) != substr(b, j, 1)
+					v = d[i-1, j] + 1
+					if (d[i, j-1] + 1 < v) v = d[i, j-1] + 1
+					if (d[i-1, j-1] + c < v) v = d[i-1, j-1] + c
+					if (i > 1 && j > 1 && substr(a, i, 1) == substr(b, j-1, 1) && substr(a, i-1, 1) == substr(b, j, 1) && d[i-2, j-2] + 1 < v)
+						v = d[i-2, j-2] + 1
+					d[i, j] = v
+				}
+			return d[la, lb]
+		}
+		BEGIN { bare = given; sub(/^-+/, "", bare); best = ""; bestd = -1 }
+		{
+			name = $0; sub(/^-+/, "", name)
+			d = dist(bare, name)
+			if (bestd < 0 || d < bestd) { best = $0; bestd = d; tie = 0 }
+			else if (d == bestd && $0 != best) tie = 1
+		}
+		END {
+			lim = int(length(bare) / 3); if (lim < 1) lim = 1
+			if (lim > length(bare) - 1) lim = length(bare) - 1
+			if (best != "" && bestd <= lim && !tie) print best
+		}')
+	runlib_usage_error "unknown option $given${near:+: did you mean $near?}"
+}
+
+# runlib_version TOOL: "NAME (perfinsp) VERSION", VERSION as TOOL (built
+# beside the script) says it: the scripts are of the build their tools are.
+runlib_version() {
+	local v
+	if ! v=$("$1" --version 2>/dev/null) || [ -z "$v" ]; then
+		echo "$runlib_name: cannot read the version from $1 (run make first)" >&2
+		exit 2
+	fi
+	printf '%s (perfinsp) %s\n' "$runlib_name" "${v#*"(perfinsp) "}"
+	exit 0
 }
 
 # runlib_signal SIG: a signal reached the script. Before the command

@@ -6,6 +6,7 @@ package cliutil
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -72,6 +73,9 @@ func Apply(app *cli.App) {
 			if cmd.OnUsageError == nil {
 				cmd.OnUsageError = app.OnUsageError
 			}
+			if cmd.Action == nil && len(cmd.Subcommands) > 0 {
+				cmd.Action = subcommandMissing
+			}
 			walk(cmd.Subcommands)
 		}
 	}
@@ -93,6 +97,34 @@ func Apply(app *cli.App) {
 		}
 		c.App.Metadata[notFoundKey] = true
 	}
+}
+
+// subcommandMissing is the action of a command that only holds
+// subcommands (swtrace itrace on|off), reached when none of them was
+// named: a usage error naming them (and the nearest to a misspelt one),
+// not the command's help.
+func subcommandMissing(c *cli.Context) error {
+	var names []string
+	for _, sub := range c.Command.Subcommands {
+		if !sub.Hidden && sub.Name != "help" {
+			names = append(names, sub.Name)
+		}
+	}
+	list := strings.Join(names, ", ")
+	if i := strings.LastIndex(list, ", "); i >= 0 {
+		list = list[:i] + " or " + list[i+2:]
+	}
+	if !c.Args().Present() {
+		return UsageError(c, "give a command: "+list)
+	}
+	name := c.Args().First()
+	msg := fmt.Sprintf("unknown command %q", name)
+	if s := Nearest(name, names); s != "" {
+		msg += fmt.Sprintf(": did you mean %s?", s)
+	} else {
+		msg += ": use " + list
+	}
+	return UsageError(c, msg)
 }
 
 const (
@@ -128,6 +160,10 @@ func Run(app *cli.App, args []string) int {
 		return 2
 	case errors.As(err, &ec):
 		if msg := err.Error(); msg != "" {
+			// Exit code 2 is a usage error: one line, pointing to --help.
+			if ec.ExitCode() == 2 && !strings.Contains(msg, "--help") {
+				msg += fmt.Sprintf(" (%s --help for more)", app.Name)
+			}
 			fmt.Fprintf(app.ErrWriter, "%s: %s\n", app.Name, msg)
 		}
 		return ec.ExitCode()
@@ -144,16 +180,59 @@ func Run(app *cli.App, args []string) int {
 func UsageError(c *cli.Context, msg string) error {
 	name := commandPath(c)
 	const undefined = "flag provided but not defined: "
-	if strings.HasPrefix(msg, undefined) {
+	const noValue = "flag needs an argument: "
+	switch {
+	case strings.HasPrefix(msg, undefined):
 		given := strings.TrimPrefix(msg, undefined)
 		given = dashes(c, strings.TrimLeft(given, "-")) + strings.TrimLeft(given, "-")
 		msg = "unknown option " + given
 		if s := nearestFlag(c, given); s != "" {
 			msg += ": did you mean " + s + "?"
 		}
+	case strings.HasPrefix(msg, noValue):
+		bare := strings.TrimLeft(strings.TrimPrefix(msg, noValue), "-")
+		msg = dashes(c, bare) + bare + " needs a value"
+	default:
+		if m := badValue.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("%s%s %s: %s", dashes(c, m[2]), m[2], m[1], valueProblem(c, m[2], m[3]))
+		}
 	}
 	fmt.Fprintf(c.App.ErrWriter, "%s: %s (%s --help for more)\n", name, msg, name)
 	return cli.Exit("", 2)
+}
+
+// badValue is the flag package's message for a value its flag cannot
+// parse: `invalid value "abc" for flag -p: strconv.ParseInt: parsing
+// "abc": invalid syntax`.
+var badValue = regexp.MustCompile(`^invalid value ("(?:[^"\\]|\\.)*") for flag -+([^:]+): (.*)$`)
+
+// valueProblem says what is wrong with the value of flag name (the flag
+// package's err) in the user's terms, by the flag's type.
+func valueProblem(c *cli.Context, name, err string) string {
+	if strings.Contains(err, "value out of range") {
+		return "out of range"
+	}
+	flags := c.App.Flags
+	if c.Command != nil && len(c.Command.Flags) > 0 {
+		flags = c.Command.Flags
+	}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			switch f.(type) {
+			case *cli.IntFlag, *cli.Int64Flag, *cli.UintFlag, *cli.Uint64Flag,
+				*cli.IntSliceFlag, *cli.Int64SliceFlag, *cli.UintSliceFlag, *cli.Uint64SliceFlag:
+				return "not a whole number"
+			case *cli.Float64Flag, *cli.Float64SliceFlag:
+				return "not a number"
+			case *cli.DurationFlag:
+				return "not a duration (such as 500ms, 2s or 1m)"
+			}
+		}
+	}
+	return err
 }
 
 // commandPath is "app command subcommand" of c.
@@ -216,7 +295,9 @@ func Nearest(s string, candidates []string) string {
 			tie = true
 		}
 	}
-	limit := max(1, len(s)/3)
+	// A slip keeps most of the word: within a third of its length, and
+	// never all of it replaced (-x is no slip of -h).
+	limit := min(max(1, len(s)/3), len(s)-1)
 	if best == "" || bestD > limit || tie {
 		return ""
 	}
@@ -224,12 +305,14 @@ func Nearest(s string, candidates []string) string {
 }
 
 // Closest lists up to n candidates nearest to s: those holding s (or held
-// in it) first, then by edit distance; only those within half of s's
-// length (at least 2) of it.
+// in it) first, then by edit distance, at equal distance those holding
+// s's letters in order (spn: spin before sh); only those within half of
+// s's length (at least 2) of it.
 func Closest(s string, candidates []string, n int) []string {
 	type cand struct {
-		name string
-		d    int
+		name   string
+		d      int
+		spread bool // s's letters in order in name
 	}
 	var cs []cand
 	ls := strings.ToLower(s)
@@ -240,12 +323,15 @@ func Closest(s string, candidates []string, n int) []string {
 			d = 0
 		}
 		if d <= max(2, len(s)/2) {
-			cs = append(cs, cand{c, d})
+			cs = append(cs, cand{c, d, subsequence(ls, lc)})
 		}
 	}
 	sort.Slice(cs, func(i, j int) bool {
 		if cs[i].d != cs[j].d {
 			return cs[i].d < cs[j].d
+		}
+		if cs[i].spread != cs[j].spread {
+			return cs[i].spread
 		}
 		return cs[i].name < cs[j].name
 	})
@@ -254,6 +340,16 @@ func Closest(s string, candidates []string, n int) []string {
 		out = append(out, cs[i].name)
 	}
 	return out
+}
+
+// subsequence says whether s's bytes appear in t in order.
+func subsequence(s, t string) bool {
+	for i := 0; i < len(t) && len(s) > 0; i++ {
+		if t[i] == s[0] {
+			s = s[1:]
+		}
+	}
+	return s == ""
 }
 
 // distance is the edit distance of a and b (bytes): insertions, deletions,

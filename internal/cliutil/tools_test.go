@@ -15,12 +15,12 @@ func TestEveryToolVersion(t *testing.T) {
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	bin := t.TempDir()
 	const v = "v0-cliutil-test"
-	build := exec.Command("go", "build", "-ldflags", "-X perfinsp/internal/cliutil.version="+v, "-o", bin+"/", "./tools/...")
+	build := exec.Command("go", "build", "-ldflags", "-X perfinsp/internal/cliutil.version="+v, "-o", bin+"/", "./tools/...", "./daemon/cmd/pitraced")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./tools/...: %v\n%s", err, out)
 	}
-	for _, tool := range []string{"swtrace", "post", "ptt", "hotspot", "hookit", "msr", "mpevt", "cpi", "rtdriver"} {
+	for _, tool := range []string{"swtrace", "post", "ptt", "hotspot", "hookit", "msr", "mpevt", "cpi", "rtdriver", "pitraced"} {
 		var stdout, stderr strings.Builder
 		c := exec.Command(filepath.Join(bin, tool), "--version")
 		c.Stdout, c.Stderr = &stdout, &stderr
@@ -36,5 +36,34 @@ func TestEveryToolVersion(t *testing.T) {
 			!strings.Contains(stderr.String(), tool+" --help for more") || stdout.Len() != 0 {
 			t.Errorf("%s --no-such-option-here: %v, stdout %q, stderr %q: want exit 2 and one line", tool, err, stdout.String(), stderr.String())
 		}
+	}
+}
+
+// make build stamps the build's version into every Go program it links,
+// the daemon included (built without it, pitraced --version said
+// "unknown (built without version information)" where GOFLAGS has
+// -buildvcs=false).
+func TestMakeBuildStampsVersion(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	const v = "v0-make-test"
+	c := exec.Command("make", "-n", "--no-print-directory", "build", "static", "VERSION="+v)
+	c.Dir = root
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build static: %v\n%s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, "go build ") {
+			continue
+		}
+		n++
+		if !strings.Contains(line, "-X perfinsp/internal/cliutil.version="+v) {
+			t.Errorf("a go build without the version: %s", line)
+		}
+	}
+	if n < 3 {
+		t.Errorf("make -n build static printed %d go build lines, want the tools', the daemon's and the static ones:\n%s", n, out)
 	}
 }

@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +17,7 @@ import (
 )
 
 // run.hookit --help prints the help on stdout and exits 0; a wrong option
-// is one line and a hint.
+// is one line with a hint.
 func TestRunHookitUsage(t *testing.T) {
 	r := setup(t)
 	out, err := exec.Command(filepath.Join(r, "scripts/run.hookit"), "--help").CombinedOutput()
@@ -26,7 +29,7 @@ func TestRunHookitUsage(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err = cmd.Run()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(stderr.String(), "\n") > 2 || !strings.Contains(stderr.String(), "--help") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "--help") {
 		t.Errorf("run.hookit --bogus: %v\n%s", err, stderr.String())
 	}
 }
@@ -55,13 +58,27 @@ func TestRunHookitRefusesUninstrumented(t *testing.T) {
 	}
 }
 
-// Ctrl-C (SIGINT to the process group) during the run: the program's
-// stdout is its own, the reports are still written, and the exit code is
-// 128+SIGINT.
+// Ctrl-C (SIGINT to the process group), SIGTERM to run.hookit alone, and
+// SIGHUP to the group during the run: the program's stdout is its own, the
+// reports are still written, and the exit code is 128+signal.
 func TestRunHookitInterrupted(t *testing.T) {
 	r := setup(t)
+	for _, c := range []struct {
+		sig   syscall.Signal
+		name  string
+		group bool
+	}{{syscall.SIGINT, "SIGINT", true}, {syscall.SIGTERM, "SIGTERM", false}, {syscall.SIGHUP, "SIGHUP", true}} {
+		runHookitInterrupted(t, r, c.sig, c.name, c.group)
+	}
+}
+
+func runHookitInterrupted(t *testing.T, r string, sig syscall.Signal, name string, group bool) {
+	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
+	// A hang-up reaches what a terminal started: SIGHUP at its default
+	// even when the test inherited it ignored (bash traps no signal
+	// ignored at its start).
+	cmd := exec.Command("env", "--default-signal=HUP", filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -75,10 +92,14 @@ func TestRunHookitInterrupted(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || line != "ready\n" {
-		t.Fatalf("the program's first line on run.hookit's stdout: %q, %v\n%s", line, err, stderr.String())
+		t.Fatalf("%s: the program's first line on run.hookit's stdout: %q, %v\n%s", name, line, err, stderr.String())
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+	target := cmd.Process.Pid
+	if group {
+		target = -target
+	}
+	if err := syscall.Kill(target, sig); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -86,16 +107,16 @@ func TestRunHookitInterrupted(t *testing.T) {
 	select {
 	case err = <-done:
 	case <-time.After(2 * time.Minute):
-		t.Fatalf("run.hookit did not end after SIGINT\n%s", stderr.String())
+		t.Fatalf("run.hookit did not end after %s\n%s", name, stderr.String())
 	}
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
-		t.Errorf("exit: %v, want 130\n%s", err, stderr.String())
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(sig) {
+		t.Errorf("%s: exit %v, want %d\n%s", name, err, 128+int(sig), stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "interrupted by SIGINT") {
-		t.Errorf("no line saying it was interrupted:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "interrupted by "+name) {
+		t.Errorf("%s: no line saying it was interrupted:\n%s", name, stderr.String())
 	}
 	if rt, err := os.ReadFile(filepath.Join(dir, "log-rt")); err != nil || !bytes.Contains(rt, []byte("callflow")) {
-		t.Errorf("no log-rt of the interrupted run: %v\n%.500s", err, rt)
+		t.Errorf("%s: no log-rt of the interrupted run: %v\n%.500s", name, err, rt)
 	}
 }
 
@@ -125,5 +146,68 @@ func TestRunHookitStdout(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "hookit: pid ") {
 		t.Errorf("the report line is not on stderr:\n%s", stderr.String())
+	}
+}
+
+// childOf is the one child process of pid (run.hookit's program), from
+// /proc; 0 when there is none.
+func childOf(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// kill -9 of the program: run.hookit exits with its 137, writes the
+// reports of what it ran, and shows no line of its own internals (bash's
+// "line N: PID Killed ...").
+func TestRunHookitProgramKilled(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(r, "scripts/run.hookit"), "-o", dir, "--", filepath.Join(r, "bin/callflow"), "spin")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("the program's first line on run.hookit's stdout: %q, %v\n%s", line, err, stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	prog := childOf(cmd.Process.Pid)
+	if prog == 0 {
+		t.Fatal("run.hookit has no one child process running the program")
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", prog)); string(comm) != "callflow\n" {
+		t.Fatalf("run.hookit's child %d is %q, not the program", prog, comm)
+	}
+	if err := syscall.Kill(prog, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("run.hookit did not end after its program was killed\n%s", stderr.String())
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 137 {
+		t.Errorf("exit: %v, want the program's 137\n%s", err, stderr.String())
+	}
+	if regexp.MustCompile(`line \d+: +\d+ Killed`).MatchString(stderr.String()) {
+		t.Errorf("the wrapper's internals are shown:\n%s", stderr.String())
+	}
+	if rt, err := os.ReadFile(filepath.Join(dir, "log-rt")); err != nil || !bytes.Contains(rt, []byte("callflow")) {
+		t.Errorf("no log-rt of the killed program: %v\n%.500s", err, rt)
 	}
 }

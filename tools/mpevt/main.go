@@ -118,7 +118,7 @@ func parseTarget(c *cli.Context, evs []events.Event) (events.Spec, error) {
 
 func count(c *cli.Context, stdout io.Writer) error {
 	if c.String("events") == "" {
-		return cli.Exit("no events: give -e EVENT[,EVENT...] (mpevt -l lists them)", 2)
+		return cli.Exit("no events: give -e EVENT[,EVENT...]; mpevt -l lists them", 2)
 	}
 	evs, err := parseEvents(c.String("events"))
 	if err != nil {

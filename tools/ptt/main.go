@@ -1,7 +1,7 @@
 // Command ptt turns PTT (per-thread metrics) on and off for a process or for
 // the whole system and dumps the per-thread values.
 //
-//	ptt [--backend kmod|perf|auto] on [-m metric,...] [-p pid | -a]
+//	ptt [--backend kmod|daemon|auto] on [-m metric,...] [-p pid | -a]
 //	ptt dump [--json]
 //	ptt off
 //	ptt info
@@ -10,15 +10,15 @@
 // (pitraced: the system one, or the user's own; docs/agent.md), whose PTT
 // holder (daemon/ptthold) counts every thread of the target, picks up new
 // threads as they are created, and answers `ptt dump` and `ptt off` for the
-// user who turned it on. On the no-module backend (perf) the holder opens
+// user who turned it on. On the no-module backend (daemon) the holder opens
 // per-thread perf_event counters. On the pitrace module (kmod) this command
 // opens /dev/pitrace with the user's rights and passes it; the holder
 // selects the metrics (PTT_INIT) and has the module keep a work area for
 // every thread (PTT_WATCH); `ptt dump` reads them (PTT_READ) with the
 // per-CPU interrupt buckets (PTT_STATUS). --backend (or $PERFINSP_BACKEND)
-// picks the backend: kmod, perf or auto (the default: the module when it
+// picks the backend: kmod, daemon or auto (the default: the module when it
 // is loaded with PTT and keeps every chosen metric). Without -m the metric
-// is tsc on the module and task-clock on perf.
+// is tsc on the module and task-clock on daemon.
 package main
 
 import (
@@ -58,7 +58,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ErrWriter: stderr,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "backend", Value: "auto", EnvVars: []string{ptt.EnvBackend},
-				Usage: "kmod (the pitrace module: interrupts factored out), perf (no module: perf_event counters) or auto"},
+				Usage: "kmod (the pitrace module: interrupts factored out), daemon (no module: the agent's perf_event counters; perf is its former name) or auto"},
+		},
+		// A backend nobody has is refused by every command, info included.
+		Before: func(c *cli.Context) error {
+			switch b := c.String("backend"); b {
+			case "", "auto", "kmod", "daemon", "perf":
+				return nil
+			default:
+				return cli.Exit(fmt.Sprintf("--backend %q (or $%s): use kmod, daemon or auto", b, ptt.EnvBackend), 2)
+			}
 		},
 		Commands: []*cli.Command{
 			{
@@ -156,7 +165,7 @@ func chooseBackend(be string, names []string) (string, []ptt.Metric, error) {
 		ms, _ := parse("daemon")
 		return "daemon", ms, moduleOnly(ms, st.Why)
 	default:
-		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q: use kmod, perf or auto", be), 2)
+		return "", nil, cli.Exit(fmt.Sprintf("unknown backend %q: use kmod, daemon or auto", be), 2)
 	}
 }
 

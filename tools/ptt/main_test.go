@@ -464,6 +464,12 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 	if code != 2 || !strings.HasPrefix(out, `ptt: unknown metric "bogus"`) {
 		t.Errorf("ptt on -m bogus: exit %d, %q", code, out)
 	}
+	for _, args := range [][]string{{"--backend", "bogus", "info"}, {"--backend", "bogus", "on"}, {"--backend", "bogus", "dump"}} {
+		out, code = runPtt(t, env, args...)
+		if code != 2 || out != "ptt: --backend \"bogus\" (or $PERFINSP_BACKEND): use kmod, daemon or auto (ptt --help for more)\n" {
+			t.Errorf("ptt %q: exit %d, %q; want a usage error", args, code, out)
+		}
+	}
 	out, code = runPtt(t, env, "on", "--pdi", "1")
 	if code != 2 || out != "ptt on: unknown option --pdi: did you mean --pid? (ptt on --help for more)\n" {
 		t.Errorf("ptt on --pdi: exit %d, %q", code, out)

@@ -29,12 +29,21 @@ var commands = map[string]string{
 }
 
 func main() {
+	os.Exit(cliutil.Run(newApp(os.Stdout, os.Stderr), os.Args))
+}
+
+// order is the commands as the help lists them.
+var order = []string{"start", "end", "flush", "reset", "shutdown"}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
 	var list []string
-	for _, c := range []string{"start", "end", "flush", "reset", "shutdown"} {
+	for _, c := range order {
 		list = append(list, fmt.Sprintf("  %-9s %s", c, commands[c]))
 	}
 	app := &cli.App{
 		Name:      "rtdriver",
+		Writer:    stdout,
+		ErrWriter: stderr,
 		Usage:     "control the call-flow runtime of a running program",
 		UsageText: "rtdriver [-d DIR] -p PID COMMAND",
 		Description: "Commands:\n" + strings.Join(list, "\n") + "\n\n" +
@@ -45,10 +54,10 @@ func main() {
 			&cli.IntFlag{Name: "p", Aliases: []string{"pid"}, Usage: "process id of the program"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "how long to wait for the answer"},
 		},
-		Action: run,
+		Action: func(c *cli.Context) error { return run(c, stdout) },
 	}
 	cliutil.Apply(app)
-	os.Exit(cliutil.Run(app, os.Args))
+	return app
 }
 
 func socketPath(dir string, pid int) (string, error) {
@@ -104,13 +113,16 @@ func checkServer(conn *net.UnixConn, path string, pid int) error {
 
 var sockName = regexp.MustCompile(`^hookit-(\d+)\.sock$`)
 
-func run(c *cli.Context) error {
+func run(c *cli.Context, stdout io.Writer) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("give one command: start, end, flush, reset or shutdown (rtdriver --help)")
+		return cliutil.UsageError(c, "give one command: start, end, flush, reset or shutdown")
 	}
 	cmd := c.Args().First()
 	if _, ok := commands[cmd]; !ok {
-		return fmt.Errorf("unknown command %q: use start, end, flush, reset or shutdown", cmd)
+		if s := cliutil.Nearest(cmd, order); s != "" {
+			return cliutil.UsageError(c, fmt.Sprintf("unknown command %q: did you mean %s?", cmd, s))
+		}
+		return cliutil.UsageError(c, fmt.Sprintf("unknown command %q: use start, end, flush, reset or shutdown", cmd))
 	}
 	path, err := socketPath(c.String("d"), c.Int("p"))
 	if err != nil {
@@ -138,6 +150,6 @@ func run(c *cli.Context) error {
 	if !strings.HasPrefix(r, "ok") {
 		return fmt.Errorf("the runtime answered: %s", r)
 	}
-	fmt.Println(r)
+	fmt.Fprintln(stdout, r)
 	return nil
 }

@@ -4,6 +4,7 @@ package main
 // machine's kernel (daemon backend), tracing the bundled example.
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -364,4 +365,72 @@ func TestStaleDaemonHandsOver(t *testing.T) {
 		t.Fatalf("a daemon holding a trace was replaced (%d daemons)", n)
 	}
 	e.Sw("get", "kept.nrm2")
+}
+
+// TestGetKeepsThePrevious: get over an earlier trace keeps it as .old and
+// says so; get completing a cont-mode stream file in place (by its name,
+// its absolute path, or through a symbolic link) leaves it where it is,
+// whole; in a directory others may write nothing is renamed.
+func TestGetKeepsThePrevious(t *testing.T) {
+	e := tracetest.Setup(t)
+	e.Sw("on", "--discard")
+	e.Sw("off")
+	e.Sw("get", "a.nrm2")
+	first, err := os.ReadFile(filepath.Join(e.Dir, "a.nrm2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Sw("on", "--discard")
+	e.Sw("off")
+	if out := e.Sw("get", "a.nrm2"); !strings.Contains(out, "kept the previous a.nrm2 as a.nrm2.old") {
+		t.Errorf("get over an earlier trace said nothing of it:\n%s", out)
+	}
+	if old, err := os.ReadFile(filepath.Join(e.Dir, "a.nrm2.old")); err != nil || !bytes.Equal(old, first) {
+		t.Errorf("the previous trace is not a.nrm2.old: %v", err)
+	}
+	if _, err := nrm2.Open(filepath.Join(e.Dir, "a.nrm2")); err != nil {
+		t.Errorf("the new trace: %v", err)
+	}
+	// In a directory others may write, nothing is renamed: another
+	// user's .old there stays as it is.
+	pub := filepath.Join(e.Dir, "pub")
+	if err := os.Mkdir(pub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, 0o1777); err != nil { // the test's own directory
+		t.Fatal(err)
+	}
+	victim := filepath.Join(pub, "p.nrm2.old")
+	if err := os.WriteFile(victim, []byte("another user's file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(victim, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	e.Sw("get", filepath.Join(pub, "p.nrm2"))
+	e.Sw("on", "--discard")
+	e.Sw("off")
+	if out := e.Sw("get", filepath.Join(pub, "p.nrm2")); strings.Contains(out, "kept the previous") {
+		t.Errorf("get in a directory others may write renamed there:\n%s", out)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "another user's file" {
+		t.Errorf("another user's .old was replaced: %v %q", err, b)
+	}
+	if err := os.Symlink(".", filepath.Join(e.Dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"c.nrm2", filepath.Join(e.Dir, "c.nrm2"), "link/c.nrm2"} {
+		e.Sw("mode", "cont", "-f", "c.nrm2")
+		e.Sw("on", "--discard")
+		e.Sw("off")
+		if out := e.Sw("get", name); strings.Contains(out, "kept the previous") {
+			t.Errorf("get %s of the cont-mode stream file moved it:\n%s", name, out)
+		}
+		if _, err := nrm2.Open(filepath.Join(e.Dir, "c.nrm2")); err != nil {
+			t.Errorf("get %s: the stream file: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(e.Dir, "c.nrm2.old")); err == nil {
+			t.Errorf("get %s: the stream file was kept as .old", name)
+		}
+	}
 }

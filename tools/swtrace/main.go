@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
 	"perfinsp/internal/cliutil"
@@ -129,7 +131,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "discard", Usage: "drop a trace still in the buffers that was never written with get"}},
 				Action: cmdOn},
 			{Name: "off", Usage: "stop tracing; the data stays in the buffers", Action: cmdSimple("off")},
-			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2), created with your own rights, mode 0600 (a trace holds kernel addresses and command lines)", UsageText: "swtrace get [FILE]",
+			{Name: "get", Usage: "write the buffers to a trace file (default swtrace.nrm2), created with your own rights, mode 0600 (a trace holds kernel addresses and command lines); a previous FILE is kept as FILE.old", UsageText: "swtrace get [FILE]",
 				Description: "get refuses while tracing is on (run swtrace off first): it never snapshots a running trace.", Action: cmdGet},
 			{Name: "info", Usage: "show state, mode, sizes, records and lost records per CPU", Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "JSON output"}}, Action: cmdInfo},
 			{Name: "free", Usage: "stop tracing and release the buffers", Action: cmdSimple("free")},
@@ -245,6 +247,14 @@ func cmdEnable(on bool) cli.ActionFunc {
 			}
 			majors = append(majors, m)
 		}
+		// A wrong --unwind is a usage error, said before anything changes.
+		var unwind control.Unwind
+		if c.IsSet("unwind") {
+			var err error
+			if unwind, err = control.ParseUnwind(c.String("unwind")); err != nil {
+				return usageErr(c, "--unwind: %v", strings.TrimPrefix(err.Error(), "unwind "))
+			}
+		}
 		f, err := open(c)
 		if err != nil {
 			if c.NArg() == 0 {
@@ -302,10 +312,7 @@ func cmdEnable(on bool) cli.ActionFunc {
 			}
 		}
 		if c.IsSet("unwind") {
-			u, err := control.ParseUnwind(c.String("unwind"))
-			if err != nil {
-				return err
-			}
+			u := unwind
 			su, ok := f.(control.StackUnwinder)
 			switch {
 			case ok:
@@ -543,7 +550,13 @@ func cmdGet(c *cli.Context) error {
 		return err
 	}
 	defer f.Close()
-	if err := f.Get(path); err != nil {
+	target := path
+	if st, err := f.Info(); err == nil {
+		if target, err = keepOld(c.App.Writer, path, st); err != nil {
+			return fmt.Errorf("get: %w", err)
+		}
+	}
+	if err := f.Get(target); err != nil {
 		return fmt.Errorf("get: %w", err)
 	}
 	st, _ := f.Info()
@@ -554,6 +567,75 @@ func cmdGet(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "swtrace: wrote %s\n", path)
 	}
 	return nil
+}
+
+// keepOld moves a previous trace at path to path.old, and says so, when
+// get is about to write a new one there (as perf keeps perf.data.old):
+// only a regular file, and not the stream file a wrap or cont trace is
+// being completed in. It returns the path to give get: the stream file's
+// own name when path is that file by another (a symbolic link on the
+// way), which get completes in place rather than writes anew over it.
+func keepOld(w io.Writer, path string, st *control.Status) (string, error) {
+	writes := st.State == control.StateOff || st.State == control.StateOn && st.StoppedFull
+	if !writes {
+		return path, nil // get will say why it writes nothing
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return path, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return path, nil
+	}
+	if st.Mode != control.ModeNormal && st.ContFile != "" {
+		if abs == st.ContFile {
+			return path, nil
+		}
+		if sf, err := os.Stat(st.ContFile); err == nil && os.SameFile(fi, sf) {
+			return st.ContFile, nil
+		}
+	}
+	if !mayKeepOld(path) {
+		return path, nil // get's own checks apply
+	}
+	if err := os.Rename(path, path+".old"); err != nil {
+		return path, fmt.Errorf("keeping the previous %s: %w", path, err)
+	}
+	fmt.Fprintf(w, "swtrace: kept the previous %s as %s.old\n", path, path)
+	return path, nil
+}
+
+// mayKeepOld says whether path may be renamed to path.old: a regular file
+// of the caller's, path.old absent or another, in a directory on an
+// ordinary file system that nobody else may write (so that no entry
+// changes between these checks and the rename, and no other user's file
+// is moved or replaced: a root swtrace get in a shared directory renames
+// nothing there).
+func mayKeepOld(path string) bool {
+	euid := uint32(os.Geteuid())
+	own := func(p string) bool {
+		var st unix.Stat_t
+		return unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Uid == euid
+	}
+	if !own(path) {
+		return false
+	}
+	var none unix.Stat_t
+	if err := unix.Lstat(path+".old", &none); err == nil && !own(path+".old") {
+		return false
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return false
+	}
+	defer dir.Close()
+	var st unix.Stat_t
+	if unix.Fstat(int(dir.Fd()), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR ||
+		(st.Uid != euid && st.Uid != 0) || st.Mode&0o022 != 0 {
+		return false
+	}
+	return control.CheckFileSystem(dir) == nil
 }
 
 // infoJSON is swtrace info --json: the status with the names the text

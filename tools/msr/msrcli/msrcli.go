@@ -65,7 +65,7 @@ func action(c *cli.Context, stdout io.Writer) error {
 	rd, wr := c.String("read"), c.String("write")
 	args := c.Args().Slice()
 	if (rd == "") == (wr == "") {
-		return cli.Exit("give one of -r REG or -w REG VALUE (msr --help)", 2)
+		return cli.Exit("give one of -r REG or -w REG VALUE", 2)
 	}
 	var value uint64
 	if wr != "" {
@@ -97,7 +97,7 @@ func action(c *cli.Context, stdout io.Writer) error {
 			cpu = n
 			i++
 		default:
-			return cli.Exit(fmt.Sprintf("unexpected argument %q (msr --help)", args[i]), 2)
+			return cli.Exit(fmt.Sprintf("unexpected argument %q", args[i]), 2)
 		}
 	}
 	regName := rd
