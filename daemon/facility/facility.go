@@ -1047,6 +1047,12 @@ func (f *Facility) mteRecord(cpu int, minor uint32, t uint64, fields []uint64, s
 	}
 }
 
+// stackBytes holds scratch buffers for the frames of a stack record.
+var stackBytes = sync.Pool{New: func() any {
+	b := make([]byte, 0, 8*trace.UnwindMaxPCs)
+	return &b
+}}
+
 // sink adapts the facility to kevents.Sink.
 type sink Facility
 
@@ -1113,19 +1119,23 @@ func (s *sink) stack(cpu int, minor uint32, t uint64, pid, tid uint32, pcs []uin
 	if cfi {
 		flags |= trace.UnwindCFI
 	}
-	// The frames as bytes in an array on this goroutine's stack, passed as
-	// a string without a copy: Write copies them into the buffer and
-	// keeps nothing (no allocation per stack).
-	var b [8 * trace.UnwindMaxPCs]byte
-	for i, pc := range pcs {
-		binary.LittleEndian.PutUint64(b[8*i:], pc)
+	// The frames as bytes in a scratch buffer from a pool, passed as a
+	// string without a copy: Write copies them into the trace buffer and
+	// keeps nothing, and the scratch goes back after it (no allocation,
+	// nothing cleared, per stack).
+	sb := stackBytes.Get().(*[]byte)
+	buf := (*sb)[:0]
+	for _, pc := range pcs {
+		buf = binary.LittleEndian.AppendUint64(buf, pc)
 	}
 	var str string
-	if len(pcs) > 0 {
-		str = unsafe.String(&b[0], 8*len(pcs))
+	if len(buf) > 0 {
+		str = unsafe.String(&buf[0], len(buf))
 	}
 	fields := [3]uint64{uint64(pid), uint64(tid), flags}
 	ok, _ := f.trace[cpu].Write(trace.MajorUnwind, minor, trace.LayoutBytes, t, fields[:], str)
+	*sb = buf
+	stackBytes.Put(sb)
 	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
 		f.bufferFull()
 	}

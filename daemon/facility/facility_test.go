@@ -564,3 +564,26 @@ func TestRecordsWithoutAllocation(t *testing.T) {
 		t.Errorf("%.1f allocations per stack and sample, want 0", n)
 	}
 }
+
+// BenchmarkSwitchStack: the agent's cost of one wait-stack record of 40
+// frames.
+func BenchmarkSwitchStack(b *testing.B) {
+	f := New()
+	var sink Sink
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) { sink = s; return &fakeSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return nil }
+	if err := f.Init(control.Config{TraceBufSize: 64 << 20, MTEBufSize: 1 << 20}); err != nil {
+		b.Fatal(err)
+	}
+	if err := on(b, f); err != nil {
+		b.Fatal(err)
+	}
+	pcs := make([]uint64, 40)
+	for i := range pcs {
+		pcs[i] = 0x400000 + uint64(i)*16
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		sink.SwitchStack(0, Now(), 42, 42, pcs, 3, false, false)
+	}
+}
