@@ -152,9 +152,16 @@ func loadModule(path, dir string) *Module {
 	m := &Module{Path: path, file: path}
 	file, size, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		switch {
+		case strings.HasPrefix(path, "/memfd:"):
+			// memfd_create's memory: a file only while its process
+			// holds it, never on disk
+			m.Err = fmt.Errorf("%s: anonymous memory (memfd_create), gone with its process: not readable after the run", path)
+		case errors.Is(err, os.ErrNotExist) && strings.HasSuffix(path, " (deleted)"):
+			m.Err = fmt.Errorf("%s: deleted while its process ran", path)
+		case errors.Is(err, os.ErrNotExist):
 			m.Err = fmt.Errorf("%s: missing (deleted since tracing?)", path)
-		} else {
+		default:
 			m.Err = fmt.Errorf("module %w", err)
 		}
 		return m

@@ -475,3 +475,18 @@ func TestSortRuns(t *testing.T) {
 		}
 	}
 }
+
+// A module that cannot be read says why in words a user knows: memory of
+// memfd_create is not a deleted file.
+func TestUnreadableModulesSayWhy(t *testing.T) {
+	for path, want := range map[string]string{
+		"/memfd:sealed-91173221a7ea (deleted)": "anonymous memory (memfd_create)",
+		"/nonexistent/libgone.so (deleted)":    "deleted while its process ran",
+		"/nonexistent/libgone.so":              "missing (deleted since tracing?)",
+	} {
+		m := loadModule(path, "")
+		if m.Err == nil || !strings.Contains(m.Err.Error(), want) {
+			t.Errorf("%s: %v, want %q", path, m.Err, want)
+		}
+	}
+}

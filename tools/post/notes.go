@@ -35,11 +35,11 @@ func stderrWarnings(warns []string) []string {
 	}
 	deleted := 0
 	for _, p := range notRead {
-		if strings.Contains(p, "deleted since tracing") {
+		if strings.Contains(p, "deleted since tracing") || strings.Contains(p, "deleted while its process ran") {
 			deleted++
 		}
 	}
-	line := fmt.Sprintf("WARNING: %d modules not read (%d of them deleted since tracing), their ticks show as module+offset: %s, and %d more (every one is listed at the top of tprof.out and post.show)",
+	line := fmt.Sprintf("WARNING: %d modules not read (%d of them deleted), their ticks show as module+offset: %s, and %d more (every one is listed at the top of tprof.out and post.show)",
 		len(notRead), deleted, strings.Join(notRead[:maxListed], "; "), len(notRead)-maxListed)
 	return append(out, line)
 }
