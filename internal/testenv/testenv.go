@@ -7,11 +7,14 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -46,7 +49,72 @@ func Isolate() (cleanup func(), err error) {
 		}
 		os.Setenv(k, p)
 	}
-	return func() { os.RemoveAll(dir) }, nil
+	// The agent's socket: a test that reaches the trace facility without
+	// naming a socket of its own gets an agent of its own here, never the
+	// system's (/run/perfinsp); one started is stopped at the end.
+	sock := ""
+	if os.Getenv("PERFINSP_SOCKET") == "" {
+		sock = filepath.Join(dir, "run", "pitraced.sock")
+		os.Setenv("PERFINSP_SOCKET", sock)
+	}
+	return func() {
+		if sock != "" {
+			StopAgents(sock)
+		}
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// StopAgents stops the agents of socket sock: the processes pids names and
+// any process whose command line holds sock (an agent started on demand),
+// and waits for them to go (SIGKILL after 10 s).
+func StopAgents(sock string, pids ...int) {
+	set := map[int]bool{}
+	for _, pid := range pids {
+		set[pid] = true
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(sock)) {
+			set[pid] = true
+		}
+	}
+	for pid := range set {
+		if agentOf(pid, sock) { // (a logged pid may be another process's by now)
+			_ = syscall.Kill(pid, syscall.SIGINT)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pid := range set {
+		for agentOf(pid, sock) {
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// agentOf says whether pid is still the agent of sock (not exited, not a
+// zombie, not a pid used again).
+func agentOf(pid int, sock string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !bytes.Contains(b, []byte(sock)) {
+		return false
+	}
+	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] == 'Z' {
+		return false
+	}
+	return true
 }
 
 // Run runs the tests with the test binary's home isolated (Isolate) and

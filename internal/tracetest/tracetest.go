@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -93,53 +92,7 @@ func (e *Env) stopDaemons() {
 	cmd := exec.Command(e.Swtrace, "free")
 	cmd.Env = e.Environ
 	_ = cmd.Run()
-	pids := map[int]bool{}
-	for _, pid := range e.DaemonPIDs() {
-		pids[pid] = true
-	}
-	sock := filepath.Join(e.Dir, "run", "pitraced.sock")
-	ents, _ := os.ReadDir("/proc")
-	for _, ent := range ents {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join("/proc", ent.Name(), "cmdline")); err == nil && bytes.Contains(b, []byte(sock)) {
-			pids[pid] = true
-		}
-	}
-	for pid := range pids {
-		if alive(pid, sock) { // (a logged pid may be another process's by now)
-			_ = syscall.Kill(pid, syscall.SIGINT)
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for pid := range pids {
-		for alive(pid, sock) {
-			if time.Now().After(deadline) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
-
-// alive says whether pid is still the agent of sock (not exited, not a
-// zombie, not a pid used again).
-func alive(pid int, sock string) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-	if err != nil || !bytes.Contains(b, []byte(sock)) {
-		return false
-	}
-	st, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	if i := bytes.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] == 'Z' {
-		return false
-	}
-	return true
+	testenv.StopAgents(filepath.Join(e.Dir, "run", "pitraced.sock"), e.DaemonPIDs()...)
 }
 
 // Sw runs swtrace and fails the test on a non-zero exit.

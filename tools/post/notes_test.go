@@ -21,7 +21,7 @@ func TestStderrWarningsGrouped(t *testing.T) {
 	}
 	other := "WARNING: records were lost during tracing"
 	got := stderrWarnings(append([]string{other}, many...))
-	if len(got) != 2 || got[0] != other || !strings.Contains(got[1], "12 modules not read (12 of them deleted since tracing)") ||
+	if len(got) != 2 || got[0] != other || !strings.Contains(got[1], "12 modules not read (12 of them deleted)") ||
 		!strings.Contains(got[1], "and 9 more") || !strings.Contains(got[1], "go-build0") {
 		t.Fatalf("grouped: %q", got)
 	}
