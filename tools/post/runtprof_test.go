@@ -11,31 +11,30 @@ import (
 
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
+	"perfinsp/internal/tracetest"
 )
 
 // TestRunTprof drives scripts/run.tprof with the tools built from this tree.
 func TestRunTprof(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: run.tprof needs root")
+	// The tools built for the test, and the scripts beside them (they run
+	// the tools of their own tree: ../bin); nothing is built into this
+	// tree, and the agent of the test's socket is stopped at its end.
+	e := tracetest.Setup(t, "./tools/post")
+	root, dir, burn, env := e.Dir, t.TempDir(), e.Burn, e.Environ
+	if err := os.MkdirAll(filepath.Join(root, "scripts"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	root, _ := filepath.Abs("../..")
-	build := exec.Command("go", "build", "-o", filepath.Join(root, "bin")+"/", "./tools/swtrace", "./tools/post", "./daemon/cmd/pitraced")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	for _, f := range []string{"run.tprof", "runlib.sh"} {
+		b, err := os.ReadFile(filepath.Join(tracetest.Root(), "scripts", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "scripts", f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	dir := t.TempDir()
-	burn := filepath.Join(dir, "cpuburn")
-	if out, err := exec.Command("gcc", "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", burn, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
-		t.Fatalf("build example: %v\n%s", err, out)
-	}
-	env := append(os.Environ(), "PERFINSP_SOCKET="+filepath.Join(dir, "pitraced.sock"), "PERFINSP_BACKEND=daemon")
-	defer func() {
-		c := exec.Command(filepath.Join(root, "bin", "swtrace"), "free")
-		c.Env = env
-		c.Run()
-		exec.Command("pkill", "-f", "pitraced --socket "+filepath.Join(dir, "pitraced.sock")).Run()
-	}()
+	testenv.OpenPathTo(t, filepath.Join(root, "scripts")) // run as nobody below
 	script := filepath.Join(root, "scripts", "run.tprof")
 	runIt := func(args ...string) (string, int) {
 		c := exec.Command(script, args...)
