@@ -12,9 +12,9 @@ package traceevent
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Writer writes one trace-event JSON document.
@@ -61,8 +61,63 @@ func New(out io.Writer, origin uint64) *Writer {
 func (w *Writer) Origin() uint64 { return w.origin }
 
 func (w *Writer) str(s string) {
-	b, _ := json.Marshal(s) // valid UTF-8 out, whatever the bytes in
-	w.w.Write(b)
+	b := append(w.w.AvailableBuffer(), '"')
+	w.w.Write(append(appendQuoted(b, s), '"'))
+}
+
+// appendQuoted appends s as the inside of a JSON string, as
+// encoding/json writes it (HTML's <, > and & escaped, an invalid UTF-8
+// byte as U+FFFD, U+2028 and U+2029 escaped): valid UTF-8 out, whatever
+// the bytes in, without encoding/json's reflection and allocation per
+// string (a time line writes millions).
+func appendQuoted(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
 }
 
 // ts writes t as microseconds from the origin (negative before it).
@@ -229,8 +284,7 @@ func (w *Writer) Frame(parent int, name, category string) int {
 		return id
 	}
 	w.frames = append(w.frames, k)
-	q, _ := json.Marshal(name)
-	w.quoted = append(w.quoted, q[1:len(q)-1])
+	w.quoted = append(w.quoted, appendQuoted(nil, name))
 	id := len(w.frames)
 	w.ids[k] = id
 	return id
