@@ -23,16 +23,20 @@ type Writer struct {
 	origin uint64
 	n      int // events written
 	frames []stackFrame
-	ids    map[stackFrame]int
-	quoted [][]byte // each frame's name as a JSON string, unquoted
+	ids    map[stackFrame]int32
+	// The names of frames, by id (Name): each as a JSON string, unquoted,
+	// in quoted[at[id]:at[id+1]]. Frames and their map hold no pointers
+	// (a system-wide time line makes hundreds of thousands): the
+	// collector does not scan them.
+	names  map[string]int32
+	quoted []byte
+	at     []int
 	num    []byte
-	path   []int
+	path   []int32
 }
 
 type stackFrame struct {
-	parent   int
-	name     string
-	category string
+	parent, name, category int32
 }
 
 // Arg is one argument of an event: a string, or a number when Str is
@@ -52,7 +56,7 @@ func Num(k string, v uint64) Arg { return Arg{Key: k, Num: v, IsNum: true} }
 
 // New starts a document on out; origin is the time written as 0.
 func New(out io.Writer, origin uint64) *Writer {
-	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int{}}
+	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int32{}, names: map[string]int32{}, at: []int{0}}
 	w.w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
 	return w
 }
@@ -264,11 +268,11 @@ func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf in
 	}
 	w.w.WriteString(`"stack":"`)
 	w.path = w.path[:0]
-	for id := sf; id > 0 && id <= len(w.frames); id = w.frames[id-1].parent {
-		w.path = append(w.path, id)
+	for id := int32(sf); id > 0 && int(id) <= len(w.frames); id = w.frames[id-1].parent {
+		w.path = append(w.path, w.frames[id-1].name)
 	}
 	for i := len(w.path) - 1; i >= 0; i-- {
-		w.w.Write(w.quoted[w.path[i]-1])
+		w.w.Write(w.quotedName(w.path[i]))
 		if i > 0 {
 			w.w.WriteByte(';')
 		}
@@ -279,15 +283,34 @@ func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf in
 // Frame returns the id of the stack frame name (category: its module)
 // called from parent (0: a root frame): the stack whose leaf it is.
 func (w *Writer) Frame(parent int, name, category string) int {
-	k := stackFrame{parent, name, category}
+	return w.FrameOf(parent, w.Name(name), w.Name(category))
+}
+
+// Name is the id of the string s among the names of frames.
+func (w *Writer) Name(s string) int32 {
+	id, ok := w.names[s]
+	if !ok {
+		id = int32(len(w.at) - 1)
+		w.names[s] = id
+		w.quoted = appendQuoted(w.quoted, s)
+		w.at = append(w.at, len(w.quoted))
+	}
+	return id
+}
+
+func (w *Writer) quotedName(id int32) []byte { return w.quoted[w.at[id]:w.at[id+1]] }
+
+// FrameOf is Frame with the name and category given by their ids (Name):
+// for a caller that names its frames once.
+func (w *Writer) FrameOf(parent int, name, category int32) int {
+	k := stackFrame{int32(parent), name, category}
 	if id, ok := w.ids[k]; ok {
-		return id
+		return int(id)
 	}
 	w.frames = append(w.frames, k)
-	w.quoted = append(w.quoted, appendQuoted(nil, name))
-	id := len(w.frames)
+	id := int32(len(w.frames))
 	w.ids[k] = id
-	return id
+	return int(id)
 }
 
 // Close ends the document (the stack frames after the events) and
@@ -304,11 +327,13 @@ func (w *Writer) Close() error {
 			}
 			w.w.WriteByte('"')
 			w.uint(uint64(i + 1))
-			w.w.WriteString(`":{"name":`)
-			w.str(f.name)
-			if f.category != "" {
-				w.w.WriteString(`,"category":`)
-				w.str(f.category)
+			w.w.WriteString(`":{"name":"`)
+			w.w.Write(w.quotedName(f.name))
+			w.w.WriteByte('"')
+			if c := w.quotedName(f.category); len(c) > 0 { // (only "" quotes to nothing)
+				w.w.WriteString(`,"category":"`)
+				w.w.Write(c)
+				w.w.WriteByte('"')
 			}
 			if f.parent > 0 {
 				w.w.WriteString(`,"parent":"`)
