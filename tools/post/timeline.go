@@ -75,7 +75,8 @@ type timeline struct {
 	keep                map[trackKey]bool   // --pid/--tid/--comm, decided at a thread's first call
 	funcs               []tlFunc            // the functions named, by id
 	funcIDs             map[tlFunc]int32
-	frameNames          []tlFuncID // by function id
+	frameNames          []tlFuncID  // by function id
+	last                []lastStack // by CPU
 	samples, callSlices uint64
 }
 
@@ -97,6 +98,14 @@ type tlFuncID struct{ sym, mod int32 }
 type tlProc struct {
 	frames map[tlFrameKey]tlFrame
 	funcs  map[tlPC]int32 // the function's id in timeline.funcs
+}
+
+// lastStack is the stack of a CPU's last sample, root first: the
+// addresses and their frames in process p.
+type lastStack struct {
+	p      *tlProc
+	pcs    []tlPC
+	frames []tlFrame
 }
 
 // tlFrame is a stack frame: its traceevent id and its function's (in
@@ -275,15 +284,38 @@ func (tl *timeline) sample(t *scriptTick, stack string, nk int) {
 	tl.track(t.pid, t.tid, func() string { return fmt.Sprintf("%s %d", tl.threadName(t.pid, t.tid), t.tid) })
 	p := tl.proc(t.pid)
 	var fr tlFrame
-	if len(stack) < 8 {
+	if n := len(stack) / 8; n == 0 {
 		fr = tl.frameOf(p, t.pid, 0, tlPC{t.ip, t.kernel})
-	}
-	for i := len(stack)/8 - 1; i >= 0; i-- {
-		at := le64(stack[8*i:])
-		if i > 0 && i != nk {
-			at-- // a return address: name the call, not what follows it
+	} else {
+		// the frames the stack shares with the CPU's last sample's, from
+		// the root, are those; the others are looked up
+		for t.cpu >= len(tl.last) {
+			tl.last = append(tl.last, lastStack{})
 		}
-		fr = tl.frameOf(p, t.pid, fr.sf, tlPC{at, i < nk})
+		ls := &tl.last[t.cpu]
+		if ls.p != p {
+			*ls = lastStack{p: p, pcs: ls.pcs[:0], frames: ls.frames[:0]}
+		}
+		same := true
+		for j := range n {
+			i := n - 1 - j
+			at := le64(stack[8*i:])
+			if i > 0 && i != nk {
+				at-- // a return address: name the call, not what follows it
+			}
+			pc := tlPC{at, i < nk}
+			if same && j < len(ls.pcs) && ls.pcs[j] == pc {
+				fr = ls.frames[j]
+				continue
+			}
+			if same {
+				same = false
+				ls.pcs, ls.frames = ls.pcs[:j], ls.frames[:j]
+			}
+			fr = tl.frameOf(p, t.pid, fr.sf, pc)
+			ls.pcs, ls.frames = append(ls.pcs, pc), append(ls.frames, fr)
+		}
+		ls.pcs, ls.frames = ls.pcs[:n], ls.frames[:n]
 	}
 	leaf := tl.funcs[fr.fn]
 	tl.samples++
