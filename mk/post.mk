@@ -8,6 +8,10 @@ bench: bench-post
 .PHONY: bench-post-real
 bench-post-real: build
 	bash bench/post/real.sh -p 1
+# post --timeline against post -tprof on the stacks traces of real.sh.
+.PHONY: bench-post-timeline
+bench-post-timeline: build
+	bash bench/post/timeline.sh
 
 # Short fuzz runs of A2N's parsers of untrusted inputs (perf maps, jitdump,
 # ELF modules: symbols, PLT, .eh_frame, .gnu_debugdata). `fuzz` is in

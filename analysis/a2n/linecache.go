@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 )
@@ -32,16 +33,31 @@ const lineMagic = "PIA2NLN1"
 const noFile = ^uint32(0)
 
 // lineTable is a module's whole line table: rows of 16 bytes (address,
-// file index, line) by address, in a cache file read into memory or made
-// from the DWARF.
+// file index, line) by address, in a cache file mapped (or read into
+// memory where it cannot be) or made from the DWARF.
 type lineTable struct {
-	rows  []byte
-	files []string
+	rows   []byte
+	files  []string
+	mapped bool // rows lie in a mapping of the cache file (see lookup)
 }
 
 func (t *lineTable) n() int { return len(t.rows) / 16 }
 
 func (t *lineTable) addr(i int) uint64 { return binary.LittleEndian.Uint64(t.rows[16*i:]) }
+
+// lookup is find, a fault on a mapped table (its file shrunk under it)
+// giving no line.
+func (t *lineTable) lookup(va uint64) (file string, line int, ok bool) {
+	if t.mapped {
+		defer faultsPanic()()
+		defer func() {
+			if recover() != nil {
+				file, line, ok = "", 0, false
+			}
+		}()
+	}
+	return t.find(va)
+}
 
 // find returns the line of va: the last row at or before it, unless that
 // row ends a sequence.
@@ -247,10 +263,39 @@ func readLineTable(dir string, key []byte) (*lineTable, bool) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
 		return nil, false
 	}
-	data := make([]byte, fi.Size())
+	// Mapped, not read: a Go binary's table is megabytes, of which a
+	// profile's lookups touch a few pages (reading it was a tenth of a
+	// post --pprof of a Go program's trace: the copy and the zeroed
+	// memory it went to). The mapping goes with the table.
+	var data []byte
+	if mf := mapFile(f, fi.Size()); mf != nil {
+		data = mf.data
+		t, ok := parseLineTable(data, key)
+		if !ok {
+			_ = syscall.Munmap(mf.data)
+			return nil, false
+		}
+		t.mapped = true
+		runtime.AddCleanup(t, func(b []byte) { _ = syscall.Munmap(b) }, mf.data)
+		return t, true
+	}
+	data = make([]byte, fi.Size())
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, false
 	}
+	return parseLineTable(data, key)
+}
+
+// parseLineTable checks a cached line table whole (see readLineTable);
+// the table's rows are data's. A mapped file that shrinks under it
+// faults: a panic here, recovered as a table not read.
+func parseLineTable(data []byte, key []byte) (t *lineTable, ok bool) {
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			t, ok = nil, false
+		}
+	}()
 	take := func(n uint64) []byte {
 		if n > uint64(len(data)) {
 			return nil
@@ -277,7 +322,7 @@ func readLineTable(dir string, key []byte) (*lineTable, bool) {
 	if !ok || nf > uint64(len(data))/4 {
 		return nil, false
 	}
-	t := &lineTable{files: make([]string, 0, nf)}
+	t = &lineTable{files: make([]string, 0, nf)}
 	for range nf {
 		l, ok := u32()
 		b := take(l)

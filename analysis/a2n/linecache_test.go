@@ -85,6 +85,31 @@ func TestCachedLinesAreTheDWARFs(t *testing.T) {
 				t.Fatalf("%s run %d: %d of %d addresses with a line, %d differ (cached table: %v)", c.path, run, lines, (hi-lo)/c.stride, differ, cached.lineTab != nil)
 			}
 			t.Logf("%s run %d: %d addresses with lines, the same", filepath.Base(c.path), run, lines)
+			if run == 1 && c.path == self {
+				truncatedTable(t, cached, cache, hi-1)
+			}
 		}
+	}
+}
+
+// truncatedTable checks that m's line table, read from the cache in dir,
+// is mapped, and that once the cache file shrinks under the mapping a
+// lookup (at va, in the part cut off) gives no line instead of a fault.
+func truncatedTable(t *testing.T, m *Module, dir string, va uint64) {
+	t.Helper()
+	if !m.lineTab.mapped {
+		t.Fatal("the cached line table was read, not mapped")
+	}
+	tabs, _ := filepath.Glob(filepath.Join(dir, "*.tab"))
+	if len(tabs) == 0 {
+		t.Fatalf("no table in %s", dir)
+	}
+	for _, p := range tabs {
+		if err := os.Truncate(p, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, l, ok := m.Line(va); ok {
+		t.Fatalf("%#x in a table cut short: %s:%d", va, f, l)
 	}
 }

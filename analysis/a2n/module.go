@@ -457,7 +457,7 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 		}
 	}
 	if m.lineTab != nil {
-		return m.lineTab.find(va)
+		return m.lineTab.lookup(va)
 	}
 	i := sort.Search(len(m.cuRanges), func(i int) bool { return m.cuRanges[i].low > va }) - 1
 	if i < 0 || va >= m.cuRanges[i].high {

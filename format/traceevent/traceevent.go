@@ -12,9 +12,9 @@ package traceevent
 
 import (
 	"bufio"
-	"encoding/json"
 	"io"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Writer writes one trace-event JSON document.
@@ -23,16 +23,20 @@ type Writer struct {
 	origin uint64
 	n      int // events written
 	frames []stackFrame
-	ids    map[stackFrame]int
-	quoted [][]byte // each frame's name as a JSON string, unquoted
+	ids    map[stackFrame]int32
+	// The names of frames, by id (Name): each as a JSON string, unquoted,
+	// in quoted[at[id]:at[id+1]]. Frames and their map hold no pointers
+	// (a system-wide time line makes hundreds of thousands): the
+	// collector does not scan them.
+	names  map[string]int32
+	quoted []byte
+	at     []int
 	num    []byte
-	path   []int
+	path   []int32
 }
 
 type stackFrame struct {
-	parent   int
-	name     string
-	category string
+	parent, name, category int32
 }
 
 // Arg is one argument of an event: a string, or a number when Str is
@@ -52,7 +56,7 @@ func Num(k string, v uint64) Arg { return Arg{Key: k, Num: v, IsNum: true} }
 
 // New starts a document on out; origin is the time written as 0.
 func New(out io.Writer, origin uint64) *Writer {
-	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int{}}
+	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int32{}, names: map[string]int32{}, at: []int{0}}
 	w.w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
 	return w
 }
@@ -61,8 +65,63 @@ func New(out io.Writer, origin uint64) *Writer {
 func (w *Writer) Origin() uint64 { return w.origin }
 
 func (w *Writer) str(s string) {
-	b, _ := json.Marshal(s) // valid UTF-8 out, whatever the bytes in
-	w.w.Write(b)
+	b := append(w.w.AvailableBuffer(), '"')
+	w.w.Write(append(appendQuoted(b, s), '"'))
+}
+
+// appendQuoted appends s as the inside of a JSON string, as
+// encoding/json writes it (HTML's <, > and & escaped, an invalid UTF-8
+// byte as U+FFFD, U+2028 and U+2029 escaped): valid UTF-8 out, whatever
+// the bytes in, without encoding/json's reflection and allocation per
+// string (a time line writes millions).
+func appendQuoted(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= ' ' && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '"', '\\':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
 }
 
 // ts writes t as microseconds from the origin (negative before it).
@@ -209,11 +268,11 @@ func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf in
 	}
 	w.w.WriteString(`"stack":"`)
 	w.path = w.path[:0]
-	for id := sf; id > 0 && id <= len(w.frames); id = w.frames[id-1].parent {
-		w.path = append(w.path, id)
+	for id := int32(sf); id > 0 && int(id) <= len(w.frames); id = w.frames[id-1].parent {
+		w.path = append(w.path, w.frames[id-1].name)
 	}
 	for i := len(w.path) - 1; i >= 0; i-- {
-		w.w.Write(w.quoted[w.path[i]-1])
+		w.w.Write(w.quotedName(w.path[i]))
 		if i > 0 {
 			w.w.WriteByte(';')
 		}
@@ -224,16 +283,34 @@ func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf in
 // Frame returns the id of the stack frame name (category: its module)
 // called from parent (0: a root frame): the stack whose leaf it is.
 func (w *Writer) Frame(parent int, name, category string) int {
-	k := stackFrame{parent, name, category}
+	return w.FrameOf(parent, w.Name(name), w.Name(category))
+}
+
+// Name is the id of the string s among the names of frames.
+func (w *Writer) Name(s string) int32 {
+	id, ok := w.names[s]
+	if !ok {
+		id = int32(len(w.at) - 1)
+		w.names[s] = id
+		w.quoted = appendQuoted(w.quoted, s)
+		w.at = append(w.at, len(w.quoted))
+	}
+	return id
+}
+
+func (w *Writer) quotedName(id int32) []byte { return w.quoted[w.at[id]:w.at[id+1]] }
+
+// FrameOf is Frame with the name and category given by their ids (Name):
+// for a caller that names its frames once.
+func (w *Writer) FrameOf(parent int, name, category int32) int {
+	k := stackFrame{int32(parent), name, category}
 	if id, ok := w.ids[k]; ok {
-		return id
+		return int(id)
 	}
 	w.frames = append(w.frames, k)
-	q, _ := json.Marshal(name)
-	w.quoted = append(w.quoted, q[1:len(q)-1])
-	id := len(w.frames)
+	id := int32(len(w.frames))
 	w.ids[k] = id
-	return id
+	return int(id)
 }
 
 // Close ends the document (the stack frames after the events) and
@@ -250,11 +327,13 @@ func (w *Writer) Close() error {
 			}
 			w.w.WriteByte('"')
 			w.uint(uint64(i + 1))
-			w.w.WriteString(`":{"name":`)
-			w.str(f.name)
-			if f.category != "" {
-				w.w.WriteString(`,"category":`)
-				w.str(f.category)
+			w.w.WriteString(`":{"name":"`)
+			w.w.Write(w.quotedName(f.name))
+			w.w.WriteByte('"')
+			if c := w.quotedName(f.category); len(c) > 0 { // (only "" quotes to nothing)
+				w.w.WriteString(`,"category":"`)
+				w.w.Write(c)
+				w.w.WriteByte('"')
 			}
 			if f.parent > 0 {
 				w.w.WriteString(`,"parent":"`)

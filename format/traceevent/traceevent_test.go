@@ -46,3 +46,22 @@ func TestWriterTimesAndFrames(t *testing.T) {
 		t.Fatalf("stack frames %+v, sample's sf %d", doc.StackFrames, doc.TraceEvents[0].Sf)
 	}
 }
+
+// A string is written as encoding/json writes it, whatever its bytes.
+func TestQuotedAsEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "main.f", "a\"b\\c", "<&>", "\x00\x01\b\f\n\r\t\x1f\x7f", "\xff\xfe", "é世\u2028\u2029x", "f\xe2\x80", "std::vector<int>::push_back(int&&)"} {
+		checkQuoted(t, s)
+	}
+}
+
+func FuzzQuoted(f *testing.F) {
+	f.Add("a\xffb<\u2028")
+	f.Fuzz(checkQuoted)
+}
+
+func checkQuoted(t *testing.T, s string) {
+	want, _ := json.Marshal(s)
+	if got := appendQuoted([]byte{'"'}, s); string(append(got, '"')) != string(want) {
+		t.Fatalf("%q written %s, encoding/json writes %s", s, append(got, '"'), want)
+	}
+}

@@ -118,6 +118,12 @@ var reserveHeap func(n int) (int, string)
 // many-process report with call stacks).
 const heapPerTraceByte = 4
 
+// timelineHeapPerTraceByte is what a time line (--timeline) adds to it:
+// the frames of every stack, by process and address. Bounded to the
+// report's alone, the collector ran almost without pause while the time
+// line was written.
+const timelineHeapPerTraceByte = 3
+
 func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	return cliutil.Run(newApp(&o, stdout, stderr), append([]string{"post"}, args...))
@@ -199,7 +205,11 @@ func post(o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	if st, err := os.Stat(in); err == nil && reserveHeap != nil {
-		if n, _ := reserveHeap(int(min(st.Size(), 1<<40) * heapPerTraceByte)); n > 0 {
+		perByte := int64(heapPerTraceByte)
+		if o.timeline != "" {
+			perByte += timelineHeapPerTraceByte
+		}
+		if n, _ := reserveHeap(int(min(st.Size(), 1<<40) * perByte)); n > 0 {
 			// In huge pages a larger heap costs few faults: a quarter
 			// of the collections saves a tenth of the CPU of a flat or
 			// stacks report, for a quarter more resident memory (still

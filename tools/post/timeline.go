@@ -69,12 +69,57 @@ type timeline struct {
 	namer *a2nNamer
 	off   uint64 // time of the trace's end (SysTraceOff)
 
-	pending             map[int]*scriptTick                // per CPU: the sample whose stack may follow
-	names               map[uint32]map[scriptPC]a2n.Result // by process
-	tracks              map[trackKey]string                // every track written to, with its name
-	keep                map[trackKey]bool                  // --pid/--tid/--comm, decided at a thread's first call
-	procs               map[uint32]bool                    // processes with a track
+	pending             []pendingTick       // by CPU: the sample whose stack may follow
+	procs               map[uint32]*tlProc  // processes with a track, with their frames
+	tracks              map[trackKey]string // every track written to, with its name
+	keep                map[trackKey]bool   // --pid/--tid/--comm, decided at a thread's first call
+	funcs               []tlFunc            // the functions named, by id
+	funcIDs             map[tlFunc]int32
+	frameNames          []tlFuncID  // by function id
+	last                []lastStack // by CPU
 	samples, callSlices uint64
+}
+
+type pendingTick struct {
+	scriptTick
+	ok bool
+}
+
+// tlFunc is a function a sample names: its symbol and module, and their
+// ids in the writer's frames (the module's base name).
+type tlFunc struct{ sym, mod string }
+
+type tlFuncID struct{ sym, mod int32 }
+
+// tlProc holds what the time line knows of a process while its mappings
+// stay: the stack frame of each address called from each frame, and the
+// function of each address. Their keys and values hold no pointers: the
+// collector does not scan them (a system-wide trace makes millions).
+type tlProc struct {
+	frames map[tlFrameKey]tlFrame
+	funcs  map[tlPC]int32 // the function's id in timeline.funcs
+}
+
+// lastStack is the stack of a CPU's last sample, root first: the
+// addresses and their frames in process p.
+type lastStack struct {
+	p      *tlProc
+	pcs    []tlPC
+	frames []tlFrame
+}
+
+// tlFrame is a stack frame: its traceevent id and its function's (in
+// timeline.funcs).
+type tlFrame struct{ sf, fn int32 }
+
+type tlFrameKey struct {
+	parent int32
+	pc     tlPC
+}
+
+type tlPC struct {
+	pc     uint64
+	kernel bool
 }
 
 // timelineHook chains the time line after next on every record post
@@ -89,9 +134,9 @@ func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*t
 	}
 	tl := &timeline{path: path, f: f, r: r, filt: filt,
 		// the states only: stacks go unnamed (the off-CPU profiles' names)
-		sched: offcpu.New(nil),
-		namer: &a2nNamer{r: r, cache: map[[2]uint64]named{}}, pending: map[int]*scriptTick{}, names: map[uint32]map[scriptPC]a2n.Result{},
-		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]bool{}}
+		sched:  offcpu.New(nil),
+		namer:  &a2nNamer{r: r, cache: map[[2]uint64]named{}},
+		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}}
 	tl.sched.KeepSpans = true
 	tl.calls = itrace.NewReport(tl.namer, nil)
 	tl.calls.OnFrame(tl.frame)
@@ -126,9 +171,9 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 		// named afresh
 		switch {
 		case rec.Major == trace.MajorJITLoad, rec.Minor == trace.MTEExec, rec.Minor == trace.MTESegment, rec.Minor == trace.MTEUnmap:
-			delete(tl.names, uint32(rec.Field(0)))
+			tl.forget(uint32(rec.Field(0)))
 		case rec.Minor == trace.MTEFork:
-			delete(tl.names, uint32(rec.Field(2)))
+			tl.forget(uint32(rec.Field(2)))
 		}
 		if len(tl.namer.cache) > 0 {
 			tl.namer.cache = map[[2]uint64]named{}
@@ -138,22 +183,21 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 			tl.off = rec.Time
 		}
 	case trace.MajorTprof:
-		if res != nil { // else left out by --pid, --tid or --comm
-			tl.pending[rec.CPU] = &scriptTick{pid: uint32(rec.Field(0)), tid: uint32(rec.Field(1)), cpu: rec.CPU, time: rec.Time,
-				ip: rec.Field(2), kernel: rec.Field(3)&trace.TprofKernel != 0}
+		if res != nil && rec.CPU >= 0 { // else left out by --pid, --tid or --comm
+			for len(tl.pending) <= rec.CPU {
+				tl.pending = append(tl.pending, pendingTick{})
+			}
+			tl.pending[rec.CPU] = pendingTick{scriptTick{pid: uint32(rec.Field(0)), tid: uint32(rec.Field(1)), cpu: rec.CPU, time: rec.Time,
+				ip: rec.Field(2), kernel: rec.Field(3)&trace.TprofKernel != 0}, true}
 		}
 	case trace.MajorUnwind:
-		t := tl.pending[rec.CPU]
-		if t != nil && rec.Minor == trace.UnwindTick {
-			delete(tl.pending, rec.CPU)
+		if rec.Minor == trace.UnwindTick && rec.CPU >= 0 && rec.CPU < len(tl.pending) && tl.pending[rec.CPU].ok {
+			t := &tl.pending[rec.CPU]
+			t.ok = false
 			if t.pid != uint32(rec.Field(0)) || t.tid != uint32(rec.Field(1)) {
-				tl.sample(t, nil, 0)
+				tl.sample(&t.scriptTick, "", 0)
 			} else {
-				pcs := make([]uint64, len(rec.Str)/8)
-				for i := range pcs {
-					pcs[i] = le64(rec.Str[8*i:])
-				}
-				tl.sample(t, pcs, int(rec.Field(2)>>trace.UnwindKernShift))
+				tl.sample(&t.scriptTick, rec.Str, int(rec.Field(2)>>trace.UnwindKernShift))
 			}
 		}
 	case trace.MajorITraceU, trace.MajorITraceK:
@@ -166,25 +210,54 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 
 // flush writes the sample pending on cpu (no stack followed it).
 func (tl *timeline) flush(cpu int) {
-	if t := tl.pending[cpu]; t != nil {
-		delete(tl.pending, cpu)
-		tl.sample(t, nil, 0)
+	if cpu >= 0 && cpu < len(tl.pending) && tl.pending[cpu].ok {
+		t := &tl.pending[cpu]
+		t.ok = false
+		tl.sample(&t.scriptTick, "", 0)
 	}
 }
 
-func (tl *timeline) resolve(pid uint32, pc uint64, kernel bool) a2n.Result {
-	m := tl.names[pid]
-	if m == nil {
-		m = map[scriptPC]a2n.Result{}
-		tl.names[pid] = m
+// proc is what the time line knows of process pid.
+func (tl *timeline) proc(pid uint32) *tlProc {
+	p := tl.procs[pid]
+	if p == nil {
+		p = &tlProc{frames: map[tlFrameKey]tlFrame{}, funcs: map[tlPC]int32{}}
+		tl.procs[pid] = p
 	}
-	k := scriptPC{pid, pc, kernel}
-	res, ok := m[k]
+	return p
+}
+
+// forget drops what the time line knows of process pid's addresses (its
+// mappings change), keeping it among the processes with a track.
+func (tl *timeline) forget(pid uint32) {
+	if p := tl.procs[pid]; p != nil && len(p.funcs) > 0 {
+		tl.procs[pid] = &tlProc{frames: map[tlFrameKey]tlFrame{}, funcs: map[tlPC]int32{}}
+	}
+}
+
+// frameOf is the stack frame of the address at called from parent in
+// process pid.
+func (tl *timeline) frameOf(p *tlProc, pid uint32, parent int32, at tlPC) tlFrame {
+	k := tlFrameKey{parent, at}
+	if fr, ok := p.frames[k]; ok {
+		return fr
+	}
+	fn, ok := p.funcs[at]
 	if !ok {
-		res = tl.r.Resolve(pid, pc, kernel)
-		m[k] = res
+		res := tl.r.Resolve(pid, at.pc, at.kernel)
+		f := tlFunc{res.Symbol, res.Module}
+		if fn, ok = tl.funcIDs[f]; !ok {
+			fn = int32(len(tl.funcs))
+			tl.funcs = append(tl.funcs, f)
+			tl.frameNames = append(tl.frameNames, tlFuncID{tl.w.Name(f.sym), tl.w.Name(filepath.Base(f.mod))})
+			tl.funcIDs[f] = fn
+		}
+		p.funcs[at] = fn
 	}
-	return res
+	n := tl.frameNames[fn]
+	fr := tlFrame{int32(tl.w.FrameOf(int(parent), n.sym, n.mod)), fn}
+	p.frames[k] = fr
+	return fr
 }
 
 // track notes a track written to, named name, and its process.
@@ -192,7 +265,7 @@ func (tl *timeline) track(pid, tid uint32, name func() string) {
 	k := trackKey{pid, tid}
 	if _, ok := tl.tracks[k]; !ok {
 		tl.tracks[k] = name()
-		tl.procs[pid] = true
+		tl.proc(pid)
 	}
 }
 
@@ -204,32 +277,50 @@ func (tl *timeline) threadName(pid, tid uint32) string {
 	return strings.ReplaceAll(n, "\n", " ")
 }
 
-// sample writes one sample: its stack pcs (interrupted first, the first
-// nk in the kernel), or with none its own address.
-func (tl *timeline) sample(t *scriptTick, pcs []uint64, nk int) {
+// sample writes one sample: its stack (the addresses of an UNWIND
+// record, interrupted first, the first nk in the kernel), or with none
+// its own address.
+func (tl *timeline) sample(t *scriptTick, stack string, nk int) {
 	tl.track(t.pid, t.tid, func() string { return fmt.Sprintf("%s %d", tl.threadName(t.pid, t.tid), t.tid) })
-	sf := 0
-	var leaf a2n.Result
-	if len(pcs) == 0 {
-		leaf = tl.resolve(t.pid, t.ip, t.kernel)
-		sf = tl.frameID(0, leaf)
-	}
-	for i := len(pcs) - 1; i >= 0; i-- {
-		at := pcs[i]
-		if i > 0 && i != nk {
-			at-- // a return address: name the call, not what follows it
+	p := tl.proc(t.pid)
+	var fr tlFrame
+	if n := len(stack) / 8; n == 0 {
+		fr = tl.frameOf(p, t.pid, 0, tlPC{t.ip, t.kernel})
+	} else {
+		// the frames the stack shares with the CPU's last sample's, from
+		// the root, are those; the others are looked up
+		for t.cpu >= len(tl.last) {
+			tl.last = append(tl.last, lastStack{})
 		}
-		leaf = tl.resolve(t.pid, at, i < nk)
-		sf = tl.frameID(sf, leaf)
+		ls := &tl.last[t.cpu]
+		if ls.p != p {
+			*ls = lastStack{p: p, pcs: ls.pcs[:0], frames: ls.frames[:0]}
+		}
+		same := true
+		for j := range n {
+			i := n - 1 - j
+			at := le64(stack[8*i:])
+			if i > 0 && i != nk {
+				at-- // a return address: name the call, not what follows it
+			}
+			pc := tlPC{at, i < nk}
+			if same && j < len(ls.pcs) && ls.pcs[j] == pc {
+				fr = ls.frames[j]
+				continue
+			}
+			if same {
+				same = false
+				ls.pcs, ls.frames = ls.pcs[:j], ls.frames[:j]
+			}
+			fr = tl.frameOf(p, t.pid, fr.sf, pc)
+			ls.pcs, ls.frames = append(ls.pcs, pc), append(ls.frames, fr)
+		}
+		ls.pcs, ls.frames = ls.pcs[:n], ls.frames[:n]
 	}
+	leaf := tl.funcs[fr.fn]
 	tl.samples++
-	tl.w.InstantStack(t.pid, t.tid, "sample", leaf.Symbol, t.time, sf,
-		traceevent.Str("module", leaf.Module), traceevent.Num("cpu", uint64(t.cpu)))
-}
-
-// frameID is the stack frame of res called from parent.
-func (tl *timeline) frameID(parent int, res a2n.Result) int {
-	return tl.w.Frame(parent, res.Symbol, filepath.Base(res.Module))
+	tl.w.InstantStack(t.pid, t.tid, "sample", leaf.sym, t.time, int(fr.sf),
+		traceevent.Str("module", leaf.mod), traceevent.Num("cpu", uint64(t.cpu)))
 }
 
 // frame writes one ITrace frame change as the begin or end of a slice.
@@ -261,12 +352,7 @@ func (tl *timeline) finish() error {
 	if tl.w == nil {
 		tl.w = traceevent.New(tl.f, 0) // an empty trace
 	}
-	cpus := make([]int, 0, len(tl.pending))
 	for cpu := range tl.pending {
-		cpus = append(cpus, cpu)
-	}
-	sort.Ints(cpus)
-	for _, cpu := range cpus {
 		tl.flush(cpu)
 	}
 	tl.calls.Finish()

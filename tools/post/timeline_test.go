@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,6 +257,34 @@ func TestTimelineSamplesAreTheTicks(t *testing.T) {
 		if deep < 5 {
 			t.Fatalf("%v: the deepest sample stack has %d frames (the trace's go to 10)", sel, deep)
 		}
+		checkRenamed(t, d.samples)
+	}
+}
+
+// checkRenamed checks the golden trace's renaming: mid-trace, process
+// 1003's function at 0x10000 ("fn_0 0") is loaded again as "replaced".
+// Its samples' stacks name it "fn_0 0" before and "replaced" after,
+// however many frames they share with the samples before them.
+func checkRenamed(t *testing.T, samples []tlEvent) {
+	t.Helper()
+	before, after := 0, 0
+	for _, s := range samples {
+		if *s.Pid != 1003 {
+			continue
+		}
+		frames := strings.Split(s.Args["stack"].(string), ";")
+		old, renamed := slices.Contains(frames, "fn_0 0"), slices.Contains(frames, "replaced")
+		switch {
+		case renamed:
+			after++
+		case old && after > 0:
+			t.Fatalf("a sample at %.3f µs names fn_0 0 after the renaming: %q", *s.Ts, frames)
+		case old:
+			before++
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Fatalf("pid 1003: %d stacks with fn_0 0, then %d with its new name (want both)", before, after)
 	}
 }
 
