@@ -24,7 +24,7 @@ func TestKmodBackendWithoutModule(t *testing.T) {
 	cmd = exec.Command(pttBin, "on", "-p", "1")
 	cmd.Env = append(env, "PERFINSP_BACKEND=bogus")
 	out, err = cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `unknown backend "bogus"`) {
+	if err == nil || !strings.Contains(string(out), `"bogus"`) || !strings.Contains(string(out), "use kmod, daemon or auto") {
 		t.Errorf("unknown backend: %v %q", err, out)
 	}
 }
