@@ -377,7 +377,7 @@ func (c *Client) Get(path string) error {
 	if err != nil {
 		return err
 	}
-	if st.Mode != control.ModeNormal && abs == st.ContFile {
+	if st.Mode != control.ModeNormal && st.ContFile != "" && sameFile(abs, st.ContFile) {
 		return c.Call(daemonproto.OpGet, daemonproto.GetArgs{}, nil)
 	}
 	switch st.State {
@@ -392,6 +392,22 @@ func (c *Client) Get(path string) error {
 	}
 	defer f.Close()
 	return c.Call(daemonproto.OpGet, daemonproto.GetArgs{Path: abs}, nil, f)
+}
+
+// sameFile says whether the paths a and b name one file: the same name, or
+// another name (a link, a directory reached by a link) of the same file.
+// Creating a trace file at another name of the stream file would empty
+// the stream.
+func sameFile(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // Info reports the state.
