@@ -233,8 +233,8 @@ func (r *Report) writeBudget(w io.Writer, o *Overhead) {
 		fmt.Fprintf(w, "budget: after the last level the walk waited %.2fs, probes out, for its costs to be within that\n", o.EndWaitSec)
 	}
 	if o.EstimatedPct > o.BudgetPct {
-		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) saw %d hits, the probed calls %d (%s together), the samples %d (%s); a shorter --period or fewer --top functions cost less\n",
-			closeS, o.CloseHits, o.ProbedCalls, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))
+		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) took %.0f of the %.0f traps (%s together), the samples %d (%s); a window is closed before it overspends, but the first has no window before it to go by, and the walk ended before the target had paid for it (a longer run does; fewer --top functions cost less)\n",
+			closeS, closeTraps, o.Traps, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))
 	}
 }
 
