@@ -140,7 +140,9 @@ xp=$(best <"$tmp/xzplain")
 xw=$(best <"$tmp/xzwalk")
 xlv=$(python3 -c 'import json,sys; print(" | ".join(" ".join(l["frontier"]) for l in json.load(open(sys.argv[1]))["levels"]))' "$tmp/xw0.json" 2>/dev/null || echo "?")
 xpr=$(sort -n "$tmp/xzpaired" | awk '{s = s sprintf("%s%+.1f%%", NR > 1 ? " " : "", $1)} END {print s}')
+xest=$(for ((i = 0; i < RUNS; i++)); do python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["overhead"]; print("%+.1f%% (%.0f traps)" % (o["estimated_slowdown_pct"], o.get("probe_traps", 0)))' "$tmp/xw$i.json" 2>/dev/null || echo "?"; done | paste -sd' ')
 echo "xz -T2 -6 of ${XZMB} MB of text, CPU s (best of $RUNS): alone $xp, under the default walk $xw; paired runs: $xpr"
+echo "  the walks' own estimates, run by run: $xest"
 echo "  levels: $xlv"
 verdict "$tmp/xzpaired" "xz" || ok=1
 exit $ok

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -123,6 +124,10 @@ type Calibration struct {
 	// the same with an emulated first instruction.
 	InPairNs         float64 `json:"probe_time_in_call_ns"`
 	InPairEmulatedNs float64 `json:"probe_time_in_call_emulated_ns"`
+	// CloseNs is the time the close of one probe took (the kernel's grace
+	// period): the budget's guess for a closing phase before the walk's
+	// own closes are timed.
+	CloseNs float64 `json:"probe_close_ns"`
 }
 
 // inPair is the probes' own time inside a pair of the function at
@@ -208,7 +213,7 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 	if err != nil {
 		return c, fmt.Errorf("calibrate the probe cost: %w", err)
 	}
-	c.CallNs, c.EntryNs, c.SpreadNs, c.InPairNs = k.cost, k.entry, k.spread, k.inPair
+	c.CallNs, c.EntryNs, c.SpreadNs, c.InPairNs, c.CloseNs = k.cost, k.entry, k.spread, k.inPair, k.closeNs
 	if entryEmulated(ch.fn[1].path, ch.fn[1].off) && !entryEmulated(ch.fn[0].path, ch.fn[0].off) {
 		k, err := ch.measure(pmu, 1)
 		if err != nil {
@@ -398,7 +403,7 @@ func (ch *calibChild) sampled(n int) (int64, int, error) {
 // kindCost is what the calibration found for one kind of first
 // instruction (Calibration's fields of that kind).
 type kindCost struct {
-	cost, entry, spread, inPair float64
+	cost, entry, spread, inPair, closeNs float64
 }
 
 // measure measures the probe cost of the child's function kind. A
@@ -434,7 +439,9 @@ func (ch *calibChild) measure(pmu uprobe.PMU, kind int) (kindCost, error) {
 		}
 		withProbes = append(withProbes, float64(ns)/calibCalls)
 	}
+	tc := time.Now()
 	pp.probes[1].Close() // the exit probe (the ring is the entry probe's)
+	closeNs := float64(time.Since(tc))
 	pp.per = 1
 	for r := 0; r < calibRounds; r++ {
 		ns, err := pp.batch(calibCalls)
@@ -449,7 +456,7 @@ func (ch *calibChild) measure(pmu uprobe.PMU, kind int) (kindCost, error) {
 	if withProbes[0] <= plain[0] {
 		return kindCost{}, fmt.Errorf("probed calls measured no slower than plain ones (%.0f vs %.0f ns)", withProbes[0], plain[0])
 	}
-	k := kindCost{cost: withProbes[0] - plain[0], spread: withProbes[calibRounds-1] - withProbes[0]}
+	k := kindCost{cost: withProbes[0] - plain[0], spread: withProbes[calibRounds-1] - withProbes[0], closeNs: closeNs}
 	k.entry = min(max(entryOnly[0]-plain[0], 0), k.cost)
 	sort.Float64s(pp.pairs)
 	if len(pp.pairs) > 0 {

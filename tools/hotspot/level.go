@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,15 @@ type levelRun struct {
 	closing bool      // closeAll is removing the probes
 	onSince time.Time // when the probes went in
 	winCost float64   // the probe cost of the calls seen in this window
+
+	// counted: the traps are counted from the probes' events (traps.go),
+	// not from the records read (with -m, whose probes read a group).
+	counted  bool
+	traps    map[*uprobe.Probe]*trapCount
+	shares   map[probeSite]siteShare
+	winSite  map[probeSite]float64 // each site's cost in this window
+	cpuRate  float64               // the target's CPU ns per ns in this window (the traps' ceiling)
+	openCost float64               // w.CostNs when this window's probes went in
 }
 
 // The duty cycle's window: probes on for onWin, off for offWin.
@@ -62,6 +72,11 @@ func newLevelRun(ctx context.Context, w *Walk, depth int, frontier []Func) *leve
 		stacks:   callStacks{},
 		probed:   map[int]bool{},
 		inTree:   map[uint32]bool{},
+		counted:  w.Metric == nil,
+		traps:    map[*uprobe.Probe]*trapCount{},
+		shares:   map[probeSite]siteShare{},
+		winSite:  map[probeSite]float64{},
+		cpuRate:  float64(max(runtime.NumCPU(), 1)),
 	}
 	for _, f := range frontier {
 		if f.NoProbe != "" {
@@ -235,6 +250,7 @@ func (r *levelRun) openFunc(fs *FuncStat, u probeUnit, group int, ring *perfring
 		}
 		r.probes = append(r.probes, p)
 		r.refs[p.ID] = probeRef{fs, exit, off}
+		r.track(p, probeSite{fs, off})
 		if err := ring.Redirect(p.FD); err != nil {
 			return err
 		}
@@ -251,11 +267,15 @@ func (r *levelRun) openAll() (bool, error) {
 		return false, nil // the target is gone
 	}
 	clear(r.probed)
+	t0 := time.Now()
 	if err := r.openThreads(tids); err != nil {
 		return false, err
 	}
+	r.lv.OpenSec += time.Since(t0).Seconds()
 	r.lv.Windows++
 	r.onSince = time.Now()
+	r.openCost = w.CostNs
+	clear(r.winSite)
 	w.inPlace = fmt.Sprintf("during level %d, probes in place on %s", r.depth, what(r.stats))
 	w.meterTid = tids
 	r.winCost = 0
@@ -317,7 +337,9 @@ func (r *levelRun) record(typ uint32, _ uint16, b []byte) {
 		return // another process mapping the file
 	}
 	r.w.HookHits++
-	r.siteHits[probeSite{ref.fs, ref.off}]++
+	if !r.counted {
+		r.siteHits[probeSite{ref.fs, ref.off}]++
+	}
 	if ref.ret {
 		r.exitHit(ref, s)
 	} else {
@@ -333,13 +355,17 @@ func (r *levelRun) entryHit(ref probeRef, s uprobe.Sample) {
 		// call is not followed (its exit probes may be gone).
 		lv.CloseHits++
 		w.CloseHits++
-		w.CostNs += ref.fs.entryNs
+		if !r.counted {
+			w.CostNs += ref.fs.entryNs
+		}
 		return
 	}
 	r.countPID(s.PID)
 	w.Entries++
-	w.CostNs += ref.fs.costNs
-	r.winCost += ref.fs.costNs
+	if !r.counted {
+		w.CostNs += ref.fs.costNs
+		r.winCost += ref.fs.costNs
+	}
 	ref.fs.Calls++
 	lv.Calls++
 	if s.HasTop {
@@ -368,7 +394,9 @@ func (r *levelRun) exitHit(ref probeRef, s uprobe.Sample) {
 		// charged here (its entry's with the entry).
 		lv.CloseHits++
 		w.CloseHits++
-		w.CostNs += ref.fs.costNs - ref.fs.entryNs
+		if !r.counted {
+			w.CostNs += ref.fs.costNs - ref.fs.entryNs
+		}
 	}
 	if !s.HasRegs {
 		return
@@ -392,7 +420,8 @@ func (r *levelRun) countPID(pid uint32) {
 // closeOrder is the order the probes are closed in: the probed
 // instructions whose hits cost most first — an instruction's breakpoint
 // goes when its last event is closed, and an emulated entry costs far
-// less than an exit (a return instruction is always single-stepped).
+// less than an exit (a return instruction is always single-stepped) —
+// and of one instruction's events the busiest last.
 func (r *levelRun) closeOrder() []*uprobe.Probe {
 	bySite := map[probeSite][]*uprobe.Probe{}
 	var sites []probeSite
@@ -413,6 +442,9 @@ func (r *levelRun) closeOrder() []*uprobe.Probe {
 	sort.SliceStable(sites, func(i, j int) bool { return weight(sites[i]) > weight(sites[j]) })
 	ps := make([]*uprobe.Probe, 0, len(r.probes))
 	for _, k := range sites {
+		// Within a site, the event that counted most closes last: until
+		// then the site's breakpoint stays, and its hits stay counted.
+		sort.SliceStable(bySite[k], func(i, j int) bool { return r.count(bySite[k][i]) < r.count(bySite[k][j]) })
 		ps = append(ps, bySite[k]...)
 	}
 	return ps
@@ -424,13 +456,24 @@ func (r *levelRun) closeOrder() []*uprobe.Probe {
 // exit it did not see are counted as cut.
 func (r *levelRun) closeAll() {
 	w, lv := r.w, &r.lv
+	r.countTraps() // the window's last hits, before its closing phase
 	r.closing = true
-	cost0, had, t0 := w.CostNs, len(r.probes) > 0, time.Now()
+	had, t0 := len(r.probes) > 0, time.Now()
 	if had {
 		lv.OnSec += t0.Sub(r.onSince).Seconds()
 		w.inPlace = fmt.Sprintf("during level %d, while its probes were being removed from %s", r.depth, what(r.stats))
 	}
-	closeProbes(r.closeOrder(), r.drain)
+	for _, p := range r.closeOrder() {
+		// The kernel removes a perf uprobe under one machine-wide lock
+		// held across a grace period: closes from several threads only
+		// queue, so the order is what can be chosen (closeOrder).
+		t := time.Now()
+		p.Close()
+		w.noteClose(time.Since(t))
+		r.closed(p)
+		r.drain()
+		r.countTraps()
+	}
 	r.drain()
 	for _, ring := range r.rings {
 		w.Lost += ring.Lost
@@ -447,9 +490,11 @@ func (r *levelRun) closeAll() {
 	r.closing = false
 	if had {
 		w.inPlace = fmt.Sprintf("during level %d, its probes out (removed, not yet back)", r.depth)
-		w.lastCloseCost = w.CostNs - cost0
+		w.lastWindowCost = w.CostNs - r.openCost
 		lv.CloseSec += time.Since(t0).Seconds()
 	}
+	clear(r.traps)
+	clear(r.shares)
 	for tid, st := range r.stacks {
 		for _, f := range st {
 			f.fs.Cut++
@@ -483,6 +528,24 @@ type windows struct {
 	offWin   time.Duration
 	on       bool
 	winStart time.Time
+	// cpu0 is the target's CPU time (the meter's) at cpuAt, in this
+	// window: the traps' ceiling (levelRun.cpuRate) is measured from it.
+	cpu0    uint64
+	cpuAt   time.Time
+	checked time.Time // the last check of the budget in a window (the first is budgetCheck in)
+}
+
+// budgetCheck: a budget window's meter is read at most this often.
+const budgetCheck = 10 * time.Millisecond
+
+// meterWindow reads the target's CPU time and, 20 ms into the window,
+// its CPU rate: at most that much of the target's time goes to traps.
+func (r *levelRun) meterWindow(ws *windows) {
+	w := r.w
+	w.meter.update(w.meterTid)
+	if d := time.Since(ws.cpuAt); d >= 2*budgetCheck {
+		r.cpuRate = max(float64(w.meter.ns()-ws.cpu0)/float64(d), 0.05)
+	}
 }
 
 // newWindows is the windowing of w's levels.
@@ -500,23 +563,32 @@ func (r *levelRun) step(ws *windows) error {
 	w := r.w
 	switch {
 	case ws.budget && ws.on:
-		if w.windowOver(time.Since(ws.winStart), r.winCost, onWin) {
-			w.meter.update(w.meterTid)
-			if w.withinBudget() {
-				// The probes stay; a new window starts.
-				ws.winStart, r.winCost = time.Now(), 0
-			} else {
-				r.closeAll()
-				ws.on, ws.winStart = false, time.Now()
-			}
+		r.countTraps()
+		if time.Since(ws.checked) < budgetCheck {
+			return nil
+		}
+		ws.checked = time.Now()
+		el := time.Since(ws.winStart)
+		r.meterWindow(ws)
+		// The window goes on while what it spent and what closing it now
+		// would cost fit; at onWin a window that still fits goes on as a
+		// new one (its probes stay: no closing phase to pay).
+		if !w.affordable(r.predictClose(time.Since(r.onSince))) {
+			r.closeAll()
+			ws.on, ws.winStart = false, time.Now()
+		} else if el >= onWin {
+			ws.winStart, r.winCost = time.Now(), 0
 		}
 	case ws.budget && !ws.on:
 		w.meter.update(w.meterTid)
-		if w.withinBudget() {
+		// A window is opened once the budget can pay for one like the
+		// last (its traps and its closing phase).
+		if w.affordable(w.lastWindowCost) {
 			if _, err := r.openAll(); err != nil {
 				return err
 			}
 			ws.on, ws.winStart = true, time.Now()
+			ws.cpu0, ws.cpuAt, ws.checked = w.meter.ns(), ws.winStart, ws.winStart
 		}
 	case ws.offWin > 0 && ws.on && time.Since(ws.winStart) >= onWin:
 		// The off time counts from the start of the closing (which takes
@@ -570,7 +642,7 @@ func (r *levelRun) run() ([]*FuncStat, error) {
 	if ws.budget {
 		// The walk's costs so far (the sampling, the levels before) are
 		// paid for first.
-		lv.BudgetWaitSec = w.waitBudget(r.ctx)
+		lv.BudgetWaitSec = w.waitBudget(r.ctx, w.lastWindowCost)
 	}
 	ok, err := r.openAll()
 	if err != nil {
@@ -589,6 +661,7 @@ func (r *levelRun) run() ([]*FuncStat, error) {
 	cost0 := w.CostNs
 	t0 := time.Now()
 	ws.on, ws.winStart = true, t0
+	ws.cpu0, ws.cpuAt, ws.checked = w.meter.ns(), t0, t0
 	lastProgress, lastScan := t0, t0
 	for {
 		r.drain()

@@ -89,7 +89,7 @@ func newApp(stdout, stderr io.Writer, code *int) *cli.App {
 			&cli.Float64Flag{Name: "threshold", Value: 10, Usage: "hot functions: at least `PCT` percent of the samples"},
 			&cli.IntFlag{Name: "top", Usage: "at most `N` hot functions (0: every one above --threshold)"},
 			&cli.StringFlag{Name: "period", Value: "1s", Usage: "a level lasts `CALLS` calls of its functions or a DURATION (500ms)"},
-			&cli.StringFlag{Name: "max-overhead", Value: "5%", Usage: "keep the target's slowdown under `PCT` percent: the probes are removed for as long as the measured cost of the calls they saw needs (0: probes always in place)"},
+			&cli.StringFlag{Name: "max-overhead", Value: "5%", Usage: "keep the target's slowdown under `PCT` percent: every probe trap is charged its measured cost, a window of probes ends before it and its closing would exceed the budget, and the next waits until the target has paid for one like it (0: probes always in place)"},
 			&cli.Float64Flag{Name: "duty", Value: 100, Usage: "instead of --max-overhead: probes in place `PCT` percent of a level's time (windows of 100ms)"},
 			&cli.DurationFlag{Name: "level-max", Value: 5 * time.Second, Usage: "a level also ends after `DURATION` (a function called rarely, or never again, such as an unnamed main)"},
 			&cli.IntFlag{Name: "depth", Value: 16, Usage: "at most `N` levels"},
@@ -331,6 +331,7 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if o := rep.Overhead; o != nil {
 		o.ProbedCalls = w.Entries
 		o.ProbeCostNs = w.CostNs
+		o.Traps = w.Traps
 		o.CloseHits = w.CloseHits
 		o.EndWaitSec = w.EndWaitSec
 		o.Samples, o.SampleCostNs = sr.Samples, w.SampleCostNs

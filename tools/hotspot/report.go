@@ -40,7 +40,11 @@ type Overhead struct {
 	Calibration Calibration `json:"calibration"`
 	ProbedCalls uint64      `json:"probed_calls"`
 	ProbeCostNs float64     `json:"probe_cost_ns"`
-	TargetCPUNs uint64      `json:"target_cpu_ns"` // during the levels, probe cost included
+	// Traps is the probe traps ProbeCostNs charges: every hit the probes'
+	// events counted (lost records too) and the estimated unseen hits of
+	// probes half closed.
+	Traps       float64 `json:"probe_traps"`
+	TargetCPUNs uint64  `json:"target_cpu_ns"` // during the levels, probe cost included
 	// CloseHits: probe hits (entries and exits) while probes were being closed (in ProbeCostNs).
 	CloseHits uint64 `json:"close_hits"`
 	// Samples and their cost (calibrated cost per sample x samples).
@@ -191,8 +195,8 @@ func (r *Report) writeText(w io.Writer) {
 		case o.BudgetPct > 0 && o.BudgetPct < 100:
 			budget = fmt.Sprintf("budget %g%%", o.BudgetPct)
 		}
-		fmt.Fprintf(w, "overhead: %d probed calls and %d hits while closing x %s or %s (measured: first instruction single-stepped or emulated) = %s, %d samples x %s = %s, of the target's %s of CPU since sampling began: estimated slowdown %.1f%% (%s)\n",
-			o.ProbedCalls, o.CloseHits, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs),
+		fmt.Fprintf(w, "overhead: %.0f probe traps (%d probed calls seen, %d hits while closing) x %s or %s a call (measured: first instruction single-stepped or emulated) = %s, %d samples x %s = %s, of the target's %s of CPU since sampling began: estimated slowdown %.1f%% (%s)\n",
+			o.Traps, o.ProbedCalls, o.CloseHits, dur(o.Calibration.CallNs), dur(o.Calibration.EmulatedNs), dur(o.ProbeCostNs),
 			o.Samples, dur(o.Calibration.SampleNs), dur(o.SampleCostNs), dur(float64(o.WalkCPUNs)), o.EstimatedPct, budget)
 	}
 	if o := r.Overhead; o != nil && o.BudgetPct > 0 && o.BudgetPct < 100 && !(o.Duty > 0 && o.Duty < 100) {
@@ -213,22 +217,24 @@ func (r *Report) writeText(w io.Writer) {
 // how many windows, and, when the estimate is over the budget, where the
 // cost went.
 func (r *Report) writeBudget(w io.Writer, o *Overhead) {
-	var on, total, closeS float64
+	var on, total, closeS, closeTraps, wait float64
 	windows := 0
 	for _, lv := range r.Levels {
 		on += lv.OnSec
 		total += lv.Seconds
 		closeS += lv.CloseSec
+		closeTraps += lv.CloseTraps
 		windows += lv.Windows
+		wait += lv.BudgetWaitSec
 	}
-	fmt.Fprintf(w, "budget: probes in place %.2fs of the levels' %.2fs (%.0f%%) in %d windows, taken out whenever the costs so far exceeded %.2g%% of the target's CPU\n",
-		on, total, 100*on/max(total, 1e-9), windows, o.BudgetPct*budgetAim)
+	fmt.Fprintf(w, "budget: probes in place %.2fs of the levels' %.2fs (%.0f%%) in %d windows; a window ended once its traps and what closing it would cost (%.0f traps while closing, %.2fs of closes) reached %.2g%% of the target's CPU, and the next opened once that allowed one as dear as the last (%.2fs waited before levels)\n",
+		on, total, 100*on/max(total, 1e-9), windows, closeTraps, closeS, o.BudgetPct*budgetAim, wait)
 	if o.EndWaitSec > 0 {
 		fmt.Fprintf(w, "budget: after the last level the walk waited %.2fs, probes out, for its costs to be within that\n", o.EndWaitSec)
 	}
 	if o.EstimatedPct > o.BudgetPct {
-		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) saw %d hits, the probed calls %d (%s together), the samples %d (%s); a shorter --period or fewer --top functions cost less\n",
-			closeS, o.CloseHits, o.ProbedCalls, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))
+		fmt.Fprintf(w, "budget: over by the estimate: the probes' closing phases (%.2fs: each close waits for the kernel, the probes still open trap) took %.0f of the %.0f traps (%s together), the samples %d (%s); a window is closed before it overspends, but the first has no window before it to go by, and the walk ended before the target had paid for it (a longer run does; fewer --top functions cost less)\n",
+			closeS, closeTraps, o.Traps, dur(o.ProbeCostNs), o.Samples, dur(o.SampleCostNs))
 	}
 }
 

@@ -140,6 +140,12 @@ type Level struct {
 	// BudgetWaitSec is how long the level waited for the walk's costs so
 	// far to fall within the budget before its probes first went in.
 	BudgetWaitSec float64 `json:"budget_wait_s,omitempty"`
+	// OpenSec is the time spent putting the probes in (their
+	// breakpoints trap from the first open on).
+	OpenSec float64 `json:"open_s"`
+	// CloseTraps are the traps charged while the level's probes were
+	// being closed (counted, and estimated for half-closed sites).
+	CloseTraps float64 `json:"close_traps"`
 	// CloseSec is the time spent closing probes (the kernel's grace
 	// periods: tens of milliseconds a probe, more under load).
 	CloseSec float64 `json:"close_s"`
@@ -154,10 +160,10 @@ type Walk struct {
 	Period Period
 	Duty   float64 // percent of the time a level's probes are in place (0 or 100: always)
 	// Budget, in percent, bounds the target's slowdown when Duty is not
-	// set: from the calls seen while the probes are in place, the cost of
-	// probed call and the target's CPU time, the probes are removed for as
-	// long as it takes the probe cost to fall to Budget % of the target's
-	// CPU time (0: no budget).
+	// set: from the probes' trap counts, the measured cost of a trap and
+	// the target's CPU time, a window ends before it and its closing
+	// phase would exceed the budget's aim, and the next opens once the
+	// target has paid for one like it (0: no budget).
 	Budget float64
 	Cal    *Calibration // the measured cost of a probed call (nil: none, no budget)
 	// Metric, if set, is counted per thread in a group with the thread's
@@ -178,9 +184,17 @@ type Walk struct {
 	// CostNs is the estimated cost of those calls and of the hits while
 	// probes were being closed (CloseHits): each one charged the
 	// calibrated cost of its function's kind of first instruction.
-	CostNs        float64
-	CloseHits     uint64
-	lastCloseCost float64 // the cost of the last closing phase
+	CostNs    float64
+	CloseHits uint64
+	// lastWindowCost is the cost of the last window, its closing phase
+	// included: the next one opens once the budget can pay for as much.
+	lastWindowCost float64
+	// Traps is the probe traps the walk charged: every hit its probe
+	// events counted, and the estimated unseen hits of half-closed sites.
+	Traps float64
+	// closes, closeSum: the probe closes so far and their total time (ns).
+	closes   int
+	closeSum float64
 	// EndWaitSec is how long the walk waited after its last level for its
 	// costs to fall within the budget's aim.
 	EndWaitSec float64
@@ -360,8 +374,8 @@ func (w *Walk) Run(ctx context.Context, hot []Func) error {
 	}
 	if w.budgetOn() && ctx.Err() == nil && w.alive() {
 		// The last window's closing phase is paid for too: the walk
-		// ends once its costs are within the aim (at most maxBudgetWait).
-		w.EndWaitSec = w.waitBudget(ctx)
+		// ends once its costs are within the aim.
+		w.EndWaitSec = w.waitBudget(ctx, 0)
 		if v, ok := w.tree.cpuNs(); ok {
 			w.CPULast = v
 		}
@@ -425,20 +439,6 @@ func mapsExec(maps []byte, path string) bool {
 	return false
 }
 
-// closeProbes closes ps one after the other, in their order, calling
-// meanwhile (it reads the rings) after each. The kernel removes a perf
-// uprobe under one machine-wide lock (event_mutex) held across an RCU
-// Tasks Trace grace period (uprobe_unregister_sync): tens of milliseconds
-// a probe, more on a busy machine, and closes from several threads only
-// queue on that lock. So the order is what can be chosen: the caller puts
-// the probes whose hits cost most first.
-func closeProbes(ps []*uprobe.Probe, meanwhile func()) {
-	for _, p := range ps {
-		p.Close()
-		meanwhile()
-	}
-}
-
 // budgetAim is the share of the budget the walk spends by its own count.
 // The count covers the sampling, every probe hit (also while probes are
 // being closed), each charged its calibrated cost; what it cannot count
@@ -463,28 +463,16 @@ func costWithin(cost float64, cpuNs uint64, aim float64) bool {
 	return cost <= aim*max(float64(cpuNs)-cost, 0)
 }
 
-// windowOver ends a window of the budget: after onWin with the probes in
-// place, or earlier once its cost reaches the aim's share of onWin (a
-// function called very often) — or twice the cost of the last closing
-// phase if that is more: each window ends with one (the probes trap while
-// they are closed), so a window is worth at least twice what closing it
-// costs.
-func (w *Walk) windowOver(elapsed time.Duration, winCost float64, onWin time.Duration) bool {
-	return elapsed >= onWin || winCost >= max(w.aim()*float64(onWin), 2*w.lastCloseCost)
-}
-
-// maxBudgetWait bounds a level's wait for the costs so far to be paid.
-const maxBudgetWait = 5 * time.Second
-
-// waitBudget waits until the walk's costs so far are within the budget
-// (the target runs unprobed meanwhile), at most maxBudgetWait; it returns
-// the seconds waited.
-func (w *Walk) waitBudget(ctx context.Context) float64 {
+// waitBudget waits until the walk can spend extra more within the budget
+// (the target runs unprobed meanwhile), as long as that takes: a walk
+// whose target ends first has ended with its costs within the budget. It
+// returns the seconds waited.
+func (w *Walk) waitBudget(ctx context.Context, extra float64) float64 {
 	t0 := time.Now()
 	lastScan := t0
-	for time.Since(t0) < maxBudgetWait && ctx.Err() == nil && w.alive() {
+	for ctx.Err() == nil && w.alive() {
 		w.meter.update(w.meterTid)
-		if w.withinBudget() {
+		if w.affordable(extra) {
 			break
 		}
 		if time.Since(lastScan) >= 100*time.Millisecond {
