@@ -44,17 +44,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	code := 0
 	app := newApp(stdout, stderr, &code)
 	cliutil.Apply(app)
-	err := cliutil.RunApp(app, args)
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ec):
-		if msg := err.Error(); msg != "" {
-			fmt.Fprintln(stderr, "hotspot:", msg)
-		}
-		return ec.ExitCode()
-	case err != nil:
-		fmt.Fprintln(stderr, "hotspot:", err)
-		return 1
+	// cliutil.Run prints an error as every tool does (a usage error: one
+	// line and the pointer to --help); code is the walk's own outcome.
+	if rc := cliutil.Run(app, args); rc != 0 {
+		return rc
 	}
 	return code
 }

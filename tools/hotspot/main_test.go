@@ -660,3 +660,15 @@ func TestCommandMode(t *testing.T) {
 		t.Errorf("as nobody: exit %d without saying that uprobes need CAP_PERFMON:\n%s", code, e)
 	}
 }
+
+// A usage error is one line that points to --help, as every tool's is.
+func TestUsageErrorsOneLine(t *testing.T) {
+	for _, args := range [][]string{{"--duty", "0", "-p", "1"}, {"--bogus"}, {"--period", "x", "-p", "1"}} {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"hotspot"}, args...), &stdout, &stderr)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], "(hotspot --help for more)") || stdout.Len() != 0 {
+			t.Errorf("hotspot %v: exit %d, stderr %q, stdout %q: want exit 2 and one line pointing to --help", args, code, stderr.String(), stdout.String())
+		}
+	}
+}
