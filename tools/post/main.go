@@ -67,7 +67,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "r", Value: "swtrace.nrm2", Usage: "trace `FILE`", Destination: &o.in},
 			&cli.BoolFlag{Name: "strict", Usage: "refuse a damaged trace file (default: read every intact chunk and segment of a file cut short or corrupted, and report what was lost)", Destination: &o.strict},
 			&cli.BoolFlag{Name: "show", Usage: "write post.show: every record as text, MTE included, tprof ticks with their names", Destination: &o.show},
-			&cli.BoolFlag{Name: "tprof", Usage: "write tprof.out: ticks by process, module, thread and symbol (PI's form), and the call tree with call stacks", Destination: &o.doTprof},
+			&cli.BoolFlag{Name: "tprof", Usage: "write tprof.out: ticks by process, module, thread and symbol (PI's form), and the call tree with call stacks (a previous tprof.out is kept as tprof.out.old)", Destination: &o.doTprof},
 			&cli.StringFlag{Name: "pprof", Usage: "also write a pprof profile to `FILE` (go tool pprof -http=: FILE)", Destination: &o.pprofOut},
 			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
 			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
@@ -189,6 +189,22 @@ func endRewrite(f *os.File, w *bufio.Writer) error {
 	return err
 }
 
+// keepOld keeps a previous report at path as path.old (as perf keeps
+// perf.data.old), saying so: a report is never lost to the next run. Only
+// a regular file is moved (a report written to a FIFO or a device is left
+// alone); one that cannot be moved is written over, said too.
+func keepOld(path string, stderr io.Writer) {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return
+	}
+	if err := os.Rename(path, path+".old"); err != nil {
+		fmt.Fprintf(stderr, "post: the previous %s is written over (%v)\n", path, err)
+		return
+	}
+	fmt.Fprintf(stderr, "post: the previous %s is kept as %s.old\n", path, filepath.Base(path))
+}
+
 func create(path string) (*os.File, *bufio.Writer, error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -286,6 +302,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 	debug.SetGCPercent(-1)
 	if o.doTprof {
 		path := filepath.Join(outDir, "tprof.out")
+		keepOld(path, stderr)
 		tf, tw, err := rewrite(path)
 		if err != nil {
 			return err

@@ -339,22 +339,23 @@ func TestExampleEndToEnd(t *testing.T) {
 // tprof.out is written over an old one in place (not truncated first):
 // whether the old file is longer or shorter, what is left is the new
 // report alone.
-func TestTprofOutWrittenOverOld(t *testing.T) {
+func TestTprofOutKeepsTheOld(t *testing.T) {
 	dir := t.TempDir()
 	path, _ := synthetic(t, dir, 0)
 	out := filepath.Join(dir, "tprof.out")
-	report := func() string {
+	report := func() (string, string) {
 		t.Helper()
-		if _, errs, code := runPost(t, dir, "-r", path, "-tprof"); code != 0 {
+		_, errs, code := runPost(t, dir, "-r", path, "-tprof")
+		if code != 0 {
 			t.Fatalf("post: exit %d: %s", code, errs)
 		}
 		b, err := os.ReadFile(out)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(b)
+		return string(b), errs
 	}
-	want := report()
+	want, _ := report()
 	if !strings.Contains(want, "Total Ticks") {
 		t.Fatalf("no report:\n%s", want)
 	}
@@ -362,8 +363,15 @@ func TestTprofOutWrittenOverOld(t *testing.T) {
 		if err := os.WriteFile(out, []byte(old), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got := report(); got != want {
+		got, errs := report()
+		if got != want {
 			t.Fatalf("over an old file of %d bytes: %d bytes, want the report's %d:\n%.300s", len(old), len(got), len(want), got[max(0, len(want)-100):])
+		}
+		if b, err := os.ReadFile(out + ".old"); err != nil || string(b) != old {
+			t.Fatalf("the previous tprof.out (%d bytes) is not tprof.out.old: %v, %d bytes", len(old), err, len(b))
+		}
+		if !strings.Contains(errs, "previous "+out+" is kept as tprof.out.old") {
+			t.Fatalf("post did not say it kept the previous report: %q", errs)
 		}
 	}
 }
