@@ -637,11 +637,23 @@ func TestRunITraceBounded(t *testing.T) {
 		t.Fatalf("-s: exit %d, want the program's 6\n%s", code, r.stderr.String())
 	}
 	out := r.stderr.String()
-	if !strings.Contains(out, "12 s: tracing stopped (-s)") || !regexp.MustCompile(`run\.itrace: 1\d s: \d+ records so far`).MatchString(out) {
-		t.Errorf("-s 12: no line saying the time ended the tracing, or no progress line:\n%s", out)
+	// progress in instructions traced so far (pitraced's tracer), with
+	// the time left to the bound
+	pm := regexp.MustCompile(`run\.itrace: 1\d s: (\d+) instructions traced \(\d+ a second, \d+ s to the 12 s limit\), \d+ records`).FindStringSubmatch(out)
+	if !strings.Contains(out, "12 s: tracing stopped (-s)") || pm == nil {
+		t.Fatalf("-s 12: no line saying the time ended the tracing, or no progress line in instructions:\n%s", out)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "itrace.out")); err != nil {
-		t.Errorf("-s: itrace.out not written: %v", err)
+	rep, err = os.ReadFile(filepath.Join(dir, "itrace.out"))
+	if err != nil {
+		t.Fatalf("-s: itrace.out not written: %v", err)
+	}
+	m = regexp.MustCompile(`: (\d+) instructions,`).FindSubmatch(rep)
+	sofar, _ := strconv.Atoi(pm[1])
+	if m == nil {
+		t.Fatalf("itrace.out has no instruction count:\n%.400s", rep)
+	}
+	if all, _ := strconv.Atoi(string(m[1])); sofar == 0 || sofar > all {
+		t.Errorf("-s 12: progress said %d instructions traced; itrace.out holds %d", sofar, all)
 	}
 	if s := e.state(); s == "on" {
 		t.Error("the facility is left on")

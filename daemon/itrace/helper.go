@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -266,6 +267,24 @@ type remote struct {
 	stats Stats
 	err   error
 	ended bool // frameEnd seen
+
+	// So far, as the records pass (itrace status): user instructions (the
+	// count of each block a record ends) and records.
+	insnsSoFar, recordsSoFar atomic.Uint64
+}
+
+// countOf is the instructions a record from the helper ends a block with:
+// the count field of a branch, kernel-work and END record (0: none).
+func countOf(major uint16, minor uint32, fields []uint64) uint64 {
+	switch {
+	case major == trace.MajorITraceU && minor <= trace.ITraceUndefd && len(fields) > 1:
+		return fields[1]
+	case major == trace.MajorITraceU && minor == trace.ITraceEnd && len(fields) > 2:
+		return fields[2]
+	case major == trace.MajorITraceK && len(fields) > 1:
+		return fields[1]
+	}
+	return 0
 }
 
 // helperExe is the program started as the helper: the running binary.
@@ -430,7 +449,10 @@ func (rm *remote) read(r *bufio.Reader) {
 			for i := 0; i < n; i++ {
 				fields[i] = binary.LittleEndian.Uint64(buf[recordHeader+8*i:])
 			}
-			rm.sink.Trace(int(binary.LittleEndian.Uint16(buf[0:])), major, binary.LittleEndian.Uint32(buf[4:]),
+			minor := binary.LittleEndian.Uint32(buf[4:])
+			rm.insnsSoFar.Add(countOf(major, minor, fields[:n]))
+			rm.recordsSoFar.Add(1)
+			rm.sink.Trace(int(binary.LittleEndian.Uint16(buf[0:])), major, minor,
 				binary.LittleEndian.Uint64(buf[8:]), fields[:n])
 		case frameAttached:
 			var am attachMsg

@@ -353,6 +353,28 @@ func (m *Manager) release(uid int, pids []int, s *session, sink Sink) bool {
 	return true
 }
 
+// Status is what the caller's sessions (root: every session) have traced
+// so far: the progress of a long trace, read without stopping anything.
+func (m *Manager) Status(c Caller) itracectl.StatusResult {
+	var r itracectl.StatusResult
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.sessions {
+		if c.UID != 0 && s.owner != c.UID {
+			continue
+		}
+		if !s.running() {
+			r.Ended++
+		} else {
+			r.Sessions++
+			r.Threads += len(s.tids)
+		}
+		r.Instructions += s.tr.insnsSoFar.Load()
+		r.Records += s.tr.recordsSoFar.Load()
+	}
+	return r
+}
+
 // Off stops the caller's sessions that match.
 func (m *Manager) Off(c Caller, a itracectl.OffArgs) (itracectl.OffResult, error) {
 	var res itracectl.OffResult

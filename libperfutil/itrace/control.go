@@ -30,9 +30,20 @@ const (
 
 // Daemon ops of the no-module ITrace (pitraced registers them).
 const (
-	OpOn  = "itrace-on"  // OnArgs -> OnResult
-	OpOff = "itrace-off" // OffArgs -> OffResult
+	OpOn     = "itrace-on"     // OnArgs -> OnResult
+	OpOff    = "itrace-off"    // OffArgs -> OffResult
+	OpStatus = "itrace-status" // nothing -> StatusResult
 )
+
+// StatusResult is what the caller's sessions (root: every session) have
+// traced so far, while they run: the progress of a long trace.
+type StatusResult struct {
+	Sessions     int    `json:"sessions"`     // running
+	Threads      int    `json:"threads"`      // traced now
+	Instructions uint64 `json:"instructions"` // user instructions traced so far
+	Records      uint64 `json:"records"`      // ITrace records written so far
+	Ended        int    `json:"ended"`        // sessions that ended (kept until itrace off)
+}
 
 // OnArgs select the threads to trace. The caller may trace only processes
 // it could ptrace itself: root, or the same user as the target (real,
@@ -205,6 +216,26 @@ func Off(a OffArgs) (OffResult, error) {
 	}
 	defer c.Close()
 	err = c.Call(OpOff, a, &r)
+	return r, err
+}
+
+// Status is what pitraced's ITrace sessions of the caller have traced so
+// far (swtrace itrace status): the ptrace path only, whose tracing takes
+// long enough to want it; with the module loaded it says so.
+func Status() (StatusResult, error) {
+	var r StatusResult
+	if b, err := moduleBackend(""); err != nil {
+		return r, err
+	} else if b != nil {
+		b.Close()
+		return r, fmt.Errorf("itrace: status is pitraced's (the ptrace tracer): the pitrace module's ITrace runs near native speed and shows its records in swtrace info")
+	}
+	c, err := daemonclient.Dial() // a quick request: the counts are at hand
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	err = c.Call(OpStatus, nil, &r)
 	return r, err
 }
 

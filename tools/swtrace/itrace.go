@@ -16,8 +16,8 @@ import (
 // module's single-step tracer, or pitraced's ptrace tracer without it.
 var itraceCommand = &cli.Command{
 	Name:      "itrace",
-	Usage:     "instruction tracing (ITrace) of selected processes: on | off",
-	UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [--step auto|single|verify] [PID ...]\n   swtrace itrace off [-p PID ...] [PID ...]",
+	Usage:     "instruction tracing (ITrace) of selected processes: on | off | status",
+	UsageText: "swtrace itrace on [-p PID ...] [--pids-from N] [-f] [--step auto|single|verify] [PID ...]\n   swtrace itrace off [-p PID ...] [PID ...]\n   swtrace itrace status",
 	Description: "ITrace records every taken branch of the selected threads (and each system call and\n" +
 		"signal) into the trace buffers: turn tracing on first (swtrace on), then itrace on; itrace\n" +
 		"off (or swtrace off) stops it; post -arc, -itrace and --callgrind FILE report it.\n" +
@@ -54,7 +54,29 @@ var itraceCommand = &cli.Command{
 			},
 			Action: cmdITraceOff,
 		},
+		{
+			Name:      "status",
+			Usage:     "what your sessions have traced so far (instructions, records), while they run (pitraced's tracer)",
+			UsageText: "swtrace itrace status",
+			Action:    cmdITraceStatus,
+		},
 	},
+}
+
+func cmdITraceStatus(c *cli.Context) error {
+	if c.Args().Len() > 0 {
+		return usageErr(c, "itrace status takes no arguments")
+	}
+	if err := itraceBackend(c); err != nil {
+		return err
+	}
+	r, err := itrace.Status()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "itrace: %d sessions running (%d threads), %d ended; %d instructions, %d records so far\n",
+		r.Sessions, r.Threads, r.Ended, r.Instructions, r.Records)
+	return nil
 }
 
 func itracePIDs(c *cli.Context) ([]int, error) {

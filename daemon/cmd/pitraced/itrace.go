@@ -64,4 +64,7 @@ func registerITrace(s *server.Server, logf func(string, ...any)) {
 		}
 		return m.Off(itrace.Caller{PID: p.PID, UID: p.UID, GID: p.GID}, a)
 	})
+	s.Handle(itracectl.OpStatus, func(p server.Peer, _ json.RawMessage) (any, error) {
+		return m.Status(itrace.Caller{PID: p.PID, UID: p.UID, GID: p.GID}), nil
+	})
 }
