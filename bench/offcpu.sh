@@ -9,12 +9,14 @@
 #                  WAKEUP from sched_wakeup[_new], UNWIND_SWITCH: the stack
 #                  of each thread switched out to wait), through a pitraced
 #                  of its own (not the system's socket)
+#   pi no stk      the same with `enable --only dispatch`: no stacks (what
+#                  perf sched record's figures compare with)
 #   perf sched     `perf sched record` (sched_switch, sched_waking,
 #                  sched_wakeup_new, sched_migrate_task, sched_stat_*)
 #   perf -g        `perf record -a -g -e sched:sched_switch` (the stack of
 #                  every switch)
-# ROUNDS times, the four taking turns (the order turns by one each round),
-# in one run: a machine whose other load changes moves all four alike.
+# ROUNDS times, the five taking turns (the order turns by one each round),
+# in one run: a machine whose other load changes moves all alike.
 # Each recorder is on before the load starts and off after it ends (perf
 # through --control: started with its events disabled, enabled, the load
 # run once perf acknowledges). Printed per configuration (median of the
@@ -121,7 +123,7 @@ start_daemon() {
 }
 cp bin/pitraced "$tmp/pitraced" # a copy: a rebuild meanwhile does not touch the runs
 daemon=$(start_daemon "$tmp/run" "$tmp/pitraced")
-configs=(plain perfinsp perfsched perfg)
+configs=(plain perfinsp perfinsp_d perfsched perfg)
 if [ -n "$VS" ]; then
 	mkdir -p "$tmp/vs"
 	git archive "$VS" | tar -x -C "$tmp/vs"
@@ -131,16 +133,18 @@ if [ -n "$VS" ]; then
 fi
 
 run_plain() { load plain; }
-run_perfinsp() { perfinsp_with perfinsp "$tmp/run" "$tmp/pitraced" "$daemon"; }
-run_perfinsp_vs() { perfinsp_with perfinsp_vs "$tmp/run-vs" "$tmp/pitraced-vs" "$vsdaemon"; }
+run_perfinsp() { perfinsp_with perfinsp "$tmp/run" "$tmp/pitraced" "$daemon" dispatch callstack; }
+run_perfinsp_d() { perfinsp_with perfinsp_d "$tmp/run" "$tmp/pitraced" "$daemon" dispatch; }
+run_perfinsp_vs() { perfinsp_with perfinsp_vs "$tmp/run-vs" "$tmp/pitraced-vs" "$vsdaemon" dispatch callstack; }
 
-# perfinsp_with NAME RUN-DIR AGENT PID: the load recorded by the daemon
-# of RUN-DIR (pid PID).
+# perfinsp_with NAME RUN-DIR AGENT PID RECORDS...: the load recorded by the
+# daemon of RUN-DIR (pid PID), swtrace enable --only RECORDS.
 perfinsp_with() {
 	local name=$1 run=$2 agent=$3 daemon=$4
+	shift 4
 	sw "$run" "$agent" mode normal >/dev/null
 	sw "$run" "$agent" init -t 512M -m 4M >/dev/null
-	sw "$run" "$agent" enable --only dispatch callstack >/dev/null
+	sw "$run" "$agent" enable --only "$@" >/dev/null
 	local c0 c1
 	c0=$(cpu_ticks "$daemon")
 	sw "$run" "$agent" on --discard >/dev/null
@@ -227,6 +231,6 @@ for c in "${configs[@]}"; do
 		awk -v hz="$hz" '{print $5, $1, $2, $3 / $5, $4 / hz, 1e6 * $4 / hz / $5}' "$tmp/$c.rec" >"$tmp/$c.per"
 		for k in 1 2 3 4 5 6; do col "$c.per" "$k" | median; done | xargs)
 	name=$c
-	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_vs) name="pi ${VS:0:10}" ;; esac
+	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_d) name="pi no stk" ;; perfinsp_vs) name="pi ${VS:0:10}" ;; esac
 	printf '%-11s %7.2f %9.2f %8s %14s %9.0f %9.0f %8.0f %8.1f %6.2f s %9.2f\n' "$name" "$us" "$cpu" "$slow" "($range)" "$sw" "$intrace" "$lost" "$bps" "$rs" "$rus"
 done

@@ -172,8 +172,8 @@ static int func(void)
 	in.nmetrics = 9;
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init nmetrics 9");
 	in.nmetrics = 1;
-	in.flags = 1;
-	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init flags 1");
+	in.flags = ~(__u32)PITRACE_PTT_INIT_SYSCALLS; /* every flag the module does not know */
+	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init unknown flags");
 	in.flags = 0;
 	in.m[0].kind = 7;
 	expect_err(ioctl(fd, PITRACE_IOC_PTT_INIT, &in), EINVAL, "init kind 7");
