@@ -253,7 +253,9 @@ func TestRunTprofWarnsOnce(t *testing.T) {
 		t.Errorf("the deleted module is warned of %d times, want once:\n%s", n, r.stderr.String())
 	}
 	dir := filepath.Join(e.Dir, "small")
-	r = e.start(e.Dir, "run.tprof", "-t", "16K", "-o", dir, "--", e.Burn, "30")
+	// 2 s of CPU at 1000 Hz: far more ticks than 16K holds, however busy
+	// the machine (the work is fixed, not the time)
+	r = e.start(e.Dir, "run.tprof", "-t", "16K", "-o", dir, "--", e.Burn, "200")
 	if code := r.wait(t, 2*time.Minute); code != 0 {
 		t.Fatalf("run.tprof -t 16K: exit %d\n%s", code, r.stderr.String())
 	}

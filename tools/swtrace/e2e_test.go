@@ -93,7 +93,9 @@ func hasSuffix(list []string, suffix string) bool {
 
 func TestTraceExample(t *testing.T) {
 	e := tracetest.Setup(t)
-	e.Sw("init", "-t", "4M", "-m", "1M")
+	// buffers the whole run fits in on a busy machine (dispatch records
+	// of every process: 4M filled beside two make test runs)
+	e.Sw("init", "-t", "64M", "-m", "4M")
 	e.Sw("enable", "tprof", "dispatch")
 	e.Sw("setrate", "1000")
 	e.Sw("on")
