@@ -695,6 +695,11 @@ func (r *levelRun) run() ([]*FuncStat, error) {
 		w.CPULast = v
 	}
 	r.closeAll()
+	// The target's CPU to the end of the closing too: the level's cost
+	// (CostNs) charges the traps taken while its probes were closed.
+	if v, ok := w.tree.cpuNs(); ok {
+		w.CPULast = v
+	}
 	w.inPlace = fmt.Sprintf("after level %d, no probe in place", r.depth)
 	w.meter.update(w.meterTid)
 	lv.PerfFDsEnd = w.probeFDs()
