@@ -63,7 +63,7 @@ lint: $(STATICCHECK)
 # -p 1: packages one at a time; several tests measure CPU time and sampling
 # rates, which other packages' tests running beside them on 2 CPUs would skew.
 gotest: build
-	$(GO) test -count=1 -p 1 ./...
+	$(GO) test -count=1 -p 1 -timeout 25m ./...
 
 # make test runs two lanes side by side (scripts/test.sh): TEST_TARGETS on
 # the host, one after another, and VM_TEST_TARGETS (the kernel-module tests
