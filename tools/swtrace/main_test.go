@@ -110,7 +110,7 @@ func TestUsageErrorsOneLine(t *testing.T) {
 		// a wrong --unwind is refused before anything is enabled or dropped
 		{[]string{"swtrace", "enable", "--only", "--unwind", "lbr", "tprof", "callstack"}, "swtrace enable: --unwind: \"lbr\": use fp (frame pointers) or dwarf[,BYTES] (call-frame information, BYTES of stack copied per sample, default 8192) (swtrace enable --help for more)\n"},
 		// a command of subcommands without one: not 25 lines of help
-		{[]string{"swtrace", "itrace"}, "swtrace itrace: give a command: on or off (swtrace itrace --help for more)\n"},
+		{[]string{"swtrace", "itrace"}, "swtrace itrace: give a command: on, off or status (swtrace itrace --help for more)\n"},
 		{[]string{"swtrace", "daemon", "stp"}, "swtrace daemon: unknown command \"stp\": did you mean stop? (swtrace daemon --help for more)\n"},
 		{[]string{"swtrace", "itrace", "on", "-p", "abc"}, "swtrace itrace on: -p \"abc\": not a whole number (swtrace itrace on --help for more)\n"},
 	} {
