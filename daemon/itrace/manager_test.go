@@ -308,3 +308,23 @@ func TestStoppedTracersCostOneDeadline(t *testing.T) {
 		t.Errorf("tracing off with %d stopped tracers took %v, want one deadline (%v)", n, el, helperStopTimeout)
 	}
 }
+
+// itrace status shows a user only their own sessions' counts; root sees
+// every session's.
+func TestStatusShowsOwnSessionsOnly(t *testing.T) {
+	m := NewManager()
+	mine, theirs := &remote{done: make(chan struct{})}, &remote{done: make(chan struct{})}
+	mine.insnsSoFar.Store(100)
+	theirs.insnsSoFar.Store(7)
+	m.sessions[1] = &session{id: 1, owner: 1000, tr: mine, tids: map[int]bool{11: true}}
+	m.sessions[2] = &session{id: 2, owner: 1001, tr: theirs, tids: map[int]bool{21: true}}
+	if r := m.Status(Caller{UID: 1000}); r.Sessions != 1 || r.Instructions != 100 {
+		t.Errorf("uid 1000 sees %+v, want its one session's 100 instructions", r)
+	}
+	if r := m.Status(Caller{UID: 1002}); r.Sessions != 0 || r.Instructions != 0 {
+		t.Errorf("uid 1002 sees %+v, want nothing", r)
+	}
+	if r := m.Status(Caller{UID: 0}); r.Sessions != 2 || r.Instructions != 107 {
+		t.Errorf("root sees %+v, want both sessions", r)
+	}
+}
