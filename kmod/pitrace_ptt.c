@@ -506,7 +506,7 @@ static void ptt_tp_vec_exit(void *data, int vector)
  * in between are already out of accum, so accum's growth from the entry
  * to the exit is the thread's own time in the call.
  */
-static void ptt_tp_sys_enter(void *data, struct pt_regs *regs, long id)
+static void ptt_sys_edge(bool enter)
 {
 	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
@@ -519,32 +519,7 @@ static void ptt_tp_sys_enter(void *data, struct pt_regs *regs, long id)
 	local_irq_save(fl);
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
-	if (e && e->sys && e->task == current) {
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		for (i = 0; i < e->nmetrics; i++)
-			e->sys0[i] = e->a->accum[i];
-		e->in_sys = true;
-	}
-	local_irq_restore(fl);
-}
-
-static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
-{
-	u64 now[PTT_NVALS];
-	struct ptt_cpu *c;
-	struct ptt_ent *e;
-	unsigned long fl;
-	u32 i;
-
-	if (!READ_ONCE(ptt_nareas))
-		return;
-	local_irq_save(fl);
-	c = this_cpu_ptr(&ptt_cpus);
-	e = c->cur;
-	if (e && e->in_sys && e->task == current) {
+	if (e && e->task == current && (enter ? e->sys != NULL : e->in_sys)) {
 		ptt_now(c, now);
 		ptt_begin(e->a);
 		ptt_charge(e, now);
@@ -553,12 +528,27 @@ static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
 		 * No sequence count: only this thread's system calls change
 		 * sys, and the thread reads it in user mode.
 		 */
-		for (i = 0; i < e->nmetrics; i++)
-			e->sys->sys_time[i] += e->a->accum[i] - e->sys0[i];
-		e->sys->syscalls++;
-		e->in_sys = false;
+		for (i = 0; i < e->nmetrics; i++) {
+			if (enter)
+				e->sys0[i] = e->a->accum[i];
+			else
+				e->sys->sys_time[i] += e->a->accum[i] - e->sys0[i];
+		}
+		if (!enter)
+			e->sys->syscalls++;
+		e->in_sys = enter;
 	}
 	local_irq_restore(fl);
+}
+
+static void ptt_tp_sys_enter(void *data, struct pt_regs *regs, long id)
+{
+	ptt_sys_edge(true);
+}
+
+static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
+{
+	ptt_sys_edge(false);
 }
 
 struct ptt_tp {
