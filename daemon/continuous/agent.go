@@ -212,17 +212,11 @@ loop:
 	for {
 		select {
 		case <-apply.C:
-			a.sess.Flush()
-			take()
-			ro.release(monoNow()-uint64(reorderWindow), handle)
+			ro.release(a.drain(take), handle)
 		case <-a.sink.notify:
-			a.sess.Flush()
-			take()
-			ro.release(monoNow()-uint64(reorderWindow), handle)
+			ro.release(a.drain(take), handle)
 		case now := <-tick.C:
-			a.sess.Flush()
-			take()
-			cutoff := monoNow() - uint64(reorderWindow)
+			cutoff := a.drain(take)
 			ro.release(cutoff, handle)
 			a.endInterval(uint64(now.UnixNano()), cutoff)
 			refresh := time.Since(lastRefresh) >= a.cfg.Refresh
@@ -255,6 +249,33 @@ loop:
 		err = cerr
 	}
 	return err
+}
+
+// drain takes the records the session has read into the reorder buffer
+// (take) and returns the time up to which they may be applied: those older
+// than the reorder window, and none stamped at or after a record the
+// session still holds back (a CPU's records wait behind a sample whose
+// call-frame table is loading, for seconds on a busy machine, while its
+// process records do not: applied before the held ones, an exit or
+// another CPU's later switch-in would come before the switch-out it
+// follows). The hold is read before the rings are drained (records held
+// then, written to the sink meanwhile) and after the first take (records
+// read by this drain and held); a second take gets what left the hold in
+// between.
+func (a *Agent) drain(take func()) uint64 {
+	held1, ok1 := a.sess.HeldSince()
+	a.sess.Flush()
+	take()
+	held2, ok2 := a.sess.HeldSince()
+	take()
+	cutoff := monoNow() - uint64(reorderWindow)
+	if ok1 && held1 <= cutoff {
+		cutoff = held1 - 1
+	}
+	if ok2 && held2 <= cutoff {
+		cutoff = held2 - 1
+	}
+	return cutoff
 }
 
 // endInterval names and exports the interval that ends now (nowNS on the

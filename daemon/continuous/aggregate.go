@@ -143,7 +143,7 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 		f := e.fields[:e.nf]
 		a.applyMTE(e.minor, f, e.str)
 		if e.minor == trace.MTEExit && len(f) >= 2 && a.off != nil {
-			a.off.threadExited(uint32(f[1]))
+			a.off.threadExited(uint32(f[1]), e.t)
 		}
 		switch {
 		case e.minor == trace.MTEExit && len(f) >= 2 && f[0] == f[1]:

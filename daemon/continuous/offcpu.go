@@ -17,11 +17,17 @@ type wait struct {
 	pcs     []uint64 // its stack (memory reused from one wait to the next)
 	active  bool     // switched out to wait, not yet switched in
 	stacked bool     // its stack came
+	exited  uint64   // when the thread exited (0: it has not)
 }
 
 // maxWaits bounds the threads followed (cleared when full: exits whose
 // records were lost would otherwise keep theirs).
 const maxWaits = 1 << 16
+
+// exitedKept is how long a thread's exit is remembered: a switch-out of
+// the thread stamped before its exit but applied after it (records of
+// one CPU late behind another's) begins no wait that nothing would end.
+const exitedKept = 10_000_000_000 // ns
 
 // offCPU follows the threads' waits for the aggregator.
 type offCPU struct {
@@ -38,7 +44,9 @@ func newOffCPU() *offCPU { return &offCPU{waits: map[uint32]*wait{}} }
 func (a *aggregator) switched(e *event) {
 	o := a.off
 	if next := uint32(e.fields[1]); next != 0 {
-		if w := o.waits[next]; w != nil && w.active {
+		// (A switch-in stamped before the wait began is a late record
+		// of an earlier one: it ends nothing.)
+		if w := o.waits[next]; w != nil && w.active && e.t >= w.from {
 			a.chargeWait(next, w, e.t)
 			w.active = false
 		}
@@ -53,6 +61,12 @@ func (a *aggregator) switched(e *event) {
 		}
 		w = &wait{}
 		o.waits[e.tid] = w
+	}
+	if w.exited != 0 {
+		if e.t < w.exited {
+			return // late: the thread is gone
+		}
+		w.exited = 0 // the tid is another thread's now
 	}
 	if w.active && !w.stacked {
 		o.unstacked++
@@ -70,8 +84,19 @@ func (a *aggregator) waitStack(e *event, pcs []uint64) {
 	w.kernel, w.stacked = e.kernel, true
 }
 
-// threadExited forgets tid's wait.
-func (o *offCPU) threadExited(tid uint32) { delete(o.waits, tid) }
+// threadExited ends tid's wait uncounted at its exit (t) and remembers
+// the exit for exitedKept.
+func (o *offCPU) threadExited(tid uint32, t uint64) {
+	w := o.waits[tid]
+	if w == nil {
+		if len(o.waits) >= maxWaits {
+			clear(o.waits)
+		}
+		w = &wait{}
+		o.waits[tid] = w
+	}
+	w.active, w.exited = false, t
+}
 
 // chargeWait counts the wait of tid from its start to end in the current
 // interval.
@@ -112,6 +137,10 @@ func (a *aggregator) chargeWait(tid uint32, w *wait, end uint64) {
 // interval's.
 func (a *aggregator) endWaits(end uint64) {
 	for tid, w := range a.off.waits {
+		if w.exited != 0 && end > w.exited+exitedKept {
+			delete(a.off.waits, tid)
+			continue
+		}
 		if w.active && w.stacked && end > w.from {
 			a.chargeWait(tid, w, end)
 			w.from = end

@@ -171,3 +171,67 @@ func TestOffCPUWaits(t *testing.T) {
 		t.Errorf("%d waits without a stack, want 1", a.off.unstacked)
 	}
 }
+
+// TestOffCPULateRecords: records of one CPU applied after later records of
+// another (a CPU's records held behind a stack whose table loads) count no
+// time the thread did not wait: a switch-out applied after the thread's
+// exit begins no wait, a switch-in stamped before the wait under way ends
+// nothing, and a tid used again after an exit waits as a new thread.
+func TestOffCPULateRecords(t *testing.T) {
+	const pid, kpc = 4190001, 0xffffffff81000010
+	s := newSink(64)
+	a := newAggregator(Limits{}, false, true, 0)
+	apply := func() {
+		for _, e := range drainSink(s) {
+			a.handle(&e.event, e.pcs)
+		}
+	}
+	out := func(cpu int, t, tid uint64) {
+		s.Trace(cpu, trace.MajorDispatch, trace.DispatchSwitch, t, []uint64{pid, tid, 0, 0, trace.StateSleeping})
+		s.SwitchStack(cpu, t, pid, uint32(tid), []uint64{kpc}, 1, false, false)
+	}
+	in := func(cpu int, t, tid uint64) {
+		s.Trace(cpu, trace.MajorDispatch, trace.DispatchSwitch, t, []uint64{0, 0, pid, tid, 0})
+	}
+	// Thread pid+1 waits 100-200, then exits at 250; CPU 0's records
+	// come after CPU 1's.
+	in(1, 200, pid+1)
+	s.MTE(1, trace.MTEExit, 250, []uint64{pid, pid + 1}, "")
+	out(0, 100, pid+1)
+	// Thread pid+2 waits 300-400 (in order), then a late switch-in of
+	// an earlier wait (stamped 290) comes while its next wait (from 500)
+	// is under way; that wait ends at 600.
+	out(0, 300, pid+2)
+	in(1, 400, pid+2)
+	out(0, 500, pid+2)
+	in(1, 290, pid+2)
+	in(1, 600, pid+2)
+	// Thread pid+3 exits at 160; its switch-out of 120 comes after, and
+	// its tid is not used again: nothing would end that wait.
+	in(1, 150, pid+3)
+	s.MTE(1, trace.MTEExit, 160, []uint64{pid, pid + 3}, "")
+	out(0, 120, pid+3)
+	// pid+1's tid again, another thread's, after the exit: 700-750.
+	out(0, 700, pid+1)
+	in(1, 750, pid+1)
+	apply()
+	a.endWaits(10_000)
+	iv := a.rotate(1)
+	byTID := map[uint32]int64{}
+	for _, sc := range iv.offOrder {
+		byTID[sc.tid] += sc.count
+	}
+	if byTID[pid+1] != 50 || byTID[pid+2] != 200 || byTID[pid+3] != 0 || iv.offNS != 250 {
+		t.Errorf("off-CPU by thread %v (%d ns in all): want %d: 50 (the exited thread's late wait uncounted, its tid's new thread's 50), %d: 200, %d: none", byTID, iv.offNS, pid+1, pid+2, pid+3)
+	}
+	// The exit is remembered for a while, then forgotten.
+	if w := a.off.waits[pid+1]; w == nil || w.exited != 0 {
+		t.Errorf("tid %d after its reuse: %+v, want a live thread's wait", pid+1, w)
+	}
+	s.MTE(1, trace.MTEExit, 800, []uint64{pid, pid + 2}, "")
+	apply()
+	a.endWaits(800 + exitedKept + 1)
+	if w := a.off.waits[pid+2]; w != nil {
+		t.Errorf("exited tid %d still followed %d ns after its exit", pid+2, exitedKept+1)
+	}
+}

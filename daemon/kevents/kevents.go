@@ -608,6 +608,17 @@ func (s *Session) Flush() {
 	}
 }
 
+// HeldSince is the time of the oldest record the session holds back behind
+// a sample waiting for a table (ok false when it holds none): a consumer
+// that applies records in time order across CPUs must not apply those
+// stamped from then on before the held ones come.
+func (s *Session) HeldSince() (t uint64, ok bool) {
+	if s.pend == nil {
+		return 0, false
+	}
+	return s.pend.heldSince()
+}
+
 // Stop disables the events, drains what remains and closes everything.
 func (s *Session) Stop() error {
 	s.once.Do(func() {

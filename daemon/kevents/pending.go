@@ -231,6 +231,26 @@ func (s *Session) flushPending() {
 	s.pend.retry(true)
 }
 
+// heldSince is the time of the oldest record held in a CPU's queue (ok
+// false when none is held): records stamped from then on may still be
+// written, however late.
+func (p *pendingSink) heldSince() (t uint64, ok bool) {
+	p.mu.Lock()
+	cpus := make([]*pendCPU, 0, len(p.cpus))
+	for _, c := range p.cpus {
+		cpus = append(cpus, c)
+	}
+	p.mu.Unlock()
+	for _, c := range cpus {
+		c.mu.Lock()
+		if len(c.items) > 0 && (!ok || c.items[0].t < t) {
+			t, ok = c.items[0].t, true
+		}
+		c.mu.Unlock()
+	}
+	return t, ok
+}
+
 // pending is how many samples wait for a table.
 func (p *pendingSink) pending() int {
 	return p.uw.Stats().Waiting

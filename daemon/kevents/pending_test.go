@@ -82,6 +82,11 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 	if st := u.Stats(); st.Early != 2 || st.Waiting != 2 {
 		t.Fatalf("stats while waiting: %+v", st)
 	}
+	// What a consumer ordering records across CPUs must wait for: CPU 0's
+	// records from its first waiting sample on.
+	if h, ok := p.heldSince(); !ok || h != 1 {
+		t.Fatalf("held since %d (%v), want 1: CPU 0's first sample waits", h, ok)
+	}
 	// an exec while the sample waits: it keeps the mappings of its time
 	old := u.procs[5]
 	u.exec(5)
@@ -105,6 +110,9 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 	}
 	if st := u.Stats(); st.Early != 2 || st.Waiting != 0 || st.Cut != 0 || p.bytes != 0 {
 		t.Fatalf("stats after: %+v, %d bytes queued", st, p.bytes)
+	}
+	if h, ok := p.heldSince(); ok {
+		t.Fatalf("held since %d after every record was written", h)
 	}
 }
 
