@@ -28,8 +28,14 @@ type Config struct {
 	// (sleeping or blocked, until it runs again) under those stacks, as
 	// a profile of its own (sample type off_cpu, nanoseconds).
 	OffCPU bool
-	CPUs   []int // nil: every online CPU
-	Limits Limits
+	// Interrupts records the hard-interrupt and softirq handlers' entries
+	// and exits (and the scheduler's switches, to know whose CPU each
+	// took) and exports the handlers' time charged to the threads they
+	// interrupted, one frame per handler, as a profile of its own (sample
+	// type interrupt, nanoseconds).
+	Interrupts bool
+	CPUs       []int // nil: every online CPU
+	Limits     Limits
 	// EventQueue bounds the records waiting between the sampler and the
 	// aggregator (default 16384: minutes of samples at 97 Hz on a few
 	// CPUs; with OffCPU 131072: a second of switches on a busy machine):
@@ -56,8 +62,10 @@ type Stats struct {
 	Samples         int64         // samples in the last interval's profiles
 	OffCPU          time.Duration // off-CPU time in the last interval's profiles (OffCPU)
 	TotalOffCPU     time.Duration // since start
-	OffCPUDropped   time.Duration // off-CPU time over the per-interval limits, since start
+	OffCPUDropped   time.Duration // off-CPU and interrupt time over the per-interval limits, since start
 	UnstackedWaits  uint64        // waits not counted: their stack did not come (OffCPU)
+	Interrupt       time.Duration // interrupt time in the last interval's profiles (Interrupts)
+	TotalInterrupt  time.Duration // since start
 	TotalSamples    int64         // since start
 	Dropped         int64         // samples over the per-interval limits, since start
 	Idle            int64         // idle-task samples left out, since start
@@ -91,7 +99,7 @@ func (c *Config) defaults() error {
 	}
 	if c.EventQueue <= 0 {
 		c.EventQueue = 16384
-		if c.OffCPU {
+		if c.OffCPU || c.Interrupts {
 			c.EventQueue = 131072
 		}
 	}
@@ -167,6 +175,14 @@ func Start(cfg Config) (*Agent, error) {
 		// two reads.
 		opts.Dispatch, opts.SwitchStacks = true, true
 		opts.RingPages *= 8
+	}
+	if cfg.Interrupts {
+		// A record per switch and two per handler.
+		opts.Dispatch, opts.Interrupt = true, true
+		if !cfg.OffCPU {
+			opts.RingPages *= 8
+		}
+		a.sink.intr, a.sink.noWaits = newIntrTracker(), !cfg.OffCPU
 	}
 	a.sess, err = kevents.Start(opts, a.sink)
 	if err != nil {
@@ -294,7 +310,7 @@ func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 		a.agg.infos.forgetAll()
 	}
 	var samples int64
-	if len(iv.order) > 0 || len(iv.offOrder) > 0 {
+	if len(iv.order) > 0 || len(iv.offOrder) > 0 || len(iv.intrOrder) > 0 {
 		p, n := a.b.build(iv, a.nm.nameAll(a.agg.res, iv.locs), nowNS)
 		samples = n
 		a.mu.Lock()
@@ -312,7 +328,9 @@ func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 	st.Dropped += iv.dropped
 	st.OffCPU = time.Duration(iv.offNS)
 	st.TotalOffCPU += time.Duration(iv.offNS)
-	st.OffCPUDropped += time.Duration(iv.offDropped)
+	st.OffCPUDropped += time.Duration(iv.offDropped + iv.intrDropped)
+	st.Interrupt = time.Duration(iv.intrNS)
+	st.TotalInterrupt += time.Duration(iv.intrNS)
 	if a.agg.off != nil {
 		st.UnstackedWaits = a.agg.off.unstacked
 	}
@@ -330,7 +348,13 @@ func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 	if a.cfg.Log != nil {
 		off := ""
 		if a.agg.off != nil {
-			off = fmt.Sprintf(", %v off-CPU (%v over the limits, %d waits without a stack)", cp.OffCPU.Round(time.Millisecond), cp.OffCPUDropped.Round(time.Millisecond), cp.UnstackedWaits)
+			off = fmt.Sprintf(", %v off-CPU (%d waits without a stack)", cp.OffCPU.Round(time.Millisecond), cp.UnstackedWaits)
+		}
+		if a.cfg.Interrupts {
+			off += fmt.Sprintf(", %v in interrupts", cp.Interrupt.Round(time.Microsecond))
+		}
+		if a.agg.off != nil || a.cfg.Interrupts {
+			off += fmt.Sprintf(" (%v over the limits)", cp.OffCPUDropped.Round(time.Millisecond))
 		}
 		a.cfg.Log("interval %d: %d samples of %d processes%s, %d dropped over the limits, %d records dropped, %d lost by the kernel; export: %d sent (%d samples, %d bytes), %d queued (%d on disk), %d dropped (%d samples), %d failed attempts%s; %d locations named anew from %d modules; agent CPU %v, max RSS %d MiB",
 			cp.Intervals, cp.Samples, cp.Processes, off, cp.Dropped, cp.EventsDropped, cp.Lost,

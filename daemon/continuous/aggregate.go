@@ -83,13 +83,18 @@ type interval struct {
 	offStacks         map[string]*stackCount
 	offOrder          []*stackCount
 	offNS, offDropped int64
-	key               []byte // scratch
-	locsBuf           []int32
+	// Interrupt time (Config.Interrupts): ns per (thread, handler), in
+	// first-seen order; their total, and the ns past the limits.
+	intr                map[intrKey]*stackCount
+	intrOrder           []*stackCount
+	intrNS, intrDropped int64
+	key                 []byte // scratch
+	locsBuf             []int32
 }
 
 func newInterval(startNS uint64) *interval {
 	return &interval{startNS: startNS, locIndex: map[locKey]int32{}, byPC: map[pcKey]int32{}, stacks: map[string]*stackCount{}, procs: map[uint32]*procInfo{},
-		offStacks: map[string]*stackCount{}}
+		offStacks: map[string]*stackCount{}, intr: map[intrKey]*stackCount{}}
 }
 
 // aggregator applies the side-band records to the name tables and counts
@@ -166,6 +171,8 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 		if a.off != nil {
 			a.waitStack(e, pcs)
 		}
+	case evIntr:
+		a.interrupt(e)
 	}
 }
 

@@ -152,15 +152,23 @@ func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile
 		}
 		b.sample(pp.off, sc)
 	}
+	for _, sc := range iv.intrOrder {
+		pp := proc(sc.pid)
+		if !pp.hasIntr {
+			pp.intr = b.newProfile(pp.sp, iv, endNS, "interrupt", "nanoseconds", "interrupt", 1)
+			pp.hasIntr = true
+		}
+		b.sample(pp.intr, sc)
+	}
 	return b.p, total
 }
 
 // processProfiles are one process's profiles of the interval: of CPU
-// samples, and of off-CPU time.
+// samples, of off-CPU time and of interrupt time.
 type processProfiles struct {
-	sp             pprofile.ScopeProfiles
-	cpu, off       pprofile.Profile
-	hasCPU, hasOff bool
+	sp                      pprofile.ScopeProfiles
+	cpu, off, intr          pprofile.Profile
+	hasCPU, hasOff, hasIntr bool
 }
 
 // sample adds sc (a count or nanoseconds) to prof.
@@ -205,6 +213,8 @@ func (b *builder) location(k locKey, fn frameName) int32 {
 		}
 	case fn.module == "JIT":
 		frame = "jit"
+	case k.kind == locProcess && fn.module == intrModule:
+		frame = "kernel"
 	}
 	loc := b.dict.LocationTable().AppendEmpty()
 	loc.SetMappingIndex(b.mapping(module))

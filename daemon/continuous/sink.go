@@ -31,6 +31,10 @@ const (
 	// evWaitStack is the stack of a thread switched out to wait, at the
 	// time of its switch (right after its evSwitch).
 	evWaitStack
+	// evIntr is a handler's time charged to the thread it interrupted
+	// (with Config.Interrupts): minor trace.IntrHard or IntrSoft,
+	// fields[0] the irq or vector, fields[1] the nanoseconds.
+	evIntr
 )
 
 // event is one record handed from the sampler's reader to the aggregator.
@@ -84,10 +88,20 @@ type sink struct {
 	dropped atomic.Uint64 // events the full batch could not take
 	lost    atomic.Uint64 // records the kernel dropped (full rings)
 	samples atomic.Uint64 // samples taken from the rings
+	// intr follows the CPUs' threads and handlers (Config.Interrupts;
+	// nil: interrupt records are not asked for).
+	intr *intrTracker
+	// noWaits: the switch records are there for intr alone, not for
+	// off-CPU time.
+	noWaits bool
+	// lastIntr is, per CPU, the index in cur of its last evIntr: a
+	// handler of the same thread that ends next on the CPU adds to it
+	// (a flood of softirqs costs one event per run of them, not each).
+	lastIntr map[int]int
 }
 
 func newSink(capacity int) *sink {
-	return &sink{max: capacity, pending: map[int]tick{}, notify: make(chan struct{}, 1)}
+	return &sink{max: capacity, pending: map[int]tick{}, notify: make(chan struct{}, 1), lastIntr: map[int]int{}}
 }
 
 // take hands the waiting events to the caller in b (emptied first) and
@@ -96,6 +110,7 @@ func (s *sink) take(b *batch) {
 	b.reset()
 	s.mu.Lock()
 	s.cur, *b = *b, s.cur
+	clear(s.lastIntr)
 	s.mu.Unlock()
 }
 
@@ -148,6 +163,10 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 		s.dispatch(cpu, t, fields)
 		return
 	}
+	if major == trace.MajorInterrupt && len(fields) >= 1 {
+		s.interrupt(cpu, t, minor, uint32(fields[0]))
+		return
+	}
 	if major != trace.MajorTprof || (minor != trace.TprofTick && minor != trace.TprofEvent) || len(fields) < 4 {
 		return
 	}
@@ -178,6 +197,14 @@ const offCPUStates = trace.StateSleeping | trace.StateBlocked
 // tid, prev_state) when it begins or may end a wait: a switch from a
 // thread preempted to the idle task matters to no one.
 func (s *sink) dispatch(cpu int, t uint64, f []uint64) {
+	if s.intr != nil {
+		s.mu.Lock()
+		s.intr.switched(cpu, uint32(f[2]), uint32(f[3]))
+		s.mu.Unlock()
+		if s.noWaits {
+			return
+		}
+	}
 	prevPid, prev, state := f[0], f[1], f[4]
 	if state&offCPUStates == 0 {
 		prevPid, prev = 0, 0
@@ -189,6 +216,33 @@ func (s *sink) dispatch(cpu int, t uint64, f []uint64) {
 	s.flushLocked(cpu)
 	s.putLocked(event{kind: evSwitch, t: t, pid: uint32(prevPid), tid: uint32(prev), nf: 3, fields: [5]uint64{f[2], f[3], state}}, nil)
 	s.mu.Unlock()
+}
+
+// interrupt applies a handler's entry or exit (Config.Interrupts) and
+// queues the time of a handler that ended.
+func (s *sink) interrupt(cpu int, t uint64, minor, vec uint32) {
+	if s.intr == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch, ok := s.intr.record(cpu, t, minor, vec)
+	if !ok {
+		return
+	}
+	s.flushLocked(cpu)
+	if i, ok := s.lastIntr[cpu]; ok {
+		if e := &s.cur.evs[i]; e.pid == ch.pid && e.tid == ch.tid && e.minor == ch.minor && e.fields[0] == uint64(ch.vec) {
+			e.fields[1] += ch.ns
+			e.t = t
+			return
+		}
+	}
+	n := len(s.cur.evs)
+	s.putLocked(event{kind: evIntr, t: t, pid: ch.pid, tid: ch.tid, minor: ch.minor, nf: 2, fields: [5]uint64{uint64(ch.vec), ch.ns}}, nil)
+	if len(s.cur.evs) > n {
+		s.lastIntr[cpu] = n
+	}
 }
 
 // SwitchStack is the stack of a thread switched out to wait (with

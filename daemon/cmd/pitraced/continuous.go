@@ -48,6 +48,7 @@ func continuousCommand() *cli.Command {
 			&cli.IntFlag{Name: "max-stack", Value: 127, Usage: "frames per stack"},
 			&cli.BoolFlag{Name: "idle", Usage: "keep the idle task's samples (swapper)"},
 			&cli.BoolFlag{Name: "off-cpu", Usage: "record the scheduler's switches too and export each thread's time off the CPU (sleeping or blocked) under the stack it waited in: a second profile per process, sample type off_cpu in nanoseconds"},
+			&cli.BoolFlag{Name: "interrupts", Usage: "record hard-interrupt and softirq handlers too and export their time charged to the threads they interrupted, one frame per handler (softirq NET_RX, hardirq 24 ...): a profile per process, sample type interrupt in nanoseconds"},
 			&cli.IntFlag{Name: "max-stacks", Value: 20000, Usage: "distinct (thread, stack) pairs kept per interval (past it samples are dropped and counted)"},
 			&cli.StringFlag{Name: "queue-bytes", Value: "16M", Usage: "memory for profiles waiting to be sent (K, M, G suffixes)"},
 			&cli.StringFlag{Name: "spool-dir", Usage: "keep profiles the memory queue cannot hold in `DIR` (mode 0700), delivered when the collector is back, also after a restart"},
@@ -168,6 +169,7 @@ func continuousConfig(c *cli.Context) (continuous.Config, error) {
 	cfg.MaxStack = c.Int("max-stack")
 	cfg.Idle = c.Bool("idle")
 	cfg.OffCPU = c.Bool("off-cpu")
+	cfg.Interrupts = c.Bool("interrupts")
 	cfg.Limits.Stacks = c.Int("max-stacks")
 	cfg.Host = c.String("host-name")
 	cfg.Services = services
@@ -249,6 +251,9 @@ func runContinuous(c *cli.Context) error {
 		off := ""
 		if cfg.OffCPU {
 			off = " and off-CPU time"
+		}
+		if cfg.Interrupts {
+			off += " and interrupt time"
 		}
 		cfg.Log("continuous profiling at %d Hz%s, one profile per process every %v, to %s over %s (pid %d)",
 			cfg.RateHz, off, cfg.Interval, cfg.Export.Endpoint, cfg.Export.Protocol, os.Getpid())
