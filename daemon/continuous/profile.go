@@ -126,49 +126,42 @@ func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile
 		b.locIdx[i] = b.location(l.key, names[i])
 	}
 	byPID := map[uint32]*processProfiles{}
-	proc := func(pid uint32) *processProfiles {
-		pp, ok := byPID[pid]
-		if !ok {
-			pp = &processProfiles{sp: b.newProcess(iv, pid)}
-			byPID[pid] = pp
+	kinds := [...]struct {
+		order                 []*stackCount
+		typ, unit, periodType string
+		period                int64
+	}{
+		{iv.order, "samples", "count", "cpu", b.periodNS},
+		{iv.offOrder, "off_cpu", "nanoseconds", "off_cpu", 1},
+		{iv.intrOrder, "interrupt", "nanoseconds", "interrupt", 1},
+	}
+	for k, kind := range kinds {
+		for _, sc := range kind.order {
+			pp, ok := byPID[sc.pid]
+			if !ok {
+				pp = &processProfiles{sp: b.newProcess(iv, sc.pid)}
+				byPID[sc.pid] = pp
+			}
+			if !pp.has[k] {
+				pp.profs[k] = b.newProfile(pp.sp, iv, endNS, kind.typ, kind.unit, kind.periodType, kind.period)
+				pp.has[k] = true
+			}
+			b.sample(pp.profs[k], sc)
 		}
-		return pp
 	}
 	var total int64
 	for _, sc := range iv.order {
-		pp := proc(sc.pid)
-		if !pp.hasCPU {
-			pp.cpu = b.newProfile(pp.sp, iv, endNS, "samples", "count", "cpu", b.periodNS)
-			pp.hasCPU = true
-		}
-		b.sample(pp.cpu, sc)
 		total += sc.count
-	}
-	for _, sc := range iv.offOrder {
-		pp := proc(sc.pid)
-		if !pp.hasOff {
-			pp.off = b.newProfile(pp.sp, iv, endNS, "off_cpu", "nanoseconds", "off_cpu", 1)
-			pp.hasOff = true
-		}
-		b.sample(pp.off, sc)
-	}
-	for _, sc := range iv.intrOrder {
-		pp := proc(sc.pid)
-		if !pp.hasIntr {
-			pp.intr = b.newProfile(pp.sp, iv, endNS, "interrupt", "nanoseconds", "interrupt", 1)
-			pp.hasIntr = true
-		}
-		b.sample(pp.intr, sc)
 	}
 	return b.p, total
 }
 
 // processProfiles are one process's profiles of the interval: of CPU
-// samples, of off-CPU time and of interrupt time.
+// samples, of off-CPU time and of interrupt time (build's kinds).
 type processProfiles struct {
-	sp                      pprofile.ScopeProfiles
-	cpu, off, intr          pprofile.Profile
-	hasCPU, hasOff, hasIntr bool
+	sp    pprofile.ScopeProfiles
+	profs [3]pprofile.Profile
+	has   [3]bool
 }
 
 // sample adds sc (a count or nanoseconds) to prof.
