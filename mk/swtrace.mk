@@ -32,3 +32,9 @@ bench: bench-offcpu
 
 demo: build
 	scripts/run.tprof -- $(BIN)/cpuburn
+
+# The continuous agent's cost beside perf record -a -g on a busy machine.
+.PHONY: bench-continuous
+bench-continuous: build
+	bash bench/continuous.sh
+bench: bench-continuous
