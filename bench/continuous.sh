@@ -9,10 +9,11 @@
 # system) as a share of one CPU (and its range) and per sample, its maximum
 # RSS, its sample count, and for the agent the bytes per sample on the
 # wire. Run as root.
-# The agent's symbol cache starts empty: its first interval parses every
-# module sampled (a deployed agent keeps the cache across restarts), and
-# every program the machine runs meanwhile is named too, where perf only
-# records; the table's "steady" column is the agent from the end of its
+# The agent's symbol cache is warm, as a deployed agent's is across
+# restarts: a first run (not measured) fills it, then every measured run
+# reads the running programs' tables from it in its first interval; every
+# program the machine runs meanwhile is named too, where perf only
+# records. The table's "steady" column is the agent from the end of its
 # first interval on.
 #
 #   bench/continuous.sh [SECS=60] [HZ=97] [ROUNDS=3]
@@ -36,20 +37,20 @@ trap cleanup EXIT
 go build -o "$tmp/" ./daemon/cmd/pitraced ./bench/otlpsink
 gcc -O2 -g -fno-omit-frame-pointer -pthread -o "$tmp/cpuburn" examples/cpuburn.c
 # Load: cpuburn's two threads, long enough for every run.
-"$tmp/cpuburn" $(( (2 * ROUNDS * SECS + 60) * 100 )) >/dev/null &
+"$tmp/cpuburn" $(( (2 * ROUNDS * SECS + 80) * 100 )) >/dev/null &
 burn_pid=$!
 sleep 1
 
-# agent_run N: one run of the agent (its own symbol cache, empty).
+# agent_run N [SECS]: one run of the agent (the symbol cache shared by all).
 # Writes "cpu_s maxrss_kb samples bytes steady_us load" to $tmp/agent.N.
 agent_run() {
-	local n=$1 port load
+	local n=$1 secs=${2:-$SECS} port load
 	port=$((20000 + RANDOM % 20000))
 	"$tmp/otlpsink" -listen "127.0.0.1:$port" >"$tmp/sink.$n.out" 2>"$tmp/sink.$n.err" &
 	sink_pid=$!
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	/usr/bin/time -o "$tmp/agent.$n.time" -f "%U %S %M" "$tmp/pitraced" continuous --endpoint "http://127.0.0.1:$port" \
-		--rate "$HZ" --interval 15s --symbol-cache "$tmp/a2n.$n" --duration "${SECS}s" 2>"$tmp/agent.$n.err"
+		--rate "$HZ" --interval 15s --symbol-cache "$tmp/a2n" --duration "${secs}s" 2>"$tmp/agent.$n.err"
 	kill "$sink_pid"
 	wait "$sink_pid" 2>/dev/null || true
 	sink_pid=
@@ -78,6 +79,10 @@ perf_run() {
 	rm -f "$tmp/perf.$n.data"
 }
 
+echo "warming the agent's symbol cache (20 s)" >&2
+agent_run warm 20
+rm -f "$tmp/res.agent.warm"
+
 # Rounds take turns (agent first in odd rounds, perf first in even ones), so
 # a change of the machine's load meets both.
 for n in $(seq 1 "$ROUNDS"); do
@@ -99,7 +104,7 @@ summary() {
 				med(st, k) ? sprintf("%.1f us", med(st, k)) : "-", med(ld, k)
 		}'
 }
-echo "$SECS s a run, $ROUNDS rounds taking turns, at $HZ Hz per CPU on $(nproc) CPUs, cpuburn keeping them busy (medians; CPU's range over the rounds)"
+echo "$SECS s a run, $ROUNDS rounds taking turns, at $HZ Hz per CPU on $(nproc) CPUs, cpuburn keeping them busy, the agent's symbol cache warm (medians; CPU's range over the rounds)"
 printf "%-22s %24s %10s %11s %8s %8s %9s %6s\n" "" "CPU of 1 CPU" "per sample" "max RSS" "samples" "B/sample" "steady" "load"
 summary "pitraced continuous" agent
 summary "perf record -a -g" perf
