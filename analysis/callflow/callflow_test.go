@@ -368,8 +368,8 @@ func TestSystemCalls(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+0\s+0\s+0xb$`).MatchString(buf.String()) || strings.Contains(buf.String(), "SYS") {
 		t.Errorf("log-rt without system-call figures shows SYS:\n%s", buf.String())
 	}
-	info, err := ParseInfo([]byte("metric=tsc\nsys=in\nsys_glue=712\n"))
-	if err != nil || info.Sys != "in" || info.SysGlue != 712 || !info.HasSys() {
+	info, err := ParseInfo([]byte("metric=tsc\nsys=in\nsys_glue=712\nfaults=in\nfault_glue=1530\n"))
+	if err != nil || info.Sys != "in" || info.SysGlue != 712 || !info.HasSys() || info.Faults != "in" || info.FaultGlue != 1530 {
 		t.Errorf("info: %+v %v", info, err)
 	}
 }

@@ -114,6 +114,13 @@ type Info struct {
 	// SysGlue: the kernel's code per system call outside the module's
 	// window, measured at start-up and counted in each event's Sys.
 	SysGlue float64
+	// Faults: whether the metric holds the thread's user page faults:
+	// "in" (tsc), "out" (tsc-user: the module's fault windows and
+	// FaultGlue per fault taken off), "none" or "" (not measured).
+	Faults string
+	// FaultGlue: the kernel's exception entry and exit code per user page
+	// fault outside the module's window, measured at start-up.
+	FaultGlue float64
 
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
@@ -571,6 +578,10 @@ func ParseInfo(b []byte) (Info, error) {
 			in.Sys = v
 		case "sys_glue":
 			in.SysGlue = f()
+		case "faults":
+			in.Faults = v
+		case "fault_glue":
+			in.FaultGlue = f()
 		case "t_inner":
 			in.TInner = f()
 		case "t_outer":

@@ -171,6 +171,9 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	case "out":
 		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, not in BASE (metric %s counts user mode only), and their number (%.0f per call of kernel entry and exit code included)\n", a.Info.Metric, a.Info.SysGlue)
 	}
+	if a.Info.Faults == "out" {
+		fmt.Fprintf(w, " Page faults taken in user mode: not in BASE (metric %s; %.0f per fault of exception entry and exit code taken off too)\n", a.Info.Metric, a.Info.FaultGlue)
+	}
 	cols := func(n *Node) string {
 		ds, in := "-", "-"
 		if a.Info.DSIN == "kmod" {
