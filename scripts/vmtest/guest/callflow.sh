@@ -17,6 +17,12 @@
 # thread's rseq area (glibc registers one for every thread), which no
 # window holds: its user part may exceed the reference by up to 1,000 per
 # call (hookit check's verdict on it is not a pass criterion).
+# fault_pages writes once to each of 8 pages the program dropped just
+# before (MADV_DONTNEED): 8 user page faults per call. With tsc-user (the
+# module's fault windows, page_fault_user to handle_mm_fault's return, and
+# the calibrated exception entry and exit code taken off too) it must equal
+# the reference to the instruction; with tsc the faults' kernel work is in
+# its BASE (printed, not a pass criterion).
 # The number of leaf calls a pass is the one the reference was made with.
 N=$(cat /bin/callflow_exact.n)
 . /guest/lib.sh
@@ -49,6 +55,20 @@ sys_exact() {
 			print "vmtest: " $1 ": " user " against the reference " ref " (" (user - ref) / $2 " per call above it), SYS " sys " in " nsys " system calls (metric " m ")" }' || return 1
 	done
 }
+# fault_exact METRIC: fault_pages in hookit check's output (/tmp/out):
+# MIN-ENV equal to the reference (tsc-user); with tsc what the faults
+# added, for information.
+fault_exact() {
+	line=$(awk '$1 == "fault_pages"' /tmp/out)
+	[ -n "$line" ] || fail "hookit check printed no line for fault_pages"
+	grep -E " fault_pages\$" /tmp/hk/log-rt | sed 's/^/  log-rt: /'
+	echo "$line" | awk -v m="$1" '{
+		ref = $4; base = $5
+		if ($2 == 0) { print "vmtest: fault_pages: no calls"; exit 1 }
+		if (m == "tsc") { print "vmtest: fault_pages: " base " with tsc, the reference " ref " (" (base - ref) / $2 " per call: its 8 page faults)"; exit 0 }
+		if (base != ref) { print "vmtest: fault_pages: " base " with " m ", the reference " ref " (" (base - ref) / $2 " per call)"; exit 1 }
+		print "vmtest: fault_pages: " base " = the reference " ref " (metric " m ", 8 page faults a call)" }'
+}
 attempt() {
 	rm -rf /tmp/hk
 	echo "vmtest: --- callflow_exact $N with libhookit, metric $METRIC (module), pass $1"
@@ -63,6 +83,7 @@ attempt() {
 	# DS / IN / SYS / NSYS come from the module's work area: numbers, not '-'.
 	grep -qE '^ +1 +[0-9]+ +[0-9]+ +[0-9]+ +-?[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+  work$' /tmp/hk/log-rt || fail "log-rt has no DS / IN / SYS / NSYS figures for work"
 	grep -q '^sys_glue=[1-9]' /tmp/hk/hookit-*.info || fail "no system-call glue measured at start-up"
+	grep -q '^fault_glue=[1-9]' /tmp/hk/hookit-*.info || fail "no page-fault glue measured at start-up (does the module measure faults?)"
 	in=$(awk '$NF != "NAME" && $6 ~ /^[0-9]+$/ && $7 ~ /^[0-9]+$/ {s += $7} END {print s + 0}' /tmp/hk/log-rt)
 	echo "vmtest: interrupts charged to functions and threads: $in"
 	echo "vmtest: --- exactness: the ITrace of the same binary, hooks not recording (sequence minima less the environmental overhead must pass; minima alone, start-up and raw beside)"
@@ -71,6 +92,7 @@ attempt() {
 	sed 's/^/  /' /tmp/out
 	if [ "$METRIC" = tsc ]; then
 		# with tsc the system-call functions are out by their kernel work
+		fault_exact tsc
 		sys_exact tsc && return 0
 		echo "vmtest: pass $1: BASE less SYS is not the reference: the pass is repeated"
 		return 1
@@ -78,7 +100,8 @@ attempt() {
 	# sys_sleep is held to sys_exact's bound instead of the check's.
 	grep -qE 'hookit check: [0-9]+ functions within tolerance|hookit: [0-9]+ of [0-9]+ functions out of tolerance' /tmp/out || fail "hookit check"
 	outs=$(grep ' out:' /tmp/out | grep -vc '^ *sys_sleep ')
-	[ "$outs" -eq 0 ] && { sys_exact tsc-user || fail "tsc-user: a system-call function is not exact"; } && return 0
+	[ "$outs" -eq 0 ] && { sys_exact tsc-user || fail "tsc-user: a system-call function is not exact"; } &&
+		{ fault_exact tsc-user || fail "tsc-user: fault_pages is not exact"; } && return 0
 	# Only functions out because interrupts hit them may be retried.
 	intr=$(grep ' out:.*interrupts while it ran' /tmp/out | grep -vc '^ *sys_sleep ')
 	[ "$outs" = "$intr" ] || fail "hookit check"
