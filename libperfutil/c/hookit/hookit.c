@@ -62,6 +62,8 @@ struct hk_thread {
 	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	uint32_t nsys;        /* system calls at the end of the last event (hk_sys) */
 	uint64_t sys_time;    /* the metric in system calls then */
+	uint32_t nflt;        /* user page faults then (hk_faults) */
+	uint64_t flt_time;    /* the metric in them */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
@@ -557,11 +559,13 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	const volatile struct pitrace_ptt_sys *sy = hk_sys ? hk_sys_area() : NULL;
 	uint32_t nsys = sy ? sy->syscalls : 0;
 	uint64_t ksys = sy ? sy->sys_time[0] : 0;
+	uint32_t nflt = sy ? sy->faults : 0;
+	uint64_t kflt = sy ? sy->fault_time[0] : 0;
 
 	/* Room for a sync, a marker, a sync, the event, a DSIN, a SYS, a
-	 * wall-clock anchor and the end; the buffer's write is inside this
-	 * hook: between the reads, not charged. */
-	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
+	 * FLT, a wall-clock anchor and the end; the buffer's write is inside
+	 * this hook: between the reads, not charged. */
+	if (__builtin_expect(t->pos + 13 >= t->cap, 0)) {
 		slow = 1;
 		if (flush_buffer(t) != 0) {
 			__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
@@ -610,6 +614,14 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		hk_barrier();
 		r->tag = ((uint64_t)HK_SYS << HK_KIND_SHIFT) | (nsys - t->nsys);
 	}
+	if (sy && __builtin_expect(nflt != t->nflt && !t->need_sync, 0)) {
+		slow = 1;
+		struct hk_rec *r = &t->win[t->pos++];
+
+		r->d = kflt - t->flt_time + hk_fault_glue * (nflt - t->nflt);
+		hk_barrier();
+		r->tag = ((uint64_t)HK_FLT << HK_KIND_SHIFT) | (nflt - t->nflt);
+	}
 	/* The wall clock (CLOCK_MONOTONIC) at this event's early read, where
 	 * the metric may have drifted from it: the thread's first event, each
 	 * buffer, and after the thread was scheduled out and in (time metrics
@@ -630,6 +642,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	if (sy) { /* after the hook's own (a buffer written): charged to no one */
 		t->nsys = sy->syscalls;
 		t->sys_time = sy->sys_time[0];
+		t->nflt = sy->faults;
+		t->flt_time = sy->fault_time[0];
 	}
 	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 	if (slow)
