@@ -11,12 +11,14 @@
  * system call (libc's write(2) to /dev/null, getppid through syscall(2),
  * a 200 us nanosleep(2), whose time asleep is no one's CPU time):
  * the kernel's work is not the program's instructions (metric tsc-user
- * leaves it out, SYS shows it). The harness (main, the thread
- * start) is not instrumented: libc's work (thread creation, exit) is the
- * threads' time outside instrumented functions, which is not compared.
- * mlockall faults every page in before the work (page faults are kernel
- * work the thread's TSC counts but an instruction trace of the program
- * does not); a first, smaller pass warms the code and the thread cache.
+ * leaves it out, SYS shows it); and one that takes page faults (a write
+ * to each of FAULT_PAGES pages the program dropped just before: the
+ * kernel's work again, which tsc-user leaves out too). The harness (main,
+ * the thread start, drop_pages) is not instrumented: libc's work (thread
+ * creation, exit) is the threads' time outside instrumented functions,
+ * which is not compared. mlockall faults every other page in before the
+ * work (so that only fault_pages takes faults); a first, smaller pass
+ * warms the code and the thread cache.
  *
  *   callflow_exact [N]    N leaf calls per pass (default 100000)
  */
@@ -33,6 +35,10 @@
 
 static volatile unsigned long sink;
 static int devnull = -1;
+
+#define FAULT_PAGES 8
+static char *fresh; /* FAULT_PAGES pages, unlocked, dropped before each fault_pages */
+static long pagesz;
 
 __attribute__((noinline)) void empty(void)
 {
@@ -119,6 +125,21 @@ __attribute__((noinline)) void sys_sleep(void)
 		sink++;
 }
 
+__attribute__((noinline)) void fault_pages(void)
+{
+	for (int i = 0; i < FAULT_PAGES; i++)
+		fresh[(long)i * pagesz] = (char)i;
+}
+
+/* The next fault_pages faults a fresh zero page in at each write. */
+NOINSTR static void drop_pages(void)
+{
+	if (madvise(fresh, (size_t)(FAULT_PAGES * pagesz), MADV_DONTNEED) != 0) {
+		perror("callflow_exact: madvise");
+		exit(1);
+	}
+}
+
 __attribute__((noinline)) void work(long n)
 {
 	loop_leaf(n);
@@ -136,6 +157,10 @@ __attribute__((noinline)) void work(long n)
 	}
 	for (int i = 0; i < 5; i++)
 		sys_sleep();
+	for (int i = 0; i < 10; i++) {
+		drop_pages();
+		fault_pages();
+	}
 }
 
 __attribute__((noinline)) void *worker(void *arg)
@@ -167,6 +192,15 @@ NOINSTR int main(int argc, char **argv)
 	 * program does. Not fatal when refused (not root, RLIMIT_MEMLOCK). */
 	if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
 		perror("callflow_exact: mlockall (page faults will be counted)");
+	/* fault_pages' pages: out of mlockall's reach, one fault a page */
+	pagesz = sysconf(_SC_PAGESIZE);
+	fresh = mmap(NULL, (size_t)(FAULT_PAGES * pagesz), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fresh == MAP_FAILED) {
+		perror("callflow_exact: mmap");
+		return 1;
+	}
+	munlock(fresh, (size_t)(FAULT_PAGES * pagesz));
+	madvise(fresh, (size_t)(FAULT_PAGES * pagesz), MADV_NOHUGEPAGE);
 	devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (devnull < 0) {
 		perror("callflow_exact: /dev/null");

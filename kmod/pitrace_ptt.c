@@ -18,6 +18,9 @@
  *   sys_enter, sys_exit: (files with PITRACE_PTT_INIT_SYSCALLS) the area
  *                        is charged up to now at both; what accum grew
  *                        by in between goes to sys_time, syscalls++.
+ *   page_fault_user, handle_mm_fault's return: (the same files, where the
+ *                        kretprobe registers) likewise for the thread's
+ *                        user page faults: fault_time, faults++.
  *   sched_process_exit:  the area stops (dead = 1).
  *   sched_process_exec:  an exec that changes the thread's rights or
  *                        leaves it not dumpable stops it (dead = 2).
@@ -55,6 +58,7 @@
 #include <linux/cred.h>
 #include <linux/hashtable.h>
 #include <linux/interrupt.h>
+#include <linux/kprobes.h>
 #include <linux/llist.h>
 #include <linux/mm.h>
 #include <linux/percpu.h>
@@ -93,6 +97,9 @@ struct ptt_ent {
 	bool mapped;
 	bool in_sys;			/* between its sys_enter and sys_exit */
 	u64 sys0[PITRACE_PTT_MAX_METRICS];	/* accum at that sys_enter */
+	bool in_fault;			/* since its last page_fault_user */
+	bool fault_counted;		/* that fault is in faults */
+	u64 flt0[PITRACE_PTT_MAX_METRICS];	/* accum at its last edge */
 	bool hashed;			/* ptt_hash_lock */
 	bool on_list;			/* ptt_list_lock */
 	struct llist_node reap;		/* ptt_reap_list: munmap'd, to stop */
@@ -149,6 +156,9 @@ static DECLARE_WORK(ptt_reap_work, ptt_reap);
 static int ptt_nareas;			/* hashed areas (ptt_hash_lock) */
 static bool ptt_attached;		/* ptt_lock */
 static bool ptt_sys_attached;		/* ptt_lock */
+/* the fault probes: set under ptt_lock, read by ptt_ent_new anywhere */
+static bool ptt_fault_attached;
+static bool ptt_krp_registered;		/* ptt_lock */
 static struct ptt_slot ptt_slots[PTT_NSLOTS];
 static unsigned long ptt_slot_mask;	/* active slots; hooks read it */
 
@@ -551,11 +561,106 @@ static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
 	ptt_sys_edge(false);
 }
 
+/*
+ * User page faults (areas with sys and faults_on).  page_fault_user (the
+ * thread's own context, interrupts off, before the fault is served) opens
+ * the window: the area is charged up to now and accum noted.  Each return
+ * of a handle_mm_fault serving that fault adds accum's growth since the
+ * last edge to fault_time, so a retried fault (VM_FAULT_RETRY: served
+ * again) ends at its last return; the first return counts the fault.
+ * Only the user fault's own handle_mm_fault has the thread's user
+ * registers as its regs (task_pt_regs, user mode): get_user_pages passes
+ * NULL and a fault in kernel mode its own frame, so a stale in_fault is
+ * never charged.  Interrupts and other threads in the window are already
+ * out of accum, as for system calls.
+ */
+static void ptt_tp_fault(void *data, unsigned long address,
+			 struct pt_regs *regs, unsigned long error_code)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	u32 i;
+
+	if (!READ_ONCE(ptt_nareas))
+		return;
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->task == current && e->sys && e->sys->faults_on) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		for (i = 0; i < e->nmetrics; i++)
+			e->flt0[i] = e->a->accum[i];
+		e->in_fault = true;
+		e->fault_counted = false;
+	}
+	local_irq_restore(fl);
+}
+
+/* handle_mm_fault(vma, address, flags, regs): only a user fault's */
+static int ptt_krp_fault_entry(struct kretprobe_instance *ri,
+			       struct pt_regs *regs)
+{
+	struct pt_regs *fr;
+
+	fr = (struct pt_regs *)regs_get_kernel_argument(regs, 3);
+
+	/* non-zero: no return probe for this call */
+	return !(READ_ONCE(ptt_nareas) && fr && fr == task_pt_regs(current) &&
+		 user_mode(fr));
+}
+
+static int ptt_krp_fault_ret(struct kretprobe_instance *ri,
+			     struct pt_regs *regs)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	u32 i;
+
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->task == current && e->in_fault) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		/* no sequence count: as sys_time, the thread's own */
+		for (i = 0; i < e->nmetrics; i++) {
+			e->sys->fault_time[i] += e->a->accum[i] - e->flt0[i];
+			e->flt0[i] = e->a->accum[i];
+		}
+		if (!e->fault_counted)
+			e->sys->faults++;
+		e->fault_counted = true;
+	}
+	local_irq_restore(fl);
+	return 0;
+}
+
+/*
+ * Instances are taken only by user faults (the entry handler refuses the
+ * rest) and held while one sleeps; a fault that finds none is not
+ * counted (its time stays in the metric, as before the probes).
+ */
+static struct kretprobe ptt_krp_fault = {
+	.kp.symbol_name	= "handle_mm_fault",
+	.entry_handler	= ptt_krp_fault_entry,
+	.handler	= ptt_krp_fault_ret,
+};
+
 struct ptt_tp {
 	const char *name;
 	void *probe;
 	u32 bit;		/* PITRACE_PTT_HOOK_*, 0: required */
 	bool sys;		/* attached by ptt_attach_sys only */
+	bool fault;		/* attached by ptt_attach_fault only */
 	struct tracepoint *tp;
 	bool registered;
 };
@@ -591,6 +696,8 @@ static struct ptt_tp ptt_tps[] = {
 	/* the exit first: ptt_attach_sys registers it first */
 	{ "sys_exit", ptt_tp_sys_exit, PITRACE_PTT_HOOK_SYSCALL, true },
 	{ "sys_enter", ptt_tp_sys_enter, PITRACE_PTT_HOOK_SYSCALL, true },
+	{ "page_fault_user", ptt_tp_fault, PITRACE_PTT_HOOK_FAULT,
+	  .fault = true },
 };
 
 static bool str_has_suffix_entry(const char *name)
@@ -624,8 +731,13 @@ static void ptt_detach(void)
 	}
 	if (any)
 		tracepoint_synchronize_unregister();
+	if (ptt_krp_registered) {
+		unregister_kretprobe(&ptt_krp_fault);
+		ptt_krp_registered = false;
+	}
 	ptt_attached = false;
 	ptt_sys_attached = false;
+	WRITE_ONCE(ptt_fault_attached, false);
 }
 
 /*
@@ -651,7 +763,7 @@ static int ptt_attach(void)
 	for (i = ARRAY_SIZE(ptt_tps); i-- > 0;) {
 		struct ptt_tp *p = &ptt_tps[i];
 
-		if (p->sys)
+		if (p->sys || p->fault)
 			continue;
 		if (p->bit && str_has_suffix_entry(p->name) &&
 		    (i + 1 >= ARRAY_SIZE(ptt_tps) || !ptt_tps[i + 1].registered))
@@ -713,6 +825,53 @@ static int ptt_attach_sys(void)
 	return 0;
 }
 
+/*
+ * The fault probes, at the first PTT_INIT with PITRACE_PTT_INIT_SYSCALLS,
+ * kept until rmmod: the kretprobe first (alone it changes nothing: no
+ * area is in a fault), then the tracepoint.  Optional: a kernel that
+ * refuses either leaves faults_on 0 in the areas (faults stay in the
+ * metric).  Areas made after this see ptt_fault_attached set.
+ */
+static void ptt_attach_fault(void)
+{
+	struct ptt_tp *p = NULL;
+	size_t i;
+	int err;
+
+	lockdep_assert_held(&ptt_lock);
+	if (ptt_fault_attached)
+		return;
+	for (i = 0; i < ARRAY_SIZE(ptt_tps); i++)
+		if (ptt_tps[i].fault)
+			p = &ptt_tps[i];
+	if (!p || !p->tp)
+		return;
+	if (!ptt_krp_registered) {
+		/* as new: a registration fills in addr (found by name) */
+		ptt_krp_fault.kp.addr = NULL;
+		ptt_krp_fault.kp.flags = 0;
+		ptt_krp_fault.maxactive = max_t(int, 64,
+						4 * num_possible_cpus());
+		err = register_kretprobe(&ptt_krp_fault);
+		if (err) {
+			pr_warn("pitrace: ptt: kretprobe %s: error %d\n",
+				ptt_krp_fault.kp.symbol_name, err);
+			return;
+		}
+		ptt_krp_registered = true;
+	}
+	if (!p->registered) {
+		err = tracepoint_probe_register(p->tp, p->probe, NULL);
+		if (err) {
+			pr_warn("pitrace: ptt: tracepoint %s: error %d\n",
+				p->name, err);
+			return;
+		}
+		p->registered = true;
+	}
+	WRITE_ONCE(ptt_fault_attached, true);
+}
+
 static u32 ptt_hooks(void)
 {
 	u32 on = 0, off = 0;
@@ -724,6 +883,8 @@ static u32 ptt_hooks(void)
 		else
 			off |= ptt_tps[i].bit;
 	}
+	if (!ptt_krp_registered)
+		off |= PITRACE_PTT_HOOK_FAULT;
 	return on & ~off;
 }
 
@@ -1095,6 +1256,7 @@ static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, u32 nmetrics,
 	if (sys) {
 		e->sys = (void *)e->a + PITRACE_PTT_SYS_OFFSET;
 		e->sys->sys_on = 1;
+		e->sys->faults_on = READ_ONCE(ptt_fault_attached);
 	}
 	e->ctx = ctx;
 	e->nmetrics = nmetrics;
@@ -1336,6 +1498,8 @@ static long ptt_ioc_init(void **ctxp, const struct pitrace_ptt_init *a)
 		err = ptt_attach_sys();
 	if (err)
 		goto out;
+	if (a->flags & PITRACE_PTT_INIT_SYSCALLS)
+		ptt_attach_fault();
 	ctx = *ctxp;
 	if (!ctx) {
 		err = -ENOMEM;

@@ -12,7 +12,7 @@ import (
 func TestLayoutMatchesHookitHeader(t *testing.T) {
 	want := map[string]uint64{
 		"sizeof hk_rec": RecSize, "offsetof hk_rec.tag": 0, "offsetof hk_rec.d": 8,
-		"HK_SYNC": KindSync, "HK_DSIN": KindDSIN, "HK_SYS": KindSys, "HK_WALL": KindWall, "HK_HOOK_SHIFT": HookShift, "HK_SPD_SHIFT": SPDShift, "HK_END": EndMark,
+		"HK_SYNC": KindSync, "HK_DSIN": KindDSIN, "HK_SYS": KindSys, "HK_FLT": KindFlt, "HK_WALL": KindWall, "HK_HOOK_SHIFT": HookShift, "HK_SPD_SHIFT": SPDShift, "HK_END": EndMark,
 		"HK_MAGIC": Magic, "HK_VERSION": Version, "HK_KIND_SHIFT": KindShift,
 		"HK_ENTER": KindEnter, "HK_EXIT": KindExit, "HK_ADJUST": KindAdjust, "HK_MARK": KindMark,
 		"HK_EXC_EXIT": KindExcExit, "HK_API_SHIFT": APIShift, "HK_TYPE_SHIFT": TypeShift, "HK_TYPE_MASK": TypeMask,

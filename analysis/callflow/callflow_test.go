@@ -42,6 +42,9 @@ func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 		if e.SysN != 0 || e.Sys != 0 {
 			put(uint64(KindSys)<<KindShift|uint64(e.SysN), e.Sys)
 		}
+		if e.FltN != 0 || e.Flt != 0 {
+			put(uint64(KindFlt)<<KindShift|uint64(e.FltN), e.Flt)
+		}
 		iv, hook, dsp := e.Early-lastLate, lastLate-lastEarly, sp-lastSP
 		spd := int64(dsp) >> 3
 		if sp == 0 {
@@ -112,7 +115,7 @@ func TestParseThreadRoundTripAndPartial(t *testing.T) {
 	if !th.Partial || len(th.Events) != 3 {
 		t.Fatalf("partial file: partial %v, %d events", th.Partial, len(th.Events))
 	}
-	for _, bad := range [][]byte{nil, make([]byte, 2*RecSize), encode([]Event{{Kind: 10, Fn: 1}}, 1, 1, 0)} {
+	for _, bad := range [][]byte{nil, make([]byte, 2*RecSize), encode([]Event{{Kind: KindFlt + 1, Fn: 1}}, 1, 1, 0)} {
 		if _, err := ParseThread(bad); err == nil {
 			t.Errorf("no error for a bad file of %d bytes", len(bad))
 		}
@@ -368,9 +371,59 @@ func TestSystemCalls(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+0\s+0\s+0xb$`).MatchString(buf.String()) || strings.Contains(buf.String(), "SYS") {
 		t.Errorf("log-rt without system-call figures shows SYS:\n%s", buf.String())
 	}
-	info, err := ParseInfo([]byte("metric=tsc\nsys=in\nsys_glue=712\n"))
-	if err != nil || info.Sys != "in" || info.SysGlue != 712 || !info.HasSys() {
+	info, err := ParseInfo([]byte("metric=tsc\nsys=in\nsys_glue=712\nfaults=in\nfault_glue=1530\n"))
+	if err != nil || info.Sys != "in" || info.SysGlue != 712 || !info.HasSys() || info.Faults != "in" || info.FaultGlue != 1530 {
 		t.Errorf("info: %+v %v", info, err)
+	}
+}
+
+// FLT / NFLT (the module's user page-fault figures): charged like SYS to
+// the function on top in the interval the event ends, beside SYS in
+// log-rt and log-gen, printed only where the info file says faults were
+// measured (faults=in or out).
+func TestPageFaults(t *testing.T) {
+	evs := append([]Event(nil), ab...)
+	evs[2].FltN, evs[2].Flt = 8, 76000 // inside B
+	evs[2].SysN, evs[2].Sys = 1, 900
+	evs[3].FltN, evs[3].Flt = 1, 9500 // A after B
+	th, err := ParseThread(encode(evs, 7, 8, -1))
+	if err != nil || th.Events[2] != evs[2] || th.Events[3] != evs[3] {
+		t.Fatalf("round trip: %v %+v", err, th)
+	}
+	p := &Process{Info: Info{PID: 7, Metric: "tsc", Backend: "kmod", DSIN: "kmod", Sys: "in", SysGlue: 343, Faults: "in", FaultGlue: 440},
+		Threads: []*Thread{th}}
+	a := AnalyzeWith(p, Calibration{})
+	tr := a.Trees[0]
+	if A, B := node(tr, 0xa), node(tr, 0xa, 0xb); A.FltN != 1 || A.Flt != 9500 || B.FltN != 8 || B.Flt != 76000 || B.SysN != 1 {
+		t.Fatalf("A faults %d in %d, B %d in %d (sys %d)", A.Flt, A.FltN, B.Flt, B.FltN, B.SysN)
+	}
+	var buf strings.Builder
+	if err := a.WriteLogRT(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+2\s+1\s+0\s+5\s+0\s+0\s+0\s+900\s+1\s+76000\s+8\s+0xb$`).MatchString(buf.String()) ||
+		!strings.Contains(buf.String(), "FLT / NFLT") {
+		t.Errorf("log-rt has no FLT 76000 NFLT 8 after SYS for B:\n%s", buf.String())
+	}
+	buf.Reset()
+	if err := a.WriteLogGen(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^.*\s0\s+0\s+9500\s+1\s+0xa$`).MatchString(buf.String()) {
+		t.Errorf("log-gen has no FLT 9500 NFLT 1 for A:\n%s", buf.String())
+	}
+	rows := map[string]FlatRow{}
+	for _, r := range a.Flat() {
+		rows[r.Name] = r
+	}
+	if rows["0xb"].FltN != 8 || rows["0xb"].Flt != 76000 {
+		t.Errorf("flat row of B: %+v", rows["0xb"])
+	}
+	p.Info.Faults = "none"
+	buf.Reset()
+	AnalyzeWith(p, Calibration{}).WriteLogRT(&buf)
+	if strings.Contains(buf.String(), "FLT") {
+		t.Errorf("log-rt without fault figures shows FLT:\n%s", buf.String())
 	}
 }
 

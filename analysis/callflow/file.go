@@ -48,11 +48,12 @@ const (
 	KindExit    = 2
 	KindAdjust  = 3
 	KindMark    = 4
-	KindExcExit = 5 // exception exit (hookit_exception_exit)
-	KindSync    = 6 // absolute values (two records)
-	KindDSIN    = 7 // dispatches | interrupts << 32 in the interval the next event ends (kmod)
-	KindWall    = 8 // the wall clock (CLOCK_MONOTONIC ns) at the next event's early read
-	KindSys     = 9 // system calls (the tag's low 32 bits) and their metric in the interval the next event ends
+	KindExcExit = 5  // exception exit (hookit_exception_exit)
+	KindSync    = 6  // absolute values (two records)
+	KindDSIN    = 7  // dispatches | interrupts << 32 in the interval the next event ends (kmod)
+	KindWall    = 8  // the wall clock (CLOCK_MONOTONIC ns) at the next event's early read
+	KindSys     = 9  // system calls (the tag's low 32 bits) and their metric in the interval the next event ends
+	KindFlt     = 10 // user page faults (the tag's low 32 bits) and their metric, likewise
 )
 
 // Markers (the function field of a KindMark record).
@@ -77,6 +78,10 @@ type Event struct {
 	// ends and the metric they took (Info.Sys "in" or "out"; 0 elsewhere).
 	SysN uint32
 	Sys  uint64
+	// FltN, Flt: likewise its user page faults (Info.Faults "in" or
+	// "out"; 0 elsewhere).
+	FltN uint32
+	Flt  uint64
 	// Wall: the wall clock (CLOCK_MONOTONIC ns) at Early, where an anchor
 	// record dated it (0 elsewhere).
 	Wall uint64
@@ -114,6 +119,13 @@ type Info struct {
 	// SysGlue: the kernel's code per system call outside the module's
 	// window, measured at start-up and counted in each event's Sys.
 	SysGlue float64
+	// Faults: whether the metric holds the thread's user page faults:
+	// "in" (tsc), "out" (tsc-user: the module's fault windows and
+	// FaultGlue per fault taken off), "none" or "" (not measured).
+	Faults string
+	// FaultGlue: the kernel's exception entry and exit code per user page
+	// fault outside the module's window, measured at start-up.
+	FaultGlue float64
 
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
@@ -134,6 +146,10 @@ type Info struct {
 
 // HasSys: the events carry the thread's system calls (SYS in the reports).
 func (in Info) HasSys() bool { return in.Sys == "in" || in.Sys == "out" }
+
+// HasFaults: the events carry the thread's user page faults (FLT in the
+// reports).
+func (in Info) HasFaults() bool { return in.Faults == "in" || in.Faults == "out" }
 
 // Process is what one process of the run left in the directory.
 type Process struct {
@@ -384,8 +400,8 @@ type decoder struct {
 	synced, ended, based    bool
 	pendDS, pendIN          uint32
 	pendWall                uint64
-	pendSysN                uint32
-	pendSys                 uint64
+	pendSysN, pendFltN      uint32
+	pendSys, pendFlt        uint64
 	syncEarly, syncSP       uint64
 	cur                     Event
 	have                    bool // cur is an event not yet handed on
@@ -488,6 +504,10 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 			d.pendSysN += uint32(tag)
 			d.pendSys += dv
 			continue
+		case KindFlt:
+			d.pendFltN += uint32(tag)
+			d.pendFlt += dv
+			continue
 		}
 		if k < KindEnter || k > KindExcExit {
 			return i, false, fmt.Errorf("record %d: unknown kind %d", rec, k)
@@ -496,8 +516,8 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 			return i, false, fmt.Errorf("record %d: an event before the first sync", rec)
 		}
 		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
-			DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys}
-		d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys = 0, 0, 0, 0, 0
+			DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys, FltN: d.pendFltN, Flt: d.pendFlt}
+		d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys, d.pendFltN, d.pendFlt = 0, 0, 0, 0, 0, 0, 0
 		if d.synced {
 			e.Early = d.syncEarly
 			if d.syncSP != 0 {
@@ -571,6 +591,10 @@ func ParseInfo(b []byte) (Info, error) {
 			in.Sys = v
 		case "sys_glue":
 			in.SysGlue = f()
+		case "faults":
+			in.Faults = v
+		case "fault_glue":
+			in.FaultGlue = f()
 		case "t_inner":
 			in.TInner = f()
 		case "t_outer":

@@ -171,15 +171,24 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	case "out":
 		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, not in BASE (metric %s counts user mode only), and their number (%.0f per call of kernel entry and exit code included)\n", a.Info.Metric, a.Info.SysGlue)
 	}
+	flt := a.Info.HasFaults()
+	if flt {
+		fmt.Fprintf(w, " FLT / NFLT: the metric the function's own page faults (user mode) took, %s BASE, and their number (%.0f per fault of exception entry and exit code included)\n",
+			map[bool]string{true: "part of", false: "not in"}[a.Info.Faults == "in"], a.Info.FaultGlue)
+	}
 	cols := func(n *Node) string {
 		ds, in := "-", "-"
 		if a.Info.DSIN == "kmod" {
 			ds, in = fmt.Sprint(n.DS), fmt.Sprint(n.IN)
 		}
-		if !sys {
-			return fmt.Sprintf("%4s %4s", ds, in)
+		s := fmt.Sprintf("%4s %4s", ds, in)
+		if sys {
+			s += fmt.Sprintf(" %12d %6d", n.Sys, n.SysN)
 		}
-		return fmt.Sprintf("%4s %4s %12d %6d", ds, in, n.Sys, n.SysN)
+		if flt {
+			s += fmt.Sprintf(" %12d %6d", n.Flt, n.FltN)
+		}
+		return s
 	}
 	for _, t := range a.Trees {
 		fmt.Fprintln(w)
@@ -201,8 +210,11 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		if sys {
 			head += fmt.Sprintf(" %12s %6s", "SYS", "NSYS")
 		}
+		if flt {
+			head += fmt.Sprintf(" %12s %6s", "FLT", "NFLT")
+		}
 		fmt.Fprintf(w, " %3s %10s %10s %14s %12s %s  %s\n", "LV", "CALLS", "CEE", "BASE", "DELTA", head, "NAME")
-		if t.Root.Base > 0 || t.Root.Delta != 0 || t.Root.SysN > 0 {
+		if t.Root.Base > 0 || t.Root.Delta != 0 || t.Root.SysN > 0 || t.Root.FltN > 0 {
 			fmt.Fprintf(w, " %3d %10d %10d %14d %12d %s  %s\n", 0, 0, t.Root.Callees, t.Root.Base, t.Root.Delta, cols(t.Root), "(thread, outside instrumented functions)")
 		}
 		for _, c := range t.Root.Children {
@@ -238,6 +250,8 @@ type FlatRow struct {
 	IN        uint64 // interrupts while it was on top (kmod backend; 0 elsewhere)
 	// SysN, Sys: its own system calls and their metric (Info.HasSys).
 	SysN, Sys uint64
+	// FltN, Flt: its own user page faults and their metric (Info.HasFaults).
+	FltN, Flt uint64
 	Callees   uint64 // calls it made
 	// Err is the error bar of Base (Analysis.ErrorBar).
 	Err float64
@@ -283,6 +297,8 @@ func (a *Analysis) Flat() []FlatRow {
 				r.IN += n.IN
 				r.SysN += n.SysN
 				r.Sys += n.Sys
+				r.FltN += n.FltN
+				r.Flt += n.Flt
 				if active[n.Name] == 0 {
 					r.Cum += n.Cum
 				}
@@ -307,6 +323,8 @@ func (a *Analysis) Flat() []FlatRow {
 			r.Rough += t.Root.Rough
 			r.SysN += t.Root.SysN
 			r.Sys += t.Root.Sys
+			r.FltN += t.Root.FltN
+			r.Flt += t.Root.Flt
 		}
 	}
 	out := make([]FlatRow, 0, len(rows))
@@ -342,16 +360,28 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 		fmt.Fprintf(w, " SYS / NSYS: the metric its own system calls took (%s BASE) and their number\n",
 			map[bool]string{true: "part of", false: "not in"}[a.Info.Sys == "in"])
 	}
+	flt := a.Info.HasFaults()
+	if flt {
+		fmt.Fprintf(w, " FLT / NFLT: the metric its own page faults (user mode) took (%s BASE) and their number\n",
+			map[bool]string{true: "part of", false: "not in"}[a.Info.Faults == "in"])
+	}
 	fmt.Fprintln(w)
 	extra := func(r FlatRow) string {
-		if !sys {
-			return ""
+		s := ""
+		if sys {
+			s += fmt.Sprintf(" %12d %8d", r.Sys, r.SysN)
 		}
-		return fmt.Sprintf(" %12d %8d", r.Sys, r.SysN)
+		if flt {
+			s += fmt.Sprintf(" %12d %8d", r.Flt, r.FltN)
+		}
+		return s
 	}
 	head := ""
 	if sys {
 		head = fmt.Sprintf(" %12s %8s", "SYS", "NSYS")
+	}
+	if flt {
+		head += fmt.Sprintf(" %12s %8s", "FLT", "NFLT")
 	}
 	fmt.Fprintf(w, " %10s %14s %10s %14s %14s %7s%s  %s\n", "CALLS", "BASE", "ERR", "CUM", "RAW", "%BASE", head, "NAME")
 	for _, r := range a.Flat() {

@@ -47,6 +47,9 @@ type Node struct {
 	// SysN, Sys: system calls made while it was on top and the metric
 	// they took (Info.Sys "in": part of Rough; "out": not).
 	SysN, Sys uint64
+	// FltN, Flt: user page faults taken while it was on top and the
+	// metric they took (Info.Faults "in": part of Rough; "out": not).
+	FltN, Flt uint64
 	minima    uint64 // sequence minima taken off its intervals
 	// Signed is Rough minus the calibration (may be below 0 when the
 	// calibration over-corrects); Base is Signed rounded, at least 0;
@@ -155,6 +158,8 @@ func (b *builder) charge(e *Event, top *Node, trans int) {
 	top.IN += uint64(e.IN)
 	top.SysN += uint64(e.SysN)
 	top.Sys += e.Sys
+	top.FltN += uint64(e.FltN)
+	top.Flt += e.Flt
 	if trans < 0 || b.prevTrans < 0 || (b.cal.Minima == nil && b.interval == nil) {
 		return
 	}

@@ -445,6 +445,7 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_EXEC_PATH		(1u << 19)	/* MTE_EXEC: the path the kernel found */
 #define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
 #define PITRACE_FEAT_PTT_SYSCALLS	(1u << 21)	/* PTT_INIT's PITRACE_PTT_INIT_SYSCALLS */
+#define PITRACE_FEAT_PTT_FAULTS		(1u << 22)	/* pitrace_ptt_sys's faults and fault_time */
 #define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
 #define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
@@ -455,6 +456,7 @@ struct pitrace_hook_arg {
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_PTT_SYSCALLS | \
+	 PITRACE_FEAT_PTT_FAULTS | \
 	 PITRACE_FEAT_CALLSTACK | \
 	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD | \
 	 PITRACE_FEAT_ITRACE_KERNEL | PITRACE_FEAT_ITRACE_BLOCK | \
@@ -594,6 +596,19 @@ struct pitrace_bench_arg {
  * attached for such a file, stay attached until rmmod: every system call
  * of the machine then passes the module's probe.
  *
+ * With PITRACE_FEAT_PTT_FAULTS the same flag also measures the page faults
+ * the file's threads take in user mode: fault_time[i] is the part of
+ * accum[i] from the page_fault_user tracepoint to the return of the
+ * fault's last handle_mm_fault (a kretprobe; a retried fault runs it more
+ * than once), faults counts the faults that reached that return.  A fault
+ * handle_mm_fault does not serve (a bad address: the signal's way) is in
+ * neither.  As for system calls, the kernel's exception entry up to the
+ * tracepoint and its way back to user mode after the return stay in the
+ * metric (a constant number of instructions per fault).  faults_on says
+ * whether the probes are there (the kernel may refuse the kretprobe); once
+ * attached they stay until rmmod: every user page fault of the machine
+ * then passes the module's probes.
+ *
  * Perf counters are per-CPU kernel counters shared by all files that ask
  * for the same (type, config); at most PITRACE_PTT_MAX_SLOTS distinct
  * counters exist at once (EBUSY beyond).  A counter the machine lacks
@@ -604,7 +619,7 @@ struct pitrace_bench_arg {
 #define PITRACE_PTT_TSC		0	/* the time stamp counter (rdtsc in user space) */
 #define PITRACE_PTT_PERF	1	/* a per-CPU perf_event counter (type, config) */
 
-#define PITRACE_PTT_INIT_SYSCALLS	(1u << 0)	/* pitrace_ptt_init.flags: sys_time, syscalls */
+#define PITRACE_PTT_INIT_SYSCALLS	(1u << 0)	/* pitrace_ptt_init.flags: pitrace_ptt_sys */
 
 #define PITRACE_PTT_MMAP_OFFSET	(1ULL << 47)	/* far beyond PITRACE_MMAP_OFFSET() */
 
@@ -637,14 +652,19 @@ struct pitrace_ptt_area {
 /*
  * PITRACE_PTT_INIT_SYSCALLS: in the same page, at PITRACE_PTT_SYS_OFFSET
  * (zero otherwise, and from modules without PITRACE_FEAT_PTT_SYSCALLS).
- * Changed only in the thread's own system calls, so the thread reads it
- * without the sequence count; PTT_READ's snapshot does not carry it.
+ * Changed only in the thread's own system calls and page faults, so the
+ * thread reads it in user mode without the sequence count; PTT_READ's
+ * snapshot does not carry it.
  */
 #define PITRACE_PTT_SYS_OFFSET	2048
 struct pitrace_ptt_sys {
-	__u32 sys_on;		/* 1: the fields below are kept */
+	__u32 sys_on;		/* 1: syscalls and sys_time are kept */
 	__u32 syscalls;		/* system calls ended (sys_exit) */
 	__u64 sys_time[PITRACE_PTT_MAX_METRICS]; /* of accum: inside system calls */
+	/* PITRACE_FEAT_PTT_FAULTS (zero from older modules): */
+	__u32 faults_on;	/* 1: faults and fault_time are kept */
+	__u32 faults;		/* user-mode page faults handled (handle_mm_fault) */
+	__u64 fault_time[PITRACE_PTT_MAX_METRICS]; /* of accum: inside those faults */
 };
 
 /*
@@ -671,6 +691,7 @@ struct pitrace_ptt_sys {
 #define PITRACE_PTT_HOOK_THRESHOLD	(1u << 11)	/* threshold_apic_entry/exit */
 #define PITRACE_PTT_HOOK_DEFERRED	(1u << 12)	/* deferred_error_apic_entry/exit */
 #define PITRACE_PTT_HOOK_SYSCALL	(1u << 13)	/* sys_enter/exit (PITRACE_PTT_INIT_SYSCALLS) */
+#define PITRACE_PTT_HOOK_FAULT		(1u << 14)	/* page_fault_user + handle_mm_fault kretprobe (the same flag) */
 
 #define PITRACE_PTT_STATUS_CPUS	64
 

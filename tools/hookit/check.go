@@ -151,6 +151,17 @@ func check(c *cli.Context) error {
 		sysHead = fmt.Sprintf(" %11s %7s", "SYS", "NSYS")
 		sysCols = func(r callflow.FlatRow) string { return fmt.Sprintf(" %11d %7d", r.Sys, r.SysN) }
 	}
+	if p.Info.HasFaults() {
+		in := "not in"
+		if p.Info.Faults == "in" {
+			in = "part of"
+		}
+		fmt.Printf("  FLT / NFLT: the metric of each function's own page faults in user mode (%s its figures; %.0f per fault of exception entry and exit code included) and their number\n",
+			in, p.Info.FaultGlue)
+		sysHead += fmt.Sprintf(" %11s %7s", "FLT", "NFLT")
+		prev := sysCols
+		sysCols = func(r callflow.FlatRow) string { return prev(r) + fmt.Sprintf(" %11d %7d", r.Flt, r.FltN) }
+	}
 	fmt.Printf("  %-12s %9s %9s %11s %11s %11s %11s %11s %9s %9s %9s %9s%s  %s\n", "NAME", "CALLS", "CG CALLS", "REFERENCE",
 		"MIN-ENV", "MINIMA", "STARTUP", "RAW", "ERR/CALL", "(MINIMA)", "(STARTUP)", "(RAW)", sysHead, "")
 	bad, interrupted := 0, 0

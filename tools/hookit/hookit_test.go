@@ -252,6 +252,10 @@ func checkReportsAgree(t *testing.T, dir string, a *callflow.Analysis) {
 		t.Errorf("backend %s, metric %s: info sys=%q, log-gen with a SYS column: system-call figures where none were measured",
 			a.Info.Backend, a.Info.Metric, a.Info.Sys)
 	}
+	if a.Info.Backend != "kmod" && (a.Info.Faults != "none" || a.Info.FaultGlue != 0) {
+		t.Errorf("backend %s, metric %s: info faults=%q fault_glue=%v: fault figures where none were measured",
+			a.Info.Backend, a.Info.Metric, a.Info.Faults, a.Info.FaultGlue)
+	}
 	if !bytes.Contains(read("callflow.trace.json"), []byte(`"ph":"B"`)) {
 		t.Error("the Chrome trace has no begin events")
 	}

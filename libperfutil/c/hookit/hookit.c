@@ -62,6 +62,8 @@ struct hk_thread {
 	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	uint32_t nsys;        /* system calls at the end of the last event (hk_sys) */
 	uint64_t sys_time;    /* the metric in system calls then */
+	uint32_t nflt;        /* user page faults then (hk_faults) */
+	uint64_t flt_time;    /* the metric in them */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
@@ -88,6 +90,11 @@ static int hk_sys;
  * sys_exit window (its entry and exit code), measured at start-up
  * (calibrate_sys), in metric units. */
 static uint64_t hk_sys_glue;
+/* The same for a user page fault outside the module's page_fault_user ..
+ * handle_mm_fault return window (calibrate_fault), where the module
+ * measures faults (faults_on); 0 otherwise. */
+static uint64_t hk_fault_glue;
+static int hk_faults; /* the module measures faults (faults_on) */
 /* The metric is tsc-user: the TSC less the thread's system calls. */
 static int hk_user;
 static volatile int hk_on = 1;
@@ -250,10 +257,11 @@ HK_NOINSTR static inline const volatile struct pitrace_ptt_sys *hk_sys_area(void
 	return page ? (const volatile struct pitrace_ptt_sys *)(page + PITRACE_PTT_SYS_OFFSET) : NULL;
 }
 
-/* tsc-user: the thread's TSC less its system calls (the module's windows
- * and the calibrated kernel code around each). The system-call figures
- * change only inside the thread's own system calls: read in user mode,
- * they are still. */
+/* tsc-user: the thread's TSC less its system calls and user page faults
+ * (the module's windows and the calibrated kernel code around each). The
+ * figures change only inside the thread's own system calls and faults:
+ * read in user mode, they are still. Without fault figures (faults_on 0)
+ * faults and fault_time are 0. */
 HK_NOINSTR static uint64_t read_ptt_user(void)
 {
 	struct PttThreadState *s = PttSelf;
@@ -261,7 +269,7 @@ HK_NOINSTR static uint64_t read_ptt_user(void)
 	const volatile struct pitrace_ptt_sys *sy = hk_sys_area();
 
 	if (sy)
-		v -= sy->sys_time[0] + hk_sys_glue * sy->syscalls;
+		v -= sy->sys_time[0] + hk_sys_glue * sy->syscalls + sy->fault_time[0] + hk_fault_glue * sy->faults;
 	return v;
 }
 
@@ -551,11 +559,13 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	const volatile struct pitrace_ptt_sys *sy = hk_sys ? hk_sys_area() : NULL;
 	uint32_t nsys = sy ? sy->syscalls : 0;
 	uint64_t ksys = sy ? sy->sys_time[0] : 0;
+	uint32_t nflt = sy ? sy->faults : 0;
+	uint64_t kflt = sy ? sy->fault_time[0] : 0;
 
 	/* Room for a sync, a marker, a sync, the event, a DSIN, a SYS, a
-	 * wall-clock anchor and the end; the buffer's write is inside this
-	 * hook: between the reads, not charged. */
-	if (__builtin_expect(t->pos + 12 >= t->cap, 0)) {
+	 * FLT, a wall-clock anchor and the end; the buffer's write is inside
+	 * this hook: between the reads, not charged. */
+	if (__builtin_expect(t->pos + 13 >= t->cap, 0)) {
 		slow = 1;
 		if (flush_buffer(t) != 0) {
 			__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
@@ -604,6 +614,14 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		hk_barrier();
 		r->tag = ((uint64_t)HK_SYS << HK_KIND_SHIFT) | (nsys - t->nsys);
 	}
+	if (sy && __builtin_expect(nflt != t->nflt && !t->need_sync, 0)) {
+		slow = 1;
+		struct hk_rec *r = &t->win[t->pos++];
+
+		r->d = kflt - t->flt_time + hk_fault_glue * (nflt - t->nflt);
+		hk_barrier();
+		r->tag = ((uint64_t)HK_FLT << HK_KIND_SHIFT) | (nflt - t->nflt);
+	}
 	/* The wall clock (CLOCK_MONOTONIC) at this event's early read, where
 	 * the metric may have drifted from it: the thread's first event, each
 	 * buffer, and after the thread was scheduled out and in (time metrics
@@ -624,6 +642,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	if (sy) { /* after the hook's own (a buffer written): charged to no one */
 		t->nsys = sy->syscalls;
 		t->sys_time = sy->sys_time[0];
+		t->nflt = sy->faults;
+		t->flt_time = sy->fault_time[0];
 	}
 	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 	if (slow)
@@ -868,6 +888,79 @@ HK_NOINSTR static uint64_t calibrate_sys(void)
 	return best > 0 ? (uint64_t)(best + 0.5) : 0;
 }
 
+/*
+ * The kernel's work per user page fault outside the module's window (the
+ * exception's entry up to page_fault_user, the way back to user mode
+ * after handle_mm_fault returns): batches of one write to each of BATCH
+ * pages just dropped (MADV_DONTNEED: each write faults a fresh zero page
+ * in) against the same writes again (the pages present). The difference
+ * less the module's windows is that work; the minimum of the batch
+ * averages, as for system calls. The pages are the runtime's own mapping
+ * (unlocked: mlockall(MCL_FUTURE) would fault them in at mmap).
+ */
+HK_NOINSTR __attribute__((noinline)) static void hk_touch(volatile char *p, int n, long step)
+{
+	for (int i = 0; i < n; i++)
+		p[(long)i * step] = 1;
+}
+
+HK_NOINSTR __attribute__((noinline)) static uint64_t hk_fault_batch(volatile char *p, int n, long step,
+								     const volatile struct pitrace_ptt_sys *sy,
+								     uint32_t *faults, uint64_t *ktime)
+{
+	struct PttThreadState *s = PttSelf;
+	uint32_t n0 = sy->faults;
+	uint64_t k0 = sy->fault_time[0];
+	uint64_t t0 = s->read1(s);
+
+	hk_touch(p, n, step);
+	uint64_t t1 = s->read1(s);
+
+	*faults = sy->faults - n0;
+	*ktime = sy->fault_time[0] - k0;
+	return t1 - t0;
+}
+
+HK_NOINSTR static uint64_t calibrate_fault(void)
+{
+	enum { BATCH = 20, NBATCH = 50 };
+	const volatile struct pitrace_ptt_sys *sy;
+	long pg = sysconf(_SC_PAGESIZE);
+	double best = -1;
+
+	if (pg <= 0 || !(sy = hk_sys_area()) || !sy->faults_on)
+		return 0;
+	hk_faults = 1;
+	size_t len = (size_t)pg * BATCH;
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return 0;
+	munlock(p, len);
+#ifdef MADV_NOHUGEPAGE
+	madvise(p, len, MADV_NOHUGEPAGE); /* one fault per page */
+#endif
+	for (int b = 0; b <= NBATCH; b++) {
+		uint32_t f, f2;
+		uint64_t k, k2;
+
+		if (madvise(p, len, MADV_DONTNEED) != 0)
+			break;
+		uint64_t with = hk_fault_batch(p, BATCH, pg, sy, &f, &k);
+		uint64_t without = hk_fault_batch(p, BATCH, pg, sy, &f2, &k2);
+
+		/* the first batch warms the code (and may fill page tables) */
+		if (b == 0 || f != BATCH || f2 != 0 || with < without + k)
+			continue;
+		double g = (double)(with - without - k) / BATCH;
+
+		if (best < 0 || g < best)
+			best = g;
+	}
+	munmap(p, len);
+	return best > 0 ? (uint64_t)(best + 0.5) : 0;
+}
+
 /* ---- the process files: info and maps ---- */
 
 HK_NOINSTR static void copy_maps(void)
@@ -910,11 +1003,12 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 		     "dsin=%s\n"
 		     "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n"
 		     "reads=%d\nns_per_unit=%.9f\nt_plain=%.3f\nt_plain_api=%.3f\n"
-		     "sys=%s\nsys_glue=%llu\n",
+		     "sys=%s\nsys_glue=%llu\nfaults=%s\nfault_glue=%llu\n",
 		     HK_VERSION, (int)hk_pid, exe, hk_metric, backend, c->t_inner, c->t_outer, c->t_inner_med,
 		     c->t_outer_med, hk_dsin ? "kmod" : "none", api->t_inner, api->t_outer, api->t_inner_med,
 		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit, c->t_plain, api->t_plain,
-		     !hk_sys ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_sys_glue);
+		     !hk_sys ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_sys_glue,
+		     !hk_faults ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_fault_glue);
 	if (k > 0 && write(fd, buf, (size_t)(k < (int)sizeof(buf) ? k : (int)sizeof(buf) - 1)) < 0)
 		perror("hookit: writing the info file");
 	close(fd);
@@ -1322,8 +1416,10 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		}
 		if (hk_dsin && !strcmp(ms[0], "tsc") && tsc_rate() == 0)
 			hk_ns_per_unit = (double)hk_mult32 / 4294967296.0;
-		if (hk_sys)
+		if (hk_sys) {
 			hk_sys_glue = calibrate_sys();
+			hk_fault_glue = calibrate_fault();
+		}
 		if (hk_user)
 			hk_read = read_ptt_user;
 	}

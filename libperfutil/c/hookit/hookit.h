@@ -37,6 +37,9 @@
  * their number and the metric they took (the module's windows plus the
  * calibrated kernel code around each, sys_glue), which the interval holds
  * (sys=in: metric tsc) or does not (sys=out: metric tsc-user).
+ * Where it measures the thread's user page faults too (faults=in or out)
+ * a record {HK_FLT << 56 | faults, metric} likewise for the faults (the
+ * module's windows plus fault_glue each).
  * A record {HK_WALL << 56, CLOCK_MONOTONIC ns} comes before an event whose
  * early read it dates: a thread's first event, the first of each buffer,
  * and the first after the thread was scheduled out and in. Between two,
@@ -79,6 +82,7 @@ enum {
 	HK_DSIN = 7,   /* dispatches | interrupts << 32 since the last one */
 	HK_WALL = 8,   /* the wall clock (CLOCK_MONOTONIC ns) at the next event's early read */
 	HK_SYS = 9,    /* system calls (tag's low 32 bits) and their metric since the last one */
+	HK_FLT = 10,   /* user page faults (tag's low 32 bits) and their metric since the last one */
 };
 
 enum {

@@ -137,6 +137,8 @@ mode_ptt() {
 	run ptt func
 	step "PTT perf counter metrics"
 	run ptt perf
+	step "PTT user page faults' figures (-icount: the code outside the windows exact)"
+	run ptt faults icount
 	step "PTT watch/read of another process"
 	run ptt watch
 	step "call stacks: cpuburn's paths in the ratio of its instructions (-icount: the clock counts instructions)"
@@ -232,6 +234,8 @@ step "PTT: two threads pinned to two CPUs"
 run ptt smp
 step "PTT: perf counter metrics"
 run ptt perf
+step "PTT: user page faults' figures"
+run ptt faults
 step "PTT: watch/read of another process"
 run ptt watch
 step "PTT: threads mapping, unmapping and exiting in 4 processes (one killed)"

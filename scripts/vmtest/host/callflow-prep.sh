@@ -14,7 +14,7 @@ BIN=${1:?scripts/vmtest/host/callflow-prep.sh BIN N}
 N=${2:?scripts/vmtest/host/callflow-prep.sh BIN N}
 command -v valgrind >/dev/null || { echo "vmtest: callflow needs valgrind for the reference counts (apt-get install valgrind; scripts/deps/callflow.txt)" >&2; exit 1; }
 make -s hookit >/dev/null
-FLAGS="-O1 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static"
+FLAGS="-O2 -g -fno-inline -fno-optimize-sibling-calls -Wall -Werror -pthread -static"
 gcc $FLAGS -finstrument-functions -o "$BIN/callflow_exact" examples/callflow_exact.c bin/libhookit.a
 gcc $FLAGS -o "$BIN/callflow_exact.ref" examples/callflow_exact.c
 valgrind --tool=callgrind --callgrind-out-file="$BIN/callflow_exact.callgrind" "$BIN/callflow_exact.ref" "$N" >"$BIN/callflow_exact.ref.log" 2>&1 ||

@@ -26,6 +26,7 @@ func Values() map[string]uint64 {
 		"HK_SYNC":               uint64(C.HK_SYNC),
 		"HK_DSIN":               uint64(C.HK_DSIN),
 		"HK_SYS":                uint64(C.HK_SYS),
+		"HK_FLT":                uint64(C.HK_FLT),
 		"HK_WALL":               uint64(C.HK_WALL),
 		"HK_HOOK_SHIFT":         uint64(C.HK_HOOK_SHIFT),
 		"HK_SPD_SHIFT":          uint64(C.HK_SPD_SHIFT),
