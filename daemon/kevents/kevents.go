@@ -248,10 +248,14 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			// CPU; 8 MB rings hold 100 ms of it (of a wait's stack
 			// at 10,000 waits a second too).
 			pages = 2048
+		} else if opts.Dispatch && opts.SwitchStacks {
+			// A wait's callchain doubles the bytes of a switch:
+			// 8 MB rings hold as many switches as 4 MB without.
+			pages = 2048
 		} else if opts.Dispatch {
-			// Two records per switch (its wake-up), with
-			// SwitchStacks a callchain too: 4 MB rings hold a
-			// burst of 20,000 switches a CPU between two drains.
+			// Two records per switch (its wake-up): 4 MB rings
+			// hold a burst of 20,000 switches a CPU between two
+			// drains.
 			pages = 1024
 		}
 	}
