@@ -46,9 +46,9 @@
 #                  DISPATCH records post -sched reads, perf's sched_switch
 #                  samples (fewer than switches: records lost; more: the
 #                  switches before and after the load while recording)
-#   lost           records the recorder lost (perfinsp: swtrace info's
-#                  count, its perf rings' losses included; perf: its
-#                  events' LOST_SAMPLES)
+#   lost           records the recorder lost, the most of one round
+#                  (perfinsp: swtrace info's count, its perf rings'
+#                  losses included; perf: its events' LOST_SAMPLES)
 #   B/switch       the trace file's bytes per switch
 #   rec cpu        the recorder's own CPU time (user + system): pitraced
 #                  from `swtrace on` to the end of `swtrace get` (the
@@ -242,10 +242,12 @@ for c in "${configs[@]}"; do
 	range=$(sort -g "$tmp/$c.slow" | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%+.0f..%+.0f%%", lo, hi}')
 	# Each round's switches (the kernel's count), sched_switch records in
 	# the trace, lost, bytes per switch, recorder seconds and us per
-	# switch: the median of each.
+	# switch: the median of each, the most for lost.
 	read -r sw intrace lost bps rs rus < <(
 		awk -v hz="$hz" '{print $5, $1, $2, $3 / $5, $4 / hz, 1e6 * $4 / hz / $5}' "$tmp/$c.rec" >"$tmp/$c.per"
-		for k in 1 2 3 4 5 6; do col "$c.per" "$k" | median; done | xargs)
+		for k in 1 2 3 4 5 6; do
+			if [ "$k" = 3 ]; then col "$c.per" "$k" | sort -g | tail -1; else col "$c.per" "$k" | median; fi
+		done | xargs)
 	name=$c
 	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_d) name="pi no stk" ;; perfinsp_vs) name="pi ${VS:0:10}" ;; esac
 	printf '%-11s %7.2f %9.2f %8s %14s %5.1f %9.0f %9.0f %8.0f %8.1f %6.2f s %9.2f\n' "$name" "$us" "$cpu" "$slow" "($range)" "$la" "$sw" "$intrace" "$lost" "$bps" "$rs" "$rus"
