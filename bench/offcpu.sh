@@ -15,6 +15,12 @@
 #                  sched_wakeup_new, sched_migrate_task, sched_stat_*)
 #   perf -g        `perf record -a -g -e sched:sched_switch` (the stack of
 #                  every switch)
+# Every recorder runs in a session of its own, as the agent does and as a
+# recorder started from another terminal or as a service would: with
+# autogroups (the kernel's default where CONFIG_SCHED_AUTOGROUP is set) a
+# session is one scheduling entity, and a recorder in the load's session
+# shares the load's entity and turns (the load is run from this script's
+# session).
 # ROUNDS times, the five taking turns (the order turns by one each round),
 # in one run: a machine whose other load changes moves all alike.
 # Each recorder is on before the load starts and off after it ends (perf
@@ -26,7 +32,12 @@
 #                  per round trip: the kernel's writing of the records is
 #                  in it; other load on the machine moves it less than the
 #                  wall time
-#   slowdown       us/op against the plain runs' median
+#   slowdown       us/op against the plain run of the same round (the
+#                  runs next to it in time), the median of the rounds'
+#                  ratios and their min..max
+#   load           the machine's load average (1 min) at the start of the
+#                  configuration's runs, their median: beside it, a
+#                  slowdown says how busy the CPUs were
 #   switches       the machine's context switches while the load ran (the
 #                  kernel's count, /proc/stat ctxt: the same measure for
 #                  every recorder; the other load of the machine is in it,
@@ -35,9 +46,9 @@
 #                  DISPATCH records post -sched reads, perf's sched_switch
 #                  samples (fewer than switches: records lost; more: the
 #                  switches before and after the load while recording)
-#   lost           records the recorder lost (perfinsp: swtrace info's
-#                  count, its perf rings' losses included; perf: its
-#                  events' LOST_SAMPLES)
+#   lost           records the recorder lost, the most of one round
+#                  (perfinsp: swtrace info's count, its perf rings'
+#                  losses included; perf: its events' LOST_SAMPLES)
 #   B/switch       the trace file's bytes per switch
 #   rec cpu        the recorder's own CPU time (user + system): pitraced
 #                  from `swtrace on` to the end of `swtrace get` (the
@@ -94,14 +105,16 @@ cleanup() {
 trap cleanup EXIT
 
 # load NAME: one run of the load, its figures appended to NAME's list:
-# wall us/op and CPU us/op.
+# wall us/op, CPU us/op, and the load average as it started.
 load() {
+	local la
+	la=$(cut -d' ' -f1 /proc/loadavg)
 	/usr/bin/time -f '%U %S' -o "$tmp/load.time" perf bench sched pipe -l "$LOOPS" >"$tmp/load.out" 2>&1
 	local us cpu
 	us=$(awk '/usecs\/op/ {print $1}' "$tmp/load.out")
 	cpu=$(awk -v n="$LOOPS" '{print ($1 + $2) * 1e6 / n}' "$tmp/load.time")
 	[ -n "$us" ] || { echo "bench: perf bench gave no usecs/op:" >&2; cat "$tmp/load.out" >&2; exit 1; }
-	echo "$us $cpu" >>"$tmp/$1.load"
+	echo "$us $cpu $la" >>"$tmp/$1.load"
 }
 
 # cpu_ticks PID: a process's user + system time in clock ticks.
@@ -173,7 +186,8 @@ perf_with() {
 	rm -f "$tmp/ctl" "$tmp/ack" "$tmp/p.data" "$tmp/perf.pid"
 	mkfifo "$tmp/ctl" "$tmp/ack"
 	exec 8<>"$tmp/ctl" 9<>"$tmp/ack"
-	/usr/bin/time -f '%U %S' -o "$tmp/perf.time" bash -c 'echo $$ >"$0"; exec "$@"' "$tmp/perf.pid" \
+	# (setsid -w: a session of its own, and its time counts perf's)
+	/usr/bin/time -f '%U %S' -o "$tmp/perf.time" setsid -w bash -c 'echo $$ >"$0"; exec "$@"' "$tmp/perf.pid" \
 		perf "$@" -q -D -1 --control fd:8,9 -o "$tmp/p.data" >"$tmp/perf.out" 2>&1 &
 	recpid=$!
 	echo enable >&8
@@ -212,25 +226,29 @@ done
 
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 col() { awk -v c="$2" '{print $c}' "$tmp/$1"; }
-base=$(col plain.load 1 | median)
-echo "perf bench sched pipe -l $LOOPS, $ROUNDS rounds, median (min..max); $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-11s %7s %9s %8s %14s %9s %9s %8s %8s %8s %9s\n' "" "us/op" "cpu us/op" slowdown "(min..max)" switches "in trace" lost B/switch "rec cpu" "rec us/sw"
+echo "perf bench sched pipe -l $LOOPS, $ROUNDS rounds, median (min..max); $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+printf '%-11s %7s %9s %8s %14s %5s %9s %9s %8s %8s %8s %9s\n' "" "us/op" "cpu us/op" slowdown "(min..max)" load switches "in trace" lost B/switch "rec cpu" "rec us/sw"
 for c in "${configs[@]}"; do
 	us=$(col "$c.load" 1 | median)
 	cpu=$(col "$c.load" 2 | median)
-	range=$(col "$c.load" 1 | sort -g | awk -v b="$base" 'NR == 1 {lo = $1} {hi = $1} END {printf "%+.0f..%+.0f%%", 100 * (lo - b) / b, 100 * (hi - b) / b}')
-	slow=$(awk -v a="$us" -v b="$base" 'BEGIN {printf "%+.1f%%", 100 * (a - b) / b}')
+	la=$(col "$c.load" 3 | median)
 	if [ "$c" = plain ]; then
-		printf '%-11s %7.2f %9.2f %8s %14s\n' plain "$us" "$cpu" - -
+		printf '%-11s %7.2f %9.2f %8s %14s %5.1f\n' plain "$us" "$cpu" - - "$la"
 		continue
 	fi
+	# Each round's run against the plain run of the same round.
+	paste -d' ' <(col "$c.load" 1) <(col plain.load 1) | awk '{print 100 * ($1 - $2) / $2}' >"$tmp/$c.slow"
+	slow=$(median <"$tmp/$c.slow" | awk '{printf "%+.1f%%", $1}')
+	range=$(sort -g "$tmp/$c.slow" | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%+.0f..%+.0f%%", lo, hi}')
 	# Each round's switches (the kernel's count), sched_switch records in
 	# the trace, lost, bytes per switch, recorder seconds and us per
-	# switch: the median of each.
+	# switch: the median of each, the most for lost.
 	read -r sw intrace lost bps rs rus < <(
 		awk -v hz="$hz" '{print $5, $1, $2, $3 / $5, $4 / hz, 1e6 * $4 / hz / $5}' "$tmp/$c.rec" >"$tmp/$c.per"
-		for k in 1 2 3 4 5 6; do col "$c.per" "$k" | median; done | xargs)
+		for k in 1 2 3 4 5 6; do
+			if [ "$k" = 3 ]; then col "$c.per" "$k" | sort -g | tail -1; else col "$c.per" "$k" | median; fi
+		done | xargs)
 	name=$c
 	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_d) name="pi no stk" ;; perfinsp_vs) name="pi ${VS:0:10}" ;; esac
-	printf '%-11s %7.2f %9.2f %8s %14s %9.0f %9.0f %8.0f %8.1f %6.2f s %9.2f\n' "$name" "$us" "$cpu" "$slow" "($range)" "$sw" "$intrace" "$lost" "$bps" "$rs" "$rus"
+	printf '%-11s %7.2f %9.2f %8s %14s %5.1f %9.0f %9.0f %8.0f %8.1f %6.2f s %9.2f\n' "$name" "$us" "$cpu" "$slow" "($range)" "$la" "$sw" "$intrace" "$lost" "$bps" "$rs" "$rus"
 done

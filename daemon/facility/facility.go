@@ -50,6 +50,13 @@ type Source interface {
 	Stop() error
 }
 
+// ReaderReporter is a Source whose reader may run without the priority it
+// asked for (kevents.Session: the real-time reader of scheduler and
+// interrupt records); ReaderError says why.
+type ReaderReporter interface {
+	ReaderError() error
+}
+
 // UnwindReporter is a Source that unwinds user stacks by call-frame
 // information (kevents.Session with --unwind dwarf); ok is false when it
 // did not.
@@ -477,6 +484,11 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		return fmt.Errorf("start kernel event sources: %w", err)
 	}
 	f.src = src
+	if rr, ok := src.(ReaderReporter); ok {
+		if err := rr.ReaderError(); err != nil {
+			f.addNote(err.Error())
+		}
+	}
 	f.state = control.StateOn
 	f.unsaved = true
 	f.owner = uid
@@ -499,10 +511,18 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		f.mteRecord(0, minor, scanTime, fields, str)
 	})
 	if err != nil {
-		f.note = "process scan: " + err.Error()
+		f.addNote("process scan: " + err.Error())
 	}
 	f.openGate()
 	return nil
+}
+
+// addNote adds a line to what swtrace info notes about this trace.
+func (f *Facility) addNote(note string) {
+	if f.note != "" {
+		f.note += "; "
+	}
+	f.note += note
 }
 
 // openGate lets the sources' records through (the gate's pair: waitGate).

@@ -587,3 +587,42 @@ func BenchmarkSwitchStack(b *testing.B) {
 		sink.SwitchStack(0, Now(), 42, 42, pcs, 3, false, false)
 	}
 }
+
+// slowReaderSource is a source whose reader runs without the real-time
+// priority it asked for (kevents.Session.ReaderError).
+type slowReaderSource struct{ fakeSource }
+
+func (s *slowReaderSource) ReaderError() error {
+	return errors.New("the ring reader's real-time priority (SCHED_FIFO 1): operation not permitted")
+}
+
+// swtrace info says when the records' reader has no real-time thread (a
+// switch-heavy load may then fill its rings), beside the process scan's
+// error; a later init forgets both.
+func TestInfoNotesAReaderWithoutPriority(t *testing.T) {
+	f := New()
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) { return &slowReaderSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return errors.New("no /proc") }
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Info()
+	if !strings.Contains(st.Note, "real-time priority") || !strings.Contains(st.Note, "process scan: no /proc") {
+		t.Fatalf("note %q: want the reader's priority and the scan's error", st.Note)
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := f.Info(); st.Note != "" {
+		t.Fatalf("note after a new init: %q", st.Note)
+	}
+}

@@ -5,6 +5,11 @@
 // one perf ring buffer (PERF_EVENT_IOC_SET_OUTPUT), read by one goroutine
 // that decodes records straight into the Sink without allocating.
 //
+// A session that records the scheduler or interrupts reads its rings from
+// a thread of its own at real-time priority (realtime.go): those records
+// come as fast as the workload switches, and a reader that waits its turn
+// for a CPU behind the programs of a busy machine loses them.
+//
 // All events use CLOCK_MONOTONIC time stamps (use_clockid), the clock of the
 // whole facility.
 package kevents
@@ -182,6 +187,12 @@ type Session struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	stopErr error
+
+	// realtime: the reader asks for a real-time thread (realtime.go);
+	// readerErr is why it has none (nil: it has one, or did not ask).
+	realtime  bool
+	readerErr error
+
 	tgid    sync.Map      // tid -> tgid (uint32)
 	tgidGen atomic.Uint64 // changes of tgid's entries (setTgid)
 	parents sync.Map      // pid -> ppid (uint32), from fork records
@@ -237,10 +248,14 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			// CPU; 8 MB rings hold 100 ms of it (of a wait's stack
 			// at 10,000 waits a second too).
 			pages = 2048
+		} else if opts.Dispatch && opts.SwitchStacks {
+			// A wait's callchain doubles the bytes of a switch:
+			// 8 MB rings hold as many switches as 4 MB without.
+			pages = 2048
 		} else if opts.Dispatch {
-			// Two records per switch (its wake-up), with
-			// SwitchStacks a callchain too: 4 MB rings hold a
-			// burst of 20,000 switches a CPU between two drains.
+			// Two records per switch (its wake-up): 4 MB rings
+			// hold a burst of 20,000 switches a CPU between two
+			// drains.
 			pages = 1024
 		}
 	}
@@ -248,7 +263,8 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		return nil, fmt.Errorf("ring size %d pages is not a power of two", pages)
 	}
 	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack,
-		switchStacks: opts.SwitchStacks && opts.Dispatch}
+		switchStacks: opts.SwitchStacks && opts.Dispatch,
+		realtime:     (opts.Dispatch || opts.Wakeup || opts.Interrupt) && opts.Poll <= 0}
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
 	}
@@ -381,7 +397,9 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		}
 	}
 	s.wg.Add(1)
-	go s.loop()
+	started := make(chan error, 1)
+	go s.loop(started)
+	s.readerErr = <-started
 	ok = true
 	return s, nil
 }
@@ -527,11 +545,21 @@ func (s *Session) loadTracepoints(opts Options, ids map[int]uint64) error {
 	return nil
 }
 
-func (s *Session) loop() {
+// loop is the reader: it drains the rings when one is past its watermark,
+// and at least every 100 ms (Options.Poll). started receives, before the
+// first wait, why the reader has no real-time thread it asked for (nil:
+// it has one, or did not ask).
+func (s *Session) loop(started chan<- error) {
 	defer s.wg.Done()
 	if s.poller {
+		started <- nil
 		s.loopPoller()
 		return
+	}
+	if s.realtime {
+		started <- realtimeThread()
+	} else {
+		started <- nil
 	}
 	timeout := 100
 	if s.poll > 0 {
