@@ -23,7 +23,7 @@ type Writer struct {
 	origin uint64
 	n      int // events written
 	frames []stackFrame
-	ids    map[stackFrame]int32
+	ids    frameTable
 	// The names of frames, by id (Name): each as a JSON string, unquoted,
 	// in quoted[at[id]:at[id+1]]. Frames and their map hold no pointers
 	// (a system-wide time line makes hundreds of thousands): the
@@ -56,7 +56,7 @@ func Num(k string, v uint64) Arg { return Arg{Key: k, Num: v, IsNum: true} }
 
 // New starts a document on out; origin is the time written as 0.
 func New(out io.Writer, origin uint64) *Writer {
-	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int32{}, names: map[string]int32{}, at: []int{0}}
+	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, names: map[string]int32{}, at: []int{0}}
 	w.w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
 	return w
 }
@@ -304,13 +304,64 @@ func (w *Writer) quotedName(id int32) []byte { return w.quoted[w.at[id]:w.at[id+
 // for a caller that names its frames once.
 func (w *Writer) FrameOf(parent int, name, category int32) int {
 	k := stackFrame{int32(parent), name, category}
-	if id, ok := w.ids[k]; ok {
+	slot := w.ids.find(w.frames, k)
+	if id := w.ids.slots[slot]; id != 0 {
 		return int(id)
 	}
 	w.frames = append(w.frames, k)
 	id := int32(len(w.frames))
-	w.ids[k] = id
+	w.ids.add(w.frames, slot, id)
 	return int(id)
+}
+
+// frameTable finds a frame's id by its parent, name and category: an
+// open-addressed table of ids (0: empty) whose keys are the frames
+// themselves. A time line asks it millions of times; a map keyed by the
+// frame hashed each key in full and held it twice.
+type frameTable struct {
+	slots []int32
+	n     int
+}
+
+func (t *frameTable) hash(k stackFrame) uint64 {
+	h := uint64(uint32(k.parent))*0x9e3779b97f4a7c15 + uint64(uint32(k.name))*0xc2b2ae3d27d4eb4f + uint64(uint32(k.category))*0x165667b19e3779f9
+	h ^= h >> 32
+	h *= 0xff51afd7ed558ccd
+	return h ^ h>>29
+}
+
+// find is the slot of k in frames: its id's, or the empty slot where it
+// goes.
+func (t *frameTable) find(frames []stackFrame, k stackFrame) int {
+	if t.slots == nil {
+		t.slots = make([]int32, 1<<10)
+	}
+	mask := len(t.slots) - 1
+	for i := int(t.hash(k)) & mask; ; i = (i + 1) & mask {
+		id := t.slots[i]
+		if id == 0 || frames[id-1] == k {
+			return i
+		}
+	}
+}
+
+// add puts id (frames[id-1]) in the empty slot find gave, growing the
+// table at half full.
+func (t *frameTable) add(frames []stackFrame, slot int, id int32) {
+	t.slots[slot] = id
+	t.n++
+	if 2*t.n <= len(t.slots) {
+		return
+	}
+	t.slots = make([]int32, 2*len(t.slots))
+	mask := len(t.slots) - 1
+	for j, f := range frames {
+		i := int(t.hash(f)) & mask
+		for t.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = int32(j + 1)
+	}
 }
 
 // Close ends the document (the stack frames after the events) and
