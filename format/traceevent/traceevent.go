@@ -31,7 +31,7 @@ type Writer struct {
 	names  map[string]int32
 	quoted []byte
 	at     []int
-	num    []byte
+	buf    []byte // the event being made
 	path   []int32
 }
 
@@ -63,11 +63,6 @@ func New(out io.Writer, origin uint64) *Writer {
 
 // Origin is the time written as 0.
 func (w *Writer) Origin() uint64 { return w.origin }
-
-func (w *Writer) str(s string) {
-	b := append(w.w.AvailableBuffer(), '"')
-	w.w.Write(append(appendQuoted(b, s), '"'))
-}
 
 // appendQuoted appends s as the inside of a JSON string, as
 // encoding/json writes it (HTML's <, > and & escaped, an invalid UTF-8
@@ -124,160 +119,171 @@ func appendQuoted(dst []byte, s string) []byte {
 	return append(dst, s[start:]...)
 }
 
-// ts writes t as microseconds from the origin (negative before it).
-func (w *Writer) ts(t uint64) {
+// Each event is made in the writer's buffer (buf) by appends and
+// written to the bufio.Writer at once: a sample's event has dozens of
+// parts (its stack's names), each a call of the bufio.Writer otherwise.
+
+func appendStr(b []byte, s string) []byte {
+	b = append(b, '"')
+	return append(appendQuoted(b, s), '"')
+}
+
+// appendTs appends t as microseconds from the origin (negative before it).
+func (w *Writer) appendTs(b []byte, t uint64) []byte {
 	d := int64(t - w.origin)
 	if d < 0 {
-		w.w.WriteByte('-')
+		b = append(b, '-')
 		d = -d
 	}
-	w.us(uint64(d))
+	return appendUs(b, uint64(d))
 }
 
-// us writes ns nanoseconds as microseconds.
-func (w *Writer) us(d uint64) {
-	w.num = strconv.AppendUint(w.num[:0], d/1000, 10)
-	w.num = append(w.num, '.', byte('0'+d/100%10), byte('0'+d/10%10), byte('0'+d%10))
-	w.w.Write(w.num)
+// appendUs appends d nanoseconds as microseconds.
+func appendUs(b []byte, d uint64) []byte {
+	b = strconv.AppendUint(b, d/1000, 10)
+	return append(b, '.', byte('0'+d/100%10), byte('0'+d/10%10), byte('0'+d%10))
 }
 
-func (w *Writer) uint(v uint64) {
-	w.num = strconv.AppendUint(w.num[:0], v, 10)
-	w.w.Write(w.num)
-}
-
-// head starts an event: its phase, track, and name and category when given.
-func (w *Writer) head(ph byte, pid, tid uint32, cat, name string) {
+// head starts an event in the buffer: its phase, track, and name and
+// category when given.
+func (w *Writer) head(ph byte, pid, tid uint32, cat, name string) []byte {
+	b := w.buf[:0]
 	if w.n > 0 {
-		w.w.WriteString(",\n")
+		b = append(b, ",\n"...)
 	} else {
-		w.w.WriteByte('\n')
+		b = append(b, '\n')
 	}
 	w.n++
-	w.w.WriteString(`{"ph":"`)
-	w.w.WriteByte(ph)
-	w.w.WriteString(`","pid":`)
-	w.uint(uint64(pid))
-	w.w.WriteString(`,"tid":`)
-	w.uint(uint64(tid))
+	b = append(b, `{"ph":"`...)
+	b = append(b, ph)
+	b = append(b, `","pid":`...)
+	b = strconv.AppendUint(b, uint64(pid), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendUint(b, uint64(tid), 10)
 	if name != "" {
-		w.w.WriteString(`,"name":`)
-		w.str(name)
+		b = append(b, `,"name":`...)
+		b = appendStr(b, name)
 	}
 	if cat != "" {
-		w.w.WriteString(`,"cat":`)
-		w.str(cat)
+		b = append(b, `,"cat":`...)
+		b = appendStr(b, cat)
 	}
+	return b
 }
 
-func (w *Writer) tail(args []Arg) {
-	w.args(args)
-	w.w.WriteByte('}')
+// tail ends the event in b with its args and writes it.
+func (w *Writer) tail(b []byte, args []Arg) {
+	b = appendArgs(b, args)
+	w.write(append(b, '}'))
 }
 
-func (w *Writer) args(args []Arg) {
+// write writes the event b (made in the buffer), keeping the buffer.
+func (w *Writer) write(b []byte) {
+	w.buf = b
+	w.w.Write(b)
+}
+
+func appendArgs(b []byte, args []Arg) []byte {
 	if len(args) > 0 {
-		w.w.WriteString(`,"args":{`)
+		b = append(b, `,"args":{`...)
 		for i, a := range args {
 			if i > 0 {
-				w.w.WriteByte(',')
+				b = append(b, ',')
 			}
-			w.arg(a)
+			b = appendArg(b, a)
 		}
-		w.w.WriteByte('}')
+		b = append(b, '}')
 	}
+	return b
 }
 
-func (w *Writer) arg(a Arg) {
-	w.str(a.Key)
-	w.w.WriteByte(':')
+func appendArg(b []byte, a Arg) []byte {
+	b = appendStr(b, a.Key)
+	b = append(b, ':')
 	if a.IsNum && a.Str == "" {
-		w.uint(a.Num)
-	} else {
-		w.str(a.Str)
+		return strconv.AppendUint(b, a.Num, 10)
 	}
+	return appendStr(b, a.Str)
 }
 
 // ProcessName names process pid's track group.
 func (w *Writer) ProcessName(pid uint32, name string) {
-	w.head('M', pid, pid, "", "process_name")
-	w.tail([]Arg{Str("name", name)})
+	w.tail(w.head('M', pid, pid, "", "process_name"), []Arg{Str("name", name)})
 }
 
 // ThreadName names the track (pid, tid).
 func (w *Writer) ThreadName(pid, tid uint32, name string) {
-	w.head('M', pid, tid, "", "thread_name")
-	w.tail([]Arg{Str("name", name)})
+	w.tail(w.head('M', pid, tid, "", "thread_name"), []Arg{Str("name", name)})
 }
 
 // Complete writes a slice from start to end ("X").
 func (w *Writer) Complete(pid, tid uint32, cat, name string, start, end uint64, args ...Arg) {
-	w.head('X', pid, tid, cat, name)
-	w.w.WriteString(`,"ts":`)
-	w.ts(start)
-	w.w.WriteString(`,"dur":`)
-	w.us(end - start)
-	w.tail(args)
+	b := w.head('X', pid, tid, cat, name)
+	b = append(b, `,"ts":`...)
+	b = w.appendTs(b, start)
+	b = append(b, `,"dur":`...)
+	b = appendUs(b, end-start)
+	w.tail(b, args)
 }
 
 // Begin opens a slice on (pid, tid) at t ("B"); End closes the innermost.
 func (w *Writer) Begin(pid, tid uint32, cat, name string, t uint64, args ...Arg) {
-	w.head('B', pid, tid, cat, name)
-	w.w.WriteString(`,"ts":`)
-	w.ts(t)
-	w.tail(args)
+	b := w.head('B', pid, tid, cat, name)
+	b = append(b, `,"ts":`...)
+	b = w.appendTs(b, t)
+	w.tail(b, args)
 }
 
 // End closes the innermost open slice of (pid, tid) at t ("E"); its args
 // are added to the slice's.
 func (w *Writer) End(pid, tid uint32, t uint64, args ...Arg) {
-	w.head('E', pid, tid, "", "")
-	w.w.WriteString(`,"ts":`)
-	w.ts(t)
-	w.tail(args)
+	b := w.head('E', pid, tid, "", "")
+	b = append(b, `,"ts":`...)
+	b = w.appendTs(b, t)
+	w.tail(b, args)
 }
 
 // Instant writes a thread-scoped instant event at t with the stack sf (a
 // Frame; 0: none).
 func (w *Writer) Instant(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
-	w.head('i', pid, tid, cat, name)
-	w.w.WriteString(`,"s":"t","ts":`)
-	w.ts(t)
+	b := w.head('i', pid, tid, cat, name)
+	b = append(b, `,"s":"t","ts":`...)
+	b = w.appendTs(b, t)
 	if sf > 0 {
-		w.w.WriteString(`,"sf":`)
-		w.uint(uint64(sf))
+		b = append(b, `,"sf":`...)
+		b = strconv.AppendUint(b, uint64(sf), 10)
 	}
-	w.tail(args)
+	w.tail(b, args)
 }
 
 // InstantStack is Instant with the stack sf also as the argument "stack"
 // (its frames' names root first, separated by ';'), after args: for
 // viewers that read no stackFrames (Perfetto's JSON importer).
 func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
-	w.head('i', pid, tid, cat, name)
-	w.w.WriteString(`,"s":"t","ts":`)
-	w.ts(t)
+	b := w.head('i', pid, tid, cat, name)
+	b = append(b, `,"s":"t","ts":`...)
+	b = w.appendTs(b, t)
 	if sf > 0 {
-		w.w.WriteString(`,"sf":`)
-		w.uint(uint64(sf))
+		b = append(b, `,"sf":`...)
+		b = strconv.AppendUint(b, uint64(sf), 10)
 	}
-	w.w.WriteString(`,"args":{`)
+	b = append(b, `,"args":{`...)
 	for _, a := range args {
-		w.arg(a)
-		w.w.WriteByte(',')
+		b = appendArg(b, a)
+		b = append(b, ',')
 	}
-	w.w.WriteString(`"stack":"`)
+	b = append(b, `"stack":"`...)
 	w.path = w.path[:0]
 	for id := int32(sf); id > 0 && int(id) <= len(w.frames); id = w.frames[id-1].parent {
 		w.path = append(w.path, w.frames[id-1].name)
 	}
 	for i := len(w.path) - 1; i >= 0; i-- {
-		w.w.Write(w.quotedName(w.path[i]))
+		b = append(b, w.quotedName(w.path[i])...)
 		if i > 0 {
-			w.w.WriteByte(';')
+			b = append(b, ';')
 		}
 	}
-	w.w.WriteString(`"}}`)
+	w.write(append(b, `"}}`...))
 }
 
 // Frame returns the id of the stack frame name (category: its module)
@@ -377,7 +383,7 @@ func (w *Writer) Close() error {
 				w.w.WriteByte('\n')
 			}
 			w.w.WriteByte('"')
-			w.uint(uint64(i + 1))
+			w.w.Write(strconv.AppendUint(w.buf[:0], uint64(i+1), 10))
 			w.w.WriteString(`":{"name":"`)
 			w.w.Write(w.quotedName(f.name))
 			w.w.WriteByte('"')
@@ -388,7 +394,7 @@ func (w *Writer) Close() error {
 			}
 			if f.parent > 0 {
 				w.w.WriteString(`,"parent":"`)
-				w.uint(uint64(f.parent))
+				w.w.Write(strconv.AppendUint(w.buf[:0], uint64(f.parent), 10))
 				w.w.WriteByte('"')
 			}
 			w.w.WriteByte('}')
