@@ -137,7 +137,7 @@ func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*t
 		sched:  offcpu.New(nil),
 		namer:  &a2nNamer{r: r, cache: map[[2]uint64]named{}},
 		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}, kernelFuncs: map[uint64]int32{}}
-	tl.sched.KeepSpans = true
+	tl.sched.KeepSpans, tl.sched.StatesOnly = true, true
 	tl.calls = itrace.NewReport(tl.namer, nil)
 	tl.calls.OnFrame(tl.frame)
 	hook := func(rec *trace.Record, res *a2n.Result) {
