@@ -322,8 +322,8 @@ func (w *Writer) FrameOf(parent int, name, category int32) int {
 
 // frameTable finds a frame's id by its parent, name and category: an
 // open-addressed table of ids (0: empty) whose keys are the frames
-// themselves. A time line asks it millions of times; a map keyed by the
-// frame hashed each key in full and held it twice.
+// themselves (Writer.frames), 4 bytes a slot, the keys not copied. A
+// time line asks it millions of times.
 type frameTable struct {
 	slots []int32
 	n     int

@@ -97,10 +97,9 @@ type tlFuncID struct{ sym, mod int32 }
 // same in every process: timeline.kernelFuncs). Its keys and values hold
 // no pointers: the collector does not scan them (a system-wide trace
 // makes hundreds of thousands). A frame is the writer's frame of its
-// function called from its parent frame (traceevent.Writer.FrameOf): a
-// table of frames by parent and address beside it held twice as many
-// entries as there are frames, whose making cost more than the lookups
-// it saved.
+// function called from its parent frame (traceevent.Writer.FrameOf),
+// found in the writer's table: a table of frames by parent and address
+// would hold about twice as many entries as there are frames.
 type tlProc struct {
 	funcs map[uint64]int32 // the function's id in timeline.funcs
 }
