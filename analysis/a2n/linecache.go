@@ -340,16 +340,16 @@ func parseLineTable(data []byte, key []byte) (t *lineTable, ok bool) {
 		return nil, false
 	}
 	t.rows = data
+	// every row checked, a row after the other (no index to multiply and
+	// check against the table's length: a Go binary's table is hundreds
+	// of thousands of rows, checked at each run)
 	var last uint64
-	for i := range t.n() {
-		a := t.addr(i)
-		if a < last {
+	for r := data; len(r) >= 16; r = r[16:] {
+		a, fl := binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint32(r[8:])
+		if a < last || fl != noFile && uint64(fl) >= nf {
 			return nil, false
 		}
 		last = a
-		if fl := binary.LittleEndian.Uint32(t.rows[16*i+8:]); fl != noFile && uint64(fl) >= nf {
-			return nil, false
-		}
 	}
 	return t, true
 }

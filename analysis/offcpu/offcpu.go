@@ -141,8 +141,12 @@ type Analyzer struct {
 	off     map[profKey]uint64
 	// KeepSpans keeps every thread's time line (Spans).
 	KeepSpans bool
-	spans     []Span
-	intrSpans map[int][]intrSpan
+	// StatesOnly names no tick and no stack (a time line's: the threads'
+	// states, times and interrupts only): ticks count and mark a thread
+	// running, UNWIND records are not read.
+	StatesOnly bool
+	spans      []Span
+	intrSpans  map[int][]intrSpan
 	// WorstN: the worst wake-up latencies kept (default 20).
 	WorstN int
 	// CPUIntr: per CPU interrupt time.
@@ -229,6 +233,9 @@ func (a *Analyzer) Record(rec *trace.Record) {
 			a.wakeup(rec, t)
 		}
 	case trace.MajorUnwind:
+		if a.StatesOnly {
+			break
+		}
 		if rec.Minor == trace.UnwindSwitch {
 			a.switchStack(rec)
 		} else if rec.Minor == trace.UnwindTick {
@@ -441,6 +448,9 @@ func (a *Analyzer) tick(rec *trace.Record, t uint64) {
 		// On this CPU since the trace began: no switch yet.
 		th.state = Running
 		cs.tid, cs.known = tid, true
+	}
+	if a.StatesOnly {
+		return
 	}
 	name := ""
 	kernel := rec.Field(3)&trace.TprofKernel != 0

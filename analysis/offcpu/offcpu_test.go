@@ -2,8 +2,10 @@ package offcpu
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -327,5 +329,50 @@ func TestSwitchStacksCFICounted(t *testing.T) {
 	}
 	if err := json.Unmarshal(js.Bytes(), &doc); err != nil || doc.Stacks != 2 || doc.StacksCFI != 1 {
 		t.Errorf("sched.json: %+v (%v)", doc, err)
+	}
+}
+
+// StatesOnly (a time line's analyzer) writes the same time line as a full
+// analysis of records with ticks, and names no tick: its namer is never
+// asked and no stack is interned.
+func TestStatesOnlySameTimeline(t *testing.T) {
+	r := scenario()
+	tick := func(cpu int, at uint64, tid uint32, pc uint64) {
+		r.add(cpu, at, trace.MajorTprof, 0, "", 100, uint64(tid), pc, 0)
+	}
+	r.all = r.all[:len(r.all)-1] // the trace's end after the ticks
+	tick(0, 1*ms1, 101, 0x3000)
+	tick(0, 14*ms1, 101, 0x5000)
+	tick(1, 14*ms1, 104, 0x3000) // on CPU 1 since the trace began
+	tick(0, 25*ms1, 101, 0x3000)
+	r.add(0, 30*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	slices.SortStableFunc(r.all, func(a, b trace.Record) int { return cmp.Compare(a.Time, b.Time) })
+	timeline := func(statesOnly bool) (string, *Analyzer) {
+		asked := 0
+		a := New(func(pid uint32, pc uint64, kernel bool) string { asked++; return names(pid, pc, kernel) })
+		a.KeepSpans, a.StatesOnly = true, statesOnly
+		for i := range r.all {
+			a.Record(&r.all[i])
+		}
+		a.Finish(0)
+		var buf bytes.Buffer
+		if err := a.WriteTimeline(&buf, func(uint32) string { return "prog" }, nil); err != nil {
+			t.Fatal(err)
+		}
+		if statesOnly && (asked != 0 || len(a.stacks) != 1) {
+			t.Fatalf("states only: namer asked %d times, %d stacks interned", asked, len(a.stacks)-1)
+		}
+		if !statesOnly && asked == 0 {
+			t.Fatal("the full analysis named no tick: the test's ticks are not read")
+		}
+		return buf.String(), a
+	}
+	full, fa := timeline(false)
+	states, sa := timeline(true)
+	if full != states {
+		t.Fatalf("time line with ticks named:\n%s\nstates only:\n%s", full, states)
+	}
+	if fa.Ticks != 4 || sa.Ticks != 4 || !strings.Contains(states, `"tid":104`) {
+		t.Fatalf("ticks %d and %d (want 4), thread 104 (known by its tick only) in the time line: %v", fa.Ticks, sa.Ticks, strings.Contains(states, `"tid":104`))
 	}
 }

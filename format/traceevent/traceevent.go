@@ -23,7 +23,7 @@ type Writer struct {
 	origin uint64
 	n      int // events written
 	frames []stackFrame
-	ids    map[stackFrame]int32
+	ids    frameTable
 	// The names of frames, by id (Name): each as a JSON string, unquoted,
 	// in quoted[at[id]:at[id+1]]. Frames and their map hold no pointers
 	// (a system-wide time line makes hundreds of thousands): the
@@ -31,7 +31,7 @@ type Writer struct {
 	names  map[string]int32
 	quoted []byte
 	at     []int
-	num    []byte
+	buf    []byte // the event being made
 	path   []int32
 }
 
@@ -56,18 +56,13 @@ func Num(k string, v uint64) Arg { return Arg{Key: k, Num: v, IsNum: true} }
 
 // New starts a document on out; origin is the time written as 0.
 func New(out io.Writer, origin uint64) *Writer {
-	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, ids: map[stackFrame]int32{}, names: map[string]int32{}, at: []int{0}}
+	w := &Writer{w: bufio.NewWriterSize(out, 1<<20), origin: origin, names: map[string]int32{}, at: []int{0}}
 	w.w.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
 	return w
 }
 
 // Origin is the time written as 0.
 func (w *Writer) Origin() uint64 { return w.origin }
-
-func (w *Writer) str(s string) {
-	b := append(w.w.AvailableBuffer(), '"')
-	w.w.Write(append(appendQuoted(b, s), '"'))
-}
 
 // appendQuoted appends s as the inside of a JSON string, as
 // encoding/json writes it (HTML's <, > and & escaped, an invalid UTF-8
@@ -124,160 +119,171 @@ func appendQuoted(dst []byte, s string) []byte {
 	return append(dst, s[start:]...)
 }
 
-// ts writes t as microseconds from the origin (negative before it).
-func (w *Writer) ts(t uint64) {
+// Each event is made in the writer's buffer (buf) by appends and
+// written to the bufio.Writer at once: a sample's event has dozens of
+// parts (its stack's names), each a call of the bufio.Writer otherwise.
+
+func appendStr(b []byte, s string) []byte {
+	b = append(b, '"')
+	return append(appendQuoted(b, s), '"')
+}
+
+// appendTs appends t as microseconds from the origin (negative before it).
+func (w *Writer) appendTs(b []byte, t uint64) []byte {
 	d := int64(t - w.origin)
 	if d < 0 {
-		w.w.WriteByte('-')
+		b = append(b, '-')
 		d = -d
 	}
-	w.us(uint64(d))
+	return appendUs(b, uint64(d))
 }
 
-// us writes ns nanoseconds as microseconds.
-func (w *Writer) us(d uint64) {
-	w.num = strconv.AppendUint(w.num[:0], d/1000, 10)
-	w.num = append(w.num, '.', byte('0'+d/100%10), byte('0'+d/10%10), byte('0'+d%10))
-	w.w.Write(w.num)
+// appendUs appends d nanoseconds as microseconds.
+func appendUs(b []byte, d uint64) []byte {
+	b = strconv.AppendUint(b, d/1000, 10)
+	return append(b, '.', byte('0'+d/100%10), byte('0'+d/10%10), byte('0'+d%10))
 }
 
-func (w *Writer) uint(v uint64) {
-	w.num = strconv.AppendUint(w.num[:0], v, 10)
-	w.w.Write(w.num)
-}
-
-// head starts an event: its phase, track, and name and category when given.
-func (w *Writer) head(ph byte, pid, tid uint32, cat, name string) {
+// head starts an event in the buffer: its phase, track, and name and
+// category when given.
+func (w *Writer) head(ph byte, pid, tid uint32, cat, name string) []byte {
+	b := w.buf[:0]
 	if w.n > 0 {
-		w.w.WriteString(",\n")
+		b = append(b, ",\n"...)
 	} else {
-		w.w.WriteByte('\n')
+		b = append(b, '\n')
 	}
 	w.n++
-	w.w.WriteString(`{"ph":"`)
-	w.w.WriteByte(ph)
-	w.w.WriteString(`","pid":`)
-	w.uint(uint64(pid))
-	w.w.WriteString(`,"tid":`)
-	w.uint(uint64(tid))
+	b = append(b, `{"ph":"`...)
+	b = append(b, ph)
+	b = append(b, `","pid":`...)
+	b = strconv.AppendUint(b, uint64(pid), 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendUint(b, uint64(tid), 10)
 	if name != "" {
-		w.w.WriteString(`,"name":`)
-		w.str(name)
+		b = append(b, `,"name":`...)
+		b = appendStr(b, name)
 	}
 	if cat != "" {
-		w.w.WriteString(`,"cat":`)
-		w.str(cat)
+		b = append(b, `,"cat":`...)
+		b = appendStr(b, cat)
 	}
+	return b
 }
 
-func (w *Writer) tail(args []Arg) {
-	w.args(args)
-	w.w.WriteByte('}')
+// tail ends the event in b with its args and writes it.
+func (w *Writer) tail(b []byte, args []Arg) {
+	b = appendArgs(b, args)
+	w.write(append(b, '}'))
 }
 
-func (w *Writer) args(args []Arg) {
+// write writes the event b (made in the buffer), keeping the buffer.
+func (w *Writer) write(b []byte) {
+	w.buf = b
+	w.w.Write(b)
+}
+
+func appendArgs(b []byte, args []Arg) []byte {
 	if len(args) > 0 {
-		w.w.WriteString(`,"args":{`)
+		b = append(b, `,"args":{`...)
 		for i, a := range args {
 			if i > 0 {
-				w.w.WriteByte(',')
+				b = append(b, ',')
 			}
-			w.arg(a)
+			b = appendArg(b, a)
 		}
-		w.w.WriteByte('}')
+		b = append(b, '}')
 	}
+	return b
 }
 
-func (w *Writer) arg(a Arg) {
-	w.str(a.Key)
-	w.w.WriteByte(':')
+func appendArg(b []byte, a Arg) []byte {
+	b = appendStr(b, a.Key)
+	b = append(b, ':')
 	if a.IsNum && a.Str == "" {
-		w.uint(a.Num)
-	} else {
-		w.str(a.Str)
+		return strconv.AppendUint(b, a.Num, 10)
 	}
+	return appendStr(b, a.Str)
 }
 
 // ProcessName names process pid's track group.
 func (w *Writer) ProcessName(pid uint32, name string) {
-	w.head('M', pid, pid, "", "process_name")
-	w.tail([]Arg{Str("name", name)})
+	w.tail(w.head('M', pid, pid, "", "process_name"), []Arg{Str("name", name)})
 }
 
 // ThreadName names the track (pid, tid).
 func (w *Writer) ThreadName(pid, tid uint32, name string) {
-	w.head('M', pid, tid, "", "thread_name")
-	w.tail([]Arg{Str("name", name)})
+	w.tail(w.head('M', pid, tid, "", "thread_name"), []Arg{Str("name", name)})
 }
 
 // Complete writes a slice from start to end ("X").
 func (w *Writer) Complete(pid, tid uint32, cat, name string, start, end uint64, args ...Arg) {
-	w.head('X', pid, tid, cat, name)
-	w.w.WriteString(`,"ts":`)
-	w.ts(start)
-	w.w.WriteString(`,"dur":`)
-	w.us(end - start)
-	w.tail(args)
+	b := w.head('X', pid, tid, cat, name)
+	b = append(b, `,"ts":`...)
+	b = w.appendTs(b, start)
+	b = append(b, `,"dur":`...)
+	b = appendUs(b, end-start)
+	w.tail(b, args)
 }
 
 // Begin opens a slice on (pid, tid) at t ("B"); End closes the innermost.
 func (w *Writer) Begin(pid, tid uint32, cat, name string, t uint64, args ...Arg) {
-	w.head('B', pid, tid, cat, name)
-	w.w.WriteString(`,"ts":`)
-	w.ts(t)
-	w.tail(args)
+	b := w.head('B', pid, tid, cat, name)
+	b = append(b, `,"ts":`...)
+	b = w.appendTs(b, t)
+	w.tail(b, args)
 }
 
 // End closes the innermost open slice of (pid, tid) at t ("E"); its args
 // are added to the slice's.
 func (w *Writer) End(pid, tid uint32, t uint64, args ...Arg) {
-	w.head('E', pid, tid, "", "")
-	w.w.WriteString(`,"ts":`)
-	w.ts(t)
-	w.tail(args)
+	b := w.head('E', pid, tid, "", "")
+	b = append(b, `,"ts":`...)
+	b = w.appendTs(b, t)
+	w.tail(b, args)
 }
 
 // Instant writes a thread-scoped instant event at t with the stack sf (a
 // Frame; 0: none).
 func (w *Writer) Instant(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
-	w.head('i', pid, tid, cat, name)
-	w.w.WriteString(`,"s":"t","ts":`)
-	w.ts(t)
+	b := w.head('i', pid, tid, cat, name)
+	b = append(b, `,"s":"t","ts":`...)
+	b = w.appendTs(b, t)
 	if sf > 0 {
-		w.w.WriteString(`,"sf":`)
-		w.uint(uint64(sf))
+		b = append(b, `,"sf":`...)
+		b = strconv.AppendUint(b, uint64(sf), 10)
 	}
-	w.tail(args)
+	w.tail(b, args)
 }
 
 // InstantStack is Instant with the stack sf also as the argument "stack"
 // (its frames' names root first, separated by ';'), after args: for
 // viewers that read no stackFrames (Perfetto's JSON importer).
 func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf int, args ...Arg) {
-	w.head('i', pid, tid, cat, name)
-	w.w.WriteString(`,"s":"t","ts":`)
-	w.ts(t)
+	b := w.head('i', pid, tid, cat, name)
+	b = append(b, `,"s":"t","ts":`...)
+	b = w.appendTs(b, t)
 	if sf > 0 {
-		w.w.WriteString(`,"sf":`)
-		w.uint(uint64(sf))
+		b = append(b, `,"sf":`...)
+		b = strconv.AppendUint(b, uint64(sf), 10)
 	}
-	w.w.WriteString(`,"args":{`)
+	b = append(b, `,"args":{`...)
 	for _, a := range args {
-		w.arg(a)
-		w.w.WriteByte(',')
+		b = appendArg(b, a)
+		b = append(b, ',')
 	}
-	w.w.WriteString(`"stack":"`)
+	b = append(b, `"stack":"`...)
 	w.path = w.path[:0]
 	for id := int32(sf); id > 0 && int(id) <= len(w.frames); id = w.frames[id-1].parent {
 		w.path = append(w.path, w.frames[id-1].name)
 	}
 	for i := len(w.path) - 1; i >= 0; i-- {
-		w.w.Write(w.quotedName(w.path[i]))
+		b = append(b, w.quotedName(w.path[i])...)
 		if i > 0 {
-			w.w.WriteByte(';')
+			b = append(b, ';')
 		}
 	}
-	w.w.WriteString(`"}}`)
+	w.write(append(b, `"}}`...))
 }
 
 // Frame returns the id of the stack frame name (category: its module)
@@ -304,13 +310,64 @@ func (w *Writer) quotedName(id int32) []byte { return w.quoted[w.at[id]:w.at[id+
 // for a caller that names its frames once.
 func (w *Writer) FrameOf(parent int, name, category int32) int {
 	k := stackFrame{int32(parent), name, category}
-	if id, ok := w.ids[k]; ok {
+	slot := w.ids.find(w.frames, k)
+	if id := w.ids.slots[slot]; id != 0 {
 		return int(id)
 	}
 	w.frames = append(w.frames, k)
 	id := int32(len(w.frames))
-	w.ids[k] = id
+	w.ids.add(w.frames, slot, id)
 	return int(id)
+}
+
+// frameTable finds a frame's id by its parent, name and category: an
+// open-addressed table of ids (0: empty) whose keys are the frames
+// themselves (Writer.frames), 4 bytes a slot, the keys not copied. A
+// time line asks it millions of times.
+type frameTable struct {
+	slots []int32
+	n     int
+}
+
+func (t *frameTable) hash(k stackFrame) uint64 {
+	h := uint64(uint32(k.parent))*0x9e3779b97f4a7c15 + uint64(uint32(k.name))*0xc2b2ae3d27d4eb4f + uint64(uint32(k.category))*0x165667b19e3779f9
+	h ^= h >> 32
+	h *= 0xff51afd7ed558ccd
+	return h ^ h>>29
+}
+
+// find is the slot of k in frames: its id's, or the empty slot where it
+// goes.
+func (t *frameTable) find(frames []stackFrame, k stackFrame) int {
+	if t.slots == nil {
+		t.slots = make([]int32, 1<<10)
+	}
+	mask := len(t.slots) - 1
+	for i := int(t.hash(k)) & mask; ; i = (i + 1) & mask {
+		id := t.slots[i]
+		if id == 0 || frames[id-1] == k {
+			return i
+		}
+	}
+}
+
+// add puts id (frames[id-1]) in the empty slot find gave, growing the
+// table at half full.
+func (t *frameTable) add(frames []stackFrame, slot int, id int32) {
+	t.slots[slot] = id
+	t.n++
+	if 2*t.n <= len(t.slots) {
+		return
+	}
+	t.slots = make([]int32, 2*len(t.slots))
+	mask := len(t.slots) - 1
+	for j, f := range frames {
+		i := int(t.hash(f)) & mask
+		for t.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = int32(j + 1)
+	}
 }
 
 // Close ends the document (the stack frames after the events) and
@@ -326,7 +383,7 @@ func (w *Writer) Close() error {
 				w.w.WriteByte('\n')
 			}
 			w.w.WriteByte('"')
-			w.uint(uint64(i + 1))
+			w.w.Write(strconv.AppendUint(w.buf[:0], uint64(i+1), 10))
 			w.w.WriteString(`":{"name":"`)
 			w.w.Write(w.quotedName(f.name))
 			w.w.WriteByte('"')
@@ -337,7 +394,7 @@ func (w *Writer) Close() error {
 			}
 			if f.parent > 0 {
 				w.w.WriteString(`,"parent":"`)
-				w.uint(uint64(f.parent))
+				w.w.Write(strconv.AppendUint(w.buf[:0], uint64(f.parent), 10))
 				w.w.WriteByte('"')
 			}
 			w.w.WriteByte('}')

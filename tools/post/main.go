@@ -119,7 +119,8 @@ var reserveHeap func(n int) (int, string)
 const heapPerTraceByte = 4
 
 // timelineHeapPerTraceByte is what a time line (--timeline) adds to it:
-// the frames of every stack, by process and address. Bounded to the
+// the function of every address, by process, the stack frames and the
+// threads' states. Bounded to the
 // report's alone, the collector ran almost without pause while the time
 // line was written.
 const timelineHeapPerTraceByte = 3

@@ -75,8 +75,9 @@ type timeline struct {
 	keep                map[trackKey]bool   // --pid/--tid/--comm, decided at a thread's first call
 	funcs               []tlFunc            // the functions named, by id
 	funcIDs             map[tlFunc]int32
-	frameNames          []tlFuncID  // by function id
-	last                []lastStack // by CPU
+	kernelFuncs         map[uint64]int32 // the function of each kernel address (in every process)
+	frameNames          []tlFuncID       // by function id
+	last                []lastStack      // by CPU
 	samples, callSlices uint64
 }
 
@@ -92,12 +93,15 @@ type tlFunc struct{ sym, mod string }
 type tlFuncID struct{ sym, mod int32 }
 
 // tlProc holds what the time line knows of a process while its mappings
-// stay: the stack frame of each address called from each frame, and the
-// function of each address. Their keys and values hold no pointers: the
-// collector does not scan them (a system-wide trace makes millions).
+// stay: the function of each user address (a kernel address's is the
+// same in every process: timeline.kernelFuncs). Its keys and values hold
+// no pointers: the collector does not scan them (a system-wide trace
+// makes hundreds of thousands). A frame is the writer's frame of its
+// function called from its parent frame (traceevent.Writer.FrameOf),
+// found in the writer's table: a table of frames by parent and address
+// would hold about twice as many entries as there are frames.
 type tlProc struct {
-	frames map[tlFrameKey]tlFrame
-	funcs  map[tlPC]int32 // the function's id in timeline.funcs
+	funcs map[uint64]int32 // the function's id in timeline.funcs
 }
 
 // lastStack is the stack of a CPU's last sample, root first: the
@@ -111,11 +115,6 @@ type lastStack struct {
 // tlFrame is a stack frame: its traceevent id and its function's (in
 // timeline.funcs).
 type tlFrame struct{ sf, fn int32 }
-
-type tlFrameKey struct {
-	parent int32
-	pc     tlPC
-}
 
 type tlPC struct {
 	pc     uint64
@@ -136,8 +135,8 @@ func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*t
 		// the states only: stacks go unnamed (the off-CPU profiles' names)
 		sched:  offcpu.New(nil),
 		namer:  &a2nNamer{r: r, cache: map[[2]uint64]named{}},
-		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}}
-	tl.sched.KeepSpans = true
+		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}, kernelFuncs: map[uint64]int32{}}
+	tl.sched.KeepSpans, tl.sched.StatesOnly = true, true
 	tl.calls = itrace.NewReport(tl.namer, nil)
 	tl.calls.OnFrame(tl.frame)
 	hook := func(rec *trace.Record, res *a2n.Result) {
@@ -221,7 +220,7 @@ func (tl *timeline) flush(cpu int) {
 func (tl *timeline) proc(pid uint32) *tlProc {
 	p := tl.procs[pid]
 	if p == nil {
-		p = &tlProc{frames: map[tlFrameKey]tlFrame{}, funcs: map[tlPC]int32{}}
+		p = &tlProc{funcs: map[uint64]int32{}}
 		tl.procs[pid] = p
 	}
 	return p
@@ -231,18 +230,18 @@ func (tl *timeline) proc(pid uint32) *tlProc {
 // mappings change), keeping it among the processes with a track.
 func (tl *timeline) forget(pid uint32) {
 	if p := tl.procs[pid]; p != nil && len(p.funcs) > 0 {
-		tl.procs[pid] = &tlProc{frames: map[tlFrameKey]tlFrame{}, funcs: map[tlPC]int32{}}
+		tl.procs[pid] = &tlProc{funcs: map[uint64]int32{}}
 	}
 }
 
 // frameOf is the stack frame of the address at called from parent in
 // process pid.
 func (tl *timeline) frameOf(p *tlProc, pid uint32, parent int32, at tlPC) tlFrame {
-	k := tlFrameKey{parent, at}
-	if fr, ok := p.frames[k]; ok {
-		return fr
+	funcs := p.funcs
+	if at.kernel {
+		funcs = tl.kernelFuncs
 	}
-	fn, ok := p.funcs[at]
+	fn, ok := funcs[at.pc]
 	if !ok {
 		res := tl.r.Resolve(pid, at.pc, at.kernel)
 		f := tlFunc{res.Symbol, res.Module}
@@ -252,12 +251,10 @@ func (tl *timeline) frameOf(p *tlProc, pid uint32, parent int32, at tlPC) tlFram
 			tl.frameNames = append(tl.frameNames, tlFuncID{tl.w.Name(f.sym), tl.w.Name(filepath.Base(f.mod))})
 			tl.funcIDs[f] = fn
 		}
-		p.funcs[at] = fn
+		funcs[at.pc] = fn
 	}
 	n := tl.frameNames[fn]
-	fr := tlFrame{int32(tl.w.FrameOf(int(parent), n.sym, n.mod)), fn}
-	p.frames[k] = fr
-	return fr
+	return tlFrame{int32(tl.w.FrameOf(int(parent), n.sym, n.mod)), fn}
 }
 
 // track notes a track written to, named name, and its process.
