@@ -556,8 +556,13 @@ func (s *Session) loop(started chan<- error) {
 		s.loopPoller()
 		return
 	}
+	var guard *rtGuard
 	if s.realtime {
-		started <- realtimeThread()
+		err := realtimeThread()
+		if err == nil {
+			guard = newRTGuard()
+		}
+		started <- err
 	} else {
 		started <- nil
 	}
@@ -581,6 +586,9 @@ func (s *Session) loop(started chan<- error) {
 		// sink within about 100 ms (Options.Poll) even below the
 		// watermark.
 		s.Flush()
+		if guard != nil {
+			guard.check()
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ package kevents
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,8 +41,7 @@ const schedResetOnFork = 0x01
 // stays locked, at its old policy).
 func realtimeThread() error {
 	runtime.LockOSThread()
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Flags: schedResetOnFork, Priority: readerPriority}
-	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+	if err := setRealtime(true); err != nil {
 		return fmt.Errorf("the ring reader's real-time priority (SCHED_FIFO %d): %w (CAP_SYS_NICE and a real-time budget are needed; without them the reader waits its turn for a CPU and a switch-heavy load can fill its rings)", readerPriority, err)
 	}
 	return nil
@@ -51,3 +51,71 @@ func realtimeThread() error {
 // thread it asked for (nil: it has one, or the session records no
 // scheduler or interrupt events).
 func (s *Session) ReaderError() error { return s.readerErr }
+
+// rtWindow and maxRTShare bound the real-time reader: over a window in
+// which it ran more than maxRTShare of the time (the records of a
+// switch storm that some client's program makes keep it busy), it reads
+// at the ordinary policy for the next window, then asks for real time
+// again. A client can so not make the root agent hold a CPU away from
+// ordinary programs for long; the reader still drains the rings, at
+// ordinary priority, while it is down.
+const (
+	rtWindow   = time.Second
+	maxRTShare = 0.5
+)
+
+// rtGuard is the reader thread's policy and its last window.
+type rtGuard struct {
+	rt              bool  // SCHED_FIFO now
+	start, cpuStart int64 // the window's start: monotonic and thread CPU ns
+	demoted         int   // windows read at the ordinary policy
+	// (for tests: the clocks and the policy switch)
+	now, cpu func() int64
+	set      func(rt bool) error
+}
+
+func newRTGuard() *rtGuard {
+	g := &rtGuard{rt: true, now: func() int64 { return int64(monoNow()) }, cpu: threadCPU, set: setRealtime}
+	g.start, g.cpuStart = g.now(), g.cpu()
+	return g
+}
+
+// check ends the window when it is over: down to the ordinary policy
+// after a window with more than maxRTShare of it running, back up after
+// a window down.
+func (g *rtGuard) check() {
+	now := g.now()
+	if now-g.start < int64(rtWindow) {
+		return
+	}
+	cpu := g.cpu()
+	share := float64(cpu-g.cpuStart) / float64(now-g.start)
+	switch {
+	case g.rt && share > maxRTShare:
+		if g.set(false) == nil {
+			g.rt = false
+			g.demoted++
+		}
+	case !g.rt:
+		if g.set(true) == nil {
+			g.rt = true
+		}
+	}
+	g.start, g.cpuStart = now, cpu
+}
+
+func threadCPU() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return ts.Nano()
+}
+
+// setRealtime switches the calling (locked) thread between SCHED_FIFO at
+// readerPriority and the ordinary policy.
+func setRealtime(rt bool) error {
+	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL, Flags: schedResetOnFork}
+	if rt {
+		attr.Policy, attr.Priority = unix.SCHED_FIFO, readerPriority
+	}
+	return unix.SchedSetAttr(0, &attr, 0)
+}

@@ -215,3 +215,47 @@ func TestEverySwitchOfABusyMachine(t *testing.T) {
 		t.Fatalf("the trace holds %d switch-outs of the program's thread, the kernel counts %d; %d records lost (%d reported to the sink)", got, want, lost, sink.lost.Load())
 	}
 }
+// TestRealtimeReaderBounded: a reader that ran more than maxRTShare of a
+// window reads the next window at the ordinary policy, then gets real
+// time back; one that ran less keeps it; nothing changes within a window.
+func TestRealtimeReaderBounded(t *testing.T) {
+	var now, cpu int64
+	var sets []bool
+	g := &rtGuard{rt: true, now: func() int64 { return now }, cpu: func() int64 { return cpu }, set: func(rt bool) error {
+		sets = append(sets, rt)
+		return nil
+	}}
+	step := func(wall, ran time.Duration) {
+		now += int64(wall)
+		cpu += int64(ran)
+		g.check()
+	}
+	step(500*time.Millisecond, 500*time.Millisecond) // within the window: nothing yet
+	if len(sets) != 0 || !g.rt {
+		t.Fatalf("within a window: policy changes %v, real time %v", sets, g.rt)
+	}
+	step(500*time.Millisecond, 300*time.Millisecond) // the window: 80 % running
+	if !equalBools(sets, []bool{false}) || g.rt || g.demoted != 1 {
+		t.Fatalf("after a window 80 %% running: changes %v, real time %v, %d windows down", sets, g.rt, g.demoted)
+	}
+	step(time.Second, 900*time.Millisecond) // a window down: back up, however busy
+	if !equalBools(sets, []bool{false, true}) || !g.rt {
+		t.Fatalf("after a window down: changes %v, real time %v", sets, g.rt)
+	}
+	step(time.Second, 400*time.Millisecond) // 40 %: kept
+	if !equalBools(sets, []bool{false, true}) || !g.rt {
+		t.Fatalf("after a window 40 %% running: changes %v, real time %v", sets, g.rt)
+	}
+}
+
+func equalBools(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
