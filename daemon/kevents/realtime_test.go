@@ -215,6 +215,7 @@ func TestEverySwitchOfABusyMachine(t *testing.T) {
 		t.Fatalf("the trace holds %d switch-outs of the program's thread, the kernel counts %d; %d records lost (%d reported to the sink)", got, want, lost, sink.lost.Load())
 	}
 }
+
 // TestRealtimeReaderBounded: a reader that ran more than maxRTShare of a
 // window reads the next window at the ordinary policy, then gets real
 // time back; one that ran less keeps it; nothing changes within a window.
