@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,11 +39,11 @@
  * thread takes an empty one. The flusher thread (jt_flusher) sends queued
  * chunks at once, and every 20 ms or on a kick (a compiled method's code
  * is about to run) takes the threads' partial chunks too: one request per
- * chunk, op "jprof" with the chunk as its "stream" (base64 in the JSON
- * line). Only when every chunk is in use does an appending thread send the
- * queue itself.
+ * chunk, a binary frame of op "jprof" holding the chunk's CPU and its
+ * bytes as they are (daemonproto.JProfFrameHead). Only when every chunk is
+ * in use does an appending thread send the queue itself.
  */
-#define JT_CHUNK	(64 * 1024)	/* base64: well under daemonproto.MaxRequest */
+#define JT_CHUNK	(64 * 1024)	/* well under daemonproto.MaxRequest */
 #define JT_CHUNKS	256		/* 16 MB of chunks at most */
 #define JT_NAME_MAX	1024		/* pitraced keeps 1024 bytes of a name (jt_fit: fewer) */
 
@@ -77,7 +78,6 @@ static int jt_down;		/* the daemon refused or is absent: stop trying */
 static unsigned long jt_dropped;	/* records not appended (atomic) */
 
 static pthread_mutex_t jt_send_lock = PTHREAD_MUTEX_INITIALIZER;	/* below */
-static char jt_req[JT_CHUNK / 3 * 4 + 256];
 static int jt_fd = -1;
 static unsigned long jt_sent, jt_failed;
 static unsigned long long jt_send_ns;	/* time spent sending chunks */
@@ -114,31 +114,6 @@ static void slot_unlock(struct jt_slot *s)
 	__atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
 }
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static size_t base64(char *dst, const unsigned char *s, size_t n)
-{
-	size_t i, o = 0;
-
-	for (i = 0; i + 2 < n; i += 3) {
-		uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-
-		dst[o++] = b64[v >> 18];
-		dst[o++] = b64[v >> 12 & 63];
-		dst[o++] = b64[v >> 6 & 63];
-		dst[o++] = b64[v & 63];
-	}
-	if (i < n) {
-		uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
-
-		dst[o++] = b64[v >> 18];
-		dst[o++] = b64[v >> 12 & 63];
-		dst[o++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
-		dst[o++] = '=';
-	}
-	return o;
-}
-
 /* Sends the chunks of list and returns them to the pool; jt_send_lock held. */
 static void jt_send(struct jt_chunk *list)
 {
@@ -146,7 +121,8 @@ static void jt_send(struct jt_chunk *list)
 	struct jt_chunk *c, *next;
 
 	for (c = list; c; c = c->next) {
-		size_t len;
+		int32_t cpu = c->cpu;
+		struct iovec iov[2] = { { &cpu, sizeof(cpu) }, { c->data, c->len } };
 
 		if (!c->nrec)
 			continue;
@@ -154,12 +130,9 @@ static void jt_send(struct jt_chunk *list)
 			jt_failed += c->nrec;
 			continue;
 		}
-		len = (size_t)snprintf(jt_req, sizeof(jt_req), "{\"op\":\"jprof\",\"args\":{\"cpu\":%d,\"stream\":\"", c->cpu);
-		len += base64(jt_req + len, c->data, c->len);
-		memcpy(jt_req + len, "\"}}\n", 5);
 		if (!__atomic_load_n(&jt_down, __ATOMIC_RELAXED) && jt_fd < 0)
 			jt_fd = pu_agent_dial(jt_err, sizeof(jt_err));
-		if (jt_fd < 0 || pu_agent_call(jt_fd, jt_req, jt_err, sizeof(jt_err)) < 0) {
+		if (jt_fd < 0 || pu_agent_call_frame(jt_fd, "jprof", iov, 2, jt_err, sizeof(jt_err)) < 0) {
 			jt_failed += c->nrec;
 			if (jt_fd >= 0)
 				close(jt_fd);
