@@ -37,7 +37,8 @@ command -v java >/dev/null || { echo "bench: java is not installed (apt-get inst
 make -s jprof hookit >/dev/null
 go build -o bin/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 tmp=$(mktemp -d)
-export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRACED=$PWD/bin/pitraced
+cp bin/pitraced "$tmp/pitraced"	# a copy: a rebuild meanwhile does not touch the runs
+export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRACED=$tmp/pitraced
 stop() {
 	bin/swtrace free >/dev/null 2>&1 || true
 	for p in $(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/pitraced.log" 2>/dev/null); do

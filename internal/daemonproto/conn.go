@@ -194,7 +194,13 @@ func (c *Conn) frameAt() (int, *frame, error) {
 		}
 		return total, nil, nil
 	}
-	return total, &frame{op: string(c.buf[2 : 2+n]), payload: append([]byte{}, c.buf[2+n+4:total]...)}, nil
+	f := &frame{op: string(c.buf[2 : 2+n])}
+	if total == len(c.buf) {
+		f.payload = c.buf[2+n+4 : total : total] // the buffer is the frame's: not copied
+	} else {
+		f.payload = append([]byte{}, c.buf[2+n+4:total]...)
+	}
+	return total, f, nil
 }
 
 // take removes the first n bytes of the buffer.
