@@ -14,7 +14,14 @@
 # generation). With --vs REV the agent of git revision REV is built into the
 # temporary directory and its calltree / calltree,trace rows are printed
 # beside this tree's (the daemon is this tree's: it serves both).
-# Each figure is the median of RUNS runs of the JVM's wall time (min..max).
+# The runs are interleaved: each of RUNS rounds runs every configuration
+# once. Each row gives the median of the JVM's CPU time (user + system,
+# min..max), its wall time, and for the traced rows pitraced's CPU time
+# over the run (the records' cost moved out of the JVM); the ratio
+# calltree,trace / calltree is of the CPU times, the JVM's and the JVM's
+# plus pitraced's. The load average is printed before and after.
+# CONFIGS (environment) picks the configurations, default
+# "plain null jfr calltree trace"; PROGS the programs, default "demo javac".
 #
 #   bench/jprof-trace.sh [--vs REV] [NFILES=300] [RUNS=3]
 set -euo pipefail
@@ -30,7 +37,8 @@ command -v java >/dev/null || { echo "bench: java is not installed (apt-get inst
 make -s jprof hookit >/dev/null
 go build -o bin/ ./tools/swtrace ./tools/post ./daemon/cmd/pitraced
 tmp=$(mktemp -d)
-export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRACED=$PWD/bin/pitraced
+cp bin/pitraced "$tmp/pitraced"	# a copy: a rebuild meanwhile does not touch the runs
+export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRACED=$tmp/pitraced
 stop() {
 	bin/swtrace free >/dev/null 2>&1 || true
 	for p in $(sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/pitraced.log" 2>/dev/null); do
@@ -100,77 +108,105 @@ EOF
 done
 ls "$tmp"/src/gen/*.java >"$tmp/files"
 
-# run NAME cmd...: RUNS runs, each's wall time (ms) appended to $tmp/NAME.
+# run NAME cmd...: one run; its wall, CPU (user + system) and pitraced's
+# CPU (ms) appended to $tmp/NAME.{wall,cpu,dcpu}.
+dpid() { sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$tmp/pitraced.log" 2>/dev/null | tail -1; }
+dcpu() { # pitraced's user + system time in ms (0 when it is not running)
+	local p
+	p=$(dpid)
+	if [ -n "$p" ] && [ -r "/proc/$p/stat" ]; then
+		awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); print int(($12 + $13) * 1000 / hz)}' "/proc/$p/stat"
+	else
+		echo 0
+	fi
+}
 run() {
-	local name=$1 s e
+	local name=$1 s e d0 d1
 	shift
-	for _ in $(seq "$RUNS"); do
-		rm -rf "$tmp/ct" "$tmp/classes"
-		mkdir -p "$tmp/ct" "$tmp/classes"
-		s=$(date +%s%N)
-		"$@" >"$tmp/out" 2>&1 || { echo "bench: $name failed:" >&2; cat "$tmp/out" >&2; exit 1; }
-		e=$(date +%s%N)
-		echo $(((e - s) / 1000000)) >>"$tmp/$name"
-	done
+	rm -rf "$tmp/ct" "$tmp/classes"
+	mkdir -p "$tmp/ct" "$tmp/classes"
+	d0=$(dcpu)
+	s=$(date +%s%N)
+	/usr/bin/time -f "%U %S" -o "$tmp/time" "$@" >"$tmp/out" 2>&1 || { echo "bench: $name failed:" >&2; cat "$tmp/out" >&2; exit 1; }
+	e=$(date +%s%N)
+	d1=$(dcpu)
+	echo $(((e - s) / 1000000)) >>"$tmp/$name.wall"
+	awk '{print int(($1 + $2) * 1000)}' "$tmp/time" >>"$tmp/$name.cpu"
+	echo $((d1 - d0)) >>"$tmp/$name.dcpu"
 }
 # traced NAME cmd...: run with tracing on (cont mode to a file in $tmp):
 # the records written and lost are kept for the table.
 traced() {
 	local name=$1
 	shift
-	for _ in $(seq "$RUNS"); do
-		bin/swtrace free >/dev/null 2>&1 || true
-		bin/swtrace mode cont -f "$tmp/t.nrm2" >/dev/null
-		bin/swtrace init -t 32M -m 4M >/dev/null
-		bin/swtrace enable --only tprof 0x30 0x50 >/dev/null
-		bin/swtrace setrate 1000 >/dev/null
-		bin/swtrace on --discard >/dev/null
-		RUNS=1 run "$name" "$@"
-		if ! bin/swtrace off >"$tmp/off" 2>&1; then
-			echo "bench: swtrace off failed after $name: $(cat "$tmp/off")" >&2
-		fi
-		bin/swtrace info --json >"$tmp/$name.info" 2>/dev/null || true
-		grep -o 'records written to the trace, [0-9]* not' "$tmp/out" | tail -1 >"$tmp/$name.recs" || true
-	done
+	bin/swtrace free >/dev/null 2>&1 || true
+	bin/swtrace mode cont -f "$tmp/t.nrm2" >/dev/null
+	bin/swtrace init -t 32M -m 4M >/dev/null
+	bin/swtrace enable --only tprof 0x30 0x50 >/dev/null
+	bin/swtrace setrate 1000 >/dev/null
+	bin/swtrace on --discard >/dev/null
+	run "$name" "$@"
+	if ! bin/swtrace off >"$tmp/off" 2>&1; then
+		echo "bench: swtrace off failed after $name: $(cat "$tmp/off")" >&2
+	fi
+	bin/swtrace info --json >"$tmp/$name.info" 2>/dev/null || true
+	grep -o 'records written to the trace, [0-9]* not' "$tmp/out" | tail -1 >"$tmp/$name.recs" || true
 }
-med() { sort -n "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+med() { [ -s "$tmp/$1" ] && sort -n "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' || echo 0; }
 lo() { sort -n "$tmp/$1" | head -1; }
 hi() { sort -n "$tmp/$1" | tail -1; }
 
+CONFIGS=${CONFIGS:-plain null jfr calltree trace}
+PROGS=${PROGS:-demo javac}
+has() { case " $CONFIGS " in *" $1 "*) return 0 ;; esac; return 1; }
 CP=$PWD/build/java
 DEMO=(-Djprofdemo.lib="$PWD/build/java/libjprofdemo.so" -cp "$CP" JProfDemo)
 JAVAC=(-m jdk.compiler/com.sun.tools.javac.Main -d "$tmp/classes" @"$tmp/files")
-for prog in demo javac; do
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
+for prog in $PROGS; do
 	if [ $prog = demo ]; then args=("${DEMO[@]}"); else args=("${JAVAC[@]}"); fi
-	run $prog.plain java "${args[@]}"
-	run $prog.null java -agentpath:"$tmp/nullagent.so" "${args[@]}"
-	run $prog.jfr java -XX:StartFlightRecording=filename="$tmp/r.jfr",settings=profile "${args[@]}"
-	run $prog.calltree java -agentpath:"$AGENT"=calltree,dir="$tmp/ct" "${args[@]}"
-	traced $prog.trace java -agentpath:"$AGENT"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
-	if [ -n "$VS" ]; then
-		run $prog.oldcalltree java -agentpath:"$OLD"=calltree,dir="$tmp/ct" "${args[@]}"
-		traced $prog.oldtrace java -agentpath:"$OLD"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
-	fi
+	for _ in $(seq "$RUNS"); do
+		! has plain || run $prog.plain java "${args[@]}"
+		! has null || run $prog.null java -agentpath:"$tmp/nullagent.so" "${args[@]}"
+		! has jfr || run $prog.jfr java -XX:StartFlightRecording=filename="$tmp/r.jfr",settings=profile "${args[@]}"
+		! has calltree || run $prog.calltree java -agentpath:"$AGENT"=calltree,dir="$tmp/ct" "${args[@]}"
+		! has trace || traced $prog.trace java -agentpath:"$AGENT"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
+		if [ -n "$VS" ]; then
+			! has calltree || run $prog.oldcalltree java -agentpath:"$OLD"=calltree,dir="$tmp/ct" "${args[@]}"
+			! has trace || traced $prog.oldtrace java -agentpath:"$OLD"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
+		fi
+	done
 done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 row() { # name label
 	local p m
-	p=$(med "${1%%.*}.plain")
-	m=$(med "$1")
-	printf "  %-30s %7s ms (%s..%s)  %6.1fx plain  %s\n" "$2" "$m" "$(lo "$1")" "$(hi "$1")" \
-		"$(echo "$m / ($p + 0.0001)" | bc -l)" "$(cat "$tmp/$1.recs" 2>/dev/null || true)"
+	[ -s "$tmp/$1.cpu" ] || return 0
+	p=$(med "${1%%.*}.plain.cpu")
+	m=$(med "$1.cpu")
+	printf "  %-30s cpu %7s ms (%s..%s)  wall %7s ms  pitraced %6s ms" "$2" "$m" "$(lo "$1.cpu")" "$(hi "$1.cpu")" \
+		"$(med "$1.wall")" "$(med "$1.dcpu")"
+	if [ "$p" != 0 ]; then printf "  %5.1fx plain" "$(echo "$m / $p" | bc -l)"; fi
+	printf "  %s\n" "$(cat "$tmp/$1.recs" 2>/dev/null || true)"
 }
-for prog in demo javac; do
-	if [ $prog = demo ]; then echo "JProfDemo: JVM wall time, median of $RUNS runs (min..max)"; else echo "javac, $NFILES generated classes: JVM wall time, median of $RUNS runs (min..max)"; fi
+ratio() { # trace calltree label
+	[ -s "$tmp/$1.cpu" ] && [ -s "$tmp/$2.cpu" ] || return 0
+	printf "  calltree,trace / calltree%s: JVM cpu %.2fx, JVM + pitraced cpu %.2fx, wall %.2fx\n" "$3" \
+		"$(echo "$(med $1.cpu) / $(med $2.cpu)" | bc -l)" \
+		"$(echo "($(med $1.cpu) + $(med $1.dcpu)) / $(med $2.cpu)" | bc -l)" \
+		"$(echo "$(med $1.wall) / $(med $2.wall)" | bc -l)"
+}
+for prog in $PROGS; do
+	if [ $prog = demo ]; then echo "JProfDemo: median of $RUNS interleaved runs (min..max)"; else echo "javac, $NFILES generated classes: median of $RUNS interleaved runs (min..max)"; fi
 	row $prog.plain "plain"
 	row $prog.jfr "JFR (settings=profile)"
 	row $prog.null "null entry/exit agent"
 	row $prog.calltree "calltree"
 	row $prog.trace "calltree,trace"
-	printf "  calltree,trace / calltree: %.2fx\n" "$(echo "$(med $prog.trace) / $(med $prog.calltree)" | bc -l)"
+	ratio $prog.trace $prog.calltree ""
 	if [ -n "$VS" ]; then
 		row $prog.oldcalltree "calltree ($VS)"
 		row $prog.oldtrace "calltree,trace ($VS)"
-		printf "  calltree,trace / calltree ($VS): %.2fx\n" "$(echo "$(med $prog.oldtrace) / $(med $prog.oldcalltree)" | bc -l)"
+		ratio $prog.oldtrace $prog.oldcalltree " ($VS)"
 	fi
 done

@@ -94,6 +94,10 @@ func (r *Request) clientFile(i int) (*os.File, error) {
 // Handler serves one extra op. args is the request's raw arguments.
 type Handler func(p Peer, args json.RawMessage) (any, error)
 
+// FrameHandler serves an op sent as a binary frame (daemonproto.FrameMagic):
+// its payload, raw bytes the client wrote.
+type FrameHandler func(p Peer, payload []byte) (any, error)
+
 // RequestHandler serves one extra op with access to the request's files.
 type RequestHandler func(r *Request) (any, error)
 
@@ -131,6 +135,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	handlers map[string]RequestHandler
+	frames   map[string]FrameHandler
 	conns    map[int]int // open connections per uid
 	pending  map[int]int // bytes of unfinished requests per uid
 	ln       *net.UnixListener
@@ -154,6 +159,17 @@ func (s *Server) HandleRequest(op string, h RequestHandler) {
 		s.handlers = map[string]RequestHandler{}
 	}
 	s.handlers[op] = h
+}
+
+// HandleFrame registers an op that takes a binary frame. The op's JSON form,
+// if any, is registered apart (Handle).
+func (s *Server) HandleFrame(op string, h FrameHandler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.frames == nil {
+		s.frames = map[string]FrameHandler{}
+	}
+	s.frames[op] = h
 }
 
 // OnShutdown registers work to do when the daemon exits (services stop
@@ -453,7 +469,13 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 		s.mu.Unlock()
 		r := &Request{Peer: peer, Args: req.Args, files: files}
 		var resp daemonproto.Response
-		result, herr := s.dispatch(r, req.Op)
+		var result any
+		var herr error
+		if req.Payload != nil {
+			result, herr = s.dispatchFrame(r.Peer, req.Op, req.Payload)
+		} else {
+			result, herr = s.dispatch(r, req.Op)
+		}
 		for _, f := range r.files {
 			if f != nil {
 				f.Close()
@@ -680,6 +702,17 @@ func (s *Server) dispatch(r *Request, op string) (any, error) {
 		return h(r)
 	}
 	return nil, fmt.Errorf("unknown op %q", op)
+}
+
+// dispatchFrame serves a binary frame: only ops registered for frames.
+func (s *Server) dispatchFrame(p Peer, op string, payload []byte) (any, error) {
+	s.mu.Lock()
+	h := s.frames[op]
+	s.mu.Unlock()
+	if h == nil {
+		return nil, fmt.Errorf("op %q takes no binary frame", op)
+	}
+	return h(p, payload)
 }
 
 // LogSafe escapes every character of a log line that could end the line

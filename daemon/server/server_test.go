@@ -188,3 +188,23 @@ func TestUserBuffersBounded(t *testing.T) {
 		t.Fatalf("root's init: %v", err)
 	}
 }
+
+// A binary frame reaches only an op registered for frames: never a core
+// op, nor an extension's JSON handler.
+func TestFramesOnlyToFrameOps(t *testing.T) {
+	s := &Server{Fac: facility.New()}
+	jsonCalls, frameCalls := 0, 0
+	s.Handle("ext", func(Peer, json.RawMessage) (any, error) { jsonCalls++; return nil, nil })
+	s.HandleFrame("bin", func(_ Peer, b []byte) (any, error) { frameCalls += len(b); return nil, nil })
+	for _, op := range []string{daemonproto.OpShutdown, daemonproto.OpOff, daemonproto.OpFree, "ext"} {
+		if _, err := s.dispatchFrame(Peer{UID: 0}, op, []byte("x")); err == nil || !strings.Contains(err.Error(), "takes no binary frame") {
+			t.Errorf("a frame to %q: %v", op, err)
+		}
+	}
+	if _, err := s.dispatchFrame(Peer{UID: 1000}, "bin", []byte("abc")); err != nil || frameCalls != 3 || jsonCalls != 0 {
+		t.Fatalf("a frame to its op: %v, %d bytes seen, %d JSON calls", err, frameCalls, jsonCalls)
+	}
+	if _, err := s.dispatch(&Request{Peer: Peer{UID: 0}, Args: json.RawMessage(`{}`)}, "bin"); err == nil {
+		t.Fatal("a JSON request reached a frame-only op")
+	}
+}

@@ -82,7 +82,10 @@ func (r *Record) Field(i int) uint64 {
 // LayoutString or LayoutBytes. The time stamp's low 32 bits are written;
 // keeping time-high records in the stream is the writer's job.
 func Encode(dst []byte, major uint16, minor uint32, layout int, time uint64, fields []uint64, str string) ([]byte, error) {
-	spec := Lookup(major, minor)
+	var spec *Spec
+	if layout != LayoutWords { // words need no table: the hot path of method events
+		spec = Lookup(major, minor)
+	}
 	if spec == nil && layout == LayoutBytes && len(fields) > 0 {
 		return dst, fmt.Errorf("trace: record major 0x%x minor 0x%x: a record without a code-table entry carries words or bytes, not both", major, minor)
 	}

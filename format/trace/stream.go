@@ -234,7 +234,11 @@ func (w *Writer) Write(major uint16, minor uint32, layout int, t uint64, fields 
 // EncodedSize returns the size a record would have, without writing it.
 func EncodedSize(major uint16, minor uint32, layout int, nfields int, str string) int {
 	n := HeaderSize
-	if spec := Lookup(major, minor); spec != nil && layout != LayoutWords {
+	var spec *Spec
+	if layout != LayoutWords {
+		spec = Lookup(major, minor)
+	}
+	if spec != nil {
 		for _, f := range spec.Fields {
 			n += f.Width
 		}

@@ -2,6 +2,7 @@ package daemonproto
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,24 @@ import (
 // without a newline is cut off: the daemon never grows with a client's
 // input.
 const MaxRequest = 1 << 20
+
+// FrameMagic begins a binary frame, the form of a request whose argument
+// is raw bytes (a JSON line never begins with a NUL): FrameMagic, the op's
+// length in one byte (1..MaxFrameOp), the op, the payload's length (u32
+// little-endian, at most MaxRequest), the payload. It is answered with a
+// JSON line, as a request line is. Only ops registered for frames take it.
+const FrameMagic = 0
+
+// MaxFrameOp bounds the op's name in a frame.
+const MaxFrameOp = 32
+
+// FrameHeader is the frame's header for op and a payload of n bytes.
+func FrameHeader(op string, n int) []byte {
+	h := make([]byte, 0, 6+len(op))
+	h = append(h, FrameMagic, byte(len(op)))
+	h = append(h, op...)
+	return binary.LittleEndian.AppendUint32(h, uint32(n))
+}
 
 // MaxFiles is the most descriptors one message may carry.
 const MaxFiles = 4
@@ -108,12 +127,34 @@ func (c *Conn) Send(v any, files ...*os.File) error {
 	return err
 }
 
+// SendFrame writes a binary frame of op and payload (FrameMagic).
+func (c *Conn) SendFrame(op string, payload []byte) error {
+	if len(op) == 0 || len(op) > MaxFrameOp {
+		return fmt.Errorf("frame op %q: 1 to %d bytes", op, MaxFrameOp)
+	}
+	if len(payload) > MaxRequest {
+		return ErrTooLarge
+	}
+	_, err := c.c.Write(append(FrameHeader(op, len(payload)), payload...))
+	return err
+}
+
 // Receive reads the next line into v and returns the files that came with
-// it (the caller closes them).
+// it (the caller closes them). A binary frame (FrameMagic) is taken only
+// into a *Request: its op and Payload.
 func (c *Conn) Receive(v any) ([]*os.File, error) {
-	line, files, err := c.readLine()
+	line, frame, files, err := c.readMessage()
 	if err != nil {
 		return nil, err
+	}
+	if frame != nil {
+		req, ok := v.(*Request)
+		if !ok {
+			closeFiles(files)
+			return nil, errors.New("bad message: a binary frame where a JSON line was expected")
+		}
+		*req = Request{Op: frame.op, Payload: frame.payload}
+		return files, nil
 	}
 	if err := json.Unmarshal(line, v); err != nil {
 		closeFiles(files)
@@ -122,26 +163,85 @@ func (c *Conn) Receive(v any) ([]*os.File, error) {
 	return files, nil
 }
 
-func (c *Conn) readLine() ([]byte, []*os.File, error) {
+// frame is a binary frame received.
+type frame struct {
+	op      string
+	payload []byte
+}
+
+// frameAt reads the frame at the start of c.buf: its length (0 until the
+// header is complete), the frame once all of it is there.
+func (c *Conn) frameAt() (int, *frame, error) {
+	if len(c.buf) < 2 {
+		return 0, nil, nil
+	}
+	n := int(c.buf[1])
+	if n == 0 || n > MaxFrameOp {
+		return 0, nil, fmt.Errorf("bad frame: an op of %d bytes (1 to %d)", n, MaxFrameOp)
+	}
+	if len(c.buf) < 2+n+4 {
+		return 0, nil, nil
+	}
+	size := binary.LittleEndian.Uint32(c.buf[2+n:])
+	if size > MaxRequest {
+		return 0, nil, ErrTooLarge
+	}
+	total := 2 + n + 4 + int(size)
+	if len(c.buf) < total {
+		if cap(c.buf) < total {
+			// one allocation for the payload still to come
+			c.buf = append(make([]byte, 0, total), c.buf...)
+		}
+		return total, nil, nil
+	}
+	f := &frame{op: string(c.buf[2 : 2+n])}
+	if total == len(c.buf) {
+		f.payload = c.buf[2+n+4 : total : total] // the buffer is the frame's: not copied
+	} else {
+		f.payload = append([]byte{}, c.buf[2+n+4:total]...)
+	}
+	return total, f, nil
+}
+
+// take removes the first n bytes of the buffer.
+func (c *Conn) take(n int) {
+	c.drop(n)
+	c.buf = c.buf[n:]
+	if len(c.buf) == 0 {
+		c.buf = nil // a large request's memory is not kept
+	}
+}
+
+// readMessage reads the next line, or binary frame, and the files that
+// came with it.
+func (c *Conn) readMessage() ([]byte, *frame, []*os.File, error) {
 	if c.tmp == nil {
 		c.tmp = make([]byte, 16<<10)
 	}
 	oob := make([]byte, unix.CmsgSpace(4*MaxFiles))
 	armed := false
+	scanned := 0 // bytes of a line already without a newline
 	for {
-		if i := bytes.IndexByte(c.buf, '\n'); i >= 0 {
-			line := append([]byte(nil), c.buf[:i]...)
-			c.drop(i + 1)
-			c.buf = c.buf[i+1:]
-			if len(c.buf) == 0 {
-				c.buf = nil // a large request's memory is not kept
+		if len(c.buf) > 0 && c.buf[0] == FrameMagic {
+			total, f, err := c.frameAt()
+			if err != nil {
+				return nil, nil, nil, err
 			}
+			if f != nil {
+				c.take(total)
+				files := c.pending
+				c.pending = nil
+				return nil, f, files, nil
+			}
+		} else if i := bytes.IndexByte(c.buf[scanned:], '\n'); i >= 0 {
+			i += scanned
+			line := append([]byte(nil), c.buf[:i]...)
+			c.take(i + 1)
 			files := c.pending
 			c.pending = nil
-			return line, files, nil
-		}
-		if len(c.buf) > MaxRequest {
-			return nil, nil, ErrTooLarge
+			return line, nil, files, nil
+		} else if scanned = len(c.buf); scanned > MaxRequest {
+			return nil, nil, nil, ErrTooLarge
 		}
 		if len(c.buf) > 0 && !armed && c.RequestTimeout > 0 {
 			_ = c.c.SetReadDeadline(time.Now().Add(c.RequestTimeout))
@@ -150,13 +250,13 @@ func (c *Conn) readLine() ([]byte, []*os.File, error) {
 		n, oobn, err := c.recv(c.tmp, oob)
 		if oobn > 0 {
 			if ferr := c.takeFiles(oob[:oobn]); ferr != nil {
-				return nil, nil, ferr
+				return nil, nil, nil, ferr
 			}
 		}
 		if n > 0 {
 			if c.Budget != nil {
 				if berr := c.Budget.Take(n); berr != nil {
-					return nil, nil, berr
+					return nil, nil, nil, berr
 				}
 			}
 			c.buf = append(c.buf, c.tmp[:n]...)
@@ -165,7 +265,7 @@ func (c *Conn) readLine() ([]byte, []*os.File, error) {
 		if err == nil {
 			err = errors.New("connection closed")
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 }
 

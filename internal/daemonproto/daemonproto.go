@@ -30,6 +30,8 @@ func SocketPath() string {
 type Request struct {
 	Op   string          `json:"op"`
 	Args json.RawMessage `json:"args,omitempty"`
+	// Payload is a binary frame's argument (FrameMagic; nil for a line).
+	Payload []byte `json:"-"`
 }
 
 // Response answers one request. Code names the error's kind

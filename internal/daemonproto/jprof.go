@@ -5,6 +5,11 @@ package daemonproto
 // (JProfArgs). The process is the caller's (SO_PEERCRED), never an argument.
 const OpJProf = "jprof"
 
+// JProfFrameHead is the start of the op's binary frame (FrameMagic): the
+// CPU whose buffer takes the records (i32 little-endian), then the records
+// as JProfArgs.Stream holds them, raw.
+const JProfFrameHead = 4
+
 // JProfMaxRecords bounds one request.
 const JProfMaxRecords = 256
 

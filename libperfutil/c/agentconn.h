@@ -15,4 +15,10 @@ int pu_agent_dial(char *err, size_t errlen);
  * else -1 with the agent's error (or "no answer") in err. */
 int pu_agent_call(int fd, const char *req, char *err, size_t errlen);
 
+/* Sends one binary frame (daemonproto.FrameMagic): op, then the payload
+ * gathered from iov[0..n) (at most 1 MiB in all), and reads the answer as
+ * pu_agent_call does. */
+struct iovec;
+int pu_agent_call_frame(int fd, const char *op, const struct iovec *iov, int n, char *err, size_t errlen);
+
 #endif

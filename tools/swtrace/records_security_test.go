@@ -23,9 +23,10 @@ import (
 )
 
 // attackJProf writes a JIT_METHOD record named name+".records" through the
-// jprof op's record form, and one named name+".stream" through the binary
-// stream form the agent uses ({"cpu":N,"stream":"BASE64"}), and reports
-// what the agent answered to each.
+// jprof op's record form, one named name+".stream" through the stream form
+// in JSON ({"cpu":N,"stream":"BASE64"}), and one named name+".frame"
+// through the binary frame the agent sends (daemonproto.FrameMagic), and
+// reports what the agent answered to each.
 func attackJProf(name string) error {
 	r, err := dialRaw()
 	if err != nil {
@@ -34,11 +35,7 @@ func attackJProf(name string) error {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	now := uint64(ts.Sec)*1e9 + uint64(ts.Nsec)
-	send := func(args any) (string, int, error) {
-		b, _ := json.Marshal(args)
-		if err := r.c.Send(&daemonproto.Request{Op: daemonproto.OpJProf, Args: b}); err != nil {
-			return "", 0, err
-		}
+	answer := func() (string, int, error) {
 		var resp daemonproto.Response
 		if _, err := r.c.Receive(&resp); err != nil {
 			return "", 0, err
@@ -46,6 +43,13 @@ func attackJProf(name string) error {
 		var rep daemonproto.JProfReply
 		_ = json.Unmarshal(resp.Result, &rep)
 		return resp.Error, rep.Written, nil
+	}
+	send := func(args any) (string, int, error) {
+		b, _ := json.Marshal(args)
+		if err := r.c.Send(&daemonproto.Request{Op: daemonproto.OpJProf, Args: b}); err != nil {
+			return "", 0, err
+		}
+		return answer()
 	}
 	recMsg, recN, err := send(daemonproto.JProfArgs{Records: []daemonproto.JProfRecord{
 		{Time: now, Major: trace.MajorJITLoad, Minor: trace.JITMethod, ID: 0x7f0000001000, Name: name + ".records"}}})
@@ -64,7 +68,22 @@ func attackJProf(name string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("RESULT: records=%q written=%d stream=%q written=%d\n", recMsg, recN, strMsg, strN)
+	frame := make([]byte, daemonproto.JProfFrameHead, 64)
+	frame, err = trace.Encode(frame, trace.MajorSys, trace.SysTimeHigh, trace.LayoutFixed, now+2, []uint64{(now + 2) >> 32}, "")
+	if err != nil {
+		return err
+	}
+	if frame, err = trace.Encode(frame, trace.MajorJITLoad, trace.JITMethod, trace.LayoutString, now+2, []uint64{1, 0x7f0000003000}, name+".frame"); err != nil {
+		return err
+	}
+	if err := r.c.SendFrame(daemonproto.OpJProf, frame); err != nil {
+		return err
+	}
+	frMsg, frN, err := answer()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("RESULT: records=%q written=%d stream=%q written=%d frame=%q written=%d\n", recMsg, recN, strMsg, strN, frMsg, frN)
 	return nil
 }
 
@@ -90,7 +109,7 @@ func userRecords(t *testing.T, path string) (hooks map[uint32]bool, methods []st
 	return hooks, methods
 }
 
-// TestRecordsOnlyIntoOwnTrace: a member's hooks and JProf records (both
+// TestRecordsOnlyIntoOwnTrace: a member's hooks and JProf records (all three
 // forms) into another member's running trace are refused; the holder's
 // and root's are written; a plain user does not reach the agent. Then the
 // member holds a trace of its own: its JProf records are written and the
@@ -107,7 +126,7 @@ func TestRecordsOnlyIntoOwnTrace(t *testing.T) {
 	mustOther("on")
 	s.mustFail("belongs to uid 65533", "hook", "0x100", "3", "0xbad")
 	res := s.attackRun(true, "jprof", "Attacker")
-	if strings.Count(res, "belongs to uid 65533") != 2 || strings.Count(res, "written=0") != 2 {
+	if strings.Count(res, "belongs to uid 65533") != 3 || strings.Count(res, "written=0") != 3 {
 		t.Fatalf("a member's JProf records into another member's trace: %s", res)
 	}
 	out, err := s.attacker(false, "jprof", "Plain").CombinedOutput()
@@ -129,7 +148,7 @@ func TestRecordsOnlyIntoOwnTrace(t *testing.T) {
 	s.memberOK("init", "-t", "1M", "-m", "256K")
 	s.memberOK("on")
 	res = s.attackRun(true, "jprof", "Holder")
-	if res != `records="" written=1 stream="" written=1` {
+	if res != `records="" written=1 stream="" written=1 frame="" written=1` {
 		t.Fatalf("the holder's JProf records into its own trace: %s", res)
 	}
 	if out, code := s.other("hook", "0x100", "4", "4"); code == 0 || !strings.Contains(out, "belongs to uid 65534") {
@@ -138,8 +157,8 @@ func TestRecordsOnlyIntoOwnTrace(t *testing.T) {
 	s.memberOK("off")
 	s.memberOK("get", "mine.nrm2")
 	hooks, methods = userRecords(t, filepath.Join(s.pub, "mine.nrm2"))
-	if hooks[4] || strings.Join(methods, ",") != "Holder.records,Holder.stream" {
-		t.Fatalf("the member's trace: hooks %v (want none of the other member's), JIT methods %q (want its own two)", hooks, methods)
+	if hooks[4] || strings.Join(methods, ",") != "Holder.records,Holder.stream,Holder.frame" {
+		t.Fatalf("the member's trace: hooks %v (want none of the other member's), JIT methods %q (want its own three)", hooks, methods)
 	}
 }
 

@@ -74,6 +74,20 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 		}
 		return rep, nil
 	})
+	s.HandleFrame(daemonproto.OpJProf, func(p server.Peer, payload []byte) (any, error) {
+		if s.Fac == nil {
+			return nil, fmt.Errorf("%s: this agent holds no trace facility", daemonproto.OpJProf)
+		}
+		w := facility.Writer{UID: p.UID, Root: p.Root()}
+		if err := s.Fac.MayWrite(w); err != nil {
+			return nil, fmt.Errorf("%s: %w", daemonproto.OpJProf, err)
+		}
+		if len(payload) < daemonproto.JProfFrameHead {
+			return nil, fmt.Errorf("%s frame: %d bytes, not even the CPU's %d", daemonproto.OpJProf, len(payload), daemonproto.JProfFrameHead)
+		}
+		cpu := int(int32(binary.LittleEndian.Uint32(payload)))
+		return jprofStream(s, w, uint64(p.PID), cpu, payload[daemonproto.JProfFrameHead:])
+	})
 }
 
 // jprofStream writes the records of an agent's binary stream

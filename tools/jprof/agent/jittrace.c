@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,32 +34,39 @@
  * (libperfutil/trace, kmod/uapi/pitrace.h: the 12-byte header, the fixed
  * fields, a name), never text: each thread appends them to a chunk of its
  * own (a TIME_HIGH record first and wherever the time's high half changes,
- * so that a chunk is a stream trace.Reader reads), under a lock that only
- * the flusher also takes. A full chunk goes to the send queue and the
- * thread takes an empty one. The flusher thread (jt_flusher) sends queued
- * chunks at once, and every 20 ms or on a kick (a compiled method's code
- * is about to run) takes the threads' partial chunks too: one request per
- * chunk, op "jprof" with the chunk as its "stream" (base64 in the JSON
- * line). Only when every chunk is in use does an appending thread send the
- * queue itself.
+ * so that a chunk is a stream trace.Reader reads) without a lock or an
+ * atomic read-modify-write: it writes past the chunk's published length,
+ * then publishes the new length (a release store). A full chunk goes to the
+ * send queue and the thread takes an empty one. The flusher thread
+ * (jt_flusher) sends queued chunks at once, and every 20 ms or on a kick (a
+ * compiled method's code is about to run) the published bytes of the
+ * threads' current chunks too, which their threads go on filling: one
+ * request per piece, a binary frame of op "jprof" holding the chunk's CPU
+ * and its bytes as they are (daemonproto.JProfFrameHead), a piece that
+ * does not begin the chunk preceded by the TIME_HIGH in force there. What
+ * of a chunk was sent (and the TIME_HIGH there) only the sender, under
+ * jt_send_lock, reads and writes; a chunk returns to the pool only there,
+ * once queued (its thread done with it) and sent. Only when every chunk is
+ * in use does an appending thread send the queue itself.
  */
-#define JT_CHUNK	(64 * 1024)	/* base64: well under daemonproto.MaxRequest */
+#define JT_CHUNK	(64 * 1024)	/* well under daemonproto.MaxRequest */
 #define JT_CHUNKS	256		/* 16 MB of chunks at most */
 #define JT_NAME_MAX	1024		/* pitraced keeps 1024 bytes of a name (jt_fit: fewer) */
 
 struct jt_chunk {
 	struct jt_chunk *next;
-	uint32_t len, nrec;
-	uint32_t high;			/* the time-high in force at len */
+	uint32_t len;			/* published: release store by the owner */
+	uint32_t high;			/* the owner's: the time-high in force at len */
 	int has_high;
 	int cpu;			/* the CPU whose buffer takes the chunk */
+	uint32_t sent;			/* the sender's: bytes sent */
+	uint32_t sent_high;		/* the sender's: the time-high in force at sent */
 	unsigned char data[JT_CHUNK];
 };
 
 struct jt_slot {
-	int lock;			/* a spin lock: the owner and the flusher */
 	int free;			/* its thread ended: another may take it */
-	struct jt_chunk *cur;
+	struct jt_chunk *cur;		/* set by the owner only (release) */
 	struct jt_slot *next;		/* all slots; never freed */
 };
 
@@ -67,17 +75,17 @@ static pthread_cond_t jt_cond = PTHREAD_COND_INITIALIZER;
 static struct jt_chunk *jt_queue, **jt_qtail = &jt_queue;	/* full chunks */
 static struct jt_chunk *jt_pool;				/* empty chunks */
 static int jt_nchunks;
-static int jt_kicked;		/* take the partial chunks now */
+static int jt_kicked;		/* send the partial chunks now */
 static struct jt_slot *jt_slots;	/* pushed atomically */
 static pthread_key_t jt_key;
 static pthread_once_t jt_key_once = PTHREAD_ONCE_INIT;
-static __thread struct jt_slot *jt_my;
+static __thread struct jt_slot *jt_my __attribute__((tls_model("initial-exec")));
+static __thread int jt_ended __attribute__((tls_model("initial-exec")));	/* its slot went back */
 
 static int jt_down;		/* the daemon refused or is absent: stop trying */
 static unsigned long jt_dropped;	/* records not appended (atomic) */
 
 static pthread_mutex_t jt_send_lock = PTHREAD_MUTEX_INITIALIZER;	/* below */
-static char jt_req[JT_CHUNK / 3 * 4 + 256];
 static int jt_fd = -1;
 static unsigned long jt_sent, jt_failed;
 static unsigned long long jt_send_ns;	/* time spent sending chunks */
@@ -102,126 +110,141 @@ static uint32_t jt_pid(void)
 	return pid;
 }
 
-static void slot_lock(struct jt_slot *s)
+struct jt_time_high {
+	struct pitrace_rec_hdr h;
+	struct pitrace_rec_time_high v;
+} PITRACE_PACKED;
+
+static void jt_time_high(struct jt_time_high *th, uint32_t high)
 {
-	while (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE))
-		while (__atomic_load_n(&s->lock, __ATOMIC_RELAXED))
-			sched_yield();
+	memset(th, 0, sizeof(*th));
+	th->h.type_len = PITRACE_TYPELEN(PITRACE_LAYOUT_FIXED, sizeof(*th));
+	th->h.major = PITRACE_MAJOR_SYS;
+	th->h.minor = PITRACE_SYS_TIME_HIGH;
+	th->v.high = high;
 }
 
-static void slot_unlock(struct jt_slot *s)
+/*
+ * The records of data[0, n) (the chunk's own, whole records), counted;
+ * *high becomes the last TIME_HIGH among them.
+ */
+static unsigned long jt_scan(const unsigned char *data, uint32_t n, uint32_t *high)
 {
-	__atomic_store_n(&s->lock, 0, __ATOMIC_RELEASE);
-}
+	unsigned long nrec = 0;
+	uint32_t off = 0;
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	while (off + sizeof(struct pitrace_rec_hdr) <= n) {
+		struct pitrace_rec_hdr h;
+		uint32_t size;
 
-static size_t base64(char *dst, const unsigned char *s, size_t n)
-{
-	size_t i, o = 0;
+		memcpy(&h, data + off, sizeof(h));
+		size = (uint32_t)(h.type_len & 0xfff) << 2;
+		if (size < sizeof(h))
+			break;		/* not ours: cannot happen */
+		if (h.major == PITRACE_MAJOR_SYS && h.minor == PITRACE_SYS_TIME_HIGH) {
+			struct jt_time_high th;
 
-	for (i = 0; i + 2 < n; i += 3) {
-		uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-
-		dst[o++] = b64[v >> 18];
-		dst[o++] = b64[v >> 12 & 63];
-		dst[o++] = b64[v >> 6 & 63];
-		dst[o++] = b64[v & 63];
+			memcpy(&th, data + off, sizeof(th));
+			*high = th.v.high;
+		} else {
+			nrec++;
+		}
+		off += size;
 	}
-	if (i < n) {
-		uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
-
-		dst[o++] = b64[v >> 18];
-		dst[o++] = b64[v >> 12 & 63];
-		dst[o++] = i + 1 < n ? b64[v >> 6 & 63] : '=';
-		dst[o++] = '=';
-	}
-	return o;
+	return nrec;
 }
 
-/* Sends the chunks of list and returns them to the pool; jt_send_lock held. */
-static void jt_send(struct jt_chunk *list)
+/* Sends what of c its owner published and was not sent yet; jt_send_lock held. */
+static void jt_send_piece(struct jt_chunk *c, unsigned long long t0)
+{
+	uint32_t len = __atomic_load_n(&c->len, __ATOMIC_ACQUIRE), from = c->sent;
+	int32_t cpu = c->cpu;
+	struct jt_time_high th;
+	struct iovec iov[3];
+	unsigned long nrec;
+	int n = 0;
+
+	if (len <= from)
+		return;
+	jt_time_high(&th, c->sent_high);
+	iov[n].iov_base = &cpu;
+	iov[n++].iov_len = sizeof(cpu);
+	if (from > 0) {		/* the TIME_HIGH in force at from */
+		iov[n].iov_base = &th;
+		iov[n++].iov_len = sizeof(th);
+	}
+	iov[n].iov_base = c->data + from;
+	iov[n++].iov_len = len - from;
+	nrec = jt_scan(c->data + from, len - from, &c->sent_high);
+	c->sent = len;
+	if (!nrec)
+		return;
+	if (t0 < jt_pause_until) {	/* tracing is off: not sent, lost */
+		jt_failed += nrec;
+		return;
+	}
+	if (!__atomic_load_n(&jt_down, __ATOMIC_RELAXED) && jt_fd < 0)
+		jt_fd = pu_agent_dial(jt_err, sizeof(jt_err));
+	if (jt_fd < 0 || pu_agent_call_frame(jt_fd, "jprof", iov, n, jt_err, sizeof(jt_err)) < 0) {
+		jt_failed += nrec;
+		if (jt_fd >= 0)
+			close(jt_fd);
+		jt_fd = -1;
+		if (!strstr(jt_err, "not on"))
+			__atomic_store_n(&jt_down, 1, __ATOMIC_RELAXED);
+		else	/* ask again in a second (tracing may be turned on) */
+			jt_pause_until = now_ns() + 1000000000ULL;
+	} else {
+		jt_sent += nrec;
+	}
+}
+
+/*
+ * One round of sending (jt_send_lock held): the queued chunks, then with
+ * partial what the threads published of their current chunks. A thread's
+ * records go in the order written: its queued chunks before its current
+ * one, a chunk's pieces in order.
+ */
+static void jt_send(int partial)
 {
 	unsigned long long t0 = now_ns();
-	struct jt_chunk *c, *next;
-
-	for (c = list; c; c = c->next) {
-		size_t len;
-
-		if (!c->nrec)
-			continue;
-		if (t0 < jt_pause_until) {	/* tracing is off: not sent, lost */
-			jt_failed += c->nrec;
-			continue;
-		}
-		len = (size_t)snprintf(jt_req, sizeof(jt_req), "{\"op\":\"jprof\",\"args\":{\"cpu\":%d,\"stream\":\"", c->cpu);
-		len += base64(jt_req + len, c->data, c->len);
-		memcpy(jt_req + len, "\"}}\n", 5);
-		if (!__atomic_load_n(&jt_down, __ATOMIC_RELAXED) && jt_fd < 0)
-			jt_fd = pu_agent_dial(jt_err, sizeof(jt_err));
-		if (jt_fd < 0 || pu_agent_call(jt_fd, jt_req, jt_err, sizeof(jt_err)) < 0) {
-			jt_failed += c->nrec;
-			if (jt_fd >= 0)
-				close(jt_fd);
-			jt_fd = -1;
-			if (!strstr(jt_err, "not on"))
-				__atomic_store_n(&jt_down, 1, __ATOMIC_RELAXED);
-			else	/* ask again in a second (tracing may be turned on) */
-				jt_pause_until = now_ns() + 1000000000ULL;
-		} else {
-			jt_sent += c->nrec;
-		}
-	}
-	jt_send_ns += now_ns() - t0;
-	pthread_mutex_lock(&jt_lock);
-	for (c = list; c; c = next) {
-		next = c->next;
-		c->next = jt_pool;
-		jt_pool = c;
-	}
-	pthread_mutex_unlock(&jt_lock);
-}
-
-/* The queue, and with partial the threads' partial chunks, taken. */
-static struct jt_chunk *jt_take(int partial)
-{
-	struct jt_chunk *list, **tail;
+	struct jt_chunk *list, *c, *next;
 	struct jt_slot *s;
 
 	pthread_mutex_lock(&jt_lock);
 	list = jt_queue;
-	tail = list ? (struct jt_chunk **)jt_qtail : &list;
 	jt_queue = NULL;
 	jt_qtail = &jt_queue;
 	pthread_mutex_unlock(&jt_lock);
-	if (!partial)
-		return list;
-	for (s = __atomic_load_n(&jt_slots, __ATOMIC_ACQUIRE); s; s = s->next) {
-		struct jt_chunk *c;
-
-		if (!__atomic_load_n(&s->cur, __ATOMIC_RELAXED))
-			continue;
-		slot_lock(s);
-		c = s->cur;
-		if (c && c->nrec)
-			s->cur = NULL;
-		else
-			c = NULL;
-		slot_unlock(s);
-		if (c) {
-			c->next = NULL;
-			*tail = c;
-			tail = &c->next;
+	for (c = list; c; c = c->next)
+		jt_send_piece(c, t0);
+	if (list) {
+		pthread_mutex_lock(&jt_lock);
+		for (c = list; c; c = next) {
+			next = c->next;
+			c->next = jt_pool;
+			jt_pool = c;
 		}
+		pthread_mutex_unlock(&jt_lock);
 	}
-	return list;
+	for (s = partial ? __atomic_load_n(&jt_slots, __ATOMIC_ACQUIRE) : NULL; s; s = s->next) {
+		/*
+		 * Pairs with the owner's release store of cur: the chunk's
+		 * reset (len, sent) is seen. A chunk queued since stays out of
+		 * the pool until a later round (this lock).
+		 */
+		c = __atomic_load_n(&s->cur, __ATOMIC_ACQUIRE);
+		if (c)
+			jt_send_piece(c, t0);
+	}
+	jt_send_ns += now_ns() - t0;
 }
 
 /* Sends every record appended so far. */
 void jt_flush(void)
 {
 	pthread_mutex_lock(&jt_send_lock);
-	jt_send(jt_take(1));
+	jt_send(1);
 	pthread_mutex_unlock(&jt_send_lock);
 }
 
@@ -255,7 +278,7 @@ void *jt_flusher(void *stop)
 		jt_kicked = 0;
 		pthread_mutex_unlock(&jt_lock);
 		pthread_mutex_lock(&jt_send_lock);
-		jt_send(jt_take(partial));
+		jt_send(partial);
 		pthread_mutex_unlock(&jt_send_lock);
 	}
 	return NULL;
@@ -277,16 +300,17 @@ static struct jt_chunk *jt_chunk_get(void)
 		if (c)
 			break;
 		pthread_mutex_lock(&jt_send_lock);	/* the flusher is behind */
-		jt_send(jt_take(0));
+		jt_send(0);
 		pthread_mutex_unlock(&jt_send_lock);
 	}
 	c->next = NULL;
-	c->len = c->nrec = 0;
+	c->len = c->sent = c->sent_high = 0;
 	c->has_high = 0;
 	c->cpu = sched_getcpu();
 	return c;
 }
 
+/* c's owner is done with it: to the send queue (which returns it to the pool). */
 static void jt_queue_chunk(struct jt_chunk *c)
 {
 	c->next = NULL;
@@ -301,20 +325,14 @@ static void jt_queue_chunk(struct jt_chunk *c)
 static void jt_thread_end(void *p)
 {
 	struct jt_slot *s = p;
-	struct jt_chunk *c;
+	struct jt_chunk *c = s->cur;
 
-	slot_lock(s);
-	c = s->cur;
-	s->cur = NULL;
-	slot_unlock(s);
-	if (c && c->nrec) {
+	__atomic_store_n(&s->cur, NULL, __ATOMIC_RELEASE);
+	if (c)
 		jt_queue_chunk(c);
-	} else if (c) {
-		pthread_mutex_lock(&jt_lock);
-		c->next = jt_pool;
-		jt_pool = c;
-		pthread_mutex_unlock(&jt_lock);
-	}
+	/* a record the thread writes from here on is dropped: the slot is another's */
+	jt_my = NULL;
+	jt_ended = 1;
 	__atomic_store_n(&s->free, 1, __ATOMIC_RELEASE);
 }
 
@@ -329,6 +347,8 @@ static struct jt_slot *jt_slot(void)
 
 	if (s)
 		return s;
+	if (jt_ended)
+		return NULL;
 	pthread_once(&jt_key_once, jt_key_make);
 	for (s = __atomic_load_n(&jt_slots, __ATOMIC_ACQUIRE); s; s = s->next) {
 		int one = 1;
@@ -352,7 +372,8 @@ static struct jt_slot *jt_slot(void)
 
 /*
  * Appends one record of n bytes (header and fields in rec, the header's
- * type_len holding only the layout: its length and time are filled in here) and its string (padded with NULs to 4 bytes).
+ * type_len holding only the layout: its length and time are filled in
+ * here) and its string (padded with NULs to 4 bytes).
  */
 static void jt_append(void *rec, size_t n, const char *str, size_t slen)
 {
@@ -361,53 +382,45 @@ static void jt_append(void *rec, size_t n, const char *str, size_t slen)
 	unsigned long long t;
 	struct jt_slot *s;
 	struct jt_chunk *c;
-	uint32_t high;
+	uint32_t high, len;
 
 	if (__atomic_load_n(&jt_down, __ATOMIC_RELAXED) || !(s = jt_slot())) {
 		__atomic_add_fetch(&jt_dropped, 1, __ATOMIC_RELAXED);
 		return;
 	}
-	slot_lock(s);
+	c = s->cur;
+	if (!c || c->len + size + sizeof(struct jt_time_high) > JT_CHUNK) {
+		if (c) {
+			__atomic_store_n(&s->cur, NULL, __ATOMIC_RELEASE);
+			jt_queue_chunk(c);
+		}
+		c = jt_chunk_get();
+		/* Pairs with the sender's acquire load: the reset chunk is seen. */
+		__atomic_store_n(&s->cur, c, __ATOMIC_RELEASE);
+	}
 	t = now_ns();
 	high = (uint32_t)(t >> 32);
-	c = s->cur;
-	if (!c || c->len + size + sizeof(struct pitrace_rec_hdr) + sizeof(struct pitrace_rec_time_high) > JT_CHUNK) {
-		s->cur = NULL;
-		slot_unlock(s);
-		if (c)
-			jt_queue_chunk(c);
-		c = jt_chunk_get();
-		slot_lock(s);
-		s->cur = c;	/* only the owner sets it */
-		t = now_ns();
-		high = (uint32_t)(t >> 32);
-	}
+	len = c->len;
 	if (!c->has_high || c->high != high) {
-		struct {
-			struct pitrace_rec_hdr h;
-			struct pitrace_rec_time_high v;
-		} PITRACE_PACKED th = {
-			{ PITRACE_TYPELEN(PITRACE_LAYOUT_FIXED, sizeof(th)), PITRACE_MAJOR_SYS, PITRACE_SYS_TIME_HIGH, 0 },
-			{ high },
-		};
+		struct jt_time_high th;
 
-		memcpy(c->data + c->len, &th, sizeof(th));
-		c->len += sizeof(th);
+		jt_time_high(&th, high);
+		memcpy(c->data + len, &th, sizeof(th));
+		len += sizeof(th);
 		c->high = high;
 		c->has_high = 1;
 	}
 	memcpy(&h, rec, sizeof(h));
 	h.type_len = PITRACE_TYPELEN(h.type_len, size);	/* type_len held the layout */
 	h.time_lo = (uint32_t)t;
-	memcpy(c->data + c->len, &h, sizeof(h));
-	memcpy(c->data + c->len + sizeof(h), (char *)rec + sizeof(h), n - sizeof(h));
+	memcpy(c->data + len, &h, sizeof(h));
+	memcpy(c->data + len + sizeof(h), (char *)rec + sizeof(h), n - sizeof(h));
 	if (str) {
-		memcpy(c->data + c->len + n, str, slen);
-		memset(c->data + c->len + n + slen, 0, size - n - slen);
+		memcpy(c->data + len + n, str, slen);
+		memset(c->data + len + n + slen, 0, size - n - slen);
 	}
-	c->len += (uint32_t)size;
-	c->nrec++;
-	slot_unlock(s);
+	/* Pairs with the sender's acquire load of len: the bytes are written. */
+	__atomic_store_n(&c->len, len + (uint32_t)size, __ATOMIC_RELEASE);
 }
 
 /*

@@ -124,7 +124,7 @@ int jprof_is_compiled(uint64_t id)
 
 static unsigned gettid_(void)
 {
-	static __thread unsigned tid;
+	static __thread unsigned tid __attribute__((tls_model("initial-exec")));
 
 	if (!tid)
 		tid = (unsigned)syscall(SYS_gettid);
