@@ -102,10 +102,20 @@ func (d *Dynamic) removeStale() {
 	}
 }
 
-// usable says whether a dynamic event can name path: uprobe_events is a
-// line of space-separated fields, and "(" starts a reference counter.
+// usable says whether a dynamic event can name path: uprobe_events takes
+// lines of blank-separated fields, "(" starts a reference counter, and a
+// file name is whatever its owner chose (a newline in it would add a line
+// of its own): only absolute paths of printable characters but those.
 func usable(path string) bool {
-	return filepath.IsAbs(path) && !strings.ContainsAny(path, " \t\n\r()\\")
+	if !filepath.IsAbs(path) {
+		return false
+	}
+	for _, c := range []byte(path) {
+		if c <= ' ' || c >= 0x7f || c == '(' || c == ')' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // event is the tracepoint id of the dynamic event at off of path, created

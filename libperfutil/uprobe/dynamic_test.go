@@ -228,3 +228,24 @@ func TestDynamicRemovesStaleGroups(t *testing.T) {
 		t.Errorf("uprobe_events after OpenDynamic:\n%s\nwant %s (a gone process) removed, %s (a live one) kept", ev, groups[dead.Process.Pid], groups[target.Process.Pid])
 	}
 }
+
+// A path uprobe_events could misread (a blank, a newline that would add
+// a line of its own, a reference counter's parenthesis, a byte beyond
+// ASCII, a relative path) is not named in it: such a probe uses the PMU.
+func TestDynamicUsablePaths(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/usr/lib/x86_64-linux-gnu/liblzma.so.5.4.1": true,
+		"/opt/a:b/prog":                true,
+		"/tmp/x (deleted)":             false,
+		"/tmp/x\np:evil/e /bin/sh:0x0": false,
+		"/tmp/x\tb":                    false,
+		"/tmp/prog(0x10)":              false,
+		"/tmp/\u00e9t\u00e9":           false,
+		"lib/prog":                     false,
+		"/tmp/a\\b":                    false,
+	} {
+		if got := usable(path); got != want {
+			t.Errorf("usable(%q) = %v, want %v", path, got, want)
+		}
+	}
+}
