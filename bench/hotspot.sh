@@ -141,8 +141,16 @@ xw=$(best <"$tmp/xzwalk")
 xlv=$(python3 -c 'import json,sys; print(" | ".join(" ".join(l["frontier"]) for l in json.load(open(sys.argv[1]))["levels"]))' "$tmp/xw0.json" 2>/dev/null || echo "?")
 xpr=$(sort -n "$tmp/xzpaired" | awk '{s = s sprintf("%s%+.1f%%", NR > 1 ? " " : "", $1)} END {print s}')
 xest=$(for ((i = 0; i < RUNS; i++)); do python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["overhead"]; print("%+.1f%% (%.0f traps)" % (o["estimated_slowdown_pct"], o.get("probe_traps", 0)))' "$tmp/xw$i.json" 2>/dev/null || echo "?"; done | paste -sd' ')
+# The closing phases, run by run: their length, the traps taken meanwhile,
+# and how the probes were held (dynamic events, or the uprobe PMU).
+xclose=$(for ((i = 0; i < RUNS; i++)); do python3 -c '
+import json,sys
+lv = json.load(open(sys.argv[1]))["levels"]
+dyn = all(l.get("dynamic_events") for l in lv)
+print("%.3fs, %.0f traps (%s)" % (sum(l["close_s"] for l in lv), sum(l["close_traps"] for l in lv), "dynamic events" if dyn else "uprobe PMU"))' "$tmp/xw$i.json" 2>/dev/null || echo "?"; done | paste -sd';' | sed 's/;/; /g')
 echo "xz -T2 -6 of ${XZMB} MB of text, CPU s (best of $RUNS): alone $xp, under the default walk $xw; paired runs: $xpr"
 echo "  the walks' own estimates, run by run: $xest"
+echo "  the walks' closing phases, run by run: $xclose"
 echo "  levels: $xlv"
 verdict "$tmp/xzpaired" "xz" || ok=1
 exit $ok

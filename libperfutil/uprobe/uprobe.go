@@ -109,6 +109,10 @@ type OpenOpts struct {
 	// Regs, if not 0, is the mask of user registers each hit samples
 	// (PERF_SAMPLE_REGS_USER; bits as perf_regs.h, RegSP ...): Sample.Regs.
 	Regs uint64
+	// Dynamic, if set, holds the probe's instruction as a dynamic event:
+	// its close then returns at once, its breakpoint removed (Dynamic).
+	// A uretprobe, or a path uprobe_events cannot name, uses the PMU.
+	Dynamic *Dynamic
 }
 
 // User registers a probe can sample (x86-64 perf_regs.h bits).
@@ -170,6 +174,11 @@ func (p PMU) open(path string, off uint64, ret bool, tid int, o OpenOpts) (*Prob
 		return nil, fmt.Errorf("uprobe path %q: %w", path, err)
 	}
 	a := p.attr(b, off, ret)
+	if o.Dynamic != nil && !ret && usable(path) {
+		if id, err := o.Dynamic.event(path, off); err == nil {
+			a = unix.PerfEventAttr{Type: unix.PERF_TYPE_TRACEPOINT, Config: id, Size: a.Size}
+		}
+	}
 	a.Sample = 1
 	a.Wakeup = 256 // wake a poller per 256 hits, not per hit
 	a.Bits |= unix.PerfBitUseClockID

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -124,9 +125,10 @@ type Calibration struct {
 	// the same with an emulated first instruction.
 	InPairNs         float64 `json:"probe_time_in_call_ns"`
 	InPairEmulatedNs float64 `json:"probe_time_in_call_emulated_ns"`
-	// CloseNs is the time the close of one probe took (the kernel's grace
-	// period): the budget's guess for a closing phase before the walk's
-	// own closes are timed.
+	// CloseNs is the time the close of one probe took (a kernel grace
+	// period for a probe of the uprobe PMU, far less for one held by a
+	// dynamic event, as the walk's): the budget's guess for a closing
+	// phase before the walk's own closes are timed.
 	CloseNs float64 `json:"probe_close_ns"`
 }
 
@@ -198,6 +200,7 @@ func calibrate(pmu uprobe.PMU, between func(sampleNs float64)) (c Calibration, e
 		return fail(err)
 	}
 	defer ch.stop()
+	defer ch.closing.Wait()
 	c = Calibration{Calls: calibCalls, Rounds: calibRounds}
 	if c.SampleNs, err = ch.sampleCost(); err != nil {
 		return fail(err)
@@ -243,6 +246,10 @@ type calibChild struct {
 	lines *bufio.Scanner
 	tid   int
 	fn    [2]calibTarget // calibLeaf, calibPush
+	// closing: the probes' closes (probedPair.close), waited for before
+	// the walk's first level (each anchor's close holds the kernel's
+	// lock of every probe close across a grace period).
+	closing sync.WaitGroup
 }
 
 // startCalibChild starts the child and finds its functions in its files.
@@ -471,6 +478,7 @@ type probedPair struct {
 	ch     *calibChild
 	kind   int
 	probes []*uprobe.Probe
+	dyn    *uprobe.Dynamic // as the walk's levels: its closes are the walk's
 	ring   *perfring.Ring
 	per    int       // hits per call: 2, or 1 once the exit probe is closed
 	pairs  []float64 // exit − entry times of the calls (ns)
@@ -479,8 +487,9 @@ type probedPair struct {
 // open puts the probes on the function and enables them.
 func (pp *probedPair) open(pmu uprobe.PMU) error {
 	fn := pp.ch.fn[pp.kind]
+	pp.dyn = openDynamic()
 	for i, off := range append([]uint64{fn.off}, fn.exits...) {
-		p, err := pmu.OpenWith(fn.path, off, false, pp.ch.tid, uprobe.OpenOpts{Disabled: true, Group: -1, Exit: i > 0, Regs: probeRegs})
+		p, err := pmu.OpenWith(fn.path, off, false, pp.ch.tid, uprobe.OpenOpts{Disabled: true, Group: -1, Exit: i > 0, Regs: probeRegs, Dynamic: pp.dyn})
 		if err != nil {
 			return err
 		}
@@ -501,16 +510,19 @@ func (pp *probedPair) open(pmu uprobe.PMU) error {
 	return nil
 }
 
-// close unmaps the ring and closes the probes. Each close waits for a
-// kernel grace period: the last ones need not delay the walk (the child
-// is ended anyway).
+// close unmaps the ring and closes the probes, then their dynamic
+// events, while the calibration goes on (an anchor's close waits for a
+// kernel grace period; calibrate waits for them at its end).
 func (pp *probedPair) close() {
 	pp.ring.Close()
-	go func(probes []*uprobe.Probe) {
+	pp.ch.closing.Add(1)
+	go func(probes []*uprobe.Probe, dyn *uprobe.Dynamic) {
+		defer pp.ch.closing.Done()
 		for _, p := range probes {
 			p.Close()
 		}
-	}(pp.probes)
+		_ = dyn.Close()
+	}(pp.probes, pp.dyn)
 }
 
 // batch runs n probed calls: every call must be hit per times (or the

@@ -29,6 +29,7 @@ type levelRun struct {
 	stats []*FuncStat
 
 	probes   []*uprobe.Probe
+	dyn      *uprobe.Dynamic // the level's probed instructions, if tracefs can hold them
 	rings    []*perfring.Ring
 	holders  []int // the dummy events holding the rings, one per thread or CPU
 	leaders  []int // the metric's counters, one per thread (they hold the rings)
@@ -110,8 +111,35 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 		w.Levels = append(w.Levels, r.lv)
 		return nil, nil
 	}
+	r.dyn = openDynamic()
+	r.lv.Dynamic = r.dyn != nil
+	w.dyn = r.dyn
+	defer r.closeDynamic()
 	defer r.closeAll()
 	return r.run()
+}
+
+// openDynamic is a set of dynamic events for a level's probes, nil (the
+// uprobe PMU) where tracefs cannot hold them.
+func openDynamic() *uprobe.Dynamic {
+	d, err := uprobe.OpenDynamic(events.System)
+	if err != nil {
+		return nil
+	}
+	return d
+}
+
+// closeDynamic removes the level's dynamic events once its probes are
+// closed: their anchors' closes wait for grace periods, with no breakpoint
+// left in the target.
+func (r *levelRun) closeDynamic() {
+	if r.dyn == nil {
+		return
+	}
+	t0 := time.Now()
+	_ = r.dyn.Close()
+	r.lv.AnchorCloseSec = time.Since(t0).Seconds()
+	r.dyn, r.w.dyn = nil, nil
 }
 
 // choosePerCPU decides whether the probes are opened once per CPU for
@@ -119,9 +147,10 @@ func (w *Walk) level(ctx context.Context, depth int, frontier []Func) ([]*FuncSt
 // more events, or when the tree has several processes (children come and
 // go, each would need its own probes, closed one grace period each even
 // after it exited), and no process outside the tree maps the level's
-// files (sharedFiles). A probe's close waits for a kernel grace period,
-// one close at a time machine-wide, and the probes still open trap
-// meanwhile, so fewer events end a window's closing phase sooner. Hits of
+// files (sharedFiles). A probe's close of the uprobe PMU waits for a
+// kernel grace period, one close at a time machine-wide, and the probes
+// still open trap meanwhile, so fewer events end a window's closing phase
+// sooner (with dynamic events, closes are quick but fewer are still less). Hits of
 // processes outside the tree (one that maps the file later) are not
 // counted. Not with -m (a counter per thread leads its probes).
 func (r *levelRun) choosePerCPU() {
@@ -234,7 +263,7 @@ func (r *levelRun) openFunc(fs *FuncStat, u probeUnit, group int, ring *perfring
 		if exit {
 			off = fs.exits[i]
 		}
-		p, err := r.w.PMU.OpenWith(fs.Path, off, false, u.tid, uprobe.OpenOpts{Disabled: true, Group: group, Exit: exit, Regs: probeRegs, CPU: u.cpu})
+		p, err := r.w.PMU.OpenWith(fs.Path, off, false, u.tid, uprobe.OpenOpts{Disabled: true, Group: group, Exit: exit, Regs: probeRegs, CPU: u.cpu, Dynamic: r.dyn})
 		if err != nil {
 			if errors.Is(err, unix.ESRCH) {
 				continue
@@ -465,8 +494,10 @@ func (r *levelRun) closeAll() {
 	}
 	for _, p := range r.closeOrder() {
 		// The kernel removes a perf uprobe under one machine-wide lock
-		// held across a grace period: closes from several threads only
-		// queue, so the order is what can be chosen (closeOrder).
+		// held across a grace period, unless a dynamic event's anchor
+		// holds its instruction (uprobe.Dynamic): closes from several
+		// threads only queue, so the order is what can be chosen
+		// (closeOrder).
 		t := time.Now()
 		p.Close()
 		w.noteClose(time.Since(t))
@@ -700,6 +731,7 @@ func (r *levelRun) run() ([]*FuncStat, error) {
 	if v, ok := w.tree.cpuNs(); ok {
 		w.CPULast = v
 	}
+	r.closeDynamic()
 	w.inPlace = fmt.Sprintf("after level %d, no probe in place", r.depth)
 	w.meter.update(w.meterTid)
 	lv.PerfFDsEnd = w.probeFDs()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"perfinsp/internal/testenv"
+	"perfinsp/libperfutil/events"
 )
 
 // tools holds the hotspot binary and the bundled example program (plain
@@ -125,6 +126,37 @@ func countPerfFDs(pid int) int {
 	return n
 }
 
+// countProbeFDs counts the perf event fds of process pid but the anchors
+// of its dynamic events (uprobe.Dynamic: one per event of its tracefs
+// group, read before and after the fds: an anchor is opened after its
+// event is added and closed before it is removed).
+func countProbeFDs(pid int) int {
+	before := dynamicEvents(pid)
+	n := countPerfFDs(pid)
+	for e := range dynamicEvents(pid) {
+		before[e] = true
+	}
+	return n - len(before)
+}
+
+// dynamicEvents are the tracefs dynamic events of process pid's group.
+func dynamicEvents(pid int) map[string]bool {
+	out := map[string]bool{}
+	for _, dir := range events.System.Tracefs {
+		b, err := os.ReadFile(filepath.Join(dir, "uprobe_events"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], "p:perfinsp_"+strconv.Itoa(pid)+"/") {
+				out[f[0]] = true
+			}
+		}
+		break
+	}
+	return out
+}
+
 var allRE = regexp.MustCompile(`^hotspot-example: iterations=\d+ calls hot=(\d+) a=\d+ b=\d+ c=\d+ x=\d+ all=(\d+) cpu_us=\d+\n$`)
 
 // TestWalkFindsCallersLevelByLevel runs the bundled program under hotspot:
@@ -143,7 +175,7 @@ func TestWalkFindsCallersLevelByLevel(t *testing.T) {
 	// Watch the tool's perf fds from outside while it runs.
 	maxFDs := 0
 	werr := runWalk(t, cmd, js, nil, func() {
-		if n := countPerfFDs(cmd.Process.Pid); n > maxFDs {
+		if n := countProbeFDs(cmd.Process.Pid); n > maxFDs {
 			maxFDs = n
 		}
 	})
@@ -371,8 +403,8 @@ func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	js := filepath.Join(t.TempDir(), "r.json")
 	tool, lines, _ := startTool(t, "-p", strconv.Itoa(target.Process.Pid), "-s", "0.5", "--period", "30s", "--max-overhead", "0", "--json", js)
 	waitLine(t, lines, "level 0 frontier [hot]")
-	if n := countPerfFDs(tool.Process.Pid); n != 4 {
-		t.Fatalf("%d perf fds open in the tool during level 0, want 4 (entry and exit probe of hot, their ring's holder, the death watch on the target's thread)", n)
+	if n := countProbeFDs(tool.Process.Pid); n != 4 {
+		t.Fatalf("%d perf fds open in the tool during level 0, want 4 (entry and exit probe of hot, their ring's holder, the death watch on the target's thread; the dynamic events' anchors not counted)", n)
 	}
 	if err := tool.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
@@ -383,6 +415,9 @@ func TestSIGINTRemovesEveryProbe(t *testing.T) {
 	r := readReport(t, js)
 	if r.Stopped != "signal" || len(r.Levels) == 0 || r.Levels[len(r.Levels)-1].PerfFDsEnd != 0 {
 		t.Fatalf("report stopped=%q levels=%+v: want stopped by the signal with no perf fd left", r.Stopped, r.Levels)
+	}
+	if ev := dynamicEvents(tool.Process.Pid); len(ev) > 0 {
+		t.Fatalf("tracefs dynamic events of the tool left after SIGINT: %v", ev)
 	}
 	if err := target.Process.Signal(syscall.SIGUSR1); err != nil { // the end of its run
 		t.Fatal(err)

@@ -12,10 +12,11 @@ import (
 // The budget charges every trap a probe costs the target, not only the
 // hits whose records were read: a breakpoint traps on every call while it
 // is in place, also when the ring is full (a lost record), and while the
-// probes are being closed — each close waits for a kernel grace period
-// with the probes still open in place, and a site whose event on one CPU
-// (or thread) is already closed keeps its breakpoint, and traps unseen,
-// until its last event is closed. So the counts come from the probes'
+// probes are being closed — a close of a probe of the uprobe PMU waits for
+// a kernel grace period with the probes still open in place (one held by
+// a dynamic event does not: uprobe.Dynamic), and a site whose event on one
+// CPU (or thread) is already closed keeps its breakpoint, and traps
+// unseen, until its last event is closed. So the counts come from the probes'
 // perf events themselves (read(2): every hit while enabled), and the
 // unseen traps of a half-closed site are estimated from its open events'
 // counts, weighted by the share of the site's hits its closed events had.
@@ -124,7 +125,8 @@ func (r *levelRun) closed(p *uprobe.Probe) {
 }
 
 // predictClose is what closing the window's probes now would cost: the
-// probes close one at a time, each close one grace period (w.closeNs), and
+// probes close one at a time, each as long as the walk's closes so far
+// (w.closeNs: a grace period for a probe of the uprobe PMU), and
 // a site traps at its window's cost rate until its last event's close
 // begins; at most the target's CPU rate is spent in traps at any moment.
 func (r *levelRun) predictClose(onFor time.Duration) float64 {
@@ -156,7 +158,8 @@ func (r *levelRun) predictClose(onFor time.Duration) float64 {
 }
 
 // closeNs is the time one probe's close takes: the mean of this walk's
-// closes, or the calibration's before the first.
+// closes, or the calibration's (whose probes are opened as the walk's)
+// before the first.
 func (w *Walk) closeNs() float64 {
 	if w.closes > 0 {
 		return w.closeSum / float64(w.closes)

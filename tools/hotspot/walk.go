@@ -146,11 +146,18 @@ type Level struct {
 	// CloseTraps are the traps charged while the level's probes were
 	// being closed (counted, and estimated for half-closed sites).
 	CloseTraps float64 `json:"close_traps"`
-	// CloseSec is the time spent closing probes (the kernel's grace
-	// periods: tens of milliseconds a probe, more under load).
+	// CloseSec is the time spent closing probes (a probe of the uprobe
+	// PMU waits for the kernel's grace periods: tens of milliseconds, more
+	// under load; one held by a dynamic event does not).
 	CloseSec float64 `json:"close_s"`
-	pids     map[uint32]int
-	lost     uint64 // probe records lost in the level
+	// Dynamic: the level's probed instructions were tracefs dynamic
+	// events (uprobe.Dynamic), whose anchors (perf fds that trap nowhere,
+	// one per instruction, not counted in PerfFDs) were closed after the
+	// probes, in AnchorCloseSec.
+	Dynamic        bool    `json:"dynamic_events"`
+	AnchorCloseSec float64 `json:"anchor_close_s,omitempty"`
+	pids           map[uint32]int
+	lost           uint64 // probe records lost in the level
 }
 
 // Walk is the state of a hot-spot walk.
@@ -213,12 +220,14 @@ type Walk struct {
 	// target was first seen gone ("" while it lives).
 	inPlace string
 	AtDeath string
-	watch   *deathWatch // its perf fds are not probes
+	watch   *deathWatch     // its perf fds are not probes
+	dyn     *uprobe.Dynamic // the level's dynamic events: their anchors are not probes
 }
 
-// probeFDs counts the probe fds open (the perf fds but the death watch's).
+// probeFDs counts the probe fds open (the perf fds but the death watch's
+// and the dynamic events' anchors).
 func (w *Walk) probeFDs() int {
-	return perfFDs() - w.watch.count()
+	return perfFDs() - w.watch.count() - w.dyn.Events()
 }
 
 // alive is Alive, noting what was instrumented when the target is first
