@@ -296,6 +296,9 @@ func walk(ctx context.Context, pid int, target string, c *cli.Context, pmu uprob
 	if sr.Samples == 0 {
 		rep.Notes = append(rep.Notes, "no samples: the target and its children used no CPU while sampled")
 	}
+	if want := c.Float64("sample"); sr.Stretched {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("sampled %.2f s, not %g s: the target ran too little for %d samples in %g s (at most %d times -s)", sr.Seconds, want, minSamples, want, stretchSampling))
+	}
 	if metric != nil {
 		rep.Metric = metric.Name
 	}

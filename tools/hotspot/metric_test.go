@@ -79,3 +79,28 @@ func TestMetricNeedsItsCounter(t *testing.T) {
 		t.Fatalf("hot %+v: want at least 200000 instructions per call (its loop)", hot)
 	}
 }
+
+// TestSamplingStretchesForAStarvedTarget: a target that runs too little in
+// the sampling time for minSamples samples (here -s 0.02: at most 20
+// samples a thread at 1 kHz of CPU time) is sampled on until it has them,
+// and the report says it sampled longer than asked.
+func TestSamplingStretchesForAStarvedTarget(t *testing.T) {
+	build(t)
+	js := filepath.Join(t.TempDir(), "r.json")
+	out, err := walkExample(t, js, "-q", "-s", "0.02", "--depth", "1", "--period", "100", "--max-overhead", "0",
+		"--json", js, "-o", os.DevNull, "--", tools.example, longRun)
+	if !isExit(err, 3) {
+		t.Fatalf("exit %v, output %q: want the example's exit 3", err, out)
+	}
+	r := readReport(t, js)
+	stretched := false
+	for _, n := range r.Notes {
+		stretched = stretched || strings.HasPrefix(n, "sampled ") && strings.Contains(n, "ran too little")
+	}
+	t.Logf("%d samples in %.2f s; notes %q", r.Sample.Samples, r.Sample.Seconds, r.Notes)
+	// (On a machine too busy to give it minSamples of CPU in ten times
+	// -s, the sampling ends there.)
+	if r.Sample.Samples < minSamples && r.Sample.Seconds < stretchSampling*0.02 || r.Sample.Seconds <= 0.02 || !stretched {
+		t.Errorf("%d samples in %.2f s, a note of the longer sampling %v: want at least %d samples (or %g s of sampling), sampled past 0.02 s and said", r.Sample.Samples, r.Sample.Seconds, stretched, minSamples, stretchSampling*0.02)
+	}
+}

@@ -25,11 +25,14 @@ type HotFunc struct {
 
 // SampleResult is what the sampling step saw.
 type SampleResult struct {
-	Seconds float64   `json:"seconds"`
-	RateHz  int       `json:"rate_hz"` // samples per second of a thread's CPU time
-	Samples int       `json:"samples"`
-	Lost    uint64    `json:"lost"`
-	Funcs   []HotFunc `json:"functions"` // every sampled function, most samples first
+	Seconds float64 `json:"seconds"`
+	// Stretched: sampled past the time asked, the target having run too
+	// little in it for minSamples samples.
+	Stretched bool      `json:"stretched,omitempty"`
+	RateHz    int       `json:"rate_hz"` // samples per second of a thread's CPU time
+	Samples   int       `json:"samples"`
+	Lost      uint64    `json:"lost"`
+	Funcs     []HotFunc `json:"functions"` // every sampled function, most samples first
 	// stacks counts the sampled user stacks (frame-pointer call chains):
 	// the key is the pid (4 bytes) then the addresses (8 bytes each), the
 	// sampled IP first, then the return addresses.
@@ -66,11 +69,22 @@ func openSampler(tid int, periodNs uint64) (int, error) {
 	return fd, nil
 }
 
+// minSamples and stretchSampling: a target that ran too little in the
+// sampling time for minSamples samples (a machine busy with other work
+// gives it little CPU) is sampled on, up to stretchSampling times that
+// time, so the walk starts from hot functions, not from none.
+const (
+	minSamples      = 50
+	stretchSampling = 10
+)
+
 // sampleTarget samples the threads of the tree with cpu-clock (user mode,
 // rateHz samples per second of CPU time per thread; the threads and
-// processes created meanwhile are found every 50 ms) for d or until the
-// target ends, and names the functions hit, each address with the
-// mappings of its own process. meter follows the threads' CPU time.
+// processes created meanwhile are found every 50 ms) for d, longer while
+// it has fewer than minSamples samples (up to stretchSampling times d),
+// or until the target ends, and names the functions hit, each address
+// with the mappings of its own process. meter follows the threads' CPU
+// time.
 func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, rateHz int, meter *cpuMeter, alive func() bool) (SampleResult, error) {
 	pid := tree.root
 	tids, err := tree.threads()
@@ -147,8 +161,13 @@ func sampleTarget(ctx context.Context, tree *procTree, d time.Duration, rateHz i
 	start := time.Now()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	enough := func() bool {
+		el := time.Since(start)
+		return el >= d && (res.Samples >= minSamples || el >= stretchSampling*d)
+	}
 loop:
-	for time.Since(start) < d && alive() {
+	for !enough() && alive() {
+		res.Stretched = res.Stretched || time.Since(start) >= d
 		select {
 		case <-ctx.Done():
 			break loop
