@@ -433,9 +433,11 @@ func (t *Tracer) run() {
 	runtime.LockOSThread() // ptrace: every request from the attaching thread; never unlocked
 	defer close(t.done)
 	if err := t.attach(); err != nil {
+		tids := make([]int, 0, len(t.threads))
 		for tid := range t.threads {
-			_ = unix.PtraceDetach(tid)
+			tids = append(tids, tid)
 		}
+		letGo(tids)
 		t.err = err
 		t.ready <- err
 		return
