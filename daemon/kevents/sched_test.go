@@ -196,7 +196,11 @@ func TestEveryWaitEndsWithASwitchIn(t *testing.T) {
 		}
 		if r.fields[1] == tid {
 			if waiting {
-				t.Fatalf("thread %d switched out at %d while waiting: the switch-in ending its wait is not in the trace", tid, r.t)
+				var lost uint64
+				for _, c := range s.Stats() {
+					lost += c.Lost
+				}
+				t.Fatalf("thread %d switched out at %d while waiting: the switch-in ending its wait is not in the trace (%d records lost by the kernel)", tid, r.t, lost)
 			}
 			if r.fields[4]&trace.StateMask != 0 {
 				waiting = true
