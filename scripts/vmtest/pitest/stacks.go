@@ -313,7 +313,10 @@ func stacksDeep(dir string) error {
 		}
 		top := deepest(lines)
 		if depth < 40 {
-			if cut < len(recs)*8/10 {
+			// Most ticks fall in the spin 40 calls deep; the rest in
+			// the start and exit (more of them where the host
+			// starves the vCPU): their stacks are shorter.
+			if cut < len(recs)*6/10 {
 				return fmt.Errorf("depth %d: only %d of %d stacks truncated", depth, cut, len(recs))
 			}
 			if len(top) < 2 || top[1] != "[truncated]" {
