@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,8 +265,14 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	theirsUser := 100 * theirs / (100 - theirsKernel)
 	t.Logf("HotLoop.spin: tprof with JIT_LOAD records %.2f %% of %d ticks (kernel %.2f %%), perf + jcmd Compiler.perfmap %.2f %% (kernel %.2f %%); of the user-mode ticks %.2f %% vs %.2f %%",
 		ours, total, oursKernel, theirs, theirsKernel, oursUser, theirsUser)
-	if d := oursUser - theirsUser; d > 2 || d < -2 {
-		t.Errorf("HotLoop.spin's share of the user-mode ticks: tprof %.2f %% vs perf %.2f %%: more than 2 points apart\n%s", oursUser, theirsUser, out)
+	// Two samplers of the same threads at the same rate: their shares
+	// differ by chance with a standard deviation of sqrt(2 p (1-p) / n)
+	// (n user-mode ticks each); a loaded host gives the JVM fewer ticks
+	// than the 6000 planned, so the bound is 3 of those, at least 2 points.
+	p, n := oursUser/100, float64(total-kernel)
+	bound := max(2, 300*math.Sqrt(2*p*(1-p)/n))
+	if d := oursUser - theirsUser; d > bound || d < -bound {
+		t.Errorf("HotLoop.spin's share of the user-mode ticks: tprof %.2f %% vs perf %.2f %%: more than %.2f points apart (%d ticks)\n%s", oursUser, theirsUser, bound, total-kernel, out)
 	}
 }
 
