@@ -26,6 +26,10 @@ const (
 	StepAuto   Step = ""
 	StepSingle Step = "single"
 	StepVerify Step = "verify"
+	// StepBreakpoint runs straight-line code natively and stops before
+	// each branch with a hardware breakpoint (the ptrace path; auto's
+	// choice where BTF is ignored and debug registers work).
+	StepBreakpoint Step = "breakpoint"
 )
 
 // Daemon ops of the no-module ITrace (pitraced registers them).
@@ -117,6 +121,13 @@ type StepCounts struct {
 	// Block ends a conditional jump and a ret or indirect call could both
 	// explain, decided by reading the stack (one system call each).
 	StackReads uint64 `json:"stack_reads,omitempty"`
+	// Breakpoint stepping: "work" or "ignored" as found; its lines run
+	// natively, its stops before their ends, and breakpoints the kernel
+	// refused to set (those threads single-stepped).
+	Breakpoints     string `json:"breakpoints,omitempty"`
+	BreakpointRuns  uint64 `json:"breakpoint_runs,omitempty"`
+	BreakpointStops uint64 `json:"breakpoint_stops,omitempty"`
+	BreakpointFails uint64 `json:"breakpoint_fails,omitempty"`
 }
 
 // Add sums o's counts into s (the step mode and BTF finding: o's, if set).
@@ -135,6 +146,12 @@ func (s *StepCounts) Add(o StepCounts) {
 	s.LostTraps += o.LostTraps
 	s.VerifySingle += o.VerifySingle
 	s.StackReads += o.StackReads
+	if o.Breakpoints != "" {
+		s.Breakpoints = o.Breakpoints
+	}
+	s.BreakpointRuns += o.BreakpointRuns
+	s.BreakpointStops += o.BreakpointStops
+	s.BreakpointFails += o.BreakpointFails
 }
 
 // Stepping says in a line how the ptrace path stepped ("" from the
