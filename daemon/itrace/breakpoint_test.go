@@ -23,4 +23,3 @@ func TestExampleBreakpoint(t *testing.T) {
 		t.Errorf("%d breakpoint stops, want > %d", st.BreakpointStops, minChecked)
 	}
 }
-

@@ -13,8 +13,9 @@ import (
 )
 
 // Step says how an ITrace takes its traps: StepAuto block-steps (BTF: a
-// trap per taken branch) where the CPU honours it and single-steps where
-// it does not; StepSingle always single-steps; StepVerify single-steps and
+// trap per taken branch) where the CPU honours it and, where it does not,
+// breakpoint-steps (StepBreakpoint) where debug registers work, else
+// single-steps; StepSingle always single-steps; StepVerify single-steps and
 // also decodes every block as block-stepping would, counting disagreements
 // (the check of the block decoder on a machine that ignores BTF). Both
 // backends take it: the module as ITRACE_ON's step flags, pitraced's
@@ -157,11 +158,18 @@ func (s *StepCounts) Add(o StepCounts) {
 // Stepping says in a line how the ptrace path stepped ("" from the
 // module, which reports no stepping counts).
 func (r OffResult) Stepping() string {
-	if r.SingleSteps == 0 && r.BlockSteps == 0 {
+	if r.SingleSteps == 0 && r.BlockSteps == 0 && r.BreakpointStops == 0 {
 		return ""
 	}
 	var s string
 	switch {
+	case r.Breakpoints == "work":
+		s = "breakpoint-stepped: straight lines ran natively to a hardware breakpoint before each branch"
+		if r.Step == StepAuto {
+			s += " (BTF is ignored here)"
+		}
+	case r.Step == StepBreakpoint:
+		s = "single-stepped: hardware breakpoints do not work here (--step breakpoint)"
 	case r.Step == StepSingle:
 		s = "single-stepped (--step single)"
 	case r.Step == StepVerify:
@@ -174,6 +182,12 @@ func (r OffResult) Stepping() string {
 		s = "single-stepped (no block step tried)"
 	}
 	s += fmt.Sprintf("; %d single steps, %d block steps", r.SingleSteps, r.BlockSteps)
+	if r.BreakpointStops > 0 {
+		s += fmt.Sprintf(", %d breakpoint stops", r.BreakpointStops)
+		if r.Instructions > 0 {
+			s += fmt.Sprintf(" (%.3f stops per instruction)", float64(r.BreakpointStops+r.SingleSteps)/float64(r.Instructions))
+		}
+	}
 	if r.BlocksChecked > 0 {
 		s += fmt.Sprintf("; block decoder: %d blocks checked, %d disagreements", r.BlocksChecked, r.BlockMismatches)
 		if r.BlockNs > 0 {
