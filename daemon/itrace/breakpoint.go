@@ -50,7 +50,11 @@ func pokeUser(tid int, off, val uintptr) error {
 	return nil
 }
 
-// arm puts th's breakpoint at addr (DR0) and enables it (DR7).
+// arm puts th's breakpoint at addr (DR0) and enables it (DR7). One debug
+// register only: the kernel switches each enabled one with the thread at
+// every context switch, two per stop, where writing a debug register can
+// be dear (a hypervisor's exit); keeping a loop's few line ends in
+// DR0-DR3, so that no register moves per stop, costs more than it saves.
 func (t *Tracer) arm(th *thread, addr uint64) error {
 	if !th.armed || th.dr0 != addr {
 		if err := pokeUser(th.tid, offDR0, uintptr(addr)); err != nil {
