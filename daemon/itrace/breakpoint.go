@@ -122,6 +122,24 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 		return false, nil
 	}
 	r := th.as.dec.Run(th.read, th.ip)
+	if r.N == 0 && r.End.Rep && r.End.AddrSize == 64 {
+		// A rep string instruction runs natively to its end: a
+		// breakpoint after it; rcx (th.rcx after a single step, the
+		// registers kept at a breakpoint) says how many iterations ran.
+		rcx := th.rcx
+		if th.before {
+			rcx, th.before = th.regs.Rcx, false
+		}
+		if err := t.arm(th, r.End.Next()); err != nil {
+			return false, nil
+		}
+		th.rep, th.repRCX = r.End, rcx
+		t.stats.BreakpointRuns++
+		if err := ptraceSig(unix.PTRACE_CONT, th.tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+			return true, fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
+		}
+		return true, nil
+	}
 	if th.before {
 		// Stopped by the breakpoint before r's end: run the branch from
 		// here (the kernel set the resume flag, so the breakpoint does
@@ -219,6 +237,35 @@ func (t *Tracer) bpCut(th *thread, ip uint64) {
 		t.stats.Instructions += uint64(n)
 	}
 	th.ip = ip
+}
+
+// repDone accounts the rep string instruction th.rep run natively from
+// a stop before it (rcx th.repRCX) to a stop at ip with rcx: at its end
+// (ip its fall-through) as single-stepping counts it, one per iteration
+// and one for the check that ends it (callgrind's n + 1; 1 if rcx was
+// 0); stopped inside (ip the instruction: a signal, the tracer's
+// interrupt), the iterations done, the rest to be single-stepped. It
+// reports whether ip was one of the two.
+func (t *Tracer) repDone(th *thread, ip, rcx uint64) bool {
+	in := th.rep
+	th.rep.Addr = 0
+	n := uint32(th.repRCX - rcx)
+	switch ip {
+	case in.Next():
+		n++
+	case in.Addr:
+	default:
+		t.stats.BlocksLost++
+		th.ip = ip
+		return false
+	}
+	if n > 0 {
+		th.count += n
+		th.lastOff = uint32(in.Addr - th.start)
+		t.stats.Instructions += uint64(n)
+	}
+	th.ip, th.rcx = ip, rcx
+	return true
 }
 
 // ptraceRegs reads a stopped thread for x86branch.Next.

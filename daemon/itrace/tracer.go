@@ -151,6 +151,8 @@ type thread struct {
 	dr0     uint64
 	hwProbe bool
 	run     *x86branch.Run
+	rep     x86branch.BranchInsn // a rep run natively (Addr 0: none)
+	repRCX  uint64               // its rcx before it ran
 	before  bool
 	regs    unix.PtraceRegs
 }
@@ -1046,6 +1048,33 @@ func (t *Tracer) loop() error {
 			}
 		}
 		th.running = false
+		if th.rep.Addr != 0 {
+			trap := ws.Stopped() && ws.StopSignal() == unix.SIGTRAP && ws.TrapCause() == 0
+			if !ws.Stopped() || unix.PtraceGetRegs(tid, &regs) != nil {
+				th.rep.Addr = 0
+				t.stats.BlocksLost++ // the thread died in the rep
+			} else if end := th.rep.Next(); t.repDone(th, regs.Rip, regs.Rcx) && trap && regs.Rip == end {
+				t.stats.BreakpointStops++
+				th.sysret = false
+				th.before, th.regs = true, regs
+				if stopping || t.stop.Load() {
+					stopping = true
+					if th.handlers == 0 {
+						t.detach(th, 0, trace.ITraceEndOff)
+						continue
+					}
+				}
+				if err := t.resume(th, 0); err != nil {
+					return err
+				}
+				continue
+			} else if trap {
+				if err := t.resume(th, 0); err != nil { // a SIGTRAP sent to the thread: dropped
+					return err
+				}
+				continue
+			}
+		}
 		if th.run != nil || th.hwProbe {
 			// A breakpoint run or probe ended: by its breakpoint, or cut.
 			trap := ws.Stopped() && ws.StopSignal() == unix.SIGTRAP && ws.TrapCause() == 0
@@ -1259,6 +1288,7 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 			th.as = t.space(th.pid)
 			// exec clears the debug registers
 			th.armed, th.dr0, th.run, th.before = false, 0, nil, false
+			th.rep.Addr = 0
 			if !th.stepping {
 				if err := unix.PtraceGetRegs(tid, regs); err != nil {
 					return nil

@@ -31,6 +31,9 @@ type BranchInsn struct {
 	Op       x86asm.Op
 	Arg      x86asm.Arg
 	AddrSize uint8
+	// VexLen: an instruction x86asm cannot decode that is VEX or EVEX
+	// encoded, its length (run.go); 0 otherwise.
+	VexLen uint8
 }
 
 // Next is the instruction's fall-through address.
@@ -107,8 +110,12 @@ func (d *Decoder) Insn(read CodeReader, addr uint64) BranchInsn {
 		}
 	}
 	b.Emulated = inst.Op == x86asm.CPUID
+	if in.Kind == KindUndecodable {
+		b.VexLen = uint8(vexLen(d.buf[:n]))
+	}
+	b.AddrSize = uint8(inst.AddrSize)
 	if in.Kind != KindPlain {
-		b.Op, b.AddrSize = inst.Op, uint8(inst.AddrSize)
+		b.Op = inst.Op
 		if b.Target == 0 && (in.Kind == KindJump || in.Kind == KindCall) {
 			b.Arg = inst.Args[0]
 		}
