@@ -31,9 +31,6 @@ type BranchInsn struct {
 	Op       x86asm.Op
 	Arg      x86asm.Arg
 	AddrSize uint8
-	// VexLen: an instruction x86asm cannot decode that is VEX or EVEX
-	// encoded, its length (run.go); 0 otherwise.
-	VexLen uint8
 }
 
 // Next is the instruction's fall-through address.
@@ -110,9 +107,6 @@ func (d *Decoder) Insn(read CodeReader, addr uint64) BranchInsn {
 		}
 	}
 	b.Emulated = inst.Op == x86asm.CPUID
-	if in.Kind == KindUndecodable {
-		b.VexLen = uint8(vexLen(d.buf[:n]))
-	}
 	b.AddrSize = uint8(inst.AddrSize)
 	if in.Kind != KindPlain {
 		b.Op = inst.Op

@@ -28,16 +28,7 @@ type Run struct {
 // plain reports whether a run goes on through the instruction: it moves
 // no control and needs no step of its own.
 func plain(in BranchInsn) bool {
-	return in.Kind == KindPlain && !in.Rep && in.Len != 0 && in.Op == 0 || in.Kind == KindUndecodable && in.VexLen != 0
-}
-
-// runNext is the instruction's fall-through on a run (a VEX one's by
-// its VexLen).
-func runNext(in BranchInsn) uint64 {
-	if in.Kind == KindUndecodable {
-		return in.Addr + uint64(in.VexLen)
-	}
-	return in.Next()
+	return in.Kind == KindPlain && !in.Rep && in.Len != 0 && in.Op == 0
 }
 
 // evaluable reports whether Next can tell where the branch goes.
@@ -82,7 +73,7 @@ func (d *Decoder) Run(read CodeReader, start uint64) *Run {
 		}
 		r.N++
 		r.Last = pc
-		pc = runNext(in)
+		pc = in.Next()
 	}
 	d.runs[start] = r
 	return r
@@ -98,7 +89,7 @@ func (d *Decoder) Along(read CodeReader, r *Run, ip uint64) (n uint32, last uint
 			return i, last, true
 		}
 		last = pc
-		pc = runNext(d.Insn(read, pc))
+		pc = d.Insn(read, pc).Next()
 	}
 	return 0, 0, false
 }
@@ -200,90 +191,3 @@ func Next(in BranchInsn, regs Regs) (next uint64, ok bool) {
 	return in.Next(), true
 }
 
-// vexLen returns the length of a VEX (C4, C5) or EVEX (62) encoded
-// instruction at the start of code, after any segment or address-size
-// prefixes, or 0 if code holds none (or too few bytes). x86asm does not
-// decode them; none moves control, and a run goes on through them.
-func vexLen(code []byte) int {
-	i := 0
-	for i < len(code) && i < 4 {
-		switch code[i] {
-		case 0x26, 0x2e, 0x36, 0x3e, 0x64, 0x65, 0x67:
-			i++
-			continue
-		}
-		break
-	}
-	if i+2 > len(code) {
-		return 0
-	}
-	var mmap byte
-	var op byte
-	switch code[i] {
-	case 0xc5: // C5 [R vvvv L pp] op
-		mmap, i = 1, i+2
-	case 0xc4: // C4 [RXB m-mmmm] [W vvvv L pp] op
-		if i+3 > len(code) {
-			return 0
-		}
-		mmap, i = code[i+1]&0x1f, i+3
-	case 0x62: // 62 [RXBR' 0 mmm] [W vvvv 1 pp] [z L'L b V' aaa] op
-		if i+4 > len(code) || code[i+2]&0x04 == 0 {
-			return 0
-		}
-		mmap, i = code[i+1]&0x07, i+4
-	default:
-		return 0
-	}
-	if i >= len(code) {
-		return 0
-	}
-	op, i = code[i], i+1
-	imm := 0
-	switch mmap {
-	case 1: // 0F
-		if op == 0x77 {
-			return i // vzeroupper, vzeroall: no ModRM
-		}
-		switch op {
-		case 0x70, 0x71, 0x72, 0x73, 0xc2, 0xc4, 0xc5, 0xc6:
-			imm = 1
-		}
-	case 2: // 0F38
-	case 3: // 0F3A
-		imm = 1
-	default:
-		return 0
-	}
-	if i >= len(code) {
-		return 0
-	}
-	modrm := code[i]
-	i++
-	mod, rm := modrm>>6, modrm&7
-	if mod != 3 {
-		if rm == 4 {
-			if i >= len(code) {
-				return 0
-			}
-			sib := code[i]
-			i++
-			if mod == 0 && sib&7 == 5 {
-				i += 4
-			}
-		} else if mod == 0 && rm == 5 {
-			i += 4 // rip + disp32
-		}
-		switch mod {
-		case 1:
-			i++
-		case 2:
-			i += 4
-		}
-	}
-	i += imm
-	if i > len(code) || i > 15 {
-		return 0
-	}
-	return i
-}
