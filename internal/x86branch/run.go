@@ -190,4 +190,3 @@ func Next(in BranchInsn, regs Regs) (next uint64, ok bool) {
 	}
 	return in.Next(), true
 }
-
