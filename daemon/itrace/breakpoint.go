@@ -146,10 +146,25 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 		// not stop it again) and the line after it.
 		th.before = false
 		if r.N == 0 {
-			if !r.Branch || !t.branch(th, r.End) {
+			if !r.Branch {
 				return false, nil
 			}
-			r = th.as.dec.Run(th.read, th.ip)
+			next, ok := x86branch.Next(r.End, ptraceRegs{tid: th.tid, r: &th.regs})
+			if !ok {
+				return false, nil
+			}
+			to := th.as.dec.Run(th.read, next)
+			if err := t.arm(th, to.End.Addr); err != nil {
+				// (the branch is then single-stepped, not yet counted)
+				if errors.Is(err, unix.ESRCH) {
+					return true, nil
+				}
+				t.stats.BreakpointFails++
+				t.disarm(th)
+				return false, nil
+			}
+			t.branch(th, r.End, next)
+			r = to
 		}
 	} else if r.N == 0 {
 		// th.ip is the line's end: a breakpoint on the next instruction
@@ -202,14 +217,9 @@ func (t *Tracer) bpStop(th *thread, regs *unix.PtraceRegs) {
 	th.before, th.regs = true, *regs
 }
 
-// branch accounts the branch in that th stands before (its registers in
-// th.regs) as a single step of it would, and moves th.ip to where it
-// goes; false if Next cannot tell (it is then single-stepped).
-func (t *Tracer) branch(th *thread, in x86branch.BranchInsn) bool {
-	next, ok := x86branch.Next(in, ptraceRegs{tid: th.tid, r: &th.regs})
-	if !ok {
-		return false
-	}
+// branch accounts the branch in that th stands before, going to next
+// (x86branch.Next), as a single step of it would, and moves th.ip there.
+func (t *Tracer) branch(th *thread, in x86branch.BranchInsn, next uint64) {
 	th.count++
 	th.lastOff = uint32(in.Addr - th.start)
 	t.stats.Instructions++
@@ -217,7 +227,6 @@ func (t *Tracer) branch(th *thread, in x86branch.BranchInsn) bool {
 	if in.Kind == x86branch.KindCall || in.Kind == x86branch.KindReturn || next != in.Next() {
 		t.endBlock(th, trace.MajorITraceU, in.Kind.Minor(), next)
 	}
-	return true
 }
 
 // bpCut accounts a run stopped before its end by something else (a
