@@ -3,20 +3,21 @@
 # bundled example (examples/itrace.c, N leaf calls):
 #   (1) native run time,
 #   (2) valgrind --tool=callgrind: run time, slowdown, instructions per second,
-#   (3) scripts/run.itrace (pitraced's ptrace single-step tracer): instructions
-#       traced per second, slowdown, records per second through the facility
-#       and bytes per traced instruction (from post -itrace),
-#   (4) block-stepping (docs/itrace.md): how the traced run stepped (BTF
-#       honoured or ignored here), and a run.itrace --step verify: the block
-#       decoder's cost per block, and the stops block-stepping would take
-#       where BTF is honoured against single-stepping's one per instruction.
+#   (3) scripts/run.itrace (pitraced's ptrace tracer) twice: --step single
+#       (a stop per instruction) and the default stepping (block-stepping
+#       where BTF is honoured, else breakpoint stepping: a stop per branch):
+#       instructions traced per second, slowdown, the rate against
+#       single-stepping, stops per instruction, records per second and
+#       bytes per traced instruction (from post -itrace),
+#   (4) a run.itrace --step verify: the block decoder's cost per block, and
+#       the stops block-stepping would take where BTF is honoured.
 # Each timing is the median of RUNS runs (the traced runs: one each).
 #
 #   bench/itrace.sh [N=5000] [RUNS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
--h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 N=${1:-5000}
 RUNS=${2:-3}
@@ -37,24 +38,46 @@ native=$(for _ in $(seq "$RUNS"); do s=$(now); $EX "$N" >/dev/null; echo $(( $(n
 cg=$(for _ in $(seq "$RUNS"); do s=$(now); valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" $EX "$N" >/dev/null 2>&1; echo $(( $(now) - s )); done | median)
 ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$tmp/cg.out")
 
-auto=$(scripts/run.itrace -o "$tmp" -- $EX "$N" | sed -n 's/^run.itrace: stepping: //p')
-line=$(sed -n '1p' "$tmp/itrace.out")
-stats=$(grep -m1 'bytes per instruction' "$tmp/itrace.out")
-insts=$(echo "$line" | awk '{print $4}')
-secs=$(echo "$stats" | sed -n 's/.*traced for \([0-9.]*\) s.*/\1/p')
-bpi=$(echo "$stats" | sed -n 's/.*: \([0-9.]*\) bytes per instruction.*/\1/p')
-rps=$(echo "$stats" | sed -n 's/.*, \([0-9]*\) records\/s.*/\1/p')
+# traced MODE: one run.itrace; sets st_* (instructions, seconds traced,
+# stops, records/s, bytes/insn, the stepping line).
+traced() {
+	local mode=$1 out
+	out=$(scripts/run.itrace --step "$mode" -o "$tmp" -- $EX "$N" 2>&1 >/dev/null)
+	st_step=$(sed -n 's/^run.itrace: stepping: //p' <<<"$out")
+	st_insts=$(sed -n '1p' "$tmp/itrace.out" | awk '{print $4}')
+	local stats
+	stats=$(grep -m1 'bytes per instruction' "$tmp/itrace.out")
+	st_secs=$(echo "$stats" | sed -n 's/.*traced for \([0-9.]*\) s.*/\1/p')
+	st_bpi=$(echo "$stats" | sed -n 's/.*: \([0-9.]*\) bytes per instruction.*/\1/p')
+	st_rps=$(echo "$stats" | sed -n 's/.*, \([0-9]*\) records\/s.*/\1/p')
+	st_stops=$(awk -v s="$st_step" 'BEGIN {
+		n = 0
+		if (match(s, /[0-9]+ single steps/)) n += substr(s, RSTART, RLENGTH) + 0
+		if (match(s, /[0-9]+ block steps/)) n += substr(s, RSTART, RLENGTH) + 0
+		if (match(s, /[0-9]+ breakpoint stops/)) n += substr(s, RSTART, RLENGTH) + 0
+		print n }')
+}
+traced single
+s_insts=$st_insts s_secs=$st_secs s_stops=$st_stops s_rps=$st_rps s_bpi=$st_bpi s_step=$st_step
+traced auto
+auto=$st_step
+load=$(cut -d' ' -f1-3 /proc/loadavg)
 
-awk -v n="$N" -v nat="$native" -v cg="$cg" -v ir="$ir" -v insts="$insts" -v secs="$secs" -v bpi="$bpi" -v rps="$rps" 'BEGIN {
-	printf "ITrace benchmark: examples/itrace.c, %d leaf calls (medians; the traced run once)\n", n
-	printf "%-34s %12s %14s %12s\n", "", "wall time", "instructions/s", "slowdown"
-	printf "%-34s %10.3f s %14s %12s\n", "native", nat/1e9, "-", "1x"
-	printf "%-34s %10.3f s %14.0f %11.0fx\n", "valgrind --tool=callgrind", cg/1e9, ir/(cg/1e9), cg/nat
-	printf "%-34s %10.3f s %14.0f %11.0fx\n", "run.itrace (ptrace, --step auto)", secs, insts/secs, secs*1e9/nat
-	printf "itrace: %d instructions traced (callgrind: %d Ir, its preloads included), %d records/s through the facility, %.2f bytes per traced instruction\n", insts, ir, rps, bpi
+awk -v n="$N" -v nat="$native" -v cg="$cg" -v ir="$ir" -v load="$load" \
+	-v si="$s_insts" -v ss="$s_secs" -v sst="$s_stops" -v srps="$s_rps" -v sbpi="$s_bpi" \
+	-v ai="$st_insts" -v as="$st_secs" -v ast="$st_stops" -v arps="$st_rps" -v abpi="$st_bpi" 'BEGIN {
+	printf "ITrace benchmark: examples/itrace.c, %d leaf calls (medians; each traced run once; load average %s)\n", n, load
+	printf "%-36s %12s %14s %10s %12s %14s\n", "", "wall time", "instructions/s", "slowdown", "vs single", "stops/instr"
+	printf "%-36s %10.3f s %14s %10s %12s %14s\n", "native", nat/1e9, "-", "1x", "", ""
+	printf "%-36s %10.3f s %14.0f %9.0fx %12s %14s\n", "valgrind --tool=callgrind", cg/1e9, ir/(cg/1e9), cg/nat, sprintf("%.0fx", (ir/(cg/1e9))/(si/ss)), ""
+	printf "%-36s %10.3f s %14.0f %9.0fx %12s %14.3f\n", "run.itrace --step single", ss, si/ss, ss*1e9/nat, "1x", sst/si
+	printf "%-36s %10.3f s %14.0f %9.0fx %12s %14.3f\n", "run.itrace (default: --step auto)", as, ai/as, as*1e9/nat, sprintf("%.2fx", (ai/as)/(si/ss)), ast/ai
+	printf "itrace: %d instructions traced (callgrind: %d Ir, its preloads included); single: %d records/s, %.2f bytes per instruction; auto: %d records/s, %.2f bytes per instruction\n", ai, ir, srps, sbpi, arps, abpi
+	if (si != ai) printf "itrace: the two traced runs counted different instructions (%d single, %d auto)\n", si, ai
 }'
+echo "stepping (single): $s_step"
 echo "stepping (auto): $auto"
-verify=$(scripts/run.itrace --step verify -o "$tmp" -- $EX "$N" | sed -n 's/^run.itrace: stepping: //p')
+verify=$(scripts/run.itrace --step verify -o "$tmp" -- $EX "$N" 2>&1 >/dev/null | sed -n 's/^run.itrace: stepping: //p')
 vinsts=$(sed -n '1p' "$tmp/itrace.out" | awk '{print $4}')
 branches=$(sed -n '1p' "$tmp/itrace.out" | sed -n 's/.*, \([0-9]*\) taken branches.*/\1/p')
 echo "$verify" | awk -v insts="$vinsts" -v br="$branches" '{

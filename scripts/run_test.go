@@ -872,7 +872,7 @@ func TestScriptsVersionAndUsage(t *testing.T) {
 		{"run.tprof", []string{"--call-graph", "lbr", "--", "true"}, "run.tprof: --call-graph takes fp or dwarf[,BYTES] (run.tprof --help for more)\n"},
 		{"run.tprof", nil, "run.tprof: give a command after -- or -s SECONDS (run.tprof --help for more)\n"},
 		{"run.itrace", []string{"--max-insn", "5", "--", "true"}, "run.itrace: unknown option --max-insn: did you mean --max-insns? (run.itrace --help for more)\n"},
-		{"run.itrace", []string{"--step", "fast", "--", "true"}, "run.itrace: --step takes auto, single or verify (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"--step", "fast", "--", "true"}, "run.itrace: --step takes auto, breakpoint, single or verify (run.itrace --help for more)\n"},
 		{"run.itrace", []string{"-p", "1"}, "run.itrace: -p PID takes -s SECONDS and no command (run.itrace --help for more)\n"},
 		{"run.hookit", []string{"-n", "--", "true"}, "run.hookit: unknown option -n (run.hookit --help for more)\n"},
 		{"run.hookit", []string{"--metrc", "tsc", "--", "true"}, "run.hookit: unknown option --metrc (run.hookit --help for more)\n"},

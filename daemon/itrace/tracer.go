@@ -67,6 +67,10 @@ type Options struct {
 	// were traced: every thread is let go (Stats.LimitReached).
 	MaxInsns uint64
 
+	// noBreakpoints (tests): auto does not try breakpoint stepping where
+	// BTF is ignored (the single-step fallback, as where debug registers
+	// do not work).
+	noBreakpoints bool
 	// emulateBTF (tests): block steps are single steps whose stops at
 	// a fall-through are taken silently, so the tracer sees only the
 	// stops a CPU honouring BTF would give (block.go).
@@ -139,6 +143,18 @@ type thread struct {
 	// was vCount then); nil when none is under way.
 	vblk   *x86branch.Block
 	vCount uint32
+
+	// Breakpoint stepping (breakpoint.go): DR0's address and whether
+	// DR7 enables it; a probe under way; the line run natively (nil when
+	// none); before: stopped by the breakpoint before th.ip, with regs.
+	armed   bool
+	dr0     uint64
+	hwProbe bool
+	run     *x86branch.Run
+	rep     x86branch.BranchInsn // a rep run natively (Addr 0: none)
+	repRCX  uint64               // its rcx before it ran
+	before  bool
+	regs    unix.PtraceRegs
 }
 
 // Tracer is one running ITrace session.
@@ -169,6 +185,7 @@ type Tracer struct {
 	lastCPU  int
 	nrec     uint64
 	btf      btfState
+	hw       hwState
 }
 
 // btfState: whether PTRACE_SINGLEBLOCK block-steps on this machine.
@@ -197,9 +214,9 @@ func Start(opts Options, sink Sink) (*Tracer, error) {
 		return nil, ErrNothing
 	}
 	switch opts.Step {
-	case itracectl.StepAuto, itracectl.StepSingle, itracectl.StepVerify:
+	case itracectl.StepAuto, itracectl.StepSingle, itracectl.StepVerify, itracectl.StepBreakpoint:
 	default:
-		return nil, fmt.Errorf("itrace: unknown stepping %q: say auto (\"\"), single or verify", opts.Step)
+		return nil, fmt.Errorf("itrace: unknown stepping %q: say auto (\"\"), breakpoint, single or verify", opts.Step)
 	}
 	t := &Tracer{sink: sink, opts: opts, done: make(chan struct{}), ready: make(chan error, 1),
 		threads: map[int]*thread{}, earlyOut: map[int]bool{}, spaces: map[int]*insnCache{}, lastTid: -1, lastCPU: -1}
@@ -572,6 +589,14 @@ func (t *Tracer) resume(th *thread, sig int) error {
 				if b = t.blockable(th, sig); b != nil && t.btf == btfUnknown && !b.Probe {
 					b = nil // until BTF is known to work, only blocks that tell
 				}
+			} else if !t.opts.noBreakpoints {
+				if done, err := t.bpResume(th, sig); done {
+					return err
+				}
+			}
+		case itracectl.StepBreakpoint:
+			if done, err := t.bpResume(th, sig); done {
+				return err
 			}
 		case itracectl.StepVerify:
 			if th.vblk == nil {
@@ -596,6 +621,10 @@ func (t *Tracer) resume(th *thread, sig int) error {
 			}
 		}
 		if !th.block {
+			th.before = false
+			if th.armed && !th.hwProbe {
+				t.disarm(th)
+			}
 			th.cur = t.classify(th, th.ip)
 			t.stats.SingleSteps++
 			err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, sig)
@@ -798,6 +827,7 @@ func ptraceSig(req, tid, sig int) error {
 
 func (t *Tracer) detach(th *thread, sig int, reason uint64) {
 	t.endThread(th, reason)
+	t.disarm(th)
 	if th.stepping {
 		sig = t.dropStepTrap(th.tid, sig)
 	}
@@ -860,7 +890,7 @@ func stepTrapQueued(tid int) bool {
 	for i := 0; i < int(n) && i < len(infos); i++ {
 		signo := int32(binary.LittleEndian.Uint32(infos[i][0:]))
 		code := int32(binary.LittleEndian.Uint32(infos[i][8:]))
-		if signo == int32(unix.SIGTRAP) && (code == trapBrkpt || code == trapTrace) {
+		if signo == int32(unix.SIGTRAP) && (code == trapBrkpt || code == trapTrace || code == trapHWBkpt) {
 			return true
 		}
 	}
@@ -1020,6 +1050,78 @@ func (t *Tracer) loop() error {
 			}
 		}
 		th.running = false
+		if th.rep.Addr != 0 {
+			trap := ws.Stopped() && ws.StopSignal() == unix.SIGTRAP && ws.TrapCause() == 0
+			if !ws.Stopped() || unix.PtraceGetRegs(tid, &regs) != nil {
+				th.rep.Addr = 0
+				t.stats.BlocksLost++ // the thread died in the rep
+			} else if end := th.rep.Next(); t.repDone(th, regs.Rip, regs.Rcx) && trap && regs.Rip == end {
+				t.stats.BreakpointStops++
+				th.sysret = false
+				th.before, th.regs = true, regs
+				if stopping || t.stop.Load() {
+					stopping = true
+					if th.handlers == 0 {
+						t.detach(th, 0, trace.ITraceEndOff)
+						continue
+					}
+				}
+				if err := t.resume(th, 0); err != nil {
+					return err
+				}
+				continue
+			} else if trap {
+				if err := t.resume(th, 0); err != nil { // a SIGTRAP sent to the thread: dropped
+					return err
+				}
+				continue
+			}
+		}
+		if th.run != nil || th.hwProbe {
+			// A breakpoint run or probe ended: by its breakpoint, or cut.
+			trap := ws.Stopped() && ws.StopSignal() == unix.SIGTRAP && ws.TrapCause() == 0
+			gotRegs := ws.Stopped() && unix.PtraceGetRegs(tid, &regs) == nil
+			if th.hwProbe {
+				if trap && gotRegs && t.probed(th, &regs) {
+					th.before, th.regs = true, regs
+					if err := t.resume(th, 0); err != nil {
+						return err
+					}
+					continue
+				}
+				th.hwProbe = false
+				t.disarm(th) // and the stop is handled as a single step's
+			} else {
+				switch {
+				case !gotRegs:
+					th.run = nil
+					t.stats.BlocksLost++ // the thread died in the line
+				case trap && regs.Rip == th.run.End.Addr:
+					t.bpStop(th, &regs)
+					if stopping || t.stop.Load() {
+						stopping = true
+						if th.handlers == 0 {
+							t.detach(th, 0, trace.ITraceEndOff)
+							continue
+						}
+					}
+					if err := t.resume(th, 0); err != nil {
+						return err
+					}
+					continue
+				default:
+					t.bpCut(th, regs.Rip) // then handled as any such stop
+					if trap {
+						// a SIGTRAP sent to the thread: dropped, as
+						// single-stepping does
+						if err := t.resume(th, 0); err != nil {
+							return err
+						}
+						continue
+					}
+				}
+			}
+		}
 		if th.block {
 			// A block step ended: by its trap, or cut short.
 			th.block = false
@@ -1186,6 +1288,9 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 			}
 			delete(t.spaces, th.pid)
 			th.as = t.space(th.pid)
+			// exec clears the debug registers
+			th.armed, th.dr0, th.run, th.before = false, 0, nil, false
+			th.rep.Addr = 0
 			if !th.stepping {
 				if err := unix.PtraceGetRegs(tid, regs); err != nil {
 					return nil

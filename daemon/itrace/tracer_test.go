@@ -206,6 +206,12 @@ func TestMain(m *testing.M) {
 // with opts and checks every one of its own functions' exclusive
 // instructions and calls against callgrind's, exactly.
 func traceExample(t *testing.T, opts Options) Stats {
+	st, _ := traceExampleRecords(t, opts)
+	return st
+}
+
+// traceExampleRecords is traceExample that also returns the records.
+func traceExampleRecords(t *testing.T, opts Options) (Stats, []trace.Record) {
 	prog, cg := exampleProg(t)
 	cmd := startStopped(t, prog, exampleN)
 	sink := &capture{}
@@ -273,7 +279,7 @@ func traceExample(t *testing.T, opts Options) Stats {
 	if t.Failed() {
 		fmt.Println("records:", len(sink.recs))
 	}
-	return st
+	return st, sink.recs
 }
 
 // TestExampleMatchesCallgrind traces the bundled example with the default

@@ -26,6 +26,11 @@ type BranchInsn struct {
 	// Emulated: cpuid, which a hypervisor emulates and whose single-step
 	// trap it may lose (see Overran).
 	Emulated bool
+	// For Next's evaluation of a branch (run.go): the operation, an
+	// indirect branch's operand and the address size.
+	Op       x86asm.Op
+	Arg      x86asm.Arg
+	AddrSize uint8
 }
 
 // Next is the instruction's fall-through address.
@@ -71,12 +76,13 @@ type Block struct {
 type Decoder struct {
 	insns  map[uint64]BranchInsn
 	blocks map[uint64]*Block
+	runs   map[uint64]*Run
 	buf    [16]byte
 }
 
 // NewDecoder returns an empty decoder.
 func NewDecoder() *Decoder {
-	return &Decoder{insns: map[uint64]BranchInsn{}, blocks: map[uint64]*Block{}}
+	return &Decoder{insns: map[uint64]BranchInsn{}, blocks: map[uint64]*Block{}, runs: map[uint64]*Run{}}
 }
 
 // Insn returns the instruction at addr.
@@ -101,6 +107,15 @@ func (d *Decoder) Insn(read CodeReader, addr uint64) BranchInsn {
 		}
 	}
 	b.Emulated = inst.Op == x86asm.CPUID
+	b.AddrSize = uint8(inst.AddrSize)
+	if in.Kind != KindPlain {
+		b.Op = inst.Op
+		if b.Target == 0 && (in.Kind == KindJump || in.Kind == KindCall) {
+			b.Arg = inst.Args[0]
+		}
+	} else if inst.Op == x86asm.POPF || inst.Op == x86asm.POPFD || inst.Op == x86asm.POPFQ {
+		b.Op = inst.Op
+	}
 	if inst.Op == x86asm.RET {
 		if imm, ok := inst.Args[0].(x86asm.Imm); ok {
 			b.Pop = uint16(imm)

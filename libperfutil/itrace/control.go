@@ -13,8 +13,9 @@ import (
 )
 
 // Step says how an ITrace takes its traps: StepAuto block-steps (BTF: a
-// trap per taken branch) where the CPU honours it and single-steps where
-// it does not; StepSingle always single-steps; StepVerify single-steps and
+// trap per taken branch) where the CPU honours it and, where it does not,
+// breakpoint-steps (StepBreakpoint) where debug registers work, else
+// single-steps; StepSingle always single-steps; StepVerify single-steps and
 // also decodes every block as block-stepping would, counting disagreements
 // (the check of the block decoder on a machine that ignores BTF). Both
 // backends take it: the module as ITRACE_ON's step flags, pitraced's
@@ -26,6 +27,10 @@ const (
 	StepAuto   Step = ""
 	StepSingle Step = "single"
 	StepVerify Step = "verify"
+	// StepBreakpoint runs straight-line code natively and stops before
+	// each branch with a hardware breakpoint (the ptrace path; auto's
+	// choice where BTF is ignored and debug registers work).
+	StepBreakpoint Step = "breakpoint"
 )
 
 // Daemon ops of the no-module ITrace (pitraced registers them).
@@ -117,6 +122,13 @@ type StepCounts struct {
 	// Block ends a conditional jump and a ret or indirect call could both
 	// explain, decided by reading the stack (one system call each).
 	StackReads uint64 `json:"stack_reads,omitempty"`
+	// Breakpoint stepping: "work" or "ignored" as found; its lines run
+	// natively, its stops before their ends, and breakpoints the kernel
+	// refused to set (those threads single-stepped).
+	Breakpoints     string `json:"breakpoints,omitempty"`
+	BreakpointRuns  uint64 `json:"breakpoint_runs,omitempty"`
+	BreakpointStops uint64 `json:"breakpoint_stops,omitempty"`
+	BreakpointFails uint64 `json:"breakpoint_fails,omitempty"`
 }
 
 // Add sums o's counts into s (the step mode and BTF finding: o's, if set).
@@ -135,16 +147,29 @@ func (s *StepCounts) Add(o StepCounts) {
 	s.LostTraps += o.LostTraps
 	s.VerifySingle += o.VerifySingle
 	s.StackReads += o.StackReads
+	if o.Breakpoints != "" {
+		s.Breakpoints = o.Breakpoints
+	}
+	s.BreakpointRuns += o.BreakpointRuns
+	s.BreakpointStops += o.BreakpointStops
+	s.BreakpointFails += o.BreakpointFails
 }
 
 // Stepping says in a line how the ptrace path stepped ("" from the
 // module, which reports no stepping counts).
 func (r OffResult) Stepping() string {
-	if r.SingleSteps == 0 && r.BlockSteps == 0 {
+	if r.SingleSteps == 0 && r.BlockSteps == 0 && r.BreakpointStops == 0 {
 		return ""
 	}
 	var s string
 	switch {
+	case r.Breakpoints == "work":
+		s = "breakpoint-stepped: straight lines ran natively to a hardware breakpoint before each branch"
+		if r.Step == StepAuto {
+			s += " (BTF is ignored here)"
+		}
+	case r.Step == StepBreakpoint:
+		s = "single-stepped: hardware breakpoints do not work here (--step breakpoint)"
 	case r.Step == StepSingle:
 		s = "single-stepped (--step single)"
 	case r.Step == StepVerify:
@@ -157,6 +182,12 @@ func (r OffResult) Stepping() string {
 		s = "single-stepped (no block step tried)"
 	}
 	s += fmt.Sprintf("; %d single steps, %d block steps", r.SingleSteps, r.BlockSteps)
+	if r.BreakpointStops > 0 {
+		s += fmt.Sprintf(", %d breakpoint stops", r.BreakpointStops)
+		if r.Instructions > 0 {
+			s += fmt.Sprintf(" (%.3f stops per instruction)", float64(r.BreakpointStops+r.SingleSteps)/float64(r.Instructions))
+		}
+	}
 	if r.BlocksChecked > 0 {
 		s += fmt.Sprintf("; block decoder: %d blocks checked, %d disagreements", r.BlocksChecked, r.BlockMismatches)
 		if r.BlockNs > 0 {

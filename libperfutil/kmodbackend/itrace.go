@@ -33,6 +33,8 @@ func stepFlags(s string) (uint32, error) {
 		return itraceStepSingle, nil
 	case "verify":
 		return itraceStepVerify, nil
+	case "breakpoint":
+		return 0, fmt.Errorf("itrace: --step breakpoint is pitraced's ptrace tracer's (PERFINSP_BACKEND=daemon); the module takes \"single\", \"verify\" or none")
 	}
 	return 0, fmt.Errorf("itrace: unknown step mode %q: use \"single\", \"verify\" or none (block-step where the CPU honours it)", s)
 }

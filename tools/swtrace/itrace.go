@@ -39,8 +39,10 @@ var itraceCommand = &cli.Command{
 				&cli.BoolFlag{Name: "at-exec", Usage: "attach now, trace from the processes' next exec (what run.itrace uses)"},
 				&cli.Uint64Flag{Name: "max-insns", Usage: "end the session once it traced `N` user instructions; the processes run on untraced (pitraced's tracer only)"},
 				&cli.StringFlag{Name: "step", Value: "auto", Usage: "`HOW` threads are stepped: auto block-steps (a trap per taken branch, BTF) " +
-					"where the CPU honours it and single-steps where not (TCG and most hypervisors ignore BTF: found on the first " +
-					"blocks, said at itrace off and in the daemon log); single always single-steps; verify single-steps and also " +
+					"where the CPU honours it; where not (TCG and most hypervisors ignore BTF: found on the first blocks, said at " +
+					"itrace off and in the daemon log) it breakpoint-steps (straight lines run natively to a hardware breakpoint " +
+					"before each branch: a stop per branch), or single-steps without debug registers; breakpoint always " +
+					"breakpoint-steps; single always single-steps; verify single-steps and also " +
 					"decodes every block as block-stepping would, reporting disagreements at itrace off (a check of the decoder)"},
 			},
 			Action: cmdITraceOn,
@@ -155,14 +157,15 @@ func cmdITraceOff(c *cli.Context) error {
 	return nil
 }
 
-// itraceStep reads --step: auto (block-step where honoured), single or verify.
+// itraceStep reads --step: auto (block-step where honoured, else breakpoint
+// stepping where debug registers work), breakpoint, single or verify.
 func itraceStep(c *cli.Context) (itrace.Step, error) {
 	switch s := c.String("step"); s {
 	case "auto", "":
 		return itrace.StepAuto, nil
-	case string(itrace.StepSingle), string(itrace.StepVerify):
+	case string(itrace.StepSingle), string(itrace.StepVerify), string(itrace.StepBreakpoint):
 		return itrace.Step(s), nil
 	default:
-		return "", usageErr(c, "--step %q: say auto, single or verify", s)
+		return "", usageErr(c, "--step %q: say auto, breakpoint, single or verify", s)
 	}
 }
