@@ -87,19 +87,10 @@ func (t *Tracer) setHW(s hwState, why string) {
 		return
 	}
 	t.hw = s
-	t.mu.Lock()
 	if s == hwWorks {
-		t.stats.Breakpoints = "work"
+		t.decided(&t.stats.Breakpoints, "work", "itrace: breakpoint stepping: hardware breakpoints stop the threads (%s): one stop per branch", why)
 	} else {
-		t.stats.Breakpoints = "ignored"
-	}
-	t.mu.Unlock()
-	if t.opts.Log != nil {
-		if s == hwWorks {
-			t.opts.Log("itrace: breakpoint stepping: hardware breakpoints stop the threads (%s): one stop per branch", why)
-		} else {
-			t.opts.Log("itrace: breakpoint stepping: hardware breakpoints do not work here (%s): single-stepping", why)
-		}
+		t.decided(&t.stats.Breakpoints, "ignored", "itrace: breakpoint stepping: hardware breakpoints do not work here (%s): single-stepping", why)
 	}
 }
 

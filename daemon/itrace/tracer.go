@@ -638,25 +638,41 @@ func (t *Tracer) resume(th *thread, sig int) error {
 	return nil
 }
 
+// goOn resumes th after a stop its stepping accounted for or, once the
+// session is stopping (stopping set then) and th is in no signal
+// handler, lets it go.
+func (t *Tracer) goOn(th *thread, stopping *bool) error {
+	if *stopping || t.stop.Load() {
+		*stopping = true
+		if th.handlers == 0 {
+			t.detach(th, 0, trace.ITraceEndOff)
+			return nil
+		}
+	}
+	return t.resume(th, 0)
+}
+
+// decided sets a Stats field saying what a way of stepping does here
+// (under mu) and logs the line that says it.
+func (t *Tracer) decided(field *string, value, format string, args ...any) {
+	t.mu.Lock()
+	*field = value
+	t.mu.Unlock()
+	if t.opts.Log != nil {
+		t.opts.Log(format, args...)
+	}
+}
+
 // setBTF records what block-stepping does here, and says it once.
 func (t *Tracer) setBTF(s btfState, why string) {
 	if t.btf != btfUnknown {
 		return
 	}
 	t.btf = s
-	t.mu.Lock()
 	if s == btfHonoured {
-		t.stats.BTF = "honoured"
+		t.decided(&t.stats.BTF, "honoured", "itrace: block-stepping: the CPU honours BTF (%s): one stop per taken branch", why)
 	} else {
-		t.stats.BTF = "ignored"
-	}
-	t.mu.Unlock()
-	if t.opts.Log != nil {
-		if s == btfHonoured {
-			t.opts.Log("itrace: block-stepping: the CPU honours BTF (%s): one stop per taken branch", why)
-		} else {
-			t.opts.Log("itrace: block-stepping: BTF is ignored here (%s; TCG and hypervisors do that): single-stepping", why)
-		}
+		t.decided(&t.stats.BTF, "ignored", "itrace: block-stepping: BTF is ignored here (%s; TCG and hypervisors do that): single-stepping", why)
 	}
 }
 
@@ -1059,14 +1075,7 @@ func (t *Tracer) loop() error {
 				t.stats.BreakpointStops++
 				th.sysret = false
 				th.before, th.regs = true, regs
-				if stopping || t.stop.Load() {
-					stopping = true
-					if th.handlers == 0 {
-						t.detach(th, 0, trace.ITraceEndOff)
-						continue
-					}
-				}
-				if err := t.resume(th, 0); err != nil {
+				if err := t.goOn(th, &stopping); err != nil {
 					return err
 				}
 				continue
@@ -1098,14 +1107,7 @@ func (t *Tracer) loop() error {
 					t.stats.BlocksLost++ // the thread died in the line
 				case trap && regs.Rip == th.run.End.Addr:
 					t.bpStop(th, &regs)
-					if stopping || t.stop.Load() {
-						stopping = true
-						if th.handlers == 0 {
-							t.detach(th, 0, trace.ITraceEndOff)
-							continue
-						}
-					}
-					if err := t.resume(th, 0); err != nil {
+					if err := t.goOn(th, &stopping); err != nil {
 						return err
 					}
 					continue
@@ -1147,14 +1149,7 @@ func (t *Tracer) loop() error {
 					t.blockTrap(th, &regs)
 				}
 				// The trap is accounted: resume, or let go when stopping.
-				if stopping || t.stop.Load() {
-					stopping = true
-					if th.handlers == 0 {
-						t.detach(th, 0, trace.ITraceEndOff)
-						continue
-					}
-				}
-				if err := t.resume(th, 0); err != nil {
+				if err := t.goOn(th, &stopping); err != nil {
 					return err
 				}
 				continue
