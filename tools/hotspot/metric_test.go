@@ -81,14 +81,15 @@ func TestMetricNeedsItsCounter(t *testing.T) {
 }
 
 // TestSamplingStretchesForAStarvedTarget: a target that runs too little in
-// the sampling time for minSamples samples (here -s 0.02: at most 20
-// samples a thread at 1 kHz of CPU time) is sampled on until it has them,
-// and the report says it sampled longer than asked.
+// the sampling time for minSamples samples (here -s 0.02, the example's
+// "sleepy" mode: a 200 us sleep after each hot(), some 10 samples in the
+// first 50 ms drain of the rings) is sampled on until it has them, and
+// the report says it sampled longer than asked.
 func TestSamplingStretchesForAStarvedTarget(t *testing.T) {
 	build(t)
 	js := filepath.Join(t.TempDir(), "r.json")
 	out, err := walkExample(t, js, "-q", "-s", "0.02", "--depth", "1", "--period", "100", "--max-overhead", "0",
-		"--json", js, "-o", os.DevNull, "--", tools.example, longRun)
+		"--json", js, "-o", os.DevNull, "--", tools.example, longRun, "200000", "sleepy")
 	if !isExit(err, 3) {
 		t.Fatalf("exit %v, output %q: want the example's exit 3", err, out)
 	}
