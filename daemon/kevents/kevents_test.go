@@ -2,6 +2,7 @@ package kevents
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -305,6 +306,7 @@ func TestExecPathAndParent(t *testing.T) {
 	}
 	shPid := uint64(sh.Process.Pid)
 	execs, procs := 0, 0
+	var others []string
 	for _, r := range sink.recs {
 		if r.major != trace.MajorMTE {
 			continue
@@ -316,14 +318,16 @@ func TestExecPathAndParent(t *testing.T) {
 				t.Errorf("MTE_EXEC of cat carries %q, not the path it was found at", r.str)
 			}
 		case r.minor == trace.MTEProcess && r.str == "cat":
-			procs++
-			if r.fields[1] != shPid {
-				t.Errorf("MTE_PROCESS of cat (pid %d) has ppid %d, want the shell %d", r.fields[0], r.fields[1], shPid)
+			// (the session is system-wide: other programs' cats too)
+			if r.fields[1] == shPid {
+				procs++
+			} else {
+				others = append(others, fmt.Sprintf("%d of %d", r.fields[0], r.fields[1]))
 			}
 		}
 	}
 	if execs < 2 || procs < 2 {
-		t.Fatalf("%d MTE_EXEC and %d MTE_PROCESS records of cat, want 2 each", execs, procs)
+		t.Fatalf("%d MTE_EXEC records of cat, %d MTE_PROCESS records of cat with the shell %d as parent, want 2 each (other cats: pid of ppid %v)", execs, procs, shPid, others)
 	}
 }
 
