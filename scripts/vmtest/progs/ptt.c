@@ -435,6 +435,7 @@ typedef volatile struct pitrace_ptt_sys vsys;
 #endif
 
 static sigjmp_buf g_segv_jmp;
+static char segv_stack[64 * 1024];	/* the SIGSEGV handler's, written first */
 
 static void segv_handler(int sig)
 {
@@ -527,6 +528,7 @@ static int faults_func(int icount)
 	struct pitrace_ptt_status st;
 	struct pitrace_ptt_init in;
 	struct sigaction sa, old;
+	stack_t ss, old_ss;
 	int fd, fd2, pfd[2], i;
 	uint32_t f0, s0;
 	uint64_t k0;
@@ -605,10 +607,21 @@ static int faults_func(int icount)
 	write_pages(p, 8);
 	CHECK(sy->faults == f0, "8 pages populated by madvise, then written: faults +%u", sy->faults - f0);
 	munmap((void *)p, 8 * 4096);
-	/* a fault the kernel answers with SIGSEGV serves no page: not counted */
+	/*
+	 * A fault the kernel answers with SIGSEGV serves no page: not counted.
+	 * The handler runs on an alternate stack written beforehand: on the
+	 * thread's stack its frames could reach a page not touched yet (where
+	 * depends on the stack's random placement), a real fault of its own.
+	 */
 	p = fresh_pages(1, PROT_READ);
+	memset(segv_stack, 1, sizeof(segv_stack));
+	ss.ss_sp = segv_stack;
+	ss.ss_size = sizeof(segv_stack);
+	ss.ss_flags = 0;
+	CHECK(sigaltstack(&ss, &old_ss) == 0, "sigaltstack: %s", strerror(errno));
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = segv_handler;
+	sa.sa_flags = SA_ONSTACK;
 	sigaction(SIGSEGV, &sa, &old);
 	f0 = sy->faults;
 	if (!sigsetjmp(g_segv_jmp, 1)) {
@@ -617,6 +630,7 @@ static int faults_func(int icount)
 	}
 	CHECK(sy->faults == f0, "a write to a read-only page (SIGSEGV): faults +%u", sy->faults - f0);
 	sigaction(SIGSEGV, &old, NULL);
+	sigaltstack(&old_ss, NULL);
 	munmap((void *)p, 4096);
 
 	/*
