@@ -116,10 +116,19 @@ attempt() {
 	return 1
 }
 METRIC=tsc-user
-attempt 1 || attempt 2 || attempt 3 || fail "hookit check: interrupts hit measured functions in three passes"
+# A pass is a few seconds of the guest. A timer interrupt lands in a
+# measured function in about half the passes (most often in fault_pages'
+# 160 page faults, some 1.5 M instructions of the kernel's fault path, or
+# in work's two calls), and its entry and exit code stays in the figure:
+# up to eight passes.
+passes() {
+	for i in 1 2 3 4 5 6 7 8; do attempt "$i" && return 0; done
+	return 1
+}
+passes || fail "hookit check: interrupts hit measured functions in eight passes"
 cp -r /tmp/hk /tmp/hk.user
 METRIC=tsc
-attempt 1 || attempt 2 || attempt 3 || fail "metric tsc: SYS or FLT is not the kernel's part of BASE in three passes"
+passes || fail "metric tsc: SYS or FLT is not the kernel's part of BASE in eight passes"
 rm -rf /tmp/hk && mv /tmp/hk.user /tmp/hk
 echo "vmtest: --- for information (not a pass criterion): against callgrind of the uninstrumented build"
 hookit check -i /tmp/hk --callgrind /bin/callflow_exact.callgrind --cal minima 2>&1 | sed 's/^/  /'
