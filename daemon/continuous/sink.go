@@ -197,24 +197,25 @@ const offCPUStates = trace.StateSleeping | trace.StateBlocked
 // tid, prev_state) when it begins or may end a wait: a switch from a
 // thread preempted to the idle task matters to no one.
 func (s *sink) dispatch(cpu int, t uint64, f []uint64) {
+	if s.intr != nil {
+		s.mu.Lock()
+		s.intr.switched(cpu, uint32(f[2]), uint32(f[3]))
+		s.mu.Unlock()
+		if s.noWaits {
+			return
+		}
+	}
 	prevPid, prev, state := f[0], f[1], f[4]
 	if state&offCPUStates == 0 {
 		prevPid, prev = 0, 0
 	}
-	none := prev == 0 && f[3] == 0 // nothing for the waits
-	if none && s.intr == nil {
+	if prev == 0 && f[3] == 0 {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.intr != nil {
-		s.intr.switched(cpu, uint32(f[2]), uint32(f[3]))
-	}
-	if none || s.noWaits {
-		return
-	}
 	s.flushLocked(cpu)
 	s.putLocked(event{kind: evSwitch, t: t, pid: uint32(prevPid), tid: uint32(prev), nf: 3, fields: [5]uint64{f[2], f[3], state}}, nil)
+	s.mu.Unlock()
 }
 
 // interrupt applies a handler's entry or exit (Config.Interrupts) and
