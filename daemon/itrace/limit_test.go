@@ -47,10 +47,13 @@ func TestMaxInsnsEndsTheSession(t *testing.T) {
 	t.Logf("limit %d: the session ended after %d instructions, %d records", max, st.Instructions, st.Records)
 }
 
-// manyThreads N hold|forever: N threads, all alive at once. With hold
-// they end together once the last is created (then "done N"); with
-// forever they sleep until killed and the program says "ready" once they
-// all exist.
+// manyThreads N hold|forever|churn: N threads, all alive at once. With
+// hold the program first reads a byte from its standard input (so a
+// tracer can attach before any thread exists), and the threads end
+// together once the last is created (then "done N"); with forever they
+// sleep until killed and the program says "ready" once they all exist;
+// with churn it says "ready" and then creates and joins threads, N at a
+// time, until killed.
 const manyThreads = `#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +73,20 @@ int main(int argc, char **argv)
 	int n = atoi(argv[1]), i;
 	pthread_t t[4096];
 	if (pipe(gate))
+		return 1;
+	if (strcmp(argv[2], "churn") == 0) {
+		close(gate[1]);
+		printf("ready\n");
+		fflush(stdout);
+		for (;;) {
+			for (i = 0; i < n; i++)
+				if (pthread_create(&t[i], NULL, run, NULL))
+					return 1;
+			for (i = 0; i < n; i++)
+				pthread_join(t[i], NULL);
+		}
+	}
+	if (strcmp(argv[2], "hold") == 0 && read(0, &argc, 1) != 1)
 		return 1;
 	for (i = 0; i < n && i < 4096; i++)
 		if (pthread_create(&t[i], NULL, run, NULL))
@@ -154,12 +171,20 @@ func TestThreadsPastTheLimitRunUntraced(t *testing.T) {
 	cmd := exec.Command(buildC(t, "many", manyThreads), itoa(n), "hold")
 	var out strings.Builder
 	cmd.Stdout = &out
+	gate, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill() }()
 	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, MaxThreads: max}, &capture{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// Attached to the one thread the program has: now it makes the rest.
+	if _, err := gate.Write([]byte{1}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -179,4 +204,34 @@ func TestThreadsPastTheLimitRunUntraced(t *testing.T) {
 		t.Fatalf("%d threads left out, want %d: %d threads at once, %d traced", st.ThreadsLeftOut, n+1-max, n+1, max)
 	}
 	t.Logf("%d threads left out, %d instructions traced", st.ThreadsLeftOut, st.Instructions)
+}
+
+// TestAttachWhileThreadsAreCreated: attaching to a process that creates
+// threads all the time succeeds. A thread its seized creator makes while
+// the session attaches is traced already, by the session itself: it is
+// taken when it first stops, not refused as "traced by another".
+func TestAttachWhileThreadsAreCreated(t *testing.T) {
+	cmd := exec.Command(buildC(t, "many", manyThreads), "8", "churn")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("the program: %q %v", l, err)
+	}
+	pid := cmd.Process.Pid
+	for i := 0; i < 500; i++ {
+		tr, err := Start(Options{PIDs: []int{pid}}, &capture{})
+		if err != nil {
+			t.Fatalf("attach %d to a process creating threads: %v", i, err)
+		}
+		tr.Stop()
+		<-tr.Done()
+		for tid, st := range taskStates(t, pid) {
+			if !strings.HasSuffix(st, "tracer 0") {
+				t.Fatalf("after session %d, thread %d: %s", i, tid, st)
+			}
+		}
+	}
 }

@@ -281,19 +281,24 @@ func (t *Tracer) pidOf(tid int) int {
 	return tid
 }
 
-// tracerOf returns the TracerPid of a thread (0: none or unknown).
-func tracerOf(tid int) int {
+// taskStatus returns a thread's state letter and its tracer's thread
+// id (0: none); gone when the thread has no /proc entry any more.
+func taskStatus(tid int) (state byte, tracer int, gone bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
 	if err != nil {
-		return 0
+		return 0, 0, true
 	}
 	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "State:"); ok {
+			if v = strings.TrimSpace(v); v != "" {
+				state = v[0]
+			}
+		}
 		if v, ok := strings.CutPrefix(l, "TracerPid:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
+			tracer, _ = strconv.Atoi(strings.TrimSpace(v))
 		}
 	}
-	return 0
+	return state, tracer, false
 }
 
 func tasks(pid int) ([]int, error) {
@@ -337,8 +342,21 @@ func (t *Tracer) seize(tid, pid int) error {
 		return fmt.Errorf("itrace: more than %d threads to trace, the limit of one session: trace fewer processes at once", t.opts.MaxThreads)
 	}
 	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(tid), 0, uintptr(t.ptraceOptions()), 0, 0); e != 0 {
-		if e == unix.EPERM && tracerOf(tid) > 0 {
-			return fmt.Errorf("itrace: attach to thread %d: %w: it is traced already (by process %d)", tid, e, tracerOf(tid))
+		if e == unix.EPERM {
+			state, tracer, gone := taskStatus(tid)
+			switch {
+			case tracer == unix.Gettid():
+				// Created by a thread seized a moment ago: TRACECLONE
+				// made it ours, and its first stop (or its creator's
+				// clone event) adds it in the loop.
+				return nil
+			case gone || state == 'Z' || state == 'X':
+				// Exiting: the kernel refuses to attach to a thread past
+				// its exit.
+				return fmt.Errorf("itrace: attach to thread %d: %w", tid, unix.ESRCH)
+			case tracer > 0:
+				return fmt.Errorf("itrace: attach to thread %d: %w: it is traced already (by process %d)", tid, e, tracer)
+			}
 		}
 		if e == unix.EPERM {
 			why := "or ptrace is restricted"
@@ -389,7 +407,9 @@ func (t *Tracer) attachProcess(pid int) error {
 				}
 				return err
 			}
-			added = true
+			if _, ok := t.threads[tid]; ok { // not when its creator's TRACECLONE took it
+				added = true
+			}
 		}
 		if !added {
 			return nil
