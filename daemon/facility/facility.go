@@ -122,6 +122,13 @@ type Facility struct {
 	seenMu    sync.Mutex
 	described map[uint32]bool // pids with MTE written
 	sampled   map[uint32]bool // pids seen in samples
+	// mteScope, when not nil, holds the only processes whose MTE records
+	// are written: a trace of ITrace records alone needs its traced
+	// processes named, not every process of a busy machine (whose forks
+	// and mappings would fill the MTE buffers and stop the trace). A
+	// process enters it at its first ITrace record (described from /proc
+	// then) or when a process in it forks.
+	mteScope map[uint32]bool
 
 	fullOnce sync.Once
 	// gate holds the sources' records back while the /proc scan at on is
@@ -444,6 +451,10 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	}
 	f.described = map[uint32]bool{}
 	f.sampled = map[uint32]bool{}
+	f.mteScope = nil
+	if f.itraceOnly() {
+		f.mteScope = map[uint32]bool{}
+	}
 	f.unwound = ""
 	f.startWall = uint64(time.Now().UnixNano())
 	f.startClock = Now()
@@ -507,14 +518,33 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	}
 	// Describe what exists now. The side-band events are already on, so
 	// nothing started after this point is missed.
-	err = f.Scan(scanTime, func(minor uint32, fields []uint64, str string) {
-		f.mteRecord(0, minor, scanTime, fields, str)
-	})
-	if err != nil {
-		f.addNote("process scan: " + err.Error())
+	if f.mteScope == nil {
+		err = f.Scan(scanTime, func(minor uint32, fields []uint64, str string) {
+			f.mteRecord(0, minor, scanTime, fields, str)
+		})
+		if err != nil {
+			f.addNote("process scan: " + err.Error())
+		}
 	}
 	f.openGate()
 	return nil
+}
+
+// itraceOnly tells whether the record types enabled are ITrace's alone
+// (besides sys and MTE, always on): the trace then names only the
+// processes ITrace traces (mteScope).
+func (f *Facility) itraceOnly() bool {
+	n := 0
+	for m, on := range f.enabled {
+		switch {
+		case !on || m == trace.MajorSys || m == trace.MajorMTE:
+		case m == trace.MajorITraceU || m == trace.MajorITraceK:
+			n++
+		default:
+			return false
+		}
+	}
+	return n > 0
 }
 
 // addNote adds a line to what swtrace info notes about this trace.
@@ -1050,17 +1080,28 @@ func (f *Facility) mteRecord(cpu int, minor uint32, t uint64, fields []uint64, s
 	if spec != nil {
 		layout = spec.Layout
 	}
-	if minor == trace.MTEProcess || minor == trace.MTEExec || minor == trace.MTESegment || minor == trace.MTEFork {
-		pid := uint32(fields[0])
-		if minor == trace.MTEFork && len(fields) > 2 {
-			pid = uint32(fields[2])
+	if len(fields) == 0 {
+		return
+	}
+	pid := uint32(fields[0])
+	if minor == trace.MTEFork && len(fields) > 2 {
+		pid = uint32(fields[2])
+	}
+	f.seenMu.Lock()
+	if f.mteScope != nil && !f.mteScope[pid] {
+		// A fork of a process in scope brings its child in.
+		if minor != trace.MTEFork || !f.mteScope[uint32(fields[0])] {
+			f.seenMu.Unlock()
+			return
 		}
-		f.seenMu.Lock()
+		f.mteScope[pid] = true
+	}
+	if minor == trace.MTEProcess || minor == trace.MTEExec || minor == trace.MTESegment || minor == trace.MTEFork {
 		if f.described != nil {
 			f.described[pid] = true
 		}
-		f.seenMu.Unlock()
 	}
+	f.seenMu.Unlock()
 	ok, _ := f.mte[cpu].Write(trace.MajorMTE, minor, layout, t, fields, str)
 	if !ok && f.mode == control.ModeNormal && f.mte[cpu].Full() {
 		f.bufferFull()
@@ -1090,10 +1131,28 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 		}
 		f.seenMu.Unlock()
 	}
+	if major == trace.MajorITraceU && (minor == trace.ITraceStart || minor == trace.ITraceThread) && len(fields) > 0 {
+		f.intoScope(uint32(fields[0]), t)
+	}
 	ok, _ := f.trace[cpu].Write(major, minor, trace.LayoutFixed, t, fields, "")
 	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
 		f.bufferFull()
 	}
+}
+
+// intoScope brings a process ITrace traces into mteScope, described from
+// /proc just before its first record at t.
+func (f *Facility) intoScope(pid uint32, t uint64) {
+	f.seenMu.Lock()
+	if f.mteScope == nil || f.mteScope[pid] {
+		f.seenMu.Unlock()
+		return
+	}
+	f.mteScope[pid] = true
+	f.seenMu.Unlock()
+	_ = procscan.Describe(int(pid), t-1, func(minor uint32, fields []uint64, str string) {
+		f.mteRecord(0, minor, t-1, fields, str)
+	})
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {

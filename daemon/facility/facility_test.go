@@ -626,3 +626,76 @@ func TestInfoNotesAReaderWithoutPriority(t *testing.T) {
 		t.Fatalf("note after a new init: %q", st.Note)
 	}
 }
+
+// TestITraceOnlyNamesTracedProcesses: with ITrace's records alone, the
+// MTE records are those of the processes ITrace traces (described from
+// /proc at their first ITrace record) and of their children; the forks
+// and mappings of every other process of a busy machine are not written,
+// so they neither fill the MTE buffers (stopping the trace) nor lose the
+// traced processes' own.
+func TestITraceOnlyNamesTracedProcesses(t *testing.T) {
+	f, sink, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Disable([]uint16{trace.MajorTprof}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Enable([]uint16{trace.MajorITraceU, trace.MajorITraceK}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	const other, child = 999999, 999998
+	self := uint32(os.Getpid())
+	s := *sink
+	// 10,000 mappings of another process: 64 KB of MTE buffer would hold
+	// about a tenth of them.
+	for i := 0; i < 10000; i++ {
+		s.MTE(0, trace.MTESegment, Now(), []uint64{other, uint64(0x400000 + i*0x1000), 0x1000, 0, 5}, "/usr/lib/other/libbusy.so")
+	}
+	s.Trace(0, trace.MajorITraceU, trace.ITraceStart, Now(), []uint64{uint64(self), uint64(self), 0x401000, 0})
+	s.MTE(0, trace.MTEFork, Now(), []uint64{uint64(self), uint64(self), child, child, 0}, "")
+	s.MTE(0, trace.MTESegment, Now(), []uint64{child, 0x500000, 0x1000, 0, 5}, "/usr/lib/child.so")
+	s.MTE(0, trace.MTESegment, Now(), []uint64{other, 0x500000, 0x1000, 0, 5}, "/usr/lib/other/late.so")
+	if err := f.Off(); err != nil {
+		t.Fatalf("off: %v (a buffer filled?)", err)
+	}
+	path := filepath.Join(t.TempDir(), "i.nrm2")
+	if err := get(t, f, path); err != nil {
+		t.Fatal(err)
+	}
+	file, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	pids := map[uint64]int{}
+	var named, mapped, childMapped bool
+	_ = file.Records(func(r *trace.Record) error {
+		if r.Major != trace.MajorMTE {
+			return nil
+		}
+		pid := r.Field(0)
+		if r.Minor == trace.MTEFork {
+			pid = r.Field(2)
+		}
+		pids[pid]++
+		switch {
+		case r.Minor == trace.MTEProcess && pid == uint64(self):
+			named = true
+		case r.Minor == trace.MTESegment && pid == uint64(self) && r.Str == exe:
+			mapped = true
+		case r.Minor == trace.MTESegment && pid == child:
+			childMapped = true
+		}
+		return nil
+	})
+	if pids[other] != 0 || pids[42] != 0 {
+		t.Errorf("MTE records of processes ITrace does not trace: %d of %d (/proc scan: %d)", pids[other], other, pids[42])
+	}
+	if !named || !mapped || !childMapped {
+		t.Errorf("traced process named %v, its executable %s mapped %v; its child's mapping %v (MTE records by pid %v)", named, exe, mapped, childMapped, pids)
+	}
+}

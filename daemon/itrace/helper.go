@@ -429,7 +429,10 @@ func (rm *remote) read(r *bufio.Reader) {
 		var err error
 		typ, buf, err = readFrame(r, buf)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, os.ErrClosed) {
+			// ECONNRESET: the helper closed its end with a request of
+			// the daemon's unread (an off crossing its end); what it
+			// wrote before was read first, so it is its end of file.
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, os.ErrClosed) && !errors.Is(err, syscall.ECONNRESET) {
 				perr = err
 			}
 			break
