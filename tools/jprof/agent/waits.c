@@ -161,8 +161,8 @@ static void *wall_sampler(void *arg)
 			break;
 		pthread_mutex_unlock(&w_mu);
 		wall_round(env, self, &last);
-		if (last > next)	/* a late round: the next a whole interval on */
-			next = last;
+		if (last >= next + (uint64_t)w_wall_ms * 1000000ull)
+			next = last;	/* a whole interval late: the next one from now */
 		pthread_mutex_lock(&w_mu);
 	}
 	pthread_mutex_unlock(&w_mu);
