@@ -545,7 +545,7 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 	}
 	if (!tracing || calltree || !options || (strcmp(options, "tprof") && strncmp(options, "tprof,", 6))) {
 		fprintf(stderr, "jprof: already attached in %s mode: attach again with \"tprof\" (name the code in a new trace) or \"stop\"\n",
-			calltree ? "calltree" : "tprof");
+			calltree ? "calltree" : tracing ? "tprof" : "lock/wall");
 		return JNI_ERR;
 	}
 	if (strstr(options, ",verbose"))
