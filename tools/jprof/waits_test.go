@@ -122,9 +122,9 @@ func TestLockContention(t *testing.T) {
 // TIMED_WAITING stack and the spinner's RUNNABLE one each get about the
 // time the program measured (within 15 %: the first and last intervals),
 // in at most one sample per interval and as many for both. A round waits
-// for a safepoint, which a busy machine delays several intervals; its time
-// is measured, so the totals hold, and at least one round in ten intervals
-// is asked.
+// for a safepoint, which a busy machine delays by several intervals (every
+// Java thread and the VM thread must get a CPU); its time is measured, so
+// the totals hold, and only a round a second (50 intervals) is asked.
 func TestWallClock(t *testing.T) {
 	const ms = 20
 	out, pid, dir := runWaitDemo(t, "wall="+strconv.Itoa(ms), "wall", "2000")
@@ -158,7 +158,7 @@ func TestWallClock(t *testing.T) {
 		if !within(float64(ns[c.k]), c.took, 0.15) {
 			t.Errorf("%s %s: %d ns of wall time, want %.0f ± 15 %%", c.k.method, c.k.state, ns[c.k], c.took)
 		}
-		if float64(n[c.k]) < rounds/10 || float64(n[c.k]) > rounds*1.1+2 {
+		if float64(n[c.k]) < rounds/50 || float64(n[c.k]) > rounds*1.1+2 {
 			t.Errorf("%s %s: %d samples in %.0f intervals of %d ms", c.k.method, c.k.state, n[c.k], rounds, ms)
 		}
 	}
