@@ -7,13 +7,13 @@
 JPROF_JAVA_HOME ?= $(shell j=$$(readlink -f $$(command -v javac 2>/dev/null) 2>/dev/null); [ -n "$$j" ] && dirname $$(dirname $$j))
 JPROF_CFLAGS := -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 	-I$(JPROF_JAVA_HOME)/include -I$(JPROF_JAVA_HOME)/include/linux -Ilibperfutil/c/include -Ilibperfutil/c -Ilibperfutil/c/hookit
-JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c tools/jprof/agent/jstacks.c tools/jprof/agent/jitdump.c libperfutil/c/agentconn.c
+JPROF_SRCS := tools/jprof/agent/jprof.c tools/jprof/agent/jittrace.c tools/jprof/agent/calltree.c tools/jprof/agent/jstacks.c tools/jprof/agent/jitdump.c tools/jprof/agent/jprofile.c tools/jprof/agent/waits.c libperfutil/c/agentconn.c
 
 .PHONY: jprof jprof-test bench-jprof bench-java-sampling
 ifneq ($(wildcard $(JPROF_JAVA_HOME)/include/jvmti.h),)
 build: jprof
 endif
-jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class build/java/Unloadable.class build/java/CallBench.class build/java/ShutdownDemo.class build/java/StackDemo.class build/java/libjprofdemo.so
+jprof: $(BIN)/libjprof.so build/java/HotLoop.class build/java/JProfDemo.class build/java/Unloadable.class build/java/CallBench.class build/java/ShutdownDemo.class build/java/StackDemo.class build/java/WaitDemo.class build/java/libjprofdemo.so
 
 # calltree mode runs on the call-flow runtime: libhookit.a (PIC) linked in,
 # its symbols kept inside the agent.

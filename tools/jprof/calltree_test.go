@@ -299,7 +299,8 @@ func TestCalltreeExitAndUnload(t *testing.T) {
 // Bad options stop the JVM at start with a message saying what to use.
 func TestBadOptions(t *testing.T) {
 	root := agentOnly(t)
-	for _, opts := range []string{"", "bogus", "tprof,calltree", "tprof,trace", "calltree,dir=/proc/nonexistent"} {
+	for _, opts := range []string{"", "bogus", "tprof,calltree", "tprof,trace", "calltree,dir=/proc/nonexistent",
+		"lock,trace", "wall=0", "wall=x", "wall=60001", "sig,verbose"} {
 		out, err := java(root, t.TempDir(), opts, "HotLoop", "0").CombinedOutput()
 		if err == nil {
 			t.Errorf("options %q accepted:\n%s", opts, out)

@@ -1,10 +1,11 @@
 /*
  * libjprof.so: PI's JProf, a JVMTI agent (docs/jprof.md).
  *
- *   java -agentpath:bin/libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,dir=DIR][,sig][,verbose] ...
+ *   java -agentpath:bin/libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,lock][,wall[=MS]][,dir=DIR][,sig][,verbose] ...
+ *   java -agentpath:bin/libjprof.so=lock[,wall[=MS]]|wall[=MS][,dir=DIR][,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
  *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
- *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop
+ *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
@@ -14,7 +15,9 @@
  * (jstacks.c) into DIR/jprof-PID.jstk, for post to name the ticks in the
  * interpreter by the method it runs; with jitdump the code with its bytes
  * goes into DIR/jit-PID.dump too (jitdump.c). calltree mode (calltree.c) records method entry/exit of
- * every Java thread on the call-flow runtime (libhookit).
+ * every Java thread on the call-flow runtime (libhookit). In any mode, or
+ * alone, lock and wall profile where Java threads wait (waits.c) into the
+ * agent's own pprof profile DIR/jprof-PID.pb.gz (jprofile.c).
  */
 #define _GNU_SOURCE
 #include <jvmti.h>
@@ -41,6 +44,9 @@ static int stopped;		/* detached ("stop"): reported already */
 static unsigned jstacks_hz = 1000;	/* tprof: Java stacks sampled (0: off) */
 static int jstacks;		/* the sampler is set up */
 static int jitdump;		/* tprof,jitdump: DIR/jit-PID.dump */
+static int lock_events;		/* lock: monitor contention */
+static unsigned wall_ms;	/* wall[=MS]: the wall-clock sampler's interval (0: off) */
+static int waits;		/* lock or wall set up */
 static unsigned long loads, unloads, stubs;
 
 /* Code blobs by start address, for the unload's size. */
@@ -258,6 +264,8 @@ static void JNICALL on_vm_init(jvmtiEnv *env, JNIEnv *jni, jthread th)
 	(void)env; (void)jni; (void)th;
 	if (jstacks && jstacks_start() != 0)
 		jstacks = 0;
+	if (waits)
+		waits_start();
 }
 
 static void report(void)
@@ -285,6 +293,8 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 		jstacks_end(verbose);
 	if (jitdump)
 		jitdump_close(verbose);
+	if (waits)
+		waits_end(verbose);
 	if (!stopped)
 		report();
 	if (calltree)
@@ -296,12 +306,17 @@ static int usage(const char *opts)
 {
 	fprintf(stderr, "jprof: bad options \"%s\": use -agentpath:libjprof.so=tprof[,jstacks=off|HZ][,jitdump][,dir=DIR][,sig][,verbose] or\n"
 		"  =calltree[,start=off][,include=GLOB][,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose]\n"
+		"  and in either mode or alone: lock, wall[=MS] (=lock,wall=20,dir=DIR ...)\n"
+		"  (lock: each contended monitor entry, its wait in ns charged to the waiting thread's Java stack;\n"
+		"   wall: every Java thread's stack and state every MS (50) ms, running or not, charged the time elapsed;\n"
+		"   both into DIR/jprof-PID.pb.gz (pprof: lock-contentions, lock-wait, wall-samples, wall) and\n"
+		"   DIR/jprof-PID-lock.folded, -wall.folded, written when the JVM ends; DIR /tmp unless dir=, . for calltree)\n"
 		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
 		"  (jstacks: Java stacks sampled at HZ (1000) of the process's CPU time into DIR/jprof-PID.jstk,\n"
 		"   DIR /tmp unless dir=, for post to name interpreted methods; off: none)\n"
 		"  (jitdump: the JVM's code with its bytes into DIR/jit-PID.dump, for perf inject --jit and post)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
-		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose] | stop\n",
+		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop\n",
 		opts ? opts : "");
 	return JNI_ERR;
 }
@@ -347,6 +362,18 @@ static int parse_hz(const char *s, unsigned *hz)
 	return 0;
 }
 
+/* The wall sampler's interval, 1..60000 ms. */
+static int parse_ms(const char *s, unsigned *ms)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (end == s || *end || v < 1 || v > 60000)
+		return -1;
+	*ms = (unsigned)v;
+	return 0;
+}
+
 /* Options to mode flags; 0, or JNI_ERR after saying what is wrong. */
 static int parse(const char *options, char *buf, size_t n, const char **dir, const char **metric, const char **start)
 {
@@ -354,7 +381,8 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 
 	if (!options || !*options || strlen(options) >= n)
 		return usage(options);
-	tracing = calltree = trace_events = jitdump = 0;	/* an attach refused before */
+	tracing = calltree = trace_events = jitdump = lock_events = 0;	/* an attach refused before */
+	wall_ms = 0;
 	jstacks_hz = 1000;
 	snprintf(buf, n, "%s", options);
 	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -372,6 +400,12 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 			*dir = tok + 4;
 		else if (!strcmp(tok, "jitdump"))
 			jitdump = 1;
+		else if (!strcmp(tok, "lock"))
+			lock_events = 1;
+		else if (!strcmp(tok, "wall"))
+			wall_ms = 50;
+		else if (!strncmp(tok, "wall=", 5) && parse_ms(tok + 5, &wall_ms) == 0)
+			;
 		else if (!strcmp(tok, "jstacks=off"))
 			jstacks_hz = 0;
 		else if (!strncmp(tok, "jstacks=", 8) && parse_hz(tok + 8, &jstacks_hz) == 0)
@@ -383,8 +417,10 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 		else if (calltree_option(tok) != 0)
 			return usage(options);
 	}
-	if (calltree == (tracing && !trace_events))
-		return usage(options);	/* exactly one mode */
+	if ((calltree && tracing && !trace_events) || (trace_events && !calltree))
+		return usage(options);	/* one mode */
+	if (!calltree && !tracing && !lock_events && !wall_ms)
+		return usage(options);	/* some mode */
 	return 0;
 }
 
@@ -426,16 +462,28 @@ static jint start(JavaVM *vm, char *options, int live)
 		calltree_report_dir(dir);
 	}
 	/* tprof mode: Java stacks beside the ticks (the perf-map directory by default) */
-	if (!calltree && jstacks_hz && jstacks_init(vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0) {
+	if (tracing && !calltree && jstacks_hz && jstacks_init(vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0) {
 		jstacks = 1;
 		cb.ThreadStart = on_thread_start;
 		cb.ThreadEnd = on_thread_end;
 	}
 	if (jitdump && (calltree || jitdump_open(dir ? dir : "/tmp") != 0))
 		jitdump = 0;
+	if (lock_events || wall_ms) {
+		if (waits_init(vm, jvmti, lock_events, wall_ms, dir ? dir : calltree ? "." : "/tmp", &cb) != 0)
+			return JNI_ERR;
+		waits = 1;
+	}
 	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
 	if (calltree)
 		calltree_enable(jvmti);
+	if (waits) {
+		waits_enable();
+		if (live)
+			waits_start();
+		else
+			(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_INIT, NULL);
+	}
 	code_events_mode(JVMTI_ENABLE);
 	(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_DEATH, NULL);
 	if (jstacks) {
@@ -484,6 +532,8 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 	if (dead)
 		return JNI_ERR;
 	if (options && !strcmp(options, "stop")) {
+		if (waits)
+			waits_end(verbose);
 		if (!tracing)
 			return JNI_OK;
 		code_events_mode(JVMTI_DISABLE);
@@ -495,7 +545,7 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 	}
 	if (!tracing || calltree || !options || (strcmp(options, "tprof") && strncmp(options, "tprof,", 6))) {
 		fprintf(stderr, "jprof: already attached in %s mode: attach again with \"tprof\" (name the code in a new trace) or \"stop\"\n",
-			calltree ? "calltree" : "tprof");
+			calltree ? "calltree" : tracing ? "tprof" : "lock/wall");
 		return JNI_ERR;
 	}
 	if (strstr(options, ",verbose"))
@@ -512,7 +562,7 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 JNIEXPORT void JNICALL Agent_OnUnload(JavaVM *vm)
 {
 	(void)vm;
-	if (!dead) {
+	if (!dead) {	/* the lock/wall profile needs JVMTI: written at VMDeath only */
 		if (jstacks)
 			jstacks_end(verbose);
 		if (jitdump)

@@ -36,4 +36,22 @@ int jitdump_open(const char *dir);
 void jitdump_load(const char *name, const void *addr, uint64_t size);
 void jitdump_close(int verbose);
 
+/* jprofile.c: the agent's own profile (lock, wall), aggregated stacks
+ * written as DIR/jprof-PID.pb.gz and folded files */
+enum { PROF_LOCK, PROF_WALL, PROF_KINDS };
+enum { PROF_RUNNABLE, PROF_BLOCKED, PROF_WAITING, PROF_TIMED_WAITING, PROF_STATES };
+#define PROF_DEPTH 256			/* frames kept of a stack */
+#define PROF_CUT ((jmethodID)(uintptr_t)1)	/* outermost frame of a cut stack */
+#define PROF_OVER ((jmethodID)(uintptr_t)2)	/* the stacks past the table's bound */
+int prof_init(int kind);
+/* f: leaf first, n <= PROF_DEPTH + 1 (the last PROF_CUT when cut); tag the state */
+void prof_add(int kind, unsigned tag, const jvmtiFrameInfo *f, int n, uint64_t count, uint64_t ns);
+int prof_write(jvmtiEnv *jvmti, const char *dir, uint64_t duration_ns, int verbose);
+
+/* waits.c: lock contention (MonitorContendedEnter/Entered) and the wall-clock sampler */
+int waits_init(JavaVM *vm, jvmtiEnv *jvmti, int lock, unsigned wall_ms, const char *dir, jvmtiEventCallbacks *cb);
+void waits_enable(void);	/* the monitor events on */
+int waits_start(void);		/* live phase: the wall sampler */
+void waits_end(int verbose);	/* events off, sampler stopped, the profile written */
+
 #endif
