@@ -155,3 +155,44 @@ func TestHooksFillingTheBufferStopTracing(t *testing.T) {
 		t.Fatalf("tracing stopped without saying a buffer filled: %+v", st)
 	}
 }
+
+// TestJProfBatchFillingTheBuffer: a batch of method events larger than a
+// normal-mode buffer writes what fits, stops tracing, and counts every
+// other record of the batch lost: written and lost make the batch.
+func TestJProfBatchFillingTheBuffer(t *testing.T) {
+	f, _, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	written, refused := 0, 0
+	err := f.JProfBatch(Writer{Root: true}, 0, func(put JProfPut) error {
+		for i := 0; i < n; i++ {
+			ok, err := put(Now(), trace.MajorInterp, 0x10, []uint64{7, 7, uint64(i), 0}, "")
+			switch {
+			case ok:
+				written++
+			case err != nil:
+				refused++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
+	st, _ := f.Info()
+	if !st.StoppedFull || written == 0 || written >= n || refused == 0 {
+		t.Fatalf("%d of %d written, %d refused after the buffer filled; %+v", written, n, refused, st)
+	}
+	if lost := st.CPUs[0].Lost; int(lost) != n-written {
+		t.Fatalf("%d written, %d counted lost: want %d in all", written, lost, n)
+	}
+}

@@ -144,6 +144,41 @@ func (b *Buffer) Write(major uint16, minor uint32, layout int, t uint64, fields 
 	return ok, err
 }
 
+// Batch writes many records under one hold of the buffer's lock (a
+// writer of many small records, as the JVMTI agent's method events,
+// would otherwise take it once each, against the readers and the other
+// writers): fn writes them through w, each as Write does.
+func (b *Buffer) Batch(fn func(w *Locked)) {
+	l := Locked{b: b}
+	b.mu.Lock()
+	fn(&l)
+	b.mu.Unlock()
+	if l.notify && b.Notify != nil {
+		b.Notify()
+	}
+}
+
+// Locked is a buffer whose lock its Batch holds.
+type Locked struct {
+	b      *Buffer
+	notify bool
+}
+
+// Write writes one record, as Buffer.Write.
+func (l *Locked) Write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string) (bool, error) {
+	b := l.b
+	size := trace.EncodedSize(major, minor, layout, len(fields), str)
+	if size+trace.TimeHighSize > b.segSize {
+		b.lost++
+		b.pending++
+		return false, fmt.Errorf("record of %d bytes does not fit a %d-byte segment", size, b.segSize)
+	}
+	return b.write(major, minor, layout, t, fields, str, size, &l.notify)
+}
+
+// Full is Buffer.Full.
+func (l *Locked) Full() bool { return l.b.full }
+
 // fullRecSize is the room normal mode keeps in its last segment for the
 // BUFFER_FULL record.
 var fullRecSize = trace.EncodedSize(trace.MajorSys, trace.SysBufFull, trace.LayoutFixed, 1, "")

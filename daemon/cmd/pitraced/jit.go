@@ -95,16 +95,18 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
 	var rep daemonproto.JProfReply
 	var firstErr error
-	err := readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
-		ok, err := s.Fac.JProf(w, cpu, t, major, minor, fields, str)
-		if err != nil && firstErr == nil {
-			// the rest go on to the facility, which counts them as lost
-			// when a full buffer stopped tracing
-			firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
-		}
-		if ok {
-			rep.Written++
-		}
+	err := s.Fac.JProfBatch(w, cpu, func(put facility.JProfPut) error {
+		return readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
+			ok, err := put(t, major, minor, fields, str)
+			if err != nil && firstErr == nil {
+				// the rest go on to the facility, which counts them as
+				// lost when a full buffer stopped tracing
+				firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
+			}
+			if ok {
+				rep.Written++
+			}
+		})
 	})
 	if err != nil {
 		return rep, err
