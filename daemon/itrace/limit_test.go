@@ -138,6 +138,7 @@ func taskStates(t *testing.T, pid int) map[int]string {
 // the limit was found are let go: none is left traced or stopped.
 func TestTooManyThreadsRefusedAtAttach(t *testing.T) {
 	cmd := exec.Command(buildC(t, "many", manyThreads), "40", "forever")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // as the churn's
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -212,6 +213,9 @@ func TestThreadsPastTheLimitRunUntraced(t *testing.T) {
 // taken when it first stops, not refused as "traced by another".
 func TestAttachWhileThreadsAreCreated(t *testing.T) {
 	cmd := exec.Command(buildC(t, "many", manyThreads), "8", "churn")
+	// It runs until killed: by the test's end, or with the test (a
+	// timeout does not run the deferred kill).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
