@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -138,7 +139,7 @@ func taskStates(t *testing.T, pid int) map[int]string {
 // the limit was found are let go: none is left traced or stopped.
 func TestTooManyThreadsRefusedAtAttach(t *testing.T) {
 	cmd := exec.Command(buildC(t, "many", manyThreads), "40", "forever")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // as the churn's
+	dieWithTest(cmd)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -213,9 +214,7 @@ func TestThreadsPastTheLimitRunUntraced(t *testing.T) {
 // taken when it first stops, not refused as "traced by another".
 func TestAttachWhileThreadsAreCreated(t *testing.T) {
 	cmd := exec.Command(buildC(t, "many", manyThreads), "8", "churn")
-	// It runs until killed: by the test's end, or with the test (a
-	// timeout does not run the deferred kill).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	dieWithTest(cmd)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -238,4 +237,14 @@ func TestAttachWhileThreadsAreCreated(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dieWithTest makes a program that runs until killed die with the test
+// too (a timeout does not run the test's deferred kill): the kernel kills
+// it when the thread that started it ends, so the test keeps its thread
+// (locked, never unlocked: the thread ends with the test's goroutine; a
+// tracer's locked thread, which ends with its session, never starts it).
+func dieWithTest(cmd *exec.Cmd) {
+	runtime.LockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
