@@ -55,7 +55,7 @@ type timelineOpts struct {
 
 func timelineFlags(o *timelineOpts) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "timeline", Usage: "write a time line to `FILE` (FILE.pftrace: Perfetto's protobuf trace, open it in ui.perfetto.dev; FILE.json: trace-event JSON, open it in ui.perfetto.dev or chrome://tracing): per thread its tprof samples with their call stacks, its states and each CPU's scheduling and interrupts (swtrace enable dispatch [interrupt]), its ITrace calls as nested slices with their instructions (and in Perfetto's, its system calls and page faults)", Destination: &o.path},
+		&cli.StringFlag{Name: "timeline", Usage: "write a time line to `FILE` (FILE.pftrace: Perfetto's protobuf trace, open it in ui.perfetto.dev; FILE.json: trace-event JSON, open it in ui.perfetto.dev or chrome://tracing): per thread its tprof samples with their call stacks, its states and each CPU's scheduling and interrupts (swtrace enable dispatch [interrupt]), its ITrace calls as nested slices with their instructions (and in Perfetto's, its system calls and page faults, and the trace hooks as markers)", Destination: &o.path},
 		&cli.StringFlag{Name: "timeline-format", Usage: "the time line's format: `perfetto` or json (default: perfetto for a FILE ending in .pftrace, .perfetto-trace or .perfetto, else json)", Destination: &o.format},
 	}
 }

@@ -17,6 +17,9 @@ package main
 //     CPU as arguments;
 //   - each CPU's hard and soft interrupts as slices on a track of the
 //     CPU's under "interrupts";
+//   - each user hook record (TraceHook, majors from 0x100) as an instant
+//     event on the track "trace hooks", named for its string (or its
+//     major and minor), with its CPU and words as arguments;
 //   - with ITrace records, each thread's calls and returns as nested
 //     slices on a track "calls" under the thread's (begun at the call,
 //     ended at the return, with the activation's inclusive instructions
@@ -41,6 +44,7 @@ type pfTimeline struct {
 	intr     [][]bool          // by CPU: the interrupts open, innermost last (soft or hard)
 	lastCall map[uint32]uint64 // by thread: the time of the last event on its calls track
 	sysNames map[int]string
+	args     []perfetto.Arg
 }
 
 func newPfTimeline(tl *timeline) *pfTimeline {
@@ -51,10 +55,20 @@ func newPfTimeline(tl *timeline) *pfTimeline {
 // the calls of each thread.
 const (
 	pfIntrTrack = 1
+	pfHookTrack = 2
+	pfCPUBase   = 16
 	pfCallsBase = 1 << 50
 )
 
-func pfCPUTrack(cpu int) uint64 { return perfetto.NamedTrack(2 + uint64(cpu)) }
+func pfCPUTrack(cpu int) uint64 { return perfetto.NamedTrack(pfCPUBase + uint64(cpu)) }
+
+// pfWordNames are the names of a hook's words as arguments.
+var pfWordNames = func() (n [8]string) {
+	for i := range n {
+		n[i] = "w" + strconv.Itoa(i)
+	}
+	return n
+}()
 
 func pfCallsTrack(pid, tid uint32) uint64 {
 	return perfetto.NamedTrack(pfCallsBase | uint64(pid)<<24 | uint64(tid))
@@ -144,7 +158,26 @@ func (p *pfTimeline) record(rec *trace.Record) {
 		}
 	case trace.MajorInterrupt:
 		p.interrupt(rec)
+	default:
+		if rec.Major >= trace.MajorUserFirst {
+			p.hook(rec)
+		}
 	}
+}
+
+// hook writes a user hook record as a marker.
+func (p *pfTimeline) hook(rec *trace.Record) {
+	track := perfetto.NamedTrack(pfHookTrack)
+	p.w.Track(track, 0, "trace hooks")
+	name := fmt.Sprintf("hook 0x%x/0x%x", rec.Major, rec.Minor)
+	if rec.Layout == trace.LayoutString && rec.Str != "" {
+		name = rec.Str
+	}
+	p.args = append(p.args[:0], perfetto.Num("major", uint64(rec.Major)), perfetto.Num("minor", uint64(rec.Minor)), perfetto.Num("cpu", uint64(max(rec.CPU, 0))))
+	for i, v := range rec.Fixed[:min(len(rec.Fixed), len(pfWordNames))] {
+		p.args = append(p.args, perfetto.Num(pfWordNames[i], v))
+	}
+	p.w.Instant(track, rec.Time, "hook", name, 0, p.args...)
 }
 
 // interrupt writes a hard or soft interrupt's entry or exit on its CPU's

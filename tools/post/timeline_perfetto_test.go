@@ -571,6 +571,14 @@ func schedTrace(t *testing.T, dir string) (path string, want map[uint64]uint64, 
 			n["exit"]++
 			continue
 		}
+		if i%500 == 7 { // a user hook record, with its string or words only
+			if i%1000 == 7 {
+				must(tw.Write(0x1234, 5, trace.LayoutString, tm, nil, "request done"))
+			} else {
+				must(tw.Write(0x1234, 6, trace.LayoutWords, tm, []uint64{7, 8}, ""))
+			}
+			n["hook"]++
+		}
 		switch r := rng.Intn(10); {
 		case r < 6: // a switch
 			var next uint64
@@ -689,9 +697,17 @@ func TestTimelinePerfettoSched(t *testing.T) {
 	if states[0] == 0 || states[1] == 0 || states[2] == 0 || states[0x80] == 0 || len(states) != 4 {
 		t.Errorf("prev_state values %v, want 0, 1, 2 and 0x80", states)
 	}
-	irqs, samples := map[string]int{}, 0
+	irqs, samples, hooks := map[string]int{}, 0, map[string]int{}
 	for _, ev := range d.events {
 		switch {
+		case ev.cat == "hook":
+			if d.tracks[ev.track].name != "trace hooks" || ev.args["major"] != uint64(0x1234) {
+				t.Fatalf("a hook %+v on %+v", ev, d.tracks[ev.track])
+			}
+			if ev.name == "hook 0x1234/0x6" && (ev.args["w0"] != uint64(7) || ev.args["w1"] != uint64(8)) {
+				t.Fatalf("a hook's words: %+v", ev.args)
+			}
+			hooks[ev.name]++
 		case ev.typ == 1 && ev.cat == "interrupt":
 			irqs[ev.name]++
 			if tr := d.tracks[ev.track]; !strings.HasPrefix(tr.name, "CPU ") || d.tracks[tr.parent].name != "interrupts" {
@@ -707,6 +723,9 @@ func TestTimelinePerfettoSched(t *testing.T) {
 	}
 	if irqs["irq"] != n["irq"] || irqs["softirq"] != n["softirq"] || samples != n["tick"] || samples == 0 {
 		t.Fatalf("%v interrupts and %d samples in the time line; the trace has %v", irqs, samples, n)
+	}
+	if hooks["request done"]+hooks["hook 0x1234/0x6"] != n["hook"] || hooks["request done"] == 0 || hooks["hook 0x1234/0x6"] == 0 {
+		t.Fatalf("hooks %v in the time line; the trace has %d", hooks, n["hook"])
 	}
 	if d.maxDepth != 2 {
 		t.Fatalf("interrupts nest %d deep, want 2 (a softirq in an irq)", d.maxDepth)
