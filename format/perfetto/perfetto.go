@@ -31,6 +31,8 @@ import (
 	"io"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"perfinsp/format/internal/calltree"
 )
 
 // Field numbers, by message and .proto file (protos/perfetto/...).
@@ -185,16 +187,13 @@ type Writer struct {
 	nameIDs   map[string]int32
 	nameSent  []bool // the name is interned as a function name
 	modSent   map[int32]uint64
-	frames    []frameNode
-	frameIDs  map[frameNode]int32
+	frames    calltree.Tree
 	funcIIDs  map[[2]int32]uint64
 	stackSent []bool
 	path      []uint64
 
 	cpus []cpuBundle
 }
-
-type frameNode struct{ parent, name, mod int32 }
 
 type cpuBundle struct {
 	buf []byte // encoded FtraceEvents (fields 2 of the bundle)
@@ -219,7 +218,7 @@ func (in *interner) iid(s string) (uint64, bool) {
 // New starts a trace on out.
 func New(out io.Writer) *Writer {
 	return &Writer{w: bufio.NewWriterSize(out, 1<<20), tracks: map[uint64]bool{},
-		nameIDs: map[string]int32{}, modSent: map[int32]uint64{}, frameIDs: map[frameNode]int32{}, funcIIDs: map[[2]int32]uint64{}}
+		nameIDs: map[string]int32{}, modSent: map[int32]uint64{}, funcIIDs: map[[2]int32]uint64{}}
 }
 
 // Track uuids: thread tracks, their child tracks, named tracks.
@@ -460,14 +459,10 @@ func (w *Writer) Name(s string) int32 {
 // named name (a Name) in the module mod (a Name) called from parent (0:
 // a root frame): the call stack whose leaf it is.
 func (w *Writer) FrameOf(parent int, name, mod int32) int {
-	k := frameNode{int32(parent), name, mod}
-	if id, ok := w.frameIDs[k]; ok {
-		return int(id)
+	id := w.frames.Of(int32(parent), name, mod)
+	if int(id) > len(w.stackSent) {
+		w.stackSent = append(w.stackSent, false)
 	}
-	w.frames = append(w.frames, k)
-	w.stackSent = append(w.stackSent, false)
-	id := int32(len(w.frames))
-	w.frameIDs[k] = id
 	return int(id)
 }
 
@@ -479,8 +474,9 @@ func (w *Writer) internStack(id int32) {
 	}
 	w.stackSent[id-1] = true
 	w.path = w.path[:0]
-	for f := id; f > 0; f = w.frames[f-1].parent {
-		w.path = append(w.path, w.funcIID(w.frames[f-1].name, w.frames[f-1].mod))
+	for f := id; f > 0; f = w.frames.Frame(f).Parent {
+		fr := w.frames.Frame(f)
+		w.path = append(w.path, w.funcIID(fr.Name, fr.Mod))
 	}
 	// Callstack: iid, frame_ids (packed), root first
 	var packed []byte

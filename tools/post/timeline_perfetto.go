@@ -151,9 +151,13 @@ func (p *pfTimeline) record(rec *trace.Record) {
 		case trace.MTEExit:
 			pid, tid := uint32(rec.Field(0)), uint32(rec.Field(1))
 			p.w.Exit(rec.CPU, t, pid, tid, p.comm(pid, tid))
-		case trace.MTEExec, trace.MTEThreadName:
-			delete(p.threads, uint32(rec.Field(1))) // named afresh
+		case trace.MTEExec:
+			delete(p.procs, uint32(rec.Field(0))) // named afresh, with its process
+			delete(p.threads, uint32(rec.Field(1)))
+		case trace.MTEThreadName:
+			delete(p.threads, uint32(rec.Field(1)))
 		case trace.MTEProcess:
+			delete(p.procs, uint32(rec.Field(0)))
 			delete(p.threads, uint32(rec.Field(0)))
 		}
 	case trace.MajorInterrupt:
