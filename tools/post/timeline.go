@@ -114,12 +114,14 @@ type timeline struct {
 	pf      *pfTimeline        // Perfetto's
 	started bool
 	now     uint64 // the time of the record read
-	r       *a2n.Resolver
-	filt    *tprof.Filter
-	sched   *offcpu.Analyzer
-	calls   *itrace.Report
-	namer   *a2nNamer
-	off     uint64 // time of the trace's end (SysTraceOff)
+	// dispatches counts the DISPATCH switch records.
+	dispatches uint64
+	r          *a2n.Resolver
+	filt       *tprof.Filter
+	sched      *offcpu.Analyzer // the JSON's thread states
+	calls      *itrace.Report
+	namer      *a2nNamer
+	off        uint64 // time of the trace's end (SysTraceOff)
 
 	pending             []pendingTick       // by CPU: the sample whose stack may follow
 	procs               map[uint32]*tlProc  // processes with a track, with their frames
@@ -189,11 +191,8 @@ func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func
 		return nil, nil, err
 	}
 	tl := &timeline{path: path, f: f, r: r, filt: filt,
-		// the states only: stacks go unnamed (the off-CPU profiles' names)
-		sched:  offcpu.New(nil),
 		namer:  &a2nNamer{r: r, cache: map[[2]uint64]named{}},
 		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}, kernelFuncs: map[uint64]int32{}}
-	tl.sched.StatesOnly = true
 	var onBranch func(*itrace.Branch)
 	opener := "chrome://tracing"
 	if format == "perfetto" {
@@ -203,7 +202,10 @@ func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func
 		opener = "ui.perfetto.dev"
 	} else {
 		tl.out = &jsonTimeline{tl}
-		tl.sched.KeepSpans = true
+		// the threads' states: the stacks go unnamed (the off-CPU
+		// profiles' names); Perfetto makes them from the switches
+		tl.sched = offcpu.New(nil)
+		tl.sched.KeepSpans, tl.sched.StatesOnly = true, true
 		opener = "ui.perfetto.dev or " + opener
 	}
 	tl.calls = itrace.NewReport(tl.namer, onBranch)
@@ -218,7 +220,7 @@ func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func
 		if err := tl.finish(); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
-		fmt.Fprintf(stdout, "post: wrote %s (%d samples, %d dispatches, %d calls; open it in %s)\n", path, tl.samples, tl.sched.Dispatches, tl.callSlices, opener)
+		fmt.Fprintf(stdout, "post: wrote %s (%d samples, %d dispatches, %d calls; open it in %s)\n", path, tl.samples, tl.dispatches, tl.callSlices, opener)
 		return nil
 	}
 	return hook, end, nil
@@ -273,7 +275,10 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 	case trace.MajorITraceU, trace.MajorITraceK:
 		tl.calls.Apply(rec)
 	}
-	if rec.Major != trace.MajorUnwind { // (stacks: the off-CPU profiles')
+	if rec.Major == trace.MajorDispatch && rec.Minor == trace.DispatchSwitch {
+		tl.dispatches++
+	}
+	if tl.sched != nil && rec.Major != trace.MajorUnwind { // (stacks: the off-CPU profiles')
 		tl.sched.Record(rec)
 	}
 	tl.out.record(rec)
@@ -434,7 +439,9 @@ func (tl *timeline) finish() error {
 		tl.flush(cpu)
 	}
 	tl.calls.Finish()
-	tl.sched.Finish(tl.off)
+	if tl.sched != nil {
+		tl.sched.Finish(tl.off)
+	}
 	err := tl.out.finish()
 	if cerr := tl.f.Close(); err == nil {
 		err = cerr

@@ -290,7 +290,7 @@ func (p *pfTimeline) branch(b *itrace.Branch) {
 }
 
 func (p *pfTimeline) finish() error {
-	_, end := p.tl.sched.Span()
+	end := max(p.tl.now, p.tl.off)
 	for cpu := range p.intr {
 		p.closeIntr(cpu, end)
 	}
