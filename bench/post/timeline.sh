@@ -2,10 +2,12 @@
 # The cost of post --timeline against post -tprof, side by side, on the
 # real traces with call stacks of bench/post/real.sh (about 1 M records
 # each: a tick and its stack per sample; recorded by real.sh -R when
-# missing, which needs root and perf). The two commands take turns RUNS
-# times, each run a fresh process with a warm table cache (its first run
-# fills it). Printed: the ticks, the time line's size, the best wall and
-# the least CPU time (user+system) of each, and --timeline's over -tprof's.
+# missing, which needs root and perf): the time line in trace-event JSON
+# (t.json) and in Perfetto's protobuf format (t.pftrace). The three
+# commands take turns RUNS times, each run a fresh process with a warm
+# table cache (its first run fills it). Printed: the ticks, each time
+# line's size, the best wall and the least CPU time (user+system) of
+# each, and each time line's over -tprof's.
 #
 #   bench/post/timeline.sh [-d DIR] [-n RUNS=3] [WORKLOAD...]   (xz python system)
 set -euo pipefail
@@ -16,7 +18,7 @@ while getopts d:n: o; do
 	case $o in
 	d) dir=$OPTARG ;;
 	n) runs=$OPTARG ;;
-	*) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+	*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
@@ -38,7 +40,8 @@ once() {
 	CPU[$k]=$(awk -v a="${CPU[$k]:-1e9}" -v b="$u" -v c="$s" 'BEGIN {print (b + c < a ? b + c : a)}')
 }
 
-printf '%-7s %8s %8s  %7s %7s  %7s %7s  %6s %6s\n' trace ticks json_MB tprof_s cpu_s tline_s cpu_s x_wall x_cpu
+printf '%-7s %8s %7s %7s  %7s %7s  %7s %7s %6s %6s  %7s %7s %6s %6s\n' trace ticks json_MB pf_MB tprof_s cpu_s json_s cpu_s x_wall x_cpu pf_s cpu_s x_wall x_cpu
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 for w in "${workloads[@]}"; do
 	out=$dir/out-timeline-$w
 	cache=$dir/a2n-cache-timeline-$w
@@ -51,11 +54,13 @@ for w in "${workloads[@]}"; do
 	for ((i = 0; i < runs; i++)); do
 		once tprof bin/post "${common[@]}" -tprof
 		once timeline bin/post "${common[@]}" --timeline "$out/t.json"
+		once perfetto bin/post "${common[@]}" --timeline "$out/t.pftrace"
 	done
-	printf '%-7s %8s %8s  %7s %7s  %7s %7s  %6s %6s\n' "$w" "$ticks" "$(($(stat -c %s "$out/t.json") >> 20))" \
-		"${WALL[tprof]}" "${CPU[tprof]}" "${WALL[timeline]}" "${CPU[timeline]}" \
-		"$(awk -v a="${WALL[timeline]}" -v b="${WALL[tprof]}" 'BEGIN {printf "%.2f", a / b}')" \
-		"$(awk -v a="${CPU[timeline]}" -v b="${CPU[tprof]}" 'BEGIN {printf "%.2f", a / b}')"
-	rm -f "$out/t.json"
+	printf '%-7s %8s %7s %7s  %7s %7s  %7s %7s %6s %6s  %7s %7s %6s %6s\n' "$w" "$ticks" \
+		"$(($(stat -c %s "$out/t.json") >> 20))" "$(($(stat -c %s "$out/t.pftrace") >> 20))" \
+		"${WALL[tprof]}" "${CPU[tprof]}" \
+		"${WALL[timeline]}" "${CPU[timeline]}" "$(ratio "${WALL[timeline]}" "${WALL[tprof]}")" "$(ratio "${CPU[timeline]}" "${CPU[tprof]}")" \
+		"${WALL[perfetto]}" "${CPU[perfetto]}" "$(ratio "${WALL[perfetto]}" "${WALL[tprof]}")" "$(ratio "${CPU[perfetto]}" "${CPU[tprof]}")"
+	rm -f "$out/t.json" "$out/t.pftrace"
 done
-echo "(best wall and least CPU of $runs runs each, taking turns; x: --timeline over -tprof)"
+echo "(best wall and least CPU of $runs runs each, taking turns; x: --timeline over -tprof; load: $(uptime | sed 's/.*load average/load average/'))"

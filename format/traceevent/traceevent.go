@@ -15,6 +15,8 @@ import (
 	"io"
 	"strconv"
 	"unicode/utf8"
+
+	"perfinsp/format/internal/calltree"
 )
 
 // Writer writes one trace-event JSON document.
@@ -22,8 +24,7 @@ type Writer struct {
 	w      *bufio.Writer
 	origin uint64
 	n      int // events written
-	frames []stackFrame
-	ids    frameTable
+	frames calltree.Tree
 	// The names of frames, by id (Name): each as a JSON string, unquoted,
 	// in quoted[at[id]:at[id+1]]. Frames and their map hold no pointers
 	// (a system-wide time line makes hundreds of thousands): the
@@ -33,10 +34,6 @@ type Writer struct {
 	at     []int
 	buf    []byte // the event being made
 	path   []int32
-}
-
-type stackFrame struct {
-	parent, name, category int32
 }
 
 // Arg is one argument of an event: a string, or a number when Str is
@@ -274,8 +271,8 @@ func (w *Writer) InstantStack(pid, tid uint32, cat, name string, t uint64, sf in
 	}
 	b = append(b, `"stack":"`...)
 	w.path = w.path[:0]
-	for id := int32(sf); id > 0 && int(id) <= len(w.frames); id = w.frames[id-1].parent {
-		w.path = append(w.path, w.frames[id-1].name)
+	for id := int32(sf); id > 0 && int(id) <= w.frames.Len(); id = w.frames.Frame(id).Parent {
+		w.path = append(w.path, w.frames.Frame(id).Name)
 	}
 	for i := len(w.path) - 1; i >= 0; i-- {
 		b = append(b, w.quotedName(w.path[i])...)
@@ -309,74 +306,17 @@ func (w *Writer) quotedName(id int32) []byte { return w.quoted[w.at[id]:w.at[id+
 // FrameOf is Frame with the name and category given by their ids (Name):
 // for a caller that names its frames once.
 func (w *Writer) FrameOf(parent int, name, category int32) int {
-	k := stackFrame{int32(parent), name, category}
-	slot := w.ids.find(w.frames, k)
-	if id := w.ids.slots[slot]; id != 0 {
-		return int(id)
-	}
-	w.frames = append(w.frames, k)
-	id := int32(len(w.frames))
-	w.ids.add(w.frames, slot, id)
-	return int(id)
-}
-
-// frameTable finds a frame's id by its parent, name and category: an
-// open-addressed table of ids (0: empty) whose keys are the frames
-// themselves (Writer.frames), 4 bytes a slot, the keys not copied. A
-// time line asks it millions of times.
-type frameTable struct {
-	slots []int32
-	n     int
-}
-
-func (t *frameTable) hash(k stackFrame) uint64 {
-	h := uint64(uint32(k.parent))*0x9e3779b97f4a7c15 + uint64(uint32(k.name))*0xc2b2ae3d27d4eb4f + uint64(uint32(k.category))*0x165667b19e3779f9
-	h ^= h >> 32
-	h *= 0xff51afd7ed558ccd
-	return h ^ h>>29
-}
-
-// find is the slot of k in frames: its id's, or the empty slot where it
-// goes.
-func (t *frameTable) find(frames []stackFrame, k stackFrame) int {
-	if t.slots == nil {
-		t.slots = make([]int32, 1<<10)
-	}
-	mask := len(t.slots) - 1
-	for i := int(t.hash(k)) & mask; ; i = (i + 1) & mask {
-		id := t.slots[i]
-		if id == 0 || frames[id-1] == k {
-			return i
-		}
-	}
-}
-
-// add puts id (frames[id-1]) in the empty slot find gave, growing the
-// table at half full.
-func (t *frameTable) add(frames []stackFrame, slot int, id int32) {
-	t.slots[slot] = id
-	t.n++
-	if 2*t.n <= len(t.slots) {
-		return
-	}
-	t.slots = make([]int32, 2*len(t.slots))
-	mask := len(t.slots) - 1
-	for j, f := range frames {
-		i := int(t.hash(f)) & mask
-		for t.slots[i] != 0 {
-			i = (i + 1) & mask
-		}
-		t.slots[i] = int32(j + 1)
-	}
+	return int(w.frames.Of(int32(parent), name, category))
 }
 
 // Close ends the document (the stack frames after the events) and
 // flushes it; the error is the first the writing met.
 func (w *Writer) Close() error {
 	w.w.WriteString("\n]")
-	if len(w.frames) > 0 {
+	if w.frames.Len() > 0 {
 		w.w.WriteString(`,"stackFrames":{`)
-		for i, f := range w.frames {
+		for i := range w.frames.Len() {
+			f := w.frames.Frame(int32(i + 1))
 			if i > 0 {
 				w.w.WriteString(",\n")
 			} else {
@@ -385,16 +325,16 @@ func (w *Writer) Close() error {
 			w.w.WriteByte('"')
 			w.w.Write(strconv.AppendUint(w.buf[:0], uint64(i+1), 10))
 			w.w.WriteString(`":{"name":"`)
-			w.w.Write(w.quotedName(f.name))
+			w.w.Write(w.quotedName(f.Name))
 			w.w.WriteByte('"')
-			if c := w.quotedName(f.category); len(c) > 0 { // (only "" quotes to nothing)
+			if c := w.quotedName(f.Mod); len(c) > 0 { // (only "" quotes to nothing)
 				w.w.WriteString(`,"category":"`)
 				w.w.Write(c)
 				w.w.WriteByte('"')
 			}
-			if f.parent > 0 {
+			if f.Parent > 0 {
 				w.w.WriteString(`,"parent":"`)
-				w.w.Write(strconv.AppendUint(w.buf[:0], uint64(f.parent), 10))
+				w.w.Write(strconv.AppendUint(w.buf[:0], uint64(f.Parent), 10))
 				w.w.WriteByte('"')
 			}
 			w.w.WriteByte('}')

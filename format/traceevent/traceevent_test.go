@@ -3,7 +3,6 @@ package traceevent
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"testing"
 )
 
@@ -64,38 +63,5 @@ func checkQuoted(t *testing.T, s string) {
 	want, _ := json.Marshal(s)
 	if got := appendQuoted([]byte{'"'}, s); string(append(got, '"')) != string(want) {
 		t.Fatalf("%q written %s, encoding/json writes %s", s, append(got, '"'), want)
-	}
-}
-
-// FrameOf gives one id per distinct (parent, name, category), the same
-// each time it is asked, through its table's growth (tens of thousands of
-// frames, many keys alike but in one field), as a map of the keys gives.
-func TestFrameOfDistinctThroughGrowth(t *testing.T) {
-	w := New(io.Discard, 0)
-	want := map[stackFrame]int{}
-	for round := range 2 {
-		for p := range 300 {
-			for n := range 40 {
-				for c := range 3 {
-					k := stackFrame{int32(p), int32(n), int32(c * 7)}
-					id := w.FrameOf(int(k.parent), k.name, k.category)
-					if old, ok := want[k]; ok && old != id {
-						t.Fatalf("round %d: frame %+v is %d, was %d", round, k, id, old)
-					}
-					if round == 0 && id != len(want)+1 {
-						t.Fatalf("new frame %+v is %d, want %d", k, id, len(want)+1)
-					}
-					want[k] = id
-				}
-			}
-		}
-	}
-	if len(w.frames) != len(want) {
-		t.Fatalf("%d frames kept, want %d", len(w.frames), len(want))
-	}
-	for i, f := range w.frames {
-		if want[f] != i+1 {
-			t.Fatalf("frame %d is %+v, whose id is %d", i+1, f, want[f])
-		}
 	}
 }

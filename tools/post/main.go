@@ -38,14 +38,16 @@ Long options take one or two dashes (-tprof, --tprof). See docs/post.md and docs
    post -arc -itrace --callgrind cg.out ITrace reports
    post --merge --merge-pprof m.pb.gz   merge.out: JProf method events merged with tprof ticks
    post -sched --offcpu off.folded      sched.out, sched.json: time by state, wake-up latency; off-CPU stacks
-   post --timeline t.json               a time line for ui.perfetto.dev: samples, thread states, ITrace calls
+   post --timeline t.pftrace            a time line for ui.perfetto.dev: CPU scheduling, samples, ITrace calls
+   post --timeline t.json               the same in trace-event JSON (chrome://tracing opens it too)
    post --wall w.folded --wall-pprof w.pb.gz  on-CPU and off-CPU time in one profile`
 
 // options are post's command line, parsed once: the flags' values, then
 // what run derives from them (the tick filter, the table cache in use).
 type options struct {
 	in, outDir, pprofOut, folded, flame, perfmap, root, cpuprofile, cacheDir string
-	script, diff, annotate, timeline                                         string
+	script, diff, annotate                                                   string
+	timeline                                                                 timelineOpts
 	show, doTprof, lines, strict, noChildren, noCache, hexIDs, progress      bool
 	pids, tids, comms                                                        string
 	itrace                                                                   itraceFlagValues
@@ -144,7 +146,7 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 	if o.diff != "" && o.flame == "" {
 		return cliutil.UsageError(c, "--diff FILE colours the flame graph: give --flame FILE too")
 	}
-	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() && o.timeline == "" {
+	if !o.show && !o.doTprof && o.pprofOut == "" && o.folded == "" && o.flame == "" && o.script == "" && o.annotate == "" && !o.itrace.any() && !o.merge.any() && !o.sched.any() && o.timeline.path == "" {
 		o.doTprof = true
 	}
 	var err error
@@ -223,7 +225,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 	}
 	if st, err := os.Stat(in); err == nil && reserveHeap != nil {
 		perByte := int64(heapPerTraceByte)
-		if o.timeline != "" {
+		if o.timeline.path != "" {
 			perByte += timelineHeapPerTraceByte
 		}
 		if n, _ := reserveHeap(int(min(st.Size(), 1<<40) * perByte)); n > 0 {
@@ -445,7 +447,7 @@ func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer
 		rec, end := schedHook(o.sched, r, o.filter, nil, o.outDir, stdout, stderr)
 		ps = append(ps, hookPass{rec, end})
 	}
-	if o.timeline != "" {
+	if o.timeline.path != "" {
 		rec, end, err := timelineHook(o.timeline, r, o.filter, nil, stdout)
 		if err != nil {
 			if show != nil {

@@ -1,18 +1,21 @@
 package main
 
 // The time line (--timeline FILE): one file for every kind of trace, in
-// Chrome's trace-event JSON (format/traceevent).
+// Perfetto's protobuf trace format (format/perfetto; timeline_perfetto.go) or
+// in Chrome's trace-event JSON (format/traceevent), by the file's
+// extension or --timeline-format.
 //
-// The format: the JSON trace-event format is the one that opens both in
-// the Perfetto UI (ui.perfetto.dev) and in chrome://tracing, and the one
-// the scheduling time line already wrote. Perfetto's own protobuf format
-// (TracePacket with TrackEvent, PerfSample) would be smaller, but opens
-// in Perfetto only, and has no Go package of its published definitions
-// to encode it with. Perfetto's JSON importer does not read the
-// stackFrames dictionary (chrome://tracing does), so each sample carries
-// its stack twice: as "sf" and as the "stack" argument Perfetto shows.
+// The formats: Perfetto's protobuf format is the smaller, streams, and
+// carries each CPU's scheduling as the kernel's own sched_switch events,
+// from which ui.perfetto.dev draws CPU tracks and thread states, and
+// call stacks it shows as flame graphs; it opens in Perfetto only. The
+// JSON trace-event format opens both in the Perfetto UI and in
+// chrome://tracing. Perfetto's JSON importer does not read the
+// stackFrames dictionary (chrome://tracing does), so each JSON sample
+// carries its stack twice: as "sf" and as the "stack" argument Perfetto
+// shows.
 //
-// What it holds, by process and thread:
+// What the JSON holds, by process and thread:
 //   - each tprof sample as an instant event on its thread's track, named
 //     for the sampled function, with its call stack;
 //   - with DISPATCH records, each thread's running, run-queue, sleeping
@@ -45,10 +48,33 @@ import (
 	"perfinsp/format/traceevent"
 )
 
-func timelineFlags(path *string) []cli.Flag {
+// timelineOpts are the time line's options.
+type timelineOpts struct {
+	path, format string
+}
+
+func timelineFlags(o *timelineOpts) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "timeline", Usage: "write a time line to `FILE` (trace-event JSON: open it in ui.perfetto.dev or chrome://tracing): per thread its tprof samples with their call stacks, its states and each CPU's interrupts (swtrace enable dispatch [interrupt]), its ITrace calls as nested slices with their instructions", Destination: path},
+		&cli.StringFlag{Name: "timeline", Usage: "write a time line to `FILE` (FILE.pftrace: Perfetto's protobuf trace, open it in ui.perfetto.dev; FILE.json: trace-event JSON, open it in ui.perfetto.dev or chrome://tracing): per thread its tprof samples with their call stacks, its states and each CPU's scheduling and interrupts (swtrace enable dispatch [interrupt]), its ITrace calls as nested slices with their instructions (and in Perfetto's, its system calls and page faults, and the trace hooks as markers)", Destination: &o.path},
+		&cli.StringFlag{Name: "timeline-format", Usage: "the time line's format: `perfetto` or json (default: perfetto for a FILE ending in .pftrace, .perfetto-trace or .perfetto, else json)", Destination: &o.format},
 	}
+}
+
+// timelineFormat is the format of the time line o writes: "perfetto" or
+// "json".
+func timelineFormat(o timelineOpts) (string, error) {
+	switch o.format {
+	case "perfetto", "json":
+		return o.format, nil
+	case "":
+	default:
+		return "", fmt.Errorf("--timeline-format %q: say perfetto or json", o.format)
+	}
+	switch strings.ToLower(filepath.Ext(o.path)) {
+	case ".pftrace", ".perfetto-trace", ".perfetto":
+		return "perfetto", nil
+	}
+	return "json", nil
 }
 
 // callsTrack is the track id of a thread's ITrace calls, in its process:
@@ -57,17 +83,45 @@ func callsTrack(tid uint32) uint32 { return 1<<30 | tid }
 
 type trackKey struct{ pid, tid uint32 }
 
+// tlOut is a time line's format: what the time line writes, and how.
+type tlOut interface {
+	// begin starts the file; t is the first record's time.
+	begin(t uint64)
+	// Name and FrameOf make the stack frames of samples: a frame is a
+	// function (its name and module, ids of Name) called from its
+	// parent frame (0: none).
+	Name(s string) int32
+	FrameOf(parent int, name, mod int32) int
+	// newTrack is told of each track the time line writes to, once,
+	// before its first event.
+	newTrack(pid, tid uint32, calls bool)
+	// sample writes a tprof sample, its stack's leaf frame sf.
+	sample(t *scriptTick, sf int, leaf tlFunc)
+	// call writes the begin or end of an ITrace frame.
+	call(ev *itrace.FrameEvent)
+	// record takes each record post reads after the time line did.
+	record(rec *trace.Record)
+	// finish writes what is left; the file is closed after.
+	finish() error
+}
+
 // timeline writes the time line from the records post reads.
 type timeline struct {
-	path  string
-	f     *os.File
-	w     *traceevent.Writer
-	r     *a2n.Resolver
-	filt  *tprof.Filter
-	sched *offcpu.Analyzer
-	calls *itrace.Report
-	namer *a2nNamer
-	off   uint64 // time of the trace's end (SysTraceOff)
+	path    string
+	f       *os.File
+	out     tlOut
+	w       *traceevent.Writer // the JSON's
+	pf      *pfTimeline        // Perfetto's
+	started bool
+	now     uint64 // the time of the record read
+	// dispatches counts the DISPATCH switch records.
+	dispatches uint64
+	r          *a2n.Resolver
+	filt       *tprof.Filter
+	sched      *offcpu.Analyzer // the JSON's thread states
+	calls      *itrace.Report
+	namer      *a2nNamer
+	off        uint64 // time of the trace's end (SysTraceOff)
 
 	pending             []pendingTick       // by CPU: the sample whose stack may follow
 	procs               map[uint32]*tlProc  // processes with a track, with their frames
@@ -123,21 +177,38 @@ type tlPC struct {
 
 // timelineHook chains the time line after next on every record post
 // reads; the returned function writes what is left and closes the file.
-func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error, error) {
+func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error, error) {
+	path := o.path
 	if path == "" {
 		return next, func() error { return nil }, nil
+	}
+	format, err := timelineFormat(o)
+	if err != nil {
+		return nil, nil, err
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	tl := &timeline{path: path, f: f, r: r, filt: filt,
-		// the states only: stacks go unnamed (the off-CPU profiles' names)
-		sched:  offcpu.New(nil),
 		namer:  &a2nNamer{r: r, cache: map[[2]uint64]named{}},
 		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}, kernelFuncs: map[uint64]int32{}}
-	tl.sched.KeepSpans, tl.sched.StatesOnly = true, true
-	tl.calls = itrace.NewReport(tl.namer, nil)
+	var onBranch func(*itrace.Branch)
+	opener := "chrome://tracing"
+	if format == "perfetto" {
+		tl.pf = newPfTimeline(tl)
+		tl.out = tl.pf
+		onBranch = tl.pf.branch
+		opener = "ui.perfetto.dev"
+	} else {
+		tl.out = &jsonTimeline{tl}
+		// the threads' states: the stacks go unnamed (the off-CPU
+		// profiles' names); Perfetto makes them from the switches
+		tl.sched = offcpu.New(nil)
+		tl.sched.KeepSpans, tl.sched.StatesOnly = true, true
+		opener = "ui.perfetto.dev or " + opener
+	}
+	tl.calls = itrace.NewReport(tl.namer, onBranch)
 	tl.calls.OnFrame(tl.frame)
 	hook := func(rec *trace.Record, res *a2n.Result) {
 		if next != nil {
@@ -149,7 +220,7 @@ func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*t
 		if err := tl.finish(); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
-		fmt.Fprintf(stdout, "post: wrote %s (%d samples, %d dispatches, %d calls; open it in ui.perfetto.dev or chrome://tracing)\n", path, tl.samples, tl.sched.Dispatches, tl.callSlices)
+		fmt.Fprintf(stdout, "post: wrote %s (%d samples, %d dispatches, %d calls; open it in %s)\n", path, tl.samples, tl.dispatches, tl.callSlices, opener)
 		return nil
 	}
 	return hook, end, nil
@@ -158,9 +229,11 @@ func timelineHook(path string, r *a2n.Resolver, filt *tprof.Filter, next func(*t
 // record takes each record post reads, in time order (res: a tick's
 // name, nil for a tick the selection leaves out).
 func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
-	if tl.w == nil {
-		tl.w = traceevent.New(tl.f, rec.Time) // the first record's time is 0
+	if !tl.started {
+		tl.started = true
+		tl.out.begin(rec.Time)
 	}
+	tl.now = rec.Time
 	if rec.Major != trace.MajorUnwind {
 		tl.flush(rec.CPU) // its stack would have come next
 	}
@@ -202,9 +275,13 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 	case trace.MajorITraceU, trace.MajorITraceK:
 		tl.calls.Apply(rec)
 	}
-	if rec.Major != trace.MajorUnwind { // (stacks: the off-CPU profiles')
+	if rec.Major == trace.MajorDispatch && rec.Minor == trace.DispatchSwitch {
+		tl.dispatches++
+	}
+	if tl.sched != nil && rec.Major != trace.MajorUnwind { // (stacks: the off-CPU profiles')
 		tl.sched.Record(rec)
 	}
+	tl.out.record(rec)
 }
 
 // flush writes the sample pending on cpu (no stack followed it).
@@ -248,21 +325,30 @@ func (tl *timeline) frameOf(p *tlProc, pid uint32, parent int32, at tlPC) tlFram
 		if fn, ok = tl.funcIDs[f]; !ok {
 			fn = int32(len(tl.funcs))
 			tl.funcs = append(tl.funcs, f)
-			tl.frameNames = append(tl.frameNames, tlFuncID{tl.w.Name(f.sym), tl.w.Name(filepath.Base(f.mod))})
+			tl.frameNames = append(tl.frameNames, tlFuncID{tl.out.Name(f.sym), tl.out.Name(filepath.Base(f.mod))})
 			tl.funcIDs[f] = fn
 		}
 		funcs[at.pc] = fn
 	}
 	n := tl.frameNames[fn]
-	return tlFrame{int32(tl.w.FrameOf(int(parent), n.sym, n.mod)), fn}
+	return tlFrame{int32(tl.out.FrameOf(int(parent), n.sym, n.mod)), fn}
 }
 
-// track notes a track written to, named name, and its process.
-func (tl *timeline) track(pid, tid uint32, name func() string) {
+// track notes a track written to: thread (pid, tid)'s, or with calls
+// its ITrace calls', and its process.
+func (tl *timeline) track(pid, tid uint32, calls bool) {
 	k := trackKey{pid, tid}
+	if calls {
+		k.tid = callsTrack(tid)
+	}
 	if _, ok := tl.tracks[k]; !ok {
-		tl.tracks[k] = name()
+		if calls {
+			tl.tracks[k] = fmt.Sprintf("%s %d calls", tl.threadName(pid, tid), tid)
+		} else {
+			tl.tracks[k] = fmt.Sprintf("%s %d", tl.threadName(pid, tid), tid)
+		}
 		tl.proc(pid)
+		tl.out.newTrack(pid, tid, calls)
 	}
 }
 
@@ -278,7 +364,7 @@ func (tl *timeline) threadName(pid, tid uint32) string {
 // record, interrupted first, the first nk in the kernel), or with none
 // its own address.
 func (tl *timeline) sample(t *scriptTick, stack string, nk int) {
-	tl.track(t.pid, t.tid, func() string { return fmt.Sprintf("%s %d", tl.threadName(t.pid, t.tid), t.tid) })
+	tl.track(t.pid, t.tid, false)
 	p := tl.proc(t.pid)
 	var fr tlFrame
 	if n := len(stack) / 8; n == 0 {
@@ -314,46 +400,90 @@ func (tl *timeline) sample(t *scriptTick, stack string, nk int) {
 		}
 		ls.pcs, ls.frames = ls.pcs[:n], ls.frames[:n]
 	}
-	leaf := tl.funcs[fr.fn]
 	tl.samples++
-	tl.w.InstantStack(t.pid, t.tid, "sample", leaf.sym, t.time, int(fr.sf),
-		traceevent.Str("module", leaf.mod), traceevent.Num("cpu", uint64(t.cpu)))
+	tl.out.sample(t, int(fr.sf), tl.funcs[fr.fn])
 }
 
 // frame writes one ITrace frame change as the begin or end of a slice.
 func (tl *timeline) frame(ev *itrace.FrameEvent) {
-	k := trackKey{ev.PID, ev.TID}
-	keep, ok := tl.keep[k]
-	if !ok {
-		keep = tl.filt == nil || schedSelected(tl.filt, ev.PID, ev.TID, tl.r.ProcessName)
-		tl.keep[k] = keep
-	}
-	if !keep {
+	if !tl.kept(ev.PID, ev.TID) {
 		return
 	}
-	tid := callsTrack(ev.TID)
-	tl.track(ev.PID, tid, func() string { return fmt.Sprintf("%s %d calls", tl.threadName(ev.PID, ev.TID), ev.TID) })
-	if !ev.Begin {
-		tl.w.End(ev.PID, tid, ev.Time, traceevent.Num("instructions", ev.Instructions))
-		return
-	}
-	if ev.Kind == itrace.FrameCall {
+	tl.track(ev.PID, ev.TID, true)
+	if ev.Begin && ev.Kind == itrace.FrameCall {
 		tl.callSlices++
 	}
-	tl.w.Begin(ev.PID, tid, ev.Kind.String(), ev.Func.Name, ev.Time, traceevent.Str("module", ev.Func.Module))
+	tl.out.call(ev)
+}
+
+// kept tells whether --pid, --tid and --comm select thread (pid, tid),
+// decided at its first call.
+func (tl *timeline) kept(pid, tid uint32) bool {
+	k := trackKey{pid, tid}
+	keep, ok := tl.keep[k]
+	if !ok {
+		keep = tl.filt == nil || schedSelected(tl.filt, pid, tid, tl.r.ProcessName)
+		tl.keep[k] = keep
+	}
+	return keep
 }
 
 // finish writes the samples still pending, closes the calls still open,
-// names the tracks, writes the threads' states and closes the file.
+// writes what the format keeps for the end and closes the file.
 func (tl *timeline) finish() error {
-	if tl.w == nil {
-		tl.w = traceevent.New(tl.f, 0) // an empty trace
+	if !tl.started {
+		tl.started = true
+		tl.out.begin(0) // an empty trace
 	}
 	for cpu := range tl.pending {
 		tl.flush(cpu)
 	}
 	tl.calls.Finish()
-	tl.sched.Finish(tl.off)
+	if tl.sched != nil {
+		tl.sched.Finish(tl.off)
+	}
+	err := tl.out.finish()
+	if cerr := tl.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// jsonTimeline writes the time line in trace-event JSON.
+type jsonTimeline struct{ tl *timeline }
+
+func (j *jsonTimeline) begin(t uint64) {
+	j.tl.w = traceevent.New(j.tl.f, t) // the first record's time is 0
+}
+
+func (j *jsonTimeline) Name(s string) int32 { return j.tl.w.Name(s) }
+
+func (j *jsonTimeline) FrameOf(parent int, name, mod int32) int {
+	return j.tl.w.FrameOf(parent, name, mod)
+}
+
+func (j *jsonTimeline) newTrack(pid, tid uint32, calls bool) {}
+
+func (j *jsonTimeline) record(rec *trace.Record) {}
+
+func (j *jsonTimeline) sample(t *scriptTick, sf int, leaf tlFunc) {
+	j.tl.w.InstantStack(t.pid, t.tid, "sample", leaf.sym, t.time, sf,
+		traceevent.Str("module", leaf.mod), traceevent.Num("cpu", uint64(t.cpu)))
+}
+
+func (j *jsonTimeline) call(ev *itrace.FrameEvent) {
+	tid := callsTrack(ev.TID)
+	if !ev.Begin {
+		j.tl.w.End(ev.PID, tid, ev.Time, traceevent.Num("instructions", ev.Instructions))
+		return
+	}
+	j.tl.w.Begin(ev.PID, tid, ev.Kind.String(), ev.Func.Name, ev.Time, traceevent.Str("module", ev.Func.Module))
+}
+
+// finish names the tracks, writes the threads' states and ends the
+// document.
+func (j *jsonTimeline) finish() error {
+	tl := j.tl
 	named := map[uint64]bool{}
 	pids := make([]uint32, 0, len(tl.procs))
 	for pid := range tl.procs {
@@ -383,9 +513,5 @@ func (tl *timeline) finish() error {
 		sel = func(th *offcpu.Thread) bool { return schedSelected(tl.filt, th.PID, th.TID, tl.r.ProcessName) }
 	}
 	tl.sched.EmitTimeline(tl.w, tl.r.ProcessName, sel, named)
-	err := tl.w.Close()
-	if cerr := tl.f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return tl.w.Close()
 }

@@ -196,6 +196,15 @@ func tprofTicks(t *testing.T, dir, nrm string, args ...string) int {
 	return n
 }
 
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
 // itraceCalls runs post -itrace on nrm and returns the sum of
 // itrace.out's CALLS column.
 func itraceCalls(t *testing.T, dir, nrm string) uint64 {
@@ -338,7 +347,7 @@ func TestTimelineRealTraces(t *testing.T) {
 	sw("setrate", "1000")
 	sw("enable", "--only", "dispatch", "interrupt", "tprof", "callstack")
 	sw("on")
-	pid, _ := e.RunBurn(100)
+	pid, child := e.RunBurn(100)
 	sw("off")
 	nrm := filepath.Join(dir, "swtrace.nrm2")
 	sw("get", nrm)
@@ -368,6 +377,48 @@ func TestTimelineRealTraces(t *testing.T) {
 		t.Fatalf("the example (pid %d): %d running slices, %d samples with main on their stack", pid, running, burnSamples)
 	}
 	t.Logf("%d samples (%d of the example through main), %d running slices of the example", len(d.samples), burnSamples, running)
+
+	// the same trace in Perfetto's format: the samples, the switches, and
+	// each of the example's threads' time on a CPU (made and ended inside
+	// the trace) as the JSON's running slices give it
+	pft := filepath.Join(dir, "timeline.pftrace")
+	out, errs, code := runPost(t, dir, "-r", nrm, "--timeline", pft)
+	m := regexp.MustCompile(`(\d+) dispatches`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("post --timeline %s: %d %s %s", pft, code, out, errs)
+	}
+	pd := readPerfetto(t, pft)
+	pfSamples, switches := 0, 0
+	for _, ev := range pd.events {
+		if ev.cat == "sample" {
+			pfSamples++
+		}
+	}
+	for _, sw := range pd.switches {
+		switches += len(sw)
+	}
+	if pfSamples != len(d.samples) || strconv.Itoa(switches) != m[1] || switches == 0 {
+		t.Fatalf("Perfetto: %d samples, %d switches; JSON %d samples, post read %s dispatches", pfSamples, switches, len(d.samples), m[1])
+	}
+	runNs := map[uint64]float64{}
+	for _, ev := range d.events {
+		if ev.Ph == "X" && ev.Name == "running" && (*ev.Pid == uint64(pid) || *ev.Pid == uint64(child)) {
+			runNs[*ev.Tid] += ev.Dur * 1000
+		}
+	}
+	on := pd.onCPU()
+	for tid, ns := range runNs {
+		if float64(on[tid]) < 0.99*ns || float64(on[tid]) > 1.01*ns {
+			t.Errorf("thread %d of the example: %d ns on a CPU from sched_switch, %.0f ns running in the JSON", tid, on[tid], ns)
+		}
+		if pd.treeThreads[tid] == "" {
+			t.Errorf("thread %d of the example has no name in the Perfetto process tree", tid)
+		}
+	}
+	if len(runNs) == 0 {
+		t.Fatal("no running slice of the example")
+	}
+	t.Logf("Perfetto: %d switches, %d bytes (JSON %d)", switches, pd.size, fileSize(t, tl))
 
 	needTool(t, "gcc")
 	prog := filepath.Join(dir, "itrace")
