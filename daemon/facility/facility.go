@@ -126,8 +126,8 @@ type Facility struct {
 	// are written: a trace of ITrace records alone needs its traced
 	// processes named, not every process of a busy machine (whose forks
 	// and mappings would fill the MTE buffers and stop the trace). A
-	// process enters it at its first ITrace record (described from /proc
-	// then) or when a process in it forks.
+	// process enters it when an ITrace session is about to trace it
+	// (Scope: described from /proc then) or when a process in it forks.
 	mteScope map[uint32]bool
 
 	fullOnce sync.Once
@@ -1131,28 +1131,58 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 		}
 		f.seenMu.Unlock()
 	}
-	if major == trace.MajorITraceU && (minor == trace.ITraceStart || minor == trace.ITraceThread) && len(fields) > 0 {
-		f.intoScope(uint32(fields[0]), t)
-	}
 	ok, _ := f.trace[cpu].Write(major, minor, trace.LayoutFixed, t, fields, "")
 	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
 		f.bufferFull()
 	}
 }
 
-// intoScope brings a process ITrace traces into mteScope, described from
-// /proc just before its first record at t.
-func (f *Facility) intoScope(pid uint32, t uint64) {
+// Flusher is a Source that can deliver at once the records its rings
+// hold (kevents.Session.Flush).
+type Flusher interface {
+	Flush()
+}
+
+// Scope brings the processes an ITrace session is about to trace into
+// mteScope (a trace of ITrace records alone) and describes each from
+// /proc. The records the sources hold are delivered first, and the
+// description is stamped after them: each CPU's MTE buffer stays in time
+// order (a fork or exec of the process stamped before the description
+// but written after it would be applied after it, and undo it). The
+// session starts after this: its records come after the description.
+func (s *sink) Scope(pids []int) {
+	f := (*Facility)(s)
+	f.waitGate()
+	var fresh []int
 	f.seenMu.Lock()
-	if f.mteScope == nil || f.mteScope[pid] {
-		f.seenMu.Unlock()
+	if f.mteScope != nil {
+		for _, pid := range pids {
+			if p := uint32(pid); pid > 0 && !f.mteScope[p] {
+				f.mteScope[p] = true
+				fresh = append(fresh, pid)
+			}
+		}
+	}
+	f.seenMu.Unlock()
+	if len(fresh) == 0 {
 		return
 	}
-	f.mteScope[pid] = true
-	f.seenMu.Unlock()
-	_ = procscan.Describe(int(pid), t-1, func(minor uint32, fields []uint64, str string) {
-		f.mteRecord(0, minor, t-1, fields, str)
-	})
+	// Under the facility's lock: the source is not stopped (its rings
+	// closed) while it delivers; what it delivers takes no such lock.
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.state != control.StateOn {
+		return
+	}
+	if fl, ok := f.src.(Flusher); ok {
+		fl.Flush()
+	}
+	t := Now()
+	for _, pid := range fresh {
+		_ = procscan.Describe(pid, t, func(minor uint32, fields []uint64, str string) {
+			f.mteRecord(0, minor, t, fields, str)
+		})
+	}
 }
 
 func (s *sink) MTE(cpu int, minor uint32, t uint64, fields []uint64, str string) {

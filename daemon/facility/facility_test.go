@@ -629,7 +629,7 @@ func TestInfoNotesAReaderWithoutPriority(t *testing.T) {
 
 // TestITraceOnlyNamesTracedProcesses: with ITrace's records alone, the
 // MTE records are those of the processes ITrace traces (described from
-// /proc at their first ITrace record) and of their children; the forks
+// /proc as a session starts) and of their children; the forks
 // and mappings of every other process of a busy machine are not written,
 // so they neither fill the MTE buffers (stopping the trace) nor lose the
 // traced processes' own.
@@ -655,6 +655,7 @@ func TestITraceOnlyNamesTracedProcesses(t *testing.T) {
 	for i := 0; i < 10000; i++ {
 		s.MTE(0, trace.MTESegment, Now(), []uint64{other, uint64(0x400000 + i*0x1000), 0x1000, 0, 5}, "/usr/lib/other/libbusy.so")
 	}
+	s.(interface{ Scope([]int) }).Scope([]int{int(self)}) // as an ITrace session starts
 	s.Trace(0, trace.MajorITraceU, trace.ITraceStart, Now(), []uint64{uint64(self), uint64(self), 0x401000, 0})
 	s.MTE(0, trace.MTEFork, Now(), []uint64{uint64(self), uint64(self), child, child, 0}, "")
 	s.MTE(0, trace.MTESegment, Now(), []uint64{child, 0x500000, 0x1000, 0, 5}, "/usr/lib/child.so")

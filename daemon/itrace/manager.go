@@ -76,6 +76,13 @@ func NewManager() *Manager {
 	return &Manager{sessions: map[int]*session{}, starting: map[int]int{}, claimed: map[int]bool{}}
 }
 
+// Scoper is a Sink that names only the processes it is told ITrace
+// traces (the facility's, with ITrace's records alone): told before each
+// session starts.
+type Scoper interface {
+	Scope(pids []int)
+}
+
 // SetSink is called when the facility turns on (the sink of its buffers)
 // and off (nil): turning off stops every session.
 func (m *Manager) SetSink(s Sink) {
@@ -260,6 +267,15 @@ func (m *Manager) On(c Caller, a itracectl.OnArgs) (itracectl.OnResult, error) {
 	pids := append(append([]int(nil), opts.PIDs...), opts.OptionalPIDs...)
 	if err := m.reserve(c.UID, pids); err != nil {
 		return res, err
+	}
+	if sc, ok := sink.(Scoper); ok {
+		scope := append([]int(nil), pids...)
+		for _, tid := range opts.TIDs {
+			if pid, err := tgidOf(tid); err == nil {
+				scope = append(scope, pid)
+			}
+		}
+		sc.Scope(scope)
 	}
 	tr, am, err := startRemote(c, opts, sink, m.Log)
 	if err != nil {

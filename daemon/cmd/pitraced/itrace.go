@@ -24,6 +24,13 @@ func (s *itraceSource) Stop() error {
 	return s.Source.Stop()
 }
 
+// Flush passes on the wrapped source's (facility.Flusher).
+func (s *itraceSource) Flush() {
+	if f, ok := s.Source.(facility.Flusher); ok {
+		f.Flush()
+	}
+}
+
 // UnwindStats passes on the wrapped source's (facility.UnwindReporter).
 func (s *itraceSource) UnwindStats() (kevents.UnwindStats, bool) {
 	if u, ok := s.Source.(facility.UnwindReporter); ok {
