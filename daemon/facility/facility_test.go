@@ -700,3 +700,81 @@ func TestITraceOnlyNamesTracedProcesses(t *testing.T) {
 		t.Errorf("traced process named %v, its executable %s mapped %v; its child's mapping %v (MTE records by pid %v)", named, exe, mapped, childMapped, pids)
 	}
 }
+
+// flushSource is a source whose rings hold records until Flush delivers
+// them (kevents.Session's reader runs on its own schedule).
+type flushSource struct {
+	fakeSource
+	flush func()
+}
+
+func (s *flushSource) Flush() { s.flush() }
+
+// TestScopeKeepsMTEInOrder: a process brought into an ITrace-only trace's
+// scope is described after the records the source still held are
+// delivered (here a fork of it, stamped before), so its CPU's MTE buffer
+// stays in time order: read in order, the fork comes before the
+// description it would otherwise undo.
+func TestScopeKeepsMTEInOrder(t *testing.T) {
+	f, sink, _ := newFake(t)
+	self := uint64(os.Getpid())
+	forked := Now()
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) {
+		*sink = s
+		return &flushSource{flush: func() {
+			s.MTE(0, trace.MTEFork, forked, []uint64{uint64(os.Getppid()), uint64(os.Getppid()), self, self, 0}, "")
+		}}, nil
+	}
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Disable([]uint16{trace.MajorTprof}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Enable([]uint16{trace.MajorITraceU}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	(*sink).(interface{ Scope([]int) }).Scope([]int{int(self)})
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "s.nrm2")
+	if err := get(t, f, path); err != nil {
+		t.Fatal(err)
+	}
+	file, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq []string
+	last := uint64(0)
+	for _, st := range file.BufferStreams() {
+		if st.Kind != nrm2.ChunkMTE || st.CPU != 0 {
+			continue
+		}
+		for _, c := range st.Chunks {
+			r := trace.NewReader(c.Data, c.Offset, 0, true, 0)
+			var rec trace.Record
+			for {
+				ok, err := r.NextInto(&rec)
+				if err != nil || !ok {
+					break
+				}
+				if rec.Major != trace.MajorMTE {
+					continue
+				}
+				if rec.Time < last {
+					t.Errorf("MTE record %v at %d after one at %d: CPU 0's MTE buffer out of time order", trace.Lookup(rec.Major, rec.Minor).Name, rec.Time, last)
+				}
+				last = rec.Time
+				seq = append(seq, trace.Lookup(rec.Major, rec.Minor).Name)
+			}
+		}
+	}
+	if len(seq) < 2 || seq[0] != "MTE_FORK" {
+		t.Fatalf("CPU 0's MTE records %v: want the fork, then the description", seq)
+	}
+}
