@@ -21,6 +21,11 @@
  *   page_fault_user, handle_mm_fault's return: (the same files, where the
  *                        kretprobe registers) likewise for the thread's
  *                        user page faults: fault_time, faults++.
+ *   __rseq_handle_notify_resume's call and return: (the same files, where
+ *                        the kretprobe registers) likewise for the rseq
+ *                        update on the way back to user mode after a
+ *                        switch: resume_time, resumes++; and for the
+ *                        switch_fpu_return that follows on that way.
  *   sched_process_exit:  the area stops (dead = 1).
  *   sched_process_exec:  an exec that changes the thread's rights or
  *                        leaves it not dumpable stops it (dead = 2).
@@ -100,6 +105,10 @@ struct ptt_ent {
 	bool in_fault;			/* since its last page_fault_user */
 	bool fault_counted;		/* that fault is in faults */
 	u64 flt0[PITRACE_PTT_MAX_METRICS];	/* accum at its last edge */
+	bool in_resume;			/* inside its rseq update */
+	bool res_fpu;			/* that update ended: its FPU reload next */
+	bool in_fpu;			/* inside that reload */
+	u64 res0[PITRACE_PTT_MAX_METRICS];	/* accum at that call */
 	bool hashed;			/* ptt_hash_lock */
 	bool on_list;			/* ptt_list_lock */
 	struct llist_node reap;		/* ptt_reap_list: munmap'd, to stop */
@@ -159,6 +168,10 @@ static bool ptt_sys_attached;		/* ptt_lock */
 /* the fault probes: set under ptt_lock, read by ptt_ent_new anywhere */
 static bool ptt_fault_attached;
 static bool ptt_krp_registered;		/* ptt_lock */
+/* the resume probe: likewise */
+static bool ptt_resume_attached;
+static bool ptt_krp_res_registered;	/* ptt_lock */
+static bool ptt_krp_fpu_registered;	/* ptt_lock */
 static struct ptt_slot ptt_slots[PTT_NSLOTS];
 static unsigned long ptt_slot_mask;	/* active slots; hooks read it */
 
@@ -422,6 +435,7 @@ static void ptt_intr_entry(void)
 		memcpy(c->start, now, sizeof(now));
 		e = c->cur;
 		if (e) {
+			e->res_fpu = false;	/* not on a resume's way out */
 			ptt_begin(e->a);
 			ptt_charge(e, now);
 			e->a->interrupts++;
@@ -530,6 +544,7 @@ static void ptt_sys_edge(bool enter)
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && (enter ? e->sys != NULL : e->in_sys)) {
+		e->res_fpu = false;
 		ptt_now(c, now);
 		ptt_begin(e->a);
 		ptt_charge(e, now);
@@ -589,6 +604,7 @@ static void ptt_tp_fault(void *data, unsigned long address,
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && e->sys && e->sys->faults_on) {
+		e->res_fpu = false;
 		ptt_now(c, now);
 		ptt_begin(e->a);
 		ptt_charge(e, now);
@@ -653,6 +669,162 @@ static struct kretprobe ptt_krp_fault = {
 	.kp.symbol_name	= "handle_mm_fault",
 	.entry_handler	= ptt_krp_fault_entry,
 	.handler	= ptt_krp_fault_ret,
+};
+
+/*
+ * The rseq update on the way back to user mode (areas with sys and
+ * resumes_on).  After a switch (or a migration) the kernel sets
+ * TIF_NOTIFY_RESUME for a thread with an rseq area, and its exit-to-user
+ * work calls __rseq_handle_notify_resume(NULL, regs) after sys_exit (or
+ * after an interrupt's exit): kernel work outside the system call's
+ * window.  Its call opens a window (the entry handler, the thread's own
+ * context) and its return closes it: accum's growth in between goes to
+ * resume_time, resumes++.  The signal delivery's call (ksig set) is not
+ * taken: it stays in the metric with the rest of the delivery.  A fault
+ * on the rseq area inside the call (kernel mode) is not a user fault
+ * window; a switch inside it is out of accum, as in system calls.
+ */
+static int ptt_krp_res_entry(struct kretprobe_instance *ri,
+			     struct pt_regs *regs)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	bool ours = false;
+	u32 i;
+
+	/* __rseq_handle_notify_resume(ksig, regs): only the resume's */
+	if (!READ_ONCE(ptt_nareas) || regs_get_kernel_argument(regs, 0))
+		return 1;
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->task == current && e->sys && e->sys->resumes_on) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		for (i = 0; i < e->nmetrics; i++)
+			e->res0[i] = e->a->accum[i];
+		e->in_resume = true;
+		ours = true;
+	}
+	local_irq_restore(fl);
+	/* non-zero: no return probe for this call */
+	return !ours;
+}
+
+static int ptt_krp_res_ret(struct kretprobe_instance *ri,
+			   struct pt_regs *regs)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	u32 i;
+
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->task == current && e->in_resume) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		/* no sequence count: as sys_time, the thread's own */
+		for (i = 0; i < e->nmetrics; i++)
+			e->sys->resume_time[i] += e->a->accum[i] - e->res0[i];
+		e->sys->resumes++;
+		e->in_resume = false;
+		e->res_fpu = true;
+	}
+	local_irq_restore(fl);
+	return 0;
+}
+
+/*
+ * Instances are taken only by the resumes of threads with such an area
+ * (the entry handler refuses the rest), held while one sleeps on a fault
+ * of the rseq area; a resume that finds none is not counted (its time
+ * stays in the metric).
+ */
+static struct kretprobe ptt_krp_resume = {
+	.kp.symbol_name	= "__rseq_handle_notify_resume",
+	.entry_handler	= ptt_krp_res_entry,
+	.handler	= ptt_krp_res_ret,
+};
+
+/*
+ * The FPU register reload after a switch (switch_fpu_return, from
+ * arch_exit_to_user_mode_prepare after the exit-to-user loop), when it
+ * follows a resume's window on the same way out (res_fpu): its time goes
+ * to that resume's resume_time.  How much it does depends on what ran in
+ * between (the registers are loaded again only when another thread's
+ * replaced them), so it is a window, not part of the calibrated code
+ * around the resume.  res_fpu is dropped at the thread's next kernel
+ * entry the module sees (system call, user fault, interrupt), so a
+ * reload after the kernel's own FPU use is not taken.
+ */
+static int ptt_krp_fpu_entry(struct kretprobe_instance *ri,
+			     struct pt_regs *regs)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	bool ours = false;
+	u32 i;
+
+	if (!READ_ONCE(ptt_nareas))
+		return 1;
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->task == current && e->res_fpu) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		for (i = 0; i < e->nmetrics; i++)
+			e->res0[i] = e->a->accum[i];
+		e->res_fpu = false;
+		e->in_fpu = true;
+		ours = true;
+	}
+	local_irq_restore(fl);
+	return !ours;
+}
+
+static int ptt_krp_fpu_ret(struct kretprobe_instance *ri,
+			   struct pt_regs *regs)
+{
+	u64 now[PTT_NVALS];
+	struct ptt_cpu *c;
+	struct ptt_ent *e;
+	unsigned long fl;
+	u32 i;
+
+	local_irq_save(fl);
+	c = this_cpu_ptr(&ptt_cpus);
+	e = c->cur;
+	if (e && e->task == current && e->in_fpu) {
+		ptt_now(c, now);
+		ptt_begin(e->a);
+		ptt_charge(e, now);
+		ptt_end(e->a);
+		for (i = 0; i < e->nmetrics; i++)
+			e->sys->resume_time[i] += e->a->accum[i] - e->res0[i];
+		e->in_fpu = false;
+	}
+	local_irq_restore(fl);
+	return 0;
+}
+
+static struct kretprobe ptt_krp_fpu = {
+	.kp.symbol_name	= "switch_fpu_return",
+	.entry_handler	= ptt_krp_fpu_entry,
+	.handler	= ptt_krp_fpu_ret,
 };
 
 struct ptt_tp {
@@ -735,9 +907,18 @@ static void ptt_detach(void)
 		unregister_kretprobe(&ptt_krp_fault);
 		ptt_krp_registered = false;
 	}
+	if (ptt_krp_fpu_registered) {
+		unregister_kretprobe(&ptt_krp_fpu);
+		ptt_krp_fpu_registered = false;
+	}
+	if (ptt_krp_res_registered) {
+		unregister_kretprobe(&ptt_krp_resume);
+		ptt_krp_res_registered = false;
+	}
 	ptt_attached = false;
 	ptt_sys_attached = false;
 	WRITE_ONCE(ptt_fault_attached, false);
+	WRITE_ONCE(ptt_resume_attached, false);
 }
 
 /*
@@ -872,6 +1053,49 @@ static void ptt_attach_fault(void)
 	WRITE_ONCE(ptt_fault_attached, true);
 }
 
+/*
+ * The resume probe, at the first PTT_INIT with PITRACE_PTT_INIT_SYSCALLS,
+ * kept until rmmod.  Optional: a kernel without rseq (no such function)
+ * or one that refuses the kretprobe leaves resumes_on 0 in the areas (the
+ * rseq update stays in the metric).  Areas made after this see
+ * ptt_resume_attached set.
+ */
+static void ptt_attach_resume(void)
+{
+	int err;
+
+	lockdep_assert_held(&ptt_lock);
+	if (ptt_krp_res_registered)
+		return;
+	/*
+	 * The FPU reload's first (alone it changes nothing: no area has a
+	 * resume ended); without it the reload stays outside the windows.
+	 */
+	if (!ptt_krp_fpu_registered) {
+		ptt_krp_fpu.kp.addr = NULL;
+		ptt_krp_fpu.kp.flags = 0;
+		ptt_krp_fpu.maxactive = max_t(int, 64, 4 * num_possible_cpus());
+		err = register_kretprobe(&ptt_krp_fpu);
+		if (err)
+			pr_warn("pitrace: ptt: kretprobe %s: error %d\n",
+				ptt_krp_fpu.kp.symbol_name, err);
+		else
+			ptt_krp_fpu_registered = true;
+	}
+	/* as new: a registration fills in addr (found by name) */
+	ptt_krp_resume.kp.addr = NULL;
+	ptt_krp_resume.kp.flags = 0;
+	ptt_krp_resume.maxactive = max_t(int, 64, 4 * num_possible_cpus());
+	err = register_kretprobe(&ptt_krp_resume);
+	if (err) {
+		pr_warn("pitrace: ptt: kretprobe %s: error %d\n",
+			ptt_krp_resume.kp.symbol_name, err);
+		return;
+	}
+	ptt_krp_res_registered = true;
+	WRITE_ONCE(ptt_resume_attached, true);
+}
+
 static u32 ptt_hooks(void)
 {
 	u32 on = 0, off = 0;
@@ -885,6 +1109,8 @@ static u32 ptt_hooks(void)
 	}
 	if (!ptt_krp_registered)
 		off |= PITRACE_PTT_HOOK_FAULT;
+	if (ptt_krp_res_registered)
+		on |= PITRACE_PTT_HOOK_RESUME;
 	return on & ~off;
 }
 
@@ -1257,6 +1483,7 @@ static struct ptt_ent *ptt_ent_new(struct ptt_ctx *ctx, u32 nmetrics,
 		e->sys = (void *)e->a + PITRACE_PTT_SYS_OFFSET;
 		e->sys->sys_on = 1;
 		e->sys->faults_on = READ_ONCE(ptt_fault_attached);
+		e->sys->resumes_on = READ_ONCE(ptt_resume_attached);
 	}
 	e->ctx = ctx;
 	e->nmetrics = nmetrics;
@@ -1498,8 +1725,10 @@ static long ptt_ioc_init(void **ctxp, const struct pitrace_ptt_init *a)
 		err = ptt_attach_sys();
 	if (err)
 		goto out;
-	if (a->flags & PITRACE_PTT_INIT_SYSCALLS)
+	if (a->flags & PITRACE_PTT_INIT_SYSCALLS) {
 		ptt_attach_fault();
+		ptt_attach_resume();
+	}
 	ctx = *ctxp;
 	if (!ctx) {
 		err = -ENOMEM;

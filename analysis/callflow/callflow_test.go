@@ -375,6 +375,21 @@ func TestSystemCalls(t *testing.T) {
 	if err != nil || info.Sys != "in" || info.SysGlue != 712 || !info.HasSys() || info.Faults != "in" || info.FaultGlue != 1530 {
 		t.Errorf("info: %+v %v", info, err)
 	}
+	if info.ResumeNote() != "" {
+		t.Errorf("info without resume figures: SYS note %q", info.ResumeNote())
+	}
+	// The rseq update after a switch goes with the system calls: the
+	// header says so where the module measured it.
+	info, err = ParseInfo([]byte("metric=tsc-user\nsys=out\nsys_glue=343\nresumes=out\nresume_glue=150\n"))
+	if err != nil || info.Resumes != "out" || info.ResumeGlue != 150 || !strings.Contains(info.ResumeNote(), "rseq update") {
+		t.Errorf("info with resume figures: %+v %v", info, err)
+	}
+	p.Info = info
+	buf.Reset()
+	AnalyzeWith(p, Calibration{}).WriteLogRT(&buf)
+	if !strings.Contains(buf.String(), "after a switch, 150 per update") {
+		t.Errorf("log-rt's SYS header does not say SYS holds the rseq updates:\n%s", buf.String())
+	}
 }
 
 // FLT / NFLT (the module's user page-fault figures): charged like SYS to

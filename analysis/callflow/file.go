@@ -126,6 +126,14 @@ type Info struct {
 	// FaultGlue: the kernel's exception entry and exit code per user page
 	// fault outside the module's window, measured at start-up.
 	FaultGlue float64
+	// Resumes: whether the module measures the rseq update the kernel
+	// makes on a thread's way back to user mode after a switch (after a
+	// blocking system call, the rest of its way out): "in" or "out" as
+	// Sys, whose figures (Event.Sys) hold them; "none" or "" (not
+	// measured: such updates are in the metric). ResumeGlue: the kernel's
+	// code per update outside the module's window, measured at start-up.
+	Resumes    string
+	ResumeGlue float64
 
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
@@ -146,6 +154,15 @@ type Info struct {
 
 // HasSys: the events carry the thread's system calls (SYS in the reports).
 func (in Info) HasSys() bool { return in.Sys == "in" || in.Sys == "out" }
+
+// ResumeNote: what SYS holds besides the system calls, for the reports'
+// headers ("" where the module does not measure resumes).
+func (in Info) ResumeNote() string {
+	if in.Resumes != "in" && in.Resumes != "out" {
+		return ""
+	}
+	return fmt.Sprintf("; with the rseq update on the way back to user mode after a switch, %.0f per update of exit code included", in.ResumeGlue)
+}
 
 // HasFaults: the events carry the thread's user page faults (FLT in the
 // reports).
@@ -595,6 +612,10 @@ func ParseInfo(b []byte) (Info, error) {
 			in.Faults = v
 		case "fault_glue":
 			in.FaultGlue = f()
+		case "resumes":
+			in.Resumes = v
+		case "resume_glue":
+			in.ResumeGlue = f()
 		case "t_inner":
 			in.TInner = f()
 		case "t_outer":

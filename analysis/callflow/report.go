@@ -167,9 +167,9 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 	sys := a.Info.HasSys()
 	switch a.Info.Sys {
 	case "in":
-		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, part of BASE, and their number (%.0f per call of kernel entry and exit code included)\n", a.Info.SysGlue)
+		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, part of BASE, and their number (%.0f per call of kernel entry and exit code included%s)\n", a.Info.SysGlue, a.Info.ResumeNote())
 	case "out":
-		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, not in BASE (metric %s counts user mode only), and their number (%.0f per call of kernel entry and exit code included)\n", a.Info.Metric, a.Info.SysGlue)
+		fmt.Fprintf(w, " SYS / NSYS: the metric the function's own system calls took, not in BASE (metric %s counts user mode only), and their number (%.0f per call of kernel entry and exit code included%s)\n", a.Info.Metric, a.Info.SysGlue, a.Info.ResumeNote())
 	}
 	flt := a.Info.HasFaults()
 	if flt {

@@ -446,6 +446,7 @@ struct pitrace_hook_arg {
 #define PITRACE_FEAT_BUF_FULL_REC	(1u << 20)	/* normal mode: a BUFFER_FULL record */
 #define PITRACE_FEAT_PTT_SYSCALLS	(1u << 21)	/* PTT_INIT's PITRACE_PTT_INIT_SYSCALLS */
 #define PITRACE_FEAT_PTT_FAULTS		(1u << 22)	/* pitrace_ptt_sys's faults and fault_time */
+#define PITRACE_FEAT_PTT_RESUME		(1u << 23)	/* pitrace_ptt_sys's resumes and resume_time */
 #define PITRACE_FEAT_CALLSTACK		(1u << 24)	/* UNWIND records; ENABLE's stack_depth */
 #define PITRACE_FEAT_ITRACE		(1u << 25)	/* ITRACE_ON / ITRACE_OFF */
 #define PITRACE_FEAT_JIT		(1u << 26)	/* JIT (JIT_LOAD/UNLOAD/METHOD) */
@@ -456,7 +457,7 @@ struct pitrace_hook_arg {
 	(PITRACE_FEAT_SIZED_IOCTL | PITRACE_FEAT_PTT_INHERIT | \
 	 PITRACE_FEAT_CPU_HOTPLUG | PITRACE_FEAT_EXEC_PATH | \
 	 PITRACE_FEAT_BUF_FULL_REC | PITRACE_FEAT_PTT_SYSCALLS | \
-	 PITRACE_FEAT_PTT_FAULTS | \
+	 PITRACE_FEAT_PTT_FAULTS | PITRACE_FEAT_PTT_RESUME | \
 	 PITRACE_FEAT_CALLSTACK | \
 	 PITRACE_FEAT_ITRACE | PITRACE_FEAT_JIT | PITRACE_FEAT_METHOD | \
 	 PITRACE_FEAT_ITRACE_KERNEL | PITRACE_FEAT_ITRACE_BLOCK | \
@@ -609,6 +610,22 @@ struct pitrace_bench_arg {
  * attached they stay until rmmod: every user page fault of the machine
  * then passes the module's probes.
  *
+ * With PITRACE_FEAT_PTT_RESUME the same flag also measures the rseq update
+ * the kernel makes for the thread on its way back to user mode after it
+ * was switched out or migrated (__rseq_handle_notify_resume, run from the
+ * exit-to-user work after sys_exit or after an interrupt's exit, for a
+ * thread that registered an rseq area): resume_time[i] is the part of
+ * accum[i] inside those calls and inside the FPU register reload that
+ * follows on the same way out (switch_fpu_return, a second kretprobe;
+ * what it does depends on what ran in between), resumes their number.  The signal
+ * delivery's call (with a signal to set up) is not one of them: it stays
+ * in the metric with the rest of the delivery.  The exit-to-user loop
+ * around the call and the probes' own way in and out stay in the metric
+ * (a constant number of instructions per resume).
+ * resumes_on says whether the probe is there (a kernel without rseq or
+ * one that refuses the kretprobe leaves it 0); once attached it stays
+ * until rmmod.
+ *
  * Perf counters are per-CPU kernel counters shared by all files that ask
  * for the same (type, config); at most PITRACE_PTT_MAX_SLOTS distinct
  * counters exist at once (EBUSY beyond).  A counter the machine lacks
@@ -652,7 +669,8 @@ struct pitrace_ptt_area {
 /*
  * PITRACE_PTT_INIT_SYSCALLS: in the same page, at PITRACE_PTT_SYS_OFFSET
  * (zero otherwise, and from modules without PITRACE_FEAT_PTT_SYSCALLS).
- * Changed only in the thread's own system calls and page faults, so the
+ * Changed only in the thread's own kernel work (system calls, page faults,
+ * the rseq update on the way back to user mode), so the
  * thread reads it in user mode without the sequence count; PTT_READ's
  * snapshot does not carry it.
  */
@@ -665,6 +683,10 @@ struct pitrace_ptt_sys {
 	__u32 faults_on;	/* 1: faults and fault_time are kept */
 	__u32 faults;		/* user-mode page faults handled (handle_mm_fault) */
 	__u64 fault_time[PITRACE_PTT_MAX_METRICS]; /* of accum: inside those faults */
+	/* PITRACE_FEAT_PTT_RESUME (zero from older modules): */
+	__u32 resumes_on;	/* 1: resumes and resume_time are kept */
+	__u32 resumes;		/* rseq updates on the way to user mode */
+	__u64 resume_time[PITRACE_PTT_MAX_METRICS]; /* of accum: inside those updates */
 };
 
 /*
@@ -692,6 +714,7 @@ struct pitrace_ptt_sys {
 #define PITRACE_PTT_HOOK_DEFERRED	(1u << 12)	/* deferred_error_apic_entry/exit */
 #define PITRACE_PTT_HOOK_SYSCALL	(1u << 13)	/* sys_enter/exit (PITRACE_PTT_INIT_SYSCALLS) */
 #define PITRACE_PTT_HOOK_FAULT		(1u << 14)	/* page_fault_user + handle_mm_fault kretprobe (the same flag) */
+#define PITRACE_PTT_HOOK_RESUME		(1u << 15)	/* __rseq_handle_notify_resume kretprobe (the same flag) */
 
 #define PITRACE_PTT_STATUS_CPUS	64
 

@@ -146,8 +146,8 @@ func check(c *cli.Context) error {
 		if p.Info.Sys == "in" {
 			in = "part of"
 		}
-		fmt.Printf("  SYS / NSYS: the metric of each function's own system calls (%s its figures; %.0f per call of kernel entry and exit code included) and their number\n",
-			in, p.Info.SysGlue)
+		fmt.Printf("  SYS / NSYS: the metric of each function's own system calls (%s its figures; %.0f per call of kernel entry and exit code included%s) and their number\n",
+			in, p.Info.SysGlue, p.Info.ResumeNote())
 		sysHead = fmt.Sprintf(" %11s %7s", "SYS", "NSYS")
 		sysCols = func(r callflow.FlatRow) string { return fmt.Sprintf(" %11d %7d", r.Sys, r.SysN) }
 	}

@@ -256,6 +256,10 @@ func checkReportsAgree(t *testing.T, dir string, a *callflow.Analysis) {
 		t.Errorf("backend %s, metric %s: info faults=%q fault_glue=%v: fault figures where none were measured",
 			a.Info.Backend, a.Info.Metric, a.Info.Faults, a.Info.FaultGlue)
 	}
+	if a.Info.Backend != "kmod" && (a.Info.Resumes != "none" || a.Info.ResumeGlue != 0) {
+		t.Errorf("backend %s, metric %s: info resumes=%q resume_glue=%v: resume figures where none were measured",
+			a.Info.Backend, a.Info.Metric, a.Info.Resumes, a.Info.ResumeGlue)
+	}
 	if !bytes.Contains(read("callflow.trace.json"), []byte(`"ph":"B"`)) {
 		t.Error("the Chrome trace has no begin events")
 	}

@@ -64,6 +64,8 @@ struct hk_thread {
 	uint64_t sys_time;    /* the metric in system calls then */
 	uint32_t nflt;        /* user page faults then (hk_faults) */
 	uint64_t flt_time;    /* the metric in them */
+	uint32_t nres;        /* rseq updates on the way to user mode then (hk_resumes) */
+	uint64_t res_time;    /* the metric in them */
 	int fd;               /* the thread file */
 	int tail_fd;          /* the tail file (mapped: the buffer) */
 	pid_t tid;
@@ -95,6 +97,14 @@ static uint64_t hk_sys_glue;
  * measures faults (faults_on); 0 otherwise. */
 static uint64_t hk_fault_glue;
 static int hk_faults; /* the module measures faults (faults_on) */
+/* The kernel's work per rseq update on the way back to user mode after a
+ * switch (the module's resume windows: resumes_on) outside those windows:
+ * the exit-to-user loop around it and the probes' own way in and out
+ * (calibrate_resume); 0 where the module does not measure them. A
+ * resume is counted with the system calls (SYS): after a blocking system
+ * call it is the rest of the call's way out. */
+static uint64_t hk_resume_glue;
+static int hk_resumes; /* the module measures resumes (resumes_on) */
 /* The metric is tsc-user: the TSC less the thread's system calls. */
 static int hk_user;
 static volatile int hk_on = 1;
@@ -257,11 +267,11 @@ HK_NOINSTR static inline const volatile struct pitrace_ptt_sys *hk_sys_area(void
 	return page ? (const volatile struct pitrace_ptt_sys *)(page + PITRACE_PTT_SYS_OFFSET) : NULL;
 }
 
-/* tsc-user: the thread's TSC less its system calls and user page faults
- * (the module's windows and the calibrated kernel code around each). The
- * figures change only inside the thread's own system calls and faults:
- * read in user mode, they are still. Without fault figures (faults_on 0)
- * faults and fault_time are 0. */
+/* tsc-user: the thread's TSC less its system calls, user page faults and
+ * rseq updates after a switch (the module's windows and the calibrated
+ * kernel code around each). The figures change only inside the thread's
+ * own kernel work: read in user mode, they are still. Without fault or
+ * resume figures (faults_on, resumes_on 0) their fields are 0. */
 HK_NOINSTR static uint64_t read_ptt_user(void)
 {
 	struct PttThreadState *s = PttSelf;
@@ -269,7 +279,8 @@ HK_NOINSTR static uint64_t read_ptt_user(void)
 	const volatile struct pitrace_ptt_sys *sy = hk_sys_area();
 
 	if (sy)
-		v -= sy->sys_time[0] + hk_sys_glue * sy->syscalls + sy->fault_time[0] + hk_fault_glue * sy->faults;
+		v -= sy->sys_time[0] + hk_sys_glue * sy->syscalls + sy->fault_time[0] + hk_fault_glue * sy->faults +
+		     sy->resume_time[0] + hk_resume_glue * sy->resumes;
 	return v;
 }
 
@@ -561,6 +572,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	uint64_t ksys = sy ? sy->sys_time[0] : 0;
 	uint32_t nflt = sy ? sy->faults : 0;
 	uint64_t kflt = sy ? sy->fault_time[0] : 0;
+	uint32_t nres = sy ? sy->resumes : 0;
+	uint64_t kres = sy ? sy->resume_time[0] : 0;
 
 	/* Room for a sync, a marker, a sync, the event, a DSIN, a SYS, a
 	 * FLT, a wall-clock anchor and the end; the buffer's write is inside
@@ -606,11 +619,14 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->ds = ds;
 		t->in = in;
 	}
-	if (sy && __builtin_expect(nsys != t->nsys && !t->need_sync, 0)) {
+	/* A resume (the rseq update after a switch) goes with the system
+	 * calls: after a blocking one it is the rest of its way out. */
+	if (sy && __builtin_expect((nsys != t->nsys || nres != t->nres) && !t->need_sync, 0)) {
 		slow = 1;
 		struct hk_rec *r = &t->win[t->pos++];
 
-		r->d = ksys - t->sys_time + hk_sys_glue * (nsys - t->nsys);
+		r->d = ksys - t->sys_time + hk_sys_glue * (nsys - t->nsys) + kres - t->res_time +
+		       hk_resume_glue * (nres - t->nres);
 		hk_barrier();
 		r->tag = ((uint64_t)HK_SYS << HK_KIND_SHIFT) | (nsys - t->nsys);
 	}
@@ -644,6 +660,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->sys_time = sy->sys_time[0];
 		t->nflt = sy->faults;
 		t->flt_time = sy->fault_time[0];
+		t->nres = sy->resumes;
+		t->res_time = sy->resume_time[0];
 	}
 	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
 	if (slow)
@@ -961,6 +979,84 @@ HK_NOINSTR static uint64_t calibrate_fault(void)
 	return best > 0 ? (uint64_t)(best + 0.5) : 0;
 }
 
+/*
+ * The kernel's work per rseq update after a switch outside the module's
+ * resume windows (the exit-to-user loop that calls it, the probes' own
+ * way in and out): batches of a short nanosleep through the
+ * syscall instruction (each blocks: the thread is switched out and in,
+ * one resume on the way out) against getppid through the same
+ * instructions (no switch). The difference less both batches' system-call
+ * windows and the resume windows is that work; the minimum of the batch
+ * averages, as for system calls. Under QEMU -icount it is a constant
+ * number of instructions (the sleep itself is another thread's: idle's).
+ */
+static const struct timespec hk_short_sleep = {0, 50000};
+
+HK_NOINSTR __attribute__((noinline)) static void hk_sleep_one(void)
+{
+	long r;
+
+	__asm__ volatile("syscall"
+			 : "=a"(r)
+			 : "0"((long)SYS_nanosleep), "D"(&hk_short_sleep), "S"(0L)
+			 : "rcx", "r11", "memory");
+}
+
+HK_NOINSTR __attribute__((noinline)) static void hk_nosleep_one(void)
+{
+	long r;
+
+	__asm__ volatile("syscall"
+			 : "=a"(r)
+			 : "0"((long)SYS_getppid), "D"(&hk_short_sleep), "S"(0L)
+			 : "rcx", "r11", "memory");
+}
+
+HK_NOINSTR __attribute__((noinline)) static uint64_t hk_res_batch(void (*volatile f)(void), int n,
+								   const volatile struct pitrace_ptt_sys *sy, uint32_t *resumes,
+								   uint64_t *ktime)
+{
+	struct PttThreadState *s = PttSelf;
+	uint32_t n0 = sy->syscalls, r0 = sy->resumes;
+	uint64_t k0 = sy->sys_time[0] + sy->resume_time[0];
+	uint64_t t0 = s->read1(s);
+
+	for (int i = 0; i < n; i++)
+		f();
+	uint64_t t1 = s->read1(s);
+
+	*resumes = sy->resumes - r0;
+	*ktime = sy->sys_time[0] + sy->resume_time[0] - k0;
+	return sy->syscalls - n0 == (uint32_t)n ? t1 - t0 : 0;
+}
+
+HK_NOINSTR static uint64_t calibrate_resume(void)
+{
+	enum { BATCH = 10, NBATCH = 10 };
+	const volatile struct pitrace_ptt_sys *sy;
+	double best = -1;
+
+	if (!(sy = hk_sys_area()) || !sy->resumes_on)
+		return 0;
+	hk_resumes = 1;
+	for (int b = 0; b <= NBATCH; b++) {
+		uint32_t r, r2;
+		uint64_t k, k2;
+		uint64_t with = hk_res_batch(hk_sleep_one, BATCH, sy, &r, &k);
+		uint64_t without = hk_res_batch(hk_nosleep_one, BATCH, sy, &r2, &k2);
+
+		/* the first batch warms the code; a sleep that did not block
+		 * (no resume) or a switch among the getppids spoils a batch */
+		if (b == 0 || r != BATCH || r2 != 0 || !with || !without || with < without + k - k2)
+			continue;
+		double g = (double)(with - k - (without - k2)) / BATCH;
+
+		if (best < 0 || g < best)
+			best = g;
+	}
+	return best > 0 ? (uint64_t)(best + 0.5) : 0;
+}
+
 /* ---- the process files: info and maps ---- */
 
 HK_NOINSTR static void copy_maps(void)
@@ -1003,12 +1099,13 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 		     "dsin=%s\n"
 		     "t_inner_api=%.3f\nt_outer_api=%.3f\nt_inner_api_median=%.3f\nt_outer_api_median=%.3f\n"
 		     "reads=%d\nns_per_unit=%.9f\nt_plain=%.3f\nt_plain_api=%.3f\n"
-		     "sys=%s\nsys_glue=%llu\nfaults=%s\nfault_glue=%llu\n",
+		     "sys=%s\nsys_glue=%llu\nfaults=%s\nfault_glue=%llu\nresumes=%s\nresume_glue=%llu\n",
 		     HK_VERSION, (int)hk_pid, exe, hk_metric, backend, c->t_inner, c->t_outer, c->t_inner_med,
 		     c->t_outer_med, hk_dsin ? "kmod" : "none", api->t_inner, api->t_outer, api->t_inner_med,
 		     api->t_outer_med, hk_two_reads ? 2 : 1, hk_ns_per_unit, c->t_plain, api->t_plain,
 		     !hk_sys ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_sys_glue,
-		     !hk_faults ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_fault_glue);
+		     !hk_faults ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_fault_glue,
+		     !hk_resumes ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_resume_glue);
 	if (k > 0 && write(fd, buf, (size_t)(k < (int)sizeof(buf) ? k : (int)sizeof(buf) - 1)) < 0)
 		perror("hookit: writing the info file");
 	close(fd);
@@ -1419,6 +1516,7 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 		if (hk_sys) {
 			hk_sys_glue = calibrate_sys();
 			hk_fault_glue = calibrate_fault();
+			hk_resume_glue = calibrate_resume();
 		}
 		if (hk_user)
 			hk_read = read_ptt_user;

@@ -139,6 +139,8 @@ mode_ptt() {
 	run ptt perf
 	step "PTT user page faults' figures (-icount: the code outside the windows exact)"
 	run ptt faults icount
+	step "PTT the rseq update after a switch (-icount: the code outside the windows exact)"
+	run ptt resume icount
 	step "PTT watch/read of another process"
 	run ptt watch
 	step "call stacks: cpuburn's paths in the ratio of its instructions (-icount: the clock counts instructions)"
@@ -236,6 +238,8 @@ step "PTT: perf counter metrics"
 run ptt perf
 step "PTT: user page faults' figures"
 run ptt faults
+step "PTT: the rseq update after a switch"
+run ptt resume
 step "PTT: watch/read of another process"
 run ptt watch
 step "PTT: threads mapping, unmapping and exiting in 4 processes (one killed)"

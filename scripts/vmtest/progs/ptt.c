@@ -13,11 +13,18 @@
  *                get_user_pages or answered with SIGSEGV, nor another
  *                thread's; with icount also the kernel code outside the
  *                windows a constant per fault (-icount: TSC = instructions)
+ *   ptt resume [icount]
+ *                the rseq update after a switch (PITRACE_PTT_INIT_SYSCALLS,
+ *                FEAT_PTT_RESUME): one per blocking system call, none for
+ *                a call that does not block nor for a signal's delivery;
+ *                with icount also the exit code outside the window a
+ *                constant per resume
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -666,6 +673,239 @@ static int faults_func(int icount)
 	close(fd);
 	close(fd2);
 	printf("ptt: fault checks %s\n", fails ? "FAILED" : "ok");
+	return fails ? 1 : 0;
+}
+
+/* ---- the rseq update after a switch (FEAT_PTT_RESUME) ------------------ */
+
+static const struct timespec short_sleep = {0, 200000};
+
+/* the same instructions, one blocks (nanosleep), one does not (getppid) */
+__attribute__((noinline)) static void sleep_one(void)
+{
+	long r;
+
+	__asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_nanosleep), "D"(&short_sleep), "S"(0L)
+			 : "rcx", "r11", "memory");
+}
+
+__attribute__((noinline)) static void nosleep_one(void)
+{
+	long r;
+
+	__asm__ volatile("syscall" : "=a"(r) : "0"((long)SYS_getppid), "D"(&short_sleep), "S"(0L)
+			 : "rcx", "r11", "memory");
+}
+
+static volatile int g_usr1;
+
+static void usr1_handler(int sig)
+{
+	g_usr1++;
+}
+
+/*
+ * The TSC of n blocking calls less their system-call and resume windows,
+ * less the same for n that do not block: the exit code of n resumes
+ * outside the window (the minimum of 5: an interrupt only adds; -1 when
+ * none had one resume a sleep).
+ */
+static int64_t resume_glue(varea *a, int n)
+{
+	vsys *sy = sys_of(a);
+	int64_t best = -1;
+
+	for (int r = 0; r < 5; r++) {
+		uint32_t r0 = sy->resumes;
+		uint64_t k0 = sy->sys_time[0] + sy->resume_time[0];
+		int64_t t0 = ptt_read(a, 0), with, without;
+
+		for (int i = 0; i < n; i++)
+			sleep_one();
+		with = ptt_read(a, 0) - t0 - (int64_t)(sy->sys_time[0] + sy->resume_time[0] - k0);
+		if (sy->resumes - r0 != (uint32_t)n)
+			continue;	/* preempted: another resume */
+		k0 = sy->sys_time[0] + sy->resume_time[0];
+		t0 = ptt_read(a, 0);
+		for (int i = 0; i < n; i++)
+			nosleep_one();
+		without = ptt_read(a, 0) - t0 - (int64_t)(sy->sys_time[0] + sy->resume_time[0] - k0);
+		if (best < 0 || with - without < best)
+			best = with - without;
+	}
+	return best;
+}
+
+/*
+ * A thread that runs while the measuring one sleeps: SCHED_IDLE (never
+ * preempts it), woken by a byte on a pipe, it uses the FPU registers and
+ * blocks again, so the sleeper's registers must be loaded again on its
+ * way back (the idle task leaves them in place).
+ */
+static int g_res_pipe[2];
+static volatile double g_res_fp = 1.0;
+
+static void *fpu_thr(void *arg)
+{
+	struct sched_param sp = { 0 };
+	char c;
+
+	if (sched_setscheduler(0, SCHED_IDLE, &sp) != 0)
+		printf("ptt: FAIL: SCHED_IDLE: %s\n", strerror(errno));
+	while (read(g_res_pipe[0], &c, 1) == 1 && c != 'q')
+		g_res_fp = g_res_fp * 1.000001 + 0.5;
+	return arg;
+}
+
+/* resume_glue with that thread run in each sleep (per sleep, min of 5) */
+static int64_t resume_glue_thr(varea *a, int n)
+{
+	vsys *sy = sys_of(a);
+	int64_t best = -1;
+
+	for (int r = 0; r < 5; r++) {
+		uint32_t r0 = sy->resumes;
+		uint64_t k0 = sy->sys_time[0] + sy->resume_time[0];
+		int64_t t0 = ptt_read(a, 0), with, without;
+
+		for (int i = 0; i < n; i++) {
+			if (write(g_res_pipe[1], "x", 1) != 1)
+				return -1;
+			sleep_one();
+		}
+		with = ptt_read(a, 0) - t0 - (int64_t)(sy->sys_time[0] + sy->resume_time[0] - k0);
+		if (sy->resumes - r0 != (uint32_t)n)
+			continue;
+		k0 = sy->sys_time[0] + sy->resume_time[0];
+		t0 = ptt_read(a, 0);
+		for (int i = 0; i < n; i++) {
+			if (write(g_res_pipe[1], "x", 1) != 1)
+				return -1;
+			nosleep_one();
+		}
+		without = ptt_read(a, 0) - t0 - (int64_t)(sy->sys_time[0] + sy->resume_time[0] - k0);
+		if (best < 0 || with - without < best)
+			best = with - without;
+	}
+	return best;
+}
+
+static int resume_func(int icount)
+{
+	struct pitrace_ptt_status st;
+	struct pitrace_ptt_init in;
+	struct sigaction sa, old;
+	uint32_t r0, s0, d0;
+	uint64_t k0;
+	int fd, i;
+	varea *a;
+	vsys *sy;
+
+	fd = open(PITRACE_DEVICE, O_RDWR);
+	if (fd < 0) {
+		perror("open");
+		return 1;
+	}
+	memset(&in, 0, sizeof(in));
+	in.nmetrics = 1;
+	in.flags = PITRACE_PTT_INIT_SYSCALLS;
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_INIT, &in) == 0, "init with PITRACE_PTT_INIT_SYSCALLS: %s", strerror(errno));
+	a = ptt_map(fd);
+	if (!a) {
+		printf("ptt: FAIL: map: %s\n", strerror(errno));
+		return 1;
+	}
+	sy = sys_of(a);
+	memset(&st, 0, sizeof(st));
+	CHECK(ioctl(fd, PITRACE_IOC_PTT_STATUS, &st) == 0, "status: %s", strerror(errno));
+	printf("ptt: resume: sys_on %u resumes_on %u hooks 0x%x\n", sy->sys_on, sy->resumes_on, st.hooks);
+	CHECK(sy->sys_on == 1 && sy->resumes_on == 1, "sys_on %u resumes_on %u: the module does not measure resumes",
+	      sy->sys_on, sy->resumes_on);
+	CHECK(st.hooks & PITRACE_PTT_HOOK_RESUME, "hooks 0x%x without PITRACE_PTT_HOOK_RESUME", st.hooks);
+
+	/*
+	 * A resume follows a switch: never more than the thread's dispatches
+	 * (fewer where it was switched out twice before going back to user
+	 * mode).  Calls that do not block: none unless preempted.
+	 */
+	r0 = sy->resumes;
+	d0 = a->dispatches;
+	for (i = 0; i < 20; i++)
+		nosleep_one();
+	CHECK(sy->resumes - r0 <= a->dispatches - d0, "20 getppid: resumes +%u, dispatches +%u",
+	      sy->resumes - r0, a->dispatches - d0);
+	/* each blocking call: one switch out and in, one resume */
+	r0 = sy->resumes;
+	s0 = sy->syscalls;
+	k0 = sy->resume_time[0];
+	d0 = a->dispatches;
+	for (i = 0; i < 10; i++)
+		sleep_one();
+	/* the figures before the printf's own write(2) */
+	s0 = sy->syscalls - s0;
+	r0 = sy->resumes - r0;
+	k0 = sy->resume_time[0] - k0;
+	d0 = a->dispatches - d0;
+	printf("ptt: resume: 10 nanosleeps: syscalls +%u, dispatches +%u, resumes +%u, resume_time +%llu (%llu a resume)\n",
+	       s0, d0, r0, (unsigned long long)k0, (unsigned long long)k0 / 10);
+	CHECK(s0 == 10 && r0 >= 10 && r0 <= d0, "10 nanosleeps: syscalls +%u, resumes +%u, dispatches +%u", s0, r0, d0);
+	CHECK(k0 > 0, "no resume_time for 10 resumes");
+	/* a signal's delivery updates rseq too (ksig set): not a resume */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = usr1_handler;
+	sigaction(SIGUSR1, &sa, &old);
+	r0 = sy->resumes;
+	d0 = a->dispatches;
+	for (i = 0; i < 5; i++)
+		CHECK(kill(getpid(), SIGUSR1) == 0, "kill: %s", strerror(errno));
+	CHECK(g_usr1 == 5, "%d of 5 signals handled", g_usr1);
+	CHECK(sy->resumes - r0 <= a->dispatches - d0, "5 signals delivered: resumes +%u, dispatches +%u",
+	      sy->resumes - r0, a->dispatches - d0);
+	sigaction(SIGUSR1, &old, NULL);
+
+	/*
+	 * What stays in the metric per resume (the exit-to-user loop around
+	 * the window, the FPU reload after the switch) is a constant: under
+	 * -icount the instructions outside the windows of 5, 10 and 15
+	 * blocking calls, less those of as many that do not block, grow by
+	 * the same number each 5 calls.
+	 */
+	if (icount) {
+		int64_t g5 = resume_glue(a, 5), g10 = resume_glue(a, 10), g15 = resume_glue(a, 15);
+
+		printf("ptt: resume: outside the windows: %lld for 5 resumes, %lld for 10, %lld for 15 (%.2f a resume)\n",
+		       (long long)g5, (long long)g10, (long long)g15, (g15 - g5) / 10.0);
+		CHECK(g5 > 0 && g10 - g5 == g15 - g10, "the code outside the resume windows is not a constant per resume: %lld for 5, %lld for 10, %lld for 15",
+		      (long long)g5, (long long)g10, (long long)g15);
+		/*
+		 * The same when another thread ran in each sleep and the
+		 * sleeper's FPU registers had to be loaded again (a window
+		 * of its own, charged to the resume).
+		 */
+		pthread_t th;
+		int64_t gt;
+
+		CHECK(pipe(g_res_pipe) == 0, "pipe: %s", strerror(errno));
+		CHECK(pthread_create(&th, NULL, fpu_thr, NULL) == 0, "pthread_create");
+		gt = resume_glue_thr(a, 10);
+		if (write(g_res_pipe[1], "q", 1) != 1)
+			printf("ptt: FAIL: pipe write\n");
+		pthread_join(th, NULL);
+		close(g_res_pipe[0]);
+		close(g_res_pipe[1]);
+		printf("ptt: resume: outside the windows with another thread run in each sleep: %lld for 10 resumes (%lld with the idle task)\n",
+		       (long long)gt, (long long)g10);
+		/*
+		 * Without the reload's window the registers' reload would be
+		 * here, once a sleep; what remains differs by a few
+		 * instructions in all (measured: 3 to 13 fewer for 10).
+		 */
+		CHECK(gt > 0 && llabs(gt - g10) <= 20, "another thread in each sleep: %lld outside the windows for 10 resumes, %lld after the idle task",
+		      (long long)gt, (long long)g10);
+	}
+	munmap((void *)a, 4096);
+	close(fd);
+	printf("ptt: resume checks %s\n", fails ? "FAILED" : "ok");
 	return fails ? 1 : 0;
 }
 
@@ -1466,6 +1706,8 @@ int main(int argc, char **argv)
 		return watch_func();
 	if (argc > 1 && !strcmp(argv[1], "faults"))
 		return faults_func(argc > 2 && !strcmp(argv[2], "icount"));
+	if (argc > 1 && !strcmp(argv[1], "resume"))
+		return resume_func(argc > 2 && !strcmp(argv[2], "icount"));
 	if (argc > 2 && !strcmp(argv[1], "stress"))
 		return stress(atoi(argv[2]));
 	if (argc > 1 && !strcmp(argv[1], "bench")) {
@@ -1476,6 +1718,6 @@ int main(int argc, char **argv)
 		retry_path();
 		return fails ? 1 : 0;
 	}
-	fprintf(stderr, "usage: ptt func|smp|perf|watch|stress N|faults [icount]|bench\n");
+	fprintf(stderr, "usage: ptt func|smp|perf|watch|stress N|faults [icount]|resume [icount]|bench\n");
 	return 2;
 }
