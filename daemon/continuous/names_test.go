@@ -2,6 +2,7 @@ package continuous
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,43 @@ func TestStacksByExecGeneration(t *testing.T) {
 	}
 	if got := iv.locs[iv.order[1].locs[0]].key.addr; got != 0x3100 {
 		t.Errorf("the second program's leaf at file offset %#x, want 0x3100", got)
+	}
+}
+
+// TestThreadsForgottenAtExit: a process that makes and ends 10000 named
+// threads holds no name of them after their exits, while each thread's
+// samples, counted before its exit, carry its name to the profile.
+func TestThreadsForgottenAtExit(t *testing.T) {
+	const pid = 5000002
+	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
+		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
+	a.cur = newInterval(0)
+	mte := func(minor uint32, str string, f ...uint64) {
+		e := event{kind: evMTE, minor: minor, str: str}
+		e.nf = uint8(copy(e.fields[:], f))
+		a.handle(&e, nil)
+	}
+	mte(trace.MTEProcess, "pool", pid, 1)
+	mte(trace.MTESegment, "/pool/prog", pid, 0x1000, 0x1000, 0, 5)
+	const threads = 10000
+	for i := uint32(1); i <= threads; i++ {
+		tid := pid + i
+		mte(trace.MTEFork, "", pid, pid, pid, uint64(tid), trace.ForkThread)
+		mte(trace.MTEThreadName, fmt.Sprintf("worker-%d", i), pid, uint64(tid))
+		e := event{kind: evSample, pid: pid, tid: tid}
+		a.handle(&e, []uint64{0x1100})
+		mte(trace.MTEExit, "", pid, uint64(tid))
+	}
+	if n := len(a.res.Process(pid).Threads); n != 0 {
+		t.Errorf("%d thread names kept after all %d threads exited, want 0", n, threads)
+	}
+	iv := a.rotate(1)
+	if len(iv.order) != threads {
+		t.Fatalf("%d stacks counted, want %d (one a thread)", len(iv.order), threads)
+	}
+	for i, sc := range iv.order {
+		if want := fmt.Sprintf("worker-%d", i+1); sc.thread != want {
+			t.Fatalf("thread %d's samples named %q, want %q", sc.tid, sc.thread, want)
+		}
 	}
 }

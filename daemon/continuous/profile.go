@@ -170,8 +170,8 @@ func (b *builder) sample(prof pprofile.Profile, sc *stackCount) {
 	s.SetStackIndex(b.stack(sc.locs))
 	s.Values().Append(sc.count)
 	s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
-	if n := b.res.ThreadName(sc.pid, sc.tid); n != "" {
-		s.AttributeIndices().Append(b.attr(attrThreadName, n))
+	if sc.thread != "" {
+		s.AttributeIndices().Append(b.attr(attrThreadName, sc.thread))
 	}
 }
 
