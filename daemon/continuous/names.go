@@ -22,10 +22,9 @@ type frameName struct {
 const maxNames = 1 << 16
 
 // namingSlack bounds what naming adds to the agent's resident memory:
-// past it (a module parsed from its file keeps the file mapped, and its
-// tables are garbage once it is named) the namer collects garbage and
-// returns it before the next module, so the mappings and tables of the
-// modules it is done with go.
+// past it (a module's tables are garbage once it is named; its file is
+// unmapped then) the namer collects garbage and returns it before the
+// next module.
 const namingSlack = 8 << 20
 
 // namer names an interval's locations once each. Names of module offsets
@@ -145,9 +144,10 @@ func (n *namer) nameModule(path string, locs []location, idx []int, out []frameN
 		out[i] = frameName{module: module, symbol: n.str(sym)}
 		n.names[locs[i].key] = out[i]
 	}
-	// The module's tables go with c; a module parsed from its file (not
-	// the table cache) kept the file mapped, until the garbage collector
-	// finds it unreachable.
+	// A module parsed from its file (not the table cache) has it
+	// mapped: unmapped now, not when a collection finds the module
+	// unreachable (the names are copies). Its tables go with c.
+	m.Release()
 	if rss := residentBytes(); rss > n.base+namingSlack {
 		debug.FreeOSMemory()
 		n.base = residentBytes()

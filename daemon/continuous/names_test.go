@@ -193,3 +193,39 @@ func TestThreadsForgottenAtExit(t *testing.T) {
 		}
 	}
 }
+
+// TestNamerUnmapsModules: once a module's offsets are named, its file is
+// no longer mapped (the agent's resident memory holds no page of the
+// modules it is done with, without a collection to find them).
+func TestNamerUnmapsModules(t *testing.T) {
+	dir := t.TempDir()
+	exe := buildBurn(t, dir)
+	offs := funcOffsets(t, exe, 5)
+	var locs []location
+	for off := range offs {
+		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}})
+	}
+	if len(locs) == 0 {
+		t.Fatalf("no function found in %s", exe)
+	}
+	n := newNamer("") // no table cache: the module is parsed from its file, mapped
+	out := make([]frameName, len(locs))
+	idx := make([]int, len(locs))
+	for i := range idx {
+		idx[i] = i
+	}
+	n.base = residentBytes() // as nameAll sets it: no collection forced for a small module
+	n.nameModule(exe, locs, idx, out)
+	for i := range out {
+		if out[i].symbol == "" || strings.HasPrefix(out[i].symbol, filepath.Base(exe)+"+") {
+			t.Errorf("offset %#x not named (%q)", locs[i].key.addr, out[i].symbol)
+		}
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(maps), exe) {
+		t.Errorf("%s still mapped after its offsets were named", exe)
+	}
+}
