@@ -229,3 +229,69 @@ func TestNamerUnmapsModules(t *testing.T) {
 		t.Errorf("%s still mapped after its offsets were named", exe)
 	}
 }
+
+// TestNamerModuleReplaced: names kept from an earlier interval are made
+// anew when the module's file is replaced at the same path (a program
+// rebuilt: a new inode), and kept while it is the same file.
+func TestNamerModuleReplaced(t *testing.T) {
+	dir := t.TempDir()
+	exe := buildBurn(t, dir)
+	offs := funcOffsets(t, exe, 20)
+	path := filepath.Join(dir, "prog")
+	install := func(src string) {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var locs []location
+	for off := range offs {
+		locs = append(locs, location{key: locKey{kind: locModule, module: path, addr: off}})
+	}
+	// What a namer that never saw the file names the offsets.
+	fresh := func() []frameName { return newNamer("").nameAll(a2n.New(nil), locs) }
+
+	install(exe)
+	first := fresh()
+	n := newNamer(t.TempDir())
+	r := a2n.New(nil)
+	n.nameAll(r, locs)
+	got := n.nameAll(r, locs)
+	if n.modulesRead != 0 {
+		t.Errorf("the same file read again (%d modules read), want its names kept", n.modulesRead)
+	}
+	for i := range got {
+		if got[i] != first[i] {
+			t.Fatalf("offset %#x: %v, want %v", locs[i].key.addr, got[i], first[i])
+		}
+	}
+	// Another program at the path: a library of the system, whose
+	// functions lie elsewhere.
+	install("/usr/lib/x86_64-linux-gnu/liblzma.so.5")
+	second := fresh()
+	differ := 0
+	for i := range second {
+		if second[i] != first[i] {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatalf("liblzma names the offsets of %s as it does: no test", exe)
+	}
+	got = n.nameAll(r, locs)
+	if n.modulesRead != 1 {
+		t.Errorf("%d modules read after the file was replaced, want 1", n.modulesRead)
+	}
+	for i := range got {
+		if got[i] != second[i] {
+			t.Errorf("offset %#x after the file was replaced: %v, want %v (not %v)", locs[i].key.addr, got[i], second[i], first[i])
+		}
+	}
+}
