@@ -64,6 +64,7 @@ func continuousCommand() *cli.Command {
 			// The agent's own CPU profile (Go's pprof format), for the
 			// work on its cost.
 			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write the agent's own CPU profile (pprof) to `FILE`"},
+			&cli.StringFlag{Name: "memprofile", Hidden: true, Usage: "write the agent's own allocation profile (pprof) to `FILE` at its stop"},
 		},
 		Action: runContinuous,
 	}
@@ -265,6 +266,18 @@ func runContinuous(c *cli.Context) error {
 			return err
 		}
 		defer stopProfile()
+	}
+	if p := c.String("memprofile"); p != "" {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w (give a new file)", err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				logger.Printf("--memprofile: %v", err)
+			}
+			f.Close()
+		}()
 	}
 	a, err := continuous.Start(cfg)
 	if err != nil {
