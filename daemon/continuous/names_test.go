@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
 	"perfinsp/analysis/a2n"
 	"perfinsp/format/trace"
 )
@@ -293,5 +295,49 @@ func TestNamerModuleReplaced(t *testing.T) {
 		if got[i] != second[i] {
 			t.Errorf("offset %#x after the file was replaced: %v, want %v (not %v)", locs[i].key.addr, got[i], second[i], first[i])
 		}
+	}
+}
+
+// TestBuilderReused: one builder makes every interval's request; the
+// second request's tables are its own (indexes from the first would name
+// the wrong strings in it).
+func TestBuilderReused(t *testing.T) {
+	b := builder{res: a2n.New(nil), host: "h", periodNS: 1}
+	request := func(fn string) pprofile.Profiles {
+		iv := newInterval(0)
+		iv.locs = []location{{key: locKey{kind: locModule, module: "/bin/" + fn, addr: 0x10}}}
+		iv.order = []*stackCount{{pid: 7, tid: 7, thread: "t-" + fn, locs: []int32{0}, count: 3}}
+		p, n := b.build(iv, []frameName{{module: "/bin/" + fn, symbol: fn}}, 1)
+		if n != 3 {
+			t.Fatalf("%d samples in the request, want 3", n)
+		}
+		return p
+	}
+	request("first_function")
+	p := request("second")
+	dict := p.Dictionary()
+	strs := dict.StringTable()
+	prof := p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0)
+	s := prof.Samples().At(0)
+	st := dict.StackTable().At(int(s.StackIndex()))
+	loc := dict.LocationTable().At(int(st.LocationIndices().At(0)))
+	fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
+	if got := strs.At(int(fn.NameStrindex())); got != "second" {
+		t.Errorf("the second request's function is %q, want second", got)
+	}
+	for i := 0; i < strs.Len(); i++ {
+		if strings.Contains(strs.At(i), "first") {
+			t.Errorf("the second request's strings hold %q of the first", strs.At(i))
+		}
+	}
+	var thread string
+	for _, ai := range s.AttributeIndices().All() {
+		kv := dict.AttributeTable().At(int(ai))
+		if strs.At(int(kv.KeyStrindex())) == attrThreadName {
+			thread = kv.Value().Str()
+		}
+	}
+	if thread != "t-second" {
+		t.Errorf("thread.name %q, want t-second", thread)
 	}
 }
