@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"syscall"
 )
 
@@ -35,10 +36,42 @@ func mapFile(f *os.File, size int64) *mappedFile {
 	return &mappedFile{data: b}
 }
 
-// release unmaps the file once nothing can reach what was found in it:
-// m is the module whose tables hold names inside the mapping.
+// release unmaps the file once nothing can reach what was found in it
+// (m is the module whose tables hold names inside the mapping), or when
+// m.Release is called, whichever comes first.
 func (mf *mappedFile) release(m *Module) {
-	runtime.AddCleanup(m, func(b []byte) { _ = syscall.Munmap(b) }, mf.data)
+	mp := &mapping{data: mf.data}
+	m.mappings = append(m.mappings, mp)
+	runtime.AddCleanup(m, (*mapping).unmap, mp)
+}
+
+// mapping is one file mapped for a module: unmapped once.
+type mapping struct {
+	mu   sync.Mutex
+	data []byte
+}
+
+func (mp *mapping) unmap() {
+	mp.mu.Lock()
+	defer mp.mu.Unlock()
+	if mp.data != nil {
+		_ = syscall.Munmap(mp.data)
+		mp.data = nil
+	}
+}
+
+// Release unmaps the module's files now, rather than when the garbage
+// collector finds the module unreachable: a caller that names a few
+// addresses of many modules, one after the other, holds the pages of one
+// at a time. The module must not be used afterwards (its tables lie in
+// the mappings); the names Symbol returned are the caller's own and stay.
+// A module read from the table cache or not read at all has nothing to
+// release.
+func (m *Module) Release() {
+	for _, mp := range m.mappings {
+		mp.unmap()
+	}
+	m.mappings = nil
 }
 
 func (mf *mappedFile) ReadAt(p []byte, off int64) (int, error) {

@@ -70,3 +70,58 @@ func TestMappedModuleCutShortAfterLoad(t *testing.T) {
 		t.Fatalf("a name returned before the cut changed to %q", s0.Name)
 	}
 }
+
+// TestModuleRelease: Release unmaps a parsed module's file at once (a
+// caller naming a few addresses in each of many modules holds one
+// module's pages at a time); the names found before stay the caller's.
+func TestModuleRelease(t *testing.T) {
+	const lib = "/usr/lib/x86_64-linux-gnu/liblzma.so.5"
+	path := filepath.Join(t.TempDir(), "module-release")
+	data, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatalf("%v: install liblzma5", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mapped := func() bool {
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(string(maps), path)
+	}
+	m := loadModule(path, "")
+	if m.Err != nil {
+		t.Fatal(m.Err)
+	}
+	if !mapped() {
+		t.Fatalf("%s is not mapped after its load: nothing to release", path)
+	}
+	var off uint64
+	for _, s := range m.tab.syms {
+		if s.Name != "" && s.Size > 0 && !strings.HasSuffix(s.Name, "@plt") {
+			for _, p := range m.loads {
+				if p.Flags&elf.PF_X != 0 && s.Addr >= p.Vaddr && s.Addr < p.Vaddr+p.Filesz {
+					off = s.Addr - p.Vaddr + p.Off
+				}
+			}
+		}
+		if off != 0 {
+			break
+		}
+	}
+	s, _, ok := m.Symbol(off)
+	if !ok || s.Name == "" {
+		t.Fatalf("no name at file offset %#x of %s", off, lib)
+	}
+	want := strings.Clone(s.Name)
+	m.Release()
+	if mapped() {
+		t.Errorf("%s still mapped after Release", path)
+	}
+	if s.Name != want {
+		t.Errorf("a name found before Release reads %q after it, want %q", s.Name, want)
+	}
+	m.Release() // twice: nothing more to unmap
+}

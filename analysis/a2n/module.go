@@ -92,6 +92,7 @@ type Module struct {
 	file     string // where the module was read from (Path under the cache's Root)
 	idOnce   sync.Once
 	buildID  string
+	mappings []*mapping // the files mapped for the module (Release)
 }
 
 type lineRow struct {

@@ -59,8 +59,11 @@ type pcKey struct {
 // stackCount is the samples of one thread with one stack.
 type stackCount struct {
 	pid, tid uint32
-	locs     []int32 // indices into interval.locs, leaf first
-	count    int64
+	// thread is the thread's name when the pair was first counted in the
+	// interval (the name tables forget a thread at its exit).
+	thread string
+	locs   []int32 // indices into interval.locs, leaf first
+	count  int64
 }
 
 // interval is one period's aggregate.
@@ -150,6 +153,9 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 		if e.minor == trace.MTEExit && len(f) >= 2 && a.off != nil {
 			a.off.threadExited(uint32(f[1]), e.t)
 		}
+		if e.minor == trace.MTEExit && len(f) >= 2 {
+			a.threadExited(uint32(f[0]), uint32(f[1]))
+		}
 		switch {
 		case e.minor == trace.MTEExit && len(f) >= 2 && f[0] == f[1]:
 			a.infos.forget(uint32(f[0]))
@@ -173,6 +179,17 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 		}
 	case evIntr:
 		a.interrupt(e)
+	}
+}
+
+// threadExited forgets the name of thread tid of pid: a process that makes
+// and ends threads all the time (a pool, a test of thread creation) would
+// otherwise grow its table by one name a thread until the tables start
+// anew. Its samples were counted before (records apply in time order) and
+// hold its name.
+func (a *aggregator) threadExited(pid, tid uint32) {
+	if p := a.res.Process(pid); p != nil {
+		delete(p.Threads, tid)
 	}
 }
 
@@ -200,7 +217,7 @@ func (a *aggregator) sample(e *event, pcs []uint64) {
 		iv.dropped++
 		return
 	}
-	sc := &stackCount{pid: e.pid, tid: e.tid, locs: locs, count: 1}
+	sc := &stackCount{pid: e.pid, tid: e.tid, thread: a.res.ThreadName(e.pid, e.tid), locs: locs, count: 1}
 	iv.stacks[string(key)] = sc
 	iv.order = append(iv.order, sc)
 	iv.samples++

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"perfinsp/analysis/a2n"
 )
@@ -22,10 +23,9 @@ type frameName struct {
 const maxNames = 1 << 16
 
 // namingSlack bounds what naming adds to the agent's resident memory:
-// past it (a module parsed from its file keeps the file mapped, and its
-// tables are garbage once it is named) the namer collects garbage and
-// returns it before the next module, so the mappings and tables of the
-// modules it is done with go.
+// past it (a module's tables are garbage once it is named; its file is
+// unmapped then) the namer collects garbage and returns it before the
+// next module.
 const namingSlack = 8 << 20
 
 // namer names an interval's locations once each. Names of module offsets
@@ -39,14 +39,63 @@ type namer struct {
 	ks       *ksyms
 	names    map[locKey]frameName
 	intern   map[string]string
-	base     int64 // resident bytes after the last collection (naming)
+	// files is the identity of each module file whose names are kept,
+	// as of when they were made: a file replaced at its path (a program
+	// rebuilt) has its names made anew. checked: the paths stat'ed in
+	// this nameAll.
+	files   map[string]fileID
+	checked map[string]bool
+	base    int64 // resident bytes after the last collection (naming)
 	// Of the last nameAll: the locations named anew (not kept from an
 	// earlier interval) and the modules read for them.
 	named, modulesRead int
 }
 
 func newNamer(cacheDir string) *namer {
-	return &namer{cacheDir: cacheDir, names: map[locKey]frameName{}, intern: map[string]string{}}
+	return &namer{cacheDir: cacheDir, names: map[locKey]frameName{}, intern: map[string]string{},
+		files: map[string]fileID{}, checked: map[string]bool{}}
+}
+
+// fileID is what tells a module file from another at the same path.
+type fileID struct {
+	dev, ino uint64
+	size     int64
+	mtime    int64 // ns
+}
+
+// statID is path's identity now (ok false: it cannot be stat'ed).
+func statID(path string) (fileID, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, true
+}
+
+// checkFiles forgets the names kept of each module of locs whose file was
+// replaced since they were made (one stat a module an interval).
+func (n *namer) checkFiles(locs []location) {
+	clear(n.checked)
+	for i := range locs {
+		l := &locs[i]
+		if l.key.kind != locModule || l.vdso != nil || n.checked[l.key.module] {
+			continue
+		}
+		path := l.key.module
+		n.checked[path] = true
+		id, ok := statID(path)
+		if !ok {
+			continue // gone: its names stay what they were
+		}
+		if old, seen := n.files[path]; seen && old != id {
+			for k := range n.names {
+				if k.kind == locModule && k.module == path {
+					delete(n.names, k)
+				}
+			}
+		}
+		n.files[path] = id
+	}
 }
 
 // reset reads the kernel's symbols anew and forgets the names kept
@@ -60,6 +109,7 @@ func (n *namer) reset() {
 	n.ks = readKsyms(hint)
 	clear(n.names)
 	clear(n.intern)
+	clear(n.files)
 }
 
 func (n *namer) str(s string) string {
@@ -76,11 +126,13 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 	if n.ks == nil {
 		n.reset()
 	}
-	if len(n.names) > maxNames {
+	if len(n.names) > maxNames || len(n.files) > maxNames {
 		clear(n.names)
 		clear(n.intern)
+		clear(n.files)
 	}
 	n.named, n.modulesRead = 0, 0
+	n.checkFiles(locs)
 	out := make([]frameName, len(locs))
 	var todo []int // module offsets not named yet
 	for i := range locs {
@@ -145,9 +197,10 @@ func (n *namer) nameModule(path string, locs []location, idx []int, out []frameN
 		out[i] = frameName{module: module, symbol: n.str(sym)}
 		n.names[locs[i].key] = out[i]
 	}
-	// The module's tables go with c; a module parsed from its file (not
-	// the table cache) kept the file mapped, until the garbage collector
-	// finds it unreachable.
+	// A module parsed from its file (not the table cache) has it
+	// mapped: unmapped now, not when a collection finds the module
+	// unreachable (the names are copies). Its tables go with c.
+	m.Release()
 	if rss := residentBytes(); rss > n.base+namingSlack {
 		debug.FreeOSMemory()
 		n.base = residentBytes()

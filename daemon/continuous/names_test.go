@@ -2,10 +2,13 @@ package continuous
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"perfinsp/analysis/a2n"
 	"perfinsp/format/trace"
@@ -152,5 +155,189 @@ func TestStacksByExecGeneration(t *testing.T) {
 	}
 	if got := iv.locs[iv.order[1].locs[0]].key.addr; got != 0x3100 {
 		t.Errorf("the second program's leaf at file offset %#x, want 0x3100", got)
+	}
+}
+
+// TestThreadsForgottenAtExit: a process that makes and ends 10000 named
+// threads holds no name of them after their exits, while each thread's
+// samples, counted before its exit, carry its name to the profile.
+func TestThreadsForgottenAtExit(t *testing.T) {
+	const pid = 5000002
+	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
+		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
+	a.cur = newInterval(0)
+	mte := func(minor uint32, str string, f ...uint64) {
+		e := event{kind: evMTE, minor: minor, str: str}
+		e.nf = uint8(copy(e.fields[:], f))
+		a.handle(&e, nil)
+	}
+	mte(trace.MTEProcess, "pool", pid, 1)
+	mte(trace.MTESegment, "/pool/prog", pid, 0x1000, 0x1000, 0, 5)
+	const threads = 10000
+	for i := uint32(1); i <= threads; i++ {
+		tid := pid + i
+		mte(trace.MTEFork, "", pid, pid, pid, uint64(tid), trace.ForkThread)
+		mte(trace.MTEThreadName, fmt.Sprintf("worker-%d", i), pid, uint64(tid))
+		e := event{kind: evSample, pid: pid, tid: tid}
+		a.handle(&e, []uint64{0x1100})
+		mte(trace.MTEExit, "", pid, uint64(tid))
+	}
+	if n := len(a.res.Process(pid).Threads); n != 0 {
+		t.Errorf("%d thread names kept after all %d threads exited, want 0", n, threads)
+	}
+	iv := a.rotate(1)
+	if len(iv.order) != threads {
+		t.Fatalf("%d stacks counted, want %d (one a thread)", len(iv.order), threads)
+	}
+	for i, sc := range iv.order {
+		if want := fmt.Sprintf("worker-%d", i+1); sc.thread != want {
+			t.Fatalf("thread %d's samples named %q, want %q", sc.tid, sc.thread, want)
+		}
+	}
+}
+
+// TestNamerUnmapsModules: once a module's offsets are named, its file is
+// no longer mapped (the agent's resident memory holds no page of the
+// modules it is done with, without a collection to find them).
+func TestNamerUnmapsModules(t *testing.T) {
+	dir := t.TempDir()
+	exe := buildBurn(t, dir)
+	offs := funcOffsets(t, exe, 5)
+	var locs []location
+	for off := range offs {
+		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}})
+	}
+	if len(locs) == 0 {
+		t.Fatalf("no function found in %s", exe)
+	}
+	n := newNamer("") // no table cache: the module is parsed from its file, mapped
+	out := make([]frameName, len(locs))
+	idx := make([]int, len(locs))
+	for i := range idx {
+		idx[i] = i
+	}
+	n.base = residentBytes() // as nameAll sets it: no collection forced for a small module
+	n.nameModule(exe, locs, idx, out)
+	for i := range out {
+		if out[i].symbol == "" || strings.HasPrefix(out[i].symbol, filepath.Base(exe)+"+") {
+			t.Errorf("offset %#x not named (%q)", locs[i].key.addr, out[i].symbol)
+		}
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(maps), exe) {
+		t.Errorf("%s still mapped after its offsets were named", exe)
+	}
+}
+
+// TestNamerModuleReplaced: names kept from an earlier interval are made
+// anew when the module's file is replaced at the same path (a program
+// rebuilt: a new inode), and kept while it is the same file.
+func TestNamerModuleReplaced(t *testing.T) {
+	dir := t.TempDir()
+	exe := buildBurn(t, dir)
+	offs := funcOffsets(t, exe, 20)
+	path := filepath.Join(dir, "prog")
+	install := func(src string) {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var locs []location
+	for off := range offs {
+		locs = append(locs, location{key: locKey{kind: locModule, module: path, addr: off}})
+	}
+	// What a namer that never saw the file names the offsets.
+	fresh := func() []frameName { return newNamer("").nameAll(a2n.New(nil), locs) }
+
+	install(exe)
+	first := fresh()
+	n := newNamer(t.TempDir())
+	r := a2n.New(nil)
+	n.nameAll(r, locs)
+	got := n.nameAll(r, locs)
+	if n.modulesRead != 0 {
+		t.Errorf("the same file read again (%d modules read), want its names kept", n.modulesRead)
+	}
+	for i := range got {
+		if got[i] != first[i] {
+			t.Fatalf("offset %#x: %v, want %v", locs[i].key.addr, got[i], first[i])
+		}
+	}
+	// Another program at the path: a library of the system, whose
+	// functions lie elsewhere.
+	install("/usr/lib/x86_64-linux-gnu/liblzma.so.5")
+	second := fresh()
+	differ := 0
+	for i := range second {
+		if second[i] != first[i] {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatalf("liblzma names the offsets of %s as it does: no test", exe)
+	}
+	got = n.nameAll(r, locs)
+	if n.modulesRead != 1 {
+		t.Errorf("%d modules read after the file was replaced, want 1", n.modulesRead)
+	}
+	for i := range got {
+		if got[i] != second[i] {
+			t.Errorf("offset %#x after the file was replaced: %v, want %v (not %v)", locs[i].key.addr, got[i], second[i], first[i])
+		}
+	}
+}
+
+// TestBuilderReused: one builder makes every interval's request; the
+// second request's tables are its own (indexes from the first would name
+// the wrong strings in it).
+func TestBuilderReused(t *testing.T) {
+	b := builder{res: a2n.New(nil), host: "h", periodNS: 1}
+	request := func(fn string) pprofile.Profiles {
+		iv := newInterval(0)
+		iv.locs = []location{{key: locKey{kind: locModule, module: "/bin/" + fn, addr: 0x10}}}
+		iv.order = []*stackCount{{pid: 7, tid: 7, thread: "t-" + fn, locs: []int32{0}, count: 3}}
+		p, n := b.build(iv, []frameName{{module: "/bin/" + fn, symbol: fn}}, 1)
+		if n != 3 {
+			t.Fatalf("%d samples in the request, want 3", n)
+		}
+		return p
+	}
+	request("first_function")
+	p := request("second")
+	dict := p.Dictionary()
+	strs := dict.StringTable()
+	prof := p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0)
+	s := prof.Samples().At(0)
+	st := dict.StackTable().At(int(s.StackIndex()))
+	loc := dict.LocationTable().At(int(st.LocationIndices().At(0)))
+	fn := dict.FunctionTable().At(int(loc.Lines().At(0).FunctionIndex()))
+	if got := strs.At(int(fn.NameStrindex())); got != "second" {
+		t.Errorf("the second request's function is %q, want second", got)
+	}
+	for i := 0; i < strs.Len(); i++ {
+		if strings.Contains(strs.At(i), "first") {
+			t.Errorf("the second request's strings hold %q of the first", strs.At(i))
+		}
+	}
+	var thread string
+	for _, ai := range s.AttributeIndices().All() {
+		kv := dict.AttributeTable().At(int(ai))
+		if strs.At(int(kv.KeyStrindex())) == attrThreadName {
+			thread = kv.Value().Str()
+		}
+	}
+	if thread != "t-second" {
+		t.Errorf("thread.name %q, want t-second", thread)
 	}
 }

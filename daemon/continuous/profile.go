@@ -2,6 +2,7 @@ package continuous
 
 import (
 	"crypto/rand"
+	"slices"
 	"strconv"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -111,8 +112,17 @@ func (b *builder) attr(key string, value any) int32 {
 func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile.Profiles, int64) {
 	b.p = pprofile.NewProfiles()
 	b.dict = b.p.Dictionary()
-	b.strs, b.maps, b.funcs = map[string]int32{}, map[string]int32{}, map[[2]int32]int32{}
-	b.attrs, b.stacks = map[string]int32{}, map[string]int32{}
+	// The request is new (the exporter owns the last one); the indexes
+	// of its tables keep their memory from one interval to the next.
+	if b.strs == nil {
+		b.strs, b.maps, b.funcs = map[string]int32{}, map[string]int32{}, map[[2]int32]int32{}
+		b.attrs, b.stacks = map[string]int32{}, map[string]int32{}
+	}
+	clear(b.strs)
+	clear(b.maps)
+	clear(b.funcs)
+	clear(b.attrs)
+	clear(b.stacks)
 	// Index 0 of every table is the empty entry.
 	b.str("")
 	b.dict.MappingTable().AppendEmpty()
@@ -121,7 +131,7 @@ func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile
 	b.dict.StackTable().AppendEmpty()
 	b.dict.AttributeTable().AppendEmpty()
 
-	b.locIdx = make([]int32, len(iv.locs))
+	b.locIdx = slices.Grow(b.locIdx[:0], len(iv.locs))[:len(iv.locs)]
 	for i, l := range iv.locs {
 		b.locIdx[i] = b.location(l.key, names[i])
 	}
@@ -170,8 +180,8 @@ func (b *builder) sample(prof pprofile.Profile, sc *stackCount) {
 	s.SetStackIndex(b.stack(sc.locs))
 	s.Values().Append(sc.count)
 	s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
-	if n := b.res.ThreadName(sc.pid, sc.tid); n != "" {
-		s.AttributeIndices().Append(b.attr(attrThreadName, n))
+	if sc.thread != "" {
+		s.AttributeIndices().Append(b.attr(attrThreadName, sc.thread))
 	}
 }
 

@@ -21,7 +21,18 @@ type reorder struct {
 	buf   []event
 	pcs   []uint64
 	spare []uint64
+	// order is the scratch of release: the events' time stamps and
+	// places, sorted (16 bytes an event, not the event's 88); kept is
+	// where the events not released go, in time order.
+	order []orderKey
+	kept  []event
 	max   int // past this many, the oldest are applied at once
+}
+
+// orderKey is an event's place in reorder.buf and its time stamp.
+type orderKey struct {
+	t uint64
+	i uint32
 }
 
 // add copies b's events (and their stacks) in.
@@ -38,35 +49,49 @@ func (r *reorder) add(b *batch) {
 }
 
 // release applies, in time order, the events stamped at or before cutoff
-// (and the oldest past the bound).
+// (and the oldest past the bound). Events of the same time stamp keep the
+// order they came in.
 func (r *reorder) release(cutoff uint64, apply func(e *event, pcs []uint64)) {
 	if len(r.buf) == 0 {
 		return
 	}
-	slices.SortStableFunc(r.buf, func(a, b event) int { return cmp.Compare(a.t, b.t) })
-	n, _ := slices.BinarySearchFunc(r.buf, cutoff+1, func(e event, t uint64) int { return cmp.Compare(e.t, t) })
-	if cutoff == ^uint64(0) {
-		n = len(r.buf)
+	// The events are sorted through their keys: the kept ones (sorted
+	// already) first, the new ones after them, ties by their place.
+	order := r.order[:0]
+	for i := range r.buf {
+		order = append(order, orderKey{r.buf[i].t, uint32(i)})
 	}
-	if over := len(r.buf) - r.max; over > n {
+	slices.SortFunc(order, func(a, b orderKey) int {
+		if c := cmp.Compare(a.t, b.t); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	r.order = order
+	n, _ := slices.BinarySearchFunc(order, cutoff+1, func(k orderKey, t uint64) int { return cmp.Compare(k.t, t) })
+	if cutoff == ^uint64(0) {
+		n = len(order)
+	}
+	if over := len(order) - r.max; over > n {
 		n = over
 	}
-	for i := 0; i < n; i++ {
-		e := &r.buf[i]
+	for _, k := range order[:n] {
+		e := &r.buf[k.i]
 		apply(e, r.pcs[e.pcOff:e.pcOff+e.pcN])
 	}
-	// The events kept, and their stacks, move to the front.
-	kept := r.spare[:0]
-	for i := n; i < len(r.buf); i++ {
-		e := r.buf[i]
-		off := len(kept)
-		kept = append(kept, r.pcs[e.pcOff:e.pcOff+e.pcN]...)
+	// The events kept, and their stacks, move to the front, in time
+	// order.
+	kept, keptPCs := r.kept[:0], r.spare[:0]
+	for _, k := range order[n:] {
+		e := r.buf[k.i]
+		off := len(keptPCs)
+		keptPCs = append(keptPCs, r.pcs[e.pcOff:e.pcOff+e.pcN]...)
 		e.pcOff = uint32(off)
-		r.buf[i-n] = e
+		kept = append(kept, e)
 	}
-	clear(r.buf[len(r.buf)-n:])
-	r.buf = r.buf[:len(r.buf)-n]
-	r.spare, r.pcs = r.pcs[:0], kept
+	clear(r.buf)
+	r.kept, r.buf = r.buf[:0], kept
+	r.spare, r.pcs = r.pcs[:0], keptPCs
 }
 
 func monoNow() uint64 {

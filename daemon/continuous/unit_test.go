@@ -194,3 +194,34 @@ func TestSinkNotifiesAtAQuarter(t *testing.T) {
 		t.Fatal("not notified at a quarter of the frames")
 	}
 }
+
+// TestReorderTies: events of one time stamp are applied in the order they
+// came (a tick before its stack, a fork before the process record of the
+// same instant), those kept across releases too.
+func TestReorderTies(t *testing.T) {
+	r := reorder{max: 1 << 10}
+	var b batch
+	put := func(ts uint64, pid uint32) { b.evs = append(b.evs, event{t: ts, pid: pid, kind: evMTE}) }
+	for i := uint32(0); i < 50; i++ {
+		put(100-uint64(i%3), i) // 100, 99, 98, 100, ...
+	}
+	r.add(&b)
+	b.reset()
+	var got []event
+	apply := func(e *event, pcs []uint64) { got = append(got, *e) }
+	r.release(98, apply)
+	for i := uint32(50); i < 100; i++ {
+		put(100-uint64(i%3), i)
+	}
+	r.add(&b)
+	r.release(^uint64(0), apply)
+	if len(got) != 100 {
+		t.Fatalf("%d events applied, want 100", len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		p, e := got[i-1], got[i]
+		if e.t < p.t || e.t == p.t && e.pid < p.pid {
+			t.Fatalf("applied (t %d, pid %d) after (t %d, pid %d): want time order, ties in arrival order", e.t, e.pid, p.t, p.pid)
+		}
+	}
+}

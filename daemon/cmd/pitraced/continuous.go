@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,6 +61,10 @@ func continuousCommand() *cli.Command {
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "bound of one request"},
 			&cli.DurationFlag{Name: "duration", Usage: "stop after this long (0: run until SIGTERM or SIGINT)"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no line per interval (errors only)"},
+			// The agent's own CPU profile (Go's pprof format), for the
+			// work on its cost.
+			&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write the agent's own CPU profile (pprof) to `FILE`"},
+			&cli.StringFlag{Name: "memprofile", Hidden: true, Usage: "write the agent's own allocation profile (pprof) to `FILE` at its stop"},
 		},
 		Action: runContinuous,
 	}
@@ -181,6 +186,25 @@ func continuousConfig(c *cli.Context) (continuous.Config, error) {
 	return cfg, nil
 }
 
+// startCPUProfile starts Go's CPU profile of the agent into a new file at
+// path; the function returned ends it.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w (give a new file)", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "pitraced: --cpuprofile: %v\n", err)
+		}
+	}, nil
+}
+
 // readSecret reads a token file that only its owner (root, or the user
 // running the agent) may read.
 func readSecret(path string) (string, error) {
@@ -235,6 +259,25 @@ func runContinuous(c *cli.Context) error {
 	logger := log.New(os.Stderr, "pitraced: ", log.LstdFlags)
 	if !c.Bool("quiet") {
 		cfg.Log = logger.Printf
+	}
+	if p := c.String("cpuprofile"); p != "" {
+		stopProfile, err := startCPUProfile(p)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+	}
+	if p := c.String("memprofile"); p != "" {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return fmt.Errorf("--memprofile: %w (give a new file)", err)
+		}
+		defer func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				logger.Printf("--memprofile: %v", err)
+			}
+			f.Close()
+		}()
 	}
 	a, err := continuous.Start(cfg)
 	if err != nil {
