@@ -195,6 +195,7 @@ type Session struct {
 
 	tgid    sync.Map      // tid -> tgid (uint32)
 	tgidGen atomic.Uint64 // changes of tgid's entries (setTgid)
+	gone    exitQueue     // exited threads, forgotten from tgid and parents a while later
 	parents sync.Map      // pid -> ppid (uint32), from fork records
 	execs   sync.Map      // pid -> pendingExec: exec seen, path not yet
 	// needPPID: pid -> comm of an exec whose MTE_PROCESS waits for the
@@ -918,6 +919,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				s.uw.exit(pid)
 			}
 			s.sink.MTE(r.cpu, trace.MTEExit, t, append(f, uint64(pid), uint64(tid)), "")
+			s.forgetExited(tid, pid, t)
 		}
 	case unix.PERF_RECORD_LOST:
 		if len(b) < 16 {
@@ -1003,6 +1005,53 @@ func (s *Session) parent(pid uint32) uint32 {
 		}
 	}
 	return 0
+}
+
+// exitKept is how long an exited thread's process stays known: its last
+// switch (after its exit record) may be read later from another CPU's
+// ring.
+const exitKept = 5_000_000_000 // ns
+
+// exitQueue holds exited threads until they are forgotten.
+type exitQueue struct {
+	mu   sync.Mutex
+	ents []exitEnt
+	head int
+}
+
+type exitEnt struct {
+	tid, pid uint32
+	t        uint64
+	ppid     any // parents' entry of a process (tid == pid) at its exit
+}
+
+// forgetExited queues thread tid of pid, exited at t, and forgets the
+// threads that exited exitKept before it: the tables of a long-lived
+// session (the continuous agent's) hold the threads that live, not every
+// thread that ever ran. An entry set again since (the id used again by
+// another process) stays.
+func (s *Session) forgetExited(tid, pid uint32, t uint64) {
+	q := &s.gone
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := exitEnt{tid: tid, pid: pid, t: t}
+	if tid == pid {
+		e.ppid, _ = s.parents.Load(pid)
+	}
+	q.ents = append(q.ents, e)
+	for q.head < len(q.ents) && q.ents[q.head].t+exitKept < t {
+		e := q.ents[q.head]
+		s.tgid.CompareAndDelete(e.tid, e.pid)
+		if e.ppid != nil {
+			s.parents.CompareAndDelete(e.pid, e.ppid)
+		}
+		q.ents[q.head] = exitEnt{}
+		q.head++
+	}
+	if q.head > 1024 && q.head*2 > len(q.ents) {
+		q.ents = append(q.ents[:0], q.ents[q.head:]...)
+		q.head = 0
+	}
 }
 
 // setTgid records that thread tid is of process pid (a fork or a comm

@@ -325,3 +325,43 @@ func TestTgidCacheFollowsForks(t *testing.T) {
 		}
 	}
 }
+
+// A long-lived session forgets exited threads: after 10,000 threads came
+// and went, the thread → process table holds those that exited within
+// the last exitKept, not all of them; a thread id used again since keeps
+// its new process.
+func TestExitedThreadsForgotten(t *testing.T) {
+	s := &Session{sink: &memSink{}}
+	r := &ring{cpu: 0, lastNext: -1}
+	le := binary.LittleEndian
+	rec := func(typ uint32, pid, tid uint32, tm uint64) {
+		b := le.AppendUint32(nil, pid)
+		b = le.AppendUint32(b, 1) // ppid
+		b = le.AppendUint32(b, tid)
+		b = le.AppendUint32(b, 1) // ptid
+		b = le.AppendUint64(b, tm)
+		b = append(b, make([]byte, idTrailer)...)
+		s.record(r, typ, 0, b)
+	}
+	const n = 10000
+	tm := uint64(1e9)
+	for i := uint32(0); i < n; i++ {
+		tid := 100000 + i
+		rec(unix.PERF_RECORD_FORK, 500, tid, tm)
+		if i == 0 {
+			rec(unix.PERF_RECORD_EXIT, 500, tid, tm+1)
+			rec(unix.PERF_RECORD_FORK, 600, tid, tm+2) // its id used again
+			continue
+		}
+		rec(unix.PERF_RECORD_EXIT, 500, tid, tm+1)
+		tm += 1e6 // a thread a millisecond: 10 s in all
+	}
+	left := 0
+	s.tgid.Range(func(any, any) bool { left++; return true })
+	if max := int(exitKept/1e6) + 2; left > max {
+		t.Fatalf("%d threads known after %d came and went, want at most the %d of the last %v", left, n, max, time.Duration(exitKept))
+	}
+	if got := s.tgidIn(r, 100000); got != 600 {
+		t.Fatalf("the thread id used again: process %d, want 600", got)
+	}
+}
