@@ -16,6 +16,7 @@ import (
 	"perfinsp/daemon/otlpexport"
 	"perfinsp/daemon/otlpexport/otlptest"
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
 )
 
 func buildSleeper(t *testing.T, dir string) string {
@@ -39,6 +40,15 @@ func TestOffCPUThroughCollector(t *testing.T) {
 	dir := t.TempDir()
 	col := buildCollector(t, dir)
 	sleeper := buildSleeper(t, dir)
+	// Records the kernel lost (a ring full while the machine starved the
+	// agent, which says how many) leave waits without an end or a
+	// beginning: such a run's figures are not judged, and it runs again.
+	testenv.Retry(t, 3, "off-CPU time beside a ring that lost records", func(a *testenv.Attempt) {
+		offCPUThroughCollector(t, a, col, sleeper)
+	})
+}
+
+func offCPUThroughCollector(t *testing.T, a *testenv.Attempt, col, sleeper string) {
 	rcv := otlptest.Start(t)
 	endpoint := startCollector(t, col, rcv)
 	stop := runAgent(t, Config{RateHz: 97, Interval: time.Second, OffCPU: true, DWARF: true,
@@ -81,7 +91,11 @@ func TestOffCPUThroughCollector(t *testing.T) {
 	t.Logf("sleeper (pid %d): slept %.1f ms by its clock; off-CPU %.1f ms under sleep_timed, %.1f ms in all (threads %v); agent: %v off-CPU in all, %d waits without a stack",
 		pid, float64(slept)/1e6, float64(under)/1e6, float64(s.Total)/1e6, s.Threads, st.TotalOffCPU, st.UnstackedWaits)
 	if d := 100 * math.Abs(float64(under-slept)) / float64(slept); d > 5 {
-		t.Errorf("off-CPU under sleep_timed %.1f ms, the program slept %.1f ms: %.1f %% apart, want within 5 %%", float64(under)/1e6, float64(slept)/1e6, d)
+		fail := t.Errorf
+		if st.Lost > 0 {
+			fail = a.Errorf
+		}
+		fail("off-CPU under sleep_timed %.1f ms, the program slept %.1f ms: %.1f %% apart, want within 5 %% (%d records lost by the kernel)", float64(under)/1e6, float64(slept)/1e6, d, st.Lost)
 	}
 	// sleep_timed's stacks are the sleeper thread's, through nanosleep.
 	for i, stack := range s.Stacks {
