@@ -577,6 +577,44 @@ static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
 }
 
 /*
+ * A kernel-work window of the current thread's entry e on c (interrupts
+ * off): ptt_window_open charges the metrics up to now and keeps accum in
+ * snap; ptt_window_close charges them up to now and adds accum's growth
+ * since snap to time (the window's own figure, no sequence count: as
+ * sys_time, the thread's own), and moves snap on.
+ */
+static void ptt_window_open(struct ptt_cpu *c, struct ptt_ent *e, u64 *snap)
+{
+	u64 now[PTT_NVALS];
+	u32 i;
+
+	lockdep_assert_irqs_disabled();
+	ptt_now(c, now);
+	ptt_begin(e->a);
+	ptt_charge(e, now);
+	ptt_end(e->a);
+	for (i = 0; i < e->nmetrics; i++)
+		snap[i] = e->a->accum[i];
+}
+
+static void ptt_window_close(struct ptt_cpu *c, struct ptt_ent *e, u64 *snap,
+			     __u64 *time)
+{
+	u64 now[PTT_NVALS];
+	u32 i;
+
+	lockdep_assert_irqs_disabled();
+	ptt_now(c, now);
+	ptt_begin(e->a);
+	ptt_charge(e, now);
+	ptt_end(e->a);
+	for (i = 0; i < e->nmetrics; i++) {
+		time[i] += e->a->accum[i] - snap[i];
+		snap[i] = e->a->accum[i];
+	}
+}
+
+/*
  * User page faults (areas with sys and faults_on).  page_fault_user (the
  * thread's own context, interrupts off, before the fault is served) opens
  * the window: the area is charged up to now and accum noted.  Each return
@@ -592,11 +630,9 @@ static void ptt_tp_sys_exit(void *data, struct pt_regs *regs, long ret)
 static void ptt_tp_fault(void *data, unsigned long address,
 			 struct pt_regs *regs, unsigned long error_code)
 {
-	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
-	u32 i;
 
 	if (!READ_ONCE(ptt_nareas))
 		return;
@@ -605,12 +641,7 @@ static void ptt_tp_fault(void *data, unsigned long address,
 	e = c->cur;
 	if (e && e->task == current && e->sys && e->sys->faults_on) {
 		e->res_fpu = false;
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		for (i = 0; i < e->nmetrics; i++)
-			e->flt0[i] = e->a->accum[i];
+		ptt_window_open(c, e, e->flt0);
 		e->in_fault = true;
 		e->fault_counted = false;
 	}
@@ -633,25 +664,15 @@ static int ptt_krp_fault_entry(struct kretprobe_instance *ri,
 static int ptt_krp_fault_ret(struct kretprobe_instance *ri,
 			     struct pt_regs *regs)
 {
-	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
-	u32 i;
 
 	local_irq_save(fl);
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && e->in_fault) {
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		/* no sequence count: as sys_time, the thread's own */
-		for (i = 0; i < e->nmetrics; i++) {
-			e->sys->fault_time[i] += e->a->accum[i] - e->flt0[i];
-			e->flt0[i] = e->a->accum[i];
-		}
+		ptt_window_close(c, e, e->flt0, e->sys->fault_time);
 		if (!e->fault_counted)
 			e->sys->faults++;
 		e->fault_counted = true;
@@ -687,12 +708,10 @@ static struct kretprobe ptt_krp_fault = {
 static int ptt_krp_res_entry(struct kretprobe_instance *ri,
 			     struct pt_regs *regs)
 {
-	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
 	bool ours = false;
-	u32 i;
 
 	/* __rseq_handle_notify_resume(ksig, regs): only the resume's */
 	if (!READ_ONCE(ptt_nareas) || regs_get_kernel_argument(regs, 0))
@@ -701,12 +720,7 @@ static int ptt_krp_res_entry(struct kretprobe_instance *ri,
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && e->sys && e->sys->resumes_on) {
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		for (i = 0; i < e->nmetrics; i++)
-			e->res0[i] = e->a->accum[i];
+		ptt_window_open(c, e, e->res0);
 		e->in_resume = true;
 		ours = true;
 	}
@@ -718,23 +732,15 @@ static int ptt_krp_res_entry(struct kretprobe_instance *ri,
 static int ptt_krp_res_ret(struct kretprobe_instance *ri,
 			   struct pt_regs *regs)
 {
-	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
-	u32 i;
 
 	local_irq_save(fl);
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && e->in_resume) {
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		/* no sequence count: as sys_time, the thread's own */
-		for (i = 0; i < e->nmetrics; i++)
-			e->sys->resume_time[i] += e->a->accum[i] - e->res0[i];
+		ptt_window_close(c, e, e->res0, e->sys->resume_time);
 		e->sys->resumes++;
 		e->in_resume = false;
 		e->res_fpu = true;
@@ -769,12 +775,10 @@ static struct kretprobe ptt_krp_resume = {
 static int ptt_krp_fpu_entry(struct kretprobe_instance *ri,
 			     struct pt_regs *regs)
 {
-	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
 	bool ours = false;
-	u32 i;
 
 	if (!READ_ONCE(ptt_nareas))
 		return 1;
@@ -782,12 +786,7 @@ static int ptt_krp_fpu_entry(struct kretprobe_instance *ri,
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && e->res_fpu) {
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		for (i = 0; i < e->nmetrics; i++)
-			e->res0[i] = e->a->accum[i];
+		ptt_window_open(c, e, e->res0);
 		e->res_fpu = false;
 		e->in_fpu = true;
 		ours = true;
@@ -799,22 +798,15 @@ static int ptt_krp_fpu_entry(struct kretprobe_instance *ri,
 static int ptt_krp_fpu_ret(struct kretprobe_instance *ri,
 			   struct pt_regs *regs)
 {
-	u64 now[PTT_NVALS];
 	struct ptt_cpu *c;
 	struct ptt_ent *e;
 	unsigned long fl;
-	u32 i;
 
 	local_irq_save(fl);
 	c = this_cpu_ptr(&ptt_cpus);
 	e = c->cur;
 	if (e && e->task == current && e->in_fpu) {
-		ptt_now(c, now);
-		ptt_begin(e->a);
-		ptt_charge(e, now);
-		ptt_end(e->a);
-		for (i = 0; i < e->nmetrics; i++)
-			e->sys->resume_time[i] += e->a->accum[i] - e->res0[i];
+		ptt_window_close(c, e, e->res0, e->sys->resume_time);
 		e->in_fpu = false;
 	}
 	local_irq_restore(fl);
