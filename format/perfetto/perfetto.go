@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"perfinsp/format/internal/calltree"
+	"perfinsp/format/traceevent"
 )
 
 // Field numbers, by message and .proto file (protos/perfetto/...).
@@ -156,19 +157,14 @@ const defaultPrio = 120
 const bundleEvents = 4096
 
 // Arg is one debug annotation of an event: a string, or a number when
-// IsNum is set.
-type Arg struct {
-	Key   string
-	Str   string
-	Num   uint64
-	IsNum bool
-}
+// IsNum is set; the time line's arguments are the same in both formats.
+type Arg = traceevent.Arg
 
-// Str is a string argument.
-func Str(k, v string) Arg { return Arg{Key: k, Str: v} }
-
-// Num is a numeric argument.
-func Num(k string, v uint64) Arg { return Arg{Key: k, Num: v, IsNum: true} }
+// Str is a string argument, Num a numeric one.
+var (
+	Str = traceevent.Str
+	Num = traceevent.Num
+)
 
 // Writer writes one Perfetto trace.
 type Writer struct {
