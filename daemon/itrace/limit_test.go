@@ -138,16 +138,7 @@ func taskStates(t *testing.T, pid int) map[int]string {
 // session may trace is refused at once, and the threads attached before
 // the limit was found are let go: none is left traced or stopped.
 func TestTooManyThreadsRefusedAtAttach(t *testing.T) {
-	cmd := exec.Command(buildC(t, "many", manyThreads), "40", "forever")
-	dieWithTest(cmd)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
-		t.Fatalf("the program: %q %v", l, err)
-	}
+	cmd := startReady(t, "40", "forever")
 	pid := cmd.Process.Pid
 	tr, err := Start(Options{PIDs: []int{pid}, Step: "single", MaxThreads: 8}, &capture{})
 	if err == nil {
@@ -213,16 +204,7 @@ func TestThreadsPastTheLimitRunUntraced(t *testing.T) {
 // the session attaches is traced already, by the session itself: it is
 // taken when it first stops, not refused as "traced by another".
 func TestAttachWhileThreadsAreCreated(t *testing.T) {
-	cmd := exec.Command(buildC(t, "many", manyThreads), "8", "churn")
-	dieWithTest(cmd)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
-		t.Fatalf("the program: %q %v", l, err)
-	}
+	cmd := startReady(t, "8", "churn")
 	pid := cmd.Process.Pid
 	for i := 0; i < 500; i++ {
 		tr, err := Start(Options{PIDs: []int{pid}}, &capture{})
@@ -237,6 +219,23 @@ func TestAttachWhileThreadsAreCreated(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startReady starts manyThreads with args (forever or churn), dying with
+// the test, and waits for its "ready".
+func startReady(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(buildC(t, "many", manyThreads), args...)
+	dieWithTest(cmd)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("the program: %q %v", l, err)
+	}
+	return cmd
 }
 
 // dieWithTest makes a program that runs until killed die with the test
