@@ -59,11 +59,8 @@ type pcKey struct {
 // stackCount is the samples of one thread with one stack.
 type stackCount struct {
 	pid, tid uint32
-	// thread is the thread's name when the pair was first counted in the
-	// interval (the name tables forget a thread at its exit).
-	thread string
-	locs   []int32 // indices into interval.locs, leaf first
-	count  int64
+	locs     []int32 // indices into interval.locs, leaf first
+	count    int64
 }
 
 // interval is one period's aggregate.
@@ -93,11 +90,25 @@ type interval struct {
 	intrNS, intrDropped int64
 	key                 []byte // scratch
 	locsBuf             []int32
+	// names are the names of the threads counted in the interval (by
+	// threadKey): each thread's at its first count, and at its exit if it
+	// exits in the interval (the name tables forget it then); a thread
+	// still alive at the end is named as it is then.
+	names map[uint64]string
+}
+
+func threadKey(pid, tid uint32) uint64 { return uint64(pid)<<32 | uint64(tid) }
+
+// counted notes that thread tid of pid has a count in the interval.
+func (a *aggregator) counted(iv *interval, pid, tid uint32) {
+	if _, ok := iv.names[threadKey(pid, tid)]; !ok {
+		iv.names[threadKey(pid, tid)] = a.res.ThreadName(pid, tid)
+	}
 }
 
 func newInterval(startNS uint64) *interval {
 	return &interval{startNS: startNS, locIndex: map[locKey]int32{}, byPC: map[pcKey]int32{}, stacks: map[string]*stackCount{}, procs: map[uint32]*procInfo{},
-		offStacks: map[string]*stackCount{}, intr: map[intrKey]*stackCount{}}
+		offStacks: map[string]*stackCount{}, intr: map[intrKey]*stackCount{}, names: map[uint64]string{}}
 }
 
 // aggregator applies the side-band records to the name tables and counts
@@ -189,6 +200,9 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 // hold its name.
 func (a *aggregator) threadExited(pid, tid uint32) {
 	if p := a.res.Process(pid); p != nil {
+		if _, ok := a.cur.names[threadKey(pid, tid)]; ok {
+			a.cur.names[threadKey(pid, tid)] = a.res.ThreadName(pid, tid)
+		}
 		delete(p.Threads, tid)
 	}
 }
@@ -217,7 +231,8 @@ func (a *aggregator) sample(e *event, pcs []uint64) {
 		iv.dropped++
 		return
 	}
-	sc := &stackCount{pid: e.pid, tid: e.tid, thread: a.res.ThreadName(e.pid, e.tid), locs: locs, count: 1}
+	a.counted(iv, e.pid, e.tid)
+	sc := &stackCount{pid: e.pid, tid: e.tid, locs: locs, count: 1}
 	iv.stacks[string(key)] = sc
 	iv.order = append(iv.order, sc)
 	iv.samples++

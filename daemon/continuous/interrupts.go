@@ -165,7 +165,8 @@ func (a *aggregator) interrupt(e *event) {
 	if _, ok := iv.procs[e.pid]; !ok && len(iv.procs) < a.limits.Stacks {
 		iv.procs[e.pid] = a.infos.get(e.pid)
 	}
-	sc := &stackCount{pid: e.pid, tid: e.tid, thread: a.res.ThreadName(e.pid, e.tid), locs: []int32{idx}, count: ns}
+	a.counted(iv, e.pid, e.tid)
+	sc := &stackCount{pid: e.pid, tid: e.tid, locs: []int32{idx}, count: ns}
 	iv.intr[key] = sc
 	iv.intrOrder = append(iv.intrOrder, sc)
 	iv.intrNS += ns

@@ -160,7 +160,8 @@ func TestStacksByExecGeneration(t *testing.T) {
 
 // TestThreadsForgottenAtExit: a process that makes and ends 10000 named
 // threads holds no name of them after their exits, while each thread's
-// samples, counted before its exit, carry its name to the profile.
+// samples, counted before its exit, carry to the profile the name it had
+// at its exit (it named itself after its first sample).
 func TestThreadsForgottenAtExit(t *testing.T) {
 	const pid = 5000002
 	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
@@ -177,9 +178,11 @@ func TestThreadsForgottenAtExit(t *testing.T) {
 	for i := uint32(1); i <= threads; i++ {
 		tid := pid + i
 		mte(trace.MTEFork, "", pid, pid, pid, uint64(tid), trace.ForkThread)
-		mte(trace.MTEThreadName, fmt.Sprintf("worker-%d", i), pid, uint64(tid))
+		mte(trace.MTEThreadName, "pool", pid, uint64(tid))
 		e := event{kind: evSample, pid: pid, tid: tid}
 		a.handle(&e, []uint64{0x1100})
+		// It names itself after its first sample, and exits.
+		mte(trace.MTEThreadName, fmt.Sprintf("worker-%d", i), pid, uint64(tid))
 		mte(trace.MTEExit, "", pid, uint64(tid))
 	}
 	if n := len(a.res.Process(pid).Threads); n != 0 {
@@ -190,8 +193,8 @@ func TestThreadsForgottenAtExit(t *testing.T) {
 		t.Fatalf("%d stacks counted, want %d (one a thread)", len(iv.order), threads)
 	}
 	for i, sc := range iv.order {
-		if want := fmt.Sprintf("worker-%d", i+1); sc.thread != want {
-			t.Fatalf("thread %d's samples named %q, want %q", sc.tid, sc.thread, want)
+		if got, want := iv.names[threadKey(sc.pid, sc.tid)], fmt.Sprintf("worker-%d", i+1); got != want {
+			t.Fatalf("thread %d's samples named %q, want its name at its exit %q", sc.tid, got, want)
 		}
 	}
 }
@@ -306,7 +309,8 @@ func TestBuilderReused(t *testing.T) {
 	request := func(fn string) pprofile.Profiles {
 		iv := newInterval(0)
 		iv.locs = []location{{key: locKey{kind: locModule, module: "/bin/" + fn, addr: 0x10}}}
-		iv.order = []*stackCount{{pid: 7, tid: 7, thread: "t-" + fn, locs: []int32{0}, count: 3}}
+		iv.order = []*stackCount{{pid: 7, tid: 7, locs: []int32{0}, count: 3}}
+		iv.names[threadKey(7, 7)] = "t-" + fn
 		p, n := b.build(iv, []frameName{{module: "/bin/" + fn, symbol: fn}}, 1)
 		if n != 3 {
 			t.Fatalf("%d samples in the request, want 3", n)

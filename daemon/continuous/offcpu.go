@@ -126,7 +126,8 @@ func (a *aggregator) chargeWait(tid uint32, w *wait, end uint64) {
 		iv.offDropped += ns
 		return
 	}
-	sc := &stackCount{pid: w.pid, tid: tid, thread: a.res.ThreadName(w.pid, tid), locs: locs, count: ns}
+	a.counted(iv, w.pid, tid)
+	sc := &stackCount{pid: w.pid, tid: tid, locs: locs, count: ns}
 	iv.offStacks[string(key)] = sc
 	iv.offOrder = append(iv.offOrder, sc)
 	iv.offNS += ns

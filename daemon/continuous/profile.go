@@ -156,7 +156,7 @@ func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile
 				pp.profs[k] = b.newProfile(pp.sp, iv, endNS, kind.typ, kind.unit, kind.periodType, kind.period)
 				pp.has[k] = true
 			}
-			b.sample(pp.profs[k], sc)
+			b.sample(pp.profs[k], iv, sc)
 		}
 	}
 	var total int64
@@ -175,13 +175,22 @@ type processProfiles struct {
 }
 
 // sample adds sc (a count or nanoseconds) to prof.
-func (b *builder) sample(prof pprofile.Profile, sc *stackCount) {
+func (b *builder) sample(prof pprofile.Profile, iv *interval, sc *stackCount) {
 	s := prof.Samples().AppendEmpty()
 	s.SetStackIndex(b.stack(sc.locs))
 	s.Values().Append(sc.count)
 	s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
-	if sc.thread != "" {
-		s.AttributeIndices().Append(b.attr(attrThreadName, sc.thread))
+	// The thread's name now (a thread names itself after it starts),
+	// else the one it had at its exit (interval.names).
+	n, ok := "", false
+	if p := b.res.Process(sc.pid); p != nil {
+		n, ok = p.Threads[sc.tid]
+	}
+	if !ok || n == "" {
+		n = iv.names[threadKey(sc.pid, sc.tid)]
+	}
+	if n != "" {
+		s.AttributeIndices().Append(b.attr(attrThreadName, n))
 	}
 }
 
