@@ -119,19 +119,25 @@ func TestNamerKeepsNames(t *testing.T) {
 	}
 }
 
+// testAggregator is an aggregator without sources or limits of its own,
+// and a function that applies an MTE record to it.
+func testAggregator() (*aggregator, func(minor uint32, str string, f ...uint64)) {
+	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
+		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
+	a.cur = newInterval(0)
+	return a, func(minor uint32, str string, f ...uint64) {
+		e := event{kind: evMTE, minor: minor, str: str}
+		e.nf = uint8(copy(e.fields[:], f))
+		a.handle(&e, nil)
+	}
+}
+
 // TestStacksByExecGeneration: a sample's stack seen again is counted, not
 // located again; the same addresses after the process execs are another
 // program's, named from its mappings.
 func TestStacksByExecGeneration(t *testing.T) {
 	const pid = 5000001
-	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
-		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
-	a.cur = newInterval(0)
-	mte := func(minor uint32, str string, f ...uint64) {
-		e := event{kind: evMTE, minor: minor, str: str}
-		e.nf = uint8(copy(e.fields[:], f))
-		a.handle(&e, nil)
-	}
+	a, mte := testAggregator()
 	sample := func() {
 		e := event{kind: evSample, pid: pid, tid: pid}
 		a.handle(&e, []uint64{0x1100, 0x1200})
@@ -164,14 +170,7 @@ func TestStacksByExecGeneration(t *testing.T) {
 // at its exit (it named itself after its first sample).
 func TestThreadsForgottenAtExit(t *testing.T) {
 	const pid = 5000002
-	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
-		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
-	a.cur = newInterval(0)
-	mte := func(minor uint32, str string, f ...uint64) {
-		e := event{kind: evMTE, minor: minor, str: str}
-		e.nf = uint8(copy(e.fields[:], f))
-		a.handle(&e, nil)
-	}
+	a, mte := testAggregator()
 	mte(trace.MTEProcess, "pool", pid, 1)
 	mte(trace.MTESegment, "/pool/prog", pid, 0x1000, 0x1000, 0, 5)
 	const threads = 10000
