@@ -778,3 +778,40 @@ func TestScopeKeepsMTEInOrder(t *testing.T) {
 		t.Fatalf("CPU 0's MTE records %v: want the fork, then the description", seq)
 	}
 }
+
+// TestITraceRecordsDoNotWidenScope: the ITrace records come from a tracer
+// that runs as the caller (not trusted): one naming a process the
+// session was not started on makes the agent neither describe that
+// process from /proc nor keep its MTE records. Only Scope (called by the
+// ITrace manager after its rights checks) does.
+func TestITraceRecordsDoNotWidenScope(t *testing.T) {
+	f, sink, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 64 << 10, MTEBufSize: 64 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Disable([]uint16{trace.MajorTprof}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Enable([]uint16{trace.MajorITraceU, trace.MajorITraceK}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	s := *sink
+	other := uint64(os.Getpid()) // a live process, as a forged record would name
+	s.Trace(0, trace.MajorITraceU, trace.ITraceStart, Now(), []uint64{other, other, 0x401000, 0})
+	s.Trace(0, trace.MajorITraceU, trace.ITraceThread, Now(), []uint64{other, other})
+	s.MTE(0, trace.MTESegment, Now(), []uint64{other, 0x500000, 0x1000, 0, 5}, "/usr/lib/after.so")
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "w.nrm2")
+	if err := get(t, f, path); err != nil {
+		t.Fatal(err)
+	}
+	_, _, mte, _ := decode(t, path)
+	if mte != 0 {
+		t.Fatalf("%d MTE records after ITrace records of a process no session was started on, want none", mte)
+	}
+}
