@@ -192,6 +192,10 @@ type Session struct {
 	// readerErr is why it has none (nil: it has one, or did not ask).
 	realtime  bool
 	readerErr error
+	// demoted counts the windows the reader read at the ordinary policy
+	// (rtGuard): the records of those windows may be lost on a busy
+	// machine.
+	demoted atomic.Int64
 
 	tgid    sync.Map      // tid -> tgid (uint32)
 	tgidGen atomic.Uint64 // changes of tgid's entries (setTgid)
@@ -589,6 +593,7 @@ func (s *Session) loop(started chan<- error) {
 		s.Flush()
 		if guard != nil {
 			guard.check()
+			s.demoted.Store(int64(guard.demoted))
 		}
 	}
 }

@@ -47,6 +47,10 @@ func realtimeThread() error {
 	return nil
 }
 
+// ReaderDemoted is the number of windows (rtWindow) the reader has read at
+// the ordinary policy because it ran past maxRTShare of the one before.
+func (s *Session) ReaderDemoted() int64 { return s.demoted.Load() }
+
 // ReaderError tells why the session's reader runs without the real-time
 // thread it asked for (nil: it has one, or the session records no
 // scheduler or interrupt events).
@@ -59,10 +63,9 @@ func (s *Session) ReaderError() error { return s.readerErr }
 // again. A client can so not make the root agent hold a CPU away from
 // ordinary programs for long; the reader still drains the rings, at
 // ordinary priority, while it is down.
-const (
-	rtWindow   = time.Second
-	maxRTShare = 0.5
-)
+const rtWindow = time.Second
+
+var maxRTShare = 0.5 // a variable for the tests of the drain alone
 
 // rtGuard is the reader thread's policy and its last window.
 type rtGuard struct {

@@ -117,8 +117,15 @@ func (c *switchCounter) SwitchStack(int, uint64, uint32, uint32, []uint64, int, 
 // switch-outs in the trace are those the kernel counts for it, and no
 // record is lost. A reader that waits its turn for a CPU there (the
 // kernel wakes it when a ring is a quarter full) finds its rings full.
+// The reader's bound (maxRTShare, TestRealtimeReaderBounded) is lifted
+// here: on a machine busy with more than this test's loops (a test run's
+// other packages, a build beside it) the storm's records can take the
+// reader past it, and it then reads at the ordinary policy by design,
+// which is not what this test measures.
 func TestEverySwitchOfABusyMachine(t *testing.T) {
 	needRoot(t)
+	defer func(share float64) { maxRTShare = share }(maxRTShare)
+	maxRTShare = 2 // a thread's share of a window is at most 1: never down
 	const trips = 100000
 	exe, err := os.Executable()
 	if err != nil {
@@ -205,7 +212,7 @@ func TestEverySwitchOfABusyMachine(t *testing.T) {
 		}
 	}
 	want := int(c1 - c0)
-	t.Logf("%d round trips on one CPU in %v beside %d busy loops: the kernel counts %d switches of the program's thread, the trace holds %d; %d records lost", trips, played.Round(time.Millisecond), 2*runtime.NumCPU(), want, got, lost)
+	t.Logf("%d round trips on one CPU in %v beside %d busy loops: the kernel counts %d switches of the program's thread, the trace holds %d; %d records lost; reader down %d windows", trips, played.Round(time.Millisecond), 2*runtime.NumCPU(), want, got, lost, s.ReaderDemoted())
 	if n := sink.overflow.Load(); n > 0 {
 		t.Fatalf("%d switch-outs beyond the test's room for %d", n, cap(sink.times))
 	}
