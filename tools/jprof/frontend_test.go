@@ -276,10 +276,20 @@ func TestCalltreeFlushReports(t *testing.T) {
 		t.Fatalf("FlushDemo: %q %v\n%s", line, err, stderr.String())
 	}
 	p := strconv.Itoa(c.Process.Pid)
-	out, err := exec.Command(filepath.Join(root, "bin", "rtdriver"), "-d", dir, "-p", p, "flush").CombinedOutput()
-	if err != nil {
-		t.Fatalf("rtdriver flush: %v\n%s\n%s", err, out, stderr.String())
-	}
+	// Flush until the wall sampler's first round is in (a round every
+	// 20 ms from the JVM's start; the program may pause before it): each
+	// flush writes the whole run so far again.
+	flushes := 0
+	testenv.WaitFor(t, "a flushed wall profile with a sample", func() bool {
+		out, err := exec.Command(filepath.Join(root, "bin", "rtdriver"), "-d", dir, "-p", p, "flush").CombinedOutput()
+		if err != nil {
+			t.Fatalf("rtdriver flush: %v\n%s\n%s", err, out, stderr.String())
+		}
+		flushes++
+		st, err := os.Stat(filepath.Join(dir, "jprof-"+p+"-wall.folded"))
+		return err == nil && st.Size() > 0
+	})
+	t.Logf("%d flushes", flushes)
 	files := []string{"log-rt", "log-gen", "callflow.pb.gz", "callflow.folded", "jprof-" + p + ".pb.gz", "jprof-" + p + "-wall.folded"}
 	flushed := map[string][]byte{}
 	for _, f := range files {

@@ -100,8 +100,8 @@ func (a *attacher) load(opts string) error {
 	if why == "" && err != nil {
 		why = err.Error()
 	}
-	if uid, ok := procUID(a.pid); ok && uid != os.Geteuid() {
-		return fmt.Errorf("cannot attach to pid %d: it runs as uid %d, you are uid %d, and a JVM takes an attach from its own user only: run jprof as that user (jcmd: %s)", a.pid, uid, os.Geteuid(), why)
+	if uid, ok := procUID(a.pid); ok && uid != os.Geteuid() && os.Geteuid() != 0 {
+		return fmt.Errorf("cannot attach to pid %d: it runs as uid %d, you are uid %d, and a JVM takes an attach from its own user (or root) only: run jprof as that user (jcmd: %s)", a.pid, uid, os.Geteuid(), why)
 	}
 	return fmt.Errorf("cannot attach to pid %d: %s", a.pid, why)
 }

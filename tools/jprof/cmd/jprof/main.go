@@ -95,8 +95,7 @@ func (a *attacher) record(w io.Writer, opts options, d time.Duration) error {
 	select {
 	case <-ended:
 		fmt.Fprintf(w, "jprof: pid %d ended: the agent wrote its outputs at the JVM's end\n", a.pid)
-		a.listOutputs(w, opts, since)
-		return nil
+		return a.listOutputs(w, opts, since)
 	case <-timer:
 	case <-ctx.Done():
 	}
@@ -105,36 +104,40 @@ func (a *attacher) record(w io.Writer, opts options, d time.Duration) error {
 		select {
 		case <-ended:
 			fmt.Fprintf(w, "jprof: pid %d ended: the agent wrote its outputs at the JVM's end\n", a.pid)
-			a.listOutputs(w, opts, since)
-			return nil
+			return a.listOutputs(w, opts, since)
 		default:
 			return fmt.Errorf("stopping the agent: %w", err)
 		}
 	}
 	fmt.Fprintf(w, "jprof: detached from pid %d (it runs on; attach again at will)\n", a.pid)
-	a.listOutputs(w, opts, since)
-	return nil
+	return a.listOutputs(w, opts, since)
 }
 
-// listOutputs names the files the agent wrote since the attach, and the
-// ones it should have and did not.
-func (a *attacher) listOutputs(w io.Writer, opts options, since time.Time) {
+// listOutputs names the files the agent wrote since the attach; an error
+// when one it writes at its end is not there.
+func (a *attacher) listOutputs(w io.Writer, opts options, since time.Time) error {
 	dir := a.dir
 	if dir == "" {
 		dir = "/tmp"
 	}
+	missing := 0
 	for _, o := range opts.outputs(dir, a.pid) {
 		st, err := os.Stat(o.path)
 		switch {
 		case err == nil && !st.ModTime().Before(since):
 			fmt.Fprintf(w, "jprof: %s: %s\n", o.what, o.path)
 		case o.atEnd:
-			fmt.Fprintf(w, "jprof: no %s in %s: the agent says why on the JVM's stderr\n", o.what, o.path)
+			fmt.Fprintf(w, "jprof: no %s in %s\n", o.what, o.path)
+			missing++
 		}
 	}
 	if opts.has("tprof") {
 		fmt.Fprintf(w, "jprof: JIT records: in the trace being recorded, if tracing was on (post --perfmap-dir %s names interpreted frames)\n", dir)
 	}
+	if missing > 0 {
+		return fmt.Errorf("the agent did not write %d of its files: it says why on the JVM's stderr (a --dir the JVM's user cannot write?)", missing)
+	}
+	return nil
 }
 
 // absDir is dir made absolute (the JVM resolves it from its own working
