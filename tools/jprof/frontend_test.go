@@ -133,6 +133,11 @@ func TestFrontEndAttach(t *testing.T) {
 		_ = c.Wait()
 		t.Fatalf("the second attach: %q %v\n%s\nthe JVM's stderr:\n%s", line, err, rest, jvmErr())
 	}
+	// --flush: the profile so far, both kinds, the recording going on
+	if out, err := exec.Command(jprof, "--pid", p, "--flush").CombinedOutput(); err != nil || !strings.Contains(string(out), "wrote its profile") {
+		t.Errorf("jprof --flush: %v\n%s", err, out)
+	}
+	agentProfile(t, dir, pid, "lock-contentions/count", "lock-wait/nanoseconds", "wall-samples/count", "wall/nanoseconds")
 	if err := c.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +156,8 @@ func TestFrontEndAttach(t *testing.T) {
 
 	if os.Geteuid() == 0 {
 		nobodyAttach(t, root, p)
+	} else {
+		t.Log("not checked here: another user's attach (the test runs jprof as nobody, which needs root)")
 	}
 	stdin.Close()
 	if err := jvm.Wait(); err != nil {

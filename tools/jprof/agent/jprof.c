@@ -326,6 +326,8 @@ void jprof_flush(void)
 		 (*the_vm)->AttachCurrentThreadAsDaemon(the_vm, (void **)&env, &args) == JNI_OK);
 	pthread_mutex_lock(&out_mu);
 	if (!dead) {
+		if (tracing && !stopped)
+			jt_flush();
 		if (attached)
 			waits_flush(verbose);
 		else if (waits)
@@ -635,12 +637,14 @@ static jint reattach(char *options)
 }
 
 /*
- * jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,dir=DIR][,sig][,verbose] | stop
+ * jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,dir=DIR][,sig][,verbose] | stop | flush
  * The JVM loads the library once; a later attach calls this again in the
  * same agent: "stop" detaches (the lock/wall profile written, the events
  * off: the JVM runs on as if never attached), an attach after a stop
  * starts the agent again with its own options, and "tprof" while attached
- * in tprof mode names the existing code once more (for a new trace).
+ * in tprof mode names the existing code once more (for a new trace);
+ * "flush" writes what rtdriver flush writes (any mode: the lock/wall
+ * profile and calltree's reports of the run so far) and goes on.
  */
 JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 {
@@ -651,6 +655,10 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 			"method entry/exit cannot be turned on in a running JVM; attach in tprof mode\n");
 		return JNI_ERR;
 	}
+	if (!jvmti && options && !strcmp(options, "flush")) {
+		fprintf(stderr, "jprof: flush: the agent is not running in this JVM\n");
+		return JNI_ERR;
+	}
 	if (!jvmti)
 		return options && !strcmp(options, "stop") ? JNI_OK : start(vm, options, 1);
 	if (dead)
@@ -658,6 +666,10 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 	if (options && !strcmp(options, "stop")) {
 		if (!stopped)
 			detach();
+		return JNI_OK;
+	}
+	if (options && !strcmp(options, "flush")) {
+		jprof_flush();	/* as rtdriver flush, whatever the mode */
 		return JNI_OK;
 	}
 	if (calltree) {

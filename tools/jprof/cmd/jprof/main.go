@@ -30,7 +30,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Usage:     "attach JProf's agent to a running JVM, record, detach",
-		UsageText: "jprof --pid PID [--duration D] [--dir DIR] [OPTIONS]",
+		UsageText: "jprof --pid PID [--duration D] [--dir DIR] [OPTIONS]\n   jprof --pid PID --flush",
 		Description: "OPTIONS are the agent's (default tprof), comma-separated:\n" +
 			"  tprof        JIT code named in the trace being recorded (swtrace on / run.tprof),\n" +
 			"               Java stacks sampled into DIR/jprof-PID.jstk for post (jstacks=off|HZ)\n" +
@@ -47,6 +47,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.DurationFlag{Name: "duration", Aliases: []string{"t"}, Usage: "record this long (default: until Ctrl-C or the JVM's end)"},
 			&cli.StringFlag{Name: "dir", Aliases: []string{"d"}, Usage: "directory of the outputs, writable by the JVM's user (default: the agent's, /tmp)"},
 			&cli.StringFlag{Name: "agent", Usage: "the agent library (default: libjprof.so next to jprof)"},
+			&cli.BoolFlag{Name: "flush", Usage: "only make the agent running in the JVM write its profile and reports of the run so far (as rtdriver flush), and return"},
 		},
 		Action: run,
 	}
@@ -63,6 +64,20 @@ func run(c *cli.Context) error {
 	}
 	if c.Duration("duration") < 0 {
 		return cliutil.UsageError(c, "--duration must not be negative")
+	}
+	if c.Bool("flush") {
+		if c.NArg() > 0 || c.IsSet("duration") || c.IsSet("dir") {
+			return cliutil.UsageError(c, "--flush takes no options, --duration or --dir: the running agent keeps its own")
+		}
+		a, err := newAttacher(c.Int("pid"), c.String("agent"), "")
+		if err != nil {
+			return err
+		}
+		if err := a.load("flush"); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.ErrWriter, "jprof: the agent in pid %d wrote its profile and reports of the run so far (the JVM's stderr names them)\n", a.pid)
+		return nil
 	}
 	opts, err := parseOptions(c.Args().First())
 	if err != nil {

@@ -38,6 +38,8 @@ func parseOptions(s string) (options, error) {
 			return nil, fmt.Errorf("option %q: give the directory with --dir", tok)
 		case tok == "stop":
 			return nil, fmt.Errorf("option \"stop\": jprof stops the agent itself at its end")
+		case tok == "flush":
+			return nil, fmt.Errorf("option \"flush\": use --flush")
 		default:
 			return nil, fmt.Errorf("unknown option %q: use tprof, lock, wall[=MS], jitdump, jstacks=off|HZ, sig, verbose", tok)
 		}
