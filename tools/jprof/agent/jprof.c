@@ -5,7 +5,8 @@
  *   java -agentpath:bin/libjprof.so=lock[,wall[=MS]]|wall[=MS][,dir=DIR][,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
  *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
- *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop
+ *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop | flush
+ *   bin/jprof --pid PID [--duration D] [--dir DIR] [OPTIONS]   (the front end: tools/jprof/cmd/jprof)
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
@@ -353,7 +354,8 @@ static int usage(const char *opts)
 		"   DIR /tmp unless dir=, for post to name interpreted methods; off: none)\n"
 		"  (jitdump: the JVM's code with its bytes into DIR/jit-PID.dump, for perf inject --jit and post)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
-		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop\n",
+		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop | flush\n"
+		"  (bin/jprof --pid PID [OPTIONS] attaches, records, stops)\n",
 		opts ? opts : "");
 	return JNI_ERR;
 }
