@@ -20,7 +20,7 @@ func TestEveryToolVersion(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./tools/...: %v\n%s", err, out)
 	}
-	for _, tool := range []string{"swtrace", "post", "ptt", "hotspot", "hookit", "msr", "mpevt", "cpi", "rtdriver", "pitraced"} {
+	for _, tool := range []string{"swtrace", "post", "ptt", "hotspot", "hookit", "msr", "mpevt", "cpi", "rtdriver", "jprof", "pitraced"} {
 		var stdout, stderr strings.Builder
 		c := exec.Command(filepath.Join(bin, tool), "--version")
 		c.Stdout, c.Stderr = &stdout, &stderr

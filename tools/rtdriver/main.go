@@ -23,7 +23,7 @@ import (
 var commands = map[string]string{
 	"start":    "switch recording on (the program may have started with run.hookit -s off)",
 	"end":      "switch recording off and write what is recorded to the files",
-	"flush":    "write what is recorded to the files now",
+	"flush":    "write what is recorded to the files now (JProf's agent: its reports too, before it answers)",
 	"reset":    "the reports count again from here (the call stacks are kept)",
 	"shutdown": "stop recording and close the files as at exit",
 }
@@ -52,7 +52,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "d", Aliases: []string{"dir"}, Value: "hookit.out", Usage: "the program's hookit directory (run.hookit -o)"},
 			&cli.IntFlag{Name: "p", Aliases: []string{"pid"}, Usage: "process id of the program"},
-			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "how long to wait for the answer"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Second, Usage: "how long to wait for the answer (flush: at least " + flushTimeout.String() + ")"},
 		},
 		Action: func(c *cli.Context) error { return run(c, stdout) },
 	}
@@ -111,6 +111,10 @@ func checkServer(conn *net.UnixConn, path string, pid int) error {
 	return nil
 }
 
+// flushTimeout is the least time a flush is given to answer: JProf's agent
+// writes PI's reports (and its lock/wall profile) before it answers.
+const flushTimeout = 5 * time.Minute
+
 var sockName = regexp.MustCompile(`^hookit-(\d+)\.sock$`)
 
 func run(c *cli.Context, stdout io.Writer) error {
@@ -136,7 +140,11 @@ func run(c *cli.Context, stdout io.Writer) error {
 	if err := checkServer(conn.(*net.UnixConn), path, c.Int("p")); err != nil {
 		return err
 	}
-	if err := conn.SetDeadline(time.Now().Add(c.Duration("timeout"))); err != nil {
+	timeout := c.Duration("timeout")
+	if cmd == "flush" && timeout < flushTimeout {
+		timeout = flushTimeout // a JVM's agent answers once its reports are written
+	}
+	if err := conn.SetDeadline(time.Now().Add(timeout)); err != nil {
 		return fmt.Errorf("setting the deadline: %w", err)
 	}
 	if _, err := conn.Write([]byte(cmd + "\n")); err != nil {

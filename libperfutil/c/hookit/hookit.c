@@ -1234,6 +1234,10 @@ HK_NOINSTR static void after_fork_child(void)
 
 static int hk_ctl_fd = -1;
 
+/* Called by the control thread after a flush, before the answer
+ * (hookit_on_flush: an agent writes its reports there). */
+static void (*hk_flush_fn)(void);
+
 /* A control connection has this long to send its command and take the
  * answer: one that stays silent holds the (single) control thread no
  * longer than that. */
@@ -1284,7 +1288,11 @@ HK_NOINSTR static void *control_loop(void *arg)
 				flush_files();
 				reply = "ok end\n";
 			} else if (!strcmp(buf, "flush")) {
+				void (*fn)(void) = __atomic_load_n(&hk_flush_fn, __ATOMIC_ACQUIRE);
+
 				flush_files();
+				if (fn)
+					fn();
 				reply = "ok flush\n";
 			} else if (!strcmp(buf, "reset")) {
 				reset_files();
@@ -1780,6 +1788,11 @@ HK_VIS HK_NOINSTR void hookit_end(void)
 HK_VIS HK_NOINSTR void hookit_flush(void)
 {
 	flush_files();
+}
+
+HK_VIS HK_NOINSTR void hookit_on_flush(void (*fn)(void))
+{
+	__atomic_store_n(&hk_flush_fn, fn, __ATOMIC_RELEASE);
 }
 
 HK_VIS HK_NOINSTR uint64_t hookit_dropped(void)

@@ -108,6 +108,13 @@ void hookit_start(void);
 void hookit_end(void);
 void hookit_flush(void);
 
+/*
+ * fn runs on the runtime's control thread after each rtdriver "flush" has
+ * synced the files, before the answer: rtdriver flush returns once it
+ * returned (an agent writes its reports there). NULL: none.
+ */
+void hookit_on_flush(void (*fn)(void));
+
 /* Events not recorded (a thread file could not be opened or grown, or an
  * event arrived inside the runtime from a signal handler). */
 uint64_t hookit_dropped(void);

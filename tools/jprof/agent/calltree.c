@@ -226,6 +226,7 @@ int calltree_start(jvmtiEnv *jvmti, const char *hookit_opts, jvmtiEventCallbacks
 	cb->MethodExit = on_method_exit;
 	cb->ThreadEnd = on_thread_end;
 	cb->ThreadStart = on_thread_start;
+	hookit_on_flush(jprof_flush);
 	return 0;
 }
 
@@ -274,6 +275,12 @@ static void write_reports(void)
 	if (err != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		fprintf(stderr, "jprof: the reports were not written (%s): run hookit report -i %s --cal minima\n",
 			err ? strerror(err) : "hookit report failed", report_dir);
+}
+
+void calltree_reports(void)
+{
+	if (report_at_exit)
+		write_reports();
 }
 
 void calltree_stop(void)

@@ -5,7 +5,8 @@
  *   java -agentpath:bin/libjprof.so=lock[,wall[=MS]]|wall[=MS][,dir=DIR][,sig][,verbose] ...
  *   java -agentpath:bin/libjprof.so=calltree[,start=off][,include=GLOB]
  *        [,exclude=GLOB][,metric=NAME][,dir=DIR][,report=off][,trace][,sig][,verbose] ...
- *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop
+ *   jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop | flush
+ *   bin/jprof --pid PID [--duration D] [--dir DIR] [OPTIONS]   (the front end: tools/jprof/cmd/jprof)
  *
  * tprof mode adds no entry/exit hooks: compiled-method loads and unloads
  * and the JVM's generated code (the interpreter, stubs) go into the trace as
@@ -34,6 +35,7 @@
 #include "jprof.h"
 
 static jvmtiEnv *jvmti;
+static JavaVM *the_vm;
 static int verbose;
 static int tracing;		/* JIT records into the trace */
 static int trace_events;	/* calltree,trace: method events too */
@@ -41,6 +43,10 @@ static int calltree;
 static int sig_names;		/* sig: PI's names, with the signature */
 static int dead;
 static int stopped;		/* detached ("stop"): reported already */
+static int flusher;		/* the trace's flusher thread runs */
+/* The outputs (reports, the lock/wall profile) are written by one thread at
+ * a time: an rtdriver flush, the JVM's end, an attach's stop. */
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned jstacks_hz = 1000;	/* tprof: Java stacks sampled (0: off) */
 static int jstacks;		/* the sampler is set up */
 static int jitdump;		/* tprof,jitdump: DIR/jit-PID.dump */
@@ -289,10 +295,10 @@ static void report(void)
 static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 {
 	(void)env; (void)jni;
+	pthread_mutex_lock(&out_mu);
 	if (jstacks)
 		jstacks_end(verbose);
-	if (jitdump)
-		jitdump_close(verbose);
+	jitdump_close(verbose);	/* (open if an attach asked for it) */
 	if (waits)
 		waits_end(verbose);
 	if (!stopped)
@@ -300,6 +306,37 @@ static void JNICALL on_vm_death(jvmtiEnv *env, JNIEnv *jni)
 	if (calltree)
 		calltree_stop();
 	dead = 1;
+	pthread_mutex_unlock(&out_mu);
+}
+
+/*
+ * rtdriver flush (calltree: the call-flow runtime's control thread, after
+ * it synced the thread files): PI's reports and the lock/wall profile of
+ * what was recorded so far, as at the JVM's end, the recording going on.
+ * The control thread is attached to the JVM once (a daemon thread): the
+ * profile's methods are named through JVMTI.
+ */
+void jprof_flush(void)
+{
+	JavaVMAttachArgs args = { JNI_VERSION_1_6, "jprof flush", NULL };
+	JNIEnv *env = NULL;
+	int attached;
+
+	attached = waits && the_vm &&
+		((*the_vm)->GetEnv(the_vm, (void **)&env, JNI_VERSION_1_6) == JNI_OK ||
+		 (*the_vm)->AttachCurrentThreadAsDaemon(the_vm, (void **)&env, &args) == JNI_OK);
+	pthread_mutex_lock(&out_mu);
+	if (!dead) {
+		if (tracing && !stopped)
+			jt_flush();
+		if (attached)
+			waits_flush(verbose);
+		else if (waits)
+			fprintf(stderr, "jprof: flush: the lock/wall profile is written at the JVM's end (the flush could not attach to the JVM)\n");
+		if (calltree)
+			calltree_reports();
+	}
+	pthread_mutex_unlock(&out_mu);
 }
 
 static int usage(const char *opts)
@@ -310,13 +347,15 @@ static int usage(const char *opts)
 		"  (lock: each contended monitor entry, its wait in ns charged to the waiting thread's Java stack;\n"
 		"   wall: every Java thread's stack and state every MS (50) ms, running or not, charged the time elapsed;\n"
 		"   both into DIR/jprof-PID.pb.gz (pprof: lock-contentions, lock-wait, wall-samples, wall) and\n"
-		"   DIR/jprof-PID-lock.folded, -wall.folded, written when the JVM ends; DIR /tmp unless dir=, . for calltree)\n"
+		"   DIR/jprof-PID-lock.folded, -wall.folded, written when the JVM ends, at an attach's stop and on\n"
+		"   rtdriver flush with calltree; DIR /tmp unless dir=, . for calltree)\n"
 		"  (sig: names as PI shows them, pkg/Class.method(args)ret)\n"
 		"  (jstacks: Java stacks sampled at HZ (1000) of the process's CPU time into DIR/jprof-PID.jstk,\n"
 		"   DIR /tmp unless dir=, for post to name interpreted methods; off: none)\n"
 		"  (jitdump: the JVM's code with its bytes into DIR/jit-PID.dump, for perf inject --jit and post)\n"
 		"  (GLOB: a class name pattern such as java.util.* ; docs/jprof.md)\n"
-		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop\n",
+		"  or attached: jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,sig][,verbose] | stop | flush\n"
+		"  (bin/jprof --pid PID [OPTIONS] attaches, records, stops)\n",
 		opts ? opts : "");
 	return JNI_ERR;
 }
@@ -434,6 +473,7 @@ static jint start(JavaVM *vm, char *options, int live)
 
 	if (parse(options, buf, sizeof(buf), &dir, &metric, &start) != 0)
 		return JNI_ERR;
+	the_vm = vm;
 	if ((*vm)->GetEnv(vm, (void **)&jvmti, JVMTI_VERSION_1_2) != JNI_OK || !jvmti) {
 		fprintf(stderr, "jprof: this JVM has no JVMTI 1.2\n");
 		jvmti = NULL;
@@ -498,8 +538,10 @@ static jint start(JavaVM *vm, char *options, int live)
 			(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_VM_INIT, NULL);
 		}
 	}
-	if (tracing && pthread_create(&th, NULL, jt_flusher, &dead) == 0)
+	if (tracing && pthread_create(&th, NULL, jt_flusher, &dead) == 0) {
 		pthread_detach(th);
+		flusher = 1;
+	}
 	if (live)
 		replay();
 	return JNI_OK;
@@ -512,11 +554,99 @@ JNIEXPORT jint JNICALL Agent_OnLoad(JavaVM *vm, char *options, void *reserved)
 }
 
 /*
- * jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,sig][,verbose]
+ * An attach's "stop": the lock/wall profile written, the code events and
+ * the Java stack sampler off, what is pending sent to the trace. The agent
+ * stays loaded (a JVM loads a library once), detached, until an attach
+ * starts it again.
+ */
+static void detach(void)
+{
+	pthread_mutex_lock(&out_mu);
+	if (waits) {
+		waits_end(verbose);
+		waits = 0;
+	}
+	if (tracing) {
+		code_events_mode(JVMTI_DISABLE);
+		if (jstacks)
+			jstacks_pause();
+		report();
+	}
+	stopped = 1;
+	pthread_mutex_unlock(&out_mu);
+}
+
+/*
+ * An attach to a detached agent: its options taken afresh, as at a first
+ * attach (the Java stacks' file stays where the first attach put it).
+ */
+static jint reattach(char *options)
+{
+	char buf[1024];
+	const char *dir = NULL, *metric = NULL, *st = "on";
+	jvmtiEventCallbacks cb;
+	pthread_t th;
+
+	if (parse(options, buf, sizeof(buf), &dir, &metric, &st) != 0)
+		return JNI_ERR;
+	if (calltree) {		/* Agent_OnAttach refused it: defensive */
+		calltree = 0;
+		return JNI_ERR;
+	}
+	memset(&cb, 0, sizeof(cb));
+	cb.CompiledMethodLoad = on_compiled_load;
+	cb.CompiledMethodUnload = on_compiled_unload;
+	cb.DynamicCodeGenerated = on_dynamic_code;
+	cb.VMDeath = on_vm_death;
+	cb.VMInit = on_vm_init;
+	cb.ClassPrepare = on_class_prepare;
+	cb.ClassLoad = on_class_load;
+	cb.ThreadStart = on_thread_start;
+	cb.ThreadEnd = on_thread_end;
+	if (tracing && jstacks_hz && !jstacks && jstacks_init(the_vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0)
+		jstacks = 1;
+	if (jitdump && jitdump_open(dir ? dir : "/tmp") != 0)
+		jitdump = 0;
+	if (lock_events || wall_ms) {
+		if (waits_init(the_vm, jvmti, lock_events, wall_ms, dir ? dir : "/tmp", &cb) != 0)
+			return JNI_ERR;
+		waits = 1;
+	}
+	(*jvmti)->SetEventCallbacks(jvmti, &cb, sizeof(cb));
+	if (waits) {
+		waits_enable();
+		waits_start();
+	}
+	stopped = 0;
+	if (!tracing)
+		return JNI_OK;
+	if (jstacks) {
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_CLASS_PREPARE, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_CLASS_LOAD, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_START, NULL);
+		(*jvmti)->SetEventNotificationMode(jvmti, JVMTI_ENABLE, JVMTI_EVENT_THREAD_END, NULL);
+		if (jstacks_hz)
+			jstacks_start();
+	}
+	jt_resume();
+	code_events_mode(JVMTI_ENABLE);
+	if (!flusher && pthread_create(&th, NULL, jt_flusher, &dead) == 0) {
+		pthread_detach(th);
+		flusher = 1;
+	}
+	replay();
+	return JNI_OK;
+}
+
+/*
+ * jcmd PID JVMTI.agent_load /path/libjprof.so tprof[,lock][,wall[=MS]][,dir=DIR][,sig][,verbose] | stop | flush
  * The JVM loads the library once; a later attach calls this again in the
- * same agent: "stop" sends what is pending and turns the events off (the
- * JVM runs on as if never attached), "tprof" (again, for a new trace)
- * turns them on and names the existing code once more.
+ * same agent: "stop" detaches (the lock/wall profile written, the events
+ * off: the JVM runs on as if never attached), an attach after a stop
+ * starts the agent again with its own options, and "tprof" while attached
+ * in tprof mode names the existing code once more (for a new trace);
+ * "flush" writes what rtdriver flush writes (any mode: the lock/wall
+ * profile and calltree's reports of the run so far) and goes on.
  */
 JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 {
@@ -527,31 +657,37 @@ JNIEXPORT jint JNICALL Agent_OnAttach(JavaVM *vm, char *options, void *reserved)
 			"method entry/exit cannot be turned on in a running JVM; attach in tprof mode\n");
 		return JNI_ERR;
 	}
+	if (!jvmti && options && !strcmp(options, "flush")) {
+		fprintf(stderr, "jprof: flush: the agent is not running in this JVM\n");
+		return JNI_ERR;
+	}
 	if (!jvmti)
 		return options && !strcmp(options, "stop") ? JNI_OK : start(vm, options, 1);
 	if (dead)
 		return JNI_ERR;
 	if (options && !strcmp(options, "stop")) {
-		if (waits)
-			waits_end(verbose);
-		if (!tracing)
-			return JNI_OK;
-		code_events_mode(JVMTI_DISABLE);
-		if (jstacks)
-			jstacks_pause();
-		report();
-		stopped = 1;
+		if (!stopped)
+			detach();
 		return JNI_OK;
 	}
-	if (!tracing || calltree || !options || (strcmp(options, "tprof") && strncmp(options, "tprof,", 6))) {
-		fprintf(stderr, "jprof: already attached in %s mode: attach again with \"tprof\" (name the code in a new trace) or \"stop\"\n",
-			calltree ? "calltree" : tracing ? "tprof" : "lock/wall");
+	if (options && !strcmp(options, "flush")) {
+		jprof_flush();	/* as rtdriver flush, whatever the mode */
+		return JNI_OK;
+	}
+	if (calltree) {
+		fprintf(stderr, "jprof: the agent runs in calltree mode from the JVM's start: it takes no other attach than \"stop\"\n");
+		return JNI_ERR;
+	}
+	if (stopped)
+		return reattach(options);
+	if (!tracing || !options || (strcmp(options, "tprof") && strncmp(options, "tprof,", 6))) {
+		fprintf(stderr, "jprof: already attached in %s mode: attach again with \"tprof\" (name the code in a new trace) or \"stop\" first\n",
+			tracing ? "tprof" : "lock/wall");
 		return JNI_ERR;
 	}
 	if (strstr(options, ",verbose"))
 		verbose = 1;
 	jt_resume();
-	stopped = 0;
 	code_events_mode(JVMTI_ENABLE);
 	if (jstacks)
 		jstacks_start();

@@ -12,6 +12,8 @@ int jprof_is_compiled(uint64_t id);
  * trace (JIT_METHOD, 0x30 / 0x50 entry / exit) for post --merge */
 void jprof_trace_method(uint64_t id, const char *name);
 void jprof_trace_event(uint64_t id, unsigned type, int exit);
+/* rtdriver flush: the reports and the lock/wall profile of what was recorded so far */
+void jprof_flush(void);
 
 /* calltree.c */
 int calltree_option(const char *tok);	/* 0 taken, 1 not a calltree option, -1 error */
@@ -21,6 +23,7 @@ void calltree_enable(jvmtiEnv *jvmti);
  * the JVM ends, unless report=off */
 void calltree_report_dir(const char *dir);
 void calltree_stop(void);
+void calltree_reports(void);	/* the reports of the files so far (rtdriver flush) */
 
 /* jstacks.c: tprof mode's Java stack sampler into DIR/jprof-PID.jstk */
 int jstacks_init(JavaVM *vm, jvmtiEnv *jvmti, const char *dir, unsigned hz);
@@ -43,7 +46,8 @@ enum { PROF_RUNNABLE, PROF_BLOCKED, PROF_WAITING, PROF_TIMED_WAITING, PROF_STATE
 #define PROF_DEPTH 256			/* frames kept of a stack */
 #define PROF_CUT ((jmethodID)(uintptr_t)1)	/* outermost frame of a cut stack */
 #define PROF_OVER ((jmethodID)(uintptr_t)2)	/* the stacks past the table's bound */
-int prof_init(int kind);
+int prof_init(int kind);	/* the kind in the profile, its table empty */
+void prof_reset(void);		/* no kind in the profile (an attach after a stop) */
 /* f: leaf first, n <= PROF_DEPTH + 1 (the last PROF_CUT when cut); tag the state */
 void prof_add(int kind, unsigned tag, const jvmtiFrameInfo *f, int n, uint64_t count, uint64_t ns);
 int prof_write(jvmtiEnv *jvmti, const char *dir, uint64_t duration_ns, int verbose);
@@ -53,5 +57,6 @@ int waits_init(JavaVM *vm, jvmtiEnv *jvmti, int lock, unsigned wall_ms, const ch
 void waits_enable(void);	/* the monitor events on */
 int waits_start(void);		/* live phase: the wall sampler */
 void waits_end(int verbose);	/* events off, sampler stopped, the profile written */
+void waits_flush(int verbose);	/* the profile so far written, the recording going on */
 
 #endif

@@ -42,6 +42,7 @@ static struct table {
 	jmethodID *frames;
 	size_t nframes;
 	unsigned nstacks;
+	int on;				/* the kind is in the profile */
 	uint64_t over_count, over_ns;	/* past the bound */
 } tables[PROF_KINDS] = {
 	{ .lock = PTHREAD_MUTEX_INITIALIZER }, { .lock = PTHREAD_MUTEX_INITIALIZER },
@@ -56,18 +57,36 @@ int prof_init(int kind)
 {
 	struct table *t = &tables[kind];
 
-	if (t->slots)
-		return 0;
-	t->slots = calloc(PROF_SLOTS, sizeof(*t->slots));
-	t->frames = calloc(PROF_FRAMES, sizeof(*t->frames));
-	if (!t->slots || !t->frames) {
-		free(t->slots);
-		free(t->frames);
-		t->slots = NULL;
-		t->frames = NULL;
-		return -1;
+	pthread_mutex_lock(&t->lock);
+	if (t->slots) {		/* an attach after a stop: a new profile */
+		memset(t->slots, 0, PROF_SLOTS * sizeof(*t->slots));
+		t->nframes = 0;
+		t->nstacks = 0;
+		t->over_count = t->over_ns = 0;
+	} else {
+		t->slots = calloc(PROF_SLOTS, sizeof(*t->slots));
+		t->frames = calloc(PROF_FRAMES, sizeof(*t->frames));
+		if (!t->slots || !t->frames) {
+			free(t->slots);
+			free(t->frames);
+			t->slots = NULL;
+			t->frames = NULL;
+			pthread_mutex_unlock(&t->lock);
+			return -1;
+		}
 	}
+	t->on = 1;
+	pthread_mutex_unlock(&t->lock);
 	return 0;
+}
+
+void prof_reset(void)
+{
+	for (int k = 0; k < PROF_KINDS; k++) {
+		pthread_mutex_lock(&tables[k].lock);
+		tables[k].on = 0;
+		pthread_mutex_unlock(&tables[k].lock);
+	}
 }
 
 static uint64_t stack_hash(unsigned tag, const jvmtiFrameInfo *f, int n)
@@ -101,6 +120,8 @@ void prof_add(int kind, unsigned tag, const jvmtiFrameInfo *f, int n, uint64_t c
 		return;
 	h = stack_hash(tag, f, n);
 	pthread_mutex_lock(&t->lock);
+	if (!t->on)
+		goto out;
 	for (i = (unsigned)(h >> 20) & (PROF_SLOTS - 1), k = 0; k < PROF_SLOTS; i = (i + 1) & (PROF_SLOTS - 1), k++) {
 		struct entry *e = &t->slots[i];
 
@@ -365,13 +386,16 @@ int prof_write(jvmtiEnv *jvmti, const char *dir, uint64_t duration_ns, int verbo
 	FILE *f, *folded[PROF_KINDS] = { NULL, NULL };
 	int64_t ty[4], un[4], nvals = 0, state_key = 0, states[PROF_STATES] = { 0 }, base[PROF_KINDS] = { 0 };
 	size_t frames = 0;
-	int kinds = 0, rc = 0;
+	int kinds = 0, rc = 0, locked[PROF_KINDS] = { 0 };
 
 	for (int k = 0; k < PROF_KINDS; k++) {
-		if (!tables[k].slots)
-			continue;
-		kinds++;
 		pthread_mutex_lock(&tables[k].lock);
+		if (!tables[k].on) {
+			pthread_mutex_unlock(&tables[k].lock);
+			continue;
+		}
+		locked[k] = 1;
+		kinds++;
 		frames += tables[k].nframes;
 	}
 	if (!kinds)
@@ -384,12 +408,12 @@ int prof_write(jvmtiEnv *jvmti, const char *dir, uint64_t duration_ns, int verbo
 		goto unlock;
 	}
 	str(&w, "");
-	if (tables[PROF_LOCK].slots) {
+	if (tables[PROF_LOCK].on) {
 		base[PROF_LOCK] = nvals;
 		ty[nvals] = str(&w, "lock-contentions"), un[nvals++] = str(&w, "count");
 		ty[nvals] = str(&w, "lock-wait"), un[nvals++] = str(&w, "nanoseconds");
 	}
-	if (tables[PROF_WALL].slots) {
+	if (tables[PROF_WALL].on) {
 		base[PROF_WALL] = nvals;
 		ty[nvals] = str(&w, "wall-samples"), un[nvals++] = str(&w, "count");
 		ty[nvals] = str(&w, "wall"), un[nvals++] = str(&w, "nanoseconds");
@@ -406,7 +430,7 @@ int prof_write(jvmtiEnv *jvmti, const char *dir, uint64_t duration_ns, int verbo
 		struct table *t = &tables[k];
 		int64_t vals[4];
 
-		if (!t->slots)
+		if (!t->on)
 			continue;
 		snprintf(path, sizeof(path), "%s/jprof-%d-%s.folded", dir, (int)getpid(), kind_name[k]);
 		folded[k] = create(path);
@@ -447,15 +471,15 @@ int prof_write(jvmtiEnv *jvmti, const char *dir, uint64_t duration_ns, int verbo
 		fprintf(stderr, "jprof: cannot write %s: %s\n", path, strerror(errno));
 		rc = -1;
 	}
-	fprintf(stderr, "jprof: %s profile in %s", tables[PROF_LOCK].slots && tables[PROF_WALL].slots ? "lock and wall" :
-		tables[PROF_LOCK].slots ? "lock" : "wall", path);
+	fprintf(stderr, "jprof: %s profile in %s", tables[PROF_LOCK].on && tables[PROF_WALL].on ? "lock and wall" :
+		tables[PROF_LOCK].on ? "lock" : "wall", path);
 	for (int k = 0; k < PROF_KINDS; k++)
 		if (folded[k])
 			fprintf(stderr, ", %s/jprof-%d-%s.folded", dir, (int)getpid(), kind_name[k]);
 	fprintf(stderr, "\n");
 	if (verbose)
 		for (int k = 0; k < PROF_KINDS; k++)
-			if (tables[k].slots)
+			if (tables[k].on)
 				fprintf(stderr, "jprof: %s: %u stacks, %llu samples past the table's bound\n", kind_name[k],
 					tables[k].nstacks, (unsigned long long)tables[k].over_count);
 out:
@@ -470,7 +494,7 @@ out:
 	free(w.sub.b);
 unlock:
 	for (int k = PROF_KINDS - 1; k >= 0; k--)
-		if (tables[k].slots)
+		if (locked[k])
 			pthread_mutex_unlock(&tables[k].lock);
 	return rc;
 }

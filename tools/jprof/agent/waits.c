@@ -178,6 +178,7 @@ int waits_init(JavaVM *vm, jvmtiEnv *jvmti, int lock, unsigned wall_ms, const ch
 	w_vm = vm;
 	w_jvmti = jvmti;
 	snprintf(w_dir, sizeof(w_dir), "%s", dir);
+	prof_reset();
 	if (lock) {
 		memset(&caps, 0, sizeof(caps));
 		caps.can_generate_monitor_events = 1;
@@ -204,6 +205,7 @@ int waits_init(JavaVM *vm, jvmtiEnv *jvmti, int lock, unsigned wall_ms, const ch
 	w_lock = lock;
 	w_wall_ms = wall_ms;
 	w_t0 = mono_ns();
+	w_ended = w_stop = 0;	/* an attach after a stop: a new profile */
 	return 0;
 }
 
@@ -245,4 +247,10 @@ void waits_end(int verbose)
 		w_running = 0;
 	}
 	prof_write(w_jvmti, w_dir, mono_ns() - w_t0, verbose);
+}
+
+void waits_flush(int verbose)
+{
+	if (!w_ended && (w_lock || w_wall_ms))
+		prof_write(w_jvmti, w_dir, mono_ns() - w_t0, verbose);
 }
