@@ -158,41 +158,187 @@ func TestHooksFillingTheBufferStopTracing(t *testing.T) {
 
 // TestJProfBatchFillingTheBuffer: a batch of method events larger than a
 // normal-mode buffer writes what fits, stops tracing, and counts every
-// other record of the batch lost: written and lost make the batch.
+// other record of the batch lost: written and lost make the batch; the
+// same whether the events are put decoded or as they are encoded.
 func TestJProfBatchFillingTheBuffer(t *testing.T) {
-	f, _, _ := newFake(t)
-	if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+	for _, encoded := range []bool{false, true} {
+		f, _, _ := newFake(t)
+		if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+			t.Fatal(err)
+		}
+		if err := on(t, f); err != nil {
+			t.Fatal(err)
+		}
+		const n = 2000
+		written, refused := 0, 0
+		err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+			for i := 0; i < n; i++ {
+				var ok bool
+				var err error
+				if encoded {
+					ok, err = b.PutEvent(event(t, trace.MajorInterp, 7, uint64(i)), Now())
+				} else {
+					ok, err = b.Put(Now(), trace.MajorInterp, 0x10, []uint64{7, 7, uint64(i), 0}, "")
+				}
+				switch {
+				case ok:
+					written++
+				case err != nil:
+					refused++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
+		st, _ := f.Info()
+		if !st.StoppedFull || written == 0 || written >= n || refused == 0 {
+			t.Fatalf("encoded %v: %d of %d written, %d refused after the buffer filled; %+v", encoded, written, n, refused, st)
+		}
+		if lost := st.CPUs[0].Lost; int(lost) != n-written {
+			t.Fatalf("encoded %v: %d written, %d counted lost: want %d in all", encoded, written, lost, n)
+		}
+	}
+}
+
+// event encodes a method entry of pid 7.
+func event(t *testing.T, major uint16, tid, id uint64) []byte {
+	t.Helper()
+	b, err := trace.Encode(nil, major, 0x10, trace.LayoutWords, 0, []uint64{7, tid, id & 0xffffffff, id >> 32}, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+	return b
+}
+
+// PutEvent writes a method event as it is encoded when its major is
+// enabled (the bytes read back as the record, at the time given), drops
+// it without an error when its major is not, and refuses bytes that are
+// not one 4-word event of a method major; nothing while tracing is off.
+func TestJProfPutEvent(t *testing.T) {
+	f, _, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 16}); err != nil {
 		t.Fatal(err)
+	}
+	if err := f.Enable([]uint16{trace.MajorJitted}); err != nil {
+		t.Fatal(err)
+	}
+	put := func(rec []byte) (bool, error) {
+		var ok bool
+		err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+			var err error
+			ok, err = b.PutEvent(rec, 5<<32|9)
+			return err
+		})
+		return ok, err
+	}
+	good := event(t, trace.MajorJitted, 3, 0xabc<<32|0xdef)
+	if ok, err := put(good); ok || err == nil {
+		t.Fatalf("an event taken while tracing is off: %v %v", ok, err)
 	}
 	if err := on(t, f); err != nil {
 		t.Fatal(err)
 	}
-	const n = 2000
-	written, refused := 0, 0
-	err := f.JProfBatch(Writer{Root: true}, 0, func(put JProfPut) error {
-		for i := 0; i < n; i++ {
-			ok, err := put(Now(), trace.MajorInterp, 0x10, []uint64{7, 7, uint64(i), 0}, "")
-			switch {
-			case ok:
-				written++
-			case err != nil:
-				refused++
-			}
+	if ok, err := put(good); !ok || err != nil {
+		t.Fatalf("an enabled event: written %v, %v", ok, err)
+	}
+	if ok, err := put(event(t, trace.MajorInterp, 3, 1)); ok || err != nil {
+		t.Fatalf("an event of a major not enabled: written %v, %v", ok, err)
+	}
+	fiveWords, _ := trace.Encode(nil, trace.MajorJitted, 0x10, trace.LayoutWords, 0, []uint64{7, 3, 1, 0, 9}, "")
+	tick, _ := trace.Encode(nil, trace.MajorTprof, trace.TprofTick, trace.LayoutWords, 0, []uint64{7, 3, 1, 0}, "")
+	fixed := append([]byte(nil), good...)
+	fixed[1] &^= 0xf0 // the fixed layout
+	lying := append([]byte(nil), good...)
+	lying[0]++ // a length of 32 bytes in 28
+	for name, rec := range map[string][]byte{"5 words": fiveWords, "a tick": tick, "the fixed layout": fixed, "a lying length": lying, "cut": good[:20], "empty": nil} {
+		if ok, err := put(rec); ok || err == nil {
+			t.Errorf("%s: written %v, err %v", name, ok, err)
 		}
-		return nil
-	})
+	}
+	recs := readBack(t, f)
+	var got []trace.Record
+	for _, r := range recs {
+		if r.Major == trace.MajorJitted {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 1 || got[0].Time != 5<<32|9 || got[0].Minor != 0x10 || len(got[0].Fixed) != 4 ||
+		got[0].Fixed[0] != 7 || got[0].Fixed[1] != 3 || got[0].Fixed[2] != 0xdef || got[0].Fixed[3] != 0xabc {
+		t.Fatalf("read back %+v, want the one event at %#x", got, uint64(5<<32|9))
+	}
+}
+
+// readBack turns tracing off and returns the trace's records.
+func readBack(t *testing.T, f *Facility) []trace.Record {
+	t.Helper()
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r.nrm2")
+	if err := get(t, f, path); err != nil {
+		t.Fatal(err)
+	}
+	nf, err := nrm2.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
-	st, _ := f.Info()
-	if !st.StoppedFull || written == 0 || written >= n || refused == 0 {
-		t.Fatalf("%d of %d written, %d refused after the buffer filled; %+v", written, n, refused, st)
+	defer nf.Close()
+	var out []trace.Record
+	if err := nf.Records(func(r *trace.Record) error {
+		x := *r
+		x.Fixed = append([]uint64(nil), r.Fixed...)
+		out = append(out, x)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
-	if lost := st.CPUs[0].Lost; int(lost) != n-written {
-		t.Fatalf("%d written, %d counted lost: want %d in all", written, lost, n)
+	return out
+}
+
+// A frame's method events into a wrap-mode trace buffer, per record:
+// decoded (Put) and as encoded (PutEvent).
+func BenchmarkJProfBatchEvents(b *testing.B) {
+	for _, encoded := range []bool{false, true} {
+		name := "Put"
+		if encoded {
+			name = "PutEvent"
+		}
+		b.Run(name, func(b *testing.B) {
+			f, _, _ := newFake(&testing.T{})
+			f.mode = control.ModeWrap
+			if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 16}); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+				b.Fatal(err)
+			}
+			f.mu.Lock()
+			f.state = control.StateOn
+			f.mu.Unlock()
+			rec, _ := trace.Encode(nil, trace.MajorInterp, 0x10, trace.LayoutWords, 0, []uint64{7, 7, 1, 0}, "")
+			fields := []uint64{7, 7, 1, 0}
+			const n = 2300
+			tm := Now()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_ = f.JProfBatch(Writer{Root: true}, 0, func(jb *JProfBatch) error {
+					for k := 0; k < n; k++ {
+						if encoded {
+							_, _ = jb.PutEvent(rec, tm+uint64(k))
+						} else {
+							_, _ = jb.Put(tm+uint64(k), trace.MajorInterp, 0x10, fields, "")
+						}
+					}
+					return nil
+				})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+		})
 	}
 }

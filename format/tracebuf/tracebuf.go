@@ -176,6 +176,32 @@ func (l *Locked) Write(major uint16, minor uint32, layout int, t uint64, fields 
 	return b.write(major, minor, layout, t, fields, str, size, &l.notify)
 }
 
+// WriteRecord writes rec, one whole encoded record, at time t (its time
+// stamp's low half becomes t's), as Write would write it decoded: a
+// writer whose records arrive in the trace's own layout copies them in.
+// rec that is not exactly one record (trace.RecordSize) is refused and
+// counted lost.
+func (l *Locked) WriteRecord(rec []byte, t uint64) (bool, error) {
+	b := l.b
+	size, ok := trace.RecordSize(rec)
+	if !ok || size+trace.TimeHighSize > b.segSize {
+		b.lost++
+		b.pending++
+		if !ok {
+			return false, fmt.Errorf("%d bytes are not one record", len(rec))
+		}
+		return false, fmt.Errorf("record of %d bytes does not fit a %d-byte segment", size, b.segSize)
+	}
+	if !b.reserve(size, t, &l.notify) {
+		return false, nil
+	}
+	b.w.WriteRecord(rec, t)
+	b.cur.Records++
+	b.records++
+	b.bytes += uint64(size)
+	return true, nil
+}
+
 // Full is Buffer.Full.
 func (l *Locked) Full() bool { return l.b.full }
 
@@ -233,25 +259,36 @@ func (b *Buffer) room(need int, t uint64, notify *bool) bool {
 	return false
 }
 
-func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string, size int, notify *bool) (bool, error) {
+// lostSize is the size of a LOST record.
+var lostSize = trace.EncodedSize(trace.MajorSys, trace.SysLost, trace.LayoutFixed, 2, "")
+
+// reserve makes room for a record of size bytes at time t, after the LOST
+// record of the records lost before it, if any: false (the record counted
+// lost) when there is none.
+func (b *Buffer) reserve(size int, t uint64, notify *bool) bool {
 	if b.pending > 0 && !b.full {
-		lostSize := trace.EncodedSize(trace.MajorSys, trace.SysLost, trace.LayoutFixed, 2, "")
 		if !b.room(lostSize+size, t, notify) {
 			b.lost++
 			b.pending++
-			return false, nil
+			return false
 		}
-		if err := b.w.Write(trace.MajorSys, trace.SysLost, trace.LayoutFixed, t, []uint64{b.pending, trace.LostBufferFull}, ""); err != nil {
-			return false, err
+		if err := b.w.Write(trace.MajorSys, trace.SysLost, trace.LayoutFixed, t, []uint64{b.pending, trace.LostBufferFull}, ""); err == nil {
+			b.cur.Records++
+			b.records++ // the LOST record is in the trace: the statistics count it
+			b.bytes += uint64(lostSize)
+			b.pending = 0
 		}
-		b.cur.Records++
-		b.records++ // the LOST record is in the trace: the statistics count it
-		b.bytes += uint64(lostSize)
-		b.pending = 0
 	}
 	if !b.room(size, t, notify) {
 		b.lost++
 		b.pending++
+		return false
+	}
+	return true
+}
+
+func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string, size int, notify *bool) (bool, error) {
+	if !b.reserve(size, t, notify) {
 		return false, nil
 	}
 	if err := b.w.Write(major, minor, layout, t, fields, str); err != nil {

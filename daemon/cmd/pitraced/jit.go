@@ -91,21 +91,31 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 }
 
 // jprofStream writes the records of an agent's binary stream
-// (daemonproto.JProfArgs.Stream) into cpu's trace buffer.
+// (daemonproto.JProfArgs.Stream) into cpu's trace buffer. The stream is
+// the request's own: its method events get pid in place and are copied in.
 func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
 	var rep daemonproto.JProfReply
 	var firstErr error
-	err := s.Fac.JProfBatch(w, cpu, func(put facility.JProfPut) error {
-		return readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
-			ok, err := put(t, major, minor, fields, str)
-			if err != nil && firstErr == nil {
-				// the rest go on to the facility, which counts them as
-				// lost when a full buffer stopped tracing
-				firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
-			}
-			if ok {
-				rep.Written++
-			}
+	note := func(i int, ok bool, err error) {
+		if err != nil && firstErr == nil {
+			// the rest go on to the facility, which counts them as
+			// lost when a full buffer stopped tracing
+			firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
+		}
+		if ok {
+			rep.Written++
+		}
+	}
+	err := s.Fac.JProfBatch(w, cpu, func(b *facility.JProfBatch) error {
+		return readJProfStream(stream, pid, jprofSink{
+			put: func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
+				ok, err := b.Put(t, major, minor, fields, str)
+				note(i, ok, err)
+			},
+			event: func(i int, rec []byte, t uint64) {
+				ok, err := b.PutEvent(rec, t)
+				note(i, ok, err)
+			},
 		})
 	})
 	if err != nil {
@@ -114,27 +124,36 @@ func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, strea
 	return rep, firstErr
 }
 
-// readJProfStream calls write for each record of stream, in order, with its
+// jprofSink takes the records of a stream (readJProfStream).
+type jprofSink struct {
+	// put takes a record decoded: its fields (the pid's replaced), its name
+	put func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)
+	// event takes a method event as it is encoded (facility.EventSize
+	// bytes, the pid's word replaced), valid until event returns
+	event func(i int, rec []byte, t uint64)
+}
+
+// readJProfStream gives sink each record of stream, in order, with its
 // full time: each must be a JProf record (JIT_LOAD, JIT_UNLOAD, JIT_METHOD,
-// a 0x30 / 0x50 method event of 4 words) in its code's layout; its pid
-// field is replaced by pid, names are cut at 1024 bytes. The first record
-// that is none of these ends the stream with an error (the records before
-// it were written).
-func readJProfStream(stream []byte, pid uint64, write func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)) error {
+// a 0x30 / 0x50 method event of 4 words) in its code's layout; its
+// pid field is replaced by pid, names are cut at 1024 bytes. Method
+// events, nearly all of a stream, go to sink.event as they are encoded,
+// their pid replaced in stream itself; the others to sink.put decoded.
+// The first record that is none of these ends the stream with an error
+// (the records before it were given).
+func readJProfStream(stream []byte, pid uint64, sink jprofSink) error {
 	var rec trace.Record
 	r := trace.NewReader(stream, 0, 0, false, 0)
 	fields := make([]uint64, 0, 4)
-	const eventSize = trace.HeaderSize + 16
 	for i := 0; ; i++ {
-		// Method events, nearly all of a stream, without the general
-		// decoding: a 28-byte record of 4 words.
+		// Method entries and exits without the general decoding: a
+		// 28-byte record of 4 words, its first the pid.
 		if b, t, ok := nextEvent(r); ok {
-			if len(b) != eventSize {
+			if len(b) != facility.EventSize {
 				return fmt.Errorf("%s stream record %d: a method event has 4 words (pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, (len(b)-trace.HeaderSize)/4)
 			}
-			fields = append(fields[:0], pid, uint64(binary.LittleEndian.Uint32(b[16:])),
-				uint64(binary.LittleEndian.Uint32(b[20:])), uint64(binary.LittleEndian.Uint32(b[24:])))
-			write(i, t, binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[4:]), fields, "")
+			binary.LittleEndian.PutUint32(b[trace.HeaderSize:], uint32(pid))
+			sink.event(i, b, t)
 			continue
 		}
 		ok, err := r.NextInto(&rec)
@@ -170,7 +189,7 @@ func readJProfStream(stream []byte, pid uint64, write func(i int, t uint64, majo
 		if len(str) > 1024 {
 			str = str[:1024]
 		}
-		write(i, rec.Time, rec.Major, rec.Minor, fields, str)
+		sink.put(i, rec.Time, rec.Major, rec.Minor, fields, str)
 	}
 }
 

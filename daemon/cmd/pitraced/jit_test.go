@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"perfinsp/daemon/facility"
 	"perfinsp/format/trace"
 	"perfinsp/internal/daemonproto"
 )
@@ -44,6 +46,22 @@ func enc(t *testing.T, recs ...jrec) []byte {
 	return b
 }
 
+// sinkOf gives fn every record of a stream decoded: a method event's bytes
+// are checked to be one record of facility.EventSize bytes and read back.
+func sinkOf(t testing.TB, fn func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string)) jprofSink {
+	return jprofSink{put: fn, event: func(i int, rec []byte, tm uint64) {
+		r, n, err := trace.Decode(rec, 0)
+		if err != nil || n != len(rec) || n != facility.EventSize || r.Layout != trace.LayoutWords {
+			t.Errorf("record %d: an event of %d bytes (%d decoded, layout %d): %v", i, len(rec), n, r.Layout, err)
+			return
+		}
+		if uint32(r.Time) != uint32(tm) {
+			t.Errorf("record %d: time %#x in the record, %#x given", i, r.Time, tm)
+		}
+		fn(i, tm, r.Major, r.Minor, r.Fixed, r.Str)
+	}}
+}
+
 // The agent's binary stream: every JProf record comes out with its full
 // time (across a change of the time's high half), the caller's pid in
 // place of the one written, its fields and name; anything else, a record
@@ -59,9 +77,9 @@ func TestReadJProfStream(t *testing.T) {
 		{t0 + 0x21, trace.MajorJITLoad, trace.JITUnload, []uint64{999, 0x7f0000001000, 0x80}, ""},
 	}
 	var got []jrec
-	err := readJProfStream(enc(t, good...), 42, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
+	err := readJProfStream(enc(t, good...), 42, sinkOf(t, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
 		got = append(got, jrec{tm, major, minor, append([]uint64(nil), fields...), str})
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +100,11 @@ func TestReadJProfStream(t *testing.T) {
 	}
 
 	long := strings.Repeat("x", 3000)
-	err = readJProfStream(enc(t, jrec{t0, trace.MajorJITLoad, trace.JITMethod, []uint64{1, 2}, long}), 42, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
+	err = readJProfStream(enc(t, jrec{t0, trace.MajorJITLoad, trace.JITMethod, []uint64{1, 2}, long}), 42, sinkOf(t, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
 		if len(str) != 1024 {
 			t.Errorf("a %d-byte name kept as %d bytes, want 1024", len(long), len(str))
 		}
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,14 +119,50 @@ func TestReadJProfStream(t *testing.T) {
 	// JIT_UNLOAD written in the words layout (its code's layout is fixed)
 	b, _ := trace.Encode(nil, trace.MajorJITLoad, trace.JITUnload, trace.LayoutWords, t0, []uint64{1, 2, 3}, "")
 	hostile["a record in the wrong layout"] = b
+	ev := enc(t, jrec{t0, trace.MajorInterp, 0x10, []uint64{1, 2, 3, 4}, ""})
+	hostile["a 5-word event"] = enc(t, jrec{t0, trace.MajorInterp, 0x10, []uint64{1, 2, 3, 4, 5}, ""})
+	hostile["an event cut short"] = ev[:len(ev)-4]
+	hostile["an event whose length runs past the stream"] = lieLen(ev, trace.TimeHighSize, trace.LayoutWords, facility.EventSize+8)
+	hostile["an event of a length shorter than the header"] = lieLen(ev, trace.TimeHighSize, trace.LayoutWords, 4)
+	hostile["an event in the fixed layout"] = lieLen(ev, trace.TimeHighSize, trace.LayoutFixed, facility.EventSize)
 	for name, s := range hostile {
 		n := 0
-		err := readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+		err := readJProfStream(s, 42, sinkOf(t, func(int, uint64, uint16, uint32, []uint64, string) { n++ }))
 		if err == nil {
 			t.Errorf("%s: accepted (%d records)", name, n)
 		} else {
 			t.Logf("%s: %v (%d records before)", name, err, n)
 		}
+	}
+}
+
+// lieLen returns a copy of stream whose record at off says layout and n bytes.
+func lieLen(stream []byte, off, layout, n int) []byte {
+	b := append([]byte(nil), stream...)
+	binary.LittleEndian.PutUint16(b[off:], uint16(layout)<<12|uint16(n/4))
+	return b
+}
+
+// A method event reaches the trace as the agent encoded it but with the
+// caller's pid, whatever pid the agent wrote: the pid is replaced in the
+// bytes handed on.
+func TestReadJProfStreamEventPid(t *testing.T) {
+	s := enc(t, jrec{7 << 32, trace.MajorJitted, 0x80000010, []uint64{1, 99, 0xabc, 0xdef}, ""})
+	n := 0
+	err := readJProfStream(s, 42, jprofSink{
+		put: func(i int, _ uint64, major uint16, minor uint32, _ []uint64, _ string) {
+			t.Errorf("record %d (0x%x/0x%x) decoded, not given as it is", i, major, minor)
+		},
+		event: func(i int, rec []byte, tm uint64) {
+			n++
+			want := enc(t, jrec{7 << 32, trace.MajorJitted, 0x80000010, []uint64{42, 99, 0xabc, 0xdef}, ""})[trace.TimeHighSize:]
+			if !bytes.Equal(rec, want) || tm != 7<<32 {
+				t.Errorf("event %x at %#x, want %x at %#x", rec, tm, want, uint64(7<<32))
+			}
+		},
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("%d events, %v", n, err)
 	}
 }
 
@@ -124,7 +178,7 @@ func BenchmarkReadJProfStream(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		n := 0
-		_ = readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+		_ = readJProfStream(s, 42, jprofSink{put: func(int, uint64, uint16, uint32, []uint64, string) { n++ }, event: func(int, []byte, uint64) { n++ }})
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }
