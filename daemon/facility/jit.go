@@ -72,25 +72,90 @@ func (b *JProfBatch) PutEvent(rec []byte, t uint64) (bool, error) {
 		b.refused++
 		return false, errNotOn
 	}
-	if len(rec) != EventSize || binary.LittleEndian.Uint16(rec) != trace.TypeLen(trace.LayoutWords, EventSize) {
-		return false, errors.New("a method event carries pid, tid and the method id as two words")
-	}
-	var keep bool
-	switch binary.LittleEndian.Uint16(rec[2:]) {
-	case trace.MajorInterp:
-		keep = b.keepInterp
-	case trace.MajorJitted:
-		keep = b.keepJitted
-	default:
-		return false, fmt.Errorf("major 0x%x is not a method event", binary.LittleEndian.Uint16(rec[2:]))
-	}
-	if !keep {
-		return false, nil
+	keep, err := b.eventKept(rec)
+	if err != nil || !keep {
+		return false, err
 	}
 	ok, err := b.l.WriteRecord(rec, t)
 	b.wrote(ok, err)
 	return ok, err
 }
+
+// PutEvents writes a run of method events as PutEvent writes each: recs
+// holds them back to back, each EventSize bytes, all of the time-high half
+// of t (t is the first one's full time; each keeps its own time stamp).
+// Those of the majors kept go in with a copy per run of them that fits a
+// segment. It returns how many were written; the first record that is no
+// method event ends the run with an error (those before it are written).
+func (b *JProfBatch) PutEvents(recs []byte, t uint64) (int, error) {
+	n := len(recs) / EventSize
+	if b.l == nil || b.stopped {
+		b.refused += uint64(n)
+		return 0, errNotOn
+	}
+	var bad error
+	if len(recs)%EventSize != 0 {
+		bad = fmt.Errorf("%d bytes are not method events of %d bytes", len(recs), EventSize)
+	}
+	written := 0
+	from := 0 // the start of the run of kept events not written yet
+	flush := func(to int) error {
+		if to == from {
+			return nil
+		}
+		if b.stopped { // a full buffer stopped tracing: the rest are lost
+			b.refused += uint64((to - from) / EventSize)
+			return errNotOn
+		}
+		tm := t&^0xffffffff | uint64(binary.LittleEndian.Uint32(recs[from+8:]))
+		k, err := b.l.WriteRecords(recs[from:to], EventSize, tm)
+		written += k
+		if k < (to-from)/EventSize {
+			b.wrote(false, err)
+		}
+		if err == nil && b.stopped {
+			err = errNotOn
+		}
+		return err
+	}
+	for off := 0; off+EventSize <= len(recs); off += EventSize {
+		keep, err := b.eventKept(recs[off : off+EventSize])
+		if err != nil {
+			bad = err
+			recs = recs[:off]
+			break
+		}
+		if !keep {
+			if err := flush(off); err != nil {
+				if b.stopped { // the rest are lost, as Put counts them
+					b.refused += uint64((len(recs) - off) / EventSize)
+				}
+				return written, err
+			}
+			from = off + EventSize
+		}
+	}
+	if err := flush(len(recs) - len(recs)%EventSize); err != nil {
+		return written, err
+	}
+	return written, bad
+}
+
+// eventKept checks rec is one method event: whether its major is kept.
+func (b *JProfBatch) eventKept(rec []byte) (bool, error) {
+	if len(rec) != EventSize || binary.LittleEndian.Uint16(rec) != eventTypeLen {
+		return false, errors.New("a method event carries pid, tid and the method id as two words")
+	}
+	switch binary.LittleEndian.Uint16(rec[2:]) {
+	case trace.MajorInterp:
+		return b.keepInterp, nil
+	case trace.MajorJitted:
+		return b.keepJitted, nil
+	}
+	return false, fmt.Errorf("major 0x%x is not a method event", binary.LittleEndian.Uint16(rec[2:]))
+}
+
+var eventTypeLen = trace.TypeLen(trace.LayoutWords, EventSize)
 
 // wrote notes a record the buffer refused: in normal mode a full buffer
 // stops tracing, and the batch's later records are lost.

@@ -2,6 +2,7 @@ package facility
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -159,9 +160,9 @@ func TestHooksFillingTheBufferStopTracing(t *testing.T) {
 // TestJProfBatchFillingTheBuffer: a batch of method events larger than a
 // normal-mode buffer writes what fits, stops tracing, and counts every
 // other record of the batch lost: written and lost make the batch; the
-// same whether the events are put decoded or as they are encoded.
+// same whether the events are put decoded, as they are encoded, or in runs.
 func TestJProfBatchFillingTheBuffer(t *testing.T) {
-	for _, encoded := range []bool{false, true} {
+	for _, route := range []string{"Put", "PutEvent", "PutEvents"} {
 		f, _, _ := newFake(t)
 		if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
 			t.Fatal(err)
@@ -175,10 +176,24 @@ func TestJProfBatchFillingTheBuffer(t *testing.T) {
 		const n = 2000
 		written, refused := 0, 0
 		err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+			if route == "PutEvents" { // runs of 50
+				for i := 0; i < n; i += 50 {
+					var run []byte
+					for k := i; k < i+50; k++ {
+						run = append(run, event(t, trace.MajorInterp, 7, uint64(k))...)
+					}
+					k, err := b.PutEvents(run, Now()&^0xffffffff)
+					written += k
+					if err != nil {
+						refused += 50 - k
+					}
+				}
+				return nil
+			}
 			for i := 0; i < n; i++ {
 				var ok bool
 				var err error
-				if encoded {
+				if route == "PutEvent" {
 					ok, err = b.PutEvent(event(t, trace.MajorInterp, 7, uint64(i)), Now())
 				} else {
 					ok, err = b.Put(Now(), trace.MajorInterp, 0x10, []uint64{7, 7, uint64(i), 0}, "")
@@ -198,10 +213,10 @@ func TestJProfBatchFillingTheBuffer(t *testing.T) {
 		testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
 		st, _ := f.Info()
 		if !st.StoppedFull || written == 0 || written >= n || refused == 0 {
-			t.Fatalf("encoded %v: %d of %d written, %d refused after the buffer filled; %+v", encoded, written, n, refused, st)
+			t.Fatalf("%s: %d of %d written, %d refused after the buffer filled; %+v", route, written, n, refused, st)
 		}
 		if lost := st.CPUs[0].Lost; int(lost) != n-written {
-			t.Fatalf("encoded %v: %d written, %d counted lost: want %d in all", encoded, written, lost, n)
+			t.Fatalf("%s: %d written, %d counted lost: want %d in all", route, written, lost, n)
 		}
 	}
 }
@@ -261,12 +276,44 @@ func TestJProfPutEvent(t *testing.T) {
 			t.Errorf("%s: written %v, err %v", name, ok, err)
 		}
 	}
+	// a run: the interpreted events (not enabled) left out, the run ended
+	// by a record that is no event
+	var run []byte
+	for i := 0; i < 6; i++ {
+		major := trace.MajorJitted
+		if i%3 == 1 {
+			major = trace.MajorInterp
+		}
+		run = append(run, event(t, major, 4, uint64(100+i))...)
+	}
+	run = append(run, tick...)
+	run = append(run, event(t, trace.MajorJitted, 4, 200)...)
+	var nrun int
+	var runErr error
+	if err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+		nrun, runErr = b.PutEvents(run, 6<<32)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if nrun != 4 || runErr == nil {
+		t.Fatalf("a run of 4 jitted events, 2 interpreted, a tick, 1 jitted: %d written, %v; want 4 and an error", nrun, runErr)
+	}
 	recs := readBack(t, f)
 	var got []trace.Record
+	var ids []uint64
 	for _, r := range recs {
-		if r.Major == trace.MajorJitted {
+		if r.Major == trace.MajorJitted && r.Fixed[1] == 3 {
 			got = append(got, r)
+		} else if r.Major == trace.MajorJitted {
+			ids = append(ids, r.Fixed[2])
+			if r.Time>>32 != 6 {
+				t.Errorf("an event of the run at %#x, not in its time-high half 6", r.Time)
+			}
 		}
+	}
+	if fmt.Sprint(ids) != "[100 102 103 105]" {
+		t.Errorf("the run's events read back: %v, want [100 102 103 105]", ids)
 	}
 	if len(got) != 1 || got[0].Time != 5<<32|9 || got[0].Minor != 0x10 || len(got[0].Fixed) != 4 ||
 		got[0].Fixed[0] != 7 || got[0].Fixed[1] != 3 || got[0].Fixed[2] != 0xdef || got[0].Fixed[3] != 0xabc {
@@ -302,13 +349,9 @@ func readBack(t *testing.T, f *Facility) []trace.Record {
 }
 
 // A frame's method events into a wrap-mode trace buffer, per record:
-// decoded (Put) and as encoded (PutEvent).
+// decoded (Put), as encoded (PutEvent), as a run (PutEvents).
 func BenchmarkJProfBatchEvents(b *testing.B) {
-	for _, encoded := range []bool{false, true} {
-		name := "Put"
-		if encoded {
-			name = "PutEvent"
-		}
+	for _, name := range []string{"Put", "PutEvent", "PutEvents"} {
 		b.Run(name, func(b *testing.B) {
 			f, _, _ := newFake(&testing.T{})
 			f.mode = control.ModeWrap
@@ -325,11 +368,19 @@ func BenchmarkJProfBatchEvents(b *testing.B) {
 			fields := []uint64{7, 7, 1, 0}
 			const n = 2300
 			tm := Now()
+			var run []byte
+			for k := 0; k < n; k++ {
+				run = append(run, rec...)
+			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				_ = f.JProfBatch(Writer{Root: true}, 0, func(jb *JProfBatch) error {
+					if name == "PutEvents" {
+						_, err := jb.PutEvents(run, tm)
+						return err
+					}
 					for k := 0; k < n; k++ {
-						if encoded {
+						if name == "PutEvent" {
 							_, _ = jb.PutEvent(rec, tm+uint64(k))
 						} else {
 							_, _ = jb.Put(tm+uint64(k), trace.MajorInterp, 0x10, fields, "")

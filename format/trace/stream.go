@@ -243,6 +243,14 @@ func (w *Writer) WriteRecord(rec []byte, t uint64) {
 	binary.LittleEndian.PutUint32(w.Buf[start+8:], uint32(t))
 }
 
+// WriteRecords appends recs, whole records as Encode writes them, each
+// keeping its own time stamp, all of the time-high half of t: preceded by
+// a TIME_HIGH record when needed. The caller has checked them.
+func (w *Writer) WriteRecords(recs []byte, t uint64) {
+	w.timeHigh(t)
+	w.Buf = append(w.Buf, recs...)
+}
+
 // RecordSize returns the length rec's header gives, if rec is exactly one
 // record of that length in a known layout: at least the header, a multiple
 // of 4 bytes (the length field counts words).

@@ -202,6 +202,45 @@ func (l *Locked) WriteRecord(rec []byte, t uint64) (bool, error) {
 	return true, nil
 }
 
+// WriteRecords writes recs, records of size bytes each as encoded, all of
+// the time-high half of t (each keeps its own time stamp's low half), as
+// WriteRecord would write each: as many as the current segment holds in
+// one copy, then the next segment's. It returns how many were written;
+// the others are lost and counted (recs that is not a whole number of
+// records of a size the segments hold is refused, every record counted).
+// The caller has checked each record (a writer of many records of one
+// size: the JVMTI agent's method events).
+func (l *Locked) WriteRecords(recs []byte, size int, t uint64) (int, error) {
+	b := l.b
+	if size < trace.HeaderSize || size%4 != 0 || size+trace.TimeHighSize > b.segSize || len(recs)%size != 0 {
+		n := uint64(len(recs) / max(size, trace.HeaderSize))
+		b.lost += n
+		b.pending += n
+		return 0, fmt.Errorf("%d bytes are not records of %d bytes a %d-byte segment holds", len(recs), size, b.segSize)
+	}
+	written := 0
+	for len(recs) > 0 {
+		if !b.reserve(size, t, &l.notify) {
+			rest := uint64(len(recs)/size - 1) // reserve counted one
+			b.lost += rest
+			b.pending += rest
+			break
+		}
+		room := b.segSize - len(b.w.Buf) - b.w.SizeWithTimeHigh(0, t)
+		if b.mode == Normal && len(b.free) == 0 {
+			room -= fullRecSize // as room keeps it
+		}
+		k := min(room/size, len(recs)/size) // reserve: at least 1
+		b.w.WriteRecords(recs[:k*size], t)
+		b.cur.Records += uint64(k)
+		b.records += uint64(k)
+		b.bytes += uint64(k * size)
+		recs = recs[k*size:]
+		written += k
+	}
+	return written, nil
+}
+
 // Full is Buffer.Full.
 func (l *Locked) Full() bool { return l.b.full }
 

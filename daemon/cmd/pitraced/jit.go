@@ -112,9 +112,10 @@ func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, strea
 				ok, err := b.Put(t, major, minor, fields, str)
 				note(i, ok, err)
 			},
-			event: func(i int, rec []byte, t uint64) {
-				ok, err := b.PutEvent(rec, t)
-				note(i, ok, err)
+			events: func(i int, recs []byte, t uint64) {
+				n, err := b.PutEvents(recs, t)
+				rep.Written += n
+				note(i, false, err)
 			},
 		})
 	})
@@ -128,9 +129,11 @@ func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, strea
 type jprofSink struct {
 	// put takes a record decoded: its fields (the pid's replaced), its name
 	put func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)
-	// event takes a method event as it is encoded (facility.EventSize
-	// bytes, the pid's word replaced), valid until event returns
-	event func(i int, rec []byte, t uint64)
+	// events takes a run of method entries and exits as they are encoded
+	// (facility.EventSize bytes each, the pid's word replaced), the first
+	// record i of the stream at time t, all of t's time-high half; valid
+	// until events returns
+	events func(i int, recs []byte, t uint64)
 }
 
 // readJProfStream gives sink each record of stream, in order, with its
@@ -148,13 +151,29 @@ func readJProfStream(stream []byte, pid uint64, sink jprofSink) error {
 	for i := 0; ; i++ {
 		// Method entries and exits without the general decoding: a
 		// 28-byte record of 4 words, its first the pid.
-		if b, t, ok := nextEvent(r); ok {
-			if len(b) != facility.EventSize {
-				return fmt.Errorf("%s stream record %d: a method event has 4 words (pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, (len(b)-trace.HeaderSize)/4)
+		start := int(r.Offset())
+		if size, ok := eventHead(stream[start:]); ok {
+			if size != facility.EventSize {
+				return fmt.Errorf("%s stream record %d: a method event is %d bytes (the header, pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, facility.EventSize, size)
 			}
-			binary.LittleEndian.PutUint32(b[trace.HeaderSize:], uint32(pid))
-			sink.event(i, b, t)
-			continue
+			// (cut short, it is left to the general decoding, which says so)
+			if _, t, ok := r.NextOf(binary.LittleEndian.Uint16(stream[start+2:]), binary.LittleEndian.Uint32(stream[start+4:]), trace.LayoutWords, size); ok {
+				// the run of events that follow, of the same time-high half
+				end := start + size
+				for end+facility.EventSize <= len(stream) {
+					if size, ok := eventHead(stream[end:]); !ok || size != facility.EventSize {
+						break
+					}
+					end += facility.EventSize
+				}
+				r.Refill(stream[end:], int64(end))
+				for p := start; p < end; p += facility.EventSize {
+					binary.LittleEndian.PutUint32(stream[p+trace.HeaderSize:], uint32(pid))
+				}
+				sink.events(i, stream[start:end], t)
+				i += (end-start)/facility.EventSize - 1
+				continue
+			}
 		}
 		ok, err := r.NextInto(&rec)
 		if err != nil {
@@ -193,17 +212,16 @@ func readJProfStream(stream []byte, pid uint64, sink jprofSink) error {
 	}
 }
 
-// nextEvent reads the next record if it is a method entry or exit in the
-// words layout (of any length: the caller checks it).
-func nextEvent(r *trace.Reader) ([]byte, uint64, bool) {
-	for _, major := range [...]uint16{trace.MajorInterp, trace.MajorJitted} {
-		for _, minor := range [...]uint32{0x10, 0x80000010} {
-			if b, t, ok := r.NextOf(major, minor, trace.LayoutWords, trace.HeaderSize); ok {
-				return b, t, true
-			}
-		}
+// eventHead reports whether b starts with the header of a method entry or
+// exit (majors 0x30, 0x50) in the words layout, and the size it gives.
+func eventHead(b []byte) (int, bool) {
+	if len(b) < trace.HeaderSize {
+		return 0, false
 	}
-	return nil, 0, false
+	layout, size := trace.SplitTypeLen(binary.LittleEndian.Uint16(b))
+	major, minor := binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[4:])
+	return size, layout == trace.LayoutWords && (major == trace.MajorInterp || major == trace.MajorJitted) &&
+		(minor == 0x10 || minor == 0x80000010)
 }
 
 // streamArgs reads the arguments of an agent's stream request in the exact
