@@ -11,9 +11,9 @@
 #   JFR           -XX:StartFlightRecording (the JDK's own sampling profiler)
 # on two programs: the bundled JProfDemo, and javac compiling NFILES
 # generated classes (a real compiler run: parsing, attribution, code
-# generation). With --vs REV the agent of git revision REV is built into the
-# temporary directory and its calltree / calltree,trace rows are printed
-# beside this tree's (the daemon is this tree's: it serves both).
+# generation). With --vs REV the agent and pitraced of git revision REV are
+# built into the temporary directory and its calltree / calltree,trace rows
+# (REV's agent against REV's pitraced) are printed beside this tree's.
 # The runs are interleaved: each of RUNS rounds runs every configuration
 # once. Each row gives the median of the JVM's CPU time (user + system,
 # min..max), its wall time, and for the traced rows pitraced's CPU time
@@ -58,6 +58,9 @@ if [ -n "$VS" ]; then
 	(cd "$tmp/old" && cc $CFLAGS -Ilibperfutil/c/include -Ilibperfutil/c -Ilibperfutil/c/hookit -shared -pthread \
 		-fvisibility=hidden -Wl,--exclude-libs,ALL -o libjprof.so tools/jprof/agent/*.c libperfutil/c/agentconn.c "$OLDPWD/bin/libhookit.a")
 	OLD=$tmp/old/libjprof.so
+	mkdir -p "$tmp/oldsrc"
+	git archive "$VS" | tar -x -C "$tmp/oldsrc"
+	(cd "$tmp/oldsrc" && go build -o "$tmp/old/pitraced" ./daemon/cmd/pitraced)
 fi
 
 # NFILES classes, each with fields, generic collections, loops, string
@@ -134,6 +137,17 @@ run() {
 	awk '{print int(($1 + $2) * 1000)}' "$tmp/time" >>"$tmp/$name.cpu"
 	echo $((d1 - d0)) >>"$tmp/$name.dcpu"
 }
+# usedaemon BINARY: the pitraced the next swtrace command starts; the one
+# running, if another binary, is stopped first.
+usedaemon() {
+	local p
+	[ "$PERFINSP_PITRACED" != "$1" ] || return 0
+	p=$(dpid)
+	if [ -n "$p" ] && kill -INT "$p" 2>/dev/null; then
+		while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
+	fi
+	export PERFINSP_PITRACED=$1
+}
 # traced NAME cmd...: run with tracing on (cont mode to a file in $tmp):
 # the records written and lost are kept for the table.
 traced() {
@@ -172,8 +186,10 @@ for prog in $PROGS; do
 		! has calltree || run $prog.calltree java -agentpath:"$AGENT"=calltree,dir="$tmp/ct" "${args[@]}"
 		! has trace || traced $prog.trace java -agentpath:"$AGENT"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
 		if [ -n "$VS" ]; then
+			usedaemon "$tmp/old/pitraced"
 			! has calltree || run $prog.oldcalltree java -agentpath:"$OLD"=calltree,dir="$tmp/ct" "${args[@]}"
 			! has trace || traced $prog.oldtrace java -agentpath:"$OLD"=calltree,trace,verbose,dir="$tmp/ct" "${args[@]}"
+			usedaemon "$tmp/pitraced"
 		fi
 	done
 done

@@ -2,6 +2,7 @@ package facility
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -158,41 +159,237 @@ func TestHooksFillingTheBufferStopTracing(t *testing.T) {
 
 // TestJProfBatchFillingTheBuffer: a batch of method events larger than a
 // normal-mode buffer writes what fits, stops tracing, and counts every
-// other record of the batch lost: written and lost make the batch.
+// other record of the batch lost: written and lost make the batch; the
+// same whether the events are put decoded, as they are encoded, or in runs.
 func TestJProfBatchFillingTheBuffer(t *testing.T) {
-	f, _, _ := newFake(t)
-	if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+	for _, route := range []string{"Put", "PutEvent", "PutEvents"} {
+		f, _, _ := newFake(t)
+		if err := f.Init(control.Config{TraceBufSize: 4 << 10, MTEBufSize: 64 << 10}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+			t.Fatal(err)
+		}
+		if err := on(t, f); err != nil {
+			t.Fatal(err)
+		}
+		const n = 2000
+		written, refused := 0, 0
+		err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+			if route == "PutEvents" { // runs of 50
+				for i := 0; i < n; i += 50 {
+					var run []byte
+					for k := i; k < i+50; k++ {
+						run = append(run, event(t, trace.MajorInterp, 7, uint64(k))...)
+					}
+					k, err := b.PutEvents(run, Now()&^0xffffffff)
+					written += k
+					if err != nil {
+						refused += 50 - k
+					}
+				}
+				return nil
+			}
+			for i := 0; i < n; i++ {
+				var ok bool
+				var err error
+				if route == "PutEvent" {
+					ok, err = b.PutEvent(event(t, trace.MajorInterp, 7, uint64(i)), Now())
+				} else {
+					ok, err = b.Put(Now(), trace.MajorInterp, 0x10, []uint64{7, 7, uint64(i), 0}, "")
+				}
+				switch {
+				case ok:
+					written++
+				case err != nil:
+					refused++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
+		st, _ := f.Info()
+		if !st.StoppedFull || written == 0 || written >= n || refused == 0 {
+			t.Fatalf("%s: %d of %d written, %d refused after the buffer filled; %+v", route, written, n, refused, st)
+		}
+		if lost := st.CPUs[0].Lost; int(lost) != n-written {
+			t.Fatalf("%s: %d written, %d counted lost: want %d in all", route, written, lost, n)
+		}
+	}
+}
+
+// event encodes a method entry of pid 7.
+func event(t *testing.T, major uint16, tid, id uint64) []byte {
+	t.Helper()
+	b, err := trace.Encode(nil, major, 0x10, trace.LayoutWords, 0, []uint64{7, tid, id & 0xffffffff, id >> 32}, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+	return b
+}
+
+// PutEvent writes a method event as it is encoded when its major is
+// enabled (the bytes read back as the record, at the time given), drops
+// it without an error when its major is not, and refuses bytes that are
+// not one 4-word event of a method major; nothing while tracing is off.
+func TestJProfPutEvent(t *testing.T) {
+	f, _, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 16}); err != nil {
 		t.Fatal(err)
+	}
+	if err := f.Enable([]uint16{trace.MajorJitted}); err != nil {
+		t.Fatal(err)
+	}
+	put := func(rec []byte) (bool, error) {
+		var ok bool
+		err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+			var err error
+			ok, err = b.PutEvent(rec, 5<<32|9)
+			return err
+		})
+		return ok, err
+	}
+	good := event(t, trace.MajorJitted, 3, 0xabc<<32|0xdef)
+	if ok, err := put(good); ok || err == nil {
+		t.Fatalf("an event taken while tracing is off: %v %v", ok, err)
 	}
 	if err := on(t, f); err != nil {
 		t.Fatal(err)
 	}
-	const n = 2000
-	written, refused := 0, 0
-	err := f.JProfBatch(Writer{Root: true}, 0, func(put JProfPut) error {
-		for i := 0; i < n; i++ {
-			ok, err := put(Now(), trace.MajorInterp, 0x10, []uint64{7, 7, uint64(i), 0}, "")
-			switch {
-			case ok:
-				written++
-			case err != nil:
-				refused++
+	if ok, err := put(good); !ok || err != nil {
+		t.Fatalf("an enabled event: written %v, %v", ok, err)
+	}
+	if ok, err := put(event(t, trace.MajorInterp, 3, 1)); ok || err != nil {
+		t.Fatalf("an event of a major not enabled: written %v, %v", ok, err)
+	}
+	fiveWords, _ := trace.Encode(nil, trace.MajorJitted, 0x10, trace.LayoutWords, 0, []uint64{7, 3, 1, 0, 9}, "")
+	tick, _ := trace.Encode(nil, trace.MajorTprof, trace.TprofTick, trace.LayoutWords, 0, []uint64{7, 3, 1, 0}, "")
+	fixed := append([]byte(nil), good...)
+	fixed[1] &^= 0xf0 // the fixed layout
+	lying := append([]byte(nil), good...)
+	lying[0]++ // a length of 32 bytes in 28
+	for name, rec := range map[string][]byte{"5 words": fiveWords, "a tick": tick, "the fixed layout": fixed, "a lying length": lying, "cut": good[:20], "empty": nil} {
+		if ok, err := put(rec); ok || err == nil {
+			t.Errorf("%s: written %v, err %v", name, ok, err)
+		}
+	}
+	// a run: the interpreted events (not enabled) left out, the run ended
+	// by a record that is no event
+	var run []byte
+	for i := 0; i < 6; i++ {
+		major := trace.MajorJitted
+		if i%3 == 1 {
+			major = trace.MajorInterp
+		}
+		run = append(run, event(t, major, 4, uint64(100+i))...)
+	}
+	run = append(run, tick...)
+	run = append(run, event(t, trace.MajorJitted, 4, 200)...)
+	var nrun int
+	var runErr error
+	if err := f.JProfBatch(Writer{Root: true}, 0, func(b *JProfBatch) error {
+		nrun, runErr = b.PutEvents(run, 6<<32)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if nrun != 4 || runErr == nil {
+		t.Fatalf("a run of 4 jitted events, 2 interpreted, a tick, 1 jitted: %d written, %v; want 4 and an error", nrun, runErr)
+	}
+	recs := readBack(t, f)
+	var got []trace.Record
+	var ids []uint64
+	for _, r := range recs {
+		if r.Major == trace.MajorJitted && r.Fixed[1] == 3 {
+			got = append(got, r)
+		} else if r.Major == trace.MajorJitted {
+			ids = append(ids, r.Fixed[2])
+			if r.Time>>32 != 6 {
+				t.Errorf("an event of the run at %#x, not in its time-high half 6", r.Time)
 			}
 		}
-		return nil
-	})
+	}
+	if fmt.Sprint(ids) != "[100 102 103 105]" {
+		t.Errorf("the run's events read back: %v, want [100 102 103 105]", ids)
+	}
+	if len(got) != 1 || got[0].Time != 5<<32|9 || got[0].Minor != 0x10 || len(got[0].Fixed) != 4 ||
+		got[0].Fixed[0] != 7 || got[0].Fixed[1] != 3 || got[0].Fixed[2] != 0xdef || got[0].Fixed[3] != 0xabc {
+		t.Fatalf("read back %+v, want the one event at %#x", got, uint64(5<<32|9))
+	}
+}
+
+// readBack turns tracing off and returns the trace's records.
+func readBack(t *testing.T, f *Facility) []trace.Record {
+	t.Helper()
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "r.nrm2")
+	if err := get(t, f, path); err != nil {
+		t.Fatal(err)
+	}
+	nf, err := nrm2.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, "tracing to stop", func() bool { return f.State() == control.StateOff })
-	st, _ := f.Info()
-	if !st.StoppedFull || written == 0 || written >= n || refused == 0 {
-		t.Fatalf("%d of %d written, %d refused after the buffer filled; %+v", written, n, refused, st)
+	defer nf.Close()
+	var out []trace.Record
+	if err := nf.Records(func(r *trace.Record) error {
+		x := *r
+		x.Fixed = append([]uint64(nil), r.Fixed...)
+		out = append(out, x)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
-	if lost := st.CPUs[0].Lost; int(lost) != n-written {
-		t.Fatalf("%d written, %d counted lost: want %d in all", written, lost, n)
+	return out
+}
+
+// A frame's method events into a wrap-mode trace buffer, per record:
+// decoded (Put), as encoded (PutEvent), as a run (PutEvents).
+func BenchmarkJProfBatchEvents(b *testing.B) {
+	for _, name := range []string{"Put", "PutEvent", "PutEvents"} {
+		b.Run(name, func(b *testing.B) {
+			f, _, _ := newFake(&testing.T{})
+			f.mode = control.ModeWrap
+			if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 16}); err != nil {
+				b.Fatal(err)
+			}
+			if err := f.Enable([]uint16{trace.MajorInterp}); err != nil {
+				b.Fatal(err)
+			}
+			f.mu.Lock()
+			f.state = control.StateOn
+			f.mu.Unlock()
+			rec, _ := trace.Encode(nil, trace.MajorInterp, 0x10, trace.LayoutWords, 0, []uint64{7, 7, 1, 0}, "")
+			fields := []uint64{7, 7, 1, 0}
+			const n = 2300
+			tm := Now()
+			var run []byte
+			for k := 0; k < n; k++ {
+				run = append(run, rec...)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_ = f.JProfBatch(Writer{Root: true}, 0, func(jb *JProfBatch) error {
+					if name == "PutEvents" {
+						_, err := jb.PutEvents(run, tm)
+						return err
+					}
+					for k := 0; k < n; k++ {
+						if name == "PutEvent" {
+							_, _ = jb.PutEvent(rec, tm+uint64(k))
+						} else {
+							_, _ = jb.Put(tm+uint64(k), trace.MajorInterp, 0x10, fields, "")
+						}
+					}
+					return nil
+				})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+		})
 	}
 }

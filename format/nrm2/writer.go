@@ -132,13 +132,25 @@ func (w *Writer) WriteChunk(kind, cpu uint32, data []byte) error {
 	if w.closed {
 		return errors.New("trace file already closed")
 	}
-	b := chunkBytes(kind, cpu, data)
-	if _, err := w.f.WriteAt(b, w.off); err != nil {
-		w.err = fmt.Errorf("write %s: %w", w.f.Name(), err)
-		return w.err
+	// the header, the data, the padding: written as they are (a trace
+	// chunk is a buffer's segment of megabytes, not copied first)
+	var head [ChunkHeaderSize + 8]byte
+	binary.LittleEndian.PutUint32(head[0:], kind)
+	binary.LittleEndian.PutUint32(head[4:], cpu)
+	binary.LittleEndian.PutUint64(head[8:], uint64(len(data)))
+	pad := (8 - len(data)%8) % 8
+	for i, b := range [][]byte{head[:ChunkHeaderSize], data, head[ChunkHeaderSize+8-pad:]} {
+		if len(b) == 0 {
+			continue
+		}
+		at := w.off + [3]int64{0, ChunkHeaderSize, ChunkHeaderSize + int64(len(data))}[i]
+		if _, err := w.f.WriteAt(b, at); err != nil {
+			w.err = fmt.Errorf("write %s: %w", w.f.Name(), err)
+			return w.err
+		}
 	}
 	start := w.off
-	w.off += int64(len(b))
+	w.off += int64(ChunkHeaderSize + len(data) + pad)
 	if err := w.reserveTrailer(); err != nil {
 		// The chunk fitted but the trailer would not: drop the chunk, so
 		// the trailer goes where the chunk's (allocated) bytes are.

@@ -231,6 +231,37 @@ func (w *Writer) Write(major uint16, minor uint32, layout int, t uint64, fields 
 	return nil
 }
 
+// WriteRecord appends rec, one whole record as Encode writes it (its
+// header's length is len(rec)), with its time stamp's low half replaced by
+// t's, preceded by a TIME_HIGH record when needed: a record that arrived
+// encoded goes in without being decoded and encoded again. The caller has
+// checked rec (RecordSize).
+func (w *Writer) WriteRecord(rec []byte, t uint64) {
+	w.timeHigh(t)
+	start := len(w.Buf)
+	w.Buf = append(w.Buf, rec...)
+	binary.LittleEndian.PutUint32(w.Buf[start+8:], uint32(t))
+}
+
+// WriteRecords appends recs, whole records as Encode writes them, each
+// keeping its own time stamp, all of the time-high half of t: preceded by
+// a TIME_HIGH record when needed. The caller has checked them.
+func (w *Writer) WriteRecords(recs []byte, t uint64) {
+	w.timeHigh(t)
+	w.Buf = append(w.Buf, recs...)
+}
+
+// RecordSize returns the length rec's header gives, if rec is exactly one
+// record of that length in a known layout: at least the header, a multiple
+// of 4 bytes (the length field counts words).
+func RecordSize(rec []byte) (int, bool) {
+	if len(rec) < HeaderSize {
+		return 0, false
+	}
+	layout, n := SplitTypeLen(binary.LittleEndian.Uint16(rec))
+	return n, n == len(rec) && layout <= LayoutWords
+}
+
 // EncodedSize returns the size a record would have, without writing it.
 func EncodedSize(major uint16, minor uint32, layout int, nfields int, str string) int {
 	n := HeaderSize

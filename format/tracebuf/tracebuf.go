@@ -176,6 +176,71 @@ func (l *Locked) Write(major uint16, minor uint32, layout int, t uint64, fields 
 	return b.write(major, minor, layout, t, fields, str, size, &l.notify)
 }
 
+// WriteRecord writes rec, one whole encoded record, at time t (its time
+// stamp's low half becomes t's), as Write would write it decoded: a
+// writer whose records arrive in the trace's own layout copies them in.
+// rec that is not exactly one record (trace.RecordSize) is refused and
+// counted lost.
+func (l *Locked) WriteRecord(rec []byte, t uint64) (bool, error) {
+	b := l.b
+	size, ok := trace.RecordSize(rec)
+	if !ok || size+trace.TimeHighSize > b.segSize {
+		b.lost++
+		b.pending++
+		if !ok {
+			return false, fmt.Errorf("%d bytes are not one record", len(rec))
+		}
+		return false, fmt.Errorf("record of %d bytes does not fit a %d-byte segment", size, b.segSize)
+	}
+	if !b.reserve(size, t, &l.notify) {
+		return false, nil
+	}
+	b.w.WriteRecord(rec, t)
+	b.cur.Records++
+	b.records++
+	b.bytes += uint64(size)
+	return true, nil
+}
+
+// WriteRecords writes recs, records of size bytes each as encoded, all of
+// the time-high half of t (each keeps its own time stamp's low half), as
+// WriteRecord would write each: as many as the current segment holds in
+// one copy, then the next segment's. It returns how many were written;
+// the others are lost and counted (recs that is not a whole number of
+// records of a size the segments hold is refused, every record counted).
+// The caller has checked each record (a writer of many records of one
+// size: the JVMTI agent's method events).
+func (l *Locked) WriteRecords(recs []byte, size int, t uint64) (int, error) {
+	b := l.b
+	if size < trace.HeaderSize || size%4 != 0 || size+trace.TimeHighSize > b.segSize || len(recs)%size != 0 {
+		n := uint64(len(recs) / max(size, trace.HeaderSize))
+		b.lost += n
+		b.pending += n
+		return 0, fmt.Errorf("%d bytes are not records of %d bytes a %d-byte segment holds", len(recs), size, b.segSize)
+	}
+	written := 0
+	for len(recs) > 0 {
+		if !b.reserve(size, t, &l.notify) {
+			rest := uint64(len(recs)/size - 1) // reserve counted one
+			b.lost += rest
+			b.pending += rest
+			break
+		}
+		room := b.segSize - len(b.w.Buf) - b.w.SizeWithTimeHigh(0, t)
+		if b.mode == Normal && len(b.free) == 0 {
+			room -= fullRecSize // as room keeps it
+		}
+		k := min(room/size, len(recs)/size) // reserve: at least 1
+		b.w.WriteRecords(recs[:k*size], t)
+		b.cur.Records += uint64(k)
+		b.records += uint64(k)
+		b.bytes += uint64(k * size)
+		recs = recs[k*size:]
+		written += k
+	}
+	return written, nil
+}
+
 // Full is Buffer.Full.
 func (l *Locked) Full() bool { return l.b.full }
 
@@ -233,25 +298,36 @@ func (b *Buffer) room(need int, t uint64, notify *bool) bool {
 	return false
 }
 
-func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string, size int, notify *bool) (bool, error) {
+// lostSize is the size of a LOST record.
+var lostSize = trace.EncodedSize(trace.MajorSys, trace.SysLost, trace.LayoutFixed, 2, "")
+
+// reserve makes room for a record of size bytes at time t, after the LOST
+// record of the records lost before it, if any: false (the record counted
+// lost) when there is none.
+func (b *Buffer) reserve(size int, t uint64, notify *bool) bool {
 	if b.pending > 0 && !b.full {
-		lostSize := trace.EncodedSize(trace.MajorSys, trace.SysLost, trace.LayoutFixed, 2, "")
 		if !b.room(lostSize+size, t, notify) {
 			b.lost++
 			b.pending++
-			return false, nil
+			return false
 		}
-		if err := b.w.Write(trace.MajorSys, trace.SysLost, trace.LayoutFixed, t, []uint64{b.pending, trace.LostBufferFull}, ""); err != nil {
-			return false, err
+		if err := b.w.Write(trace.MajorSys, trace.SysLost, trace.LayoutFixed, t, []uint64{b.pending, trace.LostBufferFull}, ""); err == nil {
+			b.cur.Records++
+			b.records++ // the LOST record is in the trace: the statistics count it
+			b.bytes += uint64(lostSize)
+			b.pending = 0
 		}
-		b.cur.Records++
-		b.records++ // the LOST record is in the trace: the statistics count it
-		b.bytes += uint64(lostSize)
-		b.pending = 0
 	}
 	if !b.room(size, t, notify) {
 		b.lost++
 		b.pending++
+		return false
+	}
+	return true
+}
+
+func (b *Buffer) write(major uint16, minor uint32, layout int, t uint64, fields []uint64, str string, size int, notify *bool) (bool, error) {
+	if !b.reserve(size, t, notify) {
 		return false, nil
 	}
 	if err := b.w.Write(major, minor, layout, t, fields, str); err != nil {

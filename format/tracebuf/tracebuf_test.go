@@ -246,3 +246,143 @@ func TestStatsCountLostRecords(t *testing.T) {
 		}
 	}
 }
+
+// A record written encoded (WriteRecord) reads back as the same record
+// written decoded (Write), across time-high changes, LOST records and full
+// segments; bytes that are not exactly one record are refused and counted
+// lost, and the buffer goes on.
+func TestWriteRecord(t *testing.T) {
+	const n = 1000
+	for _, mode := range []Mode{Normal, Cont} {
+		b, _ := New(8192, mode)
+		enc, _ := trace.Encode(nil, trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 0, []uint64{1, 1, 0, 0}, "")
+		hostile := map[string][]byte{
+			"empty":                    nil,
+			"cut":                      enc[:len(enc)-4],
+			"a length beyond it":       append(append([]byte(nil), enc...), 0, 0, 0, 0),
+			"a header shorter than 12": enc[:8],
+			"an unknown layout":        append([]byte{enc[0], 0x70}, enc[2:]...),
+		}
+		lostHostile := uint64(0)
+		written := 0
+		b.Batch(func(l *Locked) {
+			for i := 0; i < n; i++ {
+				tm := uint64(i)<<29 | 7 // the high half changes every 8 records
+				rec, _ := trace.Encode(nil, trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 0, []uint64{1, 1, uint64(i), 0}, "")
+				ok, err := l.WriteRecord(rec, tm)
+				if err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
+				if ok {
+					written++
+				}
+				if i == 3 {
+					for name, h := range hostile {
+						if ok, err := l.WriteRecord(h, tm); ok || err == nil {
+							t.Errorf("%s: written %v, err %v", name, ok, err)
+						}
+						lostHostile++
+					}
+				}
+			}
+		})
+		segs := b.Snapshot()
+		got, lostRec := seqs(t, segs)
+		if len(got) != written || written == 0 {
+			t.Fatalf("mode %d: %d records read back, %d written", mode, len(got), written)
+		}
+		st := b.Stats()
+		if st.Lost != lostHostile+uint64(n-written) {
+			t.Fatalf("mode %d: %d lost, want the %d refused and %d that did not fit", mode, st.Lost, lostHostile, n-written)
+		}
+		if lostRec != lostHostile {
+			t.Fatalf("mode %d: no LOST record says what was refused", mode)
+		}
+		for i, s := range got {
+			if s != uint64(i) {
+				t.Fatalf("mode %d: record %d is %d", mode, i, s)
+			}
+		}
+		// the times: each record's full time is the one given
+		for _, seg := range segs {
+			r := trace.NewReader(seg, 0, 0, false, 0)
+			for {
+				rec, ok, err := r.Next()
+				if err != nil || !ok {
+					break
+				}
+				if rec.Major == trace.MajorTprof && rec.Time != rec.Field(2)<<29|7 {
+					t.Fatalf("record %d at %#x, written at %#x", rec.Field(2), rec.Time, rec.Field(2)<<29|7)
+				}
+			}
+		}
+	}
+}
+
+// Runs of records written at once (WriteRecords) read back in order with
+// their times, split across segments; the buffer's limits are kept as
+// record by record (normal mode stops with room for BUFFER_FULL, the rest
+// counted lost); bytes that are not whole records of the size are refused
+// and every record counted lost.
+func TestWriteRecords(t *testing.T) {
+	const n, runLen = 1000, 37
+	for _, mode := range []Mode{Normal, Wrap, Cont} {
+		b, _ := New(8192, mode)
+		written := 0
+		b.Batch(func(l *Locked) {
+			for i := 0; i < n; i += runLen {
+				var run []byte
+				high := uint64(i/runLen) << 32
+				for k := i; k < min(i+runLen, n); k++ {
+					run, _ = trace.Encode(run, trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, uint64(k), []uint64{1, 1, uint64(k), 0}, "")
+				}
+				w, err := l.WriteRecords(run, recSize, high|uint64(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				written += w
+			}
+			for _, bad := range []struct {
+				b    []byte
+				size int
+			}{{make([]byte, recSize+4), recSize}, {make([]byte, 64), 8}, {make([]byte, 9000), 9000}, {make([]byte, 30), 30}} {
+				if w, err := l.WriteRecords(bad.b, bad.size, 0); w != 0 || err == nil {
+					t.Errorf("mode %d: %d bytes of %d-byte records: %d written, %v", mode, len(bad.b), bad.size, w, err)
+				}
+			}
+		})
+		st := b.Stats()
+		got, _ := seqs(t, b.Snapshot())
+		if mode != Wrap && (len(got) != written || written == 0) {
+			t.Fatalf("mode %d: %d read back, %d written", mode, len(got), written)
+		}
+		if mode == Wrap && written != n {
+			t.Fatalf("wrap: %d of %d written", written, n)
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i] != got[i-1]+1 {
+				t.Fatalf("mode %d: record %d after %d", mode, got[i], got[i-1])
+			}
+		}
+		if mode != Wrap && got[0] != 0 {
+			t.Fatalf("mode %d: the first record read back is %d", mode, got[0])
+		}
+		// the bad runs' records: of the size given, at least a header
+		refused := uint64((recSize+4)/recSize + 64/trace.HeaderSize + 1 + 1)
+		if mode == Normal && (st.Lost != uint64(n-written)+refused || !st.Full) {
+			t.Fatalf("normal: %d written, %d lost (want %d and the %d refused), full %v", written, st.Lost, n-written, refused, st.Full)
+		}
+		for _, seg := range b.Snapshot() {
+			r := trace.NewReader(seg, 0, 0, false, 0)
+			for {
+				rec, ok, err := r.Next()
+				if err != nil || !ok {
+					break
+				}
+				if s := rec.Field(2); rec.Major == trace.MajorTprof && rec.Time != (s/runLen)<<32|s {
+					t.Fatalf("mode %d: record %d at %#x, want %#x", mode, s, rec.Time, (s/runLen)<<32|s)
+				}
+			}
+		}
+	}
+}

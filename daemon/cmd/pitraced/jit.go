@@ -91,21 +91,32 @@ func registerJProf(s *server.Server, logf func(string, ...any)) {
 }
 
 // jprofStream writes the records of an agent's binary stream
-// (daemonproto.JProfArgs.Stream) into cpu's trace buffer.
+// (daemonproto.JProfArgs.Stream) into cpu's trace buffer. The stream is
+// the request's own: its method events get pid in place and are copied in.
 func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, stream []byte) (daemonproto.JProfReply, error) {
 	var rep daemonproto.JProfReply
 	var firstErr error
-	err := s.Fac.JProfBatch(w, cpu, func(put facility.JProfPut) error {
-		return readJProfStream(stream, pid, func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
-			ok, err := put(t, major, minor, fields, str)
-			if err != nil && firstErr == nil {
-				// the rest go on to the facility, which counts them as
-				// lost when a full buffer stopped tracing
-				firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
-			}
-			if ok {
-				rep.Written++
-			}
+	note := func(i int, ok bool, err error) {
+		if err != nil && firstErr == nil {
+			// the rest go on to the facility, which counts them as
+			// lost when a full buffer stopped tracing
+			firstErr = fmt.Errorf("%s stream record %d: %w", daemonproto.OpJProf, i, err)
+		}
+		if ok {
+			rep.Written++
+		}
+	}
+	err := s.Fac.JProfBatch(w, cpu, func(b *facility.JProfBatch) error {
+		return readJProfStream(stream, pid, jprofSink{
+			put: func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string) {
+				ok, err := b.Put(t, major, minor, fields, str)
+				note(i, ok, err)
+			},
+			events: func(i int, recs []byte, t uint64) {
+				n, err := b.PutEvents(recs, t)
+				rep.Written += n
+				note(i, false, err)
+			},
 		})
 	})
 	if err != nil {
@@ -114,28 +125,55 @@ func jprofStream(s *server.Server, w facility.Writer, pid uint64, cpu int, strea
 	return rep, firstErr
 }
 
-// readJProfStream calls write for each record of stream, in order, with its
+// jprofSink takes the records of a stream (readJProfStream).
+type jprofSink struct {
+	// put takes a record decoded: its fields (the pid's replaced), its name
+	put func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)
+	// events takes a run of method entries and exits as they are encoded
+	// (facility.EventSize bytes each, the pid's word replaced), the first
+	// record i of the stream at time t, all of t's time-high half; valid
+	// until events returns
+	events func(i int, recs []byte, t uint64)
+}
+
+// readJProfStream gives sink each record of stream, in order, with its
 // full time: each must be a JProf record (JIT_LOAD, JIT_UNLOAD, JIT_METHOD,
-// a 0x30 / 0x50 method event of 4 words) in its code's layout; its pid
-// field is replaced by pid, names are cut at 1024 bytes. The first record
-// that is none of these ends the stream with an error (the records before
-// it were written).
-func readJProfStream(stream []byte, pid uint64, write func(i int, t uint64, major uint16, minor uint32, fields []uint64, str string)) error {
+// a 0x30 / 0x50 method event of 4 words) in its code's layout; its
+// pid field is replaced by pid, names are cut at 1024 bytes. Method
+// events, nearly all of a stream, go to sink.event as they are encoded,
+// their pid replaced in stream itself; the others to sink.put decoded.
+// The first record that is none of these ends the stream with an error
+// (the records before it were given).
+func readJProfStream(stream []byte, pid uint64, sink jprofSink) error {
 	var rec trace.Record
 	r := trace.NewReader(stream, 0, 0, false, 0)
 	fields := make([]uint64, 0, 4)
-	const eventSize = trace.HeaderSize + 16
 	for i := 0; ; i++ {
-		// Method events, nearly all of a stream, without the general
-		// decoding: a 28-byte record of 4 words.
-		if b, t, ok := nextEvent(r); ok {
-			if len(b) != eventSize {
-				return fmt.Errorf("%s stream record %d: a method event has 4 words (pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, (len(b)-trace.HeaderSize)/4)
+		// Method entries and exits without the general decoding: a
+		// 28-byte record of 4 words, its first the pid.
+		start := int(r.Offset())
+		if size, ok := eventHead(stream[start:]); ok {
+			if size != facility.EventSize {
+				return fmt.Errorf("%s stream record %d: a method event is %d bytes (the header, pid, tid, id low, id high), not %d", daemonproto.OpJProf, i, facility.EventSize, size)
 			}
-			fields = append(fields[:0], pid, uint64(binary.LittleEndian.Uint32(b[16:])),
-				uint64(binary.LittleEndian.Uint32(b[20:])), uint64(binary.LittleEndian.Uint32(b[24:])))
-			write(i, t, binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[4:]), fields, "")
-			continue
+			// (cut short, it is left to the general decoding, which says so)
+			if _, t, ok := r.NextOf(binary.LittleEndian.Uint16(stream[start+2:]), binary.LittleEndian.Uint32(stream[start+4:]), trace.LayoutWords, size); ok {
+				// the run of events that follow, of the same time-high half
+				end := start + size
+				for end+facility.EventSize <= len(stream) {
+					if size, ok := eventHead(stream[end:]); !ok || size != facility.EventSize {
+						break
+					}
+					end += facility.EventSize
+				}
+				r.Refill(stream[end:], int64(end))
+				for p := start; p < end; p += facility.EventSize {
+					binary.LittleEndian.PutUint32(stream[p+trace.HeaderSize:], uint32(pid))
+				}
+				sink.events(i, stream[start:end], t)
+				i += (end-start)/facility.EventSize - 1
+				continue
+			}
 		}
 		ok, err := r.NextInto(&rec)
 		if err != nil {
@@ -170,21 +208,20 @@ func readJProfStream(stream []byte, pid uint64, write func(i int, t uint64, majo
 		if len(str) > 1024 {
 			str = str[:1024]
 		}
-		write(i, rec.Time, rec.Major, rec.Minor, fields, str)
+		sink.put(i, rec.Time, rec.Major, rec.Minor, fields, str)
 	}
 }
 
-// nextEvent reads the next record if it is a method entry or exit in the
-// words layout (of any length: the caller checks it).
-func nextEvent(r *trace.Reader) ([]byte, uint64, bool) {
-	for _, major := range [...]uint16{trace.MajorInterp, trace.MajorJitted} {
-		for _, minor := range [...]uint32{0x10, 0x80000010} {
-			if b, t, ok := r.NextOf(major, minor, trace.LayoutWords, trace.HeaderSize); ok {
-				return b, t, true
-			}
-		}
+// eventHead reports whether b starts with the header of a method entry or
+// exit (majors 0x30, 0x50) in the words layout, and the size it gives.
+func eventHead(b []byte) (int, bool) {
+	if len(b) < trace.HeaderSize {
+		return 0, false
 	}
-	return nil, 0, false
+	layout, size := trace.SplitTypeLen(binary.LittleEndian.Uint16(b))
+	major, minor := binary.LittleEndian.Uint16(b[2:]), binary.LittleEndian.Uint32(b[4:])
+	return size, layout == trace.LayoutWords && (major == trace.MajorInterp || major == trace.MajorJitted) &&
+		(minor == 0x10 || minor == 0x80000010)
 }
 
 // streamArgs reads the arguments of an agent's stream request in the exact

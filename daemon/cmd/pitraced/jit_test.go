@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"perfinsp/daemon/facility"
 	"perfinsp/format/trace"
 	"perfinsp/internal/daemonproto"
 )
@@ -44,6 +46,29 @@ func enc(t *testing.T, recs ...jrec) []byte {
 	return b
 }
 
+// sinkOf gives fn every record of a stream decoded: a run of method
+// events is checked to be whole records of facility.EventSize bytes of
+// the run's time-high half, and read back.
+func sinkOf(t testing.TB, fn func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string)) jprofSink {
+	return jprofSink{put: fn, events: func(i int, recs []byte, tm uint64) {
+		if len(recs) == 0 || len(recs)%facility.EventSize != 0 {
+			t.Errorf("record %d: a run of %d bytes", i, len(recs))
+			return
+		}
+		for k := 0; k < len(recs); k += facility.EventSize {
+			r, n, err := trace.Decode(recs[k:k+facility.EventSize], 0)
+			if err != nil || n != facility.EventSize || r.Layout != trace.LayoutWords {
+				t.Errorf("record %d: an event of %d bytes, layout %d: %v", i, n, r.Layout, err)
+				return
+			}
+			if k == 0 && uint32(r.Time) != uint32(tm) {
+				t.Errorf("record %d: time %#x in the record, %#x given", i, r.Time, tm)
+			}
+			fn(i+k/facility.EventSize, tm&^0xffffffff|r.Time, r.Major, r.Minor, r.Fixed, r.Str)
+		}
+	}}
+}
+
 // The agent's binary stream: every JProf record comes out with its full
 // time (across a change of the time's high half), the caller's pid in
 // place of the one written, its fields and name; anything else, a record
@@ -59,9 +84,9 @@ func TestReadJProfStream(t *testing.T) {
 		{t0 + 0x21, trace.MajorJITLoad, trace.JITUnload, []uint64{999, 0x7f0000001000, 0x80}, ""},
 	}
 	var got []jrec
-	err := readJProfStream(enc(t, good...), 42, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
+	err := readJProfStream(enc(t, good...), 42, sinkOf(t, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
 		got = append(got, jrec{tm, major, minor, append([]uint64(nil), fields...), str})
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,11 +107,11 @@ func TestReadJProfStream(t *testing.T) {
 	}
 
 	long := strings.Repeat("x", 3000)
-	err = readJProfStream(enc(t, jrec{t0, trace.MajorJITLoad, trace.JITMethod, []uint64{1, 2}, long}), 42, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
+	err = readJProfStream(enc(t, jrec{t0, trace.MajorJITLoad, trace.JITMethod, []uint64{1, 2}, long}), 42, sinkOf(t, func(i int, tm uint64, major uint16, minor uint32, fields []uint64, str string) {
 		if len(str) != 1024 {
 			t.Errorf("a %d-byte name kept as %d bytes, want 1024", len(long), len(str))
 		}
-	})
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,14 +126,55 @@ func TestReadJProfStream(t *testing.T) {
 	// JIT_UNLOAD written in the words layout (its code's layout is fixed)
 	b, _ := trace.Encode(nil, trace.MajorJITLoad, trace.JITUnload, trace.LayoutWords, t0, []uint64{1, 2, 3}, "")
 	hostile["a record in the wrong layout"] = b
+	ev := enc(t, jrec{t0, trace.MajorInterp, 0x10, []uint64{1, 2, 3, 4}, ""})
+	hostile["a 5-word event"] = enc(t, jrec{t0, trace.MajorInterp, 0x10, []uint64{1, 2, 3, 4, 5}, ""})
+	hostile["an event cut short"] = ev[:len(ev)-4]
+	hostile["an event whose length runs past the stream"] = lieLen(ev, trace.TimeHighSize, trace.LayoutWords, facility.EventSize+8)
+	hostile["an event of a length shorter than the header"] = lieLen(ev, trace.TimeHighSize, trace.LayoutWords, 4)
+	hostile["an event in the fixed layout"] = lieLen(ev, trace.TimeHighSize, trace.LayoutFixed, facility.EventSize)
 	for name, s := range hostile {
 		n := 0
-		err := readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+		err := readJProfStream(s, 42, sinkOf(t, func(int, uint64, uint16, uint32, []uint64, string) { n++ }))
 		if err == nil {
 			t.Errorf("%s: accepted (%d records)", name, n)
 		} else {
 			t.Logf("%s: %v (%d records before)", name, err, n)
 		}
+	}
+}
+
+// lieLen returns a copy of stream whose record at off says layout and n bytes.
+func lieLen(stream []byte, off, layout, n int) []byte {
+	b := append([]byte(nil), stream...)
+	binary.LittleEndian.PutUint16(b[off:], uint16(layout)<<12|uint16(n/4))
+	return b
+}
+
+// Method events reach the trace as the agent encoded them, a run of them
+// at once, but with the caller's pid, whatever pid the agent wrote: the
+// pid is replaced in the bytes handed on.
+func TestReadJProfStreamEventPid(t *testing.T) {
+	recs := []jrec{{7 << 32, trace.MajorJitted, 0x80000010, []uint64{1, 99, 0xabc, 0xdef}, ""},
+		{7<<32 | 5, trace.MajorInterp, 0x10, []uint64{3, 98, 0xabd, 0}, ""}}
+	s := enc(t, recs...)
+	for i := range recs {
+		recs[i].fields[0] = 42
+	}
+	want := enc(t, recs...)[trace.TimeHighSize:]
+	n := 0
+	err := readJProfStream(s, 42, jprofSink{
+		put: func(i int, _ uint64, major uint16, minor uint32, _ []uint64, _ string) {
+			t.Errorf("record %d (0x%x/0x%x) decoded, not given as it is", i, major, minor)
+		},
+		events: func(i int, run []byte, tm uint64) {
+			n++
+			if !bytes.Equal(run, want) || tm != 7<<32 || i != 1 { // record 0: the TIME_HIGH
+				t.Errorf("events from %d: %x at %#x, want %x at %#x", i, run, tm, want, uint64(7<<32))
+			}
+		},
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("%d runs of events, %v", n, err)
 	}
 }
 
@@ -124,7 +190,7 @@ func BenchmarkReadJProfStream(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		n := 0
-		_ = readJProfStream(s, 42, func(int, uint64, uint16, uint32, []uint64, string) { n++ })
+		_ = readJProfStream(s, 42, jprofSink{put: func(int, uint64, uint16, uint32, []uint64, string) { n++ }, events: func(_ int, b []byte, _ uint64) { n += len(b) / facility.EventSize }})
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }
@@ -152,6 +218,24 @@ func TestStreamArgs(t *testing.T) {
 	for _, bad := range []string{`{"cpu":x,"stream":"AAAA"}`, `{"cpu":1,"stream":"A*AA"}`, `{"cpu":99999999999999999999,"stream":"AAAA"}`} {
 		if _, _, ok, err := streamArgs([]byte(bad)); ok && err == nil {
 			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
+
+// A run of method events ends at a record whose header lies about its
+// length (longer, within the stream; or shorter than a record): the events
+// before it are given, then the error.
+func TestReadJProfStreamRunEndsAtALie(t *testing.T) {
+	var recs []jrec
+	for i := 0; i < 5; i++ {
+		recs = append(recs, jrec{9<<32 | uint64(i), trace.MajorInterp, 0x10, []uint64{1, 2, uint64(i), 0}, ""})
+	}
+	for _, size := range []int{facility.EventSize + 8, 8, 0} {
+		s := lieLen(enc(t, recs...), trace.TimeHighSize+3*facility.EventSize, trace.LayoutWords, size)
+		n := 0
+		err := readJProfStream(s, 42, sinkOf(t, func(int, uint64, uint16, uint32, []uint64, string) { n++ }))
+		if err == nil || n != 3 {
+			t.Errorf("an event saying %d bytes after 3: %d given, %v", size, n, err)
 		}
 	}
 }

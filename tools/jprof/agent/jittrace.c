@@ -49,8 +49,8 @@
  * once queued (its thread done with it) and sent. Only when every chunk is
  * in use does an appending thread send the queue itself.
  */
-#define JT_CHUNK	(64 * 1024)	/* well under daemonproto.MaxRequest */
-#define JT_CHUNKS	256		/* 16 MB of chunks at most */
+#define JT_CHUNK	(256 * 1024)	/* one frame: a quarter of daemonproto.MaxRequest */
+#define JT_CHUNKS	256		/* 64 MB of chunks at most, touched as written */
 #define JT_NAME_MAX	1024		/* pitraced keeps 1024 bytes of a name (jt_fit: fewer) */
 
 struct jt_chunk {
