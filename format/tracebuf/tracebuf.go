@@ -230,7 +230,9 @@ func (l *Locked) WriteRecords(recs []byte, size int, t uint64) (int, error) {
 		if b.mode == Normal && len(b.free) == 0 {
 			room -= fullRecSize // as room keeps it
 		}
-		k := min(room/size, len(recs)/size) // reserve: at least 1
+		// 0 only in the last segment of a normal-mode buffer taken for this
+		// record: its next reserve finds no room and marks the buffer full
+		k := min(room/size, len(recs)/size)
 		b.w.WriteRecords(recs[:k*size], t)
 		b.cur.Records += uint64(k)
 		b.records += uint64(k)
