@@ -144,7 +144,7 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 			if !ok {
 				return false, nil
 			}
-			to := th.as.dec.Run(th.read, next)
+			to := t.chain(th, th.as.dec.Run(th.read, next))
 			if err := t.arm(th, to.End.Addr); err != nil {
 				// (the branch is then single-stepped, not yet counted)
 				if errors.Is(err, unix.ESRCH) {
@@ -152,6 +152,7 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 				}
 				t.stats.BreakpointFails++
 				t.disarm(th)
+				th.via = th.via[:0]
 				return false, nil
 			}
 			t.branch(th, r.End, next)
@@ -162,8 +163,11 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 		// would stop before it at once (or, with the flags' resume bit
 		// left set by a rep iteration, not at all): step it.
 		return false, nil
+	} else {
+		r = t.chain(th, r)
 	}
 	if err := t.arm(th, r.End.Addr); err != nil {
+		th.via = th.via[:0]
 		if errors.Is(err, unix.ESRCH) {
 			return true, nil
 		}
@@ -177,6 +181,47 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 		return true, fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
 	}
 	return true, nil
+}
+
+// maxChain bounds the lines one breakpoint run goes through.
+const maxChain = 16
+
+// direct reports whether the branch in always goes to its target, known
+// without the registers: a direct jmp or call.
+func direct(in x86branch.BranchInsn) bool {
+	return in.Target != 0 && !in.Cond && (in.Kind == x86branch.KindJump || in.Kind == x86branch.KindCall) && in.Len != 0
+}
+
+// chain extends the run r through the direct jumps and calls that end
+// it: their targets are known before they run, so the thread need not
+// stop at them. th.via gets the lines run through (each ending in such a
+// branch, whose target starts the next); chain returns the last line,
+// whose end the breakpoint goes on. Lines with distinct ends never share
+// an instruction (decoding from a shared one would give the same end),
+// so a stop cut short lies on one line only; a chain that comes back to
+// a line's end already in it stops before it (a loop: that end is
+// reached first from its own line).
+func (t *Tracer) chain(th *thread, r *x86branch.Run) *x86branch.Run {
+	th.via = th.via[:0]
+	for r.Branch && direct(r.End) && len(th.via) < maxChain {
+		next := th.as.dec.Run(th.read, r.End.Target)
+		if next.End.Addr == r.End.Addr || next.End.Addr == 0 {
+			break
+		}
+		loop := false
+		for _, v := range th.via {
+			if v.End.Addr == next.End.Addr {
+				loop = true
+				break
+			}
+		}
+		if loop {
+			break
+		}
+		th.via = append(th.via, r)
+		r = next
+	}
+	return r
 }
 
 // probed decides the probe from its stop (a SIGTRAP): true if the
@@ -199,6 +244,11 @@ func (t *Tracer) bpStop(th *thread, regs *unix.PtraceRegs) {
 	r := th.run
 	th.run = nil
 	t.stats.BreakpointStops++
+	for _, v := range th.via {
+		t.runLine(th, v, v.N)
+		t.branch(th, v.End, v.End.Target)
+	}
+	th.via = th.via[:0]
 	if r.N > 0 {
 		th.count += r.N
 		th.lastOff = uint32(r.Last - th.start)
@@ -225,18 +275,34 @@ func (t *Tracer) branch(th *thread, in x86branch.BranchInsn, next uint64) {
 func (t *Tracer) bpCut(th *thread, ip uint64) {
 	r := th.run
 	th.run = nil
-	n, last, ok := th.as.dec.Along(th.read, r, ip)
-	if !ok {
-		t.stats.BlocksLost++
-		th.ip = ip
-		return
+	via := th.via
+	th.via = th.via[:0]
+	for i, v := range append(via, r) {
+		if n, last, ok := th.as.dec.Along(th.read, v, ip); ok {
+			for _, w := range via[:i] {
+				t.runLine(th, w, w.N)
+				t.branch(th, w.End, w.End.Target)
+			}
+			if n > 0 {
+				th.count += n
+				th.lastOff = uint32(last - th.start)
+				t.stats.Instructions += uint64(n)
+			}
+			th.ip = ip
+			return
+		}
 	}
+	t.stats.BlocksLost++
+	th.ip = ip
+}
+
+// runLine accounts the n instructions of the line r, the last at r.Last.
+func (t *Tracer) runLine(th *thread, r *x86branch.Run, n uint32) {
 	if n > 0 {
 		th.count += n
-		th.lastOff = uint32(last - th.start)
+		th.lastOff = uint32(r.Last - th.start)
 		t.stats.Instructions += uint64(n)
 	}
-	th.ip = ip
 }
 
 // repDone accounts the rep string instruction th.rep run natively from

@@ -151,6 +151,7 @@ type thread struct {
 	dr0     uint64
 	hwProbe bool
 	run     *x86branch.Run
+	via     []*x86branch.Run     // lines run through before run (breakpoint.go: chain)
 	rep     x86branch.BranchInsn // a rep run natively (Addr 0: none)
 	repRCX  uint64               // its rcx before it ran
 	before  bool
@@ -1123,7 +1124,7 @@ func (t *Tracer) loop() error {
 			} else {
 				switch {
 				case !gotRegs:
-					th.run = nil
+					th.run, th.via = nil, th.via[:0]
 					t.stats.BlocksLost++ // the thread died in the line
 				case trap && regs.Rip == th.run.End.Addr:
 					t.bpStop(th, &regs)
@@ -1304,7 +1305,7 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 			delete(t.spaces, th.pid)
 			th.as = t.space(th.pid)
 			// exec clears the debug registers
-			th.armed, th.dr0, th.run, th.before = false, 0, nil, false
+			th.armed, th.dr0, th.run, th.before, th.via = false, 0, nil, false, th.via[:0]
 			th.rep.Addr = 0
 			if !th.stepping {
 				if err := unix.PtraceGetRegs(tid, regs); err != nil {
