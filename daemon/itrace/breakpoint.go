@@ -18,11 +18,13 @@ import (
 // DR0) stops it before that instruction runs. The tracer counts the line,
 // tells from the registers where the branch goes (x86branch.Next), writes
 // the record a single step would have, moves the breakpoint to the end of
-// the next line and continues: one stop per branch executed instead of
-// one per instruction. An instruction Next cannot evaluate (a system
-// call, rep, an encoding x86asm does not know, popf, far and loop
-// branches) is single-stepped with the breakpoint off, as the single-step
-// path does.
+// the next line and continues. Direct jumps and calls are run through
+// (their targets are known), and a conditional jump ending a run gets a
+// breakpoint at the end of each way (DR0, DR1): fewer stops than taken
+// branches instead of one per instruction. An instruction Next cannot
+// evaluate (a system call, rep, an encoding x86asm does not know, popf,
+// far and loop branches) is single-stepped with the breakpoint off, as
+// the single-step path does.
 
 // hwState: whether debug-register breakpoints stop a thread here.
 type hwState uint8
@@ -102,7 +104,7 @@ func (t *Tracer) setHW(s hwState, why string) {
 	}
 	t.hw = s
 	if s == hwWorks {
-		t.decided(&t.stats.Breakpoints, "work", "itrace: breakpoint stepping: hardware breakpoints stop the threads (%s): one stop per branch", why)
+		t.decided(&t.stats.Breakpoints, "work", "itrace: breakpoint stepping: hardware breakpoints stop the threads (%s): straight lines run natively between stops", why)
 	} else {
 		t.decided(&t.stats.Breakpoints, "ignored", "itrace: breakpoint stepping: hardware breakpoints do not work here (%s): single-stepping", why)
 	}
@@ -410,10 +412,7 @@ func (t *Tracer) bpCut(th *thread, regs *unix.PtraceRegs) {
 	ip := regs.Rip
 	defer func() { t.unplan(th); th.ip = ip }()
 	if th.pre.Addr != 0 {
-		if ip == th.pre.Addr && regs.Eflags&flagRF != 0 {
-			// Stopped before the branch it stood before ran (the
-			// resume flag is still set): nothing ran. (Without the
-			// flag it came back to it: a line or way may end there.)
+		if ip == th.pre.Addr && t.stayed(th, regs) {
 			return
 		}
 		t.ran(th)
@@ -436,6 +435,24 @@ func (t *Tracer) bpCut(th *thread, regs *unix.PtraceRegs) {
 		}
 	}
 	t.stats.BlocksLost++
+}
+
+// stayed reports whether a thread cut short at th.pre, the branch it
+// stood before, ran nothing (a line or way of the run may end there: a
+// loop can bring it back). With the resume flag still set it ran
+// nothing (the CPU clears the flag once an instruction completed); a
+// virtual machine may lose the flag, so registers all as they were at
+// the stop say so too (a loop round that changes no register, flags
+// included, comes back with the same registers: counted as not run
+// only where the flag was lost).
+func (t *Tracer) stayed(th *thread, regs *unix.PtraceRegs) bool {
+	if regs.Eflags&flagRF != 0 {
+		return true
+	}
+	a, b := *regs, th.regs
+	a.Eflags &^= flagRF
+	b.Eflags &^= flagRF
+	return a == b
 }
 
 // along finds ip on the lines via then last: the line's index i (that of

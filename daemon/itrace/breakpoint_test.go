@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	itracerep "perfinsp/analysis/itrace"
 	"perfinsp/format/trace"
 	itracectl "perfinsp/libperfutil/itrace"
 )
@@ -100,5 +101,62 @@ func TestBreakpointOnGzip(t *testing.T) {
 	if bst.Breakpoints != "work" || (bst.BreakpointStops+bst.SingleSteps)*2 > bst.Instructions || bst.SingleSteps*20 > bst.BreakpointStops {
 		t.Errorf("breakpoint-stepped gzip: breakpoints %q, %d breakpoint stops and %d single steps for %d instructions: want under one stop per two instructions, nearly all at breakpoints",
 			bst.Breakpoints, bst.BreakpointStops, bst.SingleSteps, bst.Instructions)
+	}
+}
+
+// TestBreakpointSignals traces an -O2 loop that a fast interval timer
+// interrupts with a handled SIGALRM while it runs natively: runs cut
+// short by a signal (at the branch a run started before, at a line's
+// start, inside a line, on either way of a split conditional jump) count
+// exactly what ran, so the loop's functions equal callgrind's whatever
+// the signals' timing.
+func TestBreakpointSignals(t *testing.T) {
+	needTool(t, "gcc")
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "sigloop")
+	if b, err := exec.Command("gcc", "-O2", "-g", "-no-pie", "-o", prog, "testdata/sigloop.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	const n = "20000"
+	cg := callgrind(t, dir, prog, n)
+	cmd := startStopped(t, prog, n)
+	sink := &capture{}
+	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, AtExec: true, Step: itracectl.StepBreakpoint, Log: t.Logf}, sink)
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case <-tr.Done():
+	case <-time.After(180 * time.Second):
+		tr.Stop()
+		t.Fatal("tracer did not end within 180 s")
+	}
+	_ = cmd.Wait()
+	st := tr.Stats()
+	t.Logf("%d instructions, %d signals, %d breakpoint stops, %d single steps, %d runs lost", st.Instructions, st.Signals, st.BreakpointStops, st.SingleSteps, st.BlocksLost)
+	if st.Breakpoints != "work" {
+		t.Fatalf("breakpoints %q: debug-register breakpoints must work on x86-64 Linux", st.Breakpoints)
+	}
+	if st.Signals < 20 {
+		t.Fatalf("%d signals while traced: want the timer's many (the test checks runs cut short by them)", st.Signals)
+	}
+	if st.BlocksLost != 0 {
+		t.Errorf("%d runs cut short where the tracer could not tell what ran", st.BlocksLost)
+	}
+	rep := replay(sink.recs, newELFNamer(t, prog))
+	for _, name := range []string{"spin", "step"} {
+		want := cg[name]
+		got := rep.Funcs[itracerep.Key(itracerep.Func{Name: name, Module: "exe"})]
+		if want == nil || got == nil {
+			t.Errorf("%s: callgrind %v, itrace %v", name, want, got)
+			continue
+		}
+		if got.Exclusive != want.Self || got.Calls != want.Calls {
+			t.Errorf("%-5s itrace: %d instructions, %d calls; callgrind: %d, %d", name, got.Exclusive, got.Calls, want.Self, want.Calls)
+		} else {
+			t.Logf("%-5s %8d instructions %6d calls (= callgrind)", name, got.Exclusive, got.Calls)
+		}
 	}
 }
