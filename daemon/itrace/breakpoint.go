@@ -241,7 +241,14 @@ func (t *Tracer) plan(th *thread, r *x86branch.Run) (done bool, err error) {
 	if th.fork = t.split(th); th.fork {
 		a0, a1 = th.ways[0].last.End.Addr, th.ways[1].last.End.Addr
 	}
-	if err := t.arm(th, a0, a1); err != nil {
+	err = t.arm(th, a0, a1)
+	if err != nil && th.fork && !errors.Is(err, unix.ESRCH) {
+		// a way's end the kernel refuses (an address past user space
+		// on a way not taken): stop before the jcc instead
+		th.fork = false
+		err = t.arm(th, th.run.End.Addr, th.run.End.Addr)
+	}
+	if err != nil {
 		t.unplan(th)
 		if errors.Is(err, unix.ESRCH) {
 			return true, err
