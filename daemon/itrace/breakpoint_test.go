@@ -9,27 +9,33 @@ import (
 	"testing"
 	"time"
 
+	itracerep "perfinsp/analysis/itrace"
 	"perfinsp/format/trace"
 	itracectl "perfinsp/libperfutil/itrace"
 )
 
 // TestExampleBreakpoint traces the example with breakpoint stepping:
 // straight lines run natively, a hardware breakpoint stops each thread
-// before its next branch, whose outcome the tracer computes. The counts
-// equal callgrind's (traceExample), and the stops are about one per
-// taken branch: at least one per taken branch not single-stepped (the
-// tracer must see each), at most two (one more per jcc not taken), and
-// single steps only for what cannot be evaluated (system calls, rep,
-// instructions x86asm does not know).
+// before its next branch, whose outcome the tracer computes; direct jumps
+// and calls, whose targets are known before they run, do not stop it,
+// nor do conditional jumps whose two ways end at distinct breakpoints.
+// The counts equal callgrind's (traceExample), and the stops are under
+// two for three taken branches (the direct ones run through, a
+// conditional jump costs no stop of its own), at least one per return
+// (its target is on the stack), and single steps only for what cannot
+// be evaluated (system calls, rep, instructions x86asm does not know).
 func TestExampleBreakpoint(t *testing.T) {
 	st, recs := traceExampleRecords(t, Options{Step: itracectl.StepBreakpoint})
 	if st.Breakpoints != "work" {
 		t.Fatalf("breakpoints %q: debug-register breakpoints must work on x86-64 Linux", st.Breakpoints)
 	}
-	taken := uint64(0)
+	taken, returns := uint64(0), uint64(0)
 	for _, r := range recs {
 		if r.Major == trace.MajorITraceU && r.Minor >= trace.ITraceCall && r.Minor <= trace.ITraceIret {
 			taken++
+			if r.Minor == trace.ITraceReturn {
+				returns++
+			}
 		}
 	}
 	stops := st.BreakpointStops + st.SingleSteps
@@ -39,8 +45,8 @@ func TestExampleBreakpoint(t *testing.T) {
 	if taken < minChecked {
 		t.Fatalf("%d taken branches, want > %d", taken, minChecked)
 	}
-	if st.BreakpointStops+st.SingleSteps < taken || stops > 2*taken {
-		t.Errorf("%d stops for %d taken branches: want one to two per taken branch", stops, taken)
+	if stops < returns || 3*stops >= 2*taken {
+		t.Errorf("%d stops for %d taken branches, %d of them returns: want under two stops for three taken branches (direct jumps and calls run through, conditional jumps split), at least one per return", stops, taken, returns)
 	}
 	if st.SingleSteps*20 > st.BreakpointStops {
 		t.Errorf("%d single steps beside %d breakpoint stops: most lines must run natively", st.SingleSteps, st.BreakpointStops)
@@ -95,5 +101,62 @@ func TestBreakpointOnGzip(t *testing.T) {
 	if bst.Breakpoints != "work" || (bst.BreakpointStops+bst.SingleSteps)*2 > bst.Instructions || bst.SingleSteps*20 > bst.BreakpointStops {
 		t.Errorf("breakpoint-stepped gzip: breakpoints %q, %d breakpoint stops and %d single steps for %d instructions: want under one stop per two instructions, nearly all at breakpoints",
 			bst.Breakpoints, bst.BreakpointStops, bst.SingleSteps, bst.Instructions)
+	}
+}
+
+// TestBreakpointSignals traces an -O2 loop that a fast interval timer
+// interrupts with a handled SIGALRM while it runs natively: runs cut
+// short by a signal (at the branch a run started before, at a line's
+// start, inside a line, on either way of a split conditional jump) count
+// exactly what ran, so the loop's functions equal callgrind's whatever
+// the signals' timing.
+func TestBreakpointSignals(t *testing.T) {
+	needTool(t, "gcc")
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "sigloop")
+	if b, err := exec.Command("gcc", "-O2", "-g", "-no-pie", "-o", prog, "testdata/sigloop.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	const n = "20000"
+	cg := callgrind(t, dir, prog, n)
+	cmd := startStopped(t, prog, n)
+	sink := &capture{}
+	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, AtExec: true, Step: itracectl.StepBreakpoint, Log: t.Logf}, sink)
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case <-tr.Done():
+	case <-time.After(180 * time.Second):
+		tr.Stop()
+		t.Fatal("tracer did not end within 180 s")
+	}
+	_ = cmd.Wait()
+	st := tr.Stats()
+	t.Logf("%d instructions, %d signals, %d breakpoint stops, %d single steps, %d runs lost", st.Instructions, st.Signals, st.BreakpointStops, st.SingleSteps, st.BlocksLost)
+	if st.Breakpoints != "work" {
+		t.Fatalf("breakpoints %q: debug-register breakpoints must work on x86-64 Linux", st.Breakpoints)
+	}
+	if st.Signals < 20 {
+		t.Fatalf("%d signals while traced: want the timer's many (the test checks runs cut short by them)", st.Signals)
+	}
+	if st.BlocksLost != 0 {
+		t.Errorf("%d runs cut short where the tracer could not tell what ran", st.BlocksLost)
+	}
+	rep := replay(sink.recs, newELFNamer(t, prog))
+	for _, name := range []string{"spin", "step"} {
+		want := cg[name]
+		got := rep.Funcs[itracerep.Key(itracerep.Func{Name: name, Module: "exe"})]
+		if want == nil || got == nil {
+			t.Errorf("%s: callgrind %v, itrace %v", name, want, got)
+			continue
+		}
+		if got.Exclusive != want.Self || got.Calls != want.Calls {
+			t.Errorf("%-5s itrace: %d instructions, %d calls; callgrind: %d, %d", name, got.Exclusive, got.Calls, want.Self, want.Calls)
+		} else {
+			t.Logf("%-5s %8d instructions %6d calls (= callgrind)", name, got.Exclusive, got.Calls)
+		}
 	}
 }

@@ -216,6 +216,13 @@ func HelperMain() int {
 	// instead: killed, it would leave its threads with the trap flag set.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// Every ptrace stop of a traced thread would send the helper a
+	// SIGCHLD, run by the Go runtime's handler on some thread: a signal
+	// frame, a handler and a sigreturn per stop, for nothing (wait4 is
+	// woken without it). Ignored, the kernel sends none. The helper has
+	// no children of its own to reap (it attaches; tracees are not its
+	// children, and a ptraced task is never reaped automatically).
+	signal.Ignore(syscall.SIGCHLD)
 	tr, err := Start(Options{PIDs: o.PIDs, TIDs: o.TIDs, OptionalPIDs: o.OptionalPIDs, Follow: o.Follow,
 		AtExec: o.AtExec, Step: o.Step, MaxThreads: o.MaxThreads, MaxInsns: o.MaxInsns, Log: sink.logf}, sink)
 	if err != nil {

@@ -144,17 +144,28 @@ type thread struct {
 	vblk   *x86branch.Block
 	vCount uint32
 
-	// Breakpoint stepping (breakpoint.go): DR0's address and whether
-	// DR7 enables it; a probe under way; the line run natively (nil when
-	// none); before: stopped by the breakpoint before th.ip, with regs.
-	armed   bool
-	dr0     uint64
-	hwProbe bool
-	run     *x86branch.Run
-	rep     x86branch.BranchInsn // a rep run natively (Addr 0: none)
-	repRCX  uint64               // its rcx before it ran
-	before  bool
-	regs    unix.PtraceRegs
+	// Breakpoint stepping (breakpoint.go): DR0's and DR1's addresses and
+	// the DR7 written (0: off); a probe under way; the run under way
+	// (run nil when none: the lines through direct branches via, then
+	// run and, fork, its conditional jump's two ways); before: stopped
+	// by the breakpoint before th.ip, with regs.
+	dr0, dr1 uint64
+	dr7      uint64
+	hwProbe  bool
+	run      *x86branch.Run
+	via      []*x86branch.Run
+	fork     bool
+	ways     [2]way
+	ends     []uint64 // split's scratch
+	// pre: the branch the run started before (resumed from a stop
+	// before it), going to preTo; accounted once the run is known to
+	// have run it (Addr 0: none).
+	pre    x86branch.BranchInsn
+	preTo  uint64
+	rep    x86branch.BranchInsn // a rep run natively (Addr 0: none)
+	repRCX uint64               // its rcx before it ran
+	before bool
+	regs   unix.PtraceRegs
 }
 
 // Tracer is one running ITrace session.
@@ -642,7 +653,7 @@ func (t *Tracer) resume(th *thread, sig int) error {
 		}
 		if !th.block {
 			th.before = false
-			if th.armed && !th.hwProbe {
+			if th.dr7 != 0 && !th.hwProbe {
 				t.disarm(th)
 			}
 			th.cur = t.classify(th, th.ip)
@@ -1123,16 +1134,15 @@ func (t *Tracer) loop() error {
 			} else {
 				switch {
 				case !gotRegs:
-					th.run = nil
+					t.unplan(th)
 					t.stats.BlocksLost++ // the thread died in the line
-				case trap && regs.Rip == th.run.End.Addr:
-					t.bpStop(th, &regs)
+				case trap && t.stopped(th, &regs):
 					if err := t.goOn(th, &stopping); err != nil {
 						return err
 					}
 					continue
 				default:
-					t.bpCut(th, regs.Rip) // then handled as any such stop
+					t.bpCut(th, &regs) // then handled as any such stop
 					if trap {
 						// a SIGTRAP sent to the thread: dropped, as
 						// single-stepping does
@@ -1304,7 +1314,8 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 			delete(t.spaces, th.pid)
 			th.as = t.space(th.pid)
 			// exec clears the debug registers
-			th.armed, th.dr0, th.run, th.before = false, 0, nil, false
+			th.dr7, th.dr0, th.dr1, th.before = 0, 0, 0, false
+			th.via, th.run, th.fork, th.pre.Addr = th.via[:0], nil, false, 0
 			th.rep.Addr = 0
 			if !th.stepping {
 				if err := unix.PtraceGetRegs(tid, regs); err != nil {

@@ -164,7 +164,7 @@ func (r OffResult) Stepping() string {
 	var s string
 	switch {
 	case r.Breakpoints == "work":
-		s = "breakpoint-stepped: straight lines ran natively to a hardware breakpoint before each branch"
+		s = "breakpoint-stepped: straight lines ran natively between hardware breakpoints"
 		if r.Step == StepAuto {
 			s += " (BTF is ignored here)"
 		}

@@ -41,7 +41,7 @@ var itraceCommand = &cli.Command{
 				&cli.StringFlag{Name: "step", Value: "auto", Usage: "`HOW` threads are stepped: auto block-steps (a trap per taken branch, BTF) " +
 					"where the CPU honours it; where not (TCG and most hypervisors ignore BTF: found on the first blocks, said at " +
 					"itrace off and in the daemon log) it breakpoint-steps (straight lines run natively to a hardware breakpoint " +
-					"before each branch: a stop per branch), or single-steps without debug registers; breakpoint always " +
+					"before the branches that need the registers: fewer stops than taken branches), or single-steps without debug registers; breakpoint always " +
 					"breakpoint-steps; single always single-steps; verify single-steps and also " +
 					"decodes every block as block-stepping would, reporting disagreements at itrace off (a check of the decoder)"},
 			},
