@@ -192,7 +192,7 @@ func Start(cfg Config) (*Agent, error) {
 	// The records of processes started from here on wait in the queue;
 	// the scan of /proc comes first.
 	a.agg = newAggregator(cfg.Limits, cfg.Idle, cfg.OffCPU, uint64(time.Now().UnixNano()))
-	a.nm = newNamer(cfg.CacheDir)
+	a.nm = newNamer(cfg.CacheDir, cfg.Refresh)
 	a.b = builder{res: a.agg.res, host: cfg.Host, version: cfg.Version, periodNS: int64(1e9 / cfg.RateHz), services: cfg.Services}
 	return a, nil
 }
