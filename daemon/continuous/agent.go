@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -244,9 +244,11 @@ loop:
 				a.nm.reset()
 				lastRefresh = time.Now()
 			}
-			// The interval's tables and request are garbage now: give the
-			// memory back (the agent's RSS is what a node's owner sees).
-			debug.FreeOSMemory()
+			// The interval's tables and request are garbage now: collected
+			// here, the next interval reuses their pages. (Returned to the
+			// system each interval, they were faulted in again by the next
+			// one; the runtime's scavenger returns what stays unused.)
+			runtime.GC()
 		case <-ctx.Done():
 			break loop
 		}
