@@ -149,7 +149,11 @@ var DebugRoot = "/usr/lib/debug"
 
 // loadModule parses the module at path, or reads its entry of the table
 // cache in dir ("": none; a parsed module is stored there).
-func loadModule(path, dir string) *Module {
+func loadModule(path, dir string) *Module { return loadModuleFrom(path, dir, false) }
+
+// loadModuleFrom is loadModule; mapTables maps a cached table rather than
+// reading it (Cache.MapTables).
+func loadModuleFrom(path, dir string, mapTables bool) *Module {
 	m := &Module{Path: path, file: path}
 	file, size, err := openChecked(path, MaxModuleSize, false)
 	if err != nil {
@@ -183,7 +187,7 @@ func loadModule(path, dir string) *Module {
 	}
 	if dir != "" && fi != nil {
 		m.linesDir, m.linesKey = dir, moduleKey(path, fi)
-		if moduleFromCache(dir, path, fi, m) {
+		if moduleFromCache(dir, path, fi, m, mapTables) {
 			return m
 		}
 	}
@@ -594,6 +598,10 @@ type Cache struct {
 	// Dir, if set, is the table cache: parsed tables are kept there and
 	// read by later runs (tablecache.go).
 	Dir string
+	// MapTables maps the cached tables rather than reading them: for a
+	// caller that names a few addresses of each module and releases it
+	// (Module.Release), only the pages its searches touch are read.
+	MapTables bool
 }
 
 // Module returns the parsed module at path.
@@ -620,7 +628,7 @@ func (c *Cache) Module(path string) *Module {
 	if c.Root != "" {
 		file = filepath.Join(c.Root, filepath.Clean("/"+path)) // never climbs out of --root
 	}
-	m := loadModule(file, c.Dir)
+	m := loadModuleFrom(file, c.Dir, c.MapTables)
 	m.Path = path
 	c.mu.Lock()
 	if c.mods == nil {

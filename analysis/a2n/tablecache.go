@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -35,7 +36,9 @@ import (
 // is keyed by the kallsyms text (length and two CRCs). Entries are
 // written whole to a temporary file and renamed into place; a file that
 // does not check out (wrong magic, version or key, sizes out of bounds,
-// unsorted addresses) is ignored and replaced. Names are bounds-checked
+// unsorted addresses) is ignored and replaced; a table mapped rather than
+// read (Cache.MapTables: only the pages a search touches are read) has
+// its sizes and bounds checked, not its order. Names are bounds-checked
 // at each use, and a file cut short while mapped faults into a recovered
 // panic as a module file does (mapped.go). The directory must belong to
 // the user and not be writable by others; the oldest entries are removed
@@ -298,8 +301,13 @@ func encodeTable(w io.Writer, key []byte, c *cached, syms []Sym) error {
 }
 
 // decodeTable checks a cache file's bytes against key and returns what it
-// holds, its arrays views of data (ok false: not a usable entry).
-func decodeTable(data, key []byte) (c cached, ok bool) {
+// holds, its arrays views of data (ok false: not a usable entry). whole
+// checks every entry's order and name bounds; without it (a mapped table,
+// whose pages are read only where a search touches them) the order is not
+// checked: a binary search stays within the entries whatever their order
+// (the entry it ends on starts at or below the address and the next one
+// above it), and ctab.at bounds-checks each name it reads.
+func decodeTable(data, key []byte, whole bool) (c cached, ok bool) {
 	if len(data) < headerSize || string(data[:8]) != tableMagic {
 		return c, false
 	}
@@ -333,12 +341,15 @@ func decodeTable(data, key []byte) (c cached, ok bool) {
 		c.fdes = unsafe.Slice((*fdeRange)(unsafe.Pointer(&sec[secFdes][0])), n)
 	}
 	for i := range c.tab.ents {
+		if !whole {
+			break
+		}
 		e := &c.tab.ents[i]
 		if i > 0 && e.addr < c.tab.ents[i-1].addr || uint64(e.off)+uint64(e.n) > uint64(len(c.tab.names)) {
 			return cached{}, false // binary searches need sorted starts; names in bounds
 		}
 	}
-	for i := 1; i < len(c.fdes); i++ {
+	for i := 1; whole && i < len(c.fdes); i++ {
 		if c.fdes[i].start < c.fdes[i-1].start {
 			return cached{}, false
 		}
@@ -371,25 +382,11 @@ func decodeTable(data, key []byte) (c cached, ok bool) {
 // each 4 KB page of a file mapping costs more than a copy into the heap's
 // huge pages.
 func readTable(dir string, key []byte) (c cached, ok bool) {
-	if dir == "" || key == nil {
-		return c, false
-	}
-	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, size, ok := openTable(dir, key)
+	if !ok {
 		return c, false
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return c, false
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
-		return c, false
-	}
-	size := fi.Size()
-	if size <= 0 || size > maxTableSize {
-		return c, false
-	}
 	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return c, false
@@ -399,7 +396,63 @@ func readTable(dir string, key []byte) (c cached, ok bool) {
 			c, ok = cached{}, false
 		}
 	}()
-	return decodeTable(data, key)
+	return decodeTable(data, key, true)
+}
+
+// mapTable maps dir's entry for key and returns what it holds, searched
+// where it lies (ok false: no usable entry). For a caller that names a
+// few addresses of each module it loads: a search touches the pages of
+// its path and of the names it finds, where reading a table copies all of
+// it (a large program's is megabytes). The mapping is m's, unmapped by
+// m.Release or when m is unreachable; a file cut short while mapped
+// faults into a panic that loadModule and Module.Symbol recover.
+func mapTable(dir string, key []byte, m *Module) (c cached, ok bool) {
+	f, size, ok := openTable(dir, key)
+	if !ok {
+		return c, false
+	}
+	defer f.Close()
+	mf := mapFile(f, size)
+	if mf == nil {
+		return c, false
+	}
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			c, ok = cached{}, false
+		}
+		if !ok {
+			_ = syscall.Munmap(mf.data)
+		}
+	}()
+	c, ok = decodeTable(mf.data, key, false)
+	if ok {
+		mf.release(m)
+	}
+	return c, ok
+}
+
+// openTable opens dir's entry for key: a regular file of the user's, not
+// a symbolic link, of a size a table can have.
+func openTable(dir string, key []byte) (*os.File, int64, bool) {
+	if dir == "" || key == nil {
+		return nil, 0, false
+	}
+	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, false
+	}
+	fi, err := f.Stat()
+	ok := err == nil && fi.Mode().IsRegular() && fi.Size() > 0 && fi.Size() <= maxTableSize
+	if ok {
+		st, isStat := fi.Sys().(*syscall.Stat_t)
+		ok = isStat && int(st.Uid) == os.Geteuid()
+	}
+	if !ok {
+		f.Close()
+		return nil, 0, false
+	}
+	return f, fi.Size(), true
 }
 
 // maxTableSize bounds a cache file read (a kernel's table is ~6 MB).
@@ -457,9 +510,17 @@ func pruneCache(dir string) {
 }
 
 // moduleFromCache fills m from dir's entry for the module file at path
-// (fi its fstat); false: no usable entry.
-func moduleFromCache(dir, path string, fi os.FileInfo, m *Module) bool {
-	c, ok := readTable(dir, moduleKey(path, fi))
+// (fi its fstat), mapped or read (mapTable, readTable); false: no usable
+// entry.
+func moduleFromCache(dir, path string, fi os.FileInfo, m *Module, mapped bool) bool {
+	key := moduleKey(path, fi)
+	var c cached
+	var ok bool
+	if mapped {
+		c, ok = mapTable(dir, key, m)
+	} else {
+		c, ok = readTable(dir, key)
+	}
 	if !ok || len(c.meta) != 5 || c.meta[3] != "" && string(debugIdent(c.meta[3])) != string(c.dbgID) {
 		return false // (or the debug file appeared, went or changed since)
 	}
@@ -517,4 +578,49 @@ func kernelToCache(dir string, kallsyms []byte, syms symtab, kmods []kmod) {
 		c.meta = append(c.meta, k.name, strconv.FormatUint(k.start, 16), strconv.FormatUint(k.end, 16))
 	}
 	writeTable(dir, kernelKey(kallsyms), &c, syms)
+}
+
+// ReadBlob returns what dir holds under key in a caller's own format
+// (WriteBlob's data) and when it was written; ok false when there is no
+// usable entry (the same checks as a table's: the user's own regular
+// file, not a symbolic link, at most max bytes). The caller checks the
+// data as untrusted input.
+func ReadBlob(dir string, key []byte, max int64) (data []byte, written time.Time, ok bool) {
+	f, size, ok := openTable(dir, append([]byte("blob\x00"), key...))
+	if !ok || size > max {
+		if f != nil {
+			f.Close()
+		}
+		return nil, time.Time{}, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, false
+	}
+	data = make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, time.Time{}, false
+	}
+	return data, fi.ModTime(), true
+}
+
+// WriteBlob stores data under key in dir, as a table is (best effort:
+// written whole and renamed into place, where the directory is the user's
+// own and closed to others; counted in the directory's bounds).
+func WriteBlob(dir string, key, data []byte) {
+	if dir == "" || !cacheDirOK(dir) {
+		return
+	}
+	dst := cachePath(dir, append([]byte("blob\x00"), key...))
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(data)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), dst) != nil {
+		os.Remove(tmp.Name())
+		return
+	}
+	pruneCache(dir)
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -192,7 +192,7 @@ func Start(cfg Config) (*Agent, error) {
 	// The records of processes started from here on wait in the queue;
 	// the scan of /proc comes first.
 	a.agg = newAggregator(cfg.Limits, cfg.Idle, cfg.OffCPU, uint64(time.Now().UnixNano()))
-	a.nm = newNamer(cfg.CacheDir)
+	a.nm = newNamer(cfg.CacheDir, cfg.Refresh)
 	a.b = builder{res: a.agg.res, host: cfg.Host, version: cfg.Version, periodNS: int64(1e9 / cfg.RateHz), services: cfg.Services}
 	return a, nil
 }
@@ -244,9 +244,11 @@ loop:
 				a.nm.reset()
 				lastRefresh = time.Now()
 			}
-			// The interval's tables and request are garbage now: give the
-			// memory back (the agent's RSS is what a node's owner sees).
-			debug.FreeOSMemory()
+			// The interval's tables and request are garbage now: collected
+			// here, the next interval reuses their pages. (Returned to the
+			// system each interval, they were faulted in again by the next
+			// one; the runtime's scavenger returns what stays unused.)
+			runtime.GC()
 		case <-ctx.Done():
 			break loop
 		}

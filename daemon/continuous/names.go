@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"perfinsp/analysis/a2n"
 )
@@ -36,9 +37,12 @@ const namingSlack = 8 << 20
 // of every program the node runs.
 type namer struct {
 	cacheDir string
-	ks       *ksyms
-	names    map[locKey]frameName
-	intern   map[string]string
+	// kernelAge: how old the symbol cache's kernel table may be to be
+	// used (0: /proc/kallsyms is read each time).
+	kernelAge time.Duration
+	ks        *ksyms
+	names     map[locKey]frameName
+	intern    map[string]string
 	// files is the identity of each module file whose names are kept,
 	// as of when they were made: a file replaced at its path (a program
 	// rebuilt) has its names made anew. checked: the paths stat'ed in
@@ -51,8 +55,8 @@ type namer struct {
 	named, modulesRead int
 }
 
-func newNamer(cacheDir string) *namer {
-	return &namer{cacheDir: cacheDir, names: map[locKey]frameName{}, intern: map[string]string{},
+func newNamer(cacheDir string, kernelAge time.Duration) *namer {
+	return &namer{cacheDir: cacheDir, kernelAge: kernelAge, names: map[locKey]frameName{}, intern: map[string]string{},
 		files: map[string]fileID{}, checked: map[string]bool{}}
 }
 
@@ -98,7 +102,8 @@ func (n *namer) checkFiles(locs []location) {
 	}
 }
 
-// reset reads the kernel's symbols anew and forgets the names kept
+// reset reads the kernel's symbols anew (from the symbol cache when it
+// holds them for the kernel as it is, younger than kernelAge) and forgets the names kept
 // (modules replaced on disk, kernel modules loaded or removed).
 func (n *namer) reset() {
 	hint := 1 << 16
@@ -106,7 +111,7 @@ func (n *namer) reset() {
 		hint = len(n.ks.ents) + len(n.ks.ents)/16
 	}
 	n.ks = nil // (the old table is garbage before the new one is built)
-	n.ks = readKsyms(hint)
+	n.ks = loadKernel(n.cacheDir, n.kernelAge, hint)
 	clear(n.names)
 	clear(n.intern)
 	clear(n.files)
@@ -179,7 +184,7 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 
 // nameModule names the offsets in the module at path of locs[idx...].
 func (n *namer) nameModule(path string, locs []location, idx []int, out []frameName) {
-	c := a2n.Cache{Dir: n.cacheDir}
+	c := a2n.Cache{Dir: n.cacheDir, MapTables: true}
 	m := c.Module(path)
 	n.modulesRead++
 	module := n.str(path)

@@ -101,7 +101,7 @@ func TestNamerKeepsNames(t *testing.T) {
 	locs = append(locs, location{key: locKey{kind: locModule, module: missing, addr: 0x1234}})
 	want = append(want, "gone.so+0x1234")
 
-	n := newNamer(t.TempDir())
+	n := newNamer(t.TempDir(), 0)
 	for round := 0; round < 2; round++ {
 		got := n.nameAll(r, locs)
 		for i := range locs {
@@ -212,7 +212,7 @@ func TestNamerUnmapsModules(t *testing.T) {
 	if len(locs) == 0 {
 		t.Fatalf("no function found in %s", exe)
 	}
-	n := newNamer("") // no table cache: the module is parsed from its file, mapped
+	n := newNamer("", 0) // no table cache: the module is parsed from its file, mapped
 	out := make([]frameName, len(locs))
 	idx := make([]int, len(locs))
 	for i := range idx {
@@ -260,11 +260,11 @@ func TestNamerModuleReplaced(t *testing.T) {
 		locs = append(locs, location{key: locKey{kind: locModule, module: path, addr: off}})
 	}
 	// What a namer that never saw the file names the offsets.
-	fresh := func() []frameName { return newNamer("").nameAll(a2n.New(nil), locs) }
+	fresh := func() []frameName { return newNamer("", 0).nameAll(a2n.New(nil), locs) }
 
 	install(exe)
 	first := fresh()
-	n := newNamer(t.TempDir())
+	n := newNamer(t.TempDir(), 0)
 	r := a2n.New(nil)
 	n.nameAll(r, locs)
 	got := n.nameAll(r, locs)
