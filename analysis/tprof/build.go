@@ -26,6 +26,7 @@ type builder struct {
 	rep      *Report
 	filt     *Filter
 	onRecord func(rec *trace.Record, res *a2n.Result)
+	unnamed  bool // onRecord's ticks go unnamed (Options.Unnamed)
 	// java: JProf Java stacks may name interpreter ticks (a2n.JavaTick,
 	// which reads the process's JIT records as of the tick: the one
 	// reader, in trace order)

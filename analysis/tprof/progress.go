@@ -18,6 +18,11 @@ type Options struct {
 	// out); its res is only valid during the call. It makes the one
 	// reader read the trace.
 	OnRecord func(rec *trace.Record, res *a2n.Result)
+	// Unnamed gives OnRecord the ticks unnamed: a tick the selection
+	// keeps with an empty Result (not to be written to), one it leaves
+	// out with nil; for an OnRecord that needs no names (naming every
+	// tick as it is read costs).
+	Unnamed bool
 	// Addresses keeps what Profile needs to give each location its
 	// address, mapping and source line (BuildWithAddresses).
 	Addresses bool
@@ -30,6 +35,7 @@ type Options struct {
 func BuildWith(f *nrm2.File, r *a2n.Resolver, opt Options) *Report {
 	b := newBuilder(f, r, opt.Filter, opt.OnRecord)
 	b.keepAddrs = opt.Addresses
+	b.unnamed = opt.Unnamed
 	b.progress = opt.Progress
 	return b.build()
 }

@@ -35,6 +35,7 @@ type counter struct {
 	rawGroups  map[[2]uint32][]runRef
 	kernelRuns []runRef
 	epochs     map[uint32]uint32 // each process's state during the replay
+	pcs        [2]pcMemo         // the located PCs of the state located, user and kernel
 	lastEvent  *trace.Record     // the last TPROF_EVENT_NAME record
 }
 
@@ -306,14 +307,13 @@ func (p *counter) locateGroup(pid, epoch uint32) {
 	rg := p.rawGroups[k]
 	delete(p.groups, k)
 	delete(p.rawGroups, k)
-	// The state's tables of its stacks' located PCs, sized for (a bound
-	// of) them: grown from empty, they were a tenth of the replay.
+	// The state's tables of its stacks' located PCs: kept from state to
+	// state (grown from empty for each, they were a tenth of the replay;
+	// made for each at their size, fresh memory each time).
 	if len(rg) > 0 {
-		npc := 0
-		for _, g := range rg {
-			npc += len(p.workers[g.w].raw(g.r).pcs) / 8
-		}
-		p.locateStacks(pid, rg, [2]map[uint64]int32{make(map[uint64]int32, min(npc, 1<<16)), {}})
+		p.pcs[0].reset()
+		p.pcs[1].reset()
+		p.locateStacks(pid, rg, &p.pcs)
 	}
 	p.countRuns(pid, gs)
 }
@@ -340,7 +340,7 @@ func (p *counter) countRuns(pid uint32, gs []runRef) {
 // locateStacks locates a state's raw stacks and counts them among the
 // located ones; pcs are its tables of located PCs, user and kernel frames
 // (as the one reader's: not its ticks').
-func (p *counter) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]int32) {
+func (p *counter) locateStacks(pid uint32, gs []runRef, pcs *[2]pcMemo) {
 	rep := p.b.rep
 	s := &p.b.stk
 	for _, g := range gs {
@@ -362,14 +362,14 @@ func (p *counter) locateStacks(pid uint32, gs []runRef, pcs [2]map[uint64]int32)
 			if i == nk && found {
 				p.b.frameBuf = append(p.b.frameBuf, p.b.locate(pid, lost, false)) // the caller the walk lost
 			}
-			t := pcs[0]
+			t := &pcs[0]
 			if i < nk {
-				t = pcs[1]
+				t = &pcs[1]
 			}
-			idx, ok := t[pc]
+			idx, ok := t.get(pc)
 			if !ok {
 				idx = p.b.locate(pid, pc, i < nk)
-				t[pc] = idx
+				t.put(pc, idx)
 			}
 			p.b.frameBuf = append(p.b.frameBuf, idx)
 		}

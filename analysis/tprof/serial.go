@@ -17,7 +17,7 @@ type oneReader struct {
 	b    *builder
 	p    *counter
 	w    *tickWorker
-	hook *atOnce  // nil without onRecord
+	hook *atOnce  // nil without onRecord, or with its ticks unnamed
 	pcs  []byte   // an UNWIND record's PCs
 	user []uint64 // their user part (javaStack)
 }
@@ -30,7 +30,7 @@ func countSerial(b *builder) error {
 	w.live = p.epochs
 	p.workers = []*tickWorker{w}
 	o := &oneReader{b: b, p: p, w: w}
-	if b.onRecord != nil {
+	if b.onRecord != nil && !b.unnamed {
 		o.hook = newAtOnce(b.r)
 	}
 	err := b.f.Records(o.record)
@@ -122,7 +122,11 @@ func (o *oneReader) tick(rec *trace.Record) {
 		b.prefetch(pid, ip, kernel)
 	}
 	if b.onRecord != nil {
-		b.onRecord(rec, o.hook.name(pid, ip, kernel))
+		res := &unnamedTick
+		if o.hook != nil {
+			res = o.hook.name(pid, ip, kernel)
+		}
+		b.onRecord(rec, res)
 	}
 }
 
@@ -161,6 +165,9 @@ func (o *oneReader) javaStack(pid, tid uint32, t, flags uint64, pcs []byte) []by
 	}
 	return out
 }
+
+// unnamedTick is the Result of every tick onRecord is given unnamed.
+var unnamedTick a2n.Result
 
 // atOnce names the ticks onRecord is given, as they are read: each
 // address once per state of its process, user and kernel apart (the name

@@ -244,15 +244,13 @@ func post(o *options, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
-	r := a2n.NewCached(f.Kallsyms, o.cacheDir)
+	r := o.resolver(f)
 	// The module files the resolver parsed (those not in the table
 	// cache) are mapped, unmapped once the resolver is unreachable: that
 	// is once the names are made, by a collection during the writing,
 	// where each munmap stops every CPU to flush the TLB (dozens of them
 	// on a system-wide trace). They go with the process.
 	defer runtime.KeepAlive(r)
-	r.PerfMapDir = o.perfmap
-	r.Cache.Root = o.root
 	r.Lines = o.lines && o.show
 
 	ps, show, err := o.passes(f, r, stdout, stderr)
@@ -264,7 +262,7 @@ func post(o *options, stdout, stderr io.Writer) error {
 	}
 	onRecord := ps.onRecord()
 	sel := newSelection(o.filter)
-	opt := tprof.Options{Filter: o.filter, OnRecord: onRecord,
+	opt := tprof.Options{Filter: o.filter, OnRecord: onRecord, Unnamed: ps.unnamed(),
 		// the profile's addresses and lines (a run with record passes
 		// writes the profile without them)
 		Addresses: (o.pprofOut != "" || o.annotate != "") && onRecord == nil}
@@ -414,6 +412,16 @@ func post(o *options, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// resolver is a resolver of f's addresses with o's table cache, perf
+// map directory and root.
+func (o *options) resolver(f *nrm2.File) *a2n.Resolver {
+	r := a2n.NewCached(f.Kallsyms, o.cacheDir)
+	r.PerfMapDir = o.perfmap
+	r.Cache.Root = o.root
+	r.KernelRelease = f.Header.KernelRelease // (tprof's: names [vdso] when this is that kernel)
+	return r
+}
+
 // passes makes the record passes o asks for, in the order they take each
 // record: post.show (also returned: its end waits for the tprof report),
 // --script, the ITrace, merge and scheduling reports, the time line.
@@ -445,17 +453,26 @@ func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer
 	}
 	if o.sched.any() {
 		rec, end := schedHook(o.sched, r, o.filter, nil, o.outDir, stdout, stderr)
-		ps = append(ps, hookPass{rec, end})
+		ps = append(ps, hookPass{rec, end, true}) // (the stacks it names itself)
 	}
 	if o.timeline.path != "" {
-		rec, end, err := timelineHook(o.timeline, r, o.filter, nil, stdout)
+		// Without a selection the time line is written beside the
+		// reading, with a resolver of its own that takes the mapping
+		// records as the reader's does; with one, the selected
+		// processes are the reader's (a fork adds to them), so the
+		// reader writes the time line.
+		var own *a2n.Resolver
+		if o.filter == nil && timelineBeside {
+			own = o.resolver(f)
+		}
+		rec, end, err := timelineHook(o.timeline, r, own, o.filter, nil, stdout)
 		if err != nil {
 			if show != nil {
 				show.f.Close()
 			}
 			return nil, nil, err
 		}
-		ps = append(ps, hookPass{rec, end})
+		ps = append(ps, hookPass{rec, end, true})
 	}
 	return ps, show, nil
 }

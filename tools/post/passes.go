@@ -40,6 +40,17 @@ func (ps passes) onRecord() func(*trace.Record, *a2n.Result) {
 	}
 }
 
+// unnamed tells whether no pass needs a tick's name (only whether the
+// selection keeps it): the reader then names no tick.
+func (ps passes) unnamed() bool {
+	for _, p := range ps {
+		if h, ok := p.(hookPass); !ok || !h.unnamed {
+			return false
+		}
+	}
+	return true
+}
+
 // finish ends every pass, in order; the first error stops.
 func (ps passes) finish() error {
 	for _, p := range ps {
@@ -50,10 +61,12 @@ func (ps passes) finish() error {
 	return nil
 }
 
-// hookPass is a pass made of a record function and an end function.
+// hookPass is a pass made of a record function and an end function;
+// unnamed: its record function needs no tick's name.
 type hookPass struct {
-	rec func(*trace.Record, *a2n.Result)
-	end func() error
+	rec     func(*trace.Record, *a2n.Result)
+	end     func() error
+	unnamed bool
 }
 
 func (h hookPass) record(rec *trace.Record, res *a2n.Result) { h.rec(rec, res) }

@@ -177,8 +177,13 @@ type tlPC struct {
 
 // timelineHook chains the time line after next on every record post
 // reads; the returned function writes what is left and closes the file.
-func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error, error) {
+// With own (a resolver of its own, nil: none) the time line is written on
+// a goroutine of its own, beside the reading (tlFeed); else by the reader.
+func timelineHook(o timelineOpts, r, own *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), stdout io.Writer) (func(*trace.Record, *a2n.Result), func() error, error) {
 	path := o.path
+	if own != nil {
+		r = own
+	}
 	if path == "" {
 		return next, func() error { return nil }, nil
 	}
@@ -214,9 +219,21 @@ func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func
 		if next != nil {
 			next(rec, res)
 		}
-		tl.record(rec, res)
+		tl.record(rec, res != nil)
+	}
+	wait := func() {}
+	if own != nil {
+		feed := newTLFeed(tl)
+		hook = func(rec *trace.Record, res *a2n.Result) {
+			if next != nil {
+				next(rec, res)
+			}
+			feed.record(rec, res != nil)
+		}
+		wait = feed.wait
 	}
 	end := func() error {
+		wait()
 		if err := tl.finish(); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
@@ -226,9 +243,9 @@ func timelineHook(o timelineOpts, r *a2n.Resolver, filt *tprof.Filter, next func
 	return hook, end, nil
 }
 
-// record takes each record post reads, in time order (res: a tick's
-// name, nil for a tick the selection leaves out).
-func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
+// record takes each record post reads, in time order (selected: a tick
+// the selection keeps).
+func (tl *timeline) record(rec *trace.Record, selected bool) {
 	if !tl.started {
 		tl.started = true
 		tl.out.begin(rec.Time)
@@ -255,7 +272,7 @@ func (tl *timeline) record(rec *trace.Record, res *a2n.Result) {
 			tl.off = rec.Time
 		}
 	case trace.MajorTprof:
-		if res != nil && rec.CPU >= 0 { // else left out by --pid, --tid or --comm
+		if selected && rec.CPU >= 0 { // else left out by --pid, --tid or --comm
 			for len(tl.pending) <= rec.CPU {
 				tl.pending = append(tl.pending, pendingTick{})
 			}
