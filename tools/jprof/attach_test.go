@@ -1,7 +1,6 @@
 package jprof_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -50,30 +49,8 @@ func TestAttachTprof(t *testing.T) {
 	need(t, "jcmd")
 	dir := t.TempDir()
 	env := daemonEnv(t, root, dir)
-	c := exec.Command("java", "-cp", filepath.Join(root, "build", "java"), "JProfDemo", "wait")
-	c.Env, c.Dir = env, dir
-	stdin, err := c.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := c.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	c.Stderr = &stderr
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		_ = c.Wait()
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	pid, perr := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(line), "pid "))
-	if err != nil || perr != nil {
-		t.Fatalf("JProfDemo wait: %q %v\n%s", line, err, stderr.String())
-	}
+	pid, stdin, stderr, c := waitingDemo(t, root, dir, env)
+	defer stdin.Close()
 	agent := filepath.Join(root, "bin", "libjprof.so")
 	jcmd := func(opts string) string {
 		t.Helper()
@@ -81,7 +58,7 @@ func TestAttachTprof(t *testing.T) {
 		j.Env = env
 		out, err := j.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "return code: 0") {
-			t.Fatalf("jcmd %d JVMTI.agent_load %s %s: %v\n%s\nthe JVM's stderr:\n%s", pid, agent, opts, err, out, stderr.String())
+			t.Fatalf("jcmd %d JVMTI.agent_load %s %s: %v\n%s\nthe JVM's stderr:\n%s", pid, agent, opts, err, out, stderr())
 		}
 		return string(out)
 	}
@@ -106,17 +83,17 @@ func TestAttachTprof(t *testing.T) {
 	}
 	stdin.Close()
 	if err := c.Wait(); err != nil {
-		t.Fatalf("the JVM after the attaches: %v\n%s", err, stderr.String())
+		t.Fatalf("the JVM after the attaches: %v\n%s", err, stderr())
 	}
 	if out, err := sw("off"); err != nil {
 		t.Fatalf("swtrace off: %v\n%s", err, out)
 	}
-	t.Logf("the JVM's stderr:\n%s", stderr.String())
-	if !strings.Contains(stderr.String(), "calltree mode needs the agent from the JVM's start") {
-		t.Errorf("the refused calltree attach says nothing:\n%s", stderr.String())
+	t.Logf("the JVM's stderr:\n%s", stderr())
+	if !strings.Contains(stderr(), "calltree mode needs the agent from the JVM's start") {
+		t.Errorf("the refused calltree attach says nothing:\n%s", stderr())
 	}
-	if !strings.Contains(stderr.String(), "jprof: attached:") || !strings.Contains(stderr.String(), " 0 not") {
-		t.Errorf("the agent's attach summary is missing or records were lost:\n%s", stderr.String())
+	if !strings.Contains(stderr(), "jprof: attached:") || !strings.Contains(stderr(), " 0 not") {
+		t.Errorf("the agent's attach summary is missing or records were lost:\n%s", stderr())
 	}
 	if out, err := sw("get", "a.nrm2"); err != nil {
 		t.Fatalf("swtrace get: %v\n%s", err, out)
