@@ -463,6 +463,19 @@ static int parse(const char *options, char *buf, size_t n, const char **dir, con
 	return 0;
 }
 
+/* The callbacks of every mode, at load and at attach. */
+static void base_callbacks(jvmtiEventCallbacks *cb)
+{
+	memset(cb, 0, sizeof(*cb));
+	cb->CompiledMethodLoad = on_compiled_load;
+	cb->CompiledMethodUnload = on_compiled_unload;
+	cb->DynamicCodeGenerated = on_dynamic_code;
+	cb->VMDeath = on_vm_death;
+	cb->VMInit = on_vm_init;
+	cb->ClassPrepare = on_class_prepare;
+	cb->ClassLoad = on_class_load;
+}
+
 static jint start(JavaVM *vm, char *options, int live)
 {
 	jvmtiCapabilities caps;
@@ -485,14 +498,7 @@ static jint start(JavaVM *vm, char *options, int live)
 		fprintf(stderr, "jprof: the JVM refuses compiled-method load events\n");
 		return JNI_ERR;
 	}
-	memset(&cb, 0, sizeof(cb));
-	cb.CompiledMethodLoad = on_compiled_load;
-	cb.CompiledMethodUnload = on_compiled_unload;
-	cb.DynamicCodeGenerated = on_dynamic_code;
-	cb.VMDeath = on_vm_death;
-	cb.VMInit = on_vm_init;
-	cb.ClassPrepare = on_class_prepare;
-	cb.ClassLoad = on_class_load;
+	base_callbacks(&cb);
 	if (calltree) {
 		if (!dir)
 			dir = ".";
@@ -593,14 +599,7 @@ static jint reattach(char *options)
 		calltree = 0;
 		return JNI_ERR;
 	}
-	memset(&cb, 0, sizeof(cb));
-	cb.CompiledMethodLoad = on_compiled_load;
-	cb.CompiledMethodUnload = on_compiled_unload;
-	cb.DynamicCodeGenerated = on_dynamic_code;
-	cb.VMDeath = on_vm_death;
-	cb.VMInit = on_vm_init;
-	cb.ClassPrepare = on_class_prepare;
-	cb.ClassLoad = on_class_load;
+	base_callbacks(&cb);
 	cb.ThreadStart = on_thread_start;
 	cb.ThreadEnd = on_thread_end;
 	if (tracing && jstacks_hz && !jstacks && jstacks_init(the_vm, jvmti, dir ? dir : "/tmp", jstacks_hz) == 0)
