@@ -208,6 +208,27 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
+// AllStopped tells whether every thread of pid is stopped (T in
+// /proc/PID/task/TID/stat). A SIGSTOP is taken by one thread, which then
+// stops the others: until they have stopped, they run on.
+func AllStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
 // Missing says that something a test needs is not there (a tool, a
 // library, root): under CI=true, where `make deps` installs everything, the
 // test fails; elsewhere it is skipped, saying what is missing and how to get

@@ -47,18 +47,6 @@ func runTool(args ...string) (string, string, int) {
 	return out.String(), errb.String(), rc
 }
 
-func procState(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
-	}
-	return b[i+2]
-}
-
 // perfFDs counts the perf_event file descriptors process pid holds.
 func perfFDs(pid int) int {
 	dir := fmt.Sprintf("/proc/%d/fd", pid)
@@ -106,7 +94,9 @@ func TestAgreesWithPerfStat(t *testing.T) {
 	}
 	pid := w.Process.Pid
 	defer w.Process.Kill()
-	testenv.WaitFor(t, "the workload to stop itself", func() bool { return procState(pid) == 'T' })
+	// every thread: one still on its way to the stop would switch out
+	// with only mpevt's counters (open from its attach) counting
+	testenv.WaitFor(t, "the workload to stop itself", func() bool { return testenv.AllStopped(pid) })
 	threads, err := events.ThreadsOf(pid)
 	if err != nil {
 		t.Fatal(err)

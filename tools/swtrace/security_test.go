@@ -6,7 +6,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -309,7 +308,7 @@ func TestDaemonSurvivesAbuse(t *testing.T) {
 	defer syscall.Kill(pid, syscall.SIGCONT)
 	// kill returns before every thread has stopped: on a busy machine a
 	// thread on its way to the stop could still answer the request.
-	testenv.WaitFor(t, "every thread of the daemon stopped", func() bool { return allStopped(pid) })
+	testenv.WaitFor(t, "every thread of the daemon stopped", func() bool { return testenv.AllStopped(pid) })
 	cmd := exec.Command(s.Swtrace, "info")
 	cmd.Env = append(s.Environ, "PERFINSP_TIMEOUT=2s")
 	start := time.Now()
@@ -321,26 +320,6 @@ func TestDaemonSurvivesAbuse(t *testing.T) {
 		t.Fatalf("info against a stopped daemon took %v", el)
 	}
 	t.Logf("300 connections: %d refused by the kernel backlog; the daemon kept its trace", refused)
-}
-
-// allStopped tells whether every thread of pid is in the stopped state
-// (T in /proc/PID/task/TID/stat).
-func allStopped(pid int) bool {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil || len(tasks) == 0 {
-		return false
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
-		if err != nil {
-			return false
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
-			return false
-		}
-	}
-	return true
 }
 
 func daemonPID(t *testing.T, sock string) int {
