@@ -127,6 +127,7 @@ type offcpuCounts struct {
 	dispatches, wakeups, newWakeups, stacks, withUser int
 	wakeupsOf                                         map[int]int // by woken tid
 	waitsOf                                           map[int]int // switch-outs to wait, by tid
+	userOf                                            map[int]int // UNWIND_SWITCH with user frames, by tid
 }
 
 // offcpuRecords checks file's scheduler records: every UNWIND_SWITCH
@@ -135,7 +136,7 @@ type offcpuCounts struct {
 // addresses, its user PCs user addresses. It counts the WAKEUP records
 // (by woken thread, and those of new threads of pid).
 func offcpuRecords(file string, pid int) (offcpuCounts, error) {
-	c := offcpuCounts{wakeupsOf: map[int]int{}, waitsOf: map[int]int{}}
+	c := offcpuCounts{wakeupsOf: map[int]int{}, waitsOf: map[int]int{}, userOf: map[int]int{}}
 	f, err := nrm2.Open(file)
 	if err != nil {
 		return c, err
@@ -184,6 +185,7 @@ func offcpuRecords(file string, pid int) (offcpuCounts, error) {
 			}
 			if n > k+1 {
 				c.withUser++
+				c.userOf[int(r.Field(1))]++
 			}
 		}
 		return nil
@@ -270,8 +272,14 @@ func offcpu() error {
 		return fmt.Errorf("wake-ups: sleeper %d for %d waits, reader %d for %d waits", c.wakeupsOf[sl.tid], c.waitsOf[sl.tid], c.wakeupsOf[rd.tid], c.waitsOf[rd.tid])
 	case c.newWakeups < 8:
 		return fmt.Errorf("%d WAKEUP records of new threads of waits, it creates 8", c.newWakeups)
-	case c.stacks < sl.count+rd.count || c.withUser < c.stacks/2:
-		return fmt.Errorf("%d UNWIND_SWITCH records, %d with user frames", c.stacks, c.withUser)
+	// The sleeper's sleeps and the reader's reads wait in system calls:
+	// their stacks have user frames, one for each sleep and for at least
+	// as many reads as the waits' floor above. (A thread's waits in the
+	// kernel's own work, as at its exit, have none; their share of all
+	// stacks grows with the host's load.)
+	case c.stacks < sl.count+rd.count || c.userOf[sl.tid] < sl.count || c.userOf[rd.tid] < rd.count/2:
+		return fmt.Errorf("%d UNWIND_SWITCH records, %d with user frames: the sleeper's %d of %d waits (%d sleeps), the reader's %d of %d (%d reads)",
+			c.stacks, c.withUser, c.userOf[sl.tid], c.waitsOf[sl.tid], sl.count, c.userOf[rd.tid], c.waitsOf[rd.tid], rd.count)
 	}
 	tids := []string{}
 	for _, r := range roles {
