@@ -5,9 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	itracerep "perfinsp/analysis/itrace"
 	"perfinsp/format/trace"
@@ -73,20 +71,7 @@ func TestBreakpointOnGzip(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitState(t, cmd.Process.Pid, 'T')
-		tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, AtExec: true, Step: step, Log: t.Logf}, &capture{})
-		if err != nil {
-			cmd.Process.Kill()
-			t.Fatal(err)
-		}
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		select {
-		case <-tr.Done():
-		case <-time.After(180 * time.Second):
-			tr.Stop()
-			t.Fatal("tracer did not end within 180 s")
-		}
-		_ = cmd.Wait()
-		return tr.Stats()
+		return traceToEnd(t, cmd, Options{Step: step}, &capture{})
 	}
 	sst := trace1(itracectl.StepSingle)
 	bst := trace1(itracectl.StepBreakpoint)
@@ -121,20 +106,7 @@ func TestBreakpointSignals(t *testing.T) {
 	cg := callgrind(t, dir, prog, n)
 	cmd := startStopped(t, prog, n)
 	sink := &capture{}
-	tr, err := Start(Options{PIDs: []int{cmd.Process.Pid}, AtExec: true, Step: itracectl.StepBreakpoint, Log: t.Logf}, sink)
-	if err != nil {
-		cmd.Process.Kill()
-		t.Fatal(err)
-	}
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	select {
-	case <-tr.Done():
-	case <-time.After(180 * time.Second):
-		tr.Stop()
-		t.Fatal("tracer did not end within 180 s")
-	}
-	_ = cmd.Wait()
-	st := tr.Stats()
+	st := traceToEnd(t, cmd, Options{Step: itracectl.StepBreakpoint}, sink)
 	t.Logf("%d instructions, %d signals, %d breakpoint stops, %d single steps, %d runs lost", st.Instructions, st.Signals, st.BreakpointStops, st.SingleSteps, st.BlocksLost)
 	if st.Breakpoints != "work" {
 		t.Fatalf("breakpoints %q: debug-register breakpoints must work on x86-64 Linux", st.Breakpoints)

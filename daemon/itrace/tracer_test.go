@@ -100,6 +100,34 @@ func startStopped(t *testing.T, prog string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// traceToEnd traces cmd (started stopped, startStopped) from its exec
+// with opts into sink, lets it run and returns the tracer's figures
+// once it ended.
+func traceToEnd(t *testing.T, cmd *exec.Cmd, opts Options, sink Sink) Stats {
+	t.Helper()
+	opts.PIDs, opts.AtExec = []int{cmd.Process.Pid}, true
+	if opts.Log == nil {
+		opts.Log = t.Logf
+	}
+	tr, err := Start(opts, sink)
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	// The tracer ends when the program's last thread exited. (Waiting for
+	// the child before that would take the tracer's ptrace stops: the test
+	// process is both the parent and the tracer.)
+	select {
+	case <-tr.Done():
+	case <-time.After(180 * time.Second):
+		tr.Stop()
+		t.Fatal("tracer did not end within 180 s")
+	}
+	_ = cmd.Wait() // the tracer, in this process, may have reaped it already
+	return tr.Stats()
+}
+
 // waitState waits until the process is in state st (a condition, checked
 // until it holds or 10 s passed).
 func waitState(t *testing.T, pid int, st byte) {
@@ -215,27 +243,7 @@ func traceExampleRecords(t *testing.T, opts Options) (Stats, []trace.Record) {
 	prog, cg := exampleProg(t)
 	cmd := startStopped(t, prog, exampleN)
 	sink := &capture{}
-	opts.PIDs, opts.AtExec = []int{cmd.Process.Pid}, true
-	if opts.Log == nil {
-		opts.Log = t.Logf
-	}
-	tr, err := Start(opts, sink)
-	if err != nil {
-		cmd.Process.Kill()
-		t.Fatal(err)
-	}
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	// The tracer ends when the program's last thread exited. (Waiting for
-	// the child before that would take the tracer's ptrace stops: the test
-	// process is both the parent and the tracer.)
-	select {
-	case <-tr.Done():
-	case <-time.After(180 * time.Second):
-		tr.Stop()
-		t.Fatal("tracer did not end within 180 s")
-	}
-	_ = cmd.Wait() // the tracer, in this process, may have reaped it already
-	st := tr.Stats()
+	st := traceToEnd(t, cmd, opts, sink)
 	t.Logf("traced %d instructions, %d records, %d threads, %d syscalls, %d signals", st.Instructions, st.Records, st.Traced, st.Syscalls, st.Signals)
 	t.Logf("stepping %q: BTF %q, %d single steps, %d block steps; block decoder: %d checked, %d disagreements, %d ambiguous, %d uncounted; %d lost traps",
 		st.Step, st.BTF, st.SingleSteps, st.BlockSteps, st.BlocksChecked, st.BlockMismatches, st.BlocksAmbiguous, st.BlocksLost, st.LostTraps)
