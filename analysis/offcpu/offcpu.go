@@ -39,6 +39,8 @@ func (s State) String() string { return stateNames[s] }
 // waitState is the state a thread switched out with prev_state enters.
 func waitState(st uint64) State {
 	switch {
+	case st&trace.StateUnknown != 0:
+		return Unknown // a switch known from the next thread's switch-in alone
 	case st&trace.StateMask == 0:
 		return RunQueue
 	case st&trace.StateSleeping != 0, st&trace.StateIdle != 0:
@@ -79,8 +81,12 @@ type Thread struct {
 	waitFrom uint64 // when that wait began
 	woken    uint64 // the wake-up ending the wait (0: none yet)
 	stack    int32  // the stack of the current wait (0: none)
-	dead     bool
-	seen     bool
+	// unreported: its last switch-out is known from the next thread's
+	// switch-in alone (StateUnknown): its switch-in may be in no record
+	// either, so its time to its next switch-out is Unknown.
+	unreported bool
+	dead       bool
+	seen       bool
 	// ticks: the thread's tprof ticks by stack, for the wall-clock profile.
 	ticks     map[int32]uint64
 	lastTick  int32
@@ -267,6 +273,11 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	if prev != 0 {
 		th := a.thread(prevPid, prev, t)
 		switch {
+		case th.state == Unknown && (th.unreported || st&trace.StateUnknown != 0):
+			// A switch known from the next thread's switch-in alone
+			// (a thread the kernel hides from perf, or a lost
+			// record): when it began to run is not known, the time
+			// before stays Unknown.
 		case th.state == Unknown && !cs.known:
 			// Its first record, on a CPU with no switch before: it
 			// ran since the trace started.
@@ -292,9 +303,12 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 		}
 		a.enter(th, waitState(st), t)
 		th.wait, th.waitFrom, th.woken, th.stack = th.state, t, 0, 0
-		if th.state == RunQueue {
+		th.unreported = th.state == Unknown
+		switch th.state {
+		case RunQueue:
 			th.Involuntary++
-		} else {
+		case Unknown:
+		default:
 			th.Voluntary++
 		}
 		if st&(trace.StateDead|trace.StateZombie) != 0 {

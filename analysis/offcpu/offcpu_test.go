@@ -300,6 +300,41 @@ func TestLostSwitchIn(t *testing.T) {
 	}
 }
 
+// A thread whose switches the kernel does not report (its switch-outs
+// known only from the next thread's switch-in, StateUnknown) is Unknown
+// from each switch-out to the next, neither a voluntary nor an
+// involuntary switch and no lost switch-in, and not running before its
+// first switch-out either; the threads it switches to
+// are accounted as ever.
+func TestUnreportedSwitches(t *testing.T) {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 1*ms1, 101, 0, trace.StateSleeping)
+	r.sw(0, 5*ms1, 201, 101, trace.StateUnknown)
+	r.sw(0, 7*ms1, 101, 0, trace.StateSleeping)
+	r.sw(0, 9*ms1, 201, 101, trace.StateUnknown)
+	r.sw(0, 10*ms1, 101, 0, trace.StateSleeping)
+	r.add(0, 12*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	a := run(r)
+	got := map[uint32]*Thread{}
+	for _, x := range a.Threads() {
+		got[x.TID] = x
+	}
+	user, hidden := got[101], got[201]
+	if user == nil || hidden == nil {
+		t.Fatalf("threads %v", got)
+	}
+	if want := ([NStates]uint64{Running: 4 * ms1, Sleeping: 8 * ms1}); user.Time != want || user.Voluntary != 3 {
+		t.Errorf("thread 101: states %v (want %v), %d voluntary switches (want 3)", user.Time, want, user.Voluntary)
+	}
+	if want := ([NStates]uint64{Unknown: 12 * ms1}); hidden.Time != want || hidden.Voluntary+hidden.Involuntary != 0 {
+		t.Errorf("thread 201: states %v (want %v), %d voluntary and %d involuntary switches (want none)", hidden.Time, want, hidden.Voluntary, hidden.Involuntary)
+	}
+	if a.LostSwitchIns != 0 {
+		t.Errorf("%d lost switch-ins, want 0", a.LostSwitchIns)
+	}
+}
+
 // A switch stack marked unwound by call-frame information is counted so,
 // in sched.out's head line and sched.json.
 func TestSwitchStacksCFICounted(t *testing.T) {

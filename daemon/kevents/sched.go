@@ -277,24 +277,39 @@ func (s *Session) chainPCs(r *ring, b []byte) (pcs []uint64, kernel int, truncat
 
 // switchIn reads perf's own switch record (PERF_RECORD_SWITCH_CPU_WIDE,
 // written from the scheduler's perf hooks, not from the sched_switch
-// tracepoint). Some kernels switch from the idle task to a woken thread
-// without the tracepoint (seen on a 6.18 guest whose idle CPUs poll: the
-// switch-outs to idle are reported, the switch-ins from it are not, nor
-// are wake-ups from idle), which would leave the thread's wait without an
-// end. A switch-in from the idle task that sched_switch did not report is
-// written as the DISPATCH it would have written (the idle task's state is
-// no wait's, so 0); one the tracepoint reported (the CPU's last
-// sched_switch went to this thread) is not written twice.
+// tracepoint), for the switch-ins sched_switch did not report. Some
+// kernels switch from the idle task to a woken thread without the
+// tracepoint (seen on a 6.18 guest whose idle CPUs poll: the switch-outs
+// to idle are reported, the switch-ins from it are not, nor are wake-ups
+// from idle), and some write no record at all in the context of a
+// process they hide from perf (seen: a sandbox's init process; perf
+// record shows switches to its threads, never from them): the switch
+// from such a thread to the next is then in perf's switch-in record
+// alone, written in the thread switched in. Either would leave that
+// thread's wait without an end. A switch-in that sched_switch did not
+// report (the CPU's last sched_switch went to another thread) is written
+// as the DISPATCH the tracepoint would have written: from the idle task
+// with the idle task's state (no wait: 0), from a thread with
+// StateUnknown (its switch-out's state is in no record). One the
+// tracepoint reported is not written twice: the tracepoint's record
+// comes first in the CPU's ring (sched_switch runs before the switch,
+// perf's switch-in record after it).
 func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 || len(b) < 8 {
 		return
 	}
 	prevPid, prevTid := le32(b), le32(b[4:])
 	pid, tid, t, ok := sampleID(b[8:])
-	if !ok || prevTid != 0 || tid == 0 || r.lastNext == int64(tid) {
+	if !ok || tid == 0 || r.lastNext == int64(tid) {
 		return
 	}
 	r.lastNext = int64(tid)
-	r.wait.open, r.wait.held = false, false // a switch from the idle task: no wait's
-	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), 0, uint64(pid), uint64(tid), 0))
+	r.wait.open, r.wait.held = false, false // no wait's stack comes: the tracepoint's sample is not there
+	var state uint64
+	if prevTid != 0 {
+		state = trace.StateUnknown
+	} else {
+		prevPid = 0
+	}
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), uint64(prevTid), uint64(pid), uint64(tid), state))
 }

@@ -119,10 +119,11 @@ func TestWakeupsAndSwitchStacks(t *testing.T) {
 	t.Logf("%d reads: %d wake-ups (%d by the writer), %d switch-outs to wait, %d switch stacks (%d with user frames)", n, wakes, byWriter, waits, stacks, userStacks)
 }
 
-// perf's switch-in records: one from the idle task that sched_switch did
-// not report becomes a DISPATCH; one it reported, a switch-out record and
-// a switch-in from another thread do not.
-func TestSwitchInFromIdle(t *testing.T) {
+// perf's switch-in records: one that sched_switch did not report becomes
+// a DISPATCH (from the idle task with the idle task's state, from a
+// thread with StateUnknown); one it reported and a switch-out record do
+// not.
+func TestSwitchInNotReported(t *testing.T) {
 	sink := &memSink{}
 	s := &Session{sink: sink}
 	r := &ring{cpu: 1, lastNext: -1}
@@ -138,22 +139,33 @@ func TestSwitchInFromIdle(t *testing.T) {
 		return b
 	}
 	in := func(prevTid, tid uint32, tm uint64) {
-		s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, 0, body(0, prevTid, 50, tid, tm))
+		prevPid := uint32(0)
+		if prevTid != 0 {
+			prevPid = 70
+		}
+		s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, 0, body(prevPid, prevTid, 50, tid, tm))
 	}
 	in(0, 51, 100)  // not reported by sched_switch: written
 	in(0, 51, 101)  // already known to be on this CPU: not again
 	r.lastNext = 52 // sched_switch reported the switch to 52
 	in(0, 52, 200)  // not twice
-	in(77, 53, 300) // from a thread: its switch-out's state is unknown, left to the tracepoint
-	s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, unix.PERF_RECORD_MISC_SWITCH_OUT, body(0, 0, 50, 54, 400))
+	r.lastNext = 53 // sched_switch reported the switch from 77 to 53
+	in(77, 53, 300) // not twice
+	in(77, 54, 400) // a switch from a thread that sched_switch did not report: written, prev's state unknown
+	in(77, 54, 401) // not again
+	s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, unix.PERF_RECORD_MISC_SWITCH_OUT, body(0, 0, 50, 55, 500))
 	var got []rec
 	for _, x := range sink.recs {
 		if x.major == trace.MajorDispatch && x.minor == trace.DispatchSwitch {
 			got = append(got, x)
 		}
 	}
-	if len(got) != 1 || got[0].t != 100 || got[0].cpu != 1 || got[0].fields[1] != 0 || got[0].fields[2] != 50 || got[0].fields[3] != 51 || got[0].fields[4] != 0 {
-		t.Fatalf("DISPATCH records %+v, want one at 100 on CPU 1 from the idle task to 51 of 50", got)
+	want := []rec{
+		{1, trace.MajorDispatch, trace.DispatchSwitch, 100, []uint64{0, 0, 50, 51, 0}, ""},
+		{1, trace.MajorDispatch, trace.DispatchSwitch, 400, []uint64{70, 77, 50, 54, trace.StateUnknown}, ""},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("DISPATCH records %+v, want %+v", got, want)
 	}
 }
 

@@ -105,6 +105,11 @@ const (
 	StateParked    uint64 = 0x40  // P
 	StateIdle      uint64 = 0x80  // I: an idle kernel thread (the tracepoint's TASK_REPORT_IDLE)
 	StateRawNoLoad uint64 = 0x400 // the module's raw TASK_NOLOAD (D with it: idle)
+	// StateUnknown: the switch is known only from the next thread's
+	// switch-in (the agent's, from perf's switch record where
+	// sched_switch reported none); the state prev left in is not known.
+	// The low byte is 0.
+	StateUnknown uint64 = 0x80000000
 )
 
 // Minor codes of MajorInterrupt (exit = entry | ExitBit).
