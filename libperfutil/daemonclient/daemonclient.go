@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -497,12 +498,27 @@ func startUser(path string) error {
 	return waitSocket(path, logPath, exited)
 }
 
+// startWait bounds the wait for a started agent to open its socket. An
+// agent starts in well under a second; on a machine busy enough to hold a
+// new process from its CPU (or in an emulated guest) it takes longer, and
+// the caller is told after startNotice that it is still waiting.
+var startWait, startNotice = 2 * time.Minute, 5 * time.Second
+
+// noticeTo takes the notice (a variable for the tests).
+var noticeTo io.Writer = os.Stderr
+
+// waitSocket waits until the agent started on path opens it, or exits.
 func waitSocket(path, logPath string, exited <-chan error) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	start := time.Now()
+	told := false
+	for time.Since(start) < startWait {
 		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
 			c.Close()
 			return nil
+		}
+		if !told && time.Since(start) >= startNotice {
+			told = true
+			fmt.Fprintf(noticeTo, "%s: waiting for pitraced to open %s (a busy machine; its log: %s)\n", filepath.Base(os.Args[0]), path, logPath)
 		}
 		select {
 		case err := <-exited:
@@ -510,7 +526,7 @@ func waitSocket(path, logPath string, exited <-chan error) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("pitraced did not open %s within 5 s: see %s", path, logPath)
+	return fmt.Errorf("pitraced did not open %s within %v: see %s", path, startWait, logPath)
 }
 
 // Connect connects to the daemon listening on path, starting none: for
