@@ -293,14 +293,19 @@ func (s *Session) chainPCs(r *ring, b []byte) (pcs []uint64, kernel int, truncat
 // StateUnknown (its switch-out's state is in no record). One the
 // tracepoint reported is not written twice: the tracepoint's record
 // comes first in the CPU's ring (sched_switch runs before the switch,
-// perf's switch-in record after it).
+// perf's switch-in record after it). A switch-in whose thread perf could
+// not name (its id -1: seen for a thread of an exiting process) is not
+// written: the tracepoint reported it or nothing can.
+// noTid is the thread id perf writes for a thread it cannot name.
+const noTid = ^uint32(0)
+
 func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 || len(b) < 8 {
 		return
 	}
 	prevPid, prevTid := le32(b), le32(b[4:])
 	pid, tid, t, ok := sampleID(b[8:])
-	if !ok || tid == 0 || r.lastNext == int64(tid) {
+	if !ok || tid == 0 || tid == noTid || r.lastNext == int64(tid) {
 		return
 	}
 	r.lastNext = int64(tid)

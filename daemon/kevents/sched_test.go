@@ -153,6 +153,8 @@ func TestSwitchInNotReported(t *testing.T) {
 	in(77, 53, 300) // not twice
 	in(77, 54, 400) // a switch from a thread that sched_switch did not report: written, prev's state unknown
 	in(77, 54, 401) // not again
+	r.lastNext = 56
+	in(56, noTid, 450) // a thread perf could not name: not written
 	s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, unix.PERF_RECORD_MISC_SWITCH_OUT, body(0, 0, 50, 55, 500))
 	var got []rec
 	for _, x := range sink.recs {
