@@ -140,6 +140,7 @@ type ring struct {
 	fds    []int
 	leader int
 	rb     *perfring.Ring // the CPU's ring (the reader counts records and losses)
+	krb    *perfring.Ring // with the copier: the kernel's ring, rb its spill ring
 	mu     sync.Mutex
 	fields [8]uint64
 	pcs    []uint64 // a stack's PCs, reused
@@ -192,6 +193,9 @@ type Session struct {
 	// readerErr is why it has none (nil: it has one, or did not ask).
 	realtime  bool
 	readerErr error
+	// cp, with a real-time reader: the thread that moves the kernel's
+	// rings into spill rings for the reader (copier_cgo.go).
+	cp *copier
 	// demoted counts the windows the reader read at the ordinary policy
 	// (rtGuard): the records of those windows may be lost on a busy
 	// machine.
@@ -401,12 +405,37 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			}
 		}
 	}
+	if s.realtime {
+		if err := s.startCopier(); err != nil {
+			return nil, err
+		}
+	}
 	s.wg.Add(1)
 	started := make(chan error, 1)
 	go s.loop(started)
 	s.readerErr = <-started
 	ok = true
 	return s, nil
+}
+
+// startCopier puts the copier between the kernel's rings and the reader:
+// s.epfd (the kernel rings' fds) becomes the copier's, and the reader
+// waits on a set of its own holding the copier's wake-up.
+func (s *Session) startCopier() error {
+	cp, err := newCopier(s.rings, s.epfd)
+	if err != nil || cp == nil {
+		return err
+	}
+	s.cp = cp
+	s.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("epoll: %w", err)
+	}
+	if err := unix.EpollCtl(s.epfd, unix.EPOLL_CTL_ADD, cp.wakeFd(), &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
+		return fmt.Errorf("epoll add: %w", err)
+	}
+	cp.start(100)
+	return nil
 }
 
 // addFD records an event's identifier and redirects its output to the CPU's ring.
@@ -587,6 +616,9 @@ func (s *Session) loop(started chan<- error) {
 			return
 		}
 		_ = n
+		if s.cp != nil {
+			s.cp.ack()
+		}
 		// Drain every ring on each wake-up or timeout: records reach the
 		// sink within about 100 ms (Options.Poll) even below the
 		// watermark.
@@ -669,6 +701,12 @@ func (s *Session) Stop() error {
 				_ = unix.IoctlSetInt(fd, unix.PERF_EVENT_IOC_DISABLE, 0)
 			}
 		}
+		if s.cp != nil {
+			// Its last pass, then the reader reads what it left.
+			if err := s.cp.stop(); err != nil {
+				s.stopErr = err
+			}
+		}
 		close(s.stop)
 		if s.poller {
 			_ = s.pf.SetReadDeadline(time.Now())
@@ -693,8 +731,12 @@ func (s *Session) closeAll() {
 	if s.uw != nil {
 		s.uw.close()
 	}
+	if s.cp != nil && s.cp.stop() == nil {
+		s.cp.close() // the copier no longer reads the kernel's rings
+	}
 	for _, r := range s.rings {
 		_ = r.rb.Close()
+		_ = r.krb.Close()
 		for _, fd := range r.fds {
 			_ = unix.Close(fd)
 		}
@@ -717,8 +759,11 @@ func (s *Session) Stats() []CPUStats {
 	for _, r := range s.rings {
 		r.mu.Lock()
 		st := CPUStats{CPU: r.cpu}
-		if r.rb != nil {
-			st.Records, st.Lost = r.rb.Records, r.rb.Lost
+		for _, rb := range []*perfring.Ring{r.rb, r.krb} {
+			if rb != nil {
+				st.Records += rb.Records
+				st.Lost += rb.Lost
+			}
 		}
 		out = append(out, st)
 		r.mu.Unlock()
@@ -735,6 +780,9 @@ func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 // record not all written yet is read by the next call). Caller holds r.mu.
 func (s *Session) drain(r *ring) {
 	r.rb.Drain(r.decode)
+	if r.krb != nil && s.cp.direct() {
+		r.krb.Drain(r.decode) // what the copier left at its stop
+	}
 }
 
 // sampleID parses the sample_id trailer of a side-band record (sample type

@@ -17,6 +17,11 @@ package kevents
 // rings' size, and the kernel's real-time throttling (by default 5 % of
 // each second kept for ordinary tasks) bounds it too.
 //
+// A goroutine locked to a real-time thread still stalls when the runtime
+// preempts it (it waits for an ordinary thread of the runtime to hand it
+// a P): the copier (copier_cgo.go) keeps the kernel's rings drained
+// through those stalls.
+//
 // The goroutine keeps its thread to the end: a goroutine that exits
 // locked to its thread ends the thread, so the policy never reaches
 // another goroutine. SCHED_RESET_ON_FORK keeps it from any thread the

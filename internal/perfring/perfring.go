@@ -34,6 +34,10 @@ type Ring struct {
 	Records uint64
 	// Lost counts the records the kernel dropped, from its LOST records.
 	Lost uint64
+	// BeforeTail, when set, is called by Drain with the old and the new
+	// tail before it stores the new one: the data between is read, and
+	// still the reader's (a writer may not reuse it before the store).
+	BeforeTail func(old, tail uint64)
 	// Corrupt counts the times a record header with an impossible size
 	// (under 8 bytes or over the ring's size) was met: the reader then
 	// skips to the head, losing what was between (the kernel never writes
@@ -104,6 +108,7 @@ func (r *Ring) Drain(fn func(typ uint32, misc uint16, body []byte)) {
 	}
 	head := atomic.LoadUint64(&r.meta.Data_head) // the kernel's writes before head are visible
 	tail := atomic.LoadUint64(&r.meta.Data_tail)
+	old := tail
 	size := r.mask + 1
 	for tail+8 <= head {
 		off := tail & r.mask
@@ -147,5 +152,12 @@ func (r *Ring) Drain(fn func(typ uint32, misc uint16, body []byte)) {
 		fn(typ, misc, body)
 		tail += n
 	}
+	if r.BeforeTail != nil && tail != old {
+		r.BeforeTail(old, tail)
+	}
 	atomic.StoreUint64(&r.meta.Data_tail, tail) // the kernel may reuse what is before tail
 }
+
+// Layout is the ring's control page and its data (a power of two of
+// bytes): for a copier that reads or writes the ring outside Drain.
+func (r *Ring) Layout() (*unix.PerfEventMmapPage, []byte) { return r.meta, r.data }
