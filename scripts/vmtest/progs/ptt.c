@@ -834,21 +834,31 @@ static int resume_func(int icount)
 		nosleep_one();
 	CHECK(sy->resumes - r0 <= a->dispatches - d0, "20 getppid: resumes +%u, dispatches +%u",
 	      sy->resumes - r0, a->dispatches - d0);
-	/* each blocking call: one switch out and in, one resume */
-	r0 = sy->resumes;
-	s0 = sy->syscalls;
-	k0 = sy->resume_time[0];
-	d0 = a->dispatches;
-	for (i = 0; i < 10; i++)
-		sleep_one();
-	/* the figures before the printf's own write(2) */
-	s0 = sy->syscalls - s0;
-	r0 = sy->resumes - r0;
-	k0 = sy->resume_time[0] - k0;
-	d0 = a->dispatches - d0;
-	printf("ptt: resume: 10 nanosleeps: syscalls +%u, dispatches +%u, resumes +%u, resume_time +%llu (%llu a resume)\n",
-	       s0, d0, r0, (unsigned long long)k0, (unsigned long long)k0 / 10);
-	CHECK(s0 == 10 && r0 >= 10 && r0 <= d0, "10 nanosleeps: syscalls +%u, resumes +%u, dispatches +%u", s0, r0, d0);
+	/*
+	 * Each blocking call: one switch out and in, one resume.  A 200 us
+	 * nanosleep whose timer fires before the thread reaches schedule()
+	 * (a vCPU the busy host took away for longer) does not block: the
+	 * batch whose ten calls all switched is the one checked.
+	 */
+	for (int batch = 1;; batch++) {
+		r0 = sy->resumes;
+		s0 = sy->syscalls;
+		k0 = sy->resume_time[0];
+		d0 = a->dispatches;
+		for (i = 0; i < 10; i++)
+			sleep_one();
+		/* the figures before the printf's own write(2) */
+		s0 = sy->syscalls - s0;
+		r0 = sy->resumes - r0;
+		k0 = sy->resume_time[0] - k0;
+		d0 = a->dispatches - d0;
+		printf("ptt: resume: 10 nanosleeps (batch %d): syscalls +%u, dispatches +%u, resumes +%u, resume_time +%llu (%llu a resume)\n",
+		       batch, s0, d0, r0, (unsigned long long)k0, (unsigned long long)k0 / 10);
+		CHECK(s0 == 10 && r0 <= d0, "10 nanosleeps: syscalls +%u, resumes +%u, dispatches +%u", s0, r0, d0);
+		if (d0 >= 10 || batch == 20)
+			break;
+	}
+	CHECK(d0 >= 10 && r0 >= 10, "10 nanosleeps: resumes +%u, dispatches +%u (20 batches, none with every call switched)", r0, d0);
 	CHECK(k0 > 0, "no resume_time for 10 resumes");
 	/* a signal's delivery updates rseq too (ksig set): not a resume */
 	memset(&sa, 0, sizeof(sa));
