@@ -1109,6 +1109,7 @@ struct pttcpu {
 	volatile int at;	/* thread -> main */
 	uint64_t clk[4];
 	uint32_t cpu[4];
+	int tries[4];		/* the measures each phase took */
 };
 
 static uint64_t area_read(volatile struct pitrace_ptt_area *a, int i)
@@ -1142,12 +1143,25 @@ static void *ptt_on_cpu1(void *p)
 			sched_yield();
 		if (ph != 1)
 			pin(1);		/* phase 1: CPU 1 is offline */
-		usleep(100);		/* a dispatch: the perf value is current */
-		v0 = area_read(a, 1);
-		/* its CPU time: CPU 0 is shared with main's yields in phase 1 */
-		busy_cpu_ms(150);
-		usleep(100);
-		c->clk[ph] = area_read(a, 1) - v0;
+		/*
+		 * Up to three measures: the metric leaves out interrupts, and
+		 * under TCG a handler runs in real time, so a host that takes
+		 * the vCPU away during one can leave most of the 150 ms out
+		 * (7.6 ms counted beside a busy host).  A counter that runs
+		 * shows in one of them.
+		 */
+		for (c->tries[ph] = 1; c->tries[ph] <= 3; c->tries[ph]++) {
+			usleep(100);	/* a dispatch: the perf value is current */
+			v0 = area_read(a, 1);
+			/* its CPU time: CPU 0 is shared with main's yields in phase 1 */
+			busy_cpu_ms(150);
+			usleep(100);
+			c->clk[ph] = area_read(a, 1) - v0;
+			if (c->clk[ph] > 20000000)
+				break;
+		}
+		if (c->tries[ph] > 3)
+			c->tries[ph] = 3;
 		c->cpu[ph] = a->cpu;
 		c->at = ph + 1;
 	}
@@ -1217,8 +1231,8 @@ static int t_hotplug(void)
 	      (unsigned long long)r1c, (unsigned long long)r1d);
 	d1 = (double)pc.clk[1] / 1e6;
 	d2 = (double)pc.clk[2] / 1e6;
-	printf("harden: hotplug: PTT cpu-clock of 150 ms of busy CPU time: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back\n",
-	       (double)pc.clk[0] / 1e6, pc.cpu[0], d1, pc.cpu[1], d2, pc.cpu[2]);
+	printf("harden: hotplug: PTT cpu-clock of 150 ms of busy CPU time: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back (measures: %d, %d, %d)\n",
+	       (double)pc.clk[0] / 1e6, pc.cpu[0], d1, pc.cpu[1], d2, pc.cpu[2], pc.tries[0], pc.tries[1], pc.tries[2]);
 	CHECK(pc.cpu[0] == 1 && pc.cpu[1] == 0 && pc.cpu[2] == 1, "the thread ran on CPUs %u %u %u, want 1 0 1",
 	      pc.cpu[0], pc.cpu[1], pc.cpu[2]);
 	CHECK(d2 > 20 && d2 < 1000, "cpu-clock on the re-onlined CPU 1: %.1f ms for 150 ms of CPU time", d2);
