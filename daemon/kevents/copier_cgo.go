@@ -167,9 +167,6 @@ type copier struct {
 	stopped  atomic.Bool
 }
 
-// haveCopier: this build has the copier.
-const haveCopier = true
-
 // newCopier makes a spill ring for each of the session's rings and
 // points the ring's reader at it (its kernel ring kept as r.krb); epfd
 // is the set of the kernel rings' fds, which becomes the copier's (it

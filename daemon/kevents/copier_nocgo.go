@@ -6,8 +6,6 @@ package kevents
 // reads the kernel's rings itself, and a busy machine that keeps it from
 // running after a preemption can make the rings overflow.
 
-const haveCopier = false
-
 type copier struct{}
 
 func newCopier([]*ring, int) (*copier, error) { return nil, nil }

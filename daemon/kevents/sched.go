@@ -275,6 +275,9 @@ func (s *Session) chainPCs(r *ring, b []byte) (pcs []uint64, kernel int, truncat
 	return pcs, kernel, len(pcs) >= s.maxStack
 }
 
+// noTid is the thread id perf writes for a thread it cannot name.
+const noTid = ^uint32(0)
+
 // switchIn reads perf's own switch record (PERF_RECORD_SWITCH_CPU_WIDE,
 // written from the scheduler's perf hooks, not from the sched_switch
 // tracepoint), for the switch-ins sched_switch did not report. Some
@@ -296,9 +299,6 @@ func (s *Session) chainPCs(r *ring, b []byte) (pcs []uint64, kernel int, truncat
 // perf's switch-in record after it). A switch-in whose thread perf could
 // not name (its id -1: seen for a thread of an exiting process) is not
 // written: the tracepoint reported it or nothing can.
-// noTid is the thread id perf writes for a thread it cannot name.
-const noTid = ^uint32(0)
-
 func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 || len(b) < 8 {
 		return
