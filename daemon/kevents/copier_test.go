@@ -116,3 +116,32 @@ func short(b []byte) string {
 	}
 	return fmt.Sprintf("%x", b)
 }
+
+// A header the kernel would never write (a size under 8) ends the
+// copier's pass instead of looping on it: what fits is handed on, and
+// the reader counts the corrupt header and skips to the head; the copier
+// takes no more than the spill ring's room.
+func TestCopierCorruptHeader(t *testing.T) {
+	k := mappedRing(t, 1)
+	s := mappedRing(t, 1)
+	if !kernelWrite(k, 7, make([]byte, 16)) {
+		t.Fatal("kernel ring full")
+	}
+	meta, data := k.Layout()
+	head := atomic.LoadUint64(&meta.Data_head)
+	binary.LittleEndian.PutUint64(data[head:], 0) // size 0
+	atomic.StoreUint64(&meta.Data_head, head+uint64(len(data)/2))
+	_, moved := copyPass(k, s)
+	smeta, _ := s.Layout()
+	if !moved || smeta.Data_head > uint64(len(data)) {
+		t.Fatalf("moved %v, spill head %d (room %d)", moved, smeta.Data_head, len(data))
+	}
+	var n int
+	s.Drain(func(typ uint32, misc uint16, body []byte) { n++ })
+	if n != 1 || s.Corrupt != 1 {
+		t.Fatalf("%d records read (want the one before the bad header), %d corrupt headers (want 1)", n, s.Corrupt)
+	}
+	if _, moved := copyPass(k, s); moved {
+		t.Fatalf("a second pass moved more: the kernel ring's bytes were all handed on")
+	}
+}
