@@ -142,7 +142,7 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 		}
 		th.rep, th.repRCX = r.End, rcx
 		t.stats.BreakpointRuns++
-		if err := ptraceSig(unix.PTRACE_CONT, th.tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := t.cont(th, unix.PTRACE_CONT, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 			return true, fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
 		}
 		return true, nil
@@ -181,7 +181,7 @@ func (t *Tracer) bpResume(th *thread, sig int) (bool, error) {
 		}
 	}
 	t.stats.BreakpointRuns++
-	if err := ptraceSig(unix.PTRACE_CONT, th.tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := t.cont(th, unix.PTRACE_CONT, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 		return true, fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
 	}
 	return true, nil

@@ -111,6 +111,7 @@ type thread struct {
 	as       *insnCache
 	stepping bool   // false: attached, waiting for exec (AtExec)
 	running  bool   // resumed, stop not yet seen
+	req      int    // the ptrace request it was resumed with (0: not resumed since its last stop)
 	ip       uint64 // next instruction to execute
 	start    uint64 // block start
 	count    uint32 // instructions executed in the block
@@ -642,8 +643,8 @@ func (t *Tracer) resume(th *thread, sig int) error {
 			th.block, th.blk, th.cur = true, b, x86branch.Insn{}
 			if t.opts.emulateBTF {
 				th.emuIP, th.emuN = th.ip, 0
-				err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, 0)
-			} else if err = ptraceSig(unix.PTRACE_SINGLEBLOCK, th.tid, 0); errors.Is(err, unix.EIO) {
+				err = t.cont(th, unix.PTRACE_SINGLESTEP, 0)
+			} else if err = t.cont(th, unix.PTRACE_SINGLEBLOCK, 0); errors.Is(err, unix.EIO) {
 				t.setBTF(btfIgnored, "PTRACE_SINGLEBLOCK is refused (EIO)")
 				th.block = false
 			}
@@ -658,10 +659,10 @@ func (t *Tracer) resume(th *thread, sig int) error {
 			}
 			th.cur = t.classify(th, th.ip)
 			t.stats.SingleSteps++
-			err = ptraceSig(unix.PTRACE_SINGLESTEP, th.tid, sig)
+			err = t.cont(th, unix.PTRACE_SINGLESTEP, sig)
 		}
 	} else {
-		err = ptraceSig(unix.PTRACE_CONT, th.tid, sig)
+		err = t.cont(th, unix.PTRACE_CONT, sig)
 	}
 	if err != nil && !errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
@@ -863,6 +864,37 @@ func (t *Tracer) logMismatch(th *thread, start, stop uint64, got x86branch.Block
 			t.opts.Log("%s", mp)
 		}
 	}
+}
+
+// cont resumes th with req (a step, a block step or a run to a breakpoint)
+// and keeps req for the case renotified handles.
+func (t *Tracer) cont(th *thread, req, sig int) error {
+	th.req = req
+	return ptraceSig(req, th.tid, sig)
+}
+
+// renotified resumes th again with req, the request it was resumed with,
+// after a job-control stop that came before that request's trap: a seized
+// thread stops for PTRACE_EVENT_STOP (a SIGCONT sent to its process, or a
+// group stop) on its way back to user mode, and a step's or a
+// breakpoint's SIGTRAP already queued then is reported only at the next
+// resume, at the same address, with no instruction run. Accounting that
+// stop as the end of the step or run would count its instructions and
+// then the late trap again; resumed as it was, the thread reports the
+// queued trap (or, none queued, runs on to it) and the trap is accounted
+// as it would have been. Job-control stops are not honoured while traced.
+// It is not used once the session stops (Stop's PTRACE_INTERRUPT ends a
+// step with the same stop) or for a thread to let go.
+func (t *Tracer) renotified(th *thread, ws unix.WaitStatus, req int, stopping bool) (bool, error) {
+	if req == 0 || !ws.Stopped() || int(ws>>16) != unix.PTRACE_EVENT_STOP || stopping || t.stop.Load() || th.detach {
+		return false, nil
+	}
+	t.stats.NotifyStops++
+	if err := t.cont(th, req, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return true, fmt.Errorf("itrace: resume thread %d: %w", th.tid, err)
+	}
+	th.running = true
+	return true, nil
 }
 
 func ptraceSig(req, tid, sig int) error {
@@ -1097,6 +1129,14 @@ func (t *Tracer) loop() error {
 			}
 		}
 		th.running = false
+		req := th.req
+		th.req = 0
+		if again, err := t.renotified(th, ws, req, stopping); again {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if th.rep.Addr != 0 {
 			trap := ws.Stopped() && ws.StopSignal() == unix.SIGTRAP && ws.TrapCause() == 0
 			if !ws.Stopped() || unix.PtraceGetRegs(tid, &regs) != nil {
@@ -1169,7 +1209,7 @@ func (t *Tracer) loop() error {
 					if !t.stop.Load() {
 						// no trap at a fall-through: step on silently
 						th.emuIP, th.block, th.running = regs.Rip, true, true
-						if err := ptraceSig(unix.PTRACE_SINGLESTEP, tid, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+						if err := t.cont(th, unix.PTRACE_SINGLESTEP, 0); err != nil && !errors.Is(err, unix.ESRCH) {
 							return fmt.Errorf("itrace: resume thread %d: %w", tid, err)
 						}
 						continue

@@ -105,6 +105,13 @@ func startStopped(t *testing.T, prog string, args ...string) *exec.Cmd {
 // once it ended.
 func traceToEnd(t *testing.T, cmd *exec.Cmd, opts Options, sink Sink) Stats {
 	t.Helper()
+	return traceToEndBeside(t, cmd, opts, sink, nil)
+}
+
+// traceToEndBeside is traceToEnd with beside (if not nil) running, from
+// the program's start until the tracer ended, in a goroutine of its own.
+func traceToEndBeside(t *testing.T, cmd *exec.Cmd, opts Options, sink Sink, beside func(p *os.Process, done <-chan struct{})) Stats {
+	t.Helper()
 	opts.PIDs, opts.AtExec = []int{cmd.Process.Pid}, true
 	if opts.Log == nil {
 		opts.Log = t.Logf
@@ -115,6 +122,15 @@ func traceToEnd(t *testing.T, cmd *exec.Cmd, opts Options, sink Sink) Stats {
 		t.Fatal(err)
 	}
 	_ = cmd.Process.Signal(syscall.SIGCONT)
+	if beside != nil {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			beside(cmd.Process, tr.Done())
+		}()
+		defer wg.Wait()
+	}
 	// The tracer ends when the program's last thread exited. (Waiting for
 	// the child before that would take the tracer's ptrace stops: the test
 	// process is both the parent and the tracer.)
@@ -240,10 +256,17 @@ func traceExample(t *testing.T, opts Options) Stats {
 
 // traceExampleRecords is traceExample that also returns the records.
 func traceExampleRecords(t *testing.T, opts Options) (Stats, []trace.Record) {
+	return traceExampleBeside(t, opts, nil)
+}
+
+// traceExampleBeside is traceExampleRecords with beside, if not nil,
+// running while the example is traced (given the example's process and
+// a channel closed when the tracer ended).
+func traceExampleBeside(t *testing.T, opts Options, beside func(p *os.Process, done <-chan struct{})) (Stats, []trace.Record) {
 	prog, cg := exampleProg(t)
 	cmd := startStopped(t, prog, exampleN)
 	sink := &capture{}
-	st := traceToEnd(t, cmd, opts, sink)
+	st := traceToEndBeside(t, cmd, opts, sink, beside)
 	t.Logf("traced %d instructions, %d records, %d threads, %d syscalls, %d signals", st.Instructions, st.Records, st.Traced, st.Syscalls, st.Signals)
 	t.Logf("stepping %q: BTF %q, %d single steps, %d block steps; block decoder: %d checked, %d disagreements, %d ambiguous, %d uncounted; %d lost traps",
 		st.Step, st.BTF, st.SingleSteps, st.BlockSteps, st.BlocksChecked, st.BlockMismatches, st.BlocksAmbiguous, st.BlocksLost, st.LostTraps)

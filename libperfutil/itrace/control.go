@@ -129,6 +129,10 @@ type StepCounts struct {
 	BreakpointRuns  uint64 `json:"breakpoint_runs,omitempty"`
 	BreakpointStops uint64 `json:"breakpoint_stops,omitempty"`
 	BreakpointFails uint64 `json:"breakpoint_fails,omitempty"`
+	// Job-control stops (PTRACE_EVENT_STOP: a SIGCONT, a group stop)
+	// between a resume and its trap: resumed as they were, the trap that
+	// followed accounted.
+	NotifyStops uint64 `json:"notify_stops,omitempty"`
 }
 
 // Add sums o's counts into s (the step mode and BTF finding: o's, if set).
@@ -144,6 +148,7 @@ func (s *StepCounts) Add(o StepCounts) {
 	s.BlockNs += o.BlockNs
 	s.BlocksAmbiguous += o.BlocksAmbiguous
 	s.BlocksLost += o.BlocksLost
+	s.NotifyStops += o.NotifyStops
 	s.LostTraps += o.LostTraps
 	s.VerifySingle += o.VerifySingle
 	s.StackReads += o.StackReads
