@@ -362,6 +362,25 @@ func (m *Module) SymbolStart(fileOff uint64) (start uint64, ok bool) {
 	return s.Addr, ok
 }
 
+// SymbolAt is the symbol at a virtual address of the module (what
+// Symbol finds at the file offset that address has), its name demangled.
+func (m *Module) SymbolAt(va uint64) (s Sym, ok bool) {
+	if m.Err != nil {
+		return Sym{}, false
+	}
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			s, ok = Sym{}, false
+		}
+	}()
+	if s, ok = m.tab.find(va); !ok || s.Name == "" {
+		return Sym{}, false
+	}
+	s.Name = strings.Clone(m.demangle(s.Name))
+	return s, true
+}
+
 // demangle demangles a symbol name once (names are demangled on first use,
 // not at load: most of a module's symbols are never hit).
 func (m *Module) demangle(name string) string {

@@ -24,6 +24,14 @@ type Blocks struct {
 	counts  map[string]map[blockPos]uint64 // by function key
 	sites   map[[2]string]uint64           // a call instruction's address by caller and callee
 	entries map[string]uint64              // a function's first instruction (where a block at offset 0 started)
+
+	// OnBlock, if set, is given every block counted whose first
+	// instruction is in a module's file: the module, the file's address
+	// of the block's first instruction, the offset of its last from it
+	// (-1 where the record does not say: a thread's end) and the
+	// instructions the block ran (once through it; a rep string
+	// instruction's iterations make more than its instructions).
+	OnBlock func(module string, start uint64, last int64, count uint32)
 }
 
 // FileAddresser is a Namer that knows where an address of a process is
@@ -41,6 +49,7 @@ type place struct {
 	off  uint64
 	line int
 	addr uint64
+	mod  string // the module of addr, when addr is its file's address
 }
 
 type blockThread struct {
@@ -86,7 +95,7 @@ func (bl *Blocks) place(pid uint32, addr uint64) place {
 	p := place{key: Key(fn), plt: fn.PLT, off: off, line: line, addr: addr}
 	if bl.fa != nil {
 		if a, ok := bl.fa.FileAddr(pid, addr); ok {
-			p.addr = a
+			p.addr, p.mod = a, fn.Module
 		}
 	}
 	bl.places[k] = p
@@ -119,7 +128,7 @@ func (bl *Blocks) Apply(r *trace.Record) {
 			th := bl.thread(uint32(r.Field(0)), uint32(r.Field(1)))
 			bl.cur[r.CPU] = th
 			if th.started {
-				bl.block(th, uint32(r.Field(2)))
+				bl.block(th, uint32(r.Field(2)), -1)
 			}
 			th.started = false
 			return
@@ -136,8 +145,8 @@ func (bl *Blocks) Apply(r *trace.Record) {
 		}
 		return
 	}
+	bl.block(th, count, int64(from))
 	from += th.start
-	bl.block(th, count)
 	if r.Major == trace.MajorITraceU {
 		bl.branch(th, r.Minor, from, to)
 	}
@@ -177,12 +186,16 @@ func (bl *Blocks) site(caller, callee string, addr uint64) {
 	}
 }
 
-// block counts count instructions of th's block (at th.start).
-func (bl *Blocks) block(th *blockThread, count uint32) {
+// block counts count instructions of th's block (at th.start, its last
+// instruction at offset last; -1: not known).
+func (bl *Blocks) block(th *blockThread, count uint32, last int64) {
 	if count == 0 {
 		return
 	}
 	p := bl.place(th.pid, th.start)
+	if bl.OnBlock != nil && p.mod != "" {
+		bl.OnBlock(p.mod, p.addr, last, count)
+	}
 	k, line := p.key, p.line
 	if p.plt && th.lastFn != "" {
 		k, line = th.lastFn, 0

@@ -22,6 +22,9 @@ import (
 type itraceFlagValues struct {
 	arc, report             bool
 	callgrind, folded, prof string
+	// annotate: --annotate's function, whose instructions the pass
+	// counts (not an ITrace flag: --annotate covers both kinds of trace)
+	annotate string
 }
 
 func itraceFlags(itraceOpt *itraceFlagValues) []cli.Flag {
@@ -100,6 +103,7 @@ type itracePass struct {
 	namer  *a2nNamer
 	rep    *itrace.Report
 	blocks *itrace.Blocks // callgrind's instruction positions
+	spans  *spans         // annotate's blocks
 	arcF   *os.File
 	arcW   *bufio.Writer
 	arcErr error
@@ -107,7 +111,7 @@ type itracePass struct {
 
 // newITracePass starts the ITrace reports of opt (nil: none asked for).
 func newITracePass(opt itraceFlagValues, in string, r *a2n.Resolver, outDir string, stdout io.Writer) *itracePass {
-	if !opt.any() {
+	if !opt.any() && opt.annotate == "" {
 		return nil
 	}
 	if opt.callgrind != "" || opt.arc {
@@ -124,8 +128,12 @@ func newITracePass(opt itraceFlagValues, in string, r *a2n.Resolver, outDir stri
 		}
 	}
 	p.rep = itrace.NewReport(p.namer, onBranch)
-	if opt.callgrind != "" {
+	if opt.callgrind != "" || opt.annotate != "" {
 		p.blocks = itrace.NewBlocks(p.namer)
+	}
+	if opt.annotate != "" {
+		p.spans = newSpans()
+		p.blocks.OnBlock = p.spans.add
 	}
 	if opt.folded != "" || opt.prof != "" {
 		p.rep.EnableStacks()
@@ -153,7 +161,7 @@ func (p *itracePass) finish() error {
 		return p.arcErr
 	}
 	p.rep.Finish()
-	if p.rep.Instructions == 0 {
+	if p.rep.Instructions == 0 && p.opt.any() {
 		fmt.Fprintf(p.stdout, "post: %s holds no ITrace records (swtrace itrace on, or scripts/run.itrace)\n", p.in)
 	}
 	for _, write := range []func() error{p.writeArc, p.writeReport, p.writeCallgrind, p.writeFolded, p.writePprof} {

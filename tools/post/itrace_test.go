@@ -107,6 +107,7 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 		}
 	}
 	checkCallgrindPositions(t, filepath.Join(dir, "callgrind.out"), prog)
+	checkITraceAnnotate(t, dir, want)
 	// The arc report: a line per taken branch, the example's calls among them.
 	f, err := os.Open(filepath.Join(dir, "arc"))
 	if err != nil {
@@ -256,4 +257,52 @@ func checkCallgrindPositions(t *testing.T, path, prog string) {
 		t.Fatalf("callgrind_annotate --auto=yes does not show leaf_loop and its annotated loop:\n%s", ann)
 	}
 	t.Logf("callgrind: %d instruction positions in the example's functions, %d in them, the others in PLT stubs", checked, inFn)
+}
+
+// checkITraceAnnotate: post --annotate FUNC on the ITrace of the example
+// gives every instruction of FUNC its exact count: their sum is
+// callgrind's count of the function (fib, leaf_loop, copy_rep with its
+// rep movsb's iterations), every instruction of leaf (straight-line code)
+// ran once per call, and the source line of leaf_loop's call has its
+// count.
+func checkITraceAnnotate(t *testing.T, dir string, want map[string]*itrace.CGFunc) {
+	t.Helper()
+	nrm := filepath.Join(dir, "swtrace.nrm2")
+	for _, fn := range []string{"leaf", "leaf_loop", "fib", "copy_rep"} {
+		out := filepath.Join(dir, "annotate-"+fn)
+		if _, errs, code := runPost(t, out, "-r", nrm, "--annotate", fn); code != 0 {
+			t.Fatalf("post --annotate %s: %s", fn, errs)
+		}
+		b, err := os.ReadFile(filepath.Join(out, "annotate.out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		var sum uint64
+		var counts []uint64
+		for _, m := range regexp.MustCompile(`(?m)^\s*[0-9.]+ :\s+(\d+)\s+[0-9a-f]+:  \S`).FindAllStringSubmatch(text, -1) {
+			n, _ := strconv.ParseUint(m[1], 10, 64)
+			sum += n
+			counts = append(counts, n)
+		}
+		w := want[fn]
+		if w == nil || sum != w.Self {
+			t.Errorf("annotate %s: %d instructions at its instructions, callgrind %v:\n%s", fn, sum, w, text)
+			continue
+		}
+		switch fn {
+		case "leaf":
+			for _, n := range counts {
+				if n != w.Calls {
+					t.Errorf("annotate leaf: an instruction counted %d times, leaf was called %d times:\n%s", n, w.Calls, text)
+					break
+				}
+			}
+		case "leaf_loop":
+			if !regexp.MustCompile(`itrace\.c:67  s \+= leaf\(i\);   \[line: [1-9][0-9]*, `).MatchString(text) {
+				t.Errorf("annotate leaf_loop: no count on the line of its call:\n%s", text)
+			}
+		}
+		t.Logf("annotate %-9s %7d instructions at %d instructions (= callgrind)", fn, sum, len(counts))
+	}
 }

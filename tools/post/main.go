@@ -74,7 +74,7 @@ func newApp(o *options, stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "folded", Usage: "also write folded stacks to `FILE` for flamegraph.pl: process;root;...;leaf with call stacks in the trace (swtrace enable callstack, run.tprof -g), else process;module;symbol", Destination: &o.folded},
 			&cli.StringFlag{Name: "flame", Usage: "also write a flame graph as SVG to `FILE` (no Perl needed)", Destination: &o.flame},
 			&cli.StringFlag{Name: "diff", Usage: "with --flame: a differential flame graph against the folded stacks in `FILE` (post --folded of the earlier run): red where a frame's share grew, blue where it shrank", Destination: &o.diff},
-			&cli.StringFlag{Name: "annotate", Usage: "write annotate.out: the disassembly of the function named `FUNC` with the ticks at each instruction and its source lines (perf annotate's view)", Destination: &o.annotate},
+			&cli.StringFlag{Name: "annotate", Usage: "write annotate.out: the disassembly of the function named `FUNC` with, at each instruction and source line, tprof's ticks and ITrace's exact instruction counts (perf annotate's view)", Destination: &o.annotate},
 			&cli.StringFlag{Name: "script", Usage: "write every tprof sample with its call stack to `FILE` as perf script does (stackcollapse-perf.pl reads it)", Destination: &o.script},
 			&cli.StringFlag{Name: "o", Value: ".", Usage: "write post.show, tprof.out and the ITrace reports into `DIR`", Destination: &o.outDir},
 			&cli.StringFlag{Name: "perfmap-dir", Usage: "`DIR` of perf-PID.map / jit-PID.dump files (default /tmp)", Destination: &o.perfmap},
@@ -263,9 +263,8 @@ func post(o *options, stdout, stderr io.Writer) error {
 	onRecord := ps.onRecord()
 	sel := newSelection(o.filter)
 	opt := tprof.Options{Filter: o.filter, OnRecord: onRecord, Unnamed: ps.unnamed(),
-		// the profile's addresses and lines (a run with record passes
-		// writes the profile without them)
-		Addresses: (o.pprofOut != "" || o.annotate != "") && onRecord == nil}
+		// the profile's addresses and lines, annotate's ticks
+		Addresses: o.pprofOut != "" || o.annotate != ""}
 	var read tprof.Progress
 	prog := newProgress(stderr, o.progress, tprof.TraceBytes(f), read.Read)
 	if prog != nil {
@@ -341,25 +340,9 @@ func post(o *options, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "post: wrote %s (go tool pprof -http=: %s)\n", pprofOut, pprofOut)
 	}
 	if o.annotate != "" {
-		path := filepath.Join(outDir, "annotate.out")
-		af, aw, err := create(path)
-		if err != nil {
+		if err := writeAnnotate(filepath.Join(outDir, "annotate.out"), o.annotate, rep, ps.itrace(), stdout); err != nil {
 			return err
 		}
-		err = rep.WriteAnnotate(aw, o.annotate)
-		if err == nil {
-			err = aw.Flush()
-		}
-		if cerr := af.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			if onRecord != nil {
-				return fmt.Errorf("%w: --annotate is made in a run without -show, --script and the ITrace and merge reports", err)
-			}
-			return err
-		}
-		fmt.Fprintf(stdout, "post: wrote %s\n", path)
 	}
 	if folded := o.folded; folded != "" {
 		ff, fw, err := create(folded)
@@ -445,7 +428,9 @@ func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer
 		}
 		ps = append(ps, scriptPass{w, o.script, stdout})
 	}
-	if p := newITracePass(o.itrace, o.in, r, o.outDir, stdout); p != nil {
+	itraceOpt := o.itrace
+	itraceOpt.annotate = o.annotate
+	if p := newITracePass(itraceOpt, o.in, r, o.outDir, stdout); p != nil {
 		ps = append(ps, p)
 	}
 	if p := newMergePass(o.merge, r, o.outDir, stdout); p != nil {

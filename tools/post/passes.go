@@ -44,11 +44,27 @@ func (ps passes) onRecord() func(*trace.Record, *a2n.Result) {
 // selection keeps it): the reader then names no tick.
 func (ps passes) unnamed() bool {
 	for _, p := range ps {
-		if h, ok := p.(hookPass); !ok || !h.unnamed {
+		switch p := p.(type) {
+		case hookPass:
+			if !p.unnamed {
+				return false
+			}
+		case *itracePass: // (ITrace's records name their own addresses)
+		default:
 			return false
 		}
 	}
 	return true
+}
+
+// itrace is the run's ITrace pass (nil: none).
+func (ps passes) itrace() *itracePass {
+	for _, p := range ps {
+		if it, ok := p.(*itracePass); ok {
+			return it
+		}
+	}
+	return nil
 }
 
 // finish ends every pass, in order; the first error stops.
