@@ -113,9 +113,10 @@ func tprofShares(text string) (total, kernel int, sym map[string]int) {
 
 // run.tprof of a Java hot loop with the agent in tprof mode names the hot
 // JIT-compiled method (most of the JVM's ticks) from the trace's JIT_LOAD
-// records alone (post run again with an empty perf-map directory), and its
-// share of the user-mode ticks agrees within 2 points with perf record
-// (cpu-clock) + jcmd Compiler.perfmap of the same run. The agent's Java
+// records alone (post run again with an empty perf-map directory): as many
+// of the same ticks as the JVM's own perf map names (jcmd
+// Compiler.perfmap), and its share of the user-mode ticks agrees within 3
+// points with perf record (cpu-clock) + that perf map of the same run. The agent's Java
 // stack sampler is off: its per-thread CPU-time timer (1 kHz) and perf's
 // per-task one (4 kHz) expire together, so perf's samples land in the
 // sampler's signal handler more often than its share of the time (2.6
@@ -231,6 +232,27 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	}
 	ours := 100 * float64(hot) / float64(total)
 
+	// The same ticks named by the JVM's own perf map (jcmd
+	// Compiler.perfmap, written after the loop): the JIT_LOAD records must
+	// name as many of them HotLoop.spin (the map holds only the code alive
+	// at its writing, the records every version in its time), and at most
+	// 1 % of the user-mode ticks more (code the map no longer holds).
+	withMap := filepath.Join(dir, "withmap")
+	os.Mkdir(withMap, 0o755)
+	post = exec.Command(filepath.Join(root, "bin", "post"), "-r", filepath.Join(dir, "swtrace.nrm2"), "-o", withMap, "--perfmap-dir", filepath.Dir(perfMap), "--pid", strconv.Itoa(pid), "-tprof")
+	if out, err := post.CombinedOutput(); err != nil {
+		t.Fatalf("post with the perf map: %v\n%s", err, out)
+	}
+	mapText, err := os.ReadFile(filepath.Join(withMap, "tprof.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapTotal, _, mapSyms := tprofShares(string(mapText))
+	t.Logf("the same %d ticks: HotLoop.spin %d named by the JIT_LOAD records, %d by the JVM's perf map", total, hot, mapSyms["HotLoop.spin"])
+	if mh := mapSyms["HotLoop.spin"]; mapTotal != total || hot < mh || 100*(hot-mh) > total-kernel {
+		t.Errorf("HotLoop.spin: %d of %d ticks named by the JIT_LOAD records, %d of %d by the JVM's perf map (want as many, up to 1 %% of the user-mode ticks more)", hot, total, mh, mapTotal)
+	}
+
 	// perf's share of the same method, named by the JVM's perf map.
 	rep := exec.Command("perf", "report", "-i", perfData, "--stdio", "--sort", "sym", "-F", "overhead,sym")
 	out, err := rep.Output()
@@ -273,9 +295,14 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	// Two samplers of the same threads at the same rate: their shares
 	// differ by chance with a standard deviation of sqrt(2 p (1-p) / n)
 	// (n user-mode ticks each); a loaded host gives the JVM fewer ticks
-	// than the 6000 planned, so the bound is 3 of those, at least 2 points.
+	// than the 6000 planned, so the bound is 3 of those, at least 3
+	// points: the samplers are not of one kind (tprof's per-CPU timer
+	// ticks take whatever runs when they fire, perf's per-task cpu-clock
+	// counts the threads' CPU time), and beside a build and a benchmark
+	// their shares of the method were seen 2.35 points apart in 4,610
+	// ticks. The naming itself is checked exactly above, on the same ticks.
 	p, n := oursUser/100, float64(total-kernel)
-	bound := max(2, 300*math.Sqrt(2*p*(1-p)/n))
+	bound := max(3, 300*math.Sqrt(2*p*(1-p)/n))
 	if d := oursUser - theirsUser; d > bound || d < -bound {
 		t.Errorf("HotLoop.spin's share of the user-mode ticks: tprof %.2f %% vs perf %.2f %%: more than %.2f points apart (%d ticks)\n%s", oursUser, theirsUser, bound, total-kernel, out)
 	}
