@@ -108,6 +108,9 @@ func (rep *Report) WritePprof(out io.Writer) error {
 	}
 	it := pprofloc.ValueType{Type: "instructions", Unit: "count"}
 	w := &pprofWriter{rep: rep, s: pprofloc.NewStream(out, []pprofloc.ValueType{it}, it, 1), segs: map[int32][]segment{}, at: map[filePlace]uint64{}}
+	if rep.placer != nil {
+		w.busiestFirst()
+	}
 	for _, p := range rep.pids() {
 		r := rep.stacks.roots[p]
 		sortKids(r.kids)
@@ -132,6 +135,32 @@ type pprofWriter struct {
 // segment is a mapping of a module: its addresses and mapping ID.
 type segment struct {
 	start, limit, id uint64
+}
+
+// busiestFirst makes the mapping of the module that ran the most
+// instructions the first, which pprof takes for the main binary (its
+// File: line): the segment of its lowest leaf address.
+func (w *pprofWriter) busiestFirst() {
+	t := w.rep.stacks
+	insns := make([]uint64, len(t.mods)+1)
+	low := make([]uint64, len(t.mods)+1)
+	for _, n := range t.kids {
+		for b, r := range n.blocks {
+			insns[b.mod] += r.insns
+			if low[b.mod] == 0 || b.va < low[b.mod] {
+				low[b.mod] = b.va
+			}
+		}
+	}
+	best := int32(0)
+	for i := int32(1); i < int32(len(insns)); i++ {
+		if insns[i] > insns[best] || insns[i] == insns[best] && best > 0 && t.mods[i-1] < t.mods[best-1] {
+			best = i
+		}
+	}
+	if best > 0 {
+		w.mapping(filePlace{best, low[best]}, t.mods[best-1])
+	}
 }
 
 // node writes n's samples, then its callees'.

@@ -129,6 +129,9 @@ func TestPprofAddresses(t *testing.T) {
 				t.Errorf("%s: without a Placer, a location at %#x", c.name, l.Address)
 			}
 		}
+		if len(p.Mapping) == 0 || p.Mapping[0].File != "/bin/prog" {
+			t.Errorf("%s: the first mapping is not /bin/prog's, the module with the most instructions: %v", c.name, p.Mapping)
+		}
 		got := map[at]int64{}
 		flat := map[string]int64{}
 		sites := map[[2]uint64]bool{}
