@@ -46,18 +46,20 @@ type filePlace struct {
 	va  uint64
 }
 
-// leafBlock is a block run as a call path's leaf: its module (as in
-// filePlace), first instruction and the offset of its last (-1: not
-// known).
+// leafBlock is a block run as a call path's leaf: the traced address of
+// its first instruction and the offset of its last (-1: not known).
 type leafBlock struct {
-	mod  int32
-	va   uint64
+	addr uint64
 	last int64
 }
 
-// leafRuns is how often a leaf block ran and its instructions in all.
+// leafRuns is how often a leaf block ran, its instructions in all and
+// where its first instruction is in its module's file (placed the first
+// time it ran: a path's function, named with its module, holds no other
+// module's code at that address later).
 type leafRuns struct {
 	runs, insns uint64
+	at          filePlace
 }
 
 // PlaceStacks gives the stacks (EnableStacks) addresses: WritePprof then
@@ -83,17 +85,13 @@ func (rep *Report) place(pid uint32, addr uint64) filePlace {
 // addLeafBlock counts th's block (count instructions, its last at offset
 // last) as a block of n's leaf.
 func (rep *Report) addLeafBlock(th *threadState, n *stackNode, count uint32, last int64) {
-	p := rep.place(th.pid, th.start)
-	if p.mod == 0 {
-		return
-	}
 	if n.blocks == nil {
 		n.blocks = map[leafBlock]*leafRuns{}
 	}
-	k := leafBlock{p.mod, p.va, last}
+	k := leafBlock{th.start, last}
 	r := n.blocks[k]
 	if r == nil {
-		r = &leafRuns{}
+		r = &leafRuns{at: rep.place(th.pid, th.start)}
 		n.blocks[k] = r
 	}
 	r.runs++
@@ -145,15 +143,15 @@ func (w *pprofWriter) busiestFirst() {
 	insns := make([]uint64, len(t.mods)+1)
 	low := make([]uint64, len(t.mods)+1)
 	for _, n := range t.kids {
-		for b, r := range n.blocks {
-			insns[b.mod] += r.insns
-			if low[b.mod] == 0 || b.va < low[b.mod] {
-				low[b.mod] = b.va
+		for _, r := range n.blocks {
+			insns[r.at.mod] += r.insns
+			if r.at.mod > 0 && (low[r.at.mod] == 0 || r.at.va < low[r.at.mod]) {
+				low[r.at.mod] = r.at.va
 			}
 		}
 	}
 	best := int32(0)
-	for i := int32(1); i < int32(len(insns)); i++ {
+	for i := int32(1); i < int32(len(insns)); i++ { // (insns[0]: blocks in no file)
 		if insns[i] > insns[best] || insns[i] == insns[best] && best > 0 && t.mods[i-1] < t.mods[best-1] {
 			best = i
 		}
@@ -185,10 +183,14 @@ func (w *pprofWriter) leaf(n *stackNode) {
 	if w.rep.placer != nil {
 		clear(w.at)
 		for b, r := range n.blocks {
+			p := r.at
+			if p.mod == 0 {
+				continue // in no file: at the function
+			}
 			rest -= r.insns
-			mod := w.rep.stacks.mods[b.mod-1]
-			if !w.rep.placer.Spread(mod, b.va, b.last, r.runs, r.insns, func(va, k uint64) { w.at[filePlace{b.mod, va}] += k }) {
-				w.at[filePlace{b.mod, b.va}] += r.insns
+			mod := w.rep.stacks.mods[p.mod-1]
+			if !w.rep.placer.Spread(mod, p.va, b.last, r.runs, r.insns, func(va, k uint64) { w.at[filePlace{p.mod, va}] += k }) {
+				w.at[p] += r.insns
 			}
 		}
 		w.places = w.places[:0]
