@@ -60,3 +60,45 @@ func (n *Namer) Name(addr uint64) string {
 	n.cache[addr] = s
 	return s
 }
+
+// Entry is where a function's address is in its module's ELF file, for a
+// pprof location: the file, its build id and the load segment holding it
+// (virtual addresses start to limit, start at offset in the file), the
+// file's virtual address of it (what objdump shows) and its source line.
+type Entry struct {
+	File, BuildID        string
+	Start, Limit, Offset uint64
+	Addr                 uint64
+	Source               string
+	Line                 int
+}
+
+// Entry places the function at addr (false: in no readable file, or
+// named by hookit_name: an id, not an address).
+func (n *Namer) Entry(addr uint64) (Entry, bool) {
+	if _, ok := n.names[addr]; ok || n.r == nil {
+		return Entry{}, false
+	}
+	l := n.r.Locate(n.pid, addr, false)
+	path := l.Module()
+	if path == "" || strings.HasPrefix(path, "[") {
+		return Entry{}, false
+	}
+	m := n.r.LocModule(l)
+	if m == nil || m.Err != nil {
+		return Entry{}, false
+	}
+	va, ok := m.VAddr(l.FileOffset())
+	if !ok {
+		return Entry{}, false
+	}
+	vaddr, off, size, ok := m.LoadSegment(l.FileOffset())
+	if !ok {
+		return Entry{}, false
+	}
+	e := Entry{File: path, BuildID: m.BuildID(), Start: vaddr, Limit: vaddr + size, Offset: off, Addr: va}
+	if file, line, ok := m.Line(va); ok {
+		e.Source, e.Line = file, line
+	}
+	return e, true
+}

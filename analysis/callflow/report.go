@@ -462,17 +462,48 @@ func (a *Analysis) WriteFolded(out io.Writer) error {
 
 // WritePprof writes the trees as a gzipped pprof profile: samples "calls"
 // and the calibrated metric, one sample per call path, labelled with the
-// thread (streamed: see pprofloc.Stream).
+// thread (streamed: see pprofloc.Stream). A function in a readable file is
+// at its first instruction, as the file gives it, in a mapping of the
+// file's load segment with its build id and the instruction's source
+// line; others (hookit_name's ids, anonymous code) at their name alone.
 func (a *Analysis) WritePprof(out io.Writer) error {
 	metric := pprofloc.ValueType{Type: a.Info.Metric, Unit: a.unit()}
 	s := pprofloc.NewStream(out, []pprofloc.ValueType{{Type: "calls", Unit: "count"}, metric}, metric, 1)
 	var locs []uint64
+	var nm *Namer
+	if a.Proc != nil {
+		nm = ProcessNamer(a.Proc)
+	}
+	type fnKey struct {
+		name string
+		fn   uint64
+	}
+	byFn := map[fnKey]uint64{}
+	loc := func(p *Node) uint64 {
+		if nm == nil || p.api {
+			return s.Loc(p.Name, p.Name, "", 0)
+		}
+		k := fnKey{p.Name, p.Fn}
+		if id, ok := byFn[k]; ok {
+			return id
+		}
+		id := uint64(0)
+		if e, ok := nm.Entry(p.Fn); ok {
+			// the function's first instruction, in its file's mapping
+			m := s.Mapping(e.File, e.BuildID, e.Start, e.Limit, e.Offset)
+			id = s.AddrLoc(m, e.Addr, s.Func(p.Name+"\x00"+e.Source, p.Name, e.Source, int64(e.Line)), int64(e.Line))
+		} else {
+			id = s.Loc(p.Name, p.Name, "", 0)
+		}
+		byFn[k] = id
+		return id
+	}
 	for _, t := range a.Trees {
 		label := pprofloc.Label{Key: "thread", Str: threadLabel(t)}
 		walkPaths(t.Root, func(n *Node, path []*Node, same int) {
 			locs = locs[:min(same, len(locs))]
 			for _, p := range path[len(locs):] {
-				locs = append(locs, s.Loc(p.Name, p.Name, "", 0))
+				locs = append(locs, loc(p))
 			}
 			if n.Parent == nil {
 				if n.Base == 0 {

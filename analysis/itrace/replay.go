@@ -76,7 +76,7 @@ type Branch struct {
 
 type frame struct {
 	fn       string
-	callSite uint64 // address of the call instruction (0: signal handler entry)
+	callSite uint64 // address of the call instruction (a call entered by a jump: of the jump; 0: signal handler entry)
 	entry    uint64 // thread's instruction total at entry
 	caller   string
 	signal   bool
@@ -132,6 +132,7 @@ type Report struct {
 	cur     map[int]*threadState // per CPU buffer: thread of the records that follow
 	onArc   func(*Branch)
 	stacks  *stackTree // instructions per call stack (EnableStacks)
+	placer  Placer     // where the stacks' addresses are in files (PlaceStacks)
 	onFrame func(*FrameEvent)
 	ev      FrameEvent // the one onFrame sees
 	now     uint64     // time of the record being replayed
@@ -207,7 +208,7 @@ func (rep *Report) Apply(r *trace.Record) {
 			th := rep.thread(uint32(r.Field(0)), uint32(r.Field(1)))
 			rep.cur[r.CPU] = th
 			if th.started {
-				rep.block(th, uint32(r.Field(2)), th.start+r.Field(3))
+				rep.block(th, uint32(r.Field(2)), th.start+r.Field(3), -1)
 			}
 			rep.unwind(th, 0)
 			rep.setBase(th, "")
@@ -227,8 +228,8 @@ func (rep *Report) Apply(r *trace.Record) {
 		}
 		return
 	}
+	rep.block(th, count, from+th.start, int64(from))
 	from += th.start
-	rep.block(th, count, from)
 	b := Branch{CPU: r.CPU, Kernel: r.Major == trace.MajorITraceK, Type: r.Minor, Count: count, PID: th.pid, TID: th.tid,
 		From: from, To: to, Syscall: -1, Irq: -1}
 	if r.Major == trace.MajorITraceU {
@@ -290,8 +291,9 @@ func (rep *Report) Apply(r *trace.Record) {
 	}
 }
 
-// block accounts count instructions of th's current block, the last at from.
-func (rep *Report) block(th *threadState, count uint32, from uint64) {
+// block accounts count instructions of th's current block, the last at from
+// (at offset last from its first; -1: not known).
+func (rep *Report) block(th *threadState, count uint32, from uint64, last int64) {
 	if count == 0 {
 		return
 	}
@@ -310,7 +312,7 @@ func (rep *Report) block(th *threadState, count uint32, from uint64) {
 		// middle, or the thread's base while another frame is open)
 		fs.Inclusive += uint64(count)
 	}
-	rep.addStack(th, k, count)
+	rep.addStack(th, k, count, last)
 	fs.Exclusive += uint64(count)
 	fs.Lines[line] += uint64(count)
 	th.total += uint64(count)
@@ -323,7 +325,7 @@ func (rep *Report) enter(th *threadState, to, site uint64, caller string, signal
 		callee.Calls++
 		callee.Callers[caller]++
 	}
-	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal, node: rep.pushNode(th, k)}
+	f := frame{fn: k, callSite: site, entry: th.total, caller: caller, signal: signal, node: rep.pushNode(th, k, site)}
 	if signal {
 		f.interrupted = th.lastFn
 		th.signals++
@@ -345,7 +347,7 @@ func (rep *Report) call(th *threadState, from, to uint64) {
 		ck = th.lastFn
 	}
 	if callee, _, _ := rep.fn(th.pid, to); callee.PLT {
-		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true, node: rep.pushNode(th, "")})
+		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true, node: rep.pushNode(th, "", from)})
 		return
 	}
 	rep.arc(ck, to, th, line)
@@ -395,11 +397,11 @@ func (rep *Report) jump(th *threadState, from, to uint64) {
 		ck = th.lastFn
 	}
 	if f.PLT {
-		th.stack = append(th.stack, frame{entry: th.total, caller: ck, plt: true, tail: true, node: rep.pushNode(th, "")})
+		th.stack = append(th.stack, frame{callSite: from, entry: th.total, caller: ck, plt: true, tail: true, node: rep.pushNode(th, "", from)})
 		return
 	}
 	rep.arc(ck, to, th, line)
-	rep.enter(th, to, 0, ck, false)
+	rep.enter(th, to, from, ck, false)
 	th.stack[len(th.stack)-1].tail = true
 }
 

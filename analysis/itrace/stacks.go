@@ -2,13 +2,12 @@ package itrace
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
-
-	"perfinsp/analysis/pprofloc"
 )
 
 // Call stacks weighted by instructions (post --itrace-folded, --itrace-pprof):
@@ -24,24 +23,36 @@ import (
 // stack per line, grows with that sum.
 
 // stackNode is one call path of a process: its function (a Funcs key;
-// "" at a process's root) below its parent's path.
+// "" at a process's root) below its parent's path, called from site.
 type stackNode struct {
 	parent *stackNode
 	fn     string
 	pid    uint32
 	count  uint64 // instructions of blocks run with this path the whole stack
 	kids   []*stackNode
+	// With a Placer (PlaceStacks): the traced address of the call
+	// instruction in the parent's function (0: entered otherwise: a
+	// signal, a jump into a function's middle, the thread's base), the
+	// call's place in its module's file, and the blocks run as the leaf.
+	site   uint64
+	at     filePlace
+	blocks map[leafBlock]*leafRuns
 }
 
 type childKey struct {
 	parent *stackNode
 	fn     string
+	site   uint64
 }
 
 // stackTree holds every process's call paths.
 type stackTree struct {
 	roots map[uint32]*stackNode
 	kids  map[childKey]*stackNode
+	// with a Placer: the modules the places name (a filePlace's mod
+	// indexes mods)
+	mods   []string
+	modIdx map[string]int32
 }
 
 func (t *stackTree) root(pid uint32) *stackNode {
@@ -53,14 +64,14 @@ func (t *stackTree) root(pid uint32) *stackNode {
 	return r
 }
 
-func (t *stackTree) child(n *stackNode, fn string) *stackNode {
+func (t *stackTree) child(n *stackNode, fn string, site uint64) *stackNode {
 	if fn == "" {
 		return n
 	}
-	k := childKey{n, fn}
+	k := childKey{n, fn, site}
 	c := t.kids[k]
 	if c == nil {
-		c = &stackNode{parent: n, fn: fn, pid: n.pid}
+		c = &stackNode{parent: n, fn: fn, pid: n.pid, site: site}
 		t.kids[k] = c
 		n.kids = append(n.kids, c)
 	}
@@ -70,13 +81,13 @@ func (t *stackTree) child(n *stackNode, fn string) *stackNode {
 // EnableStacks makes the replay keep instructions per call stack; call it
 // before the first Apply.
 func (rep *Report) EnableStacks() {
-	rep.stacks = &stackTree{roots: map[uint32]*stackNode{}, kids: map[childKey]*stackNode{}}
+	rep.stacks = &stackTree{roots: map[uint32]*stackNode{}, kids: map[childKey]*stackNode{}, modIdx: map[string]int32{}}
 }
 
 // baseNode is the node of th's stack when no frame is open: its base
 // function under the process's root.
 func (rep *Report) baseNode(th *threadState) *stackNode {
-	return rep.stacks.child(rep.stacks.root(th.pid), th.base)
+	return rep.stacks.child(rep.stacks.root(th.pid), th.base, 0)
 }
 
 // topNode is the node of th's current stack.
@@ -88,16 +99,33 @@ func (rep *Report) topNode(th *threadState) *stackNode {
 }
 
 // pushNode is the node of a frame of function fn ("": a PLT call not yet
-// through its stub) opened on th's current stack (nil without stacks).
-func (rep *Report) pushNode(th *threadState, fn string) *stackNode {
+// through its stub) opened on th's current stack by the branch at site (0:
+// none; nil without stacks).
+func (rep *Report) pushNode(th *threadState, fn string, site uint64) *stackNode {
 	if rep.stacks == nil {
 		return nil
 	}
-	return rep.stacks.child(rep.topNode(th), fn)
+	top := rep.topNode(th)
+	if fn == "" {
+		return top
+	}
+	return rep.callee(th, top, fn, site)
+}
+
+// callee is the node of fn called at site from th's frame of node n.
+func (rep *Report) callee(th *threadState, n *stackNode, fn string, site uint64) *stackNode {
+	if rep.placer == nil {
+		site = 0
+	}
+	c := rep.stacks.child(n, fn, site)
+	if c.site != 0 && c.at.mod == 0 {
+		c.at = rep.place(th.pid, c.site)
+	}
+	return c
 }
 
 // renameTop gives th's top frame the function fn (a PLT call through its
-// stub): its node is fn's under the frame below.
+// stub): its node is fn's under the frame below, from the same call site.
 func (rep *Report) renameTop(th *threadState, fn string) {
 	if rep.stacks == nil {
 		return
@@ -107,19 +135,24 @@ func (rep *Report) renameTop(th *threadState, fn string) {
 	if n > 1 {
 		below = th.stack[n-2].node
 	}
-	th.stack[n-1].node = rep.stacks.child(below, fn)
+	th.stack[n-1].node = rep.callee(th, below, fn, th.stack[n-1].callSite)
 }
 
-func (rep *Report) addStack(th *threadState, fn string, count uint32) {
+// addStack counts count instructions of th's block (its last instruction
+// at offset last from its first; -1: not known) to th's call stack.
+func (rep *Report) addStack(th *threadState, fn string, count uint32, last int64) {
 	if rep.stacks == nil {
 		return
 	}
 	n := rep.topNode(th)
 	// the innermost frame is the block's function: it is the leaf
 	if n.fn != fn {
-		n = rep.stacks.child(n, fn)
+		n = rep.stacks.child(n, fn, 0)
 	}
 	n.count += uint64(count)
+	if rep.placer != nil {
+		rep.addLeafBlock(th, n, count, last)
+	}
 }
 
 func (rep *Report) display(k string) string {
@@ -132,39 +165,67 @@ func (rep *Report) display(k string) string {
 	return "[unknown]"
 }
 
-// walk calls visit for every node below the roots with a count, depth
-// first (processes by pid, children by function key), with the path from
-// the root's first function down to it and how much of that path's start
-// is the previous call's (path[:same] is unchanged).
-func (rep *Report) walk(visit func(pid uint32, path []*stackNode, same int)) {
+// walkFolded calls visit for every call path with instructions, by
+// function (the paths through different call sites of the same functions
+// are one), depth first (processes by pid, callees by function key), with
+// its functions from the root's first down and its instructions.
+func (rep *Report) walkFolded(visit func(pid uint32, path []string, count uint64)) {
+	var path []string
+	var rec func(group []*stackNode)
+	rec = func(group []*stackNode) {
+		path = append(path, group[0].fn)
+		var count uint64
+		for _, n := range group {
+			count += n.count
+		}
+		if count > 0 {
+			visit(group[0].pid, path, count)
+		}
+		kids := group[0].kids
+		if len(group) > 1 {
+			kids = nil
+			for _, n := range group {
+				kids = append(kids, n.kids...)
+			}
+		}
+		sortKids(kids)
+		for i := 0; i < len(kids); {
+			j := i + 1
+			for j < len(kids) && kids[j].fn == kids[i].fn {
+				j++
+			}
+			rec(kids[i:j:j])
+			i = j
+		}
+		path = path[:len(path)-1]
+	}
+	for _, p := range rep.pids() {
+		r := rep.stacks.roots[p]
+		sortKids(r.kids)
+		for _, c := range r.kids {
+			rec([]*stackNode{c})
+		}
+	}
+}
+
+// sortKids orders call paths by function key, then call site.
+func sortKids(kids []*stackNode) {
+	slices.SortFunc(kids, func(a, b *stackNode) int {
+		if c := strings.Compare(a.fn, b.fn); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.site, b.site)
+	})
+}
+
+// pids are the processes with stacks, in order.
+func (rep *Report) pids() []uint32 {
 	pids := make([]uint32, 0, len(rep.stacks.roots))
 	for p := range rep.stacks.roots {
 		pids = append(pids, p)
 	}
 	slices.Sort(pids)
-	var path []*stackNode
-	same := 0
-	var rec func(n *stackNode)
-	rec = func(n *stackNode) {
-		path = append(path, n)
-		if n.count > 0 {
-			visit(n.pid, path, same)
-			same = len(path)
-		}
-		slices.SortFunc(n.kids, func(a, b *stackNode) int { return strings.Compare(a.fn, b.fn) })
-		for _, c := range n.kids {
-			rec(c)
-		}
-		path = path[:len(path)-1]
-		same = min(same, len(path))
-	}
-	for _, p := range pids {
-		r := rep.stacks.roots[p]
-		slices.SortFunc(r.kids, func(a, b *stackNode) int { return strings.Compare(a.fn, b.fn) })
-		for _, c := range r.kids {
-			rec(c)
-		}
-	}
+	return pids
 }
 
 // WriteFolded writes "pid N;root;...;leaf instructions" lines
@@ -176,46 +237,20 @@ func (rep *Report) WriteFolded(out io.Writer) error {
 	w := bufio.NewWriterSize(out, 256<<10)
 	names := map[string]string{}
 	var num []byte
-	rep.walk(func(pid uint32, path []*stackNode, _ int) {
+	rep.walkFolded(func(pid uint32, path []string, count uint64) {
 		num = strconv.AppendUint(append(num[:0], "pid "...), uint64(pid), 10)
 		w.Write(num)
-		for _, n := range path {
-			name, ok := names[n.fn]
+		for _, fn := range path {
+			name, ok := names[fn]
 			if !ok {
-				name = rep.display(n.fn)
-				names[n.fn] = name
+				name = rep.display(fn)
+				names[fn] = name
 			}
 			w.WriteByte(';')
 			w.WriteString(name)
 		}
-		num = strconv.AppendUint(append(num[:0], ' '), path[len(path)-1].count, 10)
+		num = strconv.AppendUint(append(num[:0], ' '), count, 10)
 		w.Write(append(num, '\n'))
 	})
 	return w.Flush()
-}
-
-// WritePprof writes a pprof profile whose one sample type is instructions
-// (count): flat = exclusive, cum = inclusive instructions of the ITrace.
-func (rep *Report) WritePprof(out io.Writer) error {
-	if rep.stacks == nil {
-		return fmt.Errorf("itrace: stacks were not collected (EnableStacks)")
-	}
-	it := pprofloc.ValueType{Type: "instructions", Unit: "count"}
-	s := pprofloc.NewStream(out, []pprofloc.ValueType{it}, it, 1)
-	var locs []uint64
-	rep.walk(func(pid uint32, path []*stackNode, same int) {
-		// only the frames past the part shared with the previous path
-		// are looked up
-		locs = locs[:same]
-		for _, n := range path[len(locs):] {
-			var file string
-			var line int64
-			if fs := rep.Funcs[n.fn]; fs != nil {
-				file, line = fs.File, int64(fs.Line)
-			}
-			locs = append(locs, s.Loc(n.fn, rep.display(n.fn), file, line))
-		}
-		s.Sample(locs, []int64{int64(path[len(path)-1].count)}, pprofloc.Label{Key: "pid", Num: int64(pid)})
-	})
-	return s.Close()
 }

@@ -1,8 +1,9 @@
 // Package pprofloc gives a pprof profile one function and one location per
 // name, as the call-tree reports need them (ITrace stacks, call flows,
-// merged trees): IDs in order of first use, no addresses or mappings.
-// tprof's writer, which maps modules and addresses, keeps its own, and
-// writes its profile with Write.
+// merged trees): IDs in order of first use, no addresses or mappings; its
+// Stream also writes locations at addresses of mappings, with source
+// lines (the ITrace profile's). tprof's writer, which maps modules and
+// addresses, keeps its own, and writes its profile with Write.
 package pprofloc
 
 import "github.com/google/pprof/profile"

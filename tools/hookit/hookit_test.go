@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -176,6 +178,79 @@ func TestExampleCallTreeExact(t *testing.T) {
 		t.Errorf("stack repair where none is needed: %d repaired, %d unmatched, %d open", mt.Repaired, mt.Unmatched, mt.OpenAtEnd)
 	}
 	checkReportsAgree(t, dir, a)
+	checkPprofEntries(t, dir, filepath.Join(setup(t), "bin/callflow"))
+}
+
+// checkPprofEntries: in callflow.pb.gz the example's functions are at
+// their first instruction as the ELF file gives it, in a mapping of the
+// example with its build id and the range holding it, with the source
+// line of that instruction, so that pprof -list shows leaf's source.
+func checkPprofEntries(t *testing.T, dir, prog string) {
+	t.Helper()
+	f, err := elf.Open(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := map[string]uint64{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			entry[s.Name] = s.Value
+		}
+	}
+	note := f.Section(".note.gnu.build-id")
+	if note == nil {
+		t.Fatalf("%s has no build id", prog)
+	}
+	b, err := note.Data()
+	if err != nil || len(b) < 16 {
+		t.Fatalf("%s: build id note: %v", prog, err)
+	}
+	buildID := hex.EncodeToString(b[16:])
+	pb := filepath.Join(dir, "callflow.pb.gz")
+	fh, err := os.Open(pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	p, err := profile.Parse(fh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	leafLine := int64(0)
+	for _, l := range p.Location {
+		name := l.Line[0].Function.Name
+		want, ok := entry[name]
+		if !ok || l.Mapping == nil || l.Mapping.File != prog {
+			continue
+		}
+		seen[name] = true
+		if name == "leaf" {
+			leafLine = l.Line[0].Line
+		}
+		m := l.Mapping
+		if l.Address != want || m.BuildID != buildID || l.Address < m.Start || l.Address >= m.Limit || l.Line[0].Line == 0 ||
+			!strings.HasSuffix(l.Line[0].Function.Filename, "callflow.c") {
+			t.Errorf("%s at %#x (its symbol at %#x), mapping %#x-%#x build id %q (want %q), %s:%d", name, l.Address, want, m.Start, m.Limit,
+				m.BuildID, buildID, l.Line[0].Function.Filename, l.Line[0].Line)
+		}
+	}
+	for _, name := range []string{"main", "work", "leaf", "fib", "shared", "worker"} {
+		if !seen[name] {
+			t.Errorf("callflow.pb.gz: no location of %s in %s", name, prog)
+		}
+	}
+	// leaf's own metric on the line of its first instruction
+	out, err := exec.Command("go", "tool", "pprof", "-list", "^leaf$", pb).CombinedOutput()
+	m := regexp.MustCompile(`(?m)^\s+[0-9.]+\S*\s+[0-9.]+\S*\s+(\d+):`).FindSubmatch(out)
+	if err != nil || m == nil || string(m[1]) != strconv.FormatInt(leafLine, 10) || !strings.Contains(string(out), "examples/callflow.c") {
+		t.Errorf("go tool pprof -list leaf: no metric on leaf's line %d of callflow.c: %v\n%s", leafLine, err, out)
+	}
 }
 
 // The reports written by run.hookit agree: CUM = BASE + children in the

@@ -101,6 +101,7 @@ type itracePass struct {
 	stdout io.Writer
 	r      *a2n.Resolver
 	namer  *a2nNamer
+	placer *filePlacer // --itrace-pprof's addresses
 	rep    *itrace.Report
 	blocks *itrace.Blocks // callgrind's instruction positions
 	spans  *spans         // annotate's blocks
@@ -114,7 +115,7 @@ func newITracePass(opt itraceFlagValues, in string, r *a2n.Resolver, outDir stri
 	if !opt.any() && opt.annotate == "" {
 		return nil
 	}
-	if opt.callgrind != "" || opt.arc {
+	if opt.callgrind != "" || opt.arc || opt.prof != "" {
 		r.Lines = true
 	}
 	p := &itracePass{opt: opt, in: in, outDir: outDir, stdout: stdout, r: r, namer: &a2nNamer{r: r, cache: map[[2]uint64]named{}}}
@@ -138,6 +139,10 @@ func newITracePass(opt itraceFlagValues, in string, r *a2n.Resolver, outDir stri
 	if opt.folded != "" || opt.prof != "" {
 		p.rep.EnableStacks()
 	}
+	if opt.prof != "" {
+		p.placer = newFilePlacer(r)
+		p.rep.PlaceStacks(p.placer)
+	}
 	return p
 }
 
@@ -149,6 +154,9 @@ func (p *itracePass) record(rec *trace.Record, _ *a2n.Result) {
 	case trace.MajorMTE, trace.MajorJITLoad:
 		if len(p.namer.cache) > 0 {
 			p.namer.cache = map[[2]uint64]named{} // names may change from here on
+		}
+		if p.placer != nil {
+			p.placer.forget()
 		}
 	case trace.MajorITraceU, trace.MajorITraceK:
 		p.rep.Apply(rec)

@@ -101,6 +101,23 @@ const maxSpan = 512 * 15
 // It reports false (and adds nothing) where the code cannot be read or
 // decoded, or the count does not fit the chain.
 func spread(mod *a2n.Module, k span, c *spanCount, at map[uint64]uint64) bool {
+	ch, ok := readChain(mod, k, c)
+	return ok && ch.spread(c, func(a, n uint64) { at[a] += n })
+}
+
+// chain is a span's instructions, from its first along the fall-through
+// chain to its last: their addresses and the index of the first rep
+// string instruction among them (-1: none).
+type chain struct {
+	addrs []uint64
+	rep   int
+}
+
+// readChain decodes the chain of span k from mod's code: to its last
+// instruction, or, when that is not known, as far as c's count goes (c is
+// not looked at otherwise). It reports false where the code cannot be
+// read or decoded, or the last instruction is not on the chain.
+func readChain(mod *a2n.Module, k span, c *spanCount) (chain, bool) {
 	n := uint64(maxSpan)
 	if k.last >= 0 {
 		n = min(uint64(k.last)+15, maxSpan)
@@ -111,39 +128,45 @@ func spread(mod *a2n.Module, k span, c *spanCount, at map[uint64]uint64) bool {
 		code, err = mod.Code(k.start, n)
 	}
 	if err != nil {
-		return false
+		return chain{}, false
 	}
-	var addrs []uint64
-	rep := -1
+	ch := chain{rep: -1}
 	for off := 0; off < len(code); {
 		if k.last >= 0 && int64(off) > k.last {
 			break
 		}
-		if k.last < 0 && uint64(len(addrs))*c.runs >= c.insns {
+		if k.last < 0 && uint64(len(ch.addrs))*c.runs >= c.insns {
 			break
 		}
 		inst, err := x86asm.Decode(code[off:], 64)
 		if err != nil || inst.Len == 0 {
-			return false
+			return chain{}, false
 		}
-		if rep < 0 && isRepString(inst) {
-			rep = len(addrs)
+		if ch.rep < 0 && isRepString(inst) {
+			ch.rep = len(ch.addrs)
 		}
-		addrs = append(addrs, k.start+uint64(off))
+		ch.addrs = append(ch.addrs, k.start+uint64(off))
 		off += inst.Len
 	}
-	if len(addrs) == 0 || k.last >= 0 && addrs[len(addrs)-1] != k.start+uint64(k.last) {
-		return false // the last instruction is not on the chain
+	if len(ch.addrs) == 0 || k.last >= 0 && ch.addrs[len(ch.addrs)-1] != k.start+uint64(k.last) {
+		return chain{}, false // the last instruction is not on the chain
 	}
-	each := uint64(len(addrs)) * c.runs
-	if each > c.insns || each < c.insns && rep < 0 {
+	return ch, true
+}
+
+// spread gives at each instruction of the chain and its count for c's
+// runs: once per run, the remainder to the rep string instruction. It
+// reports false (and gives nothing) when the count does not fit.
+func (ch chain) spread(c *spanCount, at func(addr, n uint64)) bool {
+	each := uint64(len(ch.addrs)) * c.runs
+	if each > c.insns || each < c.insns && ch.rep < 0 {
 		return false
 	}
-	for _, a := range addrs {
-		at[a] += c.runs
+	for _, a := range ch.addrs {
+		at(a, c.runs)
 	}
-	if rep >= 0 {
-		at[addrs[rep]] += c.insns - each
+	if ch.rep >= 0 {
+		at(ch.addrs[ch.rep], c.insns-each)
 	}
 	return true
 }

@@ -108,6 +108,7 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 	}
 	checkCallgrindPositions(t, filepath.Join(dir, "callgrind.out"), prog)
 	checkITraceAnnotate(t, dir, want)
+	checkITracePprof(t, dir, prog, want)
 	// The arc report: a line per taken branch, the example's calls among them.
 	f, err := os.Open(filepath.Join(dir, "arc"))
 	if err != nil {
@@ -305,4 +306,67 @@ func checkITraceAnnotate(t *testing.T, dir string, want map[string]*itrace.CGFun
 		}
 		t.Logf("annotate %-9s %7d instructions at %d instructions (= callgrind)", fn, sum, len(counts))
 	}
+}
+
+// checkITracePprof: post --itrace-pprof of the example carries the
+// example's mapping with its build id, each leaf instruction and call
+// site at its address in the file with its DWARF line, so that pprof
+// itself shows leaf_loop's flat instructions as callgrind's self count,
+// its call line with the instructions run there and in leaf, and its
+// call instruction run once per call of leaf; and the profile's flat
+// and cum are itrace.out's exclusive and inclusive instructions.
+func checkITracePprof(t *testing.T, dir, prog string, want map[string]*itrace.CGFunc) {
+	t.Helper()
+	out := filepath.Join(dir, "pprof")
+	prof := filepath.Join(out, "itrace.pb.gz")
+	if _, errs, code := runPost(t, out, "-r", filepath.Join(dir, "swtrace.nrm2"), "--itrace-pprof", prof); code != 0 {
+		t.Fatalf("post --itrace-pprof: %s", errs)
+	}
+	p := readProfile(t, prof)
+	buildID := elfBuildID(t, prog)
+	lo, hi := elfSymbol(t, prog, "leaf_loop")
+	var flat int64
+	for _, s := range p.Sample {
+		for i, l := range s.Location {
+			if l.Mapping != nil && (l.Address < l.Mapping.Start || l.Address >= l.Mapping.Limit) {
+				t.Fatalf("location %#x outside its mapping %#x-%#x of %s", l.Address, l.Mapping.Start, l.Mapping.Limit, l.Mapping.File)
+			}
+			if i > 0 || l.Line[0].Function.Name != "leaf_loop" {
+				continue
+			}
+			flat += s.Value[0]
+			if m := l.Mapping; m == nil || m.File != prog || m.BuildID != buildID || l.Address < lo || l.Address >= hi || l.Line[0].Line == 0 {
+				t.Fatalf("a leaf_loop instruction at %#x (leaf_loop: %#x-%#x), line %d, mapping %+v (want %s, build id %s)", l.Address, lo, hi, l.Line[0].Line, m, prog, buildID)
+			}
+		}
+	}
+	leafLoop, leaf := want["leaf_loop"], want["leaf"]
+	if flat != int64(leafLoop.Self) {
+		t.Errorf("the profile's leaf_loop samples: %d instructions, callgrind %d", flat, leafLoop.Self)
+	}
+	top := goPprof(t, "-top", "-nodefraction=0", prof)
+	m := regexp.MustCompile(`(?m)^\s*(\d+)\s+\S+%\s+\S+%\s+\d+\s+\S+%\s+leaf_loop$`).FindStringSubmatch(top)
+	if m == nil || m[1] != strconv.FormatUint(leafLoop.Self, 10) {
+		t.Errorf("pprof -top: leaf_loop's flat %v, callgrind's self %d:\n%s", m, leafLoop.Self, top)
+	}
+	// line 67 runs leaf_loop's own instructions of the call and leaf's
+	list := goPprof(t, "-list", "^leaf_loop$", prof)
+	m = regexp.MustCompile(`(?m)^\s+(\d+)\s+(\d+)\s+67:\s+s \+= leaf\(i\);`).FindStringSubmatch(list)
+	if m == nil {
+		t.Fatalf("pprof -list leaf_loop does not show line 67 with its instructions:\n%s", list)
+	}
+	if f, c := atoi(m[1]), atoi(m[2]); f == 0 || c-f != leaf.Self {
+		t.Errorf("pprof -list leaf_loop: line 67 %d flat, %d cum; want cum - flat = leaf's %d instructions:\n%s", f, c, leaf.Self, list)
+	}
+	disasm := goPprof(t, "-disasm", `\bleaf_loop\b`, prof)
+	m = regexp.MustCompile(`(?m)^\s+(\d+)\s+(\d+)\s+[0-9a-f]+: CALL leaf\(SB\)`).FindStringSubmatch(disasm)
+	if m == nil || atoi(m[1]) != leaf.Calls || atoi(m[2])-atoi(m[1]) != leaf.Self {
+		t.Errorf("pprof -disasm leaf_loop: its call instruction %v, want run %d times (leaf's calls) with leaf's %d instructions:\n%s", m, leaf.Calls, leaf.Self, disasm)
+	}
+	t.Logf("pprof: leaf_loop %d instructions; line 67 and its call as callgrind\n%s", flat, list)
+}
+
+func atoi(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
 }
