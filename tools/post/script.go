@@ -18,7 +18,8 @@ import (
 // function first, "address symbol+offset (module)", then an empty line.
 // stackcollapse-perf.pl and the other tools that read perf script read
 // it. A sample's stack is the UNWIND record that follows its tick on the
-// same CPU; a tick without one is printed with its own address alone. A
+// same CPU (a TIME_HIGH record may come between); a tick without one is
+// printed with its own address alone. A
 // frame-pointer stack gets back the caller it lost in a frameless leaf,
 // as tprof's stacks do (tprof.LeafFrames).
 type scriptWriter struct {
@@ -62,6 +63,12 @@ func newScriptWriter(path string, r *a2n.Resolver, rateHz uint64) (*scriptWriter
 // record takes each record post reads, in time order (res: a tick's
 // name, nil for a tick the selection leaves out).
 func (s *scriptWriter) record(rec *trace.Record, res *a2n.Result) {
+	if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+		// the buffer's time bookkeeping, written before whichever
+		// record crossed a 2^32 ns boundary: also between a tick and
+		// its stack
+		return
+	}
 	if rec.Major != trace.MajorUnwind {
 		s.flush(rec.CPU) // its stack would have come next
 	}

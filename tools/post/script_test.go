@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"perfinsp/analysis/a2n"
+	"perfinsp/format/trace"
 	"perfinsp/internal/tracetest"
 )
 
@@ -118,4 +121,37 @@ func TestScriptIsPerfScript(t *testing.T) {
 		t.Fatalf("no sample of the example (pid %d): %v", pid, pids)
 	}
 	t.Logf("%d samples; through heavy %d, medium %d, light %d", samples, through["heavy"], through["medium"], through["light"])
+}
+
+// A TIME_HIGH record (written before whichever record crossed a 2^32 ns
+// boundary) between a tick and its stack leaves the sample its stack: the
+// tick is not written alone and the stack dropped.
+func TestScriptStackAfterTimeHigh(t *testing.T) {
+	r := a2n.New(nil)
+	path := filepath.Join(t.TempDir(), "perf.script")
+	w, err := newScriptWriter(path, r, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcs := []uint64{0x1000, 0x2000, 0x3000}
+	var str []byte
+	for _, pc := range pcs {
+		str = binary.LittleEndian.AppendUint64(str, pc)
+	}
+	const tm = 1 << 32
+	res := &a2n.Result{Symbol: "leaf"}
+	w.record(&trace.Record{CPU: 0, Time: tm, Major: trace.MajorTprof, Minor: trace.TprofTick, Fixed: []uint64{7, 8, pcs[0], 0}}, res)
+	w.record(&trace.Record{CPU: 0, Time: tm, Major: trace.MajorSys, Minor: trace.SysTimeHigh, Fixed: []uint64{1}}, nil)
+	w.record(&trace.Record{CPU: 0, Time: tm, Major: trace.MajorUnwind, Minor: trace.UnwindTick, Fixed: []uint64{7, 8, 0}, Str: string(str)}, nil)
+	if err := w.close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := strings.Split(strings.TrimSpace(string(b)), "\n\n")
+	if len(samples) != 1 || strings.Count(samples[0], "\n") != len(pcs) {
+		t.Fatalf("want one sample with %d frames:\n%s", len(pcs), b)
+	}
 }

@@ -251,6 +251,9 @@ func (tl *timeline) record(rec *trace.Record, selected bool) {
 		tl.out.begin(rec.Time)
 	}
 	tl.now = rec.Time
+	if rec.Major == trace.MajorSys && rec.Minor == trace.SysTimeHigh {
+		return // time bookkeeping, also between a tick and its stack
+	}
 	if rec.Major != trace.MajorUnwind {
 		tl.flush(rec.CPU) // its stack would have come next
 	}
