@@ -344,3 +344,41 @@ func TestBuilderReused(t *testing.T) {
 		t.Errorf("thread.name %q, want t-second", thread)
 	}
 }
+
+// TestNamerFreshModuleNotStored: a module file changed less than
+// freshModule ago (cpuburn, built here) is named from the file without
+// storing its table in the symbol cache; once older it is stored. The
+// names are the same either way.
+func TestNamerFreshModuleNotStored(t *testing.T) {
+	exe := buildBurn(t, t.TempDir())
+	var locs []location
+	for off := range funcOffsets(t, exe, 20) {
+		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}})
+	}
+	entries := func(dir string) int {
+		ents, err := os.ReadDir(dir)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	freshDir, oldDir := t.TempDir(), t.TempDir()
+	fresh := newNamer(freshDir, 0)
+	got := fresh.nameAll(a2n.New(nil), locs)
+	old := newNamer(oldDir, 0)
+	old.fresh = 0 // every file older than the bound
+	want := old.nameAll(a2n.New(nil), locs)
+	if fresh.modulesRead != 1 || old.modulesRead != 1 {
+		t.Fatalf("modules read: %d fresh, %d old; want 1 each", fresh.modulesRead, old.modulesRead)
+	}
+	for i := range locs {
+		if got[i] != want[i] || strings.HasPrefix(got[i].symbol, "cpuburn+") {
+			t.Errorf("offset %#x: %v fresh, %v old", locs[i].key.addr, got[i], want[i])
+		}
+	}
+	// Both caches hold the kernel's table; the old file's has its table
+	// too.
+	if nf, no := entries(freshDir), entries(oldDir); no != nf+1 {
+		t.Errorf("symbol cache entries: %d with the file fresh, %d with it old; want the module's table in the second only", nf, no)
+	}
+}
