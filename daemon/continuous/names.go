@@ -30,12 +30,13 @@ const maxNames = 1 << 16
 const namingSlack = 8 << 20
 
 // freshModule: a module file changed more recently than this is named
-// from the file without storing its table in the symbol cache. A program
-// being rebuilt (a build's outputs, tests' binaries, a development loop)
-// is a new file each time: its table, written once and read by no later
-// run, would cost the agent more than the parse and push the tables of
-// the node's lasting programs out of the cache. A file that stays is
-// stored at its first naming past this age.
+// from the file without storing its table in the symbol cache the first
+// time. A program being rebuilt (a build's outputs, tests' binaries, a
+// development loop) is a new file each time: its table, written once and
+// read by no later run, would cost the agent more than the parse and push
+// the tables of the node's lasting programs out of the cache. A file
+// named again (new offsets in a later interval) is stored then, as is
+// one first named past this age.
 const freshModule = time.Minute
 
 // namer names an interval's locations once each. Names of module offsets
@@ -59,10 +60,12 @@ type namer struct {
 	files   map[string]fileID
 	checked map[string]bool
 	// young: the paths checked in this nameAll whose file changed less
-	// than fresh ago (not stored in the cache).
-	young map[string]bool
-	fresh time.Duration
-	base  int64 // resident bytes after the last collection (naming)
+	// than fresh ago and was not named before (not stored in the
+	// cache); parsedYoung: the files named so.
+	young       map[string]bool
+	parsedYoung map[fileID]bool
+	fresh       time.Duration
+	base        int64 // resident bytes after the last collection (naming)
 	// Of the last nameAll: the locations named anew (not kept from an
 	// earlier interval) and the modules read for them.
 	named, modulesRead int
@@ -70,7 +73,7 @@ type namer struct {
 
 func newNamer(cacheDir string, kernelAge time.Duration) *namer {
 	return &namer{cacheDir: cacheDir, kernelAge: kernelAge, names: map[locKey]frameName{}, intern: map[string]string{},
-		files: map[string]fileID{}, checked: map[string]bool{}, young: map[string]bool{}, fresh: freshModule}
+		files: map[string]fileID{}, checked: map[string]bool{}, young: map[string]bool{}, parsedYoung: map[fileID]bool{}, fresh: freshModule}
 }
 
 // fileID is what tells a module file from another at the same path.
@@ -110,7 +113,7 @@ func (n *namer) checkFiles(locs []location) {
 		if !ok {
 			continue // gone: its names stay what they were
 		}
-		if now.Sub(changed) < n.fresh {
+		if now.Sub(changed) < n.fresh && !n.parsedYoung[id] {
 			n.young[path] = true
 		}
 		if old, seen := n.files[path]; seen && old != id {
@@ -137,6 +140,7 @@ func (n *namer) reset() {
 	clear(n.names)
 	clear(n.intern)
 	clear(n.files)
+	clear(n.parsedYoung)
 }
 
 func (n *namer) str(s string) string {
@@ -153,10 +157,11 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 	if n.ks == nil {
 		n.reset()
 	}
-	if len(n.names) > maxNames || len(n.files) > maxNames {
+	if len(n.names) > maxNames || len(n.files) > maxNames || len(n.parsedYoung) > maxNames {
 		clear(n.names)
 		clear(n.intern)
 		clear(n.files)
+		clear(n.parsedYoung)
 	}
 	n.named, n.modulesRead = 0, 0
 	n.checkFiles(locs)
@@ -209,6 +214,7 @@ func (n *namer) nameModule(path string, locs []location, idx []int, out []frameN
 	c := a2n.Cache{Dir: n.cacheDir, MapTables: true}
 	if n.young[path] {
 		c.Dir = "" // parsed, not stored (freshModule)
+		n.parsedYoung[n.files[path]] = true
 	}
 	m := c.Module(path)
 	n.modulesRead++
