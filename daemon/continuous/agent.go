@@ -161,10 +161,16 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, exp: exp, sink: newSink(cfg.EventQueue)}
-	// 512 KiB rings (a quarter wakes the reader) read at least once a
-	// second: at 97 Hz a CPU writes some 25 KB of stacks a second.
+	// Samples alone: 2 MiB rings, a quarter of which wakes the reader. At
+	// 97 Hz a CPU writes some 25-50 KB of stacks and process records a
+	// second: the aggregator's read every applyPeriod comes first, and
+	// the agent wakes once per period, not also for each ring passing
+	// its watermark. The other records have sizes of their own.
 	opts := kevents.Options{RateHz: cfg.RateHz, Callstack: true, MaxStack: cfg.MaxStack, CPUs: cfg.CPUs,
 		RingPages: 128, Poll: readerPoll}
+	if !cfg.DWARF && !cfg.OffCPU && !cfg.Interrupts {
+		opts.RingPages = 512
+	}
 	if cfg.DWARF {
 		opts.Unwind = control.Unwind{DWARF: true, StackBytes: cfg.StackBytes}
 		opts.RingPages = 512
