@@ -328,24 +328,26 @@ func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 			a.cfg.Log("continuous: %v", err)
 		}
 	}
+	procs, dropped, offNS, offDropped, intrNS, intrDropped := len(iv.procs), iv.dropped, iv.offNS, iv.offDropped, iv.intrNS, iv.intrDropped
+	a.agg.recycle(iv)
 	a.mu.Lock()
 	st := &a.st
 	st.Intervals++
 	st.Samples = samples
 	st.TotalSamples += samples
-	st.Dropped += iv.dropped
-	st.OffCPU = time.Duration(iv.offNS)
-	st.TotalOffCPU += time.Duration(iv.offNS)
-	st.OffCPUDropped += time.Duration(iv.offDropped + iv.intrDropped)
-	st.Interrupt = time.Duration(iv.intrNS)
-	st.TotalInterrupt += time.Duration(iv.intrNS)
+	st.Dropped += dropped
+	st.OffCPU = time.Duration(offNS)
+	st.TotalOffCPU += time.Duration(offNS)
+	st.OffCPUDropped += time.Duration(offDropped + intrDropped)
+	st.Interrupt = time.Duration(intrNS)
+	st.TotalInterrupt += time.Duration(intrNS)
 	if a.agg.off != nil {
 		st.UnstackedWaits = a.agg.off.unstacked
 	}
 	st.Idle = a.agg.idleCount
 	st.EventsDropped = a.sink.dropped.Load()
 	st.Lost = a.sink.lost.Load()
-	st.Processes = len(iv.procs)
+	st.Processes = procs
 	st.Export = a.exp.Stats()
 	st.CPU, st.MaxRSS = selfUsage()
 	st.BuildTime = time.Since(t0)

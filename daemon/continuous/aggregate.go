@@ -124,6 +124,7 @@ type aggregator struct {
 	gens      map[uint32]uint32 // exec generation of the processes that exec'd
 	exited    int               // processes that exited since the tables started
 	off       *offCPU           // the threads' waits (nil: off-CPU time not counted)
+	spare     *interval         // an ended interval's tables, emptied (recycle)
 	rec       trace.Record
 }
 
@@ -327,9 +328,42 @@ func (a *aggregator) location(iv *interval, pid, gen uint32, pc uint64, kernel b
 	return idx, true
 }
 
-// rotate ends the current interval and starts the next.
+// rotate ends the current interval and starts the next (in the tables of
+// the interval recycled last, if any).
 func (a *aggregator) rotate(nowNS uint64) *interval {
 	iv := a.cur
-	a.cur = newInterval(nowNS)
+	if a.spare != nil {
+		a.cur, a.spare = a.spare, nil
+		a.cur.startNS = nowNS
+	} else {
+		a.cur = newInterval(nowNS)
+	}
 	return iv
+}
+
+// recycle takes back iv, an interval rotate ended whose request is built
+// (nothing refers to its tables any more): emptied, its maps and slices
+// keep their memory for the next interval, which would otherwise grow
+// them anew from empty, sample after sample.
+func (a *aggregator) recycle(iv *interval) {
+	iv.reset()
+	a.spare = iv
+}
+
+// reset empties iv for another interval, keeping its memory.
+func (iv *interval) reset() {
+	clear(iv.locIndex)
+	clear(iv.byPC)
+	clear(iv.stacks)
+	clear(iv.procs)
+	clear(iv.offStacks)
+	clear(iv.intr)
+	clear(iv.names)
+	clear(iv.locs)
+	clear(iv.order)
+	clear(iv.offOrder)
+	clear(iv.intrOrder)
+	iv.locs, iv.order, iv.offOrder, iv.intrOrder = iv.locs[:0], iv.order[:0], iv.offOrder[:0], iv.intrOrder[:0]
+	iv.samples, iv.dropped = 0, 0
+	iv.offNS, iv.offDropped, iv.intrNS, iv.intrDropped = 0, 0, 0, 0
 }
