@@ -2,6 +2,8 @@ package continuous
 
 import (
 	"fmt"
+	"os"
+	"reflect"
 	"testing"
 
 	"perfinsp/format/trace"
@@ -66,5 +68,47 @@ func TestIntervalRecycled(t *testing.T) {
 	}
 	if got.startNS != 2 {
 		t.Errorf("third interval starts at %d, want 2 (the second's end)", got.startNS)
+	}
+}
+
+// TestProcessesReadWhenNeeded: the tables start empty and read a process
+// from /proc at the first record that needs it: its fork of a child (the
+// child starts with the mappings read), a sample, interrupt time; a
+// process gone is tried once.
+func TestProcessesReadWhenNeeded(t *testing.T) {
+	self := uint32(os.Getpid())
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := uint64(reflect.ValueOf(TestProcessesReadWhenNeeded).Pointer())
+	a, mte := testAggregator()
+	if a.res.Process(self) != nil {
+		t.Fatal("this process is in the tables before any record")
+	}
+	const child = 5000021
+	mte(trace.MTEFork, "", uint64(self), uint64(self), child, child, 0)
+	if !a.known[self] || !a.known[child] {
+		t.Fatalf("after the fork: parent known %v, child known %v; want both", a.known[self], a.known[child])
+	}
+	for _, pid := range []uint32{self, child} {
+		l := a.res.Locate(pid, pc, false)
+		if l.Module() != exe {
+			t.Errorf("pid %d: this test's code located in %q, want %s", pid, l.Module(), exe)
+		}
+	}
+	// A sample of a process gone (never there): tried once.
+	const gone = 5000022
+	e := event{kind: evSample, pid: gone, tid: gone}
+	a.handle(&e, []uint64{0x1000})
+	if !a.tried[gone] || a.known[gone] {
+		t.Errorf("a process gone: tried %v, known %v; want tried, not known", a.tried[gone], a.known[gone])
+	}
+	// Interrupt time of a process not read yet: its name is.
+	b, _ := testAggregator()
+	ie := event{kind: evIntr, pid: self, tid: self, minor: trace.IntrSoft, nf: 2, fields: [5]uint64{3, 100}}
+	b.handle(&ie, nil)
+	if p := b.res.Process(self); p == nil || p.Name == "" {
+		t.Errorf("interrupt time of this process: its name not read (%+v)", p)
 	}
 }

@@ -123,7 +123,7 @@ func TestNamerKeepsNames(t *testing.T) {
 // and a function that applies an MTE record to it.
 func testAggregator() (*aggregator, func(minor uint32, str string, f ...uint64)) {
 	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
-		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
+		known: map[uint32]bool{}, tried: map[uint32]bool{}, gens: map[uint32]uint32{}}
 	a.cur = newInterval(0)
 	return a, func(minor uint32, str string, f ...uint64) {
 		e := event{kind: evMTE, minor: minor, str: str}
