@@ -15,10 +15,19 @@
 # program the machine runs meanwhile is named too, where perf only
 # records. The table's "steady" column is the agent from the end of its
 # first interval on.
+# With --vs REV the agent of git revision REV is built too and takes its
+# turn in every round (after the agent: a third row, its own symbol
+# cache warmed the same way).
 #
-#   bench/continuous.sh [SECS=60] [HZ=97] [ROUNDS=3]
+#   bench/continuous.sh [--vs REV] [SECS=60] [HZ=97] [ROUNDS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+VS=
+if [ "${1:-}" = --vs ]; then
+	[ $# -ge 2 ] || { echo "bench: --vs needs a git revision" >&2; exit 2; }
+	VS=$2
+	shift 2
+fi
 SECS=${1:-60}
 HZ=${2:-97}
 ROUNDS=${3:-3}
@@ -35,22 +44,33 @@ cleanup() {
 }
 trap cleanup EXIT
 go build -o "$tmp/" ./daemon/cmd/pitraced ./bench/otlpsink
+if [ -n "$VS" ]; then
+	mkdir -p "$tmp/vs"
+	git archive "$VS" | tar -x -C "$tmp/vs"
+	(cd "$tmp/vs" && go build -o "$tmp/pitraced-vs" ./daemon/cmd/pitraced)
+fi
 gcc -O2 -g -fno-omit-frame-pointer -pthread -o "$tmp/cpuburn" examples/cpuburn.c
 # Load: cpuburn's two threads, long enough for every run.
-"$tmp/cpuburn" $(( (2 * ROUNDS * SECS + 80) * 100 )) >/dev/null &
+runs=2
+[ -n "$VS" ] && runs=3
+"$tmp/cpuburn" $(( (runs * ROUNDS * SECS + 120) * 100 )) >/dev/null &
 burn_pid=$!
 sleep 1
 
-# agent_run N [SECS]: one run of the agent (the symbol cache shared by all).
-# Writes "cpu_s maxrss_kb samples bytes steady_us load" to $tmp/agent.N.
+# agent_run N [SECS [AGENT]]: one run of the agent (pitraced, or AGENT:
+# pitraced-vs), the symbol cache shared by the runs of each. Writes
+# "cpu_s maxrss_kb samples bytes steady_us load" to $tmp/res.AGENT.N.
 agent_run() {
-	local n=$1 secs=${2:-$SECS} port load
+	local n=$1 secs=${2:-$SECS} who=${3:-agent} port load bin=pitraced cache=a2n
+	if [ "$who" = vs ]; then
+		bin=pitraced-vs cache=a2n-vs n=vs.$n
+	fi
 	port=$((20000 + RANDOM % 20000))
 	"$tmp/otlpsink" -listen "127.0.0.1:$port" >"$tmp/sink.$n.out" 2>"$tmp/sink.$n.err" &
 	sink_pid=$!
 	load=$(cut -d' ' -f1 /proc/loadavg)
-	/usr/bin/time -o "$tmp/agent.$n.time" -f "%U %S %M" "$tmp/pitraced" continuous --endpoint "http://127.0.0.1:$port" \
-		--rate "$HZ" --interval 15s --symbol-cache "$tmp/a2n" --duration "${secs}s" 2>"$tmp/agent.$n.err"
+	/usr/bin/time -o "$tmp/agent.$n.time" -f "%U %S %M" "$tmp/$bin" continuous --endpoint "http://127.0.0.1:$port" \
+		--rate "$HZ" --interval 15s --symbol-cache "$tmp/$cache" --duration "${secs}s" 2>"$tmp/agent.$n.err"
 	kill "$sink_pid"
 	wait "$sink_pid" 2>/dev/null || true
 	sink_pid=
@@ -65,7 +85,7 @@ agent_run() {
 		/ interval 1: / { for (i = 1; i <= NF; i++) { if ($i == "CPU") c1 = cpu($(i + 1)); if ($i == "samples" && !s1) s1 = $(i - 1) } }
 		/stopped after/ { for (i = 1; i <= NF; i++) { if ($i == "CPU") c2 = cpu($(i + 1)) } match($0, /intervals: [0-9]+/); s2 = substr($0, RSTART + 11, RLENGTH - 11) }
 		END { if (s2 + 0 > s1 + 0 && c1) printf "%.1f", 1e6 * (c2 - c1) / (s2 - s1); else printf "0" }' "$tmp/agent.$n.err")
-	echo "$(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }') $m ${samples:-0} ${bytes:-0} $steady $load" >"$tmp/res.agent.$n"
+	echo "$(awk -v u="$u" -v s="$s" 'BEGIN { print u + s }') $m ${samples:-0} ${bytes:-0} $steady $load" >"$tmp/res.$who.${n#vs.}"
 }
 
 # perf_run N: one run of perf record -a -g; the same fields (no steady state).
@@ -82,12 +102,27 @@ perf_run() {
 echo "warming the agent's symbol cache (20 s)" >&2
 agent_run warm 20
 rm -f "$tmp/res.agent.warm"
+if [ -n "$VS" ]; then
+	echo "warming the symbol cache of the agent at $VS (20 s)" >&2
+	agent_run warm 20 vs
+	rm -f "$tmp/res.vs.warm"
+fi
 
 # Rounds take turns (agent first in odd rounds, perf first in even ones), so
 # a change of the machine's load meets both.
 for n in $(seq 1 "$ROUNDS"); do
-	if [ $((n % 2)) = 1 ]; then agent_run "$n"; perf_run "$n"; else perf_run "$n"; agent_run "$n"; fi
-	echo "round $n of $ROUNDS: agent $(cut -d" " -f1 "$tmp/res.agent.$n") s CPU, perf $(cut -d" " -f1 "$tmp/res.perf.$n") s CPU" >&2
+	if [ $((n % 2)) = 1 ]; then
+		agent_run "$n"
+		[ -z "$VS" ] || agent_run "$n" "$SECS" vs
+		perf_run "$n"
+	else
+		perf_run "$n"
+		agent_run "$n"
+		[ -z "$VS" ] || agent_run "$n" "$SECS" vs
+	fi
+	vsline=
+	[ -z "$VS" ] || vsline=", agent at $VS $(cut -d" " -f1 "$tmp/res.vs.$n") s CPU"
+	echo "round $n of $ROUNDS: agent $(cut -d" " -f1 "$tmp/res.agent.$n") s CPU$vsline, perf $(cut -d" " -f1 "$tmp/res.perf.$n") s CPU" >&2
 done
 
 # summary NAME PREFIX: the median and range over the rounds of each field.
@@ -107,5 +142,6 @@ summary() {
 echo "$SECS s a run, $ROUNDS rounds taking turns, at $HZ Hz per CPU on $(nproc) CPUs, cpuburn keeping them busy, the agent's symbol cache warm (medians; CPU's range over the rounds)"
 printf "%-22s %24s %10s %11s %8s %8s %9s %6s\n" "" "CPU of 1 CPU" "per sample" "max RSS" "samples" "B/sample" "steady" "load"
 summary "pitraced continuous" agent
+[ -z "$VS" ] || summary "pitraced at ${VS:0:10}" vs
 summary "perf record -a -g" perf
 echo "(agent: bytes per sample are OTLP/HTTP request bodies; steady: its CPU per sample after the first interval, when the symbol tables of the running programs are loaded; perf: bytes of perf.data, names not resolved; load: the 1-minute load average at each run's start)"

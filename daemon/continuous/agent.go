@@ -161,10 +161,16 @@ func Start(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, exp: exp, sink: newSink(cfg.EventQueue)}
-	// 512 KiB rings (a quarter wakes the reader) read at least once a
-	// second: at 97 Hz a CPU writes some 25 KB of stacks a second.
+	// Samples alone: 2 MiB rings, a quarter of which wakes the reader. At
+	// 97 Hz a CPU writes some 25-50 KB of stacks and process records a
+	// second: the aggregator's read every applyPeriod comes first, and
+	// the agent wakes once per period, not also for each ring passing
+	// its watermark. The other records have sizes of their own.
 	opts := kevents.Options{RateHz: cfg.RateHz, Callstack: true, MaxStack: cfg.MaxStack, CPUs: cfg.CPUs,
 		RingPages: 128, Poll: readerPoll}
+	if !cfg.DWARF && !cfg.OffCPU && !cfg.Interrupts {
+		opts.RingPages = 512
+	}
 	if cfg.DWARF {
 		opts.Unwind = control.Unwind{DWARF: true, StackBytes: cfg.StackBytes}
 		opts.RingPages = 512
@@ -322,24 +328,26 @@ func (a *Agent) endInterval(nowNS, recordsEnd uint64) {
 			a.cfg.Log("continuous: %v", err)
 		}
 	}
+	procs, dropped, offNS, offDropped, intrNS, intrDropped := len(iv.procs), iv.dropped, iv.offNS, iv.offDropped, iv.intrNS, iv.intrDropped
+	a.agg.recycle(iv)
 	a.mu.Lock()
 	st := &a.st
 	st.Intervals++
 	st.Samples = samples
 	st.TotalSamples += samples
-	st.Dropped += iv.dropped
-	st.OffCPU = time.Duration(iv.offNS)
-	st.TotalOffCPU += time.Duration(iv.offNS)
-	st.OffCPUDropped += time.Duration(iv.offDropped + iv.intrDropped)
-	st.Interrupt = time.Duration(iv.intrNS)
-	st.TotalInterrupt += time.Duration(iv.intrNS)
+	st.Dropped += dropped
+	st.OffCPU = time.Duration(offNS)
+	st.TotalOffCPU += time.Duration(offNS)
+	st.OffCPUDropped += time.Duration(offDropped + intrDropped)
+	st.Interrupt = time.Duration(intrNS)
+	st.TotalInterrupt += time.Duration(intrNS)
 	if a.agg.off != nil {
 		st.UnstackedWaits = a.agg.off.unstacked
 	}
 	st.Idle = a.agg.idleCount
 	st.EventsDropped = a.sink.dropped.Load()
 	st.Lost = a.sink.lost.Load()
-	st.Processes = len(iv.procs)
+	st.Processes = procs
 	st.Export = a.exp.Stats()
 	st.CPU, st.MaxRSS = selfUsage()
 	st.BuildTime = time.Since(t0)

@@ -114,17 +114,23 @@ func newInterval(startNS uint64) *interval {
 // aggregator applies the side-band records to the name tables and counts
 // stacks; it runs on one goroutine.
 type aggregator struct {
-	res       *a2n.Resolver
-	limits    Limits
-	idle      bool            // keep the idle task's samples (pid 0)
-	described map[uint32]bool // pids read from /proc after a sample of an unknown process
-	cur       *interval
-	idleCount int64
-	infos     *procInfos
-	gens      map[uint32]uint32 // exec generation of the processes that exec'd
-	exited    int               // processes that exited since the tables started
-	off       *offCPU           // the threads' waits (nil: off-CPU time not counted)
-	rec       trace.Record
+	res    *a2n.Resolver
+	limits Limits
+	idle   bool // keep the idle task's samples (pid 0)
+	// known: the processes whose name, threads and mappings the tables
+	// hold, from a read of /proc (at the first record that needs them:
+	// a sample, interrupt time, a fork) or from their records since
+	// their start (the fork of a known process, an exec); tried: those
+	// read from /proc, or tried (gone).
+	known, tried map[uint32]bool
+	cur          *interval
+	idleCount    int64
+	infos        *procInfos
+	gens         map[uint32]uint32 // exec generation of the processes that exec'd
+	exited       int               // processes that exited since the tables started
+	off          *offCPU           // the threads' waits (nil: off-CPU time not counted)
+	spare        *interval         // an ended interval's tables, emptied (recycle)
+	rec          trace.Record
 }
 
 func newAggregator(limits Limits, idle, offCPU bool, startNS uint64) *aggregator {
@@ -137,18 +143,29 @@ func newAggregator(limits Limits, idle, offCPU bool, startNS uint64) *aggregator
 	return a
 }
 
-// reset starts new process tables from /proc (at start, and now and then
-// so processes gone do not accumulate). The resolver follows processes
-// and their mappings only: modules and the kernel are named by the
-// namer at the end of each interval.
+// reset starts new process tables (at start, and now and then so
+// processes gone do not accumulate): each process is read from /proc when
+// a record first needs it (know), not all at once. The resolver follows
+// processes and their mappings only: modules and the kernel are named by
+// the namer at the end of each interval.
 func (a *aggregator) reset() {
 	a.res = a2n.New(nil)
-	a.described = map[uint32]bool{}
+	a.known, a.tried = map[uint32]bool{}, map[uint32]bool{}
 	a.exited = 0
 	a.gens = map[uint32]uint32{}
-	_ = procscan.Scan(0, func(minor uint32, fields []uint64, str string) {
+}
+
+// know makes the tables hold pid's process (its name, threads and
+// mappings), reading it from /proc (stamped t) unless they do. A process
+// that cannot be read (gone) is not tried again.
+func (a *aggregator) know(pid uint32, t uint64) {
+	if pid == 0 || a.known[pid] || a.tried[pid] {
+		return
+	}
+	a.tried[pid] = true
+	a.known[pid] = procscan.Describe(int(pid), t, func(minor uint32, fields []uint64, str string) {
 		a.applyMTE(minor, fields, str)
-	})
+	}) == nil
 }
 
 func (a *aggregator) applyMTE(minor uint32, fields []uint64, str string) {
@@ -160,6 +177,13 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 	switch e.kind {
 	case evMTE:
 		f := e.fields[:e.nf]
+		fork := e.minor == trace.MTEFork && len(f) >= 5 && f[4]&trace.ForkThread == 0 && f[0] != f[2]
+		if fork {
+			// The child starts with its parent's mappings: the
+			// parent's are read first if they are not known.
+			a.know(uint32(f[0]), e.t)
+			a.known[uint32(f[2])] = a.known[uint32(f[0])]
+		}
 		a.applyMTE(e.minor, f, e.str)
 		if e.minor == trace.MTEExit && len(f) >= 2 && a.off != nil {
 			a.off.threadExited(uint32(f[1]), e.t)
@@ -171,12 +195,15 @@ func (a *aggregator) handle(e *event, pcs []uint64) {
 		case e.minor == trace.MTEExit && len(f) >= 2 && f[0] == f[1]:
 			a.infos.forget(uint32(f[0]))
 			delete(a.gens, uint32(f[0]))
+			delete(a.known, uint32(f[0]))
+			delete(a.tried, uint32(f[0]))
 			a.exited++
 		case e.minor == trace.MTEExec && len(f) >= 1:
 			// The same pid, another program: its addresses mean
 			// other things from here on.
 			a.gens[uint32(f[0])]++
 			a.infos.forget(uint32(f[0]))
+			a.known[uint32(f[0])] = true // its mappings from here on are in its records
 		}
 	case evSample:
 		a.sample(e, pcs)
@@ -256,13 +283,7 @@ func stackKey(key []byte, pid, tid, gen uint32, kernel uint16, pcs []uint64) []b
 // kernel addresses) in iv: its locations, leaf first (ok false past the
 // limits).
 func (a *aggregator) locateStack(iv *interval, pid, gen uint32, t uint64, kernel int, pcs []uint64) ([]int32, bool) {
-	if pid != 0 && a.res.Process(pid) == nil && !a.described[pid] {
-		// Its records were not seen (lost, or before the scan): /proc.
-		a.described[pid] = true
-		_ = procscan.Describe(int(pid), t, func(minor uint32, fields []uint64, str string) {
-			a.applyMTE(minor, fields, str)
-		})
-	}
+	a.know(pid, t)
 	if _, ok := iv.procs[pid]; !ok && len(iv.procs) < a.limits.Stacks {
 		iv.procs[pid] = a.infos.get(pid)
 	}
@@ -327,9 +348,42 @@ func (a *aggregator) location(iv *interval, pid, gen uint32, pc uint64, kernel b
 	return idx, true
 }
 
-// rotate ends the current interval and starts the next.
+// rotate ends the current interval and starts the next (in the tables of
+// the interval recycled last, if any).
 func (a *aggregator) rotate(nowNS uint64) *interval {
 	iv := a.cur
-	a.cur = newInterval(nowNS)
+	if a.spare != nil {
+		a.cur, a.spare = a.spare, nil
+		a.cur.startNS = nowNS
+	} else {
+		a.cur = newInterval(nowNS)
+	}
 	return iv
+}
+
+// recycle takes back iv, an interval rotate ended whose request is built
+// (nothing refers to its tables any more): emptied, its maps and slices
+// keep their memory for the next interval, which would otherwise grow
+// them anew from empty, sample after sample.
+func (a *aggregator) recycle(iv *interval) {
+	iv.reset()
+	a.spare = iv
+}
+
+// reset empties iv for another interval, keeping its memory.
+func (iv *interval) reset() {
+	clear(iv.locIndex)
+	clear(iv.byPC)
+	clear(iv.stacks)
+	clear(iv.procs)
+	clear(iv.offStacks)
+	clear(iv.intr)
+	clear(iv.names)
+	clear(iv.locs)
+	clear(iv.order)
+	clear(iv.offOrder)
+	clear(iv.intrOrder)
+	iv.locs, iv.order, iv.offOrder, iv.intrOrder = iv.locs[:0], iv.order[:0], iv.offOrder[:0], iv.intrOrder[:0]
+	iv.samples, iv.dropped = 0, 0
+	iv.offNS, iv.offDropped, iv.intrNS, iv.intrDropped = 0, 0, 0, 0
 }

@@ -165,6 +165,7 @@ func (a *aggregator) interrupt(e *event) {
 	if _, ok := iv.procs[e.pid]; !ok && len(iv.procs) < a.limits.Stacks {
 		iv.procs[e.pid] = a.infos.get(e.pid)
 	}
+	a.know(e.pid, e.t)
 	a.counted(iv, e.pid, e.tid)
 	sc := &stackCount{pid: e.pid, tid: e.tid, locs: []int32{idx}, count: ns}
 	iv.intr[key] = sc

@@ -29,6 +29,16 @@ const maxNames = 1 << 16
 // next module.
 const namingSlack = 8 << 20
 
+// freshModule: a module file changed more recently than this is named
+// from the file without storing its table in the symbol cache the first
+// time. A program being rebuilt (a build's outputs, tests' binaries, a
+// development loop) is a new file each time: its table, written once and
+// read by no later run, would cost the agent more than the parse and push
+// the tables of the node's lasting programs out of the cache. A file
+// named again (new offsets in a later interval) is stored then, as is
+// one first named past this age.
+const freshModule = time.Minute
+
 // namer names an interval's locations once each. Names of module offsets
 // and kernel addresses are kept from one interval to the next; a module's
 // symbol tables are loaded (from the table cache when there) only for the
@@ -49,7 +59,13 @@ type namer struct {
 	// this nameAll.
 	files   map[string]fileID
 	checked map[string]bool
-	base    int64 // resident bytes after the last collection (naming)
+	// young: the paths checked in this nameAll whose file changed less
+	// than fresh ago and was not named before (not stored in the
+	// cache); parsedYoung: the files named so.
+	young       map[string]bool
+	parsedYoung map[fileID]bool
+	fresh       time.Duration
+	base        int64 // resident bytes after the last collection (naming)
 	// Of the last nameAll: the locations named anew (not kept from an
 	// earlier interval) and the modules read for them.
 	named, modulesRead int
@@ -57,7 +73,7 @@ type namer struct {
 
 func newNamer(cacheDir string, kernelAge time.Duration) *namer {
 	return &namer{cacheDir: cacheDir, kernelAge: kernelAge, names: map[locKey]frameName{}, intern: map[string]string{},
-		files: map[string]fileID{}, checked: map[string]bool{}}
+		files: map[string]fileID{}, checked: map[string]bool{}, young: map[string]bool{}, parsedYoung: map[fileID]bool{}, fresh: freshModule}
 }
 
 // fileID is what tells a module file from another at the same path.
@@ -67,19 +83,25 @@ type fileID struct {
 	mtime    int64 // ns
 }
 
-// statID is path's identity now (ok false: it cannot be stat'ed).
-func statID(path string) (fileID, bool) {
+// statID is path's identity now and when its file last changed (its
+// data or its inode: a file copied with its times kept is new too); ok
+// false: it cannot be stat'ed.
+func statID(path string) (id fileID, changed time.Time, ok bool) {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
-		return fileID{}, false
+		return fileID{}, time.Time{}, false
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}, true
+	id = fileID{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+	return id, time.Unix(0, max(st.Mtim.Nano(), st.Ctim.Nano())), true
 }
 
 // checkFiles forgets the names kept of each module of locs whose file was
-// replaced since they were made (one stat a module an interval).
+// replaced since they were made, and notes the files changed lately (one
+// stat a module an interval).
 func (n *namer) checkFiles(locs []location) {
 	clear(n.checked)
+	clear(n.young)
+	now := time.Now()
 	for i := range locs {
 		l := &locs[i]
 		if l.key.kind != locModule || l.vdso != nil || n.checked[l.key.module] {
@@ -87,9 +109,12 @@ func (n *namer) checkFiles(locs []location) {
 		}
 		path := l.key.module
 		n.checked[path] = true
-		id, ok := statID(path)
+		id, changed, ok := statID(path)
 		if !ok {
 			continue // gone: its names stay what they were
+		}
+		if now.Sub(changed) < n.fresh && !n.parsedYoung[id] {
+			n.young[path] = true
 		}
 		if old, seen := n.files[path]; seen && old != id {
 			for k := range n.names {
@@ -115,6 +140,7 @@ func (n *namer) reset() {
 	clear(n.names)
 	clear(n.intern)
 	clear(n.files)
+	clear(n.parsedYoung)
 }
 
 func (n *namer) str(s string) string {
@@ -131,10 +157,11 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 	if n.ks == nil {
 		n.reset()
 	}
-	if len(n.names) > maxNames || len(n.files) > maxNames {
+	if len(n.names) > maxNames || len(n.files) > maxNames || len(n.parsedYoung) > maxNames {
 		clear(n.names)
 		clear(n.intern)
 		clear(n.files)
+		clear(n.parsedYoung)
 	}
 	n.named, n.modulesRead = 0, 0
 	n.checkFiles(locs)
@@ -185,6 +212,10 @@ func (n *namer) nameAll(r *a2n.Resolver, locs []location) []frameName {
 // nameModule names the offsets in the module at path of locs[idx...].
 func (n *namer) nameModule(path string, locs []location, idx []int, out []frameName) {
 	c := a2n.Cache{Dir: n.cacheDir, MapTables: true}
+	if n.young[path] {
+		c.Dir = "" // parsed, not stored (freshModule)
+		n.parsedYoung[n.files[path]] = true
+	}
 	m := c.Module(path)
 	n.modulesRead++
 	module := n.str(path)

@@ -123,7 +123,7 @@ func TestNamerKeepsNames(t *testing.T) {
 // and a function that applies an MTE record to it.
 func testAggregator() (*aggregator, func(minor uint32, str string, f ...uint64)) {
 	a := &aggregator{res: a2n.New(nil), limits: Limits{}.withDefaults(), infos: newProcInfos(),
-		described: map[uint32]bool{}, gens: map[uint32]uint32{}}
+		known: map[uint32]bool{}, tried: map[uint32]bool{}, gens: map[uint32]uint32{}}
 	a.cur = newInterval(0)
 	return a, func(minor uint32, str string, f ...uint64) {
 		e := event{kind: evMTE, minor: minor, str: str}
@@ -342,5 +342,52 @@ func TestBuilderReused(t *testing.T) {
 	}
 	if thread != "t-second" {
 		t.Errorf("thread.name %q, want t-second", thread)
+	}
+}
+
+// TestNamerFreshModuleNotStored: a module file changed less than
+// freshModule ago (cpuburn, built here) is named from the file without
+// storing its table in the symbol cache; named again (offsets new in a
+// later interval) it is stored; an old file is stored at its first
+// naming. The names are the same either way.
+func TestNamerFreshModuleNotStored(t *testing.T) {
+	exe := buildBurn(t, t.TempDir())
+	var locs []location
+	for off := range funcOffsets(t, exe, 20) {
+		locs = append(locs, location{key: locKey{kind: locModule, module: exe, addr: off}})
+	}
+	if len(locs) < 4 {
+		t.Fatalf("only %d functions found in %s", len(locs), exe)
+	}
+	entries := func(dir string) int {
+		ents, err := os.ReadDir(dir)
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	freshDir, oldDir := t.TempDir(), t.TempDir()
+	fresh := newNamer(freshDir, 0)
+	old := newNamer(oldDir, 0)
+	old.fresh = 0 // every file older than the bound
+	half := len(locs) / 2
+	for round, part := range [][]location{locs[:half], locs[half:]} {
+		got := fresh.nameAll(a2n.New(nil), part)
+		want := old.nameAll(a2n.New(nil), part)
+		if fresh.modulesRead != 1 || old.modulesRead != 1 {
+			t.Fatalf("round %d, modules read: %d fresh, %d old; want 1 each", round, fresh.modulesRead, old.modulesRead)
+		}
+		for i := range part {
+			if got[i] != want[i] || strings.HasPrefix(got[i].symbol, "cpuburn+") {
+				t.Errorf("round %d, offset %#x: %v fresh, %v old", round, part[i].key.addr, got[i], want[i])
+			}
+		}
+		// Both caches hold the kernel's table (if it could be read);
+		// the old file's has the module's table from the first round
+		// on, the fresh one's from the second.
+		nf, no := entries(freshDir), entries(oldDir)
+		if round == 0 && no != nf+1 || round == 1 && no != nf {
+			t.Errorf("round %d, symbol cache entries: %d with the file fresh, %d with it old", round, nf, no)
+		}
 	}
 }

@@ -2,12 +2,12 @@ package continuous
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // procInfo is what the resource attributes say of a process, read from
@@ -32,17 +32,36 @@ const maxProcRead = 256 << 10
 type procInfos struct {
 	m    map[uint32]*procInfo
 	proc string // "/proc" (tests may point elsewhere)
+	buf  []byte // scratch of read
 }
 
 func newProcInfos() *procInfos { return &procInfos{m: map[uint32]*procInfo{}, proc: "/proc"} }
 
-func readBounded(path string) []byte {
-	f, err := os.Open(path)
+// read returns up to maxProcRead bytes of the file at path (nil if it
+// cannot be opened), in p.buf: valid until the next read. (A process
+// sampled for the first time costs three of these: through the system
+// calls, without an os.File each.)
+func (p *procInfos) read(path string) []byte {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, maxProcRead))
+	defer unix.Close(fd)
+	if p.buf == nil {
+		p.buf = make([]byte, 0, 4096)
+	}
+	b := p.buf[:0]
+	for len(b) < maxProcRead {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):min(cap(b), maxProcRead)])
+		if n <= 0 || err != nil {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	p.buf = b
 	return b
 }
 
@@ -53,22 +72,70 @@ func startTime(stat []byte) string {
 	if i < 0 {
 		return ""
 	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 20 {
-		return ""
+	// The fields after the comm are numbers and a state letter,
+	// separated by blanks: field 22 is the 20th of them.
+	rest := stat[i+1:]
+	for n := 0; ; n++ {
+		for len(rest) > 0 && isBlank(rest[0]) {
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			return ""
+		}
+		j := 0
+		for j < len(rest) && !isBlank(rest[j]) {
+			j++
+		}
+		if n == 19 {
+			return string(rest[:j])
+		}
+		rest = rest[j:]
 	}
-	return f[19]
 }
 
-var containerRE = regexp.MustCompile(`[0-9a-f]{64}`)
+func isBlank(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// containerID is the last run of 64 lowercase hex digits in a cgroup file
+// (as a search for [0-9a-f]{64}, leftmost and not overlapping, finds it
+// last), or "".
+func containerID(cg []byte) string {
+	last := -1
+	for i := 0; i < len(cg); {
+		if !isHexLower(cg[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(cg) && isHexLower(cg[j]) {
+			j++
+		}
+		if n := (j - i) / 64; n > 0 {
+			last = i + (n-1)*64
+		}
+		i = j
+	}
+	if last < 0 {
+		return ""
+	}
+	return string(cg[last : last+64])
+}
+
+func isHexLower(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
 
 // get returns pid's information ("" fields where /proc did not say).
 func (p *procInfos) get(pid uint32) *procInfo {
 	if pi, ok := p.m[pid]; ok {
 		return pi
 	}
-	dir := filepath.Join(p.proc, strconv.Itoa(int(pid)))
-	st := startTime(readBounded(dir + "/stat"))
+	dir := p.proc + "/" + strconv.Itoa(int(pid))
+	st := startTime(p.read(dir + "/stat"))
+	if st == "" {
+		// Gone (or never there): so are its other files. Not kept:
+		// read again at the next interval's first sample.
+		return &procInfo{}
+	}
 	if len(p.m) >= maxProcInfos {
 		clear(p.m)
 	}
@@ -77,21 +144,23 @@ func (p *procInfos) get(pid uint32) *procInfo {
 		pi.exePath = strings.TrimSuffix(exe, " (deleted)")
 		pi.exeName = filepath.Base(pi.exePath)
 	}
-	// Of the environment only OTEL_SERVICE_NAME is kept; the command
-	// line is not exported at all (it may hold secrets).
-	for _, kv := range bytes.Split(readBounded(dir+"/environ"), []byte{0}) {
+	// Of the environment only OTEL_SERVICE_NAME is kept (the last one
+	// set); the command line is not exported at all (it may hold
+	// secrets).
+	env := p.read(dir + "/environ")
+	for len(env) > 0 {
+		kv := env
+		if i := bytes.IndexByte(env, 0); i >= 0 {
+			kv, env = env[:i], env[i+1:]
+		} else {
+			env = nil
+		}
 		if v, ok := bytes.CutPrefix(kv, []byte("OTEL_SERVICE_NAME=")); ok && len(v) > 0 && len(v) <= 256 {
 			pi.service = string(v)
 		}
 	}
-	if cg := readBounded(dir + "/cgroup"); cg != nil {
-		if ids := containerRE.FindAll(cg, -1); len(ids) > 0 {
-			pi.container = string(ids[len(ids)-1])
-		}
-	}
-	if st != "" {
-		p.m[pid] = pi
-	}
+	pi.container = containerID(p.read(dir + "/cgroup"))
+	p.m[pid] = pi
 	return pi
 }
 

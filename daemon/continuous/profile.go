@@ -3,7 +3,6 @@ package continuous
 import (
 	"crypto/rand"
 	"slices"
-	"strconv"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -41,7 +40,7 @@ type builder struct {
 	strs    map[string]int32
 	maps    map[string]int32
 	funcs   map[[2]int32]int32
-	attrs   map[string]int32
+	attrs   map[attrKey]int32
 	stacks  map[string]int32
 	locIdx  []int32 // interval location -> location table index
 	scratch []byte
@@ -82,28 +81,34 @@ func (b *builder) function(name, module string) int32 {
 	return i
 }
 
-// attr is the attribute table index of key=value (a string or an int64).
-func (b *builder) attr(key string, value any) int32 {
-	var ks string
-	switch v := value.(type) {
-	case string:
-		ks = key + "\x00s" + v
-	case int64:
-		ks = key + "\x00i" + strconv.FormatInt(v, 10)
-	}
-	if i, ok := b.attrs[ks]; ok {
+// attrKey is an attribute: key=str, or key=num if isNum.
+type attrKey struct {
+	key, str string
+	num      int64
+	isNum    bool
+}
+
+// attrStr is the attribute table index of key=value.
+func (b *builder) attrStr(key, value string) int32 { return b.attr(attrKey{key: key, str: value}) }
+
+// attrInt is the attribute table index of key=value.
+func (b *builder) attrInt(key string, value int64) int32 {
+	return b.attr(attrKey{key: key, num: value, isNum: true})
+}
+
+func (b *builder) attr(k attrKey) int32 {
+	if i, ok := b.attrs[k]; ok {
 		return i
 	}
 	kv := b.dict.AttributeTable().AppendEmpty()
-	kv.SetKeyStrindex(b.str(key))
-	switch v := value.(type) {
-	case string:
-		kv.Value().SetStr(v)
-	case int64:
-		kv.Value().SetInt(v)
+	kv.SetKeyStrindex(b.str(k.key))
+	if k.isNum {
+		kv.Value().SetInt(k.num)
+	} else {
+		kv.Value().SetStr(k.str)
 	}
 	i := int32(b.dict.AttributeTable().Len() - 1)
-	b.attrs[ks] = i
+	b.attrs[k] = i
 	return i
 }
 
@@ -116,7 +121,7 @@ func (b *builder) build(iv *interval, names []frameName, endNS uint64) (pprofile
 	// of its tables keep their memory from one interval to the next.
 	if b.strs == nil {
 		b.strs, b.maps, b.funcs = map[string]int32{}, map[string]int32{}, map[[2]int32]int32{}
-		b.attrs, b.stacks = map[string]int32{}, map[string]int32{}
+		b.attrs, b.stacks = map[attrKey]int32{}, map[string]int32{}
 	}
 	clear(b.strs)
 	clear(b.maps)
@@ -179,7 +184,7 @@ func (b *builder) sample(prof pprofile.Profile, iv *interval, sc *stackCount) {
 	s := prof.Samples().AppendEmpty()
 	s.SetStackIndex(b.stack(sc.locs))
 	s.Values().Append(sc.count)
-	s.AttributeIndices().Append(b.attr(attrThreadID, int64(sc.tid)))
+	s.AttributeIndices().Append(b.attrInt(attrThreadID, int64(sc.tid)))
 	// The thread's name now (a thread names itself after it starts),
 	// else the one it had at its exit (interval.names).
 	n, ok := "", false
@@ -190,7 +195,7 @@ func (b *builder) sample(prof pprofile.Profile, iv *interval, sc *stackCount) {
 		n = iv.names[threadKey(sc.pid, sc.tid)]
 	}
 	if n != "" {
-		s.AttributeIndices().Append(b.attr(attrThreadName, n))
+		s.AttributeIndices().Append(b.attrStr(attrThreadName, n))
 	}
 }
 
@@ -233,7 +238,7 @@ func (b *builder) location(k locKey, fn frameName) int32 {
 	loc.SetAddress(k.addr)
 	line := loc.Lines().AppendEmpty()
 	line.SetFunctionIndex(b.function(fn.symbol, module))
-	loc.AttributeIndices().Append(b.attr(attrProfileFrom, frame))
+	loc.AttributeIndices().Append(b.attrStr(attrProfileFrom, frame))
 	return int32(b.dict.LocationTable().Len() - 1)
 }
 

@@ -6,6 +6,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -255,6 +256,13 @@ func runContinuous(c *cli.Context) error {
 		// the end of each interval): collections as the heap grows
 		// 5-fold, not 2-fold, are fewer for the same bound.
 		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		// The agent's work is one goroutine's at a time (the reader's
+		// drains, the aggregator, the exporter's sends): with more Ps
+		// the runtime wakes another thread to look for work at each
+		// wake-up of the agent, and its collections run on every CPU.
+		runtime.GOMAXPROCS(1)
 	}
 	logger := log.New(os.Stderr, "pitraced: ", log.LstdFlags)
 	if !c.Bool("quiet") {
