@@ -299,8 +299,8 @@ const noTid = ^uint32(0)
 // perf's switch-in record after it). A switch-in whose thread perf could
 // not name (its id -1: seen for a thread of an exiting process) is not
 // written: the tracepoint reported it or nothing can.
-func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
-	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 || len(b) < 8 {
+func (s *Session) switchIn(r *ring, b []byte) {
+	if len(b) < 8 {
 		return
 	}
 	prevPid, prevTid := le32(b), le32(b[4:])
@@ -317,4 +317,55 @@ func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 		prevPid = 0
 	}
 	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), uint64(prevTid), uint64(pid), uint64(tid), state))
+}
+
+// sleepsOutFilter is the DISPATCH event's tracepoint filter without
+// stacks: every switch but a switch-out to sleep (prev_state S,
+// TASK_INTERRUPTIBLE: timers, futexes, pipes, sockets, poll) and a
+// switch-out of a thread still runnable that was not preempted (prev_state
+// 0, R: it yielded, or gave the CPU on its way back to user space to a
+// thread it woke), the two most common. perf's switch-out record of such
+// a switch, which the agent asks for anyway (switchIn), writes its
+// DISPATCH instead (switchOut): one record fewer a switch, written in
+// the thread switched out (the tracepoint's sample is still built, for
+// the filter, but is not written). The stacks' configuration keeps the
+// tracepoint's record of every switch: a wait's stack pairs with it
+// (waitPair).
+const sleepsOutFilter = "prev_state > 1"
+
+// switchOut reads perf's switch-out record (PERF_RECORD_SWITCH_CPU_WIDE
+// with PERF_RECORD_MISC_SWITCH_OUT, written in the thread switched out,
+// in the scheduler's perf hook that runs after the sched_switch
+// tracepoint) where the tracepoint leaves out the switch-outs in S and R
+// (sleepsOutFilter). A switch that sched_switch reported is next to its
+// record in the CPU's ring, before it, and has made the thread switched
+// in the CPU's last (lastNext); one that it did not report is written as
+// the DISPATCH the tracepoint would have written, in R (prev_state 0)
+// where the record says prev was still runnable
+// (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT: preempted or not, perf does not
+// tell; a preemption the tracepoint reported), else in S. A switch whose
+// tracepoint record was lost (a full ring: counted) would be written so
+// too. Threads perf cannot name (-1) are not written: the switch-in
+// record of the thread switched in, or nothing, tells of that switch.
+func (s *Session) switchOut(r *ring, misc uint16, b []byte) {
+	if len(b) < 8 {
+		return
+	}
+	nextPid, next := le32(b), le32(b[4:])
+	pid, tid, t, ok := sampleID(b[8:])
+	if !ok || tid == noTid || next == noTid || r.lastNext == int64(next) {
+		return
+	}
+	r.lastNext = int64(next)
+	state := trace.StateSleeping
+	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0 {
+		state = 0
+	}
+	if tid == 0 {
+		pid, state = 0, 0 // the idle task does not sleep
+	}
+	if next == 0 {
+		nextPid = 0
+	}
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(pid), uint64(tid), uint64(nextPid), uint64(next), state))
 }
