@@ -151,6 +151,7 @@ type ring struct {
 	// from one it did not (see switchIn).
 	lastNext int64
 	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
+	unnamed  heldOut  // a switch-out to a thread perf could not name (sched.go)
 	tgids    tgidCache
 	// ids are the identifiers of the ring's events and their kinds:
 	// fewer than ten, found faster by a scan than in a map.
@@ -1202,6 +1203,7 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) bool {
 		}
 		state := s.prevState(raw)
 		r.lastNext = int64(next)
+		s.unnamedIn(r, prev, t)
 		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidIn(r, prev)), uint64(prev), uint64(s.tgidIn(r, next)), uint64(next), state))
 	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
 		// irq_handler_* carry the irq number, softirq_* the vector.

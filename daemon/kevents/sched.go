@@ -309,6 +309,7 @@ func (s *Session) switchIn(r *ring, b []byte) {
 		return
 	}
 	r.lastNext = int64(tid)
+	r.unnamed.ok = false
 	r.wait.open, r.wait.held = false, false // no wait's stack comes: the tracepoint's sample is not there
 	var state uint64
 	if prevTid != 0 {
@@ -345,18 +346,21 @@ const sleepsOutFilter = "prev_state > 1"
 // (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT: preempted or not, perf does not
 // tell; a preemption the tracepoint reported), else in S. A switch whose
 // tracepoint record was lost (a full ring: counted) would be written so
-// too. Threads perf cannot name (-1) are not written: the switch-in
-// record of the thread switched in, or nothing, tells of that switch.
+// too. A thread perf cannot name (-1) switched out is not written (the
+// switch-in record of the next thread tells of that switch); one
+// switched in (a thread of an exiting process, past its release) is
+// named by the tracepoint's report of its own switch-out, next on the
+// CPU (heldOut).
 func (s *Session) switchOut(r *ring, misc uint16, b []byte) {
 	if len(b) < 8 {
 		return
 	}
 	nextPid, next := le32(b), le32(b[4:])
 	pid, tid, t, ok := sampleID(b[8:])
-	if !ok || tid == noTid || next == noTid || r.lastNext == int64(next) {
+	if !ok || tid == noTid || r.lastNext == int64(next) {
 		return
 	}
-	r.lastNext = int64(next)
+	r.unnamed.ok = false
 	state := trace.StateSleeping
 	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0 {
 		state = 0
@@ -364,8 +368,48 @@ func (s *Session) switchOut(r *ring, misc uint16, b []byte) {
 	if tid == 0 {
 		pid, state = 0, 0 // the idle task does not sleep
 	}
+	if next == noTid {
+		// A thread that exits, past the point where perf names it:
+		// named by its last switch-out, which the tracepoint reports
+		// (state X), or by none (unnamedIn). Unless the tracepoint
+		// reported this switch: the CPU's last thread is then not
+		// prev's any more.
+		if r.lastNext != int64(tid) {
+			return
+		}
+		r.lastNext = -1
+		r.unnamed = heldOut{ok: true, pid: pid, tid: tid, t: t, state: state}
+		return
+	}
+	r.lastNext = int64(next)
 	if next == 0 {
 		nextPid = 0
 	}
 	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(pid), uint64(tid), uint64(nextPid), uint64(next), state))
+}
+
+// heldOut is a switch-out (switchOut) to a thread perf could not name,
+// written when the tracepoint's next report on the CPU names the thread
+// then switched out (unnamedIn).
+type heldOut struct {
+	ok       bool
+	pid, tid uint32
+	t        uint64
+	state    uint64
+}
+
+// unnamedIn writes the DISPATCH held for a switch to a thread perf could
+// not name, now that the CPU's sched_switch at t switches prev out: prev
+// is that thread, if the report comes within maxPairGap (a dying thread
+// runs for microseconds); else (records lost) it is dropped.
+func (s *Session) unnamedIn(r *ring, prev uint32, t uint64) {
+	h := &r.unnamed
+	if !h.ok {
+		return
+	}
+	h.ok = false
+	if prev == 0 || t < h.t || !near(h.t, t) {
+		return
+	}
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, h.t, append(r.fields[:0], uint64(h.pid), uint64(h.tid), uint64(s.tgidIn(r, prev)), uint64(prev), h.state))
 }

@@ -183,7 +183,7 @@ func TestSwitchOutOfASleep(t *testing.T) {
 	const idSwitch = 7
 	s := &Session{sink: sink, sleepsOut: true, kinds: map[uint64]int{idSwitch: kindSwitch},
 		tp: tpFields{prevPid: 0, prevState: 8, prevStateSize: 8, nextPid: 16}}
-	for tid := uint32(10); tid < 20; tid++ {
+	for tid := uint32(10); tid < 22; tid++ {
 		s.tgid.Store(tid, uint32(1000))
 	}
 	r := &ring{cpu: 1, lastNext: -1}
@@ -233,7 +233,14 @@ func TestSwitchOutOfASleep(t *testing.T) {
 	out(14, 15, 600, runnable) // still runnable, not preempted: R
 	tp(15, sleeping, 16, 700)  // a kernel that did not take the filter
 	out(15, 16, 701, 0)
-	out(16, noTid, 800, 0) // a thread perf cannot name: not written
+	out(16, noTid, 800, 0) // to a thread perf cannot name (exiting),
+	tp(17, 0x10, 18, 805)  // named by its last switch-out
+	tp(18, 0x80, 20, 810)  // reported by the tracepoint:
+	out(18, noTid, 811, 0) // not twice
+	tp(20, 0x10, 21, 815)
+	out(noTid, 19, 900, 0)  // from one: its switch-in record writes it
+	out(19, noTid, 1000, 0) // named by no report near enough: dropped
+	tp(11, sleeping, 12, 1000+2e6)
 	var got []string
 	for _, x := range sink.recs {
 		if x.major == trace.MajorDispatch && x.minor == trace.DispatchSwitch {
@@ -241,7 +248,9 @@ func TestSwitchOutOfASleep(t *testing.T) {
 		}
 	}
 	want := "1000/10>1000/11:0x100@100 1000/11>1000/12:0x1@200 1000/12>1000/13:0x2@300 1000/13>0/0:0x1@400 0/0>1000/14:0x0@500 " +
-		"1000/14>1000/15:0x0@600 1000/15>1000/16:0x1@700"
+		"1000/14>1000/15:0x0@600 1000/15>1000/16:0x1@700 1000/16>1000/17:0x1@800 1000/17>1000/18:0x10@805 " +
+		"1000/18>1000/20:0x80@810 1000/20>1000/21:0x10@815 " +
+		"4294967295/4294967295>1000/19:0x80000000@901 1000/11>1000/12:0x1@2001000"
 	if g := strings.Join(got, " "); g != want {
 		t.Fatalf("DISPATCH records\n%s\nwant\n%s", g, want)
 	}
