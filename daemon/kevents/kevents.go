@@ -213,8 +213,9 @@ type Session struct {
 
 	callstack    bool
 	switchStacks bool // a second sched_switch event samples the stacks of waits
-	// sleepsOut: the sched_switch event leaves out switch-outs to sleep
-	// (state S), which perf's switch-out records write (sched.go)
+	// sleepsOut: without stacks the sched_switch event leaves out the
+	// switch-outs in S and R, which perf's switch-out records write
+	// (sched.go)
 	sleepsOut bool
 	maxStack  int
 	uw        *userUnwinder // Options.Unwind.DWARF
@@ -277,7 +278,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	}
 	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack,
 		switchStacks: opts.SwitchStacks && opts.Dispatch,
-		sleepsOut:    opts.Dispatch && !(opts.SwitchStacks && opts.Dispatch),
+		sleepsOut:    opts.Dispatch && !opts.SwitchStacks,
 		realtime:     (opts.Dispatch || opts.Wakeup || opts.Interrupt) && opts.Poll <= 0}
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
