@@ -57,7 +57,8 @@
 #   rec us/sw      that per switch
 # With --vs REV the agent (pitraced) of git revision REV is built into the
 # temporary directory and recorded with too, through a daemon of its own
-# (this tree's swtrace and post): one more row, taking its turn.
+# (this tree's swtrace and post): two more rows (with stacks and without),
+# taking their turns.
 # Run as root.
 #
 #   bench/offcpu.sh [--vs REV] [LOOPS=200000] [ROUNDS=3]
@@ -78,6 +79,7 @@ case "$LOOPS$ROUNDS" in *[!0-9]*) usage >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "bench: run as root (system-wide tracepoints)" >&2; exit 1; }
 command -v perf >/dev/null || { echo "bench: perf is not installed (apt-get install linux-perf; scripts/deps/base.txt)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "bench: /usr/bin/time is not installed (apt-get install time)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "bench: python3 is not installed" >&2; exit 1; }
 perf bench sched pipe -l 10 >/dev/null 2>&1 || { echo "bench: perf bench sched pipe does not run here" >&2; exit 1; }
 make -s build >/dev/null
 SW=$PWD/bin/swtrace
@@ -109,7 +111,16 @@ trap cleanup EXIT
 load() {
 	local la
 	la=$(cut -d' ' -f1 /proc/loadavg)
-	/usr/bin/time -f '%U %S' -o "$tmp/load.time" perf bench sched pipe -l "$LOOPS" >"$tmp/load.out" 2>&1
+	# (its CPU time to the microsecond: /usr/bin/time prints hundredths)
+	python3 -c '
+import os, sys
+pid = os.fork()
+if pid == 0:
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1); os.dup2(fd, 2)
+    os.execvp(sys.argv[2], sys.argv[2:])
+ru = os.wait4(pid, 0)[2]
+print(ru.ru_utime, ru.ru_stime)' "$tmp/load.out" perf bench sched pipe -l "$LOOPS" >"$tmp/load.time"
 	local us cpu
 	us=$(awk '/usecs\/op/ {print $1}' "$tmp/load.out")
 	cpu=$(awk -v n="$LOOPS" '{print ($1 + $2) * 1e6 / n}' "$tmp/load.time")
@@ -142,13 +153,14 @@ if [ -n "$VS" ]; then
 	git archive "$VS" | tar -x -C "$tmp/vs"
 	(cd "$tmp/vs" && go build -tags urfave_cli_no_docs -o "$tmp/pitraced-vs" ./daemon/cmd/pitraced)
 	vsdaemon=$(start_daemon "$tmp/run-vs" "$tmp/pitraced-vs")
-	configs+=(perfinsp_vs)
+	configs+=(perfinsp_vs perfinsp_vs_d)
 fi
 
 run_plain() { load plain; }
 run_perfinsp() { perfinsp_with perfinsp "$tmp/run" "$tmp/pitraced" "$daemon" dispatch callstack; }
 run_perfinsp_d() { perfinsp_with perfinsp_d "$tmp/run" "$tmp/pitraced" "$daemon" dispatch; }
 run_perfinsp_vs() { perfinsp_with perfinsp_vs "$tmp/run-vs" "$tmp/pitraced-vs" "$vsdaemon" dispatch callstack; }
+run_perfinsp_vs_d() { perfinsp_with perfinsp_vs_d "$tmp/run-vs" "$tmp/pitraced-vs" "$vsdaemon" dispatch; }
 
 # perfinsp_with NAME RUN-DIR AGENT PID RECORDS...: the load recorded by the
 # daemon of RUN-DIR (pid PID), swtrace enable --only RECORDS.
@@ -249,6 +261,6 @@ for c in "${configs[@]}"; do
 			if [ "$k" = 3 ]; then col "$c.per" "$k" | sort -g | tail -1; else col "$c.per" "$k" | median; fi
 		done | xargs)
 	name=$c
-	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_d) name="pi no stk" ;; perfinsp_vs) name="pi ${VS:0:10}" ;; esac
+	case $c in perfsched) name="perf sched" ;; perfg) name="perf -g" ;; perfinsp_d) name="pi no stk" ;; perfinsp_vs) name="pi ${VS:0:7}" ;; perfinsp_vs_d) name="${VS:0:7} nostk" ;; esac
 	printf '%-11s %7.2f %9.2f %8s %14s %5.1f %9.0f %9.0f %8.0f %8.1f %6.2f s %9.2f\n' "$name" "$us" "$cpu" "$slow" "($range)" "$la" "$sw" "$intrace" "$lost" "$bps" "$rs" "$rus"
 done

@@ -151,6 +151,7 @@ type ring struct {
 	// from one it did not (see switchIn).
 	lastNext int64
 	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
+	unnamed  heldOut  // a switch-out to a thread perf could not name (sched.go)
 	tgids    tgidCache
 	// ids are the identifiers of the ring's events and their kinds:
 	// fewer than ten, found faster by a scan than in a map.
@@ -212,9 +213,13 @@ type Session struct {
 
 	callstack    bool
 	switchStacks bool // a second sched_switch event samples the stacks of waits
-	maxStack     int
-	uw           *userUnwinder // Options.Unwind.DWARF
-	pend         *pendingSink  // with uw: the sink, holding records behind samples that wait for a table
+	// sleepsOut: without stacks the sched_switch event leaves out the
+	// switch-outs in S and R, which perf's switch-out records write
+	// (sched.go)
+	sleepsOut bool
+	maxStack  int
+	uw        *userUnwinder // Options.Unwind.DWARF
+	pend      *pendingSink  // with uw: the sink, holding records behind samples that wait for a table
 }
 
 // errNoPMU is returned for event-based tprof where there is no hardware
@@ -273,6 +278,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 	}
 	s := &Session{sink: sink, kinds: map[uint64]int{}, stop: make(chan struct{}), epfd: -1, callstack: opts.Callstack, maxStack: opts.MaxStack,
 		switchStacks: opts.SwitchStacks && opts.Dispatch,
+		sleepsOut:    opts.Dispatch && !opts.SwitchStacks,
 		realtime:     (opts.Dispatch || opts.Wakeup || opts.Interrupt) && opts.Poll <= 0}
 	if s.maxStack <= 0 || s.maxStack > trace.UnwindMaxDepth {
 		s.maxStack = trace.UnwindMaxDepth
@@ -392,6 +398,12 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			fd, err := perfOpen(&attr, cpu, -1)
 			if err != nil {
 				return nil, fmt.Errorf("open tracepoint %d on CPU %d: %w", id, cpu, permHint(err))
+			}
+			if kind == kindSwitch && s.sleepsOut {
+				// Without the filter (a kernel that refuses it) the
+				// tracepoint reports the sleeps too, and their
+				// switch-out records are not written twice.
+				_ = setFilter(fd, sleepsOutFilter)
 			}
 			if err := s.addFD(r, fd, kind); err != nil {
 				return nil, err
@@ -916,7 +928,13 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 		}
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(unix.PROT_READ|unix.PROT_EXEC)), cstr(b[32:len(b)-idTrailer]))
 	case unix.PERF_RECORD_SWITCH_CPU_WIDE:
-		s.switchIn(r, misc, b)
+		if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 {
+			if s.sleepsOut {
+				s.switchOut(r, misc, b)
+			}
+			return
+		}
+		s.switchIn(r, b)
 	case unix.PERF_RECORD_COMM:
 		if len(b) < 8+idTrailer {
 			return
@@ -1186,6 +1204,7 @@ func (s *Session) tracepoint(r *ring, kind int, t uint64, raw []byte) bool {
 		}
 		state := s.prevState(raw)
 		r.lastNext = int64(next)
+		s.unnamedIn(r, prev, t)
 		s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(f, uint64(s.tgidIn(r, prev)), uint64(prev), uint64(s.tgidIn(r, next)), uint64(next), state))
 	case kindIRQEntry, kindIRQExit, kindSoftEntry, kindSoftExit:
 		// irq_handler_* carry the irq number, softirq_* the vector.

@@ -299,8 +299,8 @@ const noTid = ^uint32(0)
 // perf's switch-in record after it). A switch-in whose thread perf could
 // not name (its id -1: seen for a thread of an exiting process) is not
 // written: the tracepoint reported it or nothing can.
-func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
-	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT != 0 || len(b) < 8 {
+func (s *Session) switchIn(r *ring, b []byte) {
+	if len(b) < 8 {
 		return
 	}
 	prevPid, prevTid := le32(b), le32(b[4:])
@@ -309,6 +309,7 @@ func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 		return
 	}
 	r.lastNext = int64(tid)
+	r.unnamed.ok = false
 	r.wait.open, r.wait.held = false, false // no wait's stack comes: the tracepoint's sample is not there
 	var state uint64
 	if prevTid != 0 {
@@ -317,4 +318,98 @@ func (s *Session) switchIn(r *ring, misc uint16, b []byte) {
 		prevPid = 0
 	}
 	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(prevPid), uint64(prevTid), uint64(pid), uint64(tid), state))
+}
+
+// sleepsOutFilter is the DISPATCH event's tracepoint filter without
+// stacks: every switch but a switch-out to sleep (prev_state S,
+// TASK_INTERRUPTIBLE: timers, futexes, pipes, sockets, poll) and a
+// switch-out of a thread still runnable that was not preempted (prev_state
+// 0, R: it yielded, or gave the CPU on its way back to user space to a
+// thread it woke), the two most common. perf's switch-out record of such
+// a switch, which the agent asks for anyway (switchIn), writes its
+// DISPATCH instead (switchOut): one record fewer a switch, written in
+// the thread switched out (the tracepoint's sample is still built, for
+// the filter, but is not written). The stacks' configuration keeps the
+// tracepoint's record of every switch: a wait's stack pairs with it
+// (waitPair).
+const sleepsOutFilter = "prev_state > 1"
+
+// switchOut reads perf's switch-out record (PERF_RECORD_SWITCH_CPU_WIDE
+// with PERF_RECORD_MISC_SWITCH_OUT, written in the thread switched out,
+// in the scheduler's perf hook that runs after the sched_switch
+// tracepoint) where the tracepoint leaves out the switch-outs in S and R
+// (sleepsOutFilter). A switch that sched_switch reported is next to its
+// record in the CPU's ring, before it, and has made the thread switched
+// in the CPU's last (lastNext); one that it did not report is written as
+// the DISPATCH the tracepoint would have written, in R (prev_state 0)
+// where the record says prev was still runnable
+// (PERF_RECORD_MISC_SWITCH_OUT_PREEMPT: preempted or not, perf does not
+// tell; a preemption the tracepoint reported), else in S. A switch whose
+// tracepoint record was lost (a full ring: counted) would be written so
+// too. A thread perf cannot name (-1) switched out is not written (the
+// switch-in record of the next thread tells of that switch); one
+// switched in (a thread of an exiting process, past its release) is
+// named by the tracepoint's report of its own switch-out, next on the
+// CPU (heldOut).
+func (s *Session) switchOut(r *ring, misc uint16, b []byte) {
+	if len(b) < 8 {
+		return
+	}
+	nextPid, next := le32(b), le32(b[4:])
+	pid, tid, t, ok := sampleID(b[8:])
+	if !ok || tid == noTid || r.lastNext == int64(next) {
+		return
+	}
+	r.unnamed.ok = false
+	state := trace.StateSleeping
+	if misc&unix.PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0 {
+		state = 0
+	}
+	if tid == 0 {
+		pid, state = 0, 0 // the idle task does not sleep
+	}
+	if next == noTid {
+		// A thread that exits, past the point where perf names it:
+		// named by its last switch-out, which the tracepoint reports
+		// (state X), or by none (unnamedIn). Unless the tracepoint
+		// reported this switch: the CPU's last thread is then not
+		// prev's any more.
+		if r.lastNext != int64(tid) {
+			return
+		}
+		r.lastNext = -1
+		r.unnamed = heldOut{ok: true, pid: pid, tid: tid, t: t, state: state}
+		return
+	}
+	r.lastNext = int64(next)
+	if next == 0 {
+		nextPid = 0
+	}
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, t, append(r.fields[:0], uint64(pid), uint64(tid), uint64(nextPid), uint64(next), state))
+}
+
+// heldOut is a switch-out (switchOut) to a thread perf could not name,
+// written when the tracepoint's next report on the CPU names the thread
+// then switched out (unnamedIn).
+type heldOut struct {
+	ok       bool
+	pid, tid uint32
+	t        uint64
+	state    uint64
+}
+
+// unnamedIn writes the DISPATCH held for a switch to a thread perf could
+// not name, now that the CPU's sched_switch at t switches prev out: prev
+// is that thread, if the report comes within maxPairGap (a dying thread
+// runs for microseconds); else (records lost) it is dropped.
+func (s *Session) unnamedIn(r *ring, prev uint32, t uint64) {
+	h := &r.unnamed
+	if !h.ok {
+		return
+	}
+	h.ok = false
+	if prev == 0 || t < h.t || !near(h.t, t) {
+		return
+	}
+	s.sink.Trace(r.cpu, trace.MajorDispatch, trace.DispatchSwitch, h.t, append(r.fields[:0], uint64(h.pid), uint64(h.tid), uint64(s.tgidIn(r, prev)), uint64(prev), h.state))
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sort"
 	"strings"
@@ -168,6 +169,154 @@ func TestSwitchInNotReported(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("DISPATCH records %+v, want %+v", got, want)
+	}
+}
+
+// Without stacks the sched_switch event leaves out the switch-outs in S
+// and R: perf's switch-out record of one the tracepoint did not report
+// becomes its DISPATCH (state S, or R where the record says the thread
+// was still runnable; the idle task's state 0); one the
+// tracepoint reported (next to it, before it) is not written twice, nor is
+// the switch-in that follows, nor a switch of a thread perf cannot name.
+func TestSwitchOutOfASleep(t *testing.T) {
+	sink := &memSink{}
+	const idSwitch = 7
+	s := &Session{sink: sink, sleepsOut: true, kinds: map[uint64]int{idSwitch: kindSwitch},
+		tp: tpFields{prevPid: 0, prevState: 8, prevStateSize: 8, nextPid: 16}}
+	for tid := uint32(10); tid < 22; tid++ {
+		s.tgid.Store(tid, uint32(1000))
+	}
+	r := &ring{cpu: 1, lastNext: -1}
+	le := binary.LittleEndian
+	// the tracepoint's sample: id, time, raw (size, prev_pid, prev_state, next_pid)
+	tp := func(prev uint32, state uint64, next uint32, tm uint64) {
+		b := le.AppendUint64(nil, idSwitch)
+		b = le.AppendUint64(b, tm)
+		b = le.AppendUint32(b, 24)
+		b = le.AppendUint32(b, prev)
+		b = le.AppendUint32(b, 0)
+		b = le.AppendUint64(b, state)
+		b = le.AppendUint32(b, next)
+		b = append(b, 0, 0, 0, 0)
+		s.record(r, unix.PERF_RECORD_SAMPLE, 0, b)
+	}
+	// perf's switch records: next_prev_pid/tid, then pid, tid, time of
+	// the thread the record is written in
+	sw := func(misc uint16, otherPid, other, pid, tid uint32, tm uint64) {
+		b := le.AppendUint32(nil, otherPid)
+		b = le.AppendUint32(b, other)
+		b = le.AppendUint32(b, pid)
+		b = le.AppendUint32(b, tid)
+		b = le.AppendUint64(b, tm)
+		s.record(r, unix.PERF_RECORD_SWITCH_CPU_WIDE, misc, b)
+	}
+	out := func(tid, next uint32, tm uint64, misc uint16) {
+		pid, npid := uint32(1000), uint32(1000)
+		if tid == 0 || tid == noTid {
+			pid = tid
+		}
+		if next == 0 || next == noTid {
+			npid = next
+		}
+		sw(unix.PERF_RECORD_MISC_SWITCH_OUT|misc, npid, next, pid, tid, tm)
+		sw(0, pid, tid, npid, next, tm+1) // its switch-in
+	}
+	const sleeping, blocked, preempted = 1, 2, 0x100
+	const runnable = unix.PERF_RECORD_MISC_SWITCH_OUT_PREEMPT
+	tp(10, preempted, 11, 100) // reported by the tracepoint: once
+	out(10, 11, 101, runnable)
+	out(11, 12, 200, 0) // a sleep: from its switch-out record
+	tp(12, blocked, 13, 300)
+	out(12, 13, 301, 0)
+	out(13, 0, 400, 0)         // to the idle task
+	out(0, 14, 500, runnable)  // from it (the idle task's state is 0)
+	out(14, 15, 600, runnable) // still runnable, not preempted: R
+	tp(15, sleeping, 16, 700)  // a kernel that did not take the filter
+	out(15, 16, 701, 0)
+	out(16, noTid, 800, 0) // to a thread perf cannot name (exiting),
+	tp(17, 0x10, 18, 805)  // named by its last switch-out
+	tp(18, 0x80, 20, 810)  // reported by the tracepoint:
+	out(18, noTid, 811, 0) // not twice
+	tp(20, 0x10, 21, 815)
+	out(noTid, 19, 900, 0)  // from one: its switch-in record writes it
+	out(19, noTid, 1000, 0) // named by no report near enough: dropped
+	tp(11, sleeping, 12, 1000+2e6)
+	var got []string
+	for _, x := range sink.recs {
+		if x.major == trace.MajorDispatch && x.minor == trace.DispatchSwitch {
+			got = append(got, fmt.Sprintf("%d/%d>%d/%d:%#x@%d", x.fields[0], x.fields[1], x.fields[2], x.fields[3], x.fields[4], x.t))
+		}
+	}
+	want := "1000/10>1000/11:0x100@100 1000/11>1000/12:0x1@200 1000/12>1000/13:0x2@300 1000/13>0/0:0x1@400 0/0>1000/14:0x0@500 " +
+		"1000/14>1000/15:0x0@600 1000/15>1000/16:0x1@700 1000/16>1000/17:0x1@800 1000/17>1000/18:0x10@805 " +
+		"1000/18>1000/20:0x80@810 1000/20>1000/21:0x10@815 " +
+		"4294967295/4294967295>1000/19:0x80000000@901 1000/11>1000/12:0x1@2001000"
+	if g := strings.Join(got, " "); g != want {
+		t.Fatalf("DISPATCH records\n%s\nwant\n%s", g, want)
+	}
+}
+
+// Without stacks a sleep's DISPATCH comes from perf's switch-out record,
+// and the other states still from the tracepoint: a thread in nanosleep
+// switches out in S, a stopped process in T, each with its own state.
+func TestSwitchStatesWithoutStacks(t *testing.T) {
+	needRoot(t)
+	sink := &memSink{}
+	s, err := Start(Options{Dispatch: true}, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	if !s.sleepsOut {
+		t.Fatal("a session with dispatch and no stacks does not take sleeps from switch-out records")
+	}
+	tidc := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		tidc <- unix.Gettid()
+		for i := 0; i < 5; i++ {
+			_ = unix.Nanosleep(&unix.Timespec{Nsec: 5e6}, nil)
+		}
+		tidc <- 0
+	}()
+	sleeper := uint64(<-tidc)
+	<-tidc
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	if err := child.Process.Signal(unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped once its state in /proc says so (it switched out in T).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child.Process.Pid))
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && len(b) > i+2 && b[i+2] == 'T' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not stop")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	sleeps, stops := 0, 0
+	for _, r := range sink.recs {
+		if r.major != trace.MajorDispatch || r.minor != trace.DispatchSwitch {
+			continue
+		}
+		switch {
+		case r.fields[1] == sleeper && r.fields[4] == trace.StateSleeping:
+			sleeps++
+		case r.fields[1] == uint64(child.Process.Pid) && r.fields[4] == trace.StateStopped:
+			stops++
+		}
+	}
+	if sleeps < 5 || stops != 1 {
+		t.Fatalf("%d switch-outs of the sleeper in S (5 sleeps), %d of the stopped child in T (want 1)", sleeps, stops)
 	}
 }
 
