@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strconv"
@@ -62,6 +63,10 @@ func (m *procMap) reload() error {
 			segs = append(segs, segment{start: f[1], size: f[2], off: f[3], path: str})
 		}
 	})
+	if errors.Is(err, fs.ErrNotExist) {
+		// gone (reaped) between its start and this read
+		return fmt.Errorf("process %d %w: nothing to sample", m.pid, errExited)
+	}
 	if err != nil {
 		return fmt.Errorf("read the mappings of process %d: %w", m.pid, err)
 	}

@@ -398,7 +398,8 @@ func TestKilledDaemonIsReported(t *testing.T) {
 	cmd := exec.Command(e.Swtrace, "free")
 	cmd.Env = append(append([]string(nil), e.Environ...), "PERFINSP_GROUP="+secGroup)
 	if o, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("swtrace free: %v\n%s", err, o)
+		log, _ := os.ReadFile(filepath.Join(e.Dir, "run", "pitraced.log"))
+		t.Fatalf("swtrace free: %v\n%s\npitraced.log:\n%s", err, o, log)
 	}
 	if fi, err = os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
 		t.Fatalf("the successor started with PERFINSP_GROUP: %v %v", fi, err)
