@@ -32,6 +32,34 @@ type Blocks struct {
 	// instructions the block ran (once through it; a rep string
 	// instruction's iterations make more than its instructions).
 	OnBlock func(module string, start uint64, last int64, count uint32)
+
+	// Spreader, if set, spreads each block in a module's file over its
+	// instructions for the callgrind file: each instruction's own count
+	// at its own position, as callgrind's --dump-instr=yes gives them,
+	// rather than the block's at its first. Set it before the first Apply.
+	Spreader Spreader
+	spans    map[string]map[spanPos]*spanRuns // by function key (with a Spreader)
+}
+
+// Spreader gives each instruction of a block of a module its count and
+// source line (Placer's Spread and Line).
+type Spreader interface {
+	Spread(mod string, va uint64, last int64, runs, insns uint64, at func(va, n uint64)) bool
+	Line(mod string, va uint64) (file string, line int, ok bool)
+}
+
+// spanPos is a block in a module's file: its first instruction, the
+// offset of its last (-1: not known), and the first's source line.
+type spanPos struct {
+	mod  string
+	addr uint64
+	last int64
+	line int
+}
+
+// spanRuns is how often a block ran and its instructions in all.
+type spanRuns struct {
+	runs, insns uint64
 }
 
 // FileAddresser is a Namer that knows where an address of a process is
@@ -205,6 +233,25 @@ func (bl *Blocks) block(th *blockThread, count uint32, last int64) {
 		if _, ok := bl.entries[k]; !ok {
 			bl.entries[k] = p.addr
 		}
+	}
+	if bl.Spreader != nil && p.mod != "" {
+		if bl.spans == nil {
+			bl.spans = map[string]map[spanPos]*spanRuns{}
+		}
+		m := bl.spans[k]
+		if m == nil {
+			m = map[spanPos]*spanRuns{}
+			bl.spans[k] = m
+		}
+		sp := spanPos{p.mod, p.addr, last, line}
+		r := m[sp]
+		if r == nil {
+			r = &spanRuns{}
+			m[sp] = r
+		}
+		r.runs++
+		r.insns += uint64(count)
+		return
 	}
 	m := bl.counts[k]
 	if m == nil {

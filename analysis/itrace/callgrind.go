@@ -101,6 +101,9 @@ func (rep *Report) WriteCallgrindWith(out io.Writer, o CallgrindOptions) error {
 // function's count, the rest at address 0).
 func (bl *Blocks) writeCosts(w *bufio.Writer, k string, fs *FuncStats) {
 	m := bl.counts[k]
+	if spans := bl.spans[k]; len(spans) > 0 {
+		m = bl.spread(m, spans)
+	}
 	pos := make([]blockPos, 0, len(m))
 	var sum uint64
 	for p, n := range m {
@@ -119,6 +122,36 @@ func (bl *Blocks) writeCosts(w *bufio.Writer, k string, fs *FuncStats) {
 	if sum < fs.Exclusive || len(pos) == 0 {
 		fmt.Fprintf(w, "0 %d %d\n", fs.Line, fs.Exclusive-min(sum, fs.Exclusive))
 	}
+}
+
+// spread is a function's costs by instruction: its blocks' counts at
+// their first instructions (m) and its spans spread over their
+// instructions, each at its own line (a span that cannot be spread: at
+// its first instruction).
+func (bl *Blocks) spread(m map[blockPos]uint64, spans map[spanPos]*spanRuns) map[blockPos]uint64 {
+	out := make(map[blockPos]uint64, len(m)+4*len(spans))
+	for p, n := range m {
+		out[p] += n
+	}
+	lines := map[[2]any]int{}
+	for sp, r := range spans {
+		ok := bl.Spreader.Spread(sp.mod, sp.addr, sp.last, r.runs, r.insns, func(va, n uint64) {
+			key := [2]any{sp.mod, va}
+			line, known := lines[key]
+			if !known {
+				line = sp.line
+				if _, l, ok := bl.Spreader.Line(sp.mod, va); ok {
+					line = l
+				}
+				lines[key] = line
+			}
+			out[blockPos{va, line}] += n
+		})
+		if !ok {
+			out[blockPos{sp.addr, sp.line}] += r.insns
+		}
+	}
+	return out
 }
 
 // cgNames compresses callgrind names: each kind's (ob, fl, fn) names

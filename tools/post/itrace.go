@@ -139,9 +139,14 @@ func newITracePass(opt itraceFlagValues, in string, r *a2n.Resolver, outDir stri
 	if opt.folded != "" || opt.prof != "" {
 		p.rep.EnableStacks()
 	}
-	if opt.prof != "" {
+	if opt.prof != "" || opt.callgrind != "" {
 		p.placer = newFilePlacer(r)
+	}
+	if opt.prof != "" {
 		p.rep.PlaceStacks(p.placer)
+	}
+	if opt.callgrind != "" {
+		p.blocks.Spreader = p.placer // each instruction's count at its position
 	}
 	return p
 }

@@ -90,6 +90,22 @@ func (p *filePlacer) place(pid uint32, addr uint64) filePlace {
 	return filePlace{mod: path, va: va, ok: true}
 }
 
+// module is the module at path, read if no Place met it (the callgrind
+// file's blocks are placed by Blocks, not by Place).
+func (p *filePlacer) module(path string) *placedModule {
+	pm := p.mods[path]
+	if pm == nil {
+		pm = &placedModule{}
+		if !strings.HasPrefix(path, "[") {
+			if m := p.r.Cache.Module(path); m != nil && m.Err == nil {
+				pm.m = m
+			}
+		}
+		p.mods[path] = pm
+	}
+	return pm
+}
+
 func (pm *placedModule) segment(va uint64) bool {
 	_, ok := pm.find(va)
 	return ok
@@ -107,8 +123,8 @@ func (pm *placedModule) find(va uint64) (loadSegment, bool) {
 // Spread gives at each instruction of a block and its count (as
 // --annotate counts them).
 func (p *filePlacer) Spread(mod string, va uint64, last int64, runs, insns uint64, at func(va, n uint64)) bool {
-	pm := p.mods[mod]
-	if pm == nil || pm.m == nil {
+	pm := p.module(mod)
+	if pm.m == nil {
 		return false
 	}
 	k, c := span{mod: mod, start: va, last: last}, &spanCount{runs: runs, insns: insns}
@@ -139,8 +155,8 @@ func (p *filePlacer) Segment(mod string, va uint64) (start, limit, offset uint64
 
 // Line is va's source line in mod (DWARF).
 func (p *filePlacer) Line(mod string, va uint64) (string, int, bool) {
-	pm := p.mods[mod]
-	if pm == nil || pm.m == nil {
+	pm := p.module(mod)
+	if pm.m == nil {
 		return "", 0, false
 	}
 	return pm.m.Line(va)

@@ -107,6 +107,7 @@ func TestRunITraceMatchesCallgrind(t *testing.T) {
 		}
 	}
 	checkCallgrindPositions(t, filepath.Join(dir, "callgrind.out"), prog)
+	checkCallgrindLines(t, filepath.Join(dir, "callgrind.out"), cgOut)
 	checkITraceAnnotate(t, dir, want)
 	checkITracePprof(t, dir, prog, want)
 	// The arc report: a line per taken branch, the example's calls among them.
@@ -369,4 +370,31 @@ func checkITracePprof(t *testing.T, dir, prog string, want map[string]*itrace.CG
 func atoi(s string) uint64 {
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return n
+}
+
+// checkCallgrindLines: each instruction's count at its own position, so
+// callgrind_annotate gives leaf_loop's loop lines the counts it gives them
+// from valgrind's own run of the same program (their instructions split
+// between the for line and the call's line as callgrind splits them).
+func checkCallgrindLines(t *testing.T, ours, valgrinds string) {
+	t.Helper()
+	count := func(path, line string) string {
+		ann, err := exec.Command("callgrind_annotate", "--auto=yes", path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("callgrind_annotate --auto=yes %s: %v\n%s", path, err, ann)
+		}
+		m := regexp.MustCompile(`(?m)^\s*([0-9,]+) \([ 0-9.]+%\)\s+` + regexp.QuoteMeta(line) + `$`).FindSubmatch(ann)
+		if m == nil {
+			t.Fatalf("callgrind_annotate %s has no count on %q:\n%s", path, line, ann)
+		}
+		return string(m[1])
+	}
+	for _, line := range []string{"s += leaf(i);", "for (unsigned long i = 0; i < n; i++)"} {
+		o, v := count(ours, line), count(valgrinds, line)
+		if o != v {
+			t.Errorf("callgrind_annotate, line %q: %s from post's file, %s from valgrind's", line, o, v)
+		} else {
+			t.Logf("callgrind_annotate, line %q: %s, as valgrind's", line, o)
+		}
+	}
 }
