@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,7 @@ type JavaStacks struct {
 	PID     uint32
 	Rate    uint32 // the sampling rate the agent asked for (Hz)
 	Methods map[uint64]string
+	native  map[uint64]bool // the native methods among Methods
 	byTID   map[uint32][]JavaSample
 	names   map[string]bool // javaNames
 }
@@ -98,7 +100,7 @@ func ParseJavaStacks(b []byte) (*JavaStacks, error) {
 	if le.Uint32(b[8:]) != 1 {
 		return nil, errors.New("jprof Java stacks: version " + strconv.Itoa(int(le.Uint32(b[8:]))) + ", this post reads 1")
 	}
-	j := &JavaStacks{PID: le.Uint32(b[12:]), Rate: le.Uint32(b[16:]), Methods: map[uint64]string{}, byTID: map[uint32][]JavaSample{}}
+	j := &JavaStacks{PID: le.Uint32(b[12:]), Rate: le.Uint32(b[16:]), Methods: map[uint64]string{}, native: map[uint64]bool{}, byTID: map[uint32][]JavaSample{}}
 	var err error
 	for off := 24; off < len(b); {
 		if off+8 > len(b) {
@@ -132,6 +134,8 @@ func ParseJavaStacks(b []byte) (*JavaStacks, error) {
 				}
 			}
 			j.byTID[s.TID] = append(j.byTID[s.TID], s)
+		case 3:
+			j.native[le.Uint64(rec[8:])] = true
 		}
 		if err != nil {
 			break
@@ -474,6 +478,45 @@ func (p *Process) rootFit(j *JavaStacks, user []uint64, code []*jitSym, first, l
 	return out
 }
 
+// callStub is the JVM's stub through which C code (the JVM's own, a JNI
+// library) calls a Java method.
+const callStub = "call_stub"
+
+// calledFromC is whether the Java frame at user[i] was called from C: the
+// next outer frame is the JVM's call stub and a Java frame lies further
+// out (the outermost Java frame, a thread's root, is not asked about).
+func calledFromC(code []*jitSym, i, last int) bool {
+	return i < last && code[i+1] != nil && strings.Contains(code[i+1].Name, callStub)
+}
+
+// calledByJVM is whether the JVM itself calls the method name from its C
+// code in the middle of a thread's Java stack: a class initializer (run
+// where a class is first used), a class loader's loadClass (a class
+// resolved), the method-handle linkage of invokedynamic and constant
+// call sites.
+func calledByJVM(name string) bool {
+	return strings.HasSuffix(name, ".<clinit>") || strings.HasSuffix(name, ".loadClass") ||
+		strings.HasPrefix(name, "java.lang.invoke.MethodHandleNatives.")
+}
+
+// callFits is whether a sample's frame frames[k] may stand for a Java
+// frame of the tick's stack that was (fromC) or was not called from C. A
+// frame called from C with a caller in the sample must be one the JVM
+// calls (calledByJVM) or called by a native method (reflection, a JNI
+// upcall); a class initializer must be called from C. Otherwise a sample
+// of another moment with as many frames would name a class initializer's
+// frames by the methods of the code that triggered it.
+func (j *JavaStacks) callFits(frames []uint64, k int, fromC bool) bool {
+	if k+1 >= len(frames) {
+		return true // the sample's root: its caller is not known
+	}
+	name := j.Methods[frames[k]]
+	if !fromC {
+		return !strings.HasSuffix(name, ".<clinit>")
+	}
+	return calledByJVM(name) || j.native[frames[k+1]]
+}
+
 // fitJava is JavaStack with one sample's frames (see there).
 func (p *Process) fitJava(j *JavaStacks, user []uint64, code []*jitSym, first, last int, frames []uint64) ([]uint64, bool) {
 	names := j.javaNames()
@@ -492,7 +535,7 @@ func (p *Process) fitJava(j *JavaStacks, user []uint64, code []*jitSym, first, l
 		case c == nil: // native code between two runs of Java frames (JNI)
 			out = append(out, user[i])
 		case c.Name == interpreterName:
-			if k >= len(frames) {
+			if k >= len(frames) || !j.callFits(frames, k, calledFromC(code, i, last)) {
 				return nil, false
 			}
 			out = append(out, p.javaFrameAddr(interpreterName, name(frames[k])))
@@ -503,10 +546,13 @@ func (p *Process) fitJava(j *JavaStacks, user []uint64, code []*jitSym, first, l
 			for m < len(frames) && traceName(name(frames[m])) != c.Name {
 				m++
 			}
-			if m == len(frames) {
+			if m == len(frames) || !j.callFits(frames, m, calledFromC(code, i, last)) {
 				return nil, false
 			}
 			for ; k < m; k++ {
+				if strings.HasSuffix(name(frames[k]), ".<clinit>") {
+					return nil, false // a class initializer is never inlined
+				}
 				out = append(out, p.javaFrameAddr("JIT", name(frames[k])))
 			}
 			out = append(out, user[i])

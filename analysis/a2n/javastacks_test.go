@@ -224,3 +224,94 @@ func TestJavaStack(t *testing.T) {
 		}
 	}
 }
+
+// nativeRecords are the records marking ids as native methods.
+func nativeRecords(ids ...uint64) []byte {
+	le := binary.LittleEndian
+	var b []byte
+	for _, id := range ids {
+		b = le.AppendUint32(b, 3)
+		b = le.AppendUint32(b, 16)
+		b = le.AppendUint64(b, id)
+	}
+	return b
+}
+
+// A Java frame the JVM called from C (the call stub as its caller, Java
+// frames further out) takes only a sample frame the JVM calls that way (a
+// class initializer, loadClass) or one a native method called (reflection,
+// JNI); a class initializer only such a frame. A sample of another moment
+// with as many frames does not name a class initializer's frames by the
+// methods of the code that triggered it.
+func TestJavaStackCalledFromC(t *testing.T) {
+	const pid, tid = 57, 58
+	methods := map[uint64]string{1: "A.main", 2: "A.outer", 3: "A.mid", 4: "A.leaf", 5: "B.<clinit>",
+		6: "A.invoke0", 7: "A.target", 8: "A.comp"}
+	const interp, stub, comp, jvm = 0x7f0000001000, 0x7f0000200000, 0x7f0000100000, 0x400100
+	ret := func(a uint64) uint64 { return a + 5 }
+	// leaf first: a Java frame, the call stub, the JVM's C code, then
+	// three Java frames and the thread's call stub
+	viaC := []uint64{interp + 0x40, ret(stub), ret(jvm), ret(interp), ret(interp), ret(interp), ret(stub)}
+	for _, c := range []struct {
+		what    string
+		sample  []uint64
+		native  []uint64
+		user    []uint64
+		want    string
+		compile bool
+	}{
+		{"a plain call's sample does not fit a call from C", []uint64{4, 3, 2, 1}, nil, viaC,
+			"Interpreter;call_stub;<unknown>;Interpreter;Interpreter;Interpreter;call_stub", false},
+		{"a class initializer fits it", []uint64{5, 3, 2, 1}, nil, viaC,
+			"B.<clinit>;call_stub;<unknown>;A.mid;A.outer;A.main;call_stub", false},
+		{"a method a native method called fits it", []uint64{7, 6, 2, 1}, []uint64{6}, viaC,
+			"A.target;call_stub;<unknown>;A.invoke0;A.outer;A.main;call_stub", false},
+		{"the same sample without the native mark does not", []uint64{7, 6, 2, 1}, nil, viaC,
+			"Interpreter;call_stub;<unknown>;Interpreter;Interpreter;Interpreter;call_stub", false},
+		{"a class initializer does not fit a plain call", []uint64{5, 3, 2, 1}, nil,
+			[]uint64{interp + 0x40, ret(interp), ret(interp), ret(interp), ret(stub)},
+			"Interpreter;Interpreter;Interpreter;Interpreter;call_stub", false},
+		{"nor inlined into compiled code", []uint64{5, 8, 1}, nil,
+			[]uint64{comp + 0x10, ret(interp), ret(stub)},
+			"A.comp;Interpreter;call_stub", true},
+		{"a compiled class initializer called from C fits", []uint64{4, 5, 2, 1}, nil,
+			[]uint64{interp + 0x40, ret(comp), ret(stub), ret(jvm), ret(interp), ret(interp), ret(stub)},
+			"A.leaf;B.<clinit>;call_stub;<unknown>;A.outer;A.main;call_stub", true},
+	} {
+		dir := t.TempDir()
+		file := jstkFile(pid, methods, []jstkSample{{tid, int32(len(c.sample)), 1_000_000_000, c.sample}})
+		file = append(file, nativeRecords(c.native...)...)
+		if err := os.WriteFile(filepath.Join(dir, "jprof-57.jstk"), file, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := New(nil)
+		r.PerfMapDir = dir
+		code := []struct {
+			addr, size uint64
+			name       string
+		}{{interp, 0x1000, "Interpreter"}, {stub, 0x100, "call_stub"}}
+		if c.compile {
+			name := "A.comp"
+			if c.sample[1] == 5 {
+				name = "B.<clinit>"
+			}
+			code = append(code, struct {
+				addr, size uint64
+				name       string
+			}{comp, 0x100, name})
+		}
+		for _, j := range code {
+			r.Apply(&trace.Record{Major: trace.MajorJITLoad, Minor: trace.JITLoad, Fixed: []uint64{pid, tid, j.addr, j.size}, Str: j.name})
+		}
+		var got []string
+		for i, pc := range r.JavaStack(pid, tid, 1_000_500_000, c.user) {
+			if i > 0 {
+				pc--
+			}
+			got = append(got, r.Resolve(pid, pc, false).Symbol)
+		}
+		if s := strings.Join(got, ";"); s != c.want {
+			t.Errorf("%s: %s, want %s", c.what, s, c.want)
+		}
+	}
+}

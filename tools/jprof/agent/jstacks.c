@@ -26,6 +26,9 @@
  *   2 sample: u32 tid, i32 frames (AsyncGetCallTrace's count: <= 0 is its
  *     failure code), u64 time (ns), then max(frames, 0) u64 method ids,
  *     the running frame first.
+ *   3 native: u64 id, a method (named by a record 1) that is native (a
+ *     Java frame it calls was called from C: reflection, JNI); readers
+ *     skip the types they do not know.
  *
  * HotSpot gives AsyncGetCallTrace a method only if the method's jmethodID
  * exists: every class's method ids are made when the class is prepared
@@ -200,6 +203,7 @@ static void put_method(uint64_t id)
 	char *name = jprof_method_name((jmethodID)(uintptr_t)id);
 	uint32_t h[2];
 	size_t n;
+	jboolean native = JNI_FALSE;
 	static const char zero[8];
 
 	if (!name)
@@ -212,6 +216,12 @@ static void put_method(uint64_t id)
 	out(name, n);
 	out(zero, ((n + 7) & ~(size_t)7) - n);
 	free(name);
+	if ((*js_jvmti)->IsMethodNative(js_jvmti, (jmethodID)(uintptr_t)id, &native) == JVMTI_ERROR_NONE && native) {
+		h[0] = 3;
+		h[1] = 16;
+		out(h, 8);
+		out(&id, 8);
+	}
 }
 
 static void put_sample(const struct js_slot *s)
