@@ -1,6 +1,7 @@
 #!/bin/bash
 # make test on a busy machine: RUNS times in a row, each in a fresh clone of
-# this repository's HEAD, while another build and a benchmark run beside it
+# this repository at the commit HEAD named when the script started (commits
+# made meanwhile are not taken), while another build and a benchmark run beside it
 # the whole time:
 #   build      `go build -a ./...` of a separate clone in a loop (-a: every
 #              package compiled again, the standard library included), with
@@ -16,6 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 src=$PWD
+rev=$(git rev-parse HEAD)
 work=$(mktemp -d /var/tmp/perfinsp-load.XXXXXX)
 pids=()
 cleanup() {
@@ -46,6 +48,7 @@ failed=0
 for i in $(seq "$RUNS"); do
 	rm -rf "$work/test"
 	git clone -q "$src" "$work/test"
+	git -C "$work/test" checkout -q "$rev"
 	start=$(date +%s)
 	if (cd "$work/test" && CI=true make test) >"$work/run$i.log" 2>&1; then
 		verdict=pass
@@ -53,7 +56,7 @@ for i in $(seq "$RUNS"); do
 		verdict=FAIL
 		failed=1
 	fi
-	printf 'run %d: %s in %d s, load average %s (log %s)\n' "$i" "$verdict" "$(($(date +%s) - start))" \
+	printf 'run %d of %s: %s in %d s, load average %s (log %s)\n' "$i" "${rev:0:7}" "$verdict" "$(($(date +%s) - start))" \
 		"$(cut -d' ' -f1-3 /proc/loadavg)" "$work/run$i.log"
 done
 exit $failed
