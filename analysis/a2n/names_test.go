@@ -75,18 +75,10 @@ func withDebugRoot(t *testing.T, dir string) {
 // have one of the prefixes, by address (aliases once).
 func codeFuncs(t *testing.T, path string, prefixes ...string) map[uint64]elf.Symbol {
 	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, syms := testenv.ELF(t, path)
 	out := map[uint64]elf.Symbol{}
 	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Size == 0 {
+		if s.Size == 0 {
 			continue
 		}
 		for _, p := range prefixes {

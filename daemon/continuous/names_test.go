@@ -12,6 +12,7 @@ import (
 
 	"perfinsp/analysis/a2n"
 	"perfinsp/format/trace"
+	"perfinsp/internal/testenv"
 )
 
 // TestKsymsAsA2N: the compact kernel table names addresses as A2N does
@@ -44,18 +45,10 @@ func TestKsymsAsA2N(t *testing.T) {
 // their offset in the file.
 func funcOffsets(t *testing.T, path string, n int) map[uint64]string {
 	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, syms := testenv.ELF(t, path)
 	out := map[uint64]string{}
 	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Size < 16 {
+		if s.Size < 16 {
 			continue
 		}
 		for _, p := range f.Progs {

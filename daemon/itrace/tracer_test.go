@@ -41,21 +41,7 @@ type elfNamer struct {
 }
 
 func newELFNamer(t *testing.T, path string) *elfNamer {
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fn []elf.Symbol
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
-			fn = append(fn, s)
-		}
-	}
+	f, fn := testenv.ELF(t, path)
 	sort.Slice(fn, func(i, j int) bool { return fn[i].Value < fn[j].Value })
 	n := &elfNamer{syms: fn}
 	for _, s := range f.Sections {

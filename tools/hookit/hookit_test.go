@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"debug/elf"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -187,20 +186,10 @@ func TestExampleCallTreeExact(t *testing.T) {
 // line of that instruction, so that pprof -list shows leaf's source.
 func checkPprofEntries(t *testing.T, dir, prog string) {
 	t.Helper()
-	f, err := elf.Open(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, syms := testenv.ELF(t, prog)
 	entry := map[string]uint64{}
 	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
-			entry[s.Name] = s.Value
-		}
+		entry[s.Name] = s.Value
 	}
 	note := f.Section(".note.gnu.build-id")
 	if note == nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -179,24 +178,16 @@ func checkCallgrindPositions(t *testing.T, path, prog string) {
 	if !strings.Contains(text, "\ncmd: itrace\n") || !strings.Contains(text, "\npositions: instr line\n") {
 		t.Fatalf("callgrind header: no cmd: itrace or positions: instr line:\n%.400s", text)
 	}
-	ef, err := elf.Open(prog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syms, err := ef.Symbols()
+	ef, syms := testenv.ELF(t, prog)
 	var plt [][2]uint64 // PLT stubs: their instructions count to the caller, as callgrind's
 	for _, sec := range ef.Sections {
 		if strings.HasPrefix(sec.Name, ".plt") {
 			plt = append(plt, [2]uint64{sec.Addr, sec.Addr + sec.Size})
 		}
 	}
-	ef.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ranges := map[string][2]uint64{}
 	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Size > 0 {
+		if s.Size > 0 {
 			ranges[s.Name] = [2]uint64{s.Value, s.Value + s.Size}
 		}
 	}
@@ -325,7 +316,7 @@ func checkITracePprof(t *testing.T, dir, prog string, want map[string]*itrace.CG
 	}
 	p := readProfile(t, prof)
 	buildID := elfBuildID(t, prog)
-	lo, hi := elfSymbol(t, prog, "leaf_loop")
+	lo, hi := testenv.FuncRange(t, prog, "leaf_loop")
 	var flat int64
 	for _, s := range p.Sample {
 		for i, l := range s.Location {

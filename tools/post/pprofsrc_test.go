@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"perfinsp/internal/testenv"
 	"perfinsp/internal/tracetest"
 )
 
@@ -89,7 +90,7 @@ func TestPprofSourceAndDisassembly(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^.*\s[0-9a-f]+: IMULQ `).MatchString(disasm) {
 			t.Fatalf("pprof -disasm heavy does not show its multiply:\n%s", disasm)
 		}
-		lo, hi := elfSymbol(t, e.Burn, "heavy")
+		lo, hi := testenv.FuncRange(t, e.Burn, "heavy")
 		hot := 0
 		for _, m := range regexp.MustCompile(`(?m)^\s+(\d+(?:\.\d+)?m?s)\s+\S+\s+([0-9a-f]+): `).FindAllStringSubmatch(disasm, -1) {
 			if a, _ := strconv.ParseUint(m[2], 16, 64); a >= lo && a < hi {
@@ -144,27 +145,6 @@ func goPprof(t *testing.T, args ...string) string {
 		t.Fatalf("go tool pprof %v: %v\n%s", args, err, out)
 	}
 	return string(out)
-}
-
-// elfSymbol is the address range of a function symbol of the ELF file at path.
-func elfSymbol(t *testing.T, path, name string) (lo, hi uint64) {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value, s.Value + s.Size
-		}
-	}
-	t.Fatalf("%s has no symbol %s", path, name)
-	return 0, 0
 }
 
 // elfBuildID is the GNU build-id of the ELF file at path, in hex.

@@ -29,14 +29,7 @@ func TestSyntheticTicksInCompiledExample(t *testing.T) {
 	if out, err := exec.Command("gcc", "-O2", "-fPIE", "-pie", "-pthread", "-o", bin, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syms, err := f.Symbols()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, syms := testenv.ELF(t, bin)
 	bodies := map[string]elf.Symbol{}
 	for _, s := range syms {
 		if (s.Name == "heavy" || s.Name == "medium" || s.Name == "light") && s.Size > 0 {
