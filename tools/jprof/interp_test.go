@@ -44,17 +44,18 @@ func modSymShares(text string) (mods, syms map[string]int) {
 	return mods, syms
 }
 
-// interpRun is run.tprof at 1000 Hz of perf record (cpu-clock, 1000 Hz) of
-// java FLAGS -agentpath:libjprof.so=tprof,dir=DIR HotLoop SECS wait; once
-// the loop is done, jcmd Compiler.perfmap writes the JVM's perf map for
-// perf. It returns the JVM's pid and the agent's stderr.
-func interpRun(t *testing.T, root, dir string, secs string, flags ...string) (int, string) {
+// hotLoopRun is run.tprof at HZ of perf record (cpu-clock, HZ: perf
+// records the same JVM from its start to its end) of java FLAGS
+// -agentpath:libjprof.so=OPTS,verbose,dir=DIR HotLoop SECS wait; once the
+// loop is done, jcmd Compiler.perfmap writes the JVM's perf map for perf.
+// It returns the JVM's pid and the agent's stderr.
+func hotLoopRun(t *testing.T, root, dir, hz, opts, secs string, flags ...string) (int, string) {
 	t.Helper()
 	env := daemonEnv(t, root, dir)
 	perfData := filepath.Join(dir, "perf.data")
-	args := []string{"-r", "1000", "-o", dir, "--", "perf", "record", "-q", "-e", "cpu-clock", "-F", "1000", "-o", perfData, "--", "java"}
+	args := []string{"-r", hz, "-o", dir, "--", "perf", "record", "-q", "-e", "cpu-clock", "-F", hz, "-o", perfData, "--", "java"}
 	args = append(args, flags...)
-	args = append(args, "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,verbose,dir="+dir, "-cp", filepath.Join(root, "build", "java"), "HotLoop", secs, "wait")
+	args = append(args, "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"="+opts+",verbose,dir="+dir, "-cp", filepath.Join(root, "build", "java"), "HotLoop", secs, "wait")
 	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), args...)
 	cmd.Env, cmd.Dir = env, dir
 	stdin, err := cmd.StdinPipe()
@@ -150,7 +151,7 @@ func TestTprofNamesInterpreted(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			pid, stderr := interpRun(t, root, dir, "5", tc.flags...)
+			pid, stderr := hotLoopRun(t, root, dir, "1000", "tprof", "5", tc.flags...)
 			m := regexp.MustCompile(`jprof: (\d+) Java stacks sampled, (\d+) not walkable, (\d+) dropped`).FindStringSubmatch(stderr)
 			if m == nil {
 				t.Fatalf("no sampler summary from the agent:\n%s", stderr)

@@ -3,8 +3,6 @@
 package jprof_test
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"math"
 	"os"
@@ -14,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
@@ -126,73 +123,15 @@ func TestTprofModeNamesJIT(t *testing.T) {
 	root := build(t)
 	need(t, "perf", "jcmd")
 	dir := t.TempDir()
-	env := daemonEnv(t, root, dir)
-	// perf records the same JVM from its start to its end (it runs it),
-	// so that both cover the same time.
-	perfData := filepath.Join(dir, "perf.data")
 	// 4000 Hz for 6 s: enough ticks that two samplers' shares of a ~50 %
 	// method differ by well under 2 points by chance (on a loaded host the
 	// JVM may get a quarter of a CPU: 6000 ticks, a standard deviation of
 	// the difference of about 0.9 points).
-	cmd := exec.Command(filepath.Join(root, "scripts", "run.tprof"), "-r", "4000", "-o", dir, "--",
-		"perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", perfData, "--", "java", "-agentpath:"+filepath.Join(root, "bin", "libjprof.so")+"=tprof,jstacks=off,verbose,dir="+dir, "-cp", filepath.Join(root, "build", "java"), "HotLoop", "6", "wait")
-	cmd.Env, cmd.Dir = env, dir
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 100)
-	var rest bytes.Buffer
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-			rest.WriteString(sc.Text() + "\n")
-		}
-		close(lines)
-	}()
-	wait := func(prefix string) string {
-		t.Helper()
-		timeout := time.After(2 * time.Minute)
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("run.tprof ended before %q:\n%s\n%s", prefix, rest.String(), stderr.String())
-				}
-				if strings.HasPrefix(l, prefix) {
-					return l
-				}
-			case <-timeout:
-				t.Fatalf("no %q from run.tprof:\n%s", prefix, stderr.String())
-			}
-		}
-	}
-	pid, _ := strconv.Atoi(strings.TrimPrefix(wait("pid "), "pid "))
-	wait("HotLoop done")
+	pid, stderr := hotLoopRun(t, root, dir, "4000", "tprof,jstacks=off", "6")
+	perfData := filepath.Join(dir, "perf.data")
 	perfMap := fmt.Sprintf("/tmp/perf-%d.map", pid)
-	t.Cleanup(func() { os.Remove(perfMap) })
-	if out, err := exec.Command("jcmd", strconv.Itoa(pid), "Compiler.perfmap").CombinedOutput(); err != nil {
-		t.Fatalf("jcmd: %v\n%s", err, out)
-	}
-	stdin.Close()
-	for range lines {
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("run.tprof: %v\n%s\n%s", err, rest.String(), stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "records written to the trace, 0 not") {
-		t.Errorf("the agent's summary:\n%s", stderr.String())
+	if !strings.Contains(stderr, "records written to the trace, 0 not") {
+		t.Errorf("the agent's summary:\n%s", stderr)
 	}
 
 	// The trace holds the JIT records of the JVM with their times.
