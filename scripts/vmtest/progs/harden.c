@@ -1248,9 +1248,19 @@ static int t_hotplug(void)
 
 #define NSHORT 20
 
+/*
+ * What each short thread saw of itself, in TSC ticks: on, the sum of the
+ * steps between its consecutive TSC reads shorter than gap (time it surely
+ * ran: a longer step is a switch-out, or the host holding the vCPU, which
+ * PTT counts and the thread cannot tell apart); life, its first read to its
+ * last. The thread's CPU time is printed only: under TCG the guest's CPU
+ * clock and its TSC part when the host is busy (a thread of 30 ms with 87
+ * ms of CPU time, another with none).
+ */
 struct shortrun {
+	uint64_t gap;
 	pid_t tid[NSHORT];
-	uint64_t cpu_ns[NSHORT];
+	uint64_t on[NSHORT], life[NSHORT], cpu_ns[NSHORT];
 };
 
 static struct shortrun *g_sr;
@@ -1260,10 +1270,17 @@ static void *short_thread(void *p)
 	long i = (long)p;
 	struct timespec ts;
 	double end = now_ms() + 30;
+	uint64_t t0 = rdtsc(), prev = t0, on = 0, c;
 
 	g_sr->tid[i] = gettid_();
-	while (now_ms() < end)
-		;
+	while (now_ms() < end) {
+		c = rdtsc();
+		if (c - prev < g_sr->gap)
+			on += c - prev;
+		prev = c;
+	}
+	g_sr->on[i] = on;
+	g_sr->life[i] = rdtsc() - t0;
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	g_sr->cpu_ns[i] = (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 	return NULL;
@@ -1280,10 +1297,13 @@ static double tsc_per_ns(void)
 
 /*
  * One watched process starting NSHORT threads of 30 ms: how many have an
- * area (*found) and how many of those have their own plausible values
- * (*sane).  A TCG vCPU that the host stops while one of them runs counts
- * the stop in its TSC but not in its CPU time: t_inherit makes a run whose
- * values are off again (each printed), three in all.
+ * area (*found) and how many of those have their own values (*sane):
+ * dispatched, dead after exit, and a TSC count (interrupts included) from
+ * 90 % of the time the thread saw itself run (on, less 1 ms) to its
+ * lifetime plus 20 ms (its start and exit in the kernel, slow under TCG).
+ * Both bounds are in the guest's TSC, the clock PTT counts: a host that
+ * stops the vCPU moves both alike. A run with values off is made again
+ * (each printed), three in all.
  */
 static void inherit_attempt(int fd, double hz, int *found, int *sane, uint32_t *cnt)
 {
@@ -1296,6 +1316,7 @@ static void inherit_attempt(int fd, double hz, int *found, int *sane, uint32_t *
 
 	*found = *sane = 0;
 	memset(g_sr, 0, sizeof(*g_sr));
+	g_sr->gap = (uint64_t)(100e3 * hz);	/* 100 us */
 	if (pipe(p.cmd) || pipe(p.ack))
 		DIE("pipe");
 	p.pid = fork();
@@ -1327,26 +1348,20 @@ static void inherit_attempt(int fd, double hz, int *found, int *sane, uint32_t *
 	th = ptt_read_all(fd, 256, cnt);
 	for (i = 0; i < NSHORT; i++) {
 		for (k = 0; k < *cnt; k++) {
-			double ns, ratio;
+			/* PTT leaves the interrupts out: the thread's reads do not */
+			double got = (double)(th[k].a.accum[0] + th[k].a.intr_time[0]);
+			double lo = 0.9 * (double)g_sr->on[i] - 1e6 * hz;
+			double hi = (double)g_sr->life[i] + 20e6 * hz;
 
 			if (th[k].tid != g_sr->tid[i])
 				continue;
 			(*found)++;
-			/* the kernel's CPU time includes the interrupts PTT leaves out */
-			ns = (double)(th[k].a.accum[0] + th[k].a.intr_time[0]) / hz;
-			ratio = g_sr->cpu_ns[i] ? ns / (double)g_sr->cpu_ns[i] : 0;
-			/*
-			 * Its own values: at least half its CPU time (interrupts
-			 * are left out), at most that plus the thread's start
-			 * and exit in the kernel (a few ms under TCG).
-			 */
-			if (th[k].a.dead && th[k].a.dispatches >= 1 && ratio > 0.5 &&
-			    ns < 1.5 * (double)g_sr->cpu_ns[i] + 10e6)
+			if (th[k].a.dead && th[k].a.dispatches >= 1 && got > 0 && got >= lo && got <= hi)
 				(*sane)++;
 			else
-				printf("harden: inherit: tid %d: tsc %.2f ms (%.2f ms of it in interrupts), thread CPU time %.2f ms, dispatches %u, dead %u\n",
-				       th[k].tid, ns / 1e6, th[k].a.intr_time[0] / hz / 1e6, g_sr->cpu_ns[i] / 1e6,
-				       th[k].a.dispatches, th[k].a.dead);
+				printf("harden: inherit: tid %d: tsc %.2f ms (%.2f ms of it in interrupts), ran %.2f ms of its %.2f ms by its own reads, CPU time %.2f ms, dispatches %u, dead %u\n",
+				       th[k].tid, got / hz / 1e6, th[k].a.intr_time[0] / hz / 1e6, g_sr->on[i] / hz / 1e6,
+				       g_sr->life[i] / hz / 1e6, g_sr->cpu_ns[i] / 1e6, th[k].a.dispatches, th[k].a.dead);
 			break;
 		}
 	}
@@ -1370,7 +1385,7 @@ static int t_inherit(void)
 		DIE("PTT_INIT");
 	for (int attempt = 1; attempt <= 3; attempt++) {
 		inherit_attempt(fd, hz, &found, &sane, &cnt);
-		printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (tsc with interrupts from half the thread's CPU time to 1.5 times it + 10 ms, dispatched, dead after exit) (attempt %d)\n",
+		printf("harden: inherit: a watched process started %d threads of 30 ms: %d have an area (%u areas in all), %d with their own values (dispatched, dead after exit, tsc with interrupts from 90 %% of the time the thread saw itself run to its lifetime + 20 ms) (attempt %d)\n",
 		       NSHORT, found, cnt, sane, attempt);
 		if (found != NSHORT || sane == NSHORT)
 			break;
