@@ -105,10 +105,10 @@ func TestInterruptsChargedToThreads(t *testing.T) {
 
 // TestInterruptsBesidePerf: a program whose sends over the loopback device
 // run the NET_RX softirq on its own CPU time is charged that softirq's
-// time, as perf record of the softirq tracepoints (which names the task
-// each ran in) adds it up for it in the same run, within 3 % (perf's
-// pairs include the hard interrupts taken inside a softirq; the agent
-// charges those to the hard interrupt).
+// time, as perf record of the same tracepoints (which names the task each
+// ran in) adds it up for it in the same run, less the hard interrupts'
+// handlers inside it (the agent charges those to the hard interrupt),
+// within 3 % and a probe's cost a softirq.
 func TestInterruptsBesidePerf(t *testing.T) {
 	needRoot(t)
 	perf, err := exec.LookPath("perf")
@@ -127,7 +127,8 @@ func TestInterruptsBesidePerf(t *testing.T) {
 		Export: otlpexport.Config{Protocol: "http", Endpoint: rcv.HTTPURL}})
 	data := filepath.Join(dir, "perf.data")
 	out, err := exec.Command(perf, "record", "-q", "-m", "16M", "-o", data, "-a",
-		"-e", "irq:softirq_entry", "-e", "irq:softirq_exit", "--", flood, "30000").Output()
+		"-e", "irq:softirq_entry", "-e", "irq:softirq_exit", "-e", "irq:irq_handler_entry", "-e", "irq:irq_handler_exit",
+		"--", flood, "30000").Output()
 	if err != nil {
 		t.Fatalf("perf record -- udpflood: %v", err)
 	}
@@ -139,41 +140,52 @@ func TestInterruptsBesidePerf(t *testing.T) {
 	if st.EventsDropped != 0 || st.Lost != 0 || st.TotalInterrupt == 0 {
 		t.Fatalf("agent: %d records dropped, %d lost, %v in interrupts", st.EventsDropped, st.Lost, st.TotalInterrupt)
 	}
-	perfNS := perfSoftirqNS(t, perf, data, pid, 3)
+	perfNS, pairs := perfSoftirqNS(t, perf, data, pid, 3)
 	got := rcv.WaitFor(t, 60*time.Second, fmt.Sprintf("the %v of interrupt time sent", st.TotalInterrupt), func(ps []pprofile.Profiles) bool {
 		return otlptest.SummarizeType(ps, "interrupt", func(pcommon.Map) bool { return true }).Total >= int64(st.TotalInterrupt)
 	})
 	s := otlptest.SummarizeType(got, "interrupt", byPID(pid))
 	ours := s.Leaf["softirq NET_RX"]
-	t.Logf("udpflood (pid %d): NET_RX %.2f ms by the agent, %.2f ms by perf; its interrupt profile: %v", pid, float64(ours)/1e6, float64(perfNS)/1e6, s.Leaf)
+	t.Logf("udpflood (pid %d): NET_RX %.2f ms by the agent, %.2f ms by perf in %d softirqs (%.0f ns apart each); its interrupt profile: %v",
+		pid, float64(ours)/1e6, float64(perfNS)/1e6, pairs, float64(perfNS-ours)/float64(max(pairs, 1)), s.Leaf)
 	if perfNS < 5e6 {
 		t.Fatalf("perf counted %.2f ms of NET_RX in udpflood: want at least 5 ms to compare", float64(perfNS)/1e6)
 	}
-	if d := 100 * math.Abs(float64(ours-perfNS)) / float64(perfNS); d > 3 {
-		t.Errorf("NET_RX charged to udpflood: %.2f ms by the agent, %.2f ms by perf: %.1f %% apart, want within 3 %%", float64(ours)/1e6, float64(perfNS)/1e6, d)
+	// Both tools stamp the same tracepoints, one probe after the other: a
+	// softirq's interval by one holds the other's work at one end and not
+	// at the other, the same small time for every softirq (the log gives
+	// it). A thread charged another's softirqs, or events missed or
+	// counted twice, are tens of percent.
+	const probeNS = 150
+	if d, lim := math.Abs(float64(ours-perfNS)), 0.03*float64(perfNS)+probeNS*float64(pairs); d > lim {
+		t.Errorf("NET_RX charged to udpflood: %.2f ms by the agent, %.2f ms by perf in %d softirqs: %.2f ms apart, want within 3 %% and %d ns a softirq (%.2f ms)",
+			float64(ours)/1e6, float64(perfNS)/1e6, pairs, d/1e6, probeNS, lim/1e6)
 	}
 	if r := s.Resources; len(r) == 0 || r[0]["process.executable.name"] != "udpflood" {
 		t.Errorf("resources of udpflood's interrupt profile: %v", r)
 	}
 }
 
-// perfSoftirqNS adds up, from perf's record of the softirq tracepoints,
-// the time of softirq vec that ran in process pid's tasks (entry to exit
-// on each CPU).
-func perfSoftirqNS(t *testing.T, perf, data string, pid, vec int) int64 {
+// perfSoftirqNS adds up, from perf's record of the softirq and irq handler
+// tracepoints, the time of softirq vec that ran in process pid's tasks
+// (entry to exit on each CPU) less the hard interrupts' handlers inside
+// it, which the agent charges to the hard interrupt.
+func perfSoftirqNS(t *testing.T, perf, data string, pid, vec int) (total int64, pairs int) {
 	t.Helper()
 	out, err := exec.Command(perf, "script", "-i", data, "--ns", "-F", "pid,cpu,time,event,trace").Output()
 	if err != nil {
 		t.Fatalf("perf script: %v", err)
 	}
-	start := map[string]int64{}
-	var total int64
+	start := map[string]int64{}  // a softirq vec running on a CPU: its entry
+	hard := map[string]int64{}   // a handler inside it: its entry
+	nested := map[string]int64{} // the handlers' time inside it so far
 	want := "vec=" + strconv.Itoa(vec)
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		// "  1234 [001] 44565.918586207: irq:softirq_entry: vec=3 [action=NET_RX]"
+		// "  1234 [001] 44565.918586900: irq:irq_handler_entry: irq=24 name=virtio0"
 		f := strings.Fields(sc.Text())
-		if len(f) < 5 || f[4] != want {
+		if len(f) < 5 {
 			continue
 		}
 		p, err1 := strconv.Atoi(f[0])
@@ -183,16 +195,26 @@ func perfSoftirqNS(t *testing.T, perf, data string, pid, vec int) int64 {
 		if err1 != nil || err2 != nil || err3 != nil || len(frac) != 9 {
 			continue
 		}
-		at := s*1e9 + ns
-		switch f[3] {
-		case "irq:softirq_entry:":
-			start[f[1]] = at
-		case "irq:softirq_exit:":
-			if b, ok := start[f[1]]; ok && p == pid {
-				total += at - b
+		at, cpu := s*1e9+ns, f[1]
+		_, in := start[cpu]
+		switch {
+		case f[3] == "irq:softirq_entry:" && f[4] == want:
+			start[cpu], nested[cpu] = at, 0
+		case f[3] == "irq:softirq_exit:" && f[4] == want:
+			if in && p == pid {
+				total += at - start[cpu] - nested[cpu]
+				pairs++
 			}
-			delete(start, f[1])
+			delete(start, cpu)
+			delete(hard, cpu)
+		case f[3] == "irq:irq_handler_entry:" && in:
+			hard[cpu] = at
+		case f[3] == "irq:irq_handler_exit:" && in:
+			if b, ok := hard[cpu]; ok {
+				nested[cpu] += at - b
+			}
+			delete(hard, cpu)
 		}
 	}
-	return total
+	return total, pairs
 }
