@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -263,11 +264,20 @@ func (c *Conn) readMessage() ([]byte, *frame, []*os.File, error) {
 			continue
 		}
 		if err == nil {
-			err = errors.New("connection closed")
+			err = ErrClosed
 		}
 		return nil, nil, nil, err
 	}
 }
+
+// ErrClosed is a read that found the connection closed by its peer; it
+// matches io.EOF.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string { return "connection closed" }
+func (closedError) Unwrap() error { return io.EOF }
 
 // recv reads with MSG_CMSG_CLOEXEC so received descriptors never leak into
 // a child process.
@@ -285,7 +295,7 @@ func (c *Conn) recv(p, oob []byte) (n, oobn int, err error) {
 		err = rerr
 	}
 	if n == 0 && oobn == 0 && err == nil {
-		err = errors.New("connection closed")
+		err = ErrClosed
 	}
 	return n, oobn, err
 }

@@ -81,7 +81,12 @@ func Dial() (*Client, error) {
 		perr := c.Call(daemonproto.OpPing, nil, &ping)
 		if perr != nil {
 			c.Close()
-			return nil, perr
+			if !dying(perr) || !released(path) {
+				return nil, perr
+			}
+			// It died as we connected (a killed daemon's last thread
+			// still held its socket): as a daemon found dead.
+			return dialDead(path, perr)
 		}
 		if ping.Stale && !ping.Busy && os.Geteuid() == 0 {
 			prev := readState(path)
@@ -100,6 +105,12 @@ func Dial() (*Client, error) {
 		}
 		return c, err
 	}
+	return dialDead(path, err)
+}
+
+// dialDead is Dial once no daemon answers on path (err: why): the death of
+// the one the state file names is reported, and root starts a successor.
+func dialDead(path string, err error) (*Client, error) {
 	prev := readState(path)
 	var notices []string
 	if prev != nil && !alive(prev.PID) {
@@ -115,14 +126,34 @@ func Dial() (*Client, error) {
 		}
 		return nil, fmt.Errorf("%spitraced is not running (%v) and only root can start it: run with sudo, or start the service (systemctl start pitraced)", msg, err)
 	}
-	if err := start(path, prev); err != nil {
+	if err := startDaemon(path, prev); err != nil {
 		return nil, err
 	}
-	c, err = connect(path)
+	c, err := connect(path)
 	if c != nil {
 		c.notices = notices
 	}
 	return c, err
+}
+
+// dying is whether a request's error says the daemon closed or reset the
+// connection (not that it refused the request or is slow).
+func dying(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// released waits up to two seconds for path to refuse connections: the
+// daemon behind it has gone (false: something still listens there).
+func released(path string) bool {
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("unix", path, 200*time.Millisecond)
+		if err != nil {
+			return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist)
+		}
+		c.Close()
+	}
+	return false
 }
 
 func deathNotice(st *daemonproto.State) string {
@@ -183,6 +214,10 @@ func daemonBinary() (string, error) {
 	}
 	return p, nil
 }
+
+// startDaemon starts the successor of a daemon found dead (a variable: the
+// tests give a stand-in).
+var startDaemon = start
 
 // start launches pitraced detached from this process and waits for its
 // socket. A predecessor's idle exit is kept; the group is PERFINSP_GROUP's,
