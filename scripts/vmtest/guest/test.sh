@@ -248,18 +248,7 @@ step "PTT: the Go library on the module backend"
 run pitest pttgo
 step "PTT: the C library (libperfutil.a) on the module backend"
 ps -o pid,stat,time,comm 2>/dev/null | sed 's/^/  ps: /'
-# Its one-shot "second thread" check wants < 5 % of a busy loop left out as
-# interrupts; under TCG with the strict kernel (slub_debug) a burst of
-# softirq work now and then takes more, and the module leaves interrupts out
-# since their hooks attach exit-first. A second run must pass; a real fault
-# fails both (the -icount run in run.sh ptt runs it once, exactly).
-if ptt_ctest_kmod >/tmp/out 2>&1; then
-	sed 's/^/  /' /tmp/out
-else
-	sed 's/^/  /' /tmp/out
-	echo "vmtest: ptt_ctest_kmod failed once (an interrupt burst under TCG?): running it again"
-	run ptt_ctest_kmod
-fi
+run ptt_ctest_kmod
 step "PTT: the ptt tool on the module (ptt on -p / -a, dump, off)"
 run pitest pttmod /bin/ptt-tool
 
