@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"time"
@@ -270,14 +269,8 @@ func (c *Conn) readMessage() ([]byte, *frame, []*os.File, error) {
 	}
 }
 
-// ErrClosed is a read that found the connection closed by its peer; it
-// matches io.EOF.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string { return "connection closed" }
-func (closedError) Unwrap() error { return io.EOF }
+// ErrClosed is a read that found the connection closed by its peer.
+var ErrClosed = errors.New("connection closed")
 
 // recv reads with MSG_CMSG_CLOEXEC so received descriptors never leak into
 // a child process.

@@ -139,7 +139,7 @@ func dialDead(path string, err error) (*Client, error) {
 // dying is whether a request's error says the daemon closed or reset the
 // connection (not that it refused the request or is slow).
 func dying(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	return errors.Is(err, daemonproto.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
