@@ -270,17 +270,7 @@ func TestSwitchStatesWithoutStacks(t *testing.T) {
 	if !s.sleepsOut {
 		t.Fatal("a session with dispatch and no stacks does not take sleeps from switch-out records")
 	}
-	tidc := make(chan int, 1)
-	go func() {
-		runtime.LockOSThread()
-		tidc <- unix.Gettid()
-		for i := 0; i < 5; i++ {
-			_ = unix.Nanosleep(&unix.Timespec{Nsec: 5e6}, nil)
-		}
-		tidc <- 0
-	}()
-	sleeper := uint64(<-tidc)
-	<-tidc
+	sleeper := sleepOnThread(5, 5*time.Millisecond)
 	child := exec.Command("sleep", "30")
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
@@ -331,17 +321,7 @@ func TestEveryWaitEndsWithASwitchIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Stop()
-	tidc := make(chan int, 1)
-	go func() {
-		runtime.LockOSThread()
-		tidc <- unix.Gettid()
-		for i := 0; i < 10; i++ {
-			_ = unix.Nanosleep(&unix.Timespec{Nsec: 20e6}, nil)
-		}
-		tidc <- 0
-	}()
-	tid := uint64(<-tidc)
-	<-tidc
+	tid := sleepOnThread(10, 20*time.Millisecond)
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -527,4 +507,22 @@ func TestExitedThreadsForgotten(t *testing.T) {
 	if got := s.tgidIn(r, 100000); got != 600 {
 		t.Fatalf("the thread id used again: process %d, want 600", got)
 	}
+}
+
+// sleepOnThread sleeps n times for d (nanosleep) on a thread of its own
+// and returns that thread's id once it is done.
+func sleepOnThread(n int, d time.Duration) uint64 {
+	tidc := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread()
+		tidc <- unix.Gettid()
+		ts := unix.NsecToTimespec(int64(d))
+		for i := 0; i < n; i++ {
+			_ = unix.Nanosleep(&ts, nil)
+		}
+		tidc <- 0
+	}()
+	tid := uint64(<-tidc)
+	<-tidc
+	return tid
 }
