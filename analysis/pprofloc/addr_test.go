@@ -3,8 +3,6 @@ package pprofloc
 import (
 	"bytes"
 	"testing"
-
-	"github.com/google/pprof/profile"
 )
 
 // TestStreamAddresses: locations at addresses of mappings parse back with
@@ -28,16 +26,7 @@ func TestStreamAddresses(t *testing.T) {
 	s.Sample([]uint64{site, a}, []int64{5})
 	s.Sample([]uint64{site, b}, []int64{7})
 	s.Sample([]uint64{main}, []int64{1})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := profile.Parse(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.CheckValid(); err != nil {
-		t.Fatal(err)
-	}
+	p := closedProfile(t, s, &buf)
 	if len(p.Mapping) != 2 || len(p.Function) != 2 || len(p.Location) != 4 {
 		t.Fatalf("%d mappings, %d functions, %d locations", len(p.Mapping), len(p.Function), len(p.Location))
 	}

@@ -24,16 +24,7 @@ func TestStreamParses(t *testing.T) {
 		deep = append(deep, f)
 	}
 	s.Sample(deep, []int64{1000, 1 << 40}, Label{Key: "pid", Num: 7})
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := profile.Parse(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.CheckValid(); err != nil {
-		t.Fatal(err)
-	}
+	p := closedProfile(t, s, &buf)
 	if len(p.SampleType) != 2 || p.SampleType[1].Type != "task-clock" || p.SampleType[1].Unit != "ns" || p.PeriodType.Type != "task-clock" || p.Period != 1 {
 		t.Fatalf("types %v %v %d", p.SampleType, p.PeriodType, p.Period)
 	}
@@ -49,4 +40,21 @@ func TestStreamParses(t *testing.T) {
 		s1.Value[0] != 1000 || s1.Value[1] != 1<<40 || s1.NumLabel["pid"][0] != 7 {
 		t.Fatalf("sample 1: %d locations, leaf %s, values %v, labels %v", len(s1.Location), s1.Location[0].Line[0].Function.Name, s1.Value, s1.NumLabel)
 	}
+}
+
+// closedProfile closes s and parses what it wrote into buf as a valid
+// profile.
+func closedProfile(t *testing.T, s *Stream, buf *bytes.Buffer) *profile.Profile {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := profile.Parse(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
