@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"debug/elf"
+	"encoding/hex"
 	"testing"
 )
 
@@ -43,4 +44,20 @@ func FuncRange(tb testing.TB, path, name string) (lo, hi uint64) {
 	}
 	tb.Fatalf("%s has no function %s", path, name)
 	return 0, 0
+}
+
+// BuildID is the GNU build id of the ELF file at path, in hex; the test
+// fails if it has none.
+func BuildID(tb testing.TB, path string) string {
+	tb.Helper()
+	f, _ := ELF(tb, path)
+	s := f.Section(".note.gnu.build-id")
+	if s == nil {
+		tb.Fatalf("%s has no build id", path)
+	}
+	b, err := s.Data()
+	if err != nil || len(b) < 16 {
+		tb.Fatalf("%s: build id note: %v", path, err)
+	}
+	return hex.EncodeToString(b[16:])
 }

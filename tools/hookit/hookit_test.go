@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -186,20 +185,12 @@ func TestExampleCallTreeExact(t *testing.T) {
 // line of that instruction, so that pprof -list shows leaf's source.
 func checkPprofEntries(t *testing.T, dir, prog string) {
 	t.Helper()
-	f, syms := testenv.ELF(t, prog)
+	_, syms := testenv.ELF(t, prog)
 	entry := map[string]uint64{}
 	for _, s := range syms {
 		entry[s.Name] = s.Value
 	}
-	note := f.Section(".note.gnu.build-id")
-	if note == nil {
-		t.Fatalf("%s has no build id", prog)
-	}
-	b, err := note.Data()
-	if err != nil || len(b) < 16 {
-		t.Fatalf("%s: build id note: %v", prog, err)
-	}
-	buildID := hex.EncodeToString(b[16:])
+	buildID := testenv.BuildID(t, prog)
 	pb := filepath.Join(dir, "callflow.pb.gz")
 	fh, err := os.Open(pb)
 	if err != nil {

@@ -315,7 +315,7 @@ func checkITracePprof(t *testing.T, dir, prog string, want map[string]*itrace.CG
 		t.Fatalf("post --itrace-pprof: %s", errs)
 	}
 	p := readProfile(t, prof)
-	buildID := elfBuildID(t, prog)
+	buildID := testenv.BuildID(t, prog)
 	lo, hi := testenv.FuncRange(t, prog, "leaf_loop")
 	var flat int64
 	for _, s := range p.Sample {

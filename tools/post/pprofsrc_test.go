@@ -1,8 +1,6 @@
 package main
 
 import (
-	"debug/elf"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +26,7 @@ func TestPprofSourceAndDisassembly(t *testing.T) {
 	dir, sw := e.Dir, e.Sw
 	sw("init", "-t", "8M")
 	sw("setrate", "1000")
-	buildID := elfBuildID(t, e.Burn)
+	buildID := testenv.BuildID(t, e.Burn)
 
 	for _, stacks := range []bool{false, true} {
 		name := "flat"
@@ -145,23 +143,4 @@ func goPprof(t *testing.T, args ...string) string {
 		t.Fatalf("go tool pprof %v: %v\n%s", args, err, out)
 	}
 	return string(out)
-}
-
-// elfBuildID is the GNU build-id of the ELF file at path, in hex.
-func elfBuildID(t *testing.T, path string) string {
-	t.Helper()
-	f, err := elf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := f.Section(".note.gnu.build-id")
-	if s == nil {
-		t.Fatalf("%s has no build id", path)
-	}
-	b, err := s.Data()
-	if err != nil || len(b) < 16 {
-		t.Fatalf("%s: build id note: %v", path, err)
-	}
-	return hex.EncodeToString(b[16:])
 }
