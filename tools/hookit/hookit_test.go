@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -744,5 +745,38 @@ func TestShutdownWhileThreadsRecord(t *testing.T) {
 		if len(p.Threads) < 4 || events == 0 {
 			t.Fatalf("run %d: %d threads, %d events: want the 4 spinning threads' events (and the main thread's marks)", run, len(p.Threads), events)
 		}
+	}
+}
+
+// The blocks the runtime allocates ahead of a thread file's end (to
+// spare the file system's page-by-page reservation inside each buffer's
+// write) are given back when the file is finished: after the run, no
+// file holds more blocks than its size needs.
+func TestThreadFilesKeepNoBlocksPastTheirEnd(t *testing.T) {
+	r := setup(t)
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(r, "bin/callflow"), "200000")
+	cmd.Env = append(os.Environ(), "HOOKIT_DIR="+dir, "LD_PRELOAD="+filepath.Join(r, "bin/libhookit.so"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("callflow: %v\n%s", err, out)
+	}
+	bins, _ := filepath.Glob(filepath.Join(dir, "hookit-*.bin"))
+	if len(bins) == 0 {
+		t.Fatal("no thread file")
+	}
+	var biggest int64
+	for _, b := range bins {
+		var st syscall.Stat_t
+		if err := syscall.Stat(b, &st); err != nil {
+			t.Fatal(err)
+		}
+		biggest = max(biggest, st.Size)
+		// a block's slack and the extent tree's own blocks: 64 KB
+		if alloc := st.Blocks * 512; alloc > st.Size+64<<10 {
+			t.Errorf("%s: %d bytes, %d allocated: the blocks past its end were not given back", filepath.Base(b), st.Size, alloc)
+		}
+	}
+	if biggest < 8<<20 { // several allocations ahead (256 KB to 4 MB each) were made
+		t.Fatalf("the biggest thread file holds %d bytes; the check wants several MB", biggest)
 	}
 }

@@ -53,6 +53,9 @@
  * records up to the first zero tag to the thread file cut at that size,
  * unless the thread file is already longer (killed between the write and
  * the clearing). At exit the tail files are removed.
+ * Blocks are allocated ahead of the thread file's end (fallocate keeping
+ * its size, up to 4 MB ahead) and given back when the file is finished:
+ * a killed process's file may keep them; its size is what was written.
  */
 #ifndef HOOKIT_H
 #define HOOKIT_H
