@@ -196,9 +196,14 @@ static uint64_t hk_tsc0, hk_mono0, hk_mult32; /* ns per TSC cycle << 32 */
 /* The switch ring's head the fast read saw last (hk_sched_mark). */
 static __thread uint64_t hk_head __attribute__((tls_model("initial-exec")));
 
-HK_NOINSTR static inline uint64_t tsc_mono(void)
+/* The TSC of the calling thread's last metric read where the read is the
+ * TSC's (metric rdtsc, or the fast task-clock read); 0 where it is not
+ * (hookit_last_tsc). */
+static __thread uint64_t hk_last_tsc __attribute__((tls_model("initial-exec")));
+
+HK_NOINSTR static inline uint64_t tsc_mono_at(uint64_t tsc)
 {
-	return hk_mono0 + (uint64_t)(((unsigned __int128)(__rdtsc() - hk_tsc0) * hk_mult32) >> 32);
+	return hk_mono0 + (uint64_t)(((unsigned __int128)(tsc - hk_tsc0) * hk_mult32) >> 32);
 }
 
 HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void)
@@ -206,8 +211,10 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_i
 	struct PttThreadState *s = PttSelf;
 	const struct PttCounter *c = &s->c[0];
 
-	if (__builtin_expect(s->status != 0 || !c->data, 0))
+	if (__builtin_expect(s->status != 0 || !c->data, 0)) {
+		hk_last_tsc = 0;
 		return s->read1(s);
+	}
 	for (;;) {
 		uint32_t seq = *s->lock;
 
@@ -216,12 +223,14 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_i
 		hk_barrier();
 		uint64_t at = *(const volatile uint64_t *)(c->data + ((head - 8) & c->mask));
 		uint64_t run = ((const volatile struct perf_event_mmap_page *)c->page)->time_running;
-		uint64_t now = tsc_mono();
+		uint64_t tsc = __rdtsc();
+		uint64_t now = tsc_mono_at(tsc);
 		uint64_t v = run + (now >= at ? now - at : 0);
 
 		hk_barrier();
 		if (__builtin_expect(*s->lock == seq, 1)) {
 			hk_head = head;
+			hk_last_tsc = tsc;
 			return v;
 		}
 	}
@@ -297,7 +306,7 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t hk_now(void)
 {
 	switch (hk_read_kind) {
 	case 1:
-		return __rdtsc();
+		return hk_last_tsc = __rdtsc();
 	case 2:
 		return read_ptt_fast_inline();
 	}
@@ -1894,6 +1903,11 @@ HK_VIS HK_NOINSTR void hookit_flush(void)
 HK_VIS HK_NOINSTR void hookit_on_flush(void (*fn)(void))
 {
 	__atomic_store_n(&hk_flush_fn, fn, __ATOMIC_RELEASE);
+}
+
+HK_VIS HK_NOINSTR uint64_t hookit_last_tsc(void)
+{
+	return hk_read_kind == 1 || hk_read_kind == 2 ? hk_last_tsc : 0;
 }
 
 HK_VIS HK_NOINSTR uint64_t hookit_dropped(void)

@@ -119,6 +119,15 @@ void hookit_on_flush(void (*fn)(void));
  * event arrived inside the runtime from a signal handler). */
 uint64_t hookit_dropped(void);
 
+/*
+ * The TSC value of the calling thread's last event's metric read, where
+ * that read is the TSC's (metric rdtsc, or task-clock read through the
+ * TSC); 0 where it is not, or before the thread's first event. A caller
+ * that times the same event (JProf's trace records) takes it instead of
+ * a TSC read of its own.
+ */
+uint64_t hookit_last_tsc(void);
+
 #ifdef __cplusplus
 }
 #endif
