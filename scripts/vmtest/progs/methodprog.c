@@ -82,13 +82,13 @@ static void enter(unsigned major, unsigned id)
 		__atomic_add_fetch(&events, 1, __ATOMIC_RELAXED);
 	}
 	pthread_mutex_unlock(&name_lock);
-	jt_event(major, 0, tid(), id);
+	jt_event(major, 0, tid(), id, 0);
 	__atomic_add_fetch(&events, 1, __ATOMIC_RELAXED);
 }
 
 static void leave(unsigned major, unsigned id)
 {
-	jt_event(major, 1, tid(), id);
+	jt_event(major, 1, tid(), id, 0);
 	__atomic_add_fetch(&events, 1, __ATOMIC_RELAXED);
 }
 
@@ -199,8 +199,8 @@ int main(int argc, char **argv)
 	leave(INTERP, 6);
 	t0 = now_ns();
 	for (int i = 1; i < bench; i++) {	/* the agent's per-event call */
-		jt_event(INTERP, 0, tid(), 6);
-		jt_event(INTERP, 1, tid(), 6);
+		jt_event(INTERP, 0, tid(), 6, 0);
+		jt_event(INTERP, 1, tid(), 6, 0);
 	}
 	ev_ns = now_ns() - t0;
 	__atomic_add_fetch(&events, 2UL * (unsigned long)(bench - 1), __ATOMIC_RELAXED);

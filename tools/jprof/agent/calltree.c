@@ -151,7 +151,7 @@ static void JNICALL on_method_entry(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jm
 	(void)jni; (void)th;
 	if (info & M_INCLUDED) {
 		hookit_enter((uint64_t)(uintptr_t)m, info & M_TYPE_MASK);
-		jprof_trace_event((uint64_t)(uintptr_t)m, info & M_TYPE_MASK, 0);
+		jprof_trace_event((uint64_t)(uintptr_t)m, info & M_TYPE_MASK, 0, hookit_last_tsc());
 	}
 }
 
@@ -162,11 +162,12 @@ static void JNICALL on_method_exit(jvmtiEnv *jvmti, JNIEnv *jni, jthread th, jme
 	(void)jni; (void)th; (void)rv;
 	if (!(info & M_INCLUDED))
 		return;
-	jprof_trace_event((uint64_t)(uintptr_t)m, info & M_TYPE_MASK, 1);
 	if (by_exception)
 		hookit_exception_exit((uint64_t)(uintptr_t)m, info & M_TYPE_MASK);
 	else
 		hookit_exit((uint64_t)(uintptr_t)m, info & M_TYPE_MASK);
+	/* the trace's record after the call flow's, at the time it read */
+	jprof_trace_event((uint64_t)(uintptr_t)m, info & M_TYPE_MASK, 1, hookit_last_tsc());
 }
 
 static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread th)

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #include "agentconn.h"
 #include "../../../kmod/uapi/pitrace.h"
@@ -61,6 +63,8 @@ struct jt_chunk {
 	int cpu;			/* the CPU whose buffer takes the chunk */
 	uint32_t sent;			/* the sender's: bytes sent */
 	uint32_t sent_high;		/* the sender's: the time-high in force at sent */
+	uint64_t anchor_tsc, anchor_ns;	/* the owner's: jt_time's last pair (0: none) */
+	uint64_t last_ns;		/* the owner's: the last record's time */
 	unsigned char data[JT_CHUNK];
 };
 
@@ -98,6 +102,111 @@ static unsigned long long now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+/*
+ * A record's time: CLOCK_MONOTONIC (the facility's clock), read through
+ * the TSC where the kernel's clock source is the TSC: a TSC read and a
+ * multiplication instead of the vDSO's clock_gettime (more than twice as
+ * long; with one per method event it was the agent's largest cost). Each
+ * chunk keeps a pair (TSC, CLOCK_MONOTONIC) taken at most JT_ANCHOR_NS
+ * before, and a record's time is the pair's plus the TSC's step times
+ * jt_mult32 (ns per TSC cycle << 32), measured between the first pair
+ * any thread took and the newest (the longer apart, the closer), once
+ * JT_RATE_NS apart; until then, and where the clock source is another,
+ * each record reads the clock. Within a chunk (one thread's records)
+ * times never go back.
+ */
+#define JT_ANCHOR_NS	2000000ULL	/* a new pair every 2 ms */
+#define JT_RATE_NS	10000000ULL	/* the rate from pairs 10 ms apart at least */
+
+static int jt_tsc = -1;			/* the clock source is the TSC: 1, 0, unknown -1 */
+static uint64_t jt_base_tsc, jt_base_ns;	/* the first pair (jt_base_lock) */
+static uint64_t jt_mult32;		/* 0 until measured (atomic) */
+static uint64_t jt_anchor_cyc;		/* JT_ANCHOR_NS in TSC cycles (atomic) */
+static pthread_mutex_t jt_base_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int jt_tsc_source(void)
+{
+	char cs[32] = "";
+	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		ssize_t n = read(fd, cs, sizeof(cs) - 1);
+
+		cs[n > 0 ? n : 0] = 0;
+		close(fd);
+	}
+	return !strcmp(cs, "tsc\n");
+}
+
+/* A pair (TSC, CLOCK_MONOTONIC) read together: the closest of three. */
+static void jt_pair(uint64_t *tsc, uint64_t *ns)
+{
+	uint64_t best = ~0ULL;
+
+	for (int i = 0; i < 3; i++) {
+		uint64_t a = __rdtsc(), m = now_ns(), b = __rdtsc();
+
+		if (b - a < best) {
+			best = b - a;
+			*tsc = a + (b - a) / 2;
+			*ns = m;
+		}
+	}
+}
+
+/* A new pair for c: also the rate's newest, once far enough from the first. */
+static uint64_t jt_anchor(struct jt_chunk *c)
+{
+	uint64_t tsc = 0, ns = 0;
+
+	if (__atomic_load_n(&jt_tsc, __ATOMIC_RELAXED) < 0)
+		__atomic_store_n(&jt_tsc, jt_tsc_source(), __ATOMIC_RELAXED);
+	if (!__atomic_load_n(&jt_tsc, __ATOMIC_RELAXED))
+		return now_ns();
+	jt_pair(&tsc, &ns);
+	c->anchor_tsc = tsc;
+	c->anchor_ns = ns;
+	pthread_mutex_lock(&jt_base_lock);
+	if (!jt_base_ns) {
+		jt_base_tsc = tsc;
+		jt_base_ns = ns;
+	} else if (ns - jt_base_ns >= JT_RATE_NS && tsc > jt_base_tsc) {
+		uint64_t m = (uint64_t)(((unsigned __int128)(ns - jt_base_ns) << 32) / (tsc - jt_base_tsc));
+
+		if (m) {
+			__atomic_store_n(&jt_anchor_cyc, (JT_ANCHOR_NS << 32) / m, __ATOMIC_RELAXED);
+			__atomic_store_n(&jt_mult32, m, __ATOMIC_RELAXED);
+		}
+	}
+	pthread_mutex_unlock(&jt_base_lock);
+	return ns;
+}
+
+/* The time of c's next record (see above), at TSC value tsc (0: now). */
+static uint64_t jt_time(struct jt_chunk *c, uint64_t tsc)
+{
+	uint64_t m = __atomic_load_n(&jt_mult32, __ATOMIC_RELAXED), t;
+
+	if (m && c->anchor_ns) {
+		int64_t d = (int64_t)((tsc ? tsc : __rdtsc()) - c->anchor_tsc);
+
+		if (d < 0)	/* a value read just before the pair */
+			d = 0;
+		if ((uint64_t)d < __atomic_load_n(&jt_anchor_cyc, __ATOMIC_RELAXED))
+			t = c->anchor_ns + (uint64_t)(((unsigned __int128)d * m) >> 32);
+		else
+			t = jt_anchor(c);
+	} else {
+		t = jt_anchor(c);
+		if (!m)	/* no rate yet: each record reads the clock */
+			c->anchor_ns = 0;
+	}
+	if (t < c->last_ns)
+		t = c->last_ns;
+	c->last_ns = t;
+	return t;
 }
 
 /* The process (the daemon takes it from the connection, the module from the caller). */
@@ -306,6 +415,7 @@ static struct jt_chunk *jt_chunk_get(void)
 	c->next = NULL;
 	c->len = c->sent = c->sent_high = 0;
 	c->has_high = 0;
+	c->anchor_tsc = c->anchor_ns = c->last_ns = 0;
 	c->cpu = sched_getcpu();
 	return c;
 }
@@ -375,14 +485,16 @@ static struct jt_slot *jt_slot(void)
  * type_len holding only the layout: its length and time are filled in
  * here) and its string (padded with NULs to 4 bytes).
  */
-static void jt_append(void *rec, size_t n, const char *str, size_t slen)
+static inline __attribute__((always_inline)) void jt_append(void *rec, size_t n, const char *str, size_t slen,
+						      uint64_t tsc)
 {
 	size_t size = n + (str ? (slen + 1 + 3) & ~(size_t)3 : 0);
 	struct pitrace_rec_hdr h;
 	unsigned long long t;
 	struct jt_slot *s;
 	struct jt_chunk *c;
-	uint32_t high, len;
+	uint32_t high, len, time_lo;
+	uint16_t type_len;
 
 	if (__atomic_load_n(&jt_down, __ATOMIC_RELAXED) || !(s = jt_slot())) {
 		__atomic_add_fetch(&jt_dropped, 1, __ATOMIC_RELAXED);
@@ -398,7 +510,7 @@ static void jt_append(void *rec, size_t n, const char *str, size_t slen)
 		/* Pairs with the sender's acquire load: the reset chunk is seen. */
 		__atomic_store_n(&s->cur, c, __ATOMIC_RELEASE);
 	}
-	t = now_ns();
+	t = jt_time(c, tsc);
 	high = (uint32_t)(t >> 32);
 	len = c->len;
 	if (!c->has_high || c->high != high) {
@@ -410,11 +522,15 @@ static void jt_append(void *rec, size_t n, const char *str, size_t slen)
 		c->high = high;
 		c->has_high = 1;
 	}
+	/* The record as given, then its length and time over its header's
+	 * (stored in place: a header built on the stack and copied had its
+	 * 2-byte field read back as part of 8, a stalled store forward) */
 	memcpy(&h, rec, sizeof(h));
-	h.type_len = PITRACE_TYPELEN(h.type_len, size);	/* type_len held the layout */
-	h.time_lo = (uint32_t)t;
-	memcpy(c->data + len, &h, sizeof(h));
-	memcpy(c->data + len + sizeof(h), (char *)rec + sizeof(h), n - sizeof(h));
+	memcpy(c->data + len, rec, n);
+	type_len = PITRACE_TYPELEN(h.type_len, size);	/* type_len held the layout */
+	time_lo = (uint32_t)t;
+	memcpy(c->data + len + offsetof(struct pitrace_rec_hdr, type_len), &type_len, sizeof(type_len));
+	memcpy(c->data + len + offsetof(struct pitrace_rec_hdr, time_lo), &time_lo, sizeof(time_lo));
 	if (str) {
 		memcpy(c->data + len + n, str, slen);
 		memset(c->data + len + n + slen, 0, size - n - slen);
@@ -526,7 +642,7 @@ void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, con
 	if (jt_kmod(PITRACE_JIT_LOAD, addr, size, name))
 		return;
 	name = name ? name : "";
-	jt_append(&rec, sizeof(rec), name, strnlen(name, JT_NAME_MAX));
+	jt_append(&rec, sizeof(rec), name, strnlen(name, JT_NAME_MAX), 0);
 }
 
 void jt_kick(void)
@@ -549,7 +665,7 @@ void jt_unload(unsigned long long addr, unsigned long long size)
 
 	if (jt_kmod(PITRACE_JIT_UNLOAD, addr, size, NULL))
 		return;
-	jt_append(&rec, sizeof(rec), NULL, 0);
+	jt_append(&rec, sizeof(rec), NULL, 0, 0);
 }
 
 void jt_method(unsigned long long id, const char *name)
@@ -567,7 +683,7 @@ void jt_method(unsigned long long id, const char *name)
 	if (jt_kmod(PITRACE_JIT_METHOD, 0, id, name))
 		return;
 	name = name ? name : "";
-	jt_append(&rec, sizeof(rec), name, strnlen(name, JT_NAME_MAX));
+	jt_append(&rec, sizeof(rec), name, strnlen(name, JT_NAME_MAX), 0);
 }
 
 /*
@@ -606,7 +722,7 @@ static int jt_kmod_event(unsigned major, unsigned minor, unsigned long long id)
 	return 1;
 }
 
-void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id)
+void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id, unsigned long long tsc)
 {
 	unsigned minor = exit ? PITRACE_METHOD_EXIT : PITRACE_METHOD_ENTRY;
 	struct {
@@ -619,7 +735,7 @@ void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id)
 
 	if (jt_kmod_event(major, minor, id))
 		return;
-	jt_append(&rec, sizeof(rec), NULL, 0);
+	jt_append(&rec, sizeof(rec), NULL, 0, tsc);
 }
 
 void jt_stats(unsigned long *sent, unsigned long *failed, const char **err, unsigned long long *send_ns)

@@ -12,8 +12,9 @@ void jt_load(unsigned tid, unsigned long long addr, unsigned long long size, con
 void jt_unload(unsigned long long addr, unsigned long long size);
 void jt_method(unsigned long long id, const char *name);
 /* a method entry (exit = 0) or exit of the calling thread: major 0x30
- * (interpreted) or 0x50 (jitted), minor 0x10 / 0x80000010 */
-void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id);
+ * (interpreted) or 0x50 (jitted), minor 0x10 / 0x80000010; tsc the TSC
+ * value it happened at (the call-flow runtime's read), 0: now */
+void jt_event(unsigned major, int exit, unsigned tid, unsigned long long id, unsigned long long tsc);
 void jt_flush(void);
 /* send again (a new attach: the daemon may be back, tracing on again) */
 void jt_resume(void);

@@ -149,10 +149,10 @@ void jprof_trace_method(uint64_t id, const char *name)
 		jt_method(id, name);
 }
 
-void jprof_trace_event(uint64_t id, unsigned type, int exit)
+void jprof_trace_event(uint64_t id, unsigned type, int exit, uint64_t tsc)
 {
 	if (trace_events)
-		jt_event(type == 1 || type == 2 ? 0x50 : 0x30, exit, gettid_(), id);
+		jt_event(type == 1 || type == 2 ? 0x50 : 0x30, exit, gettid_(), id, tsc);
 }
 
 /*

@@ -9,9 +9,10 @@
 char *jprof_method_name(jmethodID m);	/* the whole name, malloc'd (NULL: no memory) */
 int jprof_is_compiled(uint64_t id);
 /* calltree mode with the trace option: method names and events into the
- * trace (JIT_METHOD, 0x30 / 0x50 entry / exit) for post --merge */
+ * trace (JIT_METHOD, 0x30 / 0x50 entry / exit) for post --merge; an
+ * event's tsc as jt_event's */
 void jprof_trace_method(uint64_t id, const char *name);
-void jprof_trace_event(uint64_t id, unsigned type, int exit);
+void jprof_trace_event(uint64_t id, unsigned type, int exit, uint64_t tsc);
 /* rtdriver flush: the reports and the lock/wall profile of what was recorded so far */
 void jprof_flush(void);
 
