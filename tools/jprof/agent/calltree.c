@@ -97,8 +97,40 @@ static int matches(char **pats, int n, const char *cls)
 	return 0;
 }
 
+/*
+ * Each thread's own cache in front of methods[] (whose slots are spread
+ * over 4 MB, a cache miss each): direct-mapped, M_CACHE words of
+ * id << 16 | info, allocated at the thread's first event, freed at its
+ * end. An id that does not fit 48 bits is not cached.
+ */
+#define M_CACHE 4096
+static __thread uint64_t *m_cache __attribute__((tls_model("initial-exec")));
+
+static uint32_t m_info_slow(jvmtiEnv *jvmti, jmethodID m);
+
+static inline uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
+{
+	uint64_t id = (uint64_t)(uintptr_t)m, *c = m_cache, e;
+	uint32_t info;
+
+	if (__builtin_expect(c != NULL, 1) && ((e = c[(id >> 3) & (M_CACHE - 1)]) >> 16) == id)
+		return (uint32_t)(e & 0xffff);
+	info = m_info_slow(jvmti, m);
+	if (!c && (c = calloc(M_CACHE, sizeof(*c))) != NULL)
+		m_cache = c;
+	if (c && id < (1ULL << 48) && info)
+		c[(id >> 3) & (M_CACHE - 1)] = id << 16 | info;
+	return info;
+}
+
+static void m_cache_free(void)
+{
+	free(m_cache);
+	m_cache = NULL;
+}
+
 /* The method's type, name and selection, found once and kept. */
-static uint32_t m_info(jvmtiEnv *jvmti, jmethodID m)
+static uint32_t m_info_slow(jvmtiEnv *jvmti, jmethodID m)
 {
 	uint64_t id = (uint64_t)(uintptr_t)m;
 	uint32_t info;
@@ -174,6 +206,7 @@ static void JNICALL on_thread_end(jvmtiEnv *jvmti, JNIEnv *jni, jthread th)
 {
 	(void)jvmti; (void)jni; (void)th;
 	hookit_thread_end();
+	m_cache_free();
 }
 
 /* A thread attached to an OS thread whose thread ended (DestroyJavaVM on
