@@ -429,7 +429,8 @@ func walkPaths(n *Node, visit func(n *Node, path []*Node, same int)) {
 // "thread;f1;...;fn BASE" per call path with a BASE, threads in order,
 // each thread's paths depth first. Each line is written frame by frame
 // from the tree (a deep recursion's lines are long, but no line is
-// built in memory).
+// built in memory). Its size is the sum of the paths' lengths, which a
+// deep, branchy tree makes huge: WriteFoldedMax bounds it.
 func (a *Analysis) WriteFolded(out io.Writer) error {
 	w := bufio.NewWriterSize(out, 256<<10)
 	clean := map[string]string{}

@@ -23,7 +23,7 @@ func main() {
 		Description: "A program built with -finstrument-functions and run with bin/libhookit.so preloaded\n" +
 			"(scripts/run.hookit does both) leaves hookit-PID-TID.bin, hookit-PID.info, hookit-PID.maps (and\n" +
 			"hookit-PID.names from agents using hookit_api.h) in its directory. `hookit report` turns them into log-rt (the calibrated call tree), log-gen (flat),\n" +
-			"callflow.pb.gz (go tool pprof), callflow.folded (flamegraph.pl) and, with --chrome, callflow.trace.json\n" +
+			"callflow.pb.gz (go tool pprof), callflow.folded (flamegraph.pl; within --folded-max) and, with --chrome, callflow.trace.json\n" +
 			"(every call on a wall-clock timeline: ui.perfetto.dev). With several processes, the files of each end in .PID.",
 		Commands: []*cli.Command{{
 			Name:  "report",
@@ -37,6 +37,7 @@ func main() {
 				&cli.StringFlag{Name: "env", Usage: "the environmental overhead (PI's paper §4.2): the `ARC` report (post -arc, scripts/run.itrace) of the uninstrumented trainer; with the sequence minima, each interval loses min - env instead of min"},
 				&cli.BoolFlag{Name: "chrome", Usage: "also write callflow.trace.json: every call as a slice on a wall-clock timeline (Chrome trace-event JSON for ui.perfetto.dev; about 160 bytes per call)"},
 				&cli.StringFlag{Name: "plain-cpu", Usage: "the CPU time (user + system) of the same work run uninstrumented (`DURATION`, e.g. 55.2ms or 55200000ns; hookit plain measures it): log-gen then gives the residual per call and counts it in ERR"},
+				&cli.StringFlag{Name: "folded-max", Value: "64M", Usage: "keep callflow.folded within `SIZE` bytes (K, M, G: times 1024; 0: no bound, every call path a line): past it the lightest call paths are counted in their callers' lines, totals exact (flamegraph.pl and speedscope choke on inputs larger than the default)"},
 				&cli.StringFlag{Name: "seq-key", Value: "8x3", Usage: "sequence-minima key width TYPESxTRANSITIONS: 8x3 (PI: 8 method types x entry/exit/exception exit), 6x2 (the 6 Java types x entry/exit) or 1x2 (transitions only)"},
 			},
 			Action: report,
@@ -51,6 +52,10 @@ func report(c *cli.Context) error {
 	out := c.String("o")
 	if out == "" {
 		out = in
+	}
+	foldedMax, err := parseSize(c.String("folded-max"))
+	if err != nil {
+		return cliutil.UsageError(c, "--folded-max: "+err.Error())
 	}
 	procs, err := callflow.Load(in)
 	if err != nil {
@@ -133,13 +138,14 @@ func report(c *cli.Context) error {
 		if len(procs) > 1 {
 			suffix = fmt.Sprintf(".%d", p.Info.PID)
 		}
+		var cut callflow.FoldedCut
 		files := []struct {
 			name  string
 			write func(*os.File) error
 		}{
 			{"log-rt", func(f *os.File) error { return a.WriteLogRT(f) }},
 			{"log-gen", func(f *os.File) error { return a.WriteLogGen(f) }},
-			{"callflow.folded", func(f *os.File) error { return a.WriteFolded(f) }},
+			{"callflow.folded", func(f *os.File) (err error) { cut, err = a.WriteFoldedMax(f, foldedMax); return err }},
 			{"callflow.pb.gz", func(f *os.File) error { return a.WritePprof(f) }},
 		}
 		if c.Bool("chrome") {
@@ -164,6 +170,9 @@ func report(c *cli.Context) error {
 			if werr != nil {
 				return fmt.Errorf("%s: %w", path, werr)
 			}
+		}
+		if note := foldedNote("callflow.folded"+suffix, cut, foldedMax); note != "" {
+			fmt.Fprintf(os.Stderr, "hookit: %s\n", note)
 		}
 		fmt.Printf("hookit: pid %d (%s): %d threads, total BASE %d %s: %s\n", p.Info.PID, filepath.Base(p.Info.Exe),
 			len(p.Threads), a.Total(), p.Info.Metric, filepath.Join(out, "log-rt"+suffix))
