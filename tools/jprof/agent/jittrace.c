@@ -121,7 +121,7 @@ static unsigned long long now_ns(void)
 #define JT_RATE_NS	10000000ULL	/* the rate from pairs 10 ms apart at least */
 
 static int jt_tsc = -1;			/* the clock source is the TSC: 1, 0, unknown -1 */
-static uint64_t jt_base_tsc, jt_base_ns;	/* the first pair (jt_base_lock) */
+static uint64_t jt_base_tsc, jt_base_ns;	/* the first pair (jt_base_lock; jt_base_ns also atomic) */
 static uint64_t jt_mult32;		/* 0 until measured (atomic) */
 static uint64_t jt_anchor_cyc;		/* JT_ANCHOR_NS in TSC cycles (atomic) */
 static pthread_mutex_t jt_base_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -171,7 +171,7 @@ static uint64_t jt_anchor(struct jt_chunk *c)
 	pthread_mutex_lock(&jt_base_lock);
 	if (!jt_base_ns) {
 		jt_base_tsc = tsc;
-		jt_base_ns = ns;
+		__atomic_store_n(&jt_base_ns, ns, __ATOMIC_RELAXED);	/* read unlocked by jt_time */
 	} else if (ns - jt_base_ns >= JT_RATE_NS && tsc > jt_base_tsc) {
 		uint64_t m = (uint64_t)(((unsigned __int128)(ns - jt_base_ns) << 32) / (tsc - jt_base_tsc));
 
@@ -198,10 +198,13 @@ static uint64_t jt_time(struct jt_chunk *c, uint64_t tsc)
 			t = c->anchor_ns + (uint64_t)(((unsigned __int128)d * m) >> 32);
 		else
 			t = jt_anchor(c);
+	} else if (!m && __atomic_load_n(&jt_base_ns, __ATOMIC_RELAXED) &&
+		   (t = now_ns()) - __atomic_load_n(&jt_base_ns, __ATOMIC_RELAXED) < JT_RATE_NS) {
+		/* no rate yet: the clock (t) */
 	} else {
 		t = jt_anchor(c);
-		if (!m)	/* no rate yet: each record reads the clock */
-			c->anchor_ns = 0;
+		if (!__atomic_load_n(&jt_mult32, __ATOMIC_RELAXED))
+			c->anchor_ns = 0;	/* still none: the clock again next time */
 	}
 	if (t < c->last_ns)
 		t = c->last_ns;
