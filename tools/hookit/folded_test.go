@@ -13,26 +13,10 @@ import (
 	"perfinsp/analysis/callflow"
 )
 
-func TestParseSize(t *testing.T) {
-	for s, want := range map[string]int64{"0": 0, "500000": 500000, "100K": 100 << 10, "64M": 64 << 20, "64m": 64 << 20,
-		"1G": 1 << 30, "2GiB": 2 << 30, " 3 MiB": -1, "12X": -1, "-1": -1, "": -1, "M": -1, "99999999999G": -1} {
-		got, err := parseSize(s)
-		if want < 0 {
-			if err == nil {
-				t.Errorf("parseSize(%q) = %d, want an error", s, got)
-			}
-			continue
-		}
-		if err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v, want %d", s, got, err, want)
-		}
-	}
-}
-
 func TestFoldedNote(t *testing.T) {
 	fc := callflow.FoldedCut{Paths: 98765, Kept: 98765 - 1234, Cut: 12, Total: 1000000, Exact: 3 << 30, Size: 60 << 20}
 	want := "callflow.folded: 1,234 of 98,765 call paths (each at most 0.0012 % of the total BASE) are counted in their callers" +
-		" to keep the file under 64 MiB (every path: 3 GiB); --folded-max 0 writes every path"
+		" to keep the file under 64M (every path: 3G); --folded-max 0 writes every path"
 	if got := foldedNote("callflow.folded", fc, 64<<20); got != want {
 		t.Errorf("note\n%s\nwant\n%s", got, want)
 	}

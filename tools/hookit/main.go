@@ -53,7 +53,7 @@ func report(c *cli.Context) error {
 	if out == "" {
 		out = in
 	}
-	foldedMax, err := parseSize(c.String("folded-max"))
+	foldedMax, err := cliutil.ParseSize(c.String("folded-max"))
 	if err != nil {
 		return cliutil.UsageError(c, "--folded-max: "+err.Error())
 	}

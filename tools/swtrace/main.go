@@ -104,7 +104,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand: true,
 		Commands: []*cli.Command{
 			{Name: "init", Usage: "allocate the per-CPU buffers", UsageText: "swtrace init [-t SIZE] [-m SIZE]",
-				Description: fmt.Sprintf("SIZE takes K, M or G suffixes. Defaults: -t %s -m %s per CPU. Drops buffered data.", size(control.DefaultTraceBufSize), size(control.DefaultMTEBufSize)),
+				Description: fmt.Sprintf("SIZE takes K, M or G suffixes. Defaults: -t %s -m %s per CPU. Drops buffered data.", cliutil.SizeName(int64(control.DefaultTraceBufSize)), cliutil.SizeName(int64(control.DefaultMTEBufSize))),
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "t", Aliases: []string{"trace"}, Usage: "trace buffer `SIZE` per CPU"},
 					&cli.StringFlag{Name: "m", Aliases: []string{"mte"}, Usage: "MTE buffer `SIZE` per CPU"},
@@ -170,37 +170,13 @@ func usageErr(c *cli.Context, format string, args ...any) error {
 	return cliutil.UsageError(c, fmt.Sprintf(format, args...))
 }
 
-// parseSize parses 8M, 512K, 1G or a byte count.
+// parseSize parses a buffer size: 8M, 512K, 1G or a byte count, not 0.
 func parseSize(s string) (int, error) {
-	s = strings.TrimSpace(s)
-	mult := 1
-	if n := len(s); n > 0 {
-		switch strings.ToUpper(s[n-1:]) {
-		case "K":
-			mult, s = 1<<10, s[:n-1]
-		case "M":
-			mult, s = 1<<20, s[:n-1]
-		case "G":
-			mult, s = 1<<30, s[:n-1]
-		}
+	v, err := cliutil.ParseSize(s)
+	if err == nil && (v == 0 || v >= 1<<40) {
+		err = fmt.Errorf("bad size %q: use a number with an optional K, M or G suffix, from 1 to below 1T", s)
 	}
-	v, err := strconv.ParseUint(s, 10, 40)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("bad size %q: use a number with an optional K, M or G suffix", s)
-	}
-	return int(v) * mult, nil
-}
-
-func size(n int) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dG", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dM", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dK", n>>10)
-	}
-	return strconv.Itoa(n)
+	return int(v), err
 }
 
 func cmdInit(c *cli.Context) error {
@@ -230,7 +206,7 @@ func cmdInit(c *cli.Context) error {
 	if err := f.Init(cfg); err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
-	fmt.Fprintf(c.App.Writer, "swtrace: %s buffers: trace %s, MTE %s per CPU\n", f.Backend(), size(cfg.TraceBufSize), size(cfg.MTEBufSize))
+	fmt.Fprintf(c.App.Writer, "swtrace: %s buffers: trace %s, MTE %s per CPU\n", f.Backend(), cliutil.SizeName(int64(cfg.TraceBufSize)), cliutil.SizeName(int64(cfg.MTEBufSize)))
 	return nil
 }
 
@@ -457,7 +433,7 @@ func cmdOn(c *cli.Context) error {
 	}
 	switch {
 	case st.State == control.StateFree:
-		fmt.Fprintf(c.App.ErrWriter, "swtrace: buffers not initialized: using the defaults (init -t %s -m %s)\n", size(control.DefaultTraceBufSize), size(control.DefaultMTEBufSize))
+		fmt.Fprintf(c.App.ErrWriter, "swtrace: buffers not initialized: using the defaults (init -t %s -m %s)\n", cliutil.SizeName(int64(control.DefaultTraceBufSize)), cliutil.SizeName(int64(control.DefaultMTEBufSize)))
 		if err := f.Init(control.Config{}); err != nil {
 			return fmt.Errorf("init: %w", err)
 		}
@@ -681,7 +657,7 @@ func cmdInfo(c *cli.Context) error {
 	if st.Event != "" {
 		rate = fmt.Sprintf("every %d %s", st.RateHz, st.Event)
 	}
-	bufs := fmt.Sprintf("trace buffer: %s/CPU   MTE buffer: %s/CPU", size(st.TraceBufSize), size(st.MTEBufSize))
+	bufs := fmt.Sprintf("trace buffer: %s/CPU   MTE buffer: %s/CPU", cliutil.SizeName(int64(st.TraceBufSize)), cliutil.SizeName(int64(st.MTEBufSize)))
 	if st.State == control.StateFree {
 		bufs = "buffers: not allocated (swtrace init, or on with the defaults)"
 	}
