@@ -722,65 +722,6 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 }
 
 /*
- * The common event, stored without hk_event's checks of work that is not
- * there: one read per hook, no module figures (system calls, dispatches),
- * the thread's file open, room in its buffer, no control change, no
- * wall-clock anchor due, and an interval, hook time and stack step that
- * fit the record. 1: stored (or dropped: a shutdown is closing the
- * file); 0: hk_event's work is needed. hk_fast is set at start-up where
- * the configuration allows it (before the calibration, which then
- * measures this path) and cleared at shutdown.
- */
-static volatile int hk_fast;
-
-HK_NOINSTR static inline __attribute__((always_inline)) int hk_put_fast(uint64_t tag, uint64_t sp, uint64_t early)
-{
-	struct hk_thread *t = hk_self;
-
-	if (__builtin_expect(!t || !hk_fast, 0))
-		return 0;
-	uint64_t iv = early - t->last_late;
-	uint64_t hook = t->last_late - t->last_early;
-	uint64_t dsp = sp ? sp - t->last_sp : 0; /* API events: no stack pointer */
-	int64_t spd = (int64_t)dsp >> 3;
-	uint64_t mark = hk_sched_kind == 3 ? hk_head : 0;
-
-	if (__builtin_expect((t->busy | t->need_wall | t->need_sync | (t->pos + 13 >= t->cap) |
-			      (t->gen != hk_gen) | !hk_on | (mark != t->sched)) != 0 ||
-				     ((iv >> 32) | (hook >> 16) | (dsp & 7) |
-				      (uint64_t)(spd < -32768 || spd > 32767)) != 0,
-			     0))
-		return 0;
-	t->busy = 1;
-	/* Against finish_files, as in hk_event. */
-	hk_barrier();
-	if (__builtin_expect(__atomic_load_n(&t->closing, __ATOMIC_RELAXED), 0)) {
-		__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
-		return 1;
-	}
-	struct hk_rec *r = &t->win[t->pos++];
-
-	r->d = iv | hook << HK_HOOK_SHIFT | (uint64_t)(uint16_t)spd << HK_SPD_SHIFT;
-	hk_barrier();
-	r->tag = tag;
-	t->last_early = early;
-	t->last_late = early;
-	if (sp)
-		t->last_sp = sp;
-	__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
-	return 1;
-}
-
-/* Everything else: hk_event, then the late read where it asks for one. */
-HK_NOINSTR static __attribute__((noinline)) void hk_event_slow(uint64_t tag, void *sp, uint64_t early)
-{
-	uint64_t *late = hk_event(tag, sp, early);
-
-	if (late != NULL)
-		*late = hk_now();
-}
-
-/*
  * The hooks. The stack pointer of the event (the hook's frame address: a
  * fixed distance below the instrumented function's frame) is stored in
  * place of the call site: the reader repairs the call stack with it after
@@ -789,23 +730,25 @@ HK_NOINSTR static __attribute__((noinline)) void hk_event_slow(uint64_t tag, voi
 HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 {
 	uint64_t early = hk_now();
-	uint64_t tag = ((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK);
-	void *sp = __builtin_frame_address(0);
+	uint64_t *late;
 
 	(void)site;
-	if (__builtin_expect(!hk_put_fast(tag, (uint64_t)sp, early), 0))
-		hk_event_slow(tag, sp, early);
+	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
+			__builtin_frame_address(0), early);
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 {
 	uint64_t early = hk_now();
-	uint64_t tag = ((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK);
-	void *sp = __builtin_frame_address(0);
+	uint64_t *late;
 
 	(void)site;
-	if (__builtin_expect(!hk_put_fast(tag, (uint64_t)sp, early), 0))
-		hk_event_slow(tag, sp, early);
+	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
+			__builtin_frame_address(0), early);
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 /*
@@ -819,29 +762,32 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 
 HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
-	uint64_t tag = HK_API_TAG(HK_ENTER, type) | (id & HK_FN_MASK);
+	uint64_t tag = HK_API_TAG(HK_ENTER, type);
 	uint64_t early = hk_now();
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
-	if (__builtin_expect(!hk_put_fast(tag, 0, early), 0))
-		hk_event_slow(tag, NULL, early);
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
-	uint64_t tag = HK_API_TAG(HK_EXIT, type) | (id & HK_FN_MASK);
+	uint64_t tag = HK_API_TAG(HK_EXIT, type);
 	uint64_t early = hk_now();
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
-	if (__builtin_expect(!hk_put_fast(tag, 0, early), 0))
-		hk_event_slow(tag, NULL, early);
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 {
-	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type) | (id & HK_FN_MASK);
+	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
 	uint64_t early = hk_now();
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
 
-	if (__builtin_expect(!hk_put_fast(tag, 0, early), 0))
-		hk_event_slow(tag, NULL, early);
+	if (__builtin_expect(late != NULL, 0))
+		*late = hk_now();
 }
 
 /* A marker record (start, end, reset, flush) in the calling thread. */
@@ -1473,7 +1419,6 @@ HK_NOINSTR static void hk_exit(void)
 		snprintf(p, sizeof(p), "hookit-%d.sock", (int)hk_pid);
 		unlinkat(hk_dirfd, p, 0);
 	}
-	hk_fast = 0;
 	hk_ready = 0; /* events after the shutdown are not recorded (nor dropped) */
 }
 
@@ -1642,7 +1587,6 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	snprintf(path, sizeof(path), "hookit-%d.threads", (int)hk_pid);
 	hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
 	hk_membarrier_private = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-	hk_fast = !hk_two_reads && !hk_sys && !hk_dsin && (hk_sched_kind == 0 || hk_sched_kind == 3);
 	hk_ready = 1;
 	calibrate(&hk_cal, hk_calib_calls, hk_calib_plain_calls);
 	calibrate(&hk_cal_api, hk_calib_api_calls, hk_calib_plain_api_calls);
@@ -1749,7 +1693,6 @@ HK_NOINSTR __attribute__((constructor)) static void hk_init(void)
 HK_NOINSTR __attribute__((destructor)) static void hk_fini(void)
 {
 	hk_exit();
-	hk_fast = 0;
 	hk_ready = 0;
 }
 
