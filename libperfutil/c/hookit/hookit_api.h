@@ -121,8 +121,8 @@ uint64_t hookit_dropped(void);
 
 /*
  * The TSC value of the calling thread's last event's metric read, where
- * that read is the TSC's (metric rdtsc, or task-clock read through the
- * TSC); 0 where it is not, or before the thread's first event. A caller
+ * that read is task-clock's through the TSC (the default metric, without
+ * the module); 0 elsewhere, or before the thread's first event. A caller
  * that times the same event (JProf's trace records) takes it instead of
  * a TSC read of its own.
  */
