@@ -38,7 +38,9 @@
  * own (a TIME_HIGH record first and wherever the time's high half changes,
  * so that a chunk is a stream trace.Reader reads) without a lock or an
  * atomic read-modify-write: it writes past the chunk's published length,
- * then publishes the new length (a release store). A full chunk goes to the
+ * then publishes the new length with the chunk's record count (one
+ * release store of both), so the sender counts what it sends without
+ * reading the records. A full chunk goes to the
  * send queue and the thread takes an empty one. The flusher thread
  * (jt_flusher) sends queued chunks at once, and every 20 ms or on a kick (a
  * compiled method's code is about to run) the published bytes of the
@@ -57,12 +59,14 @@
 
 struct jt_chunk {
 	struct jt_chunk *next;
-	uint32_t len;			/* published: release store by the owner */
+	uint64_t pub;			/* published: records << 32 | bytes (the owner's release store) */
 	uint32_t high;			/* the owner's: the time-high in force at len */
 	int has_high;
 	int cpu;			/* the CPU whose buffer takes the chunk */
 	uint32_t sent;			/* the sender's: bytes sent */
 	uint32_t sent_high;		/* the sender's: the time-high in force at sent */
+	uint32_t sent_nrec;		/* the sender's: records sent (of pub's count) */
+	uint32_t high_off;		/* the last TIME_HIGH's offset (the owner's; relaxed) */
 	uint64_t anchor_tsc, anchor_ns;	/* the owner's: jt_time's last pair (0: none) */
 	uint64_t last_ns;		/* the owner's: the last record's time */
 	unsigned char data[JT_CHUNK];
@@ -266,14 +270,35 @@ static unsigned long jt_scan(const unsigned char *data, uint32_t n, uint32_t *hi
 	return nrec;
 }
 
+/*
+ * The TIME_HIGH in force at the end of c's published bytes [from, len):
+ * the owner's last TIME_HIGH (whose offset it stores before publishing
+ * the length that covers it) when that lies before len, else (a newer
+ * one came since len was read) found by reading the records.
+ */
+static uint32_t jt_high_at(struct jt_chunk *c, uint32_t from, uint32_t len)
+{
+	uint32_t off = __atomic_load_n(&c->high_off, __ATOMIC_RELAXED), high = c->sent_high;
+
+	if (off < len) {
+		struct jt_time_high th;
+
+		memcpy(&th, c->data + off, sizeof(th));
+		return th.v.high;
+	}
+	jt_scan(c->data + from, len - from, &high);
+	return high;
+}
+
 /* Sends what of c its owner published and was not sent yet; jt_send_lock held. */
 static void jt_send_piece(struct jt_chunk *c, unsigned long long t0)
 {
-	uint32_t len = __atomic_load_n(&c->len, __ATOMIC_ACQUIRE), from = c->sent;
+	uint64_t pub = __atomic_load_n(&c->pub, __ATOMIC_ACQUIRE);
+	uint32_t len = (uint32_t)pub, from = c->sent, high;
+	unsigned long nrec = (uint32_t)(pub >> 32) - c->sent_nrec;
 	int32_t cpu = c->cpu;
 	struct jt_time_high th;
 	struct iovec iov[3];
-	unsigned long nrec;
 	int n = 0;
 
 	if (len <= from)
@@ -287,10 +312,10 @@ static void jt_send_piece(struct jt_chunk *c, unsigned long long t0)
 	}
 	iov[n].iov_base = c->data + from;
 	iov[n++].iov_len = len - from;
-	nrec = jt_scan(c->data + from, len - from, &c->sent_high);
+	high = jt_high_at(c, from, len);
 	c->sent = len;
-	if (!nrec)
-		return;
+	c->sent_nrec = (uint32_t)(pub >> 32);
+	c->sent_high = high;
 	if (t0 < jt_pause_until) {	/* tracing is off: not sent, lost */
 		jt_failed += nrec;
 		return;
@@ -342,7 +367,7 @@ static void jt_send(int partial)
 	for (s = partial ? __atomic_load_n(&jt_slots, __ATOMIC_ACQUIRE) : NULL; s; s = s->next) {
 		/*
 		 * Pairs with the owner's release store of cur: the chunk's
-		 * reset (len, sent) is seen. A chunk queued since stays out of
+		 * reset (pub, sent) is seen. A chunk queued since stays out of
 		 * the pool until a later round (this lock).
 		 */
 		c = __atomic_load_n(&s->cur, __ATOMIC_ACQUIRE);
@@ -416,9 +441,11 @@ static struct jt_chunk *jt_chunk_get(void)
 		pthread_mutex_unlock(&jt_send_lock);
 	}
 	c->next = NULL;
-	c->len = c->sent = c->sent_high = 0;
+	c->pub = 0;
+	c->sent = c->sent_high = c->sent_nrec = 0;
 	c->has_high = 0;
 	c->anchor_tsc = c->anchor_ns = c->last_ns = 0;
+	c->high_off = 0;
 	c->cpu = sched_getcpu();
 	return c;
 }
@@ -497,6 +524,7 @@ static inline __attribute__((always_inline)) void jt_append(void *rec, size_t n,
 	struct jt_slot *s;
 	struct jt_chunk *c;
 	uint32_t high, len, time_lo;
+	uint64_t pub;
 	uint16_t type_len;
 
 	if (__atomic_load_n(&jt_down, __ATOMIC_RELAXED) || !(s = jt_slot())) {
@@ -504,7 +532,7 @@ static inline __attribute__((always_inline)) void jt_append(void *rec, size_t n,
 		return;
 	}
 	c = s->cur;
-	if (!c || c->len + size + sizeof(struct jt_time_high) > JT_CHUNK) {
+	if (!c || (uint32_t)c->pub + size + sizeof(struct jt_time_high) > JT_CHUNK) {
 		if (c) {
 			__atomic_store_n(&s->cur, NULL, __ATOMIC_RELEASE);
 			jt_queue_chunk(c);
@@ -515,12 +543,15 @@ static inline __attribute__((always_inline)) void jt_append(void *rec, size_t n,
 	}
 	t = jt_time(c, tsc);
 	high = (uint32_t)(t >> 32);
-	len = c->len;
+	pub = c->pub;
+	len = (uint32_t)pub;
 	if (!c->has_high || c->high != high) {
 		struct jt_time_high th;
 
 		jt_time_high(&th, high);
 		memcpy(c->data + len, &th, sizeof(th));
+		/* before the length that covers it is published (below) */
+		__atomic_store_n(&c->high_off, len, __ATOMIC_RELAXED);
 		len += sizeof(th);
 		c->high = high;
 		c->has_high = 1;
@@ -538,8 +569,9 @@ static inline __attribute__((always_inline)) void jt_append(void *rec, size_t n,
 		memcpy(c->data + len + n, str, slen);
 		memset(c->data + len + n + slen, 0, size - n - slen);
 	}
-	/* Pairs with the sender's acquire load of len: the bytes are written. */
-	__atomic_store_n(&c->len, len + (uint32_t)size, __ATOMIC_RELEASE);
+	/* Pairs with the sender's acquire load of len: the bytes (and
+	 * high_off) are written. */
+	__atomic_store_n(&c->pub, ((pub >> 32) + 1) << 32 | (len + (uint32_t)size), __ATOMIC_RELEASE);
 }
 
 /*
