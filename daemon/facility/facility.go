@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"perfinsp/internal/procscan"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -869,12 +870,9 @@ func (f *Facility) snapshot() *nrm2.Snapshot {
 			if kind == nrm2.ChunkMTE {
 				b = f.mte[cpu]
 			}
-			for _, seg := range b.Snapshot() {
-				if err := fn(seg); err != nil {
-					return err
-				}
-			}
-			return nil
+			// Each, not a copy: tracing is off, and the facility's lock
+			// keeps the buffers from being written or freed meanwhile.
+			return b.Each(fn)
 		},
 		Flags: f.flags(),
 		Stats: f.stats(),
@@ -961,11 +959,15 @@ func (f *Facility) Free() error {
 	}
 	f.closeStream()
 	f.trace, f.mte = nil, nil
+	f.kallsyms = nil
 	f.state = control.StateFree
 	f.owner = -1
 	f.reserved = false
 	f.unsaved = false
 	f.full = false
+	// The buffers' memory goes back to the system now, not at the Go
+	// runtime's leisure (its scavenger returns a large heap over minutes).
+	debug.FreeOSMemory()
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -813,5 +814,43 @@ func TestITraceRecordsDoNotWidenScope(t *testing.T) {
 	_, _, mte, _ := decode(t, path)
 	if mte != 0 {
 		t.Fatalf("%d MTE records after ITrace records of a process no session was started on, want none", mte)
+	}
+}
+
+// held is the heap memory the Go runtime holds from the system.
+func held() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapSys - m.HeapReleased
+}
+
+// free gives the buffers' memory back to the system at once: after a trace
+// of 32 MB and free, the process holds less than a tenth of it.
+func TestFreeReturnsMemory(t *testing.T) {
+	f, sink, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 24 << 20, MTEBufSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	fields := []uint64{42, 42, 0x401000, 0}
+	for cpu := 0; cpu < 2 && cpu < f.CPUs(); cpu++ {
+		for i := 0; i < (16<<20)/32; i++ {
+			(*sink).Trace(cpu, trace.MajorTprof, trace.TprofTick, Now(), fields)
+		}
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	before := held()
+	if before < 24<<20 {
+		t.Fatalf("the trace holds %d bytes, want over 24 MB", before)
+	}
+	if err := f.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if after := held(); after > 32<<20/10 {
+		t.Fatalf("%d bytes held after free (%d before), want under a tenth of the 32 MB trace", after, before)
 	}
 }
