@@ -854,3 +854,28 @@ func TestFreeReturnsMemory(t *testing.T) {
 		t.Fatalf("%d bytes held after free (%d before), want under a tenth of the 32 MB trace", after, before)
 	}
 }
+
+// BenchmarkTickSample: the agent's cost of one tprof sample record (a
+// wrap-mode buffer: the records' own cost, not the first touch of fresh
+// memory).
+func BenchmarkTickSample(b *testing.B) {
+	f := New()
+	var sink Sink
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) { sink = s; return &fakeSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return nil }
+	if err := f.SetMode(control.ModeWrap, filepath.Join(b.TempDir(), "w.nrm2")); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 20}); err != nil {
+		b.Fatal(err)
+	}
+	if err := on(b, f); err != nil {
+		b.Fatal(err)
+	}
+	defer f.Free()
+	fields := []uint64{4242, 4243, 0x401000, 0}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		sink.Trace(0, trace.MajorTprof, trace.TprofTick, uint64(i), fields)
+	}
+}
