@@ -178,6 +178,11 @@ func possibleCPUs() int {
 	return runtime.NumCPU()
 }
 
+// ReaderPoll is the longest the sources' reader waits before it reads the
+// kernel's rings when it has no real-time thread (kevents.Options.Poll):
+// records reach the buffers within it.
+const ReaderPoll = 100 * time.Millisecond
+
 // ReserveTimeout is how long a user who configured the facility (init,
 // setrate, enable, ...) keeps it from other users before turning tracing
 // on; a trace that is on or not yet written is kept until it is written or
@@ -483,6 +488,13 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	if f.enabled[trace.MajorTprof] {
 		opts.RateHz = f.rateHz
 		opts.Event = f.event
+	}
+	if !opts.Dispatch && !opts.Wakeup && !opts.Interrupt {
+		// No scheduler or interrupt records, so no real-time reader:
+		// it waits in the Go runtime's poller, not in a blocking
+		// epoll_wait whose every return sets the runtime's monitor
+		// thread polling (a seventh of the agent's CPU with tprof).
+		opts.Poll = ReaderPoll
 	}
 	// The /proc scan below is stamped with this time, before any event
 	// from the sources: what existed at on is named before it is sampled.

@@ -879,3 +879,30 @@ func BenchmarkTickSample(b *testing.B) {
 		sink.Trace(0, trace.MajorTprof, trace.TprofTick, uint64(i), fields)
 	}
 }
+
+// Without scheduler or interrupt records the sources' reader waits in the
+// runtime's poller (Options.Poll); with them, it is the real-time reader
+// (no Poll).
+func TestReaderPoll(t *testing.T) {
+	for _, c := range []struct {
+		majors []uint16
+		poll   time.Duration
+	}{
+		{[]uint16{trace.MajorTprof}, ReaderPoll},
+		{[]uint16{trace.MajorTprof, trace.MajorUnwind}, ReaderPoll},
+		{[]uint16{trace.MajorTprof, trace.MajorDispatch}, 0},
+		{[]uint16{trace.MajorInterrupt}, 0},
+	} {
+		f, _, opts := newFake(t)
+		if err := f.Enable(c.majors); err != nil {
+			t.Fatal(err)
+		}
+		if err := on(t, f); err != nil {
+			t.Fatal(err)
+		}
+		if opts.Poll != c.poll {
+			t.Errorf("record types %v: reader poll %v, want %v", c.majors, opts.Poll, c.poll)
+		}
+		_ = f.Free()
+	}
+}
