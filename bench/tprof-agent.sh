@@ -49,13 +49,15 @@ export PERFINSP_SOCKET=$tmp/pitraced.sock PERFINSP_BACKEND=daemon PERFINSP_PITRA
 SW=bin/swtrace
 burn=()
 dpid() { [ -f "$tmp/pitraced.log" ] && sed -n 's/.*listening on .*(pid \([0-9]*\)).*/\1/p' "$tmp/pitraced.log" | tail -1; return 0; }
+# stopdaemon: the private pitraced, if it runs, freed and stopped (a
+# swtrace command with none running would start one).
 stopdaemon() {
 	local p
 	p=$(dpid)
+	[ -n "$p" ] && kill -0 "$p" 2>/dev/null || return 0
 	$SW free >/dev/null 2>&1 || true
-	if [ -n "$p" ] && kill -INT "$p" 2>/dev/null; then
-		while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
-	fi
+	kill -INT "$p" 2>/dev/null || return 0
+	while kill -0 "$p" 2>/dev/null; do sleep 0.05; done
 }
 cleanup() {
 	for p in "${burn[@]}"; do kill "$p" 2>/dev/null || true; done
