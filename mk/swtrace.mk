@@ -23,6 +23,13 @@ bench-tprof: build
 	bash bench/tprof-overhead.sh
 bench: bench-tprof
 
+# The tprof agent's own CPU per sample, RSS and losses beside perf record
+# (bash bench/tprof-agent.sh [SECS] [RUNS] [RATE] [EXTRA]).
+.PHONY: bench-tprof-agent
+bench-tprof-agent: build
+	bash bench/tprof-agent.sh
+bench: bench-tprof-agent
+
 # The scheduler records (dispatch, wake-ups, the stacks of waits) under a
 # context-switch-heavy load, beside perf sched record and perf record -g.
 .PHONY: bench-offcpu

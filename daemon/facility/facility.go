@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"perfinsp/internal/procscan"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,6 +177,11 @@ func possibleCPUs() int {
 	}
 	return runtime.NumCPU()
 }
+
+// ReaderPoll is the longest the sources' reader waits before it reads the
+// kernel's rings when it has no real-time thread (kevents.Options.Poll):
+// records reach the buffers within it.
+const ReaderPoll = 100 * time.Millisecond
 
 // ReserveTimeout is how long a user who configured the facility (init,
 // setrate, enable, ...) keeps it from other users before turning tracing
@@ -482,6 +488,13 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	if f.enabled[trace.MajorTprof] {
 		opts.RateHz = f.rateHz
 		opts.Event = f.event
+	}
+	if !opts.Dispatch && !opts.Wakeup && !opts.Interrupt {
+		// No scheduler or interrupt records, so no real-time reader:
+		// it waits in the Go runtime's poller, not in a blocking
+		// epoll_wait whose every return sets the runtime's monitor
+		// thread polling (a seventh of the agent's CPU with tprof).
+		opts.Poll = ReaderPoll
 	}
 	// The /proc scan below is stamped with this time, before any event
 	// from the sources: what existed at on is named before it is sampled.
@@ -869,12 +882,9 @@ func (f *Facility) snapshot() *nrm2.Snapshot {
 			if kind == nrm2.ChunkMTE {
 				b = f.mte[cpu]
 			}
-			for _, seg := range b.Snapshot() {
-				if err := fn(seg); err != nil {
-					return err
-				}
-			}
-			return nil
+			// Each, not a copy: tracing is off, and the facility's lock
+			// keeps the buffers from being written or freed meanwhile.
+			return b.Each(fn)
 		},
 		Flags: f.flags(),
 		Stats: f.stats(),
@@ -961,11 +971,15 @@ func (f *Facility) Free() error {
 	}
 	f.closeStream()
 	f.trace, f.mte = nil, nil
+	f.kallsyms = nil
 	f.state = control.StateFree
 	f.owner = -1
 	f.reserved = false
 	f.unsaved = false
 	f.full = false
+	// The buffers' memory goes back to the system now, not at the Go
+	// runtime's leisure (its scavenger returns a large heap over minutes).
+	debug.FreeOSMemory()
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -813,5 +814,95 @@ func TestITraceRecordsDoNotWidenScope(t *testing.T) {
 	_, _, mte, _ := decode(t, path)
 	if mte != 0 {
 		t.Fatalf("%d MTE records after ITrace records of a process no session was started on, want none", mte)
+	}
+}
+
+// held is the heap memory the Go runtime holds from the system.
+func held() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapSys - m.HeapReleased
+}
+
+// free gives the buffers' memory back to the system at once: after a trace
+// of 32 MB and free, the process holds less than a tenth of it.
+func TestFreeReturnsMemory(t *testing.T) {
+	f, sink, _ := newFake(t)
+	if err := f.Init(control.Config{TraceBufSize: 24 << 20, MTEBufSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	fields := []uint64{42, 42, 0x401000, 0}
+	for cpu := 0; cpu < 2 && cpu < f.CPUs(); cpu++ {
+		for i := 0; i < (16<<20)/32; i++ {
+			(*sink).Trace(cpu, trace.MajorTprof, trace.TprofTick, Now(), fields)
+		}
+	}
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	before := held()
+	if before < 24<<20 {
+		t.Fatalf("the trace holds %d bytes, want over 24 MB", before)
+	}
+	if err := f.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if after := held(); after > 32<<20/10 {
+		t.Fatalf("%d bytes held after free (%d before), want under a tenth of the 32 MB trace", after, before)
+	}
+}
+
+// BenchmarkTickSample: the agent's cost of one tprof sample record (a
+// wrap-mode buffer: the records' own cost, not the first touch of fresh
+// memory).
+func BenchmarkTickSample(b *testing.B) {
+	f := New()
+	var sink Sink
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) { sink = s; return &fakeSource{}, nil }
+	f.Scan = func(uint64, func(uint32, []uint64, string)) error { return nil }
+	if err := f.SetMode(control.ModeWrap, filepath.Join(b.TempDir(), "w.nrm2")); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Init(control.Config{TraceBufSize: 1 << 20, MTEBufSize: 1 << 20}); err != nil {
+		b.Fatal(err)
+	}
+	if err := on(b, f); err != nil {
+		b.Fatal(err)
+	}
+	defer f.Free()
+	fields := []uint64{4242, 4243, 0x401000, 0}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		sink.Trace(0, trace.MajorTprof, trace.TprofTick, uint64(i), fields)
+	}
+}
+
+// Without scheduler or interrupt records the sources' reader waits in the
+// runtime's poller (Options.Poll); with them, it is the real-time reader
+// (no Poll).
+func TestReaderPoll(t *testing.T) {
+	for _, c := range []struct {
+		majors []uint16
+		poll   time.Duration
+	}{
+		{[]uint16{trace.MajorTprof}, ReaderPoll},
+		{[]uint16{trace.MajorTprof, trace.MajorUnwind}, ReaderPoll},
+		{[]uint16{trace.MajorTprof, trace.MajorDispatch}, 0},
+		{[]uint16{trace.MajorInterrupt}, 0},
+	} {
+		f, _, opts := newFake(t)
+		if err := f.Enable(c.majors); err != nil {
+			t.Fatal(err)
+		}
+		if err := on(t, f); err != nil {
+			t.Fatal(err)
+		}
+		if opts.Poll != c.poll {
+			t.Errorf("record types %v: reader poll %v, want %v", c.majors, opts.Poll, c.poll)
+		}
+		_ = f.Free()
 	}
 }

@@ -840,7 +840,7 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 				flags = trace.TprofKernel
 			}
 			if pid != 0 {
-				s.tgid.LoadOrStore(tid, pid)
+				s.sampledTgid(r, tid, pid)
 			}
 			if kind == kindTick {
 				s.sink.Trace(r.cpu, trace.MajorTprof, trace.TprofTick, t, append(f, uint64(pid), uint64(tid), ip, flags))
@@ -1112,7 +1112,9 @@ func (s *Session) forgetExited(tid, pid uint32, t uint64) {
 	q.ents = append(q.ents, e)
 	for q.head < len(q.ents) && q.ents[q.head].t+exitKept < t {
 		e := q.ents[q.head]
-		s.tgid.CompareAndDelete(e.tid, e.pid)
+		if s.tgid.CompareAndDelete(e.tid, e.pid) {
+			s.tgidGen.Add(1) // the rings' caches held it
+		}
 		if e.ppid != nil {
 			s.parents.CompareAndDelete(e.pid, e.ppid)
 		}
@@ -1132,10 +1134,28 @@ func (s *Session) setTgid(tid, pid uint32) {
 	s.tgidGen.Add(1)
 }
 
+// sampledTgid records that a sample's thread tid is of process pid, as
+// the table's first word on tid: through r's cache, which holds what the
+// table says of the threads the ring saw last, so that a sample of a
+// thread the cache holds does not box its ids into the table again.
+func (s *Session) sampledTgid(r *ring, tid, pid uint32) {
+	c := &r.tgids
+	if g := s.tgidGen.Load(); c.gen != g {
+		c.tid = [256]uint32{}
+		c.gen = g
+	}
+	i := tid & 255
+	if c.tid[i] == tid && c.pid[i] == pid {
+		return
+	}
+	v, _ := s.tgid.LoadOrStore(tid, pid)
+	c.tid[i], c.pid[i] = tid, v.(uint32)
+}
+
 // tgidCache is a ring's cache of tgidOf: a switch-heavy load asks for the
 // same few threads' processes several times a switch. Direct-mapped by
 // the thread id's low bits; emptied when a fork or comm record changes a
-// thread's process (tgidGen).
+// thread's process or an exited thread is forgotten (tgidGen).
 type tgidCache struct {
 	gen      uint64
 	tid, pid [256]uint32

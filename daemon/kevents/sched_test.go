@@ -526,3 +526,43 @@ func sleepOnThread(n int, d time.Duration) uint64 {
 	<-tidc
 	return tid
 }
+
+// nullSink takes records and keeps nothing.
+type nullSink struct{}
+
+func (nullSink) Trace(int, uint16, uint32, uint64, []uint64)                  {}
+func (nullSink) MTE(int, uint32, uint64, []uint64, string)                    {}
+func (nullSink) Lost(int, bool, uint64)                                       {}
+func (nullSink) Stack(int, uint64, uint32, uint32, []uint64, int, bool, bool) {}
+func (nullSink) SwitchStack(int, uint64, uint32, uint32, []uint64, int, bool, bool) {
+}
+
+// A tick sample costs the reader no allocation (its thread's process noted
+// through the ring's cache, not boxed into the table at every sample), and
+// the table still names the thread's process.
+func TestTickSampleWithoutAllocation(t *testing.T) {
+	const idTick = 7
+	s := &Session{sink: nullSink{}, kinds: map[uint64]int{idTick: kindTick}}
+	r := &ring{cpu: 0, lastNext: -1}
+	le := binary.LittleEndian
+	sample := func(pid, tid uint32) []byte {
+		b := le.AppendUint64(nil, idTick)
+		b = le.AppendUint64(b, 0x401000) // ip
+		b = le.AppendUint32(b, pid)
+		b = le.AppendUint32(b, tid)
+		return le.AppendUint64(b, 1000) // time
+	}
+	a, b := sample(70000, 70001), sample(80000, 80000)
+	n := testing.AllocsPerRun(1000, func() {
+		s.record(r, unix.PERF_RECORD_SAMPLE, 0, a)
+		s.record(r, unix.PERF_RECORD_SAMPLE, 0, b)
+	})
+	if n != 0 {
+		t.Errorf("%.1f allocations per two samples, want 0", n)
+	}
+	for tid, want := range map[uint32]uint32{70001: 70000, 80000: 80000} {
+		if v, ok := s.tgid.Load(tid); !ok || v.(uint32) != want {
+			t.Errorf("thread %d: table says %v, want %d", tid, v, want)
+		}
+	}
+}

@@ -228,8 +228,44 @@ func (w *Writer) Abort() {
 
 // ReadKallsyms reads the kernel symbol table both backends store in traces.
 func ReadKallsyms() []byte {
-	b, _ := os.ReadFile("/proc/kallsyms")
-	return b
+	f, err := os.Open("/proc/kallsyms")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	return readAllExact(f)
+}
+
+// kallsymsPiece is the size ReadKallsyms reads in.
+const kallsymsPiece = 1 << 20
+
+// readAllExact reads r to its end (or first error) into a slice of exactly
+// what it read. A file of /proc has no size to start from: os.ReadFile
+// grows its slice step by step, a table of megabytes allocating some five
+// times its size on the way; here the pieces are read, then copied once.
+func readAllExact(r interface{ Read([]byte) (int, error) }) []byte {
+	var pieces [][]byte
+	total := 0
+	for {
+		p := make([]byte, kallsymsPiece)
+		n := 0
+		var err error
+		for n < len(p) && err == nil {
+			var k int
+			k, err = r.Read(p[n:])
+			n += k
+		}
+		pieces = append(pieces, p[:n])
+		total += n
+		if err != nil {
+			break
+		}
+	}
+	out := make([]byte, 0, total)
+	for _, p := range pieces {
+		out = append(out, p...)
+	}
+	return out
 }
 
 // Snapshot is a stopped trace held in a backend's buffers.

@@ -235,12 +235,25 @@ var byKey = func() map[key]*Spec {
 	return m
 }()
 
-// fast holds the specs of small codes for Lookup's hot path (one per record).
-var fast = func() (t [64][8]*Spec) {
+// fastMajors bounds the majors of fast: the facility's own, UNWIND (a
+// record per sample with call stacks) included.
+const fastMajors = 0x80
+
+// highMinor is the highest minor code of fastHigh: UNWIND's
+// (UnwindTick) and those just below it.
+const highMinor = 0x7fffffff
+
+// fast and fastHigh hold the specs of small codes, and of the codes just
+// below highMinor, for Lookup's hot path (one per record).
+var fast, fastHigh = func() (t, h [fastMajors][8]*Spec) {
 	for i := range specs {
 		s := &specs[i]
-		if s.Major < 64 && s.Minor < 8 {
+		switch {
+		case s.Major >= fastMajors:
+		case s.Minor < 8:
 			t[s.Major][s.Minor] = s
+		case s.Minor <= highMinor && s.Minor > highMinor-8:
+			h[s.Major][highMinor-s.Minor] = s
 		}
 	}
 	return
@@ -248,8 +261,13 @@ var fast = func() (t [64][8]*Spec) {
 
 // Lookup returns the spec of a major/minor code, or nil if it is not in the table.
 func Lookup(major uint16, minor uint32) *Spec {
-	if major < 64 && minor < 8 {
-		return fast[major][minor]
+	if major < fastMajors {
+		if minor < 8 {
+			return fast[major][minor]
+		}
+		if minor <= highMinor && minor > highMinor-8 {
+			return fastHigh[major][highMinor-minor]
+		}
 	}
 	return byKey[key{major, minor}]
 }

@@ -213,3 +213,33 @@ func TestUserRecordWordsOrBytes(t *testing.T) {
 		}
 	}
 }
+
+// Lookup finds every code of the table, the small ones in its arrays:
+// those of the facility's records, UNWIND (one a sample with call
+// stacks) among them, are found without a map lookup.
+func TestLookupFast(t *testing.T) {
+	for i := range specs {
+		s := &specs[i]
+		if got := Lookup(s.Major, s.Minor); got != s {
+			t.Errorf("Lookup(0x%x, %d) = %v, want %s", s.Major, s.Minor, got, s.Name)
+		}
+	}
+	for _, c := range []struct {
+		major uint16
+		minor uint32
+	}{{MajorTprof, TprofTick}, {MajorUnwind, UnwindTick}, {MajorUnwind, UnwindSwitch}, {MajorDispatch, 1}} {
+		in := c.major < fastMajors && (c.minor < 8 && fast[c.major][c.minor] != nil ||
+			c.minor <= highMinor && c.minor > highMinor-8 && fastHigh[c.major][highMinor-c.minor] != nil)
+		if !in {
+			t.Errorf("code 0x%x/0x%x is not in Lookup's arrays", c.major, c.minor)
+		}
+	}
+}
+
+func BenchmarkLookupUnwind(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if Lookup(MajorUnwind, UnwindTick) == nil {
+			b.Fatal("no UNWIND")
+		}
+	}
+}

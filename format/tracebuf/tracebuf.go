@@ -83,7 +83,9 @@ type Buffer struct {
 	Notify func()
 }
 
-// New returns a buffer of size bytes in the given mode.
+// New returns a buffer of size bytes in the given mode. A segment's
+// memory is allocated when the buffer first writes into it: a buffer
+// holds the memory of the segments it has used, at most size bytes.
 func New(size int, mode Mode) (*Buffer, error) {
 	if size < MinSegment {
 		return nil, fmt.Errorf("buffer size %d bytes is below the minimum of %d", size, MinSegment)
@@ -92,7 +94,7 @@ func New(size int, mode Mode) (*Buffer, error) {
 	n := size / seg
 	b := &Buffer{mode: mode, segSize: seg, nseg: n}
 	for i := 0; i < n; i++ {
-		b.free = append(b.free, &Segment{Data: make([]byte, 0, seg)})
+		b.free = append(b.free, &Segment{})
 	}
 	b.nextSegment()
 	return b, nil
@@ -107,6 +109,9 @@ func (b *Buffer) nextSegment() bool {
 	}
 	b.cur = b.free[len(b.free)-1]
 	b.free = b.free[:len(b.free)-1]
+	if b.cur.Data == nil {
+		b.cur.Data = make([]byte, 0, b.segSize)
+	}
 	b.cur.Data = b.cur.Data[:0]
 	b.cur.Records = 0
 	b.w.Buf = b.cur.Data
@@ -418,6 +423,23 @@ func (b *Buffer) Flush() {
 		b.complete()
 		b.nextSegment()
 	}
+}
+
+// Each calls fn with each held segment, oldest first, the current partial
+// one included, without copying them, and stops at fn's error. The buffer
+// is locked meanwhile: fn must not write into it.
+func (b *Buffer) Each(fn func(data []byte) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.done {
+		if err := fn(s.Data); err != nil {
+			return err
+		}
+	}
+	if b.cur != nil && len(b.w.Buf) > 0 {
+		return fn(b.w.Buf)
+	}
+	return nil
 }
 
 // Snapshot returns copies of the held segments, oldest first, including the

@@ -1,6 +1,9 @@
 package tracebuf
 
 import (
+	"bytes"
+	"errors"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -384,5 +387,73 @@ func TestWriteRecords(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// allocated is the bytes fn allocates.
+func allocated(fn func()) uint64 {
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	fn()
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc
+}
+
+// A buffer takes the memory of the segments it has written into, not its
+// whole size: a 64 MB buffer holding a few records is one segment.
+func TestSegmentsAllocatedWhenUsed(t *testing.T) {
+	const size = 64 << 20
+	var b *Buffer
+	n := allocated(func() {
+		var err error
+		if b, err = New(size, Normal); err != nil {
+			t.Fatal(err)
+		}
+		write(t, b, 0, 100)
+	})
+	if seg := uint64(SegmentSize(size)); n > seg+64<<10 {
+		t.Fatalf("a %d-byte buffer with 100 records allocated %d bytes, want about one %d-byte segment", size, n, seg)
+	}
+	// Filled, it holds its size, and no more.
+	n = allocated(func() {
+		for {
+			if ok, _ := b.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, 1, []uint64{1, 1, 1, 0}, ""); !ok {
+				break
+			}
+		}
+	})
+	if n > size {
+		t.Fatalf("filling the buffer allocated %d bytes, more than its %d", n, size)
+	}
+	if !b.Full() {
+		t.Fatal("buffer not full")
+	}
+}
+
+// Each passes the segments Snapshot copies, the same bytes in the same
+// order, and stops at fn's error.
+func TestEachIsSnapshot(t *testing.T) {
+	b, err := New(8*MinSegment, Normal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, b, 0, 300)
+	var got [][]byte
+	if err := b.Each(func(d []byte) error { got = append(got, d); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := b.Snapshot()
+	if len(got) != len(want) || len(got) < 2 {
+		t.Fatalf("Each gave %d segments, Snapshot %d (want the same, at least 2)", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("segment %d differs", i)
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := b.Each(func([]byte) error { calls++; return stop }); err != stop || calls != 1 {
+		t.Fatalf("Each after an error: %v after %d calls, want stop after 1", err, calls)
 	}
 }

@@ -3,7 +3,6 @@
 package procmaps
 
 import (
-	"bufio"
 	"bytes"
 	"strconv"
 	"strings"
@@ -29,17 +28,37 @@ type Mapping struct {
 
 // Executable calls fn for each executable mapping in maps, in order. Lines
 // it cannot read are skipped (maps text is read from a live process and
-// may end mid-line); the error is the scanner's.
+// may end mid-line). Only the lines of executable mappings are parsed
+// (the others are told by their permissions' third letter), without a
+// copy of the whole text; the error is always nil.
 func Executable(maps []byte, fn func(m Mapping)) error {
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		m, ok := parse(sc.Text())
+	for len(maps) > 0 {
+		line := maps
+		if i := bytes.IndexByte(maps, '\n'); i >= 0 {
+			line, maps = maps[:i], maps[i+1:]
+		} else {
+			maps = nil
+		}
+		if !executable(line) {
+			continue
+		}
+		m, ok := parse(string(line))
 		if ok && m.Prot&ProtExec != 0 {
 			fn(m)
 		}
 	}
-	return sc.Err()
+	return nil
+}
+
+// executable tells whether a maps line's permissions (its second field)
+// may say x: false only when they surely do not.
+func executable(line []byte) bool {
+	i := bytes.IndexByte(line, ' ')
+	if i < 0 {
+		return false
+	}
+	perms := bytes.TrimLeft(line[i:], " \t")
+	return len(perms) < 3 || perms[2] == 'x'
 }
 
 // parse reads one line: start-end perms offset dev inode [path].

@@ -33,3 +33,23 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 		}
 	}
 }
+
+// Reading a process's maps allocates for its executable mappings only: no
+// scanner buffer, no copy of the lines of the others.
+func TestExecutableAllocation(t *testing.T) {
+	var maps []byte
+	for i := 0; i < 200; i++ {
+		maps = append(maps, "7f0000000000-7f0000001000 rw-p 00000000 00:00 0\n"...)
+	}
+	maps = append(maps, "55d0c0001000-55d0c0005000 r-xp 00001000 fd:1a 1234567 /usr/bin/prog\n"...)
+	n := 0
+	allocs := testing.AllocsPerRun(100, func() {
+		_ = Executable(maps, func(Mapping) { n++ })
+	})
+	if allocs > 3 {
+		t.Errorf("%.0f allocations to read 200 data mappings and one executable", allocs)
+	}
+	if n != 101 {
+		t.Errorf("%d executable mappings in 101 reads, want 101", n)
+	}
+}
