@@ -25,7 +25,8 @@
 # The exit code is 1 when any benchmark failed.
 #
 # Environment: BENCH_SMOKE_TIMEOUT scales every time limit (a factor,
-# default 1); BENCH_SMOKE_KEEP=1 keeps the temporary directory.
+# default 1); BENCH_SMOKE_KEEP=1 keeps the temporary directory (each
+# benchmark's output in NAME/out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -254,7 +255,7 @@ for b in "${sel[@]}"; do
 		tail -40 "$d/out" | sed 's/^/     | /'
 	fi
 	results+=("$name|$status|$secs|$note")
-	rm -rf "$d"
+	[ "${BENCH_SMOKE_KEEP:-}" = 1 ] || rm -rf "$d"
 done
 
 echo "==== bench-smoke: $(($(date +%s) - start)) s in all"
