@@ -4,6 +4,7 @@
 #   make test       every test: gofmt, go vet, unit and integration tests, the kernel-module VM tests
 #                   (two lanes side by side: scripts/test.sh)
 #   make bench      benchmarks, printed side by side with the peer tools
+#   make bench-smoke  every benchmark once at its smallest size, checked to run to its end (in make test)
 # Each area adds its own targets in mk/*.mk (kmod, vmtest, post, ptt ...).
 
 GO      ?= go
