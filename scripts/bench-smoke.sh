@@ -54,6 +54,7 @@ BENCHES=(
 	"offcpu|host|240|root perf:linux-perf /usr/bin/time:time python3:python3|^perf -g +[0-9.]+ +[0-9.]+ ||bench/offcpu.sh 1000 1"
 	"pprof-lines|host|240|root gcc:gcc|^go +[0-9]+ +post -tprof +[0-9.]+||bench/pprof-lines.sh -d \"\$DATA\" -s 1 -n 1"
 	"tprof-overhead|host|240|root perf:linux-perf python3:python3|^  [0-9]+ records/s drained, [0-9]+ lost||bench/tprof-overhead.sh 1000 1 10"
+	"tprof-agent|host|240|root perf:linux-perf|^DWARF unwinding, last run: [0-9]+ user stacks||bench/tprof-agent.sh 1 1 1000"
 	"post-run|host|240|root perf:linux-perf|^  per sample: post is [0-9.]+x faster than perf report||bench/post/run.sh 10000"
 	"post-real|host|300|root perf:linux-perf xz:xz-utils python3:python3 /usr/bin/time:time|^system +stacks +post --folded +[0-9]+||bench/post/real.sh -d \"\$DATA\" -r 1000 -s 1 -n 1 -p 1"
 	"post-timeline|host|120|root perf:linux-perf xz:xz-utils python3:python3 /usr/bin/time:time|^system +[0-9]+ +[0-9]+ +[0-9]+||bench/post/timeline.sh -d \"\$DATA\" -n 1"
