@@ -323,7 +323,7 @@ HK_NOINSTR static pid_t gettid_(void)
  * Blocks allocated ahead of the thread file's end (fallocate, the size
  * kept): the buffer's write then finds its blocks allocated, where a
  * file system with delayed allocation (ext4) would reserve them page by
- * page inside the write, about a tenth of a call's cost. As much again
+ * page inside the write (some 6 % of a call's cost). As much again
  * as the file holds, from HK_PREALLOC_MIN to HK_PREALLOC_MAX ahead;
  * thread_close gives back what was not written. 0 once the file system
  * refuses.
