@@ -445,14 +445,10 @@ func (b *Buffer) Each(fn func(data []byte) error) error {
 // Snapshot returns copies of the held segments, oldest first, including the
 // current partial one, without changing the buffer.
 func (b *Buffer) Snapshot() [][]byte {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out [][]byte
-	for _, s := range b.done {
-		out = append(out, append([]byte(nil), s.Data...))
-	}
-	if b.cur != nil && len(b.w.Buf) > 0 {
-		out = append(out, append([]byte(nil), b.w.Buf...))
-	}
+	_ = b.Each(func(data []byte) error {
+		out = append(out, append([]byte(nil), data...))
+		return nil
+	})
 	return out
 }
