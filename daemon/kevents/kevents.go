@@ -1140,11 +1140,7 @@ func (s *Session) setTgid(tid, pid uint32) {
 // thread the cache holds does not box its ids into the table again.
 func (s *Session) sampledTgid(r *ring, tid, pid uint32) {
 	c := &r.tgids
-	if g := s.tgidGen.Load(); c.gen != g {
-		c.tid = [256]uint32{}
-		c.gen = g
-	}
-	i := tid & 255
+	i := c.slot(s.tgidGen.Load(), tid)
 	if c.tid[i] == tid && c.pid[i] == pid {
 		return
 	}
@@ -1161,17 +1157,23 @@ type tgidCache struct {
 	tid, pid [256]uint32
 }
 
+// slot is tid's place in c, c emptied first if the table changed since
+// it was filled (gen, the table's tgidGen).
+func (c *tgidCache) slot(gen uint64, tid uint32) uint32 {
+	if c.gen != gen {
+		c.tid = [256]uint32{}
+		c.gen = gen
+	}
+	return tid & 255
+}
+
 // tgidIn is tgidOf through r's cache (called from r's reader only).
 func (s *Session) tgidIn(r *ring, tid uint32) uint32 {
 	if tid == 0 {
 		return 0
 	}
 	c := &r.tgids
-	if g := s.tgidGen.Load(); c.gen != g {
-		c.tid = [256]uint32{}
-		c.gen = g
-	}
-	i := tid & 255
+	i := c.slot(s.tgidGen.Load(), tid)
 	if c.tid[i] == tid {
 		return c.pid[i]
 	}
