@@ -88,6 +88,7 @@ func pingPong(arg string) int {
 // switch-outs (in room made before the session starts: the reader
 // allocates nothing) and counts what was lost.
 type switchCounter struct {
+	nullSink // what it does not keep
 	tid      uint64
 	times    []uint64
 	overflow atomic.Uint64
@@ -104,12 +105,7 @@ func (c *switchCounter) Trace(cpu int, major uint16, minor uint32, t uint64, f [
 	}
 	c.times = append(c.times, t) // one thread is switched out on one CPU at a time: calls for it do not overlap
 }
-func (c *switchCounter) MTE(int, uint32, uint64, []uint64, string) {}
-func (c *switchCounter) Lost(cpu int, mte bool, n uint64)          { c.lost.Add(n) }
-func (c *switchCounter) Stack(int, uint64, uint32, uint32, []uint64, int, bool, bool) {
-}
-func (c *switchCounter) SwitchStack(int, uint64, uint32, uint32, []uint64, int, bool, bool) {
-}
+func (c *switchCounter) Lost(cpu int, mte bool, n uint64) { c.lost.Add(n) }
 
 // Every switch of a switch-heavy program is recorded on a machine whose
 // CPUs are taken by other programs, each in a session of its own (as the
