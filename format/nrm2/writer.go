@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -243,7 +244,7 @@ const kallsymsPiece = 1 << 20
 // what it read. A file of /proc has no size to start from: os.ReadFile
 // grows its slice step by step, a table of megabytes allocating some five
 // times its size on the way; here the pieces are read, then copied once.
-func readAllExact(r interface{ Read([]byte) (int, error) }) []byte {
+func readAllExact(r io.Reader) []byte {
 	var pieces [][]byte
 	total := 0
 	for {
