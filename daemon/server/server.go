@@ -449,7 +449,7 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 			_ = pc.SetDeadline(time.Now().Add(time.Second))
 			switch {
 			case errors.Is(err, daemonproto.ErrTooLarge):
-				_ = pc.Send(&daemonproto.Response{Error: "request too large"})
+				_ = pc.Send(&daemonproto.Response{Error: fmt.Sprintf("request too large (%v)", err)})
 				return
 			case errors.Is(err, daemonproto.ErrPending):
 				_ = pc.Send(&daemonproto.Response{Error: err.Error(), Code: control.ErrBusy.Code})
@@ -500,7 +500,11 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 			s.writeState()
 		}
 		_ = pc.SetDeadline(time.Now().Add(RequestTimeout))
-		if err := pc.Send(&resp); err != nil {
+		err = pc.Send(&resp)
+		if errors.Is(err, daemonproto.ErrTooLarge) {
+			err = pc.Send(&daemonproto.Response{Error: fmt.Sprintf("the result of %s is too large to send (%v): ask for less (one pid, fewer metrics)", req.Op, err)})
+		}
+		if err != nil {
 			return
 		}
 		if req.Op == daemonproto.OpShutdown && resp.OK {

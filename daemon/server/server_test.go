@@ -3,8 +3,11 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"perfinsp/daemon/facility"
 	"perfinsp/daemon/kevents"
@@ -206,5 +209,50 @@ func TestFramesOnlyToFrameOps(t *testing.T) {
 	}
 	if _, err := s.dispatch(&Request{Peer: Peer{UID: 0}, Args: json.RawMessage(`{}`)}, "bin"); err == nil {
 		t.Fatal("a JSON request reached a frame-only op")
+	}
+}
+
+// A result larger than any request reaches the client; one larger than
+// any message is answered with an error that says so, and the connection
+// goes on serving (it was once closed without a word).
+func TestLargeResult(t *testing.T) {
+	s := &Server{Fac: facility.New(), Path: filepath.Join(t.TempDir(), "s.sock")}
+	big := strings.Repeat("x", 3*daemonproto.MaxRequest)
+	s.Handle("big", func(Peer, json.RawMessage) (any, error) { return big, nil })
+	s.Handle("huge", func(Peer, json.RawMessage) (any, error) { return strings.Repeat("y", daemonproto.MaxResponse), nil })
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	defer func() { s.Shutdown(); <-served }()
+	uc, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: s.Path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := daemonproto.NewConn(uc)
+	defer c.Close()
+	c.MaxLine = daemonproto.MaxResponse
+	call := func(op string) daemonproto.Response {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(time.Minute))
+		if err := c.Send(&daemonproto.Request{Op: op}); err != nil {
+			t.Fatalf("%s: send: %v", op, err)
+		}
+		var resp daemonproto.Response
+		if _, err := c.Receive(&resp); err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		return resp
+	}
+	var got string
+	if r := call("big"); !r.OK || json.Unmarshal(r.Result, &got) != nil || got != big {
+		t.Fatalf("big: ok %v, error %q, %d bytes", r.OK, r.Error, len(r.Result))
+	}
+	if r := call("huge"); r.OK || !strings.Contains(r.Error, "too large to send") {
+		t.Fatalf("huge: ok %v, error %q", r.OK, r.Error)
+	}
+	if r := call(daemonproto.OpPing); !r.OK {
+		t.Fatalf("ping after a refused result: %q", r.Error)
 	}
 }

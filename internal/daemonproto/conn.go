@@ -13,10 +13,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxRequest caps one request or response line. A peer that sends more
+// MaxRequest caps one request line or frame. A peer that sends more
 // without a newline is cut off: the daemon never grows with a client's
 // input.
 const MaxRequest = 1 << 20
+
+// MaxResponse caps one response line: a result the daemon builds (a PTT
+// dump of thousands of threads) may be larger than any request. Clients
+// read with Conn.MaxLine set to it.
+const MaxResponse = 64 << 20
 
 // FrameMagic begins a binary frame, the form of a request whose argument
 // is raw bytes (a JSON line never begins with a NUL): FrameMagic, the op's
@@ -39,8 +44,9 @@ func FrameHeader(op string, n int) []byte {
 // MaxFiles is the most descriptors one message may carry.
 const MaxFiles = 4
 
-// ErrTooLarge is returned when a line exceeds MaxRequest.
-var ErrTooLarge = fmt.Errorf("request larger than %d bytes", MaxRequest)
+// ErrTooLarge is wrapped when a line or frame exceeds its bound (a
+// received one Conn.MaxLine, a sent one MaxResponse).
+var ErrTooLarge = errors.New("message too large")
 
 // ErrPending is wrapped when a Budget refuses the bytes of a request not
 // yet complete.
@@ -72,6 +78,21 @@ type Conn struct {
 	RequestTimeout time.Duration
 	// Budget, when set, counts the bytes of the unfinished line.
 	Budget Budget
+	// MaxLine bounds one received line or frame (0: MaxRequest).
+	MaxLine int
+}
+
+// maxLine is the most one received line or frame may hold.
+func (c *Conn) maxLine() int {
+	if c.MaxLine > 0 {
+		return c.MaxLine
+	}
+	return MaxRequest
+}
+
+// tooLarge is ErrTooLarge with the bound that was passed.
+func tooLarge(limit int) error {
+	return fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
 }
 
 // NewConn wraps a connected Unix socket.
@@ -103,8 +124,8 @@ func (c *Conn) Send(v any, files ...*os.File) error {
 		return fmt.Errorf("encode: %w", err)
 	}
 	b = append(b, '\n')
-	if len(b) > MaxRequest {
-		return ErrTooLarge
+	if len(b) > MaxResponse {
+		return tooLarge(MaxResponse)
 	}
 	if len(files) > MaxFiles {
 		return fmt.Errorf("at most %d files per message", MaxFiles)
@@ -133,7 +154,7 @@ func (c *Conn) SendFrame(op string, payload []byte) error {
 		return fmt.Errorf("frame op %q: 1 to %d bytes", op, MaxFrameOp)
 	}
 	if len(payload) > MaxRequest {
-		return ErrTooLarge
+		return tooLarge(MaxRequest)
 	}
 	_, err := c.c.Write(append(FrameHeader(op, len(payload)), payload...))
 	return err
@@ -183,8 +204,8 @@ func (c *Conn) frameAt() (int, *frame, error) {
 		return 0, nil, nil
 	}
 	size := binary.LittleEndian.Uint32(c.buf[2+n:])
-	if size > MaxRequest {
-		return 0, nil, ErrTooLarge
+	if int64(size) > int64(c.maxLine()) {
+		return 0, nil, tooLarge(c.maxLine())
 	}
 	total := 2 + n + 4 + int(size)
 	if len(c.buf) < total {
@@ -240,8 +261,8 @@ func (c *Conn) readMessage() ([]byte, *frame, []*os.File, error) {
 			files := c.pending
 			c.pending = nil
 			return line, nil, files, nil
-		} else if scanned = len(c.buf); scanned > MaxRequest {
-			return nil, nil, nil, ErrTooLarge
+		} else if scanned = len(c.buf); scanned > c.maxLine() {
+			return nil, nil, nil, tooLarge(c.maxLine())
 		}
 		if len(c.buf) > 0 && !armed && c.RequestTimeout > 0 {
 			_ = c.c.SetReadDeadline(time.Now().Add(c.RequestTimeout))

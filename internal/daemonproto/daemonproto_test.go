@@ -1,6 +1,7 @@
 package daemonproto
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -91,11 +92,45 @@ func TestConnLimitsAndFiles(t *testing.T) {
 		}
 	}()
 	_ = b.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := b.Receive(&req); err != ErrTooLarge {
+	if _, err := b.Receive(&req); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a 2 MB line: %v, want ErrTooLarge", err)
 	}
 	if cap(b.buf) > 2*MaxRequest {
 		t.Fatalf("buffered %d bytes", cap(b.buf))
+	}
+}
+
+// A response larger than any request (a dump of thousands of threads)
+// reaches a reader whose MaxLine is MaxResponse; a reader with the
+// request bound refuses it.
+func TestLargeResponse(t *testing.T) {
+	big := Response{OK: true, Error: strings.Repeat("x", 3*MaxRequest)}
+	for _, c := range []struct {
+		max  int
+		want bool
+	}{{MaxResponse, true}, {0, false}} {
+		a, b, err := pair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.MaxLine = c.max
+		sent := make(chan error, 1)
+		go func() { sent <- a.Send(&big) }()
+		_ = b.SetDeadline(time.Now().Add(30 * time.Second))
+		var got Response
+		_, err = b.Receive(&got)
+		b.Close()
+		serr := <-sent
+		a.Close()
+		if c.want && (err != nil || serr != nil || got.Error != big.Error) {
+			t.Fatalf("MaxLine %d: receive %v, send %v, %d bytes", c.max, err, serr, len(got.Error))
+		}
+		if !c.want && !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("MaxLine %d: a %d-byte line gave %v, want ErrTooLarge", c.max, len(big.Error), err)
+		}
+	}
+	if err := (&Conn{}).Send(&Response{Error: strings.Repeat("x", MaxResponse)}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("sending more than MaxResponse: %v", err)
 	}
 }
 

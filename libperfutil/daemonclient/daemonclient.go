@@ -195,7 +195,9 @@ func connect(path string) (*Client, error) {
 	if v, err := time.ParseDuration(os.Getenv(EnvTimeout)); err == nil && v > 0 {
 		quick = v
 	}
-	return &Client{path: path, conn: daemonproto.NewConn(conn.(*net.UnixConn)), Timeout: quick, LongTimeout: LongTimeout}, nil
+	pc := daemonproto.NewConn(conn.(*net.UnixConn))
+	pc.MaxLine = daemonproto.MaxResponse
+	return &Client{path: path, conn: pc, Timeout: quick, LongTimeout: LongTimeout}, nil
 }
 
 func daemonBinary() (string, error) {
