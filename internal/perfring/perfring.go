@@ -158,6 +158,70 @@ func (r *Ring) Drain(fn func(typ uint32, misc uint16, body []byte)) {
 	atomic.StoreUint64(&r.meta.Data_tail, tail) // the kernel may reuse what is before tail
 }
 
+// Pending is the bytes written since the last Drain or Take.
+func (r *Ring) Pending() uint64 {
+	if r == nil || r.meta == nil {
+		return 0
+	}
+	return atomic.LoadUint64(&r.meta.Data_head) - atomic.LoadUint64(&r.meta.Data_tail)
+}
+
 // Layout is the ring's control page and its data (a power of two of
 // bytes): for a copier that reads or writes the ring outside Drain.
 func (r *Ring) Layout() (*unix.PerfEventMmapPage, []byte) { return r.meta, r.data }
+
+// Take copies into dst the records written since the last call, whole and
+// in order, as many as fit, header and all (the ring's own bytes: what
+// Drain would hand fn, to be decoded later); it returns the bytes copied
+// and whether records remain. It counts no Records or Lost: whoever
+// decodes the copy counts them. When all that was written fits, it is
+// copied as it is; else the headers are read to stop at a record's end,
+// and a corrupt one skips to the head, as in Drain.
+func (r *Ring) Take(dst []byte) (n int, more bool) {
+	if r == nil || r.meta == nil {
+		return 0, false
+	}
+	head := atomic.LoadUint64(&r.meta.Data_head) // the kernel's writes before head are visible
+	tail := atomic.LoadUint64(&r.meta.Data_tail)
+	size := r.mask + 1
+	end, skip := tail, false // end: past the whole records taken
+	if head-tail <= uint64(len(dst)) && head-tail <= size {
+		// All of it fits: the kernel moves the head past whole records
+		// only (its nested writers publish with the outermost), so no
+		// header need be read; a reader of the copy checks them.
+		end = head
+	}
+	for end+8 <= head {
+		off := end & r.mask
+		rn := uint64(0)
+		if off+8 <= size { // the kernel aligns records to 8 bytes: only a corrupt tail is not
+			rn = uint64(binary.LittleEndian.Uint16(r.data[off+6:]))
+		}
+		if rn < 8 || rn > size {
+			r.Corrupt++
+			skip = true
+			break
+		}
+		if end+rn > head {
+			break // not all written yet: the next call takes it
+		}
+		if end+rn-tail > uint64(len(dst)) {
+			more = true
+			break
+		}
+		end += rn
+	}
+	if n = int(end - tail); n > 0 {
+		start := tail & r.mask
+		k := copy(dst[:n], r.data[start:min(start+uint64(n), size)])
+		copy(dst[k:n], r.data[:n-k])
+	}
+	if skip {
+		end = head // what is from the corrupt header on is dropped
+	}
+	if r.BeforeTail != nil && end != tail {
+		r.BeforeTail(tail, end)
+	}
+	atomic.StoreUint64(&r.meta.Data_tail, end) // the kernel may reuse what is before end
+	return n, more
+}

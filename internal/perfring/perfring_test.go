@@ -202,3 +202,57 @@ func paranoid() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/perf_event_paranoid")
 	return string(bytes.TrimSpace(b))
 }
+
+// Take copies whole records, the wrapped one too, as many as fit; the
+// copy is what Drain would have handed over; when not all fits, a torn
+// record and a corrupt header are treated as Drain treats them.
+func TestTake(t *testing.T) {
+	f := newFake(t, 128)
+	for i := uint64(1); i <= 3; i++ {
+		f.put(unix.PERF_RECORD_SAMPLE, uint16(i), body(i, i*10, i*100), true) // 32 bytes each
+	}
+	f.r.Drain(func(uint32, uint16, []byte) {})                             // the tail at 96
+	f.put(unix.PERF_RECORD_SAMPLE, 4, body(4), true)                       // 96..112
+	f.put(unix.PERF_RECORD_SAMPLE, 5, body(5, 50, 500, 5000, 50000), true) // 112..160: wraps
+	f.put(unix.PERF_RECORD_SAMPLE, 6, body(6), false)
+	f.r.meta.Data_head = f.head - 8 // record 6 torn
+	dst := make([]byte, 40)
+	n, more := f.r.Take(dst)
+	if n != 16 || !more {
+		t.Fatalf("a 40-byte copy: %d bytes, more %v; want the first record (16) and more", n, more)
+	}
+	dst = make([]byte, 50) // less than what was written: the headers are read
+	n, more = f.r.Take(dst)
+	if n != 48 || more {
+		t.Fatalf("the wrapped record: %d bytes, more %v; want 48 and no more (the torn one waits)", n, more)
+	}
+	g := newFake(t, 128)
+	g.put(unix.PERF_RECORD_SAMPLE, 5, body(5, 50, 500, 5000, 50000), true)
+	copy(g.mem[os.Getpagesize():], dst[:48])
+	if got := g.drain(); len(got) != 1 || got[0].misc != 5 || !bytes.Equal(got[0].body, body(5, 50, 500, 5000, 50000)) {
+		t.Fatalf("the copy reads back as %+v", got)
+	}
+	if f.r.Records != 3 {
+		t.Errorf("Take counted records: %d, want the 3 Drain read", f.r.Records)
+	}
+	f.publish()
+	if n, _ := f.r.Take(dst); n != 16 || f.r.meta.Data_tail != f.head {
+		t.Fatalf("the torn record once complete: %d bytes, tail %d (head %d); want 16, all taken", n, f.r.meta.Data_tail, f.head)
+	}
+	// All that was written fits: one copy, to the head.
+	a := newFake(t, 128)
+	for i := uint64(1); i <= 3; i++ {
+		a.put(unix.PERF_RECORD_SAMPLE, uint16(i), body(i), true)
+	}
+	if n, more := a.r.Take(dst); n != 48 || more || a.r.meta.Data_tail != 48 {
+		t.Fatalf("all of it: %d bytes, more %v, tail %d; want 48, none, 48", n, more, a.r.meta.Data_tail)
+	}
+	// A corrupt header: the records before it are taken, the rest skipped.
+	c := newFake(t, 256)
+	c.put(unix.PERF_RECORD_SAMPLE, 1, body(1), true)
+	c.put(unix.PERF_RECORD_SAMPLE, 2, body(2), true)
+	binary.LittleEndian.PutUint16(c.mem[os.Getpagesize()+16+6:], 0)
+	if n, more := c.r.Take(dst[:24]); n != 16 || more || c.r.Corrupt != 1 || c.r.meta.Data_tail != c.head {
+		t.Fatalf("corrupt: %d bytes, more %v, corrupt %d, tail %d (head %d)", n, more, c.r.Corrupt, c.r.meta.Data_tail, c.head)
+	}
+}
