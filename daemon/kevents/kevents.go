@@ -87,6 +87,12 @@ type Options struct {
 	// makes the wake-ups, most of its cost, few. Without it the reader
 	// waits at most 100 ms in epoll_wait.
 	Poll time.Duration
+	// Hold, with Poll, without scheduler or interrupt records and without
+	// DWARF unwinding, keeps the records undecoded until they are asked
+	// for (Flush, Stop), would be more than the sink has room for
+	// (Roomer), or Unhold is called: hold.go. The reader then waits up to
+	// a second, woken when a ring is half full (of 2 MB by default).
+	Hold bool
 }
 
 // CPUStats are one CPU's counts.
@@ -153,6 +159,7 @@ type ring struct {
 	wait     waitPair // the wait sample and DISPATCH of one switch (sched.go)
 	unnamed  heldOut  // a switch-out to a thread perf could not name (sched.go)
 	tgids    tgidCache
+	held     held // Options.Hold: records copied from rb, not yet decoded
 	// ids are the identifiers of the ring's events and their kinds:
 	// fewer than ten, found faster by a scan than in a map.
 	ids []idKind
@@ -185,6 +192,8 @@ type Session struct {
 	pf      *os.File      // with Options.Poll: epfd's owner
 	poller  bool          // pf is in the runtime's poller
 	poll    time.Duration // Options.Poll
+	holding atomic.Bool   // Options.Hold, granted and not ended by Unhold (hold.go)
+	roomer  Roomer        // the sink's room, when it says (hold.go)
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -254,10 +263,19 @@ func Start(opts Options, sink Sink) (*Session, error) {
 			return nil, err
 		}
 	}
+	holds := opts.Hold && opts.Poll > 0 && !(opts.Dispatch || opts.Wakeup || opts.Interrupt) && !(opts.Unwind.DWARF && opts.Callstack)
 	pages := opts.RingPages
+	wake := 4 // the reader is woken when a ring is a quarter full
+	if holds {
+		// It only copies: woken when a ring is half full, it has the
+		// other half's time to run, and wakes a fourth as often.
+		wake = 2
+	}
 	if pages <= 0 {
 		pages = 256
-		if opts.Unwind.DWARF && (opts.Callstack && opts.RateHz > 0 || opts.SwitchStacks && opts.Dispatch) {
+		if holds {
+			pages = 512
+		} else if opts.Unwind.DWARF && (opts.Callstack && opts.RateHz > 0 || opts.SwitchStacks && opts.Dispatch) {
 			// A stack copy per sample: 8 KB at 10 kHz is 80 MB/s a
 			// CPU; 8 MB rings hold 100 ms of it (of a wait's stack
 			// at 10,000 waits a second too).
@@ -290,6 +308,10 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		s.uw = newUserUnwinder()
 		s.pend = newPendingSink(sink, s.uw)
 		s.sink = s.pend
+	}
+	if holds {
+		s.holding.Store(true)
+		s.roomer, _ = sink.(Roomer)
 	}
 	ok := false
 	defer func() {
@@ -324,7 +346,7 @@ func Start(opts Options, sink Sink) (*Session, error) {
 		// The side-band event owns the ring; the others write into it.
 		sb := &unix.PerfEventAttr{Type: unix.PERF_TYPE_SOFTWARE, Config: unix.PERF_COUNT_SW_DUMMY, Sample_type: stSideband,
 			Bits:   unix.PerfBitMmap | unix.PerfBitMmap2 | unix.PerfBitComm | unix.PerfBitCommExec | unix.PerfBitTask | unix.PerfBitWatermark,
-			Wakeup: uint32(pages * os.Getpagesize() / 4)}
+			Wakeup: uint32(pages * os.Getpagesize() / wake)}
 		if opts.Dispatch {
 			// perf's own switch records: the switch-ins sched_switch
 			// does not report (see switchIn)
@@ -665,9 +687,13 @@ func (s *Session) loopPoller() {
 		return false
 	}
 	for {
+		poll := s.poll
+		if s.holding.Load() {
+			poll = max(poll, holdPoll)
+		}
 		// (Stop sets a deadline in the past after closing stop: set
 		// here first, it ends this wait; set after, stop is seen.)
-		_ = s.pf.SetReadDeadline(time.Now().Add(s.poll))
+		_ = s.pf.SetReadDeadline(time.Now().Add(poll))
 		select {
 		case <-s.stop:
 			return
@@ -677,7 +703,25 @@ func (s *Session) loopPoller() {
 		if err := rc.Read(ready); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			return
 		}
-		s.Flush()
+		if s.holding.Load() {
+			s.holdAll()
+		} else {
+			s.Flush()
+		}
+	}
+}
+
+// holdAll copies every ring's records into what it holds (hold.go), or
+// decodes them once Unhold was called.
+func (s *Session) holdAll() {
+	for _, r := range s.rings {
+		r.mu.Lock()
+		if s.holding.Load() { // (under r.mu: Unhold's Flush comes after)
+			s.hold(r)
+		} else {
+			s.drain(r)
+		}
+		r.mu.Unlock()
 	}
 }
 
@@ -747,6 +791,7 @@ func (s *Session) closeAll() {
 		s.cp.close() // the copier no longer reads the kernel's rings
 	}
 	for _, r := range s.rings {
+		r.freeHeld()
 		_ = r.rb.Close()
 		_ = r.krb.Close()
 		for _, fd := range r.fds {
@@ -788,9 +833,13 @@ func (s *Session) Stats() []CPUStats {
 func le32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
-// drain decodes every record written since the last call (perfring: a
-// record not all written yet is read by the next call). Caller holds r.mu.
+// drain decodes every record written since the last call, those held
+// first (perfring: a record not all written yet is read by the next call).
+// Caller holds r.mu.
 func (s *Session) drain(r *ring) {
+	if len(r.held.chunks) > 0 {
+		s.decodeHeld(r)
+	}
 	r.rb.Drain(r.decode)
 	if r.krb != nil && s.cp.direct() {
 		r.krb.Drain(r.decode) // what the copier left at its stop
