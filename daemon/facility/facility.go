@@ -123,6 +123,13 @@ type Facility struct {
 	seenMu    sync.Mutex
 	described map[uint32]bool // pids with MTE written
 	sampled   map[uint32]bool // pids seen in samples
+	// lastSampled is each CPU's last pid put in sampled, plus one (0:
+	// none since on): a CPU's samples are mostly of one process.
+	lastSampled []atomic.Uint32
+	// holding: the sources hold their records undecoded until asked
+	// (kevents.Options.Hold); another writer has them delivered first
+	// (deliverHeldLocked) or ends it (unhold).
+	holding bool
 	// mteScope, when not nil, holds the only processes whose MTE records
 	// are written: a trace of ITrace records alone needs its traced
 	// processes named, not every process of a busy machine (whose forks
@@ -457,6 +464,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 	}
 	f.described = map[uint32]bool{}
 	f.sampled = map[uint32]bool{}
+	f.lastSampled = make([]atomic.Uint32, len(f.trace))
 	f.mteScope = nil
 	if f.itraceOnly() {
 		f.mteScope = map[uint32]bool{}
@@ -495,6 +503,12 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		// epoll_wait whose every return sets the runtime's monitor
 		// thread polling (a seventh of the agent's CPU with tprof).
 		opts.Poll = ReaderPoll
+		if f.mode == control.ModeNormal && !f.enabled[trace.MajorITraceU] && !f.enabled[trace.MajorITraceK] {
+			// The trace is read once tracing is off (get, info and
+			// off ask the sources for their records): sampling costs
+			// a copy, the decoding is done once, then.
+			opts.Hold = true
+		}
 	}
 	// The /proc scan below is stamped with this time, before any event
 	// from the sources: what existed at on is named before it is sampled.
@@ -508,6 +522,7 @@ func (f *Facility) onLocked(stream *os.File, uid int) error {
 		return fmt.Errorf("start kernel event sources: %w", err)
 	}
 	f.src = src
+	f.holding = opts.Hold
 	if rr, ok := src.(ReaderReporter); ok {
 		if err := rr.ReaderError(); err != nil {
 			f.addNote(err.Error())
@@ -614,6 +629,7 @@ func (f *Facility) Off() error {
 
 func (f *Facility) offLocked() error {
 	var err error
+	f.holding = false
 	if f.src != nil {
 		err = f.src.Stop()
 		if us, ok := f.src.(UnwindReporter); ok {
@@ -622,6 +638,11 @@ func (f *Facility) offLocked() error {
 			}
 		}
 		f.src = nil
+	}
+	if f.mode == control.ModeNormal && !f.full && f.anyFull() {
+		// a buffer filled with the records the sources held to the end
+		f.full = true
+		f.note = "a buffer filled: the records after it were lost (normal mode)"
 	}
 	t := Now()
 	// Every live task seen in samples but not yet described.
@@ -927,6 +948,7 @@ func (f *Facility) InfoFor(uid int, root bool) (*control.Status, error) {
 }
 
 func (f *Facility) infoLocked() *control.Status {
+	f.deliverHeldLocked() // the records the sources hold are counted
 	st := &control.Status{
 		Backend:      "daemon",
 		State:        f.state,
@@ -1015,6 +1037,7 @@ func (f *Facility) Hook(w Writer, cpu int, t uint64, major uint16, minor uint32,
 	if err := f.mayWriteLocked(w); err != nil {
 		return err
 	}
+	f.deliverHeldLocked()
 	if f.state != control.StateOn {
 		return errors.New("tracing is not on")
 	}
@@ -1138,16 +1161,77 @@ func (s *sink) Trace(cpu int, major uint16, minor uint32, t uint64, fields []uin
 		return
 	}
 	if major == trace.MajorTprof && len(fields) > 0 {
-		pid := uint32(fields[0])
-		f.seenMu.Lock()
-		if f.sampled != nil && !f.sampled[pid] {
-			f.sampled[pid] = true
+		if pid := uint32(fields[0]); f.lastSampled[cpu].Load() != pid+1 {
+			f.seenMu.Lock()
+			if f.sampled != nil && !f.sampled[pid] {
+				f.sampled[pid] = true
+			}
+			f.seenMu.Unlock()
+			f.lastSampled[cpu].Store(pid + 1)
 		}
-		f.seenMu.Unlock()
 	}
 	ok, _ := f.trace[cpu].Write(major, minor, trace.LayoutFixed, t, fields, "")
 	if !ok && f.mode == control.ModeNormal && f.trace[cpu].Full() {
 		f.bufferFull()
+	}
+}
+
+// Room is the bytes cpu's trace buffer can still take in normal mode
+// (kevents.Roomer: the sources hold no more undecoded than fits).
+func (s *sink) Room(cpu int) int64 {
+	f := (*Facility)(s)
+	if cpu < 0 || cpu >= len(f.trace) || f.mode != control.ModeNormal {
+		return 0
+	}
+	st := f.trace[cpu].Stats()
+	if st.Full {
+		return 0
+	}
+	return int64(st.Size - st.Used)
+}
+
+// anyFull reports whether a trace or MTE buffer has filled.
+func (f *Facility) anyFull() bool {
+	for cpu := range f.trace {
+		if f.trace[cpu].Full() || f.mte[cpu].Full() {
+			return true
+		}
+	}
+	return false
+}
+
+// Holder is a Source that can stop holding its records undecoded
+// (kevents.Session.Unhold).
+type Holder interface {
+	Unhold()
+}
+
+// deliverHeldLocked has the sources deliver the records they hold before
+// a record of another writer goes into the buffers (each CPU's buffers
+// stay in time order) or the counts are read. A buffer those records fill
+// stops tracing at once in normal mode (as bufferFull would, a moment
+// later): the caller sees it stopped. Caller holds f.mu.
+func (f *Facility) deliverHeldLocked() {
+	fl, ok := f.src.(Flusher)
+	if !ok || !f.holding || f.state != control.StateOn {
+		return
+	}
+	fl.Flush()
+	if f.mode == control.ModeNormal && f.anyFull() {
+		f.full = true
+		f.note = "a buffer filled: tracing stopped (normal mode)"
+		_ = f.offLocked()
+	}
+}
+
+// unhold ends the sources' holding of records: a writer that writes as
+// it goes (an ITrace session) is about to begin.
+func (f *Facility) unhold() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h, ok := f.src.(Holder); ok && f.holding {
+		f.holding = false
+		h.Unhold()
 	}
 }
 
@@ -1167,6 +1251,7 @@ type Flusher interface {
 func (s *sink) Scope(pids []int) {
 	f := (*Facility)(s)
 	f.waitGate()
+	f.unhold()
 	var fresh []int
 	f.seenMu.Lock()
 	if f.mteScope != nil {

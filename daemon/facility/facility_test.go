@@ -2,6 +2,7 @@ package facility
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -887,28 +888,153 @@ func BenchmarkTickSample(b *testing.B) {
 }
 
 // Without scheduler or interrupt records the sources' reader waits in the
-// runtime's poller (Options.Poll); with them, it is the real-time reader
-// (no Poll).
+// runtime's poller (Options.Poll), and in normal mode holds the records
+// undecoded until asked (Options.Hold); with them, it is the real-time
+// reader (no Poll).
 func TestReaderPoll(t *testing.T) {
 	for _, c := range []struct {
+		mode   int
 		majors []uint16
 		poll   time.Duration
+		hold   bool
 	}{
-		{[]uint16{trace.MajorTprof}, ReaderPoll},
-		{[]uint16{trace.MajorTprof, trace.MajorUnwind}, ReaderPoll},
-		{[]uint16{trace.MajorTprof, trace.MajorDispatch}, 0},
-		{[]uint16{trace.MajorInterrupt}, 0},
+		{control.ModeNormal, []uint16{trace.MajorTprof}, ReaderPoll, true},
+		{control.ModeNormal, []uint16{trace.MajorTprof, trace.MajorUnwind}, ReaderPoll, true},
+		{control.ModeWrap, []uint16{trace.MajorTprof}, ReaderPoll, false},
+		{control.ModeNormal, []uint16{trace.MajorTprof, trace.MajorDispatch}, 0, false},
+		{control.ModeNormal, []uint16{trace.MajorInterrupt}, 0, false},
 	} {
 		f, _, opts := newFake(t)
+		if c.mode != control.ModeNormal {
+			if err := f.SetMode(c.mode, filepath.Join(t.TempDir(), "w.nrm2")); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := f.Enable(c.majors); err != nil {
 			t.Fatal(err)
 		}
 		if err := on(t, f); err != nil {
 			t.Fatal(err)
 		}
-		if opts.Poll != c.poll {
-			t.Errorf("record types %v: reader poll %v, want %v", c.majors, opts.Poll, c.poll)
+		if opts.Poll != c.poll || opts.Hold != c.hold {
+			t.Errorf("mode %d, record types %v: reader poll %v, hold %v; want %v, %v", c.mode, c.majors, opts.Poll, opts.Hold, c.poll, c.hold)
 		}
 		_ = f.Free()
+	}
+}
+
+// holdSource holds ticks as a session with kevents.Options.Hold does:
+// delivered on Flush (and Stop), or as they come once Unhold is called.
+type holdSource struct {
+	fakeSource
+	sink    Sink
+	held    []uint64 // tick times
+	flushes int
+	unheld  bool
+}
+
+func (s *holdSource) tick(t uint64) {
+	if s.unheld {
+		s.sink.Trace(0, trace.MajorTprof, trace.TprofTick, t, []uint64{42, 42, t, 0})
+		return
+	}
+	s.held = append(s.held, t)
+}
+
+func (s *holdSource) Flush() {
+	s.flushes++
+	for _, t := range s.held {
+		s.sink.Trace(0, trace.MajorTprof, trace.TprofTick, t, []uint64{42, 42, t, 0})
+	}
+	s.held = nil
+}
+
+func (s *holdSource) Stop() error { s.Flush(); return s.fakeSource.Stop() }
+func (s *holdSource) Unhold()     { s.unheld = true; s.Flush() }
+
+// In normal mode the sources hold their records (Options.Hold); a hook or
+// JProf record has them delivered before it goes in, info counts them,
+// and an ITrace session's scope ends the holding: every CPU's buffer
+// stays in time order.
+func TestHeldRecordsKeepTimeOrder(t *testing.T) {
+	f, _, opts := newFake(t)
+	src := &holdSource{}
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) {
+		*opts, src.sink = o, s
+		return src, nil
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	if !opts.Hold {
+		t.Fatal("normal-mode tprof: the sources are not asked to hold")
+	}
+	t0 := Now()
+	src.tick(t0 + 1)
+	if err := f.Hook(Writer{Root: true}, 0, t0+2, 0x100, 7, []uint32{1}, ""); err != nil {
+		t.Fatal(err)
+	}
+	src.tick(t0 + 3)
+	if _, err := f.JProf(Writer{Root: true}, 0, t0+4, trace.MajorJITLoad, trace.JITLoad, []uint64{42, 43, 0x1000, 0x10}, "m"); err != nil {
+		t.Fatal(err)
+	}
+	src.tick(t0 + 5)
+	st, _ := f.Info()
+	if src.flushes != 3 || st.CPUs[0].Records < 6 { // SYSINFO, TRACE_ON, 3 ticks, hook, JIT
+		t.Fatalf("%d flushes, %d records counted by info; want 3 and the held tick counted", src.flushes, st.CPUs[0].Records)
+	}
+	(*sink)(f).Scope([]int{os.Getpid()})
+	if !src.unheld {
+		t.Fatal("an ITrace scope did not end the holding")
+	}
+	src.tick(t0 + 6)
+	if err := f.Off(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "h.nrm2")
+	if err := get(t, f, path); err != nil {
+		t.Fatal(err)
+	}
+	file, err := nrm2.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []uint64
+	err = file.Records(func(r *trace.Record) error {
+		if r.CPU == 0 && r.Time > t0 && r.Time <= t0+6 && !r.MTE {
+			order = append(order, r.Time-t0)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(order) != "[1 2 3 4 5 6]" {
+		t.Fatalf("CPU 0's records at t0+%v, want t0+1 to t0+6 in order", order)
+	}
+}
+
+// Held records that fill a normal-mode buffer when info asks for them stop
+// tracing before info answers: the caller is told at once.
+func TestHeldRecordsFillingStopAtInfo(t *testing.T) {
+	f, _, opts := newFake(t)
+	src := &holdSource{}
+	f.StartSource = func(o kevents.Options, s Sink) (Source, error) {
+		*opts, src.sink = o, s
+		return src, nil
+	}
+	if err := f.Init(control.Config{TraceBufSize: 4096, MTEBufSize: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	if err := on(t, f); err != nil {
+		t.Fatal(err)
+	}
+	t0 := Now()
+	for i := uint64(1); i <= 2000; i++ {
+		src.tick(t0 + i)
+	}
+	st, _ := f.Info()
+	if st.State != control.StateOff || !st.StoppedFull || !strings.Contains(st.Note, "a buffer filled") {
+		t.Fatalf("info after held records filled the buffer: state %s, stopped full %v, note %q", st.State, st.StoppedFull, st.Note)
 	}
 }

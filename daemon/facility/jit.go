@@ -181,6 +181,7 @@ func (f *Facility) JProfBatch(w Writer, cpu int, fn func(b *JProfBatch) error) e
 	if cpu < 0 || cpu >= len(f.trace) {
 		cpu = 0
 	}
+	f.deliverHeldLocked()
 	jb := JProfBatch{f: f, keepJIT: f.enabled[trace.MajorJITLoad] || f.enabled[trace.MajorTprof],
 		keepInterp: f.enabled[trace.MajorInterp], keepJitted: f.enabled[trace.MajorJitted]}
 	if f.state != control.StateOn {

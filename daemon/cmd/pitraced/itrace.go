@@ -31,6 +31,13 @@ func (s *itraceSource) Flush() {
 	}
 }
 
+// Unhold passes on the wrapped source's (facility.Holder).
+func (s *itraceSource) Unhold() {
+	if h, ok := s.Source.(facility.Holder); ok {
+		h.Unhold()
+	}
+}
+
 // UnwindStats passes on the wrapped source's (facility.UnwindReporter).
 func (s *itraceSource) UnwindStats() (kevents.UnwindStats, bool) {
 	if u, ok := s.Source.(facility.UnwindReporter); ok {
