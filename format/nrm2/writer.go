@@ -241,16 +241,26 @@ func ReadKallsyms() []byte {
 const kallsymsPiece = 1 << 20
 
 // readAllExact reads r to its end (or first error) into a slice of exactly
-// what it read. A file of /proc has no size to start from: os.ReadFile
-// grows its slice step by step, a table of megabytes allocating some five
-// times its size on the way; here the pieces are read, then copied once.
+// what it read (nil if there is no memory to read it in). A file of /proc
+// has no size to start from: os.ReadFile grows its slice step by step, a
+// table of megabytes allocating some five times its size on the way; here
+// the pieces are read, then copied once. The pieces are mapped outside the
+// Go heap and unmapped once copied: the heap would keep their pages after
+// they are garbage, and the agent's resident memory with them.
 func readAllExact(r io.Reader) []byte {
-	var pieces [][]byte
+	var pieces [][]byte // each a mapping of kallsymsPiece bytes, sliced to what was read
+	defer func() {
+		for _, p := range pieces {
+			_ = unix.Munmap(p[:cap(p)])
+		}
+	}()
 	total := 0
 	for {
-		p := make([]byte, kallsymsPiece)
+		p, err := unix.Mmap(-1, 0, kallsymsPiece, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil
+		}
 		n := 0
-		var err error
 		for n < len(p) && err == nil {
 			var k int
 			k, err = r.Read(p[n:])
