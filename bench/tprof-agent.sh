@@ -13,8 +13,11 @@
 #   CPU per sample: the recorder's on-CPU time (the sum of its threads'
 #     schedstat) over SECS seconds starting 1 s after it started, divided
 #     by the samples it took in them (its samples a second, first to last
-#     sample, times SECS). perf unwinds DWARF stacks later, at perf report;
-#     pitraced as it records. Below it, the whole run's CPU per sample:
+#     sample, times SECS). perf decodes its samples (and unwinds DWARF
+#     stacks) later, at perf report; pitraced, in normal mode, holds flat
+#     and frame-pointer samples undecoded and decodes them at swtrace off,
+#     and unwinds DWARF stacks as it records. Below it, the whole run's
+#     CPU per sample (pitraced's decoding included):
 #     pitraced's /proc/PID/stat from before `swtrace init` to after
 #     `swtrace get` (samples: post's Total Ticks), perf record's whole life
 #     (/usr/bin/time; samples: its "(N samples)" line).
