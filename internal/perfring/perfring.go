@@ -142,8 +142,7 @@ func (r *Ring) Drain(fn func(typ uint32, misc uint16, body []byte)) {
 				r.scratch = make([]byte, blen)
 			}
 			body = r.scratch[:blen]
-			k := copy(body, r.data[start:])
-			copy(body[k:], r.data[:blen-uint64(k)])
+			r.copyOut(body, start)
 		}
 		if typ == unix.PERF_RECORD_LOST && len(body) >= 16 {
 			r.Lost += binary.LittleEndian.Uint64(body[8:]) // id, lost
@@ -156,6 +155,13 @@ func (r *Ring) Drain(fn func(typ uint32, misc uint16, body []byte)) {
 		r.BeforeTail(old, tail)
 	}
 	atomic.StoreUint64(&r.meta.Data_tail, tail) // the kernel may reuse what is before tail
+}
+
+// copyOut fills dst from the ring's data at position pos, wrapping
+// around its end.
+func (r *Ring) copyOut(dst []byte, pos uint64) {
+	k := copy(dst, r.data[pos&r.mask:])
+	copy(dst[k:], r.data)
 }
 
 // Pending is the bytes written since the last Drain or Take.
@@ -212,9 +218,7 @@ func (r *Ring) Take(dst []byte) (n int, more bool) {
 		end += rn
 	}
 	if n = int(end - tail); n > 0 {
-		start := tail & r.mask
-		k := copy(dst[:n], r.data[start:min(start+uint64(n), size)])
-		copy(dst[k:n], r.data[:n-k])
+		r.copyOut(dst[:n], tail)
 	}
 	if skip {
 		end = head // what is from the corrupt header on is dropped
