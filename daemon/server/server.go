@@ -113,6 +113,12 @@ const (
 	// MaxPendingPerUID caps the bytes of unfinished requests one user's
 	// connections hold together: room for two of the largest requests.
 	MaxPendingPerUID = 2 * daemonproto.MaxRequest
+	// MaxAnswersPerUID caps the bytes of the answers larger than a
+	// request (daemonproto.MaxResponse) that one user's connections are
+	// sending at once (Server.MaxAnswers changes it; root is not
+	// bounded): a client that does not read its answer holds it for
+	// RequestTimeout.
+	MaxAnswersPerUID = 16 << 20
 )
 
 // Server serves the control socket.
@@ -128,6 +134,9 @@ type Server struct {
 	// RequestTimeout bounds the reading of one request once begun (0:
 	// the RequestTimeout constant).
 	RequestTimeout time.Duration
+	// MaxAnswers bounds the large answers one user other than root is
+	// sent at once (0: MaxAnswersPerUID).
+	MaxAnswers int
 	// MaxUserBuffers bounds the trace buffers a user other than root may
 	// have the agent allocate, all CPUs together (0: half the machine's
 	// memory).
@@ -138,6 +147,7 @@ type Server struct {
 	frames   map[string]FrameHandler
 	conns    map[int]int // open connections per uid
 	pending  map[int]int // bytes of unfinished requests per uid
+	answers  map[int]int // bytes of large answers being sent per uid
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
@@ -500,11 +510,7 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 			s.writeState()
 		}
 		_ = pc.SetDeadline(time.Now().Add(RequestTimeout))
-		err = pc.Send(&resp)
-		if errors.Is(err, daemonproto.ErrTooLarge) {
-			err = pc.Send(&daemonproto.Response{Error: fmt.Sprintf("the result of %s is too large to send (%v): ask for less (one pid, fewer metrics)", req.Op, err)})
-		}
-		if err != nil {
+		if err := s.answer(pc, peer.UID, req.Op, &resp); err != nil {
 			return
 		}
 		if req.Op == daemonproto.OpShutdown && resp.OK {
@@ -512,6 +518,60 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 			return
 		}
 	}
+}
+
+// answer sends resp. One larger than a request is counted against the
+// user's MaxAnswers while it is sent; one past it, or past MaxResponse, is
+// answered with an error saying so.
+func (s *Server) answer(pc *daemonproto.Conn, uid int, op string, resp *daemonproto.Response) error {
+	b, err := json.Marshal(resp)
+	if err != nil {
+		b, _ = json.Marshal(&daemonproto.Response{Error: "encode result: " + err.Error()})
+	}
+	if len(b) >= daemonproto.MaxResponse {
+		return pc.Send(&daemonproto.Response{Error: fmt.Sprintf("the result of %s is too large to send (%d bytes, at most %d): ask for less (one pid, fewer metrics)", op, len(b), daemonproto.MaxResponse)})
+	}
+	if len(b) > daemonproto.MaxRequest && uid != 0 {
+		if !s.takeAnswer(uid, len(b)) {
+			return pc.Send(&daemonproto.Response{Error: fmt.Sprintf("the result of %s (%d bytes) waits: uid %d's connections are being sent %d bytes of large answers, the most one user may (%d); read them first", op, len(b), uid, s.answersOf(uid), s.maxAnswers()), Code: control.ErrBusy.Code})
+		}
+		defer s.giveAnswer(uid, len(b))
+	}
+	return pc.SendLine(b)
+}
+
+func (s *Server) maxAnswers() int {
+	if s.MaxAnswers > 0 {
+		return s.MaxAnswers
+	}
+	return MaxAnswersPerUID
+}
+
+func (s *Server) takeAnswer(uid, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answers == nil {
+		s.answers = map[int]int{}
+	}
+	if s.answers[uid]+n > s.maxAnswers() {
+		return false
+	}
+	s.answers[uid] += n
+	return true
+}
+
+func (s *Server) giveAnswer(uid, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answers[uid] -= n; s.answers[uid] <= 0 {
+		delete(s.answers, uid)
+	}
+}
+
+func (s *Server) answersOf(uid int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.answers[uid]
 }
 
 func okOr(err error) string {

@@ -4,14 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"perfinsp/daemon/facility"
 	"perfinsp/daemon/kevents"
 	"perfinsp/internal/daemonproto"
+	"perfinsp/internal/testenv"
 	"perfinsp/libperfutil/control"
 )
 
@@ -255,4 +259,69 @@ func TestLargeResult(t *testing.T) {
 	if r := call(daemonproto.OpPing); !r.OK {
 		t.Fatalf("ping after a refused result: %q", r.Error)
 	}
+}
+
+// The large answers a user is being sent at once are bounded: a client
+// that does not read its answer holds its bytes, and another of its
+// connections asking for one more is told to read first; read, the
+// bytes come back.
+func TestLargeAnswersBounded(t *testing.T) {
+	s := &Server{Fac: facility.New(), MaxAnswers: 4 << 20, conns: map[int]int{}, pending: map[int]int{}}
+	big := strings.Repeat("x", 3*daemonproto.MaxRequest)
+	s.Handle("big", func(Peer, json.RawMessage) (any, error) { return big, nil })
+	conn := func() *daemonproto.Conn {
+		a, b, err := unixPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.serveConn(b, Peer{UID: 1000, PID: 1})
+		c := daemonproto.NewConn(a)
+		c.MaxLine = daemonproto.MaxResponse
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(time.Minute))
+		return c
+	}
+	stalled := conn()
+	if err := stalled.Send(&daemonproto.Request{Op: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	// The answer is being sent, and waits for its reader.
+	testenv.WaitFor(t, "the first answer to be counted", func() bool { return s.answersOf(1000) > 0 })
+	other := conn()
+	if err := other.Send(&daemonproto.Request{Op: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	var resp daemonproto.Response
+	if _, err := other.Receive(&resp); err != nil || resp.OK || !strings.Contains(resp.Error, "read them first") || resp.Code != control.ErrBusy.Code {
+		t.Fatalf("a second large answer while the first is unread: %v %+v", err, resp.Error)
+	}
+	if _, err := stalled.Receive(&resp); err != nil || !resp.OK {
+		t.Fatalf("the first answer: %v %q", err, resp.Error)
+	}
+	testenv.WaitFor(t, "the first answer's bytes to come back", func() bool { return s.answersOf(1000) == 0 })
+	if err := other.Send(&daemonproto.Request{Op: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Receive(&resp); err != nil || !resp.OK {
+		t.Fatalf("a large answer once the first was read: %v %q", err, resp.Error)
+	}
+}
+
+// unixPair is a connected pair of Unix stream sockets.
+func unixPair() (*net.UnixConn, *net.UnixConn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cs [2]*net.UnixConn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "pair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		cs[i] = c.(*net.UnixConn)
+	}
+	return cs[0], cs[1], nil
 }

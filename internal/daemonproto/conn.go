@@ -123,6 +123,12 @@ func (c *Conn) Send(v any, files ...*os.File) error {
 	if err != nil {
 		return fmt.Errorf("encode: %w", err)
 	}
+	return c.SendLine(b, files...)
+}
+
+// SendLine writes b, one JSON value already encoded (without its
+// newline), as Send writes one; b gets the newline appended.
+func (c *Conn) SendLine(b []byte, files ...*os.File) error {
 	b = append(b, '\n')
 	if len(b) > MaxResponse {
 		return tooLarge(MaxResponse)
