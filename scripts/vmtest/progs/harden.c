@@ -1144,24 +1144,30 @@ static void *ptt_on_cpu1(void *p)
 		if (ph != 1)
 			pin(1);		/* phase 1: CPU 1 is offline */
 		/*
-		 * Up to three measures: the metric leaves out interrupts, and
-		 * under TCG a handler runs in real time, so a host that takes
-		 * the vCPU away during one can leave most of the 150 ms out
-		 * (7.6 ms counted beside a busy host).  A counter that runs
-		 * shows in one of them.
+		 * Up to six measures, the largest kept: the metric leaves out
+		 * interrupts, and under TCG a handler runs in real time, so a
+		 * host that takes the vCPU away during one can leave most of
+		 * the 150 ms out (7.6 and 12.3 ms counted beside a busy host,
+		 * two of three measures in a row).  A counter that runs shows
+		 * in one of them; a stopped one in none.
 		 */
-		for (c->tries[ph] = 1; c->tries[ph] <= 3; c->tries[ph]++) {
+		c->clk[ph] = 0;
+		for (c->tries[ph] = 1; c->tries[ph] <= 6; c->tries[ph]++) {
+			uint64_t d;
+
 			usleep(100);	/* a dispatch: the perf value is current */
 			v0 = area_read(a, 1);
 			/* its CPU time: CPU 0 is shared with main's yields in phase 1 */
 			busy_cpu_ms(150);
 			usleep(100);
-			c->clk[ph] = area_read(a, 1) - v0;
-			if (c->clk[ph] > 20000000)
+			d = area_read(a, 1) - v0;
+			if (d > c->clk[ph])
+				c->clk[ph] = d;
+			if (d > 20000000)
 				break;
 		}
-		if (c->tries[ph] > 3)
-			c->tries[ph] = 3;
+		if (c->tries[ph] > 6)
+			c->tries[ph] = 6;
 		c->cpu[ph] = a->cpu;
 		c->at = ph + 1;
 	}
@@ -1231,7 +1237,7 @@ static int t_hotplug(void)
 	      (unsigned long long)r1c, (unsigned long long)r1d);
 	d1 = (double)pc.clk[1] / 1e6;
 	d2 = (double)pc.clk[2] / 1e6;
-	printf("harden: hotplug: PTT cpu-clock of 150 ms of busy CPU time: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back (measures: %d, %d, %d)\n",
+	printf("harden: hotplug: PTT cpu-clock of 150 ms of busy CPU time: %.1f ms on CPU %u, %.1f ms on CPU %u (CPU 1 offline), %.1f ms on CPU %u after CPU 1 came back (the largest of %d, %d, %d measures)\n",
 	       (double)pc.clk[0] / 1e6, pc.cpu[0], d1, pc.cpu[1], d2, pc.cpu[2], pc.tries[0], pc.tries[1], pc.tries[2]);
 	CHECK(pc.cpu[0] == 1 && pc.cpu[1] == 0 && pc.cpu[2] == 1, "the thread ran on CPUs %u %u %u, want 1 0 1",
 	      pc.cpu[0], pc.cpu[1], pc.cpu[2]);
