@@ -145,9 +145,9 @@ type Server struct {
 	mu       sync.Mutex
 	handlers map[string]RequestHandler
 	frames   map[string]FrameHandler
-	conns    map[int]int // open connections per uid
-	pending  map[int]int // bytes of unfinished requests per uid
-	answers  map[int]int // bytes of large answers being sent per uid
+	conns    perUID // open connections per uid
+	pending  perUID // bytes of unfinished requests per uid
+	answers  perUID // bytes of large answers being sent per uid
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
@@ -244,8 +244,6 @@ func (s *Server) Listen() error {
 	s.ln = ln
 	s.done = make(chan struct{})
 	s.last = time.Now()
-	s.conns = map[int]int{}
-	s.pending = map[int]int{}
 	s.writeState()
 	return nil
 }
@@ -303,22 +301,42 @@ func (s *Server) Serve() error {
 	}
 }
 
+// perUID counts what each user holds of one resource (connections, bytes
+// of unfinished requests, bytes of large answers). Callers hold s.mu.
+type perUID struct{ n map[int]int }
+
+// take adds k to uid's count unless that would pass most.
+func (p *perUID) take(uid, k, most int) bool {
+	if p.n[uid]+k > most {
+		return false
+	}
+	if p.n == nil {
+		p.n = map[int]int{}
+	}
+	p.n[uid] += k
+	return true
+}
+
+// give takes k off uid's count.
+func (p *perUID) give(uid, k int) {
+	if p.n == nil {
+		return
+	}
+	if p.n[uid] -= k; p.n[uid] <= 0 {
+		delete(p.n, uid)
+	}
+}
+
 func (s *Server) admit(uid int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conns[uid] >= MaxConnsPerUID {
-		return false
-	}
-	s.conns[uid]++
-	return true
+	return s.conns.take(uid, 1, MaxConnsPerUID)
 }
 
 func (s *Server) release(uid int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.conns[uid]--; s.conns[uid] <= 0 {
-		delete(s.conns, uid)
-	}
+	s.conns.give(uid, 1)
 }
 
 // Shutdown stops tracing, closes the socket and makes Serve return.
@@ -421,19 +439,16 @@ type pendingBudget struct {
 func (b pendingBudget) Take(n int) error {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	if b.s.pending[b.uid]+n > MaxPendingPerUID {
-		return fmt.Errorf("%w: uid %d's connections hold %d bytes of unfinished requests, the most one user may (%d)", daemonproto.ErrPending, b.uid, b.s.pending[b.uid], MaxPendingPerUID)
+	if !b.s.pending.take(b.uid, n, MaxPendingPerUID) {
+		return fmt.Errorf("%w: uid %d's connections hold %d bytes of unfinished requests, the most one user may (%d)", daemonproto.ErrPending, b.uid, b.s.pending.n[b.uid], MaxPendingPerUID)
 	}
-	b.s.pending[b.uid] += n
 	return nil
 }
 
 func (b pendingBudget) Give(n int) {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	if b.s.pending[b.uid] -= n; b.s.pending[b.uid] <= 0 {
-		delete(b.s.pending, b.uid)
-	}
+	b.s.pending.give(b.uid, n)
 }
 
 func (s *Server) requestTimeout() time.Duration {
@@ -550,28 +565,19 @@ func (s *Server) maxAnswers() int {
 func (s *Server) takeAnswer(uid, n int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.answers == nil {
-		s.answers = map[int]int{}
-	}
-	if s.answers[uid]+n > s.maxAnswers() {
-		return false
-	}
-	s.answers[uid] += n
-	return true
+	return s.answers.take(uid, n, s.maxAnswers())
 }
 
 func (s *Server) giveAnswer(uid, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.answers[uid] -= n; s.answers[uid] <= 0 {
-		delete(s.answers, uid)
-	}
+	s.answers.give(uid, n)
 }
 
 func (s *Server) answersOf(uid int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.answers[uid]
+	return s.answers.n[uid]
 }
 
 func okOr(err error) string {

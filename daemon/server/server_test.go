@@ -266,7 +266,7 @@ func TestLargeResult(t *testing.T) {
 // connections asking for one more is told to read first; read, the
 // bytes come back.
 func TestLargeAnswersBounded(t *testing.T) {
-	s := &Server{Fac: facility.New(), MaxAnswers: 4 << 20, conns: map[int]int{}, pending: map[int]int{}}
+	s := &Server{Fac: facility.New(), MaxAnswers: 4 << 20}
 	big := strings.Repeat("x", 3*daemonproto.MaxRequest)
 	s.Handle("big", func(Peer, json.RawMessage) (any, error) { return big, nil })
 	conn := func() *daemonproto.Conn {
