@@ -640,9 +640,10 @@ func (f *Facility) offLocked() error {
 		f.src = nil
 	}
 	if f.mode == control.ModeNormal && !f.full && f.anyFull() {
-		// a buffer filled with the records the sources held to the end
+		// a buffer filled (bufferFull, deliverHeldLocked, or the
+		// records the sources held, delivered at their stop)
 		f.full = true
-		f.note = "a buffer filled: the records after it were lost (normal mode)"
+		f.note = "a buffer filled: tracing stopped (normal mode)"
 	}
 	t := Now()
 	// Every live task seen in samples but not yet described.
@@ -1101,9 +1102,7 @@ func (f *Facility) bufferFull() {
 			if f.state != control.StateOn {
 				return
 			}
-			f.full = true
-			f.note = "a buffer filled: tracing stopped (normal mode)"
-			_ = f.offLocked()
+			_ = f.offLocked() // (which says why)
 		}()
 	})
 }
@@ -1218,9 +1217,7 @@ func (f *Facility) deliverHeldLocked() {
 	}
 	fl.Flush()
 	if f.mode == control.ModeNormal && f.anyFull() {
-		f.full = true
-		f.note = "a buffer filled: tracing stopped (normal mode)"
-		_ = f.offLocked()
+		_ = f.offLocked() // (which says why)
 	}
 }
 
