@@ -149,8 +149,25 @@ func TestContinuousEndpointDown(t *testing.T) {
 		"--symbol-cache", "", "--timeout", "200ms", "--duration", "3s")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	// Something to sample on an idle machine: this process, busy until
+	// the agent exits.
+	done := make(chan struct{})
+	go func() {
+		for x := 0; ; x++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			for i := 0; i < 1e5; i++ {
+				x = x*31 + i
+			}
+		}
+	}()
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	close(done)
+	if err != nil {
 		t.Fatalf("pitraced continuous with the endpoint down: %v\n%s", err, stderr.String())
 	}
 	t.Logf("%v\n%s", time.Since(start), stderr.String())
