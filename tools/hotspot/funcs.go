@@ -212,7 +212,7 @@ func noMappings(pid int) error {
 	if err != nil {
 		return fmt.Errorf("process %d %w: nothing to sample", pid, errExited)
 	}
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X' || exiting(stat[i+2:])) {
 		return fmt.Errorf("process %d %w: nothing to sample", pid, errExited)
 	}
 	var st unix.Stat_t
@@ -220,6 +220,18 @@ func noMappings(pid int) error {
 		return fmt.Errorf("process %d is uid %d's: run hotspot as that user or as root", pid, st.Uid)
 	}
 	return fmt.Errorf("process %d: no executable mapping readable", pid)
+}
+
+// exiting says whether the fields of /proc/PID/stat after the command's
+// name (state first) have PF_EXITING in the flags: the process is between
+// giving its memory back (no mappings) and becoming a zombie.
+func exiting(fields []byte) bool {
+	f := bytes.Fields(fields)
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(string(f[6]), 10, 64)
+	return err == nil && flags&0x4 != 0 // PF_EXITING
 }
 
 // hasSymbol says whether ef's symbol table names a symbol name.
