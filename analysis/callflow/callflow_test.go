@@ -8,11 +8,18 @@ import (
 	"testing"
 )
 
-// encode writes a thread file as libhookit does (hk_put): each event
-// delta-coded against the previous one, with a sync first when a value does
-// not fit; zeroTail zero records and no end sync (a killed process), or the
-// end sync when zeroTail < 0.
+// encode writes a thread file as libhookit does (hk_put, hk_put_hook):
+// each event delta-coded against the previous one, with a sync first when
+// a value does not fit, and a short event where the hooks write one;
+// zeroTail zero records and no end sync (a killed process), or the end
+// sync when zeroTail < 0.
 func encode(evs []Event, pid, tid int, zeroTail int) []byte {
+	return encodeVersion(evs, pid, tid, zeroTail, Version)
+}
+
+// encodeVersion writes the given format version: VersionLong has no
+// short events.
+func encodeVersion(evs []Event, pid, tid int, zeroTail int, version uint64) []byte {
 	le := binary.LittleEndian
 	var b []byte
 	put := func(tag, d uint64) {
@@ -20,8 +27,9 @@ func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 		b = le.AppendUint64(b, d)
 	}
 	put(Magic, uint64(pid)<<32|uint64(tid))
-	put(Version, 0)
+	put(version, 0)
 	var lastEarly, lastLate, lastSP uint64
+	var fns [Slots]uint64
 	for i, e := range evs {
 		tag := uint64(e.Kind)<<KindShift | uint64(e.Type)<<TypeShift | e.Fn
 		sp := e.SP
@@ -50,12 +58,25 @@ func encode(evs []Event, pid, tid int, zeroTail int) []byte {
 		if sp == 0 {
 			dsp, spd = 0, 0
 		}
-		if i == 0 || iv>>32 != 0 || hook>>16 != 0 || dsp&7 != 0 || spd < -32768 || spd > 32767 {
+		fits := i > 0 && iv>>32 == 0 && dsp&7 == 0 && spd >= -32768 && spd <= 32767
+		hookEvent := !e.API && (e.Kind == KindEnter || e.Kind == KindExit)
+		switch {
+		case version >= Version && hookEvent && fns[Slot(e.Fn)] == e.Fn && fits && hook == 0:
+			exit := uint64(0)
+			if e.Kind == KindExit {
+				exit = 1
+			}
+			b = le.AppendUint64(b, Short<<ShortShift|exit<<ShortExitShift|uint64(Slot(e.Fn))<<SlotShift|
+				uint64(uint16(spd))<<ShortSPDShift|iv)
+		case !fits || hook>>16 != 0:
 			put(uint64(KindSync)<<KindShift, lastLate)
 			put(e.Early, sp)
 			put(tag, 0)
-		} else {
+		default:
 			put(tag, iv|hook<<HookShift|uint64(uint16(spd))<<SPDShift)
+		}
+		if hookEvent {
+			fns[Slot(e.Fn)] = e.Fn
 		}
 		lastEarly, lastLate = e.Early, e.Late
 		if sp != 0 {
@@ -594,5 +615,97 @@ func TestFlatSumsInterrupts(t *testing.T) {
 	}
 	if rows["a"].IN != 2 || rows["b"].IN != 1 || rows["b"].Calls != 4 {
 		t.Fatalf("a %+v, b %+v", rows["a"], rows["b"])
+	}
+}
+
+// hookCalls is what the entry and exit hooks record with one metric read
+// per hook (each event's late read its early one): a caller entering and
+// leaving leaves n times, the functions' slots colliding (0x401000 and
+// 0x405010 share one), with an interval now and then too long for a
+// short event.
+func hookCalls(n int) []Event {
+	if Slot(0x401000) != Slot(0x405010) || Slot(0x401000) == Slot(0x401040) {
+		panic("hookCalls: the slots do not collide as the test needs")
+	}
+	var evs []Event
+	now := uint64(100)
+	add := func(k uint8, fn, sp, iv uint64) {
+		now += iv
+		evs = append(evs, Event{Kind: k, Fn: fn, SP: sp, Early: now, Late: now})
+	}
+	add(KindEnter, 0x401040, 0x7ffc1000, 0)
+	for i := 0; i < n; i++ {
+		fn := []uint64{0x401000, 0x405010, 0x401000, 0x401080}[i%4]
+		iv := uint64(7 + i%5)
+		if i%9 == 8 {
+			iv = 1 << 33 // does not fit: a sync
+		}
+		add(KindEnter, fn, 0x7ffc0fc0, iv)
+		add(KindExit, fn, 0x7ffc0fc0, 3)
+	}
+	add(KindExit, 0x401040, 0x7ffc1000, 2)
+	return evs
+}
+
+// Short events (one word) decode to the events the two-word records give,
+// through slot collisions and syncs; a file of the two-word format reads
+// the same; the short form is smaller.
+func TestShortEvents(t *testing.T) {
+	evs := hookCalls(40)
+	short, long := encode(evs, 1, 2, -1), encodeVersion(evs, 1, 2, -1, VersionLong)
+	if len(short) >= len(long)*3/4 {
+		t.Fatalf("short events: %d bytes against %d with two-word records", len(short), len(long))
+	}
+	for name, b := range map[string][]byte{"short": short, "long": long} {
+		th, err := ParseThread(b)
+		if err != nil || th.Partial || len(th.Events) != len(evs) {
+			t.Fatalf("%s: %v, %+v", name, err, th)
+		}
+		for i := range evs {
+			if th.Events[i] != evs[i] {
+				t.Fatalf("%s: event %d %+v, want %+v", name, i, th.Events[i], evs[i])
+			}
+		}
+	}
+	// Streamed in reads that cut records anywhere, the same.
+	dir := t.TempDir()
+	path := dir + "/hookit-1-2.bin"
+	if err := os.WriteFile(path, short, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	th, err := ReadThread(path)
+	if err != nil || len(th.Events) != len(evs) || th.Events[len(evs)-1] != evs[len(evs)-1] {
+		t.Fatalf("streamed: %v %+v", err, th)
+	}
+	// A killed process's buffer cut after a short event joins on.
+	le := binary.LittleEndian
+	full := encode(evs, 1, 2, 0)
+	cut := 0 // after the third short event
+	for at, shorts := HeaderRecs*RecSize, 0; at < len(full); at += recWords(le.Uint64(full[at:])) * WordSize {
+		if le.Uint64(full[at:])>>ShortShift == Short {
+			shorts++
+			if shorts == 3 {
+				cut = at + WordSize
+			}
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no short event to cut after")
+	}
+	tail := le.AppendUint64(nil, TailMagic)
+	tail = le.AppendUint64(tail, uint64(cut))
+	tail = append(tail, full[cut:]...)
+	tail = append(tail, make([]byte, 3*WordSize)...)
+	th, err = ParseThread(AppendTail(full[:cut], tail))
+	if err != nil || len(th.Events) != len(evs) || !th.Partial || th.Events[len(evs)-1] != evs[len(evs)-1] {
+		t.Fatalf("joined: %v %+v", err, th)
+	}
+	// A short event whose slot nothing filled, or with unknown bits, is
+	// an error, not a guess.
+	for _, w := range []uint64{Short<<ShortShift | 5<<SlotShift | 3, Short<<ShortShift | 1<<59 | uint64(Slot(0x401040))<<SlotShift} {
+		b := append(append([]byte(nil), encode(evs[:1], 1, 2, 0)...), le.AppendUint64(nil, w)...)
+		if _, err := ParseThread(b); err == nil {
+			t.Errorf("no error for the short event %#x", w)
+		}
 	}
 }

@@ -23,12 +23,15 @@ import (
 // The thread file's layout (libperfutil/c/hookit/hookit.h; checked by
 // the cgo test of internal/hookabi).
 const (
-	RecSize    = 16
+	RecSize    = 16 // a record of two words (the header's too)
+	WordSize   = 8  // a short event is one word
 	HeaderRecs = 2
 	Magic      = 0x3154494b4f4f48
-	Version    = 4
-	// VersionNoWall is the format before the wall-clock anchors (KindWall),
-	// still read.
+	Version    = 5
+	// VersionLong is the format before short events (two-word records
+	// only), and VersionNoWall the one before the wall-clock anchors
+	// (KindWall); both still read.
+	VersionLong   = 4
 	VersionNoWall = 3
 	KindShift     = 56
 	HookShift     = 32 // d: interval (32 bits) | hook << 32 (16 bits) | spd << 48 (signed 16, 8-byte units)
@@ -40,7 +43,21 @@ const (
 	TypeMask      = 7
 	FnMask        = 1<<TypeShift - 1
 	NumTypes      = 8
+	// A short event: Short << ShortShift | exit << ShortExitShift |
+	// slot << SlotShift | spd << ShortSPDShift | interval; its function is
+	// the one the thread's last two-word entry or exit event with that
+	// slot (Slot) named.
+	Short          = 3
+	ShortShift     = 62
+	ShortExitShift = 61
+	SlotShift      = 48
+	ShortSPDShift  = 32
+	Slots          = 1024
 )
+
+// Slot is the slot of a function in the table that short events name it
+// by (HK_SLOT).
+func Slot(fn uint64) int { return int((fn>>4)^(fn>>14)) & (Slots - 1) }
 
 // Kinds of records.
 const (
@@ -323,8 +340,8 @@ func parseHeader(b []byte) (pid, tid int, err error) {
 	if le.Uint64(b) != Magic {
 		return 0, 0, fmt.Errorf("not a hookit thread file (bad magic)")
 	}
-	if v := le.Uint64(b[RecSize:]); v != Version && v != VersionNoWall {
-		return 0, 0, fmt.Errorf("hookit thread file version %d, this reader knows %d and %d", v, VersionNoWall, Version)
+	if v := le.Uint64(b[RecSize:]); v < VersionNoWall || v > Version {
+		return 0, 0, fmt.Errorf("hookit thread file version %d, this reader knows %d to %d", v, VersionNoWall, Version)
 	}
 	ids := le.Uint64(b[8:])
 	return int(ids >> 32), int(uint32(ids)), nil
@@ -381,22 +398,38 @@ func AppendTail(bin, tail []byte) []byte {
 
 // tailRecords is the records of a tail file that follow a thread file of
 // size binSize (none when the tail was written already or the file was
-// cut short before it).
+// cut short before it): those before the first whose first word is zero.
 func tailRecords(binSize uint64, tail []byte) []byte {
 	le := binary.LittleEndian
 	if len(tail) < RecSize || le.Uint64(tail) != TailMagic || le.Uint64(tail[8:]) != binSize {
 		return nil
 	}
 	end := RecSize
-	for end+RecSize <= len(tail) && le.Uint64(tail[end:]) != 0 {
-		end += RecSize
+	for end+WordSize <= len(tail) {
+		w := le.Uint64(tail[end:])
+		n := recWords(w) * WordSize
+		if w == 0 || end+n > len(tail) {
+			break
+		}
+		end += n
 	}
 	return tail[RecSize:end]
 }
 
-// ParseThread decodes a thread file's bytes: 16-byte records, each event
-// delta-coded against the one before, with syncs where a value did not
-// fit (libperfutil/c/hookit/hookit.h).
+// recWords is the length in words of the record whose first word is w.
+func recWords(w uint64) int {
+	switch {
+	case w>>ShortShift == Short:
+		return 1
+	case uint8(w>>KindShift) == KindSync:
+		return 4
+	}
+	return 2
+}
+
+// ParseThread decodes a thread file's bytes: records of one or two
+// words, each event delta-coded against the one before, with syncs where
+// a value did not fit (libperfutil/c/hookit/hookit.h).
 func ParseThread(b []byte) (*Thread, error) {
 	t := &Thread{}
 	evs := []Event{}
@@ -422,6 +455,9 @@ type decoder struct {
 	syncEarly, syncSP       uint64
 	cur                     Event
 	have                    bool // cur is an event not yet handed on
+	// fns is the function of each slot, as the hooks' table had it:
+	// short events name their function by its slot.
+	fns [Slots]uint64
 }
 
 func newDecoder(t *Thread) *decoder { return &decoder{t: t} }
@@ -454,7 +490,7 @@ func (d *decoder) run(r io.Reader, f func(e *Event)) error {
 		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 			return err
 		}
-		whole := n - n%RecSize
+		whole := n - n%WordSize
 		used, stop, perr := d.records(buf[:whole], f)
 		if perr != nil {
 			return perr
@@ -464,12 +500,12 @@ func (d *decoder) run(r io.Reader, f func(e *Event)) error {
 			break
 		}
 		if err != nil { // the end of the data
-			if n%RecSize != 0 || used < whole/RecSize {
-				partial = true // a record cut short, or a sync's half
+			if n%WordSize != 0 || used < whole/WordSize {
+				partial = true // a record cut short
 			}
 			break
 		}
-		carry = copy(buf, buf[used*RecSize:n])
+		carry = copy(buf, buf[used*WordSize:n])
 	}
 	if d.have {
 		f(&d.cur)
@@ -479,36 +515,43 @@ func (d *decoder) run(r io.Reader, f func(e *Event)) error {
 	return nil
 }
 
-// records decodes whole records and returns how many it used (all but a
-// sync's first record at b's end, whose second comes with the next read);
-// stop: a zero tag (unwritten records).
+// records decodes the whole records of b and returns how many words it
+// used (all but a record cut by b's end, which comes whole with the next
+// read); stop: a zero first word (unwritten records).
 func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err error) {
 	le := binary.LittleEndian
-	n := len(b) / RecSize
-	for i := 0; i < n; i++ {
-		r := b[i*RecSize:]
-		tag, dv := le.Uint64(r), le.Uint64(r[8:])
-		rec := d.rec
-		d.rec++
+	n := len(b) / WordSize
+	for i := 0; i < n; {
+		tag := le.Uint64(b[i*WordSize:])
 		if tag == 0 {
 			return i, true, nil
 		}
+		size := recWords(tag)
+		if i+size > n {
+			return i, false, nil
+		}
+		rec := d.rec
 		if d.ended {
 			return i, false, fmt.Errorf("record %d: a record after the end", rec)
+		}
+		var dv uint64
+		if size > 1 {
+			dv = le.Uint64(b[(i+1)*WordSize:])
+		}
+		r := b[i*WordSize:]
+		i += size
+		d.rec++
+		if size == 1 {
+			var err error
+			if tag, dv, err = d.short(tag); err != nil {
+				return i - size, false, fmt.Errorf("record %d: %w", rec, err)
+			}
 		}
 		k := uint8(tag >> KindShift)
 		switch k {
 		case KindSync:
-			if i+1 >= n {
-				// its second record is in the next read: the caller
-				// keeps this one for it
-				d.rec--
-				return i, false, nil
-			}
-			s1 := b[(i+1)*RecSize:]
-			d.sync(dv, le.Uint64(s1), le.Uint64(s1[8:]))
+			d.sync(dv, le.Uint64(r[16:]), le.Uint64(r[24:]))
 			d.rec++
-			i++
 			continue
 		case KindDSIN:
 			d.pendDS += uint32(dv)
@@ -527,42 +570,67 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 			continue
 		}
 		if k < KindEnter || k > KindExcExit {
-			return i, false, fmt.Errorf("record %d: unknown kind %d", rec, k)
+			return i - size, false, fmt.Errorf("record %d: unknown kind %d", rec, k)
 		}
 		if !d.based {
-			return i, false, fmt.Errorf("record %d: an event before the first sync", rec)
+			return i - size, false, fmt.Errorf("record %d: an event before the first sync", rec)
 		}
-		e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
-			DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys, FltN: d.pendFltN, Flt: d.pendFlt}
-		d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys, d.pendFltN, d.pendFlt = 0, 0, 0, 0, 0, 0, 0
-		if d.synced {
-			e.Early = d.syncEarly
-			if d.syncSP != 0 {
-				d.sp = d.syncSP
-			}
-			d.synced = false
-		} else {
-			d.setLate(d.lastEarly + (dv >> HookShift & 0xffff))
-			e.Early = d.lastLate + (dv & 0xffffffff)
-			if !e.API && k != KindMark {
-				d.sp += uint64(int64(int16(dv>>SPDShift)) * 8)
-			}
-		}
-		switch {
-		case k == KindMark:
-			// The marker's id: what, and the reset count above it.
-			e.Fn, e.SP = e.Fn&0xff, e.Fn>>8
-		case !e.API:
-			e.SP = d.sp
-		}
-		e.Late = e.Early // until the next record says
-		d.lastEarly = e.Early
-		if d.have {
-			f(&d.cur)
-		}
-		d.cur, d.have = e, true
+		d.event(k, tag, dv, f)
 	}
 	return n, false, nil
+}
+
+// short turns a short event into the tag and d of its two-word form.
+func (d *decoder) short(w uint64) (tag, dv uint64, err error) {
+	if w>>(SlotShift+10)&7 != 0 {
+		return 0, 0, fmt.Errorf("a short event with unknown bits set (%#x)", w)
+	}
+	fn := d.fns[w>>SlotShift&(Slots-1)]
+	if fn == 0 {
+		return 0, 0, fmt.Errorf("a short event names slot %d, which no event filled", w>>SlotShift&(Slots-1))
+	}
+	k := uint64(KindEnter)
+	if w>>ShortExitShift&1 == 1 {
+		k = KindExit
+	}
+	return k<<KindShift | fn, w&0xffffffff | (w>>ShortSPDShift&0xffff)<<SPDShift, nil
+}
+
+// event decodes an event record (its tag and d) and hands on the one
+// before it, whose late read it gives.
+func (d *decoder) event(k uint8, tag, dv uint64, f func(e *Event)) {
+	e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
+		DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys, FltN: d.pendFltN, Flt: d.pendFlt}
+	d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys, d.pendFltN, d.pendFlt = 0, 0, 0, 0, 0, 0, 0
+	if !e.API && (k == KindEnter || k == KindExit) {
+		d.fns[Slot(e.Fn)] = e.Fn
+	}
+	if d.synced {
+		e.Early = d.syncEarly
+		if d.syncSP != 0 {
+			d.sp = d.syncSP
+		}
+		d.synced = false
+	} else {
+		d.setLate(d.lastEarly + (dv >> HookShift & 0xffff))
+		e.Early = d.lastLate + (dv & 0xffffffff)
+		if !e.API && k != KindMark {
+			d.sp += uint64(int64(int16(dv>>SPDShift)) * 8)
+		}
+	}
+	switch {
+	case k == KindMark:
+		// The marker's id: what, and the reset count above it.
+		e.Fn, e.SP = e.Fn&0xff, e.Fn>>8
+	case !e.API:
+		e.SP = d.sp
+	}
+	e.Late = e.Early // until the next record says
+	d.lastEarly = e.Early
+	if d.have {
+		f(&d.cur)
+	}
+	d.cur, d.have = e, true
 }
 
 func (d *decoder) sync(late, early, sp uint64) {

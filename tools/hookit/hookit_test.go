@@ -755,7 +755,7 @@ func TestShutdownWhileThreadsRecord(t *testing.T) {
 func TestThreadFilesKeepNoBlocksPastTheirEnd(t *testing.T) {
 	r := setup(t)
 	dir := t.TempDir()
-	cmd := exec.Command(filepath.Join(r, "bin/callflow"), "200000")
+	cmd := exec.Command(filepath.Join(r, "bin/callflow"), "400000")
 	cmd.Env = append(os.Environ(), "HOOKIT_DIR="+dir, "LD_PRELOAD="+filepath.Join(r, "bin/libhookit.so"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("callflow: %v\n%s", err, out)

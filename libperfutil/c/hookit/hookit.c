@@ -47,8 +47,8 @@
 
 struct hk_thread {
 	/* The hot fields first (one cache line). */
-	struct hk_rec *win;   /* the buffer: the tail file's records (win[0] its header) */
-	uint32_t pos, cap;    /* records used / in the buffer */
+	uint64_t *win;        /* the buffer: the tail file's words (its header: words 0, 1) */
+	uint32_t pos, cap;    /* words used / in the buffer */
 	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
 	uint64_t last_early;  /* its early read */
 	uint64_t last_sp;     /* the last stack pointer recorded */
@@ -73,6 +73,9 @@ struct hk_thread {
 	uint64_t bin_off;     /* bytes of the thread file written */
 	uint64_t alloc_end;   /* its blocks are allocated up to here (hk_prealloc) */
 	struct hk_thread *next;
+	/* The function in each slot (HK_SLOT) of the thread's last event
+	 * record for it: a short record names the function by its slot. */
+	uint64_t fns[HK_SLOTS];
 };
 
 static uint64_t read_zero(void);
@@ -207,15 +210,18 @@ HK_NOINSTR static inline uint64_t tsc_mono_at(uint64_t tsc)
 	return hk_mono0 + (uint64_t)(((unsigned __int128)(tsc - hk_tsc0) * hk_mult32) >> 32);
 }
 
-HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void)
+/* What the fast read took from the thread's perf page at its last full
+ * read: the switch ring's head, the task's time_running and the time of
+ * its last switch-in. While the head stays, the thread was not scheduled
+ * out and in, and the read is the TSC's alone. */
+static __thread uint64_t hk_run __attribute__((tls_model("initial-exec")));
+static __thread uint64_t hk_at __attribute__((tls_model("initial-exec")));
+static __thread const struct PttThreadState *hk_cs __attribute__((tls_model("initial-exec")));
+
+HK_NOINSTR static uint64_t read_ptt_full(struct PttThreadState *s, uint64_t *tscp)
 {
-	struct PttThreadState *s = PttSelf;
 	const struct PttCounter *c = &s->c[0];
 
-	if (__builtin_expect(s->status != 0 || !c->data, 0)) {
-		hk_last_tsc = 0;
-		return s->read1(s);
-	}
 	for (;;) {
 		uint32_t seq = *s->lock;
 
@@ -231,10 +237,39 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_i
 		hk_barrier();
 		if (__builtin_expect(*s->lock == seq, 1)) {
 			hk_head = head;
-			hk_last_tsc = tsc;
+			hk_run = run;
+			hk_at = at;
+			hk_cs = s;
+			*tscp = tsc;
 			return v;
 		}
 	}
+}
+
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t read_ptt_fast_inline(void)
+{
+	struct PttThreadState *s = PttSelf;
+	const struct PttCounter *c = &s->c[0];
+	uint64_t tsc, v;
+
+	if (__builtin_expect(s->status != 0 || !c->data, 0)) {
+		hk_last_tsc = 0;
+		hk_cs = NULL; /* the read may set up new counters */
+		return s->read1(s);
+	}
+	/* The TSC before the head: a switch after the TSC read moves the
+	 * head, and the full read takes a TSC of its own. */
+	tsc = __rdtsc();
+	hk_barrier();
+	if (__builtin_expect(s == hk_cs && *(const volatile uint64_t *)((const volatile char *)c->page + 1024) == hk_head,
+			     1)) {
+		uint64_t now = tsc_mono_at(tsc);
+		v = hk_run + (now >= hk_at ? now - hk_at : 0);
+	} else {
+		v = read_ptt_full(s, &tsc);
+	}
+	hk_last_tsc = tsc;
+	return v;
 }
 
 HK_NOINSTR static uint64_t read_ptt_fast(void)
@@ -363,17 +398,17 @@ HK_NOINSTR static void hk_trim(struct hk_thread *t)
  * thread file's size was already written (a kill between the two). */
 HK_NOINSTR static int flush_buffer(struct hk_thread *t)
 {
-	size_t n = (size_t)(t->pos - 1) * sizeof(struct hk_rec);
+	size_t n = (size_t)(t->pos - HK_TAIL_WORDS) * sizeof(uint64_t);
 
 	if (n)
 		hk_prealloc(t, n);
-	if (n && pwrite(t->fd, &t->win[1], n, (off_t)t->bin_off) != (ssize_t)n)
+	if (n && pwrite(t->fd, &t->win[HK_TAIL_WORDS], n, (off_t)t->bin_off) != (ssize_t)n)
 		return -1;
 	t->bin_off += n;
-	memset(&t->win[1], 0, n);
+	memset(&t->win[HK_TAIL_WORDS], 0, n);
 	hk_barrier();
-	t->win[0].d = t->bin_off;
-	t->pos = 1;
+	t->win[1] = t->bin_off;
+	t->pos = HK_TAIL_WORDS;
 	t->need_wall = 1; /* a wall-clock anchor per buffer at least */
 	return 0;
 }
@@ -465,10 +500,10 @@ HK_NOINSTR static struct hk_thread *thread_open(void)
 	if (p == MAP_FAILED)
 		goto fail_tail;
 	t->win = p;
-	t->win[0].d = t->bin_off;
-	t->win[0].tag = HK_TAIL_MAGIC;
-	t->pos = 1;
-	t->cap = HK_BUF / sizeof(struct hk_rec);
+	t->win[1] = t->bin_off;
+	t->win[0] = HK_TAIL_MAGIC;
+	t->pos = HK_TAIL_WORDS;
+	t->cap = HK_BUF / sizeof(uint64_t);
 	t->need_sync = 1;
 	t->need_wall = 1;
 	PttThreadInit();
@@ -515,7 +550,19 @@ HK_NOINSTR static void thread_close(struct hk_thread *t)
 	unlinkat(hk_dirfd, path, 0);
 }
 
-/* Store one event (the caller made room for 3 records): its interval, the
+/* Store a two-word record: d, then the tag (a reader of a killed
+ * process's tail file stops at the first zero tag). */
+HK_NOINSTR static inline void hk_put2(struct hk_thread *t, uint64_t tag, uint64_t d)
+{
+	uint64_t *r = &t->win[t->pos];
+
+	r[1] = d;
+	hk_barrier();
+	r[0] = tag;
+	t->pos += 2;
+}
+
+/* Store one event (the caller made room for 6 words): its interval, the
  * previous event's hook time and its stack pointer step, or a sync first
  * when one of them does not fit. The tag is stored last. */
 HK_NOINSTR static inline void hk_put(struct hk_thread *t, uint64_t tag, uint64_t sp, uint64_t early)
@@ -531,40 +578,64 @@ HK_NOINSTR static inline void hk_put(struct hk_thread *t, uint64_t tag, uint64_t
 	if (__builtin_expect((iv >> 32) | (hook >> 16) | (dsp & 7) | t->need_sync |
 				     (uint64_t)(spd < -32768 || spd > 32767),
 			     0)) {
-		struct hk_rec *s = &t->win[t->pos];
+		uint64_t *s = &t->win[t->pos];
 
-		s[1].tag = early;
-		s[1].d = sp;
-		s[0].d = t->last_late;
+		s[2] = early;
+		s[3] = sp;
+		s[1] = t->last_late;
 		hk_barrier();
-		s[0].tag = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
-		t->pos += 2;
+		s[0] = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
+		t->pos += 4;
 		t->need_sync = 0;
 		d = 0;
 	} else {
 		d = iv | hook << HK_HOOK_SHIFT | (uint64_t)(uint16_t)spd << HK_SPD_SHIFT;
 	}
-	struct hk_rec *r = &t->win[t->pos++];
-
-	r->d = d;
-	hk_barrier();
-	r->tag = tag;
+	hk_put2(t, tag, d);
 	t->last_early = early;
 	if (sp)
 		t->last_sp = sp;
 }
 
+/* An entry or exit hook's event: a short record (one word: the
+ * function's slot, the stack pointer's step, the interval) where the slot
+ * already holds the function and the previous event took no hook time (one
+ * read per hook); else the full record, and the slot takes the function.
+ * Half the bytes for most events: writing them is most of what a hook
+ * costs after its clock read. */
+HK_NOINSTR static inline void hk_put_hook(struct hk_thread *t, uint64_t tag, uint64_t sp, uint64_t early)
+{
+	uint64_t fn = tag & HK_FN_MASK;
+	unsigned h = HK_SLOT(fn);
+	uint64_t iv = early - t->last_late;
+	uint64_t dsp = sp - t->last_sp;
+	int64_t spd = (int64_t)dsp >> 3;
+
+	if (__builtin_expect(t->fns[h] == fn &&
+				     !((iv >> 32) | (t->last_late - t->last_early) | (dsp & 7) | t->need_sync |
+				       (uint64_t)(spd < -32768 || spd > 32767)),
+			     1)) {
+		t->win[t->pos++] = HK_SHORT_TAG((tag >> HK_KIND_SHIFT) == HK_EXIT, h) |
+				   (uint64_t)(uint16_t)spd << HK_SHORT_SPD_SHIFT | iv;
+		t->last_early = early;
+		t->last_sp = sp;
+		return;
+	}
+	t->fns[h] = fn;
+	hk_put(t, tag, sp, early);
+}
+
 /* The end of a thread's records: a sync with the last late read. */
 HK_NOINSTR static void hk_put_end(struct hk_thread *t)
 {
-	struct hk_rec *s = &t->win[t->pos];
+	uint64_t *s = &t->win[t->pos];
 
-	s[1].tag = HK_END;
-	s[1].d = HK_END;
-	s[0].d = t->last_late;
+	s[2] = HK_END;
+	s[3] = HK_END;
+	s[1] = t->last_late;
 	hk_barrier();
-	s[0].tag = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
-	t->pos += 2;
+	s[0] = (uint64_t)HK_SYNC << HK_KIND_SHIFT;
+	t->pos += 4;
 }
 
 /* Whether each hook reads the metric twice (early and late: the hook's
@@ -580,7 +651,7 @@ static int hk_two_reads;
  * was the common one. Slow work (a thread's first event, a buffer
  * written, a marker, a wall-clock anchor) is always closed by a late
  * read, so that it is charged to no one. */
-HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early)
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early, int hook)
 {
 	struct hk_thread *t = hk_self;
 	int slow = hk_two_reads;
@@ -628,9 +699,9 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	uint64_t kres = sy ? sy->resume_time[0] : 0;
 
 	/* Room for a sync, a marker, a sync, the event, a DSIN, a SYS, a
-	 * FLT, a wall-clock anchor and the end; the buffer's write is inside
-	 * this hook: between the reads, not charged. */
-	if (__builtin_expect(t->pos + 13 >= t->cap, 0)) {
+	 * FLT, a wall-clock anchor and the end (26 words); the buffer's write
+	 * is inside this hook: between the reads, not charged. */
+	if (__builtin_expect(t->pos + 26 >= t->cap, 0)) {
 		slow = 1;
 		if (flush_buffer(t) != 0) {
 			__atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
@@ -662,11 +733,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 
 		if (__builtin_expect((ds != t->ds || in != t->in) && !t->need_sync, 0)) {
 			slow = 1;
-			struct hk_rec *r = &t->win[t->pos++];
-
-			r->d = (uint64_t)(ds - t->ds) | (uint64_t)(in - t->in) << 32;
-			hk_barrier();
-			r->tag = (uint64_t)HK_DSIN << HK_KIND_SHIFT;
+			hk_put2(t, (uint64_t)HK_DSIN << HK_KIND_SHIFT,
+				(uint64_t)(ds - t->ds) | (uint64_t)(in - t->in) << 32);
 		}
 		t->ds = ds;
 		t->in = in;
@@ -675,20 +743,14 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	 * calls: after a blocking one it is the rest of its way out. */
 	if (sy && __builtin_expect((nsys != t->nsys || nres != t->nres) && !t->need_sync, 0)) {
 		slow = 1;
-		struct hk_rec *r = &t->win[t->pos++];
-
-		r->d = ksys - t->sys_time + hk_sys_glue * (nsys - t->nsys) + kres - t->res_time +
-		       hk_resume_glue * (nres - t->nres);
-		hk_barrier();
-		r->tag = ((uint64_t)HK_SYS << HK_KIND_SHIFT) | (nsys - t->nsys);
+		hk_put2(t, ((uint64_t)HK_SYS << HK_KIND_SHIFT) | (nsys - t->nsys),
+			ksys - t->sys_time + hk_sys_glue * (nsys - t->nsys) + kres - t->res_time +
+				hk_resume_glue * (nres - t->nres));
 	}
 	if (sy && __builtin_expect(nflt != t->nflt && !t->need_sync, 0)) {
 		slow = 1;
-		struct hk_rec *r = &t->win[t->pos++];
-
-		r->d = kflt - t->flt_time + hk_fault_glue * (nflt - t->nflt);
-		hk_barrier();
-		r->tag = ((uint64_t)HK_FLT << HK_KIND_SHIFT) | (nflt - t->nflt);
+		hk_put2(t, ((uint64_t)HK_FLT << HK_KIND_SHIFT) | (nflt - t->nflt),
+			kflt - t->flt_time + hk_fault_glue * (nflt - t->nflt));
 	}
 	/* The wall clock (CLOCK_MONOTONIC) at this event's early read, where
 	 * the metric may have drifted from it: the thread's first event, each
@@ -697,16 +759,15 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	uint64_t sm = hk_sched_mark();
 
 	if (__builtin_expect(t->need_wall | (sm != t->sched), 0)) {
-		struct hk_rec *r = &t->win[t->pos++];
-
-		r->d = mono_ns();
-		hk_barrier();
-		r->tag = (uint64_t)HK_WALL << HK_KIND_SHIFT;
+		hk_put2(t, (uint64_t)HK_WALL << HK_KIND_SHIFT, mono_ns());
 		t->need_wall = 0;
 		t->sched = sm;
 		slow = 1;
 	}
-	hk_put(t, tag, (uint64_t)sp, early);
+	if (hook)
+		hk_put_hook(t, tag, (uint64_t)sp, early);
+	else
+		hk_put(t, tag, (uint64_t)sp, early);
 	if (sy) { /* after the hook's own (a buffer written): charged to no one */
 		t->nsys = sy->syscalls;
 		t->sys_time = sy->sys_time[0];
@@ -735,7 +796,7 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
-			__builtin_frame_address(0), early);
+			__builtin_frame_address(0), early, 1);
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
 }
@@ -747,7 +808,7 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
-			__builtin_frame_address(0), early);
+			__builtin_frame_address(0), early, 1);
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
 }
@@ -765,7 +826,7 @@ HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_ENTER, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -775,7 +836,7 @@ HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXIT, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -785,7 +846,7 @@ HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -795,7 +856,7 @@ HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early);
+	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early, 0);
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
 }
@@ -817,6 +878,52 @@ HK_NOINSTR static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The buffer's events since the last write are dropped: the next event
+ * starts with a sync and a wall-clock anchor, and no slot names a
+ * function a dropped record gave it. */
+HK_NOINSTR static void discard_events(struct hk_thread *t)
+{
+	memset(&t->win[HK_TAIL_WORDS], 0, (size_t)(t->pos - HK_TAIL_WORDS) * sizeof(uint64_t));
+	memset(t->fns, 0, sizeof(t->fns));
+	t->pos = HK_TAIL_WORDS;
+	t->need_sync = 1;
+	t->need_wall = 1;
+}
+
+/* A calibration batch's n enter/exit pairs from word p0 of the buffer:
+ * adds the intervals inside the function (the exits') to *in and the hook
+ * times after the batch's first event to *hooks. -1 when the batch holds
+ * anything else (a sync: a value did not fit). */
+HK_NOINSTR static int batch_sums(const struct hk_thread *t, uint32_t p0, int n, uint64_t *in, uint64_t *hooks)
+{
+	uint32_t i = p0;
+
+	for (int j = 0; j < 2 * n; j++) {
+		uint64_t w, d;
+		unsigned kind;
+
+		if (i >= t->pos)
+			return -1;
+		w = t->win[i];
+		if (w >> HK_SHORT_SHIFT == HK_SHORT) {
+			kind = (w >> HK_SHORT_EXIT_SHIFT & 1) ? HK_EXIT : HK_ENTER;
+			d = w & 0xffffffff; /* no hook time */
+			i++;
+		} else {
+			kind = (unsigned)(w >> HK_KIND_SHIFT);
+			d = t->win[i + 1];
+			i += 2;
+		}
+		if (kind != ((j & 1) ? HK_EXIT : HK_ENTER))
+			return -1;
+		if (j > 0)
+			*hooks += (d >> HK_HOOK_SHIFT) & 0xffff;
+		if (j & 1)
+			*in += d & 0xffffffff;
+	}
+	return i == t->pos ? 0 : -1;
+}
+
 /* 100 batches of 100 empty pairs after a warm-up of 1,000, through the
  * same entry points the program calls; the records are then discarded. */
 HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int), void (*plain_calls)(int))
@@ -834,9 +941,8 @@ HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int), void (*
 	for (int b = 0, tries = 0; b < NBATCH && tries < 100 * NBATCH; tries++) {
 		/* Stay inside the buffer (no write in a batch); the records
 		 * are discarded. */
-		if (t->pos + 2 * BATCH + 16 >= t->cap) {
-			t->pos = 1;
-			t->need_sync = 1;
+		if (t->pos + 4 * BATCH + 32 >= t->cap) {
+			discard_events(t);
 			calls(1); /* the sync goes before the batch */
 		}
 		uint32_t p0 = t->pos;
@@ -845,30 +951,20 @@ HK_NOINSTR static void calibrate(struct hk_calib *c, void (*calls)(int), void (*
 		uint64_t t1 = hk_read();
 		uint64_t in = 0, hooks = t->last_late - t->last_early;
 
-		if (t->pos != p0 + 2 * BATCH) /* a sync in the batch: a value did not fit */
+		if (batch_sums(t, p0, BATCH, &in, &hooks) != 0) /* a sync in the batch: a value did not fit */
 			continue;
-		for (uint32_t i = p0 + 1; i < p0 + 2 * BATCH; i++) {
-			uint64_t d = t->win[i].d;
-
-			hooks += (d >> HK_HOOK_SHIFT) & 0xffff;
-			if ((i - p0) & 1) /* an exit: the interval inside the function */
-				in += d & 0xffffffff;
-		}
 		inner[b] = (double)in / BATCH;
 		outer[b] = ((double)(t1 - t0) - (double)in - (double)hooks) / BATCH;
 		b++;
 	}
 	/* Discard the calibration events. */
-	memset(&t->win[1], 0, (size_t)(t->pos - 1) * sizeof(struct hk_rec));
-	t->pos = 1;
-	t->need_sync = 1;
-	t->need_wall = 1;
+	discard_events(t);
 	if (t->bin_off != 2 * sizeof(struct hk_rec)) {
 		t->bin_off = 2 * sizeof(struct hk_rec);
 		if (ftruncate(t->fd, (off_t)t->bin_off) != 0)
 			perror("hookit: truncating a thread file");
 		t->alloc_end = 0; /* the truncation freed them */
-		t->win[0].d = t->bin_off;
+		t->win[1] = t->bin_off;
 	}
 	/* The loop and the call without the hooks: the caller's own work,
 	 * which outer counted too (minimum and median the same way). */
@@ -1219,7 +1315,7 @@ HK_NOINSTR static void finish_files(void)
 		 * it, unrecorded (busy). */
 		t->busy = 2;
 		note_thread_name(t->tid);
-		if (t->pos + 2 < t->cap)
+		if (t->pos + 4 <= t->cap)
 			hk_put_end(t);
 		if (flush_buffer(t) != 0)
 			perror("hookit: writing a thread file");
@@ -1809,7 +1905,7 @@ HK_VIS HK_NOINSTR void hookit_thread_end(void)
 	hk_noopen = 1; /* this thread records nothing more */
 	hk_ended++;	/* (a thread attached later, hookit_thread_start, gets a file of its own) */
 	if (t->busy != 2) { /* not finished by a shutdown already */
-		if (t->pos + 2 < t->cap)
+		if (t->pos + 4 <= t->cap)
 			hk_put_end(t);
 		if (flush_buffer(t) != 0)
 			perror("hookit: writing a thread file");

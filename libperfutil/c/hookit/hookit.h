@@ -4,10 +4,13 @@
  * its record layout is checked there against this header).
  *
  * DIR/hookit-PID-TID.bin (DIR/hookit-PID-TID.N.bin for the Nth thread of
- * an OS thread that ended and was attached again, N >= 2) is an array of
- * 16-byte records (struct hk_rec).
- * Records 0 and 1 are the header: {HK_MAGIC, pid << 32 | tid},
- * {HK_VERSION, 0}. Every other record is an event:
+ * an OS thread that ended and was attached again, N >= 2) is a sequence of
+ * 64-bit words, little-endian. Its first four are the header (two struct
+ * hk_rec): {HK_MAGIC, pid << 32 | tid}, {HK_VERSION, 0}. Then records of
+ * one word (a short event) or two (struct hk_rec: tag, then d), told
+ * apart by the first word's top bits: 11 is a short event, else the top
+ * byte is the record's kind.
+ * A record of two words is an event:
  *   tag = kind << 56 | api << 55 | type << 48 | id
  *     (id: a function address, or the id given to hookit_enter: 48 bits;
  *     type: the method type of hookit_api.h, 0..7, the sequence-minima key;
@@ -21,6 +24,14 @@
  *     spd: the stack pointer of this event minus the previous one's, in
  *     8-byte units, signed 16 bits (0 and ignored for API events, which
  *     have no stack pointer: they are never closed by stack repair).
+ * A short event (one word, entry and exit hooks only) is
+ *   3 << 62 | exit << 61 | slot << 48 | spd << 32 | interval
+ *   (exit: 1 an exit, 0 an entry; interval and spd as above, hook 0)
+ * and names its function by its slot, HK_SLOT(fn): the function of the
+ * thread's last two-word entry or exit event whose function has that
+ * slot (the reader keeps the same table). The hooks write one where the
+ * slot holds the function, the previous event took no hook time (one
+ * metric read per hook) and the values fit.
  * When a value does not fit (and at a thread's first event), a sync
  * (kind HK_SYNC, two records) comes first: {HK_SYNC << 56, the previous
  * event's late read}, {this event's early read, its stack pointer}; the
@@ -47,10 +58,11 @@
  *
  * The records reach the thread file by one pwrite per HK_BUF bytes from a
  * per-thread buffer, which is a shared mapping of DIR/hookit-PID-TID.tail:
- * record 0 {HK_TAIL_MAGIC, the thread file's size when the buffer was
- * last cleared}, then the records since (the tag written last; the rest
- * zero). A process killed with SIGKILL leaves it: the reader appends its
- * records up to the first zero tag to the thread file cut at that size,
+ * words 0 and 1 {HK_TAIL_MAGIC, the thread file's size when the buffer
+ * was last cleared}, then the records since (a record's first word written
+ * last; the rest zero). A process killed with SIGKILL leaves it: the
+ * reader appends its records up to the first whose first word is zero
+ * to the thread file cut at that size,
  * unless the thread file is already longer (killed between the write and
  * the clearing). At exit the tail files are removed.
  * Blocks are allocated ahead of the thread file's end (fallocate keeping
@@ -63,7 +75,7 @@
 #include <stdint.h>
 
 #define HK_MAGIC 0x3154494b4f4f48ULL /* "HOOKIT1" */
-#define HK_VERSION 4
+#define HK_VERSION 5 /* 4: two-word records only */
 #define HK_KIND_SHIFT 56
 #define HK_API_SHIFT 55
 #define HK_TYPE_SHIFT 48
@@ -71,6 +83,16 @@
 #define HK_FN_MASK ((1ULL << HK_TYPE_SHIFT) - 1)
 #define HK_HOOK_SHIFT 32
 #define HK_SPD_SHIFT 48
+#define HK_SHORT 3ULL /* word >> HK_SHORT_SHIFT of a short event */
+#define HK_SHORT_SHIFT 62
+#define HK_SHORT_EXIT_SHIFT 61
+#define HK_SLOT_SHIFT 48
+#define HK_SHORT_SPD_SHIFT 32
+#define HK_SLOTS 1024u
+#define HK_SLOT(fn) ((unsigned)(((fn) >> 4) ^ ((fn) >> 14)) & (HK_SLOTS - 1))
+#define HK_SHORT_TAG(exit, slot) \
+	(HK_SHORT << HK_SHORT_SHIFT | (uint64_t)(exit) << HK_SHORT_EXIT_SHIFT | (uint64_t)(slot) << HK_SLOT_SHIFT)
+#define HK_TAIL_WORDS 2 /* the tail file's header */
 #define HK_END (~0ULL) /* the second record of the final sync */
 #define HK_TAIL_MAGIC 0x4c494154544b48ULL /* "HKTTAIL" */
 #define HK_BUF (64u << 10) /* the per-thread buffer: the tail file */

@@ -2,11 +2,13 @@
 
 // Package hookabi reads the thread-file layout from
 // libperfutil/c/hookit/hookit.h through cgo, for the layout test of
-// callflow. It is never linked into a tool.
+// callflow. It is never linked into a tool. The headers are symbolic
+// links in this directory: the go command hashes a package's own .h files
+// into its build cache key, and would not see a change to a header it
+// reached through an include path.
 package hookabi
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../../../libperfutil/c/hookit
 #include <stddef.h>
 #include "hookit.h"
 #include "hookit_api.h"
@@ -14,6 +16,8 @@ enum {
 	offsetof_tag = offsetof(struct hk_rec, tag),
 	offsetof_d = offsetof(struct hk_rec, d),
 };
+static unsigned hk_slot(uint64_t fn) { return HK_SLOT(fn); }
+static uint64_t hk_short_tag(int exit, unsigned slot) { return HK_SHORT_TAG(exit, slot); }
 */
 import "C"
 
@@ -49,5 +53,23 @@ func Values() map[string]uint64 {
 		"HOOKIT_NTYPES":         uint64(C.HOOKIT_NTYPES),
 		"HOOKIT_TYPE_NATIVE":    uint64(C.HOOKIT_TYPE_NATIVE),
 		"HOOKIT_TYPE_COMPILING": uint64(C.HOOKIT_TYPE_COMPILING),
+		"HK_SHORT":              uint64(C.HK_SHORT),
+		"HK_SHORT_SHIFT":        uint64(C.HK_SHORT_SHIFT),
+		"HK_SHORT_EXIT_SHIFT":   uint64(C.HK_SHORT_EXIT_SHIFT),
+		"HK_SLOT_SHIFT":         uint64(C.HK_SLOT_SHIFT),
+		"HK_SHORT_SPD_SHIFT":    uint64(C.HK_SHORT_SPD_SHIFT),
+		"HK_SLOTS":              uint64(C.HK_SLOTS),
 	}
+}
+
+// Slot is HK_SLOT(fn).
+func Slot(fn uint64) int { return int(C.hk_slot(C.uint64_t(fn))) }
+
+// ShortTag is HK_SHORT_TAG(exit, slot).
+func ShortTag(exit bool, slot int) uint64 {
+	e := C.int(0)
+	if exit {
+		e = 1
+	}
+	return uint64(C.hk_short_tag(e, C.unsigned(slot)))
 }

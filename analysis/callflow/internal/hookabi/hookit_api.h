@@ -1,0 +1,1 @@
+../../../../libperfutil/c/hookit/hookit_api.h
