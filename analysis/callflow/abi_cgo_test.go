@@ -18,7 +18,7 @@ func TestLayoutMatchesHookitHeader(t *testing.T) {
 		"HK_EXC_EXIT": KindExcExit, "HK_API_SHIFT": APIShift, "HK_TYPE_SHIFT": TypeShift, "HK_TYPE_MASK": TypeMask,
 		"HOOKIT_NTYPES": NumTypes, "HOOKIT_TYPE_NATIVE": 5, "HOOKIT_TYPE_COMPILING": 7,
 		"HK_MARK_EXIT": MarkExit, "HK_MARK_RESET": MarkReset, "HK_MARK_START": MarkStart, "HK_MARK_END": MarkEnd,
-		"HK_SHORT": Short, "HK_SHORT_SHIFT": ShortShift, "HK_SHORT_EXIT_SHIFT": ShortExitShift, "HK_SLOT_SHIFT": SlotShift,
+		"HK_SHORT": Short, "HK_SHORT_SHIFT": ShortShift, "HK_SHORT_EXIT_SHIFT": ShortExitShift, "HK_SHORT_API_SHIFT": ShortAPIShift, "HK_SLOT_SHIFT": SlotShift,
 		"HK_SHORT_SPD_SHIFT": ShortSPDShift, "HK_SLOTS": Slots,
 	}
 	got := hookabi.Values()

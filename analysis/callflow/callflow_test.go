@@ -59,15 +59,18 @@ func encodeVersion(evs []Event, pid, tid int, zeroTail int, version uint64) []by
 			dsp, spd = 0, 0
 		}
 		fits := i > 0 && iv>>32 == 0 && dsp&7 == 0 && spd >= -32768 && spd <= 32767
-		hookEvent := !e.API && (e.Kind == KindEnter || e.Kind == KindExit)
+		inOut := e.Kind == KindEnter || e.Kind == KindExit
 		switch {
-		case version >= Version && hookEvent && fns[Slot(e.Fn)] == e.Fn && fits && hook == 0:
-			exit := uint64(0)
+		case version >= Version && inOut && fns[Slot(e.Fn)] == e.Fn && fits && hook == 0:
+			exit, api, mid := uint64(0), uint64(0), uint64(uint16(spd))
 			if e.Kind == KindExit {
 				exit = 1
 			}
-			b = le.AppendUint64(b, Short<<ShortShift|exit<<ShortExitShift|uint64(Slot(e.Fn))<<SlotShift|
-				uint64(uint16(spd))<<ShortSPDShift|iv)
+			if e.API {
+				api, mid = 1, uint64(e.Type)
+			}
+			b = le.AppendUint64(b, Short<<ShortShift|exit<<ShortExitShift|api<<ShortAPIShift|uint64(Slot(e.Fn))<<SlotShift|
+				mid<<ShortSPDShift|iv)
 		case !fits || hook>>16 != 0:
 			put(uint64(KindSync)<<KindShift, lastLate)
 			put(e.Early, sp)
@@ -75,7 +78,7 @@ func encodeVersion(evs []Event, pid, tid int, zeroTail int, version uint64) []by
 		default:
 			put(tag, iv|hook<<HookShift|uint64(uint16(spd))<<SPDShift)
 		}
-		if hookEvent {
+		if inOut {
 			fns[Slot(e.Fn)] = e.Fn
 		}
 		lastEarly, lastLate = e.Early, e.Late
@@ -643,6 +646,14 @@ func hookCalls(n int) []Event {
 		add(KindEnter, fn, 0x7ffc0fc0, iv)
 		add(KindExit, fn, 0x7ffc0fc0, 3)
 	}
+	// The in-process API's events (no stack pointer, a method type)
+	// share the table.
+	for i := 0; i < n/4; i++ {
+		now += 4
+		evs = append(evs, Event{Kind: KindEnter, Fn: 0x1000 + uint64(i%3), Type: uint8(i % 8), API: true, Early: now, Late: now})
+		now += 6
+		evs = append(evs, Event{Kind: KindExit, Fn: 0x1000 + uint64(i%3), Type: uint8(i % 8), API: true, Early: now, Late: now})
+	}
 	add(KindExit, 0x401040, 0x7ffc1000, 2)
 	return evs
 }
@@ -702,7 +713,8 @@ func TestShortEvents(t *testing.T) {
 	}
 	// A short event whose slot nothing filled, or with unknown bits, is
 	// an error, not a guess.
-	for _, w := range []uint64{Short<<ShortShift | 5<<SlotShift | 3, Short<<ShortShift | 1<<59 | uint64(Slot(0x401040))<<SlotShift} {
+	for _, w := range []uint64{Short<<ShortShift | 5<<SlotShift | 3, Short<<ShortShift | 1<<59 | uint64(Slot(0x401040))<<SlotShift,
+		Short<<ShortShift | 1<<ShortAPIShift | 1<<40 | uint64(Slot(0x401040))<<SlotShift} {
 		b := append(append([]byte(nil), encode(evs[:1], 1, 2, 0)...), le.AppendUint64(nil, w)...)
 		if _, err := ParseThread(b); err == nil {
 			t.Errorf("no error for the short event %#x", w)

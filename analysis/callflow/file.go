@@ -43,13 +43,15 @@ const (
 	TypeMask      = 7
 	FnMask        = 1<<TypeShift - 1
 	NumTypes      = 8
-	// A short event: Short << ShortShift | exit << ShortExitShift |
-	// slot << SlotShift | spd << ShortSPDShift | interval; its function is
-	// the one the thread's last two-word entry or exit event with that
-	// slot (Slot) named.
+	// A short event: Short << ShortShift | exit << ShortExitShift | api
+	// << ShortAPIShift | slot << SlotShift | spd << ShortSPDShift |
+	// interval (with api, the type in spd's place); its id is the one the
+	// thread's last two-word entry or exit event with that slot (Slot)
+	// named.
 	Short          = 3
 	ShortShift     = 62
 	ShortExitShift = 61
+	ShortAPIShift  = 60
 	SlotShift      = 48
 	ShortSPDShift  = 32
 	Slots          = 1024
@@ -582,7 +584,8 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 
 // short turns a short event into the tag and d of its two-word form.
 func (d *decoder) short(w uint64) (tag, dv uint64, err error) {
-	if w>>(SlotShift+10)&7 != 0 {
+	api := w >> ShortAPIShift & 1
+	if w>>(SlotShift+10)&3 != 0 || api == 1 && w>>(ShortSPDShift+3)&(1<<13-1) != 0 {
 		return 0, 0, fmt.Errorf("a short event with unknown bits set (%#x)", w)
 	}
 	fn := d.fns[w>>SlotShift&(Slots-1)]
@@ -593,6 +596,9 @@ func (d *decoder) short(w uint64) (tag, dv uint64, err error) {
 	if w>>ShortExitShift&1 == 1 {
 		k = KindExit
 	}
+	if api == 1 {
+		return k<<KindShift | 1<<APIShift | (w>>ShortSPDShift&TypeMask)<<TypeShift | fn, w & 0xffffffff, nil
+	}
 	return k<<KindShift | fn, w&0xffffffff | (w>>ShortSPDShift&0xffff)<<SPDShift, nil
 }
 
@@ -602,7 +608,7 @@ func (d *decoder) event(k uint8, tag, dv uint64, f func(e *Event)) {
 	e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
 		DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys, FltN: d.pendFltN, Flt: d.pendFlt}
 	d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys, d.pendFltN, d.pendFlt = 0, 0, 0, 0, 0, 0, 0
-	if !e.API && (k == KindEnter || k == KindExit) {
+	if k == KindEnter || k == KindExit {
 		d.fns[Slot(e.Fn)] = e.Fn
 	}
 	if d.synced {

@@ -597,28 +597,35 @@ HK_NOINSTR static inline void hk_put(struct hk_thread *t, uint64_t tag, uint64_t
 		t->last_sp = sp;
 }
 
-/* An entry or exit hook's event: a short record (one word: the
- * function's slot, the stack pointer's step, the interval) where the slot
- * already holds the function and the previous event took no hook time (one
- * read per hook); else the full record, and the slot takes the function.
- * Half the bytes for most events: writing them is most of what a hook
- * costs after its clock read. */
-HK_NOINSTR static inline void hk_put_hook(struct hk_thread *t, uint64_t tag, uint64_t sp, uint64_t early)
+/* An entry or exit event (a hook's, or hookit_enter/exit's): a short
+ * record (one word: the function's slot, the stack pointer's step or the
+ * method type, the interval) where the slot already holds the function
+ * and the previous event took no hook time (one read per hook); else the
+ * full record, and the slot takes the function. Half the bytes for most
+ * events: writing them is most of what a hook costs after its clock read. */
+HK_NOINSTR static inline __attribute__((always_inline)) void hk_put_short(struct hk_thread *t, uint64_t tag, uint64_t sp,
+									 uint64_t early)
 {
 	uint64_t fn = tag & HK_FN_MASK;
 	unsigned h = HK_SLOT(fn);
 	uint64_t iv = early - t->last_late;
-	uint64_t dsp = sp - t->last_sp;
-	int64_t spd = (int64_t)dsp >> 3;
+	uint64_t api = tag >> HK_API_SHIFT & 1;
+	uint64_t mid, odd = 0;
 
-	if (__builtin_expect(t->fns[h] == fn &&
-				     !((iv >> 32) | (t->last_late - t->last_early) | (dsp & 7) | t->need_sync |
-				       (uint64_t)(spd < -32768 || spd > 32767)),
-			     1)) {
-		t->win[t->pos++] = HK_SHORT_TAG((tag >> HK_KIND_SHIFT) == HK_EXIT, h) |
-				   (uint64_t)(uint16_t)spd << HK_SHORT_SPD_SHIFT | iv;
+	if (api) {
+		mid = (tag >> HK_TYPE_SHIFT & HK_TYPE_MASK) << HK_SHORT_SPD_SHIFT;
+	} else {
+		uint64_t dsp = sp - t->last_sp;
+		int64_t spd = (int64_t)dsp >> 3;
+
+		mid = (uint64_t)(uint16_t)spd << HK_SHORT_SPD_SHIFT;
+		odd = (dsp & 7) | (uint64_t)(spd < -32768 || spd > 32767);
+	}
+	if (__builtin_expect(t->fns[h] == fn && !((iv >> 32) | (t->last_late - t->last_early) | odd | t->need_sync), 1)) {
+		t->win[t->pos++] = HK_SHORT_TAG((tag >> HK_KIND_SHIFT) == HK_EXIT, h) | api << HK_SHORT_API_SHIFT | mid | iv;
 		t->last_early = early;
-		t->last_sp = sp;
+		if (!api)
+			t->last_sp = sp;
 		return;
 	}
 	t->fns[h] = fn;
@@ -651,7 +658,8 @@ static int hk_two_reads;
  * was the common one. Slow work (a thread's first event, a buffer
  * written, a marker, a wall-clock anchor) is always closed by a late
  * read, so that it is charged to no one. */
-HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early, int hook)
+HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early,
+									   int shortable)
 {
 	struct hk_thread *t = hk_self;
 	int slow = hk_two_reads;
@@ -764,8 +772,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->sched = sm;
 		slow = 1;
 	}
-	if (hook)
-		hk_put_hook(t, tag, (uint64_t)sp, early);
+	if (shortable)
+		hk_put_short(t, tag, (uint64_t)sp, early);
 	else
 		hk_put(t, tag, (uint64_t)sp, early);
 	if (sy) { /* after the hook's own (a buffer written): charged to no one */
@@ -826,7 +834,7 @@ HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_ENTER, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 1);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -836,7 +844,7 @@ HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXIT, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 1);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();

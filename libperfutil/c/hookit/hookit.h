@@ -24,14 +24,15 @@
  *     spd: the stack pointer of this event minus the previous one's, in
  *     8-byte units, signed 16 bits (0 and ignored for API events, which
  *     have no stack pointer: they are never closed by stack repair).
- * A short event (one word, entry and exit hooks only) is
- *   3 << 62 | exit << 61 | slot << 48 | spd << 32 | interval
- *   (exit: 1 an exit, 0 an entry; interval and spd as above, hook 0)
- * and names its function by its slot, HK_SLOT(fn): the function of the
- * thread's last two-word entry or exit event whose function has that
- * slot (the reader keeps the same table). The hooks write one where the
- * slot holds the function, the previous event took no hook time (one
- * metric read per hook) and the values fit.
+ * A short event (one word: an entry or an exit, not an exception exit) is
+ *   3 << 62 | exit << 61 | api << 60 | slot << 48 | spd << 32 | interval
+ *   (exit: 1 an exit, 0 an entry; interval and spd as above, hook 0;
+ *   with api 1, hookit_enter/exit's, the type in spd's place, bits 32-34)
+ * and names its function by its slot, HK_SLOT(fn): the id of the
+ * thread's last two-word entry or exit event (hooks' and API's alike)
+ * whose id has that slot (the reader keeps the same table). One is
+ * written where the slot holds the id, the previous event took no hook
+ * time (one metric read per hook) and the values fit.
  * When a value does not fit (and at a thread's first event), a sync
  * (kind HK_SYNC, two records) comes first: {HK_SYNC << 56, the previous
  * event's late read}, {this event's early read, its stack pointer}; the
@@ -86,6 +87,7 @@
 #define HK_SHORT 3ULL /* word >> HK_SHORT_SHIFT of a short event */
 #define HK_SHORT_SHIFT 62
 #define HK_SHORT_EXIT_SHIFT 61
+#define HK_SHORT_API_SHIFT 60
 #define HK_SLOT_SHIFT 48
 #define HK_SHORT_SPD_SHIFT 32
 #define HK_SLOTS 1024u

@@ -56,6 +56,7 @@ func Values() map[string]uint64 {
 		"HK_SHORT":              uint64(C.HK_SHORT),
 		"HK_SHORT_SHIFT":        uint64(C.HK_SHORT_SHIFT),
 		"HK_SHORT_EXIT_SHIFT":   uint64(C.HK_SHORT_EXIT_SHIFT),
+		"HK_SHORT_API_SHIFT":    uint64(C.HK_SHORT_API_SHIFT),
 		"HK_SLOT_SHIFT":         uint64(C.HK_SLOT_SHIFT),
 		"HK_SHORT_SPD_SHIFT":    uint64(C.HK_SHORT_SPD_SHIFT),
 		"HK_SLOTS":              uint64(C.HK_SLOTS),
