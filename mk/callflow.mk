@@ -79,3 +79,9 @@ bench: bench-callflow
 vmtest-callflow: hookit
 	bash scripts/vmtest/run.sh callflow
 VM_TEST_TARGETS += vmtest-callflow
+
+# The thread-file decoder against arbitrary bytes (FUZZTIME: mk/post.mk).
+.PHONY: fuzz-callflow
+fuzz: fuzz-callflow
+fuzz-callflow:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseThread$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x ./analysis/callflow/
