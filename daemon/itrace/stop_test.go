@@ -142,10 +142,10 @@ func TestDetachDropsAQueuedStepTrap(t *testing.T) {
 		if !stepTrapQueued(pid) {
 			t.Fatal("the queued step trap is not seen")
 		}
-		tr := &Tracer{}
+		tr := &Tracer{threads: map[int]*thread{}, earlyOut: map[int]bool{}, spaces: map[int]*insnCache{}}
 		sig := 0
 		if drop {
-			sig = tr.dropStepTrap(pid, 0)
+			sig = tr.dropStepTrap(&thread{tid: pid, pid: pid}, 0)
 		}
 		if err := ptraceSig(unix.PTRACE_DETACH, pid, sig); err != nil {
 			t.Fatal(err)

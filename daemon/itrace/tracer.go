@@ -387,6 +387,46 @@ func (t *Tracer) seize(tid, pid int) error {
 	return nil
 }
 
+// isCreation reports whether a ptrace event is a clone, fork or vfork.
+func isCreation(event int) bool {
+	return event == unix.PTRACE_EVENT_CLONE || event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK
+}
+
+// newChild is the thread (or process: pid) th's clone, fork or vfork
+// event made, when it is not known yet: attached from its start
+// (PTRACE_O_TRACECLONE, TRACEFORK), its first stop may come before this
+// event or after it.
+func (t *Tracer) newChild(th *thread, event int) (child, pid int, ok bool) {
+	msg, err := unix.PtraceGetEventMsg(th.tid)
+	if err != nil {
+		return 0, 0, false
+	}
+	child = int(msg)
+	if t.earlyOut[child] {
+		delete(t.earlyOut, child) // left out at its first stop, already let go
+		return 0, 0, false
+	}
+	if _, ok := t.threads[child]; ok {
+		return 0, 0, false
+	}
+	pid = th.pid
+	if event != unix.PTRACE_EVENT_CLONE {
+		pid = child
+	}
+	return child, pid, true
+}
+
+// addChild adds a thread newChild found, running until its first stop.
+func (t *Tracer) addChild(child, pid, event int) *thread {
+	c := t.addThread(child, pid, false)
+	c.running = true
+	if event != unix.PTRACE_EVENT_CLONE {
+		// A forked child has its own address space (a copy).
+		c.as = t.space(child)
+	}
+	return c
+}
+
 func (t *Tracer) addThread(tid, pid int, stepping bool) *thread {
 	th := &thread{tid: tid, pid: pid, as: t.space(pid), stepping: stepping}
 	th.read = func(addr uint64, buf []byte) int { return readCode(th.tid, addr, buf) }
@@ -908,7 +948,7 @@ func (t *Tracer) detach(th *thread, sig int, reason uint64) {
 	t.endThread(th, reason)
 	t.disarm(th)
 	if th.stepping {
-		sig = t.dropStepTrap(th.tid, sig)
+		sig = t.dropStepTrap(th, sig)
 	}
 	_ = ptraceSig(unix.PTRACE_DETACH, th.tid, sig)
 	t.drop(th.tid)
@@ -920,9 +960,18 @@ func (t *Tracer) detach(th *thread, sig int, reason uint64) {
 // takes job-control traps first; a loaded machine preempts the thread in
 // between): detached there, the thread would die of that SIGTRAP. The
 // thread is resumed without stepping; its next stop delivers the queued
-// trap, which is dropped. sig is the signal to deliver (passed on the
-// first resume); the result is the signal still to deliver at the detach.
-func (t *Tracer) dropStepTrap(tid, sig int) int {
+// trap, which is dropped. A trap not queued yet is taken by running the
+// thread once more and stopping it again (flushStepTrap). sig is the
+// signal to deliver (passed on the first resume); the result is the
+// signal still to deliver at the detach.
+func (t *Tracer) dropStepTrap(th *thread, sig int) int {
+	sig = t.takeQueuedTraps(th.tid, sig)
+	return t.takeQueuedTraps(th.tid, t.flushStepTrap(th, sig))
+}
+
+// takeQueuedTraps resumes th without stepping while a step's trap is
+// queued, dropping each at the stop that delivers it (dropStepTrap).
+func (t *Tracer) takeQueuedTraps(tid, sig int) int {
 	for i := 0; i < 4 && stepTrapQueued(tid); i++ {
 		if ptraceSig(unix.PTRACE_CONT, tid, sig) != nil {
 			return 0
@@ -949,6 +998,55 @@ func (t *Tracer) dropStepTrap(tid, sig int) int {
 		}
 	}
 	return sig
+}
+
+// flushStepTrap runs a stepping thread once more without stepping and
+// stops it again (PTRACE_INTERRUPT), taking the step traps that come
+// meanwhile. A thread stopped on its way out of a system call it was
+// stepped into (a blocking one the session's end interrupted) can report
+// that step's trap only after this stop, once the call completes:
+// detached first, it would die of it. A thread it creates meanwhile is
+// let go at its first stop, and the creator at its creation event. sig
+// and the result are as dropStepTrap's.
+func (t *Tracer) flushStepTrap(th *thread, sig int) int {
+	tid := th.tid
+	for pass := sig; ; {
+		if ptraceSig(unix.PTRACE_CONT, tid, pass) != nil {
+			return 0
+		}
+		if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 {
+			return 0
+		}
+		var ws unix.WaitStatus
+		for {
+			_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+			if !errors.Is(err, unix.EINTR) {
+				if err != nil || !ws.Stopped() {
+					return 0 // it ended
+				}
+				break
+			}
+		}
+		pass = 0
+		switch event := ws.TrapCause(); {
+		case event == unix.PTRACE_EVENT_STOP:
+			return 0
+		case isCreation(event):
+			// Detached here: a vfork's parent, resumed, would wait for
+			// its child, which waits at its first stop for the loop.
+			if child, pid, ok := t.newChild(th, event); ok {
+				t.addChild(child, pid, event).detach = true
+			}
+			return 0
+		case event <= 0:
+			switch s := ws.StopSignal(); {
+			case s == unix.SIGTRAP:
+				t.stats.TrapsDropped++
+			case s != unix.SIGSTOP && s != unix.SIGURG:
+				pass = int(s) // the program's: delivered now
+			}
+		}
+	}
 }
 
 // stepTrapQueued reports whether tid has a single-step trap (si_code
@@ -1261,6 +1359,13 @@ func (t *Tracer) loop() error {
 			if event <= 0 && sig != int(unix.SIGTRAP) && sig != int(unix.SIGURG) && sig != int(unix.SIGSTOP) {
 				pass = sig
 			}
+			if isCreation(event) {
+				// The new thread is ours already (PTRACE_O_TRACECLONE):
+				// let go at its first stop, which the loop waits for.
+				if child, pid, ok := t.newChild(th, event); ok {
+					t.addChild(child, pid, event).detach = true
+				}
+			}
 			t.detach(th, pass, trace.ITraceEndOff)
 			continue
 		}
@@ -1322,26 +1427,11 @@ func (t *Tracer) handleStop(th *thread, sig, event int, regs *unix.PtraceRegs) e
 		// instruction ran since the last stop.
 		switch event {
 		case unix.PTRACE_EVENT_CLONE, unix.PTRACE_EVENT_FORK, unix.PTRACE_EVENT_VFORK:
-			msg, err := unix.PtraceGetEventMsg(tid)
-			if err == nil {
-				child := int(msg)
-				if t.earlyOut[child] {
-					delete(t.earlyOut, child) // left out at its first stop, already let go
-				} else if _, ok := t.threads[child]; !ok {
-					pid := th.pid
-					if event != unix.PTRACE_EVENT_CLONE {
-						pid = child
-					}
-					over := t.full()
-					c := t.addThread(child, pid, false)
-					c.running = true
-					if event != unix.PTRACE_EVENT_CLONE {
-						// A forked child has its own address space (a copy).
-						c.as = t.space(child)
-					}
-					c.startOn = th.stepping && !over // starts at its first stop
-					c.detach = !th.stepping || over
-				}
+			if child, pid, ok := t.newChild(th, event); ok {
+				over := t.full()
+				c := t.addChild(child, pid, event)
+				c.startOn = th.stepping && !over // starts at its first stop
+				c.detach = !th.stepping || over
 			}
 		case unix.PTRACE_EVENT_EXEC:
 			// The address space is new; the old pid's cache goes.
