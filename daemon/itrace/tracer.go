@@ -977,27 +977,41 @@ func (t *Tracer) takeQueuedTraps(tid, sig int) int {
 			return 0
 		}
 		sig = 0
-		var ws unix.WaitStatus
-		for {
-			_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
-			if !errors.Is(err, unix.EINTR) {
-				if err != nil || !ws.Stopped() {
-					return 0 // it ended
-				}
-				break
-			}
+		ws, ok := waitStop(tid)
+		if !ok {
+			return 0 // it ended
 		}
 		if uint32(ws)>>16 != 0 {
 			continue // an event or group stop: no signal is being delivered
 		}
-		switch s := ws.StopSignal(); {
-		case s == unix.SIGTRAP:
-			t.stats.TrapsDropped++
-		case s != unix.SIGSTOP && s != unix.SIGURG:
-			sig = int(s) // the program's: delivered at the detach
-		}
+		sig = t.signalStop(ws) // the program's: delivered at the detach
 	}
 	return sig
+}
+
+// waitStop waits for tid's next stop; false when it ended instead.
+func waitStop(tid int) (unix.WaitStatus, bool) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return ws, err == nil && ws.Stopped()
+		}
+	}
+}
+
+// signalStop sorts a signal-delivery stop met while a thread is let go:
+// a SIGTRAP (a step's) is dropped and counted, SIGSTOP and SIGURG (the
+// tracer's own) are dropped; any other is the program's, returned to be
+// delivered.
+func (t *Tracer) signalStop(ws unix.WaitStatus) int {
+	switch s := ws.StopSignal(); {
+	case s == unix.SIGTRAP:
+		t.stats.TrapsDropped++
+	case s != unix.SIGSTOP && s != unix.SIGURG:
+		return int(s)
+	}
+	return 0
 }
 
 // flushStepTrap runs a stepping thread once more without stepping and
@@ -1017,15 +1031,9 @@ func (t *Tracer) flushStepTrap(th *thread, sig int) int {
 		if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 {
 			return 0
 		}
-		var ws unix.WaitStatus
-		for {
-			_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
-			if !errors.Is(err, unix.EINTR) {
-				if err != nil || !ws.Stopped() {
-					return 0 // it ended
-				}
-				break
-			}
+		ws, ok := waitStop(tid)
+		if !ok {
+			return 0 // it ended
 		}
 		pass = 0
 		switch event := ws.TrapCause(); {
@@ -1039,12 +1047,7 @@ func (t *Tracer) flushStepTrap(th *thread, sig int) int {
 			}
 			return 0
 		case event <= 0:
-			switch s := ws.StopSignal(); {
-			case s == unix.SIGTRAP:
-				t.stats.TrapsDropped++
-			case s != unix.SIGSTOP && s != unix.SIGURG:
-				pass = int(s) // the program's: delivered now
-			}
+			pass = t.signalStop(ws) // the program's: delivered now
 		}
 	}
 }
