@@ -162,9 +162,13 @@ func TestWallClock(t *testing.T) {
 			t.Errorf("%s %s: %d samples in %.0f intervals of %d ms", c.k.method, c.k.state, n[c.k], rounds, ms)
 		}
 	}
-	// both threads lived through the same rounds
-	if d := n[key{"WaitDemo.sleepIn", "TIMED_WAITING"}] - n[key{"WaitDemo.spin", "RUNNABLE"}]; d < -2 || d > 2 {
-		t.Errorf("the sleeper sampled %d times, the spinner %d: every round samples both", n[key{"WaitDemo.sleepIn", "TIMED_WAITING"}], n[key{"WaitDemo.spin", "RUNNABLE"}])
+	// Every round samples both threads while both live: the difference of
+	// their counts is the difference of their lives in rounds (the
+	// sleeper's last sleep can end a few rounds after the spinner stopped).
+	d := float64(n[key{"WaitDemo.sleepIn", "TIMED_WAITING"}] - n[key{"WaitDemo.spin", "RUNNABLE"}])
+	if want := (slept - spun) / (ms * 1e6); d < want-2 || d > want+2 {
+		t.Errorf("the sleeper sampled %d times, the spinner %d (%.1f rounds apart in the program's times): every round samples both",
+			n[key{"WaitDemo.sleepIn", "TIMED_WAITING"}], n[key{"WaitDemo.spin", "RUNNABLE"}], want)
 	}
 	f := readFolded(t, filepath.Join(dir, "jprof-"+strconv.Itoa(pid)+"-wall.folded"))
 	var sleeperFolded int64
