@@ -427,6 +427,14 @@ func (t *Tracer) addChild(child, pid, event int) *thread {
 	return c
 }
 
+// letChildGo registers the thread th's creation event made, to be let go
+// at its first stop (which the loop waits for), untraced.
+func (t *Tracer) letChildGo(th *thread, event int) {
+	if child, pid, ok := t.newChild(th, event); ok {
+		t.addChild(child, pid, event).detach = true
+	}
+}
+
 func (t *Tracer) addThread(tid, pid int, stepping bool) *thread {
 	th := &thread{tid: tid, pid: pid, as: t.space(pid), stepping: stepping}
 	th.read = func(addr uint64, buf []byte) int { return readCode(th.tid, addr, buf) }
@@ -1028,7 +1036,7 @@ func (t *Tracer) flushStepTrap(th *thread, sig int) int {
 		if ptraceSig(unix.PTRACE_CONT, tid, pass) != nil {
 			return 0
 		}
-		if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0); e != 0 {
+		if ptraceSig(unix.PTRACE_INTERRUPT, tid, 0) != nil {
 			return 0
 		}
 		ws, ok := waitStop(tid)
@@ -1042,9 +1050,7 @@ func (t *Tracer) flushStepTrap(th *thread, sig int) int {
 		case isCreation(event):
 			// Detached here: a vfork's parent, resumed, would wait for
 			// its child, which waits at its first stop for the loop.
-			if child, pid, ok := t.newChild(th, event); ok {
-				t.addChild(child, pid, event).detach = true
-			}
+			t.letChildGo(th, event)
 			return 0
 		case event <= 0:
 			pass = t.signalStop(ws) // the program's: delivered now
@@ -1363,11 +1369,8 @@ func (t *Tracer) loop() error {
 				pass = sig
 			}
 			if isCreation(event) {
-				// The new thread is ours already (PTRACE_O_TRACECLONE):
-				// let go at its first stop, which the loop waits for.
-				if child, pid, ok := t.newChild(th, event); ok {
-					t.addChild(child, pid, event).detach = true
-				}
+				// The new thread is ours already (PTRACE_O_TRACECLONE).
+				t.letChildGo(th, event)
 			}
 			t.detach(th, pass, trace.ITraceEndOff)
 			continue
