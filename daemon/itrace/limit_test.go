@@ -267,3 +267,60 @@ func dieWithTest(cmd *exec.Cmd) {
 	runtime.LockOSThread()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// vforker says "ready", then vforks children that exit at once, until
+// killed.
+const vforker = `#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(void)
+{
+	printf("ready\n");
+	fflush(stdout);
+	for (;;) {
+		pid_t c = vfork();
+		if (c == 0)
+			_exit(0);
+		if (c > 0)
+			waitpid(c, 0, 0);
+	}
+}
+`
+
+// TestSessionsEndWhileVforking: sessions following children end while
+// the process vforks all the time (a vfork's parent waits for its child,
+// which the session holds at its first stop until the session lets it
+// go): every session ends, the process lives on untraced.
+func TestSessionsEndWhileVforking(t *testing.T) {
+	cmd := exec.Command(buildC(t, "vforker", vforker))
+	dieWithTest(cmd)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
+		t.Fatalf("the program: %q %v", l, err)
+	}
+	pid := cmd.Process.Pid
+	for i := 0; i < 300; i++ {
+		tr, err := Start(Options{PIDs: []int{pid}, Follow: true}, &capture{})
+		if err != nil {
+			t.Fatalf("attach %d to a process vforking: %v%s", i, err, ended(cmd))
+		}
+		go tr.Stop() // (Stop waits for the end)
+		select {
+		case <-tr.Done():
+		case <-time.After(time.Minute):
+			t.Fatalf("session %d did not end in a minute", i)
+		}
+		if e := ended(cmd); e != "" {
+			t.Fatalf("after session %d%s", i, e)
+		}
+		for tid, st := range taskStates(t, pid) {
+			if !strings.HasSuffix(st, "tracer 0") {
+				t.Fatalf("after session %d, thread %d: %s", i, tid, st)
+			}
+		}
+	}
+}
