@@ -14,7 +14,6 @@ package merge
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"perfinsp/format/trace"
@@ -39,17 +38,28 @@ type Node struct {
 	Parent   *Node
 	Children []*Node
 	index    map[string]*Node
-	Level    int
-	RL       int  // how many nodes of this name are on the path, itself included
-	Sampled  bool // created by a sample, not by an entry event
-	Calls    uint64
-	Base     uint64 // time while this node was current (trace clock)
-	Cum      uint64 // Base of this node and everything below it
-	Ticks    uint64 // ticks that landed in this node
-	CumTicks uint64 // Ticks of this node and everything below it
+	// the child child returned last
+	lastChild *Node
+	Level     int
+	RL        int  // how many nodes of this name are on the path, itself included
+	Sampled   bool // created by a sample, not by an entry event
+	Calls     uint64
+	Base      uint64 // time while this node was current (trace clock)
+	Cum       uint64 // Base of this node and everything below it
+	Ticks     uint64 // ticks that landed in this node
+	CumTicks  uint64 // Ticks of this node and everything below it
 }
 
 func (n *Node) child(name string, sampled bool) *Node {
+	if c := n.lastChild; c != nil && c.Sampled == sampled && c.Name == name {
+		return c // a loop calls one method again and again
+	}
+	c := n.findChild(name, sampled)
+	n.lastChild = c
+	return c
+}
+
+func (n *Node) findChild(name string, sampled bool) *Node {
 	key := name
 	if sampled {
 		key = "+" + name
@@ -91,30 +101,57 @@ type Thread struct {
 	// the node the thread's last tick landed in, while an UNWIND record
 	// of that tick may still follow
 	lastTick *Node
-	// the thread's events and ticks as they came; Finish replays them in
-	// time order (records of one thread can reach the trace out of order:
-	// an agent's batches, several CPUs)
-	items []item
+	// the thread's events and ticks as they came, in blocks of at most
+	// blockItems; Finish replays them in time order (records of one
+	// thread can reach the trace out of order: an agent's batches,
+	// several CPUs)
+	blocks [][]item
+	ticks  []tick // what each tick item refers to
 }
 
-// item is one event or tick of a thread.
+// item is one event or tick of a thread: its time and what it refers to,
+// 16 bytes with no pointer. A trace holds tens of millions of method
+// events and all of them wait for Finish: kept with their names and call
+// stacks they took several times the trace's size in memory, and the
+// garbage collector scanned every one.
 type item struct {
-	time   uint64
-	kind   uint8 // itemEnter, itemExit, itemTick
-	name   string
-	frames []string // a tick's call stack, root first (nil: none)
-	// an event of a method not named yet when it was read: named by id
-	// at Finish (its JIT_METHOD can come later in the merged trace: an
-	// agent's batch reaches a CPU's buffer after records of later times)
-	id   uint64
-	byID bool
+	time uint64
+	ref  uint32 // kind<<refKindShift | index: a method (Merger.methods) or a tick (Thread.ticks)
 }
 
 const (
 	itemEnter = iota
 	itemExit
 	itemTick
+
+	refKindShift = 30
+	refIndexMax  = 1<<refKindShift - 1
+
+	// blockItems bounds a thread's blocks of items: the first grows to it
+	// by doubling, the next ones are made whole (no copy of everything
+	// before).
+	blockItems = 1 << 20
 )
+
+func (it item) kind() uint32 { return it.ref >> refKindShift }
+func (it item) index() int   { return int(it.ref & refIndexMax) }
+
+// tick is a tick item's name and call stack (root first; nil: none).
+type tick struct {
+	name   string
+	frames []string
+}
+
+// method is what an event item names: a method id of a process, with the
+// name it had when the event was read (named), or to be named at Finish
+// (its JIT_METHOD can come later in the merged trace: an agent's batch
+// reaches a CPU's buffer after records of later times).
+type method struct {
+	pid   uint32
+	id    uint64
+	name  string
+	named bool
+}
 
 func (t *Thread) cur() *Node { return t.stack[len(t.stack)-1] }
 
@@ -122,7 +159,12 @@ func (t *Thread) cur() *Node { return t.stack[len(t.stack)-1] }
 type Merger struct {
 	Threads []*Thread
 	byTID   map[[2]uint32]*Thread
-	names   map[[2]uint64]string // (pid, method id) -> name
+	// the thread of the last record
+	lastThread *Thread
+	names      map[[2]uint64]string // (pid, method id) -> its latest name
+	methods    []method             // what event items refer to
+	current    map[[2]uint64]uint32 // (pid, method id) -> its method now
+	byName     map[string]uint32    // the methods of Enter and Exit (named by the caller)
 	// IsInterpreter says whether a tick's name is the interpreter's code
 	// (default: HotSpot's generated interpreter, named "Interpreter" by
 	// the JVM's DynamicCodeGenerated event).
@@ -136,7 +178,7 @@ type Merger struct {
 // New returns an empty merger.
 func New() *Merger {
 	return &Merger{byTID: map[[2]uint32]*Thread{}, names: map[[2]uint64]string{}, Problems: map[string]uint64{},
-		IsInterpreter: DefaultIsInterpreter}
+		current: map[[2]uint64]uint32{}, byName: map[string]uint32{}, IsInterpreter: DefaultIsInterpreter}
 }
 
 // DefaultIsInterpreter is true for HotSpot's template interpreter (the
@@ -150,19 +192,32 @@ func (m *Merger) problem(format string, a ...any) { m.Problems[fmt.Sprintf(forma
 // Thread returns the tree of a thread, creating it.
 func (m *Merger) Thread(pid, tid uint32) *Thread {
 	k := [2]uint32{pid, tid}
+	if t := m.lastThread; t != nil && t.PID == pid && t.TID == tid {
+		return t // records come in runs of one thread
+	}
 	if t := m.byTID[k]; t != nil {
+		m.lastThread = t
 		return t
 	}
 	root := &Node{Name: RootName, Calls: 1, RL: 1}
 	t := &Thread{PID: pid, TID: tid, Root: root, stack: []*Node{root}}
 	m.byTID[k] = t
 	m.Threads = append(m.Threads, t)
+	m.lastThread = t
 	return t
 }
 
-// MethodName names a method id of a process (JIT_METHOD records).
+// MethodName names a method id of a process (JIT_METHOD records): the
+// name of its events read from now on, and of those read before that no
+// name reached.
 func (m *Merger) MethodName(pid uint32, id uint64, name string) {
-	m.names[[2]uint64{uint64(pid), id}] = name
+	k := [2]uint64{uint64(pid), id}
+	m.names[k] = name
+	if i, ok := m.current[k]; ok && m.methods[i].named && m.methods[i].name == name {
+		return
+	}
+	m.current[k] = uint32(len(m.methods))
+	m.methods = append(m.methods, method{pid: pid, id: id, name: name, named: true})
 }
 
 func (m *Merger) methodName(pid uint32, id uint64) string {
@@ -170,6 +225,62 @@ func (m *Merger) methodName(pid uint32, id uint64) string {
 		return n
 	}
 	return fmt.Sprintf("method@0x%x", id)
+}
+
+// methodOf is the method an event of (pid, id) read now refers to.
+func (m *Merger) methodOf(pid uint32, id uint64) uint32 {
+	k := [2]uint64{uint64(pid), id}
+	if i, ok := m.current[k]; ok {
+		return i
+	}
+	i := uint32(len(m.methods))
+	m.methods = append(m.methods, method{pid: pid, id: id})
+	m.current[k] = i
+	return i
+}
+
+// namedMethod is the method of Enter and Exit's name.
+func (m *Merger) namedMethod(name string) uint32 {
+	if i, ok := m.byName[name]; ok {
+		return i
+	}
+	i := uint32(len(m.methods))
+	m.methods = append(m.methods, method{name: name, named: true})
+	m.byName[name] = i
+	return i
+}
+
+// add appends an item to the thread's last block, or to a new one.
+func (m *Merger) add(t *Thread, time uint64, kind uint32, index int) {
+	if index > refIndexMax {
+		m.problem("more than %d methods or ticks of a thread (the rest ignored)", refIndexMax+1)
+		return
+	}
+	n := len(t.blocks)
+	if n == 0 {
+		t.blocks = append(t.blocks, make([]item, 0, 16))
+		n++
+	} else if len(t.blocks[n-1]) == blockItems {
+		t.blocks = append(t.blocks, make([]item, 0, blockItems))
+		n++
+	}
+	b := t.blocks[n-1]
+	if len(b) == cap(b) {
+		nb := make([]item, len(b), min(2*cap(b), blockItems))
+		copy(nb, b)
+		b = nb
+	}
+	t.blocks[n-1] = append(b, item{time: time, ref: kind<<refKindShift | uint32(index)})
+}
+
+// lastItem is the thread's newest item (nil: none).
+func (t *Thread) lastItem() *item {
+	if n := len(t.blocks); n > 0 {
+		if b := t.blocks[n-1]; len(b) > 0 {
+			return &b[len(b)-1]
+		}
+	}
+	return nil
 }
 
 // charge gives the time since the thread's last event to its current node.
@@ -185,29 +296,28 @@ func (t *Thread) charge(now uint64) {
 
 // Enter is a method entry of a thread at time now.
 func (m *Merger) Enter(pid, tid uint32, now uint64, name string) {
-	t := m.Thread(pid, tid)
-	t.items = append(t.items, item{time: now, kind: itemEnter, name: name})
+	m.add(m.Thread(pid, tid), now, itemEnter, int(m.namedMethod(name)))
 }
 
 // Exit is a method exit of a thread at time now.
 func (m *Merger) Exit(pid, tid uint32, now uint64, name string) {
-	t := m.Thread(pid, tid)
-	t.items = append(t.items, item{time: now, kind: itemExit, name: name})
+	m.add(m.Thread(pid, tid), now, itemExit, int(m.namedMethod(name)))
 }
 
 // Tick is a tprof sample of a thread at time now; name is what its PC
 // resolves to ("" when unknown).
 func (m *Merger) Tick(pid, tid uint32, now uint64, name string) {
 	t := m.Thread(pid, tid)
-	t.items = append(t.items, item{time: now, kind: itemTick, name: name})
+	t.ticks = append(t.ticks, tick{name: name})
+	m.add(t, now, itemTick, len(t.ticks)-1)
 }
 
 // Unwind is the call stack of the thread's last tick (names, the root
 // first, the interrupted frame last).
 func (m *Merger) Unwind(pid, tid uint32, frames []string) {
 	t := m.Thread(pid, tid)
-	if n := len(t.items); n > 0 && t.items[n-1].kind == itemTick && t.items[n-1].frames == nil {
-		t.items[n-1].frames = frames
+	if it := t.lastItem(); it != nil && it.kind() == itemTick && t.ticks[it.index()].frames == nil {
+		t.ticks[it.index()].frames = frames
 		return
 	}
 	m.problem("call stack with no tick of its thread before it (ignored)")
@@ -315,16 +425,11 @@ func (m *Merger) Record(rec *trace.Record, name func(pid uint32, pc uint64, kern
 		id := rec.Fixed[2]&0xffffffff | rec.Fixed[3]<<32
 		switch rec.Minor {
 		case MinorEntry, MinorExit:
-			kind := uint8(itemEnter)
+			kind := uint32(itemEnter)
 			if rec.Minor == MinorExit {
 				kind = itemExit
 			}
-			t := m.Thread(pid, tid)
-			if n, ok := m.names[[2]uint64{uint64(pid), id}]; ok {
-				t.items = append(t.items, item{time: rec.Time, kind: kind, name: n})
-			} else {
-				t.items = append(t.items, item{time: rec.Time, kind: kind, id: id, byID: true})
-			}
+			m.add(m.Thread(pid, tid), rec.Time, kind, int(m.methodOf(pid, id)))
 		default:
 			return fmt.Errorf("merge: unknown %s record minor 0x%x at time %d (want 0x%x entry or 0x%x exit)", trace.MajorName(rec.Major), rec.Minor, rec.Time, MinorEntry, MinorExit)
 		}
@@ -366,26 +471,31 @@ func (m *Merger) Record(rec *trace.Record, name func(pid uint32, pc uint64, kern
 // the time of an event keeps its record order) and computes the cumulative values.
 // Call it once, after the last record.
 func (m *Merger) Finish() {
+	names := make([]string, len(m.methods))
+	for i, me := range m.methods {
+		names[i] = me.name
+		if !me.named {
+			names[i] = m.methodName(me.pid, me.id)
+		}
+	}
 	for _, t := range m.Threads {
-		sort.SliceStable(t.items, func(i, j int) bool { return t.items[i].time < t.items[j].time })
-		for _, it := range t.items {
-			if it.byID {
-				it.name = m.methodName(t.PID, it.id)
-			}
-			switch it.kind {
+		t.replay(func(it item) {
+			switch it.kind() {
 			case itemEnter:
-				m.enter(t, it.time, it.name)
+				m.enter(t, it.time, names[it.index()])
 			case itemExit:
-				m.exit(t, it.time, it.name)
+				m.exit(t, it.time, names[it.index()])
 			case itemTick:
-				m.tick(t, it.name)
-				if it.frames != nil {
-					m.unwind(t, it.frames)
+				tk := &t.ticks[it.index()]
+				m.tick(t, tk.name)
+				if tk.frames != nil {
+					m.unwind(t, tk.frames)
 				}
 			}
-		}
-		t.items = nil
+		})
+		t.blocks, t.ticks = nil, nil
 	}
+	m.methods = nil
 	for _, t := range m.Threads {
 		var sum func(n *Node)
 		sum = func(n *Node) {

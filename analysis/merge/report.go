@@ -231,6 +231,7 @@ func (m *Merger) Profile(units string) *profile.Profile {
 	loc := pprofloc.New(p).Named
 	for _, t := range m.Threads {
 		label := fmt.Sprintf("pid_%d_tid_%d", t.PID, t.TID)
+		labels := map[string][]string{"thread": {label}} // one for the thread's samples: a tree has millions
 		t.Root.Walk(func(n *Node) {
 			if n.Ticks == 0 && n.Base == 0 {
 				return
@@ -241,7 +242,7 @@ func (m *Merger) Profile(units string) *profile.Profile {
 			}
 			stack = append(stack, loc(label))
 			p.Sample = append(p.Sample, &profile.Sample{Location: stack, Value: []int64{int64(n.Ticks), int64(n.Base)},
-				Label: map[string][]string{"thread": {label}}})
+				Label: labels})
 		})
 	}
 	return p
