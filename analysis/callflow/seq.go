@@ -152,11 +152,25 @@ func SequenceMinima(threads []*Thread, k SeqKey) *Minima {
 // SequenceMinimaErr is SequenceMinima with the first error reading a
 // thread file (the minima then cover what was read).
 func SequenceMinimaErr(threads []*Thread, k SeqKey) (*Minima, error) {
-	m := NewMinima(k)
+	// by key in arrays while the events stream (an interval each), then
+	// into the table
+	low, count := make([]uint64, k.Size()), make([]uint64, k.Size())
+	add := func(s int, d uint64) {
+		if count[s] == 0 || d < low[s] {
+			low[s] = d
+		}
+		count[s]++
+	}
 	var first error
 	for _, t := range threads {
-		if _, err := build(t, Calibration{}, func(s int, d uint64) { m.Add(s, d) }, k); err != nil && first == nil {
+		if _, err := build(t, Calibration{}, add, k); err != nil && first == nil {
 			first = err
+		}
+	}
+	m := NewMinima(k)
+	for s, c := range count {
+		if c > 0 {
+			m.Min[s], m.Count[s] = low[s], c
 		}
 	}
 	return m, first

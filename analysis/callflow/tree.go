@@ -131,6 +131,9 @@ type builder struct {
 	prevTrans int
 	prevM1    uint8
 	have, off bool
+	// what the calibration takes off an interval, by sequence key
+	// (cal.Minima.Off of every key, looked up once)
+	offs []uint64
 }
 
 // build is Build; interval, if set, gets each interval's sequence key
@@ -139,6 +142,12 @@ func build(t *Thread, cal Calibration, interval func(key int, d uint64), k SeqKe
 	b := &builder{tr: &Tree{PID: t.PID, TID: t.TID, Life: t.Life, Root: newNode(nil, 0)}, cal: cal, interval: interval, k: k, prevTrans: -1}
 	b.stack = []*Node{b.tr.Root}
 	b.sps = []uint64{^uint64(0)}
+	if cal.Minima != nil {
+		b.offs = make([]uint64, k.Size())
+		for key := range b.offs {
+			b.offs[key] = cal.Minima.Off(key)
+		}
+	}
 	err := t.Each(b.add)
 	tr := b.tr
 	tr.Partial = t.Partial || err != nil
