@@ -93,6 +93,7 @@ type Module struct {
 	idOnce   sync.Once
 	buildID  string
 	mappings []*mapping // the files mapped for the module (Release)
+	inl      inlineInfo // the calls inlined, from DWARF (InlineCalls)
 }
 
 type lineRow struct {
