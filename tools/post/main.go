@@ -158,7 +158,32 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 	if o.noCache {
 		o.cacheDir = ""
 	}
+	if writesTo(c, stdout) {
+		stdout = stderr // post's word on what it wrote would go into the report
+	}
 	return post(o, stdout, stderr)
+}
+
+// writesTo tells whether a file option (--pprof, --folded, --script, ...)
+// names the file or pipe that out is: /dev/stdout, or the file stdout was
+// redirected to (not a device: /dev/null or a terminal takes both).
+func writesTo(c *cli.Context, out io.Writer) bool {
+	f, ok := out.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeDevice != 0 {
+		return false
+	}
+	for _, name := range c.FlagNames() {
+		if path := c.String(name); path != "" {
+			if pi, err := os.Stat(path); err == nil && os.SameFile(fi, pi) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rewrite opens path to be written from its start, as create, but
