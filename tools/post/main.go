@@ -427,7 +427,20 @@ func (o *options) resolver(f *nrm2.File) *a2n.Resolver {
 	r.PerfMapDir = o.perfmap
 	r.Cache.Root = o.root
 	r.KernelRelease = f.Header.KernelRelease // (tprof's: names [vdso] when this is that kernel)
+	r.Clock = wallClock(f.Header)
 	return r
+}
+
+// wallClock turns a record time of a trace with header h into wall time,
+// ns since the epoch (nil: the header does not say how).
+func wallClock(h nrm2.Header) func(uint64) int64 {
+	if h.ClockHz == 0 || h.StartWallNs == 0 {
+		return nil
+	}
+	return func(t uint64) int64 {
+		d := float64(int64(t - h.StartClockNs))
+		return int64(h.StartWallNs) + int64(d*1e9/float64(h.ClockHz))
+	}
 }
 
 // passes makes the record passes o asks for, in the order they take each
