@@ -84,7 +84,10 @@ func (t *lineTable) find(va uint64) (string, int, bool) {
 
 // lineCacheKey is the key of m's line table: the module's identity and
 // that of the file holding its DWARF now (nil: not cacheable).
-func (m *Module) lineCacheKey() []byte {
+func (m *Module) lineCacheKey() []byte { return m.dwarfCacheKey("lines") }
+
+// dwarfCacheKey is the key of a table of kind made from m's DWARF.
+func (m *Module) dwarfCacheKey(kind string) []byte {
 	if m.linesDir == "" || m.linesKey == nil || m.dwPath == "" {
 		return nil
 	}
@@ -96,7 +99,7 @@ func (m *Module) lineCacheKey() []byte {
 	if id == nil {
 		return nil
 	}
-	return append(append(append([]byte("lines\x00"), m.linesKey...), "\x00"+m.dwPath+"\x00"...), id...)
+	return append(append(append([]byte(kind+"\x00"), m.linesKey...), "\x00"+m.dwPath+"\x00"...), id...)
 }
 
 // cachedLines gives m its whole line table from the table cache, or reads

@@ -93,6 +93,7 @@ type Module struct {
 	idOnce   sync.Once
 	buildID  string
 	mappings []*mapping // the files mapped for the module (Release)
+	inl      inlineInfo // the calls inlined, from DWARF (InlineCalls)
 }
 
 type lineRow struct {
@@ -617,6 +618,9 @@ type Cache struct {
 	// Dir, if set, is the table cache: parsed tables are kept there and
 	// read by later runs (tablecache.go).
 	Dir string
+	// mapped is when each module path was first mapped in the trace
+	// (wall ns; changed.go).
+	mapped map[string]int64
 	// MapTables maps the cached tables rather than reading them: for a
 	// caller that names a few addresses of each module and releases it
 	// (Module.Release), only the pages its searches touch are read.
@@ -717,6 +721,9 @@ func (c *Cache) Problems() []string {
 		}
 		if m.Warning != "" {
 			out = append(out, m.Path+": "+m.Warning)
+		}
+		if msg := c.changedSinceMapped(m); msg != "" {
+			out = append(out, msg)
 		}
 	}
 	sort.Strings(out)

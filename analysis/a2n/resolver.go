@@ -65,6 +65,10 @@ type Resolver struct {
 	// on (its header): [vdso] addresses are named from this kernel's vDSO
 	// only when it matches (see vdso.go).
 	KernelRelease string
+	// Clock turns a record's time into wall time (ns since the epoch; nil:
+	// not known). With it, Problems names a module whose file changed
+	// after it was first mapped in the trace (changed.go).
+	Clock func(t uint64) int64
 }
 
 type kmod struct {
@@ -315,6 +319,9 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 	case trace.MTESegment:
 		p := r.proc(uint32(rec.Field(0)))
 		p.addSeg(Segment{Start: rec.Field(1), Size: rec.Field(2), Offset: rec.Field(3), Path: rec.Str})
+		if r.Clock != nil {
+			r.Cache.mappedAt(rec.Str, r.Clock(rec.Time))
+		}
 	case trace.MTEUnmap:
 		p := r.proc(uint32(rec.Field(0)))
 		p.unmap(rec.Field(1), rec.Field(2))

@@ -54,6 +54,7 @@ type spanPos struct {
 	mod  string
 	addr uint64
 	last int64
+	file string
 	line int
 }
 
@@ -75,6 +76,7 @@ type place struct {
 	key  string
 	plt  bool
 	off  uint64
+	file string // the source file of line ("": not known)
 	line int
 	addr uint64
 	mod  string // the module of addr, when addr is its file's address
@@ -94,6 +96,7 @@ type blockThread struct {
 // blockPos is a block's first instruction and its source line.
 type blockPos struct {
 	addr uint64
+	file string // the source file of line: an inlined function's may not be its function's
 	line int
 }
 
@@ -119,8 +122,8 @@ func (bl *Blocks) place(pid uint32, addr uint64) place {
 	if p, ok := bl.places[k]; ok {
 		return p
 	}
-	fn, off, _, line := bl.namer.Func(pid, addr)
-	p := place{key: Key(fn), plt: fn.PLT, off: off, line: line, addr: addr}
+	fn, off, file, line := bl.namer.Func(pid, addr)
+	p := place{key: Key(fn), plt: fn.PLT, off: off, file: file, line: line, addr: addr}
 	if bl.fa != nil {
 		if a, ok := bl.fa.FileAddr(pid, addr); ok {
 			p.addr, p.mod = a, fn.Module
@@ -224,9 +227,9 @@ func (bl *Blocks) block(th *blockThread, count uint32, last int64) {
 	if bl.OnBlock != nil && p.mod != "" {
 		bl.OnBlock(p.mod, p.addr, last, count)
 	}
-	k, line := p.key, p.line
+	k, file, line := p.key, p.file, p.line
 	if p.plt && th.lastFn != "" {
-		k, line = th.lastFn, 0
+		k, file, line = th.lastFn, "", 0
 	}
 	th.lastFn = k
 	if p.off == 0 && !p.plt {
@@ -243,7 +246,7 @@ func (bl *Blocks) block(th *blockThread, count uint32, last int64) {
 			m = map[spanPos]*spanRuns{}
 			bl.spans[k] = m
 		}
-		sp := spanPos{p.mod, p.addr, last, line}
+		sp := spanPos{p.mod, p.addr, last, file, line}
 		r := m[sp]
 		if r == nil {
 			r = &spanRuns{}
@@ -258,5 +261,5 @@ func (bl *Blocks) block(th *blockThread, count uint32, last int64) {
 		m = map[blockPos]uint64{}
 		bl.counts[k] = m
 	}
-	m[blockPos{p.addr, line}] += uint64(count)
+	m[blockPos{p.addr, file, line}] += uint64(count)
 }

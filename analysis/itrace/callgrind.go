@@ -58,7 +58,7 @@ func (rep *Report) WriteCallgrindWith(out io.Writer, o CallgrindOptions) error {
 		k := Key(fs.Func)
 		fmt.Fprintf(w, "ob=%s\nfl=%s\nfn=%s\n", names.get("ob", fs.Module), names.get("fl", orUnknown(fs.File)), names.get("fn", fs.Name))
 		if o.Blocks != nil {
-			o.Blocks.writeCosts(w, k, fs)
+			o.Blocks.writeCosts(w, &names, k, fs)
 		} else {
 			lines := make([]int, 0, len(fs.Lines))
 			for l := range fs.Lines {
@@ -98,8 +98,11 @@ func (rep *Report) WriteCallgrindWith(out io.Writer, o CallgrindOptions) error {
 
 // writeCosts writes function k's cost lines by instruction: its blocks in
 // address order (and, should the blocks hold fewer instructions than the
-// function's count, the rest at address 0).
-func (bl *Blocks) writeCosts(w *bufio.Writer, k string, fs *FuncStats) {
+// function's count, the rest at address 0). A line of another file than
+// the function's (a function inlined from a header) follows an fi= line
+// naming its file, as callgrind writes it; the file goes back to the
+// function's (fe=) before the next line of it and before the calls.
+func (bl *Blocks) writeCosts(w *bufio.Writer, names *cgNames, k string, fs *FuncStats) {
 	m := bl.counts[k]
 	if spans := bl.spans[k]; len(spans) > 0 {
 		m = bl.spread(m, spans)
@@ -116,9 +119,26 @@ func (bl *Blocks) writeCosts(w *bufio.Writer, k string, fs *FuncStats) {
 		}
 		return pos[i].line < pos[j].line
 	})
+	fnFile := orUnknown(fs.File)
+	cur := fnFile
+	setFile := func(file string) {
+		if file == cur {
+			return
+		}
+		kind := "fi"
+		if file == fnFile {
+			kind = "fe"
+		}
+		fmt.Fprintf(w, "%s=%s\n", kind, names.get("fl", file))
+		cur = file
+	}
 	for _, p := range pos {
+		if p.file != "" {
+			setFile(p.file)
+		}
 		fmt.Fprintf(w, "0x%x %d %d\n", p.addr, p.line, m[p])
 	}
+	setFile(fnFile)
 	if sum < fs.Exclusive || len(pos) == 0 {
 		fmt.Fprintf(w, "0 %d %d\n", fs.Line, fs.Exclusive-min(sum, fs.Exclusive))
 	}
@@ -133,22 +153,22 @@ func (bl *Blocks) spread(m map[blockPos]uint64, spans map[spanPos]*spanRuns) map
 	for p, n := range m {
 		out[p] += n
 	}
-	lines := map[[2]any]int{}
+	lines := map[[2]any]blockPos{}
 	for sp, r := range spans {
 		ok := bl.Spreader.Spread(sp.mod, sp.addr, sp.last, r.runs, r.insns, func(va, n uint64) {
 			key := [2]any{sp.mod, va}
-			line, known := lines[key]
+			pos, known := lines[key]
 			if !known {
-				line = sp.line
-				if _, l, ok := bl.Spreader.Line(sp.mod, va); ok {
-					line = l
+				pos = blockPos{va, sp.file, sp.line}
+				if f, l, ok := bl.Spreader.Line(sp.mod, va); ok {
+					pos.file, pos.line = f, l
 				}
-				lines[key] = line
+				lines[key] = pos
 			}
-			out[blockPos{va, line}] += n
+			out[pos] += n
 		})
 		if !ok {
-			out[blockPos{sp.addr, sp.line}] += r.insns
+			out[blockPos{sp.addr, sp.file, sp.line}] += r.insns
 		}
 	}
 	return out

@@ -104,3 +104,80 @@ func TestCallgrindInstructionPositions(t *testing.T) {
 		t.Fatalf("callgrind_annotate main %s, want %d:\n%s", mainIr[1], got["main"].Self, ann)
 	}
 }
+
+// headerPlacer is filesPlacer whose program addresses 0x...0f and
+// 0x...10 have their lines in a header, inl.h (a function inlined from
+// it).
+type headerPlacer struct{ filesPlacer }
+
+func (p headerPlacer) Line(mod string, va uint64) (string, int, bool) {
+	if mod == "/bin/prog" && va&0xff >= 0x0f && va&0xff <= 0x10 {
+		return "inl.h", int(va&0xff) + 100, true
+	}
+	return p.filesPlacer.Line(mod, va)
+}
+
+// TestCallgrindInlinedFileLines: instructions whose source lines are in
+// another file than their function's (a header's inlined function) are
+// given to that file's lines (fi=), as callgrind gives them, not to the
+// function's file at the header's line numbers: callgrind_annotate
+// reports them as inl.h:main, the rest of main as prog.c:main.
+func TestCallgrindInlinedFileLines(t *testing.T) {
+	path, err := exec.LookPath("callgrind_annotate")
+	if err != nil {
+		testenv.Missing(t, "callgrind_annotate is not installed (valgrind; scripts/deps/itrace.txt)")
+	}
+	rep := NewReport(fileNamer{}, nil)
+	bl := NewBlocks(fileNamer{})
+	bl.Spreader = headerPlacer{}
+	for _, r := range exampleStream() {
+		rep.Apply(r)
+		bl.Apply(r)
+	}
+	rep.Finish()
+	var buf bytes.Buffer
+	if err := rep.WriteCallgrindWith(&buf, CallgrindOptions{Cmd: "prog", Blocks: bl}); err != nil {
+		t.Fatal(err)
+	}
+	// main's instructions at addresses whose line is in inl.h, by the
+	// cost lines' addresses
+	var inHeader, inMain uint64
+	fn := ""
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.HasPrefix(l, "fn=") || strings.HasPrefix(l, "cob=") { // (a call's cost line is no instruction's)
+			fn = l
+		}
+		f := strings.Fields(l)
+		if !strings.HasPrefix(fn, "fn=(1) main") || len(f) != 3 || !strings.HasPrefix(f[0], "0x") {
+			continue
+		}
+		addr, _ := strconv.ParseUint(f[0][2:], 16, 64)
+		n, _ := strconv.ParseUint(f[2], 10, 64)
+		inMain += n
+		if file, _, _ := (headerPlacer{}).Line("/bin/prog", addr); file == "inl.h" {
+			inHeader += n
+		}
+	}
+	if inHeader == 0 || inHeader == inMain {
+		t.Fatalf("main: %d of %d instructions at inl.h's lines (want some, not all):\n%s", inHeader, inMain, buf.String())
+	}
+	file := filepath.Join(t.TempDir(), "callgrind.out")
+	if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ann, err := exec.Command(path, file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("callgrind_annotate: %v\n%s", err, ann)
+	}
+	irOf := func(fileFn string) uint64 {
+		m := regexp.MustCompile(`(?m)^\s*([0-9,]+) \([0-9.]+%\)\s+` + regexp.QuoteMeta(fileFn) + `( \[/bin/prog\])?$`).FindSubmatch(ann)
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.ParseUint(strings.ReplaceAll(string(m[1]), ",", ""), 10, 64)
+		return n
+	}
+	if h, p := irOf("inl.h:main"), irOf("prog.c:main"); h != inHeader || h+p != rep.Funcs[Key(Func{Name: "main", Module: "/bin/prog"})].Exclusive {
+		t.Fatalf("callgrind_annotate: inl.h:main %d (want %d), prog.c:main %d:\n%s\n%s", h, inHeader, p, ann, buf.String())
+	}
+}

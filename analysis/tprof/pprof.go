@@ -208,20 +208,46 @@ func (ap *addrProfile) location(i int32) *profile.Location {
 	m := ap.mapping(mapKey{file: l.Module(), start: start, offset: off}, l)
 	m.BuildID = mod.BuildID()
 	fn := ap.function(res, mod, l.FileOffset())
-	line := profile.Line{Function: fn}
+	lines := []profile.Line{{Function: fn}}
 	if va, ok := mod.VAddr(l.FileOffset()); ok {
 		if file, n, ok := mod.Line(va); ok {
-			line.Line = int64(n)
-			if fn.Filename == "" {
-				fn.Filename = file
-			}
+			lines = ap.inlinedLines(res.Module, fn, mod.InlineCalls(va), file, int64(n))
 			m.HasFilenames, m.HasLineNumbers = true, true
 		}
 	}
-	loc := &profile.Location{ID: uint64(len(ap.p.Location) + 1), Mapping: m, Address: l.Addr(), Line: []profile.Line{line}}
+	loc := &profile.Location{ID: uint64(len(ap.p.Location) + 1), Mapping: m, Address: l.Addr(), Line: lines}
 	ap.p.Location = append(ap.p.Location, loc)
 	ap.byLoc[i] = loc
 	return loc
+}
+
+// inlinedLines are the lines of an address in fn whose source line is
+// file:n, inside the calls inlined there (outermost first): the
+// innermost function at file:n first, then each caller at the line of
+// its call, fn last, as pprof lays out inlined frames.
+func (ap *addrProfile) inlinedLines(module string, fn *profile.Function, calls []a2n.InlineCall, file string, n int64) []profile.Line {
+	lines := make([]profile.Line, 0, len(calls)+1)
+	for i := len(calls) - 1; i >= 0; i-- {
+		lines = append(lines, profile.Line{Function: ap.inlinedFunction(module, calls[i].Function, file), Line: n})
+		file, n = calls[i].File, int64(calls[i].Line)
+	}
+	if fn.Filename == "" {
+		fn.Filename = file
+	}
+	return append(lines, profile.Line{Function: fn, Line: n})
+}
+
+// inlinedFunction is the profile function of a function of module that
+// was inlined (its file: where one of its lines is), made on first use.
+func (ap *addrProfile) inlinedFunction(module, name, file string) *profile.Function {
+	k := [2]string{module, name}
+	if fn := ap.funcs[k]; fn != nil {
+		return fn
+	}
+	fn := &profile.Function{ID: uint64(len(ap.p.Function) + 1), Name: name, SystemName: name, Filename: file}
+	ap.funcs[k] = fn
+	ap.p.Function = append(ap.p.Function, fn)
+	return fn
 }
 
 // mapping is the profile mapping of k (l: a Loc in it, for its range;

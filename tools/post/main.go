@@ -158,7 +158,32 @@ func (o *options) run(c *cli.Context, stdout, stderr io.Writer) error {
 	if o.noCache {
 		o.cacheDir = ""
 	}
+	if writesTo(c, stdout) {
+		stdout = stderr // post's word on what it wrote would go into the report
+	}
 	return post(o, stdout, stderr)
+}
+
+// writesTo tells whether a file option (--pprof, --folded, --script, ...)
+// names the file or pipe that out is: /dev/stdout, or the file stdout was
+// redirected to (not a device: /dev/null or a terminal takes both).
+func writesTo(c *cli.Context, out io.Writer) bool {
+	f, ok := out.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeDevice != 0 {
+		return false
+	}
+	for _, name := range c.FlagNames() {
+		if path := c.String(name); path != "" {
+			if pi, err := os.Stat(path); err == nil && os.SameFile(fi, pi) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // rewrite opens path to be written from its start, as create, but
@@ -402,7 +427,20 @@ func (o *options) resolver(f *nrm2.File) *a2n.Resolver {
 	r.PerfMapDir = o.perfmap
 	r.Cache.Root = o.root
 	r.KernelRelease = f.Header.KernelRelease // (tprof's: names [vdso] when this is that kernel)
+	r.Clock = wallClock(f.Header)
 	return r
+}
+
+// wallClock turns a record time of a trace with header h into wall time,
+// ns since the epoch (nil: the header does not say how).
+func wallClock(h nrm2.Header) func(uint64) int64 {
+	if h.ClockHz == 0 || h.StartWallNs == 0 {
+		return nil
+	}
+	return func(t uint64) int64 {
+		d := float64(int64(t - h.StartClockNs))
+		return int64(h.StartWallNs) + int64(d*1e9/float64(h.ClockHz))
+	}
 }
 
 // passes makes the record passes o asks for, in the order they take each
