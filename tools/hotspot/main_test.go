@@ -707,3 +707,52 @@ func TestUsageErrorsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestSIGINTWhileCalibrating: Ctrl-C at the terminal (SIGINT to hotspot's
+// process group) while the probe cost is still being measured is
+// hotspot's alone to handle: its calibration child is in no process group
+// a terminal signals (killed, it made the walk fail with "calibrate the
+// probe cost: ... is gone" and exit 1); the run ends with the report of
+// what was sampled and exit 130; the target runs on.
+func TestSIGINTWhileCalibrating(t *testing.T) {
+	build(t)
+	target, _ := startExample(t, tools.example, longRun, nil)
+	js := filepath.Join(t.TempDir(), "r.json")
+	var stderr bytes.Buffer
+	c := exec.Command(tools.hotspot, "-p", strconv.Itoa(target.Process.Pid), "-s", "60", "--json", js, "-o", os.DevNull)
+	c.Stderr = &stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own, as a shell starts it
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) })
+	var child int
+	testenv.WaitFor(t, "hotspot's calibration child", func() bool {
+		for _, p := range descendants(c.Process.Pid)[1:] {
+			// its environment, once it runs its own program
+			if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/environ"); bytes.Contains(b, []byte(calibEnv+"=1")) {
+				child = p
+			}
+		}
+		return child != 0
+	})
+	pgid, err := syscall.Getpgid(child)
+	if err != nil {
+		t.Fatalf("the calibration child: %v", err)
+	}
+	if pgid == c.Process.Pid {
+		t.Errorf("the calibration child %d is in hotspot's process group: Ctrl-C at the terminal kills it", child)
+	}
+	if err := syscall.Kill(-c.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, c); code != 130 || strings.Contains(stderr.String(), "calibrate") {
+		t.Fatalf("hotspot exit %d after Ctrl-C while calibrating, want 130 and no calibration error; stderr:\n%s", code, stderr.String())
+	}
+	if r := readReport(t, js); r.Stopped != "signal" {
+		t.Fatalf("report stopped=%q, want signal", r.Stopped)
+	}
+	if err := syscall.Kill(target.Process.Pid, 0); err != nil {
+		t.Fatalf("the target did not survive: %v", err)
+	}
+}
