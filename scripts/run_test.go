@@ -869,6 +869,8 @@ func TestScriptsVersionAndUsage(t *testing.T) {
 		{"run.tprof", []string{"-x", "--", "true"}, "run.tprof: unknown option -x (run.tprof --help for more)\n"},
 		{"run.tprof", []string{"-r"}, "run.tprof: -r needs a value (run.tprof --help for more)\n"},
 		{"run.tprof", []string{"-s", "abc"}, "run.tprof: -s takes a number of seconds (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-s", "0.0"}, "run.tprof: -s takes a number of seconds above 0 (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-s", "5", "--", "true"}, "run.tprof: -s SECONDS traces the whole system and takes no command: give either -s SECONDS or -- command (run.tprof --help for more)\n"},
 		{"run.tprof", []string{"--call-graph", "lbr", "--", "true"}, "run.tprof: --call-graph takes fp or dwarf[,BYTES] (run.tprof --help for more)\n"},
 		{"run.tprof", nil, "run.tprof: give a command after -- or -s SECONDS (run.tprof --help for more)\n"},
 		{"run.itrace", []string{"--max-insn", "5", "--", "true"}, "run.itrace: unknown option --max-insn: did you mean --max-insns? (run.itrace --help for more)\n"},
