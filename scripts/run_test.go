@@ -219,6 +219,39 @@ func TestRunTprofInterrupted(t *testing.T) {
 	}
 }
 
+// TestRunTprofSecondsLeavesNormalMode: run.tprof -s streams its trace in
+// continuous mode; a trace started by hand afterwards (swtrace init, on,
+// off, get elsewhere) leaves run.tprof's swtrace.nrm2 as it was (left in
+// cont mode, the facility streamed the new trace over it).
+func TestRunTprofSecondsLeavesNormalMode(t *testing.T) {
+	e := setup(t)
+	dir := filepath.Join(e.Dir, "system")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(dir, "run.tprof", "-s", "0.2")
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run.tprof -s 0.2: exit %d\n%s", code, r.stderr.String())
+	}
+	path := filepath.Join(dir, "swtrace.nrm2")
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-t", "1M"}, {"on"}, {"off"}, {"get", filepath.Join(e.Dir, "byhand.nrm2")}} {
+		if out, code := e.SwCode(args...); code != 0 {
+			t.Fatalf("swtrace %s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+	}
+	after, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Errorf("run.tprof's trace changed by a later trace by hand (%d bytes, now %d: %v)", len(before), len(after), err)
+	}
+	if _, err := nrm2.Open(filepath.Join(e.Dir, "byhand.nrm2")); err != nil {
+		t.Errorf("the trace by hand: %v", err)
+	}
+}
+
 // TestRunTprofCommandKilled: kill -9 of the traced command gives 137 and
 // no line of the wrapper's internals.
 func TestRunTprofCommandKilled(t *testing.T) {
