@@ -123,6 +123,9 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 	if (pid > 0) == (len(argv) > 0) {
 		return cli.Exit("give either -p PID or -- cmd args (see hotspot --help)", 2)
 	}
+	if pid > 0 && unix.Kill(pid, 0) == unix.ESRCH {
+		return cli.Exit(fmt.Sprintf("process %d does not exist", pid), 1)
+	}
 	pmu, err := uprobe.System()
 	if err != nil {
 		return cli.Exit(err.Error(), 1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -705,6 +706,20 @@ func TestUsageErrorsOneLine(t *testing.T) {
 		if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], "(hotspot --help for more)") || stdout.Len() != 0 {
 			t.Errorf("hotspot %v: exit %d, stderr %q, stdout %q: want exit 2 and one line pointing to --help", args, code, stderr.String(), stdout.String())
 		}
+	}
+}
+
+// -p of a pid no process has is said so in one line, not taken for a
+// process that exited.
+func TestNoSuchProcess(t *testing.T) {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"hotspot", "-p", strconv.Itoa(c.Process.Pid)}, &stdout, &stderr)
+	if want := fmt.Sprintf("hotspot: process %d does not exist\n", c.Process.Pid); code != 1 || stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("hotspot -p (a reaped pid): exit %d, stderr %q, stdout %q; want 1 and %q", code, stderr.String(), stdout.String(), want)
 	}
 }
 
