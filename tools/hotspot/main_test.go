@@ -723,6 +723,31 @@ func TestNoSuchProcess(t *testing.T) {
 	}
 }
 
+// An output file that cannot be written is said before anything starts
+// (found out after the walk, its results were lost), in one line; the
+// command is not run.
+func TestOutputCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json", filepath.Join(dir, "no", "r.json")}, "hotspot: --json " + filepath.Join(dir, "no", "r.json") + ": cannot create it in " + filepath.Join(dir, "no") + ": no such file or directory (nothing was started)\n"},
+		{[]string{"-o", dir}, "hotspot: --output " + dir + ": is a directory: name a file (nothing was started)\n"},
+		{[]string{"--folded", filepath.Join(dir, "no", "f")}, "hotspot: --folded " + filepath.Join(dir, "no", "f") + ": cannot create it in " + filepath.Join(dir, "no") + ": no such file or directory (nothing was started)\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(append([]string{"hotspot"}, c.args...), "--", "touch", ran), &stdout, &stderr)
+		if code != 1 || stderr.String() != c.want || stdout.Len() != 0 {
+			t.Errorf("hotspot %q: exit %d, stderr %q, stdout %q; want 1 and %q", c.args, code, stderr.String(), stdout.String(), c.want)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatalf("hotspot %q ran the command", c.args)
+		}
+	}
+}
+
 // TestSIGINTWhileCalibrating: Ctrl-C at the terminal (SIGINT to hotspot's
 // process group) while the probe cost is still being measured is
 // hotspot's alone to handle: its calibration child is in no process group
