@@ -115,6 +115,9 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 		}
 		budget = 0 // a fixed duty cycle instead of the budget
 	}
+	if s := c.Float64("sample"); s <= 0 {
+		return cli.Exit(fmt.Sprintf("-s %g: want a sampling time in seconds above 0", s), 2)
+	}
 	period, err := parsePeriod(c.String("period"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)

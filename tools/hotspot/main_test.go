@@ -699,7 +699,8 @@ func TestCommandMode(t *testing.T) {
 
 // A usage error is one line that points to --help, as every tool's is.
 func TestUsageErrorsOneLine(t *testing.T) {
-	for _, args := range [][]string{{"--duty", "0", "-p", "1"}, {"--bogus"}, {"--period", "x", "-p", "1"}} {
+	// -s 0 sampled nothing and said the target used no CPU.
+	for _, args := range [][]string{{"--duty", "0", "-p", "1"}, {"--bogus"}, {"--period", "x", "-p", "1"}, {"-s", "0", "-p", "1"}, {"-s", "-1", "-p", "1"}} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"hotspot"}, args...), &stdout, &stderr)
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
