@@ -909,6 +909,8 @@ func TestScriptsVersionAndUsage(t *testing.T) {
 		{"run.itrace", []string{"--max-insn", "5", "--", "true"}, "run.itrace: unknown option --max-insn: did you mean --max-insns? (run.itrace --help for more)\n"},
 		{"run.itrace", []string{"--step", "fast", "--", "true"}, "run.itrace: --step takes auto, breakpoint, single or verify (run.itrace --help for more)\n"},
 		{"run.itrace", []string{"-p", "1"}, "run.itrace: -p PID takes -s SECONDS and no command (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"-p", "1", "-s", "0"}, "run.itrace: -s takes a number of seconds above 0 (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"-s", "0.00", "--", "true"}, "run.itrace: -s takes a number of seconds above 0 (run.itrace --help for more)\n"},
 		{"run.hookit", []string{"-n", "--", "true"}, "run.hookit: unknown option -n (run.hookit --help for more)\n"},
 		{"run.hookit", []string{"--metrc", "tsc", "--", "true"}, "run.hookit: unknown option --metrc (run.hookit --help for more)\n"},
 		{"run.hookit", nil, "run.hookit: no program given: run.hookit [-m METRIC] [-o DIR] -- ./prog args (run.hookit --help for more)\n"},
