@@ -219,6 +219,39 @@ func TestRunTprofInterrupted(t *testing.T) {
 	}
 }
 
+// TestRunTprofSecondsLeavesNormalMode: run.tprof -s streams its trace in
+// continuous mode; a trace started by hand afterwards (swtrace init, on,
+// off, get elsewhere) leaves run.tprof's swtrace.nrm2 as it was (left in
+// cont mode, the facility streamed the new trace over it).
+func TestRunTprofSecondsLeavesNormalMode(t *testing.T) {
+	e := setup(t)
+	dir := filepath.Join(e.Dir, "system")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(dir, "run.tprof", "-s", "0.2")
+	if code := r.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("run.tprof -s 0.2: exit %d\n%s", code, r.stderr.String())
+	}
+	path := filepath.Join(dir, "swtrace.nrm2")
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"init", "-t", "1M"}, {"on"}, {"off"}, {"get", filepath.Join(e.Dir, "byhand.nrm2")}} {
+		if out, code := e.SwCode(args...); code != 0 {
+			t.Fatalf("swtrace %s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+	}
+	after, err := os.ReadFile(path)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Errorf("run.tprof's trace changed by a later trace by hand (%d bytes, now %d: %v)", len(before), len(after), err)
+	}
+	if _, err := nrm2.Open(filepath.Join(e.Dir, "byhand.nrm2")); err != nil {
+		t.Errorf("the trace by hand: %v", err)
+	}
+}
+
 // TestRunTprofCommandKilled: kill -9 of the traced command gives 137 and
 // no line of the wrapper's internals.
 func TestRunTprofCommandKilled(t *testing.T) {
@@ -869,11 +902,15 @@ func TestScriptsVersionAndUsage(t *testing.T) {
 		{"run.tprof", []string{"-x", "--", "true"}, "run.tprof: unknown option -x (run.tprof --help for more)\n"},
 		{"run.tprof", []string{"-r"}, "run.tprof: -r needs a value (run.tprof --help for more)\n"},
 		{"run.tprof", []string{"-s", "abc"}, "run.tprof: -s takes a number of seconds (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-s", "0.0"}, "run.tprof: -s takes a number of seconds above 0 (run.tprof --help for more)\n"},
+		{"run.tprof", []string{"-s", "5", "--", "true"}, "run.tprof: -s SECONDS traces the whole system and takes no command: give either -s SECONDS or -- command (run.tprof --help for more)\n"},
 		{"run.tprof", []string{"--call-graph", "lbr", "--", "true"}, "run.tprof: --call-graph takes fp or dwarf[,BYTES] (run.tprof --help for more)\n"},
 		{"run.tprof", nil, "run.tprof: give a command after -- or -s SECONDS (run.tprof --help for more)\n"},
 		{"run.itrace", []string{"--max-insn", "5", "--", "true"}, "run.itrace: unknown option --max-insn: did you mean --max-insns? (run.itrace --help for more)\n"},
 		{"run.itrace", []string{"--step", "fast", "--", "true"}, "run.itrace: --step takes auto, breakpoint, single or verify (run.itrace --help for more)\n"},
 		{"run.itrace", []string{"-p", "1"}, "run.itrace: -p PID takes -s SECONDS and no command (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"-p", "1", "-s", "0"}, "run.itrace: -s takes a number of seconds above 0 (run.itrace --help for more)\n"},
+		{"run.itrace", []string{"-s", "0.00", "--", "true"}, "run.itrace: -s takes a number of seconds above 0 (run.itrace --help for more)\n"},
 		{"run.hookit", []string{"-n", "--", "true"}, "run.hookit: unknown option -n (run.hookit --help for more)\n"},
 		{"run.hookit", []string{"--metrc", "tsc", "--", "true"}, "run.hookit: unknown option --metrc (run.hookit --help for more)\n"},
 		{"run.hookit", nil, "run.hookit: no program given: run.hookit [-m METRIC] [-o DIR] -- ./prog args (run.hookit --help for more)\n"},

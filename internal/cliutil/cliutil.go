@@ -73,6 +73,7 @@ func Apply(app *cli.App) {
 			if cmd.OnUsageError == nil {
 				cmd.OnUsageError = app.OnUsageError
 			}
+			addVersion(cmd)
 			if cmd.Action == nil && len(cmd.Subcommands) > 0 {
 				cmd.Action = subcommandMissing
 			}
@@ -96,6 +97,31 @@ func Apply(app *cli.App) {
 			c.App.Metadata = map[string]any{}
 		}
 		c.App.Metadata[notFoundKey] = true
+	}
+}
+
+// addVersion gives cmd a --version option that prints the app's version
+// and exits 0, as the app's own does (the CLI library answers it only
+// before the first command). A command with its own --version keeps it.
+func addVersion(cmd *cli.Command) {
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			if n == "version" {
+				return
+			}
+		}
+	}
+	cmd.Flags = append(cmd.Flags, &cli.BoolFlag{Name: "version", Usage: "print the version and exit"})
+	before := cmd.Before
+	cmd.Before = func(c *cli.Context) error {
+		if c.Bool("version") {
+			cli.VersionPrinter(c)
+			return cli.Exit("", 0)
+		}
+		if before != nil {
+			return before(c)
+		}
+		return nil
 	}
 }
 

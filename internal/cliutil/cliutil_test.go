@@ -92,6 +92,23 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// Every command and subcommand answers --version as the tool does, and
+// does nothing else (the command's action is not run).
+func TestVersionOfCommands(t *testing.T) {
+	for _, args := range [][]string{
+		{"tool", "enable", "--version"},
+		{"tool", "broken", "--version"},
+		{"tool", "itrace", "--version"},
+		{"tool", "itrace", "on", "--version"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Run(testApp(&stdout, &stderr), args)
+		if code != 0 || stdout.String() != "tool (perfinsp) "+Version()+"\n" || stderr.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and the version", args, code, stdout.String(), stderr.String())
+		}
+	}
+}
+
 func TestNearest(t *testing.T) {
 	names := []string{"tprof", "show", "arc", "itrace", "pid", "tid"}
 	for in, want := range map[string]string{"tprf": "tprof", "shwo": "show", "itrac": "itrace", "pdi": "pid", "xyz": "", "callgraph": "", "x": "", "ti": "tid"} {

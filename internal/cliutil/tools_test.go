@@ -29,6 +29,15 @@ func TestEveryToolVersion(t *testing.T) {
 		}
 		stdout.Reset()
 		stderr.Reset()
+		if sub := firstCommand[tool]; sub != nil {
+			c = exec.Command(filepath.Join(bin, tool), append(sub, "--version")...)
+			c.Stdout, c.Stderr = &stdout, &stderr
+			if err := c.Run(); err != nil || stdout.String() != tool+" (perfinsp) "+v+"\n" || stderr.Len() != 0 {
+				t.Errorf("%s %s --version: %v, stdout %q, stderr %q", tool, strings.Join(sub, " "), err, stdout.String(), stderr.String())
+			}
+			stdout.Reset()
+			stderr.Reset()
+		}
 		c = exec.Command(filepath.Join(bin, tool), "--no-such-option-here")
 		c.Stdout, c.Stderr = &stdout, &stderr
 		err := c.Run()
@@ -37,6 +46,14 @@ func TestEveryToolVersion(t *testing.T) {
 			t.Errorf("%s --no-such-option-here: %v, stdout %q, stderr %q: want exit 2 and one line", tool, err, stdout.String(), stderr.String())
 		}
 	}
+}
+
+// firstCommand is a command of each tool that has commands, one that
+// would change something if run: --version must stop it.
+var firstCommand = map[string][]string{
+	"swtrace": {"init"},
+	"ptt":     {"off"},
+	"hookit":  {"report"},
 }
 
 // make build stamps the build's version into every Go program it links,

@@ -69,6 +69,15 @@ func cpi(c *cli.Context, stdout io.Writer, hasPMU func() bool) error {
 	if spec.PID == 0 && !spec.All && len(spec.Cmd) == 0 {
 		return cli.Exit("nothing to measure: give -p PID, -a (every CPU) or a command after --", 2)
 	}
+	if spec.PID < 0 {
+		return cli.Exit(fmt.Sprintf("-p %d: not a process id", spec.PID), 2)
+	}
+	if spec.PID > 0 && (spec.All || len(spec.Cmd) > 0) {
+		return cli.Exit("-p cannot be combined with -a or a command", 2)
+	}
+	if c.IsSet("interval") && spec.Interval < 10*time.Millisecond {
+		return cli.Exit("-i: the interval must be at least 0.01 s", 2)
+	}
 	if !hasPMU() {
 		return cli.Exit(errNoPMU, 1)
 	}

@@ -36,6 +36,33 @@ func TestNoPMUOneLine(t *testing.T) {
 	}
 }
 
+// Options that contradict each other are usage errors (one line, exit 2)
+// said before anything is counted or run, as mpevt's are, PMU or not (they
+// were found after the header was printed, exit 1, or hidden behind the
+// missing PMU).
+func TestConflictingTargets(t *testing.T) {
+	marker := t.TempDir() + "/ran"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-p", strconv.Itoa(os.Getpid()), "--", "sh", "-c", "touch " + marker}, "cpi: -p cannot be combined with -a or a command (cpi --help for more)\n"},
+		{[]string{"-p", strconv.Itoa(os.Getpid()), "-a"}, "cpi: -p cannot be combined with -a or a command (cpi --help for more)\n"},
+		{[]string{"-p", "-5"}, "cpi: -p -5: not a process id (cpi --help for more)\n"},
+		{[]string{"-a", "-i", "0.001"}, "cpi: -i: the interval must be at least 0.01 s (cpi --help for more)\n"},
+	} {
+		for _, pmu := range []bool{true, false} {
+			out, errs, rc := runCPI(func() bool { return pmu }, c.args...)
+			if rc != 2 || out != "" || errs != c.want {
+				t.Errorf("cpi %q (PMU %v): exit %d stdout %q stderr %q; want 2 and %q", c.args, pmu, rc, out, errs, c.want)
+			}
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("cpi ran the command")
+	}
+}
+
 // On this machine for real: without a PMU the binary prints the one line.
 func TestThisMachine(t *testing.T) {
 	if events.HasPMU() {

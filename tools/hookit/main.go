@@ -17,6 +17,10 @@ import (
 )
 
 func main() {
+	os.Exit(cliutil.Run(newApp(), os.Args))
+}
+
+func newApp() *cli.App {
 	app := &cli.App{
 		Name:  "hookit",
 		Usage: "call-flow reports from libhookit's per-thread files",
@@ -44,10 +48,32 @@ func main() {
 		}, checkCommand, plainCommand},
 	}
 	cliutil.Apply(app)
-	os.Exit(cliutil.Run(app, os.Args))
+	return app
+}
+
+// checkReportOptions refuses a wrong --cal, --seq-key or --plain-cpu
+// before anything is read or written (--train's file included).
+func checkReportOptions(c *cli.Context) error {
+	switch cal := c.String("cal"); cal {
+	case "startup", "minima", "none":
+	default:
+		return cliutil.UsageError(c, fmt.Sprintf("--cal %q: use minima, startup or none", cal))
+	}
+	if _, err := callflow.ParseSeqKey(c.String("seq-key")); err != nil {
+		return cliutil.UsageError(c, "--seq-key: "+err.Error())
+	}
+	if s := c.String("plain-cpu"); s != "" {
+		if d, err := time.ParseDuration(s); err != nil || d <= 0 {
+			return cliutil.UsageError(c, fmt.Sprintf("--plain-cpu %q: give a duration such as 55.2ms", s))
+		}
+	}
+	return nil
 }
 
 func report(c *cli.Context) error {
+	if err := checkReportOptions(c); err != nil {
+		return err
+	}
 	in := c.String("i")
 	out := c.String("o")
 	if out == "" {

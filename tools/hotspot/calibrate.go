@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -269,6 +270,11 @@ func startCalibChild() (*calibChild, error) {
 		return nil, err
 	}
 	cmd.Stderr = os.Stderr
+	// A process group of its own: Ctrl-C at the terminal is hotspot's to
+	// handle (a report of what was seen), not the end of its measurement;
+	// hotspot ends the child itself (stop), and the child ends at its
+	// stdin's end if hotspot dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", self, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,6 +115,9 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 		}
 		budget = 0 // a fixed duty cycle instead of the budget
 	}
+	if s := c.Float64("sample"); s <= 0 {
+		return cli.Exit(fmt.Sprintf("-s %g: want a sampling time in seconds above 0", s), 2)
+	}
 	period, err := parsePeriod(c.String("period"))
 	if err != nil {
 		return cli.Exit(err.Error(), 2)
@@ -122,6 +126,12 @@ func action(c *cli.Context, stdout, stderr io.Writer, code *int) error {
 	argv := c.Args().Slice()
 	if (pid > 0) == (len(argv) > 0) {
 		return cli.Exit("give either -p PID or -- cmd args (see hotspot --help)", 2)
+	}
+	if pid > 0 && unix.Kill(pid, 0) == unix.ESRCH {
+		return cli.Exit(fmt.Sprintf("process %d does not exist", pid), 1)
+	}
+	if err := checkOutputs(c); err != nil {
+		return cli.Exit(err.Error()+" (nothing was started)", 1)
 	}
 	pmu, err := uprobe.System()
 	if err != nil {
@@ -389,5 +399,39 @@ func writeReport(c *cli.Context, rep *Report, stdout io.Writer) error {
 		return writeFile(p, func(w io.Writer) error { rep.writeText(w); return nil })
 	}
 	rep.writeText(stdout)
+	return nil
+}
+
+// checkOutputs checks, before the walk, that the files of --json,
+// --folded and -o can be written: found out after it, its results were
+// lost.
+func checkOutputs(c *cli.Context) error {
+	for _, name := range []string{"json", "folded", "output"} {
+		p := c.String(name)
+		if p == "" {
+			continue
+		}
+		if err := checkWritable(p); err != nil {
+			return fmt.Errorf("--%s %s: %w", name, p, err)
+		}
+	}
+	return nil
+}
+
+// checkWritable says why path could not be created or written, if so.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return errors.New("is a directory: name a file")
+		}
+		if err := unix.Access(path, unix.W_OK); err != nil {
+			return fmt.Errorf("cannot write it: %w", err)
+		}
+		return nil
+	}
+	dir := filepath.Dir(path)
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("cannot create it in %s: %w", dir, err)
+	}
 	return nil
 }

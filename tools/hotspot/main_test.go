@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -698,12 +699,101 @@ func TestCommandMode(t *testing.T) {
 
 // A usage error is one line that points to --help, as every tool's is.
 func TestUsageErrorsOneLine(t *testing.T) {
-	for _, args := range [][]string{{"--duty", "0", "-p", "1"}, {"--bogus"}, {"--period", "x", "-p", "1"}} {
+	// -s 0 sampled nothing and said the target used no CPU.
+	for _, args := range [][]string{{"--duty", "0", "-p", "1"}, {"--bogus"}, {"--period", "x", "-p", "1"}, {"-s", "0", "-p", "1"}, {"-s", "-1", "-p", "1"}} {
 		var stdout, stderr bytes.Buffer
 		code := run(append([]string{"hotspot"}, args...), &stdout, &stderr)
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], "(hotspot --help for more)") || stdout.Len() != 0 {
 			t.Errorf("hotspot %v: exit %d, stderr %q, stdout %q: want exit 2 and one line pointing to --help", args, code, stderr.String(), stdout.String())
 		}
+	}
+}
+
+// -p of a pid no process has is said so in one line, not taken for a
+// process that exited.
+func TestNoSuchProcess(t *testing.T) {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"hotspot", "-p", strconv.Itoa(c.Process.Pid)}, &stdout, &stderr)
+	if want := fmt.Sprintf("hotspot: process %d does not exist\n", c.Process.Pid); code != 1 || stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("hotspot -p (a reaped pid): exit %d, stderr %q, stdout %q; want 1 and %q", code, stderr.String(), stdout.String(), want)
+	}
+}
+
+// An output file that cannot be written is said before anything starts
+// (found out after the walk, its results were lost), in one line; the
+// command is not run.
+func TestOutputCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json", filepath.Join(dir, "no", "r.json")}, "hotspot: --json " + filepath.Join(dir, "no", "r.json") + ": cannot create it in " + filepath.Join(dir, "no") + ": no such file or directory (nothing was started)\n"},
+		{[]string{"-o", dir}, "hotspot: --output " + dir + ": is a directory: name a file (nothing was started)\n"},
+		{[]string{"--folded", filepath.Join(dir, "no", "f")}, "hotspot: --folded " + filepath.Join(dir, "no", "f") + ": cannot create it in " + filepath.Join(dir, "no") + ": no such file or directory (nothing was started)\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(append(append([]string{"hotspot"}, c.args...), "--", "touch", ran), &stdout, &stderr)
+		if code != 1 || stderr.String() != c.want || stdout.Len() != 0 {
+			t.Errorf("hotspot %q: exit %d, stderr %q, stdout %q; want 1 and %q", c.args, code, stderr.String(), stdout.String(), c.want)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Fatalf("hotspot %q ran the command", c.args)
+		}
+	}
+}
+
+// TestSIGINTWhileCalibrating: Ctrl-C at the terminal (SIGINT to hotspot's
+// process group) while the probe cost is still being measured is
+// hotspot's alone to handle: its calibration child is in no process group
+// a terminal signals (killed, it made the walk fail with "calibrate the
+// probe cost: ... is gone" and exit 1); the run ends with the report of
+// what was sampled and exit 130; the target runs on.
+func TestSIGINTWhileCalibrating(t *testing.T) {
+	build(t)
+	target, _ := startExample(t, tools.example, longRun, nil)
+	js := filepath.Join(t.TempDir(), "r.json")
+	var stderr bytes.Buffer
+	c := exec.Command(tools.hotspot, "-p", strconv.Itoa(target.Process.Pid), "-s", "60", "--json", js, "-o", os.DevNull)
+	c.Stderr = &stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own, as a shell starts it
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) })
+	var child int
+	testenv.WaitFor(t, "hotspot's calibration child", func() bool {
+		for _, p := range descendants(c.Process.Pid)[1:] {
+			// its environment, once it runs its own program
+			if b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/environ"); bytes.Contains(b, []byte(calibEnv+"=1")) {
+				child = p
+			}
+		}
+		return child != 0
+	})
+	pgid, err := syscall.Getpgid(child)
+	if err != nil {
+		t.Fatalf("the calibration child: %v", err)
+	}
+	if pgid == c.Process.Pid {
+		t.Errorf("the calibration child %d is in hotspot's process group: Ctrl-C at the terminal kills it", child)
+	}
+	if err := syscall.Kill(-c.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitOf(t, c); code != 130 || strings.Contains(stderr.String(), "calibrate") {
+		t.Fatalf("hotspot exit %d after Ctrl-C while calibrating, want 130 and no calibration error; stderr:\n%s", code, stderr.String())
+	}
+	if r := readReport(t, js); r.Stopped != "signal" {
+		t.Fatalf("report stopped=%q, want signal", r.Stopped)
+	}
+	if err := syscall.Kill(target.Process.Pid, 0); err != nil {
+		t.Fatalf("the target did not survive: %v", err)
 	}
 }

@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -128,8 +130,13 @@ func count(c *cli.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	caught := make(chan os.Signal, 1)
 	if len(spec.Cmd) > 0 {
 		stdout = c.App.ErrWriter // beside a command, as perf stat: its stdout is its own
+		// Ctrl-C or SIGTERM ends the count and the command without its
+		// exit status: the exit code is then 128+signal.
+		signal.Notify(caught, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(caught)
 	}
 	per := c.Bool("per")
 	exit := 0
@@ -148,10 +155,26 @@ func count(c *cli.Context, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if exit == 0 {
+		exit = interruptedCode(caught)
+	}
 	if exit != 0 {
 		return cli.Exit("", exit)
 	}
 	return nil
+}
+
+// interruptedCode is 128+signal when a signal was caught, else 0.
+func interruptedCode(caught <-chan os.Signal) int {
+	select {
+	case s := <-caught:
+		if n, ok := s.(syscall.Signal); ok {
+			return 128 + int(n)
+		}
+		return 1
+	default:
+		return 0
+	}
 }
 
 // printInterval prints what each event counted since the last report:

@@ -38,6 +38,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv("MPEVT_RUN") == "1" { // the test binary as mpevt
+		os.Exit(run(append([]string{"mpevt"}, os.Args[1:]...), os.Stdout, os.Stderr))
+	}
 	os.Exit(testenv.Run(m))
 }
 
@@ -206,6 +209,41 @@ func TestCommandCountsAndExitCode(t *testing.T) {
 	tot := parseTotals(out)
 	if tot["task-clock"] < 1e6 || tot["page-faults"] < 1 {
 		t.Errorf("counts of a busy shell loop: %v\n%s", tot, out)
+	}
+}
+
+// Ctrl-C at the terminal (SIGINT to mpevt's process group) ends the
+// count of a command: the totals are printed and the exit code is
+// 128+SIGINT, also for a command that ignores SIGINT (mpevt ends it) and
+// whatever the order in which mpevt sees the signal and the command's end.
+func TestCommandInterrupted(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, trap := range []string{"", `trap "" INT; `} {
+		marker := filepath.Join(t.TempDir(), "marker")
+		c := exec.Command(self, "-e", "task-clock", "--", "sh", "-c", trap+`echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec sleep 120`, marker)
+		c.Env = append(os.Environ(), "MPEVT_RUN=1")
+		var stdout, stderr bytes.Buffer
+		c.Stdout, c.Stderr = &stdout, &stderr
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own, as a shell starts it
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL) })
+		testenv.WaitFor(t, "the command running", func() bool { _, err := os.Stat(marker); return err == nil })
+		if err := syscall.Kill(-c.Process.Pid, syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Wait()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != 130 || !strings.Contains(stderr.String(), "# mpevt: totals") {
+			t.Errorf("command %q interrupted: exit %d (%v), stderr %q; want 130 and the totals", trap, code, err, stderr.String())
+		}
 	}
 }
 

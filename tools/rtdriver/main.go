@@ -29,7 +29,45 @@ var commands = map[string]string{
 }
 
 func main() {
-	os.Exit(cliutil.Run(newApp(os.Stdout, os.Stderr), os.Args))
+	os.Exit(cliutil.Run(newApp(os.Stdout, os.Stderr), reorder(os.Args)))
+}
+
+// valueFlags are the options that take a value (the next argument unless
+// written -p=PID).
+var valueFlags = map[string]bool{"-d": true, "--d": true, "-dir": true, "--dir": true,
+	"-p": true, "--p": true, "-pid": true, "--pid": true, "-timeout": true, "--timeout": true}
+
+// reorder moves the options in front of the command, so that
+// `rtdriver flush -p PID` and `rtdriver start --help` work as well as
+// `rtdriver -p PID flush` (the CLI library stops at the first argument;
+// and its --help followed by a word looks for a subcommand of that name).
+func reorder(args []string) []string {
+	if len(args) == 0 {
+		return args
+	}
+	var flags, pos []string
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			pos = append(pos, args[i:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			flags = append(flags, a)
+			if valueFlags[a] && i+1 < len(args) {
+				i++
+				flags = append(flags, args[i])
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	for _, f := range flags {
+		if f == "-h" || f == "--help" || f == "-help" {
+			pos = nil // the help is the tool's: it has no command of that name
+		}
+	}
+	return append(append([]string{args[0]}, flags...), pos...)
 }
 
 // order is the commands as the help lists them.

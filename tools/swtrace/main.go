@@ -448,8 +448,18 @@ func cmdOn(c *cli.Context) error {
 	if err := f.On(); err != nil {
 		return fmt.Errorf("on: %w", err)
 	}
-	fmt.Fprintf(c.App.Writer, "swtrace: tracing on (%s backend)\n", f.Backend())
+	fmt.Fprintf(c.App.Writer, "swtrace: tracing on (%s backend)%s\n", f.Backend(), streamNote(st))
 	return nil
+}
+
+// streamNote says where a wrap or cont trace streams to: a mode set long
+// ago (by swtrace mode, or a run.tprof -s) keeps its file, which on
+// starts over.
+func streamNote(st *control.Status) string {
+	if st.Mode == control.ModeNormal || st.ContFile == "" {
+		return ""
+	}
+	return fmt.Sprintf(", mode %s: streaming to %s (swtrace mode normal to keep the trace in memory)", control.ModeName(st.Mode), st.ContFile)
 }
 
 func cmdSimple(op string) cli.ActionFunc {

@@ -81,7 +81,7 @@ func action(c *cli.Context, stdout io.Writer) error {
 	}
 	// Flags after the value (msr -w REG VALUE -c 1): urfave/cli stops at
 	// the first argument, so read them here.
-	cpu, all := c.Int("cpu"), c.Bool("all")
+	cpu, all, cpuGiven := c.Int("cpu"), c.Bool("all"), c.IsSet("cpu")
 	for i := 0; i < len(args); i++ {
 		switch args[i] {
 		case "-a", "--all", "-all":
@@ -94,11 +94,17 @@ func action(c *cli.Context, stdout io.Writer) error {
 			if err != nil {
 				return cli.Exit(fmt.Sprintf("-c %q: not a CPU number", args[i+1]), 2)
 			}
-			cpu = n
+			cpu, cpuGiven = n, true
 			i++
 		default:
 			return cli.Exit(fmt.Sprintf("unexpected argument %q", args[i]), 2)
 		}
+	}
+	if all && cpuGiven {
+		return cli.Exit("give -c CPU or -a (every CPU), not both", 2)
+	}
+	if cpu < 0 {
+		return cli.Exit(fmt.Sprintf("-c %d: not a CPU number", cpu), 2)
 	}
 	regName := rd
 	if wr != "" {

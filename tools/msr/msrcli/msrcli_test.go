@@ -102,3 +102,29 @@ func TestNoAccessMessage(t *testing.T) {
 		t.Errorf("no access: rc %d %q", rc, errs)
 	}
 }
+
+// -a with -c, on either side of a write's value, is refused: a write
+// meant for one CPU is not done on every one; a negative CPU is no CPU.
+// Nothing is read or written.
+func TestCPUOptionsConflict(t *testing.T) {
+	dir := fakeDevMSR(t, 2)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-w", "IA32_TSC", "5", "-a", "-c", "1"}, "msr: give -c CPU or -a (every CPU), not both (msr --help for more)\n"},
+		{[]string{"-a", "-c", "1", "-w", "IA32_TSC", "5"}, "msr: give -c CPU or -a (every CPU), not both (msr --help for more)\n"},
+		{[]string{"-r", "IA32_TSC", "-c", "-1"}, "msr: -c -1: not a CPU number (msr --help for more)\n"},
+	} {
+		out, errs, rc := run(t, c.args...)
+		if rc != 2 || errs != c.want || out != "" {
+			t.Errorf("msr %q: rc %d, out %q, err %q; want 2 and %q", c.args, rc, out, errs, c.want)
+		}
+	}
+	for cpu := 0; cpu < 2; cpu++ {
+		b, err := os.ReadFile(filepath.Join(dir, "cpu", string(rune('0'+cpu)), "msr"))
+		if err != nil || len(b) < 0x18 || binary.LittleEndian.Uint64(b[0x10:]) != 0x1000+uint64(cpu) {
+			t.Errorf("CPU %d's IA32_TSC was written: %v", cpu, err)
+		}
+	}
+}
