@@ -15,10 +15,10 @@ func TestLayoutMatchesHookitHeader(t *testing.T) {
 		"HK_SYNC": KindSync, "HK_DSIN": KindDSIN, "HK_SYS": KindSys, "HK_FLT": KindFlt, "HK_WALL": KindWall, "HK_HOOK_SHIFT": HookShift, "HK_SPD_SHIFT": SPDShift, "HK_END": EndMark,
 		"HK_MAGIC": Magic, "HK_VERSION": Version, "HK_KIND_SHIFT": KindShift,
 		"HK_ENTER": KindEnter, "HK_EXIT": KindExit, "HK_ADJUST": KindAdjust, "HK_MARK": KindMark,
-		"HK_EXC_EXIT": KindExcExit, "HK_API_SHIFT": APIShift, "HK_TYPE_SHIFT": TypeShift, "HK_TYPE_MASK": TypeMask,
+		"HK_EXC_EXIT": KindExcExit, "HK_API_SHIFT": APIShift, "HK_INL_SHIFT": InlShift, "HK_TYPE_SHIFT": TypeShift, "HK_TYPE_MASK": TypeMask,
 		"HOOKIT_NTYPES": NumTypes, "HOOKIT_TYPE_NATIVE": 5, "HOOKIT_TYPE_COMPILING": 7,
 		"HK_MARK_EXIT": MarkExit, "HK_MARK_RESET": MarkReset, "HK_MARK_START": MarkStart, "HK_MARK_END": MarkEnd,
-		"HK_SHORT": Short, "HK_SHORT_SHIFT": ShortShift, "HK_SHORT_EXIT_SHIFT": ShortExitShift, "HK_SHORT_API_SHIFT": ShortAPIShift, "HK_SLOT_SHIFT": SlotShift,
+		"HK_SHORT": Short, "HK_SHORT_SHIFT": ShortShift, "HK_SHORT_EXIT_SHIFT": ShortExitShift, "HK_SHORT_API_SHIFT": ShortAPIShift, "HK_SHORT_INL_SHIFT": ShortInlShift, "HK_SLOT_SHIFT": SlotShift,
 		"HK_SHORT_SPD_SHIFT": ShortSPDShift, "HK_SLOTS": Slots,
 	}
 	got := hookabi.Values()

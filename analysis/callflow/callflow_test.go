@@ -37,6 +37,9 @@ func encodeVersion(evs []Event, pid, tid int, zeroTail int, version uint64) []by
 			tag |= 1 << APIShift
 			sp = 0
 		}
+		if e.Inlined {
+			tag |= 1 << InlShift
+		}
 		if e.Kind == KindMark {
 			tag = uint64(e.Kind)<<KindShift | e.SP<<8 | e.Fn
 			sp = 0
@@ -69,7 +72,11 @@ func encodeVersion(evs []Event, pid, tid int, zeroTail int, version uint64) []by
 			if e.API {
 				api, mid = 1, uint64(e.Type)
 			}
-			b = le.AppendUint64(b, Short<<ShortShift|exit<<ShortExitShift|api<<ShortAPIShift|uint64(Slot(e.Fn))<<SlotShift|
+			inl := uint64(0)
+			if e.Inlined {
+				inl = 1
+			}
+			b = le.AppendUint64(b, Short<<ShortShift|exit<<ShortExitShift|api<<ShortAPIShift|inl<<ShortInlShift|uint64(Slot(e.Fn))<<SlotShift|
 				mid<<ShortSPDShift|iv)
 		case !fits || hook>>16 != 0:
 			put(uint64(KindSync)<<KindShift, lastLate)
@@ -195,6 +202,41 @@ func TestStackRepairByStackPointer(t *testing.T) {
 	tr := Build(&Thread{Events: evs}, Calibration{})
 	if tr.Repaired != 2 || node(tr, 0xa, 0xd) == nil || node(tr, 0xa, 0xb, 0xc, 0xd) != nil || tr.OpenAtEnd != 0 {
 		t.Fatalf("repaired %d, A;D %v, open %d", tr.Repaired, node(tr, 0xa, 0xd) != nil, tr.OpenAtEnd)
+	}
+}
+
+// An entry marked inlined at the stack pointer of the frame on top nests in
+// it (a callee the compiler inlined, its hooks called from the caller's
+// frame); unmarked, it closes the frame (a sibling after a longjmp). The
+// mark survives the file, in full records and in short ones.
+func TestInlinedEntryNests(t *testing.T) {
+	for _, inl := range []bool{true, false} {
+		evs := []Event{{Kind: KindEnter, Fn: 0xa, SP: 1000}, {Kind: KindEnter, Fn: 0xb, SP: 900}}
+		for i := 0; i < 3; i++ { // a loop: full records, then short ones
+			evs = append(evs, Event{Kind: KindEnter, Fn: 0xc, SP: 900, Inlined: inl}, Event{Kind: KindExit, Fn: 0xc, SP: 900})
+		}
+		evs = append(evs, Event{Kind: KindExit, Fn: 0xb, SP: 900}, Event{Kind: KindExit, Fn: 0xa, SP: 1000})
+		for i := range evs {
+			evs[i].Early, evs[i].Late = uint64(10*i), uint64(10*i+1)
+		}
+		th, err := ParseThread(encode(evs, 1, 2, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		marked := 0
+		for _, e := range th.Events {
+			if e.Inlined {
+				marked++
+			}
+		}
+		tr := Build(th, Calibration{})
+		if inl {
+			if marked != 3 || node(tr, 0xa, 0xb, 0xc) == nil || node(tr, 0xa, 0xb, 0xc).Calls != 3 || tr.Repaired != 0 || tr.Unmatched != 0 {
+				t.Errorf("marked: %d read back marked (want 3), A;B;C %v, repaired %d, unmatched %d", marked, node(tr, 0xa, 0xb, 0xc), tr.Repaired, tr.Unmatched)
+			}
+		} else if marked != 0 || node(tr, 0xa, 0xc) == nil || node(tr, 0xa, 0xb, 0xc) != nil || tr.Repaired != 1 {
+			t.Errorf("unmarked: %d read back marked, A;C %v, A;B;C %v, repaired %d; want B closed by C's entry", marked, node(tr, 0xa, 0xc) != nil, node(tr, 0xa, 0xb, 0xc) != nil, tr.Repaired)
+		}
 	}
 }
 
@@ -713,8 +755,9 @@ func TestShortEvents(t *testing.T) {
 	}
 	// A short event whose slot nothing filled, or with unknown bits, is
 	// an error, not a guess.
-	for _, w := range []uint64{Short<<ShortShift | 5<<SlotShift | 3, Short<<ShortShift | 1<<59 | uint64(Slot(0x401040))<<SlotShift,
-		Short<<ShortShift | 1<<ShortAPIShift | 1<<40 | uint64(Slot(0x401040))<<SlotShift} {
+	for _, w := range []uint64{Short<<ShortShift | 5<<SlotShift | 3, Short<<ShortShift | 1<<58 | uint64(Slot(0x401040))<<SlotShift,
+		Short<<ShortShift | 1<<ShortAPIShift | 1<<40 | uint64(Slot(0x401040))<<SlotShift,
+		Short<<ShortShift | 1<<ShortAPIShift | 1<<ShortInlShift | uint64(Slot(0x401040))<<SlotShift} {
 		b := append(append([]byte(nil), encode(evs[:1], 1, 2, 0)...), le.AppendUint64(nil, w)...)
 		if _, err := ParseThread(b); err == nil {
 			t.Errorf("no error for the short event %#x", w)

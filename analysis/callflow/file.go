@@ -27,10 +27,12 @@ const (
 	WordSize   = 8  // a short event is one word
 	HeaderRecs = 2
 	Magic      = 0x3154494b4f4f48
-	Version    = 5
-	// VersionLong is the format before short events (two-word records
-	// only), and VersionNoWall the one before the wall-clock anchors
-	// (KindWall); both still read.
+	Version    = 6
+	// VersionNoInl is the format before the inlined mark (InlShift),
+	// VersionLong the one before short events (two-word records only),
+	// and VersionNoWall the one before the wall-clock anchors (KindWall);
+	// all still read.
+	VersionNoInl  = 5
 	VersionLong   = 4
 	VersionNoWall = 3
 	KindShift     = 56
@@ -39,6 +41,7 @@ const (
 	EndMark       = ^uint64(0) // both words of the final sync's second record
 	TailMagic     = 0x4c494154544b48
 	APIShift      = 55 // the event came through hookit_enter/exit
+	InlShift      = 54 // a hook's entry into a function inlined into the previous entry's (Event.Inlined)
 	TypeShift     = 48 // the method type (hookit_api.h), 3 bits
 	TypeMask      = 7
 	FnMask        = 1<<TypeShift - 1
@@ -52,6 +55,7 @@ const (
 	ShortShift     = 62
 	ShortExitShift = 61
 	ShortAPIShift  = 60
+	ShortInlShift  = 59
 	SlotShift      = 48
 	ShortSPDShift  = 32
 	Slots          = 1024
@@ -106,6 +110,10 @@ type Event struct {
 	Wall uint64
 	Type uint8 // method type, 0..7 (hookit_api.h)
 	API  bool  // recorded by hookit_enter/exit, not by the -finstrument-functions hooks
+	// Inlined: an entry of a function the compiler inlined into the
+	// function of the thread's previous entry, at that frame's stack
+	// pointer: it does not close the frame (stack repair).
+	Inlined bool
 }
 
 // Thread is the events of one thread.
@@ -585,7 +593,8 @@ func (d *decoder) records(b []byte, f func(e *Event)) (used int, stop bool, err 
 // short turns a short event into the tag and d of its two-word form.
 func (d *decoder) short(w uint64) (tag, dv uint64, err error) {
 	api := w >> ShortAPIShift & 1
-	if w>>(SlotShift+10)&3 != 0 || api == 1 && w>>(ShortSPDShift+3)&(1<<13-1) != 0 {
+	inl := w >> ShortInlShift & 1
+	if w>>(SlotShift+10)&1 != 0 || api == 1 && (inl != 0 || w>>(ShortSPDShift+3)&(1<<13-1) != 0) {
 		return 0, 0, fmt.Errorf("a short event with unknown bits set (%#x)", w)
 	}
 	fn := d.fns[w>>SlotShift&(Slots-1)]
@@ -599,14 +608,15 @@ func (d *decoder) short(w uint64) (tag, dv uint64, err error) {
 	if api == 1 {
 		return k<<KindShift | 1<<APIShift | (w>>ShortSPDShift&TypeMask)<<TypeShift | fn, w & 0xffffffff, nil
 	}
-	return k<<KindShift | fn, w&0xffffffff | (w>>ShortSPDShift&0xffff)<<SPDShift, nil
+	return k<<KindShift | inl<<InlShift | fn, w&0xffffffff | (w>>ShortSPDShift&0xffff)<<SPDShift, nil
 }
 
 // event decodes an event record (its tag and d) and hands on the one
 // before it, whose late read it gives.
 func (d *decoder) event(k uint8, tag, dv uint64, f func(e *Event)) {
 	e := Event{Kind: k, Type: uint8(tag>>TypeShift) & TypeMask, API: tag>>APIShift&1 == 1, Fn: tag & FnMask,
-		DS: d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys, FltN: d.pendFltN, Flt: d.pendFlt}
+		Inlined: k == KindEnter && tag>>InlShift&1 == 1,
+		DS:      d.pendDS, IN: d.pendIN, Wall: d.pendWall, SysN: d.pendSysN, Sys: d.pendSys, FltN: d.pendFltN, Flt: d.pendFlt}
 	d.pendDS, d.pendIN, d.pendWall, d.pendSysN, d.pendSys, d.pendFltN, d.pendFlt = 0, 0, 0, 0, 0, 0, 0
 	if k == KindEnter || k == KindExit {
 		d.fns[Slot(e.Fn)] = e.Fn

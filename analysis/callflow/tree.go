@@ -224,9 +224,10 @@ func (b *builder) add(e *Event) {
 
 func (b *builder) enter(e *Event) {
 	// Frames at or below the new one's stack pointer are gone (longjmp,
-	// an exception): close them. Frames entered through the API (stack
-	// pointer 0) are never closed this way.
-	for len(b.stack) > 1 && e.SP != 0 && b.sps[len(b.sps)-1] <= e.SP {
+	// an exception): close them; but a function inlined into the one on
+	// top enters at its stack pointer. Frames entered through the API
+	// (stack pointer 0) are never closed this way.
+	for len(b.stack) > 1 && e.SP != 0 && (b.sps[len(b.sps)-1] < e.SP || b.sps[len(b.sps)-1] == e.SP && !e.Inlined) {
 		b.stack, b.sps = b.stack[:len(b.stack)-1], b.sps[:len(b.sps)-1]
 		b.tr.Repaired++
 	}

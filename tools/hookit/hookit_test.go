@@ -390,6 +390,50 @@ func TestLongjmpStackRepair(t *testing.T) {
 	}
 }
 
+// Code built the way people build it: at -O2 gcc inlines small functions
+// and calls an inlined function's hooks from its caller's frame (the same
+// stack pointer) with its caller's call site. The inlined callee is
+// nested in its caller, not taken for a sibling after a longjmp (which
+// closed the caller: "leaf" beside "mid", N frames repaired and N exits
+// unmatched); a function left by longjmp and called again from the same
+// call site is still closed by the next call.
+func TestInlinedCalleesAtO2(t *testing.T) {
+	const n = 200
+	setup(t)
+	prog := filepath.Join(t.TempDir(), "inlined")
+	if out, err := exec.Command("gcc", "-O2", "-finstrument-functions", "-o", prog, "testdata/inlined.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	dir := runHookit(t, "--", prog, strconv.Itoa(n))
+	p := load(t, dir)
+	a := callflow.Analyze(p)
+	tr := treeOf(t, a, true)
+	checkPaths(t, "inlined", paths(tr), map[string]uint64{
+		"main": 1, "main;mid": n, "main;mid;leaf": 10 * n, "main;jumper": n, "main;after": 1,
+	})
+	if tr.Repaired != n || tr.Unmatched != 0 {
+		t.Errorf("%d frames repaired, %d exits unmatched; want %d (each jumper left by longjmp) and 0", tr.Repaired, tr.Unmatched, n)
+	}
+	// The run is the case meant: leaf's entries come at mid's stack
+	// pointer, marked inlined; jumper's are not marked.
+	var leafInl, jumperInl int
+	names := callflow.ProcessNamer(p)
+	for _, e := range p.Threads[0].Events {
+		if e.Kind != callflow.KindEnter || !e.Inlined {
+			continue
+		}
+		switch names.Name(e.Fn) {
+		case "leaf":
+			leafInl++
+		case "jumper":
+			jumperInl++
+		}
+	}
+	if leafInl != 10*n || jumperInl != 0 {
+		t.Errorf("entries marked inlined: leaf %d (want %d: gcc inlined it into mid), jumper %d (want 0)", leafInl, 10*n, jumperInl)
+	}
+}
+
 func TestExitFromDeepStack(t *testing.T) {
 	dir := runHookit(t, "--", filepath.Join(setup(t), "bin/callflow"), "deepexit")
 	tr := treeOf(t, callflow.Analyze(load(t, dir)), true)

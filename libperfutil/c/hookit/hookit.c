@@ -52,6 +52,10 @@ struct hk_thread {
 	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
 	uint64_t last_early;  /* its early read */
 	uint64_t last_sp;     /* the last stack pointer recorded */
+	/* The last hook entry's stack pointer, call site, the address its
+	 * hook was called from, and whether it was marked inlined. */
+	uint64_t in_sp, in_site, in_from;
+	int in_inl;
 	uint8_t need_sync;    /* the next event starts with a sync */
 	uint8_t need_wall;    /* the next event gets a wall-clock anchor */
 	int busy;             /* 1: inside the hook; 2: finished (shutdown, exit) */
@@ -622,7 +626,8 @@ HK_NOINSTR static inline __attribute__((always_inline)) void hk_put_short(struct
 		odd = (dsp & 7) | (uint64_t)(spd < -32768 || spd > 32767);
 	}
 	if (__builtin_expect(t->fns[h] == fn && !((iv >> 32) | (t->last_late - t->last_early) | odd | t->need_sync), 1)) {
-		t->win[t->pos++] = HK_SHORT_TAG((tag >> HK_KIND_SHIFT) == HK_EXIT, h) | api << HK_SHORT_API_SHIFT | mid | iv;
+		t->win[t->pos++] = HK_SHORT_TAG((tag >> HK_KIND_SHIFT) == HK_EXIT, h) | api << HK_SHORT_API_SHIFT |
+				   (tag >> HK_INL_SHIFT & 1) << HK_SHORT_INL_SHIFT | mid | iv;
 		t->last_early = early;
 		if (!api)
 			t->last_sp = sp;
@@ -659,7 +664,7 @@ static int hk_two_reads;
  * written, a marker, a wall-clock anchor) is always closed by a late
  * read, so that it is charged to no one. */
 HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint64_t tag, void *sp, uint64_t early,
-									   int shortable)
+									   int shortable, void *site, void *from)
 {
 	struct hk_thread *t = hk_self;
 	int slow = hk_two_reads;
@@ -772,6 +777,16 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->sched = sm;
 		slow = 1;
 	}
+	if (site) { /* a hook's entry: inlined into the previous one's function? */
+		int inl = (uint64_t)sp == t->in_sp && (uint64_t)site == t->in_site &&
+			  ((uint64_t)from != t->in_from || t->in_inl);
+
+		tag |= (uint64_t)inl << HK_INL_SHIFT;
+		t->in_sp = (uint64_t)sp;
+		t->in_site = (uint64_t)site;
+		t->in_from = (uint64_t)from;
+		t->in_inl = inl;
+	}
 	if (shortable)
 		hk_put_short(t, tag, (uint64_t)sp, early);
 	else
@@ -795,16 +810,23 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
  * The hooks. The stack pointer of the event (the hook's frame address: a
  * fixed distance below the instrumented function's frame) is stored in
  * place of the call site: the reader repairs the call stack with it after
- * a longjmp, an exception or an exit from a deep stack.
+ * a longjmp, an exception or an exit from a deep stack. An entry at the
+ * stack pointer of an open frame closes that frame — unless it is marked
+ * inlined: gcc calls the hooks of a function inlined into another from
+ * the other's frame with the other's call site, so an entry with the
+ * stack pointer and call site of the thread's previous hook entry, whose
+ * hook was called from another place (or that entry was itself marked),
+ * is a callee inlined there. (A function left by longjmp and called again
+ * from the same call site calls its hook from the same place: not marked,
+ * it closes the frame it left.)
  */
 HK_VIS HK_NOINSTR void __cyg_profile_func_enter(void *fn, void *site)
 {
 	uint64_t early = hk_now();
 	uint64_t *late;
 
-	(void)site;
 	late = hk_event(((uint64_t)HK_ENTER << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
-			__builtin_frame_address(0), early, 1);
+			__builtin_frame_address(0), early, 1, site, __builtin_return_address(0));
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
 }
@@ -816,7 +838,7 @@ HK_VIS HK_NOINSTR void __cyg_profile_func_exit(void *fn, void *site)
 
 	(void)site;
 	late = hk_event(((uint64_t)HK_EXIT << HK_KIND_SHIFT) | ((uint64_t)(uintptr_t)fn & HK_FN_MASK),
-			__builtin_frame_address(0), early, 1);
+			__builtin_frame_address(0), early, 1, NULL, NULL);
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
 }
@@ -834,7 +856,7 @@ HK_VIS HK_NOINSTR void hookit_enter(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_ENTER, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 1);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 1, NULL, NULL);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -844,7 +866,7 @@ HK_VIS HK_NOINSTR void hookit_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXIT, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 1);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 1, NULL, NULL);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -854,7 +876,7 @@ HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 {
 	uint64_t tag = HK_API_TAG(HK_EXC_EXIT, type);
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0);
+	uint64_t *late = hk_event(tag | (id & HK_FN_MASK), NULL, early, 0, NULL, NULL);
 
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
@@ -864,7 +886,7 @@ HK_VIS HK_NOINSTR void hookit_exception_exit(uint64_t id, unsigned type)
 HK_NOINSTR static void hk_mark(uint64_t what)
 {
 	uint64_t early = hk_now();
-	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early, 0);
+	uint64_t *late = hk_event(((uint64_t)HK_MARK << HK_KIND_SHIFT) | (hk_resets << 8 & HK_FN_MASK) | what, NULL, early, 0, NULL, NULL);
 	if (__builtin_expect(late != NULL, 0))
 		*late = hk_now();
 }

@@ -11,11 +11,15 @@
  * apart by the first word's top bits: 11 is a short event, else the top
  * byte is the record's kind.
  * A record of two words is an event:
- *   tag = kind << 56 | api << 55 | type << 48 | id
+ *   tag = kind << 56 | api << 55 | inl << 54 | type << 48 | id
  *     (id: a function address, or the id given to hookit_enter: 48 bits;
  *     type: the method type of hookit_api.h, 0..7, the sequence-minima key;
  *     api: the event came through hookit_enter/exit, its own calibration
- *     path; a marker's id is what << 0 | resets << 8)
+ *     path; inl: a hook's entry made from the call site and stack pointer
+ *     of the thread's previous hook entry — a function the compiler inlined
+ *     into the one entered before, whose hooks gcc calls with the
+ *     caller's call site — so that stack repair does not take it for a
+ *     sibling called after a longjmp; a marker's id is what << 0 | resets << 8)
  *   d = interval | hook << 32 | spd << 48
  *     interval: this event's early read minus the previous event's late read
  *     (the metric charged to the function on top of the stack), 32 bits;
@@ -25,8 +29,8 @@
  *     8-byte units, signed 16 bits (0 and ignored for API events, which
  *     have no stack pointer: they are never closed by stack repair).
  * A short event (one word: an entry or an exit, not an exception exit) is
- *   3 << 62 | exit << 61 | api << 60 | slot << 48 | spd << 32 | interval
- *   (exit: 1 an exit, 0 an entry; interval and spd as above, hook 0;
+ *   3 << 62 | exit << 61 | api << 60 | inl << 59 | slot << 48 | spd << 32 | interval
+ *   (exit: 1 an exit, 0 an entry; inl, interval and spd as above, hook 0;
  *   with api 1, hookit_enter/exit's, the type in spd's place, bits 32-34)
  * and names its function by its slot, HK_SLOT(fn): the id of the
  * thread's last two-word entry or exit event (hooks' and API's alike)
@@ -76,9 +80,10 @@
 #include <stdint.h>
 
 #define HK_MAGIC 0x3154494b4f4f48ULL /* "HOOKIT1" */
-#define HK_VERSION 5 /* 4: two-word records only */
+#define HK_VERSION 6 /* 5: no inl bit; 4: two-word records only */
 #define HK_KIND_SHIFT 56
 #define HK_API_SHIFT 55
+#define HK_INL_SHIFT 54
 #define HK_TYPE_SHIFT 48
 #define HK_TYPE_MASK 7ULL
 #define HK_FN_MASK ((1ULL << HK_TYPE_SHIFT) - 1)
@@ -88,6 +93,7 @@
 #define HK_SHORT_SHIFT 62
 #define HK_SHORT_EXIT_SHIFT 61
 #define HK_SHORT_API_SHIFT 60
+#define HK_SHORT_INL_SHIFT 59
 #define HK_SLOT_SHIFT 48
 #define HK_SHORT_SPD_SHIFT 32
 #define HK_SLOTS 1024u
