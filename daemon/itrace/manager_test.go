@@ -328,3 +328,60 @@ func TestStatusShowsOwnSessionsOnly(t *testing.T) {
 		t.Errorf("root sees %+v, want both sessions", r)
 	}
 }
+
+// heldScope is a Sink whose Scope, told before a session's tracer starts,
+// says it was entered and waits until released.
+type heldScope struct {
+	capture
+	entered, release chan struct{}
+}
+
+func (h *heldScope) Scope([]int) {
+	close(h.entered)
+	<-h.release
+}
+
+// TestSessionStartedForAnEndedTrace: a session still starting when
+// tracing turns off, and on again into the same sink (the facility hands
+// every trace the same one, and the next trace may be another user's), is
+// not kept, and its tracer's records never reach the sink.
+func TestSessionStartedForAnEndedTrace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	busy.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Process.Kill(); busy.Wait() })
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	sink := &heldScope{entered: make(chan struct{}), release: make(chan struct{})}
+	m := NewManager()
+	m.SetSink(sink)
+	defer m.SetSink(nil)
+	type result struct {
+		r   itracectl.OnResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := m.On(user, itracectl.OnArgs{PIDs: []int{busy.Process.Pid}})
+		done <- result{r, err}
+	}()
+	<-sink.entered
+	// off, then on for the next trace, while the session starts
+	m.SetSink(nil)
+	m.SetSink(sink)
+	close(sink.release)
+	res := <-done
+	if res.err == nil {
+		t.Errorf("a session started for the trace before is kept in the next: %+v", res.r)
+	}
+	sink.mu.Lock()
+	n := len(sink.recs)
+	sink.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the next trace got %d records of a session started for the one before", n)
+	}
+}
