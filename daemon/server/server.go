@@ -156,6 +156,7 @@ type Server struct {
 	pending  perUID // bytes of unfinished requests per uid
 	answers  perUID // bytes of large answers being sent per uid
 	logged   map[int]*logQuota
+	stateMu  sync.Mutex // one writeState at a time (they share the temporary file)
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
@@ -396,6 +397,8 @@ func (s *Server) hostsWork() bool {
 // dead can say what was lost and start its successor with the same
 // options.
 func (s *Server) writeState() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
 	st := daemonproto.State{PID: os.Getpid(), Group: s.Group, IdleExit: s.IdleExit.String(), State: s.Fac.State(),
 		Unsaved: !s.Fac.Idle(), Owner: s.Fac.Owner(), Time: time.Now()}
 	if err := daemonproto.WriteState(s.Path, &st); err != nil {

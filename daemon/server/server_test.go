@@ -386,3 +386,35 @@ func TestRequestLogBoundedPerUser(t *testing.T) {
 		return count("lines about its requests were not logged") > 0
 	})
 }
+
+// The state file is written by every connection's mutating requests: at
+// once from many, each write is whole (they share one temporary file) and
+// none fails.
+func TestStateWritesAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var errs []string
+	s := &Server{Fac: facility.New(), Path: filepath.Join(t.TempDir(), "pitraced.sock"), Log: func(format string, args ...any) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				s.writeState()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Errorf("%d of 1600 state writes at once failed, the first: %s", len(errs), errs[0])
+	}
+	b, err := os.ReadFile(daemonproto.StatePath(s.Path))
+	var st daemonproto.State
+	if err != nil || json.Unmarshal(b, &st) != nil || st.PID != os.Getpid() {
+		t.Errorf("the state file after the writes: %q %v", b, err)
+	}
+}
