@@ -10,6 +10,12 @@ package itrace
 // records to the daemon over a socket; the daemon checks and copies them
 // into the facility's trace buffers.
 //
+// The helper is started from a copy of the daemon's binary that its user
+// may execute but not read (helperImage): the kernel makes such a process
+// not dumpable from its exec on, so its user can never ptrace it — not
+// even in the moment before the helper itself could say so — to write
+// into the trace, or the daemon's log, through its socket.
+//
 // The daemon's death closes the socket: the helper stops, detaching every
 // thread cleanly (PTRACE_DETACH clears the trap flag), so the traced
 // programs run on. A helper's death costs only its own session.
@@ -24,11 +30,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -181,17 +189,17 @@ func (s *helperSink) logf(format string, args ...any) {
 }
 
 // HelperMain runs one session's tracer in the helper process: fd 3 is its
-// socket to the daemon, fd 4 the daemon's binary (the helper was started
-// through it; closed at once). It returns the exit code.
+// socket to the daemon, fd 4 its program (helperImage; the helper was
+// started through it; closed at once). It returns the exit code.
 func HelperMain() int {
 	_ = unix.Close(4)
 	// Not dumpable: the caller may not ptrace its tracer to write into
-	// the trace through its socket. (Signals it may send: a killed
-	// tracer costs its own session only.)
-	// Its name in ps (started through a descriptor, it was "4"); the
-	// process's comm, written while its /proc files are still its own.
-	_ = os.WriteFile("/proc/self/comm", []byte("pitraced-itrace"), 0)
+	// the trace through its socket (started from helperImage it is not
+	// dumpable already; this is for a helper started otherwise, by a
+	// test). Signals it may send: a killed tracer costs its own session
+	// only.
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+	nameMainThread("pitraced-itrace")
 	// It never needs to gain a privilege by exec.
 	_ = unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	conn := os.NewFile(3, "pitraced")
@@ -294,8 +302,87 @@ func countOf(major uint16, minor uint32, fields []uint64) uint64 {
 	return 0
 }
 
+// nameMainThread gives the process its name in ps (started through a
+// descriptor, it is "4"): the main thread's, set from the main thread,
+// which runs main at its start. (Its /proc/self/comm, root's in a process
+// that is not dumpable, cannot be written.)
+func nameMainThread(name string) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if unix.Gettid() != os.Getpid() {
+		return
+	}
+	if b, err := unix.BytePtrFromString(name); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(b)), 0, 0, 0)
+	}
+}
+
 // helperExe is the program started as the helper: the running binary.
 var helperExe = "/proc/self/exe"
+
+// images holds the sealed copies of the helper's program (helperImage),
+// by path: one for the daemon's life, shared by every helper.
+var images struct {
+	sync.Mutex
+	m map[string]*os.File
+}
+
+// helperImage is the program at path as helpers are started from it: a
+// sealed copy in memory, root's, that others may execute but not read.
+// The kernel makes a process whose program its user may not read not
+// dumpable from its exec on (as it does a setuid program's): a helper's
+// user cannot ptrace it before the helper runs its first instruction.
+// (The binary on disk is readable: started from it, a helper is dumpable
+// until it says otherwise, after the Go runtime's start, and a user
+// watching for it attaches first.)
+func helperImage(path string) (*os.File, error) {
+	images.Lock()
+	defer images.Unlock()
+	if f := images.m[path]; f != nil {
+		return f, nil
+	}
+	f, err := sealedCopy(path)
+	if err != nil {
+		return nil, fmt.Errorf("itrace: a copy of the tracer's program that its user cannot read: %w", err)
+	}
+	if images.m == nil {
+		images.m = map[string]*os.File{}
+	}
+	images.m[path] = f
+	return f, nil
+}
+
+// sealedCopy copies the file at path into a memfd of mode 0511, sealed
+// against any change.
+func sealedCopy(path string) (*os.File, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	const flags = unix.MFD_CLOEXEC | unix.MFD_ALLOW_SEALING
+	fd, err := unix.MemfdCreate("pitraced-itrace", flags|unix.MFD_EXEC)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = unix.MemfdCreate("pitraced-itrace", flags) // a kernel before MFD_EXEC (6.3)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "pitraced-itrace")
+	if _, err := io.Copy(f, src); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("copy %s: %w", path, err)
+	}
+	if err := f.Chmod(0o511); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("seal: %w", err)
+	}
+	return f, nil
+}
 
 // Timeouts of the helper: to attach (all threads seized), and to stop
 // (all threads let go) before it is killed.
@@ -317,11 +404,10 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 	default:
 		attr.Credential = &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}}
 	}
-	exe, err := os.OpenFile(helperExe, unix.O_PATH|unix.O_CLOEXEC, 0)
+	exe, err := helperImage(helperExe)
 	if err != nil {
-		return nil, am, fmt.Errorf("itrace: open the daemon's binary: %w", err)
+		return nil, am, err
 	}
-	defer exe.Close() // (closed before any wait)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, am, fmt.Errorf("itrace: socketpair: %w", err)
@@ -342,8 +428,9 @@ func startRemote(c Caller, opts Options, sink Sink, logf func(string, ...any)) (
 	if v := os.Getenv("ITRACE_DEBUG"); v != "" {
 		env = append(env, "ITRACE_DEBUG="+v)
 	}
-	// The binary is run through its descriptor (fd 4 in the helper): a
-	// caller who cannot reach the daemon's directory still runs it.
+	// The program is run through its descriptor (fd 4 in the helper,
+	// the sealed copy): a caller who cannot reach the daemon's directory
+	// still runs it.
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/fd/4",
 		Args:        []string{"pitraced-itrace", HelperArg},

@@ -64,7 +64,7 @@ type Manager struct {
 	Owner func() int
 
 	mu       sync.Mutex
-	sink     Sink
+	sink     *traceSink // nil: tracing off
 	sessions map[int]*session
 	starting map[int]int  // uid -> sessions being started
 	claimed  map[int]bool // processes of the sessions being started
@@ -83,11 +83,57 @@ type Scoper interface {
 	Scope(pids []int)
 }
 
+// traceSink is the sink of one trace, from one SetSink to the next: it
+// passes records on until that trace ends and drops them after. The
+// facility hands every trace the same sink, and the next trace may be
+// another user's: a tracer started for one trace (one still attaching
+// when tracing turned off) never writes into the next.
+type traceSink struct {
+	mu    sync.RWMutex // held for reading by the records passed on
+	s     Sink
+	ended bool
+}
+
+func (t *traceSink) Trace(cpu int, major uint16, minor uint32, ts uint64, fields []uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if !t.ended {
+		t.s.Trace(cpu, major, minor, ts, fields)
+	}
+}
+
+// scope tells the sink the processes a session is about to trace, if it
+// names only those (Scoper) and its trace has not ended. (Not under the
+// lock: the facility's Scope waits for the facility, which ends a trace
+// holding it.)
+func (t *traceSink) scope(pids []int) {
+	t.mu.RLock()
+	ended := t.ended
+	t.mu.RUnlock()
+	if sc, ok := t.s.(Scoper); ok && !ended {
+		sc.Scope(pids)
+	}
+}
+
+// end drops every record from now on; it returns once no record is being
+// passed on.
+func (t *traceSink) end() {
+	t.mu.Lock()
+	t.ended = true
+	t.mu.Unlock()
+}
+
 // SetSink is called when the facility turns on (the sink of its buffers)
-// and off (nil): turning off stops every session.
+// and off (nil): turning off stops every session, then ends the trace's
+// sink (the sessions' last records go in, a session still starting writes
+// nothing more).
 func (m *Manager) SetSink(s Sink) {
 	m.mu.Lock()
-	m.sink = s
+	old := m.sink
+	m.sink = nil
+	if s != nil {
+		m.sink = &traceSink{s: s}
+	}
 	var all []*session
 	if s == nil {
 		for _, x := range m.sessions {
@@ -97,6 +143,9 @@ func (m *Manager) SetSink(s Sink) {
 	}
 	m.mu.Unlock()
 	stopAll(all)
+	if old != nil {
+		old.end()
+	}
 }
 
 // stopAll stops the sessions at once (each tracer has its own deadline,
@@ -268,15 +317,13 @@ func (m *Manager) On(c Caller, a itracectl.OnArgs) (itracectl.OnResult, error) {
 	if err := m.reserve(c.UID, pids); err != nil {
 		return res, err
 	}
-	if sc, ok := sink.(Scoper); ok {
-		scope := append([]int(nil), pids...)
-		for _, tid := range opts.TIDs {
-			if pid, err := tgidOf(tid); err == nil {
-				scope = append(scope, pid)
-			}
+	scope := append([]int(nil), pids...)
+	for _, tid := range opts.TIDs {
+		if pid, err := tgidOf(tid); err == nil {
+			scope = append(scope, pid)
 		}
-		sc.Scope(scope)
 	}
+	sink.scope(scope)
 	tr, am, err := startRemote(c, opts, sink, m.Log)
 	if err != nil {
 		m.release(c.UID, pids, nil, nil)
@@ -350,8 +397,9 @@ func (m *Manager) reserve(uid int, pids []int) error {
 }
 
 // release ends a reservation; s, if not nil, is the session started
-// for sink: it is kept if tracing is still on into that sink.
-func (m *Manager) release(uid int, pids []int, s *session, sink Sink) bool {
+// for sink: it is kept if tracing is still on into that sink (the same
+// trace, not a later one).
+func (m *Manager) release(uid int, pids []int, s *session, sink *traceSink) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.starting[uid]--; m.starting[uid] <= 0 {

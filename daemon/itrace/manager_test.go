@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"perfinsp/internal/testenv"
 	itracectl "perfinsp/libperfutil/itrace"
 )
 
@@ -327,4 +328,119 @@ func TestStatusShowsOwnSessionsOnly(t *testing.T) {
 	if r := m.Status(Caller{UID: 0}); r.Sessions != 2 || r.Instructions != 107 {
 		t.Errorf("root sees %+v, want both sessions", r)
 	}
+}
+
+// heldScope is a Sink whose Scope, told before a session's tracer starts,
+// says it was entered and waits until released.
+type heldScope struct {
+	capture
+	entered, release chan struct{}
+}
+
+func (h *heldScope) Scope([]int) {
+	close(h.entered)
+	<-h.release
+}
+
+// TestSessionStartedForAnEndedTrace: a session still starting when
+// tracing turns off, and on again into the same sink (the facility hands
+// every trace the same one, and the next trace may be another user's), is
+// not kept, and its tracer's records never reach the sink.
+func TestSessionStartedForAnEndedTrace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (processes of another user)")
+	}
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	busy.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Process.Kill(); busy.Wait() })
+	user := Caller{PID: 1, UID: nobody, GID: nobody}
+	sink := &heldScope{entered: make(chan struct{}), release: make(chan struct{})}
+	m := NewManager()
+	m.SetSink(sink)
+	defer m.SetSink(nil)
+	type result struct {
+		r   itracectl.OnResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := m.On(user, itracectl.OnArgs{PIDs: []int{busy.Process.Pid}})
+		done <- result{r, err}
+	}()
+	<-sink.entered
+	// off, then on for the next trace, while the session starts
+	m.SetSink(nil)
+	m.SetSink(sink)
+	close(sink.release)
+	res := <-done
+	if res.err == nil {
+		t.Errorf("a session started for the trace before is kept in the next: %+v", res.r)
+	}
+	sink.mu.Lock()
+	n := len(sink.recs)
+	sink.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the next trace got %d records of a session started for the one before", n)
+	}
+}
+
+// TestHelperNotDumpableFromItsExec: a session's tracer, running as the
+// caller, is not dumpable from its exec on, before it runs an
+// instruction of its own (here a program that never says so itself):
+// its user could otherwise ptrace it in the moment before it does, and
+// write into the trace through its socket.
+func TestHelperNotDumpableFromItsExec(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (a tracer started as another user)")
+	}
+	defer func(p string) { helperExe = p }(helperExe)
+	helperExe = buildC(t, "pauser", "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n")
+	target := startAs(t, nobody, "sleep", "60")
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := startRemote(Caller{PID: 1, UID: nobody, GID: nobody}, Options{PIDs: []int{target.Process.Pid}}, &capture{}, nil)
+		done <- err
+	}()
+	var helper int
+	testenv.WaitFor(t, "the tracer's exec", func() bool {
+		helper = childRunning(HelperArg)
+		return helper > 0
+	})
+	var st syscall.Stat_t
+	status, _ := os.ReadFile("/proc/" + itoa(helper) + "/status")
+	if err := syscall.Stat("/proc/"+itoa(helper)+"/stat", &st); err != nil {
+		t.Fatal(err)
+	}
+	if uids := ids(string(status), "Uid:"); len(uids) == 0 || uids[0] != nobody {
+		t.Fatalf("the tracer runs as %v, not as the caller (%d)", uids, nobody)
+	}
+	if st.Uid != 0 {
+		t.Errorf("the tracer, as it starts, is dumpable (its /proc files are uid %d's): its user may ptrace it", st.Uid)
+	}
+	_ = syscall.Kill(helper, syscall.SIGKILL)
+	if err := <-done; err == nil {
+		t.Error("a tracer killed before it attached started a session")
+	}
+}
+
+// childRunning is the pid of a child of this process whose arguments
+// include arg (0: none).
+func childRunning(arg string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		status, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if ppid := ids(string(status), "PPid:"); len(ppid) == 1 && ppid[0] == os.Getpid() &&
+			strings.Contains(string(cmdline), "\x00"+arg+"\x00") {
+			return pid
+		}
+	}
+	return 0
 }

@@ -119,6 +119,13 @@ const (
 	// bounded): a client that does not read its answer holds it for
 	// RequestTimeout.
 	MaxAnswersPerUID = 16 << 20
+	// LogBurstPerUID lines about one user's requests are logged at once,
+	// then one per LogEveryPerUID (root is not bounded); the lines left
+	// out are counted, and the count logged with the next line. A user's
+	// requests, refused ones too, must not fill the file system holding
+	// the log (/run, a small tmpfs, when swtrace started the agent).
+	LogBurstPerUID = 100
+	LogEveryPerUID = time.Second
 )
 
 // Server serves the control socket.
@@ -148,6 +155,8 @@ type Server struct {
 	conns    perUID // open connections per uid
 	pending  perUID // bytes of unfinished requests per uid
 	answers  perUID // bytes of large answers being sent per uid
+	logged   map[int]*logQuota
+	stateMu  sync.Mutex // one writeState at a time (they share the temporary file)
 	ln       *net.UnixListener
 	last     time.Time
 	done     chan struct{}
@@ -388,6 +397,8 @@ func (s *Server) hostsWork() bool {
 // dead can say what was lost and start its successor with the same
 // options.
 func (s *Server) writeState() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
 	st := daemonproto.State{PID: os.Getpid(), Group: s.Group, IdleExit: s.IdleExit.String(), State: s.Fac.State(),
 		Unsaved: !s.Fac.Idle(), Owner: s.Fac.Owner(), Time: time.Now()}
 	if err := daemonproto.WriteState(s.Path, &st); err != nil {
@@ -521,7 +532,7 @@ func (s *Server) serveConn(c *net.UnixConn, peer Peer) {
 			}
 		}
 		if mutating[req.Op] {
-			s.logf("uid %d pid %d: %s: %s", peer.UID, peer.PID, req.Op, okOr(herr))
+			s.logRequest(peer.UID, "uid %d pid %d: %s: %s", peer.UID, peer.PID, req.Op, okOr(herr))
 			s.writeState()
 		}
 		_ = pc.SetDeadline(time.Now().Add(RequestTimeout))
@@ -578,6 +589,57 @@ func (s *Server) answersOf(uid int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.answers.n[uid]
+}
+
+// logQuota is what one user's requests may still have logged.
+type logQuota struct {
+	left    int       // lines that may be logged now
+	since   time.Time // when left was last refilled
+	dropped int       // lines left out since the last one logged
+}
+
+// logRequest logs a line about uid's request, within uid's quota
+// (LogBurstPerUID).
+func (s *Server) logRequest(uid int, format string, args ...any) {
+	if uid == 0 {
+		s.logf(format, args...)
+		return
+	}
+	ok, dropped := s.takeLogLine(uid, time.Now())
+	if !ok {
+		return
+	}
+	if dropped > 0 {
+		s.logf("uid %d: %d lines about its requests were not logged (at most %d at once, then one per %v)", uid, dropped, LogBurstPerUID, LogEveryPerUID)
+	}
+	s.logf(format, args...)
+}
+
+// takeLogLine takes a line from uid's quota: whether it may be logged,
+// and how many were left out before it.
+func (s *Server) takeLogLine(uid int, now time.Time) (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.logged[uid]
+	if q == nil {
+		if s.logged == nil {
+			s.logged = map[int]*logQuota{}
+		}
+		q = &logQuota{left: LogBurstPerUID, since: now}
+		s.logged[uid] = q
+	}
+	if n := int(now.Sub(q.since) / LogEveryPerUID); n > 0 {
+		q.left = min(LogBurstPerUID, q.left+n)
+		q.since = q.since.Add(time.Duration(n) * LogEveryPerUID)
+	}
+	if q.left == 0 {
+		q.dropped++
+		return false, 0
+	}
+	q.left--
+	dropped := q.dropped
+	q.dropped = 0
+	return true, dropped
 }
 
 func okOr(err error) string {

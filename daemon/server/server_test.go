@@ -3,10 +3,12 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -324,4 +326,95 @@ func unixPair() (*net.UnixConn, *net.UnixConn, error) {
 		cs[i] = c.(*net.UnixConn)
 	}
 	return cs[0], cs[1], nil
+}
+
+// One user's requests, refused ones too, cannot fill the log: past a
+// burst, one line per LogEveryPerUID is logged, and the number left out is
+// said with the next line logged.
+func TestRequestLogBoundedPerUser(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	count := func(sub string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, sub) {
+				n++
+			}
+		}
+		return n
+	}
+	s := &Server{Fac: facility.New(), Path: filepath.Join(t.TempDir(), "pitraced.sock"), Log: func(format string, args ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}}
+	// uid 1001 holds the facility: uid 1000's free is refused, and logged
+	if err := s.Fac.Claim(1001, false); err != nil {
+		t.Fatal(err)
+	}
+	a, b, err := unixPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.serveConn(b, Peer{UID: 1000, PID: 1})
+	c := daemonproto.NewConn(a)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	free := func() {
+		t.Helper()
+		var resp daemonproto.Response
+		if err := c.Send(&daemonproto.Request{Op: daemonproto.OpFree}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Receive(&resp); err != nil || resp.OK {
+			t.Fatalf("uid 1000's free of uid 1001's facility: %v %+v", err, resp)
+		}
+	}
+	const n = 2000
+	start := time.Now()
+	for range n {
+		free()
+	}
+	most := LogBurstPerUID + int(time.Since(start)/LogEveryPerUID) + 1
+	if got := count("uid 1000 pid 1: free: refused"); got > most || got < LogBurstPerUID {
+		t.Fatalf("%d refused requests logged %d lines, want %d to %d", n, got, LogBurstPerUID, most)
+	}
+	testenv.WaitFor(t, "a line saying how many lines were not logged", func() bool {
+		free()
+		return count("lines about its requests were not logged") > 0
+	})
+}
+
+// The state file is written by every connection's mutating requests: at
+// once from many, each write is whole (they share one temporary file) and
+// none fails.
+func TestStateWritesAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var errs []string
+	s := &Server{Fac: facility.New(), Path: filepath.Join(t.TempDir(), "pitraced.sock"), Log: func(format string, args ...any) {
+		mu.Lock()
+		errs = append(errs, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				s.writeState()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Errorf("%d of 1600 state writes at once failed, the first: %s", len(errs), errs[0])
+	}
+	b, err := os.ReadFile(daemonproto.StatePath(s.Path))
+	var st daemonproto.State
+	if err != nil || json.Unmarshal(b, &st) != nil || st.PID != os.Getpid() {
+		t.Errorf("the state file after the writes: %q %v", b, err)
+	}
 }

@@ -71,6 +71,10 @@ type Conn struct {
 	buf     []byte
 	tmp     []byte
 	pending []*os.File
+	// reserved is the part of buf's capacity taken from the budget for
+	// a frame's payload still to come (its bytes are not taken again as
+	// they arrive).
+	reserved int
 
 	// RequestTimeout, when set, bounds the reading of one line once its
 	// first byte has arrived (a peer may wait as long as it likes between
@@ -105,8 +109,8 @@ func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 func (c *Conn) Close() error {
 	closeFiles(c.pending)
 	c.pending = nil
-	c.drop(len(c.buf))
-	c.buf = nil
+	c.drop(len(c.buf) + c.reserved)
+	c.buf, c.reserved = nil, 0
 	return c.c.Close()
 }
 
@@ -216,7 +220,12 @@ func (c *Conn) frameAt() (int, *frame, error) {
 	total := 2 + n + 4 + int(size)
 	if len(c.buf) < total {
 		if cap(c.buf) < total {
-			// one allocation for the payload still to come
+			// one allocation for the payload still to come, taken
+			// from the budget now: a header alone must not make the
+			// reader hold a megabyte
+			if err := c.reserve(total - len(c.buf)); err != nil {
+				return 0, nil, err
+			}
 			c.buf = append(make([]byte, 0, total), c.buf...)
 		}
 		return total, nil, nil
@@ -230,13 +239,48 @@ func (c *Conn) frameAt() (int, *frame, error) {
 	return total, f, nil
 }
 
-// take removes the first n bytes of the buffer.
+// maxSlack is the most memory the buffer's array keeps past the bytes it
+// holds once a message is taken out of it.
+const maxSlack = 64 << 10
+
+// take removes the first n bytes of the buffer. A large request's memory
+// is not kept: what is left of the buffer (the start of the next message)
+// moves out of a large array, so the memory a connection holds stays what
+// its budget counts.
 func (c *Conn) take(n int) {
 	c.drop(n)
+	array := cap(c.buf)
 	c.buf = c.buf[n:]
-	if len(c.buf) == 0 {
-		c.buf = nil // a large request's memory is not kept
+	switch {
+	case len(c.buf) == 0:
+		c.buf = nil
+	case array-len(c.buf) > maxSlack:
+		c.buf = append([]byte(nil), c.buf...)
 	}
+}
+
+// reserve takes n bytes still to come from the budget.
+func (c *Conn) reserve(n int) error {
+	if c.Budget != nil {
+		if err := c.Budget.Take(n); err != nil {
+			return err
+		}
+	}
+	c.reserved += n
+	return nil
+}
+
+// arrived counts n bytes received against the budget: those a frame
+// reserved first, then more.
+func (c *Conn) arrived(n int) error {
+	k := min(n, c.reserved)
+	if c.Budget != nil && n > k {
+		if err := c.Budget.Take(n - k); err != nil {
+			return err // (the bytes are not kept: reserved stays)
+		}
+	}
+	c.reserved -= k
+	return nil
 }
 
 // readMessage reads the next line, or binary frame, and the files that
@@ -281,10 +325,8 @@ func (c *Conn) readMessage() ([]byte, *frame, []*os.File, error) {
 			}
 		}
 		if n > 0 {
-			if c.Budget != nil {
-				if berr := c.Budget.Take(n); berr != nil {
-					return nil, nil, nil, berr
-				}
+			if berr := c.arrived(n); berr != nil {
+				return nil, nil, nil, berr
 			}
 			c.buf = append(c.buf, c.tmp[:n]...)
 			continue

@@ -3,6 +3,8 @@ package daemonproto
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +123,82 @@ func TestConnFrameLimits(t *testing.T) {
 	var resp Response
 	if _, err := b.Receive(&resp); err == nil || !strings.HasPrefix(err.Error(), "bad message") {
 		t.Fatalf("a frame read as a Response: %v", err)
+	}
+}
+
+// limitBudget refuses past limit bytes held.
+type limitBudget struct{ held, limit int }
+
+func (b *limitBudget) Take(n int) error {
+	if b.held+n > b.limit {
+		return fmt.Errorf("%w: %d held, %d more asked", ErrPending, b.held, n)
+	}
+	b.held += n
+	return nil
+}
+
+func (b *limitBudget) Give(n int) { b.held -= n }
+
+// A frame's header takes its payload from the budget at once, before the
+// payload comes: the reader allocates the payload when the header is
+// read, and a header alone (on many connections) must not make it hold
+// more than the budget allows. The budget is given back whole at Close.
+func TestFrameHeaderTakesItsPayload(t *testing.T) {
+	a, b, err := pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	budget := &limitBudget{limit: 64 << 10}
+	b.Budget = budget
+	if _, err := a.c.Write(FrameHeader("jprof", MaxRequest)); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.c.CloseWrite() // nothing more: a reader waiting for the payload sees the end
+	_ = b.SetDeadline(time.Now().Add(30 * time.Second))
+	var req Request
+	if _, err := b.Receive(&req); !errors.Is(err, ErrPending) {
+		t.Errorf("a header announcing %d bytes with a budget of %d: %v, want the budget's refusal", MaxRequest, budget.limit, err)
+	}
+	b.Close()
+	if budget.held != 0 {
+		t.Errorf("%d bytes still held after Close", budget.held)
+	}
+
+	// A frame that fits: reserved at its header, its bytes not counted
+	// twice as they arrive, all given back once taken.
+	a, b, err = pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	budget = &limitBudget{limit: MaxRequest + 64<<10}
+	b.Budget = budget
+	go func() { _ = a.SendFrame("jprof", make([]byte, MaxRequest)) }()
+	_ = b.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := b.Receive(&req); err != nil || len(req.Payload) != MaxRequest {
+		t.Fatalf("a frame of %d bytes with a budget of %d: %d bytes, %v", MaxRequest, budget.limit, len(req.Payload), err)
+	}
+	if budget.held != 0 {
+		t.Errorf("%d bytes still held after the frame", budget.held)
+	}
+}
+
+// What is left in the buffer once a large message is taken (the start of
+// the next) does not keep the large message's array.
+func TestTakeKeepsNoLargeArray(t *testing.T) {
+	array := make([]byte, MaxRequest+1)
+	c := &Conn{buf: array}
+	c.take(MaxRequest)
+	if len(c.buf) != 1 || &c.buf[0] == &array[MaxRequest] {
+		t.Errorf("after a message of %d bytes, 1 left: the buffer holds %d bytes, in the message's array: %v", MaxRequest, len(c.buf), len(c.buf) == 1 && &c.buf[0] == &array[MaxRequest])
+	}
+	// a small message's buffer is kept (no copy per line)
+	array = make([]byte, 200)
+	c = &Conn{buf: array}
+	c.take(100)
+	if &c.buf[0] != &array[100] {
+		t.Error("the rest of a small buffer was copied")
 	}
 }
