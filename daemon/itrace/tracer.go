@@ -962,6 +962,21 @@ func (t *Tracer) detach(th *thread, sig int, reason uint64) {
 	t.drop(th.tid)
 }
 
+// detachAtCreation lets th go at its clone, fork or vfork event, and the
+// thread it made (ours already: PTRACE_O_TRACECLONE) at that thread's
+// first stop. th is not resumed first (dropStepTrap): a vfork's parent
+// would wait for its child, which waits at its first stop for this loop.
+// Stopped inside the system call it has no step trap queued: the step
+// over the call would trap on the way out, which the detach's clearing of
+// the trap flag prevents (as at flushStepTrap's creation event).
+func (t *Tracer) detachAtCreation(th *thread, sig, event int) {
+	t.letChildGo(th, event)
+	t.endThread(th, trace.ITraceEndOff)
+	t.disarm(th)
+	_ = ptraceSig(unix.PTRACE_DETACH, th.tid, sig)
+	t.drop(th.tid)
+}
+
 // dropStepTrap takes a stepping thread's queued step trap before the
 // thread is let go. A stop for PTRACE_INTERRUPT or a group stop can come
 // after a step's trap was queued and before it was delivered (get_signal
@@ -1369,8 +1384,8 @@ func (t *Tracer) loop() error {
 				pass = sig
 			}
 			if isCreation(event) {
-				// The new thread is ours already (PTRACE_O_TRACECLONE).
-				t.letChildGo(th, event)
+				t.detachAtCreation(th, pass, event)
+				continue
 			}
 			t.detach(th, pass, trace.ITraceEndOff)
 			continue
