@@ -404,3 +404,29 @@ func distance(a, b string) int {
 	}
 	return d[len(a)][len(b)]
 }
+
+// OptionsFirst splits the arguments after a command into its options
+// (with the values of those valueFlags names) and its other arguments, so
+// that a tool can pass them options first: the CLI library stops reading
+// options at the first argument that is not one (`swtrace mode cont -f
+// FILE`, `rtdriver flush -p PID`). A "--" ends the options: the rest
+// then begins with a "--" of its own, so that the library takes nothing
+// after the options for one (`swtrace hook 0x100 -- -5`).
+func OptionsFirst(args []string, valueFlags map[string]bool) (opts, rest []string) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return opts, append(append([]string{"--"}, rest...), args[i+1:]...)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			opts = append(opts, a)
+			if valueFlags[a] && i+1 < len(args) {
+				i++
+				opts = append(opts, args[i])
+			}
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return opts, rest
+}

@@ -131,3 +131,21 @@ func TestClosest(t *testing.T) {
 		t.Errorf("Closest(jav) = %s", got)
 	}
 }
+
+func TestOptionsFirst(t *testing.T) {
+	values := map[string]bool{"-f": true, "-p": true}
+	for in, want := range map[string]string{
+		"cont -f big.nrm2": "-f big.nrm2 | cont",
+		"-p 5 flush":       "-p 5 | flush",
+		"0x100 1 -x 2":     "-x | 0x100 1 2",
+		"0x100 -- -5 -f x": " | -- 0x100 -5 -f x",
+		"-f":               "-f | ",
+		"- a":              " | - a",
+		"-f -- -- x":       "-f -- | -- x",
+	} {
+		opts, rest := OptionsFirst(strings.Fields(in), values)
+		if got := strings.Join(opts, " ") + " | " + strings.Join(rest, " "); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}

@@ -45,23 +45,7 @@ func reorder(args []string) []string {
 	if len(args) == 0 {
 		return args
 	}
-	var flags, pos []string
-	for i := 1; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			pos = append(pos, args[i:]...)
-			i = len(args)
-		case strings.HasPrefix(a, "-") && len(a) > 1:
-			flags = append(flags, a)
-			if valueFlags[a] && i+1 < len(args) {
-				i++
-				flags = append(flags, args[i])
-			}
-		default:
-			pos = append(pos, a)
-		}
-	}
+	flags, pos := cliutil.OptionsFirst(args[1:], valueFlags)
 	for _, f := range flags {
 		if f == "-h" || f == "--help" || f == "-help" {
 			pos = nil // the help is the tool's: it has no command of that name

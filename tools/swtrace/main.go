@@ -62,23 +62,7 @@ func reorder(args []string) []string {
 	}
 	out = append(out, args[i]) // the command
 	i++
-	var flags, pos []string
-	for ; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "--":
-			pos = append(pos, args[i+1:]...)
-			i = len(args)
-		case strings.HasPrefix(a, "-") && len(a) > 1:
-			flags = append(flags, a)
-			if valueFlags[a] && i+1 < len(args) {
-				i++
-				flags = append(flags, args[i])
-			}
-		default:
-			pos = append(pos, a)
-		}
-	}
+	flags, pos := cliutil.OptionsFirst(args[i:], valueFlags)
 	return append(append(out, flags...), pos...)
 }
 

@@ -20,6 +20,7 @@ func TestReorder(t *testing.T) {
 		"swtrace setrate 99 -e cycles":          "swtrace setrate -e cycles 99",
 		"swtrace init -t 8M -m 1M":              "swtrace init -t 8M -m 1M",
 		"swtrace hook 0x100 1 2 -s hi":          "swtrace hook -s hi 0x100 1 2",
+		"swtrace hook -s hi 0x100 -- -5":        "swtrace hook -s hi -- 0x100 -5",
 	}
 	for in, want := range cases {
 		if got := strings.Join(reorder(strings.Fields(in)), " "); got != want {
