@@ -367,49 +367,13 @@ func readInlineTable(dir string, key []byte) (*inlineTable, bool) {
 // length in bounds, every string index known, the nodes by start, each
 // node's range not empty and held by its parent's, an earlier node.
 func parseInlineTable(data, key []byte) (*inlineTable, bool) {
-	take := func(n uint64) []byte {
-		if n > uint64(len(data)) {
-			return nil
-		}
-		b := data[:n]
-		data = data[n:]
-		return b
-	}
-	u32 := func() (uint64, bool) {
-		b := take(4)
-		if b == nil {
-			return 0, false
-		}
-		return uint64(binary.LittleEndian.Uint32(b)), true
-	}
-	if string(take(uint64(len(inlineMagic)))) != inlineMagic {
+	strs, data, ok := cachedTableHead(data, inlineMagic, key, 32)
+	if !ok {
 		return nil, false
 	}
-	kl, ok := u32()
-	if !ok || string(take(kl)) != string(key) {
-		return nil, false
-	}
-	ns, ok := u32()
-	if !ok || ns > uint64(len(data))/4 {
-		return nil, false
-	}
-	t := &inlineTable{strs: make([]string, 0, ns)}
-	for range ns {
-		l, ok := u32()
-		b := take(l)
-		if !ok || b == nil && l > 0 {
-			return nil, false
-		}
-		t.strs = append(t.strs, string(b))
-	}
-	nb := take(8)
-	if nb == nil {
-		return nil, false
-	}
-	nn := binary.LittleEndian.Uint64(nb)
-	if nn > uint64(len(data))/32 || uint64(len(data)) != 32*nn {
-		return nil, false
-	}
+	ns := uint64(len(strs))
+	t := &inlineTable{strs: strs}
+	nn := uint64(len(data)) / 32
 	t.nodes = make([]inlineNode, nn)
 	for i := range t.nodes {
 		r := data[32*i:]

@@ -289,16 +289,12 @@ func readLineTable(dir string, key []byte) (*lineTable, bool) {
 	return parseLineTable(data, key)
 }
 
-// parseLineTable checks a cached line table whole (see readLineTable);
-// the table's rows are data's. A mapped file that shrinks under it
-// faults: a panic here, recovered as a table not read.
-func parseLineTable(data []byte, key []byte) (t *lineTable, ok bool) {
-	defer faultsPanic()()
-	defer func() {
-		if recover() != nil {
-			t, ok = nil, false
-		}
-	}()
+// cachedTableHead reads what every cached table made from DWARF begins
+// with, checked: magic, the key (another module's table, or an older
+// version's, is not this one), a list of strings, and the number of rows
+// of rowSize bytes that must fill the rest exactly, which it returns (the
+// caller checks the rows' fields).
+func cachedTableHead(data []byte, magic string, key []byte, rowSize uint64) (strs []string, rows []byte, ok bool) {
 	take := func(n uint64) []byte {
 		if n > uint64(len(data)) {
 			return nil
@@ -314,40 +310,57 @@ func parseLineTable(data []byte, key []byte) (t *lineTable, ok bool) {
 		}
 		return uint64(binary.LittleEndian.Uint32(b)), true
 	}
-	if string(take(uint64(len(lineMagic)))) != lineMagic {
-		return nil, false
+	if string(take(uint64(len(magic)))) != magic {
+		return nil, nil, false
 	}
 	kl, ok := u32()
 	if !ok || string(take(kl)) != string(key) {
-		return nil, false
+		return nil, nil, false
 	}
-	nf, ok := u32()
-	if !ok || nf > uint64(len(data))/4 {
-		return nil, false
+	ns, ok := u32()
+	if !ok || ns > uint64(len(data))/4 {
+		return nil, nil, false
 	}
-	t = &lineTable{files: make([]string, 0, nf)}
-	for range nf {
+	strs = make([]string, 0, ns)
+	for range ns {
 		l, ok := u32()
 		b := take(l)
 		if !ok || b == nil && l > 0 {
-			return nil, false
+			return nil, nil, false
 		}
-		t.files = append(t.files, string(b))
+		strs = append(strs, string(b))
 	}
 	nb := take(8)
 	if nb == nil {
+		return nil, nil, false
+	}
+	if n := binary.LittleEndian.Uint64(nb); n > uint64(len(data))/rowSize || uint64(len(data)) != rowSize*n {
+		return nil, nil, false
+	}
+	return strs, data, true
+}
+
+// parseLineTable checks a cached line table whole (see readLineTable);
+// the table's rows are data's. A mapped file that shrinks under it
+// faults: a panic here, recovered as a table not read.
+func parseLineTable(data []byte, key []byte) (t *lineTable, ok bool) {
+	defer faultsPanic()()
+	defer func() {
+		if recover() != nil {
+			t, ok = nil, false
+		}
+	}()
+	files, rows, ok := cachedTableHead(data, lineMagic, key, 16)
+	if !ok {
 		return nil, false
 	}
-	nr := binary.LittleEndian.Uint64(nb)
-	if nr > uint64(len(data))/16 || uint64(len(data)) != 16*nr {
-		return nil, false
-	}
-	t.rows = data
+	nf := uint64(len(files))
+	t = &lineTable{files: files, rows: rows}
 	// every row checked, a row after the other (no index to multiply and
 	// check against the table's length: a Go binary's table is hundreds
 	// of thousands of rows, checked at each run)
 	var last uint64
-	for r := data; len(r) >= 16; r = r[16:] {
+	for r := rows; len(r) >= 16; r = r[16:] {
 		a, fl := binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint32(r[8:])
 		if a < last || fl != noFile && uint64(fl) >= nf {
 			return nil, false
