@@ -5,12 +5,10 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
-	"syscall"
 )
 
 // InlineCall is one call that the compiler inlined, enclosing an address:
@@ -313,14 +311,7 @@ func writeInlineTable(dir string, key []byte, t *inlineTable) {
 	if !cacheDirOK(dir) {
 		return
 	}
-	b := append([]byte(inlineMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(key)))...)
-	b = append(b, key...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(t.strs)))
-	for _, s := range t.strs {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
-		b = append(b, s...)
-	}
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(t.nodes)))
+	var b []byte
 	for _, n := range t.nodes {
 		b = binary.LittleEndian.AppendUint64(b, n.low)
 		b = binary.LittleEndian.AppendUint64(b, n.high)
@@ -329,34 +320,18 @@ func writeInlineTable(dir string, key []byte, t *inlineTable) {
 		b = binary.LittleEndian.AppendUint32(b, n.file)
 		b = binary.LittleEndian.AppendUint32(b, n.line)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(b)
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), cachePath(dir, key)) != nil {
-		os.Remove(tmp.Name())
-		return
-	}
-	pruneCache(dir)
+	storeCachedTable(dir, key, cachedTableHeadBytes(inlineMagic, key, t.strs, uint64(len(t.nodes))), b)
 }
 
 // readInlineTable reads dir's inline table for key (the user's own
 // regular file, under the size bound), checked whole by parseInlineTable.
 func readInlineTable(dir string, key []byte) (*inlineTable, bool) {
-	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, size, ok := openCachedTable(dir, key)
+	if !ok {
 		return nil, false
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() <= 0 || fi.Size() > maxTableSize {
-		return nil, false
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
-		return nil, false
-	}
-	data := make([]byte, fi.Size())
+	data := make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, false
 	}

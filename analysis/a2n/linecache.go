@@ -228,21 +228,35 @@ func writeLineTable(dir string, key []byte, t *lineTable) {
 	if !cacheDirOK(dir) {
 		return
 	}
-	b := append([]byte(lineMagic), binary.LittleEndian.AppendUint32(nil, uint32(len(key)))...)
+	storeCachedTable(dir, key, cachedTableHeadBytes(lineMagic, key, t.files, uint64(t.n())), t.rows)
+}
+
+// cachedTableHeadBytes is the head cachedTableHead reads: magic, the key,
+// the strings, the number of rows to follow.
+func cachedTableHeadBytes(magic string, key []byte, strs []string, rows uint64) []byte {
+	b := append([]byte(magic), binary.LittleEndian.AppendUint32(nil, uint32(len(key)))...)
 	b = append(b, key...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(t.files)))
-	for _, f := range t.files {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
-		b = append(b, f...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(strs)))
+	for _, s := range strs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
 	}
-	b = binary.LittleEndian.AppendUint64(b, uint64(t.n()))
+	return binary.LittleEndian.AppendUint64(b, rows)
+}
+
+// storeCachedTable writes the parts of a table into dir under key: a
+// temporary file renamed into place (a reader sees a whole table or
+// none), best effort.
+func storeCachedTable(dir string, key []byte, parts ...[]byte) {
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return
 	}
-	_, werr := tmp.Write(b)
-	if werr == nil {
-		_, werr = tmp.Write(t.rows)
+	var werr error
+	for _, p := range parts {
+		if werr == nil {
+			_, werr = tmp.Write(p)
+		}
 	}
 	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), cachePath(dir, key)) != nil {
 		os.Remove(tmp.Name())
@@ -251,27 +265,39 @@ func writeLineTable(dir string, key []byte, t *lineTable) {
 	pruneCache(dir)
 }
 
+// openCachedTable opens dir's table for key when it is the user's own
+// regular file under the size bound.
+func openCachedTable(dir string, key []byte) (*os.File, int64, bool) {
+	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, 0, false
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() <= 0 || fi.Size() > maxTableSize {
+		f.Close()
+		return nil, 0, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		f.Close()
+		return nil, 0, false
+	}
+	return f, fi.Size(), true
+}
+
 // readLineTable reads dir's line table for key, checked whole: the key,
 // every length in bounds, the rows by address, every file index known.
 func readLineTable(dir string, key []byte) (*lineTable, bool) {
-	f, err := os.OpenFile(cachePath(dir, key), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
+	f, size, ok := openCachedTable(dir, key)
+	if !ok {
 		return nil, false
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() <= 0 || fi.Size() > maxTableSize {
-		return nil, false
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
-		return nil, false
-	}
 	// Mapped, not read: a Go binary's table is megabytes, of which a
 	// profile's lookups touch a few pages (reading it was a tenth of a
 	// post --pprof of a Go program's trace: the copy and the zeroed
 	// memory it went to). The mapping goes with the table.
 	var data []byte
-	if mf := mapFile(f, fi.Size()); mf != nil {
+	if mf := mapFile(f, size); mf != nil {
 		data = mf.data
 		t, ok := parseLineTable(data, key)
 		if !ok {
@@ -282,7 +308,7 @@ func readLineTable(dir string, key []byte) (*lineTable, bool) {
 		runtime.AddCleanup(t, func(b []byte) { _ = syscall.Munmap(b) }, mf.data)
 		return t, true
 	}
-	data = make([]byte, fi.Size())
+	data = make([]byte, size)
 	if _, err := f.ReadAt(data, 0); err != nil {
 		return nil, false
 	}
