@@ -3,6 +3,7 @@ package itrace
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strconv"
@@ -184,6 +185,15 @@ func ids(status, key string) []int {
 	return nil
 }
 
+// processErr is the error of reading process pid's /proc files: that it
+// does not exist (it never did, or it ended), or what the error was.
+func processErr(pid int, err error) error {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("process %d does not exist", pid)
+	}
+	return fmt.Errorf("process %d: %w", pid, err)
+}
+
 // CanTrace reports whether the caller could ptrace pid itself: root, or
 // the same user and group as the target (every id of it) with the target
 // holding no capabilities and dumpable (the files in a non-dumpable
@@ -196,7 +206,7 @@ func CanTrace(c Caller, pid int) error {
 	dir := "/proc/" + strconv.Itoa(pid)
 	b, err := os.ReadFile(dir + "/status")
 	if err != nil {
-		return fmt.Errorf("process %d: %w", pid, err)
+		return processErr(pid, err)
 	}
 	deny := fmt.Errorf("process %d: permission denied: you (uid %d) may trace only your own processes (same user and group, not setuid, dumpable); root may trace any", pid, c.UID)
 	for _, u := range ids(string(b), "Uid:") {
@@ -216,7 +226,7 @@ func CanTrace(c Caller, pid int) error {
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(dir+"/stat", &st); err != nil {
-		return fmt.Errorf("process %d: %w", pid, err)
+		return processErr(pid, err)
 	}
 	if int(st.Uid) != c.UID {
 		return deny // not dumpable

@@ -2,6 +2,7 @@ package itrace
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -443,4 +444,28 @@ func childRunning(arg string) int {
 		}
 	}
 	return 0
+}
+
+// A process that does not exist is said not to exist, for any caller
+// (not an error opening a /proc file).
+func TestMissingProcessSaysSo(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pids are below pid_max: this one is no process's
+	want := fmt.Sprintf("process %d does not exist", pid)
+	if err := CanTrace(Caller{UID: 12345, GID: 12345}, pid); err == nil || err.Error() != want {
+		t.Errorf("a user: %v, want %q", err, want)
+	}
+	if tr, err := Start(Options{PIDs: []int{pid}}, &capture{}); err == nil || !strings.HasSuffix(err.Error(), want) {
+		if err == nil {
+			tr.Stop()
+		}
+		t.Errorf("root: %v, want %q", err, want)
+	}
 }

@@ -316,7 +316,7 @@ func taskStatus(tid int) (state byte, tracer int, gone bool) {
 func tasks(pid int) ([]int, error) {
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
 	if err != nil {
-		return nil, fmt.Errorf("itrace: process %d: %w", pid, err)
+		return nil, fmt.Errorf("itrace: %w", processErr(pid, err))
 	}
 	var out []int
 	for _, e := range ents {
