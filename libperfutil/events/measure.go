@@ -241,9 +241,17 @@ func startStopped(argv []string, spec Spec) (*exec.Cmd, func() error, error) {
 	return cmd, release, nil
 }
 
+// signalGrace is how long Measure waits for a command to end after
+// SIGINT or SIGTERM before passing the signal on, and again before it
+// ends the count (and sends SIGTERM).
+var signalGrace = 2 * time.Second
+
 // Measure counts spec.Events and calls each at every interval and once at
 // the end (Final). It returns when the target ends (the process or the
-// command exits), after Duration, or at SIGINT/SIGTERM.
+// command exits), after Duration, or at SIGINT/SIGTERM: with a command,
+// when the command ends of it (Ctrl-C reaches both; the signal is passed
+// on after signalGrace), at the latest twice signalGrace after it, or at
+// a second signal.
 func Measure(spec Spec, each func(Sample) error) error {
 	if len(spec.Events) == 0 {
 		return errors.New("no events to count")
@@ -360,6 +368,10 @@ func Measure(spec Spec, each func(Sample) error) error {
 		stop = time.After(spec.Duration)
 	}
 	code, ended := 0, false
+	var (
+		caught os.Signal        // the first signal while the command runs
+		grace  <-chan time.Time // its end, for a command the signal did not reach
+	)
 	for final := false; !final; {
 		select {
 		case <-tick:
@@ -367,8 +379,22 @@ func Measure(spec Spec, each func(Sample) error) error {
 			final, ended = true, true
 		case <-stop:
 			final = true
-		case <-sigs:
-			final = true
+		case s := <-sigs:
+			if cmd != nil && caught == nil {
+				// Ctrl-C at the terminal reaches the command too (our
+				// process group): it ends in its own way, what it does
+				// then is counted and its exit status kept. A signal
+				// that was ours alone is passed on if the command has
+				// not ended within signalGrace.
+				caught, grace = s, time.After(signalGrace)
+				continue
+			}
+			final = true // a second one: now
+		case <-grace:
+			grace = nil
+			_ = cmd.Process.Signal(caught)
+			stop = time.After(signalGrace) // then the end, and SIGTERM
+			continue
 		}
 		rs, err := c.read()
 		if err != nil {
