@@ -52,17 +52,17 @@ struct hk_thread {
 	uint64_t last_late;   /* the previous event's late read (the hooks store it here) */
 	uint64_t last_early;  /* its early read */
 	uint64_t last_sp;     /* the last stack pointer recorded */
-	/* The last hook entry's stack pointer, call site, the address its
-	 * hook was called from, and whether it was marked inlined. */
-	uint64_t in_sp, in_site, in_from;
-	int in_inl;
 	uint8_t need_sync;    /* the next event starts with a sync */
 	uint8_t need_wall;    /* the next event gets a wall-clock anchor */
+	uint8_t in_inl;       /* the last hook entry was marked inlined */
 	int busy;             /* 1: inside the hook; 2: finished (shutdown, exit) */
 	int closing;          /* a shutdown is finishing the file: record nothing */
 	unsigned gen;         /* reset generation last marked */
 	uint64_t sched;       /* hk_sched_mark() at the last anchor */
 	/* (the first cache line ends here) */
+	/* The last hook entry's stack pointer, call site and the address its
+	 * hook was called from (entries only). */
+	uint64_t in_sp, in_site, in_from;
 	uint32_t ds, in;      /* dispatches, interrupts at the last event (kmod) */
 	uint32_t nsys;        /* system calls at the end of the last event (hk_sys) */
 	uint64_t sys_time;    /* the metric in system calls then */
@@ -778,8 +778,9 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		slow = 1;
 	}
 	if (site) { /* a hook's entry: inlined into the previous one's function? */
-		int inl = (uint64_t)sp == t->in_sp && (uint64_t)site == t->in_site &&
-			  ((uint64_t)from != t->in_from || t->in_inl);
+		/* (no branches: in a loop the answer changes call by call) */
+		int inl = ((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site) &
+			  (((uint64_t)from != t->in_from) | t->in_inl);
 
 		tag |= (uint64_t)inl << HK_INL_SHIFT;
 		t->in_sp = (uint64_t)sp;
