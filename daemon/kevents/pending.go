@@ -125,7 +125,7 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 	defer c.mu.Unlock()
 	var maps *procMaps
 	if len(c.items) == 0 {
-		pcs, cut, cfi, wait := p.unwind(pid, tid, kernel, fp, raw, max, truncated, false, &maps)
+		pcs, cut, cfi, _, wait := p.unwind(pid, tid, kernel, fp, raw, max, truncated, false, &maps)
 		if !wait {
 			p.write(cpu, switched, t, pid, tid, pcs, len(kernel), cut, cfi)
 			return
@@ -138,13 +138,13 @@ func (p *pendingSink) userStack(cpu int, t uint64, pid, tid uint32, kernel, fp [
 	}
 	p.mu.Unlock()
 	if full {
-		pcs, cut, cfi, _ := p.unwind(pid, tid, kernel, fp, raw, max, truncated, true, &maps)
+		pcs, cut, cfi, _, _ := p.unwind(pid, tid, kernel, fp, raw, max, truncated, true, &maps)
 		c.items = append(c.items, pendItem{stack: true, switched: switched, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), pcs...), kernel: len(kernel), truncated: cut, cfi: cfi})
 		return
 	}
 	c.items = append(c.items, pendItem{stack: true, switched: switched, t: t, pid: pid, tid: tid, pcs: append([]uint64(nil), kernel...),
 		fp: append([]uint64(nil), fp...), raw: append([]byte(nil), raw...), max: max, truncated: truncated, maps: maps, queued: time.Now()})
-	p.uw.waiting(1)
+	p.uw.waiting(1, false)
 }
 
 // write writes a stack: a wait's (switched) or a tprof sample's.
@@ -158,19 +158,19 @@ func (p *pendingSink) write(cpu int, switched bool, t uint64, pid, tid uint32, p
 
 // unwind returns the stack of a sample: its kernel frames, then its user
 // frames (by call-frame information, or the frame-pointer walk when the
-// sample has no user registers). wait is true when a table it needs is
-// loading (never with force); cfi whether the user frames are by
+// sample has no user registers: user false). wait is true when a table it
+// needs is loading (never with force); cfi whether the user frames are by
 // call-frame information.
-func (p *pendingSink) unwind(pid, tid uint32, kernel, fp []uint64, raw []byte, max int, truncated, force bool, maps **procMaps) (pcs []uint64, cut, cfi, wait bool) {
+func (p *pendingSink) unwind(pid, tid uint32, kernel, fp []uint64, raw []byte, max int, truncated, force bool, maps **procMaps) (pcs []uint64, cut, cfi, user, wait bool) {
 	pcs = append([]uint64(nil), kernel...)
 	out, cut, cfi, ok, wait := p.uw.unwindSample(pid, raw, pcs, fp, max, force, maps)
 	if wait {
-		return nil, false, false, true
+		return nil, false, false, true, true
 	}
 	if !ok {
-		return append(pcs, fp...), truncated, false, false
+		return append(pcs, fp...), truncated, false, false, false
 	}
-	return out, cut, cfi, false
+	return out, cut, cfi, true, false
 }
 
 // retry writes what each CPU's queue can write now: its records up to the
@@ -201,7 +201,7 @@ func (p *pendingSink) flush(cpu int, c *pendCPU, force bool) {
 			p.write(cpu, it.switched, it.t, it.pid, it.tid, it.pcs, it.kernel, it.truncated, it.cfi)
 		default:
 			late := force || time.Since(it.queued) > maxPendingWait
-			pcs, cut, cfi, wait := p.unwind(it.pid, it.tid, it.pcs, it.fp, it.raw, it.max, it.truncated, late, &it.maps)
+			pcs, cut, cfi, user, wait := p.unwind(it.pid, it.tid, it.pcs, it.fp, it.raw, it.max, it.truncated, late, &it.maps)
 			if wait {
 				c.items = c.items[n:]
 				return
@@ -210,7 +210,7 @@ func (p *pendingSink) flush(cpu int, c *pendCPU, force bool) {
 			p.mu.Lock()
 			p.bytes -= len(it.raw)
 			p.mu.Unlock()
-			p.uw.waiting(-1)
+			p.uw.waiting(-1, user)
 		}
 		c.items[n] = pendItem{}
 	}

@@ -86,7 +86,7 @@ type UnwindStats struct {
 	Frames    uint64        // user frames written
 	Time      time.Duration // spent unwinding (the daemon's CPU)
 	LoadTime  time.Duration // spent loading tables (in the background)
-	Early     uint64        // stacks that met a file whose table was still loading, and waited for it
+	Early     uint64        // user stacks written after waiting in the queue (for a table still loading, or behind one that did)
 	Cut       uint64        // of those, written before the table was there (the wait or the queue's size bound), marked truncated
 	Waiting   int           // stacks waiting now
 	Files     int           // files whose tables were loaded
@@ -454,12 +454,15 @@ func (u *userUnwinder) unwindSample(pid uint32, b []byte, pcs, fp []uint64, max 
 	return append(pcs, frames...), truncated, cfi, true, false
 }
 
-// waiting counts a sample queued for a table (d 1) or written (d -1).
-func (u *userUnwinder) waiting(d int) {
+// waiting counts a sample queued for a table (d 1) or written (d -1);
+// user: the one written was a user stack (unwound and counted in
+// Samples), which waited: Early. (A kernel thread's sample queued behind
+// one that waits is no user stack: counted, Early was above Samples.)
+func (u *userUnwinder) waiting(d int, user bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.stats.Waiting += d
-	if d > 0 {
+	if d < 0 && user {
 		u.stats.Early++
 	}
 }
