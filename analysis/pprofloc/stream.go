@@ -120,7 +120,9 @@ const (
 func NewStream(out io.Writer, sampleTypes []ValueType, period ValueType, every int64) *Stream {
 	s := &Stream{strs: map[string]int64{}, funcIDs: map[string]uint64{}, locs: map[string]uint64{}, addrLocs: map[addrLocKey]uint64{},
 		mapIDs: map[streamMapping]uint64{}, nvals: len(sampleTypes)}
-	s.gz = gzip.NewWriter(out)
+	// BestSpeed, as Write: the profile of a call flow of tens of millions
+	// of calls is written at a program's end, which waits for it
+	s.gz, _ = gzip.NewWriterLevel(out, gzip.BestSpeed) // (the level is valid)
 	s.w = bufio.NewWriterSize(s.gz, 256<<10)
 	s.str("")
 	for _, t := range sampleTypes {
