@@ -962,13 +962,13 @@ func (t *Tracer) detach(th *thread, sig int, reason uint64) {
 	t.drop(th.tid)
 }
 
-// detachAtCreation lets th go at its clone, fork or vfork event, and the
-// thread it made (ours already: PTRACE_O_TRACECLONE) at that thread's
-// first stop. th is not resumed first (dropStepTrap): a vfork's parent
-// would wait for its child, which waits at its first stop for this loop.
-// Stopped inside the system call it has no step trap queued: the step
-// over the call would trap on the way out, which the detach's clearing of
-// the trap flag prevents (as at flushStepTrap's creation event).
+// detachAtCreation lets th go at its vfork event, and its child (ours
+// already: PTRACE_O_TRACEVFORK) at the child's first stop. th is not
+// resumed first (dropStepTrap): a vfork's parent would wait for its
+// child, which waits at its first stop for this loop. Stopped inside the
+// system call it has no step trap queued, and the detach clears the trap
+// flag and the system call's exit trap (as at flushStepTrap's creation
+// event). A clone's or fork's creator is let go as any other thread.
 func (t *Tracer) detachAtCreation(th *thread, sig, event int) {
 	t.letChildGo(th, event)
 	t.endThread(th, trace.ITraceEndOff)
@@ -1383,9 +1383,13 @@ func (t *Tracer) loop() error {
 			if event <= 0 && sig != int(unix.SIGTRAP) && sig != int(unix.SIGURG) && sig != int(unix.SIGSTOP) {
 				pass = sig
 			}
-			if isCreation(event) {
+			if event == unix.PTRACE_EVENT_VFORK {
 				t.detachAtCreation(th, pass, event)
 				continue
+			}
+			if isCreation(event) {
+				// The new thread is ours already (PTRACE_O_TRACECLONE).
+				t.letChildGo(th, event)
 			}
 			t.detach(th, pass, trace.ITraceEndOff)
 			continue
