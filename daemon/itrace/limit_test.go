@@ -245,7 +245,14 @@ func ended(cmd *exec.Cmd) string {
 // the test, and waits for its "ready".
 func startReady(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(buildC(t, "many", manyThreads), args...)
+	return startProgram(t, "many", manyThreads, args...)
+}
+
+// startProgram builds the C program src (name), starts it with args,
+// dying with the test, and waits for its "ready".
+func startProgram(t *testing.T, name, src string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(buildC(t, name, src), args...)
 	dieWithTest(cmd)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -292,16 +299,7 @@ int main(void)
 // which the session holds at its first stop until the session lets it
 // go): every session ends, the process lives on untraced.
 func TestSessionsEndWhileVforking(t *testing.T) {
-	cmd := exec.Command(buildC(t, "vforker", vforker))
-	dieWithTest(cmd)
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if l, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || l != "ready\n" {
-		t.Fatalf("the program: %q %v", l, err)
-	}
+	cmd := startProgram(t, "vforker", vforker)
 	pid := cmd.Process.Pid
 	for i := 0; i < 300; i++ {
 		tr, err := Start(Options{PIDs: []int{pid}, Follow: true}, &capture{})

@@ -94,16 +94,7 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 		t.Fatalf("the waiting sample's mappings are %p, want those of its time %p", it.maps, old)
 	}
 	close(release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		u.mu.Lock()
-		_, done := u.tables[fileID{8, 1, 77}]
-		u.mu.Unlock()
-		if done || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitTable(u, fileID{8, 1, 77})
 	p.retry(false)
 	if got, want := sink.String(), "0:T1 1:T3 0:S1[ffffffff81000000 1800]/false 0:T2 0:W2[ffffffff81000100]/false 0:S2[1900]/false 0:T4 0:W4[ffffffff81000200 1820]/true"; got != want {
 		t.Fatalf("after the load: %q, want %q", got, want)
@@ -113,6 +104,19 @@ func TestSampleWaitsForItsTable(t *testing.T) {
 	}
 	if h, ok := p.heldSince(); ok {
 		t.Fatalf("held since %d after every record was written", h)
+	}
+}
+
+// waitTable waits (up to 10 s) until u has loaded the table of id, or
+// failed to.
+func waitTable(u *userUnwinder, id fileID) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		u.mu.Lock()
+		_, done := u.tables[id]
+		u.mu.Unlock()
+		if done {
+			return
+		}
 	}
 }
 
@@ -136,16 +140,7 @@ func TestKernelSampleBehindAWaitIsNotAUserStack(t *testing.T) {
 		p.userStack(0, i, 9, 9, []uint64{0xffffffff81000000}, nil, make([]byte, 8), 127, false, false)
 	}
 	close(release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		u.mu.Lock()
-		_, done := u.tables[fileID{8, 1, 79}]
-		u.mu.Unlock()
-		if done || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitTable(u, fileID{8, 1, 79})
 	p.retry(false)
 	st := u.Stats()
 	if st.Waiting != 0 || st.Samples != 1 || st.Early != 1 {
