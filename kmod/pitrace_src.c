@@ -182,6 +182,37 @@ static const char *pt_vma_path(struct vm_area_struct *vma, char *buf)
 	return s;
 }
 
+/*
+ * MTE_SEGMENT of vma, and MTE_FILE when it maps a file: the inode it maps
+ * (the one /proc/PID/maps and perf's MMAP2 name), by which a reader tells
+ * the file traced from one put at its path later.  The caller holds the
+ * mmap lock of vma's mm, which keeps vm_file.
+ */
+static void pt_write_segment(struct vm_area_struct *vma, pid_t tgid, char *buf)
+{
+	struct pitrace_rec_segment f;
+	struct pitrace_rec_file ff;
+	const char *path = pt_vma_path(vma, buf);
+	struct inode *inode;
+
+	mmap_assert_locked(vma->vm_mm);
+	f.pid = tgid;
+	f.start = vma->vm_start;
+	f.size = vma->vm_end - vma->vm_start;
+	f.offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	f.prot = pt_prot(vma);
+	pt_mte_str(PITRACE_MTE_SEGMENT, &f, sizeof(f), path);
+	if (!vma->vm_file || path[0] != '/')
+		return;
+	inode = file_inode(vma->vm_file);
+	ff.pid = tgid;
+	ff.start = vma->vm_start;
+	ff.dev_major = MAJOR(inode->i_sb->s_dev);
+	ff.dev_minor = MINOR(inode->i_sb->s_dev);
+	ff.ino = inode->i_ino;
+	pt_mte_fixed(PITRACE_MTE_FILE, &ff, sizeof(ff));
+}
+
 /* One record per executable segment; the caller holds mm's mmap lock. */
 static void pt_write_segments_locked(struct mm_struct *mm, pid_t tgid,
 				     char *buf)
@@ -191,17 +222,8 @@ static void pt_write_segments_locked(struct mm_struct *mm, pid_t tgid,
 
 	mmap_assert_locked(mm);
 	for_each_vma(vmi, vma) {
-		struct pitrace_rec_segment f;
-
-		if (!(vma->vm_flags & VM_EXEC))
-			continue;
-		f.pid = tgid;
-		f.start = vma->vm_start;
-		f.size = vma->vm_end - vma->vm_start;
-		f.offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
-		f.prot = pt_prot(vma);
-		pt_mte_str(PITRACE_MTE_SEGMENT, &f, sizeof(f),
-			   pt_vma_path(vma, buf));
+		if (vma->vm_flags & VM_EXEC)
+			pt_write_segment(vma, tgid, buf);
 	}
 }
 
@@ -470,20 +492,13 @@ static int pt_kp_mmap(struct kprobe *kp, struct pt_regs *regs)
 {
 #ifdef CONFIG_X86_64
 	struct vm_area_struct *vma = (struct vm_area_struct *)regs->di;
-	struct pitrace_rec_segment f;
 	char *buf;
 
 	if (!READ_ONCE(pt_active) || !vma || !(vma->vm_flags & VM_EXEC) ||
 	    vma->vm_mm != current->mm || !pt_pathbufs)
 		return 0;
-	mmap_assert_locked(vma->vm_mm);
 	buf = pt_pathbufs + (size_t)smp_processor_id() * PATH_MAX;
-	f.pid = current->tgid;
-	f.start = vma->vm_start;
-	f.size = vma->vm_end - vma->vm_start;
-	f.offset = (u64)vma->vm_pgoff << PAGE_SHIFT;
-	f.prot = pt_prot(vma);
-	pt_mte_str(PITRACE_MTE_SEGMENT, &f, sizeof(f), pt_vma_path(vma, buf));
+	pt_write_segment(vma, current->tgid, buf);
 #endif
 	return 0;
 }

@@ -3,17 +3,33 @@ package a2n
 import (
 	"fmt"
 	"os"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// A trace records the paths of the files mapped, not what they held: a
-// module rebuilt after it was mapped (a binary rebuilt before post runs,
-// a tool replaced while a long trace ran) is named from the file as it
+// A trace records the paths of the files mapped, and (MTE_FILE) the
+// device and inode each was; not what they held. A module rebuilt after
+// it was mapped (a binary rebuilt before post runs, a library a package
+// upgrade replaced while a long trace ran) is named from the file as it
 // is now, which may not be the code traced. Problems says so for each
-// module read whose file was modified (its mtime) after its first
-// mapping in the trace. (Not its ctime, which a new hard link or a
-// chmod changes too; a file replaced by one of an older mtime — dpkg
-// keeps a package's — goes unnoticed.)
+// module read whose file
+//   - is another inode of the same device than the one the trace mapped:
+//     the file was replaced (a rename over it, as package managers and
+//     linkers do, whatever modification time the new file has);
+//   - or was modified (its mtime) after its first mapping in the trace.
+//
+// Not its ctime, which a new hard link or a chmod changes too. A file of
+// another device than the one mapped is not compared by inode: the same
+// file has another device number on another boot (btrfs subvolumes,
+// network file systems) or seen through overlayfs, whose mappings name
+// the layer's file.
+
+type fileID struct {
+	major, minor uint32
+	ino          uint64
+}
 
 // mappedAt notes that path was mapped at wall time ns (the first time
 // counts).
@@ -28,16 +44,41 @@ func (c *Cache) mappedAt(path string, ns int64) {
 	}
 }
 
-// changedSinceMapped is the warning for module m when its file changed
-// after its first mapping ("": it did not, or it is not known). Called
-// with c.mu held.
+// mappedFileIs notes the file path was when the trace mapped it (the
+// first time counts).
+func (c *Cache) mappedFileIs(path string, id fileID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mappedFile == nil {
+		c.mappedFile = map[string]fileID{}
+	}
+	if _, ok := c.mappedFile[path]; !ok {
+		c.mappedFile[path] = id
+	}
+}
+
+// changedSinceMapped is the warning for module m when its file was
+// replaced or changed after its first mapping ("": it was not, or it is
+// not known). Called with c.mu held.
 func (c *Cache) changedSinceMapped(m *Module) string {
-	at, ok := c.mapped[m.Path]
-	if !ok || m.Err != nil || m.file == "" || c.Root != "" { // (another machine's files: copied since)
+	if m.Err != nil || m.file == "" || c.Root != "" { // (another machine's files: copied since)
 		return ""
 	}
 	fi, err := os.Stat(m.file)
 	if err != nil {
+		return ""
+	}
+	if was, ok := c.mappedFile[m.Path]; ok {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			now := fileID{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}
+			if now.major == was.major && now.minor == was.minor && now.ino != was.ino {
+				return fmt.Sprintf("%s was replaced after the trace mapped it (inode %d then, %d now): its names are the new file's, which may not be the code traced",
+					m.Path, was.ino, now.ino)
+			}
+		}
+	}
+	at, ok := c.mapped[m.Path]
+	if !ok {
 		return ""
 	}
 	changed := fi.ModTime().UnixNano()

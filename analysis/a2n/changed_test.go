@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"perfinsp/format/trace"
 )
@@ -49,5 +52,69 @@ func TestChangedSinceMapped(t *testing.T) {
 	}
 	if changed(mtime-1e9, "/") {
 		t.Error("with --root: warned")
+	}
+}
+
+// TestReplacedSinceMapped: a module whose path holds another file (inode)
+// of the same device than the MTE_FILE record of its mapping says is
+// named in Problems, though the new file's modification time is older
+// than the mapping (a package upgrade keeps the package's times); the
+// file traced is not, nor one whose mapping names another device (the
+// same file on another boot, or through overlayfs).
+func TestReplacedSinceMapped(t *testing.T) {
+	exe, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "prog")
+	if err := os.WriteFile(prog, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(prog, &st); err != nil {
+		t.Fatal(err)
+	}
+	mappedAt := time.Now().UnixNano()
+	replaced := func(major, minor uint32, ino uint64) bool {
+		r := NewCached(nil, "")
+		r.Clock = func(t uint64) int64 { return int64(t) } // record times are wall times here
+		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTESegment, Time: uint64(mappedAt),
+			Fixed: []uint64{5, 0x400000, 0x10000, 0, 5}, Str: prog})
+		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTEFile, Time: uint64(mappedAt),
+			Fixed: []uint64{5, 0x400000, uint64(major), uint64(minor), ino}})
+		r.Resolve(5, 0x400100, false)
+		for _, p := range r.Cache.Problems() {
+			if strings.HasPrefix(p, prog+" was replaced after the trace mapped it") {
+				return true
+			}
+		}
+		return false
+	}
+	major, minor := unix.Major(st.Dev), unix.Minor(st.Dev)
+	// the traced file, its times set back a day: no warning
+	old := time.Now().Add(-24 * time.Hour)
+	if err := os.Chtimes(prog, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if replaced(major, minor, st.Ino) {
+		t.Error("the file traced: warned")
+	}
+	// a new file renamed over it with a day-old mtime, as dpkg does
+	next := filepath.Join(dir, "prog.new")
+	if err := os.WriteFile(next, exe, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(next, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, prog); err != nil {
+		t.Fatal(err)
+	}
+	if !replaced(major, minor, st.Ino) {
+		t.Error("a file renamed over the one mapped, of an older mtime: no warning")
+	}
+	if replaced(major+1, minor, st.Ino) {
+		t.Error("a mapping of another device: warned")
 	}
 }

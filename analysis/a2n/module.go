@@ -621,6 +621,9 @@ type Cache struct {
 	// mapped is when each module path was first mapped in the trace
 	// (wall ns; changed.go).
 	mapped map[string]int64
+	// mappedFile is the file (device, inode) each module path held when
+	// the trace first said so (MTE_FILE; changed.go).
+	mappedFile map[string]fileID
 	// MapTables maps the cached tables rather than reading them: for a
 	// caller that names a few addresses of each module and releases it
 	// (Module.Release), only the pages its searches touch are read.

@@ -325,6 +325,11 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 	case trace.MTEUnmap:
 		p := r.proc(uint32(rec.Field(0)))
 		p.unmap(rec.Field(1), rec.Field(2))
+	case trace.MTEFile:
+		p := r.proc(uint32(rec.Field(0)))
+		if s, ok := p.seg(rec.Field(1)); ok && s.Start == rec.Field(1) {
+			r.Cache.mappedFileIs(s.Path, fileID{major: uint32(rec.Field(2)), minor: uint32(rec.Field(3)), ino: rec.Field(4)})
+		}
 	}
 }
 

@@ -965,6 +965,12 @@ func (s *Session) record(r *ring, typ uint32, misc uint16, b []byte) {
 			f = r.fields[:0]
 		}
 		s.sink.MTE(r.cpu, trace.MTESegment, t, append(f, uint64(pid), addr, ln, pgoff, uint64(prot)), name)
+		if len(name) > 0 && name[0] == '/' && misc&unix.PERF_RECORD_MISC_MMAP_BUILD_ID == 0 {
+			// the file mapped (device, inode), by which post tells it
+			// from a file put at its path later
+			f = r.fields[:0]
+			s.sink.MTE(r.cpu, trace.MTEFile, t, append(f, uint64(pid), addr, uint64(le32(b[32:])), uint64(le32(b[36:])), le64(b[40:])), "")
+		}
 	case unix.PERF_RECORD_MMAP:
 		// pid, tid, addr, len, pgoff, filename (older kernels without mmap2)
 		if len(b) < 32+idTrailer {

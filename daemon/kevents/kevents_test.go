@@ -150,6 +150,8 @@ func TestSamplesSidebandAndTracepoints(t *testing.T) {
 	var myTicks, switches, irqs int
 	var exitOK, forkOK, execOK, segOK bool
 	cp := uint32(child.Process.Pid)
+	segs := map[uint64]string{} // the child's file segments by start
+	files := 0
 	for _, r := range sink.recs {
 		if r.t < before || r.t > after {
 			t.Fatalf("record time %d outside the session [%d, %d]: clocks differ", r.t, before, after)
@@ -171,7 +173,24 @@ func TestSamplesSidebandAndTracepoints(t *testing.T) {
 			exitOK = true
 		case r.major == trace.MajorMTE && r.minor == trace.MTESegment && uint32(r.fields[0]) == cp:
 			segOK = segOK || strings.Contains(r.str, "libc")
+			if strings.HasPrefix(r.str, "/") {
+				segs[r.fields[1]] = r.str
+			}
+		case r.major == trace.MajorMTE && r.minor == trace.MTEFile && uint32(r.fields[0]) == cp:
+			// the file the segment at this start maps: the file at its path
+			path, ok := segs[r.fields[1]]
+			var st unix.Stat_t
+			if !ok || unix.Stat(path, &st) != nil {
+				t.Fatalf("MTE_FILE %v names no file segment seen before it (%q)", r.fields, path)
+			}
+			if r.fields[2] != uint64(unix.Major(st.Dev)) || r.fields[3] != uint64(unix.Minor(st.Dev)) || r.fields[4] != st.Ino {
+				t.Fatalf("MTE_FILE of %s: device %d:%d inode %d, stat says %d:%d inode %d", path, r.fields[2], r.fields[3], r.fields[4], unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+			}
+			files++
 		}
+	}
+	if len(segs) == 0 || files != len(segs) {
+		t.Fatalf("child %d: %d file segments, %d MTE_FILE records", cp, len(segs), files)
 	}
 	want := float64(cpuTime.Milliseconds()) // 1000 Hz: one tick per ms of CPU time
 	if float64(myTicks) < 0.5*want || float64(myTicks) > 1.5*want {

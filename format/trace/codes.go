@@ -53,6 +53,7 @@ const (
 	MTEThreadName uint32 = 5 // thread exists / was named
 	MTESegment    uint32 = 6 // executable segment mapped
 	MTEUnmap      uint32 = 7 // executable segment unmapped
+	MTEFile       uint32 = 8 // the file (device, inode) the segment before it maps
 )
 
 // Minor codes of MajorTprof.
@@ -181,6 +182,7 @@ var specs = []Spec{
 	{MajorMTE, MTEThreadName, "MTE_THREAD", LayoutString, fl(u32("pid"), u32("tid")), "name", "thread exists or was named"},
 	{MajorMTE, MTESegment, "MTE_SEGMENT", LayoutString, fl(u32("pid"), x64("start"), x64("size"), x64("offset"), u32("prot")), "path", "executable segment: start, size, file offset, path"},
 	{MajorMTE, MTEUnmap, "MTE_UNMAP", LayoutFixed, fl(u32("pid"), x64("start"), x64("size")), "", "executable segment unmapped"},
+	{MajorMTE, MTEFile, "MTE_FILE", LayoutFixed, fl(u32("pid"), x64("start"), u32("dev_major"), u32("dev_minor"), u64("ino")), "", "the file the MTE_SEGMENT just before it maps: its device and inode at the mapping"},
 
 	{MajorTprof, TprofTick, "TPROF_TICK", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags")), "", "time-based sample; flags bit 0: kernel address"},
 	{MajorTprof, TprofEvent, "TPROF_EVENT", LayoutFixed, fl(u32("pid"), u32("tid"), x64("ip"), u32("flags"), u32("event")), "", "event-based sample"},

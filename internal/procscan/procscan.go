@@ -69,6 +69,9 @@ func Describe(pid int, t uint64, emit func(minor uint32, fields []uint64, str st
 	}
 	return procmaps.Executable(maps, func(m procmaps.Mapping) {
 		emit(trace.MTESegment, append(fields[:0], uint64(pid), m.Start, m.End-m.Start, m.Offset, uint64(m.Prot)), m.Path)
+		if m.Inode != 0 && strings.HasPrefix(m.Path, "/") {
+			emit(trace.MTEFile, append(fields[:0], uint64(pid), m.Start, uint64(m.Major), uint64(m.Minor), m.Inode), "")
+		}
 	})
 }
 

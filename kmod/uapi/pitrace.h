@@ -79,6 +79,7 @@ struct pitrace_rec_hdr {
 #define PITRACE_MTE_THREAD	5	/* u32 pid, u32 tid, string name */
 #define PITRACE_MTE_SEGMENT	6	/* u32 pid, u64 start, size, offset, u32 prot, string path */
 #define PITRACE_MTE_UNMAP	7	/* u32 pid, u64 start, u64 size */
+#define PITRACE_MTE_FILE	8	/* u32 pid, u64 start, u32 dev_major, dev_minor, u64 ino */
 
 /* MAJOR_TPROF minors */
 #define PITRACE_TPROF_TICK	1	/* u32 pid, u32 tid, u64 ip, u32 flags */
@@ -199,6 +200,20 @@ struct pitrace_rec_unmap {	/* MTE_UNMAP */
 	__u32 pid;
 	__u64 start;
 	__u64 size;
+} PITRACE_PACKED;
+
+/*
+ * MTE_FILE: the file an MTE_SEGMENT of a file maps, right after that
+ * record: its device and inode when it was mapped, so a reader can tell
+ * the file at the path later from the one traced (a package upgrade puts
+ * a new file there and may keep the old modification time).
+ */
+struct pitrace_rec_file {	/* MTE_FILE */
+	__u32 pid;
+	__u64 start;
+	__u32 dev_major;
+	__u32 dev_minor;
+	__u64 ino;
 } PITRACE_PACKED;
 
 struct pitrace_rec_tprof_tick {	/* TPROF_TICK */

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
 )
@@ -170,16 +172,33 @@ func checkTprof(path, exe string) error {
 		return fmt.Errorf("no MTE_FORK of a child process of pid %d", pid)
 	}
 	var exited, segs, named bool
+	progSegs := map[uint64]string{} // the child's segments of the program, by start
+	files := 0
 	for _, r := range s.recs {
 		if r.Major != trace.MajorMTE {
 			continue
 		}
 		switch r.Minor {
+		case trace.MTEFile:
+			path, ok := progSegs[r.Field(1)]
+			if r.Field(0) != child || !ok {
+				continue
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(path, &st); err != nil {
+				return fmt.Errorf("MTE_FILE of %s: %v", path, err)
+			}
+			if r.Field(2) != uint64(unix.Major(st.Dev)) || r.Field(3) != uint64(unix.Minor(st.Dev)) || r.Field(4) != st.Ino {
+				return fmt.Errorf("MTE_FILE of %s: device %d:%d inode %d, stat says %d:%d inode %d",
+					path, r.Field(2), r.Field(3), r.Field(4), unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+			}
+			files++
 		case trace.MTEExit:
 			exited = exited || (r.Field(0) == child && r.Field(1) == child)
 		case trace.MTESegment:
 			if r.Field(0) == child && strings.HasSuffix(r.Str, base) && r.Field(2) > 0 {
 				segs = true
+				progSegs[r.Field(1)] = r.Str
 				if r.Field(1) > syms[0].start || r.Field(1)+r.Field(2) < syms[0].end {
 					return fmt.Errorf("child segment %#x+%#x does not cover heavy at %#x", r.Field(1), r.Field(2), syms[0].start)
 				}
@@ -188,9 +207,12 @@ func checkTprof(path, exe string) error {
 			named = named || (r.Field(0) == pid && r.Str == "cpuburn-worker")
 		}
 	}
-	fmt.Printf("check-tprof: child %d: exit %v, executable segment %v; %d thread(s) created, worker named %v\n", child, exited, segs, threads, named)
+	fmt.Printf("check-tprof: child %d: exit %v, executable segment %v (%d MTE_FILE of it, device and inode as stat says); %d thread(s) created, worker named %v\n", child, exited, segs, files, threads, named)
 	if !exited || !segs {
 		return fmt.Errorf("the child %d that exited during tracing is not described (exit %v, segment %v)", child, exited, segs)
+	}
+	if files != len(progSegs) {
+		return fmt.Errorf("the child %d: %d executable segments of %s, %d MTE_FILE records of them", child, len(progSegs), base, files)
 	}
 	if threads == 0 || !named {
 		return fmt.Errorf("thread creation (%d) or naming (%v) not recorded", threads, named)
