@@ -173,6 +173,8 @@ type Merger struct {
 	Problems map[string]uint64
 	Ticks    uint64 // ticks merged
 	Events   uint64 // entry/exit events merged
+	// Notes are lines the tree report prints under its totals.
+	Notes []string
 }
 
 // New returns an empty merger.

@@ -41,6 +41,9 @@ func (t *Thread) Label() string {
 func (m *Merger) WriteTree(w io.Writer, units string) error {
 	fmt.Fprintf(w, "Merged call tree: entry/exit events and tprof ticks\n")
 	fmt.Fprintf(w, "Units : %s, Ticks\nTotal : %d ticks, %d events\n", units, m.Ticks, m.Events)
+	for _, n := range m.Notes {
+		fmt.Fprintln(w, n)
+	}
 	for _, t := range m.Threads {
 		fmt.Fprintf(w, "\n Thread %s: %d ticks, time %d\n\n", t.Label(), t.Root.CumTicks, t.Root.Cum)
 		fmt.Fprintf(w, "%4s %3s %8s %12s %12s %8s %8s  %s\n", "Lvl", "RL", "Calls", "Base", "Cum", "Ticks", "CumTk", "Indent Name")

@@ -272,6 +272,10 @@ func TestMergedJavaRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The agent's share of the JVM's ticks, said once for the JVM.
+	if a := regexp.MustCompile(`\nAgent : pid `+string(m[1])+`: \d+ of its \d+ ticks \([0-9.]+ %\) interrupted the JProf agent`).FindAll(text, -1); len(a) != 1 {
+		t.Errorf("merge.out has %d lines of the agent's share of pid %s, want 1:\n%.800s", len(a), m[1], text)
+	}
 	// The main thread's stanza: HotLoop.main's and HotLoop.spin's rows.
 	var spinTicks, spinCum, threadTicks, interpNodes int
 	for _, l := range strings.Split(string(text), "\n") {

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -45,6 +47,64 @@ type mergePass struct {
 	// the threads whose last tick was merged: their next call stack
 	// belongs to it (the stacks of ticks left out are left out too)
 	tickOf map[[2]uint32]bool
+	agent  agentShare
+}
+
+// agentShare counts, per process whose method events are merged, the
+// ticks merged and those whose interrupted instruction is in the JProf
+// agent (its module's file name starts with agentModule: libjprof.so, or
+// a copy beside it): what recording the method events costs, which the
+// merged tree shows as the agent's functions under the methods recorded.
+type agentShare struct {
+	ticks, in map[uint32]uint64
+	events    map[uint32]bool
+	module    map[uint32]string
+}
+
+// agentModule starts the file name of the JProf agent's library.
+const agentModule = "libjprof"
+
+func (a *agentShare) init() {
+	if a.ticks == nil {
+		a.ticks, a.in, a.events, a.module = map[uint32]uint64{}, map[uint32]uint64{}, map[uint32]bool{}, map[uint32]string{}
+	}
+}
+
+func (a *agentShare) tick(pid uint32, module string) {
+	a.init()
+	a.ticks[pid]++
+	if base := filepath.Base(module); strings.HasPrefix(base, agentModule) && strings.Contains(base, ".so") {
+		a.in[pid]++
+		a.module[pid] = module
+	}
+}
+
+func (a *agentShare) event(pid uint32) {
+	a.init()
+	a.events[pid] = true
+}
+
+// notes are the report's lines of the processes whose events are merged.
+func (a *agentShare) notes() []string {
+	pids := make([]uint32, 0, len(a.events))
+	for pid := range a.events {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+	var out []string
+	for _, pid := range pids {
+		share := 0.0
+		if a.ticks[pid] > 0 {
+			share = 100 * float64(a.in[pid]) / float64(a.ticks[pid])
+		}
+		agent := "the JProf agent"
+		if m := a.module[pid]; m != "" {
+			agent += " (" + m + ")"
+		}
+		out = append(out, fmt.Sprintf("Agent : pid %d: %d of its %d ticks (%.1f %%) interrupted %s: the cost of recording its method events, in the methods they were recorded in",
+			pid, a.in[pid], a.ticks[pid], share, agent))
+	}
+	return out
 }
 
 // newMergePass starts the merge reports of opt (nil: none asked for).
@@ -69,6 +129,7 @@ func (p *mergePass) record(rec *trace.Record, res *a2n.Result) {
 			return
 		}
 		p.tickOf[k] = true
+		p.agent.tick(k[0], res.Module)
 		p.m.Tick(k[0], k[1], rec.Time, res.Symbol)
 		return
 	case trace.MajorUnwind:
@@ -80,6 +141,9 @@ func (p *mergePass) record(rec *trace.Record, res *a2n.Result) {
 			return
 		}
 		delete(p.tickOf, k)
+	}
+	if (rec.Major == trace.MajorInterp || rec.Major == trace.MajorJitted) && len(rec.Fixed) > 0 {
+		p.agent.event(uint32(rec.Field(0)))
 	}
 	if err := p.m.Record(rec, p.name); err != nil && p.recErr == nil {
 		p.recErr = err
@@ -96,6 +160,10 @@ func (p *mergePass) finish() error {
 	m.Finish()
 	for _, t := range m.Threads {
 		t.Name = p.r.ThreadName(t.PID, t.TID)
+	}
+	m.Notes = p.agent.notes()
+	for _, n := range m.Notes {
+		fmt.Fprintln(p.stdout, "post: "+strings.TrimPrefix(n, "Agent : "))
 	}
 	if p.opt.tree {
 		path := filepath.Join(p.outDir, "merge.out")
