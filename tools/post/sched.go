@@ -47,10 +47,12 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next fu
 	}
 	a := offcpu.New(func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol })
 	var off uint64
+	filt = growingFilter(filt)
 	hook := func(rec *trace.Record, res *a2n.Result) {
 		if next != nil {
 			next(rec, res)
 		}
+		growFilter(filt, rec)
 		if rec.Major == trace.MajorSys && rec.Minor == trace.SysTraceOff {
 			off = rec.Time
 		}
@@ -128,8 +130,31 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next fu
 	return hook, end
 }
 
+// growingFilter is a copy of f for a pass that selects threads by it
+// (nil: none): with --pid and its children, growFilter adds to it the
+// processes the selected ones create, as the tick reader does to its own.
+func growingFilter(f *tprof.Filter) *tprof.Filter {
+	if f == nil || !f.Children || len(f.Pids) == 0 {
+		return f
+	}
+	cp := *f
+	cp.Pids = make(map[uint32]bool, len(f.Pids))
+	for p := range f.Pids {
+		cp.Pids[p] = true
+	}
+	return &cp
+}
+
+// growFilter adds the process an MTE_FORK record of a selected process
+// creates to f (growingFilter's).
+func growFilter(f *tprof.Filter, rec *trace.Record) {
+	if f != nil && f.Children && len(f.Pids) > 0 && rec.Major == trace.MajorMTE && rec.Minor == trace.MTEFork && f.Pids[uint32(rec.Field(0))] {
+		f.Pids[uint32(rec.Field(2))] = true
+	}
+}
+
 // schedSelected is --pid/--tid/--comm for threads (--pid takes in the
-// processes the selected ones created: post's reader adds them to Pids).
+// processes the selected ones create when f is growingFilter's).
 func schedSelected(f *tprof.Filter, pid, tid uint32, procName func(uint32) string) bool {
 	if len(f.Pids) > 0 && !f.Pids[pid] {
 		return false

@@ -195,7 +195,7 @@ func timelineHook(o timelineOpts, r, own *a2n.Resolver, filt *tprof.Filter, next
 	if err != nil {
 		return nil, nil, err
 	}
-	tl := &timeline{path: path, f: f, r: r, filt: filt,
+	tl := &timeline{path: path, f: f, r: r, filt: growingFilter(filt),
 		namer:  &a2nNamer{r: r, cache: map[[2]uint64]named{}},
 		tracks: map[trackKey]string{}, keep: map[trackKey]bool{}, procs: map[uint32]*tlProc{}, funcIDs: map[tlFunc]int32{}, kernelFuncs: map[uint64]int32{}}
 	var onBranch func(*itrace.Branch)
@@ -257,6 +257,7 @@ func (tl *timeline) record(rec *trace.Record, selected bool) {
 	if rec.Major != trace.MajorUnwind {
 		tl.flush(rec.CPU) // its stack would have come next
 	}
+	growFilter(tl.filt, rec)
 	switch rec.Major {
 	case trace.MajorMTE, trace.MajorJITLoad:
 		// a process whose mappings change (or that a fork makes) is
