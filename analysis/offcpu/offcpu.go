@@ -100,6 +100,7 @@ type Latency struct {
 	Ns   uint64
 	CPU  int
 	From uint64 // the wake-up or the preemption
+	th   *Thread
 }
 
 // Latencies are the waits of one kind of a thread (or of all).
@@ -125,9 +126,10 @@ type intrFrame struct {
 	inner uint64 // ns of interrupts nested in this one
 }
 
-// profKey is one cell of a profile: a thread, a state, a stack.
+// profKey is one cell of a profile: a thread (not its id: an id is
+// used again by a thread made after another ended), a state, a stack.
 type profKey struct {
-	tid   uint32
+	th    *Thread
 	state State
 	stack int32
 }
@@ -294,10 +296,10 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 			// (or its start).
 			a.LostSwitchIns++
 			if th.woken != 0 && th.wait != RunQueue && th.woken > th.waitFrom {
-				a.off[profKey{th.TID, th.wait, th.stack}] += th.woken - th.waitFrom
+				a.off[profKey{th, th.wait, th.stack}] += th.woken - th.waitFrom
 			}
 			if t > th.since {
-				a.off[profKey{th.TID, Unknown, 0}] += t - th.since
+				a.off[profKey{th, Unknown, 0}] += t - th.since
 			}
 			th.state = Unknown
 		}
@@ -324,7 +326,7 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 		return // a switch record lost or doubled: keep it running
 	}
 	if th.state == RunQueue && th.woken != 0 {
-		l := Latency{TID: next, At: t, CPU: rec.CPU, From: th.woken, Ns: t - th.woken}
+		l := Latency{TID: next, At: t, CPU: rec.CPU, From: th.woken, Ns: t - th.woken, th: th}
 		th.Wake.Ns = append(th.Wake.Ns, l.Ns)
 		th.worst = keepWorst(th.worst, l, a.WorstN)
 	} else if th.state == RunQueue && th.seen {
@@ -343,15 +345,15 @@ func (a *Analyzer) closeWait(th *Thread, t uint64) {
 	}
 	if th.woken != 0 && th.wait != RunQueue {
 		if th.woken > th.waitFrom {
-			a.off[profKey{th.TID, th.wait, th.stack}] += th.woken - th.waitFrom
+			a.off[profKey{th, th.wait, th.stack}] += th.woken - th.waitFrom
 		}
 		if t > th.woken {
-			a.off[profKey{th.TID, RunQueue, th.stack}] += t - th.woken
+			a.off[profKey{th, RunQueue, th.stack}] += t - th.woken
 		}
 		return
 	}
 	if t > th.waitFrom {
-		a.off[profKey{th.TID, th.state, th.stack}] += t - th.waitFrom
+		a.off[profKey{th, th.state, th.stack}] += t - th.waitFrom
 	}
 }
 

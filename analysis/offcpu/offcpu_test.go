@@ -411,3 +411,53 @@ func TestStatesOnlySameTimeline(t *testing.T) {
 		t.Fatalf("ticks %d and %d (want 4), thread 104 (known by its tick only) in the time line: %v", fa.Ticks, sa.Ticks, strings.Contains(states, `"tid":104`))
 	}
 }
+
+// A thread id used again (pid_max wraps; short-lived threads and
+// processes): the waits of the thread that ended stay its own, in its
+// process, and each thread's cells of the wall-clock profile add up to
+// its life. Process 100's thread 105 sleeps 4 ms and exits; process 200
+// then makes a thread 105 that sleeps 1 ms.
+func TestTidUsedAgain(t *testing.T) {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 1*ms1, 0, 105, 0)
+	r.sw(0, 2*ms1, 105, 0, trace.StateSleeping)
+	r.stack(0, 2*ms1, 105, 1, 0x1000, 0x2008)
+	r.wake(0, 6*ms1, 105)
+	r.sw(0, 6*ms1, 0, 105, 0)
+	r.sw(0, 7*ms1, 105, 0, trace.StateDead)
+	r.add(0, 8*ms1, trace.MajorMTE, trace.MTEFork, "", 200, 200, 200, 105, 1)
+	r.add(0, 9*ms1, trace.MajorDispatch, trace.DispatchSwitch, "", 0, 0, 200, 105, 0)
+	r.add(0, 10*ms1, trace.MajorDispatch, trace.DispatchSwitch, "", 200, 105, 0, 0, trace.StateSleeping)
+	r.add(0, 11*ms1, trace.MajorDispatch, trace.DispatchWakeup, "", 200, 105, 0, 0, 0, 0)
+	r.add(0, 11*ms1, trace.MajorDispatch, trace.DispatchSwitch, "", 0, 0, 200, 105, 0)
+	r.add(0, 12*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	a := run(r)
+	var ths []*Thread
+	for _, th := range a.Threads() {
+		if th.TID == 105 {
+			ths = append(ths, th)
+		}
+	}
+	if len(ths) != 2 || ths[0].PID != 100 || ths[1].PID != 200 {
+		t.Fatalf("threads 105: %+v", ths)
+	}
+	sleep := map[uint32]uint64{}
+	for _, c := range a.OffCPU() {
+		if c.State == Sleeping {
+			sleep[c.Thread.PID] += c.Ns
+		}
+	}
+	if sleep[100] != 4*ms1 || sleep[200] != 1*ms1 {
+		t.Errorf("sleeping ns of thread 105 by process: %v, want 100: 4 ms, 200: 1 ms", sleep)
+	}
+	sum := map[*Thread]uint64{}
+	for _, c := range a.Wall() {
+		sum[c.Thread] += c.Ns
+	}
+	for _, th := range ths {
+		if sum[th] != th.Lifetime() {
+			t.Errorf("thread 105 of %d: wall-clock cells %d ns, life %d", th.PID, sum[th], th.Lifetime())
+		}
+	}
+}

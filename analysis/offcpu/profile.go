@@ -27,11 +27,10 @@ type Cell struct {
 func (a *Analyzer) OffCPU() []Cell {
 	var out []Cell
 	for k, ns := range a.off {
-		th := a.threads[k.tid]
-		if th == nil || ns == 0 {
+		if ns == 0 {
 			continue
 		}
-		out = append(out, Cell{th, k.state, a.stacks[k.stack], ns})
+		out = append(out, Cell{k.th, k.state, a.stacks[k.stack], ns})
 	}
 	sortCells(out)
 	return out
@@ -80,6 +79,9 @@ func sortCells(c []Cell) {
 		}
 		if c[i].Thread.TID != c[j].Thread.TID {
 			return c[i].Thread.TID < c[j].Thread.TID
+		}
+		if c[i].Thread.Start != c[j].Thread.Start {
+			return c[i].Thread.Start < c[j].Thread.Start // an id used again
 		}
 		if c[i].State != c[j].State {
 			return c[i].State < c[j].State

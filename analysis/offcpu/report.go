@@ -77,11 +77,10 @@ func (a *Analyzer) WriteText(out io.Writer, procName func(pid uint32) string) er
 	if worst := a.Worst(); len(worst) > 0 {
 		fmt.Fprintf(w, "\nLongest wake-ups (time from the trace's start, s)\n%14s %14s %5s %7s %7s %-16s %10s\n", "WOKEN", "RAN", "CPU", "PID", "TID", "NAME", "LAT(µs)")
 		for _, l := range worst {
-			th := a.threads[l.TID]
 			var pid uint32
 			name := ""
-			if th != nil {
-				pid, name = th.PID, th.Name
+			if l.th != nil {
+				pid, name = l.th.PID, l.th.Name
 			}
 			fmt.Fprintf(w, "%14.6f %14.6f %5d %7d %7d %-16s %10.1f\n", float64(l.From-a.start)/1e9, float64(l.At-a.start)/1e9, l.CPU, pid, l.TID, trunc(name, 16), us(l.Ns))
 		}
