@@ -85,6 +85,8 @@ type Thread struct {
 	// switch-in alone (StateUnknown): its switch-in may be in no record
 	// either, so its time to its next switch-out is Unknown.
 	unreported bool
+	cpu        int    // the CPU it runs on (state Running)
+	ranAt      uint64 // its last tick
 	dead       bool
 	seen       bool
 	// ticks: the thread's tprof ticks by stack, for the wall-clock profile.
@@ -167,7 +169,10 @@ type Analyzer struct {
 	// LostSwitchIns counts threads switched out while waiting: the
 	// switch-in that ended the wait was not in the trace.
 	LostSwitchIns uint64
-	frames        []string
+	// LostSwitchOuts counts threads running on a CPU whose next switch
+	// was another thread's: their switch-out was not in the trace.
+	LostSwitchOuts uint64
+	frames         []string
 }
 
 // New returns an analyzer naming stacks with namer (nil: PCs in hex).
@@ -272,6 +277,11 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	a.Dispatches++
 	prevPid, prev, nextPid, next, st := uint32(rec.Field(0)), uint32(rec.Field(1)), uint32(rec.Field(2)), uint32(rec.Field(3)), rec.Field(4)
 	cs := a.cpu(rec.CPU)
+	if cs.known && cs.tid != 0 && cs.tid != prev {
+		if th := a.threads[cs.tid]; th != nil && th.state == Running && th.cpu == rec.CPU {
+			a.lostSwitchOut(th)
+		}
+	}
 	if prev != 0 {
 		th := a.thread(prevPid, prev, t)
 		switch {
@@ -283,7 +293,7 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 		case th.state == Unknown && !cs.known:
 			// Its first record, on a CPU with no switch before: it
 			// ran since the trace started.
-			th.state = Running
+			th.state, th.cpu = Running, rec.CPU
 		case th.state == Unknown:
 			// Its first record: it ran since it was created.
 			a.enter(th, Running, th.since)
@@ -323,6 +333,7 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	}
 	th := a.thread(nextPid, next, t)
 	if th.state == Running {
+		th.cpu = rec.CPU
 		return // a switch record lost or doubled: keep it running
 	}
 	if th.state == RunQueue && th.woken != 0 {
@@ -334,7 +345,21 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	}
 	a.closeWait(th, t)
 	a.enter(th, Running, t)
+	th.cpu = rec.CPU
 	th.seen = true
+}
+
+// lostSwitchOut ends the running of th, whose CPU switched from another
+// thread: its switch-out is not in the trace (a lost record, or a
+// thread the kernel hides from perf). When it stopped running is not
+// known: it ran up to its last tick (or its switch-in), its time from
+// there to its next record is Unknown, as after an unreported switch-out.
+func (a *Analyzer) lostSwitchOut(th *Thread) {
+	a.LostSwitchOuts++
+	end := max(th.since, th.ranAt)
+	a.enter(th, Unknown, end)
+	th.wait, th.waitFrom, th.woken, th.stack = Unknown, end, 0, 0
+	th.unreported = true
 }
 
 // closeWait adds the off-CPU wait th ends at t to the profile: the time
@@ -462,8 +487,11 @@ func (a *Analyzer) tick(rec *trace.Record, t uint64) {
 	th := a.thread(pid, tid, t)
 	if cs := a.cpu(rec.CPU); th.state == Unknown && !cs.known {
 		// On this CPU since the trace began: no switch yet.
-		th.state = Running
+		th.state, th.cpu = Running, rec.CPU
 		cs.tid, cs.known = tid, true
+	}
+	if th.state == Running {
+		th.ranAt = t
 	}
 	if a.StatesOnly {
 		return

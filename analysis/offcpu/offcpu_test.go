@@ -461,3 +461,44 @@ func TestTidUsedAgain(t *testing.T) {
 		}
 	}
 }
+
+// A thread whose switch-out is not in the trace (a lost record, or a
+// thread the kernel hides from perf: its switch-in is written, and the
+// switch that follows on its CPU names the idle task as prev) is not
+// counted running until its next record: it ran up to its last tick,
+// its time from there is unknown, and the threads' running time on one
+// CPU stays within the trace. 59 runs from 1 ms (a tick at 1.5 ms); the
+// CPU's next switch, at 10 ms, is from the idle task to 15; 59 runs
+// again from 15 ms (its switch-in only) to 16 ms, where it is switched
+// out to sleep.
+func TestLostSwitchOut(t *testing.T) {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 1*ms1, 0, 59, 0)
+	r.add(0, 1*ms1+500_000, trace.MajorTprof, trace.TprofTick, "", 100, 59, 0x3000, 0)
+	r.sw(0, 10*ms1, 0, 15, 0)
+	r.sw(0, 11*ms1, 15, 0, trace.StateSleeping)
+	r.sw(0, 15*ms1, 0, 59, 0)
+	r.sw(0, 16*ms1, 59, 0, trace.StateSleeping)
+	r.add(0, 20*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	a := run(r)
+	if a.LostSwitchOuts != 1 {
+		t.Errorf("%d lost switch-outs, want 1", a.LostSwitchOuts)
+	}
+	var run uint64
+	for _, th := range a.Threads() {
+		run += th.Time[Running]
+		if th.TID != 59 {
+			continue
+		}
+		// running: 1 to 1.5 ms and 15 to 16 ms; unknown: the trace's
+		// start to 1 ms and its last tick to 15 ms; sleeping from 16 ms
+		want := [NStates]uint64{Running: 1500 * 1000, Unknown: 1*ms1 + 13500*1000, Sleeping: 4 * ms1}
+		if th.Time != want {
+			t.Errorf("thread 59: %v, want %v", th.Time, want)
+		}
+	}
+	if run > 20*ms1 {
+		t.Errorf("the threads ran %d ns on one CPU in 20 ms", run)
+	}
+}

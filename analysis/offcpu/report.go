@@ -51,7 +51,7 @@ func (a *Analyzer) WriteText(out io.Writer, procName func(pid uint32) string) er
 	fmt.Fprintf(w, "sched.out: where each thread's time went, %.3f s traced; %d dispatches, %d wake-ups, %d switch stacks%s, %d ticks\n",
 		float64(a.end-a.start)/1e9, a.Dispatches, a.Wakeups, a.SwitchStacks, cfi, a.Ticks)
 	fmt.Fprintln(w, "Times in ms; a thread's states add up to its LIFE in the trace. RUNQ: runnable, waiting for a CPU (woken or preempted);")
-	fmt.Fprintln(w, "SLEEP: S (timers, futexes, pipes, sockets); BLOCK: D (I/O); UNKNOWN: before its first record. VOL/INVOL: switches")
+	fmt.Fprintln(w, "SLEEP: S (timers, futexes, pipes, sockets); BLOCK: D (I/O); UNKNOWN: not in the trace (before its first record, a switch lost). VOL/INVOL: switches")
 	fmt.Fprintln(w, "to wait / preempted. IRQ, SOFTIRQ: interrupt time while it ran (within RUN). WAKE: wake-to-run latency in µs.")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%7s %7s %-16s %10s %10s %9s %10s %10s %8s %9s %7s %7s %8s %8s %6s %9s %9s %9s\n",
