@@ -157,6 +157,11 @@ type Analyzer struct {
 	StatesOnly bool
 	spans      []Span
 	intrSpans  map[int][]intrSpan
+	// Begin: the time from which every CPU's records are in the trace
+	// (a wrap-mode trace overwrote the older ones of some CPUs; 0: from
+	// the start). The scheduling, tick and interrupt records before it
+	// are not read: the threads' time before it is unknown.
+	Begin uint64
 	// WorstN: the worst wake-up latencies kept (default 20).
 	WorstN int
 	// CPUIntr: per CPU interrupt time.
@@ -233,6 +238,9 @@ func (a *Analyzer) Record(rec *trace.Record) {
 	if t > a.end {
 		a.end = t
 	}
+	if t < a.Begin && rec.Major != trace.MajorSys && rec.Major != trace.MajorMTE {
+		return // some CPU's records of that time were overwritten
+	}
 	switch rec.Major {
 	case trace.MajorSys:
 		if rec.Minor == trace.SysTraceOn && t < a.start {
@@ -266,8 +274,16 @@ func (a *Analyzer) Record(rec *trace.Record) {
 			}
 			delete(a.threads, tid)
 			th := a.thread(pid, tid, t)
+			th.Start, th.since = t, t
+			if t < a.Begin {
+				// Created where the records of some CPU are
+				// missing: what it did up to its first record
+				// after Begin is not known.
+				th.state, th.wait, th.waitFrom = Unknown, Unknown, t
+				break
+			}
 			// Created runnable: its first run is its first wake-to-run wait.
-			th.Start, th.since, th.state = t, t, RunQueue
+			th.state = RunQueue
 			th.wait, th.waitFrom, th.woken = RunQueue, t, 0
 		}
 	}
@@ -292,8 +308,9 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 			// before stays Unknown.
 		case th.state == Unknown && !cs.known:
 			// Its first record, on a CPU with no switch before: it
-			// ran since the trace started.
-			th.state, th.cpu = Running, rec.CPU
+			// ran since the trace started (or since Begin).
+			a.enter(th, Running, max(th.since, a.Begin))
+			th.cpu = rec.CPU
 		case th.state == Unknown:
 			// Its first record: it ran since it was created.
 			a.enter(th, Running, th.since)
@@ -486,8 +503,10 @@ func (a *Analyzer) tick(rec *trace.Record, t uint64) {
 	a.Ticks++
 	th := a.thread(pid, tid, t)
 	if cs := a.cpu(rec.CPU); th.state == Unknown && !cs.known {
-		// On this CPU since the trace began: no switch yet.
-		th.state, th.cpu = Running, rec.CPU
+		// On this CPU since the trace began (or since Begin): no
+		// switch yet.
+		a.enter(th, Running, max(th.since, a.Begin))
+		th.cpu = rec.CPU
 		cs.tid, cs.known = tid, true
 	}
 	if th.state == Running {

@@ -50,6 +50,9 @@ func (a *Analyzer) WriteText(out io.Writer, procName func(pid uint32) string) er
 	}
 	fmt.Fprintf(w, "sched.out: where each thread's time went, %.3f s traced; %d dispatches, %d wake-ups, %d switch stacks%s, %d ticks\n",
 		float64(a.end-a.start)/1e9, a.Dispatches, a.Wakeups, a.SwitchStacks, cfi, a.Ticks)
+	if a.Begin > a.start {
+		fmt.Fprintf(w, "Every CPU's records from %.3f s on (the trace overwrote the older ones of some): the time before is unknown.\n", float64(a.Begin-a.start)/1e9)
+	}
 	fmt.Fprintln(w, "Times in ms; a thread's states add up to its LIFE in the trace. RUNQ: runnable, waiting for a CPU (woken or preempted);")
 	fmt.Fprintln(w, "SLEEP: S (timers, futexes, pipes, sockets); BLOCK: D (I/O); UNKNOWN: not in the trace (before its first record, a switch lost). VOL/INVOL: switches")
 	fmt.Fprintln(w, "to wait / preempted. IRQ, SOFTIRQ: interrupt time while it ran (within RUN). WAKE: wake-to-run latency in µs.")
@@ -163,6 +166,7 @@ func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) er
 	}
 	doc := struct {
 		StartNs    uint64       `json:"start_ns"`
+		BeginNs    uint64       `json:"begin_ns,omitempty"`
 		EndNs      uint64       `json:"end_ns"`
 		Dispatches uint64       `json:"dispatches"`
 		Wakeups    uint64       `json:"wakeups"`
@@ -173,7 +177,7 @@ func (a *Analyzer) WriteJSON(out io.Writer, procName func(pid uint32) string) er
 		AllHist    []uint64     `json:"wakeup_hist_log2_us"`
 		Worst      []worst      `json:"worst_wakeups"`
 		CPUs       []cpu        `json:"cpus"`
-	}{StartNs: a.start, EndNs: a.end, Dispatches: a.Dispatches, Wakeups: a.Wakeups, Stacks: a.SwitchStacks, StacksCFI: a.SwitchStacksCFI, Threads: []jsonThread{}, Worst: []worst{}, CPUs: []cpu{}}
+	}{StartNs: a.start, BeginNs: a.Begin, EndNs: a.end, Dispatches: a.Dispatches, Wakeups: a.Wakeups, Stacks: a.SwitchStacks, StacksCFI: a.SwitchStacksCFI, Threads: []jsonThread{}, Worst: []worst{}, CPUs: []cpu{}}
 	for _, th := range a.sorted() {
 		st := map[string]uint64{}
 		for s := State(0); s < NStates; s++ {

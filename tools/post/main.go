@@ -475,7 +475,7 @@ func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer
 		ps = append(ps, p)
 	}
 	if o.sched.any() {
-		rec, end := schedHook(o.sched, r, o.filter, nil, o.outDir, stdout, stderr)
+		rec, end := schedHook(o.sched, r, o.filter, schedBegin(f), nil, o.outDir, stdout, stderr)
 		ps = append(ps, hookPass{rec, end, true}) // (the stacks it names itself)
 	}
 	if o.timeline.path != "" {
@@ -488,7 +488,9 @@ func (o *options) passes(f *nrm2.File, r *a2n.Resolver, stdout, stderr io.Writer
 		if o.filter == nil && timelineBeside {
 			own = o.resolver(f)
 		}
-		rec, end, err := timelineHook(o.timeline, r, own, o.filter, nil, stdout)
+		tlOpt := o.timeline
+		tlOpt.begin = schedBegin(f)
+		rec, end, err := timelineHook(tlOpt, r, own, o.filter, nil, stdout)
 		if err != nil {
 			if show != nil {
 				show.f.Close()

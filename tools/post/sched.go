@@ -8,6 +8,7 @@ package main
 // profile (on-CPU and off-CPU time of the same threads in one profile).
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"perfinsp/analysis/a2n"
 	"perfinsp/analysis/offcpu"
 	"perfinsp/analysis/tprof"
+	"perfinsp/format/nrm2"
 	"perfinsp/format/trace"
 )
 
@@ -41,11 +43,14 @@ func (v schedFlagValues) any() bool {
 
 // schedHook feeds every record to an offcpu analyzer after next (names
 // of stacks as of their time); the returned end function writes the reports.
-func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next func(*trace.Record, *a2n.Result), outDir string, stdout, stderr io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
+// begin: the time from which every CPU's records are in the trace
+// (schedBegin).
+func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, begin uint64, next func(*trace.Record, *a2n.Result), outDir string, stdout, stderr io.Writer) (func(*trace.Record, *a2n.Result), func() error) {
 	if !opt.any() {
 		return next, func() error { return nil }
 	}
 	a := offcpu.New(func(pid uint32, pc uint64, kernel bool) string { return r.Resolve(pid, pc, kernel).Symbol })
+	a.Begin = begin
 	var off uint64
 	filt = growingFilter(filt)
 	hook := func(rec *trace.Record, res *a2n.Result) {
@@ -131,6 +136,45 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, next fu
 		return nil
 	}
 	return hook, end
+}
+
+// schedBegin is the time from which every CPU's records are in a
+// wrap-mode trace: the latest of the first trace records of the CPUs
+// that lost records (whose oldest ones were overwritten). 0 for a trace
+// of another mode, or where no CPU lost records: there records are lost
+// after the start, not before.
+func schedBegin(f *nrm2.File) uint64 {
+	if f.Header.Mode != nrm2.ModeWrap {
+		return 0
+	}
+	wrapped := map[int]bool{}
+	for c, st := range f.Stats {
+		if st.Lost > 0 {
+			wrapped[c] = true
+		}
+	}
+	if len(wrapped) == 0 {
+		return 0
+	}
+	var begin uint64
+	errDone := errors.New("done")
+	err := f.RecordsOf(nrm2.ChunkTrace, func(rec *trace.Record) error {
+		if rec.Major == trace.MajorSys {
+			return nil // the trace's own start and end
+		}
+		if wrapped[rec.CPU] {
+			delete(wrapped, rec.CPU)
+			begin = rec.Time
+		}
+		if len(wrapped) == 0 {
+			return errDone
+		}
+		return nil
+	})
+	if err != nil && err != errDone {
+		return 0
+	}
+	return begin
 }
 
 // growingFilter is a copy of f for a pass that selects threads by it

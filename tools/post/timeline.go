@@ -51,6 +51,7 @@ import (
 // timelineOpts are the time line's options.
 type timelineOpts struct {
 	path, format string
+	begin        uint64 // the thread states' (schedBegin)
 }
 
 func timelineFlags(o *timelineOpts) []cli.Flag {
@@ -211,6 +212,7 @@ func timelineHook(o timelineOpts, r, own *a2n.Resolver, filt *tprof.Filter, next
 		// profiles' names); Perfetto makes them from the switches
 		tl.sched = offcpu.New(nil)
 		tl.sched.KeepSpans, tl.sched.StatesOnly = true, true
+		tl.sched.Begin = o.begin
 		opener = "ui.perfetto.dev or " + opener
 	}
 	tl.calls = itrace.NewReport(tl.namer, onBranch)
