@@ -306,9 +306,11 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 			// (a thread the kernel hides from perf, or a lost
 			// record): when it began to run is not known, the time
 			// before stays Unknown.
+			a.unknownTo(th, t)
 		case th.state == Unknown && !cs.known:
 			// Its first record, on a CPU with no switch before: it
 			// ran since the trace started (or since Begin).
+			a.unknownTo(th, max(th.since, a.Begin))
 			a.enter(th, Running, max(th.since, a.Begin))
 			th.cpu = rec.CPU
 		case th.state == Unknown:
@@ -364,6 +366,15 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 	a.enter(th, Running, t)
 	th.cpu = rec.CPU
 	th.seen = true
+}
+
+// unknownTo puts the time of th, Unknown with no wake-up since its wait
+// began, up to t in the profiles' unknown cell (ending that wait).
+func (a *Analyzer) unknownTo(th *Thread, t uint64) {
+	if t > th.waitFrom {
+		a.off[profKey{th, Unknown, 0}] += t - th.waitFrom
+		th.waitFrom = t
+	}
 }
 
 // lostSwitchOut ends the running of th, whose CPU switched from another
@@ -505,6 +516,7 @@ func (a *Analyzer) tick(rec *trace.Record, t uint64) {
 	if cs := a.cpu(rec.CPU); th.state == Unknown && !cs.known {
 		// On this CPU since the trace began (or since Begin): no
 		// switch yet.
+		a.unknownTo(th, max(th.since, a.Begin))
 		a.enter(th, Running, max(th.since, a.Begin))
 		th.cpu = rec.CPU
 		cs.tid, cs.known = tid, true

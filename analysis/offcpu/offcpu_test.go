@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"encoding/json"
+	"math/rand"
 	"slices"
 	"strings"
 	"testing"
@@ -500,5 +501,104 @@ func TestLostSwitchOut(t *testing.T) {
 	}
 	if run > 20*ms1 {
 		t.Errorf("the threads ran %d ns on one CPU in 20 ms", run)
+	}
+}
+
+// Each thread's cells of the wall-clock profile add up to its life, and
+// its states too, whatever the records: switches of threads the CPU
+// does not run, switch-outs of unknown state (a thread the kernel hides
+// from perf), lost switch-ins and switch-outs, wake-ups, new threads,
+// ticks, interrupts, and a Begin (a wrap-mode trace) or not.
+func TestWallAddsUpAnyRecords(t *testing.T) {
+	for seed := int64(0); seed < 1000; seed++ {
+		rng := rand.New(rand.NewSource(seed))
+		r := &recs{}
+		tm := uint64(1000)
+		r.add(0, tm, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+		tids := []uint32{101, 102, 103, 104, 105}
+		for i := 0; i < 300; i++ {
+			tm += uint64(rng.Intn(3)) * 1000
+			cpu := rng.Intn(2)
+			tid := tids[rng.Intn(len(tids))]
+			switch k := rng.Intn(8); k {
+			case 0, 1, 2:
+				prev := uint32(0)
+				if rng.Intn(4) > 0 {
+					prev = tids[rng.Intn(len(tids))]
+				}
+				next := uint32(0)
+				if rng.Intn(4) > 0 {
+					next = tid
+				}
+				st := []uint64{0, 1, 2, 0x10, 0x80000000, 0x100}[rng.Intn(6)]
+				r.sw(cpu, tm, prev, next, st)
+				if rng.Intn(2) == 0 && st&0xff != 0 {
+					r.stack(cpu, tm, prev, 1, 0x1000, 0x2008)
+				}
+			case 3:
+				r.wake(cpu, tm, tid)
+			case 4:
+				r.add(cpu, tm, trace.MajorTprof, trace.TprofTick, "", 100, uint64(tid), 0x3000, 0)
+			case 5:
+				r.add(0, tm, trace.MajorMTE, trace.MTEFork, "", 100, 100, 100, uint64(tid), 1)
+			case 6:
+				r.add(cpu, tm, trace.MajorInterrupt, trace.IntrHard, "", 1)
+			case 7:
+				r.add(cpu, tm, trace.MajorInterrupt, trace.IntrHard|trace.ExitBit, "", 1)
+			}
+		}
+		a := New(names)
+		if seed%2 == 1 {
+			a.Begin = 1000 + uint64(rng.Intn(100))*1000
+		}
+		for i := range r.all {
+			a.Record(&r.all[i])
+		}
+		a.Finish(0)
+		sum := map[*Thread]uint64{}
+		for _, c := range a.Wall() {
+			sum[c.Thread] += c.Ns
+		}
+		for _, th := range a.Threads() {
+			var s uint64
+			for _, v := range th.Time {
+				s += v
+			}
+			if s != th.Lifetime() || th.End < th.Start {
+				t.Fatalf("seed %d: thread %d states %v add to %d, life %d (%d-%d)", seed, th.TID, th.Time, s, th.Lifetime(), th.Start, th.End)
+			}
+			if sum[th] != th.Lifetime() {
+				t.Fatalf("seed %d: thread %d wall cells %d, life %d, states %v", seed, th.TID, sum[th], th.Lifetime(), th.Time)
+			}
+		}
+	}
+}
+
+// A thread switched out in an unknown state (from the next thread's
+// switch-in alone) and then switched out again with no switch-in
+// between: its time between the two is unknown in its states and in the
+// wall-clock profile's cells, which add up to its life.
+func TestUnreportedTwice(t *testing.T) {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 1*ms1, 0, 102, 0)
+	r.sw(0, 3*ms1, 102, 0, trace.StateUnknown)
+	r.sw(1, 5*ms1, 102, 0, trace.StateSleeping)
+	r.wake(1, 7*ms1, 102)
+	r.sw(1, 8*ms1, 0, 102, 0)
+	r.add(0, 10*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	a := run(r)
+	cells := map[State]uint64{}
+	for _, c := range a.Wall() {
+		cells[c.State] += c.Ns
+	}
+	want := map[State]uint64{Unknown: 3 * ms1, Running: 4 * ms1, Sleeping: 2 * ms1, RunQueue: 1 * ms1}
+	if len(cells) != len(want) {
+		t.Errorf("wall-clock cells of 102 by state: %v, want %v", cells, want)
+	}
+	for s, ns := range want {
+		if cells[s] != ns || a.threads[102].Time[s] != ns {
+			t.Errorf("%s: %d ns in the wall-clock cells, %d in the states, want %d", s, cells[s], a.threads[102].Time[s], ns)
+		}
 	}
 }
