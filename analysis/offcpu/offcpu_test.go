@@ -571,6 +571,13 @@ func TestWallAddsUpAnyRecords(t *testing.T) {
 				t.Fatalf("seed %d: thread %d wall cells %d, life %d, states %v", seed, th.TID, sum[th], th.Lifetime(), th.Time)
 			}
 		}
+		var run uint64
+		for _, th := range a.Threads() {
+			run += th.Time[Running]
+		}
+		if start, end := a.Span(); run > 2*(end-start) {
+			t.Fatalf("seed %d: the threads ran %d ns on 2 CPUs in %d", seed, run, end-start)
+		}
 	}
 }
 
