@@ -162,6 +162,9 @@ type Analyzer struct {
 	// the start). The scheduling, tick and interrupt records before it
 	// are not read: the threads' time before it is unknown.
 	Begin uint64
+	// full: when a buffer filled (BUFFER_FULL: tracing stopped, each
+	// CPU when it saw it): the records after it are not read.
+	full uint64
 	// WorstN: the worst wake-up latencies kept (default 20).
 	WorstN int
 	// CPUIntr: per CPU interrupt time.
@@ -231,6 +234,9 @@ func (a *Analyzer) cpu(c int) *cpuState {
 // Record reads one record (in time order across CPUs).
 func (a *Analyzer) Record(rec *trace.Record) {
 	t := rec.Time
+	if a.full != 0 && t > a.full {
+		return // the trace of some CPU stopped at full
+	}
 	if !a.started {
 		a.started = true
 		a.start = t
@@ -245,6 +251,9 @@ func (a *Analyzer) Record(rec *trace.Record) {
 	case trace.MajorSys:
 		if rec.Minor == trace.SysTraceOn && t < a.start {
 			a.start = t
+		}
+		if rec.Minor == trace.SysBufFull {
+			a.full = t
 		}
 	case trace.MajorDispatch:
 		switch rec.Minor {
@@ -641,10 +650,10 @@ func (a *Analyzer) finish(th *Thread, t uint64) {
 	th.dead = true
 }
 
-// Finish ends the trace at end (0: the last record's time): every thread
-// alive then is accounted up to it.
+// Finish ends the trace at end (0, or a trace a full buffer stopped: the
+// last record's time read): every thread alive then is accounted up to it.
 func (a *Analyzer) Finish(end uint64) {
-	if end == 0 || end < a.end {
+	if end == 0 || end < a.end || a.full != 0 {
 		end = a.end
 	}
 	for _, th := range a.order {

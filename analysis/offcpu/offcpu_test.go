@@ -609,3 +609,26 @@ func TestUnreportedTwice(t *testing.T) {
 		}
 	}
 }
+
+// A normal-mode trace stops when a buffer fills (BUFFER_FULL); the other
+// CPUs' records go on until they see it. The threads are accounted up to
+// the BUFFER_FULL, not to the last record of the others: 101 runs on
+// CPU 0 from 1 ms, whose buffer fills at 5 ms; CPU 1 records on to 8 ms.
+func TestBufferFullEnds(t *testing.T) {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 1*ms1, 0, 101, 0)
+	r.sw(1, 1*ms1, 0, 102, 0)
+	r.add(0, 5*ms1, trace.MajorSys, trace.SysBufFull, "", 0)
+	r.sw(1, 7*ms1, 102, 0, trace.StateSleeping)
+	r.wake(1, 8*ms1, 101)
+	a := run(r)
+	for _, th := range a.Threads() {
+		if th.End != 5*ms1 || th.Time[Running] != 4*ms1 {
+			t.Errorf("thread %d: ends at %d, %v; want 4 ms running to 5 ms", th.TID, th.End, th.Time)
+		}
+	}
+	if start, end := a.Span(); start != 0 || end != 5*ms1 {
+		t.Errorf("span %d-%d, want 0-5 ms", start, end)
+	}
+}
