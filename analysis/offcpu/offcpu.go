@@ -174,8 +174,9 @@ type Analyzer struct {
 	// SwitchStacksCFI: of the switch stacks, those whose user part was
 	// unwound by call-frame information (UNWIND_SWITCH's flag).
 	SwitchStacksCFI uint64
-	// LostSwitchIns counts threads switched out while waiting: the
-	// switch-in that ended the wait was not in the trace.
+	// LostSwitchIns counts threads switched out while waiting, or
+	// first seen switched out on a CPU that ran another thread: the
+	// switch-in before was not in the trace.
 	LostSwitchIns uint64
 	// LostSwitchOuts counts threads running on a CPU whose next switch
 	// was another thread's: their switch-out was not in the trace.
@@ -323,8 +324,12 @@ func (a *Analyzer) dispatch(rec *trace.Record, t uint64) {
 			a.enter(th, Running, max(th.since, a.Begin))
 			th.cpu = rec.CPU
 		case th.state == Unknown:
-			// Its first record: it ran since it was created.
-			a.enter(th, Running, th.since)
+			// Its first record, on a CPU that switched to another
+			// thread before: its switch-in is not in the trace (a
+			// lost record). When it began to run is not known: its
+			// time up to here is Unknown.
+			a.LostSwitchIns++
+			a.unknownTo(th, t)
 		case th.state != Running:
 			// Switched out while waiting: the switch-in that ended
 			// its wait is not in the trace (a kernel that does not

@@ -632,3 +632,24 @@ func TestBufferFullEnds(t *testing.T) {
 		t.Errorf("span %d-%d, want 0-5 ms", start, end)
 	}
 }
+
+// A thread first seen switched out on a CPU whose last switch was to
+// another thread (its switch-in lost) did not run since the trace's
+// start: its time up to the switch-out is unknown. 101 runs on CPU 0
+// from 1 to 2 ms; 105's switch-in at 3 ms is lost, it sleeps from 4 ms.
+func TestFirstSeenSwitchedOut(t *testing.T) {
+	r := &recs{}
+	r.add(0, 0, trace.MajorSys, trace.SysTraceOn, "", 0, 0)
+	r.sw(0, 1*ms1, 0, 101, 0)
+	r.sw(0, 2*ms1, 101, 0, trace.StateSleeping)
+	r.sw(0, 4*ms1, 105, 0, trace.StateSleeping)
+	r.add(0, 10*ms1, trace.MajorSys, trace.SysTraceOff, "")
+	a := run(r)
+	want := [NStates]uint64{Unknown: 4 * ms1, Sleeping: 6 * ms1}
+	if got := a.threads[105].Time; got != want {
+		t.Errorf("thread 105: %v, want %v", got, want)
+	}
+	if a.LostSwitchIns != 1 {
+		t.Errorf("%d lost switch-ins, want 1", a.LostSwitchIns)
+	}
+}

@@ -72,7 +72,7 @@ func schedHook(opt schedFlagValues, r *a2n.Resolver, filt *tprof.Filter, begin u
 			fmt.Fprintln(stderr, "post: no DISPATCH records in the trace: the scheduling reports need swtrace enable dispatch (run.tprof --sched)")
 		}
 		if a.LostSwitchIns > 0 {
-			fmt.Fprintf(stderr, "post: %d of %d switches out of a wait had no switch-in before them in the trace: those waits' times are counted as unknown (the kernel did not report the switch-in, or the trace lost it)\n", a.LostSwitchIns, a.Dispatches)
+			fmt.Fprintf(stderr, "post: %d of %d switches out of a wait (or of a thread not seen before, on a CPU that ran another) had no switch-in before them in the trace: those waits' times are counted as unknown (the kernel did not report the switch-in, or the trace lost it)\n", a.LostSwitchIns, a.Dispatches)
 		}
 		if a.LostSwitchOuts > 0 {
 			fmt.Fprintf(stderr, "post: %d switches on a CPU were not from the thread running there: that thread's switch-out was not in the trace (the trace lost it, or the kernel hides the thread from perf); its time from its last tick (or switch-in) to its next record is counted as unknown\n", a.LostSwitchOuts)
