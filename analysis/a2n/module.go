@@ -70,7 +70,7 @@ func (t symtab) sortDedup() symtab {
 type Module struct {
 	Path     string
 	Err      error  // why the module could not be read (missing, not ELF, ...)
-	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
+	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .gopclntab, .eh_frame)
 	Source   string // where the names came from: ".symtab", "debug file PATH", ".dynsym+.eh_frame", ...
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
 	tab      table
@@ -266,6 +266,10 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 				raw = append(raw, more...)
 				m.Source = ".gnu_debugdata+.dynsym"
 			}
+		}
+		if gofns := goFuncs(f); len(gofns) > 0 {
+			raw = append(raw, gofns...)
+			m.Source += "+.gopclntab"
 		}
 		fdes = fdeRanges(f)
 		if len(fdes) > 0 {

@@ -45,7 +45,7 @@ import (
 // when it holds more than maxCacheEntries or maxCacheBytes.
 
 // tableMagic starts every cache file; the digit is the format version.
-const tableMagic = "PIA2NTB2"
+const tableMagic = "PIA2NTB3"
 
 // maxCacheEntries and maxCacheBytes bound the directory (programs built
 // in temporary directories make new paths every run; a kernel's entry is

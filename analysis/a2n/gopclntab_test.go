@@ -1,0 +1,76 @@
+package a2n
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// goBuild builds a small Go program with the extra go build flags.
+func goBuild(t *testing.T, dir, name string, flags ...string) string {
+	t.Helper()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte("package main\n\nimport (\"fmt\"; \"sort\")\n\n//go:noinline\nfunc spin(n int) int { s := 0; for i := 0; i < n; i++ { s += i * i }; return s }\n\nfunc main() { a := []int{3, 1, 2}; sort.Ints(a); fmt.Println(spin(10), a) }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, src)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %v: %v\n%s", flags, err, b)
+	}
+	return out
+}
+
+// A Go binary built with -ldflags=-s -w has no .symtab, no DWARF and no
+// .eh_frame; its functions are named from .gopclntab, as the unstripped
+// build's .symtab names them (ABI wrappers' ".abi0" suffix aside), at
+// every address of every function (the offset from the function's entry).
+func TestStrippedGoNamedFromPclntab(t *testing.T) {
+	withDebugRoot(t, t.TempDir())
+	dir := t.TempDir()
+	plain := goBuild(t, dir, "goplain", "-trimpath")
+	strippedGo := goBuild(t, dir, "gostripped", "-trimpath", "-ldflags=-s -w")
+	if f, err := elf.Open(strippedGo); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, s := range []string{".symtab", ".debug_info", ".eh_frame"} {
+			if f.Section(s) != nil {
+				t.Fatalf("%s kept %s: not the stripped build this test is about", strippedGo, s)
+			}
+		}
+		f.Close()
+	}
+	// The two builds' code is the same: only the symbol and debug sections differ.
+	funcs := codeFuncs(t, plain, "main.", "runtime.", "sort.", "fmt.")
+	// parsed, then stored in the table cache and read back from it
+	cache := t.TempDir()
+	for run := 0; run < 3; run++ {
+		c := &Cache{}
+		if run > 0 {
+			c.Dir = cache
+		}
+		m := c.Module(strippedGo)
+		if !m.Stripped || !strings.Contains(m.Source, ".gopclntab") {
+			t.Fatalf("run %d: stripped Go binary: stripped %v, names from %q", run, m.Stripped, m.Source)
+		}
+		checked := 0
+		for start, s := range funcs {
+			want := strings.TrimSuffix(s.Name, ".abi0")
+			for _, va := range []uint64{start, start + s.Size/2, start + s.Size - 1} {
+				got, ok := m.SymbolAt(va)
+				if !ok || got.Name != want || got.Addr != start {
+					t.Fatalf("run %d: %#x (%s+%#x): stripped build names it %q at %#x (ok %v)", run, va, want, va-start, got.Name, got.Addr, ok)
+				}
+			}
+			checked++
+		}
+		if checked < 500 {
+			t.Fatalf("only %d functions checked", checked)
+		}
+	}
+}
