@@ -78,12 +78,14 @@ type Module struct {
 	plt      []addrRange // the .plt* sections (PLT stubs, named or not)
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
-	debugID  string // the build-id whose debug file was looked for (the table cache's key)
-	names    map[string]string
-	cus      []lineCU  // the DWARF's compilation units (Line)
-	cuRanges []cuRange // their address ranges, by address
-	linesOK  bool
-	lineMu   sync.Mutex
+	// debugFiles: the separate debug files looked for, by build-id then
+	// by .gnu_debuglink (the table cache's key: their identities)
+	debugFiles []string
+	names      map[string]string
+	cus        []lineCU  // the DWARF's compilation units (Line)
+	cuRanges   []cuRange // their address ranges, by address
+	linesOK    bool
+	lineMu     sync.Mutex
 	// linesDir and linesKey: the table cache and the module's key there,
 	// where its line table is kept (linecache.go); lineTab: that table.
 	linesDir string
@@ -206,7 +208,7 @@ func loadModuleFrom(path, dir string, mapTables bool) *Module {
 		m.dwPath = path
 	}
 	if dir != "" && fi != nil {
-		moduleToCache(dir, path, fi, m, m.debugID)
+		moduleToCache(dir, path, fi, m, m.debugFiles)
 	}
 	return m
 }
@@ -234,22 +236,37 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 	raw, _ := elfSyms(f, false)
 	m.Source = ".symtab"
 	if len(raw) == 0 && debugFiles {
-		if id := buildID(f); len(id) > 2 {
-			m.debugID = id
-			dbg := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
-			if df, size, err := openChecked(dbg, MaxModuleSize, false); err == nil {
-				if ef, err := newELF(df, size, m); err == nil {
-					raw, _ = elfSyms(ef, false)
-					if len(raw) > 0 {
-						m.Source = "debug file " + dbg
-					}
-					if ef.Section(".debug_info") != nil {
-						m.dwPath = dbg
-					}
+		id := buildID(f)
+		m.debugFiles = debugCandidates(m.Path, m.file, id, f)
+		for _, dbg := range m.debugFiles {
+			df, size, err := openChecked(dbg, MaxModuleSize, false)
+			if err != nil {
+				if !errors.Is(err, os.ErrNotExist) {
+					m.Warning = "debug file " + err.Error()
 				}
-				df.Close()
-			} else if !errors.Is(err, os.ErrNotExist) {
-				m.Warning = "debug file " + err.Error()
+				continue
+			}
+			ef, err := newELF(df, size, m)
+			if err == nil && !sameBuild(f, id, ef, df) {
+				m.Warning = "debug file " + dbg + " is not of this build (build-id or CRC differs), ignored"
+				err = errBuild
+			}
+			used := false
+			if err == nil {
+				raw, _ = elfSyms(ef, false)
+				if len(raw) > 0 {
+					m.Source = "debug file " + dbg
+					used = true
+				}
+				if ef.Section(".debug_info") != nil {
+					m.dwPath = dbg
+					used = true
+				}
+			}
+			df.Close()
+			if used {
+				m.Warning = ""
+				break
 			}
 		}
 	}
