@@ -297,6 +297,11 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 	m.plt = pltSections(f)
 }
 
+// DebugFiles are the separate debug files looked for the module (by
+// build-id, then by .gnu_debuglink), whether found or not; none when the
+// module has its own .symtab.
+func (m *Module) DebugFiles() []string { return m.debugFiles }
+
 // addrRange is [start, end) in a module's address space.
 type addrRange struct{ start, end uint64 }
 

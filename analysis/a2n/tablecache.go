@@ -528,6 +528,9 @@ func moduleFromCache(dir, path string, fi os.FileInfo, m *Module, mapped bool) b
 		return false // (or the debug file appeared, went or changed since)
 	}
 	m.Source, m.Warning, m.dwPath, m.Stripped = c.meta[0], c.meta[1], c.meta[2], c.meta[4] == "1"
+	if c.meta[3] != "" {
+		m.debugFiles = strings.Split(c.meta[3], "\x00")
+	}
 	m.loads = c.loads
 	m.plt = c.plt
 	m.tab = table{fdes: c.fdes, fdeNames: c.fdeNames}

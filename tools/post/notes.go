@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"perfinsp/analysis/a2n"
 	"perfinsp/analysis/tprof"
 )
 
@@ -69,4 +70,48 @@ func stackHint(rep *tprof.Report) string {
 	}
 	return fmt.Sprintf("note: %.0f %% of the call stacks hold frames no module maps (<unknown>): a frame-pointer walk through code built without frame pointers; DWARF unwinding recovers them (run.tprof --call-graph dwarf, or swtrace enable callstack --unwind dwarf)",
 		100*float64(bad)/float64(rep.StackTicks))
+}
+
+// unnamedShare is the minimum share of the report's ticks in a module's
+// unnamed functions above which post says where its names could come from.
+const unnamedShare = 0.05
+
+// symbolsHints says, for each module without a symbol table whose
+// functions without a name hold a good share of the ticks (a distribution
+// binary without its debug package, a program stripped at install), where
+// a debug file was looked for and not found, or that the module has no
+// debug link to look for one by; nil when the names are there.
+func symbolsHints(rep *tprof.Report, c *a2n.Cache) []string {
+	mods, total := rep.UnnamedTicks()
+	var out []string
+	for _, mt := range mods {
+		if total == 0 || float64(mt.Unnamed) < unnamedShare*float64(total) {
+			break
+		}
+		m := c.Module(mt.Module)
+		if m.Err != nil {
+			continue // (warned as not read)
+		}
+		where := "it has neither a build-id nor a .gnu_debuglink to find a debug file by"
+		if files := m.DebugFiles(); len(files) > 0 {
+			looked := files[0]
+			if len(files) > 1 {
+				looked += fmt.Sprintf(" and %d more places by its .gnu_debuglink", len(files)-1)
+			}
+			where = "no debug file of it was found (looked for " + looked + "): install its debug symbols (Debian: the package's -dbgsym) or put its debug file there"
+		}
+		if m.Warning != "" {
+			where = m.Warning
+		}
+		out = append(out, fmt.Sprintf("note: %.0f %% of the ticks are in functions of %s without a name (rows %s+0x...; it has no symbol table, names from %s): %s",
+			100*float64(mt.Unnamed)/float64(total), mt.Module, baseOf(mt.Module), m.Source, where))
+	}
+	return out
+}
+
+func baseOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
 }
