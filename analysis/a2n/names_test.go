@@ -482,3 +482,59 @@ func TestUnreadableModulesSayWhy(t *testing.T) {
 		}
 	}
 }
+
+// An exec's process name is the kernel's comm of the new program where the
+// trace gives it, whichever side of the MTE_EXEC its MTE_PROCESS lies:
+// after it (the module, pitraced when it knows the parent), or with the
+// fork record, before it (pitraced read the exec before the fork, which was
+// in another CPU's ring). Only the path's base name otherwise; a second
+// exec is named by its own records.
+func TestExecNamedByComm(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		recs []trace.Record
+		want []string // the process's name after each exec
+	}{
+		{"process record after the exec", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEThreadName, Fixed: []uint64{20, 20}, Str: "as"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/x86_64-linux-gnu-as"},
+			{Minor: trace.MTEProcess, Fixed: []uint64{20, 10}, Str: "as"},
+		}, []string{"as"}},
+		{"process record with the fork", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEProcess, Fixed: []uint64{20, 10}, Str: "as"},
+			{Minor: trace.MTEThreadName, Fixed: []uint64{20, 20}, Str: "as"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/x86_64-linux-gnu-as"},
+		}, []string{"as"}},
+		{"no process record", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/x86_64-linux-gnu-as"},
+		}, []string{"x86_64-linux-gnu-as"}},
+		{"second exec", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEProcess, Fixed: []uint64{20, 10}, Str: "sh"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/dash"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/ls"},
+		}, []string{"sh", "ls"}},
+	} {
+		r := New(nil)
+		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTEProcess, Fixed: []uint64{10, 1}, Str: "make"})
+		var got []string
+		for i := range c.recs {
+			c.recs[i].Major = trace.MajorMTE
+			r.Apply(&c.recs[i])
+			if c.recs[i].Minor == trace.MTEExec {
+				got = append(got, r.ProcessName(20))
+			}
+		}
+		// what the exec's records leave once all are applied
+		got[len(got)-1] = r.ProcessName(20)
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: named %q after each exec, want %q", c.name, got, c.want)
+		}
+		if tn := r.ThreadName(20, 20); tn != c.want[len(c.want)-1] {
+			t.Errorf("%s: thread named %q, want %q", c.name, tn, c.want[len(c.want)-1])
+		}
+	}
+}
