@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,13 +188,17 @@ func TestAliasPreference(t *testing.T) {
 }
 
 // PLT stubs are name@plt, at the addresses objdump gives them, in a test
-// program and in libpython, whose zero-size _init must not own them.
+// program, in libpython, whose zero-size _init must not own them, and in
+// libc, whose PLT mixes stubs of its own IFUNCs (IRELATIVE relocations,
+// after the others in .rela.plt: stub i is not relocation i) with the
+// others: objdump's *ABS*+0xADDR@plt is named after the IFUNC symbol at
+// ADDR (memcpy@plt).
 func TestPLTStubs(t *testing.T) {
 	if _, err := exec.LookPath("objdump"); err != nil {
 		needTool(t, "objdump", "binutils gives the reference PLT stub addresses")
 	}
 	_, prog := builtSrc(t, "testdata/funcs.c")
-	for _, path := range []string{prog, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"} {
+	for _, path := range []string{prog, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/usr/lib/x86_64-linux-gnu/libc.so.6"} {
 		if _, err := os.Stat(path); err != nil {
 			needTool(t, path, "libpython3.11 (a library with a zero-size _init before its PLT)")
 		}
@@ -201,9 +206,33 @@ func TestPLTStubs(t *testing.T) {
 		if len(stubs) == 0 {
 			t.Fatalf("objdump shows no PLT stubs in %s", path)
 		}
+		ifuncs := ifuncNames(t, path)
+		irelative := 0
 		const base = 0x7f1000000000
 		r := New(nil)
 		applyAll(r, loadedAt(t, 400, path, base))
+		for addr, name := range stubs {
+			a, ok := strings.CutPrefix(strings.TrimSuffix(name, "@plt"), "*ABS*+0x")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseUint(a, 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ifuncs[v]) == 0 {
+				continue
+			}
+			res := r.Resolve(400, base+addr+6, false)
+			if !slices.Contains(ifuncs[v], strings.TrimSuffix(res.Symbol, "@plt")) || !strings.HasSuffix(res.Symbol, "@plt") || res.Offset != 6 {
+				t.Fatalf("%s: PLT stub %s at %#x (IFUNC %v) resolved to %+v", path, name, addr, ifuncs[v], res)
+			}
+			delete(stubs, addr)
+			irelative++
+		}
+		if strings.HasSuffix(path, "libc.so.6") && irelative < 10 {
+			t.Fatalf("%s: only %d IFUNC stubs in its PLT", path, irelative)
+		}
 		for addr, name := range stubs {
 			if res := r.Resolve(400, base+addr+6, false); res.Symbol != name || res.Offset != 6 {
 				t.Fatalf("%s: PLT stub %s at %#x resolved to %+v", path, name, addr, res)
@@ -217,6 +246,28 @@ func TestPLTStubs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ifuncNames are the names of .dynsym's IFUNC symbols of path by value.
+func ifuncNames(t *testing.T, path string) map[uint64][]string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64][]string{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_GNU_IFUNC {
+			n, _ := splitVersion(s.Name)
+			out[s.Value] = append(out[s.Value], n)
+		}
+	}
+	return out
 }
 
 func findStub(stubs map[uint64]string, name string) uint64 {
