@@ -3,6 +3,8 @@ package a2n
 import (
 	"debug/elf"
 	"debug/gosym"
+	"io"
+	"path"
 )
 
 // MaxGoPclntab caps the .gopclntab section read for names (a large Go
@@ -16,23 +18,8 @@ const MaxGoPclntab = 1 << 30
 // would be one row per address. Each function is sized from its entry to
 // its end. nil when f has no readable table.
 func goFuncs(f *elf.File) []rawSym {
-	sec := f.Section(".gopclntab")
-	text := f.Section(".text")
-	if sec == nil || text == nil || sec.Type == elf.SHT_NOBITS || sec.Size > MaxGoPclntab {
-		return nil
-	}
-	data, err := sectionData(sec)
-	if err != nil {
-		return nil
-	}
-	var tab *gosym.Table
-	func() {
-		// debug/gosym trusts the table's offsets: a hostile one may
-		// panic, which costs the names, never the run.
-		defer func() { _ = recover() }()
-		tab, err = gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
-	}()
-	if err != nil || tab == nil {
+	tab, text := goTable(f)
+	if tab == nil {
 		return nil
 	}
 	end := text.Addr + text.Size
@@ -46,4 +33,56 @@ func goFuncs(f *elf.File) []rawSym {
 			rank: aliasRank(fn.Name, elf.STB_GLOBAL, false)})
 	}
 	return out
+}
+
+// goTable parses f's .gopclntab; nil when f has none or it does not parse.
+func goTable(f *elf.File) (*gosym.Table, *elf.Section) {
+	sec := f.Section(".gopclntab")
+	text := f.Section(".text")
+	if sec == nil || text == nil || sec.Type == elf.SHT_NOBITS || sec.Size > MaxGoPclntab {
+		return nil, nil
+	}
+	data, err := sectionData(sec)
+	if err != nil {
+		return nil, nil
+	}
+	var tab *gosym.Table
+	func() {
+		// debug/gosym trusts the table's offsets: a hostile one may
+		// panic, which costs the names, never the run.
+		defer func() { _ = recover() }()
+		tab, err = gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	}()
+	if err != nil || tab == nil {
+		return nil, nil
+	}
+	return tab, text
+}
+
+// goLine is the source line of va from the module's .gopclntab, for a Go
+// binary without DWARF (-ldflags=-w, or -s -w): the file and line the Go
+// runtime's own tracebacks and profiles give. Parsed at the first call.
+func (m *Module) goLine(va uint64) (file string, line int, ok bool) {
+	if !m.goLinesRead {
+		m.goLinesRead = true
+		if fh, size, err := openChecked(m.file, MaxModuleSize, false); err == nil {
+			if f, err := elf.NewFile(io.NewSectionReader(fh, 0, size)); err == nil {
+				m.goLines, _ = goTable(f)
+			}
+			fh.Close()
+		}
+	}
+	if m.goLines == nil {
+		return "", 0, false
+	}
+	defer func() {
+		if recover() != nil {
+			file, line, ok = "", 0, false
+		}
+	}()
+	file, line, fn := m.goLines.PCToLine(va)
+	if fn == nil || file == "" || line <= 0 {
+		return "", 0, false
+	}
+	return path.Clean(file), line, true // ./main.go as DWARF has it: main.go
 }

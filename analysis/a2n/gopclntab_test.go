@@ -74,3 +74,32 @@ func TestStrippedGoNamedFromPclntab(t *testing.T) {
 		}
 	}
 }
+
+// The source lines of a Go binary without DWARF come from its .gopclntab:
+// at every address of the program's own functions, the file and line the
+// DWARF of the same build gives.
+func TestStrippedGoLinesFromPclntab(t *testing.T) {
+	withDebugRoot(t, t.TempDir())
+	dir := t.TempDir()
+	plain := goBuild(t, dir, "goplain", "-trimpath")
+	strippedGo := goBuild(t, dir, "gostripped", "-trimpath", "-ldflags=-s -w")
+	funcs := codeFuncs(t, plain, "main.", "fmt.", "strconv.")
+	dw, m := (&Cache{}).Module(plain), (&Cache{}).Module(strippedGo)
+	checked := 0
+	for start, s := range funcs {
+		for va := start; va < start+s.Size; va++ {
+			wf, wl, wok := dw.Line(va)
+			if !wok {
+				continue
+			}
+			f, l, ok := m.Line(va)
+			if !ok || f != wf || l != wl {
+				t.Fatalf("%s+%#x: %s:%d (%v) from .gopclntab, %s:%d from DWARF", s.Name, va-start, f, l, ok, wf, wl)
+			}
+			checked++
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("only %d addresses with a line", checked)
+	}
+}

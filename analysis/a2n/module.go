@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"debug/dwarf"
 	"debug/elf"
+	"debug/gosym"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -96,6 +97,10 @@ type Module struct {
 	buildID  string
 	mappings []*mapping // the files mapped for the module (Release)
 	inl      inlineInfo // the calls inlined, from DWARF (InlineCalls)
+	// goLines: the .gopclntab of a Go binary without DWARF (goLine), read
+	// at the first Line call then (goLinesRead)
+	goLines     *gosym.Table
+	goLinesRead bool
 }
 
 type lineRow struct {
@@ -509,6 +514,9 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 	}
 	if m.lineTab != nil {
 		return m.lineTab.lookup(va)
+	}
+	if len(m.cuRanges) == 0 {
+		return m.goLine(va) // no DWARF: a Go binary's own table, if any
 	}
 	i := sort.Search(len(m.cuRanges), func(i int) bool { return m.cuRanges[i].low > va }) - 1
 	if i < 0 || va >= m.cuRanges[i].high {
