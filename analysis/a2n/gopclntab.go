@@ -3,6 +3,7 @@ package a2n
 import (
 	"debug/elf"
 	"debug/gosym"
+	"encoding/binary"
 	"io"
 	"path"
 )
@@ -43,7 +44,7 @@ func goTable(f *elf.File) (*gosym.Table, *elf.Section) {
 		return nil, nil
 	}
 	data, err := sectionData(sec)
-	if err != nil {
+	if err != nil || !goTableSane(data, f.ByteOrder) {
 		return nil, nil
 	}
 	var tab *gosym.Table
@@ -85,4 +86,30 @@ func (m *Module) goLine(va uint64) (file string, line int, ok bool) {
 		return "", 0, false
 	}
 	return path.Clean(file), line, true // ./main.go as DWARF has it: main.go
+}
+
+// minBytesPerGoFunc bounds the functions a .gopclntab may declare by its
+// size: each has an 8-byte functab entry, a _func of 40 bytes or more, its
+// name and its pc tables (Go's linkers write about 330 bytes a function).
+const minBytesPerGoFunc = 64
+
+// goTableSane checks the header of a .gopclntab before debug/gosym reads
+// it: the pointer size, and a function count the section can hold.
+// debug/gosym allocates a Func (and a Sym) for each function the header
+// declares, so a crafted count would have post allocate some twenty times
+// the section's size.
+func goTableSane(data []byte, bo binary.ByteOrder) bool {
+	if len(data) < 16 {
+		return false
+	}
+	var n uint64
+	switch data[7] { // the pointer size
+	case 4:
+		n = uint64(bo.Uint32(data[8:]))
+	case 8:
+		n = bo.Uint64(data[8:])
+	default:
+		return false
+	}
+	return n > 0 && n <= uint64(len(data))/minBytesPerGoFunc
 }

@@ -2,9 +2,11 @@ package a2n
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -101,5 +103,48 @@ func TestStrippedGoLinesFromPclntab(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("only %d addresses with a line", checked)
+	}
+}
+
+// A .gopclntab whose header declares more functions than its size can
+// hold (a crafted file) is not given to debug/gosym, which would allocate
+// a Func and a Sym for each: the module is read without those names, with
+// little memory.
+func TestCraftedPclntabCount(t *testing.T) {
+	dir := t.TempDir()
+	strippedGo := goBuild(t, dir, "gostripped", "-trimpath", "-ldflags=-s -w")
+	b, err := os.ReadFile(strippedGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(strippedGo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := f.Section(".gopclntab")
+	f.Close()
+	if sec == nil || b[sec.Offset+7] != 8 {
+		t.Fatalf("no 64-bit .gopclntab in %s", strippedGo)
+	}
+	// as many functions as the functab (after the header's offsets) can
+	// hold: debug/gosym slices it without complaint
+	tab := b[sec.Offset : sec.Offset+sec.Size]
+	functab := binary.LittleEndian.Uint64(tab[8+7*8:]) // ver118+: the 8th word is the functab's offset
+	n := (sec.Size-functab)/8 - 1
+	binary.LittleEndian.PutUint64(tab[8:], n)
+	crafted := filepath.Join(dir, "crafted")
+	if err := os.WriteFile(crafted, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	m := (&Cache{}).Module(crafted)
+	runtime.ReadMemStats(&after)
+	if strings.Contains(m.Source, ".gopclntab") {
+		t.Fatalf("a table declaring %d functions in %d bytes was read (names from %s)", n, sec.Size, m.Source)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 4*sec.Size {
+		t.Fatalf("reading a table declaring %d functions in %d bytes allocated %d bytes", n, sec.Size, grew)
 	}
 }
