@@ -299,6 +299,9 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 		}
 	}
 	m.tab = buildTable(raw, pltStubs(f), fdes)
+	if !m.Stripped {
+		m.tab.syms = m.tab.syms.addUncovered(zeroSizeFDEs(raw, f))
+	}
 	m.plt = pltSections(f)
 }
 
