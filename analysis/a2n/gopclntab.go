@@ -52,7 +52,7 @@ func goTable(f *elf.File) (*gosym.Table, *elf.Section) {
 		// debug/gosym trusts the table's offsets: a hostile one may
 		// panic, which costs the names, never the run.
 		defer func() { _ = recover() }()
-		tab, err = gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+		tab, err = gosym.NewTable(nil, gosym.NewLineTable(data, goTextStart(f, sec, text, data)))
 	}()
 	if err != nil || tab == nil {
 		return nil, nil
@@ -112,4 +112,47 @@ func goTableSane(data []byte, bo binary.ByteOrder) bool {
 		return false
 	}
 	return n > 0 && n <= uint64(len(data))/minBytesPerGoFunc
+}
+
+// goTextStart is the address of runtime.text, which the functions of a
+// Go 1.18 or later .gopclntab are offsets from. The header's own field is
+// 0 in the file; the runtime's moduledata holds it (text, after pcHeader,
+// five slices, ftab, findfunctab, minpc and maxpc). It is .text's start
+// when Go's linker linked the binary alone, but not with cgo, where the
+// external linker puts the C start-up code first (0x100 bytes in a small
+// program: every Go function would be named after the one before it).
+// The moduledata is found by its first two words, the table's address and
+// that of its function names; .text's start when it is not found.
+func goTextStart(f *elf.File, pcln, text *elf.Section, hdr []byte) uint64 {
+	ptr := int(hdr[7])
+	if magic := f.ByteOrder.Uint32(hdr); magic != 0xfffffff0 && magic != 0xfffffff1 || len(hdr) < 8+4*ptr {
+		return text.Addr // (go1.16 and older: absolute entries)
+	}
+	word := func(b []byte) uint64 {
+		if ptr == 4 {
+			return uint64(f.ByteOrder.Uint32(b))
+		}
+		return f.ByteOrder.Uint64(b)
+	}
+	names := pcln.Addr + word(hdr[8+3*ptr:]) // funcnameOffset
+	const textWord = 22
+	for _, sec := range f.Sections {
+		if sec.Type != elf.SHT_PROGBITS || sec.Flags&elf.SHF_ALLOC == 0 || sec.Flags&elf.SHF_EXECINSTR != 0 ||
+			sec == pcln || sec.Size > 64<<20 || sec.Size < uint64(ptr*(textWord+1)) {
+			continue
+		}
+		b, err := sectionData(sec)
+		if err != nil {
+			continue
+		}
+		for i := 0; i+ptr*(textWord+1) <= len(b); i += ptr {
+			if word(b[i:]) != pcln.Addr || word(b[i+ptr:]) != names {
+				continue
+			}
+			if t := word(b[i+textWord*ptr:]); t >= text.Addr && t < text.Addr+text.Size {
+				return t
+			}
+		}
+	}
+	return text.Addr
 }

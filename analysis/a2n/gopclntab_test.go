@@ -11,36 +11,74 @@ import (
 	"testing"
 )
 
+const goSrc = "package main\n\nimport (\"fmt\"; \"sort\")\n\n//go:noinline\nfunc spin(n int) int { s := 0; for i := 0; i < n; i++ { s += i * i }; return s }\n\nfunc main() { a := []int{3, 1, 2}; sort.Ints(a); fmt.Println(spin(10), a) }\n"
+
+// cgoSrc has C code, linked by the external linker before Go's.
+const cgoSrc = "package main\n\n/*\nstatic int cwork(int n) { int s = 0; for (int i = 0; i < n; i++) s += i ^ s; return s; }\n*/\nimport \"C\"\nimport \"fmt\"\n\n//go:noinline\nfunc spin(n int) int { s := 0; for i := 0; i < n; i++ { s += i * i }; return s }\n\nfunc main() { fmt.Println(spin(10), C.cwork(10)) }\n"
+
 // goBuild builds a small Go program with the extra go build flags.
 func goBuild(t *testing.T, dir, name string, flags ...string) string {
+	return goBuildSrc(t, dir, name, goSrc, flags...)
+}
+
+// goBuildSrc builds src (cgo when it imports "C") with the go build flags.
+func goBuildSrc(t *testing.T, dir, name, srcText string, flags ...string) string {
 	t.Helper()
 	src := filepath.Join(dir, "main.go")
-	if err := os.WriteFile(src, []byte("package main\n\nimport (\"fmt\"; \"sort\")\n\n//go:noinline\nfunc spin(n int) int { s := 0; for i := 0; i < n; i++ { s += i * i }; return s }\n\nfunc main() { a := []int{3, 1, 2}; sort.Ints(a); fmt.Println(spin(10), a) }\n"), 0o644); err != nil {
+	if err := os.WriteFile(src, []byte(srcText), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	cgo := "CGO_ENABLED=0"
+	if strings.Contains(srcText, `import "C"`) {
+		cgo = "CGO_ENABLED=1"
 	}
 	out := filepath.Join(dir, name)
 	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, src)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GO111MODULE=off", "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "GO111MODULE=off", cgo)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %v: %v\n%s", flags, err, b)
 	}
 	return out
 }
 
-// A Go binary built with -ldflags=-s -w has no .symtab, no DWARF and no
-// .eh_frame; its functions are named from .gopclntab, as the unstripped
+// A Go binary built with -ldflags=-s -w has no .symtab and no DWARF (and,
+// without cgo, no .eh_frame); its functions are named from .gopclntab, as the unstripped
 // build's .symtab names them (ABI wrappers' ".abi0" suffix aside), at
 // every address of every function (the offset from the function's entry).
+//
+// With cgo the external linker puts C start-up code before Go's text, so
+// the functions (offsets from runtime.text) are placed by the runtime's
+// moduledata, not from .text's start; PIE or not.
 func TestStrippedGoNamedFromPclntab(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		flags     []string
+	}{
+		{"go", goSrc, nil},
+		{"cgo", cgoSrc, nil},
+		{"cgo-pie", cgoSrc, []string{"-buildmode=pie"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.src == cgoSrc {
+				if _, err := exec.LookPath("gcc"); err != nil {
+					needTool(t, "gcc", "cgo builds with it")
+				}
+			}
+			testStrippedGoNamed(t, c.src, c.flags)
+		})
+	}
+}
+
+func testStrippedGoNamed(t *testing.T, src string, flags []string) {
 	withDebugRoot(t, t.TempDir())
 	dir := t.TempDir()
-	plain := goBuild(t, dir, "goplain", "-trimpath")
-	strippedGo := goBuild(t, dir, "gostripped", "-trimpath", "-ldflags=-s -w")
+	plain := goBuildSrc(t, dir, "goplain", src, append([]string{"-trimpath"}, flags...)...)
+	strippedGo := goBuildSrc(t, dir, "gostripped", src, append([]string{"-trimpath", "-ldflags=-s -w"}, flags...)...)
 	if f, err := elf.Open(strippedGo); err != nil {
 		t.Fatal(err)
 	} else {
-		for _, s := range []string{".symtab", ".debug_info", ".eh_frame"} {
+		for _, s := range []string{".symtab", ".debug_info"} {
 			if f.Section(s) != nil {
 				t.Fatalf("%s kept %s: not the stripped build this test is about", strippedGo, s)
 			}

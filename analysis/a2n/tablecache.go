@@ -46,7 +46,7 @@ import (
 // when it holds more than maxCacheEntries or maxCacheBytes.
 
 // tableMagic starts every cache file; the digit is the format version.
-const tableMagic = "PIA2NTB3"
+const tableMagic = "PIA2NTB4"
 
 // maxCacheEntries and maxCacheBytes bound the directory (programs built
 // in temporary directories make new paths every run; a kernel's entry is
