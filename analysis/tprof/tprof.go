@@ -54,6 +54,7 @@ type Report struct {
 	EventPeriod     uint64
 	StackTicks      uint64 // ticks with a call stack (none: the trace has no stacks)
 	TruncatedStacks uint64 // of them, cut at the depth limit
+	CFIStacks       uint64 // of them, with user frames unwound by call-frame information (--unwind dwarf)
 	// stk are the call stacks of the ticks (UNWIND records, `swtrace
 	// enable callstack`), aggregated, most ticks first, with frames as
 	// indexes into res, the resolved names (Stacks gives them with names).

@@ -318,6 +318,8 @@ func post(o *options, stdout, stderr io.Writer) error {
 	}
 	if h := stackHint(rep); h != "" {
 		fmt.Fprintln(stderr, "post:", h)
+	} else if h := rootHint(rep); h != "" {
+		fmt.Fprintln(stderr, "post:", h)
 	}
 	for _, h := range symbolsHints(rep, &r.Cache) {
 		fmt.Fprintln(stderr, "post:", h)

@@ -115,3 +115,44 @@ func baseOf(p string) string {
 	}
 	return p
 }
+
+// rootShare is the minimum share of the user stacks that stop short of
+// their thread's outermost frame above which post suggests DWARF
+// unwinding.
+const rootShare = 0.5
+
+// outermost are the functions a thread's user stack ends in when it is
+// whole: a program's start (C, ld.so), a thread's (glibc, musl), Go's.
+var outermost = map[string]bool{
+	"_start": true, "__libc_start_main": true, "__libc_start_call_main": true, "main": true, "_dl_start_user": true, "_dl_start": true,
+	"clone": true, "clone3": true, "__clone": true, "__clone3": true, "start_thread": true, "thread_start": true, "start": true,
+	"runtime.goexit": true, "runtime.goexit.abi0": true, "runtime.mstart": true, "runtime.mstart.abi0": true, "runtime.rt0_go": true, "runtime.rt0_go.abi0": true,
+}
+
+// rootHint says once, when most user call stacks walked by frame pointers
+// stop before their thread's outermost frame (no _start, main or thread
+// start below them) without passing through unmapped addresses (stackHint's
+// case), that code without frame pointers ended the walk: libc's qsort
+// calling a program's comparison function gives stacks "prog;cmp", which
+// read as if the process's root called cmp. "" otherwise, and for stacks
+// unwound by call-frame information.
+func rootHint(rep *tprof.Report) string {
+	if rep.StackTicks == 0 || rep.CFIStacks > 0 {
+		return ""
+	}
+	var user, short uint64
+	for _, s := range rep.Stacks() {
+		if s.Truncated || len(s.Frames) == 0 || s.Frames[0].Kernel {
+			continue
+		}
+		user += s.N
+		if !outermost[s.Frames[0].Symbol] {
+			short += s.N
+		}
+	}
+	if user == 0 || float64(short) < rootShare*float64(user) {
+		return ""
+	}
+	return fmt.Sprintf("note: %.0f %% of the user call stacks stop before their thread's first function (no _start, main or thread start below them): the frame-pointer walk ends at code built without frame pointers (-O2 builds, most distribution libraries), so those stacks lack their callers; DWARF unwinding recovers them (run.tprof --call-graph dwarf, or swtrace enable callstack --unwind dwarf)",
+		100*float64(short)/float64(user))
+}
