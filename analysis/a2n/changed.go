@@ -17,7 +17,9 @@ import (
 // module read whose file
 //   - is another inode of the same device than the one the trace mapped:
 //     the file was replaced (a rename over it, as package managers and
-//     linkers do, whatever modification time the new file has);
+//     linkers do, whatever modification time the new file has), or, when
+//     its ctime (which a rename sets) is older than the mapping, the
+//     process saw another file by that path (a container, a chroot);
 //   - or was modified (its mtime) after its first mapping in the trace.
 //
 // Not its ctime, which a new hard link or a chmod changes too. A file of
@@ -72,6 +74,13 @@ func (c *Cache) changedSinceMapped(m *Module) string {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			now := fileID{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}
 			if now.major == was.major && now.minor == was.minor && now.ino != was.ino {
+				if at, ok := c.mapped[m.Path]; ok && st.Ctim.Nano() <= at {
+					// Not replaced since (a rename sets the file's
+					// ctime): the process saw another file by
+					// that path.
+					return fmt.Sprintf("%s is another file (inode %d) than the one the trace mapped (inode %d), here since before the trace mapped it: the process saw another file by that path (in a container or a chroot: post --root DIR reads the files under that root); its names are this file's, which may not be the code traced",
+						m.Path, now.ino, was.ino)
+				}
 				return fmt.Sprintf("%s was replaced after the trace mapped it (inode %d then, %d now): its names are the new file's, which may not be the code traced",
 					m.Path, was.ino, now.ino)
 			}

@@ -118,3 +118,47 @@ func TestReplacedSinceMapped(t *testing.T) {
 		t.Error("a mapping of another device: warned")
 	}
 }
+
+// TestAnotherFileByThatPath: a module whose path holds another inode of
+// the same device than the one mapped, but a file that has been there
+// since before the mapping (its ctime, which a rename would have set, is
+// older), was not replaced: the process saw another file by that path, as
+// one in a chroot or a container does. The warning says so and names
+// --root, rather than that the file was replaced.
+func TestAnotherFileByThatPath(t *testing.T) {
+	exe, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	prog, inChroot := filepath.Join(dir, "prog"), filepath.Join(dir, "root-prog")
+	for _, p := range []string{prog, inChroot} {
+		if err := os.WriteFile(p, exe, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st, other unix.Stat_t
+	if err := unix.Stat(prog, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(inChroot, &other); err != nil {
+		t.Fatal(err)
+	}
+	r := NewCached(nil, "")
+	r.Clock = func(t uint64) int64 { return int64(t) } // record times are wall times here
+	mappedAt := uint64(st.Ctim.Nano() + 1e9)           // the chroot's copy of the path mapped a second later
+	r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTESegment, Time: mappedAt,
+		Fixed: []uint64{5, 0x400000, 0x10000, 0, 5}, Str: prog})
+	r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTEFile, Time: mappedAt,
+		Fixed: []uint64{5, 0x400000, uint64(unix.Major(other.Dev)), uint64(unix.Minor(other.Dev)), other.Ino}})
+	r.Resolve(5, 0x400100, false)
+	var got []string
+	for _, p := range r.Cache.Problems() {
+		if strings.HasPrefix(p, prog+" ") {
+			got = append(got, p)
+		}
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], prog+" is another file") || !strings.Contains(got[0], "--root") {
+		t.Fatalf("warnings %q, want one that %s is another file than the one mapped, naming --root", got, prog)
+	}
+}

@@ -40,3 +40,46 @@ func fdeRanges(f *elf.File) []fdeRange {
 		}
 	}
 }
+
+// zeroSizeFDEs names after a zero-size FUNC symbol of raw the .eh_frame
+// range of f that holds it, where no sized symbol does: glibc's
+// __restore_rt, the signal trampoline every handler returns to, has no
+// size, and its FDE starts at the nop before it, so that an unwinder's
+// pc-1 for the handler's return address finds it — and so does a name
+// lookup, which would otherwise leave the frame "libc.so.6+0x3c04f". A
+// range a sized symbol starts in or covers keeps that symbol's name
+// (addUncovered).
+func zeroSizeFDEs(raw []rawSym, f *elf.File) []Sym {
+	var zs []rawSym
+	for _, s := range raw {
+		if s.size == 0 && !s.notype {
+			zs = append(zs, s)
+		}
+	}
+	if len(zs) == 0 {
+		return nil
+	}
+	fdes := fdeRanges(f)
+	if len(fdes) == 0 {
+		return nil
+	}
+	fdes = sortRuns(fdes, fdeStart)
+	best := map[uint64]rawSym{} // by FDE start
+	for _, z := range zs {
+		j := predFDE(fdes, z.addr)
+		if j < 0 || z.addr-fdes[j].start >= fdes[j].size {
+			continue
+		}
+		if b, ok := best[fdes[j].start]; !ok || z.rank < b.rank || z.rank == b.rank && z.name < b.name {
+			best[fdes[j].start] = z
+		}
+	}
+	out := make([]Sym, 0, len(best))
+	for j := range fdes {
+		if z, ok := best[fdes[j].start]; ok {
+			out = append(out, Sym{Addr: fdes[j].start, Size: fdes[j].size, Name: z.name})
+			delete(best, fdes[j].start)
+		}
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"sort"
@@ -259,6 +260,11 @@ func pltStubs(f *elf.File) []Sym {
 	bo := f.ByteOrder
 	end := plt.Addr + plt.Size
 	var out []Sym
+	if f.Machine == elf.EM_X86_64 {
+		if named := pltBySlot(f, plt, base, relData, symData, strb); named != nil {
+			return append(named, pltGotStubs(f, symData, strb)...)
+		}
+	}
 	for i := 0; (i+1)*24 <= len(relData); i++ {
 		addr := base + uint64(i)*16
 		if addr+16 > end || addr < base {
@@ -284,6 +290,89 @@ func pltStubs(f *elf.File) []Sym {
 	}
 	if f.Machine == elf.EM_X86_64 {
 		out = append(out, pltGotStubs(f, symData, strb)...)
+	}
+	return out
+}
+
+// pltBySlot names the x86-64 PLT stubs from base in plt by the GOT slot
+// each jumps through ("jmp *disp(%rip)", after an endbr64 and a bnd
+// prefix in .plt.sec), as objdump does: the .rela.plt relocation of that
+// slot names it. Entry i of .rela.plt is not stub i where the PLT holds
+// IRELATIVE stubs (calls of a library's own IFUNCs: libc's memcpy, strlen
+// ...), whose relocations the linker puts after the others. An IRELATIVE
+// stub is named after the IFUNC symbol at the relocation's addend (the
+// resolver, memcpy@plt), or *ABS*+0xaddend@plt as objdump and perf name it.
+// nil when no stub decodes so.
+func pltBySlot(f *elf.File, plt *elf.Section, base uint64, relData, symData, strb []byte) []Sym {
+	if plt.Size > 1<<22 || base < plt.Addr {
+		return nil
+	}
+	code, err := sectionData(plt)
+	if err != nil {
+		return nil
+	}
+	bo := f.ByteOrder
+	slots := map[uint64]uint64{} // GOT slot -> stub address
+	for off := base - plt.Addr; off+16 <= uint64(len(code)); off += 16 {
+		e := code[off : off+16]
+		j := bytes.Index(e, []byte{0xff, 0x25})
+		if j < 0 || j > 5 || j+6 > len(e) {
+			continue
+		}
+		at := plt.Addr + off + uint64(j+6)
+		slots[at+uint64(int64(int32(bo.Uint32(e[j+2:]))))] = plt.Addr + off
+	}
+	if len(slots) == 0 {
+		return nil
+	}
+	symName := func(sym uint64) string {
+		if sym == 0 || sym >= uint64(len(symData)/24) {
+			return ""
+		}
+		nameOff := uint64(bo.Uint32(symData[sym*24:]))
+		if nameOff >= uint64(len(strb)) {
+			return ""
+		}
+		name := strb[nameOff:]
+		if n := bytes.IndexByte(name, 0); n >= 0 {
+			name = name[:n]
+		}
+		return string(name)
+	}
+	var ifuncs map[uint64]rawSym // IFUNC symbols of .dynsym by value (IRELATIVE stubs)
+	var out []Sym
+	for i := 0; (i+1)*24 <= len(relData); i++ {
+		r := relData[i*24:]
+		addr, ok := slots[bo.Uint64(r)]
+		if !ok {
+			continue
+		}
+		info := bo.Uint64(r[8:])
+		name := ""
+		switch uint32(info) {
+		case uint32(elf.R_X86_64_JMP_SLOT):
+			name = symName(info >> 32)
+		case uint32(elf.R_X86_64_IRELATIVE):
+			if ifuncs == nil {
+				ifuncs = map[uint64]rawSym{}
+				if dyn, err := elfSyms(f, true); err == nil {
+					for _, s := range dyn {
+						if o, ok := ifuncs[s.addr]; s.size > 0 && (!ok || s.rank < o.rank) {
+							ifuncs[s.addr] = s
+						}
+					}
+				}
+			}
+			addend := bo.Uint64(r[16:])
+			if s, ok := ifuncs[addend]; ok {
+				name = s.name
+			} else {
+				name = fmt.Sprintf("*ABS*+0x%x", addend)
+			}
+		}
+		if name != "" {
+			out = append(out, Sym{Addr: addr, Size: 16, Name: name + "@plt"})
+		}
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"debug/dwarf"
 	"debug/elf"
+	"debug/gosym"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -70,7 +71,7 @@ func (t symtab) sortDedup() symtab {
 type Module struct {
 	Path     string
 	Err      error  // why the module could not be read (missing, not ELF, ...)
-	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .eh_frame)
+	Stripped bool   // no .symtab in the file (names from a debug file, .dynsym, .gnu_debugdata, .gopclntab, .eh_frame)
 	Source   string // where the names came from: ".symtab", "debug file PATH", ".dynsym+.eh_frame", ...
 	Warning  string // a name source present but unusable (a debug file that is a FIFO, bad .gnu_debugdata)
 	tab      table
@@ -78,12 +79,14 @@ type Module struct {
 	plt      []addrRange // the .plt* sections (PLT stubs, named or not)
 	dw       *dwarf.Data
 	dwPath   string // file holding DWARF, opened on first Line call
-	debugID  string // the build-id whose debug file was looked for (the table cache's key)
-	names    map[string]string
-	cus      []lineCU  // the DWARF's compilation units (Line)
-	cuRanges []cuRange // their address ranges, by address
-	linesOK  bool
-	lineMu   sync.Mutex
+	// debugFiles: the separate debug files looked for, by build-id then
+	// by .gnu_debuglink (the table cache's key: their identities)
+	debugFiles []string
+	names      map[string]string
+	cus        []lineCU  // the DWARF's compilation units (Line)
+	cuRanges   []cuRange // their address ranges, by address
+	linesOK    bool
+	lineMu     sync.Mutex
 	// linesDir and linesKey: the table cache and the module's key there,
 	// where its line table is kept (linecache.go); lineTab: that table.
 	linesDir string
@@ -94,6 +97,10 @@ type Module struct {
 	buildID  string
 	mappings []*mapping // the files mapped for the module (Release)
 	inl      inlineInfo // the calls inlined, from DWARF (InlineCalls)
+	// goLines: the .gopclntab of a Go binary without DWARF (goLine), read
+	// at the first Line call then (goLinesRead)
+	goLines     *gosym.Table
+	goLinesRead bool
 }
 
 type lineRow struct {
@@ -206,7 +213,7 @@ func loadModuleFrom(path, dir string, mapTables bool) *Module {
 		m.dwPath = path
 	}
 	if dir != "" && fi != nil {
-		moduleToCache(dir, path, fi, m, m.debugID)
+		moduleToCache(dir, path, fi, m, m.debugFiles)
 	}
 	return m
 }
@@ -234,22 +241,37 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 	raw, _ := elfSyms(f, false)
 	m.Source = ".symtab"
 	if len(raw) == 0 && debugFiles {
-		if id := buildID(f); len(id) > 2 {
-			m.debugID = id
-			dbg := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
-			if df, size, err := openChecked(dbg, MaxModuleSize, false); err == nil {
-				if ef, err := newELF(df, size, m); err == nil {
-					raw, _ = elfSyms(ef, false)
-					if len(raw) > 0 {
-						m.Source = "debug file " + dbg
-					}
-					if ef.Section(".debug_info") != nil {
-						m.dwPath = dbg
-					}
+		id := buildID(f)
+		m.debugFiles = debugCandidates(m.Path, m.file, id, f)
+		for _, dbg := range m.debugFiles {
+			df, size, err := openChecked(dbg, MaxModuleSize, false)
+			if err != nil {
+				if !errors.Is(err, os.ErrNotExist) {
+					m.Warning = "debug file " + err.Error()
 				}
-				df.Close()
-			} else if !errors.Is(err, os.ErrNotExist) {
-				m.Warning = "debug file " + err.Error()
+				continue
+			}
+			ef, err := newELF(df, size, m)
+			if err == nil && !sameBuild(f, id, ef, df) {
+				m.Warning = "debug file " + dbg + " is not of this build (build-id or CRC differs), ignored"
+				err = errBuild
+			}
+			used := false
+			if err == nil {
+				raw, _ = elfSyms(ef, false)
+				if len(raw) > 0 {
+					m.Source = "debug file " + dbg
+					used = true
+				}
+				if ef.Section(".debug_info") != nil {
+					m.dwPath = dbg
+					used = true
+				}
+			}
+			df.Close()
+			if used {
+				m.Warning = ""
+				break
 			}
 		}
 	}
@@ -267,14 +289,26 @@ func (m *Module) fromELF(f *elf.File, debugFiles bool, ident string) {
 				m.Source = ".gnu_debugdata+.dynsym"
 			}
 		}
+		if gofns := goFuncs(f); len(gofns) > 0 {
+			raw = append(raw, gofns...)
+			m.Source += "+.gopclntab"
+		}
 		fdes = fdeRanges(f)
 		if len(fdes) > 0 {
 			m.Source += "+.eh_frame"
 		}
 	}
 	m.tab = buildTable(raw, pltStubs(f), fdes)
+	if !m.Stripped {
+		m.tab.syms = m.tab.syms.addUncovered(zeroSizeFDEs(raw, f))
+	}
 	m.plt = pltSections(f)
 }
+
+// DebugFiles are the separate debug files looked for the module (by
+// build-id, then by .gnu_debuglink), whether found or not; none when the
+// module has its own .symtab.
+func (m *Module) DebugFiles() []string { return m.debugFiles }
 
 // addrRange is [start, end) in a module's address space.
 type addrRange struct{ start, end uint64 }
@@ -483,6 +517,9 @@ func (m *Module) Line(va uint64) (string, int, bool) {
 	}
 	if m.lineTab != nil {
 		return m.lineTab.lookup(va)
+	}
+	if len(m.cuRanges) == 0 {
+		return m.goLine(va) // no DWARF: a Go binary's own table, if any
 	}
 	i := sort.Search(len(m.cuRanges), func(i int) bool { return m.cuRanges[i].low > va }) - 1
 	if i < 0 || va >= m.cuRanges[i].high {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,13 +188,17 @@ func TestAliasPreference(t *testing.T) {
 }
 
 // PLT stubs are name@plt, at the addresses objdump gives them, in a test
-// program and in libpython, whose zero-size _init must not own them.
+// program, in libpython, whose zero-size _init must not own them, and in
+// libc, whose PLT mixes stubs of its own IFUNCs (IRELATIVE relocations,
+// after the others in .rela.plt: stub i is not relocation i) with the
+// others: objdump's *ABS*+0xADDR@plt is named after the IFUNC symbol at
+// ADDR (memcpy@plt).
 func TestPLTStubs(t *testing.T) {
 	if _, err := exec.LookPath("objdump"); err != nil {
 		needTool(t, "objdump", "binutils gives the reference PLT stub addresses")
 	}
 	_, prog := builtSrc(t, "testdata/funcs.c")
-	for _, path := range []string{prog, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0"} {
+	for _, path := range []string{prog, "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0", "/usr/lib/x86_64-linux-gnu/libc.so.6"} {
 		if _, err := os.Stat(path); err != nil {
 			needTool(t, path, "libpython3.11 (a library with a zero-size _init before its PLT)")
 		}
@@ -201,9 +206,33 @@ func TestPLTStubs(t *testing.T) {
 		if len(stubs) == 0 {
 			t.Fatalf("objdump shows no PLT stubs in %s", path)
 		}
+		ifuncs := ifuncNames(t, path)
+		irelative := 0
 		const base = 0x7f1000000000
 		r := New(nil)
 		applyAll(r, loadedAt(t, 400, path, base))
+		for addr, name := range stubs {
+			a, ok := strings.CutPrefix(strings.TrimSuffix(name, "@plt"), "*ABS*+0x")
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseUint(a, 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ifuncs[v]) == 0 {
+				continue
+			}
+			res := r.Resolve(400, base+addr+6, false)
+			if !slices.Contains(ifuncs[v], strings.TrimSuffix(res.Symbol, "@plt")) || !strings.HasSuffix(res.Symbol, "@plt") || res.Offset != 6 {
+				t.Fatalf("%s: PLT stub %s at %#x (IFUNC %v) resolved to %+v", path, name, addr, ifuncs[v], res)
+			}
+			delete(stubs, addr)
+			irelative++
+		}
+		if strings.HasSuffix(path, "libc.so.6") && irelative < 10 {
+			t.Fatalf("%s: only %d IFUNC stubs in its PLT", path, irelative)
+		}
 		for addr, name := range stubs {
 			if res := r.Resolve(400, base+addr+6, false); res.Symbol != name || res.Offset != 6 {
 				t.Fatalf("%s: PLT stub %s at %#x resolved to %+v", path, name, addr, res)
@@ -217,6 +246,28 @@ func TestPLTStubs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ifuncNames are the names of .dynsym's IFUNC symbols of path by value.
+func ifuncNames(t *testing.T, path string) map[uint64][]string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64][]string{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_GNU_IFUNC {
+			n, _ := splitVersion(s.Name)
+			out[s.Value] = append(out[s.Value], n)
+		}
+	}
+	return out
 }
 
 func findStub(stubs map[uint64]string, name string) uint64 {
@@ -479,6 +530,62 @@ func TestUnreadableModulesSayWhy(t *testing.T) {
 		m := loadModule(path, "")
 		if m.Err == nil || !strings.Contains(m.Err.Error(), want) {
 			t.Errorf("%s: %v, want %q", path, m.Err, want)
+		}
+	}
+}
+
+// An exec's process name is the kernel's comm of the new program where the
+// trace gives it, whichever side of the MTE_EXEC its MTE_PROCESS lies:
+// after it (the module, pitraced when it knows the parent), or with the
+// fork record, before it (pitraced read the exec before the fork, which was
+// in another CPU's ring). Only the path's base name otherwise; a second
+// exec is named by its own records.
+func TestExecNamedByComm(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		recs []trace.Record
+		want []string // the process's name after each exec
+	}{
+		{"process record after the exec", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEThreadName, Fixed: []uint64{20, 20}, Str: "as"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/x86_64-linux-gnu-as"},
+			{Minor: trace.MTEProcess, Fixed: []uint64{20, 10}, Str: "as"},
+		}, []string{"as"}},
+		{"process record with the fork", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEProcess, Fixed: []uint64{20, 10}, Str: "as"},
+			{Minor: trace.MTEThreadName, Fixed: []uint64{20, 20}, Str: "as"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/x86_64-linux-gnu-as"},
+		}, []string{"as"}},
+		{"no process record", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/x86_64-linux-gnu-as"},
+		}, []string{"x86_64-linux-gnu-as"}},
+		{"second exec", []trace.Record{
+			{Minor: trace.MTEFork, Fixed: []uint64{10, 10, 20, 20, 0}},
+			{Minor: trace.MTEProcess, Fixed: []uint64{20, 10}, Str: "sh"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/dash"},
+			{Minor: trace.MTEExec, Fixed: []uint64{20, 20}, Str: "/usr/bin/ls"},
+		}, []string{"sh", "ls"}},
+	} {
+		r := New(nil)
+		r.Apply(&trace.Record{Major: trace.MajorMTE, Minor: trace.MTEProcess, Fixed: []uint64{10, 1}, Str: "make"})
+		var got []string
+		for i := range c.recs {
+			c.recs[i].Major = trace.MajorMTE
+			r.Apply(&c.recs[i])
+			if c.recs[i].Minor == trace.MTEExec {
+				got = append(got, r.ProcessName(20))
+			}
+		}
+		// what the exec's records leave once all are applied
+		got[len(got)-1] = r.ProcessName(20)
+		if strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: named %q after each exec, want %q", c.name, got, c.want)
+		}
+		if tn := r.ThreadName(20, 20); tn != c.want[len(c.want)-1] {
+			t.Errorf("%s: thread named %q, want %q", c.name, tn, c.want[len(c.want)-1])
 		}
 	}
 }

@@ -35,6 +35,14 @@ type Process struct {
 	java     *JavaStacks
 	javaRead bool
 	javaAddr map[string]uint64 // JavaTick's address of each method
+	// forked: made by MTE_FORK and not exec'd since; forkName: the name an
+	// MTE_PROCESS record gave it meanwhile. pitraced writes an exec's
+	// MTE_PROCESS (the kernel's comm of the new program) with the fork
+	// record when it reads the exec first (the fork is in another CPU's
+	// ring), so at the fork's time: the exec takes that name, not its
+	// path's (as, not x86_64-linux-gnu-as, the file /usr/bin/as links to).
+	forked   bool
+	forkName string
 }
 
 // Result is the name of one address.
@@ -279,6 +287,9 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 	case trace.MTEProcess:
 		p := r.proc(uint32(rec.Field(0)))
 		p.Name = rec.Str
+		if p.forked {
+			p.forkName = rec.Str
+		}
 	case trace.MTEThreadName:
 		p := r.proc(uint32(rec.Field(0)))
 		p.Threads[uint32(rec.Field(1))] = rec.Str
@@ -297,7 +308,7 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 			return
 		}
 		parent := r.proc(ppid)
-		child := &Process{PID: pid, Name: parent.Name, Threads: map[uint32]string{}}
+		child := &Process{PID: pid, Name: parent.Name, Threads: map[uint32]string{}, forked: true}
 		child.segs = append([]Segment(nil), parent.segs...)
 		if n, ok := parent.Threads[uint32(rec.Field(1))]; ok {
 			child.Threads[tid] = n
@@ -316,6 +327,10 @@ func (r *Resolver) applyMTE(rec *trace.Record) {
 		} else if rec.Str != "" {
 			p.Name = rec.Str
 		}
+		if p.forkName != "" {
+			p.Name = p.forkName
+		}
+		p.forked, p.forkName = false, ""
 	case trace.MTESegment:
 		p := r.proc(uint32(rec.Field(0)))
 		p.addSeg(Segment{Start: rec.Field(1), Size: rec.Field(2), Offset: rec.Field(3), Path: rec.Str})

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -45,7 +46,7 @@ import (
 // when it holds more than maxCacheEntries or maxCacheBytes.
 
 // tableMagic starts every cache file; the digit is the format version.
-const tableMagic = "PIA2NTB2"
+const tableMagic = "PIA2NTB4"
 
 // maxCacheEntries and maxCacheBytes bound the directory (programs built
 // in temporary directories make new paths every run; a kernel's entry is
@@ -136,18 +137,20 @@ func fileIdent(fi os.FileInfo) []byte {
 	return b
 }
 
-// debugIdent is the identity of the build-id debug file for id as found
-// now ("absent" when there is none).
-func debugIdent(id string) []byte {
-	if len(id) <= 2 {
-		return nil
+// debugIdent is the identity of the separate debug files looked for (the
+// paths of debugCandidates) as they are now: each one's, or "absent".
+func debugIdent(paths []string) []byte {
+	var b []byte
+	for _, p := range paths {
+		b = append(b, p...)
+		if fi, err := os.Stat(p); err != nil {
+			b = append(b, " absent\x00"...)
+		} else {
+			b = append(append(b, ' '), fileIdent(fi)...)
+			b = append(b, 0)
+		}
 	}
-	p := filepath.Join(DebugRoot, ".build-id", id[:2], id[2:]+".debug")
-	fi, err := os.Stat(p)
-	if err != nil {
-		return []byte("absent " + p)
-	}
-	return append([]byte(p+" "), fileIdent(fi)...)
+	return b
 }
 
 // moduleKey is the key of the module file at path whose fstat is fi.
@@ -179,7 +182,7 @@ type cached struct {
 	fdeNames map[uint64]string
 	loads    []elf.ProgHeader
 	plt      []addrRange
-	meta     []string // module: Source, Warning, dwPath, build-id, stripped ("1" or "")
+	meta     []string // module: Source, Warning, dwPath, the debug files looked for (NUL-separated), stripped ("1" or "")
 	dbgID    []byte   // module: the debug file's identity when parsed
 }
 
@@ -521,10 +524,13 @@ func moduleFromCache(dir, path string, fi os.FileInfo, m *Module, mapped bool) b
 	} else {
 		c, ok = readTable(dir, key)
 	}
-	if !ok || len(c.meta) != 5 || c.meta[3] != "" && string(debugIdent(c.meta[3])) != string(c.dbgID) {
+	if !ok || len(c.meta) != 5 || c.meta[3] != "" && string(debugIdent(strings.Split(c.meta[3], "\x00"))) != string(c.dbgID) {
 		return false // (or the debug file appeared, went or changed since)
 	}
 	m.Source, m.Warning, m.dwPath, m.Stripped = c.meta[0], c.meta[1], c.meta[2], c.meta[4] == "1"
+	if c.meta[3] != "" {
+		m.debugFiles = strings.Split(c.meta[3], "\x00")
+	}
 	m.loads = c.loads
 	m.plt = c.plt
 	m.tab = table{fdes: c.fdes, fdeNames: c.fdeNames}
@@ -533,8 +539,8 @@ func moduleFromCache(dir, path string, fi os.FileInfo, m *Module, mapped bool) b
 }
 
 // moduleToCache stores m, parsed from the file at path (fi its fstat);
-// buildID is set when a debug file was looked for.
-func moduleToCache(dir, path string, fi os.FileInfo, m *Module, buildID string) {
+// debugFiles are the separate debug files looked for.
+func moduleToCache(dir, path string, fi os.FileInfo, m *Module, debugFiles []string) {
 	if dir == "" || m.Err != nil || m.tab.c != nil {
 		return
 	}
@@ -543,9 +549,9 @@ func moduleToCache(dir, path string, fi os.FileInfo, m *Module, buildID string) 
 	if m.Stripped {
 		stripped = "1"
 	}
-	c.meta = []string{m.Source, m.Warning, m.dwPath, buildID, stripped}
-	if buildID != "" {
-		c.dbgID = debugIdent(buildID)
+	c.meta = []string{m.Source, m.Warning, m.dwPath, strings.Join(debugFiles, "\x00"), stripped}
+	if len(debugFiles) > 0 {
+		c.dbgID = debugIdent(debugFiles)
 	}
 	writeTable(dir, moduleKey(path, fi), &c, m.tab.syms)
 }

@@ -384,6 +384,9 @@ func (p *counter) locateStacks(pid uint32, gs []runRef, pcs *[2]pcMemo) {
 		if truncated {
 			rep.TruncatedStacks += rs.n
 		}
+		if rs.flags&trace.UnwindCFI != 0 {
+			rep.CFIStacks += rs.n
+		}
 	}
 }
 

@@ -28,7 +28,7 @@ func cleanLabel(s string) string { return foldedEscaper.Replace(s) }
 
 // stackNames names the frames of the stacks for folded stacks and call
 // trees, each resolved name computed once: frame(idx, kernel) is
-// frameName of rep.res[idx], proc(pid) the process title with ';' made ':'.
+// frameName of rep.res[idx], proc(pid) the process title escaped (cleanLabel).
 type stackNames struct {
 	rep   *Report
 	frame []string // 2*idx (+1 for a kernel frame); "" not yet computed
@@ -55,7 +55,7 @@ func (sn *stackNames) name(idx int32, kernel bool) string {
 func (sn *stackNames) proc(pid uint32) string {
 	n, ok := sn.procs[pid]
 	if !ok {
-		n = strings.ReplaceAll(sn.rep.ProcTitle(pid), ";", ":")
+		n = cleanLabel(sn.rep.ProcTitle(pid))
 		sn.procs[pid] = n
 	}
 	return n
@@ -86,7 +86,7 @@ func (rep *Report) folded() map[string]uint64 {
 		return m
 	}
 	for k, n := range rep.TickCounts() {
-		m[strings.ReplaceAll(rep.ProcTitle(k.PID), ";", ":")+";"+cleanLabel(k.Module)+";"+cleanLabel(k.Symbol)] += n
+		m[cleanLabel(rep.ProcTitle(k.PID))+";"+cleanLabel(k.Module)+";"+cleanLabel(k.Symbol)] += n
 	}
 	return m
 }

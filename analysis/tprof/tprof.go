@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -53,6 +54,7 @@ type Report struct {
 	EventPeriod     uint64
 	StackTicks      uint64 // ticks with a call stack (none: the trace has no stacks)
 	TruncatedStacks uint64 // of them, cut at the depth limit
+	CFIStacks       uint64 // of them, with user frames unwound by call-frame information (--unwind dwarf)
 	// stk are the call stacks of the ticks (UNWIND records, `swtrace
 	// enable callstack`), aggregated, most ticks first, with frames as
 	// indexes into res, the resolved names (Stacks gives them with names).
@@ -303,6 +305,53 @@ func (rep *Report) TickCounts() map[Key]uint64 {
 		m[Key{c.pid, c.tid, rep.names[c.mod], rep.names[c.sym]}] = c.n
 	}
 	return m
+}
+
+// ModuleTicks are a module's ticks in the report: all of them, and those
+// its tables could not name (rows "module+0xoff", with or without "(function
+// at ...)": a module without symbols for the address).
+type ModuleTicks struct {
+	Module         string
+	Ticks, Unnamed uint64
+}
+
+// UnnamedTicks returns the ticks of each module with ticks no symbol
+// names, most such ticks first (kernel, JIT and anonymous rows left out),
+// and the ticks the report covers.
+func (rep *Report) UnnamedTicks() (mods []ModuleTicks, total uint64) {
+	type acc struct{ all, unnamed uint64 }
+	per := map[int32]*acc{}
+	unnamed := map[int32]bool{} // by symbol name index
+	for _, c := range rep.cells {
+		a := per[c.mod]
+		if a == nil {
+			a = &acc{}
+			per[c.mod] = a
+		}
+		a.all += c.n
+		total += c.n
+		u, ok := unnamed[c.sym]
+		if !ok {
+			mod := rep.names[c.mod]
+			u = strings.HasPrefix(mod, "/") && strings.HasPrefix(rep.names[c.sym], path.Base(mod)+"+0x")
+			unnamed[c.sym] = u
+		}
+		if u {
+			a.unnamed += c.n
+		}
+	}
+	for mod, a := range per {
+		if a.unnamed > 0 {
+			mods = append(mods, ModuleTicks{rep.names[mod], a.all, a.unnamed})
+		}
+	}
+	sort.Slice(mods, func(i, j int) bool {
+		if mods[i].Unnamed != mods[j].Unnamed {
+			return mods[i].Unnamed > mods[j].Unnamed
+		}
+		return mods[i].Module < mods[j].Module
+	})
+	return mods, total
 }
 
 // Row is one line of a report section.

@@ -372,12 +372,23 @@ func (rep *Report) Profile() *profile.Profile {
 func (rep *Report) newProfile() (*profile.Profile, int64) {
 	h := rep.File.Header
 	period := int64(1)
-	if h.RateHz > 0 {
+	vt := &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}
+	switch {
+	case rep.Event != "":
+		// Event-based tprof: a sample every EventPeriod events (the
+		// header's rate is that period, not a frequency). The software
+		// clocks count nanoseconds of CPU time; any other event counts
+		// itself.
+		period = int64(max(rep.EventPeriod, 1))
+		if rep.Event != "cpu-clock" && rep.Event != "task-clock" {
+			vt = &profile.ValueType{Type: rep.Event, Unit: "count"}
+		}
+	case h.RateHz > 0:
 		period = int64(time.Second) / int64(h.RateHz)
 	}
 	return &profile.Profile{
-		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-		PeriodType:    &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		SampleType:    []*profile.ValueType{{Type: "samples", Unit: "count"}, vt},
+		PeriodType:    vt,
 		Period:        period,
 		TimeNanos:     int64(h.StartWallNs),
 		DurationNanos: int64(rep.Last - rep.First),

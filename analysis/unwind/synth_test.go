@@ -183,6 +183,23 @@ g:
 	.cfi_endproc
 	.size g, .-g
 
+	/* An epilogue whose CFI keeps rbx's save rule after the pop (as
+	   glibc's msort_with_tmp): the slot is below the stack pointer. */
+	.globl f3
+	.type f3, @function
+f3:
+	.cfi_startproc
+	pushq %rbx
+	.cfi_def_cfa_offset 16
+	.cfi_offset rbx, -16
+	nop
+	popq %rbx
+	.cfi_def_cfa_offset 8
+f3_p1:	nop
+	ret
+	.cfi_endproc
+	.size f3, .-f3
+
 	/* A frame-pointer function, for a loop. */
 	.globl fp
 	.type fp, @function
@@ -270,6 +287,13 @@ func TestCFIRules(t *testing.T) {
 	st6 := stackOf(S, 0, rbp, rbx, ra, 0)
 	check("f1_p3 (restore_state)", regsOf(RIP, pc("f1_p3"), RSP, S, RBP, S+8, RBX, 1), st6, S+32,
 		want{RIP, ra, true}, want{RBP, rbp, true}, want{RBX, rbx, true})
+	// f3 after its pop of rbx, the rule "rbx at CFA-16" kept: that slot
+	// lies below the sample's stack pointer, outside the copy the kernel
+	// makes, and rbx already holds the caller's value (the pop restored
+	// it): the unwind goes on with it rather than ending there.
+	st7 := stackOf(S, ra, 0)
+	check("f3_p1 (a save rule below the stack pointer)", regsOf(RIP, pc("f3_p1"), RSP, S, RBX, rbx), st7, S+8,
+		want{RIP, ra, true}, want{RBX, rbx, true}, want{RSP, S + 8, true})
 	// f2: RA in r11, rbx = CFA-8, r12 at [rsp+16], r13 = CFA+32, r14
 	// undefined, r15 and r10 (caller-saved) same value, r11 (no rule)
 	// unknown.

@@ -107,7 +107,9 @@ func (s Stop) String() string {
 // register from the signal context). The entry appended for that frame is
 // the interrupted pc itself. In the caller, registers without a rule keep
 // their value when callee-saved (RBX, RBP, R12-R15) and are unknown
-// otherwise; RSP is the CFA.
+// otherwise; RSP is the CFA. A save slot below the stack copy (in an
+// epilogue whose CFI still has the rule after the pop) leaves the register
+// as it is (see popped).
 //
 // A pc without CFI (no file, no FDE: a Go binary, JIT code) takes one
 // frame-pointer step when RBP is known, at or above SP and its two words
@@ -224,8 +226,13 @@ func apply(r *row, f *fde, cur, next *Regs, st *Stack) (cfa uint64, stop Stop) {
 			next.Valid = next.Valid&^(1<<i) | cur.Valid&(1<<i)
 			continue
 		case kOffset:
+			a := cfa + uint64(int64(ru.off))
 			var ok bool
-			if v, ok = st.read(cfa + uint64(int64(ru.off))); !ok {
+			if v, ok = st.read(a); !ok {
+				if popped(i, a, st) {
+					next.Valid = next.Valid&^(1<<i) | cur.Valid&(1<<i)
+					continue
+				}
 				return 0, StopStack
 			}
 		case kValOffset:
@@ -241,8 +248,13 @@ func apply(r *row, f *fde, cur, next *Regs, st *Stack) (cfa uint64, stop Stop) {
 				return 0, stop
 			}
 			if ru.kind&^fromCIE == kExpr {
+				a := v
 				var ok bool
-				if v, ok = st.read(v); !ok {
+				if v, ok = st.read(a); !ok {
+					if popped(i, a, st) {
+						next.Valid = next.Valid&^(1<<i) | cur.Valid&(1<<i)
+						continue
+					}
 					return 0, StopStack
 				}
 			}
@@ -263,6 +275,17 @@ func apply(r *row, f *fde, cur, next *Regs, st *Stack) (cfa uint64, stop Stop) {
 		next.Valid |= 1 << i
 	}
 	return cfa, stopNone
+}
+
+// popped says whether register i's save slot at a lies below the stack
+// copy, that is below the sample's stack pointer: only the innermost frame
+// can have one there, in an epilogue whose CFI keeps a save rule after the
+// pop that restored the register (glibc's msort_with_tmp: "pop %rbx" with
+// rbx still "at CFA-56"). The register holds the caller's value then, and
+// the kernel copies nothing below the stack pointer. Not the return
+// address: a ret pops it last.
+func popped(i int, a uint64, st *Stack) bool {
+	return i != RIP && a < st.Addr
 }
 
 // expr returns the bytes of the expression of the rule r of f.

@@ -318,6 +318,11 @@ func post(o *options, stdout, stderr io.Writer) error {
 	}
 	if h := stackHint(rep); h != "" {
 		fmt.Fprintln(stderr, "post:", h)
+	} else if h := rootHint(rep); h != "" {
+		fmt.Fprintln(stderr, "post:", h)
+	}
+	for _, h := range symbolsHints(rep, &r.Cache) {
+		fmt.Fprintln(stderr, "post:", h)
 	}
 	// The report is built: the writing allocates a bounded amount (orders
 	// and buffers of its rows), all of it live until post exits. A

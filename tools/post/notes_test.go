@@ -88,3 +88,62 @@ func TestStackHintOnUnmappedFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestRootHintOnShortStacks: frame-pointer stacks that stop before their
+// thread's first function (no _start below them: code without frame
+// pointers ended the walk) get one line on stderr suggesting DWARF
+// unwinding; whole stacks get none, nor stacks unwound by call-frame
+// information (the flag of their UNWIND records), nor stacks the other
+// hint (unmapped frames) already explains.
+func TestRootHintOnShortStacks(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		root  uint64 // the outermost frame's pc
+		flags uint64
+		hint  bool
+	}{
+		{"short", 0x7110, 0, true},
+		{"whole", 0x7210, 0, false},
+		{"dwarf", 0x7110, trace.UnwindCFI, false},
+		{"unmapped", 0xdead0000, 0, false},
+	} {
+		dir := t.TempDir()
+		var m, tr trace.Writer
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 100, []uint64{600, 1}, "app"))
+		tm := uint64(1000)
+		for _, j := range []struct {
+			addr uint64
+			name string
+		}{{0x7000, "cmp"}, {0x7100, "msort"}, {0x7200, "_start"}} {
+			must(tr.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, tm, []uint64{600, 600, j.addr, 0x100}, j.name))
+		}
+		for i := 0; i < 100; i++ {
+			tm += 10
+			must(tr.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tm, []uint64{600, 600, 0x7010, 0}, ""))
+			b := make([]byte, 16)
+			binary.LittleEndian.PutUint64(b, 0x7010)
+			binary.LittleEndian.PutUint64(b[8:], c.root)
+			must(tr.Write(trace.MajorUnwind, trace.UnwindTick, trace.LayoutBytes, tm, []uint64{600, 600, c.flags}, string(b)))
+		}
+		path := filepath.Join(dir, "s.nrm2")
+		w, err := nrm2.Create(path, nrm2.Header{NCPUs: 1, RateHz: 1000, KernelRelease: "6.1.0", Hostname: "h"})
+		must(err)
+		must(w.WriteChunk(nrm2.ChunkMTE, 0, m.Buf))
+		must(w.WriteChunk(nrm2.ChunkTrace, 0, tr.Buf))
+		must(w.Close(0, []nrm2.CPUStats{{Records: uint64(3 + 200)}}))
+		_, errs, code := runPost(t, dir, "-r", path, "-tprof")
+		if code != 0 {
+			t.Fatalf("%s: post: exit %d: %s", c.name, code, errs)
+		}
+		has := strings.Contains(errs, "stop before their thread's first function")
+		if has != c.hint || strings.Count(errs, "--call-graph dwarf") > 1 {
+			t.Errorf("%s: the root hint on stderr is %v, want %v:\n%s", c.name, has, c.hint, errs)
+		}
+	}
+}
