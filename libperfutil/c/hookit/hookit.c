@@ -45,6 +45,17 @@
 #define HK_NOINSTR __attribute__((no_instrument_function))
 #define hk_barrier() __asm__ volatile("" ::: "memory")
 
+/* A stack pointer's entry in hk_thread.frames (t): frames 16 bytes apart
+ * or more, 4 KB of stack before two share one. The entry's address is
+ * 2 KB from the stack pointer modulo 4 KB, whatever the stack pointer:
+ * never 4K-aliased with the hook's own stack accesses, so that the store
+ * costs the same at every depth (and in the start-up calibration). */
+#define HK_FRAMES 256u
+#define HK_FRAME(t, sp) \
+	(&(t)->frames[(unsigned)(((sp) - (uint64_t)(uintptr_t)(t)->frames + 2048) >> 4) & (HK_FRAMES - 1)])
+/* An entry's key: its stack pointer and call site. */
+#define HK_FRAME_KEY(sp, site) ((site) ^ ((sp) << 32 | (sp) >> 32))
+
 struct hk_thread {
 	/* The hot fields first (one cache line). */
 	uint64_t *win;        /* the buffer: the tail file's words (its header: words 0, 1) */
@@ -80,7 +91,14 @@ struct hk_thread {
 	/* The function in each slot (HK_SLOT) of the thread's last event
 	 * record for it: a short record names the function by its slot. */
 	uint64_t fns[HK_SLOTS];
+	/* The last unmarked hook entry at each stack pointer (HK_FRAME): the
+	 * entry that opened the frame there, its key (HK_FRAME_KEY) and the
+	 * address its hook was called from. */
+	struct hk_frame {
+		uint64_t key, from;
+	} frames[HK_FRAMES];
 };
+
 
 static uint64_t read_zero(void);
 typedef uint64_t (*hk_read_fn)(void);
@@ -777,16 +795,33 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->sched = sm;
 		slow = 1;
 	}
-	if (site) { /* a hook's entry: inlined into the previous one's function? */
-		/* (no branches: in a loop the answer changes call by call) */
-		int inl = ((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site) &
-			  (((uint64_t)from != t->in_from) | t->in_inl);
+	if (site) { /* a hook's entry: inlined into the function on top? */
+		int inl;
 
-		tag |= (uint64_t)inl << HK_INL_SHIFT;
-		t->in_sp = (uint64_t)sp;
-		t->in_site = (uint64_t)site;
-		t->in_from = (uint64_t)from;
+		if (__builtin_expect(((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site) &
+					     ((uint64_t)from == t->in_from), 1)) {
+			/* The thread's previous entry again (a loop calling one
+			 * function, or one inlined callee): marked as it was. */
+			inl = t->in_inl;
+		} else {
+			/* The frame's entry at this stack pointer (HK_FRAME), or the
+			 * previous entry: its call site, its hook called from
+			 * elsewhere. An unmarked entry opens a frame: noted. */
+			struct hk_frame *f = HK_FRAME(t, (uint64_t)sp);
+			uint64_t key = HK_FRAME_KEY((uint64_t)sp, (uint64_t)site);
+
+			inl = (((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site)) |
+			      ((key == f->key) & ((uint64_t)from != f->from));
+			if (!inl) {
+				f->key = key;
+				f->from = (uint64_t)from;
+			}
+			t->in_sp = (uint64_t)sp;
+			t->in_site = (uint64_t)site;
+			t->in_from = (uint64_t)from;
+		}
 		t->in_inl = inl;
+		tag |= (uint64_t)inl << HK_INL_SHIFT;
 	}
 	if (shortable)
 		hk_put_short(t, tag, (uint64_t)sp, early);
@@ -815,9 +850,10 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
  * stack pointer of an open frame closes that frame — unless it is marked
  * inlined: gcc calls the hooks of a function inlined into another from
  * the other's frame with the other's call site, so an entry with the
- * stack pointer and call site of the thread's previous hook entry, whose
- * hook was called from another place (or that entry was itself marked),
- * is a callee inlined there. (A function left by longjmp and called again
+ * stack pointer and call site of the entry that opened the frame at that
+ * stack pointer (hk_thread.frames), whose hook was called from another
+ * place, is a callee inlined there (as is one repeating the thread's
+ * previous entry, marked: a loop over an inlined callee). (A function left by longjmp and called again
  * from the same call site calls its hook from the same place: not marked,
  * it closes the frame it left.)
  */
