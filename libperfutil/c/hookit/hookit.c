@@ -150,6 +150,10 @@ static int hk_exited;
 static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
 /* This thread records nothing (its file failed, or it ended). */
 static __thread int hk_noopen __attribute__((tls_model("initial-exec")));
+/* This thread is opening its files (its first event): the events of a
+ * signal handler that interrupts it are dropped, not a second opening
+ * (which would wait for ever on a lock the first one holds). */
+static __thread int hk_opening __attribute__((tls_model("initial-exec")));
 /* Thread ends this OS thread has had (hookit_thread_end): a thread
  * attached to it again after one (hookit_thread_start: a JVM's
  * DestroyJavaVM after main, a JNI detach and attach) records into a file
@@ -692,7 +696,15 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	if (__builtin_expect(t == NULL, 0)) {
 		if (!hk_on || hk_noopen) /* off, or opening failed before */
 			return NULL;
+		if (hk_opening) { /* a signal handler's, while the files open */
+			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
+			return NULL;
+		}
+		hk_opening = 1;
+		hk_barrier();
 		t = thread_open();
+		hk_barrier();
+		hk_opening = 0;
 		if (!t && __atomic_load_n(&hk_finished, __ATOMIC_RELAXED))
 			return NULL; /* after a shutdown: nothing to record */
 		if (!t) {

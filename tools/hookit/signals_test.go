@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"perfinsp/analysis/callflow"
+)
+
+// Signals whose handler runs instrumented code, sent to each new thread
+// from its creation until it is joined (testdata/sigopen.c): they reach
+// the thread while its first hook event opens its files and while it
+// exits. Without DIR the first event is a handler's and the exit is the
+// window that matters: PTT's thread-exit destructor unmapped the
+// thread's counter page while a handler's hook could still read it
+// (the program died of SIGSEGV). With DIR the signals start once the
+// thread's file exists, so its first event (body's entry) is opening the
+// files: a handler's hook then opened them a second time and waited for
+// ever on the lock the first opening held (the program hung). Each run
+// must end by itself with the program's output and the reports; the
+// deadline only turns a hang into a failure.
+func TestSignalHandlersWhileThreadsOpenAndExit(t *testing.T) {
+	const n = 40
+	r := setup(t)
+	prog := filepath.Join(t.TempDir(), "sigopen")
+	if out, err := exec.Command("gcc", "-O1", "-finstrument-functions", "-pthread", "-o", prog, "testdata/sigopen.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	for _, withDir := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dir=%v", withDir), func(t *testing.T) {
+			dir := t.TempDir()
+			args := []string{"-o", dir, "--", prog, fmt.Sprint(n)}
+			if withDir {
+				args = append(args, dir)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(r, "scripts/run.hookit"), args...)
+			cmd.WaitDelay = 10 * time.Second
+			out, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("run.hookit did not end (the program hung):\n%s", out)
+			}
+			if err != nil {
+				t.Fatalf("run.hookit: %v\n%s", err, out)
+			}
+			var threads, handled int
+			if _, err := fmt.Sscanf(string(out), "%d threads, %d signals handled", &threads, &handled); err != nil || threads != n {
+				t.Fatalf("program said %q", out)
+			}
+			p := load(t, dir)
+			if len(p.Threads) != n+1 {
+				t.Errorf("%d threads in the files, want %d", len(p.Threads), n+1)
+			}
+			var body, inHandler uint64
+			for _, tr := range callflow.Analyze(p).Trees {
+				tr.Root.Walk(func(nd *callflow.Node) {
+					switch nd.Name {
+					case "body":
+						body += nd.Calls
+					case "in_handler":
+						inHandler += nd.Calls
+					}
+				})
+			}
+			if body != n || inHandler > uint64(handled) {
+				t.Errorf("body %d calls (want %d), in_handler %d (at most the %d the program counted)", body, n, inHandler, handled)
+			}
+			t.Logf("%d signals handled, %d handler calls recorded", handled, inHandler)
+		})
+	}
+}
