@@ -807,6 +807,21 @@ static void atfork_child(void)
 		close(kfd);
 		kfd = -1;
 		initialized = 0;
+	} else if (initialized) {
+		/* perf's pages are not copied into the child (VM_DONTCOPY) and
+		 * the fds count the parent's threads: every state reads zeros
+		 * from here on, and the child's thread sets up counters of its
+		 * own at its next PttThreadInit or read. */
+		for (struct PttThreadState *s = all_threads; s; s = s->next)
+			if (s->status == ST_OK) {
+				s->status = ST_DEAD;
+				for (int i = 0; i < s->n; i++)
+					if (s->c[i].fd >= 0) {
+						close(s->c[i].fd);
+						s->c[i].fd = -1;
+					}
+				park_state(s);
+			}
 	}
 	pthread_mutex_unlock(&mu);
 }

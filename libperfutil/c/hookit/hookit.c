@@ -1340,6 +1340,9 @@ static double hk_ns_per_unit; /* the metric's nanoseconds per unit; 0: not a tim
 
 /* The info file, written with snprintf and one write (no stdio stream: its
  * buffer would come from the program's allocator). */
+/* The backend the info file names (a forked child writes its own). */
+static const char *hk_backend = "?";
+
 HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_calib *api, const char *backend)
 {
 	char path[4200], exe[4096], buf[8192];
@@ -1467,6 +1470,9 @@ HK_NOINSTR static void after_fork_child(void)
 	hk_threads = NULL;
 	hk_self = NULL;
 	hk_noopen = 0;
+	hk_opening = 0;
+	hk_cs = NULL; /* the parent's counters: the child's thread gets its own */
+	hk_last_tsc = 0;
 	hk_ended = 0;
 	hk_pid = getpid();
 	while (t) {
@@ -1486,6 +1492,7 @@ HK_NOINSTR static void after_fork_child(void)
 		snprintf(path, sizeof(path), "hookit-%d.threads", (int)hk_pid);
 		hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
 	}
+	write_info(&hk_cal, &hk_cal_api, hk_backend); /* the same calibration, its own pid */
 	copy_maps();
 }
 
@@ -1796,7 +1803,8 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	hk_ready = 1;
 	calibrate(&hk_cal, hk_calib_calls, hk_calib_plain_calls);
 	calibrate(&hk_cal_api, hk_calib_api_calls, hk_calib_plain_api_calls);
-	write_info(&hk_cal, &hk_cal_api, backend ? backend : "?");
+	hk_backend = backend ? backend : "?";
+	write_info(&hk_cal, &hk_cal_api, hk_backend);
 	copy_maps();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	atexit(hk_exit);
