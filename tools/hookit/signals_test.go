@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -70,7 +72,18 @@ func TestSignalHandlersWhileThreadsOpenAndExit(t *testing.T) {
 			if body != n || inHandler > uint64(handled) {
 				t.Errorf("body %d calls (want %d), in_handler %d (at most the %d the program counted)", body, n, inHandler, handled)
 			}
-			t.Logf("%d signals handled, %d handler calls recorded", handled, inHandler)
+			// A handler's run is recorded whole or dropped whole (its four
+			// events: handler's and in_handler's entries and exits), and
+			// the reports say how many events were dropped.
+			if d := p.Info.Dropped; d%4 != 0 || inHandler+d/4 != uint64(handled) {
+				t.Errorf("%d handler runs, %d recorded, %d events dropped: want the runs not recorded dropped, 4 events each", handled, inHandler, d)
+			}
+			if logRT, err := os.ReadFile(filepath.Join(dir, "log-rt")); err != nil {
+				t.Error(err)
+			} else if p.Info.Dropped > 0 && !bytes.Contains(logRT, []byte(fmt.Sprintf(" DROPPED: %d events not recorded", p.Info.Dropped))) {
+				t.Errorf("log-rt does not say that %d events were dropped", p.Info.Dropped)
+			}
+			t.Logf("%d signals handled, %d handler runs recorded, %d events dropped", handled, inHandler, p.Info.Dropped)
 		})
 	}
 }

@@ -1372,6 +1372,27 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 	close(fd);
 }
 
+/* The events dropped (hk_dropped: signal handlers inside a hook or a
+ * thread's opening, threads whose files could not be opened), appended
+ * to the info file at the end for the reports: dropped=N. */
+HK_NOINSTR static void note_dropped(void)
+{
+	char path[64], line[64];
+	uint64_t n = __atomic_load_n(&hk_dropped, __ATOMIC_RELAXED);
+	int fd, k;
+
+	if (!n)
+		return;
+	snprintf(path, sizeof(path), "hookit-%d.info", (int)hk_pid);
+	fd = openat(hk_dirfd, path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	k = snprintf(line, sizeof(line), "dropped=%llu\n", (unsigned long long)n);
+	if (write(fd, line, (size_t)k) != k)
+		perror("hookit: writing the info file");
+	close(fd);
+}
+
 /* A full memory barrier in every thread of the process (membarrier):
  * what a thread stored before it is seen by the caller, what it loads
  * after it sees the caller's stores. Registered at start-up for the
@@ -1436,6 +1457,7 @@ HK_NOINSTR static void finish_files(void)
 		unlinkat(hk_dirfd, path, 0);
 	}
 	pthread_mutex_unlock(&hk_mu);
+	note_dropped();
 }
 
 HK_NOINSTR static void flush_files(void)
@@ -1471,6 +1493,7 @@ HK_NOINSTR static void after_fork_child(void)
 	hk_self = NULL;
 	hk_noopen = 0;
 	hk_opening = 0;
+	hk_dropped = 0;
 	hk_cs = NULL; /* the parent's counters: the child's thread gets its own */
 	hk_last_tsc = 0;
 	hk_ended = 0;
