@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ func TestSignalHandlersWhileThreadsOpenAndExit(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, filepath.Join(r, "scripts/run.hookit"), args...)
+			// a hung program is killed with run.hookit: the whole group
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 			cmd.WaitDelay = 10 * time.Second
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
