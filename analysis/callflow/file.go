@@ -161,6 +161,11 @@ type Info struct {
 	// code per update outside the module's window, measured at start-up.
 	Resumes    string
 	ResumeGlue float64
+	// Dropped: events the runtime did not record (dropped=N, appended at
+	// the end): signal handlers run while the runtime itself was
+	// interrupted (inside a hook, or a thread's files opening), and one
+	// for each thread whose file could not be opened or written.
+	Dropped uint64
 
 	TInner, TOuter       float64 // minimum of 100 batch averages of 100 empty pairs
 	TInnerMed, TOuterMed float64 // the median of those averages (the spread's other end)
@@ -680,6 +685,8 @@ func ParseInfo(b []byte) (Info, error) {
 		switch k {
 		case "pid":
 			in.PID, _ = strconv.Atoi(v)
+		case "dropped":
+			in.Dropped, _ = strconv.ParseUint(v, 10, 64)
 		case "exe":
 			in.Exe = v
 		case "metric":

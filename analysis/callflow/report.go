@@ -120,6 +120,14 @@ func (a *Analysis) Total() uint64 {
 
 func threadLabel(t *Tree) string { return fmt.Sprintf("tid_%d", t.TID) }
 
+// writeDropped says how many events the runtime dropped, if any: the
+// calls they belong to are missing from every report.
+func (a *Analysis) writeDropped(w *bufio.Writer) {
+	if a.Info.Dropped > 0 {
+		fmt.Fprintf(w, " DROPPED: %d events not recorded (signal handlers that ran while the runtime itself was interrupted: inside a hook, or a thread's first event opening its files; a thread whose file failed counts once): their calls are missing from the counts\n", a.Info.Dropped)
+	}
+}
+
 // WriteLogRT writes PI's log-rt: the call tree of each thread with
 // LV CALLS CEE BASE DELTA DS IN NAME.
 func (a *Analysis) WriteLogRT(out io.Writer) error {
@@ -159,6 +167,7 @@ func (a *Analysis) WriteLogRT(out io.Writer) error {
 		fmt.Fprintln(w, " applied: none (raw metric)")
 	}
 	fmt.Fprintln(w, " BASE: calibrated metric of the function itself; DELTA: what calibration removed (raw = BASE + DELTA)")
+	a.writeDropped(w)
 	if a.Info.DSIN == "kmod" {
 		fmt.Fprintln(w, " DS / IN: dispatches / interrupts of the thread during the function itself (the pitrace module's PTT work area)")
 	} else {
@@ -347,6 +356,7 @@ func (a *Analysis) WriteLogGen(out io.Writer) error {
 	total := a.Total()
 	fmt.Fprintf(w, "perfinsp call flow (log-gen)  pid %d  %s  metric %s (%s), calibrated\n", a.Info.PID, a.Info.Exe, a.Info.Metric, a.unit())
 	fmt.Fprintf(w, " total BASE %d over %d threads\n", total, len(a.Trees))
+	a.writeDropped(w)
 	if a.Cal.Minima == nil && (a.Cal.Inner != 0 || a.Cal.Outer != 0) {
 		fmt.Fprintf(w, " ERR: BASE's error bar, the start-up calibration's spread: calls * %.2f + callees * %.2f (median - minimum of t_I, t_O)\n",
 			max(a.Info.TInnerMed-a.Info.TInner, 0), max(a.Info.TOuterMed-a.Info.TOuter, 0))

@@ -104,6 +104,9 @@ type threadState struct {
 	base      string
 	baseEntry uint64
 	signals   int // signal handler frames on stack
+	// resumed is the function a jump into its middle has just resumed,
+	// the frames above it left (leaveFrames), until the next branch
+	resumed string
 }
 
 // Report is the replayed ITrace of a trace file.
@@ -241,8 +244,13 @@ func (rep *Report) Apply(r *trace.Record) {
 			rep.leaveHandlers(th, to)
 			rep.ret(th, to)
 		case trace.ITraceJump:
+			resumed := th.resumed
+			th.resumed = ""
 			rep.leaveHandlers(th, to)
-			rep.jump(th, from, to)
+			rep.jump(th, from, to, resumed)
+		}
+		if r.Minor != trace.ITraceJump {
+			th.resumed = ""
 		}
 	} else {
 		switch r.Minor {
@@ -373,7 +381,7 @@ func (rep *Report) arc(caller string, to uint64, th *threadState, line int) {
 // counts it: the callee's frame goes on top of the jumping function's,
 // and both end at the return for the frame below. (A function jumping to
 // its own start while frames above its own are open resumes it.)
-func (rep *Report) jump(th *threadState, from, to uint64) {
+func (rep *Report) jump(th *threadState, from, to uint64, resumed string) {
 	n := len(th.stack)
 	if n > 0 && th.stack[n-1].plt {
 		rep.throughPLT(th, to)
@@ -381,13 +389,15 @@ func (rep *Report) jump(th *threadState, from, to uint64) {
 	}
 	f, off, _, _ := rep.namer.Func(th.pid, to)
 	if !f.PLT && off != 0 {
+		rep.leaveFrames(th, Key(f))
 		return
 	}
 	fs, ck, line := rep.fn(th.pid, from)
-	if ck == Key(f) && n > 0 && th.active[ck] > 0 && th.stack[n-1].fn != ck {
+	if ck == Key(f) && n > 0 && th.active[ck] > 0 && (th.stack[n-1].fn != ck || resumed == ck) {
 		// A function jumping back to its own start while frames
-		// above its own are open: Go's "CALL runtime.morestack; JMP
-		// start" once the goroutine's stack has grown (the runtime
+		// above its own are open, or right after a jump into its
+		// middle left them (leaveFrames): Go's "CALL runtime.morestack;
+		// JMP start" once the goroutine's stack has grown (the runtime
 		// resumes it after the call, through gogo, never returning
 		// from its frames). Not a call: the frames above it are left.
 		rep.resume(th, ck)
@@ -403,6 +413,37 @@ func (rep *Report) jump(th *threadState, from, to uint64) {
 	rep.arc(ck, to, th, line)
 	rep.enter(th, to, from, ck, false)
 	th.stack[len(th.stack)-1].tail = true
+}
+
+// leaveFrames pops the frames a jump into the middle of function k has
+// left, where k runs below th's top frame: longjmp (glibc's __longjmp
+// ends with a jump to where setjmp returned), a C++ exception's landing
+// pad, a function's cold part jumping back into it. callgrind unwinds its
+// call stack by the stack pointer there; without it the frames left stay
+// open until a return matches a call below them, and everything run
+// meanwhile counts to their inclusive totals and stacks (a -O2 main
+// after longjmp out of a 21-deep recursion: all of its later work inside
+// it). Frames above a signal handler's are leaveHandlers' business; a
+// jump into a function on no frame (not the base either) leaves none.
+func (rep *Report) leaveFrames(th *threadState, k string) {
+	n := len(th.stack)
+	if n == 0 || th.stack[n-1].fn == k || th.active[k] == 0 {
+		return
+	}
+	for i := n - 1; i >= 0; i-- {
+		if th.stack[i].signal {
+			return
+		}
+		if th.stack[i].fn == k {
+			rep.unwind(th, i+1)
+			th.resumed = k
+			return
+		}
+	}
+	if th.base == k {
+		rep.unwind(th, 0)
+		th.resumed = k
+	}
 }
 
 // resume pops th's frames above the topmost activation of k (none: all of

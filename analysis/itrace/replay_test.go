@@ -204,6 +204,44 @@ func TestReplaySiglongjmp(t *testing.T) {
 	}
 }
 
+// TestReplayLongjmp: a jump into the middle of a function running below
+// the top frame (longjmp into h, which called f, which called g; then
+// longjmp from f into main, the base) leaves the frames above it, as
+// callgrind's stack-pointer unwinding does: what runs after the jump is
+// not in f's or g's inclusive count.
+func TestReplayLongjmp(t *testing.T) {
+	U := trace.MajorITraceU
+	rep := NewReport(mapNamer{}, nil)
+	rep.EnableStacks()
+	for _, r := range []*trace.Record{
+		rec(U, trace.ITraceStart, 7, 8, 0x1000, 0),
+		rec(U, trace.ITraceCall, 0x5000, 3, 2),                   // main: 3, call h from 0x1002
+		rec(U, trace.ITraceCall, 0x2000, 2, 1),                   // h: 2, call f
+		rec(U, trace.ITraceCall, 0x4000, 2, 1),                   // f: 2, call g
+		rec(U, trace.ITraceJump, 0x5010, 4, 3),                   // g: 4, longjmp into h
+		rec(U, trace.ITraceReturn, 0x1007, 2, 1),                 // h: 2, back in main
+		rec(U, trace.ITraceCall, 0x2000, 1, 0),                   // main: 1, call f
+		rec(U, trace.ITraceJump, 0x1020, 3, 2),                   // f: 3, longjmp into main
+		rec(U, trace.ITraceEnd, 7, 8, 2, 1, trace.ITraceEndExit), // main: 2
+	} {
+		rep.Apply(r)
+	}
+	rep.Finish()
+	want := map[string][3]uint64{ // calls, exclusive, inclusive
+		"main": {0, 6, 19}, "h": {1, 4, 10}, "f": {2, 5, 9}, "g": {1, 4, 4},
+	}
+	for _, fs := range rep.Funcs {
+		w, ok := want[fs.Name]
+		if !ok {
+			t.Errorf("unexpected function %s", fs.Name)
+			continue
+		}
+		if fs.Calls != w[0] || fs.Exclusive != w[1] || fs.Inclusive != w[2] {
+			t.Errorf("%s: calls %d exclusive %d inclusive %d, want %v", fs.Name, fs.Calls, fs.Exclusive, fs.Inclusive, w)
+		}
+	}
+}
+
 // TestReplaySiblingCalls: a jump to a function's first instruction is a
 // call (as callgrind counts it), its frame above the jumping function's,
 // and the return that follows ends both; a jump into a function's middle

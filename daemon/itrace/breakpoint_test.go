@@ -1,6 +1,7 @@
 package itrace
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,5 +131,40 @@ func TestBreakpointSignals(t *testing.T) {
 		} else {
 			t.Logf("%-5s %8d instructions %6d calls (= callgrind)", name, got.Exclusive, got.Calls)
 		}
+	}
+}
+
+// TestBreakpointRdssp: a line holding rdsspq (CET; glibc's setjmp and
+// libgcc's unwinder run it), whose F3 prefix x86asm decodes alone as a
+// 1-byte instruction. The line's end was then taken to be the next byte,
+// inside rdsspq: the breakpoint put there never fired, and the thread ran
+// on untraced to its exit (a C++ program's trace ended at its first
+// throw). Breakpoint-stepped, the program is traced to its end with the
+// counts single-stepping gives.
+func TestBreakpointRdssp(t *testing.T) {
+	needTool(t, "gcc")
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "rdssp")
+	if b, err := exec.Command("gcc", "-O2", "-g", "-no-pie", "-o", prog, "testdata/rdssp.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	const n = 300
+	counts := map[itracectl.Step]*itracerep.Report{}
+	for _, step := range []itracectl.Step{itracectl.StepSingle, itracectl.StepBreakpoint} {
+		cmd := startStopped(t, prog, fmt.Sprint(n))
+		sink := &capture{}
+		st := traceToEnd(t, cmd, Options{Step: step}, sink)
+		t.Logf("%s: %d instructions, %d breakpoint stops, %d single steps", step, st.Instructions, st.BreakpointStops, st.SingleSteps)
+		counts[step] = replay(sink.recs, newELFNamer(t, prog))
+	}
+	for _, name := range []string{"f", "main"} {
+		k := itracerep.Key(itracerep.Func{Name: name, Module: "exe"})
+		single, bp := counts[itracectl.StepSingle].Funcs[k], counts[itracectl.StepBreakpoint].Funcs[k]
+		if single == nil || bp == nil || bp.Exclusive != single.Exclusive || bp.Calls != single.Calls {
+			t.Errorf("%s: breakpoint-stepped %+v, single-stepped %+v", name, bp, single)
+		}
+	}
+	if f := counts[itracectl.StepSingle].Funcs[itracerep.Key(itracerep.Func{Name: "f", Module: "exe"})]; f == nil || f.Calls != n {
+		t.Errorf("f single-stepped: %+v, want %d calls", f, n)
 	}
 }

@@ -52,7 +52,12 @@ func decode(code []byte) (Insn, x86asm.Inst) {
 		return Insn{Len: 4}, x86asm.Inst{} // endbr64 / endbr32 (CET), unknown to x86asm
 	}
 	in, err := x86asm.Decode(code, 64)
-	if err != nil || in.Len == 0 {
+	if err != nil || in.Len == 0 || in.Op == 0 {
+		// (Op 0 without an error: x86asm took a prefix of an encoding
+		// it does not know for a 1-byte instruction, as objdump prints
+		// a lone prefix: CET's rdssp and incsspd (F3 0F 1E /1, F3 0F AE
+		// /5), saveprevssp, rstorssp, wruss. The next instruction does
+		// not start after it: its length is not known.)
 		return Insn{Kind: KindUndecodable}, x86asm.Inst{}
 	}
 	out := Insn{Len: uint8(in.Len)}

@@ -21,6 +21,11 @@ func TestClassify(t *testing.T) {
 		{"rep stosq", []byte{0xf3, 0x48, 0xab}, Insn{Len: 3, Rep: true}},
 		{"movsb (no rep)", []byte{0xa4}, Insn{Len: 1}},
 		{"endbr64", []byte{0xf3, 0x0f, 0x1e, 0xfa}, Insn{Len: 4}},
+		// x86asm decodes their F3 (66) prefix alone, as a 1-byte Op 0
+		{"rdsspq (CET)", []byte{0xf3, 0x48, 0x0f, 0x1e, 0xc8, 0xc3}, Insn{Kind: KindUndecodable}},
+		{"incsspd (CET)", []byte{0xf3, 0x0f, 0xae, 0xe9, 0xc3}, Insn{Kind: KindUndecodable}},
+		{"saveprevssp (CET)", []byte{0xf3, 0x0f, 0x01, 0xea, 0xc3}, Insn{Kind: KindUndecodable}},
+		{"wrussq (CET)", []byte{0x66, 0x48, 0x0f, 0x38, 0xf5, 0x07, 0xc3}, Insn{Kind: KindUndecodable}},
 		{"add %rdi,%rax", []byte{0x48, 0x01, 0xf8}, Insn{Len: 3}},
 		{"ud2", []byte{0x0f, 0x0b}, Insn{Len: 2, Kind: KindOther}},
 		{"vzeroupper (then ret)", []byte{0xc5, 0xf8, 0x77, 0xc3}, Insn{Len: 3}},

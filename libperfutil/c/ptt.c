@@ -98,6 +98,9 @@ static void readn_unset(struct PttThreadState *s, uint64_t *values)
 	(void)values;
 }
 static struct PttThreadState unset_state = {.lock = &zero_lock, .read1 = read_unset, .readn = readn_unset, .status = ST_UNSET};
+/* An exiting thread's state once its counters are released (thread_exit):
+ * a signal handler that reads after that reads zeros. */
+static struct PttThreadState exited_state = {.lock = &zero_lock, .read1 = read_unset, .readn = readn_unset, .status = ST_DEAD};
 __thread struct PttThreadState *PttSelf = &unset_state;
 
 static __thread int last_err;
@@ -426,6 +429,12 @@ static void thread_exit(void *arg)
 {
 	struct PttThreadState *s = arg;
 	pthread_mutex_lock(&mu);
+	/* Before anything is released or freed: a signal handler of this
+	 * thread (an instrumented one's hooks read the counters) reads the
+	 * exited state from here on, never an unmapped page or freed state. */
+	if (PttSelf == s)
+		PttSelf = &exited_state;
+	barrier();
 	if (s->status == ST_OK && s->gen == generation && initialized) {
 		s->status = ST_DEAD;
 		release_counters(s, s->n);
@@ -601,6 +610,8 @@ static int ensure_thread(void)
 	struct PttThreadState *s = PttSelf;
 	if (s->status == ST_OK)
 		return PTT_OK;
+	if (s == &exited_state)
+		return fail(PTT_ETERMINATED, "this thread is exiting: its counters are released");
 	pthread_mutex_lock(&mu);
 	int rc;
 	/* Not initialized: never (ENOTINIT), or terminated since: then every
@@ -796,6 +807,21 @@ static void atfork_child(void)
 		close(kfd);
 		kfd = -1;
 		initialized = 0;
+	} else if (initialized) {
+		/* perf's pages are not copied into the child (VM_DONTCOPY) and
+		 * the fds count the parent's threads: every state reads zeros
+		 * from here on, and the child's thread sets up counters of its
+		 * own at its next PttThreadInit or read. */
+		for (struct PttThreadState *s = all_threads; s; s = s->next)
+			if (s->status == ST_OK) {
+				s->status = ST_DEAD;
+				for (int i = 0; i < s->n; i++)
+					if (s->c[i].fd >= 0) {
+						close(s->c[i].fd);
+						s->c[i].fd = -1;
+					}
+				park_state(s);
+			}
 	}
 	pthread_mutex_unlock(&mu);
 }

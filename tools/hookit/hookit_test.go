@@ -395,8 +395,10 @@ func TestLongjmpStackRepair(t *testing.T) {
 // stack pointer) with its caller's call site. The inlined callee is
 // nested in its caller, not taken for a sibling after a longjmp (which
 // closed the caller: "leaf" beside "mid", N frames repaired and N exits
-// unmatched); a function left by longjmp and called again from the same
-// call site is still closed by the next call.
+// unmatched), also where another call's hooks came between its caller's
+// entry and its own (mixed: callee, then the inlined leaf); a function
+// left by longjmp and called again from the same call site is still
+// closed by the next call.
 func TestInlinedCalleesAtO2(t *testing.T) {
 	const n = 200
 	setup(t)
@@ -410,6 +412,7 @@ func TestInlinedCalleesAtO2(t *testing.T) {
 	tr := treeOf(t, a, true)
 	checkPaths(t, "inlined", paths(tr), map[string]uint64{
 		"main": 1, "main;mid": n, "main;mid;leaf": 10 * n, "main;jumper": n, "main;after": 1,
+		"main;mixed": n, "main;mixed;callee": n, "main;mixed;leaf": n,
 	})
 	if tr.Repaired != n || tr.Unmatched != 0 {
 		t.Errorf("%d frames repaired, %d exits unmatched; want %d (each jumper left by longjmp) and 0", tr.Repaired, tr.Unmatched, n)
@@ -429,8 +432,8 @@ func TestInlinedCalleesAtO2(t *testing.T) {
 			jumperInl++
 		}
 	}
-	if leafInl != 10*n || jumperInl != 0 {
-		t.Errorf("entries marked inlined: leaf %d (want %d: gcc inlined it into mid), jumper %d (want 0)", leafInl, 10*n, jumperInl)
+	if leafInl != 11*n || jumperInl != 0 {
+		t.Errorf("entries marked inlined: leaf %d (want %d: gcc inlined it into mid and mixed), jumper %d (want 0)", leafInl, 11*n, jumperInl)
 	}
 }
 

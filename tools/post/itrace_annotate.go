@@ -123,12 +123,22 @@ func readChain(mod *a2n.Module, k span, c *spanCount) (chain, bool) {
 		n = min(uint64(k.last)+15, maxSpan)
 	}
 	code, err := mod.Code(k.start, n)
-	for err != nil && n > 15 { // near the end of the segment
-		n /= 2
-		code, err = mod.Code(k.start, n)
-	}
-	if err != nil {
-		return chain{}, false
+	if err != nil { // near the end of the segment: as much as there is
+		lo, hi := uint64(0), n // lo readable, hi not
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			if _, err := mod.Code(k.start, mid); err == nil {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		if lo == 0 {
+			return chain{}, false
+		}
+		if code, err = mod.Code(k.start, lo); err != nil {
+			return chain{}, false
+		}
 	}
 	ch := chain{rep: -1}
 	for off := 0; off < len(code); {

@@ -45,6 +45,17 @@
 #define HK_NOINSTR __attribute__((no_instrument_function))
 #define hk_barrier() __asm__ volatile("" ::: "memory")
 
+/* A stack pointer's entry in hk_thread.frames (t): frames 16 bytes apart
+ * or more, 4 KB of stack before two share one. The entry's address is
+ * 2 KB from the stack pointer modulo 4 KB, whatever the stack pointer:
+ * never 4K-aliased with the hook's own stack accesses, so that the store
+ * costs the same at every depth (and in the start-up calibration). */
+#define HK_FRAMES 256u
+#define HK_FRAME(t, sp) \
+	(&(t)->frames[(unsigned)(((sp) - (uint64_t)(uintptr_t)(t)->frames + 2048) >> 4) & (HK_FRAMES - 1)])
+/* An entry's key: its stack pointer and call site. */
+#define HK_FRAME_KEY(sp, site) ((site) ^ ((sp) << 32 | (sp) >> 32))
+
 struct hk_thread {
 	/* The hot fields first (one cache line). */
 	uint64_t *win;        /* the buffer: the tail file's words (its header: words 0, 1) */
@@ -80,7 +91,14 @@ struct hk_thread {
 	/* The function in each slot (HK_SLOT) of the thread's last event
 	 * record for it: a short record names the function by its slot. */
 	uint64_t fns[HK_SLOTS];
+	/* The last unmarked hook entry at each stack pointer (HK_FRAME): the
+	 * entry that opened the frame there, its key (HK_FRAME_KEY) and the
+	 * address its hook was called from. */
+	struct hk_frame {
+		uint64_t key, from;
+	} frames[HK_FRAMES];
 };
+
 
 static uint64_t read_zero(void);
 typedef uint64_t (*hk_read_fn)(void);
@@ -132,6 +150,10 @@ static int hk_exited;
 static __thread struct hk_thread *hk_self __attribute__((tls_model("initial-exec")));
 /* This thread records nothing (its file failed, or it ended). */
 static __thread int hk_noopen __attribute__((tls_model("initial-exec")));
+/* This thread is opening its files (its first event): the events of a
+ * signal handler that interrupts it are dropped, not a second opening
+ * (which would wait for ever on a lock the first one holds). */
+static __thread int hk_opening __attribute__((tls_model("initial-exec")));
 /* Thread ends this OS thread has had (hookit_thread_end): a thread
  * attached to it again after one (hookit_thread_start: a JVM's
  * DestroyJavaVM after main, a JNI detach and attach) records into a file
@@ -674,7 +696,15 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 	if (__builtin_expect(t == NULL, 0)) {
 		if (!hk_on || hk_noopen) /* off, or opening failed before */
 			return NULL;
+		if (hk_opening) { /* a signal handler's, while the files open */
+			__atomic_add_fetch(&hk_dropped, 1, __ATOMIC_RELAXED);
+			return NULL;
+		}
+		hk_opening = 1;
+		hk_barrier();
 		t = thread_open();
+		hk_barrier();
+		hk_opening = 0;
 		if (!t && __atomic_load_n(&hk_finished, __ATOMIC_RELAXED))
 			return NULL; /* after a shutdown: nothing to record */
 		if (!t) {
@@ -777,16 +807,33 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
 		t->sched = sm;
 		slow = 1;
 	}
-	if (site) { /* a hook's entry: inlined into the previous one's function? */
-		/* (no branches: in a loop the answer changes call by call) */
-		int inl = ((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site) &
-			  (((uint64_t)from != t->in_from) | t->in_inl);
+	if (site) { /* a hook's entry: inlined into the function on top? */
+		int inl;
 
-		tag |= (uint64_t)inl << HK_INL_SHIFT;
-		t->in_sp = (uint64_t)sp;
-		t->in_site = (uint64_t)site;
-		t->in_from = (uint64_t)from;
+		if (__builtin_expect(((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site) &
+					     ((uint64_t)from == t->in_from), 1)) {
+			/* The thread's previous entry again (a loop calling one
+			 * function, or one inlined callee): marked as it was. */
+			inl = t->in_inl;
+		} else {
+			/* The frame's entry at this stack pointer (HK_FRAME), or the
+			 * previous entry: its call site, its hook called from
+			 * elsewhere. An unmarked entry opens a frame: noted. */
+			struct hk_frame *f = HK_FRAME(t, (uint64_t)sp);
+			uint64_t key = HK_FRAME_KEY((uint64_t)sp, (uint64_t)site);
+
+			inl = (((uint64_t)sp == t->in_sp) & ((uint64_t)site == t->in_site)) |
+			      ((key == f->key) & ((uint64_t)from != f->from));
+			if (!inl) {
+				f->key = key;
+				f->from = (uint64_t)from;
+			}
+			t->in_sp = (uint64_t)sp;
+			t->in_site = (uint64_t)site;
+			t->in_from = (uint64_t)from;
+		}
 		t->in_inl = inl;
+		tag |= (uint64_t)inl << HK_INL_SHIFT;
 	}
 	if (shortable)
 		hk_put_short(t, tag, (uint64_t)sp, early);
@@ -815,9 +862,10 @@ HK_NOINSTR static inline __attribute__((always_inline)) uint64_t *hk_event(uint6
  * stack pointer of an open frame closes that frame — unless it is marked
  * inlined: gcc calls the hooks of a function inlined into another from
  * the other's frame with the other's call site, so an entry with the
- * stack pointer and call site of the thread's previous hook entry, whose
- * hook was called from another place (or that entry was itself marked),
- * is a callee inlined there. (A function left by longjmp and called again
+ * stack pointer and call site of the entry that opened the frame at that
+ * stack pointer (hk_thread.frames), whose hook was called from another
+ * place, is a callee inlined there (as is one repeating the thread's
+ * previous entry, marked: a loop over an inlined callee). (A function left by longjmp and called again
  * from the same call site calls its hook from the same place: not marked,
  * it closes the frame it left.)
  */
@@ -1292,6 +1340,9 @@ static double hk_ns_per_unit; /* the metric's nanoseconds per unit; 0: not a tim
 
 /* The info file, written with snprintf and one write (no stdio stream: its
  * buffer would come from the program's allocator). */
+/* The backend the info file names (a forked child writes its own). */
+static const char *hk_backend = "?";
+
 HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_calib *api, const char *backend)
 {
 	char path[4200], exe[4096], buf[8192];
@@ -1317,6 +1368,27 @@ HK_NOINSTR static void write_info(const struct hk_calib *c, const struct hk_cali
 		     !hk_faults ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_fault_glue,
 		     !hk_resumes ? "none" : hk_user ? "out" : "in", (unsigned long long)hk_resume_glue);
 	if (k > 0 && write(fd, buf, (size_t)(k < (int)sizeof(buf) ? k : (int)sizeof(buf) - 1)) < 0)
+		perror("hookit: writing the info file");
+	close(fd);
+}
+
+/* The events dropped (hk_dropped: signal handlers inside a hook or a
+ * thread's opening, threads whose files could not be opened), appended
+ * to the info file at the end for the reports: dropped=N. */
+HK_NOINSTR static void note_dropped(void)
+{
+	char path[64], line[64];
+	uint64_t n = __atomic_load_n(&hk_dropped, __ATOMIC_RELAXED);
+	int fd, k;
+
+	if (!n)
+		return;
+	snprintf(path, sizeof(path), "hookit-%d.info", (int)hk_pid);
+	fd = openat(hk_dirfd, path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	k = snprintf(line, sizeof(line), "dropped=%llu\n", (unsigned long long)n);
+	if (write(fd, line, (size_t)k) != k)
 		perror("hookit: writing the info file");
 	close(fd);
 }
@@ -1385,6 +1457,7 @@ HK_NOINSTR static void finish_files(void)
 		unlinkat(hk_dirfd, path, 0);
 	}
 	pthread_mutex_unlock(&hk_mu);
+	note_dropped();
 }
 
 HK_NOINSTR static void flush_files(void)
@@ -1419,6 +1492,10 @@ HK_NOINSTR static void after_fork_child(void)
 	hk_threads = NULL;
 	hk_self = NULL;
 	hk_noopen = 0;
+	hk_opening = 0;
+	hk_dropped = 0;
+	hk_cs = NULL; /* the parent's counters: the child's thread gets its own */
+	hk_last_tsc = 0;
 	hk_ended = 0;
 	hk_pid = getpid();
 	while (t) {
@@ -1438,6 +1515,7 @@ HK_NOINSTR static void after_fork_child(void)
 		snprintf(path, sizeof(path), "hookit-%d.threads", (int)hk_pid);
 		hk_threads_fd = hk_create(path, O_WRONLY | O_APPEND);
 	}
+	write_info(&hk_cal, &hk_cal_api, hk_backend); /* the same calibration, its own pid */
 	copy_maps();
 }
 
@@ -1748,7 +1826,8 @@ HK_NOINSTR static int hk_start(const char *dir, const char *metric, const char *
 	hk_ready = 1;
 	calibrate(&hk_cal, hk_calib_calls, hk_calib_plain_calls);
 	calibrate(&hk_cal_api, hk_calib_api_calls, hk_calib_plain_api_calls);
-	write_info(&hk_cal, &hk_cal_api, backend ? backend : "?");
+	hk_backend = backend ? backend : "?";
+	write_info(&hk_cal, &hk_cal_api, hk_backend);
 	copy_maps();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	atexit(hk_exit);

@@ -4,6 +4,8 @@
  * longjmp and called again from the same call site each time.
  *   inlined N   main -> mid (N calls) -> leaf (10 each, inlined);
  *               main -> jumper (N calls, each left by longjmp); main -> after
+ *               main -> mixed (N calls) -> callee, leaf (one each: leaf
+ *               inlined, its hooks after callee's, not right after mixed's)
  */
 #include <setjmp.h>
 #include <stdio.h>
@@ -26,6 +28,18 @@ __attribute__((noinline)) int mid(int n)
 	return s;
 }
 
+__attribute__((noinline)) int callee(int x)
+{
+	return x + sink;
+}
+
+__attribute__((noinline)) int mixed(int x)
+{
+	int s = callee(x);
+
+	return s + leaf(s);
+}
+
 __attribute__((noinline)) void jumper(int i)
 {
 	sink += i;
@@ -44,6 +58,8 @@ int main(int argc, char **argv)
 
 	for (int k = 0; k < n; k++)
 		t += mid(10);
+	for (int k = 0; k < n; k++)
+		t += mixed(k);
 	for (volatile int k = 0; k < n; k++)
 		if (setjmp(jb) == 0)
 			jumper(k);
