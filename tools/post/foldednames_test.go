@@ -19,21 +19,8 @@ import (
 func TestFoldedProcessNameEscaped(t *testing.T) {
 	for _, stacks := range []bool{false, true} {
 		dir := t.TempDir()
-		var m, tr trace.Writer
-		must := func(err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 100, []uint64{600, 1}, "evil\n7 x;y"))
+		m, tr, must := fakeApp(t, "evil\n7 x;y", jitFunc{0x7000, "main"}, jitFunc{0x7100, "work"})
 		tm := uint64(1000)
-		for _, j := range []struct {
-			addr uint64
-			name string
-		}{{0x7000, "main"}, {0x7100, "work"}} {
-			must(tr.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, tm, []uint64{600, 600, j.addr, 0x100}, j.name))
-		}
 		const ticks = 50
 		for i := 0; i < ticks; i++ {
 			tm += 10

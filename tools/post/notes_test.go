@@ -42,21 +42,8 @@ func TestStackHintOnUnmappedFrames(t *testing.T) {
 		share string
 	}{{"unmapped", 30, true, "30 %"}, {"clean", 0, false, ""}} {
 		dir := t.TempDir()
-		var m, tr trace.Writer
-		must := func(err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 100, []uint64{600, 1}, "app"))
+		m, tr, must := fakeApp(t, "app", jitFunc{0x7000, "main"}, jitFunc{0x7100, "work"})
 		tm := uint64(1000)
-		for _, j := range []struct {
-			addr uint64
-			name string
-		}{{0x7000, "main"}, {0x7100, "work"}} {
-			must(tr.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, tm, []uint64{600, 600, j.addr, 0x100}, j.name))
-		}
 		tick := func(pcs ...uint64) {
 			tm += 10
 			must(tr.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tm, []uint64{600, 600, pcs[0], 0}, ""))
@@ -108,21 +95,8 @@ func TestRootHintOnShortStacks(t *testing.T) {
 		{"unmapped", 0xdead0000, 0, false},
 	} {
 		dir := t.TempDir()
-		var m, tr trace.Writer
-		must := func(err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 100, []uint64{600, 1}, "app"))
+		m, tr, must := fakeApp(t, "app", jitFunc{0x7000, "cmp"}, jitFunc{0x7100, "msort"}, jitFunc{0x7200, "_start"})
 		tm := uint64(1000)
-		for _, j := range []struct {
-			addr uint64
-			name string
-		}{{0x7000, "cmp"}, {0x7100, "msort"}, {0x7200, "_start"}} {
-			must(tr.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, tm, []uint64{600, 600, j.addr, 0x100}, j.name))
-		}
 		for i := 0; i < 100; i++ {
 			tm += 10
 			must(tr.Write(trace.MajorTprof, trace.TprofTick, trace.LayoutFixed, tm, []uint64{600, 600, 0x7010, 0}, ""))

@@ -31,16 +31,8 @@ func TestPprofEventBased(t *testing.T) {
 		{"", 1000, "cpu", "nanoseconds", 1000000, true},
 	} {
 		dir := t.TempDir()
-		var m, tr trace.Writer
-		must := func(err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		must(m.Write(trace.MajorMTE, trace.MTEProcess, trace.LayoutString, 100, []uint64{600, 1}, "app"))
+		m, tr, must := fakeApp(t, "app", jitFunc{0x7000, "work"})
 		tm := uint64(1000)
-		must(tr.Write(trace.MajorJITLoad, trace.JITLoad, trace.LayoutString, tm, []uint64{600, 600, 0x7000, 0x100}, "work"))
 		records := uint64(2)
 		if c.event != "" {
 			must(tr.Write(trace.MajorSys, trace.SysEvent, trace.LayoutString, tm, []uint64{1, 2, uint64(c.rate)}, c.event))
