@@ -1,7 +1,6 @@
 package main
 
 import (
-	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,23 +35,7 @@ func TestSymbolsHintOnStrippedModule(t *testing.T) {
 		}
 	}
 	sh("gcc", "-O2", "-g", "-fPIE", "-pie", "-pthread", "-o", bin, filepath.Join(root, "examples", "cpuburn.c"))
-	f, syms := testenv.ELF(t, bin)
-	bodies := map[string]elf.Symbol{}
-	for _, s := range syms {
-		if (s.Name == "heavy" || s.Name == "medium" || s.Name == "light") && s.Size > 0 {
-			bodies[s.Name] = s
-		}
-	}
-	var text *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			text = p
-		}
-	}
-	f.Close()
-	if len(bodies) != 3 || text == nil {
-		t.Fatalf("example lacks heavy/medium/light symbols (%d) or an executable segment", len(bodies))
-	}
+	bodies, text := burnBodies(t, bin)
 	debug := filepath.Join(dir, "cpuburn.debug")
 	away := filepath.Join(t.TempDir(), "cpuburn.debug")
 	sh("objcopy", "--only-keep-debug", bin, debug)

@@ -29,23 +29,7 @@ func TestSyntheticTicksInCompiledExample(t *testing.T) {
 	if out, err := exec.Command("gcc", "-O2", "-fPIE", "-pie", "-pthread", "-o", bin, filepath.Join(root, "examples", "cpuburn.c")).CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	f, syms := testenv.ELF(t, bin)
-	bodies := map[string]elf.Symbol{}
-	for _, s := range syms {
-		if (s.Name == "heavy" || s.Name == "medium" || s.Name == "light") && s.Size > 0 {
-			bodies[s.Name] = s
-		}
-	}
-	var text *elf.Prog
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
-			text = p
-		}
-	}
-	f.Close()
-	if len(bodies) != 3 || text == nil {
-		t.Fatalf("example lacks heavy/medium/light symbols (%d) or an executable segment", len(bodies))
-	}
+	bodies, text := burnBodies(t, bin)
 	const base, page = 0x555555554000, 0x1000
 	segStart := base + text.Vaddr&^(page-1)
 	segOff := text.Off &^ (page - 1)
@@ -108,4 +92,28 @@ func TestSyntheticTicksInCompiledExample(t *testing.T) {
 	if len(order) != 3 || order[0] != "heavy" || order[1] != "medium" || order[2] != "light" {
 		t.Fatalf("Module_Symbol rows %v, want heavy, medium, light and nothing else\n%s", order, b)
 	}
+}
+
+// burnBodies reads the built example bin: its heavy, medium and light
+// symbols and its executable segment.
+func burnBodies(t *testing.T, bin string) (map[string]elf.Symbol, *elf.Prog) {
+	t.Helper()
+	f, syms := testenv.ELF(t, bin)
+	defer f.Close()
+	bodies := map[string]elf.Symbol{}
+	for _, s := range syms {
+		if (s.Name == "heavy" || s.Name == "medium" || s.Name == "light") && s.Size > 0 {
+			bodies[s.Name] = s
+		}
+	}
+	var text *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			text = p
+		}
+	}
+	if len(bodies) != 3 || text == nil {
+		t.Fatalf("example lacks heavy/medium/light symbols (%d) or an executable segment", len(bodies))
+	}
+	return bodies, text
 }
