@@ -5,7 +5,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 const splitSrc = `#include <stdio.h>
@@ -93,5 +95,38 @@ func TestDebugLinkFiles(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A module's .gnu_debuglink names a file by a name its owner chose, which
+// post (and pitraced's continuous naming, as root) opens beside it: a FIFO
+// by that name is not opened for reading (that would block until a writer
+// came) but ignored with a warning, and the module is read without it.
+func TestDebugLinkToFIFOIgnored(t *testing.T) {
+	withDebugRoot(t, t.TempDir())
+	dir := t.TempDir()
+	src := filepath.Join(t.TempDir(), "prog.c")
+	if err := os.WriteFile(src, []byte(splitSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "prog")
+	run(t, "gcc", "-O1", "-g", "-o", prog, src)
+	debug := filepath.Join(dir, "prog.debug")
+	splitDebug(t, prog, debug)
+	if err := os.Remove(debug); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(debug, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Module, 1)
+	go func() { done <- (&Cache{}).Module(prog) }()
+	select {
+	case m := <-done:
+		if m.Err != nil || !strings.Contains(m.Warning, debug) {
+			t.Fatalf("module %v, warning %q: want it read, the FIFO named in a warning", m.Err, m.Warning)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("reading the module blocked on the FIFO its debug link names")
 	}
 }
